@@ -1,0 +1,230 @@
+"""The collective interface: what every backend implements, and the rules they share.
+
+A program talks to other ranks only through a `Comm`. The virtual backend (numpy, one process) and the
+torch.distributed backend implement the same methods with the same semantics, so layer code is written
+once. Everything here is backend-neutral: groups, point-to-point op records, argument checks, the
+bytes each rank moves under the ring algorithm, and how a call site is named.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Sequence
+
+from ..errors import CollectiveError
+
+REDUCE_OPS = ("sum", "avg", "max", "min")
+ALGOS = ("direct", "ring")
+
+# Collective op names as they appear in the trace.
+ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all_reduce", "reduce_scatter", "all_gather"
+ALL_TO_ALL, BROADCAST, BARRIER, P2P = "all_to_all", "broadcast", "barrier", "p2p"
+
+
+@dataclass(frozen=True)
+class Group:
+    """An ordered set of global ranks that run collectives together. `name` is the axis (tp, dp, ...)."""
+
+    ranks: tuple[int, ...]
+    name: str
+    index: int = 0  # creation order in the run; identical on every rank
+
+    @property
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def group_rank(self, rank: int) -> int:
+        """Index of global `rank` inside the group."""
+        try:
+            return self.ranks.index(rank)
+        except ValueError:
+            raise CollectiveError(f"rank {rank} is not a member of group {self}") from None
+
+    def __contains__(self, rank: object) -> bool:
+        return rank in self.ranks
+
+    def __str__(self) -> str:
+        return f"{self.name}{list(self.ranks)}"
+
+
+@dataclass(frozen=True)
+class Send:
+    """Point-to-point: send array `x` to global rank `dst` (one entry of an `exchange`)."""
+
+    x: Any
+    dst: int
+
+
+@dataclass(frozen=True)
+class Recv:
+    """Point-to-point: receive an array of `shape` and `dtype` from global rank `src`.
+
+    Shape and dtype are required because a real backend must allocate the buffer before data arrives.
+    """
+
+    src: int
+    shape: tuple[int, ...]
+    dtype: Any
+
+
+class Comm(ABC):
+    """The collective interface. Functional: every call returns new arrays and leaves inputs untouched.
+
+    `group=None` means every rank. `label` is free text shown in the trace. Ranks (`src`, `dst`) are
+    global ranks. Collectives on one group are matched in call order, as NCCL and gloo match them.
+    """
+
+    rank: int
+    world: int
+
+    @abstractmethod
+    def all_reduce(self, x, op: str = "sum", *, group: Group | None = None, label: str | None = None,
+                   algo: str | None = None):
+        """Element-wise reduction over the group; every member gets the whole result."""
+
+    @abstractmethod
+    def reduce_scatter(self, x, dim: int = 0, *, op: str = "sum", group: Group | None = None,
+                       label: str | None = None, algo: str | None = None):
+        """Reduce over the group, then member i keeps chunk i of `dim` (size must divide evenly)."""
+
+    @abstractmethod
+    def all_gather(self, x, dim: int = 0, *, group: Group | None = None, label: str | None = None,
+                   algo: str | None = None):
+        """Concatenate every member's `x` along `dim`, in group order."""
+
+    @abstractmethod
+    def all_to_all(self, chunks: Sequence[Any], dim: int = 0, *, group: Group | None = None,
+                   label: str | None = None) -> list:
+        """Member i sends chunks[j] to member j; returns the chunks received, in group order.
+
+        Chunks may differ in size along `dim` (MoE dispatch); other dims and dtype must agree.
+        """
+
+    @abstractmethod
+    def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
+        """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
+
+    @abstractmethod
+    def exchange(self, ops: Sequence[Send | Recv], *, group: Group | None = None,
+                 label: str | None = None) -> list:
+        """Post a batch of sends and receives at once (like batch_isend_irecv); returns received arrays
+        in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other."""
+
+    @abstractmethod
+    def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:
+        """Wait until every member arrived."""
+
+    @abstractmethod
+    def new_group(self, ranks: Sequence[int], name: str) -> Group:
+        """Create a group. Every rank must call it for every group, in the same order (torch's rule)."""
+
+    def send(self, x, dst: int, *, group: Group | None = None, label: str | None = None) -> None:
+        """Blocking send; completes when `dst` posts the matching receive."""
+        self.exchange([Send(x, dst)], group=group, label=label)
+
+    def recv(self, src: int, shape: Sequence[int], dtype, *, group: Group | None = None,
+             label: str | None = None):
+        """Blocking receive of an array of `shape` and `dtype` from `src`."""
+        return self.exchange([Recv(src, tuple(shape), dtype)], group=group, label=label)[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Shared rules: dtype names, argument checks, bytes under the ring algorithm, call sites.
+
+@lru_cache(maxsize=64)
+def dtype_name(dtype: Any) -> str:
+    """'float32' for numpy and torch dtypes alike."""
+    name = str(dtype)
+    return name[6:] if name.startswith("torch.") else name
+
+
+def check_reduce_op(op: str, dtype: Any) -> None:
+    if op not in REDUCE_OPS:
+        raise CollectiveError(f"unknown reduce op {op!r}; use one of {', '.join(REDUCE_OPS)}")
+    if op == "avg" and not dtype_name(dtype).startswith(("float", "complex", "bfloat")):
+        raise CollectiveError(f"op='avg' needs a floating dtype, got {dtype_name(dtype)}")
+
+
+def check_algo(algo: str) -> None:
+    if algo not in ALGOS:
+        raise CollectiveError(f"unknown algo {algo!r}; use one of {', '.join(ALGOS)}")
+
+
+def norm_dim(dim: int, ndim: int, op: str) -> int:
+    if not -ndim <= dim < ndim:
+        raise CollectiveError(f"{op}: dim {dim} is out of range for an array with {ndim} dims")
+    return dim % ndim
+
+
+def check_divisible(shape: tuple[int, ...], dim: int, t: int, op: str) -> None:
+    if shape[dim] % t:
+        raise CollectiveError(f"{op}: size {shape[dim]} of dim {dim} does not divide by the group size {t}")
+
+
+def chunk_sizes(n: int, t: int) -> list[int]:
+    """How the ring splits n elements into t chunks (the first n % t chunks one larger)."""
+    base, extra = divmod(n, t)
+    return [base + (i < extra) for i in range(t)]
+
+
+@lru_cache(maxsize=1024)
+def ring_bytes(op: str, nbytes: int, t: int, itemsize: int = 1) -> tuple[tuple[int, int], ...]:
+    """(sent, received) bytes of each member, in group order, under the ring algorithm.
+
+    `nbytes` is the full buffer: the input of all_reduce and reduce_scatter, the output of all_gather.
+    A ring reduce-scatter or all-gather moves every chunk but one, (t-1)/t of the buffer; all-reduce is
+    both, 2(t-1)/t. With uneven chunks, member i never sends the chunk it ends up owning.
+    """
+    if t == 1:
+        return ((0, 0),)
+    sizes = [n * itemsize for n in chunk_sizes(nbytes // itemsize, t)]
+    total = sum(sizes)
+    # reduce-scatter: member i sends chunks i-1, ..., i-(t-1) and receives chunks i-2, ..., i-t (= i).
+    rs = [(total - sizes[i], total - sizes[i - 1]) for i in range(t)]
+    # all-gather: member i sends chunks i, ..., i-(t-2) and receives every chunk but its own.
+    ag = [(total - sizes[(i + 1) % t], total - sizes[i]) for i in range(t)]
+    if op == REDUCE_SCATTER:
+        return tuple(rs)
+    if op == ALL_GATHER:
+        return tuple(ag)
+    if op == ALL_REDUCE:
+        return tuple((a[0] + b[0], a[1] + b[1]) for a, b in zip(rs, ag))
+    raise ValueError(op)
+
+
+def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -> tuple[int, int]:
+    """A chain from src around the ring: every member but the last forwards the buffer once."""
+    pos = (group_rank - src_group_rank) % t
+    return (nbytes if pos < t - 1 else 0), (nbytes if pos > 0 else 0)
+
+
+_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_COMM_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+@lru_cache(maxsize=512)
+def short_path(filename: str) -> str:
+    """A stable, readable name for a source file: relative to the checkout (or site-packages), else cwd."""
+    path = os.path.abspath(filename)
+    for base in (_PKG_ROOT, os.getcwd()):
+        if path.startswith(base + os.sep):
+            return os.path.relpath(path, base)
+    return path
+
+
+def call_site(depth: int = 2) -> tuple[str, int]:
+    """(file, line) of the first caller outside parasim.comm (so a layer's line, not ours, is named).
+
+    Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
+    frame = sys._getframe(depth)
+    while frame.f_code.co_filename.startswith(_COMM_DIR) and frame.f_back is not None:
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+@lru_cache(maxsize=4096)
+def site_name(site: tuple[str, int]) -> str:
+    return f"{short_path(site[0])}:{site[1]}"

@@ -1,0 +1,484 @@
+"""Virtual ranks: N ranks in one process, one greenlet each, scheduled cooperatively and deterministically.
+
+A rank runs until it calls a collective that not every member has reached, then hands over to the next
+ready rank (always in the same order, so every run is identical). The last member to arrive checks that
+all calls fit together, computes every member's result (kernels.py), records one trace event and wakes
+the others. When no rank can run and some have not finished, the run is deadlocked and says who waits on
+what. Point-to-point transfers complete only when both sides have posted (a rendezvous), the strictest
+real-backend behaviour, so a program that runs here does not hang on NCCL or gloo.
+"""
+from __future__ import annotations
+
+import traceback
+from collections import deque
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from greenlet import GreenletExit, getcurrent, greenlet
+
+from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
+from ..trace import Event, Mark, Member, Tensor, Trace
+from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER,
+                        Comm, Group, Recv, Send, call_site, check_algo, check_divisible, check_reduce_op, dtype_name,
+                        norm_dim, site_name)
+from .kernels import KERNELS
+
+_member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
+
+
+class _Instance:
+    """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label)."""
+    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count")
+
+    def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple):
+        self.group, self.call, self.op, self.params, self.sig = group, call, op, params, sig
+        self.arrivals: list[tuple | None] = [None] * group.size
+        self.count = 0
+
+
+class _Batch:
+    """One rank's `exchange`: its posted sends and receives."""
+    __slots__ = ("rank", "pending", "results", "clock0", "maxstep", "site", "label", "group", "posts")
+
+    def __init__(self, rank, nrecv, clock0, site, label, group):
+        self.rank, self.pending, self.results = rank, 0, [None] * nrecv
+        self.clock0 = self.maxstep = clock0
+        self.site, self.label, self.group, self.posts = site, label, group, []
+
+
+class _Post:
+    __slots__ = ("batch", "peer", "x", "shape", "dtype", "slot", "matched")
+
+    def __init__(self, batch, peer, x=None, shape=None, dtype=None, slot=-1):
+        self.batch, self.peer, self.x, self.shape, self.dtype, self.slot = batch, peer, x, shape, dtype, slot
+        self.matched = False
+
+    def describe(self) -> str:
+        if self.x is not None:
+            return f"send(shape={self.x.shape}, dtype={dtype_name(self.x.dtype)}) to rank {self.peer}"
+        return f"recv(shape={self.shape}, dtype={dtype_name(self.dtype)}) from rank {self.peer}"
+
+
+class _Rank:
+    __slots__ = ("rank", "glet", "done", "value", "clock", "phase", "waiting", "ncalls", "ngroups", "result")
+
+    def __init__(self, rank: int):
+        self.rank, self.glet, self.done, self.value = rank, None, False, None
+        self.clock, self.phase, self.waiting = 0, None, None
+        self.ncalls: dict[int, int] = {}
+        self.ngroups = 0
+        self.result: Any = None
+
+
+class VirtualWorld:
+    """The shared state of one virtual run. Lives only as long as the run; nothing is global."""
+
+    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct"):
+        if world < 1:
+            raise CollectiveError(f"world size must be at least 1, got {world}")
+        check_algo(algo)
+        self.world = world
+        self.keep = keep_values
+        self.algo = algo
+        self.world_group = Group(tuple(range(world)), "world", 0)
+        self.groups: list[Group] = [self.world_group]
+        self.group_sites: list[str] = [""]
+        self.ranks = [_Rank(r) for r in range(world)]
+        self.ready: deque = deque()
+        self.instances: dict[tuple[int, int], _Instance] = {}
+        self.sends: dict[tuple[int, int], deque] = {}
+        self.recvs: dict[tuple[int, int], deque] = {}
+        self.events: list[Event] = []
+        self.marks: list[Mark] = []
+        self.failure: tuple[int, BaseException] | None = None
+        self.aborted = False
+        self.hub: greenlet | None = None
+
+    # -- scheduling ------------------------------------------------------------------------------
+    def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
+        self.hub = getcurrent()
+        for st in self.ranks:
+            st.glet = greenlet(self._rank_main_for(program, contexts[st.rank], st), parent=self.hub)
+            self.ready.append(st.glet)
+        try:
+            while True:
+                if self.failure is not None:
+                    self._raise_failure()
+                if self.ready:
+                    self.ready.popleft().switch()
+                elif all(st.done for st in self.ranks):
+                    break
+                else:
+                    waiting = self._waiting()
+                    lines = "\n".join(f"  rank {r}: {w}" for r, w in waiting.items())
+                    raise Deadlock("every unfinished rank is waiting and none can go on:\n" + lines, waiting)
+        finally:
+            self._abort()
+        self._check_groups()
+        return [st.value for st in self.ranks]
+
+    def _rank_main_for(self, program, ctx, st: _Rank):
+        def main():
+            try:
+                st.value = program(ctx)
+            except GreenletExit:
+                pass
+            except Exception as exc:  # the hub decides what to raise
+                if self.failure is None:
+                    self.failure = (st.rank, exc)
+            finally:
+                st.done = True
+                st.waiting = None
+        return main
+
+    def _wait(self, st: _Rank, on: Any) -> None:
+        st.waiting = on
+        if self.ready:
+            self.ready.popleft().switch()
+        else:
+            self.hub.switch()
+        st.waiting = None
+        if self.aborted:
+            raise GreenletExit()
+
+    def _abort(self) -> None:
+        self.aborted = True
+        for st in self.ranks:
+            if st.glet is not None and st.glet and not st.done:
+                st.glet.throw(GreenletExit())
+        self.ready.clear()
+
+    def _raise_failure(self) -> None:
+        rank, exc = self.failure
+        waiting = self._waiting()
+        if isinstance(exc, ParasimError):
+            raise exc
+        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        left = "\n".join(f"  rank {r}: {w}" for r, w in waiting.items() if r != rank) or "  none"
+        raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc}\n{tb}ranks left waiting:\n{left}",
+                         rank, waiting) from exc
+
+    def _waiting(self) -> dict[int, str]:
+        out = {}
+        for st in self.ranks:
+            w = st.waiting
+            if st.done:
+                out[st.rank] = "finished"
+            elif isinstance(w, _Instance):
+                me = w.arrivals[w.group.ranks.index(st.rank)]
+                arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
+                missing = [r for r in w.group.ranks if r not in arrived]
+                out[st.rank] = (f"waits in {me[1]()} on group {w.group} (call #{w.call} on it) at "
+                                f"{site_name(me[2])}; arrived {arrived}, missing {missing}")
+            elif isinstance(w, _Batch):
+                posts = ", ".join(p.describe() for p in w.posts if not p.matched)
+                out[st.rank] = f"waits in point-to-point at {site_name(w.site)}: unmatched {posts}"
+            else:
+                out[st.rank] = "had not reached a collective yet"
+        return out
+
+    def _check_groups(self) -> None:
+        counts = {st.rank: st.ngroups for st in self.ranks}
+        if len(set(counts.values())) > 1:
+            most = max(counts.values())
+            short = [r for r, n in counts.items() if n < most]
+            raise CollectiveMismatch(
+                f"ranks {short} created fewer groups than others ({counts}); every rank must call new_group "
+                "for every group, in the same order", ranks=short)
+
+    # -- groups ----------------------------------------------------------------------------------
+    def new_group(self, rank: int, ranks: Sequence[int], name: str, site: str) -> Group:
+        members = tuple(int(r) for r in ranks)
+        if not members or len(set(members)) != len(members) or not all(0 <= r < self.world for r in members):
+            raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
+                                  f"0..{self.world - 1}")
+        st = self.ranks[rank]
+        st.ngroups += 1
+        idx = st.ngroups
+        if idx < len(self.groups):
+            g = self.groups[idx]
+            if g.ranks != members or g.name != name:
+                raise CollectiveMismatch(
+                    f"rank {rank} created group #{idx} as {name}{list(members)} at {site}, but another rank "
+                    f"created it as {g} at {self.group_sites[idx]}; every rank must create every group in the "
+                    "same order", calls=[site, self.group_sites[idx]])
+            return g
+        g = Group(members, name, idx)
+        self.groups.append(g)
+        self.group_sites.append(site)
+        return g
+
+    def resolve(self, rank: int, group: Group | None, op: str) -> Group:
+        if group is None:
+            return self.world_group
+        idx = group.index
+        if not (0 <= idx < len(self.groups)) or self.groups[idx] != group:
+            raise CollectiveError(f"{op}: group {group} was not created in this run")
+        if idx > self.ranks[rank].ngroups:
+            raise CollectiveError(f"{op}: rank {rank} uses group {group} before creating it with new_group")
+        if rank not in group.ranks:
+            raise CollectiveError(f"{op}: rank {rank} is not a member of group {group}")
+        return group
+
+    # -- collectives -----------------------------------------------------------------------------
+    def collective(self, rank: int, op: str, x: Any, sig: tuple, describe: Callable[[], str], params: dict,
+                   group: Group, label: str | None, site: tuple[str, int]) -> Any:
+        if self.aborted:
+            raise GreenletExit()
+        st = self.ranks[rank]
+        gi = group.index
+        call = st.ncalls.get(gi, 0)
+        st.ncalls[gi] = call + 1
+        key = (gi, call)
+        inst = self.instances.get(key)
+        if inst is None:
+            inst = self.instances[key] = _Instance(group, call, op, params, sig)
+        inst.arrivals[group.ranks.index(rank)] = (x, describe, site, label)
+        if inst.sig != sig:
+            self._mismatch(inst)
+        inst.count += 1
+        if inst.count < group.size:
+            self._wait(st, inst)
+        else:
+            del self.instances[key]
+            self._complete(inst, rank)
+        result, st.result = st.result, None
+        return result
+
+    def _mismatch(self, inst: _Instance) -> None:
+        lines, calls, ranks = [], [], []
+        for r, a in zip(inst.group.ranks, inst.arrivals):
+            if a is None:
+                lines.append(f"  rank {r}: not arrived yet")
+            else:
+                call = f"{a[1]()} at {site_name(a[2])}"
+                lines.append(f"  rank {r}: {call}")
+                calls.append(call)
+                ranks.append(r)
+        raise CollectiveMismatch(
+            f"collective call #{inst.call} on group {inst.group} does not match across ranks:\n" + "\n".join(lines),
+            calls, ranks)
+
+    def _complete(self, inst: _Instance, current: int) -> None:
+        g, arrivals, params, op = inst.group, inst.arrivals, inst.params, inst.op
+        ranks, keep = self.ranks, self.keep
+        inputs = [a[0] for a in arrivals]
+        outs, hops, moved = KERNELS[op](inputs, g, params, keep)
+        step = 1 + max([ranks[r].clock for r in g.ranks])
+        many = op == ALL_TO_ALL
+        members = []
+        for r, a, out, mv in zip(g.ranks, arrivals, outs, moved):
+            st = ranks[r]
+            st.clock = step
+            st.result = out
+            ins = a[0] if many else (() if a[0] is None else (a[0],))
+            res = out if many else (() if out is None else (out,))
+            before = after = None
+            if keep and all(v.size <= keep for v in ins) and all(v.size <= keep for v in res):
+                before = tuple(v.tolist() for v in ins)
+                after = tuple(v.tolist() for v in res)
+            members.append(_member(Member, (r, tuple([_tensor(v) for v in ins]), tuple([_tensor(v) for v in res]),
+                                            mv[0], mv[1], site_name(a[2]), before, after)))
+            if r != current:
+                self.ready.append(st.glet)
+        label = next((a[3] for a in arrivals if a[3]), None)
+        self.events.append(Event(len(self.events), step, "collective", op, g, members, label,
+                                 ranks[g.ranks[0]].phase, params, params.get("algo"), hops))
+
+    # -- point-to-point --------------------------------------------------------------------------
+    def exchange(self, rank: int, ops: Sequence[Send | Recv], group: Group, label: str | None,
+                 site: tuple[str, int]) -> list:
+        if self.aborted:
+            raise GreenletExit()
+        st = self.ranks[rank]
+        nrecv = sum(isinstance(o, Recv) for o in ops)
+        batch = _Batch(rank, nrecv, st.clock, site, label, group)
+        posts = []
+        for o in ops:  # check the whole batch before posting any of it
+            if isinstance(o, Send):
+                _check_array(o.x, "send")
+                posts.append(_Post(batch, _check_peer(o.dst, rank, group, "send to"), x=o.x))
+            elif isinstance(o, Recv):
+                peer = _check_peer(o.src, rank, group, "recv from")
+                try:
+                    shape = tuple(int(n) for n in o.shape)
+                    dtype = np.dtype(dtype_name(o.dtype))
+                except (TypeError, ValueError):
+                    raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
+                        from None
+                posts.append(_Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts)))
+            else:
+                raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
+        batch.posts = posts
+        batch.pending = len(posts)
+        for p in posts:
+            if p.x is not None:
+                key, mine, theirs = (rank, p.peer), self.sends, self.recvs
+            else:
+                key, mine, theirs = (p.peer, rank), self.recvs, self.sends
+            queue = theirs.get(key)
+            if queue:
+                other = queue.popleft()
+                self._transfer(p, other, rank) if p.x is not None else self._transfer(other, p, rank)
+            else:
+                mine.setdefault(key, deque()).append(p)
+        if batch.pending:
+            self._wait(st, batch)
+        st.clock = batch.maxstep
+        return batch.results
+
+    def _transfer(self, s: _Post, r: _Post, current: int) -> None:
+        x = s.x
+        if x.shape != r.shape or x.dtype != r.dtype:
+            raise CollectiveMismatch(
+                "point-to-point transfer does not match:\n"
+                f"  rank {s.batch.rank}: {s.describe()} at {site_name(s.batch.site)}\n"
+                f"  rank {r.batch.rank}: {r.describe()} at {site_name(r.batch.site)}",
+                [site_name(s.batch.site), site_name(r.batch.site)], [s.batch.rank, r.batch.rank])
+        r.batch.results[r.slot] = x.copy()
+        s.matched = r.matched = True
+        step = 1 + max(s.batch.clock0, r.batch.clock0)
+        n = int(x.nbytes)
+        keep = bool(self.keep) and x.size <= self.keep
+        val = (x.tolist(),) if keep else None
+        src, dst = s.batch.rank, r.batch.rank
+        members = [Member(src, (_tensor(x),), (), n, 0, site_name(s.batch.site), val, () if keep else None),
+                   Member(dst, (), (_tensor(x),), 0, n, site_name(r.batch.site), () if keep else None, val)]
+        self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
+                                 s.batch.label or r.batch.label, self.ranks[src].phase,
+                                 {"src": src, "dst": dst}, None, None))
+        for b in (s.batch, r.batch):
+            b.pending -= 1
+            if step > b.maxstep:
+                b.maxstep = step
+            if b.pending == 0 and b.rank != current:
+                self.ready.append(self.ranks[b.rank].glet)
+
+    # -- marks -----------------------------------------------------------------------------------
+    def mark(self, rank: int, kind: str, text: str) -> None:
+        st = self.ranks[rank]
+        if kind == "phase":
+            st.phase = text
+        self.marks.append(Mark(rank, st.clock, kind, str(text)))
+
+    def compute(self, rank: int, name: str, flops: float, site: str) -> None:
+        st = self.ranks[rank]
+        st.clock += 1
+        self.events.append(Event(len(self.events), st.clock, "compute", name, self.world_group,
+                                 [Member(rank, (), (), 0, 0, site)], None, st.phase, {"flops": flops}))
+
+    def trace(self) -> Trace:
+        return Trace(self.world, "virtual", list(self.groups), self.events, self.marks,
+                     {"keep_values": self.keep, "algo": self.algo})
+
+
+def _tensor(x: np.ndarray) -> Tensor:
+    return _member(Tensor, (x.shape, dtype_name(x.dtype)))
+
+
+def _check_array(x: Any, op: str) -> None:
+    if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
+        raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
+
+
+def _check_peer(peer: Any, rank: int, group: Group, what: str) -> int:
+    if not isinstance(peer, (int, np.integer)) or int(peer) not in group.ranks:
+        raise CollectiveError(f"{what} rank {peer!r}: not a member of group {group}")
+    if int(peer) == rank:
+        raise CollectiveError(f"{what} rank {peer}: a rank cannot send to or receive from itself")
+    return int(peer)
+
+
+class VirtualComm(Comm):
+    """The collective interface of one virtual rank: checks the call locally, then joins the world."""
+
+    def __init__(self, world: VirtualWorld, rank: int):
+        self._w = world
+        self.rank = rank
+        self.world = world.world
+
+    def _algo(self, algo: str | None) -> str:
+        if algo is None:
+            return self._w.algo
+        check_algo(algo)
+        return algo
+
+    def all_reduce(self, x, op="sum", *, group=None, label=None, algo=None):
+        site = call_site()
+        _check_array(x, ALL_REDUCE)
+        g = self._w.world_group if group is None else self._w.resolve(self.rank, group, ALL_REDUCE)
+        if op != "sum":
+            check_reduce_op(op, x.dtype)
+        algo = self._algo(algo)
+        return self._w.collective(
+            self.rank, ALL_REDUCE, x, (ALL_REDUCE, x.shape, x.dtype, op, algo),
+            lambda: f"all_reduce(shape={x.shape}, dtype={dtype_name(x.dtype)}, op={op})",
+            {"op": op, "algo": algo}, g, label, site)
+
+    def reduce_scatter(self, x, dim=0, *, op="sum", group=None, label=None, algo=None):
+        site = call_site()
+        _check_array(x, REDUCE_SCATTER)
+        g = self._w.resolve(self.rank, group, REDUCE_SCATTER)
+        check_reduce_op(op, x.dtype)
+        dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
+        check_divisible(x.shape, dim, g.size, REDUCE_SCATTER)
+        algo = self._algo(algo)
+        return self._w.collective(
+            self.rank, REDUCE_SCATTER, x, (REDUCE_SCATTER, x.shape, x.dtype, dim, op, algo),
+            lambda: f"reduce_scatter(shape={x.shape}, dtype={dtype_name(x.dtype)}, dim={dim}, op={op})",
+            {"op": op, "dim": dim, "algo": algo}, g, label, site)
+
+    def all_gather(self, x, dim=0, *, group=None, label=None, algo=None):
+        site = call_site()
+        _check_array(x, ALL_GATHER)
+        g = self._w.resolve(self.rank, group, ALL_GATHER)
+        dim = norm_dim(dim, x.ndim, ALL_GATHER)
+        algo = self._algo(algo)
+        return self._w.collective(
+            self.rank, ALL_GATHER, x, (ALL_GATHER, x.shape, x.dtype, dim, algo),
+            lambda: f"all_gather(shape={x.shape}, dtype={dtype_name(x.dtype)}, dim={dim})",
+            {"dim": dim, "algo": algo}, g, label, site)
+
+    def all_to_all(self, chunks, dim=0, *, group=None, label=None):
+        site = call_site()
+        g = self._w.resolve(self.rank, group, ALL_TO_ALL)
+        chunks = list(chunks)
+        if len(chunks) != g.size:
+            raise CollectiveError(f"all_to_all: {len(chunks)} chunks for a group of {g.size} ({g})")
+        for c in chunks:
+            _check_array(c, ALL_TO_ALL)
+        first = chunks[0]
+        dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
+        rest = first.shape[:dim] + first.shape[dim + 1:]
+        for c in chunks:
+            if c.ndim != first.ndim or c.shape[:dim] + c.shape[dim + 1:] != rest or c.dtype != first.dtype:
+                raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
+                                      f"{[(c.shape, dtype_name(c.dtype)) for c in chunks]}")
+        return self._w.collective(
+            self.rank, ALL_TO_ALL, chunks, (ALL_TO_ALL, first.ndim, dim, rest, first.dtype),
+            lambda: f"all_to_all(chunks={[c.shape for c in chunks]}, dtype={dtype_name(first.dtype)}, dim={dim})",
+            {"dim": dim}, g, label, site)
+
+    def broadcast(self, x, src, *, group=None, label=None):
+        site = call_site()
+        _check_array(x, BROADCAST)
+        g = self._w.resolve(self.rank, group, BROADCAST)
+        if src not in g.ranks:
+            raise CollectiveError(f"broadcast: src rank {src} is not a member of group {g}")
+        return self._w.collective(
+            self.rank, BROADCAST, x, (BROADCAST, x.shape, x.dtype, int(src)),
+            lambda: f"broadcast(shape={x.shape}, dtype={dtype_name(x.dtype)}, src={src})",
+            {"src": int(src)}, g, label, site)
+
+    def barrier(self, *, group=None, label=None):
+        site = call_site()
+        g = self._w.resolve(self.rank, group, BARRIER)
+        self._w.collective(self.rank, BARRIER, None, (BARRIER,), lambda: "barrier()", {}, g, label, site)
+
+    def exchange(self, ops, *, group=None, label=None):
+        site = call_site()
+        g = self._w.resolve(self.rank, group, "exchange")
+        return self._w.exchange(self.rank, list(ops), g, label, site)
+
+    def new_group(self, ranks, name):
+        return self._w.new_group(self.rank, ranks, name, site_name(call_site()))

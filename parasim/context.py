@@ -1,0 +1,79 @@
+"""What a rank's program is handed: its rank, the collective interface, the array namespace, seeded
+random draws, and the marks that turn a run into a lesson. Passed explicitly; there is no global state."""
+from __future__ import annotations
+
+from typing import Any, Callable, Protocol, Sequence
+
+import numpy as np
+
+from .comm.interface import Comm, Group, call_site, dtype_name, site_name
+
+
+class Recorder(Protocol):
+    """What a backend offers a context for marking its trace."""
+
+    def mark(self, rank: int, kind: str, text: str) -> None: ...
+    def compute(self, rank: int, name: str, flops: float, site: str) -> None: ...
+
+
+class Rng:
+    """Seeded draws that are identical on every backend: numpy's PCG64 draws, then moved to `xp`."""
+
+    def __init__(self, seed: int, key: tuple[int, ...], to_xp: Callable[[np.ndarray], Any]):
+        self._gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+        self._to_xp = to_xp
+
+    def _out(self, a: np.ndarray, dtype: Any) -> Any:
+        return self._to_xp(a.astype(np.dtype(dtype_name(dtype)), copy=False))
+
+    def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0):
+        return self._out(self._gen.normal(mean, std, size=tuple(shape)), dtype)
+
+    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = "float64"):
+        return self._out(self._gen.uniform(low, high, size=tuple(shape)), dtype)
+
+    def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64"):
+        """Integers in [low, high): exact in every float dtype, so sums compare bit for bit."""
+        return self._out(self._gen.integers(low, high, size=tuple(shape)), dtype)
+
+    def permutation(self, n: int):
+        return self._out(self._gen.permutation(n), "int64")
+
+
+class Context:
+    """One rank's view of the run. `comm` is the collective interface, `xp` the array namespace."""
+
+    def __init__(self, rank: int, world: int, comm: Comm, xp: Any, seed: int, recorder: Recorder,
+                 to_xp: Callable[[np.ndarray], Any]):
+        self.rank = rank
+        self.world = world
+        self.comm = comm
+        self.xp = xp
+        self.seed = seed
+        self._recorder = recorder
+        self._to_xp = to_xp
+        self.rng = Rng(seed, (0, rank), to_xp)  # this rank's own stream
+
+    def shared_rng(self, name: str) -> Rng:
+        """A stream that draws the same numbers on every rank (e.g. a full weight before sharding)."""
+        return Rng(self.seed, (1, *name.encode()), self._to_xp)
+
+    def asarray(self, values: Any, dtype: Any = "float64"):
+        """Literal data (a lesson's worked numbers) as an array of this backend."""
+        return self._to_xp(np.asarray(values, dtype=np.dtype(dtype_name(dtype))))
+
+    def phase(self, name: str) -> None:
+        """Start a lesson step: the events that follow on this rank belong to `name`."""
+        self._recorder.mark(self.rank, "phase", name)
+
+    def note(self, text: str) -> None:
+        """Leave a remark in the trace at this rank's current step."""
+        self._recorder.mark(self.rank, "note", text)
+
+    def compute(self, name: str, flops: float = 0) -> None:
+        """Record a compute step on this rank (one logical step on the timeline)."""
+        self._recorder.compute(self.rank, name, flops, site_name(call_site(2)))
+
+    def new_group(self, ranks: Sequence[int], name: str) -> Group:
+        """Same as comm.new_group: every rank calls it for every group, in the same order."""
+        return self.comm.new_group(ranks, name)

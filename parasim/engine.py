@@ -1,0 +1,52 @@
+"""`parasim.run`: call an SPMD program once per rank and collect its values and trace."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .context import Context
+from .errors import UsageError
+from .trace import Trace
+
+BACKENDS = ("virtual",)
+
+
+@dataclass
+class RunResult:
+    """What a run produced: each rank's return value (in rank order) and the trace of every event."""
+
+    values: list[Any]
+    trace: Trace
+
+    @property
+    def world(self) -> int:
+        return self.trace.world
+
+
+def run(program: Callable[[Context], Any], world: int, backend: str = "virtual", *, seed: int = 0,
+        keep_values: int = 0, algo: str = "direct") -> RunResult:
+    """Run `program(ctx)` on `world` ranks.
+
+    seed: seeds `ctx.rng` (per rank) and `ctx.shared_rng(name)`; same seed, same draws on every backend.
+    keep_values: record the values of arrays with at most this many elements in the trace (for lessons).
+    algo: how all-reduce, reduce-scatter and all-gather run by default: "direct", or "ring" hop by hop.
+    """
+    if backend != "virtual":
+        raise UsageError(f"backend {backend!r} is not available to parasim.run; backends: {', '.join(BACKENDS)}")
+    if not isinstance(world, int) or world < 1:
+        raise UsageError(f"world size must be a positive integer, got {world!r}")
+    # Imported here so that `import parasim` stays light.
+    import array_api_compat.numpy as xp
+
+    from .comm.virtual import VirtualComm, VirtualWorld
+
+    vw = VirtualWorld(world, keep_values=keep_values, algo=algo)
+    contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
+    values = vw.run(program, contexts)
+    trace = vw.trace()
+    trace.meta["seed"] = seed
+    return RunResult(values, trace)
+
+
+def _identity(a):
+    return a

@@ -1,0 +1,40 @@
+"""The errors parasim raises. Every one derives from ParasimError, so callers can catch them all."""
+from __future__ import annotations
+
+
+class ParasimError(Exception):
+    """Base class of every parasim error."""
+
+
+class UsageError(ParasimError):
+    """Bad input from a person: a layout, a size, a lesson name, a file. The CLI prints it in one line."""
+
+
+class CollectiveError(ParasimError, ValueError):
+    """A collective called with arguments that can never work (wrong dim, rank not in group, ...)."""
+
+
+class CollectiveMismatch(ParasimError):
+    """Members of one group called collectives that do not fit together (op, shape, dtype or group)."""
+
+    def __init__(self, message: str, calls: list[str] | None = None, ranks: list[int] | None = None):
+        super().__init__(message)
+        self.calls = calls or []
+        self.ranks = ranks or []
+
+
+class Deadlock(ParasimError):
+    """Every unfinished rank waits on something no other rank will ever provide."""
+
+    def __init__(self, message: str, waiting: dict[int, str] | None = None):
+        super().__init__(message)
+        self.waiting = waiting or {}
+
+
+class RankFailed(ParasimError):
+    """A rank's program raised; the run was stopped. The original exception is the __cause__."""
+
+    def __init__(self, message: str, rank: int, waiting: dict[int, str] | None = None):
+        super().__init__(message)
+        self.rank = rank
+        self.waiting = waiting or {}

@@ -1,0 +1,163 @@
+"""The trace: every collective, point-to-point transfer and marked step of a run, on a logical clock.
+
+Clock: each rank keeps a step counter. A collective (or a transfer) happens at one past the latest step
+of the ranks taking part, and every member's counter moves to it. So the step of an event says how
+many communication rounds deep it is, the same on every backend and every run.
+
+The JSON form is documented in docs/trace-format.md; `FORMAT` and `VERSION` name it.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from .comm.interface import Group
+from .errors import UsageError
+
+FORMAT = "parasim-trace"
+VERSION = 1
+
+
+class Tensor(NamedTuple):
+    shape: tuple[int, ...]
+    dtype: str
+
+
+class Member(NamedTuple):
+    """One rank's part in an event. `before`/`after` hold small arrays' values (lists) or None."""
+
+    rank: int
+    ins: tuple[Tensor, ...]
+    outs: tuple[Tensor, ...]
+    sent: int
+    recv: int
+    site: str
+    before: tuple | None = None
+    after: tuple | None = None
+
+
+class Mark(NamedTuple):
+    rank: int
+    step: int
+    kind: str  # "phase" or "note"
+    text: str
+
+
+@dataclass
+class Event:
+    seq: int
+    step: int
+    kind: str  # "collective", "p2p" or "compute"
+    op: str
+    group: Group
+    members: list[Member]
+    label: str | None = None
+    phase: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    algo: str | None = None
+    hops: list[dict] | None = None
+
+    @property
+    def ranks(self) -> list[int]:
+        return [m.rank for m in self.members]
+
+    def member(self, rank: int) -> Member:
+        for m in self.members:
+            if m.rank == rank:
+                return m
+        raise KeyError(rank)
+
+    def to_dict(self) -> dict:
+        return {
+            "seq": self.seq, "step": self.step, "kind": self.kind, "op": self.op,
+            "group": _group_dict(self.group), "ranks": self.ranks, "label": self.label,
+            "phase": self.phase, "params": self.params, "algo": self.algo,
+            "members": [{
+                "rank": m.rank,
+                "in": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.ins],
+                "out": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.outs],
+                "sent": m.sent, "recv": m.recv, "site": m.site,
+                "before": None if m.before is None else list(m.before),
+                "after": None if m.after is None else list(m.after),
+            } for m in self.members],
+            "hops": self.hops,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Event":
+        members = [Member(
+            m["rank"], tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["in"]),
+            tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["out"]), m["sent"], m["recv"], m["site"],
+            None if m.get("before") is None else tuple(m["before"]),
+            None if m.get("after") is None else tuple(m["after"])) for m in d["members"]]
+        g = d["group"]
+        return cls(d["seq"], d["step"], d["kind"], d["op"], Group(tuple(g["ranks"]), g["name"], g["index"]),
+                   members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"))
+
+
+def _group_dict(g: Group) -> dict:
+    return {"index": g.index, "name": g.name, "ranks": list(g.ranks)}
+
+
+@dataclass
+class Trace:
+    world: int
+    backend: str = "virtual"
+    groups: list[Group] = field(default_factory=list)
+    events: list[Event] = field(default_factory=list)
+    marks: list[Mark] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        """The last logical step reached by any rank."""
+        return max([e.step for e in self.events] + [m.step for m in self.marks] + [0])
+
+    def bytes_by_rank(self) -> list[tuple[int, int]]:
+        """(sent, received) bytes of every rank over the whole run."""
+        out = [[0, 0] for _ in range(self.world)]
+        for e in self.events:
+            for m in e.members:
+                out[m.rank][0] += m.sent
+                out[m.rank][1] += m.recv
+        return [(s, r) for s, r in out]
+
+    def to_dict(self) -> dict:
+        return {
+            "format": FORMAT, "version": VERSION, "world": self.world, "backend": self.backend,
+            "meta": self.meta, "groups": [_group_dict(g) for g in self.groups],
+            "marks": [m._asdict() for m in self.marks],
+            "events": [e.to_dict() for e in self.events],
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json() + "\n")
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trace":
+        if not isinstance(d, dict) or d.get("format") != FORMAT:
+            raise UsageError("not a parasim trace (no \"format\": \"parasim-trace\" field)")
+        if d.get("version") != VERSION:
+            raise UsageError(f"trace version {d.get('version')} is not supported (this parasim reads {VERSION})")
+        try:
+            return cls(d["world"], d.get("backend", "virtual"),
+                       [Group(tuple(g["ranks"]), g["name"], g["index"]) for g in d["groups"]],
+                       [Event.from_dict(e) for e in d["events"]],
+                       [Mark(**m) for m in d["marks"]], d.get("meta") or {})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise UsageError(f"malformed parasim trace: {exc!r}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trace":
+        try:
+            data = json.loads(Path(path).read_text())
+        except OSError as exc:
+            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise UsageError(f"{path} is not JSON: {exc}") from None
+        return cls.from_dict(data)
