@@ -1,0 +1,137 @@
+"""The three collectives everything else is built from, run on virtual ranks.
+
+Two ranks all-reduce, reduce-scatter and all-gather a 4-value vector; four ranks do the same all-reduce
+as a ring, hop by hop; then the bytes each rank moves are measured for groups of 2, 4 and 8.
+"""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+
+from parasim.lesson import Check, Lesson, check
+
+WORLD = 8
+PAIR = (0, 1)  # the 2-GPU examples
+RING = (0, 1, 2, 3)  # the ring, hop by hop
+SIZES = (2, 4, 8)  # group sizes for the byte counts
+BUFFER = 1024  # float32 elements in the byte-count buffer
+
+
+def vector(rank: int) -> list[int]:
+    """Rank r holds 1..4 times 10^r: every digit of a sum tells which rank contributed it."""
+    return [(10 ** rank) * v for v in (1, 2, 3, 4)]
+
+
+def program(ctx):
+    comm, out = ctx.comm, {}
+    # Every rank creates every group, in the same order, as torch.distributed requires.
+    pair = ctx.new_group(PAIR, "pair")
+    ring = ctx.new_group(RING, "ring")
+    sized = {t: ctx.new_group(range(t), f"t{t}") for t in SIZES}
+
+    if ctx.rank in PAIR:
+        x = ctx.asarray(vector(ctx.rank))
+        ctx.phase("all-reduce")
+        out["all_reduce"] = comm.all_reduce(x, group=pair, label="sum on both")
+        ctx.phase("reduce-scatter")
+        out["reduce_scatter"] = comm.reduce_scatter(x, group=pair, label="sum, keep my half")
+        ctx.phase("all-gather")
+        out["all_gather"] = comm.all_gather(out["reduce_scatter"], group=pair, label="halves back to whole")
+
+    if ctx.rank in RING:
+        x = ctx.asarray(vector(ctx.rank))
+        ctx.phase("ring all-reduce")
+        out["ring"] = comm.all_reduce(x, group=ring, algo="ring", label="4 ranks, hop by hop")
+        ctx.phase("all-reduce = reduce-scatter + all-gather")
+        part = comm.reduce_scatter(x, group=ring, algo="ring", label="first half of the ring")
+        out["rs_ag"] = comm.all_gather(part, group=ring, algo="ring", label="second half of the ring")
+
+    ctx.phase("bytes per rank")
+    buf = ctx.rng.integers(0, 100, (BUFFER,), dtype="float32")
+    for t, g in sized.items():
+        if ctx.rank in g.ranks:
+            chunk = comm.reduce_scatter(buf, group=g, algo="ring", label=f"t={t}")
+            comm.all_gather(chunk, group=g, algo="ring", label=f"t={t}")
+            comm.all_reduce(buf, group=g, algo="ring", label=f"t={t}")
+    return out
+
+
+def _events(result, phase: str, op: str, t: int | None = None):
+    return [e for e in result.trace.events
+            if e.phase == phase and e.op == op and (t is None or len(e.members) == t)]
+
+
+def checks(result) -> list[Check]:
+    v = result.values
+    pair_sum = np.sum([vector(r) for r in PAIR], axis=0)
+    ring_sum = np.sum([vector(r) for r in RING], axis=0)
+    halves = np.split(pair_sum, len(PAIR))
+    out = [
+        check("all-reduce on 2 ranks: every rank holds the sum", [v[r]["all_reduce"] for r in PAIR],
+              [pair_sum] * len(PAIR)),
+        check("reduce-scatter on 2 ranks: rank i keeps chunk i of the sum", [v[r]["reduce_scatter"] for r in PAIR],
+              halves),
+        check("all-gather on 2 ranks: the chunks, whole again", [v[r]["all_gather"] for r in PAIR],
+              [pair_sum] * len(PAIR)),
+        check("ring all-reduce on 4 ranks equals the sum", [v[r]["ring"] for r in RING], [ring_sum] * len(RING)),
+    ]
+    ring_ar = _events(result, "ring all-reduce", "all_reduce")[0]
+    t = len(RING)
+    out.append(check("ring all-reduce takes t-1 reduce-scatter hops, then t-1 all-gather hops",
+                     [sum(h["phase"] == p for h in ring_ar.hops) for p in ("reduce-scatter", "all-gather")],
+                     [t - 1, t - 1]))
+    phase = "all-reduce = reduce-scatter + all-gather"
+    rs, ag = _events(result, phase, "reduce_scatter")[0], _events(result, phase, "all_gather")[0]
+    out.append(check("reduce-scatter then all-gather gives the all-reduce's values",
+                     [v[r]["rs_ag"] for r in RING], [v[r]["ring"] for r in RING]))
+    out.append(check("... and moves the same bytes per rank (measured hop by hop)",
+                     [m.sent + n.sent for m, n in zip(rs.members, ag.members)], [m.sent for m in ring_ar.members]))
+
+    nbytes = BUFFER * np.dtype(np.float32).itemsize
+    for t in SIZES:
+        for op, factor in (("reduce_scatter", 1), ("all_gather", 1), ("all_reduce", 2)):
+            e = _events(result, "bytes per rank", op, t)[0]
+            share = Fraction(factor * (t - 1), t)
+            out.append(check(f"{op} on {t} ranks: every rank sends {factor * (t - 1)}/{t} of the {nbytes} B buffer",
+                             sorted({m.sent for m in e.members}), [int(share * nbytes)]))
+    return out
+
+
+NARRATIVE = {
+    "all-reduce": """
+        Two ranks each hold a vector of four numbers. After an all-reduce both hold the element-wise sum.
+        Nothing else changes: same shape in, same shape out, on every rank.""",
+    "reduce-scatter": """
+        A reduce-scatter computes the same sum but hands each rank only its own slice of it: rank 0 keeps
+        the first half, rank 1 the second. Each rank ends with half the memory and half the traffic of an
+        all-reduce.""",
+    "all-gather": """
+        An all-gather is the way back: every rank contributes its slice and every rank ends with all of
+        them, in rank order. Reduce-scatter followed by all-gather is exactly an all-reduce.""",
+    "ring all-reduce": """
+        Real libraries run these collectives as a ring: each rank only ever talks to its neighbour. The
+        buffer is cut into one chunk per rank. In the first t-1 hops each rank passes a running sum on and
+        the receiver adds its own part (reduce-scatter); in the next t-1 hops the finished chunks travel
+        round (all-gather). The inputs are powers of ten, so the digits of every partial sum show which
+        ranks it already contains.""",
+    "all-reduce = reduce-scatter + all-gather": """
+        Running the two halves as separate collectives gives the same numbers and moves the same bytes
+        per rank as the all-reduce above: an all-reduce is nothing more than the pair.""",
+    "bytes per rank": """
+        How much does each rank send? In a ring reduce-scatter or all-gather every chunk but one passes
+        through each rank: (t-1)/t of the buffer. An all-reduce is both, 2(t-1)/t. The counts below are
+        added up hop by hop for groups of 2, 4 and 8 ranks, a 4 KB float32 buffer each; the fraction
+        approaches 1 (or 2) as t grows, so the cost per rank barely depends on how many ranks there are.""",
+}
+
+LESSON = Lesson(
+    name="collectives",
+    title="The three collectives: all-reduce, reduce-scatter, all-gather",
+    world=WORLD,
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="all-reduce, reduce-scatter and all-gather on 2 ranks; the ring hop by hop; bytes per rank",
+    keep_values=16,
+)

@@ -1,0 +1,130 @@
+"""What a lesson is, where lessons live, and how one runs.
+
+A lesson is a short module in the top-level `lessons/` folder (shipped inside the wheel as
+`parasim/lessons`) that defines `LESSON = Lesson(...)`: a name, a title, a world size, an SPMD program,
+narrative text for each phase, and a `checks` function comparing what the run computed with an
+independent single-device reference. Lessons are loaded by path, so they need not be importable.
+"""
+from __future__ import annotations
+
+import importlib.util
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from .engine import RunResult, run
+from .errors import UsageError
+
+
+@dataclass(frozen=True)
+class Check:
+    """One comparison of a computed figure with its reference."""
+
+    name: str
+    got: Any
+    expected: Any
+    ok: bool
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "got": jsonable(self.got), "expected": jsonable(self.expected), "ok": self.ok}
+
+
+def check(name: str, got: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0) -> Check:
+    """Compare numbers, arrays or nested lists; exact unless a tolerance is given."""
+    g, e = jsonable(got), jsonable(expected)
+    try:
+        ga, ea = np.asarray(g, dtype=float), np.asarray(e, dtype=float)
+        ok = ga.shape == ea.shape and bool(np.allclose(ga, ea, rtol=rtol, atol=atol, equal_nan=False))
+    except (TypeError, ValueError):
+        ok = g == e
+    return Check(name, g, e, ok)
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    title: str
+    world: int
+    program: Callable[[Any], Any]
+    narrative: dict[str, str]  # phase name -> what the learner should see in it
+    checks: Callable[[RunResult], list[Check]]
+    summary: str = ""
+    keep_values: int = 64  # arrays up to this many elements are shown by value
+    seed: int = 0
+    source: str = field(default="", compare=False)
+
+
+@dataclass
+class LessonRun:
+    lesson: Lesson
+    result: RunResult
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    def to_dict(self) -> dict:
+        return {
+            "lesson": self.lesson.name, "title": self.lesson.title, "world": self.result.world,
+            "events": [e.to_dict() for e in self.result.trace.events],
+            "values": jsonable(self.result.values),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+
+
+def run_lesson(lesson: Lesson, backend: str = "virtual") -> LessonRun:
+    result = run(lesson.program, lesson.world, backend, seed=lesson.seed, keep_values=lesson.keep_values)
+    result.trace.meta["lesson"] = lesson.name
+    return LessonRun(lesson, result, list(lesson.checks(result)))
+
+
+def lessons_dir() -> Path:
+    """parasim/lessons inside an installed wheel, else lessons/ beside the package in a checkout."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "lessons", here.parent / "lessons"):
+        if candidate.is_dir():
+            return candidate
+    raise UsageError("no lessons folder found next to the parasim package (is the install complete?)")
+
+
+def load_lessons() -> dict[str, Lesson]:
+    """Every lesson, by name, in file-name order."""
+    out: dict[str, Lesson] = {}
+    for path in sorted(lessons_dir().glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        spec = importlib.util.spec_from_file_location(f"parasim_lesson_{path.stem.replace('-', '_')}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)  # type: ignore[union-attr]
+        lesson = getattr(module, "LESSON", None)
+        if isinstance(lesson, Lesson):
+            out[lesson.name] = lesson
+    return out
+
+
+def get_lesson(name: str) -> Lesson:
+    lessons = load_lessons()
+    if name not in lessons:
+        raise UsageError(f"unknown lesson {name!r}; lessons: {', '.join(lessons) or 'none'}")
+    return lessons[name]
+
+
+def jsonable(v: Any) -> Any:
+    """Arrays, numpy scalars and tuples as plain JSON values (integer-valued floats stay floats)."""
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, (list, tuple)):
+        return [jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): jsonable(x) for k, x in v.items()}
+    if isinstance(v, float) and not math.isfinite(v):
+        return str(v)
+    if hasattr(v, "tolist"):  # torch tensors, without importing torch
+        return v.tolist()
+    return v

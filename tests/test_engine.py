@@ -1,0 +1,245 @@
+"""The engine's contract: results, ownership, groups, point-to-point, and errors that never hang."""
+import numpy as np
+import pytest
+
+import parasim
+from parasim import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, Recv, Send
+
+
+def test_values_in_rank_order_and_trace():
+    def prog(ctx):
+        return ctx.comm.all_reduce(ctx.asarray([ctx.rank, 1.0]))
+
+    res = parasim.run(prog, world=3)
+    assert [v.tolist() for v in res.values] == [[3.0, 3.0]] * 3
+    (e,) = res.trace.events
+    assert (e.op, e.step, e.ranks, e.group.name) == ("all_reduce", 1, [0, 1, 2], "world")
+    assert all(m.site == "tests/test_engine.py:11" for m in e.members)
+
+
+def test_results_are_owned_and_inputs_untouched():
+    def prog(ctx):
+        x = ctx.asarray([1.0, 2.0])
+        y = ctx.comm.all_reduce(x)
+        y[0] = 100 + ctx.rank  # must not leak to other ranks
+        return x, y
+
+    res = parasim.run(prog, world=4)
+    for r, (x, y) in enumerate(res.values):
+        assert x.tolist() == [1.0, 2.0]
+        assert y.tolist() == [100 + r, 8.0]
+
+
+def test_two_runs_in_one_process_are_independent_and_identical():
+    def prog(ctx):
+        x = ctx.rng.normal((3,))
+        return ctx.comm.all_gather(x)
+
+    a, b = parasim.run(prog, world=2, seed=7), parasim.run(prog, world=2, seed=7)
+    assert a.trace.to_json() == b.trace.to_json()
+    assert all(np.array_equal(x, y) for x, y in zip(a.values, b.values))
+    c = parasim.run(prog, world=2, seed=8)
+    assert not np.array_equal(a.values[0], c.values[0])
+
+
+def test_shared_rng_is_the_same_on_every_rank():
+    res = parasim.run(lambda ctx: ctx.shared_rng("w").normal((4,)), world=3)
+    assert all(np.array_equal(res.values[0], v) for v in res.values)
+
+
+def test_logical_step_is_one_past_the_latest_member():
+    def prog(ctx):
+        g01 = ctx.new_group([0, 1], "tp")
+        if ctx.rank in (0, 1):
+            ctx.comm.barrier(group=g01)
+            ctx.comm.barrier(group=g01)
+        ctx.comm.barrier()
+
+    events = parasim.run(prog, world=3).trace.events
+    assert [(e.group.name, e.step) for e in events] == [("tp", 1), ("tp", 2), ("world", 3)]
+
+
+def test_exchange_ring_does_not_deadlock_and_records_transfers():
+    def prog(ctx):
+        nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+        x = ctx.asarray([ctx.rank] * 2)
+        (got,) = ctx.comm.exchange([Send(x, nxt), Recv(prv, (2,), x.dtype)])
+        return got
+
+    res = parasim.run(prog, world=4)
+    assert [v.tolist() for v in res.values] == [[3, 3], [0, 0], [1, 1], [2, 2]]
+    assert [e.op for e in res.trace.events] == ["p2p"] * 4
+    assert {e.step for e in res.trace.events} == {1}
+    assert all(e.members[0].sent == 16 and e.members[1].recv == 16 for e in res.trace.events)
+
+
+def test_send_recv_pipeline():
+    def prog(ctx):
+        x = ctx.asarray([1.0]) if ctx.rank == 0 else ctx.comm.recv(ctx.rank - 1, (1,), "float64")
+        x = x * 2
+        if ctx.rank < ctx.world - 1:
+            ctx.comm.send(x, ctx.rank + 1)
+        return x
+
+    res = parasim.run(prog, world=4)
+    assert [v.tolist() for v in res.values] == [[2.0], [4.0], [8.0], [16.0]]
+    assert [e.step for e in res.trace.events] == [1, 2, 3]
+
+
+@pytest.mark.timeout(2)
+def test_mismatched_ops_name_both_ranks_ops_and_lines():
+    def prog(ctx):
+        x = ctx.asarray([1.0, 2.0])
+        if ctx.rank == 0:
+            ctx.comm.all_reduce(x)  # line A
+        else:
+            ctx.comm.all_gather(x)  # line B
+
+    with pytest.raises(CollectiveMismatch) as info:
+        parasim.run(prog, world=2)
+    msg = str(info.value)
+    assert "rank 0: all_reduce" in msg and "rank 1: all_gather" in msg
+    lines = [ln for ln in msg.splitlines() if "test_engine.py:" in ln]
+    assert len({ln.rsplit(":", 1)[1] for ln in lines}) == 2  # two different source lines
+    assert info.value.ranks == [0, 1]
+
+
+@pytest.mark.timeout(2)
+def test_mismatched_shapes():
+    def prog(ctx):
+        ctx.comm.all_reduce(ctx.asarray([1.0] * (ctx.rank + 1)))
+
+    with pytest.raises(CollectiveMismatch, match=r"shape=\(1,\).*\n.*shape=\(2,\)"):
+        parasim.run(prog, world=2)
+
+
+@pytest.mark.timeout(2)
+def test_skipped_collective_is_a_deadlock():
+    def prog(ctx):
+        if ctx.rank != 1:
+            ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+    with pytest.raises(Deadlock) as info:
+        parasim.run(prog, world=3)
+    assert "rank 1: finished" in str(info.value)
+    assert "missing [1]" in str(info.value)
+    assert set(info.value.waiting) == {0, 1, 2}
+
+
+@pytest.mark.timeout(2)
+def test_send_send_is_a_deadlock():
+    def prog(ctx):
+        peer = 1 - ctx.rank
+        ctx.comm.send(ctx.asarray([1.0]), peer)
+        ctx.comm.recv(peer, (1,), "float64")
+
+    with pytest.raises(Deadlock, match="unmatched send"):
+        parasim.run(prog, world=2)
+
+
+@pytest.mark.timeout(2)
+def test_wrong_recv_shape_is_a_mismatch():
+    def prog(ctx):
+        if ctx.rank == 0:
+            ctx.comm.send(ctx.asarray([1.0, 2.0]), 1)
+        else:
+            ctx.comm.recv(0, (3,), "float64")
+
+    with pytest.raises(CollectiveMismatch, match="point-to-point"):
+        parasim.run(prog, world=2)
+
+
+@pytest.mark.timeout(2)
+def test_rank_that_raises_stops_the_run_with_its_traceback():
+    def prog(ctx):
+        if ctx.rank == 2:
+            raise ValueError("boom")
+        ctx.comm.barrier()
+
+    with pytest.raises(RankFailed) as info:
+        parasim.run(prog, world=3)
+    msg = str(info.value)
+    assert info.value.rank == 2 and "ValueError: boom" in msg and 'raise ValueError("boom")' in msg
+    assert "rank 0: waits in barrier()" in msg
+    assert isinstance(info.value.__cause__, ValueError)
+
+
+def test_groups_must_be_created_by_every_rank_in_the_same_order():
+    def prog(ctx):
+        names = ["a", "b"] if ctx.rank == 0 else ["b", "a"]
+        for n in names:
+            ctx.new_group([0, 1], n)
+
+    with pytest.raises(CollectiveMismatch, match="same order"):
+        parasim.run(prog, world=2)
+
+    def fewer(ctx):
+        if ctx.rank == 0:
+            ctx.new_group([0], "solo")
+
+    with pytest.raises(CollectiveMismatch, match="fewer groups"):
+        parasim.run(fewer, world=2)
+
+
+def test_bad_arguments_are_clear_errors():
+    cases = [
+        lambda ctx: ctx.comm.all_reduce([1, 2]),
+        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1]), op="prod"),
+        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1], "int64"), op="avg"),
+        lambda ctx: ctx.comm.reduce_scatter(ctx.asarray([1.0, 2.0, 3.0])),
+        lambda ctx: ctx.comm.all_gather(ctx.asarray([1.0]), dim=3),
+        lambda ctx: ctx.comm.send(ctx.asarray([1.0]), 5),
+        lambda ctx: ctx.comm.broadcast(ctx.asarray([1.0]), src=9),
+        lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])]),
+        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1.0]), algo="tree"),
+        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1.0]), group=ctx.new_group([0], "solo")) if ctx.rank == 1
+        else ctx.new_group([0], "solo"),
+    ]
+    for prog in cases:
+        with pytest.raises(CollectiveError):
+            parasim.run(prog, world=2)
+    assert issubclass(CollectiveError, ParasimError)
+
+
+def test_bad_world_and_backend():
+    with pytest.raises(parasim.UsageError):
+        parasim.run(lambda ctx: None, world=0)
+    with pytest.raises(parasim.UsageError):
+        parasim.run(lambda ctx: None, world=2, backend="mpi")
+
+
+def test_compute_phase_and_note_marks():
+    def prog(ctx):
+        ctx.phase("fwd")
+        ctx.compute("matmul", flops=8)
+        ctx.note("done")
+        ctx.comm.barrier()
+
+    tr = parasim.run(prog, world=2).trace
+    assert [(e.kind, e.op, e.step, e.phase) for e in tr.events] == [
+        ("compute", "matmul", 1, "fwd"), ("compute", "matmul", 1, "fwd"), ("collective", "barrier", 2, "fwd")]
+    assert [(m.kind, m.text) for m in tr.marks if m.rank == 0] == [("phase", "fwd"), ("note", "done")]
+
+
+def test_trace_roundtrip(tmp_path):
+    def prog(ctx):
+        ctx.phase("p")
+        return ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]), algo="ring", label="x")
+
+    tr = parasim.run(prog, world=2, keep_values=8).trace
+    path = tmp_path / "t.json"
+    tr.save(path)
+    back = parasim.trace.Trace.load(path)
+    assert back.to_json() == tr.to_json()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(parasim.UsageError):
+        parasim.trace.Trace.load(bad)
+
+
+def test_import_parasim_does_not_import_torch():
+    import subprocess
+    import sys
+    code = "import parasim, sys; parasim.run(lambda c: c.comm.barrier(), 2); print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
