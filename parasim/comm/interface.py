@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
 
@@ -31,10 +31,10 @@ class Group:
     ranks: tuple[int, ...]
     name: str
     index: int = 0  # creation order in the run; identical on every rank
+    size: int = field(init=False, compare=False, repr=False)
 
-    @property
-    def size(self) -> int:
-        return len(self.ranks)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "size", len(self.ranks))  # a plain attribute: read on every collective
 
     def group_rank(self, rank: int) -> int:
         """Index of global `rank` inside the group."""

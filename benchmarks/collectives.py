@@ -1,0 +1,99 @@
+"""How fast are virtual ranks? Measured in one run, printed as ratios.
+
+1. All-reduce of 16M float32 on 8 virtual ranks, against a numpy floor: the sum of the 8 arrays plus one
+   copy per rank (what any in-process all-reduce must at least do). Goal: at most 1.3x the floor.
+2. Per-call time of a 4-element all-reduce on 8 ranks: the engine's own overhead (scheduling, checks,
+   trace). Goal: at most 50 us.
+
+    python benchmarks/collectives.py [--json] [--repeat N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import numpy as np
+
+import parasim
+
+WORLD, BIG, TINY_CALLS = 8, 16 * 1024 * 1024, 2000
+
+
+def floor_all_reduce(xs: list[np.ndarray]) -> list[np.ndarray]:
+    out = np.add(xs[0], xs[1])
+    for x in xs[2:]:
+        np.add(out, x, out=out)
+    return [out.copy() for _ in xs]
+
+
+def engine_big(xs: list[np.ndarray]) -> float:
+    def prog(ctx):
+        ctx.comm.all_reduce(xs[ctx.rank])
+
+    t = time.perf_counter()
+    parasim.run(prog, world=WORLD)
+    return time.perf_counter() - t
+
+
+def engine_tiny() -> float:
+    def prog(ctx):
+        x = np.ones(4, np.float32)
+        for _ in range(TINY_CALLS):
+            ctx.comm.all_reduce(x)
+
+    t = time.perf_counter()
+    parasim.run(prog, world=WORLD)
+    return (time.perf_counter() - t) / TINY_CALLS
+
+
+def floor_tiny() -> float:
+    xs = [np.ones(4, np.float32) for _ in range(WORLD)]
+    t = time.perf_counter()
+    for _ in range(TINY_CALLS):
+        floor_all_reduce(xs)
+    return (time.perf_counter() - t) / TINY_CALLS
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--repeat", type=int, default=5, help="samples per measurement (median is reported)")
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(0)
+    xs = [rng.standard_normal(BIG, dtype=np.float32) for _ in range(WORLD)]
+    engine_big(xs), floor_all_reduce(xs)  # warm up: page in every buffer once
+    big_engine, big_floor = [], []
+    for _ in range(args.repeat):  # interleaved, so drift on a shared machine hits both alike
+        big_engine.append(engine_big(xs))
+        t = time.perf_counter()
+        floor_all_reduce(xs)
+        big_floor.append(time.perf_counter() - t)
+    del xs
+    engine_tiny()
+    tiny_engine = [engine_tiny() for _ in range(args.repeat)]
+    tiny_floor = [floor_tiny() for _ in range(args.repeat)]
+
+    e, f = statistics.median(big_engine), statistics.median(big_floor)
+    te, tf = statistics.median(tiny_engine), statistics.median(tiny_floor)
+    result = {
+        "all_reduce_16M_float32_8_ranks": {"engine_s": round(e, 4), "numpy_floor_s": round(f, 4),
+                                           "ratio": round(e / f, 3), "goal_ratio": 1.3},
+        "all_reduce_4_float32_8_ranks": {"engine_us_per_call": round(te * 1e6, 1),
+                                         "numpy_floor_us_per_call": round(tf * 1e6, 1),
+                                         "ratio": round(te / tf, 2), "goal_us_per_call": 50},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    b, t = result["all_reduce_16M_float32_8_ranks"], result["all_reduce_4_float32_8_ranks"]
+    print(f"all-reduce, 16M float32, 8 virtual ranks: {b['engine_s'] * 1e3:.1f} ms vs numpy floor "
+          f"{b['numpy_floor_s'] * 1e3:.1f} ms -> {b['ratio']:.2f}x the floor (goal <= {b['goal_ratio']}x)")
+    print(f"all-reduce, 4 float32, 8 virtual ranks: {t['engine_us_per_call']:.1f} us per call "
+          f"(numpy floor {t['numpy_floor_us_per_call']:.1f} us, {t['ratio']:.1f}x; goal <= {t['goal_us_per_call']} us)")
+
+
+if __name__ == "__main__":
+    main()
