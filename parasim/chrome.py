@@ -63,17 +63,17 @@ def _args(e: Event, m: Member, track: int) -> dict[str, Any]:
     return a
 
 
-def _meta(pid: int, name: str, tid: int, **args: Any) -> dict:
-    return {"name": name, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
+def _meta(pid: int, tid: int, what: str, **args: Any) -> dict:
+    return {"name": what, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
 
 
 def to_chrome(trace: Trace, step_us: float = 1000.0) -> dict:
     """The trace as a Chrome Trace Event JSON object: pid = rank, one tid per track, flows for p2p."""
     out: list[dict] = []
     for r in range(trace.world):
-        out += [_meta(r, "process_name", 0, name=f"rank {r}"), _meta(r, "process_sort_index", 0, sort_index=r)]
+        out += [_meta(r, 0, "process_name", name=f"rank {r}"), _meta(r, 0, "process_sort_index", sort_index=r)]
         for tid, name in enumerate(TRACKS):
-            out += [_meta(r, "thread_name", tid, name=name), _meta(r, "thread_sort_index", tid, sort_index=tid)]
+            out += [_meta(r, tid, "thread_name", name=name), _meta(r, tid, "thread_sort_index", sort_index=tid)]
     for e, m, track, ts, dur in _place(trace, step_us):
         name = e.op if e.kind != "p2p" else ("send" if track == SEND else "recv")
         out.append({"name": name, "cat": e.kind, "ph": "X", "pid": m.rank, "tid": track, "ts": ts,
