@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Sequence
 
+import numpy as np
+
 from ..errors import CollectiveError
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
@@ -138,7 +140,12 @@ class Comm(ABC):
 def dtype_name(dtype: Any) -> str:
     """'float32' for numpy and torch dtypes alike."""
     name = str(dtype)
-    return name[6:] if name.startswith("torch.") else name
+    if name.startswith("torch."):
+        return name[6:]
+    try:
+        return np.dtype(dtype).name  # also np.float32 (a scalar type) and "f4"
+    except TypeError:
+        return name
 
 
 def check_reduce_op(op: str, dtype: Any) -> None:
@@ -154,9 +161,9 @@ def check_algo(algo: str) -> None:
 
 
 def norm_dim(dim: int, ndim: int, op: str) -> int:
-    if not -ndim <= dim < ndim:
-        raise CollectiveError(f"{op}: dim {dim} is out of range for an array with {ndim} dims")
-    return dim % ndim
+    if not isinstance(dim, (int, np.integer)) or not -ndim <= dim < ndim:
+        raise CollectiveError(f"{op}: dim {dim!r} is out of range for an array with {ndim} dims")
+    return int(dim) % ndim  # a plain int: it goes into the trace's JSON
 
 
 def check_divisible(shape: tuple[int, ...], dim: int, t: int, op: str) -> None:
@@ -201,8 +208,11 @@ def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -
     return (nbytes if pos < t - 1 else 0), (nbytes if pos > 0 else 0)
 
 
-_PKG_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _COMM_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(_COMM_DIR)
+_PKG_ROOT = os.path.dirname(_PKG_DIR)
+# Frames in these files are wrappers around the interface; a call site names the line that called them.
+_WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "context.py"))
 
 
 @lru_cache(maxsize=512)
@@ -216,11 +226,11 @@ def short_path(filename: str) -> str:
 
 
 def call_site(depth: int = 2) -> tuple[str, int]:
-    """(file, line) of the first caller outside parasim.comm (so a layer's line, not ours, is named).
+    """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while frame.f_code.co_filename.startswith(_COMM_DIR) and frame.f_back is not None:
+    while frame.f_code.co_filename.startswith(_WRAPPERS) and frame.f_back is not None:
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 
