@@ -16,7 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..errors import CollectiveError
+from ..errors import CollectiveError, CollectiveMismatch
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
 ALGOS = ("direct", "ring")
@@ -206,6 +206,36 @@ def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -
     """A chain from src around the ring: every member but the last forwards the buffer once."""
     pos = (group_rank - src_group_rank) % t
     return (nbytes if pos < t - 1 else 0), (nbytes if pos > 0 else 0)
+
+
+def describe(call: str, x: Any = None, /, **params: Any) -> str:
+    """How a call is named in errors, the same on every backend: all_reduce(shape=(2,), dtype=float64, op=sum)."""
+    if call == BARRIER:
+        return "barrier()"
+    if call == ALL_TO_ALL:
+        head = f"chunks={[tuple(c.shape) for c in x]}, dtype={dtype_name(x[0].dtype)}"
+    else:
+        head = f"shape={tuple(x.shape)}, dtype={dtype_name(x.dtype)}"
+    return f"{call}({', '.join([head] + [f'{k}={v}' for k, v in params.items()])})"
+
+
+def describe_p2p(send: bool, peer: int, shape: Sequence[int], dtype: Any) -> str:
+    what, prep = ("send", "to") if send else ("recv", "from")
+    return f"{what}(shape={tuple(shape)}, dtype={dtype_name(dtype)}) {prep} rank {peer}"
+
+
+def mismatch_error(call: int, group: Group, calls: dict[int, str | None]) -> CollectiveMismatch:
+    """The error for members of `group` whose call #`call` on it differ. calls: rank -> 'desc at site'."""
+    lines = [f"  rank {r}: {calls[r] if calls.get(r) else 'not arrived yet'}" for r in group.ranks]
+    arrived = [r for r in group.ranks if calls.get(r)]
+    return CollectiveMismatch(
+        f"collective call #{call} on group {group} does not match across ranks:\n" + "\n".join(lines),
+        [calls[r] for r in arrived], arrived)
+
+
+def p2p_mismatch_error(src: int, send_call: str, dst: int, recv_call: str) -> CollectiveMismatch:
+    return CollectiveMismatch(f"point-to-point transfer does not match:\n  rank {src}: {send_call}\n"
+                              f"  rank {dst}: {recv_call}", [send_call, recv_call], [src, dst])
 
 
 _COMM_DIR = os.path.dirname(os.path.abspath(__file__))

@@ -19,8 +19,8 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER,
-                        Comm, Group, Recv, Send, call_site, check_algo, check_divisible, check_reduce_op, dtype_name,
-                        norm_dim, site_name)
+                        Comm, Group, Recv, Send, call_site, check_algo, check_divisible, check_reduce_op, describe,
+                        describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, site_name)
 from .kernels import KERNELS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -55,8 +55,8 @@ class _Post:
 
     def describe(self) -> str:
         if self.x is not None:
-            return f"send(shape={self.x.shape}, dtype={dtype_name(self.x.dtype)}) to rank {self.peer}"
-        return f"recv(shape={self.shape}, dtype={dtype_name(self.dtype)}) from rank {self.peer}"
+            return describe_p2p(True, self.peer, self.x.shape, self.x.dtype)
+        return describe_p2p(False, self.peer, self.shape, self.dtype)
 
 
 class _Rank:
@@ -246,18 +246,8 @@ class VirtualWorld:
         return result
 
     def _mismatch(self, inst: _Instance) -> None:
-        lines, calls, ranks = [], [], []
-        for r, a in zip(inst.group.ranks, inst.arrivals):
-            if a is None:
-                lines.append(f"  rank {r}: not arrived yet")
-            else:
-                call = f"{a[1]()} at {site_name(a[2])}"
-                lines.append(f"  rank {r}: {call}")
-                calls.append(call)
-                ranks.append(r)
-        raise CollectiveMismatch(
-            f"collective call #{inst.call} on group {inst.group} does not match across ranks:\n" + "\n".join(lines),
-            calls, ranks)
+        raise mismatch_error(inst.call, inst.group, {
+            r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None})
 
     def _complete(self, inst: _Instance, current: int) -> None:
         g, arrivals, params, op = inst.group, inst.arrivals, inst.params, inst.op
@@ -339,11 +329,8 @@ class VirtualWorld:
     def _transfer(self, s: _Post, r: _Post, current: int) -> None:
         x = s.x
         if x.shape != r.shape or x.dtype != r.dtype:
-            raise CollectiveMismatch(
-                "point-to-point transfer does not match:\n"
-                f"  rank {s.batch.rank}: {s.describe()} at {site_name(s.batch.site)}\n"
-                f"  rank {r.batch.rank}: {r.describe()} at {site_name(r.batch.site)}",
-                [site_name(s.batch.site), site_name(r.batch.site)], [s.batch.rank, r.batch.rank])
+            raise p2p_mismatch_error(s.batch.rank, f"{s.describe()} at {site_name(s.batch.site)}",
+                                     r.batch.rank, f"{r.describe()} at {site_name(r.batch.site)}")
         r.batch.results[r.slot] = x.copy()
         s.matched = r.matched = True
         step = 1 + max(s.batch.clock0, r.batch.clock0)
@@ -424,7 +411,7 @@ class VirtualComm(Comm):
         algo = w.algo if algo is None else self._algo(algo)
         return w.collective(
             self.rank, ALL_REDUCE, x, (ALL_REDUCE, x.shape, x.dtype, op, algo),
-            lambda: f"all_reduce(shape={x.shape}, dtype={dtype_name(x.dtype)}, op={op})",
+            lambda: describe(ALL_REDUCE, x, op=op),
             {"op": op, "algo": algo}, g, label, site)
 
     def reduce_scatter(self, x, dim=0, *, op="sum", group=None, label=None, algo=None):
@@ -437,7 +424,7 @@ class VirtualComm(Comm):
         algo = self._algo(algo)
         return self._w.collective(
             self.rank, REDUCE_SCATTER, x, (REDUCE_SCATTER, x.shape, x.dtype, dim, op, algo),
-            lambda: f"reduce_scatter(shape={x.shape}, dtype={dtype_name(x.dtype)}, dim={dim}, op={op})",
+            lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op),
             {"op": op, "dim": dim, "algo": algo}, g, label, site)
 
     def all_gather(self, x, dim=0, *, group=None, label=None, algo=None):
@@ -448,7 +435,7 @@ class VirtualComm(Comm):
         algo = self._algo(algo)
         return self._w.collective(
             self.rank, ALL_GATHER, x, (ALL_GATHER, x.shape, x.dtype, dim, algo),
-            lambda: f"all_gather(shape={x.shape}, dtype={dtype_name(x.dtype)}, dim={dim})",
+            lambda: describe(ALL_GATHER, x, dim=dim),
             {"dim": dim, "algo": algo}, g, label, site)
 
     def all_to_all(self, chunks, dim=0, *, group=None, label=None):
@@ -468,7 +455,7 @@ class VirtualComm(Comm):
                                       f"{[(c.shape, dtype_name(c.dtype)) for c in chunks]}")
         return self._w.collective(
             self.rank, ALL_TO_ALL, chunks, (ALL_TO_ALL, first.ndim, dim, rest, first.dtype),
-            lambda: f"all_to_all(chunks={[c.shape for c in chunks]}, dtype={dtype_name(first.dtype)}, dim={dim})",
+            lambda: describe(ALL_TO_ALL, chunks, dim=dim),
             {"dim": dim}, g, label, site)
 
     def broadcast(self, x, src, *, group=None, label=None):
@@ -479,13 +466,13 @@ class VirtualComm(Comm):
             raise CollectiveError(f"broadcast: src rank {src} is not a member of group {g}")
         return self._w.collective(
             self.rank, BROADCAST, x, (BROADCAST, x.shape, x.dtype, int(src)),
-            lambda: f"broadcast(shape={x.shape}, dtype={dtype_name(x.dtype)}, src={src})",
+            lambda: describe(BROADCAST, x, src=src),
             {"src": int(src)}, g, label, site)
 
     def barrier(self, *, group=None, label=None):
         site = call_site()
         g = self._w.resolve(self.rank, group, BARRIER)
-        self._w.collective(self.rank, BARRIER, None, (BARRIER,), lambda: "barrier()", {}, g, label, site)
+        self._w.collective(self.rank, BARRIER, None, (BARRIER,), lambda: describe(BARRIER), {}, g, label, site)
 
     def exchange(self, ops, *, group=None, label=None):
         site = call_site()
