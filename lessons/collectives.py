@@ -11,11 +11,18 @@ import numpy as np
 
 from parasim.lesson import Check, Lesson, check
 
-WORLD = 8
 PAIR = (0, 1)  # the 2-GPU examples
-RING = (0, 1, 2, 3)  # the ring, hop by hop
-SIZES = (2, 4, 8)  # group sizes for the byte counts
+RING = 4  # ranks in the hop-by-hop ring (2 if the world is smaller): it must divide the 4 values
+SIZES = (2, 4, 8)  # group sizes for the byte counts, those that fit in the world
 BUFFER = 1024  # float32 elements in the byte-count buffer
+
+
+def ring_ranks(world: int) -> tuple[int, ...]:
+    return tuple(range(RING if world >= RING else len(PAIR)))
+
+
+def sizes(world: int) -> tuple[int, ...]:
+    return tuple(t for t in SIZES if t <= world)
 
 
 def vector(rank: int) -> list[int]:
@@ -27,8 +34,8 @@ def program(ctx):
     comm, out = ctx.comm, {}
     # Every rank creates every group, in the same order, as torch.distributed requires.
     pair = ctx.new_group(PAIR, "pair")
-    ring = ctx.new_group(RING, "ring")
-    sized = {t: ctx.new_group(range(t), f"t{t}") for t in SIZES}
+    ring = ctx.new_group(ring_ranks(ctx.world), "ring")
+    sized = {t: ctx.new_group(range(t), f"t{t}") for t in sizes(ctx.world)}
 
     if ctx.rank in PAIR:
         x = ctx.asarray(vector(ctx.rank))
@@ -39,10 +46,10 @@ def program(ctx):
         ctx.phase("all-gather")
         out["all_gather"] = comm.all_gather(out["reduce_scatter"], group=pair, label="halves back to whole")
 
-    if ctx.rank in RING:
+    if ctx.rank in ring.ranks:
         x = ctx.asarray(vector(ctx.rank))
         ctx.phase("ring all-reduce")
-        out["ring"] = comm.all_reduce(x, group=ring, algo="ring", label="4 ranks, hop by hop")
+        out["ring"] = comm.all_reduce(x, group=ring, algo="ring", label=f"{ring.size} ranks, hop by hop")
         ctx.phase("all-reduce = reduce-scatter + all-gather")
         part = comm.reduce_scatter(x, group=ring, algo="ring", label="first half of the ring")
         out["rs_ag"] = comm.all_gather(part, group=ring, algo="ring", label="second half of the ring")
@@ -63,9 +70,9 @@ def _events(result, phase: str, op: str, t: int | None = None):
 
 
 def checks(result) -> list[Check]:
-    v = result.values
+    v, ring = result.values, ring_ranks(result.world)
     pair_sum = np.sum([vector(r) for r in PAIR], axis=0)
-    ring_sum = np.sum([vector(r) for r in RING], axis=0)
+    ring_sum = np.sum([vector(r) for r in ring], axis=0)
     halves = np.split(pair_sum, len(PAIR))
     out = [
         check("all-reduce on 2 ranks: every rank holds the sum", [v[r]["all_reduce"] for r in PAIR],
@@ -74,22 +81,23 @@ def checks(result) -> list[Check]:
               halves),
         check("all-gather on 2 ranks: the chunks, whole again", [v[r]["all_gather"] for r in PAIR],
               [pair_sum] * len(PAIR)),
-        check("ring all-reduce on 4 ranks equals the sum", [v[r]["ring"] for r in RING], [ring_sum] * len(RING)),
+        check(f"ring all-reduce on {len(ring)} ranks equals the sum", [v[r]["ring"] for r in ring],
+              [ring_sum] * len(ring)),
     ]
     ring_ar = _events(result, "ring all-reduce", "all_reduce")[0]
-    t = len(RING)
+    t = len(ring)
     out.append(check("ring all-reduce takes t-1 reduce-scatter hops, then t-1 all-gather hops",
                      [sum(h["phase"] == p for h in ring_ar.hops) for p in ("reduce-scatter", "all-gather")],
                      [t - 1, t - 1]))
     phase = "all-reduce = reduce-scatter + all-gather"
     rs, ag = _events(result, phase, "reduce_scatter")[0], _events(result, phase, "all_gather")[0]
     out.append(check("reduce-scatter then all-gather gives the all-reduce's values",
-                     [v[r]["rs_ag"] for r in RING], [v[r]["ring"] for r in RING]))
+                     [v[r]["rs_ag"] for r in ring], [v[r]["ring"] for r in ring]))
     out.append(check("... and moves the same bytes per rank (measured hop by hop)",
                      [m.sent + n.sent for m, n in zip(rs.members, ag.members)], [m.sent for m in ring_ar.members]))
 
     nbytes = BUFFER * np.dtype(np.float32).itemsize
-    for t in SIZES:
+    for t in sizes(result.world):
         for op, factor in (("reduce_scatter", 1), ("all_gather", 1), ("all_reduce", 2)):
             e = _events(result, "bytes per rank", op, t)[0]
             share = Fraction(factor * (t - 1), t)
@@ -128,7 +136,8 @@ NARRATIVE = {
 LESSON = Lesson(
     name="collectives",
     title="The three collectives: all-reduce, reduce-scatter, all-gather",
-    world=WORLD,
+    world=8,
+    min_world=2,
     program=program,
     narrative=NARRATIVE,
     checks=checks,

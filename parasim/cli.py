@@ -17,6 +17,16 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
 
 
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
 def _write(path: str, text: str) -> None:
     try:
         with open(path, "w") as f:
@@ -39,7 +49,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
                 print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
         return 0
     lesson = get_lesson(args.name)
-    lr = run_lesson(lesson)
+    lr = run_lesson(lesson, args.world)
     if args.chrome:
         from .chrome import to_chrome
         _write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")
@@ -67,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default for now)")
     out.add_argument("--json", action="store_true",
                      help='print {"lesson", "world", "events", "values", "checks"} as JSON')
+    lp.add_argument("--world", type=_positive, metavar="N", help="number of ranks (default: the lesson's own)")
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.set_defaults(func=cmd_lesson)

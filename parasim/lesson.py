@@ -54,7 +54,16 @@ class Lesson:
     summary: str = ""
     keep_values: int = 64  # arrays up to this many elements are shown by value
     seed: int = 0
+    min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
+    max_world: int | None = None
     source: str = field(default="", compare=False)
+
+    def check_world(self, world: int) -> None:
+        """Raise UsageError unless the lesson can run on `world` ranks."""
+        hi = self.max_world
+        if world < self.min_world or (hi is not None and world > hi):
+            span = f"{self.min_world} to {hi}" if hi is not None else f"at least {self.min_world}"
+            raise UsageError(f"lesson {self.name!r} runs on {span} ranks, not {world}")
 
 
 @dataclass
@@ -76,8 +85,11 @@ class LessonRun:
         }
 
 
-def run_lesson(lesson: Lesson, backend: str = "virtual") -> LessonRun:
-    result = run(lesson.program, lesson.world, backend, seed=lesson.seed, keep_values=lesson.keep_values)
+def run_lesson(lesson: Lesson, world: int | None = None) -> LessonRun:
+    """Run a lesson on virtual ranks (its own world size unless `world` is given)."""
+    world = lesson.world if world is None else world
+    lesson.check_world(world)
+    result = run(lesson.program, world, seed=lesson.seed, keep_values=lesson.keep_values)
     result.trace.meta["lesson"] = lesson.name
     return LessonRun(lesson, result, list(lesson.checks(result)))
 
