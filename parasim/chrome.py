@@ -21,9 +21,13 @@ _META = ("process_name", "process_labels", "process_sort_index", "thread_name", 
 _PHASES = set("XBEiIMCbnestfPOND")
 
 
-def _place(trace: Trace, step_us: float) -> Iterator[tuple[Event, Member, int, float, float]]:
-    """(event, member, track, ts, dur) of every slice. Slices that share a rank, track and step (the
-    transfers of one batched exchange) split the step side by side, so a track never overlaps itself."""
+def _place(trace: Trace, step_us: float,
+           times: dict[tuple[int, int], tuple[float, float]] | None = None
+           ) -> Iterator[tuple[Event, Member, int, float, float]]:
+    """(event, member, track, ts, dur) of every slice. Without `times` step s is [(s-1)*step_us, s*step_us);
+    with `times` ((seq, rank) -> measured (start_us, dur_us)) slices sit where they really ran. Slices that
+    share a rank, track and slot (the transfers of one batched exchange) split it side by side, so a track
+    never overlaps itself."""
     if not (isinstance(step_us, (int, float)) and math.isfinite(step_us) and step_us > 0):
         raise ValueError(f"step_us must be a positive number, got {step_us!r}")
     placed = []
@@ -32,12 +36,19 @@ def _place(trace: Trace, step_us: float) -> Iterator[tuple[Event, Member, int, f
             placed += [(e, e.members[0], SEND), (e, e.members[1], RECV)]
         else:
             placed += [(e, m, COMPUTE if e.kind == "compute" else COLL) for m in e.members]
-    count = Counter((m.rank, t, e.step) for e, m, t in placed)
+
+    def slot(e: Event, m: Member) -> tuple[float, float]:
+        if times is None:
+            return (e.step - 1) * step_us, step_us
+        return times[(e.seq, m.rank)]
+
+    count = Counter((m.rank, t, slot(e, m)) for e, m, t in placed)
     seen: Counter = Counter()
     for e, m, t in placed:
-        key = (m.rank, t, e.step)
-        width = step_us / count[key]
-        yield e, m, t, (e.step - 1) * step_us + seen[key] * width, width * (1 - GAP)
+        start, length = slot(e, m)
+        key = (m.rank, t, (start, length))
+        width = length / count[key]
+        yield e, m, t, start + seen[key] * width, width * (1 - GAP)
         seen[key] += 1
 
 
@@ -67,14 +78,17 @@ def _meta(pid: int, tid: int, what: str, **args: Any) -> dict:
     return {"name": what, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
 
 
-def to_chrome(trace: Trace, step_us: float = 1000.0) -> dict:
-    """The trace as a Chrome Trace Event JSON object: pid = rank, one tid per track, flows for p2p."""
+def to_chrome(trace: Trace, step_us: float = 1000.0,
+              times: dict[tuple[int, int], tuple[float, float]] | None = None) -> dict:
+    """The trace as a Chrome Trace Event JSON object: pid = rank, one tid per track, flows for p2p.
+
+    `times` ((seq, rank) -> (start_us, dur_us), measured on real ranks) places slices in real time."""
     out: list[dict] = []
     for r in range(trace.world):
         out += [_meta(r, 0, "process_name", name=f"rank {r}"), _meta(r, 0, "process_sort_index", sort_index=r)]
         for tid, name in enumerate(TRACKS):
             out += [_meta(r, tid, "thread_name", name=name), _meta(r, tid, "thread_sort_index", sort_index=tid)]
-    for e, m, track, ts, dur in _place(trace, step_us):
+    for e, m, track, ts, dur in _place(trace, step_us, times):
         name = e.op if e.kind != "p2p" else ("send" if track == SEND else "recv")
         out.append({"name": name, "cat": e.kind, "ph": "X", "pid": m.rank, "tid": track, "ts": ts,
                     "dur": dur, "args": _args(e, m, track)})
@@ -82,7 +96,7 @@ def to_chrome(trace: Trace, step_us: float = 1000.0) -> dict:
             flow = {"name": "p2p", "cat": "p2p", "ph": "s" if track == SEND else "f", "id": e.seq,
                     "pid": m.rank, "tid": track, "ts": ts + dur / 2}
             out.append(flow if track == SEND else {**flow, "bp": "e"})
-    for mk in trace.marks:  # a mark is taken after the rank's step `mk.step`, so it sits at that step's end
+    for mk in trace.marks if times is None else []:  # taken after the rank's step `mk.step`: at its end
         out.append({"name": mk.text, "cat": mk.kind, "ph": "i", "s": "t", "pid": mk.rank, "tid": COLL,
                     "ts": mk.step * step_us, "args": {"step": mk.step}})
     return {"traceEvents": out, "displayTimeUnit": "ms",

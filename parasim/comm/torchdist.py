@@ -1,0 +1,404 @@
+"""Real ranks: the collective interface on torch.distributed (gloo on CPU, NCCL on GPUs).
+
+The only module that imports torch.distributed. Each process is one rank; `TorchComm` keeps the same
+semantics as the virtual backend (functional calls, group order, ring hop by hop) and records, for
+this rank only, what the virtual trace records, plus wall-clock times. Before each collective an
+optional signature exchange (op, shapes, dtype, call site) across the group turns a mismatch into the
+same error text as on virtual ranks, and a gloo/NCCL time-out into a clear error naming the call.
+"""
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from ..errors import CollectiveError, CollectiveMismatch, Deadlock
+from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
+                        Group, Recv, Send, broadcast_bytes, call_site, check_algo, check_divisible, check_reduce_op,
+                        describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error,
+                        ring_bytes, site_name)
+
+SIG_BYTES = 512  # fixed size of one signature blob
+# torch 2.13 renamed the tensor forms; older releases have only the old names.
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_REDUCE = {"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+_END = "END"
+
+
+def _tensor_meta(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
+    return tuple(x.shape), dtype_name(x.dtype)
+
+
+class TorchComm(Comm):
+    """One real rank's collective interface and its record of every call."""
+
+    def __init__(self, rank: int, world: int, device: torch.device, *, keep_values: int = 0,
+                 algo: str = "direct", check: bool = True):
+        check_algo(algo)
+        self.rank, self.world, self.device = rank, world, device
+        self.keep, self.algo, self.check = keep_values, algo, check
+        self.world_group = Group(tuple(range(world)), "world", 0)
+        self.groups: list[Group] = [self.world_group]
+        self._pgs: list[Any] = [None]  # torch process group of each Group (None: the default group)
+        self._ncalls: dict[int, int] = {}
+        self._channels: dict[tuple[int, int], int] = {}
+        self.records: list[dict] = []
+        self.phase: str | None = None
+        self.t_start = time.perf_counter()
+
+    # -- groups --------------------------------------------------------------------------------
+    def new_group(self, ranks: Sequence[int], name: str) -> Group:
+        site = site_name(call_site())
+        members = tuple(int(r) for r in ranks)
+        if not members or len(set(members)) != len(members) or not all(0 <= r < self.world for r in members):
+            raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
+                                  f"0..{self.world - 1}")
+        g = Group(members, name, len(self.groups))
+        if self.check:  # every rank must create the same groups in the same order
+            mine = json.dumps([g.index, name, list(members)])
+            blobs = self._gather_blobs(mine + "|" + site, None)
+            for r, blob in enumerate(blobs):
+                theirs, other_site = blob.rsplit("|", 1)
+                if theirs != mine:
+                    idx, oname, oranks = json.loads(theirs)
+                    raise CollectiveMismatch(
+                        f"rank {self.rank} created group #{g.index} as {g} at {site}, but rank {r} created it as "
+                        f"{oname}{oranks} at {other_site}; every rank must create every group in the same order",
+                        calls=[site, other_site])
+        self._pgs.append(dist.new_group(sorted(members)))
+        self.groups.append(g)
+        return g
+
+    def _resolve(self, group: Group | None, op: str) -> tuple[Group, Any]:
+        if group is None:
+            return self.world_group, None
+        if not (0 <= group.index < len(self.groups)) or self.groups[group.index] != group:
+            raise CollectiveError(f"{op}: group {group} was not created in this run")
+        if self.rank not in group.ranks:
+            raise CollectiveError(f"{op}: rank {self.rank} is not a member of group {group}")
+        return group, self._pgs[group.index]
+
+    # -- the signature exchange ------------------------------------------------------------------
+    def _gather_blobs(self, text: str, pg: Any) -> list[str]:
+        data = text.encode()[:SIG_BYTES]
+        blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
+        blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        t = dist.get_world_size(pg)
+        out = torch.empty(t * SIG_BYTES, dtype=torch.uint8, device=self.device)
+        _all_gather_single(out, blob, group=pg)
+        raw = out.cpu().numpy().reshape(t, SIG_BYTES)
+        return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in raw]
+
+    def _check(self, g: Group, pg: Any, call: int, sig: str, desc: str, site: str) -> None:
+        """Compare this call with every member's before running it (group order = torch's sorted order)."""
+        blobs = self._gather_blobs(json.dumps([call, sig, desc, site]), pg)
+        entries = dict(zip(sorted(g.ranks), (json.loads(b) for b in blobs)))
+        if all(e[1] == sig and e[0] == call for e in entries.values()):
+            return
+        if any(e[1] == _END for e in entries.values()):
+            lines = [f"  rank {r}: " + ("finished" if e[1] == _END else f"waits in {e[2]} on group {g} at {e[3]}")
+                     for r, e in sorted(entries.items())]
+            raise Deadlock("every unfinished rank is waiting and none can go on:\n" + "\n".join(lines))
+        raise mismatch_error(call, g, {r: f"{e[2]} at {e[3]}" for r, e in entries.items()})
+
+    def finish(self) -> None:
+        """Called when the program returns: ranks still waiting in a world collective learn that it never comes."""
+        if self.check:
+            self._check(self.world_group, None, -1, _END, "finished", "")
+
+    # -- recording ---------------------------------------------------------------------------------
+    def _now(self) -> float:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return time.perf_counter() - self.t_start
+
+    def _values(self, xs: Sequence[torch.Tensor]) -> list | None:
+        if self.keep and all(x.numel() <= self.keep for x in xs):
+            return [x.tolist() for x in xs]
+        return None
+
+    def _record(self, kind: str, op: str, g: Group, params: dict, label: str | None, ins, outs, moved,
+                site: str, t0: float, hops: list | None = None, **extra: Any) -> None:
+        before, after = self._values(ins), self._values(outs)
+        if before is None or after is None:
+            before = after = None
+        self.records.append({
+            "kind": kind, "op": op, "group": [g.index, g.name, list(g.ranks)], "params": params, "label": label,
+            "phase": self.phase, "ins": [_tensor_meta(x) for x in ins], "outs": [_tensor_meta(x) for x in outs],
+            "sent": int(moved[0]), "recv": int(moved[1]), "site": site, "before": before, "after": after,
+            "hops": hops, "t0": t0, "t1": self._now(), **extra})
+
+    def mark(self, rank: int, kind: str, text: str) -> None:
+        if kind == "phase":
+            self.phase = text
+        self.records.append({"kind": "mark", "mark": kind, "text": str(text), "t0": self._now()})
+
+    def compute(self, rank: int, name: str, flops: float, site: str) -> None:
+        now = self._now()
+        self.records.append({"kind": "compute", "op": name, "params": {"flops": flops}, "phase": self.phase,
+                             "site": site, "t0": now, "t1": now})
+
+    # -- collectives -------------------------------------------------------------------------------
+    def _begin(self, g: Group, pg: Any, sig: str, desc: str, site: str) -> tuple[int, float]:
+        call = self._ncalls.get(g.index, 0)
+        self._ncalls[g.index] = call + 1
+        if self.check:
+            self._timed(lambda: self._check(g, pg, call, sig, desc, site), desc, g, site)
+        return call, self._now()
+
+    def _timed(self, fn, desc: str, g: Group, site: str):
+        """Run fn; a backend time-out becomes an error that names this rank's call."""
+        try:
+            return fn()
+        except RuntimeError as exc:
+            if "imed out" in str(exc) or "timeout" in str(exc).lower():
+                raise Deadlock(f"rank {self.rank} timed out in {desc} on group {g} at {site}: a member skipped this "
+                               f"call, waits in another one, or died ({str(exc).splitlines()[0]})") from exc
+            raise
+
+    def _perm(self, g: Group) -> list[int]:
+        """Torch orders a group's members ascending; ours keeps the order given. perm[i]: torch index of ours i."""
+        order = sorted(g.ranks)
+        return [order.index(r) for r in g.ranks]
+
+    def all_reduce(self, x, op="sum", *, group=None, label=None, algo=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, ALL_REDUCE)
+        check_reduce_op(op, x.dtype)
+        algo = self.algo if algo is None else _algo(algo)
+        desc = describe(ALL_REDUCE, x, op=op)
+        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        if algo == "ring" and g.size > 1:
+            out, hops, got = self._ring(g, x, op, "all_reduce")
+            moved = _hop_bytes(self.rank, hops, got)
+        else:
+            out, hops = x.clone(), None
+            self._timed(lambda: dist.all_reduce(out, op=_REDUCE.get(op, dist.ReduceOp.SUM), group=pg), desc, g, site)
+            if op == "avg":
+                out /= g.size
+            moved = ring_bytes(ALL_REDUCE, _nbytes(x), g.size, x.element_size())[g.group_rank(self.rank)]
+        self._record("collective", ALL_REDUCE, g, {"op": op, "algo": algo}, label, [x], [out], moved, site, t0,
+                     hops, call=call)
+        return out
+
+    def reduce_scatter(self, x, dim=0, *, op="sum", group=None, label=None, algo=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, REDUCE_SCATTER)
+        check_reduce_op(op, x.dtype)
+        dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
+        check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
+        algo = self.algo if algo is None else _algo(algo)
+        desc = describe(REDUCE_SCATTER, x, dim=dim, op=op)
+        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        if algo == "ring" and g.size > 1:
+            out, hops, got = self._ring(g, x, op, "reduce_scatter", dim)
+            moved = _hop_bytes(self.rank, hops, got)
+        else:
+            hops = None
+            chunks = list(torch.chunk(x, g.size, dim=dim))
+            perm = self._perm(g)
+            ordered = [None] * g.size  # torch member j receives chunk j: put ours where torch expects them
+            for i, c in enumerate(chunks):
+                ordered[perm[i]] = c.movedim(dim, 0)
+            inp = torch.cat([c.contiguous() for c in ordered])
+            out = torch.empty_like(ordered[0].contiguous())
+            self._timed(lambda: _reduce_scatter_single(out, inp, op=_REDUCE.get(op, dist.ReduceOp.SUM),
+                                                           group=pg), desc, g, site)
+            if op == "avg":
+                out /= g.size
+            out = out.movedim(0, dim).contiguous()
+            moved = ring_bytes(REDUCE_SCATTER, _nbytes(x), g.size, x.element_size())[g.group_rank(self.rank)]
+        self._record("collective", REDUCE_SCATTER, g, {"op": op, "dim": dim, "algo": algo}, label, [x], [out], moved,
+                     site, t0, hops, call=call)
+        return out
+
+    def all_gather(self, x, dim=0, *, group=None, label=None, algo=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, ALL_GATHER)
+        dim = norm_dim(dim, x.ndim, ALL_GATHER)
+        algo = self.algo if algo is None else _algo(algo)
+        desc = describe(ALL_GATHER, x, dim=dim)
+        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        if algo == "ring" and g.size > 1:
+            out, hops, got = self._ring(g, x, "sum", "all_gather", dim)
+            moved = _hop_bytes(self.rank, hops, got)
+        else:
+            hops = None
+            inp = x.movedim(dim, 0).contiguous()
+            buf = torch.empty((g.size * inp.shape[0], *inp.shape[1:]), dtype=x.dtype, device=x.device)
+            self._timed(lambda: _all_gather_single(buf, inp, group=pg), desc, g, site)
+            parts = torch.chunk(buf, g.size)
+            perm = self._perm(g)
+            out = torch.cat([parts[perm[i]] for i in range(g.size)]).movedim(0, dim).contiguous()
+            moved = ring_bytes(ALL_GATHER, _nbytes(out), g.size, x.element_size())[g.group_rank(self.rank)]
+        self._record("collective", ALL_GATHER, g, {"dim": dim, "algo": algo}, label, [x], [out], moved, site, t0,
+                     hops, call=call)
+        return out
+
+    def all_to_all(self, chunks, dim=0, *, group=None, label=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, ALL_TO_ALL)
+        chunks = list(chunks)
+        if len(chunks) != g.size:
+            raise CollectiveError(f"all_to_all: {len(chunks)} chunks for a group of {g.size} ({g})")
+        first = chunks[0]
+        dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
+        rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1:])
+        for c in chunks:
+            if c.ndim != first.ndim or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1:]) != rest or c.dtype != first.dtype:
+                raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
+                                      f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}")
+        desc = describe(ALL_TO_ALL, chunks, dim=dim)
+        call, t0 = self._begin(g, pg, f"all_to_all|{first.ndim}|{dim}|{rest}|{dtype_name(first.dtype)}", desc, site)
+        perm = self._perm(g)
+        ours = [perm.index(j) for j in range(g.size)]  # our member index of torch member j
+        send = [chunks[ours[j]].movedim(dim, 0).contiguous() for j in range(g.size)]
+        in_sizes = torch.tensor([c.shape[0] for c in send], dtype=torch.int64, device=self.device)
+        out_sizes = torch.empty_like(in_sizes)
+        self._timed(lambda: dist.all_to_all_single(out_sizes, in_sizes, group=pg), desc, g, site)
+        recv_sizes = out_sizes.tolist()
+        buf = torch.empty((sum(recv_sizes), *send[0].shape[1:]), dtype=first.dtype, device=first.device)
+        self._timed(lambda: dist.all_to_all_single(buf, torch.cat(send), recv_sizes, in_sizes.tolist(), group=pg),
+                    desc, g, site)
+        got = list(torch.split(buf, recv_sizes))
+        outs = [got[perm[i]].movedim(0, dim).contiguous() for i in range(g.size)]
+        me = g.group_rank(self.rank)
+        moved = (sum(_nbytes(c) for i, c in enumerate(chunks) if i != me),
+                 sum(_nbytes(c) for i, c in enumerate(outs) if i != me))
+        self._record("collective", ALL_TO_ALL, g, {"dim": dim}, label, chunks, outs, moved, site, t0, call=call)
+        return outs
+
+    def broadcast(self, x, src, *, group=None, label=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, BROADCAST)
+        if src not in g.ranks:
+            raise CollectiveError(f"broadcast: src rank {src} is not a member of group {g}")
+        desc = describe(BROADCAST, x, src=src)
+        call, t0 = self._begin(g, pg, desc, desc, site)
+        out = x.clone()
+        self._timed(lambda: dist.broadcast(out, int(src), group=pg), desc, g, site)
+        moved = broadcast_bytes(_nbytes(x), g.size, g.group_rank(self.rank), g.group_rank(int(src)))
+        self._record("collective", BROADCAST, g, {"src": int(src)}, label, [x], [out], moved, site, t0, call=call)
+        return out
+
+    def barrier(self, *, group=None, label=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, BARRIER)
+        desc = describe(BARRIER)
+        call, t0 = self._begin(g, pg, desc, desc, site)
+        self._timed(lambda: dist.barrier(group=pg), desc, g, site)
+        self._record("collective", BARRIER, g, {}, label, [], [], (0, 0), site, t0, call=call)
+
+    # -- point-to-point ------------------------------------------------------------------------------
+    def exchange(self, ops, *, group=None, label=None):
+        site = site_name(call_site())
+        g, pg = self._resolve(group, "exchange")
+        posts = []
+        for o in ops:
+            if isinstance(o, Send):
+                posts.append((True, _peer(o.dst, self.rank, g, "send to"), o.x.contiguous(), tuple(o.x.shape),
+                              o.x.dtype))
+            elif isinstance(o, Recv):
+                dtype = getattr(torch, dtype_name(o.dtype))
+                shape = tuple(int(n) for n in o.shape)
+                posts.append((False, _peer(o.src, self.rank, g, "recv from"),
+                              torch.empty(shape, dtype=dtype, device=self.device), shape, dtype))
+            else:
+                raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
+        if self.check:  # each sender tells its receiver what it sends, so a bad pair fails with both lines
+            p2p, heard = [], []
+            for send, peer, _, shape, dtype in posts:
+                blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
+                if send:
+                    data = json.dumps([describe_p2p(True, peer, shape, dtype), site]).encode()[:SIG_BYTES]
+                    blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+                else:
+                    heard.append((peer, shape, dtype, blob))
+                p2p.append(dist.P2POp(dist.isend if send else dist.irecv, blob, peer, group=pg))
+            self._timed(lambda: [r.wait() for r in dist.batch_isend_irecv(p2p)], "exchange", g, site)
+            for peer, shape, dtype, blob in heard:
+                other, other_site = json.loads(bytes(blob.cpu().numpy()).rstrip(b"\0").decode())
+                if other != describe_p2p(True, self.rank, shape, dtype):
+                    raise p2p_mismatch_error(peer, f"{other} at {other_site}", self.rank,
+                                             f"{describe_p2p(False, peer, shape, dtype)} at {site}")
+        t0 = self._now()
+        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend if send else dist.irecv, buf, peer, group=pg)
+                                       for send, peer, buf, _, _ in posts])
+        self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
+        results = []
+        for k, (send, peer, buf, _, _) in enumerate(posts):
+            src, dst = (self.rank, peer) if send else (peer, self.rank)
+            chan = self._channels.get((src, dst), 0)
+            self._channels[(src, dst)] = chan + 1
+            n = _nbytes(buf)
+            self._record(P2P, P2P, g, {"src": src, "dst": dst}, label, [buf] if send else [], [] if send else [buf],
+                         (n, 0) if send else (0, n), site, t0, role="send" if send else "recv", peer=peer,
+                         chan=chan, post=k)
+            if not send:
+                results.append(buf)
+        return results
+
+    # -- the ring, hop by hop, over real point-to-point transfers --------------------------------------
+    def _ring(self, g: Group, x: torch.Tensor, op: str, kind: str, dim: int = 0):
+        t, i = g.size, g.group_rank(self.rank)
+        nxt, prv = g.ranks[(i + 1) % t], g.ranks[(i - 1) % t]
+        if kind == "all_reduce":
+            bufs = [c.clone() for c in torch.tensor_split(x.reshape(-1), t)]
+        elif kind == "reduce_scatter":
+            bufs = [c.clone() for c in torch.chunk(x, t, dim=dim)]
+        else:
+            bufs = [x.clone() if j == i else torch.empty_like(x) for j in range(t)]
+        combine = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}[op]
+        hops: list[dict] = []
+        received = [0]
+
+        def hop(phase: str, k: int, send_chunk: int, recv_chunk: int, reduce: bool) -> None:
+            payload = bufs[send_chunk].contiguous()
+            got = torch.empty_like(bufs[recv_chunk].contiguous())
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, nxt), dist.P2POp(dist.irecv, got, prv)])
+            for r in reqs:
+                r.wait()
+            bufs[recv_chunk] = combine(got, bufs[recv_chunk]) if reduce else got
+            received[0] += _nbytes(got)
+            value = payload.tolist() if self.keep and payload.numel() <= self.keep else None
+            hops.append({"phase": phase, "hop": k, "transfers": [
+                {"src": self.rank, "dst": nxt, "chunk": send_chunk, "bytes": _nbytes(payload), "value": value}]})
+
+        if kind in ("all_reduce", "reduce_scatter"):
+            for k in range(t - 1):
+                hop("reduce-scatter", k, (i - k - 1) % t, (i - k - 2) % t, True)
+            if op == "avg":
+                bufs[i] = (bufs[i] / t).to(x.dtype)
+            if kind == "reduce_scatter":
+                return bufs[i].contiguous(), hops, received[0]
+        for k in range(t - 1):
+            hop("all-gather", k, (i - k) % t, (i - k - 1) % t, False)
+        if kind == "all_reduce":
+            return torch.cat(bufs).reshape(x.shape), hops, received[0]
+        return torch.cat(bufs, dim=dim).contiguous(), hops, received[0]
+
+
+def _algo(algo: str) -> str:
+    check_algo(algo)
+    return algo
+
+
+def _nbytes(x: torch.Tensor) -> int:
+    return x.numel() * x.element_size()
+
+
+def _hop_bytes(rank: int, hops: list[dict], received: int) -> tuple[int, int]:
+    return sum(tr["bytes"] for h in hops for tr in h["transfers"] if tr["src"] == rank), received
+
+
+def _peer(peer: Any, rank: int, group: Group, what: str) -> int:
+    if not isinstance(peer, (int, np.integer)) or int(peer) not in group.ranks:
+        raise CollectiveError(f"{what} rank {peer!r}: not a member of group {group}")
+    if int(peer) == rank:
+        raise CollectiveError(f"{what} rank {peer}: a rank cannot send to or receive from itself")
+    return int(peer)
