@@ -64,6 +64,36 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     return 0 if lr.ok else 1
 
 
+def cmd_run(args: argparse.Namespace) -> int:
+    from .comm.launch import RealOptions, under_torchrun
+    from .engine import RunResult
+    from .lesson import get_lesson
+    from .real import run_real
+
+    lesson = get_lesson(args.name)
+    if under_torchrun():
+        import os
+        nproc = int(os.environ["WORLD_SIZE"])
+    else:
+        nproc = args.nproc or lesson.world
+    lesson.check_world(nproc)
+    opts = RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout)
+    report = run_real(lesson.target, nproc, opts)
+    if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
+        return 0
+    checks = list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+    if args.chrome:
+        from .chrome import to_chrome
+        _write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
+    if args.json:
+        print(json.dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]},
+                         indent=1))
+    else:
+        from .verdict import print_verdict
+        print_verdict(lesson, report, checks)
+    return 0 if report.match and all(c.ok for c in checks) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="parasim", description="LLM training parallelism, taught by running it on virtual ranks.")
     p.add_argument("--version", action="version", version=f"parasim {__version__}")
@@ -81,6 +111,26 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.set_defaults(func=cmd_lesson)
+
+    rp = sub.add_parser("run", help="run a lesson on real ranks (torch.distributed) and check it against virtual ranks",
+                        description="Run a lesson on real ranks: N local processes (gloo on CPU, NCCL on GPUs), "
+                                    "or, under torchrun, the ranks torchrun started. The real run is compared "
+                                    "call by call with a virtual run of the same program.",
+                        epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                               "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl")
+    rp.add_argument("name", metavar="LESSON", help="the lesson to run")
+    rp.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                    help="gloo (CPU processes, default) or nccl (one GPU per rank)")
+    rp.add_argument("--nproc", type=_positive, metavar="N",
+                    help="processes to start on this machine (default: the lesson's world size)")
+    rp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="seconds a rank may wait in one call before the run is stopped (default 30)")
+    rp.add_argument("--no-check", action="store_true",
+                    help="skip the signature exchange before each collective (faster; mismatches then time out)")
+    rp.add_argument("--json", action="store_true",
+                    help='print {"backend", "world", "match", "differences", "timings", ...} as JSON')
+    rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
+    rp.set_defaults(func=cmd_run)
     return p
 
 

@@ -8,7 +8,7 @@ from .context import Context
 from .errors import UsageError
 from .trace import Trace
 
-BACKENDS = ("virtual",)
+BACKENDS = ("virtual", "gloo", "nccl")
 
 
 @dataclass
@@ -17,6 +17,7 @@ class RunResult:
 
     values: list[Any]
     trace: Trace
+    times: dict[tuple[int, int], tuple[float, float]] | None = None  # real ranks: (seq, rank) -> (start, dur) us
 
     @property
     def world(self) -> int:
@@ -24,17 +25,26 @@ class RunResult:
 
 
 def run(program: Callable[[Context], Any], world: int, backend: str = "virtual", *, seed: int = 0,
-        keep_values: int = 0, algo: str = "direct") -> RunResult:
-    """Run `program(ctx)` on `world` ranks.
+        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0) -> RunResult:
+    """Run `program(ctx)` on `world` ranks: virtual ranks in this process, or real ones (gloo, nccl) in
+    `world` local processes, for which `program` must be picklable (a module-level function).
 
     seed: seeds `ctx.rng` (per rank) and `ctx.shared_rng(name)`; same seed, same draws on every backend.
     keep_values: record the values of arrays with at most this many elements in the trace (for lessons).
     algo: how all-reduce, reduce-scatter and all-gather run by default: "direct", or "ring" hop by hop.
+    check, timeout (real ranks): the signature exchange before each collective; seconds before a rank
+    stuck in one call stops the run.
     """
-    if backend != "virtual":
-        raise UsageError(f"backend {backend!r} is not available to parasim.run; backends: {', '.join(BACKENDS)}")
+    if backend not in BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     if not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
+    if backend != "virtual":
+        from .comm.launch import RealOptions, launch
+        from .real import merge
+        results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
+        trace, times = merge(results, backend)
+        return RunResult([r["value"] for r in results], trace, times)
     # Imported here so that `import parasim` stays light.
     import array_api_compat.numpy as xp
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -56,7 +56,12 @@ class Lesson:
     seed: int = 0
     min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
     max_world: int | None = None
-    source: str = field(default="", compare=False)
+    source: str = field(default="", compare=False)  # the lesson's file, set when it is loaded
+
+    @property
+    def target(self) -> tuple[str, str]:
+        """How real ranks find the program: (file, function name); lesson files are loaded by path."""
+        return self.source, self.program.__name__
 
     def check_world(self, world: int) -> None:
         """Raise UsageError unless the lesson can run on `world` ranks."""
@@ -114,7 +119,7 @@ def load_lessons() -> dict[str, Lesson]:
         spec.loader.exec_module(module)  # type: ignore[union-attr]
         lesson = getattr(module, "LESSON", None)
         if isinstance(lesson, Lesson):
-            out[lesson.name] = lesson
+            out[lesson.name] = replace(lesson, source=str(path))
     return out
 
 

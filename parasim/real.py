@@ -13,10 +13,10 @@ from typing import Any
 
 import numpy as np
 
-from .comm.interface import Group
+from .comm.interface import Recv, Send
 from .comm.launch import RealOptions, Target, join_torchrun, launch
 from .engine import RunResult, run
-from .trace import Event, Member, Tensor, Trace
+from .trace import Event, Member, Trace
 
 RTOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "float64": 1e-12}
 MAX_DIFFS = 20
@@ -249,99 +249,99 @@ def _plain(v: Any) -> Any:
 # -- merging the ranks' records into one trace -----------------------------------------------------
 
 def merge(results: list[dict], backend: str) -> tuple[Trace, dict[tuple[int, int], tuple[float, float]]]:
-    """One trace from every rank's records: events keyed like the virtual engine matches them, steps from
-    the same clock rule, seq in the order this replay completes them; plus measured (start_us, dur_us)."""
+    """One trace from every rank's records, laid out exactly as virtual ranks lay out the same calls.
+
+    The virtual engine replays each rank's recorded calls (same groups, ops, shapes, marks, in the same
+    order), so seq and step come from the very scheduler the virtual run used; then every member is
+    filled in with what the real rank recorded (bytes, call site, values, ring hops) and its measured time."""
     world = len(results)
-    groups = [Group(tuple(ranks), name, idx) for idx, name, ranks in results[0]["groups"]]
-    queues = [[rec for rec in res["records"] if rec["kind"] != "mark"] for res in results]
-    ptr, clock = [0] * world, [0] * world
-    events: list[Event] = []
-    times: dict[tuple[int, int], tuple[float, float]] = {}
+    replay = run(_replayer(results), world)
+    own: dict[tuple, dict] = {}  # (kind key) -> the real record
+    for res in results:
+        r, computes = res["rank"], 0
+        for rec in res["records"]:
+            if rec["kind"] == "collective":
+                own[("c", r, rec["group"][0], rec["call"])] = rec
+            elif rec["kind"] == "p2p":
+                own[("p", rec["role"], *_key(rec))] = rec
+            elif rec["kind"] == "compute":
+                own[("k", r, computes)] = rec
+                computes += 1
+    calls: dict[tuple, int] = {}
+    events, times = [], {}
+    for e in replay.trace.events:
+        recs = []
+        for i, m in enumerate(e.members):
+            if e.kind == "collective":
+                key = ("c", m.rank, e.group.index)
+            elif e.kind == "p2p":
+                key = ("p", "send" if i == 0 else "recv", e.params["src"], e.params["dst"])
+            else:
+                key = ("k", m.rank)
+            n = calls.get(key, 0)
+            calls[key] = n + 1
+            recs.append(own[(*key, n)])
+        members = [Member(m.rank, m.ins, m.outs, rec["sent"], rec["recv"], rec["site"], _tuple(rec["before"]),
+                          _tuple(rec["after"])) if e.kind != "compute" else m._replace(site=rec["site"])
+                   for m, rec in zip(e.members, recs)]
+        for m, rec in zip(e.members, recs):
+            times[(e.seq, m.rank)] = (rec["t0"] * 1e6, max(rec["t1"] - rec["t0"], 0.0) * 1e6)
+        hops = _merge_hops([rec.get("hops") for rec in recs]) if e.hops is not None else None
+        events.append(Event(e.seq, e.step, e.kind, e.op, e.group, members, e.label, e.phase, e.params, e.algo, hops))
+    trace = Trace(world, backend, replay.trace.groups, events, replay.trace.marks, {"backend": backend})
+    return trace, times
 
-    def head(r: int) -> dict | None:
-        return queues[r][ptr[r]] if ptr[r] < len(queues[r]) else None
 
-    def add(kind: str, op: str, g: Group, recs: list[tuple[int, dict]], step: int, params: dict,
-            hops: list | None = None) -> None:
-        seq = len(events)
-        members = []
-        for r, rec in recs:
-            members.append(Member(r, tuple(Tensor(tuple(s), d) for s, d in rec.get("ins", [])),
-                                  tuple(Tensor(tuple(s), d) for s, d in rec.get("outs", [])), rec.get("sent", 0),
-                                  rec.get("recv", 0), rec["site"], _tuple(rec.get("before")),
-                                  _tuple(rec.get("after"))))
-            times[(seq, r)] = (rec["t0"] * 1e6, max(rec["t1"] - rec["t0"], 0.0) * 1e6)
-        first = recs[0][1]
-        events.append(Event(seq, step, kind, op, g, members, first.get("label"), first.get("phase"), params,
-                            params.get("algo"), hops))
+def _replayer(results: list[dict]):
+    """A program that makes, on each rank, the calls the real rank recorded (arrays of zeros, same shapes)."""
+    def program(ctx):
+        res = results[ctx.rank]
+        groups = [None] + [ctx.new_group(ranks, name) for _, name, ranks in res["groups"][1:]]
+        recs, i = res["records"], 0
+        while i < len(recs):
+            rec = recs[i]
+            if rec["kind"] == "mark":
+                (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"])
+            elif rec["kind"] == "compute":
+                ctx.compute(rec["op"], rec["params"].get("flops", 0))
+            elif rec["kind"] == "p2p":
+                batch = [rec]
+                while i + 1 < len(recs) and recs[i + 1]["kind"] == "p2p" and recs[i + 1]["post"] == batch[-1]["post"] + 1:
+                    i += 1
+                    batch.append(recs[i])
+                ops = [Send(_zeros(b["ins"][0]), b["peer"]) if b["role"] == "send"
+                       else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1]) for b in batch]
+                ctx.comm.exchange(ops, group=groups[rec["group"][0]], label=rec["label"])
+            else:
+                _replay_collective(ctx, rec, groups[rec["group"][0]])
+            i += 1
+    return program
 
-    placed: dict[tuple[int, int, int], int] = {}  # transfer (src, dst, chan) -> its step
 
-    while any(head(r) is not None for r in range(world)):
-        progress = False
-        for r in range(world):
-            rec = head(r)
-            if rec is None:
-                continue
-            if rec["kind"] == "compute":
-                clock[r] += 1
-                add("compute", rec["op"], groups[0], [(r, rec)], clock[r], rec["params"])
-                ptr[r] += 1
-                progress = True
-            elif rec["kind"] == "collective":
-                g = groups[rec["group"][0]]
-                key = (g.index, rec["call"])
-                heads = [head(m) for m in g.ranks]
-                if all(h is not None and h["kind"] == "collective" and (h["group"][0], h["call"]) == key
-                       for h in heads):
-                    step = 1 + max(clock[m] for m in g.ranks)
-                    add("collective", rec["op"], g, list(zip(g.ranks, heads)), step, rec["params"],
-                        _merge_hops([h["hops"] for h in heads]))
-                    for m in g.ranks:
-                        clock[m] = step
-                        ptr[m] += 1
-                    progress = True
-            else:  # an exchange: place each transfer once both sides are in their exchange, as virtual ranks do
-                batch = _batch(queues[r], ptr[r])
-                for rec in batch:
-                    key = _key(rec)
-                    if rec["role"] != "send" or key in placed:
-                        continue
-                    dst = rec["params"]["dst"]
-                    other = next((o for o in (_batch(queues[dst], ptr[dst]) if _in_p2p(queues, ptr, dst) else [])
-                                  if o["role"] == "recv" and _key(o) == key), None)
-                    if other is not None:
-                        placed[key] = 1 + max(clock[r], clock[dst])
-                        add("p2p", "p2p", groups[rec["group"][0]], [(r, rec), (dst, other)], placed[key],
-                            rec["params"])
-                        progress = True
-                if all(_key(rec) in placed for rec in batch):
-                    clock[r] = max([clock[r]] + [placed[_key(rec)] for rec in batch])
-                    ptr[r] += len(batch)
-                    progress = True
-        if not progress:
-            stuck = {r: head(r)["op"] for r in range(world) if head(r) is not None}
-            raise RuntimeError(f"cannot order the real ranks' records (stuck at {stuck})")
-    return Trace(world, backend, groups, events, [], {"backend": backend}), times
+def _replay_collective(ctx, rec: dict, group) -> None:
+    op, p, comm, label = rec["op"], rec["params"], ctx.comm, rec["label"]
+    xs = [_zeros(t) for t in rec["ins"]]
+    if op == "all_reduce":
+        comm.all_reduce(xs[0], p["op"], group=group, label=label, algo=p["algo"])
+    elif op == "reduce_scatter":
+        comm.reduce_scatter(xs[0], p["dim"], op=p["op"], group=group, label=label, algo=p["algo"])
+    elif op == "all_gather":
+        comm.all_gather(xs[0], p["dim"], group=group, label=label, algo=p["algo"])
+    elif op == "all_to_all":
+        comm.all_to_all(xs, p["dim"], group=group, label=label)
+    elif op == "broadcast":
+        comm.broadcast(xs[0], p["src"], group=group, label=label)
+    else:
+        comm.barrier(group=group, label=label)
+
+
+def _zeros(t) -> np.ndarray:
+    shape, dtype = t
+    return np.zeros(tuple(shape), dtype=np.dtype(dtype))
 
 
 def _key(rec: dict) -> tuple[int, int, int]:
     return rec["params"]["src"], rec["params"]["dst"], rec["chan"]
-
-
-def _in_p2p(queues, ptr, r: int) -> bool:
-    return ptr[r] < len(queues[r]) and queues[r][ptr[r]]["kind"] == "p2p"
-
-
-def _batch(queue: list[dict], start: int) -> list[dict]:
-    """The records of one exchange: consecutive p2p records numbered post 0, 1, 2, ..."""
-    out = [queue[start]]
-    while start + len(out) < len(queue):
-        nxt = queue[start + len(out)]
-        if nxt["kind"] != "p2p" or nxt["post"] != out[-1]["post"] + 1:
-            break
-        out.append(nxt)
-    return out
 
 
 def _merge_hops(per_rank: list[list[dict] | None]) -> list[dict] | None:

@@ -10,13 +10,15 @@ from __future__ import annotations
 import contextlib
 import datetime
 import importlib.util
+import json
 import logging
 import os
 import socket
+import tempfile
 import time
 import traceback
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..errors import ParasimError, UsageError
@@ -41,6 +43,7 @@ class RealOptions:
     algo: str = "direct"
     check: bool = True  # the signature exchange before each collective
     timeout: float = 30.0  # seconds a rank may wait in one collective before the run is stopped
+    error_dir: str | None = None  # where each failing rank writes its error (set by `launch`)
 
 
 def under_torchrun() -> bool:
@@ -109,31 +112,38 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     else:
         device = torch.device("cpu")
     dist.init_process_group(opts.backend, timeout=datetime.timedelta(seconds=opts.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        rank, world = dist.get_rank(), dist.get_world_size()
         comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check)
         ctx = Context(rank, world, comm, xp, opts.seed, comm, lambda a: torch.from_numpy(a).to(device))
         program = _load(target)
         dist.barrier()
         comm.t_start = time.perf_counter()
-        try:
-            value = program(ctx)
-            comm.finish()
-        except ParasimError:
+        value = program(ctx)
+        comm.finish()
+    except Exception as exc:
+        # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
+        err = exc if isinstance(exc, ParasimError) else RealRunFailed(
+            f"rank {rank} raised {type(exc).__name__}: {exc}\n"
+            + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), rank)
+        _report(opts, rank, err)
+        if err is exc:
             raise
-        except Exception as exc:
-            tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-            raise RealRunFailed(f"rank {rank} raised {type(exc).__name__}: {exc}\n{tb}", rank) from exc
-        result = {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
-                  "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
-        if not gather:
-            return result
+        raise err from exc
+    result = {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
+              "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
+    if gather:
         everyone = [None] * world if rank == 0 else None
         dist.gather_object(result, everyone, dst=0)
-        return everyone
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
+        result = everyone
+    dist.destroy_process_group()
+    return result
+
+
+def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
+    if opts.error_dir:
+        with contextlib.suppress(OSError), open(os.path.join(opts.error_dir, f"rank{rank}.json"), "w") as f:
+            json.dump({"rank": rank, "time": time.time(), "kind": type(err).__name__, "message": str(err)}, f)
 
 
 def _worker(target: Target, opts: RealOptions) -> dict:
@@ -175,25 +185,33 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
     config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"parasim-{uuid.uuid4().hex[:8]}",
                           rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
                           monitor_interval=0.1, start_method="spawn", local_addr="127.0.0.1")
-    try:
-        with _quiet_launcher():
-            out = elastic_launch(config, _worker)(target, opts)
-    except ChildFailedError as exc:
-        rank, failure = _root_failure(exc.failures)
-        raise RealRunFailed(_failure_message(rank, failure), rank) from None
+    with tempfile.TemporaryDirectory(prefix="parasim-") as errors:
+        try:
+            with _quiet_launcher():
+                out = elastic_launch(config, _worker)(target, replace(opts, error_dir=errors))
+        except ChildFailedError as exc:
+            root = _root_error(errors)
+            if root is not None:
+                raise RealRunFailed(root["message"] if root["kind"] == "RealRunFailed"
+                                    else f"{root['kind']}: {root['message']}", root["rank"]) from None
+            rank, failure = exc.get_first_failure()
+            raise RealRunFailed(_failure_message(rank, failure), rank) from None
     return [out[r] for r in sorted(out)]
 
 
 _ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
 
 
-def _root_failure(failures: dict[int, Any]) -> tuple[int, Any]:
-    """The rank that failed first for its own reason. When one rank dies the others fail too (reset
-    connections, killed by the agent); those echoes come after, and their timestamps only count seconds."""
-    def echo(f: Any) -> bool:
-        msg = str((f.error_file_data or {}).get("message", ""))
-        return not f.error_file_data or any(e in msg for e in _ECHOES)
-    return min(failures.items(), key=lambda kv: (echo(kv[1]), kv[1].timestamp, kv[0]))
+def _root_error(folder: str) -> dict | None:
+    """The rank that failed for its own reason, first. When one rank fails the others fail too (reset
+    connections); those echoes come after it, and name no program line of their own."""
+    errors = []
+    for name in os.listdir(folder):
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as f:
+            errors.append(json.load(f))
+    if not errors:
+        return None
+    return min(errors, key=lambda e: (any(x in e["message"] for x in _ECHOES), e["time"], e["rank"]))
 
 
 def _failure_message(rank: int, failure: Any) -> str:

@@ -1,0 +1,147 @@
+"""Real ranks (gloo on 127.0.0.1): the same programs give the same trace and values as virtual ranks,
+and faults end every process quickly with the failing rank, op and line."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import parasim  # noqa: E402
+from parasim.comm.launch import RealOptions, RealRunFailed  # noqa: E402
+from parasim.real import compare, run_real  # noqa: E402
+
+pytestmark = pytest.mark.slow
+
+
+def _children() -> list[int]:
+    """Live child processes of this test process."""
+    me, out = os.getpid(), []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            with open(f"/proc/{pid}/cmdline") as f:
+                cmd = f.read()
+            if int(fields[1]) == me and fields[0] != "Z" and "resource_tracker" not in cmd:
+                out.append(int(pid))
+    return out
+
+
+def _cli(*args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_collectives_lesson_matches_its_virtual_run(nproc):
+    out = _cli("run", "collectives", "--backend", "gloo", "--nproc", str(nproc), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["match"] is True and data["differences"] == [] and data["world"] == nproc
+    assert all(c["ok"] for c in data["checks"])
+    assert set(data["timings"]) >= {"all_reduce", "reduce_scatter", "all_gather"}
+
+
+def every_op(ctx):
+    """One of each call, with groups in a non-ascending order and float32 data (not integer-valued)."""
+    comm = ctx.comm
+    rev = ctx.new_group(list(range(ctx.world))[::-1], "rev")
+    x = ctx.asarray([1, 2, 3, 4, 5, 6]) * (10 ** ctx.rank)
+    out = {"ar": comm.all_reduce(x), "rs": comm.reduce_scatter(x, group=rev), "ag": comm.all_gather(x, group=rev),
+           "ring": comm.all_reduce(x, algo="ring"), "max": comm.all_reduce(x, op="max"),
+           "bc": comm.broadcast(x, src=1),
+           "a2a": comm.all_to_all([ctx.asarray([ctx.rank] * (j + 1)) for j in range(ctx.world)], group=rev)}
+    ctx.compute("matmul", flops=16)
+    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
+    (out["p2p"],) = comm.exchange([parasim.Send(x, nxt), parasim.Recv(prv, (6,), x.dtype)])
+    y = ctx.rng.normal((5,), dtype="float32")
+    out["avg"] = comm.all_reduce(y, op="avg")
+    comm.barrier()
+    return out
+
+
+def test_every_op_matches_virtual_on_three_ranks():
+    report = run_real(every_op, 3, RealOptions("gloo", keep_values=16))
+    assert report.match, report.differences
+    assert report.tolerance_used  # float32 sums in gloo's order differ in the last bits
+    virtual = parasim.run(every_op, 3, keep_values=16)
+    assert [e.op for e in report.trace.events if e.kind == "collective"] == \
+           [e.op for e in virtual.trace.events if e.kind == "collective"]
+    def layout(trace):  # everything but values and times: the same scheduler lays out both traces
+        return [(e.seq, e.step, e.kind, e.op, e.group, e.phase, e.params, e.label,
+                 [(m.rank, m.ins, m.outs, m.sent, m.recv, m.site) for m in e.members]) for e in trace.events]
+    assert layout(report.trace) == layout(virtual.trace)
+    assert report.trace.marks == virtual.trace.marks
+    assert report.values[0]["rs"].tolist() == virtual.values[0]["rs"].tolist()
+
+
+def test_a_changed_value_is_reported():
+    results = [{"rank": 0, "world": 1, "value": np.array([1.0]), "records": [], "groups": [[0, "world", [0]]]}]
+    virtual = parasim.run(lambda ctx: ctx.asarray([2.0]), 1)
+    diffs, _ = compare(virtual, results)
+    assert diffs and "return value differs" in diffs[0]
+
+
+def raises_on_rank_1(ctx):
+    ctx.comm.barrier()
+    if ctx.rank == 1:
+        raise ValueError("boom on rank 1")
+    ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+
+def test_a_rank_that_raises_ends_every_process():
+    t = time.perf_counter()
+    with pytest.raises(RealRunFailed) as info:
+        parasim.run(raises_on_rank_1, 2, backend="gloo", timeout=20)
+    assert time.perf_counter() - t < 20
+    msg = str(info.value)
+    assert "rank 1 raised ValueError: boom on rank 1" in msg and "test_real.py" in msg
+    assert info.value.rank == 1
+    time.sleep(0.5)
+    assert _children() == []
+
+
+def mismatched(ctx):
+    x = ctx.asarray([1.0, 2.0])
+    if ctx.rank == 0:
+        ctx.comm.all_reduce(x)
+    else:
+        ctx.comm.all_gather(x)
+
+
+def test_a_mismatch_has_the_same_text_as_on_virtual_ranks():
+    with pytest.raises(parasim.CollectiveMismatch) as virtual:
+        parasim.run(mismatched, 2)
+    with pytest.raises(RealRunFailed) as real:
+        parasim.run(mismatched, 2, backend="gloo", timeout=20)
+    assert str(real.value) == f"CollectiveMismatch: {virtual.value}"
+    assert _children() == []
+
+
+def skips_a_collective(ctx):
+    if ctx.rank == 0:
+        ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+
+def test_a_skipped_collective_is_reported_not_hung():
+    with pytest.raises(RealRunFailed, match="(?s)Deadlock: .*rank 1: finished"):
+        parasim.run(skips_a_collective, 2, backend="gloo", timeout=20)
+
+
+def test_nccl_without_gpus_is_exit_2_in_one_line():
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    out = _cli("run", "collectives", "--backend", "nccl")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1 and "GPU" in out.stderr
+
+
+def test_a_world_the_lesson_cannot_use_is_exit_2():
+    out = _cli("run", "collectives", "--nproc", "1")
+    assert out.returncode == 2 and "at least 2 ranks" in out.stderr
