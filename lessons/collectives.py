@@ -11,14 +11,18 @@ import numpy as np
 
 from parasim.lesson import Check, Lesson, check
 
-PAIR = (0, 1)  # the 2-GPU examples
+PAIR = 2  # ranks in the 2-GPU examples (a world of one rank runs them on itself)
 RING = 4  # ranks in the hop-by-hop ring (2 if the world is smaller): it must divide the 4 values
 SIZES = (2, 4, 8)  # group sizes for the byte counts, those that fit in the world
 BUFFER = 1024  # float32 elements in the byte-count buffer
 
 
+def pair_ranks(world: int) -> tuple[int, ...]:
+    return tuple(range(min(PAIR, world)))
+
+
 def ring_ranks(world: int) -> tuple[int, ...]:
-    return tuple(range(RING if world >= RING else len(PAIR)))
+    return tuple(range(RING if world >= RING else min(PAIR, world)))
 
 
 def sizes(world: int) -> tuple[int, ...]:
@@ -33,11 +37,11 @@ def vector(rank: int) -> list[int]:
 def program(ctx):
     comm, out = ctx.comm, {}
     # Every rank creates every group, in the same order, as torch.distributed requires.
-    pair = ctx.new_group(PAIR, "pair")
+    pair = ctx.new_group(pair_ranks(ctx.world), "pair")
     ring = ctx.new_group(ring_ranks(ctx.world), "ring")
     sized = {t: ctx.new_group(range(t), f"t{t}") for t in sizes(ctx.world)}
 
-    if ctx.rank in PAIR:
+    if ctx.rank in pair.ranks:
         x = ctx.asarray(vector(ctx.rank))
         ctx.phase("all-reduce")
         out["all_reduce"] = comm.all_reduce(x, group=pair, label="sum on both")
@@ -71,16 +75,18 @@ def _events(result, phase: str, op: str, t: int | None = None):
 
 def checks(result) -> list[Check]:
     v, ring = result.values, ring_ranks(result.world)
-    pair_sum = np.sum([vector(r) for r in PAIR], axis=0)
+    pair = pair_ranks(result.world)
+    pair_sum = np.sum([vector(r) for r in pair], axis=0)
     ring_sum = np.sum([vector(r) for r in ring], axis=0)
-    halves = np.split(pair_sum, len(PAIR))
+    halves = np.split(pair_sum, len(pair))
     out = [
-        check("all-reduce on 2 ranks: every rank holds the sum", [v[r]["all_reduce"] for r in PAIR],
-              [pair_sum] * len(PAIR)),
-        check("reduce-scatter on 2 ranks: rank i keeps chunk i of the sum", [v[r]["reduce_scatter"] for r in PAIR],
+        check(f"all-reduce on {len(pair)} ranks: every rank holds the sum", [v[r]["all_reduce"] for r in pair],
+              [pair_sum] * len(pair)),
+        check(f"reduce-scatter on {len(pair)} ranks: rank i keeps chunk i of the sum",
+              [v[r]["reduce_scatter"] for r in pair],
               halves),
-        check("all-gather on 2 ranks: the chunks, whole again", [v[r]["all_gather"] for r in PAIR],
-              [pair_sum] * len(PAIR)),
+        check(f"all-gather on {len(pair)} ranks: the chunks, whole again", [v[r]["all_gather"] for r in pair],
+              [pair_sum] * len(pair)),
         check(f"ring all-reduce on {len(ring)} ranks equals the sum", [v[r]["ring"] for r in ring],
               [ring_sum] * len(ring)),
     ]
@@ -137,7 +143,7 @@ LESSON = Lesson(
     name="collectives",
     title="The three collectives: all-reduce, reduce-scatter, all-gather",
     world=8,
-    min_world=2,
+    min_world=1,
     program=program,
     narrative=NARRATIVE,
     checks=checks,

@@ -143,5 +143,17 @@ def test_nccl_without_gpus_is_exit_2_in_one_line():
 
 
 def test_a_world_the_lesson_cannot_use_is_exit_2():
-    out = _cli("run", "collectives", "--nproc", "1")
-    assert out.returncode == 2 and "at least 2 ranks" in out.stderr
+    out = _cli("run", "collectives", "--nproc", "0")
+    assert out.returncode == 2 and "positive integer" in out.stderr
+
+
+def test_the_same_command_runs_under_torchrun():
+    port = __import__("parasim.comm.launch", fromlist=["_free_port"])._free_port()
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
+                          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
+                          "127.0.0.1", "-m", "parasim", "run", "collectives", "--json"],
+                         capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr[-2000:]
+    data = json.loads(out.stdout)  # only rank 0 prints
+    assert data["match"] is True and data["world"] == 2

@@ -48,7 +48,7 @@ def _copies(out: np.ndarray, t: int) -> list[np.ndarray]:
 
 def all_reduce(inputs, g: Group, params: dict, keep: int):
     t, op = g.size, params["op"]
-    if params["algo"] == "ring" and t > 1:
+    if params["algo"] == "ring":
         outs, hops = ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep)
         return outs, hops, _ring_moved(g, hops)
     x = inputs[0]
@@ -57,7 +57,7 @@ def all_reduce(inputs, g: Group, params: dict, keep: int):
 
 def reduce_scatter(inputs, g: Group, params: dict, keep: int):
     t, op, dim = g.size, params["op"], params["dim"]
-    if params["algo"] == "ring" and t > 1:
+    if params["algo"] == "ring":
         outs, hops = ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None,
                                               keep)
         return outs, hops, _ring_moved(g, hops)
@@ -69,7 +69,7 @@ def reduce_scatter(inputs, g: Group, params: dict, keep: int):
 
 def all_gather(inputs, g: Group, params: dict, keep: int):
     t, dim = g.size, params["dim"]
-    if params["algo"] == "ring" and t > 1:
+    if params["algo"] == "ring":
         outs, hops = ring.ring_all_gather(inputs, g.ranks, dim, keep)
         return outs, hops, _ring_moved(g, hops)
     out = np.concatenate(inputs, axis=dim)

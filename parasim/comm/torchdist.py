@@ -173,7 +173,7 @@ class TorchComm(Comm):
         algo = self.algo if algo is None else _algo(algo)
         desc = describe(ALL_REDUCE, x, op=op)
         call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
-        if algo == "ring" and g.size > 1:
+        if algo == "ring":
             out, hops, got = self._ring(g, x, op, "all_reduce")
             moved = _hop_bytes(self.rank, hops, got)
         else:
@@ -195,7 +195,7 @@ class TorchComm(Comm):
         algo = self.algo if algo is None else _algo(algo)
         desc = describe(REDUCE_SCATTER, x, dim=dim, op=op)
         call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
-        if algo == "ring" and g.size > 1:
+        if algo == "ring":
             out, hops, got = self._ring(g, x, op, "reduce_scatter", dim)
             moved = _hop_bytes(self.rank, hops, got)
         else:
@@ -224,7 +224,7 @@ class TorchComm(Comm):
         algo = self.algo if algo is None else _algo(algo)
         desc = describe(ALL_GATHER, x, dim=dim)
         call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
-        if algo == "ring" and g.size > 1:
+        if algo == "ring":
             out, hops, got = self._ring(g, x, "sum", "all_gather", dim)
             moved = _hop_bytes(self.rank, hops, got)
         else:
