@@ -146,7 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"parasim: error: {exc}" if not str(exc).startswith("parasim") else f"{exc}", file=sys.stderr)
         return 2
     except ParasimError as exc:
-        print(f"parasim: {type(exc).__name__}: {exc}", file=sys.stderr)
+        from .comm.launch import RealRunFailed  # its message already names the error
+        kind = "" if isinstance(exc, RealRunFailed) else f"{type(exc).__name__}: "
+        print(f"parasim: {kind}{exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 130
