@@ -1,0 +1,203 @@
+"""Layouts: how a world of GPUs is split into TP, CP, DP, PP and EP groups, exactly as Megatron-Core does it.
+
+Megatron-Core sees the world as a grid whose axes are listed in `order` from the fastest-varying to the
+slowest (default tp-cp-ep-dp-pp). Attention layers label a pipeline stage's GPUs TP x CP x DP; MoE layers
+label the same GPUs ETP x EP x EDP (MoE "parallel folding"): two rank generators over one world. A group
+"over axes A" holds the ranks that differ only in A; groups are listed by the other axes' coordinates,
+the earliest axis of `order` fastest, and members ascend. Group kinds and their creation order follow
+`parallel_state.initialize_model_parallel` (read from Megatron-Core's source; this is our own code).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+
+from .errors import UsageError
+
+AXES = ("tp", "cp", "ep", "dp", "pp")
+ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
+# (name, generator, axes) in the order Megatron-Core creates them. Expert generator: tp = expert TP, dp = expert DP.
+KINDS = (
+    ("dp-cp", "dense", ("dp", "cp")),
+    ("dp", "dense", ("dp",)),
+    ("cp", "dense", ("cp",)),
+    ("tp-pp", "dense", ("tp", "pp")),
+    ("tp", "dense", ("tp",)),
+    ("pp", "dense", ("pp",)),
+    ("embedding", None, ()),  # from each pp group: its first and last stage
+    ("position-embedding", None, ()),  # from each pp group: its first stage
+    ("tp-dp-cp", "dense", ("tp", "dp", "cp")),
+    ("tp-dp", "dense", ("tp", "dp")),
+    ("tp-cp", "dense", ("tp", "cp")),
+    ("ep", "expert", ("ep",)),
+    ("expert-tp", "expert", ("tp",)),
+    ("expert-tp-ep", "expert", ("tp", "ep")),
+    ("expert-tp-ep-pp", "expert", ("tp", "ep", "pp")),
+    ("expert-dp", "expert", ("dp",)),
+)
+GROUP_NAMES = tuple(k[0] for k in KINDS)
+COORDS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
+# which group a coordinate is the index in
+COORD_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp", "ep": "ep", "etp": "expert-tp", "edp": "expert-dp"}
+
+
+class LayoutError(UsageError):
+    """A layout (or its model) breaks a rule; the message names the rule."""
+
+
+@dataclass(frozen=True)
+class Model:
+    """The model facts a layout must respect. Unknown fields stay None and their rules are skipped."""
+
+    name: str = ""
+    layers: int | None = None
+    hidden: int | None = None
+    heads: int | None = None
+    kv_heads: int | None = None  # grouped-query attention (Megatron: num-query-groups)
+    experts: int | None = None
+    top_k: int | None = None
+    seq: int | None = None
+    vocab: int | None = None
+    micro_batch: int | None = None
+    tokens: tuple[str, ...] = ()  # a worked example's token sequence, for traces
+    uneven_stages: bool = False  # layers are split unevenly over stages (first/last stages differ)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """tp, cp, pp, dp, ep, etp over `world` GPUs; dp or world may be left out and derived."""
+
+    tp: int = 1
+    cp: int = 1
+    pp: int = 1
+    dp: int | None = None
+    ep: int = 1
+    etp: int | None = None
+    world: int | None = None
+    order: str = ORDERS[0]
+    sp: bool = False  # sequence parallelism (rides on TP; Megatron's --sequence-parallel)
+    zigzag: bool = True  # CP splits the sequence in 2*cp chunks (load balance) rather than cp
+    model: Model | None = None
+    gpus_per_node: int = 8
+    edp: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        for name in ("tp", "cp", "pp", "ep", "gpus_per_node") + tuple(
+                n for n in ("dp", "etp", "world") if getattr(self, n) is not None):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise LayoutError(f"{name} must be a positive integer, got {v!r}")
+        words = self.order.split("-")
+        unknown = [w for w in words if w not in AXES]
+        if unknown:
+            raise LayoutError(f"unknown word {unknown[0]!r} in order {self.order!r}; use {' or '.join(ORDERS)}")
+        if self.order not in ORDERS:
+            raise LayoutError(f"order {self.order!r} is not one Megatron-Core builds; use {' or '.join(ORDERS)}")
+        base = self.tp * self.cp * self.pp
+        world, dp = self.world, self.dp
+        if world is None:
+            world = base * (dp or 1)
+        if world % base:
+            raise LayoutError(f"world {world} is not divisible by tp*cp*pp = {base}")
+        if dp is not None and dp != world // base:
+            raise LayoutError(f"dp {dp} does not fit: world {world} / (tp*cp*pp = {base}) is {world // base}")
+        etp = self.tp if self.etp is None else self.etp
+        if world % (etp * self.ep * self.pp):
+            raise LayoutError(f"world {world} is not divisible by etp*ep*pp = {etp * self.ep * self.pp}")
+        object.__setattr__(self, "world", world)
+        object.__setattr__(self, "dp", world // base)
+        object.__setattr__(self, "etp", etp)
+        object.__setattr__(self, "edp", world // (etp * self.ep * self.pp))
+        if not self.order.endswith("pp") and self.pp > 1 and self.edp != self.dp:
+            raise LayoutError(f"order {self.order} with pp > 1 needs edp == dp (Megatron-Core's rule when pp is not "
+                              f"the last word), got edp={self.edp}, dp={self.dp}")
+        if self.model is not None:
+            self._check_model(self.model)
+
+    def _check_model(self, m: Model) -> None:
+        if m.heads is not None and m.heads % self.tp:
+            raise LayoutError(f"heads {m.heads} do not divide by tp {self.tp}: each rank must hold whole heads")
+        if m.kv_heads is not None:
+            if m.heads is not None and m.heads % m.kv_heads:
+                raise LayoutError(f"heads {m.heads} do not divide by kv-heads {m.kv_heads}")
+            if m.kv_heads >= self.tp and m.kv_heads % self.tp:
+                raise LayoutError(f"kv-heads {m.kv_heads} do not divide by tp {self.tp}")
+            if m.kv_heads < self.tp and self.tp % m.kv_heads:
+                raise LayoutError(f"tp {self.tp} does not divide by kv-heads {m.kv_heads}: each kv head is "
+                                  "replicated on tp/kv-heads ranks, which must be whole")
+        if m.experts is not None and m.experts % self.ep:
+            raise LayoutError(f"experts {m.experts} do not divide by ep {self.ep}")
+        if self.ep > 1 and not m.experts:
+            raise LayoutError(f"ep {self.ep} needs a model with experts")
+        if m.layers is not None and not m.uneven_stages and m.layers % self.pp:
+            raise LayoutError(f"layers {m.layers} do not divide by pp {self.pp}")
+        if m.seq is not None and self.cp > 1:
+            chunks = 2 * self.cp if self.zigzag else self.cp
+            if m.seq % chunks:
+                raise LayoutError(f"sequence {m.seq} does not divide by {'2*cp' if self.zigzag else 'cp'} = {chunks} "
+                                  f"({'the zigzag split' if self.zigzag else 'the contiguous split'})")
+        if m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
+            raise LayoutError(f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
+                              "add --sequence-parallel")
+
+    # -- groups ------------------------------------------------------------------------------------
+    def sizes(self, generator: str) -> dict[str, int]:
+        if generator == "dense":
+            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
+        return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+
+    def rank_groups(self, generator: str, axes: tuple[str, ...]) -> list[list[int]]:
+        """Megatron-Core's groups over `axes` from one generator: the world as an array with the slowest
+        axis first, the group's axes moved last (keeping their order), one group per row."""
+        sizes, order = self.sizes(generator), self.order.split("-")
+        grid = np.arange(self.world).reshape([sizes[a] for a in reversed(order)])
+        names = list(reversed(order))
+        inside = [i for i, a in enumerate(names) if a in axes]
+        outside = [i for i, a in enumerate(names) if a not in axes]
+        size = prod(sizes[a] for a in axes)
+        return np.transpose(grid, outside + inside).reshape(-1, size).tolist()
+
+    def groups(self) -> dict[str, list[list[int]]]:
+        """Every group kind, in Megatron-Core's creation order; each a list of ascending rank lists."""
+        out: dict[str, list[list[int]]] = {}
+        for name, generator, axes in KINDS:
+            if name == "embedding":
+                out[name] = [[g[0], g[-1]] if len(g) > 1 else [g[0]] for g in out["pp"]]
+            elif name == "position-embedding":
+                out[name] = [[g[0]] for g in out["pp"]]
+            else:
+                out[name] = self.rank_groups(generator, axes)
+        return out
+
+    def coords(self) -> list[dict[str, int]]:
+        """Each rank's coordinates: its index in its tp, cp, dp, pp, ep, expert-tp and expert-dp group."""
+        groups = self.groups()
+        out = [{"rank": r} for r in range(self.world)]
+        for coord, kind in COORD_GROUP.items():
+            for g in groups[kind]:
+                for i, r in enumerate(g):
+                    out[r][coord] = i
+        return out
+
+    def experts_of(self, ep_rank: int) -> list[int]:
+        """0-based experts held by EP rank `ep_rank` (contiguous blocks, as Megatron assigns them)."""
+        if not self.model or not self.model.experts:
+            return []
+        per = self.model.experts // self.ep
+        return list(range(ep_rank * per, (ep_rank + 1) * per))
+
+    def to_dict(self) -> dict:
+        return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "etp": self.etp,
+                "edp": self.edp, "world": self.world, "order": self.order}
+
+    def to_json(self) -> dict:
+        """The `parasim layout --json` object."""
+        return {"layout": self.to_dict(), "groups": self.groups(), "coords": self.coords()}
+
+    def __str__(self) -> str:
+        parts = [f"{a.upper()}{getattr(self, a)}" for a in ("tp", "cp", "pp", "dp") if getattr(self, a) > 1]
+        if self.ep > 1 or self.etp != self.tp:
+            parts += [f"ETP{self.etp}", f"EP{self.ep}", f"EDP{self.edp}"]
+        return (" x ".join(parts) or "one GPU") + (" +SP" if self.sp else "") + f" on {self.world} GPUs"
