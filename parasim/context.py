@@ -53,6 +53,9 @@ class Context:
         self._recorder = recorder
         self._to_xp = to_xp
         self.rng = Rng(seed, (0, rank), to_xp)  # this rank's own stream
+        self.layout: Any = None  # set by use_layout (run(..., layout=...))
+        self.groups: dict[str, Group] = {}
+        self.coords: Coords | None = None
 
     def shared_rng(self, name: str) -> Rng:
         """A stream that draws the same numbers on every rank (e.g. a full weight before sharding)."""
@@ -77,3 +80,37 @@ class Context:
     def new_group(self, ranks: Sequence[int], name: str) -> Group:
         """Same as comm.new_group: every rank calls it for every group, in the same order."""
         return self.comm.new_group(ranks, name)
+
+    def use_layout(self, layout: Any) -> None:
+        """Create every group of `layout` in Megatron-Core's order (every rank, every group) and keep this
+        rank's: `ctx.groups["tp"]`, `ctx.groups["expert-dp"]`, ...; `ctx.coords.tp` is its index in its tp group."""
+        self.layout = layout
+        self.groups = {}
+        for name, lists in layout.groups().items():
+            for ranks in lists:
+                g = self.new_group(ranks, name)
+                if self.rank in g.ranks:
+                    self.groups[name] = g
+        self.coords = Coords(**{k: v for k, v in layout.coords()[self.rank].items() if k != "rank"})
+
+
+class Coords:
+    """A rank's place in its layout: tp, cp, dp, pp (attention view) and ep, etp, edp (MoE view)."""
+
+    def __init__(self, **coords: int):
+        self.__dict__.update(coords)
+
+    def __repr__(self) -> str:
+        return "Coords(" + ", ".join(f"{k}={v}" for k, v in self.__dict__.items()) + ")"
+
+
+class WithLayout:
+    """A program that first sets up a layout's groups (picklable, so real ranks can run it too)."""
+
+    def __init__(self, program: Callable[[Any], Any], layout: Any):
+        self.program, self.layout = program, layout
+        self.__name__ = getattr(program, "__name__", "program")
+
+    def __call__(self, ctx: "Context") -> Any:
+        ctx.use_layout(self.layout)
+        return self.program(ctx)

@@ -24,8 +24,9 @@ class RunResult:
         return self.trace.world
 
 
-def run(program: Callable[[Context], Any], world: int, backend: str = "virtual", *, seed: int = 0,
-        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0) -> RunResult:
+def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
+        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0,
+        layout: Any = None) -> RunResult:
     """Run `program(ctx)` on `world` ranks: virtual ranks in this process, or real ones (gloo, nccl) in
     `world` local processes, for which `program` must be picklable (a module-level function).
 
@@ -34,7 +35,15 @@ def run(program: Callable[[Context], Any], world: int, backend: str = "virtual",
     algo: how all-reduce, reduce-scatter and all-gather run by default: "direct", or "ring" hop by hop.
     check, timeout (real ranks): the signature exchange before each collective; seconds before a rank
     stuck in one call stops the run.
+    layout: a `parasim.Layout`; every rank then starts with `ctx.layout`, `ctx.groups[name]` and `ctx.coords`,
+    and `world` defaults to the layout's.
     """
+    if layout is not None:
+        from .context import WithLayout
+        if world is not None and world != layout.world:
+            raise UsageError(f"world {world} differs from the layout's {layout.world} GPUs")
+        world = layout.world
+        program = WithLayout(program, layout)
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     if not isinstance(world, int) or world < 1:

@@ -1,0 +1,185 @@
+"""Layouts: Megatron-Core's groups, the post's 16-GPU map, validation, the CLI and ctx.groups."""
+import json
+import subprocess
+import sys
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import parasim
+from parasim.layout import GROUP_NAMES, Layout, LayoutError, Model
+from parasim.presets import PRESETS, preset
+
+
+def test_the_posts_16_gpu_map():
+    g = preset("moe16").groups()
+    node_a = lambda name: [x for x in g[name] if max(x) < 8]  # noqa: E731
+    assert node_a("tp") == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert node_a("cp") == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert node_a("dp") == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert node_a("dp-cp") == [[0, 2, 4, 6], [1, 3, 5, 7]]
+    assert node_a("ep") == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert g["expert-dp"] == g["dp"]
+    assert g["pp"] == [[i, i + 8] for i in range(8)]
+    assert g["expert-tp"] == [[r] for r in range(16)]
+    layout = preset("moe16")
+    assert [layout.experts_of(layout.coords()[r]["ep"]) for r in range(4)] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+
+
+layouts = st.builds(
+    lambda tp, cp, pp, dp, ep, etp, pp_last: _fit(tp, cp, pp, dp, ep, etp, pp_last),
+    st.sampled_from([1, 2, 3, 4]), st.sampled_from([1, 2, 3]), st.sampled_from([1, 2, 3, 4]),
+    st.sampled_from([1, 2, 3, 4, 6]), st.sampled_from([1, 2, 3, 4, 6]), st.sampled_from([None, 1, 2, 3]),
+    st.booleans())
+
+
+def _fit(tp, cp, pp, dp, ep, etp, pp_last):
+    try:
+        return Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp,
+                      order="tp-cp-ep-dp-pp" if pp_last else "tp-cp-ep-pp-dp")
+    except LayoutError:
+        return None
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(layouts)
+def test_groups_partition_the_world_and_coords_index_them(layout):
+    if layout is None:
+        return
+    groups, coords = layout.groups(), layout.coords()
+    assert list(groups) == list(GROUP_NAMES)
+    for name, lists in groups.items():
+        if name in ("embedding", "position-embedding"):
+            continue
+        assert sorted(r for g in lists for r in g) == list(range(layout.world)), name
+        assert all(g == sorted(g) for g in lists)
+    for c in coords:
+        for key, kind in (("tp", "tp"), ("cp", "cp"), ("dp", "dp"), ("pp", "pp"), ("ep", "ep"),
+                          ("etp", "expert-tp"), ("edp", "expert-dp")):
+            (mine,) = [g for g in groups[kind] if c["rank"] in g]
+            assert mine.index(c["rank"]) == c[key]
+    if layout.order == "tp-cp-ep-dp-pp":  # Megatron's closed form for the default order
+        t, cp, dp = layout.tp, layout.cp, layout.dp
+        assert all(c["rank"] == c["tp"] + t * (c["cp"] + cp * (c["dp"] + dp * c["pp"])) for c in coords)
+
+
+megatron = pytest.importorskip  # (used below, per test, so the rest runs without megatron-core)
+
+
+@pytest.mark.slow
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(layouts)
+def test_groups_equal_megatron_cores(layout):
+    megatron("megatron.core")
+    if layout is None:
+        return
+    from megatron_ref import megatron_groups
+    theirs = megatron_groups(layout.tp, layout.cp, layout.pp, layout.ep, layout.etp, layout.world, layout.order)
+    assert theirs == layout.groups()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["moe16", "27b-tp4-sp-cp2", "27b-tp8-sp-pp2"])
+def test_presets_equal_megatron_cores(name):
+    megatron("megatron.core")
+    from megatron_ref import megatron_groups
+    layout = preset(name)
+    assert megatron_groups(layout.tp, layout.cp, layout.pp, layout.ep, layout.etp, layout.world,
+                           layout.order) == layout.groups()
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    (dict(tp=0), "tp must be a positive integer"),
+    (dict(tp=3, world=8), "world 8 is not divisible by tp*cp*pp = 3"),
+    (dict(tp=2, dp=2, world=8), "dp 2 does not fit"),
+    (dict(tp=2, world=8, ep=3, model=Model(experts=6)), "not divisible by etp*ep*pp = 6"),
+    (dict(order="tp-cp-xx-dp-pp"), "unknown word 'xx' in order"),
+    (dict(order="pp-tp-cp-ep-dp"), "not one Megatron-Core builds"),
+    (dict(pp=2, etp=1, tp=2, world=8, order="tp-cp-ep-pp-dp"), "needs edp == dp"),
+    (dict(tp=4, model=Model(heads=6)), "heads 6 do not divide by tp 4"),
+    (dict(tp=4, model=Model(heads=8, kv_heads=6)), "heads 8 do not divide by kv-heads 6"),
+    (dict(tp=8, model=Model(heads=24, kv_heads=12)), "kv-heads 12 do not divide by tp 8"),
+    (dict(tp=8, model=Model(heads=24, kv_heads=3)), "tp 8 does not divide by kv-heads 3"),
+    (dict(ep=4, world=4, model=Model(experts=6)), "experts 6 do not divide by ep 4"),
+    (dict(ep=2, world=2, model=Model(layers=2)), "needs a model with experts"),
+    (dict(pp=4, model=Model(layers=30)), "layers 30 do not divide by pp 4"),
+    (dict(cp=2, model=Model(seq=6)), "does not divide by 2*cp = 4"),
+    (dict(tp=2, model=Model(experts=4)), "needs sequence parallelism"),
+])
+def test_each_rule_names_itself(kwargs, rule):
+    with pytest.raises(LayoutError, match=rule.replace("*", r"\*")):
+        Layout(**kwargs)
+
+
+def test_valid_model_rules_pass():
+    Layout(tp=8, model=Model(heads=32, kv_heads=4))  # each kv head on two ranks
+    Layout(tp=2, cp=2, sp=True, zigzag=False, model=Model(seq=6, experts=4))
+    assert all(isinstance(layout, Layout) for _, layout in PRESETS.values())
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "parasim", "layout", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+def test_cli_json_is_exactly_the_documented_shape():
+    out = _cli("--tp", "2", "--cp", "2", "--pp", "2", "--dp", "2", "--ep", "4", "--etp", "1", "--sp",
+               "--experts", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert set(data) == {"layout", "groups", "coords"}
+    assert set(data["layout"]) == {"tp", "cp", "pp", "dp", "ep", "etp", "edp", "world", "order"}
+    assert list(data["groups"]) == list(GROUP_NAMES)
+    assert set(data["coords"][0]) == {"rank", "tp", "cp", "dp", "pp", "ep", "etp", "edp"}
+    assert data == json.loads(json.dumps(preset("moe16").to_json()))
+
+
+def test_cli_megatron_words_and_order_flag():
+    a = json.loads(_cli("--tensor-model-parallel-size", "2", "--pipeline-model-parallel-size", "2",
+                        "--world-size", "8", "--use-tp-pp-dp-mapping", "--json").stdout)
+    assert a["layout"]["order"] == "tp-cp-ep-pp-dp" and a["groups"]["pp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+
+
+def test_cli_bad_layout_is_one_line_exit_2():
+    out = _cli("--tp", "3", "--world", "8")
+    assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1
+    assert "not divisible by tp*cp*pp = 3" in out.stderr
+    out = _cli("--layout", "nope")
+    assert out.returncode == 2 and "unknown layout" in out.stderr
+
+
+def test_cli_draws_moe16_with_both_nodes_groups_and_experts():
+    out = _cli("--layout", "moe16")
+    assert out.returncode == 0
+    text = out.stdout
+    assert "node 0" in text and "node 1" in text and "E7 E8" in text
+    assert "[0,2,4,6]" in text and "expert-dp" in text and "[0,8]" in text
+
+
+def test_ctx_groups_and_coords_on_virtual_ranks():
+    layout = preset("moe16")
+
+    def prog(ctx):
+        ctx.comm.all_reduce(ctx.asarray([1.0]), group=ctx.groups["dp-cp"])
+        return ctx.coords.tp, ctx.coords.ep, ctx.groups["tp"].ranks, ctx.groups["expert-dp"].ranks
+
+    res = parasim.run(prog, layout=layout)
+    assert res.values[2] == (0, 2, (2, 3), (2, 6))
+    assert res.values[13] == (1, 1, (12, 13), (9, 13))
+    made = [g.name for g in res.trace.groups[1:]]
+    assert made == [name for name, lists in layout.groups().items() for _ in lists]
+
+
+def layout_program(ctx):
+    x = ctx.asarray([float(ctx.rank)])
+    return ctx.comm.all_reduce(x, group=ctx.groups["dp"]), ctx.coords.dp, ctx.groups["tp"].ranks
+
+
+@pytest.mark.slow
+def test_ctx_groups_on_real_ranks():
+    pytest.importorskip("torch")
+    layout = Layout(tp=2, dp=2)
+    real = parasim.run(layout_program, layout=layout, backend="gloo")
+    virtual = parasim.run(layout_program, layout=layout)
+    assert [(v[0].tolist(), v[1], v[2]) for v in real.values] == [(v[0].tolist(), v[1], v[2]) for v in virtual.values]
