@@ -67,7 +67,8 @@ class Lesson:
         """Raise UsageError unless the lesson can run on `world` ranks."""
         hi = self.max_world
         if world < self.min_world or (hi is not None and world > hi):
-            span = f"{self.min_world} to {hi}" if hi is not None else f"at least {self.min_world}"
+            span = (f"exactly {hi}" if hi == self.min_world else f"{self.min_world} to {hi}") if hi is not None \
+                else f"at least {self.min_world}"
             raise UsageError(f"lesson {self.name!r} runs on {span} ranks, not {world}")
 
 

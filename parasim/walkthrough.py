@@ -67,22 +67,40 @@ def event_lines(e: Event) -> Iterator[str]:
         yield f"      hop {hop['hop'] + 1} of {hop['phase']}: {moves}"
 
 
+def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str | Event]]]]:
+    """Phases in the order the run entered them, each with its events and notes, ordered by step."""
+    order: list[str | None] = [None]
+    current: dict[int, str | None] = {}
+    items: dict[str | None, list] = {None: []}
+    for i, mk in enumerate(trace.marks):
+        if mk.kind == "phase":
+            current[mk.rank] = mk.text
+            if mk.text not in items:
+                order.append(mk.text)
+                items[mk.text] = []
+        else:
+            items[current.get(mk.rank)].append((mk.step, 1, mk.rank, i, f"rank {mk.rank}: {mk.text}"))
+    for e in trace.events:
+        items.setdefault(e.phase, [])
+        if e.phase not in order:
+            order.append(e.phase)
+        items[e.phase].append((e.step, 0, e.seq, 0, e))
+    return [(p, sorted(items[p], key=lambda it: it[:4])) for p in order]
+
+
 def walkthrough(lr: LessonRun) -> str:
     lesson, trace = lr.lesson, lr.result.trace
-    out = [f"{lesson.title}  ({lesson.name}, {trace.world} virtual ranks)", ""]
-    phase: str | None = None
-    shown: set[str] = set()
-    for e in trace.events:
-        if e.phase != phase:
-            phase = e.phase
-            if phase is not None:
-                out += ["", f"== {phase} ==" + (" (continued)" if phase in shown else "")]
-                if phase not in shown and lesson.narrative.get(phase):
-                    for para in lesson.narrative[phase].strip().split("\n\n"):
-                        out += textwrap.wrap(" ".join(para.split()), WIDTH)
-                        out.append("")
-                shown.add(phase)
-        out += list(event_lines(e))
+    out = [f"{lesson.title}  ({lesson.name}, {trace.world} virtual ranks)"]
+    for phase, items in _phase_blocks(trace):
+        if phase is None and not items:
+            continue
+        if phase is not None:
+            out += ["", f"== {phase} =="]
+            for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
+                if para.strip():
+                    out += textwrap.wrap(" ".join(para.split()), WIDTH) + [""]
+        for *_, item in items:
+            out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
     total = sum(m.sent for e in trace.events for m in e.members)
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all.", "",
             "== checks (computed by the run, compared with a single-device reference) =="]

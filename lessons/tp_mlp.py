@@ -1,0 +1,138 @@
+"""Tensor parallelism on the smallest MLP there is: one token, hidden size 2, width 4, two ranks.
+
+Z = ReLU(X·A)·B. Splitting A by rows leaves partial sums that a ReLU cannot take; splitting A by columns
+and B by rows needs one all-reduce, after B. The backward pass runs through the same layers in reverse
+and needs one all-reduce too, for dL/dX. The numbers are the post's; every result is computed here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from parasim.lesson import Check, Lesson, check
+from parasim.nn import ColumnParallelLinear, RowParallelLinear, Saved, TPContext
+from parasim.nn.activations import relu, relu_backward
+
+X = [[[1, 2]]]  # [sequence 1, batch 1, hidden 2]
+A = [[1, 0, -1, 2],
+     [0, 1, 1, -1]]
+B = [[1, 0],
+     [0, 1],
+     [1, 1],
+     [2, -1]]
+
+
+def program(ctx):
+    xp, comm, out = ctx.xp, ctx.comm, {}
+    tp = TPContext(ctx, ctx.new_group(range(ctx.world), "tp"))
+    x, a, b = ctx.asarray(X), ctx.asarray(A), ctx.asarray(B)
+
+    ctx.phase("splitting A by rows")
+    # rank i holds row i of A and entry i of X: its product is only a partial sum of X·A
+    partial = x[..., ctx.rank:ctx.rank + 1] * a[ctx.rank]
+    out["row partial"] = partial
+    out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.group, label="sum of ReLU(partials)")
+    out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.group, label="sum first"))
+
+    ctx.phase("splitting A by columns")
+    fc1 = ColumnParallelLinear(tp, a, name="A")  # rank i: columns 2i, 2i+1 of A
+    fc2 = RowParallelLinear(tp, b, name="B")  # rank i: rows 2i, 2i+1 of B
+    saved = Saved()
+    h, c1 = fc1.forward(x, saved)  # f is the identity going forward: no communication
+    y = relu(xp, h)
+    out["A_i"], out["X·A_i"], out["Y_i"] = fc1.weight, h, y
+    ctx.note(f"holds A_i = {_show(fc1.weight)}; X·A_i = {_show(h)}, ReLU -> Y_i = {_show(y)}")
+
+    ctx.phase("splitting B by rows, one all-reduce")
+    ctx.note(f"holds B_i = {_show(fc2.weight)}; Y_i·B_i = {_show(xp.matmul(y, fc2.weight))}")
+    z, c2 = fc2.forward(y, saved)  # partial Y_i·B_i, then g: all-reduce
+    out["B_i"], out["Z"] = fc2.weight, z
+
+    ctx.phase("backward")
+    dz = xp.ones_like(z)  # L = sum(Z)
+    dy = fc2.backward(c2, dz)  # g is the identity going backward
+    dh = relu_backward(xp, h, dy)
+    ctx.note(f"through B: dL/dY_i = {_show(dy)}; through ReLU: {_show(dh)}")
+    dx = fc1.backward(c1, dh)  # f: all-reduce of the partial dL/dX
+    out["dL/dY_i"], out["dL/d(X·A_i)"], out["dL/dX"] = dy, dh, dx
+    out["dL/dA_i"], out["dL/dB_i"] = fc1.grads["weight"], fc2.grads["weight"]
+    ctx.note(f"weight gradients, local: dL/dA_i = {_show(out['dL/dA_i'])}, dL/dB_i = {_show(out['dL/dB_i'])}")
+    return out
+
+
+def _show(a) -> str:
+    """A small array as the post writes it: rows of numbers, integers without '.0'."""
+    rows = np.asarray(a.tolist(), dtype=float).reshape(-1, a.shape[-1])
+    text = "; ".join(" ".join(f"{v:g}" for v in row) for row in rows)
+    return f"[{text}]"
+
+
+def checks(result) -> list[Check]:
+    v = result.values
+    x, a, b = (np.asarray(m, dtype=float) for m in (X, A, B))
+    t = result.world
+    cols = np.split(np.arange(a.shape[1]), t)
+    # the unsplit model, on one device
+    h = x @ a
+    y = np.maximum(h, 0)
+    z = y @ b
+    dy = np.ones_like(z) @ b.T
+    dh = dy * (h > 0)
+    dx = dh @ a.T
+    da = np.tensordot(x, dh, axes=([0, 1], [0, 1]))
+    db = np.tensordot(y, np.ones_like(z), axes=([0, 1], [0, 1]))
+    wrong = sum(np.maximum(x[..., i:i + 1] * a[i], 0) for i in range(t))
+    ar = [e for e in result.trace.events if e.op == "all_reduce"]
+    return [
+        check("rows of A: all-reduce before the ReLU gives ReLU(X·A)", [v[r]["sum then ReLU"] for r in range(t)],
+              [y] * t),
+        check("rows of A: the ReLU of each partial, summed, is a different vector", [v[r]["ReLU then sum"] for r in
+                                                                                    range(t)], [wrong] * t),
+        check("... and it is not ReLU(X·A)", bool(np.any(np.asarray(v[0]["ReLU then sum"]) != y)), True),
+        check("columns of A: rank i holds finished values Y_i = ReLU(X·A_i)", [v[r]["Y_i"] for r in range(t)],
+              [y[..., c] for c in cols]),
+        check("rows of B and one all-reduce give Z = ReLU(X·A)·B on every rank", [v[r]["Z"] for r in range(t)], [z] * t),
+        check("backward through B: dL/dY_i = dL/dZ·B_iᵀ", [v[r]["dL/dY_i"] for r in range(t)],
+              [dy[..., c] for c in cols]),
+        check("backward through ReLU (ReLU'(0) = 0)", [v[r]["dL/d(X·A_i)"] for r in range(t)],
+              [dh[..., c] for c in cols]),
+        check("backward through A, then all-reduce: dL/dX equals the unsplit backward", [v[r]["dL/dX"] for r in
+                                                                                          range(t)], [dx] * t),
+        check("weight gradients need no communication: dL/dA_i, dL/dB_i are slices of the unsplit ones",
+              [[v[r]["dL/dA_i"], v[r]["dL/dB_i"]] for r in range(t)], [[da[:, c], db[c, :]] for c in cols]),
+        check("all-reduces for the column-row MLP: one forward (g), one backward (f)",
+              [sum(e.label == lbl for e in ar) for lbl in ("g forward", "f backward")], [1, 1]),
+    ]
+
+
+NARRATIVE = {
+    "splitting A by rows": """
+        The MLP is Z = ReLU(X·A)·B for one token with two features. Suppose each rank takes one row of A
+        and the matching entry of X. Each product is then only a partial sum of X·A: adding the two
+        gives the right pre-activation, but a ReLU applied to each part before adding does not. The
+        ranks would need an all-reduce before every nonlinearity.""",
+    "splitting A by columns": """
+        Split A by columns instead. Both ranks see the whole X (the f operator: nothing to do going
+        forward) and each computes complete values for its own two columns, so the ReLU runs locally.""",
+    "splitting B by rows, one all-reduce": """
+        B is split by rows, so each rank holds exactly the rows its half of Y multiplies. Each product
+        Y_i·B_i is a partial sum of Z; one all-reduce (the g operator) finishes it on both ranks. Each
+        rank stores half of A and half of B.""",
+    "backward": """
+        Take L = sum(Z), so dL/dZ is all ones. Each rank runs its half backward: through B (g needs
+        nothing going backward), through the ReLU (its derivative at 0 is taken as 0, as PyTorch does),
+        and through A. X was copied to both ranks going forward, so its gradient is a sum: f's backward
+        is the all-reduce that gives dL/dX. The weight gradients use only local factors.""",
+}
+
+LESSON = Lesson(
+    name="tp-mlp",
+    title="Tensor parallelism: the MLP split by columns, then rows",
+    world=2,
+    min_world=2,
+    max_world=2,
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="the post's 2-GPU MLP: the wrong row split, the column-row split, one all-reduce each way",
+    keep_values=16,
+)

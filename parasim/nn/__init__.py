@@ -1,0 +1,13 @@
+"""Layers with their forward and backward written side by side, split over tensor-parallel ranks.
+
+Every layer uses only `ctx.comm` and `ctx.xp`, so the same code runs on virtual ranks (numpy) and real
+ranks (torch). Weights are drawn whole from `ctx.shared_rng` on every rank and each rank keeps its shard,
+so the unsplit model (the reference) is known exactly. Activations use Megatron's [s, b, h] layout:
+sequence parallelism splits dim 0.
+"""
+from .core import Partial, Replicate, Saved, Shard, TPContext
+from .linear import ColumnParallelLinear, RowParallelLinear
+from .mlp import ParallelMLP
+
+__all__ = ["Replicate", "Shard", "Partial", "Saved", "TPContext", "ColumnParallelLinear", "RowParallelLinear",
+           "ParallelMLP"]

@@ -1,0 +1,117 @@
+"""Placements, the tensor-parallel context of a rank, the conjugate operators f and g (and their
+sequence-parallel forms), and the record of what forward keeps for backward."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..comm.interface import Group
+
+
+# -- placements, as torch's DTensor names them -------------------------------------------------------
+@dataclass(frozen=True)
+class Replicate:
+    """Every rank of the group holds the whole tensor."""
+
+    def __str__(self) -> str:
+        return "replicated"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Each rank holds one slice along `dim`."""
+
+    dim: int
+
+    def __str__(self) -> str:
+        return f"sharded on dim {self.dim}"
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Each rank holds a partial sum; the true value is the sum over the group."""
+
+    def __str__(self) -> str:
+        return "partial sum"
+
+
+@dataclass
+class TPContext:
+    """What a layer needs to know about its rank: the comm, the array namespace, its TP group."""
+
+    ctx: Any
+    group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
+    sp: bool = False  # sequence parallelism on top of TP
+
+    @property
+    def xp(self) -> Any:
+        return self.ctx.xp
+
+    @property
+    def comm(self) -> Any:
+        return self.ctx.comm
+
+    @property
+    def t(self) -> int:
+        return 1 if self.group is None else self.group.size
+
+    @property
+    def r(self) -> int:
+        return 0 if self.group is None else self.group.group_rank(self.ctx.rank)
+
+    def shard(self, full: Any, dim: int) -> Any:
+        """This rank's slice of a whole tensor along `dim` (a copy, so it owns its memory)."""
+        n = full.shape[dim] // self.t
+        index = [slice(None)] * full.ndim
+        index[dim] = slice(self.r * n, (self.r + 1) * n)
+        return self.xp.asarray(full[tuple(index)], copy=True)
+
+    # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (the input was
+    # copied to every rank, and the backward of a copy is a sum). g: the reverse.
+    def f_forward(self, x: Any) -> Any:
+        return x
+
+    def f_backward(self, dx: Any) -> Any:
+        return dx if self.t == 1 else self.comm.all_reduce(dx, group=self.group, label="f backward")
+
+    def g_forward(self, y: Any) -> Any:
+        return y if self.t == 1 else self.comm.all_reduce(y, group=self.group, label="g forward")
+
+    def g_backward(self, dy: Any) -> Any:
+        return dy
+
+    # Sequence parallelism splits the all-reduce into its halves: all-gather the sequence before a
+    # column-parallel block, reduce-scatter it after a row-parallel one (and the reverse in backward).
+    def gather_seq(self, x: Any, label: str) -> Any:
+        return x if self.t == 1 else self.comm.all_gather(x, dim=0, group=self.group, label=label)
+
+    def scatter_seq(self, y: Any, label: str) -> Any:
+        return y if self.t == 1 else self.comm.reduce_scatter(y, dim=0, group=self.group, label=label)
+
+
+@dataclass
+class Saved:
+    """What forward keeps for backward, counted in the units of Korthikanti et al. (2022): 2 bytes per
+    activation element (16-bit training) and 1 byte per dropout-mask element, whatever dtype runs here."""
+
+    items: list[tuple[str, str, int, int]] = field(default_factory=list)  # (layer, name, elements, bytes each)
+
+    def keep(self, layer: str, name: str, x: Any, unit: int = 2) -> Any:
+        self.items.append((layer, name, int(_numel(x)), unit))
+        return x
+
+    def bytes(self, layer: str | None = None) -> int:
+        return sum(n * u for lay, _, n, u in self.items if layer is None or lay == layer)
+
+    def by_name(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for lay, name, n, u in self.items:
+            out[f"{lay}.{name}"] = out.get(f"{lay}.{name}", 0) + n * u
+        return out
+
+
+def _numel(x: Any) -> int:
+    n = 1
+    for d in x.shape:
+        n *= int(d)
+    return n

@@ -1,0 +1,95 @@
+"""Column- and row-parallel linear layers (Megatron-LM), forward and backward side by side.
+
+A column-parallel layer splits its weight by output columns: every rank sees the whole input and makes
+finished values for its own columns, so a nonlinearity can follow with no communication. A row-parallel
+layer splits its weight by input rows: each rank multiplies its slice of the input and holds a partial
+sum, which one all-reduce (g) completes, or a reduce-scatter under sequence parallelism.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Partial, Replicate, Saved, Shard, TPContext
+
+
+def _weight_grad(xp: Any, x: Any, dy: Any) -> Any:
+    """dW = sum over every leading dim of x^T dy: [.., in] x [.., out] -> [in, out]."""
+    lead = list(range(x.ndim - 1))
+    return xp.tensordot(x, dy, axes=(lead, lead))
+
+
+def _bias_grad(xp: Any, dy: Any) -> Any:
+    return xp.sum(dy, axis=tuple(range(dy.ndim - 1)))
+
+
+class ColumnParallelLinear:
+    """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
+
+    placements = {"weight": Shard(1), "bias": Shard(0), "input": Replicate(), "output": Shard(-1)}
+
+    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "column"):
+        self.tp, self.name = tp, name
+        self.weight = tp.shard(weight, 1)
+        self.bias = None if bias is None else tp.shard(bias, 0)
+        self.grads: dict[str, Any] = {}
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        tp, xp = self.tp, self.tp.xp
+        # f: every rank needs the whole input. Under SP the input arrives split by sequence: gather it.
+        full = tp.gather_seq(x, f"{self.name}: all-gather the sequence") if tp.sp else tp.f_forward(x)
+        saved.keep(self.name, "input", x if tp.sp else full)  # SP keeps only its shard, gathers again later
+        y = xp.matmul(full, self.weight)
+        if self.bias is not None:
+            y = y + self.bias
+        return y, (x,)
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        tp, xp = self.tp, self.tp.xp
+        (x,) = cache
+        full = tp.gather_seq(x, f"{self.name} backward: all-gather the sequence again") if tp.sp else x
+        self._accumulate("weight", _weight_grad(xp, full, dy))
+        if self.bias is not None:
+            self._accumulate("bias", _bias_grad(xp, dy))
+        dx = xp.matmul(dy, xp.permute_dims(self.weight, (1, 0)))  # a partial sum: this rank's columns only
+        # the backward of f (a copy) is a sum over ranks; under SP the sum lands back on sequence shards
+        return tp.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if tp.sp else tp.f_backward(dx)
+
+    def _accumulate(self, key: str, g: Any) -> None:
+        self.grads[key] = g if key not in self.grads else self.grads[key] + g
+
+
+class RowParallelLinear:
+    """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
+    under SP) once the partial sums are reduced."""
+
+    placements = {"weight": Shard(0), "bias": Replicate(), "input": Shard(-1), "output before g": Partial(),
+                  "output": Replicate()}
+
+    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "row"):
+        self.tp, self.name = tp, name
+        self.weight = tp.shard(weight, 0)
+        self.bias = None if bias is None else tp.xp.asarray(bias, copy=True)
+        self.grads: dict[str, Any] = {}
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        tp, xp = self.tp, self.tp.xp
+        saved.keep(self.name, "input", x)
+        partial = xp.matmul(x, self.weight)
+        y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter the sequence") if tp.sp else tp.g_forward(partial)
+        if self.bias is not None:
+            y = y + self.bias
+        return y, (x,)
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        tp, xp = self.tp, self.tp.xp
+        (x,) = cache
+        if self.bias is not None:
+            db = _bias_grad(xp, dy)
+            if tp.sp and tp.t > 1:  # each rank saw only its tokens: the replicated bias's grad is a partial sum
+                db = tp.comm.all_reduce(db, group=tp.group, label=f"{self.name} backward: sum bias grad (SP)")
+            self._accumulate("bias", db)
+        full = tp.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if tp.sp else tp.g_backward(dy)
+        self._accumulate("weight", _weight_grad(xp, x, full))
+        return xp.matmul(full, xp.permute_dims(self.weight, (1, 0)))
+
+    _accumulate = ColumnParallelLinear._accumulate

@@ -1,0 +1,36 @@
+"""The MLP block: column-parallel, nonlinearity, row-parallel. One all-reduce forward (g) and one backward
+(f) per block; under SP an all-gather and a reduce-scatter in each direction instead."""
+from __future__ import annotations
+
+from typing import Any
+
+from .activations import ACTIVATIONS
+from .core import Saved, TPContext
+from .linear import ColumnParallelLinear, RowParallelLinear
+
+
+class ParallelMLP:
+    def __init__(self, tp: TPContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
+                 name: str = "mlp"):
+        self.tp, self.name, self.act = tp, name, act
+        self.fc1 = ColumnParallelLinear(tp, w1, b1, name=f"{name}.fc1")
+        self.fc2 = RowParallelLinear(tp, w2, b2, name=f"{name}.fc2")
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        xp = self.tp.xp
+        h, c1 = self.fc1.forward(x, saved)
+        saved.keep(self.name, "activation input", h)
+        a = ACTIVATIONS[self.act][0](xp, h)
+        y, c2 = self.fc2.forward(a, saved)
+        return y, (c1, h, c2)
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        c1, h, c2 = cache
+        da = self.fc2.backward(c2, dy)
+        dh = ACTIVATIONS[self.act][1](self.tp.xp, h, da)
+        return self.fc1.backward(c1, dh)
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return {**{f"fc1.{k}": v for k, v in self.fc1.grads.items()},
+                **{f"fc2.{k}": v for k, v in self.fc2.grads.items()}}
