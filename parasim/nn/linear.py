@@ -27,10 +27,17 @@ class ColumnParallelLinear:
 
     placements = {"weight": Shard(1), "bias": Shard(0), "input": Replicate(), "output": Shard(-1)}
 
-    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "column"):
+    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
+        """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
+        takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
         self.tp, self.name = tp, name
-        self.weight = tp.shard(weight, 1)
-        self.bias = None if bias is None else tp.shard(bias, 0)
+        if columns is None:
+            self.weight = tp.shard(weight, 1)
+            self.bias = None if bias is None else tp.shard(bias, 0)
+        else:
+            idx = tp.xp.asarray(columns)
+            self.weight = tp.xp.take(weight, idx, axis=1)
+            self.bias = None if bias is None else tp.xp.take(bias, idx, axis=0)
         self.grads: dict[str, Any] = {}
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:

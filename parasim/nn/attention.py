@@ -1,0 +1,149 @@
+"""Causal multi-head self-attention with heads split over TP ranks, grouped-query attention included.
+
+Q, K and V come from one fused column-parallel weight whose columns are grouped by head, so each rank
+owns whole heads and computes their scores, softmax and weighted sums alone (a score is a dot product
+over all of a head's dims: half a head would give half a sum). The output projection is row-parallel.
+With fewer kv heads than TP ranks each kv head is replicated on tp/kv ranks; its weight gradient is then
+a partial sum over those ranks.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from .core import Saved, Shard, TPContext
+from .dropout import dropout_mask
+from .linear import ColumnParallelLinear, RowParallelLinear
+
+
+def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], list[int]]:
+    """(q heads, kv heads) of TP rank r: q heads split evenly; kv heads split when kv >= t, else replicated."""
+    if heads % t:
+        raise ValueError(f"heads {heads} do not divide by tp {t}")
+    if heads % kv_heads:
+        raise ValueError(f"heads {heads} do not divide by kv heads {kv_heads}")
+    per = heads // t
+    q = list(range(r * per, (r + 1) * per))
+    if kv_heads >= t:
+        if kv_heads % t:
+            raise ValueError(f"kv heads {kv_heads} do not divide by tp {t}")
+        kvp = kv_heads // t
+        return q, list(range(r * kvp, (r + 1) * kvp))
+    if t % kv_heads:
+        raise ValueError(f"tp {t} does not divide by kv heads {kv_heads}")
+    return q, [r // (t // kv_heads)]
+
+
+class ParallelAttention:
+    placements = {"qkv.weight": Shard(1), "out.weight": Shard(0), "scores": Shard(1)}  # scores [b, heads, s, s]
+
+    def __init__(self, tp: TPContext, wq: Any, wk: Any, wv: Any, wo: Any, heads: int, kv_heads: int | None = None,
+                 dropout: float = 0.0, key: str = "attn", name: str = "attn", flash: bool = False,
+                 bq: Any = None, bk: Any = None, bv: Any = None, bo: Any = None):
+        xp = tp.xp
+        self.tp, self.name, self.key, self.p, self.flash = tp, name, key, dropout, flash
+        self.heads, self.kv_heads = heads, kv_heads or heads
+        self.d = wq.shape[1] // heads
+        self.q_heads, self.kv_local = head_split(heads, self.kv_heads, tp.t, tp.r)
+        d = self.d
+        cols = [h * d + i for h in self.q_heads for i in range(d)]
+        nq = heads * d
+        cols += [nq + h * d + i for h in self.kv_local for i in range(d)]
+        cols += [nq + self.kv_heads * d + h * d + i for h in self.kv_local for i in range(d)]
+        w = xp.concat([wq, wk, wv], axis=1)
+        b = None if bq is None else xp.concat([bq, bk, bv], axis=0)
+        self.qkv = ColumnParallelLinear(tp, w, b, name=f"{name}.qkv", columns=cols)
+        self.out = RowParallelLinear(tp, wo, bo, name=f"{name}.out")
+        # each local q head reads the local kv head of its group
+        group = heads // self.kv_heads
+        self.kv_of = [self.kv_local.index(h // group) for h in self.q_heads]
+
+    def _split(self, y: Any) -> tuple[Any, Any, Any]:
+        """[s, b, cols] -> q [b, hq, s, d], k and v [b, hkv, s, d]."""
+        xp, d = self.tp.xp, self.d
+        s, b = y.shape[0], y.shape[1]
+        nq, nk = len(self.q_heads) * d, len(self.kv_local) * d
+
+        def heads(part: Any, n: int) -> Any:
+            return xp.permute_dims(xp.reshape(part, (s, b, n, d)), (1, 2, 0, 3))
+        return (heads(y[..., :nq], len(self.q_heads)), heads(y[..., nq:nq + nk], len(self.kv_local)),
+                heads(y[..., nq + nk:], len(self.kv_local)))
+
+    def _probs(self, q: Any, k: Any) -> Any:
+        xp = self.tp.xp
+        kk = xp.take(k, xp.asarray(self.kv_of), axis=1)  # the kv head each q head reads
+        scores = xp.matmul(q, xp.permute_dims(kk, (0, 1, 3, 2))) / math.sqrt(self.d)
+        s = scores.shape[-1]
+        causal = xp.arange(s)[None, :] > xp.arange(s)[:, None]  # key after query: masked
+        scores = xp.where(causal, xp.full_like(scores, -math.inf), scores)
+        scores = scores - xp.max(scores, axis=-1, keepdims=True)
+        e = xp.exp(scores)
+        return e / xp.sum(e, axis=-1, keepdims=True)
+
+    def _mask(self, probs: Any) -> Any:
+        b, _, s, _ = probs.shape
+        return dropout_mask(self.tp, f"{self.key}.probs", (b, self.heads, s, s), self.p,
+                            (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        xp = self.tp.xp
+        y, c_qkv = self.qkv.forward(x, saved)
+        q, k, v = self._split(y)
+        for label, a in (("q", q), ("k", k), ("v", v)):
+            saved.keep(self.name, label, a)
+        probs = self._probs(q, k)
+        mask = self._mask(probs) if self.p else None
+        dropped = probs if mask is None else probs * mask / (1.0 - self.p)
+        if not self.flash:  # FlashAttention recomputes these in backward instead of keeping them
+            saved.keep(self.name, "softmax", probs)
+            if mask is not None:
+                saved.keep(self.name, "softmax dropout mask", mask, unit=1)
+                saved.keep(self.name, "softmax dropout output", dropped)
+        vv = xp.take(v, xp.asarray(self.kv_of), axis=1)
+        o = xp.matmul(dropped, vv)  # [b, hq, s, d]
+        b_, hq, s, d = o.shape
+        o = xp.reshape(xp.permute_dims(o, (2, 0, 1, 3)), (s, b_, hq * d))
+        out, c_out = self.out.forward(o, saved)
+        return out, (c_qkv, q, k, v, None if self.flash else (probs, mask, dropped), c_out)
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        xp = self.tp.xp
+        c_qkv, q, k, v, kept, c_out = cache
+        if kept is None:
+            probs = self._probs(q, k)
+            mask = self._mask(probs) if self.p else None
+            dropped = probs if mask is None else probs * mask / (1.0 - self.p)
+        else:
+            probs, mask, dropped = kept
+        do = self.out.backward(c_out, dy)  # [s, b, hq*d]
+        s, b_ = do.shape[0], do.shape[1]
+        do = xp.permute_dims(xp.reshape(do, (s, b_, len(self.q_heads), self.d)), (1, 2, 0, 3))
+        idx = xp.asarray(self.kv_of)
+        vv = xp.take(v, idx, axis=1)
+        d_dropped = xp.matmul(do, xp.permute_dims(vv, (0, 1, 3, 2)))
+        dvv = xp.matmul(xp.permute_dims(dropped, (0, 1, 3, 2)), do)
+        dprobs = d_dropped if mask is None else d_dropped * mask / (1.0 - self.p)
+        dscores = probs * (dprobs - xp.sum(dprobs * probs, axis=-1, keepdims=True)) / math.sqrt(self.d)
+        kk = xp.take(k, idx, axis=1)
+        dq = xp.matmul(dscores, kk)
+        dkk = xp.matmul(xp.permute_dims(dscores, (0, 1, 3, 2)), q)
+        dk, dv = self._fold(dkk, k.shape), self._fold(dvv, v.shape)
+
+        def cols(a: Any) -> Any:  # [b, h, s, d] -> [s, b, h*d]
+            return xp.reshape(xp.permute_dims(a, (2, 0, 1, 3)), (s, b_, a.shape[1] * self.d))
+        dy_qkv = xp.concat([cols(dq), cols(dk), cols(dv)], axis=-1)
+        return self.qkv.backward(c_qkv, dy_qkv)
+
+    def _fold(self, per_q: Any, shape: tuple) -> Any:
+        """Sum the gradients of q heads that share a kv head onto that kv head."""
+        xp = self.tp.xp
+        parts = []
+        for j in range(shape[1]):
+            heads = [i for i, kv in enumerate(self.kv_of) if kv == j]
+            parts.append(sum(per_q[:, i:i + 1] for i in heads[1:]) + per_q[:, heads[0]:heads[0] + 1])
+        return xp.concat(parts, axis=1)
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return {**{f"qkv.{k}": v for k, v in self.qkv.grads.items()},
+                **{f"out.{k}": v for k, v in self.out.grads.items()}}

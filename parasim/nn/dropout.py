@@ -1,0 +1,30 @@
+"""Dropout with a seeded mask. The mask of the whole tensor is drawn from a stream every rank shares and
+each rank takes its slice, so split and unsplit runs drop exactly the same elements."""
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Saved, TPContext
+
+
+def dropout_mask(tp: TPContext, key: str, shape: tuple[int, ...], p: float, index: tuple = ()) -> Any:
+    """The keep-mask (1.0 kept, 0.0 dropped) of the whole `shape`, sliced by `index` for this rank."""
+    keep = tp.ctx.shared_rng(key).uniform(shape) >= p
+    mask = tp.xp.astype(keep, tp.xp.float64) if hasattr(tp.xp, "astype") else keep * 1.0
+    return mask[index] if index else mask
+
+
+class Dropout:
+    def __init__(self, tp: TPContext, p: float, key: str, name: str = "dropout"):
+        self.tp, self.p, self.key, self.name = tp, p, key, name
+
+    def forward(self, x: Any, saved: Saved, full_shape: tuple[int, ...], index: tuple = ()) -> tuple[Any, Any]:
+        """`full_shape`: the tensor's shape on one device; `index`: this rank's slice of it."""
+        if self.p == 0:
+            return x, None
+        mask = dropout_mask(self.tp, self.key, full_shape, self.p, index)
+        saved.keep(self.name, "mask", mask, unit=1)
+        return x * mask / (1.0 - self.p), mask
+
+    def backward(self, mask: Any, dy: Any) -> Any:
+        return dy if mask is None else dy * mask / (1.0 - self.p)

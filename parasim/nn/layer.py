@@ -1,0 +1,129 @@
+"""A GPT-style transformer layer split over TP (and SP), forward and backward, and a stack of them.
+
+    x -> LN1 -> attention -> dropout -> + x -> LN2 -> MLP -> dropout -> + -> y     (pre-norm, Megatron's GPT)
+
+Without SP, LN, dropout and the residual adds run on every TP rank on the whole activation; with SP each
+rank runs them on its slice of the sequence, the column-parallel blocks all-gather the sequence first and
+the row-parallel blocks reduce-scatter it after: same bytes on the wire, 1/t of the activations kept.
+Weights come whole from shared seeded streams (`layer_weights`), so the unsplit model is known exactly.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .attention import ParallelAttention
+from .core import Saved, TPContext
+from .dropout import Dropout
+from .mlp import ParallelMLP
+from .norm import LayerNorm
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    hidden: int
+    heads: int
+    kv_heads: int | None = None
+    ffn: int | None = None  # default 4 * hidden
+    dropout: float = 0.0
+    act: str = "gelu"
+    norm: str = "layernorm"  # or "rmsnorm"
+    bias: bool = True
+    flash: bool = False  # do not keep the attention scores (FlashAttention)
+
+    @property
+    def ffn_size(self) -> int:
+        return self.ffn or 4 * self.hidden
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+
+def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
+    """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
+    h, f, d = shape.hidden, shape.ffn_size, shape.hidden // shape.heads
+
+    def w(name: str, rows: int, cols: int) -> Any:
+        return ctx.shared_rng(f"{key}.{name}").normal((rows, cols), std=rows ** -0.5)
+
+    def b(name: str, n: int) -> Any:
+        return ctx.shared_rng(f"{key}.{name}").normal((n,), std=0.1) if shape.bias else None
+    out = {"wq": w("wq", h, shape.heads * d), "wk": w("wk", h, shape.kv * d), "wv": w("wv", h, shape.kv * d),
+           "wo": w("wo", shape.heads * d, h), "w1": w("w1", h, f), "w2": w("w2", f, h),
+           "bq": b("bq", shape.heads * d), "bk": b("bk", shape.kv * d), "bv": b("bv", shape.kv * d),
+           "bo": b("bo", h), "b1": b("b1", f), "b2": b("b2", h)}
+    for n in ("ln1", "ln2"):
+        out[f"{n}.weight"] = 1.0 + ctx.shared_rng(f"{key}.{n}.w").normal((h,), std=0.1)
+        out[f"{n}.bias"] = ctx.shared_rng(f"{key}.{n}.b").normal((h,), std=0.1) if shape.norm == "layernorm" else None
+    return out
+
+
+class TransformerLayer:
+    def __init__(self, tp: TPContext, shape: LayerShape, weights: dict[str, Any], key: str = "layer",
+                 name: str = "layer"):
+        self.tp, self.shape, self.name = tp, shape, name
+        rms = shape.norm == "rmsnorm"
+        self.ln1 = LayerNorm(tp, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
+        self.attn = ParallelAttention(tp, weights["wq"], weights["wk"], weights["wv"], weights["wo"], shape.heads,
+                                      shape.kv, dropout=shape.dropout, key=f"{key}.attn", name=f"{name}.attn",
+                                      flash=shape.flash, bq=weights["bq"], bk=weights["bk"], bv=weights["bv"],
+                                      bo=weights["bo"])
+        self.drop1 = Dropout(tp, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
+        self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
+        self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
+                               name=f"{name}.mlp")
+        self.drop2 = Dropout(tp, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
+
+    def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
+        """The whole activation's shape and this rank's slice of it (its tokens under SP)."""
+        tp = self.tp
+        if not tp.sp:
+            return tuple(x.shape), ()
+        n = x.shape[0]
+        return (n * tp.t, *x.shape[1:]), (slice(tp.r * n, (tp.r + 1) * n),)
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        full, index = self._where(x)
+        h, c_ln1 = self.ln1.forward(x, saved)
+        a, c_attn = self.attn.forward(h, saved)
+        a, m1 = self.drop1.forward(a, saved, full, index)
+        x2 = x + a
+        h2, c_ln2 = self.ln2.forward(x2, saved)
+        m, c_mlp = self.mlp.forward(h2, saved)
+        m, m2 = self.drop2.forward(m, saved, full, index)
+        return x2 + m, (c_ln1, c_attn, m1, c_ln2, c_mlp, m2)
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        c_ln1, c_attn, m1, c_ln2, c_mlp, m2 = cache
+        dm = self.drop2.backward(m2, dy)
+        dx2 = dy + self.ln2.backward(c_ln2, self.mlp.backward(c_mlp, dm))
+        da = self.drop1.backward(m1, dx2)
+        return dx2 + self.ln1.backward(c_ln1, self.attn.backward(c_attn, da))
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        out = {}
+        for part in ("ln1", "attn", "ln2", "mlp"):
+            for k, v in getattr(self, part).grads.items():
+                out[f"{part}.{k}"] = v
+        return out
+
+
+class Stack:
+    """Layers one after another; backward runs them in reverse."""
+
+    def __init__(self, layers: list[TransformerLayer]):
+        self.layers = layers
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, list]:
+        caches = []
+        for layer in self.layers:
+            x, c = layer.forward(x, saved)
+            caches.append(c)
+        return x, caches
+
+    def backward(self, caches: list, dy: Any) -> Any:
+        for layer, c in zip(reversed(self.layers), reversed(caches)):
+            dy = layer.backward(c, dy)
+        return dy

@@ -1,0 +1,52 @@
+"""LayerNorm and RMSNorm over the hidden dim. Each token is normalised alone, so under sequence
+parallelism a rank normalises its own tokens; its weight gradients are then partial sums over TP."""
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Replicate, Saved, TPContext
+
+
+class LayerNorm:
+    placements = {"weight": Replicate(), "bias": Replicate(), "input": Replicate()}  # input Shard(0) under SP
+
+    def __init__(self, tp: TPContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
+                 rms: bool = False):
+        xp = tp.xp
+        self.tp, self.name, self.eps, self.rms = tp, name, eps, rms
+        self.weight = xp.asarray(weight, copy=True)
+        self.bias = None if bias is None or rms else xp.asarray(bias, copy=True)
+        self.grads: dict[str, Any] = {}
+
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        xp = self.tp.xp
+        saved.keep(self.name, "input", x)
+        if self.rms:
+            rstd = 1.0 / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+            xhat = x * rstd
+        else:
+            mu = xp.mean(x, axis=-1, keepdims=True)
+            var = xp.mean((x - mu) ** 2, axis=-1, keepdims=True)
+            rstd = 1.0 / xp.sqrt(var + self.eps)
+            xhat = (x - mu) * rstd
+        y = xhat * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y, (xhat, rstd)  # kept as functions of the input (counted above), as a fused kernel would
+
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        tp, xp = self.tp, self.tp.xp
+        xhat, rstd = cache
+        lead = tuple(range(dy.ndim - 1))
+        grads = {"weight": xp.sum(dy * xhat, axis=lead)}
+        if self.bias is not None:
+            grads["bias"] = xp.sum(dy, axis=lead)
+        for k, g in grads.items():
+            if tp.sp and tp.t > 1:  # each rank saw only its tokens
+                g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum {k} grad (SP)")
+            self.grads[k] = g if k not in self.grads else self.grads[k] + g
+        dxhat = dy * self.weight
+        if self.rms:
+            return rstd * (dxhat - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))
+        return rstd * (dxhat - xp.mean(dxhat, axis=-1, keepdims=True)
+                       - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))

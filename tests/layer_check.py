@@ -1,0 +1,122 @@
+"""Helpers to run one parallel transformer layer and compare it with torch autograd on the unsplit layer."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+import parasim
+from parasim.context import Rng
+from parasim.nn import Saved, TPContext
+from parasim.nn.attention import head_split
+from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+
+SEED = 0
+
+
+def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.ndarray:
+    rng = Rng(SEED, (1, *name.encode()), lambda a: a)
+    if p is not None:
+        return (rng.uniform(shape) >= p).astype(float)
+    return rng.normal(shape, std=std)
+
+
+def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int):
+    def program(ctx):
+        group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
+        t = TPContext(ctx, group, sp=sp)
+        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        x = ctx.shared_rng("x").normal((s, b, shape.hidden))
+        dy = ctx.shared_rng("dy").normal((s, b, shape.hidden))
+        if sp:
+            x, dy = t.shard(x, 0), t.shard(dy, 0)
+        saved = Saved()
+        y, cache = layer.forward(x, saved)
+        dx = layer.backward(cache, dy)
+        return {"y": y, "dx": dx, "grads": layer.grads, "saved": saved.bytes(), "cols": None}
+    return parasim.run(program, tp, seed=SEED)
+
+
+def reference(shape: LayerShape, s: int, b: int):
+    import torch
+    import torch.nn.functional as F
+
+    class Ctx:
+        def shared_rng(self, name):
+            return Rng(SEED, (1, *name.encode()), lambda a: a)
+    W = {k: None if v is None else torch.tensor(v, requires_grad=True) for k, v in
+         layer_weights(Ctx(), shape, "L0").items()}
+    h, a, kv, p = shape.hidden, shape.heads, shape.kv, shape.dropout
+    d = h // a
+    x = torch.tensor(shared("x", (s, b, h)), requires_grad=True)
+    dy = torch.tensor(shared("dy", (s, b, h)))
+
+    def norm(z, n):
+        if shape.norm == "rmsnorm":
+            return z * torch.rsqrt((z * z).mean(-1, keepdim=True) + 1e-5) * W[f"{n}.weight"]
+        return F.layer_norm(z, (h,), W[f"{n}.weight"], W[f"{n}.bias"], eps=1e-5)
+
+    def lin(z, w, bias):
+        return z @ w + (0 if bias is None else bias)
+
+    def drop(z, key, shp):
+        if p == 0:
+            return z
+        return z * torch.tensor(shared(key, shp, p=p)) / (1 - p)
+    h1 = norm(x, "ln1")
+    q = lin(h1, W["wq"], W["bq"]).reshape(s, b, a, d).permute(1, 2, 0, 3)
+    k = lin(h1, W["wk"], W["bk"]).reshape(s, b, kv, d).permute(1, 2, 0, 3).repeat_interleave(a // kv, dim=1)
+    v = lin(h1, W["wv"], W["bv"]).reshape(s, b, kv, d).permute(1, 2, 0, 3).repeat_interleave(a // kv, dim=1)
+    scores = q @ k.transpose(-1, -2) / math.sqrt(d)
+    causal = torch.ones(s, s, dtype=torch.bool).triu(1)
+    probs = torch.softmax(scores.masked_fill(causal, -math.inf), dim=-1)
+    probs = drop(probs, "L0.attn.probs", (b, a, s, s))
+    o = (probs @ v).permute(2, 0, 1, 3).reshape(s, b, a * d)
+    x2 = x + drop(lin(o, W["wo"], W["bo"]), "L0.drop1", (s, b, h))
+    act = {"gelu": lambda z: F.gelu(z, approximate="tanh"), "relu": F.relu}[shape.act]
+    m = lin(act(lin(norm(x2, "ln2"), W["w1"], W["b1"])), W["w2"], W["b2"])
+    y = x2 + drop(m, "L0.drop2", (s, b, h))
+    (y * dy).sum().backward()
+    return y.detach().numpy(), x.grad.numpy(), {k: v.grad.numpy() for k, v in W.items() if v is not None}
+
+
+def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """The split run's output, input grad and full weight grads, put back together."""
+    vals = res.values
+    cat = (lambda key: np.concatenate([v[key] for v in vals], axis=0)) if sp else (lambda key: vals[0][key])
+    if not sp:
+        for v in vals:
+            assert np.allclose(v["y"], vals[0]["y"], atol=1e-12) and np.allclose(v["dx"], vals[0]["dx"], atol=1e-12)
+    h, a, kv = shape.hidden, shape.heads, shape.kv
+    d = h // a
+    g: dict[str, np.ndarray] = {}
+    g["ln1.weight"], g["ln2.weight"] = vals[0]["grads"]["ln1.weight"], vals[0]["grads"]["ln2.weight"]
+    if shape.norm == "layernorm":
+        g["ln1.bias"], g["ln2.bias"] = vals[0]["grads"]["ln1.bias"], vals[0]["grads"]["ln2.bias"]
+    g["w1"] = np.concatenate([v["grads"]["mlp.fc1.weight"] for v in vals], axis=1)
+    g["w2"] = np.concatenate([v["grads"]["mlp.fc2.weight"] for v in vals], axis=0)
+    g["wo"] = np.concatenate([v["grads"]["attn.out.weight"] for v in vals], axis=0)
+    wq, wk, wv = np.zeros((h, a * d)), np.zeros((h, kv * d)), np.zeros((h, kv * d))
+    bq, bk, bv = np.zeros(a * d), np.zeros(kv * d), np.zeros(kv * d)
+    for r, v in enumerate(vals):
+        qh, kvh = head_split(a, kv, tp, r)
+        dw = v["grads"]["attn.qkv.weight"]
+        db = v["grads"].get("attn.qkv.bias")
+        nq = len(qh) * d
+        for i, head in enumerate(qh):
+            wq[:, head * d:(head + 1) * d] += dw[:, i * d:(i + 1) * d]
+            if db is not None:
+                bq[head * d:(head + 1) * d] += db[i * d:(i + 1) * d]
+        for i, head in enumerate(kvh):
+            off = nq + len(kvh) * d
+            wk[:, head * d:(head + 1) * d] += dw[:, nq + i * d:nq + (i + 1) * d]
+            wv[:, head * d:(head + 1) * d] += dw[:, off + i * d:off + (i + 1) * d]
+            if db is not None:
+                bk[head * d:(head + 1) * d] += db[nq + i * d:nq + (i + 1) * d]
+                bv[head * d:(head + 1) * d] += db[off + i * d:off + (i + 1) * d]
+    g["wq"], g["wk"], g["wv"] = wq, wk, wv
+    if shape.bias:
+        g["bq"], g["bk"], g["bv"] = bq, bk, bv
+        g["b1"] = np.concatenate([v["grads"]["mlp.fc1.bias"] for v in vals], axis=0)
+        g["b2"], g["bo"] = vals[0]["grads"]["mlp.fc2.bias"], vals[0]["grads"]["attn.out.bias"]
+    return cat("y"), cat("dx"), g
