@@ -56,6 +56,7 @@ class Lesson:
     seed: int = 0
     min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
     max_world: int | None = None
+    worlds: tuple[int, ...] | None = None  # or exactly these world sizes
     source: str = field(default="", compare=False)  # the lesson's file, set when it is loaded
 
     @property
@@ -63,8 +64,17 @@ class Lesson:
         """How real ranks find the program: (file, function name); lesson files are loaded by path."""
         return self.source, self.program.__name__
 
+    def fits(self, world: int) -> bool:
+        if self.worlds is not None:
+            return world in self.worlds
+        return self.min_world <= world and (self.max_world is None or world <= self.max_world)
+
     def check_world(self, world: int) -> None:
         """Raise UsageError unless the lesson can run on `world` ranks."""
+        if self.worlds is not None:
+            if world not in self.worlds:
+                raise UsageError(f"lesson {self.name!r} runs on {', '.join(map(str, self.worlds))} ranks, not {world}")
+            return
         hi = self.max_world
         if world < self.min_world or (hi is not None and world > hi):
             span = (f"exactly {hi}" if hi == self.min_world else f"{self.min_world} to {hi}") if hi is not None \

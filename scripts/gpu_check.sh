@@ -20,8 +20,7 @@ gpus = torch.cuda.device_count()
 print(f"{gpus} CUDA GPU(s) visible: {', '.join(torch.cuda.get_device_name(i) for i in range(gpus)) or 'none'}")
 rows = []
 for lesson in load_lessons().values():
-    worlds = sorted({w for w in (1, 2, 4, 8, lesson.world) if w <= gpus and w >= lesson.min_world
-                     and (lesson.max_world is None or w <= lesson.max_world)})
+    worlds = sorted({w for w in (1, 2, 4, 8, lesson.world) if w <= gpus and lesson.fits(w)})
     for w in worlds:
         t = time.perf_counter()
         out = subprocess.run([sys.executable, "-m", "parasim", "run", lesson.name, "--backend", "nccl",

@@ -107,7 +107,7 @@ def bytes_by_rank(evs, world):
 
 
 # -- the numbers ------------------------------------------------------------------------------------------
-@settings(max_examples=400, **SETTINGS)
+@settings(max_examples=800, **SETTINGS)
 @given(cases())
 def test_mlp_matches_torch(c):
     res = run(c)
@@ -138,7 +138,7 @@ def ops(evs):
     return [e.op for e in evs]
 
 
-@settings(max_examples=200, **SETTINGS)
+@settings(max_examples=300, **SETTINGS)
 @given(cases())
 def test_mlp_collectives(c):
     t = c["tp"]
@@ -181,10 +181,26 @@ def test_mlp_collectives(c):
 
 
 # -- what forward keeps -----------------------------------------------------------------------------------
-@settings(max_examples=150, **SETTINGS)
+@settings(max_examples=200, **SETTINGS)
 @given(cases())
 def test_mlp_saved_bytes(c):
     t, s, b, h, f = c["tp"], c["seq"], c["batch"], c["hidden"], c["ffn"]
     fc1_input = s * b * h // t if c["sp"] else s * b * h
     expected = 2 * (fc1_input + s * b * f // t + s * b * f // t)
     assert [v["saved"] for v in run(c).values] == [expected] * t
+
+
+# -- sizes that do not split ------------------------------------------------------------------------------
+@pytest.mark.parametrize("what", ["ffn", "seq"])
+def test_uneven_split_is_refused(what):
+    def prog(ctx):
+        tp = TPContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=what == "seq")
+        f = 6 if what == "ffn" else 4  # 6 columns over 4 ranks
+        s = 6 if what == "seq" else 4  # a sequence of 6 over 4 ranks
+        mlp = ParallelMLP(tp, ctx.shared_rng("w1").normal((4, f)), ctx.shared_rng("w2").normal((f, 4)), act="relu")
+        x = ctx.shared_rng("x").normal((s, 1, 4))
+        if tp.sp:
+            x = tp.shard(x, 0)
+        return mlp.forward(x, Saved())[0]
+    with pytest.raises(parasim.ParasimError):
+        parasim.run(prog, world=4)

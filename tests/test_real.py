@@ -43,7 +43,7 @@ def _lesson_worlds():
     from parasim.lesson import load_lessons
     for lesson in load_lessons().values():
         for nproc in (2, 4):
-            if lesson.min_world <= nproc and (lesson.max_world is None or nproc <= lesson.max_world):
+            if lesson.fits(nproc):
                 yield lesson.name, nproc
 
 

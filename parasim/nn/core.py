@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.interface import Group
+from ..layout import LayoutError
 
 
 # -- placements, as torch's DTensor names them -------------------------------------------------------
@@ -61,6 +62,9 @@ class TPContext:
 
     def shard(self, full: Any, dim: int) -> Any:
         """This rank's slice of a whole tensor along `dim` (a copy, so it owns its memory)."""
+        if full.shape[dim] % self.t:
+            raise LayoutError(f"size {full.shape[dim]} of dim {dim} does not divide by tp {self.t}: each rank must "
+                              "hold an equal slice")
         n = full.shape[dim] // self.t
         index = [slice(None)] * full.ndim
         index[dim] = slice(self.r * n, (self.r + 1) * n)
