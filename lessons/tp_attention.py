@@ -1,0 +1,129 @@
+"""Tensor parallelism in attention: whole heads per rank, one all-reduce after the output projection,
+two all-reduces forward and two backward per layer, and grouped-query attention with fewer kv heads
+than ranks (each kv head then lives on several ranks)."""
+from __future__ import annotations
+
+import numpy as np
+
+import parasim
+from parasim.lesson import Check, Lesson, check
+from parasim.nn import Saved, TPContext
+from parasim.nn.attention import ParallelAttention, head_split
+from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+
+S, B, H, HEADS = 4, 1, 8, 4
+
+
+def gqa_kv(world: int) -> int:
+    """Fewer kv heads than ranks (when there is more than one rank), so kv heads are replicated."""
+    return max(1, world // 2)
+
+
+def _attention(ctx, tp: TPContext, kv: int, key: str):
+    shape = LayerShape(hidden=H, heads=HEADS, kv_heads=kv)
+    w = layer_weights(ctx, shape, key)
+    attn = ParallelAttention(tp, w["wq"], w["wk"], w["wv"], w["wo"], HEADS, kv, key=f"{key}.attn",
+                             bq=w["bq"], bk=w["bk"], bv=w["bv"], bo=w["bo"])
+    x = ctx.shared_rng("x").normal((S, B, H))
+    y, cache = attn.forward(x, Saved())
+    dx = attn.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
+    return attn, y, dx
+
+
+def program(ctx):
+    group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
+    tp, out = TPContext(ctx, group), {}
+
+    ctx.phase("heads split across ranks")
+    attn, y, dx = _attention(ctx, tp, HEADS, "mha")
+    ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
+    out["mha"] = {"y": y, "dx": dx}
+
+    shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1)
+    layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
+    x = ctx.shared_rng("x").normal((S, B, H))
+    ctx.phase("one layer forward")
+    y, cache = layer.forward(x, Saved())
+    ctx.phase("one layer backward")
+    layer.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
+
+    ctx.phase("grouped-query attention")
+    kv = gqa_kv(ctx.world)
+    attn, y, dx = _attention(ctx, tp, kv, "gqa")
+    ctx.note(f"q heads {attn.q_heads} read kv head {attn.kv_local} ({HEADS // kv} q heads share each kv head)")
+    d = H // HEADS
+    nq = len(attn.q_heads) * d
+    out["gqa"] = {"y": y, "dx": dx, "kv": attn.kv_local, "dwk": attn.qkv.grads["weight"][:, nq:nq + d]}
+    return out
+
+
+def _unsplit(world: int):
+    """The same attention on one rank, with the GQA shape the split run of `world` ranks used."""
+    def program(ctx):
+        tp, res, d = TPContext(ctx, None), {}, H // HEADS
+        for name, kv in (("mha", HEADS), ("gqa", gqa_kv(world))):
+            attn, y, dx = _attention(ctx, tp, kv, name)
+            res[name] = {"y": y, "dx": dx, "wk": attn.qkv.grads["weight"][:, HEADS * d:HEADS * d + kv * d]}
+        return res
+    return program
+
+
+def checks(result) -> list[Check]:
+    t, v = result.world, result.values
+    ref = parasim.run(_unsplit(t), 1).values[0]  # the same layers on one rank: the unsplit computation
+    out = []
+    for name in ("mha", "gqa"):
+        diff = max(float(np.max(np.abs(np.asarray(x[name][k]) - np.asarray(ref[name][k])))) for x in v
+                   for k in ("y", "dx"))
+        out.append(check(f"{name}: output and input gradient on every rank equal the unsplit attention "
+                         "(largest difference)", diff, 0.0, atol=1e-12))
+    for phase in ("one layer forward", "one layer backward"):
+        n = sum(1 for e in result.trace.events if e.phase == phase and e.op == "all_reduce")
+        out.append(check(f"{phase}: all-reduces on the TP group", n, 2 if t > 1 else 0))
+    ar = next((e for e in result.trace.events if e.phase == "one layer forward" and e.op == "all_reduce"), None)
+    if ar is not None:
+        out.append(check("each moves 2(t-1)/t of an s·b·h activation per rank",
+                         sorted({m.sent for m in ar.members}), [2 * (t - 1) * S * B * H * 8 // t]))
+    kv = gqa_kv(t)
+    out.append(check(f"GQA, {kv} kv head(s) on {t} rank(s): rank r holds kv head r // (t/kv)",
+                     [x["gqa"]["kv"] for x in v], [head_split(HEADS, kv, t, r)[1] for r in range(t)]))
+    d = H // HEADS
+    summed = np.zeros_like(np.asarray(ref["gqa"]["wk"]))
+    for r, x in enumerate(v):  # a replicated kv head's weight gradient is a partial sum over its replicas
+        (head,) = x["gqa"]["kv"]
+        summed[:, head * d:(head + 1) * d] += np.asarray(x["gqa"]["dwk"])
+    out.append(check("the replicas' K-weight gradients add up to the unsplit one (largest difference)",
+                     float(np.max(np.abs(summed - np.asarray(ref["gqa"]["wk"])))), 0.0, atol=1e-12))
+    return out
+
+
+NARRATIVE = {
+    "heads split across ranks": """
+        The query, key and value weights are split by columns grouped by head, so each rank owns whole
+        heads. A score is a dot product over all of a head's dimensions: half a head would give half a
+        sum, and no softmax can be taken of that. With whole heads each rank computes its heads' scores,
+        softmax and weighted sums alone; the output projection is split by rows and one all-reduce (g)
+        adds the heads' contributions.""",
+    "one layer forward": """
+        A whole layer has two such blocks, attention and the MLP, so two all-reduces going forward (g)...""",
+    "one layer backward": """
+        ... and two going backward (f), one for each block's input. They sit on the critical path of every
+        layer, which is why TP is kept inside a node.""",
+    "grouped-query attention": """
+        With grouped-query attention several query heads share one key/value head. When there are fewer
+        kv heads than TP ranks, a kv head cannot be split: each rank keeps a copy of the one its query
+        heads read. The copies' weight gradients are partial sums, which must be added across the ranks
+        that share the head.""",
+}
+
+LESSON = Lesson(
+    name="tp-attention",
+    title="Tensor parallelism in attention: whole heads per rank, and GQA",
+    world=4,
+    worlds=(1, 2, 4),
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="heads split over TP ranks, 2 all-reduces forward and 2 backward per layer, kv heads replicated",
+    keep_values=0,
+)
