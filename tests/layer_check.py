@@ -37,19 +37,26 @@ def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int):
     return parasim.run(program, tp, seed=SEED)
 
 
-def reference(shape: LayerShape, s: int, b: int):
+class _SharedCtx:
+    """Enough of a context for layer_weights: the same shared streams as the ranks use."""
+
+    def shared_rng(self, name):
+        return Rng(SEED, (1, *name.encode()), lambda a: a)
+
+
+def torch_weights(shape: LayerShape, key: str) -> dict:
+    import torch
+    return {k: None if v is None else torch.tensor(v, requires_grad=True)
+            for k, v in layer_weights(_SharedCtx(), shape, key).items()}
+
+
+def torch_layer(x, W: dict, shape: LayerShape, key: str):
+    """The unsplit layer in torch (float64), dropout masks drawn from the same shared streams."""
     import torch
     import torch.nn.functional as F
-
-    class Ctx:
-        def shared_rng(self, name):
-            return Rng(SEED, (1, *name.encode()), lambda a: a)
-    W = {k: None if v is None else torch.tensor(v, requires_grad=True) for k, v in
-         layer_weights(Ctx(), shape, "L0").items()}
-    h, a, kv, p = shape.hidden, shape.heads, shape.kv, shape.dropout
+    s, b, h = x.shape
+    a, kv, p = shape.heads, shape.kv, shape.dropout
     d = h // a
-    x = torch.tensor(shared("x", (s, b, h)), requires_grad=True)
-    dy = torch.tensor(shared("dy", (s, b, h)))
 
     def norm(z, n):
         if shape.norm == "rmsnorm":
@@ -59,24 +66,28 @@ def reference(shape: LayerShape, s: int, b: int):
     def lin(z, w, bias):
         return z @ w + (0 if bias is None else bias)
 
-    def drop(z, key, shp):
-        if p == 0:
-            return z
-        return z * torch.tensor(shared(key, shp, p=p)) / (1 - p)
+    def drop(z, name, shp):
+        return z if p == 0 else z * torch.tensor(shared(f"{key}.{name}", shp, p=p)) / (1 - p)
     h1 = norm(x, "ln1")
     q = lin(h1, W["wq"], W["bq"]).reshape(s, b, a, d).permute(1, 2, 0, 3)
     k = lin(h1, W["wk"], W["bk"]).reshape(s, b, kv, d).permute(1, 2, 0, 3).repeat_interleave(a // kv, dim=1)
     v = lin(h1, W["wv"], W["bv"]).reshape(s, b, kv, d).permute(1, 2, 0, 3).repeat_interleave(a // kv, dim=1)
     scores = q @ k.transpose(-1, -2) / math.sqrt(d)
     causal = torch.ones(s, s, dtype=torch.bool).triu(1)
-    probs = torch.softmax(scores.masked_fill(causal, -math.inf), dim=-1)
-    probs = drop(probs, "L0.attn.probs", (b, a, s, s))
+    probs = drop(torch.softmax(scores.masked_fill(causal, -math.inf), dim=-1), "attn.probs", (b, a, s, s))
     o = (probs @ v).permute(2, 0, 1, 3).reshape(s, b, a * d)
-    x2 = x + drop(lin(o, W["wo"], W["bo"]), "L0.drop1", (s, b, h))
+    x2 = x + drop(lin(o, W["wo"], W["bo"]), "drop1", (s, b, h))
     act = {"gelu": lambda z: F.gelu(z, approximate="tanh"), "relu": F.relu}[shape.act]
     m = lin(act(lin(norm(x2, "ln2"), W["w1"], W["b1"])), W["w2"], W["b2"])
-    y = x2 + drop(m, "L0.drop2", (s, b, h))
-    (y * dy).sum().backward()
+    return x2 + drop(m, "drop2", (s, b, h))
+
+
+def reference(shape: LayerShape, s: int, b: int):
+    import torch
+    W = torch_weights(shape, "L0")
+    x = torch.tensor(shared("x", (s, b, shape.hidden)), requires_grad=True)
+    y = torch_layer(x, W, shape, "L0")
+    (y * torch.tensor(shared("dy", (s, b, shape.hidden)))).sum().backward()
     return y.detach().numpy(), x.grad.numpy(), {k: v.grad.numpy() for k, v in W.items() if v is not None}
 
 
@@ -87,6 +98,12 @@ def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.nd
     if not sp:
         for v in vals:
             assert np.allclose(v["y"], vals[0]["y"], atol=1e-12) and np.allclose(v["dx"], vals[0]["dx"], atol=1e-12)
+    return cat("y"), cat("dx"), layer_grads([v["grads"] for v in vals], shape, tp)
+
+
+def layer_grads(per_rank: list[dict], shape: LayerShape, tp: int) -> dict[str, np.ndarray]:
+    """One layer's full weight gradients from every rank's shard gradients (replicated kv heads summed)."""
+    vals = [{"grads": g} for g in per_rank]
     h, a, kv = shape.hidden, shape.heads, shape.kv
     d = h // a
     g: dict[str, np.ndarray] = {}
@@ -119,4 +136,4 @@ def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.nd
         g["bq"], g["bk"], g["bv"] = bq, bk, bv
         g["b1"] = np.concatenate([v["grads"]["mlp.fc1.bias"] for v in vals], axis=0)
         g["b2"], g["bo"] = vals[0]["grads"]["mlp.fc2.bias"], vals[0]["grads"]["attn.out.bias"]
-    return cat("y"), cat("dx"), g
+    return g

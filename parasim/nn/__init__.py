@@ -5,9 +5,15 @@ ranks (torch). Weights are drawn whole from `ctx.shared_rng` on every rank and e
 so the unsplit model (the reference) is known exactly. Activations use Megatron's [s, b, h] layout:
 sequence parallelism splits dim 0.
 """
+from .attention import ParallelAttention
 from .core import Partial, Replicate, Saved, Shard, TPContext
+from .dropout import Dropout
+from .embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
+from .layer import LayerShape, Stack, TransformerLayer, layer_weights
 from .linear import ColumnParallelLinear, RowParallelLinear
 from .mlp import ParallelMLP
+from .norm import LayerNorm
 
 __all__ = ["Replicate", "Shard", "Partial", "Saved", "TPContext", "ColumnParallelLinear", "RowParallelLinear",
-           "ParallelMLP"]
+           "ParallelMLP", "ParallelAttention", "LayerNorm", "Dropout", "VocabParallelEmbedding",
+           "VocabParallelCrossEntropy", "LayerShape", "TransformerLayer", "Stack", "layer_weights"]

@@ -1,0 +1,79 @@
+"""Vocabulary-parallel embedding and cross-entropy: the vocabulary is split over TP ranks.
+
+The embedding table is split by rows (tokens): a rank looks up the tokens it owns, zeros for the rest,
+and g's all-reduce (a reduce-scatter under SP) assembles every token's vector. The output layer is a
+column-parallel linear, so each rank holds the logits of its slice of the vocabulary; the loss then needs
+only three small all-reduces (the max, the sum of exponentials, the target's logit), never the whole
+logits on one rank.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .core import Saved, Shard, TPContext
+
+
+def _owned(tp: TPContext, ids: Any, vocab: int) -> tuple[Any, Any]:
+    """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
+    xp = tp.xp
+    n = vocab // tp.t
+    local = ids - tp.r * n
+    mine = (local >= 0) & (local < n)
+    cols = xp.arange(n)
+    onehot = xp.astype((local[..., None] == cols) & mine[..., None], xp.float64)
+    return onehot, mine
+
+
+class VocabParallelEmbedding:
+    placements = {"weight": Shard(0)}
+
+    def __init__(self, tp: TPContext, weight: Any, name: str = "embedding"):
+        self.tp, self.name, self.vocab = tp, name, weight.shape[0]
+        self.weight = tp.shard(weight, 0)
+        self.grads: dict[str, Any] = {}
+
+    def forward(self, ids: Any, saved: Saved) -> tuple[Any, tuple]:
+        """ids [s, b] (whole sequence on every rank) -> [s, b, h] (this rank's tokens under SP)."""
+        tp, xp = self.tp, self.tp.xp
+        onehot, _ = _owned(tp, ids, self.vocab)
+        partial = xp.matmul(onehot, self.weight)  # a row lookup, written as a product the backward can reuse
+        y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter") if tp.sp else tp.g_forward(partial)
+        return y, (onehot,)
+
+    def backward(self, cache: tuple, dy: Any) -> None:
+        tp, xp = self.tp, self.tp.xp
+        (onehot,) = cache
+        full = tp.gather_seq(dy, f"{self.name} backward: all-gather") if tp.sp else tp.g_backward(dy)
+        g = xp.tensordot(onehot, full, axes=([0, 1], [0, 1]))  # each owned row sums the grads of its tokens
+        self.grads["weight"] = g if "weight" not in self.grads else self.grads["weight"] + g
+
+
+class VocabParallelCrossEntropy:
+    """Mean cross-entropy over all tokens from logits sharded on the vocabulary dim."""
+
+    def __init__(self, tp: TPContext, vocab: int, name: str = "loss"):
+        self.tp, self.vocab, self.name = tp, vocab, name
+
+    def forward(self, logits: Any, targets: Any, saved: Saved) -> tuple[Any, tuple]:
+        tp, xp = self.tp, self.tp.xp
+        comm, group = tp.comm, tp.group
+        local_max = xp.max(logits, axis=-1)
+        m = local_max if tp.t == 1 else comm.all_reduce(local_max, op="max", group=group, label="loss: max logit")
+        e = xp.exp(logits - m[..., None])
+        local_sum = xp.sum(e, axis=-1)
+        total = local_sum if tp.t == 1 else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
+        onehot, _ = _owned(tp, targets, self.vocab)
+        local_target = xp.sum(onehot * (logits - m[..., None]), axis=-1)
+        target = local_target if tp.t == 1 else comm.all_reduce(local_target, group=group,
+                                                                label="loss: target logit")
+        losses = xp.log(total) - target
+        saved.keep(self.name, "softmax", e)
+        count = 1
+        for n in losses.shape:
+            count *= int(n)
+        return xp.sum(losses) / count, (e, total, onehot, count)
+
+    def backward(self, cache: tuple) -> Any:
+        """d(mean loss)/d(logits) of this rank's vocabulary slice: (softmax - onehot) / tokens. No communication."""
+        e, total, onehot, count = cache
+        return (e / total[..., None] - onehot) / count
