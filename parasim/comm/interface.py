@@ -171,6 +171,15 @@ def check_divisible(shape: tuple[int, ...], dim: int, t: int, op: str) -> None:
         raise CollectiveError(f"{op}: size {shape[dim]} of dim {dim} does not divide by the group size {t}")
 
 
+def check_peer(peer: Any, rank: int, group: Group, what: str) -> int:
+    """A point-to-point peer: a global rank in `group`, not the caller itself."""
+    if not isinstance(peer, (int, np.integer)) or int(peer) not in group.ranks:
+        raise CollectiveError(f"{what} rank {peer!r}: not a member of group {group}")
+    if int(peer) == rank:
+        raise CollectiveError(f"{what} rank {peer}: a rank cannot send to or receive from itself")
+    return int(peer)
+
+
 def chunk_sizes(n: int, t: int) -> list[int]:
     """How the ring splits n elements into t chunks (the first n % t chunks one larger)."""
     base, extra = divmod(n, t)

@@ -12,13 +12,13 @@ import json
 import time
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
-                        Group, Recv, Send, broadcast_bytes, call_site, check_algo, check_divisible, check_reduce_op,
+                        Group, Recv, Send, broadcast_bytes, call_site, check_algo, check_divisible, check_peer,
+                        check_reduce_op,
                         describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error,
                         ring_bytes, site_name)
 
@@ -301,12 +301,12 @@ class TorchComm(Comm):
         posts = []
         for o in ops:
             if isinstance(o, Send):
-                posts.append((True, _peer(o.dst, self.rank, g, "send to"), o.x.contiguous(), tuple(o.x.shape),
+                posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.contiguous(), tuple(o.x.shape),
                               o.x.dtype))
             elif isinstance(o, Recv):
                 dtype = getattr(torch, dtype_name(o.dtype))
                 shape = tuple(int(n) for n in o.shape)
-                posts.append((False, _peer(o.src, self.rank, g, "recv from"),
+                posts.append((False, check_peer(o.src, self.rank, g, "recv from"),
                               torch.empty(shape, dtype=dtype, device=self.device), shape, dtype))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
@@ -394,11 +394,3 @@ def _nbytes(x: torch.Tensor) -> int:
 
 def _hop_bytes(rank: int, hops: list[dict], received: int) -> tuple[int, int]:
     return sum(tr["bytes"] for h in hops for tr in h["transfers"] if tr["src"] == rank), received
-
-
-def _peer(peer: Any, rank: int, group: Group, what: str) -> int:
-    if not isinstance(peer, (int, np.integer)) or int(peer) not in group.ranks:
-        raise CollectiveError(f"{what} rank {peer!r}: not a member of group {group}")
-    if int(peer) == rank:
-        raise CollectiveError(f"{what} rank {peer}: a rank cannot send to or receive from itself")
-    return int(peer)

@@ -19,8 +19,8 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER,
-                        Comm, Group, Recv, Send, call_site, check_algo, check_divisible, check_reduce_op, describe,
-                        describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, site_name)
+                        Comm, Group, Recv, Send, call_site, check_algo, check_divisible, check_peer, check_reduce_op,
+                        describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, site_name)
 from .kernels import KERNELS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -296,9 +296,9 @@ class VirtualWorld:
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
                 _check_array(o.x, "send")
-                posts.append(_Post(batch, _check_peer(o.dst, rank, group, "send to"), x=o.x))
+                posts.append(_Post(batch, check_peer(o.dst, rank, group, "send to"), x=o.x))
             elif isinstance(o, Recv):
-                peer = _check_peer(o.src, rank, group, "recv from")
+                peer = check_peer(o.src, rank, group, "recv from")
                 try:
                     shape = tuple(int(n) for n in o.shape)
                     dtype = np.dtype(dtype_name(o.dtype))
@@ -375,14 +375,6 @@ def _tensor(x: np.ndarray) -> Tensor:
 def _check_array(x: Any, op: str) -> None:
     if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
         raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
-
-
-def _check_peer(peer: Any, rank: int, group: Group, what: str) -> int:
-    if not isinstance(peer, (int, np.integer)) or int(peer) not in group.ranks:
-        raise CollectiveError(f"{what} rank {peer!r}: not a member of group {group}")
-    if int(peer) == rank:
-        raise CollectiveError(f"{what} rank {peer}: a rank cannot send to or receive from itself")
-    return int(peer)
 
 
 class VirtualComm(Comm):
