@@ -57,11 +57,36 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         _write(args.trace, lr.result.trace.to_json() + "\n")
     if args.json:
         print(json.dumps(lr.to_dict(), indent=1))
+    elif args.tui or (not args.plain and sys.stdout.isatty()):
+        _open_tui(lr.result.trace, lesson.narrative, lesson.title)
     else:
-        # The step-through TUI (its own issue) will open here on a terminal; until then, plain text.
         from .walkthrough import walkthrough
         sys.stdout.write(walkthrough(lr))
     return 0 if lr.ok else 1
+
+
+def _open_tui(trace, narrative: dict, title: str) -> None:
+    from .tui.app import ParasimApp
+    from .tui.view import View
+    ParasimApp(View(trace, narrative, title)).run()
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from .lesson import load_lessons
+    from .trace import Trace
+
+    trace = Trace.load(args.trace)
+    lesson = load_lessons().get(trace.meta.get("lesson", ""))
+    narrative, title = (lesson.narrative, lesson.title) if lesson else ({}, args.trace)
+    if args.plain or not sys.stdout.isatty():
+        from .engine import RunResult
+        from .lesson import Lesson, LessonRun
+        from .walkthrough import walkthrough
+        shown = lesson or Lesson(args.trace, args.trace, trace.world, lambda ctx: None, {}, lambda r: [])
+        sys.stdout.write(walkthrough(LessonRun(shown, RunResult([], trace), [])))
+        return 0
+    _open_tui(trace, narrative, title)
+    return 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -134,13 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
                                     "Without NAME, list the lessons.")
     lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them)")
     out = lp.add_mutually_exclusive_group()
-    out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default for now)")
+    out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default when "
+                     "stdout is not a terminal)")
+    out.add_argument("--tui", action="store_true", help="open the step-through app (the default on a terminal)")
     out.add_argument("--json", action="store_true",
                      help='print {"lesson", "world", "events", "values", "checks"} as JSON')
     lp.add_argument("--world", type=_positive, metavar="N", help="number of ranks (default: the lesson's own)")
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.set_defaults(func=cmd_lesson)
+
+    vp = sub.add_parser("view", help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
+                        description="Step through a saved parasim trace in the TUI (plain text when stdout is "
+                                    "not a terminal, or with --plain).")
+    vp.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace")
+    vp.add_argument("--plain", action="store_true", help="print the plain-text walk-through")
+    vp.set_defaults(func=cmd_view)
 
     rp = sub.add_parser("run", help="run a lesson on real ranks (torch.distributed) and check it against virtual ranks",
                         description="Run a lesson on real ranks: N local processes (gloo on CPU, NCCL on GPUs), "

@@ -1,0 +1,188 @@
+"""The step-through app: timeline on top, the selected event and what each rank holds below, the lesson's
+narrative beside them. Every key goes through one action per verb; widgets only draw the view model."""
+from __future__ import annotations
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.reactive import reactive
+from textual.widgets import Footer, Header, Input, Static
+
+from .timeline import STYLES, Timeline
+from .view import KINDS, View
+
+SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
+HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
+        "/ filter by op or axis  r focus a rank  t ring hops  ? help  q quit")
+
+
+class ParasimApp(App):
+    CSS_PATH = "parasim.tcss"
+    TITLE = "parasim"
+    BINDINGS = [
+        Binding("right,n", "step(1)", "next", priority=True),
+        Binding("left,p", "step(-1)", "prev", priority=True),
+        Binding("home", "jump('first')", "first", priority=True, show=False),
+        Binding("end", "jump('last')", "last", priority=True, show=False),
+        Binding("space", "play", "play/pause", priority=True),
+        Binding("plus,equals_sign", "speed(1)", "faster", priority=True, show=False),
+        Binding("minus", "speed(-1)", "slower", priority=True, show=False),
+        Binding("g", "prompt('go')", "go to", priority=True),
+        Binding("slash", "prompt('filter')", "filter", priority=True),
+        Binding("r", "prompt('rank')", "rank", priority=True),
+        Binding("t", "hops", "ring hops", priority=True),
+        Binding("question_mark", "help", "help", priority=True),
+        Binding("q", "quit", "quit", priority=True),
+        Binding("escape", "cancel", "cancel", priority=True, show=False),
+    ]
+    index = reactive(0)
+
+    def __init__(self, view: View) -> None:
+        super().__init__()
+        self.theme = "textual-dark"
+        self.view = view
+        self.sub_title = view.title
+        self.playing = False
+        self.speed = 2
+        self.prompt_kind: str | None = None
+        self._timer = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Timeline(self.view, id="timeline")
+        yield Static(self._legend(), id="legend")
+        with Horizontal(id="panels"):
+            with Vertical(id="left"):
+                yield Static(id="detail")
+                yield Static(id="holdings")
+            with VerticalScroll(id="right"):
+                yield Static(id="narrative")
+        yield Static(id="status")
+        yield Input(id="prompt")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.query_one("#prompt", Input).display = False
+        self.query_one("#detail").border_title = "selected event"
+        self.query_one("#holdings").border_title = "what each rank holds"
+        self.query_one("#right").border_title = "narrative"
+        self.query_one(Timeline).border_title = "timeline: ranks x logical steps"
+        self._show()
+
+    # -- drawing -----------------------------------------------------------------------------------
+    def _legend(self) -> Text:
+        text = Text()
+        for code, style in list(KINDS.values()) + [("··", "idle")]:
+            text.append(f"{code}", style=f"reverse {_LEGEND.get(style, 'white')}")
+            text.append(f" {style} ")
+        return text
+
+    def watch_index(self, index: int) -> None:
+        if self.is_mounted:
+            self._show()
+
+    def _show(self) -> None:  # noqa: C901 (one place that pushes the view model into every widget)
+        view, i = self.view, self.index
+        self.query_one(Timeline).select(i)
+        self.query_one("#detail", Static).update(Text("\n".join(view.detail(i))))
+        table = Table.grid(padding=(0, 1))
+        for col in ("rank", "", "shape", "placement", "values"):
+            table.add_column(col)
+        for h in view.holdings(i):
+            table.add_row(f"rank {h.rank}", h.role, h.shape, h.placement, h.values)
+        self.query_one("#holdings", Static).update(table)
+        phase, text, notes = view.phase_text(i)
+        body = Text()
+        if phase:
+            body.append(phase + "\n", style="bold")
+        body.append(text + "\n")
+        for n in notes:
+            body.append("\n" + n, style="italic")
+        self.query_one("#narrative", Static).update(body)
+        play = "playing" if self.playing else "paused"
+        self.query_one("#status", Static).update(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)")
+
+    # -- actions -----------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple) -> bool | None:
+        if self.prompt_kind is not None and action not in ("cancel",):
+            return False  # let the prompt have the keys
+        return True
+
+    def action_step(self, delta: int) -> None:
+        self.index = self.view.move(self.index, delta)
+
+    def action_jump(self, where: str) -> None:
+        if self.view.visible:
+            self.index = self.view.visible[0 if where == "first" else -1]
+
+    def action_play(self) -> None:
+        self.playing = not self.playing
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if self.playing:
+            self._timer = self.set_interval(SPEEDS[self.speed], self._tick)
+        self._show()
+
+    def _tick(self) -> None:
+        nxt = self.view.move(self.index, 1)
+        if nxt == self.index:
+            self.action_play()  # the end: stop
+        self.index = nxt
+
+    def action_speed(self, delta: int) -> None:
+        self.speed = max(0, min(len(SPEEDS) - 1, self.speed + delta))
+        if self.playing:
+            self.action_play()
+            self.action_play()
+        self._show()
+
+    def action_hops(self) -> None:
+        self.view.show_hops = not self.view.show_hops
+        self._show()
+
+    def action_help(self) -> None:
+        self.notify(HELP, title="keys", timeout=8)
+
+    def action_prompt(self, kind: str) -> None:
+        prompt = self.query_one("#prompt", Input)
+        self.prompt_kind = kind
+        prompt.placeholder = {"go": "go to event number", "filter": "op or axis (empty: all)",
+                              "rank": "rank to focus (empty: all)"}[kind]
+        prompt.value = ""
+        prompt.display = True
+        prompt.focus()
+
+    def action_cancel(self) -> None:
+        self._close_prompt()
+
+    def _close_prompt(self) -> None:
+        self.prompt_kind = None
+        prompt = self.query_one("#prompt", Input)
+        prompt.display = False
+        self.query_one(Timeline).focus()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        kind, value = self.prompt_kind, event.value.strip()
+        self._close_prompt()
+        view = self.view
+        if kind == "go" and value.isdigit() and view.visible:
+            self.index = view.visible[max(0, min(len(view.visible), int(value)) - 1)]
+        elif kind == "filter":
+            view.set_filter(value)
+            self.index = view.clamp(self.index)
+        elif kind == "rank":
+            view.set_focus(int(value) if value.isdigit() and int(value) < view.trace.world else None)
+            self.index = view.clamp(self.index)
+        self._show()
+
+    def on_timeline_selected(self, message: Timeline.Selected) -> None:
+        self.index = message.index
+
+
+_LEGEND = {"all-reduce": "red", "reduce-scatter": "magenta", "all-gather": "blue", "all-to-all": "yellow",
+           "broadcast": "cyan", "barrier": "white", "send": "green", "recv": "bright_green", "compute": "grey50",
+           "idle": "grey30"}
+assert set(_LEGEND) >= set(STYLES)

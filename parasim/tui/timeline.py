@@ -1,0 +1,79 @@
+"""The rank x step grid, drawn with Textual's line API: only visible cells are built, so long traces scroll."""
+from __future__ import annotations
+
+from rich.segment import Segment
+from rich.style import Style
+from textual.geometry import Region, Size
+from textual.message import Message
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+from .view import IDLE, KINDS, View
+
+LABEL_W, CELL_W = 8, 3
+STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})
+
+
+class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
+    """Ranks as rows, logical steps as columns; the selected event's cells are highlighted."""
+
+    COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
+                                                                "timeline--header", "timeline--column"}
+
+    class Selected(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def __init__(self, view: View, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.view = view
+        self.index = 0
+        self.virtual_size = Size(LABEL_W + view.columns * CELL_W, view.trace.world + 1)
+
+    def select(self, index: int) -> None:
+        self.index = index
+        if self.view.events:
+            step = self.view.events[index].step
+            self.scroll_to_region(Region(LABEL_W + (step - 1) * CELL_W, 0, CELL_W, 1), animate=False, force=True)
+        self.refresh()
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"timeline--{name}")
+
+    def render_line(self, y: int) -> Strip:
+        sx, sy = self.scroll_offset
+        row = y + sy
+        width = self.size.width
+        first = sx // CELL_W
+        last = min(self.view.columns, (sx + width) // CELL_W + 2)
+        events = self.view.events
+        sel = events[self.index] if events else None
+        if row == 0:
+            label = Segment("step".ljust(LABEL_W), self._style("header"))
+            cells = [Segment(f"{c + 1:<{CELL_W}}" if (c + 1) % 5 == 0 or c == 0 else " " * CELL_W,
+                             self._style("column" if sel is not None and sel.step == c + 1 else "header"))
+                     for c in range(first, last)]
+        elif row - 1 < self.view.trace.world:
+            rank = row - 1
+            mine = sel is not None and rank in sel.ranks
+            label = Segment(f"rank {rank}".ljust(LABEL_W), self._style("selected" if mine else "label"))
+            cells = []
+            for c in range(first, last):
+                text, style = self.view.cell(rank, c + 1)
+                st = self._style(style)
+                if sel is not None and sel.step == c + 1 and mine:
+                    st = st + self._style("selected")
+                cells.append(Segment(text.ljust(CELL_W), st))
+        else:
+            return Strip.blank(width)
+        body = Strip(cells).crop(sx - first * CELL_W, sx - first * CELL_W + max(0, width - LABEL_W))
+        return Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width)
+
+    def on_click(self, event) -> None:
+        col = (event.x + self.scroll_offset.x - LABEL_W) // CELL_W + 1
+        rank = event.y + self.scroll_offset.y - 1
+        if event.x >= LABEL_W and 0 <= rank < self.view.trace.world:
+            index = self.view.at(rank, col)
+            if index is not None:
+                self.post_message(self.Selected(index))

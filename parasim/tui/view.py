@@ -1,0 +1,195 @@
+"""What the step-through screen shows at step k, in plain Python (no Textual): the rank x step grid, the
+selected event's details, what each rank holds around it (values and placements), and the narrative.
+
+Stepping goes one event at a time, in the order events completed (their seq); the grid's columns are the
+logical steps of the trace. Filters (by op or axis) and a focused rank narrow what stepping visits.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..trace import Event, Trace
+
+# cell text and style name per kind of event (styles live in parasim.tcss as component classes)
+KINDS = {
+    "all_reduce": ("AR", "all-reduce"), "reduce_scatter": ("RS", "reduce-scatter"),
+    "all_gather": ("AG", "all-gather"), "all_to_all": ("A2", "all-to-all"), "broadcast": ("BC", "broadcast"),
+    "barrier": ("BA", "barrier"), "send": ("S>", "send"), "recv": (">R", "recv"), "compute": ("CO", "compute"),
+}
+IDLE = ("··", "idle")
+
+
+def kind_of(e: Event, rank: int) -> str:
+    if e.kind == "p2p":
+        return "send" if e.members[0].rank == rank else "recv"
+    return "compute" if e.kind == "compute" else e.op
+
+
+def placement(e: Event, side: str) -> str:
+    """How a collective's input or output is laid out over its group (DTensor's words)."""
+    op, dim = e.op, e.params.get("dim")
+    table = {
+        "all_reduce": ("partial sum", "replicated"),
+        "reduce_scatter": ("partial sum", f"sharded on dim {dim}"),
+        "all_gather": (f"sharded on dim {dim}", "replicated"),
+        "all_to_all": (f"split on dim {dim} by destination", f"split on dim {dim} by source"),
+        "broadcast": (f"on rank {e.params.get('src')}", "replicated"),
+    }
+    if op in table:
+        return table[op][0 if side == "in" else 1]
+    return "point-to-point" if e.kind == "p2p" else ""
+
+
+def fmt(v: Any) -> str:
+    """Small arrays as compact rows: integers without '.0', floats to 4 significant digits."""
+    if isinstance(v, list):
+        if v and all(isinstance(x, list) for x in v) and len(v) == 1:
+            return fmt(v[0])
+        return "[" + " ".join(fmt(x) for x in v) + "]"
+    if isinstance(v, float):
+        return str(int(v)) if v.is_integer() and abs(v) < 1e12 else f"{v:.4g}"
+    return str(v)
+
+
+@dataclass
+class Holding:
+    rank: int
+    role: str  # "in" / "out" / "sends" / "receives"
+    shape: str
+    placement: str
+    values: str  # "" when the trace kept no values
+
+
+@dataclass
+class View:
+    trace: Trace
+    narrative: dict[str, str] = field(default_factory=dict)
+    title: str = ""
+    show_hops: bool = False
+    filter_text: str = ""
+    focus_rank: int | None = None
+
+    def __post_init__(self) -> None:
+        self.events = list(self.trace.events)
+        self.columns = max([e.step for e in self.events] + [1])
+        self.cells: dict[tuple[int, int], list[int]] = {}
+        for i, e in enumerate(self.events):
+            for m in e.members:
+                self.cells.setdefault((m.rank, e.step), []).append(i)
+        self._visible = list(range(len(self.events)))
+
+    # -- which events stepping visits --------------------------------------------------------------
+    def set_filter(self, text: str) -> None:
+        """Keep events whose op, kind, group (axis) or label contains `text` ('' keeps all)."""
+        self.filter_text = text.strip().lower()
+        self._refilter()
+
+    def set_focus(self, rank: int | None) -> None:
+        self.focus_rank = rank
+        self._refilter()
+
+    def _refilter(self) -> None:
+        t, r = self.filter_text, self.focus_rank
+        self._visible = [i for i, e in enumerate(self.events)
+                         if (not t or t in e.op.lower() or t in e.kind or t in e.group.name.lower()
+                             or t in (e.label or "").lower())
+                         and (r is None or r in e.ranks)]
+
+    @property
+    def visible(self) -> list[int]:
+        return self._visible
+
+    def clamp(self, index: int) -> int:
+        """The nearest visible event index at or after `index` (or the last one)."""
+        for i in self._visible:
+            if i >= index:
+                return i
+        return self._visible[-1] if self._visible else 0
+
+    def move(self, index: int, delta: int) -> int:
+        """Step `delta` visible events from `index`."""
+        if not self._visible:
+            return index
+        pos = min(range(len(self._visible)), key=lambda p: abs(self._visible[p] - index))
+        return self._visible[max(0, min(len(self._visible) - 1, pos + delta))]
+
+    def at(self, rank: int, column: int) -> int | None:
+        """The event a click on (rank, logical step) selects."""
+        found = self.cells.get((rank, column))
+        return found[0] if found else None
+
+    # -- the grid ------------------------------------------------------------------------------------
+    def cell(self, rank: int, column: int) -> tuple[str, str]:
+        """(two characters, style name) of one grid cell."""
+        found = self.cells.get((rank, column))
+        if not found:
+            return IDLE
+        e = self.events[found[0]]
+        return KINDS.get(kind_of(e, rank), ("??", "compute"))
+
+    def takes_part(self, index: int, rank: int) -> bool:
+        return rank in self.events[index].ranks
+
+    # -- the panels ----------------------------------------------------------------------------------
+    def detail(self, index: int) -> list[str]:
+        if not self.events:
+            return ["(this trace has no events)"]
+        e = self.events[index]
+        head = f"#{e.seq}  step {e.step}  {e.op}"
+        if e.kind == "p2p":
+            head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
+        lines = [head, f"group {e.group.name} {list(e.group.ranks)}" + (f"   '{e.label}'" if e.label else "")]
+        params = {k: v for k, v in e.params.items() if k not in ("src", "dst")}
+        if params:
+            lines.append("  ".join(f"{k}={v}" for k, v in params.items()))
+        for m in e.members:
+            ins = " ".join(f"{t.dtype}{list(t.shape)}" for t in m.ins) or "-"
+            outs = " ".join(f"{t.dtype}{list(t.shape)}" for t in m.outs) or "-"
+            lines.append(f"rank {m.rank:<3} {ins} -> {outs}  sent {m.sent:,} B  recv {m.recv:,} B  {m.site}")
+        if self.show_hops and e.hops:
+            for hop in e.hops:
+                moves = "  ".join(f"{t['src']}->{t['dst']}:c{t['chunk']}"
+                                  + (f"={fmt(t['value'])}" if t["value"] is not None else "")
+                                  for t in hop["transfers"])
+                lines.append(f"hop {hop['hop'] + 1} {hop['phase']}: {moves}")
+        elif e.hops:
+            lines.append(f"ring algorithm: {len(e.hops)} hops (t shows them)")
+        return lines
+
+    def holdings(self, index: int) -> list[Holding]:
+        """Per rank taking part: what it held going in and what it holds coming out of the event."""
+        if not self.events:
+            return []
+        e = self.events[index]
+        out = []
+        for m in e.members:
+            for side, tensors, values in (("in", m.ins, m.before), ("out", m.outs, m.after)):
+                for j, t in enumerate(tensors):
+                    role = side if e.kind != "p2p" else ("sends" if side == "in" else "receives")
+                    shown = fmt(values[j]) if values and j < len(values) else ""
+                    out.append(Holding(m.rank, role, f"{t.dtype}{list(t.shape)}", placement(e, side), shown))
+        return out
+
+    def phase_text(self, index: int) -> tuple[str, str, list[str]]:
+        """(phase name, narrative, notes of that phase) for the selected event."""
+        if not self.events:
+            return "", "", []
+        phase = self.events[index].phase or ""
+        notes, current = [], {}
+        for mk in self.trace.marks:
+            if mk.kind == "phase":
+                current[mk.rank] = mk.text
+            elif current.get(mk.rank) == phase:
+                notes.append(f"rank {mk.rank}: {mk.text}")
+        text = " ".join(self.narrative.get(phase, "").split())
+        return phase, text, notes
+
+    def status(self, index: int) -> str:
+        pos = self._visible.index(index) + 1 if index in self._visible else 0
+        parts = [f"event {pos}/{len(self._visible)}"]
+        if self.filter_text:
+            parts.append(f"filter '{self.filter_text}'")
+        if self.focus_rank is not None:
+            parts.append(f"rank {self.focus_rank}")
+        return "  ".join(parts)
