@@ -2,7 +2,6 @@
 narrative beside them. Every key goes through one action per verb; widgets only draw the view model."""
 from __future__ import annotations
 
-from rich.table import Table
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
@@ -87,12 +86,13 @@ class ParasimApp(App):
         view, i = self.view, self.index
         self.query_one(Timeline).select(i)
         self.query_one("#detail", Static).update(Text("\n".join(view.detail(i))))
-        table = Table.grid(padding=(0, 1))
-        for col in ("rank", "", "shape", "placement", "values"):
-            table.add_column(col)
-        for h in view.holdings(i):
-            table.add_row(f"rank {h.rank}", h.role, h.shape, h.placement, h.values)
-        self.query_one("#holdings", Static).update(table)
+        rows = [(f"rank {h.rank}", h.role, h.shape, h.placement, h.values) for h in view.holdings(i)]
+        widths = [max([len(r[c]) for r in rows] + [0]) for c in range(5)]
+        held = Text()
+        for r in rows:
+            held.append(" ".join(v.ljust(w) for v, w in zip(r[:4], widths)))
+            held.append(f" {r[4]}\n", style="bold")
+        self.query_one("#holdings", Static).update(held)
         phase, text, notes = view.phase_text(i)
         body = Text()
         if phase:

@@ -1,0 +1,80 @@
+"""Pilot tests: keys step the app, prompts filter and focus, clicks select, and the panels show the run."""
+import parasim
+from parasim.lesson import get_lesson, run_lesson
+from parasim.tui.app import ParasimApp
+from parasim.tui.timeline import Timeline
+from parasim.tui.view import View
+
+
+def make(name: str) -> ParasimApp:
+    lr = run_lesson(get_lesson(name))
+    return ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title))
+
+
+def text(app, selector: str) -> str:
+    return str(app.query_one(selector).render())
+
+
+async def test_keys_step_and_panels_follow():
+    app = make("tp-mlp")
+    async with app.run_test(size=(120, 40)) as pilot:
+        assert app.index == 0 and "[1 2 2 2]" in text(app, "#holdings")
+        await pilot.press("right", "right", "right")
+        assert app.index == 3
+        assert "[-1 3]" in text(app, "#holdings") and "f backward" in text(app, "#detail")
+        assert "backward" in text(app, "#narrative")
+        await pilot.press("left")
+        assert app.index == 2
+        await pilot.press("home")
+        assert app.index == 0
+        await pilot.press("end", "right")
+        assert app.index == 3  # clamped at the last event
+        await pilot.press("p", "n", "n")
+        assert app.index == 3
+
+
+async def test_filter_focus_and_goto_prompts():
+    app = make("collectives")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("slash", *"all_gather", "enter")
+        assert app.view.filter_text == "all_gather"
+        assert app.view.events[app.index].op == "all_gather"
+        await pilot.press("right")
+        assert app.view.events[app.index].op == "all_gather"
+        await pilot.press("slash", "enter")  # empty filter: everything again
+        await pilot.press("r", "6", "enter")
+        assert app.view.focus_rank == 6 and 6 in app.view.events[app.index].ranks
+        await pilot.press("r", "enter", "g", "2", "enter")
+        assert app.view.focus_rank is None and app.index == 1
+        await pilot.press("slash", "escape")  # a cancelled prompt changes nothing
+        assert app.prompt_kind is None and app.index == 1
+
+
+async def test_hops_toggle_and_click():
+    app = make("collectives")
+    async with app.run_test(size=(120, 40)) as pilot:
+        ring = next(i for i, e in enumerate(app.view.events) if e.algo == "ring")
+        await pilot.press("g", *str(ring + 1), "enter", "t")
+        assert "hop 1 reduce-scatter" in text(app, "#detail")
+        await pilot.click(Timeline, offset=(8 + 1 + 1, 2))  # border, label, first column; rank 0
+        assert app.index == app.view.at(0, 1)
+
+
+def many(ctx):
+    pairs = [ctx.new_group([2 * i, 2 * i + 1], "tp") for i in range(ctx.world // 2)]
+    x = ctx.asarray([1.0])
+    for _ in range(60):
+        ctx.comm.all_reduce(x, group=pairs[ctx.rank // 2])
+        ctx.comm.all_reduce(x)
+
+
+async def test_arrow_keys_step_even_when_the_timeline_scrolls():
+    trace = parasim.run(many, 16).trace
+    app = ParasimApp(View(trace))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("end")
+        last = app.index
+        await pilot.press("left", "left")
+        assert app.index == app.view.move(last, -2)
+        assert app.query_one(Timeline).scroll_offset.x > 0
+        await pilot.press("q")

@@ -1,0 +1,58 @@
+"""The view model answers "what is on screen at step k" without a terminal."""
+import pytest
+
+from parasim.lesson import get_lesson, run_lesson
+from parasim.tui.view import View
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    lr = run_lesson(get_lesson("tp-mlp"))
+    return View(lr.result.trace, lr.lesson.narrative, lr.lesson.title)
+
+
+@pytest.fixture(scope="module")
+def coll():
+    lr = run_lesson(get_lesson("collectives"))
+    return View(lr.result.trace, lr.lesson.narrative, lr.lesson.title)
+
+
+def test_grid_cells(mlp):
+    assert mlp.columns == 4 and mlp.cell(0, 1) == ("AR", "all-reduce")
+    assert mlp.cell(0, 99) == ("··", "idle")
+    assert mlp.at(1, 4) == 3 and mlp.at(0, 99) is None
+
+
+def test_the_mlp_numbers_at_chosen_steps(mlp):
+    held = {(h.rank, h.role): (h.placement, h.values) for h in mlp.holdings(0)}
+    assert held[(0, "out")] == ("replicated", "[1 2 2 2]")  # the wrong row split
+    held = {(h.rank, h.role): (h.placement, h.values) for h in mlp.holdings(3)}
+    assert held[(0, "in")] == ("partial sum", "[1 1]") and held[(1, "in")] == ("partial sum", "[-2 2]")
+    assert held[(0, "out")] == ("replicated", "[-1 3]")
+    assert mlp.detail(3)[1].startswith("group tp [0, 1]") and "'f backward'" in mlp.detail(3)[1]
+    phase, text, notes = mlp.phase_text(3)
+    assert phase == "backward" and "dL/dX" in text and any("through ReLU" in n for n in notes)
+
+
+def test_stepping_filters_and_focus(coll):
+    assert coll.move(0, 1) == 1 and coll.move(0, -1) == 0
+    coll.set_filter("reduce_scatter")
+    assert coll.visible and all(coll.events[i].op == "reduce_scatter" for i in coll.visible)
+    coll.set_filter("ring")  # by axis (group name)
+    assert all(coll.events[i].group.name == "ring" for i in coll.visible)
+    coll.set_filter("")
+    coll.set_focus(5)
+    assert all(5 in coll.events[i].ranks for i in coll.visible)
+    coll.set_focus(None)
+    assert len(coll.visible) == len(coll.events)
+
+
+def test_ring_hops_on_demand(coll):
+    ring = next(i for i, e in enumerate(coll.events) if e.algo == "ring")
+    assert any("t shows them" in line for line in coll.detail(ring))
+    coll.show_hops = True
+    assert any(line.startswith("hop 1 reduce-scatter") for line in coll.detail(ring))
+    coll.show_hops = False
+    placements = {h.placement for h in coll.holdings(next(i for i, e in enumerate(coll.events)
+                                                           if e.op == "all_gather"))}
+    assert placements == {"sharded on dim 0", "replicated"}
