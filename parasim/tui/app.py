@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
@@ -53,7 +53,7 @@ class ParasimApp(App):
         yield Timeline(self.view, id="timeline")
         yield Static(self._legend(), id="legend")
         with Horizontal(id="panels"):
-            with Vertical(id="left"):
+            with VerticalScroll(id="left"):
                 yield Static(id="detail")
                 yield Static(id="holdings")
             with VerticalScroll(id="right"):
@@ -89,9 +89,9 @@ class ParasimApp(App):
         rows = [(f"rank {h.rank}", h.role, h.shape, h.placement, h.values) for h in view.holdings(i)]
         widths = [max([len(r[c]) for r in rows] + [0]) for c in range(5)]
         held = Text()
-        for r in rows:
-            held.append(" ".join(v.ljust(w) for v, w in zip(r[:4], widths)))
-            held.append(f" {r[4]}\n", style="bold")
+        for n, r in enumerate(rows):
+            held.append(("\n" if n else "") + " ".join(v.ljust(w) for v, w in zip(r[:4], widths)))
+            held.append(f" {r[4]}", style="bold")
         self.query_one("#holdings", Static).update(held)
         phase, text, notes = view.phase_text(i)
         body = Text()

@@ -66,9 +66,9 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
                     st = st + self._style("selected")
                 cells.append(Segment(text.ljust(CELL_W), st))
         else:
-            return Strip.blank(width)
+            return Strip.blank(width, self.rich_style)
         body = Strip(cells).crop(sx - first * CELL_W, sx - first * CELL_W + max(0, width - LABEL_W))
-        return Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width)
+        return Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width, self.rich_style)
 
     def on_click(self, event) -> None:
         col = (event.x + self.scroll_offset.x - LABEL_W) // CELL_W + 1

@@ -52,6 +52,10 @@ def fmt(v: Any) -> str:
     return str(v)
 
 
+def _tensor(t) -> str:
+    return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
 @dataclass
 class Holding:
     rank: int
@@ -143,10 +147,11 @@ class View:
         params = {k: v for k, v in e.params.items() if k not in ("src", "dst")}
         if params:
             lines.append("  ".join(f"{k}={v}" for k, v in params.items()))
-        for m in e.members:
-            ins = " ".join(f"{t.dtype}{list(t.shape)}" for t in m.ins) or "-"
-            outs = " ".join(f"{t.dtype}{list(t.shape)}" for t in m.outs) or "-"
-            lines.append(f"rank {m.rank:<3} {ins} -> {outs}  sent {m.sent:,} B  recv {m.recv:,} B  {m.site}")
+        for m in e.members:  # two short lines per rank, so a narrow panel does not wrap them mid-word
+            ins = " ".join(_tensor(t) for t in m.ins) or "-"
+            outs = " ".join(_tensor(t) for t in m.outs) or "-"
+            lines.append(f"rank {m.rank:<3} {ins} -> {outs}")
+            lines.append(f"         sent {m.sent:,} B, received {m.recv:,} B, at {m.site}")
         if self.show_hops and e.hops:
             for hop in e.hops:
                 moves = "  ".join(f"{t['src']}->{t['dst']}:c{t['chunk']}"
@@ -168,7 +173,7 @@ class View:
                 for j, t in enumerate(tensors):
                     role = side if e.kind != "p2p" else ("sends" if side == "in" else "receives")
                     shown = fmt(values[j]) if values and j < len(values) else ""
-                    out.append(Holding(m.rank, role, f"{t.dtype}{list(t.shape)}", placement(e, side), shown))
+                    out.append(Holding(m.rank, role, _tensor(t), placement(e, side), shown))
         return out
 
     def phase_text(self, index: int) -> tuple[str, str, list[str]]:
@@ -181,7 +186,8 @@ class View:
             if mk.kind == "phase":
                 current[mk.rank] = mk.text
             elif current.get(mk.rank) == phase:
-                notes.append(f"rank {mk.rank}: {mk.text}")
+                notes.append((mk.rank, f"rank {mk.rank}: {mk.text}"))
+        notes = [n for _, n in sorted(notes, key=lambda rn: rn[0])]  # stable: each rank's notes in order
         text = " ".join(self.narrative.get(phase, "").split())
         return phase, text, notes
 

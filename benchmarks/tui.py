@@ -1,0 +1,127 @@
+"""How fast is the step-through app on a big trace? Measured in one run under Textual's Pilot (headless).
+
+A synthetic trace of 16 virtual ranks x 1,000 events: each of 100 rounds does one all-reduce in each of the
+8 tensor-parallel pairs (0,1), (2,3), ... and then one reduce-scatter or all-gather in each of the two
+data-parallel groups of 8 (the even ranks, the odd ranks): 200 logical steps, so the timeline scrolls.
+
+1. First paint: from starting the app (160x50) until its first screen is ready. Goal: at most 0.5 s.
+2. Time per step: press Right N times, divide. Goal: at most 50 ms. This is wall time and includes Pilot's
+   own cost per key press (it sleeps in 20 ms slices until the app is idle), shown beside it as measured on
+   an empty app, and the CPU time per step.
+
+    python benchmarks/tui.py [--json] [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+
+import numpy as np
+
+import parasim
+
+WORLD, ROUNDS, SIZE = 16, 100, (160, 50)
+GOAL_FIRST_PAINT, GOAL_STEP = 0.5, 0.050
+
+
+def program(ctx):
+    tp = [ctx.new_group([2 * i, 2 * i + 1], "tp") for i in range(WORLD // 2)]
+    dp = [ctx.new_group(list(range(j, WORLD, 2)), "dp") for j in range(2)]
+    mine_tp, mine_dp = tp[ctx.rank // 2], dp[ctx.rank % 2]
+    x = np.arange(4, dtype=np.float32) + ctx.rank
+    for r in range(ROUNDS):
+        ctx.phase(f"round {r}")
+        y = ctx.comm.all_reduce(x, group=mine_tp, label="tp all-reduce")
+        if r % 2 == 0:
+            ctx.comm.reduce_scatter(np.tile(y, 2), group=mine_dp, label="dp reduce-scatter")
+        else:
+            ctx.comm.all_gather(y[:1], group=mine_dp, label="dp all-gather")
+
+
+def build_trace():
+    return parasim.run(program, WORLD, keep_values=4).trace
+
+
+async def first_paint_and_steps(view, steps: int) -> tuple[float, float, float, int]:
+    from parasim.tui.app import ParasimApp
+
+    app = ParasimApp(view)
+    t0 = time.perf_counter()
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        first = time.perf_counter() - t0
+        t1, c1 = time.perf_counter(), time.process_time()
+        for _ in range(steps):
+            await pilot.press("right")
+        await pilot.pause()
+        per_step = (time.perf_counter() - t1) / steps
+        cpu_step = (time.process_time() - c1) / steps
+        reached = app.index
+    return first, per_step, cpu_step, reached
+
+
+async def pilot_floor(presses: int) -> tuple[float, float]:
+    """(wall, CPU) seconds per key press on an app with one label and one binding: what Pilot itself costs."""
+    from textual.app import App
+    from textual.binding import Binding
+    from textual.widgets import Static
+
+    class Empty(App):
+        BINDINGS = [Binding("right", "noop", priority=True)]
+
+        def compose(self):
+            yield Static("empty")
+
+        def action_noop(self) -> None:
+            pass
+
+    async with Empty().run_test(size=SIZE) as pilot:
+        await pilot.pause()
+        t, c = time.perf_counter(), time.process_time()
+        for _ in range(presses):
+            await pilot.press("right")
+        await pilot.pause()
+        return (time.perf_counter() - t) / presses, (time.process_time() - c) / presses
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--steps", type=int, default=200, help="Right presses to time (default 200)")
+    args = ap.parse_args()
+
+    from parasim.tui.view import View
+
+    t = time.perf_counter()
+    trace = build_trace()
+    t_trace = time.perf_counter() - t
+    t = time.perf_counter()
+    view = View(trace, {}, "benchmark: 16 ranks x 1,000 events")
+    t_view = time.perf_counter() - t
+    first, per_step, cpu_step, reached = asyncio.run(first_paint_and_steps(view, args.steps))
+    floor, floor_cpu = asyncio.run(pilot_floor(min(args.steps, 100)))
+    fig = {
+        "ranks": trace.world, "events": len(view.events), "columns": view.columns, "size": list(SIZE),
+        "trace_s": round(t_trace, 3), "view_s": round(t_view, 4),
+        "first_paint_s": round(first, 4), "first_paint_goal_s": GOAL_FIRST_PAINT,
+        "step_ms": round(per_step * 1e3, 2), "step_goal_ms": GOAL_STEP * 1e3, "steps": args.steps,
+        "step_cpu_ms": round(cpu_step * 1e3, 2), "reached_event": reached,
+        "pilot_floor_ms": round(floor * 1e3, 2), "pilot_floor_cpu_ms": round(floor_cpu * 1e3, 2),
+    }
+    if args.json:
+        print(json.dumps(fig, indent=1))
+        return
+    ok = lambda good: "ok" if good else "MISSED"  # noqa: E731
+    print(f"trace: {fig['ranks']} ranks x {fig['events']} events, {fig['columns']} logical steps "
+          f"(built in {t_trace:.2f} s; view model {t_view * 1e3:.1f} ms); app {SIZE[0]}x{SIZE[1]}")
+    print(f"first paint     {first:7.3f} s    goal <= {GOAL_FIRST_PAINT} s    {ok(first <= GOAL_FIRST_PAINT)}")
+    print(f"per step        {per_step * 1e3:7.1f} ms   goal <= {GOAL_STEP * 1e3:.0f} ms    "
+          f"{ok(per_step <= GOAL_STEP)}   ({args.steps} presses, reached event {reached + 1})")
+    print(f"  of which CPU  {cpu_step * 1e3:7.1f} ms   (Pilot alone, on an empty app: {floor * 1e3:.1f} ms wall, "
+          f"{floor_cpu * 1e3:.1f} ms CPU per press; Pilot waits in 20 ms sleeps until the app is idle)")
+
+
+if __name__ == "__main__":
+    main()

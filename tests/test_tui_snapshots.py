@@ -1,0 +1,41 @@
+"""Snapshot tests of the step-through app: the first screen and a middle screen of every lesson, 120x40.
+
+Baselines live in tests/__snapshots__/test_tui_snapshots/. After an intended change to the app's look:
+    pytest tests/test_tui_snapshots.py --snapshot-update
+and look at the new SVGs (a failed run writes snapshot_report.html showing old and new side by side).
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("textual")
+pytest.importorskip("pytest_textual_snapshot")
+
+from parasim.lesson import load_lessons, run_lesson  # noqa: E402
+from parasim.tui.app import ParasimApp  # noqa: E402
+from parasim.tui.view import View  # noqa: E402
+
+SIZE = (120, 40)
+LESSONS = list(load_lessons())
+
+
+def make_app(name: str) -> ParasimApp:
+    lr = run_lesson(load_lessons()[name])
+    return ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title))
+
+
+def test_there_are_lessons():
+    assert LESSONS, "no lessons found: the snapshot tests below would test nothing"
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_first_screen(snap_compare, name):
+    assert snap_compare(make_app(name), terminal_size=SIZE)
+
+
+@pytest.mark.parametrize("name", LESSONS)
+def test_middle_screen(snap_compare, name):
+    app = make_app(name)
+    steps = len(app.view.events) // 2
+    assert steps > 0
+    assert snap_compare(app, press=["right"] * steps, terminal_size=SIZE)
