@@ -78,3 +78,13 @@ async def test_arrow_keys_step_even_when_the_timeline_scrolls():
         assert app.index == app.view.move(last, -2)
         assert app.query_one(Timeline).scroll_offset.x > 0
         await pilot.press("q")
+
+
+async def test_fold_key_cycles_row_grouping():
+    trace = parasim.run(many, 16).trace
+    app = ParasimApp(View(trace))
+    async with app.run_test(size=(100, 40)) as pilot:
+        await pilot.press("f")
+        assert app.view.fold_axis == "tp" and len(app.view.rows) == 8
+        await pilot.press("f")
+        assert app.view.fold_axis is None and len(app.view.rows) == 16

@@ -56,3 +56,10 @@ def test_ring_hops_on_demand(coll):
     placements = {h.placement for h in coll.holdings(next(i for i, e in enumerate(coll.events)
                                                            if e.op == "all_gather"))}
     assert placements == {"sharded on dim 0", "replicated"}
+
+
+def test_fold_rows_into_groups(coll):
+    assert coll.fold_axes() == ["t8"]  # the only group kind (besides the world) that covers every rank
+    assert coll.next_fold() == "t8" and coll.rows == [("t8·0", tuple(range(8)))]
+    assert coll.row_cell(0, 1) == coll.cell(0, 1)
+    assert coll.next_fold() is None and len(coll.rows) == 8

@@ -14,7 +14,7 @@ from .view import KINDS, View
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
-        "/ filter by op or axis  r focus a rank  t ring hops  ? help  q quit")
+        "/ filter by op or axis  r focus a rank  t ring hops  f fold ranks into groups  ? help  q quit")
 
 
 class ParasimApp(App):
@@ -32,6 +32,7 @@ class ParasimApp(App):
         Binding("slash", "prompt('filter')", "filter", priority=True),
         Binding("r", "prompt('rank')", "rank", priority=True),
         Binding("t", "hops", "ring hops", priority=True),
+        Binding("f", "fold", "fold ranks", priority=True),
         Binding("question_mark", "help", "help", priority=True),
         Binding("q", "quit", "quit", priority=True),
         Binding("escape", "cancel", "cancel", priority=True, show=False),
@@ -141,6 +142,12 @@ class ParasimApp(App):
 
     def action_hops(self) -> None:
         self.view.show_hops = not self.view.show_hops
+        self._show()
+
+    def action_fold(self) -> None:
+        axis = self.view.next_fold()
+        self.query_one(Timeline).resize_rows()
+        self.notify(f"rows: one per {axis} group" if axis else "rows: one per rank", timeout=2)
         self._show()
 
     def action_help(self) -> None:

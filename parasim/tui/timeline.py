@@ -29,7 +29,11 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         super().__init__(**kwargs)
         self.view = view
         self.index = 0
-        self.virtual_size = Size(LABEL_W + view.columns * CELL_W, view.trace.world + 1)
+        self.resize_rows()
+
+    def resize_rows(self) -> None:
+        self.virtual_size = Size(LABEL_W + self.view.columns * CELL_W, len(self.view.rows) + 1)
+        self.refresh(layout=True)
 
     def select(self, index: int) -> None:
         self.index = index
@@ -54,13 +58,13 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             cells = [Segment(f"{c + 1:<{CELL_W}}" if (c + 1) % 5 == 0 or c == 0 else " " * CELL_W,
                              self._style("column" if sel is not None and sel.step == c + 1 else "header"))
                      for c in range(first, last)]
-        elif row - 1 < self.view.trace.world:
-            rank = row - 1
-            mine = sel is not None and rank in sel.ranks
-            label = Segment(f"rank {rank}".ljust(LABEL_W), self._style("selected" if mine else "label"))
+        elif row - 1 < len(self.view.rows):
+            name, ranks = self.view.rows[row - 1]
+            mine = sel is not None and any(r in sel.ranks for r in ranks)
+            label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), self._style("selected" if mine else "label"))
             cells = []
             for c in range(first, last):
-                text, style = self.view.cell(rank, c + 1)
+                text, style = self.view.row_cell(row - 1, c + 1)
                 st = self._style(style)
                 if sel is not None and sel.step == c + 1 and mine:
                     st = st + self._style("selected")
@@ -72,8 +76,10 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
 
     def on_click(self, event) -> None:
         col = (event.x + self.scroll_offset.x - LABEL_W) // CELL_W + 1
-        rank = event.y + self.scroll_offset.y - 1
-        if event.x >= LABEL_W and 0 <= rank < self.view.trace.world:
-            index = self.view.at(rank, col)
-            if index is not None:
-                self.post_message(self.Selected(index))
+        row = event.y + self.scroll_offset.y - 1
+        if event.x >= LABEL_W and 0 <= row < len(self.view.rows):
+            for rank in self.view.rows[row][1]:
+                index = self.view.at(rank, col)
+                if index is not None:
+                    self.post_message(self.Selected(index))
+                    return

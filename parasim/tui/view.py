@@ -82,6 +82,33 @@ class View:
             for m in e.members:
                 self.cells.setdefault((m.rank, e.step), []).append(i)
         self._visible = list(range(len(self.events)))
+        self.fold_axis: str | None = None
+        self.rows: list[tuple[str, tuple[int, ...]]] = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
+
+    # -- folding ranks into their groups -------------------------------------------------------------
+    def fold_axes(self) -> list[str]:
+        """Group names that partition the world (tp, dp, ...), the candidates for folding rows."""
+        out = []
+        for name in dict.fromkeys(g.name for g in self.trace.groups if g.name != "world"):
+            members = sorted(r for g in self.trace.groups if g.name == name for r in g.ranks)
+            if members == list(range(self.trace.world)):
+                out.append(name)
+        return out
+
+    def fold(self, axis: str | None) -> None:
+        """One row per group of `axis` (None: one row per rank)."""
+        self.fold_axis = axis
+        if axis is None:
+            self.rows = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
+            return
+        groups = sorted({g.ranks for g in self.trace.groups if g.name == axis}, key=min)
+        self.rows = [(f"{axis}·{min(g)}", tuple(sorted(g))) for g in groups]
+
+    def next_fold(self) -> str | None:
+        """Cycle: unfolded, then each axis that partitions the world, then unfolded again."""
+        axes = [None] + self.fold_axes()
+        self.fold(axes[(axes.index(self.fold_axis) + 1) % len(axes)] if self.fold_axis in axes else None)
+        return self.fold_axis
 
     # -- which events stepping visits --------------------------------------------------------------
     def set_filter(self, text: str) -> None:
@@ -131,6 +158,13 @@ class View:
             return IDLE
         e = self.events[found[0]]
         return KINDS.get(kind_of(e, rank), ("??", "compute"))
+
+    def row_cell(self, row: int, column: int) -> tuple[str, str]:
+        """A row's cell: its first rank that did something at that step (folded rows hold several ranks)."""
+        for rank in self.rows[row][1]:
+            if (rank, column) in self.cells:
+                return self.cell(rank, column)
+        return IDLE
 
     def takes_part(self, index: int, rank: int) -> bool:
         return rank in self.events[index].ranks
