@@ -1,0 +1,158 @@
+"""Context parallelism: attention over a sequence no rank holds whole, kept exact by the online softmax.
+
+Each CP rank keeps its queries. Key/value chunks travel around a ring of point-to-point transfers
+(batched, so no pair waits on the other); at each step a rank folds the chunk it holds into its running
+softmax (max m, sum l, output o), rescaling the old terms by e^(m_old - m_new) when the max grows. Only
+K and V move; m, l and o never leave their rank. Backward rotates K and V again and carries their
+gradients along, one step further, back to the ranks that own them.
+
+Sequence splits: `contiguous` gives rank i tokens [i*c, (i+1)*c); `zigzag` cuts the sequence in 2*cp
+chunks and gives rank i chunks i and 2*cp-1-i, so with a causal mask every rank does the same work.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..comm.interface import Group, Recv, Send
+
+SPLITS = ("contiguous", "zigzag")
+
+
+def positions(split: str, seq: int, cp: int, rank: int) -> list[int]:
+    """The sequence positions a CP rank holds, in the order it holds them."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
+    if seq % (2 * cp if split == "zigzag" else cp):
+        raise ValueError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
+    if split == "contiguous":
+        c = seq // cp
+        return list(range(rank * c, (rank + 1) * c))
+    c = seq // (2 * cp)
+    return list(range(rank * c, (rank + 1) * c)) + list(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
+
+
+def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) -> tuple[Any, Any, Any, Any]:
+    """Fold one chunk of scores (and its values) into the running max m, sum l and output o.
+
+    Returns (m, l, o, rescale) where rescale = e^(m_old - m_new) multiplied the old l and o. Masked scores
+    are -inf; a row that has seen only -inf keeps m = -inf and contributes nothing."""
+    m_new = xp.maximum(m, xp.max(scores, axis=-1))
+    safe = xp.where(m_new == -math.inf, xp.zeros_like(m_new), m_new)  # avoid inf - inf
+    rescale = xp.exp(m - safe)
+    p = xp.exp(scores - safe[..., None])
+    l = l * rescale + xp.sum(p, axis=-1)
+    o = o * rescale[..., None] + xp.matmul(p, v)
+    return m_new, l, o, rescale
+
+
+@dataclass
+class Work:
+    """Attention work a rank did, counted in blocks of (q chunk, k chunk) of the 2*cp-way split:
+    a block entirely before the diagonal is 1, a diagonal block 0.5 (half of it is masked), a skipped one 0."""
+
+    blocks: float = 0.0
+    skipped: int = 0
+    flops: float = 0.0
+    steps: list[float] = field(default_factory=list)  # blocks done at each ring step
+
+
+class RingAttention:
+    """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group."""
+
+    def __init__(self, ctx: Any, group: Group | None, seq: int, split: str = "contiguous", causal: bool = True,
+                 name: str = "ring"):
+        self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
+        self.cp = 1 if group is None else group.size
+        self.r = 0 if group is None else group.group_rank(ctx.rank)
+        self.pos = [positions(split, seq, self.cp, i) for i in range(self.cp)]
+        self.work = Work()
+
+    def _peers(self) -> tuple[int, int]:
+        g, cp, r = self.group, self.cp, self.r
+        return g.ranks[(r + 1) % cp], g.ranks[(r - 1) % cp]
+
+    def _rotate(self, tensors: list[Any], label: str) -> list[Any]:
+        """Pass every tensor to the next rank of the ring and take the previous rank's, in one batch."""
+        nxt, prv = self._peers()
+        ops = [Send(t, nxt) for t in tensors] + [Recv(prv, tuple(t.shape), t.dtype) for t in tensors]
+        return self.ctx.comm.exchange(ops, group=self.group, label=label)
+
+    def _mask(self, src: int) -> Any:
+        """True where a key of chunk-owner `src` comes after the query (masked), or None without masking."""
+        xp = self.ctx.xp
+        if not self.causal:
+            return None
+        q = xp.asarray(self.pos[self.r])
+        k = xp.asarray(self.pos[src])
+        return k[None, :] > q[:, None]
+
+    def _count(self, src: int, d: int, b: int, heads: int) -> float:
+        """Blocks of the fine 2*cp split this step covers (1 full, 0.5 diagonal), and their flops."""
+        fine = self.seq // (2 * self.cp)
+        qc = sorted({p // fine for p in self.pos[self.r]})
+        kc = sorted({p // fine for p in self.pos[src]})
+        blocks = sum(1.0 if not self.causal or k < q else 0.5 if k == q else 0.0 for q in qc for k in kc)
+        self.work.blocks += blocks
+        self.work.steps.append(blocks)
+        flops = blocks * 4 * b * heads * fine * fine * d  # QK^T and PV, 2 flops per multiply-add
+        self.work.flops += flops
+        return flops
+
+    def forward(self, q: Any, k: Any, v: Any) -> tuple[Any, tuple]:
+        xp = self.ctx.xp
+        b, heads, s, d = q.shape
+        scale = 1.0 / math.sqrt(d)
+        m = xp.full((b, heads, s), -math.inf, dtype=q.dtype)
+        l = xp.zeros((b, heads, s), dtype=q.dtype)
+        o = xp.zeros_like(q)
+        held_k, held_v = k, v
+        for step in range(self.cp):
+            src = (self.r - step) % self.cp
+            mask = self._mask(src)
+            flops = self._count(src, d, b, heads)
+            if mask is not None and bool(xp.all(mask)):
+                self.work.skipped += 1  # every key of this chunk comes after every query: nothing to do
+                self.ctx.compute(f"{self.name}: skip K/V of rank {src}", 0)
+            else:
+                scores = xp.matmul(q, xp.permute_dims(held_k, (0, 1, 3, 2))) * scale
+                if mask is not None:
+                    scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)
+                m, l, o, _ = online_softmax_step(xp, m, l, o, scores, held_v)
+                self.ctx.compute(f"{self.name}: attend to K/V of rank {src}", flops)
+            if step < self.cp - 1:
+                held_k, held_v = self._rotate([held_k, held_v], f"{self.name}: pass K/V on")
+        out = o / l[..., None]
+        lse = m + xp.log(l)
+        return out, (q, k, v, out, lse)
+
+    def backward(self, cache: tuple, dout: Any) -> tuple[Any, Any, Any]:
+        """dq, dk, dv of this rank's chunk (dk, dv come home around the ring)."""
+        xp = self.ctx.xp
+        q, k, v, out, lse = cache
+        d = q.shape[-1]
+        scale = 1.0 / math.sqrt(d)
+        delta = xp.sum(dout * out, axis=-1)  # rowsum(dO * O): the softmax backward's correction term
+        dq = xp.zeros_like(q)
+        held_k, held_v = k, v
+        held_dk, held_dv = xp.zeros_like(k), xp.zeros_like(v)
+        for step in range(self.cp):
+            src = (self.r - step) % self.cp
+            mask = self._mask(src)
+            if mask is None or not bool(xp.all(mask)):
+                scores = xp.matmul(q, xp.permute_dims(held_k, (0, 1, 3, 2))) * scale
+                if mask is not None:
+                    scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)
+                p = xp.exp(scores - lse[..., None])  # the final softmax weights of this block
+                held_dv = held_dv + xp.matmul(xp.permute_dims(p, (0, 1, 3, 2)), dout)
+                dp = xp.matmul(dout, xp.permute_dims(held_v, (0, 1, 3, 2)))
+                ds = p * (dp - delta[..., None]) * scale
+                dq = dq + xp.matmul(ds, held_k)
+                held_dk = held_dk + xp.matmul(xp.permute_dims(ds, (0, 1, 3, 2)), q)
+            if step < self.cp - 1:
+                held_k, held_v, held_dk, held_dv = self._rotate([held_k, held_v, held_dk, held_dv],
+                                                                f"{self.name} backward: pass K/V and dK/dV on")
+        if self.cp > 1:  # one more hop brings each chunk's gradient home
+            held_dk, held_dv = self._rotate([held_dk, held_dv], f"{self.name} backward: dK/dV home")
+        return dq, held_dk, held_dv
