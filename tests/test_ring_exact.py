@@ -67,3 +67,17 @@ def test_zigzag_balances_causal_work():
     assert contiguous == [2.0, 6.0, 10.0, 14.0]
     assert zigzag == [8.0] * 4
     assert positions("zigzag", 8, 2, 0) == [0, 1, 6, 7] and positions("zigzag", 8, 2, 1) == [2, 3, 4, 5]
+
+
+@pytest.mark.slow
+def test_eight_ranks_of_large_matmuls_do_not_overflow_the_stack():
+    """Regression: ranks first started from inside other ranks nested their greenlet stacks, and OpenBLAS
+    then crashed (segfault) at cp = 8 with a 1024-token sequence. Run in a child so a crash fails the test."""
+    import subprocess
+    import sys
+    code = ("import parasim\nfrom parasim.nn.ring import RingAttention\n"
+            "def p(ctx):\n    g = ctx.new_group(range(8), 'cp')\n    r = RingAttention(ctx, g, 1024, causal=False)\n"
+            "    q = ctx.rng.normal((1, 4, 128, 64))\n    o, c = r.forward(q, q, q)\n    r.backward(c, o)\n"
+            "parasim.run(p, 8)\nprint('ok')\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-500:]

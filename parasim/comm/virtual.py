@@ -133,7 +133,10 @@ class VirtualWorld:
 
     def _wait(self, st: _Rank, on: Any) -> None:
         st.waiting = on
-        if self.ready:
+        # Hand over to the next ready rank directly, but let the hub start a rank that has not run yet:
+        # a greenlet's stack begins where it is first switched to, and starting ranks from deep inside
+        # other ranks would stack them ever deeper (numpy/BLAS calls then overflow the C stack).
+        if self.ready and self.ready[0]:
             self.ready.popleft().switch()
         else:
             self.hub.switch()

@@ -56,6 +56,7 @@ class Work:
     skipped: int = 0
     flops: float = 0.0
     steps: list[float] = field(default_factory=list)  # blocks done at each ring step
+    held: list[int] = field(default_factory=list)  # whose K/V chunk the rank held at each step
 
 
 class RingAttention:
@@ -90,7 +91,8 @@ class RingAttention:
 
     def _count(self, src: int, d: int, b: int, heads: int) -> float:
         """Blocks of the fine 2*cp split this step covers (1 full, 0.5 diagonal), and their flops."""
-        fine = self.seq // (2 * self.cp)
+        # chunks of the 2*cp-way split (the cp-way one when the sequence does not divide that finely)
+        fine = self.seq // (2 * self.cp) if self.seq % (2 * self.cp) == 0 else self.seq // self.cp
         qc = sorted({p // fine for p in self.pos[self.r]})
         kc = sorted({p // fine for p in self.pos[src]})
         blocks = sum(1.0 if not self.causal or k < q else 0.5 if k == q else 0.0 for q in qc for k in kc)
@@ -110,6 +112,7 @@ class RingAttention:
         held_k, held_v = k, v
         for step in range(self.cp):
             src = (self.r - step) % self.cp
+            self.work.held.append(src)
             mask = self._mask(src)
             flops = self._count(src, d, b, heads)
             if mask is not None and bool(xp.all(mask)):

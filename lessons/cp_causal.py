@@ -1,0 +1,78 @@
+"""Causal attention under context parallelism: the contiguous split gives the last rank the most work;
+the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is counted by the run."""
+from __future__ import annotations
+
+from parasim.lesson import Check, Lesson, check
+from parasim.nn.ring import RingAttention, positions
+
+SEQ, B, HEADS, D = 16, 1, 1, 2
+TOKENS = "the court ruled that the contract was void".split()
+
+
+def program(ctx):
+    group = ctx.new_group(range(ctx.world), "cp") if ctx.world > 1 else None
+    out = {}
+    for split in ("contiguous", "zigzag"):
+        ctx.phase(f"{split} split")
+        ring = RingAttention(ctx, group, SEQ, split=split, causal=True)
+        pos = ctx.xp.asarray(ring.pos[ring.r])
+        q, k, v = (ctx.xp.take(ctx.shared_rng(n).normal((B, HEADS, SEQ, D)), pos, axis=2) for n in "qkv")
+        ring.forward(q, k, v)
+        w = ring.work
+        ctx.note(f"tokens {_spans(ring.pos[ring.r])}: work {w.blocks:g} blocks (per step {w.steps}), "
+                 f"{w.skipped} chunk(s) skipped")
+        out[split] = {"blocks": w.blocks, "skipped": w.skipped, "flops": w.flops}
+    if ctx.world == 2:  # the post's sentence, split zigzag over two ranks
+        words = [TOKENS[p] for p in positions("zigzag", len(TOKENS), 2, ctx.rank)]
+        ctx.note(f"zigzag on the example sentence: {' '.join(words)}")
+    return out
+
+
+def _spans(pos: list[int]) -> str:
+    """Token numbers as runs: 1-4, or 1-2 15-16 for a zigzag rank."""
+    runs, start = [], pos[0]
+    for a, b in zip(pos, pos[1:] + [None]):
+        if b != a + 1:
+            runs.append(f"{start + 1}-{a + 1}" if a > start else f"{a + 1}")
+            start = b
+    return " ".join(runs)
+
+
+def checks(result) -> list[Check]:
+    t, v = result.world, result.values
+    fine = 2 * t  # blocks of the 2t-way split; the causal total is the lower triangle with half diagonals
+    total = fine * (fine - 1) / 2 + fine * 0.5
+    cont = [x["contiguous"]["blocks"] for x in v]
+    zig = [x["zigzag"]["blocks"] for x in v]
+    return [
+        check("contiguous: rank i does 4i + 2 blocks (it sees every earlier token)", cont,
+              [4 * i + 2.0 for i in range(t)]),
+        check("zigzag: every rank does the same work", zig, [total / t] * t),
+        check("both splits do the same total work", [sum(cont), sum(zig)], [total, total]),
+        check("the slowest rank gets faster by", round(max(cont) / max(zig), 4), round((4 * (t - 1) + 2) / (total / t),
+                                                                                     4)),
+    ]
+
+
+NARRATIVE = {
+    "contiguous split": """
+        With a causal mask a token only looks at the tokens before it. Split the sequence into contiguous
+        pieces and the first rank's queries need only its own keys, while the last rank's need everyone's:
+        the first rank idles while the last one works, and a step lasts as long as its slowest rank.
+        Blocks entirely in the future are skipped; a diagonal block costs half.""",
+    "zigzag split": """
+        Cut the sequence into 2t chunks and give rank i one early chunk (i) and one late chunk (2t-1-i).
+        Every rank now holds a short-history and a long-history piece, and all do the same amount of work.""",
+}
+
+LESSON = Lesson(
+    name="cp-causal",
+    title="Causal attention over CP ranks: the imbalance and the zigzag split",
+    world=4,
+    worlds=(1, 2, 4, 8),
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="work per rank measured with the contiguous split, then the zigzag split's equal shares",
+    keep_values=0,
+)

@@ -1,0 +1,33 @@
+"""The context-parallel lessons reproduce the post's figures by running: the online softmax's rescale and
+weights, the ring's K/V table, and the causal work shares."""
+import pytest
+
+from parasim.lesson import get_lesson, run_lesson
+
+
+def test_online_softmax_figures():
+    lr = run_lesson(get_lesson("online-softmax"))
+    assert all(c.ok for c in lr.checks)
+    steps = lr.result.values[0]["steps"]
+    assert round(float(steps[1]["rescale"][0]), 3) == 0.135
+    assert round(float(steps[1]["l"][0]), 3) == 1.135
+    assert [round(float(w), 3) for w in lr.result.values[0]["weights"][0]] == [0.119, 0.881]
+
+
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+def test_ring_attention_table_and_exactness(world):
+    lr = run_lesson(get_lesson("ring-attention"), world)
+    assert all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
+    if world == 4:
+        assert [v["held"] for v in lr.result.values] == [[0, 3, 2, 1], [1, 0, 3, 2], [2, 1, 0, 3], [3, 2, 1, 0]]
+
+
+def test_cp_causal_shares():
+    lr = run_lesson(get_lesson("cp-causal"), 4)
+    assert all(c.ok for c in lr.checks)
+    assert [v["contiguous"]["blocks"] for v in lr.result.values] == [2, 6, 10, 14]
+    assert [v["zigzag"]["blocks"] for v in lr.result.values] == [8, 8, 8, 8]
+    two = run_lesson(get_lesson("cp-causal"), 2)
+    notes = [m.text for m in two.result.trace.marks if m.kind == "note" and "sentence" in m.text]
+    assert notes == ["zigzag on the example sentence: the court was void",
+                     "zigzag on the example sentence: ruled that the contract"]
