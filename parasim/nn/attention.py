@@ -85,10 +85,27 @@ class ParallelAttention:
         return dropout_mask(self.tp, f"{self.key}.probs", (b, self.heads, s, s), self.p,
                             (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
 
+    def _ring(self):
+        from .ring import RingAttention
+        tp = self.tp
+        if self.p:
+            raise ValueError("attention-probability dropout is not modelled with context parallelism")
+        return RingAttention(tp.ctx, tp.cp, tp.seq, split=tp.split, causal=True, name=f"{self.name}.ring")
+
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
         xp = self.tp.xp
         y, c_qkv = self.qkv.forward(x, saved)
         q, k, v = self._split(y)
+        if self.tp.cp_size > 1:  # the sequence is split over CP ranks: attend around the ring
+            for label, a in (("q", q), ("k", k), ("v", v)):
+                saved.keep(self.name, label, a)
+            idx = xp.asarray(self.kv_of)
+            ring = self._ring()
+            o, c_ring = ring.forward(q, xp.take(k, idx, axis=1), xp.take(v, idx, axis=1))
+            b_, hq, s, d = o.shape
+            o = xp.reshape(xp.permute_dims(o, (2, 0, 1, 3)), (s, b_, hq * d))
+            out, c_out = self.out.forward(o, saved)
+            return out, (c_qkv, q, k, v, ("ring", ring, c_ring), c_out)
         for label, a in (("q", q), ("k", k), ("v", v)):
             saved.keep(self.name, label, a)
         probs = self._probs(q, k)
@@ -109,6 +126,13 @@ class ParallelAttention:
     def backward(self, cache: tuple, dy: Any) -> Any:
         xp = self.tp.xp
         c_qkv, q, k, v, kept, c_out = cache
+        if kept is not None and isinstance(kept[0], str):  # ("ring", ring, its cache)
+            _, ring, c_ring = kept
+            do = self.out.backward(c_out, dy)
+            s, b_ = do.shape[0], do.shape[1]
+            do = xp.permute_dims(xp.reshape(do, (s, b_, len(self.q_heads), self.d)), (1, 2, 0, 3))
+            dq, dkk, dvv = ring.backward(c_ring, do)
+            return self._qkv_backward(c_qkv, dq, self._fold(dkk, k.shape), self._fold(dvv, v.shape), s, b_)
         if kept is None:
             probs = self._probs(q, k)
             mask = self._mask(probs) if self.p else None
@@ -127,12 +151,14 @@ class ParallelAttention:
         kk = xp.take(k, idx, axis=1)
         dq = xp.matmul(dscores, kk)
         dkk = xp.matmul(xp.permute_dims(dscores, (0, 1, 3, 2)), q)
-        dk, dv = self._fold(dkk, k.shape), self._fold(dvv, v.shape)
+        return self._qkv_backward(c_qkv, dq, self._fold(dkk, k.shape), self._fold(dvv, v.shape), s, b_)
+
+    def _qkv_backward(self, c_qkv: tuple, dq: Any, dk: Any, dv: Any, s: int, b_: int) -> Any:
+        xp = self.tp.xp
 
         def cols(a: Any) -> Any:  # [b, h, s, d] -> [s, b, h*d]
             return xp.reshape(xp.permute_dims(a, (2, 0, 1, 3)), (s, b_, a.shape[1] * self.d))
-        dy_qkv = xp.concat([cols(dq), cols(dk), cols(dv)], axis=-1)
-        return self.qkv.backward(c_qkv, dy_qkv)
+        return self.qkv.backward(c_qkv, xp.concat([cols(dq), cols(dk), cols(dv)], axis=-1))
 
     def _fold(self, per_q: Any, shape: tuple) -> Any:
         """Sum the gradients of q heads that share a kv head onto that kv head."""

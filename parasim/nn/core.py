@@ -43,6 +43,20 @@ class TPContext:
     ctx: Any
     group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
     sp: bool = False  # sequence parallelism on top of TP
+    cp: Group | None = None  # context parallelism: the sequence is split over this group for the whole layer
+    seq: int = 0  # the whole sequence length (needed with cp)
+    split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
+
+    @property
+    def cp_size(self) -> int:
+        return 1 if self.cp is None else self.cp.size
+
+    def cp_positions(self) -> list[int]:
+        """The sequence positions this rank's CP slice holds (all of them without CP)."""
+        if self.cp is None or self.cp.size == 1:
+            return list(range(self.seq))
+        from .ring import positions
+        return positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
 
     @property
     def xp(self) -> Any:

@@ -76,12 +76,18 @@ class TransformerLayer:
         self.drop2 = Dropout(tp, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
 
     def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
-        """The whole activation's shape and this rank's slice of it (its tokens under SP)."""
+        """The whole activation's shape and this rank's slice of it: its CP tokens, then its SP share."""
         tp = self.tp
-        if not tp.sp:
-            return tuple(x.shape), ()
-        n = x.shape[0]
-        return (n * tp.t, *x.shape[1:]), (slice(tp.r * n, (tp.r + 1) * n),)
+        if tp.cp_size == 1:
+            if not tp.sp:
+                return tuple(x.shape), ()
+            n = x.shape[0]
+            return (n * tp.t, *x.shape[1:]), (slice(tp.r * n, (tp.r + 1) * n),)
+        pos = tp.cp_positions()
+        if tp.sp:
+            n = len(pos) // tp.t
+            pos = pos[tp.r * n:(tp.r + 1) * n]
+        return (tp.seq, *x.shape[1:]), (tp.xp.asarray(pos),)
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
         full, index = self._where(x)
