@@ -63,3 +63,13 @@ def test_fold_rows_into_groups(coll):
     assert coll.next_fold() == "t8" and coll.rows == [("t8·0", tuple(range(8)))]
     assert coll.row_cell(0, 1) == coll.cell(0, 1)
     assert coll.next_fold() is None and len(coll.rows) == 8
+
+
+def test_work_bars_follow_ring_attention():
+    lr = run_lesson(get_lesson("cp-causal"), 4)
+    view = View(lr.result.trace, lr.lesson.narrative)
+    last_contiguous = max(i for i, e in enumerate(view.events) if e.phase == "contiguous split")
+    flops = [f for _, f, _ in view.work(last_contiguous)]
+    assert flops == sorted(flops) and flops[0] < flops[-1]  # the contiguous split's imbalance
+    names = [name for _, _, name in view.work(last_contiguous)]
+    assert all(n.startswith("ring: attend to K/V of rank") or n.startswith("ring: skip") for n in names)

@@ -57,6 +57,7 @@ class ParasimApp(App):
             with VerticalScroll(id="left"):
                 yield Static(id="detail")
                 yield Static(id="holdings")
+                yield Static(id="work")
             with VerticalScroll(id="right"):
                 yield Static(id="narrative")
         yield Static(id="status")
@@ -67,6 +68,7 @@ class ParasimApp(App):
         self.query_one("#prompt", Input).display = False
         self.query_one("#detail").border_title = "selected event"
         self.query_one("#holdings").border_title = "what each rank holds"
+        self.query_one("#work").border_title = "compute so far, per rank (flops)"
         self.query_one("#right").border_title = "narrative"
         self.query_one(Timeline).border_title = "timeline: ranks x logical steps"
         self._show()
@@ -94,6 +96,19 @@ class ParasimApp(App):
             held.append(("\n" if n else "") + " ".join(v.ljust(w) for v, w in zip(r[:4], widths)))
             held.append(f" {r[4]}", style="bold")
         self.query_one("#holdings", Static).update(held)
+        self.query_one("#holdings").display = bool(rows)
+        work = view.work(i)
+        panel = self.query_one("#work", Static)
+        panel.display = bool(work)
+        if work:
+            top = max(f for _, f, _ in work) or 1.0
+            bars = Text()
+            for n, (rank, flops, last) in enumerate(work):
+                width = int(round(16 * flops / top))
+                bars.append(("\n" if n else "") + f"rank {rank:<3}")
+                bars.append("█" * width + " " * (16 - width), style="green")
+                bars.append(f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}")
+            panel.update(bars)
         phase, text, notes = view.phase_text(i)
         body = Text()
         if phase:

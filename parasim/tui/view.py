@@ -225,6 +225,23 @@ class View:
         text = " ".join(self.narrative.get(phase, "").split())
         return phase, text, notes
 
+    def work(self, index: int) -> list[tuple[int, float, str]]:
+        """Per rank: compute flops recorded up to the selected event's step, and the rank's latest compute
+        step there (e.g. which K/V chunk ring attention is working on). Empty when nothing was recorded."""
+        if not self.events:
+            return []
+        step = self.events[index].step
+        done = [0.0] * self.trace.world
+        last = [""] * self.trace.world
+        seen = False
+        for e in self.events:
+            if e.kind == "compute" and e.step <= step:
+                seen = True
+                r = e.members[0].rank
+                done[r] += float(e.params.get("flops", 0) or 0)
+                last[r] = e.op
+        return [(r, done[r], last[r]) for r in range(self.trace.world)] if seen else []
+
     def status(self, index: int) -> str:
         pos = self._visible.index(index) + 1 if index in self._visible else 0
         parts = [f"event {pos}/{len(self._visible)}"]
