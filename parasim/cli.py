@@ -149,6 +149,40 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_schedule(args: argparse.Namespace) -> int:
+    from .pipeline.schedules import generate
+    from .pipeline.timing import simulate
+
+    costs = {"B": args.backward_cost, "I": 1, "W": 1}
+    timing = simulate(generate(args.schedule, args.pp, args.microbatches), costs)
+    if args.plot:
+        from .pipeline.plot import plot_slots
+        try:
+            plot_slots(timing, f"{args.schedule}, p={args.pp}, m={args.microbatches}", args.plot)
+        except OSError as exc:
+            raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+    if args.json:
+        print(json.dumps(timing.to_dict(args.schedule, args.pp, args.microbatches)))
+        return 0
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(box=box.SIMPLE_HEAD, title=f"{args.schedule}: {args.pp} stages x {args.microbatches} micro-batches",
+                  title_justify="left", padding=(0, 1))
+    table.add_column("time ->", no_wrap=True)
+    for t in range(timing.makespan):
+        table.add_column(str(t + 1), justify="center")
+    colour = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
+    for r, row in enumerate(timing.slots):
+        table.add_row(f"stage {r + 1}", *[f"[{colour[x[0]]}]{x}[/]" if x else "[dim].[/]" for x in row])
+    console = Console(highlight=False, width=max(100, 12 + 5 * timing.makespan))
+    console.print(table)
+    console.print(f"makespan {timing.makespan} slots; each stage busy {', '.join(str(timing.makespan - i) for i in timing.idle)}"
+                  f" of {timing.makespan}; bubble {timing.bubble} = {float(timing.bubble):.1%}; peak micro-batches "
+                  f"held per stage {timing.peak}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="parasim", description="LLM training parallelism, taught by running it on virtual ranks.")
     p.add_argument("--version", action="version", version=f"parasim {__version__}")
@@ -168,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.set_defaults(func=cmd_lesson)
+
+    sp_ = sub.add_parser("schedule", help="a pipeline schedule's slot table, bubble and activation peaks",
+                         description="Generate a pipeline schedule (actions per stage) and place it in time slots "
+                                     "from its dependencies.")
+    sp_.add_argument("--schedule", choices=("gpipe", "1f1b", "zb-h1"), default="1f1b", help="the schedule")
+    sp_.add_argument("--pp", type=_positive, default=4, metavar="P", help="pipeline stages (default 4)")
+    sp_.add_argument("--microbatches", "-m", type=_positive, default=4, metavar="M", help="micro-batches (default 4)")
+    sp_.add_argument("--backward-cost", type=int, choices=(1, 2), default=1,
+                     help="slots a full backward takes (the post draws 1; about 2 in reality)")
+    sp_.add_argument("--json", action="store_true", help='print {"schedule","pp","microbatches","slots",...}')
+    sp_.add_argument("--plot", metavar="FILE.png", help="draw the slot table with matplotlib")
+    sp_.set_defaults(func=cmd_schedule)
 
     vp = sub.add_parser("view", help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
                         description="Step through a saved parasim trace in the TUI (plain text when stdout is "
