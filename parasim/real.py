@@ -89,6 +89,8 @@ def _ends(result: dict) -> list[float]:
 
 def _item(kind: str, op: str, group: tuple, params: dict, label: Any, ins, outs, sent: int, recv: int,
           site: str, before: Any, after: Any, hops: Any, **extra: Any) -> dict:
+    if extra.get("role") == "recv":
+        label = None  # a transfer carries its sender's label; the receiver's own label names its whole batch
     return {"kind": kind, "op": op, "group": group, "params": params, "label": label,
             "ins": [(tuple(s), d) for s, d in ins], "outs": [(tuple(s), d) for s, d in outs],
             "sent": sent, "recv": recv, "site": site, "before": before, "after": after, "hops": hops, **extra}

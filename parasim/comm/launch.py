@@ -190,13 +190,27 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
             with _quiet_launcher():
                 out = elastic_launch(config, _worker)(target, replace(opts, error_dir=errors))
         except ChildFailedError as exc:
+            _reap()
             root = _root_error(errors)
             if root is not None:
                 raise RealRunFailed(root["message"] if root["kind"] == "RealRunFailed"
                                     else f"{root['kind']}: {root['message']}", root["rank"]) from None
             rank, failure = exc.get_first_failure()
             raise RealRunFailed(_failure_message(rank, failure), rank) from None
+        _reap()
     return [out[r] for r in sorted(out)]
+
+
+def _reap(grace: float = 3.0) -> None:
+    """Workers hand back their results before they exit; one that then hangs in its own shutdown (a gloo
+    thread) must not keep parasim waiting, nor be left behind."""
+    import multiprocessing
+    deadline = time.monotonic() + grace
+    for child in multiprocessing.active_children():
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join(1.0)
 
 
 _ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")

@@ -94,6 +94,12 @@ class TorchComm(Comm):
         raw = out.cpu().numpy().reshape(t, SIG_BYTES)
         return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in raw]
 
+    def _p2p_blob(self, desc: str, site: str) -> torch.Tensor:
+        blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
+        data = json.dumps([desc, site]).encode()[:SIG_BYTES]
+        blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return blob
+
     def _check(self, g: Group, pg: Any, call: int, sig: str, desc: str, site: str) -> None:
         """Compare this call with every member's before running it (group order = torch's sorted order)."""
         blobs = self._gather_blobs(json.dumps([call, sig, desc, site]), pg)
@@ -310,26 +316,32 @@ class TorchComm(Comm):
                               torch.empty(shape, dtype=dtype, device=self.device), shape, dtype))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
-        if self.check:  # each sender tells its receiver what it sends, so a bad pair fails with both lines
-            p2p, heard = [], []
-            for send, peer, _, shape, dtype in posts:
+        # Sends never wait for this rank's own receives (a neighbour may need our data before it can send
+        # us anything), so every send goes out at once: its signature, then its data. Each receive then
+        # takes the signature first, checks it, and posts the data receive, so messages between a pair
+        # are taken in exactly the order they were sent, however the two sides batch them.
+        sends = []
+        for send, peer, buf, shape, dtype in posts:
+            if send:
+                if self.check:
+                    sends.append(dist.P2POp(dist.isend, self._p2p_blob(describe_p2p(True, peer, shape, dtype), site),
+                                            peer, group=pg))
+                sends.append(dist.P2POp(dist.isend, buf, peer, group=pg))
+        t0 = self._now()
+        pending = list(dist.batch_isend_irecv(sends)) if sends else []
+        for send, peer, buf, shape, dtype in posts:
+            if send:
+                continue
+            if self.check:
                 blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
-                if send:
-                    data = json.dumps([describe_p2p(True, peer, shape, dtype), site]).encode()[:SIG_BYTES]
-                    blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-                else:
-                    heard.append((peer, shape, dtype, blob))
-                p2p.append(dist.P2POp(dist.isend if send else dist.irecv, blob, peer, group=pg))
-            self._timed(lambda: [r.wait() for r in dist.batch_isend_irecv(p2p)], "exchange", g, site)
-            for peer, shape, dtype, blob in heard:
+                reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, blob, peer, group=pg)])
+                self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
                 other, other_site = json.loads(bytes(blob.cpu().numpy()).rstrip(b"\0").decode())
                 if other != describe_p2p(True, self.rank, shape, dtype):
                     raise p2p_mismatch_error(peer, f"{other} at {other_site}", self.rank,
                                              f"{describe_p2p(False, peer, shape, dtype)} at {site}")
-        t0 = self._now()
-        reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend if send else dist.irecv, buf, peer, group=pg)
-                                       for send, peer, buf, _, _ in posts])
-        self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
+            pending += dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer, group=pg)])
+        self._timed(lambda: [r.wait() for r in pending], "exchange", g, site)
         results = []
         for k, (send, peer, buf, _, _) in enumerate(posts):
             src, dst = (self.rank, peer) if send else (peer, self.rank)

@@ -38,15 +38,16 @@ def run_stage(ctx: Any, group: Group, actions: list[Action], stage: Stage, shape
     pending: list[Send] = []
     total = 0.0
 
-    def receive(peer: int, label: str) -> Any:
+    def receive(peer: int, what: str) -> Any:
         nonlocal pending
+        label = f"stage {r + 1}: " + ("send, and receive " if pending else "receive ") + what
         got = ctx.comm.exchange(pending + [Recv(peer, shape, dtype)], group=group, label=label)
         pending = []
         return got[0]
 
     for i, a in enumerate(actions):
         if a.kind == "F":
-            x = inputs(a.mb) if first else receive(prev, f"stage {r + 1}: activation of micro-batch {a.mb + 1}")
+            x = inputs(a.mb) if first else receive(prev, f"activation {a.mb + 1}")
             y, caches[a.mb] = stage.forward(x)
             if last:
                 value, grads_in[a.mb] = loss(a.mb, y)
@@ -54,7 +55,7 @@ def run_stage(ctx: Any, group: Group, actions: list[Action], stage: Stage, shape
             else:
                 pending.append(Send(y, nxt))
         elif a.kind in ("B", "I"):
-            dy = grads_in.pop(a.mb) if last else receive(nxt, f"stage {r + 1}: gradient of micro-batch {a.mb + 1}")
+            dy = grads_in.pop(a.mb) if last else receive(nxt, f"gradient {a.mb + 1}")
             dx = stage.backward(caches.pop(a.mb), dy)
             if not first:
                 pending.append(Send(dx, prev))
