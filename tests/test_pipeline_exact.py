@@ -8,24 +8,14 @@ torch = pytest.importorskip("torch")
 import parasim  # noqa: E402
 from layer_check import SEED, layer_grads, torch_layer, torch_weights  # noqa: E402
 from parasim.layout import Layout  # noqa: E402
-from parasim.nn import Saved, TPContext  # noqa: E402
-from parasim.nn.layer import LayerShape, Stack, TransformerLayer, layer_weights  # noqa: E402
+from parasim.nn import TPContext  # noqa: E402
+from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights  # noqa: E402
+from parasim.pipeline.demo import LayersStage  # noqa: E402
 from parasim.pipeline.executor import run_stage  # noqa: E402
 from parasim.pipeline.schedules import generate  # noqa: E402
 
 SHAPE = LayerShape(hidden=8, heads=2, dropout=0.0)
 S, B = 4, 1
-
-
-class LayersStage:
-    def __init__(self, layers):
-        self.stack = Stack(layers)
-
-    def forward(self, x):
-        return self.stack.forward(x, Saved())
-
-    def backward(self, cache, dy):
-        return self.stack.backward(cache, dy)
 
 
 def run(schedule: str, pp: int, tp: int, m: int, layers: int):

@@ -15,7 +15,9 @@ SHAPE = LayerShape(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
 
 
-class _LayersStage:
+class LayersStage:
+    """A stage that is a stack of layers: what the executor drives."""
+
     def __init__(self, layers: list) -> None:
         self.stack = Stack(layers)
 
@@ -49,7 +51,7 @@ def pipeline_run(ctx: Any, schedule: str, m: int) -> dict:
         target = _data(ctx, mb, "target")
         return float(ctx.xp.sum(y * target)), target
     actions = generate(schedule, p, m)[r]
-    total = run_stage(ctx, group, actions, _LayersStage(_layers(ctx, r, 1)), (SEQ, BATCH, SHAPE.hidden),
+    total = run_stage(ctx, group, actions, LayersStage(_layers(ctx, r, 1)), (SEQ, BATCH, SHAPE.hidden),
                       ctx.xp.float64, lambda mb: _data(ctx, mb, "x"), loss)
     return {"loss": total, "slots": timing.slots[r], "idle": timing.idle[r], "peak": timing.peak[r],
             "makespan": timing.makespan, "bubble": str(timing.bubble)}
