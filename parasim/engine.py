@@ -57,7 +57,8 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     # Imported here so that `import parasim` stays light.
     import array_api_compat.numpy as xp
 
-    from .comm.virtual import VirtualComm, VirtualWorld
+    from .comm.virtual import VirtualWorld
+    from .comm.virtual_comm import VirtualComm
 
     vw = VirtualWorld(world, keep_values=keep_values, algo=algo)
     contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
