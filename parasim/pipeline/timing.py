@@ -15,8 +15,7 @@ from .schedules import Action
 
 @dataclass
 class Timing:
-    start: dict[tuple[int, Action], int]
-    end: dict[tuple[int, Action], int]
+    begin: list[list[int]]  # per rank, the start slot of each of its actions (in schedule order)
     makespan: int
     slots: list[list[str | None]]  # per rank, per time unit: the action's label or None (idle)
     idle: list[int]
@@ -38,63 +37,62 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None) 
     pp = len(schedule)
     last_stage = max((a.stage for acts in schedule for a in acts), default=0)
     done: dict[tuple[str, int, int], int] = {}  # (kind, stage, mb) -> end time
-    start, end = {}, {}
+    # plain tuples on the hot path: hashing the Action dataclass would dominate large schedules
+    plan = [[(a.kind, a.stage, a.mb, costs[a.kind]) for a in acts] for acts in schedule]
+    begin: list[list[int]] = [[0] * len(acts) for acts in schedule]
     free, ptr = [0] * pp, [0] * pp
-
-    def ready(a: Action) -> int | None:
-        deps = []
-        if a.kind == "F" and a.stage > 0:
-            deps.append(("F", a.stage - 1, a.mb))
-        if a.kind in ("B", "I"):
-            deps.append(("F", a.stage, a.mb))
-            if a.stage < last_stage:
-                nxt = ("B", a.stage + 1, a.mb) if ("B", a.stage + 1, a.mb) in done else ("I", a.stage + 1, a.mb)
-                deps.append(nxt)
-        if a.kind == "W":
-            deps.append(("I", a.stage, a.mb))
-        if any(d not in done for d in deps):
-            return None
-        return max([done[d] for d in deps] + [0])
-
-    total = sum(len(acts) for acts in schedule)
-    while len(start) < total:
+    remaining = sum(len(acts) for acts in schedule)
+    while remaining:
         progress = False
         for r in range(pp):
-            if ptr[r] >= len(schedule[r]):
+            i = ptr[r]
+            if i >= len(plan[r]):
                 continue
-            a = schedule[r][ptr[r]]
-            t = ready(a)
+            kind, stage, mb, cost = plan[r][i]
+            if kind == "F":
+                t = done.get(("F", stage - 1, mb)) if stage > 0 else 0
+            elif kind == "W":
+                t = done.get(("I", stage, mb))
+            else:
+                t = done.get(("F", stage, mb))
+                if t is not None and stage < last_stage:
+                    after = done.get(("B", stage + 1, mb))
+                    if after is None:
+                        after = done.get(("I", stage + 1, mb))
+                    t = None if after is None else max(t, after)
             if t is None:
                 continue
             s = max(free[r], t)
-            start[(r, a)], end[(r, a)] = s, s + costs[a.kind]
-            done[(a.kind, a.stage, a.mb)] = s + costs[a.kind]
-            free[r] = s + costs[a.kind]
-            ptr[r] += 1
+            begin[r][i] = s
+            done[(kind, stage, mb)] = free[r] = s + cost
+            ptr[r] = i + 1
+            remaining -= 1
             progress = True
         if not progress:
             stuck = {r: str(schedule[r][ptr[r]]) for r in range(pp) if ptr[r] < len(schedule[r])}
             raise UsageError(f"the schedule deadlocks: every rank waits ({stuck})")
-    makespan = max(end.values(), default=0)
+    makespan = max(free, default=0)
     slots: list[list[str | None]] = [[None] * makespan for _ in range(pp)]
-    for (r, a), s in start.items():
-        for t in range(s, end[(r, a)]):
-            slots[r][t] = str(a)
+    for r, acts in enumerate(schedule):
+        for i, a in enumerate(acts):
+            label = str(a)
+            for t in range(begin[r][i], begin[r][i] + costs[a.kind]):
+                slots[r][t] = label
     idle = [sum(x is None for x in row) for row in slots]
-    return Timing(start, end, makespan, slots, idle, _peaks(schedule, start, end))
+    return Timing(begin, makespan, slots, idle, _peaks(schedule, begin, costs))
 
 
-def _peaks(schedule: list[list[Action]], start: dict, end: dict) -> list[int]:
+def _peaks(schedule: list[list[Action]], begin: list[list[int]], costs: dict[str, int]) -> list[int]:
     """Activations are held from a forward's start until the micro-batch's last backward piece ends."""
     out = []
     for r, acts in enumerate(schedule):
         split = any(a.kind == "W" for a in acts)
         events = []
-        for a in acts:
+        for i, a in enumerate(acts):
             if a.kind == "F":
-                events.append((start[(r, a)], 1))
+                events.append((begin[r][i], 1))
             elif a.kind == ("W" if split else "B"):
-                events.append((end[(r, a)], -1))
+                events.append((begin[r][i] + costs[a.kind], -1))
         held = peak = 0
         for _, delta in sorted(events, key=lambda e: (e[0], e[1])):
             held += delta
