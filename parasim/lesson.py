@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import math
 from dataclasses import dataclass, field, replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -142,7 +143,7 @@ def get_lesson(name: str) -> Lesson:
 
 
 def jsonable(v: Any) -> Any:
-    """Arrays, numpy scalars and tuples as plain JSON values (integer-valued floats stay floats)."""
+    """Arrays, numpy scalars, tuples and fractions as plain JSON values (integer-valued floats stay floats)."""
     if isinstance(v, np.ndarray):
         return v.tolist()
     if isinstance(v, np.generic):
@@ -153,6 +154,8 @@ def jsonable(v: Any) -> Any:
         return {str(k): jsonable(x) for k, x in v.items()}
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
+    if isinstance(v, Fraction):  # exact ratios (bubbles, traffic) read best as "p/q"
+        return str(v) if v.denominator != 1 else int(v)
     if hasattr(v, "tolist"):  # torch tensors, without importing torch
         return v.tolist()
     return v

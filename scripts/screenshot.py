@@ -2,8 +2,8 @@
 
     python scripts/screenshot.py [--out DIR] [--size 120x40] [--scale 1.0]
 
-Writes DIR/tui-tp-mlp.png (tp-mlp at its middle event) and DIR/tui-collectives.png (collectives at its first
-ring all-reduce). DIR defaults to docs/. Rich's SVG asks for "Fira Code"; cairosvg would fall back to a
+Writes DIR/tui-tp-mlp.png (tp-mlp at its middle event), DIR/tui-collectives.png (collectives at its first
+ring all-reduce) and DIR/tui-pipeline.png (pp-zero-bubble's DualPipeV run, with its slot table). DIR defaults to docs/. Rich's SVG asks for "Fira Code"; cairosvg would fall back to a
 proportional font and the columns would drift, so the SVG is switched to DejaVu Sans Mono first.
 """
 from __future__ import annotations
@@ -74,6 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     shots.append(("tui-tp-mlp", tp, middle(tp)))
     co = make_view("collectives")
     shots.append(("tui-collectives", co, first_ring_all_reduce(co)))
+    pp = make_view("pp-zero-bubble")
+    dual = [i for i in pp.visible if pp.events[i].phase.startswith("DualPipeV")]
+    shots.append(("tui-pipeline", pp, dual[len(dual) // 2]))
     for name, view, index in shots:
         svg = asyncio.run(screenshot_svg(view, index, (w, h)))
         if args.svg:

@@ -6,9 +6,11 @@ import sys
 from fractions import Fraction
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from parasim.errors import UsageError
-from parasim.pipeline.schedules import generate
+from parasim.pipeline.schedules import TORCH_NAMES, check_layers, generate
 from parasim.pipeline.timing import simulate
 
 POST_GPIPE = ["F1 F2 F3 F4 . . . . . . B4 B3 B2 B1",
@@ -47,36 +49,97 @@ def test_activation_peaks():
     assert simulate(generate("1f1b", 4, 8), {"B": 2}).makespan == 33
 
 
-def _torch_order(pp, m):
+def _torch_order(schedule, pp, m, v=1):
+    """Ask the installed torch for its order: stages are mocks, only their counts and indices matter."""
     import warnings
     from unittest import mock
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
+        import torch
         from torch.distributed.pipelining import PipelineStage
-        from torch.distributed.pipelining.schedules import Schedule1F1B
-    stage = mock.create_autospec(PipelineStage, instance=True)
-    stage.num_stages, stage.group_size, stage.group_rank, stage.stage_index = pp, pp, 0, 0
-    order = Schedule1F1B(stage, m).pipeline_order
-    return {r: [str(a) for a in acts if a is not None and "REDUCE" not in str(a)] for r, acts in order.items()}
+        from torch.distributed.pipelining import schedules
+    stages = []
+    for c in range(v):
+        stage = mock.create_autospec(PipelineStage, instance=True)
+        stage.num_stages, stage.group_size, stage.group_rank, stage.stage_index = pp * v, pp, 0, c * pp
+        stage.submod = torch.nn.Identity()
+        stages.append(stage)
+    cls = getattr(schedules, TORCH_NAMES[schedule])
+    order = cls(stages[0] if schedule == "1f1b" else stages, m).pipeline_order
+    out = {}
+    for r, acts in order.items():  # DualPipeV's overlapped pairs: the forward, then the backward
+        flat = [x for a in acts if a is not None for x in (a.sub_actions or (a,))]
+        out[r] = [str(a) for a in flat if "REDUCE" not in str(a)]
+    return out
 
 
-@pytest.mark.parametrize("pp, m", [(2, 2), (3, 5), (4, 4), (4, 8), (5, 7), (8, 16)])
-def test_1f1b_order_equals_torch(pp, m):
+def _compare(schedule, pp, m, v):
+    theirs = _torch_order(schedule, pp, m, v)
+    ours = generate(schedule, pp, m, v)
+    if schedule == "1f1b":  # torch 2.13's IR numbers the last rank's forwards one too high (it runs F0 B0 F1 ..)
+        theirs[pp - 1] = [f"{pp - 1}F{int(a.split('F')[1]) - 1}" if "F" in a else a for a in theirs[pp - 1]]
+    for r in range(pp):
+        assert [a.torch_name() for a in ours[r]] == theirs[r], (schedule, pp, m, v, r)
+
+
+@pytest.mark.parametrize("schedule, pp, m, v", [
+    ("1f1b", 2, 2, 1), ("1f1b", 3, 5, 1), ("1f1b", 4, 4, 1), ("1f1b", 8, 16, 1),
+    ("zb-h1", 4, 8, 1), ("zb-h1", 3, 6, 1),
+    ("interleaved", 4, 4, 2), ("interleaved", 4, 8, 3), ("interleaved", 4, 10, 2), ("interleaved", 8, 24, 4),
+    ("interleaved-zb", 4, 8, 2), ("interleaved-zb", 3, 3, 2),
+    ("zbv", 4, 8, 2), ("zbv", 3, 2, 2), ("dualpipev", 4, 8, 2), ("dualpipev", 3, 9, 2)])
+def test_order_equals_torch(schedule, pp, m, v):
     pytest.importorskip("torch")
-    theirs = _torch_order(pp, m)
-    ours = generate("1f1b", pp, m)
-    for r in range(pp - 1):
-        assert [a.torch_name() for a in ours[r]] == theirs[r]
-    # torch 2.13's IR numbers the last rank's forwards one too high (its runtime runs F0 B0 F1 B1 ...)
-    last = [f"{pp - 1}F{int(a.split('F')[1]) - 1}" if "F" in a else a for a in theirs[pp - 1]]
-    assert [a.torch_name() for a in ours[pp - 1]] == last
+    _compare(schedule, pp, m, v)
 
 
-def test_bad_parameters():
-    with pytest.raises(UsageError, match="unknown schedule"):
-        generate("pipedream", 4, 4)
-    with pytest.raises(UsageError, match="microbatches must be a positive integer"):
-        generate("1f1b", 4, 0)
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from(sorted(TORCH_NAMES)), st.integers(1, 6), st.integers(1, 20), st.integers(2, 4))
+def test_order_equals_torch_drawn(schedule, pp, m, v):
+    """Orders for parameters no table here contains, against torch asked live; both refuse the same ones."""
+    pytest.importorskip("torch")
+    v = 1 if schedule in ("1f1b", "zb-h1") else 2 if schedule in ("zbv", "dualpipev") else v
+    try:
+        theirs = _torch_order(schedule, pp, m, v)
+    except (ValueError, AssertionError, ZeroDivisionError, IndexError):
+        theirs = None
+    try:
+        generate(schedule, pp, m, v)
+    except UsageError:
+        assert theirs is None or schedule == "1f1b" and pp == 1, (schedule, pp, m, v)
+        return
+    if theirs is not None:
+        _compare(schedule, pp, m, v)
+
+
+def test_interleaved_bubble():
+    t = simulate(generate("interleaved", 4, 4, 2))
+    assert t.bubble == Fraction(3, 11) and t.idle == [6] * 4  # the post's 3/7 -> 3/11 with v = 2
+    for p, m, v in [(2, 4, 2), (4, 8, 2), (4, 8, 4), (8, 16, 2)]:
+        assert simulate(generate("interleaved", p, m, v)).bubble == Fraction(p - 1, v * m + p - 1)
+
+
+def test_zero_bubble_formulas():
+    costs = {"F": 1, "B": 2, "I": 1, "W": 1}
+    for p in (2, 4, 6):
+        assert simulate(generate("zb-h1", p, 2 * p), costs).idle == [p - 1] * p  # (p-1)(F+I-W)
+        assert simulate(generate("1f1b", p, 2 * p), costs).idle == [3 * (p - 1)] * p  # (p-1)(F+B)
+        assert simulate(generate("dualpipev", p, 2 * p), costs).peak == [2 * p + 1] * p
+
+
+@pytest.mark.parametrize("args, rule", [
+    (("pipedream", 4, 4), "unknown schedule"),
+    (("1f1b", 4, 0), "microbatches must be a positive integer"),
+    (("interleaved", 4, 9, 2), "multiple of max"),
+    (("interleaved", 4, 4, 1), "at least 2 chunks"),
+    (("1f1b", 4, 4, 2), "one chunk per rank"),
+    (("zbv", 4, 8, 3), "exactly 2 chunks"),
+    (("dualpipev", 4, 7, 2), "m >= 2 \\* pp = 8")])
+def test_bad_parameters(args, rule):
+    with pytest.raises(UsageError, match=rule):
+        generate(*args)
+    with pytest.raises(UsageError, match="do not split evenly over 8 stages"):
+        check_layers(12, generate("interleaved", 4, 4, 2))
 
 
 def test_cli():
@@ -85,5 +148,11 @@ def test_cli():
     data = json.loads(out.stdout)
     assert set(data) >= {"schedule", "pp", "microbatches", "slots", "bubble", "peak_activations", "makespan"}
     assert [" ".join(x or "." for x in row) for row in data["slots"]] == POST_GPIPE and data["bubble"] == "3/7"
-    bad = subprocess.run([sys.executable, "-m", "parasim", "schedule", "--pp", "0"], capture_output=True, text=True)
-    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    for args in (["--pp", "0"], ["--schedule", "dualpipev", "-m", "4"], ["--layers", "6"],
+                 ["--schedule", "interleaved", "-m", "7", "--pp", "3"]):
+        bad = subprocess.run([sys.executable, "-m", "parasim", "schedule", *args], capture_output=True, text=True)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, args
+    out = subprocess.run([sys.executable, "-m", "parasim", "schedule", "--schedule", "interleaved", "--chunks", "2",
+                          "--json"], capture_output=True, text=True, timeout=60)
+    data = json.loads(out.stdout)
+    assert data["bubble"] == "3/11" and data["chunks"] == 2 and data["slots"][0][4] == "f1"

@@ -46,6 +46,16 @@ class TPContext:
     cp: Group | None = None  # context parallelism: the sequence is split over this group for the whole layer
     seq: int = 0  # the whole sequence length (needed with cp)
     split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
+    # zero-bubble pipelines split a backward in two: while this is a list, weight-gradient work is queued
+    # on it (as closures) instead of run, and a later W pass runs it
+    deferred: list | None = None
+
+    def weight_grad(self, work: Any) -> None:
+        """Run `work` (a weight-gradient computation) now, or queue it for the W pass."""
+        if self.deferred is None:
+            work()
+        else:
+            self.deferred.append(work)
 
     @property
     def cp_size(self) -> int:

@@ -53,10 +53,13 @@ class ColumnParallelLinear:
     def backward(self, cache: tuple, dy: Any) -> Any:
         tp, xp = self.tp, self.tp.xp
         (x,) = cache
-        full = tp.gather_seq(x, f"{self.name} backward: all-gather the sequence again") if tp.sp else x
-        self._accumulate("weight", _weight_grad(xp, full, dy))
-        if self.bias is not None:
-            self._accumulate("bias", _bias_grad(xp, dy))
+
+        def weights() -> None:
+            full = tp.gather_seq(x, f"{self.name} backward: all-gather the sequence again") if tp.sp else x
+            self._accumulate("weight", _weight_grad(xp, full, dy))
+            if self.bias is not None:
+                self._accumulate("bias", _bias_grad(xp, dy))
+        tp.weight_grad(weights)
         dx = xp.matmul(dy, xp.permute_dims(self.weight, (1, 0)))  # a partial sum: this rank's columns only
         # the backward of f (a copy) is a sum over ranks; under SP the sum lands back on sequence shards
         return tp.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if tp.sp else tp.f_backward(dx)
@@ -90,13 +93,16 @@ class RowParallelLinear:
     def backward(self, cache: tuple, dy: Any) -> Any:
         tp, xp = self.tp, self.tp.xp
         (x,) = cache
-        if self.bias is not None:
+
+        def bias() -> None:
             db = _bias_grad(xp, dy)
             if tp.sp and tp.t > 1:  # each rank saw only its tokens: the replicated bias's grad is a partial sum
                 db = tp.comm.all_reduce(db, group=tp.group, label=f"{self.name} backward: sum bias grad (SP)")
             self._accumulate("bias", db)
+        if self.bias is not None:
+            tp.weight_grad(bias)
         full = tp.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if tp.sp else tp.g_backward(dy)
-        self._accumulate("weight", _weight_grad(xp, x, full))
+        tp.weight_grad(lambda: self._accumulate("weight", _weight_grad(xp, x, full)))
         return xp.matmul(full, xp.permute_dims(self.weight, (1, 0)))
 
     _accumulate = ColumnParallelLinear._accumulate

@@ -38,13 +38,16 @@ class LayerNorm:
         tp, xp = self.tp, self.tp.xp
         xhat, rstd = cache
         lead = tuple(range(dy.ndim - 1))
-        grads = {"weight": xp.sum(dy * xhat, axis=lead)}
-        if self.bias is not None:
-            grads["bias"] = xp.sum(dy, axis=lead)
-        for k, g in grads.items():
-            if tp.sp and tp.t > 1:  # each rank saw only its tokens
-                g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum {k} grad (SP)")
-            self.grads[k] = g if k not in self.grads else self.grads[k] + g
+
+        def weights() -> None:
+            grads = {"weight": xp.sum(dy * xhat, axis=lead)}
+            if self.bias is not None:
+                grads["bias"] = xp.sum(dy, axis=lead)
+            for k, g in grads.items():
+                if tp.sp and tp.t > 1:  # each rank saw only its tokens
+                    g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum {k} grad (SP)")
+                self.grads[k] = g if k not in self.grads else self.grads[k] + g
+        tp.weight_grad(weights)
         dxhat = dy * self.weight
         if self.rms:
             return rstd * (dxhat - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))

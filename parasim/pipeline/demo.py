@@ -3,11 +3,11 @@ same model on one rank for comparison. The slot table each rank notes is compute
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Any
+from typing import Any, Callable
 
 from ..nn import Saved, TPContext
 from ..nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
-from .executor import run_stage
+from .executor import run_schedule
 from .schedules import generate
 from .timing import simulate
 
@@ -27,6 +27,19 @@ class LayersStage:
     def backward(self, cache: Any, dy: Any) -> Any:
         return self.stack.backward(cache, dy)
 
+    def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]:
+        tp = self.stack.layers[0].tp
+        tp.deferred = work = []
+        try:
+            dx = self.stack.backward(cache, dy)
+        finally:
+            tp.deferred = None
+
+        def weights() -> None:
+            for job in work:
+                job()
+        return dx, weights
+
 
 def _layers(ctx: Any, first: int, count: int) -> list:
     tp = TPContext(ctx, None)
@@ -38,55 +51,77 @@ def _data(ctx: Any, mb: int, what: str) -> Any:
     return ctx.shared_rng(f"{what}{mb}").normal((SEQ, BATCH, SHAPE.hidden))
 
 
-def pipeline_run(ctx: Any, schedule: str, m: int) -> dict:
-    """Run `schedule` with m micro-batches on ctx.world stages (one layer each)."""
-    group = ctx.new_group(range(ctx.world), "pp")
-    r, p = ctx.rank, ctx.world
-    timing = simulate(generate(schedule, p, m))
-    ctx.phase("the schedule")
-    ctx.note("stage %d: %s" % (r + 1, " ".join(x or "." for x in timing.slots[r])))
-    ctx.phase("running it")
+def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, group: Any = None,
+                 phases: tuple[str, str] = ("the schedule", "running it"), costs: dict | None = None) -> dict:
+    """Run `schedule` with m micro-batches on ctx.world ranks, one layer per stage. Each rank notes its row
+    of the slot table (timed with `costs`) in the first phase and runs its actions in the second."""
+    group = group or ctx.new_group(range(ctx.world), "pp")
+    r = ctx.rank
+    plan = generate(schedule, ctx.world, m, chunks)
+    timing = simulate(plan, costs)
+    ctx.phase(phases[0])
+    ctx.note("GPU %d: %s" % (r + 1, " ".join(x or "." for x in timing.slots[r])))
+    ctx.phase(phases[1])
 
     def loss(mb: int, y: Any) -> tuple[Any, Any]:
         target = _data(ctx, mb, "target")
         return float(ctx.xp.sum(y * target)), target
-    actions = generate(schedule, p, m)[r]
-    total = run_stage(ctx, group, actions, LayersStage(_layers(ctx, r, 1)), (SEQ, BATCH, SHAPE.hidden),
-                      ctx.xp.float64, lambda mb: _data(ctx, mb, "x"), loss)
-    return {"loss": total, "slots": timing.slots[r], "idle": timing.idle[r], "peak": timing.peak[r],
-            "makespan": timing.makespan, "bubble": str(timing.bubble)}
+    stages = {a.stage: LayersStage(_layers(ctx, a.stage, 1)) for a in plan[r]}
+    total = run_schedule(ctx, group, plan, stages, (SEQ, BATCH, SHAPE.hidden), ctx.xp.float64,
+                         lambda mb: _data(ctx, mb, "x"), loss, costs)
+    last = max(a.stage for acts in plan for a in acts)
+    return {"loss": total, "has_loss": last in stages, "slots": timing.slots[r], "idle": timing.idle[r],
+            "peak": timing.peak[r], "makespan": timing.makespan, "bubble": str(timing.bubble),
+            "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()}}
 
 
-def unsplit_loss(stages: int, m: int):
-    """The same model, all layers on one rank: a program for parasim.run(..., 1)."""
-    def program(ctx: Any) -> float:
+def _grad_sq(ctx: Any, layer: Any) -> float:
+    """A fingerprint of a layer's weight gradients: the sum of their squares."""
+    return float(sum(float(ctx.xp.sum(g * g)) for g in layer.grads.values()))
+
+
+def unsplit_run(stages: int, m: int):
+    """The same model, all layers on one rank, forward and backward: a program for parasim.run(..., 1)."""
+    def program(ctx: Any) -> dict:
         stack = Stack(_layers(ctx, 0, stages))
         total = 0.0
         for mb in range(m):
-            y, _ = stack.forward(_data(ctx, mb, "x"), Saved())
-            total += float(ctx.xp.sum(y * _data(ctx, mb, "target")))
-        return total
+            y, cache = stack.forward(_data(ctx, mb, "x"), Saved())
+            target = _data(ctx, mb, "target")
+            total += float(ctx.xp.sum(y * target))
+            stack.backward(cache, target)
+        return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)}}
     return program
+
+
+def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
+    """Checks: the loss and every layer's gradients equal the unsplit model's."""
+    from ..engine import run
+    from ..lesson import check
+    ref = run(unsplit_run(stages, m), 1).values[0]
+    last = next(x for x in values if x["has_loss"])
+    got = {s: g for x in values for s, g in x["grad_sq"].items()}
+    return [check("the loss equals the unsplit model's", last["loss"], ref["loss"], rtol=1e-12),
+            check("each layer's gradients equal the unsplit model's (sum of squares)",
+                  [got[s] for s in sorted(got)], [ref["grad_sq"][s] for s in sorted(ref["grad_sq"])], rtol=1e-10)]
 
 
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int = 4) -> list:
     """The checks the pipeline lessons share, each against a formula or an unsplit run."""
-    from ..engine import run
     from ..lesson import check
     v, p = result.values, result.world
     bubble = Fraction(p - 1, M + p - 1)
-    ref = run(unsplit_loss(p, M), 1).values[0]
     sends = sum(1 for e in result.trace.events if e.op == "p2p")
     smallest = next(m for m in range(1, 1000) if simulate(generate(schedule, 8, m)).bubble < Fraction(1, 10))
     return [
         check("bubble = (p-1)/(m+p-1), measured from the slot table", v[0]["bubble"], str(bubble)),
         check("every stage is busy 2m slots", [x["makespan"] - x["idle"] for x in v], [2 * M] * p),
         check("micro-batches whose activations a stage holds at once", [x["peak"] for x in v], peaks),
-        check("the last stage's loss equals the unsplit model's", v[-1]["loss"], ref, rtol=1e-12),
         check("point-to-point transfers: m activations and m gradients per stage boundary", sends, 2 * M * (p - 1)),
         check("bubbles with m = 16 and m = 32", [round(float(simulate(generate(schedule, p, m)).bubble), 3)
                                                   for m in (16, 32)],
               [round((p - 1) / (m + p - 1), 3) for m in (16, 32)]),
         check("smallest m with a bubble under 10% at p = 8", smallest, next(m for m in range(1, 1000)
                                                                              if 7 / (m + 7) < 0.1)),
+        *matches_unsplit(v, p, M),
     ]

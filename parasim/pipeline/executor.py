@@ -1,67 +1,116 @@
-"""Run a pipeline schedule for real: each PP rank holds a stage (a block of layers), activations go forward
+"""Run a pipeline schedule for real: each rank holds its stages (blocks of layers), activations go forward
 and gradients backward by point-to-point transfers, weight gradients add up over the micro-batches.
 
-A send is posted together with the rank's next receive in one batched exchange (as Megatron pairs
-send-forward with receive-backward), so two neighbours that send to each other never wait on one another;
-a send with no receive right after it goes out at once.
+When to move data comes from the schedule's own slot timing, which every rank computes alike: a transfer
+happens at the slot where its producer finishes, sender and receiver both do it there, and a rank does the
+transfers of one slot as one batched exchange (as Megatron pairs send-forward with receive-backward).
+Every rank then meets its transfers in one global order, so none can wait on a peer that waits on it,
+whatever the schedule. Two stages on the same rank (the turn of a V) hand over without communication.
+
+An I action runs the backward for the input and queues the weight-gradient work; its W runs it.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 from ..comm.interface import Group, Recv, Send
-from .schedules import Action
+from .action import Action, Schedule
+from .schedules import stage_ranks
+from .timing import simulate
 
 
 class Stage:
-    """What a stage must do: forward(x) -> (y, cache) and backward(cache, dy) -> dx."""
+    """What a stage must do: forward(x) -> (y, cache); backward(cache, dy) -> dx (weights included);
+    backward_input(cache, dy) -> (dx, work), where work() later computes the weight gradients."""
 
     def forward(self, x: Any) -> tuple[Any, Any]: ...
     def backward(self, cache: Any, dy: Any) -> Any: ...
+    def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]: ...
 
 
-def needs_recv(a: Action, first: bool, last: bool) -> bool:
-    return (a.kind == "F" and not first) or (a.kind in ("B", "I") and not last)
+def transfers(schedule: Schedule, costs: dict[str, int] | None = None) -> list[tuple[int, int, int, str, int, int]]:
+    """Every transfer between ranks: (slot, src rank, dst rank, "act" or "grad", from stage, micro-batch),
+    in the one order every rank follows. Any costs give a deadlock-free order; the lessons use the costs
+    their slot tables are drawn with, so that a transfer's slot is the one the table shows."""
+    where = stage_ranks(schedule)
+    last = max(where)
+    timing = simulate(schedule, costs)
+    cost = timing.costs
+    out = []
+    for r, acts in enumerate(schedule):
+        for a, begin in zip(acts, timing.begin[r]):
+            end = begin + cost[a.kind]
+            if a.kind == "F" and a.stage < last and where[a.stage + 1] != r:
+                out.append((end, r, where[a.stage + 1], "act", a.stage, a.mb))
+            elif a.kind in ("B", "I") and a.stage > 0 and where[a.stage - 1] != r:
+                out.append((end, r, where[a.stage - 1], "grad", a.stage, a.mb))
+    return sorted(out)
 
 
-def run_stage(ctx: Any, group: Group, actions: list[Action], stage: Stage, shape: tuple[int, ...], dtype: Any,
-              inputs: Callable[[int], Any], loss: Callable[[int, Any], tuple[Any, Any]]) -> Any:
-    """Run this rank's actions; returns the sum of the micro-batch losses (on the last stage, else 0).
+def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, Stage], shape: tuple[int, ...],
+                 dtype: Any, inputs: Callable[[int], Any], loss: Callable[[int, Any], tuple[Any, Any]],
+                 costs: dict[str, int] | None = None) -> Any:
+    """Run this rank's part of `schedule` (`stages`: the stage objects it holds, by global stage index).
+    Returns the sum of the micro-batch losses on the rank holding the last stage, else 0.
 
     inputs(mb): the first stage's input of micro-batch mb. loss(mb, y): the last stage's (loss, dL/dy)."""
-    r, p = group.group_rank(ctx.rank), group.size
-    first, last = r == 0, r == p - 1
-    prev = None if first else group.ranks[r - 1]
-    nxt = None if last else group.ranks[r + 1]
-    caches: dict[int, Any] = {}
-    grads_in: dict[int, Any] = {}
-    pending: list[Send] = []
+    me = group.group_rank(ctx.rank)
+    where = stage_ranks(schedule)
+    last = max(where)
+    begin = simulate(schedule, costs).begin[me]
+    # this rank's program: batches of transfers (at their slot) and actions (at theirs), in time order
+    mine = [t for t in transfers(schedule, costs) if me in (t[1], t[2])]
+    program: list[tuple[int, int, Any]] = [(b, 1, a) for a, b in zip(schedule[me], begin)]
+    for slot in sorted({t[0] for t in mine}):
+        program.append((slot, 0, [t for t in mine if t[0] == slot]))
+    program.sort(key=lambda e: (e[0], e[1]))
+
+    acts: dict[tuple[int, int], Any] = {}  # (stage, mb) -> input of that stage
+    grads: dict[tuple[int, int], Any] = {}  # (stage, mb) -> dL/d(output) of that stage
+    caches: dict[tuple[int, int], Any] = {}
+    weight_work: dict[tuple[int, int], Callable[[], None]] = {}
     total = 0.0
-
-    def receive(peer: int, what: str) -> Any:
-        nonlocal pending
-        label = f"stage {r + 1}: " + ("send, and receive " if pending else "receive ") + what
-        got = ctx.comm.exchange(pending + [Recv(peer, shape, dtype)], group=group, label=label)
-        pending = []
-        return got[0]
-
-    for i, a in enumerate(actions):
+    for slot, is_action, item in program:
+        if not is_action:
+            _exchange(ctx, group, me, slot, item, acts, grads, shape, dtype)
+            continue
+        a: Action = item
+        key = (a.stage, a.mb)
         if a.kind == "F":
-            x = inputs(a.mb) if first else receive(prev, f"activation {a.mb + 1}")
-            y, caches[a.mb] = stage.forward(x)
-            if last:
-                value, grads_in[a.mb] = loss(a.mb, y)
+            x = inputs(a.mb) if a.stage == 0 else acts.pop(key)
+            y, caches[key] = stages[a.stage].forward(x)
+            if a.stage == last:
+                value, grads[key] = loss(a.mb, y)
                 total = total + value
             else:
-                pending.append(Send(y, nxt))
+                acts[(a.stage + 1, a.mb)] = y  # sent at the end of this slot, or kept when the next stage is here
         elif a.kind in ("B", "I"):
-            dy = grads_in.pop(a.mb) if last else receive(nxt, f"gradient {a.mb + 1}")
-            dx = stage.backward(caches.pop(a.mb), dy)
-            if not first:
-                pending.append(Send(dx, prev))
-        # W: the layers compute weight gradients together with the input gradient, so nothing is left to do
-        following = actions[i + 1] if i + 1 < len(actions) else None
-        if pending and (following is None or not needs_recv(following, first, last)):
-            ctx.comm.exchange(pending, group=group, label=f"stage {r + 1}: send")
-            pending = []
+            dy = grads.pop(key)
+            if a.kind == "B":
+                dx = stages[a.stage].backward(caches.pop(key), dy)
+            else:
+                dx, weight_work[key] = stages[a.stage].backward_input(caches.pop(key), dy)
+            if a.stage > 0:
+                grads[(a.stage - 1, a.mb)] = dx
+        else:  # W
+            weight_work.pop(key)()
     return total
+
+
+def _exchange(ctx: Any, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
+              shape: tuple[int, ...], dtype: Any) -> None:
+    ops, into, words = [], [], []
+    for _, src, dst, what, stage, mb in batch:
+        to = stage + 1 if what == "act" else stage - 1
+        store = acts if what == "act" else grads
+        noun = f"{'activation' if what == 'act' else 'gradient'} {mb + 1} (stage {stage + 1} -> {to + 1})"
+        if src == me:
+            ops.append(Send(store.pop((to, mb)), group.ranks[dst]))
+            words.append(f"send {noun}")
+        else:
+            ops.append(Recv(group.ranks[src], shape, dtype))
+            into.append((store, (to, mb)))
+            words.append(f"receive {noun}")
+    got = ctx.comm.exchange(ops, group=group, label=f"slot {slot}: " + ", ".join(words))
+    for (store, key), x in zip(into, got):
+        store[key] = x

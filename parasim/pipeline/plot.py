@@ -20,7 +20,7 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
                 ax.text(t + 0.5, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
     ax.set_xlim(0, width)
     ax.set_ylim(0, ranks)
-    ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"stage {r + 1}" for r in range(ranks)])
+    ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
     ax.set_xticks([t + 0.5 for t in range(width)], [str(t + 1) for t in range(width)], fontsize=7)
     ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
     ax.set_frame_on(False)

@@ -1,39 +1,30 @@
 """Pipeline schedules as data: for each stage rank, the ordered list of actions it runs.
 
 Actions use torch.distributed.pipelining's letters: F (forward), B (full backward), I (backward for the
-input only), W (backward for the weights, deferred). Micro-batches are 0-based inside; tables print them
-1-based, as the post does. Each generator is a few lines of the rule it implements.
+input only), W (backward for the weights, deferred). A rank may hold several model chunks (stages):
+interleaved schedules give rank r the stages r, r+p, r+2p, ...; the V-shaped ones (ZB-V, DualPipeV) give it
+stage r on the way down and stage 2p-1-r on the way back up. Micro-batches are 0-based inside; tables
+print them 1-based, as the post does, and a rank's second chunk in lower case.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..errors import UsageError
+from .action import Action, Schedule
+from .vshape import dualpipev, zbv
 
-SCHEDULES = ("gpipe", "1f1b", "zb-h1")
-
-
-@dataclass(frozen=True)
-class Action:
-    kind: str  # "F", "B", "I" or "W"
-    mb: int  # micro-batch, 0-based
-    stage: int  # pipeline stage (model chunk); equals the rank with one chunk per rank
-
-    def __str__(self) -> str:
-        return f"{self.kind}{self.mb + 1}"
-
-    def torch_name(self) -> str:
-        """torch.distributed.pipelining's string form: <stage><kind><micro-batch>, 0-based."""
-        return f"{self.stage}{self.kind}{self.mb}"
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zbv", "dualpipev")
+TORCH_NAMES = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B", "zb-h1":
+               "ScheduleInterleavedZeroBubble", "interleaved-zb": "ScheduleInterleavedZeroBubble",
+               "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV"}
 
 
-def gpipe(pp: int, m: int) -> list[list[Action]]:
+def gpipe(pp: int, m: int) -> Schedule:
     """All forwards, then all backwards in reverse micro-batch order (the post's table)."""
     return [[Action("F", k, r) for k in range(m)] + [Action("B", k, r) for k in reversed(range(m))]
             for r in range(pp)]
 
 
-def one_f_one_b(pp: int, m: int) -> list[list[Action]]:
+def one_f_one_b(pp: int, m: int) -> Schedule:
     """Rank r: p-r-1 warm-up forwards, then one forward and one backward at a time, then the remaining
     backwards. At most p-r micro-batches' activations are held at once."""
     out = []
@@ -49,36 +40,116 @@ def one_f_one_b(pp: int, m: int) -> list[list[Action]]:
     return out
 
 
-def zb_h1(pp: int, m: int) -> list[list[Action]]:
-    """Zero bubble, same memory as 1F1B (Qi et al. 2024): rank r does p-r warm-up forwards (at most m), then
-    for each micro-batch k its input-gradient backward I_k, the weight pass W_(k-r) lagging r micro-batches,
-    and the next forward; the remaining weight passes fill the cool-down."""
+def rounds(pp: int, m: int) -> tuple[int, int]:
+    """Interleaved schedules walk the micro-batches in rounds of about p (torch relaxes Megatron's m % p == 0
+    to m % rounds == 0): (number of rounds, micro-batches per round)."""
+    n = max(1, m // pp)
+    if m % n:
+        raise UsageError(f"interleaved schedules run micro-batches in rounds: m = {m} must be a multiple of "
+                         f"max(1, m // pp) = {n} (try m = {n * (m // n)} or {n * (m // n + 1)})")
+    return n, m // n
+
+
+def interleaved(pp: int, m: int, v: int, zero_bubble: bool = False) -> Schedule:
+    """Interleaved 1F1B (Narayanan et al. 2021), rank r holding chunks r, r+p, ..., r+(v-1)p, in the order
+    torch's ScheduleInterleaved1F1B runs it; with zero_bubble, its ScheduleInterleavedZeroBubble (ZB-H1 when
+    v = 1): backwards for the input only, each weight pass deferred until r more backwards have run.
+
+    Ops are counted per (chunk, micro-batch). Forwards walk the chunks a round at a time (a round's
+    micro-batches through chunk 0, then through chunk 1, ...); backwards walk them in reverse. The warm-up is
+    long enough for the first backward to have arrived: (v-1) rounds, plus 2 (1 with zero bubble) per hop
+    to the last rank."""
+    per_round = rounds(pp, m)[1] if v > 1 else m  # one chunk: no rounds to walk, any m works
     out = []
     for r in range(pp):
-        warm = min(pp - r, m)
-        acts = [Action("F", k, r) for k in range(warm)]
-        f, w = warm, 0
-        for k in range(m):
-            acts.append(Action("I", k, r))
-            if k >= r:
-                acts.append(Action("W", w, r))
-                w += 1
-            if f < m:
-                acts.append(Action("F", f, r))
-                f += 1
-        acts += [Action("W", j, r) for j in range(w, m)]
+        warm = min((v - 1) * per_round + (1 if zero_bubble else 2) * (pp - 1 - r), m * v)
+        total = m * v
+        f_next = [0] * v  # next micro-batch per chunk
+        b_next = [0] * v
+        w_next = [0] * v
+        b_chunks: list[int] = []  # chunk of each backward, in order: the weight passes follow it
+        acts: list[Action] = []
+
+        def fwd(op: int) -> None:
+            c = (op // per_round) % v
+            acts.append(Action("F", f_next[c], c * pp + r, c))
+            f_next[c] += 1
+
+        def bwd(op: int) -> None:
+            c = v - 1 - ((op - warm) // per_round) % v
+            acts.append(Action("I" if zero_bubble else "B", b_next[c], c * pp + r, c))
+            b_next[c] += 1
+            b_chunks.append(c)
+
+        def weight() -> None:
+            c = b_chunks[sum(w_next)]
+            acts.append(Action("W", w_next[c], c * pp + r, c))
+            w_next[c] += 1
+
+        for op in range(warm):
+            fwd(op)
+        for op in range(warm, total + warm):
+            if op < total:
+                fwd(op)
+            bwd(op)
+            if zero_bubble and op - warm >= r:
+                weight()
+        while zero_bubble and sum(w_next) < total:
+            weight()
         out.append(acts)
     return out
 
 
+def zb_h1(pp: int, m: int) -> Schedule:
+    """Zero bubble with 1F1B's memory (Qi et al. 2024): rank r does p-r warm-up forwards, then for each
+    micro-batch k its input backward I_k, the weight pass W_(k-r) lagging r micro-batches, and the next
+    forward; the remaining weight passes fill the cool-down."""
+    return interleaved(pp, m, 1, zero_bubble=True)
+
+
 GENERATORS = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1}
+CHUNKED = {"interleaved": lambda p, m, v: interleaved(p, m, v),
+           "interleaved-zb": lambda p, m, v: interleaved(p, m, v, zero_bubble=True),
+           "zbv": lambda p, m, v: zbv(p, m), "dualpipev": lambda p, m, v: dualpipev(p, m)}
+V_SHAPED = ("zbv", "dualpipev")
 
 
-def generate(name: str, pp: int, m: int) -> list[list[Action]]:
-    """The schedule `name` for pp stages and m micro-batches; UsageError names a broken rule."""
-    if name not in GENERATORS:
-        raise UsageError(f"unknown schedule {name!r}; schedules: {', '.join(GENERATORS)}")
-    for what, v in (("pp", pp), ("microbatches", m)):
-        if not isinstance(v, int) or v < 1:
-            raise UsageError(f"{what} must be a positive integer, got {v!r}")
-    return GENERATORS[name](pp, m)
+def default_chunks(name: str) -> int:
+    return 2 if name in CHUNKED else 1
+
+
+def generate(name: str, pp: int, m: int, chunks: int | None = None) -> Schedule:
+    """The schedule `name` for pp ranks, m micro-batches and `chunks` model chunks per rank; UsageError
+    names a broken rule."""
+    if name not in SCHEDULES:
+        raise UsageError(f"unknown schedule {name!r}; schedules: {', '.join(SCHEDULES)}")
+    v = default_chunks(name) if chunks is None else chunks
+    for what, n in (("pp", pp), ("microbatches", m), ("chunks", v)):
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise UsageError(f"{what} must be a positive integer, got {n!r}")
+    if name in GENERATORS:
+        if v != 1:
+            raise UsageError(f"{name} runs one chunk per rank; use interleaved for --chunks {v}")
+        return GENERATORS[name](pp, m)
+    if name in V_SHAPED and v != 2:
+        raise UsageError(f"{name} runs exactly 2 chunks per rank (a V: down and back up), got --chunks {v}")
+    if name.startswith("interleaved") and v < 2:
+        raise UsageError(f"{name} needs at least 2 chunks per rank, got --chunks {v}")
+    if name == "dualpipev" and m < 2 * pp:
+        raise UsageError(f"dualpipev needs at least as many micro-batches as stages: m >= 2 * pp = {2 * pp}, "
+                         f"got m = {m}")
+    return CHUNKED[name](pp, m, v)
+
+
+def stage_ranks(schedule: Schedule) -> dict[int, int]:
+    """Which rank holds each stage."""
+    return {a.stage: r for r, acts in enumerate(schedule) for a in acts}
+
+
+def check_layers(layers: int, schedule: Schedule) -> int:
+    """Layers per stage; UsageError when the layers do not split evenly over the stages."""
+    stages = len(stage_ranks(schedule))
+    if layers % stages:
+        raise UsageError(f"{layers} layers do not split evenly over {stages} stages "
+                         f"({len(schedule)} ranks x {stages // len(schedule)} chunk{'s' if stages > len(schedule) else ''})")
+    return layers // stages

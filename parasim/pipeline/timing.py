@@ -20,6 +20,7 @@ class Timing:
     slots: list[list[str | None]]  # per rank, per time unit: the action's label or None (idle)
     idle: list[int]
     peak: list[int]  # most micro-batches whose activations a rank holds at once
+    costs: dict[str, int]  # slots each kind of action takes
 
     @property
     def bubble(self) -> Fraction:
@@ -79,19 +80,19 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None) 
             for t in range(begin[r][i], begin[r][i] + costs[a.kind]):
                 slots[r][t] = label
     idle = [sum(x is None for x in row) for row in slots]
-    return Timing(begin, makespan, slots, idle, _peaks(schedule, begin, costs))
+    return Timing(begin, makespan, slots, idle, _peaks(schedule, begin, costs), costs)
 
 
 def _peaks(schedule: list[list[Action]], begin: list[list[int]], costs: dict[str, int]) -> list[int]:
-    """Activations are held from a forward's start until the micro-batch's last backward piece ends."""
+    """Activations (per stage and micro-batch) are held from a forward's start until the end of its full
+    backward, or of its weight pass."""
     out = []
     for r, acts in enumerate(schedule):
-        split = any(a.kind == "W" for a in acts)
         events = []
         for i, a in enumerate(acts):
             if a.kind == "F":
                 events.append((begin[r][i], 1))
-            elif a.kind == ("W" if split else "B"):
+            elif a.kind in ("B", "W"):  # an input-only backward (I) still leaves the weight pass its inputs
                 events.append((begin[r][i] + costs[a.kind], -1))
         held = peak = 0
         for _, delta in sorted(events, key=lambda e: (e[0], e[1])):

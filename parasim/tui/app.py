@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
 from .timeline import STYLES, Timeline
-from .view import KINDS, View
+from .view import KINDS, SlotWindow, View
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
@@ -55,6 +55,7 @@ class ParasimApp(App):
         yield Static(self._legend(), id="legend")
         with Horizontal(id="panels"):
             with VerticalScroll(id="left"):
+                yield Static(id="slots")
                 yield Static(id="detail")
                 yield Static(id="holdings")
                 yield Static(id="work")
@@ -89,6 +90,8 @@ class ParasimApp(App):
         view, i = self.view, self.index
         self.query_one(Timeline).select(i)
         self.query_one("#detail", Static).update(Text("\n".join(view.detail(i))))
+        width = self.query_one("#left").size.width
+        self._show_slots(view.slots(i, max(8, (width - 12) // 4) if width else 16))
         rows = [(f"rank {h.rank}", h.role, h.shape, h.placement, h.values) for h in view.holdings(i)]
         widths = [max([len(r[c]) for r in rows] + [0]) for c in range(5)]
         held = Text()
@@ -119,6 +122,25 @@ class ParasimApp(App):
         self.query_one("#narrative", Static).update(body)
         play = "playing" if self.playing else "paused"
         self.query_one("#status", Static).update(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)")
+
+    def _show_slots(self, win: SlotWindow | None) -> None:
+        """The pipeline's slot table around the selected transfer: done actions bright, the one that just
+        finished reversed, later ones dim; '>' marks the GPUs moving data."""
+        panel = self.query_one("#slots", Static)
+        panel.display = win is not None
+        if win is None:
+            return
+        text = Text()
+        for g, (name, row) in enumerate(zip(win.names, win.rows)):
+            text.append(("\n" if g else "") + (">" if g in win.ranks else " ") + f"{name:<6}")
+            for t in range(win.first, win.last):
+                cell = row[t] if t < len(row) else "."
+                style = ("dim" if cell == "." else "bold reverse" if win.slot is not None and t == win.slot - 1
+                         else "dim" if win.slot is not None and t >= win.slot else _SLOT_STYLE.get(cell[0].upper(), ""))
+                text.append(f"{cell:>4}", style=style)
+        where = f"after slot {win.slot}" if win.slot is not None else "the plan"
+        panel.border_title = f"pipeline slots {win.first + 1}-{win.last}: {where}"
+        panel.update(text)
 
     # -- actions -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
@@ -204,6 +226,7 @@ class ParasimApp(App):
         self.index = message.index
 
 
+_SLOT_STYLE = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
 _LEGEND = {"all-reduce": "red", "reduce-scatter": "magenta", "all-gather": "blue", "all-to-all": "yellow",
            "broadcast": "cyan", "barrier": "white", "send": "green", "recv": "bright_green", "compute": "grey50",
            "idle": "grey30"}

@@ -6,6 +6,7 @@ logical steps of the trace. Filters (by op or axis) and a focused rank narrow wh
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,6 +64,22 @@ class Holding:
     shape: str
     placement: str
     values: str  # "" when the trace kept no values
+
+
+_SLOT_ROW = re.compile(r"^GPU (\d+): (.*)$")
+_SLOT_LABEL = re.compile(r"^slot (\d+):")
+
+
+@dataclass
+class SlotWindow:
+    """A window of a pipeline slot table: rows of action labels ("." idle) over slots [first, last), the
+    slot whose end the selected transfer happens at (actions before it are done), and the ranks moving data."""
+    names: list[str]
+    rows: list[list[str]]
+    first: int
+    last: int
+    slot: int | None
+    ranks: list[int]
 
 
 @dataclass
@@ -224,6 +241,35 @@ class View:
         notes = [n for _, n in sorted(notes, key=lambda rn: rn[0])]  # stable: each rank's notes in order
         text = " ".join(self.narrative.get(phase, "").split())
         return phase, text, notes
+
+    def slots(self, index: int, width: int = 20) -> SlotWindow | None:
+        """For pipeline lessons: the slot table the ranks noted (rows "GPU k: F1 F2 ..."), the latest one at
+        or before the selected event's phase, and the slot the selected transfer belongs to ("slot t: ...")."""
+        if not self.events:
+            return None
+        e = self.events[index]
+        order: list[str] = []
+        tables: dict[str, dict[int, list[str]]] = {}
+        current: dict[int, str] = {}
+        for mk in self.trace.marks:
+            if mk.kind == "phase":
+                current[mk.rank] = mk.text
+                if mk.text not in order:
+                    order.append(mk.text)
+            elif (row := _SLOT_ROW.match(mk.text)) and mk.rank in current:
+                tables.setdefault(current[mk.rank], {})[int(row[1])] = row[2].split()
+        here = order.index(e.phase) if e.phase in order else len(order) - 1
+        name = next((order[k] for k in range(here, -1, -1) if order[k] in tables), None)
+        if name is None:
+            return None
+        rows = [tables[name][g] for g in sorted(tables[name])]
+        span = max(len(r) for r in rows)
+        at = _SLOT_LABEL.match(e.label or "")
+        slot = int(at[1]) if at else None
+        centre = slot if slot is not None else 0
+        first = max(0, min(centre - width // 2, span - width))
+        return SlotWindow([f"GPU {g}" for g in sorted(tables[name])], rows, first, min(span, first + width), slot,
+                          sorted({m.rank for m in e.members}) if e.kind == "p2p" else [])
 
     def work(self, index: int) -> list[tuple[int, float, str]]:
         """Per rank: compute flops recorded up to the selected event's step, and the rank's latest compute

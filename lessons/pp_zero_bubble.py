@@ -1,0 +1,87 @@
+"""Zero-bubble schedules: split each backward into the part the previous stage waits for (the input
+gradient) and the part nobody waits for (the weight gradient), and fill the pipeline's holes with the
+latter. ZB-H1 and DualPipeV against 1F1B on 4 GPUs and 8 micro-batches."""
+from __future__ import annotations
+
+import dataclasses
+from fractions import Fraction
+
+from parasim.lesson import Check, Lesson, check
+from parasim.pipeline.demo import matches_unsplit, pipeline_run
+
+M = 8
+# time in half-stage units, so one-chunk and two-chunk schedules share a clock: a full stage's forward
+# takes 2, its backward 4 (input 2 + weights 2); a half-size chunk of DualPipeV takes half of each
+STAGE = {"F": 2, "B": 4, "I": 2, "W": 2}
+CHUNK = {k: c // 2 for k, c in STAGE.items()}
+RUNS = (("1F1B", "1f1b", None, STAGE), ("ZB-H1", "zb-h1", None, STAGE), ("DualPipeV", "dualpipev", 2, CHUNK))
+
+
+def program(ctx):
+    group = ctx.new_group(range(ctx.world), "pp")
+    return {title: pipeline_run(ctx, name, M, v, group, (f"{title}: the schedule", f"{title}: running it"), costs)
+            for title, name, v, costs in RUNS}
+
+
+def checks(result) -> list[Check]:
+    vals, p = result.values, result.world
+    runs = {title: [x[title] for x in vals] for title, *_ in RUNS}
+    span = {t: xs[0]["makespan"] for t, xs in runs.items()}
+    F, B, I, W = STAGE["F"], STAGE["B"], STAGE["I"], STAGE["W"]
+    held = {t: [Fraction(x["peak"], v or 1) for x in runs[t]] for t, _, v, _ in RUNS}  # in whole-stage units
+    out = [
+        check("1F1B makespan = m(F+B) + (p-1)(F+B), half-stage units", span["1F1B"], M * (F + B) + (p - 1) * (F + B)),
+        check("ZB-H1 idle per GPU = (p-1)(F+I-W): a third of 1F1B's when F = I = W",
+              [x["idle"] for x in runs["ZB-H1"]], [(p - 1) * (F + I - W)] * p),
+        check("DualPipeV idle per GPU = (p-1)(F+I-W)/2: ZB-H1's, with half-depth chunks",
+              [x["idle"] for x in runs["DualPipeV"]], [(p - 1) * (F + I - W) // 2] * p),
+        check("makespans, fastest first", sorted(span, key=span.get), ["DualPipeV", "ZB-H1", "1F1B"]),
+        check("bubbles of 1F1B and ZB-H1: idle over makespan, from their formulas",
+              [runs[t][0]["bubble"] for t in ("1F1B", "ZB-H1")],
+              [str(Fraction(p - 1, M + p - 1)), str(Fraction((p - 1) * (F + I - W), M * (F + B) + (p - 1) * (F + I - W)))]),
+        check("1F1B holds p - r micro-batches on GPU r+1", held["1F1B"], [p - r for r in range(p)]),
+        check("ZB-H1 holds p on every GPU (1F1B's worst case)", held["ZB-H1"], [p] * p),
+        check("DualPipeV holds 2p+1 half-depth chunks on every GPU: p + 1/2 micro-batches' worth",
+              held["DualPipeV"], [p + Fraction(1, 2)] * p),
+        check("the same work on every GPU in each schedule", {t: [x["makespan"] - x["idle"] for x in xs]
+                                                             for t, xs in runs.items()},
+              {t: [M * (F + B)] * p for t in runs}),
+    ]
+    for title, _, v, _ in RUNS:
+        out += [dataclasses.replace(c, name=f"{title}: {c.name}") for c in matches_unsplit(runs[title], p * (v or 1), M)]
+    return out
+
+
+NARRATIVE = {
+    "1F1B: the schedule": """
+        The baseline, drawn with honest costs: a backward takes twice as long as a forward (one matmul for
+        the input's gradient, one for the weights'). Time is counted in half-stage units so that all three
+        schedules share a clock. 1F1B's bubble is (p-1)(F+B) per GPU.""",
+    "1F1B: running it": """
+        Run for real: activations forward, gradients back, weight gradients added up over the micro-batches.""",
+    "ZB-H1: the schedule": """
+        ZB-H1 splits each backward in two. I, the input's gradient, is what the previous stage waits for, so
+        it runs as soon as it can; W, the weights' gradient, is wanted by nobody until the optimizer step, so
+        it is put off and slotted into the holes. GPU r+1 lets its W passes lag r micro-batches behind. The
+        idle time falls to (p-1)(F+B-W), a third of 1F1B's when F = I = W, and every GPU holds at most p
+        micro-batches, the same as 1F1B's first GPU.""",
+    "ZB-H1: running it": """
+        Executed, an I runs the backward with the weight-gradient work queued instead of done; the matching
+        W runs the queue later. The gradients still come out exactly equal to the unsplit model's.""",
+    "DualPipeV: the schedule": """
+        DualPipeV (from DeepSeek-V3's DualPipe) folds a pipeline of 2p half-depth stages into a V: GPU 1
+        holds the first and the last stage, GPU 4 the two middle ones, so a micro-batch goes down the GPUs and
+        back up (lower case: the way back). In the middle phase each GPU pairs one micro-batch's forward with
+        another's backward, which lets the all-to-all of one hide behind the compute of the other. It needs at
+        least 2p micro-batches.""",
+    "DualPipeV: running it": """
+        The turn of the V needs no transfer (both stages sit on the last GPU), but every other hop is made
+        twice per micro-batch, once on the way down and once on the way back. Counted in half-depth chunks a
+        GPU holds at most 2p+1 activations, half a micro-batch more than ZB-H1, and the loss and gradients
+        match one device's.""",
+}
+
+LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble schedules fill the holes with W",
+                world=4, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
+                summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
+                keep_values=0)
