@@ -8,6 +8,7 @@ from typing import Sequence
 
 from . import __version__
 from .errors import ParasimError, UsageError
+from .pipeline.schedules import SCHEDULES
 
 
 class _Parser(argparse.ArgumentParser):
@@ -150,36 +151,46 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
-    from .pipeline.schedules import generate
+    from .pipeline.schedules import check_layers, default_chunks, generate
     from .pipeline.timing import simulate
 
     costs = {"B": args.backward_cost, "I": 1, "W": 1}
-    timing = simulate(generate(args.schedule, args.pp, args.microbatches), costs)
+    plan = generate(args.schedule, args.pp, args.microbatches, args.chunks)
+    v = args.chunks or default_chunks(args.schedule)
+    per = check_layers(args.layers, plan) if args.layers else None
+    timing = simulate(plan, costs)
+    name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
     if args.plot:
         from .pipeline.plot import plot_slots
         try:
-            plot_slots(timing, f"{args.schedule}, p={args.pp}, m={args.microbatches}", args.plot)
+            plot_slots(timing, name, args.plot)
         except OSError as exc:
             raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
     if args.json:
-        print(json.dumps(timing.to_dict(args.schedule, args.pp, args.microbatches)))
+        out = timing.to_dict(args.schedule, args.pp, args.microbatches)
+        out.update(chunks=v, **({"layers_per_stage": per} if per else {}))
+        print(json.dumps(out))
         return 0
     from rich import box
     from rich.console import Console
     from rich.table import Table
-    table = Table(box=box.SIMPLE_HEAD, title=f"{args.schedule}: {args.pp} stages x {args.microbatches} micro-batches",
+    title = f"{args.schedule}: {args.pp} ranks x {args.microbatches} micro-batches" + (
+        f", {v} chunks per rank (second in lower case)" if v == 2 else f", {v} chunks per rank" if v > 2 else "")
+    table = Table(box=box.SIMPLE_HEAD, title=title,
                   title_justify="left", padding=(0, 1))
     table.add_column("time ->", no_wrap=True)
     for t in range(timing.makespan):
         table.add_column(str(t + 1), justify="center")
     colour = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
     for r, row in enumerate(timing.slots):
-        table.add_row(f"stage {r + 1}", *[f"[{colour[x[0]]}]{x}[/]" if x else "[dim].[/]" for x in row])
+        table.add_row(f"GPU {r + 1}", *[f"[{colour[x[0].upper()]}]{x}[/]" if x else "[dim].[/]" for x in row])
     console = Console(highlight=False, width=max(100, 12 + 5 * timing.makespan))
     console.print(table)
-    console.print(f"makespan {timing.makespan} slots; each stage busy {', '.join(str(timing.makespan - i) for i in timing.idle)}"
+    if per:
+        console.print(f"{args.layers} layers: {per} per stage, {per * v} per rank")
+    console.print(f"makespan {timing.makespan} slots; each rank busy {', '.join(str(timing.makespan - i) for i in timing.idle)}"
                   f" of {timing.makespan}; bubble {timing.bubble} = {float(timing.bubble):.1%}; peak micro-batches "
-                  f"held per stage {timing.peak}")
+                  f"held per rank {timing.peak}" + (" (counted per chunk)" if v > 1 else ""))
     return 0
 
 
@@ -206,8 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     sp_ = sub.add_parser("schedule", help="a pipeline schedule's slot table, bubble and activation peaks",
                          description="Generate a pipeline schedule (actions per stage) and place it in time slots "
                                      "from its dependencies.")
-    sp_.add_argument("--schedule", choices=("gpipe", "1f1b", "zb-h1"), default="1f1b", help="the schedule")
-    sp_.add_argument("--pp", type=_positive, default=4, metavar="P", help="pipeline stages (default 4)")
+    sp_.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="the schedule (orders as "
+                     "torch.distributed.pipelining runs them; gpipe as the post draws it)")
+    sp_.add_argument("--chunks", "-v", type=_positive, metavar="V", help="model chunks per rank (interleaved: "
+                     "default 2; zbv and dualpipev: exactly 2; others: 1)")
+    sp_.add_argument("--layers", type=_positive, metavar="L", help="check that L layers split evenly over the stages")
+    sp_.add_argument("--pp", type=_positive, default=4, metavar="P", help="pipeline ranks (default 4)")
     sp_.add_argument("--microbatches", "-m", type=_positive, default=4, metavar="M", help="micro-batches (default 4)")
     sp_.add_argument("--backward-cost", type=int, choices=(1, 2), default=1,
                      help="slots a full backward takes (the post draws 1; about 2 in reality)")
@@ -271,6 +286,8 @@ def build_parser() -> argparse.ArgumentParser:
     yp.add_argument("--json", action="store_true",
                     help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
     yp.set_defaults(func=cmd_layout)
+    from .cli_estimate import add_estimate_commands
+    add_estimate_commands(sub)
     return p
 
 

@@ -1,0 +1,164 @@
+"""The longest sequence the 27B model trains on, one node or two: the estimator's table, and what each
+technique buys, with the per-layer bytes behind it measured on a small layer first.
+
+A small layer runs three ways on the ranks (TP alone, TP + SP, TP + SP with full recomputation) and each
+run's kept bytes and traffic are set beside the estimator's. Then the estimator solves the longest
+sequence for each of the post's nine layouts.
+"""
+from __future__ import annotations
+
+from parasim.estimate import ModelSpec, Plan, breakdown, fit, get_model
+from parasim.estimate.memory import layer_saved_bytes
+from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
+from parasim.lesson import Check, Lesson, check
+from parasim.nn import Saved, TPContext
+from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+
+S, B, H, HEADS = 16, 1, 16, 8
+UTILISATION = 0.4
+# The post's nine layouts: (nodes, label, plan)
+ROWS = (
+    (1, "TP8", dict(tp=8)), (1, "TP8 + SP", dict(tp=8, sp=True)), (1, "TP4 + SP + CP2", dict(tp=4, sp=True, cp=2)),
+    (1, "TP2 + SP + PP4", dict(tp=2, sp=True, pp=4)),
+    (1, "TP8 + SP + full recompute", dict(tp=8, sp=True, recompute="full")),
+    (2, "TP8 + SP, DP2", dict(tp=8, sp=True, dp=2)), (2, "TP8 + SP + PP2", dict(tp=8, sp=True, pp=2)),
+    (2, "TP8 + SP + CP2", dict(tp=8, sp=True, cp=2)),
+    (2, "TP8 + SP + CP2 + full recompute", dict(tp=8, sp=True, cp=2, recompute="full")),
+)
+RUNS = (("TP alone", False, False), ("TP + SP", True, False), ("TP + SP + full recompute", True, True))
+
+
+def table() -> dict:
+    """Every row from the estimator, and the side figures of the recompute row."""
+    model, usable = get_model("27b"), gpu_presets()["h200"].usable
+    rows = []
+    for nodes, label, kw in ROWS:
+        f = fit(model, Plan(**kw), usable)
+        rows.append({"nodes": nodes, "label": label, "state_gb": f.at_max.model_state / 1e9, "seq": f.seq,
+                     "world": f.plan.world, "tp": f.plan.tp, "pp": f.plan.pp})
+    rec = fit(model, Plan(tp=8, sp=True, recompute="full"), usable)
+    chunked = fit(model, Plan(tp=8, sp=True, recompute="full", chunked_loss=True), usable)
+    flops = attention_flops(model, rec.seq, "full")
+    h200 = gpu_presets()["h200"]
+    side = {"logits_gb": rec.at_max.items["logits"] / 1e9, "chunked_seq": chunked.seq, "attention_flops": flops,
+            "minutes": flops / (8 * h200.peak_flops * UTILISATION) / 60, "params": model.total_params()}
+    return {"rows": rows, "side": side}
+
+
+def program(ctx):
+    t = ctx.world
+    group = ctx.new_group(range(t), "tp")
+    out = {}
+    for phase, sp, recompute in RUNS:
+        ctx.phase(phase)
+        tp = TPContext(ctx, group, sp=sp)
+        shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1, flash=True)
+        layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
+        x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))
+        if sp:
+            x, dy = tp.shard(x, 0), tp.shard(dy, 0)
+        kept = Saved()
+        if recompute:
+            kept.keep("layer", "input", x)  # all that stays between forward and backward
+            layer.forward(x, Saved())  # forward, keeping nothing else
+            ctx.compute("recompute the layer's forward")
+            work = Saved()  # the working set: the same forward run again just before backward
+            _, cache = layer.forward(x, work)
+            layer.backward(cache, dy)
+        else:
+            work = kept
+            _, cache = layer.forward(x, kept)
+            layer.backward(cache, dy)
+        ctx.note(f"kept {kept.bytes():,} B between forward and backward"
+                 + (f", and {work.bytes():,} B while recomputing" if recompute else ""))
+        out[phase] = {"kept": kept.bytes(), "work": work.bytes()}
+    ctx.phase("the table")
+    tab = table()
+    if ctx.rank == 0:
+        first = tab["rows"][0]["seq"]
+        for r in tab["rows"]:
+            ctx.note(f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}, {r['label']}: model state "
+                     f"{r['state_gb']:.2f} GB, longest {r['seq']:,} tokens ({r['seq'] / first:.1f}x TP8 alone)")
+        sd = tab["side"]
+        ctx.note(f"at the recompute row's length the logits take {sd['logits_gb']:.1f} GB; a chunked loss "
+                 f"drops them and reaches {sd['chunked_seq']:,} tokens")
+        ctx.note(f"attention there: {sd['attention_flops']:.3g} FLOPs per sequence, {sd['minutes']:.2f} minutes "
+                 f"on 8 H200s at {UTILISATION:.0%} of peak")
+    out["table"] = tab
+    return out
+
+
+def small_estimates(t: int) -> dict:
+    """The estimator's bytes for the small layer on t ranks, for each run."""
+    model = ModelSpec("small layer", layers=1, hidden=H, heads=HEADS, vocab=8)
+    out = {}
+    for phase, sp, recompute in RUNS:
+        plan = Plan(tp=t, sp=sp, zero=0, recompute="full" if recompute else "none")
+        bd = breakdown(model, plan, S)
+        work = bd.items["recompute working set"] / plan.working_layers if recompute else bd.items["activations"]
+        out[phase] = {"kept": bd.items["activations"], "work": work,
+                      "sent": sum(layer_traffic(H, HEADS, S * B, t, sp, 1, itemsize=8, recompute=recompute).values())}
+    out["flash"] = layer_saved_bytes(H, HEADS, HEADS, 4 * H, S, B, t, True)
+    return out
+
+
+def _sent(result, phase: str, rank: int = 0) -> int:
+    return sum(m.sent for e in result.trace.events if e.phase == phase for m in e.members if m.rank == rank)
+
+
+def checks(result) -> list[Check]:
+    t, v = result.world, result.values
+    est = small_estimates(t)
+    out = []
+    for phase, _, _ in RUNS:
+        out.append(check(f"{phase}: kept bytes, measured = estimate", sorted({x[phase]["kept"] for x in v}),
+                         [est[phase]["kept"]]))
+        out.append(check(f"{phase}: bytes sent by rank 0, measured = estimate", _sent(result, phase),
+                         est[phase]["sent"], rtol=1e-12))
+    out.append(check("recomputation's working set is one whole layer (measured = estimate)",
+                     sorted({x["TP + SP + full recompute"]["work"] for x in v}), [est["flash"]]))
+    rows = v[0]["table"]["rows"]
+    seq = {r["label"]: r["seq"] for r in rows}
+    p = v[0]["table"]["side"]["params"]
+    for r in rows:
+        out.append(check(f"{r['label']}: model state = 4P/(TP*PP) + 12P/GPUs", r["state_gb"],
+                         (4 * p / (r["tp"] * r["pp"]) + 12 * p / r["world"]) / 1e9, rtol=1e-12))
+    one = [r["seq"] for r in rows if r["nodes"] == 1]
+    out += [
+        check("SP buys length for free: TP8 + SP beats TP8", seq["TP8 + SP"] > seq["TP8"], True),
+        check("PP buys none: TP2 + SP + PP4 is the shortest row", seq["TP2 + SP + PP4"] == min(seq.values()), True),
+        check("recomputation is the longest one-node row", seq["TP8 + SP + full recompute"] == max(one), True),
+        check("across two nodes CP2 reaches twice what DP2 does", seq["TP8 + SP + CP2"] / seq["TP8 + SP, DP2"], 2.0,
+              rtol=1e-4),
+    ]
+    return out
+
+
+NARRATIVE = {
+    "TP alone": """
+        How long a sequence fits is set by the bytes kept per token. With TP alone the norms, dropouts and
+        residual inputs are whole on every rank: that share of the layer never shrinks as t grows.""",
+    "TP + SP": """
+        SP splits that share too: now everything a layer keeps is divided by t, on the same collectives'
+        bytes. The measured count equals the estimator's formula for this small layer.""",
+    "TP + SP + full recompute": """
+        Full recomputation keeps only each layer's input and runs the forward again just before backward,
+        so the forward's collectives happen twice (the trace shows them) and a whole layer's activations
+        exist only while that layer is being recomputed: the working set.""",
+    "the table": """
+        The estimator, with those per-layer bytes, solves the longest sequence for each layout: 120 GB
+        usable per GPU, FlashAttention, one sequence per micro-batch, fp32 logits split by TP on the last
+        stage, the optimizer spread over every GPU. Each note says what the layout buys over TP alone.""",
+}
+
+LESSON = Lesson(
+    name="longest-sequence",
+    title="The longest sequence: what SP, CP, PP, DP and recomputation each buy",
+    world=4,
+    worlds=(2, 4, 8),
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="the nine-layout table for the 27B model from the estimator, its per-layer bytes measured first",
+    keep_values=0,
+)

@@ -1,0 +1,168 @@
+"""Memory per GPU: where the bytes go, from the estimator, checked against what the engine measures.
+
+The estimator gives the 27B model's model state under each ZeRO stage and the activations of one layer
+at the worked example's length. Beside those figures the ranks run a small layer and a small ZeRO step:
+the bytes the layer keeps for backward and the bytes ZeRO moves are measured and set next to what the
+same formulas predict for that small shape.
+"""
+from __future__ import annotations
+
+from parasim.estimate import Plan, breakdown, get_model
+from parasim.estimate.memory import layer_saved_bytes
+from parasim.estimate.traffic import dp_traffic, layer_traffic
+from parasim.lesson import Check, Lesson, check
+from parasim.nn import Saved, TPContext
+from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+
+DP = 8  # the data-parallel group of the post's ZeRO table
+SEQ = 4096  # the worked example: one sequence of this many tokens
+S, B, H, HEADS = 16, 1, 16, 8  # the small layer the ranks run
+RUNS = (("TP alone, scores kept", False, False), ("TP + SP, FlashAttention", True, True))
+
+
+def zero_table() -> dict:
+    """The 27B model's state per GPU over DP ranks, for each ZeRO stage, from the estimator."""
+    model = get_model("27b")
+    out = {}
+    for z in range(4):
+        bd = breakdown(model, Plan(dp=DP, zero=z), SEQ)
+        out[f"ZeRO-{z}"] = {"bytes_per_param": bd.model_state / model.total_params(), "gb": bd.model_state / 1e9}
+    return out
+
+
+def worked_example() -> dict:
+    """One 27B layer at the worked example's length, one GPU, no parallelism."""
+    model = get_model("27b")
+    kw = dict(h=model.hidden, heads=model.heads, kv=model.kv, ffn=model.ffn_size, seq=SEQ, batch=1, tp=1, sp=False)
+    flash = layer_saved_bytes(**kw, flash=True)
+    naive = layer_saved_bytes(**kw, flash=False)
+    sbh = SEQ * model.hidden
+    return {"sbh": sbh, "linear_gb": flash / 1e9, "scores_gb": (naive - flash) / 1e9,
+            "scores_per_sbh": (naive - flash) / sbh, "all_layers_naive_gb": naive * model.layers / 1e9,
+            "all_layers_flash_gb": flash * model.layers / 1e9}
+
+
+def program(ctx):
+    t = ctx.world
+    group = ctx.new_group(range(t), "tp")
+    dp_group = ctx.new_group(range(t), "dp")
+    out = {}
+
+    ctx.phase("model state under ZeRO")
+    table = zero_table()
+    if ctx.rank == 0:
+        for name, row in table.items():
+            ctx.note(f"27B over {DP} DP ranks, {name}: {row['bytes_per_param']:g} bytes per parameter "
+                     f"= {row['gb']:g} GB per GPU")
+    out["zero_table"] = table
+    # the same ZeRO step on a small layer's gradients, over this world as the DP group
+    shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1)
+    flat = ctx.xp.concat([ctx.xp.reshape(w, (-1,)) for w in layer_weights(ctx, shape, "grads").values()
+                          if w is not None])
+    pad = (-int(flat.shape[0])) % t  # equal shards, as ZeRO pads its flat buffers
+    if pad:
+        flat = ctx.xp.concat([flat, ctx.xp.zeros(pad, dtype=flat.dtype)])
+    n = int(flat.shape[0])
+    estimate = {z: sum(dp_traffic(n, t, z, itemsize=8).values()) for z in (1, 3)}
+    for z in (1, 3):
+        mine = ctx.comm.reduce_scatter(flat, group=dp_group, label=f"ZeRO-{z}: reduce-scatter the gradients")
+        for i in range(2 if z == 3 else 1):
+            ctx.comm.all_gather(mine, group=dp_group, label=f"ZeRO-{z}: all-gather the weights"
+                                + (" again for backward" if i else ""))
+        if ctx.rank == 0:
+            ctx.note(f"ZeRO-{z} on a small layer's {n} gradients over {t} ranks: each rank keeps "
+                     f"{int(mine.shape[0])} of them and should send {estimate[z]:,.0f} B")
+    out["zero_small"] = {"params": n, "estimate": estimate}
+
+    ctx.phase("activations: the worked example")
+    ex = worked_example()
+    out["example"] = ex
+    if ctx.rank == 0:
+        ctx.note(f"one layer, s = {SEQ}: {ex['linear_gb']:.3g} GB outside attention's scores, "
+                 f"{ex['scores_gb']:.3g} GB of scores ({ex['scores_per_sbh']:g} sbh)")
+        ctx.note(f"all layers: {ex['all_layers_naive_gb']:.0f} GB keeping the scores, "
+                 f"{ex['all_layers_flash_gb']:.0f} GB with FlashAttention")
+
+    for phase, sp, flash in RUNS:
+        ctx.phase(f"measured: {phase}")
+        tp = TPContext(ctx, group, sp=sp)
+        small = LayerShape(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
+        layer = TransformerLayer(tp, small, layer_weights(ctx, small, "layer"), key="layer")
+        x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))
+        if sp:
+            x, dy = tp.shard(x, 0), tp.shard(dy, 0)
+        saved = Saved()
+        _, cache = layer.forward(x, saved)
+        layer.backward(cache, dy)
+        est = layer_saved_bytes(H, HEADS, HEADS, 4 * H, S, B, t, sp, flash=flash)
+        est_sent = sum(layer_traffic(H, HEADS, S * B, t, sp, 1, itemsize=8).values())
+        ctx.note(f"kept {saved.bytes():,} B for backward; the estimator says {est:,.0f} B "
+                 f"(and {est_sent:,.0f} B sent per rank)")
+        out[phase] = {"saved": saved.bytes(), "estimate": est, "estimate_sent": est_sent}
+    return out
+
+
+def _moved(result, rank: int = 0, phase: str | None = None, label: str = "") -> int:
+    """Bytes `rank` sent, as the trace recorded them, in one phase or under labels starting with `label`."""
+    return sum(m.sent for e in result.trace.events if (phase is None or e.phase == phase)
+               and (e.label or "").startswith(label) for m in e.members if m.rank == rank)
+
+
+def checks(result) -> list[Check]:
+    t, v = result.world, result.values
+    zt = v[0]["zero_table"]
+    out = [check(f"{name}: bytes per parameter", zt[name]["bytes_per_param"], expected)
+           for name, expected in (("ZeRO-0", 16), ("ZeRO-1", 4 + 12 / DP), ("ZeRO-2", 2 + 14 / DP),
+                                  ("ZeRO-3", 16 / DP))]
+    ex = v[0]["example"]
+    out.append(check("scores per layer = 5as/h sbh", ex["scores_per_sbh"], 5 * 48 * SEQ / 6144))
+    out.append(check("outside the scores, one layer keeps 34 sbh", ex["linear_gb"] * 1e9, 34 * ex["sbh"]))
+    for phase, _, _ in RUNS:
+        out.append(check(f"{phase}: kept bytes, measured = estimate", sorted({x[phase]['saved'] for x in v}),
+                         [v[0][phase]["estimate"]]))
+    moved = {z: _moved(result, label=f"ZeRO-{z}") for z in (1, 3)}
+    for z in (1, 3):
+        out.append(check(f"ZeRO-{z} on the small layer: bytes sent, measured = estimate", moved[z],
+                         v[0]["zero_small"]["estimate"][z], rtol=1e-12))
+    if t > 1:
+        est = v[0]["zero_small"]["estimate"]
+        out.append(check("ZeRO-3 / ZeRO-1 bytes: a third pass over two (measured)", moved[3] / moved[1],
+                         est[3] / est[1], rtol=1e-12))
+        for phase, _, _ in RUNS:
+            out.append(check(f"{phase}: bytes sent per rank, measured = estimate",
+                             _moved(result, phase=f"measured: {phase}"),
+                             v[0][phase]["estimate_sent"], rtol=1e-12))
+    return out
+
+
+NARRATIVE = {
+    "model state under ZeRO": """
+        Mixed-precision Adam keeps, for every parameter, a 16-bit weight and gradient plus a 32-bit master
+        copy and two moments. ZeRO cuts the data-parallel redundancy in steps: stage 1 shards the optimizer
+        states over the DP ranks, stage 2 the gradients too, stage 3 the weights as well. The notes give
+        the estimator's figures for the 27B model; then the ranks run one ZeRO step on a small layer's
+        gradients. Stages 1 and 2 move what a plain all-reduce moves (a reduce-scatter and an all-gather);
+        stage 3 gathers the weights a second time for backward.""",
+    "activations: the worked example": """
+        What one layer keeps for backward, in Korthikanti et al.'s count: 16-bit values and 1-byte
+        dropout masks. Outside attention that is a fixed number of bytes per token; the softmax scores grow
+        with the square of the length, which is why FlashAttention, which recomputes them, matters.""",
+    "measured: TP alone, scores kept": """
+        The small layer split over TP, keeping the scores: what it kept is counted by the layer itself, and
+        set beside the estimator's formula for the same shape.""",
+    "measured: TP + SP, FlashAttention": """
+        With SP and FlashAttention everything kept is split t ways. The count the engine measured and the
+        estimator's agree to the byte, as they must for the big figures above to be trusted.""",
+}
+
+LESSON = Lesson(
+    name="memory",
+    title="Memory per GPU: ZeRO's model state and a layer's activations, estimated and measured",
+    world=4,
+    worlds=(2, 4, 8),
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
+    keep_values=0,
+)

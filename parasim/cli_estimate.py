@@ -1,0 +1,285 @@
+"""`parasim memory` and `parasim fit`: the estimator from the command line. Bad input: one line, exit 2."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from .errors import UsageError
+
+
+def _pos(text: str) -> int:
+    """A positive integer; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
+    t = text.strip().upper()
+    mult = {"K": 1000, "M": 1000_000}.get(t[-1:], 1)
+    try:
+        n = int(float(t[:-1]) * mult) if mult > 1 else int(t)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def _positive_float(text: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        x = 0.0
+    if not x > 0 or x != x or x == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return x
+
+
+def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
+    m = p.add_argument_group("model (one of --model, --config, or the sizes)")
+    m.add_argument("--model", metavar="NAME", help="a preset: 27b, moe16, deepseek-v3, megatron-8.3b")
+    m.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
+    for flag, what in (("--layers", "layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
+                       ("--vocab", "vocabulary size"), ("--kv-heads", "key/value heads (GQA)"),
+                       ("--ffn", "MLP width (default 4 x hidden)"), ("--experts", "routed experts per MoE layer"),
+                       ("--top-k", "experts per token"), ("--expert-ffn", "one expert's MLP width")):
+        m.add_argument(flag, type=_pos, metavar="N", help=what)
+    m.add_argument("--params", type=_positive_float, metavar="P", help="stated parameter count (e.g. 27e9); "
+                   "default: counted from the shapes")
+    y = p.add_argument_group("layout" + (" (ignored by --search, which tries them all)" if search else ""))
+    for flag, what in (("--tp", "tensor parallel size"), ("--cp", "context parallel size"),
+                       ("--pp", "pipeline stages"), ("--dp", "data parallel size (default: derived from --gpus)"),
+                       ("--gpus", "GPUs in all (default: tp x cp x pp x dp)"), ("--ep", "expert parallel size"),
+                       ("--etp", "expert tensor parallel size (default 1)")):
+        y.add_argument(flag, type=_pos, metavar="N", help=what)
+    y.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism")
+    y.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
+                   help="ZeRO stage over dp x cp (default 1: the distributed optimizer" +
+                   ("; --search tries all unless given)" if search else ")"))
+    y.add_argument("--recompute", nargs="?", const="full", choices=("none", "selective", "full"), default=None,
+                   help="activation recomputation (bare --recompute: full)")
+    t = p.add_argument_group("training and hardware")
+    t.add_argument("--no-flash", action="store_true", help="keep the s x s attention scores (no FlashAttention)")
+    t.add_argument("--no-dropout", action="store_true", help="no dropout masks kept")
+    t.add_argument("--micro-batch", type=_pos, default=1, metavar="B", help="sequences per micro-batch (default 1)")
+    t.add_argument("--microbatches", type=_pos, metavar="M", help="micro-batches per step (default: pp)")
+    t.add_argument("--chunked-loss", action="store_true", help="compute the loss in chunks: no whole logits")
+    t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
+    t.add_argument("--usable", type=_positive_float, metavar="GB",
+                   help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
+    t.add_argument("--utilisation", type=_positive_float, default=0.4, metavar="U",
+                   help="fraction of peak FLOP/s reached (default 0.4)")
+    t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
+    t.add_argument("--json", action="store_true", help="print the answer as JSON")
+
+
+def add_estimate_commands(sub: Any) -> None:
+    mp = sub.add_parser("memory", help="memory per GPU, itemised, for a model and layout",
+                        description="Estimate memory per GPU item by item: weights, gradients, optimizer states "
+                                    "(ZeRO 0-3), activations, in-flight micro-batches, recomputation, logits; "
+                                    "plus the step's traffic and time. GB = 1e9 bytes unless --gib.")
+    _common(mp)
+    mp.add_argument("--seq", type=_pos, default=4096, metavar="S", help="sequence length (default 4096; 32K = 32000)")
+    mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
+    mp.set_defaults(func=cmd_memory)
+
+    fp = sub.add_parser("fit", help="the longest sequence that fits, or the best layout per node count",
+                        description="Solve for the longest sequence that fits in the usable memory per GPU "
+                                    "(default 120 GB of a 141 GB H200), or with --search rank every valid "
+                                    "layout on each node count.")
+    _common(fp, search=True)
+    fp.add_argument("--search", action="store_true", help="try every layout (TP, SP, CP, PP, DP/ZeRO, recompute)")
+    fp.add_argument("--nodes", default="1-64", metavar="A-B", help="node counts for --search (default 1-64)")
+    fp.add_argument("--gpus-per-node", type=_pos, default=8, metavar="N", help="GPUs per node (default 8)")
+    fp.add_argument("--top", type=_pos, default=5, metavar="K", help="layouts listed per node count (default 5)")
+    fp.add_argument("--plot", metavar="FILE.png", help="with --search: longest sequence against nodes per family")
+    fp.set_defaults(func=cmd_fit)
+
+
+# -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
+def _model(args: argparse.Namespace):
+    from .estimate.models import from_flags, from_hf_config, get_model
+    sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts",
+                                           "top_k", "expert_ffn", "params")}
+    given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + \
+        (["sizes"] if any(v is not None for v in sizes.values()) else [])
+    if len(given) > 1:
+        raise UsageError(f"give one of --model, --config or sizes, not {' and '.join(given)}")
+    if args.model:
+        return get_model(args.model)
+    if args.config:
+        return from_hf_config(args.config)
+    if not given:
+        raise UsageError("which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab")
+    return from_flags(**sizes)
+
+
+def _plan(args: argparse.Namespace, model):
+    from .estimate.memory import Plan
+    tp, cp, pp = args.tp or 1, args.cp or 1, args.pp or 1
+    dp = args.dp
+    if args.gpus is not None:
+        if args.gpus % (tp * cp * pp):
+            raise UsageError(f"--gpus {args.gpus} does not divide by tp*cp*pp = {tp * cp * pp}")
+        if dp is not None and dp != args.gpus // (tp * cp * pp):
+            raise UsageError(f"--dp {dp} disagrees with --gpus {args.gpus} / (tp*cp*pp = {tp * cp * pp})")
+        dp = args.gpus // (tp * cp * pp)
+    plan = Plan(tp=tp, sp=args.sp, cp=cp, pp=pp, dp=dp or 1, ep=args.ep or 1, etp=args.etp or 1,
+                zero=1 if args.zero is None else args.zero, recompute=args.recompute or "none",
+                flash=not args.no_flash, dropout=not args.no_dropout, micro_batch=args.micro_batch,
+                microbatches=args.microbatches, chunked_loss=args.chunked_loss)
+    plan.check(model)
+    return plan
+
+
+def _gpu(args: argparse.Namespace):
+    from .estimate.traffic import gpu_presets
+    table = gpu_presets()
+    if args.gpu.lower() not in table:
+        raise UsageError(f"unknown GPU {args.gpu!r}; presets: {', '.join(table)}")
+    return table[args.gpu.lower()]
+
+
+def _unit(args: argparse.Namespace) -> tuple[float, str]:
+    return (float(2 ** 30), "GiB") if args.gib else (1e9, "GB")
+
+
+def _usable(args: argparse.Namespace, gpu) -> float:
+    unit, _ = _unit(args)
+    return args.usable * unit if args.usable else gpu.usable
+
+
+def _traffic_dict(traffic: dict, unit: float) -> dict[str, float]:
+    return {f"{axis} {op}": v / unit for (axis, op), v in sorted(traffic.items())}
+
+
+def cmd_memory(args: argparse.Namespace) -> int:
+    from .estimate.memory import breakdown
+    from .estimate.traffic import step_time, step_traffic
+    model = _model(args)
+    plan, gpu = _plan(args, model), _gpu(args)
+    unit, name = _unit(args)
+    bd = breakdown(model, plan, args.seq)
+    timing = step_time(model, plan, args.seq, gpu, args.utilisation)
+    out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
+           "fits": bd.total <= _usable(args, gpu),
+           "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
+    if args.plot:
+        _plot_memory(model, plan, args.seq, unit, name, args.plot)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title=f"{model.name}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
+                        f"(stage {bd.stage + 1} of {plan.pp})", title_justify="left")
+    table.add_column("item")
+    table.add_column(name, justify="right")
+    table.add_column("share", justify="right")
+    for k, v in bd.items.items():
+        table.add_row(k, f"{v / unit:,.2f}", f"{v / bd.total:.0%}" if bd.total else "-")
+    table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
+    console = Console(highlight=False)
+    console.print(table)
+    verdict = "fits in" if out["fits"] else "does NOT fit in"
+    console.print(f"model state {bd.model_state / unit:,.2f} {name} "
+                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share); "
+                  f"{verdict} {out['usable']:,.1f} {name} usable")
+    traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
+    console.print(f"sent per GPU per step ({name}): {traffic}")
+    console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "
+                  f"{args.utilisation:.0%} of {gpu.name} peak, no overlap assumed)")
+    return 0
+
+
+def cmd_fit(args: argparse.Namespace) -> int:
+    from .estimate.fit import fit, parse_nodes, search
+    model = _model(args)
+    gpu = _gpu(args)
+    unit, name = _unit(args)
+    usable = _usable(args, gpu)
+    if args.search:
+        nodes = parse_nodes(args.nodes)
+        result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
+                        recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
+                        micro_batch=args.micro_batch, chunked_loss=args.chunked_loss)
+        result["usable"] = usable / unit
+        result["unit"] = name
+        if args.plot:
+            _plot_search(result, args.plot)
+        if args.json:
+            print(json.dumps(result, indent=1))
+            return 0
+        print(f"{model.name}: the longest sequence per node count ({result['layouts_tried']:,} layouts, "
+              f"{result['usable']:g} {name} usable per GPU)")
+        for row in result["nodes"]:
+            b = row["best"]
+            print(f"  {row['nodes']:>4} nodes  {b['max_seq_tokens']:>12,} tokens  {b['label']}")
+        return 0
+    if args.plot:
+        raise UsageError("fit --plot needs --search")
+    from .estimate.traffic import attention_flops, step_time
+    plan = _plan(args, model)
+    f = fit(model, plan, usable)
+    out = {**f.to_dict(unit), "unit": name}
+    if f.seq:
+        out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
+        out["time"] = step_time(model, plan, f.seq, gpu, args.utilisation)
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0
+    print(f"{model.name}, {plan.label()} on {plan.world} GPUs, {out['usable']:g} {name} usable per GPU:")
+    print(f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
+          f"{out['model_state']:.2f} {name})")
+    for k, v in f.at_max.items.items():
+        print(f"    {k:<24} {v / unit:10.2f} {name}")
+    if not f.seq:
+        print("  nothing fits: the model state alone exceeds the usable memory")
+    else:
+        print(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu.name} at "
+              f"{args.utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
+    return 0
+
+
+# -- plots ---------------------------------------------------------------------------------------------
+def _save(fig, path: str) -> None:
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from dataclasses import replace
+
+    from .estimate.memory import breakdown
+    bars = [breakdown(model, replace(plan, zero=z), seq) for z in range(4)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottom = [0.0] * 4
+    for item in bars[0].items:
+        vals = [b.items[item] / unit for b in bars]
+        ax.bar([f"ZeRO-{z}" for z in range(4)], vals, bottom=bottom, label=item)
+        bottom = [x + v for x, v in zip(bottom, vals)]
+    ax.set_ylabel(f"{name} per GPU")
+    ax.set_title(f"{model.name}: {plan.label()} on {plan.world} GPUs, s = {seq:,}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def _plot_search(result: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))
+    for fam, row in fams[:10]:  # the ten families that reach furthest
+        xs = sorted(row)
+        ax.plot(xs, [max(row[x], 1) for x in xs], marker=".", label=fam)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("longest sequence (tokens)")
+    ax.set_title(f"{result['model']}: longest sequence per layout family")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)

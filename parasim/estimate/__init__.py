@@ -1,0 +1,13 @@
+"""The estimator: memory, traffic, time and the longest sequence, from formulas alone.
+
+It imports no backend (no torch, no parasim.comm): it is what the engine's measurements are checked
+against. models (presets, flags, Hugging Face config.json), memory (itemised bytes per GPU), traffic
+(bytes per collective, FLOPs, time), fit (longest sequence, layout search).
+"""
+from .fit import Fit, fit, search
+from .memory import Breakdown, Plan, breakdown
+from .models import ModelSpec, from_hf_config, get_model
+from .traffic import GpuSpec, gpu_presets, step_flops, step_time, step_traffic
+
+__all__ = ["ModelSpec", "get_model", "from_hf_config", "Plan", "Breakdown", "breakdown", "Fit", "fit", "search",
+           "GpuSpec", "gpu_presets", "step_traffic", "step_flops", "step_time"]

@@ -1,0 +1,241 @@
+"""Memory per GPU, itemised: model state (weights, gradients, Adam under ZeRO 0-3), activations per layer
+(Korthikanti et al.), the pipeline's in-flight micro-batches, the recomputation working set and the logits.
+
+Every quantity here is a polynomial in the sequence length s of degree at most 2 (the s^2 is the attention
+scores, kept only without FlashAttention), written as coefficients (a, b, c): bytes = a + b*s + c*s^2.
+The same arithmetic runs on scalars (one layout) and on numpy arrays (a whole search at once), so there is
+one formula, not two. Bytes are bytes; the CLI turns them into GB (1e9) or GiB.
+
+Activations count what the engine's layers keep for backward (`parasim.nn.Saved`): 2 bytes per value
+(16-bit training), 1 per dropout-mask value. For the post's model that is 34*s*b*h per layer, or
+s*b*h*(10 + 24/t) with TP alone.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+from ..layout import Layout, LayoutError
+from .models import ModelSpec
+
+RECOMPUTE = ("none", "selective", "full")
+ZERO_STAGES = (0, 1, 2, 3)
+WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES, LOGIT_BYTES = 2, 2, 12, 4  # bf16 w, bf16 g, fp32 master+m+v, fp32 logits
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A layout plus the training choices that change memory. dp is the data-parallel size (not counting
+    CP); the world is tp*cp*pp*dp. zero: ZeRO stage over the dp x cp group (1 = distributed optimizer)."""
+
+    tp: int = 1
+    sp: bool = False
+    cp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    etp: int = 1
+    zero: int = 1
+    recompute: str = "none"
+    flash: bool = True  # FlashAttention: the s x s scores are never kept
+    dropout: bool = True  # dropout masks kept (1 byte per value), as Korthikanti et al. count them
+    micro_batch: int = 1
+    microbatches: int | None = None  # default: pp (1F1B's first stage then holds pp of them)
+    chunked_loss: bool = False  # the loss in chunks: the whole-sequence logits never exist
+    working_layers: int = 2  # full recomputation re-runs one layer while the next one's grads arrive
+
+    def __post_init__(self) -> None:
+        if self.recompute not in RECOMPUTE:
+            raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
+        if self.zero not in ZERO_STAGES:
+            raise UsageError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
+        for f in ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "working_layers"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
+                raise UsageError(f"{f} must be a positive integer, got {v!r}")
+        if self.microbatches is not None and self.microbatches < 1:
+            raise UsageError(f"microbatches must be a positive integer, got {self.microbatches!r}")
+
+    @property
+    def rc(self) -> int:
+        return RECOMPUTE.index(self.recompute)
+
+    @property
+    def m(self) -> int:
+        return self.microbatches or self.pp
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.cp * self.pp * self.dp
+
+    def check(self, model: ModelSpec) -> None:
+        """The layout rules (heads divide by tp, layers by pp, experts by ep, ...): raise LayoutError."""
+        if self.sp and self.tp == 1:
+            raise LayoutError("sequence parallelism needs tp > 1")
+        if (self.world // (self.etp * self.ep * self.pp)) * self.etp * self.ep * self.pp != self.world:
+            raise LayoutError(f"world {self.world} does not divide by etp*ep*pp = {self.etp * self.ep * self.pp}")
+        if self.pp > model.layers:
+            raise LayoutError(f"pp {self.pp} exceeds layers {model.layers}")
+        Layout(tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, sp=self.sp, model=model.to_layout_model())
+
+    def label(self) -> str:
+        parts = [f"TP{self.tp}"] if self.tp > 1 else []
+        parts += ["SP"] if self.sp else []
+        parts += [f"{a.upper()}{getattr(self, a)}" for a in ("cp", "pp", "ep") if getattr(self, a) > 1]
+        parts += [f"DP{self.dp}"] if self.dp > 1 else []
+        if self.zero != 1 and self.dp * self.cp > 1:
+            parts.append(f"ZeRO-{self.zero}")
+        parts += [f"{self.recompute} recompute"] if self.recompute != "none" else []
+        return " + ".join(parts) or "one GPU"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tp": self.tp, "sp": self.sp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
+                "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
+                "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
+                "chunked_loss": self.chunked_loss, "label": self.label()}
+
+
+# -- one layer, per local token -----------------------------------------------------------------------
+def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: Any, *, mats: Any = 2,
+                          dropout: Any = True, top_k: Any = 0, expert_ffn: Any = 0, shared: Any = 0,
+                          etp: Any = 1) -> Any:
+    """Bytes one layer keeps for backward per token this rank holds (before SP splits it), scores aside.
+
+    With top_k > 0 the MLP is an MoE layer: each token's top_k copies visit experts of width expert_ffn
+    (split over etp), plus `shared` always-on experts split over TP like a dense MLP."""
+    x = np.where(sp, tp, 1)  # SP splits the norms, dropouts and residual inputs by t too
+    d = h / heads
+    kv_local = np.where(kv >= tp, kv / tp, 1) * d  # kv heads split over TP, or replicated when fewer
+    drop = np.where(dropout, 1, 0)
+    norms = 2 * (2 * h / x)  # LN1 and LN2 inputs
+    attention = 2 * (h / x + h / tp + 2 * kv_local + h / tp)  # QKV input, Q, K and V, the output's input
+    dense_mlp = 2 * (h / x + mats * ffn / tp)  # fc1 input, then act input + fc2 input (or SwiGLU's three)
+    moe_mlp = 2 * (h / x + top_k * (h + mats * expert_ffn / etp) / x + mats * shared * expert_ffn / tp)
+    masks = drop * 2 * h / x  # the two dropout masks after attention and MLP
+    return norms + attention + np.where(top_k > 0, moe_mlp, dense_mlp) + masks
+
+
+def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout: Any = True) -> Any:
+    """Bytes per (local token x key) kept for the attention scores: softmax output, and with dropout its
+    mask and dropped output (5 bytes, Korthikanti's 5as^2b). Zero with FlashAttention, and under CP,
+    whose ring attention keeps only q, k, v, the output and its log-sum-exp."""
+    per = 2 + 3 * np.where(dropout, 1, 0)
+    return np.where(flash | (cp > 1), 0, heads / tp * per)
+
+
+# -- a stage of the pipeline --------------------------------------------------------------------------
+def _stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
+    """(dense layers, MoE layers) in `stage`; uneven splits give the first stages the extra layers."""
+    per = np.ceil(model.layers / pp)
+    first = stage * per
+    n = np.clip(model.layers - first, 0, per)
+    dense_n = model.layers - model.moe_layers
+    dense_here = np.clip(dense_n - first, 0, n)
+    return dense_here, n - dense_here
+
+
+def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any]]:
+    """Memory of one GPU of pipeline `stage`, item by item, as (a, b, c): bytes = a + b*s + c*s^2.
+
+    `p` is a Plan or anything with the same attributes as arrays (plus `rc` and `m`)."""
+    tp, cp, pp, dp, ep, etp = p.tp, p.cp, p.pp, p.dp, p.ep, p.etp
+    world = tp * cp * pp * dp
+    edp = world / (etp * ep * pp)
+    experts = model.expert_params()
+    dense = model.total_params() - experts
+
+    def state(nbytes: int, from_stage: int) -> Any:
+        shard_d = np.where(p.zero >= from_stage, dp * cp, 1)  # Megatron shards over the dp x cp group
+        shard_e = np.where(p.zero >= from_stage, edp, 1)
+        return nbytes * (dense / (tp * pp) / shard_d + experts / (etp * ep * pp) / shard_e)
+
+    zero = 0 * tp * 1.0
+    dense_n, moe_n = _stage_layers(model, pp, stage)
+    common = dict(h=model.hidden, heads=model.heads, kv=model.kv, ffn=model.ffn_size, tp=tp, sp=p.sp,
+                  mats=model.mlp_mats, dropout=p.dropout)
+    per_dense = layer_bytes_per_token(**common)
+    per_moe = layer_bytes_per_token(**common, top_k=model.top_k, expert_ffn=model.expert_size,
+                                    shared=model.shared_experts, etp=etp) if model.experts else per_dense
+    # selective recomputation drops exactly the scores; so does FlashAttention
+    score = scores_bytes_per_token_key(model.heads, tp, p.flash | (p.rc == 1), cp, p.dropout)
+    tokens = p.micro_batch / cp  # local tokens per unit of s
+    full = p.rc == 2
+    kept_lin = np.where(full, 2 * model.hidden / np.where(p.sp, tp, 1) * (dense_n + moe_n),
+                        per_dense * dense_n + per_moe * moe_n)
+    kept_quad = np.where(full, 0, score * (dense_n + moe_n))
+    held = np.minimum(pp - stage, p.m)  # 1F1B: stage i holds min(p - i, m) micro-batches
+    work_lin = np.where(full, p.working_layers * np.maximum(per_dense * (dense_n > 0), per_moe * (moe_n > 0)), 0)
+    last = stage == pp - 1
+    logits = np.where(last & ~np.asarray(p.chunked_loss, dtype=bool), LOGIT_BYTES * model.vocab / tp, 0)
+    return {
+        "weights": (state(WEIGHT_BYTES, 3), zero, zero),
+        "gradients": (state(GRAD_BYTES, 2), zero, zero),
+        "optimizer": (state(ADAM_BYTES, 1), zero, zero),
+        "activations": (zero, tokens * kept_lin, tokens * kept_quad),
+        "in-flight micro-batches": (zero, (held - 1) * tokens * kept_lin, (held - 1) * tokens * kept_quad),
+        "recompute working set": (zero, tokens * work_lin, tokens * np.where(full, p.working_layers * score, 0)),
+        "logits": (zero, tokens * logits, zero),
+    }
+# (the s^2 terms: scores are kept per local query token, s*b/cp of them, for every one of the s keys)
+
+
+def stages_of(p: Any) -> list[Any]:
+    """The stages worth checking: the first (most micro-batches in flight) and the last (the logits)."""
+    return [0 * p.pp, p.pp - 1]
+
+
+def totals(model: ModelSpec, p: Any, stage: Any) -> tuple[Any, Any, Any]:
+    a = b = c = 0.0
+    for ia, ib, ic in items(model, p, stage).values():
+        a, b, c = a + ia, b + ib, c + ic
+    return a, b, c
+
+
+@dataclass
+class Breakdown:
+    """Memory of the binding stage at one sequence length, by item, in bytes."""
+
+    model: ModelSpec
+    plan: Plan
+    seq: int
+    stage: int
+    items: dict[str, float]
+
+    @property
+    def total(self) -> float:
+        return sum(self.items.values())
+
+    @property
+    def model_state(self) -> float:
+        return self.items["weights"] + self.items["gradients"] + self.items["optimizer"]
+
+    def to_dict(self, unit: float = 1e9) -> dict[str, Any]:
+        return {"model": self.model.name, "layout": self.plan.to_dict(), "seq": self.seq,
+                "stage": self.stage + 1, "unit_bytes": unit,
+                "items": {k: v / unit for k, v in self.items.items()},
+                "model_state": self.model_state / unit, "total": self.total / unit,
+                "bytes_per_param": self.model_state / (self.model.total_params() / (self.plan.tp * self.plan.pp))}
+
+
+def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:
+    """Itemised memory at sequence length `seq` on the stage that needs the most."""
+    best: Breakdown | None = None
+    for stage in sorted({0, plan.pp - 1}):
+        got = {k: float(a + b * seq + c * seq * seq) for k, (a, b, c) in items(model, plan, stage).items()}
+        bd = Breakdown(model, plan, seq, stage, got)
+        if best is None or bd.total > best.total:
+            best = bd
+    assert best is not None
+    return best
+
+
+def layer_saved_bytes(h: int, heads: int, kv: int, ffn: int, seq: int, batch: int, tp: int, sp: bool, cp: int = 1,
+                      flash: bool = True, dropout: bool = True, mats: int = 2) -> float:
+    """What one rank keeps for backward for one layer on one micro-batch of `batch` sequences of `seq`
+    tokens: the number tests/test_estimate_crosscheck.py compares with the engine's `Saved`."""
+    tokens = seq * batch / cp
+    lin = layer_bytes_per_token(h, heads, kv, ffn, tp, sp, mats=mats, dropout=dropout)
+    return float(tokens * lin + tokens * seq * scores_bytes_per_token_key(heads, tp, flash, cp, dropout))

@@ -1,0 +1,174 @@
+"""Traffic, FLOPs and time per training step.
+
+Bytes are what one rank sends, per collective kind and axis, under the ring algorithm: an all-reduce of
+an N-byte buffer over t ranks sends 2(t-1)/t * N, a reduce-scatter or all-gather (t-1)/t * N (N the whole
+buffer). The per-layer counts follow the engine's layers call for call (parasim/nn), and
+tests/test_estimate_crosscheck.py holds them to the trace. Time is FLOPs over (peak x utilisation) plus
+each axis's bytes over the bandwidth of the link it uses (NVLink inside a node, the network across),
+with no overlap: an upper bound, and a way to see which axis costs what.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .memory import Plan
+from .models import ModelSpec
+
+Key = tuple[str, str]  # (axis, op): ("tp", "all_reduce"), ("cp", "p2p"), ...
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    name: str
+    memory: float  # bytes on the card
+    usable: float  # bytes left for training after the CUDA context, NCCL buffers and fragmentation
+    peak_flops: float  # dense bf16 FLOP/s
+    nvlink: float  # bytes/s per direction per GPU inside a node
+    network: float  # bytes/s per GPU across nodes
+    gpus_per_node: int = 8
+
+
+def gpu_presets() -> dict[str, GpuSpec]:
+    """Vendor datasheet figures; network is one 400 Gb/s NIC per GPU (InfiniBand NDR)."""
+    return {
+        "h200": GpuSpec("H200", 141e9, 120e9, 989e12, 450e9, 50e9),
+        "h100": GpuSpec("H100", 80e9, 68e9, 989e12, 450e9, 50e9),
+        "a100": GpuSpec("A100 80GB", 80e9, 68e9, 312e12, 300e9, 25e9),
+    }
+
+
+def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:
+    if nbytes:
+        out[key] = out.get(key, 0.0) + nbytes
+
+
+def ring(op: str, nbytes: float, t: int) -> float:
+    """Bytes one rank sends in a ring collective over t ranks on an nbytes buffer."""
+    if t <= 1:
+        return 0.0
+    return (2.0 if op == "all_reduce" else 1.0) * (t - 1) / t * nbytes
+
+
+def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,
+                  bias: bool = True, norm_params: int = 2, recompute: bool = False) -> dict[Key, float]:
+    """One layer's forward and backward on one micro-batch: bytes one rank sends, by (axis, op).
+
+    tokens: the tokens this CP rank holds (s*b/cp), before SP splits them. norm_params: 2 for LayerNorm
+    (weight and bias), 1 for RMSNorm. recompute: full recomputation runs the forward's collectives twice."""
+    out: dict[Key, float] = {}
+    act = tokens * h * itemsize  # one whole activation [s/cp, b, h]
+    fwd = 2 if recompute else 1
+    if tp > 1 and not sp:
+        # f and g: one all-reduce after attention and one after the MLP forward, two backward
+        _add(out, ("tp", "all_reduce"), (2 * fwd + 2) * ring("all_reduce", act, tp))
+    elif tp > 1:
+        # forward: gather before QKV and fc1, reduce-scatter after out-proj and fc2; backward: the two
+        # column blocks gather their saved input again and reduce-scatter dx, the row blocks gather dy
+        _add(out, ("tp", "all_gather"), (2 * fwd + 4) * ring("all_gather", act, tp))
+        _add(out, ("tp", "reduce_scatter"), (2 * fwd + 2) * ring("reduce_scatter", act, tp))
+        # each rank saw only its tokens: the replicated norm weights' (and row biases') grads are summed
+        small = 2 * norm_params + (2 if bias else 0)
+        _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * itemsize, tp))
+    if cp > 1:
+        # ring attention: K and V go round cp-1 times forward; backward K, V, dK, dV cp-1 times and
+        # dK, dV one more hop home. K/V travel per query head, as the engine sends them.
+        kv = tokens * h / tp * itemsize
+        _add(out, ("cp", "p2p"), (fwd * 2 * (cp - 1) + 4 * (cp - 1) + 2) * kv)
+    return out
+
+
+def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int = 2,
+                recompute: bool = False) -> dict[Key, float]:
+    """One MoE layer: dispatch and combine all-to-alls forward and again backward. Each of a rank's
+    routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup)."""
+    one = tokens_routed * top_k * h * itemsize * (ep - 1) / ep
+    return {("ep", "all_to_all"): (2 * (2 if recompute else 1) + 2) * one} if ep > 1 else {}
+
+
+def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2) -> dict[Key, float]:
+    """Per step over the data-parallel (dp x cp) group. Plain DP all-reduces the gradients; ZeRO-1/2
+    reduce-scatter them and all-gather the updated weights (the same bytes); ZeRO-3 gathers the weights
+    again for backward: 3 passes where DP makes 2."""
+    n = local_params * itemsize
+    if shard <= 1:
+        return {}
+    if zero == 0:
+        return {("dp", "all_reduce"): ring("all_reduce", n, shard)}
+    gathers = 2 if zero == 3 else 1
+    return {("dp", "reduce_scatter"): ring("reduce_scatter", n, shard),
+            ("dp", "all_gather"): gathers * ring("all_gather", n, shard)}
+
+
+def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]:
+    """The busiest stage: a middle stage sends each micro-batch's activation on and its gradient back."""
+    if pp <= 1:
+        return {}
+    return {("pp", "p2p"): act_bytes * microbatches * (2 if pp > 2 else 1)}
+
+
+def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> dict[Key, float]:
+    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op)."""
+    tokens = seq * plan.micro_batch / plan.cp
+    layers = -(-model.layers // plan.pp)
+    moe = min(layers, model.moe_layers)
+    full = plan.recompute == "full"
+    out: dict[Key, float] = {}
+    per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp, itemsize=itemsize,
+                        recompute=full)
+    for k, v in per.items():
+        _add(out, k, v * layers * plan.m)
+    if moe:
+        x = plan.tp if plan.sp else 1
+        for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, itemsize, full).items():
+            _add(out, k, v * moe * plan.m)
+    act = tokens / (plan.tp if plan.sp else 1) * model.hidden * itemsize
+    for k, v in pp_traffic(act, plan.m, plan.pp).items():
+        _add(out, k, v)
+    experts = model.expert_params()
+    dense_local = (model.total_params() - experts) / (plan.tp * plan.pp)
+    for k, v in dp_traffic(dense_local, plan.dp * plan.cp, plan.zero, itemsize).items():
+        _add(out, k, v)
+    if experts:
+        edp = plan.world // (plan.etp * plan.ep * plan.pp)
+        for k, v in dp_traffic(experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, itemsize).items():
+            _add(out, ("edp", k[1]), v)
+    return out
+
+
+# -- FLOPs and time -------------------------------------------------------------------------------------
+def attention_flops(model: ModelSpec, seq: int, recompute: str = "none", causal: bool = True) -> float:
+    """Attention-score FLOPs for one sequence, forward + backward (twice forward) + recomputed forward:
+    QK^T and PV are 2*s^2*h each per layer, halved by a causal mask."""
+    fwd = 4.0 * seq * seq * model.hidden * model.layers * (0.5 if causal else 1.0)
+    return fwd * (3 + (1 if recompute in ("full", "selective") else 0))
+
+
+def step_flops(model: ModelSpec, plan: Plan, seq: int) -> dict[str, float]:
+    """FLOPs of one step on all GPUs: matmuls (2 per parameter per token forward, the output head
+    included) and attention scores; backward is twice forward; recomputation adds forward work."""
+    seqs = plan.micro_batch * plan.m * plan.dp  # sequences in one step, all replicas
+    fwd_lin = 2.0 * (model.active_params() + model.vocab * model.hidden) * seq
+    lin = fwd_lin * (3 + (1 if plan.recompute == "full" else 0)) * seqs
+    attn = attention_flops(model, seq, plan.recompute) * seqs
+    return {"matmul": lin, "attention": attn, "total": lin + attn}
+
+
+def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
+    """Does a group over `axis` stay inside one node? In Megatron's order tp-cp-ep-dp-pp a group spans
+    the ranks of its axis and every faster one (the dp group is dp x cp: the distributed optimizer's)."""
+    span = {"tp": plan.tp, "cp": plan.tp * plan.cp, "dp": plan.tp * plan.cp * plan.dp, "pp": plan.world,
+            "ep": plan.etp * plan.ep, "edp": plan.world // plan.pp}[axis]
+    return span <= gpus_per_node
+
+
+def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation: float = 0.4) -> dict[str, Any]:
+    """Seconds per step: compute at `utilisation` of peak, and each axis's bytes over its link."""
+    flops = step_flops(model, plan, seq)
+    compute = flops["total"] / plan.world / (gpu.peak_flops * utilisation)
+    comm: dict[str, float] = {}
+    for (axis, _), nbytes in step_traffic(model, plan, seq).items():
+        bw = gpu.nvlink if inside_node(plan, axis, gpu.gpus_per_node) else gpu.network
+        comm[axis] = comm.get(axis, 0.0) + nbytes / bw
+    return {"flops": flops, "compute_s": compute, "comm_s": comm,
+            "step_s": compute + sum(comm.values()), "utilisation": utilisation, "gpu": gpu.name}
