@@ -156,3 +156,10 @@ def test_cli():
                           "--json"], capture_output=True, text=True, timeout=60)
     data = json.loads(out.stdout)
     assert data["bubble"] == "3/11" and data["chunks"] == 2 and data["slots"][0][4] == "f1"
+
+
+def test_plot_two_chunks(tmp_path):
+    from parasim.pipeline.plot import plot_slots
+    out = tmp_path / "dualpipev.png"
+    plot_slots(simulate(generate("dualpipev", 4, 8), {"B": 2}), "dualpipev", str(out))
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

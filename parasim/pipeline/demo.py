@@ -72,7 +72,23 @@ def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, gro
     last = max(a.stage for acts in plan for a in acts)
     return {"loss": total, "has_loss": last in stages, "slots": timing.slots[r], "idle": timing.idle[r],
             "peak": timing.peak[r], "makespan": timing.makespan, "bubble": str(timing.bubble),
-            "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()}}
+            "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()},
+            "stepped": {s: sgd_step(ctx, st.stack.layers[0]) for s, st in stages.items()}}
+
+
+LR = 0.01
+
+
+def sgd_step(ctx: Any, layer: Any, lr: float = LR) -> float:
+    """The one optimizer step: w -= lr * grad for every weight of the layer (the gradients were summed over
+    all micro-batches first). Returns the new weights' sum of squares, a fingerprint to compare."""
+    total = 0.0
+    for part in (layer.ln1, layer.attn.qkv, layer.attn.out, layer.ln2, layer.mlp.fc1, layer.mlp.fc2):
+        for name, g in part.grads.items():
+            w = getattr(part, name) - lr * g
+            setattr(part, name, w)
+            total += float(ctx.xp.sum(w * w))
+    return total
 
 
 def _grad_sq(ctx: Any, layer: Any) -> float:
@@ -90,7 +106,8 @@ def unsplit_run(stages: int, m: int):
             target = _data(ctx, mb, "target")
             total += float(ctx.xp.sum(y * target))
             stack.backward(cache, target)
-        return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)}}
+        return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)},
+                "stepped": {i: sgd_step(ctx, layer) for i, layer in enumerate(stack.layers)}}
     return program
 
 
@@ -101,9 +118,13 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
     ref = run(unsplit_run(stages, m), 1).values[0]
     last = next(x for x in values if x["has_loss"])
     got = {s: g for x in values for s, g in x["grad_sq"].items()}
+    stepped = {s: g for x in values for s, g in x["stepped"].items()}
     return [check("the loss equals the unsplit model's", last["loss"], ref["loss"], rtol=1e-12),
             check("each layer's gradients equal the unsplit model's (sum of squares)",
-                  [got[s] for s in sorted(got)], [ref["grad_sq"][s] for s in sorted(ref["grad_sq"])], rtol=1e-10)]
+                  [got[s] for s in sorted(got)], [ref["grad_sq"][s] for s in sorted(ref["grad_sq"])], rtol=1e-10),
+            check("after one SGD step, each layer's weights equal the unsplit model's (sum of squares)",
+                  [stepped[s] for s in sorted(stepped)], [ref["stepped"][s] for s in sorted(ref["stepped"])],
+                  rtol=1e-12)]
 
 
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int = 4) -> list:

@@ -14,10 +14,17 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     ranks, width = len(timing.slots), timing.makespan
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * width + 1.5), 0.55 * ranks + 1.2))
     for r, row in enumerate(timing.slots):
-        for t, label in enumerate(row):
+        t = 0
+        while t < width:  # an action spans as many slots as it costs: one box per action
+            label, end = row[t], t + 1
+            while end < width and label and row[end] == label:
+                end += 1
             if label:
-                ax.add_patch(plt.Rectangle((t, ranks - 1 - r), 1, 1, color=COLOURS[label[0]], ec="white"))
-                ax.text(t + 0.5, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
+                colour = COLOURS[label[0].upper()]
+                ax.add_patch(plt.Rectangle((t, ranks - 1 - r), end - t, 1, color=colour, ec="white",
+                                           alpha=0.65 if label[0].islower() else 1.0))  # a second chunk: lighter
+                ax.text((t + end) / 2, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
+            t = end
     ax.set_xlim(0, width)
     ax.set_ylim(0, ranks)
     ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
