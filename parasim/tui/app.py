@@ -37,7 +37,7 @@ class ParasimApp(App):
         Binding("q", "quit", "quit", priority=True),
         Binding("escape", "cancel", "cancel", priority=True, show=False),
     ]
-    index = reactive(0)
+    index = reactive(0, repaint=False)  # _show redraws what changed; a repaint would redraw the whole screen
 
     def __init__(self, view: View) -> None:
         super().__init__()
@@ -48,6 +48,7 @@ class ParasimApp(App):
         self.speed = 2
         self.prompt_kind: str | None = None
         self._timer = None
+        self._shown: dict[str, Text] = {}  # what each panel shows now
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -89,7 +90,7 @@ class ParasimApp(App):
     def _show(self) -> None:  # noqa: C901 (one place that pushes the view model into every widget)
         view, i = self.view, self.index
         self.query_one(Timeline).select(i)
-        self.query_one("#detail", Static).update(Text("\n".join(view.detail(i))))
+        self._put("detail", Text("\n".join(view.detail(i))))
         width = self.query_one("#left").size.width
         self._show_slots(view.slots(i, max(8, (width - 12) // 4) if width else 16))
         rows = [(f"rank {h.rank}", h.role, h.shape, h.placement, h.values) for h in view.holdings(i)]
@@ -98,7 +99,7 @@ class ParasimApp(App):
         for n, r in enumerate(rows):
             held.append(("\n" if n else "") + " ".join(v.ljust(w) for v, w in zip(r[:4], widths)))
             held.append(f" {r[4]}", style="bold")
-        self.query_one("#holdings", Static).update(held)
+        self._put("holdings", held)
         self.query_one("#holdings").display = bool(rows)
         work = view.work(i)
         panel = self.query_one("#work", Static)
@@ -111,7 +112,7 @@ class ParasimApp(App):
                 bars.append(("\n" if n else "") + f"rank {rank:<3}")
                 bars.append("█" * width + " " * (16 - width), style="green")
                 bars.append(f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}")
-            panel.update(bars)
+            self._put("work", bars)
         phase, text, notes = view.phase_text(i)
         body = Text()
         if phase:
@@ -119,9 +120,23 @@ class ParasimApp(App):
         body.append(text + "\n")
         for n in notes:
             body.append("\n" + n, style="italic")
-        self.query_one("#narrative", Static).update(body)
+        self._put("narrative", body)
         play = "playing" if self.playing else "paused"
-        self.query_one("#status", Static).update(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)")
+        self._put("status", Text(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)"))
+
+    def _put(self, name: str, text: Text) -> None:
+        """Update a panel, skipping the screen's layout pass when the panel keeps its height (same line
+        count, no line wider than the panel): stepping then redraws without re-arranging the screen."""
+        widget = self.query_one(f"#{name}", Static)
+        before = self._shown.get(name)
+        if before is not None and before == text:
+            return
+        lines = text.plain.split("\n")
+        width = widget.content_size.width
+        same = (before is not None and before.plain.count("\n") == len(lines) - 1 and width
+                and max(map(len, lines)) <= width)
+        widget.update(text, layout=not same)
+        self._shown[name] = text
 
     def _show_slots(self, win: SlotWindow | None) -> None:
         """The pipeline's slot table around the selected transfer: done actions bright, the one that just
@@ -140,7 +155,7 @@ class ParasimApp(App):
                 text.append(f"{cell:>4}", style=style)
         where = f"after slot {win.slot}" if win.slot is not None else "the plan"
         panel.border_title = f"pipeline slots {win.first + 1}-{win.last}: {where}"
-        panel.update(text)
+        self._put("slots", text)
 
     # -- actions -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
