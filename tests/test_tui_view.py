@@ -73,3 +73,18 @@ def test_work_bars_follow_ring_attention():
     assert flops == sorted(flops) and flops[0] < flops[-1]  # the contiguous split's imbalance
     names = [name for _, _, name in view.work(last_contiguous)]
     assert all(n.startswith("ring: attend to K/V of rank") or n.startswith("ring: skip") for n in names)
+
+
+def test_pipeline_slot_window(mlp):
+    """Pipeline lessons: the slot table the ranks noted, around the selected transfer's slot."""
+    from test_pipeline_schedules import POST_1F1B
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    view = View(lr.result.trace, lr.lesson.narrative)
+    i = next(k for k, e in enumerate(view.events) if e.label.startswith("slot 5:"))
+    win = view.slots(i, width=30)
+    assert win.names == ["GPU 1", "GPU 2", "GPU 3", "GPU 4"] and win.slot == 5
+    assert [" ".join(r) for r in win.rows] == POST_1F1B and (win.first, win.last) == (0, 14)
+    assert win.ranks == sorted(m.rank for m in view.events[i].members)
+    narrow = view.slots(i, width=6)
+    assert narrow.last - narrow.first == 6 and narrow.first <= 4 < narrow.last  # the slot stays in view
+    assert mlp.slots(0) is None
