@@ -1,0 +1,219 @@
+"""A mixture-of-experts block with expert parallelism (EP), forward and backward side by side.
+
+    route:    every rank scores its own tokens against E experts (the router is a small replicated matrix)
+              and keeps the top k; the gates are a softmax over those k scores, so they sum to 1
+    dispatch: all-to-all over the EP group: each token goes once to every rank owning one of its experts,
+              carrying the gates of that rank's experts
+    compute:  each rank runs its experts, batched over the rows that chose them, and sums them gate-weighted
+    combine:  all-to-all back: one row per (token, rank) returns home and the rows add up
+
+Backward runs the same two all-to-alls in reverse: output gradients go out to the experts, and input
+gradients (with the gates' gradients beside them) come back. Experts are whole on one rank (ETP = 1),
+placed in contiguous blocks: with E experts over an EP group of p, group rank i holds experts
+i*E/p .. (i+1)*E/p - 1. Under SP each TP rank holds different tokens, so none is dispatched twice.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..comm.interface import Group
+from ..layout import LayoutError
+from .activations import ACTIVATIONS
+from .core import Replicate, Saved, Shard, TPContext
+
+
+class MoE:
+    placements = {"router": Replicate(), "experts": Shard(0), "tokens": Shard(0)}  # experts split over EP
+
+    def __init__(self, tp: TPContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
+                 act: str = "gelu", name: str = "moe"):
+        n_exp = len(experts)
+        self.tp, self.ep, self.k, self.act, self.name = tp, ep, top_k, act, name
+        p = 1 if ep is None else ep.size
+        if n_exp % p:
+            raise LayoutError(f"{n_exp} experts do not split evenly over an EP group of {p}")
+        if not 1 <= top_k <= n_exp:
+            raise LayoutError(f"top_k must be between 1 and the number of experts ({n_exp}), got {top_k}")
+        xp = tp.xp
+        self.p, self.per = p, n_exp // p
+        self.me = 0 if ep is None else ep.group_rank(tp.ctx.rank)
+        self.first = self.me * self.per  # global index of this rank's first expert
+        self.router = xp.asarray(router, copy=True)
+        self.experts = [{k: xp.asarray(v, copy=True) for k, v in experts[self.first + j].items() if v is not None}
+                        for j in range(self.per)]
+        self.grads: dict[str, Any] = {}
+        self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
+
+    def owner(self, expert: int) -> int:
+        """The EP group rank that holds `expert`."""
+        return expert // self.per
+
+    # -- forward -------------------------------------------------------------------------------------
+    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+        xp = self.tp.xp
+        shape = x.shape
+        h, n_exp = shape[-1], self.router.shape[1]
+        tokens = xp.reshape(x, (-1, h))
+        n = tokens.shape[0]
+        saved.keep(self.name, "router input", tokens)
+        logits = xp.matmul(tokens, self.router)
+        chosen = [_top(row, self.k) for row in _rows(logits)]  # per token: its k experts, best first
+        pick = _choice(xp, chosen, self.k, n_exp, x.dtype)  # [n, k, E]: choice j of token t is expert e
+        gates = _softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
+        per_expert = xp.sum(gates[:, :, None] * pick, axis=1)  # [n, E]: each expert's gate, 0 if not chosen
+        self.last_routing = [list(zip(chosen[t], _rows(gates)[t])) for t in range(n)]
+        # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
+        rows = [[t for t in range(n) if any(self.owner(e) == d for e in chosen[t])] for d in range(self.p)]
+        chunks = [xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
+                  for d in range(self.p)]
+        got = self._a2a(chunks, "dispatch: tokens (and their gates) to the ranks holding their experts")
+        sizes = [c.shape[0] for c in got]
+        recv = xp.concat(got, axis=0)
+        xs, ws = recv[:, :h], recv[:, h:]
+        saved.keep(self.name, "dispatched tokens", xs)
+        out, expert_caches = self._experts_forward(xs, ws, saved)
+        back = self._a2a(_split(out, sizes), "combine: expert outputs back to each token's rank")
+        y = xp.zeros((n, h), dtype=x.dtype)
+        for d in range(self.p):
+            y = y + _scatter(xp, back[d], rows[d], n)
+        cache = (shape, tokens, pick, gates, rows, sizes, xs, ws, expert_caches)
+        return xp.reshape(y, shape), cache
+
+    def _cols(self, d: int) -> slice:
+        return slice(d * self.per, (d + 1) * self.per)
+
+    def _experts_forward(self, xs: Any, ws: Any, saved: Saved) -> tuple[Any, list]:
+        xp = self.tp.xp
+        act = ACTIVATIONS[self.act][0]
+        out = xp.zeros(xs.shape, dtype=xs.dtype)
+        caches = []
+        for j, e in enumerate(self.experts):
+            idx = [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
+            if not idx:
+                caches.append(None)
+                continue
+            xj = _take(xp, xs, idx)
+            hj = xp.matmul(xj, e["w1"]) + e.get("b1", 0.0)
+            saved.keep(f"{self.name}.expert{self.first + j + 1}", "activation input", hj)
+            aj = act(xp, hj)
+            saved.keep(f"{self.name}.expert{self.first + j + 1}", "fc2 input", aj)
+            yj = xp.matmul(aj, e["w2"]) + e.get("b2", 0.0)
+            gj = _take(xp, ws, idx)[:, j]
+            out = out + _scatter(xp, gj[:, None] * yj, idx, xs.shape[0])
+            caches.append((idx, xj, hj, aj, yj, gj))
+        return out, caches
+
+    # -- backward ------------------------------------------------------------------------------------
+    def backward(self, cache: tuple, dy: Any) -> Any:
+        tp, xp = self.tp, self.tp.xp
+        shape, tokens, pick, gates, rows, sizes, xs, ws, expert_caches = cache
+        h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
+        dtok = xp.reshape(dy, (-1, h))
+        outgoing = [_take(xp, dtok, rows[d]) for d in range(self.p)]
+        dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
+        dxs = xp.zeros(xs.shape, dtype=xs.dtype)
+        dws = xp.zeros(ws.shape, dtype=ws.dtype)
+        for j, c in enumerate(expert_caches):
+            if c is not None:
+                dxj, dgj = self._expert_backward(j, c, dout)
+                dxs = dxs + _scatter(xp, dxj, c[0], xs.shape[0])
+                dws = dws + _scatter(xp, dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[0], xs.shape[0])
+        back = self._a2a(_split(xp.concat([dxs, dws], axis=1), sizes), "dispatch backward: input and gate "
+                         "gradients home")
+        dx = xp.zeros((n, h), dtype=dy.dtype)
+        dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
+        for d in range(self.p):
+            dx = dx + _scatter(xp, back[d][:, :h], rows[d], n)
+            place = xp.asarray([[1.0 if e == d * self.per + j else 0.0 for e in range(n_exp)] for j in range(self.per)],
+                               dtype=dy.dtype)
+            dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n)
+        dgates = xp.sum(dper[:, None, :] * pick, axis=2)
+        dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
+        dlogits = xp.sum(dsel[:, :, None] * pick, axis=1)
+
+        def router_grad() -> None:
+            g = xp.matmul(tokens.T, dlogits)
+            if tp.sp and tp.t > 1:  # each TP rank routed only its own tokens
+                g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum router grad (SP)")
+            self._accumulate("router", g)
+        tp.weight_grad(router_grad)
+        dx = dx + xp.matmul(dlogits, self.router.T)
+        return xp.reshape(dx, shape)
+
+    def _expert_backward(self, j: int, c: tuple, dout: Any) -> tuple[Any, Any]:
+        xp = self.tp.xp
+        idx, xj, hj, aj, yj, gj = c
+        e, key = self.experts[j], f"expert{self.first + j + 1}"
+        do = _take(xp, dout, idx)
+        dgj = xp.sum(do * yj, axis=1)
+        dyj = gj[:, None] * do
+        da = xp.matmul(dyj, e["w2"].T)
+        dh = ACTIVATIONS[self.act][1](xp, hj, da)
+
+        def weights() -> None:
+            self._accumulate(f"{key}.w2", xp.matmul(aj.T, dyj))
+            self._accumulate(f"{key}.w1", xp.matmul(xj.T, dh))
+            if "b2" in e:
+                self._accumulate(f"{key}.b2", xp.sum(dyj, axis=0))
+            if "b1" in e:
+                self._accumulate(f"{key}.b1", xp.sum(dh, axis=0))
+        self.tp.weight_grad(weights)
+        return xp.matmul(dh, e["w1"].T), dgj
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _a2a(self, chunks: list, label: str) -> list:
+        if self.ep is None or self.p == 1:
+            return list(chunks)
+        return self.tp.comm.all_to_all(chunks, dim=0, group=self.ep, label=f"{self.name} {label}")
+
+    def _accumulate(self, key: str, g: Any) -> None:
+        self.grads[key] = g if key not in self.grads else self.grads[key] + g
+
+
+def _rows(a: Any) -> list[list[float]]:
+    return [[float(v) for v in row] for row in a]
+
+
+def _col(a: Any, j: int) -> list[float]:
+    return [float(v) for v in a[:, j]]
+
+
+def _top(scores: list[float], k: int) -> list[int]:
+    """The k best experts, best first (ties to the lower index, as a stable sort gives)."""
+    return sorted(range(len(scores)), key=lambda e: (-scores[e], e))[:k]
+
+
+def _softmax(xp: Any, s: Any) -> Any:
+    if not s.shape[0]:
+        return s
+    z = xp.exp(s - xp.max(s, axis=1, keepdims=True))
+    return z / xp.sum(z, axis=1, keepdims=True)
+
+
+def _choice(xp: Any, chosen: list[list[int]], k: int, n_exp: int, dtype: Any) -> Any:
+    """[n, k, E] one-hot: entry (t, j, e) is 1 when token t's j-th choice is expert e."""
+    m = [[[1.0 if e == row[j] else 0.0 for e in range(n_exp)] for j in range(k)] for row in chosen]
+    return xp.reshape(xp.asarray(m, dtype=dtype), (len(chosen), k, n_exp))
+
+
+def _take(xp: Any, a: Any, idx: list[int]) -> Any:
+    return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if idx else a[:0]
+
+
+def _scatter(xp: Any, rows: Any, idx: list[int], n: int) -> Any:
+    """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it)."""
+    m = [[1.0 if t == i else 0.0 for t in range(n)] for i in idx]
+    one = xp.reshape(xp.asarray(m, dtype=rows.dtype), (len(idx), n))
+    return xp.matmul(one.T, rows)
+
+
+def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:
+    return xp.asarray([1.0 if i == j else 0.0 for i in range(n)], dtype=dtype)
+
+
+def _split(a: Any, sizes: list[int]) -> list:
+    out, start = [], 0
+    for s in sizes:
+        out.append(a[start:start + s])
+        start += s
+    return out
