@@ -24,7 +24,7 @@ def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.nda
 def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int):
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        t = TPContext(ctx, group, sp=sp)
+        t = TPContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         x = ctx.shared_rng("x").normal((s, b, shape.hidden))
         dy = ctx.shared_rng("dy").normal((s, b, shape.hidden))
@@ -78,8 +78,29 @@ def torch_layer(x, W: dict, shape: LayerShape, key: str):
     o = (probs @ v).permute(2, 0, 1, 3).reshape(s, b, a * d)
     x2 = x + drop(lin(o, W["wo"], W["bo"]), "drop1", (s, b, h))
     act = {"gelu": lambda z: F.gelu(z, approximate="tanh"), "relu": F.relu}[shape.act]
-    m = lin(act(lin(norm(x2, "ln2"), W["w1"], W["b1"])), W["w2"], W["b2"])
+    if shape.experts:
+        m = torch_moe(norm(x2, "ln2").reshape(-1, h), W, shape, act).reshape(s, b, h)
+    else:
+        m = lin(act(lin(norm(x2, "ln2"), W["w1"], W["b1"])), W["w2"], W["b2"])
     return x2 + drop(m, "drop2", (s, b, h))
+
+
+def torch_moe(tokens, W: dict, shape: LayerShape, act):
+    """The unsplit MoE block: top-k experts per token (ties to the lower index), softmax over the k scores."""
+    import torch
+    n_exp, k = shape.experts, shape.top_k
+    logits = tokens @ W["router"]
+    top = torch.tensor([sorted(range(n_exp), key=lambda e: (-float(row[e]), e))[:k] for row in logits.detach()])
+    gates = torch.softmax(torch.gather(logits, 1, top), dim=1)
+    rows = []
+    for t in range(tokens.shape[0]):
+        out = 0
+        for j in range(k):
+            e = int(top[t, j])
+            hid = act(tokens[t] @ W[f"experts.{e}.w1"] + W[f"experts.{e}.b1"])
+            out = out + gates[t, j] * (hid @ W[f"experts.{e}.w2"] + W[f"experts.{e}.b2"])
+        rows.append(out)
+    return torch.stack(rows)
 
 
 def reference(shape: LayerShape, s: int, b: int):
@@ -88,7 +109,8 @@ def reference(shape: LayerShape, s: int, b: int):
     x = torch.tensor(shared("x", (s, b, shape.hidden)), requires_grad=True)
     y = torch_layer(x, W, shape, "L0")
     (y * torch.tensor(shared("dy", (s, b, shape.hidden)))).sum().backward()
-    return y.detach().numpy(), x.grad.numpy(), {k: v.grad.numpy() for k, v in W.items() if v is not None}
+    return y.detach().numpy(), x.grad.numpy(), {k: (v.grad.numpy() if v.grad is not None else np.zeros(v.shape))
+                                                for k, v in W.items() if v is not None}  # unchosen experts: 0
 
 
 def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
@@ -110,8 +132,15 @@ def layer_grads(per_rank: list[dict], shape: LayerShape, tp: int) -> dict[str, n
     g["ln1.weight"], g["ln2.weight"] = vals[0]["grads"]["ln1.weight"], vals[0]["grads"]["ln2.weight"]
     if shape.norm == "layernorm":
         g["ln1.bias"], g["ln2.bias"] = vals[0]["grads"]["ln1.bias"], vals[0]["grads"]["ln2.bias"]
-    g["w1"] = np.concatenate([v["grads"]["mlp.fc1.weight"] for v in vals], axis=1)
-    g["w2"] = np.concatenate([v["grads"]["mlp.fc2.weight"] for v in vals], axis=0)
+    if shape.experts:  # the router's grads are whole on every rank; each expert's on the rank holding it
+        g["router"] = vals[0]["grads"]["moe.router"]
+        for e in range(shape.experts):
+            for k in ("w1", "b1", "w2", "b2"):
+                held = [v["grads"][f"moe.expert{e + 1}.{k}"] for v in vals if f"moe.expert{e + 1}.{k}" in v["grads"]]
+                g[f"experts.{e}.{k}"] = held[0] if held else 0.0
+    else:
+        g["w1"] = np.concatenate([v["grads"]["mlp.fc1.weight"] for v in vals], axis=1)
+        g["w2"] = np.concatenate([v["grads"]["mlp.fc2.weight"] for v in vals], axis=0)
     g["wo"] = np.concatenate([v["grads"]["attn.out.weight"] for v in vals], axis=0)
     wq, wk, wv = np.zeros((h, a * d)), np.zeros((h, kv * d)), np.zeros((h, kv * d))
     bq, bk, bv = np.zeros(a * d), np.zeros(kv * d), np.zeros(kv * d)
@@ -134,6 +163,8 @@ def layer_grads(per_rank: list[dict], shape: LayerShape, tp: int) -> dict[str, n
     g["wq"], g["wk"], g["wv"] = wq, wk, wv
     if shape.bias:
         g["bq"], g["bk"], g["bv"] = bq, bk, bv
-        g["b1"] = np.concatenate([v["grads"]["mlp.fc1.bias"] for v in vals], axis=0)
-        g["b2"], g["bo"] = vals[0]["grads"]["mlp.fc2.bias"], vals[0]["grads"]["attn.out.bias"]
+        g["bo"] = vals[0]["grads"]["attn.out.bias"]
+        if not shape.experts:
+            g["b1"] = np.concatenate([v["grads"]["mlp.fc1.bias"] for v in vals], axis=0)
+            g["b2"] = vals[0]["grads"]["mlp.fc2.bias"]
     return g

@@ -98,3 +98,20 @@ def test_dispatch_sends_a_token_once_per_rank():
 def test_bad_split():
     with pytest.raises(LayoutError, match="do not split evenly"):
         run(4, 2, 6, 8, 6, 2)
+
+
+@pytest.mark.parametrize("tp, n_exp, k", [(1, 4, 2), (2, 4, 2), (2, 6, 3), (4, 8, 2)])
+def test_moe_transformer_layer(tp, n_exp, k):
+    """A whole layer, attention then MoE, TP + SP with the experts over the same ranks (EP = TP)."""
+    from layer_check import gather, reference, run_parallel
+    from parasim.nn.layer import LayerShape
+    shape = LayerShape(hidden=8, heads=4, ffn=12, experts=n_exp, top_k=k)
+    res = run_parallel(shape, tp, tp > 1, 8, 2)
+    y, dx, grads = gather(res, shape, tp, tp > 1)
+    ry, rdx, rgrads = reference(shape, 8, 2)
+    assert np.max(np.abs(y - ry)) < 1e-10 and np.max(np.abs(dx - rdx)) < 1e-10
+    for key, want in rgrads.items():
+        assert np.max(np.abs(grads[key] - want)) < 1e-10, key
+    if tp > 1:
+        ops = [e.op for e in res.trace.events]
+        assert ops.count("all_to_all") == 4  # dispatch and combine, forward and backward

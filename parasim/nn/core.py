@@ -46,6 +46,7 @@ class TPContext:
     cp: Group | None = None  # context parallelism: the sequence is split over this group for the whole layer
     seq: int = 0  # the whole sequence length (needed with cp)
     split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
+    ep: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
     # zero-bubble pipelines split a backward in two: while this is a list, weight-gradient work is queued
     # on it (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None

@@ -16,6 +16,7 @@ from .attention import ParallelAttention
 from .core import Saved, TPContext
 from .dropout import Dropout
 from .mlp import ParallelMLP
+from .moe import MoE
 from .norm import LayerNorm
 
 
@@ -30,6 +31,8 @@ class LayerShape:
     norm: str = "layernorm"  # or "rmsnorm"
     bias: bool = True
     flash: bool = False  # do not keep the attention scores (FlashAttention)
+    experts: int = 0  # > 0: the MLP is a mixture of this many experts (split over the EP group)
+    top_k: int = 2  # experts each token is routed to
 
     @property
     def ffn_size(self) -> int:
@@ -50,9 +53,16 @@ def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
     def b(name: str, n: int) -> Any:
         return ctx.shared_rng(f"{key}.{name}").normal((n,), std=0.1) if shape.bias else None
     out = {"wq": w("wq", h, shape.heads * d), "wk": w("wk", h, shape.kv * d), "wv": w("wv", h, shape.kv * d),
-           "wo": w("wo", shape.heads * d, h), "w1": w("w1", h, f), "w2": w("w2", f, h),
-           "bq": b("bq", shape.heads * d), "bk": b("bk", shape.kv * d), "bv": b("bv", shape.kv * d),
-           "bo": b("bo", h), "b1": b("b1", f), "b2": b("b2", h)}
+           "wo": w("wo", shape.heads * d, h), "bq": b("bq", shape.heads * d), "bk": b("bk", shape.kv * d),
+           "bv": b("bv", shape.kv * d), "bo": b("bo", h)}
+    if shape.experts:  # each expert is an MLP of its own; the router scores tokens against them
+        for e in range(shape.experts):
+            for name, rows, cols in (("w1", h, f), ("w2", f, h)):
+                out[f"experts.{e}.{name}"] = w(f"experts.{e}.{name}", rows, cols)
+            out[f"experts.{e}.b1"], out[f"experts.{e}.b2"] = b(f"experts.{e}.b1", f), b(f"experts.{e}.b2", h)
+        out["router"] = ctx.shared_rng(f"{key}.router").normal((h, shape.experts))
+    else:
+        out.update({"w1": w("w1", h, f), "w2": w("w2", f, h), "b1": b("b1", f), "b2": b("b2", h)})
     for n in ("ln1", "ln2"):
         out[f"{n}.weight"] = 1.0 + ctx.shared_rng(f"{key}.{n}.w").normal((h,), std=0.1)
         out[f"{n}.bias"] = ctx.shared_rng(f"{key}.{n}.b").normal((h,), std=0.1) if shape.norm == "layernorm" else None
@@ -71,8 +81,13 @@ class TransformerLayer:
                                       bo=weights["bo"])
         self.drop1 = Dropout(tp, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
         self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
-        self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
-                               name=f"{name}.mlp")
+        if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
+            experts = [{k: weights[f"experts.{e}.{k}"] for k in ("w1", "b1", "w2", "b2")} for e in range(shape.experts)]
+            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep, weights["router"], experts, shape.top_k, act=shape.act,
+                                              name=f"{name}.moe")
+        else:
+            self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
+                                   name=f"{name}.mlp")
         self.drop2 = Dropout(tp, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
 
     def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
@@ -111,8 +126,9 @@ class TransformerLayer:
     def grads(self) -> dict[str, Any]:
         out = {}
         for part in ("ln1", "attn", "ln2", "mlp"):
+            label = "moe" if part == "mlp" and self.shape.experts else part
             for k, v in getattr(self, part).grads.items():
-                out[f"{part}.{k}"] = v
+                out[f"{label}.{k}"] = v
         return out
 
 
