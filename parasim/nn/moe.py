@@ -41,7 +41,7 @@ class MoE:
         self.router = xp.asarray(router, copy=True)
         self.experts = [{k: xp.asarray(v, copy=True) for k, v in experts[self.first + j].items() if v is not None}
                         for j in range(self.per)]
-        self.grads: dict[str, Any] = {}
+        self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
 
     def owner(self, expert: int) -> int:
@@ -167,7 +167,19 @@ class MoE:
         return self.tp.comm.all_to_all(chunks, dim=0, group=self.ep, label=f"{self.name} {label}")
 
     def _accumulate(self, key: str, g: Any) -> None:
-        self.grads[key] = g if key not in self.grads else self.grads[key] + g
+        self._grads[key] = g if key not in self._grads else self._grads[key] + g
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        """Every weight's gradient, zero for a local expert no token chose: the same keys on every rank of
+        the EP group, in a fixed order, so gradient sums line up."""
+        xp = self.tp.xp
+        out = {"router": self._grads.get("router", xp.zeros(self.router.shape, dtype=self.router.dtype))}
+        for j, e in enumerate(self.experts):
+            for name, w in e.items():
+                key = f"expert{self.first + j + 1}.{name}"
+                out[key] = self._grads.get(key, xp.zeros(w.shape, dtype=w.dtype))
+        return out
 
 
 def _rows(a: Any) -> list[list[float]]:

@@ -1,0 +1,88 @@
+"""The 16-GPU MoE example with every parallelism at once, run for one training step, following the token
+"contract" (t6 of sequence A) from its GPU through attention, the experts, the pipeline and the gradient sync."""
+from __future__ import annotations
+
+from parasim.engine import run
+from parasim.lesson import Check, Lesson, check
+from parasim.moe16 import SEQUENCES, local_positions, make_program, unsplit_program
+
+REPLICATED = ("ln1.", "ln2.", "moe.router", "attn.out.bias")  # whole on each TP rank (their grads summed in-layer)
+
+
+def program(ctx):
+    return make_program(("A", SEQUENCES["A"].index("contract")))(ctx)
+
+
+def _fingerprint(values: list[dict]) -> dict[str, float]:
+    """Each weight's gradient sum of squares, put together from the ranks of one copy: attention shards
+    from both TP ranks of DP 0 / CP 0, replicated weights from TP rank 0, experts from their owner in EDP 0."""
+    out: dict[str, float] = {}
+    for v in values:
+        c = v["coords"]
+        for k, g in v["grad_sq"].items():
+            if ".expert" in k:
+                take = c["edp"] == 0
+            else:
+                take = c["dp"] == 0 and c["cp"] == 0 and (c["tp"] == 0 or not any(r in k for r in REPLICATED))
+            if take:
+                out[k] = out.get(k, 0.0) + g
+    return out
+
+
+def checks(result) -> list[Check]:
+    v = result.values
+    ref = run(unsplit_program, 1).values[0]
+    got = _fingerprint(v)
+    notes = [m for m in result.trace.marks if m.kind == "note" and m.text.startswith("watch:")]
+    holder = notes[0].rank if notes else None
+    routed = [m for m in notes if "the router picks" in m.text]
+    return [
+        check("'contract' sits on g2 (TP 0, CP 1, DP 0, stage 1), with 'the' beside it",
+              [holder, [SEQUENCES["A"][p] for p in local_positions(1, 0)]], [2, ["the", "contract"]]),
+        check("it is routed in every layer: layers 1-2 on g2, layers 3-4 on g10 (its pipeline partner)",
+              [(m.rank, m.text.split(":")[1].strip()) for m in routed],
+              [(2, "layer 1"), (2, "layer 2"), (10, "layer 3"), (10, "layer 4")]),
+        check("experts held by g0..g3 (the EP group of replica 0)", [x["experts"] for x in v[:4]],
+              [[0, 1], [2, 3], [4, 5], [6, 7]]),
+        check("the loss of all 32 tokens equals the unsplit model's", sum(x["loss"] for x in v if x["last"]),
+              ref["loss"], rtol=1e-12),
+        check("every weight's gradient, after the dp-cp and expert-dp sums, equals the unsplit model's "
+              "(sum of squares, relative 1e-9)",
+              f"{sum(abs(got[k] - g) <= 1e-9 * max(1.0, abs(g)) for k, g in ref['grad_sq'].items())} of "
+              f"{len(ref['grad_sq'])} weights", f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
+        check("all-to-alls per MoE layer per micro-batch on each EP group: dispatch + combine, and back",
+              sum(1 for e in result.trace.events if e.op == "all_to_all"), 4 * 4 * 2 * 2),
+    ]
+
+
+NARRATIVE = {
+    "data": """
+        Sixteen GPUs, two nodes. Node A runs layers 1-2, node B layers 3-4 (PP 2). Within a node, DP picks
+        the sequences (replica 0: A and B, replica 1: C and D), CP picks the half of the sequence, and TP
+        the attention heads; between matmuls SP splits each half again between the TP pair. So the token
+        "contract", t6 of sequence A, lives on exactly one GPU of node A: g2.""",
+    "forward mb1 layer 1": """
+        Attention: the TP pair all-gathers its half of the sequence (g2 and g3 both see t5-t8), the CP ring
+        brings K and V of t1-t4 from g0, and the row-parallel output is reduce-scattered back into SP
+        shares. Then the MoE: g2's router picks two experts for each of its tokens; the dispatch all-to-all
+        over the EP group g0-g3 sends each token once to every GPU owning one of its experts, the experts run
+        batched, and the combine all-to-all brings the gate-weighted outputs home. Which experts a token
+        picks comes from this run's router weights, not from the post's drawing.""",
+    **{f"forward mb{mb} layer {i}": "Layer %d of micro-batch %d: the same collectives as layer 1, on %s." % (
+        i, mb, "node A" if i <= 2 else "node B, which received the activations from node A by point-to-point")
+       for mb in (1, 2) for i in (1, 2, 3, 4) if (mb, i) != (1, 1)},
+    **{f"backward mb{mb} layer {i}": """
+        Backward of layer %d, micro-batch %d: the forward's path in reverse. The combine's all-to-all sends
+        output gradients out to the experts and the dispatch's brings input and gate gradients home; the TP
+        pair swaps all-gather and reduce-scatter; the CP ring passes K/V and their gradients.""" % (i, mb)
+       for mb in (1, 2) for i in (1, 2, 3, 4)},
+    "gradient sync": """
+        Backward retraced the same path in reverse. Now each weight's gradient is summed over the GPUs that
+        hold a copy and saw different tokens: attention, norms and router over dp-cp (4 GPUs), each expert
+        over expert-dp (2 GPUs). Get either group wrong and training is silently wrong.""",
+}
+
+LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),
+                program=program, narrative=NARRATIVE, checks=checks,
+                summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
+                keep_values=0)

@@ -1,0 +1,228 @@
+"""The post's 16-GPU MoE example, run: 4 layers (attention, then 8 experts with top-2 routing) on the moe16
+layout (attention TP2 x CP2 x DP2, experts ETP1 x EP4 x EDP2, PP2, SP on), 4 sequences of 8 tokens, one
+training step. One token can be watched: every rank holding it notes where it is and what happens to it.
+
+Data: DP replica 0 gets sequences A and B, replica 1 gets C and D; each replica feeds its two sequences
+as two micro-batches through the two pipeline stages (1F1B). CP splits a sequence into contiguous halves
+(the example's drawing) and SP splits each half between the two TP ranks. After the pipeline, gradients
+are summed where copies saw different tokens: attention and norms over dp-cp, experts over expert-dp;
+then one SGD step.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import UsageError
+from .nn import Saved, TPContext
+from .nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from .pipeline.executor import run_schedule
+from .pipeline.schedules import generate
+from .presets import MOE16, preset
+
+# the post's sentence is sequence A; B, C and D are ours
+SEQUENCES = {"A": MOE16.tokens,
+             "B": ("a", "judge", "read", "the", "new", "law", "out", "loud"),
+             "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
+             "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
+REPLICAS = (("A", "B"), ("C", "D"))  # DP replica -> its sequences, one micro-batch each
+SHAPE = LayerShape(hidden=8, heads=MOE16.heads, ffn=8, experts=MOE16.experts, top_k=MOE16.top_k)
+LR = 0.01
+LAYOUT = "moe16"
+
+
+def find_token(word: str) -> tuple[str, int]:
+    """'contract' (first occurrence in sequence A), or 't6', or 'C:t3' -> (sequence, 0-based position)."""
+    seq, _, tok = word.rpartition(":")
+    seq = seq or "A"
+    if seq not in SEQUENCES:
+        raise UsageError(f"unknown sequence {seq!r}; sequences: {', '.join(SEQUENCES)}")
+    words = SEQUENCES[seq]
+    if tok[:1] == "t" and tok[1:].isdigit() and 1 <= int(tok[1:]) <= len(words):
+        return seq, int(tok[1:]) - 1
+    if tok in words:
+        return seq, words.index(tok)
+    raise UsageError(f"no token {tok!r} in sequence {seq} ({' '.join(words)}); name a word or t1..t{len(words)}")
+
+
+def _embed(ctx: Any, seq: str) -> Any:
+    """A sequence's input: each word's vector plus a position vector, the same on every rank."""
+    rows = [ctx.shared_rng(f"embed.{w}").normal((SHAPE.hidden,)) + ctx.shared_rng(f"pos.{i}").normal(
+        (SHAPE.hidden,), std=0.5) for i, w in enumerate(SEQUENCES[seq])]
+    return ctx.xp.reshape(ctx.xp.stack(rows), (len(rows), 1, SHAPE.hidden))
+
+
+def _target(ctx: Any, seq: str) -> Any:
+    return ctx.shared_rng(f"target.{seq}").normal((len(SEQUENCES[seq]), 1, SHAPE.hidden))
+
+
+def local_positions(cp: int, tp: int, cp_size: int = 2, tp_size: int = 2, seq: int = 8) -> list[int]:
+    """The positions a rank holds between matmuls: its CP half (contiguous), then its SP share of it."""
+    half = seq // cp_size
+    share = half // tp_size
+    return list(range(cp * half + tp * share, cp * half + (tp + 1) * share))
+
+
+class WatchStage:
+    """A pipeline stage of layers that marks phases per (micro-batch, layer) and, on the rank holding the
+    watched token, notes where the MoE routed it."""
+
+    def __init__(self, ctx: Any, layers: list, first: int, watch: tuple[str, int] | None, replica: tuple) -> None:
+        self.ctx, self.layers, self.first, self.watch, self.replica = ctx, layers, first, watch, replica
+        self.stack = Stack(layers)
+        self.f_calls = self.b_calls = 0
+
+    def _mine(self, mb: int) -> int | None:
+        """The watched token's row in this rank's slice of micro-batch mb, or None."""
+        if self.watch is None or self.replica[mb] != self.watch[0]:
+            return None
+        c = self.ctx.coords
+        pos = local_positions(c.cp, c.tp)
+        return pos.index(self.watch[1]) if self.watch[1] in pos else None
+
+    def forward(self, x: Any) -> tuple[Any, Any]:
+        mb, self.f_calls = self.f_calls, self.f_calls + 1
+        caches = []
+        for i, layer in enumerate(self.layers):
+            self.ctx.phase(f"forward mb{mb + 1} layer {self.first + i + 1}")
+            x, c = layer.forward(x, Saved())
+            caches.append(c)
+            row = self._mine(mb)
+            if row is not None:
+                me = self.ctx.rank
+                picks = [(e, g, self._owner(layer, e)) for e, g in layer.mlp.last_routing[row]]
+                routes = ", ".join(f"E{e + 1} (gate {g:.2f}) on " + ("this GPU" if r == me else f"g{r}")
+                                   for e, g, r in picks)
+                away = sorted({r for _, _, r in picks if r != me})
+                trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
+                        "the gate-weighted outputs back") if away else "both experts are here: it stays put"
+                self.ctx.note(f"watch: layer {self.first + i + 1}: the router picks {routes}; {trip}")
+        return x, caches
+
+    def _owner(self, layer: Any, e: int) -> int:
+        return self.ctx.groups["ep"].ranks[layer.mlp.owner(e)]
+
+    def backward(self, caches: Any, dy: Any) -> Any:
+        mb, self.b_calls = self.b_calls, self.b_calls + 1
+        for i in reversed(range(len(self.layers))):
+            self.ctx.phase(f"backward mb{mb + 1} layer {self.first + i + 1}")
+            dy = self.layers[i].backward(caches[i], dy)
+        return dy
+
+
+def make_program(watch: tuple[str, int] | None = ("A", 5)):
+    """The SPMD program of the example, watching token `watch` = (sequence, position)."""
+    layout = preset(LAYOUT)
+
+    def program(ctx: Any) -> dict:
+        ctx.use_layout(layout)
+        g, c = ctx.groups, ctx.coords
+        replica = REPLICAS[c.dp]
+        mine = local_positions(c.cp, c.tp)
+        ctx.phase("data")
+        if watch is not None and watch[0] in replica and watch[1] in mine:
+            words = SEQUENCES[watch[0]]
+            ctx.note(f"watch: holds {words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]}): DP replica {c.dp}, "
+                     f"micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
+                     + " ".join(f"t{p + 1}" for p in mine) + f"; pipeline stage {c.pp + 1}")
+        tp = TPContext(ctx, g["tp"], sp=True, cp=g["cp"], seq=len(SEQUENCES["A"]), split="contiguous", ep=g["ep"])
+        per = MOE16.layers // layout.pp
+        first = c.pp * per
+        layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
+                  for i in range(first, first + per)]
+        stage = WatchStage(ctx, layers, first, watch, replica)
+        xp = ctx.xp
+        idx = xp.asarray(mine, dtype=xp.int64)
+
+        def inputs(mb: int) -> Any:
+            return xp.take(_embed(ctx, replica[mb]), idx, axis=0)
+
+        def loss(mb: int, y: Any) -> tuple[Any, Any]:
+            target = xp.take(_target(ctx, replica[mb]), idx, axis=0)
+            return float(xp.sum(y * target)), target
+        plan = generate("1f1b", layout.pp, len(replica))
+        total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, SHAPE.hidden), xp.float64, inputs, loss)
+        ctx.phase("gradient sync")
+        grads = {}
+        for i, layer in enumerate(layers):
+            for k, v in layer.grads.items():
+                expert = ".expert" in k
+                grads[f"L{first + i}.{k}"] = ctx.comm.all_reduce(
+                    v, group=g["expert-dp" if expert else "dp-cp"],
+                    label=f"layer {first + i + 1} {k}: sum over " + ("expert-dp" if expert else "dp-cp"))
+        ctx.phase("optimizer step")
+        sq = {k: float(xp.sum(v * v)) for k, v in grads.items()}
+        return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": sq, "coords": vars_of(c),
+                "experts": [layers[0].mlp.first + j for j in range(layers[0].mlp.per)]}
+    return program
+
+
+def vars_of(coords: Any) -> dict[str, int]:
+    return {k: getattr(coords, k) for k in ("tp", "cp", "dp", "pp", "ep", "edp")}
+
+
+def unsplit_program(ctx: Any) -> dict:
+    """The same model on one device: all 4 sequences, all 4 layers, every expert. Loss and gradients."""
+    tp = TPContext(ctx)
+    layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
+              for i in range(MOE16.layers)]
+    stack = Stack(layers)
+    total = 0.0
+    for seq in SEQUENCES:
+        y, cache = stack.forward(_embed(ctx, seq), Saved())
+        target = _target(ctx, seq)
+        total += float(ctx.xp.sum(y * target))
+        stack.backward(cache, target)
+    sq = {f"L{i}.{k}": float(ctx.xp.sum(v * v)) for i, layer in enumerate(layers) for k, v in layer.grads.items()}
+    return {"loss": total, "grad_sq": sq}
+
+
+def token_path(trace: Any, watch: tuple[str, int]) -> dict:
+    """Where the watched token went, from the run's own trace: the notes its holders left and every event
+    they took part in while working on its micro-batch, in order; then the gradient sums they joined."""
+    seq, pos = watch
+    mb = next(i for rep in REPLICAS for i, s in enumerate(rep) if s == seq) + 1
+    phase_of: dict[int, str] = {}
+    notes: list[tuple[str, int, str]] = []  # (phase, rank, text)
+    for mk in trace.marks:
+        if mk.kind == "phase":
+            phase_of[mk.rank] = mk.text
+        elif mk.text.startswith("watch: "):
+            notes.append((phase_of.get(mk.rank, ""), mk.rank, mk.text[len("watch: "):]))
+    holders = {ph: r for ph, r, _ in notes}
+    steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t in notes if ph == "data"]
+    layers = sorted({int(p.rsplit(" ", 1)[1]) for p in holders if p.startswith("forward")})
+    for direction, order in (("forward", layers), ("backward", layers[::-1])):
+        for layer in order:
+            phase = f"{direction} mb{mb} layer {layer}"
+            rank = holders.get(f"forward mb{mb} layer {layer}")
+            said = [{"phase": phase, "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t in notes if ph == phase]
+            for e in trace.events:
+                if e.phase == phase and rank in e.ranks and e.kind != "compute":
+                    if e.op == "all_to_all" and said:  # the routing, just before the dispatch it decides
+                        steps += said
+                        said = []
+                    steps.append({"phase": phase, "ranks": e.ranks, "event": e.seq, "op": e.op,
+                                  "group": e.group.name, "text": _say(e, rank)})
+            steps += said
+    sync: dict[tuple[str, tuple[int, ...]], int] = {}
+    final = set(holders.values())
+    for e in trace.events:
+        if e.phase == "gradient sync" and final & set(e.ranks):
+            key = (e.group.name, tuple(e.ranks))
+            sync[key] = sync.get(key, 0) + 1
+    for (name, ranks), n in sync.items():
+        steps.append({"phase": "gradient sync", "ranks": list(ranks), "group": name,
+                      "text": f"{n} gradient all-reduces over {name} {list(ranks)}"})
+    return {"token": SEQUENCES[seq][pos], "sequence": seq, "position": pos + 1, "micro_batch": mb,
+            "layout": LAYOUT, "steps": steps}
+
+
+def _say(e: Any, rank: int) -> str:
+    """One line for an event the token's holder took part in."""
+    if e.kind == "p2p":
+        src, dst = e.params["src"], e.params["dst"]
+        way = f"g{src} -> g{dst}"
+    else:
+        way = f"{e.op.replace('_', '-')} over {e.group.name} " + "{" + ", ".join(f"g{r}" for r in e.ranks) + "}"
+    m = e.member(rank)
+    return f"{way}: {e.label or e.op}  (g{rank} sent {m.sent:,} B, received {m.recv:,} B)"
