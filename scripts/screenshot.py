@@ -3,7 +3,8 @@
     python scripts/screenshot.py [--out DIR] [--size 120x40] [--scale 1.0]
 
 Writes DIR/tui-tp-mlp.png (tp-mlp at its middle event), DIR/tui-collectives.png (collectives at its first
-ring all-reduce) and DIR/tui-pipeline.png (pp-zero-bubble's DualPipeV run, with its slot table). DIR defaults to docs/. Rich's SVG asks for "Fira Code"; cairosvg would fall back to a
+ring all-reduce), DIR/tui-pipeline.png (pp-zero-bubble's DualPipeV run, with its slot table) and
+DIR/tui-moe16.png (the 16-GPU example at layer 1's dispatch, following 'contract'). DIR defaults to docs/. Rich's SVG asks for "Fira Code"; cairosvg would fall back to a
 proportional font and the columns would drift, so the SVG is switched to DejaVu Sans Mono first.
 """
 from __future__ import annotations
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     pp = make_view("pp-zero-bubble")
     dual = [i for i in pp.visible if pp.events[i].phase.startswith("DualPipeV")]
     shots.append(("tui-pipeline", pp, dual[len(dual) // 2]))
+    moe = make_view("moe16")
+    shots.append(("tui-moe16", moe, next(i for i, e in enumerate(moe.events) if e.op == "all_to_all")))
     for name, view, index in shots:
         svg = asyncio.run(screenshot_svg(view, index, (w, h)))
         if args.svg:

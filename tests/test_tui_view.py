@@ -88,3 +88,19 @@ def test_pipeline_slot_window(mlp):
     narrow = view.slots(i, width=6)
     assert narrow.last - narrow.first == 6 and narrow.first <= 4 < narrow.last  # the slot stays in view
     assert mlp.slots(0) is None
+
+
+def test_followed_token():
+    """moe16 follows 'contract': the view names the rank holding it in the selected event's phase."""
+    lr = run_lesson(get_lesson("moe16"))
+    view = View(lr.result.trace, lr.lesson.narrative)
+    at = {e.phase: i for i, e in reversed(list(enumerate(view.events)))}  # first event of each phase
+    w = view.watch(at["forward mb1 layer 1"])
+    assert w.token.startswith("'contract'") and w.rank == 2 and "router picks" in w.notes[0]
+    assert view.watch(at["forward mb1 layer 3"]).rank == 10  # after the pipeline hand-off
+    assert view.watch(at["backward mb1 layer 2"]).rank == 2
+    assert view.watch(at["forward mb2 layer 1"]).rank is None and view.watch(at["gradient sync"]).rank is None
+
+
+def test_no_followed_token(mlp):
+    assert mlp.watch(0) is None

@@ -9,8 +9,9 @@ with no overlap: an upper bound, and a way to see which axis costs what.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence
 
 from .memory import Plan
 from .models import ModelSpec
@@ -79,11 +80,74 @@ def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *
 
 
 def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int = 2,
-                recompute: bool = False) -> dict[Key, float]:
+                recompute: bool = False, experts: int = 0) -> dict[Key, float]:
     """One MoE layer: dispatch and combine all-to-alls forward and again backward. Each of a rank's
-    routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup)."""
+    routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup).
+
+    experts: when given (E > 0), the dict also holds ("ep", "all_to_all_dedup"): the same passes counted
+    the engine's way, one row per (token, remote GPU) under uniform routing, gates riding with the
+    dispatch rows (see ep_expected_bytes). It is an alternative figure for the same traffic, not extra
+    traffic: add up one key or the other, never both."""
+    if ep <= 1:
+        return {}
     one = tokens_routed * top_k * h * itemsize * (ep - 1) / ep
-    return {("ep", "all_to_all"): (2 * (2 if recompute else 1) + 2) * one} if ep > 1 else {}
+    fwd = 2 if recompute else 1
+    out = {("ep", "all_to_all"): (2 * fwd + 2) * one}
+    if experts:
+        e = ep_expected_bytes(tokens_routed, top_k, experts, ep, h, itemsize)
+        out[("ep", "all_to_all_dedup")] = (fwd * (e["dispatch"] + e["combine"])
+                                           + e["combine backward"] + e["dispatch backward"])
+    return out
+
+
+# The four EP all-to-alls, in the order one MoE layer runs them.
+EP_PASSES = ("dispatch", "combine", "combine backward", "dispatch backward")
+
+
+def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, experts: int, hidden: int,
+                          bytes_per: int = 2) -> list[dict[str, int]]:
+    """Bytes each EP rank sends in each of the four all-to-alls, given the actual routing.
+
+    routing[r][t] lists the experts token t of EP rank r chose. Experts sit in contiguous blocks of
+    E/ep per rank. A token crosses to each other rank owning at least one of its experts exactly once
+    (two experts on one GPU share the row); a row kept on its own rank costs nothing. Dispatch rows carry
+    the hidden state and the E/ep gates of the receiving rank's experts; combine rows carry the hidden
+    state only. Backward retraces both: combine backward sends the dispatch rows' routes with h values,
+    dispatch backward returns the combine routes with h + E/ep values (input and gate gradients)."""
+    if len(routing) != ep or experts % ep:
+        raise ValueError(f"need one routing per EP rank ({ep}) and experts ({experts}) divisible by ep")
+    per = experts // ep
+    out_rows = [0] * ep  # rows a rank sends as a token's home
+    in_rows = [0] * ep  # rows a rank receives as an expert holder (and sends back in combine)
+    for home, tokens in enumerate(routing):
+        for chosen in tokens:
+            for dest in {e // per for e in chosen} - {home}:
+                out_rows[home] += 1
+                in_rows[dest] += 1
+    wide, narrow = (hidden + per) * bytes_per, hidden * bytes_per
+    return [{"dispatch": out_rows[r] * wide, "combine": in_rows[r] * narrow,
+             "combine backward": out_rows[r] * narrow, "dispatch backward": in_rows[r] * wide}
+            for r in range(ep)]
+
+
+def ep_expected_rows(tokens: float, k: int, experts: int, ep: int) -> float:
+    """Expected (token, remote GPU) rows one GPU dispatches when each token picks k distinct experts
+    uniformly out of E, E/ep per GPU: each of the ep - 1 other GPUs is needed unless all k picks miss
+    its block, which happens with probability C(E - E/ep, k) / C(E, k)."""
+    if ep <= 1:
+        return 0.0
+    miss = math.comb(experts - experts // ep, k) / math.comb(experts, k)
+    return tokens * (ep - 1) * (1.0 - miss)
+
+
+def ep_expected_bytes(tokens: float, k: int, experts: int, ep: int, hidden: int,
+                      bytes_per: int = 2) -> dict[str, float]:
+    """Expected bytes one GPU sends in each EP all-to-all under uniform routing, counted the engine's way
+    (ep_bytes_from_routing). By symmetry a GPU receives, and so sends back, as many rows as it sends."""
+    rows = ep_expected_rows(tokens, k, experts, ep)
+    wide, narrow = (hidden + experts // max(ep, 1)) * bytes_per, hidden * bytes_per
+    return {"dispatch": rows * wide, "combine": rows * narrow, "combine backward": rows * narrow,
+            "dispatch backward": rows * wide}
 
 
 def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2) -> dict[Key, float]:

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
 from .timeline import STYLES, Timeline
-from .view import KINDS, SlotWindow, View
+from .view import KINDS, SlotWindow, View, Watch
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
@@ -56,6 +56,7 @@ class ParasimApp(App):
         yield Static(self._legend(), id="legend")
         with Horizontal(id="panels"):
             with VerticalScroll(id="left"):
+                yield Static(id="watch")
                 yield Static(id="slots")
                 yield Static(id="detail")
                 yield Static(id="holdings")
@@ -89,7 +90,9 @@ class ParasimApp(App):
 
     def _show(self) -> None:  # noqa: C901 (one place that pushes the view model into every widget)
         view, i = self.view, self.index
-        self.query_one(Timeline).select(i)
+        watch = view.watch(i)
+        self.query_one(Timeline).select(i, watch.rank if watch else None)
+        self._show_watch(watch)
         self._put("detail", Text("\n".join(view.detail(i))))
         width = self.query_one("#left").size.width
         self._show_slots(view.slots(i, max(8, (width - 12) // 4) if width else 16))
@@ -137,6 +140,22 @@ class ParasimApp(App):
                 and max(map(len, lines)) <= width)
         widget.update(text, layout=not same)
         self._shown[name] = text
+
+    def _show_watch(self, watch: Watch | None) -> None:
+        """The followed token: which GPU holds it in this phase (its row label is red in the timeline)."""
+        panel = self.query_one("#watch", Static)
+        panel.display = watch is not None
+        if watch is None:
+            return
+        panel.border_title = f"following {watch.token}"
+        text = Text()
+        if watch.rank is None:
+            text.append("not in this phase (another micro-batch, or the gradient sums)", style="dim")
+        else:
+            text.append(f"on g{watch.rank} (rank {watch.rank}) in this phase", style="bold red")
+            for note in watch.notes:
+                text.append("\n" + note)
+        self._put("watch", text)
 
     def _show_slots(self, win: SlotWindow | None) -> None:
         """The pipeline's slot table around the selected transfer: done actions bright, the one that just

@@ -18,7 +18,8 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
     """Ranks as rows, logical steps as columns; the selected event's cells are highlighted."""
 
     COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
-                                                                "timeline--header", "timeline--column"}
+                                                                "timeline--header", "timeline--column",
+                                                                "timeline--watch"}
 
     class Selected(Message):
         def __init__(self, index: int) -> None:
@@ -29,14 +30,15 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         super().__init__(**kwargs)
         self.view = view
         self.index = 0
+        self.watch_rank: int | None = None  # the rank holding a followed token, its label drawn apart
         self.resize_rows()
 
     def resize_rows(self) -> None:
         self.virtual_size = Size(LABEL_W + self.view.columns * CELL_W, len(self.view.rows) + 1)
         self.refresh(layout=True)
 
-    def select(self, index: int) -> None:
-        self.index = index
+    def select(self, index: int, watch_rank: int | None = None) -> None:
+        self.index, self.watch_rank = index, watch_rank
         if self.view.events:
             step = self.view.events[index].step
             self.scroll_to_region(Region(LABEL_W + (step - 1) * CELL_W, 0, CELL_W, 1), animate=False, force=True)
@@ -61,7 +63,10 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         elif row - 1 < len(self.view.rows):
             name, ranks = self.view.rows[row - 1]
             mine = sel is not None and any(r in sel.ranks for r in ranks)
-            label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), self._style("selected" if mine else "label"))
+            style = self._style("selected" if mine else "label")
+            if self.watch_rank in ranks:
+                style = style + self._style("watch")
+            label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), style)
             cells = []
             for c in range(first, last):
                 text, style = self.view.row_cell(row - 1, c + 1)

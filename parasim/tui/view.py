@@ -83,6 +83,30 @@ class SlotWindow:
 
 
 @dataclass
+class Watch:
+    """The followed token at the selected event: its name, the rank holding it (None: not in this phase)."""
+    token: str
+    rank: int | None
+    notes: list[str]
+
+
+def _watch_notes(trace: Trace) -> tuple[str, dict[str, int], dict[str, list[str]]]:
+    phase_of: dict[int, str] = {}
+    token, holders, said = "", {}, {}
+    for mk in trace.marks:
+        if mk.kind == "phase":
+            phase_of[mk.rank] = mk.text
+        elif mk.text.startswith("watch: "):
+            text, phase = mk.text[len("watch: "):], phase_of.get(mk.rank, "")
+            if not token and (m := re.search(r"holds ('[^']*'(?: \([^)]*\))?)", text)):
+                token = m[1]
+            if phase != "data":
+                holders.setdefault(phase, mk.rank)
+                said.setdefault(phase, []).append(f"g{mk.rank}: {text}")
+    return token, holders, said
+
+
+@dataclass
 class View:
     trace: Trace
     narrative: dict[str, str] = field(default_factory=dict)
@@ -99,6 +123,7 @@ class View:
             for m in e.members:
                 self.cells.setdefault((m.rank, e.step), []).append(i)
         self._visible = list(range(len(self.events)))
+        self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
         self.rows: list[tuple[str, tuple[int, ...]]] = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
 
@@ -226,6 +251,22 @@ class View:
                     shown = fmt(values[j]) if values and j < len(values) else ""
                     out.append(Holding(m.rank, role, _tensor(t), placement(e, side), shown))
         return out
+
+    def watch(self, index: int) -> Watch | None:
+        """For traces that follow one token (notes starting "watch:", as `parasim trace` runs leave them): the
+        rank holding it in the selected event's phase, and what the holder noted there."""
+        if not self.events:
+            return None
+        if self._watch is None:
+            self._watch = _watch_notes(self.trace)
+        token, holders, said = self._watch
+        if not holders:
+            return None
+        phase = self.events[index].phase or ""
+        rank = holders.get(phase, holders.get(phase.replace("backward", "forward", 1)))
+        if rank is None:
+            return Watch(token, None, [])
+        return Watch(token, rank, said.get(phase, []))
 
     def phase_text(self, index: int) -> tuple[str, str, list[str]]:
         """(phase name, narrative, notes of that phase) for the selected event."""
