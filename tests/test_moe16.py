@@ -66,3 +66,10 @@ def test_real_ranks():
 def test_bad_token():
     with pytest.raises(UsageError):
         find_token("t9")
+
+
+def test_moe_needs_sp():
+    """The post's count for g2 and g3 on "the contract was void": 16 token copies without SP, 8 with it."""
+    lr = run_lesson(get_lesson("moe-sp"))
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    assert lr.checks[0].got == [16, 8] and lr.checks[1].got == 2

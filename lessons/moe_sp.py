@@ -1,0 +1,89 @@
+"""Why an MoE layer under TP needs SP: without it both TP ranks hold the same tokens, route them the same
+way and dispatch them twice, so the experts do the work twice. Measured on the second half of sequence A
+("the contract was void") with its TP pair, the experts split over the same two GPUs."""
+from __future__ import annotations
+
+from parasim.lesson import Check, Lesson, check
+from parasim.moe16 import SEQUENCES, SHAPE, _embed
+from parasim.nn import Saved, TPContext
+from parasim.nn.moe import MoE
+
+HALF = slice(4, 8)  # t5..t8, the CP half that g2 and g3 share in the 16-GPU example
+
+
+def _block(ctx, tp: TPContext) -> MoE:
+    router = ctx.shared_rng("L0.router").normal((SHAPE.hidden, SHAPE.experts))
+    experts = [{k: ctx.shared_rng(f"L0.experts.{e}.{k}").normal(shape, std=shape[0] ** -0.5 if k[0] == "w" else 0.1)
+                for k, shape in (("w1", (SHAPE.hidden, SHAPE.ffn_size)), ("b1", (SHAPE.ffn_size,)),
+                                 ("w2", (SHAPE.ffn_size, SHAPE.hidden)), ("b2", (SHAPE.hidden,)))}
+               for e in range(SHAPE.experts)]
+    return MoE(tp, tp.group, router, experts, SHAPE.top_k, name="moe")
+
+
+def _copies(moe: MoE, saved: Saved) -> int:
+    """(token, expert) pairs this rank's experts computed: the rows each expert ran on, summed."""
+    return sum(n for layer, name, n, _ in saved.items if name == "activation input") // SHAPE.ffn_size
+
+
+def program(ctx):
+    group = ctx.new_group(range(ctx.world), "tp")
+    x = _embed(ctx, "A")[HALF]  # [4, 1, h]: the tokens after attention's output projection
+    out = {}
+    for phase, sp in (("without SP", False), ("with SP", True)):
+        ctx.phase(phase)
+        tp = TPContext(ctx, group, sp=sp, ep=group)
+        moe = _block(ctx, tp)
+        n = x.shape[0] // ctx.world
+        mine = x[ctx.rank * n:(ctx.rank + 1) * n] if sp else x  # SP: a reduce-scatter left each rank its share
+        saved = Saved()
+        y, _ = moe.forward(mine, saved)
+        words = [SEQUENCES["A"][4 + (ctx.rank * n if sp else 0) + i] for i in range(mine.shape[0])]
+        ctx.note(f"routes {' '.join(words)}; its experts computed {_copies(moe, saved)} (token, expert) pairs")
+        out[phase] = {"copies": _copies(moe, saved), "y": y, "tokens": mine.shape[0]}
+    return out
+
+
+def checks(result) -> list[Check]:
+    v, t = result.values, result.world
+    copies = {p: sum(x[p]["copies"] for x in v) for p in ("without SP", "with SP")}
+    # rows handed to the dispatch all-to-all, to every GPU including itself (the wire skips those)
+    rows = {p: sum(c.shape[0] for e in result.trace.events if e.phase == p and "dispatch" in (e.label or "")
+                   for m in e.members for c in m.ins) for p in copies}
+    sent = {p: sum(m.sent for e in result.trace.events if e.op == "all_to_all" and e.phase == p for m in e.members)
+            for p in copies}
+    whole = v[0]["without SP"]["y"]
+    shards = [x["with SP"]["y"] for x in v]
+    return [
+        check("token copies the experts work on, without SP and with it", [copies["without SP"], copies["with SP"]],
+              [t * 4 * SHAPE.top_k, 4 * SHAPE.top_k]),
+        check("rows dispatched (a token once per GPU owning one of its experts), without SP over with SP",
+              rows["without SP"] / rows["with SP"], t),
+        check(f"bytes that crossed between GPUs: {sent['without SP']:,} without SP, {sent['with SP']:,} with it "
+              "(rows to a GPU's own experts stay put, so not exactly twice)", sent["without SP"] > sent["with SP"], True),
+        check("both TP ranks computed the same output without SP (duplicate work)",
+              all(bool((abs(x["without SP"]["y"] - whole) <= 1e-14).all()) for x in v), True),
+        check("with SP the two shares put together are that same output",
+              float(abs(xp_concat(shards) - whole).max()) <= 1e-12, True),
+    ]
+
+
+def xp_concat(parts):
+    import numpy as np
+    return np.concatenate([np.asarray(p) for p in parts], axis=0)
+
+
+NARRATIVE = {
+    "without SP": """
+        Attention's row-parallel output ends in an all-reduce when SP is off, so both GPUs of the TP pair hold
+        all four tokens "the contract was void". Routing is per token, so each GPU routes all four, picks the
+        same two experts for each, and dispatches them: every token reaches its experts twice, the experts do
+        twice the work, and two identical results come back.""",
+    "with SP": """
+        With SP the all-reduce is a reduce-scatter instead: each GPU keeps its own two tokens, routes only those,
+        and each token is dispatched once. The same collectives' bytes, half the expert work, and the same
+        answer. This is why Megatron refuses MoE with TP unless SP is on.""",
+}
+
+LESSON = Lesson(name="moe-sp", title="MoE with TP needs SP: otherwise every token is dispatched t times",
+                world=2, worlds=(2,), program=program, narrative=NARRATIVE, checks=checks,
+                summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP")
