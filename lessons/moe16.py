@@ -13,26 +13,35 @@ def program(ctx):
     return make_program(("A", SEQUENCES["A"].index("contract")))(ctx)
 
 
-def _fingerprint(values: list[dict]) -> dict[str, float]:
-    """Each weight's gradient sum of squares, put together from the ranks of one copy: attention shards
-    from both TP ranks of DP 0 / CP 0, replicated weights from TP rank 0, experts from their owner in EDP 0."""
+def _take(c: dict, key: str, whole: bool) -> bool:
+    """Which ranks' numbers add up to one copy of a weight: attention shards from both TP ranks, replicated
+    weights from TP rank 0, experts from their owner; `whole`: each rank has the whole (gathered) weight,
+    so one DP/CP copy is enough; else each rank has its ZeRO share, and a copy's shares are summed."""
+    replicated = any(r in key for r in REPLICATED)
+    if ".expert" in key:
+        return c["edp"] == 0 if whole else True
+    return (c["tp"] == 0 or not replicated) and (not whole or (c["dp"] == 0 and c["cp"] == 0))
+
+
+def _fingerprint(values: list[dict], field: str, whole: bool) -> dict[str, float]:
     out: dict[str, float] = {}
     for v in values:
-        c = v["coords"]
-        for k, g in v["grad_sq"].items():
-            if ".expert" in k:
-                take = c["edp"] == 0
-            else:
-                take = c["dp"] == 0 and c["cp"] == 0 and (c["tp"] == 0 or not any(r in k for r in REPLICATED))
-            if take:
+        for k, g in v[field].items():
+            if _take(v["coords"], k, whole):
                 out[k] = out.get(k, 0.0) + g
     return out
+
+
+def _agree(got: dict, ref: dict, rtol: float) -> str:
+    n = sum(abs(got[k] - g) <= rtol * max(1.0, abs(g)) for k, g in ref.items())
+    return f"{n} of {len(ref)} weights"
 
 
 def checks(result) -> list[Check]:
     v = result.values
     ref = run(unsplit_program, 1).values[0]
-    got = _fingerprint(v)
+    grads, weights = _fingerprint(v, "grad_sq", whole=False), _fingerprint(v, "weight_sq", whole=True)
+    g2 = next(x for x in v if x["coords"] == {"tp": 0, "cp": 1, "dp": 0, "pp": 0, "ep": 2, "edp": 0})
     notes = [m for m in result.trace.marks if m.kind == "note" and m.text.startswith("watch:")]
     holder = notes[0].rank if notes else None
     routed = [m for m in notes if "the router picks" in m.text]
@@ -46,10 +55,14 @@ def checks(result) -> list[Check]:
               [[0, 1], [2, 3], [4, 5], [6, 7]]),
         check("the loss of all 32 tokens equals the unsplit model's", sum(x["loss"] for x in v if x["last"]),
               ref["loss"], rtol=1e-12),
-        check("every weight's gradient, after the dp-cp and expert-dp sums, equals the unsplit model's "
-              "(sum of squares, relative 1e-9)",
-              f"{sum(abs(got[k] - g) <= 1e-9 * max(1.0, abs(g)) for k, g in ref['grad_sq'].items())} of "
-              f"{len(ref['grad_sq'])} weights", f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
+        check("every weight's gradient, summed over dp-cp and expert-dp, equals the unsplit model's "
+              "(sum of squares, relative 1e-9)", _agree(grads, ref["grad_sq"], 1e-9),
+              f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
+        check("every weight after the ZeRO-1 Adam step equals the unsplit model's after Adam",
+              _agree(weights, ref["weight_sq"], 1e-9), f"{len(ref['weight_sq'])} of {len(ref['weight_sq'])} weights"),
+        check("g2 keeps Adam state for 1/4 of its dense weights (dp-cp) and 1/2 of its experts' (expert-dp)",
+              [round(g2["state"]["dense"][0] / g2["state"]["dense"][1], 2),
+               round(g2["state"]["expert"][0] / g2["state"]["expert"][1], 2)], [0.25, 0.5], atol=0.01),
         check("all-to-alls per MoE layer per micro-batch on each EP group: dispatch + combine, and back",
               sum(1 for e in result.trace.events if e.op == "all_to_all"), 4 * 4 * 2 * 2),
     ]
@@ -79,7 +92,10 @@ NARRATIVE = {
     "gradient sync": """
         Backward retraced the same path in reverse. Now each weight's gradient is summed over the GPUs that
         hold a copy and saw different tokens: attention, norms and router over dp-cp (4 GPUs), each expert
-        over expert-dp (2 GPUs). Get either group wrong and training is silently wrong.""",
+        over expert-dp (2 GPUs). Get either group wrong and training is silently wrong. With ZeRO-1 the sum
+        is a reduce-scatter: each GPU receives the summed gradient for its share only, keeps Adam's state
+        for that share (a quarter of the dense weights, half of its experts'), updates it, and an
+        all-gather hands every copy the new weights.""",
 }
 
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),

@@ -5,8 +5,9 @@ training step. One token can be watched: every rank holding it notes where it is
 Data: DP replica 0 gets sequences A and B, replica 1 gets C and D; each replica feeds its two sequences
 as two micro-batches through the two pipeline stages (1F1B). CP splits a sequence into contiguous halves
 (the example's drawing) and SP splits each half between the two TP ranks. After the pipeline, gradients
-are summed where copies saw different tokens: attention and norms over dp-cp, experts over expert-dp;
-then one SGD step.
+are summed where copies saw different tokens (attention, norms and router over dp-cp, experts over
+expert-dp) by ZeRO-1's reduce-scatter, each rank updates its share with Adam, and the weights are
+all-gathered.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 from .errors import UsageError
 from .nn import Saved, TPContext
 from .nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from .nn.zero import Zero1Adam
 from .pipeline.executor import run_schedule
 from .pipeline.schedules import generate
 from .presets import MOE16, preset
@@ -141,17 +143,25 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
             return float(xp.sum(y * target)), target
         plan = generate("1f1b", layout.pp, len(replica))
         total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, SHAPE.hidden), xp.float64, inputs, loss)
+        # ZeRO-1: gradients reduce-scattered where copies saw different tokens (attention, norms and router
+        # over dp-cp, each expert over expert-dp), Adam on each rank's share, the new weights all-gathered
         ctx.phase("gradient sync")
-        grads = {}
+        params = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.params().items()}
+        grads = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.grads.items()}
+        new, share_sq, state = {}, {}, {}
+        for what, group in (("dense", "dp-cp"), ("expert", "expert-dp")):
+            keys = [k for k in params if (".expert" in k) == (what == "expert")]
+            opt = Zero1Adam(ctx, g[group], {k: params[k] for k in keys}, lr=LR, name=f"ZeRO-1 over {group}")
+            updated, sq = opt.step({k: grads[k] for k in keys})
+            new.update(updated)
+            share_sq.update(sq)
+            state[what] = [opt.state_elements, 3 * sum(opt.sizes.values())]
         for i, layer in enumerate(layers):
-            for k, v in layer.grads.items():
-                expert = ".expert" in k
-                grads[f"L{first + i}.{k}"] = ctx.comm.all_reduce(
-                    v, group=g["expert-dp" if expert else "dp-cp"],
-                    label=f"layer {first + i + 1} {k}: sum over " + ("expert-dp" if expert else "dp-cp"))
+            prefix = f"L{first + i}."
+            layer.load({k[len(prefix):]: w for k, w in new.items() if k.startswith(prefix)})
         ctx.phase("optimizer step")
-        sq = {k: float(xp.sum(v * v)) for k, v in grads.items()}
-        return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": sq, "coords": vars_of(c),
+        return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
+                "weight_sq": {k: float(xp.sum(w * w)) for k, w in new.items()}, "state": state,
                 "experts": [layers[0].mlp.first + j for j in range(layers[0].mlp.per)]}
     return program
 
@@ -161,7 +171,8 @@ def vars_of(coords: Any) -> dict[str, int]:
 
 
 def unsplit_program(ctx: Any) -> dict:
-    """The same model on one device: all 4 sequences, all 4 layers, every expert. Loss and gradients."""
+    """The same model on one device: all 4 sequences, all 4 layers, every expert; loss, gradients, and the
+    weights after the same Adam step."""
     tp = TPContext(ctx)
     layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
               for i in range(MOE16.layers)]
@@ -172,8 +183,12 @@ def unsplit_program(ctx: Any) -> dict:
         target = _target(ctx, seq)
         total += float(ctx.xp.sum(y * target))
         stack.backward(cache, target)
-    sq = {f"L{i}.{k}": float(ctx.xp.sum(v * v)) for i, layer in enumerate(layers) for k, v in layer.grads.items()}
-    return {"loss": total, "grad_sq": sq}
+    params = {f"L{i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.params().items()}
+    grads = {f"L{i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.grads.items()}
+    one = ctx.new_group([0], "dp")
+    new, _ = Zero1Adam(ctx, one, params, lr=LR).step(grads)  # a group of one: plain Adam
+    sq = lambda d: {k: float(ctx.xp.sum(w * w)) for k, w in d.items()}  # noqa: E731
+    return {"loss": total, "grad_sq": sq(grads), "weight_sq": sq(new)}
 
 
 def token_path(trace: Any, watch: tuple[str, int]) -> dict:
@@ -204,15 +219,12 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
                     steps.append({"phase": phase, "ranks": e.ranks, "event": e.seq, "op": e.op,
                                   "group": e.group.name, "text": _say(e, rank)})
             steps += said
-    sync: dict[tuple[str, tuple[int, ...]], int] = {}
     final = set(holders.values())
-    for e in trace.events:
+    for e in trace.events:  # ZeRO-1: the holders' gradient sums and weight gathers
         if e.phase == "gradient sync" and final & set(e.ranks):
-            key = (e.group.name, tuple(e.ranks))
-            sync[key] = sync.get(key, 0) + 1
-    for (name, ranks), n in sync.items():
-        steps.append({"phase": "gradient sync", "ranks": list(ranks), "group": name,
-                      "text": f"{n} gradient all-reduces over {name} {list(ranks)}"})
+            rank = min(final & set(e.ranks))
+            steps.append({"phase": "gradient sync", "ranks": e.ranks, "event": e.seq, "op": e.op,
+                          "group": e.group.name, "text": _say(e, rank)})
     return {"token": SEQUENCES[seq][pos], "sequence": seq, "position": pos + 1, "micro_batch": mb,
             "layout": LAYOUT, "steps": steps}
 

@@ -122,6 +122,33 @@ class TransformerLayer:
         da = self.drop1.backward(m1, dx2)
         return dx2 + self.ln1.backward(c_ln1, self.attn.backward(c_attn, da))
 
+    def _slots(self) -> dict[str, tuple[Any, str]]:
+        """Where each weight lives, under the same names as `grads`: (holder, attribute or dict key)."""
+        out: dict[str, tuple[Any, str]] = {}
+        blocks = [("ln1", self.ln1), ("attn.qkv", self.attn.qkv), ("attn.out", self.attn.out), ("ln2", self.ln2)]
+        if self.shape.experts:
+            out["moe.router"] = (self.mlp, "router")
+            for j, e in enumerate(self.mlp.experts):
+                out.update({f"moe.expert{self.mlp.first + j + 1}.{k}": (e, k) for k in e})
+        else:
+            blocks += [("mlp.fc1", self.mlp.fc1), ("mlp.fc2", self.mlp.fc2)]
+        for prefix, obj in blocks:
+            out.update({f"{prefix}.{k}": (obj, k) for k in ("weight", "bias") if getattr(obj, k, None) is not None})
+        return out
+
+    def params(self) -> dict[str, Any]:
+        """This rank's weights (its shards under TP, its experts under EP), named as in `grads`."""
+        return {k: (h[a] if isinstance(h, dict) else getattr(h, a)) for k, (h, a) in self._slots().items()}
+
+    def load(self, new: dict[str, Any]) -> None:
+        """Put updated weights in place (after an optimizer step)."""
+        for k, (h, a) in self._slots().items():
+            if k in new:
+                if isinstance(h, dict):
+                    h[a] = new[k]
+                else:
+                    setattr(h, a, new[k])
+
     @property
     def grads(self) -> dict[str, Any]:
         out = {}

@@ -1,0 +1,77 @@
+"""ZeRO-1: Adam whose state is split over the data-parallel group (Rajbhandari et al. 2020).
+
+Every rank of the group holds the same weights and computed gradients on different data. Instead of an
+all-reduce, the gradients are reduce-scattered: each rank receives the sum for its 1/n of one flat buffer,
+keeps Adam's state (master copy, m, v) for that share only, updates it, and the updated shares are
+all-gathered back into every rank's weights. The same bytes as the all-reduce (reduce-scatter +
+all-gather), 1/n of the optimizer state per rank.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..comm.interface import Group
+
+
+class Zero1Adam:
+    def __init__(self, ctx: Any, group: Group, params: dict[str, Any], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, name: str = "zero-1") -> None:
+        xp = ctx.xp
+        self.ctx, self.group, self.lr, self.betas, self.eps, self.name = ctx, group, lr, betas, eps, name
+        self.keys = sorted(params)  # one fixed order on every rank: the flat buffer lines up
+        self.shapes = {k: tuple(params[k].shape) for k in self.keys}
+        self.sizes = {k: int(xp.reshape(params[k], (-1,)).shape[0]) for k in self.keys}
+        total = sum(self.sizes.values())
+        n = group.size
+        self.padded = total + (-total) % n  # equal shares, as ZeRO pads its flat buffers
+        share = self.padded // n
+        me = group.group_rank(ctx.rank)
+        self.lo, self.hi = me * share, (me + 1) * share
+        flat = self._flat(params)
+        self.master = flat[self.lo:self.hi]  # this rank's share of the weights, the optimizer's copy
+        self.m = xp.zeros(self.master.shape, dtype=self.master.dtype)
+        self.v = xp.zeros(self.master.shape, dtype=self.master.dtype)
+        self.t = 0
+
+    @property
+    def state_elements(self) -> int:
+        """Optimizer values this rank keeps: master copy, m and v for its share."""
+        return 3 * int(self.master.shape[0])
+
+    def _flat(self, tensors: dict[str, Any]) -> Any:
+        xp = self.ctx.xp
+        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
+        pad = self.padded - sum(self.sizes.values())
+        if pad:
+            parts.append(xp.zeros(pad, dtype=parts[0].dtype))
+        return xp.concat(parts)
+
+    def step(self, grads: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
+        """Sum the gradients over the group (each rank gets its share), update the share with Adam, gather
+        the new weights. Returns (new weights, this share's sum of squares of the summed gradient per key)."""
+        xp, comm = self.ctx.xp, self.ctx.comm
+        g = comm.reduce_scatter(self._flat(grads), group=self.group, label=f"{self.name}: reduce-scatter the gradients")
+        self.t += 1
+        b1, b2 = self.betas
+        self.m = b1 * self.m + (1 - b1) * g
+        self.v = b2 * self.v + (1 - b2) * g * g
+        m_hat, v_hat = self.m / (1 - b1 ** self.t), self.v / (1 - b2 ** self.t)
+        self.master = self.master - self.lr * m_hat / (xp.sqrt(v_hat) + self.eps)
+        flat = comm.all_gather(self.master, group=self.group, label=f"{self.name}: all-gather the updated weights")
+        out, start = {}, 0
+        for k in self.keys:
+            out[k] = xp.reshape(flat[start:start + self.sizes[k]], self.shapes[k])
+            start += self.sizes[k]
+        return out, self._share_sq(g)
+
+    def _share_sq(self, g: Any) -> dict[str, float]:
+        """Per key, the sum of squares of the part of the summed gradient this rank's share covers: adding
+        them over the group gives each key's whole sum of squares."""
+        xp = self.ctx.xp
+        out, start = {}, 0
+        for k in self.keys:
+            lo, hi = max(start, self.lo), min(start + self.sizes[k], self.hi)
+            part = g[lo - self.lo:hi - self.lo] if lo < hi else g[:0]
+            out[k] = float(xp.sum(part * part))
+            start += self.sizes[k]
+        return out
