@@ -27,7 +27,8 @@ SEQUENCES = {"A": MOE16.tokens,
              "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
              "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
 REPLICAS = (("A", "B"), ("C", "D"))  # DP replica -> its sequences, one micro-batch each
-SHAPE = LayerShape(hidden=8, heads=MOE16.heads, ffn=8, experts=MOE16.experts, top_k=MOE16.top_k)
+# no biases: a key bias gets a zero gradient (softmax ignores it), whose rounding noise Adam would scale up
+SHAPE = LayerShape(hidden=8, heads=MOE16.heads, ffn=8, experts=MOE16.experts, top_k=MOE16.top_k, bias=False)
 LR = 0.01
 LAYOUT = "moe16"
 
