@@ -20,10 +20,7 @@ def run_cp(shape: LayerShape, tp: int, cp: int, sp: bool, split: str, s: int, b:
         t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp=ctx.groups["cp"], seq=s,
                       split=split)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
-        pos = t.cp_positions()
-        if t.sp:
-            n = len(pos) // tp
-            pos = pos[t.r * n:(t.r + 1) * n]
+        pos = t.token_positions()  # its CP slice, then its SP share
         idx = ctx.xp.asarray(pos)
         x = ctx.xp.take(ctx.shared_rng("x").normal((s, b, shape.hidden)), idx, axis=0)
         dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, b, shape.hidden)), idx, axis=0)

@@ -38,10 +38,7 @@ def run_layer(shape: LayerShape, tp: int, cp: int, dp: int, sp: bool, s: int, b:
         t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1,
                       cp=ctx.groups["cp"] if cp > 1 else None, seq=s)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
-        pos = t.cp_positions() if cp > 1 else list(range(s))
-        if t.sp:
-            n = len(pos) // tp
-            pos = pos[t.r * n:(t.r + 1) * n]
+        pos = t.token_positions()  # its CP slice, then its SP share
         idx = ctx.xp.asarray(pos)
         x = ctx.xp.take(ctx.shared_rng("x").normal((s, b, shape.hidden)), idx, axis=0)
         dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, b, shape.hidden)), idx, axis=0)

@@ -69,6 +69,14 @@ class TPContext:
         from .ring import positions
         return positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
 
+    def token_positions(self) -> list[int]:
+        """The positions this rank holds between matmuls: its CP slice, then its SP share of that."""
+        pos = self.cp_positions()
+        if self.sp:
+            n = len(pos) // self.t
+            pos = pos[self.r * n:(self.r + 1) * n]
+        return pos
+
     @property
     def xp(self) -> Any:
         return self.ctx.xp

@@ -98,11 +98,7 @@ class TransformerLayer:
                 return tuple(x.shape), ()
             n = x.shape[0]
             return (n * tp.t, *x.shape[1:]), (slice(tp.r * n, (tp.r + 1) * n),)
-        pos = tp.cp_positions()
-        if tp.sp:
-            n = len(pos) // tp.t
-            pos = pos[tp.r * n:(tp.r + 1) * n]
-        return (tp.seq, *x.shape[1:]), (tp.xp.asarray(pos),)
+        return (tp.seq, *x.shape[1:]), (tp.xp.asarray(tp.token_positions()),)
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
         full, index = self._where(x)
