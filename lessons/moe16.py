@@ -4,13 +4,29 @@ from __future__ import annotations
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.moe16 import SEQUENCES, local_positions, make_program, unsplit_program
+from parasim.moe16 import LAYOUT, REPLICAS, SEQUENCES, local_positions, make_program, unsplit_program
+from parasim.presets import MOE16, preset
+
+WATCH = ("A", SEQUENCES["A"].index("contract"))
 
 REPLICATED = ("ln1.", "ln2.", "moe.router", "attn.out.bias")  # whole on each TP rank (their grads summed in-layer)
 
 
 def program(ctx):
-    return make_program(("A", SEQUENCES["A"].index("contract")))(ctx)
+    return make_program(WATCH)(ctx)
+
+
+def expected_home() -> tuple[int, list[int], int]:
+    """From the layout alone: the rank that holds the watched token on the first stage (its sequence's DP
+    replica, the CP half and SP share containing it), the positions it holds, and its pipeline partner."""
+    layout = preset(LAYOUT)
+    dp = next(i for i, rep in enumerate(REPLICAS) if WATCH[0] in rep)
+    for c in layout.coords():
+        pos = local_positions(c["cp"], c["tp"], layout.cp, layout.tp, len(SEQUENCES[WATCH[0]]))
+        if c["pp"] == 0 and c["dp"] == dp and WATCH[1] in pos:
+            partner = next(g for g in layout.groups()["pp"] if c["rank"] in g)[-1]
+            return c["rank"], pos, partner
+    raise AssertionError("no rank holds the watched token")
 
 
 def _take(c: dict, key: str, whole: bool) -> bool:
@@ -41,18 +57,21 @@ def checks(result) -> list[Check]:
     v = result.values
     ref = run(unsplit_program, 1).values[0]
     grads, weights = _fingerprint(v, "grad_sq", whole=False), _fingerprint(v, "weight_sq", whole=True)
-    g2 = next(x for x in v if x["coords"] == {"tp": 0, "cp": 1, "dp": 0, "pp": 0, "ep": 2, "edp": 0})
     notes = [m for m in result.trace.marks if m.kind == "note" and m.text.startswith("watch:")]
     holder = notes[0].rank if notes else None
     routed = [m for m in notes if "the router picks" in m.text]
+    home, pos, partner = expected_home()
+    words, per = SEQUENCES[WATCH[0]], MOE16.layers // preset(LAYOUT).pp
+    groups = preset(LAYOUT).groups()
+    ep0 = groups["ep"][0]
     return [
-        check("'contract' sits on g2 (TP 0, CP 1, DP 0, stage 1), with 'the' beside it",
-              [holder, [SEQUENCES["A"][p] for p in local_positions(1, 0)]], [2, ["the", "contract"]]),
-        check("it is routed in every layer: layers 1-2 on g2, layers 3-4 on g10 (its pipeline partner)",
+        check("the GPU holding 'contract' and its neighbour, against the layout's map",
+              [holder, [words[p] for p in v[holder]["positions"]]], [home, [words[p] for p in pos]]),
+        check("it is routed in every layer: on that GPU for stage 1's layers, on its pipeline partner after",
               [(m.rank, m.text.split(":")[1].strip()) for m in routed],
-              [(2, "layer 1"), (2, "layer 2"), (10, "layer 3"), (10, "layer 4")]),
-        check("experts held by g0..g3 (the EP group of replica 0)", [x["experts"] for x in v[:4]],
-              [[0, 1], [2, 3], [4, 5], [6, 7]]),
+              [(home if i < per else partner, f"layer {i + 1}") for i in range(MOE16.layers)]),
+        check("experts held by the EP group of replica 0: contiguous blocks in EP order",
+              [v[r]["experts"] for r in ep0], [list(preset(LAYOUT).experts_of(v[r]["coords"]["ep"])) for r in ep0]),
         check("the loss of all 32 tokens equals the unsplit model's", sum(x["loss"] for x in v if x["last"]),
               ref["loss"], rtol=1e-12),
         check("every weight's gradient, summed over dp-cp and expert-dp, equals the unsplit model's "
@@ -60,11 +79,12 @@ def checks(result) -> list[Check]:
               f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
         check("every weight after the ZeRO-1 Adam step equals the unsplit model's after Adam",
               _agree(weights, ref["weight_sq"], 1e-9), f"{len(ref['weight_sq'])} of {len(ref['weight_sq'])} weights"),
-        check("g2 keeps Adam state for 1/4 of its dense weights (dp-cp) and 1/2 of its experts' (expert-dp)",
-              [round(g2["state"]["dense"][0] / g2["state"]["dense"][1], 2),
-               round(g2["state"]["expert"][0] / g2["state"]["expert"][1], 2)], [0.25, 0.5], atol=0.01),
-        check("all-to-alls per MoE layer per micro-batch on each EP group: dispatch + combine, and back",
-              sum(1 for e in result.trace.events if e.op == "all_to_all"), 4 * 4 * 2 * 2),
+        check("its GPU keeps Adam state for 1/|dp-cp| of its dense weights and 1/|expert-dp| of its experts'",
+              [v[home]["state"][w][0] / v[home]["state"][w][1] for w in ("dense", "expert")],
+              [1 / len(groups[k][0]) for k in ("dp-cp", "expert-dp")], atol=0.01),
+        check("all-to-alls: 4 per MoE layer (dispatch, combine, and both backward) per micro-batch per EP group",
+              sum(1 for e in result.trace.events if e.op == "all_to_all"),
+              len(groups["ep"]) * per * len(REPLICAS[0]) * 4),
     ]
 
 

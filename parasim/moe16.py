@@ -16,6 +16,7 @@ from typing import Any
 from .errors import UsageError
 from .nn import Saved, TPContext
 from .nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from .nn.ring import positions
 from .nn.zero import Zero1Adam
 from .pipeline.executor import run_schedule
 from .pipeline.schedules import generate
@@ -59,10 +60,11 @@ def _target(ctx: Any, seq: str) -> Any:
 
 
 def local_positions(cp: int, tp: int, cp_size: int = 2, tp_size: int = 2, seq: int = 8) -> list[int]:
-    """The positions a rank holds between matmuls: its CP half (contiguous), then its SP share of it."""
-    half = seq // cp_size
-    share = half // tp_size
-    return list(range(cp * half + tp * share, cp * half + (tp + 1) * share))
+    """The positions a rank holds between matmuls: its CP slice (contiguous, as the example draws it), then
+    its SP share of that, the split TPContext.token_positions makes, from coordinates alone."""
+    pos = positions("contiguous", seq, cp_size, cp)
+    share = len(pos) // tp_size
+    return pos[tp * share:(tp + 1) * share]
 
 
 class WatchStage:
@@ -163,7 +165,7 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
                 "weight_sq": {k: float(xp.sum(w * w)) for k, w in new.items()}, "state": state,
-                "experts": [layers[0].mlp.first + j for j in range(layers[0].mlp.per)]}
+                "experts": [layers[0].mlp.first + j for j in range(layers[0].mlp.per)], "positions": mine}
     return program
 
 
@@ -197,13 +199,7 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
     they took part in while working on its micro-batch, in order; then the gradient sums they joined."""
     seq, pos = watch
     mb = next(i for rep in REPLICAS for i, s in enumerate(rep) if s == seq) + 1
-    phase_of: dict[int, str] = {}
-    notes: list[tuple[str, int, str]] = []  # (phase, rank, text)
-    for mk in trace.marks:
-        if mk.kind == "phase":
-            phase_of[mk.rank] = mk.text
-        elif mk.text.startswith("watch: "):
-            notes.append((phase_of.get(mk.rank, ""), mk.rank, mk.text[len("watch: "):]))
+    notes = trace.notes("watch: ")  # (phase, rank, text) left by the ranks holding the token
     holders = {ph: r for ph, r, _ in notes}
     steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t in notes if ph == "data"]
     layers = sorted({int(p.rsplit(" ", 1)[1]) for p in holders if p.startswith("forward")})

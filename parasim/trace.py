@@ -115,6 +115,18 @@ class Trace:
         """The last logical step reached by any rank."""
         return max([e.step for e in self.events] + [m.step for m in self.marks] + [0])
 
+    def notes(self, prefix: str = "") -> list[tuple[str, int, str]]:
+        """(phase, rank, text) of every note starting with `prefix` (taken off), in order; the phase is the
+        one its rank was in when it left the note."""
+        phase_of: dict[int, str] = {}
+        out = []
+        for mk in self.marks:
+            if mk.kind == "phase":
+                phase_of[mk.rank] = mk.text
+            elif mk.text.startswith(prefix):
+                out.append((phase_of.get(mk.rank, ""), mk.rank, mk.text[len(prefix):]))
+        return out
+
     def bytes_by_rank(self) -> list[tuple[int, int]]:
         """(sent, received) bytes of every rank over the whole run."""
         out = [[0, 0] for _ in range(self.world)]

@@ -19,6 +19,11 @@ def _cli(*args, timeout=120):
 def test_lesson_checks():
     lr = run_lesson(get_lesson("moe16"))
     assert lr.ok, [c for c in lr.checks if not c.ok]
+    got = [c.got for c in lr.checks]  # the post's map, as the run found it
+    assert got[0] == [2, ["the", "contract"]]  # "contract" lives on g2, beside "the"
+    assert got[1] == [[2, "layer 1"], [2, "layer 2"], [10, "layer 3"], [10, "layer 4"]]
+    assert got[2] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # g0: E1 E2, g1: E3 E4, g2: E5 E6, g3: E7 E8
+    assert got[6] == [0.25, 0.5]  # Adam states split 4 ways for attention, 2 ways for experts
 
 
 def test_contract_path():

@@ -69,6 +69,11 @@ def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
     return out
 
 
+def expert_weights(weights: dict[str, Any], shape: LayerShape) -> list[dict[str, Any]]:
+    """The experts' weights out of `layer_weights`, one dict per expert, as MoE takes them."""
+    return [{k: weights[f"experts.{e}.{k}"] for k in ("w1", "b1", "w2", "b2")} for e in range(shape.experts)]
+
+
 class TransformerLayer:
     def __init__(self, tp: TPContext, shape: LayerShape, weights: dict[str, Any], key: str = "layer",
                  name: str = "layer"):
@@ -82,9 +87,8 @@ class TransformerLayer:
         self.drop1 = Dropout(tp, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
         self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
-            experts = [{k: weights[f"experts.{e}.{k}"] for k in ("w1", "b1", "w2", "b2")} for e in range(shape.experts)]
-            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep, weights["router"], experts, shape.top_k, act=shape.act,
-                                              name=f"{name}.moe")
+            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep, weights["router"], expert_weights(weights, shape),
+                                              shape.top_k, act=shape.act, name=f"{name}.moe")
         else:
             self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
                                    name=f"{name}.mlp")

@@ -82,13 +82,10 @@ LR = 0.01
 def sgd_step(ctx: Any, layer: Any, lr: float = LR) -> float:
     """The one optimizer step: w -= lr * grad for every weight of the layer (the gradients were summed over
     all micro-batches first). Returns the new weights' sum of squares, a fingerprint to compare."""
-    total = 0.0
-    for part in (layer.ln1, layer.attn.qkv, layer.attn.out, layer.ln2, layer.mlp.fc1, layer.mlp.fc2):
-        for name, g in part.grads.items():
-            w = getattr(part, name) - lr * g
-            setattr(part, name, w)
-            total += float(ctx.xp.sum(w * w))
-    return total
+    grads = layer.grads
+    new = {k: w - lr * grads[k] for k, w in layer.params().items()}
+    layer.load(new)
+    return float(sum(float(ctx.xp.sum(w * w)) for w in new.values()))
 
 
 def _grad_sq(ctx: Any, layer: Any) -> float:

@@ -16,7 +16,7 @@ from typing import Any, Callable
 from ..comm.interface import Group, Recv, Send
 from .action import Action, Schedule
 from .schedules import stage_ranks
-from .timing import simulate
+from .timing import Timing, simulate
 
 
 class Stage:
@@ -28,13 +28,12 @@ class Stage:
     def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]: ...
 
 
-def transfers(schedule: Schedule, costs: dict[str, int] | None = None) -> list[tuple[int, int, int, str, int, int]]:
+def transfers(schedule: Schedule, timing: Timing) -> list[tuple[int, int, int, str, int, int]]:
     """Every transfer between ranks: (slot, src rank, dst rank, "act" or "grad", from stage, micro-batch),
     in the one order every rank follows. Any costs give a deadlock-free order; the lessons use the costs
     their slot tables are drawn with, so that a transfer's slot is the one the table shows."""
     where = stage_ranks(schedule)
     last = max(where)
-    timing = simulate(schedule, costs)
     cost = timing.costs
     out = []
     for r, acts in enumerate(schedule):
@@ -57,9 +56,10 @@ def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, S
     me = group.group_rank(ctx.rank)
     where = stage_ranks(schedule)
     last = max(where)
-    begin = simulate(schedule, costs).begin[me]
+    timing = simulate(schedule, costs)
+    begin = timing.begin[me]
     # this rank's program: batches of transfers (at their slot) and actions (at theirs), in time order
-    mine = [t for t in transfers(schedule, costs) if me in (t[1], t[2])]
+    mine = [t for t in transfers(schedule, timing) if me in (t[1], t[2])]
     program: list[tuple[int, int, Any]] = [(b, 1, a) for a, b in zip(schedule[me], begin)]
     for slot in sorted({t[0] for t in mine}):
         program.append((slot, 0, [t for t in mine if t[0] == slot]))

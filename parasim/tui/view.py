@@ -91,18 +91,13 @@ class Watch:
 
 
 def _watch_notes(trace: Trace) -> tuple[str, dict[str, int], dict[str, list[str]]]:
-    phase_of: dict[int, str] = {}
     token, holders, said = "", {}, {}
-    for mk in trace.marks:
-        if mk.kind == "phase":
-            phase_of[mk.rank] = mk.text
-        elif mk.text.startswith("watch: "):
-            text, phase = mk.text[len("watch: "):], phase_of.get(mk.rank, "")
-            if not token and (m := re.search(r"holds ('[^']*'(?: \([^)]*\))?)", text)):
-                token = m[1]
-            if phase != "data":
-                holders.setdefault(phase, mk.rank)
-                said.setdefault(phase, []).append(f"g{mk.rank}: {text}")
+    for phase, rank, text in trace.notes("watch: "):
+        if not token and (m := re.search(r"holds ('[^']*'(?: \([^)]*\))?)", text)):
+            token = m[1]
+        if phase != "data":
+            holders.setdefault(phase, rank)
+            said.setdefault(phase, []).append(f"g{rank}: {text}")
     return token, holders, said
 
 
@@ -289,16 +284,11 @@ class View:
         if not self.events:
             return None
         e = self.events[index]
-        order: list[str] = []
+        order = list(dict.fromkeys(mk.text for mk in self.trace.marks if mk.kind == "phase"))
         tables: dict[str, dict[int, list[str]]] = {}
-        current: dict[int, str] = {}
-        for mk in self.trace.marks:
-            if mk.kind == "phase":
-                current[mk.rank] = mk.text
-                if mk.text not in order:
-                    order.append(mk.text)
-            elif (row := _SLOT_ROW.match(mk.text)) and mk.rank in current:
-                tables.setdefault(current[mk.rank], {})[int(row[1])] = row[2].split()
+        for phase, _, text in self.trace.notes():
+            if phase and (row := _SLOT_ROW.match(text)):
+                tables.setdefault(phase, {})[int(row[1])] = row[2].split()
         here = order.index(e.phase) if e.phase in order else len(order) - 1
         name = next((order[k] for k in range(here, -1, -1) if order[k] in tables), None)
         if name is None:
