@@ -2,9 +2,11 @@
 "contract" (t6 of sequence A) from its GPU through attention, the experts, the pipeline and the gradient sync."""
 from __future__ import annotations
 
+import numpy as np
+
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.moe16 import LAYOUT, REPLICAS, SEQUENCES, local_positions, make_program, unsplit_program
+from parasim.moe16 import LAYOUT, REPLICAS, SEQUENCES, make_program, unsplit_program
 from parasim.presets import MOE16, preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
@@ -16,13 +18,30 @@ def program(ctx):
     return make_program(WATCH)(ctx)
 
 
+def expected_positions(c: dict) -> list[int]:
+    """The positions a GPU should hold between matmuls, in closed form: a contiguous CP split into halves,
+    each halved again by SP, cuts the sequence into cp*tp equal blocks in (CP rank, TP rank) order."""
+    layout = preset(LAYOUT)
+    n = len(SEQUENCES[WATCH[0]]) // (layout.cp * layout.tp)
+    block = c["cp"] * layout.tp + c["tp"]
+    return list(range(block * n, (block + 1) * n))
+
+
+def expected_experts(rank: int) -> list[int]:
+    """The experts a GPU should hold, built directly: the experts laid out in EP-size rows, one contiguous
+    block per EP rank, and the GPU's EP rank its place in its EP group."""
+    layout = preset(LAYOUT)
+    ep = next(g for g in layout.groups()["ep"] if rank in g)
+    return np.arange(MOE16.experts).reshape(len(ep), -1)[ep.index(rank)].tolist()
+
+
 def expected_home() -> tuple[int, list[int], int]:
     """From the layout alone: the rank that holds the watched token on the first stage (its sequence's DP
     replica, the CP half and SP share containing it), the positions it holds, and its pipeline partner."""
     layout = preset(LAYOUT)
     dp = next(i for i, rep in enumerate(REPLICAS) if WATCH[0] in rep)
     for c in layout.coords():
-        pos = local_positions(c["cp"], c["tp"], layout.cp, layout.tp, len(SEQUENCES[WATCH[0]]))
+        pos = expected_positions(c)
         if c["pp"] == 0 and c["dp"] == dp and WATCH[1] in pos:
             partner = next(g for g in layout.groups()["pp"] if c["rank"] in g)[-1]
             return c["rank"], pos, partner
@@ -61,17 +80,19 @@ def checks(result) -> list[Check]:
     holder = notes[0].rank if notes else None
     routed = [m for m in notes if "the router picks" in m.text]
     home, pos, partner = expected_home()
-    words, per = SEQUENCES[WATCH[0]], MOE16.layers // preset(LAYOUT).pp
-    groups = preset(LAYOUT).groups()
-    ep0 = groups["ep"][0]
+    layout = preset(LAYOUT)
+    words, per, groups = SEQUENCES[WATCH[0]], MOE16.layers // layout.pp, layout.groups()
     return [
         check("the GPU holding 'contract' and its neighbour, against the layout's map",
               [holder, [words[p] for p in v[holder]["positions"]]], [home, [words[p] for p in pos]]),
         check("it is routed in every layer: on that GPU for stage 1's layers, on its pipeline partner after",
               [(m.rank, m.text.split(":")[1].strip()) for m in routed],
               [(home if i < per else partner, f"layer {i + 1}") for i in range(MOE16.layers)]),
-        check("experts held by the EP group of replica 0: contiguous blocks in EP order",
-              [v[r]["experts"] for r in ep0], [list(preset(LAYOUT).experts_of(v[r]["coords"]["ep"])) for r in ep0]),
+        check("token positions each GPU holds between matmuls: its CP half (contiguous), then its SP share of "
+              "that", [x["positions"] for x in v], [expected_positions(c) for c in layout.coords()]),
+        check("experts each GPU holds in each of its layers (found from their weights): contiguous blocks of "
+              f"{MOE16.experts // layout.ep} in EP order", [x["experts"] for x in v],
+              [[expected_experts(r)] * per for r in range(layout.world)]),
         check("the loss of all 32 tokens equals the unsplit model's", sum(x["loss"] for x in v if x["last"]),
               ref["loss"], rtol=1e-12),
         check("every weight's gradient, summed over dp-cp and expert-dp, equals the unsplit model's "

@@ -22,16 +22,29 @@ def _p2p(result) -> tuple[int, int]:
     return len(sends), sum(e.members[0].sent for e in sends)
 
 
+def _stages(values: list[dict]) -> int:
+    """Into how many pipeline stages a run cut its model: the stages whose layers its ranks held."""
+    return len({s for x in values for s in x["grad_sq"]})
+
+
 def checks(result) -> list[Check]:
     v, p = result.values, result.world
     plain = run(lambda ctx: pipeline_run(ctx, "1f1b", M), p)
     (n, nbytes), (n1, nbytes1) = _p2p(result), _p2p(plain)
     one = simulate(generate("1f1b", p, M))
+    # the same layers as this run (one per chunk) under 1F1B: cut into as many stages as the 1F1B run's,
+    # so each of its actions runs chunks/stages layers and takes that many one-layer slots
+    chunks, stages = _stages(v), _stages(plain.values)
+    thick = simulate(generate("1f1b", p, M), {"F": chunks // stages, "B": chunks // stages})
     return [
         check("1F1B's bubble, measured from its slot table", str(one.bubble), str(Fraction(p - 1, M + p - 1))),
         check("interleaved bubble = (p-1)/(v*m+p-1), measured", v[0]["bubble"], str(Fraction(p - 1, V * M + p - 1))),
-        check("idle slots per rank: the same count, each slot half as long",
-              [x["idle"] for x in v], [i * 1 for i in one.idle]),
+        check("idle slots per rank, interleaved and 1F1B (on its own run): the same 2(p-1)",
+              [[x["idle"] for x in v], [x["idle"] for x in plain.values]], [[2 * (p - 1)] * p] * 2),
+        check("each slot half as long: time per action over 1F1B's on the same layers (an action runs one of "
+              "the run's p*v chunks, not one of p stages)", Fraction(stages, chunks), Fraction(1, V)),
+        check("so each rank idles half as long as under 1F1B on the same layers (idle time over 1F1B's, timed)",
+              [Fraction(x["idle"], t) for x, t in zip(v, thick.idle)], [Fraction(1, V)] * p),
         check("each rank is busy 2vm half-size slots", [x["makespan"] - x["idle"] for x in v], [2 * V * M] * p),
         check("transfers: every chunk boundary crosses ranks, (pv-1) instead of (p-1)", n,
               2 * M * (p * V - 1)),
@@ -47,8 +60,9 @@ NARRATIVE = {
         Each GPU now holds two chunks of half the depth: with 4 GPUs and 8 layers, GPU 1 (rank 0) holds
         layers 1 and 5, GPU 2 holds layers 2 and 6, and so on. Upper case marks a GPU's first chunk, lower
         case its second; a micro-batch goes round the GPUs twice. Filling and draining the pipeline still
-        takes p - 1 steps, but each step is now a half-depth chunk, so the idle time halves while the work
-        does not change: the bubble fraction goes from (p-1)/(m+p-1) to (p-1)/(v*m+p-1).""",
+        leaves each GPU 2(p-1) idle slots, as many as 1F1B, but a slot now runs a half-depth chunk instead
+        of a whole stage, so each is half as long: the idle time halves while the work does not change, and
+        the bubble fraction goes from (p-1)/(m+p-1) to (p-1)/(v*m+p-1).""",
     "running it": """
         What it costs is communication. Every chunk boundary is now a hop between GPUs (GPU 4 hands the
         output of layer 4 back to GPU 1 for layer 5), so a micro-batch makes p*v - 1 hops each way instead

@@ -8,7 +8,7 @@ import numpy as np
 import parasim
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, TPContext
-from parasim.nn.attention import ParallelAttention, head_split
+from parasim.nn.attention import ParallelAttention
 from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
 
 S, B, H, HEADS = 4, 1, 8, 4
@@ -27,7 +27,20 @@ def _attention(ctx, tp: TPContext, kv: int, key: str):
     x = ctx.shared_rng("x").normal((S, B, H))
     y, cache = attn.forward(x, Saved())
     dx = attn.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
-    return attn, y, dx
+    return attn, y, dx, _held(ctx, attn, w, kv)
+
+
+def _held(ctx, attn, w: dict, kv: int) -> dict[str, list[int]]:
+    """The heads whose weights this rank holds, found from the weights themselves: each head-wide block of
+    columns of its fused QKV weight, matched against every head of the whole Q, K and V weights."""
+    xp, d = ctx.xp, H // HEADS
+    local, out = attn.qkv.weight, {"q": [], "k": [], "v": []}
+    for j in range(local.shape[1] // d):
+        block = local[:, j * d:(j + 1) * d]
+        for part, n in (("q", HEADS), ("k", kv), ("v", kv)):
+            whole = w[f"w{part}"]
+            out[part] += [h for h in range(n) if bool(xp.all(block == whole[:, h * d:(h + 1) * d]))]
+    return out
 
 
 def program(ctx):
@@ -35,9 +48,9 @@ def program(ctx):
     tp, out = TPContext(ctx, group), {}
 
     ctx.phase("heads split across ranks")
-    attn, y, dx = _attention(ctx, tp, HEADS, "mha")
+    attn, y, dx, held = _attention(ctx, tp, HEADS, "mha")
     ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
-    out["mha"] = {"y": y, "dx": dx}
+    out["mha"] = {"y": y, "dx": dx, "held": held}
 
     shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1)
     layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
@@ -49,11 +62,11 @@ def program(ctx):
 
     ctx.phase("grouped-query attention")
     kv = gqa_kv(ctx.world)
-    attn, y, dx = _attention(ctx, tp, kv, "gqa")
+    attn, y, dx, held = _attention(ctx, tp, kv, "gqa")
     ctx.note(f"q heads {attn.q_heads} read kv head {attn.kv_local} ({HEADS // kv} q heads share each kv head)")
     d = H // HEADS
     nq = len(attn.q_heads) * d
-    out["gqa"] = {"y": y, "dx": dx, "kv": attn.kv_local, "dwk": attn.qkv.grads["weight"][:, nq:nq + d]}
+    out["gqa"] = {"y": y, "dx": dx, "held": held, "dwk": attn.qkv.grads["weight"][:, nq:nq + d]}
     return out
 
 
@@ -62,7 +75,7 @@ def _unsplit(world: int):
     def program(ctx):
         tp, res, d = TPContext(ctx, None), {}, H // HEADS
         for name, kv in (("mha", HEADS), ("gqa", gqa_kv(world))):
-            attn, y, dx = _attention(ctx, tp, kv, name)
+            attn, y, dx, _ = _attention(ctx, tp, kv, name)
             res[name] = {"y": y, "dx": dx, "wk": attn.qkv.grads["weight"][:, HEADS * d:HEADS * d + kv * d]}
         return res
     return program
@@ -84,13 +97,21 @@ def checks(result) -> list[Check]:
     if ar is not None:
         out.append(check("each moves 2(t-1)/t of an s·b·h activation per rank",
                          sorted({m.sent for m in ar.members}), [2 * (t - 1) * S * B * H * 8 // t]))
+    # the heads each rank should hold, built directly: the q heads dealt out in t equal blocks in rank
+    # order; under MHA each q head has its own k and v head, under GQA q head h reads kv head h // (heads/kv)
+    blocks = np.arange(HEADS).reshape(t, HEADS // t).tolist()
+    out.append(check(f"MHA on {t} rank(s): rank r holds the r-th block of {HEADS // t} q heads and the k and v "
+                     "heads of the same numbers (found from the weights it holds)", [x["mha"]["held"] for x in v],
+                     [{"q": q, "k": q, "v": q} for q in blocks]))
     kv = gqa_kv(t)
-    out.append(check(f"GQA, {kv} kv head(s) on {t} rank(s): rank r holds kv head r // (t/kv)",
-                     [x["gqa"]["kv"] for x in v], [head_split(HEADS, kv, t, r)[1] for r in range(t)]))
+    need = [sorted({h // (HEADS // kv) for h in q}) for q in blocks]
+    out.append(check(f"GQA, {kv} kv head(s) on {t} rank(s): rank r holds the same q heads and the kv heads they "
+                     f"read, q head h reading kv head h // {HEADS // kv} (found from the weights it holds)",
+                     [x["gqa"]["held"] for x in v], [{"q": q, "k": n, "v": n} for q, n in zip(blocks, need)]))
     d = H // HEADS
     summed = np.zeros_like(np.asarray(ref["gqa"]["wk"]))
     for r, x in enumerate(v):  # a replicated kv head's weight gradient is a partial sum over its replicas
-        (head,) = x["gqa"]["kv"]
+        (head,) = x["gqa"]["held"]["k"]
         summed[:, head * d:(head + 1) * d] += np.asarray(x["gqa"]["dwk"])
     out.append(check("the replicas' K-weight gradients add up to the unsplit one (largest difference)",
                      float(np.max(np.abs(summed - np.asarray(ref["gqa"]["wk"])))), 0.0, atol=1e-12))

@@ -15,8 +15,7 @@ from typing import Any
 
 from .errors import UsageError
 from .nn import Saved, TPContext
-from .nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
-from .nn.ring import positions
+from .nn.layer import LayerShape, Stack, TransformerLayer, expert_weights, layer_weights
 from .nn.zero import Zero1Adam
 from .pipeline.executor import run_schedule
 from .pipeline.schedules import generate
@@ -59,20 +58,14 @@ def _target(ctx: Any, seq: str) -> Any:
     return ctx.shared_rng(f"target.{seq}").normal((len(SEQUENCES[seq]), 1, SHAPE.hidden))
 
 
-def local_positions(cp: int, tp: int, cp_size: int = 2, tp_size: int = 2, seq: int = 8) -> list[int]:
-    """The positions a rank holds between matmuls: its CP slice (contiguous, as the example draws it), then
-    its SP share of that, the split TPContext.token_positions makes, from coordinates alone."""
-    pos = positions("contiguous", seq, cp_size, cp)
-    share = len(pos) // tp_size
-    return pos[tp * share:(tp + 1) * share]
-
-
 class WatchStage:
     """A pipeline stage of layers that marks phases per (micro-batch, layer) and, on the rank holding the
     watched token, notes where the MoE routed it."""
 
-    def __init__(self, ctx: Any, layers: list, first: int, watch: tuple[str, int] | None, replica: tuple) -> None:
+    def __init__(self, ctx: Any, layers: list, first: int, watch: tuple[str, int] | None, replica: tuple,
+                 positions: list[int]) -> None:
         self.ctx, self.layers, self.first, self.watch, self.replica = ctx, layers, first, watch, replica
+        self.positions = positions  # the sequence positions this rank holds between matmuls
         self.stack = Stack(layers)
         self.f_calls = self.b_calls = 0
 
@@ -80,8 +73,7 @@ class WatchStage:
         """The watched token's row in this rank's slice of micro-batch mb, or None."""
         if self.watch is None or self.replica[mb] != self.watch[0]:
             return None
-        c = self.ctx.coords
-        pos = local_positions(c.cp, c.tp)
+        pos = self.positions
         return pos.index(self.watch[1]) if self.watch[1] in pos else None
 
     def forward(self, x: Any) -> tuple[Any, Any]:
@@ -122,19 +114,20 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
         replica = REPLICAS[c.dp]
-        mine = local_positions(c.cp, c.tp)
+        tp = TPContext(ctx, g["tp"], sp=True, cp=g["cp"], seq=len(SEQUENCES["A"]), split="contiguous", ep=g["ep"])
+        mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
             words = SEQUENCES[watch[0]]
             ctx.note(f"watch: holds {words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]}): DP replica {c.dp}, "
                      f"micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
                      + " ".join(f"t{p + 1}" for p in mine) + f"; pipeline stage {c.pp + 1}")
-        tp = TPContext(ctx, g["tp"], sp=True, cp=g["cp"], seq=len(SEQUENCES["A"]), split="contiguous", ep=g["ep"])
         per = MOE16.layers // layout.pp
         first = c.pp * per
-        layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
-                  for i in range(first, first + per)]
-        stage = WatchStage(ctx, layers, first, watch, replica)
+        weights = {i: layer_weights(ctx, SHAPE, f"L{i}") for i in range(first, first + per)}
+        layers = [TransformerLayer(tp, SHAPE, w, key=f"L{i}", name=f"layer {i + 1}") for i, w in weights.items()]
+        experts = [held_experts(ctx, layer, w) for layer, w in zip(layers, weights.values())]
+        stage = WatchStage(ctx, layers, first, watch, replica, mine)
         xp = ctx.xp
         idx = xp.asarray(mine, dtype=xp.int64)
 
@@ -165,8 +158,15 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
                 "weight_sq": {k: float(xp.sum(w * w)) for k, w in new.items()}, "state": state,
-                "experts": [layers[0].mlp.first + j for j in range(layers[0].mlp.per)], "positions": mine}
+                "experts": experts, "positions": mine}
     return program
+
+
+def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
+    """The experts (0-based) whose weights this rank holds in `layer`, found from the weights themselves:
+    each local expert's first matrix matched against every expert's in the whole layer's `weights`."""
+    whole = expert_weights(weights, SHAPE)
+    return [e for local in layer.mlp.experts for e, w in enumerate(whole) if bool(ctx.xp.all(local["w1"] == w["w1"]))]
 
 
 def vars_of(coords: Any) -> dict[str, int]:

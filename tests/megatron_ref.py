@@ -17,7 +17,9 @@ NAMES = {
 }
 
 
-def megatron_groups(tp: int, cp: int, pp: int, ep: int, etp: int, world: int, order: str) -> dict[str, list]:
+def megatron_groups(tp: int, cp: int, pp: int, ep: int, etp: int, world: int, order: str) -> list[tuple[str, list]]:
+    """Every group kind Megatron-Core creates, as (kind, groups) in the order it first creates each kind;
+    each kind's groups in creation order. An ordered list, so a test also sees the creation order."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import torch.distributed as dist
@@ -43,4 +45,4 @@ def megatron_groups(tp: int, cp: int, pp: int, ep: int, etp: int, world: int, or
         ps.create_group = original
         ps.destroy_model_parallel()
         dist.destroy_process_group()
-    return made
+    return list(made.items())

@@ -243,3 +243,21 @@ def test_longest_sequence_lesson_matches_the_post():
     assert len(rows) == len(POST_TABLE)
     for r, (_, state_gb, post_k) in zip(rows, POST_TABLE):
         assert abs(r["seq"] / (post_k * 1000) - 1) <= 0.06 and round(r["state_gb"]) == state_gb
+
+
+@pytest.mark.parametrize("pp, m", [(4, 1), (4, 2), (4, 3), (4, 4), (4, 8), (2, 1), (8, 3)])
+def test_in_flight_microbatches_follow_1f1b_peaks(pp, m):
+    """Stage i of 1F1B holds min(pp - i, m) micro-batches, fewer than pp when m < pp: the estimator's
+    in-flight item is (held - 1) micro-batches' activations, with `held` taken from the simulated schedule."""
+    from parasim.estimate.memory import items
+    from parasim.pipeline.schedules import generate
+    from parasim.pipeline.timing import simulate
+    model = get_model("27b")
+    plan = Plan(tp=2, sp=True, pp=pp, microbatches=m)
+    peaks = simulate(generate("1f1b", pp, m)).peak
+    for stage in range(pp):
+        got = items(model, plan, stage)
+        act, flight = got["activations"], got["in-flight micro-batches"]
+        assert float(flight[1]) == pytest.approx((peaks[stage] - 1) * float(act[1]), rel=1e-12), stage
+        assert float(flight[2]) == pytest.approx((peaks[stage] - 1) * float(act[2]), rel=1e-12, abs=0), stage
+    assert peaks[0] == min(pp, m)  # the schedule itself: the first stage holds min(pp, m)

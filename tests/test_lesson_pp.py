@@ -23,6 +23,19 @@ def test_interleaved_lesson():
     assert notes[0][1].startswith("GPU 1: F1 F2 F3 F4 f1 f2 f3 f4")  # GPU 1 holds layers 1 and 5
 
 
+@pytest.mark.parametrize("world, idle", [(4, 6), (2, 2)])
+def test_interleaved_slots_are_half_as_long(world, idle):
+    """The same 2(p-1) idle slots per GPU as 1F1B, each half as long (v = 2): half the idle time."""
+    lr = run_lesson(get_lesson("pp-interleaved"), world)
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    got = {c.name.split(":")[0].split(" (")[0]: c.got for c in lr.checks}
+    assert got["idle slots per rank, interleaved and 1F1B"] == [[idle] * world, [idle] * world]
+    assert got["each slot half as long"] == "1/2"
+    assert got["so each rank idles half as long as under 1F1B on the same layers"] == ["1/2"] * world
+    assert [x["idle"] for x in lr.result.values] == [idle] * world
+    assert [len({*x["grad_sq"]}) for x in lr.result.values] == [2] * world  # two one-layer chunks per GPU
+
+
 def test_zero_bubble_lesson():
     lr = run_lesson(get_lesson("pp-zero-bubble"))
     assert all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]

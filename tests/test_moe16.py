@@ -10,20 +10,45 @@ import parasim
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
 from parasim.moe16 import find_token, make_program, token_path
+from parasim.nn import TPContext
 
 
 def _cli(*args, timeout=120):
     return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def _got(lr, start: str):
+    (c,) = [c for c in lr.checks if c.name.startswith(start)]
+    return c.got
+
+
 def test_lesson_checks():
     lr = run_lesson(get_lesson("moe16"))
     assert lr.ok, [c for c in lr.checks if not c.ok]
-    got = [c.got for c in lr.checks]  # the post's map, as the run found it
-    assert got[0] == [2, ["the", "contract"]]  # "contract" lives on g2, beside "the"
-    assert got[1] == [[2, "layer 1"], [2, "layer 2"], [10, "layer 3"], [10, "layer 4"]]
-    assert got[2] == [[0, 1], [2, 3], [4, 5], [6, 7]]  # g0: E1 E2, g1: E3 E4, g2: E5 E6, g3: E7 E8
-    assert got[6] == [0.25, 0.5]  # Adam states split 4 ways for attention, 2 ways for experts
+    # the post's map, as the run found it
+    assert _got(lr, "the GPU holding 'contract'") == [2, ["the", "contract"]]  # g2, beside "the"
+    assert _got(lr, "it is routed") == [[2, "layer 1"], [2, "layer 2"], [10, "layer 3"], [10, "layer 4"]]
+    # g0 t1 t2, g1 t3 t4 (the TP pair of CP rank 0), g2 t5 t6, g3 t7 t8 (CP rank 1), and the same on each
+    # following group of 4 GPUs (the other DP replica, then the second pipeline stage)
+    assert _got(lr, "token positions each GPU holds") == [[0, 1], [2, 3], [4, 5], [6, 7]] * 4
+    # g0: E1 E2, g1: E3 E4, g2: E5 E6, g3: E7 E8, in both layers of its stage, and the same on every EP group
+    assert _got(lr, "experts each GPU holds") == [[[0, 1]] * 2, [[2, 3]] * 2, [[4, 5]] * 2, [[6, 7]] * 2] * 4
+    assert _got(lr, "its GPU keeps Adam state") == [0.25, 0.5]  # split 4 ways for attention, 2 for experts
+    assert _got(lr, "every weight's gradient") == "92 of 92 weights"
+
+
+def test_a_wrong_sequence_split_fails_the_position_check(monkeypatch):
+    """Give each TP pair's shares the other way round (TP rank 0 the second half of its CP half): the
+    position check must say so."""
+    split = TPContext.token_positions
+
+    def swapped(self):
+        pos = split(self)
+        return [p ^ 2 if self.sp else p for p in pos]  # t1 t2 <-> t3 t4, t5 t6 <-> t7 t8
+    monkeypatch.setattr(TPContext, "token_positions", swapped)
+    lr = run_lesson(get_lesson("moe16"))
+    assert not lr.ok
+    assert any(c.name.startswith("token positions each GPU holds") for c in lr.checks if not c.ok)
 
 
 def test_contract_path():
@@ -63,6 +88,7 @@ def test_cli():
 @pytest.mark.slow
 def test_real_ranks():
     """All 16 ranks as gloo processes: the same calls and values as the virtual run, and the checks hold."""
+    pytest.importorskip("torch", reason="real ranks need torch")
     out = _cli("run", "moe16", "--backend", "gloo", "--nproc", "16", "--json", timeout=300)
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)

@@ -163,3 +163,15 @@ def test_plot_two_chunks(tmp_path):
     out = tmp_path / "dualpipev.png"
     plot_slots(simulate(generate("dualpipev", 4, 8), {"B": 2}), "dualpipev", str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bubble_with_unequal_idle():
+    """Rank 0 holds stages 0 and 1, rank 1 holds stage 2 (one micro-batch): rank 0 works 4 slots of 6 and
+    rank 1 works 2, so the bubble is (2 + 4) / (2 * 6) = 1/2, not either rank's own share."""
+    from parasim.pipeline.action import Action
+    sched = [[Action("F", 0, 0), Action("F", 0, 1, 1), Action("B", 0, 1, 1), Action("B", 0, 0)],
+             [Action("F", 0, 2), Action("B", 0, 2)]]
+    t = simulate(sched)
+    assert [" ".join(x or "." for x in row) for row in t.slots] == ["F1 f1 . . b1 B1", ". . F1 B1 . ."]
+    assert t.idle == [2, 4] and t.makespan == 6 and t.bubble == Fraction(1, 2)
+    assert t.peak == [2, 1]

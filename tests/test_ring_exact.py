@@ -81,3 +81,38 @@ def test_eight_ranks_of_large_matmuls_do_not_overflow_the_stack():
             "parasim.run(p, 8)\nprint('ok')\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-500:]
+
+
+@pytest.mark.parametrize("split, causal, want", [("contiguous", True, [3, 2, 1, 0]), ("zigzag", True, [0] * 4),
+                                                 ("contiguous", False, [0] * 4)])
+def test_fully_masked_chunks_are_skipped(split, causal, want):
+    """Contiguous causal CP: rank r's queries all come before every key of ranks r+1.., so it skips
+    cp-1-r chunks and spends no flops on them; zigzag and non-causal attention skip nothing."""
+    cp, seq = 4, 16
+
+    def program(ctx):
+        ring = RingAttention(ctx, ctx.new_group(range(4), "cp"), seq, split=split, causal=causal)
+        x = ctx.xp.take(ctx.shared_rng("x").normal((1, 1, seq, 2)), ctx.xp.asarray(ring.pos[ring.r]), axis=2)
+        ring.forward(x, x, x)
+        return ring.work
+    res = parasim.run(program, cp)
+    assert [w.skipped for w in res.values] == want
+    skips = [e for e in res.trace.events if e.kind == "compute" and ": skip " in e.op]
+    assert len(skips) == sum(want) and all(e.params["flops"] == 0 for e in skips)
+    done = [e for e in res.trace.events if e.kind == "compute" and ": attend " in e.op]
+    assert len(done) == cp * cp - sum(want)
+
+
+def test_online_softmax_after_a_fully_masked_first_chunk():
+    """A row whose first chunk is all -inf keeps m = -inf and l = 0, then the next chunk alone decides:
+    the result equals a direct softmax over the unmasked scores."""
+    from parasim.nn.ring import online_softmax_step
+    rng = np.random.default_rng(3)
+    s2, v1, v2 = rng.normal(size=(2, 3)), rng.normal(size=(4, 5)), rng.normal(size=(3, 5))
+    m, l, o = np.full(2, -np.inf), np.zeros(2), np.zeros((2, 5))
+    m, l, o, rescale = online_softmax_step(np, m, l, o, np.full((2, 4), -np.inf), v1)
+    assert np.all(m == -np.inf) and np.all(l == 0) and np.all(o == 0) and not np.any(np.isnan(rescale))
+    m, l, o, rescale = online_softmax_step(np, m, l, o, s2, v2)
+    w = np.exp(s2) / np.exp(s2).sum(axis=1, keepdims=True)
+    assert np.allclose(o / l[:, None], w @ v2, rtol=0, atol=1e-12) and np.allclose(m, s2.max(axis=1))
+    assert not np.any(np.isnan(o))
