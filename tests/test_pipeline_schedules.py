@@ -175,3 +175,24 @@ def test_bubble_with_unequal_idle():
     assert [" ".join(x or "." for x in row) for row in t.slots] == ["F1 f1 . . b1 B1", ". . F1 B1 . ."]
     assert t.idle == [2, 4] and t.makespan == 6 and t.bubble == Fraction(1, 2)
     assert t.peak == [2, 1]
+
+
+def test_timing_of_empty_and_reversed_schedules():
+    """No ranks: nothing to time. A rank that finishes first (rank 0 holds the last stage here) must not stop
+    the others from being placed."""
+    from parasim.pipeline.action import Action
+    t = simulate([])
+    assert (t.makespan, t.bubble, t.slots, t.idle) == (0, Fraction(0), [], [])
+    t = simulate([[]])
+    assert (t.makespan, t.slots, t.idle, t.peak) == (0, [[]], [0], [0])
+    t = simulate([[Action("F", 0, 1), Action("B", 0, 1)], [Action("F", 0, 0), Action("B", 0, 0)]])
+    assert [" ".join(x or "." for x in row) for row in t.slots] == [". F1 B1 .", "F1 . . B1"]
+
+
+def test_a_weight_pass_before_its_input_pass_deadlocks():
+    """W needs its I: a rank that lists W first waits forever, and the error names what each rank waits on."""
+    from parasim.pipeline.action import Action
+    with pytest.raises(UsageError, match=r"deadlocks: every rank waits \(\{0: 'W1'\}\)"):
+        simulate([[Action("F", 0, 0), Action("W", 0, 0), Action("I", 0, 0)]])
+    with pytest.raises(UsageError, match=r"\{0: 'B1', 1: 'F2'\}"):  # rank 1 waits on a forward nobody runs
+        simulate([[Action("F", 0, 0), Action("B", 0, 0)], [Action("F", 1, 1), Action("F", 0, 1)]])

@@ -218,7 +218,9 @@ def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -
 
 
 def describe(call: str, x: Any = None, /, **params: Any) -> str:
-    """How a call is named in errors, the same on every backend: all_reduce(shape=(2,), dtype=float64, op=sum)."""
+    """How a call is named in errors, the same on every backend: all_reduce(shape=(2,), dtype=float64, op=sum,
+    algo=direct). It names every parameter the members of a group must agree on; torchdist compares these
+    texts across ranks, so a parameter left out here would go unchecked on real ranks."""
     if call == BARRIER:
         return "barrier()"
     if call == ALL_TO_ALL:
@@ -251,7 +253,9 @@ _COMM_DIR = os.path.dirname(os.path.abspath(__file__))
 _PKG_DIR = os.path.dirname(_COMM_DIR)
 _PKG_ROOT = os.path.dirname(_PKG_DIR)
 # Frames in these files are wrappers around the interface; a call site names the line that called them.
+# So are a mutation tester's trampolines (mutmut puts one between every caller and every function).
 _WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "context.py"))
+_TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
 
 
 @lru_cache(maxsize=512)
@@ -269,7 +273,8 @@ def call_site(depth: int = 2) -> tuple[str, int]:
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while frame.f_code.co_filename.startswith(_WRAPPERS) and frame.f_back is not None:
+    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)) \
+            and frame.f_back is not None:
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

@@ -111,10 +111,12 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(opts.backend, timeout=datetime.timedelta(seconds=opts.timeout))
+    timeout = datetime.timedelta(seconds=opts.timeout)
+    dist.init_process_group(opts.backend, timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     try:
-        comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check)
+        comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check,
+                         timeout=timeout)
         ctx = Context(rank, world, comm, xp, opts.seed, comm, lambda a: torch.from_numpy(a).to(device))
         program = _load(target)
         dist.barrier()

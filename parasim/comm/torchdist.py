@@ -3,11 +3,13 @@
 The only module that imports torch.distributed. Each process is one rank; `TorchComm` keeps the same
 semantics as the virtual backend (functional calls, group order, ring hop by hop) and records, for
 this rank only, what the virtual trace records, plus wall-clock times. Before each collective an
-optional signature exchange (op, shapes, dtype, call site) across the group turns a mismatch into the
-same error text as on virtual ranks, and a gloo/NCCL time-out into a clear error naming the call.
+optional signature exchange across the group (every parameter `describe` names: op, shapes, dtype, dim,
+src, algo; the group is the one the exchange runs on) turns a mismatch into the same error text as on
+virtual ranks, and a gloo/NCCL time-out into a clear error naming the call.
 """
 from __future__ import annotations
 
+import datetime
 import json
 import time
 from typing import Any, Sequence
@@ -38,7 +40,7 @@ class TorchComm(Comm):
     """One real rank's collective interface and its record of every call."""
 
     def __init__(self, rank: int, world: int, device: torch.device, *, keep_values: int = 0,
-                 algo: str = "direct", check: bool = True):
+                 algo: str = "direct", check: bool = True, timeout: datetime.timedelta | None = None):
         check_algo(algo)
         self.rank, self.world, self.device = rank, world, device
         self.keep, self.algo, self.check = keep_values, algo, check
@@ -50,6 +52,9 @@ class TorchComm(Comm):
         self.records: list[dict] = []
         self.phase: str | None = None
         self.t_start = time.perf_counter()
+        # torch gives a new group its backend's default time-out (30 minutes on gloo), not the run's: a
+        # rank waiting in a call on a group nobody else joins would hang that long. Groups get the run's.
+        self.pg_timeout = timeout
 
     # -- groups --------------------------------------------------------------------------------
     def new_group(self, ranks: Sequence[int], name: str) -> Group:
@@ -70,7 +75,7 @@ class TorchComm(Comm):
                         f"rank {self.rank} created group #{g.index} as {g} at {site}, but rank {r} created it as "
                         f"{oname}{oranks} at {other_site}; every rank must create every group in the same order",
                         calls=[site, other_site])
-        self._pgs.append(dist.new_group(sorted(members)))
+        self._pgs.append(dist.new_group(sorted(members), timeout=self.pg_timeout))
         self.groups.append(g)
         return g
 
@@ -177,8 +182,8 @@ class TorchComm(Comm):
         g, pg = self._resolve(group, ALL_REDUCE)
         check_reduce_op(op, x.dtype)
         algo = self.algo if algo is None else _algo(algo)
-        desc = describe(ALL_REDUCE, x, op=op)
-        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        desc = describe(ALL_REDUCE, x, op=op, algo=algo)
+        call, t0 = self._begin(g, pg, desc, desc, site)
         if algo == "ring":
             out, hops, got = self._ring(g, x, op, "all_reduce")
             moved = _hop_bytes(self.rank, hops, got)
@@ -199,8 +204,8 @@ class TorchComm(Comm):
         dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
         algo = self.algo if algo is None else _algo(algo)
-        desc = describe(REDUCE_SCATTER, x, dim=dim, op=op)
-        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        desc = describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo)
+        call, t0 = self._begin(g, pg, desc, desc, site)
         if algo == "ring":
             out, hops, got = self._ring(g, x, op, "reduce_scatter", dim)
             moved = _hop_bytes(self.rank, hops, got)
@@ -228,8 +233,8 @@ class TorchComm(Comm):
         g, pg = self._resolve(group, ALL_GATHER)
         dim = norm_dim(dim, x.ndim, ALL_GATHER)
         algo = self.algo if algo is None else _algo(algo)
-        desc = describe(ALL_GATHER, x, dim=dim)
-        call, t0 = self._begin(g, pg, f"{desc}|{algo}", desc, site)
+        desc = describe(ALL_GATHER, x, dim=dim, algo=algo)
+        call, t0 = self._begin(g, pg, desc, desc, site)
         if algo == "ring":
             out, hops, got = self._ring(g, x, "sum", "all_gather", dim)
             moved = _hop_bytes(self.rank, hops, got)

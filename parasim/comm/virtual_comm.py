@@ -36,7 +36,7 @@ class VirtualComm(Comm):
         algo = w.algo if algo is None else self._algo(algo)
         return w.collective(
             self.rank, ALL_REDUCE, x, (ALL_REDUCE, x.shape, x.dtype, op, algo),
-            lambda: describe(ALL_REDUCE, x, op=op),
+            lambda: describe(ALL_REDUCE, x, op=op, algo=algo),
             {"op": op, "algo": algo}, g, label, site)
 
     def reduce_scatter(self, x, dim=0, *, op="sum", group=None, label=None, algo=None):
@@ -49,7 +49,7 @@ class VirtualComm(Comm):
         algo = self._algo(algo)
         return self._w.collective(
             self.rank, REDUCE_SCATTER, x, (REDUCE_SCATTER, x.shape, x.dtype, dim, op, algo),
-            lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op),
+            lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo),
             {"op": op, "dim": dim, "algo": algo}, g, label, site)
 
     def all_gather(self, x, dim=0, *, group=None, label=None, algo=None):
@@ -60,7 +60,7 @@ class VirtualComm(Comm):
         algo = self._algo(algo)
         return self._w.collective(
             self.rank, ALL_GATHER, x, (ALL_GATHER, x.shape, x.dtype, dim, algo),
-            lambda: describe(ALL_GATHER, x, dim=dim),
+            lambda: describe(ALL_GATHER, x, dim=dim, algo=algo),
             {"dim": dim, "algo": algo}, g, label, site)
 
     def all_to_all(self, chunks, dim=0, *, group=None, label=None):
