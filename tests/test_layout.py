@@ -1,9 +1,8 @@
 """Layouts: Megatron-Core's groups, the post's 16-GPU map, validation, the CLI and ctx.groups."""
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -119,8 +118,7 @@ def test_valid_model_rules_pass():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "parasim", "layout", *args], capture_output=True, text=True,
-                          timeout=60)
+    return cli("layout", *args)
 
 
 def test_cli_json_is_exactly_the_documented_shape():

@@ -1,9 +1,8 @@
 """The collectives lesson reproduces the post's 2-GPU figures and the ring's byte counts, by running."""
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli
 
 from parasim.lesson import get_lesson, load_lessons, run_lesson
 from parasim.walkthrough import walkthrough
@@ -66,7 +65,7 @@ def test_lesson_registry():
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=60)
+    return cli(*args)
 
 
 def test_json_is_complete_and_identical_across_runs():

@@ -1,10 +1,9 @@
 """The 16-GPU MoE example: every parallelism at once gives the unsplit model's loss and gradients, and
 `parasim trace` follows a token through it from the run's own trace."""
 import json
-import subprocess
-import sys
 
 import pytest
+from conftest import cli, cli_process
 
 import parasim
 from parasim.errors import UsageError
@@ -14,7 +13,7 @@ from parasim.nn import TPContext
 
 
 def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
+    return cli_process(*args, timeout=timeout) if args[0] == "run" else cli(*args)
 
 
 def _got(lr, start: str):

@@ -1,8 +1,6 @@
 """Pipeline schedules as data and their slot timing: the post's GPipe and 1F1B tables slot for slot, the
 bubble, activation peaks, and the same action order as torch.distributed.pipelining."""
 import json
-import subprocess
-import sys
 from fractions import Fraction
 
 import pytest
@@ -143,17 +141,16 @@ def test_bad_parameters(args, rule):
 
 
 def test_cli():
-    out = subprocess.run([sys.executable, "-m", "parasim", "schedule", "--schedule", "gpipe", "--pp", "4",
-                          "--microbatches", "4", "--json"], capture_output=True, text=True, timeout=60)
+    from conftest import cli
+    out = cli("schedule", "--schedule", "gpipe", "--pp", "4", "--microbatches", "4", "--json")
     data = json.loads(out.stdout)
     assert set(data) >= {"schedule", "pp", "microbatches", "slots", "bubble", "peak_activations", "makespan"}
     assert [" ".join(x or "." for x in row) for row in data["slots"]] == POST_GPIPE and data["bubble"] == "3/7"
     for args in (["--pp", "0"], ["--schedule", "dualpipev", "-m", "4"], ["--layers", "6"],
                  ["--schedule", "interleaved", "-m", "7", "--pp", "3"]):
-        bad = subprocess.run([sys.executable, "-m", "parasim", "schedule", *args], capture_output=True, text=True)
+        bad = cli("schedule", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, args
-    out = subprocess.run([sys.executable, "-m", "parasim", "schedule", "--schedule", "interleaved", "--chunks", "2",
-                          "--json"], capture_output=True, text=True, timeout=60)
+    out = cli("schedule", "--schedule", "interleaved", "--chunks", "2", "--json")
     data = json.loads(out.stdout)
     assert data["bubble"] == "3/11" and data["chunks"] == 2 and data["slots"][0][4] == "f1"
 

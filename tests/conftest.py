@@ -1,0 +1,25 @@
+"""Shared test helpers."""
+from __future__ import annotations
+
+import contextlib
+import io
+import subprocess
+import sys
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    """`parasim ARGS` in this process (so coverage and mutation testing see the code it runs), returning
+    what a subprocess would: the exit code, stdout and stderr. `python -m parasim` itself is tested apart."""
+    from parasim.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exc:  # argparse's own errors and --help
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
+    return subprocess.CompletedProcess(["parasim", *args], code, out.getvalue(), err.getvalue())
+
+
+def cli_process(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    """`python -m parasim ARGS` as a separate process (real ranks, the entry point itself)."""
+    return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
