@@ -64,8 +64,7 @@ def test_lesson_registry():
     assert "collectives" in lessons and lessons["collectives"].world == 8
 
 
-def _cli(*args):
-    return cli(*args)
+_cli = cli
 
 
 def test_json_is_complete_and_identical_across_runs():

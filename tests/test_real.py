@@ -8,6 +8,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import cli_process
 
 torch = pytest.importorskip("torch")
 
@@ -35,8 +36,7 @@ def _children() -> list[int]:
     return out
 
 
-def _cli(*args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
+_cli = cli_process  # real ranks: `python -m parasim` as its own process
 
 
 def _lesson_worlds():
