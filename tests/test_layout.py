@@ -181,3 +181,21 @@ def test_ctx_groups_on_real_ranks():
     real = parasim.run(layout_program, layout=layout, backend="gloo")
     virtual = parasim.run(layout_program, layout=layout)
     assert [(v[0].tolist(), v[1], v[2]) for v in real.values] == [(v[0].tolist(), v[1], v[2]) for v in virtual.values]
+
+
+@pytest.mark.parametrize("kwargs, text", [
+    (dict(), "one GPU on 1 GPUs"),
+    (dict(tp=2, sp=True), "TP2 +SP on 2 GPUs"),
+    (dict(tp=2, cp=3, pp=4, dp=5), "TP2 x CP3 x PP4 x DP5 on 120 GPUs"),
+    (dict(dp=2, ep=2, model=Model(experts=4)), "DP2 x ETP1 x EP2 x EDP1 on 2 GPUs"),
+    (dict(tp=2, etp=1, dp=2), "TP2 x DP2 x ETP1 x EP1 x EDP4 on 4 GPUs"),  # expert TP differs from TP
+    (dict(tp=2, etp=2, dp=2), "TP2 x DP2 on 4 GPUs"),
+])
+def test_str_names_every_axis_above_one(kwargs, text):
+    assert str(Layout(**kwargs)) == text
+
+
+def test_experts_of_without_experts_is_empty():
+    assert Layout().experts_of(0) == []
+    assert Layout(model=Model(layers=2)).experts_of(0) == []
+    assert Layout(ep=2, world=2, model=Model(experts=6)).experts_of(1) == [3, 4, 5]

@@ -155,7 +155,7 @@ class VirtualWorld:
         waiting = self._waiting()
         if isinstance(exc, ParasimError):
             raise exc
-        tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        tb = "".join(traceback.format_exception(exc))
         left = "\n".join(f"  rank {r}: {w}" for r, w in waiting.items() if r != rank) or "  none"
         raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc}\n{tb}ranks left waiting:\n{left}",
                          rank, waiting) from exc

@@ -171,6 +171,7 @@ HF_FIELDS: dict[str, tuple[str, ...]] = {
     "dense_layers": ("first_k_dense_replace",),
 }
 REQUIRED = ("layers", "hidden", "heads", "vocab")
+GATED_ACTIVATIONS = ("silu", "swiglu", "geglu")  # a gated MLP has three matrices (Llama's model_type implies it)
 
 
 def from_hf_config(path: str) -> ModelSpec:
@@ -198,10 +199,10 @@ def from_hf_config(path: str) -> ModelSpec:
     for key, v in got.items():
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise UsageError(f"{path}: field for {key} must be a non-negative integer, got {v!r}")
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", "")))
-    gated = act in ("silu", "swiglu", "geglu") or "llama" in str(cfg.get("model_type", ""))
+    act = cfg.get("hidden_act") or cfg.get("activation_function")
+    gated = act in GATED_ACTIVATIONS or "llama" in str(cfg.get("model_type"))
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path)
-    return ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings", False)), **got)
+    return ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got)
 
 
 def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab: int | None,
