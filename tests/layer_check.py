@@ -7,9 +7,11 @@ import numpy as np
 
 import parasim
 from parasim.context import Rng
-from parasim.nn import Saved, TPContext
+from parasim.nn import ColumnParallelLinear, Saved, TPContext
 from parasim.nn.attention import head_split
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
+from parasim.nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from parasim.nn.norm import LayerNorm
 
 SEED = 0
 
@@ -168,3 +170,39 @@ def layer_grads(per_rank: list[dict], shape: LayerShape, tp: int) -> dict[str, n
             g["b1"] = np.concatenate([v["grads"]["mlp.fc1.bias"] for v in vals], axis=0)
             g["b2"] = vals[0]["grads"]["mlp.fc2.bias"]
     return g
+
+
+def model_weights(ctx, h: int, vocab: int) -> dict:
+    return {"emb": ctx.shared_rng("emb").normal((vocab, h)), "head": ctx.shared_rng("head").normal((h, vocab),
+                                                                                                   std=h ** -0.5),
+            "lnf.w": 1.0 + ctx.shared_rng("lnf.w").normal((h,), std=0.1), "lnf.b": ctx.shared_rng("lnf.b").normal((h,))}
+
+
+def data(ctx, s: int, b: int, vocab: int):
+    return ctx.shared_rng("ids").integers(0, vocab, (s, b)), ctx.shared_rng("targets").integers(0, vocab, (s, b))
+
+
+def run_model(shape: LayerShape, tp: int, sp: bool, s: int, b: int, vocab: int, layers: int, replicas: int = 1):
+    """A small GPT on `replicas` TP groups of `tp` ranks (consecutive ranks): the run's result."""
+    def program(ctx):
+        groups = [ctx.new_group(range(i * tp, (i + 1) * tp), "tp") for i in range(replicas)] if tp > 1 else [None]
+        t = TPContext(ctx, groups[ctx.rank // tp] if tp > 1 else None, sp=sp)
+        w = model_weights(ctx, shape.hidden, vocab)
+        emb = VocabParallelEmbedding(t, w["emb"])
+        stack = Stack([TransformerLayer(t, shape, layer_weights(ctx, shape, f"L{i}"), key=f"L{i}", name=f"L{i}")
+                       for i in range(layers)])
+        lnf = LayerNorm(t, w["lnf.w"], w["lnf.b"], name="lnf")
+        head = ColumnParallelLinear(t, w["head"], name="head")
+        loss_fn = VocabParallelCrossEntropy(t, vocab)
+        ids, targets = data(ctx, s, b, vocab)
+        saved = Saved()
+        x, c_emb = emb.forward(ids, saved)
+        x, c_stack = stack.forward(x, saved)
+        z, c_lnf = lnf.forward(x, saved)
+        logits, c_head = head.forward(z, saved)
+        loss, c_loss = loss_fn.forward(logits, targets, saved)
+        emb.backward(c_emb, stack.backward(c_stack, lnf.backward(c_lnf, head.backward(c_head,
+                                                                                     loss_fn.backward(c_loss)))))
+        return {"loss": float(loss), "emb": emb.grads["weight"], "head": head.grads["weight"],
+                "lnf": lnf.grads, "layers": [layer.grads for layer in stack.layers], "saved": saved.by_name()}
+    return parasim.run(program, tp * replicas, seed=SEED)

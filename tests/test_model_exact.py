@@ -9,46 +9,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-import parasim  # noqa: E402
-from layer_check import SEED, _SharedCtx, layer_grads, torch_layer, torch_weights  # noqa: E402
-from parasim.nn import ColumnParallelLinear, Saved, TPContext  # noqa: E402
-from parasim.nn.embedding import VocabParallelCrossEntropy, VocabParallelEmbedding  # noqa: E402
-from parasim.nn.layer import LayerShape, Stack, TransformerLayer, layer_weights  # noqa: E402
-from parasim.nn.norm import LayerNorm  # noqa: E402
-
-
-def model_weights(ctx, h: int, vocab: int) -> dict:
-    return {"emb": ctx.shared_rng("emb").normal((vocab, h)), "head": ctx.shared_rng("head").normal((h, vocab),
-                                                                                                   std=h ** -0.5),
-            "lnf.w": 1.0 + ctx.shared_rng("lnf.w").normal((h,), std=0.1), "lnf.b": ctx.shared_rng("lnf.b").normal((h,))}
-
-
-def data(ctx, s: int, b: int, vocab: int):
-    return ctx.shared_rng("ids").integers(0, vocab, (s, b)), ctx.shared_rng("targets").integers(0, vocab, (s, b))
-
-
-def run_split(shape: LayerShape, tp: int, sp: bool, s: int, b: int, vocab: int, layers: int):
-    def program(ctx):
-        t = TPContext(ctx, ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None, sp=sp)
-        w = model_weights(ctx, shape.hidden, vocab)
-        emb = VocabParallelEmbedding(t, w["emb"])
-        stack = Stack([TransformerLayer(t, shape, layer_weights(ctx, shape, f"L{i}"), key=f"L{i}", name=f"L{i}")
-                       for i in range(layers)])
-        lnf = LayerNorm(t, w["lnf.w"], w["lnf.b"], name="lnf")
-        head = ColumnParallelLinear(t, w["head"], name="head")
-        loss_fn = VocabParallelCrossEntropy(t, vocab)
-        ids, targets = data(ctx, s, b, vocab)
-        saved = Saved()
-        x, c_emb = emb.forward(ids, saved)
-        x, c_stack = stack.forward(x, saved)
-        z, c_lnf = lnf.forward(x, saved)
-        logits, c_head = head.forward(z, saved)
-        loss, c_loss = loss_fn.forward(logits, targets, saved)
-        emb.backward(c_emb, stack.backward(c_stack, lnf.backward(c_lnf, head.backward(c_head,
-                                                                                     loss_fn.backward(c_loss)))))
-        return {"loss": float(loss), "emb": emb.grads["weight"], "head": head.grads["weight"],
-                "lnf": lnf.grads, "layers": [layer.grads for layer in stack.layers]}
-    return parasim.run(program, tp, seed=SEED).values
+from layer_check import _SharedCtx, data, layer_grads, model_weights, run_model, torch_layer, torch_weights  # noqa: E402
+from parasim.nn.layer import LayerShape  # noqa: E402
 
 
 def run_torch(shape: LayerShape, s: int, b: int, vocab: int, layers: int):
@@ -72,7 +34,7 @@ def run_torch(shape: LayerShape, s: int, b: int, vocab: int, layers: int):
 def test_model_equals_torch_autograd(tp, sp, kv, s_mult, b, dropout, layers):
     shape = LayerShape(hidden=16, heads=4, kv_heads=kv, dropout=dropout)
     s, vocab = 4 * s_mult, 4 * tp * 3
-    ranks = run_split(shape, tp, sp, s, b, vocab, layers)
+    ranks = run_model(shape, tp, sp, s, b, vocab, layers).values
     loss, wg, lg = run_torch(shape, s, b, vocab, layers)
     assert all(abs(r["loss"] - loss) < 1e-10 for r in ranks)
     assert np.max(np.abs(np.concatenate([r["emb"] for r in ranks], axis=0) - wg["emb"])) < 1e-10

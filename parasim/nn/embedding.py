@@ -13,15 +13,11 @@ from typing import Any
 from .core import Saved, Shard, TPContext
 
 
-def _owned(tp: TPContext, ids: Any, vocab: int) -> tuple[Any, Any]:
+def _owned(tp: TPContext, ids: Any, vocab: int) -> Any:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
-    xp = tp.xp
     n = vocab // tp.t
-    local = ids - tp.r * n
-    mine = (local >= 0) & (local < n)
-    cols = xp.arange(n)
-    onehot = xp.astype((local[..., None] == cols) & mine[..., None], xp.float64)
-    return onehot, mine
+    mine = tp.xp.arange(n) + tp.r * n  # the token ids this rank owns: a contiguous block
+    return tp.xp.astype(ids[..., None] == mine, tp.xp.float64)
 
 
 class VocabParallelEmbedding:
@@ -35,7 +31,7 @@ class VocabParallelEmbedding:
     def forward(self, ids: Any, saved: Saved) -> tuple[Any, tuple]:
         """ids [s, b] (whole sequence on every rank) -> [s, b, h] (this rank's tokens under SP)."""
         tp, xp = self.tp, self.tp.xp
-        onehot, _ = _owned(tp, ids, self.vocab)
+        onehot = _owned(tp, ids, self.vocab)
         partial = xp.matmul(onehot, self.weight)  # a row lookup, written as a product the backward can reuse
         y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter") if tp.sp else tp.g_forward(partial)
         return y, (onehot,)
@@ -62,7 +58,7 @@ class VocabParallelCrossEntropy:
         e = xp.exp(logits - m[..., None])
         local_sum = xp.sum(e, axis=-1)
         total = local_sum if tp.t == 1 else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
-        onehot, _ = _owned(tp, targets, self.vocab)
+        onehot = _owned(tp, targets, self.vocab)
         local_target = xp.sum(onehot * (logits - m[..., None]), axis=-1)
         target = local_target if tp.t == 1 else comm.all_reduce(local_target, group=group,
                                                                 label="loss: target logit")
