@@ -181,24 +181,56 @@ def test_groups_must_be_created_by_every_rank_in_the_same_order():
         parasim.run(fewer, world=2)
 
 
-def test_bad_arguments_are_clear_errors():
-    cases = [
-        lambda ctx: ctx.comm.all_reduce([1, 2]),
-        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1]), op="prod"),
-        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1], "int64"), op="avg"),
-        lambda ctx: ctx.comm.reduce_scatter(ctx.asarray([1.0, 2.0, 3.0])),
-        lambda ctx: ctx.comm.all_gather(ctx.asarray([1.0]), dim=3),
-        lambda ctx: ctx.comm.send(ctx.asarray([1.0]), 5),
-        lambda ctx: ctx.comm.broadcast(ctx.asarray([1.0]), src=9),
-        lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])]),
-        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1.0]), algo="tree"),
-        lambda ctx: ctx.comm.all_reduce(ctx.asarray([1.0]), group=ctx.new_group([0], "solo")) if ctx.rank == 1
-        else ctx.new_group([0], "solo"),
-    ]
-    for prog in cases:
-        with pytest.raises(CollectiveError):
-            parasim.run(prog, world=2)
+def _solo(call):
+    """A program where rank 1 calls `call` on group solo[0], which it is not a member of."""
+    def prog(ctx):
+        g = ctx.new_group([0], "solo")
+        if ctx.rank == 1:
+            call(ctx, g)
+    return prog
+
+
+@pytest.mark.parametrize("prog, message", [
+    (lambda ctx: ctx.comm.all_reduce([1, 2]), "all_reduce expects a numpy array on virtual ranks, got list"),
+    (lambda ctx: ctx.comm.broadcast([1.0], src=0), "broadcast expects a numpy array on virtual ranks, got list"),
+    (lambda ctx: ctx.comm.all_reduce(ctx.asarray([1]), op="prod"), "unknown reduce op 'prod'; use one of sum, avg"),
+    (lambda ctx: ctx.comm.all_reduce(ctx.asarray([1], "int64"), op="avg"), "op='avg' needs a floating dtype, got int64"),
+    (lambda ctx: ctx.comm.reduce_scatter(ctx.asarray([1.0, 2.0, 3.0])),
+     "reduce_scatter: size 3 of dim 0 does not divide by the group size 2"),
+    (lambda ctx: ctx.comm.all_gather(ctx.asarray([1.0]), dim=3), "all_gather: dim 3 is out of range"),
+    (lambda ctx: ctx.comm.send(ctx.asarray([1.0]), 5), "send to rank 5: not a member of group world[0, 1]"),
+    (lambda ctx: ctx.comm.broadcast(ctx.asarray([1.0]), src=9), "broadcast: src rank 9 is not a member of group"),
+    (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])]), "all_to_all: 1 chunks for a group of 2"),
+    (lambda ctx: ctx.comm.all_reduce(ctx.asarray([1.0]), algo="tree"), "unknown algo 'tree'; use one of direct, ring"),
+    (_solo(lambda ctx, g: ctx.comm.all_reduce(ctx.asarray([1.0]), group=g)),
+     "all_reduce: rank 1 is not a member of group solo[0]"),
+    (_solo(lambda ctx, g: ctx.comm.broadcast(ctx.asarray([1.0]), 0, group=g)),
+     "broadcast: rank 1 is not a member of group solo[0]"),
+    (_solo(lambda ctx, g: ctx.comm.barrier(group=g)), "barrier: rank 1 is not a member of group solo[0]"),
+    (_solo(lambda ctx, g: ctx.comm.recv(0, (1,), "float64", group=ctx.new_group([1], "one"))),
+     "recv from rank 0: not a member of group one[1]"),
+])
+def test_bad_arguments_are_clear_errors(prog, message):
+    with pytest.raises(CollectiveError) as info:
+        parasim.run(prog, world=2)
+    assert str(info.value).startswith(message)
     assert issubclass(CollectiveError, ParasimError)
+
+
+@pytest.mark.parametrize("send_label, recv_label, label", [("act", None, "act"), (None, "grad", "grad"),
+                                                           ("act", "grad", "act")])  # the sender's wins
+def test_send_and_recv_keep_their_label_and_group(send_label, recv_label, label):
+    def prog(ctx):
+        g = ctx.new_group([1, 2], "pair")
+        if ctx.rank == 1:
+            ctx.comm.send(ctx.asarray([1.0]), 2, group=g, label=send_label)
+        elif ctx.rank == 2:
+            return ctx.comm.recv(1, (1,), "float64", group=g, label=recv_label)
+
+    res = parasim.run(prog, world=3)
+    assert res.values[2].tolist() == [1.0]
+    ((e,),) = [res.trace.events]
+    assert (e.op, e.label, e.group.name, e.ranks) == ("p2p", label, "pair", [1, 2])
 
 
 def test_bad_world_and_backend():

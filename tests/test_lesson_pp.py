@@ -42,3 +42,34 @@ def test_zero_bubble_lesson():
     assert run_lesson(get_lesson("pp-zero-bubble"), 2).ok
     # the deferred weight passes ran: W actions are in the plan and every gradient matched the unsplit model
     assert any(" W1 " in m.text for m in lr.result.trace.marks if m.kind == "note")
+
+
+def test_pipeline_checks_by_name_and_value():
+    lr = run_lesson(get_lesson("pp-gpipe"))
+    got = {c.name: (c.got, c.expected, c.ok) for c in lr.checks}
+    assert got == {  # p = 4 stages, m = 4 micro-batches (the post's picture)
+        "bubble = (p-1)/(m+p-1), measured from the slot table": ("3/7", "3/7", True),
+        "every stage is busy 2m slots": ([8] * 4, [8] * 4, True),
+        "micro-batches whose activations a stage holds at once": ([4] * 4, [4] * 4, True),
+        "point-to-point transfers: m activations and m gradients per stage boundary": (24, 24, True),
+        "bubbles with m = 16 and m = 32": ([0.158, 0.086], [0.158, 0.086], True),  # 3/19 and 3/35
+        "smallest m with a bubble under 10% at p = 8": (64, 64, True),
+        **{k: got[k] for k in got if "unsplit model" in k}}
+    assert [(c.name, c.ok) for c in lr.checks[-3:]] == [
+        ("the loss equals the unsplit model's", True),
+        ("each layer's gradients equal the unsplit model's (sum of squares)", True),
+        ("after one SGD step, each layer's weights equal the unsplit model's (sum of squares)", True)]
+
+
+@pytest.mark.parametrize("key, scale, ok", [
+    ("loss", 1 + 1e-13, True), ("loss", 1 + 1e-11, False),  # the loss agrees to rtol 1e-12
+    ("grad_sq", 1 + 1e-11, True), ("grad_sq", 1 + 1e-9, False),  # gradients to 1e-10
+    ("stepped", 1 + 1e-13, True), ("stepped", 1 + 1e-11, False),  # stepped weights to 1e-12
+])
+def test_unsplit_comparison_tolerances(key, scale, ok):
+    from parasim.pipeline.demo import matches_unsplit
+    values = [dict(v) for v in run_lesson(get_lesson("pp-gpipe")).result.values]
+    for v in values:
+        v[key] = v[key] * scale if key == "loss" else {s: g * scale for s, g in v[key].items()}
+    checks = matches_unsplit(values, len(values), 4)
+    assert [c.ok for c in checks] == [ok if k == key else True for k in ("loss", "grad_sq", "stepped")]

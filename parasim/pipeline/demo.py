@@ -3,6 +3,7 @@ same model on one rank for comparison. The slot table each rank notes is compute
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import count
 from typing import Any, Callable
 
 from ..nn import Saved, TPContext
@@ -124,13 +125,13 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
                   rtol=1e-12)]
 
 
-def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int = 4) -> list:
+def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
     """The checks the pipeline lessons share, each against a formula or an unsplit run."""
     from ..lesson import check
     v, p = result.values, result.world
     bubble = Fraction(p - 1, M + p - 1)
     sends = sum(1 for e in result.trace.events if e.op == "p2p")
-    smallest = next(m for m in range(1, 1000) if simulate(generate(schedule, 8, m)).bubble < Fraction(1, 10))
+    smallest = next(m for m in count(1) if simulate(generate(schedule, 8, m)).bubble < Fraction(1, 10))
     return [
         check("bubble = (p-1)/(m+p-1), measured from the slot table", v[0]["bubble"], str(bubble)),
         check("every stage is busy 2m slots", [x["makespan"] - x["idle"] for x in v], [2 * M] * p),
@@ -139,7 +140,7 @@ def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int = 4) ->
         check("bubbles with m = 16 and m = 32", [round(float(simulate(generate(schedule, p, m)).bubble), 3)
                                                   for m in (16, 32)],
               [round((p - 1) / (m + p - 1), 3) for m in (16, 32)]),
-        check("smallest m with a bubble under 10% at p = 8", smallest, next(m for m in range(1, 1000)
-                                                                             if 7 / (m + 7) < 0.1)),
+        # (p-1)/(m+p-1) < 1/10 exactly when m > 9(p-1)
+        check("smallest m with a bubble under 10% at p = 8", smallest, 9 * (8 - 1) + 1),
         *matches_unsplit(v, p, M),
     ]
