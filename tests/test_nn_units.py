@@ -1,6 +1,7 @@
 """Small pieces of parasim.nn checked by hand: placements' names, which vocabulary rows a rank owns,
 gradients that add up over repeated backward passes (micro-batches)."""
 import numpy as np
+import pytest
 
 import parasim
 from parasim.nn import Saved, TPContext
@@ -43,3 +44,30 @@ def test_embedding_grads_add_up_over_backward_passes():
     # row 1 gets dy of tokens 0 and 2, row 3 that of token 1, rows 0 and 2 nothing
     assert once.tolist() == [[0, 0, 0], [0 + 6, 1 + 7, 2 + 8], [0, 0, 0], [3, 4, 5]]
     assert twice.tolist() == (2 * once).tolist()
+
+
+def test_zero1_first_step_moves_each_weight_by_lr_against_its_summed_gradient():
+    from parasim.nn.zero import Zero1Adam
+    w = np.arange(5.0) / 10
+
+    def prog(ctx):
+        g = ctx.new_group([0, 1], "dp")
+        opt = Zero1Adam(ctx, g, {"w": ctx.asarray(w, "float32"), "b": ctx.asarray([[1.0]], "float32")})
+        grads = {"w": ctx.asarray([1.0, -2.0, 3.0, -1.0, 0.5], "float32") * (ctx.rank + 1),
+                 "b": ctx.asarray([[-1.0]], "float32")}
+        new, sq = opt.step(grads)
+        return new, sq, opt.state_elements
+
+    res = parasim.run(prog, world=2)
+    # Adam's first step is m_hat / sqrt(v_hat) = g / |g|: each weight moves by lr (1e-3 by default)
+    # against the sign of its gradient summed over the two ranks
+    for new, sq, state in res.values:
+        assert new["w"].dtype == np.float32 and new["w"].shape == (5,) and new["b"].shape == (1, 1)
+        assert np.allclose(new["w"], w - 1e-3 * np.array([1, -1, 1, -1, 1]), atol=1e-6)
+        assert np.allclose(new["b"], [[1.0 + 1e-3]], atol=1e-6)
+        assert state == 3 * 3  # 6 values padded to 2 shares of 3: master, m and v of one share
+    # the summed gradient is 3x rank 0's; the flat buffer (keys sorted: b, w) is [b, w0..w4], split 3 + 3
+    assert res.values[0][1] == pytest.approx({"b": 4.0, "w": 9 * (1 + 4)})
+    assert res.values[1][1] == pytest.approx({"w": 9 * (9 + 1 + 0.25), "b": 0.0})
+    assert [(e.op, e.label) for e in res.trace.events] == [
+        ("reduce_scatter", "zero-1: reduce-scatter the gradients"), ("all_gather", "zero-1: all-gather the updated weights")]

@@ -110,6 +110,15 @@ def test_order_equals_torch_drawn(schedule, pp, m, v):
         _compare(schedule, pp, m, v)
 
 
+@pytest.mark.parametrize("schedule, pp, m, v", [("zbv", 4, 8, 2), ("dualpipev", 3, 6, 2), ("interleaved", 4, 8, 3)])
+def test_each_action_names_its_rank_chunk(schedule, pp, m, v):
+    """The chunk index is the stage's place among the rank's stages: V shapes hold stage r going down and
+    2p-1-r coming up; interleaving holds r, r+p, r+2p, ..."""
+    for r, acts in enumerate(generate(schedule, pp, m, v)):
+        stages = [r, 2 * pp - 1 - r] if schedule != "interleaved" else [r + c * pp for c in range(v)]
+        assert {(a.stage, a.chunk) for a in acts} == {(s, c) for c, s in enumerate(stages)}
+
+
 def test_interleaved_bubble():
     t = simulate(generate("interleaved", 4, 4, 2))
     assert t.bubble == Fraction(3, 11) and t.idle == [6] * 4  # the post's 3/7 -> 3/11 with v = 2

@@ -8,6 +8,7 @@ all-gather), 1/n of the optimizer state per rank.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from ..comm.interface import Group
@@ -20,7 +21,7 @@ class Zero1Adam:
         self.ctx, self.group, self.lr, self.betas, self.eps, self.name = ctx, group, lr, betas, eps, name
         self.keys = sorted(params)  # one fixed order on every rank: the flat buffer lines up
         self.shapes = {k: tuple(params[k].shape) for k in self.keys}
-        self.sizes = {k: int(xp.reshape(params[k], (-1,)).shape[0]) for k in self.keys}
+        self.sizes = {k: prod(self.shapes[k]) for k in self.keys}
         total = sum(self.sizes.values())
         n = group.size
         self.padded = total + (-total) % n  # equal shares, as ZeRO pads its flat buffers
@@ -29,8 +30,8 @@ class Zero1Adam:
         self.lo, self.hi = me * share, (me + 1) * share
         flat = self._flat(params)
         self.master = flat[self.lo:self.hi]  # this rank's share of the weights, the optimizer's copy
-        self.m = xp.zeros(self.master.shape, dtype=self.master.dtype)
-        self.v = xp.zeros(self.master.shape, dtype=self.master.dtype)
+        self.m = xp.zeros_like(self.master)
+        self.v = xp.zeros_like(self.master)
         self.t = 0
 
     @property

@@ -12,8 +12,8 @@ from .action import Action, Schedule
 class _Ops:
     """One rank's action list, counting micro-batches per (stage, kind)."""
 
-    def __init__(self, pp: int, r: int, m: int) -> None:
-        self.down, self.up, self.m = r, 2 * pp - 1 - r, m
+    def __init__(self, pp: int, r: int) -> None:
+        self.down, self.up = r, 2 * pp - 1 - r
         self.acts: list[Action] = []
         self.count: dict[tuple[int, str], int] = {}
         self.weights: list[tuple[int, int]] = []  # deferred weight passes, oldest first
@@ -26,12 +26,16 @@ class _Ops:
             self.count[(stage, "W")] = self.count.get((stage, "W"), 0) + 1
         elif kind == "I":
             self.weights.append((stage, mb))
+        self.put(kind, mb, stage)
+
+    def put(self, kind: str, mb: int, stage: int) -> None:
+        """Append one action; its chunk follows from the stage (0 on the way down, 1 on the way up)."""
         self.acts.append(Action(kind, mb, stage, 0 if stage == self.down else 1))
 
     def weight(self) -> None:
         if self.weights:
             stage, mb = self.weights.pop(0)
-            self.acts.append(Action("W", mb, stage, 0 if stage == self.down else 1))
+            self.put("W", mb, stage)
 
 
 def zbv(pp: int, m: int) -> Schedule:
@@ -43,34 +47,44 @@ def zbv(pp: int, m: int) -> Schedule:
     out = []
     n = max(2 * pp - 1, m)
     for r in range(pp):
-        o = _Ops(pp, r, m)
+        o = _Ops(pp, r)
         f0 = f1 = 0
         for _ in range(2 * (pp - r) - 1):
-            o.acts.append(Action("F", f0, o.down, 0))
+            o.put("F", f0, o.down)
             f0 += 1
         for _ in range(r):
-            o.acts += [Action("F", f1, o.up, 1), Action("F", f0, o.down, 0)]
+            o.put("F", f1, o.up)
+            o.put("F", f0, o.down)
             f0, f1 = f0 + 1, f1 + 1
         b0 = b1 = 0
         for _ in range(pp - r):
-            o.acts += [Action("F", f1, o.up, 1), Action("I", b1, o.up, 1), Action("W", b1, o.up, 1)]
+            o.put("F", f1, o.up)
+            o.put("I", b1, o.up)
+            o.put("W", b1, o.up)
             f1, b1 = f1 + 1, b1 + 1
         while f1 < f0 or f0 < n:
             if f0 < n:
-                o.acts.append(Action("F", f0, o.down, 0))
+                o.put("F", f0, o.down)
                 f0 += 1
-            o.acts += [Action("I", b0, o.down, 0), Action("W", b0, o.down, 0), Action("F", f1, o.up, 1),
-                       Action("I", b1, o.up, 1), Action("W", b1, o.up, 1)]
+            o.put("I", b0, o.down)
+            o.put("W", b0, o.down)
+            o.put("F", f1, o.up)
+            o.put("I", b1, o.up)
+            o.put("W", b1, o.up)
             b0, b1, f1 = b0 + 1, b1 + 1, f1 + 1
         w0, w1 = b0, b1
         for _ in range(r):
-            o.acts += [Action("I", b0, o.down, 0), Action("I", b1, o.up, 1)]
+            o.put("I", b0, o.down)
+            o.put("I", b1, o.up)
             b0, b1 = b0 + 1, b1 + 1
         for _ in range(pp - r):
-            o.acts += [Action("I", b0, o.down, 0), Action("W", w0, o.down, 0)]
+            o.put("I", b0, o.down)
+            o.put("W", w0, o.down)
             b0, w0 = b0 + 1, w0 + 1
-        o.acts += [Action("W", k, o.up, 1) for k in range(w1, b1)]
-        o.acts += [Action("W", k, o.down, 0) for k in range(w0, b0)]
+        for k in range(w1, b1):
+            o.put("W", k, o.up)
+        for k in range(w0, b0):
+            o.put("W", k, o.down)
         out.append([a for a in o.acts if a.mb < m])
     return out
 
@@ -85,7 +99,7 @@ def dualpipev(pp: int, m: int) -> Schedule:
     8. the deferred weight passes."""
     out = []
     for r in range(pp):
-        o = _Ops(pp, r, m)
+        o = _Ops(pp, r)
         down, up = o.down, o.up
         for _ in range(2 * (pp - r - 1)):
             o.add(down, "F")
