@@ -122,10 +122,10 @@ class Layout:
         if m.kv_heads is not None:
             if m.heads is not None and m.heads % m.kv_heads:
                 raise LayoutError(f"heads {m.heads} do not divide by kv-heads {m.kv_heads}")
-            if m.kv_heads >= self.tp and m.kv_heads % self.tp:
-                raise LayoutError(f"kv-heads {m.kv_heads} do not divide by tp {self.tp}")
-            if m.kv_heads < self.tp and self.tp % m.kv_heads:
-                raise LayoutError(f"tp {self.tp} does not divide by kv-heads {m.kv_heads}: each kv head is "
+            # a rank holds whole kv heads (kv-heads >= tp), or each kv head sits on tp/kv-heads ranks
+            if m.kv_heads % self.tp and self.tp % m.kv_heads:
+                raise LayoutError(f"kv-heads {m.kv_heads} do not divide by tp {self.tp}" if m.kv_heads > self.tp
+                                  else f"tp {self.tp} does not divide by kv-heads {m.kv_heads}: each kv head is "
                                   "replicated on tp/kv-heads ranks, which must be whole")
         if m.experts is not None and m.experts % self.ep:
             raise LayoutError(f"experts {m.experts} do not divide by ep {self.ep}")

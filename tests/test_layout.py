@@ -105,6 +105,7 @@ def test_presets_equal_megatron_cores(name):
     (dict(pp=4, model=Model(layers=30)), "layers 30 do not divide by pp 4"),
     (dict(cp=2, model=Model(seq=6)), "does not divide by 2*cp = 4"),
     (dict(tp=2, model=Model(experts=4)), "needs sequence parallelism"),
+    (dict(tp=2, model=Model(experts=2)), "needs sequence parallelism"),
 ])
 def test_each_rule_names_itself(kwargs, rule):
     with pytest.raises(LayoutError, match=rule.replace("*", r"\*")):
@@ -113,6 +114,11 @@ def test_each_rule_names_itself(kwargs, rule):
 
 def test_valid_model_rules_pass():
     Layout(tp=8, model=Model(heads=32, kv_heads=4))  # each kv head on two ranks
+    Layout(tp=2, model=Model(heads=8, kv_heads=4))  # two whole kv heads per rank
+    Layout(tp=4, model=Model(heads=8, kv_heads=4))  # one each
+    Layout(cp=1, model=Model(seq=7))  # no CP: any length
+    Layout(tp=2, model=Model(experts=1))  # one expert is a dense MLP: no SP needed
+    Layout(model=Model(experts=4))  # MoE without TP needs no SP
     Layout(tp=2, cp=2, sp=True, zigzag=False, model=Model(seq=6, experts=4))
     assert all(isinstance(layout, Layout) for _, layout in PRESETS.values())
 

@@ -164,6 +164,16 @@ def test_cli():
     assert data["bubble"] == "3/11" and data["chunks"] == 2 and data["slots"][0][4] == "f1"
 
 
+def test_cli_json_of_the_smallest_1f1b():
+    from conftest import cli
+    data = json.loads(cli("schedule", "--schedule", "1f1b", "--pp", "2", "--microbatches", "2", "--json").stdout)
+    # p = m = 2: bubble (p-1)/(m+p-1) = 1/3, 2(p-1) = 2 idle slots per rank, rank 0 holds both micro-batches
+    assert data == {"schedule": "1f1b", "pp": 2, "microbatches": 2, "chunks": 1,
+                    "slots": [["F1", "F2", None, "B1", None, "B2"], [None, "F1", "B1", "F2", "B2", None]],
+                    "bubble": "1/3", "bubble_fraction": pytest.approx(1 / 3), "peak_activations": [2, 1],
+                    "makespan": 6, "idle": [2, 2]}
+
+
 def test_plot_two_chunks(tmp_path):
     from parasim.pipeline.plot import plot_slots
     out = tmp_path / "dualpipev.png"
