@@ -23,13 +23,14 @@ def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.nda
     return rng.normal(shape, std=std)
 
 
-def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int):
+def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int, dtype: str = "float64"):
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
         t = TPContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
-        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
-        x = ctx.shared_rng("x").normal((s, b, shape.hidden))
-        dy = ctx.shared_rng("dy").normal((s, b, shape.hidden))
+        weights = {k: None if w is None else w.astype(dtype) for k, w in layer_weights(ctx, shape, "L0").items()}
+        layer = TransformerLayer(t, shape, weights, key="L0")
+        x = ctx.shared_rng("x").normal((s, b, shape.hidden), dtype)
+        dy = ctx.shared_rng("dy").normal((s, b, shape.hidden), dtype)
         if sp:
             x, dy = t.shard(x, 0), t.shard(dy, 0)
         saved = Saved()

@@ -4,9 +4,11 @@ import numpy as np
 import pytest
 
 import parasim
+from layer_check import run_parallel
 from parasim.nn import Saved, TPContext
 from parasim.nn.core import Partial, Replicate, Shard
 from parasim.nn.embedding import VocabParallelEmbedding, _owned
+from parasim.nn.layer import LayerShape
 
 
 def test_placements_name_themselves():
@@ -71,3 +73,14 @@ def test_zero1_first_step_moves_each_weight_by_lr_against_its_summed_gradient():
     assert res.values[1][1] == pytest.approx({"w": 9 * (9 + 1 + 0.25), "b": 0.0})
     assert [(e.op, e.label) for e in res.trace.events] == [
         ("reduce_scatter", "zero-1: reduce-scatter the gradients"), ("all_gather", "zero-1: all-gather the updated weights")]
+
+
+@pytest.mark.parametrize("shape", [
+    LayerShape(hidden=8, heads=2, kv_heads=1, dropout=0.2, act="relu", norm="rmsnorm"),
+    LayerShape(hidden=8, heads=2, dropout=0.2, experts=4, top_k=2)])
+def test_a_float32_layer_stays_float32(shape):
+    """Nothing inside a layer may fall back to float64 (numpy's default): real runs train in 16 or 32 bits."""
+    res = run_parallel(shape, 2, True, 4, 2, dtype="float32")
+    for v in res.values:
+        assert v["y"].dtype == v["dx"].dtype == np.float32
+        assert {k: g.dtype for k, g in v["grads"].items()} == {k: np.float32 for k in v["grads"]}

@@ -82,7 +82,7 @@ class ParallelAttention:
 
     def _mask(self, probs: Any) -> Any:
         b, _, s, _ = probs.shape
-        return dropout_mask(self.tp, f"{self.key}.probs", (b, self.heads, s, s), self.p,
+        return dropout_mask(self.tp, f"{self.key}.probs", (b, self.heads, s, s), self.p, probs.dtype,
                             (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
 
     def _ring(self):

@@ -7,11 +7,11 @@ from typing import Any
 from .core import Saved, TPContext
 
 
-def dropout_mask(tp: TPContext, key: str, shape: tuple[int, ...], p: float, index: tuple = ()) -> Any:
-    """The keep-mask (1.0 kept, 0.0 dropped) of the whole `shape`, sliced by `index` for this rank."""
+def dropout_mask(tp: TPContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
+    """The keep-mask (1 kept, 0 dropped) of the whole `shape` in `dtype` (the masked tensor's: a float64
+    mask would promote a float32 layer), sliced by `index` for this rank."""
     keep = tp.ctx.shared_rng(key).uniform(shape) >= p
-    mask = tp.xp.astype(keep, tp.xp.float64) if hasattr(tp.xp, "astype") else keep * 1.0
-    return mask[index] if index else mask
+    return tp.xp.astype(keep, dtype)[index]  # index () is the whole mask
 
 
 class Dropout:
@@ -22,7 +22,7 @@ class Dropout:
         """`full_shape`: the tensor's shape on one device; `index`: this rank's slice of it."""
         if self.p == 0:
             return x, None
-        mask = dropout_mask(self.tp, self.key, full_shape, self.p, index)
+        mask = dropout_mask(self.tp, self.key, full_shape, self.p, x.dtype, index)
         saved.keep(self.name, "mask", mask, unit=1)
         return x * mask / (1.0 - self.p), mask
 

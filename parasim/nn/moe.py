@@ -85,7 +85,7 @@ class MoE:
     def _experts_forward(self, xs: Any, ws: Any, saved: Saved) -> tuple[Any, list]:
         xp = self.tp.xp
         act = ACTIVATIONS[self.act][0]
-        out = xp.zeros(xs.shape, dtype=xs.dtype)
+        out = xp.zeros_like(xs)
         caches = []
         for j, e in enumerate(self.experts):
             idx = [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
@@ -111,8 +111,8 @@ class MoE:
         dtok = xp.reshape(dy, (-1, h))
         outgoing = [_take(xp, dtok, rows[d]) for d in range(self.p)]
         dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
-        dxs = xp.zeros(xs.shape, dtype=xs.dtype)
-        dws = xp.zeros(ws.shape, dtype=ws.dtype)
+        dxs = xp.zeros_like(xs)
+        dws = xp.zeros_like(ws)
         for j, c in enumerate(expert_caches):
             if c is not None:
                 dxj, dgj = self._expert_backward(j, c, dout)
