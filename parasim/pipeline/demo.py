@@ -43,7 +43,7 @@ class LayersStage:
 
 
 def _layers(ctx: Any, first: int, count: int) -> list:
-    tp = TPContext(ctx, None)
+    tp = TPContext(ctx)  # no TP: each stage's layers are whole
     return [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"L{i}")
             for i in range(first, first + count)]
 

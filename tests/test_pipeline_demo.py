@@ -1,0 +1,48 @@
+"""The pipeline lessons' shared program, piece by piece: the optimizer step and gradient fingerprint by
+hand (the lessons compare a split run with an unsplit one through these same functions, so a slip in
+them would cancel out there), and what pipeline_run records."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import parasim
+from parasim.pipeline.demo import _grad_sq, pipeline_run, sgd_step
+
+
+class _Layer:
+    def __init__(self):
+        self.weights = {"a": np.array([1.0, 2.0]), "b": np.array([[3.0]])}
+        self.grads = {"a": np.array([10.0, -20.0]), "b": np.array([[5.0]])}
+
+    def params(self):
+        return self.weights
+
+    def load(self, new):
+        self.weights = new
+
+
+def test_sgd_step_and_grad_fingerprint_by_hand():
+    ctx, layer = SimpleNamespace(xp=np), _Layer()
+    assert _grad_sq(ctx, layer) == 100 + 400 + 25
+    # w - lr * g with lr = 0.01: a -> [0.9, 2.2], b -> [[2.95]]; the fingerprint is their sum of squares
+    assert sgd_step(ctx, layer) == pytest.approx(0.81 + 4.84 + 2.95 ** 2)
+    assert layer.weights["a"].tolist() == pytest.approx([0.9, 2.2]) and layer.weights["b"][0, 0] == pytest.approx(2.95)
+    assert sgd_step(ctx, _Layer(), lr=1.0) == pytest.approx(81 + 484 + 4)
+
+
+def test_pipeline_run_records_slots_phases_and_its_group():
+    res = parasim.run(lambda ctx: pipeline_run(ctx, "gpipe", 2), 2)
+    assert [v["slots"] for v in res.values] == [["F1", "F2", None, None, "B2", "B1"],
+                                                [None, "F1", "F2", "B2", "B1", None]]
+    assert {e.group.name for e in res.trace.events} == {"pp"} and len(res.trace.events) == 4  # 2 acts + 2 grads
+    assert [(m.rank, m.text) for m in res.trace.marks if m.kind == "phase"] == [
+        (0, "the schedule"), (0, "running it"), (1, "the schedule"), (1, "running it")]
+    assert [v["has_loss"] for v in res.values] == [False, True]
+
+
+def test_pipeline_run_passes_chunks_and_costs_on():
+    three = parasim.run(lambda ctx: pipeline_run(ctx, "interleaved", 4, 3), 2).values[0]["slots"]
+    assert "F1:3" in three and len(three) == 26  # a third chunk per rank, named chunk 3
+    slow_b = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", 2, costs={"B": 2}), 2).values[0]
+    assert slow_b["slots"] == ["F1", "F2", None, None, "B1", "B1", None, "B2", "B2"] and slow_b["makespan"] == 9
