@@ -115,3 +115,16 @@ def test_moe_transformer_layer(tp, n_exp, k):
     if tp > 1:
         ops = [e.op for e in res.trace.events]
         assert ops.count("all_to_all") == 4  # dispatch and combine, forward and backward
+
+
+def test_moe_backward_under_tp_needs_sp_and_one_rank_sends_nothing():
+    """Without SP every TP rank holds every token: the experts would see each one t times, and their
+    gradients come out t times too large while the output still looks right (the moe-sp lesson shows that
+    forward). Backward refuses."""
+    from layer_check import run_parallel
+    from parasim.layout import LayoutError
+    from parasim.nn.layer import LayerShape
+    shape = LayerShape(hidden=8, heads=4, ffn=12, experts=4, top_k=2)
+    with pytest.raises(LayoutError, match="needs sequence parallelism"):
+        run_parallel(shape, 2, False, 8, 2)
+    assert run_parallel(shape, 1, True, 8, 2).trace.events == []  # SP on one rank: nothing to split or sum

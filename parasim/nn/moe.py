@@ -106,6 +106,11 @@ class MoE:
     # -- backward ------------------------------------------------------------------------------------
     def backward(self, cache: tuple, dy: Any) -> Any:
         tp, xp = self.tp, self.tp.xp
+        if tp.t > 1 and not tp.sp and self.ep is not None and len(set(self.ep.ranks) & set(tp.group.ranks)) > 1:
+            # forward is right (each copy comes home), the expert gradients would not be: Megatron's rule
+            raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.t} needs sequence "
+                              "parallelism for backward: without it those ranks route the same tokens and the "
+                              "experts' gradients count each token more than once")
         shape, tokens, pick, gates, rows, sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
