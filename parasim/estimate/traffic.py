@@ -44,11 +44,14 @@ def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:
         out[key] = out.get(key, 0.0) + nbytes
 
 
+RING_PASSES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}  # an all-reduce is both in turn
+
+
 def ring(op: str, nbytes: float, t: int) -> float:
     """Bytes one rank sends in a ring collective over t ranks on an nbytes buffer."""
     if t <= 1:
         return 0.0
-    return (2.0 if op == "all_reduce" else 1.0) * (t - 1) / t * nbytes
+    return RING_PASSES[op] * (t - 1) / t * nbytes  # an unknown op is a KeyError, not a silent 1
 
 
 def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,
