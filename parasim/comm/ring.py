@@ -56,7 +56,7 @@ def ring_all_reduce(inputs: list[np.ndarray], ranks: tuple[int, ...], reduce: Re
     _reduce_scatter_hops(bufs, ranks, reduce, keep, hops)
     if scale is not None:
         for i in range(t):
-            bufs[i][i] = (bufs[i][i] / scale).astype(inputs[0].dtype, copy=False)
+            bufs[i][i] = (bufs[i][i] / scale).astype(inputs[0].dtype)
     _all_gather_hops(bufs, ranks, keep, hops)
     return [np.concatenate(b).reshape(shape) for b in bufs], hops
 
@@ -69,14 +69,16 @@ def ring_reduce_scatter(inputs: list[np.ndarray], ranks: tuple[int, ...], dim: i
     _reduce_scatter_hops(bufs, ranks, reduce, keep, hops)
     outs = [bufs[i][i] for i in range(t)]
     if scale is not None:
-        outs = [(o / scale).astype(inputs[0].dtype, copy=False) for o in outs]
+        outs = [(o / scale).astype(inputs[0].dtype) for o in outs]
     return outs, hops
 
 
 def ring_all_gather(inputs: list[np.ndarray], ranks: tuple[int, ...], dim: int,
                     keep: int) -> tuple[list[np.ndarray], list[dict]]:
     t = len(inputs)
-    bufs = [[inputs[i].copy() if j == i else None for j in range(t)] for i in range(t)]
+    bufs: list[list] = [[None] * t for _ in range(t)]  # member i starts with only its own chunk
+    for i in range(t):
+        bufs[i][i] = inputs[i].copy()
     hops: list[dict] = []
-    _all_gather_hops(bufs, ranks, keep, hops)  # type: ignore[arg-type]
+    _all_gather_hops(bufs, ranks, keep, hops)
     return [np.concatenate(b, axis=dim) for b in bufs], hops

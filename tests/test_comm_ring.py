@@ -1,0 +1,37 @@
+"""The ring algorithm's hops on two and three members, worked out by hand: who sends which chunk, its
+bytes and (when kept) its values."""
+import numpy as np
+
+from parasim.comm.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+
+
+def _add(a, b):
+    return a + b
+
+
+def test_reduce_scatter_on_two_members():
+    x0, x1 = np.array([1.0, 2.0]), np.array([10.0, 20.0])
+    outs, hops = ring_reduce_scatter([x0, x1], (4, 7), 0, _add, None, 64)
+    assert [o.tolist() for o in outs] == [[11.0], [22.0]]
+    # one hop: member i passes chunk i-1 on; ranks are named by the group's global ranks
+    assert hops == [{"phase": "reduce-scatter", "hop": 0, "transfers": [
+        {"src": 4, "dst": 7, "chunk": 1, "bytes": 8, "value": [2.0]},
+        {"src": 7, "dst": 4, "chunk": 0, "bytes": 8, "value": [10.0]}]}]
+    avg, hops = ring_reduce_scatter([x0.astype(np.float32), x1.astype(np.float32)], (0, 1), 0, _add, 2.0, 0)
+    assert [o.tolist() for o in avg] == [[5.5], [11.0]] and avg[0].dtype == np.float32
+    assert [t["value"] for t in hops[0]["transfers"]] == [None, None]  # keep 0: values not recorded
+
+
+def test_all_gather_on_three_members():
+    outs, hops = ring_all_gather([np.array([1.0]), np.array([2.0]), np.array([3.0])], (0, 1, 2), 0, 1)
+    assert [o.tolist() for o in outs] == [[1.0, 2.0, 3.0]] * 3
+    # hop k: member i passes chunk i-k on
+    assert [[(t["src"], t["dst"], t["chunk"], t["value"]) for t in h["transfers"]] for h in hops] == [
+        [(0, 1, 0, [1.0]), (1, 2, 1, [2.0]), (2, 0, 2, [3.0])],
+        [(0, 1, 2, [3.0]), (1, 2, 0, [1.0]), (2, 0, 1, [2.0])]]
+
+
+def test_all_reduce_average_keeps_the_dtype():
+    outs, hops = ring_all_reduce([np.float32([1, 2]), np.float32([3, 4])], (0, 1), _add, 2.0, 0)
+    assert [o.tolist() for o in outs] == [[2.0, 3.0]] * 2 and outs[1].dtype == np.float32
+    assert [h["phase"] for h in hops] == ["reduce-scatter", "all-gather"]
