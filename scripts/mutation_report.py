@@ -3,7 +3,7 @@ listed (with the reason each changes nothing observable) in docs/mutation-equiva
 
 score = killed / (checked - equivalent); a timeout counts as killed (the mutant hangs where the code
 does not). Prints a Markdown table for docs/testing.md, then every surviving mutant not listed as
-equivalent, which is work left to do."""
+equivalent, which is work left to do. With --survivors: only their names, one per line."""
 from __future__ import annotations
 
 import json
@@ -47,6 +47,9 @@ def main() -> int:
             else:
                 r["other"] += 1
                 left.append(f"{name} (exit {code})")
+    if "--survivors" in sys.argv:  # names only, for `mutmut run NAME...` after new tests
+        print("\n".join(x.split()[0] for x in left))
+        return 0
     cols = ["mutants", "not run", "killed", "equivalent", "survived"]
     print("| module | " + " | ".join(cols) + " | score |")
     print("|---" * (len(cols) + 2) + "|")
