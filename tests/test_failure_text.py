@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim import CollectiveMismatch, RankFailed
+from parasim import CollectiveMismatch, Deadlock, RankFailed
 from parasim.comm.interface import ALL_TO_ALL, BARRIER, describe, describe_p2p
 
 
@@ -82,3 +82,17 @@ def test_describe_names_every_parameter():
         "all_gather(shape=(2, 3), dtype=float64, dim=1, algo=ring)"
     assert describe_p2p(True, 3, [4], np.float16) == "send(shape=(4,), dtype=float16) to rank 3"
     assert describe_p2p(False, 0, (), np.float64) == "recv(shape=(), dtype=float64) from rank 0"
+
+
+@pytest.mark.timeout(60)
+def test_a_deadlock_lists_every_rank():
+    def prog(ctx):
+        if ctx.rank != 1:
+            ctx.comm.all_reduce(ctx.asarray([1.0]))  # skipped by rank 1
+
+    with pytest.raises(Deadlock) as info:
+        parasim.run(prog, world=3)
+    waits = ("waits in all_reduce(shape=(1,), dtype=float64, op=sum, algo=direct) on group world[0, 1, 2] "
+             f"(call #0 on it) at {_at('skipped by rank 1')}; arrived [0, 2], missing [1]")
+    assert str(info.value).splitlines() == ["every unfinished rank is waiting and none can go on:",
+                                            f"  rank 0: {waits}", "  rank 1: finished", f"  rank 2: {waits}"]
