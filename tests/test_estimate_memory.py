@@ -194,10 +194,18 @@ PP = {"weights": (800, 0, 0), "gradients": (800, 0, 0), "optimizer": (4800, 0, 0
     (Plan(pp=4, microbatches=8, flash=False), 1,
      {**PP, "activations": (0, 272, 10), "in-flight micro-batches": (0, 2 * 272, 2 * 10)}),
     (Plan(pp=4, microbatches=2), 0, {**PP, "activations": (0, 272, 0), "in-flight micro-batches": (0, 272, 0)}),
+    # micro-batch 2: 2 tokens per unit of s on the 2 layers (272 and scores 10 each), and one more in flight
+    (Plan(pp=2, micro_batch=2, flash=False), 0,
+     {**TP2, "activations": (0, 2 * 2 * 272, 2 * 2 * 10), "in-flight micro-batches": (0, 2 * 2 * 272, 2 * 2 * 10)}),
     (Plan(pp=4, microbatches=8), 3, {**PP, "activations": (0, 272, 0), "logits": (0, 40, 0)}),
 ])
 def test_dense_items(plan, stage, want):
     assert_items(D, plan, stage, want)
+
+
+def test_swiglu_layers_keep_a_third_mlp_input():
+    gated = ModelSpec("g", layers=4, hidden=8, heads=2, vocab=10, params=1600, gated=True)
+    assert float(items(gated, Plan(), 0)["activations"][1]) == 4 * (272 + 2 * 32)  # + 2 bytes x ffn per layer
 
 
 # MOE per token: dense layers 34h = 136; MoE layers LN 16 + attention 40 + MLP 2*(4 + 2*(4 + 16) + 16) = 120
@@ -211,9 +219,10 @@ MOE_ONE = {"weights": (2560, 0, 0), "gradients": (2560, 0, 0), "optimizer": (153
     (Plan(recompute="full", flash=False),
      {**MOE_ONE, "activations": (0, 4 * 8, 0), "recompute working set": (0, 2 * 184, 2 * 10), "logits": (0, 32, 0)}),
     # TP 2 + SP, ETP 2: dense 136/2 = 68; MoE LN 8 + attention 20 + MLP 2*(2 + 2*(4 + 8)/2 + 8) = 44 + masks
-    # 4 = 76; every parameter split in 2 (experts over ETP)
-    (Plan(tp=2, sp=True, etp=2), {"weights": (1280, 0, 0), "gradients": (1280, 0, 0), "optimizer": (7680, 0, 0),
-                                  "activations": (0, 2 * 68 + 2 * 76, 0), "logits": (0, 16, 0)}),
+    # 4 = 76; every parameter split in 2 (experts over ETP); scores 1 local head x 5 bytes on all 4 layers
+    (Plan(tp=2, sp=True, etp=2, flash=False),
+     {"weights": (1280, 0, 0), "gradients": (1280, 0, 0), "optimizer": (7680, 0, 0),
+      "activations": (0, 2 * 68 + 2 * 76, 4 * 5), "logits": (0, 16, 0)}),
 ])
 def test_moe_items(plan, want):
     plan.check(MOE)
