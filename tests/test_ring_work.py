@@ -1,0 +1,66 @@
+"""Ring attention's bookkeeping worked out by hand: the blocks, flops and K/V owners of each ring step,
+the labels and dtypes of its hops, and the sizes its splits accept."""
+from collections import Counter
+
+import pytest
+
+import parasim
+from parasim.nn.ring import RingAttention, positions
+
+B, HEADS, D = 2, 3, 5
+
+
+def _run(seq: int, dtype: str = "float64"):
+    def program(ctx):
+        ring = RingAttention(ctx, ctx.new_group(range(2), "cp"), seq)  # the defaults: contiguous, causal
+        x = ctx.xp.take(ctx.shared_rng("x").normal((B, HEADS, seq, D)), ctx.xp.asarray(ring.pos[ring.r]), axis=2)
+        x = x.astype(dtype)
+        out, cache = ring.forward(x, x, x)
+        ring.backward(cache, out)
+        return ring.work
+    return parasim.run(program, 2)
+
+
+def test_contiguous_causal_work_by_hand():
+    """cp = 2, 8 tokens: the fine split has 4 chunks of 2. Rank 0 holds chunks {0, 1}: against its own
+    keys a half diagonal, a full block and another half diagonal (2 blocks); rank 1's keys all come later
+    (skipped). Rank 1 holds {2, 3}: 2 blocks on its own keys, then all 4 blocks of rank 0's. A block is
+    4*b*heads*2*2*d = 480 flops (QK^T and PV, two flops per multiply-add)."""
+    res = _run(8)
+    w0, w1 = res.values
+    assert (w0.steps, w0.held, w0.blocks, w0.skipped, w0.flops) == ([2.0, 0.0], [0, 1], 2.0, 1, 960.0)
+    assert (w1.steps, w1.held, w1.blocks, w1.skipped, w1.flops) == ([2.0, 4.0], [1, 0], 6.0, 0, 2880.0)
+    attend = [(e.members[0].rank, e.params["flops"]) for e in res.trace.events if e.kind == "compute"]
+    assert sorted(attend) == [(0, 0), (0, 960.0), (1, 960.0), (1, 1920.0)]
+
+
+def test_uneven_fine_split_counts_in_cp_chunks():
+    """6 tokens do not split 4 ways, so blocks are counted in the cp-way chunks of 3: rank 0 does half its
+    diagonal; rank 1 half its own and all of rank 0's block, 4*2*3*3*3*5 = 1080 flops a block."""
+    w0, w1 = _run(6).values
+    assert (w0.steps, w0.flops) == ([0.5, 0.0], 540.0)
+    assert (w1.steps, w1.flops) == ([0.5, 1.0], 1620.0)
+
+
+def test_every_hop_is_labelled_and_typed():
+    """Forward: one K/V pass; backward: K/V with dK/dV passed on, then dK/dV brought home. A float32 run
+    receives float32."""
+    res = _run(8, "float32")
+    p2p = [e for e in res.trace.events if e.kind == "p2p"]
+    counts = Counter(e.label for e in p2p)  # one send per tensor and direction
+    assert counts == {"ring: pass K/V on": 4, "ring backward: pass K/V and dK/dV on": 8,
+                      "ring backward: dK/dV home": 4}
+    assert list(counts) == list(dict.fromkeys(e.label for e in p2p))  # in this order
+    assert {t.dtype for e in p2p for m in e.members for t in m.outs} == {"float32"}
+
+
+@pytest.mark.parametrize("split, seq, cp, ok", [("zigzag", 6, 2, False), ("zigzag", 8, 2, True),
+                                                ("contiguous", 6, 2, True), ("contiguous", 7, 2, False)])
+def test_split_sizes(split, seq, cp, ok):
+    """Zigzag cuts the sequence into 2*cp chunks, contiguous into cp."""
+    if ok:
+        assert sorted(sum((positions(split, seq, cp, r) for r in range(cp)), [])) == list(range(seq))
+    else:
+        with pytest.raises(ValueError, match=f"sequence {seq} does not divide by "
+                                             + ("2\\*cp" if split == "zigzag" else "cp$")):
+            positions(split, seq, cp, 0)
