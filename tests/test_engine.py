@@ -209,6 +209,7 @@ def _solo(call):
     (_solo(lambda ctx, g: ctx.comm.barrier(group=g)), "barrier: rank 1 is not a member of group solo[0]"),
     (_solo(lambda ctx, g: ctx.comm.recv(0, (1,), "float64", group=ctx.new_group([1], "one"))),
      "recv from rank 0: not a member of group one[1]"),
+    (lambda ctx: ctx.comm.recv(1 - ctx.rank, (1,), None), "recv from rank 1: no dtype given"),
 ])
 def test_bad_arguments_are_clear_errors(prog, message):
     with pytest.raises(CollectiveError) as info:

@@ -46,3 +46,18 @@ def test_pipeline_run_passes_chunks_and_costs_on():
     assert "F1:3" in three and len(three) == 26  # a third chunk per rank, named chunk 3
     slow_b = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", 2, costs={"B": 2}), 2).values[0]
     assert slow_b["slots"] == ["F1", "F2", None, None, "B1", "B1", None, "B2", "B2"] and slow_b["makespan"] == 9
+
+
+def test_pipeline_run_times_its_transfers_with_the_costs_given():
+    """1F1B, 2 stages, 2 micro-batches, a forward costing 2 and a backward 4. Rank 0: F1 [0, 2), F2 [2, 4);
+    rank 1: F1 [2, 4), B1 [4, 8), F2 [8, 10), B2 [10, 14); rank 0 then B1 [8, 12), B2 [14, 18). Each result
+    leaves when its pass ends: activations at 2 and 4, gradients at 8 and 14 (unit costs would give other
+    slots). What is received is float64, like the data."""
+    costs = {"F": 2, "B": 4, "I": 2, "W": 2}
+    res = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", 2, costs=costs), 2)
+    assert res.values[0]["slots"] == ["F1", "F1", "F2", "F2", None, None, None, None, "B1", "B1", "B1", "B1",
+                                      None, None, "B2", "B2", "B2", "B2"]
+    labels = sorted({e.label for e in res.trace.events})  # an event carries its sender's words
+    assert labels == ["slot 14: send gradient 2 (stage 2 -> 1)", "slot 2: send activation 1 (stage 1 -> 2)",
+                      "slot 4: send activation 2 (stage 1 -> 2)", "slot 8: send gradient 1 (stage 2 -> 1)"]
+    assert {t.dtype for e in res.trace.events for m in e.members for t in m.outs} == {"float64"}

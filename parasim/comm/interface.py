@@ -180,6 +180,14 @@ def check_peer(peer: Any, rank: int, group: Group, what: str) -> int:
     return int(peer)
 
 
+def recv_dtype(o: Recv, peer: int) -> str:
+    """The dtype name a receive allocates. Missing is an error, not float64: numpy and torch would each
+    fill in a default of their own, and a real backend cannot learn it from data that has not arrived."""
+    if o.dtype is None:
+        raise CollectiveError(f"recv from rank {peer}: no dtype given (the buffer is allocated before data arrives)")
+    return dtype_name(o.dtype)
+
+
 def chunk_sizes(n: int, t: int) -> list[int]:
     """How the ring splits n elements into t chunks (the first n % t chunks one larger)."""
     base, extra = divmod(n, t)

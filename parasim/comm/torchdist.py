@@ -21,7 +21,7 @@ from ..errors import CollectiveError, CollectiveMismatch, Deadlock
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
                         Group, Recv, Send, broadcast_bytes, call_site, check_algo, check_divisible, check_peer,
                         check_reduce_op,
-                        describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error,
+                        describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, recv_dtype,
                         ring_bytes, site_name)
 
 SIG_BYTES = 512  # fixed size of one signature blob
@@ -315,9 +315,10 @@ class TorchComm(Comm):
                 posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.contiguous(), tuple(o.x.shape),
                               o.x.dtype))
             elif isinstance(o, Recv):
-                dtype = getattr(torch, dtype_name(o.dtype))
+                peer = check_peer(o.src, self.rank, g, "recv from")
+                dtype = getattr(torch, recv_dtype(o, peer))
                 shape = tuple(int(n) for n in o.shape)
-                posts.append((False, check_peer(o.src, self.rank, g, "recv from"),
+                posts.append((False, peer,
                               torch.empty(shape, dtype=dtype, device=self.device), shape, dtype))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")

@@ -19,7 +19,7 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, check_algo, check_peer, describe_p2p, dtype_name,
-                        mismatch_error, p2p_mismatch_error, site_name)
+                        mismatch_error, p2p_mismatch_error, recv_dtype, site_name)
 from .kernels import KERNELS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -303,7 +303,7 @@ class VirtualWorld:
                 peer = check_peer(o.src, rank, group, "recv from")
                 try:
                     shape = tuple(int(n) for n in o.shape)
-                    dtype = np.dtype(dtype_name(o.dtype))
+                    dtype = np.dtype(recv_dtype(o, peer))
                 except (TypeError, ValueError):
                     raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
                         from None
