@@ -301,9 +301,10 @@ class VirtualWorld:
                 posts.append(_Post(batch, check_peer(o.dst, rank, group, "send to"), x=o.x))
             elif isinstance(o, Recv):
                 peer = check_peer(o.src, rank, group, "recv from")
+                name = recv_dtype(o, peer)
                 try:
                     shape = tuple(int(n) for n in o.shape)
-                    dtype = np.dtype(recv_dtype(o, peer))
+                    dtype = np.dtype(name)
                 except (TypeError, ValueError):
                     raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
                         from None
