@@ -85,7 +85,8 @@ def _compare(schedule, pp, m, v):
     ("zb-h1", 4, 8, 1), ("zb-h1", 3, 6, 1),
     ("interleaved", 4, 4, 2), ("interleaved", 4, 8, 3), ("interleaved", 4, 10, 2), ("interleaved", 8, 24, 4),
     ("interleaved-zb", 4, 8, 2), ("interleaved-zb", 3, 3, 2),
-    ("zbv", 4, 8, 2), ("zbv", 3, 2, 2), ("dualpipev", 4, 8, 2), ("dualpipev", 3, 9, 2)])
+    ("zbv", 4, 8, 2), ("zbv", 3, 2, 2), ("dualpipev", 4, 8, 2), ("dualpipev", 3, 9, 2),
+    ("dualpipev", 5, 10, 2), ("dualpipev", 6, 13, 2)])
 def test_order_equals_torch(schedule, pp, m, v):
     pytest.importorskip("torch")
     _compare(schedule, pp, m, v)

@@ -22,9 +22,7 @@ class _Ops:
         key = (stage, "I" if kind == "B" else kind)  # a full backward counts as the input pass
         mb = self.count.get(key, 0)
         self.count[key] = mb + 1
-        if kind == "B":
-            self.count[(stage, "W")] = self.count.get((stage, "W"), 0) + 1
-        elif kind == "I":
+        if kind == "I":  # weight passes are only ever deferred ones, so they need no count of their own
             self.weights.append((stage, mb))
         self.put(kind, mb, stage)
 
@@ -125,10 +123,10 @@ def dualpipev(pp: int, m: int) -> Schedule:
             o.add(up, "I" if split else "B")
             split = split or (i == (r + 1) // 2 and r % 2 == 0)
             o.add(down, "I" if split else "B")
-        for _ in range(pp - r - 1):
+        for _ in range(pp - r - 1):  # split is on by now: it turns on at the latest when i = r
             o.weight()
-            o.add(down, "I" if split else "B")
-        for _ in range(r + 1):
+            o.add(down, "I")
+        while o.weights:
             o.weight()
         out.append(o.acts)
     return out
