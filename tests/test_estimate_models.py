@@ -5,7 +5,8 @@ import json
 import pytest
 
 from parasim.errors import UsageError
-from parasim.estimate.models import ModelSpec, from_flags, from_hf_config
+from parasim.estimate.models import ModelSpec, from_flags, from_hf_config, layer_param_count, presets
+from parasim.layout import Model
 
 # a small MoE model whose counts are worked out by hand below
 SMALL = dict(name="m", layers=2, hidden=8, heads=2, vocab=10, kv_heads=1, ffn=16, experts=4, top_k=2, expert_ffn=6,
@@ -95,3 +96,56 @@ def test_from_flags():
         from_flags(None, None, 2, 10)
     with pytest.raises(UsageError, match=r"needs --heads, --vocab \(or"):
         from_flags(2, 8, None, None)
+
+
+def test_presets_field_by_field():
+    """Each preset's words and shapes, written out from the post (27B, the MoE toy), DeepSeek-V3's report
+    and Megatron-LM's paper."""
+    table = presets()
+    assert list(table) == ["27b", "moe16", "deepseek-v3", "megatron-8.3b"]
+    assert table["27b"] == ("the post's 27B dense model: 60 layers, hidden 6144, 48 heads, vocabulary 131072",
+                            ModelSpec("27B dense", layers=60, hidden=6144, heads=48, vocab=131072, params=27e9))
+    assert table["moe16"] == (
+        "the post's 16-GPU MoE toy: 4 layers, 4 heads, 8 experts, top-2 (hidden 16 and vocabulary 64 are our choice)",
+        ModelSpec("16-GPU MoE example", layers=4, hidden=16, heads=4, vocab=64, experts=8, top_k=2))
+    assert table["deepseek-v3"] == (
+        "a DeepSeek-V3-like MoE: 61 layers (3 dense), hidden 7168, 128 heads, 256 experts of width 2048, top-8, "
+        "1 shared, SwiGLU",
+        ModelSpec("DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432, experts=256,
+                  top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, uneven_stages=True))
+    assert table["megatron-8.3b"] == ("Megatron-LM's 8.3B GPT-2: 72 layers, hidden 3072, 32 heads",
+                                      ModelSpec("Megatron-LM 8.3B", layers=72, hidden=3072, heads=32, vocab=51200))
+
+
+def test_layout_view_and_back():
+    spec = ModelSpec("g", layers=3, hidden=8, heads=4, vocab=11, kv_heads=2, experts=4, top_k=2, uneven_stages=True)
+    model = Model(name="g", layers=3, hidden=8, heads=4, kv_heads=2, experts=4, top_k=2, vocab=11, uneven_stages=True)
+    assert spec.to_layout_model() == model
+    assert ModelSpec("d", layers=1, hidden=4, heads=2, vocab=5).to_layout_model() == Model(
+        name="d", layers=1, hidden=4, heads=2, vocab=5)  # a dense model has no experts or top-k
+    from parasim.estimate.models import _from
+    assert _from(model) == ModelSpec("g", layers=3, hidden=8, heads=4, vocab=11, kv_heads=2, experts=4, top_k=2)
+    assert _from(Model(name="d", layers=1, hidden=4, heads=2, vocab=5)) == ModelSpec("d", 1, 4, 2, 5)
+
+
+@pytest.mark.parametrize("extra", [dict(experts=4, top_k=1), dict(experts=4, top_k=4),
+                                   dict(experts=4, top_k=2, dense_layers=2)])
+def test_model_rules_at_their_edges(extra):
+    ModelSpec("e", layers=2, hidden=8, heads=2, vocab=5, **extra)  # one expert per token, all of them, all dense
+
+
+def test_a_fractional_size_is_refused():
+    with pytest.raises(UsageError, match="model layers must be a positive integer, got 2.5"):
+        ModelSpec("f", layers=2.5, hidden=8, heads=2, vocab=5)
+
+
+def test_layer_param_count_by_hand():
+    """h 8, 4 heads (dim 2), ffn 12, tp 2. With 4 kv heads a rank holds Q 8x4, K and V 8x4 each and their
+    biases (96 + 12), O 4x8 and its whole bias (40), the MLP 8x6 twice and biases 6 + 8 (110), two
+    LayerNorms (32): 290. One kv head is replicated, so K and V are 8x2 each: 254. Without biases, with
+    RMSNorm and a gated MLP (three matrices): 96 + 32 + 144 + 16 = 288. A count is a whole number."""
+    for kv, want in ((4, 290), (2, 254), (1, 254)):
+        n = layer_param_count(8, 4, kv, 12, 2)
+        assert n == want and type(n) is int
+    n = layer_param_count(8, 4, 4, 12, 2, bias=False, norm_params=1, mats=3)
+    assert n == 288 and type(n) is int
