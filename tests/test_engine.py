@@ -210,6 +210,16 @@ def _solo(call):
     (_solo(lambda ctx, g: ctx.comm.recv(0, (1,), "float64", group=ctx.new_group([1], "one"))),
      "recv from rank 0: not a member of group one[1]"),
     (lambda ctx: ctx.comm.recv(1 - ctx.rank, (1,), None), "recv from rank 1: no dtype given"),
+    (lambda ctx: ctx.comm.all_to_all([[1.0], [2.0]]), "all_to_all expects a numpy array on virtual ranks, got list"),
+    (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])] * 2, dim=1), "all_to_all: dim 1 is out of range"),
+    (_solo(lambda ctx, g: ctx.comm.all_to_all([ctx.asarray([1.0])], group=g)),
+     "all_to_all: rank 1 is not a member of group solo[0]"),
+    (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0]), ctx.asarray([1.0], "float32")]),
+     "all_to_all: chunks must agree in dtype and in every dim but 0; got [((1,), 'float64'), ((1,), 'float32')]"),
+    (lambda ctx: ctx.comm.all_to_all([ctx.asarray([[1.0]]), ctx.asarray([[1.0, 2.0]])]),
+     "all_to_all: chunks must agree in dtype and in every dim but 0; got [((1, 1), 'float64'), ((1, 2), 'float64')]"),
+    (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0]), ctx.asarray([[1.0]])]),
+     "all_to_all: chunks must agree in dtype and in every dim but 0; got [((1,), 'float64'), ((1, 1), 'float64')]"),
 ])
 def test_bad_arguments_are_clear_errors(prog, message):
     with pytest.raises(CollectiveError) as info:
@@ -276,3 +286,24 @@ def test_import_parasim_does_not_import_torch():
     code = "import parasim, sys; parasim.run(lambda c: c.comm.barrier(), 2); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_compute_event_whole():
+    """A compute note is an event of its own: next number, the rank's clock, the world group, one member
+    with nothing in or out, no label, the phase, and its flops."""
+    from parasim.comm.interface import Group
+    from parasim.trace import Event, Member
+
+    def prog(ctx):
+        ctx.phase("work")
+        ctx.compute("matmul", 12.0)  # the marker line
+    res = parasim.run(prog, world=1)
+    (e,) = res.trace.events
+    site = f"tests/test_engine.py:{_line_of('the marker line')}"
+    assert e == Event(0, 1, "compute", "matmul", Group((0,), "world", 0), [Member(0, (), (), 0, 0, site)], None,
+                      "work", {"flops": 12.0})
+
+
+def _line_of(marker: str) -> int:
+    lines = open(__file__).read().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
