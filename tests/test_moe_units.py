@@ -1,0 +1,149 @@
+"""The MoE block's bookkeeping on a routing chosen by hand: what forward keeps (by layer and name), every
+all-to-all with its words and bytes, the router-gradient sum under SP, bias-free experts, weights that are
+the layer's own, and the helpers' edge cases (no tokens, large or uneven router scores)."""
+import numpy as np
+import pytest
+
+import parasim
+from parasim.nn import Saved, TPContext
+from parasim.nn.moe import MoE, _choice, _scatter, _softmax
+
+# h = 2, four experts (two per EP rank). Token logits are x @ ROUTER: [1, 0] -> [2, 0, 0, 1] picks expert 0,
+# [0, 1] -> [0, 0, 3, 0] picks 2, [1, 1] -> [2, 0, 3, 1] picks 2, [-1, 0] -> [-2, 0, 0, -1] picks 1 (a tie
+# between experts 1 and 2 goes to the lower index).
+ROUTER = np.array([[2.0, 0.0, 0.0, 1.0], [0.0, 0.0, 3.0, 0.0]])
+TOKENS = [np.array([[[1.0, 0.0]], [[0.0, 1.0]]]), np.array([[[1.0, 1.0]], [[-1.0, 0.0]]])]  # per rank, [2, 1, 2]
+
+
+def _experts(f: int = 3, bias: bool = True) -> list[dict]:
+    rng = np.random.default_rng(0)
+    return [{"w1": rng.normal(size=(2, f)), "b1": rng.normal(size=f) if bias else None,
+             "w2": rng.normal(size=(f, 2)), "b2": rng.normal(size=2) if bias else None} for _ in range(4)]
+
+
+def _ep_run(experts: list[dict], act: str = "gelu"):
+    def program(ctx):
+        moe = MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1, act=act)
+        saved = Saved()
+        y, cache = moe.forward(TOKENS[ctx.rank], saved)
+        moe.backward(cache, np.ones_like(y))
+        return {"y": y, "saved": saved.by_name(), "routing": moe.last_routing}
+    return parasim.run(program, 2)
+
+
+def test_what_forward_keeps_and_sends():
+    """Rank 0 routes its tokens to experts 0 and 2, rank 1 to 2 and 1 (k = 1, so each gate is 1). Each rank
+    receives two rows: rank 0 one for expert 1 and one for expert 2 (1-based names), rank 1 both for
+    expert 3, and expert 4 gets nothing, so keeps nothing. 2 bytes an element; f = 3."""
+    res = _ep_run(_experts())
+    assert [[[e for e, _ in r] for r in v["routing"]] for v in res.values] == [[[0], [2]], [[2], [1]]]
+    assert res.values[0]["saved"] == {"moe.router input": 8, "moe.dispatched tokens": 8,
+                                      "moe.expert1.activation input": 6, "moe.expert1.fc2 input": 6,
+                                      "moe.expert2.activation input": 6, "moe.expert2.fc2 input": 6}
+    assert res.values[1]["saved"] == {"moe.router input": 8, "moe.dispatched tokens": 8,
+                                      "moe.expert3.activation input": 12, "moe.expert3.fc2 input": 12}
+    # one row crosses each way in each all-to-all: a token and its rank's 2 gates (4 float64), an output or
+    # an output gradient (2), an input gradient and 2 gate gradients (4)
+    got = [(e.label, [m.sent for m in e.members]) for e in res.trace.events]
+    assert got == [("moe dispatch: tokens (and their gates) to the ranks holding their experts", [32, 32]),
+                   ("moe combine: expert outputs back to each token's rank", [16, 16]),
+                   ("moe combine backward: output gradients out to the experts", [16, 16]),
+                   ("moe dispatch backward: input and gate gradients home", [32, 32])]
+
+
+def test_bias_free_experts():
+    """Experts without biases, ReLU: with one expert per token and gate 1, y = relu(x @ w1) @ w2."""
+    experts = _experts(bias=False)
+    res = _ep_run(experts, act="relu")
+    for v, x in zip(res.values, TOKENS):
+        for t, ((e, gate),) in enumerate(v["routing"]):
+            want = np.maximum(x[t, 0] @ experts[e]["w1"], 0) @ experts[e]["w2"]
+            assert gate == 1.0 and np.allclose(v["y"][t, 0], want, rtol=0, atol=1e-12)
+
+
+def test_an_ep_group_of_one_sends_nothing_and_the_weights_are_the_layers_own():
+    experts = _experts()
+
+    def program(ctx):
+        moe = MoE(TPContext(ctx), ctx.new_group([0], "ep"), ROUTER, experts, 1)
+        assert moe.last_routing == []  # nothing routed yet
+        before = moe.router.copy(), experts[0]["w1"].copy()
+        ROUTER[0, 0] += 1.0
+        experts[0]["w1"][0, 0] += 1.0  # the caller changes its arrays; the layer holds copies
+        try:
+            assert np.array_equal(moe.router, before[0]) and np.array_equal(moe.experts[0]["w1"], before[1])
+        finally:
+            ROUTER[0, 0] -= 1.0
+        y, cache = moe.forward(TOKENS[0], Saved())
+        moe.backward(cache, np.ones_like(y))
+    assert parasim.run(program, 1).trace.events == []
+
+
+def test_router_gradient_is_summed_over_tp_under_sp():
+    """EP = TP = 2 with SP: each rank routed only its own tokens, so the router gradient is an all-reduce
+    over the TP pair, after the four all-to-alls."""
+    def program(ctx):
+        g = ctx.new_group(range(2), "tp")
+        moe = MoE(TPContext(ctx, g, sp=True), g, ROUTER, _experts(), 1)
+        y, cache = moe.forward(TOKENS[ctx.rank], Saved())
+        moe.backward(cache, np.ones_like(y))
+        return moe.grads["router"]
+    res = parasim.run(program, 2)
+    assert [(e.op, e.label.split(":")[0]) for e in res.trace.events] == [
+        ("all_to_all", "moe dispatch"), ("all_to_all", "moe combine"), ("all_to_all", "moe combine backward"),
+        ("all_to_all", "moe dispatch backward"), ("all_reduce", "moe backward")]
+    assert res.trace.events[-1].label == "moe backward: sum router grad (SP)"
+    assert np.array_equal(res.values[0], res.values[1])
+
+
+def test_ep_across_tp_pairs_needs_no_sp():
+    """TP pairs {0, 1} and {2, 3} without SP hold the same tokens within a pair; EP runs across the pairs
+    ({0, 2} and {1, 3}), so no EP group holds a token twice. Backward is allowed, and each TP rank's
+    gradients equal those of a run with no TP at all on the same two shards."""
+    experts = _experts()
+
+    def with_tp(ctx):
+        tps = [ctx.new_group(r, "tp") for r in ([0, 1], [2, 3])]  # every rank makes every group
+        eps = [ctx.new_group(r, "ep") for r in ([0, 2], [1, 3])]
+        tp, ep = tps[ctx.rank // 2], eps[ctx.rank % 2]
+        moe = MoE(TPContext(ctx, tp), ep, ROUTER, experts, 1)
+        y, cache = moe.forward(TOKENS[ctx.rank // 2], Saved())
+        moe.backward(cache, np.ones_like(y))
+        return moe.grads
+
+    def without_tp(ctx):
+        moe = MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1)
+        y, cache = moe.forward(TOKENS[ctx.rank], Saved())
+        moe.backward(cache, np.ones_like(y))
+        return moe.grads
+    got, want = parasim.run(with_tp, 4).values, parasim.run(without_tp, 2).values
+    for rank, grads in enumerate(got):
+        ref = want[rank // 2]
+        assert grads.keys() == ref.keys() and all(np.allclose(grads[k], ref[k], rtol=0, atol=1e-12) for k in ref)
+
+
+def test_softmax_is_shifted_per_row():
+    """Scores of 1000 overflow exp() unless each row is shifted by its own maximum."""
+    out = _softmax(np, np.array([[1000.0, 1000.0], [0.0, np.log(3.0)]]))
+    assert np.allclose(out, [[0.5, 0.5], [0.25, 0.75]], rtol=0, atol=1e-15)
+    assert _softmax(np, np.zeros((0, 3))).shape == (0, 3)
+
+
+def test_helpers_with_no_tokens():
+    """A rank that routes no token still builds [0, k, E] choices, and scattering no rows gives zeros."""
+    assert _choice(np, [], 2, 4, np.float64).shape == (0, 2, 4)
+    assert np.array_equal(_choice(np, [[1, 0]], 2, 3, np.float64), [[[0, 1, 0], [1, 0, 0]]])
+    out = _scatter(np, np.zeros((0, 3)), [], 5)
+    assert out.shape == (5, 3) and not out.any()
+    assert np.array_equal(_scatter(np, np.array([[1.0], [2.0]]), [3, 0], 4), [[2.0], [0.0], [0.0], [1.0]])
+
+
+@pytest.mark.parametrize("args, rule", [((ROUTER, _experts()[:3], 1), "3 experts do not split evenly"),
+                                        ((ROUTER, _experts(), 5), "top_k must be between 1 and")])
+def test_bad_moe(args, rule):
+    from parasim.layout import LayoutError
+
+    def program(ctx):
+        MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), *args)
+    with pytest.raises(LayoutError, match=rule):
+        parasim.run(program, 2)
