@@ -35,3 +35,15 @@ def test_all_reduce_average_keeps_the_dtype():
     outs, hops = ring_all_reduce([np.float32([1, 2]), np.float32([3, 4])], (0, 1), _add, 2.0, 0)
     assert [o.tolist() for o in outs] == [[2.0, 3.0]] * 2 and outs[1].dtype == np.float32
     assert [h["phase"] for h in hops] == ["reduce-scatter", "all-gather"]
+
+
+def test_all_reduce_keeps_values_up_to_its_limit():
+    """keep is a size limit: chunks of 2 are recorded under keep = 2 and dropped under keep = 1."""
+    x0, x1 = np.array([1.0, 2.0, 3.0, 4.0]), np.array([10.0, 20.0, 30.0, 40.0])
+    outs, hops = ring_all_reduce([x0, x1], (0, 1), _add, None, 2)
+    assert [o.tolist() for o in outs] == [[11.0, 22.0, 33.0, 44.0]] * 2
+    # reduce-scatter: member 0 passes its chunk 1, member 1 its chunk 0; all-gather: the sums come back
+    assert [[t["value"] for t in h["transfers"]] for h in hops] == [[[3.0, 4.0], [10.0, 20.0]],
+                                                                     [[11.0, 22.0], [33.0, 44.0]]]
+    _, hops = ring_all_reduce([x0, x1], (0, 1), _add, None, 1)
+    assert [t["value"] for h in hops for t in h["transfers"]] == [None] * 4

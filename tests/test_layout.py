@@ -205,3 +205,28 @@ def test_experts_of_without_experts_is_empty():
     assert Layout().experts_of(0) == []
     assert Layout(model=Model(layers=2)).experts_of(0) == []
     assert Layout(ep=2, world=2, model=Model(experts=6)).experts_of(1) == [3, 4, 5]
+
+
+@pytest.mark.parametrize("pp, pp_groups, embedding", [
+    (1, [[0], [1]], [[0], [1]]),  # one stage holds both ends
+    (2, [[0, 2], [1, 3]], [[0, 2], [1, 3]]),
+    (3, [[0, 2, 4], [1, 3, 5]], [[0, 4], [1, 5]])])  # the middle stage has no embedding
+def test_embedding_groups_by_hand(pp, pp_groups, embedding):
+    """DP 2, pp outermost: a pipeline is one DP rank's stages; the embedding group is its first and last
+    stage (tied input and output embeddings), the position-embedding group its first alone."""
+    groups = Layout(pp=pp, dp=2).groups()
+    assert groups["pp"] == pp_groups and groups["embedding"] == embedding
+    assert groups["position-embedding"] == [[0], [1]]
+
+
+def test_sizes_must_be_whole_numbers():
+    with pytest.raises(LayoutError, match="tp must be a positive integer"):
+        Layout(tp=2.5)
+
+
+def test_the_edp_rule_of_the_second_order_needs_pp():
+    """With pp not last in the order, Megatron-Core wants edp == dp only when there is a pipeline."""
+    lay = Layout(dp=4, ep=2, order="tp-cp-ep-pp-dp")
+    assert (lay.dp, lay.edp) == (4, 2)
+    with pytest.raises(LayoutError, match="needs edp == dp"):
+        Layout(dp=4, ep=2, pp=2, order="tp-cp-ep-pp-dp")

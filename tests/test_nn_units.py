@@ -84,3 +84,42 @@ def test_a_float32_layer_stays_float32(shape):
     for v in res.values:
         assert v["y"].dtype == v["dx"].dtype == np.float32
         assert {k: g.dtype for k, g in v["grads"].items()} == {k: np.float32 for k in v["grads"]}
+
+
+def test_zero1_pads_in_the_weights_dtype():
+    """One float32 tensor of 5 over 2 ranks: the flat buffer is padded to 6 with float32 zeros, so the
+    shares, Adam's m and v, and the updated weight all stay float32."""
+    from parasim.nn.zero import Zero1Adam
+
+    def prog(ctx):
+        opt = Zero1Adam(ctx, ctx.new_group([0, 1], "dp"), {"w": ctx.asarray(np.arange(5.0), "float32")})
+        shapes = [(a.shape, a.dtype) for a in (opt.master, opt.m, opt.v)]
+        new, _ = opt.step({"w": ctx.asarray(np.ones(5), "float32")})
+        return shapes, new["w"]
+
+    for shapes, w in parasim.run(prog, world=2).values:
+        assert shapes == [((3,), np.float32)] * 3
+        assert w.dtype == np.float32 and np.allclose(w, np.arange(5.0) - 1e-3, atol=1e-6)
+
+
+@pytest.mark.parametrize("experts", [0, 2])
+def test_a_layer_loads_what_it_is_given_and_nothing_else(experts):
+    """params() names every weight (TP shards, and with experts the router and each expert's own);
+    load() replaces the named ones and leaves the rest."""
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = LayerShape(hidden=4, heads=2, ffn=8, experts=experts, top_k=1 if experts else 0)
+
+    def prog(ctx):
+        layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
+        before = {k: np.array(v, copy=True) for k, v in layer.params().items()}
+        changed = "moe.expert2.w1" if experts else "mlp.fc1.weight"
+        layer.load({changed: before[changed] + 1.0})
+        return before, layer.params(), changed
+
+    before, after, changed = parasim.run(prog, world=1).values[0]
+    mlp = (["moe.router"] + [f"moe.expert{e}.{w}" for e in (1, 2) for w in ("w1", "b1", "w2", "b2")] if experts
+           else ["mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"])
+    assert sorted(after) == sorted(["ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.out.weight",
+                                    "attn.out.bias", "ln2.weight", "ln2.bias", *mlp])
+    for k, v in after.items():
+        assert np.array_equal(v, before[k] + 1.0 if k == changed else before[k]), k

@@ -61,3 +61,13 @@ def test_pipeline_run_times_its_transfers_with_the_costs_given():
     assert labels == ["slot 14: send gradient 2 (stage 2 -> 1)", "slot 2: send activation 1 (stage 1 -> 2)",
                       "slot 4: send activation 2 (stage 1 -> 2)", "slot 8: send gradient 1 (stage 2 -> 1)"]
     assert {t.dtype for e in res.trace.events for m in e.members for t in m.outs} == {"float64"}
+
+
+def test_each_stage_layer_is_its_own():
+    """Stage i's layer is named L{i} and drawn from its own seed: two stages never share weights, which
+    the split-against-unsplit comparisons could not notice (both sides build layers the same way)."""
+    from parasim.pipeline.demo import _layers
+    (layers,) = parasim.run(lambda ctx: _layers(ctx, 1, 2), 1).values
+    assert [layer.name for layer in layers] == ["L1", "L2"]
+    a, b = (layer.params() for layer in layers)
+    assert a.keys() == b.keys() and not any(np.array_equal(a[k], b[k]) for k in a if "ln" not in k)

@@ -111,12 +111,13 @@ def test_order_equals_torch_drawn(schedule, pp, m, v):
         _compare(schedule, pp, m, v)
 
 
-@pytest.mark.parametrize("schedule, pp, m, v", [("zbv", 4, 8, 2), ("dualpipev", 3, 6, 2), ("interleaved", 4, 8, 3)])
+@pytest.mark.parametrize("schedule, pp, m, v", [("zbv", 4, 8, 2), ("dualpipev", 3, 6, 2), ("interleaved", 4, 8, 3),
+                                                 ("interleaved-zb", 4, 8, 2)])
 def test_each_action_names_its_rank_chunk(schedule, pp, m, v):
     """The chunk index is the stage's place among the rank's stages: V shapes hold stage r going down and
     2p-1-r coming up; interleaving holds r, r+p, r+2p, ..."""
     for r, acts in enumerate(generate(schedule, pp, m, v)):
-        stages = [r, 2 * pp - 1 - r] if schedule != "interleaved" else [r + c * pp for c in range(v)]
+        stages = [r, 2 * pp - 1 - r] if schedule in ("zbv", "dualpipev") else [r + c * pp for c in range(v)]
         assert {(a.stage, a.chunk) for a in acts} == {(s, c) for c, s in enumerate(stages)}
 
 
@@ -213,3 +214,12 @@ def test_a_weight_pass_before_its_input_pass_deadlocks():
         simulate([[Action("F", 0, 0), Action("W", 0, 0), Action("I", 0, 0)]])
     with pytest.raises(UsageError, match=r"\{0: 'B1', 1: 'F2'\}"):  # rank 1 waits on a forward nobody runs
         simulate([[Action("F", 0, 0), Action("B", 0, 0)], [Action("F", 1, 1), Action("F", 0, 1)]])
+
+
+def test_one_chunk_needs_no_rounds():
+    """ZB-H1 has a single chunk, so there are no rounds to walk and any m works: 5 micro-batches on 2 ranks
+    (torch 2.13 asks for a multiple of its round size even here). Each rank runs F, I and W for each."""
+    plan = generate("zb-h1", 2, 5)
+    assert [sorted(a.torch_name() for a in acts) for acts in plan] == [
+        sorted(f"{r}{k}{mb}" for k in "FIW" for mb in range(5)) for r in range(2)]
+    assert simulate(plan).makespan > 0

@@ -64,3 +64,25 @@ def test_split_sizes(split, seq, cp, ok):
         with pytest.raises(ValueError, match=f"sequence {seq} does not divide by "
                                              + ("2\\*cp" if split == "zigzag" else "cp$")):
             positions(split, seq, cp, 0)
+
+
+def test_a_layer_names_its_ring():
+    """Inside a transformer layer the ring carries the attention block's name, so a trace says whose K/V
+    moved; and the layer's ring is causal (a contiguous split skips the later rank's keys)."""
+    from parasim.layout import Layout
+    from parasim.nn import Saved, TPContext
+    from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+    shape = LayerShape(hidden=4, heads=2, dropout=0.0)
+
+    def program(ctx):
+        t = TPContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
+        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0", name="L0")
+        x = ctx.xp.take(ctx.shared_rng("x").normal((4, 1, 4)), ctx.xp.asarray(t.token_positions()), axis=0)
+        y, cache = layer.forward(x, Saved())
+        layer.backward(cache, y)
+    res = parasim.run(program, layout=Layout(cp=2))
+    rings = sorted({e.label for e in res.trace.events if e.kind == "p2p"})
+    assert rings == ["L0.attn.ring backward: dK/dV home", "L0.attn.ring backward: pass K/V and dK/dV on",
+                     "L0.attn.ring: pass K/V on"]
+    skips = [e.op for e in res.trace.events if e.kind == "compute" and ": skip " in e.op]
+    assert skips == ["L0.attn.ring: skip K/V of rank 1"]
