@@ -71,3 +71,12 @@ def test_each_stage_layer_is_its_own():
     assert [layer.name for layer in layers] == ["L1", "L2"]
     a, b = (layer.params() for layer in layers)
     assert a.keys() == b.keys() and not any(np.array_equal(a[k], b[k]) for k in a if "ln" not in k)
+
+
+def test_a_rank_that_sends_and_receives_in_one_slot_says_both():
+    """GPipe on 3 ranks: at slot 2 rank 1 passes activation 1 on to rank 2 while taking activation 2 from
+    rank 0, in one batch whose label names both."""
+    res = parasim.run(lambda ctx: pipeline_run(ctx, "gpipe", 2), 3)
+    (label,) = {e.label for e in res.trace.events if e.label.startswith("slot 2: ") and e.members[0].rank == 1}
+    assert sorted(label.removeprefix("slot 2: ").split(", ")) == ["receive activation 2 (stage 1 -> 2)",
+                                                                  "send activation 1 (stage 2 -> 3)"]

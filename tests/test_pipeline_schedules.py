@@ -85,7 +85,8 @@ def _compare(schedule, pp, m, v):
     ("zb-h1", 4, 8, 1), ("zb-h1", 3, 6, 1),
     ("interleaved", 4, 4, 2), ("interleaved", 4, 8, 3), ("interleaved", 4, 10, 2), ("interleaved", 8, 24, 4),
     ("interleaved-zb", 4, 8, 2), ("interleaved-zb", 3, 3, 2),
-    ("zbv", 4, 8, 2), ("zbv", 3, 2, 2), ("dualpipev", 4, 8, 2), ("dualpipev", 3, 9, 2),
+    ("zbv", 4, 8, 2), ("zbv", 3, 2, 2), ("zbv", 2, 2, 2), ("zbv", 3, 4, 2), ("zbv", 4, 5, 2),  # m < 2p-1
+    ("dualpipev", 4, 8, 2), ("dualpipev", 3, 9, 2),
     ("dualpipev", 5, 10, 2), ("dualpipev", 6, 13, 2)])
 def test_order_equals_torch(schedule, pp, m, v):
     pytest.importorskip("torch")
@@ -223,3 +224,10 @@ def test_one_chunk_needs_no_rounds():
     assert [sorted(a.torch_name() for a in acts) for acts in plan] == [
         sorted(f"{r}{k}{mb}" for k in "FIW" for mb in range(5)) for r in range(2)]
     assert simulate(plan).makespan > 0
+
+
+def test_an_action_names_itself_from_one():
+    """Slot tables count micro-batches from 1; a second chunk is lower case, a third or later numbered."""
+    from parasim.pipeline.action import Action
+    assert [str(Action("F", 0, 2, c)) for c in range(3)] == ["F1", "f1", "F1:3"]
+    assert str(Action("W", 4, 9, 3)) == "W5:4"
