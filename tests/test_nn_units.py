@@ -123,3 +123,19 @@ def test_a_layer_loads_what_it_is_given_and_nothing_else(experts):
                                     "attn.out.bias", "ln2.weight", "ln2.bias", *mlp])
     for k, v in after.items():
         assert np.array_equal(v, before[k] + 1.0 if k == changed else before[k]), k
+
+
+def test_dropout_keeps_its_mask_at_one_byte_an_element():
+    from parasim.nn.dropout import Dropout
+
+    def prog(ctx):
+        saved = Saved()
+        drop = Dropout(TPContext(ctx), 0.5, "k")
+        y, mask = drop.forward(ctx.xp.ones((2, 3)), saved, (2, 3))
+        named = Dropout(TPContext(ctx), 0.5, "k", name="attn.dropout")
+        named.forward(ctx.xp.ones((2, 3)), saved, (2, 3))
+        return saved.by_name(), y, mask
+
+    by_name, y, mask = parasim.run(prog, world=1).values[0]
+    assert by_name == {"dropout.mask": 6, "attn.dropout.mask": 6}  # the default name, then a given one
+    assert np.array_equal(y, mask * 2.0)  # kept elements scaled by 1 / (1 - p)
