@@ -139,3 +139,30 @@ def test_dropout_keeps_its_mask_at_one_byte_an_element():
     by_name, y, mask = parasim.run(prog, world=1).values[0]
     assert by_name == {"dropout.mask": 6, "attn.dropout.mask": 6}  # the default name, then a given one
     assert np.array_equal(y, mask * 2.0)  # kept elements scaled by 1 / (1 - p)
+
+
+def test_a_shard_owns_its_memory():
+    """Rank 1 of 2 takes columns 2-3 of a 2x4 tensor as a copy: writing to it leaves the whole tensor as it
+    was (on virtual ranks every rank slices the same array)."""
+    full = np.arange(8.0).reshape(2, 4)
+
+    def prog(ctx):
+        piece = TPContext(ctx, ctx.new_group([0, 1], "tp")).shard(full, 1)
+        got = piece.copy()
+        piece[...] = -1.0
+        return got
+
+    assert parasim.run(prog, world=2).values[1].tolist() == [[2.0, 3.0], [6.0, 7.0]]
+    assert full.tolist() == np.arange(8.0).reshape(2, 4).tolist()
+
+
+@pytest.mark.parametrize("dtype, ok", [("float32", True), ("complex64", True), ("bfloat16", True), ("int32", False)])
+def test_avg_needs_a_floating_dtype(dtype, ok):
+    """bfloat16 comes as a torch dtype name (numpy has none)."""
+    from parasim.comm.interface import check_reduce_op
+    from parasim.errors import CollectiveError
+    if ok:
+        check_reduce_op("avg", dtype)
+    else:
+        with pytest.raises(CollectiveError, match="op='avg' needs a floating dtype, got int32"):
+            check_reduce_op("avg", dtype)
