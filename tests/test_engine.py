@@ -211,6 +211,13 @@ def _solo(call):
      "recv from rank 0: not a member of group one[1]"),
     (lambda ctx: ctx.comm.recv(1 - ctx.rank, (1,), None), "recv from rank 1: no dtype given"),
     (lambda ctx: ctx.comm.all_to_all([[1.0], [2.0]]), "all_to_all expects a numpy array on virtual ranks, got list"),
+    (lambda ctx: ctx.comm.reduce_scatter([1.0, 2.0]), "reduce_scatter expects a numpy array on virtual ranks, got list"),
+    (lambda ctx: ctx.comm.all_gather([1.0]), "all_gather expects a numpy array on virtual ranks, got list"),
+    (_solo(lambda ctx, g: ctx.comm.reduce_scatter(ctx.asarray([1.0]), group=g)),
+     "reduce_scatter: rank 1 is not a member of group solo[0]"),
+    (_solo(lambda ctx, g: ctx.comm.all_gather(ctx.asarray([1.0]), group=g)),
+     "all_gather: rank 1 is not a member of group solo[0]"),
+    (_solo(lambda ctx, g: ctx.comm.exchange([], group=g)), "exchange: rank 1 is not a member of group solo[0]"),
     (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])] * 2, dim=1), "all_to_all: dim 1 is out of range"),
     (_solo(lambda ctx, g: ctx.comm.all_to_all([ctx.asarray([1.0])], group=g)),
      "all_to_all: rank 1 is not a member of group solo[0]"),
@@ -307,3 +314,17 @@ def test_a_compute_event_whole():
 def _line_of(marker: str) -> int:
     lines = open(__file__).read().splitlines()
     return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
+
+
+def test_ring_hops_keep_small_values():
+    """With algo="ring" and keep_values, each hop of all-reduce, reduce-scatter and all-gather records the
+    chunk it moved (two ranks: rank 0 passes its second chunk, rank 1 its first)."""
+    def prog(ctx):
+        x = ctx.asarray([1.0, 2.0]) * (ctx.rank + 1)
+        ctx.comm.all_reduce(x)
+        ctx.comm.reduce_scatter(x)
+        ctx.comm.all_gather(x)
+
+    tr = parasim.run(prog, world=2, keep_values=8, algo="ring").trace
+    first_hop = [[t["value"] for t in e.hops[0]["transfers"]] for e in tr.events]
+    assert first_hop == [[[2.0], [2.0]], [[2.0], [2.0]], [[1.0, 2.0], [2.0, 4.0]]]
