@@ -198,6 +198,7 @@ def _solo(call):
     (lambda ctx: ctx.comm.reduce_scatter(ctx.asarray([1.0, 2.0, 3.0])),
      "reduce_scatter: size 3 of dim 0 does not divide by the group size 2"),
     (lambda ctx: ctx.comm.all_gather(ctx.asarray([1.0]), dim=3), "all_gather: dim 3 is out of range"),
+    (lambda ctx: ctx.comm.reduce_scatter(ctx.asarray([1.0, 2.0]), dim=2), "reduce_scatter: dim 2 is out of range"),
     (lambda ctx: ctx.comm.send(ctx.asarray([1.0]), 5), "send to rank 5: not a member of group world[0, 1]"),
     (lambda ctx: ctx.comm.broadcast(ctx.asarray([1.0]), src=9), "broadcast: src rank 9 is not a member of group"),
     (lambda ctx: ctx.comm.all_to_all([ctx.asarray([1.0])]), "all_to_all: 1 chunks for a group of 2"),
@@ -328,3 +329,8 @@ def test_ring_hops_keep_small_values():
     tr = parasim.run(prog, world=2, keep_values=8, algo="ring").trace
     first_hop = [[t["value"] for t in e.hops[0]["transfers"]] for e in tr.events]
     assert first_hop == [[[2.0], [2.0]], [[2.0], [2.0]], [[1.0, 2.0], [2.0, 4.0]]]
+
+
+def test_a_comm_knows_its_rank_and_world():
+    res = parasim.run(lambda ctx: (ctx.comm.rank, ctx.comm.world), world=3)
+    assert res.values == [(0, 3), (1, 3), (2, 3)]

@@ -166,3 +166,23 @@ def test_avg_needs_a_floating_dtype(dtype, ok):
     else:
         with pytest.raises(CollectiveError, match="op='avg' needs a floating dtype, got int32"):
             check_reduce_op("avg", dtype)
+
+
+def test_a_layer_defaults_to_key_and_name_layer():
+    """The default key seeds the dropout masks exactly as key="layer" does, and the default name labels
+    what forward keeps."""
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = LayerShape(hidden=4, heads=2, ffn=8, dropout=0.5)
+
+    def prog(ctx):
+        x = ctx.shared_rng("x").normal((3, 1, 4))
+        out = []
+        for kw in ({}, {"key": "layer", "name": "layer"}, {"key": "other"}):
+            saved = Saved()
+            y, _ = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), **kw).forward(x, saved)
+            out.append((y, sorted(saved.by_name())))
+        return out
+
+    (y0, names0), (y1, names1), (y2, _) = parasim.run(prog, world=1).values[0]
+    assert np.array_equal(y0, y1) and not np.array_equal(y0, y2) and names0 == names1
+    assert "layer.attn dropout.mask" in names0 and all(n.startswith("layer.") for n in names0)
