@@ -186,3 +186,29 @@ def test_a_layer_defaults_to_key_and_name_layer():
     (y0, names0), (y1, names1), (y2, _) = parasim.run(prog, world=1).values[0]
     assert np.array_equal(y0, y1) and not np.array_equal(y0, y2) and names0 == names1
     assert "layer.attn dropout.mask" in names0 and all(n.startswith("layer.") for n in names0)
+
+
+def test_an_moe_layer_passes_its_name_and_activation_on():
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = LayerShape(hidden=4, heads=2, ffn=8, experts=2, top_k=1, act="relu", dropout=0.0)
+
+    def prog(ctx):
+        layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), name="L0")
+        saved = Saved()
+        layer.forward(ctx.shared_rng("x").normal((3, 1, 4)), saved)
+        return layer.mlp.act, sorted(saved.by_name())
+
+    act, names = parasim.run(prog, world=1).values[0]
+    assert act == "relu" and "L0.moe.router input" in names and all(n.startswith("L0.") for n in names)
+
+
+def test_drawn_weights_are_scaled_to_their_fan_in():
+    """Matrices have std rows^-1/2 (activations stay about 1), biases std 0.1, and no two weights share a
+    draw. h = 256, ffn = 1024: stds 1/16 and 1/32 within 3%."""
+    from parasim.nn.layer import layer_weights
+    shape = LayerShape(hidden=256, heads=4, ffn=1024)
+    (w,) = parasim.run(lambda ctx: layer_weights(ctx, shape, "L0"), world=1).values
+    assert abs(np.std(w["wq"]) * 16 - 1) < 0.03 and abs(np.std(w["w2"]) * 32 - 1) < 0.03
+    assert abs(np.std(w["b1"]) / 0.1 - 1) < 0.1 and abs(np.std(w["bq"]) / 0.1 - 1) < 0.15
+    mats = [w[k] for k in ("wq", "wk", "wv", "wo")]
+    assert not any(np.array_equal(a, b) for i, a in enumerate(mats) for b in mats[i + 1:])
