@@ -46,23 +46,24 @@ class LayerShape:
 def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
     """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
     h, f, d = shape.hidden, shape.ffn_size, shape.hidden // shape.heads
-
-    def w(name: str, rows: int, cols: int) -> Any:
-        return ctx.shared_rng(f"{key}.{name}").normal((rows, cols), std=rows ** -0.5)
-
-    def b(name: str, n: int) -> Any:
-        return ctx.shared_rng(f"{key}.{name}").normal((n,), std=0.1) if shape.bias else None
-    out = {"wq": w("wq", h, shape.heads * d), "wk": w("wk", h, shape.kv * d), "wv": w("wv", h, shape.kv * d),
-           "wo": w("wo", shape.heads * d, h), "bq": b("bq", shape.heads * d), "bk": b("bk", shape.kv * d),
-           "bv": b("bv", shape.kv * d), "bo": b("bo", h)}
+    q, kv = shape.heads * d, shape.kv * d
+    # (name, size) in order; each weight is drawn from a stream named after it, so a name is written once.
+    # A matrix's std is rows^-1/2 (activations stay about 1), a bias's 0.1.
+    sizes: list[tuple[str, tuple[int, ...]]] = [("wq", (h, q)), ("wk", (h, kv)), ("wv", (h, kv)), ("wo", (q, h)),
+                                                ("bq", (q,)), ("bk", (kv,)), ("bv", (kv,)), ("bo", (h,))]
     if shape.experts:  # each expert is an MLP of its own; the router scores tokens against them
         for e in range(shape.experts):
-            for name, rows, cols in (("w1", h, f), ("w2", f, h)):
-                out[f"experts.{e}.{name}"] = w(f"experts.{e}.{name}", rows, cols)
-            out[f"experts.{e}.b1"], out[f"experts.{e}.b2"] = b(f"experts.{e}.b1", f), b(f"experts.{e}.b2", h)
-        out["router"] = ctx.shared_rng(f"{key}.router").normal((h, shape.experts))
+            sizes += [(f"experts.{e}.w1", (h, f)), (f"experts.{e}.w2", (f, h)), (f"experts.{e}.b1", (f,)),
+                      (f"experts.{e}.b2", (h,))]
     else:
-        out.update({"w1": w("w1", h, f), "w2": w("w2", f, h), "b1": b("b1", f), "b2": b("b2", h)})
+        sizes += [("w1", (h, f)), ("w2", (f, h)), ("b1", (f,)), ("b2", (h,))]
+    out: dict[str, Any] = {}
+    for name, size in sizes:
+        bias = len(size) == 1
+        out[name] = (None if bias and not shape.bias else
+                     ctx.shared_rng(f"{key}.{name}").normal(size, std=0.1 if bias else size[0] ** -0.5))
+    if shape.experts:
+        out["router"] = ctx.shared_rng(f"{key}.router").normal((h, shape.experts))
     for n in ("ln1", "ln2"):
         out[f"{n}.weight"] = 1.0 + ctx.shared_rng(f"{key}.{n}.w").normal((h,), std=0.1)
         out[f"{n}.bias"] = ctx.shared_rng(f"{key}.{n}.b").normal((h,), std=0.1) if shape.norm == "layernorm" else None
