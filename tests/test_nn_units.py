@@ -210,5 +210,8 @@ def test_drawn_weights_are_scaled_to_their_fan_in():
     (w,) = parasim.run(lambda ctx: layer_weights(ctx, shape, "L0"), world=1).values
     assert abs(np.std(w["wq"]) * 16 - 1) < 0.03 and abs(np.std(w["w2"]) * 32 - 1) < 0.03
     assert abs(np.std(w["b1"]) / 0.1 - 1) < 0.1 and abs(np.std(w["bq"]) / 0.1 - 1) < 0.15
+    for n in ("ln1", "ln2"):  # norms start near the identity: weights about 1, biases about 0, std 0.1
+        assert abs(np.mean(w[f"{n}.weight"]) - 1) < 0.03 and abs(np.std(w[f"{n}.weight"]) / 0.1 - 1) < 0.15
+        assert abs(np.std(w[f"{n}.bias"]) / 0.1 - 1) < 0.15
     mats = [w[k] for k in ("wq", "wk", "wv", "wo")]
     assert not any(np.array_equal(a, b) for i, a in enumerate(mats) for b in mats[i + 1:])

@@ -231,3 +231,11 @@ def test_an_action_names_itself_from_one():
     from parasim.pipeline.action import Action
     assert [str(Action("F", 0, 2, c)) for c in range(3)] == ["F1", "f1", "F1:3"]
     assert str(Action("W", 4, 9, 3)) == "W5:4"
+
+
+@pytest.mark.parametrize("args, message", [(("1f1b", 0, 4), "pp must be a positive integer, got 0"),
+                                           (("interleaved", 2, 4, 2.5), "chunks must be a positive integer, got 2.5"),
+                                           (("1f1b", 2, 2.5), "microbatches must be a positive integer, got 2.5")])
+def test_sizes_are_positive_whole_numbers(args, message):
+    with pytest.raises(UsageError, match=message.replace(".", "\\.")):
+        generate(*args)
