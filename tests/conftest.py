@@ -23,3 +23,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
 def cli_process(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     """`python -m parasim ARGS` as a separate process (real ranks, the entry point itself)."""
     return subprocess.run([sys.executable, "-m", "parasim", *args], capture_output=True, text=True, timeout=timeout)
+
+
+def site_at(path: str, marker: str) -> str:
+    """'file:line' of the line of test file `path` ending in `# marker`, named from the package's root as
+    the engine names call sites (a site an event or error must show)."""
+    import os
+
+    import parasim
+    with open(path) as f:
+        (n,) = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(f"# {marker}")]
+    return f"{os.path.relpath(path, os.path.dirname(os.path.dirname(parasim.__file__)))}:{n}"

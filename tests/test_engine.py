@@ -307,14 +307,10 @@ def test_a_compute_event_whole():
         ctx.compute("matmul", 12.0)  # the marker line
     res = parasim.run(prog, world=1)
     (e,) = res.trace.events
-    site = f"tests/test_engine.py:{_line_of('the marker line')}"
+    from conftest import site_at
+    site = site_at(__file__, "the marker line")
     assert e == Event(0, 1, "compute", "matmul", Group((0,), "world", 0), [Member(0, (), (), 0, 0, site)], None,
                       "work", {"flops": 12.0})
-
-
-def _line_of(marker: str) -> int:
-    lines = open(__file__).read().splitlines()
-    return next(i for i, line in enumerate(lines, 1) if line.endswith(f"# {marker}"))
 
 
 def test_ring_hops_keep_small_values():

@@ -1,6 +1,6 @@
 """The whole text of a failed virtual run, letter for letter: what a user reads to find the rank, the call
 and the line. Key-word checks elsewhere would let a wrong rank list or a lost line through."""
-import os
+from conftest import site_at
 
 import numpy as np
 import pytest
@@ -11,11 +11,7 @@ from parasim.comm.interface import ALL_TO_ALL, BARRIER, describe, describe_p2p
 
 
 def _at(marker: str) -> str:
-    """'file:line' of the line of this file that carries `marker` (a call site the error must name)."""
-    with open(__file__) as f:
-        (n,) = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(f"# {marker}")]
-    root = os.path.dirname(os.path.dirname(parasim.__file__))  # sites are named from the package's root
-    return f"{os.path.relpath(__file__, root)}:{n}"
+    return site_at(__file__, marker)
 
 
 def _ragged(ctx):
