@@ -215,3 +215,68 @@ def test_drawn_weights_are_scaled_to_their_fan_in():
         assert abs(np.std(w[f"{n}.bias"]) / 0.1 - 1) < 0.15
     mats = [w[k] for k in ("wq", "wk", "wv", "wo")]
     assert not any(np.array_equal(a, b) for i, a in enumerate(mats) for b in mats[i + 1:])
+
+
+def test_attention_defaults_to_key_and_name_attn_and_keeps_its_softmax():
+    """Default key and name are "attn": the dropout mask is drawn as with key="attn", what forward keeps is
+    labelled "attn ...", and without flash the softmax is kept (flash=True keeps no [s, s] tensor)."""
+    from parasim.nn.attention import ParallelAttention
+    rng = np.random.default_rng(0)
+    w = {k: rng.normal(size=(4, 4)) for k in ("wq", "wk", "wv", "wo")}
+
+    def prog(ctx):
+        x = ctx.shared_rng("x").normal((3, 1, 4))
+        out = []
+        for kw in ({}, {"key": "attn", "name": "attn", "flash": False}, {"key": "other"}, {"flash": True}):
+            saved = Saved()
+            attn = ParallelAttention(TPContext(ctx), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2,
+                                     dropout=0.5, **kw)
+            y, _ = attn.forward(x, saved)
+            out.append((y, sorted(saved.by_name())))
+        return out
+
+    (y0, n0), (y1, n1), (y2, _), (y3, n3) = parasim.run(prog, world=1).values[0]
+    assert np.array_equal(y0, y1) and not np.array_equal(y0, y2) and n0 == n1
+    assert np.array_equal(y0, y3)  # flash recomputes the same mask in backward; forward is the same
+    # the two linears keep their inputs; q, k, v; the softmax, its dropout mask and the dropped probabilities
+    assert n0 == sorted(["attn.qkv.input", "attn.q", "attn.k", "attn.v", "attn.softmax", "attn.softmax dropout mask",
+                         "attn.softmax dropout output", "attn.out.input"])
+    assert n3 == sorted(["attn.qkv.input", "attn.q", "attn.k", "attn.v", "attn.out.input"])
+
+
+def test_attention_under_cp_keeps_q_k_and_v_by_name():
+    """With the sequence split over CP ranks, forward keeps this rank's q, k and v (for the ring's backward)
+    under the attention's name, and no [s, s] softmax."""
+    from parasim.layout import Layout
+    from parasim.nn.attention import ParallelAttention
+    rng = np.random.default_rng(1)
+    w = {k: rng.normal(size=(4, 4)) for k in ("wq", "wk", "wv", "wo")}
+
+    def prog(ctx):
+        t = TPContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
+        attn = ParallelAttention(t, *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2, name="A")
+        saved = Saved()
+        attn.forward(ctx.shared_rng("x").normal((2, 1, 4)), saved)  # this rank's 2 of the 4 positions
+        return saved.by_name()
+
+    for kept in parasim.run(prog, layout=Layout(cp=2)).values:
+        # q, k, v: [b=1, heads=2, s=2, d=2] = 8 values each, 2 bytes a value
+        assert kept == {"A.qkv.input": 16, "A.q": 16, "A.k": 16, "A.v": 16, "A.out.input": 16}
+
+
+def test_the_softmax_subtracts_each_rows_own_maximum():
+    """Row 0 of the scores is ~1768, row 1 is ~0.7: a shift by the largest score of all rows would
+    underflow row 1 to 0/0. Each row is shifted by its own maximum, so row 1 is the softmax of
+    [0, 1/sqrt(2)] worked by hand."""
+    from parasim.nn.attention import ParallelAttention
+    eye = np.eye(2)
+
+    def prog(ctx):
+        attn = ParallelAttention(TPContext(ctx), *(ctx.asarray(eye) for _ in range(4)), 1)
+        x = ctx.asarray(np.array([[[50.0, 0.0]], [[0.0, 1.0]]]))  # [s=2, b=1, h=2]: q = k = x
+        probs = attn._probs(*attn._split(attn.qkv.forward(x, Saved())[0])[:2])
+        return probs[0, 0]
+
+    (probs,) = parasim.run(prog, world=1).values
+    e = np.exp(1 / np.sqrt(2))
+    assert np.allclose(probs, [[1.0, 0.0], [1 / (1 + e), e / (1 + e)]], rtol=0, atol=1e-15)

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from parasim.errors import UsageError
 from parasim.pipeline.schedules import TORCH_NAMES, check_layers, generate
+from parasim.pipeline.action import Action
 from parasim.pipeline.timing import simulate
 
 POST_GPIPE = ["F1 F2 F3 F4 . . . . . . B4 B3 B2 B1",
@@ -239,3 +240,17 @@ def test_an_action_names_itself_from_one():
 def test_sizes_are_positive_whole_numbers(args, message):
     with pytest.raises(UsageError, match=message.replace(".", "\\.")):
         generate(*args)
+
+
+def test_a_rank_that_finishes_early_does_not_stop_the_others():
+    # rank 0 is done after its one forward; rank 1 still has the backward of the last stage to run
+    sched = [[Action("F", 0, 0)], [Action("F", 0, 1), Action("B", 0, 1)]]
+    t = simulate(sched)
+    assert t.begin == [[0], [1, 2]] and t.makespan == 3 and t.slots == [["F1", None, None], [None, "F1", "B1"]]
+
+
+def test_a_deadlock_names_only_the_ranks_still_waiting():
+    # rank 1's forward of micro-batch 2 waits for a stage-0 forward that nobody runs; rank 0 has finished
+    sched = [[Action("F", 0, 0)], [Action("F", 0, 1), Action("F", 1, 1)]]
+    with pytest.raises(UsageError, match=r"^the schedule deadlocks: every rank waits \(\{1: 'F2'\}\)$"):
+        simulate(sched)
