@@ -96,6 +96,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .lesson import get_lesson
     from .real import run_real
 
+    if args.name == "all":
+        return _run_all(args)
     lesson = get_lesson(args.name)
     if under_torchrun():
         import os
@@ -118,6 +120,52 @@ def cmd_run(args: argparse.Namespace) -> int:
         from .verdict import print_verdict
         print_verdict(lesson, report, checks)
     return 0 if report.match and all(c.ok for c in checks) else 1
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """`parasim run all`: every lesson on real ranks, one launch per world size (start-up paid once each):
+    the lessons that fit --nproc, or else each lesson on its own world."""
+    from .comm.launch import RealOptions, under_torchrun
+    from .engine import RunResult
+    from .lesson import load_lessons
+    from .real import run_real_many
+
+    if under_torchrun():
+        raise UsageError("`run all` starts its own ranks; under torchrun run one lesson at a time")
+    if args.chrome:
+        raise UsageError("--chrome writes one lesson's timeline; name the lesson instead of all")
+    lessons = list(load_lessons().values())
+    by_world: dict[int, list] = {}
+    for lesson in lessons:
+        w = args.nproc or lesson.world
+        if lesson.fits(w):
+            by_world.setdefault(w, []).append(lesson)
+    if not by_world:
+        raise UsageError(f"no lesson runs on {args.nproc} ranks")
+    rows = []
+    for world, group in sorted(by_world.items()):
+        jobs = [(lesson.target, RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct",
+                                            not args.no_check, args.timeout)) for lesson in group]
+        if not args.json:
+            print(f"{len(group)} lesson(s) on {world} {args.backend} ranks ...", file=sys.stderr, flush=True)
+        for lesson, report in zip(group, run_real_many(jobs, world)):
+            checks = list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+            rows.append((lesson, report, checks))
+    skipped = [lesson.name for lesson in lessons if not any(lesson is r[0] for r in rows)]
+    ok = all(report.match and all(c.ok for c in checks) for _, report, checks in rows)
+    if args.json:
+        print(json.dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
+            {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
+            for lesson, report, checks in rows]}, indent=1))
+    else:
+        for lesson, report, checks in rows:
+            good = report.match and all(c.ok for c in checks)
+            hint = "" if good else f"  <- details: parasim run {lesson.name} --nproc {report.world}"
+            print(f"{'MATCH' if report.match else 'DIFFERENT':<10} {lesson.name:<18} {report.world:>3} ranks  "
+                  f"{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
+        if skipped:
+            print(f"not run (no fit on {args.nproc} ranks): {', '.join(skipped)}")
+    return 0 if ok else 1
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
@@ -292,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
                                     "call by call with a virtual run of the same program.",
                         epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
                                "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl")
-    rp.add_argument("name", metavar="LESSON", help="the lesson to run")
+    rp.add_argument("name", metavar="LESSON", help="the lesson to run, or all (every lesson, one launch per world size)")
     rp.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                     help="gloo (CPU processes, default) or nccl (one GPU per rank)")
     rp.add_argument("--nproc", type=_positive, metavar="N",

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from .comm.interface import Recv, Send
-from .comm.launch import RealOptions, Target, join_torchrun, launch
+from .comm.launch import Job, RealOptions, Target, join_torchrun, launch_many
 from .engine import RunResult, run
 from .trace import Event, Member, Trace
 
@@ -58,10 +58,29 @@ def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any
 
     Returns None on the ranks of a torchrun job other than rank 0."""
     t = time.perf_counter()
-    results = join_torchrun(target, opts) if _torchrun() else launch(target, world, opts)
-    if results is None:
-        return None
-    startup = time.perf_counter() - t
+    if _torchrun():
+        results = join_torchrun(target, opts)
+        if results is None:
+            return None
+    else:
+        (results,) = launch_many([(target, opts)], world)
+    startup = time.perf_counter() - t - max((t1 for r in results for t1 in _ends(r)), default=0.0)
+    return _compared(target, opts, results, startup, virtual_program)
+
+
+def run_real_many(jobs: list[Job], world: int) -> list[RealReport]:
+    """Several programs on one launch of `world` local ranks (one start-up for all), each compared with
+    its own virtual run. The start-up is shared: every report carries the whole of it."""
+    t = time.perf_counter()
+    runs = launch_many(jobs, world)
+    calls = sum(max((t1 for r in results for t1 in _ends(r)), default=0.0) for results in runs)
+    startup = time.perf_counter() - t - calls
+    return [_compared(target, opts, results, startup) for (target, opts), results in zip(jobs, runs)]
+
+
+def _compared(target: Target, opts: RealOptions, results: list[dict], startup: float,
+              virtual_program: Any = None) -> RealReport:
+    """The report of one real run: its merged trace, and its differences from the virtual run."""
     world = len(results)
     program = virtual_program if virtual_program is not None else target
     if not callable(program):
@@ -69,10 +88,9 @@ def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any
         program = _load(program)
     virtual = run(program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo)
     trace, times = merge(results, opts.backend)
-    report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times, startup_s=startup)
+    report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times,
+                        startup_s=max(0.0, startup))
     report.differences, report.tolerance_used = compare(virtual, results)
-    # the wall time of the whole launch includes the calls themselves; report start-up alone
-    report.startup_s = max(0.0, startup - max((t1 for r in results for t1 in _ends(r)), default=0.0))
     return report
 
 

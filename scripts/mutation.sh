@@ -12,6 +12,8 @@ py=.venv/bin/python
 "$py" -c "import mutmut" 2>/dev/null || "$py" -m pip install --quiet -e ".[test,mutation]"
 # forked test processes must not inherit busy BLAS/OpenMP thread pools
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 MKL_NUM_THREADS=1
+# a property a mutant breaks is reported at once, without shrinking its example (tests/conftest.py)
+export PARASIM_HYPOTHESIS=mutation
 if [ "${1:-}" = "--survivors" ]; then
   mapfile -t names < <("$py" scripts/mutation_report.py --survivors)
   [ ${#names[@]} -eq 0 ] || "$(dirname "$py")/mutmut" run "${names[@]}" || true

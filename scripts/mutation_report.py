@@ -35,12 +35,12 @@ def main() -> int:
         for name, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
             r = rows[module]
             r["mutants"] += 1
-            if code is None:
-                r["not run"] += 1
-            elif code in KILLED:
+            if code in KILLED:
                 r["killed"] += 1
-            elif name in eq:
+            elif name in eq:  # by its reason no test can kill it, run or not
                 r["equivalent"] += 1
+            elif code is None:
+                r["not run"] += 1
             elif code in SURVIVED:
                 r["survived"] += 1
                 left.append(f"{name} ({'no test reaches it' if code in (5, 33) else 'survived'})")

@@ -3,8 +3,17 @@ from __future__ import annotations
 
 import contextlib
 import io
+import os
 import subprocess
 import sys
+
+from hypothesis import Phase, settings
+
+# Mutation runs (scripts/mutation.sh sets PARASIM_HYPOTHESIS=mutation) only need to know that a property
+# fails: a mutant that breaks one must not then spend minutes shrinking the example.
+settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase.generate])
+if os.environ.get("PARASIM_HYPOTHESIS"):
+    settings.load_profile(os.environ["PARASIM_HYPOTHESIS"])
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:

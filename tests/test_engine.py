@@ -330,3 +330,14 @@ def test_ring_hops_keep_small_values():
 def test_a_comm_knows_its_rank_and_world():
     res = parasim.run(lambda ctx: (ctx.comm.rank, ctx.comm.world), world=3)
     assert res.values == [(0, 3), (1, 3), (2, 3)]
+
+
+@pytest.mark.parametrize("members", [[], [0, 0], [0, 2], [-1, 0], [1, 2, 1]])
+def test_a_group_needs_distinct_ranks_inside_the_world(members):
+    """Empty, repeated (even with the others in range), and out-of-range members (the world size itself
+    included) are refused where the group is made, naming the group and the valid ranks."""
+    def prog(ctx):
+        ctx.new_group(members, "bad")
+
+    with pytest.raises(CollectiveError, match=r"new_group bad\[.*\] at .*: ranks must be distinct and in 0\.\.1$"):
+        parasim.run(prog, world=2)

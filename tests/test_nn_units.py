@@ -227,15 +227,19 @@ def test_attention_defaults_to_key_and_name_attn_and_keeps_its_softmax():
     def prog(ctx):
         x = ctx.shared_rng("x").normal((3, 1, 4))
         out = []
-        for kw in ({}, {"key": "attn", "name": "attn", "flash": False}, {"key": "other"}, {"flash": True}):
+        for kw in ({}, {"key": "attn", "name": "attn", "flash": False}, {"key": "other"}, {"flash": True},
+                   {"dropout": 0.0}):
             saved = Saved()
             attn = ParallelAttention(TPContext(ctx), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2,
-                                     dropout=0.5, **kw)
-            y, _ = attn.forward(x, saved)
-            out.append((y, sorted(saved.by_name())))
+                                     **{"dropout": 0.5, **kw})
+            y, cache = attn.forward(x, saved)
+            # cache[4]: what backward reuses of the softmax; flash keeps nothing there and recomputes
+            out.append((y, sorted(saved.by_name()), cache[4] is None))
         return out
 
-    (y0, n0), (y1, n1), (y2, _), (y3, n3) = parasim.run(prog, world=1).values[0]
+    (y0, n0, f0), (y1, n1, _), (y2, _, _), (y3, n3, f3), (_, n4, f4) = parasim.run(prog, world=1).values[0]
+    assert (f0, f3, f4) == (False, True, False)
+    assert n4 == sorted(["attn.qkv.input", "attn.q", "attn.k", "attn.v", "attn.softmax", "attn.out.input"])
     assert np.array_equal(y0, y1) and not np.array_equal(y0, y2) and n0 == n1
     assert np.array_equal(y0, y3)  # flash recomputes the same mask in backward; forward is the same
     # the two linears keep their inputs; q, k, v; the softmax, its dropout mask and the dropped probabilities

@@ -39,22 +39,53 @@ def _children() -> list[int]:
 _cli = cli_process  # real ranks: `python -m parasim` as its own process
 
 
-def _lesson_worlds():
+@pytest.mark.parametrize("nproc", [2, 4])
+def test_every_lesson_matches_its_virtual_run(nproc):
+    """`run all` runs every lesson that fits nproc in one launch; each is compared with its own virtual run."""
     from parasim.lesson import load_lessons
-    for lesson in load_lessons().values():
-        for nproc in (2, 4):
-            if lesson.fits(nproc):
-                yield lesson.name, nproc
-
-
-@pytest.mark.parametrize("name, nproc", list(_lesson_worlds()))
-def test_every_lesson_matches_its_virtual_run(name, nproc):
-    out = _cli("run", name, "--backend", "gloo", "--nproc", str(nproc), "--json")
+    lessons = load_lessons().values()
+    fit = [lesson.name for lesson in lessons if lesson.fits(nproc)]
+    out = _cli("run", "all", "--backend", "gloo", "--nproc", str(nproc), "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
-    assert data["match"] is True and data["differences"] == [] and data["world"] == nproc
-    assert all(c["ok"] for c in data["checks"])
-    assert data["timings"] and data["lesson"] == name
+    assert [d["lesson"] for d in data["lessons"]] == fit and len(fit) >= 10
+    assert data["skipped"] == [lesson.name for lesson in lessons if not lesson.fits(nproc)]
+    assert data["match"] is True
+    for d in data["lessons"]:
+        assert d["match"] is True and d["differences"] == [] and d["world"] == nproc, d["lesson"]
+        assert d["checks"] and all(c["ok"] for c in d["checks"]), d["lesson"]
+        assert d["timings"] and d["events"] > 0
+
+
+def test_one_lesson_on_real_ranks_prints_its_verdict():
+    out = _cli("run", "tp-mlp", "--backend", "gloo", "--nproc", "2")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())  # rich wraps long lines
+    assert "(tp-mlp: 2 real ranks on gloo, compared with 2 virtual ranks)" in text
+    assert "MATCH" in text and "DIFFERENT" not in text and "checks on the real values: 10 of 10 ok" in text
+
+
+def draws(ctx):
+    g = ctx.new_group([1, 0], "pair")
+    return ctx.comm.all_reduce(ctx.rng.normal((2,)), group=g)
+
+
+def test_programs_of_one_launch_keep_their_own_seed_groups_and_records():
+    """Two programs on one launch: each gets a fresh comm (its own groups and records, call numbers from 0)
+    and its own seed, and each report is compared with its own virtual run."""
+    from parasim.real import run_real_many
+    reports = run_real_many([(draws, RealOptions("gloo", seed=1)), (every_op, RealOptions("gloo", keep_values=16)),
+                             (draws, RealOptions("gloo", seed=2))], 2)
+    assert [r.match for r in reports] == [True] * 3, [r.differences for r in reports]
+    assert [len(r.trace.events) for r in reports] == [1, len(parasim.run(every_op, 2).trace.events), 1]
+    assert not np.array_equal(reports[0].values[0], reports[2].values[0])
+    assert np.array_equal(reports[0].values[0], parasim.run(draws, 2, seed=1).values[0])
+    assert reports[0].trace.groups == reports[2].trace.groups
+
+
+def test_run_all_refuses_a_chrome_file_in_one_line():
+    out = _cli("run", "all", "--nproc", "2", "--chrome", "x.json")
+    assert out.returncode == 2 and "name the lesson" in out.stderr and len(out.stderr.strip().splitlines()) == 1
 
 
 def every_op(ctx):

@@ -46,6 +46,9 @@ class RealOptions:
     error_dir: str | None = None  # where each failing rank writes its error (set by `launch`)
 
 
+Job = tuple[Target, RealOptions]  # a program and the options it runs with (seed, keep_values, ...)
+
+
 def under_torchrun() -> bool:
     """True in a process that torchrun (or another elastic agent) started."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -98,6 +101,39 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     """The body of one real rank. torch.distributed's usual environment must be set (RANK, WORLD_SIZE, ...).
 
     Returns this rank's result; with `gather`, rank 0 returns every rank's (in rank order), the others None."""
+    out = run_jobs([(target, opts)], gather)
+    return out if out is None else out[0]
+
+
+def run_jobs(jobs: list[Job], gather: bool = False) -> list[Any] | None:
+    """Several programs one after another on this rank, in one process group (one start-up for all).
+
+    Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
+    order), the others None. Backend and timeout are the first job's."""
+    import torch
+    import torch.distributed as dist
+
+    opts = jobs[0][1]
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if opts.backend == "nccl":
+        device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(opts.backend, timeout=datetime.timedelta(seconds=opts.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    mine = [_run_program(target, o, rank, world, device) for target, o in jobs]
+    out: list[Any] | None = mine
+    if gather:
+        everyone = [None] * world if rank == 0 else None
+        dist.gather_object(mine, everyone, dst=0)
+        out = None if everyone is None else [[everyone[r][j] for r in range(world)] for j in range(len(jobs))]
+    dist.destroy_process_group()
+    return out
+
+
+def _run_program(target: Target, opts: RealOptions, rank: int, world: int, device: Any) -> dict:
+    """One program on this rank, with a comm and context of its own; its result and call records."""
     import array_api_compat.torch as xp
     import torch
     import torch.distributed as dist
@@ -105,18 +141,9 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     from ..context import Context
     from .torchdist import TorchComm
 
-    local = int(os.environ.get("LOCAL_RANK", "0"))
-    if opts.backend == "nccl":
-        device = torch.device("cuda", local)
-        torch.cuda.set_device(device)
-    else:
-        device = torch.device("cpu")
-    timeout = datetime.timedelta(seconds=opts.timeout)
-    dist.init_process_group(opts.backend, timeout=timeout)
-    rank, world = dist.get_rank(), dist.get_world_size()
     try:
         comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check,
-                         timeout=timeout)
+                         timeout=datetime.timedelta(seconds=opts.timeout))
         ctx = Context(rank, world, comm, xp, opts.seed, comm, lambda a: torch.from_numpy(a).to(device))
         program = _load(target)
         dist.barrier()
@@ -132,14 +159,8 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
         if err is exc:
             raise
         raise err from exc
-    result = {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
-              "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
-    if gather:
-        everyone = [None] * world if rank == 0 else None
-        dist.gather_object(result, everyone, dst=0)
-        result = everyone
-    dist.destroy_process_group()
-    return result
+    return {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
+            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
 
 
 def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
@@ -148,11 +169,11 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump({"rank": rank, "time": time.time(), "kind": type(err).__name__, "message": str(err)}, f)
 
 
-def _worker(target: Target, opts: RealOptions) -> dict:
+def _worker(jobs: list[Job]) -> list[dict]:
     # One thread per rank: N processes share this machine's cores.
     import torch
     torch.set_num_threads(1)
-    return run_rank(target, opts)
+    return run_jobs(jobs)
 
 
 def _free_port() -> int:
@@ -177,6 +198,16 @@ def _quiet_launcher():
 
 def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
     """Run `target` on `nproc` local processes; return each rank's result, in rank order."""
+    return launch_many([(target, opts)], nproc)[0]
+
+
+def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
+    """Run several programs one after another on the same `nproc` local processes, paying the start-up
+    (processes, torch import, rendezvous) once; return per job each rank's result, in rank order.
+    Backend and timeout are the first job's (a job with another backend is refused)."""
+    opts = jobs[0][1]
+    if any(o.backend != opts.backend for _, o in jobs):
+        raise UsageError("every program of one launch runs on the same backend")
     check_backend(opts.backend, nproc)
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.launcher.api import LaunchConfig, elastic_launch
@@ -190,7 +221,7 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="parasim-") as errors:
         try:
             with _quiet_launcher():
-                out = elastic_launch(config, _worker)(target, replace(opts, error_dir=errors))
+                out = elastic_launch(config, _worker)([(t, replace(o, error_dir=errors)) for t, o in jobs])
         except ChildFailedError as exc:
             _reap()
             root = _root_error(errors)
@@ -200,7 +231,7 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
             rank, failure = exc.get_first_failure()
             raise RealRunFailed(_failure_message(rank, failure), rank) from None
         _reap()
-    return [out[r] for r in sorted(out)]
+    return [[out[r][j] for r in sorted(out)] for j in range(len(jobs))]
 
 
 def _reap(grace: float = 3.0) -> None:

@@ -1,0 +1,106 @@
+"""A quick first pass over the mutants of a module that every test reaches (comm.virtual, nn.attention):
+run only the test files that aim at it, in one interpreter, and record each mutant they kill in mutmut's
+results. mutmut itself then runs only what is left, against every test that reaches it.
+
+    .venv/bin/python scripts/mutation_focus.py parasim.nn.attention tests/test_nn_units.py tests/test_layer_exact.py
+    bash scripts/mutation.sh "parasim.nn.attention*"      # the rest, with the whole suite
+
+A kill here is a kill: a listed test fails with the mutant active (or it runs past --timeout). A mutant
+the listed files miss is left as it was, for mutmut (or, with --missed-survive, recorded as survived). Run `bash scripts/mutation.sh PATTERN` once first:
+it writes the mutants and mutmut's map of tests (mutants/). Options: --shard i/n (run every n-th mutant,
+for one process per core), --timeout S (per mutant, default 120).
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS = ROOT / "mutants"
+OPEN = (None, 0, 5, 33)  # not run, survived, or no test reached it
+
+
+def open_mutants(prefix: str) -> list[str]:
+    return [k for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta"))
+            for k, v in json.loads(meta.read_text())["exit_code_by_key"].items() if k.startswith(prefix) and v in OPEN]
+
+
+def record(name: str, code: int = 1) -> None:
+    """Set `name`'s exit code in its module's results (1 killed, 0 survived); re-read each time: shards
+    share the files."""
+    module = name.split(".x", 1)[0]  # parasim.nn.attention.x_head_split__mutmut_3 -> parasim.nn.attention
+    meta = MUTANTS / (module.replace(".", "/") + ".py.meta")
+    data = json.loads(meta.read_text())
+    data["exit_code_by_key"][name] = code
+    tmp = meta.with_suffix(f".tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=4))
+    tmp.replace(meta)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("prefix", help="a module (parasim.nn.attention) or a mutant name prefix")
+    ap.add_argument("tests", nargs="+", help="test files, fastest and most pointed first (pytest stops at the first failure)")
+    ap.add_argument("--shard", default="0/1", metavar="i/n")
+    ap.add_argument("--timeout", type=int, default=120, metavar="S")
+    ap.add_argument("--missed-survive", action="store_true",
+                    help="record a mutant the files miss as survived (conservative: the score counts it against "
+                         "the tests until `bash scripts/mutation.sh --survivors` runs it with the whole suite)")
+    args = ap.parse_args()
+    if not (MUTANTS / "parasim").is_dir():
+        sys.exit("no mutants/ yet: run `bash scripts/mutation.sh PATTERN` once first")
+    i, n = (int(x) for x in args.shard.split("/"))
+    names = open_mutants(args.prefix)[i::n]
+    # run the tests from mutants/tests, as mutmut does: call sites are named from the package's root
+    for src in [*(ROOT / "tests").glob("*.py")]:
+        if not src.name.startswith("test_") or src.name in {Path(t).name for t in args.tests}:
+            shutil.copy2(src, MUTANTS / "tests" / src.name)
+    tests = [f"tests/{Path(t).name}" for t in args.tests]
+    os.chdir(MUTANTS)  # the mutated package, as mutmut runs it
+    sys.path.insert(0, str(MUTANTS))
+    os.environ.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", PARASIM_HYPOTHESIS="mutation")
+    import pytest
+
+    def alarm(*_: object) -> None:
+        raise TimeoutError
+
+    def fails(name: str) -> bool:
+        os.environ["MUTANT_UNDER_TEST"] = name  # mutmut's trampolines read it at each call
+        signal.signal(signal.SIGALRM, alarm)
+        signal.alarm(args.timeout)
+        try:
+            with contextlib.redirect_stdout(io.StringIO()):
+                return pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-m", "not slow and not nccl",
+                                    "--import-mode=append", *tests]) != 0
+        except TimeoutError:
+            return True
+        finally:
+            signal.alarm(0)
+
+    if fails("none"):
+        sys.exit("the test files fail with no mutant active: fix them first")
+    import parasim
+    assert str(MUTANTS) in parasim.__file__, f"parasim imported from {parasim.__file__}, not mutants/"
+    killed = 0
+    for name in names:
+        if fails(name):
+            record(name)
+            killed += 1
+            print(f"killed   {name}", flush=True)
+        else:
+            if args.missed_survive:
+                record(name, 0)
+            print(f"missed   {name}", flush=True)
+    print(f"{killed} of {len(names)} killed; the rest are left for mutmut")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
