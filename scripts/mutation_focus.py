@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import fcntl
 import io
 import json
 import os
@@ -27,9 +28,9 @@ MUTANTS = ROOT / "mutants"
 OPEN = (None, 0, 5, 33)  # not run, survived, or no test reached it
 
 
-def open_mutants(prefix: str) -> list[str]:
+def open_mutants(prefix: str, codes: tuple = OPEN) -> list[str]:
     return [k for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta"))
-            for k, v in json.loads(meta.read_text())["exit_code_by_key"].items() if k.startswith(prefix) and v in OPEN]
+            for k, v in json.loads(meta.read_text())["exit_code_by_key"].items() if k.startswith(prefix) and v in codes]
 
 
 def record(name: str, code: int = 1) -> None:
@@ -37,11 +38,13 @@ def record(name: str, code: int = 1) -> None:
     share the files."""
     module = name.split(".x", 1)[0]  # parasim.nn.attention.x_head_split__mutmut_3 -> parasim.nn.attention
     meta = MUTANTS / (module.replace(".", "/") + ".py.meta")
-    data = json.loads(meta.read_text())
-    data["exit_code_by_key"][name] = code
-    tmp = meta.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data, indent=4))
-    tmp.replace(meta)
+    with open(MUTANTS / ".focus.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # read, change, write as one step
+        data = json.loads(meta.read_text())
+        data["exit_code_by_key"][name] = code
+        tmp = meta.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(data, indent=4))
+        tmp.replace(meta)
 
 
 def main() -> int:
@@ -57,7 +60,8 @@ def main() -> int:
     if not (MUTANTS / "parasim").is_dir():
         sys.exit("no mutants/ yet: run `bash scripts/mutation.sh PATTERN` once first")
     i, n = (int(x) for x in args.shard.split("/"))
-    names = open_mutants(args.prefix)[i::n]
+    # with --missed-survive a second pass runs only what no pass has run yet
+    names = open_mutants(args.prefix, (None,) if args.missed_survive else OPEN)[i::n]
     # run the tests from mutants/tests, as mutmut does: call sites are named from the package's root
     for src in [*(ROOT / "tests").glob("*.py")]:
         if not src.name.startswith("test_") or src.name in {Path(t).name for t in args.tests}:
@@ -79,7 +83,7 @@ def main() -> int:
             with contextlib.redirect_stdout(io.StringIO()):
                 return pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-m", "not slow and not nccl",
                                     "--import-mode=append", *tests]) != 0
-        except TimeoutError:
+        except Exception:  # a time-out, or the mutant broke pytest itself (mutmut counts a crash as killed)
             return True
         finally:
             signal.alarm(0)

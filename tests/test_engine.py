@@ -341,3 +341,92 @@ def test_a_group_needs_distinct_ranks_inside_the_world(members):
 
     with pytest.raises(CollectiveError, match=r"new_group bad\[.*\] at .*: ranks must be distinct and in 0\.\.1$"):
         parasim.run(prog, world=2)
+
+
+def test_groups_from_elsewhere_are_refused_and_the_world_group_is_accepted():
+    """A group object is checked against the run's own: the world group (index 0) passed explicitly works;
+    one with an index this run never made, or the right index with other members, is refused."""
+    from parasim.comm.interface import Group
+
+    def prog(ctx, group):
+        ctx.new_group([0, 1], "pair")  # index 1
+        return ctx.comm.all_reduce(ctx.asarray([1.0]), group=group)
+
+    assert [v.tolist() for v in parasim.run(lambda c: prog(c, Group((0, 1, 2), "world", 0)), 3).values] == [[3.0]] * 3
+    for foreign in (Group((0, 1), "pair", 2), Group((1, 2), "pair", 1), Group((0, 1), "tp", 1)):
+        with pytest.raises(CollectiveError, match=r"^all_reduce: group .* was not created in this run$"):
+            parasim.run(lambda c, g=foreign: prog(c, g), 3)
+
+
+def test_groups_created_apart_name_both_sites_and_the_ranks_short_of_groups():
+    from conftest import site_at
+
+    def differ(ctx):
+        if ctx.rank == 0:
+            ctx.new_group([0, 1], "tp")  # rank 0's
+        else:
+            ctx.new_group([0, 1], "dp")  # rank 1's
+
+    with pytest.raises(CollectiveMismatch) as info:
+        parasim.run(differ, 2)
+    here, there = site_at(__file__, "rank 1's"), site_at(__file__, "rank 0's")
+    assert f"rank 1 created group #1 as dp[0, 1] at {here}, but another rank created it as" in str(info.value)
+    assert str(info.value).split(" as ")[2].startswith("tp") and f"at {there};" in str(info.value)
+
+    def fewer(ctx):
+        if ctx.rank != 2:
+            ctx.new_group([0, 1], "tp")
+
+    with pytest.raises(CollectiveMismatch, match=r"ranks \[2\] created fewer groups than others") as info:
+        parasim.run(fewer, 3)
+    assert info.value.ranks == [2]
+
+
+def test_a_failure_ends_the_waiting_ranks_at_once():
+    """When one rank raises, the others, parked in a collective, are ended before run() returns: their
+    `finally` blocks have run (nothing is left suspended for the garbage collector)."""
+    log = []
+
+    def prog(ctx):
+        try:
+            ctx.comm.barrier()  # every rank has started
+            if ctx.rank == 0:
+                raise ValueError("boom")
+            ctx.comm.barrier()
+        finally:
+            log.append(ctx.rank)
+
+    with pytest.raises(RankFailed):
+        parasim.run(prog, 3)
+    assert sorted(log) == [0, 1, 2]
+
+
+def test_values_are_kept_up_to_keep_values_elements_and_no_further():
+    """keep_values=3: a 3-element all-reduce keeps its values before and after, a 4-element one keeps none;
+    an all-to-all keeps them only when every chunk in and out is small enough; a barrier keeps empty
+    tuples (it moves nothing) and has no tensors in or out."""
+    def prog(ctx):
+        r = ctx.rank
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0, 3.0]) * (r + 1))
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0, 3.0, 4.0]))
+        ctx.comm.all_to_all([ctx.asarray([10.0 * r + j] * 3) for j in range(2)])
+        ctx.comm.all_to_all([ctx.asarray([1.0] * (3 + j)) for j in range(2)])  # chunk 1 holds 4 values
+        ctx.comm.barrier()
+
+    ev = parasim.run(prog, world=2, keep_values=3).trace.events
+    m = ev[0].members[1]
+    assert (m.before, m.after) == (([2.0, 4.0, 6.0],), ([3.0, 6.0, 9.0],))
+    assert all((m.before, m.after) == (None, None) for m in ev[1].members)
+    m = ev[2].members[0]  # rank 0 sends [0,0,0] to itself and [1,1,1] to rank 1; gets [0,0,0] and [10,10,10]
+    assert (m.before, m.after) == (([0.0] * 3, [1.0] * 3), ([0.0] * 3, [10.0] * 3))
+    assert all((m.before, m.after) == (None, None) for m in ev[3].members)
+    assert [(m.ins, m.outs, m.before, m.after) for m in ev[4].members] == [((), (), (), ())] * 2
+
+
+def test_a_deadlock_names_the_call_number_on_its_group():
+    def prog(ctx):
+        for i in range(3 if ctx.rank == 0 else 2):
+            ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+    with pytest.raises(Deadlock, match=r"rank 0: waits in all_reduce.* on group world\[0, 1\] \(call #2 on it\)"):
+        parasim.run(prog, world=2)
