@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from . import __version__
 from .errors import ParasimError, UsageError
@@ -91,8 +91,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .comm.launch import RealOptions, under_torchrun
-    from .engine import RunResult
+    from .comm.launch import under_torchrun
     from .lesson import get_lesson
     from .real import run_real
 
@@ -105,11 +104,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         nproc = args.nproc or lesson.world
     lesson.check_world(nproc)
-    opts = RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout)
-    report = run_real(lesson.target, nproc, opts)
+    report = run_real(lesson.target, nproc, _real_options(args, lesson))
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
         return 0
-    checks = list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+    checks = _real_checks(lesson, report)
     if args.chrome:
         from .chrome import to_chrome
         _write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
@@ -119,14 +117,29 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         from .verdict import print_verdict
         print_verdict(lesson, report, checks)
-    return 0 if report.match and all(c.ok for c in checks) else 1
+    return 0 if _passed(report, checks) else 1
+
+
+def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
+    """How `parasim run` runs one lesson on real ranks: the lesson's seed and kept values, the user's flags."""
+    from .comm.launch import RealOptions
+    return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout)
+
+
+def _real_checks(lesson: Any, report: Any) -> list:
+    """The lesson's own checks, on the values and trace of the real run."""
+    from .engine import RunResult
+    return list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+
+
+def _passed(report: Any, checks: list) -> bool:
+    return report.match and all(c.ok for c in checks)
 
 
 def _run_all(args: argparse.Namespace) -> int:
     """`parasim run all`: every lesson on real ranks, one launch per world size (start-up paid once each):
     the lessons that fit --nproc, or else each lesson on its own world."""
-    from .comm.launch import RealOptions, under_torchrun
-    from .engine import RunResult
+    from .comm.launch import under_torchrun
     from .lesson import load_lessons
     from .real import run_real_many
 
@@ -144,23 +157,20 @@ def _run_all(args: argparse.Namespace) -> int:
         raise UsageError(f"no lesson runs on {args.nproc} ranks")
     rows = []
     for world, group in sorted(by_world.items()):
-        jobs = [(lesson.target, RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct",
-                                            not args.no_check, args.timeout)) for lesson in group]
+        jobs = [(lesson.target, _real_options(args, lesson)) for lesson in group]
         if not args.json:
             print(f"{len(group)} lesson(s) on {world} {args.backend} ranks ...", file=sys.stderr, flush=True)
         for lesson, report in zip(group, run_real_many(jobs, world)):
-            checks = list(lesson.checks(RunResult(report.values, report.trace, report.times)))
-            rows.append((lesson, report, checks))
+            rows.append((lesson, report, _real_checks(lesson, report)))
     skipped = [lesson.name for lesson in lessons if not any(lesson is r[0] for r in rows)]
-    ok = all(report.match and all(c.ok for c in checks) for _, report, checks in rows)
+    ok = all(_passed(report, checks) for _, report, checks in rows)
     if args.json:
         print(json.dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
             {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
             for lesson, report, checks in rows]}, indent=1))
     else:
         for lesson, report, checks in rows:
-            good = report.match and all(c.ok for c in checks)
-            hint = "" if good else f"  <- details: parasim run {lesson.name} --nproc {report.world}"
+            hint = "" if _passed(report, checks) else f"  <- details: parasim run {lesson.name} --nproc {report.world}"
             print(f"{'MATCH' if report.match else 'DIFFERENT':<10} {lesson.name:<18} {report.world:>3} ranks  "
                   f"{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
         if skipped:

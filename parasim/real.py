@@ -64,7 +64,7 @@ def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any
             return None
     else:
         (results,) = launch_many([(target, opts)], world)
-    startup = time.perf_counter() - t - max((t1 for r in results for t1 in _ends(r)), default=0.0)
+    startup = time.perf_counter() - t - _in_calls(results)
     return _compared(target, opts, results, startup, virtual_program)
 
 
@@ -73,8 +73,7 @@ def run_real_many(jobs: list[Job], world: int) -> list[RealReport]:
     its own virtual run. The start-up is shared: every report carries the whole of it."""
     t = time.perf_counter()
     runs = launch_many(jobs, world)
-    calls = sum(max((t1 for r in results for t1 in _ends(r)), default=0.0) for results in runs)
-    startup = time.perf_counter() - t - calls
+    startup = time.perf_counter() - t - sum(_in_calls(results) for results in runs)
     return [_compared(target, opts, results, startup) for (target, opts), results in zip(jobs, runs)]
 
 
@@ -101,6 +100,12 @@ def _torchrun() -> bool:
 
 def _ends(result: dict) -> list[float]:
     return [rec["t1"] for rec in result["records"] if "t1" in rec]
+
+
+def _in_calls(results: list[dict]) -> float:
+    """Seconds from a program's start to its last call's end (on the slowest rank): the part of a launch's
+    wall time that is not start-up."""
+    return max((t1 for r in results for t1 in _ends(r)), default=0.0)
 
 
 # -- per-rank views ------------------------------------------------------------------------------
