@@ -160,7 +160,7 @@ def test_rank_that_raises_stops_the_run_with_its_traceback():
         parasim.run(prog, world=3)
     msg = str(info.value)
     assert info.value.rank == 2 and "ValueError: boom" in msg and 'raise ValueError("boom")' in msg
-    assert "rank 0: waits in barrier()" in msg
+    assert "ranks 0, 1: waits in barrier()" in msg and info.value.waiting[0].startswith("waits in barrier()")
     assert isinstance(info.value.__cause__, ValueError)
 
 

@@ -81,7 +81,7 @@ def test_describe_names_every_parameter():
 
 
 @pytest.mark.timeout(60)
-def test_a_deadlock_lists_every_rank():
+def test_a_deadlock_names_every_rank_once_grouped_by_what_it_waits_in():
     def prog(ctx):
         if ctx.rank != 1:
             ctx.comm.all_reduce(ctx.asarray([1.0]))  # skipped by rank 1
@@ -91,4 +91,56 @@ def test_a_deadlock_lists_every_rank():
     waits = ("waits in all_reduce(shape=(1,), dtype=float64, op=sum, algo=direct) on group world[0, 1, 2] "
              f"(call #0 on it) at {_at('skipped by rank 1')}; arrived [0, 2], missing [1]")
     assert str(info.value).splitlines() == ["every unfinished rank is waiting and none can go on:",
-                                            f"  rank 0: {waits}", "  rank 1: finished", f"  rank 2: {waits}"]
+                                            f"  ranks 0, 2: {waits}", "  rank 1: finished"]
+    assert info.value.waiting == {0: waits, 1: "finished", 2: waits}
+
+
+def test_rank_lists_are_written_as_ranges():
+    from parasim.comm.interface import Group, by_text, rank_list
+    assert rank_list([0, 1, 2, 5, 7, 8, 10, 11, 12, 13]) == "[0-2, 5, 7, 8, 10-13]"
+    assert rank_list([]) == "[]" and rank_list([4]) == "[4]"
+    assert str(Group(tuple(range(16)), "dp")) == f"dp{list(range(16))}"  # small groups in full
+    assert str(Group(tuple(range(17)), "dp")) == "dp[0-16]"
+    assert by_text({3: "b", 0: "a", 1: "a", 2: "a", 5: "a"}) == ["  ranks 0-2, 5: a", "  rank 3: b"]
+
+
+W = 2048
+
+
+def _skip_last(ctx):
+    if ctx.rank != W - 1:
+        ctx.comm.all_reduce(ctx.asarray([1.0]))  # all but the last
+
+
+def _max_last(ctx):
+    ctx.comm.all_reduce(ctx.asarray([1.0]), op="max" if ctx.rank == W - 1 else "sum")  # sum or max
+
+
+def _raise_last(ctx):
+    if ctx.rank == W - 1:
+        raise ValueError("last")
+    ctx.comm.barrier()  # everyone else
+
+
+@pytest.mark.timeout(60)
+def test_faults_among_2048_ranks_read_as_a_few_lines():
+    """A deadlock, a mismatch and a failed rank among 2,048 ranks: one line per kind of rank, with rank
+    ranges, not one per rank (benchmarks/faults.py times them)."""
+    with pytest.raises(Deadlock) as info:
+        parasim.run(_skip_last, W)
+    assert str(info.value).splitlines()[1:] == [
+        "  ranks 0-2046: waits in all_reduce(shape=(1,), dtype=float64, op=sum, algo=direct) on group "
+        f"world[0-2047] (call #0 on it) at {_at('all but the last')}; arrived [0-2046], missing [2047]",
+        "  rank 2047: finished"]
+    assert len(info.value.waiting) == W
+    with pytest.raises(CollectiveMismatch) as info:
+        parasim.run(_max_last, W)
+    assert str(info.value).splitlines() == [
+        "collective call #0 on group world[0-2047] does not match across ranks:",
+        f"  ranks 0-2046: all_reduce(shape=(1,), dtype=float64, op=sum, algo=direct) at {_at('sum or max')}",
+        f"  rank 2047: all_reduce(shape=(1,), dtype=float64, op=max, algo=direct) at {_at('sum or max')}"]
+    with pytest.raises(RankFailed) as info:
+        parasim.run(_raise_last, W)
+    assert str(info.value).split("ranks left waiting:\n")[1] == (
+        f"  ranks 0-2046: waits in barrier() on group world[0-2047] (call #0 on it) at {_at('everyone else')}; "
+        "arrived [0-2046], missing [2047]")

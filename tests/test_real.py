@@ -187,7 +187,10 @@ def test_a_world_the_lesson_cannot_use_is_exit_2():
 
 
 def test_the_same_command_runs_under_torchrun():
-    port = __import__("parasim.comm.launch", fromlist=["_free_port"])._free_port()
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",

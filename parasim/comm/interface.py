@@ -49,7 +49,33 @@ class Group:
         return rank in self.ranks
 
     def __str__(self) -> str:
-        return f"{self.name}{list(self.ranks)}"
+        # a big group is written as ranges: an error about 2,048 ranks stays a line, not 10 KB
+        return f"{self.name}{list(self.ranks) if self.size <= 16 else rank_list(self.ranks)}"
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """Ranks in brackets, runs of three or more consecutive ones as a range: [0-2, 5, 7, 9-1023]."""
+    parts, i, n = [], 0, len(ranks)
+    while i < n:
+        j = i
+        while j + 1 < n and ranks[j + 1] == ranks[j] + 1:
+            j += 1
+        if j - i >= 2:
+            parts.append(f"{ranks[i]}-{ranks[j]}")
+        else:
+            parts.extend(str(r) for r in ranks[i:j + 1])
+        i = j + 1
+    return "[" + ", ".join(parts) + "]"
+
+
+def by_text(texts: dict[int, str], indent: str = "  ") -> list[str]:
+    """One line per distinct text, naming the ranks that share it (in order of their first rank):
+    a fault among thousands of ranks reads as a few lines."""
+    shared: dict[str, list[int]] = {}
+    for r in sorted(texts):
+        shared.setdefault(texts[r], []).append(r)
+    return [f"{indent}rank {rs[0]}: {t}" if len(rs) == 1 else f"{indent}ranks {rank_list(rs)[1:-1]}: {t}"
+            for t, rs in shared.items()]
 
 
 @dataclass(frozen=True)
@@ -245,7 +271,7 @@ def describe_p2p(send: bool, peer: int, shape: Sequence[int], dtype: Any) -> str
 
 def mismatch_error(call: int, group: Group, calls: dict[int, str | None]) -> CollectiveMismatch:
     """The error for members of `group` whose call #`call` on it differ. calls: rank -> 'desc at site'."""
-    lines = [f"  rank {r}: {calls[r] if calls.get(r) else 'not arrived yet'}" for r in group.ranks]
+    lines = by_text({r: calls.get(r) or "not arrived yet" for r in group.ranks})
     arrived = [r for r in group.ranks if calls.get(r)]
     return CollectiveMismatch(
         f"collective call #{call} on group {group} does not match across ranks:\n" + "\n".join(lines),

@@ -1,5 +1,5 @@
-"""Start real ranks: N local processes through torch's elastic launcher (what torchrun runs), or join a
-run that torchrun already started. Each process runs the program on a `TorchComm` and hands back its
+"""Start real ranks: N local processes that meet through a store served here on 127.0.0.1 (nothing
+listens beyond loopback), or join a run that torchrun already started. Each process runs the program on a `TorchComm` and hands back its
 own record of every call; the caller merges and checks them.
 
 Programs travel to the workers as a picklable callable or as (file path, function name), so a program
@@ -11,13 +11,11 @@ import contextlib
 import datetime
 import importlib.util
 import json
-import logging
 import os
 import socket
 import tempfile
 import time
 import traceback
-import uuid
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
@@ -105,11 +103,12 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     return out if out is None else out[0]
 
 
-def run_jobs(jobs: list[Job], gather: bool = False) -> list[Any] | None:
+def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None) -> list[Any] | None:
     """Several programs one after another on this rank, in one process group (one start-up for all).
 
     Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
-    order), the others None. Backend and timeout are the first job's."""
+    order), the others None. Backend and timeout are the first job's. Without `store`, the process group
+    is found through torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)."""
     import torch
     import torch.distributed as dist
 
@@ -120,7 +119,12 @@ def run_jobs(jobs: list[Job], gather: bool = False) -> list[Any] | None:
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
-    dist.init_process_group(opts.backend, timeout=datetime.timedelta(seconds=opts.timeout))
+    timeout = datetime.timedelta(seconds=opts.timeout)
+    if store is None:
+        dist.init_process_group(opts.backend, timeout=timeout)
+    else:
+        dist.init_process_group(opts.backend, store=store, rank=int(os.environ["RANK"]),
+                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
     rank, world = dist.get_rank(), dist.get_world_size()
     mine = [_run_program(target, o, rank, world, device) for target, o in jobs]
     out: list[Any] | None = mine
@@ -169,31 +173,51 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump({"rank": rank, "time": time.time(), "kind": type(err).__name__, "message": str(err)}, f)
 
 
-def _worker(jobs: list[Job]) -> list[dict]:
-    # One thread per rank: N processes share this machine's cores.
-    import torch
-    torch.set_num_threads(1)
-    return run_jobs(jobs)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@contextlib.contextmanager
-def _quiet_launcher():
-    """The elastic agent logs every start and failure; parasim reports failures itself."""
-    names = ["torch.distributed.elastic", "torch.distributed.launcher", "torch.multiprocessing"]
-    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
-    for logger, _ in saved:
-        logger.setLevel(logging.CRITICAL)
+def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str) -> None:
+    """The body of one local process: join the run's store, run every job, leave the results (or the
+    error) in `folder` and exit quietly; the launcher reports."""
+    import signal
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle: it ends the workers
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
-        yield
-    finally:
-        for logger, level in saved:
-            logger.setLevel(level)
+        import pickle
+
+        import torch
+        import torch.distributed as dist
+        torch.set_num_threads(1)  # one thread per rank: N processes share this machine's cores
+        store = dist.TCPStore("127.0.0.1", port, world + 1, False,
+                              timeout=datetime.timedelta(seconds=jobs[0][1].timeout))
+        out = run_jobs(jobs, store=store)
+        try:
+            data = pickle.dumps(out)
+        except Exception as exc:
+            err = RealRunFailed(f"rank {rank}: its results cannot be sent back to the launcher "
+                                f"({type(exc).__name__}: {exc}); return numbers, arrays or tensors", rank)
+            _report(jobs[0][1], rank, err)
+            os._exit(1)
+        with open(os.path.join(folder, f"result{rank}.pkl"), "wb") as f:
+            f.write(data)
+    except BaseException as exc:  # reported in the folder (by _run_program, or here), not on stderr
+        if not os.path.exists(os.path.join(folder, f"rank{rank}.json")):
+            _report(jobs[0][1], rank, RealRunFailed(
+                f"rank {rank} raised {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)), rank))
+        os._exit(1)
+    os._exit(0)  # skip interpreter shutdown: a gloo thread must not hold the process once results are written
+
+
+def _loopback_store(world: int, timeout: float) -> tuple[Any, int]:
+    """The run's key-value store (where ranks meet), served by this process on 127.0.0.1 only. torch's
+    TCPStore binds every interface unless handed a socket that is already listening."""
+    import torch.distributed as dist
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(max(128, world))
+    port = sock.getsockname()[1]
+    store = dist.TCPStore("127.0.0.1", port, world + 1, True, master_listen_fd=sock.fileno(),
+                          wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout))
+    sock.detach()  # the store owns the descriptor now and closes it
+    return store, port
 
 
 def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
@@ -204,46 +228,94 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
 def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     """Run several programs one after another on the same `nproc` local processes, paying the start-up
     (processes, torch import, rendezvous) once; return per job each rank's result, in rank order.
-    Backend and timeout are the first job's (a job with another backend is refused)."""
+    Backend and timeout are the first job's (a job with another backend is refused).
+
+    Every socket stays on 127.0.0.1: the store is served here on loopback, gloo is kept to the loopback
+    interface. A rank that fails is named with its own error; one that dies without raising (an exit
+    code, a signal) is named with that."""
+    import multiprocessing
+    import pickle
+
     opts = jobs[0][1]
     if any(o.backend != opts.backend for _, o in jobs):
         raise UsageError("every program of one launch runs on the same backend")
     check_backend(opts.backend, nproc)
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
-    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
-
     if opts.backend == "gloo":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep every byte on the loopback interface
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    config = LaunchConfig(min_nodes=1, max_nodes=1, nproc_per_node=nproc, run_id=f"parasim-{uuid.uuid4().hex[:8]}",
-                          rdzv_backend="c10d", rdzv_endpoint=f"127.0.0.1:{_free_port()}", max_restarts=0,
-                          monitor_interval=0.1, start_method="spawn", local_addr="127.0.0.1")
-    with tempfile.TemporaryDirectory(prefix="parasim-") as errors:
+    spawn = multiprocessing.get_context("spawn")
+    store, port = _loopback_store(nproc, opts.timeout)
+    with tempfile.TemporaryDirectory(prefix="parasim-") as folder:
+        procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
+                               args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
+                                     port, folder)) for r in range(nproc)]
         try:
-            with _quiet_launcher():
-                out = elastic_launch(config, _worker)([(t, replace(o, error_dir=errors)) for t, o in jobs])
-        except ChildFailedError as exc:
-            _reap()
-            root = _root_error(errors)
-            if root is not None:
-                raise RealRunFailed(root["message"] if root["kind"] == "RealRunFailed"
-                                    else f"{root['kind']}: {root['message']}", root["rank"]) from None
-            rank, failure = exc.get_first_failure()
-            raise RealRunFailed(_failure_message(rank, failure), rank) from None
-        _reap()
-    return [[out[r][j] for r in sorted(out)] for j in range(len(jobs))]
+            for p in procs:
+                try:
+                    p.start()
+                except (pickle.PicklingError, AttributeError, TypeError) as exc:
+                    raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
+                                     "need a function defined at a module's top level") from None
+            died = _wait_all(procs, folder)
+        finally:
+            _end(procs)
+            del store
+        if died is not None or any(p.exitcode != 0 for p in procs):
+            raise _failure(procs, folder, died)
+        out = []
+        for r in range(nproc):
+            with open(os.path.join(folder, f"result{r}.pkl"), "rb") as f:
+                out.append(pickle.load(f))
+    return [[out[r][j] for r in range(nproc)] for j in range(len(jobs))]
 
 
-def _reap(grace: float = 3.0) -> None:
-    """Workers hand back their results before they exit; one that then hangs in its own shutdown (a gloo
-    thread) must not keep parasim waiting, nor be left behind."""
-    import multiprocessing
-    deadline = time.monotonic() + grace
-    for child in multiprocessing.active_children():
-        child.join(max(0.0, deadline - time.monotonic()))
-        if child.is_alive():
-            child.kill()
-            child.join(1.0)
+def _wait_all(procs: list, folder: str, grace: float = 2.0) -> tuple[int, int] | None:
+    """Wait until every process has exited. When one fails, give the others `grace` seconds to report
+    their own errors (most are echoes of it), then stop waiting. Returns (rank, exit code) of the first
+    process seen to die without reporting an error, or None."""
+    import multiprocessing.connection
+    alive = {p.sentinel: r for r, p in enumerate(procs)}
+    died, deadline = None, None
+    while alive:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        ready = multiprocessing.connection.wait(list(alive), timeout=left)
+        if not ready:
+            break  # the grace after a failure is over
+        for sentinel in ready:
+            r = alive.pop(sentinel)
+            procs[r].join()
+            code = procs[r].exitcode
+            if code != 0 and deadline is None:
+                deadline = time.monotonic() + grace
+            if code != 0 and died is None and not os.path.exists(os.path.join(folder, f"rank{r}.json")):
+                died = (r, code)
+    return died
+
+
+def _end(procs: list, grace: float = 1.0) -> None:
+    """No worker outlives the launch: a hung one is killed, on every way out (Ctrl-C included)."""
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        if p.pid is not None:
+            p.join(grace)
+
+
+def _failure(procs: list, folder: str, died: tuple[int, int] | None) -> RealRunFailed:
+    """The error that names the cause: a rank that died without raising comes first (its peers' errors are
+    echoes), then the rank whose own error came first."""
+    import signal
+    if died is not None:
+        rank, code = died
+        how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+        return RealRunFailed(f"rank {rank} {how} without raising an error; the other ranks were stopped", rank)
+    root = _root_error(folder)
+    if root is not None:
+        return RealRunFailed(root["message"] if root["kind"] == "RealRunFailed" else f"{root['kind']}: {root['message']}",
+                             root["rank"])
+    rank = next(r for r, p in enumerate(procs) if p.exitcode != 0)
+    return RealRunFailed(f"rank {rank} ended with exit code {procs[rank].exitcode} before reporting an error", rank)
 
 
 _ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
@@ -254,25 +326,12 @@ def _root_error(folder: str) -> dict | None:
     connections); those echoes come after it, and name no program line of their own."""
     errors = []
     for name in os.listdir(folder):
-        with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as f:
-            errors.append(json.load(f))
+        if name.endswith(".json"):
+            with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as f:
+                errors.append(json.load(f))
     if not errors:
         return None
     return min(errors, key=lambda e: (any(x in e["message"] for x in _ECHOES), e["time"], e["rank"]))
-
-
-def _failure_message(rank: int, failure: Any) -> str:
-    data = failure.error_file_data or {}
-    msg = data.get("message")
-    if isinstance(msg, dict):
-        msg = msg.get("message")
-    if not msg:
-        return f"rank {rank} died (exit code {failure.exitcode}) before reporting an error"
-    # torchelastic writes "ExcType: text"; our own errors already name the rank and call site.
-    kind, _, text = str(msg).partition(": ")
-    if kind.endswith(("RealRunFailed", "CollectiveMismatch", "Deadlock", "CollectiveError")):
-        return f"{kind.rsplit('.', 1)[-1]}: {text}"
-    return f"rank {rank} raised {msg}"
 
 
 def join_torchrun(target: Target, opts: RealOptions) -> list[dict] | None:

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
-                        Group, Recv, Send, broadcast_bytes, call_site, check_algo, check_divisible, check_peer,
+                        Group, Recv, Send, broadcast_bytes, by_text, call_site, check_algo, check_divisible, check_peer,
                         check_reduce_op,
                         describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, recv_dtype,
                         ring_bytes, site_name)
@@ -112,9 +112,10 @@ class TorchComm(Comm):
         if all(e[1] == sig and e[0] == call for e in entries.values()):
             return
         if any(e[1] == _END for e in entries.values()):
-            lines = [f"  rank {r}: " + ("finished" if e[1] == _END else f"waits in {e[2]} on group {g} at {e[3]}")
-                     for r, e in sorted(entries.items())]
-            raise Deadlock("every unfinished rank is waiting and none can go on:\n" + "\n".join(lines))
+            waiting = {r: "finished" if e[1] == _END else f"waits in {e[2]} on group {g} at {e[3]}"
+                       for r, e in entries.items()}
+            raise Deadlock("every unfinished rank is waiting and none can go on:\n" + "\n".join(by_text(waiting)),
+                           waiting)
         raise mismatch_error(call, g, {r: f"{e[2]} at {e[3]}" for r, e in entries.items()})
 
     def finish(self) -> None:

@@ -18,8 +18,8 @@ from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
-from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, check_algo, check_peer, describe_p2p, dtype_name,
-                        mismatch_error, p2p_mismatch_error, recv_dtype, site_name)
+from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, by_text, check_algo, check_peer, describe_p2p,
+                        dtype_name, mismatch_error, p2p_mismatch_error, rank_list, recv_dtype, site_name)
 from .kernels import KERNELS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -109,7 +109,7 @@ class VirtualWorld:
                     break
                 else:
                     waiting = self._waiting()
-                    lines = "\n".join(f"  rank {r}: {w}" for r, w in waiting.items())
+                    lines = "\n".join(by_text(waiting))
                     raise Deadlock("every unfinished rank is waiting and none can go on:\n" + lines, waiting)
         finally:
             self._abort()
@@ -152,26 +152,31 @@ class VirtualWorld:
 
     def _raise_failure(self) -> None:
         rank, exc = self.failure
-        waiting = self._waiting()
         if isinstance(exc, ParasimError):
             raise exc
+        waiting = self._waiting()
         tb = "".join(traceback.format_exception(exc))
-        left = "\n".join(f"  rank {r}: {w}" for r, w in waiting.items() if r != rank) or "  none"
+        left = "\n".join(by_text({r: w for r, w in waiting.items() if r != rank})) or "  none"
         raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc}\n{tb}ranks left waiting:\n{left}",
                          rank, waiting) from exc
 
     def _waiting(self) -> dict[int, str]:
-        out = {}
+        """What each rank is doing, rank -> text. Ranks waiting in one collective share one text, built
+        once: linear in the world, so a fault among thousands of ranks is reported at once."""
+        out, texts = {}, {}
         for st in self.ranks:
             w = st.waiting
             if st.done:
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
                 me = w.arrivals[w.group.ranks.index(st.rank)]
-                arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
-                missing = [r for r in w.group.ranks if r not in arrived]
-                out[st.rank] = (f"waits in {me[1]()} on group {w.group} (call #{w.call} on it) at "
-                                f"{site_name(me[2])}; arrived {arrived}, missing {missing}")
+                key = (id(w), me[1](), me[2])  # members may differ in site (and, for all_to_all, in chunks)
+                if key not in texts:
+                    arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
+                    missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
+                    texts[key] = (f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
+                                  f"{site_name(me[2])}; arrived {_ranks(arrived)}, missing {_ranks(missing)}")
+                out[st.rank] = texts[key]
             elif isinstance(w, _Batch):
                 posts = ", ".join(p.describe() for p in w.posts if not p.matched)
                 out[st.rank] = f"waits in point-to-point at {site_name(w.site)}: unmatched {posts}"
@@ -373,6 +378,10 @@ class VirtualWorld:
 
 def _tensor(x: np.ndarray) -> Tensor:
     return _member(Tensor, (x.shape, dtype_name(x.dtype)))
+
+
+def _ranks(ranks: list[int]) -> str:
+    return str(ranks) if len(ranks) <= 16 else rank_list(ranks)
 
 
 def _check_array(x: Any, op: str) -> None:

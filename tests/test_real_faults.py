@@ -1,0 +1,98 @@
+"""Faults on real ranks (gloo, 127.0.0.1): nothing listens beyond loopback, and a rank that dies without
+raising is named with its exit code or signal; no process or folder is left behind."""
+import glob
+import os
+import signal
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import parasim  # noqa: E402
+from parasim.comm.launch import RealRunFailed  # noqa: E402
+
+pytestmark = pytest.mark.slow
+LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net writes them
+
+
+def _listening(pids: list[int]) -> list[tuple[str, int]]:
+    """(address in /proc/net hex, port) of every listening TCP socket that one of `pids` holds."""
+    inodes = set()
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in open(table).read().splitlines()[1:]:
+            f = line.split()
+            if f[3] == "0A" and f[9] in inodes:  # state 0A: LISTEN
+                addr, port = f[1].split(":")
+                out.append((addr, int(port, 16)))
+    return out
+
+
+def sockets_of_the_run(ctx):
+    """Rank 0, once every rank has joined: the listening sockets of the launcher and all its workers."""
+    ctx.comm.barrier()
+    out = None
+    if ctx.rank == 0:
+        parent = os.getppid()
+        with open(f"/proc/{parent}/task/{parent}/children") as f:
+            pids = [parent, *map(int, f.read().split())]
+        out = (len(pids), _listening(pids))
+    ctx.comm.barrier()  # nobody leaves before rank 0 has looked
+    return out
+
+
+def test_nothing_listens_beyond_loopback():
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "*")))
+    (npids, sockets), *_ = parasim.run(sockets_of_the_run, 3, backend="gloo", timeout=20).values
+    assert npids >= 4  # the launcher and its 3 workers were looked at
+    assert len(sockets) >= 2, sockets  # the store, and gloo's own listeners
+    assert [s for s in sockets if s[0] not in LOOPBACK] == []
+    # no torchelastic or parasim folder is left in the temp directory
+    left = set(glob.glob(os.path.join(tempfile.gettempdir(), "*"))) - before
+    assert [p for p in left if "parasim-" in p or "torchelastic" in p] == []
+
+
+def exits_on_rank_1(ctx):
+    ctx.comm.barrier()
+    if ctx.rank == 1:
+        os._exit(3)
+    ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+
+def killed_on_rank_2(ctx):
+    ctx.comm.barrier()
+    if ctx.rank == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    ctx.comm.all_reduce(ctx.asarray([1.0]))
+
+
+@pytest.mark.parametrize("program, rank, how", [(exits_on_rank_1, 1, "exited with code 3"),
+                                                (killed_on_rank_2, 2, "was killed by signal SIGKILL")])
+def test_a_rank_that_dies_without_raising_is_named(program, rank, how):
+    with pytest.raises(RealRunFailed) as info:
+        parasim.run(program, 4, backend="gloo", timeout=20)
+    assert str(info.value) == f"rank {rank} {how} without raising an error; the other ranks were stopped"
+    assert info.value.rank == rank
+
+
+def returns_a_generator(ctx):
+    return (x for x in range(3)) if ctx.rank == 1 else 0
+
+
+def test_a_result_that_cannot_travel_is_named():
+    with pytest.raises(RealRunFailed, match=r"^rank 1: its results cannot be sent back to the launcher \(TypeError"):
+        parasim.run(returns_a_generator, 2, backend="gloo", timeout=20)
+
+
+def test_a_program_that_cannot_travel_is_a_usage_error():
+    with pytest.raises(parasim.UsageError, match="real ranks need a function defined at a module's top level"):
+        parasim.run(lambda ctx: None, 2, backend="gloo", timeout=20)
