@@ -2,8 +2,9 @@
 from .comm.interface import Group, Recv, Send
 from .engine import RunResult, run
 from .layout import Layout, LayoutError, Model
-from .errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, UsageError)
+from .errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
+                     UsageError)
 
 __version__ = "0.1.0"
 __all__ = ["run", "RunResult", "Layout", "LayoutError", "Model", "Group", "Send", "Recv", "ParasimError", "UsageError", "CollectiveError",
-           "CollectiveMismatch", "Deadlock", "RankFailed"]
+           "CollectiveMismatch", "Deadlock", "RankFailed", "RealRunFailed"]

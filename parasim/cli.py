@@ -410,11 +410,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"parasim: error: {exc}" if not str(exc).startswith("parasim") else f"{exc}", file=sys.stderr)
         return 2
     except ParasimError as exc:
-        from .comm.launch import RealRunFailed  # its message already names the error
-        kind = "" if isinstance(exc, RealRunFailed) else f"{type(exc).__name__}: "
+        from .errors import RankFailed  # "rank r raised X: ..." already names the error
+        kind = "" if isinstance(exc, RankFailed) else f"{type(exc).__name__}: "
         print(f"parasim: {kind}{exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # real ranks are ended by the launcher on the way out
+        print("parasim: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `parasim lesson x | head`
         return 0

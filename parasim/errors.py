@@ -38,3 +38,12 @@ class RankFailed(ParasimError):
         super().__init__(message)
         self.rank = rank
         self.waiting = waiting or {}
+
+
+class RealRunFailed(RankFailed):
+    """A real rank died without raising (an exit code, a signal), or its results could not be sent back.
+    Errors a rank raised keep their own type on real ranks as on virtual ones (RankFailed for the
+    program's own exceptions, CollectiveMismatch, Deadlock, ...)."""
+
+    def __init__(self, message: str, rank: int | None = None):
+        super().__init__(message, rank)

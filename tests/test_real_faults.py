@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.comm.launch import RealRunFailed  # noqa: E402
+from parasim import RealRunFailed  # noqa: E402
 
 pytestmark = pytest.mark.slow
 LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net writes them
@@ -96,3 +96,32 @@ def test_a_result_that_cannot_travel_is_named():
 def test_a_program_that_cannot_travel_is_a_usage_error():
     with pytest.raises(parasim.UsageError, match="real ranks need a function defined at a module's top level"):
         parasim.run(lambda ctx: None, 2, backend="gloo", timeout=20)
+
+
+PROGRAM = '''
+from parasim import Recv, Send
+
+
+def prog(ctx):
+    pair = ctx.new_group([0, 1], "pair")
+    x = ctx.asarray([1.0, 2.0]) * (ctx.rank + 1)
+    y = ctx.comm.all_reduce(x, group=pair)
+    other = 1 - ctx.rank
+    (z,) = ctx.comm.exchange([Send(y, other), Recv(other, (2,), "float64")])
+    return z
+'''
+
+
+def test_a_program_deep_in_folders_runs(tmp_path):
+    """Every call's signature names its file; one far longer than a signature blob (512 bytes) still
+    travels, for collectives, group creation and point-to-point transfers alike."""
+    from parasim.comm.launch import RealOptions
+    from parasim.real import run_real
+    folder = tmp_path.joinpath(*["d" * 200] * 3)
+    folder.mkdir(parents=True)
+    path = folder / "deep.py"
+    path.write_text(PROGRAM)
+    assert len(str(path)) > 600
+    report = run_real((str(path), "prog"), 2, RealOptions("gloo", timeout=20))
+    assert report.match, report.differences
+    assert [e.op for e in report.trace.events] == ["all_reduce", "p2p", "p2p"]

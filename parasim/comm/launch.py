@@ -19,18 +19,11 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ..errors import ParasimError, UsageError
+from ..errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
+                      UsageError)
 
 Target = Callable[[Any], Any] | tuple[str, str]
 BACKENDS = ("gloo", "nccl")
-
-
-class RealRunFailed(ParasimError):
-    """A real run ended with a failed rank; the message is that rank's error."""
-
-    def __init__(self, message: str, rank: int | None = None):
-        super().__init__(message)
-        self.rank = rank
 
 
 @dataclass(frozen=True)
@@ -156,7 +149,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
         comm.finish()
     except Exception as exc:
         # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
-        err = exc if isinstance(exc, ParasimError) else RealRunFailed(
+        err = exc if isinstance(exc, ParasimError) else RankFailed(
             f"rank {rank} raised {type(exc).__name__}: {exc}\n"
             + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), rank)
         _report(opts, rank, err)
@@ -168,9 +161,12 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
 
 
 def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
+    """Leave this rank's error for the launcher, with what it needs to raise the same error again."""
     if opts.error_dir:
-        with contextlib.suppress(OSError), open(os.path.join(opts.error_dir, f"rank{rank}.json"), "w") as f:
-            json.dump({"rank": rank, "time": time.time(), "kind": type(err).__name__, "message": str(err)}, f)
+        data = {"rank": rank, "time": time.time(), "kind": type(err).__name__, "message": str(err)}
+        data.update({a: getattr(err, a) for a in ("calls", "ranks", "waiting") if hasattr(err, a)})
+        with contextlib.suppress(OSError, TypeError), open(os.path.join(opts.error_dir, f"rank{rank}.json"), "w") as f:
+            json.dump(data, f)
 
 
 def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str) -> None:
@@ -200,7 +196,7 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str) -> N
             f.write(data)
     except BaseException as exc:  # reported in the folder (by _run_program, or here), not on stderr
         if not os.path.exists(os.path.join(folder, f"rank{rank}.json")):
-            _report(jobs[0][1], rank, RealRunFailed(
+            _report(jobs[0][1], rank, RankFailed(
                 f"rank {rank} raised {type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)), rank))
         os._exit(1)
     os._exit(0)  # skip interpreter shutdown: a gloo thread must not hold the process once results are written
@@ -302,7 +298,7 @@ def _end(procs: list, grace: float = 1.0) -> None:
             p.join(grace)
 
 
-def _failure(procs: list, folder: str, died: tuple[int, int] | None) -> RealRunFailed:
+def _failure(procs: list, folder: str, died: tuple[int, int] | None) -> ParasimError:
     """The error that names the cause: a rank that died without raising comes first (its peers' errors are
     echoes), then the rank whose own error came first."""
     import signal
@@ -312,10 +308,27 @@ def _failure(procs: list, folder: str, died: tuple[int, int] | None) -> RealRunF
         return RealRunFailed(f"rank {rank} {how} without raising an error; the other ranks were stopped", rank)
     root = _root_error(folder)
     if root is not None:
-        return RealRunFailed(root["message"] if root["kind"] == "RealRunFailed" else f"{root['kind']}: {root['message']}",
-                             root["rank"])
+        return _rebuilt(root)
     rank = next(r for r, p in enumerate(procs) if p.exitcode != 0)
     return RealRunFailed(f"rank {rank} ended with exit code {procs[rank].exitcode} before reporting an error", rank)
+
+
+def _rebuilt(e: dict) -> ParasimError:
+    """The error a rank reported, as the same type with the same text as on virtual ranks (so `except
+    parasim.CollectiveMismatch` works on both); `rank` says which rank reported it."""
+    kind, message, rank = e["kind"], e["message"], e["rank"]
+    if kind == "CollectiveMismatch":
+        err: ParasimError = CollectiveMismatch(message, e.get("calls"), e.get("ranks"))
+    elif kind == "Deadlock":
+        err = Deadlock(message, {int(r): w for r, w in (e.get("waiting") or {}).items()})
+    elif kind in ("RankFailed", "RealRunFailed"):
+        err = (RankFailed if kind == "RankFailed" else RealRunFailed)(message, rank)
+    elif kind in ("CollectiveError", "UsageError"):
+        err = (CollectiveError if kind == "CollectiveError" else UsageError)(message)
+    else:  # another parasim error (a LayoutError, ...): its name leads, as the CLI prints it
+        err = RankFailed(f"rank {rank} raised {kind}: {message}", rank)
+    err.rank = rank
+    return err
 
 
 _ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")

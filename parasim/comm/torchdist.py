@@ -25,6 +25,7 @@ from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, 
                         ring_bytes, site_name)
 
 SIG_BYTES = 512  # fixed size of one signature blob
+_LONG = b"\x01LONG "  # a blob that only announces a longer signature (JSON text never starts with \x01)
 # torch 2.13 renamed the tensor forms; older releases have only the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -89,21 +90,43 @@ class TorchComm(Comm):
         return group, self._pgs[group.index]
 
     # -- the signature exchange ------------------------------------------------------------------
-    def _gather_blobs(self, text: str, pg: Any) -> list[str]:
-        data = text.encode()[:SIG_BYTES]
-        blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
-        blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
-        t = dist.get_world_size(pg)
-        out = torch.empty(t * SIG_BYTES, dtype=torch.uint8, device=self.device)
-        _all_gather_single(out, blob, group=pg)
-        raw = out.cpu().numpy().reshape(t, SIG_BYTES)
-        return [bytes(row).rstrip(b"\0").decode(errors="replace") for row in raw]
-
-    def _p2p_blob(self, desc: str, site: str) -> torch.Tensor:
-        blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
-        data = json.dumps([desc, site]).encode()[:SIG_BYTES]
+    # A signature travels in one blob of SIG_BYTES; a longer one (a deep path, a long description) sends a
+    # LONG marker with its length there, then the whole text in a second message sized to fit.
+    def _blob(self, data: bytes, size: int = SIG_BYTES) -> torch.Tensor:
+        blob = torch.zeros(size, dtype=torch.uint8, device=self.device)
         blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return blob
+
+    def _gather_blobs(self, text: str, pg: Any) -> list[str]:
+        data = text.encode()
+        rows = self._gather_rows(data if len(data) <= SIG_BYTES else _LONG + str(len(data)).encode(), SIG_BYTES, pg)
+        if any(r.startswith(_LONG) for r in rows):  # every member sees the same rows, so all take this turn
+            size = max(int(r[len(_LONG):]) if r.startswith(_LONG) else len(r) for r in rows)
+            rows = self._gather_rows(data, size, pg)
+        return [r.decode(errors="replace") for r in rows]
+
+    def _gather_rows(self, data: bytes, size: int, pg: Any) -> list[bytes]:
+        t = dist.get_world_size(pg)
+        out = torch.empty(t * size, dtype=torch.uint8, device=self.device)
+        _all_gather_single(out, self._blob(data, size), group=pg)
+        return [bytes(row).rstrip(b"\0") for row in out.cpu().numpy().reshape(t, size)]
+
+    def _p2p_blobs(self, desc: str, site: str) -> list[torch.Tensor]:
+        data = json.dumps([desc, site]).encode()
+        if len(data) <= SIG_BYTES:
+            return [self._blob(data)]
+        return [self._blob(_LONG + str(len(data)).encode()), self._blob(data, len(data))]
+
+    def _recv_p2p_blob(self, peer: int, pg: Any, g: Group, site: str) -> list:
+        def take(size: int) -> bytes:
+            blob = torch.zeros(size, dtype=torch.uint8, device=self.device)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, blob, peer, group=pg)])
+            self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
+            return bytes(blob.cpu().numpy()).rstrip(b"\0")
+        data = take(SIG_BYTES)
+        if data.startswith(_LONG):
+            data = take(int(data[len(_LONG):]))
+        return json.loads(data.decode())
 
     def _check(self, g: Group, pg: Any, call: int, sig: str, desc: str, site: str) -> None:
         """Compare this call with every member's before running it (group order = torch's sorted order)."""
@@ -331,8 +354,8 @@ class TorchComm(Comm):
         for send, peer, buf, shape, dtype in posts:
             if send:
                 if self.check:
-                    sends.append(dist.P2POp(dist.isend, self._p2p_blob(describe_p2p(True, peer, shape, dtype), site),
-                                            peer, group=pg))
+                    sends += [dist.P2POp(dist.isend, b, peer, group=pg)
+                              for b in self._p2p_blobs(describe_p2p(True, peer, shape, dtype), site)]
                 sends.append(dist.P2POp(dist.isend, buf, peer, group=pg))
         t0 = self._now()
         pending = list(dist.batch_isend_irecv(sends)) if sends else []
@@ -340,10 +363,7 @@ class TorchComm(Comm):
             if send:
                 continue
             if self.check:
-                blob = torch.zeros(SIG_BYTES, dtype=torch.uint8, device=self.device)
-                reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, blob, peer, group=pg)])
-                self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
-                other, other_site = json.loads(bytes(blob.cpu().numpy()).rstrip(b"\0").decode())
+                other, other_site = self._recv_p2p_blob(peer, pg, g, site)
                 if other != describe_p2p(True, self.rank, shape, dtype):
                     raise p2p_mismatch_error(peer, f"{other} at {other_site}", self.rank,
                                              f"{describe_p2p(False, peer, shape, dtype)} at {site}")
