@@ -125,3 +125,62 @@ def test_a_program_deep_in_folders_runs(tmp_path):
     report = run_real((str(path), "prog"), 2, RealOptions("gloo", timeout=20))
     assert report.match, report.differences
     assert [e.op for e in report.trace.events] == ["all_reduce", "p2p", "p2p"]
+
+
+SLEEPER = '''
+import sys, time
+import parasim
+
+
+def sleeper(ctx):
+    ctx.comm.barrier()
+    if ctx.rank == 0:
+        print("started", flush=True)
+    time.sleep(60)
+
+
+if __name__ == "__main__":
+    try:
+        parasim.run(sleeper, 2, backend="gloo", timeout=120)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+'''
+
+
+def test_ctrl_c_ends_every_rank_quietly(tmp_path):
+    """Ctrl-C reaches the launcher and its workers (one process group, as in a terminal): the workers
+    leave it to the launcher, which ends them; one line on stderr, nothing left running."""
+    import subprocess
+    import sys
+    import time
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    assert proc.stdout.readline().strip() == "started"
+    os.killpg(proc.pid, signal.SIGINT)
+    t = time.perf_counter()
+    _, err = proc.communicate(timeout=30)
+    assert time.perf_counter() - t < 10
+    assert (proc.returncode, err.strip()) == (130, "interrupted")
+    for _ in range(50):  # the workers are gone at once; multiprocessing's resource tracker follows its parent
+        left = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "1e9"])
+def test_a_bad_timeout_is_refused_before_anything_starts(value, capsys):
+    from parasim.cli import main
+    assert main(["run", "collectives", "--backend", "gloo", "--timeout", value]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("parasim: error: timeout must be a number of seconds above 0") and err.count("\n") == 1
+    with pytest.raises(parasim.UsageError, match="timeout must be"):
+        parasim.run(sleeper_never_started, 2, backend="gloo", timeout=float(value))
+
+
+def sleeper_never_started(ctx):
+    raise AssertionError("no rank may start with a bad timeout")

@@ -45,6 +45,12 @@ def under_torchrun() -> bool:
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
 
 
+def check_timeout(timeout: Any) -> None:
+    """UsageError unless `timeout` is a finite number of seconds above zero (checked before any start)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
+        raise UsageError(f"timeout must be a number of seconds above 0 and below 1e6, got {timeout!r}")
+
+
 def check_backend(backend: str, nproc_per_node: int) -> None:
     """UsageError (exit 2) when the backend cannot run here: no torch, no GPU, too few GPUs."""
     if backend not in BACKENDS:
@@ -235,6 +241,7 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     opts = jobs[0][1]
     if any(o.backend != opts.backend for _, o in jobs):
         raise UsageError("every program of one launch runs on the same backend")
+    check_timeout(opts.timeout)
     check_backend(opts.backend, nproc)
     if opts.backend == "gloo":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep every byte on the loopback interface
@@ -349,5 +356,6 @@ def _root_error(folder: str) -> dict | None:
 
 def join_torchrun(target: Target, opts: RealOptions) -> list[dict] | None:
     """Run this process's rank of a torchrun job; rank 0 gets every rank's result, the others None."""
+    check_timeout(opts.timeout)
     check_backend(opts.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
     return run_rank(target, opts, gather=True)
