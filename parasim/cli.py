@@ -8,6 +8,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .errors import ParasimError, UsageError
+from .limits import MAX_SIZE, check_plot_path, check_processes
 from .pipeline.schedules import SCHEDULES
 
 
@@ -20,15 +21,17 @@ class _Parser(argparse.ArgumentParser):
 
 def _positive(text: str) -> int:
     try:
-        n = int(text)
+        n = int(text) if len(text) <= 20 else 0
     except ValueError:
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= n <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
     return n
 
 
 def _write(path: str, text: str) -> None:
+    if not path:
+        raise UsageError("an empty file name: give a path to write to")
     try:
         with open(path, "w") as f:
             f.write(text)
@@ -40,6 +43,9 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     from .lesson import get_lesson, load_lessons, run_lesson
 
     if args.name is None:
+        given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace)) if v is not None]
+        if given:
+            raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
         lessons = load_lessons()
         if args.json:
             print(json.dumps([{"name": l.name, "title": l.title, "world": l.world, "summary": l.summary}
@@ -51,10 +57,10 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         return 0
     lesson = get_lesson(args.name)
     lr = run_lesson(lesson, args.world)
-    if args.chrome:
+    if args.chrome is not None:
         from .chrome import to_chrome
         _write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")
-    if args.trace:
+    if args.trace is not None:
         _write(args.trace, lr.result.trace.to_json() + "\n")
     if args.json:
         print(json.dumps(lr.to_dict(), indent=1))
@@ -108,7 +114,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
         return 0
     checks = _real_checks(lesson, report)
-    if args.chrome:
+    if args.chrome is not None:
         from .chrome import to_chrome
         _write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
     if args.json:
@@ -145,8 +151,10 @@ def _run_all(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         raise UsageError("`run all` starts its own ranks; under torchrun run one lesson at a time")
-    if args.chrome:
+    if args.chrome is not None:
         raise UsageError("--chrome writes one lesson's timeline; name the lesson instead of all")
+    if args.nproc:
+        check_processes(args.nproc)
     lessons = list(load_lessons().values())
     by_world: dict[int, list] = {}
     for lesson in lessons:
@@ -218,7 +226,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     per = check_layers(args.layers, plan) if args.layers else None
     timing = simulate(plan, costs)
     name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
-    if args.plot:
+    if args.plot is not None:
         from .pipeline.plot import plot_slots
         try:
             plot_slots(timing, name, args.plot)
@@ -405,6 +413,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2
+        if getattr(args, "plot", None) is not None:  # before any work: a wrong name would fail at the end
+            check_plot_path(args.plot)
         return args.func(args)
     except UsageError as exc:
         print(f"parasim: error: {exc}" if not str(exc).startswith("parasim") else f"{exc}", file=sys.stderr)

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from .errors import UsageError
+from .limits import MAX_SIZE
 
 
 def _pos(text: str) -> int:
@@ -13,11 +14,11 @@ def _pos(text: str) -> int:
     t = text.strip().upper()
     mult = {"K": 1000, "M": 1000_000}.get(t[-1:], 1)
     try:
-        n = int(float(t[:-1]) * mult) if mult > 1 else int(t)
-    except ValueError:
+        n = (int(float(t[:-1]) * mult) if mult > 1 else int(t)) if len(t) <= 20 else 0
+    except (ValueError, OverflowError):  # 'infK' is an infinity
         n = 0
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    if not 1 <= n <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
     return n
 
 

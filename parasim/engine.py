@@ -5,7 +5,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .context import Context
+from . import limits
 from .errors import UsageError
+from .limits import at_most
 from .trace import Trace
 
 BACKENDS = ("virtual", "gloo", "nccl")
@@ -46,9 +48,12 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         program = WithLayout(program, layout)
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
-    if not isinstance(world, int) or world < 1:
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
-    if backend != "virtual":
+    if backend == "virtual":
+        at_most("world size", world, limits.VIRTUAL_WORLD,
+                "virtual ranks hold real arrays, all in this one process")
+    else:
         from .comm.launch import RealOptions, launch
         from .real import merge
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))

@@ -15,6 +15,7 @@ from math import prod
 import numpy as np
 
 from .errors import UsageError
+from .limits import LAYOUT_WORLD
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
@@ -99,6 +100,8 @@ class Layout:
         world, dp = self.world, self.dp
         if world is None:
             world = base * (dp or 1)
+        if world > LAYOUT_WORLD:  # its groups are built and listed rank by rank
+            raise LayoutError(f"a world of {world:,} GPUs is more than the limit of {LAYOUT_WORLD:,}")
         if world % base:
             raise LayoutError(f"world {world} is not divisible by tp*cp*pp = {base}")
         if dp is not None and dp != world // base:

@@ -166,10 +166,9 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
+        from .limits import read_bounded
         try:
-            data = json.loads(Path(path).read_text())
-        except OSError as exc:
-            raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+            data = json.loads(read_bounded(str(path), "trace"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise UsageError(f"{path} is not JSON: {exc}") from None
         return cls.from_dict(data)

@@ -77,14 +77,20 @@ def test_hf_config_deepseek_like_reads_every_moe_field(tmp_path):
 
 @pytest.mark.parametrize("cfg, needle", [
     ([1, 2], "expected a JSON object"),
-    ({**HF, "vocab_size": -1}, "non-negative integer, got -1"),
-    ({**HF, "num_hidden_layers": True}, "non-negative integer, got True"),
-    ({**HF, "hidden_size": 8.0}, "non-negative integer, got 8.0"),
-    ({**HF, "num_local_experts": "8"}, "non-negative integer, got '8'"),
+    ({**HF, "vocab_size": -1}, "vocab must be an integer from 1 to 1e\\+12, got -1"),
+    ({**HF, "num_hidden_layers": True}, "layers must be an integer from 1 to 1e\\+12, got True"),
+    ({**HF, "hidden_size": 8.0}, "hidden must be an integer from 1 to 1e\\+12, got 8.0"),
+    ({**HF, "num_local_experts": "8"}, "experts must be an integer from 0 to 1e\\+12, got '8'"),
+    ({**HF, "num_key_value_heads": 0}, "kv_heads must be an integer from 1 to 1e\\+12, got 0"),
+    ({**HF, "num_local_experts": 0}, None),  # no experts: a dense model
+    ({**HF, "hidden_size": 2**100}, "hidden must be an integer from 1 to 1e\\+12, got a 31-digit number"),
     ({"hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10}, "'num_hidden_layers'"),
     ({"text_config": "x", **{k: v for k, v in HF.items() if k != "vocab_size"}}, "'vocab_size'"),
 ])
 def test_hf_config_rejects(tmp_path, cfg, needle):
+    if needle is None:
+        _load(tmp_path, cfg)
+        return
     with pytest.raises(UsageError, match=needle):
         _load(tmp_path, cfg)
 

@@ -19,6 +19,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
+from ..limits import check_processes
 from ..errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
                       UsageError)
 
@@ -242,6 +243,7 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     if any(o.backend != opts.backend for _, o in jobs):
         raise UsageError("every program of one launch runs on the same backend")
     check_timeout(opts.timeout)
+    check_processes(nproc)
     check_backend(opts.backend, nproc)
     if opts.backend == "gloo":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep every byte on the loopback interface

@@ -159,8 +159,11 @@ def search(model: ModelSpec, nodes: range, usable: float, gpus_per_node: int = 8
     seq = np.floor(longest(model, plans, usable))
     order = np.lexsort((plans.tp, plans.cp, plans.pp, plans.rc, plans.zero, -seq, plans.nodes))
     out = []
-    for n in nodes:
-        rows = order[plans.nodes[order] == n]
+    by_nodes = plans.nodes[order]  # sorted: node count is the sort's first key
+    starts = np.searchsorted(by_nodes, np.array(nodes), side="left")
+    ends = np.searchsorted(by_nodes, np.array(nodes), side="right")
+    for n, a, b in zip(nodes, starts, ends):
+        rows = order[a:b]
         ranked = [{**plans.plan(int(i)).to_dict(), "max_seq_tokens": int(seq[i])} for i in rows[:top]]
         out.append({"nodes": n, "gpus": n * gpus_per_node, "layouts": int(len(rows)),
                     "best": ranked[0] if ranked else None, "top": ranked})
@@ -190,6 +193,8 @@ def parse_nodes(text: str) -> range:
         raise UsageError(f"--nodes expects 1 <= A <= B, got {text!r}")
     if b > 4096:
         raise UsageError(f"--nodes {text!r}: at most 4096 nodes")
+    if b - a + 1 > 512:  # every layout of every count is costed at once: ~1 s and ~300 MB per 128 counts up high
+        raise UsageError(f"--nodes {text!r}: at most 512 node counts in one search (e.g. 1-512 or 3585-4096)")
     return range(a, b + 1)
 
 

@@ -176,12 +176,10 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "geglu")  # a gated MLP has three matrice
 
 def from_hf_config(path: str) -> ModelSpec:
     """A model from a Hugging Face config.json: the usual fields are read, unknown ones ignored."""
+    from ..limits import MAX_SIZE, read_bounded
     try:
-        with open(path) as f:
-            cfg = json.load(f)
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        cfg = json.loads(read_bounded(path, "config"))
+    except (ValueError, UnicodeDecodeError) as exc:  # a JSON error, or a number of over 4300 digits
         raise UsageError(f"{path} is not JSON: {exc}") from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: expected a JSON object")
@@ -197,8 +195,10 @@ def from_hf_config(path: str) -> ModelSpec:
         if key not in got:
             raise UsageError(f"{path}: missing required field {HF_FIELDS[key][0]!r}")
     for key, v in got.items():
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise UsageError(f"{path}: field for {key} must be a non-negative integer, got {v!r}")
+        least = 1 if key in ("layers", "hidden", "heads", "vocab", "kv_heads") else 0
+        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= MAX_SIZE:
+            shown = repr(v) if not isinstance(v, int) or v.bit_length() < 64 else f"a {len(str(v))}-digit number"
+            raise UsageError(f"{path}: field for {key} must be an integer from {least} to {MAX_SIZE:.0e}, got {shown}")
     act = cfg.get("hidden_act") or cfg.get("activation_function")
     gated = act in GATED_ACTIVATIONS or "llama" in str(cfg.get("model_type"))
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path)

@@ -9,6 +9,7 @@ print them 1-based, as the post does, and a rank's second chunk in lower case.
 from __future__ import annotations
 
 from ..errors import UsageError
+from ..limits import SCHEDULE_CELLS, at_most
 from .action import Action, Schedule
 from .vshape import dualpipev, zbv
 
@@ -127,6 +128,7 @@ def generate(name: str, pp: int, m: int, chunks: int | None = None) -> Schedule:
     for what, n in (("pp", pp), ("microbatches", m), ("chunks", v)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise UsageError(f"{what} must be a positive integer, got {n!r}")
+    at_most("pp x microbatches x chunks", pp * m * v, SCHEDULE_CELLS, "the slot table holds every action")
     if name in GENERATORS:
         if v != 1:
             raise UsageError(f"{name} runs one chunk per rank; use interleaved for --chunks {v}")

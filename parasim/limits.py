@@ -1,0 +1,52 @@
+"""The sizes parasim accepts, checked before any work starts: past them a run would exhaust memory or
+time on a workstation long before it taught anything. Each refusal is one line naming the limit and why."""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from .errors import UsageError
+
+VIRTUAL_WORLD = 16_384  # virtual ranks hold real arrays: one greenlet, context and comm each (~15 KB)
+LOCAL_PROCESSES = 128  # real ranks on one machine: one process with its own torch each (~300 MB)
+LAYOUT_WORLD = 65_536  # GPUs in a layout: its groups are built and listed rank by rank
+SCHEDULE_CELLS = 100_000  # ranks x micro-batches x chunks of a pipeline schedule: its slot table
+FILE_BYTES = 1 << 30  # a trace or config file read whole into memory
+MAX_SIZE = 10**12  # any one size (hidden, tokens, GPUs, ...): far beyond every model, small enough for float64
+PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def at_most(what: str, value: Any, limit: int, why: str) -> None:
+    """UsageError unless `value` <= `limit` (both already integers)."""
+    if value > limit:
+        raise UsageError(f"{what}: {value:,} is more than the limit of {limit:,} ({why})")
+
+
+def check_processes(nproc: int) -> None:
+    at_most("real ranks (processes)", nproc, LOCAL_PROCESSES,
+            "each real rank is a process with its own torch, all on this machine")
+
+
+def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> bytes:
+    """A file's bytes, refusing what is not a regular file (a device, a pipe, a folder) or is too large."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    import stat
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"{what} {path} is not a regular file")
+    at_most(f"{what} {path}: bytes", st.st_size, limit, "parasim reads it whole into memory")
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit + 1)
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+
+
+def check_plot_path(path: str) -> None:
+    """A picture is written to a file named with a format matplotlib writes, not into a folder."""
+    if not path or os.path.isdir(path):
+        raise UsageError(f"--plot needs a file name (FILE.png), got {path!r}")
+    if not path.lower().endswith(PLOT_FORMATS):
+        raise UsageError(f"--plot {path}: name a {', '.join(PLOT_FORMATS)} file")
