@@ -156,6 +156,8 @@ class Trace:
             raise UsageError("not a parasim trace (no \"format\": \"parasim-trace\" field)")
         if d.get("version") != VERSION:
             raise UsageError(f"trace version {d.get('version')} is not supported (this parasim reads {VERSION})")
+        from .trace_schema import check_trace
+        check_trace(d)
         try:
             return cls(d["world"], d.get("backend", "virtual"),
                        [Group(tuple(g["ranks"]), g["name"], g["index"]) for g in d["groups"]],
