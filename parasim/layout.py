@@ -116,10 +116,14 @@ class Layout:
         if not self.order.endswith("pp") and self.pp > 1 and self.edp != self.dp:
             raise LayoutError(f"order {self.order} with pp > 1 needs edp == dp (Megatron-Core's rule when pp is not "
                               f"the last word), got edp={self.edp}, dp={self.dp}")
+        if self.sp and self.tp == 1:  # SP splits what TP leaves whole: with one TP rank there is nothing to split
+            raise LayoutError("sequence parallelism needs tp > 1")
         if self.model is not None:
             self._check_model(self.model)
 
     def _check_model(self, m: Model) -> None:
+        if m.hidden is not None and m.heads is not None and m.hidden % m.heads:
+            raise LayoutError(f"hidden {m.hidden} does not divide by heads {m.heads}")
         if m.heads is not None and m.heads % self.tp:
             raise LayoutError(f"heads {m.heads} do not divide by tp {self.tp}: each rank must hold whole heads")
         if m.kv_heads is not None:

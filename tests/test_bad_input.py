@@ -43,6 +43,10 @@ CASES = [
     (["lesson", "collectives", "--chrome", "", "--plain"], "an empty file name"),
     (["lesson", "--world", "4"], "--world apply to one lesson"),
     (["lesson", "--trace", "t.json"], "--trace apply to one lesson"),
+    # layouts: one rule set for every command
+    (["layout", "--tp", "1", "--sequence-parallel"], "sequence parallelism needs tp > 1"),
+    (["memory", "--model", "27b", "--sequence-parallel"], "sequence parallelism needs tp > 1"),
+    (["layout", "--tp", "2", "--hidden", "100", "--heads", "8"], "hidden 100 does not divide by heads 8"),
     # real-run settings
     (["run", "collectives", "--timeout", "nan"], "timeout must be a number of seconds above 0"),
 ]

@@ -168,3 +168,29 @@ def test_a_rank_wakes_only_when_its_own_call_is_done(world, backwards):
 
     total = float(sum(range(1, world + 1)))  # the k-th rank of the chain holds k
     assert [v.tolist() for v in parasim.run(prog, world).values] == [[total]] * world
+
+
+@pytest.mark.parametrize("members, message", [
+    (["0", "1"], r"^new_group pair at .*: ranks must be integers, got '0'$"),
+    ([0, 1.0], r"^new_group pair at .*: ranks must be integers, got 1.0$"),
+    ([True, 1], r"^new_group pair at .*: ranks must be integers, got True$"),
+    (5, r"^new_group pair at .*: ranks must be a list of integers, got 5$"),
+    ([0, 0], r"^new_group pair\[0, 0\] at .*: ranks must be distinct and in 0..1$"),
+])
+def test_group_members_are_taken_as_given_or_refused(members, message):
+    with pytest.raises(CollectiveError, match=message):
+        parasim.run(lambda ctx: ctx.new_group(members, "pair"), 2)
+    assert parasim.run(lambda ctx: ctx.new_group([np.int64(1), 0], "pair").ranks, 2).values == [(1, 0)] * 2
+
+
+@pytest.mark.parametrize("call, message", [
+    (lambda ctx: ctx.comm.all_reduce(np.array(["a", "b"])), r"^all_reduce expects numbers, got an array of dtype <U1$"),
+    (lambda ctx: ctx.comm.all_reduce(np.array([None]), op="max"), r"^all_reduce expects numbers, got .*object$"),
+    (lambda ctx: ctx.comm.all_gather(np.array(["a"])), r"^all_gather expects numbers"),
+    (lambda ctx: ctx.comm.exchange([Send(np.array(["a"]), 1 - ctx.rank)]), r"^send expects numbers"),
+    (lambda ctx: ctx.comm.exchange([Recv(1 - ctx.rank, (1,), "str")]), r"^recv from rank \d: bad shape"),
+])
+def test_only_numbers_travel(call, message):
+    """What no real backend could carry (strings, objects) is refused on virtual ranks too."""
+    with pytest.raises(CollectiveError, match=message):
+        parasim.run(call, 2)

@@ -174,6 +174,24 @@ def dtype_name(dtype: Any) -> str:
         return name
 
 
+def group_members(ranks: Any, world: int, name: str, site: str) -> tuple[int, ...]:
+    """The global ranks of a new group, as given: whole numbers (not strings, floats or bools, which
+    would be silently coerced), distinct, inside the world."""
+    try:
+        given = list(ranks)
+    except TypeError:
+        raise CollectiveError(f"new_group {name} at {site}: ranks must be a list of integers, got {ranks!r:.60}") \
+            from None
+    bad = [r for r in given if isinstance(r, bool) or not isinstance(r, (int, np.integer))]
+    if bad:
+        raise CollectiveError(f"new_group {name} at {site}: ranks must be integers, got {bad[0]!r:.60}")
+    members = tuple(int(r) for r in given)
+    if not members or len(set(members)) != len(members) or not all(0 <= r < world for r in members):
+        raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
+                              f"0..{world - 1}")
+    return members
+
+
 def check_reduce_op(op: str, dtype: Any) -> None:
     if op not in REDUCE_OPS:
         raise CollectiveError(f"unknown reduce op {op!r}; use one of {', '.join(REDUCE_OPS)}")

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
-                        Group, Recv, Send, broadcast_bytes, by_text, call_site, check_algo, check_divisible, check_peer,
+                        Group, Recv, Send, broadcast_bytes, by_text, call_site, group_members, check_algo, check_divisible, check_peer,
                         check_reduce_op,
                         describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, recv_dtype,
                         ring_bytes, site_name)
@@ -60,10 +60,7 @@ class TorchComm(Comm):
     # -- groups --------------------------------------------------------------------------------
     def new_group(self, ranks: Sequence[int], name: str) -> Group:
         site = site_name(call_site())
-        members = tuple(int(r) for r in ranks)
-        if not members or len(set(members)) != len(members) or not all(0 <= r < self.world for r in members):
-            raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
-                                  f"0..{self.world - 1}")
+        members = group_members(ranks, self.world, name, site)
         g = Group(members, name, len(self.groups))
         if self.check:  # every rank must create the same groups in the same order
             mine = json.dumps([g.index, name, list(members)])

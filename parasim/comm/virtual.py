@@ -18,7 +18,7 @@ from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
-from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, by_text, check_algo, check_peer, describe_p2p,
+from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
                         dtype_name, mismatch_error, p2p_mismatch_error, rank_list, recv_dtype, site_name)
 from .kernels import KERNELS
 
@@ -195,10 +195,7 @@ class VirtualWorld:
 
     # -- groups ----------------------------------------------------------------------------------
     def new_group(self, rank: int, ranks: Sequence[int], name: str, site: str) -> Group:
-        members = tuple(int(r) for r in ranks)
-        if not members or len(set(members)) != len(members) or not all(0 <= r < self.world for r in members):
-            raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
-                                  f"0..{self.world - 1}")
+        members = group_members(ranks, self.world, name, site)
         st = self.ranks[rank]
         st.ngroups += 1
         idx = st.ngroups
@@ -310,6 +307,8 @@ class VirtualWorld:
                 try:
                     shape = tuple(int(n) for n in o.shape)
                     dtype = np.dtype(name)
+                    if dtype.kind not in NUMERIC:
+                        raise TypeError
                 except (TypeError, ValueError):
                     raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
                         from None
@@ -384,6 +383,11 @@ def _ranks(ranks: list[int]) -> str:
     return str(ranks) if len(ranks) <= 16 else rank_list(ranks)
 
 
+NUMERIC = frozenset("biufc")  # numpy dtype kinds a real backend can carry: no strings, objects or dates
+
+
 def _check_array(x: Any, op: str) -> None:
     if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
         raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
+    if x.dtype.kind not in NUMERIC:
+        raise CollectiveError(f"{op} expects numbers, got an array of dtype {x.dtype}")

@@ -7,7 +7,7 @@ import numpy as np
 from ..errors import CollectiveError
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE_SCATTER, Comm, call_site,
                         check_algo, check_divisible, check_reduce_op, describe, dtype_name, norm_dim, site_name)
-from .virtual import VirtualWorld, _check_array
+from .virtual import NUMERIC, VirtualWorld, _check_array
 
 
 class VirtualComm(Comm):
@@ -27,7 +27,7 @@ class VirtualComm(Comm):
     def all_reduce(self, x, op="sum", *, group=None, label=None, algo=None):
         # The hot path of the per-call benchmark, so the common case is inlined.
         site = call_site()
-        if type(x) is not np.ndarray:
+        if type(x) is not np.ndarray or x.dtype.kind not in NUMERIC:
             _check_array(x, ALL_REDUCE)
         w = self._w
         g = w.world_group if group is None else w.resolve(self.rank, group, ALL_REDUCE)

@@ -73,8 +73,6 @@ class Plan:
 
     def check(self, model: ModelSpec) -> None:
         """The layout rules (heads divide by tp, layers by pp, experts by ep, ...): raise LayoutError."""
-        if self.sp and self.tp == 1:
-            raise LayoutError("sequence parallelism needs tp > 1")
         if (self.world // (self.etp * self.ep * self.pp)) * self.etp * self.ep * self.pp != self.world:
             raise LayoutError(f"world {self.world} does not divide by etp*ep*pp = {self.etp * self.ep * self.pp}")
         if self.pp > model.layers:
