@@ -44,7 +44,7 @@ COORDS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
 COORD_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp", "ep": "ep", "etp": "expert-tp", "edp": "expert-dp"}
 
 
-class LayoutError(UsageError):
+class LayoutError(UsageError, ValueError):
     """A layout (or its model) breaks a rule; the message names the rule."""
 
 

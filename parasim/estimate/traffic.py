@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..layout import LayoutError
 from .memory import Plan
 from .models import ModelSpec
 
@@ -118,7 +119,7 @@ def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, e
     state only. Backward retraces both: combine backward sends the dispatch rows' routes with h values,
     dispatch backward returns the combine routes with h + E/ep values (input and gate gradients)."""
     if len(routing) != ep or experts % ep:
-        raise ValueError(f"need one routing per EP rank ({ep}) and experts ({experts}) divisible by ep")
+        raise LayoutError(f"need one routing per EP rank ({ep}) and experts ({experts}) divisible by ep")
     per = experts // ep
     out_rows = [0] * ep  # rows a rank sends as a token's home
     in_rows = [0] * ep  # rows a rank receives as an expert holder (and sends back in combine)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..layout import LayoutError
 from .core import Saved, Shard, TPContext
 from .dropout import dropout_mask
 from .linear import ColumnParallelLinear, RowParallelLinear
@@ -19,18 +20,18 @@ from .linear import ColumnParallelLinear, RowParallelLinear
 def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], list[int]]:
     """(q heads, kv heads) of TP rank r: q heads split evenly; kv heads split when kv >= t, else replicated."""
     if heads % t:
-        raise ValueError(f"heads {heads} do not divide by tp {t}")
+        raise LayoutError(f"heads {heads} do not divide by tp {t}")
     if heads % kv_heads:
-        raise ValueError(f"heads {heads} do not divide by kv heads {kv_heads}")
+        raise LayoutError(f"heads {heads} do not divide by kv heads {kv_heads}")
     per = heads // t
     q = list(range(r * per, (r + 1) * per))
     if kv_heads >= t:
         if kv_heads % t:
-            raise ValueError(f"kv heads {kv_heads} do not divide by tp {t}")
+            raise LayoutError(f"kv heads {kv_heads} do not divide by tp {t}")
         kvp = kv_heads // t
         return q, list(range(r * kvp, (r + 1) * kvp))
     if t % kv_heads:
-        raise ValueError(f"tp {t} does not divide by kv heads {kv_heads}")
+        raise LayoutError(f"tp {t} does not divide by kv heads {kv_heads}")
     return q, [r // (t // kv_heads)]
 
 
@@ -89,7 +90,7 @@ class ParallelAttention:
         from .ring import RingAttention
         tp = self.tp
         if self.p:
-            raise ValueError("attention-probability dropout is not modelled with context parallelism")
+            raise LayoutError("attention-probability dropout is not modelled with context parallelism")
         return RingAttention(tp.ctx, tp.cp, tp.seq, split=tp.split, causal=True, name=f"{self.name}.ring")
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:

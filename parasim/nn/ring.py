@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.interface import Group, Recv, Send
+from ..layout import LayoutError
 
 SPLITS = ("contiguous", "zigzag")
 
@@ -23,9 +24,9 @@ SPLITS = ("contiguous", "zigzag")
 def positions(split: str, seq: int, cp: int, rank: int) -> list[int]:
     """The sequence positions a CP rank holds, in the order it holds them."""
     if split not in SPLITS:
-        raise ValueError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
+        raise LayoutError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
     if seq % (2 * cp if split == "zigzag" else cp):
-        raise ValueError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
+        raise LayoutError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
     if split == "contiguous":
         c = seq // cp
         return list(range(rank * c, (rank + 1) * c))
