@@ -184,3 +184,18 @@ def test_a_bad_timeout_is_refused_before_anything_starts(value, capsys):
 
 def sleeper_never_started(ctx):
     raise AssertionError("no rank may start with a bad timeout")
+
+
+def spins_after_a_call(ctx):
+    ctx.comm.barrier()
+    while True:  # every rank busy outside any collective: no backend time-out can fire
+        pass
+
+
+@pytest.mark.timeout(60)
+def test_ranks_that_hang_outside_collectives_are_stopped_at_the_timeout():
+    import time
+    t = time.perf_counter()
+    with pytest.raises(parasim.Deadlock, match=r"^no rank finished a call for 3 s \(the run's timeout\)"):
+        parasim.run(spins_after_a_call, 2, backend="gloo", timeout=3)
+    assert time.perf_counter() - t < 30

@@ -103,7 +103,8 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     return out if out is None else out[0]
 
 
-def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None) -> list[Any] | None:
+def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None,
+             on_call: Callable[[], None] | None = None) -> list[Any] | None:
     """Several programs one after another on this rank, in one process group (one start-up for all).
 
     Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
@@ -125,8 +126,10 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None) -> list[A
     else:
         dist.init_process_group(opts.backend, store=store, rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+    if on_call is not None:
+        on_call()  # joined: from here on the watchdog expects calls
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = [_run_program(target, o, rank, world, device) for target, o in jobs]
+    mine = [_run_program(target, o, rank, world, device, on_call) for target, o in jobs]
     out: list[Any] | None = mine
     if gather:
         everyone = [None] * world if rank == 0 else None
@@ -136,7 +139,8 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None) -> list[A
     return out
 
 
-def _run_program(target: Target, opts: RealOptions, rank: int, world: int, device: Any) -> dict:
+def _run_program(target: Target, opts: RealOptions, rank: int, world: int, device: Any,
+                 on_call: Callable[[], None] | None = None) -> dict:
     """One program on this rank, with a comm and context of its own; its result and call records."""
     import array_api_compat.torch as xp
     import torch
@@ -147,7 +151,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
 
     try:
         comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check,
-                         timeout=datetime.timedelta(seconds=opts.timeout))
+                         timeout=datetime.timedelta(seconds=opts.timeout), on_call=on_call)
         ctx = Context(rank, world, comm, xp, opts.seed, comm, lambda a: torch.from_numpy(a).to(device))
         program = _load(target)
         dist.barrier()
@@ -176,7 +180,7 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump(data, f)
 
 
-def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str) -> None:
+def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any = None) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
     error) in `folder` and exit quietly; the launcher reports."""
     import signal
@@ -191,7 +195,10 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str) -> N
         torch.set_num_threads(1)  # one thread per rank: N processes share this machine's cores
         store = dist.TCPStore("127.0.0.1", port, world + 1, False,
                               timeout=datetime.timedelta(seconds=jobs[0][1].timeout))
-        out = run_jobs(jobs, store=store)
+        def beat() -> None:
+            beats[rank] = time.monotonic()  # shared memory: no message, no lock, a few ns per call
+
+        out = run_jobs(jobs, store=store, on_call=None if beats is None else beat)
         try:
             data = pickle.dumps(out)
         except Exception as exc:
@@ -250,10 +257,11 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     spawn = multiprocessing.get_context("spawn")
     store, port = _loopback_store(nproc, opts.timeout)
+    beats = spawn.RawArray("d", nproc)  # when each rank last finished a call (monotonic clock; 0: not joined)
     with tempfile.TemporaryDirectory(prefix="parasim-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
                                args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
-                                     port, folder)) for r in range(nproc)]
+                                     port, folder, beats)) for r in range(nproc)]
         try:
             for p in procs:
                 try:
@@ -261,10 +269,13 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
                 except (pickle.PicklingError, AttributeError, TypeError) as exc:
                     raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
                                      "need a function defined at a module's top level") from None
-            died = _wait_all(procs, folder)
+            died = _wait_all(procs, folder, beats, opts.timeout)
         finally:
             _end(procs)
             del store
+        if died == "stalled":
+            raise Deadlock(f"no rank finished a call for {opts.timeout:g} s (the run's timeout): every rank is "
+                           "busy outside collectives, or waits where no backend times out; the ranks were stopped")
         if died is not None or any(p.exitcode != 0 for p in procs):
             raise _failure(procs, folder, died)
         out = []
@@ -274,18 +285,24 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     return [[out[r][j] for r in range(nproc)] for j in range(len(jobs))]
 
 
-def _wait_all(procs: list, folder: str, grace: float = 2.0) -> tuple[int, int] | None:
+def _wait_all(procs: list, folder: str, beats: Any, timeout: float, grace: float = 2.0) -> Any:
     """Wait until every process has exited. When one fails, give the others `grace` seconds to report
     their own errors (most are echoes of it), then stop waiting. Returns (rank, exit code) of the first
-    process seen to die without reporting an error, or None."""
+    process seen to die without reporting an error, "stalled" when every rank has joined and none has
+    finished a call for `timeout` seconds (the watchdog: ranks stuck outside any collective), or None."""
     import multiprocessing.connection
     alive = {p.sentinel: r for r, p in enumerate(procs)}
     died, deadline = None, None
     while alive:
-        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        left = max(0.0, deadline - time.monotonic()) if deadline is not None else min(1.0, timeout)
         ready = multiprocessing.connection.wait(list(alive), timeout=left)
-        if not ready:
+        if not ready and deadline is not None:
             break  # the grace after a failure is over
+        if not ready:
+            last = [beats[r] for r in alive.values()]
+            if all(last) and time.monotonic() - max(last) > timeout:
+                return "stalled"
+            continue
         for sentinel in ready:
             r = alive.pop(sentinel)
             procs[r].join()
