@@ -199,3 +199,30 @@ def test_ranks_that_hang_outside_collectives_are_stopped_at_the_timeout():
     with pytest.raises(parasim.Deadlock, match=r"^no rank finished a call for 3 s \(the run's timeout\)"):
         parasim.run(spins_after_a_call, 2, backend="gloo", timeout=3)
     assert time.perf_counter() - t < 30
+
+
+def test_a_dead_launchers_folder_is_swept_by_the_next_launch():
+    """A launcher killed outright cannot remove its folder; the next launch does, and only the folders of
+    processes that are gone (this test's own pid and a live one are left alone)."""
+    import subprocess
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    stale = tempfile.mkdtemp(prefix=f"parasim-{gone.pid}-")
+    live = tempfile.mkdtemp(prefix=f"parasim-{os.getppid()}-")
+    try:
+        parasim.run(sockets_of_the_run, 2, backend="gloo", timeout=20)
+        assert not os.path.exists(stale) and os.path.exists(live)
+    finally:
+        os.rmdir(live)
+
+
+def skips_in_a_pair(ctx):
+    pair = ctx.new_group([0, 1], "pair")
+    if ctx.rank == 0:
+        ctx.comm.all_reduce(ctx.asarray([1.0]), group=pair)  # rank 1 never comes
+
+
+def test_a_skip_in_a_sub_group_is_a_deadlock_naming_the_waiter():
+    with pytest.raises(parasim.Deadlock, match=r"rank 0 timed out in all_reduce\(.*\) on group pair\[0, 1\] at "
+                                               r"tests/test_real_faults.py:\d+"):
+        parasim.run(skips_in_a_pair, 3, backend="gloo", timeout=3)

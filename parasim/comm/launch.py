@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import glob
 import importlib.util
 import json
 import os
@@ -258,7 +259,8 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     spawn = multiprocessing.get_context("spawn")
     store, port = _loopback_store(nproc, opts.timeout)
     beats = spawn.RawArray("d", nproc)  # when each rank last finished a call (monotonic clock; 0: not joined)
-    with tempfile.TemporaryDirectory(prefix="parasim-") as folder:
+    _sweep_folders()
+    with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
                                args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
                                      port, folder, beats)) for r in range(nproc)]
@@ -283,6 +285,16 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
             with open(os.path.join(folder, f"result{r}.pkl"), "rb") as f:
                 out.append(pickle.load(f))
     return [[out[r][j] for r in range(nproc)] for j in range(len(jobs))]
+
+
+def _sweep_folders() -> None:
+    """Remove the folders of earlier launches whose process is gone (killed before it could clean up):
+    each is named parasim-PID-..., so only a dead owner's folder is touched."""
+    import shutil
+    for path in glob.glob(os.path.join(tempfile.gettempdir(), "parasim-*-*")):
+        pid = os.path.basename(path).split("-")[1]
+        if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def _wait_all(procs: list, folder: str, beats: Any, timeout: float, grace: float = 2.0) -> Any:
