@@ -180,7 +180,8 @@ def from_hf_config(path: str) -> ModelSpec:
     try:
         cfg = json.loads(read_bounded(path, "config"))
     except (ValueError, UnicodeDecodeError) as exc:  # a JSON error, or a number of over 4300 digits
-        raise UsageError(f"{path} is not JSON: {exc}") from None
+        why = "a number in it has thousands of digits" if "digits" in str(exc) else exc
+        raise UsageError(f"{path} is not JSON: {why}") from None
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):  # multimodal configs nest the language model
