@@ -128,8 +128,11 @@ def test_a_program_deep_in_folders_runs(tmp_path):
 
 
 SLEEPER = '''
-import sys, time
+import signal, sys, time
 import parasim
+
+# Ctrl-C as in a terminal: a test run started in the background by a script inherits SIGINT ignored
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def sleeper(ctx):
