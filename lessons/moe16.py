@@ -76,9 +76,9 @@ def checks(result) -> list[Check]:
     v = result.values
     ref = run(unsplit_program, 1).values[0]
     grads, weights = _fingerprint(v, "grad_sq", whole=False), _fingerprint(v, "weight_sq", whole=True)
-    notes = [m for m in result.trace.marks if m.kind == "note" and m.text.startswith("watch:")]
+    notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
     holder = notes[0].rank if notes else None
-    routed = [m for m in notes if "the router picks" in m.text]
+    routed = [m for m in notes if m.data["watch"] == "route"]
     home, pos, partner = expected_home()
     layout = preset(LAYOUT)
     words, per, groups = SEQUENCES[WATCH[0]], MOE16.layers // layout.pp, layout.groups()
@@ -86,7 +86,7 @@ def checks(result) -> list[Check]:
         check("the GPU holding 'contract' and its neighbour, against the layout's map",
               [holder, [words[p] for p in v[holder]["positions"]]], [home, [words[p] for p in pos]]),
         check("it is routed in every layer: on that GPU for stage 1's layers, on its pipeline partner after",
-              [(m.rank, m.text.split(":")[1].strip()) for m in routed],
+              [(m.rank, f"layer {m.data['layer']}") for m in routed],
               [(home if i < per else partner, f"layer {i + 1}") for i in range(MOE16.layers)]),
         check("token positions each GPU holds between matmuls: its CP half (contiguous), then its SP share of "
               "that", [x["positions"] for x in v], [expected_positions(c) for c in layout.coords()]),

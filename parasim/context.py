@@ -12,7 +12,7 @@ from .comm.interface import Comm, Group, call_site, dtype_name, site_name
 class Recorder(Protocol):
     """What a backend offers a context for marking its trace."""
 
-    def mark(self, rank: int, kind: str, text: str) -> None: ...
+    def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None: ...
     def compute(self, rank: int, name: str, flops: float, site: str) -> None: ...
 
 
@@ -65,13 +65,15 @@ class Context:
         """Literal data (a lesson's worked numbers) as an array of this backend."""
         return self._to_xp(np.asarray(values, dtype=np.dtype(dtype_name(dtype))))
 
-    def phase(self, name: str) -> None:
-        """Start a lesson step: the events that follow on this rank belong to `name`."""
-        self._recorder.mark(self.rank, "phase", name)
+    def phase(self, name: str, **data: Any) -> None:
+        """Start a lesson step: the events that follow on this rank belong to `name`. `data`: fields that
+        screens and checks read (they never parse the name)."""
+        self._recorder.mark(self.rank, "phase", name, data or None)
 
-    def note(self, text: str) -> None:
-        """Leave a remark in the trace at this rank's current step."""
-        self._recorder.mark(self.rank, "note", text)
+    def note(self, text: str, **data: Any) -> None:
+        """Leave a remark in the trace at this rank's current step: `text` for people, `data` (JSON values:
+        token, slot, stage, ...) for screens and checks."""
+        self._recorder.mark(self.rank, "note", text, data or None)
 
     def compute(self, name: str, flops: float = 0) -> None:
         """Record a compute step on this rank (one logical step on the timeline)."""

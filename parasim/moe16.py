@@ -92,7 +92,9 @@ class WatchStage:
                 away = sorted({r for _, _, r in picks if r != me})
                 trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
                         "the gate-weighted outputs back") if away else "both experts are here: it stays put"
-                self.ctx.note(f"watch: layer {self.first + i + 1}: the router picks {routes}; {trip}")
+                self.ctx.note(f"layer {self.first + i + 1}: the router picks {routes}; {trip}",
+                              watch="route", layer=self.first + i + 1, experts=[e + 1 for e, _, _ in picks],
+                              gpus=[r for _, _, r in picks])
         return x, caches
 
     def _owner(self, layer: Any, e: int) -> int:
@@ -119,9 +121,11 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
             words = SEQUENCES[watch[0]]
-            ctx.note(f"watch: holds {words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]}): DP replica {c.dp}, "
+            ctx.note(f"holds {words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]}): DP replica {c.dp}, "
                      f"micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
-                     + " ".join(f"t{p + 1}" for p in mine) + f"; pipeline stage {c.pp + 1}")
+                     + " ".join(f"t{p + 1}" for p in mine) + f"; pipeline stage {c.pp + 1}",
+                     watch="holds", token=f"{words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]})",
+                     positions=[p + 1 for p in mine], stage=c.pp + 1)
         per = MOE16.layers // layout.pp
         first = c.pp * per
         weights = {i: layer_weights(ctx, SHAPE, f"L{i}") for i in range(first, first + per)}
@@ -199,15 +203,16 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
     they took part in while working on its micro-batch, in order; then the gradient sums they joined."""
     seq, pos = watch
     mb = next(i for rep in REPLICAS for i, s in enumerate(rep) if s == seq) + 1
-    notes = trace.notes("watch: ")  # (phase, rank, text) left by the ranks holding the token
-    holders = {ph: r for ph, r, _ in notes}
-    steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t in notes if ph == "data"]
-    layers = sorted({int(p.rsplit(" ", 1)[1]) for p in holders if p.startswith("forward")})
+    notes = trace.notes("watch")  # (phase, rank, text, data) left by the ranks holding the token
+    holders = {ph: r for ph, r, _, _ in notes}
+    steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t, d in notes
+                         if d["watch"] == "holds"]
+    layers = sorted({d["layer"] for _, _, _, d in notes if d["watch"] == "route"})
     for direction, order in (("forward", layers), ("backward", layers[::-1])):
         for layer in order:
             phase = f"{direction} mb{mb} layer {layer}"
             rank = holders.get(f"forward mb{mb} layer {layer}")
-            said = [{"phase": phase, "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t in notes if ph == phase]
+            said = [{"phase": phase, "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t, _ in notes if ph == phase]
             for e in trace.events:
                 if e.phase == phase and rank in e.ranks and e.kind != "compute":
                     if e.op == "all_to_all" and said:  # the routing, just before the dispatch it decides

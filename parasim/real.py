@@ -326,7 +326,7 @@ def _replayer(results: list[dict]):
         while i < len(recs):
             rec = recs[i]
             if rec["kind"] == "mark":
-                (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"])
+                (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"], **(rec.get("data") or {}))
             elif rec["kind"] == "compute":
                 ctx.compute(rec["op"], rec["params"].get("flops", 0))
             elif rec["kind"] == "p2p":

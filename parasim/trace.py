@@ -43,6 +43,14 @@ class Mark(NamedTuple):
     step: int
     kind: str  # "phase" or "note"
     text: str
+    data: dict[str, Any] | None = None  # fields for screens and checks to read (token, slot, ...): never the text
+
+
+def _mark_dict(m: Mark) -> dict:
+    d = {"rank": m.rank, "step": m.step, "kind": m.kind, "text": m.text}
+    if m.data is not None:
+        d["data"] = m.data
+    return d
 
 
 @dataclass
@@ -115,16 +123,16 @@ class Trace:
         """The last logical step reached by any rank."""
         return max([e.step for e in self.events] + [m.step for m in self.marks] + [0])
 
-    def notes(self, prefix: str = "") -> list[tuple[str, int, str]]:
-        """(phase, rank, text) of every note starting with `prefix` (taken off), in order; the phase is the
-        one its rank was in when it left the note."""
+    def notes(self, key: str | None = None) -> list[tuple[str, int, str, dict]]:
+        """(phase, rank, text, data) of every note, or of those whose data holds field `key`, in order; the
+        phase is the one its rank was in when it left the note. Readers select by fields, never by words."""
         phase_of: dict[int, str] = {}
         out = []
         for mk in self.marks:
             if mk.kind == "phase":
                 phase_of[mk.rank] = mk.text
-            elif mk.text.startswith(prefix):
-                out.append((phase_of.get(mk.rank, ""), mk.rank, mk.text[len(prefix):]))
+            elif key is None or (mk.data is not None and key in mk.data):
+                out.append((phase_of.get(mk.rank, ""), mk.rank, mk.text, mk.data or {}))
         return out
 
     def bytes_by_rank(self) -> list[tuple[int, int]]:
@@ -140,7 +148,7 @@ class Trace:
         return {
             "format": FORMAT, "version": VERSION, "world": self.world, "backend": self.backend,
             "meta": self.meta, "groups": [_group_dict(g) for g in self.groups],
-            "marks": [m._asdict() for m in self.marks],
+            "marks": [_mark_dict(m) for m in self.marks],
             "events": [e.to_dict() for e in self.events],
         }
 

@@ -12,6 +12,7 @@ from .limits import LAYOUT_WORLD
 KINDS = {"collective": {ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, BARRIER}, "p2p": {P2P},
          "compute": None}  # a compute event's op is the name the program gave it
 MARK_KINDS = ("phase", "note")
+MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 
 
 class _Bad(Exception):
@@ -105,8 +106,10 @@ def check_trace(d: dict) -> None:
             if m.get("kind") not in MARK_KINDS:
                 raise _Bad(f"{at}.kind: expected phase or note, got {m.get('kind')!r:.60}")
             _of(m.get("text"), str, f"{at}.text", "a string")
-            if set(m) - {"rank", "step", "kind", "text"}:
-                raise _Bad(f"{at}: unknown field {sorted(set(m) - {'rank', 'step', 'kind', 'text'})[0]!r}")
+            if m.get("data") is not None:
+                _of(m["data"], dict, f"{at}.data", "an object or null")
+            if set(m) - MARK_FIELDS:
+                raise _Bad(f"{at}: unknown field {sorted(set(m) - MARK_FIELDS)[0]!r}")
         for i, e in enumerate(events):
             _event(e, f"events[{i}]", world, len(events))
     except _Bad as exc:

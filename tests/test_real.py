@@ -200,3 +200,15 @@ def test_the_same_command_runs_under_torchrun():
     assert out.returncode == 0, out.stderr[-2000:]
     data = json.loads(out.stdout)  # only rank 0 prints
     assert data["match"] is True and data["world"] == 2
+
+
+def leaves_fields(ctx):
+    ctx.phase("p", stage=ctx.rank + 1)
+    ctx.note("with fields", token="x", cells=[".", "F1"])
+    ctx.comm.barrier()
+
+
+def test_note_fields_come_back_from_real_ranks():
+    real = parasim.run(leaves_fields, 2, backend="gloo", timeout=20).trace.marks
+    assert real == parasim.run(leaves_fields, 2).trace.marks
+    assert [m.data for m in real if m.rank == 1] == [{"stage": 2}, {"token": "x", "cells": [".", "F1"]}]

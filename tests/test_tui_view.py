@@ -104,3 +104,45 @@ def test_followed_token():
 
 def test_no_followed_token(mlp):
     assert mlp.watch(0) is None
+
+
+def _reworded(trace):
+    """The same trace with every note's words replaced: what screens show must come from the fields."""
+    import dataclasses
+    marks = [m._replace(text=f"(note {i})") if m.kind == "note" else m for i, m in enumerate(trace.marks)]
+    return dataclasses.replace(trace, marks=marks)
+
+
+def test_screens_read_fields_not_words():
+    """Rewording every note leaves the slot table and the followed token as they were: the view reads
+    each note's data (table_row and cells; watch, token), never its text."""
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    i = next(k for k, e in enumerate(lr.result.trace.events) if e.kind == "p2p")
+    before, after = View(lr.result.trace).slots(i), View(_reworded(lr.result.trace)).slots(i)
+    assert after == before and after is not None
+    lr = run_lesson(get_lesson("moe16"))
+    at = {e.phase: k for k, e in reversed(list(enumerate(lr.result.trace.events)))}["forward mb1 layer 3"]
+    w = View(_reworded(lr.result.trace)).watch(at)
+    assert (w.token, w.rank) == ("'contract' (t6 of A)", 10) and w.notes == ["g10: (note %d)" % next(
+        k for k, m in enumerate(lr.result.trace.marks) if m.rank == 10 and m.data and m.data.get("layer") == 3)]
+
+
+def test_note_fields_travel_in_the_trace_file(tmp_path):
+    """A note's data is saved with the trace and read back; a note without data has no data field."""
+    import json
+
+    import parasim
+    from parasim.trace import Trace
+
+    def prog(ctx):
+        ctx.phase("p", stage=ctx.rank + 1)
+        ctx.note("plain")
+        ctx.note("with fields", token="x", cells=[".", "F1"])
+
+    tr = parasim.run(prog, 2).trace
+    assert [(m.kind, m.text, m.data) for m in tr.marks if m.rank == 1] == [
+        ("phase", "p", {"stage": 2}), ("note", "plain", None), ("note", "with fields", {"token": "x", "cells": [".", "F1"]})]
+    path = tmp_path / "t.json"
+    tr.save(path)
+    assert "data" not in json.loads(path.read_text())["marks"][1]
+    assert Trace.load(path).marks == tr.marks

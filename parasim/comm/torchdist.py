@@ -169,10 +169,10 @@ class TorchComm(Comm):
             "sent": int(moved[0]), "recv": int(moved[1]), "site": site, "before": before, "after": after,
             "hops": hops, "t0": t0, "t1": self._now(), **extra})
 
-    def mark(self, rank: int, kind: str, text: str) -> None:
+    def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
         if kind == "phase":
             self.phase = text
-        self.records.append({"kind": "mark", "mark": kind, "text": str(text), "t0": self._now()})
+        self.records.append({"kind": "mark", "mark": kind, "text": str(text), "data": data, "t0": self._now()})
 
     def compute(self, rank: int, name: str, flops: float, site: str) -> None:
         now = self._now()

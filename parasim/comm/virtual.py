@@ -358,11 +358,11 @@ class VirtualWorld:
                 self.ready.append(self.ranks[b.rank].glet)
 
     # -- marks -----------------------------------------------------------------------------------
-    def mark(self, rank: int, kind: str, text: str) -> None:
+    def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
         st = self.ranks[rank]
         if kind == "phase":
             st.phase = text
-        self.marks.append(Mark(rank, st.clock, kind, str(text)))
+        self.marks.append(Mark(rank, st.clock, kind, str(text), data))
 
     def compute(self, rank: int, name: str, flops: float, site: str) -> None:
         st = self.ranks[rank]

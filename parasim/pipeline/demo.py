@@ -61,7 +61,8 @@ def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, gro
     plan = generate(schedule, ctx.world, m, chunks)
     timing = simulate(plan, costs)
     ctx.phase(phases[0])
-    ctx.note("GPU %d: %s" % (r + 1, " ".join(x or "." for x in timing.slots[r])))
+    cells = [x or "." for x in timing.slots[r]]
+    ctx.note("GPU %d: %s" % (r + 1, " ".join(cells)), table_row=r + 1, cells=cells)
     ctx.phase(phases[1])
 
     def loss(mb: int, y: Any) -> tuple[Any, Any]:

@@ -66,7 +66,6 @@ class Holding:
     values: str  # "" when the trace kept no values
 
 
-_SLOT_ROW = re.compile(r"^GPU (\d+): (.*)$")
 _SLOT_LABEL = re.compile(r"^slot (\d+):")
 
 
@@ -92,9 +91,9 @@ class Watch:
 
 def _watch_notes(trace: Trace) -> tuple[str, dict[str, int], dict[str, list[str]]]:
     token, holders, said = "", {}, {}
-    for phase, rank, text in trace.notes("watch: "):
-        if not token and (m := re.search(r"holds ('[^']*'(?: \([^)]*\))?)", text)):
-            token = m[1]
+    for phase, rank, text, data in trace.notes("watch"):
+        if data["watch"] == "holds":
+            token = token or data["token"]
         if phase != "data":
             holders.setdefault(phase, rank)
             said.setdefault(phase, []).append(f"g{rank}: {text}")
@@ -248,7 +247,7 @@ class View:
         return out
 
     def watch(self, index: int) -> Watch | None:
-        """For traces that follow one token (notes starting "watch:", as `parasim trace` runs leave them): the
+        """For traces that follow one token (notes with a `watch` field, as `parasim trace` runs leave them): the
         rank holding it in the selected event's phase, and what the holder noted there."""
         if not self.events:
             return None
@@ -286,9 +285,9 @@ class View:
         e = self.events[index]
         order = list(dict.fromkeys(mk.text for mk in self.trace.marks if mk.kind == "phase"))
         tables: dict[str, dict[int, list[str]]] = {}
-        for phase, _, text in self.trace.notes():
-            if phase and (row := _SLOT_ROW.match(text)):
-                tables.setdefault(phase, {})[int(row[1])] = row[2].split()
+        for phase, _, _, data in self.trace.notes("table_row"):
+            if phase:
+                tables.setdefault(phase, {})[data["table_row"]] = list(data["cells"])
         here = order.index(e.phase) if e.phase in order else len(order) - 1
         name = next((order[k] for k in range(here, -1, -1) if order[k] in tables), None)
         if name is None:
