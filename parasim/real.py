@@ -312,7 +312,8 @@ def merge(results: list[dict], backend: str) -> tuple[Trace, dict[tuple[int, int
         for m, rec in zip(e.members, recs):
             times[(e.seq, m.rank)] = (rec["t0"] * 1e6, max(rec["t1"] - rec["t0"], 0.0) * 1e6)
         hops = _merge_hops([rec.get("hops") for rec in recs]) if e.hops is not None else None
-        events.append(Event(e.seq, e.step, e.kind, e.op, e.group, members, e.label, e.phase, e.params, e.algo, hops))
+        events.append(Event(e.seq, e.step, e.kind, e.op, e.group, members, e.label, e.phase, e.params, e.algo, hops,
+                            e.tags))
     trace = Trace(world, backend, replay.trace.groups, events, replay.trace.marks, {"backend": backend})
     return trace, times
 
@@ -336,7 +337,7 @@ def _replayer(results: list[dict]):
                     batch.append(recs[i])
                 ops = [Send(_zeros(b["ins"][0]), b["peer"]) if b["role"] == "send"
                        else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1]) for b in batch]
-                ctx.comm.exchange(ops, group=groups[rec["group"][0]], label=rec["label"])
+                ctx.comm.exchange(ops, group=groups[rec["group"][0]], label=rec["label"], tags=rec.get("tags"))
             else:
                 _replay_collective(ctx, rec, groups[rec["group"][0]])
             i += 1

@@ -66,6 +66,7 @@ class Event:
     params: dict[str, Any] = field(default_factory=dict)
     algo: str | None = None
     hops: list[dict] | None = None
+    tags: dict[str, Any] | None = None  # fields the program gave the call for screens (a pipeline's slot)
 
     @property
     def ranks(self) -> list[int]:
@@ -91,6 +92,7 @@ class Event:
                 "after": None if m.after is None else list(m.after),
             } for m in self.members],
             "hops": self.hops,
+            **({"tags": self.tags} if self.tags is not None else {}),
         }
 
     @classmethod
@@ -102,7 +104,8 @@ class Event:
             None if m.get("after") is None else tuple(m["after"])) for m in d["members"]]
         g = d["group"]
         return cls(d["seq"], d["step"], d["kind"], d["op"], Group(tuple(g["ranks"]), g["name"], g["index"]),
-                   members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"))
+                   members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"),
+                   d.get("tags"))
 
 
 def _group_dict(g: Group) -> dict:

@@ -86,6 +86,8 @@ def _event(e: Any, where: str, world: int, last: int) -> None:
         _of(e["params"], dict, f"{where}.params", "an object or null")
     if e.get("hops") is not None:
         _of(e["hops"], list, f"{where}.hops", "a list or null")
+    if e.get("tags") is not None:
+        _of(e["tags"], dict, f"{where}.tags", "an object or null")
 
 
 def check_trace(d: dict) -> None:

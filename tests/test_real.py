@@ -205,10 +205,13 @@ def test_the_same_command_runs_under_torchrun():
 def leaves_fields(ctx):
     ctx.phase("p", stage=ctx.rank + 1)
     ctx.note("with fields", token="x", cells=[".", "F1"])
-    ctx.comm.barrier()
+    other = 1 - ctx.rank
+    ctx.comm.exchange([parasim.Send(ctx.asarray([1.0]), other), parasim.Recv(other, (1,), "float64")],
+                      label="swap", tags={"slot": 3})
 
 
-def test_note_fields_come_back_from_real_ranks():
-    real = parasim.run(leaves_fields, 2, backend="gloo", timeout=20).trace.marks
-    assert real == parasim.run(leaves_fields, 2).trace.marks
-    assert [m.data for m in real if m.rank == 1] == [{"stage": 2}, {"token": "x", "cells": [".", "F1"]}]
+def test_note_and_call_fields_come_back_from_real_ranks():
+    real, virtual = parasim.run(leaves_fields, 2, backend="gloo", timeout=20).trace, parasim.run(leaves_fields, 2).trace
+    assert real.marks == virtual.marks
+    assert [m.data for m in real.marks if m.rank == 1] == [{"stage": 2}, {"token": "x", "cells": [".", "F1"]}]
+    assert [e.tags for e in real.events] == [e.tags for e in virtual.events] == [{"slot": 3}] * 2

@@ -137,9 +137,10 @@ class Comm(ABC):
 
     @abstractmethod
     def exchange(self, ops: Sequence[Send | Recv], *, group: Group | None = None,
-                 label: str | None = None) -> list:
+                 label: str | None = None, tags: dict | None = None) -> list:
         """Post a batch of sends and receives at once (like batch_isend_irecv); returns received arrays
-        in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other."""
+        in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other.
+        `tags`: fields for screens to read beside the label's words (a pipeline's slot)."""
 
     @abstractmethod
     def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:

@@ -331,7 +331,7 @@ class TorchComm(Comm):
         self._record("collective", BARRIER, g, {}, label, [], [], (0, 0), site, t0, call=call)
 
     # -- point-to-point ------------------------------------------------------------------------------
-    def exchange(self, ops, *, group=None, label=None):
+    def exchange(self, ops, *, group=None, label=None, tags=None):
         site = site_name(call_site())
         g, pg = self._resolve(group, "exchange")
         posts = []
@@ -378,7 +378,7 @@ class TorchComm(Comm):
             n = _nbytes(buf)
             self._record(P2P, P2P, g, {"src": src, "dst": dst}, label, [buf] if send else [], [] if send else [buf],
                          (n, 0) if send else (0, n), site, t0, role="send" if send else "recv", peer=peer,
-                         chan=chan, post=k)
+                         chan=chan, post=k, tags=tags)
             if not send:
                 results.append(buf)
         return results

@@ -37,12 +37,12 @@ class _Instance:
 
 class _Batch:
     """One rank's `exchange`: its posted sends and receives."""
-    __slots__ = ("rank", "pending", "results", "clock0", "maxstep", "site", "label", "group", "posts")
+    __slots__ = ("rank", "pending", "results", "clock0", "maxstep", "site", "label", "group", "posts", "tags")
 
-    def __init__(self, rank, nrecv, clock0, site, label, group):
+    def __init__(self, rank, nrecv, clock0, site, label, group, tags=None):
         self.rank, self.pending, self.results = rank, 0, [None] * nrecv
         self.clock0 = self.maxstep = clock0
-        self.site, self.label, self.group, self.posts = site, label, group, []
+        self.site, self.label, self.group, self.posts, self.tags = site, label, group, [], tags
 
 
 class _Post:
@@ -290,12 +290,12 @@ class VirtualWorld:
 
     # -- point-to-point --------------------------------------------------------------------------
     def exchange(self, rank: int, ops: Sequence[Send | Recv], group: Group, label: str | None,
-                 site: tuple[str, int]) -> list:
+                 site: tuple[str, int], tags: dict | None = None) -> list:
         if self.aborted:
             raise GreenletExit()
         st = self.ranks[rank]
         nrecv = sum(isinstance(o, Recv) for o in ops)
-        batch = _Batch(rank, nrecv, st.clock, site, label, group)
+        batch = _Batch(rank, nrecv, st.clock, site, label, group, tags)
         posts = []
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
@@ -349,7 +349,7 @@ class VirtualWorld:
                    Member(dst, (), (_tensor(x),), 0, n, site_name(r.batch.site), () if keep else None, val)]
         self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
                                  s.batch.label or r.batch.label, self.ranks[src].phase,
-                                 {"src": src, "dst": dst}, None, None))
+                                 {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
         for b in (s.batch, r.batch):
             b.pending -= 1
             if step > b.maxstep:

@@ -99,10 +99,10 @@ class VirtualComm(Comm):
         g = self._w.resolve(self.rank, group, BARRIER)
         self._w.collective(self.rank, BARRIER, None, (BARRIER,), lambda: describe(BARRIER), {}, g, label, site)
 
-    def exchange(self, ops, *, group=None, label=None):
+    def exchange(self, ops, *, group=None, label=None, tags=None):
         site = call_site()
         g = self._w.resolve(self.rank, group, "exchange")
-        return self._w.exchange(self.rank, list(ops), g, label, site)
+        return self._w.exchange(self.rank, list(ops), g, label, site, tags)
 
     def new_group(self, ranks, name):
         return self._w.new_group(self.rank, ranks, name, site_name(call_site()))

@@ -111,6 +111,6 @@ def _exchange(ctx: Any, group: Group, me: int, slot: int, batch: list, acts: dic
             ops.append(Recv(group.ranks[src], shape, dtype))
             into.append((store, (to, mb)))
             words.append(f"receive {noun}")
-    got = ctx.comm.exchange(ops, group=group, label=f"slot {slot}: " + ", ".join(words))
+    got = ctx.comm.exchange(ops, group=group, label=f"slot {slot}: " + ", ".join(words), tags={"slot": slot})
     for (store, key), x in zip(into, got):
         store[key] = x

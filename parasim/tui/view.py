@@ -6,7 +6,6 @@ logical steps of the trace. Filters (by op or axis) and a focused rank narrow wh
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +65,6 @@ class Holding:
     values: str  # "" when the trace kept no values
 
 
-_SLOT_LABEL = re.compile(r"^slot (\d+):")
 
 
 @dataclass
@@ -294,8 +292,7 @@ class View:
             return None
         rows = [tables[name][g] for g in sorted(tables[name])]
         span = max(len(r) for r in rows)
-        at = _SLOT_LABEL.match(e.label or "")
-        slot = int(at[1]) if at else None
+        slot = (e.tags or {}).get("slot")
         centre = slot if slot is not None else 0
         first = max(0, min(centre - width // 2, span - width))
         return SlotWindow([f"GPU {g}" for g in sorted(tables[name])], rows, first, min(span, first + width), slot,
