@@ -5,9 +5,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from .context import Context
-from . import limits
 from .errors import UsageError
-from .limits import at_most
+from .limits import VIRTUAL_WORLD, at_most
 from .trace import Trace
 
 BACKENDS = ("virtual", "gloo", "nccl")
@@ -51,7 +50,7 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
     if backend == "virtual":
-        at_most("world size", world, limits.VIRTUAL_WORLD,
+        at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")
     else:
         from .comm.launch import RealOptions, launch

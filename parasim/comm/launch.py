@@ -196,6 +196,7 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
         torch.set_num_threads(1)  # one thread per rank: N processes share this machine's cores
         store = dist.TCPStore("127.0.0.1", port, world + 1, False,
                               timeout=datetime.timedelta(seconds=jobs[0][1].timeout))
+
         def beat() -> None:
             beats[rank] = time.monotonic()  # shared memory: no message, no lock, a few ns per call
 
