@@ -138,6 +138,8 @@ class Layout:
             raise LayoutError(f"experts {m.experts} do not divide by ep {self.ep}")
         if self.ep > 1 and not m.experts:
             raise LayoutError(f"ep {self.ep} needs a model with experts")
+        if m.layers is not None and self.pp > m.layers:
+            raise LayoutError(f"pp {self.pp} exceeds layers {m.layers}: every stage needs a layer")
         if m.layers is not None and not m.uneven_stages and m.layers % self.pp:
             raise LayoutError(f"layers {m.layers} do not divide by pp {self.pp}")
         if m.seq is not None and self.cp > 1:

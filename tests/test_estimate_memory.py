@@ -52,8 +52,8 @@ def test_plan_choices_at_their_boundaries():
 @pytest.mark.parametrize("model, ok, bad, needle", [
     (D, Plan(tp=2, sp=True), Plan(sp=True), "sequence parallelism needs tp > 1"),
     # world 2 holds EP 2 (edp 1); world 1 does not
-    (MOE, Plan(dp=2, ep=2), Plan(ep=2), "world 1 does not divide by etp\\*ep\\*pp = 2"),
-    (MOE, Plan(cp=2, ep=2), Plan(tp=2, sp=True, etp=2, ep=2), "world 2 does not divide by etp\\*ep\\*pp = 4"),
+    (MOE, Plan(dp=2, ep=2), Plan(ep=2), "world 1 is not divisible by etp\\*ep\\*pp = 2"),
+    (MOE, Plan(cp=2, ep=2), Plan(tp=2, sp=True, etp=2, ep=2), "world 2 is not divisible by etp\\*ep\\*pp = 4"),
     # ETP 1 under TP 2 (the expert MLPs unsplit) is a layout of its own, and MoE with TP needs SP
     (MOE, Plan(tp=2, sp=True, ep=2, etp=1), Plan(tp=2, ep=2, etp=1), "needs sequence parallelism"),
     (MOE, Plan(tp=2, sp=True, etp=2), Plan(dp=8, ep=8), "experts 4 do not divide by ep 8"),

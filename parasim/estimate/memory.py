@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..layout import Layout, LayoutError
+from ..layout import Layout
 from .models import ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
@@ -72,11 +72,8 @@ class Plan:
         return self.tp * self.cp * self.pp * self.dp
 
     def check(self, model: ModelSpec) -> None:
-        """The layout rules (heads divide by tp, layers by pp, experts by ep, ...): raise LayoutError."""
-        if (self.world // (self.etp * self.ep * self.pp)) * self.etp * self.ep * self.pp != self.world:
-            raise LayoutError(f"world {self.world} does not divide by etp*ep*pp = {self.etp * self.ep * self.pp}")
-        if self.pp > model.layers:
-            raise LayoutError(f"pp {self.pp} exceeds layers {model.layers}")
+        """The layout rules (heads divide by tp, layers by pp, experts by ep, ...), all Layout's: raise
+        LayoutError."""
         Layout(tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, sp=self.sp, model=model.to_layout_model())
 
     def label(self) -> str:
