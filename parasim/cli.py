@@ -364,8 +364,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--nproc", type=_positive, metavar="N",
                     help="processes to start on this machine (default: the lesson's world size)")
     rp.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                    help="seconds a rank may wait in one call, and the run may go without any rank finishing "
-                         "a call, before the run is stopped (default 30)")
+                    help="seconds a rank may wait in one call before the run is stopped (default 30); a run "
+                         "where no rank finishes a call for twice as long is stopped too")
     rp.add_argument("--no-check", action="store_true",
                     help="skip the signature exchange before each collective (faster; mismatches then time out)")
     rp.add_argument("--json", action="store_true",

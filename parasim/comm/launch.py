@@ -272,13 +272,16 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
                 except (pickle.PicklingError, AttributeError, TypeError) as exc:
                     raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
                                      "need a function defined at a module's top level") from None
-            died = _wait_all(procs, folder, beats, opts.timeout)
+            # twice the timeout: a rank waiting in a collective is ended by its backend's own time-out first,
+            # with the better message (which call, which group)
+            died = _wait_all(procs, folder, beats, 2 * opts.timeout)
         finally:
             _end(procs)
             del store
         if died == "stalled":
-            raise Deadlock(f"no rank finished a call for {opts.timeout:g} s (the run's timeout): every rank is "
-                           "busy outside collectives, or waits where no backend times out; the ranks were stopped")
+            raise Deadlock(f"no rank finished a call for {2 * opts.timeout:g} s (twice the run's timeout): every "
+                           "rank is busy outside collectives, or waits where no backend times out; the ranks were "
+                           "stopped")
         if died is not None or any(p.exitcode != 0 for p in procs):
             raise _failure(procs, folder, died)
         out = []
