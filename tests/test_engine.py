@@ -384,10 +384,12 @@ def test_groups_created_apart_name_both_sites_and_the_ranks_short_of_groups():
 
 def test_a_failure_ends_the_waiting_ranks_at_once():
     """When one rank raises, the others, parked in a collective, are ended before run() returns: their
-    `finally` blocks have run (nothing is left suspended for the garbage collector)."""
-    log = []
+    `finally` blocks have run (nothing is left suspended for the garbage collector). A collective called
+    from such a block ends too, and does not complete (the run is over)."""
+    log, after = [], []
 
     def prog(ctx):
+        pair = ctx.new_group([1, 2], "pair")
         try:
             ctx.comm.barrier()  # every rank has started
             if ctx.rank == 0:
@@ -395,10 +397,13 @@ def test_a_failure_ends_the_waiting_ranks_at_once():
             ctx.comm.barrier()
         finally:
             log.append(ctx.rank)
+            if ctx.rank != 0:
+                ctx.comm.barrier(group=pair)
+                after.append(ctx.rank)
 
-    with pytest.raises(RankFailed):
+    with pytest.raises(RankFailed, match="rank 0 raised ValueError"):
         parasim.run(prog, 3)
-    assert sorted(log) == [0, 1, 2]
+    assert sorted(log) == [0, 1, 2] and after == []
 
 
 def test_values_are_kept_up_to_keep_values_elements_and_no_further():
