@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 from . import __version__
 from .errors import ParasimError, UsageError
-from .limits import MAX_SIZE, check_plot_path, check_processes
+from .limits import check_plot_path, check_processes, size_arg
 from .pipeline.schedules import SCHEDULES
 
 
@@ -20,13 +20,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _positive(text: str) -> int:
-    try:
-        n = int(text) if len(text) <= 20 else 0
-    except ValueError:
-        n = 0
-    if not 1 <= n <= MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
-    return n
+    return size_arg(int, text)
 
 
 def _write(path: str, text: str) -> None:

@@ -6,20 +6,16 @@ import json
 from typing import Any
 
 from .errors import UsageError
-from .limits import MAX_SIZE
+from .limits import size_arg
 
 
 def _pos(text: str) -> int:
     """A positive integer; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
-    t = text.strip().upper()
-    mult = {"K": 1000, "M": 1000_000}.get(t[-1:], 1)
-    try:
-        n = (int(float(t[:-1]) * mult) if mult > 1 else int(t)) if len(t) <= 20 else 0
-    except (ValueError, OverflowError):  # 'infK' is an infinity
-        n = 0
-    if not 1 <= n <= MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
-    return n
+    def parse(t: str) -> int:
+        t = t.strip().upper()
+        mult = {"K": 1000, "M": 1000_000}.get(t[-1:], 1)
+        return int(float(t[:-1]) * mult) if mult > 1 else int(t)
+    return size_arg(parse, text)
 
 
 def _positive_float(text: str) -> float:

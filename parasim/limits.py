@@ -3,7 +3,7 @@ time on a workstation long before it taught anything. Each refusal is one line n
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from .errors import UsageError
 
@@ -14,6 +14,19 @@ SCHEDULE_CELLS = 100_000  # ranks x micro-batches x chunks of a pipeline schedul
 FILE_BYTES = 1 << 30  # a trace or config file read whole into memory
 MAX_SIZE = 10**12  # any one size (hidden, tokens, GPUs, ...): far beyond every model, small enough for float64
 PLOT_FORMATS = (".png", ".svg", ".pdf")
+
+
+def size_arg(parse: Callable[[str], int], text: str) -> int:
+    """A command-line size: `parse(text)`, from 1 to MAX_SIZE. Text longer than any such number is refused
+    before parsing (Python would spend seconds on a 5,000-digit one)."""
+    import argparse
+    try:
+        n = parse(text) if len(text) <= 20 else 0
+    except (ValueError, OverflowError):  # OverflowError: 'infK' is an infinity
+        n = 0
+    if not 1 <= n <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
+    return n
 
 
 def at_most(what: str, value: Any, limit: int, why: str) -> None:

@@ -49,8 +49,7 @@ class Group:
         return rank in self.ranks
 
     def __str__(self) -> str:
-        # a big group is written as ranges: an error about 2,048 ranks stays a line, not 10 KB
-        return f"{self.name}{list(self.ranks) if self.size <= 16 else rank_list(self.ranks)}"
+        return f"{self.name}{ranks_text(self.ranks)}"
 
 
 def rank_list(ranks: Sequence[int]) -> str:
@@ -66,6 +65,12 @@ def rank_list(ranks: Sequence[int]) -> str:
             parts.extend(str(r) for r in ranks[i:j + 1])
         i = j + 1
     return "[" + ", ".join(parts) + "]"
+
+
+def ranks_text(ranks: Sequence[int]) -> str:
+    """A list of ranks as errors write it: in full up to 16, as ranges beyond (an error about 2,048 ranks
+    stays a line, not 10 KB)."""
+    return str(list(ranks)) if len(ranks) <= 16 else rank_list(ranks)
 
 
 def by_text(texts: dict[int, str], indent: str = "  ") -> list[str]:

@@ -19,13 +19,18 @@ import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
-                        Group, Recv, Send, broadcast_bytes, by_text, call_site, group_members, check_algo, check_divisible, check_peer,
-                        check_reduce_op,
+                        Group, Recv, Send, broadcast_bytes, by_text, call_site, check_algo, check_divisible,
+                        check_peer, check_reduce_op, group_members,
                         describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, recv_dtype,
                         ring_bytes, site_name)
 
 SIG_BYTES = 512  # fixed size of one signature blob
 _LONG = b"\x01LONG "  # a blob that only announces a longer signature (JSON text never starts with \x01)
+
+
+def _head(data: bytes) -> bytes:
+    """What a signature's first, fixed-size blob holds: the signature, or the LONG marker and its length."""
+    return data if len(data) <= SIG_BYTES else _LONG + str(len(data)).encode()
 # torch 2.13 renamed the tensor forms; older releases have only the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -98,7 +103,7 @@ class TorchComm(Comm):
 
     def _gather_blobs(self, text: str, pg: Any) -> list[str]:
         data = text.encode()
-        rows = self._gather_rows(data if len(data) <= SIG_BYTES else _LONG + str(len(data)).encode(), SIG_BYTES, pg)
+        rows = self._gather_rows(_head(data), SIG_BYTES, pg)
         if any(r.startswith(_LONG) for r in rows):  # every member sees the same rows, so all take this turn
             size = max(int(r[len(_LONG):]) if r.startswith(_LONG) else len(r) for r in rows)
             rows = self._gather_rows(data, size, pg)
@@ -112,9 +117,8 @@ class TorchComm(Comm):
 
     def _p2p_blobs(self, desc: str, site: str) -> list[torch.Tensor]:
         data = json.dumps([desc, site]).encode()
-        if len(data) <= SIG_BYTES:
-            return [self._blob(data)]
-        return [self._blob(_LONG + str(len(data)).encode()), self._blob(data, len(data))]
+        head = _head(data)
+        return [self._blob(head)] + ([self._blob(data, len(data))] if head is not data else [])
 
     def _recv_p2p_blob(self, peer: int, pg: Any, g: Group, site: str) -> list:
         def take(size: int) -> bytes:

@@ -19,7 +19,7 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
-                        dtype_name, mismatch_error, p2p_mismatch_error, rank_list, recv_dtype, site_name)
+                        dtype_name, mismatch_error, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
 from .kernels import KERNELS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -175,7 +175,7 @@ class VirtualWorld:
                     arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
                     missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
                     texts[key] = (f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
-                                  f"{site_name(me[2])}; arrived {_ranks(arrived)}, missing {_ranks(missing)}")
+                                  f"{site_name(me[2])}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}")
                 out[st.rank] = texts[key]
             elif isinstance(w, _Batch):
                 posts = ", ".join(p.describe() for p in w.posts if not p.matched)
@@ -377,10 +377,6 @@ class VirtualWorld:
 
 def _tensor(x: np.ndarray) -> Tensor:
     return _member(Tensor, (x.shape, dtype_name(x.dtype)))
-
-
-def _ranks(ranks: list[int]) -> str:
-    return str(ranks) if len(ranks) <= 16 else rank_list(ranks)
 
 
 NUMERIC = frozenset("biufc")  # numpy dtype kinds a real backend can carry: no strings, objects or dates
