@@ -373,7 +373,10 @@ def _rebuilt(e: dict) -> ParasimError:
     return err
 
 
-_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted")
+# what a rank reports because another failed: a reset connection, or waiting at the end of the run for a
+# rank that is itself stuck (that rank's own time-out names the call)
+_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",
+           "the end-of-run check (this rank had finished)")
 
 
 def _root_error(folder: str) -> dict | None:

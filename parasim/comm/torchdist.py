@@ -147,7 +147,9 @@ class TorchComm(Comm):
     def finish(self) -> None:
         """Called when the program returns: ranks still waiting in a world collective learn that it never comes."""
         if self.check:
-            self._check(self.world_group, None, -1, _END, "finished", "")
+            # a time-out here is a Deadlock like any other: this rank finished and waited for the rest
+            self._timed(lambda: self._check(self.world_group, None, -1, _END, "finished", ""),
+                        "the end-of-run check (this rank had finished)", self.world_group, "the end of the run")
 
     # -- recording ---------------------------------------------------------------------------------
     def _now(self) -> float:
