@@ -13,7 +13,7 @@ import time
 import parasim
 from parasim.nn import Saved
 from parasim.nn.layer import Stack
-from parasim.pipeline.demo import _data, _layers, pipeline_run
+from parasim.examples.pipeline import _data, _layers, pipeline_run
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
 

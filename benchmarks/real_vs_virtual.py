@@ -16,7 +16,7 @@ import numpy as np
 import parasim
 from parasim.comm.launch import RealOptions
 from parasim.lesson import get_lesson, run_lesson
-from parasim.real import run_real
+from parasim.engine.real import run_real
 
 CALLS = 200
 

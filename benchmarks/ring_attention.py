@@ -10,7 +10,7 @@ import json
 import time
 
 import parasim
-from parasim.nn.ring import RingAttention
+from parasim.nn.ring_attention import RingAttention
 
 
 def timed(cp: int, seq: int, b: int, heads: int, d: int, causal: bool, split: str) -> float:

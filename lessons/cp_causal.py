@@ -3,7 +3,7 @@ the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is count
 from __future__ import annotations
 
 from parasim.lesson import Check, Lesson, check
-from parasim.nn.ring import RingAttention, positions
+from parasim.nn.ring_attention import RingAttention, positions
 
 SEQ, B, HEADS, D = 16, 1, 1, 2
 TOKENS = "the court ruled that the contract was void".split()

@@ -6,7 +6,7 @@ import numpy as np
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.moe16 import LAYOUT, REPLICAS, SEQUENCES, make_program, unsplit_program
+from parasim.examples.moe16 import LAYOUT, REPLICAS, SEQUENCES, make_program, unsplit_program
 from parasim.presets import MOE16, preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))

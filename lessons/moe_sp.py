@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.lesson import Check, Lesson, check
-from parasim.moe16 import SEQUENCES, SHAPE, _embed
+from parasim.examples.moe16 import SEQUENCES, SHAPE, _embed
 from parasim.nn import Saved, TPContext
 from parasim.nn.layer import expert_weights, layer_weights
 from parasim.nn.moe import MoE

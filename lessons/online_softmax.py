@@ -10,7 +10,7 @@ import numpy as np
 
 from parasim.comm.interface import Recv, Send
 from parasim.lesson import Check, Lesson, check
-from parasim.nn.ring import online_softmax_step
+from parasim.nn.ring_attention import online_softmax_step
 
 QUERY = [[1.0]]  # one query, one dim: a score is the key itself
 KEYS = [[[1.0]], [[3.0]]]  # rank i holds key i

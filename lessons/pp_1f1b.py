@@ -3,7 +3,7 @@ micro-batches' activations."""
 from __future__ import annotations
 
 from parasim.lesson import Check, Lesson
-from parasim.pipeline.demo import pipeline_checks, pipeline_run
+from parasim.examples.pipeline import pipeline_checks, pipeline_run
 
 M = 4
 

@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.pipeline.demo import matches_unsplit, pipeline_run
+from parasim.examples.pipeline import matches_unsplit, pipeline_run
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
 

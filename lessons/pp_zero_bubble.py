@@ -7,7 +7,7 @@ import dataclasses
 from fractions import Fraction
 
 from parasim.lesson import Check, Lesson, check
-from parasim.pipeline.demo import matches_unsplit, pipeline_run
+from parasim.examples.pipeline import matches_unsplit, pipeline_run
 
 M = 8
 # time in half-stage units, so one-chunk and two-chunk schedules share a clock: a full stage's forward

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from parasim.lesson import Check, Lesson, check
-from parasim.nn.ring import RingAttention
+from parasim.nn.ring_attention import RingAttention
 
 SEQ, B, HEADS, D = 8, 1, 2, 4
 
@@ -45,7 +45,7 @@ def _reference(ctx_like):
 
 
 def checks(result) -> list[Check]:
-    from parasim.context import Rng
+    from parasim.engine.context import Rng
     v, t = result.values, result.world
     ref = _reference(lambda n: Rng(0, (1, *n.encode()), lambda a: a).normal((B, HEADS, SEQ, D)))
     out = [check("step j: rank i holds the K/V of rank i - j (the table)", [x["held"] for x in v],

@@ -1,6 +1,6 @@
 """parasim: LLM training parallelism (DP/ZeRO, TP, SP, CP, PP, EP), taught by running it."""
 from .comm.interface import Group, Recv, Send
-from .engine import RunResult, run
+from .engine.runner import RunResult, run
 from .layout import Layout, LayoutError, Model
 from .errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
                      UsageError)

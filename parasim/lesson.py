@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .engine import RunResult, run
+from .engine.runner import RunResult, run
 from .errors import UsageError
 
 

@@ -6,7 +6,7 @@ import math
 import numpy as np
 
 import parasim
-from parasim.context import Rng
+from parasim.engine.context import Rng
 from parasim.nn import ColumnParallelLinear, Saved, TPContext
 from parasim.nn.attention import head_split
 from parasim.nn.embedding import VocabParallelCrossEntropy, VocabParallelEmbedding

@@ -6,7 +6,7 @@ import re
 import pytest
 
 import parasim
-from parasim.chrome import COLL, COMPUTE, RECV, SEND, to_chrome, to_hta, validate
+from parasim.render.chrome import COLL, COMPUTE, RECV, SEND, to_chrome, to_hta, validate
 from parasim.trace import Trace
 
 

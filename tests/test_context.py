@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.context import Rng
+from parasim.engine.context import Rng
 
 
 def test_per_rank_streams_differ_and_are_reproducible():

@@ -115,7 +115,7 @@ def test_estimator_equals_engine_on_the_post_combinations(tp, cp, dp, sp, flash,
 @pytest.mark.parametrize("pp, m", [(2, 2), (4, 4), (3, 5)])
 def test_pipeline_p2p_bytes_equal_the_estimate(pp, m):
     """The busiest stage of a 1F1B run sends what pp_traffic says: activations on, gradients back."""
-    from parasim.pipeline.demo import BATCH, SEQ, SHAPE, pipeline_run
+    from parasim.examples.pipeline import BATCH, SEQ, SHAPE, pipeline_run
     res = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", m), pp)
     busiest = max(sum(mm.sent for e in res.trace.events if e.op == "p2p" for mm in e.members if mm.rank == r)
                   for r in range(pp))

@@ -5,7 +5,7 @@ import pytest
 from conftest import cli
 
 from parasim.lesson import get_lesson, load_lessons, run_lesson
-from parasim.walkthrough import walkthrough
+from parasim.render.walkthrough import walkthrough
 
 
 @pytest.fixture(scope="module")

@@ -67,7 +67,7 @@ def test_pipeline_checks_by_name_and_value():
     ("stepped", 1 + 1e-13, True), ("stepped", 1 + 1e-11, False),  # stepped weights to 1e-12
 ])
 def test_unsplit_comparison_tolerances(key, scale, ok):
-    from parasim.pipeline.demo import matches_unsplit
+    from parasim.examples.pipeline import matches_unsplit
     values = [dict(v) for v in run_lesson(get_lesson("pp-gpipe")).result.values]
     for v in values:
         v[key] = v[key] * scale if key == "loss" else {s: g * scale for s, g in v[key].items()}

@@ -8,7 +8,7 @@ from conftest import cli, cli_process
 import parasim
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
-from parasim.moe16 import find_token, make_program, token_path
+from parasim.examples.moe16 import find_token, make_program, token_path
 from parasim.nn import TPContext
 
 

@@ -7,7 +7,7 @@ if not torch.cuda.is_available():
 
 from parasim.comm.launch import RealOptions  # noqa: E402
 from parasim.lesson import get_lesson  # noqa: E402
-from parasim.real import run_real  # noqa: E402
+from parasim.engine.real import run_real  # noqa: E402
 
 GPUS = torch.cuda.device_count()
 pytestmark = pytest.mark.nccl

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.pipeline.demo import _grad_sq, pipeline_run, sgd_step
+from parasim.examples.pipeline import _grad_sq, pipeline_run, sgd_step
 
 
 class _Layer:
@@ -66,7 +66,7 @@ def test_pipeline_run_times_its_transfers_with_the_costs_given():
 def test_each_stage_layer_is_its_own():
     """Stage i's layer is named L{i} and drawn from its own seed: two stages never share weights, which
     the split-against-unsplit comparisons could not notice (both sides build layers the same way)."""
-    from parasim.pipeline.demo import _layers
+    from parasim.examples.pipeline import _layers
     (layers,) = parasim.run(lambda ctx: _layers(ctx, 1, 2), 1).values
     assert [layer.name for layer in layers] == ["L1", "L2"]
     a, b = (layer.params() for layer in layers)

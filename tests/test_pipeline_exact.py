@@ -10,7 +10,7 @@ from layer_check import SEED, layer_grads, torch_layer, torch_weights  # noqa: E
 from parasim.layout import Layout  # noqa: E402
 from parasim.nn import TPContext  # noqa: E402
 from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights  # noqa: E402
-from parasim.pipeline.demo import LayersStage  # noqa: E402
+from parasim.examples.pipeline import LayersStage  # noqa: E402
 from parasim.pipeline.executor import run_schedule  # noqa: E402
 from parasim.pipeline.schedules import check_layers, generate  # noqa: E402
 

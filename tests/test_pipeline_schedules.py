@@ -179,7 +179,7 @@ def test_cli_json_of_the_smallest_1f1b():
 
 
 def test_plot_two_chunks(tmp_path):
-    from parasim.pipeline.plot import plot_slots
+    from parasim.render.plots import plot_slots
     out = tmp_path / "dualpipev.png"
     plot_slots(simulate(generate("dualpipev", 4, 8), {"B": 2}), "dualpipev", str(out))
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

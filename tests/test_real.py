@@ -14,7 +14,8 @@ torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
 from parasim.comm.launch import RealOptions  # noqa: E402
-from parasim.real import compare, run_real  # noqa: E402
+from parasim.engine.compare import compare
+from parasim.engine.real import run_real  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -73,7 +74,7 @@ def draws(ctx):
 def test_programs_of_one_launch_keep_their_own_seed_groups_and_records():
     """Two programs on one launch: each gets a fresh comm (its own groups and records, call numbers from 0)
     and its own seed, and each report is compared with its own virtual run."""
-    from parasim.real import run_real_many
+    from parasim.engine.real import run_real_many
     reports = run_real_many([(draws, RealOptions("gloo", seed=1)), (every_op, RealOptions("gloo", keep_values=16)),
                              (draws, RealOptions("gloo", seed=2))], 2)
     assert [r.match for r in reports] == [True] * 3, [r.differences for r in reports]

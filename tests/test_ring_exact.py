@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.context import Rng  # noqa: E402
-from parasim.nn.ring import RingAttention, positions  # noqa: E402
+from parasim.engine.context import Rng  # noqa: E402
+from parasim.nn.ring_attention import RingAttention, positions  # noqa: E402
 
 
 def full(name, shape):
@@ -75,7 +75,7 @@ def test_eight_ranks_of_large_matmuls_do_not_overflow_the_stack():
     then crashed (segfault) at cp = 8 with a 1024-token sequence. Run in a child so a crash fails the test."""
     import subprocess
     import sys
-    code = ("import parasim\nfrom parasim.nn.ring import RingAttention\n"
+    code = ("import parasim\nfrom parasim.nn.ring_attention import RingAttention\n"
             "def p(ctx):\n    g = ctx.new_group(range(8), 'cp')\n    r = RingAttention(ctx, g, 1024, causal=False)\n"
             "    q = ctx.rng.normal((1, 4, 128, 64))\n    o, c = r.forward(q, q, q)\n    r.backward(c, o)\n"
             "parasim.run(p, 8)\nprint('ok')\n")
@@ -106,7 +106,7 @@ def test_fully_masked_chunks_are_skipped(split, causal, want):
 def test_online_softmax_after_a_fully_masked_first_chunk():
     """A row whose first chunk is all -inf keeps m = -inf and l = 0, then the next chunk alone decides:
     the result equals a direct softmax over the unmasked scores."""
-    from parasim.nn.ring import online_softmax_step
+    from parasim.nn.ring_attention import online_softmax_step
     rng = np.random.default_rng(3)
     s2, v1, v2 = rng.normal(size=(2, 3)), rng.normal(size=(4, 5)), rng.normal(size=(3, 5))
     m, l, o = np.full(2, -np.inf), np.zeros(2), np.zeros((2, 5))

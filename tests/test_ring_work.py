@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 import parasim
-from parasim.nn.ring import RingAttention, positions
+from parasim.nn.ring_attention import RingAttention, positions
 
 B, HEADS, D = 2, 3, 5
 

@@ -156,6 +156,6 @@ def test_no_screen_parses_words():
 
     import parasim
     root = Path(parasim.__file__).parent
-    for path in [*sorted((root / "tui").glob("*.py")), root / "moe16.py"]:
+    for path in [*sorted((root / "tui").glob("*.py")), root / "examples" / "moe16.py", root / "cli" / "trace.py"]:
         text = path.read_text()
         assert "import re\n" not in text and "from re import" not in text, path

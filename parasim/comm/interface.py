@@ -312,7 +312,7 @@ _PKG_DIR = os.path.dirname(_COMM_DIR)
 _PKG_ROOT = os.path.dirname(_PKG_DIR)
 # Frames in these files are wrappers around the interface; a call site names the line that called them.
 # So are a mutation tester's trampolines (mutmut puts one between every caller and every function).
-_WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "context.py"))
+_WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "engine", "context.py"))
 _TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
 
 

@@ -147,7 +147,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
     import torch
     import torch.distributed as dist
 
-    from ..context import Context
+    from ..engine.context import Context
     from .torchdist import TorchComm
 
     try:

@@ -87,7 +87,7 @@ class ParallelAttention:
                             (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
 
     def _ring(self):
-        from .ring import RingAttention
+        from .ring_attention import RingAttention
         tp = self.tp
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")

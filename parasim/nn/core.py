@@ -66,7 +66,7 @@ class TPContext:
         """The sequence positions this rank's CP slice holds (all of them without CP)."""
         if self.cp is None or self.cp.size == 1:
             return list(range(self.seq))
-        from .ring import positions
+        from .ring_attention import positions
         return positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
 
     def token_positions(self) -> list[int]:

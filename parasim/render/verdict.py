@@ -5,8 +5,9 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from .lesson import Check, Lesson
-from .real import RTOL, RealReport
+from ..lesson import Check, Lesson
+from ..engine.compare import RTOL
+from ..engine.real import RealReport
 
 
 def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], console: Console | None = None) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import UsageError
-from .nn import Saved, TPContext
-from .nn.layer import LayerShape, Stack, TransformerLayer, expert_weights, layer_weights
-from .nn.zero import Zero1Adam
-from .pipeline.executor import run_schedule
-from .pipeline.schedules import generate
-from .presets import MOE16, preset
+from ..errors import UsageError
+from ..nn import Saved, TPContext
+from ..nn.layer import LayerShape, Stack, TransformerLayer, expert_weights, layer_weights
+from ..nn.zero import Zero1Adam
+from ..pipeline.executor import run_schedule
+from ..pipeline.schedules import generate
+from ..presets import MOE16, preset
 
 # the post's sentence is sequence A; B, C and D are ours
 SEQUENCES = {"A": MOE16.tokens,

@@ -8,7 +8,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .layout import GROUP_NAMES, Layout
+from ..layout import GROUP_NAMES, Layout
 
 SHOWN_GROUPS = 8  # groups listed per kind before "... and N more"
 

@@ -8,9 +8,9 @@ from typing import Any, Callable
 
 from ..nn import Saved, TPContext
 from ..nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
-from .executor import run_schedule
-from .schedules import generate
-from .timing import simulate
+from ..pipeline.executor import run_schedule
+from ..pipeline.schedules import generate
+from ..pipeline.timing import simulate
 
 SHAPE = LayerShape(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
@@ -112,7 +112,7 @@ def unsplit_run(stages: int, m: int):
 
 def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
     """Checks: the loss and every layer's gradients equal the unsplit model's."""
-    from ..engine import run
+    from ..engine.runner import run
     from ..lesson import check
     ref = run(unsplit_run(stages, m), 1).values[0]
     last = next(x for x in values if x["has_loss"])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import textwrap
 from typing import Any, Iterator
 
-from .lesson import LessonRun
-from .trace import Event
+from ..lesson import LessonRun
+from ..trace import Event
 
 WIDTH = 96
 

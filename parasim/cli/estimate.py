@@ -5,8 +5,8 @@ import argparse
 import json
 from typing import Any
 
-from .errors import UsageError
-from .limits import size_arg
+from ..errors import UsageError
+from ..limits import size_arg
 
 
 def _pos(text: str) -> int:
@@ -91,7 +91,7 @@ def add_estimate_commands(sub: Any) -> None:
 
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
 def _model(args: argparse.Namespace):
-    from .estimate.models import from_flags, from_hf_config, get_model
+    from ..estimate.models import from_flags, from_hf_config, get_model
     sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts",
                                            "top_k", "expert_ffn", "params")}
     given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + \
@@ -108,7 +108,7 @@ def _model(args: argparse.Namespace):
 
 
 def _plan(args: argparse.Namespace, model):
-    from .estimate.memory import Plan
+    from ..estimate.memory import Plan
     tp, cp, pp = args.tp or 1, args.cp or 1, args.pp or 1
     dp = args.dp
     if args.gpus is not None:
@@ -126,7 +126,7 @@ def _plan(args: argparse.Namespace, model):
 
 
 def _gpu(args: argparse.Namespace):
-    from .estimate.traffic import gpu_presets
+    from ..estimate.traffic import gpu_presets
     table = gpu_presets()
     if args.gpu.lower() not in table:
         raise UsageError(f"unknown GPU {args.gpu!r}; presets: {', '.join(table)}")
@@ -147,8 +147,8 @@ def _traffic_dict(traffic: dict, unit: float) -> dict[str, float]:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from .estimate.memory import breakdown
-    from .estimate.traffic import step_time, step_traffic
+    from ..estimate.memory import breakdown
+    from ..estimate.traffic import step_time, step_traffic
     model = _model(args)
     plan, gpu = _plan(args, model), _gpu(args)
     unit, name = _unit(args)
@@ -158,7 +158,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
            "fits": bd.total <= _usable(args, gpu),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
     if args.plot:
-        _plot_memory(model, plan, args.seq, unit, name, args.plot)
+        from ..render.plots import plot_memory
+        plot_memory(model, plan, args.seq, unit, name, args.plot)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -186,7 +187,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from .estimate.fit import fit, parse_nodes, search
+    from ..estimate.fit import fit, parse_nodes, search
     model = _model(args)
     gpu = _gpu(args)
     unit, name = _unit(args)
@@ -199,7 +200,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         result["usable"] = usable / unit
         result["unit"] = name
         if args.plot:
-            _plot_search(result, args.plot)
+            from ..render.plots import plot_search
+            plot_search(result, args.plot)
         if args.json:
             print(json.dumps(result, indent=1))
             return 0
@@ -211,7 +213,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 0
     if args.plot:
         raise UsageError("fit --plot needs --search")
-    from .estimate.traffic import attention_flops, step_time
+    from ..estimate.traffic import attention_flops, step_time
     plan = _plan(args, model)
     f = fit(model, plan, usable)
     out = {**f.to_dict(unit), "unit": name}
@@ -232,51 +234,3 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu.name} at "
               f"{args.utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
     return 0
-
-
-# -- plots ---------------------------------------------------------------------------------------------
-def _save(fig, path: str) -> None:
-    try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
-
-
-def _plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    from dataclasses import replace
-
-    from .estimate.memory import breakdown
-    bars = [breakdown(model, replace(plan, zero=z), seq) for z in range(4)]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    bottom = [0.0] * 4
-    for item in bars[0].items:
-        vals = [b.items[item] / unit for b in bars]
-        ax.bar([f"ZeRO-{z}" for z in range(4)], vals, bottom=bottom, label=item)
-        bottom = [x + v for x, v in zip(bottom, vals)]
-    ax.set_ylabel(f"{name} per GPU")
-    ax.set_title(f"{model.name}: {plan.label()} on {plan.world} GPUs, s = {seq:,}")
-    ax.legend(fontsize=8)
-    _save(fig, path)
-    plt.close(fig)
-
-
-def _plot_search(result: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 5))
-    fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))
-    for fam, row in fams[:10]:  # the ten families that reach furthest
-        xs = sorted(row)
-        ax.plot(xs, [max(row[x], 1) for x in xs], marker=".", label=fam)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("longest sequence (tokens)")
-    ax.set_title(f"{result['model']}: longest sequence per layout family")
-    ax.legend(fontsize=7)
-    _save(fig, path)
-    plt.close(fig)

@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from .comm.interface import Comm, Group, call_site, dtype_name, site_name
+from ..comm.interface import Comm, Group, call_site, dtype_name, site_name
 
 
 class Recorder(Protocol):

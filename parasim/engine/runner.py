@@ -1,28 +1,14 @@
 """`parasim.run`: call an SPMD program once per rank and collect its values and trace."""
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..errors import UsageError
+from ..limits import VIRTUAL_WORLD, at_most
 from .context import Context
-from .errors import UsageError
-from .limits import VIRTUAL_WORLD, at_most
-from .trace import Trace
+from .virtual import RunResult, run_virtual
 
 BACKENDS = ("virtual", "gloo", "nccl")
-
-
-@dataclass
-class RunResult:
-    """What a run produced: each rank's return value (in rank order) and the trace of every event."""
-
-    values: list[Any]
-    trace: Trace
-    times: dict[tuple[int, int], tuple[float, float]] | None = None  # real ranks: (seq, rank) -> (start, dur) us
-
-    @property
-    def world(self) -> int:
-        return self.trace.world
 
 
 def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
@@ -53,24 +39,9 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")
     else:
-        from .comm.launch import RealOptions, launch
-        from .real import merge
+        from ..comm.launch import RealOptions, launch
+        from .merge import merge
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
         trace, times = merge(results, backend)
         return RunResult([r["value"] for r in results], trace, times)
-    # Imported here so that `import parasim` stays light.
-    import array_api_compat.numpy as xp
-
-    from .comm.virtual import VirtualWorld
-    from .comm.virtual_comm import VirtualComm
-
-    vw = VirtualWorld(world, keep_values=keep_values, algo=algo)
-    contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
-    values = vw.run(program, contexts)
-    trace = vw.trace()
-    trace.meta["seed"] = seed
-    return RunResult(values, trace)
-
-
-def _identity(a):
-    return a
+    return run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo)

@@ -1,0 +1,28 @@
+"""What every command shares: a parser whose errors are one line, and flag helpers."""
+from __future__ import annotations
+
+import argparse
+
+from ..errors import UsageError
+from ..limits import size_arg
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line and exit code 2 (never a traceback or a usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def positive(text: str) -> int:
+    return size_arg(int, text)
+
+
+def write(path: str, text: str) -> None:
+    if not path:
+        raise UsageError("an empty file name: give a path to write to")
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

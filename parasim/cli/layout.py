@@ -1,0 +1,71 @@
+"""`parasim layout`: the process groups of a layout, as Megatron-Core builds them."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..errors import UsageError
+from .common import positive
+
+
+def add_layout(sub: Any) -> None:
+    yp = sub.add_parser("layout", help="the process groups of a layout, as Megatron-Core builds them",
+                        description="Show which ranks form each TP, CP, DP, PP and EP group of a layout, exactly "
+                                    "as Megatron-Core's initialize_model_parallel builds them (MoE parallel "
+                                    "folding included). Sizes left out are 1; dp or world is derived.")
+    yp.add_argument("--layout", metavar="NAME", help="a preset (see --list)")
+    yp.add_argument("--list", action="store_true", help="list the presets")
+    for short, long, what in (("--tp", "--tensor-model-parallel-size", "tensor parallel size"),
+                              ("--cp", "--context-parallel-size", "context parallel size"),
+                              ("--pp", "--pipeline-model-parallel-size", "pipeline parallel size"),
+                              ("--dp", "--data-parallel-size", "data parallel size (default: derived)"),
+                              ("--ep", "--expert-model-parallel-size", "expert parallel size"),
+                              ("--etp", "--expert-tensor-parallel-size", "expert tensor parallel size (default: tp)"),
+                              ("--world", "--world-size", "number of GPUs (default: derived)")):
+        yp.add_argument(short, long, dest=short[2:], type=positive, metavar="N", help=what)
+    yp.add_argument("--order", default="tp-cp-ep-dp-pp", help="rank order, fastest axis first "
+                    "(tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp)")
+    yp.add_argument("--use-tp-pp-dp-mapping", action="store_true", help="Megatron's flag for order tp-cp-ep-pp-dp")
+    yp.add_argument("--sequence-parallel", "--sp", dest="sp", action="store_true", help="sequence parallelism")
+    for short, long, dest, what in (("--layers", "--num-layers", "layers", "layers (must divide by pp)"),
+                                    ("--hidden", "--hidden-size", "hidden", "hidden size"),
+                                    ("--heads", "--num-attention-heads", "heads", "attention heads (divide by tp)"),
+                                    ("--kv-heads", "--num-query-groups", "kv_heads", "key/value heads (GQA)"),
+                                    ("--experts", "--num-experts", "experts", "experts per MoE layer (divide by ep)"),
+                                    ("--seq", "--seq-length", "seq", "sequence length (divides by 2*cp)")):
+        yp.add_argument(short, long, dest=dest, type=positive, metavar="N", help=what)
+    yp.add_argument("--nodes", type=positive, default=2, metavar="N", help="nodes to draw (default 2)")
+    yp.add_argument("--json", action="store_true",
+                    help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
+    yp.set_defaults(func=cmd_layout)
+
+
+def cmd_layout(args: argparse.Namespace) -> int:
+    from ..layout import Layout, Model
+    from ..presets import PRESETS, preset
+
+    if args.list:
+        if args.json:
+            print(json.dumps({n: {"about": d, **l.to_dict()} for n, (d, l) in PRESETS.items()}, indent=1))
+        else:
+            for name, (about, layout) in PRESETS.items():
+                print(f"  {name:<16} {layout.world:>5} GPUs  {about}")
+        return 0
+    sizes = {k: getattr(args, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "world")}
+    model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
+    if args.layout:
+        if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
+            raise UsageError("give either --layout NAME or sizes, not both")
+        layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout][0]}"
+    else:
+        order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
+        m = Model(**model) if any(v is not None for v in model.values()) else None
+        layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
+        title = ""
+    if args.json:
+        print(json.dumps(layout.to_json()))
+    else:
+        from ..render.layout_view import print_layout
+        print_layout(layout, title, args.nodes)
+    return 0

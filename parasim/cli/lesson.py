@@ -1,0 +1,93 @@
+"""`parasim lesson` and `parasim view`: run a lesson on virtual ranks, or open a saved trace."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import UsageError
+from .common import positive, write
+
+
+def add_lesson(sub: Any) -> None:
+    lp = sub.add_parser("lesson", help="list the lessons, or run one and walk through it",
+                        description="Run a lesson on virtual ranks and walk through every collective it makes. "
+                                    "Without NAME, list the lessons.")
+    lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them)")
+    out = lp.add_mutually_exclusive_group()
+    out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default when "
+                     "stdout is not a terminal)")
+    out.add_argument("--tui", action="store_true", help="open the step-through app (the default on a terminal)")
+    out.add_argument("--json", action="store_true",
+                     help='print {"lesson", "world", "events", "values", "checks"} as JSON')
+    lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
+    lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
+    lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
+    lp.set_defaults(func=cmd_lesson)
+
+
+def add_view(sub: Any) -> None:
+    vp = sub.add_parser("view", help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
+                        description="Step through a saved parasim trace in the TUI (plain text when stdout is "
+                                    "not a terminal, or with --plain).")
+    vp.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace")
+    vp.add_argument("--plain", action="store_true", help="print the plain-text walk-through")
+    vp.set_defaults(func=cmd_view)
+
+
+def cmd_lesson(args: argparse.Namespace) -> int:
+    from ..lesson import get_lesson, load_lessons, run_lesson
+
+    if args.name is None:
+        given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace)) if v is not None]
+        if given:
+            raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
+        lessons = load_lessons()
+        if args.json:
+            print(json.dumps([{"name": l.name, "title": l.title, "world": l.world, "summary": l.summary}
+                              for l in lessons.values()], indent=2))
+        else:
+            print("Lessons (parasim lesson NAME):")
+            for l in lessons.values():
+                print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
+        return 0
+    lesson = get_lesson(args.name)
+    lr = run_lesson(lesson, args.world)
+    if args.chrome is not None:
+        from ..render.chrome import to_chrome
+        write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")
+    if args.trace is not None:
+        write(args.trace, lr.result.trace.to_json() + "\n")
+    if args.json:
+        print(json.dumps(lr.to_dict(), indent=1))
+    elif args.tui or (not args.plain and sys.stdout.isatty()):
+        _open_tui(lr.result.trace, lesson.narrative, lesson.title)
+    else:
+        from ..render.walkthrough import walkthrough
+        sys.stdout.write(walkthrough(lr))
+    return 0 if lr.ok else 1
+
+
+def _open_tui(trace, narrative: dict, title: str) -> None:
+    from ..tui.app import ParasimApp
+    from ..tui.view import View
+    ParasimApp(View(trace, narrative, title)).run()
+
+
+def cmd_view(args: argparse.Namespace) -> int:
+    from ..lesson import load_lessons
+    from ..trace import Trace
+
+    trace = Trace.load(args.trace)
+    lesson = load_lessons().get(trace.meta.get("lesson", ""))
+    narrative, title = (lesson.narrative, lesson.title) if lesson else ({}, args.trace)
+    if args.plain or not sys.stdout.isatty():
+        from ..engine.runner import RunResult
+        from ..lesson import Lesson, LessonRun
+        from ..render.walkthrough import walkthrough
+        shown = lesson or Lesson(args.trace, args.trace, trace.world, lambda ctx: None, {}, lambda r: [])
+        sys.stdout.write(walkthrough(LessonRun(shown, RunResult([], trace), [])))
+        return 0
+    _open_tui(trace, narrative, title)
+    return 0

@@ -1,0 +1,124 @@
+"""`parasim run`: a lesson on real ranks (torch.distributed), checked against virtual ranks."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from ..errors import UsageError
+from .common import positive, write
+from ..limits import check_processes
+
+
+def add_run(sub: Any) -> None:
+    rp = sub.add_parser("run", help="run a lesson on real ranks (torch.distributed) and check it against virtual ranks",
+                        description="Run a lesson on real ranks: N local processes (gloo on CPU, NCCL on GPUs), "
+                                    "or, under torchrun, the ranks torchrun started. The real run is compared "
+                                    "call by call with a virtual run of the same program.",
+                        epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+                               "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl")
+    rp.add_argument("name", metavar="LESSON", help="the lesson to run, or all (every lesson, one launch per world size)")
+    rp.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
+                    help="gloo (CPU processes, default) or nccl (one GPU per rank)")
+    rp.add_argument("--nproc", type=positive, metavar="N",
+                    help="processes to start on this machine (default: the lesson's world size)")
+    rp.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                    help="seconds a rank may wait in one call before the run is stopped (default 30); a run "
+                         "where no rank finishes a call for twice as long is stopped too")
+    rp.add_argument("--no-check", action="store_true",
+                    help="skip the signature exchange before each collective (faster; mismatches then time out)")
+    rp.add_argument("--json", action="store_true",
+                    help='print {"backend", "world", "match", "differences", "timings", ...} as JSON')
+    rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
+    rp.set_defaults(func=cmd_run)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from ..comm.launch import under_torchrun
+    from ..lesson import get_lesson
+    from ..engine.real import run_real
+
+    if args.name == "all":
+        return _run_all(args)
+    lesson = get_lesson(args.name)
+    if under_torchrun():
+        import os
+        nproc = int(os.environ["WORLD_SIZE"])
+    else:
+        nproc = args.nproc or lesson.world
+    lesson.check_world(nproc)
+    report = run_real(lesson.target, nproc, _real_options(args, lesson))
+    if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
+        return 0
+    checks = _real_checks(lesson, report)
+    if args.chrome is not None:
+        from ..render.chrome import to_chrome
+        write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
+    if args.json:
+        print(json.dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]},
+                         indent=1))
+    else:
+        from ..render.verdict import print_verdict
+        print_verdict(lesson, report, checks)
+    return 0 if _passed(report, checks) else 1
+
+
+def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
+    """How `parasim run` runs one lesson on real ranks: the lesson's seed and kept values, the user's flags."""
+    from ..comm.launch import RealOptions
+    return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout)
+
+
+def _real_checks(lesson: Any, report: Any) -> list:
+    """The lesson's own checks, on the values and trace of the real run."""
+    from ..engine.runner import RunResult
+    return list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+
+
+def _passed(report: Any, checks: list) -> bool:
+    return report.match and all(c.ok for c in checks)
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """`parasim run all`: every lesson on real ranks, one launch per world size (start-up paid once each):
+    the lessons that fit --nproc, or else each lesson on its own world."""
+    from ..comm.launch import under_torchrun
+    from ..lesson import load_lessons
+    from ..engine.real import run_real_many
+
+    if under_torchrun():
+        raise UsageError("`run all` starts its own ranks; under torchrun run one lesson at a time")
+    if args.chrome is not None:
+        raise UsageError("--chrome writes one lesson's timeline; name the lesson instead of all")
+    if args.nproc:
+        check_processes(args.nproc)
+    lessons = list(load_lessons().values())
+    by_world: dict[int, list] = {}
+    for lesson in lessons:
+        w = args.nproc or lesson.world
+        if lesson.fits(w):
+            by_world.setdefault(w, []).append(lesson)
+    if not by_world:
+        raise UsageError(f"no lesson runs on {args.nproc} ranks")
+    rows = []
+    for world, group in sorted(by_world.items()):
+        jobs = [(lesson.target, _real_options(args, lesson)) for lesson in group]
+        if not args.json:
+            print(f"{len(group)} lesson(s) on {world} {args.backend} ranks ...", file=sys.stderr, flush=True)
+        for lesson, report in zip(group, run_real_many(jobs, world)):
+            rows.append((lesson, report, _real_checks(lesson, report)))
+    skipped = [lesson.name for lesson in lessons if not any(lesson is r[0] for r in rows)]
+    ok = all(_passed(report, checks) for _, report, checks in rows)
+    if args.json:
+        print(json.dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
+            {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
+            for lesson, report, checks in rows]}, indent=1))
+    else:
+        for lesson, report, checks in rows:
+            hint = "" if _passed(report, checks) else f"  <- details: parasim run {lesson.name} --nproc {report.world}"
+            print(f"{'MATCH' if report.match else 'DIFFERENT':<10} {lesson.name:<18} {report.world:>3} ranks  "
+                  f"{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
+        if skipped:
+            print(f"not run (no fit on {args.nproc} ranks): {', '.join(skipped)}")
+    return 0 if ok else 1

@@ -1,0 +1,42 @@
+"""Virtual ranks: one process, numpy arrays, cooperative scheduling; the same trace on every run."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..trace import Trace
+from .context import Context
+
+
+@dataclass
+class RunResult:
+    """What a run produced: each rank's return value (in rank order) and the trace of every event."""
+
+    values: list[Any]
+    trace: Trace
+    times: dict[tuple[int, int], tuple[float, float]] | None = None  # real ranks: (seq, rank) -> (start, dur) us
+
+    @property
+    def world(self) -> int:
+        return self.trace.world
+
+
+def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0, keep_values: int = 0,
+                algo: str = "direct") -> RunResult:
+    """`program(ctx)` on `world` virtual ranks (checked by `parasim.run`, which calls this)."""
+    # Imported here so that `import parasim` stays light.
+    import array_api_compat.numpy as xp
+
+    from ..comm.virtual import VirtualWorld
+    from ..comm.virtual_comm import VirtualComm
+
+    vw = VirtualWorld(world, keep_values=keep_values, algo=algo)
+    contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
+    values = vw.run(program, contexts)
+    trace = vw.trace()
+    trace.meta["seed"] = seed
+    return RunResult(values, trace)
+
+
+def _identity(a):
+    return a

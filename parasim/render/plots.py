@@ -1,0 +1,86 @@
+"""Pictures (matplotlib, no display needed): the pipeline slot table, the estimator's memory bars and
+layout search."""
+from __future__ import annotations
+
+from ..errors import UsageError
+from ..pipeline.timing import Timing
+
+COLOURS = {"F": "#4c9be8", "B": "#d264b6", "I": "#d264b6", "W": "#e8b04c"}
+
+
+def plot_slots(timing: Timing, title: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranks, width = len(timing.slots), timing.makespan
+    fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * width + 1.5), 0.55 * ranks + 1.2))
+    for r, row in enumerate(timing.slots):
+        t = 0
+        while t < width:  # an action spans as many slots as it costs: one box per action
+            label, end = row[t], t + 1
+            while end < width and label and row[end] == label:
+                end += 1
+            if label:
+                colour = COLOURS[label[0].upper()]
+                ax.add_patch(plt.Rectangle((t, ranks - 1 - r), end - t, 1, color=colour, ec="white",
+                                           alpha=0.65 if label[0].islower() else 1.0))  # a second chunk: lighter
+                ax.text((t + end) / 2, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
+            t = end
+    ax.set_xlim(0, width)
+    ax.set_ylim(0, ranks)
+    ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
+    ax.set_xticks([t + 0.5 for t in range(width)], [str(t + 1) for t in range(width)], fontsize=7)
+    ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
+    ax.set_frame_on(False)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# -- the estimator's pictures ---------------------------------------------------------------------------------------------
+def _save(fig, path: str) -> None:
+    try:
+        fig.savefig(path, dpi=120, bbox_inches="tight")
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from dataclasses import replace
+
+    from ..estimate.memory import breakdown
+    bars = [breakdown(model, replace(plan, zero=z), seq) for z in range(4)]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    bottom = [0.0] * 4
+    for item in bars[0].items:
+        vals = [b.items[item] / unit for b in bars]
+        ax.bar([f"ZeRO-{z}" for z in range(4)], vals, bottom=bottom, label=item)
+        bottom = [x + v for x, v in zip(bottom, vals)]
+    ax.set_ylabel(f"{name} per GPU")
+    ax.set_title(f"{model.name}: {plan.label()} on {plan.world} GPUs, s = {seq:,}")
+    ax.legend(fontsize=8)
+    _save(fig, path)
+    plt.close(fig)
+
+
+def plot_search(result: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5))
+    fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))
+    for fam, row in fams[:10]:  # the ten families that reach furthest
+        xs = sorted(row)
+        ax.plot(xs, [max(row[x], 1) for x in xs], marker=".", label=fam)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("longest sequence (tokens)")
+    ax.set_title(f"{result['model']}: longest sequence per layout family")
+    ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)
