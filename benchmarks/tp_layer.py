@@ -13,10 +13,11 @@ import time
 
 import parasim
 from parasim.nn import Saved, TPContext
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 
-def timed_layer(t: int, shape: LayerShape, s: int, b: int, sp: bool, repeat: int) -> float:
+def timed_layer(t: int, shape: ModelSpec, s: int, b: int, sp: bool, repeat: int) -> float:
     """Median seconds of forward + backward over all ranks (weights and inputs made outside the timing)."""
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
@@ -48,7 +49,7 @@ def main() -> None:
     ap.add_argument("--sp", action="store_true", help="sequence parallelism too")
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
-    shape = LayerShape(hidden=args.hidden, heads=args.heads)
+    shape = ModelSpec(hidden=args.hidden, heads=args.heads)
     # ranks run one after another in one process, so tp = t does the same arithmetic as tp = 1 in total
     base = timed_layer(1, shape, args.seq, args.batch, False, args.repeat)
     rows = {t: timed_layer(t, shape, args.seq, args.batch, args.sp, args.repeat) for t in (2, 4, 8)}

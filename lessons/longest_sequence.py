@@ -7,12 +7,13 @@ sequence for each of the post's nine layouts.
 """
 from __future__ import annotations
 
-from parasim.estimate import ModelSpec, Plan, breakdown, fit, get_model
+from parasim.estimate import Plan, breakdown, fit, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, TPContext
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 S, B, H, HEADS = 16, 1, 16, 8
 UTILISATION = 0.4
@@ -52,7 +53,7 @@ def program(ctx):
     for phase, sp, recompute in RUNS:
         ctx.phase(phase)
         tp = TPContext(ctx, group, sp=sp)
-        shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1, flash=True)
+        shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=True)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
         x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))
         if sp:

@@ -12,7 +12,8 @@ from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import dp_traffic, layer_traffic
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, TPContext
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 DP = 8  # the data-parallel group of the post's ZeRO table
 SEQ = 4096  # the worked example: one sequence of this many tokens
@@ -56,7 +57,7 @@ def program(ctx):
                      f"= {row['gb']:g} GB per GPU")
     out["zero_table"] = table
     # the same ZeRO step on a small layer's gradients, over this world as the DP group
-    shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1)
+    shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1)
     flat = ctx.xp.concat([ctx.xp.reshape(w, (-1,)) for w in layer_weights(ctx, shape, "grads").values()
                           if w is not None])
     pad = (-int(flat.shape[0])) % t  # equal shards, as ZeRO pads its flat buffers
@@ -86,7 +87,7 @@ def program(ctx):
     for phase, sp, flash in RUNS:
         ctx.phase(f"measured: {phase}")
         tp = TPContext(ctx, group, sp=sp)
-        small = LayerShape(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
+        small = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
         layer = TransformerLayer(tp, small, layer_weights(ctx, small, "layer"), key="layer")
         x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))
         if sp:

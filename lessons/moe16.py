@@ -6,8 +6,8 @@ import numpy as np
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.examples.moe16 import LAYOUT, REPLICAS, SEQUENCES, make_program, unsplit_program
-from parasim.presets import MOE16, preset
+from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, make_program, unsplit_program
+from parasim.layout import preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
 

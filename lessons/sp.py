@@ -10,7 +10,8 @@ import numpy as np
 
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, TPContext
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 S, B, H, HEADS = 16, 1, 16, 8  # a small layer: the ratios do not depend on h
 RUNS = (("TP alone", False, True), ("TP + SP", True, True), ("TP + SP, scores kept", True, False))
@@ -22,7 +23,7 @@ def program(ctx):
     for phase, sp, flash in RUNS:
         ctx.phase(phase)
         tp = TPContext(ctx, tp_group, sp=sp)
-        shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
+        shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
         x = ctx.shared_rng("x").normal((S, B, H))
         dy = ctx.shared_rng("dy").normal((S, B, H))

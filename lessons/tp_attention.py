@@ -9,7 +9,8 @@ import parasim
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, TPContext
 from parasim.nn.attention import ParallelAttention
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 S, B, H, HEADS = 4, 1, 8, 4
 
@@ -20,7 +21,7 @@ def gqa_kv(world: int) -> int:
 
 
 def _attention(ctx, tp: TPContext, kv: int, key: str):
-    shape = LayerShape(hidden=H, heads=HEADS, kv_heads=kv)
+    shape = ModelSpec(hidden=H, heads=HEADS, kv_heads=kv)
     w = layer_weights(ctx, shape, key)
     attn = ParallelAttention(tp, w["wq"], w["wk"], w["wv"], w["wo"], HEADS, kv, key=f"{key}.attn",
                              bq=w["bq"], bk=w["bk"], bv=w["bv"], bo=w["bo"])
@@ -52,7 +53,7 @@ def program(ctx):
     ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
     out["mha"] = {"y": y, "dx": dx, "held": held}
 
-    shape = LayerShape(hidden=H, heads=HEADS, dropout=0.1)
+    shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1)
     layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
     x = ctx.shared_rng("x").normal((S, B, H))
     ctx.phase("one layer forward")

@@ -10,7 +10,8 @@ from parasim.engine.context import Rng
 from parasim.nn import ColumnParallelLinear, Saved, TPContext
 from parasim.nn.attention import head_split
 from parasim.nn.embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
-from parasim.nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 from parasim.nn.norm import LayerNorm
 
 SEED = 0
@@ -23,7 +24,7 @@ def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.nda
     return rng.normal(shape, std=std)
 
 
-def run_parallel(shape: LayerShape, tp: int, sp: bool, s: int, b: int, dtype: str = "float64"):
+def run_parallel(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, dtype: str = "float64"):
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
         t = TPContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
@@ -47,13 +48,13 @@ class _SharedCtx:
         return Rng(SEED, (1, *name.encode()), lambda a: a)
 
 
-def torch_weights(shape: LayerShape, key: str) -> dict:
+def torch_weights(shape: ModelSpec, key: str) -> dict:
     import torch
     return {k: None if v is None else torch.tensor(v, requires_grad=True)
             for k, v in layer_weights(_SharedCtx(), shape, key).items()}
 
 
-def torch_layer(x, W: dict, shape: LayerShape, key: str):
+def torch_layer(x, W: dict, shape: ModelSpec, key: str):
     """The unsplit layer in torch (float64), dropout masks drawn from the same shared streams."""
     import torch
     import torch.nn.functional as F
@@ -88,7 +89,7 @@ def torch_layer(x, W: dict, shape: LayerShape, key: str):
     return x2 + drop(m, "drop2", (s, b, h))
 
 
-def torch_moe(tokens, W: dict, shape: LayerShape, act):
+def torch_moe(tokens, W: dict, shape: ModelSpec, act):
     """The unsplit MoE block: top-k experts per token (ties to the lower index), softmax over the k scores."""
     import torch
     n_exp, k = shape.experts, shape.top_k
@@ -106,7 +107,7 @@ def torch_moe(tokens, W: dict, shape: LayerShape, act):
     return torch.stack(rows)
 
 
-def reference(shape: LayerShape, s: int, b: int):
+def reference(shape: ModelSpec, s: int, b: int):
     import torch
     W = torch_weights(shape, "L0")
     x = torch.tensor(shared("x", (s, b, shape.hidden)), requires_grad=True)
@@ -116,7 +117,7 @@ def reference(shape: LayerShape, s: int, b: int):
                                                 for k, v in W.items() if v is not None}  # unchosen experts: 0
 
 
-def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+def gather(res, shape: ModelSpec, tp: int, sp: bool) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """The split run's output, input grad and full weight grads, put back together."""
     vals = res.values
     cat = (lambda key: np.concatenate([v[key] for v in vals], axis=0)) if sp else (lambda key: vals[0][key])
@@ -126,7 +127,7 @@ def gather(res, shape: LayerShape, tp: int, sp: bool) -> tuple[np.ndarray, np.nd
     return cat("y"), cat("dx"), layer_grads([v["grads"] for v in vals], shape, tp)
 
 
-def layer_grads(per_rank: list[dict], shape: LayerShape, tp: int) -> dict[str, np.ndarray]:
+def layer_grads(per_rank: list[dict], shape: ModelSpec, tp: int) -> dict[str, np.ndarray]:
     """One layer's full weight gradients from every rank's shard gradients (replicated kv heads summed)."""
     vals = [{"grads": g} for g in per_rank]
     h, a, kv = shape.hidden, shape.heads, shape.kv
@@ -183,7 +184,7 @@ def data(ctx, s: int, b: int, vocab: int):
     return ctx.shared_rng("ids").integers(0, vocab, (s, b)), ctx.shared_rng("targets").integers(0, vocab, (s, b))
 
 
-def run_model(shape: LayerShape, tp: int, sp: bool, s: int, b: int, vocab: int, layers: int, replicas: int = 1):
+def run_model(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, vocab: int, layers: int, replicas: int = 1):
     """A small GPT on `replicas` TP groups of `tp` ranks (consecutive ranks): the run's result."""
     def program(ctx):
         groups = [ctx.new_group(range(i * tp, (i + 1) * tp), "tp") for i in range(replicas)] if tp > 1 else [None]

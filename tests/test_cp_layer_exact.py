@@ -12,10 +12,11 @@ import parasim  # noqa: E402
 from layer_check import SEED, layer_grads, reference  # noqa: E402
 from parasim.layout import Layout  # noqa: E402
 from parasim.nn import Saved, TPContext  # noqa: E402
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights  # noqa: E402
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 
 
-def run_cp(shape: LayerShape, tp: int, cp: int, sp: bool, split: str, s: int, b: int):
+def run_cp(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int, b: int):
     def program(ctx):
         t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp=ctx.groups["cp"], seq=s,
                       split=split)
@@ -34,7 +35,7 @@ def run_cp(shape: LayerShape, tp: int, cp: int, sp: bool, split: str, s: int, b:
 @given(tp=st.sampled_from([1, 2]), cp=st.integers(1, 4), sp=st.booleans(),
        split=st.sampled_from(["contiguous", "zigzag"]), chunk=st.integers(1, 2), kv=st.sampled_from([1, 2]))
 def test_cp_tp_sp_layer_equals_torch(tp, cp, sp, split, chunk, kv):
-    shape = LayerShape(hidden=8, heads=2, kv_heads=kv, dropout=0.0)
+    shape = ModelSpec(hidden=8, heads=2, kv_heads=kv, dropout=0.0)
     s, b = 2 * cp * tp * chunk, 1
     vals = run_cp(shape, tp, cp, sp, split, s, b)
     ry, rdx, rg = reference(shape, s, b)

@@ -10,7 +10,8 @@ from parasim.cli import main
 from parasim.errors import UsageError
 from parasim.estimate import Plan, breakdown, fit, get_model
 from parasim.estimate.fit import enumerate_plans, longest, parse_nodes, search, solve
-from parasim.estimate.models import ModelSpec, from_hf_config
+from parasim.estimate.models import from_hf_config
+from parasim.layout import ModelSpec
 from parasim.estimate.traffic import attention_flops, dp_traffic, gpu_presets, step_traffic
 
 M27 = get_model("27b")
@@ -172,8 +173,8 @@ def test_hf_config(tmp_path):
     (["fit", "--model", "99b"], "unknown model"),
     (["fit", "--model", "27b", "--tp", "5"], "heads 48 do not divide by tp 5"),
     (["fit", "--model", "27b", "--pp", "7"], "do not divide by pp 7"),
-    (["fit", "--model", "27b", "--tp", "8", "--gpus", "12"], "does not divide"),
-    (["fit", "--model", "27b", "--tp", "8", "--dp", "2", "--gpus", "8"], "disagrees"),
+    (["fit", "--model", "27b", "--tp", "8", "--gpus", "12"], "world 12 is not divisible by tp*cp*pp = 8"),
+    (["fit", "--model", "27b", "--tp", "8", "--dp", "2", "--gpus", "8"], "dp 2 does not fit: world 8"),
     (["fit", "--model", "27b", "--search", "--nodes", "0-4"], "--nodes"),
     (["fit", "--model", "27b", "--search", "--nodes", "8-2"], "--nodes"),
     (["fit", "--model", "27b", "--search", "--nodes", "x"], "--nodes"),

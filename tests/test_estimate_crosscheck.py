@@ -15,7 +15,8 @@ from parasim.estimate.traffic import (EP_PASSES, dp_traffic, ep_bytes_from_routi
                                       moe_traffic, pp_traffic)
 from parasim.layout import Layout
 from parasim.nn import Saved, TPContext
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 from parasim.nn.moe import MoE
 
 ITEM = 8  # the engine computes in float64: 8 bytes per value on the wire
@@ -31,7 +32,7 @@ def sent_by_axis(trace, rank: int) -> dict[tuple[str, str], float]:
     return out
 
 
-def run_layer(shape: LayerShape, tp: int, cp: int, dp: int, sp: bool, s: int, b: int, zero: int | None):
+def run_layer(shape: ModelSpec, tp: int, cp: int, dp: int, sp: bool, s: int, b: int, zero: int | None):
     """One layer forward and backward on a tp x cp x dp layout; then, if `zero` is given, the gradients'
     data-parallel reduction as ZeRO does it (or plain DP's all-reduce for stage 0)."""
     def program(ctx):
@@ -71,14 +72,14 @@ def layouts(draw):
     kv = draw(st.sampled_from([k for k in (1, 2, heads) if heads % k == 0 and (k % tp == 0 or tp % k == 0)]))
     sp = draw(st.booleans()) and tp > 1
     dropout = 0.0 if cp > 1 else draw(st.sampled_from([0.0, 0.1]))  # ring attention models no dropout
-    shape = LayerShape(hidden=heads * draw(st.sampled_from([2, 4])), heads=heads, kv_heads=kv,
+    shape = ModelSpec(hidden=heads * draw(st.sampled_from([2, 4])), heads=heads, kv_heads=kv,
                        ffn=tp * draw(st.sampled_from([2, 3])), dropout=dropout, bias=draw(st.booleans()),
                        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), flash=draw(st.booleans()))
     s = 2 * cp * tp * draw(st.integers(1, 2))
     return shape, tp, cp, dp, sp, s, draw(st.integers(1, 2)), draw(st.sampled_from([None, 0, 1, 2, 3]))
 
 
-def check(shape: LayerShape, tp: int, cp: int, dp: int, sp: bool, s: int, b: int, zero: int | None) -> None:
+def check(shape: ModelSpec, tp: int, cp: int, dp: int, sp: bool, s: int, b: int, zero: int | None) -> None:
     res = run_layer(shape, tp, cp, dp, sp, s, b, zero)
     h, norm_params = shape.hidden, 1 if shape.norm == "rmsnorm" else 2
     saved = layer_saved_bytes(h, shape.heads, shape.kv, shape.ffn_size, s, b, tp, sp, cp, flash=shape.flash,
@@ -108,7 +109,7 @@ def test_estimator_equals_engine_on_drawn_layouts(case):
     (2, 1, 1, False, False, None), (4, 1, 1, True, True, None), (2, 2, 1, True, True, None),
     (1, 2, 2, False, True, 1), (2, 1, 2, True, True, 3), (2, 1, 2, False, False, 0), (4, 2, 1, True, True, 2)])
 def test_estimator_equals_engine_on_the_post_combinations(tp, cp, dp, sp, flash, zero):
-    shape = LayerShape(hidden=4 * tp, heads=tp * 2, dropout=0.0 if cp > 1 else 0.1, flash=flash)
+    shape = ModelSpec(hidden=4 * tp, heads=tp * 2, dropout=0.0 if cp > 1 else 0.1, flash=flash)
     check(shape, tp, cp, dp, sp, 4 * cp * tp, 2, zero)
 
 

@@ -13,7 +13,7 @@ from parasim.errors import UsageError
 from parasim.estimate import Plan
 from parasim.estimate.fit import Fit, Plans, enumerate_plans, family, fit, parse_nodes, search, solve
 from parasim.estimate.memory import Breakdown
-from parasim.estimate.models import ModelSpec
+from parasim.layout import ModelSpec
 
 TINY = ModelSpec("tiny", layers=4, hidden=8, heads=2, vocab=16)
 TINY_MOE = ModelSpec("tiny-moe", layers=2, hidden=8, heads=2, vocab=16, experts=4, top_k=2)

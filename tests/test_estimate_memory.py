@@ -11,7 +11,7 @@ import pytest
 from parasim.errors import UsageError
 from parasim.estimate.memory import (Plan, _stage_layers, breakdown, items, layer_bytes_per_token, layer_saved_bytes,
                                      scores_bytes_per_token_key, stages_of, totals)
-from parasim.estimate.models import ModelSpec
+from parasim.layout import ModelSpec
 from parasim.layout import LayoutError
 
 # 4 layers, h = 8, ffn = 32: 34h = 272 bytes per token per layer; tp 2: 8*(10 + 12) = 176; tp 2 + SP: 136
@@ -30,7 +30,8 @@ INT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "working_layer
 @pytest.mark.parametrize("field", INT_FIELDS)
 def test_plan_integer_fields_start_at_one(field):
     assert getattr(Plan(**{field: 1}), field) == 1
-    assert getattr(Plan(**{field: np.int64(2)}), field) == 2  # numpy integers count as integers
+    room = {"dp": 2} if field in ("ep", "etp") else {}  # two experts' ranks need two GPUs (a layout rule)
+    assert getattr(Plan(**{field: np.int64(2)}, **room), field) == 2  # numpy integers count as integers
     for bad in (0, True, 2.0):  # just below the range, a bool, a float
         with pytest.raises(UsageError, match=f"{field} must be a positive integer"):
             Plan(**{field: bad})
@@ -50,22 +51,23 @@ def test_plan_choices_at_their_boundaries():
 
 
 @pytest.mark.parametrize("model, ok, bad, needle", [
-    (D, Plan(tp=2, sp=True), Plan(sp=True), "sequence parallelism needs tp > 1"),
+    (D, dict(tp=2, sp=True), dict(sp=True), "sequence parallelism needs tp > 1"),
     # world 2 holds EP 2 (edp 1); world 1 does not
-    (MOE, Plan(dp=2, ep=2), Plan(ep=2), "world 1 is not divisible by etp\\*ep\\*pp = 2"),
-    (MOE, Plan(cp=2, ep=2), Plan(tp=2, sp=True, etp=2, ep=2), "world 2 is not divisible by etp\\*ep\\*pp = 4"),
+    (MOE, dict(dp=2, ep=2), dict(ep=2), "world 1 is not divisible by etp\\*ep\\*pp = 2"),
+    (MOE, dict(cp=2, ep=2), dict(tp=2, sp=True, etp=2, ep=2), "world 2 is not divisible by etp\\*ep\\*pp = 4"),
     # ETP 1 under TP 2 (the expert MLPs unsplit) is a layout of its own, and MoE with TP needs SP
-    (MOE, Plan(tp=2, sp=True, ep=2, etp=1), Plan(tp=2, ep=2, etp=1), "needs sequence parallelism"),
-    (MOE, Plan(tp=2, sp=True, etp=2), Plan(dp=8, ep=8), "experts 4 do not divide by ep 8"),
-    (D, Plan(dp=2), Plan(dp=2, ep=2), "ep 2 needs a model with experts"),
-    (D, Plan(pp=4), Plan(pp=3), "layers 4 do not divide by pp 3"),
-    (ModelSpec("u", layers=4, hidden=8, heads=2, vocab=10, uneven_stages=True), Plan(pp=4), Plan(pp=5),
+    (MOE, dict(tp=2, sp=True, ep=2, etp=1), dict(tp=2, ep=2, etp=1), "needs sequence parallelism"),
+    (MOE, dict(tp=2, sp=True, etp=2), dict(dp=8, ep=8), "experts 4 do not divide by ep 8"),
+    (D, dict(dp=2), dict(dp=2, ep=2), "ep 2 needs a model with experts"),
+    (D, dict(pp=4), dict(pp=3), "layers 4 do not divide by pp 3"),
+    (ModelSpec("u", layers=4, hidden=8, heads=2, vocab=10, uneven_stages=True), dict(pp=4), dict(pp=5),
      "pp 5 exceeds layers 4"),
 ])
 def test_plan_check_at_the_boundary(model, ok, bad, needle):
-    ok.check(model)  # the valid neighbour passes
+    """A plan is a Layout: its rules fire when it is made, or when a model is attached."""
+    Plan(**ok).check(model)  # the valid neighbour passes
     with pytest.raises(LayoutError, match=needle):
-        bad.check(model)
+        Plan(**bad).check(model)
 
 
 @pytest.mark.parametrize("plan, label", [

@@ -5,8 +5,8 @@ import json
 import pytest
 
 from parasim.errors import UsageError
-from parasim.estimate.models import ModelSpec, from_flags, from_hf_config, layer_param_count, presets
-from parasim.layout import Model
+from parasim.estimate.models import from_flags, from_hf_config, layer_param_count
+from parasim.layout import PRESETS, ModelSpec
 
 # a small MoE model whose counts are worked out by hand below
 SMALL = dict(name="m", layers=2, hidden=8, heads=2, vocab=10, kv_heads=1, ffn=16, experts=4, top_k=2, expert_ffn=6,
@@ -105,33 +105,36 @@ def test_from_flags():
 
 
 def test_presets_field_by_field():
-    """Each preset's words and shapes, written out from the post (27B, the MoE toy), DeepSeek-V3's report
-    and Megatron-LM's paper."""
-    table = presets()
-    assert list(table) == ["27b", "moe16", "deepseek-v3", "megatron-8.3b"]
-    assert table["27b"] == ("the post's 27B dense model: 60 layers, hidden 6144, 48 heads, vocabulary 131072",
-                            ModelSpec("27B dense", layers=60, hidden=6144, heads=48, vocab=131072, params=27e9))
-    assert table["moe16"] == (
-        "the post's 16-GPU MoE toy: 4 layers, 4 heads, 8 experts, top-2 (hidden 16 and vocabulary 64 are our choice)",
-        ModelSpec("16-GPU MoE example", layers=4, hidden=16, heads=4, vocab=64, experts=8, top_k=2))
-    assert table["deepseek-v3"] == (
-        "a DeepSeek-V3-like MoE: 61 layers (3 dense), hidden 7168, 128 heads, 256 experts of width 2048, top-8, "
-        "1 shared, SwiGLU",
-        ModelSpec("DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432, experts=256,
-                  top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, uneven_stages=True))
-    assert table["megatron-8.3b"] == ("Megatron-LM's 8.3B GPT-2: 72 layers, hidden 3072, 32 heads",
-                                      ModelSpec("Megatron-LM 8.3B", layers=72, hidden=3072, heads=32, vocab=51200))
+    """Each preset model's shapes, written out from the post (27B, the MoE toy), DeepSeek-V3's report and
+    Megatron-LM's paper: one registry for the engine, the layouts and the estimator."""
+    assert list(PRESETS)[:2] == ["27b", "moe16"]
+    assert PRESETS["27b"].model == ModelSpec("27B dense", layers=60, hidden=6144, heads=48, vocab=131072,
+                                             micro_batch=1, params=27e9)
+    moe16 = PRESETS["moe16"].model
+    assert (moe16.layers, moe16.hidden, moe16.heads, moe16.vocab, moe16.ffn, moe16.experts, moe16.top_k,
+            moe16.seq, moe16.bias) == (4, 8, 4, 64, 8, 8, 2, 8, False)
+    assert moe16.tokens == ("the", "court", "ruled", "that", "the", "contract", "was", "void")
+    assert PRESETS["deepseek-v3"].model == ModelSpec(
+        "DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432, experts=256, top_k=8,
+        expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, uneven_stages=True)
+    assert PRESETS["megatron-8.3b"].model == ModelSpec("Megatron-LM 8.3B", layers=72, hidden=3072, heads=32,
+                                                       vocab=51200)
+    # every entry sharing a model shares the very object: a model is typed once
+    assert PRESETS["27b-tp8"].model is PRESETS["27b"].model is PRESETS["27b-tp8"].layout.model
 
 
-def test_layout_view_and_back():
-    spec = ModelSpec("g", layers=3, hidden=8, heads=4, vocab=11, kv_heads=2, experts=4, top_k=2, uneven_stages=True)
-    model = Model(name="g", layers=3, hidden=8, heads=4, kv_heads=2, experts=4, top_k=2, vocab=11, uneven_stages=True)
-    assert spec.to_layout_model() == model
-    assert ModelSpec("d", layers=1, hidden=4, heads=2, vocab=5).to_layout_model() == Model(
-        name="d", layers=1, hidden=4, heads=2, vocab=5)  # a dense model has no experts or top-k
-    from parasim.estimate.models import _from
-    assert _from(model) == ModelSpec("g", layers=3, hidden=8, heads=4, vocab=11, kv_heads=2, experts=4, top_k=2)
-    assert _from(Model(name="d", layers=1, hidden=4, heads=2, vocab=5)) == ModelSpec("d", 1, 4, 2, 5)
+def test_one_model_type_for_the_engine_the_layouts_and_the_estimator():
+    from parasim.estimate import get_model
+    from parasim.estimate.memory import Plan
+    from parasim.layout import Layout
+    m = get_model("moe16")
+    assert m is PRESETS["moe16"].layout.model
+    Layout(tp=2, sp=True, ep=4, world=8, model=m)  # a layout checks the estimator's model as it is
+    Plan(tp=2, sp=True, ep=4, dp=4).check(m)
+    with pytest.raises(UsageError, match="heads 4 do not divide by tp 8"):
+        Plan(tp=8, sp=True).check(m)
+    with pytest.raises(UsageError, match="lacks vocab"):
+        ModelSpec("partial", layers=2, hidden=8, heads=2).require("layers", "vocab")
 
 
 @pytest.mark.parametrize("extra", [dict(experts=4, top_k=1), dict(experts=4, top_k=4),

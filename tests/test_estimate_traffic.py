@@ -11,7 +11,7 @@ router 2*4*8 = 64, embeddings 256, norms 2*2*8 = 32: 4960 in all, 4096 of them e
 import pytest
 
 from parasim.estimate import Plan
-from parasim.estimate.models import ModelSpec
+from parasim.layout import ModelSpec
 from parasim.estimate.traffic import (GpuSpec, attention_flops, dp_traffic, ep_bytes_from_routing, ep_expected_bytes,
                                       ep_expected_rows, gpu_presets, inside_node, layer_traffic, moe_traffic, ring,
                                       step_flops, step_time, step_traffic)

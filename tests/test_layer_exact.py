@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 
 from layer_check import gather, reference, run_parallel  # noqa: E402
-from parasim.nn.layer import LayerShape  # noqa: E402
+from parasim.layout import ModelSpec
 
 TOL = 1e-10
 
@@ -21,7 +21,7 @@ def cases(draw):
     d = draw(st.sampled_from([2, 4]))
     sp = draw(st.booleans())
     s = tp * draw(st.integers(1, 3)) if sp else draw(st.integers(1, 6))
-    shape = LayerShape(hidden=heads * d, heads=heads, kv_heads=kv, ffn=tp * draw(st.sampled_from([2, 5])),
+    shape = ModelSpec(hidden=heads * d, heads=heads, kv_heads=kv, ffn=tp * draw(st.sampled_from([2, 5])),
                        dropout=draw(st.sampled_from([0.0, 0.25])), act=draw(st.sampled_from(["gelu", "relu"])),
                        norm=draw(st.sampled_from(["layernorm", "rmsnorm"])), bias=draw(st.booleans()),
                        flash=draw(st.booleans()))
@@ -45,7 +45,7 @@ def test_layer_equals_torch_autograd(case):
                                            (2, True, False), (4, True, False), (4, True, True), (8, True, True)])
 def test_saved_activations_match_korthikanti(tp, sp, flash):
     s, b, h, a = 16, 2, 32, 8
-    res = run_parallel(LayerShape(hidden=h, heads=a, dropout=0.1, flash=flash), tp, sp, s, b)
+    res = run_parallel(ModelSpec(hidden=h, heads=a, dropout=0.1, flash=flash), tp, sp, s, b)
     sbh, scores = s * b * h, 5 * a * s * s * b
     if flash:
         expected = 34 * sbh / tp
@@ -58,7 +58,7 @@ def test_saved_activations_match_korthikanti(tp, sp, flash):
 
 def test_all_reduce_count_per_layer():
     """TP: two all-reduces forward (g after attention and MLP), two backward (f); SP: AG+RS instead."""
-    shape = LayerShape(hidden=8, heads=2, dropout=0.0, bias=False)
+    shape = ModelSpec(hidden=8, heads=2, dropout=0.0, bias=False)
     tp_run = run_parallel(shape, 2, False, 4, 1).trace.events
     assert [e.label for e in tp_run] == ["g forward", "g forward", "f backward", "f backward"]
     sp_run = run_parallel(shape, 2, True, 4, 1).trace.events

@@ -7,8 +7,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import parasim
-from parasim.layout import GROUP_NAMES, Layout, LayoutError, Model
-from parasim.presets import PRESETS, preset
+from parasim.layout import GROUP_NAMES, Layout, LayoutError, ModelSpec as Model
+from parasim.layout import PRESETS, preset
 
 
 def test_the_posts_16_gpu_map():
@@ -97,7 +97,6 @@ def test_presets_equal_megatron_cores(name):
     (dict(order="pp-tp-cp-ep-dp"), "not one Megatron-Core builds"),
     (dict(pp=2, etp=1, tp=2, world=8, order="tp-cp-ep-pp-dp"), "needs edp == dp"),
     (dict(tp=4, model=Model(heads=6)), "heads 6 do not divide by tp 4"),
-    (dict(tp=4, model=Model(heads=8, kv_heads=6)), "heads 8 do not divide by kv-heads 6"),
     (dict(tp=8, model=Model(heads=24, kv_heads=12)), "kv-heads 12 do not divide by tp 8"),
     (dict(tp=8, model=Model(heads=24, kv_heads=3)), "tp 8 does not divide by kv-heads 3"),
     (dict(ep=4, world=4, model=Model(experts=6)), "experts 6 do not divide by ep 4"),
@@ -120,7 +119,20 @@ def test_valid_model_rules_pass():
     Layout(tp=2, model=Model(experts=1))  # one expert is a dense MLP: no SP needed
     Layout(model=Model(experts=4))  # MoE without TP needs no SP
     Layout(tp=2, cp=2, sp=True, zigzag=False, model=Model(seq=6, experts=4))
-    assert all(isinstance(layout, Layout) for _, layout in PRESETS.values())
+    assert all(isinstance(p.layout, Layout) for p in PRESETS.values() if p.layout is not None)
+
+
+@pytest.mark.parametrize("kwargs, rule", [
+    (dict(heads=8, kv_heads=6), "heads 8 do not divide by kv-heads 6"),
+    (dict(hidden=10, heads=4), "hidden 10 does not divide by heads 4"),
+    (dict(experts=4, top_k=5), "top-k must be between 1 and experts 4"),
+    (dict(layers=2, dense_layers=3), "dense layers 3 exceed layers 2"),
+    (dict(seq=0), "model seq must be a positive integer"),
+])
+def test_model_rules_hold_before_any_layout(kwargs, rule):
+    """A model's own rules (no layout needed) raise LayoutError when the model is made."""
+    with pytest.raises(LayoutError, match=rule):
+        Model(**kwargs)
 
 
 def _cli(*args):

@@ -10,10 +10,10 @@ torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
 from layer_check import _SharedCtx, data, layer_grads, model_weights, run_model, torch_layer, torch_weights  # noqa: E402
-from parasim.nn.layer import LayerShape  # noqa: E402
+from parasim.layout import ModelSpec
 
 
-def run_torch(shape: LayerShape, s: int, b: int, vocab: int, layers: int):
+def run_torch(shape: ModelSpec, s: int, b: int, vocab: int, layers: int):
     ctx = _SharedCtx()
     w = {k: torch.tensor(v, requires_grad=True) for k, v in model_weights(ctx, shape.hidden, vocab).items()}
     Ws = [torch_weights(shape, f"L{i}") for i in range(layers)]
@@ -32,7 +32,7 @@ def run_torch(shape: LayerShape, s: int, b: int, vocab: int, layers: int):
 @given(tp=st.sampled_from([1, 2, 4]), sp=st.booleans(), kv=st.sampled_from([1, 2, 4]), s_mult=st.integers(1, 2),
        b=st.integers(1, 2), dropout=st.sampled_from([0.0, 0.2]), layers=st.integers(1, 2))
 def test_model_equals_torch_autograd(tp, sp, kv, s_mult, b, dropout, layers):
-    shape = LayerShape(hidden=16, heads=4, kv_heads=kv, dropout=dropout)
+    shape = ModelSpec(hidden=16, heads=4, kv_heads=kv, dropout=dropout)
     s, vocab = 4 * s_mult, 4 * tp * 3
     ranks = run_model(shape, tp, sp, s, b, vocab, layers).values
     loss, wg, lg = run_torch(shape, s, b, vocab, layers)

@@ -5,9 +5,9 @@ import pytest
 from layer_check import run_model
 
 from parasim.nn.core import Saved
-from parasim.nn.layer import LayerShape
+from parasim.layout import ModelSpec
 
-SHAPE = LayerShape(hidden=8, heads=2, kv_heads=2, dropout=0.0)
+SHAPE = ModelSpec(hidden=8, heads=2, kv_heads=2, dropout=0.0)
 S, B, VOCAB = 4, 1, 8
 LOSS = [("all_reduce", "loss: max logit", "max"), ("all_reduce", "loss: sum of exp", "sum"),
         ("all_reduce", "loss: target logit", "sum")]  # three small all-reduces, never the whole logits

@@ -104,8 +104,8 @@ def test_bad_split():
 def test_moe_transformer_layer(tp, n_exp, k):
     """A whole layer, attention then MoE, TP + SP with the experts over the same ranks (EP = TP)."""
     from layer_check import gather, reference, run_parallel
-    from parasim.nn.layer import LayerShape
-    shape = LayerShape(hidden=8, heads=4, ffn=12, experts=n_exp, top_k=k)
+    from parasim.layout import ModelSpec
+    shape = ModelSpec(hidden=8, heads=4, ffn=12, experts=n_exp, top_k=k)
     res = run_parallel(shape, tp, tp > 1, 8, 2)
     y, dx, grads = gather(res, shape, tp, tp > 1)
     ry, rdx, rgrads = reference(shape, 8, 2)
@@ -123,8 +123,8 @@ def test_moe_backward_under_tp_needs_sp_and_one_rank_sends_nothing():
     forward). Backward refuses."""
     from layer_check import run_parallel
     from parasim.layout import LayoutError
-    from parasim.nn.layer import LayerShape
-    shape = LayerShape(hidden=8, heads=4, ffn=12, experts=4, top_k=2)
+    from parasim.layout import ModelSpec
+    shape = ModelSpec(hidden=8, heads=4, ffn=12, experts=4, top_k=2)
     with pytest.raises(LayoutError, match="needs sequence parallelism"):
         run_parallel(shape, 2, False, 8, 2)
     assert run_parallel(shape, 1, True, 8, 2).trace.events == []  # SP on one rank: nothing to split or sum

@@ -8,7 +8,7 @@ from layer_check import run_parallel
 from parasim.nn import Saved, TPContext
 from parasim.nn.core import Partial, Replicate, Shard
 from parasim.nn.embedding import VocabParallelEmbedding, _owned
-from parasim.nn.layer import LayerShape
+from parasim.layout import ModelSpec
 
 
 def test_placements_name_themselves():
@@ -76,8 +76,8 @@ def test_zero1_first_step_moves_each_weight_by_lr_against_its_summed_gradient():
 
 
 @pytest.mark.parametrize("shape", [
-    LayerShape(hidden=8, heads=2, kv_heads=1, dropout=0.2, act="relu", norm="rmsnorm"),
-    LayerShape(hidden=8, heads=2, dropout=0.2, experts=4, top_k=2)])
+    ModelSpec(hidden=8, heads=2, kv_heads=1, dropout=0.2, act="relu", norm="rmsnorm"),
+    ModelSpec(hidden=8, heads=2, dropout=0.2, experts=4, top_k=2)])
 def test_a_float32_layer_stays_float32(shape):
     """Nothing inside a layer may fall back to float64 (numpy's default): real runs train in 16 or 32 bits."""
     res = run_parallel(shape, 2, True, 4, 2, dtype="float32")
@@ -107,7 +107,7 @@ def test_a_layer_loads_what_it_is_given_and_nothing_else(experts):
     """params() names every weight (TP shards, and with experts the router and each expert's own);
     load() replaces the named ones and leaves the rest."""
     from parasim.nn.layer import TransformerLayer, layer_weights
-    shape = LayerShape(hidden=4, heads=2, ffn=8, experts=experts, top_k=1 if experts else 0)
+    shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=experts, top_k=1 if experts else 0)
 
     def prog(ctx):
         layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
@@ -172,7 +172,7 @@ def test_a_layer_defaults_to_key_and_name_layer():
     """The default key seeds the dropout masks exactly as key="layer" does, and the default name labels
     what forward keeps."""
     from parasim.nn.layer import TransformerLayer, layer_weights
-    shape = LayerShape(hidden=4, heads=2, ffn=8, dropout=0.5)
+    shape = ModelSpec(hidden=4, heads=2, ffn=8, dropout=0.5)
 
     def prog(ctx):
         x = ctx.shared_rng("x").normal((3, 1, 4))
@@ -190,7 +190,7 @@ def test_a_layer_defaults_to_key_and_name_layer():
 
 def test_an_moe_layer_passes_its_name_and_activation_on():
     from parasim.nn.layer import TransformerLayer, layer_weights
-    shape = LayerShape(hidden=4, heads=2, ffn=8, experts=2, top_k=1, act="relu", dropout=0.0)
+    shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=2, top_k=1, act="relu", dropout=0.0)
 
     def prog(ctx):
         layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), name="L0")
@@ -206,7 +206,7 @@ def test_drawn_weights_are_scaled_to_their_fan_in():
     """Matrices have std rows^-1/2 (activations stay about 1), biases std 0.1, and no two weights share a
     draw. h = 256, ffn = 1024: stds 1/16 and 1/32 within 3%."""
     from parasim.nn.layer import layer_weights
-    shape = LayerShape(hidden=256, heads=4, ffn=1024)
+    shape = ModelSpec(hidden=256, heads=4, ffn=1024)
     (w,) = parasim.run(lambda ctx: layer_weights(ctx, shape, "L0"), world=1).values
     assert abs(np.std(w["wq"]) * 16 - 1) < 0.03 and abs(np.std(w["w2"]) * 32 - 1) < 0.03
     assert abs(np.std(w["b1"]) / 0.1 - 1) < 0.1 and abs(np.std(w["bq"]) / 0.1 - 1) < 0.15

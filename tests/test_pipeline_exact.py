@@ -9,12 +9,13 @@ import parasim  # noqa: E402
 from layer_check import SEED, layer_grads, torch_layer, torch_weights  # noqa: E402
 from parasim.layout import Layout  # noqa: E402
 from parasim.nn import TPContext  # noqa: E402
-from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights  # noqa: E402
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.layout import ModelSpec
 from parasim.examples.pipeline import LayersStage  # noqa: E402
 from parasim.pipeline.executor import run_schedule  # noqa: E402
 from parasim.pipeline.schedules import check_layers, generate  # noqa: E402
 
-SHAPE = LayerShape(hidden=8, heads=2, dropout=0.0)
+SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 S, B = 4, 1
 
 

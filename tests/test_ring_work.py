@@ -71,8 +71,9 @@ def test_a_layer_names_its_ring():
     moved; and the layer's ring is causal (a contiguous split skips the later rank's keys)."""
     from parasim.layout import Layout
     from parasim.nn import Saved, TPContext
-    from parasim.nn.layer import LayerShape, TransformerLayer, layer_weights
-    shape = LayerShape(hidden=4, heads=2, dropout=0.0)
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    from parasim.layout import ModelSpec
+    shape = ModelSpec(hidden=4, heads=2, dropout=0.0)
 
     def program(ctx):
         t = TPContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")

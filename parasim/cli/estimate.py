@@ -109,20 +109,12 @@ def _model(args: argparse.Namespace):
 
 def _plan(args: argparse.Namespace, model):
     from ..estimate.memory import Plan
-    tp, cp, pp = args.tp or 1, args.cp or 1, args.pp or 1
-    dp = args.dp
-    if args.gpus is not None:
-        if args.gpus % (tp * cp * pp):
-            raise UsageError(f"--gpus {args.gpus} does not divide by tp*cp*pp = {tp * cp * pp}")
-        if dp is not None and dp != args.gpus // (tp * cp * pp):
-            raise UsageError(f"--dp {dp} disagrees with --gpus {args.gpus} / (tp*cp*pp = {tp * cp * pp})")
-        dp = args.gpus // (tp * cp * pp)
-    plan = Plan(tp=tp, sp=args.sp, cp=cp, pp=pp, dp=dp or 1, ep=args.ep or 1, etp=args.etp or 1,
-                zero=1 if args.zero is None else args.zero, recompute=args.recompute or "none",
-                flash=not args.no_flash, dropout=not args.no_dropout, micro_batch=args.micro_batch,
-                microbatches=args.microbatches, chunked_loss=args.chunked_loss)
-    plan.check(model)
-    return plan
+    # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
+    plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
+                ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
+                recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
+                micro_batch=args.micro_batch, microbatches=args.microbatches, chunked_loss=args.chunked_loss)
+    return plan.check(model)
 
 
 def _gpu(args: argparse.Namespace):

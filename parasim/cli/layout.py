@@ -42,25 +42,26 @@ def add_layout(sub: Any) -> None:
 
 
 def cmd_layout(args: argparse.Namespace) -> int:
-    from ..layout import Layout, Model
-    from ..presets import PRESETS, preset
+    from ..layout import PRESETS, Layout, ModelSpec, layout_names, preset
 
     if args.list:
         if args.json:
-            print(json.dumps({n: {"about": d, **l.to_dict()} for n, (d, l) in PRESETS.items()}, indent=1))
+            print(json.dumps({n: {"about": PRESETS[n].about, **preset(n).to_dict()} for n in layout_names()},
+                             indent=1))
         else:
-            for name, (about, layout) in PRESETS.items():
-                print(f"  {name:<16} {layout.world:>5} GPUs  {about}")
+            for n in layout_names():
+                print(f"  {n:<16} {preset(n).world:>5} GPUs  {PRESETS[n].about}")
         return 0
     sizes = {k: getattr(args, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "world")}
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
     if args.layout:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
             raise UsageError("give either --layout NAME or sizes, not both")
-        layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout][0]}"
+        layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout].about}"
     else:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
-        m = Model(**model) if any(v is not None for v in model.values()) else None
+        given = {k: v for k, v in model.items() if v is not None}
+        m = ModelSpec(**given) if given else None
         layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
         title = ""
     if args.json:

@@ -6,7 +6,8 @@ against. models (presets, flags, Hugging Face config.json), memory (itemised byt
 """
 from .fit import Fit, fit, search
 from .memory import Breakdown, Plan, breakdown
-from .models import ModelSpec, from_hf_config, get_model
+from ..layout import ModelSpec
+from .models import from_hf_config, get_model
 from .traffic import GpuSpec, gpu_presets, step_flops, step_time, step_traffic
 
 __all__ = ["ModelSpec", "get_model", "from_hf_config", "Plan", "Breakdown", "breakdown", "Fit", "fit", "search",

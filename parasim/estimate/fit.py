@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..layout import LayoutError
+from ..layout import LayoutError, check_heads
 from .memory import RECOMPUTE, Breakdown, Plan, breakdown, stages_of, totals
-from .models import ModelSpec
+from ..layout import ModelSpec
 
 
 def solve(a: Any, b: Any, c: Any, avail: Any) -> Any:
@@ -98,8 +98,11 @@ def _divisors(n: int) -> list[int]:
 
 
 def _tp_ok(model: ModelSpec, tp: int) -> bool:
-    kv = model.kv
-    return model.heads % tp == 0 and (kv % tp == 0 if kv >= tp else tp % kv == 0)
+    try:
+        check_heads(model.heads, model.kv, tp)
+    except LayoutError:
+        return False
+    return True
 
 
 def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero: int | None = None,

@@ -12,33 +12,25 @@ s*b*h*(10 + 24/t) with TP alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
-from ..layout import Layout
-from .models import ModelSpec
+from ..layout import Layout, ModelSpec
 
 RECOMPUTE = ("none", "selective", "full")
-ZERO_STAGES = (0, 1, 2, 3)
 WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES, LOGIT_BYTES = 2, 2, 12, 4  # bf16 w, bf16 g, fp32 master+m+v, fp32 logits
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A layout plus the training choices that change memory. dp is the data-parallel size (not counting
-    CP); the world is tp*cp*pp*dp. zero: ZeRO stage over the dp x cp group (1 = distributed optimizer)."""
+class Plan(Layout):
+    """A Layout plus the training choices that change memory: no second layout. dp is the data-parallel
+    size (not counting CP), derived from `world` when only that is given. ETP defaults to 1 here (experts
+    whole on each EP rank, DeepSeek's and the search's choice); the layout rules are Layout's."""
 
-    tp: int = 1
-    sp: bool = False
-    cp: int = 1
-    pp: int = 1
-    dp: int = 1
-    ep: int = 1
-    etp: int = 1
-    zero: int = 1
+    etp: int | None = 1
     recompute: str = "none"
     flash: bool = True  # FlashAttention: the s x s scores are never kept
     dropout: bool = True  # dropout masks kept (1 byte per value), as Korthikanti et al. count them
@@ -48,11 +40,10 @@ class Plan:
     working_layers: int = 2  # full recomputation re-runs one layer while the next one's grads arrive
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        if self.zero not in ZERO_STAGES:
-            raise UsageError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
-        for f in ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "working_layers"):
+        for f in ("micro_batch", "working_layers"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise UsageError(f"{f} must be a positive integer, got {v!r}")
@@ -67,14 +58,10 @@ class Plan:
     def m(self) -> int:
         return self.microbatches or self.pp
 
-    @property
-    def world(self) -> int:
-        return self.tp * self.cp * self.pp * self.dp
-
-    def check(self, model: ModelSpec) -> None:
-        """The layout rules (heads divide by tp, layers by pp, experts by ep, ...), all Layout's: raise
-        LayoutError."""
-        Layout(tp=self.tp, cp=self.cp, pp=self.pp, dp=self.dp, ep=self.ep, etp=self.etp, sp=self.sp, model=model.to_layout_model())
+    def check(self, model: ModelSpec) -> "Plan":
+        """This plan with `model` attached, after the layout rules that involve it (heads divide by tp,
+        layers by pp, experts by ep, ...): Layout's, raising LayoutError."""
+        return replace(self, model=model)
 
     def label(self) -> str:
         parts = [f"TP{self.tp}"] if self.tp > 1 else []

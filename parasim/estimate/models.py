@@ -1,159 +1,17 @@
-"""Model descriptions for the estimator: the post's presets, a model from flags, or a Hugging Face config.json.
-
-A `ModelSpec` holds the shapes the estimator needs. Parameter counts follow from the shapes (attention,
-MLP or experts, norms, embeddings) unless a stated count is given: the post quotes its dense model as 27B
-parameters, and the model-state figures use that stated count.
-"""
+"""Where the estimator's model comes from: a preset (parasim.layout's registry), sizes given as flags, or a
+Hugging Face config.json. The model type itself is parasim.layout.ModelSpec, the engine's too."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
-from ..layout import Model
-from ..presets import DEEPSEEK_V3, DENSE_27B, MOE16
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str
-    layers: int
-    hidden: int
-    heads: int
-    vocab: int
-    kv_heads: int | None = None  # grouped-query attention: key/value heads (default: heads)
-    ffn: int | None = None  # dense MLP width (default 4 * hidden)
-    experts: int = 0  # routed experts per MoE layer; 0 = dense model
-    top_k: int = 0
-    expert_ffn: int | None = None  # one expert's MLP width (default: ffn)
-    shared_experts: int = 0  # experts every token visits (DeepSeek)
-    dense_layers: int = 0  # leading layers with a dense MLP in an MoE model
-    gated: bool = False  # SwiGLU-style MLP: three matrices instead of two
-    tied_embeddings: bool = False
-    uneven_stages: bool = False  # layers need not divide by pp (the first stages take the extra ones)
-    params: float | None = None  # a stated parameter count; overrides the count from shapes
-
-    def __post_init__(self) -> None:
-        for f in ("layers", "hidden", "heads", "vocab"):
-            v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise UsageError(f"model {f} must be a positive integer, got {v!r}")
-        if self.hidden % self.heads:
-            raise UsageError(f"hidden {self.hidden} does not divide by heads {self.heads}")
-        if self.heads % self.kv:
-            raise UsageError(f"heads {self.heads} do not divide by kv-heads {self.kv}")
-        if self.experts and not 1 <= self.top_k <= self.experts:
-            raise UsageError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
-        if self.dense_layers > self.layers:
-            raise UsageError(f"dense layers {self.dense_layers} exceed layers {self.layers}")
-
-    # -- shapes --------------------------------------------------------------------------------------
-    @property
-    def kv(self) -> int:
-        return self.kv_heads or self.heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden // self.heads
-
-    @property
-    def ffn_size(self) -> int:
-        return self.ffn or 4 * self.hidden
-
-    @property
-    def expert_size(self) -> int:
-        return self.expert_ffn or self.ffn_size
-
-    @property
-    def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.experts else 0
-
-    @property
-    def mlp_mats(self) -> int:
-        return 3 if self.gated else 2
-
-    # -- parameter counts (weights only; biases and norms are a rounding error at this scale) ----------
-    def attention_params(self) -> int:
-        h, d = self.hidden, self.head_dim
-        return h * (self.heads * d) * 2 + h * (2 * self.kv * d)  # Q and O, then K and V
-
-    def mlp_params(self, width: int) -> int:
-        return self.mlp_mats * self.hidden * width
-
-    def counted(self) -> dict[str, float]:
-        """Parameters by part, from the shapes: attention, dense MLP, routed experts, shared experts,
-        embeddings (input and output head), norms."""
-        dense_mlp = self.layers - self.moe_layers
-        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return {"attention": float(self.layers * self.attention_params()),
-                "dense mlp": float(dense_mlp * self.mlp_params(self.ffn_size)),
-                "routed experts": float(self.moe_layers * self.experts * self.mlp_params(self.expert_size)),
-                "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.expert_size)),
-                "router": float(self.moe_layers * self.experts * self.hidden),
-                "embeddings": float(emb), "norms": float(self.layers * 2 * self.hidden)}
-
-    def total_params(self) -> float:
-        return float(self.params) if self.params else sum(self.counted().values())
-
-    def expert_params(self) -> float:
-        """Routed-expert parameters (split over EP rather than TP), scaled to a stated total."""
-        c = self.counted()
-        return c["routed experts"] * self.total_params() / sum(c.values())
-
-    def active_params(self) -> float:
-        """Parameters one token passes through (top-k of the routed experts), without the embeddings:
-        what the 6 * params * tokens rule counts."""
-        c = self.counted()
-        scale = self.total_params() / sum(c.values())
-        routed = c["routed experts"] * (self.top_k / self.experts if self.experts else 0.0)
-        return (sum(c.values()) - c["routed experts"] - c["embeddings"] + routed) * scale
-
-    def to_layout_model(self) -> Model:
-        """The layout's view of this model, so a layout can check its rules (heads divide by tp, ...)."""
-        return Model(name=self.name, layers=self.layers, hidden=self.hidden, heads=self.heads,
-                     kv_heads=self.kv_heads, experts=self.experts or None, top_k=self.top_k or None,
-                     vocab=self.vocab, uneven_stages=self.uneven_stages)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
-                "kv_heads": self.kv, "vocab": self.vocab, "ffn": self.ffn_size, "experts": self.experts,
-                "top_k": self.top_k, "expert_ffn": self.expert_size if self.experts else None,
-                "shared_experts": self.shared_experts, "dense_layers": self.dense_layers, "gated": self.gated,
-                "params": self.total_params(), "active_params": self.active_params()}
-
-
-def _from(m: Model, **extra: Any) -> ModelSpec:
-    return ModelSpec(name=m.name, layers=m.layers, hidden=m.hidden, heads=m.heads, vocab=m.vocab,
-                     kv_heads=m.kv_heads, experts=m.experts or 0, top_k=m.top_k or 0, **extra)
-
-
-def presets() -> dict[str, tuple[str, ModelSpec]]:
-    """name -> (about, model). Built on demand, so there is no module-level state to share."""
-    return {
-        # the post states 27B parameters; its shapes alone give 12*L*h^2 plus the embeddings
-        "27b": ("the post's 27B dense model: 60 layers, hidden 6144, 48 heads, vocabulary 131072",
-                _from(DENSE_27B, params=27e9)),
-        # the post's toy gives no hidden size or vocabulary: ours are small, for a toy
-        "moe16": ("the post's 16-GPU MoE toy: 4 layers, 4 heads, 8 experts, top-2 (hidden 16 and vocabulary 64 "
-                  "are our choice)", _from(replace(MOE16, hidden=16, vocab=64))),
-        # DeepSeek-V3's sizes from its report; attention is modelled as plain multi-head (no MLA)
-        "deepseek-v3": ("a DeepSeek-V3-like MoE: 61 layers (3 dense), hidden 7168, 128 heads, 256 experts of "
-                        "width 2048, top-8, 1 shared, SwiGLU", _from(DEEPSEEK_V3, ffn=18432, expert_ffn=2048,
-                                                                     shared_experts=1, dense_layers=3, gated=True,
-                                                                     uneven_stages=True)),
-        "megatron-8.3b": ("Megatron-LM's 8.3B GPT-2: 72 layers, hidden 3072, 32 heads",
-                          _from(replace(DENSE_27B, name="Megatron-LM 8.3B", layers=72, hidden=3072, heads=32,
-                                        vocab=51200))),
-    }
+from ..layout import ModelSpec, model_preset
 
 
 def get_model(name: str) -> ModelSpec:
-    table = presets()
-    if name.lower() not in table:
-        raise UsageError(f"unknown model {name!r}; presets: {', '.join(table)} (or give --config FILE, or "
-                         "--layers/--hidden/--heads/--vocab)")
-    return table[name.lower()][1]
+    """The model of a preset (parasim.layout's registry): 27b, moe16, deepseek-v3, megatron-8.3b, ..."""
+    return model_preset(name).require(*REQUIRED)
 
 
 # Hugging Face field names, in the order they are tried; the first present wins.

@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
-from ..layout import LayoutError
+from ..layout import KINDS, LayoutError
 from .memory import Plan
-from .models import ModelSpec
+from ..layout import ModelSpec
 
 Key = tuple[str, str]  # (axis, op): ("tp", "all_reduce"), ("cp", "p2p"), ...
 
@@ -222,12 +222,15 @@ def step_flops(model: ModelSpec, plan: Plan, seq: int) -> dict[str, float]:
     return {"matmul": lin, "attention": attn, "total": lin + attn}
 
 
+# the group whose traffic an axis names (dp: dp x cp, the distributed optimizer's)
+AXIS_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp-cp", "pp": "pp", "ep": "ep", "edp": "expert-dp"}
+
+
 def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
-    """Does a group over `axis` stay inside one node? In Megatron's order tp-cp-ep-dp-pp a group spans
-    the ranks of its axis and every faster one (the dp group is dp x cp: the distributed optimizer's)."""
-    span = {"tp": plan.tp, "cp": plan.tp * plan.cp, "dp": plan.tp * plan.cp * plan.dp, "pp": plan.world,
-            "ep": plan.etp * plan.ep, "edp": plan.world // plan.pp}[axis]
-    return span <= gpus_per_node
+    """Does every group over `axis` stay inside one node? Read from the layout's own groups, so either
+    rank order Megatron-Core builds gives its own answer."""
+    _, generator, axes = next(k for k in KINDS if k[0] == AXIS_GROUP[axis])
+    return all(g[0] // gpus_per_node == g[-1] // gpus_per_node for g in plan.rank_groups(generator, axes))
 
 
 def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation: float = 0.4) -> dict[str, Any]:

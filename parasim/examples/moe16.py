@@ -15,22 +15,23 @@ from typing import Any
 
 from ..errors import UsageError
 from ..nn import Saved, TPContext
-from ..nn.layer import LayerShape, Stack, TransformerLayer, expert_weights, layer_weights
+from ..nn.layer import Stack, TransformerLayer, expert_weights, layer_weights
+from ..layout import preset
 from ..nn.zero import Zero1Adam
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
-from ..presets import MOE16, preset
 
 # the post's sentence is sequence A; B, C and D are ours
+LAYOUT = "moe16"
+# the layers' shapes are the preset model's (no biases: a key bias gets a zero gradient, as softmax ignores
+# it, whose rounding noise Adam would scale up)
+MOE16 = SHAPE = preset(LAYOUT).model
 SEQUENCES = {"A": MOE16.tokens,
              "B": ("a", "judge", "read", "the", "new", "law", "out", "loud"),
              "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
              "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
 REPLICAS = (("A", "B"), ("C", "D"))  # DP replica -> its sequences, one micro-batch each
-# no biases: a key bias gets a zero gradient (softmax ignores it), whose rounding noise Adam would scale up
-SHAPE = LayerShape(hidden=8, heads=MOE16.heads, ffn=8, experts=MOE16.experts, top_k=MOE16.top_k, bias=False)
 LR = 0.01
-LAYOUT = "moe16"
 
 
 def find_token(word: str) -> tuple[str, int]:

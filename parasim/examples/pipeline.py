@@ -7,12 +7,13 @@ from itertools import count
 from typing import Any, Callable
 
 from ..nn import Saved, TPContext
-from ..nn.layer import LayerShape, Stack, TransformerLayer, layer_weights
+from ..nn.layer import Stack, TransformerLayer, layer_weights
+from ..layout import ModelSpec
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
 
-SHAPE = LayerShape(hidden=8, heads=2, dropout=0.0)
+SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
 
 

@@ -9,11 +9,11 @@ from .attention import ParallelAttention
 from .core import Partial, Replicate, Saved, Shard, TPContext
 from .dropout import Dropout
 from .embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
-from .layer import LayerShape, Stack, TransformerLayer, layer_weights
+from .layer import ModelSpec, Stack, TransformerLayer, layer_weights
 from .linear import ColumnParallelLinear, RowParallelLinear
 from .mlp import ParallelMLP
 from .norm import LayerNorm
 
 __all__ = ["Replicate", "Shard", "Partial", "Saved", "TPContext", "ColumnParallelLinear", "RowParallelLinear",
            "ParallelMLP", "ParallelAttention", "LayerNorm", "Dropout", "VocabParallelEmbedding",
-           "VocabParallelCrossEntropy", "LayerShape", "TransformerLayer", "Stack", "layer_weights"]
+           "VocabParallelCrossEntropy", "ModelSpec", "TransformerLayer", "Stack", "layer_weights"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..layout import LayoutError
+from ..layout import LayoutError, check_heads
 from .core import Saved, Shard, TPContext
 from .dropout import dropout_mask
 from .linear import ColumnParallelLinear, RowParallelLinear
@@ -19,19 +19,12 @@ from .linear import ColumnParallelLinear, RowParallelLinear
 
 def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], list[int]]:
     """(q heads, kv heads) of TP rank r: q heads split evenly; kv heads split when kv >= t, else replicated."""
-    if heads % t:
-        raise LayoutError(f"heads {heads} do not divide by tp {t}")
-    if heads % kv_heads:
-        raise LayoutError(f"heads {heads} do not divide by kv heads {kv_heads}")
+    check_heads(heads, kv_heads, t)
     per = heads // t
     q = list(range(r * per, (r + 1) * per))
     if kv_heads >= t:
-        if kv_heads % t:
-            raise LayoutError(f"kv heads {kv_heads} do not divide by tp {t}")
         kvp = kv_heads // t
         return q, list(range(r * kvp, (r + 1) * kvp))
-    if t % kv_heads:
-        raise LayoutError(f"tp {t} does not divide by kv heads {kv_heads}")
     return q, [r // (t // kv_heads)]
 
 

@@ -9,7 +9,6 @@ Weights come whole from shared seeded streams (`layer_weights`), so the unsplit 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from .attention import ParallelAttention
@@ -18,32 +17,10 @@ from .dropout import Dropout
 from .mlp import ParallelMLP
 from .moe import MoE
 from .norm import LayerNorm
+from ..layout import ModelSpec
 
 
-@dataclass(frozen=True)
-class LayerShape:
-    hidden: int
-    heads: int
-    kv_heads: int | None = None
-    ffn: int | None = None  # default 4 * hidden
-    dropout: float = 0.0
-    act: str = "gelu"
-    norm: str = "layernorm"  # or "rmsnorm"
-    bias: bool = True
-    flash: bool = False  # do not keep the attention scores (FlashAttention)
-    experts: int = 0  # > 0: the MLP is a mixture of this many experts (split over the EP group)
-    top_k: int = 2  # experts each token is routed to
-
-    @property
-    def ffn_size(self) -> int:
-        return self.ffn or 4 * self.hidden
-
-    @property
-    def kv(self) -> int:
-        return self.kv_heads or self.heads
-
-
-def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
+def layer_weights(ctx: Any, shape: ModelSpec, key: str) -> dict[str, Any]:
     """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
     h, f, d = shape.hidden, shape.ffn_size, shape.hidden // shape.heads
     q, kv = shape.heads * d, shape.kv * d
@@ -70,13 +47,13 @@ def layer_weights(ctx: Any, shape: LayerShape, key: str) -> dict[str, Any]:
     return out
 
 
-def expert_weights(weights: dict[str, Any], shape: LayerShape) -> list[dict[str, Any]]:
+def expert_weights(weights: dict[str, Any], shape: ModelSpec) -> list[dict[str, Any]]:
     """The experts' weights out of `layer_weights`, one dict per expert, as MoE takes them."""
     return [{k: weights[f"experts.{e}.{k}"] for k in ("w1", "b1", "w2", "b2")} for e in range(shape.experts)]
 
 
 class TransformerLayer:
-    def __init__(self, tp: TPContext, shape: LayerShape, weights: dict[str, Any], key: str = "layer",
+    def __init__(self, tp: TPContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
                  name: str = "layer"):
         self.tp, self.shape, self.name = tp, shape, name
         rms = shape.norm == "rmsnorm"

@@ -14,8 +14,8 @@ from math import prod
 
 import numpy as np
 
-from .errors import UsageError
-from .limits import LAYOUT_WORLD
+from ..limits import LAYOUT_WORLD
+from .model import LayoutError, ModelSpec
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
@@ -39,31 +39,10 @@ KINDS = (
     ("expert-dp", "expert", ("dp",)),
 )
 GROUP_NAMES = tuple(k[0] for k in KINDS)
+ZERO_STAGES = (0, 1, 2, 3)
 COORDS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
 # which group a coordinate is the index in
 COORD_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp", "ep": "ep", "etp": "expert-tp", "edp": "expert-dp"}
-
-
-class LayoutError(UsageError, ValueError):
-    """A layout (or its model) breaks a rule; the message names the rule."""
-
-
-@dataclass(frozen=True)
-class Model:
-    """The model facts a layout must respect. Unknown fields stay None and their rules are skipped."""
-
-    name: str = ""
-    layers: int | None = None
-    hidden: int | None = None
-    heads: int | None = None
-    kv_heads: int | None = None  # grouped-query attention (Megatron: num-query-groups)
-    experts: int | None = None
-    top_k: int | None = None
-    seq: int | None = None
-    vocab: int | None = None
-    micro_batch: int | None = None
-    tokens: tuple[str, ...] = ()  # a worked example's token sequence, for traces
-    uneven_stages: bool = False  # layers are split unevenly over stages (first/last stages differ)
 
 
 @dataclass(frozen=True)
@@ -80,8 +59,9 @@ class Layout:
     order: str = ORDERS[0]
     sp: bool = False  # sequence parallelism (rides on TP; Megatron's --sequence-parallel)
     zigzag: bool = True  # CP splits the sequence in 2*cp chunks (load balance) rather than cp
-    model: Model | None = None
+    model: ModelSpec | None = None
     gpus_per_node: int = 8
+    zero: int = 1  # ZeRO stage over the dp x cp group (1: Megatron's distributed optimizer)
     edp: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -90,6 +70,8 @@ class Layout:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise LayoutError(f"{name} must be a positive integer, got {v!r}")
+        if self.zero not in ZERO_STAGES:
+            raise LayoutError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
         words = self.order.split("-")
         unknown = [w for w in words if w not in AXES]
         if unknown:
@@ -121,20 +103,10 @@ class Layout:
         if self.model is not None:
             self._check_model(self.model)
 
-    def _check_model(self, m: Model) -> None:
-        if m.hidden is not None and m.heads is not None and m.hidden % m.heads:
-            raise LayoutError(f"hidden {m.hidden} does not divide by heads {m.heads}")
-        if m.heads is not None and m.heads % self.tp:
-            raise LayoutError(f"heads {m.heads} do not divide by tp {self.tp}: each rank must hold whole heads")
-        if m.kv_heads is not None:
-            if m.heads is not None and m.heads % m.kv_heads:
-                raise LayoutError(f"heads {m.heads} do not divide by kv-heads {m.kv_heads}")
-            # a rank holds whole kv heads (kv-heads >= tp), or each kv head sits on tp/kv-heads ranks
-            if m.kv_heads % self.tp and self.tp % m.kv_heads:
-                raise LayoutError(f"kv-heads {m.kv_heads} do not divide by tp {self.tp}" if m.kv_heads > self.tp
-                                  else f"tp {self.tp} does not divide by kv-heads {m.kv_heads}: each kv head is "
-                                  "replicated on tp/kv-heads ranks, which must be whole")
-        if m.experts is not None and m.experts % self.ep:
+    def _check_model(self, m: ModelSpec) -> None:
+        if m.heads is not None:
+            check_heads(m.heads, m.kv_heads or m.heads, self.tp)
+        if m.experts and m.experts % self.ep:
             raise LayoutError(f"experts {m.experts} do not divide by ep {self.ep}")
         if self.ep > 1 and not m.experts:
             raise LayoutError(f"ep {self.ep} needs a model with experts")
@@ -210,3 +182,17 @@ class Layout:
         if self.ep > 1 or self.etp != self.tp:
             parts += [f"ETP{self.etp}", f"EP{self.ep}", f"EDP{self.edp}"]
         return (" x ".join(parts) or "one GPU") + (" +SP" if self.sp else "") + f" on {self.world} GPUs"
+
+
+def check_heads(heads: int, kv_heads: int, tp: int) -> None:
+    """TP splits attention by whole heads: q heads divide by tp; kv heads divide by tp, or (fewer kv heads
+    than tp ranks) each kv head is replicated on tp/kv-heads ranks, which must be whole. The one place
+    this rule lives: layouts, the estimator's search and the attention layer all call it."""
+    if heads % tp:
+        raise LayoutError(f"heads {heads} do not divide by tp {tp}: each rank must hold whole heads")
+    if heads % kv_heads:
+        raise LayoutError(f"heads {heads} do not divide by kv-heads {kv_heads}")
+    if kv_heads % tp and tp % kv_heads:
+        raise LayoutError(f"kv-heads {kv_heads} do not divide by tp {tp}" if kv_heads > tp
+                          else f"tp {tp} does not divide by kv-heads {kv_heads}: each kv head is "
+                          "replicated on tp/kv-heads ranks, which must be whole")

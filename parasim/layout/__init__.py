@@ -1,0 +1,9 @@
+"""Layouts and models: the mesh of GPUs split into TP, CP, DP, PP and EP groups (mesh.py), the model's
+shapes (model.py), and the one registry of named presets (presets.py). The engine, the estimator, the
+CLI and the lessons all take these same objects."""
+from .mesh import AXES, COORD_GROUP, COORDS, GROUP_NAMES, KINDS, ORDERS, Layout, check_heads
+from .model import LayoutError, ModelSpec
+from .presets import PRESETS, Preset, layout_names, model_names, model_preset, preset
+
+__all__ = ["Layout", "LayoutError", "ModelSpec", "PRESETS", "Preset", "preset", "model_preset", "layout_names",
+           "model_names", "check_heads", "AXES", "ORDERS", "KINDS", "GROUP_NAMES", "COORDS", "COORD_GROUP"]
