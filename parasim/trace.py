@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .comm.interface import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Group
+from .comm.interface import P2P, Group
+from .comm.ops import OPS
 from .errors import UsageError
 from .limits import LAYOUT_WORLD
 
@@ -191,7 +192,7 @@ class Trace:
 # A file can come from anywhere: the first bad field is named with its path (events[3].members[0].rank)
 # and why, and no number read from it sizes anything before it has been bounded here.
 
-KINDS = {"collective": {ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, BARRIER}, "p2p": {P2P},
+KINDS = {"collective": set(OPS), "p2p": {P2P},
          "compute": None}  # a compute event's op is the name the program gave it
 MARK_KINDS = ("phase", "note")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}

@@ -1,22 +1,20 @@
-"""The collective interface: what every backend implements, and the rules they share.
+"""The collective interface: the public calls, checked once here for every backend, and the rules they share.
 
-A program talks to other ranks only through a `Comm`. The virtual backend (numpy, one process) and the
-torch.distributed backend implement the same methods with the same semantics, so layer code is written
-once. Everything here is backend-neutral: groups, point-to-point op records, argument checks, the
-bytes each rank moves under the ring algorithm, and how a call site is named.
+A program talks to other ranks only through a `Comm`. Each call checks its arguments, then hands itself to
+the backend (virtual: numpy in one process; torchdist: torch.distributed), which finds what the op does in
+the op table (ops.py). Also here: groups, point-to-point entries, the bytes each rank moves under the ring.
 """
 from __future__ import annotations
 
-import os
-import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from ..errors import CollectiveError, CollectiveMismatch
+from .sites import call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
 
 REDUCE_OPS = ("sum", "avg", "max", "min")
 ALGOS = ("direct", "ring")
@@ -24,6 +22,7 @@ ALGOS = ("direct", "ring")
 # Collective op names as they appear in the trace.
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all_reduce", "reduce_scatter", "all_gather"
 ALL_TO_ALL, BROADCAST, BARRIER, P2P = "all_to_all", "broadcast", "barrier", "p2p"
+REDUCE, SCATTER = "reduce", "scatter"
 
 
 @dataclass(frozen=True)
@@ -108,52 +107,113 @@ class Comm(ABC):
 
     `group=None` means every rank. `label` is free text shown in the trace. Ranks (`src`, `dst`) are
     global ranks. Collectives on one group are matched in call order, as NCCL and gloo match them.
+
+    Each public call checks its arguments here, once for every backend, and hands the call to the backend's
+    `_collective` with the op's name (its entry in ops.OPS), its params as the trace records them, and a
+    signature the members must agree on. A backend implements only the hooks at the end of the class.
     """
 
     rank: int
     world: int
+    algo: str  # the run's default algorithm ("direct" or "ring")
 
-    @abstractmethod
     def all_reduce(self, x, op: str = "sum", *, group: Group | None = None, label: str | None = None,
                    algo: str | None = None):
         """Element-wise reduction over the group; every member gets the whole result."""
+        site = call_site()  # the hot path of the per-call benchmark: the common case checks little
+        self._check_array(x, ALL_REDUCE)
+        g = self._group(group, ALL_REDUCE)
+        if op != "sum":
+            check_reduce_op(op, x.dtype)
+        algo = self.algo if algo is None else _algo(algo)
+        return self._collective(ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site,
+                                lambda: describe(ALL_REDUCE, x, op=op, algo=algo))
 
-    @abstractmethod
     def reduce_scatter(self, x, dim: int = 0, *, op: str = "sum", group: Group | None = None,
                        label: str | None = None, algo: str | None = None):
         """Reduce over the group, then member i keeps chunk i of `dim` (size must divide evenly)."""
+        site = call_site()
+        self._check_array(x, REDUCE_SCATTER)
+        g = self._group(group, REDUCE_SCATTER)
+        check_reduce_op(op, x.dtype)
+        dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
+        check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
+        algo = self.algo if algo is None else _algo(algo)
+        return self._collective(REDUCE_SCATTER, x, {"op": op, "dim": dim, "algo": algo}, g, label, site,
+                                lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo))
 
-    @abstractmethod
     def all_gather(self, x, dim: int = 0, *, group: Group | None = None, label: str | None = None,
                    algo: str | None = None):
         """Concatenate every member's `x` along `dim`, in group order."""
+        site = call_site()
+        self._check_array(x, ALL_GATHER)
+        g = self._group(group, ALL_GATHER)
+        dim = norm_dim(dim, x.ndim, ALL_GATHER)
+        algo = self.algo if algo is None else _algo(algo)
+        return self._collective(ALL_GATHER, x, {"dim": dim, "algo": algo}, g, label, site,
+                                lambda: describe(ALL_GATHER, x, dim=dim, algo=algo))
 
-    @abstractmethod
     def all_to_all(self, chunks: Sequence[Any], dim: int = 0, *, group: Group | None = None,
                    label: str | None = None) -> list:
         """Member i sends chunks[j] to member j; returns the chunks received, in group order.
 
         Chunks may differ in size along `dim` (MoE dispatch); other dims and dtype must agree.
         """
+        site = call_site()
+        g = self._group(group, ALL_TO_ALL)
+        chunks = list(chunks)
+        if len(chunks) != g.size:
+            raise CollectiveError(f"all_to_all: {len(chunks)} chunks for a group of {g.size} ({g})")
+        for c in chunks:
+            self._check_array(c, ALL_TO_ALL)
+        first = chunks[0]
+        dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
+        rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1:])
+        for c in chunks:
+            if c.ndim != first.ndim or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1:]) != rest or c.dtype != first.dtype:
+                raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
+                                      f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}")
+        # sizes along dim may differ between members: the signature leaves them out
+        sig = (ALL_TO_ALL, first.ndim, dim, rest, dtype_name(first.dtype))
+        return self._collective(ALL_TO_ALL, chunks, {"dim": dim}, g, label, site,
+                                lambda: describe(ALL_TO_ALL, chunks, dim=dim), sig)
 
-    @abstractmethod
     def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
         """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
+        site = call_site()
+        self._check_array(x, BROADCAST)
+        g = self._group(group, BROADCAST)
+        src = check_root(src, g, BROADCAST, "src")
+        return self._collective(BROADCAST, x, {"src": src}, g, label, site, lambda: describe(BROADCAST, x, src=src))
 
-    @abstractmethod
-    def exchange(self, ops: Sequence[Send | Recv], *, group: Group | None = None,
-                 label: str | None = None, tags: dict | None = None) -> list:
-        """Post a batch of sends and receives at once (like batch_isend_irecv); returns received arrays
-        in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other.
-        `tags`: fields for screens to read beside the label's words (a pipeline's slot)."""
+    def reduce(self, x, dst: int, op: str = "sum", *, group: Group | None = None, label: str | None = None):
+        """Element-wise reduction over the group into member `dst`, which gets the result; the other members
+        get None (torch leaves their buffer undefined: a rank must not use a value it does not have)."""
+        site = call_site()
+        self._check_array(x, REDUCE)
+        g = self._group(group, REDUCE)
+        check_reduce_op(op, x.dtype)
+        dst = check_root(dst, g, REDUCE, "dst")
+        return self._collective(REDUCE, x, {"op": op, "dst": dst}, g, label, site,
+                                lambda: describe(REDUCE, x, op=op, dst=dst))
 
-    @abstractmethod
+    def scatter(self, x, src: int, dim: int = 0, *, group: Group | None = None, label: str | None = None):
+        """Member `src` splits its `x` into equal chunks along `dim`, one per member; member i gets chunk i.
+        The others pass an array of the same shape and dtype, whose values are not read (as for broadcast)."""
+        site = call_site()
+        self._check_array(x, SCATTER)
+        g = self._group(group, SCATTER)
+        src = check_root(src, g, SCATTER, "src")
+        dim = norm_dim(dim, x.ndim, SCATTER)
+        check_divisible(tuple(x.shape), dim, g.size, SCATTER)
+        return self._collective(SCATTER, x, {"dim": dim, "src": src}, g, label, site,
+                                lambda: describe(SCATTER, x, dim=dim, src=src))
+
     def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:
         """Wait until every member arrived."""
-
-    @abstractmethod
-    def new_group(self, ranks: Sequence[int], name: str) -> Group:
-        """Create a group. Every rank must call it for every group, in the same order (torch's rule)."""
+        site = call_site()
+        g = self._group(group, BARRIER)
+        self._collective(BARRIER, None, {}, g, label, site, lambda: describe(BARRIER), (BARRIER,))
 
     def send(self, x, dst: int, *, group: Group | None = None, label: str | None = None) -> None:
         """Blocking send; completes when `dst` posts the matching receive."""
@@ -163,6 +223,42 @@ class Comm(ABC):
              label: str | None = None):
         """Blocking receive of an array of `shape` and `dtype` from `src`."""
         return self.exchange([Recv(src, tuple(shape), dtype)], group=group, label=label)[0]
+
+    # -- what a backend implements ------------------------------------------------------------------
+    @abstractmethod
+    def _check_array(self, x: Any, op: str) -> None:
+        """Raise CollectiveError unless `x` is an array this backend can send (numpy on virtual ranks)."""
+
+    @abstractmethod
+    def _group(self, group: Group | None, op: str) -> Group:
+        """The group a call runs on (None: the world), checked: created in this run, the caller a member."""
+
+    @abstractmethod
+    def _collective(self, op: str, x: Any, params: dict, group: Group, label: str | None,
+                    site: tuple[str, int], describe: Callable[[], str], sig: tuple | None = None) -> Any:
+        """Run a checked call of op `op` (ops.OPS[op]). `sig` (None: `signature(op, x, params)`) is what every
+        member's call must agree on; `describe()` names the call in errors."""
+
+    @abstractmethod
+    def exchange(self, ops: Sequence[Send | Recv], *, group: Group | None = None,
+                 label: str | None = None, tags: dict | None = None) -> list:
+        """Post a batch of sends and receives at once (like batch_isend_irecv); returns received arrays
+        in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other.
+        `tags`: fields for screens to read beside the label's words (a pipeline's slot)."""
+
+    @abstractmethod
+    def new_group(self, ranks: Sequence[int], name: str) -> Group:
+        """Create a group. Every rank must call it for every group, in the same order (torch's rule)."""
+
+
+def signature(op: str, x: Any, params: dict) -> tuple:
+    """What the members of a call must agree on: the op, the input's shape and dtype, every param."""
+    return (op,) if x is None else (op, tuple(x.shape), x.dtype, *params.values())
+
+
+def _algo(algo: str) -> str:
+    check_algo(algo)
+    return algo
 
 
 # ---------------------------------------------------------------------------------------------
@@ -214,6 +310,13 @@ def norm_dim(dim: int, ndim: int, op: str) -> int:
     if not isinstance(dim, (int, np.integer)) or not -ndim <= dim < ndim:
         raise CollectiveError(f"{op}: dim {dim!r} is out of range for an array with {ndim} dims")
     return int(dim) % ndim  # a plain int: it goes into the trace's JSON
+
+
+def check_root(root: Any, group: Group, op: str, what: str) -> int:
+    """The root of a broadcast, reduce or scatter: a global rank in the group."""
+    if root not in group.ranks:
+        raise CollectiveError(f"{op}: {what} rank {root} is not a member of group {group}")
+    return int(root)  # a plain int: it goes into the trace's JSON
 
 
 def check_divisible(shape: tuple[int, ...], dim: int, t: int, op: str) -> None:
@@ -277,8 +380,7 @@ def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -
 
 def describe(call: str, x: Any = None, /, **params: Any) -> str:
     """How a call is named in errors, the same on every backend: all_reduce(shape=(2,), dtype=float64, op=sum,
-    algo=direct). It names every parameter the members of a group must agree on; torchdist compares these
-    texts across ranks, so a parameter left out here would go unchecked on real ranks."""
+    algo=direct). It names every parameter the members of a group must agree on (`signature`)."""
     if call == BARRIER:
         return "barrier()"
     if call == ALL_TO_ALL:
@@ -305,38 +407,3 @@ def mismatch_error(call: int, group: Group, calls: dict[int, str | None]) -> Col
 def p2p_mismatch_error(src: int, send_call: str, dst: int, recv_call: str) -> CollectiveMismatch:
     return CollectiveMismatch(f"point-to-point transfer does not match:\n  rank {src}: {send_call}\n"
                               f"  rank {dst}: {recv_call}", [send_call, recv_call], [src, dst])
-
-
-_COMM_DIR = os.path.dirname(os.path.abspath(__file__))
-_PKG_DIR = os.path.dirname(_COMM_DIR)
-_PKG_ROOT = os.path.dirname(_PKG_DIR)
-# Frames in these files are wrappers around the interface; a call site names the line that called them.
-# So are a mutation tester's trampolines (mutmut puts one between every caller and every function).
-_WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "engine", "context.py"))
-_TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
-
-
-@lru_cache(maxsize=512)
-def short_path(filename: str) -> str:
-    """A stable, readable name for a source file: relative to the checkout (or site-packages), else cwd."""
-    path = os.path.abspath(filename)
-    for base in (_PKG_ROOT, os.getcwd()):
-        if path.startswith(base + os.sep):
-            return os.path.relpath(path, base)
-    return path
-
-
-def call_site(depth: int = 2) -> tuple[str, int]:
-    """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
-
-    Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
-    frame = sys._getframe(depth)
-    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)) \
-            and frame.f_back is not None:
-        frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno
-
-
-@lru_cache(maxsize=4096)
-def site_name(site: tuple[str, int]) -> str:
-    return f"{short_path(site[0])}:{site[1]}"

@@ -18,11 +18,10 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
-from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE_SCATTER, Comm,
-                        Group, Recv, Send, broadcast_bytes, by_text, call_site, check_algo, check_divisible,
-                        check_peer, check_reduce_op, group_members,
-                        describe, describe_p2p, dtype_name, mismatch_error, norm_dim, p2p_mismatch_error, recv_dtype,
-                        ring_bytes, site_name)
+from .interface import (P2P, Comm, Group, Recv, Send, by_text, call_site, check_algo, check_peer, group_members,
+                        describe_p2p, dtype_name, mismatch_error, p2p_mismatch_error, recv_dtype, signature, site_name)
+from .kernels import arrays
+from .ops import OPS
 
 SIG_BYTES = 512  # fixed size of one signature blob
 _LONG = b"\x01LONG "  # a blob that only announces a longer signature (JSON text never starts with \x01)
@@ -208,133 +207,25 @@ class TorchComm(Comm):
         order = sorted(g.ranks)
         return [order.index(r) for r in g.ranks]
 
-    def all_reduce(self, x, op="sum", *, group=None, label=None, algo=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, ALL_REDUCE)
-        check_reduce_op(op, x.dtype)
-        algo = self.algo if algo is None else _algo(algo)
-        desc = describe(ALL_REDUCE, x, op=op, algo=algo)
-        call, t0 = self._begin(g, pg, desc, desc, site)
-        if algo == "ring":
-            out, hops, got = self._ring(g, x, op, "all_reduce")
-            moved = _hop_bytes(self.rank, hops, got)
-        else:
-            out, hops = x.clone(), None
-            self._timed(lambda: dist.all_reduce(out, op=_REDUCE.get(op, dist.ReduceOp.SUM), group=pg), desc, g, site)
-            if op == "avg":
-                out /= g.size
-            moved = ring_bytes(ALL_REDUCE, _nbytes(x), g.size, x.element_size())[g.group_rank(self.rank)]
-        self._record("collective", ALL_REDUCE, g, {"op": op, "algo": algo}, label, [x], [out], moved, site, t0,
-                     hops, call=call)
+    # -- the backend hooks of Comm: every collective runs its op table entry's torch call ------------------
+    def _check_array(self, x, op):
+        if not isinstance(x, torch.Tensor):
+            raise CollectiveError(f"{op} expects a torch tensor on real ranks, got {type(x).__name__}")
+
+    def _group(self, group, op):
+        return self._resolve(group, op)[0]
+
+    def _collective(self, op, x, params, group, label, site, describe, sig=None):
+        entry, site, desc = OPS[op], site_name(site), describe()
+        pg = self._pgs[group.index]
+        sig = sig or signature(op, x, params)
+        call, t0 = self._begin(group, pg, repr(sig), desc, site)
+        out, hops, moved = entry.torch(_Call(self, group, pg, desc, site), x, params)
+        ins, outs = arrays(x), arrays(out)
+        if moved is None:
+            moved = entry.moved(ins, outs, group, group.group_rank(self.rank), params)
+        self._record("collective", op, group, params, label, ins, outs, moved, site, t0, hops, call=call)
         return out
-
-    def reduce_scatter(self, x, dim=0, *, op="sum", group=None, label=None, algo=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, REDUCE_SCATTER)
-        check_reduce_op(op, x.dtype)
-        dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
-        check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
-        algo = self.algo if algo is None else _algo(algo)
-        desc = describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo)
-        call, t0 = self._begin(g, pg, desc, desc, site)
-        if algo == "ring":
-            out, hops, got = self._ring(g, x, op, "reduce_scatter", dim)
-            moved = _hop_bytes(self.rank, hops, got)
-        else:
-            hops = None
-            chunks = list(torch.chunk(x, g.size, dim=dim))
-            perm = self._perm(g)
-            ordered = [None] * g.size  # torch member j receives chunk j: put ours where torch expects them
-            for i, c in enumerate(chunks):
-                ordered[perm[i]] = c.movedim(dim, 0)
-            inp = torch.cat([c.contiguous() for c in ordered])
-            out = torch.empty_like(ordered[0].contiguous())
-            self._timed(lambda: _reduce_scatter_single(out, inp, op=_REDUCE.get(op, dist.ReduceOp.SUM),
-                                                           group=pg), desc, g, site)
-            if op == "avg":
-                out /= g.size
-            out = out.movedim(0, dim).contiguous()
-            moved = ring_bytes(REDUCE_SCATTER, _nbytes(x), g.size, x.element_size())[g.group_rank(self.rank)]
-        self._record("collective", REDUCE_SCATTER, g, {"op": op, "dim": dim, "algo": algo}, label, [x], [out], moved,
-                     site, t0, hops, call=call)
-        return out
-
-    def all_gather(self, x, dim=0, *, group=None, label=None, algo=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, ALL_GATHER)
-        dim = norm_dim(dim, x.ndim, ALL_GATHER)
-        algo = self.algo if algo is None else _algo(algo)
-        desc = describe(ALL_GATHER, x, dim=dim, algo=algo)
-        call, t0 = self._begin(g, pg, desc, desc, site)
-        if algo == "ring":
-            out, hops, got = self._ring(g, x, "sum", "all_gather", dim)
-            moved = _hop_bytes(self.rank, hops, got)
-        else:
-            hops = None
-            inp = x.movedim(dim, 0).contiguous()
-            buf = torch.empty((g.size * inp.shape[0], *inp.shape[1:]), dtype=x.dtype, device=x.device)
-            self._timed(lambda: _all_gather_single(buf, inp, group=pg), desc, g, site)
-            parts = torch.chunk(buf, g.size)
-            perm = self._perm(g)
-            out = torch.cat([parts[perm[i]] for i in range(g.size)]).movedim(0, dim).contiguous()
-            moved = ring_bytes(ALL_GATHER, _nbytes(out), g.size, x.element_size())[g.group_rank(self.rank)]
-        self._record("collective", ALL_GATHER, g, {"dim": dim, "algo": algo}, label, [x], [out], moved, site, t0,
-                     hops, call=call)
-        return out
-
-    def all_to_all(self, chunks, dim=0, *, group=None, label=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, ALL_TO_ALL)
-        chunks = list(chunks)
-        if len(chunks) != g.size:
-            raise CollectiveError(f"all_to_all: {len(chunks)} chunks for a group of {g.size} ({g})")
-        first = chunks[0]
-        dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
-        rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1:])
-        for c in chunks:
-            if c.ndim != first.ndim or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1:]) != rest or c.dtype != first.dtype:
-                raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
-                                      f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}")
-        desc = describe(ALL_TO_ALL, chunks, dim=dim)
-        call, t0 = self._begin(g, pg, f"all_to_all|{first.ndim}|{dim}|{rest}|{dtype_name(first.dtype)}", desc, site)
-        perm = self._perm(g)
-        ours = [perm.index(j) for j in range(g.size)]  # our member index of torch member j
-        send = [chunks[ours[j]].movedim(dim, 0).contiguous() for j in range(g.size)]
-        in_sizes = torch.tensor([c.shape[0] for c in send], dtype=torch.int64, device=self.device)
-        out_sizes = torch.empty_like(in_sizes)
-        self._timed(lambda: dist.all_to_all_single(out_sizes, in_sizes, group=pg), desc, g, site)
-        recv_sizes = out_sizes.tolist()
-        buf = torch.empty((sum(recv_sizes), *send[0].shape[1:]), dtype=first.dtype, device=first.device)
-        self._timed(lambda: dist.all_to_all_single(buf, torch.cat(send), recv_sizes, in_sizes.tolist(), group=pg),
-                    desc, g, site)
-        got = list(torch.split(buf, recv_sizes))
-        outs = [got[perm[i]].movedim(0, dim).contiguous() for i in range(g.size)]
-        me = g.group_rank(self.rank)
-        moved = (sum(_nbytes(c) for i, c in enumerate(chunks) if i != me),
-                 sum(_nbytes(c) for i, c in enumerate(outs) if i != me))
-        self._record("collective", ALL_TO_ALL, g, {"dim": dim}, label, chunks, outs, moved, site, t0, call=call)
-        return outs
-
-    def broadcast(self, x, src, *, group=None, label=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, BROADCAST)
-        if src not in g.ranks:
-            raise CollectiveError(f"broadcast: src rank {src} is not a member of group {g}")
-        desc = describe(BROADCAST, x, src=src)
-        call, t0 = self._begin(g, pg, desc, desc, site)
-        out = x.clone()
-        self._timed(lambda: dist.broadcast(out, int(src), group=pg), desc, g, site)
-        moved = broadcast_bytes(_nbytes(x), g.size, g.group_rank(self.rank), g.group_rank(int(src)))
-        self._record("collective", BROADCAST, g, {"src": int(src)}, label, [x], [out], moved, site, t0, call=call)
-        return out
-
-    def barrier(self, *, group=None, label=None):
-        site = site_name(call_site())
-        g, pg = self._resolve(group, BARRIER)
-        desc = describe(BARRIER)
-        call, t0 = self._begin(g, pg, desc, desc, site)
-        self._timed(lambda: dist.barrier(group=pg), desc, g, site)
-        self._record("collective", BARRIER, g, {}, label, [], [], (0, 0), site, t0, call=call)
 
     # -- point-to-point ------------------------------------------------------------------------------
     def exchange(self, ops, *, group=None, label=None, tags=None):
@@ -415,28 +306,45 @@ class TorchComm(Comm):
             hops.append({"phase": phase, "hop": k, "transfers": [
                 {"src": self.rank, "dst": nxt, "chunk": send_chunk, "bytes": _nbytes(payload), "value": value}]})
 
+        def done(out: torch.Tensor):
+            return out, hops, (sum(tr["bytes"] for h in hops for tr in h["transfers"]), received[0])
+
         if kind in ("all_reduce", "reduce_scatter"):
             for k in range(t - 1):
                 hop("reduce-scatter", k, (i - k - 1) % t, (i - k - 2) % t, True)
             if op == "avg":
                 bufs[i] = (bufs[i] / t).to(x.dtype)
             if kind == "reduce_scatter":
-                return bufs[i].contiguous(), hops, received[0]
+                return done(bufs[i].contiguous())
         for k in range(t - 1):
             hop("all-gather", k, (i - k) % t, (i - k - 1) % t, False)
         if kind == "all_reduce":
-            return torch.cat(bufs).reshape(x.shape), hops, received[0]
-        return torch.cat(bufs, dim=dim).contiguous(), hops, received[0]
+            return done(torch.cat(bufs).reshape(x.shape))
+        return done(torch.cat(bufs, dim=dim).contiguous())
 
 
-def _algo(algo: str) -> str:
-    check_algo(algo)
-    return algo
+class _Call:
+    """What an op's torch call (ops.py) needs for one call: torch, the group, and waits named after the call."""
+    __slots__ = ("comm", "g", "pg", "desc", "site", "perm", "me")
+    dist, torch = dist, torch
+    all_gather_single, reduce_scatter_single = staticmethod(_all_gather_single), staticmethod(_reduce_scatter_single)
+
+    def __init__(self, comm: TorchComm, g: Group, pg: Any, desc: str, site: str):
+        self.comm, self.g, self.pg, self.desc, self.site = comm, g, pg, desc, site
+        self.perm = comm._perm(g)
+        self.me = g.group_rank(comm.rank)
+
+    def run(self, fn: Callable, *args: Any, **kw: Any) -> Any:
+        """fn(*args, **kw) on this call's process group; a backend time-out names the call."""
+        return self.comm._timed(lambda: fn(*args, group=self.pg, **kw), self.desc, self.g, self.site)
+
+    @staticmethod
+    def reduce_op(op: str) -> Any:
+        return _REDUCE.get(op, dist.ReduceOp.SUM)  # avg: a sum, divided afterwards
+
+    def ring(self, x: torch.Tensor, op: str, kind: str, dim: int = 0):
+        return self.comm._ring(self.g, x, op, kind, dim)
 
 
 def _nbytes(x: torch.Tensor) -> int:
     return x.numel() * x.element_size()
-
-
-def _hop_bytes(rank: int, hops: list[dict], received: int) -> tuple[int, int]:
-    return sum(tr["bytes"] for h in hops for tr in h["transfers"] if tr["src"] == rank), received

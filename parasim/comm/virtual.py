@@ -2,7 +2,7 @@
 
 A rank runs until it calls a collective that not every member has reached, then hands over to the next
 ready rank (always in the same order, so every run is identical). The last member to arrive checks that
-all calls fit together, computes every member's result (kernels.py), records one trace event and wakes
+all calls fit together, computes every member's result (the op's kernel in ops.py), records one trace event and wakes
 the others. When no rank can run and some have not finished, the run is deadlocked and says who waits on
 what. Point-to-point transfers complete only when both sides have posted (a rendezvous), the strictest
 real-backend behaviour, so a program that runs here does not hang on NCCL or gloo.
@@ -18,9 +18,10 @@ from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
 from ..trace import Event, Mark, Member, Tensor, Trace
-from .interface import (ALL_TO_ALL, P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
+from .interface import (P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
                         dtype_name, mismatch_error, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
-from .kernels import KERNELS
+from .kernels import arrays, ring_moved
+from .ops import OPS
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
@@ -254,38 +255,37 @@ class VirtualWorld:
             r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None})
 
     def _complete(self, inst: _Instance, current: int) -> None:
-        g, arrivals, params, op = inst.group, inst.arrivals, inst.params, inst.op
+        g, arrivals, params, op = inst.group, inst.arrivals, inst.params, OPS[inst.op]
         ranks, keep = self.ranks, self.keep
-        inputs = [a[0] for a in arrivals]
-        outs, hops, moved = KERNELS[op](inputs, g, params, keep)
+        outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep)
+        moved = ring_moved(g, hops) if hops is not None else None
         step = 1 + max([ranks[r].clock for r in g.ranks])
-        many = op == ALL_TO_ALL
-        if not many:  # the signature check made every member's input (and so output) alike
-            x0, out0 = arrivals[0][0], outs[0]
-            tin = () if x0 is None else (_tensor(x0),)
-            tout = () if out0 is None else (_tensor(out0),)
+        many = op.takes == "chunks"
+        if not many:  # the signature check made every member's input (and so every result) alike
+            tin = tuple([_tensor(v) for v in arrays(arrivals[0][0])])
+            first = next((o for o in outs if o is not None), None)
+            tout = () if first is None else (_tensor(first),)
         members = []
         append = members.append
         ready = self.ready
-        for r, a, out, mv in zip(g.ranks, arrivals, outs, moved):
+        for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
             st = ranks[r]
             st.clock = step
             st.result = out
+            ins, got = arrays(a[0]), arrays(out)
+            sent, recv = moved[i] if moved is not None else op.moved(ins, got, g, i, params)
             before = after = None
+            if keep and all([v.size <= keep for v in ins]) and all([v.size <= keep for v in got]):
+                before, after = tuple([v.tolist() for v in ins]), tuple([v.tolist() for v in got])
             if many:
-                tin = tuple([_tensor(v) for v in a[0]])
-                tout = tuple([_tensor(v) for v in out])
-                if keep and all(v.size <= keep for v in a[0]) and all(v.size <= keep for v in out):
-                    before, after = tuple(v.tolist() for v in a[0]), tuple(v.tolist() for v in out)
-            elif keep and out is not None and a[0].size <= keep and out.size <= keep:
-                before, after = (a[0].tolist(),), (out.tolist(),)
-            elif keep and out is None:
-                before = after = ()
-            append(_member(Member, (r, tin, tout, mv[0], mv[1], site_name(a[2]), before, after)))
+                tin, tout_i = tuple([_tensor(v) for v in ins]), tuple([_tensor(v) for v in got])
+            else:
+                tout_i = tout if got else ()
+            append(_member(Member, (r, tin, tout_i, sent, recv, site_name(a[2]), before, after)))
             if r != current:
                 ready.append(st.glet)
         label = next((a[3] for a in arrivals if a[3]), None)
-        self.events.append(Event(len(self.events), step, "collective", op, g, members, label,
+        self.events.append(Event(len(self.events), step, "collective", op.name, g, members, label,
                                  ranks[g.ranks[0]].phase, params, params.get("algo"), hops))
 
     # -- point-to-point --------------------------------------------------------------------------

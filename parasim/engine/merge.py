@@ -6,6 +6,7 @@ from typing import Any
 import numpy as np
 
 from ..comm.interface import Recv, Send
+from ..comm.ops import OPS
 from ..trace import Event, Member, Trace
 from .virtual import run_virtual
 
@@ -84,20 +85,8 @@ def _replayer(results: list[dict]):
 
 
 def _replay_collective(ctx, rec: dict, group) -> None:
-    op, p, comm, label = rec["op"], rec["params"], ctx.comm, rec["label"]
-    xs = [_zeros(t) for t in rec["ins"]]
-    if op == "all_reduce":
-        comm.all_reduce(xs[0], p["op"], group=group, label=label, algo=p["algo"])
-    elif op == "reduce_scatter":
-        comm.reduce_scatter(xs[0], p["dim"], op=p["op"], group=group, label=label, algo=p["algo"])
-    elif op == "all_gather":
-        comm.all_gather(xs[0], p["dim"], group=group, label=label, algo=p["algo"])
-    elif op == "all_to_all":
-        comm.all_to_all(xs, p["dim"], group=group, label=label)
-    elif op == "broadcast":
-        comm.broadcast(xs[0], p["src"], group=group, label=label)
-    else:
-        comm.barrier(group=group, label=label)
+    """The recorded call again, through the op table: the same op, params, group and label; zeros in."""
+    OPS[rec["op"]].replay(ctx.comm, [_zeros(t) for t in rec["ins"]], rec["params"], group, rec["label"])
 
 
 def _zeros(t) -> np.ndarray:

@@ -1,0 +1,248 @@
+"""The op table: one entry per collective, everything about it in one place.
+
+An entry says what the op computes on numpy (`kernel`, every member at once: virtual ranks), how it runs
+on torch.distributed (`torch`, one rank: comm/torchdist.py), the bytes each member sends and receives
+(`moved`), what its input and output look like over the group (`placement`, DTensor's words), how the app
+draws it (`glyph`, `title`, `colour`), and what a call takes, so that a recorded call can be made again
+(`takes`: engine/merge.py replays real ranks' records through the Comm method named after the op).
+The public Comm method (interface.py) checks a call's arguments before any of this runs.
+
+Adding a collective: an entry here (its functions beside it) and its public method in interface.py.
+
+No torch here: a torch function gets a handle (`c`, built by torchdist.py) with `c.dist`
+(torch.distributed), `c.torch`, the group `c.g`, this rank's place in it `c.me`, `c.perm` (torch's member
+index of each of ours: torch orders a group's ranks ascending), `c.run(fn, *args, **kw)` (calls fn on
+the group's process group, a time-out named after the call), `c.reduce_op(op)` and `c.ring(...)`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from . import ring
+from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER,
+                        Group, broadcast_bytes, ring_bytes)
+from .kernels import COMBINE, copies, reduce
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str  # as the trace writes it, and the name of the public Comm method
+    takes: str  # "array", "chunks" (a list, one per member) or "nothing": what the method's first argument is
+    # numpy, every member at once: (inputs in group order, group, params, keep_values) -> (results, ring hops)
+    kernel: Callable[[list, Group, dict, int], tuple[list, list | None]]
+    # torch, this rank: (handle, input, params) -> (result, ring hops, (sent, received) or None: use `moved`)
+    torch: Callable[[Any, Any, dict], tuple[Any, list | None, tuple[int, int] | None]]
+    # (this member's inputs, its results, group, its index in the group, params) -> (sent, received) bytes
+    moved: Callable[[Any, Any, Group, int, dict], tuple[int, int]]
+    placement: tuple[str, str]  # the input's and the result's layout over the group; str.format(**params)
+    glyph: str  # two characters in the app's grid
+    title: str  # the app's name for it (also its style name: timeline--<title>)
+    colour: str  # the grid's colour, a CSS colour name
+
+    def replay(self, comm: Any, xs: list, params: dict, group: Group | None, label: str | None) -> Any:
+        """Make a recorded call again with arrays of its recorded shapes (`xs`) and its recorded params."""
+        args = {"array": tuple(xs[:1]), "chunks": (xs,), "nothing": ()}[self.takes]
+        return getattr(comm, self.name)(*args, group=group, label=label, **params)
+
+    def words(self, side: str, params: dict) -> str:
+        """The placement of the input ("in") or the result ("out")."""
+        return self.placement[side != "in"].format(**params)
+
+
+def _root(g: Group, p: dict) -> int:
+    return g.ranks.index(p["src"] if "src" in p else p["dst"])
+
+
+# -- all-reduce: every member gets the reduction -----------------------------------------------------
+
+def _all_reduce(inputs, g, p, keep):
+    op, t = p["op"], g.size
+    if p["algo"] == "ring":
+        return ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep)
+    return copies(reduce(inputs, op), t), None
+
+
+def _all_reduce_torch(c, x, p):
+    if p["algo"] == "ring":
+        return c.ring(x, p["op"], ALL_REDUCE)
+    out = x.clone()
+    c.run(c.dist.all_reduce, out, op=c.reduce_op(p["op"]))
+    if p["op"] == "avg":  # gloo has no average: sum, then divide
+        out /= c.g.size
+    return out, None, None
+
+
+# -- reduce-scatter: reduce, member i keeps chunk i of dim ---------------------------------------------
+
+def _reduce_scatter(inputs, g, p, keep):
+    op, t, dim = p["op"], g.size, p["dim"]
+    if p["algo"] == "ring":
+        return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep)
+    parts = [np.split(x, t, axis=dim) for x in inputs]
+    return [reduce([q[i] for q in parts], op) for i in range(t)], None
+
+
+def _reduce_scatter_torch(c, x, p):
+    op, dim, t = p["op"], p["dim"], c.g.size
+    if p["algo"] == "ring":
+        return c.ring(x, op, REDUCE_SCATTER, dim)
+    ordered = [None] * t  # torch member j receives chunk j: put ours where torch expects them
+    for i, chunk in enumerate(c.torch.chunk(x, t, dim=dim)):
+        ordered[c.perm[i]] = chunk.movedim(dim, 0)
+    inp = c.torch.cat([o.contiguous() for o in ordered])
+    out = c.torch.empty_like(ordered[0].contiguous())
+    c.run(c.reduce_scatter_single, out, inp, op=c.reduce_op(op))
+    if op == "avg":
+        out /= t
+    return out.movedim(0, dim).contiguous(), None, None
+
+
+# -- all-gather: concatenate every member's input along dim, in group order ----------------------------
+
+def _all_gather(inputs, g, p, keep):
+    if p["algo"] == "ring":
+        return ring.ring_all_gather(inputs, g.ranks, p["dim"], keep)
+    return copies(np.concatenate(inputs, axis=p["dim"]), g.size), None
+
+
+def _all_gather_torch(c, x, p):
+    dim, t = p["dim"], c.g.size
+    if p["algo"] == "ring":
+        return c.ring(x, "sum", ALL_GATHER, dim)
+    inp = x.movedim(dim, 0).contiguous()
+    buf = c.torch.empty((t * inp.shape[0], *inp.shape[1:]), dtype=x.dtype, device=x.device)
+    c.run(c.all_gather_single, buf, inp)
+    parts = c.torch.chunk(buf, t)
+    return c.torch.cat([parts[c.perm[i]] for i in range(t)]).movedim(0, dim).contiguous(), None, None
+
+
+# -- all-to-all: member i sends chunk j to member j (sizes along dim may differ) ------------------------
+
+def _all_to_all(inputs, g, p, keep):
+    t = g.size
+    return [[inputs[i][j].copy() for i in range(t)] for j in range(t)], None
+
+
+def _all_to_all_torch(c, chunks, p):
+    dim, t, torch = p["dim"], c.g.size, c.torch
+    ours = [c.perm.index(j) for j in range(t)]  # our member index of torch member j
+    send = [chunks[ours[j]].movedim(dim, 0).contiguous() for j in range(t)]
+    in_sizes = torch.tensor([s.shape[0] for s in send], dtype=torch.int64, device=chunks[0].device)
+    out_sizes = torch.empty_like(in_sizes)
+    c.run(c.dist.all_to_all_single, out_sizes, in_sizes)  # first the sizes, then the data
+    recv_sizes = out_sizes.tolist()
+    buf = torch.empty((sum(recv_sizes), *send[0].shape[1:]), dtype=chunks[0].dtype, device=chunks[0].device)
+    c.run(c.dist.all_to_all_single, buf, torch.cat(send), recv_sizes, in_sizes.tolist())
+    got = list(torch.split(buf, recv_sizes))
+    return [got[c.perm[i]].movedim(0, dim).contiguous() for i in range(t)], None, None
+
+
+def _all_to_all_moved(ins, outs, g, i, p):
+    """The chunks sent to / received from the other members."""
+    return (sum(x.nbytes for j, x in enumerate(ins) if j != i), sum(x.nbytes for j, x in enumerate(outs) if j != i))
+
+
+# -- broadcast: every member gets a copy of src's input -------------------------------------------------
+
+def _broadcast(inputs, g, p, keep):
+    x = inputs[_root(g, p)]
+    return [x.copy() for _ in range(g.size)], None
+
+
+def _broadcast_torch(c, x, p):
+    out = x.clone()
+    c.run(c.dist.broadcast, out, p["src"])
+    return out, None, None
+
+
+# -- reduce: the reduction goes to dst only; the others get None ------------------------------------------
+
+def _reduce(inputs, g, p, keep):
+    root = _root(g, p)
+    return [reduce(inputs, p["op"]) if i == root else None for i in range(g.size)], None
+
+
+def _reduce_torch(c, x, p):
+    out = x.clone()  # torch reduces in place; the root's buffer ends up holding the result
+    c.run(c.dist.reduce, out, p["dst"], op=c.reduce_op(p["op"]))
+    if c.g.ranks[c.me] != p["dst"]:
+        return None, None, None
+    if p["op"] == "avg":
+        out /= c.g.size
+    return out, None, None
+
+
+def _reduce_moved(ins, outs, g, i, p):
+    """A chain into dst (a broadcast run backwards): every member but dst sends the buffer once."""
+    sent, recv = broadcast_bytes(ins[0].nbytes, g.size, i, _root(g, p))
+    return recv, sent
+
+
+# -- scatter: src splits its input along dim, member i gets chunk i -------------------------------------
+
+def _scatter(inputs, g, p, keep):
+    parts = np.split(inputs[_root(g, p)], g.size, axis=p["dim"])
+    return [q.copy() for q in parts], None
+
+
+def _scatter_torch(c, x, p):
+    dim, t = p["dim"], c.g.size
+    shape = list(x.shape)
+    shape[dim] //= t
+    out = c.torch.empty(shape, dtype=x.dtype, device=x.device)
+    chunks = None
+    if c.g.ranks[c.me] == p["src"]:
+        chunks = [None] * t  # in torch's member order
+        for i, chunk in enumerate(c.torch.tensor_split(x, t, dim=dim)):
+            chunks[c.perm[i]] = chunk.contiguous()
+    c.run(c.dist.scatter, out, chunks, src=p["src"])
+    return out, None, None
+
+
+def _scatter_moved(ins, outs, g, i, p):
+    """src sends every other member its chunk; each of them receives one chunk."""
+    chunk = outs[0].nbytes
+    return ((g.size - 1) * chunk, 0) if i == _root(g, p) else (0, chunk)
+
+
+# -- barrier ---------------------------------------------------------------------------------------------
+
+def _barrier(inputs, g, p, keep):
+    return [None] * g.size, None
+
+
+def _barrier_torch(c, x, p):
+    c.run(c.dist.barrier)
+    return None, None, None
+
+
+def _ring_formula(op: str, of: str) -> Callable:
+    """Bytes under the ring algorithm (interface.ring_bytes) of the full buffer: the input, or the result."""
+    def moved(ins, outs, g, i, p):
+        x = ins[0] if of == "in" else outs[0]
+        return ring_bytes(op, x.nbytes, g.size, x.itemsize)[i]
+    return moved
+
+
+OPS: dict[str, Op] = {op.name: op for op in (
+    Op(ALL_REDUCE, "array", _all_reduce, _all_reduce_torch, _ring_formula(ALL_REDUCE, "in"),
+       ("partial sum", "replicated"), "AR", "all-reduce", "red"),
+    Op(REDUCE_SCATTER, "array", _reduce_scatter, _reduce_scatter_torch, _ring_formula(REDUCE_SCATTER, "in"),
+       ("partial sum", "sharded on dim {dim}"), "RS", "reduce-scatter", "magenta"),
+    Op(ALL_GATHER, "array", _all_gather, _all_gather_torch, _ring_formula(ALL_GATHER, "out"),
+       ("sharded on dim {dim}", "replicated"), "AG", "all-gather", "dodgerblue"),
+    Op(ALL_TO_ALL, "chunks", _all_to_all, _all_to_all_torch, _all_to_all_moved,
+       ("split on dim {dim} by destination", "split on dim {dim} by source"), "A2", "all-to-all", "yellow"),
+    Op(BROADCAST, "array", _broadcast, _broadcast_torch,
+       lambda ins, outs, g, i, p: broadcast_bytes(ins[0].nbytes, g.size, i, _root(g, p)),
+       ("on rank {src}", "replicated"), "BC", "broadcast", "cyan"),
+    Op(REDUCE, "array", _reduce, _reduce_torch, _reduce_moved,
+       ("partial sum", "reduced on rank {dst}"), "RD", "reduce", "orange"),
+    Op(SCATTER, "array", _scatter, _scatter_torch, _scatter_moved,
+       ("whole on rank {src}", "sharded on dim {dim}"), "SC", "scatter", "orchid"),
+    Op(BARRIER, "nothing", _barrier, _barrier_torch, lambda ins, outs, g, i, p: (0, 0),
+       ("", ""), "BA", "barrier", "white"),
+)}

@@ -1,0 +1,40 @@
+"""Call sites: which line of a program made a call, named the same way on every backend."""
+from __future__ import annotations
+
+import os
+import sys
+from functools import lru_cache
+
+_COMM_DIR = os.path.dirname(os.path.abspath(__file__))
+_PKG_DIR = os.path.dirname(_COMM_DIR)
+_PKG_ROOT = os.path.dirname(_PKG_DIR)
+# Frames in these files are wrappers around the interface; a call site names the line that called them.
+# So are a mutation tester's trampolines (mutmut puts one between every caller and every function).
+_WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "engine", "context.py"))
+_TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
+
+
+@lru_cache(maxsize=512)
+def short_path(filename: str) -> str:
+    """A stable, readable name for a source file: relative to the checkout (or site-packages), else cwd."""
+    path = os.path.abspath(filename)
+    for base in (_PKG_ROOT, os.getcwd()):
+        if path.startswith(base + os.sep):
+            return os.path.relpath(path, base)
+    return path
+
+
+def call_site(depth: int = 2) -> tuple[str, int]:
+    """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
+
+    Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
+    frame = sys._getframe(depth)
+    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)) \
+            and frame.f_back is not None:
+        frame = frame.f_back
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+@lru_cache(maxsize=4096)
+def site_name(site: tuple[str, int]) -> str:
+    return f"{short_path(site[0])}:{site[1]}"
