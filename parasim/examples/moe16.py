@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from ..nn import Saved, TPContext
 from ..nn.layer import Stack, TransformerLayer, expert_weights, layer_weights
+from ..nn.placement import data_axes, grad_group, is_expert
 from ..layout import preset
 from ..nn.zero import Zero1Adam
 from ..pipeline.executor import run_schedule
@@ -150,8 +151,12 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         params = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.params().items()}
         grads = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.grads.items()}
         new, share_sq, state = {}, {}, {}
-        for what, group in (("dense", "dp-cp"), ("expert", "expert-dp")):
-            keys = [k for k in params if (".expert" in k) == (what == "expert")]
+        placed = {f"L{first + i}.{k}": p for i, layer in enumerate(layers) for k, p in layer.placements.items()}
+        by_group: dict[str, list[str]] = {}  # each gradient's data-parallel group, read from its placement
+        for k in params:
+            by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), []).append(k)
+        for group, keys in by_group.items():
+            what = "expert" if is_expert(placed[keys[0]]) else "dense"
             opt = Zero1Adam(ctx, g[group], {k: params[k] for k in keys}, lr=LR, name=f"ZeRO-1 over {group}")
             updated, sq = opt.step({k: grads[k] for k in keys})
             new.update(updated)

@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..layout import LayoutError, check_heads
-from .core import Saved, Shard, TPContext
+from .core import Saved, TPContext
 from .dropout import dropout_mask
 from .linear import ColumnParallelLinear, RowParallelLinear
 
@@ -29,8 +29,6 @@ def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], li
 
 
 class ParallelAttention:
-    placements = {"qkv.weight": Shard(1), "out.weight": Shard(0), "scores": Shard(1)}  # scores [b, heads, s, s]
-
     def __init__(self, tp: TPContext, wq: Any, wk: Any, wv: Any, wo: Any, heads: int, kv_heads: int | None = None,
                  dropout: float = 0.0, key: str = "attn", name: str = "attn", flash: bool = False,
                  bq: Any = None, bk: Any = None, bv: Any = None, bo: Any = None):
@@ -167,3 +165,10 @@ class ParallelAttention:
     def grads(self) -> dict[str, Any]:
         return {**{f"qkv.{k}": v for k, v in self.qkv.grads.items()},
                 **{f"out.{k}": v for k, v in self.out.grads.items()}}
+
+    @property
+    def placements(self) -> dict[str, dict]:
+        """Q, K and V's columns by head, then the output's rows (kv heads fewer than TP ranks are replicated
+        on tp/kv ranks: their columns' gradients are partial over those ranks, which checks sum by hand)."""
+        return {**{f"qkv.{k}": p for k, p in self.qkv.placements.items() if getattr(self.qkv, k) is not None},
+                **{f"out.{k}": p for k, p in self.out.placements.items() if getattr(self.out, k) is not None}}

@@ -1,4 +1,4 @@
-"""Placements, the tensor-parallel context of a rank, the conjugate operators f and g (and their
+"""The tensor-parallel context of a rank, the conjugate operators f and g (and their
 sequence-parallel forms), and the record of what forward keeps for backward."""
 from __future__ import annotations
 
@@ -6,34 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.interface import Group
-from ..layout import LayoutError
+from .placement import Partial, Replicate, Shard, local
 
-
-# -- placements, as torch's DTensor names them -------------------------------------------------------
-@dataclass(frozen=True)
-class Replicate:
-    """Every rank of the group holds the whole tensor."""
-
-    def __str__(self) -> str:
-        return "replicated"
-
-
-@dataclass(frozen=True)
-class Shard:
-    """Each rank holds one slice along `dim`."""
-
-    dim: int
-
-    def __str__(self) -> str:
-        return f"sharded on dim {self.dim}"
-
-
-@dataclass(frozen=True)
-class Partial:
-    """Each rank holds a partial sum; the true value is the sum over the group."""
-
-    def __str__(self) -> str:
-        return "partial sum"
+__all__ = ["Partial", "Replicate", "Shard", "TPContext", "Saved"]  # placements live in placement.py
 
 
 @dataclass
@@ -94,14 +69,8 @@ class TPContext:
         return 0 if self.group is None else self.group.group_rank(self.ctx.rank)
 
     def shard(self, full: Any, dim: int) -> Any:
-        """This rank's slice of a whole tensor along `dim` (a copy, so it owns its memory)."""
-        if full.shape[dim] % self.t:
-            raise LayoutError(f"size {full.shape[dim]} of dim {dim} does not divide by tp {self.t}: each rank must "
-                              "hold an equal slice")
-        n = full.shape[dim] // self.t
-        index = [slice(None)] * full.ndim
-        index[dim] = slice(self.r * n, (self.r + 1) * n)
-        return self.xp.asarray(full[tuple(index)], copy=True)
+        """This rank's slice of a whole tensor along `dim` over TP (a copy, so it owns its memory)."""
+        return local(full, Shard(dim), self.t, self.r, self.xp)
 
     # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (the input was
     # copied to every rank, and the backward of a copy is a sum). g: the reverse.

@@ -21,7 +21,7 @@ def _owned(tp: TPContext, ids: Any, vocab: int) -> Any:
 
 
 class VocabParallelEmbedding:
-    placements = {"weight": Shard(0)}
+    placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
 
     def __init__(self, tp: TPContext, weight: Any, name: str = "embedding"):
         self.tp, self.name, self.vocab = tp, name, weight.shape[0]

@@ -129,10 +129,18 @@ class TransformerLayer:
 
     @property
     def grads(self) -> dict[str, Any]:
+        return self._named("grads")
+
+    @property
+    def placements(self) -> dict[str, dict]:
+        """Each weight's placement over the mesh axes, named as in `params` and `grads`."""
+        return self._named("placements")
+
+    def _named(self, what: str) -> dict[str, Any]:
         out = {}
         for part in ("ln1", "attn", "ln2", "mlp"):
             label = "moe" if part == "mlp" and self.shape.experts else part
-            for k, v in getattr(self, part).grads.items():
+            for k, v in getattr(getattr(self, part), what).items():
                 out[f"{label}.{k}"] = v
         return out
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Partial, Replicate, Saved, Shard, TPContext
+from .core import Saved, TPContext
+from .placement import Partial, Replicate, Shard, settle
 
 
 def _weight_grad(xp: Any, x: Any, dy: Any) -> Any:
@@ -25,7 +26,8 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
 class ColumnParallelLinear:
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
-    placements = {"weight": Shard(1), "bias": Shard(0), "input": Replicate(), "output": Shard(-1)}
+    # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim
+    placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
 
     def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
@@ -72,11 +74,12 @@ class RowParallelLinear:
     """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
     under SP) once the partial sums are reduced."""
 
-    placements = {"weight": Shard(0), "bias": Replicate(), "input": Shard(-1), "output before g": Partial(),
-                  "output": Replicate()}
-
     def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "row"):
         self.tp, self.name = tp, name
+        # input sharded on its last dim; output a partial sum until g (or SP's reduce-scatter) sums it.
+        # The bias is added after the sum, whole on every rank; under SP each rank adds it to its own
+        # tokens only, so its gradient is a partial sum over TP.
+        self.placements = {"weight": {"tp": Shard(0)}, "bias": {"tp": Partial() if tp.sp else Replicate()}}
         self.weight = tp.shard(weight, 0)
         self.bias = None if bias is None else tp.xp.asarray(bias, copy=True)
         self.grads: dict[str, Any] = {}
@@ -96,8 +99,7 @@ class RowParallelLinear:
 
         def bias() -> None:
             db = _bias_grad(xp, dy)
-            if tp.sp and tp.t > 1:  # each rank saw only its tokens: the replicated bias's grad is a partial sum
-                db = tp.comm.all_reduce(db, group=tp.group, label=f"{self.name} backward: sum bias grad (SP)")
+            db = settle(tp, self.placements["bias"], db, f"{self.name} backward: sum bias grad (SP)")
             self._accumulate("bias", db)
         if self.bias is not None:
             tp.weight_grad(bias)

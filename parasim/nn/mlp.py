@@ -34,3 +34,8 @@ class ParallelMLP:
     def grads(self) -> dict[str, Any]:
         return {**{f"fc1.{k}": v for k, v in self.fc1.grads.items()},
                 **{f"fc2.{k}": v for k, v in self.fc2.grads.items()}}
+
+    @property
+    def placements(self) -> dict[str, dict]:
+        return {**{f"fc1.{k}": p for k, p in self.fc1.placements.items() if getattr(self.fc1, k) is not None},
+                **{f"fc2.{k}": p for k, p in self.fc2.placements.items() if getattr(self.fc2, k) is not None}}

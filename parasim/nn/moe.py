@@ -19,12 +19,11 @@ from typing import Any
 from ..comm.interface import Group
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
-from .core import Replicate, Saved, Shard, TPContext
+from .core import Saved, TPContext
+from .placement import Partial, Replicate, Shard, settle
 
 
 class MoE:
-    placements = {"router": Replicate(), "experts": Shard(0), "tokens": Shard(0)}  # experts split over EP
-
     def __init__(self, tp: TPContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
                  act: str = "gelu", name: str = "moe"):
         n_exp = len(experts)
@@ -41,6 +40,11 @@ class MoE:
         self.router = xp.asarray(router, copy=True)
         self.experts = [{k: xp.asarray(v, copy=True) for k, v in experts[self.first + j].items() if v is not None}
                         for j in range(self.per)]
+        # the router is whole on every rank; under SP each TP rank routes its own tokens, so its gradient
+        # is a partial sum over TP. Each expert lives on one EP rank (split over EP, whole over ETP = 1).
+        self.placements: dict[str, dict] = {"router": {"tp": Partial() if tp.sp else Replicate()}}
+        for j, e in enumerate(self.experts):
+            self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0)} for k in e})
         self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
 
@@ -138,8 +142,7 @@ class MoE:
 
         def router_grad() -> None:
             g = xp.matmul(tokens.T, dlogits)
-            if tp.sp and tp.t > 1:  # each TP rank routed only its own tokens
-                g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum router grad (SP)")
+            g = settle(tp, self.placements["router"], g, f"{self.name} backward: sum router grad (SP)")
             self._accumulate("router", g)
         tp.weight_grad(router_grad)
         dx = dx + xp.matmul(dlogits, self.router.T)

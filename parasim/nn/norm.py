@@ -4,18 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Replicate, Saved, TPContext
+from .core import Saved, TPContext
+from .placement import Partial, Replicate, settle
 
 
 class LayerNorm:
-    placements = {"weight": Replicate(), "bias": Replicate(), "input": Replicate()}  # input Shard(0) under SP
-
     def __init__(self, tp: TPContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
                  rms: bool = False):
         xp = tp.xp
         self.tp, self.name, self.eps, self.rms = tp, name, eps, rms
         self.weight = xp.asarray(weight, copy=True)
         self.bias = None if bias is None or rms else xp.asarray(bias, copy=True)
+        # whole on every TP rank; under SP each rank normalises its own tokens: a partial gradient
+        over_tp = Partial() if tp.sp else Replicate()
+        self.placements = {k: {"tp": over_tp} for k in ("weight", "bias") if getattr(self, k) is not None}
         self.grads: dict[str, Any] = {}
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
@@ -44,8 +46,7 @@ class LayerNorm:
             if self.bias is not None:
                 grads["bias"] = xp.sum(dy, axis=lead)
             for k, g in grads.items():
-                if tp.sp and tp.t > 1:  # each rank saw only its tokens
-                    g = tp.comm.all_reduce(g, group=tp.group, label=f"{self.name} backward: sum {k} grad (SP)")
+                g = settle(tp, self.placements[k], g, f"{self.name} backward: sum {k} grad (SP)")
                 self.grads[k] = g if k not in self.grads else self.grads[k] + g
         tp.weight_grad(weights)
         dxhat = dy * self.weight

@@ -1,0 +1,112 @@
+"""Placements, as torch's DTensor names them, over named mesh axes, and what they decide.
+
+A layer declares, for each of its weights, how the weight lies over the model axes that split it (tp; ep
+for experts): `Shard(dim)` (each rank holds one slice), `Replicate()` (every rank holds it whole), or
+`Partial()`: the weight is whole on every rank, but backward leaves each rank only a partial sum of its
+gradient (under SP each TP rank saw its own tokens). That one declaration, per weight, drives:
+  (a) `local`: cutting the whole weight into this rank's piece;
+  (b) `sum_axes` / `grad_group`: the axes, and the layout's group, its gradient is summed over: the Partial
+      model axes, then the data axes (dp x cp for dense weights, expert-dp for experts, which EP splits);
+      layers sum the model axes in their backward (`settle`), data-parallel code sums the data axes;
+  (c) `assemble`: the whole tensor back from the pieces of one axis's group (checks, the app).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+from ..layout import KINDS, LayoutError
+
+
+@dataclass(frozen=True)
+class Replicate:
+    """Every rank of the group holds the whole tensor."""
+
+    def __str__(self) -> str:
+        return "replicated"
+
+
+@dataclass(frozen=True)
+class Shard:
+    """Each rank holds one slice along `dim`."""
+
+    dim: int
+
+    def __str__(self) -> str:
+        return f"sharded on dim {self.dim}"
+
+
+@dataclass(frozen=True)
+class Partial:
+    """Each rank holds a partial sum; the true value is the sum over the group."""
+
+    def __str__(self) -> str:
+        return "partial sum"
+
+
+Placement = Replicate | Shard | Partial
+Placed = Mapping[str, Placement]  # mesh axis -> placement; an axis not named is Replicate
+
+# The layout's names for the axes a gradient can be summed over, per group generator (Megatron-Core's
+# dense and expert rank generators; layout.KINDS): ours -> the generator's.
+_AXES = {"dense": {"tp": "tp", "cp": "cp", "dp": "dp"}, "expert": {"etp": "tp", "ep": "ep", "edp": "dp"}}
+
+
+def is_expert(placed: Placed) -> bool:
+    """Split over EP: an expert's weight, which the expert generator's groups serve."""
+    return "ep" in placed
+
+
+def data_axes(placed: Placed) -> tuple[str, ...]:
+    """Where copies of a weight see different data: dp x cp for dense weights, expert-dp for experts."""
+    return ("edp",) if is_expert(placed) else ("dp", "cp")
+
+
+def sum_axes(placed: Placed) -> tuple[str, ...]:
+    """Every axis this weight's gradient is summed over: its Partial model axes, then its data axes."""
+    return tuple(a for a, p in placed.items() if isinstance(p, Partial)) + data_axes(placed)
+
+
+def grad_group(placed: Placed, axes: Sequence[str] | None = None) -> str:
+    """The name of the layout's group over `axes` (default: all of `sum_axes`), e.g. 'dp-cp', 'tp-dp-cp',
+    'expert-dp'."""
+    generator = "expert" if is_expert(placed) else "dense"
+    axes = tuple(sum_axes(placed) if axes is None else axes)
+    want = {_AXES[generator].get(a, "?") for a in axes}
+    for name, gen, over in KINDS:
+        if gen == generator and set(over) == want:
+            return name
+    raise LayoutError(f"no {generator} group of the layout spans axes {', '.join(sorted(axes))}")
+
+
+def local(whole: Any, p: Placement, size: int, index: int, xp: Any) -> Any:
+    """(a) Rank `index` of a group of `size`: its piece of `whole` (a copy, so it owns its memory)."""
+    if not isinstance(p, Shard) or size == 1:
+        return xp.asarray(whole, copy=True)
+    if whole.shape[p.dim] % size:
+        raise LayoutError(f"size {whole.shape[p.dim]} of dim {p.dim} does not divide by tp {size}: each rank must "
+                          "hold an equal slice")
+    n = whole.shape[p.dim] // size
+    cut = [slice(None)] * whole.ndim
+    cut[p.dim] = slice(index * n, (index + 1) * n)
+    return xp.asarray(whole[tuple(cut)], copy=True)
+
+
+def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
+    """(c) The whole tensor from the pieces of one group, in group-rank order."""
+    if isinstance(p, Shard):
+        return xp.concat(list(pieces), axis=p.dim)
+    if isinstance(p, Partial):
+        total = pieces[0]
+        for x in pieces[1:]:
+            total = total + x
+        return total
+    return pieces[0]  # replicated: every piece is the whole
+
+
+def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
+    """(b), inside a layer: sum a fresh weight gradient over its Partial model axis (tp), so that what the
+    layer keeps is replicated over TP; the data axes are left to data-parallel code."""
+    if isinstance(placed.get("tp"), Partial) and tp.t > 1:
+        return tp.comm.all_reduce(grad, group=tp.group, label=label)
+    return grad
