@@ -4,7 +4,7 @@ virtual and real (gloo) ranks alike, with an error naming both ranks and both ca
 One table drives every test: (call, kwargs of rank 0, kwargs of rank 1), the two differing in exactly one
 parameter (shape and dtype choose the input array). Without the parameter in the compared signature the
 run would go on with rank 0's parameters (virtual) or whatever gloo makes of it (real), so each row fails
-when its parameter is dropped from the signature in virtual_comm.py or torchdist.py.
+when its parameter is dropped from the signature (`interface.signature`, or the call's params).
 """
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import pytest
 
 import parasim
 from parasim import CollectiveMismatch, Deadlock
-from parasim.comm.interface import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE_SCATTER
+from parasim.comm.interface import ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER
 
 P2P = "p2p"  # rank 0 sends to kwargs["dst"], rank 1 receives from kwargs["src"] (shape and dtype its own)
 DEFAULTS = {"shape": (2, 2), "dtype": "float64"}
-CALL_DEFAULTS = {BROADCAST: {"src": 0}, P2P: {"dst": 1, "src": 0}}
+CALL_DEFAULTS = {BROADCAST: {"src": 0}, REDUCE: {"dst": 0}, SCATTER: {"src": 0}, P2P: {"dst": 1, "src": 0}}
 
 # Every row raises CollectiveMismatch. (call, rank 0's kwargs, rank 1's kwargs)
 MISMATCHES = [
@@ -45,6 +45,14 @@ MISMATCHES = [
     (ALL_TO_ALL, {"dtype": "float64"}, {"dtype": "float32"}),
     (ALL_TO_ALL, {"dim": 0}, {"dim": 1}),
     (ALL_TO_ALL, {"shape": (2, 2)}, {"shape": (2, 3)}),  # chunks differ in a dim other than `dim`
+    (REDUCE, {"dst": 0}, {"dst": 1}),
+    (REDUCE, {"op": "sum"}, {"op": "max"}),
+    (REDUCE, {"shape": (2, 2)}, {"shape": (4,)}),
+    (REDUCE, {"dtype": "float64"}, {"dtype": "int64"}),
+    (SCATTER, {"src": 0}, {"src": 1}),
+    (SCATTER, {"dim": 0}, {"dim": 1}),
+    (SCATTER, {"shape": (2, 2)}, {"shape": (4, 2)}),
+    (SCATTER, {"dtype": "float32"}, {"dtype": "float64"}),
     (P2P, {"shape": (2,)}, {"shape": (3,)}),
     (P2P, {"dtype": "float64"}, {"dtype": "float32"}),
 ]
@@ -66,6 +74,8 @@ GLOO = [
     (REDUCE_SCATTER, {"dim": 0}, {"dim": 1}),
     (BROADCAST, {"src": 0}, {"src": 1}),
     (ALL_GATHER, {"algo": "direct"}, {"algo": "ring"}),
+    (REDUCE, {"dst": 0}, {"dst": 1}),
+    (SCATTER, {"src": 0}, {"src": 1}),
     (P2P, {"shape": (2,)}, {"shape": (3,)}),
 ]
 assert all(row in MISMATCHES for row in GLOO)

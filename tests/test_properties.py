@@ -33,8 +33,8 @@ from hypothesis import strategies as st
 
 import parasim
 from parasim import CollectiveError, Recv, Send
-from parasim.comm.interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P,
-                                    REDUCE_SCATTER, broadcast_bytes, ring_bytes)
+from parasim.comm.interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, P2P, REDUCE,
+                                    REDUCE_SCATTER, SCATTER, broadcast_bytes, ring_bytes)
 
 try:  # numpy >= 2
     from numpy.lib.array_utils import byte_bounds
@@ -45,7 +45,7 @@ DTYPES = ("float64", "float32", "int64", "int32")
 FLOATS = ("float64", "float32")
 LAYOUTS = ("c", "c", "f", "flip", "strided")  # how an input array is laid out in memory
 EXCHANGE, PIPELINE = "exchange", "pipeline"
-COLLECTIVES = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, BARRIER)
+COLLECTIVES = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, BARRIER, REDUCE, SCATTER)
 P2P_KINDS = (EXCHANGE, PIPELINE)
 ALL_KINDS = COLLECTIVES + P2P_KINDS
 SITE = "tests/test_properties.py:"
@@ -65,7 +65,7 @@ class Phase:
     dim: int = 0
     op: str = "sum"
     algo: str | None = None      # None: the run's default
-    src_pos: int = 0             # broadcast: position of src in the group
+    src_pos: int = 0             # broadcast, scatter, reduce: position of the root (src or dst) in the group
     sizes: tuple = ()            # all_to_all: sizes[i][j] along dim, member i -> member j
     layout: str = "c"
     shapes: tuple = ()           # exchange: shapes[pos][slot] of what member pos sends
@@ -116,16 +116,16 @@ def phases(draw, kind, t, dtypes=DTYPES):
     dtype = draw(st.sampled_from(dtypes))
     layout = draw(st.sampled_from(LAYOUTS))
     ph = Phase(kind, None, dtype=dtype, layout=layout)
-    if kind in (ALL_REDUCE, REDUCE_SCATTER):
+    if kind in (ALL_REDUCE, REDUCE_SCATTER, REDUCE):
         ph.op = draw(st.sampled_from(("sum", "avg", "max", "min") if dtype in FLOATS else ("sum", "max", "min")))
     if kind in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER):
         ph.algo = draw(st.sampled_from((None, "direct", "ring")))
-    if kind in (ALL_REDUCE, BROADCAST):
+    if kind in (ALL_REDUCE, BROADCAST, REDUCE):
         ph.shape = draw(dims(0, 3))
-    elif kind in (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL):
+    elif kind in (REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, SCATTER):
         shape = list(draw(dims(1, 3)))
         ph.dim = draw(st.integers(-len(shape), len(shape) - 1))
-        if kind == REDUCE_SCATTER:
+        if kind in (REDUCE_SCATTER, SCATTER):
             shape[ph.dim] = t * draw(st.integers(0, 2))
         ph.shape = tuple(shape)
         if kind == ALL_TO_ALL:
@@ -139,7 +139,7 @@ def phases(draw, kind, t, dtypes=DTYPES):
         ph.dtypes = tuple(draw(st.sampled_from(dtypes)) for _ in range(nslots))
         ph.shapes = tuple(tuple(draw(dims(0, 2)) for _ in range(nslots)) for _ in range(t))
         ph.order = draw(st.sampled_from(("send_first", "recv_first", "interleave")))
-    if kind == BROADCAST:
+    if kind in (BROADCAST, REDUCE, SCATTER):
         ph.src_pos = draw(st.integers(0, t - 1))
     return ph
 
@@ -214,6 +214,16 @@ def run_phase(ctx, plan, k, ph, g):
     if ph.kind == BARRIER:
         assert comm.barrier(group=g, label=label) is None
         return [], []
+    if ph.kind == REDUCE:  # the root gets the reduction, every other member None
+        x = make(plan.seed, k, r, 0, ph.shape, ph.dtype, ph.layout)
+        out = comm.reduce(x, members[ph.src_pos], ph.op, group=g, label=label)
+        if pos != ph.src_pos:
+            assert out is None
+            return [x], []
+        return [x], [out]
+    if ph.kind == SCATTER:  # every member passes an array of the full shape; only the root's is read
+        x = make(plan.seed, k, r, 0, ph.shape, ph.dtype, ph.layout)
+        return [x], [comm.scatter(x, members[ph.src_pos], ph.dim, group=g, label=label)]
     if ph.kind == EXCHANGE:
         entries, xs = exchange_entries(plan, k, ph, members, pos)
         out = comm.exchange(entries, group=g, label=label)
@@ -289,6 +299,12 @@ def expected_values(plan, k, ph):
         else:
             outs = [xs[ph.src_pos]] * t
         return {r: ([x], [y]) for r, x, y in zip(members, xs, outs)}
+    if ph.kind in (REDUCE, SCATTER):
+        xs = [mk(r, 0, ph.shape, ph.dtype, ph.layout) for r in members]
+        if ph.kind == SCATTER:  # chunk i of the root's input, whatever the others passed
+            return {r: ([x], [np.split(xs[ph.src_pos], t, axis=ph.dim)[i]]) for i, (r, x) in enumerate(zip(members, xs))}
+        total = reduce_ref(xs, ph.op, ph.dtype)
+        return {r: ([x], [total] if i == ph.src_pos else []) for i, (r, x) in enumerate(zip(members, xs))}
     if ph.kind == ALL_TO_ALL:
         chunks = [[mk(r, j, a2a_shape(ph, i, j), ph.dtype, ph.layout) for j in range(t)]
                   for i, r in enumerate(members)]
@@ -355,6 +371,12 @@ def expected_bytes(ph, members, ins):
         return want
     if ph.kind == BARRIER:
         return [(0, 0)] * t
+    n = ins[members[0]][0].nbytes
+    pos = [(i - ph.src_pos) % t for i in range(t)]  # distance from the root
+    if ph.kind == REDUCE:  # a chain into the root: t-1 -> t-2 -> ... -> 1 -> root, the whole buffer each hop
+        return [(n * (p > 0), n * (p < t - 1)) for p in pos]
+    if ph.kind == SCATTER:  # the root sends each other member its chunk
+        return [((t - 1) * (n // t), 0) if p == 0 else (0, n // t) for p in pos]
     raise AssertionError(ph.kind)
 
 
@@ -362,7 +384,7 @@ def expected_params(ph, algo):
     dim = ph.dim % len(ph.shape) if ph.shape else 0
     return {ALL_REDUCE: {"op": ph.op, "algo": algo}, REDUCE_SCATTER: {"op": ph.op, "dim": dim, "algo": algo},
             ALL_GATHER: {"dim": dim, "algo": algo}, ALL_TO_ALL: {"dim": dim}, BROADCAST: {"src": None},
-            BARRIER: {}}[ph.kind]
+            BARRIER: {}, REDUCE: {"op": ph.op, "dst": None}, SCATTER: {"dim": dim, "src": None}}[ph.kind]
 
 
 def expected_transfers(plan, ph, clocks):
@@ -498,8 +520,9 @@ def check_run(plan, res, algo=None):
                 clocks[r] = step
             ev_algo = (ph.algo or algo) if ph.kind in (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER) else None
             params = expected_params(ph, ev_algo)
-            if ph.kind == BROADCAST:
-                params["src"] = members[ph.src_pos]
+            for root in ("src", "dst"):
+                if root in params:
+                    params[root] = members[ph.src_pos]
             assert (e.kind, e.op, e.step, e.params, e.algo) == ("collective", ph.kind, step, params, ev_algo)
             assert e.ranks == list(members)
             ins = {r: want[r][0] for r in members}
@@ -584,6 +607,11 @@ def test_all_to_all_uneven_chunks(plan):
 
 
 @settings(max_examples=100, **SETTINGS)
+@given(plans(kinds=(REDUCE, SCATTER)))
+def test_reduce_and_scatter(plan):
+    check_run(plan, run_plan(plan))
+
+
 @given(plans(kinds=(BROADCAST, BARRIER)))
 def test_broadcast_and_barrier(plan):
     check_run(plan, run_plan(plan))

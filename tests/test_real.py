@@ -122,6 +122,37 @@ def test_every_op_matches_virtual_on_three_ranks():
     assert report.values[0]["rs"].tolist() == virtual.values[0]["rs"].tolist()
 
 
+def rooted(ctx):
+    """reduce and scatter with roots in a group of non-ascending order, integer-valued and float32 data."""
+    comm = ctx.comm
+    rev = ctx.new_group(list(range(ctx.world))[::-1], "rev")
+    x = ctx.asarray([1, 2, 3, 4, 5, 6]) * (10 ** ctx.rank)
+    y = ctx.rng.normal((3,), dtype="float32")
+    return {"rd": comm.reduce(x, dst=1, group=rev), "max": comm.reduce(x, 2, op="max"),
+            "avg": comm.reduce(y, 0, op="avg", group=rev),
+            "sc": comm.scatter(x, src=2, group=rev), "sc1": comm.scatter(x.reshape(2, 3), 0, dim=1, label="cols")}
+
+
+def test_reduce_and_scatter_on_gloo_equal_numpy_and_the_virtual_run():
+    report = run_real(rooted, 3, RealOptions("gloo", keep_values=16))
+    assert report.match, report.differences
+    base = np.array([1, 2, 3, 4, 5, 6], dtype=np.float64)
+    xs = [base * 10 ** r for r in range(3)]
+    for r, v in enumerate(report.values):
+        assert (v["rd"] is None) == (r != 1) and (v["max"] is None) == (r != 2) and (v["avg"] is None) == (r != 0)
+        assert v["sc"].tolist() == xs[2].reshape(3, 2)[2 - r].tolist()  # rev: rank r is member 2 - r
+        assert v["sc1"].tolist() == xs[0].reshape(2, 3)[:, r:r + 1].tolist()
+    assert report.values[1]["rd"].tolist() == (xs[0] + xs[1] + xs[2]).tolist()
+    assert report.values[2]["max"].tolist() == xs[2].tolist()
+    events = [e for e in report.trace.events if e.op in ("reduce", "scatter")]
+    assert [(e.op, [(m.rank, m.sent, m.recv) for m in e.members]) for e in events] == [
+        ("reduce", [(2, 48, 0), (1, 0, 48), (0, 48, 48)]),  # chain 2 -> 0 -> 1 (rev order from dst)
+        ("reduce", [(0, 48, 48), (1, 48, 0), (2, 0, 48)]),
+        ("reduce", [(2, 12, 12), (1, 12, 0), (0, 0, 12)]),
+        ("scatter", [(2, 32, 0), (1, 0, 16), (0, 0, 16)]),
+        ("scatter", [(0, 32, 0), (1, 0, 16), (2, 0, 16)])]
+
+
 def test_a_changed_value_is_reported():
     results = [{"rank": 0, "world": 1, "value": np.array([1.0]), "records": [], "groups": [[0, "world", [0]]]}]
     virtual = parasim.run(lambda ctx: ctx.asarray([2.0]), 1)

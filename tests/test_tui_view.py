@@ -159,3 +159,23 @@ def test_no_screen_parses_words():
     for path in [*sorted((root / "tui").glob("*.py")), root / "examples" / "moe16.py", root / "cli" / "trace.py"]:
         text = path.read_text()
         assert "import re\n" not in text and "from re import" not in text, path
+
+
+def rooted(ctx):
+    x = ctx.asarray([1.0, 2.0, 3.0, 4.0]) * (ctx.rank + 1)
+    ctx.comm.reduce(x, dst=1)
+    ctx.comm.scatter(x, src=0)
+
+
+def test_reduce_and_scatter_cells_and_words():
+    """The op table's glyph and placement words reach the screen; a reduce's other members hold nothing after."""
+    import parasim
+    view = View(parasim.run(rooted, 2, keep_values=8).trace)
+    assert [view.cell(0, 1), view.cell(1, 2)] == [("RD", "reduce"), ("SC", "scatter")]
+    held = [(h.rank, h.role, h.placement, h.values) for h in view.holdings(0)]
+    assert held == [(0, "in", "partial sum", "[1 2 3 4]"), (1, "in", "partial sum", "[2 4 6 8]"),
+                    (1, "out", "reduced on rank 1", "[3 6 9 12]")]
+    held = [(h.rank, h.role, h.placement, h.values) for h in view.holdings(1)]
+    assert held[1] == (0, "out", "sharded on dim 0", "[1 2]") and held[3] == (1, "out", "sharded on dim 0", "[3 4]")
+    assert held[0][2] == "whole on rank 0"
+    assert view.detail(0)[2] == "op=sum" and "sent 32 B, received 0 B" in view.detail(0)[4]

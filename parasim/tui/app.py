@@ -5,12 +5,13 @@ from __future__ import annotations
 from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
+from textual.color import Color
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
-from .timeline import STYLES, Timeline
-from .view import KINDS, SlotWindow, View, Watch
+from .timeline import Timeline
+from .view import COLOURS, IDLE, KINDS, SlotWindow, View, Watch, kind_of
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
@@ -78,9 +79,12 @@ class ParasimApp(App):
 
     # -- drawing -----------------------------------------------------------------------------------
     def _legend(self) -> Text:
+        """The kinds of cell this trace holds, in the op table's order, each in its grid colour."""
+        seen = {kind_of(e, m.rank) for e in self.view.events for m in e.members}
         text = Text()
-        for code, style in list(KINDS.values()) + [("··", "idle")]:
-            text.append(f"{code}", style=f"reverse {_LEGEND.get(style, 'white')}")
+        for code, style in [KINDS[k] for k in KINDS if k in seen] + [IDLE]:
+            colour = Color.parse(COLOURS[style]).rich_color.name if style in COLOURS else "grey30"  # idle
+            text.append(f"{code}", style=f"reverse {colour}")
             text.append(f" {style} ")
         return text
 
@@ -261,7 +265,3 @@ class ParasimApp(App):
 
 
 _SLOT_STYLE = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
-_LEGEND = {"all-reduce": "red", "reduce-scatter": "magenta", "all-gather": "blue", "all-to-all": "yellow",
-           "broadcast": "cyan", "barrier": "white", "send": "green", "recv": "bright_green", "compute": "grey50",
-           "idle": "grey30"}
-assert set(_LEGEND) >= set(STYLES)

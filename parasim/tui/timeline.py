@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .view import IDLE, KINDS, View
+from .view import COLOURS, IDLE, KINDS, View
 
 LABEL_W, CELL_W = 8, 3
 STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})
@@ -17,6 +17,8 @@ STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})
 class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
     """Ranks as rows, logical steps as columns; the selected event's cells are highlighted."""
 
+    # each kind's colour comes from the op table (view.COLOURS); the rest of the look is in parasim.tcss
+    DEFAULT_CSS = "\n".join(f"Timeline > .timeline--{title} {{ color: {colour}; }}" for title, colour in COLOURS.items())
     COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
                                                                 "timeline--header", "timeline--column",
                                                                 "timeline--watch"}

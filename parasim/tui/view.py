@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..comm.ops import OPS
 from ..trace import Event, Trace
 
-# cell text and style name per kind of event (styles live in parasim.tcss as component classes)
-KINDS = {
-    "all_reduce": ("AR", "all-reduce"), "reduce_scatter": ("RS", "reduce-scatter"),
-    "all_gather": ("AG", "all-gather"), "all_to_all": ("A2", "all-to-all"), "broadcast": ("BC", "broadcast"),
-    "barrier": ("BA", "barrier"), "send": ("S>", "send"), "recv": (">R", "recv"), "compute": ("CO", "compute"),
-}
+# cell text, style name and colour per kind of event: every collective's from the op table, then the rest
+STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}
+STYLES.update({"send": ("S>", "send", "green"), "recv": (">R", "recv", "lime"), "compute": ("CO", "compute", "grey")})
+KINDS = {kind: (glyph, title) for kind, (glyph, title, _) in STYLES.items()}
+COLOURS = {title: colour for _, title, colour in STYLES.values()}
 IDLE = ("··", "idle")
 
 
@@ -27,17 +27,9 @@ def kind_of(e: Event, rank: int) -> str:
 
 
 def placement(e: Event, side: str) -> str:
-    """How a collective's input or output is laid out over its group (DTensor's words)."""
-    op, dim = e.op, e.params.get("dim")
-    table = {
-        "all_reduce": ("partial sum", "replicated"),
-        "reduce_scatter": ("partial sum", f"sharded on dim {dim}"),
-        "all_gather": (f"sharded on dim {dim}", "replicated"),
-        "all_to_all": (f"split on dim {dim} by destination", f"split on dim {dim} by source"),
-        "broadcast": (f"on rank {e.params.get('src')}", "replicated"),
-    }
-    if op in table:
-        return table[op][0 if side == "in" else 1]
+    """How a collective's input or output is laid out over its group (DTensor's words, from the op table)."""
+    if e.kind == "collective" and e.op in OPS:
+        return OPS[e.op].words(side, e.params)
     return "point-to-point" if e.kind == "p2p" else ""
 
 

@@ -1,0 +1,45 @@
+"""The op table (parasim/comm/ops.py) is the one place a collective is described: every entry is reachable
+as a Comm method of its name, drawn distinctly, accepted by the trace format, and replayed to the same event."""
+import numpy as np
+
+import parasim
+from parasim.comm.interface import Comm
+from parasim.comm.ops import OPS
+from parasim.trace import Trace
+
+
+def test_every_entry_is_a_public_method_with_its_own_look():
+    assert set(OPS) == {"all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "scatter",
+                        "barrier"}
+    for name, op in OPS.items():
+        assert op.name == name and callable(getattr(Comm, name)) and op.takes in ("array", "chunks", "nothing")
+        assert len(op.glyph) == 2 and op.title and op.colour
+    for field in ("glyph", "title", "colour"):
+        values = [getattr(op, field) for op in OPS.values()]
+        assert len(set(values)) == len(values), field
+
+
+def one_of_each(ctx):
+    comm, x = ctx.comm, ctx.asarray([1.0, 2.0, 3.0, 4.0, 5.0, 6.0]) + ctx.rank
+    comm.all_reduce(x), comm.reduce_scatter(x), comm.all_gather(x), comm.all_to_all([x[:1], x[1:], x[:0]])
+    comm.broadcast(x, 2), comm.reduce(x, 1, "max"), comm.scatter(x, 0), comm.barrier()
+
+
+def test_the_trace_file_keeps_every_op_and_a_replay_gives_the_same_events(tmp_path):
+    trace = parasim.run(one_of_each, 3, keep_values=8).trace
+    assert [e.op for e in trace.events] == list(OPS)
+    trace.save(tmp_path / "t.json")
+    again = Trace.load(tmp_path / "t.json")  # checked against the schema first
+    assert [(e.op, e.params, [(m.sent, m.recv, m.after) for m in e.members]) for e in again.events] == \
+        [(e.op, e.params, [(m.sent, m.recv, m.after) for m in e.members]) for e in trace.events]
+
+    def replay(ctx):  # each event made again from its record alone: op, params, input shapes
+        for e in trace.events:
+            m = next(m for m in e.members if m.rank == ctx.rank)
+            OPS[e.op].replay(ctx.comm, [np.zeros(t.shape, t.dtype) for t in m.ins], e.params, None, e.label)
+    replayed = parasim.run(replay, 3).trace
+    assert [(e.op, e.params, e.step, [(m.rank, m.ins, m.outs, m.sent, m.recv) for m in e.members])
+            for e in replayed.events] == \
+        [(e.op, e.params, e.step, [(m.rank, m.ins, m.outs, m.sent, m.recv) for m in e.members]) for e in trace.events]
+    reduce = trace.events[5]
+    assert [m.after for m in reduce.members] == [(), ([3.0, 4.0, 5.0, 6.0, 7.0, 8.0],), ()]  # max: rank 2's x
