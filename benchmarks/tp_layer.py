@@ -12,7 +12,7 @@ import statistics
 import time
 
 import parasim
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
@@ -21,7 +21,7 @@ def timed_layer(t: int, shape: ModelSpec, s: int, b: int, sp: bool, repeat: int)
     """Median seconds of forward + backward over all ranks (weights and inputs made outside the timing)."""
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        tp = TPContext(ctx, group, sp=sp and t > 1)
+        tp = ParallelContext(ctx, group, sp=sp and t > 1)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "L"), key="L")
         x, dy = ctx.shared_rng("x").normal((s, b, shape.hidden)), ctx.shared_rng("dy").normal((s, b, shape.hidden))
         if tp.sp:

@@ -11,7 +11,7 @@ from parasim.estimate import Plan, breakdown, fit, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
@@ -52,7 +52,7 @@ def program(ctx):
     out = {}
     for phase, sp, recompute in RUNS:
         ctx.phase(phase)
-        tp = TPContext(ctx, group, sp=sp)
+        tp = ParallelContext(ctx, group, sp=sp)
         shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=True)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
         x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))

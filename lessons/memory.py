@@ -11,7 +11,7 @@ from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import dp_traffic, layer_traffic
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
@@ -86,7 +86,7 @@ def program(ctx):
 
     for phase, sp, flash in RUNS:
         ctx.phase(f"measured: {phase}")
-        tp = TPContext(ctx, group, sp=sp)
+        tp = ParallelContext(ctx, group, sp=sp)
         small = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
         layer = TransformerLayer(tp, small, layer_weights(ctx, small, "layer"), key="layer")
         x, dy = ctx.shared_rng("x").normal((S, B, H)), ctx.shared_rng("dy").normal((S, B, H))

@@ -7,14 +7,14 @@ import numpy as np
 
 from parasim.lesson import Check, Lesson, check
 from parasim.examples.moe16 import SEQUENCES, SHAPE, _embed
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import expert_weights, layer_weights
 from parasim.nn.moe import MoE
 
 HALF = slice(4, 8)  # t5..t8, the CP half that g2 and g3 share in the 16-GPU example
 
 
-def _block(ctx, tp: TPContext) -> MoE:
+def _block(ctx, tp: ParallelContext) -> MoE:
     """Layer 1's MoE block of the 16-GPU example, experts split over the TP pair."""
     w = layer_weights(ctx, SHAPE, "L0")
     return MoE(tp, tp.group, w["router"], expert_weights(w, SHAPE), SHAPE.top_k, name="moe")
@@ -31,7 +31,7 @@ def program(ctx):
     out = {}
     for phase, sp in (("without SP", False), ("with SP", True)):
         ctx.phase(phase)
-        tp = TPContext(ctx, group, sp=sp, ep=group)
+        tp = ParallelContext(ctx, group, sp=sp, ep=group)
         moe = _block(ctx, tp)
         n = x.shape[0] // ctx.world
         mine = x[ctx.rank * n:(ctx.rank + 1) * n] if sp else x  # SP: a reduce-scatter left each rank its share

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
@@ -22,7 +22,7 @@ def program(ctx):
     out = {}
     for phase, sp, flash in RUNS:
         ctx.phase(phase)
-        tp = TPContext(ctx, tp_group, sp=sp)
+        tp = ParallelContext(ctx, tp_group, sp=sp)
         shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=flash)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
         x = ctx.shared_rng("x").normal((S, B, H))

@@ -7,7 +7,7 @@ import numpy as np
 
 import parasim
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.attention import ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -20,7 +20,7 @@ def gqa_kv(world: int) -> int:
     return max(1, world // 2)
 
 
-def _attention(ctx, tp: TPContext, kv: int, key: str):
+def _attention(ctx, tp: ParallelContext, kv: int, key: str):
     shape = ModelSpec(hidden=H, heads=HEADS, kv_heads=kv)
     w = layer_weights(ctx, shape, key)
     attn = ParallelAttention(tp, w["wq"], w["wk"], w["wv"], w["wo"], HEADS, kv, key=f"{key}.attn",
@@ -46,7 +46,7 @@ def _held(ctx, attn, w: dict, kv: int) -> dict[str, list[int]]:
 
 def program(ctx):
     group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-    tp, out = TPContext(ctx, group), {}
+    tp, out = ParallelContext(ctx, group), {}
 
     ctx.phase("heads split across ranks")
     attn, y, dx, held = _attention(ctx, tp, HEADS, "mha")
@@ -74,7 +74,7 @@ def program(ctx):
 def _unsplit(world: int):
     """The same attention on one rank, with the GQA shape the split run of `world` ranks used."""
     def program(ctx):
-        tp, res, d = TPContext(ctx, None), {}, H // HEADS
+        tp, res, d = ParallelContext(ctx, None), {}, H // HEADS
         for name, kv in (("mha", HEADS), ("gqa", gqa_kv(world))):
             attn, y, dx, _ = _attention(ctx, tp, kv, name)
             res[name] = {"y": y, "dx": dx, "wk": attn.qkv.grads["weight"][:, HEADS * d:HEADS * d + kv * d]}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import ColumnParallelLinear, RowParallelLinear, Saved, TPContext
+from parasim.nn import ColumnParallelLinear, RowParallelLinear, Saved, ParallelContext
 from parasim.nn.activations import relu, relu_backward
 
 X = [[[1, 2]]]  # [sequence 1, batch 1, hidden 2]
@@ -23,7 +23,7 @@ B = [[1, 0],
 
 def program(ctx):
     xp, comm, out = ctx.xp, ctx.comm, {}
-    tp = TPContext(ctx, ctx.new_group(range(ctx.world), "tp"))
+    tp = ParallelContext(ctx, ctx.new_group(range(ctx.world), "tp"))
     x, a, b = ctx.asarray(X), ctx.asarray(A), ctx.asarray(B)
 
     ctx.phase("splitting A by rows")

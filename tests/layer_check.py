@@ -7,7 +7,7 @@ import numpy as np
 
 import parasim
 from parasim.engine.context import Rng
-from parasim.nn import ColumnParallelLinear, Saved, TPContext
+from parasim.nn import ColumnParallelLinear, Saved, ParallelContext
 from parasim.nn.attention import head_split
 from parasim.nn.embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
 from parasim.nn.layer import Stack, TransformerLayer, layer_weights
@@ -27,7 +27,7 @@ def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.nda
 def run_parallel(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, dtype: str = "float64"):
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        t = TPContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
+        t = ParallelContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
         weights = {k: None if w is None else w.astype(dtype) for k, w in layer_weights(ctx, shape, "L0").items()}
         layer = TransformerLayer(t, shape, weights, key="L0")
         x = ctx.shared_rng("x").normal((s, b, shape.hidden), dtype)
@@ -188,7 +188,7 @@ def run_model(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, vocab: int, l
     """A small GPT on `replicas` TP groups of `tp` ranks (consecutive ranks): the run's result."""
     def program(ctx):
         groups = [ctx.new_group(range(i * tp, (i + 1) * tp), "tp") for i in range(replicas)] if tp > 1 else [None]
-        t = TPContext(ctx, groups[ctx.rank // tp] if tp > 1 else None, sp=sp)
+        t = ParallelContext(ctx, groups[ctx.rank // tp] if tp > 1 else None, sp=sp)
         w = model_weights(ctx, shape.hidden, vocab)
         emb = VocabParallelEmbedding(t, w["emb"])
         stack = Stack([TransformerLayer(t, shape, layer_weights(ctx, shape, f"L{i}"), key=f"L{i}", name=f"L{i}")

@@ -13,7 +13,7 @@ import torch  # noqa: E402
 from torch_ref import vjp  # noqa: E402
 
 import parasim  # noqa: E402
-from parasim.nn import Saved, TPContext  # noqa: E402
+from parasim.nn import Saved, ParallelContext  # noqa: E402
 from parasim.nn.attention import ParallelAttention  # noqa: E402
 
 S, B, H = 4, 2, 8
@@ -49,7 +49,7 @@ def test_attention_equals_torch_autograd(tp, heads, kv, p, flash):
 
     def prog(ctx):
         group = ctx.new_group(range(tp), "tp") if tp > 1 else None
-        a = ParallelAttention(TPContext(ctx, group), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), heads,
+        a = ParallelAttention(ParallelContext(ctx, group), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), heads,
                               kv, dropout=p, key="A", flash=flash,
                               **{k: ctx.asarray(w[k]) for k in ("bq", "bk", "bv", "bo")})
         keep = ctx.shared_rng("A.probs").uniform((B, heads, S, S)) >= p  # the mask's own stream, whole

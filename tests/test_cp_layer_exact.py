@@ -11,14 +11,14 @@ pytest.importorskip("torch")
 import parasim  # noqa: E402
 from layer_check import SEED, layer_grads, reference  # noqa: E402
 from parasim.layout import Layout  # noqa: E402
-from parasim.nn import Saved, TPContext  # noqa: E402
+from parasim.nn import Saved, ParallelContext  # noqa: E402
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
 
 def run_cp(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int, b: int):
     def program(ctx):
-        t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp=ctx.groups["cp"], seq=s,
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp=ctx.groups["cp"], seq=s,
                       split=split)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         pos = t.token_positions()  # its CP slice, then its SP share

@@ -14,7 +14,7 @@ from parasim.estimate.models import layer_param_count
 from parasim.estimate.traffic import (EP_PASSES, dp_traffic, ep_bytes_from_routing, ep_expected_rows, layer_traffic,
                                       moe_traffic, pp_traffic)
 from parasim.layout import Layout
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 from parasim.nn.moe import MoE
@@ -36,7 +36,7 @@ def run_layer(shape: ModelSpec, tp: int, cp: int, dp: int, sp: bool, s: int, b: 
     """One layer forward and backward on a tp x cp x dp layout; then, if `zero` is given, the gradients'
     data-parallel reduction as ZeRO does it (or plain DP's all-reduce for stage 0)."""
     def program(ctx):
-        t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1,
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1,
                       cp=ctx.groups["cp"] if cp > 1 else None, seq=s)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         pos = t.token_positions()  # its CP slice, then its SP share
@@ -133,7 +133,7 @@ def run_moe(ep: int, n: int, h: int, n_exp: int, k: int, backward: bool = True, 
         router = ctx.shared_rng("router").normal((h, n_exp))
         experts = [{"w1": ctx.shared_rng(f"e{e}.w1").normal((h, 2 * h)),
                     "w2": ctx.shared_rng(f"e{e}.w2").normal((2 * h, h))} for e in range(n_exp)]
-        moe = MoE(TPContext(ctx), group, router, experts, k)
+        moe = MoE(ParallelContext(ctx), group, router, experts, k)
         x = ctx.shared_rng("x").normal((ep * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         y, cache = moe.forward(x, Saved())
         if backward:

@@ -9,7 +9,7 @@ import parasim
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
 from parasim.examples.moe16 import find_token, make_program, token_path
-from parasim.nn import TPContext
+from parasim.nn import ParallelContext
 
 
 def _cli(*args, timeout=120):
@@ -39,12 +39,12 @@ def test_lesson_checks():
 def test_a_wrong_sequence_split_fails_the_position_check(monkeypatch):
     """Give each TP pair's shares the other way round (TP rank 0 the second half of its CP half): the
     position check must say so."""
-    split = TPContext.token_positions
+    split = ParallelContext.token_positions
 
     def swapped(self):
         pos = split(self)
         return [p ^ 2 if self.sp else p for p in pos]  # t1 t2 <-> t3 t4, t5 t6 <-> t7 t8
-    monkeypatch.setattr(TPContext, "token_positions", swapped)
+    monkeypatch.setattr(ParallelContext, "token_positions", swapped)
     lr = run_lesson(get_lesson("moe16"))
     assert not lr.ok
     assert any(c.name.startswith("token positions each GPU holds") for c in lr.checks if not c.ok)

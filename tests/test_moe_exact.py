@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
 from parasim.layout import LayoutError  # noqa: E402
-from parasim.nn import Saved, TPContext  # noqa: E402
+from parasim.nn import Saved, ParallelContext  # noqa: E402
 from parasim.nn.moe import MoE  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def run(p, n, h, f, n_exp, k):
     def program(ctx):
         ep = ctx.new_group(range(ctx.world), "ep") if ctx.world > 1 else None
         router, experts = weights(ctx, h, f, n_exp)
-        moe = MoE(TPContext(ctx), ep, router, experts, k)
+        moe = MoE(ParallelContext(ctx), ep, router, experts, k)
         x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         y, cache = moe.forward(x, Saved())

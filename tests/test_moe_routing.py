@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.moe import MoE
 
 
@@ -21,7 +21,7 @@ def routing(p: int, router_cols: list[int], k: int, n: int = 3, h: int = 4, f: i
         router = base[:, router_cols]
         experts = [{"w1": ctx.shared_rng(f"e{e}.w1").normal((h, f)), "b1": np.zeros(f),
                     "w2": ctx.shared_rng(f"e{e}.w2").normal((f, h)), "b2": np.zeros(h)} for e in range(n_exp)]
-        moe = MoE(TPContext(ctx), ep, router, experts, k)
+        moe = MoE(ParallelContext(ctx), ep, router, experts, k)
         x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         moe.forward(x, Saved())
         return {"routing": moe.last_routing, "scores": (x.reshape(-1, h) @ base)}

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.moe import MoE, _choice, _scatter, _softmax
 
 # h = 2, four experts (two per EP rank). Token logits are x @ ROUTER: [1, 0] -> [2, 0, 0, 1] picks expert 0,
@@ -23,7 +23,7 @@ def _experts(f: int = 3, bias: bool = True) -> list[dict]:
 
 def _ep_run(experts: list[dict], act: str = "gelu"):
     def program(ctx):
-        moe = MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1, act=act)
+        moe = MoE(ParallelContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1, act=act)
         saved = Saved()
         y, cache = moe.forward(TOKENS[ctx.rank], saved)
         moe.backward(cache, np.ones_like(y))
@@ -65,7 +65,7 @@ def test_an_ep_group_of_one_sends_nothing_and_the_weights_are_the_layers_own():
     experts = _experts()
 
     def program(ctx):
-        moe = MoE(TPContext(ctx), ctx.new_group([0], "ep"), ROUTER, experts, 1)
+        moe = MoE(ParallelContext(ctx), ctx.new_group([0], "ep"), ROUTER, experts, 1)
         assert moe.last_routing == []  # nothing routed yet
         before = moe.router.copy(), experts[0]["w1"].copy()
         ROUTER[0, 0] += 1.0
@@ -84,7 +84,7 @@ def test_router_gradient_is_summed_over_tp_under_sp():
     over the TP pair, after the four all-to-alls."""
     def program(ctx):
         g = ctx.new_group(range(2), "tp")
-        moe = MoE(TPContext(ctx, g, sp=True), g, ROUTER, _experts(), 1)
+        moe = MoE(ParallelContext(ctx, g, sp=True), g, ROUTER, _experts(), 1)
         y, cache = moe.forward(TOKENS[ctx.rank], Saved())
         moe.backward(cache, np.ones_like(y))
         return moe.grads["router"]
@@ -106,13 +106,13 @@ def test_ep_across_tp_pairs_needs_no_sp():
         tps = [ctx.new_group(r, "tp") for r in ([0, 1], [2, 3])]  # every rank makes every group
         eps = [ctx.new_group(r, "ep") for r in ([0, 2], [1, 3])]
         tp, ep = tps[ctx.rank // 2], eps[ctx.rank % 2]
-        moe = MoE(TPContext(ctx, tp), ep, ROUTER, experts, 1)
+        moe = MoE(ParallelContext(ctx, tp), ep, ROUTER, experts, 1)
         y, cache = moe.forward(TOKENS[ctx.rank // 2], Saved())
         moe.backward(cache, np.ones_like(y))
         return moe.grads
 
     def without_tp(ctx):
-        moe = MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1)
+        moe = MoE(ParallelContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1)
         y, cache = moe.forward(TOKENS[ctx.rank], Saved())
         moe.backward(cache, np.ones_like(y))
         return moe.grads
@@ -144,6 +144,6 @@ def test_bad_moe(args, rule):
     from parasim.layout import LayoutError
 
     def program(ctx):
-        MoE(TPContext(ctx), ctx.new_group(range(2), "ep"), *args)
+        MoE(ParallelContext(ctx), ctx.new_group(range(2), "ep"), *args)
     with pytest.raises(LayoutError, match=rule):
         parasim.run(program, 2)

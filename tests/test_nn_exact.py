@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.nn import ParallelMLP, Saved, TPContext  # noqa: E402
+from parasim.nn import ParallelMLP, Saved, ParallelContext  # noqa: E402
 from torch_ref import mlp as torch_mlp, vjp  # noqa: E402
 
 ATOL = 1e-10
@@ -49,7 +49,7 @@ def full_tensors(ctx, c):
 
 def program(c):
     def prog(ctx):
-        tp = TPContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=c["sp"])
+        tp = ParallelContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=c["sp"])
         full = full_tensors(ctx, c)
         mlp = ParallelMLP(tp, full["w1"], full["w2"], b1=full["b1"], b2=full["b2"], act=c["act"])
         x, dy = full["x"], full["dy"]
@@ -194,7 +194,7 @@ def test_mlp_saved_bytes(c):
 @pytest.mark.parametrize("what", ["ffn", "seq"])
 def test_uneven_split_is_refused(what):
     def prog(ctx):
-        tp = TPContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=what == "seq")
+        tp = ParallelContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=what == "seq")
         f = 6 if what == "ffn" else 4  # 6 columns over 4 ranks
         s = 6 if what == "seq" else 4  # a sequence of 6 over 4 ranks
         mlp = ParallelMLP(tp, ctx.shared_rng("w1").normal((4, f)), ctx.shared_rng("w2").normal((f, 4)), act="relu")

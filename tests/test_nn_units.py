@@ -5,7 +5,7 @@ import pytest
 
 import parasim
 from layer_check import run_parallel
-from parasim.nn import Saved, TPContext
+from parasim.nn import Saved, ParallelContext
 from parasim.nn.core import Partial, Replicate, Shard
 from parasim.nn.embedding import VocabParallelEmbedding, _owned
 from parasim.layout import ModelSpec
@@ -19,7 +19,7 @@ def test_each_rank_owns_a_contiguous_block_of_the_vocabulary():
     ids = np.array([[0, 3, 4, 7, 5]])
 
     def prog(ctx):
-        return _owned(TPContext(ctx, ctx.new_group([0, 1], "tp")), ctx.asarray(ids, "int64"), 8)
+        return _owned(ParallelContext(ctx, ctx.new_group([0, 1], "tp")), ctx.asarray(ids, "int64"), 8)
 
     rank0, rank1 = parasim.run(prog, world=2).values
     # rank 0 owns ids 0-3 (columns 0-3), rank 1 ids 4-7; a row is all zero where the other rank owns the id
@@ -34,7 +34,7 @@ def test_embedding_grads_add_up_over_backward_passes():
     dy = np.arange(9.0).reshape(3, 1, 3)
 
     def prog(ctx):
-        emb = VocabParallelEmbedding(TPContext(ctx), table)
+        emb = VocabParallelEmbedding(ParallelContext(ctx), table)
         y, cache = emb.forward(ctx.asarray(ids, "int64"), Saved())
         emb.backward(cache, ctx.asarray(dy))
         once = emb.grads["weight"].copy()
@@ -49,7 +49,7 @@ def test_embedding_grads_add_up_over_backward_passes():
 
 
 def test_zero1_first_step_moves_each_weight_by_lr_against_its_summed_gradient():
-    from parasim.nn.zero import Zero1Adam
+    from parasim.dp.zero import Zero1Adam
     w = np.arange(5.0) / 10
 
     def prog(ctx):
@@ -89,7 +89,7 @@ def test_a_float32_layer_stays_float32(shape):
 def test_zero1_pads_in_the_weights_dtype():
     """One float32 tensor of 5 over 2 ranks: the flat buffer is padded to 6 with float32 zeros, so the
     shares, Adam's m and v, and the updated weight all stay float32."""
-    from parasim.nn.zero import Zero1Adam
+    from parasim.dp.zero import Zero1Adam
 
     def prog(ctx):
         opt = Zero1Adam(ctx, ctx.new_group([0, 1], "dp"), {"w": ctx.asarray(np.arange(5.0), "float32")})
@@ -110,7 +110,7 @@ def test_a_layer_loads_what_it_is_given_and_nothing_else(experts):
     shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=experts, top_k=1 if experts else 0)
 
     def prog(ctx):
-        layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
+        layer = TransformerLayer(ParallelContext(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
         before = {k: np.array(v, copy=True) for k, v in layer.params().items()}
         changed = "moe.expert2.w1" if experts else "mlp.fc1.weight"
         layer.load({changed: before[changed] + 1.0})
@@ -130,9 +130,9 @@ def test_dropout_keeps_its_mask_at_one_byte_an_element():
 
     def prog(ctx):
         saved = Saved()
-        drop = Dropout(TPContext(ctx), 0.5, "k")
+        drop = Dropout(ParallelContext(ctx), 0.5, "k")
         y, mask = drop.forward(ctx.xp.ones((2, 3)), saved, (2, 3))
-        named = Dropout(TPContext(ctx), 0.5, "k", name="attn.dropout")
+        named = Dropout(ParallelContext(ctx), 0.5, "k", name="attn.dropout")
         named.forward(ctx.xp.ones((2, 3)), saved, (2, 3))
         return saved.by_name(), y, mask
 
@@ -147,7 +147,7 @@ def test_a_shard_owns_its_memory():
     full = np.arange(8.0).reshape(2, 4)
 
     def prog(ctx):
-        piece = TPContext(ctx, ctx.new_group([0, 1], "tp")).shard(full, 1)
+        piece = ParallelContext(ctx, ctx.new_group([0, 1], "tp")).shard(full, 1)
         got = piece.copy()
         piece[...] = -1.0
         return got
@@ -179,7 +179,7 @@ def test_a_layer_defaults_to_key_and_name_layer():
         out = []
         for kw in ({}, {"key": "layer", "name": "layer"}, {"key": "other"}):
             saved = Saved()
-            y, _ = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), **kw).forward(x, saved)
+            y, _ = TransformerLayer(ParallelContext(ctx), shape, layer_weights(ctx, shape, "L0"), **kw).forward(x, saved)
             out.append((y, sorted(saved.by_name())))
         return out
 
@@ -193,7 +193,7 @@ def test_an_moe_layer_passes_its_name_and_activation_on():
     shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=2, top_k=1, act="relu", dropout=0.0)
 
     def prog(ctx):
-        layer = TransformerLayer(TPContext(ctx), shape, layer_weights(ctx, shape, "L0"), name="L0")
+        layer = TransformerLayer(ParallelContext(ctx), shape, layer_weights(ctx, shape, "L0"), name="L0")
         saved = Saved()
         layer.forward(ctx.shared_rng("x").normal((3, 1, 4)), saved)
         return layer.mlp.act, sorted(saved.by_name())
@@ -230,7 +230,7 @@ def test_attention_defaults_to_key_and_name_attn_and_keeps_its_softmax():
         for kw in ({}, {"key": "attn", "name": "attn", "flash": False}, {"key": "other"}, {"flash": True},
                    {"dropout": 0.0}):
             saved = Saved()
-            attn = ParallelAttention(TPContext(ctx), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2,
+            attn = ParallelAttention(ParallelContext(ctx), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2,
                                      **{"dropout": 0.5, **kw})
             y, cache = attn.forward(x, saved)
             # cache[4]: what backward reuses of the softmax; flash keeps nothing there and recomputes
@@ -257,7 +257,7 @@ def test_attention_under_cp_keeps_q_k_and_v_by_name():
     w = {k: rng.normal(size=(4, 4)) for k in ("wq", "wk", "wv", "wo")}
 
     def prog(ctx):
-        t = TPContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
+        t = ParallelContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
         attn = ParallelAttention(t, *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2, name="A")
         saved = Saved()
         attn.forward(ctx.shared_rng("x").normal((2, 1, 4)), saved)  # this rank's 2 of the 4 positions
@@ -276,7 +276,7 @@ def test_the_softmax_subtracts_each_rows_own_maximum():
     eye = np.eye(2)
 
     def prog(ctx):
-        attn = ParallelAttention(TPContext(ctx), *(ctx.asarray(eye) for _ in range(4)), 1)
+        attn = ParallelAttention(ParallelContext(ctx), *(ctx.asarray(eye) for _ in range(4)), 1)
         x = ctx.asarray(np.array([[[50.0, 0.0]], [[0.0, 1.0]]]))  # [s=2, b=1, h=2]: q = k = x
         probs = attn._probs(*attn._split(attn.qkv.forward(x, Saved())[0])[:2])
         return probs[0, 0]

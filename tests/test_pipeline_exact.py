@@ -8,7 +8,7 @@ torch = pytest.importorskip("torch")
 import parasim  # noqa: E402
 from layer_check import SEED, layer_grads, torch_layer, torch_weights  # noqa: E402
 from parasim.layout import Layout  # noqa: E402
-from parasim.nn import TPContext  # noqa: E402
+from parasim.nn import ParallelContext  # noqa: E402
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 from parasim.examples.pipeline import LayersStage  # noqa: E402
@@ -24,7 +24,7 @@ def run(schedule: str, pp: int, tp: int, m: int, layers: int, chunks=None, sp=Fa
     per = check_layers(layers, plan)
 
     def program(ctx):
-        t = TPContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1)
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1)
         rank = ctx.coords.pp
         stages, mine = {}, []
         for stage in sorted({a.stage for a in plan[rank]}):

@@ -5,7 +5,7 @@ import pytest
 
 import parasim
 from parasim.layout import LayoutError
-from parasim.nn import Saved, TPContext
+from parasim.nn import ParallelContext, Saved
 from parasim.nn.moe import MoE
 from parasim.nn.placement import Partial, Replicate, Shard, assemble, data_axes, grad_group, local, sum_axes
 
@@ -49,7 +49,7 @@ def _router_grad(router_placement=None):
     `router_placement` replaces the router's declared placement, and nothing else."""
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        tp = TPContext(ctx, group, sp=ctx.world > 1, ep=group)
+        tp = ParallelContext(ctx, group, sp=ctx.world > 1, ep=group)
         router = ctx.shared_rng("router").normal((H, N_EXP))
         experts = [{"w1": ctx.shared_rng(f"e{e}.w1").normal((H, F)), "w2": ctx.shared_rng(f"e{e}.w2").normal((F, H))}
                    for e in range(N_EXP)]
@@ -98,3 +98,47 @@ def test_moe16_sums_each_gradient_over_the_group_its_placement_names(monkeypatch
         self.placements.update({k: {"tp": Replicate()} for k in self.placements if k != "router"})
     monkeypatch.setattr(MoE, "__init__", dense_experts)
     assert groups(parasim.run(make_program(None), 16)) == ["dp-cp"]
+
+
+@pytest.mark.parametrize("experts, sp", [(0, False), (0, True), (4, True)])
+def test_every_layer_follows_the_protocol(experts, sp):
+    """A layer, its parts and a stack offer forward, backward, params, grads, load and placements, under one
+    set of names; `load` puts weights back where `params` found them."""
+    from parasim.layout import ModelSpec
+    from parasim.nn import Layer
+    from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+    shape = ModelSpec(hidden=8, heads=2, ffn=8, experts=experts, top_k=2 if experts else None)
+
+    def program(ctx):
+        group = ctx.new_group(range(ctx.world), "tp")
+        tp = ParallelContext(ctx, group, sp=sp, ep=group if experts else None)
+        layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        stack = Stack([layer])
+        x = ctx.shared_rng("x").normal((4 // (2 if sp else 1), 1, 8))
+        y, cache = stack.forward(x, Saved())
+        stack.backward(cache, y)
+        parts = [layer, layer.ln1, layer.attn, layer.attn.qkv, layer.attn.out, layer.ln2, layer.mlp, stack]
+        assert all(isinstance(p, Layer) for p in parts)
+        for p in parts:
+            assert set(p.params()) == set(p.grads) == set(p.placements), type(p).__name__
+        assert all(k.startswith("L0.") for k in stack.params())
+        doubled = {k: 2 * w for k, w in stack.params().items()}
+        stack.load(doubled)
+        return all(np.array_equal(stack.params()[k], w) for k, w in doubled.items())
+    assert parasim.run(program, 2).values == [True, True]
+
+
+def test_a_parallel_context_from_a_layout():
+    """The context of a rank in a layout: its TP, CP and EP groups, SP and the split from the layout."""
+    from parasim.layout import preset
+    layout = preset("moe16")
+
+    def program(ctx):
+        pc = ParallelContext.from_layout(ctx, layout)
+        return [pc.group.ranks, pc.cp.ranks, pc.ep.ranks, pc.sp, pc.split, pc.seq]
+    got = parasim.run(program, layout=layout).values
+    groups = layout.groups()
+    for r, (tp, cp, ep, sp, split, seq) in enumerate(got):
+        mine = {name: next(g for g in groups[name] if r in g) for name in ("tp", "cp", "ep")}
+        assert (list(tp), list(cp), list(ep)) == (mine["tp"], mine["cp"], mine["ep"])
+        assert (sp, split, seq) == (True, "zigzag", 8)

@@ -70,13 +70,13 @@ def test_a_layer_names_its_ring():
     """Inside a transformer layer the ring carries the attention block's name, so a trace says whose K/V
     moved; and the layer's ring is causal (a contiguous split skips the later rank's keys)."""
     from parasim.layout import Layout
-    from parasim.nn import Saved, TPContext
+    from parasim.nn import Saved, ParallelContext
     from parasim.nn.layer import TransformerLayer, layer_weights
     from parasim.layout import ModelSpec
     shape = ModelSpec(hidden=4, heads=2, dropout=0.0)
 
     def program(ctx):
-        t = TPContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
+        t = ParallelContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0", name="L0")
         x = ctx.xp.take(ctx.shared_rng("x").normal((4, 1, 4)), ctx.xp.asarray(t.token_positions()), axis=0)
         y, cache = layer.forward(x, Saved())

@@ -6,7 +6,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.nn.zero import Zero1Adam  # noqa: E402
+from parasim.dp.zero import Zero1Adam  # noqa: E402
 
 SHAPES = {"a.weight": (3, 5), "a.bias": (5,), "b.weight": (5, 2), "norm": (7,)}
 

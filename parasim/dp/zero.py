@@ -12,6 +12,28 @@ from math import prod
 from typing import Any
 
 from ..comm.interface import Group
+from ..nn.placement import data_axes, grad_group, is_expert
+
+
+def zero1_step(ctx: Any, model: Any, lr: float) -> tuple[dict[str, Any], dict[str, float], dict[str, list[int]]]:
+    """One ZeRO-1 Adam step for `model` (anything with params, grads and placements): each gradient is
+    reduce-scattered over the data-parallel group its placement names (dp-cp for dense weights, expert-dp
+    for experts), one optimizer per group. Returns (new weights, each key's share of the summed gradient's
+    sum of squares, {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
+    params, grads, placed = model.params(), model.grads, model.placements
+    by_group: dict[str, list[str]] = {}
+    for k in params:
+        by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), []).append(k)
+    new: dict[str, Any] = {}
+    share_sq: dict[str, float] = {}
+    state: dict[str, list[int]] = {}
+    for group, keys in by_group.items():
+        opt = Zero1Adam(ctx, ctx.groups[group], {k: params[k] for k in keys}, lr=lr, name=f"ZeRO-1 over {group}")
+        updated, sq = opt.step({k: grads[k] for k in keys})
+        new.update(updated)
+        share_sq.update(sq)
+        state["expert" if is_expert(placed[keys[0]]) else "dense"] = [opt.state_elements, 3 * sum(opt.sizes.values())]
+    return new, share_sq, state
 
 
 class Zero1Adam:

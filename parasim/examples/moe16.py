@@ -14,11 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from ..nn import Saved, TPContext
-from ..nn.layer import Stack, TransformerLayer, expert_weights, layer_weights
-from ..nn.placement import data_axes, grad_group, is_expert
+from ..nn import Saved, ParallelContext
+from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
 from ..layout import preset
-from ..nn.zero import Zero1Adam
+from ..dp.zero import Zero1Adam, zero1_step
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 
@@ -60,7 +59,7 @@ def _target(ctx: Any, seq: str) -> Any:
     return ctx.shared_rng(f"target.{seq}").normal((len(SEQUENCES[seq]), 1, SHAPE.hidden))
 
 
-class WatchStage:
+class WatchStage(StackWeights):
     """A pipeline stage of layers that marks phases per (micro-batch, layer) and, on the rank holding the
     watched token, notes where the MoE routed it."""
 
@@ -118,7 +117,8 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
         replica = REPLICAS[c.dp]
-        tp = TPContext(ctx, g["tp"], sp=True, cp=g["cp"], seq=len(SEQUENCES["A"]), split="contiguous", ep=g["ep"])
+        # the layout's groups, SP and sequence length; the CP split is contiguous here (the preset's own is zigzag)
+        tp = ParallelContext.from_layout(ctx, layout, split="contiguous")
         mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
@@ -146,25 +146,11 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         plan = generate("1f1b", layout.pp, len(replica))
         total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, SHAPE.hidden), xp.float64, inputs, loss)
         # ZeRO-1: gradients reduce-scattered where copies saw different tokens (attention, norms and router
-        # over dp-cp, each expert over expert-dp), Adam on each rank's share, the new weights all-gathered
+        # over dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share,
+        # the new weights all-gathered
         ctx.phase("gradient sync")
-        params = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.params().items()}
-        grads = {f"L{first + i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.grads.items()}
-        new, share_sq, state = {}, {}, {}
-        placed = {f"L{first + i}.{k}": p for i, layer in enumerate(layers) for k, p in layer.placements.items()}
-        by_group: dict[str, list[str]] = {}  # each gradient's data-parallel group, read from its placement
-        for k in params:
-            by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), []).append(k)
-        for group, keys in by_group.items():
-            what = "expert" if is_expert(placed[keys[0]]) else "dense"
-            opt = Zero1Adam(ctx, g[group], {k: params[k] for k in keys}, lr=LR, name=f"ZeRO-1 over {group}")
-            updated, sq = opt.step({k: grads[k] for k in keys})
-            new.update(updated)
-            share_sq.update(sq)
-            state[what] = [opt.state_elements, 3 * sum(opt.sizes.values())]
-        for i, layer in enumerate(layers):
-            prefix = f"L{first + i}."
-            layer.load({k[len(prefix):]: w for k, w in new.items() if k.startswith(prefix)})
+        new, share_sq, state = zero1_step(ctx, stage, LR)
+        stage.load(new)
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
                 "weight_sq": {k: float(xp.sum(w * w)) for k, w in new.items()}, "state": state,
@@ -186,7 +172,7 @@ def vars_of(coords: Any) -> dict[str, int]:
 def unsplit_program(ctx: Any) -> dict:
     """The same model on one device: all 4 sequences, all 4 layers, every expert; loss, gradients, and the
     weights after the same Adam step."""
-    tp = TPContext(ctx)
+    tp = ParallelContext(ctx)
     layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
               for i in range(MOE16.layers)]
     stack = Stack(layers)
@@ -196,10 +182,9 @@ def unsplit_program(ctx: Any) -> dict:
         target = _target(ctx, seq)
         total += float(ctx.xp.sum(y * target))
         stack.backward(cache, target)
-    params = {f"L{i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.params().items()}
-    grads = {f"L{i}.{k}": w for i, layer in enumerate(layers) for k, w in layer.grads.items()}
+    grads = stack.grads
     one = ctx.new_group([0], "dp")
-    new, _ = Zero1Adam(ctx, one, params, lr=LR).step(grads)  # a group of one: plain Adam
+    new, _ = Zero1Adam(ctx, one, stack.params(), lr=LR).step(grads)  # a group of one: plain Adam
     sq = lambda d: {k: float(ctx.xp.sum(w * w)) for k, w in d.items()}  # noqa: E731
     return {"loss": total, "grad_sq": sq(grads), "weight_sq": sq(new)}
 

@@ -6,8 +6,8 @@ from fractions import Fraction
 from itertools import count
 from typing import Any, Callable
 
-from ..nn import Saved, TPContext
-from ..nn.layer import Stack, TransformerLayer, layer_weights
+from ..nn import Saved, ParallelContext
+from ..nn.layer import Stack, StackWeights, TransformerLayer, layer_weights
 from ..layout import ModelSpec
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
@@ -17,7 +17,7 @@ SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
 
 
-class LayersStage:
+class LayersStage(StackWeights):
     """A stage that is a stack of layers: what the executor drives."""
 
     def __init__(self, layers: list) -> None:
@@ -44,7 +44,7 @@ class LayersStage:
 
 
 def _layers(ctx: Any, first: int, count: int) -> list:
-    tp = TPContext(ctx)  # no TP: each stage's layers are whole
+    tp = ParallelContext(ctx)  # no TP: each stage's layers are whole
     return [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"L{i}")
             for i in range(first, first + count)]
 

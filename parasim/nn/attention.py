@@ -12,7 +12,7 @@ import math
 from typing import Any
 
 from ..layout import LayoutError, check_heads
-from .core import Saved, TPContext
+from .core import ParallelContext, Saved, Weights
 from .dropout import dropout_mask
 from .linear import ColumnParallelLinear, RowParallelLinear
 
@@ -28,8 +28,8 @@ def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], li
     return q, [r // (t // kv_heads)]
 
 
-class ParallelAttention:
-    def __init__(self, tp: TPContext, wq: Any, wk: Any, wv: Any, wo: Any, heads: int, kv_heads: int | None = None,
+class ParallelAttention(Weights):
+    def __init__(self, tp: ParallelContext, wq: Any, wk: Any, wv: Any, wo: Any, heads: int, kv_heads: int | None = None,
                  dropout: float = 0.0, key: str = "attn", name: str = "attn", flash: bool = False,
                  bq: Any = None, bk: Any = None, bv: Any = None, bo: Any = None):
         xp = tp.xp

@@ -3,17 +3,18 @@ sequence-parallel forms), and the record of what forward keeps for backward."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..comm.interface import Group
 from .placement import Partial, Replicate, Shard, local
 
-__all__ = ["Partial", "Replicate", "Shard", "TPContext", "Saved"]  # placements live in placement.py
+__all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "Saved", "Layer", "Weights"]  # placements: placement.py
 
 
 @dataclass
-class TPContext:
-    """What a layer needs to know about its rank: the comm, the array namespace, its TP group."""
+class ParallelContext:
+    """What a layer needs to know about its rank: the comm, the array namespace, and its groups (TP, CP,
+    EP) with its place in each. Built by hand for a lesson's few ranks, or from a Layout (`from_layout`)."""
 
     ctx: Any
     group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
@@ -25,6 +26,19 @@ class TPContext:
     # zero-bubble pipelines split a backward in two: while this is a list, weight-gradient work is queued
     # on it (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None
+
+    @classmethod
+    def from_layout(cls, ctx: Any, layout: Any = None, **overrides: Any) -> "ParallelContext":
+        """The context of `ctx`'s rank in `layout` (default: the layout the run was given): its TP, CP and
+        EP groups, SP and the CP split from the layout, the sequence length from its model."""
+        layout = layout if layout is not None else ctx.layout
+        if ctx.layout is not layout:
+            ctx.use_layout(layout)
+        g = ctx.groups
+        seq = layout.model.seq if layout.model is not None and layout.model.seq else 0
+        made = dict(group=g["tp"], sp=layout.sp, cp=g["cp"], seq=seq,
+                    split="zigzag" if layout.zigzag else "contiguous", ep=g["ep"])
+        return cls(ctx, **{**made, **overrides})
 
     def weight_grad(self, work: Any) -> None:
         """Run `work` (a weight-gradient computation) now, or queue it for the W pass."""
@@ -93,6 +107,56 @@ class TPContext:
 
     def scatter_seq(self, y: Any, label: str) -> Any:
         return y if self.t == 1 else self.comm.reduce_scatter(y, dim=0, group=self.group, label=label)
+
+
+@runtime_checkable
+class Layer(Protocol):
+    """What every layer, the MoE block and a pipeline stage offer: forward and backward side by side, and
+    their weights under one set of names: `params` (this rank's pieces), `grads`, `load` (after an optimizer
+    step) and `placements` (how each lies over the mesh axes; see placement.py)."""
+
+    placements: Any
+
+    def forward(self, x: Any, saved: Any) -> tuple[Any, Any]: ...
+
+    def backward(self, cache: Any, dy: Any) -> Any: ...
+
+    def params(self) -> dict[str, Any]: ...
+
+    @property
+    def grads(self) -> dict[str, Any]: ...
+
+    def load(self, new: dict[str, Any]) -> None: ...
+
+
+class Weights:
+    """`params` and `load` for a layer whose weights are the names of its `placements`: 'a.b' is weight b
+    of sub-layer a (a layer overrides `_locate` where its names say otherwise)."""
+
+    placements: Any
+
+    def _locate(self, name: str) -> tuple[Any, str]:
+        *path, key = name.split(".")
+        holder: Any = self
+        for part in path:
+            holder = getattr(holder, part)
+        return holder, key
+
+    def params(self) -> dict[str, Any]:
+        out = {}
+        for name in self.placements:
+            holder, key = self._locate(name)
+            out[name] = holder[key] if isinstance(holder, dict) else getattr(holder, key)
+        return out
+
+    def load(self, new: dict[str, Any]) -> None:
+        for name, value in new.items():
+            if name in self.placements:
+                holder, key = self._locate(name)
+                if isinstance(holder, dict):
+                    holder[key] = value
+                else:
+                    setattr(holder, key, value)
 
 
 @dataclass

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Saved, TPContext
+from .core import Saved, ParallelContext
 
 
-def dropout_mask(tp: TPContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
+def dropout_mask(tp: ParallelContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
     """The keep-mask (1 kept, 0 dropped) of the whole `shape` in `dtype` (the masked tensor's: a float64
     mask would promote a float32 layer), sliced by `index` for this rank."""
     keep = tp.ctx.shared_rng(key).uniform(shape) >= p
@@ -15,7 +15,7 @@ def dropout_mask(tp: TPContext, key: str, shape: tuple[int, ...], p: float, dtyp
 
 
 class Dropout:
-    def __init__(self, tp: TPContext, p: float, key: str, name: str = "dropout"):
+    def __init__(self, tp: ParallelContext, p: float, key: str, name: str = "dropout"):
         self.tp, self.p, self.key, self.name = tp, p, key, name
 
     def forward(self, x: Any, saved: Saved, full_shape: tuple[int, ...], index: tuple = ()) -> tuple[Any, Any]:

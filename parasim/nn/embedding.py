@@ -10,20 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Saved, Shard, TPContext
+from .core import ParallelContext, Saved, Shard, Weights
 
 
-def _owned(tp: TPContext, ids: Any, vocab: int) -> Any:
+def _owned(tp: ParallelContext, ids: Any, vocab: int) -> Any:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
     n = vocab // tp.t
     mine = tp.xp.arange(n) + tp.r * n  # the token ids this rank owns: a contiguous block
     return tp.xp.astype(ids[..., None] == mine, tp.xp.float64)
 
 
-class VocabParallelEmbedding:
+class VocabParallelEmbedding(Weights):
     placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
 
-    def __init__(self, tp: TPContext, weight: Any, name: str = "embedding"):
+    def __init__(self, tp: ParallelContext, weight: Any, name: str = "embedding"):
         self.tp, self.name, self.vocab = tp, name, weight.shape[0]
         self.weight = tp.shard(weight, 0)
         self.grads: dict[str, Any] = {}
@@ -47,7 +47,7 @@ class VocabParallelEmbedding:
 class VocabParallelCrossEntropy:
     """Mean cross-entropy over all tokens from logits sharded on the vocabulary dim."""
 
-    def __init__(self, tp: TPContext, vocab: int, name: str = "loss"):
+    def __init__(self, tp: ParallelContext, vocab: int, name: str = "loss"):
         self.tp, self.vocab, self.name = tp, vocab, name
 
     def forward(self, logits: Any, targets: Any, saved: Saved) -> tuple[Any, tuple]:

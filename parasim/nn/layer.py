@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from .attention import ParallelAttention
-from .core import Saved, TPContext
+from .core import Saved, ParallelContext
 from .dropout import Dropout
 from .mlp import ParallelMLP
 from .moe import MoE
@@ -53,9 +53,9 @@ def expert_weights(weights: dict[str, Any], shape: ModelSpec) -> list[dict[str, 
 
 
 class TransformerLayer:
-    def __init__(self, tp: TPContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
+    def __init__(self, tp: ParallelContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
                  name: str = "layer"):
-        self.tp, self.shape, self.name = tp, shape, name
+        self.tp, self.shape, self.name, self.key = tp, shape, name, key
         rms = shape.norm == "rmsnorm"
         self.ln1 = LayerNorm(tp, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
         self.attn = ParallelAttention(tp, weights["wq"], weights["wk"], weights["wv"], weights["wo"], shape.heads,
@@ -146,10 +146,32 @@ class TransformerLayer:
 
 
 class Stack:
-    """Layers one after another; backward runs them in reverse."""
+    """Layers one after another; backward runs them in reverse. Its weights are its layers', each name
+    prefixed with the layer's key ('L3.attn.qkv.weight'), so a pipeline stage or an optimizer sees one dict."""
 
     def __init__(self, layers: list[TransformerLayer]):
         self.layers = layers
+
+    def _prefixed(self, what: str) -> dict[str, Any]:
+        return {f"{layer.key}.{k}": v for layer in self.layers
+                for k, v in (getattr(layer, what)() if what == "params" else getattr(layer, what)).items()}
+
+    def params(self) -> dict[str, Any]:
+        return self._prefixed("params")
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return self._prefixed("grads")
+
+    @property
+    def placements(self) -> dict[str, dict]:
+        return self._prefixed("placements")
+
+    def load(self, new: dict[str, Any]) -> None:
+        for layer in self.layers:
+            prefix = f"{layer.key}."
+            layer.load({k[len(prefix):]: v for k, v in new.items() if k.startswith(prefix)})
+
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, list]:
         caches = []
@@ -162,3 +184,23 @@ class Stack:
         for layer, c in zip(reversed(self.layers), reversed(caches)):
             dy = layer.backward(c, dy)
         return dy
+
+
+class StackWeights:
+    """For a pipeline stage built on a Stack: the stack's weights are the stage's."""
+
+    stack: Stack
+
+    def params(self) -> dict[str, Any]:
+        return self.stack.params()
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return self.stack.grads
+
+    @property
+    def placements(self) -> dict[str, dict]:
+        return self.stack.placements
+
+    def load(self, new: dict[str, Any]) -> None:
+        self.stack.load(new)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Saved, TPContext
+from .core import ParallelContext, Saved, Weights
 from .placement import Partial, Replicate, Shard, settle
 
 
@@ -23,13 +23,13 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
     return xp.sum(dy, axis=tuple(range(dy.ndim - 1)))
 
 
-class ColumnParallelLinear:
+class ColumnParallelLinear(Weights):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
     # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim
     placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
 
-    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
+    def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
         self.tp, self.name = tp, name
@@ -70,11 +70,11 @@ class ColumnParallelLinear:
         self.grads[key] = g if key not in self.grads else self.grads[key] + g
 
 
-class RowParallelLinear:
+class RowParallelLinear(Weights):
     """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
     under SP) once the partial sums are reduced."""
 
-    def __init__(self, tp: TPContext, weight: Any, bias: Any = None, name: str = "row"):
+    def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "row"):
         self.tp, self.name = tp, name
         # input sharded on its last dim; output a partial sum until g (or SP's reduce-scatter) sums it.
         # The bias is added after the sum, whole on every rank; under SP each rank adds it to its own

@@ -5,12 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from .activations import ACTIVATIONS
-from .core import Saved, TPContext
+from .core import ParallelContext, Saved, Weights
 from .linear import ColumnParallelLinear, RowParallelLinear
 
 
-class ParallelMLP:
-    def __init__(self, tp: TPContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
+class ParallelMLP(Weights):
+    def __init__(self, tp: ParallelContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
                  name: str = "mlp"):
         self.tp, self.name, self.act = tp, name, act
         self.fc1 = ColumnParallelLinear(tp, w1, b1, name=f"{name}.fc1")

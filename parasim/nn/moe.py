@@ -19,12 +19,12 @@ from typing import Any
 from ..comm.interface import Group
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
-from .core import Saved, TPContext
+from .core import ParallelContext, Saved, Weights
 from .placement import Partial, Replicate, Shard, settle
 
 
-class MoE:
-    def __init__(self, tp: TPContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
+class MoE(Weights):
+    def __init__(self, tp: ParallelContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
                  act: str = "gelu", name: str = "moe"):
         n_exp = len(experts)
         self.tp, self.ep, self.k, self.act, self.name = tp, ep, top_k, act, name
@@ -47,6 +47,13 @@ class MoE:
             self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0)} for k in e})
         self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
+
+    def _locate(self, name: str) -> tuple[Any, str]:
+        """'router', or 'expert<n>.<w>' (n counted from 1 over the whole layer): the dict of the local expert."""
+        if name == "router":
+            return self, name
+        expert, key = name.split(".")
+        return self.experts[int(expert[len("expert"):]) - 1 - self.first], key
 
     def owner(self, expert: int) -> int:
         """The EP group rank that holds `expert`."""

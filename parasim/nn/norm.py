@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core import Saved, TPContext
+from .core import ParallelContext, Saved, Weights
 from .placement import Partial, Replicate, settle
 
 
-class LayerNorm:
-    def __init__(self, tp: TPContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
+class LayerNorm(Weights):
+    def __init__(self, tp: ParallelContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
                  rms: bool = False):
         xp = tp.xp
         self.tp, self.name, self.eps, self.rms = tp, name, eps, rms
