@@ -42,7 +42,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
             _flush_summary(summary)
             phase = step["phase"]
             print(f"\n{phase}")
-        if step["phase"].startswith("backward") and not args.all and "event" in step:
+        if step.get("direction") == "backward" and not args.all and "event" in step:
             key = f"{step['op'].replace('_', '-')} over {step['group']}"
             summary[key] = summary.get(key, 0) + 1
             continue

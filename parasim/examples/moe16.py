@@ -81,7 +81,8 @@ class WatchStage(StackWeights):
         mb, self.f_calls = self.f_calls, self.f_calls + 1
         caches = []
         for i, layer in enumerate(self.layers):
-            self.ctx.phase(f"forward mb{mb + 1} layer {self.first + i + 1}")
+            self.ctx.phase(f"forward mb{mb + 1} layer {self.first + i + 1}", direction="forward", micro_batch=mb + 1,
+                           layer=self.first + i + 1)
             x, c = layer.forward(x, Saved())
             caches.append(c)
             row = self._mine(mb)
@@ -104,7 +105,8 @@ class WatchStage(StackWeights):
     def backward(self, caches: Any, dy: Any) -> Any:
         mb, self.b_calls = self.b_calls, self.b_calls + 1
         for i in reversed(range(len(self.layers))):
-            self.ctx.phase(f"backward mb{mb + 1} layer {self.first + i + 1}")
+            self.ctx.phase(f"backward mb{mb + 1} layer {self.first + i + 1}", direction="backward",
+                           micro_batch=mb + 1, layer=self.first + i + 1)
             dy = self.layers[i].backward(caches[i], dy)
         return dy
 
@@ -195,22 +197,25 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
     seq, pos = watch
     mb = next(i for rep in REPLICAS for i, s in enumerate(rep) if s == seq) + 1
     notes = trace.notes("watch")  # (phase, rank, text, data) left by the ranks holding the token
-    holders = {ph: r for ph, r, _, _ in notes}
+    # each phase's fields: which direction, micro-batch and layer it is (read, never parsed from its name)
+    fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
+    at = {(d["direction"], d["micro_batch"], d["layer"]): name for name, d in fields.items()}
+    holders = {fields[ph]["layer"]: r for ph, r, _, _ in notes if ph in fields}  # layer -> holder (forward)
     steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t, d in notes
                          if d["watch"] == "holds"]
     layers = sorted({d["layer"] for _, _, _, d in notes if d["watch"] == "route"})
     for direction, order in (("forward", layers), ("backward", layers[::-1])):
         for layer in order:
-            phase = f"{direction} mb{mb} layer {layer}"
-            rank = holders.get(f"forward mb{mb} layer {layer}")
-            said = [{"phase": phase, "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t, _ in notes if ph == phase]
+            phase, rank = at[(direction, mb, layer)], holders.get(layer)
+            said = [{"phase": phase, "direction": direction, "ranks": [r], "text": f"g{r}: {t}"}
+                    for ph, r, t, _ in notes if ph == phase]
             for e in trace.events:
                 if e.phase == phase and rank in e.ranks and e.kind != "compute":
                     if e.op == "all_to_all" and said:  # the routing, just before the dispatch it decides
                         steps += said
                         said = []
-                    steps.append({"phase": phase, "ranks": e.ranks, "event": e.seq, "op": e.op,
-                                  "group": e.group.name, "text": _say(e, rank)})
+                    steps.append({"phase": phase, "direction": direction, "ranks": e.ranks, "event": e.seq,
+                                  "op": e.op, "group": e.group.name, "text": _say(e, rank)})
             steps += said
     final = set(holders.values())
     for e in trace.events:  # ZeRO-1: the holders' gradient sums and weight gathers
