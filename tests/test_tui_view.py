@@ -126,7 +126,7 @@ def test_screens_read_fields_not_words():
     at = {e.phase: k for k, e in reversed(list(enumerate(lr.result.trace.events)))}["forward mb1 layer 3"]
     w = View(_reworded(lr.result.trace)).watch(at)
     assert (w.token, w.rank) == ("'contract' (t6 of A)", 10) and w.notes == ["g10: (note %d)" % next(
-        k for k, m in enumerate(lr.result.trace.marks) if m.rank == 10 and m.data and m.data.get("layer") == 3)]
+        k for k, m in enumerate(lr.result.trace.marks) if m.rank == 10 and m.kind == "note" and m.data and m.data.get("layer") == 3)]
 
 
 def test_note_fields_travel_in_the_trace_file(tmp_path):
