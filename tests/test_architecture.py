@@ -1,0 +1,95 @@
+"""The design, kept true: the rooms docs/architecture.md names exist, the package top stays small, the
+import graph has no cycle, and each concept is defined once."""
+import ast
+import re
+from pathlib import Path
+
+import parasim
+
+ROOT = Path(parasim.__file__).parent
+DOC = ROOT.parent / "docs" / "architecture.md"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        name = ".".join(("parasim",) + path.relative_to(ROOT).with_suffix("").parts)
+        out[name.removesuffix(".__init__")] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every parasim module `name` imports, at the top or inside a function (a lazy import is an edge too)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.add(base)
+            found |= {f"{base}.{a.name}" for a in node.names}
+    return {m for m in found if m in modules and m != name}
+
+
+def test_every_room_the_page_names_exists():
+    rooms = set(re.findall(r"`parasim/([a-z_]+)/`", DOC.read_text()))
+    assert {"layout", "comm", "engine", "nn", "dp", "pipeline", "estimate", "render", "cli", "tui",
+            "examples"} <= rooms
+    for room in rooms:
+        assert (ROOT / room / "__init__.py").is_file(), room
+
+
+def test_the_package_top_holds_at_most_eight_modules():
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= 8, top
+
+
+def test_the_import_graph_has_no_cycle():
+    modules = _modules()
+    graph = {m: _imports(m, p, modules) for m, p in modules.items()}
+    state: dict[str, int] = {}
+
+    def visit(m: str, path: list[str]) -> None:
+        state[m] = 1
+        for n in sorted(graph[m]):
+            assert state.get(n) != 1, " -> ".join(path[path.index(n):] + [n] if n in path else path + [n])
+            if n not in state:
+                visit(n, path + [n])
+        state[m] = 2
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+
+
+def test_the_cycle_finder_finds_a_cycle(tmp_path):
+    """The check above can fail: two modules that import each other are found."""
+    (tmp_path / "a.py").write_text("from .b import x\n")
+    (tmp_path / "b.py").write_text("def f():\n    from .a import y\n")
+    mods = {"parasim.a": tmp_path / "a.py", "parasim.b": tmp_path / "b.py"}
+    assert _imports("parasim.a", mods["parasim.a"], mods) == {"parasim.b"}
+    assert _imports("parasim.b", mods["parasim.b"], mods) == {"parasim.a"}
+
+
+def test_one_layout_one_model_one_preset_table():
+    """grep finds one Layout type, one model type and one preset table; the estimator, the layers and the
+    engine use those very objects."""
+    classes, tables = {}, []
+    for path in ROOT.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, []).append(path.relative_to(ROOT).as_posix())
+            targets = [node.target] if isinstance(node, ast.AnnAssign) else getattr(node, "targets", [])
+            tables += [path.name for t in targets if isinstance(t, ast.Name) and t.id == "PRESETS"]
+    assert classes["Layout"] == ["layout/mesh.py"] and classes["ModelSpec"] == ["layout/model.py"]
+    assert not {"Model", "LayerShape"} & set(classes)
+    assert tables == ["presets.py"]
+    from parasim.estimate import memory, models
+    from parasim.layout import Layout, ModelSpec
+    from parasim.nn import layer
+    assert memory.ModelSpec is models.ModelSpec is layer.ModelSpec is ModelSpec is parasim.ModelSpec
+    assert issubclass(memory.Plan, Layout) and parasim.Layout is Layout
