@@ -1,12 +1,9 @@
 """How errors name ranks and calls: lists of ranks, lines grouped by text, mismatched calls."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import Any, Sequence
 
 from ..errors import CollectiveMismatch
-
-if TYPE_CHECKING:
-    from .interface import Group
 
 
 def rank_list(ranks: Sequence[int]) -> str:
@@ -40,7 +37,7 @@ def by_text(texts: dict[int, str], indent: str = "  ") -> list[str]:
             for t, rs in shared.items()]
 
 
-def mismatch_error(call: int, group: Group, calls: dict[int, str | None]) -> CollectiveMismatch:
+def mismatch_error(call: int, group: Any, calls: dict[int, str | None]) -> CollectiveMismatch:
     """The error for members of `group` whose call #`call` on it differ. calls: rank -> 'desc at site'."""
     lines = by_text({r: calls.get(r) or "not arrived yet" for r in group.ranks})
     arrived = [r for r in group.ranks if calls.get(r)]
