@@ -179,3 +179,14 @@ def test_reduce_and_scatter_cells_and_words():
     assert held[1] == (0, "out", "sharded on dim 0", "[1 2]") and held[3] == (1, "out", "sharded on dim 0", "[3 4]")
     assert held[0][2] == "whole on rank 0"
     assert view.detail(0)[2] == "op=sum" and "sent 32 B, received 0 B" in view.detail(0)[4]
+
+
+def test_a_backward_phase_finds_the_token_where_its_forward_twin_held_it():
+    """The followed token's holder in a backward phase is read from the phase's fields (micro-batch and
+    layer), not from its name: g10 held 'contract' in layer 3's forward, so it does in its backward too."""
+    lr = run_lesson(get_lesson("moe16"))
+    events = lr.result.trace.events
+    back = next(k for k, e in enumerate(events) if e.phase == "backward mb1 layer 3")
+    other = next(k for k, e in enumerate(events) if e.phase == "backward mb2 layer 3")
+    view = View(lr.result.trace)
+    assert view.watch(back).rank == 10 and view.watch(other).rank is None

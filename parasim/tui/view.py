@@ -79,15 +79,24 @@ class Watch:
     notes: list[str]
 
 
-def _watch_notes(trace: Trace) -> tuple[str, dict[str, int], dict[str, list[str]]]:
+def _watch_notes(trace: Trace) -> tuple[str, dict[Any, int], dict[str, list[str]], dict[str, dict]]:
+    """The followed token, its holder per place (a phase's micro-batch and layer, read from the phase's
+    fields: a backward phase finds the rank that held the token in its forward twin), and the notes left
+    in each phase. Phase names are never parsed."""
+    fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
     token, holders, said = "", {}, {}
     for phase, rank, text, data in trace.notes("watch"):
         if data["watch"] == "holds":
             token = token or data["token"]
-        if phase != "data":
-            holders.setdefault(phase, rank)
-            said.setdefault(phase, []).append(f"g{rank}: {text}")
-    return token, holders, said
+            continue
+        holders.setdefault(_place(fields, phase), rank)
+        said.setdefault(phase, []).append(f"g{rank}: {text}")
+    return token, holders, said, fields
+
+
+def _place(fields: dict[str, dict], phase: str) -> Any:
+    f = fields.get(phase) or {}
+    return (f["micro_batch"], f["layer"]) if "micro_batch" in f and "layer" in f else phase
 
 
 @dataclass
@@ -243,11 +252,11 @@ class View:
             return None
         if self._watch is None:
             self._watch = _watch_notes(self.trace)
-        token, holders, said = self._watch
+        token, holders, said, fields = self._watch
         if not holders:
             return None
         phase = self.events[index].phase or ""
-        rank = holders.get(phase, holders.get(phase.replace("backward", "forward", 1)))
+        rank = holders.get(_place(fields, phase))
         if rank is None:
             return Watch(token, None, [])
         return Watch(token, rank, said.get(phase, []))
