@@ -6,12 +6,13 @@ import numpy as np
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, make_program, unsplit_program
+from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, unsplit_program
 from parasim.layout import preset
+from parasim.nn import ParallelContext, Shard
+from parasim.nn.layer import TransformerLayer, layer_weights
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
 
-REPLICATED = ("ln1.", "ln2.", "moe.router", "attn.out.bias")  # whole on each TP rank (their grads summed in-layer)
 
 
 def program(ctx):
@@ -48,11 +49,21 @@ def expected_home() -> tuple[int, list[int], int]:
     raise AssertionError("no rank holds the watched token")
 
 
-def _take(c: dict, key: str, whole: bool) -> bool:
+def whole_over_tp() -> set[str]:
+    """The weights every TP rank holds whole (their gradients summed in-layer under SP), as the layers'
+    placements declare them: one layer of the example built on a TP pair."""
+    def program(ctx):
+        pair = ctx.new_group([0, 1], "tp")
+        layer = TransformerLayer(ParallelContext(ctx, pair, sp=True, ep=pair), SHAPE, layer_weights(ctx, SHAPE, "L0"))
+        return {k for k, p in layer.placements.items() if "tp" in p and not isinstance(p["tp"], Shard)}
+    return run(program, 2).values[0]
+
+
+def _take(c: dict, key: str, whole: bool, replicated_names: set[str]) -> bool:
     """Which ranks' numbers add up to one copy of a weight: attention shards from both TP ranks, replicated
     weights from TP rank 0, experts from their owner; `whole`: each rank has the whole (gathered) weight,
     so one DP/CP copy is enough; else each rank has its ZeRO share, and a copy's shares are summed."""
-    replicated = any(r in key for r in REPLICATED)
+    replicated = key.split(".", 1)[1] in replicated_names  # 'L3.ln1.weight' -> 'ln1.weight'
     if ".expert" in key:
         return c["edp"] == 0 if whole else True
     return (c["tp"] == 0 or not replicated) and (not whole or (c["dp"] == 0 and c["cp"] == 0))
@@ -60,9 +71,10 @@ def _take(c: dict, key: str, whole: bool) -> bool:
 
 def _fingerprint(values: list[dict], field: str, whole: bool) -> dict[str, float]:
     out: dict[str, float] = {}
+    replicated = whole_over_tp()
     for v in values:
         for k, g in v[field].items():
-            if _take(v["coords"], k, whole):
+            if _take(v["coords"], k, whole, replicated):
                 out[k] = out.get(k, 0.0) + g
     return out
 
