@@ -30,12 +30,8 @@ class LayersStage(StackWeights):
         return self.stack.backward(cache, dy)
 
     def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]:
-        tp = self.stack.layers[0].tp
-        tp.deferred = work = []
-        try:
+        with self.stack.layers[0].tp.deferring() as work:
             dx = self.stack.backward(cache, dy)
-        finally:
-            tp.deferred = None
 
         def weights() -> None:
             for job in work:

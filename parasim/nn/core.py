@@ -2,8 +2,9 @@
 sequence-parallel forms), and the record of what forward keeps for backward."""
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Iterator, Protocol, runtime_checkable
 
 from ..comm.interface import Group
 from .placement import Partial, Replicate, Shard, local
@@ -23,8 +24,8 @@ class ParallelContext:
     seq: int = 0  # the whole sequence length (needed with cp)
     split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
     ep: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
-    # zero-bubble pipelines split a backward in two: while this is a list, weight-gradient work is queued
-    # on it (as closures) instead of run, and a later W pass runs it
+    # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
+    # here (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None
 
     @classmethod
@@ -39,6 +40,16 @@ class ParallelContext:
         made = dict(group=g["tp"], sp=layout.sp, cp=g["cp"], seq=seq,
                     split="zigzag" if layout.zigzag else "contiguous", ep=g["ep"])
         return cls(ctx, **{**made, **overrides})
+
+    @contextmanager
+    def deferring(self) -> Iterator[list]:
+        """Within this block weight-gradient work is queued (zero-bubble's W pass runs it later) and the
+        list it is queued on is yielded; outside it, the work runs at once."""
+        self.deferred = work = []
+        try:
+            yield work
+        finally:
+            self.deferred = None
 
     def weight_grad(self, work: Any) -> None:
         """Run `work` (a weight-gradient computation) now, or queue it for the W pass."""
