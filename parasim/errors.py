@@ -10,6 +10,10 @@ class UsageError(ParasimError):
     """Bad input from a person: a layout, a size, a lesson name, a file. The CLI prints it in one line."""
 
 
+class LayoutError(UsageError, ValueError):
+    """A layout (or its model) breaks a rule; the message names the rule."""
+
+
 class CollectiveError(ParasimError, ValueError):
     """A collective called with arguments that can never work (wrong dim, rank not in group, ...)."""
 

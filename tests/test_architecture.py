@@ -93,3 +93,12 @@ def test_one_layout_one_model_one_preset_table():
     from parasim.nn import layer
     assert memory.ModelSpec is models.ModelSpec is layer.ModelSpec is ModelSpec is parasim.ModelSpec
     assert issubclass(memory.Plan, Layout) and parasim.Layout is Layout
+
+
+def test_every_file_the_rooms_name_exists():
+    """The file names the Rooms section gives (`mesh.py`, `runner.py`, ...) are files of parasim."""
+    text = DOC.read_text()
+    rooms = text[text.index("## Rooms"):text.index("## Recipes")]
+    named = set(re.findall(r"`([a-z_]+\.py)`", rooms))
+    files = {p.name for p in ROOT.rglob("*.py")}
+    assert len(named) > 20 and named <= files, sorted(named - files)

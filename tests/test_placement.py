@@ -40,7 +40,7 @@ def test_cut_then_assemble_gives_the_whole_back(p):
     if isinstance(p, Partial):  # partial sums of the whole: halves that add up to it
         pieces = [whole / 2, whole / 2]
     assert np.array_equal(assemble(pieces, p, np), whole)
-    with pytest.raises(LayoutError, match="size 6 of dim 1 does not divide by tp 4"):
+    with pytest.raises(LayoutError, match="size 6 of dim 1 does not divide by the group's 4 ranks"):
         local(whole, Shard(1), 4, 0, np)
 
 
@@ -141,4 +141,22 @@ def test_a_parallel_context_from_a_layout():
     for r, (tp, cp, ep, sp, split, seq) in enumerate(got):
         mine = {name: next(g for g in groups[name] if r in g) for name in ("tp", "cp", "ep")}
         assert (list(tp), list(cp), list(ep)) == (mine["tp"], mine["cp"], mine["ep"])
-        assert (sp, split, seq) == (True, "zigzag", 8)
+        assert (sp, split, seq) == (True, "contiguous", 8)
+
+
+def test_a_settled_sum_names_the_layer_line_and_other_partial_axes_are_refused():
+    """settle's all-reduce is the layer's call (its site is the layer's line); a Partial over an axis no
+    layer can sum is an error, while a Partial over a data axis is left to data-parallel code."""
+    from parasim.nn.placement import settle
+
+    def program(ctx):
+        tp = ParallelContext(ctx, ctx.new_group([0, 1], "tp"))
+        g = ctx.xp.ones(2)
+        assert settle(tp, {"dp": Partial()}, g, "x") is g  # data axes: not summed here
+        with pytest.raises(LayoutError, match="partial over ep"):
+            settle(tp, {"ep": Partial()}, g, "x")
+        return settle(tp, {"tp": Partial()}, g, "sum")  # this line is the site
+    res = parasim.run(program, 2)
+    (e,) = res.trace.events
+    assert all(m.site.startswith("tests/test_placement.py:") for m in e.members)
+    assert [list(v) for v in res.values] == [[2.0, 2.0]] * 2

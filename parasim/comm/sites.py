@@ -9,7 +9,8 @@ _COMM_DIR = os.path.dirname(os.path.abspath(__file__))
 _PKG_DIR = os.path.dirname(_COMM_DIR)
 _PKG_ROOT = os.path.dirname(_PKG_DIR)
 # Frames in these files are wrappers around the interface; a call site names the line that called them.
-# So are a mutation tester's trampolines (mutmut puts one between every caller and every function).
+# So are a mutation tester's trampolines (mutmut puts one between every caller and every function), and
+# any module that sets `_SITE_SKIP` (a helper that makes a call on its caller's behalf).
 _WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "engine", "context.py"))
 _TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
 
@@ -29,8 +30,8 @@ def call_site(depth: int = 2) -> tuple[str, int]:
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)) \
-            and frame.f_back is not None:
+    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)
+           or "_SITE_SKIP" in frame.f_globals) and frame.f_back is not None:
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

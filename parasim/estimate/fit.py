@@ -7,12 +7,13 @@ the logits). The search builds every valid layout as columns of numpy arrays and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
-from ..layout import LayoutError, check_heads
+from ..layout import Layout, LayoutError, check_heads
 from .memory import RECOMPUTE, Breakdown, Plan, breakdown, stages_of, totals
 from ..layout import ModelSpec
 
@@ -97,6 +98,17 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+@lru_cache(maxsize=65536)
+def _valid(model: ModelSpec, tp: int, pp: int, cp: int, dp: int, ep: int, sp: bool) -> bool:
+    """The layout's own rules decide (SP needs TP, an MoE model with TP needs SP, layers over stages, ...):
+    no second copy of them here."""
+    try:
+        Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=1, sp=sp, model=model)
+    except LayoutError:
+        return False
+    return True
+
+
 def _tp_ok(model: ModelSpec, tp: int) -> bool:
     try:
         check_heads(model.heads, model.kv, tp)
@@ -116,25 +128,22 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
         world = n * gpus_per_node
         for tp in tps:
             for pp in _divisors(world // tp):
-                if model.layers % pp:
-                    continue
                 for cp in _divisors(world // (tp * pp)):
                     dp = world // (tp * pp * cp)
                     eps = [e for e in _divisors(world // pp) if model.experts % e == 0] if model.experts else [1]
                     for ep in eps:
-                        base.append((n, tp, pp, cp, dp, ep))
+                        base += [(n, tp, pp, cp, dp, ep, sp) for sp in (False, True)
+                                 if _valid(model, tp, pp, cp, dp, ep, sp)]
     if not base:
         raise UsageError("no valid layout for this model on these nodes")
     b = np.array(base, dtype=np.int64).T
-    sps = np.array([False, True])
     rcs = np.arange(len(RECOMPUTE)) if recompute is None else np.array([RECOMPUTE.index(recompute)])
     zs = np.arange(4) if zero is None else np.array([zero])
-    grid = np.array(np.meshgrid(np.arange(b.shape[1]), sps, rcs, zs, indexing="ij")).reshape(4, -1)
-    idx, sp, rc, zz = grid[0], grid[1].astype(bool), grid[2], grid[3]
+    grid = np.array(np.meshgrid(np.arange(b.shape[1]), rcs, zs, indexing="ij")).reshape(3, -1)
+    idx, rc, zz = grid
     n, tp, pp, cp, dp, ep = (b[k][idx] for k in range(6))
-    keep = ~(sp & (tp == 1))  # SP rides on TP
-    if model.experts:
-        keep &= sp | (tp == 1)  # Megatron: an MoE model with TP needs SP
+    sp = b[6][idx].astype(bool)
+    keep = np.ones(len(idx), dtype=bool)
     # with nothing to shard over, ZeRO stages are all the same layout: keep one
     keep &= (dp * cp > 1) | (ep > 1) | (zz == 1)
     sel = np.flatnonzero(keep)

@@ -61,7 +61,7 @@ def from_hf_config(path: str) -> ModelSpec:
     act = cfg.get("hidden_act") or cfg.get("activation_function")
     gated = act in GATED_ACTIVATIONS or "llama" in str(cfg.get("model_type"))
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path)
-    return ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got)
+    return ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got).require(*REQUIRED)
 
 
 def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab: int | None,
@@ -72,7 +72,7 @@ def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab:
     if missing:
         raise UsageError(f"a model from flags needs {', '.join(missing)} (or use --model NAME or --config FILE)")
     return ModelSpec(name="custom", layers=layers, hidden=hidden, heads=heads, vocab=vocab,  # type: ignore[arg-type]
-                     **{k: v for k, v in extra.items() if v is not None})
+                     **{k: v for k, v in extra.items() if v is not None}).require(*REQUIRED)
 
 
 def layer_param_count(h: int, heads: int, kv: int, ffn: int, tp: int, bias: bool = True, norm_params: int = 2,

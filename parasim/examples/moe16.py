@@ -119,8 +119,7 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
         replica = REPLICAS[c.dp]
-        # the layout's groups, SP and sequence length; the CP split is contiguous here (the preset's own is zigzag)
-        tp = ParallelContext.from_layout(ctx, layout, split="contiguous")
+        tp = ParallelContext.from_layout(ctx, layout)  # the layout's groups, SP, CP split and sequence length
         mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:

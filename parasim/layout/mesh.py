@@ -15,7 +15,7 @@ from math import prod
 import numpy as np
 
 from ..limits import LAYOUT_WORLD
-from .model import LayoutError, ModelSpec
+from .model import LayoutError, ModelSpec, check_kv
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
@@ -190,8 +190,7 @@ def check_heads(heads: int, kv_heads: int, tp: int) -> None:
     this rule lives: layouts, the estimator's search and the attention layer all call it."""
     if heads % tp:
         raise LayoutError(f"heads {heads} do not divide by tp {tp}: each rank must hold whole heads")
-    if heads % kv_heads:
-        raise LayoutError(f"heads {heads} do not divide by kv-heads {kv_heads}")
+    check_kv(heads, kv_heads)
     if kv_heads % tp and tp % kv_heads:
         raise LayoutError(f"kv-heads {kv_heads} do not divide by tp {tp}" if kv_heads > tp
                           else f"tp {tp} does not divide by kv-heads {kv_heads}: each kv head is "

@@ -10,11 +10,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import LayoutError
 
-
-class LayoutError(UsageError, ValueError):
-    """A layout (or its model) breaks a rule; the message names the rule."""
+def check_kv(heads: int, kv_heads: int) -> None:
+    """Grouped-query attention: query heads come in equal groups, one per key/value head."""
+    if heads % kv_heads:
+        raise LayoutError(f"heads {heads} do not divide by kv-heads {kv_heads}")
 
 
 @dataclass(frozen=True)
@@ -57,8 +58,8 @@ class ModelSpec:
                 raise LayoutError(f"model {f} must be a positive integer, got {v!r}")
         if self.hidden is not None and self.heads is not None and self.hidden % self.heads:
             raise LayoutError(f"hidden {self.hidden} does not divide by heads {self.heads}")
-        if self.heads is not None and self.kv_heads is not None and self.heads % self.kv_heads:
-            raise LayoutError(f"heads {self.heads} do not divide by kv-heads {self.kv_heads}")
+        if self.heads is not None and self.kv_heads is not None:
+            check_kv(self.heads, self.kv_heads)
         if self.experts and self.top_k is not None and not 1 <= self.top_k <= self.experts:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
         if self.layers is not None and self.dense_layers > self.layers:
@@ -70,7 +71,8 @@ class ModelSpec:
         if self.experts and self.top_k is None:
             missing.append("top_k")
         if missing:
-            raise LayoutError(f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}")
+            raise LayoutError(f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}"
+                              + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else ""))
         return self
 
     # -- shapes --------------------------------------------------------------------------------------

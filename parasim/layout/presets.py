@@ -35,8 +35,9 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "27b": Preset("the post's 27B dense model: 60 layers, hidden 6144, 48 heads, vocabulary 131072", DENSE_27B),
+    # CP splits the sentence in contiguous halves, as the post's step 1 draws it (real systems use zigzag)
     "moe16": Preset("the post's 16-GPU MoE example: attention TP2 x CP2 x DP2, experts ETP1 x EP4 x EDP2, PP2",
-                    MOE16, Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=MOE16)),
+                    MOE16, Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, zigzag=False, model=MOE16)),
     "27b-tp8": Preset("27B dense, one node: TP8", DENSE_27B, Layout(tp=8, model=DENSE_27B)),
     "27b-tp8-sp": Preset("27B dense, one node: TP8 + SP", DENSE_27B, Layout(tp=8, sp=True, model=DENSE_27B)),
     "27b-tp4-sp-cp2": Preset("27B dense, one node: TP4 + SP + CP2", DENSE_27B,

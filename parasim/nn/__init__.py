@@ -9,11 +9,11 @@ from .attention import ParallelAttention
 from .core import Layer, ParallelContext, Partial, Replicate, Saved, Shard, Weights
 from .dropout import Dropout
 from .embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
-from .layer import ModelSpec, Stack, TransformerLayer, layer_weights
+from .layer import Stack, TransformerLayer, layer_weights
 from .linear import ColumnParallelLinear, RowParallelLinear
 from .mlp import ParallelMLP
 from .norm import LayerNorm
 
 __all__ = ["Layer", "Weights", "Replicate", "Shard", "Partial", "Saved", "ParallelContext", "ColumnParallelLinear", "RowParallelLinear",
            "ParallelMLP", "ParallelAttention", "LayerNorm", "Dropout", "VocabParallelEmbedding",
-           "VocabParallelCrossEntropy", "ModelSpec", "TransformerLayer", "Stack", "layer_weights"]
+           "VocabParallelCrossEntropy", "TransformerLayer", "Stack", "layer_weights"]

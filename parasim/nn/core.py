@@ -1,5 +1,5 @@
-"""The tensor-parallel context of a rank, the conjugate operators f and g (and their
-sequence-parallel forms), and the record of what forward keeps for backward."""
+"""The parallel context of a rank (its groups and its place in each), the layer protocol, the conjugate
+operators f and g (and their sequence-parallel forms), and the record of what forward keeps for backward."""
 from __future__ import annotations
 
 from contextlib import contextmanager
@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 from ..comm.interface import Group
+from ..layout import LayoutError
 from .placement import Partial, Replicate, Shard, local
 
 __all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "Saved", "Layer", "Weights"]  # placements: placement.py
@@ -33,6 +34,9 @@ class ParallelContext:
         """The context of `ctx`'s rank in `layout` (default: the layout the run was given): its TP, CP and
         EP groups, SP and the CP split from the layout, the sequence length from its model."""
         layout = layout if layout is not None else ctx.layout
+        if layout.model is not None and layout.model.experts and layout.etp > 1:
+            raise LayoutError(f"etp {layout.etp}: the engine's MoE block keeps each expert whole on its EP rank "
+                              "(ETP 1); give etp=1")
         if ctx.layout is not layout:
             ctx.use_layout(layout)
         g = ctx.groups

@@ -21,10 +21,9 @@ def _owned(tp: ParallelContext, ids: Any, vocab: int) -> Any:
 
 
 class VocabParallelEmbedding(Weights):
-    placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
-
     def __init__(self, tp: ParallelContext, weight: Any, name: str = "embedding"):
         self.tp, self.name, self.vocab = tp, name, weight.shape[0]
+        self.placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
         self.weight = tp.shard(weight, 0)
         self.grads: dict[str, Any] = {}
 

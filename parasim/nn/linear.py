@@ -26,13 +26,13 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
 class ColumnParallelLinear(Weights):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
-    # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim
-    placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
-
     def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
         self.tp, self.name = tp, name
+        # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim; each
+        # instance its own declaration, so moving one layer's placement moves no other's
+        self.placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
         if columns is None:
             self.weight = tp.shard(weight, 1)
             self.bias = None if bias is None else tp.shard(bias, 0)

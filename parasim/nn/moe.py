@@ -31,7 +31,7 @@ class MoE(Weights):
         p = 1 if ep is None else ep.size
         if n_exp % p:
             raise LayoutError(f"{n_exp} experts do not split evenly over an EP group of {p}")
-        if not 1 <= top_k <= n_exp:
+        if top_k is None or not 1 <= top_k <= n_exp:
             raise LayoutError(f"top_k must be between 1 and the number of experts ({n_exp}), got {top_k}")
         xp = tp.xp
         self.p, self.per = p, n_exp // p

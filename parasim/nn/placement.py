@@ -52,6 +52,10 @@ Placed = Mapping[str, Placement]  # mesh axis -> placement; an axis not named is
 _AXES = {"dense": {"tp": "tp", "cp": "cp", "dp": "dp"}, "expert": {"etp": "tp", "ep": "ep", "edp": "dp"}}
 
 
+DATA_AXES = ("dp", "cp", "edp")  # copies see different data over these: data-parallel code sums them
+_SITE_SKIP = True  # a call site names the layer line that called settle (comm/sites.py), not this module
+
+
 def is_expert(placed: Placed) -> bool:
     """Split over EP: an expert's weight, which the expert generator's groups serve."""
     return "ep" in placed
@@ -84,8 +88,8 @@ def local(whole: Any, p: Placement, size: int, index: int, xp: Any) -> Any:
     if not isinstance(p, Shard) or size == 1:
         return xp.asarray(whole, copy=True)
     if whole.shape[p.dim] % size:
-        raise LayoutError(f"size {whole.shape[p.dim]} of dim {p.dim} does not divide by tp {size}: each rank must "
-                          "hold an equal slice")
+        raise LayoutError(f"size {whole.shape[p.dim]} of dim {p.dim} does not divide by the group's {size} ranks: "
+                          "each rank must hold an equal slice")
     n = whole.shape[p.dim] // size
     cut = [slice(None)] * whole.ndim
     cut[p.dim] = slice(index * n, (index + 1) * n)
@@ -107,6 +111,10 @@ def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
 def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
     """(b), inside a layer: sum a fresh weight gradient over its Partial model axis (tp), so that what the
     layer keeps is replicated over TP; the data axes are left to data-parallel code."""
-    if isinstance(placed.get("tp"), Partial) and tp.t > 1:
-        return tp.comm.all_reduce(grad, group=tp.group, label=label)
+    for axis, p in placed.items():
+        if isinstance(p, Partial) and axis not in DATA_AXES:
+            if axis != "tp":  # the layers hold no other model group to sum over
+                raise LayoutError(f"a gradient partial over {axis}: layers sum partial gradients over tp only")
+            if tp.t > 1:
+                grad = tp.comm.all_reduce(grad, group=tp.group, label=label)
     return grad
