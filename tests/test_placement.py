@@ -160,3 +160,12 @@ def test_a_settled_sum_names_the_layer_line_and_other_partial_axes_are_refused()
     (e,) = res.trace.events
     assert all(m.site.startswith("tests/test_placement.py:") for m in e.members)
     assert [list(v) for v in res.values] == [[2.0, 2.0]] * 2
+
+
+@pytest.mark.parametrize("p", [Replicate(), Shard(0)])
+def test_a_local_piece_owns_its_memory_and_one_replica_is_the_whole(p):
+    whole = np.arange(8.0).reshape(4, 2)
+    piece = local(whole, p, 2, 1, np)
+    piece[0, 0] = -1.0  # a rank updating its piece leaves the whole (and every other rank's piece) alone
+    assert whole[0, 0] == 0.0 and whole[2, 0] == 4.0
+    assert np.array_equal(assemble([whole], Replicate(), np), whole)  # a group of one

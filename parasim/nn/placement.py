@@ -76,7 +76,7 @@ def grad_group(placed: Placed, axes: Sequence[str] | None = None) -> str:
     'expert-dp'."""
     generator = "expert" if is_expert(placed) else "dense"
     axes = tuple(sum_axes(placed) if axes is None else axes)
-    want = {_AXES[generator].get(a, "?") for a in axes}
+    want = {_AXES[generator].get(a) for a in axes}  # an axis the generator lacks matches no group
     for name, gen, over in KINDS:
         if gen == generator and set(over) == want:
             return name
