@@ -158,3 +158,19 @@ def test_layer_param_count_by_hand():
         assert n == want and type(n) is int
     n = layer_param_count(8, 4, 4, 12, 2, bias=False, norm_params=1, mats=3)
     assert n == 288 and type(n) is int
+
+
+def test_the_registry_names_layouts_and_models_once_each():
+    from parasim.layout import layout_names, model_names
+    assert model_names() == ["27b", "moe16", "megatron-8.3b", "deepseek-v3"]  # one name per distinct model
+    assert "27b" not in layout_names() and {"moe16", "27b-tp8", "deepseek-v3"} <= set(layout_names())
+    assert len(layout_names()) == len(PRESETS) - 1
+
+
+def test_an_moe_model_without_top_k_is_refused_by_name():
+    moe = ModelSpec("m", layers=2, hidden=8, heads=2, vocab=4, experts=4)
+    with pytest.raises(UsageError, match=r"lacks top_k \(an MoE model needs its top-k"):
+        moe.require("layers")
+    with pytest.raises(UsageError, match="lacks top_k"):
+        moe.active_params()
+    assert ModelSpec("d", layers=1, hidden=4, heads=2, vocab=5).to_dict()["top_k"] == 0  # dense: none

@@ -169,3 +169,29 @@ def test_a_local_piece_owns_its_memory_and_one_replica_is_the_whole(p):
     piece[0, 0] = -1.0  # a rank updating its piece leaves the whole (and every other rank's piece) alone
     assert whole[0, 0] == 0.0 and whole[2, 0] == 4.0
     assert np.array_equal(assemble([whole], Replicate(), np), whole)  # a group of one
+
+
+def test_zero1_step_names_its_groups_and_counts_state_per_kind():
+    """One weight, one rank: ZeRO-1 over the dense weights' group (dp-cp), labelled so; Adam keeps 3 values
+    per parameter (master, m, v), all of them on a group of one."""
+    from parasim.dp.zero import zero1_step
+    from parasim.layout import Layout
+
+    class One:
+        placements = {"w": {"tp": Replicate()}}
+
+        def __init__(self, ctx):
+            self.w, self.grads = ctx.xp.ones(3), {"w": ctx.xp.ones(3)}
+
+        def params(self):
+            return {"w": self.w}
+
+    def program(ctx):
+        new, sq, state = zero1_step(ctx, One(ctx), 0.1)
+        return new["w"], sq, state
+    res = parasim.run(program, layout=Layout())
+    new, sq, state = res.values[0]
+    assert state == {"dense": [9, 9]} and sq == {"w": 3.0}
+    assert np.allclose(new, 1.0 - 0.1)  # Adam's first step moves each weight by lr (sign of the gradient)
+    assert {e.label for e in res.trace.events} == {"ZeRO-1 over dp-cp: reduce-scatter the gradients",
+                                                   "ZeRO-1 over dp-cp: all-gather the updated weights"}

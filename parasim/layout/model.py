@@ -133,7 +133,7 @@ class ModelSpec:
         what the 6 * params * tokens rule counts."""
         c = self.counted()
         scale = self.total_params() / sum(c.values())
-        routed = c["routed experts"] * ((self.top_k or 0) / self.experts if self.experts else 0.0)
+        routed = c["routed experts"] * self.require().top_k / self.experts if self.experts else 0.0
         return (sum(c.values()) - c["routed experts"] - c["embeddings"] + routed) * scale
 
     def to_dict(self) -> dict[str, Any]:
