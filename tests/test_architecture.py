@@ -102,3 +102,12 @@ def test_every_file_the_rooms_name_exists():
     named = set(re.findall(r"`([a-z_]+\.py)`", rooms))
     files = {p.name for p in ROOT.rglob("*.py")}
     assert len(named) > 20 and named <= files, sorted(named - files)
+
+
+def test_a_virtual_lesson_imports_no_torch():
+    import subprocess
+    import sys
+    code = ("import sys; from parasim.lesson import get_lesson, run_lesson; "
+            "[run_lesson(get_lesson(n)) for n in ('moe16', 'tp-mlp', 'memory')]; print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
