@@ -21,19 +21,28 @@ pytestmark = pytest.mark.slow
 
 
 def _children() -> list[int]:
-    """Live child processes of this test process."""
-    me, out = os.getpid(), []
+    """Live processes under this test process: ranks are forked by the launcher's fork server (a child of
+    ours that stays, as does multiprocessing's resource tracker), so their children count, not they."""
+    parent, cmdline = {}, {}
     for pid in os.listdir("/proc"):
         if pid.isdigit():
             try:
                 with open(f"/proc/{pid}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{pid}/cmdline") as f:
+                    cmdline[int(pid)] = f.read()
             except OSError:
                 continue
-            with open(f"/proc/{pid}/cmdline") as f:
-                cmd = f.read()
-            if int(fields[1]) == me and fields[0] != "Z" and "resource_tracker" not in cmd:
-                out.append(int(pid))
+            if fields[0] != "Z":
+                parent[int(pid)] = int(fields[1])
+    out, todo = [], [os.getpid()]
+    while todo:
+        me = todo.pop()
+        for pid, pp in parent.items():
+            if pp == me:
+                todo.append(pid)
+                if "forkserver" not in cmdline.get(pid, "") and "resource_tracker" not in cmdline.get(pid, ""):
+                    out.append(pid)
     return out
 
 

@@ -232,3 +232,17 @@ def test_a_skip_in_a_sub_group_is_a_deadlock_naming_the_waiter():
     with pytest.raises(parasim.Deadlock, match=r"rank 0 timed out in all_reduce\(.*\) on group pair\[0, 1\] at "
                                                r"tests/test_real_faults.py:\d+"):
         parasim.run(skips_in_a_pair, 3, backend="gloo", timeout=3)
+
+
+def reads_env(ctx):
+    import os
+    return ctx.asarray([float(os.environ.get("PARASIM_TEST_VALUE", "-1"))])
+
+
+def test_ranks_see_the_launchers_environment_of_now(monkeypatch):
+    """Ranks fork from a server started once; each launch still hands them the environment of its own time."""
+    import parasim
+    monkeypatch.setenv("PARASIM_TEST_VALUE", "1")
+    assert [float(v[0]) for v in parasim.run(reads_env, 2, backend="gloo").values] == [1.0, 1.0]
+    monkeypatch.setenv("PARASIM_TEST_VALUE", "2")
+    assert [float(v[0]) for v in parasim.run(reads_env, 2, backend="gloo").values] == [2.0, 2.0]

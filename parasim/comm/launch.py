@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..limits import check_processes
-from ..errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
-                      UsageError)
+from ..errors import Deadlock, ParasimError, RankFailed, RealRunFailed, UsageError
+from .rank_errors import failure
 
 Target = Callable[[Any], Any] | tuple[str, str]
 BACKENDS = ("gloo", "nccl")
@@ -181,11 +181,15 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump(data, f)
 
 
-def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any = None) -> None:
+def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any = None,
+            env: dict[str, str] | None = None) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
     error) in `folder` and exit quietly; the launcher reports."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle: it ends the workers
+    if env is not None:  # the launcher's environment now, not the fork server's when it started
+        os.environ.clear()
+        os.environ.update(env)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
@@ -245,7 +249,6 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     Every socket stays on 127.0.0.1: the store is served here on loopback, gloo is kept to the loopback
     interface. A rank that fails is named with its own error; one that dies without raising (an exit
     code, a signal) is named with that."""
-    import multiprocessing
     import pickle
 
     opts = jobs[0][1]
@@ -257,14 +260,14 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     if opts.backend == "gloo":
         os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep every byte on the loopback interface
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    spawn = multiprocessing.get_context("spawn")
+    spawn = _starter()
     store, port = _loopback_store(nproc, opts.timeout)
     beats = spawn.RawArray("d", nproc)  # when each rank last finished a call (monotonic clock; 0: not joined)
     _sweep_folders()
     with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
                                args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
-                                     port, folder, beats)) for r in range(nproc)]
+                                     port, folder, beats, dict(os.environ))) for r in range(nproc)]
         try:
             for p in procs:
                 try:
@@ -283,12 +286,25 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
                            "rank is busy outside collectives, or waits where no backend times out; the ranks were "
                            "stopped")
         if died is not None or any(p.exitcode != 0 for p in procs):
-            raise _failure(procs, folder, died)
+            raise failure(procs, folder, died)
         out = []
         for r in range(nproc):
             with open(os.path.join(folder, f"result{r}.pkl"), "rb") as f:
                 out.append(pickle.load(f))
     return [[out[r][j] for r in range(nproc)] for j in range(len(jobs))]
+
+
+def _starter() -> Any:
+    """How worker processes start: forked from a server that imported torch once (torch's import is most
+    of a rank's start-up), so that the ranks of a launch, and every later launch of this process, skip it.
+    The server is started fresh (no threads, no CUDA), so forking it is safe; where the platform has no
+    fork, spawn."""
+    import multiprocessing
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__", "torch", "torch.distributed", "parasim.comm.torchdist", "parasim.engine"])
+    return ctx
 
 
 def _sweep_folders() -> None:
@@ -338,58 +354,6 @@ def _end(procs: list, grace: float = 1.0) -> None:
     for p in procs:
         if p.pid is not None:
             p.join(grace)
-
-
-def _failure(procs: list, folder: str, died: tuple[int, int] | None) -> ParasimError:
-    """The error that names the cause: a rank that died without raising comes first (its peers' errors are
-    echoes), then the rank whose own error came first."""
-    import signal
-    if died is not None:
-        rank, code = died
-        how = f"was killed by signal {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
-        return RealRunFailed(f"rank {rank} {how} without raising an error; the other ranks were stopped", rank)
-    root = _root_error(folder)
-    if root is not None:
-        return _rebuilt(root)
-    rank = next(r for r, p in enumerate(procs) if p.exitcode != 0)
-    return RealRunFailed(f"rank {rank} ended with exit code {procs[rank].exitcode} before reporting an error", rank)
-
-
-def _rebuilt(e: dict) -> ParasimError:
-    """The error a rank reported, as the same type with the same text as on virtual ranks (so `except
-    parasim.CollectiveMismatch` works on both); `rank` says which rank reported it."""
-    kind, message, rank = e["kind"], e["message"], e["rank"]
-    if kind == "CollectiveMismatch":
-        err: ParasimError = CollectiveMismatch(message, e.get("calls"), e.get("ranks"))
-    elif kind == "Deadlock":
-        err = Deadlock(message, {int(r): w for r, w in (e.get("waiting") or {}).items()})
-    elif kind in ("RankFailed", "RealRunFailed"):
-        err = (RankFailed if kind == "RankFailed" else RealRunFailed)(message, rank)
-    elif kind in ("CollectiveError", "UsageError"):
-        err = (CollectiveError if kind == "CollectiveError" else UsageError)(message)
-    else:  # another parasim error (a LayoutError, ...): its name leads, as the CLI prints it
-        err = RankFailed(f"rank {rank} raised {kind}: {message}", rank)
-    err.rank = rank
-    return err
-
-
-# what a rank reports because another failed: a reset connection, or waiting at the end of the run for a
-# rank that is itself stuck (that rank's own time-out names the call)
-_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",
-           "the end-of-run check (this rank had finished)")
-
-
-def _root_error(folder: str) -> dict | None:
-    """The rank that failed for its own reason, first. When one rank fails the others fail too (reset
-    connections); those echoes come after it, and name no program line of their own."""
-    errors = []
-    for name in os.listdir(folder):
-        if name.endswith(".json"):
-            with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as f:
-                errors.append(json.load(f))
-    if not errors:
-        return None
-    return min(errors, key=lambda e: (any(x in e["message"] for x in _ECHOES), e["time"], e["rank"]))
 
 
 def join_torchrun(target: Target, opts: RealOptions) -> list[dict] | None:
