@@ -198,3 +198,19 @@ def test_hta_one_kineto_like_trace_per_rank():
         assert comm == ["ncclKernel_recv", "ncclKernel_send"]
         assert [e["name"] for e in kernels if not e["name"].startswith("nccl")] == ["matmul"]
     json.dumps(files, allow_nan=False)
+
+
+def test_hta_places_kernels_at_measured_times_in_whole_microseconds():
+    """Real ranks: each kernel where the run measured it (inside its measured span, whole microseconds);
+    the one ProfilerStep covers them all."""
+    trace = parasim.run(_ring, world=4).trace
+    times = {(e.seq, m.rank): (100.0 + 10 * e.seq + 0.4, 7.5) for e in trace.events for m in e.members}
+    files = to_hta(trace, times=times)
+    for r, f in files.items():
+        step, *kernels = f["traceEvents"]
+        for k in kernels:
+            start, dur = times[(k["args"]["seq"], r)]
+            assert isinstance(k["ts"], int) and isinstance(k["dur"], int)
+            assert start <= k["ts"] and k["ts"] + k["dur"] <= start + dur
+        assert step["ts"] <= min(k["ts"] for k in kernels)
+        assert step["ts"] + step["dur"] >= max(k["ts"] + k["dur"] for k in kernels)

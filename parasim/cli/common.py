@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from ..errors import UsageError
 from ..limits import size_arg
@@ -16,6 +17,17 @@ class Parser(argparse.ArgumentParser):
 
 def positive(text: str) -> int:
     return size_arg(int, text)
+
+
+def write_hta(path: str, trace: Any, times: Any = None) -> None:
+    """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis."""
+    from ..render.chrome import write_hta as written
+    if not path:
+        raise UsageError("an empty folder name: give a folder to write the HTA traces to")
+    try:
+        written(trace, path, times)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 def write(path: str, text: str) -> None:

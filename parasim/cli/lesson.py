@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive, write
+from .common import positive, write, write_hta
 
 
 def add_lesson(sub: Any) -> None:
@@ -24,6 +24,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
+    lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
+                    "for Holistic Trace Analysis")
     lp.set_defaults(func=cmd_lesson)
 
 
@@ -40,7 +42,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     from ..lesson import get_lesson, load_lessons, run_lesson
 
     if args.name is None:
-        given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace)) if v is not None]
+        given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace),
+                                ("--hta", args.hta)) if v is not None]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
         lessons = load_lessons()
@@ -57,6 +60,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.chrome is not None:
         from ..render.chrome import to_chrome
         write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")
+    if args.hta is not None:
+        write_hta(args.hta, lr.result.trace)
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
     if args.json:

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive, write
+from .common import positive, write, write_hta
 from ..limits import check_processes
 
 
@@ -31,6 +31,8 @@ def add_run(sub: Any) -> None:
     rp.add_argument("--json", action="store_true",
                     help='print {"backend", "world", "match", "differences", "timings", ...} as JSON')
     rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
+    rp.add_argument("--hta", metavar="DIR", help="write one Kineto-style trace per rank (DIR/rank<r>.json, measured "
+                    "times) for Holistic Trace Analysis")
     rp.set_defaults(func=cmd_run)
 
 
@@ -55,6 +57,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.chrome is not None:
         from ..render.chrome import to_chrome
         write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
+    if args.hta is not None:
+        write_hta(args.hta, report.trace, report.times)
     if args.json:
         print(json.dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]},
                          indent=1))
@@ -89,8 +93,8 @@ def _run_all(args: argparse.Namespace) -> int:
 
     if under_torchrun():
         raise UsageError("`run all` starts its own ranks; under torchrun run one lesson at a time")
-    if args.chrome is not None:
-        raise UsageError("--chrome writes one lesson's timeline; name the lesson instead of all")
+    if args.chrome is not None or args.hta is not None:
+        raise UsageError("--chrome and --hta write one lesson's timeline; name the lesson instead of all")
     if args.nproc:
         check_processes(args.nproc)
     lessons = list(load_lessons().values())

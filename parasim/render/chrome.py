@@ -104,15 +104,24 @@ def to_chrome(trace: Trace, step_us: float = 1000.0,
                           "step_us": step_us, "steps": trace.steps, "meta": trace.meta}}
 
 
-def to_hta(trace: Trace, step_us: float = 1000.0) -> dict[int, dict]:
-    """One Kineto-like trace per rank for Holistic Trace Analysis (write each to its own file in one folder).
+def to_hta(trace: Trace, step_us: float = 1000.0,
+           times: dict[tuple[int, int], tuple[float, float]] | None = None) -> dict[int, dict]:
+    """One Kineto-like trace per rank for Holistic Trace Analysis (write each to its own file in one folder:
+    `write_hta`).
 
     Every slice becomes a GPU kernel on a stream; communication kernels are named `ncclKernel_<op>`
     because HTA counts a kernel as communication only when its name matches `^nccl.*Kernel`. The
-    whole run is one `ProfilerStep#0` annotation, which is how HTA finds iterations."""
+    whole run is one `ProfilerStep#0` annotation, which is how HTA finds iterations. With `times` (real
+    ranks: (seq, rank) -> measured (start_us, dur_us)) every kernel sits where it really ran."""
+    # whole microseconds, each inside its slice: HTA rounds float times down, which would let a slice
+    # overlap its neighbour and change the totals it reports
+    placed = [(e, m, t, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1))
+              for e, m, t, ts, dur in _place(trace, step_us, times)]
+    end = max([ts + dur for *_, ts, dur in placed] + [max(trace.steps, 1) * step_us if times is None else 0.0])
+    start = min([ts for *_, ts, _ in placed] + [0.0])
     files = {r: [{"name": "ProfilerStep#0", "cat": "user_annotation", "ph": "X", "pid": r, "tid": 0,
-                  "ts": 0.0, "dur": max(trace.steps, 1) * step_us, "args": {}}] for r in range(trace.world)}
-    for e, m, track, ts, dur in _place(trace, step_us):
+                  "ts": start, "dur": max(end - start, step_us), "args": {}}] for r in range(trace.world)}
+    for e, m, track, ts, dur in placed:
         ev = files[m.rank]
         if e.kind == "compute":
             name = e.op
@@ -125,6 +134,19 @@ def to_hta(trace: Trace, step_us: float = 1000.0) -> dict[int, dict]:
                 "distributedInfo": {"rank": r, "world_size": trace.world, "backend": trace.backend},
                 "deviceProperties": [{"id": r, "name": f"parasim {trace.backend} rank {r}"}],
                 "traceEvents": ev} for r, ev in files.items()}
+
+
+def write_hta(trace: Trace, folder: str, times: dict[tuple[int, int], tuple[float, float]] | None = None) -> list[str]:
+    """Write `to_hta`'s traces as FOLDER/rank<r>.json (the folder is made if need be); the paths written."""
+    import json
+    import os
+    os.makedirs(folder, exist_ok=True)
+    paths = []
+    for r, f in to_hta(trace, times=times).items():
+        paths.append(os.path.join(folder, f"rank{r}.json"))
+        with open(paths[-1], "w") as out:
+            json.dump(f, out)
+    return paths
 
 
 def _num(x: Any) -> bool:
