@@ -6,10 +6,9 @@ import numpy as np
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, unsplit_program
+from parasim.examples.moe16 import (LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, agree, fingerprint, make_program,
+                                    unsplit_program)
 from parasim.layout import preset
-from parasim.nn import ParallelContext, Shard
-from parasim.nn.layer import TransformerLayer, layer_weights
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
 
@@ -49,45 +48,10 @@ def expected_home() -> tuple[int, list[int], int]:
     raise AssertionError("no rank holds the watched token")
 
 
-def whole_over_tp() -> set[str]:
-    """The weights every TP rank holds whole (their gradients summed in-layer under SP), as the layers'
-    placements declare them: one layer of the example built on a TP pair."""
-    def program(ctx):
-        pair = ctx.new_group([0, 1], "tp")
-        layer = TransformerLayer(ParallelContext(ctx, pair, sp=True, ep=pair), SHAPE, layer_weights(ctx, SHAPE, "L0"))
-        return {k for k, p in layer.placements.items() if "tp" in p and not isinstance(p["tp"], Shard)}
-    return run(program, 2).values[0]
-
-
-def _take(c: dict, key: str, whole: bool, replicated_names: set[str]) -> bool:
-    """Which ranks' numbers add up to one copy of a weight: attention shards from both TP ranks, replicated
-    weights from TP rank 0, experts from their owner; `whole`: each rank has the whole (gathered) weight,
-    so one DP/CP copy is enough; else each rank has its ZeRO share, and a copy's shares are summed."""
-    replicated = key.split(".", 1)[1] in replicated_names  # 'L3.ln1.weight' -> 'ln1.weight'
-    if ".expert" in key:
-        return c["edp"] == 0 if whole else True
-    return (c["tp"] == 0 or not replicated) and (not whole or (c["dp"] == 0 and c["cp"] == 0))
-
-
-def _fingerprint(values: list[dict], field: str, whole: bool) -> dict[str, float]:
-    out: dict[str, float] = {}
-    replicated = whole_over_tp()
-    for v in values:
-        for k, g in v[field].items():
-            if _take(v["coords"], k, whole, replicated):
-                out[k] = out.get(k, 0.0) + g
-    return out
-
-
-def _agree(got: dict, ref: dict, rtol: float) -> str:
-    n = sum(abs(got[k] - g) <= rtol * max(1.0, abs(g)) for k, g in ref.items())
-    return f"{n} of {len(ref)} weights"
-
-
 def checks(result) -> list[Check]:
     v = result.values
     ref = run(unsplit_program, 1).values[0]
-    grads, weights = _fingerprint(v, "grad_sq", whole=False), _fingerprint(v, "weight_sq", whole=True)
+    grads, weights = fingerprint(v, "grad_sq", False, SHAPE), fingerprint(v, "weight_sq", True, SHAPE)
     notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
     holder = notes[0].rank if notes else None
     routed = [m for m in notes if m.data["watch"] == "route"]
@@ -108,10 +72,10 @@ def checks(result) -> list[Check]:
         check("the loss of all 32 tokens equals the unsplit model's", sum(x["loss"] for x in v if x["last"]),
               ref["loss"], rtol=1e-12),
         check("every weight's gradient, summed over dp-cp and expert-dp, equals the unsplit model's "
-              "(sum of squares, relative 1e-9)", _agree(grads, ref["grad_sq"], 1e-9),
+              "(sum of squares, relative 1e-9)", agree(grads, ref["grad_sq"], 1e-9),
               f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
         check("every weight after the ZeRO-1 Adam step equals the unsplit model's after Adam",
-              _agree(weights, ref["weight_sq"], 1e-9), f"{len(ref['weight_sq'])} of {len(ref['weight_sq'])} weights"),
+              agree(weights, ref["weight_sq"], 1e-9), f"{len(ref['weight_sq'])} of {len(ref['weight_sq'])} weights"),
         check("its GPU keeps Adam state for 1/|dp-cp| of its dense weights and 1/|expert-dp| of its experts'",
               [v[home]["state"][w][0] / v[home]["state"][w][1] for w in ("dense", "expert")],
               [1 / len(groups[k][0]) for k in ("dp-cp", "expert-dp")], atol=0.01),

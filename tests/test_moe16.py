@@ -104,3 +104,41 @@ def test_moe_needs_sp():
     lr = run_lesson(get_lesson("moe-sp"))
     assert lr.ok, [c for c in lr.checks if not c.ok]
     assert lr.checks[0].got == [16, 8] and lr.checks[1].got == 2
+
+
+def _holder(args: list[str]) -> tuple[int, dict]:
+    data = json.loads(_cli("trace", *args, "--json").stdout)
+    first = data["steps"][0]
+    return first["ranks"][0], data
+
+
+def test_the_zigzag_split_moves_contract_to_g3():
+    """Zigzag over CP 2 cuts the 8 tokens in 4 chunks; CP rank 1 holds chunks 2 and 3 (t3-t6) and SP gives
+    its TP rank 1 the second half (t5 t6): in Megatron's order (tp fastest, then cp) that is rank 1 + 2 = 3.
+    The contiguous split gives CP rank 1 t5-t8, of which TP rank 0 holds t5 t6: g2."""
+    assert _holder(["--layout", "moe16", "--split", "zigzag"])[0] == 3
+    assert _holder(["--layout", "moe16"])[0] == 2
+
+
+@pytest.mark.parametrize("args, holder", [
+    # dense, TP 2 without SP: both TP ranks of the first stage's replica 0 hold t3 (the first one notes first)
+    (["--tp", "2", "--pp", "2", "--dp", "2", "--experts", "0", "--token", "t3"], 0),
+    # EP 4 over DP 4: 'court' (t2 of A) is on replica 0, whose only GPU is g0
+    (["--dp", "4", "--ep", "4", "--token", "court"], 0),
+    # 3 micro-batches per replica, zigzag: B is replica 0's second sequence; 'law' is t6: CP rank 1, TP rank 1
+    (["--tp", "2", "--sp", "--cp", "2", "--ep", "4", "--world", "8", "--split", "zigzag", "-m", "3",
+      "--token", "B:law"], 3),
+])
+def test_any_layout_traces_exactly(args, holder):
+    got, data = _holder(args)
+    assert got == holder
+    x = data["exactness"]
+    assert x["exact"] and x["gradients"] == x["weights_after_adam"] and abs(x["loss"] - x["unsplit_loss"]) < 1e-9
+
+
+def test_bad_trace_layouts_are_one_line():
+    for args, why in ((["--tp", "3"], "heads 4 do not divide by tp 3"), (["--pp", "3"], "layers 4 do not divide"),
+                      (["--layout", "moe16", "--tp", "2"], "not both"), (["--experts", "-1"], "--experts must be"),
+                      (["--ep", "2", "--etp", "2", "--tp", "2", "--sp", "--world", "4"], "etp 2")):
+        bad = _cli("trace", *args)
+        assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and why in bad.stderr, args

@@ -1,41 +1,87 @@
-"""`parasim trace`: follow one token through the 16-GPU MoE example."""
+"""`parasim trace`: follow one token through one training step of the MoE example, on any layout."""
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
+from .common import positive
+
+SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
 
 
 def add_trace(sub: Any) -> None:
-    tr = sub.add_parser("trace", help="follow one token through the 16-GPU MoE example, collective by collective",
-                        description="Run the post's 16-GPU MoE example (TP2 x CP2 x DP2 attention, EP4 experts, "
-                                    "PP2, SP) for one training step on virtual ranks and follow one token: which "
+    tr = sub.add_parser("trace", help="follow one token through a layout, collective by collective",
+                        description="Run the post's MoE example (4 layers, 8 experts, top-2, 8-token sequences) "
+                                    "for one training step on virtual ranks, on the moe16 layout (TP2 x CP2 x DP2 "
+                                    "attention, EP4 experts, PP2, SP) or any other, and follow one token: which "
                                     "GPU holds it, every collective it takes part in, where the router sends it, "
-                                    "the pipeline hand-off, and the gradient sums.")
-    tr.add_argument("--layout", default="moe16", help="the layout (moe16, the only one with a worked token path)")
+                                    "the pipeline hand-off and the gradient sums; then check the run against "
+                                    "the unsplit model.",
+                        epilog="example: parasim trace --tp 2 --cp 2 --pp 2 --ep 4 --sp --world 16 --token t6")
+    tr.add_argument("--layout", metavar="NAME", help="a preset (default moe16); or give sizes instead")
+    for flag, what in (("--tp", "tensor parallel size"), ("--cp", "context parallel size"),
+                       ("--pp", "pipeline stages"), ("--dp", "data parallel size (default: derived)"),
+                       ("--ep", "expert parallel size"), ("--etp", "expert tensor parallel size (default 1)"),
+                       ("--world", "GPUs (default: tp x cp x pp x dp)")):
+        tr.add_argument(flag, type=positive, metavar="N", help=what)
+    tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
+    tr.add_argument("--experts", type=int, metavar="N", help="experts per layer (default 8; 0: a dense model)")
+    tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; must divide by pp)")
+    tr.add_argument("--split", choices=("contiguous", "zigzag"), help="how CP splits the sequence (moe16: "
+                    "contiguous, as the post draws it)")
+    tr.add_argument("--microbatches", "-m", type=positive, metavar="M", help="micro-batches per DP replica (default 2)")
     tr.add_argument("--token", default="contract", help="a word of sequence A (its first occurrence), or t1..t8, "
-                    "or SEQ:WORD for sequences B, C, D (default: contract)")
+                    "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
-    tr.add_argument("--json", action="store_true", help='print {"token", "sequence", "position", "steps": [...]}')
+    tr.add_argument("--json", action="store_true",
+                    help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.set_defaults(func=cmd_trace)
+
+
+def _layout(args: argparse.Namespace) -> tuple[Any, str]:
+    """The layout to trace, and its name: a preset, or the sizes given (with the example's model)."""
+    from ..examples.moe16 import LAYOUT, MOE16
+    from ..layout import Layout, preset
+    sizes = {k: getattr(args, k) for k in SIZES if getattr(args, k) is not None}
+    model_flags = args.experts is not None or args.layers is not None
+    if args.layout is not None and (sizes or args.sp or model_flags):
+        raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
+    split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
+    if not sizes and not args.sp and not model_flags:
+        layout = preset(args.layout or LAYOUT)
+        return replace(layout, **split), args.layout or LAYOUT
+    experts = MOE16.experts if args.experts is None else args.experts
+    if experts < 0:
+        raise UsageError(f"--experts must be 0 (dense) or more, got {experts}")
+    model = replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
+                    layers=args.layers or MOE16.layers)
+    sizes.setdefault("etp", 1)
+    layout = Layout(**sizes, sp=args.sp, zigzag=split.get("zigzag", False), model=model)
+    return layout, str(layout)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from ..engine.runner import run
-    from ..examples.moe16 import LAYOUT, find_token, make_program, token_path
+    from ..examples.moe16 import (MICRO_BATCHES, exactness, find_token, make_program, replicas, token_path,
+                                  check_runnable)
 
-    if args.layout != LAYOUT:
-        raise UsageError(f"token paths are worked out for the {LAYOUT} layout only, got {args.layout!r}")
-    watch = find_token(args.token)
-    result = run(make_program(watch), 16, seed=0)
-    path = token_path(result.trace, watch)
+    layout, name = _layout(args)
+    m = args.microbatches or MICRO_BATCHES
+    check_runnable(layout, m)
+    reps = replicas(layout.dp, m)
+    watch = find_token(args.token, [s for rep in reps for s in rep])
+    result = run(make_program(watch, layout, m), layout.world, seed=0)
+    path = token_path(result.trace, watch, reps, name)
+    path["exactness"] = exactness(result.values, layout, m)
     if args.json:
         print(json.dumps(path, indent=1))
         return 0
+    split = "zigzag" if layout.zigzag else "contiguous"
     print(f"{path['token']!r}: t{path['position']} of sequence {path['sequence']}, micro-batch {path['micro_batch']}, "
-          f"on the {LAYOUT} layout (16 GPUs, one training step; g<rank> names a GPU)")
+          f"on the {name} layout ({layout.world} GPUs, CP split {split}, one training step; g<rank> names a GPU)")
     phase, summary = None, {}
     for step in path["steps"]:
         if step["phase"] != phase:
@@ -48,9 +94,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
             continue
         print(f"  {'#' + str(step['event']) + ' ' if 'event' in step else ''}{step['text']}")
     _flush_summary(summary)
+    x = path["exactness"]
+    print(f"\nagainst the unsplit model: loss {x['loss']:.12g} vs {x['unsplit_loss']:.12g}; gradients "
+          f"{x['gradients']} and weights after Adam {x['weights_after_adam']} agree: "
+          + ("exact" if x["exact"] else "NOT EXACT"))
     if not args.all:
-        print("\n(backward steps summarised; --all lists every event, --json gives them with event numbers)")
-    return 0
+        print("(backward steps summarised; --all lists every event, --json gives them with event numbers)")
+    return 0 if x["exact"] else 1
 
 
 def _flush_summary(summary: dict[str, int]) -> None:

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..errors import UsageError
-from ..nn import Saved, ParallelContext
+from ..errors import LayoutError, UsageError
+from ..nn import ParallelContext, Saved, Shard
 from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
 from ..layout import preset
 from ..dp.zero import Zero1Adam, zero1_step
+from ..engine.virtual import run_virtual
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 
@@ -30,17 +31,34 @@ SEQUENCES = {"A": MOE16.tokens,
              "B": ("a", "judge", "read", "the", "new", "law", "out", "loud"),
              "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
              "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
-REPLICAS = (("A", "B"), ("C", "D"))  # DP replica -> its sequences, one micro-batch each
 LR = 0.01
+MICRO_BATCHES = 2
 
 
-def find_token(word: str) -> tuple[str, int]:
-    """'contract' (first occurrence in sequence A), or 't6', or 'C:t3' -> (sequence, 0-based position)."""
+def words_of(seq: str) -> tuple[str, ...]:
+    """A sequence's words: the post's sentence (A) and ours (B, C, D); on a layout with more DP replicas,
+    made-up ones (E, F, ...: 'e1' .. 'e8') of the same length."""
+    return SEQUENCES.get(seq) or tuple(f"{seq.lower()}{j + 1}" for j in range(len(SEQUENCES["A"])))
+
+
+def replicas(dp: int, m: int = MICRO_BATCHES) -> tuple[tuple[str, ...], ...]:
+    """DP replica -> its sequences, one micro-batch each: A, B, C, D, then E, F, ..."""
+    names = [chr(ord("A") + i) if i < 26 else f"S{i + 1}" for i in range(dp * m)]
+    return tuple(tuple(names[d * m:(d + 1) * m]) for d in range(dp))
+
+
+REPLICAS = replicas(2)  # the example's: replica 0 gets A and B, replica 1 gets C and D
+
+
+def find_token(word: str, names: Any = None) -> tuple[str, int]:
+    """'contract' (first occurrence in sequence A), or 't6', or 'C:t3' -> (sequence, 0-based position);
+    `names`: the sequences a layout's replicas hold (default A-D)."""
+    names = list(SEQUENCES) if names is None else list(names)
     seq, _, tok = word.rpartition(":")
     seq = seq or "A"
-    if seq not in SEQUENCES:
-        raise UsageError(f"unknown sequence {seq!r}; sequences: {', '.join(SEQUENCES)}")
-    words = SEQUENCES[seq]
+    if seq not in names:
+        raise UsageError(f"unknown sequence {seq!r}; sequences: {', '.join(names)}")
+    words = words_of(seq)
     if tok[:1] == "t" and tok[1:].isdigit() and 1 <= int(tok[1:]) <= len(words):
         return seq, int(tok[1:]) - 1
     if tok in words:
@@ -48,15 +66,15 @@ def find_token(word: str) -> tuple[str, int]:
     raise UsageError(f"no token {tok!r} in sequence {seq} ({' '.join(words)}); name a word or t1..t{len(words)}")
 
 
-def _embed(ctx: Any, seq: str) -> Any:
+def _embed(ctx: Any, seq: str, hidden: int = SHAPE.hidden) -> Any:
     """A sequence's input: each word's vector plus a position vector, the same on every rank."""
-    rows = [ctx.shared_rng(f"embed.{w}").normal((SHAPE.hidden,)) + ctx.shared_rng(f"pos.{i}").normal(
-        (SHAPE.hidden,), std=0.5) for i, w in enumerate(SEQUENCES[seq])]
-    return ctx.xp.reshape(ctx.xp.stack(rows), (len(rows), 1, SHAPE.hidden))
+    rows = [ctx.shared_rng(f"embed.{w}").normal((hidden,)) + ctx.shared_rng(f"pos.{i}").normal(
+        (hidden,), std=0.5) for i, w in enumerate(words_of(seq))]
+    return ctx.xp.reshape(ctx.xp.stack(rows), (len(rows), 1, hidden))
 
 
-def _target(ctx: Any, seq: str) -> Any:
-    return ctx.shared_rng(f"target.{seq}").normal((len(SEQUENCES[seq]), 1, SHAPE.hidden))
+def _target(ctx: Any, seq: str, hidden: int = SHAPE.hidden) -> Any:
+    return ctx.shared_rng(f"target.{seq}").normal((len(words_of(seq)), 1, hidden))
 
 
 class WatchStage(StackWeights):
@@ -86,7 +104,10 @@ class WatchStage(StackWeights):
             x, c = layer.forward(x, Saved())
             caches.append(c)
             row = self._mine(mb)
-            if row is not None:
+            if row is not None and not layer.shape.experts:
+                self.ctx.note(f"layer {self.first + i + 1}: attention and the MLP work on it here",
+                              watch="layer", layer=self.first + i + 1)
+            elif row is not None:
                 me = self.ctx.rank
                 picks = [(e, g, self._owner(layer, e)) for e, g in layer.mlp.last_routing[row]]
                 routes = ", ".join(f"E{e + 1} (gate {g:.2f}) on " + ("this GPU" if r == me else f"g{r}")
@@ -111,41 +132,58 @@ class WatchStage(StackWeights):
         return dy
 
 
-def make_program(watch: tuple[str, int] | None = ("A", 5)):
-    """The SPMD program of the example, watching token `watch` = (sequence, position)."""
-    layout = preset(LAYOUT)
+def check_runnable(layout: Any, m: int = MICRO_BATCHES) -> None:
+    """The example runs a layout whose model is small (virtual ranks hold every value) and whose layers
+    split evenly over its stages: one line otherwise."""
+    model = layout.model
+    if model is None or model.seq != len(SEQUENCES["A"]) or model.hidden > 64 or model.layers > 32:
+        raise LayoutError("the token trace runs the example's small model (8-token sequences, hidden 8): give "
+                          "layout sizes (--tp, --cp, ...) or the moe16 preset, not a preset of a full-size model")
+    if model.layers % layout.pp:
+        raise LayoutError(f"layers {model.layers} do not divide by pp {layout.pp} (the example's stages are even)")
+    if m < 1:
+        raise LayoutError(f"micro-batches must be at least 1, got {m}")
+
+
+def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES):
+    """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
+    DP replica, watching token `watch` = (sequence, position)."""
+    layout = preset(LAYOUT) if layout is None else layout
+    check_runnable(layout, m)
+    model, reps = layout.model, replicas(layout.dp, m)
 
     def program(ctx: Any) -> dict:
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
-        replica = REPLICAS[c.dp]
+        replica = reps[c.dp]
         tp = ParallelContext.from_layout(ctx, layout)  # the layout's groups, SP, CP split and sequence length
         mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
-            words = SEQUENCES[watch[0]]
+            words = words_of(watch[0])
             ctx.note(f"holds {words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]}): DP replica {c.dp}, "
                      f"micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
                      + " ".join(f"t{p + 1}" for p in mine) + f"; pipeline stage {c.pp + 1}",
                      watch="holds", token=f"{words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]})",
                      positions=[p + 1 for p in mine], stage=c.pp + 1)
-        per = MOE16.layers // layout.pp
+        per = model.layers // layout.pp
         first = c.pp * per
-        weights = {i: layer_weights(ctx, SHAPE, f"L{i}") for i in range(first, first + per)}
-        layers = [TransformerLayer(tp, SHAPE, w, key=f"L{i}", name=f"layer {i + 1}") for i, w in weights.items()]
+        weights = {i: layer_weights(ctx, model, f"L{i}") for i in range(first, first + per)}
+        layers = [TransformerLayer(tp, model, w, key=f"L{i}", name=f"layer {i + 1}") for i, w in weights.items()]
         experts = [held_experts(ctx, layer, w) for layer, w in zip(layers, weights.values())]
         stage = WatchStage(ctx, layers, first, watch, replica, mine)
         xp = ctx.xp
         idx = xp.asarray(mine, dtype=xp.int64)
 
         def inputs(mb: int) -> Any:
-            return xp.take(_embed(ctx, replica[mb]), idx, axis=0)
+            return xp.take(_embed(ctx, replica[mb], model.hidden), idx, axis=0)
 
         def loss(mb: int, y: Any) -> tuple[Any, Any]:
-            target = xp.take(_target(ctx, replica[mb]), idx, axis=0)
+            target = xp.take(_target(ctx, replica[mb], model.hidden), idx, axis=0)
             return float(xp.sum(y * target)), target
         plan = generate("1f1b", layout.pp, len(replica))
-        total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, SHAPE.hidden), xp.float64, inputs, loss)
+        total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, model.hidden), xp.float64, inputs,
+                             loss)
         # ZeRO-1: gradients reduce-scattered where copies saw different tokens (attention, norms and router
         # over dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share,
         # the new weights all-gathered
@@ -162,7 +200,9 @@ def make_program(watch: tuple[str, int] | None = ("A", 5)):
 def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
     """The experts (0-based) whose weights this rank holds in `layer`, found from the weights themselves:
     each local expert's first matrix matched against every expert's in the whole layer's `weights`."""
-    whole = expert_weights(weights, SHAPE)
+    if not layer.shape.experts:
+        return []
+    whole = expert_weights(weights, layer.shape)
     return [e for local in layer.mlp.experts for e, w in enumerate(whole) if bool(ctx.xp.all(local["w1"] == w["w1"]))]
 
 
@@ -171,16 +211,21 @@ def vars_of(coords: Any) -> dict[str, int]:
 
 
 def unsplit_program(ctx: Any) -> dict:
-    """The same model on one device: all 4 sequences, all 4 layers, every expert; loss, gradients, and the
-    weights after the same Adam step."""
+    """The example's model on one device: all 4 sequences, all 4 layers, every expert; loss, gradients, and
+    the weights after the same Adam step."""
+    return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep])
+
+
+def unsplit_run(ctx: Any, model: Any, seqs: list[str]) -> dict:
+    """`model` on one device over sequences `seqs`: the reference every split run is checked against."""
     tp = ParallelContext(ctx)
-    layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
-              for i in range(MOE16.layers)]
+    layers = [TransformerLayer(tp, model, layer_weights(ctx, model, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
+              for i in range(model.layers)]
     stack = Stack(layers)
     total = 0.0
-    for seq in SEQUENCES:
-        y, cache = stack.forward(_embed(ctx, seq), Saved())
-        target = _target(ctx, seq)
+    for seq in seqs:
+        y, cache = stack.forward(_embed(ctx, seq, model.hidden), Saved())
+        target = _target(ctx, seq, model.hidden)
         total += float(ctx.xp.sum(y * target))
         stack.backward(cache, target)
     grads = stack.grads
@@ -190,11 +235,63 @@ def unsplit_program(ctx: Any) -> dict:
     return {"loss": total, "grad_sq": sq(grads), "weight_sq": sq(new)}
 
 
-def token_path(trace: Any, watch: tuple[str, int]) -> dict:
+def whole_over_tp(model: Any) -> set[str]:
+    """The weights every TP rank holds whole (their gradients summed in-layer under SP), as the layers'
+    placements declare them: one layer of the example built on a TP pair."""
+    def program(ctx):
+        pair = ctx.new_group([0, 1], "tp")
+        layer = TransformerLayer(ParallelContext(ctx, pair, sp=True, ep=pair if model.experts else None), model,
+                                 layer_weights(ctx, model, "L0"))
+        return {k for k, p in layer.placements.items() if "tp" in p and not isinstance(p["tp"], Shard)}
+    return run_virtual(program, 2).values[0]
+
+
+def _take(c: dict, key: str, whole: bool, replicated_names: set[str]) -> bool:
+    """Which ranks' numbers add up to one copy of a weight: attention shards from both TP ranks, replicated
+    weights from TP rank 0, experts from their owner; `whole`: each rank has the whole (gathered) weight,
+    so one DP/CP copy is enough; else each rank has its ZeRO share, and a copy's shares are summed."""
+    replicated = key.split(".", 1)[1] in replicated_names  # 'L3.ln1.weight' -> 'ln1.weight'
+    if ".expert" in key:
+        return c["edp"] == 0 if whole else True
+    return (c["tp"] == 0 or not replicated) and (not whole or (c["dp"] == 0 and c["cp"] == 0))
+
+
+def fingerprint(values: list[dict], field: str, whole: bool, model: Any) -> dict[str, float]:
+    """One copy of every weight's sum of squares, added up from the ranks that hold its pieces."""
+    out: dict[str, float] = {}
+    replicated = whole_over_tp(model)
+    for v in values:
+        for k, g in v[field].items():
+            if _take(v["coords"], k, whole, replicated):
+                out[k] = out.get(k, 0.0) + g
+    return out
+
+
+def agree(got: dict, ref: dict, rtol: float) -> str:
+    n = sum(abs(got[k] - g) <= rtol * max(1.0, abs(g)) for k, g in ref.items())
+    return f"{n} of {len(ref)} weights"
+
+
+def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES) -> dict:
+    """A run of `make_program(.., layout, m)` against the unsplit model over the same sequences: the loss,
+    and every gradient and every weight after Adam (sums of squares, relative 1e-9)."""
+    model, seqs = layout.model, [s for rep in replicas(layout.dp, m) for s in rep]
+    ref = run_virtual(lambda ctx: unsplit_run(ctx, model, seqs), 1).values[0]
+    # each token's loss once: on the last stage, from one TP rank unless SP split the tokens between them
+    loss = sum(v["loss"] for v in values if v["last"] and (layout.sp or v["coords"]["tp"] == 0))
+    grads = agree(fingerprint(values, "grad_sq", False, model), ref["grad_sq"], 1e-9)
+    weights = agree(fingerprint(values, "weight_sq", True, model), ref["weight_sq"], 1e-9)
+    every = f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"
+    return {"loss": loss, "unsplit_loss": ref["loss"], "gradients": grads, "weights_after_adam": weights,
+            "exact": abs(loss - ref["loss"]) <= 1e-12 * max(1.0, abs(ref["loss"])) and grads == every
+            and weights == every}
+
+
+def token_path(trace: Any, watch: tuple[str, int], reps: Any = REPLICAS, layout: str = LAYOUT) -> dict:
     """Where the watched token went, from the run's own trace: the notes its holders left and every event
     they took part in while working on its micro-batch, in order; then the gradient sums they joined."""
     seq, pos = watch
-    mb = next(i for rep in REPLICAS for i, s in enumerate(rep) if s == seq) + 1
+    mb = next(i for rep in reps for i, s in enumerate(rep) if s == seq) + 1
     notes = trace.notes("watch")  # (phase, rank, text, data) left by the ranks holding the token
     # each phase's fields: which direction, micro-batch and layer it is (read, never parsed from its name)
     fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
@@ -202,7 +299,7 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
     holders = {fields[ph]["layer"]: r for ph, r, _, _ in notes if ph in fields}  # layer -> holder (forward)
     steps: list[dict] = [{"phase": "data", "ranks": [r], "text": f"g{r}: {t}"} for ph, r, t, d in notes
                          if d["watch"] == "holds"]
-    layers = sorted({d["layer"] for _, _, _, d in notes if d["watch"] == "route"})
+    layers = sorted({d["layer"] for _, _, _, d in notes if d["watch"] in ("route", "layer")})
     for direction, order in (("forward", layers), ("backward", layers[::-1])):
         for layer in order:
             phase, rank = at[(direction, mb, layer)], holders.get(layer)
@@ -222,8 +319,8 @@ def token_path(trace: Any, watch: tuple[str, int]) -> dict:
             rank = min(final & set(e.ranks))
             steps.append({"phase": "gradient sync", "ranks": e.ranks, "event": e.seq, "op": e.op,
                           "group": e.group.name, "text": _say(e, rank)})
-    return {"token": SEQUENCES[seq][pos], "sequence": seq, "position": pos + 1, "micro_batch": mb,
-            "layout": LAYOUT, "steps": steps}
+    return {"token": words_of(seq)[pos], "sequence": seq, "position": pos + 1, "micro_batch": mb,
+            "layout": layout, "steps": steps}
 
 
 def _say(e: Any, rank: int) -> str:
