@@ -10,6 +10,7 @@ from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
 from parasim.examples.moe16 import find_token, make_program, token_path
 from parasim.nn import ParallelContext
+from parasim.layout import preset
 
 
 def _cli(*args, timeout=120):
@@ -142,3 +143,23 @@ def test_bad_trace_layouts_are_one_line():
                       (["--ep", "2", "--etp", "2", "--tp", "2", "--sp", "--world", "4"], "etp 2")):
         bad = _cli("trace", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and why in bad.stderr, args
+
+
+def test_the_posts_routing_reproduces_its_step_4_and_stays_exact():
+    """--routing post: contract goes to E3 (on g1, gate 0.6) and E8 (on g3, gate 0.4); "the" (t5, also on g2)
+    goes to E1 and E2, both on g0, so g2 sends it once. One dispatch row is h values and the gates of the
+    receiving rank's 2 experts: g2 sends one row to each of g0, g1, g3 and keeps none."""
+    from parasim.examples.moe16 import MOE16, exactness
+
+    result = parasim.run(make_program(("A", 5), routing="post"), 16)
+    route = [m.data for m in result.trace.marks if m.rank == 2 and m.data and m.data.get("watch") == "route"]
+    assert route[0]["experts"] == [3, 8] and route[0]["gpus"] == [1, 3]
+    layer1 = next(e for e in result.trace.events if e.op == "all_to_all" and e.phase == "forward mb1 layer 1"
+                  and 2 in e.ranks)
+    assert [t.shape[0] for t in layer1.member(2).ins] == [1, 1, 0, 1]
+    assert layer1.member(2).sent == 3 * (MOE16.hidden + 2) * 8
+    assert exactness(result.values, preset("moe16"), routing="post")["exact"]
+    # the gates the post gives
+    out = json.loads(_cli("trace", "--routing", "post", "--json").stdout)
+    note = next(s["text"] for s in out["steps"] if "picks" in s["text"])
+    assert "E3 (gate 0.60) on g1, E8 (gate 0.40) on g3" in note and out["routing"] == "post"

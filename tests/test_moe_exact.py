@@ -128,3 +128,46 @@ def test_moe_backward_under_tp_needs_sp_and_one_rank_sends_nothing():
     with pytest.raises(LayoutError, match="needs sequence parallelism"):
         run_parallel(shape, 2, False, 8, 2)
     assert run_parallel(shape, 1, True, 8, 2).trace.events == []  # SP on one rank: nothing to split or sum
+
+
+def test_scripted_routes_are_exact_against_autograd_with_constant_gates():
+    """A scripted token goes to the given experts with the given gates, which are constants: the router's
+    gradient comes only from the tokens it routed itself (torch autograd, float64)."""
+    p, n, h, f, n_exp, k = 2, 3, 4, 5, 4, 2
+    script = {0: ((1, 3), (0.6, 0.4))}  # each rank's first token
+
+    def program(ctx):
+        ep = ctx.new_group(range(ctx.world), "ep")
+        router, experts = weights(ctx, h, f, n_exp)
+        moe = MoE(ParallelContext(ctx), ep, router, experts, k)
+        moe.scripted = script
+        x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        y, cache = moe.forward(x, Saved())
+        moe.backward(cache, target)
+        return {"y": y, "router": moe.grads["router"]}
+    res = parasim.run(program, p)
+
+    from layer_check import _SharedCtx
+    ctx = _SharedCtx()
+    router, experts = weights(ctx, h, f, n_exp)
+    R = torch.tensor(router, requires_grad=True)
+    E = [{key: torch.tensor(v) for key, v in e.items()} for e in experts]
+    tokens = torch.tensor(ctx.shared_rng("x").normal((p * n, 1, h))).reshape(-1, h)
+    target = torch.tensor(ctx.shared_rng("target").normal((p * n, 1, h))).reshape(-1, h)
+    logits = tokens @ R
+    y = torch.zeros_like(tokens)
+    for t in range(p * n):
+        if t % n == 0:  # scripted: fixed experts, constant gates
+            picks, gates = script[0][0], torch.tensor(script[0][1], dtype=torch.float64)
+        else:
+            picks = sorted(range(n_exp), key=lambda e: (-float(logits[t, e]), e))[:k]
+            gates = torch.softmax(logits[t, list(picks)], dim=0)
+        for j, e in enumerate(picks):
+            hid = torch.nn.functional.gelu(tokens[t] @ E[e]["w1"] + E[e]["b1"], approximate="tanh")
+            y[t] = y[t] + gates[j] * (hid @ E[e]["w2"] + E[e]["b2"])
+    (y * target).sum().backward()
+    got_y = np.concatenate([v["y"].reshape(-1, h) for v in res.values])
+    assert np.max(np.abs(got_y - y.detach().numpy())) < 1e-12
+    # the router is replicated and each EP rank routed its own tokens: its gradient sums over the ranks
+    assert np.max(np.abs(sum(v["router"] for v in res.values) - R.grad.numpy())) < 1e-12

@@ -33,6 +33,9 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--split", choices=("contiguous", "zigzag"), help="how CP splits the sequence (moe16: "
                     "contiguous, as the post draws it)")
     tr.add_argument("--microbatches", "-m", type=positive, metavar="M", help="micro-batches per DP replica (default 2)")
+    tr.add_argument("--routing", choices=("learned", "post"), default="learned", help="the run's own router "
+                    "(default), or the post's drawn routing for its sentence: contract -> E3 (gate 0.6) and E8 (0.4), "
+                    "the -> E1 and E2")
     tr.add_argument("--token", default="contract", help="a word of sequence A (its first occurrence), or t1..t8, "
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
@@ -70,18 +73,22 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     layout, name = _layout(args)
     m = args.microbatches or MICRO_BATCHES
-    check_runnable(layout, m)
+    check_runnable(layout, m, args.routing)
     reps = replicas(layout.dp, m)
     watch = find_token(args.token, [s for rep in reps for s in rep])
-    result = run(make_program(watch, layout, m), layout.world, seed=0)
+    result = run(make_program(watch, layout, m, args.routing), layout.world, seed=0)
     path = token_path(result.trace, watch, reps, name)
-    path["exactness"] = exactness(result.values, layout, m)
+    path["routing"] = args.routing
+    path["exactness"] = exactness(result.values, layout, m, args.routing)
     if args.json:
         print(json.dumps(path, indent=1))
         return 0
     split = "zigzag" if layout.zigzag else "contiguous"
     print(f"{path['token']!r}: t{path['position']} of sequence {path['sequence']}, micro-batch {path['micro_batch']}, "
           f"on the {name} layout ({layout.world} GPUs, CP split {split}, one training step; g<rank> names a GPU)")
+    print("routing: " + ("the post's, drawn: contract -> E3 (0.6) and E8 (0.4), the -> E1 and E2; other tokens by the "
+                         "router" if args.routing == "post" else "the run's own router (--routing post: the post's "
+                         "drawn choices)"))
     phase, summary = None, {}
     for step in path["steps"]:
         if step["phase"] != phase:

@@ -33,6 +33,18 @@ SEQUENCES = {"A": MOE16.tokens,
              "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
 LR = 0.01
 MICRO_BATCHES = 2
+# The post's step 4, for its sentence (sequence A): contract -> E3 (gate 0.6) and E8 (0.4), "the" -> E1 and
+# E2 (the post gives no gates for "the": 0.5 each is ours). Experts 0-based here.
+POST_ROUTES = {"contract": ((2, 7), (0.6, 0.4)), "the": ((0, 1), (0.5, 0.5))}
+ROUTINGS = ("learned", "post")
+
+
+def scripted(seq: str, positions: Any, routing: str) -> dict[int, tuple]:
+    """Rows (a rank's local tokens, in order) the post's routing fixes, with their experts and gates."""
+    if routing != "post" or seq != "A":
+        return {}
+    words = words_of(seq)
+    return {row: POST_ROUTES[words[p]] for row, p in enumerate(positions) if words[p] in POST_ROUTES}
 
 
 def words_of(seq: str) -> tuple[str, ...]:
@@ -82,8 +94,9 @@ class WatchStage(StackWeights):
     watched token, notes where the MoE routed it."""
 
     def __init__(self, ctx: Any, layers: list, first: int, watch: tuple[str, int] | None, replica: tuple,
-                 positions: list[int]) -> None:
+                 positions: list[int], routing: str = "learned") -> None:
         self.ctx, self.layers, self.first, self.watch, self.replica = ctx, layers, first, watch, replica
+        self.routing = routing
         self.positions = positions  # the sequence positions this rank holds between matmuls
         self.stack = Stack(layers)
         self.f_calls = self.b_calls = 0
@@ -101,6 +114,8 @@ class WatchStage(StackWeights):
         for i, layer in enumerate(self.layers):
             self.ctx.phase(f"forward mb{mb + 1} layer {self.first + i + 1}", direction="forward", micro_batch=mb + 1,
                            layer=self.first + i + 1)
+            if layer.shape.experts:
+                layer.mlp.scripted = scripted(self.replica[mb], self.positions, self.routing)
             x, c = layer.forward(x, Saved())
             caches.append(c)
             row = self._mine(mb)
@@ -115,7 +130,8 @@ class WatchStage(StackWeights):
                 away = sorted({r for _, _, r in picks if r != me})
                 trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
                         "the gate-weighted outputs back") if away else "both experts are here: it stays put"
-                self.ctx.note(f"layer {self.first + i + 1}: the router picks {routes}; {trip}",
+                who = "the post's routing (scripted) picks" if row in layer.mlp.scripted else "the router picks"
+                self.ctx.note(f"layer {self.first + i + 1}: {who} {routes}; {trip}",
                               watch="route", layer=self.first + i + 1, experts=[e + 1 for e, _, _ in picks],
                               gpus=[r for _, _, r in picks])
         return x, caches
@@ -132,7 +148,7 @@ class WatchStage(StackWeights):
         return dy
 
 
-def check_runnable(layout: Any, m: int = MICRO_BATCHES) -> None:
+def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned") -> None:
     """The example runs a layout whose model is small (virtual ranks hold every value) and whose layers
     split evenly over its stages: one line otherwise."""
     model = layout.model
@@ -143,13 +159,19 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES) -> None:
         raise LayoutError(f"layers {model.layers} do not divide by pp {layout.pp} (the example's stages are even)")
     if m < 1:
         raise LayoutError(f"micro-batches must be at least 1, got {m}")
+    if routing not in ROUTINGS:
+        raise LayoutError(f"unknown routing {routing!r}; use {' or '.join(ROUTINGS)}")
+    if routing == "post" and (model.experts < 8 or model.top_k != 2):
+        raise LayoutError("the post's routing picks 2 of experts E1-E8: it needs 8 or more experts, top-2")
 
 
-def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES):
+def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES,
+                 routing: str = "learned"):
     """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
-    DP replica, watching token `watch` = (sequence, position)."""
+    DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned")
+    or the post's drawn choices for its sentence ("post")."""
     layout = preset(LAYOUT) if layout is None else layout
-    check_runnable(layout, m)
+    check_runnable(layout, m, routing)
     model, reps = layout.model, replicas(layout.dp, m)
 
     def program(ctx: Any) -> dict:
@@ -171,7 +193,7 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         weights = {i: layer_weights(ctx, model, f"L{i}") for i in range(first, first + per)}
         layers = [TransformerLayer(tp, model, w, key=f"L{i}", name=f"layer {i + 1}") for i, w in weights.items()]
         experts = [held_experts(ctx, layer, w) for layer, w in zip(layers, weights.values())]
-        stage = WatchStage(ctx, layers, first, watch, replica, mine)
+        stage = WatchStage(ctx, layers, first, watch, replica, mine, routing)
         xp = ctx.xp
         idx = xp.asarray(mine, dtype=xp.int64)
 
@@ -216,7 +238,7 @@ def unsplit_program(ctx: Any) -> dict:
     return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep])
 
 
-def unsplit_run(ctx: Any, model: Any, seqs: list[str]) -> dict:
+def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned") -> dict:
     """`model` on one device over sequences `seqs`: the reference every split run is checked against."""
     tp = ParallelContext(ctx)
     layers = [TransformerLayer(tp, model, layer_weights(ctx, model, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
@@ -224,6 +246,8 @@ def unsplit_run(ctx: Any, model: Any, seqs: list[str]) -> dict:
     stack = Stack(layers)
     total = 0.0
     for seq in seqs:
+        for layer in layers if model.experts else []:  # the same scripted routes as the split run
+            layer.mlp.scripted = scripted(seq, range(len(words_of(seq))), routing)
         y, cache = stack.forward(_embed(ctx, seq, model.hidden), Saved())
         target = _target(ctx, seq, model.hidden)
         total += float(ctx.xp.sum(y * target))
@@ -272,11 +296,11 @@ def agree(got: dict, ref: dict, rtol: float) -> str:
     return f"{n} of {len(ref)} weights"
 
 
-def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES) -> dict:
+def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: str = "learned") -> dict:
     """A run of `make_program(.., layout, m)` against the unsplit model over the same sequences: the loss,
     and every gradient and every weight after Adam (sums of squares, relative 1e-9)."""
     model, seqs = layout.model, [s for rep in replicas(layout.dp, m) for s in rep]
-    ref = run_virtual(lambda ctx: unsplit_run(ctx, model, seqs), 1).values[0]
+    ref = run_virtual(lambda ctx: unsplit_run(ctx, model, seqs, routing), 1).values[0]
     # each token's loss once: on the last stage, from one TP rank unless SP split the tokens between them
     loss = sum(v["loss"] for v in values if v["last"] and (layout.sp or v["coords"]["tp"] == 0))
     grads = agree(fingerprint(values, "grad_sq", False, model), ref["grad_sq"], 1e-9)

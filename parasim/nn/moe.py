@@ -47,6 +47,9 @@ class MoE(Weights):
             self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0)} for k in e})
         self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
+        # a scripted route for some local tokens (set before a forward): row -> (k experts, k gates). Their
+        # gates are constants, so no gradient reaches the router through them (the post's drawn routing)
+        self.scripted: dict[int, tuple[tuple[int, ...], tuple[float, ...]]] = {}
 
     def _locate(self, name: str) -> tuple[Any, str]:
         """'router', or 'expert<n>.<w>' (n counted from 1 over the whole layer): the dict of the local expert."""
@@ -68,9 +71,15 @@ class MoE(Weights):
         n = tokens.shape[0]
         saved.keep(self.name, "router input", tokens)
         logits = xp.matmul(tokens, self.router)
-        chosen = [_top(row, self.k) for row in _rows(logits)]  # per token: its k experts, best first
+        chosen = [list(self.scripted[t][0]) if t in self.scripted else _top(row, self.k)
+                  for t, row in enumerate(_rows(logits))]  # per token: its k experts, best first
         pick = _choice(xp, chosen, self.k, n_exp, x.dtype)  # [n, k, E]: choice j of token t is expert e
         gates = _softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
+        fixed = xp.asarray([[1.0] if t in self.scripted else [0.0] for t in range(n)], dtype=x.dtype)  # [n, 1]
+        if self.scripted:
+            given = xp.asarray([list(self.scripted[t][1]) if t in self.scripted else [0.0] * self.k
+                                for t in range(n)], dtype=x.dtype)
+            gates = gates * (1.0 - fixed) + given * fixed
         per_expert = xp.sum(gates[:, :, None] * pick, axis=1)  # [n, E]: each expert's gate, 0 if not chosen
         self.last_routing = [list(zip(chosen[t], _rows(gates)[t])) for t in range(n)]
         # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
@@ -87,7 +96,7 @@ class MoE(Weights):
         y = xp.zeros((n, h), dtype=x.dtype)
         for d in range(self.p):
             y = y + _scatter(xp, back[d], rows[d], n)
-        cache = (shape, tokens, pick, gates, rows, sizes, xs, ws, expert_caches)
+        cache = (shape, tokens, pick, gates, fixed, rows, sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
 
     def _cols(self, d: int) -> slice:
@@ -122,7 +131,7 @@ class MoE(Weights):
             raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.t} needs sequence "
                               "parallelism for backward: without it those ranks route the same tokens and the "
                               "experts' gradients count each token more than once")
-        shape, tokens, pick, gates, rows, sizes, xs, ws, expert_caches = cache
+        shape, tokens, pick, gates, fixed, rows, sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
         outgoing = [_take(xp, dtok, rows[d]) for d in range(self.p)]
@@ -145,6 +154,7 @@ class MoE(Weights):
             dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n)
         dgates = xp.sum(dper[:, None, :] * pick, axis=2)
         dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
+        dsel = dsel * (1.0 - fixed)  # a scripted gate is a constant: nothing flows back to the router
         dlogits = xp.sum(dsel[:, :, None] * pick, axis=1)
 
         def router_grad() -> None:
