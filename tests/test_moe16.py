@@ -122,6 +122,9 @@ def test_the_zigzag_split_moves_contract_to_g3():
 
 
 @pytest.mark.parametrize("args, holder", [
+    # experts split by TP (ETP 2, EP 2) with TP, SP, CP and PP: t6 on CP rank 1 (t5-t8), TP rank 0 (t5 t6): g2
+    (["--tp", "2", "--cp", "2", "--pp", "2", "--ep", "2", "--etp", "2", "--sp", "--experts", "8", "--world", "16",
+      "--token", "t6"], 2),
     # dense, TP 2 without SP: both TP ranks of the first stage's replica 0 hold t3 (the first one notes first)
     (["--tp", "2", "--pp", "2", "--dp", "2", "--experts", "0", "--token", "t3"], 0),
     # EP 4 over DP 4: 'court' (t2 of A) is on replica 0, whose only GPU is g0
@@ -140,7 +143,7 @@ def test_any_layout_traces_exactly(args, holder):
 def test_bad_trace_layouts_are_one_line():
     for args, why in ((["--tp", "3"], "heads 4 do not divide by tp 3"), (["--pp", "3"], "layers 4 do not divide"),
                       (["--layout", "moe16", "--tp", "2"], "not both"), (["--experts", "-1"], "--experts must be"),
-                      (["--ep", "2", "--etp", "2", "--tp", "2", "--sp", "--world", "4"], "etp 2")):
+                      (["--routing", "post", "--experts", "4"], "the post's routing picks 2 of experts E1-E8")):
         bad = _cli("trace", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and why in bad.stderr, args
 

@@ -171,3 +171,41 @@ def test_scripted_routes_are_exact_against_autograd_with_constant_gates():
     assert np.max(np.abs(got_y - y.detach().numpy())) < 1e-12
     # the router is replicated and each EP rank routed its own tokens: its gradient sums over the ranks
     assert np.max(np.abs(sum(v["router"] for v in res.values) - R.grad.numpy())) < 1e-12
+
+
+@pytest.mark.parametrize("ep, etp, n_exp, k, n", [(2, 2, 4, 2, 3), (1, 2, 2, 1, 4), (2, 2, 4, 1, 0 + 2), (1, 4, 3, 2, 2)])
+def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n):
+    """ETP: each expert's w1 split by columns (and b1), w2 by rows over the expert-TP group, b2 added once.
+    Ranks (etp fastest, as Megatron orders them) each route their own n tokens; outputs, input gradients
+    and every weight gradient equal torch autograd on the unsplit block; a rank's w1/w2 gradients are its
+    slices of the whole ones, and b2's (summed over expert-TP) is whole."""
+    h, f, p = 6, 8, ep * etp
+
+    def program(ctx):
+        # every rank creates every group, in one order (as torch.distributed wants); each keeps its own
+        etps = [ctx.new_group([d * etp + r for r in range(etp)], "expert-tp") for d in range(ep)]
+        eps = [ctx.new_group([d * etp + r for d in range(ep)], "ep") for r in range(etp)]
+        etp_g, ep_g = etps[ctx.rank // etp], eps[ctx.rank % etp]
+        router, experts = weights(ctx, h, f, n_exp)
+        moe = MoE(ParallelContext(ctx, etp=etp_g), ep_g, router, experts, k, etp=etp_g)
+        x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        y, cache = moe.forward(x, Saved())
+        dx = moe.backward(cache, target)
+        return {"y": y, "dx": dx, "grads": dict(moe.grads)}
+    res = parasim.run(program, p)
+    y, dx, dR, dE = reference(p, n, h, f, n_exp, k)
+    assert np.max(np.abs(np.concatenate([v["y"].reshape(-1, h) for v in res.values]) - y)) < 1e-10
+    assert np.max(np.abs(np.concatenate([v["dx"].reshape(-1, h) for v in res.values]) - dx)) < 1e-10
+    assert np.max(np.abs(sum(v["grads"]["router"] for v in res.values) - dR)) < 1e-10
+    per = n_exp // ep
+    for e in range(n_exp):
+        d = e // per  # the EP index holding expert e; its ranks are d*etp .. d*etp + etp - 1
+        ranks = [d * etp + r for r in range(etp)]
+        grads = [res.values[r]["grads"] for r in ranks]
+        key = f"expert{e + 1}"
+        assert np.max(np.abs(np.concatenate([g[f"{key}.w1"] for g in grads], axis=1) - dE[e]["w1"])) < 1e-10
+        assert np.max(np.abs(np.concatenate([g[f"{key}.b1"] for g in grads]) - dE[e]["b1"])) < 1e-10
+        assert np.max(np.abs(np.concatenate([g[f"{key}.w2"] for g in grads], axis=0) - dE[e]["w2"])) < 1e-10
+        for g in grads:
+            assert np.max(np.abs(g[f"{key}.b2"] - dE[e]["b2"])) < 1e-10

@@ -153,7 +153,7 @@ def test_a_settled_sum_names_the_layer_line_and_other_partial_axes_are_refused()
         tp = ParallelContext(ctx, ctx.new_group([0, 1], "tp"))
         g = ctx.xp.ones(2)
         assert settle(tp, {"dp": Partial()}, g, "x") is g  # data axes: not summed here
-        with pytest.raises(LayoutError, match="partial over ep"):
+        with pytest.raises(LayoutError, match="partial over ep: layers sum partial gradients over tp and etp only"):
             settle(tp, {"ep": Partial()}, g, "x")
         return settle(tp, {"tp": Partial()}, g, "sum")  # this line is the site
     res = parasim.run(program, 2)

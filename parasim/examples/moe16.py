@@ -16,6 +16,7 @@ from typing import Any
 from ..errors import LayoutError, UsageError
 from ..nn import ParallelContext, Saved, Shard
 from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
+from ..nn.placement import local
 from ..layout import preset
 from ..dp.zero import Zero1Adam, zero1_step
 from ..engine.virtual import run_virtual
@@ -225,7 +226,9 @@ def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
     if not layer.shape.experts:
         return []
     whole = expert_weights(weights, layer.shape)
-    return [e for local in layer.mlp.experts for e, w in enumerate(whole) if bool(ctx.xp.all(local["w1"] == w["w1"]))]
+    moe = layer.mlp  # under ETP a rank holds a column slice of each of its experts' w1: compare slices
+    return [e for mine in moe.experts for e, w in enumerate(whole)
+            if bool(ctx.xp.all(mine["w1"] == local(w["w1"], Shard(1), moe.q, moe.eme, ctx.xp)))]
 
 
 def vars_of(coords: Any) -> dict[str, int]:

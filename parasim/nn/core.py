@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 from ..comm.interface import Group
-from ..layout import LayoutError
 from .placement import Partial, Replicate, Shard, local
 
 __all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "Saved", "Layer", "Weights"]  # placements: placement.py
@@ -25,6 +24,7 @@ class ParallelContext:
     seq: int = 0  # the whole sequence length (needed with cp)
     split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
     ep: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
+    etp: Group | None = None  # expert tensor parallelism: each expert's matrices are split over this group
     # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
     # here (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None
@@ -34,15 +34,12 @@ class ParallelContext:
         """The context of `ctx`'s rank in `layout` (default: the layout the run was given): its TP, CP and
         EP groups, SP and the CP split from the layout, the sequence length from its model."""
         layout = layout if layout is not None else ctx.layout
-        if layout.model is not None and layout.model.experts and layout.etp > 1:
-            raise LayoutError(f"etp {layout.etp}: the engine's MoE block keeps each expert whole on its EP rank "
-                              "(ETP 1); give etp=1")
         if ctx.layout is not layout:
             ctx.use_layout(layout)
         g = ctx.groups
         seq = layout.model.seq if layout.model is not None and layout.model.seq else 0
         made = dict(group=g["tp"], sp=layout.sp, cp=g["cp"], seq=seq,
-                    split="zigzag" if layout.zigzag else "contiguous", ep=g["ep"])
+                    split="zigzag" if layout.zigzag else "contiguous", ep=g["ep"], etp=g["expert-tp"])
         return cls(ctx, **{**made, **overrides})
 
     @contextmanager

@@ -66,7 +66,7 @@ class TransformerLayer:
         self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
             self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep, weights["router"], expert_weights(weights, shape),
-                                              shape.top_k, act=shape.act, name=f"{name}.moe")
+                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=tp.etp)
         else:
             self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
                                    name=f"{name}.mlp")

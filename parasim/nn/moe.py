@@ -20,14 +20,19 @@ from ..comm.interface import Group
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
-from .placement import Partial, Replicate, Shard, settle
+from .placement import Partial, Replicate, Shard, local, settle
 
 
 class MoE(Weights):
     def __init__(self, tp: ParallelContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
-                 act: str = "gelu", name: str = "moe"):
+                 act: str = "gelu", name: str = "moe", etp: Group | None = None):
+        """`etp`: the expert-TP group, over which each expert's matrices are split (w1 by columns, w2 by rows,
+        as Megatron's expert tensor parallelism does); None: each expert whole on its EP rank."""
         n_exp = len(experts)
         self.tp, self.ep, self.k, self.act, self.name = tp, ep, top_k, act, name
+        self.etp = etp if etp is not None and etp.size > 1 else None
+        self.q = 1 if self.etp is None else self.etp.size
+        self.eme = 0 if self.etp is None else self.etp.group_rank(tp.ctx.rank)
         p = 1 if ep is None else ep.size
         if n_exp % p:
             raise LayoutError(f"{n_exp} experts do not split evenly over an EP group of {p}")
@@ -38,13 +43,17 @@ class MoE(Weights):
         self.me = 0 if ep is None else ep.group_rank(tp.ctx.rank)
         self.first = self.me * self.per  # global index of this rank's first expert
         self.router = xp.asarray(router, copy=True)
-        self.experts = [{k: xp.asarray(v, copy=True) for k, v in experts[self.first + j].items() if v is not None}
-                        for j in range(self.per)]
         # the router is whole on every rank; under SP each TP rank routes its own tokens, so its gradient
-        # is a partial sum over TP. Each expert lives on one EP rank (split over EP, whole over ETP = 1).
+        # is a partial sum over TP. Each expert lives on one EP rank; over ETP its w1 is split by columns
+        # (with b1), w2 by rows; b2 is added once (on ETP rank 0), so its gradient is partial over ETP.
         self.placements: dict[str, dict] = {"router": {"tp": Partial() if tp.sp else Replicate()}}
-        for j, e in enumerate(self.experts):
-            self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0)} for k in e})
+        over_etp = {"w1": Shard(1), "b1": Shard(0), "w2": Shard(0), "b2": Partial()}
+        self.experts = []
+        for j in range(self.per):
+            whole = {k: v for k, v in experts[self.first + j].items() if v is not None}
+            self.experts.append({k: local(v, over_etp[k], self.q, self.eme, xp) for k, v in whole.items()})
+            self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0), "etp": over_etp[k]}
+                                    if self.q > 1 else {"ep": Shard(0)} for k in whole})
         self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
         # a scripted route for some local tokens (set before a forward): row -> (k experts, k gates). Their
@@ -89,14 +98,17 @@ class MoE(Weights):
         got = self._a2a(chunks, "dispatch: tokens (and their gates) to the ranks holding their experts")
         sizes = [c.shape[0] for c in got]
         recv = xp.concat(got, axis=0)
+        # ETP: every rank of the expert-TP group works on the rows any of them received
+        recv, etp_sizes = self._etp_gather(recv, "dispatched tokens to every expert-TP rank")
         xs, ws = recv[:, :h], recv[:, h:]
         saved.keep(self.name, "dispatched tokens", xs)
         out, expert_caches = self._experts_forward(xs, ws, saved)
+        out = self._etp_sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
         back = self._a2a(_split(out, sizes), "combine: expert outputs back to each token's rank")
         y = xp.zeros((n, h), dtype=x.dtype)
         for d in range(self.p):
             y = y + _scatter(xp, back[d], rows[d], n)
-        cache = (shape, tokens, pick, gates, fixed, rows, sizes, xs, ws, expert_caches)
+        cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
 
     def _cols(self, d: int) -> slice:
@@ -117,7 +129,7 @@ class MoE(Weights):
             saved.keep(f"{self.name}.expert{self.first + j + 1}", "activation input", hj)
             aj = act(xp, hj)
             saved.keep(f"{self.name}.expert{self.first + j + 1}", "fc2 input", aj)
-            yj = xp.matmul(aj, e["w2"]) + e.get("b2", 0.0)
+            yj = xp.matmul(aj, e["w2"]) + (e.get("b2", 0.0) if self.eme == 0 else 0.0)  # b2 once over ETP
             gj = _take(xp, ws, idx)[:, j]
             out = out + _scatter(xp, gj[:, None] * yj, idx, xs.shape[0])
             caches.append((idx, xj, hj, aj, yj, gj))
@@ -131,11 +143,12 @@ class MoE(Weights):
             raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.t} needs sequence "
                               "parallelism for backward: without it those ranks route the same tokens and the "
                               "experts' gradients count each token more than once")
-        shape, tokens, pick, gates, fixed, rows, sizes, xs, ws, expert_caches = cache
+        shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
         outgoing = [_take(xp, dtok, rows[d]) for d in range(self.p)]
         dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
+        dout, _ = self._etp_gather(dout, "combine backward: output gradients to every expert-TP rank")
         dxs = xp.zeros_like(xs)
         dws = xp.zeros_like(ws)
         for j, c in enumerate(expert_caches):
@@ -143,8 +156,10 @@ class MoE(Weights):
                 dxj, dgj = self._expert_backward(j, c, dout)
                 dxs = dxs + _scatter(xp, dxj, c[0], xs.shape[0])
                 dws = dws + _scatter(xp, dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[0], xs.shape[0])
-        back = self._a2a(_split(xp.concat([dxs, dws], axis=1), sizes), "dispatch backward: input and gate "
-                         "gradients home")
+        # input and gate gradients are partial over expert-TP (each rank's share of w1's columns, w2's rows)
+        back = self._etp_sum(xp.concat([dxs, dws], axis=1), etp_sizes, "backward: sum input and gate gradients "
+                             "over expert-TP")
+        back = self._a2a(_split(back, sizes), "dispatch backward: input and gate gradients home")
         dx = xp.zeros((n, h), dtype=dy.dtype)
         dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
         for d in range(self.p):
@@ -179,11 +194,33 @@ class MoE(Weights):
             self._accumulate(f"{key}.w2", xp.matmul(aj.T, dyj))
             self._accumulate(f"{key}.w1", xp.matmul(xj.T, dh))
             if "b2" in e:
-                self._accumulate(f"{key}.b2", xp.sum(dyj, axis=0))
+                db2 = xp.sum(dyj, axis=0) if self.eme == 0 else xp.zeros_like(e["b2"])
+                self._accumulate(f"{key}.b2", settle(self.tp, self.placements[f"{key}.b2"], db2,
+                                                     f"{self.name} backward: sum {key}.b2 grad over expert-TP"))
             if "b1" in e:
                 self._accumulate(f"{key}.b1", xp.sum(dh, axis=0))
         self.tp.weight_grad(weights)
         return xp.matmul(dh, e["w1"].T), dgj
+
+    # -- expert tensor parallelism ------------------------------------------------------------------
+    def _etp_gather(self, rows: Any, label: str) -> tuple[Any, list[int]]:
+        """Every expert-TP rank's received rows, in group order, on every one of them (counts may differ,
+        so an all-to-all that sends each peer the whole block, not an all-gather); and the counts."""
+        if self.etp is None:
+            return rows, [rows.shape[0]]
+        got = self.tp.comm.all_to_all([rows] * self.q, dim=0, group=self.etp, label=f"{self.name} {label}")
+        return self.tp.xp.concat(got, axis=0), [g.shape[0] for g in got]
+
+    def _etp_sum(self, partial: Any, sizes: list[int], label: str) -> Any:
+        """The reverse of `_etp_gather`: each rank's own rows, summed over the group's partial results (a
+        reduce-scatter with uneven counts, as an all-to-all and a local sum)."""
+        if self.etp is None:
+            return partial
+        got = self.tp.comm.all_to_all(_split(partial, sizes), dim=0, group=self.etp, label=f"{self.name} {label}")
+        total = got[0]
+        for g in got[1:]:
+            total = total + g
+        return total
 
     # -- helpers -------------------------------------------------------------------------------------
     def _a2a(self, chunks: list, label: str) -> list:

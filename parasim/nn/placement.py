@@ -109,12 +109,14 @@ def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
 
 
 def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
-    """(b), inside a layer: sum a fresh weight gradient over its Partial model axis (tp), so that what the
-    layer keeps is replicated over TP; the data axes are left to data-parallel code."""
+    """(b), inside a layer: sum a fresh weight gradient over its Partial model axes (tp; etp for experts), so
+    that what the layer keeps is whole there; the data axes are left to data-parallel code."""
+    groups = {"tp": tp.group, "etp": tp.etp}  # the model groups a layer holds
     for axis, p in placed.items():
         if isinstance(p, Partial) and axis not in DATA_AXES:
-            if axis != "tp":  # the layers hold no other model group to sum over
-                raise LayoutError(f"a gradient partial over {axis}: layers sum partial gradients over tp only")
-            if tp.t > 1:
-                grad = tp.comm.all_reduce(grad, group=tp.group, label=label)
+            if axis not in groups:
+                raise LayoutError(f"a gradient partial over {axis}: layers sum partial gradients over tp and etp only")
+            group = groups[axis]
+            if group is not None and group.size > 1:
+                grad = tp.comm.all_reduce(grad, group=group, label=label)
     return grad
