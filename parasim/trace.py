@@ -149,6 +149,20 @@ class Trace:
                 out[m.rank][1] += m.recv
         return [(s, r) for s, r in out]
 
+    def bytes_by_link(self, gpus_per_node: int) -> dict[str, dict[str, int]]:
+        """Bytes sent per group name (the axis: tp, cp, ep, pp, dp-cp, ...), split by link: "inside" a node
+        (NVLink) or "across" nodes (the network), with nodes of `gpus_per_node` consecutive ranks. An event
+        whose members sit on more than one node counts as crossing (a point-to-point transfer: its two ends)."""
+        out: dict[str, dict[str, int]] = {}
+        for e in self.events:
+            if e.kind == "compute":
+                continue
+            ends = [e.params["src"], e.params["dst"]] if e.kind == "p2p" else list(e.group.ranks)
+            link = "inside" if len({r // gpus_per_node for r in ends}) == 1 else "across"
+            row = out.setdefault(e.group.name, {"inside": 0, "across": 0})
+            row[link] += sum(m.sent for m in e.members)
+        return out
+
     def to_dict(self) -> dict:
         return {
             "format": FORMAT, "version": VERSION, "world": self.world, "backend": self.backend,

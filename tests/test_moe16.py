@@ -166,3 +166,33 @@ def test_the_posts_routing_reproduces_its_step_4_and_stays_exact():
     out = json.loads(_cli("trace", "--routing", "post", "--json").stdout)
     note = next(s["text"] for s in out["steps"] if "picks" in s["text"])
     assert "E3 (gate 0.60) on g1, E8 (gate 0.40) on g3" in note and out["routing"] == "post"
+
+
+def test_bytes_by_link_moe16_only_the_handoff_crosses_and_pp1_dp4_reductions_do():
+    """Nodes of 8: moe16 puts each pipeline stage on a node, so only the pp hand-off crosses; with PP 1 and
+    DP 4 a replica pair spans both nodes, so the data-parallel reductions cross instead."""
+    moe16 = json.loads(_cli("trace", "--json").stdout)["bytes_by_link"]
+    assert moe16["gpus_per_node"] == 8
+    crossing = {g for g, row in moe16["by_group"].items() if row["across"]}
+    assert crossing == {"pp"} and moe16["by_group"]["pp"]["inside"] == 0
+    pp1 = json.loads(_cli("trace", "--tp", "2", "--sp", "--cp", "2", "--dp", "4", "--ep", "4", "--world", "16",
+                          "--json").stdout)["bytes_by_link"]["by_group"]
+    assert {g for g, row in pp1.items() if row["across"]} == {"dp-cp", "expert-dp"} and "pp" not in pp1
+    # one GPU per node: every byte crosses
+    one = json.loads(_cli("trace", "--gpus-per-node", "1", "--json").stdout)["bytes_by_link"]["by_group"]
+    assert all(row["inside"] == 0 for row in one.values())
+
+
+def test_bytes_by_link_by_hand():
+    def prog(ctx):
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]))  # 4 ranks over 2 nodes of 2: crosses
+        pair = [ctx.new_group([0, 1], "tp"), ctx.new_group([2, 3], "tp")][ctx.rank // 2]
+        ctx.comm.all_reduce(ctx.asarray([1.0]), group=pair)  # inside each node
+        if ctx.rank in (1, 2):
+            ctx.comm.exchange([parasim.Send(ctx.asarray([1.0, 2.0, 3.0]), 2)] if ctx.rank == 1 else
+                              [parasim.Recv(1, (3,), "float64")])
+    trace = parasim.run(prog, 4).trace
+    by = trace.bytes_by_link(2)
+    world_sent = sum(m.sent for m in trace.events[0].members)
+    assert by["tp"] == {"inside": 2 * 2 * 8, "across": 0}  # two pairs, each rank sends its 8-byte value once
+    assert by["world"] == {"inside": 0, "across": world_sent + 24}  # the all-reduce and the 3-value send

@@ -30,6 +30,8 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
     tr.add_argument("--experts", type=int, metavar="N", help="experts per layer (default 8; 0: a dense model)")
     tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; must divide by pp)")
+    tr.add_argument("--gpus-per-node", type=positive, metavar="N", help="GPUs per node, for the bytes that cross "
+                    "nodes (default 8)")
     tr.add_argument("--split", choices=("contiguous", "zigzag"), help="how CP splits the sequence (moe16: "
                     "contiguous, as the post draws it)")
     tr.add_argument("--microbatches", "-m", type=positive, metavar="M", help="micro-batches per DP replica (default 2)")
@@ -53,6 +55,8 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
     split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
+    if args.gpus_per_node is not None:
+        split["gpus_per_node"] = args.gpus_per_node
     if not sizes and not args.sp and not model_flags:
         layout = preset(args.layout or LAYOUT)
         return replace(layout, **split), args.layout or LAYOUT
@@ -62,7 +66,7 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     model = replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
                     layers=args.layers or MOE16.layers)
     sizes.setdefault("etp", 1)
-    layout = Layout(**sizes, sp=args.sp, zigzag=split.get("zigzag", False), model=model)
+    layout = Layout(**sizes, sp=args.sp, model=model, **{"zigzag": False, **split})
     return layout, str(layout)
 
 
@@ -80,6 +84,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     path = token_path(result.trace, watch, reps, name)
     path["routing"] = args.routing
     path["exactness"] = exactness(result.values, layout, m, args.routing)
+    path["bytes_by_link"] = {"gpus_per_node": layout.gpus_per_node,
+                             "by_group": result.trace.bytes_by_link(layout.gpus_per_node)}
     if args.json:
         print(json.dumps(path, indent=1))
         return 0
@@ -101,6 +107,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
             continue
         print(f"  {'#' + str(step['event']) + ' ' if 'event' in step else ''}{step['text']}")
     _flush_summary(summary)
+    links = path["bytes_by_link"]
+    print(f"\nbytes sent in the step, all GPUs (nodes of {links['gpus_per_node']}): "
+          + "; ".join(f"{g} {row['inside']:,} inside a node" + (f", {row['across']:,} across nodes" if row["across"]
+                                                                  else "")
+                      for g, row in sorted(links["by_group"].items())))
     x = path["exactness"]
     print(f"\nagainst the unsplit model: loss {x['loss']:.12g} vs {x['unsplit_loss']:.12g}; gradients "
           f"{x['gradients']} and weights after Adam {x['weights_after_adam']} agree: "
