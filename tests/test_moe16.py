@@ -196,3 +196,20 @@ def test_bytes_by_link_by_hand():
     world_sent = sum(m.sent for m in trace.events[0].members)
     assert by["tp"] == {"inside": 2 * 2 * 8, "across": 0}  # two pairs, each rank sends its 8-byte value once
     assert by["world"] == {"inside": 0, "across": world_sent + 24}  # the all-reduce and the 3-value send
+
+
+def test_what_g2_stores_worked_out_by_hand():
+    """moe16, g2 (stage 1: layers 1-2; hidden 8, 8 experts of width 8, no biases):
+    TP shards per layer: half of qkv (8 x 24) and of out (8 x 8) = 96 + 32 = 128; whole copies per layer:
+    two norms (weight and bias, 8 each) and the router (8 x 8) = 96; experts: E5 and E6 (EP rank 2 of 4,
+    two each), 2 x (8x8 + 8x8) = 256 per layer. Optimizer: 3 values per parameter of its share, dense over
+    dp-cp (4 GPUs), experts over expert-dp (2): 3 * (448 / 4 + 512 / 2) = 1104. Tokens: t5 t6 (contiguous
+    CP half t5-t8, first SP half), t5-t8 inside attention."""
+    out = json.loads(_cli("trace", "--gpu", "2", "--json").stdout)
+    assert out["stores"] == {"tp shards": 256, "whole copies": 192, "experts": 512, "optimizer": 1104,
+                             "tokens between matmuls": [5, 6], "tokens in attention": [5, 6, 7, 8]}
+    assert out["experts_per_layer"] == [[5, 6], [5, 6]] and out["exactness"]["exact"]
+    joins = {(d["op"], d["group"]): d["calls"] for d in out["does"]}
+    assert joins[("all_to_all", "ep")] == 2 * 2 * 4  # 2 layers x 2 micro-batches x (dispatch, combine, both back)
+    bad = _cli("trace", "--gpu", "16")
+    assert bad.returncode == 2 and "GPUs 0-15" in bad.stderr

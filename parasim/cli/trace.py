@@ -40,6 +40,8 @@ def add_trace(sub: Any) -> None:
                     "the -> E1 and E2")
     tr.add_argument("--token", default="contract", help="a word of sequence A (its first occurrence), or t1..t8, "
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
+    tr.add_argument("--gpu", type=int, metavar="N", help="instead of a token, one GPU: what it stores (weight shards, "
+                    "whole copies, experts, optimizer share, tokens) and every collective it joins")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
     tr.add_argument("--json", action="store_true",
                     help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
@@ -80,7 +82,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     check_runnable(layout, m, args.routing)
     reps = replicas(layout.dp, m)
     watch = find_token(args.token, [s for rep in reps for s in rep])
+    if args.gpu is not None and not 0 <= args.gpu < layout.world:
+        raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")
     result = run(make_program(watch, layout, m, args.routing), layout.world, seed=0)
+    if args.gpu is not None:
+        return _gpu_view(args, result, layout, name, m)
     path = token_path(result.trace, watch, reps, name)
     path["routing"] = args.routing
     path["exactness"] = exactness(result.values, layout, m, args.routing)
@@ -119,6 +125,42 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if not args.all:
         print("(backward steps summarised; --all lists every event, --json gives them with event numbers)")
     return 0 if x["exact"] else 1
+
+
+def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int) -> int:
+    """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes."""
+    from ..examples.moe16 import exactness
+    g = args.gpu
+    value = result.values[g]
+    does: dict[tuple[str, str], dict[str, int]] = {}
+    for e in result.trace.events:
+        if e.kind != "compute" and g in e.ranks:
+            row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
+            mine = e.member(g)
+            row["calls"] += 1
+            row["sent"] += mine.sent
+            row["received"] += mine.recv
+    out = {"gpu": g, "layout": name, "coords": value["coords"], "stores": value["stores"],
+           "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
+           "does": [{"op": op, "group": grp, **row} for (op, grp), row in does.items()],
+           "exactness": exactness(result.values, layout, m, args.routing)}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return 0 if out["exactness"]["exact"] else 1
+    c, s = value["coords"], value["stores"]
+    print(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
+    print(f"  stores: {s['tp shards']:,} values of TP shards (attention, MLP), {s['whole copies']:,} of whole copies "
+          f"(norms, router), {s['experts']:,} of experts "
+          + (", ".join("E" + "/E".join(map(str, layer)) for layer in out["experts_per_layer"]) or "(none)")
+          + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)")
+    print(f"  tokens: t{', t'.join(map(str, s['tokens between matmuls']))} between matmuls, "
+          f"t{', t'.join(map(str, s['tokens in attention']))} inside attention")
+    print("  joins:")
+    for d in out["does"]:
+        print(f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "
+              f"received {d['received']:,} B")
+    print(f"exact against the unsplit model: {'yes' if out['exactness']['exact'] else 'NO'}")
+    return 0 if out["exactness"]["exact"] else 1
 
 
 def _flush_summary(summary: dict[str, int]) -> None:

@@ -216,8 +216,22 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
                 "weight_sq": {k: float(xp.sum(w * w)) for k, w in new.items()}, "state": state,
-                "experts": experts, "positions": mine}
+                "experts": experts, "positions": mine, "stores": stores(stage, state, tp)}
     return program
+
+
+def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
+    """What a GPU keeps, read from its layers' placements: values of the attention and MLP shards (split over
+    TP), of whole copies (norms, router: whole on every TP rank), of its experts, of its optimizer share
+    (master, m, v), and the positions it holds between matmuls and inside attention (its CP slice)."""
+    counts = {"tp shards": 0, "whole copies": 0, "experts": 0}
+    for name, w in stage.params().items():
+        placed = stage.placements[name]
+        kind = "experts" if "ep" in placed else "tp shards" if isinstance(placed.get("tp"), Shard) else "whole copies"
+        counts[kind] += int(w.size)
+    return {**counts, "optimizer": sum(v[0] for v in state.values()),
+            "tokens between matmuls": [p + 1 for p in tp.token_positions()],
+            "tokens in attention": [p + 1 for p in tp.cp_positions()]}
 
 
 def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
