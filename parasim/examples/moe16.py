@@ -11,6 +11,7 @@ all-gathered.
 """
 from __future__ import annotations
 
+from math import prod
 from typing import Any
 
 from ..errors import LayoutError, UsageError
@@ -228,7 +229,7 @@ def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
     for name, w in stage.params().items():
         placed = stage.placements[name]
         kind = "experts" if "ep" in placed else "tp shards" if isinstance(placed.get("tp"), Shard) else "whole copies"
-        counts[kind] += int(w.size)
+        counts[kind] += prod(int(d) for d in w.shape)  # numpy or torch alike
     return {**counts, "optimizer": sum(v[0] for v in state.values()),
             "tokens between matmuls": [p + 1 for p in tp.token_positions()],
             "tokens in attention": [p + 1 for p in tp.cp_positions()]}
