@@ -108,8 +108,10 @@ NARRATIVE = {
        for mb in (1, 2) for i in (1, 2, 3, 4)},
     "gradient sync": """
         Backward retraced the same path in reverse. Now each weight's gradient is summed over the GPUs that
-        hold a copy and saw different tokens: attention, norms and router over dp-cp (4 GPUs), each expert
-        over expert-dp (2 GPUs). Get either group wrong and training is silently wrong. With ZeRO-1 the sum
+        hold a copy and saw different tokens. The norms and the router are whole on both GPUs of a TP pair,
+        but with SP each saw only its own tokens: one all-reduce over the pair, once for the whole step,
+        then the sum over dp-cp, so all 8 GPUs of the stage take part. Attention's shards are summed over
+        dp-cp (4 GPUs), each expert over expert-dp (2 GPUs). Get either group wrong and training is silently wrong. With ZeRO-1 the sum
         is a reduce-scatter: each GPU receives the summed gradient for its share only, keeps Adam's state
         for that share (a quarter of the dense weights, half of its experts'), updates it, and an
         all-gather hands every copy the new weights.""",

@@ -213,3 +213,17 @@ def test_what_g2_stores_worked_out_by_hand():
     assert joins[("all_to_all", "ep")] == 2 * 2 * 4  # 2 layers x 2 micro-batches x (dispatch, combine, both back)
     bad = _cli("trace", "--gpu", "16")
     assert bad.returncode == 2 and "GPUs 0-15" in bad.stderr
+
+
+def test_sp_partial_gradients_are_summed_over_tp_once_per_step():
+    """Megatron sums the SP-split weights' gradients (norms, router) over TP once per step, before the
+    data-parallel reduction; the example does the same: one all-reduce per TP pair (8 pairs), in the
+    gradient sync, none in backward, and the run stays exact."""
+    result = parasim.run(make_program(None), 16)
+    tp_sums = [e for e in result.trace.events if e.op == "all_reduce" and e.group.name == "tp"]
+    assert len(tp_sums) == 8 and {e.phase for e in tp_sums} == {"gradient sync"}
+    assert sorted(tuple(e.ranks) for e in tp_sums) == [(r, r + 1) for r in range(0, 16, 2)]
+    # each pair sums its 2 layers' norms (4 x 8 weights, 4 x 8 biases) and routers (2 x 8 x 8): 192 values
+    assert all(t.shape == (192,) for e in tp_sums for m in e.members for t in m.ins)
+    from parasim.examples.moe16 import exactness
+    assert exactness(result.values, preset("moe16"))["exact"]

@@ -90,14 +90,15 @@ def test_moe16_sums_each_gradient_over_the_group_its_placement_names(monkeypatch
 
     def groups(result):
         return sorted({e.group.name for e in result.trace.events if e.phase == "gradient sync"})
-    assert groups(parasim.run(make_program(None), 16)) == ["dp-cp", "expert-dp"]
+    # tp: the SP-split weights' partial gradients, summed over TP once per step before ZeRO
+    assert groups(parasim.run(make_program(None), 16)) == ["dp-cp", "expert-dp", "tp"]
     real_init = MoE.__init__
 
     def dense_experts(self, *args, **kwargs):
         real_init(self, *args, **kwargs)
         self.placements.update({k: {"tp": Replicate()} for k in self.placements if k != "router"})
     monkeypatch.setattr(MoE, "__init__", dense_experts)
-    assert groups(parasim.run(make_program(None), 16)) == ["dp-cp"]
+    assert groups(parasim.run(make_program(None), 16)) == ["dp-cp", "tp"]
 
 
 @pytest.mark.parametrize("experts, sp", [(0, False), (0, True), (4, True)])

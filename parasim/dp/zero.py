@@ -12,15 +12,41 @@ from math import prod
 from typing import Any
 
 from ..comm.interface import Group
-from ..nn.placement import data_axes, grad_group, is_expert
+from ..nn.placement import Partial, data_axes, grad_group, is_expert
 
 
-def zero1_step(ctx: Any, model: Any, lr: float) -> tuple[dict[str, Any], dict[str, float], dict[str, list[int]]]:
+MODEL_GROUPS = {"tp": "tp", "etp": "expert-tp"}  # a model axis -> the layout's group over it
+
+
+def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> dict[str, Any]:
+    """Gradients left partial over a model axis (tp; etp), summed there once for the step: one flat
+    all-reduce per axis over this rank's group of the layout (what Megatron does for SP-split weights)."""
+    xp, out = ctx.xp, dict(grads)
+    for axis, group in MODEL_GROUPS.items():
+        keys = sorted(k for k in grads if isinstance(placed[k].get(axis), Partial))
+        if not keys or ctx.groups[group].size == 1:
+            continue
+        flat = xp.concat([xp.reshape(grads[k], (-1,)) for k in keys])
+        flat = ctx.comm.all_reduce(flat, group=ctx.groups[group],
+                                   label=f"sum the gradients partial over {axis} (SP-split weights), once per step")
+        start = 0
+        for k in keys:
+            n = prod(grads[k].shape)
+            out[k] = xp.reshape(flat[start:start + n], grads[k].shape)
+            start += n
+    return out
+
+
+def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False
+               ) -> tuple[dict[str, Any], dict[str, float], dict[str, list[int]]]:
     """One ZeRO-1 Adam step for `model` (anything with params, grads and placements): each gradient is
     reduce-scattered over the data-parallel group its placement names (dp-cp for dense weights, expert-dp
-    for experts), one optimizer per group. Returns (new weights, each key's share of the summed gradient's
-    sum of squares, {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
+    for experts), one optimizer per group; with `partials`, gradients the layers left partial over a model
+    axis are first summed there (`sum_partials`). Returns (new weights, each key's share of the summed
+    gradient's sum of squares, {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
     params, grads, placed = model.params(), model.grads, model.placements
+    if partials:
+        grads = sum_partials(ctx, grads, placed)
     by_group: dict[str, list[str]] = {}
     for k in params:
         by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), []).append(k)

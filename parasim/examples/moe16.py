@@ -180,7 +180,8 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
         replica = reps[c.dp]
-        tp = ParallelContext.from_layout(ctx, layout)  # the layout's groups, SP, CP split and sequence length
+        # the layout's groups, SP, CP split and sequence length; SP's partial gradients summed once per step
+        tp = ParallelContext.from_layout(ctx, layout, partial_sums="step")
         mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
@@ -208,11 +209,12 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         plan = generate("1f1b", layout.pp, len(replica))
         total = run_schedule(ctx, g["pp"], plan, {c.pp: stage}, (len(mine), 1, model.hidden), xp.float64, inputs,
                              loss)
-        # ZeRO-1: gradients reduce-scattered where copies saw different tokens (attention, norms and router
-        # over dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share,
-        # the new weights all-gathered
+        # the norms' and router's gradients summed over TP once (each TP rank saw its SP share), then ZeRO-1:
+        # gradients reduce-scattered where copies saw different tokens (attention, norms and router over
+        # dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share, the new
+        # weights all-gathered
         ctx.phase("gradient sync")
-        new, share_sq, state = zero1_step(ctx, stage, LR)
+        new, share_sq, state = zero1_step(ctx, stage, LR, partials=True)
         stage.load(new)
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),

@@ -25,6 +25,10 @@ class ParallelContext:
     split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
     ep: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
     etp: Group | None = None  # expert tensor parallelism: each expert's matrices are split over this group
+    # where gradients partial over a model axis (SP-split norms and router, b2 over ETP) are summed: in each
+    # layer's backward ("layer", every micro-batch), or once per step by data-parallel code ("step", as
+    # Megatron does before its data-parallel reduction)
+    partial_sums: str = "layer"
     # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
     # here (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None

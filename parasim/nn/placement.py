@@ -111,6 +111,8 @@ def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
 def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
     """(b), inside a layer: sum a fresh weight gradient over its Partial model axes (tp; etp for experts), so
     that what the layer keeps is whole there; the data axes are left to data-parallel code."""
+    if tp.partial_sums == "step":  # left partial: data-parallel code sums them once per step
+        return grad
     groups = {"tp": tp.group, "etp": tp.etp}  # the model groups a layer holds
     for axis, p in placed.items():
         if isinstance(p, Partial) and axis not in DATA_AXES:
