@@ -227,3 +227,11 @@ def test_sp_partial_gradients_are_summed_over_tp_once_per_step():
     assert all(t.shape == (192,) for e in tp_sums for m in e.members for t in m.ins)
     from parasim.examples.moe16 import exactness
     assert exactness(result.values, preset("moe16"))["exact"]
+
+
+def test_the_variants_lesson_holds_and_its_table_comes_from_the_runs():
+    lr = run_lesson(get_lesson("moe16-variants"))
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    by = {c.name.split(":")[0]: c.got for c in lr.checks}
+    assert by["the GPU holding 'contract' (t6 of A)"] == [2, 3, 2, 2, 2]  # zigzag moves it to g3
+    assert by["expert values per GPU"] == [512, 512, 512, 256, 1024]

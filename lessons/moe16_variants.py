@@ -1,0 +1,102 @@
+"""The 16-GPU MoE example under the post's variations, each run for one training step and set side by side:
+the post's layout, CP's zigzag split, experts split by TP (ETP 2, EP 2, EDP 2), one expert per GPU (EP 8,
+EDP 1), and one pipeline stage with DP 4. Every number of the table comes from the runs; every run is
+checked against the unsplit model."""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from parasim.engine import run
+from parasim.examples.moe16 import LAYOUT, MICRO_BATCHES, MOE16, SEQUENCES, exactness, make_program
+from parasim.layout import Layout, preset
+from parasim.lesson import Check, Lesson, check
+from parasim.pipeline.schedules import generate
+from parasim.pipeline.timing import simulate
+
+WATCH = ("A", SEQUENCES["A"].index("contract"))
+POST = preset(LAYOUT)
+VARIANTS = {
+    "the post's layout": POST,
+    "zigzag CP split": replace(POST, zigzag=True),
+    "ETP 2 (EP 2, EDP 2)": Layout(tp=2, cp=2, pp=2, dp=2, ep=2, etp=2, sp=True, zigzag=False, model=MOE16),
+    "EP 8 (EDP 1)": Layout(tp=2, cp=2, pp=2, dp=2, ep=8, etp=1, sp=True, zigzag=False, model=MOE16),
+    "PP 1, DP 4": Layout(tp=2, cp=2, pp=1, dp=4, ep=4, etp=1, sp=True, zigzag=False, model=MOE16),
+}
+
+
+def program(ctx):
+    """The post's layout itself (the app steps through it); the checks run every variant."""
+    return make_program(WATCH)(ctx)
+
+
+def measure(layout: Layout) -> dict:
+    """One variant, run: where contract lives and where layer 1 sends it, what a GPU stores, the all-to-all
+    group, bytes by group and link, the pipeline bubble, and the check against the unsplit model."""
+    result = run(make_program(WATCH, layout), layout.world)
+    notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
+    holder = next(m.rank for m in notes if m.data["watch"] == "holds")
+    route = next(m.data for m in notes if m.data["watch"] == "route" and m.data["layer"] == 1)
+    stores = result.values[holder]["stores"]
+    links = result.trace.bytes_by_link(layout.gpus_per_node)
+    a2a = {len(e.ranks) for e in result.trace.events if e.op == "all_to_all"}
+    timing = simulate(generate("1f1b", layout.pp, MICRO_BATCHES))
+    return {"holder": holder, "experts": route["experts"], "expert_gpus": route["gpus"],
+            "expert_values": stores["experts"], "attention_values": stores["tp shards"],
+            "a2a_gpus": sorted(a2a), "across": sorted(g for g, row in links.items() if row["across"]),
+            "expert_dp_bytes": links.get("expert-dp", {"inside": 0, "across": 0}),
+            "bubble": timing.bubble, "exact": exactness(result.values, layout)["exact"]}
+
+
+def checks(result) -> list[Check]:
+    got = {name: measure(layout) for name, layout in VARIANTS.items()}
+    names = list(VARIANTS)
+    col = lambda key: [got[n][key] for n in names]  # noqa: E731
+    h, f, layers, n_exp = MOE16.hidden, MOE16.ffn, MOE16.layers, MOE16.experts
+    return [
+        check("every variant's loss, gradients and weights after Adam equal the unsplit model's", col("exact"),
+              [True] * len(names)),
+        # contiguous: CP rank 1 holds t5-t8, SP gives TP rank 0 t5 t6 -> g2; zigzag: CP rank 1 holds t3-t6,
+        # TP rank 1 gets t5 t6 -> g3 (Megatron's order: tp fastest, then cp); the other layouts keep g2
+        check("the GPU holding 'contract' (t6 of A)", col("holder"), [2, 3, 2, 2, 2]),
+        # a GPU's experts: experts / ep of them, each w1 and w2 (h x f) split over etp, per layer of its stage
+        check("expert values per GPU: experts/EP x 2hf/ETP x layers/PP", col("expert_values"),
+              [n_exp // v.ep * 2 * h * f // v.etp * layers // v.pp for v in VARIANTS.values()]),
+        # attention: the fused qkv (h x 3h) and the output (h x h), split over TP, per layer of its stage
+        check("attention values per GPU: 4h^2/TP x layers/PP", col("attention_values"),
+              [4 * h * h // v.tp * layers // v.pp for v in VARIANTS.values()]),
+        check("GPUs in each all-to-all: the EP group", col("a2a_gpus"), [[v.ep] for v in VARIANTS.values()]),
+        check("groups whose traffic crosses nodes of 8: the pipeline hand-off, or without PP the "
+              "data-parallel reductions", col("across"),
+              [["pp"], ["pp"], ["pp"], ["pp"], ["dp-cp", "expert-dp"]]),
+        check("EP 8 leaves one copy of each expert (EDP 1): no expert-dp bytes", got["EP 8 (EDP 1)"]["expert_dp_bytes"],
+              {"inside": 0, "across": 0}),
+        check("1F1B bubble with 2 micro-batches: (p-1)/(m+p-1)", [str(b) for b in col("bubble")],
+              [str(Fraction(v.pp - 1, MICRO_BATCHES + v.pp - 1)) for v in VARIANTS.values()]),
+        check("where layer 1 sends contract (learned router): its experts' GPUs, per variant",
+              [[f"E{e}" for e in got[n]["experts"]] + [f"g{r}" for r in got[n]["expert_gpus"]] for n in names],
+              [[f"E{e}" for e in got[n]["experts"]] + [f"g{_owner(v, got[n]['holder'], e)}" for e in got[n]["experts"]]
+               for n, v in VARIANTS.items()]),
+    ]
+
+
+def _owner(layout: Layout, holder: int, expert: int) -> int:
+    """The GPU of `holder`'s EP group that holds `expert` (1-based): experts in contiguous blocks by EP rank."""
+    group = next(g for g in layout.groups()["ep"] if holder in g)
+    return group[(expert - 1) // (layout.model.experts // layout.ep)]
+
+
+NARRATIVE = {
+    "data": """
+        The post's layout again, the one every variant below changes. The checks run each variant for one
+        training step and put them side by side: where the token "contract" lives and where layer 1 sends
+        it, how many expert and attention values a GPU keeps, how large the all-to-all group is, which
+        traffic crosses the two nodes, and the pipeline bubble. The zigzag split moves contract from g2 to
+        g3. ETP 2 halves each expert across a TP pair, so a GPU holds twice the experts at half their
+        width; EP 8 puts one expert on each GPU and leaves no expert-DP group; with one pipeline stage and
+        DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do.""",
+}
+
+LESSON = Lesson(name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
+                world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
+                summary="the post's 'what changes with other settings', each run and checked", keep_values=0)
