@@ -235,3 +235,18 @@ def test_the_variants_lesson_holds_and_its_table_comes_from_the_runs():
     by = {c.name.split(":")[0]: c.got for c in lr.checks}
     assert by["the GPU holding 'contract' (t6 of A)"] == [2, 3, 2, 2, 2]  # zigzag moves it to g3
     assert by["expert values per GPU"] == [512, 512, 512, 256, 1024]
+
+
+def test_the_layout_map_places_gpus_as_the_post_draws_them(tmp_path):
+    """moe16: node 0 holds stage 1; in a node one row per DP replica, columns (CP rank, TP rank); g0-g3 hold
+    E1-E2, E3-E4, E5-E6, E7-E8 (EP rank = CP x TP position, experts in contiguous pairs)."""
+    from parasim.render.plots import layout_map
+    cells = {c["gpu"]: c for c in layout_map(preset("moe16"))}
+    assert [(cells[g]["node"], cells[g]["row"], cells[g]["col"]) for g in (2, 6, 13)] == [(0, 0, 2), (0, 1, 2), (1, 1, 1)]
+    assert [cells[g]["experts"] for g in range(4)] == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    assert cells[2]["ep_group"] == cells[0]["ep_group"] != cells[4]["ep_group"]
+    for args in (["layout", "--layout", "moe16", "--plot"], ["trace", "--plot"]):
+        path = tmp_path / f"{args[0]}.png"
+        out = _cli(*args, str(path))
+        assert out.returncode == 0, out.stderr
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

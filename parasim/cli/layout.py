@@ -36,6 +36,8 @@ def add_layout(sub: Any) -> None:
                                     ("--seq", "--seq-length", "seq", "sequence length (divides by 2*cp)")):
         yp.add_argument(short, long, dest=dest, type=positive, metavar="N", help=what)
     yp.add_argument("--nodes", type=positive, default=2, metavar="N", help="nodes to draw (default 2)")
+    yp.add_argument("--plot", metavar="FILE.png", help="also draw the layout as one picture: GPUs by node, the "
+                    "experts each holds, EP groups by colour")
     yp.add_argument("--json", action="store_true",
                     help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
     yp.set_defaults(func=cmd_layout)
@@ -64,6 +66,9 @@ def cmd_layout(args: argparse.Namespace) -> int:
         m = ModelSpec(**given) if given else None
         layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
         title = ""
+    if args.plot is not None:
+        from ..render.plots import plot_layout_map
+        plot_layout_map(layout, args.plot, title)
     if args.json:
         print(json.dumps(layout.to_json()))
     else:

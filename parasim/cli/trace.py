@@ -42,6 +42,7 @@ def add_trace(sub: Any) -> None:
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
     tr.add_argument("--gpu", type=int, metavar="N", help="instead of a token, one GPU: what it stores (weight shards, "
                     "whole copies, experts, optimizer share, tokens) and every collective it joins")
+    tr.add_argument("--plot", metavar="FILE.png", help="also draw the layout, the followed token's GPU in red")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
     tr.add_argument("--json", action="store_true",
                     help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
@@ -88,6 +89,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.gpu is not None:
         return _gpu_view(args, result, layout, name, m)
     path = token_path(result.trace, watch, reps, name)
+    if args.plot is not None:
+        from ..render.plots import plot_layout_map
+        holder = path["steps"][0]["ranks"][0] if path["steps"] else None
+        plot_layout_map(layout, args.plot, f"{name}: {path['token']!r} (t{path['position']} of "
+                        f"{path['sequence']}) on g{holder}, in red", mark=holder)
     path["routing"] = args.routing
     path["exactness"] = exactness(result.values, layout, m, args.routing)
     path["bytes_by_link"] = {"gpus_per_node": layout.gpus_per_node,

@@ -2,6 +2,8 @@
 layout search."""
 from __future__ import annotations
 
+from typing import Any
+
 from ..errors import UsageError
 from ..pipeline.timing import Timing
 
@@ -82,5 +84,60 @@ def plot_search(result: dict, path: str) -> None:
     ax.set_ylabel("longest sequence (tokens)")
     ax.set_title(f"{result['model']}: longest sequence per layout family")
     ax.legend(fontsize=7)
+    _save(fig, path)
+    plt.close(fig)
+
+
+# -- the layout as one picture -----------------------------------------------------------------------------
+def layout_map(layout: Any) -> list[dict]:
+    """Where each GPU is drawn, as the post draws its 16-GPU map: nodes left to right; in a node, one row per
+    DP replica (of its pipeline stage) and one column per (CP rank, TP rank); each GPU with its coordinates,
+    its EP group (an index) and the experts it holds (1-based)."""
+    coords, groups = layout.coords(), layout.groups()
+    ep_index = {r: i for i, g in enumerate(groups["ep"]) for r in g}
+    cols = min(layout.tp * layout.cp, layout.gpus_per_node)
+    out = []
+    for c in coords:
+        r = c["rank"]
+        node, slot = divmod(r, layout.gpus_per_node)
+        out.append({"gpu": r, "node": node, "row": slot // cols, "col": slot % cols, "ep_group": ep_index[r],
+                    "experts": [e + 1 for e in layout.experts_of(c["ep"])],
+                    "coords": {k: c[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")}})
+    return out
+
+
+def plot_layout_map(layout: Any, path: str, title: str = "", mark: int | None = None) -> None:
+    """The layout in one picture: GPUs by node, each labelled with its experts and filled by EP group; GPU
+    `mark` (a followed token's) drawn in red."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = layout_map(layout)
+    per = min(layout.gpus_per_node, layout.world)
+    cols = min(layout.tp * layout.cp, layout.gpus_per_node)
+    rows = max(c["row"] for c in cells) + 1
+    nodes = (layout.world + per - 1) // per
+    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * nodes * cols / 2), 1.2 * rows + 1.6))
+    palette = plt.get_cmap("tab20")
+    for c in cells:
+        x = c["node"] * (cols + 1) + c["col"]
+        y = rows - 1 - c["row"]
+        ax.add_patch(plt.Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=palette(c["ep_group"] % 20), alpha=0.55,
+                                   ec="red" if c["gpu"] == mark else "white", lw=3 if c["gpu"] == mark else 1))
+        label = f"g{c['gpu']}\n" + (" ".join(f"E{e}" for e in c["experts"]) if c["experts"] else "")
+        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=7,
+                color="red" if c["gpu"] == mark else "black")
+    for n in range(nodes):
+        ax.add_patch(plt.Rectangle((n * (cols + 1) - 0.1, -0.1), cols + 0.2, rows + 0.2, fill=False, ec="grey"))
+        ax.text(n * (cols + 1) + cols / 2, rows + 0.25, f"node {n}", ha="center", fontsize=9)
+        for c in (c for c in cells if c["node"] == n and c["row"] == rows - 1):  # under the bottom row: CP, TP
+            ax.text(n * (cols + 1) + c["col"] + 0.5, -0.25, f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
+                    ha="center", fontsize=6, color="grey")
+    ax.set_xlim(-0.3, nodes * (cols + 1))
+    ax.set_ylim(-0.45, rows + 0.7)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(title or f"{layout}: GPUs by node (colour: EP group; E: experts held)", fontsize=9)
     _save(fig, path)
     plt.close(fig)
