@@ -190,3 +190,25 @@ def test_a_backward_phase_finds_the_token_where_its_forward_twin_held_it():
     other = next(k for k, e in enumerate(events) if e.phase == "backward mb2 layer 3")
     view = View(lr.result.trace)
     assert view.watch(back).rank == 10 and view.watch(other).rank is None
+
+
+def test_the_map_panel_draws_gpus_by_node_with_the_event_and_the_token():
+    """moe16 (made on a layout): two nodes of 8, one row per DP replica, columns by (CP, TP); layer 1's
+    dispatch involves the EP group g0-g3 and 'contract' is on g2. A lesson without a layout has no map."""
+    lr = run_lesson(get_lesson("moe16"))
+    events = lr.result.trace.events
+    i = next(k for k, e in enumerate(events) if e.phase == "forward mb1 layer 1" and e.op == "all_to_all")
+    m = View(lr.result.trace).map(i)
+    assert m.nodes == [[[0, 1, 2, 3], [4, 5, 6, 7]], [[8, 9, 10, 11], [12, 13, 14, 15]]]
+    assert m.involved == {0, 1, 2, 3} and m.token == 2 and m.gpus_per_node == 8
+    assert View(run_lesson(get_lesson("tp-mlp")).result.trace).map(0) is None
+
+
+async def test_the_app_shows_the_map_for_moe16():
+    from parasim.tui.app import ParasimApp
+    lr = run_lesson(get_lesson("moe16"))
+    app = ParasimApp(View(lr.result.trace, {}, "moe16"))
+    async with app.run_test(size=(160, 60)) as pilot:
+        await pilot.pause()
+        panel = app.query_one("#map")
+        assert panel.display and "node 1" in str(panel.render())

@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
 from .timeline import Timeline
-from .view import COLOURS, IDLE, KINDS, SlotWindow, View, Watch, kind_of
+from .view import COLOURS, IDLE, KINDS, MapView, SlotWindow, View, Watch, kind_of
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
@@ -58,6 +58,7 @@ class ParasimApp(App):
         with Horizontal(id="panels"):
             with VerticalScroll(id="left"):
                 yield Static(id="watch")
+                yield Static(id="map")
                 yield Static(id="slots")
                 yield Static(id="detail")
                 yield Static(id="holdings")
@@ -97,6 +98,7 @@ class ParasimApp(App):
         watch = view.watch(i)
         self.query_one(Timeline).select(i, watch.rank if watch else None)
         self._show_watch(watch)
+        self._show_map(view.map(i))
         self._put("detail", Text("\n".join(view.detail(i))))
         width = self.query_one("#left").size.width
         self._show_slots(view.slots(i, max(8, (width - 12) // 4) if width else 16))
@@ -160,6 +162,23 @@ class ParasimApp(App):
             for note in watch.notes:
                 text.append("\n" + note)
         self._put("watch", text)
+
+    def _show_map(self, m: MapView | None) -> None:
+        """GPUs by node: the selected event's GPUs reversed, the followed token's GPU red."""
+        panel = self.query_one("#map", Static)
+        panel.display = m is not None
+        if m is None:
+            return
+        panel.border_title = f"GPUs by node ({m.gpus_per_node} each): this event's reversed, the token's red"
+        text = Text()
+        for n, rows in enumerate(m.nodes):
+            text.append(("\n" if n else "") + f"node {n}", style="bold")
+            for row in rows:
+                text.append("\n ")
+                for g in row:
+                    style = ("bold red " if g == m.token else "") + ("reverse" if g in m.involved else "")
+                    text.append(f" g{g:<3}", style=style.strip() or None)
+        self._put("map", text)
 
     def _show_slots(self, win: SlotWindow | None) -> None:
         """The pipeline's slot table around the selected transfer: done actions bright, the one that just

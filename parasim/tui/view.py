@@ -72,6 +72,41 @@ class SlotWindow:
 
 
 @dataclass
+class MapView:
+    """The GPUs by node, as the post draws its map: per node one row per DP replica, columns by (CP rank,
+    TP rank); which GPUs the selected event involves, and the followed token's GPU."""
+
+    nodes: list[list[list[int]]]  # node -> rows -> GPUs
+    involved: set[int]
+    token: int | None
+    gpus_per_node: int
+
+
+MAP_KINDS = ("tp", "cp", "dp", "pp", "ep", "expert-tp")  # a trace made on a layout has every one of these
+MAP_MAX_GPUS = 64
+
+
+def _layout_of(trace: Trace) -> Any:
+    """The layout a trace's groups were made from (`ctx.use_layout`), read back from their sizes; None when
+    the trace was not made on a layout, or is too large to draw."""
+    from ..layout import Layout, LayoutError
+    sizes = {}
+    for g in trace.groups:
+        if g.name in MAP_KINDS:
+            sizes.setdefault(g.name, len(g.ranks))
+    if set(sizes) != set(MAP_KINDS) or trace.world > MAP_MAX_GPUS:
+        return None
+    try:
+        layout = Layout(tp=sizes["tp"], cp=sizes["cp"], pp=sizes["pp"], dp=sizes["dp"], ep=sizes["ep"],
+                        etp=sizes["expert-tp"], world=trace.world)
+    except LayoutError:
+        return None
+    made = {(g.name, tuple(g.ranks)) for g in trace.groups if g.name in MAP_KINDS}
+    wanted = {(k, tuple(r)) for k, lists in layout.groups().items() if k in MAP_KINDS for r in lists}
+    return layout if made == wanted else None  # the other rank order, or hand-made groups: no map
+
+
+@dataclass
 class Watch:
     """The followed token at the selected event: its name, the rank holding it (None: not in this phase)."""
     token: str
@@ -260,6 +295,22 @@ class View:
         if rank is None:
             return Watch(token, None, [])
         return Watch(token, rank, said.get(phase, []))
+
+    def map(self, index: int) -> MapView | None:
+        """The map panel for traces made on a layout (the MoE example, parasim trace): None otherwise."""
+        if not self.events:
+            return None
+        if not hasattr(self, "_layout"):
+            self._layout = _layout_of(self.trace)
+        layout = self._layout
+        if layout is None:
+            return None
+        per = min(layout.gpus_per_node, layout.world)
+        cols = min(layout.tp * layout.cp, per)
+        nodes = [[list(range(n * per + r * cols, min(n * per + (r + 1) * cols, (n + 1) * per)))
+                  for r in range((per + cols - 1) // cols)] for n in range((layout.world + per - 1) // per)]
+        watch = self.watch(index)
+        return MapView(nodes, set(self.events[index].ranks), watch.rank if watch else None, per)
 
     def phase_text(self, index: int) -> tuple[str, str, list[str]]:
         """(phase name, narrative, notes of that phase) for the selected event."""
