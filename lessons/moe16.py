@@ -11,6 +11,8 @@ from parasim.examples.moe16 import (LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, a
 from parasim.layout import preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
+# The post's step-1 picture (its claim, to set beside the schedule that ran): slots 1-3 of node A and B
+POST_SLOTS = {"node A": ["F1", "F2", "backward work"], "node B": [".", "F1", "F2"]}
 
 
 
@@ -48,6 +50,25 @@ def expected_home() -> tuple[int, list[int], int]:
     raise AssertionError("no rank holds the watched token")
 
 
+def schedule_beside_the_post() -> list[Check]:
+    """The schedule that ran (1F1B over 2 stages, 2 micro-batches) set beside the post's step-1 picture,
+    and why they differ, worked out from the dependencies: a backward on node A needs node B's gradient."""
+    from parasim.pipeline.schedules import generate
+    from parasim.pipeline.timing import simulate
+    slots = simulate(generate("1f1b", 2, len(REPLICAS[0]))).slots
+    ran = {node: [a or "." for a in row] for node, row in zip(("node A", "node B"), slots)}  # None: idle
+    first_back = 1 + next(t for t, a in enumerate(ran["node A"]) if a.startswith("B"))
+    # by hand: A's F1 in slot 1, B's F1 in 2 (it needs A's), B's B1 in 3 (it needs its F1), A's B1 in 4
+    return [
+        check("the schedule that ran, slots 1-6 (1F1B, 2 stages, 2 micro-batches); the post draws "
+              f"node A {POST_SLOTS['node A']} and node B {POST_SLOTS['node B']} in slots 1-3",
+              ran, {"node A": ["F1", "F2", ".", "B1", ".", "B2"], "node B": [".", "F1", "B1", "F2", "B2", "."]}),
+        check(f"the post's 'backward work' on node A in slot 3 cannot run: the first gradient reaches node A "
+              f"in slot {first_back} (node B's first backward ends in slot {first_back - 1}); node B's row in "
+              "the post (F2 in slot 3) is GPipe's order, 1F1B runs B1 there", first_back, 4),
+    ]
+
+
 def checks(result) -> list[Check]:
     v = result.values
     ref = run(unsplit_program, 1).values[0]
@@ -82,6 +103,7 @@ def checks(result) -> list[Check]:
         check("all-to-alls: 4 per MoE layer (dispatch, combine, and both backward) per micro-batch per EP group",
               sum(1 for e in result.trace.events if e.op == "all_to_all"),
               len(groups["ep"]) * per * len(REPLICAS[0]) * 4),
+        *schedule_beside_the_post(),
     ]
 
 
@@ -90,7 +112,9 @@ NARRATIVE = {
         Sixteen GPUs, two nodes. Node A runs layers 1-2, node B layers 3-4 (PP 2). Within a node, DP picks
         the sequences (replica 0: A and B, replica 1: C and D), CP picks the half of the sequence, and TP
         the attention heads; between matmuls SP splits each half again between the TP pair. So the token
-        "contract", t6 of sequence A, lives on exactly one GPU of node A: g2.""",
+        "contract", t6 of sequence A, lives on exactly one GPU of node A: g2. The two micro-batches run
+        1F1B; the checks set its slot table beside the post's step-1 picture, whose third slot cannot be
+        as drawn.""",
     "forward mb1 layer 1": """
         Attention: the TP pair all-gathers its half of the sequence (g2 and g3 both see t5-t8), the CP ring
         brings K and V of t1-t4 from g0, and the row-parallel output is reduce-scattered back into SP
