@@ -1,7 +1,9 @@
-"""Data-parallel techniques: how copies of a model that saw different data agree on one update (plain DP,
-ZeRO-1; ZeRO-2/3, clipping over gradient groups and checkpoints are to come). They work on any layer that
+"""Data-parallel techniques: how copies of a model that saw different data agree on one update: plain DP,
+ZeRO-1 and ZeRO-2 with gradient buckets (sharded.py), ZeRO-1 over the groups placements name (zero.py);
+ZeRO-3, clipping over gradient groups and checkpoints are to come. They work on any layer that
 follows the layer protocol, over the groups its placements name (dp-cp for dense weights, expert-dp for
 experts)."""
-from .zero import Zero1Adam
+from .sharded import ShardedAdam
+from .zero import Zero1Adam, adam, sum_partials, zero1_step
 
-__all__ = ["Zero1Adam"]
+__all__ = ["ShardedAdam", "Zero1Adam", "adam", "sum_partials", "zero1_step"]

@@ -62,6 +62,16 @@ def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False
     return new, share_sq, state
 
 
+def adam(xp: Any, master: Any, m: Any, v: Any, g: Any, t: int, lr: float, betas: tuple[float, float],
+         eps: float) -> tuple[Any, Any, Any]:
+    """One Adam update (Kingma and Ba) of `master` with gradient `g` at step t: (master, m, v) after it."""
+    b1, b2 = betas
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    m_hat, v_hat = m / (1 - b1 ** t), v / (1 - b2 ** t)
+    return master - lr * m_hat / (xp.sqrt(v_hat) + eps), m, v
+
+
 class Zero1Adam:
     def __init__(self, ctx: Any, group: Group, params: dict[str, Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, name: str = "zero-1") -> None:
@@ -101,11 +111,7 @@ class Zero1Adam:
         xp, comm = self.ctx.xp, self.ctx.comm
         g = comm.reduce_scatter(self._flat(grads), group=self.group, label=f"{self.name}: reduce-scatter the gradients")
         self.t += 1
-        b1, b2 = self.betas
-        self.m = b1 * self.m + (1 - b1) * g
-        self.v = b2 * self.v + (1 - b2) * g * g
-        m_hat, v_hat = self.m / (1 - b1 ** self.t), self.v / (1 - b2 ** self.t)
-        self.master = self.master - self.lr * m_hat / (xp.sqrt(v_hat) + self.eps)
+        self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, g, self.t, self.lr, self.betas, self.eps)
         flat = comm.all_gather(self.master, group=self.group, label=f"{self.name}: all-gather the updated weights")
         out, start = {}, 0
         for k in self.keys:

@@ -1,0 +1,115 @@
+"""Data parallelism and ZeRO stages 1 and 2 as one Adam optimizer over a data-parallel group.
+
+Every rank of the group holds a copy of the weights and computed gradients on its own data. What differs
+between the stages is what a rank keeps and which collectives move the gradients (Rajbhandari et al.):
+
+    stage 0 (DP)   all-reduce (average) the gradients; Adam on every weight, everywhere
+    stage 1        reduce-scatter (average): each rank gets its 1/n share of the summed gradient; Adam on
+                   that share only (1/n of the optimizer state); all-gather the updated weights
+    stage 2        stage 1's collectives, and a rank keeps only its gradient share (the full gradient is
+                   freed as soon as it is reduced)
+
+Gradients travel in buckets (several tensors in one flat buffer, as DDP does) of at most `bucket` values.
+`held()` counts what this rank keeps after a step, from the arrays themselves, in the training dtypes the
+post uses: 2-byte weights and gradients, 4-byte fp32 master weights and Adam moments (12 bytes/param).
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from ..comm.interface import Group
+from ..errors import UsageError
+from .zero import adam
+
+WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
+STAGES = (0, 1, 2)
+
+
+class ShardedAdam:
+    def __init__(self, ctx: Any, group: Group, params: dict[str, Any], stage: int, lr: float = 1e-3,
+                 bucket: int | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 name: str | None = None) -> None:
+        if stage not in STAGES:
+            raise UsageError(f"ZeRO stage must be 0, 1 or 2 here, got {stage!r}")
+        if bucket is not None and bucket < 1:
+            raise UsageError(f"bucket must hold at least one value, got {bucket!r}")
+        xp = ctx.xp
+        self.ctx, self.group, self.stage, self.lr, self.betas, self.eps = ctx, group, stage, lr, betas, eps
+        self.name = name or ("DP" if stage == 0 else f"ZeRO-{stage}") + f" over {group.name}"
+        self.keys = sorted(params)  # one order on every rank: flat buffers line up
+        self.shapes = {k: tuple(params[k].shape) for k in self.keys}
+        self.total = sum(prod(s) for s in self.shapes.values())
+        n = group.size
+        self.padded = self.total + (-self.total) % n if stage else self.total  # equal shares, as ZeRO pads
+        self.bucket = bucket or self.padded
+        self.me = group.group_rank(ctx.rank)
+        self.weights = self._flat(params)  # this rank's copy of every weight (the model's, flat)
+        self.master = xp.asarray(self._mine(self.weights), copy=True)  # fp32 master copy of its part
+        self.m, self.v = xp.zeros_like(self.master), xp.zeros_like(self.master)
+        self.grad = None  # what this rank keeps of the gradient after a step
+        self.t = 0
+
+    def _flat(self, tensors: dict[str, Any]) -> Any:
+        xp = self.ctx.xp
+        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
+        if self.padded > self.total:
+            parts.append(xp.zeros(self.padded - self.total, dtype=parts[0].dtype))
+        return xp.concat(parts)
+
+    def _buckets(self) -> list[tuple[int, int]]:
+        """[lo, hi) of each bucket; for ZeRO every bucket splits evenly over the group."""
+        step = self.bucket if not self.stage else max(self.group.size, self.bucket - self.bucket % self.group.size)
+        return [(lo, min(lo + step, self.padded)) for lo in range(0, self.padded, step)]
+
+    def _mine(self, flat: Any) -> Any:
+        """This rank's part of a flat buffer: all of it (DP), or its slice of every bucket, end to end (ZeRO:
+        what a bucket's reduce-scatter hands it)."""
+        if not self.stage:
+            return flat
+        n = self.group.size
+        return self.ctx.xp.concat([flat[lo + self.me * (hi - lo) // n:lo + (self.me + 1) * (hi - lo) // n]
+                                   for lo, hi in self._buckets()])
+
+    def step(self, grads: dict[str, Any]) -> dict[str, Any]:
+        """Average the gradients over the group, update with Adam, and return every weight, updated."""
+        xp, comm, g = self.ctx.xp, self.ctx.comm, self.group
+        flat = self._flat(grads)
+        if self.stage == 0:
+            parts = [comm.all_reduce(flat[lo:hi], "avg", group=g, label=f"{self.name}: all-reduce a gradient bucket")
+                     for lo, hi in self._buckets()]
+            mine = xp.concat(parts)
+        else:  # each bucket reduce-scattered: this rank's slice of every bucket, laid end to end in its share
+            parts = [comm.reduce_scatter(flat[lo:hi], op="avg", group=g,
+                                         label=f"{self.name}: reduce-scatter a gradient bucket")
+                     for lo, hi in self._buckets()]
+            mine = xp.concat(parts)
+        self.grad = mine if self.stage == 2 else flat  # ZeRO-2 keeps only its share
+        self.t += 1
+        self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, mine, self.t, self.lr, self.betas, self.eps)
+        if self.stage == 0:
+            self.weights = self.master
+        else:  # every bucket's slices back from every rank, in bucket order
+            width = [(hi - lo) // g.size for lo, hi in self._buckets()]
+            start, gathered = 0, []
+            for w in width:
+                gathered.append(comm.all_gather(self.master[start:start + w], group=g,
+                                                label=f"{self.name}: all-gather updated weights"))
+                start += w
+            self.weights = xp.concat(gathered)
+        return self._unflat(self.weights)
+
+    def _unflat(self, flat: Any) -> dict[str, Any]:
+        xp, out, start = self.ctx.xp, {}, 0
+        for k in self.keys:
+            n = prod(self.shapes[k])
+            out[k] = xp.reshape(flat[start:start + n], self.shapes[k])
+            start += n
+        return out
+
+    def held(self) -> dict[str, int]:
+        """Bytes this rank keeps between steps, counted from its arrays in the training dtypes: weights (the
+        whole copy), gradients (whole, or the share under ZeRO-2), optimizer state (master, m, v)."""
+        grads = self.total if self.grad is None else min(int(self.grad.shape[0]), self.total)
+        state = int(self.master.shape[0]) + int(self.m.shape[0]) + int(self.v.shape[0])
+        return {"weights": self.total * WEIGHT_BYTES, "gradients": grads * GRAD_BYTES, "optimizer": state * STATE_BYTES}
