@@ -1,0 +1,118 @@
+"""ZeRO-3 (the idea behind FSDP): weights sharded at rest, gathered one layer at a time.
+
+Each rank of the data-parallel group keeps 1/n of a layer's weights (and of their gradients and Adam
+state). Just before the layer's forward the shards are all-gathered into the whole weights, which are
+freed after it; the same again before its backward. After backward the layer's gradients are
+reduce-scattered (averaged), so a rank receives the gradient of its own shard, and Adam updates the
+shard where it lies: nothing is gathered at the step. Per step that is two all-gathers and one
+reduce-scatter of the weights' size, 1.5 times data parallelism's all-reduce.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Any
+
+from ..comm.interface import Group
+from .sharded import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES
+from .zero import adam
+
+
+class Zero3:
+    """A layer (the layer protocol) whose weights live sharded over `group`; it follows the protocol too."""
+
+    def __init__(self, ctx: Any, layer: Any, group: Group, lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        xp = ctx.xp
+        self.ctx, self.layer, self.group, self.lr, self.betas, self.eps = ctx, layer, group, lr, betas, eps
+        self.key = getattr(layer, "key", "layer")  # a Stack names weights by it
+        self.name = f"ZeRO-3 over {group.name}: {self.key}"
+        whole = layer.params()
+        self.keys = sorted(whole)
+        self.shapes = {k: tuple(whole[k].shape) for k in self.keys}
+        self.total = sum(prod(s) for s in self.shapes.values())
+        n = group.size
+        self.padded = self.total + (-self.total) % n
+        share = self.padded // n
+        me = group.group_rank(ctx.rank)
+        self.shard = xp.asarray(self._flat(whole)[me * share:(me + 1) * share], copy=True)  # fp32 master
+        self.m, self.v = xp.zeros_like(self.shard), xp.zeros_like(self.shard)
+        self.grad = None
+        self.t = 0
+        self.peak_gathered = 0  # the most values this rank held at once for this layer (shard + gathered)
+        self._free()
+
+    # -- the whole weights, only while they are needed ----------------------------------------------
+    def _flat(self, tensors: dict[str, Any]) -> Any:
+        xp = self.ctx.xp
+        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
+        if self.padded > self.total:
+            parts.append(xp.zeros(self.padded - self.total, dtype=parts[0].dtype))
+        return xp.concat(parts)
+
+    def _unflat(self, flat: Any) -> dict[str, Any]:
+        xp, out, start = self.ctx.xp, {}, 0
+        for k in self.keys:
+            n = prod(self.shapes[k])
+            out[k] = xp.reshape(flat[start:start + n], self.shapes[k])
+            start += n
+        return out
+
+    def _gather(self, why: str) -> None:
+        whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather weights {why}")
+        self.layer.load(self._unflat(whole))
+        self.peak_gathered = max(self.peak_gathered, self.padded + int(self.shard.shape[0]))
+
+    def _free(self) -> None:
+        """Drop the whole weights: the layer holds empty arrays until the next gather (a use before it fails)."""
+        empty = self.ctx.xp.zeros((0,), dtype=self.shard.dtype)
+        self.layer.load({k: empty for k in self.keys})
+
+    # -- the layer protocol --------------------------------------------------------------------------
+    @property
+    def placements(self) -> Any:
+        return self.layer.placements
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return self.layer.grads
+
+    def params(self) -> dict[str, Any]:
+        """The whole weights, gathered (for checks; training never needs them whole outside a layer's use)."""
+        whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather for a check")
+        return self._unflat(whole)
+
+    def load(self, new: dict[str, Any]) -> None:
+        n, me = self.group.size, self.group.group_rank(self.ctx.rank)
+        share = self.padded // n
+        self.shard = self._flat({**self.params(), **new})[me * share:(me + 1) * share]
+
+    def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
+        self._gather("before forward")
+        try:
+            return self.layer.forward(x, saved)
+        finally:
+            self._free()
+
+    def backward(self, cache: Any, dy: Any) -> Any:
+        self._gather("before backward")
+        try:
+            return self.layer.backward(cache, dy)
+        finally:
+            self._free()
+
+    def step(self) -> None:
+        """Reduce-scatter (average) this layer's gradients and update this rank's shard with Adam."""
+        xp = self.ctx.xp
+        self.grad = self.ctx.comm.reduce_scatter(self._flat(self.layer.grads), op="avg", group=self.group,
+                                                 label=f"{self.name}: reduce-scatter gradients")
+        self.t += 1
+        self.shard, self.m, self.v = adam(xp, self.shard, self.m, self.v, self.grad, self.t, self.lr, self.betas,
+                                          self.eps)
+
+    def held(self) -> dict[str, int]:
+        """Bytes kept between steps, in the training dtypes: a shard of the weights, of the gradients and of
+        Adam's state (master, m, v)."""
+        share = int(self.shard.shape[0])
+        grads = share if self.grad is not None else 0
+        return {"weights": share * WEIGHT_BYTES, "gradients": grads * GRAD_BYTES,
+                "optimizer": 3 * share * STATE_BYTES}
