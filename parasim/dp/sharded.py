@@ -15,11 +15,11 @@ post uses: 2-byte weights and gradients, 4-byte fp32 master weights and Adam mom
 """
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 from ..comm.interface import Group
 from ..errors import UsageError
+from .flat import FlatBuffer
 from .zero import adam
 
 WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
@@ -37,11 +37,8 @@ class ShardedAdam:
         xp = ctx.xp
         self.ctx, self.group, self.stage, self.lr, self.betas, self.eps = ctx, group, stage, lr, betas, eps
         self.name = name or ("DP" if stage == 0 else f"ZeRO-{stage}") + f" over {group.name}"
-        self.keys = sorted(params)  # one order on every rank: flat buffers line up
-        self.shapes = {k: tuple(params[k].shape) for k in self.keys}
-        self.total = sum(prod(s) for s in self.shapes.values())
-        n = group.size
-        self.padded = self.total + (-self.total) % n if stage else self.total  # equal shares, as ZeRO pads
+        self.buf = FlatBuffer(params, group.size if stage else 1)
+        self.total, self.padded = self.buf.total, self.buf.padded
         self.bucket = bucket or self.padded
         self.me = group.group_rank(ctx.rank)
         self.weights = self._flat(params)  # this rank's copy of every weight (the model's, flat)
@@ -51,11 +48,7 @@ class ShardedAdam:
         self.t = 0
 
     def _flat(self, tensors: dict[str, Any]) -> Any:
-        xp = self.ctx.xp
-        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
-        if self.padded > self.total:
-            parts.append(xp.zeros(self.padded - self.total, dtype=parts[0].dtype))
-        return xp.concat(parts)
+        return self.buf.flat(self.ctx.xp, tensors)
 
     def _buckets(self) -> list[tuple[int, int]]:
         """[lo, hi) of each bucket; for ZeRO every bucket splits evenly over the group."""
@@ -97,15 +90,7 @@ class ShardedAdam:
                                                 label=f"{self.name}: all-gather updated weights"))
                 start += w
             self.weights = xp.concat(gathered)
-        return self._unflat(self.weights)
-
-    def _unflat(self, flat: Any) -> dict[str, Any]:
-        xp, out, start = self.ctx.xp, {}, 0
-        for k in self.keys:
-            n = prod(self.shapes[k])
-            out[k] = xp.reshape(flat[start:start + n], self.shapes[k])
-            start += n
-        return out
+        return self.buf.unflat(xp, self.weights)
 
     def held(self) -> dict[str, int]:
         """Bytes this rank keeps between steps, counted from its arrays in the training dtypes: weights (the

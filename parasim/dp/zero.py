@@ -8,10 +8,10 @@ all-gather), 1/n of the optimizer state per rank.
 """
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 from ..comm.interface import Group
+from .flat import FlatBuffer
 from ..nn.placement import Partial, data_axes, grad_group, is_expert
 
 
@@ -26,14 +26,10 @@ def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> di
         keys = sorted(k for k in grads if isinstance(placed[k].get(axis), Partial))
         if not keys or ctx.groups[group].size == 1:
             continue
-        flat = xp.concat([xp.reshape(grads[k], (-1,)) for k in keys])
-        flat = ctx.comm.all_reduce(flat, group=ctx.groups[group],
+        buf = FlatBuffer({k: grads[k] for k in keys})
+        flat = ctx.comm.all_reduce(buf.flat(xp, grads), group=ctx.groups[group],
                                    label=f"sum the gradients partial over {axis} (SP-split weights), once per step")
-        start = 0
-        for k in keys:
-            n = prod(grads[k].shape)
-            out[k] = xp.reshape(flat[start:start + n], grads[k].shape)
-            start += n
+        out.update(buf.unflat(xp, flat))
     return out
 
 
@@ -77,13 +73,9 @@ class Zero1Adam:
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, name: str = "zero-1") -> None:
         xp = ctx.xp
         self.ctx, self.group, self.lr, self.betas, self.eps, self.name = ctx, group, lr, betas, eps, name
-        self.keys = sorted(params)  # one fixed order on every rank: the flat buffer lines up
-        self.shapes = {k: tuple(params[k].shape) for k in self.keys}
-        self.sizes = {k: prod(self.shapes[k]) for k in self.keys}
-        total = sum(self.sizes.values())
-        n = group.size
-        self.padded = total + (-total) % n  # equal shares, as ZeRO pads its flat buffers
-        share = self.padded // n
+        self.buf = FlatBuffer(params, group.size)
+        self.keys, self.sizes, self.padded = self.buf.keys, self.buf.sizes, self.buf.padded
+        share = self.padded // group.size
         me = group.group_rank(ctx.rank)
         self.lo, self.hi = me * share, (me + 1) * share
         flat = self._flat(params)
@@ -98,12 +90,7 @@ class Zero1Adam:
         return 3 * int(self.master.shape[0])
 
     def _flat(self, tensors: dict[str, Any]) -> Any:
-        xp = self.ctx.xp
-        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
-        pad = self.padded - sum(self.sizes.values())
-        if pad:
-            parts.append(xp.zeros(pad, dtype=parts[0].dtype))
-        return xp.concat(parts)
+        return self.buf.flat(self.ctx.xp, tensors)
 
     def step(self, grads: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Sum the gradients over the group (each rank gets its share), update the share with Adam, gather
@@ -113,11 +100,7 @@ class Zero1Adam:
         self.t += 1
         self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, g, self.t, self.lr, self.betas, self.eps)
         flat = comm.all_gather(self.master, group=self.group, label=f"{self.name}: all-gather the updated weights")
-        out, start = {}, 0
-        for k in self.keys:
-            out[k] = xp.reshape(flat[start:start + self.sizes[k]], self.shapes[k])
-            start += self.sizes[k]
-        return out, self._share_sq(g)
+        return self.buf.unflat(xp, flat), self._share_sq(g)
 
     def _share_sq(self, g: Any) -> dict[str, float]:
         """Per key, the sum of squares of the part of the summed gradient this rank's share covers: adding

@@ -9,11 +9,11 @@ reduce-scatter of the weights' size, 1.5 times data parallelism's all-reduce.
 """
 from __future__ import annotations
 
-from math import prod
 from typing import Any
 
 from ..comm.interface import Group
 from .sharded import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES
+from .flat import FlatBuffer
 from .zero import adam
 
 
@@ -27,12 +27,9 @@ class Zero3:
         self.key = getattr(layer, "key", "layer")  # a Stack names weights by it
         self.name = f"ZeRO-3 over {group.name}: {self.key}"
         whole = layer.params()
-        self.keys = sorted(whole)
-        self.shapes = {k: tuple(whole[k].shape) for k in self.keys}
-        self.total = sum(prod(s) for s in self.shapes.values())
-        n = group.size
-        self.padded = self.total + (-self.total) % n
-        share = self.padded // n
+        self.buf = FlatBuffer(whole, group.size)
+        self.keys, self.padded = self.buf.keys, self.buf.padded
+        share = self.padded // group.size
         me = group.group_rank(ctx.rank)
         self.shard = xp.asarray(self._flat(whole)[me * share:(me + 1) * share], copy=True)  # fp32 master
         self.m, self.v = xp.zeros_like(self.shard), xp.zeros_like(self.shard)
@@ -43,19 +40,10 @@ class Zero3:
 
     # -- the whole weights, only while they are needed ----------------------------------------------
     def _flat(self, tensors: dict[str, Any]) -> Any:
-        xp = self.ctx.xp
-        parts = [xp.reshape(tensors[k], (-1,)) for k in self.keys]
-        if self.padded > self.total:
-            parts.append(xp.zeros(self.padded - self.total, dtype=parts[0].dtype))
-        return xp.concat(parts)
+        return self.buf.flat(self.ctx.xp, tensors)
 
     def _unflat(self, flat: Any) -> dict[str, Any]:
-        xp, out, start = self.ctx.xp, {}, 0
-        for k in self.keys:
-            n = prod(self.shapes[k])
-            out[k] = xp.reshape(flat[start:start + n], self.shapes[k])
-            start += n
-        return out
+        return self.buf.unflat(self.ctx.xp, flat)
 
     def _gather(self, why: str) -> None:
         whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather weights {why}")

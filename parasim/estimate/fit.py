@@ -7,7 +7,6 @@ the logits). The search builds every valid layout as columns of numpy arrays and
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -98,7 +97,6 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
-@lru_cache(maxsize=65536)
 def _valid(model: ModelSpec, tp: int, pp: int, cp: int, dp: int, ep: int, sp: bool) -> bool:
     """The layout's own rules decide (SP needs TP, an MoE model with TP needs SP, layers over stages, ...):
     no second copy of them here."""
@@ -124,6 +122,7 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
     models every EP size dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
     base = []
     tps = [t for t in _divisors(gpus_per_node) if _tp_ok(model, t)]
+    valid: dict[tuple, bool] = {}  # this search's answers: the same sizes recur on many node counts
     for n in nodes:
         world = n * gpus_per_node
         for tp in tps:
@@ -132,8 +131,12 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
                     dp = world // (tp * pp * cp)
                     eps = [e for e in _divisors(world // pp) if model.experts % e == 0] if model.experts else [1]
                     for ep in eps:
-                        base += [(n, tp, pp, cp, dp, ep, sp) for sp in (False, True)
-                                 if _valid(model, tp, pp, cp, dp, ep, sp)]
+                        for sp in (False, True):
+                            key = (tp, pp, cp, dp, ep, sp)
+                            if key not in valid:
+                                valid[key] = _valid(model, *key)
+                            if valid[key]:
+                                base.append((n, *key))
     if not base:
         raise UsageError("no valid layout for this model on these nodes")
     b = np.array(base, dtype=np.int64).T

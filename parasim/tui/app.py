@@ -147,11 +147,16 @@ class ParasimApp(App):
         widget.update(text, layout=not same)
         self._shown[name] = text
 
+    def _shown_if(self, name: str, content: object) -> Static | None:
+        """A panel shown only when there is something to put in it: the panel, or None (hidden)."""
+        panel = self.query_one(f"#{name}", Static)
+        panel.display = content is not None
+        return panel if content is not None else None
+
     def _show_watch(self, watch: Watch | None) -> None:
         """The followed token: which GPU holds it in this phase (its row label is red in the timeline)."""
-        panel = self.query_one("#watch", Static)
-        panel.display = watch is not None
-        if watch is None:
+        panel = self._shown_if("watch", watch)
+        if panel is None:
             return
         panel.border_title = f"following {watch.token}"
         text = Text()
@@ -165,9 +170,8 @@ class ParasimApp(App):
 
     def _show_map(self, m: MapView | None) -> None:
         """GPUs by node: the selected event's GPUs reversed, the followed token's GPU red."""
-        panel = self.query_one("#map", Static)
-        panel.display = m is not None
-        if m is None:
+        panel = self._shown_if("map", m)
+        if panel is None:
             return
         panel.border_title = f"GPUs by node ({m.gpus_per_node} each): this event's reversed, the token's red"
         text = Text()
@@ -183,9 +187,8 @@ class ParasimApp(App):
     def _show_slots(self, win: SlotWindow | None) -> None:
         """The pipeline's slot table around the selected transfer: done actions bright, the one that just
         finished reversed, later ones dim; '>' marks the GPUs moving data."""
-        panel = self.query_one("#slots", Static)
-        panel.display = win is not None
-        if win is None:
+        panel = self._shown_if("slots", win)
+        if panel is None:
             return
         text = Text()
         for g, (name, row) in enumerate(zip(win.names, win.rows)):
