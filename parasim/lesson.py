@@ -99,7 +99,15 @@ class LessonRun:
             "events": [e.to_dict() for e in self.result.trace.events],
             "values": jsonable(self.result.values),
             "checks": [c.to_dict() for c in self.checks],
+            **({"held": self.held()} if any(m.kind == "held" for m in self.result.trace.marks) else {}),
         }
+
+    def held(self) -> dict:
+        """What the run told the trace its ranks hold: each rank's peak (bytes, by kind, where) and what it
+        still holds at the end."""
+        trace = self.result.trace
+        return {"peak": [trace.peak(r) for r in range(trace.world)],
+                "at_end": [trace.held(r) for r in range(trace.world)]}
 
 
 def run_lesson(lesson: Lesson, world: int | None = None) -> LessonRun:

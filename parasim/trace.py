@@ -43,7 +43,7 @@ class Member(NamedTuple):
 class Mark(NamedTuple):
     rank: int
     step: int
-    kind: str  # "phase" or "note"
+    kind: str  # "phase", "note" or "held" (data: {"kind": one of HELD_KINDS, "bytes": n}; 0 bytes frees it)
     text: str
     data: dict[str, Any] | None = None  # fields for screens and checks to read (token, slot, ...): never the text
 
@@ -110,6 +110,24 @@ class Event:
                    d.get("tags"))
 
 
+HELD_KINDS = ("weights", "gradients", "optimizer", "activations", "gathered")
+
+
+def apply_held(live: dict[str, tuple[str, int]], mk: Mark) -> None:
+    data = mk.data or {}
+    if data.get("bytes"):
+        live[mk.text] = (data["kind"], data["bytes"])
+    else:
+        live.pop(mk.text, None)
+
+
+def held_by_kind(live: dict[str, tuple[str, int]]) -> dict[str, int]:
+    out = {k: 0 for k in HELD_KINDS}
+    for kind, n in live.values():
+        out[kind] += n
+    return out
+
+
 def _group_dict(g: Group) -> dict:
     return {"index": g.index, "name": g.name, "ranks": list(g.ranks)}
 
@@ -136,9 +154,40 @@ class Trace:
         for mk in self.marks:
             if mk.kind == "phase":
                 phase_of[mk.rank] = mk.text
-            elif key is None or (mk.data is not None and key in mk.data):
+            elif mk.kind == "note" and (key is None or (mk.data is not None and key in mk.data)):
                 out.append((phase_of.get(mk.rank, ""), mk.rank, mk.text, mk.data or {}))
         return out
+
+    # -- memory held: what `ctx.hold` / `ctx.free` recorded, in the training dtypes -----------------------
+    def held(self, rank: int, step: int | None = None, before: int | None = None) -> dict[str, int]:
+        """Bytes `rank` held by kind while its event at `step` ran (every hold it made before that step: a
+        buffer is held before the collective that fills it, less what it freed), or just before mark number
+        `before` of `marks`."""
+        live: dict[str, tuple[str, int]] = {}
+        for i, mk in enumerate(self.marks):
+            if before is not None and i >= before:
+                break
+            if mk.kind == "held" and mk.rank == rank and (step is None or mk.step < step):
+                apply_held(live, mk)
+        return held_by_kind(live)
+
+    def peak(self, rank: int, phase: str | None = None) -> dict[str, Any]:
+        """The most bytes `rank` held at once (within `phase`, if given): {"bytes", "step", "phase", "name"
+        (the hold that reached it), "by_kind"}; found by replaying its holds and frees in order, so a buffer
+        held for a moment counts."""
+        live: dict[str, tuple[str, int]] = {}
+        now, best = "", {"bytes": 0, "step": 0, "phase": "", "name": None, "by_kind": held_by_kind({})}
+        for mk in self.marks:
+            if mk.rank != rank:
+                continue
+            if mk.kind == "phase":
+                now = mk.text
+            elif mk.kind == "held":
+                apply_held(live, mk)
+                total = sum(b for _, b in live.values())
+                if total > best["bytes"] and (phase is None or now == phase):
+                    best = {"bytes": total, "step": mk.step, "phase": now, "name": mk.text, "by_kind": held_by_kind(live)}
+        return best
 
     def bytes_by_rank(self) -> list[tuple[int, int]]:
         """(sent, received) bytes of every rank over the whole run."""
@@ -208,7 +257,7 @@ class Trace:
 
 KINDS = {"collective": set(OPS), "p2p": {P2P},
          "compute": None}  # a compute event's op is the name the program gave it
-MARK_KINDS = ("phase", "note")
+MARK_KINDS = ("phase", "note", "held")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 
 
@@ -303,10 +352,15 @@ def check_trace(d: dict) -> None:
             _int(m.get("rank"), f"{at}.rank", 0, world - 1)
             _int(m.get("step"), f"{at}.step", 0, len(events))
             if m.get("kind") not in MARK_KINDS:
-                raise _Bad(f"{at}.kind: expected phase or note, got {m.get('kind')!r:.60}")
+                raise _Bad(f"{at}.kind: expected phase, note or held, got {m.get('kind')!r:.60}")
             _of(m.get("text"), str, f"{at}.text", "a string")
             if m.get("data") is not None:
                 _of(m["data"], dict, f"{at}.data", "an object or null")
+            if m["kind"] == "held":
+                data = _of(m.get("data"), dict, f"{at}.data", "an object")
+                _int(data.get("bytes"), f"{at}.data.bytes")
+                if data.get("kind") not in HELD_KINDS:
+                    raise _Bad(f"{at}.data.kind: expected one of {', '.join(HELD_KINDS)}, got {data.get('kind')!r:.60}")
             if set(m) - MARK_FIELDS:
                 raise _Bad(f"{at}: unknown field {sorted(set(m) - MARK_FIELDS)[0]!r}")
         for i, e in enumerate(events):

@@ -88,3 +88,27 @@ async def test_fold_key_cycles_row_grouping():
         assert app.view.fold_axis == "tp" and len(app.view.rows) == 8
         await pilot.press("f")
         assert app.view.fold_axis is None and len(app.view.rows) == 16
+
+
+async def test_memory_panel_shows_held_bytes_at_the_event():
+    """The zero lesson tells the trace what each rank holds: at ZeRO-3's gather before the second layer's
+    backward a rank holds its eighth of the state (2 B per parameter), the first layer's gathered weights
+    are gone and the second's are being gathered (2 B per value of one layer), and the activations of
+    both layers are kept. Lessons that hold nothing show no memory panel."""
+    app = make("zero")
+    trace = app.view.trace
+    gathers = [i for i, e in enumerate(app.view.events) if e.phase == "ZeRO-3" and "L1" in e.label
+               and "before backward" in e.label]
+    async with app.run_test(size=(140, 50)) as pilot:
+        app.index = gathers[0]
+        await pilot.pause()
+        shown = text(app, "#memory")
+        row = app.view.held(gathers[0])[0]
+        assert row.by_kind["gathered"] == 2 * 544 and row.by_kind["weights"] == 2 * 1088 // 8
+        assert f"gath {2 * 544:,}" in shown
+        assert f"peak, {trace.peak(0, phase='ZeRO-3')['bytes']:,} B)" in app.query_one("#memory").border_title
+        assert app.query_one("#memory").display
+        assert "gathered weights" not in text(app, "#narrative")  # held marks are not notes
+    plain = make("tp-mlp")
+    async with plain.run_test(size=(120, 40)):
+        assert not plain.query_one("#memory").display

@@ -11,7 +11,9 @@ between the stages is what a rank keeps and which collectives move the gradients
 
 Gradients travel in buckets (several tensors in one flat buffer, as DDP does) of at most `bucket` values.
 `held()` counts what this rank keeps after a step, from the arrays themselves, in the training dtypes the
-post uses: 2-byte weights and gradients, 4-byte fp32 master weights and Adam moments (12 bytes/param).
+post uses: 2-byte weights and gradients, 4-byte fp32 master weights and Adam moments (12 bytes/param); the
+same buffers are told to the trace as they are made and dropped (dp/held.py), so the engine counts them at
+every event.
 """
 from __future__ import annotations
 
@@ -20,9 +22,9 @@ from typing import Any
 from ..comm.interface import Group
 from ..errors import UsageError
 from .flat import FlatBuffer
+from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
 from .zero import adam
 
-WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
 STAGES = (0, 1, 2)
 
 
@@ -46,6 +48,12 @@ class ShardedAdam:
         self.m, self.v = xp.zeros_like(self.master), xp.zeros_like(self.master)
         self.grad = None  # what this rank keeps of the gradient after a step
         self.t = 0
+        self.holdings = Holdings(ctx, self.name)
+        share = int(self.master.shape[0])
+        self.holdings.hold("weights", self.total * WEIGHT_BYTES, "weights")
+        # DP and ZeRO-1 keep a whole gradient buffer; ZeRO-2 keeps its share and reduces buckets as they fill
+        self.holdings.hold("gradients", (share if stage == 2 else self.total) * GRAD_BYTES, "gradients")
+        self.holdings.hold("optimizer state", 3 * share * STATE_BYTES, "optimizer")
 
     def _flat(self, tensors: dict[str, Any]) -> Any:
         return self.buf.flat(self.ctx.xp, tensors)
@@ -55,14 +63,16 @@ class ShardedAdam:
         step = self.bucket if not self.stage else max(self.group.size, self.bucket - self.bucket % self.group.size)
         return [(lo, min(lo + step, self.padded)) for lo in range(0, self.padded, step)]
 
-    def _mine(self, flat: Any) -> Any:
-        """This rank's part of a flat buffer: all of it (DP), or its slice of every bucket, end to end (ZeRO:
-        what a bucket's reduce-scatter hands it)."""
+    def ranges(self) -> list[tuple[int, int]]:
+        """[lo, hi) in the flat buffer of each piece this rank owns: all of it (DP), or its slice of every
+        bucket (ZeRO: what a bucket's reduce-scatter hands it); its share is these pieces end to end."""
         if not self.stage:
-            return flat
+            return [(0, self.padded)]
         n = self.group.size
-        return self.ctx.xp.concat([flat[lo + self.me * (hi - lo) // n:lo + (self.me + 1) * (hi - lo) // n]
-                                   for lo, hi in self._buckets()])
+        return [(lo + self.me * (hi - lo) // n, lo + (self.me + 1) * (hi - lo) // n) for lo, hi in self._buckets()]
+
+    def _mine(self, flat: Any) -> Any:
+        return self.ctx.xp.concat([flat[lo:hi] for lo, hi in self.ranges()])
 
     def step(self, grads: dict[str, Any]) -> dict[str, Any]:
         """Average the gradients over the group, update with Adam, and return every weight, updated."""
@@ -73,11 +83,17 @@ class ShardedAdam:
                      for lo, hi in self._buckets()]
             mine = xp.concat(parts)
         else:  # each bucket reduce-scattered: this rank's slice of every bucket, laid end to end in its share
-            parts = [comm.reduce_scatter(flat[lo:hi], op="avg", group=g,
-                                         label=f"{self.name}: reduce-scatter a gradient bucket")
-                     for lo, hi in self._buckets()]
+            parts = []
+            for lo, hi in self._buckets():
+                if self.stage == 2:  # the bucket's whole gradients live only until they are reduced
+                    self.holdings.hold("a whole gradient bucket", (hi - lo) * GRAD_BYTES, "gradients")
+                parts.append(comm.reduce_scatter(flat[lo:hi], op="avg", group=g,
+                                                 label=f"{self.name}: reduce-scatter a gradient bucket"))
+                if self.stage == 2:
+                    self.holdings.free("a whole gradient bucket")
             mine = xp.concat(parts)
-        self.grad = mine if self.stage == 2 else flat  # ZeRO-2 keeps only its share
+        self.share_grad = mine  # the averaged gradient over `ranges()`
+        self.grad = flat if self.stage == 1 else mine  # averaged (DP), local and whole (ZeRO-1), a share (ZeRO-2)
         self.t += 1
         self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, mine, self.t, self.lr, self.betas, self.eps)
         if self.stage == 0:

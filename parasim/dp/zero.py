@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..comm.interface import Group
+from .clip import check_max_norm, clip_shares
 from .flat import FlatBuffer
 from ..nn.placement import Partial, data_axes, grad_group, is_expert
 
@@ -33,28 +34,40 @@ def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> di
     return out
 
 
-def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False
+def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False, max_norm: float | None = None
                ) -> tuple[dict[str, Any], dict[str, float], dict[str, list[int]]]:
     """One ZeRO-1 Adam step for `model` (anything with params, grads and placements): each gradient is
     reduce-scattered over the data-parallel group its placement names (dp-cp for dense weights, expert-dp
     for experts), one optimizer per group; with `partials`, gradients the layers left partial over a model
-    axis are first summed there (`sum_partials`). Returns (new weights, each key's share of the summed
-    gradient's sum of squares, {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
+    axis are first summed there (`sum_partials`). With `max_norm`, the summed gradients are clipped by their
+    global norm over both groups before Adam (`clip.clip_shares`: one more all-reduce, a note on rank 0).
+    Returns (new weights, each key's share of the summed gradient's sum of squares, before clipping,
+    {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
+    check_max_norm(max_norm)
     params, grads, placed = model.params(), model.grads, model.placements
     if partials:
         grads = sum_partials(ctx, grads, placed)
     by_group: dict[str, list[str]] = {}
     for k in params:
         by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), []).append(k)
+    opts = {group: Zero1Adam(ctx, ctx.groups[group], {k: params[k] for k in keys}, lr=lr, name=f"ZeRO-1 over {group}")
+            for group, keys in by_group.items()}
     new: dict[str, Any] = {}
     share_sq: dict[str, float] = {}
-    state: dict[str, list[int]] = {}
-    for group, keys in by_group.items():
-        opt = Zero1Adam(ctx, ctx.groups[group], {k: params[k] for k in keys}, lr=lr, name=f"ZeRO-1 over {group}")
-        updated, sq = opt.step({k: grads[k] for k in keys})
-        new.update(updated)
-        share_sq.update(sq)
-        state["expert" if is_expert(placed[keys[0]]) else "dense"] = [opt.state_elements, 3 * sum(opt.sizes.values())]
+    if max_norm is None:  # each group on its own: reduce-scatter, Adam, all-gather
+        for group, opt in opts.items():
+            updated, sq = opt.step({k: grads[k] for k in opt.keys})
+            new.update(updated)
+            share_sq.update(sq)
+    else:  # the norm needs every group's summed gradient: all reduce-scatters first, then clip, then Adam
+        shares = {group: opt.reduce({k: grads[k] for k in opt.keys}) for group, opt in opts.items()}
+        for group, opt in opts.items():
+            share_sq.update(opt.share_sq(shares[group]))
+        clipped, _, _ = clip_shares(ctx, shares, share_sq, placed, max_norm)
+        for group, opt in opts.items():
+            new.update(opt.update(clipped[group]))
+    state = {"expert" if is_expert(placed[opt.keys[0]]) else "dense": [opt.state_elements, 3 * sum(opt.sizes.values())]
+             for opt in opts.values()}
     return new, share_sq, state
 
 
@@ -95,14 +108,25 @@ class Zero1Adam:
     def step(self, grads: dict[str, Any]) -> tuple[dict[str, Any], dict[str, float]]:
         """Sum the gradients over the group (each rank gets its share), update the share with Adam, gather
         the new weights. Returns (new weights, this share's sum of squares of the summed gradient per key)."""
-        xp, comm = self.ctx.xp, self.ctx.comm
-        g = comm.reduce_scatter(self._flat(grads), group=self.group, label=f"{self.name}: reduce-scatter the gradients")
+        g = self.reduce(grads)
+        return self.update(g), self.share_sq(g)
+
+    def reduce(self, grads: dict[str, Any]) -> Any:
+        """This rank's share of the gradients summed over the group (one reduce-scatter of the flat buffer)."""
+        return self.ctx.comm.reduce_scatter(self._flat(grads), group=self.group,
+                                            label=f"{self.name}: reduce-scatter the gradients")
+
+    def update(self, g: Any) -> dict[str, Any]:
+        """Adam on this rank's share with its summed (perhaps clipped) gradient `g`, then the new weights
+        all-gathered: every key's whole updated weight."""
+        xp = self.ctx.xp
         self.t += 1
         self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, g, self.t, self.lr, self.betas, self.eps)
-        flat = comm.all_gather(self.master, group=self.group, label=f"{self.name}: all-gather the updated weights")
-        return self.buf.unflat(xp, flat), self._share_sq(g)
+        flat = self.ctx.comm.all_gather(self.master, group=self.group,
+                                        label=f"{self.name}: all-gather the updated weights")
+        return self.buf.unflat(xp, flat)
 
-    def _share_sq(self, g: Any) -> dict[str, float]:
+    def share_sq(self, g: Any) -> dict[str, float]:
         """Per key, the sum of squares of the part of the summed gradient this rank's share covers: adding
         them over the group gives each key's whole sum of squares."""
         xp = self.ctx.xp

@@ -2,18 +2,20 @@
 
 Each rank of the data-parallel group keeps 1/n of a layer's weights (and of their gradients and Adam
 state). Just before the layer's forward the shards are all-gathered into the whole weights, which are
-freed after it; the same again before its backward. After backward the layer's gradients are
-reduce-scattered (averaged), so a rank receives the gradient of its own shard, and Adam updates the
-shard where it lies: nothing is gathered at the step. Per step that is two all-gathers and one
-reduce-scatter of the weights' size, 1.5 times data parallelism's all-reduce.
+freed after it; the same again before its backward. Right after the layer's backward its gradients are
+reduce-scattered (averaged), so a rank receives the gradient of its own shard and the whole gradient is
+dropped, and at the step Adam updates the shard where it lies: nothing is gathered then. Per step that
+is two all-gathers and one reduce-scatter of the weights' size, 1.5 times data parallelism's all-reduce.
+The buffers are told to the trace as they come and go (dp/held.py), so the transient peak of a gathered
+layer shows at its event.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..comm.interface import Group
-from .sharded import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES
 from .flat import FlatBuffer
+from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
 from .zero import adam
 
 
@@ -33,9 +35,14 @@ class Zero3:
         me = group.group_rank(ctx.rank)
         self.shard = xp.asarray(self._flat(whole)[me * share:(me + 1) * share], copy=True)  # fp32 master
         self.m, self.v = xp.zeros_like(self.shard), xp.zeros_like(self.shard)
-        self.grad = None
+        self.grad = xp.zeros_like(self.shard)  # this shard's gradient, averaged over the group
+        self._reduced = None  # the layer's local gradients already reduce-scattered this step (see backward)
         self.t = 0
         self.peak_gathered = 0  # the most values this rank held at once for this layer (shard + gathered)
+        self.holdings = Holdings(ctx, self.name)
+        self.holdings.hold("weight shard", share * WEIGHT_BYTES, "weights")
+        self.holdings.hold("gradient shard", share * GRAD_BYTES, "gradients")
+        self.holdings.hold("optimizer shard", 3 * share * STATE_BYTES, "optimizer")
         self._free()
 
     # -- the whole weights, only while they are needed ----------------------------------------------
@@ -46,6 +53,7 @@ class Zero3:
         return self.buf.unflat(self.ctx.xp, flat)
 
     def _gather(self, why: str) -> None:
+        self.holdings.hold("gathered weights", self.padded * WEIGHT_BYTES, "gathered")  # the buffer, then the fill
         whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather weights {why}")
         self.layer.load(self._unflat(whole))
         self.peak_gathered = max(self.peak_gathered, self.padded + int(self.shard.shape[0]))
@@ -54,6 +62,8 @@ class Zero3:
         """Drop the whole weights: the layer holds empty arrays until the next gather (a use before it fails)."""
         empty = self.ctx.xp.zeros((0,), dtype=self.shard.dtype)
         self.layer.load({k: empty for k in self.keys})
+        if "gathered weights" in self.holdings.live:
+            self.holdings.free("gathered weights")
 
     # -- the layer protocol --------------------------------------------------------------------------
     @property
@@ -84,23 +94,34 @@ class Zero3:
     def backward(self, cache: Any, dy: Any) -> Any:
         self._gather("before backward")
         try:
-            return self.layer.backward(cache, dy)
+            dx = self.layer.backward(cache, dy)
         finally:
             self._free()
+        self._reduce()
+        return dx
+
+    def _reduce(self) -> None:
+        """Reduce-scatter (average) the gradient this backward produced and add it to this rank's shard. The
+        layers add each backward's gradients to what they hold, so what was reduced before is taken off."""
+        local = self._flat(self.layer.grads)
+        new = local if self._reduced is None else local - self._reduced
+        self._reduced = local
+        self.holdings.hold("whole gradient", self.padded * GRAD_BYTES, "gradients")
+        self.grad = self.grad + self.ctx.comm.reduce_scatter(new, op="avg", group=self.group,
+                                                             label=f"{self.name}: reduce-scatter gradients")
+        self.holdings.free("whole gradient")
 
     def step(self) -> None:
-        """Reduce-scatter (average) this layer's gradients and update this rank's shard with Adam."""
+        """Update this rank's shard with Adam from its reduced gradient; the next step starts from zero."""
         xp = self.ctx.xp
-        self.grad = self.ctx.comm.reduce_scatter(self._flat(self.layer.grads), op="avg", group=self.group,
-                                                 label=f"{self.name}: reduce-scatter gradients")
         self.t += 1
         self.shard, self.m, self.v = adam(xp, self.shard, self.m, self.v, self.grad, self.t, self.lr, self.betas,
                                           self.eps)
+        self.last_grad, self.grad = self.grad, xp.zeros_like(self.shard)
 
     def held(self) -> dict[str, int]:
         """Bytes kept between steps, in the training dtypes: a shard of the weights, of the gradients and of
         Adam's state (master, m, v)."""
         share = int(self.shard.shape[0])
-        grads = share if self.grad is not None else 0
-        return {"weights": share * WEIGHT_BYTES, "gradients": grads * GRAD_BYTES,
+        return {"weights": share * WEIGHT_BYTES, "gradients": share * GRAD_BYTES,
                 "optimizer": 3 * share * STATE_BYTES}

@@ -108,7 +108,11 @@ def _close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
         return False, False
     if np.all(np.isfinite(b)) and np.all(b == np.round(b)) and (dtype in (None, "float64")):
         return False, False  # integer-valued float64 data must match exactly
-    return bool(np.allclose(a, b, rtol=RTOL.get(dtype or b.dtype.name, 1e-12), atol=0.0)), True
+    # a sum taken in another order is off by rounding relative to the size of what was summed, not to each
+    # result: an entry that nearly cancels to zero is judged against the array's largest entry
+    rtol = RTOL.get(dtype or b.dtype.name, 1e-12)
+    scale = float(np.max(np.abs(b))) if b.size and np.all(np.isfinite(b)) else 0.0
+    return bool(np.allclose(a, b, rtol=rtol, atol=rtol * scale)), True
 
 
 def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], bool]:
@@ -140,8 +144,7 @@ def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], bool]:
         ok, used = _same_value(res["value"], virtual.values[r])
         tol |= used
         if not ok:
-            diffs.append(f"rank {r}: return value differs: real {_plain(res['value'])!r}, "
-                         f"virtual {_plain(virtual.values[r])!r}")
+            diffs.append(f"rank {r}: return value differs{_first_diff(res['value'], virtual.values[r])}")
     if len(diffs) > MAX_DIFFS:
         diffs = diffs[:MAX_DIFFS] + [f"... and {len(diffs) - MAX_DIFFS} more"]
     return diffs, tol
@@ -162,6 +165,32 @@ def _same_value(real: Any, virtual: Any) -> tuple[bool, bool]:
     else:
         return _close(real, virtual, None) if isinstance(virtual, float) else (real == virtual, False)
     return all(p[0] for p in parts), any(p[1] for p in parts)
+
+
+def _first_diff(real: Any, virtual: Any, path: str = "") -> str:
+    """Where two return values first differ and how: ' at [key][i]: real x, virtual y' (not the whole values)."""
+    if isinstance(virtual, dict) and isinstance(real, dict) and set(real) == set(virtual):
+        for k in virtual:
+            if not _same_value(real[k], virtual[k])[0]:
+                return _first_diff(real[k], virtual[k], f"{path}[{k!r}]")
+    if isinstance(virtual, (list, tuple)) and isinstance(real, (list, tuple)) and len(real) == len(virtual):
+        for i, (a, b) in enumerate(zip(real, virtual)):
+            if not _same_value(a, b)[0]:
+                return _first_diff(a, b, f"{path}[{i}]")
+    try:
+        a, b = np.asarray(real), np.asarray(virtual)
+        if a.shape == b.shape and a.size > 1 and a.dtype != object and b.dtype != object:
+            i = int(np.argmax(a.ravel() != b.ravel()) if not np.issubdtype(b.dtype, np.floating)
+                    else np.argmax(np.abs(a.ravel() - b.ravel())))
+            return f" at {path}[{i}] of {b.size}: real {a.ravel()[i]!r}, virtual {b.ravel()[i]!r}"
+    except (TypeError, ValueError):
+        pass
+    return f" at {path or 'the top'}: real {_short(real)}, virtual {_short(virtual)}"
+
+
+def _short(v: Any) -> str:
+    text = repr(_plain(v))
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _plain(v: Any) -> Any:

@@ -7,6 +7,8 @@ from typing import Any, Callable, Protocol, Sequence
 import numpy as np
 
 from ..comm.interface import Comm, Group, call_site, dtype_name, site_name
+from ..errors import UsageError
+from ..trace import HELD_KINDS
 
 
 class Recorder(Protocol):
@@ -74,6 +76,20 @@ class Context:
         """Leave a remark in the trace at this rank's current step: `text` for people, `data` (JSON values:
         token, slot, stage, ...) for screens and checks."""
         self._recorder.mark(self.rank, "note", text, data or None)
+
+    def hold(self, name: str, nbytes: int, kind: str) -> None:
+        """Say that this rank now keeps `nbytes` under `name` (kind: weights, gradients, optimizer,
+        activations or gathered), counted in the training dtypes whatever dtype computes here; holding a name
+        again replaces its size. The trace adds them up at every event (`Trace.held`, `Trace.peak`)."""
+        if kind not in HELD_KINDS:
+            raise UsageError(f"held bytes must be one of {', '.join(HELD_KINDS)}, not {kind!r}")
+        if int(nbytes) < 0:
+            raise UsageError(f"held bytes cannot be negative: {name!r} {nbytes}")
+        self._recorder.mark(self.rank, "held", name, {"kind": kind, "bytes": int(nbytes)})
+
+    def free(self, name: str) -> None:
+        """This rank no longer keeps `name`."""
+        self._recorder.mark(self.rank, "held", name, {"kind": "weights", "bytes": 0})
 
     def compute(self, name: str, flops: float = 0) -> None:
         """Record a compute step on this rank (one logical step on the timeline)."""

@@ -66,7 +66,9 @@ def _replayer(results: list[dict]):
         recs, i = res["records"], 0
         while i < len(recs):
             rec = recs[i]
-            if rec["kind"] == "mark":
+            if rec["kind"] == "mark" and rec["mark"] == "held":
+                ctx.hold(rec["text"], rec["data"]["bytes"], rec["data"]["kind"])
+            elif rec["kind"] == "mark":
                 (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"], **(rec.get("data") or {}))
             elif rec["kind"] == "compute":
                 ctx.compute(rec["op"], rec["params"].get("flops", 0))

@@ -11,6 +11,7 @@ all-gathered.
 """
 from __future__ import annotations
 
+import math
 from math import prod
 from typing import Any
 
@@ -19,6 +20,7 @@ from ..nn import ParallelContext, Saved, Shard
 from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
 from ..nn.placement import local
 from ..layout import preset
+from ..dp.clip import check_max_norm, clip_coefficient
 from ..dp.zero import Zero1Adam, zero1_step
 from ..engine.virtual import run_virtual
 from ..pipeline.executor import run_schedule
@@ -168,12 +170,14 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
 
 
 def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES,
-                 routing: str = "learned"):
+                 routing: str = "learned", max_norm: float | None = None):
     """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
     DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned")
-    or the post's drawn choices for its sentence ("post")."""
+    or the post's drawn choices for its sentence ("post"); `max_norm`: clip the gradients by their global
+    norm over both groups before Adam (None: no clipping, as the lesson runs)."""
     layout = preset(LAYOUT) if layout is None else layout
     check_runnable(layout, m, routing)
+    check_max_norm(max_norm)
     model, reps = layout.model, replicas(layout.dp, m)
 
     def program(ctx: Any) -> dict:
@@ -212,9 +216,9 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         # the norms' and router's gradients summed over TP once (each TP rank saw its SP share), then ZeRO-1:
         # gradients reduce-scattered where copies saw different tokens (attention, norms and router over
         # dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share, the new
-        # weights all-gathered
+        # weights all-gathered; with max_norm, the summed gradients are clipped by the global norm first
         ctx.phase("gradient sync")
-        new, share_sq, state = zero1_step(ctx, stage, LR, partials=True)
+        new, share_sq, state = zero1_step(ctx, stage, LR, partials=True, max_norm=max_norm)
         stage.load(new)
         ctx.phase("optimizer step")
         return {"loss": total, "last": c.pp == layout.pp - 1, "grad_sq": share_sq, "coords": vars_of(c),
@@ -258,8 +262,10 @@ def unsplit_program(ctx: Any) -> dict:
     return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep])
 
 
-def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned") -> dict:
-    """`model` on one device over sequences `seqs`: the reference every split run is checked against."""
+def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",
+                max_norm: float | None = None) -> dict:
+    """`model` on one device over sequences `seqs`: the reference every split run is checked against; with
+    `max_norm`, the whole gradient clipped by its norm before Adam, as on one device."""
     tp = ParallelContext(ctx)
     layers = [TransformerLayer(tp, model, layer_weights(ctx, model, f"L{i}"), key=f"L{i}", name=f"layer {i + 1}")
               for i in range(model.layers)]
@@ -273,10 +279,14 @@ def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned")
         total += float(ctx.xp.sum(y * target))
         stack.backward(cache, target)
     grads = stack.grads
+    norm = math.sqrt(sum(float(ctx.xp.sum(g * g)) for g in grads.values()))  # one device: nothing to count twice
+    if max_norm is not None:
+        coef = clip_coefficient(norm, max_norm)
+        grads = {k: g * coef for k, g in grads.items()}
     one = ctx.new_group([0], "dp")
     new, _ = Zero1Adam(ctx, one, stack.params(), lr=LR).step(grads)  # a group of one: plain Adam
     sq = lambda d: {k: float(ctx.xp.sum(w * w)) for k, w in d.items()}  # noqa: E731
-    return {"loss": total, "grad_sq": sq(grads), "weight_sq": sq(new)}
+    return {"loss": total, "grad_sq": sq(stack.grads), "weight_sq": sq(new), "grad_norm": norm}
 
 
 def whole_over_tp(model: Any) -> set[str]:
@@ -316,11 +326,12 @@ def agree(got: dict, ref: dict, rtol: float) -> str:
     return f"{n} of {len(ref)} weights"
 
 
-def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: str = "learned") -> dict:
-    """A run of `make_program(.., layout, m)` against the unsplit model over the same sequences: the loss,
-    and every gradient and every weight after Adam (sums of squares, relative 1e-9)."""
+def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: str = "learned",
+              max_norm: float | None = None) -> dict:
+    """A run of `make_program(.., layout, m, max_norm=..)` against the unsplit model over the same sequences:
+    the loss, and every gradient and every weight after Adam (sums of squares, relative 1e-9)."""
     model, seqs = layout.model, [s for rep in replicas(layout.dp, m) for s in rep]
-    ref = run_virtual(lambda ctx: unsplit_run(ctx, model, seqs, routing), 1).values[0]
+    ref = run_virtual(lambda ctx: unsplit_run(ctx, model, seqs, routing, max_norm), 1).values[0]
     # each token's loss once: on the last stage, from one TP rank unless SP split the tokens between them
     loss = sum(v["loss"] for v in values if v["last"] and (layout.sp or v["coords"]["tp"] == 0))
     grads = agree(fingerprint(values, "grad_sq", False, model), ref["grad_sq"], 1e-9)

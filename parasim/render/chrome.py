@@ -11,7 +11,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from typing import Any, Iterator
 
-from ..trace import FORMAT, VERSION, Event, Member, Trace
+from ..trace import FORMAT, VERSION, Event, Member, Trace, apply_held, held_by_kind
 
 COLL, SEND, RECV, COMPUTE = 0, 1, 2, 3
 TRACKS = ("collectives", "send", "recv", "compute")
@@ -96,7 +96,13 @@ def to_chrome(trace: Trace, step_us: float = 1000.0,
             flow = {"name": "p2p", "cat": "p2p", "ph": "s" if track == SEND else "f", "id": e.seq,
                     "pid": m.rank, "tid": track, "ts": ts + dur / 2}
             out.append(flow if track == SEND else {**flow, "bp": "e"})
+    live: dict[int, dict[str, tuple[str, int]]] = {}
     for mk in trace.marks if times is None else []:  # taken after the rank's step `mk.step`: at its end
+        if mk.kind == "held":  # a counter track per rank: bytes held by kind, as the run declared them
+            apply_held(live.setdefault(mk.rank, {}), mk)
+            out.append({"name": "held bytes", "ph": "C", "pid": mk.rank, "ts": mk.step * step_us,
+                        "args": held_by_kind(live[mk.rank])})
+            continue
         out.append({"name": mk.text, "cat": mk.kind, "ph": "i", "s": "t", "pid": mk.rank, "tid": COLL,
                     "ts": mk.step * step_us, "args": {"step": mk.step}})
     return {"traceEvents": out, "displayTimeUnit": "ms",

@@ -34,7 +34,8 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     console.print(f"start-up (processes, rendezvous, groups): {report.startup_s:.1f} s")
 
     if report.match:
-        how = (f"float values within rtol {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64)"
+        how = (f"float values within {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64) of their "
+               "array's largest value"
                if report.tolerance_used else "values bit for bit")
         console.print(f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
                       f"virtual ranks; {how}.")

@@ -78,7 +78,7 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
             if mk.text not in items:
                 order.append(mk.text)
                 items[mk.text] = []
-        else:
+        elif mk.kind == "note":  # held bytes are read by `Trace.held`, not narrated
             items[current.get(mk.rank)].append((mk.step, 1, mk.rank, i, f"rank {mk.rank}: {mk.text}"))
     for e in trace.events:
         items.setdefault(e.phase, [])

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
+from .memory import describe
 from .timeline import Timeline
 from .view import COLOURS, IDLE, KINDS, MapView, SlotWindow, View, Watch, kind_of
 
@@ -60,6 +61,7 @@ class ParasimApp(App):
                 yield Static(id="watch")
                 yield Static(id="map")
                 yield Static(id="slots")
+                yield Static(id="memory")
                 yield Static(id="detail")
                 yield Static(id="holdings")
                 yield Static(id="work")
@@ -122,6 +124,7 @@ class ParasimApp(App):
                 bars.append("█" * width + " " * (16 - width), style="green")
                 bars.append(f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}")
             self._put("work", bars)
+        self._show_memory(view.held(i))
         phase, text, notes = view.phase_text(i)
         body = Text()
         if phase:
@@ -132,6 +135,21 @@ class ParasimApp(App):
         self._put("narrative", body)
         play = "playing" if self.playing else "paused"
         self._put("status", Text(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)"))
+
+    def _show_memory(self, rows: list) -> None:
+        panel = self.query_one("#memory", Static)
+        panel.display = bool(rows)
+        if not rows:
+            return
+        top = max(r.peak for r in rows) or 1
+        panel.border_title = f"bytes held now (full bar: phase peak, {top:,} B)"
+        bars = Text()
+        for n, r in enumerate(rows):
+            width = int(round(10 * r.total / top))
+            bars.append(("\n" if n else "") + f"rank {r.rank:<3}")
+            bars.append("█" * width + "░" * (10 - width), style="magenta")
+            bars.append(f" {r.total:>7,} B  {describe(r)}")
+        self._put("memory", bars)
 
     def _put(self, name: str, text: Text) -> None:
         """Update a panel, skipping the screen's layout pass when the panel keeps its height (same line

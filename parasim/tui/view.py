@@ -321,7 +321,7 @@ class View:
         for mk in self.trace.marks:
             if mk.kind == "phase":
                 current[mk.rank] = mk.text
-            elif current.get(mk.rank) == phase:
+            elif mk.kind == "note" and current.get(mk.rank) == phase:  # held bytes have their own panel
                 notes.append((mk.rank, f"rank {mk.rank}: {mk.text}"))
         notes = [n for _, n in sorted(notes, key=lambda rn: rn[0])]  # stable: each rank's notes in order
         text = " ".join(self.narrative.get(phase, "").split())
@@ -366,6 +366,12 @@ class View:
                 done[r] += float(e.params.get("flops", 0) or 0)
                 last[r] = e.op
         return [(r, done[r], last[r]) for r in range(self.trace.world)] if seen else []
+
+    def held(self, index: int) -> list:
+        """The memory panel: per rank of the selected event, the bytes it held while the event ran, and its
+        peak (tui/memory.py). Empty when the run declared no held bytes."""
+        from .memory import held_rows
+        return held_rows(self.trace, self.events[index]) if self.events else []
 
     def status(self, index: int) -> str:
         pos = self._visible.index(index) + 1 if index in self._visible else 0

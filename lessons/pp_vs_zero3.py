@@ -1,0 +1,127 @@
+"""Pipeline parallelism against ZeRO-3 on the same 4 GPUs and the same model: PP hands activations from
+stage to stage, ZeRO-3 gathers weights and scatters gradients. The program runs both at one size for the
+app to step through; the checks run three more sizes (twice the batch, twice the width, twice the
+depth), measure the bytes each technique sent from the traces, and rebuild the post's comparison table
+from those runs, every row checked against a closed form and every run against one device."""
+from __future__ import annotations
+
+from dataclasses import replace
+from fractions import Fraction
+
+from parasim.examples.pp_vs_zero3 import PP_PHASES, TOL, Z3_PHASES, Config, both, comparison, measure, run_config
+from parasim.lesson import Check, Lesson, check
+
+BASE = Config()  # hidden 8, 4 layers, 4 micro-batches of 2 sequences of 4 tokens, 4 GPUs
+VARIANTS = {"batch x2": replace(BASE, mb_size=2 * BASE.mb_size),
+            "hidden x2": replace(BASE, hidden=2 * BASE.hidden),
+            "layers x2": replace(BASE, layers=2 * BASE.layers)}
+BYTES = 8  # float64
+
+
+def program(ctx):
+    """Both techniques at the base size: PP 4 with 1F1B, then ZeRO-3 over the same 4 GPUs."""
+    return both(BASE)(ctx)
+
+
+# -- closed forms, written here from the shapes and never read from the code under test --------------
+def layer_weights(h: int) -> int:
+    """A layer without biases: q, k, v and the output projection (4h^2), an MLP of width 4h (8h^2), and two
+    LayerNorms with a weight and a bias each (4h)."""
+    return 12 * h * h + 4 * h
+
+
+def padded_layer(cfg: Config) -> int:
+    """One layer's weights rounded up to a multiple of the GPU count, so every shard is the same size."""
+    n = cfg.world
+    return -(-layer_weights(cfg.hidden) // n) * n
+
+
+def activation_values(cfg: Config) -> int:
+    """Values crossing one stage boundary in one direction per step: every token's hidden vector."""
+    return cfg.microbatches * cfg.seq * cfg.mb_size * cfg.hidden
+
+
+def pp_bytes(cfg: Config) -> int:
+    """m micro-batches x (s x b x h) values x 8 B, forward and back, over the p - 1 boundaries."""
+    return activation_values(cfg) * BYTES * 2 * (cfg.world - 1)
+
+
+def zero3_bytes(cfg: Config) -> Fraction:
+    """1.5 x DP's all-reduce of the weights: a ring all-reduce sends 2(n-1)/n of the P weights' bytes per
+    GPU; ZeRO-3's two all-gathers and one reduce-scatter send three halves of that, on each of n GPUs."""
+    n, weights = cfg.world, cfg.layers * padded_layer(cfg)
+    all_reduce_per_gpu = Fraction(2 * (n - 1), n) * weights * BYTES
+    return Fraction(3, 2) * all_reduce_per_gpu * n
+
+
+def checks(result) -> list[Check]:
+    runs = {"base": measure(result, BASE), **{name: run_config(cfg) for name, cfg in VARIANTS.items()}}
+    table = comparison(runs)
+    p, m, n, L = BASE.world, BASE.microbatches, BASE.world, BASE.layers
+    act = {name: Fraction(activation_values(c), activation_values(BASE)) for name, c in VARIANTS.items()}
+    wts = {name: Fraction(c.layers * layer_weights(c.hidden), L * layer_weights(BASE.hidden))
+           for name, c in VARIANTS.items()}
+    expected = {
+        "what moves": [f"activations and their gradients: {2 * m * (p - 1)} p2p of {list(BASE.activation)}",
+                       f"weights and their gradients: {2 * L} all_gather + {L} reduce_scatter of "
+                       f"{padded_layer(BASE)} values (one layer)"],
+        f"bytes sent per step, all GPUs ({BASE.describe()})": [pp_bytes(BASE), zero3_bytes(BASE)],
+        **{f"bytes x when {name[:-3]} doubles": [act[name], wts[name]] for name in VARIANTS},
+        "bubble (idle share of the step)": [Fraction(p - 1, m + p - 1), 0],
+        "weights a GPU keeps between steps": [L * layer_weights(BASE.hidden) // p, L * padded_layer(BASE) // n],
+    }
+    # the table's rows; a ratio row expects the activations' ratio for PP and the weights' for ZeRO-3
+    out = [check(f"the post's table, [PP, ZeRO-3]: {row}", [str(x) for x in table[row]],
+                 [str(x) for x in expected[row]]) for row in expected]
+    configs = {"base": BASE, **VARIANTS}
+    pp = {name: r["pp"]["bytes"] for name, r in runs.items()}
+    out += [
+        check("PP bytes = m x s x b x h x 8 B x 2 directions x (p-1) boundaries, at every size",
+              list(pp.values()), [pp_bytes(c) for c in configs.values()]),
+        check("ZeRO-3 bytes = 1.5 x DP's all-reduce (2(n-1)/n x P x 8 B per GPU) x n GPUs, at every size",
+              [r["zero3"]["bytes"] for r in runs.values()], [int(zero3_bytes(c)) for c in configs.values()]),
+        check(f"hidden x2: PP's growth is the activations' (x{act['hidden x2']}), not the weights' "
+              f"(x{wts['hidden x2']})", Fraction(pp["hidden x2"], pp["base"]) != wts["hidden x2"], True),
+    ]
+    for name, r in runs.items():
+        e = r["errors"]
+        out.append(check(f"{name}: relative difference from one device in the loss, the gradients and the "
+                         "weights after Adam (sums of squares per weight, per shard), PP then ZeRO-3",
+                         [*e["pp"].values(), *e["zero3"].values()], [0.0] * 6, atol=TOL))
+    return out
+
+
+NARRATIVE = {
+    PP_PHASES[0]: """
+        First the model is split by layers: GPU k holds layer k, whole, and nothing else. The batch of
+        8 sequences goes through in 4 micro-batches under 1F1B. The slot table each GPU notes is the
+        pipeline's timing model: the dots are the bubble, slots where a stage waits for its neighbour.""",
+    PP_PHASES[1]: """
+        What moves is activations: a stage sends its output, one micro-batch's [s, b, h] tensor, to the
+        next stage, and the gradient of that tensor comes back the same way. Each transfer is
+        point-to-point between neighbours. Its size depends on the tokens and the hidden width only, so
+        the weights never travel, however many there are.""",
+    PP_PHASES[2]: """
+        Every weight a stage owns is whole on that GPU and its gradient is complete there (summed over the
+        micro-batches), so each stage takes its Adam step alone. PP's step has no collective at all.""",
+    Z3_PHASES[0]: """
+        Now the same 4 layers and the same 8 sequences as ZeRO-3: every GPU runs the whole model on its own
+        2 sequences, and keeps only a quarter of each layer's weights. Before a layer runs, the four
+        quarters are all-gathered into the whole layer; right after, the whole copy is dropped.""",
+    Z3_PHASES[1]: """
+        Backward needs the weights again, so each layer is gathered a second time. Its gradients are then
+        reduce-scattered: averaged over the GPUs, each GPU receiving only the quarter it owns, and at the
+        step Adam updates that quarter in place. Two all-gathers and one reduce-scatter per layer, each the size
+        of the layer: what moves is weights, so the bytes follow the parameter count and ignore the batch.
+
+        The checks run three more sizes and rebuild the post's table from the traces: PP's bytes double with
+        the batch and with the width (the activations), and stay put when layers are added; ZeRO-3's stay
+        put with the batch and follow the parameter count (nearly x4 for twice the width, as weights grow
+        with h^2, and x2 for twice the depth). PP pays a 3/7 bubble; ZeRO-3 has none, since no GPU waits
+        for another's compute. Both runs equal one device's step to 1e-12.""",
+}
+
+LESSON = Lesson(name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
+                world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,
+                summary="the same model on 4 GPUs both ways: bytes vs batch and model size, the bubble, "
+                        "the post's table from the runs", keep_values=0)

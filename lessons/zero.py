@@ -1,0 +1,217 @@
+"""Data parallelism and ZeRO-1/2/3 on 8 ranks: what each rank holds and what moves, measured.
+
+One small model (two transformer layers without biases, 1,088 weights) on 8 data-parallel ranks, each with its own
+sequence, takes one Adam step four times over: plain DP, ZeRO-1, ZeRO-2 and ZeRO-3. Every buffer a rank
+keeps is told to the trace as it appears and goes (in the training dtypes: 2-byte weights, gradients and
+activations, 12 bytes of fp32 master weights and Adam moments), so the bytes per parameter, each rank's
+peak and where it falls are counted by the engine. The checks compare them with the estimator's formulas
+and every step with one device that saw all eight sequences.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from parasim.dp.held import HeldActivations
+from parasim.dp.sharded import ShardedAdam
+from parasim.dp.zero3 import Zero3
+from parasim.engine import run
+from parasim.estimate import Plan
+from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_per_token_key
+from parasim.estimate.traffic import dp_traffic
+from parasim.layout import ModelSpec
+from parasim.lesson import Check, Lesson, check
+from parasim.nn import ParallelContext, Saved
+from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+
+# No biases: the key bias's gradient is zero in exact arithmetic (softmax ignores a shift shared by every
+# key), and Adam, dividing by |g| + eps, would turn its rounding noise into a step of lr * noise / eps: the
+# real ranks, which sum in another order, would then differ from the virtual ones in the 11th digit.
+SHAPE = ModelSpec(hidden=8, heads=2, ffn=16, layers=2, bias=False)
+S = 4  # tokens per sequence; one sequence per rank
+LR = 0.01
+BUCKET = 400  # values per gradient bucket (three buckets for the 1,088 weights)
+STAGES = {"DP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
+KINDS = ("weights", "gradients", "optimizer")
+
+
+def _stack(ctx, wrap=None) -> Stack:
+    tp = ParallelContext(ctx)
+    layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}") for i in range(SHAPE.layers)]
+    return Stack([HeldActivations(ctx, wrap(lay) if wrap else lay) for lay in layers])
+
+
+def _forward_backward(ctx, stack: Stack, seqs) -> float:
+    """Each sequence's loss is sum(y * target); gradients add up over the sequences."""
+    loss = 0.0
+    for s in seqs:
+        y, caches = stack.forward(ctx.shared_rng(f"x{s}").normal((S, 1, SHAPE.hidden)), Saved())
+        target = ctx.shared_rng(f"t{s}").normal((S, 1, SHAPE.hidden))
+        loss += float(ctx.xp.sum(y * target))
+        stack.backward(caches, target)
+    return loss
+
+
+def program(ctx):
+    dp = ctx.new_group(range(ctx.world), "dp")
+    out, held = {}, []
+    for name, stage in STAGES.items():
+        ctx.phase(name, zero=stage)
+        for h in held:  # the previous technique's buffers go: each starts from an empty rank
+            h.release()
+        if stage < 3:
+            stack = _stack(ctx)
+            opt = ShardedAdam(ctx, dp, stack.params(), stage, lr=LR, bucket=BUCKET, name=name)
+            loss = _forward_backward(ctx, stack, [ctx.rank])
+            opt.step(stack.grads)
+            got = {"weights": opt.weights, "grad": opt.share_grad, "ranges": opt.ranges()}
+            held = [opt.holdings]
+        else:
+            shards = []
+            stack = _stack(ctx, lambda lay: shards.append(Zero3(ctx, lay, dp, lr=LR)) or shards[-1])
+            loss = _forward_backward(ctx, stack, [ctx.rank])
+            for z in shards:
+                z.step()
+            got = {"shards": [z.shard for z in shards], "grad": [z.last_grad for z in shards]}
+            held = [z.holdings for z in shards]
+        out[name] = {"loss": loss, **got}
+    return out
+
+
+def _one_device(world: int) -> dict:
+    """All the ranks' sequences on one device: the mean of their losses, its gradient, one Adam step."""
+    def one(ctx):
+        stack = _stack(ctx)
+        loss = _forward_backward(ctx, stack, range(world)) / world
+        grads = {k: g / world for k, g in stack.grads.items()}
+        opt = ShardedAdam(ctx, ctx.new_group([0], "dp"), stack.params(), 0, lr=LR)
+        return {"loss": loss, "grads": grads, "new": opt.step(grads), "layers": [lay.params() for lay in stack.layers]}
+    return run(one, 1).values[0]
+
+
+def _flat(d: dict) -> np.ndarray:
+    return np.concatenate([np.asarray(d[k], dtype=float).ravel() for k in sorted(d)])
+
+
+def _assemble(parts, n: int) -> np.ndarray:
+    """A flat vector from each rank's (ranges, values): the pieces put back where they came from."""
+    out = np.zeros(n)
+    for ranges, values in parts:
+        start = 0
+        for lo, hi in ranges:
+            out[lo:hi] = values[start:start + hi - lo]
+            start += hi - lo
+    return out
+
+
+def _at_rest(trace, rank: int, name: str) -> dict[str, int]:
+    """What `rank` held after technique `name`'s step: just before the next technique began, or at the end."""
+    after = list(STAGES)[list(STAGES).index(name) + 1:]
+    i = next((i for i, mk in enumerate(trace.marks) if mk.rank == rank and mk.kind == "phase" and mk.text in after),
+             None)
+    return trace.held(rank, before=i)
+
+
+def measured(result) -> dict:
+    """What the run's trace counted, per technique: bytes held at rest (by kind; every rank alike), each
+    rank's peak and where it fell, and bytes sent per rank."""
+    trace, n = result.trace, result.world
+    out = {}
+    for name in STAGES:
+        rest = [_at_rest(trace, r, name) for r in range(n)]
+        peaks = [trace.peak(r, phase=name) for r in range(n)]
+        sent = [sum(m.sent for e in trace.events if e.phase == name for m in e.members if m.rank == r) for r in range(n)]
+        out[name] = {"rest": rest, "peak": peaks, "sent": sent}
+    return out
+
+
+def checks(result) -> list[Check]:
+    n, v = result.world, result.values
+    ref = _one_device(n)
+    params = sum(np.asarray(w).size for w in ref["new"].values())
+    m = measured(result)
+    plan_model = replace(SHAPE, vocab=1, params=params)  # no embeddings here
+    out: list[Check] = []
+    for name, stage in STAGES.items():
+        rest, peak = m[name]["rest"], m[name]["peak"]
+        per_param = sum(rest[0][k] for k in KINDS) / params
+        out.append(check(f"{name}: bytes each rank holds at rest (all alike)", [sum(r.values()) for r in rest],
+                         [sum(rest[0].values())] * n))
+        # the post's rule: 2 + 2 bytes of weights and gradients, 12 of fp32 state, each split n ways from its stage on
+        want = sum(b / (n if stage >= s else 1) for b, s in ((2, 3), (2, 2), (12, 1)))
+        out.append(check(f"{name}: bytes per parameter held at rest, measured", per_param, want, rtol=1e-12))
+        est = items(plan_model, Plan(dp=n, zero=stage), 0)
+        out.append(check(f"{name}: weights, gradients, optimizer bytes = the estimator's",
+                         [rest[0][k] for k in KINDS], [est[k][0] for k in KINDS], rtol=1e-12))
+        traffic = sum(dp_traffic(params, n, stage, itemsize=8).values())
+        out.append(check(f"{name}: bytes sent per rank = the estimator's", m[name]["sent"], [traffic] * n, rtol=1e-12))
+        out.append(check(f"{name}: mean loss = one device's", np.mean([x[name]["loss"] for x in v]), ref["loss"],
+                         rtol=1e-12))
+        if stage < 3:
+            grad = _assemble([(x[name]["ranges"], np.asarray(x[name]["grad"])) for x in v], params)
+            new = [np.asarray(x[name]["weights"])[:params] for x in v]
+        else:  # each layer's shards end to end, in rank order, are its flat weights (zero padded)
+            grad = np.concatenate([np.concatenate([np.asarray(x[name]["grad"][i]) for x in v])[:np.asarray(
+                _flat(ref["layers"][i])).size] for i in range(SHAPE.layers)])
+            new = [np.concatenate([np.concatenate([np.asarray(x[name]["shards"][i]) for x in v])[:_flat(
+                ref["layers"][i]).size] for i in range(SHAPE.layers)])]
+        want_grad = _flat(ref["grads"]) if stage < 3 else np.concatenate(
+            [_flat({k[len(f"L{i}."):]: g for k, g in ref["grads"].items() if k.startswith(f"L{i}.")})
+             for i in range(SHAPE.layers)])
+        want_new = _flat(ref["new"]) if stage < 3 else np.concatenate(
+            [_flat({k[len(f"L{i}."):]: w for k, w in ref["new"].items() if k.startswith(f"L{i}.")})
+             for i in range(SHAPE.layers)])
+        out.append(check(f"{name}: averaged gradient = one device's", float(np.max(np.abs(grad - want_grad))), 0.0,
+                         atol=1e-12))
+        out.append(check(f"{name}: weights after Adam = one device's",
+                         max(float(np.max(np.abs(w - want_new))) for w in new), 0.0, atol=1e-12))
+    dp_sent = m["DP"]["sent"][0]
+    for name in ("ZeRO-1", "ZeRO-2"):
+        out.append(check(f"{name} sends what DP sends", m[name]["sent"][0] / dp_sent, 1.0, rtol=1e-12))
+    out.append(check("ZeRO-3 sends 1.5x DP", m["ZeRO-3"]["sent"][0] / dp_sent, 1.5, rtol=1e-12))
+    # ZeRO-3's peak: the last layer gathered for its backward, beside its shards and both layers' activations
+    z3 = m["ZeRO-3"]["peak"][0]
+    acts = SHAPE.layers * S * (layer_bytes_per_token(h=8, heads=2, kv=2, ffn=16, tp=1, sp=False, dropout=False)
+                               + S * scores_bytes_per_token_key(2, 1, False, 1, False))  # the estimator's count
+    layer = params // SHAPE.layers
+    out.append(check("ZeRO-3 peaks with a layer gathered: at rest + one layer's weights + the activations",
+                     z3["bytes"], 16 * params / n + 2 * layer + acts, rtol=1e-12))
+    out.append(check("ZeRO-3's peak falls while a layer is gathered", z3["by_kind"]["gathered"], 2 * layer))
+    return out
+
+
+NARRATIVE = {
+    "DP": """
+        Eight copies of the model, eight different sequences. After backward each rank all-reduces its
+        gradients (averaged, in three buckets of 400 values, as DDP fills buckets) and runs the same Adam
+        step on every weight. Each rank keeps everything: 2 bytes of weight and 2 of gradient per parameter,
+        and 12 bytes of fp32 state (master copy, first and second moment).""",
+    "ZeRO-1": """
+        The optimizer state is split: each bucket is reduce-scattered, so a rank receives the averaged
+        gradient of its own eighth only, updates that eighth with Adam, and all-gathers the new weights
+        back. A reduce-scatter plus an all-gather move exactly the bytes of one all-reduce; the 12 bytes
+        of state shrink to 12/8 per parameter.""",
+    "ZeRO-2": """
+        The same collectives, but a rank also drops the gradients it does not own: each bucket's whole
+        gradients live only until that bucket is reduced (watch the held bytes rise and fall at each
+        reduce-scatter), and what stays is the rank's eighth.""",
+    "ZeRO-3": """
+        Now the weights are split too: at rest a rank holds an eighth of everything, 2 bytes per
+        parameter. Each layer's weights are all-gathered just before its forward and again before its
+        backward, and dropped right after; its gradients are reduce-scattered as soon as backward made them.
+        The price is a third pass over the weights: 1.5 times DP's traffic, and a peak while a layer is
+        gathered.""",
+}
+
+LESSON = Lesson(
+    name="zero",
+    title="DP, ZeRO-1, ZeRO-2, ZeRO-3: what 8 ranks hold and send, measured",
+    world=8,
+    worlds=(2, 4, 8),
+    program=program,
+    narrative=NARRATIVE,
+    checks=checks,
+    summary="one Adam step four ways over 8 data-parallel ranks: bytes per parameter, traffic and peaks from the run",
+    keep_values=0,
+)

@@ -1,0 +1,67 @@
+"""What a rank keeps, told to the trace as it changes (`ctx.hold` / `ctx.free`), so that the engine can add
+up the bytes of every rank at every event and find each rank's peak.
+
+Sizes are counted in the training dtypes the post uses (2-byte weights, gradients and activations, 4-byte
+fp32 master weights and Adam moments) whatever dtype the run computes in: the run stays float64 for
+exactness, the bytes are those of a real training step.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
+
+
+class Holdings:
+    """The buffers one optimizer or wrapper told the trace about, under `prefix`, so it can drop them all."""
+
+    def __init__(self, ctx: Any, prefix: str) -> None:
+        self.ctx, self.prefix, self.live = ctx, prefix, set()
+
+    def hold(self, what: str, nbytes: int, kind: str) -> None:
+        self.ctx.hold(f"{self.prefix}: {what}", nbytes, kind)
+        self.live.add(what)
+
+    def free(self, what: str) -> None:
+        self.ctx.free(f"{self.prefix}: {what}")
+        self.live.discard(what)
+
+    def release(self) -> None:
+        """Free everything still held (the end of a run, or before another technique takes over)."""
+        for what in sorted(self.live):
+            self.free(what)
+
+
+class HeldActivations:
+    """A layer (the layer protocol) whose saved activations are held from its forward until its backward:
+    the bytes its forward adds to `saved` (Korthikanti et al.'s units, see nn.core.Saved)."""
+
+    def __init__(self, ctx: Any, layer: Any) -> None:
+        self.layer = layer
+        self.key = getattr(layer, "key", "layer")
+        self.holdings = Holdings(ctx, self.key)
+
+    @property
+    def placements(self) -> Any:
+        return self.layer.placements
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return self.layer.grads
+
+    def params(self) -> dict[str, Any]:
+        return self.layer.params()
+
+    def load(self, new: dict[str, Any]) -> None:
+        self.layer.load(new)
+
+    def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
+        before = saved.bytes()
+        y, cache = self.layer.forward(x, saved)
+        self.holdings.hold("activations", saved.bytes() - before, "activations")
+        return y, cache
+
+    def backward(self, cache: Any, dy: Any) -> Any:
+        dx = self.layer.backward(cache, dy)
+        self.holdings.free("activations")
+        return dx

@@ -1,0 +1,138 @@
+"""What ranks hold, counted by the engine: `ctx.hold`/`ctx.free` marks, `Trace.held` at an event and
+`Trace.peak`, on virtual and real ranks; the `zero` lesson's figures against the post's (16, 5.5, 3.75 and 2
+bytes per parameter at dp = 8; ZeRO-3 sends 1.5x DP) and every stage's step against one device's."""
+import json
+
+import numpy as np
+import pytest
+
+import parasim
+from parasim.engine.compare import _close
+from parasim.errors import UsageError
+from parasim.lesson import get_lesson, run_lesson
+from parasim.trace import Trace
+from tests.conftest import cli_process
+
+
+def _holder(ctx):
+    g = ctx.new_group(range(ctx.world), "dp")
+    ctx.phase("one")
+    ctx.hold("w", 100, "weights")
+    ctx.comm.barrier(group=g)                      # step 1: 100 held
+    ctx.hold("buffer", 40, "gathered")            # held before the collective that fills it
+    ctx.comm.all_reduce(ctx.asarray([1.0]), group=g)  # step 2: 140 held
+    ctx.free("buffer")
+    ctx.hold("w", 30 + 10 * ctx.rank, "weights")  # holding a name again replaces its size
+    ctx.hold("moment", 500, "activations")
+    ctx.free("moment")                            # a moment's peak, between two events
+    ctx.phase("two")
+    ctx.comm.barrier(group=g)                      # step 3
+
+
+def test_held_at_each_event_and_the_peak_between_events():
+    res = parasim.run(_holder, 2)
+    t = res.trace
+    steps = [e.step for e in t.events]
+    assert steps == [1, 2, 3]
+    assert t.held(0, 1)["weights"] == 100 and sum(t.held(0, 1).values()) == 100
+    assert t.held(1, 2) == {"weights": 100, "gradients": 0, "optimizer": 0, "activations": 0, "gathered": 40}
+    assert t.held(1, 3)["weights"] == 40 and sum(t.held(1, 3).values()) == 40
+    assert t.held(0) == {"weights": 30, "gradients": 0, "optimizer": 0, "activations": 0, "gathered": 0}
+    peak = t.peak(1)
+    assert (peak["bytes"], peak["name"], peak["phase"], peak["step"]) == (540, "moment", "one", 2)
+    assert t.peak(1, phase="two")["bytes"] == 0  # nothing new was held in phase two
+    assert [n for n in t.notes()] == []  # held marks are not notes
+
+
+def test_held_marks_survive_json_and_bad_ones_are_refused():
+    t = parasim.run(_holder, 2).trace
+    again = Trace.from_dict(json.loads(t.to_json()))
+    assert again.peak(1) == t.peak(1)
+    d = json.loads(t.to_json())
+    held = next(m for m in d["marks"] if m["kind"] == "held")
+    held["data"]["kind"] = "snacks"
+    with pytest.raises(UsageError, match=r"marks\[\d+\]\.data\.kind"):
+        Trace.from_dict(d)
+    with pytest.raises(UsageError, match="held bytes"):
+        parasim.run(lambda ctx: ctx.hold("x", 1, "snacks"), 1)
+    with pytest.raises(UsageError, match="negative"):
+        parasim.run(lambda ctx: ctx.hold("x", -1, "weights"), 1)
+
+
+def test_chrome_trace_draws_held_bytes_as_a_counter():
+    from parasim.render.chrome import to_chrome
+    t = parasim.run(_holder, 2).trace
+    counters = [e for e in to_chrome(t)["traceEvents"] if e.get("ph") == "C" and e["pid"] == 1]
+    assert max(sum(e["args"].values()) for e in counters) == 540
+    assert sum(counters[-1]["args"].values()) == 40
+
+
+@pytest.fixture(scope="module")
+def zero():
+    return run_lesson(get_lesson("zero"))
+
+
+def _got(lr, name):
+    return next(c.got for c in lr.checks if c.name == name)
+
+
+def test_zero_lesson_measures_the_posts_table(zero):
+    assert zero.ok, [c for c in zero.checks if not c.ok]
+    assert zero.result.world == 8
+    for name, want in (("DP", 16), ("ZeRO-1", 5.5), ("ZeRO-2", 3.75), ("ZeRO-3", 2)):
+        assert _got(zero, f"{name}: bytes per parameter held at rest, measured") == want
+    sent = {p: sum(m.sent for e in zero.result.trace.events if e.phase == p for m in e.members)
+            for p in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")}
+    assert sent["ZeRO-1"] == sent["ZeRO-2"] == sent["DP"] and sent["ZeRO-3"] == 1.5 * sent["DP"]
+    # DP's all-reduce in float64 by hand: 1,088 values, each rank sends 2 (n - 1) / n of them
+    assert sent["DP"] == 8 * 2 * 7 / 8 * 1088 * 8
+
+
+def test_zero2_holds_a_whole_bucket_only_while_it_is_reduced(zero):
+    t = zero.result.trace
+    rs = [e for e in t.events if e.phase == "ZeRO-2" and e.op == "reduce_scatter"]
+    assert [e.members[0].ins[0].shape for e in rs] == [(400,), (400,), (288,)]
+    during = [t.held(0, e.step)["gradients"] for e in rs]
+    share = 2 * 1088 // 8
+    assert during == [share + 2 * 400, share + 2 * 400, share + 2 * 288]
+    after = [e for e in t.events if e.phase == "ZeRO-2" and e.op == "all_gather"][0]
+    assert t.held(0, after.step)["gradients"] == share
+
+
+def test_zero3_peak_is_a_gathered_layer_beside_the_activations(zero):
+    peak = zero.result.trace.peak(0, phase="ZeRO-3")
+    assert peak["name"] == "ZeRO-3 over dp: L1: gathered weights"
+    assert peak["by_kind"]["gathered"] == 2 * 544 and peak["by_kind"]["activations"] > 0
+    assert zero.to_dict()["held"]["at_end"][0]["weights"] == 2 * 1088 // 8
+
+
+def test_a_wrong_stage_fails_the_lessons_checks(monkeypatch):
+    """If ZeRO-2 kept whole gradients like ZeRO-1 the measured table would be wrong, and a check says so."""
+    import parasim.dp.sharded as sharded
+    real_init = sharded.ShardedAdam.__init__
+
+    def keeps_everything(self, ctx, group, params, stage, **kw):
+        real_init(self, ctx, group, params, stage, **kw)
+        if stage == 2:
+            self.holdings.hold("gradients", self.total * sharded.GRAD_BYTES, "gradients")
+    monkeypatch.setattr(sharded.ShardedAdam, "__init__", keeps_everything)
+    lr = run_lesson(get_lesson("zero"))
+    bad = [c.name for c in lr.checks if not c.ok]
+    assert "ZeRO-2: bytes per parameter held at rest, measured" in bad
+
+
+def test_sums_in_another_order_are_judged_against_the_arrays_scale():
+    assert _close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64") == (True, True)
+    assert _close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64")[0] is False
+    assert _close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64")[0] is False
+
+
+@pytest.mark.slow
+def test_zero_on_eight_gloo_ranks_matches_the_virtual_run():
+    out = cli_process("run", "zero", "--backend", "gloo", "--nproc", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["match"] is True and data["differences"] == [] and data["world"] == 8
+    assert all(c["ok"] for c in data["checks"])
+    got = {c["name"]: c["got"] for c in data["checks"]}
+    assert got["ZeRO-3: bytes per parameter held at rest, measured"] == 2
