@@ -7,17 +7,22 @@ import numpy as np
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
 from parasim.examples.moe16 import (LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, agree, fingerprint, make_program,
-                                    unsplit_program)
+                                    unsplit_run)
 from parasim.layout import preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
 # The post's step-1 picture (its claim, to set beside the schedule that ran): slots 1-3 of node A and B
 POST_SLOTS = {"node A": ["F1", "F2", "backward work"], "node B": [".", "F1", "F2"]}
-
+MAX_NORM = 1.0  # gradients clipped to this global norm before Adam (well below this step's norm: it clips)
 
 
 def program(ctx):
-    return make_program(WATCH)(ctx)
+    return make_program(WATCH, max_norm=MAX_NORM)(ctx)
+
+
+def unsplit(ctx):
+    """The same step on one device: all sequences, the whole gradient clipped by its own norm."""
+    return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep], max_norm=MAX_NORM)
 
 
 def expected_positions(c: dict) -> list[int]:
@@ -71,7 +76,8 @@ def schedule_beside_the_post() -> list[Check]:
 
 def checks(result) -> list[Check]:
     v = result.values
-    ref = run(unsplit_program, 1).values[0]
+    ref = run(unsplit, 1).values[0]
+    norms = [m.data for m in result.trace.marks if m.kind == "note" and m.data and "grad_norm" in m.data]
     grads, weights = fingerprint(v, "grad_sq", False, SHAPE), fingerprint(v, "weight_sq", True, SHAPE)
     notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
     holder = notes[0].rank if notes else None
@@ -95,7 +101,12 @@ def checks(result) -> list[Check]:
         check("every weight's gradient, summed over dp-cp and expert-dp, equals the unsplit model's "
               "(sum of squares, relative 1e-9)", agree(grads, ref["grad_sq"], 1e-9),
               f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"),
-        check("every weight after the ZeRO-1 Adam step equals the unsplit model's after Adam",
+        check("the global gradient norm, each weight counted once (dense pieces over dp-cp, experts over "
+              "expert-dp, TP copies of norms and router once), equals the unsplit model's",
+              [n["grad_norm"] for n in norms], [ref["grad_norm"]], rtol=1e-12),
+        check(f"clipped to norm {MAX_NORM:g}: every gradient scaled by max_norm / norm before Adam",
+              [n["clip_coef"] for n in norms], [MAX_NORM / (ref["grad_norm"] + 1e-6)], rtol=1e-12),
+        check("every weight after the clipped ZeRO-1 Adam step equals the unsplit model's after the same step",
               agree(weights, ref["weight_sq"], 1e-9), f"{len(ref['weight_sq'])} of {len(ref['weight_sq'])} weights"),
         check("its GPU keeps Adam state for 1/|dp-cp| of its dense weights and 1/|expert-dp| of its experts'",
               [v[home]["state"][w][0] / v[home]["state"][w][1] for w in ("dense", "expert")],
@@ -135,10 +146,14 @@ NARRATIVE = {
         hold a copy and saw different tokens. The norms and the router are whole on both GPUs of a TP pair,
         but with SP each saw only its own tokens: one all-reduce over the pair, once for the whole step,
         then the sum over dp-cp, so all 8 GPUs of the stage take part. Attention's shards are summed over
-        dp-cp (4 GPUs), each expert over expert-dp (2 GPUs). Get either group wrong and training is silently wrong. With ZeRO-1 the sum
-        is a reduce-scatter: each GPU receives the summed gradient for its share only, keeps Adam's state
-        for that share (a quarter of the dense weights, half of its experts'), updates it, and an
-        all-gather hands every copy the new weights.""",
+        dp-cp (4 GPUs), each expert over expert-dp (2 GPUs). Get either group wrong and training is
+        silently wrong. With ZeRO-1 the sum is a reduce-scatter: each GPU receives the summed gradient for
+        its share only. Before Adam the gradients are clipped by one norm over the whole model: each GPU adds
+        the squares of the pieces only it holds (a norm or router weight, whole on both GPUs of a TP pair,
+        is counted on one of them), one all-reduce over all 16 GPUs adds those up, and every share is scaled
+        by the same factor, as one device would. Each GPU then keeps Adam's state for its share (a quarter
+        of the dense weights, half of its experts'), updates it, and an all-gather hands every copy the new
+        weights.""",
 }
 
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),

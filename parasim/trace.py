@@ -173,21 +173,27 @@ class Trace:
 
     def peak(self, rank: int, phase: str | None = None) -> dict[str, Any]:
         """The most bytes `rank` held at once (within `phase`, if given): {"bytes", "step", "phase", "name"
-        (the hold that reached it), "by_kind"}; found by replaying its holds and frees in order, so a buffer
-        held for a moment counts."""
+        (the hold that reached it), "by_kind"}. Holds and frees are replayed in order, so a buffer held for
+        a moment between two events counts; only a hold can raise the total. A phase that holds nothing new
+        reports what the rank held coming into it (name None)."""
         live: dict[str, tuple[str, int]] = {}
-        now, best = "", {"bytes": 0, "step": 0, "phase": "", "name": None, "by_kind": held_by_kind({})}
+        now, best, entering = "", None, None
         for mk in self.marks:
             if mk.rank != rank:
                 continue
             if mk.kind == "phase":
                 now = mk.text
+                if now == phase and entering is None:
+                    entering = {"bytes": sum(b for _, b in live.values()), "step": mk.step, "phase": now,
+                                "name": None, "by_kind": held_by_kind(live)}
             elif mk.kind == "held":
                 apply_held(live, mk)
                 total = sum(b for _, b in live.values())
-                if total > best["bytes"] and (phase is None or now == phase):
+                if (mk.data or {}).get("bytes") and (phase is None or now == phase) and (
+                        best is None or total > best["bytes"]):
                     best = {"bytes": total, "step": mk.step, "phase": now, "name": mk.text, "by_kind": held_by_kind(live)}
-        return best
+        return best or entering or {"bytes": 0, "step": 0, "phase": phase or "", "name": None,
+                                    "by_kind": held_by_kind({})}
 
     def bytes_by_rank(self) -> list[tuple[int, int]]:
         """(sent, received) bytes of every rank over the whole run."""

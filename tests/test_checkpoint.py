@@ -174,6 +174,25 @@ def test_a_save_that_dies_leaves_the_previous_checkpoint_whole(tmp_path, monkeyp
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
 
 
+def test_a_save_that_dies_between_its_two_renames_still_leaves_the_old_checkpoint_readable(tmp_path, monkeypatch):
+    """The old checkpoint is moved aside before the new one is moved in: a crash in between leaves nothing
+    at the path, and the reader takes the old one from where it waits."""
+    path = _save(tmp_path / "ckpt", Layout(dp=4), 1, 100)
+    real, calls = checkpoint_format.os.rename, []
+
+    def dies_on_the_second(src, dst):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError("power cut (simulated)")
+        real(src, dst)
+    monkeypatch.setattr(checkpoint_format.os, "rename", dies_on_the_second)
+    with pytest.raises(OSError, match="simulated"):
+        _save(tmp_path / "ckpt", Layout(dp=4), 1, 100, steps=K + 1)
+    monkeypatch.undo()
+    assert not (tmp_path / "ckpt").exists()
+    assert verify_checkpoint(path)["step"] == K
+
+
 # -- real ranks: torch.distributed.checkpoint -------------------------------------------------------------
 def _dcp_save(path, stage, bucket, ctx):
     from parasim.dp.checkpoint_dcp import save_dcp

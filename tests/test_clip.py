@@ -228,3 +228,12 @@ def test_who_counts_a_piece():
 def test_a_bad_max_norm_is_refused(bad):
     with pytest.raises(UsageError, match="max_norm must be a positive number"):
         moe16.make_program(None, max_norm=bad)
+
+
+def test_clipping_unsummed_partial_gradients_is_refused():
+    """Without partials=True, n's gradient is still partial over tp: a norm of its pieces is wrong, so the
+    step refuses it in one line instead of clipping silently."""
+    def program(ctx):
+        with pytest.raises(UsageError, match="n is left partial over a model axis"):
+            zero1_step(ctx, Dense(ctx), 0.1, partials=False, max_norm=0.5)
+    parasim.run(program, layout=Layout(tp=2, dp=2))

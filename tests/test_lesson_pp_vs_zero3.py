@@ -2,7 +2,6 @@
 batch and the model, the bubble and the exactness against one device are re-derived here by closed form
 and by a reference written in this file, not read from the lesson's own output."""
 import json
-import time
 from dataclasses import replace
 from fractions import Fraction
 
@@ -60,7 +59,7 @@ def runs():
 def test_the_lessons_checks_hold(lr):
     assert lr.result.world == 4
     assert lr.ok, [c for c in lr.checks if not c.ok]
-    assert len(lr.checks) == 14
+    assert len(lr.checks) == 13
 
 
 def test_the_stepped_run_moves_what_the_closed_forms_say(lr):
@@ -157,13 +156,12 @@ def test_both_equal_one_device_element_by_element(name):
             assert flat.shape == ref.shape and np.max(np.abs(flat - ref)) < 1e-12, (field, key)
 
 
-def test_json_and_plain_from_the_cli_are_quick_and_hold():
-    start = time.perf_counter()
+def test_json_and_plain_from_the_cli_hold():
     out = cli("lesson", "pp-vs-zero3", "--json")
-    assert out.returncode == 0 and time.perf_counter() - start < 10
+    assert out.returncode == 0
     data = json.loads(out.stdout)
     assert data["lesson"] == "pp-vs-zero3" and data["world"] == 4
     assert data["checks"] and all(c["ok"] for c in data["checks"])
     plain = cli("lesson", "pp-vs-zero3", "--plain")
-    assert plain.returncode == 0 and "14 of 14 checks ok." in plain.stdout
+    assert plain.returncode == 0 and "13 of 13 checks ok." in plain.stdout
     assert "GPU 1: F1 F2 F3 F4 . . . B1 . B2 . B3 . B4" in plain.stdout  # 1F1B's first row

@@ -40,7 +40,8 @@ def test_held_at_each_event_and_the_peak_between_events():
     assert t.held(0) == {"weights": 30, "gradients": 0, "optimizer": 0, "activations": 0, "gathered": 0}
     peak = t.peak(1)
     assert (peak["bytes"], peak["name"], peak["phase"], peak["step"]) == (540, "moment", "one", 2)
-    assert t.peak(1, phase="two")["bytes"] == 0  # nothing new was held in phase two
+    assert t.peak(1, phase="two")["bytes"] == 40  # nothing new held in phase two: what it held coming in
+    assert t.peak(1, phase="two")["name"] is None
     assert [n for n in t.notes()] == []  # held marks are not notes
 
 
@@ -99,10 +100,20 @@ def test_zero2_holds_a_whole_bucket_only_while_it_is_reduced(zero):
     assert t.held(0, after.step)["gradients"] == share
 
 
-def test_zero3_peak_is_a_gathered_layer_beside_the_activations(zero):
+def test_zero3_peak_is_a_gathered_layer_beside_its_gradient_and_the_activations(zero):
     peak = zero.result.trace.peak(0, phase="ZeRO-3")
-    assert peak["name"] == "ZeRO-3 over dp: L1: gathered weights"
-    assert peak["by_kind"]["gathered"] == 2 * 544 and peak["by_kind"]["activations"] > 0
+    assert peak["name"] == "ZeRO-3 over dp: L1: whole gradient"
+    assert peak["by_kind"]["gathered"] == 2 * 544 and peak["by_kind"]["gradients"] == 2 * 544 + 2 * 1088 // 8
+    assert peak["bytes"] == 2 * 1088 + 2 * 544 + 2 * 544 + 2 * 832  # at rest, gathered, gradient, 2 layers' activations
+
+
+def test_a_phase_peak_is_what_that_phase_holds(zero):
+    """Each technique frees the one before it as it starts: a free is never a phase's peak, and ZeRO-1's
+    peak is its own state (5.5 B per parameter) plus the activations of both layers (832 B each)."""
+    t = zero.result.trace
+    for name in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3"):
+        assert t.peak(0, phase=name)["name"].split(":")[0] in (name, "L0", "L1", f"{name} over dp"), name
+    assert t.peak(0, phase="ZeRO-1")["bytes"] == 5.5 * 1088 + 2 * 832
     assert zero.to_dict()["held"]["at_end"][0]["weights"] == 2 * 1088 // 8
 
 
@@ -125,6 +136,8 @@ def test_sums_in_another_order_are_judged_against_the_arrays_scale():
     assert _close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64") == (True, True)
     assert _close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64")[0] is False
     assert _close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64")[0] is False
+    big, off = np.array([1000.0, 10.0], dtype=np.float32), np.array([1000.0, 10.1], dtype=np.float32)
+    assert _close(off, big, "float32")[0] is False  # 1% beside a large value is not rounding
 
 
 @pytest.mark.slow

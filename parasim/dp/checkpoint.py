@@ -104,18 +104,12 @@ def _qkv(prefix: str, layer: Any, params: dict[str, Any]) -> dict[str, Region]:
 
 # -- the optimizer's share ---------------------------------------------------------------------------------
 def share_ranges(opt: Any, me: int) -> list[tuple[int, int]]:
-    """[lo, hi) of the flat buffer that group rank `me`'s optimizer state holds, in the order it holds them:
-    everything (DP), one even slice (Zero1Adam), or its slice of every bucket laid end to end (ZeRO-1/2
-    with buckets: what each bucket's reduce-scatter hands it)."""
-    n = opt.group.size
-    if hasattr(opt, "_buckets") and hasattr(opt, "stage"):  # ShardedAdam
-        if not opt.stage:
-            return [(0, opt.buf.padded)]
-        return [(lo + me * (hi - lo) // n, lo + (me + 1) * (hi - lo) // n) for lo, hi in opt._buckets()]
-    if hasattr(opt, "lo") and hasattr(opt, "hi"):  # Zero1Adam: one even slice
-        share = opt.buf.padded // n
-        return [(me * share, (me + 1) * share)]
-    raise UsageError(f"checkpoints know ShardedAdam and Zero1Adam, not {type(opt).__name__}")
+    """[lo, hi) of the flat buffer that group rank `me`'s optimizer state holds, in the order it holds them
+    (the optimizer's own `ranges`: everything for DP, one slice for Zero1Adam, a slice of every bucket for
+    bucketed ZeRO-1/2)."""
+    if not hasattr(opt, "ranges"):
+        raise UsageError(f"checkpoints know ShardedAdam and Zero1Adam, not {type(opt).__name__}")
+    return opt.ranges(me)
 
 
 def _share_map(opt: Any, rank: int) -> list[tuple[str, int, int, int]]:
@@ -152,7 +146,7 @@ def shard_state(ctx: Any, model: Any, opt: Any) -> RankShard:
         raise UsageError(f"the optimizer holds {missing[0]}, which the model does not name")
     mine = share_ranges(opt, opt.group.group_rank(ctx.rank))
     width = sum(hi - lo for lo, hi in mine)
-    if width != int(opt.master.shape[0]) or (hasattr(opt, "ranges") and opt.ranges() != mine):
+    if width != int(opt.master.shape[0]):
         raise UsageError(f"the optimizer's share ({int(opt.master.shape[0])} values) is not where checkpoint.py "
                          f"places it ({width} values): the two no longer agree")
     shard = RankShard(ctx.rank, int(opt.t), {}, [], _settings(opt))

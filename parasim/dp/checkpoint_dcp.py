@@ -92,13 +92,24 @@ def save_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> None:
     try:
         dcp.save(state, checkpoint_id=str(tmp))
     except Exception as exc:  # every rank must reach the next call, or the others wait on it forever
-        failed = f"{type(exc).__name__}: {exc}"
+        failed = f"rank {ctx.rank}: {_line(exc)}"
+    every: list[Any] = [None] * ctx.world
+    dist.all_gather_object(every, failed)  # rank 0 commits only if no rank failed
+    failed = next((f for f in every if f), None)
     word = [failed]
     if ctx.rank == 0:
+        if failed:
+            shutil.rmtree(tmp, ignore_errors=True)
         word = [failed or _commit(tmp, target, opt)]
     dist.broadcast_object_list(word, src=0)
     if word[0]:
         raise UsageError(f"checkpoint {target} was not saved: {word[0]}")
+
+
+def _line(exc: BaseException) -> str:
+    """An exception in one line (DCP's own errors list every rank's traceback)."""
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
 def _commit(tmp: Path, target: Path, opt: Any) -> str | None:
@@ -116,7 +127,7 @@ def _commit(tmp: Path, target: Path, opt: Any) -> str | None:
         return None
     except Exception as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        return str(exc)
+        return _line(exc)
 
 
 def verify_dcp(path: str | os.PathLike) -> dict[str, Any]:
@@ -155,7 +166,7 @@ def restore_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
     try:
         dcp.load(state, checkpoint_id=str(path))
     except Exception as exc:
-        raise UsageError(f"checkpoint {path}: DCP could not read it: {type(exc).__name__}: {exc}") from None
+        raise UsageError(f"checkpoint {path}: DCP could not read it: {_line(exc)}") from None
     new = {k: state[f"model.{k}"] for k in opt.buf.keys}
     model.load(new)
     pad = torch.zeros(opt.buf.padded - total, dtype=like.dtype)

@@ -124,15 +124,17 @@ def fsync_dir(path: Path) -> None:
 
 def swap(tmp: Path, target: Path) -> None:
     """Put `tmp` at `target`. Two renames when an old checkpoint is there (POSIX cannot rename a directory
-    over a full one); between them the old one waits under a hidden name that `CheckpointReader` reports."""
+    over a full one); between them the old one waits under a hidden name, and `CheckpointReader` reads it
+    from there if a crash left no checkpoint at `target`."""
     if not target.exists():
         os.rename(tmp, target)
-    else:
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-        os.rename(target, old / "ckpt")
-        os.rename(tmp, target)
-        shutil.rmtree(old, ignore_errors=True)
-    fsync_dir(target.parent)
+        fsync_dir(target.parent)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    os.rename(target, old / "ckpt")
+    os.rename(tmp, target)
+    fsync_dir(target.parent)  # the new one is in place on disk before the old one goes
+    shutil.rmtree(old, ignore_errors=True)
 
 
 # -- reading --------------------------------------------------------------------------------------------
@@ -141,6 +143,9 @@ class CheckpointReader:
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        left = sorted(self.path.parent.glob(f".{self.path.name}.old-*/ckpt"))
+        if not self.path.exists() and left:  # a save died between its two renames: the previous one is whole
+            self.path = left[-1]
         self.meta = self._read_metadata()
         self._files: dict[str, Any] = {}  # shard files already verified and opened
 

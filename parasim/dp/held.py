@@ -40,6 +40,8 @@ class HeldActivations:
         self.layer = layer
         self.key = getattr(layer, "key", "layer")
         self.holdings = Holdings(ctx, self.key)
+        self.forwards = 0
+        self.names: dict[int, str] = {}  # each cache's own name: micro-batches in flight are held side by side
 
     @property
     def placements(self) -> Any:
@@ -58,10 +60,12 @@ class HeldActivations:
     def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
         before = saved.bytes()
         y, cache = self.layer.forward(x, saved)
-        self.holdings.hold("activations", saved.bytes() - before, "activations")
+        self.forwards += 1
+        name = self.names[id(cache)] = "activations" + (f" ({self.forwards})" if self.forwards > 1 else "")
+        self.holdings.hold(name, saved.bytes() - before, "activations")
         return y, cache
 
     def backward(self, cache: Any, dy: Any) -> Any:
         dx = self.layer.backward(cache, dy)
-        self.holdings.free("activations")
+        self.holdings.free(self.names.pop(id(cache)))
         return dx

@@ -63,13 +63,14 @@ class ShardedAdam:
         step = self.bucket if not self.stage else max(self.group.size, self.bucket - self.bucket % self.group.size)
         return [(lo, min(lo + step, self.padded)) for lo in range(0, self.padded, step)]
 
-    def ranges(self) -> list[tuple[int, int]]:
-        """[lo, hi) in the flat buffer of each piece this rank owns: all of it (DP), or its slice of every
-        bucket (ZeRO: what a bucket's reduce-scatter hands it); its share is these pieces end to end."""
+    def ranges(self, me: int | None = None) -> list[tuple[int, int]]:
+        """[lo, hi) in the flat buffer of each piece group rank `me` (default: this rank) owns: all of it
+        (DP), or its slice of every bucket (ZeRO: what a bucket's reduce-scatter hands it); its share is these
+        pieces end to end."""
         if not self.stage:
             return [(0, self.padded)]
-        n = self.group.size
-        return [(lo + self.me * (hi - lo) // n, lo + (self.me + 1) * (hi - lo) // n) for lo, hi in self._buckets()]
+        n, me = self.group.size, self.me if me is None else me
+        return [(lo + me * (hi - lo) // n, lo + (me + 1) * (hi - lo) // n) for lo, hi in self._buckets()]
 
     def _mine(self, flat: Any) -> Any:
         return self.ctx.xp.concat([flat[lo:hi] for lo, hi in self.ranges()])

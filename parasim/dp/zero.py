@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..comm.interface import Group
+from ..errors import UsageError
 from .clip import check_max_norm, clip_shares
 from .flat import FlatBuffer
 from ..nn.placement import Partial, data_axes, grad_group, is_expert
@@ -45,6 +46,10 @@ def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False, max_norm
     {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
     check_max_norm(max_norm)
     params, grads, placed = model.params(), model.grads, model.placements
+    left = sorted(k for k in grads if any(isinstance(placed[k].get(a), Partial) for a in MODEL_GROUPS))
+    if max_norm is not None and not partials and left:  # a norm of unsummed pieces is no one's norm
+        raise UsageError(f"clipping needs whole gradients, but {left[0]} is left partial over a model axis: "
+                         "pass partials=True")
     if partials:
         grads = sum_partials(ctx, grads, placed)
     by_group: dict[str, list[str]] = {}
@@ -96,6 +101,13 @@ class Zero1Adam:
         self.m = xp.zeros_like(self.master)
         self.v = xp.zeros_like(self.master)
         self.t = 0
+
+    def ranges(self, me: int | None = None) -> list[tuple[int, int]]:
+        """[lo, hi) of the flat buffer group rank `me` (default: this rank) keeps: one even slice."""
+        if me is None:
+            return [(self.lo, self.hi)]
+        share = self.padded // self.group.size
+        return [(me * share, (me + 1) * share)]
 
     @property
     def state_elements(self) -> int:

@@ -20,7 +20,8 @@ from .zero import adam
 
 
 class Zero3:
-    """A layer (the layer protocol) whose weights live sharded over `group`; it follows the protocol too."""
+    """A layer (the layer protocol, and `zero_grad`) whose weights live sharded over `group`; it follows the
+    protocol too."""
 
     def __init__(self, ctx: Any, layer: Any, group: Group, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
@@ -36,7 +37,6 @@ class Zero3:
         self.shard = xp.asarray(self._flat(whole)[me * share:(me + 1) * share], copy=True)  # fp32 master
         self.m, self.v = xp.zeros_like(self.shard), xp.zeros_like(self.shard)
         self.grad = xp.zeros_like(self.shard)  # this shard's gradient, averaged over the group
-        self._reduced = None  # the layer's local gradients already reduce-scattered this step (see backward)
         self.t = 0
         self.peak_gathered = 0  # the most values this rank held at once for this layer (shard + gathered)
         self.holdings = Holdings(ctx, self.name)
@@ -95,20 +95,20 @@ class Zero3:
         self._gather("before backward")
         try:
             dx = self.layer.backward(cache, dy)
+            # the layer's whole gradient is made while its weights are still gathered: both count at once
+            self.holdings.hold("whole gradient", self.padded * GRAD_BYTES, "gradients")
         finally:
             self._free()
         self._reduce()
         return dx
 
     def _reduce(self) -> None:
-        """Reduce-scatter (average) the gradient this backward produced and add it to this rank's shard. The
-        layers add each backward's gradients to what they hold, so what was reduced before is taken off."""
-        local = self._flat(self.layer.grads)
-        new = local if self._reduced is None else local - self._reduced
-        self._reduced = local
-        self.holdings.hold("whole gradient", self.padded * GRAD_BYTES, "gradients")
-        self.grad = self.grad + self.ctx.comm.reduce_scatter(new, op="avg", group=self.group,
+        """Reduce-scatter (average) the gradient this backward produced, add it to this rank's shard, and
+        let the layer forget it: the next backward (another micro-batch) starts from zero."""
+        whole = self._flat(self.layer.grads)
+        self.grad = self.grad + self.ctx.comm.reduce_scatter(whole, op="avg", group=self.group,
                                                              label=f"{self.name}: reduce-scatter gradients")
+        self.layer.zero_grad()
         self.holdings.free("whole gradient")
 
     def step(self) -> None:

@@ -256,12 +256,6 @@ def vars_of(coords: Any) -> dict[str, int]:
     return {k: getattr(coords, k) for k in ("tp", "cp", "dp", "pp", "ep", "edp")}
 
 
-def unsplit_program(ctx: Any) -> dict:
-    """The example's model on one device: all 4 sequences, all 4 layers, every expert; loss, gradients, and
-    the weights after the same Adam step."""
-    return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep])
-
-
 def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",
                 max_norm: float | None = None) -> dict:
     """`model` on one device over sequences `seqs`: the reference every split run is checked against; with

@@ -131,6 +131,13 @@ class TransformerLayer:
     def grads(self) -> dict[str, Any]:
         return self._named("grads")
 
+    def zero_grad(self) -> None:
+        """Forget the gradients backward has added up (an optimizer that already reduced them: ZeRO-3)."""
+        parts = [self.ln1, self.attn.qkv, self.attn.out, self.ln2]
+        parts += [self.mlp] if self.shape.experts else [self.mlp.fc1, self.mlp.fc2]
+        for part in parts:  # each keeps its own dict (the MoE block under another name)
+            (part._grads if part is self.mlp and self.shape.experts else part.grads).clear()
+
     @property
     def placements(self) -> dict[str, dict]:
         """Each weight's placement over the mesh axes, named as in `params` and `grads`."""

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..lesson import Check, Lesson
-from ..engine.compare import RTOL
+from ..engine.compare import RTOL, SUM_ULPS
 from ..engine.real import RealReport
 
 
@@ -34,8 +34,8 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     console.print(f"start-up (processes, rendezvous, groups): {report.startup_s:.1f} s")
 
     if report.match:
-        how = (f"float values within {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64) of their "
-               "array's largest value"
+        how = (f"float values within rtol {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64), or "
+               f"{SUM_ULPS} units in the last place of their array's largest value"
                if report.tolerance_used else "values bit for bit")
         console.print(f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
                       f"virtual ranks; {how}.")
