@@ -43,7 +43,7 @@ class Member(NamedTuple):
 class Mark(NamedTuple):
     rank: int
     step: int
-    kind: str  # "phase", "note" or "held" (data: {"kind": one of HELD_KINDS, "bytes": n}; 0 bytes frees it)
+    kind: str  # "phase", "note" or "held" (data: {"kind": one of HELD_KINDS, "bytes": n}, or {"bytes": 0}: freed)
     text: str
     data: dict[str, Any] | None = None  # fields for screens and checks to read (token, slot, ...): never the text
 
@@ -364,8 +364,7 @@ def check_trace(d: dict) -> None:
                 _of(m["data"], dict, f"{at}.data", "an object or null")
             if m["kind"] == "held":
                 data = _of(m.get("data"), dict, f"{at}.data", "an object")
-                _int(data.get("bytes"), f"{at}.data.bytes")
-                if data.get("kind") not in HELD_KINDS:
+                if _int(data.get("bytes"), f"{at}.data.bytes") and data.get("kind") not in HELD_KINDS:  # a free has none
                     raise _Bad(f"{at}.data.kind: expected one of {', '.join(HELD_KINDS)}, got {data.get('kind')!r:.60}")
             if set(m) - MARK_FIELDS:
                 raise _Bad(f"{at}: unknown field {sorted(set(m) - MARK_FIELDS)[0]!r}")

@@ -218,10 +218,34 @@ def test_dense_zero1_clips_as_worked_by_hand():
 def test_who_counts_a_piece():
     """On dp 2 x tp 2: a TP-sharded weight counts on every rank (the ZeRO shares and TP pieces differ), a
     whole copy on TP rank 0 only, on both DP replicas (their ZeRO shares differ)."""
+    whole = {"d": {"dp": Replicate()}}  # declares no tp at all: whole on each TP rank all the same
+
     def program(ctx):
-        return {k: clip.counts_here(ctx, p) for k, p in PLACED.items()}, vars(ctx.coords)
+        return {k: clip.counts_here(ctx, p) for k, p in {**PLACED, **whole}.items()}, vars(ctx.coords)
     for counts, c in parasim.run(program, layout=Layout(tp=2, dp=2)).values:
-        assert counts == {"w": True, "b": c["tp"] == 0, "n": c["tp"] == 0}
+        assert counts == {"w": True, "b": c["tp"] == 0, "n": c["tp"] == 0, "d": c["tp"] == 0}
+
+
+def test_an_expert_bias_whole_over_etp_counts_on_etp_rank_0_of_each_ep_rank():
+    """Sharded over ep (each EP rank its own experts) but whole over etp: each EP rank counts it once."""
+    def program(ctx):
+        return clip.counts_here(ctx, {"ep": Shard(0), "etp": Replicate()}), ctx.coords.etp
+    for counts, etp in parasim.run(program, layout=Layout(tp=2, dp=2, ep=2, etp=2)).values:
+        assert counts == (etp == 0)
+
+
+def test_the_norm_is_one_labelled_world_all_reduce_noted_once_by_rank_0():
+    res = _dense_run(0.5)
+    (e,) = [e for e in res.trace.events if e.group.name == "world"]
+    assert e.op == "all_reduce" and e.label == ("gradient clipping: add up the squares of the gradient pieces "
+                                                "each rank alone holds (copies counted once)")
+    (note,) = res.trace.notes("grad_norm")
+    assert note[1] == 0 and note[3]["max_norm"] == 0.5 and "every gradient scaled by" in note[2]
+    loose = _dense_run(float("inf"))  # measure, never clip: JSON has no infinity, so no max_norm is noted
+    (note,) = loose.trace.notes("grad_norm")
+    assert note[3]["max_norm"] is None and note[3]["clip_coef"] == 1.0 and "gradients unchanged" in note[2]
+    edge = _dense_run(note[3]["grad_norm"] * 1.5)  # a coefficient between 1 and 2 means no clipping either
+    assert "gradients unchanged" in edge.trace.notes("grad_norm")[0][2]
 
 
 @pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "1"])
@@ -237,3 +261,10 @@ def test_clipping_unsummed_partial_gradients_is_refused():
         with pytest.raises(UsageError, match="n is left partial over a model axis"):
             zero1_step(ctx, Dense(ctx), 0.1, partials=False, max_norm=0.5)
     parasim.run(program, layout=Layout(tp=2, dp=2))
+
+
+def test_clip_shares_refuses_a_bad_max_norm_itself():
+    def program(ctx):
+        with pytest.raises(UsageError, match="max_norm must be a positive number"):
+            clip.clip_shares(ctx, {}, {}, {}, 0)
+    parasim.run(program, 1)

@@ -149,3 +149,35 @@ def test_zero_on_eight_gloo_ranks_matches_the_virtual_run():
     assert all(c["ok"] for c in data["checks"])
     got = {c["name"]: c["got"] for c in data["checks"]}
     assert got["ZeRO-3: bytes per parameter held at rest, measured"] == 2
+
+
+def test_activations_of_micro_batches_in_flight_are_held_side_by_side():
+    """Two forwards before either backward (two micro-batches in flight, as 1F1B keeps them): both sets of
+    activations are held at once, each freed by its own backward; a layer without a key is named 'layer'."""
+    from parasim.dp.held import HeldActivations
+    from parasim.layout import ModelSpec
+    from parasim.nn import ParallelContext, Saved
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = ModelSpec(hidden=8, heads=2, ffn=16)
+
+    def program(ctx):
+        layer = TransformerLayer(ParallelContext(ctx), shape, layer_weights(ctx, shape, "L0"))
+        del layer.key
+        held = HeldActivations(ctx, layer)
+        assert held.placements == layer.placements and held.grads == layer.grads == {}
+        before = {k: w.copy() for k, w in layer.params().items()}
+        held.load({k: w + 1 for k, w in held.params().items()})  # reaches the layer it wraps
+        assert all(np.array_equal(layer.params()[k], before[k] + 1) for k in before)
+        held.load(before)
+        caches = [held.forward(ctx.shared_rng(f"x{i}").normal((4, 1, 8)), Saved())[1] for i in range(2)]
+        ctx.comm.barrier()
+        held.backward(caches[0], ctx.shared_rng("d").normal((4, 1, 8)))
+        ctx.comm.barrier()
+        held.holdings.release()
+    t = parasim.run(program, 1).trace
+    first, second = (e.step for e in t.events)
+    assert t.held(0, first)["activations"] == 2 * 832  # the layer keeps 832 B per sequence of 4 tokens
+    assert t.held(0, second)["activations"] == 832
+    assert t.held(0) == {k: 0 for k in t.held(0)}
+    names = [m.text for m in t.marks if m.kind == "held"]
+    assert names == ["layer: activations", "layer: activations (2)", "layer: activations", "layer: activations (2)"]

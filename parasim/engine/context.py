@@ -89,7 +89,7 @@ class Context:
 
     def free(self, name: str) -> None:
         """This rank no longer keeps `name`."""
-        self._recorder.mark(self.rank, "held", name, {"kind": "weights", "bytes": 0})
+        self._recorder.mark(self.rank, "held", name, {"bytes": 0})
 
     def compute(self, name: str, flops: float = 0) -> None:
         """Record a compute step on this rank (one logical step on the timeline)."""

@@ -67,7 +67,10 @@ def _replayer(results: list[dict]):
         while i < len(recs):
             rec = recs[i]
             if rec["kind"] == "mark" and rec["mark"] == "held":
-                ctx.hold(rec["text"], rec["data"]["bytes"], rec["data"]["kind"])
+                if rec["data"]["bytes"]:
+                    ctx.hold(rec["text"], rec["data"]["bytes"], rec["data"]["kind"])
+                else:
+                    ctx.free(rec["text"])
             elif rec["kind"] == "mark":
                 (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"], **(rec.get("data") or {}))
             elif rec["kind"] == "compute":
