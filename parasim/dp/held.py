@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..nn.core import Wrapper
+
 WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
 
 
@@ -32,7 +34,7 @@ class Holdings:
             self.free(what)
 
 
-class HeldActivations:
+class HeldActivations(Wrapper):
     """A layer (the layer protocol) whose saved activations are held from its forward until its backward:
     the bytes its forward adds to `saved` (Korthikanti et al.'s units, see nn.core.Saved)."""
 
@@ -42,20 +44,6 @@ class HeldActivations:
         self.holdings = Holdings(ctx, self.key)
         self.forwards = 0
         self.names: dict[int, str] = {}  # each cache's own name: micro-batches in flight are held side by side
-
-    @property
-    def placements(self) -> Any:
-        return self.layer.placements
-
-    @property
-    def grads(self) -> dict[str, Any]:
-        return self.layer.grads
-
-    def params(self) -> dict[str, Any]:
-        return self.layer.params()
-
-    def load(self, new: dict[str, Any]) -> None:
-        self.layer.load(new)
 
     def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
         before = saved.bytes()

@@ -14,12 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..comm.interface import Group
+from ..nn.core import Wrapper
 from .flat import FlatBuffer
 from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
 from .zero import adam
 
 
-class Zero3:
+class Zero3(Wrapper):
     """A layer (the layer protocol, and `zero_grad`) whose weights live sharded over `group`; it follows the
     protocol too."""
 
@@ -65,15 +66,7 @@ class Zero3:
         if "gathered weights" in self.holdings.live:
             self.holdings.free("gathered weights")
 
-    # -- the layer protocol --------------------------------------------------------------------------
-    @property
-    def placements(self) -> Any:
-        return self.layer.placements
-
-    @property
-    def grads(self) -> dict[str, Any]:
-        return self.layer.grads
-
+    # -- the layer protocol (placements and grads pass through: Wrapper) -------------------------------
     def params(self) -> dict[str, Any]:
         """The whole weights, gathered (for checks; training never needs them whole outside a layer's use)."""
         whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather for a check")

@@ -201,3 +201,24 @@ def _numel(x: Any) -> int:
     for d in x.shape:
         n *= int(d)
     return n
+
+
+class Wrapper:
+    """A layer around another (`self.layer`) that changes how it runs but not what it holds: the weights'
+    names, placements and gradients pass through (a wrapper overrides what it does differently)."""
+
+    layer: Any
+
+    @property
+    def placements(self) -> Any:
+        return self.layer.placements
+
+    @property
+    def grads(self) -> dict[str, Any]:
+        return self.layer.grads
+
+    def params(self) -> dict[str, Any]:
+        return self.layer.params()
+
+    def load(self, new: dict[str, Any]) -> None:
+        self.layer.load(new)
