@@ -143,7 +143,44 @@ def load_lessons() -> dict[str, Lesson]:
     return out
 
 
-def get_lesson(name: str) -> Lesson:
+def is_program(name: str) -> bool:
+    """`path/to/file.py:function`: a user's SPMD program rather than a lesson's name."""
+    path, colon, fn = name.rpartition(":")
+    return bool(colon) and path.endswith(".py") and fn.isidentifier()
+
+
+def program_lesson(name: str, world: int | None, flag: str = "--world") -> Lesson:
+    """A user's program (`file.py:function`) as a lesson, so everything that runs lessons runs it. The file
+    may define NARRATIVE (phase -> text), TITLE, WORLD and checks(result) -> [Check]; it is loaded by path,
+    as lessons are, so real ranks find the function the same way."""
+    path, _, fn = name.rpartition(":")
+    where = Path(path)
+    if not where.is_file():
+        raise UsageError(f"no such program file: {path}")
+    spec = importlib.util.spec_from_file_location(f"parasim_user_{where.stem.replace('-', '_')}", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]  (errors in it keep their own traceback)
+    program = getattr(module, fn, None)
+    if not callable(program):
+        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
+                       and getattr(v, "__module__", None) == module.__name__)
+        raise UsageError(f"{path} has no function {fn!r}" + (f"; it defines {', '.join(found)}" if found else ""))
+    n = world if world is not None else getattr(module, "WORLD", None)
+    if n is None:
+        raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {where.name})")
+    checks = getattr(module, "checks", None)
+    return Lesson(name=name, title=getattr(module, "TITLE", f"{fn} from {where.name}"), world=int(n),
+                  program=program, narrative=getattr(module, "NARRATIVE", {}),
+                  checks=checks if callable(checks) else (lambda result: []),
+                  summary=f"a user program: {name}", keep_values=getattr(module, "KEEP_VALUES", 64),
+                  source=str(where.resolve()))
+
+
+def get_lesson(name: str, world: int | None = None, flag: str = "--world") -> Lesson:
+    """A lesson by name, or a user's program given as `file.py:function` (which needs `world`, the command's
+    `flag`)."""
+    if is_program(name):
+        return program_lesson(name, world, flag)
     lessons = load_lessons()
     if name not in lessons:
         raise UsageError(f"unknown lesson {name!r}; lessons: {', '.join(lessons) or 'none'}")

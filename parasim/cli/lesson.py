@@ -14,7 +14,8 @@ def add_lesson(sub: Any) -> None:
     lp = sub.add_parser("lesson", help="list the lessons, or run one and walk through it",
                         description="Run a lesson on virtual ranks and walk through every collective it makes. "
                                     "Without NAME, list the lessons.")
-    lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them)")
+    lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them), or your own "
+                    "SPMD program as path/to/file.py:function (with --world)")
     out = lp.add_mutually_exclusive_group()
     out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default when "
                      "stdout is not a terminal)")
@@ -33,8 +34,10 @@ def add_view(sub: Any) -> None:
     vp = sub.add_parser("view", help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
                         description="Step through a saved parasim trace in the TUI (plain text when stdout is "
                                     "not a terminal, or with --plain).")
-    vp.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace")
+    vp.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace, or a program to run first: "
+                    "path/to/file.py:function (with --world)")
     vp.add_argument("--plain", action="store_true", help="print the plain-text walk-through")
+    vp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     vp.set_defaults(func=cmd_view)
 
 
@@ -55,7 +58,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
             for l in lessons.values():
                 print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
         return 0
-    lesson = get_lesson(args.name)
+    lesson = get_lesson(args.name, args.world)
     lr = run_lesson(lesson, args.world)
     if args.chrome is not None:
         from ..render.chrome import to_chrome
@@ -81,9 +84,16 @@ def _open_tui(trace, narrative: dict, title: str) -> None:
 
 
 def cmd_view(args: argparse.Namespace) -> int:
-    from ..lesson import load_lessons
+    from ..lesson import is_program, load_lessons
     from ..trace import Trace
 
+    if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
+        args.name, args.json, args.tui = args.trace, False, not args.plain
+        args.chrome = args.hta = None
+        args.trace = None
+        return cmd_lesson(args)
+    if args.world is not None:
+        raise UsageError("--world is for a program given as file.py:function; a saved trace has its own")
     trace = Trace.load(args.trace)
     lesson = load_lessons().get(trace.meta.get("lesson", ""))
     narrative, title = (lesson.narrative, lesson.title) if lesson else ({}, args.trace)

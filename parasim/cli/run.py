@@ -18,7 +18,8 @@ def add_run(sub: Any) -> None:
                                     "call by call with a virtual run of the same program.",
                         epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
                                "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl")
-    rp.add_argument("name", metavar="LESSON", help="the lesson to run, or all (every lesson, one launch per world size)")
+    rp.add_argument("name", metavar="LESSON", help="the lesson to run, all (every lesson, one launch per world "
+                    "size), or your own program as path/to/file.py:function (with --nproc)")
     rp.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
                     help="gloo (CPU processes, default) or nccl (one GPU per rank)")
     rp.add_argument("--nproc", type=positive, metavar="N",
@@ -43,12 +44,13 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     if args.name == "all":
         return _run_all(args)
-    lesson = get_lesson(args.name)
     if under_torchrun():
         import os
-        nproc = int(os.environ["WORLD_SIZE"])
+        given = int(os.environ["WORLD_SIZE"])
     else:
-        nproc = args.nproc or lesson.world
+        given = args.nproc
+    lesson = get_lesson(args.name, given, "--nproc")  # a user's file.py:function runs on --nproc ranks
+    nproc = given or lesson.world
     lesson.check_world(nproc)
     report = run_real(lesson.target, nproc, _real_options(args, lesson))
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
