@@ -59,6 +59,8 @@ class Lesson:
     max_world: int | None = None
     worlds: tuple[int, ...] | None = None  # or exactly these world sizes
     source: str = field(default="", compare=False)  # the lesson's file, set when it is loaded
+    reference: Callable[[Any], Any] | None = None  # one rank, marking whole tensors: `parasim check` compares
+    variants: dict[str, Callable[[Any], Any]] = field(default_factory=dict)  # `parasim check --bug NAME`
 
     @property
     def target(self) -> tuple[str, str]:
@@ -168,12 +170,12 @@ def program_lesson(name: str, world: int | None, flag: str = "--world") -> Lesso
     n = world if world is not None else getattr(module, "WORLD", None)
     if n is None:
         raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {where.name})")
-    checks = getattr(module, "checks", None)
+    checks, ref = getattr(module, "checks", None), getattr(module, "reference", None)
     return Lesson(name=name, title=getattr(module, "TITLE", f"{fn} from {where.name}"), world=int(n),
                   program=program, narrative=getattr(module, "NARRATIVE", {}),
                   checks=checks if callable(checks) else (lambda result: []),
                   summary=f"a user program: {name}", keep_values=getattr(module, "KEEP_VALUES", 64),
-                  source=str(where.resolve()))
+                  source=str(where.resolve()), reference=ref if callable(ref) else None)
 
 
 def get_lesson(name: str, world: int | None = None, flag: str = "--world") -> Lesson:

@@ -263,7 +263,7 @@ class Trace:
 
 KINDS = {"collective": set(OPS), "p2p": {P2P},
          "compute": None}  # a compute event's op is the name the program gave it
-MARK_KINDS = ("phase", "note", "held")
+MARK_KINDS = ("phase", "note", "held", "tensor")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 
 
@@ -358,7 +358,7 @@ def check_trace(d: dict) -> None:
             _int(m.get("rank"), f"{at}.rank", 0, world - 1)
             _int(m.get("step"), f"{at}.step", 0, len(events))
             if m.get("kind") not in MARK_KINDS:
-                raise _Bad(f"{at}.kind: expected phase, note or held, got {m.get('kind')!r:.60}")
+                raise _Bad(f"{at}.kind: expected phase, note, held or tensor, got {m.get('kind')!r:.60}")
             _of(m.get("text"), str, f"{at}.text", "a string")
             if m.get("data") is not None:
                 _of(m["data"], dict, f"{at}.data", "an object or null")

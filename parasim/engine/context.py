@@ -55,6 +55,7 @@ class Context:
         self._recorder = recorder
         self._to_xp = to_xp
         self.rng = Rng(seed, (0, rank), to_xp)  # this rank's own stream
+        self.marked: list[tuple[str, Any]] = []  # (name, tensor) of each `mark`, in order: `parasim check` reads them
         self.layout: Any = None  # set by use_layout (run(..., layout=...))
         self.groups: dict[str, Group] = {}
         self.coords: Coords | None = None
@@ -90,6 +91,19 @@ class Context:
     def free(self, name: str) -> None:
         """This rank no longer keeps `name`."""
         self._recorder.mark(self.rank, "held", name, {"bytes": 0})
+
+    def mark(self, name: str, x: Any, placement: str | None = None, group: Group | None = None) -> Any:
+        """Name a tensor for `parasim check`: `placement` ("Shard(d)", "Replicate()" or "Partial()") says how
+        the members of `group` (default: the world) hold the whole tensor, so it can be put back together and
+        compared with the reference's tensor of the same name (which marks it whole). Returns `x`."""
+        from .divergence import parse_placement
+        where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
+        parse_placement(placement or "Replicate()")  # a bad one fails here, at the user's line
+        self._recorder.mark(self.rank, "tensor", name, {
+            "placement": placement or "Replicate()", "group": list(where.ranks), "group_name": where.name,
+            "shape": [int(d) for d in x.shape], "dtype": dtype_name(x.dtype)})
+        self.marked.append((name, x))
+        return x
 
     def compute(self, name: str, flops: float = 0) -> None:
         """Record a compute step on this rank (one logical step on the timeline)."""

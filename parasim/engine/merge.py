@@ -71,6 +71,8 @@ def _replayer(results: list[dict]):
                     ctx.hold(rec["text"], rec["data"]["bytes"], rec["data"]["kind"])
                 else:
                     ctx.free(rec["text"])
+            elif rec["kind"] == "mark" and rec["mark"] == "tensor":  # where and how it was marked (no values)
+                ctx._recorder.mark(ctx.rank, "tensor", rec["text"], rec["data"])
             elif rec["kind"] == "mark":
                 (ctx.phase if rec["mark"] == "phase" else ctx.note)(rec["text"], **(rec.get("data") or {}))
             elif rec["kind"] == "compute":

@@ -15,6 +15,7 @@ class RunResult:
     values: list[Any]
     trace: Trace
     times: dict[tuple[int, int], tuple[float, float]] | None = None  # real ranks: (seq, rank) -> (start, dur) us
+    marked: list[list[tuple[str, Any]]] | None = None  # per rank: the tensors it marked (ctx.mark), in order
 
     @property
     def world(self) -> int:
@@ -35,7 +36,7 @@ def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0,
     values = vw.run(program, contexts)
     trace = vw.trace()
     trace.meta["seed"] = seed
-    return RunResult(values, trace)
+    return RunResult(values, trace, marked=[c.marked for c in contexts])
 
 
 def _identity(a):

@@ -1,0 +1,89 @@
+"""`parasim check`: run a program and its reference, and name the first collective whose result is wrong."""
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ..errors import UsageError
+from .common import positive
+
+KEEP = 10 ** 6  # keep every collective's values (up to this many elements each): other groups are tried on them
+
+
+def add_check(sub: Any) -> None:
+    cp = sub.add_parser("check", help="compare a program with its reference at every marked tensor; name the "
+                                      "first wrong collective",
+                        description="Run a lesson (or your program, path/to/file.py:function) on virtual ranks "
+                                    "and its reference on one rank, put every tensor both marked (ctx.mark) "
+                                    "back together from the ranks' pieces, and report the first that differs: "
+                                    "the collective it comes from, its group, label and source line, the "
+                                    "error, and the group or placement that would have matched.")
+    cp.add_argument("name", metavar="LESSON", help="a lesson, or path/to/file.py:function")
+    cp.add_argument("--bug", metavar="NAME", help="run one of the lesson's wrong variants (silent-bugs: "
+                    "expert-over-dp-cp, dense-over-dp, norm-not-over-tp)")
+    cp.add_argument("--reference", metavar="FILE.py:FN", help="the one-rank program marking whole tensors "
+                    "(default: the lesson's, or a `reference` function in the program's file)")
+    cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
+    cp.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "first_divergence", '
+                    '"checks"} as JSON')
+    cp.set_defaults(func=cmd_check)
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from ..engine.divergence import TOLERANCE, collect, first_divergence
+    from ..engine.runner import run
+    from ..lesson import get_lesson, is_program, program_lesson
+
+    lesson = get_lesson(args.name, args.world)
+    program = lesson.program
+    if args.bug is not None:
+        if args.bug not in lesson.variants:
+            known = ", ".join(lesson.variants) or "none"
+            raise UsageError(f"{lesson.name} has no variant {args.bug!r}; its variants: {known}")
+        program = lesson.variants[args.bug]
+    reference = lesson.reference
+    if args.reference is not None:
+        if not is_program(args.reference):
+            raise UsageError(f"--reference takes path/to/file.py:function, got {args.reference!r}")
+        reference = program_lesson(args.reference, 1).program
+    world = args.world or lesson.world
+    lesson.check_world(world)
+    result = run(program, world, seed=lesson.seed, keep_values=KEEP)
+    names = collect(result.trace, result.marked)
+    found, checks = None, []
+    if reference is not None:
+        found = first_divergence(result, run(reference, 1, seed=lesson.seed, keep_values=KEEP))
+    elif names:
+        raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
+    if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
+        checks = list(lesson.checks(result))
+    if args.json:
+        print(json.dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "compared": len(names),
+                          "tolerance": TOLERANCE, "first_divergence": found,
+                          "checks": [c.to_dict() for c in checks]}, indent=1))
+    else:
+        print(_text(lesson.name, args.bug, len(names), found, checks))
+    return 1 if found is not None or not all(c.ok for c in checks) else 0
+
+
+def _text(name: str, bug: str | None, compared: int, found: dict | None, checks: list) -> str:
+    head = f"{name}" + (f" --bug {bug}" if bug else "")
+    lines = []
+    if found is None and not compared:
+        lines.append(f"{head}: no divergence (it marks no tensors: only its own checks compare)")
+    elif found is None:
+        lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with the reference)")
+    else:
+        lines += [f"{head}: first divergence at '{found['name']}' ({found['placement']} on {found['marked_on']})",
+                  f"  max abs error {found['max_abs']:.3g}, max relative {found['max_rel']:.3g} "
+                  f"(tolerance {found['tolerance']:g})"]
+        if found["event"] is not None:
+            lines.append(f"  from event #{found['event']}: {found['op']} on {found['group']} "
+                         f"'{found['label']}' at {found['site']}")
+        if found["would_match"]:
+            lines.append(f"  {found['would_match']}")
+    if checks:
+        ok = sum(c.ok for c in checks)
+        lines.append(f"  the lesson's own checks against the unsplit model: {ok} of {len(checks)} ok")
+    return "\n".join(lines)

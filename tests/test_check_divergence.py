@@ -1,0 +1,148 @@
+"""`parasim check`: marked tensors put back together from their pieces, compared with a reference's, and
+the first wrong one pinned on its collective with what would have matched. Expected names, groups, labels
+and lines are written out here."""
+import json
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import parasim
+from parasim.engine.divergence import assemble, first_divergence, parse_placement
+from parasim.errors import UsageError
+from tests.conftest import cli
+
+ROOT = Path(__file__).resolve().parent.parent
+LESSON_FILE = ROOT / "lessons" / "silent_bugs.py"
+
+
+def _line_of(path: Path, text: str) -> int:
+    (n,) = [i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line]
+    return n
+
+
+@pytest.mark.parametrize("bug, name, group, label_start, would", [
+    ("expert-over-dp-cp", "expert", "dp-cp", "sum the expert's gradient",
+     "all_reduce over dp or expert-dp instead of dp-cp would match"),
+    ("dense-over-dp", "attn.grad", "dp", "sum the attention shard's gradient",
+     "all_reduce over dp-cp instead of dp would match"),
+    ("norm-not-over-tp", "norm.grad", "dp-cp", "sum the norm's gradient over dp-cp",
+     "summing these pieces over tp (they are partial sums) would match"),
+])
+def test_each_silent_bug_is_named(bug, name, group, label_start, would):
+    out = cli("check", "silent-bugs", "--bug", bug, "--json")
+    assert out.returncode == 1, out.stderr
+    d = json.loads(out.stdout)["first_divergence"]
+    assert d["name"].startswith(name) and d["group"].split("[")[0] == group and d["op"] == "all_reduce"
+    assert d["label"].startswith(label_start) and d["would_match"] == would
+    call = "ctx.comm.all_reduce(norm, group=g[\"dp-cp\"]" if bug == "norm-not-over-tp" else \
+        ("expert = ctx.comm.all_reduce" if bug.startswith("expert") else "attn = ctx.comm.all_reduce")
+    assert d["site"] == f"lessons/silent_bugs.py:{_line_of(LESSON_FILE, call)}"
+    assert d["max_rel"] > 0.1 and d["max_abs"] > 0.1  # a whole piece's worth, not rounding
+
+
+def test_the_right_program_and_every_lesson_report_none():
+    out = cli("check", "silent-bugs", "--json")
+    d = json.loads(out.stdout)
+    assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 6
+    assert all(c["ok"] for c in d["checks"])
+
+
+@pytest.mark.slow
+def test_every_lesson_checks_clean():
+    from parasim.lesson import load_lessons
+    for name in load_lessons():
+        out = cli("check", name, "--json")
+        assert out.returncode == 0, (name, out.stdout[-400:], out.stderr)
+        assert json.loads(out.stdout)["first_divergence"] is None, name
+
+
+def test_pieces_are_put_back_together_by_their_placement():
+    a, b = np.arange(6.0).reshape(2, 3), np.arange(6.0, 12.0).reshape(2, 3)
+    assert np.array_equal(assemble("Shard(1)", (4, 5), {5: b, 4: a}), np.concatenate([a, b], axis=1))
+    assert np.array_equal(assemble("Shard(0)", (5, 4), {5: b, 4: a}), np.concatenate([b, a], axis=0))
+    assert np.array_equal(assemble("Partial()", (0, 1), {0: a, 1: b}), a + b)
+    assert np.array_equal(assemble("Replicate()", (0, 1), {0: a, 1: b}), a)
+    assert parse_placement("Shard(-1)") == ("shard", -1)
+    for bad in ("Shard()", "shard(0)", "Replicate", "Partial(0)", ""):
+        with pytest.raises(UsageError, match="placement must be Shard"):
+            parse_placement(bad)
+
+
+def test_a_bad_placement_fails_at_the_mark():
+    def program(ctx):
+        ctx.mark("x", ctx.asarray([1.0]), "Sharded(0)")
+    with pytest.raises(UsageError, match="placement must be Shard"):
+        parasim.run(program, 1)
+
+
+def _tp_program(ctx, gather_dim):
+    tp = ctx.new_group(range(ctx.world), "tp")
+    x = ctx.shared_rng("x").normal((4, 6))
+    mine = x[:, ctx.rank * 3:(ctx.rank + 1) * 3]
+    ctx.mark("x", mine, "Shard(1)", tp)
+    y = ctx.comm.all_gather(mine, dim=gather_dim, group=tp, label="gather the columns")
+    ctx.mark("y", y, "Replicate()", tp)
+
+
+def _reference(ctx):
+    x = ctx.shared_rng("x").normal((4, 6))
+    ctx.mark("x", x)
+    ctx.mark("y", x)
+
+
+def test_a_gather_along_the_wrong_dim_is_pinned_on_it():
+    keep = 10 ** 6
+    ref = parasim.run(_reference, 1, keep_values=keep)
+    right = parasim.run(lambda ctx: _tp_program(ctx, 1), 2, keep_values=keep)
+    assert first_divergence(right, ref) is None
+    wrong = parasim.run(lambda ctx: _tp_program(ctx, 0), 2, keep_values=keep)
+    d = first_divergence(wrong, ref)
+    assert d["name"] == "y" and d["op"] == "all_gather" and d["label"] == "gather the columns"
+    assert d["max_abs"] == float("inf")  # (8, 3) against (4, 6): not even the shape
+    assert d["would_match"] is None
+
+
+def test_copies_that_differ_are_a_divergence_even_when_the_first_is_right():
+    def program(ctx):
+        tp = ctx.new_group(range(2), "tp")
+        x = ctx.shared_rng("x").normal((3,))
+        ctx.comm.barrier(group=tp)
+        ctx.mark("x", x if ctx.rank == 0 else x + 1.0, "Replicate()", tp)
+
+    def ref(ctx):
+        ctx.mark("x", ctx.shared_rng("x").normal((3,)))
+    d = first_divergence(parasim.run(program, 2), parasim.run(ref, 1))
+    assert d["name"] == "x" and d["max_abs"] == pytest.approx(1.0) and d["op"] == "barrier"
+
+
+def test_a_users_program_is_checked_against_a_users_reference(tmp_path):
+    src = tmp_path / "mine.py"
+    src.write_text(textwrap.dedent("""\
+        def program(ctx):
+            dp = ctx.new_group(range(ctx.world), "dp")
+            g = ctx.shared_rng(f"g{ctx.rank}").normal((3,))
+            total = ctx.comm.all_reduce(g, op="max", group=dp, label="sum the gradients")  # the bug: max
+            ctx.mark("grad", total, "Replicate()", dp)
+
+
+        def reference(ctx):
+            ctx.mark("grad", sum(ctx.shared_rng(f"g{r}").normal((3,)) for r in range(4)))
+        """))
+    out = cli("check", f"{src}:program", "--world", "4", "--json")
+    assert out.returncode == 1, out.stderr
+    d = json.loads(out.stdout)["first_divergence"]
+    assert d["label"] == "sum the gradients" and d["site"].endswith(f"mine.py:{_line_of(src, 'the bug')}")
+    out = cli("check", f"{src}:program", "--world", "4", "--reference", f"{src}:reference")
+    assert out.returncode == 1 and "first divergence at 'grad'" in out.stdout
+
+
+@pytest.mark.parametrize("args, reason", [
+    (["check", "silent-bugs", "--bug", "nope"], "silent-bugs has no variant 'nope'"),
+    (["check", "silent-bugs", "--reference", "ref"], "--reference takes path/to/file.py:function"),
+    (["check", "nosuchlesson"], "unknown lesson 'nosuchlesson'"),
+])
+def test_bad_check_input_is_one_line_and_exit_2(args, reason):
+    out = cli(*args)
+    assert out.returncode == 2 and reason in out.stderr and out.stderr.count("\n") == 1
