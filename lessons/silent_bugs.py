@@ -5,7 +5,8 @@ The gradient sync of the 16-GPU example's attention-and-MoE split, without its p
 for attention (8 GPUs) and EP 4 x EDP 2 for the experts (folded onto the same 8). Each GPU holds the
 gradient its own tokens gave: for its shard of an attention weight (TP), for the norm it holds whole but
 saw only its SP share of the tokens for, and for its expert. The right sums: attention over dp-cp, the norm
-over tp and then dp-cp, each expert over expert-dp. Each bug below changes one group.
+over tp and then dp-cp, each expert over expert-dp; then one norm over every gradient clips them all, and a
+dropout after a row-parallel sum draws one mask for both TP ranks. Each bug below changes one of these.
 """
 from __future__ import annotations
 
@@ -16,11 +17,15 @@ from parasim.lesson import Check, Lesson, check
 
 LAYOUT = Layout(tp=2, cp=2, dp=2, ep=4, etp=1, sp=True)
 H = 4  # a small hidden size: the attention weight is H x 2H, split by columns over TP
+MAX_NORM = 1.0  # the gradients' norm is far above: clipping scales them
+DROP = 0.5  # dropout probability
 EXPERTS = LAYOUT.ep  # one expert per EP rank
 BUGS = {
     "expert-over-dp-cp": "the experts' gradients summed over dp-cp (the attention's group) instead of expert-dp",
     "dense-over-dp": "the attention's gradients summed over dp alone, leaving out the CP halves of the sequence",
     "norm-not-over-tp": "the norm's gradient not summed over tp, although each TP rank saw only its SP share",
+    "clip-per-group": "dense gradients clipped by the dense norm and experts by the experts' norm, not one norm",
+    "dropout-per-rank": "dropout masks drawn from each rank's own seed where both TP ranks must drop the same",
 }
 
 
@@ -32,6 +37,11 @@ def _attn(ctx, dp: int, cp: int):
 def _norm(ctx, dp: int, cp: int, tp: int):
     """The norm's gradient from the SP share tp of those tokens."""
     return ctx.shared_rng(f"norm.{dp}.{cp}.{tp}").normal((H,))
+
+
+def _act(ctx, dp: int, cp: int, tp: int):
+    """TP rank tp's partial output of a row-parallel layer, on the tokens of (dp, cp)."""
+    return ctx.shared_rng(f"act.{dp}.{cp}.{tp}").normal((2, H))
 
 
 def _expert(ctx, e: int, edp: int):
@@ -57,6 +67,26 @@ def sync(ctx, bug: str | None = None) -> dict:
     expert = ctx.comm.all_reduce(_expert(ctx, c.ep, c.edp), group=g["dp-cp" if bug == "expert-over-dp-cp" else "expert-dp"],
                                  label="sum the expert's gradient over the ranks holding the same expert")
     ctx.mark(f"expert{c.ep}.grad", expert, "Replicate()", g["expert-dp"])
+    ctx.phase("clipping: one norm over both groups")
+    # each gradient piece counted once: a sum every dp-cp (expert-dp) member holds is counted on its first
+    # member, the norm (whole on both TP ranks) on TP rank 0 too
+    first = {k: g[k].group_rank(ctx.rank) == 0 for k in ("dp-cp", "expert-dp", "tp")}
+    dense_sq = float((attn ** 2).sum()) * first["dp-cp"] + float((norm ** 2).sum()) * first["dp-cp"] * first["tp"]
+    expert_sq = float((expert ** 2).sum()) * first["expert-dp"]
+    sq = ctx.comm.all_reduce(ctx.asarray([dense_sq, expert_sq]), label="add up the squares of the gradient pieces "
+                             "each rank alone holds, dense and experts")
+    whole = float(sq[0] + sq[1]) ** 0.5
+    dense_norm, expert_norm = (float(sq[0]) ** 0.5, float(sq[1]) ** 0.5) if bug == "clip-per-group" else (whole, whole)
+    attn_c = attn * min(1.0, MAX_NORM / (dense_norm + 1e-6))
+    expert_c = expert * min(1.0, MAX_NORM / (expert_norm + 1e-6))
+    ctx.mark("attn.clipped", attn_c, "Shard(1)", g["tp"])
+    ctx.mark(f"expert{c.ep}.clipped", expert_c, "Replicate()", g["expert-dp"])
+    ctx.phase("dropout: one mask on both TP ranks")
+    # after the row-parallel sum both TP ranks hold the same activations: dropout must drop the same ones
+    act = ctx.comm.all_reduce(_act(ctx, c.dp, c.cp, c.tp), group=g["tp"], label="sum the row-parallel output over tp")
+    draw = ctx.rng if bug == "dropout-per-rank" else ctx.shared_rng(f"mask.{c.dp}.{c.cp}")
+    dropped = act * (draw.uniform(act.shape) >= DROP) / (1 - DROP)
+    ctx.mark(f"dropout.{c.dp}.{c.cp}", dropped, "Replicate()", g["tp"])
     return {"attn": attn, "norm": norm, "expert": expert}
 
 
@@ -76,23 +106,43 @@ def norm_not_over_tp(ctx):
     return sync(ctx, "norm-not-over-tp")
 
 
+def clip_per_group(ctx):
+    return sync(ctx, "clip-per-group")
+
+
+def dropout_per_rank(ctx):
+    return sync(ctx, "dropout-per-rank")
+
+
 def reference(ctx):
-    """One device: every gradient summed over all the tokens that reach it, whole."""
+    """One device: every gradient summed over all the tokens that reach it, whole; one norm clips them all;
+    one dropout mask per token."""
     dp, cp, tp, edp = LAYOUT.dp, LAYOUT.cp, LAYOUT.tp, LAYOUT.world // LAYOUT.ep
-    ctx.mark("attn.grad", sum(_attn(ctx, d, k) for d in range(dp) for k in range(cp)))
-    ctx.mark("norm.grad", sum(_norm(ctx, d, k, t) for d in range(dp) for k in range(cp) for t in range(tp)))
-    for e in range(EXPERTS):
-        ctx.mark(f"expert{e}.grad", sum(_expert(ctx, e, r) for r in range(edp)))
+    attn = ctx.mark("attn.grad", sum(_attn(ctx, d, k) for d in range(dp) for k in range(cp)))
+    norm = ctx.mark("norm.grad", sum(_norm(ctx, d, k, t) for d in range(dp) for k in range(cp) for t in range(tp)))
+    experts = [ctx.mark(f"expert{e}.grad", sum(_expert(ctx, e, r) for r in range(edp))) for e in range(EXPERTS)]
+    total = (float((attn ** 2).sum()) + float((norm ** 2).sum()) + sum(float((x ** 2).sum()) for x in experts)) ** 0.5
+    coef = min(1.0, MAX_NORM / (total + 1e-6))
+    ctx.mark("attn.clipped", attn * coef)
+    for e, x in enumerate(experts):
+        ctx.mark(f"expert{e}.clipped", x * coef)
+    for d in range(dp):
+        for k in range(cp):
+            act = sum(_act(ctx, d, k, t) for t in range(tp))
+            keep = ctx.shared_rng(f"mask.{d}.{k}").uniform(act.shape) >= DROP
+            ctx.mark(f"dropout.{d}.{k}", act * keep / (1 - DROP))
 
 
 VARIANTS = {"expert-over-dp-cp": expert_over_dp_cp, "dense-over-dp": dense_over_dp,
-            "norm-not-over-tp": norm_not_over_tp}
+            "norm-not-over-tp": norm_not_over_tp, "clip-per-group": clip_per_group, "dropout-per-rank": dropout_per_rank}
 # what `parasim check` should name for each bug: (the marked gradient, the wrong group, what would match).
 # Here EP 4 folds expert-dp onto the same ranks as dp, so both are named.
 EXPECTED = {
     "expert-over-dp-cp": ("expert", "dp-cp", "all_reduce over dp or expert-dp instead of dp-cp would match"),
     "dense-over-dp": ("attn", "dp", "all_reduce over dp-cp instead of dp would match"),
     "norm-not-over-tp": ("norm", "dp-cp", "summing these pieces over tp (they are partial sums) would match"),
+    "clip-per-group": ("attn", "world", None),
+    "dropout-per-rank": ("dropout", "tp", None),
 }
 
 
@@ -128,6 +178,15 @@ NARRATIVE = {
         and saw different tokens. Summing over dp-cp instead adds up other experts' gradients: the numbers
         look like gradients, training goes on, and it is wrong. `parasim check silent-bugs --bug NAME`
         points at the collective that did it.""",
+    "clipping: one norm over both groups": """
+        Clipping scales every gradient by one factor, from the norm of the whole model's gradient. Each GPU
+        adds the squares of the pieces only it holds (a copy is counted once), and one all-reduce over all 8
+        adds those up, keeping the dense and the expert parts apart so both can be shown. Clipping each part
+        by its own norm gives two factors: both look reasonable, neither is the one a single device uses.""",
+    "dropout: one mask on both TP ranks": """
+        After a row-parallel layer both GPUs of a TP pair hold the same activations, and dropout must drop
+        the same positions on both: the mask comes from a stream both share. Drawn from each rank's own seed,
+        the two copies stop being copies, and nothing complains.""",
 }
 
 LESSON = Lesson(
@@ -138,7 +197,8 @@ LESSON = Lesson(
     program=program,
     narrative=NARRATIVE,
     checks=checks,
-    summary="three wrong gradient groups that raise no error, and the collective `parasim check` names for each",
+    summary="five silent bugs (wrong gradient groups, per-group clipping, per-rank dropout masks) and the "
+            "collective `parasim check` names for each",
     keep_values=0,
     reference=reference,
     variants=VARIANTS,

@@ -21,7 +21,7 @@ def add_check(sub: Any) -> None:
                                     "error, and the group or placement that would have matched.")
     cp.add_argument("name", metavar="LESSON", help="a lesson, or path/to/file.py:function")
     cp.add_argument("--bug", metavar="NAME", help="run one of the lesson's wrong variants (silent-bugs: "
-                    "expert-over-dp-cp, dense-over-dp, norm-not-over-tp)")
+                    "expert-over-dp-cp, dense-over-dp, norm-not-over-tp, clip-per-group, dropout-per-rank)")
     cp.add_argument("--reference", metavar="FILE.py:FN", help="the one-rank program marking whole tensors "
                     "(default: the lesson's, or a `reference` function in the program's file)")
     cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
@@ -81,6 +81,9 @@ def _text(name: str, bug: str | None, compared: int, found: dict | None, checks:
         if found["event"] is not None:
             lines.append(f"  from event #{found['event']}: {found['op']} on {found['group']} "
                          f"'{found['label']}' at {found['site']}")
+        if found["copies_differ"]:
+            lines.append(f"  the copies on {found['marked_on']} differ from each other: whatever made them (a random "
+                         "draw, a sum) was not the same on every rank there")
         if found["would_match"]:
             lines.append(f"  {found['would_match']}")
     if checks:

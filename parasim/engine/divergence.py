@@ -133,7 +133,8 @@ def _report(trace: Trace, m: Marked, want: np.ndarray, abs_err: float, rel_err: 
     e = _pinned(trace, m)
     out = {"name": m.name, "placement": m.placement, "marked_on": f"{m.group_name}{list(m.group)}",
            "event": None, "op": None, "group": None, "label": None, "ranks": sorted(m.pieces), "site": None,
-           "max_abs": abs_err, "max_rel": rel_err, "tolerance": tol, "would_match": None}
+           "max_abs": abs_err, "max_rel": rel_err, "tolerance": tol, "copies_differ": not _copies_agree(m, tol),
+           "would_match": None}
     if e is not None:
         member = next((x for x in e.members if x.rank in m.pieces), e.members[0])
         out.update(event=e.seq, op=e.op, group=f"{e.group.name}{list(e.group.ranks)}", label=e.label,
