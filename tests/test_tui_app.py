@@ -112,3 +112,31 @@ async def test_memory_panel_shows_held_bytes_at_the_event():
     plain = make("tp-mlp")
     async with plain.run_test(size=(120, 40)):
         assert not plain.query_one("#memory").display
+
+
+async def test_the_first_divergence_is_marked_and_d_jumps_to_it():
+    """parasim check --tui: the pinned event's cells are marked, its detail says what differs (both values
+    when small), and d selects it from anywhere."""
+    from parasim.engine import run
+    from parasim.engine.divergence import first_divergence
+    from parasim.lesson import get_lesson
+    lesson = get_lesson("silent-bugs")
+    res = run(lesson.variants["dense-over-dp"], 8, keep_values=10 ** 6)
+    found = first_divergence(res, run(lesson.reference, 1, keep_values=10 ** 6))
+    view = View(res.trace, lesson.narrative, lesson.title, divergence=found)
+    pinned = view.diverged()
+    assert view.events[pinned].label.startswith("sum the attention shard's gradient") and view.events[pinned].group.name == "dp"
+    e = view.events[pinned]
+    row = next(i for i, (_, ranks) in enumerate(view.rows) if e.ranks[0] in ranks)
+    assert view.diverged_at(row, e.step) and not view.diverged_at(row, e.step + 1)
+    app = ParasimApp(view)
+    async with app.run_test(size=(140, 50)) as pilot:
+        assert app.index == 0
+        await pilot.press("d")
+        assert app.index == pinned
+        detail = text(app, "#detail")
+        assert "FIRST DIVERGENCE: 'attn.grad'" in detail and "all_reduce over dp-cp instead of dp would match" in detail
+        assert "this run:" in detail and "reference:" in detail  # 32 values: both shown
+        assert "first divergence at #" in text(app, "#status")
+        await pilot.press("right")
+        assert "FIRST DIVERGENCE" not in text(app, "#detail")

@@ -25,8 +25,11 @@ def add_check(sub: Any) -> None:
     cp.add_argument("--reference", metavar="FILE.py:FN", help="the one-rank program marking whole tensors "
                     "(default: the lesson's, or a `reference` function in the program's file)")
     cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
-    cp.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "first_divergence", '
-                    '"checks"} as JSON')
+    out = cp.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "first_divergence", '
+                     '"checks"} as JSON')
+    out.add_argument("--tui", action="store_true", help="open the run in the app with the first divergence marked "
+                     "in the timeline (d jumps to it)")
     cp.set_defaults(func=cmd_check)
 
 
@@ -58,7 +61,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
         checks = list(lesson.checks(result))
-    if args.json:
+    if args.tui:
+        from ..tui.app import ParasimApp
+        from ..tui.view import View
+        app = ParasimApp(View(result.trace, lesson.narrative, lesson.title, divergence=found))
+        if found is not None and app.view.diverged() is not None:
+            app.index = app.view.diverged()
+        app.run()
+    elif args.json:
         print(json.dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "compared": len(names),
                           "tolerance": TOLERANCE, "first_divergence": found,
                           "checks": [c.to_dict() for c in checks]}, indent=1))

@@ -22,6 +22,7 @@ from ..trace import Event, Trace
 # Relative to the reference's largest value: a sum taken over pieces in another order stays far below these,
 # a wrong group or a missing sum is far above (an error of the size of a whole piece).
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+SHOWN = 32  # tensors up to this many values are given whole in the report (both values, for the app)
 _PLACEMENT = re.compile(r"^(Replicate|Partial)\(\)$|^Shard\((-?\d+)\)$")
 
 
@@ -114,7 +115,10 @@ def first_divergence(run: Any, reference: Any) -> dict | None:
             continue
         if rel_err <= tol:  # the copies disagree although the first one is right: measure the worst copy
             abs_err, rel_err = max(_error(np.asarray(p), want) for p in m.pieces.values())
-        return _report(run.trace, m, want, abs_err, rel_err, tol)
+        out = _report(run.trace, m, want, abs_err, rel_err, tol)
+        small = got.shape == want.shape and want.size <= SHOWN
+        out["got"], out["want"] = (got.tolist(), want.tolist()) if small else (None, None)
+        return out
     return None
 
 

@@ -16,7 +16,8 @@ from .view import COLOURS, IDLE, KINDS, MapView, SlotWindow, View, Watch, kind_o
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)
 HELP = ("right/n next  left/p previous  home/end first/last  space play/pause  +/- speed  g go to event  "
-        "/ filter by op or axis  r focus a rank  t ring hops  f fold ranks into groups  ? help  q quit")
+        "/ filter by op or axis  r focus a rank  t ring hops  f fold ranks into groups  d first divergence "
+        "(parasim check --tui)  ? help  q quit")
 
 
 class ParasimApp(App):
@@ -35,6 +36,7 @@ class ParasimApp(App):
         Binding("r", "prompt('rank')", "rank", priority=True),
         Binding("t", "hops", "ring hops", priority=True),
         Binding("f", "fold", "fold ranks", priority=True),
+        Binding("d", "diverged", "divergence", priority=True, show=False),
         Binding("question_mark", "help", "help", priority=True),
         Binding("q", "quit", "quit", priority=True),
         Binding("escape", "cancel", "cancel", priority=True, show=False),
@@ -232,6 +234,12 @@ class ParasimApp(App):
     def action_jump(self, where: str) -> None:
         if self.view.visible:
             self.index = self.view.visible[0 if where == "first" else -1]
+
+    def action_diverged(self) -> None:
+        """Jump to the event `parasim check` pinned the first divergence on."""
+        i = self.view.diverged()
+        if i is not None:
+            self.index = i
 
     def action_play(self) -> None:
         self.playing = not self.playing

@@ -21,7 +21,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
     DEFAULT_CSS = "\n".join(f"Timeline > .timeline--{title} {{ color: {colour}; }}" for title, colour in COLOURS.items())
     COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
                                                                 "timeline--header", "timeline--column",
-                                                                "timeline--watch"}
+                                                                "timeline--watch", "timeline--diverged"}
 
     class Selected(Message):
         def __init__(self, index: int) -> None:
@@ -75,6 +75,8 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
                 st = self._style(style)
                 if sel is not None and sel.step == c + 1 and mine:
                     st = st + self._style("selected")
+                if self.view.diverged_at(row - 1, c + 1):
+                    st = st + self._style("diverged")
                 cells.append(Segment(text.ljust(CELL_W), st))
         else:
             return Strip.blank(width, self.rich_style)

@@ -142,6 +142,7 @@ class View:
     show_hops: bool = False
     filter_text: str = ""
     focus_rank: int | None = None
+    divergence: dict | None = None  # `parasim check`'s first divergence, marked in the timeline
 
     def __post_init__(self) -> None:
         self.events = list(self.trace.events)
@@ -236,6 +237,31 @@ class View:
                 return self.cell(rank, column)
         return IDLE
 
+    def diverged(self) -> int | None:
+        """The index of the event `parasim check` pinned the first divergence on, if any."""
+        seq = (self.divergence or {}).get("event")
+        return next((i for i, e in enumerate(self.events) if e.seq == seq), None) if seq is not None else None
+
+    def diverged_at(self, row: int, column: int) -> bool:
+        i = self.diverged()
+        if i is None:
+            return False
+        e = self.events[i]
+        return e.step == column and any(r in e.ranks for r in self.rows[row][1])
+
+    def divergence_lines(self, index: int) -> list[str]:
+        """For the pinned event: what differs from the reference, by how much, and both values when small."""
+        d = self.divergence
+        if d is None or index != self.diverged():
+            return []
+        lines = [f"FIRST DIVERGENCE: '{d['name']}' ({d['placement']} on {d['marked_on']})",
+                 f"max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g} (tolerance {d['tolerance']:g})"]
+        if d.get("would_match"):
+            lines.append(d["would_match"])
+        if d.get("got") is not None:
+            lines += [f"this run:  {fmt(d['got'])}", f"reference: {fmt(d['want'])}"]
+        return lines
+
     def takes_part(self, index: int, rank: int) -> bool:
         return rank in self.events[index].ranks
 
@@ -247,7 +273,8 @@ class View:
         head = f"#{e.seq}  step {e.step}  {e.op}"
         if e.kind == "p2p":
             head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
-        lines = [head, f"group {e.group.name} {list(e.group.ranks)}" + (f"   '{e.label}'" if e.label else "")]
+        lines = self.divergence_lines(index)
+        lines += [head, f"group {e.group.name} {list(e.group.ranks)}" + (f"   '{e.label}'" if e.label else "")]
         params = {k: v for k, v in e.params.items() if k not in ("src", "dst")}
         if params:
             lines.append("  ".join(f"{k}={v}" for k, v in params.items()))
@@ -380,4 +407,6 @@ class View:
             parts.append(f"filter '{self.filter_text}'")
         if self.focus_rank is not None:
             parts.append(f"rank {self.focus_rank}")
+        if self.diverged() is not None:
+            parts.append(f"first divergence at #{self.divergence['event']} (d jumps there)")
         return "  ".join(parts)
