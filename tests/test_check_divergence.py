@@ -11,7 +11,7 @@ import pytest
 import parasim
 from parasim.engine.divergence import assemble, first_divergence, parse_placement
 from parasim.errors import UsageError
-from tests.conftest import cli
+from tests.conftest import cli, cli_process
 
 ROOT = Path(__file__).resolve().parent.parent
 LESSON_FILE = ROOT / "lessons" / "silent_bugs.py"
@@ -29,7 +29,9 @@ def _line_of(path: Path, text: str) -> int:
      "all_reduce over dp-cp instead of dp would match"),
     ("norm-not-over-tp", "norm.grad", "dp-cp", "sum the norm's gradient over dp-cp",
      "summing these pieces over tp (they are partial sums) would match"),
-    ("clip-per-group", "attn.clipped", "world", "add up the squares of the gradient pieces", None),
+    ("clip-per-group", "attn.clipped", "world", "add up the squares of the gradient pieces",
+     "the reference times 1.35184: only a scale differs (a clipping factor, an average over another count, a loss "
+     "scale)"),
     ("dropout-per-rank", "dropout.", "tp", "sum the row-parallel output over tp", None),
 ])
 def test_each_silent_bug_is_named(bug, name, group, label_start, would):
@@ -149,3 +151,21 @@ def test_a_users_program_is_checked_against_a_users_reference(tmp_path):
 def test_bad_check_input_is_one_line_and_exit_2(args, reason):
     out = cli(*args)
     assert out.returncode == 2 and reason in out.stderr and out.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_against_gloo_names_the_first_call_that_differs(tmp_path):
+    src = tmp_path / "backend.py"
+    src.write_text(textwrap.dedent("""\
+        def program(ctx):
+            x = ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]), label="same everywhere")
+            return ctx.xp.__name__  # which array library ran it: numpy here, torch on real ranks
+        """))
+    same = cli_process("check", f"{ROOT}/examples/my_tp.py:program", "--world", "2", "--against", "gloo", "--json")
+    assert same.returncode == 0, same.stderr
+    assert json.loads(same.stdout)["first_divergence"] is None
+    out = cli_process("check", f"{src}:program", "--world", "2", "--against", "gloo", "--json")
+    assert out.returncode == 1, out.stderr
+    d = json.loads(out.stdout)["first_divergence"]
+    assert d["against"] == "gloo" and d["call"].startswith("rank 0: return value differs")
+    assert "torch" in d["call"] and "numpy" in d["call"]

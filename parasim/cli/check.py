@@ -24,6 +24,8 @@ def add_check(sub: Any) -> None:
                     "expert-over-dp-cp, dense-over-dp, norm-not-over-tp, clip-per-group, dropout-per-rank)")
     cp.add_argument("--reference", metavar="FILE.py:FN", help="the one-rank program marking whole tensors "
                     "(default: the lesson's, or a `reference` function in the program's file)")
+    cp.add_argument("--against", choices=("gloo",), help="compare with the same program on real gloo ranks instead "
+                    "of a reference: the first call whose values differ, with both values")
     cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     out = cp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "first_divergence", '
@@ -52,6 +54,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         reference = program_lesson(args.reference, 1).program
     world = args.world or lesson.world
     lesson.check_world(world)
+    if args.against is not None:
+        return _against_real(args, lesson, world)
     result = run(program, world, seed=lesson.seed, keep_values=KEEP)
     names = collect(result.trace, result.marked)
     found, checks = None, []
@@ -100,3 +104,24 @@ def _text(name: str, bug: str | None, compared: int, found: dict | None, checks:
         ok = sum(c.ok for c in checks)
         lines.append(f"  the lesson's own checks against the unsplit model: {ok} of {len(checks)} ok")
     return "\n".join(lines)
+
+
+def _against_real(args: argparse.Namespace, lesson: Any, world: int) -> int:
+    """The program on real ranks against its virtual run: the first call that differs, both values in it."""
+    from ..comm.launch import RealOptions
+    from ..engine.real import run_real
+
+    if args.bug is not None:
+        raise UsageError("--against runs the lesson's own program on real ranks; --bug variants run on virtual ranks")
+    report = run_real(lesson.target, world, RealOptions(args.against, lesson.seed, KEEP, "direct", True, 30.0))
+    if report is None:  # a torchrun rank other than 0
+        return 0
+    first = report.differences[0] if report.differences else None
+    if args.json:
+        print(json.dumps({"lesson": lesson.name, "against": args.against, "world": world,
+                          "first_divergence": None if first is None else {"against": args.against, "call": first},
+                          "differences": len(report.differences)}, indent=1))
+    else:
+        print(f"{lesson.name} on {world} {args.against} ranks against its virtual run: "
+              + ("no difference" if first is None else f"first difference: {first}"))
+    return 0 if first is None else 1

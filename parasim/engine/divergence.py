@@ -148,7 +148,12 @@ def _report(trace: Trace, m: Marked, want: np.ndarray, abs_err: float, rel_err: 
 
 
 def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: float) -> str | None:
-    """Another placement for the mark, or another group for its sum, under which the pieces match."""
+    """Another placement for the mark, or another group for its sum, under which the pieces match; or, when
+    the whole tensor is the reference times one number, that number (a scale: clipping, averaging)."""
+    scaled = _scale(assemble(m.placement, m.group, m.pieces), want, tol)
+    if scaled is not None and _copies_agree(m, tol):
+        return (f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
+                "another count, a loss scale)")
     for other in ("Partial()", "Replicate()"):
         if other != m.placement and _error(assemble(other, m.group, m.pieces), want)[1] <= tol and (
                 other != "Replicate()" or _copies_agree(Marked(**{**m.__dict__, "placement": other}), tol)):
@@ -197,3 +202,12 @@ def _inputs(trace: Trace, e: Event, m: Marked) -> dict[int, np.ndarray] | None:
                     return None
                 out[member.rank] = np.asarray(member.before[0])
     return out
+
+
+def _scale(got: np.ndarray, want: np.ndarray, tol: float) -> float | None:
+    """c when got equals c * want (c not 1), to the tolerance; else None."""
+    if got.shape != want.shape or not want.size or not np.any(want):
+        return None
+    c = float(np.vdot(got, want) / np.vdot(want, want))
+    ok = _error(got, c * want)[1] <= tol and abs(c - 1.0) > tol
+    return c if ok else None
