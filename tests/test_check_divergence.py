@@ -33,7 +33,7 @@ def _line_of(path: Path, text: str) -> int:
      "the reference times 1.35184: only a scale differs (a clipping factor, an average over another count, a loss "
      "scale)"),
     ("dropout-per-rank", "dropout.", "tp", "sum the row-parallel output over tp", None),
-])
+], ids=["expert-over-dp-cp", "dense-over-dp", "norm-not-over-tp", "clip-per-group", "dropout-per-rank"])
 def test_each_silent_bug_is_named(bug, name, group, label_start, would):
     out = cli("check", "silent-bugs", "--bug", bug, "--json")
     assert out.returncode == 1, out.stderr
@@ -147,7 +147,7 @@ def test_a_users_program_is_checked_against_a_users_reference(tmp_path):
     (["check", "silent-bugs", "--bug", "nope"], "silent-bugs has no variant 'nope'"),
     (["check", "silent-bugs", "--reference", "ref"], "--reference takes path/to/file.py:function"),
     (["check", "nosuchlesson"], "unknown lesson 'nosuchlesson'"),
-])
+], ids=["unknown-bug", "bad-reference", "unknown-lesson"])
 def test_bad_check_input_is_one_line_and_exit_2(args, reason):
     out = cli(*args)
     assert out.returncode == 2 and reason in out.stderr and out.stderr.count("\n") == 1

@@ -150,22 +150,30 @@ def _report(trace: Trace, m: Marked, want: np.ndarray, abs_err: float, rel_err: 
 def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: float) -> str | None:
     """Another placement for the mark, or another group for its sum, under which the pieces match; or, when
     the whole tensor is the reference times one number, that number (a scale: clipping, averaging)."""
-    scaled = _scale(assemble(m.placement, m.group, m.pieces), want, tol)
-    if scaled is not None and _copies_agree(m, tol):
-        return (f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
-                "another count, a loss scale)")
     for other in ("Partial()", "Replicate()"):
         if other != m.placement and _error(assemble(other, m.group, m.pieces), want)[1] <= tol and (
                 other != "Replicate()" or _copies_agree(Marked(**{**m.__dict__, "placement": other}), tol)):
             word = {"Partial()": f"summing these pieces over {m.group_name} (they are partial sums)",
                     "Replicate()": f"taking them as whole copies on {m.group_name}"}[other]
             return f"{word} would match"
+    regroup = _regrouped(trace, m, e, want, tol)
+    if regroup is not None:
+        return regroup
+    scaled = _scale(assemble(m.placement, m.group, m.pieces), want, tol)
+    if scaled is not None and _copies_agree(m, tol):
+        return (f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
+                "another count, a loss scale)")
+    return None
+
+
+def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: float) -> str | None:
+    """The other groups of the run tried in place of the all-reduce's (its kept inputs summed over each)."""
     if e is None or e.op not in ("all_reduce",) or not _outputs_are_marked(e, m):
         return None
     inputs = _inputs(trace, e, m)
     if inputs is None:
         return None
-    names = list(dict.fromkeys(g.name for g in trace.groups if g.name not in (e.group.name, "world")))
+    names = list(dict.fromkeys(g.name for g in trace.groups if g.name != e.group.name))
     matching = []
     for name in names:
         fixed = {}

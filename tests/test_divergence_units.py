@@ -1,0 +1,164 @@
+"""engine/divergence.py piece by piece: the error measure, marks read back with their defaults, the report
+when nothing came before the mark, alternative placements, tolerances by dtype, the collective and site a
+divergence is pinned on. Expected values are written out here."""
+import numpy as np
+import pytest
+
+import parasim
+from parasim.engine.divergence import _error, collect, first_divergence
+from parasim.errors import UsageError
+from parasim.trace import Mark, Trace
+
+KEEP = 10 ** 6
+
+
+def test_the_error_measure():
+    assert _error(np.zeros((2, 3)), np.zeros((3, 2))) == (float("inf"), float("inf"))
+    assert _error(np.zeros(0), np.zeros(0)) == (0.0, 0.0)
+    assert _error(np.zeros(2), np.zeros(2)) == (0.0, 0.0)
+    assert _error(np.array([0.5, 0.0]), np.zeros(2)) == (0.5, float("inf"))
+    assert _error(np.array([1.0, 3.0]), np.array([2.0, 4.0])) == (1.0, 0.25)
+
+
+def test_marks_read_back_with_their_defaults():
+    trace = Trace(2, marks=[Mark(1, 0, "tensor", "x", None), Mark(0, 0, "note", "hello", None),
+                            Mark(0, 1, "tensor", "x", None)])
+    got = collect(trace, [[("x", np.array([1.0]))], [("x", np.array([2.0]))]])
+    (one, zero) = got["x"]
+    assert (one.group, one.placement, one.group_name, one.steps, one.order) == ((1,), "Replicate()", "", {1: 0}, 0)
+    assert (zero.group, zero.steps, zero.order) == ((0,), {0: 1}, 2)
+    with pytest.raises(UsageError, match="out of step"):
+        collect(trace, [[("y", np.array([1.0]))], [("x", np.array([2.0]))]])
+
+
+def _ref(ctx):
+    ctx.mark("x", ctx.asarray([1.0, 2.0, 3.0]))
+
+
+def test_runs_without_marks_or_names_are_refused():
+    run = parasim.run(lambda ctx: ctx.mark("y", ctx.asarray([1.0])), 1)
+    with pytest.raises(UsageError, match="the reference marks no tensor named 'y'"):
+        first_divergence(run, parasim.run(_ref, 1))
+    real_like = parasim.run(_ref, 1)
+    real_like.marked = None
+    with pytest.raises(UsageError, match="run both on virtual ranks"):
+        first_divergence(real_like, parasim.run(_ref, 1))
+    with pytest.raises(UsageError, match="run both on virtual ranks"):
+        first_divergence(parasim.run(_ref, 1), real_like)
+
+
+def test_a_divergence_before_any_collective_has_no_event():
+    d = first_divergence(parasim.run(lambda ctx: ctx.mark("x", ctx.asarray([1.0, 2.0, 4.0])), 1), parasim.run(_ref, 1))
+    assert {k: d[k] for k in ("event", "op", "group", "label", "site", "would_match")} == dict.fromkeys(
+        ("event", "op", "group", "label", "site", "would_match"))
+    assert d["ranks"] == [0] and d["got"] == [1.0, 2.0, 4.0] and d["want"] == [1.0, 2.0, 3.0]
+    assert (d["max_abs"], d["max_rel"], d["placement"], d["marked_on"]) == (1.0, 1 / 3, "Replicate()", "world[0]")
+
+
+def test_large_tensors_are_not_copied_into_the_report():
+    big = parasim.run(lambda ctx: ctx.mark("x", ctx.asarray(np.arange(33.0))), 1)
+    d = first_divergence(big, parasim.run(lambda ctx: ctx.mark("x", ctx.asarray(np.arange(33.0) + 1)), 1))
+    assert d["got"] is None and d["want"] is None
+    edge = parasim.run(lambda ctx: ctx.mark("x", ctx.asarray(np.arange(32.0))), 1)
+    d = first_divergence(edge, parasim.run(lambda ctx: ctx.mark("x", ctx.asarray(np.arange(32.0) + 1)), 1))
+    assert d["got"] == list(np.arange(32.0)) and d["want"] == list(np.arange(32.0) + 1)
+
+
+def test_whole_copies_marked_as_partial_are_recognised():
+    def program(ctx):
+        tp = ctx.new_group([0, 1], "tp")
+        ctx.comm.barrier(group=tp)
+        ctx.mark("x", ctx.asarray([1.0, 2.0, 3.0]), "Partial()", tp)
+    d = first_divergence(parasim.run(program, 2), parasim.run(_ref, 1))
+    assert d["would_match"] == "taking them as whole copies on tp would match"
+    assert d["event"] == 0 and d["op"] == "barrier" and d["ranks"] == [0, 1] and d["group"] == "tp[0, 1]"
+
+
+def test_copies_that_differ_are_not_called_whole():
+    def program(ctx):
+        tp = ctx.new_group([0, 1], "tp")
+        ctx.comm.barrier(group=tp)
+        ctx.mark("x", ctx.asarray([1.0, 2.0, 3.0]) * (1 + ctx.rank), "Partial()", tp)
+    d = first_divergence(parasim.run(program, 2), parasim.run(_ref, 1))
+    assert d["would_match"] is None or "whole copies" not in d["would_match"]
+
+
+def test_float32_is_judged_by_its_own_tolerance():
+    def program(ctx, noise):
+        ctx.mark("x", ctx.asarray(np.array([1.0, 2.0, 3.0]) * (1 + noise), dtype="float32"))
+
+    def ref(ctx):
+        ctx.mark("x", ctx.asarray([1.0, 2.0, 3.0], dtype="float32"))
+    assert first_divergence(parasim.run(lambda ctx: program(ctx, 1e-6), 1), parasim.run(ref, 1)) is None
+    d = first_divergence(parasim.run(lambda ctx: program(ctx, 1e-3), 1), parasim.run(ref, 1))
+    assert d is not None and d["tolerance"] == 1e-4
+
+
+def test_the_pinned_collective_and_site_skip_compute_steps_and_other_members(tmp_path):
+    src = tmp_path / "sites.py"
+    src.write_text(
+        "def program(ctx):\n"
+        "    g = ctx.new_group([0, 1], 'dp')\n"
+        "    ctx.compute('warm up')\n"
+        "    if ctx.rank == 0:\n"
+        "        ctx.comm.all_reduce(ctx.asarray([1.0]), group=g, label='sum')  # rank 0's line\n"
+        "    else:\n"
+        "        y = ctx.comm.all_reduce(ctx.asarray([1.0]), group=g, label='sum')  # rank 1's line\n"
+        "        ctx.compute('after')\n"
+        "        ctx.mark('y', y, 'Replicate()', ctx.new_group([1], 'one'))\n"
+        "    if ctx.rank == 0:\n"
+        "        ctx.new_group([1], 'one')\n")
+    from parasim.lesson import program_lesson
+    program = program_lesson(f"{src}:program", 2).program
+    d = first_divergence(parasim.run(program, 2, keep_values=KEEP),
+                         parasim.run(lambda ctx: ctx.mark("y", ctx.asarray([3.0])), 1))
+    assert d["op"] == "all_reduce" and d["label"] == "sum" and d["ranks"] == [0, 1]
+    assert d["site"].endswith("sites.py:7")  # the marking rank's own line, not rank 0's
+    assert d["would_match"] == "the reference times 0.666667: only a scale differs (a clipping factor, an average " \
+                               "over another count, a loss scale)"
+
+
+def test_integer_tensors_are_compared_exactly():
+    def ref(ctx):
+        ctx.mark("n", ctx.asarray([1, 2, 3], dtype="int64"))
+    same = parasim.run(lambda ctx: ctx.mark("n", ctx.asarray([1, 2, 3], dtype="int64")), 1)
+    assert first_divergence(same, parasim.run(ref, 1)) is None
+    off = parasim.run(lambda ctx: ctx.mark("n", ctx.asarray([1, 2, 4], dtype="int64")), 1)
+    assert first_divergence(off, parasim.run(ref, 1))["max_abs"] == 1
+
+
+def test_an_average_over_the_wrong_group_names_the_right_one():
+    """4 ranks; 'pair' {0,1} {2,3} is right, 'cross' {0,2} {1,3} is what ran (op avg). A group that covers
+    only some ranks ('solo') comes first and is passed over; another all-reduce on ranks 2 and 3 between
+    the sum and the mark must not be taken for the sum's inputs."""
+    def program(ctx):
+        solo = [ctx.new_group([0], "solo")][0]
+        pair = [ctx.new_group(r, "pair") for r in ([0, 1], [2, 3])][ctx.rank // 2]
+        cross = [ctx.new_group(r, "cross") for r in ([0, 2], [1, 3])][ctx.rank % 2]
+        g = ctx.asarray([1.0, 2.0]) * (ctx.rank + 1)
+        avg = ctx.comm.all_reduce(g, op="avg", group=cross, label="average the gradients")
+        if ctx.rank >= 2:
+            ctx.comm.all_reduce(ctx.asarray([100.0, 100.0]), group=pair, label="something else")
+        else:
+            ctx.compute("wait")
+            ctx.compute("wait")
+            ctx.mark("avg", avg, "Replicate()", pair)
+        del solo
+
+    def ref(ctx):
+        ctx.mark("avg", ctx.asarray([1.0, 2.0]) * 1.5)  # ranks 0 and 1 averaged
+    d = first_divergence(parasim.run(program, 4, keep_values=KEEP), parasim.run(ref, 1))
+    assert d["label"] == "average the gradients" and d["group"].startswith("cross")
+    assert d["would_match"] == "all_reduce over pair instead of cross would match"
+
+
+def test_a_scale_is_reported_with_its_sign_and_size():
+    def ref(ctx):
+        ctx.mark("x", ctx.asarray([1.0, -2.0, 3.0]))
+    for factor, word in ((-1.0, "-1"), (2.0, "2"), (0.5, "0.5")):
+        d = first_divergence(parasim.run(lambda ctx: ctx.mark("x", ctx.asarray([1.0, -2.0, 3.0]) * factor), 1),
+                             parasim.run(ref, 1))
+        assert d["would_match"].startswith(f"the reference times {word}: only a scale differs"), factor
+    other_size = first_divergence(parasim.run(lambda ctx: ctx.mark("x", ctx.asarray([1.0, 2.0])), 1),
+                                  parasim.run(ref, 1))
+    assert other_size["max_abs"] == float("inf") and other_size["would_match"] is None
