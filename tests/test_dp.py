@@ -156,3 +156,31 @@ def test_zero3_accumulates_micro_batches_and_steps_again_like_one_device():
         for k in want:
             tol = 1e-9 if k.endswith("qkv.bias") else 1e-12
             assert np.max(np.abs(new[k] - want[k])) < tol, k
+
+
+@pytest.mark.parametrize("stage", [0, 1, 2])
+def test_clipping_by_the_global_norm_equals_one_device(stage):
+    """Every stage clips the averaged gradient by the norm one device would compute (ZeRO adds its shares'
+    squares with one all-reduce), then takes Adam's step."""
+    n, max_norm = 4, 0.5
+
+    def one(ctx):
+        stack = _model(ctx)
+        grads = {k: g / n for k, g in _grads(ctx, stack, range(n)).items()}
+        norm = np.sqrt(sum(float(np.sum(g * g)) for g in grads.values()))
+        coef = min(1.0, max_norm / (norm + 1e-6))
+        w = stack.params()
+        return coef, {k: _adam(w[k], grads[k] * coef, 0, 0, 1)[0] for k in w}
+    coef, want = parasim.run(one, 1).values[0]
+    assert coef < 0.5  # the clip bites
+
+    def program(ctx):
+        stack = _model(ctx)
+        opt = ShardedAdam(ctx, ctx.new_group(range(n), "dp"), stack.params(), stage, lr=LR, bucket=100)
+        return opt.step(_grads(ctx, stack, [ctx.rank]), max_norm=max_norm)
+    res = parasim.run(program, n)
+    for new in res.values:
+        for k in want:
+            assert np.max(np.abs(new[k] - want[k])) < 1e-12, k
+    extra = [e for e in res.trace.events if "clipping" in (e.label or "")]
+    assert len(extra) == (0 if stage == 0 else 1)  # DP holds the whole averaged gradient already

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..comm.interface import Group
 from ..errors import UsageError
+from .clip import check_max_norm, clip_coefficient
 from .flat import FlatBuffer
 from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
 from .zero import adam
@@ -75,8 +76,11 @@ class ShardedAdam:
     def _mine(self, flat: Any) -> Any:
         return self.ctx.xp.concat([flat[lo:hi] for lo, hi in self.ranges()])
 
-    def step(self, grads: dict[str, Any]) -> dict[str, Any]:
-        """Average the gradients over the group, update with Adam, and return every weight, updated."""
+    def step(self, grads: dict[str, Any], max_norm: float | None = None) -> dict[str, Any]:
+        """Average the gradients over the group, update with Adam, and return every weight, updated. With
+        `max_norm`, the averaged gradient is first clipped by its global norm (under ZeRO each rank holds a
+        share: one all-reduce of the shares' sums of squares)."""
+        check_max_norm(max_norm)
         xp, comm, g = self.ctx.xp, self.ctx.comm, self.group
         flat = self._flat(grads)
         if self.stage == 0:
@@ -93,7 +97,13 @@ class ShardedAdam:
                 if self.stage == 2:
                     self.holdings.free("a whole gradient bucket")
             mine = xp.concat(parts)
-        self.share_grad = mine  # the averaged gradient over `ranges()`
+        if max_norm is not None:
+            sq = float(xp.sum(mine * mine))
+            if self.stage:  # shares are disjoint pieces of one gradient: add them up over the group
+                sq = float(comm.all_reduce(self.ctx.asarray([sq]), group=g,
+                                           label=f"{self.name}: add up the gradient shares' squares (clipping)")[0])
+            mine = mine * clip_coefficient(sq ** 0.5, max_norm)
+        self.share_grad = mine  # the averaged (and clipped) gradient over `ranges()`
         self.grad = flat if self.stage == 1 else mine  # averaged (DP), local and whole (ZeRO-1), a share (ZeRO-2)
         self.t += 1
         self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, mine, self.t, self.lr, self.betas, self.eps)
