@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.engine.divergence import assemble, first_divergence, parse_placement
+from parasim.engine.divergence import assemble, first_divergence
+from parasim.nn.placement import Shard, parse
 from parasim.errors import UsageError
 from tests.conftest import cli, cli_process
 
@@ -69,10 +70,10 @@ def test_pieces_are_put_back_together_by_their_placement():
     assert np.array_equal(assemble("Shard(0)", (5, 4), {5: b, 4: a}), np.concatenate([b, a], axis=0))
     assert np.array_equal(assemble("Partial()", (0, 1), {0: a, 1: b}), a + b)
     assert np.array_equal(assemble("Replicate()", (0, 1), {0: a, 1: b}), a)
-    assert parse_placement("Shard(-1)") == ("shard", -1)
+    assert parse("Shard(-1)") == Shard(-1) and parse("Shard(dim=2)") == Shard(2)
     for bad in ("Shard()", "shard(0)", "Replicate", "Partial(0)", ""):
         with pytest.raises(UsageError, match="placement must be Shard"):
-            parse_placement(bad)
+            parse(bad)
 
 
 def test_a_bad_placement_fails_at_the_mark():

@@ -18,19 +18,15 @@ import math
 from typing import Any, Mapping
 
 from ..errors import UsageError
-from ..nn.placement import DATA_AXES, Placed, Replicate, Shard, grad_group, is_expert
+from ..nn.placement import DATA_AXES, Placed, Replicate, Shard, grad_group, is_expert, model_axes
 
-# The model axes (not data axes) each group generator splits weights over; an axis a placement leaves out
-# holds the weight whole (Replicate), so it still decides who counts a copy.
-MODEL_AXES = {"dense": ("tp",), "expert": ("etp", "ep")}
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm before dividing
 
 
 def counts_here(ctx: Any, placed: Placed) -> bool:
     """Whether this rank counts its piece of a weight's gradient in the global norm: on every model axis the
     weight is not sharded over, only the first rank of that axis's group does (the others hold a copy)."""
-    kind = "expert" if is_expert(placed) else "dense"
-    axes = set(MODEL_AXES[kind]) | {a for a in placed if a not in DATA_AXES}
+    axes = set(model_axes(placed)) | {a for a in placed if a not in DATA_AXES}  # an axis left out: a copy
     for axis in sorted(axes):
         if isinstance(placed.get(axis, Replicate()), Shard):
             continue

@@ -92,15 +92,16 @@ class Context:
         """This rank no longer keeps `name`."""
         self._recorder.mark(self.rank, "held", name, {"bytes": 0})
 
-    def mark(self, name: str, x: Any, placement: str | None = None, group: Group | None = None) -> Any:
-        """Name a tensor for `parasim check`: `placement` ("Shard(d)", "Replicate()" or "Partial()") says how
-        the members of `group` (default: the world) hold the whole tensor, so it can be put back together and
-        compared with the reference's tensor of the same name (which marks it whole). Returns `x`."""
-        from .divergence import parse_placement
+    def mark(self, name: str, x: Any, placement: Any = None, group: Group | None = None) -> Any:
+        """Name a tensor for `parasim check`: `placement` (a Placement, or "Shard(d)", "Replicate()",
+        "Partial()") says how the members of `group` (default: the world) hold the whole tensor, so it can be
+        put back together and compared with the reference's tensor of the same name (which marks it whole).
+        Returns `x`."""
+        from ..nn.placement import Replicate, parse, spec
         where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
-        parse_placement(placement or "Replicate()")  # a bad one fails here, at the user's line
+        written = spec(parse(placement if placement is not None else Replicate()))  # a bad one fails here
         self._recorder.mark(self.rank, "tensor", name, {
-            "placement": placement or "Replicate()", "group": list(where.ranks), "group_name": where.name,
+            "placement": written, "group": list(where.ranks), "group_name": where.name,
             "shape": [int(d) for d in x.shape], "dtype": dtype_name(x.dtype)})
         self.marked.append((name, x))
         return x

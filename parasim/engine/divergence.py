@@ -10,28 +10,20 @@ have matched. Wrong sums are silent in training: this names them.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
+from ..nn.placement import Replicate, parse
+from ..nn.placement import assemble as placement_assemble
 from ..trace import Event, Trace
 
 # Relative to the reference's largest value: a sum taken over pieces in another order stays far below these,
 # a wrong group or a missing sum is far above (an error of the size of a whole piece).
 TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
 SHOWN = 32  # tensors up to this many values are given whole in the report (both values, for the app)
-_PLACEMENT = re.compile(r"^(Replicate|Partial)\(\)$|^Shard\((-?\d+)\)$")
-
-
-def parse_placement(text: str) -> tuple[str, int | None]:
-    """("shard", dim) | ("replicate", None) | ("partial", None) from "Shard(d)", "Replicate()", "Partial()"."""
-    m = _PLACEMENT.match(text or "")
-    if not m:
-        raise UsageError(f"placement must be Shard(d), Replicate() or Partial(), got {text!r}")
-    return ("shard", int(m.group(2))) if m.group(2) is not None else (m.group(1).lower(), None)
 
 
 @dataclass
@@ -69,15 +61,9 @@ def collect(trace: Trace, marked: list[list[tuple[str, Any]]]) -> dict[str, list
 
 
 def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any]) -> np.ndarray:
-    """The whole tensor from the members' pieces (in group order). Copies that differ are returned as is
-    (the first member's): comparing with the reference finds them."""
-    kind, dim = parse_placement(placement)
-    parts = [np.asarray(pieces[r]) for r in group if r in pieces]
-    if kind == "shard":
-        return np.concatenate(parts, axis=dim)
-    if kind == "partial":
-        return np.sum(parts, axis=0)
-    return parts[0]
+    """The whole tensor from the members' pieces, in group order (`nn.placement.assemble`). Copies that
+    differ are returned as is (the first member's): comparing with the reference finds them."""
+    return placement_assemble([np.asarray(pieces[r]) for r in group if r in pieces], parse(placement), np)
 
 
 def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
@@ -89,7 +75,7 @@ def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
 
 
 def _copies_agree(m: Marked, tol: float) -> bool:
-    if parse_placement(m.placement)[0] != "replicate":
+    if not isinstance(parse(m.placement), Replicate):
         return True
     first = np.asarray(m.pieces[m.group[0]])
     return all(_error(np.asarray(p), first)[1] <= tol for p in m.pieces.values())

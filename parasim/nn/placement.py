@@ -8,13 +8,16 @@ gradient (under SP each TP rank saw its own tokens). That one declaration, per w
   (b) `sum_axes` / `grad_group`: the axes, and the layout's group, its gradient is summed over: the Partial
       model axes, then the data axes (dp x cp for dense weights, expert-dp for experts, which EP splits);
       layers sum the model axes in their backward (`settle`), data-parallel code sums the data axes;
-  (c) `assemble`: the whole tensor back from the pieces of one axis's group (checks, the app).
+  (c) `assemble`: the whole tensor back from the pieces of one axis's group (checks, `parasim check`, the
+      app); `parse` / `spec` read and write a placement as text ("Shard(1)") for marked tensors.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
+from ..errors import UsageError
 from ..layout import KINDS, LayoutError
 
 
@@ -66,6 +69,12 @@ def data_axes(placed: Placed) -> tuple[str, ...]:
     return ("edp",) if is_expert(placed) else ("dp", "cp")
 
 
+def model_axes(placed: Placed) -> tuple[str, ...]:
+    """The model axes of the weight's group generator (tp for dense weights; etp and ep for experts): an
+    axis its placement leaves out holds it whole (Replicate)."""
+    return tuple(a for a in _AXES["expert" if is_expert(placed) else "dense"] if a not in DATA_AXES)
+
+
 def sum_axes(placed: Placed) -> tuple[str, ...]:
     """Every axis this weight's gradient is summed over: its Partial model axes, then its data axes."""
     return tuple(a for a, p in placed.items() if isinstance(p, Partial)) + data_axes(placed)
@@ -94,6 +103,27 @@ def local(whole: Any, p: Placement, size: int, index: int, xp: Any) -> Any:
     cut = [slice(None)] * whole.ndim
     cut[p.dim] = slice(index * n, (index + 1) * n)
     return xp.asarray(whole[tuple(cut)], copy=True)
+
+
+_SPEC = re.compile(r"^(Replicate|Partial)\(\)$|^Shard\((?:dim=)?(-?\d+)\)$")
+
+
+def parse(p: "str | Placement") -> Placement:
+    """A placement from its written form ("Shard(1)", "Replicate()", "Partial()"), as a program marking a
+    tensor gives it (`ctx.mark`); a Placement is returned as it is."""
+    if isinstance(p, (Replicate, Shard, Partial)):
+        return p
+    m = _SPEC.match(p) if isinstance(p, str) else None
+    if not m:
+        raise UsageError(f"placement must be Shard(d), Replicate() or Partial(), got {p!r}")
+    if m.group(2) is not None:
+        return Shard(int(m.group(2)))
+    return Replicate() if m.group(1) == "Replicate" else Partial()
+
+
+def spec(p: Placement) -> str:
+    """The written form `parse` reads back (what a trace keeps)."""
+    return f"Shard({p.dim})" if isinstance(p, Shard) else f"{type(p).__name__}()"
 
 
 def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:

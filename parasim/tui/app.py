@@ -115,17 +115,10 @@ class ParasimApp(App):
         self._put("holdings", held)
         self.query_one("#holdings").display = bool(rows)
         work = view.work(i)
-        panel = self.query_one("#work", Static)
-        panel.display = bool(work)
-        if work:
+        if self._shown_if("work", work or None) is not None:
             top = max(f for _, f, _ in work) or 1.0
-            bars = Text()
-            for n, (rank, flops, last) in enumerate(work):
-                width = int(round(16 * flops / top))
-                bars.append(("\n" if n else "") + f"rank {rank:<3}")
-                bars.append("█" * width + " " * (16 - width), style="green")
-                bars.append(f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}")
-            self._put("work", bars)
+            self._put("work", _bars([(rank, flops / top, f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}")
+                                     for rank, flops, last in work], 16, " ", "green"))
         self._show_memory(view.held(i))
         phase, text, notes = view.phase_text(i)
         body = Text()
@@ -139,19 +132,13 @@ class ParasimApp(App):
         self._put("status", Text(f" {view.status(i)}   {play} ({SPEEDS[self.speed]} s/step)"))
 
     def _show_memory(self, rows: list) -> None:
-        panel = self.query_one("#memory", Static)
-        panel.display = bool(rows)
-        if not rows:
+        panel = self._shown_if("memory", rows or None)
+        if panel is None:
             return
         top = max(r.peak for r in rows) or 1
         panel.border_title = f"bytes held now (full bar: phase peak, {top:,} B)"
-        bars = Text()
-        for n, r in enumerate(rows):
-            width = int(round(10 * r.total / top))
-            bars.append(("\n" if n else "") + f"rank {r.rank:<3}")
-            bars.append("█" * width + "░" * (10 - width), style="magenta")
-            bars.append(f" {r.total:>7,} B  {describe(r)}")
-        self._put("memory", bars)
+        self._put("memory", _bars([(r.rank, r.total / top, f" {r.total:>7,} B  {describe(r)}") for r in rows],
+                                  10, "░", "magenta"))
 
     def _put(self, name: str, text: Text) -> None:
         """Update a panel, skipping the screen's layout pass when the panel keeps its height (same line
@@ -313,3 +300,14 @@ class ParasimApp(App):
 
 
 _SLOT_STYLE = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
+
+
+def _bars(rows: list[tuple[int, float, str]], width: int, rest: str, style: str) -> Text:
+    """One line per rank: its label, a bar filled to `share` (0..1) of `width` cells, then its words."""
+    bars = Text()
+    for n, (rank, share, words) in enumerate(rows):
+        full = int(round(width * share))
+        bars.append(("\n" if n else "") + f"rank {rank:<3}")
+        bars.append("█" * full + rest * (width - full), style=style)
+        bars.append(words)
+    return bars
