@@ -3,6 +3,7 @@
     parasim lesson examples/my_tp.py:program --world 2 --plain     # walk through it on virtual ranks
     parasim view examples/my_tp.py:program --world 2               # step through it in the app
     parasim run examples/my_tp.py:program --backend gloo --nproc 2 # the same on real ranks, compared
+    parasim check examples/my_tp.py:program --world 2              # against itself on one rank, tensor by tensor
 
 `program(ctx)` is called once per rank. `ctx.rank` and `ctx.world` say who it is, `ctx.comm` makes the
 collectives, `ctx.xp` is the array namespace (numpy here, torch on real ranks), `ctx.shared_rng(name)` draws
@@ -30,9 +31,10 @@ def program(ctx):
     cols = slice(ctx.rank * FFN // ctx.world, (ctx.rank + 1) * FFN // ctx.world)
     ctx.phase("forward")
     h = ctx.xp.maximum(x @ w1[:, cols], 0.0)  # ReLU acts on each column alone: no communication yet
+    ctx.mark("h", h, "Shard(1)", tp)  # for `parasim check`: each rank holds a block of h's columns
     partial = h @ w2[cols, :]
     y = ctx.comm.all_reduce(partial, group=tp, label="sum the row-parallel partial outputs")
-    return y
+    return ctx.mark("y", y, "Replicate()", tp)  # ... and all of y
 
 
 def checks(result):

@@ -7,7 +7,7 @@ import numpy as np
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
 from parasim.examples.moe16 import (LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, agree, fingerprint, make_program,
-                                    unsplit_run)
+                                    program_on, unsplit_run)
 from parasim.layout import preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
@@ -23,6 +23,11 @@ def program(ctx):
 def unsplit(ctx):
     """The same step on one device: all sequences, the whole gradient clipped by its own norm."""
     return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep], max_norm=MAX_NORM)
+
+
+def on_layout(sizes: dict) -> tuple:
+    """The same step on other layout sizes (`parasim check moe16 --reference-layout tp=1,pp=2,ep=2`)."""
+    return program_on(sizes, max_norm=MAX_NORM)
 
 
 def expected_positions(c: dict) -> list[int]:
@@ -159,4 +164,4 @@ NARRATIVE = {
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
-                keep_values=0)
+                keep_values=0, reference=unsplit, on_layout=on_layout)

@@ -8,7 +8,8 @@ from dataclasses import replace
 from fractions import Fraction
 
 from parasim.engine import run
-from parasim.examples.moe16 import LAYOUT, MICRO_BATCHES, MOE16, SEQUENCES, exactness, make_program
+from parasim.examples.moe16 import (LAYOUT, MICRO_BATCHES, MOE16, REPLICAS, SEQUENCES, exactness, make_program,
+                                    program_on, unsplit_run)
 from parasim.layout import Layout, preset
 from parasim.lesson import Check, Lesson, check
 from parasim.pipeline.schedules import generate
@@ -28,6 +29,11 @@ VARIANTS = {
 def program(ctx):
     """The post's layout itself (the app steps through it); the checks run every variant."""
     return make_program(WATCH)(ctx)
+
+
+def reference(ctx):
+    """The same step on one device, for `parasim check`: every sequence, the whole model."""
+    return unsplit_run(ctx, MOE16, [s for rep in REPLICAS for s in rep])
 
 
 def measure(layout: Layout) -> dict:
@@ -99,4 +105,5 @@ NARRATIVE = {
 
 LESSON = Lesson(name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
-                summary="the post's 'what changes with other settings', each run and checked", keep_values=0)
+                summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
+                reference=reference, on_layout=program_on)

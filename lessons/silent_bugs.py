@@ -24,7 +24,8 @@ BUGS = {
     "expert-over-dp-cp": "the experts' gradients summed over dp-cp (the attention's group) instead of expert-dp",
     "dense-over-dp": "the attention's gradients summed over dp alone, leaving out the CP halves of the sequence",
     "norm-not-over-tp": "the norm's gradient not summed over tp, although each TP rank saw only its SP share",
-    "clip-per-group": "dense gradients clipped by the dense norm and experts by the experts' norm, not one norm",
+    "clip-per-group": "the norm's squares added up over each gradient's own group (dense over dp-cp, experts over "
+                      "expert-dp) instead of every rank: each TP shard and each expert gets a norm of its own",
     "dropout-per-rank": "dropout masks drawn from each rank's own seed where both TP ranks must drop the same",
 }
 
@@ -69,14 +70,18 @@ def sync(ctx, bug: str | None = None) -> dict:
     ctx.mark(f"expert{c.ep}.grad", expert, "Replicate()", g["expert-dp"])
     ctx.phase("clipping: one norm over both groups")
     # each gradient piece counted once: a sum every dp-cp (expert-dp) member holds is counted on its first
-    # member, the norm (whole on both TP ranks) on TP rank 0 too
+    # member, the norm (whole on both TP ranks) on TP rank 0 too; the squares are then added up over every
+    # rank, or, with the bug, only over each gradient's own group
     first = {k: g[k].group_rank(ctx.rank) == 0 for k in ("dp-cp", "expert-dp", "tp")}
     dense_sq = float((attn ** 2).sum()) * first["dp-cp"] + float((norm ** 2).sum()) * first["dp-cp"] * first["tp"]
     expert_sq = float((expert ** 2).sum()) * first["expert-dp"]
-    sq = ctx.comm.all_reduce(ctx.asarray([dense_sq, expert_sq]), label="add up the squares of the gradient pieces "
-                             "each rank alone holds, dense and experts")
-    whole = float(sq[0] + sq[1]) ** 0.5
-    dense_norm, expert_norm = (float(sq[0]) ** 0.5, float(sq[1]) ** 0.5) if bug == "clip-per-group" else (whole, whole)
+    per_group = bug == "clip-per-group"
+    sq = []
+    for part, own, what in ((dense_sq, "dp-cp", "dense"), (expert_sq, "expert-dp", "expert")):
+        total = ctx.comm.all_reduce(ctx.asarray([part]), group=g[own] if per_group else None,
+                                    label=f"add up the squares of the {what} gradient pieces each rank alone holds")
+        sq.append(ctx.mark(f"{what}.norm_sq", total))
+    dense_norm = expert_norm = float(sq[0][0] + sq[1][0]) ** 0.5
     attn_c = attn * min(1.0, MAX_NORM / (dense_norm + 1e-6))
     expert_c = expert * min(1.0, MAX_NORM / (expert_norm + 1e-6))
     ctx.mark("attn.clipped", attn_c, "Shard(1)", g["tp"])
@@ -121,7 +126,9 @@ def reference(ctx):
     attn = ctx.mark("attn.grad", sum(_attn(ctx, d, k) for d in range(dp) for k in range(cp)))
     norm = ctx.mark("norm.grad", sum(_norm(ctx, d, k, t) for d in range(dp) for k in range(cp) for t in range(tp)))
     experts = [ctx.mark(f"expert{e}.grad", sum(_expert(ctx, e, r) for r in range(edp))) for e in range(EXPERTS)]
-    total = (float((attn ** 2).sum()) + float((norm ** 2).sum()) + sum(float((x ** 2).sum()) for x in experts)) ** 0.5
+    dense = ctx.mark("dense.norm_sq", ctx.asarray([float((attn ** 2).sum()) + float((norm ** 2).sum())]))
+    expert = ctx.mark("expert.norm_sq", ctx.asarray([sum(float((x ** 2).sum()) for x in experts)]))
+    total = float(dense[0] + expert[0]) ** 0.5
     coef = min(1.0, MAX_NORM / (total + 1e-6))
     ctx.mark("attn.clipped", attn * coef)
     for e, x in enumerate(experts):
@@ -141,9 +148,10 @@ EXPECTED = {
     "expert-over-dp-cp": ("expert", "dp-cp", "all_reduce over dp or expert-dp instead of dp-cp would match"),
     "dense-over-dp": ("attn", "dp", "all_reduce over dp-cp instead of dp would match"),
     "norm-not-over-tp": ("norm", "dp-cp", "summing these pieces over tp (they are partial sums) would match"),
-    "clip-per-group": ("attn", "world", "the reference times {:.6g}: only a scale differs (a clipping factor, an "
-                       "average over another count, a loss scale)"),
-    "dropout-per-rank": ("dropout", "tp", None),
+    "clip-per-group": ("dense", "dp-cp", "all_reduce over world or tp-dp-cp instead of dp-cp would match"),
+    "dropout-per-rank": ("dropout", "tp", "the copies on tp were equal after 'sum the row-parallel output over tp' "
+                         "and differ here: what each rank did alone since then (a draw from its own random stream?) "
+                         "must be the same on all of tp (one stream shared by the group) to match"),
 }
 
 
@@ -156,19 +164,21 @@ def checks(result) -> list[Check]:
     right = divergence(program)
     out = [check("the right groups: no divergence from the unsplit model", "none" if right is None else right["name"],
                  "none")]
-    whole = dict(run(reference, 1).marked[0])
-    dense = sum(float((whole[k] ** 2).sum()) for k in ("attn.grad", "norm.grad")) ** 0.5
-    total = (dense ** 2 + sum(float((whole[f"expert{e}.grad"] ** 2).sum()) for e in range(EXPERTS))) ** 0.5
-    factor = (total + 1e-6) / (dense + 1e-6)  # clipping by the dense norm instead of the whole one, by hand
     for bug, variant in VARIANTS.items():
         got = divergence(variant)
         found = ["none"] if got is None else [got["name"].split(".")[0].rstrip("0123456789"),
                                               got["group"].split("[")[0], got["would_match"]]
-        want = list(EXPECTED[bug])
-        if want[2] is not None:
-            want[2] = want[2].format(factor)
-        out.append(check(f"{bug}: the first wrong gradient, the group it was summed over, what would match",
-                         found, want))
+        out.append(check(f"{bug}: the first wrong tensor, the group of the collective before it, what would match",
+                         found, list(EXPECTED[bug])))
+    # the two norms side by side, by hand from the unsplit gradients: every rank should add up the squares
+    # of the whole dense gradient; with the bug TP rank 0 (which counts the norm's copy) adds up only its
+    # own shard's columns and the norm
+    whole = dict(run(reference, 1).marked[0])
+    right = sum(float((whole[k] ** 2).sum()) for k in ("attn.grad", "norm.grad"))
+    shard0 = float((whole["attn.grad"][:, :H] ** 2).sum()) + float((whole["norm.grad"] ** 2).sum())
+    got = divergence(clip_per_group)
+    out.append(check("clip-per-group: rank 0's dense squares, its shard's alone, and the whole model's",
+                     [got["got"][0], got["want"][0]], [shard0, right], rtol=1e-12))
     return out
 
 
@@ -188,9 +198,10 @@ NARRATIVE = {
         points at the collective that did it.""",
     "clipping: one norm over both groups": """
         Clipping scales every gradient by one factor, from the norm of the whole model's gradient. Each GPU
-        adds the squares of the pieces only it holds (a copy is counted once), and one all-reduce over all 8
-        adds those up, keeping the dense and the expert parts apart so both can be shown. Clipping each part
-        by its own norm gives two factors: both look reasonable, neither is the one a single device uses.""",
+        adds the squares of the pieces only it holds (a copy is counted once), and all-reduces over all 8
+        add those up, dense and expert parts apart so both can be shown. Reuse each gradient's own sync
+        group for this sum (dp-cp, expert-dp) and every TP shard gets the norm of its own columns: each factor
+        looks reasonable, none is the one a single device uses.""",
     "dropout: one mask on both TP ranks": """
         After a row-parallel layer both GPUs of a TP pair hold the same activations, and dropout must drop
         the same positions on both: the mask comes from a stream both share. Drawn from each rank's own seed,

@@ -30,7 +30,7 @@ def program(ctx):
         dy = ctx.shared_rng("dy").normal((S, B, H))
         if sp:
             x, dy = tp.shard(x, 0), tp.shard(dy, 0)
-        saved = Saved()
+        saved = Saved(tag=phase)  # the layer marks its activations under the run's name, for parasim check
         y, cache = layer.forward(x, saved)
         dx = layer.backward(cache, dy)
         sbh = S * B * H

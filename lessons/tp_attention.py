@@ -26,7 +26,9 @@ def _attention(ctx, tp: ParallelContext, kv: int, key: str):
     attn = ParallelAttention(tp, w["wq"], w["wk"], w["wv"], w["wo"], HEADS, kv, key=f"{key}.attn",
                              bq=w["bq"], bk=w["bk"], bv=w["bv"], bo=w["bo"])
     x = ctx.shared_rng("x").normal((S, B, H))
-    y, cache = attn.forward(x, Saved())
+    # tagged (its output projection marks what it makes, for parasim check) unless the model depends on the
+    # world size: GQA's kv heads do
+    y, cache = attn.forward(x, Saved(tag=key if kv == HEADS else None))
     dx = attn.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
     return attn, y, dx, _held(ctx, attn, w, kv)
 
@@ -57,7 +59,7 @@ def program(ctx):
     layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
     x = ctx.shared_rng("x").normal((S, B, H))
     ctx.phase("one layer forward")
-    y, cache = layer.forward(x, Saved())
+    y, cache = layer.forward(x, Saved(tag="layer"))
     ctx.phase("one layer backward")
     layer.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
 

@@ -36,7 +36,7 @@ def program(ctx):
     ctx.phase("splitting A by columns")
     fc1 = ColumnParallelLinear(tp, a, name="A")  # rank i: columns 2i, 2i+1 of A
     fc2 = RowParallelLinear(tp, b, name="B")  # rank i: rows 2i, 2i+1 of B
-    saved = Saved()
+    saved = Saved(tag="X")  # the layers mark their outputs for `parasim check`
     h, c1 = fc1.forward(x, saved)  # f is the identity going forward: no communication
     y = relu(xp, h)
     out["A_i"], out["X·A_i"], out["Y_i"] = fc1.weight, h, y
@@ -135,4 +135,5 @@ LESSON = Lesson(
     checks=checks,
     summary="the post's 2-GPU MLP: the wrong row split, the column-row split, one all-reduce each way",
     keep_values=16,
+    reference=program,  # on one rank: the same layers, unsplit
 )

@@ -61,6 +61,9 @@ class Lesson:
     source: str = field(default="", compare=False)  # the lesson's file, set when it is loaded
     reference: Callable[[Any], Any] | None = None  # one rank, marking whole tensors: `parasim check` compares
     variants: dict[str, Callable[[Any], Any]] = field(default_factory=dict)  # `parasim check --bug NAME`
+    # the same program on other layout sizes ({"tp": 2, "sp": True, ...}) -> (program, world): `parasim check
+    # --reference-layout` compares a run with it (None: the program adapts to the world size alone)
+    on_layout: Callable[[dict], tuple[Callable[[Any], Any], int]] | None = None
 
     @property
     def target(self) -> tuple[str, str]:

@@ -30,10 +30,12 @@ def _line_of(path: Path, text: str) -> int:
      "all_reduce over dp-cp instead of dp would match"),
     ("norm-not-over-tp", "norm.grad", "dp-cp", "sum the norm's gradient over dp-cp",
      "summing these pieces over tp (they are partial sums) would match"),
-    ("clip-per-group", "attn.clipped", "world", "add up the squares of the gradient pieces",
-     "the reference times 1.35184: only a scale differs (a clipping factor, an average over another count, a loss "
-     "scale)"),
-    ("dropout-per-rank", "dropout.", "tp", "sum the row-parallel output over tp", None),
+    ("clip-per-group", "dense.norm_sq", "dp-cp", "add up the squares of the dense gradient pieces",
+     "all_reduce over world or tp-dp-cp instead of dp-cp would match"),
+    ("dropout-per-rank", "dropout.", "tp", "sum the row-parallel output over tp",
+     "the copies on tp were equal after 'sum the row-parallel output over tp' and differ here: what each rank did "
+     "alone since then (a draw from its own random stream?) must be the same on all of tp (one stream shared by the "
+     "group) to match"),
 ], ids=["expert-over-dp-cp", "dense-over-dp", "norm-not-over-tp", "clip-per-group", "dropout-per-rank"])
 def test_each_silent_bug_is_named(bug, name, group, label_start, would):
     out = cli("check", "silent-bugs", "--bug", bug, "--json")
@@ -41,9 +43,10 @@ def test_each_silent_bug_is_named(bug, name, group, label_start, would):
     d = json.loads(out.stdout)["first_divergence"]
     assert d["name"].startswith(name) and d["group"].split("[")[0] == group and d["op"] == "all_reduce"
     assert d["label"].startswith(label_start) and d["would_match"] == would
-    assert d["copies_differ"] == (bug in ("dropout-per-rank", "norm-not-over-tp"))  # partial sums differ too
+    # partial sums differ too, and so do norms summed over each TP shard's own group
+    assert d["copies_differ"] == (bug in ("dropout-per-rank", "norm-not-over-tp", "clip-per-group"))
     call = {"norm-not-over-tp": "ctx.comm.all_reduce(norm, group=g[\"dp-cp\"]", "expert-over-dp-cp": "expert = ctx.comm",
-            "dense-over-dp": "attn = ctx.comm", "clip-per-group": "sq = ctx.comm", "dropout-per-rank": "act = ctx.comm"}[bug]
+            "dense-over-dp": "attn = ctx.comm", "clip-per-group": "total = ctx.comm", "dropout-per-rank": "act = ctx.comm"}[bug]
     assert d["site"] == f"lessons/silent_bugs.py:{_line_of(LESSON_FILE, call)}"
     assert d["max_rel"] > 0.1 and d["max_abs"] > 0.05  # a whole piece's worth, not rounding
 
@@ -51,7 +54,7 @@ def test_each_silent_bug_is_named(bug, name, group, label_start, would):
 def test_the_right_program_and_every_lesson_report_none():
     out = cli("check", "silent-bugs", "--json")
     d = json.loads(out.stdout)
-    assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 15
+    assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 17
     assert all(c["ok"] for c in d["checks"])
 
 
@@ -141,7 +144,8 @@ def test_a_users_program_is_checked_against_a_users_reference(tmp_path):
     d = json.loads(out.stdout)["first_divergence"]
     assert d["label"] == "sum the gradients" and d["site"].endswith(f"mine.py:{_line_of(src, 'the bug')}")
     out = cli("check", f"{src}:program", "--world", "4", "--reference", f"{src}:reference")
-    assert out.returncode == 1 and "first divergence at 'grad'" in out.stdout
+    assert out.returncode == 1 and f"first divergence from {src}:reference on 1 rank at 'grad'" in out.stdout
+    assert "all_reduce with op=sum instead of op=max over dp would match" in out.stdout
 
 
 @pytest.mark.parametrize("args, reason", [

@@ -24,6 +24,8 @@ def add_check(sub: Any) -> None:
                     "expert-over-dp-cp, dense-over-dp, norm-not-over-tp, clip-per-group, dropout-per-rank)")
     cp.add_argument("--reference", metavar="FILE.py:FN", help="the one-rank program marking whole tensors "
                     "(default: the lesson's, or a `reference` function in the program's file)")
+    cp.add_argument("--reference-layout", metavar="N|SIZES", help="the reference is the same program on another "
+                    "layout: N ranks, or sizes such as tp=1,cp=2,pp=2,ep=2,sp for a lesson built on a layout (moe16)")
     cp.add_argument("--against", choices=("gloo",), help="compare with the same program on real gloo ranks instead "
                     "of a reference: the first call whose values differ, with both values")
     cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
@@ -47,11 +49,18 @@ def cmd_check(args: argparse.Namespace) -> int:
             known = ", ".join(lesson.variants) or "none"
             raise UsageError(f"{lesson.name} has no variant {args.bug!r}; its variants: {known}")
         program = lesson.variants[args.bug]
-    reference = lesson.reference
+    reference, ref_world, against = lesson.reference, 1, "the lesson's reference on 1 rank"
+    if args.reference is not None and args.reference_layout is not None:
+        raise UsageError("give --reference or --reference-layout, not both")
     if args.reference is not None:
         if not is_program(args.reference):
             raise UsageError(f"--reference takes path/to/file.py:function, got {args.reference!r}")
-        reference = program_lesson(args.reference, 1).program
+        reference, against = program_lesson(args.reference, 1).program, f"{args.reference} on 1 rank"
+    if args.reference_layout is not None:
+        reference, ref_world = reference_on(lesson, args.reference_layout)
+        against = f"the same program on {args.reference_layout}" + (" ranks" if args.reference_layout.isdigit() else "")
+    elif reference is None and lesson.on_layout is None and lesson.fits(1):  # the same program, unsplit
+        reference, against = lesson.program, "the same program on 1 rank"
     world = args.world or lesson.world
     lesson.check_world(world)
     if args.against is not None:
@@ -60,7 +69,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     names = collect(result.trace, result.marked)
     found, checks = None, []
     if reference is not None:
-        found = first_divergence(result, run(reference, 1, seed=lesson.seed, keep_values=KEEP))
+        found = first_divergence(result, run(reference, ref_world, seed=lesson.seed, keep_values=KEEP))
     elif names:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
@@ -73,23 +82,61 @@ def cmd_check(args: argparse.Namespace) -> int:
             app.index = app.view.diverged()
         app.run()
     elif args.json:
-        print(json.dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "compared": len(names),
+        print(json.dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "reference": against,
+                          "compared": len(names),
                           "tolerance": TOLERANCE, "first_divergence": found,
                           "checks": [c.to_dict() for c in checks]}, indent=1))
     else:
-        print(_text(lesson.name, args.bug, len(names), found, checks))
+        print(_text(lesson.name, args.bug, len(names), found, checks, against if reference is not None else None))
     return 1 if found is not None or not all(c.ok for c in checks) else 0
 
 
-def _text(name: str, bug: str | None, compared: int, found: dict | None, checks: list) -> str:
+SIZE_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
+FLAG_KEYS = ("sp", "zigzag")
+
+
+def parse_sizes(text: str) -> dict:
+    """'tp=2,cp=1,sp' -> {"tp": 2, "cp": 1, "sp": True}: layout sizes (positive integers) and flags."""
+    out: dict = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, eq, value = item.partition("=")
+        if not eq and key in FLAG_KEYS:
+            out[key] = True
+        elif eq and key in SIZE_KEYS and value.isdigit() and int(value) > 0:
+            out[key] = int(value)
+        else:
+            raise UsageError(f"layout sizes are {'=N, '.join(SIZE_KEYS)}=N (N >= 1) and the flags "
+                             f"{', '.join(FLAG_KEYS)}, comma-separated; got {item!r}")
+    if not out:
+        raise UsageError(f"--reference-layout needs a world size N or sizes such as tp=2,sp; got {text!r}")
+    return out
+
+
+def reference_on(lesson: Any, text: str) -> tuple[Any, int]:
+    """The lesson's own program as the reference, on N ranks or on other layout sizes: (program, world)."""
+    if text.isdigit():
+        world = int(text)
+        if world < 1:
+            raise UsageError(f"--reference-layout needs at least one rank, got {text}")
+        if lesson.on_layout is not None:
+            raise UsageError(f"{lesson.name} is built on a layout: give its sizes (e.g. tp=1,pp=2), not a world size")
+        lesson.check_world(world)
+        return lesson.program, world
+    if lesson.on_layout is None:
+        raise UsageError(f"{lesson.name} adapts to the world size alone: give --reference-layout N (a number of ranks)")
+    return lesson.on_layout(parse_sizes(text))
+
+
+def _text(name: str, bug: str | None, compared: int, found: dict | None, checks: list, against: str | None) -> str:
     head = f"{name}" + (f" --bug {bug}" if bug else "")
     lines = []
     if found is None and not compared:
         lines.append(f"{head}: no divergence (it marks no tensors: only its own checks compare)")
     elif found is None:
-        lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with the reference)")
+        lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with {against})")
     else:
-        lines += [f"{head}: first divergence at '{found['name']}' ({found['placement']} on {found['marked_on']})",
+        lines += [f"{head}: first divergence from {against} at '{found['name']}' ({found['placement']} on "
+                  f"{found['marked_on']})",
                   f"  max abs error {found['max_abs']:.3g}, max relative {found['max_rel']:.3g} "
                   f"(tolerance {found['tolerance']:g})"]
         if found["event"] is not None:

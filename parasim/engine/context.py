@@ -92,17 +92,25 @@ class Context:
         """This rank no longer keeps `name`."""
         self._recorder.mark(self.rank, "held", name, {"bytes": 0})
 
-    def mark(self, name: str, x: Any, placement: Any = None, group: Group | None = None) -> Any:
+    def mark(self, name: str, x: Any, placement: Any = None, group: Group | None = None,
+             rows: Sequence[int] | None = None, size: int | None = None) -> Any:
         """Name a tensor for `parasim check`: `placement` (a Placement, or "Shard(d)", "Replicate()",
         "Partial()") says how the members of `group` (default: the world) hold the whole tensor, so it can be
         put back together and compared with the reference's tensor of the same name (which marks it whole).
-        Returns `x`."""
+        `rows` (with `size`, the whole's length along dim 0): this piece holds those rows of the whole, e.g.
+        the sequence positions of a rank's CP slice or SP share; members with the same rows are put together
+        by `placement`, then each block goes to its rows. Returns `x`."""
         from ..nn.placement import Replicate, parse, spec
         where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
         written = spec(parse(placement if placement is not None else Replicate()))  # a bad one fails here
-        self._recorder.mark(self.rank, "tensor", name, {
-            "placement": written, "group": list(where.ranks), "group_name": where.name,
-            "shape": [int(d) for d in x.shape], "dtype": dtype_name(x.dtype)})
+        data: dict[str, Any] = {"placement": written, "group": list(where.ranks), "group_name": where.name,
+                                "shape": [int(d) for d in x.shape], "dtype": dtype_name(x.dtype)}
+        if rows is not None:
+            data["rows"], data["size"] = [int(r) for r in rows], int(size if size is not None else len(data["rows"]))
+            if len(data["rows"]) != data["shape"][0] or any(not 0 <= r < data["size"] for r in data["rows"]):
+                raise UsageError(f"mark {name!r}: rows must give one position in [0, {data['size']}) per row of "
+                                 f"the tensor ({data['shape'][0]} rows), got {len(data['rows'])}")
+        self._recorder.mark(self.rank, "tensor", name, data)
         self.marked.append((name, x))
         return x
 

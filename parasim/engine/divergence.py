@@ -10,7 +10,7 @@ have matched. Wrong sums are silent in training: this names them.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,6 +37,8 @@ class Marked:
     pieces: dict[int, Any]  # rank -> its piece
     steps: dict[int, int]  # rank -> its logical step when it marked it
     order: int  # position of the first of its marks in the trace
+    rows: dict[int, tuple[int, ...]] = field(default_factory=dict)  # rank -> the whole's rows (dim 0) its piece holds
+    size: int = 0  # the whole tensor's length along dim 0, when pieces hold rows of it
 
 
 def collect(trace: Trace, marked: list[list[tuple[str, Any]]]) -> dict[str, list[Marked]]:
@@ -53,32 +55,72 @@ def collect(trace: Trace, marked: list[list[tuple[str, Any]]]) -> dict[str, list
             raise UsageError(f"rank {mk.rank}'s marks are out of step with its tensors ({name!r}, {mk.text!r})")
         data = mk.data or {}
         group = tuple(data.get("group", [mk.rank]))
-        entry = out.setdefault(name, {}).setdefault(group, Marked(
+        # pieces holding rows of one whole come from several groups (a TP group per CP slice): one entry
+        key = "rows" if data.get("rows") is not None else group
+        entry = out.setdefault(name, {}).setdefault(key, Marked(
             name, data.get("placement", "Replicate()"), group, data.get("group_name", ""), {}, {}, i))
+        if key == "rows" and mk.rank not in entry.group:  # each group's members in their own order
+            entry.group += tuple(r for r in group if r not in entry.group) or (mk.rank,)
         entry.pieces[mk.rank] = np.asarray(value)
         entry.steps[mk.rank] = mk.step
+        if data.get("rows") is not None:
+            entry.rows[mk.rank], entry.size = tuple(data["rows"]), int(data["size"])
     return {name: sorted(groups.values(), key=lambda m: m.order) for name, groups in out.items()}
 
 
-def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any]) -> np.ndarray:
-    """The whole tensor from the members' pieces, in group order (`nn.placement.assemble`). Copies that
-    differ are returned as is (the first member's): comparing with the reference finds them."""
-    return placement_assemble([np.asarray(pieces[r]) for r in group if r in pieces], parse(placement), np)
+def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
+             rows: dict[int, tuple[int, ...]] | None = None, size: int = 0) -> np.ndarray:
+    """The whole tensor from the members' pieces, in group order (`nn.placement.assemble`); with `rows`, the
+    members holding the same rows are put together first and each block is written at its rows of a whole
+    of length `size` (rows nobody holds stay NaN: they compare as wrong). Copies that differ are returned as
+    they are (the last written): comparing with the reference, and `_copies_agree`, find them."""
+    blocks = _blocks(placement, group, pieces, rows)
+    if not rows:
+        return blocks[0][1]
+    first = blocks[0][1]
+    dtype = first.dtype if np.issubdtype(first.dtype, np.floating) else np.float64
+    whole = np.full((size, *first.shape[1:]), np.nan, dtype=dtype)
+    for idx, block in blocks:
+        whole[list(idx)] = block
+    return whole
+
+
+def _blocks(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
+            rows: dict[int, tuple[int, ...]] | None) -> list[tuple[tuple[int, ...], np.ndarray]]:
+    """(rows, the block the members holding them make up by `placement`), one per distinct set of rows."""
+    p, by_rows = parse(placement), {}
+    for r in group:
+        if r in pieces:
+            by_rows.setdefault(rows[r] if rows else (), []).append(np.asarray(pieces[r]))
+    return [(idx, placement_assemble(part, p, np)) for idx, part in by_rows.items()]
+
+
+def _whole(m: Marked, placement: str | None = None) -> np.ndarray:
+    return assemble(placement or m.placement, m.group, m.pieces, m.rows, m.size)
 
 
 def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     if got.shape != want.shape:
         return float("inf"), float("inf")
     diff = float(np.max(np.abs(got - want))) if got.size else 0.0
+    if diff != diff:  # a NaN: a row no rank held, or a value gone bad
+        return float("inf"), float("inf")
     scale = float(np.max(np.abs(want))) if want.size else 0.0
     return diff, diff / scale if scale else (0.0 if diff == 0 else float("inf"))
 
 
-def _copies_agree(m: Marked, tol: float) -> bool:
-    if not isinstance(parse(m.placement), Replicate):
-        return True
-    first = np.asarray(m.pieces[m.group[0]])
-    return all(_error(np.asarray(p), first)[1] <= tol for p in m.pieces.values())
+def _copies_agree(m: Marked, tol: float, placement: str | None = None) -> bool:
+    """Whole copies (Replicate) on the members are equal, and so are rows that two blocks both hold."""
+    placement = placement or m.placement
+    copies = isinstance(parse(placement), Replicate)
+    if not m.rows:
+        first = np.asarray(m.pieces[next(r for r in m.group if r in m.pieces)])
+        return not copies or all(_error(np.asarray(p), first)[1] <= tol for p in m.pieces.values())
+    whole = _whole(m, placement)
+    if copies and any(_error(np.asarray(p), whole[list(m.rows[r])])[1] > tol for r, p in m.pieces.items()):
+        return False
+    return all(_error(block, whole[list(idx)])[1] <= tol for idx, block in _blocks(placement, m.group, m.pieces,
+                                                                                     m.rows))
 
 
 def first_divergence(run: Any, reference: Any) -> dict | None:
@@ -93,14 +135,14 @@ def first_divergence(run: Any, reference: Any) -> dict | None:
     entries = sorted((m for ms in ours.values() for m in ms), key=lambda m: m.order)
     for m in entries:
         ref = theirs[m.name][0]
-        want = assemble(ref.placement, ref.group, ref.pieces)
-        got = assemble(m.placement, m.group, m.pieces)
+        want, got = _whole(ref), _whole(m)
         tol = TOLERANCE.get(str(want.dtype), 1e-9)
         abs_err, rel_err = _error(got, want)
         if rel_err <= tol and _copies_agree(m, tol):
             continue
         if rel_err <= tol:  # the copies disagree although the first one is right: measure the worst copy
-            abs_err, rel_err = max(_error(np.asarray(p), want) for p in m.pieces.values())
+            abs_err, rel_err = max(_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want)
+                                   for r, p in m.pieces.items())
         out = _report(run.trace, m, want, abs_err, rel_err, tol)
         small = got.shape == want.shape and want.size <= SHOWN
         out["got"], out["want"] = (got.tolist(), want.tolist()) if small else (None, None)
@@ -121,7 +163,8 @@ def _pinned(trace: Trace, m: Marked) -> Event | None:
 
 def _report(trace: Trace, m: Marked, want: np.ndarray, abs_err: float, rel_err: float, tol: float) -> dict:
     e = _pinned(trace, m)
-    out = {"name": m.name, "placement": m.placement, "marked_on": f"{m.group_name}{list(m.group)}",
+    where = f"ranks{sorted(m.pieces)} by rows" if m.rows else f"{m.group_name}{list(m.group)}"
+    out = {"name": m.name, "placement": m.placement, "marked_on": where,
            "event": None, "op": None, "group": None, "label": None, "ranks": sorted(m.pieces), "site": None,
            "max_abs": abs_err, "max_rel": rel_err, "tolerance": tol, "copies_differ": not _copies_agree(m, tol),
            "would_match": None}
@@ -137,44 +180,67 @@ def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol
     """Another placement for the mark, or another group for its sum, under which the pieces match; or, when
     the whole tensor is the reference times one number, that number (a scale: clipping, averaging)."""
     for other in ("Partial()", "Replicate()"):
-        if other != m.placement and _error(assemble(other, m.group, m.pieces), want)[1] <= tol and (
-                other != "Replicate()" or _copies_agree(Marked(**{**m.__dict__, "placement": other}), tol)):
+        if other != m.placement and _error(_whole(m, other), want)[1] <= tol and (
+                other != "Replicate()" or _copies_agree(m, tol, other)):
             word = {"Partial()": f"summing these pieces over {m.group_name} (they are partial sums)",
                     "Replicate()": f"taking them as whole copies on {m.group_name}"}[other]
             return f"{word} would match"
     regroup = _regrouped(trace, m, e, want, tol)
     if regroup is not None:
         return regroup
-    scaled = _scale(assemble(m.placement, m.group, m.pieces), want, tol)
+    scaled = _scale(_whole(m), want, tol)
     if scaled is not None and _copies_agree(m, tol):
         return (f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
                 "another count, a loss scale)")
+    if e is not None and not _copies_agree(m, tol) and _equal_after(e, m):
+        return (f"the copies on {m.group_name} were equal after '{e.label}' and differ here: what each rank did "
+                f"alone since then (a draw from its own random stream?) must be the same on all of {m.group_name} "
+                "(one stream shared by the group) to match")
     return None
 
 
+def _equal_after(e: Event, m: Marked) -> bool:
+    """Every member of the collective that also marked the tensor came out of it with the same values."""
+    outs = [np.asarray(x.after[0]) for x in e.members if x.rank in m.pieces and x.after is not None]
+    return len(outs) == len(m.pieces) > 1 and all(np.array_equal(o, outs[0]) for o in outs[1:])
+
+
+REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "avg": lambda xs: np.mean(xs, axis=0),
+          "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
+
+
 def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: float) -> str | None:
-    """The other groups of the run tried in place of the all-reduce's (its kept inputs summed over each)."""
+    """Other reductions, then the other groups of the run, tried in place of the all-reduce's (on its kept
+    inputs): what would have made every marked piece right."""
     if e is None or e.op not in ("all_reduce",) or not _outputs_are_marked(e, m):
         return None
     inputs = _inputs(trace, e, m)
     if inputs is None:
         return None
+    op = e.params.get("op", "sum")
+    ops = [o for o in REDUCE if o != op]
+    right = [o for o in ops if _reduced_matches(trace, m, inputs, e.group.name, o, want, tol)]
+    if right:
+        return f"{e.op} with op={right[0]} instead of op={op} over {e.group.name} would match"
     names = list(dict.fromkeys(g.name for g in trace.groups if g.name != e.group.name))
-    matching = []
-    for name in names:
-        fixed = {}
-        for r in m.pieces:
-            mine = next((h for h in trace.groups if h.name == name and r in h.ranks), None)
-            if mine is None or any(x not in inputs for x in mine.ranks):
-                break
-            total = np.sum([inputs[x] for x in mine.ranks], axis=0)
-            fixed[r] = total / len(mine.ranks) if e.params.get("op") == "avg" else total
-        else:
-            if _error(assemble(m.placement, m.group, fixed), want)[1] <= tol:
-                matching.append(name)  # a layout can fold two axes onto the same ranks: name them all
+    # a layout can fold two axes onto the same ranks: name every group that matches
+    matching = [n for n in names if op in REDUCE and _reduced_matches(trace, m, inputs, n, op, want, tol)]
     if matching:
         return f"{e.op} over {' or '.join(matching)} instead of {e.group.name} would match"
     return None
+
+
+def _reduced_matches(trace: Trace, m: Marked, inputs: dict, name: str, op: str, want: np.ndarray,
+                     tol: float) -> bool:
+    """Each marking rank's result, were the inputs reduced by `op` over its group called `name`, is right."""
+    fixed = {}
+    for r in m.pieces:
+        mine = next((h for h in trace.groups if h.name == name and r in h.ranks), None)
+        if mine is None or any(x not in inputs for x in mine.ranks):
+            return False
+        fixed[r] = REDUCE[op]([inputs[x] for x in mine.ranks])
+    trial = Marked(**{**m.__dict__, "pieces": fixed})
+    return _error(_whole(trial), want)[1] <= tol and _copies_agree(trial, tol)
 
 
 def _outputs_are_marked(e: Event, m: Marked) -> bool:

@@ -19,7 +19,7 @@ from ..errors import LayoutError, UsageError
 from ..nn import ParallelContext, Saved, Shard
 from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
 from ..nn.placement import local
-from ..layout import preset
+from ..layout import Layout, preset
 from ..dp.clip import check_max_norm, clip_coefficient
 from ..dp.zero import Zero1Adam, zero1_step
 from ..engine.virtual import run_virtual
@@ -120,7 +120,7 @@ class WatchStage(StackWeights):
                            layer=self.first + i + 1)
             if layer.shape.experts:
                 layer.mlp.scripted = scripted(self.replica[mb], self.positions, self.routing)
-            x, c = layer.forward(x, Saved())
+            x, c = layer.forward(x, Saved(tag=self.replica[mb]))  # the layers mark their outputs
             caches.append(c)
             row = self._mine(mb)
             if row is not None and not layer.shape.experts:
@@ -227,6 +227,18 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
     return program
 
 
+def program_on(sizes: dict, max_norm: float | None = None) -> tuple[Any, int]:
+    """The example's step on other layout sizes ({"tp": 1, "pp": 2, "ep": 2, "sp": True, ...}), the same
+    sequences spread over its DP replicas, so that its layers mark the same tensors as on the preset (a
+    reference for `parasim check --reference-layout`): (program, world)."""
+    base = preset(LAYOUT)
+    layout = Layout(**{"etp": 1, "zigzag": base.zigzag, **sizes}, model=base.model)
+    seqs = sum(len(rep) for rep in REPLICAS)
+    if seqs % layout.dp:
+        raise LayoutError(f"the example's {seqs} sequences do not split evenly over dp {layout.dp}")
+    return make_program(None, layout, seqs // layout.dp, max_norm=max_norm), layout.world
+
+
 def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
     """What a GPU keeps, read from its layers' placements: values of the attention and MLP shards (split over
     TP), of whole copies (norms, router: whole on every TP rank), of its experts, of its optimizer share
@@ -268,7 +280,7 @@ def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",
     for seq in seqs:
         for layer in layers if model.experts else []:  # the same scripted routes as the split run
             layer.mlp.scripted = scripted(seq, range(len(words_of(seq))), routing)
-        y, cache = stack.forward(_embed(ctx, seq, model.hidden), Saved())
+        y, cache = stack.forward(_embed(ctx, seq, model.hidden), Saved(tag=seq))  # marked as the split run's
         target = _target(ctx, seq, model.hidden)
         total += float(ctx.xp.sum(y * target))
         stack.backward(cache, target)

@@ -181,6 +181,9 @@ class Saved:
     activation element (16-bit training) and 1 byte per dropout-mask element, whatever dtype runs here."""
 
     items: list[tuple[str, str, int, int]] = field(default_factory=list)  # (layer, name, elements, bytes each)
+    # the data this forward runs on (a sequence's name, a micro-batch): when given, layers mark what they
+    # hand on (`ctx.mark`, for `parasim check`) under names that say which data and which layer
+    tag: str | None = None
 
     def keep(self, layer: str, name: str, x: Any, unit: int = 2) -> Any:
         self.items.append((layer, name, int(_numel(x)), unit))

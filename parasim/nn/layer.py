@@ -87,18 +87,33 @@ class TransformerLayer:
         h, c_ln1 = self.ln1.forward(x, saved)
         a, c_attn = self.attn.forward(h, saved)
         a, m1 = self.drop1.forward(a, saved, full, index)
-        x2 = x + a
+        x2 = self._mark(saved.tag, "after-attn", x + a)
         h2, c_ln2 = self.ln2.forward(x2, saved)
         m, c_mlp = self.mlp.forward(h2, saved)
         m, m2 = self.drop2.forward(m, saved, full, index)
-        return x2 + m, (c_ln1, c_attn, m1, c_ln2, c_mlp, m2)
+        y = self._mark(saved.tag, "out", x2 + m)
+        return y, (c_ln1, c_attn, m1, c_ln2, c_mlp, m2, saved.tag)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
-        c_ln1, c_attn, m1, c_ln2, c_mlp, m2 = cache
+        c_ln1, c_attn, m1, c_ln2, c_mlp, m2, tag = cache
         dm = self.drop2.backward(m2, dy)
-        dx2 = dy + self.ln2.backward(c_ln2, self.mlp.backward(c_mlp, dm))
+        dx2 = self._mark(tag, "after-attn.grad", dy + self.ln2.backward(c_ln2, self.mlp.backward(c_mlp, dm)))
         da = self.drop1.backward(m1, dx2)
-        return dx2 + self.ln1.backward(c_ln1, self.attn.backward(c_attn, da))
+        return self._mark(tag, "in.grad", dx2 + self.ln1.backward(c_ln1, self.attn.backward(c_attn, da)))
+
+    def _mark(self, tag: str | None, what: str, x: Any) -> Any:
+        """With a tag, mark an activation (out, after-attn) or a gradient (in.grad, after-attn.grad) of the
+        layer for `parasim check` as `tag.key.what`: this rank holds the rows of its tokens (CP slice, SP
+        share) whole, a copy of every other rank's with the same tokens; the unsplit model marks every row."""
+        if tag is None:
+            return x
+        tp, n = self.tp, x.shape[0]
+        if tp.cp_size > 1:
+            rows, size = tp.token_positions(), tp.seq
+        else:  # the SP share alone (or every row): a slice of this rank's n tokens out of n * t
+            t, r = (tp.t, tp.r) if tp.sp else (1, 0)
+            rows, size = range(r * n, (r + 1) * n), n * t
+        return tp.ctx.mark(f"{tag}.{self.key}.{what}", x, "Replicate()", rows=rows, size=size)
 
     def _slots(self) -> dict[str, tuple[Any, str]]:
         """Where each weight lives, under the same names as `grads`: (holder, attribute or dict key)."""

@@ -23,13 +23,20 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
     return xp.sum(dy, axis=tuple(range(dy.ndim - 1)))
 
 
+def mark_output(tp: ParallelContext, tag: str | None, name: str, y: Any, p: Any, rows: Any) -> None:
+    """With a tag (`Saved.tag`), mark a layer's output for `parasim check` as `tag.name.out`: placed `p` over
+    TP, and with CP the rows (sequence positions) this rank holds of the whole sequence."""
+    if tag is not None:
+        tp.ctx.mark(f"{tag}.{name}.out", y, p, tp.group, rows=rows, size=tp.seq if rows is not None else None)
+
+
 class ColumnParallelLinear(Weights):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
     def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
-        self.tp, self.name = tp, name
+        self.tp, self.name, self.even = tp, name, columns is None
         # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim; each
         # instance its own declaration, so moving one layer's placement moves no other's
         self.placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
@@ -50,6 +57,8 @@ class ColumnParallelLinear(Weights):
         y = xp.matmul(full, self.weight)
         if self.bias is not None:
             y = y + self.bias
+        if self.even:  # chosen columns (attention's fused heads) are no one slice: a placement cannot say them
+            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), tp.cp_positions() if tp.cp_size > 1 else None)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
@@ -91,6 +100,10 @@ class RowParallelLinear(Weights):
         y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter the sequence") if tp.sp else tp.g_forward(partial)
         if self.bias is not None:
             y = y + self.bias
+        if tp.cp_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
+            mark_output(tp, saved.tag, self.name, y, Replicate(), tp.token_positions() if tp.sp else tp.cp_positions())
+        else:
+            mark_output(tp, saved.tag, self.name, y, Shard(0) if tp.sp else Replicate(), None)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
