@@ -93,6 +93,7 @@ class VirtualWorld:
         self.failure: tuple[int, BaseException] | None = None
         self.aborted = False
         self.hub: greenlet | None = None
+        self.check_array: Callable[[Any, str], None] = _check_array  # what a send may carry (symbolic: shapes)
 
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
@@ -299,7 +300,7 @@ class VirtualWorld:
         posts = []
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
-                _check_array(o.x, "send")
+                self.check_array(o.x, "send")
                 posts.append(_Post(batch, check_peer(o.dst, rank, group, "send to"), x=o.x))
             elif isinstance(o, Recv):
                 peer = check_peer(o.src, rank, group, "recv from")

@@ -45,6 +45,8 @@ class Rng:
 class Context:
     """One rank's view of the run. `comm` is the collective interface, `xp` the array namespace."""
 
+    symbolic = False  # True on symbolic ranks: arrays have shapes and dtypes, no values (parasim/symbolic)
+
     def __init__(self, rank: int, world: int, comm: Comm, xp: Any, seed: int, recorder: Recorder,
                  to_xp: Callable[[np.ndarray], Any]):
         self.rank = rank

@@ -8,14 +8,15 @@ from ..limits import VIRTUAL_WORLD, at_most
 from .context import Context
 from .virtual import RunResult, run_virtual
 
-BACKENDS = ("virtual", "gloo", "nccl")
+BACKENDS = ("virtual", "symbolic", "gloo", "nccl")
 
 
 def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
         keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0,
         layout: Any = None) -> RunResult:
-    """Run `program(ctx)` on `world` ranks: virtual ranks in this process, or real ones (gloo, nccl) in
-    `world` local processes, for which `program` must be picklable (a module-level function).
+    """Run `program(ctx)` on `world` ranks: virtual ranks in this process, symbolic ones (shapes and bytes,
+    no values: real sizes), or real ones (gloo, nccl) in `world` local processes, for which `program` must
+    be picklable (a module-level function).
 
     seed: seeds `ctx.rng` (per rank) and `ctx.shared_rng(name)`; same seed, same draws on every backend.
     keep_values: record the values of arrays with at most this many elements in the trace (for lessons).
@@ -35,6 +36,10 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         raise UsageError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
+    if backend == "symbolic":
+        from ..symbolic.backend import run_symbolic
+        at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
+        return run_symbolic(program, world, seed=seed, algo=algo)
     if backend == "virtual":
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")

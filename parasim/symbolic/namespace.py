@@ -1,0 +1,119 @@
+"""What a symbolic rank's program is handed for `ctx.xp` and for its random draws: the array namespace the
+layers call (the names of array_api_compat's numpy), on `SymArray`s, and draws that make arrays of the
+asked shape without drawing anything."""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from . import array as sa
+from .array import SymArray
+
+
+def _sym(x: Any) -> bool:
+    return isinstance(x, SymArray)
+
+
+class SymbolicNamespace:
+    """`ctx.xp` on symbolic ranks. Arrays made here are symbolic; index lists (`asarray` of Python ints,
+    `arange`) stay real numpy arrays, small and known, as on virtual ranks. Elementwise functions are
+    numpy's ufuncs, which hand SymArrays to `SymArray.__array_ufunc__`."""
+
+    float64, float32, float16, int64, int32, int8, uint8, bool = (np.float64, np.float32, np.float16, np.int64,
+                                                                  np.int32, np.int8, np.uint8, np.bool_)
+    newaxis = None
+    exp, log, sqrt, tanh, maximum, minimum, abs, sign = (np.exp, np.log, np.sqrt, np.tanh, np.maximum, np.minimum,
+                                                         np.abs, np.sign)
+    matmul, multiply, add, subtract, divide = np.matmul, np.multiply, np.add, np.subtract, np.divide
+
+    @staticmethod
+    def asarray(x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
+        if _sym(x):
+            return x if dtype is None else x.astype(dtype)
+        if isinstance(x, (list, tuple)) and any(_sym(v) for v in x):
+            return sa.stack(x)
+        return np.asarray(x, dtype=dtype)
+
+    @staticmethod
+    def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
+        return x.astype(dtype)
+
+    @staticmethod
+    def zeros(shape: Any, dtype: Any = np.float64, **_: Any) -> SymArray:
+        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape, dtype)
+
+    ones = empty = zeros
+
+    @staticmethod
+    def full(shape: Any, fill_value: Any, dtype: Any = None, **_: Any) -> SymArray:
+        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
+                        dtype if dtype is not None else np.result_type(fill_value))
+
+    @staticmethod
+    def arange(*args: Any, dtype: Any = None, **_: Any) -> np.ndarray:
+        return np.arange(*args, dtype=dtype)
+
+    @staticmethod
+    def zeros_like(x: Any, dtype: Any = None, **_: Any) -> Any:
+        return sa.like(x, dtype) if _sym(x) else np.zeros_like(x, dtype=dtype)
+
+    ones_like = empty_like = zeros_like
+
+    @staticmethod
+    def full_like(x: Any, fill_value: Any, dtype: Any = None, **_: Any) -> Any:
+        return sa.like(x, dtype) if _sym(x) else np.full_like(x, fill_value, dtype=dtype)
+
+    sum, mean, max, min, all, any = (staticmethod(np.sum), staticmethod(np.mean), staticmethod(np.max),
+                                     staticmethod(np.min), staticmethod(np.all), staticmethod(np.any))
+
+    @staticmethod
+    def concat(arrays: Sequence[Any], axis: int | None = 0) -> Any:
+        return np.concatenate(list(arrays), axis=axis)
+
+    @staticmethod
+    def stack(arrays: Sequence[Any], axis: int = 0) -> Any:
+        return np.stack(list(arrays), axis=axis)
+
+    @staticmethod
+    def permute_dims(x: Any, axes: Sequence[int]) -> Any:
+        return np.transpose(x, axes)
+
+    @staticmethod
+    def reshape(x: Any, shape: Sequence[int], **_: Any) -> Any:
+        return np.reshape(x, shape)
+
+    @staticmethod
+    def take(x: Any, indices: Any, axis: int | None = None) -> Any:
+        return np.take(x, indices, axis=axis)
+
+    @staticmethod
+    def where(cond: Any, a: Any, b: Any) -> Any:
+        if any(_sym(v) for v in (cond, a, b)):
+            return sa.where(cond, a, b)
+        return np.where(cond, a, b)
+
+    @staticmethod
+    def tensordot(a: Any, b: Any, axes: Any = 2) -> Any:
+        return np.tensordot(a, b, axes=axes)
+
+    @staticmethod
+    def split(x: Any, sections: Any, axis: int = 0) -> Any:
+        return np.split(x, sections, axis=axis)
+
+
+class SymbolicRng:
+    """`ctx.rng` and `ctx.shared_rng(name)` on symbolic ranks: arrays of the asked shape and dtype, nothing
+    drawn."""
+
+    def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0) -> SymArray:
+        return SymArray(shape, dtype)
+
+    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = "float64") -> SymArray:
+        return SymArray(shape, dtype)
+
+    def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64") -> SymArray:
+        return SymArray(shape, dtype)
+
+    def permutation(self, n: int) -> SymArray:
+        return SymArray((n,), "int64")
