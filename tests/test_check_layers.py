@@ -174,3 +174,48 @@ def test_a_users_program_is_checked_against_itself_on_fewer_ranks(tmp_path):
     d = json.loads(out.stdout)["first_divergence"]
     assert out.returncode == 1 and d["name"] == "y" and d["event"] is None
     assert d["would_match"] == "summing these pieces over tp (they are partial sums) would match"
+
+
+def _pairs_program(order=((0, 1), (3, 2)), copies=False):
+    """Two TP pairs (the second listed 3, 2), each holding a column block (or, with `copies`, the whole)
+    of rows 0-1 and rows 2-3 of one 4 x 4 tensor, marked Shard(1) over its pair with the rows."""
+    def program(ctx):
+        pairs = [ctx.new_group(list(order[0]), "tp"), ctx.new_group(list(order[1]), "tp")]
+        whole = ctx.shared_rng("x").normal((4, 4))
+        mine = pairs[0] if ctx.rank in order[0] else pairs[1]
+        rows = [0, 1] if ctx.rank in order[0] else [2, 3]
+        part = mine.group_rank(ctx.rank)
+        piece = whole[rows] if copies else whole[rows][:, part * 2:(part + 1) * 2]
+        ctx.mark("x", piece, "Shard(1)", mine, rows=rows, size=4)
+    return program
+
+
+def test_each_groups_members_keep_their_own_order():
+    result = parasim.run(_pairs_program(), 4, keep_values=KEEP)
+    (entry,) = collect(result.trace, result.marked)["x"]
+    assert entry.group == (0, 1, 3, 2)  # the second pair as it was made: rank 3 holds the first columns
+    assert _diverge(_pairs_program(), 4, lambda ctx: ctx.mark("x", ctx.shared_rng("x").normal((4, 4)))) is None
+
+
+def test_whole_copies_marked_as_shards_are_named():
+    d = _diverge(_pairs_program(copies=True), 4, lambda ctx: ctx.mark("x", ctx.shared_rng("x").normal((4, 4))))
+    assert d["name"] == "x" and d["would_match"] == "taking them as whole copies on tp would match"
+
+
+def test_the_report_has_exactly_its_fields():
+    d = _diverge(_rows_program(bad=3), 4)
+    assert set(d) == {"name", "placement", "marked_on", "event", "op", "group", "label", "ranks", "site", "max_abs",
+                      "max_rel", "tolerance", "copies_differ", "would_match", "got", "want"}
+
+
+def test_copies_that_already_differed_after_the_collective_are_not_blamed_on_a_draw():
+    def program(ctx):
+        tp = ctx.new_group([0, 1], "tp")
+        x = ctx.shared_rng(f"x{ctx.rank}").normal((4, 2))
+        y = ctx.comm.reduce_scatter(x, dim=0, group=tp, label="each keeps its half")  # different on each
+        ctx.mark("y", y, "Replicate()", tp)  # wrongly marked as copies
+
+    def ref(ctx):
+        ctx.mark("y", (ctx.shared_rng("x0").normal((4, 2)) + ctx.shared_rng("x1").normal((4, 2)))[:2])
+    d = first_divergence(parasim.run(program, 2, keep_values=KEEP), parasim.run(ref, 1, keep_values=KEEP))
+    assert d["copies_differ"] and d["op"] == "reduce_scatter" and d["would_match"] is None

@@ -77,9 +77,7 @@ def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
     blocks = _blocks(placement, group, pieces, rows)
     if not rows:
         return blocks[0][1]
-    first = blocks[0][1]
-    dtype = first.dtype if np.issubdtype(first.dtype, np.floating) else np.float64
-    whole = np.full((size, *first.shape[1:]), np.nan, dtype=dtype)
+    whole = np.full((size, *blocks[0][1].shape[1:]), np.nan)  # float64 holds every piece's values, and NaN
     for idx, block in blocks:
         whole[list(idx)] = block
     return whole
@@ -169,7 +167,7 @@ def _report(trace: Trace, m: Marked, want: np.ndarray, abs_err: float, rel_err: 
            "max_abs": abs_err, "max_rel": rel_err, "tolerance": tol, "copies_differ": not _copies_agree(m, tol),
            "would_match": None}
     if e is not None:
-        member = next((x for x in e.members if x.rank in m.pieces), e.members[0])
+        member = next(x for x in e.members if x.rank in m.pieces)  # the event was picked for such a rank
         out.update(event=e.seq, op=e.op, group=f"{e.group.name}{list(e.group.ranks)}", label=e.label,
                    ranks=e.ranks, site=member.site)
     out["would_match"] = _would_match(trace, m, e, want, tol)
@@ -202,7 +200,7 @@ def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol
 def _equal_after(e: Event, m: Marked) -> bool:
     """Every member of the collective that also marked the tensor came out of it with the same values."""
     outs = [np.asarray(x.after[0]) for x in e.members if x.rank in m.pieces and x.after is not None]
-    return len(outs) == len(m.pieces) > 1 and all(np.array_equal(o, outs[0]) for o in outs[1:])
+    return len(outs) == len(m.pieces) and all(np.array_equal(o, outs[0]) for o in outs[1:])
 
 
 REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "avg": lambda xs: np.mean(xs, axis=0),
@@ -217,7 +215,7 @@ def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: 
     inputs = _inputs(trace, e, m)
     if inputs is None:
         return None
-    op = e.params.get("op", "sum")
+    op = e.params["op"]
     ops = [o for o in REDUCE if o != op]
     right = [o for o in ops if _reduced_matches(trace, m, inputs, e.group.name, o, want, tol)]
     if right:

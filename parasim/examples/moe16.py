@@ -19,6 +19,7 @@ from ..errors import LayoutError, UsageError
 from ..nn import ParallelContext, Saved, Shard
 from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
 from ..nn.placement import local
+from ..nn.routing import KINDS as POLICIES, Routing
 from ..layout import Layout, preset
 from ..dp.clip import check_max_norm, clip_coefficient
 from ..dp.zero import Zero1Adam, zero1_step
@@ -40,7 +41,7 @@ MICRO_BATCHES = 2
 # The post's step 4, for its sentence (sequence A): contract -> E3 (gate 0.6) and E8 (0.4), "the" -> E1 and
 # E2 (the post gives no gates for "the": 0.5 each is ours). Experts 0-based here.
 POST_ROUTES = {"contract": ((2, 7), (0.6, 0.4)), "the": ((0, 1), (0.5, 0.5))}
-ROUTINGS = ("learned", "post")
+ROUTINGS = ("learned", "post")  # and the policies of nn/routing.py (uniform, balanced, skewed:F)
 
 
 def scripted(seq: str, positions: Any, routing: str) -> dict[int, tuple]:
@@ -163,8 +164,11 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
         raise LayoutError(f"layers {model.layers} do not divide by pp {layout.pp} (the example's stages are even)")
     if m < 1:
         raise LayoutError(f"micro-batches must be at least 1, got {m}")
+    if routing not in ROUTINGS and routing.partition(":")[0] not in POLICIES:
+        raise LayoutError(f"unknown routing {routing!r}; use {', '.join(ROUTINGS)}, or a policy: uniform, "
+                          "balanced, skewed:F")
     if routing not in ROUTINGS:
-        raise LayoutError(f"unknown routing {routing!r}; use {' or '.join(ROUTINGS)}")
+        Routing.parse(routing)  # a bad F gets its one line here
     if routing == "post" and (model.experts < 8 or model.top_k != 2):
         raise LayoutError("the post's routing picks 2 of experts E1-E8: it needs 8 or more experts, top-2")
 
@@ -172,20 +176,22 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
 def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES,
                  routing: str = "learned", max_norm: float | None = None):
     """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
-    DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned")
-    or the post's drawn choices for its sentence ("post"); `max_norm`: clip the gradients by their global
+    DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned"),
+    the post's drawn choices for its sentence ("post"), or a policy ("uniform", "balanced", "skewed:F":
+    nn/routing.py; symbolic ranks need one); `max_norm`: clip the gradients by their global
     norm over both groups before Adam (None: no clipping, as the lesson runs)."""
     layout = preset(LAYOUT) if layout is None else layout
     check_runnable(layout, m, routing)
     check_max_norm(max_norm)
     model, reps = layout.model, replicas(layout.dp, m)
+    policy = None if routing in ROUTINGS else Routing.parse(routing)
 
     def program(ctx: Any) -> dict:
         ctx.use_layout(layout)
         g, c = ctx.groups, ctx.coords
         replica = reps[c.dp]
         # the layout's groups, SP, CP split and sequence length; SP's partial gradients summed once per step
-        tp = ParallelContext.from_layout(ctx, layout, partial_sums="step")
+        tp = ParallelContext.from_layout(ctx, layout, partial_sums="step", routing=policy)
         mine = tp.token_positions()  # the layers' own split: this rank's CP half, then its SP share of that
         ctx.phase("data")
         if watch is not None and watch[0] in replica and watch[1] in mine:
@@ -258,6 +264,8 @@ def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
     each local expert's first matrix matched against every expert's in the whole layer's `weights`."""
     if not layer.shape.experts:
         return []
+    if ctx.symbolic:  # no values to match: the block's own bookkeeping
+        return list(range(layer.mlp.first, layer.mlp.first + layer.mlp.per))
     whole = expert_weights(weights, layer.shape)
     moe = layer.mlp  # under ETP a rank holds a column slice of each of its experts' w1: compare slices
     return [e for mine in moe.experts for e, w in enumerate(whole)

@@ -29,6 +29,9 @@ class ParallelContext:
     # layer's backward ("layer", every micro-batch), or once per step by data-parallel code ("step", as
     # Megatron does before its data-parallel reduction)
     partial_sums: str = "layer"
+    # MoE routing by a stated policy (nn.routing.Routing) instead of the router's scores: symbolic ranks,
+    # which have no scores, need one; virtual ranks given the same policy route the same way
+    routing: Any = None
     # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
     # here (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None

@@ -16,7 +16,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from ..comm.interface import Group
+from ..errors import UsageError
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
@@ -56,6 +59,8 @@ class MoE(Weights):
                                     if self.q > 1 else {"ep": Shard(0)} for k in whole})
         self._grads: dict[str, Any] = {}
         self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
+        self.calls = 0  # forward calls so far: with a routing policy, each names its draws
+        self.symbolic = getattr(tp.ctx, "symbolic", False)  # arrays without values: shapes are all there is
         # a scripted route for some local tokens (set before a forward): row -> (k experts, k gates). Their
         # gates are constants, so no gradient reaches the router through them (the post's drawn routing)
         self.scripted: dict[int, tuple[tuple[int, ...], tuple[float, ...]]] = {}
@@ -80,9 +85,10 @@ class MoE(Weights):
         n = tokens.shape[0]
         saved.keep(self.name, "router input", tokens)
         logits = xp.matmul(tokens, self.router)
-        chosen = [list(self.scripted[t][0]) if t in self.scripted else _top(row, self.k)
-                  for t, row in enumerate(_rows(logits))]  # per token: its k experts, best first
-        pick = _choice(xp, chosen, self.k, n_exp, x.dtype)  # [n, k, E]: choice j of token t is expert e
+        chosen = self._route(logits, n, n_exp)  # per token: its k experts, best first
+        # [n, k, E]: choice j of token t is expert e (symbolic: its shape is what counts)
+        pick = xp.zeros((n, self.k, n_exp), dtype=x.dtype) if self.symbolic else _choice(xp, chosen, self.k, n_exp,
+                                                                                              x.dtype)
         gates = _softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
         fixed = xp.asarray([[1.0] if t in self.scripted else [0.0] for t in range(n)], dtype=x.dtype)  # [n, 1]
         if self.scripted:
@@ -90,14 +96,16 @@ class MoE(Weights):
                                 for t in range(n)], dtype=x.dtype)
             gates = gates * (1.0 - fixed) + given * fixed
         per_expert = xp.sum(gates[:, :, None] * pick, axis=1)  # [n, E]: each expert's gate, 0 if not chosen
-        self.last_routing = [list(zip(chosen[t], _rows(gates)[t])) for t in range(n)]
+        shown = [[float("nan")] * self.k] * n if self.symbolic else _rows(gates)
+        self.last_routing = [list(zip(chosen[t], shown[t])) for t in range(n)]
         # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
-        rows = [[t for t in range(n) if any(self.owner(e) == d for e in chosen[t])] for d in range(self.p)]
+        rows = self._rows_to(chosen)
         chunks = [xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
                   for d in range(self.p)]
         got = self._a2a(chunks, "dispatch: tokens (and their gates) to the ranks holding their experts")
         sizes = [c.shape[0] for c in got]
         recv = xp.concat(got, axis=0)
+        self._arrived = self._received(sizes, n, n_exp)  # which of my experts each received row chose (policy)
         # ETP: every rank of the expert-TP group works on the rows any of them received
         recv, etp_sizes = self._etp_gather(recv, "dispatched tokens to every expert-TP rank")
         xs, ws = recv[:, :h], recv[:, h:]
@@ -107,9 +115,63 @@ class MoE(Weights):
         back = self._a2a(_split(out, sizes), "combine: expert outputs back to each token's rank")
         y = xp.zeros((n, h), dtype=x.dtype)
         for d in range(self.p):
-            y = y + _scatter(xp, back[d], rows[d], n)
+            y = y + _scatter(xp, back[d], rows[d], n, self.symbolic)
         cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
+
+    def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
+        """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
+        the parallel context has one, else by the router's scores (top k)."""
+        policy, key = self.tp.routing, f"{self.name}#{self.calls}"
+        self.calls += 1
+        if policy is None:
+            if self.symbolic:
+                raise UsageError(f"{self.name}: symbolic ranks have no router scores to route by; give a routing "
+                                 "policy (uniform, balanced or skewed:F)")
+            return [list(self.scripted[t][0]) if t in self.scripted else _top(row, self.k)
+                    for t, row in enumerate(_rows(logits))]
+        if self.scripted:
+            raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
+        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k).tolist()
+
+    def _rows_to(self, chosen: list[list[int]]) -> list[list[int]]:
+        """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
+        if not chosen:
+            return [[] for _ in range(self.p)]
+        owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
+        return [np.flatnonzero((owners == d).any(axis=1)).tolist() for d in range(self.p)]
+
+    def _received(self, sizes: list[int], n: int, n_exp: int) -> list[list[int]] | None:
+        """With a routing policy, the experts each received row chose, worked out from the senders' policy
+        draws (every EP rank holds n tokens, as the layers split them): no value needs to travel."""
+        policy = self.tp.routing
+        if policy is None or self.etp is not None:
+            return None
+        key = f"{self.name}#{self.calls - 1}"
+        out: list[list[int]] = []
+        for d in range(self.p):
+            src = self.tp.ctx.rank if self.ep is None else self.ep.ranks[d]
+            theirs = policy.choose(key, src, d * n, n, n_exp, self.k).tolist()
+            mine = [theirs[t] for t in self._rows_to(theirs)[self.me]]
+            if len(mine) != sizes[d]:
+                raise UsageError(f"{self.name}: routing by policy needs the same number of tokens on every EP "
+                                 f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}")
+            out += mine
+        return out
+
+    def _rows_of(self, j: int, ws: Any) -> list[int]:
+        """The received rows that chose local expert j: from the policy's draws when routing by policy, else
+        from the gates that came with them (zero for an expert a row did not choose)."""
+        arrived = getattr(self, "_arrived", None)
+        if arrived is not None:
+            want = self.first + j
+            idx = [i for i, picks in enumerate(arrived) if want in picks]
+            if not self.symbolic and idx != [i for i, v in enumerate(_col(ws, j)) if v != 0.0]:
+                raise RuntimeError(f"{self.name}: the policy's draws and the gates that came with the rows disagree")
+            return idx
+        if self.symbolic:
+            raise UsageError(f"{self.name}: symbolic ranks route by policy with expert TP 1 only, for now")
+        return [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
 
     def _cols(self, d: int) -> slice:
         return slice(d * self.per, (d + 1) * self.per)
@@ -120,7 +182,7 @@ class MoE(Weights):
         out = xp.zeros_like(xs)
         caches = []
         for j, e in enumerate(self.experts):
-            idx = [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
+            idx = self._rows_of(j, ws)
             if not idx:
                 caches.append(None)
                 continue
@@ -131,7 +193,7 @@ class MoE(Weights):
             saved.keep(f"{self.name}.expert{self.first + j + 1}", "fc2 input", aj)
             yj = xp.matmul(aj, e["w2"]) + (e.get("b2", 0.0) if self.eme == 0 else 0.0)  # b2 once over ETP
             gj = _take(xp, ws, idx)[:, j]
-            out = out + _scatter(xp, gj[:, None] * yj, idx, xs.shape[0])
+            out = out + _scatter(xp, gj[:, None] * yj, idx, xs.shape[0], self.symbolic)
             caches.append((idx, xj, hj, aj, yj, gj))
         return out, caches
 
@@ -154,8 +216,9 @@ class MoE(Weights):
         for j, c in enumerate(expert_caches):
             if c is not None:
                 dxj, dgj = self._expert_backward(j, c, dout)
-                dxs = dxs + _scatter(xp, dxj, c[0], xs.shape[0])
-                dws = dws + _scatter(xp, dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[0], xs.shape[0])
+                dxs = dxs + _scatter(xp, dxj, c[0], xs.shape[0], self.symbolic)
+                dws = dws + _scatter(xp, dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[0],
+                                     xs.shape[0], self.symbolic)
         # input and gate gradients are partial over expert-TP (each rank's share of w1's columns, w2's rows)
         back = self._etp_sum(xp.concat([dxs, dws], axis=1), etp_sizes, "backward: sum input and gate gradients "
                              "over expert-TP")
@@ -163,10 +226,10 @@ class MoE(Weights):
         dx = xp.zeros((n, h), dtype=dy.dtype)
         dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
         for d in range(self.p):
-            dx = dx + _scatter(xp, back[d][:, :h], rows[d], n)
+            dx = dx + _scatter(xp, back[d][:, :h], rows[d], n, self.symbolic)
             place = xp.asarray([[1.0 if e == d * self.per + j else 0.0 for e in range(n_exp)] for j in range(self.per)],
                                dtype=dy.dtype)
-            dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n)
+            dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n, self.symbolic)
         dgates = xp.sum(dper[:, None, :] * pick, axis=2)
         dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
         dsel = dsel * (1.0 - fixed)  # a scripted gate is a constant: nothing flows back to the router
@@ -266,19 +329,22 @@ def _softmax(xp: Any, s: Any) -> Any:
 
 def _choice(xp: Any, chosen: list[list[int]], k: int, n_exp: int, dtype: Any) -> Any:
     """[n, k, E] one-hot: entry (t, j, e) is 1 when token t's j-th choice is expert e."""
-    m = [[[1.0 if e == row[j] else 0.0 for e in range(n_exp)] for j in range(k)] for row in chosen]
-    return xp.reshape(xp.asarray(m, dtype=dtype), (len(chosen), k, n_exp))
+    picks = np.asarray(chosen, dtype=np.int64).reshape(len(chosen), k)
+    return xp.asarray((picks[:, :, None] == np.arange(n_exp)).astype(np.float64), dtype=dtype)
 
 
 def _take(xp: Any, a: Any, idx: list[int]) -> Any:
     return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if idx else a[:0]
 
 
-def _scatter(xp: Any, rows: Any, idx: list[int], n: int) -> Any:
-    """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it)."""
-    m = [[1.0 if t == i else 0.0 for t in range(n)] for i in idx]
-    one = xp.reshape(xp.asarray(m, dtype=rows.dtype), (len(idx), n))
-    return xp.matmul(one.T, rows)
+def _scatter(xp: Any, rows: Any, idx: list[int], n: int, symbolic: bool = False) -> Any:
+    """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it;
+    symbolic: the shape is what counts)."""
+    if symbolic:
+        return xp.matmul(xp.zeros((n, len(idx)), dtype=rows.dtype), rows)
+    one = np.zeros((len(idx), n))
+    one[np.arange(len(idx)), np.asarray(idx, dtype=np.int64)] = 1.0
+    return xp.matmul(xp.asarray(one, dtype=rows.dtype).T, rows)
 
 
 def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:

@@ -1,0 +1,87 @@
+"""MoE routing by a stated policy (uniform, balanced, skewed:F): the choices it makes, counted here by hand,
+and the 16-GPU example run virtually and symbolically with it: the same events, bytes and held memory."""
+import numpy as np
+import pytest
+
+import parasim
+from parasim.errors import UsageError
+from parasim.examples.moe16 import make_program
+from parasim.layout import Layout, preset
+from parasim.nn.routing import Routing
+from tests.test_symbolic import _key
+
+
+@pytest.mark.parametrize("text, kind, hot", [("uniform", "uniform", 0.0), ("balanced", "balanced", 0.0),
+                                             ("skewed:0.25", "skewed", 0.25), ("skewed:1", "skewed", 1.0)])
+def test_policies_are_read_from_their_names(text, kind, hot):
+    r = Routing.parse(text, seed=3)
+    assert (r.kind, r.hot, r.seed) == (kind, hot, 3) and Routing.parse(str(r), 3) == r
+
+
+@pytest.mark.parametrize("text", ["", "learned", "skewed", "skewed:", "skewed:x", "skewed:1.5", "skewed:-0.1",
+                                  "uniform:0.5", "balanced:1"])
+def test_bad_policies_get_one_line(text):
+    with pytest.raises(UsageError, match="routing must be|skewed:F needs F"):
+        Routing.parse(text)
+
+
+def test_uniform_picks_k_distinct_experts_the_same_way_each_time():
+    r = Routing.parse("uniform", seed=0)
+    picks = r.choose("moe#0", 5, 0, 1000, 8, 2)
+    assert picks.shape == (1000, 2) and (picks[:, 0] != picks[:, 1]).all() and picks.min() >= 0 and picks.max() < 8
+    assert np.array_equal(picks, r.choose("moe#0", 5, 0, 1000, 8, 2))
+    assert not np.array_equal(picks, r.choose("moe#1", 5, 0, 1000, 8, 2))  # another call draws again
+    assert not np.array_equal(picks, r.choose("moe#0", 6, 0, 1000, 8, 2))  # and another rank
+    counts = np.bincount(picks.ravel(), minlength=8)
+    assert counts.sum() == 2000 and counts.min() > 200 and counts.max() < 300  # about 250 each
+
+
+def test_balanced_gives_every_expert_the_same_count():
+    picks = Routing.parse("balanced").choose("moe#0", 0, 8, 8, 4, 2)  # tokens 8..15 of the group
+    assert picks.tolist()[0] == [16 % 4, 17 % 4] and np.bincount(picks.ravel(), minlength=4).tolist() == [4] * 4
+
+
+def test_skewed_sends_a_share_of_first_picks_to_the_hot_expert():
+    picks = Routing.parse("skewed:1").choose("moe#0", 0, 0, 500, 8, 3)
+    assert (picks[:, 0] == 0).all() and (picks[:, 1:] != 0).all()
+    some = Routing.parse("skewed:0.5").choose("moe#0", 0, 0, 4000, 8, 2)
+    assert 0.5 < np.mean(some[:, 0] == 0) < 0.6  # half, plus uniform's 1/8 of the other half
+    same = Routing.parse("skewed:0").choose("moe#0", 0, 0, 50, 8, 2)
+    assert np.array_equal(same, Routing.parse("uniform").choose("moe#0", 0, 0, 50, 8, 2))
+
+
+@pytest.mark.parametrize("routing", ["uniform", "balanced", "skewed:0.5"])
+def test_the_moe_example_runs_the_same_virtually_and_symbolically(routing):
+    program = make_program(("A", 5), None, 2, routing)
+    real = parasim.run(program, 16)
+    sym = parasim.run(program, 16, backend="symbolic")
+    assert _key(sym.trace) == _key(real.trace)
+    assert any(e.op == "all_to_all" for e in sym.trace.events)
+    assert [sym.trace.peak(r) for r in range(16)] == [real.trace.peak(r) for r in range(16)]
+
+
+def test_each_expert_gets_the_rows_its_policy_drew():
+    """Rows dispatched to each EP rank in layer 1's first forward, counted from the policy by hand."""
+    layout = preset("moe16")
+    result = parasim.run(make_program(None, layout, 2, "balanced"), 16, backend="symbolic")
+    first = [e for e in result.trace.events if e.op == "all_to_all" and e.label.startswith("layer 1.moe dispatch")]
+    ep = layout.groups()["ep"][0]
+    (event,) = [e for e in first if list(e.group.ranks) == ep][:1]
+    k, experts, per = layout.model.top_k, layout.model.experts, layout.model.experts // layout.ep
+    n = 2  # tokens per rank: 8 positions over CP 2 and SP 2
+    for i, member in enumerate(event.members):
+        picks = Routing.parse("balanced").choose("layer 1.moe#0", ep[i], i * n, n, experts, k)
+        sent = [int(((picks // per) == d).any(axis=1).sum()) for d in range(layout.ep)]
+        assert [t.shape[0] for t in member.ins] == sent
+
+
+def test_symbolic_moe_needs_a_policy():
+    with pytest.raises(UsageError, match="routing policy"):
+        parasim.run(make_program(None, None, 2, "learned"), 16, backend="symbolic")
+
+
+def test_symbolic_moe_with_expert_tp_is_refused_for_now():
+    layout = Layout(tp=2, cp=2, pp=2, dp=2, ep=2, etp=2, sp=True, zigzag=False, model=preset("moe16").model)
+    with pytest.raises(UsageError, match="expert TP 1 only"):
+        parasim.run(make_program(None, layout, 2, "uniform"), 16, backend="symbolic")
+    parasim.run(make_program(None, layout, 2, "uniform"), 16)  # virtual ranks have the gates' values
