@@ -85,3 +85,27 @@ def test_symbolic_moe_with_expert_tp_is_refused_for_now():
     with pytest.raises(UsageError, match="expert TP 1 only"):
         parasim.run(make_program(None, layout, 2, "uniform"), 16, backend="symbolic")
     parasim.run(make_program(None, layout, 2, "uniform"), 16)  # virtual ranks have the gates' values
+
+
+def test_trace_runs_symbolically_with_the_same_bytes():
+    import json
+    from tests.conftest import cli
+    sym = cli("trace", "--symbolic", "--routing", "uniform", "--json")
+    real = cli("trace", "--routing", "uniform", "--json")
+    assert sym.returncode == 0 and real.returncode == 0, sym.stderr + real.stderr
+    s, r = json.loads(sym.stdout), json.loads(real.stdout)
+    assert (s["backend"], r["backend"], s["exactness"], r["exactness"]) == ("symbolic", "virtual", None, None)
+    assert s["bytes_by_link"] == r["bytes_by_link"] and s["bytes_by_link"]["by_group"]["ep"]["inside"] > 0
+    assert [x["event"] for x in s["steps"] if "event" in x] == [x["event"] for x in r["steps"] if "event" in x]
+    gpu = cli("trace", "--symbolic", "--routing", "balanced", "--gpu", "3")
+    assert gpu.returncode == 0 and "not checked against the unsplit model (routing by the balanced policy)" in gpu.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--symbolic"], "--symbolic has no router scores to route by"),
+    (["--routing", "bogus"], "unknown routing 'bogus'"), (["--routing", "skewed:2"], "skewed:F needs F from 0 to 1"),
+], ids=["no-policy", "bogus", "skew"])
+def test_bad_routing_gets_one_line(args, message):
+    from tests.conftest import cli
+    out = cli("trace", *args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
