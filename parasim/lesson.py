@@ -64,6 +64,7 @@ class Lesson:
     # the same program on other layout sizes ({"tp": 2, "sp": True, ...}) -> (program, world): `parasim check
     # --reference-layout` compares a run with it (None: the program adapts to the world size alone)
     on_layout: Callable[[dict], tuple[Callable[[Any], Any], int]] | None = None
+    backend: str = "virtual"  # "symbolic": the lesson works at real sizes, shapes and bytes without values
 
     @property
     def target(self) -> tuple[str, str]:
@@ -116,10 +117,12 @@ class LessonRun:
 
 
 def run_lesson(lesson: Lesson, world: int | None = None) -> LessonRun:
-    """Run a lesson on virtual ranks (its own world size unless `world` is given)."""
+    """Run a lesson on virtual ranks, or symbolic ones if it says so (its own world size unless `world` is
+    given)."""
     world = lesson.world if world is None else world
     lesson.check_world(world)
-    result = run(lesson.program, world, seed=lesson.seed, keep_values=lesson.keep_values)
+    keep = lesson.keep_values if lesson.backend == "virtual" else 0
+    result = run(lesson.program, world, lesson.backend, seed=lesson.seed, keep_values=keep)
     result.trace.meta["lesson"] = lesson.name
     return LessonRun(lesson, result, list(lesson.checks(result)))
 

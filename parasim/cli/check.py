@@ -65,8 +65,11 @@ def cmd_check(args: argparse.Namespace) -> int:
     lesson.check_world(world)
     if args.against is not None:
         return _against_real(args, lesson, world)
-    result = run(program, world, seed=lesson.seed, keep_values=KEEP)
-    names = collect(result.trace, result.marked)
+    symbolic = lesson.backend != "virtual"  # tensors without values: only the lesson's own checks compare
+    result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=0 if symbolic else KEEP)
+    names = {} if symbolic else collect(result.trace, result.marked)
+    if symbolic:
+        reference = None
     found, checks = None, []
     if reference is not None:
         found = first_divergence(result, run(reference, ref_world, seed=lesson.seed, keep_values=KEEP))
@@ -131,7 +134,7 @@ def _text(name: str, bug: str | None, compared: int, found: dict | None, checks:
     head = f"{name}" + (f" --bug {bug}" if bug else "")
     lines = []
     if found is None and not compared:
-        lines.append(f"{head}: no divergence (it marks no tensors: only its own checks compare)")
+        lines.append(f"{head}: no divergence (it marks no tensors with values: only its own checks compare)")
     elif found is None:
         lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with {against})")
     else:

@@ -50,6 +50,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         given = args.nproc
     lesson = get_lesson(args.name, given, "--nproc")  # a user's file.py:function runs on --nproc ranks
+    if lesson.backend != "virtual":
+        raise UsageError(f"{lesson.name} works at real sizes on {lesson.backend} ranks, with no values to hold: "
+                         "real ranks cannot run it (parasim lesson runs it)")
     nproc = given or lesson.world
     lesson.check_world(nproc)
     report = run_real(lesson.target, nproc, _real_options(args, lesson))
@@ -103,7 +106,7 @@ def _run_all(args: argparse.Namespace) -> int:
     by_world: dict[int, list] = {}
     for lesson in lessons:
         w = args.nproc or lesson.world
-        if lesson.fits(w):
+        if lesson.fits(w) and lesson.backend == "virtual":  # symbolic lessons hold no values to run for real
             by_world.setdefault(w, []).append(lesson)
     if not by_world:
         raise UsageError(f"no lesson runs on {args.nproc} ranks")
@@ -126,5 +129,5 @@ def _run_all(args: argparse.Namespace) -> int:
             print(f"{'MATCH' if report.match else 'DIFFERENT':<10} {lesson.name:<18} {report.world:>3} ranks  "
                   f"{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
         if skipped:
-            print(f"not run (no fit on {args.nproc} ranks): {', '.join(skipped)}")
+            print(f"not run (no fit on {args.nproc} ranks, or symbolic only): {', '.join(skipped)}")
     return 0 if ok else 1

@@ -58,7 +58,7 @@ class MoE(Weights):
             self.placements.update({f"expert{self.first + j + 1}.{k}": {"ep": Shard(0), "etp": over_etp[k]}
                                     if self.q > 1 else {"ep": Shard(0)} for k in whole})
         self._grads: dict[str, Any] = {}
-        self.last_routing: list[list[tuple[int, float]]] = []  # per local token: (expert, gate), for lessons
+        self._last: tuple = ([], None)  # the last forward's picks and gates: `last_routing`
         self.calls = 0  # forward calls so far: with a routing policy, each names its draws
         self.symbolic = getattr(tp.ctx, "symbolic", False)  # arrays without values: shapes are all there is
         # a scripted route for some local tokens (set before a forward): row -> (k experts, k gates). Their
@@ -96,8 +96,7 @@ class MoE(Weights):
                                 for t in range(n)], dtype=x.dtype)
             gates = gates * (1.0 - fixed) + given * fixed
         per_expert = xp.sum(gates[:, :, None] * pick, axis=1)  # [n, E]: each expert's gate, 0 if not chosen
-        shown = [[float("nan")] * self.k] * n if self.symbolic else _rows(gates)
-        self.last_routing = [list(zip(chosen[t], shown[t])) for t in range(n)]
+        self._last = (chosen, gates)  # read by `last_routing`, for lessons
         # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
         rows = self._rows_to(chosen)
         chunks = [xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
@@ -119,6 +118,14 @@ class MoE(Weights):
         cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
 
+    @property
+    def last_routing(self) -> list[list[tuple[int, float]]]:
+        """Per local token of the last forward: (expert, gate) for each pick, best first (gates NaN on
+        symbolic ranks)."""
+        chosen, gates = self._last
+        shown = [[float("nan")] * self.k] * len(chosen) if self.symbolic or gates is None else _rows(gates)
+        return [list(zip(chosen[t], shown[t])) for t in range(len(chosen))]
+
     def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
         """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
         the parallel context has one, else by the router's scores (top k)."""
@@ -136,36 +143,35 @@ class MoE(Weights):
 
     def _rows_to(self, chosen: list[list[int]]) -> list[list[int]]:
         """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
-        if not chosen:
+        if len(chosen) == 0:
             return [[] for _ in range(self.p)]
         owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
         return [np.flatnonzero((owners == d).any(axis=1)).tolist() for d in range(self.p)]
 
-    def _received(self, sizes: list[int], n: int, n_exp: int) -> list[list[int]] | None:
-        """With a routing policy, the experts each received row chose, worked out from the senders' policy
-        draws (every EP rank holds n tokens, as the layers split them): no value needs to travel."""
+    def _received(self, sizes: list[int], n: int, n_exp: int) -> np.ndarray | None:
+        """With a routing policy, the experts each received row chose ([rows, k]), worked out from the
+        senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels."""
         policy = self.tp.routing
         if policy is None or self.etp is not None:
             return None
         key = f"{self.name}#{self.calls - 1}"
-        out: list[list[int]] = []
+        parts = []
         for d in range(self.p):
             src = self.tp.ctx.rank if self.ep is None else self.ep.ranks[d]
-            theirs = policy.choose(key, src, d * n, n, n_exp, self.k).tolist()
-            mine = [theirs[t] for t in self._rows_to(theirs)[self.me]]
+            theirs = policy.choose(key, src, d * n, n, n_exp, self.k)
+            mine = theirs[self._rows_to(theirs)[self.me]]
             if len(mine) != sizes[d]:
                 raise UsageError(f"{self.name}: routing by policy needs the same number of tokens on every EP "
                                  f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}")
-            out += mine
-        return out
+            parts.append(mine)
+        return np.concatenate(parts).reshape(-1, self.k)
 
     def _rows_of(self, j: int, ws: Any) -> list[int]:
         """The received rows that chose local expert j: from the policy's draws when routing by policy, else
         from the gates that came with them (zero for an expert a row did not choose)."""
         arrived = getattr(self, "_arrived", None)
         if arrived is not None:
-            want = self.first + j
-            idx = [i for i, picks in enumerate(arrived) if want in picks]
+            idx = np.flatnonzero((arrived == self.first + j).any(axis=1)).tolist()
             if not self.symbolic and idx != [i for i, v in enumerate(_col(ws, j)) if v != 0.0]:
                 raise RuntimeError(f"{self.name}: the policy's draws and the gates that came with the rows disagree")
             return idx

@@ -13,7 +13,7 @@ experts). The same policy on virtual ranks gives the same choices, so both runs 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,6 +27,8 @@ class Routing:
     kind: str = "uniform"
     hot: float = 0.0  # skewed: the share of tokens whose first pick is the hot expert
     seed: int = 0
+    # draws already made (a receiver asks for each sender's): a cache of a pure function, not state
+    _made: dict = field(default_factory=dict, compare=False, hash=False, repr=False)
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> "Routing":
@@ -49,17 +51,28 @@ class Routing:
 
     def choose(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
         """[n, k] expert indices, best first, for tokens first .. first+n-1 of `source` (a global rank) in the
-        call named `key` (layer and call number): the same answer on every rank that asks."""
+        call named `key` (layer and call number): the same answer on every rank that asks (read-only)."""
         if not 1 <= k <= experts:
             raise UsageError(f"top_k must be between 1 and the number of experts ({experts}), got {k}")
+        at = (key, source, first, n, experts, k)
+        if at not in self._made:
+            if len(self._made) > 1024:  # a long run: forget the oldest draws
+                self._made.pop(next(iter(self._made)))
+            self._made[at] = out = self._draw(key, source, first, n, experts, k)
+            out.flags.writeable = False
+        return self._made[at]
+
+    def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
         if self.kind == "balanced":
             g = np.arange(first, first + n)[:, None] * k + np.arange(k)[None, :]
             return g % experts
         gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
             self.seed, spawn_key=(source, first, *key.encode()))))
-        # k distinct experts per token: the k smallest of E uniform keys; a hot token's key for expert 0 is
-        # below every other, so expert 0 comes first
+        # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
+        # for expert 0 is below every other, so expert 0 comes first
         keys = gen.random((n, experts))
         if self.kind == "skewed":
             keys[gen.random(n) < self.hot, 0] = -1.0
-        return np.argsort(keys, axis=1, kind="stable")[:, :k]
+        part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
+        order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
+        return np.take_along_axis(part, order, axis=1)

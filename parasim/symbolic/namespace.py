@@ -31,7 +31,7 @@ class SymbolicNamespace:
     def asarray(x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
         if _sym(x):
             return x if dtype is None else x.astype(dtype)
-        if isinstance(x, (list, tuple)) and any(_sym(v) for v in x):
+        if isinstance(x, (list, tuple)) and x and _sym(x[0]):  # a list of arrays; index lists are plain ints
             return sa.stack(x)
         return np.asarray(x, dtype=dtype)
 
