@@ -1,13 +1,28 @@
-"""The post's MoE figures at their real sizes, counted by a run: DeepSeek-V3's MoE layer (hidden 7,168,
-256 experts, top 8) on symbolic ranks, which carry shapes and bytes and no values, so 4,096-token batches
-and 7,168-wide rows cost nothing to hold. Routing follows a stated policy (uniform, seeded); the checks
-work the same figures out by hand from the policy's own draws."""
+"""The post's figures at their real sizes, counted by runs on symbolic ranks, which carry shapes and bytes
+and no values, so 4,096-token batches, 7,168-wide rows and 100,000-token sequences cost nothing to hold.
+
+DeepSeek-V3's MoE layer (hidden 7,168, 256 experts, top 8): token copies and the EP all-to-all. Routing
+follows a stated policy (uniform, seeded); the checks work the same figures out by hand from the policy's
+own draws. Then one layer of the 27B model at each of the post's nine layouts, at the longest sequence the
+estimator finds for it: the bytes a GPU keeps for backward and the weights it holds, measured, against
+the estimator's own per-layer figures.
+"""
 from __future__ import annotations
+
+import math
+from dataclasses import replace
 
 import numpy as np
 
+import parasim
+from parasim.estimate import Plan, fit, get_model, gpu_presets
+from parasim.estimate.fit import LONGEST_ROWS
+from parasim.estimate.memory import layer_saved_bytes
+from parasim.estimate.models import layer_param_count
+from parasim.layout import Layout
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import ParallelContext, Saved
+from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
 
@@ -61,6 +76,54 @@ def program(ctx):
     return out
 
 
+def layer_at(model, kw: dict, seq: int) -> dict:
+    """One layer of `model`, forward and backward, on symbolic ranks with a row's TP, SP and CP (and full
+    recomputation) at `seq` tokens: what each rank keeps between forward and backward, what it works with
+    while recomputing, and the weights it holds (every rank alike: one answer, checked)."""
+    tp, cp, sp, full = kw.get("tp", 1), kw.get("cp", 1), kw.get("sp", False), kw.get("recompute") == "full"
+    # masks kept, scores not, as the estimator's Plan counts them; with CP the engine models no dropout
+    shape = replace(model, seq=seq, flash=True, dropout=0.1 if cp == 1 else 0.0)
+    layout = Layout(tp=tp, cp=cp, sp=sp, model=shape)
+
+    def program(ctx):
+        t = ParallelContext.from_layout(ctx, layout)
+        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        x = ctx.shared_rng("x").normal((len(t.token_positions()), 1, shape.hidden))
+        kept = Saved()
+        if full:
+            kept.keep("L0", "input", x)  # all that stays between forward and backward
+            layer.forward(x, Saved())
+            work = Saved()  # the same forward again, just before backward
+            _, cache = layer.forward(x, work)
+        else:
+            work = kept
+            _, cache = layer.forward(x, kept)
+        layer.backward(cache, x)
+        return {"kept": kept.bytes(), "work": work.bytes(),
+                "params": sum(math.prod(w.shape) for w in layer.params().values())}
+    values = parasim.run(program, tp * cp, backend="symbolic").values
+    return {k: sorted({v[k] for v in values}) for k in values[0]}
+
+
+def nine_rows() -> list[dict]:
+    """Each of the nine layouts at its longest sequence (the estimator's, cut to a length every split takes):
+    the run's per-layer figures and the estimator's."""
+    model, usable = get_model("27b"), gpu_presets()["h200"].usable
+    out = []
+    for _, label, kw in LONGEST_ROWS:
+        plan = Plan(**kw)
+        step = 2 * plan.cp * plan.tp  # zigzag CP halves, then SP shares
+        seq = int(fit(model, plan, usable).seq) // step * step
+        got = layer_at(model, kw, seq)
+        act = layer_saved_bytes(model.hidden, model.heads, model.kv, model.ffn_size, seq, 1, plan.tp, plan.sp,
+                                plan.cp, dropout=plan.cp == 1)
+        kept = 2 * model.hidden * seq / (plan.cp * (plan.tp if plan.sp else 1)) if kw.get("recompute") else act
+        out.append({"label": label, "seq": seq, "got": got, "kept": kept, "work": act,
+                    "params": layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp,
+                                                model.bias)})
+    return out
+
+
 def checks(result) -> list[Check]:
     v, trace = result.values, result.trace
     pairs = [sum(x[p]["copies"] for x in v[:TP]) for p in ("MoE under TP 2, without SP", "MoE under TP 2, with SP")]
@@ -88,7 +151,12 @@ def checks(result) -> list[Check]:
               [r * row_bytes for r in rows]),
         check("... fewer than the pair count's bytes on every GPU (a token with two picks on one GPU goes once)",
               all(m.sent < a * D * 2 for m, a in zip(dispatch.members, away)), True),
-    ]
+    ] + [check(f"27B, {r['label']}, one layer at {r['seq']:,} tokens: bytes kept for backward, while recomputing, "
+               "and weights held per GPU, measured against the estimator" + (" (no dropout masks: the engine "
+                                                                             "models no dropout under CP)" if "CP" in
+                                                                             r["label"] else ""), [r["got"]["kept"], r["got"]["work"],
+                                                                             r["got"]["params"]],
+               [[r["kept"]], [r["work"]], [r["params"]]]) for r in nine_rows()]
 
 
 NARRATIVE = {
@@ -107,8 +175,9 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
-    name="at-scale", title="The MoE figures at real size: token copies and the EP all-to-all, on symbolic ranks",
+    name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
+                           "all-to-all, the 27B model's layers at their longest sequences",
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, backend="symbolic",
     summary="DeepSeek-V3's MoE layer at 4,096 tokens: 65,536 vs 32,768 token copies, the 411 MB all-to-all, "
-            "and what is sent once per GPU",
+            "what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",
 )

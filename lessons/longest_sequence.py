@@ -8,6 +8,7 @@ sequence for each of the post's nine layouts.
 from __future__ import annotations
 
 from parasim.estimate import Plan, breakdown, fit, get_model
+from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
 from parasim.lesson import Check, Lesson, check
@@ -17,15 +18,7 @@ from parasim.layout import ModelSpec
 
 S, B, H, HEADS = 16, 1, 16, 8
 UTILISATION = 0.4
-# The post's nine layouts: (nodes, label, plan)
-ROWS = (
-    (1, "TP8", dict(tp=8)), (1, "TP8 + SP", dict(tp=8, sp=True)), (1, "TP4 + SP + CP2", dict(tp=4, sp=True, cp=2)),
-    (1, "TP2 + SP + PP4", dict(tp=2, sp=True, pp=4)),
-    (1, "TP8 + SP + full recompute", dict(tp=8, sp=True, recompute="full")),
-    (2, "TP8 + SP, DP2", dict(tp=8, sp=True, dp=2)), (2, "TP8 + SP + PP2", dict(tp=8, sp=True, pp=2)),
-    (2, "TP8 + SP + CP2", dict(tp=8, sp=True, cp=2)),
-    (2, "TP8 + SP + CP2 + full recompute", dict(tp=8, sp=True, cp=2, recompute="full")),
-)
+ROWS = LONGEST_ROWS  # the post's nine layouts: (nodes, label, plan)
 RUNS = (("TP alone", False, False), ("TP + SP", True, False), ("TP + SP + full recompute", True, True))
 
 

@@ -17,6 +17,17 @@ from .memory import RECOMPUTE, Breakdown, Plan, breakdown, stages_of, totals
 from ..layout import ModelSpec
 
 
+# The post's nine layouts for the 27B model's longest sequence, one node or two: (nodes, label, Plan fields)
+LONGEST_ROWS = (
+    (1, "TP8", dict(tp=8)), (1, "TP8 + SP", dict(tp=8, sp=True)), (1, "TP4 + SP + CP2", dict(tp=4, sp=True, cp=2)),
+    (1, "TP2 + SP + PP4", dict(tp=2, sp=True, pp=4)),
+    (1, "TP8 + SP + full recompute", dict(tp=8, sp=True, recompute="full")),
+    (2, "TP8 + SP, DP2", dict(tp=8, sp=True, dp=2)), (2, "TP8 + SP + PP2", dict(tp=8, sp=True, pp=2)),
+    (2, "TP8 + SP + CP2", dict(tp=8, sp=True, cp=2)),
+    (2, "TP8 + SP + CP2 + full recompute", dict(tp=8, sp=True, cp=2, recompute="full")),
+)
+
+
 def solve(a: Any, b: Any, c: Any, avail: Any) -> Any:
     """The largest s >= 0 with a + b*s + c*s^2 <= avail (0 when even s = 0 does not fit)."""
     room = np.maximum(avail - a, 0.0)

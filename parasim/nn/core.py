@@ -35,6 +35,7 @@ class ParallelContext:
     # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
     # here (as closures) instead of run, and a later W pass runs it
     deferred: list | None = None
+    _positions: tuple | None = field(default=None, repr=False, compare=False)  # cp_positions, worked out once
 
     @classmethod
     def from_layout(cls, ctx: Any, layout: Any = None, **overrides: Any) -> "ParallelContext":
@@ -71,11 +72,17 @@ class ParallelContext:
         return 1 if self.cp is None else self.cp.size
 
     def cp_positions(self) -> list[int]:
-        """The sequence positions this rank's CP slice holds (all of them without CP)."""
-        if self.cp is None or self.cp.size == 1:
-            return list(range(self.seq))
-        from .ring_attention import positions
-        return positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
+        """The sequence positions this rank's CP slice holds (all of them without CP); worked out once per
+        sequence length and split (every layer asks, and a long sequence has hundreds of thousands)."""
+        key = (self.seq, self.split, self.cp_size)
+        if self._positions is None or self._positions[0] != key:
+            if self.cp is None or self.cp.size == 1:
+                pos = list(range(self.seq))
+            else:
+                from .ring_attention import positions
+                pos = positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
+            self._positions = (key, pos)
+        return list(self._positions[1])
 
     def token_positions(self) -> list[int]:
         """The positions this rank holds between matmuls: its CP slice, then its SP share of that."""

@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
+
+import numpy as np
 
 from ..comm.interface import Group, Recv, Send
 from ..layout import LayoutError
@@ -23,15 +26,20 @@ SPLITS = ("contiguous", "zigzag")
 
 def positions(split: str, seq: int, cp: int, rank: int) -> list[int]:
     """The sequence positions a CP rank holds, in the order it holds them."""
+    return list(_positions(split, seq, cp, rank))
+
+
+@lru_cache(maxsize=256)  # a pure function of its arguments, asked by every layer of a long sequence
+def _positions(split: str, seq: int, cp: int, rank: int) -> tuple[int, ...]:
     if split not in SPLITS:
         raise LayoutError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
     if seq % (2 * cp if split == "zigzag" else cp):
         raise LayoutError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
     if split == "contiguous":
         c = seq // cp
-        return list(range(rank * c, (rank + 1) * c))
+        return tuple(range(rank * c, (rank + 1) * c))
     c = seq // (2 * cp)
-    return list(range(rank * c, (rank + 1) * c)) + list(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
+    return tuple(range(rank * c, (rank + 1) * c)) + tuple(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
 
 
 def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) -> tuple[Any, Any, Any, Any]:
@@ -68,7 +76,13 @@ class RingAttention:
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
-        self.pos = [positions(split, seq, self.cp, i) for i in range(self.cp)]
+        self.pos = [_positions(split, seq, self.cp, i) for i in range(self.cp)]
+        # each rank's first and last position, and the chunks of the fine 2*cp split (the cp-way one when
+        # the sequence does not divide that finely) its positions fall in: what masking and counting ask
+        at = [np.asarray(p, dtype=np.int64) for p in self.pos]
+        self.ends = [(int(p.min()), int(p.max())) for p in at]
+        fine = seq // (2 * self.cp) if seq % (2 * self.cp) == 0 else seq // self.cp
+        self.fine, self.chunks = fine, [np.unique(p // fine).tolist() for p in at]
         self.work = Work()
 
     def _peers(self) -> tuple[int, int]:
@@ -92,10 +106,7 @@ class RingAttention:
 
     def _count(self, src: int, d: int, b: int, heads: int) -> float:
         """Blocks of the fine 2*cp split this step covers (1 full, 0.5 diagonal), and their flops."""
-        # chunks of the 2*cp-way split (the cp-way one when the sequence does not divide that finely)
-        fine = self.seq // (2 * self.cp) if self.seq % (2 * self.cp) == 0 else self.seq // self.cp
-        qc = sorted({p // fine for p in self.pos[self.r]})
-        kc = sorted({p // fine for p in self.pos[src]})
+        fine, qc, kc = self.fine, self.chunks[self.r], self.chunks[src]
         blocks = sum(1.0 if not self.causal or k < q else 0.5 if k == q else 0.0 for q in qc for k in kc)
         self.work.blocks += blocks
         self.work.steps.append(blocks)
@@ -116,7 +127,8 @@ class RingAttention:
             self.work.held.append(src)
             mask = self._mask(src)
             flops = self._count(src, d, b, heads)
-            if mask is not None and bool(xp.all(mask)):
+            # every key of this chunk after every query (the positions are known: no array is asked)
+            if self.causal and self.ends[src][0] > self.ends[self.r][1]:
                 self.work.skipped += 1  # every key of this chunk comes after every query: nothing to do
                 self.ctx.compute(f"{self.name}: skip K/V of rank {src}", 0)
             else:
@@ -144,7 +156,7 @@ class RingAttention:
         for step in range(self.cp):
             src = (self.r - step) % self.cp
             mask = self._mask(src)
-            if mask is None or not bool(xp.all(mask)):
+            if not (self.causal and self.ends[src][0] > self.ends[self.r][1]):  # as forward skipped it
                 scores = xp.matmul(q, xp.permute_dims(held_k, (0, 1, 3, 2))) * scale
                 if mask is not None:
                     scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)

@@ -16,9 +16,9 @@ def _sym(x: Any) -> bool:
 
 
 class SymbolicNamespace:
-    """`ctx.xp` on symbolic ranks. Arrays made here are symbolic; index lists (`asarray` of Python ints,
-    `arange`) stay real numpy arrays, small and known, as on virtual ranks. Elementwise functions are
-    numpy's ufuncs, which hand SymArrays to `SymArray.__array_ufunc__`."""
+    """`ctx.xp` on symbolic ranks. Every array made here is symbolic, index lists (`asarray` of Python
+    ints, `arange`) included: they take part by their shapes. Elementwise functions are numpy's ufuncs,
+    which hand SymArrays to `SymArray.__array_ufunc__`."""
 
     float64, float32, float16, int64, int32, int8, uint8, bool = (np.float64, np.float32, np.float16, np.int64,
                                                                   np.int32, np.int8, np.uint8, np.bool_)
@@ -29,11 +29,23 @@ class SymbolicNamespace:
 
     @staticmethod
     def asarray(x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
+        """Symbolic, whatever it is given: a list of positions or a one-hot table built from Python
+        values becomes an array of that shape (a 100,000-token causal mask is never made)."""
         if _sym(x):
             return x if dtype is None else x.astype(dtype)
-        if isinstance(x, (list, tuple)) and x and _sym(x[0]):  # a list of arrays; index lists are plain ints
-            return sa.stack(x)
-        return np.asarray(x, dtype=dtype)
+        if isinstance(x, (list, tuple)) and x and _sym(x[0]):  # a list of arrays
+            out = sa.stack(x)
+            return out if dtype is None else out.astype(dtype)
+        if isinstance(x, np.ndarray):
+            return SymArray(x.shape, dtype if dtype is not None else x.dtype)
+        shape, first = [], x  # nested Python lists: their lengths, and the first value's type
+        while isinstance(first, (list, tuple, range)):
+            shape.append(len(first))
+            if not len(first):
+                break
+            first = first[0]
+        kind = np.float64 if isinstance(first, (list, tuple, range)) else np.asarray(first).dtype
+        return SymArray(shape, dtype if dtype is not None else kind)
 
     @staticmethod
     def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
@@ -51,8 +63,8 @@ class SymbolicNamespace:
                         dtype if dtype is not None else np.result_type(fill_value))
 
     @staticmethod
-    def arange(*args: Any, dtype: Any = None, **_: Any) -> np.ndarray:
-        return np.arange(*args, dtype=dtype)
+    def arange(*args: Any, dtype: Any = None, **_: Any) -> SymArray:
+        return SymArray((len(range(*args)),), dtype if dtype is not None else np.int64)
 
     @staticmethod
     def zeros_like(x: Any, dtype: Any = None, **_: Any) -> Any:
