@@ -1,0 +1,47 @@
+"""The at-scale lesson: the post's figures at their real sizes from symbolic runs. Expected values are the
+post's parameters multiplied out here, or the estimator's own formulas (which the runs are held against)."""
+import json
+
+import pytest
+
+from parasim.lesson import get_lesson, run_lesson
+from tests.conftest import cli
+
+
+@pytest.fixture(scope="module")
+def lr():
+    return run_lesson(get_lesson("at-scale"))
+
+
+def test_every_check_holds_and_the_runs_were_symbolic(lr):
+    assert lr.result.trace.backend == "symbolic"
+    assert len(lr.checks) == 15 and all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
+
+
+def test_token_copies_are_the_posts(lr):
+    (copies,) = [c for c in lr.checks if c.name.startswith("(token, expert) pairs")]
+    assert copies.got == [2 * 4096 * 8, 4096 * 8] == [65_536, 32_768]
+
+
+def test_the_all_to_all_counts(lr):
+    by_name = {c.name.split(":")[0]: c for c in lr.checks}
+    mb = next(c for n, c in by_name.items() if n.startswith("the post's 411 MB"))
+    assert mb.expected == round(4096 * 8 * 7168 * 2 * 7 / 8 / 1e6) == 411 and abs(mb.got - 411) <= 8
+    sent = next(c for n, c in by_name.items() if n.startswith("what the run sends instead"))
+    assert all(b % ((7168 + 32) * 2) == 0 for b in sent.got)  # whole rows of a token and 32 gates
+    assert all(b < 28_672 * 7168 * 2 for b in sent.got)  # fewer than the pairs' bytes at 7/8 of T x K
+
+
+def test_the_27b_rows_reach_the_posts_lengths(lr):
+    rows = [c for c in lr.checks if c.name.startswith("27B, ")]
+    assert len(rows) == 9
+    longest = max(int(c.name.split(" at ")[1].split(" tokens")[0].replace(",", "")) for c in rows)
+    assert 800_000 < longest < 840_000  # the post's 820K for TP8 + SP + CP2 + full recompute
+
+
+def test_real_ranks_refuse_it_and_check_says_why():
+    out = cli("run", "at-scale", "--backend", "gloo", "--nproc", "8")
+    assert out.returncode == 2 and "real ranks cannot run it" in out.stderr
+    out = cli("check", "at-scale", "--json")
+    d = json.loads(out.stdout)
+    assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 0
