@@ -23,6 +23,7 @@ from ..layout import ModelSpec
 def layer_weights(ctx: Any, shape: ModelSpec, key: str) -> dict[str, Any]:
     """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
     h, f, d = shape.hidden, shape.ffn_size, shape.hidden // shape.heads
+    fe = shape.expert_size  # an expert's width (DeepSeek's are narrower than a dense MLP)
     q, kv = shape.heads * d, shape.kv * d
     # (name, size) in order; each weight is drawn from a stream named after it, so a name is written once.
     # A matrix's std is rows^-1/2 (activations stay about 1), a bias's 0.1.
@@ -30,7 +31,7 @@ def layer_weights(ctx: Any, shape: ModelSpec, key: str) -> dict[str, Any]:
                                                 ("bq", (q,)), ("bk", (kv,)), ("bv", (kv,)), ("bo", (h,))]
     if shape.experts:  # each expert is an MLP of its own; the router scores tokens against them
         for e in range(shape.experts):
-            sizes += [(f"experts.{e}.w1", (h, f)), (f"experts.{e}.w2", (f, h)), (f"experts.{e}.b1", (f,)),
+            sizes += [(f"experts.{e}.w1", (h, fe)), (f"experts.{e}.w2", (fe, h)), (f"experts.{e}.b1", (fe,)),
                       (f"experts.{e}.b2", (h,))]
     else:
         sizes += [("w1", (h, f)), ("w2", (f, h)), ("b1", (f,)), ("b2", (h,))]
