@@ -34,6 +34,7 @@ TP, EP = 2, 8
 DTYPE = "float16"  # 2 bytes a value, as the post's BF16 (numpy has no bfloat16; the bytes are the same)
 POLICY = "uniform"
 WORLD = 8
+ROUTING = Routing.parse(POLICY)  # one policy object for every rank, so each sender's draws are made once
 
 
 def _block(ctx, tp: ParallelContext, group, name: str) -> MoE:
@@ -49,8 +50,7 @@ def _copies(saved: Saved) -> int:
     return sum(n for _, what, n, _ in saved.items if what == "activation input") // F
 
 
-def program(ctx):
-    routing = Routing.parse(POLICY)
+def program(ctx, routing: Routing = ROUTING):
     pair = [ctx.new_group([2 * i, 2 * i + 1], "tp") for i in range(WORLD // TP)][ctx.rank // TP]
     out = {}
     for phase, sp in (("MoE under TP 2, without SP", False), ("MoE under TP 2, with SP", True)):

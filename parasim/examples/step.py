@@ -40,9 +40,10 @@ def layer_shape(model: ModelSpec, i: int) -> ModelSpec:
         else model
 
 
-def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", dtype: str = "float64") -> Any:
+def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -> Any:
     """The program of one step of `layout.model` on `layout` with `m` micro-batches (default: pp, the least
-    1F1B fills), MoE routing by `routing` (uniform, balanced, skewed:F), arrays in `dtype`."""
+    1F1B fills), MoE routing by `routing` (uniform, balanced, skewed:F). Arrays are float64, as the layers'
+    weights are drawn (held bytes are counted in the training dtypes all the same)."""
     model = layout.model
     if model is None or not model.seq:
         raise UsageError("a training step needs a layout with a model and its sequence length")
@@ -69,14 +70,14 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", d
         idx = xp.asarray(mine, dtype=xp.int64)
 
         def inputs(mb: int) -> Any:  # the micro-batch's whole sequence, drawn alike everywhere; this rank's rows
-            return xp.take(ctx.shared_rng(f"x.{c.dp}.{mb}").normal((model.seq, 1, h), dtype), idx, axis=0)
+            return xp.take(ctx.shared_rng(f"x.{c.dp}.{mb}").normal((model.seq, 1, h)), idx, axis=0)
 
         def loss(mb: int, y: Any) -> tuple[Any, Any]:
-            target = xp.take(ctx.shared_rng(f"t.{c.dp}.{mb}").normal((model.seq, 1, h), dtype), idx, axis=0)
+            target = xp.take(ctx.shared_rng(f"t.{c.dp}.{mb}").normal((model.seq, 1, h)), idx, axis=0)
             return float(xp.sum(y * target)), target
         ctx.phase("forward and backward", micro_batches=m)
         total = run_schedule(ctx, g["pp"], generate("1f1b", layout.pp, m), {c.pp: stage}, (len(mine), 1, h),
-                             xp.float64 if dtype == "float64" else dtype, inputs, loss)
+                             xp.float64, inputs, loss)
         ctx.phase("gradient sync and optimizer")
         new, share_sq, state = zero1_step(ctx, stage, LR, partials=True)
         stage.load(new)

@@ -159,7 +159,7 @@ class MoE(Weights):
         for d in range(self.p):
             src = self.tp.ctx.rank if self.ep is None else self.ep.ranks[d]
             theirs = policy.choose(key, src, d * n, n, n_exp, self.k)
-            mine = theirs[self._rows_to(theirs)[self.me]]
+            mine = theirs[((theirs // self.per) == self.me).any(axis=1)]  # its tokens with a pick of mine
             if len(mine) != sizes[d]:
                 raise UsageError(f"{self.name}: routing by policy needs the same number of tokens on every EP "
                                  f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}")

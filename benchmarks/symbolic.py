@@ -1,0 +1,130 @@
+"""Symbolic ranks at real sizes, measured in one run: seconds and this process's peak memory.
+
+    python benchmarks/symbolic.py [--json]
+
+1. The same small training step (examples/step.py: TP2 CP2 PP2 DP2, EP4, SP) on virtual and on symbolic
+   ranks: the ratio of their times (symbolic pays for shape rules where virtual does tiny arithmetic).
+2. DeepSeek-V3's MoE layer at 4,096 tokens per GPU on EP 64 (64 symbolic ranks, one forward).
+3. One 27B layer at 821,728 tokens on TP8 + SP + CP2 (16 symbolic ranks, forward and backward).
+4. A DeepSeek-V3-shaped step scaled down (PP 2, EP 8, 16 GPUs, 4 layers, 2 micro-batches, 4,096 tokens),
+   its cost per (rank, layer, micro-batch), and what the whole step (2,048 GPUs, 61 layers, 16
+   micro-batches) would take at that rate: the target is 10 s and 2 GB, which needs ranks that do the
+   same work to be run once (issue 20); the projection says how far off running every rank is.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import time
+from dataclasses import replace
+
+import parasim
+from parasim.examples.step import make_step
+from parasim.layout import Layout, ModelSpec, model_preset, preset
+from parasim.nn import ParallelContext, Saved
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.nn.moe import MoE
+from parasim.nn.routing import Routing
+
+TARGET_S, TARGET_MB = 10.0, 2000
+
+
+def peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: kilobytes
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def small_step() -> dict:
+    model = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2,
+                      dense_layers=1, seq=8, bias=False)
+    layout = Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=model)
+    program = make_step(layout, m=2)
+    virtual, _ = timed(lambda: parasim.run(program, layout.world))
+    symbolic, _ = timed(lambda: parasim.run(program, layout.world, backend="symbolic"))
+    return {"virtual_s": virtual, "symbolic_s": symbolic, "symbolic_over_virtual": symbolic / virtual}
+
+
+def moe_ep64() -> dict:
+    ds = preset("deepseek-v3").model
+    tokens, h, e, f, k = 4096, ds.hidden, ds.experts, ds.expert_size, ds.top_k
+    routing = Routing.parse("uniform")  # one policy for every rank: a sender's draws are made once
+
+    def program(ctx):
+        ep = ctx.new_group(range(ctx.world), "ep")
+        tp = ParallelContext(ctx, None, ep=ep, routing=routing)
+        draw = ctx.shared_rng
+        experts = [{"w1": draw(f"{i}.w1").normal((h, f), "float16"), "w2": draw(f"{i}.w2").normal((f, h), "float16")}
+                   for i in range(e)]
+        moe = MoE(tp, ep, draw("router").normal((h, e), "float16"), experts, k, name="moe")
+        moe.forward(draw(f"x{ctx.rank}").normal((tokens, h), "float16"), Saved())
+    seconds, result = timed(lambda: parasim.run(program, 64, backend="symbolic"))
+    sent = sum(m.sent for ev in result.trace.events for m in ev.members)
+    return {"seconds": seconds, "gpus": 64, "bytes_sent": sent}
+
+
+def layer_27b() -> dict:
+    model = replace(model_preset("27b"), seq=821_728, flash=True)
+    layout = Layout(tp=8, cp=2, sp=True, model=model)
+
+    def program(ctx):
+        t = ParallelContext.from_layout(ctx, layout)
+        layer = TransformerLayer(t, model, layer_weights(ctx, model, "L0"), key="L0")
+        x = ctx.shared_rng("x").normal((len(t.token_positions()), 1, model.hidden))
+        saved = Saved()
+        _, cache = layer.forward(x, saved)
+        layer.backward(cache, x)
+        return saved.bytes()
+    seconds, result = timed(lambda: parasim.run(program, layout.world, backend="symbolic"))
+    return {"seconds": seconds, "gpus": layout.world, "kept_bytes_per_gpu": result.values[0]}
+
+
+def scaled_deepseek() -> dict:
+    ds = preset("deepseek-v3").model
+    layers, pp, world, m = 4, 2, 16, 2
+    model = replace(ds, seq=4096, layers=layers, dense_layers=1)
+    layout = Layout(pp=pp, ep=8, etp=1, world=world, model=model)
+    seconds, _ = timed(lambda: parasim.run(make_step(layout, m=m), world, backend="symbolic"))
+    per = seconds / (world * (layers / pp) * m)  # each rank runs its stage's layers for every micro-batch
+    full = per * 2048 * (61 / 16) * 16
+    return {"seconds": seconds, "gpus": world, "per_rank_layer_microbatch_s": per,
+            "projected_full_step_s": full, "projected_over_target": full / TARGET_S}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args()
+    out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(), "layer_27b_821k": layer_27b(),
+           "deepseek_v3_scaled_step": scaled_deepseek()}
+    out["peak_mb"] = peak_mb()
+    out["deepseek_v3_full_step"] = {"run": False, "target_s": TARGET_S, "target_mb": TARGET_MB,
+                                    "why": "not yet: every rank is run; folding ranks that do the same work is "
+                                           "issue 20's next step"}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    s = out["small_step"]
+    print(f"small step, 16 ranks: virtual {s['virtual_s']:.2f} s, symbolic {s['symbolic_s']:.2f} s "
+          f"(symbolic / virtual = {s['symbolic_over_virtual']:.2f})")
+    e = out["deepseek_v3_moe_layer_ep64"]
+    print(f"DeepSeek-V3 MoE layer, 4,096 tokens x 64 GPUs, one forward: {e['seconds']:.2f} s, "
+          f"{e['bytes_sent'] / 1e9:.2f} GB sent")
+    l27 = out["layer_27b_821k"]
+    print(f"27B layer at 821,728 tokens on TP8 + SP + CP2: {l27['seconds']:.2f} s, "
+          f"{l27['kept_bytes_per_gpu'] / 1e9:.2f} GB kept per GPU")
+    d = out["deepseek_v3_scaled_step"]
+    print(f"DeepSeek-V3 step scaled down (16 GPUs, 4 layers, 2 micro-batches): {d['seconds']:.2f} s, "
+          f"{d['per_rank_layer_microbatch_s'] * 1e3:.1f} ms per (rank, layer, micro-batch); every rank of the "
+          f"whole step would take ~{d['projected_full_step_s']:.0f} s ({d['projected_over_target']:.0f}x the "
+          f"{TARGET_S:g} s target)")
+    print(f"peak memory of this process: {out['peak_mb']:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
