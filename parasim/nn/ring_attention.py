@@ -76,7 +76,7 @@ class RingAttention:
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
-        self.pos = [_positions(split, seq, self.cp, i) for i in range(self.cp)]
+        self.pos = [positions(split, seq, self.cp, i) for i in range(self.cp)]
         # each rank's first and last position, and the chunks of the fine 2*cp split (the cp-way one when
         # the sequence does not divide that finely) its positions fall in: what masking and counting ask
         at = [np.asarray(p, dtype=np.int64) for p in self.pos]
