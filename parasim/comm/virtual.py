@@ -94,11 +94,19 @@ class VirtualWorld:
         self.aborted = False
         self.hub: greenlet | None = None
         self.check_array: Callable[[Any, str], None] = _check_array  # what a send may carry (symbolic: shapes)
+        # folding (symbolic runs): rep[r] is the rank whose program stands for rank r's; only ranks that are
+        # their own representative run, and a folded rank's part in a collective is its representative's
+        self.rep: list[int] | None = None
+        self._running: dict[int, int] = {}  # group index -> members that run
+        self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
 
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
         self.hub = getcurrent()
         for st in self.ranks:
+            if self.rep is not None and self.rep[st.rank] != st.rank:
+                st.done = True  # folded onto its representative: it never runs
+                continue
             st.glet = greenlet(self._rank_main_for(program, contexts[st.rank], st), parent=self.hub)
             self.ready.append(st.glet)
         try:
@@ -116,6 +124,8 @@ class VirtualWorld:
         finally:
             self._abort()
         self._check_groups()
+        if self.rep is not None:  # a folded rank's value is its representative's
+            return [self.ranks[self.rep[st.rank]].value for st in self.ranks]
         return [st.value for st in self.ranks]
 
     def _rank_main_for(self, program, ctx, st: _Rank):
@@ -187,7 +197,7 @@ class VirtualWorld:
         return out
 
     def _check_groups(self) -> None:
-        counts = {st.rank: st.ngroups for st in self.ranks}
+        counts = {st.rank: st.ngroups for st in self.ranks if self.rep is None or self.rep[st.rank] == st.rank}
         if len(set(counts.values())) > 1:
             most = max(counts.values())
             short = [r for r, n in counts.items() if n < most]
@@ -243,13 +253,27 @@ class VirtualWorld:
         if inst.sig != sig:
             self._mismatch(inst)
         inst.count += 1
-        if inst.count < group.size:
+        if inst.count < (group.size if self.rep is None else self._runs_in(group)):
             self._wait(st, inst)
         else:
             del self.instances[key]
             self._complete(inst, rank)
         result, st.result = st.result, None
         return result
+
+    def _runs_in(self, group: Group) -> int:
+        """How many members of `group` run (a folded run); each folded member's representative must be one
+        of them, as its part is copied from that representative's."""
+        n = self._running.get(group.index)
+        if n is None:
+            rep = self.rep
+            away = [r for r in group.ranks if rep[r] not in group.ranks]
+            if away:
+                raise CollectiveError(f"folded run: in group {group}, rank {away[0]} is folded onto rank "
+                                      f"{rep[away[0]]}, which is not in the group; fold ranks onto a member of "
+                                      "every group they share")
+            n = self._running[group.index] = sum(rep[r] == r for r in group.ranks)
+        return n
 
     def _mismatch(self, inst: _Instance) -> None:
         raise mismatch_error(inst.call, inst.group, {
@@ -258,14 +282,18 @@ class VirtualWorld:
     def _complete(self, inst: _Instance, current: int) -> None:
         g, arrivals, params, op = inst.group, inst.arrivals, inst.params, OPS[inst.op]
         ranks, keep = self.ranks, self.keep
+        if self.rep is not None:  # each folded member takes part as its representative does
+            at = {r: i for i, r in enumerate(g.ranks)}
+            arrivals = [a if a is not None else arrivals[at[self.rep[r]]] for r, a in zip(g.ranks, arrivals)]
         outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep)
         moved = ring_moved(g, hops) if hops is not None else None
         step = 1 + max([ranks[r].clock for r in g.ranks])
         many = op.takes == "chunks"
+        made, tins = self._tensors, {}
         if not many:  # the signature check made every member's input (and so every result) alike
-            tin = tuple([_tensor(v) for v in arrays(arrivals[0][0])])
+            tin = tuple([_tensor(v, made) for v in arrays(arrivals[0][0])])
             first = next((o for o in outs if o is not None), None)
-            tout = () if first is None else (_tensor(first),)
+            tout = () if first is None else (_tensor(first, made),)
         members = []
         append = members.append
         ready = self.ready
@@ -279,11 +307,14 @@ class VirtualWorld:
             if keep and all([v.size <= keep for v in ins]) and all([v.size <= keep for v in got]):
                 before, after = tuple([v.tolist() for v in ins]), tuple([v.tolist() for v in got])
             if many:
-                tin, tout_i = tuple([_tensor(v) for v in ins]), tuple([_tensor(v) for v in got])
+                tin = tins.get(id(a[0]))  # folded members send their representative's very chunks
+                if tin is None:
+                    tin = tins[id(a[0])] = tuple([_tensor(v, made) for v in ins])
+                tout_i = tuple([_tensor(v, made) for v in got])
             else:
                 tout_i = tout if got else ()
             append(_member(Member, (r, tin, tout_i, sent, recv, site_name(a[2]), before, after)))
-            if r != current:
+            if r != current and st.glet is not None:  # a folded rank has no greenlet to wake
                 ready.append(st.glet)
         label = next((a[3] for a in arrivals if a[3]), None)
         self.events.append(Event(len(self.events), step, "collective", op.name, g, members, label,
@@ -301,9 +332,9 @@ class VirtualWorld:
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
                 self.check_array(o.x, "send")
-                posts.append(_Post(batch, check_peer(o.dst, rank, group, "send to"), x=o.x))
+                posts.append(_Post(batch, self._runs(check_peer(o.dst, rank, group, "send to"), rank), x=o.x))
             elif isinstance(o, Recv):
-                peer = check_peer(o.src, rank, group, "recv from")
+                peer = self._runs(check_peer(o.src, rank, group, "recv from"), rank)
                 name = recv_dtype(o, peer)
                 try:
                     shape = tuple(int(n) for n in o.shape)
@@ -334,6 +365,13 @@ class VirtualWorld:
         st.clock = batch.maxstep
         return batch.results
 
+    def _runs(self, peer: int, rank: int) -> int:
+        """A point-to-point peer of a folded run must run itself: a folded rank cannot answer."""
+        if self.rep is not None and self.rep[peer] != peer:
+            raise CollectiveError(f"folded run: rank {rank} exchanges with rank {peer}, which is folded onto rank "
+                                  f"{self.rep[peer]}; fold only ranks whose point-to-point peers run")
+        return peer
+
     def _transfer(self, s: _Post, r: _Post, current: int) -> None:
         x = s.x
         if x.shape != r.shape or x.dtype != r.dtype:
@@ -346,8 +384,9 @@ class VirtualWorld:
         keep = bool(self.keep) and x.size <= self.keep
         val = (x.tolist(),) if keep else None
         src, dst = s.batch.rank, r.batch.rank
-        members = [Member(src, (_tensor(x),), (), n, 0, site_name(s.batch.site), val, () if keep else None),
-                   Member(dst, (), (_tensor(x),), 0, n, site_name(r.batch.site), () if keep else None, val)]
+        t = _tensor(x, self._tensors)
+        members = [Member(src, (t,), (), n, 0, site_name(s.batch.site), val, () if keep else None),
+                   Member(dst, (), (t,), 0, n, site_name(r.batch.site), () if keep else None, val)]
         self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
                                  s.batch.label or r.batch.label, self.ranks[src].phase,
                                  {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
@@ -376,8 +415,14 @@ class VirtualWorld:
                      {"keep_values": self.keep, "algo": self.algo})
 
 
-def _tensor(x: np.ndarray) -> Tensor:
-    return _member(Tensor, (x.shape, dtype_name(x.dtype)))
+def _tensor(x: np.ndarray, made: dict) -> Tensor:
+    """The trace's record of an array's shape and dtype; one record per kind (`made`: the run's), since an
+    all-to-all over 64 ranks has 8,192 of them and most are alike."""
+    key = (x.shape, x.dtype)
+    t = made.get(key)
+    if t is None:
+        t = made[key] = _member(Tensor, (x.shape, dtype_name(x.dtype)))
+    return t
 
 
 NUMERIC = frozenset("biufc")  # numpy dtype kinds a real backend can carry: no strings, objects or dates

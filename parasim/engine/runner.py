@@ -13,7 +13,7 @@ BACKENDS = ("virtual", "symbolic", "gloo", "nccl")
 
 def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
         keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0,
-        layout: Any = None) -> RunResult:
+        layout: Any = None, fold: list[int] | None = None) -> RunResult:
     """Run `program(ctx)` on `world` ranks: virtual ranks in this process, symbolic ones (shapes and bytes,
     no values: real sizes), or real ones (gloo, nccl) in `world` local processes, for which `program` must
     be picklable (a module-level function).
@@ -25,6 +25,8 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     stuck in one call stops the run.
     layout: a `parasim.Layout`; every rank then starts with `ctx.layout`, `ctx.groups[name]` and `ctx.coords`,
     and `world` defaults to the layout's.
+    fold (symbolic ranks): rank -> the rank that runs for it (`parasim.symbolic.fold.fold_of(layout)`): ranks
+    that do the same work run once, and the trace is written out for every rank.
     """
     if layout is not None:
         from .context import WithLayout
@@ -34,12 +36,14 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         program = WithLayout(program, layout)
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; backends: {', '.join(BACKENDS)}")
+    if fold is not None and backend != "symbolic":
+        raise UsageError("folding ranks needs symbolic ranks: values would differ from rank to rank")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
     if backend == "symbolic":
         from ..symbolic.backend import run_symbolic
         at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
-        return run_symbolic(program, world, seed=seed, algo=algo)
+        return run_symbolic(program, world, seed=seed, algo=algo, fold=fold)
     if backend == "virtual":
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")

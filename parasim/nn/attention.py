@@ -156,8 +156,11 @@ class ParallelAttention(Weights):
         """Sum the gradients of q heads that share a kv head onto that kv head."""
         xp = self.tp.xp
         parts = []
+        sharing: dict[int, list[int]] = {}  # kv head -> the q heads that read it
+        for i, kv in enumerate(self.kv_of):
+            sharing.setdefault(kv, []).append(i)
         for j in range(shape[1]):
-            heads = [i for i, kv in enumerate(self.kv_of) if kv == j]
+            heads = sharing[j]
             parts.append(sum(per_q[:, i:i + 1] for i in heads[1:]) + per_q[:, heads[0]:heads[0] + 1])
         return xp.concat(parts, axis=1)
 

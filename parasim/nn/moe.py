@@ -123,6 +123,7 @@ class MoE(Weights):
         """Per local token of the last forward: (expert, gate) for each pick, best first (gates NaN on
         symbolic ranks)."""
         chosen, gates = self._last
+        chosen = chosen.tolist() if isinstance(chosen, np.ndarray) else chosen  # plain ints, for notes and JSON
         shown = [[float("nan")] * self.k] * len(chosen) if self.symbolic or gates is None else _rows(gates)
         return [list(zip(chosen[t], shown[t])) for t in range(len(chosen))]
 
@@ -139,14 +140,16 @@ class MoE(Weights):
                     for t, row in enumerate(_rows(logits))]
         if self.scripted:
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
-        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k).tolist()
+        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k)  # [n, k], read-only
 
     def _rows_to(self, chosen: list[list[int]]) -> list[list[int]]:
         """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
         if len(chosen) == 0:
             return [[] for _ in range(self.p)]
         owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
-        return [np.flatnonzero((owners == d).any(axis=1)).tolist() for d in range(self.p)]
+        hit = np.zeros((len(owners), self.p), dtype=bool)  # [n, p]: token t picked an expert of rank d
+        hit[np.arange(len(owners))[:, None], owners] = True
+        return [np.flatnonzero(col).tolist() for col in hit.T]
 
     def _received(self, sizes: list[int], n: int, n_exp: int) -> np.ndarray | None:
         """With a routing policy, the experts each received row chose ([rows, k]), worked out from the

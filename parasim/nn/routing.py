@@ -6,8 +6,9 @@ rank's choices without asking (a receiver needs to know which of the rows it got
 experts). The same policy on virtual ranks gives the same choices, so both runs send the same bytes.
 
     uniform      each token picks k distinct experts uniformly at random (seeded)
-    balanced     token g (counted over the EP group) picks experts g*k, g*k+1, ... mod E: every expert gets
-                 the same number of tokens, give or take one
+    balanced     a rank's token t picks experts t*k, t*k+1, ... mod E: every expert gets the same number
+                 of a rank's tokens (give or take one), and every rank routes alike, so ranks that differ only
+                 in their place can be run once (symbolic/fold.py)
     skewed:F     with probability F a token's first pick is expert 1, a hot expert, and its other picks are
                  uniform among the rest; the other tokens pick as under uniform
 """
@@ -54,7 +55,7 @@ class Routing:
         call named `key` (layer and call number): the same answer on every rank that asks (read-only)."""
         if not 1 <= k <= experts:
             raise UsageError(f"top_k must be between 1 and the number of experts ({experts}), got {k}")
-        at = (key, source, first, n, experts, k)
+        at = (key, source, first, n, experts, k) if self.kind != "balanced" else (n, experts, k)  # alike everywhere
         if at not in self._made:
             if len(self._made) > 1024:  # a long run: forget the oldest draws
                 self._made.pop(next(iter(self._made)))
@@ -63,8 +64,8 @@ class Routing:
         return self._made[at]
 
     def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
-        if self.kind == "balanced":
-            g = np.arange(first, first + n)[:, None] * k + np.arange(k)[None, :]
+        if self.kind == "balanced":  # by the token's place on its rank alone: every rank sends alike
+            g = np.arange(n)[:, None] * k + np.arange(k)[None, :]
             return g % experts
         gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
             self.seed, spawn_key=(source, first, *key.encode()))))

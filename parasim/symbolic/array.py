@@ -48,23 +48,19 @@ def _axis(axis: int, ndim: int) -> int:
 class SymArray:
     """An array of `shape` and `dtype` whose values are never held."""
 
-    __slots__ = ("shape", "dtype")
+    __slots__ = ("shape", "dtype", "size")
     __array_priority__ = 100  # numpy defers to us in mixed arithmetic
 
     def __init__(self, shape: Sequence[int], dtype: Any = "float64"):
-        self.shape = tuple(int(n) for n in shape)
-        if any(n < 0 for n in self.shape):
-            raise ValueError(f"negative dimension in shape {self.shape}")
-        self.dtype = np.dtype(dtype)
+        shape = tuple(int(n) for n in shape)
+        if any(n < 0 for n in shape):
+            raise ValueError(f"negative dimension in shape {shape}")
+        self.shape, self.dtype, self.size = shape, np.dtype(dtype), math.prod(shape)
 
     # -- what an array says about itself ---------------------------------------------------------
     @property
     def ndim(self) -> int:
         return len(self.shape)
-
-    @property
-    def size(self) -> int:
-        return math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:
@@ -76,11 +72,11 @@ class SymArray:
 
     @property
     def T(self) -> "SymArray":
-        return SymArray(self.shape[::-1], self.dtype)
+        return _made(self.shape[::-1], self.dtype)
 
     @property
     def mT(self) -> "SymArray":
-        return SymArray(self.shape[:-2] + self.shape[-1:] + self.shape[-2:-1], self.dtype)
+        return _made(self.shape[:-2] + self.shape[-1:] + self.shape[-2:-1], self.dtype)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -91,7 +87,7 @@ class SymArray:
         return f"SymArray({self.shape}, {self.dtype})"
 
     def copy(self) -> "SymArray":
-        return SymArray(self.shape, self.dtype)
+        return self  # nothing in it can change: a copy may be the array itself
 
     def astype(self, dtype: Any, copy: bool = True) -> "SymArray":
         return SymArray(self.shape, dtype)
@@ -149,7 +145,7 @@ class SymArray:
 
     # -- indexing --------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> "SymArray":
-        return SymArray(indexed_shape(self.shape, index), self.dtype)
+        return _made(indexed_shape(self.shape, index), self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         indexed_shape(self.shape, index)  # a bad index still fails; the values stay unknown
@@ -174,6 +170,14 @@ class SymArray:
         return rule(*args, **kwargs)
 
 
+def _made(shape: tuple[int, ...], dtype: np.dtype) -> SymArray:
+    """A SymArray from a shape rule's own result (a tuple of ints, a numpy dtype): no checks to repeat, as a
+    run at real size makes hundreds of thousands of them."""
+    out = object.__new__(SymArray)
+    out.shape, out.dtype, out.size = shape, dtype, math.prod(shape)
+    return out
+
+
 def _binary(name: str, reflected: bool = False):
     ufunc = getattr(np, name)
 
@@ -192,24 +196,32 @@ for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater
                            ("eq", "equal"), ("ne", "not_equal")):
     setattr(SymArray, f"__{_name}__", _binary(_ufunc_name))
 SymArray.__hash__ = None  # type: ignore[assignment]  (== is elementwise, as for numpy arrays)
-SymArray.__neg__ = lambda self: SymArray(self.shape, self.dtype)  # type: ignore[assignment]
+SymArray.__neg__ = lambda self: _made(self.shape, self.dtype)  # type: ignore[assignment]
 SymArray.__pos__ = SymArray.__neg__  # type: ignore[assignment]
 SymArray.__abs__ = SymArray.__neg__  # type: ignore[assignment]
 SymArray.__invert__ = SymArray.__neg__  # type: ignore[assignment]
 
 
 def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
-    shapes = [_shape(x) for x in inputs]
-    if ufunc is np.matmul:
-        shape = matmul_shape(*shapes)
-    else:
-        shape = np.broadcast_shapes(*shapes)
-    dtypes = tuple(_dt(x) for x in inputs) + (None,) * ufunc.nout
-    if kw.get("dtype") is not None:
-        out_dtype = np.dtype(kw["dtype"])
-    else:
-        out_dtype = ufunc.resolve_dtypes(dtypes)[-1]
-    return SymArray(shape, out_dtype)
+    shapes = tuple([_shape(x) for x in inputs])
+    dtypes = tuple([_dt(x) for x in inputs])
+    key = (ufunc, shapes, dtypes, kw.get("dtype"))
+    known = _UFUNC_RESULTS.get(key)
+    if known is None:
+        shape = matmul_shape(*shapes) if ufunc is np.matmul else np.broadcast_shapes(*shapes)
+        if kw.get("dtype") is not None:
+            out_dtype = np.dtype(kw["dtype"])
+        else:
+            out_dtype = ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
+        if len(_UFUNC_RESULTS) > 65536:  # a bounded memo of a pure rule
+            _UFUNC_RESULTS.clear()
+        known = _UFUNC_RESULTS[key] = (shape, out_dtype)
+    return _made(*known)
+
+
+# (ufunc, shapes, dtypes, dtype asked) -> (shape, dtype): a layer applies the same few ops to the same shapes
+# over and over; the answer is a pure function of the key, so it is worked out once
+_UFUNC_RESULTS: dict = {}
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
@@ -325,7 +337,7 @@ def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:
         if len(s) != len(first) or any(p != q for k, (p, q) in enumerate(zip(s, first)) if k != ax):
             raise ValueError(f"concatenate: shapes {first} and {s} differ off axis {ax}")
     total = sum(_shape(a)[ax] for a in arrays)
-    return SymArray(first[:ax] + (total,) + first[ax + 1:], np.result_type(*[_dt(a) for a in arrays]))
+    return _made(first[:ax] + (total,) + first[ax + 1:], np.result_type(*[_dt(a) for a in arrays]))
 
 
 def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
@@ -334,7 +346,7 @@ def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
     if any(_shape(a) != first for a in arrays):
         raise ValueError("stack: every array must have the same shape")
     ax = _axis(axis, len(first) + 1)
-    return SymArray(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]))
+    return _made(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]))
 
 
 def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
@@ -347,7 +359,7 @@ def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
     else:
         cuts = [int(c) for c in sections]
     edges = [0] + cuts + [n]
-    return [SymArray(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1:], x.dtype)
+    return [_made(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1:], x.dtype)
             for a, b in zip(edges, edges[1:])]
 
 
@@ -362,14 +374,14 @@ def reshape(x: SymArray, shape: Any, **_: Any) -> SymArray:
         shape = tuple(x.size // known if n == -1 else n for n in shape)
     if math.prod(shape) != x.size:
         raise ValueError(f"cannot reshape an array of size {x.size} into shape {shape}")
-    return SymArray(shape, x.dtype)
+    return _made(shape, x.dtype)
 
 
 def permute_dims(x: SymArray, axes: Any = None) -> SymArray:
     axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(_axis(a, x.ndim) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"axes {axes} do not permute {x.ndim} dims")
-    return SymArray(tuple(x.shape[a] for a in axes), x.dtype)
+    return _made(tuple(x.shape[a] for a in axes), x.dtype)
 
 
 def moveaxis(x: SymArray, source: int, destination: int) -> SymArray:
@@ -382,7 +394,7 @@ def take(x: SymArray, indices: Any, axis: int | None = None, **_: Any) -> SymArr
     if axis is None:
         return SymArray(_shape(indices), x.dtype)
     ax = _axis(axis, x.ndim)
-    return SymArray(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1:], x.dtype)
+    return _made(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1:], x.dtype)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:

@@ -12,7 +12,7 @@ from ..comm.virtual import NUMERIC, VirtualWorld, _check_array
 from ..comm.virtual_comm import VirtualComm
 from ..engine.context import Context
 from ..engine.virtual import RunResult
-from ..errors import CollectiveError
+from ..errors import CollectiveError, UsageError
 from .array import SymArray
 from .namespace import SymbolicNamespace, SymbolicRng
 
@@ -48,16 +48,26 @@ class SymbolicContext(Context):
         return SymArray(np.shape(values), dtype_name(dtype))
 
 
-def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, algo: str = "direct") -> RunResult:
-    """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this)."""
+def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, algo: str = "direct",
+                 fold: list[int] | None = None) -> RunResult:
+    """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
+    the rank that runs for it (symbolic/fold.py); the trace is then unfolded to count every rank."""
     vw = VirtualWorld(world, keep_values=0, algo=algo)
     vw.check_array = check_array
-    contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw) for r in range(world)]
+    if fold is not None:
+        if len(fold) != world or any(not 0 <= s < world or fold[s] != s for s in fold):
+            raise UsageError("a fold maps every rank to a rank that runs for itself")
+        vw.rep = list(fold)
+    contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw) if fold is None or fold[r] == r else None
+                for r in range(world)]
     values = vw.run(program, contexts)
     trace = vw.trace()
+    if fold is not None:
+        from .fold import unfold
+        trace = unfold(trace, fold)
     trace.backend = "symbolic"
     trace.meta["seed"] = seed
-    return RunResult(values, trace, marked=[c.marked for c in contexts])
+    return RunResult(values, trace, marked=[c.marked if c is not None else [] for c in contexts])
 
 
 def _identity(a: Any) -> Any:

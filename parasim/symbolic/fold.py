@@ -1,0 +1,72 @@
+"""Folding: ranks that do the same work run once and are counted many times.
+
+On symbolic ranks, two GPUs of one pipeline stage that differ only in their TP, DP or EP place run the same
+program on arrays of the same shapes (when the data and the routing are symmetric: every micro-batch the
+same length, routing by the `balanced` policy). So one representative per class runs; a folded rank takes
+part in its representative's collectives with the representative's shapes, and its own events (in groups
+no representative is in) are copies of its representative's, renamed. `unfold` writes those copies into the
+trace, which then counts every GPU as a full run would (tests/test_fold.py holds the two equal).
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..errors import UsageError
+from ..trace import Event, Mark, Member, Trace
+
+KEEP = ("pp", "cp")  # a rank's work depends on its stage and (through the causal mask) on its CP slice
+
+
+def fold_of(layout: Any, keep: Sequence[str] = KEEP) -> list[int]:
+    """rank -> its representative: the lowest rank with the same coordinates on the `keep` axes."""
+    coords = layout.coords()
+    first: dict[tuple, int] = {}
+    out = []
+    for c in coords:
+        key = tuple(c[a] for a in keep)
+        out.append(first.setdefault(key, c["rank"]))
+    return out
+
+
+def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
+    """The trace a full run would have made: every event of a group that has a folded image (a group of the
+    same name whose members are folded, position by position, onto the same representatives) copied onto
+    that image, and every mark of a representative copied to the ranks folded onto it."""
+    rep = list(rep)
+    if len(rep) != trace.world:
+        raise UsageError(f"a fold names {len(rep)} ranks for a run of {trace.world}")
+    by_key: dict[tuple, list] = {}
+    for g in trace.groups:
+        by_key.setdefault((g.name, tuple(rep[r] for r in g.ranks)), []).append(g)
+    mirrors: dict[int, list[int]] = {}
+    for r, s in enumerate(rep):
+        if r != s:
+            mirrors.setdefault(s, []).append(r)
+    events = list(trace.events)
+    for e in trace.events:
+        if e.kind == "compute":  # one rank's work: each rank folded onto it did the same
+            (m,) = e.members
+            events += [_renamed(e, {m.rank: r}, e.group) for r in mirrors.get(m.rank, ())]
+            continue
+        for g in by_key.get((e.group.name, tuple(rep[r] for r in e.group.ranks)), ()):
+            if g.ranks != e.group.ranks and not any(rep[r] == r for r in g.ranks):
+                events.append(_renamed(e, dict(zip(e.group.ranks, g.ranks)), g))
+    events.sort(key=lambda e: e.step)  # stable: a full run's order within a step is by arrival, not ours
+    events = [_with_seq(e, i) for i, e in enumerate(events)]
+    marks = list(trace.marks) + [Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks
+                                 for r in mirrors.get(m.rank, ())]
+    return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True})
+
+
+def _renamed(e: Event, to: dict[int, int], group: Any) -> Event:
+    members = [Member(to.get(m.rank, m.rank), m.ins, m.outs, m.sent, m.recv, m.site, m.before, m.after)
+               for m in e.members]
+    params = dict(e.params)
+    for key in ("src", "dst"):  # point-to-point ends, and roots, are global ranks
+        if key in params and params[key] in to:
+            params[key] = to[params[key]]
+    return Event(e.seq, e.step, e.kind, e.op, group, members, e.label, e.phase, params, e.algo, None, e.tags)
+
+
+def _with_seq(e: Event, seq: int) -> Event:
+    return Event(seq, e.step, e.kind, e.op, e.group, e.members, e.label, e.phase, e.params, e.algo, e.hops, e.tags)

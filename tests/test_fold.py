@@ -1,0 +1,72 @@
+"""Folding ranks on symbolic runs: ranks that do the same work run once, and the unfolded trace equals a full
+run's, event for event (as a multiset: within a logical step a full run orders events by arrival), byte
+for byte, with every rank's held memory."""
+import pytest
+
+import parasim
+from parasim.errors import CollectiveError, UsageError
+from parasim.examples.step import make_step
+from parasim.layout import Layout, ModelSpec
+from parasim.symbolic.fold import fold_of, unfold
+
+SMALL = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
+                  seq=16, bias=False)
+
+
+def _counted(trace):
+    events = sorted((e.step, e.kind, e.op, e.group.name, tuple(e.group.ranks), e.label,
+                     tuple((m.rank, m.ins, m.outs, m.sent, m.recv, m.site) for m in e.members)) for e in trace.events)
+    marks = sorted((m.rank, m.step, m.kind, m.text, str(m.data)) for m in trace.marks if m.kind in ("held", "phase"))
+    return events, marks
+
+
+@pytest.mark.parametrize("layout", [
+    Layout(pp=2, dp=4, ep=4, model=SMALL),
+    Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
+    Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
+], ids=["pp-dp-ep", "tp-sp-pp-ep", "tp-cp-pp-ep"])
+def test_a_folded_run_counts_what_a_full_run_does(layout):
+    program = make_step(layout, m=2, routing="balanced")
+    full = parasim.run(program, layout.world, backend="symbolic")
+    fold = fold_of(layout)
+    assert len(set(fold)) == layout.pp * layout.cp < layout.world  # one rank per stage and CP slice runs
+    folded = parasim.run(program, layout.world, backend="symbolic", fold=fold)
+    assert folded.trace.meta["folded"] is True
+    assert _counted(folded.trace) == _counted(full.trace)
+    assert [folded.trace.peak(r) for r in range(layout.world)] == [full.trace.peak(r) for r in range(layout.world)]
+    assert [v["layers"] for v in folded.values] == [v["layers"] for v in full.values]
+
+
+def test_representatives_are_the_lowest_rank_of_each_stage():
+    layout = Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL)
+    fold = fold_of(layout)
+    stages = [c["pp"] for c in layout.coords()]
+    assert fold == [min(r for r in range(8) if stages[r] == stages[x]) for x in range(8)]
+    assert fold_of(layout, keep=("pp", "tp")) != fold  # another class per TP rank when asked
+
+
+def test_uniform_routing_cannot_be_folded_and_says_so():
+    layout = Layout(pp=2, dp=4, ep=4, model=SMALL)
+    with pytest.raises(UsageError, match="same number of tokens on every EP rank"):
+        parasim.run(make_step(layout, m=2, routing="uniform"), layout.world, backend="symbolic",
+                    fold=fold_of(layout))
+
+
+def test_bad_folds_get_one_line():
+    def ring(ctx):
+        ctx.comm.send(ctx.xp.zeros((2,)), (ctx.rank + 1) % ctx.world) if ctx.rank == 0 else None
+    with pytest.raises(CollectiveError, match="rank 0 exchanges with rank 1, which is folded onto rank 0"):
+        parasim.run(ring, 2, backend="symbolic", fold=[0, 0])
+
+    def pairs(ctx):
+        g = [ctx.new_group([0, 1], "a"), ctx.new_group([2, 3], "a")][ctx.rank // 2]
+        ctx.comm.all_reduce(ctx.xp.zeros((2,)), group=g)
+    with pytest.raises(CollectiveError, match="rank 1 is folded onto rank 2, which is not in the group"):
+        parasim.run(pairs, 4, backend="symbolic", fold=[0, 2, 2, 2])
+    with pytest.raises(UsageError, match="folding ranks needs symbolic ranks"):
+        parasim.run(pairs, 4, fold=[0, 0, 2, 2])
+    for fold in ([1, 0, 2], [0, 0, 3], [0, 0]):  # rank 1 stands for rank 0 but not for itself; out of range; short
+        with pytest.raises(UsageError, match="a fold maps every rank to a rank that runs for itself"):
+            parasim.run(ring, 3, backend="symbolic", fold=fold)
+    with pytest.raises(UsageError, match="a fold names 2 ranks for a run of 4"):
+        unfold(parasim.run(pairs, 4, backend="symbolic").trace, [0, 0])
