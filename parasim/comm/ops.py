@@ -142,7 +142,7 @@ def _all_to_all_torch(c, chunks, p):
 
 def _all_to_all_moved(ins, outs, g, i, p):
     """The chunks sent to / received from the other members."""
-    return (sum(x.nbytes for j, x in enumerate(ins) if j != i), sum(x.nbytes for j, x in enumerate(outs) if j != i))
+    return sum([x.nbytes for x in ins]) - ins[i].nbytes, sum([x.nbytes for x in outs]) - outs[i].nbytes
 
 
 # -- broadcast: every member gets a copy of src's input -------------------------------------------------

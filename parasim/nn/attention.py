@@ -155,6 +155,8 @@ class ParallelAttention(Weights):
     def _fold(self, per_q: Any, shape: tuple) -> Any:
         """Sum the gradients of q heads that share a kv head onto that kv head."""
         xp = self.tp.xp
+        if list(self.kv_of) == list(range(shape[1])):  # one q head per kv head: nothing to sum
+            return per_q
         parts = []
         sharing: dict[int, list[int]] = {}  # kv head -> the q heads that read it
         for i, kv in enumerate(self.kv_of):

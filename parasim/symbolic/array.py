@@ -48,7 +48,7 @@ def _axis(axis: int, ndim: int) -> int:
 class SymArray:
     """An array of `shape` and `dtype` whose values are never held."""
 
-    __slots__ = ("shape", "dtype", "size")
+    __slots__ = ("shape", "dtype", "size", "nbytes")
     __array_priority__ = 100  # numpy defers to us in mixed arithmetic
 
     def __init__(self, shape: Sequence[int], dtype: Any = "float64"):
@@ -56,6 +56,7 @@ class SymArray:
         if any(n < 0 for n in shape):
             raise ValueError(f"negative dimension in shape {shape}")
         self.shape, self.dtype, self.size = shape, np.dtype(dtype), math.prod(shape)
+        self.nbytes = self.size * self.dtype.itemsize
 
     # -- what an array says about itself ---------------------------------------------------------
     @property
@@ -65,10 +66,6 @@ class SymArray:
     @property
     def itemsize(self) -> int:
         return self.dtype.itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
 
     @property
     def T(self) -> "SymArray":
@@ -175,6 +172,7 @@ def _made(shape: tuple[int, ...], dtype: np.dtype) -> SymArray:
     run at real size makes hundreds of thousands of them."""
     out = object.__new__(SymArray)
     out.shape, out.dtype, out.size = shape, dtype, math.prod(shape)
+    out.nbytes = out.size * dtype.itemsize
     return out
 
 
