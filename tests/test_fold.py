@@ -70,3 +70,28 @@ def test_bad_folds_get_one_line():
             parasim.run(ring, 3, backend="symbolic", fold=fold)
     with pytest.raises(UsageError, match="a fold names 2 ranks for a run of 4"):
         unfold(parasim.run(pairs, 4, backend="symbolic").trace, [0, 0])
+
+
+def test_trace_shows_one_gpu_of_a_real_size_run():
+    import json
+    from tests.conftest import cli
+    out = cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "5", "--json")
+    assert out.returncode == 0, out.stderr
+    d = json.loads(out.stdout)
+    assert d["backend"] == "symbolic" and d["exactness"] is None and d["coords"]["tp"] == 5
+    tp = next(x for x in d["does"] if x["op"] == "all_reduce" and x["group"] == "tp")
+    assert tp["calls"] == 72 * 4  # 72 layers: attention and MLP each all-reduce once forward, once backward
+    assert d["stores"]["tokens between matmuls"] == list(range(1, 4097))
+    text = cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "0")
+    assert "t1-t4096 between matmuls" in text.stdout and "512 symbolic GPUs (1 run" in text.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--layout", "megatron-8.3b"], "give --gpu N"),
+    (["--layout", "megatron-8.3b", "--gpu", "512"], "the layout has GPUs 0-511"),
+    (["--layout", "deepseek-v3", "--gpu", "0", "--routing", "uniform"], "needs --routing balanced"),
+], ids=["no-gpu", "gpu-range", "uniform"])
+def test_real_size_trace_input_is_checked(args, message):
+    from tests.conftest import cli
+    out = cli("trace", "--symbolic", *args)
+    assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1

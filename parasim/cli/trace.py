@@ -81,6 +81,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
                                   token_path, check_runnable)
 
     layout, name = _layout(args)
+    if args.symbolic and not _is_example(layout):
+        return _at_scale(args, layout, name)
     m = args.microbatches or MICRO_BATCHES
     check_runnable(layout, m, args.routing)
     reps = replicas(layout.dp, m)
@@ -171,10 +173,10 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     print(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
     print(f"  stores: {s['tp shards']:,} values of TP shards (attention, MLP), {s['whole copies']:,} of whole copies "
           f"(norms, router), {s['experts']:,} of experts "
-          + (", ".join("E" + "/E".join(map(str, layer)) for layer in out["experts_per_layer"]) or "(none)")
+          + (", ".join("E" + "/E".join(map(str, layer)) for layer in out["experts_per_layer"] if layer) or "(none)")
           + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)")
-    print(f"  tokens: t{', t'.join(map(str, s['tokens between matmuls']))} between matmuls, "
-          f"t{', t'.join(map(str, s['tokens in attention']))} inside attention")
+    print(f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
+          "inside attention")
     print("  joins:")
     for d in out["does"]:
         print(f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "
@@ -184,6 +186,59 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     else:
         print(f"exact against the unsplit model: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
+
+
+def _is_example(layout: Any) -> bool:
+    """The example's own small model (8-token sequences), which follows a word; else a model at real size."""
+    from ..examples.moe16 import SEQUENCES
+    return layout.model is not None and layout.model.seq in (None, len(SEQUENCES["A"])) and layout.model.hidden <= 64
+
+
+def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
+    """A preset at its real size on symbolic ranks: one training step (examples/step.py), the ranks of each
+    stage folded onto one, and one GPU's view of it."""
+    import sys
+    from ..engine.runner import run
+    from ..examples.step import make_step
+    from ..symbolic.fold import fold_of
+
+    if args.gpu is None:
+        raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view")
+    if not 0 <= args.gpu < layout.world:
+        raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")
+    model = layout.model
+    if model is None:
+        raise UsageError(f"{name} has no model to run: give a preset with one (deepseek-v3, megatron-8.3b, 27b-...)")
+    if not model.seq:  # presets of full models leave the sequence to the run: 4,096 tokens
+        layout = replace(layout, model=replace(model, seq=4096))
+    if layout.model.experts and args.routing != "balanced":
+        raise UsageError("a real-size step folds ranks that do the same work, which needs --routing balanced "
+                         "(every GPU routes alike)")
+    args.routing = "balanced"  # what the step routes by (a dense model routes nothing)
+    m = args.microbatches or layout.pp
+    fold = fold_of(layout)
+    print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
+          f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
+    result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold)
+    g = args.gpu
+    if fold[g] != g:  # a folded GPU's value is its representative's: its own place comes from the layout
+        c = layout.coords()[g]
+        value = dict(result.values[g])
+        value["coords"] = {k: c[k] for k in value["coords"]}
+        value["experts"] = [layout.experts_of(c["ep"]) if held else [] for held in value["experts"]]
+        result.values[g] = value
+    return _gpu_view(args, result, layout, name, m)
+
+
+def _spans(tokens: list[int]) -> str:
+    """Token numbers as runs: t1-t4096, or t1-t2 t7-t8 for a zigzag slice (a real sequence has thousands)."""
+    runs: list[list[int]] = []
+    for t in tokens:
+        if runs and t == runs[-1][1] + 1:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    return " ".join(f"t{a}" if a == b else f"t{a}-t{b}" for a, b in runs) or "none"
 
 
 def _flush_summary(summary: dict[str, int]) -> None:

@@ -22,6 +22,7 @@ from ..nn.layer import TransformerLayer, layer_weights
 from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
+from .moe16 import held_experts, stores, vars_of
 from .pipeline import LayersStage
 
 LR = 1e-3
@@ -60,11 +61,12 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -
         tp = ParallelContext.from_layout(ctx, layout, partial_sums="step", routing=policy)
         mine = tp.token_positions()
         h = model.hidden
-        layers = []
+        layers, experts = [], []
         for i in stage_layers(model.layers, layout.pp, c.pp):
             shape = layer_shape(model, i)
-            layers.append(TransformerLayer(tp, shape, layer_weights(ctx, shape, f"L{i}"), key=f"L{i}",
-                                           name=f"layer {i + 1}"))
+            weights = layer_weights(ctx, shape, f"L{i}")
+            layers.append(TransformerLayer(tp, shape, weights, key=f"L{i}", name=f"layer {i + 1}"))
+            experts.append(held_experts(ctx, layers[-1], weights))
         stage = LayersStage(layers)
         xp = ctx.xp
         idx = xp.asarray(mine, dtype=xp.int64)
@@ -81,5 +83,6 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -
         ctx.phase("gradient sync and optimizer")
         new, share_sq, state = zero1_step(ctx, stage, LR, partials=True)
         stage.load(new)
-        return {"loss": total, "layers": [layer.key for layer in layers]}
+        return {"loss": total, "layers": [layer.key for layer in layers], "coords": vars_of(c),
+                "stores": stores(stage, state, tp), "experts": experts}
     return program
