@@ -95,3 +95,42 @@ def test_real_size_trace_input_is_checked(args, message):
     from tests.conftest import cli
     out = cli("trace", "--symbolic", *args)
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_every_field_of_every_event_is_a_full_runs():
+    """Beyond shapes and bytes: phases, params (point-to-point ends renamed), tags, sites; numbered in step
+    order; the trace's world, backend and groups kept; ranks alone in their class keep their own events."""
+    import json
+    layout = Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL)
+    program = make_step(layout, m=2, routing="balanced")
+    full = parasim.run(program, layout.world, backend="symbolic").trace
+    folded = parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout)).trace
+    alone = parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, ("pp", "tp", "dp"))).trace
+
+    def fields(trace):
+        out = []
+        for e in trace.events:
+            d = e.to_dict()
+            del d["seq"]
+            out.append(json.dumps(d, sort_keys=True))
+        return sorted(out)
+    assert fields(folded) == fields(full) == fields(alone)  # alone: every rank its own class, nothing folded
+    assert [e.seq for e in folded.events] == list(range(len(folded.events)))
+    assert [e.step for e in folded.events] == sorted(e.step for e in folded.events)
+    assert (folded.world, folded.backend, folded.groups) == (full.world, full.backend, full.groups)
+    p2p = [e for e in folded.events if e.kind == "p2p"]
+    assert p2p and all(e.params["src"] == e.members[0].rank and e.params["dst"] == e.members[1].rank for e in p2p)
+    assert sorted((m.rank, m.step, m.kind, m.text, str(m.data)) for m in folded.marks) == \
+        sorted((m.rank, m.step, m.kind, m.text, str(m.data)) for m in full.marks if m.kind != "tensor")
+
+
+def test_compute_steps_and_marks_are_copied_to_each_folded_rank():
+    def program(ctx):
+        ctx.phase("work")
+        ctx.compute("a matmul", 100)
+        ctx.comm.all_reduce(ctx.xp.zeros((4,)), label="sum")
+    full = parasim.run(program, 3, backend="symbolic").trace
+    folded = parasim.run(program, 3, backend="symbolic", fold=[0, 0, 2]).trace  # rank 2 runs for itself alone
+    assert sorted((e.kind, e.ranks) for e in folded.events) == sorted((e.kind, e.ranks) for e in full.events) == [
+        ("collective", [0, 1, 2]), ("compute", [0]), ("compute", [1]), ("compute", [2])]
+    assert sorted((m.rank, m.text) for m in folded.marks) == [(0, "work"), (1, "work"), (2, "work")]
