@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 from hypothesis import Phase, settings
 
 # Mutation runs (scripts/mutation.sh sets PARASIM_HYPOTHESIS=mutation) only need to know that a property
@@ -43,3 +44,15 @@ def site_at(path: str, marker: str) -> str:
     with open(path) as f:
         (n,) = [i for i, line in enumerate(f, 1) if line.rstrip().endswith(f"# {marker}")]
     return f"{os.path.relpath(path, os.path.dirname(os.path.dirname(parasim.__file__)))}:{n}"
+
+
+@pytest.fixture(autouse=True)
+def _cold_caches():
+    """Every test starts with the engine's pure memos empty (symbolic shape rules, ring positions): a test
+    then exercises the rules themselves, whatever ran before it in the same process (mutation testing
+    forks test processes from one that has run others)."""
+    from parasim.nn.ring_attention import _positions
+    from parasim.symbolic import array
+    array._UFUNC_RESULTS.clear()
+    _positions.cache_clear()
+    yield
