@@ -1,6 +1,8 @@
 """Symbolic ranks: arrays with shapes and dtypes only. Every shape rule is held against numpy on real arrays
 (the oracle), and the same programs run virtually and symbolically give the same events, bytes, shapes
 and held memory."""
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, strategies as st
@@ -175,3 +177,49 @@ def test_a_symbolic_world_can_be_large():
     (e,) = result.trace.events
     # a ring all-reduce's count from the shape alone: each member sends 2 (t - 1) / t of the buffer
     assert e.members[0].sent == 2 * 63 * (7168 * 18432 * 2) // 64
+
+
+def test_methods_and_reductions_keep_numpys_dims_and_dtypes():
+    a, i = np.zeros((2, 3, 4)), np.zeros((2, 3), dtype=np.int32)
+    s, si = _sym(a), _sym(i)
+    pairs = [(s.sum(axis=1, keepdims=True), a.sum(axis=1, keepdims=True)),
+             (s.sum(axis=0, dtype=np.float32), a.sum(axis=0, dtype=np.float32)),
+             (si.sum(axis=1), i.sum(axis=1)), (si.mean(), i.mean()), (si.mean(axis=0, keepdims=True),
+                                                                      i.mean(axis=0, keepdims=True)),
+             (_sym(a.astype(np.float32)).mean(axis=2), a.astype(np.float32).mean(axis=2)),
+             (s.mean(dtype=np.float32), a.mean(dtype=np.float32)),
+             (s.max(axis=2, keepdims=True), a.max(axis=2, keepdims=True)), (si.min(axis=0), i.min(axis=0)),
+             (np.all(s > 0, axis=1), np.all(a > 0, axis=1)), (np.any(s > 0, axis=0, keepdims=True),
+                                                             np.any(a > 0, axis=0, keepdims=True)),
+             (s.reshape(24), a.reshape(24)), (s.reshape((4, 6)), a.reshape((4, 6))), (s.transpose(1, 0, 2),
+                                                                                      a.transpose(1, 0, 2)),
+             (s.transpose(), a.transpose()), (s.mT, np.swapaxes(a, -1, -2)), (s.astype(np.int8), a.astype(np.int8)),
+             (np.stack([s, s]), np.stack([a, a])), (np.stack([s, s], axis=-1), np.stack([a, a], axis=-1)),
+             (np.squeeze(_sym(np.zeros((1, 3, 1))), axis=0), np.squeeze(np.zeros((1, 3, 1)), axis=0)),
+             (np.squeeze(_sym(np.zeros((1, 3, 1))), axis=(0, 2)), np.squeeze(np.zeros((1, 3, 1)), axis=(0, 2))),
+             (np.expand_dims(s, -1), np.expand_dims(a, -1)), (np.expand_dims(s, 0), np.expand_dims(a, 0)),
+             (np.full_like(s, 1, dtype=np.int16), np.full_like(a, 1, dtype=np.int16)),
+             (np.broadcast_to(_sym(np.zeros(4)), (3, 4)), np.broadcast_to(np.zeros(4), (3, 4)))]
+    for got, want in pairs:
+        _same(got, want)
+    assert len(s) == 2 and np.shape(s) == (2, 3, 4) and np.ndim(s) == 3 and np.size(s) == 24 and np.size(s, 1) == 3
+    with pytest.raises(ValueError):
+        np.stack([s, _sym(a[:1])])
+    with pytest.raises(ValueError):
+        np.broadcast_to(s, (3, 4))
+    with pytest.raises(TypeError):
+        len(SymArray((), "float64"))
+
+
+def test_each_question_about_values_says_what_was_asked():
+    s, one = SymArray((2,), "int64"), SymArray((), "int64")
+    for ask, what in ((lambda: int(one), "int()"), (lambda: bool(one), "the truth value"),
+                      (lambda: [1, 2][one], "an index taken from the value"), (lambda: np.asarray(s),
+                                                                               "conversion to a numpy array"),
+                      (lambda: float(s), "float()"), (lambda: one.item(), "item()")):
+        with pytest.raises(SymbolicValueError, match=f"^{re.escape(what)} of a symbolic int64 array of shape"):
+            ask()
+    from parasim.symbolic.array import SHOWN
+    assert len(SymArray((SHOWN,)).tolist()) == SHOWN  # as large as a note may show
+    with pytest.raises(SymbolicValueError, match=r"^tolist\(\)"):
+        SymArray((SHOWN + 1,)).tolist()

@@ -102,7 +102,7 @@ class SymArray:
         return reduction(self, axis, keepdims, dtype or (self.dtype if self.dtype.kind in "fc" else "float64"))
 
     def max(self, axis: Any = None, keepdims: bool = False) -> "SymArray":
-        return reduction(self, axis, keepdims)
+        return reduction(self, axis, keepdims, self.dtype)  # an extreme keeps the dtype (a sum widens ints)
 
     min = max
 
@@ -426,7 +426,8 @@ def _copy(x: Any, **_: Any) -> SymArray:
 
 
 def _broadcast_to(x: Any, shape: Any, **_: Any) -> SymArray:
-    np.broadcast_shapes(_shape(x), tuple(shape))
+    if np.broadcast_shapes(_shape(x), tuple(shape)) != tuple(shape):  # x must fit inside the shape asked
+        raise ValueError(f"cannot broadcast an array of shape {_shape(x)} to {tuple(shape)}")
     return SymArray(tuple(shape), _dt(x))
 
 
