@@ -164,6 +164,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
            "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
            "does": [{"op": op, "group": grp, **row} for (op, grp), row in does.items()],
            "backend": result.trace.backend,
+           "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
            "exactness": exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None}
     ok = out["exactness"] is None or out["exactness"]["exact"]
     if args.json:
@@ -177,6 +178,11 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
           + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)")
     print(f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
           "inside attention")
+    if out["peak"] is not None:
+        pk = out["peak"]
+        print(f"  peak held: {pk['bytes'] / 1e9:,.2f} GB in '{pk['phase']}' ("
+              + ", ".join(f"{kind} {b / 1e9:,.2f}" for kind, b in pk["by_kind"].items() if b) + " GB; training "
+              "dtypes: 2-byte weights, gradients and activations, 4-byte optimizer state)")
     print("  joins:")
     for d in out["does"]:
         print(f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "

@@ -4,17 +4,22 @@ values) and on symbolic ones (real sizes, shapes and bytes only).
 Each rank builds the layers of its pipeline stage (dense ones first where the model says so, MoE after),
 runs 1F1B over m micro-batches of one sequence each (its CP slice, then its SP share of the tokens), then
 ZeRO-1: gradients reduce-scattered over the groups their placements name, Adam on each share, the weights
-all-gathered. MoE layers route by a stated policy (virtual ranks could use the router; symbolic ones
+all-gathered. It tells the trace what it keeps (weights, gradient buffers, its optimizer share, each
+layer's activations from forward to backward), so `Trace.peak` gives each GPU's memory under the schedule. MoE layers route by a stated policy (virtual ranks could use the router; symbolic ones
 cannot). Not modelled: embeddings and the output layer, shared experts, MLA, gated MLPs (two matrices).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
+from ..dp.flat import FlatBuffer
+from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, HeldActivations, Holdings
 from ..dp.zero import zero1_step
+from ..nn.placement import data_axes, grad_group
 from ..errors import UsageError
 from ..layout import Layout, LayoutError, ModelSpec
 from ..nn import ParallelContext
@@ -39,6 +44,22 @@ def layer_shape(model: ModelSpec, i: int) -> ModelSpec:
     """Layer i's shape: a dense MLP for the model's leading dense layers, else the model's own."""
     return replace(model, experts=0, top_k=None, dense_layers=0) if model.experts and i < model.dense_layers \
         else model
+
+
+def hold_state(ctx: Any, kept: Holdings, stage: Any) -> int:
+    """Tell the trace the bytes a stage keeps all step long: its weights and gradient buffers, and its share
+    of the optimizer state (master, m and v) over each weight's data-parallel group, padded as ZeRO-1 pads.
+    Returns the share, in values."""
+    params, placed = stage.params(), stage.placements
+    n = sum(math.prod(w.shape) for w in params.values())
+    by_group: dict[str, dict] = {}
+    for k, w in params.items():
+        by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), {})[k] = w
+    share = sum(FlatBuffer(ws, ctx.groups[g].size).padded // ctx.groups[g].size for g, ws in by_group.items())
+    kept.hold("weights", n * WEIGHT_BYTES, "weights")
+    kept.hold("gradients", n * GRAD_BYTES, "gradients")
+    kept.hold("optimizer share (master, m, v)", 3 * share * STATE_BYTES, "optimizer")
+    return share
 
 
 def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -> Any:
@@ -67,7 +88,11 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -
             weights = layer_weights(ctx, shape, f"L{i}")
             layers.append(TransformerLayer(tp, shape, weights, key=f"L{i}", name=f"layer {i + 1}"))
             experts.append(held_experts(ctx, layers[-1], weights))
-        stage = LayersStage(layers)
+        # what the GPU keeps, told to the trace: its layers' activations from each forward to its backward,
+        # and, all step long, its weights, whole gradient buffers and ZeRO-1 share of the optimizer state
+        stage = LayersStage([HeldActivations(ctx, layer) for layer in layers])
+        kept = Holdings(ctx, "step")
+        share = hold_state(ctx, kept, stage)
         xp = ctx.xp
         idx = xp.asarray(mine, dtype=xp.int64)
 
@@ -82,6 +107,8 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -
                              xp.float64, inputs, loss)
         ctx.phase("gradient sync and optimizer")
         new, share_sq, state = zero1_step(ctx, stage, LR, partials=True)
+        if sum(v[0] for v in state.values()) != 3 * share:  # what was held is what the optimizers keep
+            raise RuntimeError(f"rank {ctx.rank}: held an optimizer share of {share}, ZeRO-1 keeps {state}")
         stage.load(new)
         return {"loss": total, "layers": [layer.key for layer in layers], "coords": vars_of(c),
                 "stores": stores(stage, state, tp), "experts": experts}
