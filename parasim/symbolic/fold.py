@@ -48,7 +48,7 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
             (m,) = e.members
             events += [_renamed(e, {m.rank: r}, e.group) for r in mirrors.get(m.rank, ())]
             continue
-        for g in by_key.get((e.group.name, tuple(rep[r] for r in e.group.ranks)), ()):
+        for g in by_key[(e.group.name, tuple(rep[r] for r in e.group.ranks))]:  # its own group is there too
             if g.ranks != e.group.ranks and not any(rep[r] == r for r in g.ranks):
                 events.append(_renamed(e, dict(zip(e.group.ranks, g.ranks)), g))
     events.sort(key=lambda e: e.step)  # stable: a full run's order within a step is by arrival, not ours
