@@ -15,7 +15,8 @@ def add_check(sub: Any) -> None:
     cp = sub.add_parser("check", help="compare a program with its reference at every marked tensor; name the "
                                       "first wrong collective",
                         description="Run a lesson (or your program, path/to/file.py:function) on virtual ranks "
-                                    "and its reference on one rank, put every tensor both marked (ctx.mark) "
+                                    "and its reference (one rank, or the same program on another layout), put "
+                                    "every tensor both marked (ctx.mark) "
                                     "back together from the ranks' pieces, and report the first that differs: "
                                     "the collective it comes from, its group, label and source line, the "
                                     "error, and the group or placement that would have matched.")

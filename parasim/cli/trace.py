@@ -39,7 +39,9 @@ def add_trace(sub: Any) -> None:
                     "post: the post's drawn routing for its sentence (contract -> E3 (gate 0.6) and E8 (0.4), the -> "
                     "E1 and E2); or a policy, seeded: uniform, balanced, skewed:F (F of the tokens pick E1 first)")
     tr.add_argument("--symbolic", action="store_true", help="run on symbolic ranks: shapes and bytes, no values "
-                    "(needs a routing policy; nothing to check against the unsplit model)")
+                    "(needs a routing policy; nothing to check against the unsplit model); with a full-size preset "
+                    "(--layout deepseek-v3, megatron-8.3b, 27b-...) one training step at real size, one GPU's "
+                    "view (--gpu N)")
     tr.add_argument("--token", default="contract", help="a word of sequence A (its first occurrence), or t1..t8, "
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
     tr.add_argument("--gpu", type=int, metavar="N", help="instead of a token, one GPU: what it stores (weight shards, "
