@@ -153,3 +153,18 @@ def test_a_real_size_gpu_holds_what_the_estimator_says():
     params = layer_param_count(m.hidden, m.heads, m.kv, m.ffn_size, 8, m.bias)
     assert peak["by_kind"]["activations"] == act * m.layers
     assert peak["by_kind"]["weights"] == peak["by_kind"]["gradients"] == 2 * params * m.layers
+
+
+def test_a_real_size_cp_layout_folds_per_slice():
+    """The 27B model on TP8 + SP + CP2 at 4,096 tokens: one rank per CP slice runs; GPU 3 (TP rank 3, CP rank
+    0) holds the zigzag halves t1-t1024 and t3073-t4096 inside attention and its SP share of them between
+    matmuls; its ZeRO-1 optimizer share over dp-cp (2 GPUs) is 3 fp32 values for every 2 weights' 2 bytes."""
+    import json
+    from tests.conftest import cli
+    out = cli("trace", "--symbolic", "--layout", "27b-tp8-sp-cp2", "--gpu", "3", "--json")
+    assert out.returncode == 0 and "16 symbolic GPUs (2 run" in out.stderr
+    d = json.loads(out.stdout)
+    assert d["stores"]["tokens in attention"] == list(range(1, 1025)) + list(range(3073, 4097))
+    assert d["stores"]["tokens between matmuls"] == list(range(769, 1025))  # the 4th eighth of its 2,048
+    kinds = d["peak"]["by_kind"]
+    assert abs(kinds["optimizer"] / kinds["weights"] - 3 * 4 / 2 / 2) < 1e-6  # 12 B per value over 2 GPUs, 2 B each

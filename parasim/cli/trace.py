@@ -208,6 +208,7 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     import sys
     from ..engine.runner import run
     from ..examples.step import make_step
+    from ..nn.core import cp_slice, sp_share
     from ..symbolic.fold import fold_of
 
     if args.gpu is None:
@@ -234,6 +235,10 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
         value = dict(result.values[g])
         value["coords"] = {k: c[k] for k in value["coords"]}
         value["experts"] = [layout.experts_of(c["ep"]) if held else [] for held in value["experts"]]
+        split = "zigzag" if layout.zigzag else "contiguous"
+        inside = cp_slice(layout.model.seq, split, layout.cp, c["cp"])  # its own CP slice and SP share
+        value["stores"] = {**value["stores"], "tokens in attention": [p + 1 for p in inside],
+                           "tokens between matmuls": [p + 1 for p in sp_share(inside, layout.sp, layout.tp, c["tp"])]}
         result.values[g] = value
     return _gpu_view(args, result, layout, name, m)
 

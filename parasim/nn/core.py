@@ -76,21 +76,13 @@ class ParallelContext:
         sequence length and split (every layer asks, and a long sequence has hundreds of thousands)."""
         key = (self.seq, self.split, self.cp_size)
         if self._positions is None or self._positions[0] != key:
-            if self.cp is None or self.cp.size == 1:
-                pos = list(range(self.seq))
-            else:
-                from .ring_attention import positions
-                pos = positions(self.split, self.seq, self.cp.size, self.cp.group_rank(self.ctx.rank))
-            self._positions = (key, pos)
+            cp_rank = 0 if self.cp is None else self.cp.group_rank(self.ctx.rank)
+            self._positions = (key, cp_slice(self.seq, self.split, self.cp_size, cp_rank))
         return list(self._positions[1])
 
     def token_positions(self) -> list[int]:
         """The positions this rank holds between matmuls: its CP slice, then its SP share of that."""
-        pos = self.cp_positions()
-        if self.sp:
-            n = len(pos) // self.t
-            pos = pos[self.r * n:(self.r + 1) * n]
-        return pos
+        return sp_share(self.cp_positions(), self.sp, self.t, self.r)
 
     @property
     def xp(self) -> Any:
@@ -133,6 +125,23 @@ class ParallelContext:
 
     def scatter_seq(self, y: Any, label: str) -> Any:
         return y if self.t == 1 else self.comm.reduce_scatter(y, dim=0, group=self.group, label=label)
+
+
+def cp_slice(seq: int, split: str, cp: int, cp_rank: int) -> list[int]:
+    """The sequence positions CP rank `cp_rank` of `cp` holds (all of them without CP)."""
+    if cp == 1:
+        return list(range(seq))
+    from .ring_attention import positions
+    return positions(split, seq, cp, cp_rank)
+
+
+def sp_share(positions: list[int], sp: bool, t: int, r: int) -> list[int]:
+    """TP rank r's share of `positions` under SP (all of them without SP): the positions it holds between
+    matmuls."""
+    if not sp:
+        return positions
+    n = len(positions) // t
+    return positions[r * n:(r + 1) * n]
 
 
 @runtime_checkable
