@@ -223,3 +223,29 @@ def test_each_question_about_values_says_what_was_asked():
     assert len(SymArray((SHOWN,)).tolist()) == SHOWN  # as large as a note may show
     with pytest.raises(SymbolicValueError, match=r"^tolist\(\)"):
         SymArray((SHOWN + 1,)).tolist()
+
+
+def test_the_namespace_answers_as_the_virtual_ranks_namespace_does():
+    """Each function of the symbolic ctx.xp against array_api_compat's numpy (what virtual ranks use), called
+    the same way on an array of the same shape: the shapes and dtypes must be the same."""
+    import array_api_compat.numpy as vx
+    calls = [lambda xp, a: xp.zeros(5), lambda xp, a: xp.zeros((2, 3), dtype=xp.float32),
+             lambda xp, a: xp.full((2,), 1.5), lambda xp, a: xp.full(4, 7, dtype=xp.int32), lambda xp, a: xp.arange(7),
+             lambda xp, a: xp.arange(2, 9, 3, dtype=xp.float32), lambda xp, a: xp.zeros_like(a, dtype=xp.int8),
+             lambda xp, a: xp.zeros_like(a), lambda xp, a: xp.full_like(a, 2.0, dtype=xp.float32),
+             lambda xp, a: xp.astype(a, xp.float16), lambda xp, a: xp.stack([a, a]),
+             lambda xp, a: xp.stack([a, a], axis=2), lambda xp, a: xp.concat([a, a]),
+             lambda xp, a: xp.concat([a, a], axis=1), lambda xp, a: xp.permute_dims(a, (1, 0)),
+             lambda xp, a: xp.reshape(a, (2, 6)), lambda xp, a: xp.sum(a, axis=0), lambda xp, a: xp.mean(a, axis=1),
+             lambda xp, a: xp.max(a), lambda xp, a: xp.take(a, xp.asarray([0, 2]), axis=0),
+             lambda xp, a: xp.where(a > 0, a, 0.0), lambda xp, a: xp.tensordot(a, xp.permute_dims(a, (1, 0)), axes=1),
+             lambda xp, a: xp.exp(a) * xp.sqrt(a) + xp.tanh(a), lambda xp, a: xp.asarray([[1.0], [0.0]])]
+    for k, call in enumerate(calls):
+        want, got = np.asarray(call(vx, np.zeros((3, 4)))), call(XP, SymArray((3, 4)))
+        assert (got.shape, got.dtype) == (want.shape, want.dtype), k
+
+    def draws(ctx):
+        return [ctx.rng.uniform((2, 3)), ctx.rng.integers(0, 5, (4,)), ctx.rng.normal((1,), "float32"),
+                ctx.rng.permutation(6), ctx.shared_rng("w").uniform((2,), dtype="float32")]
+    real, sym = parasim.run(draws, 1).values[0], parasim.run(draws, 1, backend="symbolic").values[0]
+    assert [(a.shape, a.dtype) for a in sym] == [(a.shape, a.dtype) for a in real]
