@@ -168,3 +168,13 @@ def test_a_real_size_cp_layout_folds_per_slice():
     assert d["stores"]["tokens between matmuls"] == list(range(769, 1025))  # the 4th eighth of its 2,048
     kinds = d["peak"]["by_kind"]
     assert abs(kinds["optimizer"] / kinds["weights"] - 3 * 4 / 2 / 2) < 1e-6  # 12 B per value over 2 GPUs, 2 B each
+
+
+def test_seq_sets_a_real_size_steps_length_and_only_that():
+    import json
+    from tests.conftest import cli
+    out = cli("trace", "--symbolic", "--layout", "27b-tp8-sp-cp2", "--gpu", "0", "--seq", "8192", "--json")
+    d = json.loads(out.stdout)
+    assert out.returncode == 0 and d["stores"]["tokens in attention"][-1] == 8192  # the zigzag's last chunk
+    bad = cli("trace", "--seq", "100")
+    assert bad.returncode == 2 and "--seq sets a real-size step's sequence" in bad.stderr

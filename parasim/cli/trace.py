@@ -38,6 +38,8 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--routing", default="learned", metavar="HOW", help="learned: the run's own router (default); "
                     "post: the post's drawn routing for its sentence (contract -> E3 (gate 0.6) and E8 (0.4), the -> "
                     "E1 and E2); or a policy, seeded: uniform, balanced, skewed:F (F of the tokens pick E1 first)")
+    tr.add_argument("--seq", type=positive, metavar="N", help="tokens per sequence of a real-size step on a "
+                    "full-size preset with --symbolic (default 4,096)")
     tr.add_argument("--symbolic", action="store_true", help="run on symbolic ranks: shapes and bytes, no values "
                     "(needs a routing policy; nothing to check against the unsplit model); with a full-size preset "
                     "(--layout deepseek-v3, megatron-8.3b, 27b-...) one training step at real size, one GPU's "
@@ -85,6 +87,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     layout, name = _layout(args)
     if args.symbolic and not _is_example(layout):
         return _at_scale(args, layout, name)
+    if args.seq is not None:
+        raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
     m = args.microbatches or MICRO_BATCHES
     check_runnable(layout, m, args.routing)
     reps = replicas(layout.dp, m)
@@ -218,8 +222,8 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     model = layout.model
     if model is None:
         raise UsageError(f"{name} has no model to run: give a preset with one (deepseek-v3, megatron-8.3b, 27b-...)")
-    if not model.seq:  # presets of full models leave the sequence to the run: 4,096 tokens
-        layout = replace(layout, model=replace(model, seq=4096))
+    if args.seq is not None or not model.seq:  # presets of full models leave the sequence to the run
+        layout = replace(layout, model=replace(model, seq=args.seq or 4096))
     if layout.model.experts and args.routing != "balanced":
         raise UsageError("a real-size step folds ranks that do the same work, which needs --routing balanced "
                          "(every GPU routes alike)")
