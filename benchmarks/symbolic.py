@@ -6,7 +6,8 @@
    ranks: the ratio of their times (symbolic pays for shape rules where virtual does tiny arithmetic).
 2. DeepSeek-V3's MoE layer at 4,096 tokens per GPU on EP 64 (64 symbolic ranks, one forward).
 3. One 27B layer at 821,728 tokens on TP8 + SP + CP2 (16 symbolic ranks, forward and backward).
-4. The deepseek-v3 preset's whole training step at its real sizes: 2,048 GPUs (PP 16 x EP 64, DP 128),
+4. Megatron-LM 8.3B's step on its 512 GPUs (TP 8), ranks folded, and GPU 0's peak memory.
+5. The deepseek-v3 preset's whole training step at its real sizes: 2,048 GPUs (PP 16 x EP 64, DP 128),
    61 layers (3 dense), 256 experts top-8, hidden 7,168, 4,096-token sequences, 16 micro-batches, 1F1B,
    ZeRO-1, balanced routing, with the ranks of each stage folded onto one (symbolic/fold.py) and the trace
    written out for all 2,048. Issue 20's target is 10 s and 2 GB on this 2-core machine.
@@ -85,6 +86,16 @@ def layer_27b() -> dict:
     return {"seconds": seconds, "gpus": layout.world, "kept_bytes_per_gpu": result.values[0]}
 
 
+def megatron_step() -> dict:
+    """Megatron-LM 8.3B on its 512 GPUs (TP 8, DP 64), 4,096-token sequences, one step, ranks folded."""
+    layout = preset("megatron-8.3b")
+    layout = replace(layout, model=replace(layout.model, seq=4096))
+    seconds, result = timed(lambda: parasim.run(make_step(layout), layout.world, backend="symbolic",
+                                                fold=fold_of(layout)))
+    return {"seconds": seconds, "gpus": layout.world, "ranks_run": len(set(fold_of(layout))),
+            "peak_gb_gpu0": result.trace.peak(0)["bytes"] / 1e9}
+
+
 def deepseek_step() -> dict:
     layout = preset("deepseek-v3")
     layout = replace(layout, model=replace(layout.model, seq=4096))
@@ -102,7 +113,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
     out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(), "layer_27b_821k": layer_27b(),
-           "deepseek_v3_step": deepseek_step()}
+           "megatron_8b_step": megatron_step(), "deepseek_v3_step": deepseek_step()}
     out["peak_mb"] = peak_mb()
     out["target"] = {"seconds": TARGET_S, "mb": TARGET_MB, "met": out["deepseek_v3_step"]["seconds"] <= TARGET_S
                      and out["peak_mb"] <= TARGET_MB}
@@ -118,6 +129,9 @@ def main() -> None:
     l27 = out["layer_27b_821k"]
     print(f"27B layer at 821,728 tokens on TP8 + SP + CP2: {l27['seconds']:.2f} s, "
           f"{l27['kept_bytes_per_gpu'] / 1e9:.2f} GB kept per GPU")
+    mg = out["megatron_8b_step"]
+    print(f"megatron-8.3b step, {mg['gpus']} GPUs ({mg['ranks_run']} run): {mg['seconds']:.1f} s; GPU 0's peak "
+          f"{mg['peak_gb_gpu0']:.1f} GB")
     d = out["deepseek_v3_step"]
     print(f"deepseek-v3 step, {d['gpus']:,} GPUs ({d['ranks_run']} run, the rest folded), {d['micro_batches']} "
           f"micro-batches: {d['seconds']:.1f} s, {d['events']:,} events, {d['bytes_sent'] / 1e12:.2f} TB sent (float64 "
