@@ -1,7 +1,8 @@
 """The estimator against symbolic runs at real size: the 27B model's whole training step (examples/step.py,
-ranks folded) at each of the post's longest-sequence layouts without recomputation, at the longest sequence
-the estimator finds for it. A GPU's activations at its peak equal the estimator's (activations plus the
-micro-batches 1F1B keeps in flight); its weights, gradients and optimizer share equal the estimator's
+ranks folded) at each of the post's nine longest-sequence layouts, at the longest sequence the estimator
+finds for it. A GPU's activations at its peak equal the estimator's (activations, the micro-batches 1F1B
+keeps in flight, and under full recomputation one layer's working set: the engine re-runs one layer at a
+time, the estimator's default allows two); its weights, gradients and optimizer share equal the estimator's
 per-layer parameter count in the training dtypes. (The estimator's model state counts the preset's round
 27e9 parameters and the embeddings, which the step has no layer for: tested against the layers instead.)"""
 from dataclasses import replace
@@ -17,21 +18,24 @@ from parasim.examples.step import make_step
 from parasim.layout import Layout
 from parasim.symbolic.fold import fold_of
 
-ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS if "recompute" not in kw]  # the step does not recompute
+ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS]
 
 
 @pytest.mark.parametrize("label, kw", ROWS, ids=[f"row{k}" for k in range(len(ROWS))])
 def test_a_27b_step_at_its_longest_sequence_holds_what_the_estimator_says(label, kw):
     model = get_model("27b")
-    plan = Plan(**kw, dropout=kw.get("cp", 1) == 1)  # the engine models no dropout under CP
+    # the engine models no dropout under CP; under full recomputation it re-runs one layer at a time
+    plan = Plan(**kw, dropout=kw.get("cp", 1) == 1, working_layers=1)
     step = 2 * plan.cp * plan.tp
     seq = int(fit(model, Plan(**kw), gpu_presets()["h200"].usable).seq) // step * step
     layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, sp=plan.sp,
                     model=replace(model, seq=seq, flash=plan.flash, dropout=0.1 if plan.dropout else 0.0))
-    result = parasim.run(make_step(layout, m=plan.pp), layout.world, backend="symbolic", fold=fold_of(layout))
+    result = parasim.run(make_step(layout, m=plan.pp, recompute=plan.recompute), layout.world, backend="symbolic",
+                         fold=fold_of(layout))
     held = result.trace.peak(0)["by_kind"]  # GPU 0: the first stage, which keeps the most micro-batches
     est = breakdown(model, plan, seq).items
-    assert held["activations"] == est["activations"] + est["in-flight micro-batches"], label
+    assert held["activations"] == est["activations"] + est["in-flight micro-batches"] + \
+        est["recompute working set"], label
     params = layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp, model.bias)
     mine = params * (model.layers // plan.pp)
     assert held["weights"] == WEIGHT_BYTES * mine and held["gradients"] == GRAD_BYTES * mine

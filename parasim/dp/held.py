@@ -57,3 +57,37 @@ class HeldActivations(Wrapper):
         dx = self.layer.backward(cache, dy)
         self.holdings.free(self.names.pop(id(cache)))
         return dx
+
+
+class Recomputed(Wrapper):
+    """A layer under full recomputation (Korthikanti et al., 2022): forward keeps only the layer's input,
+    and backward runs the forward again (its collectives too) just before running backward through it. The
+    trace is told the input, held from forward to backward, and the recomputed forward's working set, held
+    while that layer's backward runs."""
+
+    def __init__(self, ctx: Any, layer: Any) -> None:
+        self.layer = layer
+        self.key = getattr(layer, "key", "layer")
+        self.holdings = Holdings(ctx, self.key)
+        self.forwards = 0
+
+    def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
+        from ..nn.core import Saved
+        y, _ = self.layer.forward(x, Saved(tag=saved.tag))  # nothing of it is kept
+        before = saved.bytes()
+        saved.keep(self.key, "input", x)
+        self.forwards += 1
+        name = "input" + (f" ({self.forwards})" if self.forwards > 1 else "")
+        self.holdings.hold(name, saved.bytes() - before, "activations")
+        return y, (x, saved.tag, name)
+
+    def backward(self, cache: Any, dy: Any) -> Any:
+        from ..nn.core import Saved
+        x, tag, name = cache
+        work = Saved(tag=tag)
+        _, again = self.layer.forward(x, work)  # the forward once more, keeping what backward needs
+        self.holdings.hold("recompute working set", work.bytes(), "activations")
+        dx = self.layer.backward(again, dy)
+        self.holdings.free("recompute working set")
+        self.holdings.free(name)
+        return dx

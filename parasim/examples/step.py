@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..dp.flat import FlatBuffer
-from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, HeldActivations, Holdings
+from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, HeldActivations, Holdings, Recomputed
 from ..dp.zero import zero1_step
 from ..nn.placement import data_axes, grad_group
 from ..errors import UsageError
@@ -62,10 +62,13 @@ def hold_state(ctx: Any, kept: Holdings, stage: Any) -> int:
     return share
 
 
-def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -> Any:
+def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", recompute: str = "none") -> Any:
     """The program of one step of `layout.model` on `layout` with `m` micro-batches (default: pp, the least
-    1F1B fills), MoE routing by `routing` (uniform, balanced, skewed:F). Arrays are float64, as the layers'
-    weights are drawn (held bytes are counted in the training dtypes all the same)."""
+    1F1B fills), MoE routing by `routing` (uniform, balanced, skewed:F), and `recompute` "full" to keep only
+    each layer's input and run its forward again in backward. Arrays are float64, as the layers' weights are
+    drawn (held bytes are counted in the training dtypes all the same)."""
+    if recompute not in ("none", "full"):
+        raise UsageError(f"recompute must be none or full, got {recompute!r}")
     model = layout.model
     if model is None or not model.seq:
         raise UsageError("a training step needs a layout with a model and its sequence length")
@@ -90,7 +93,8 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced") -
             experts.append(held_experts(ctx, layers[-1], weights))
         # what the GPU keeps, told to the trace: its layers' activations from each forward to its backward,
         # and, all step long, its weights, whole gradient buffers and ZeRO-1 share of the optimizer state
-        stage = LayersStage([HeldActivations(ctx, layer) for layer in layers])
+        keep = Recomputed if recompute == "full" else HeldActivations
+        stage = LayersStage([keep(ctx, layer) for layer in layers])
         kept = Holdings(ctx, "step")
         share = hold_state(ctx, kept, stage)
         xp = ctx.xp
