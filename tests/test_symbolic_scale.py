@@ -41,3 +41,28 @@ def test_a_27b_step_at_its_longest_sequence_holds_what_the_estimator_says(label,
     assert held["weights"] == WEIGHT_BYTES * mine and held["gradients"] == GRAD_BYTES * mine
     group = plan.dp * plan.cp  # ZeRO-1 shares the optimizer state over dp x cp, padded to equal shares
     assert 0 <= held["optimizer"] - 3 * STATE_BYTES * mine / group < 3 * STATE_BYTES * group
+
+
+@pytest.mark.parametrize("label, kw", ROWS, ids=[f"row{k}" for k in range(len(ROWS))])
+def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw):
+    """What the busiest GPU sends per (axis, collective) in one step at 4,096 tokens, against
+    `step_traffic` in the run's 8-byte values; the data-parallel sums against `dp_traffic` over the layers'
+    own parameters (the estimator's model state counts the preset's round 27e9 and the embeddings)."""
+    from parasim.estimate.traffic import dp_traffic, step_traffic
+    model, seq = get_model("27b"), 4096
+    plan = Plan(**kw, dropout=kw.get("cp", 1) == 1)
+    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, sp=plan.sp,
+                    model=replace(model, seq=seq, flash=plan.flash, dropout=0.1 if plan.dropout else 0.0))
+    trace = parasim.run(make_step(layout, m=plan.pp, recompute=plan.recompute), layout.world, backend="symbolic",
+                        fold=fold_of(layout)).trace
+    sent: dict = {}
+    for e in trace.events:
+        for m in e.members:
+            key = (e.group.name.replace("dp-cp", "dp"), e.op)
+            sent.setdefault(key, {}).setdefault(m.rank, 0)
+            sent[key][m.rank] += m.sent
+    busiest = {k: max(v.values()) for k, v in sent.items() if max(v.values())}
+    want = {k: v for k, v in step_traffic(model, plan, seq, itemsize=8).items() if k[0] != "dp"}
+    params = layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp, model.bias)
+    want.update(dp_traffic(params * model.layers / plan.pp, plan.dp * plan.cp, 1, itemsize=8))
+    assert busiest == pytest.approx(want, rel=1e-12), label

@@ -185,7 +185,10 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> d
     per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp, itemsize=itemsize,
                         recompute=full)
     for k, v in per.items():
-        _add(out, k, v * layers * plan.m)
+        # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
+        # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch
+        once = plan.sp and k == ("tp", "all_reduce")
+        _add(out, k, v * layers * (1 if once else plan.m))
     if moe:
         x = plan.tp if plan.sp else 1
         for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, itemsize, full).items():
