@@ -137,17 +137,18 @@ def checks(result) -> list[Check]:
     row_bytes = (D + per) * 2  # a token's row and the gates of that GPU's experts, 2 bytes each
     post = T * K * D * 2 * (EP - 1) / EP  # the post's count: every (token, expert) pair that leaves, once each
     return [
-        check("(token, expert) pairs the experts work on for one TP group of 4,096 tokens, t = 2, K = 8: "
+        check(f"(token, expert) pairs the experts work on for one TP group of T = {T:,} tokens, t = {TP}, K = {K}: "
               "without SP every TP rank routes them all (t x T x K), with SP each its half (T x K)",
               pairs, [TP * T * K, T * K]),
-        check("pairs leaving each GPU at EP 8 (uniform routing): the run's routing against its policy's draws",
+        check(f"pairs leaving each GPU at EP {EP} (uniform routing): the run's routing against its policy's draws",
               [x["EP 8"]["pairs away"] for x in v], away),
-        check("... which is the post's 7/8 of T x K = 28,672 in expectation (within 2%)",
+        check("... which is the post's (EP - 1) / EP of T x K in expectation (within 2%)",
               float(np.mean(away)) / (T * K * (EP - 1) / EP), 1.0, rtol=0.02),
-        check("the post's 411 MB (decimal, one direction): every leaving pair's 7,168 values at 2 bytes, from the "
-              "run's draws (MB)", round(float(np.mean(away)) * D * 2 / 1e6), round(post / 1e6), atol=8),
+        check(f"the post's one-direction all-to-all (decimal MB): every leaving pair's d = {D:,} values at 2 bytes, "
+              "from the run's draws, against T x K x d x 2 x (EP - 1) / EP", round(float(np.mean(away)) * D * 2 / 1e6),
+              round(post / 1e6), atol=8),
         check("what the run sends instead: a token once per GPU holding one of its picks, with its gates: the "
-              "dispatch's bytes equal rows away x (7,168 + 32) x 2", [m.sent for m in dispatch.members],
+              "dispatch's bytes equal rows away x (d + E / EP) x 2", [m.sent for m in dispatch.members],
               [r * row_bytes for r in rows]),
         check("... fewer than the pair count's bytes on every GPU (a token with two picks on one GPU goes once)",
               all(m.sent < a * D * 2 for m, a in zip(dispatch.members, away)), True),
@@ -161,16 +162,16 @@ def checks(result) -> list[Check]:
 
 NARRATIVE = {
     "MoE under TP 2, without SP": """
-        DeepSeek-V3's MoE layer at its real size: hidden 7,168, 256 experts, 8 picks per token. A TP pair
-        holds 4,096 tokens. Without SP the all-reduce at attention's end leaves every token on both GPUs,
-        each GPU routes all of them, and the experts work on every (token, expert) pair twice.""",
+        DeepSeek-V3's MoE layer at its real size: its hidden size, its experts and its picks per token. A TP
+        pair holds one batch of tokens. Without SP the all-reduce at attention's end leaves every token on both
+        GPUs, each GPU routes all of them, and the experts work on every (token, expert) pair twice.""",
     "MoE under TP 2, with SP": """
-        With SP each GPU of the pair holds its own 2,048 tokens and routes only those: half the pairs, the
-        same answer. The run counts the rows each expert multiplies; no array holds a value.""",
+        With SP each GPU of the pair holds its own half of the tokens and routes only those: half the pairs,
+        the same answer. The run counts the rows each expert multiplies; no array holds a value.""",
     "EP 8 dispatch": """
-        Eight GPUs, 4,096 tokens each, the 256 experts split 32 per GPU. Under uniform routing 7 of a token's
-        8 picks land on other GPUs on average; the post multiplies out every leaving pair (411 MB one way in
-        BF16). The run sends each token once to each GPU that holds one of its picks, with the gates beside
+        Eight GPUs, each with its own tokens, the experts split evenly between them. Under uniform routing
+        most of a token's picks land on other GPUs; the post multiplies out every leaving pair at 2 bytes a
+        value. The run sends each token once to each GPU that holds one of its picks, with the gates beside
         it, so it sends less, and the trace says exactly how much.""",
 }
 
@@ -178,6 +179,6 @@ LESSON = Lesson(
     name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
                            "all-to-all, the 27B model's layers at their longest sequences",
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, backend="symbolic",
-    summary="DeepSeek-V3's MoE layer at 4,096 tokens: 65,536 vs 32,768 token copies, the 411 MB all-to-all, "
-            "what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",
+    summary="DeepSeek-V3's MoE layer at full size: token copies without and with SP, the post's all-to-all "
+            "volume and what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",
 )

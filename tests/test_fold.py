@@ -35,6 +35,10 @@ def test_a_folded_run_counts_what_a_full_run_does(layout):
     assert _counted(folded.trace) == _counted(full.trace)
     assert [folded.trace.peak(r) for r in range(layout.world)] == [full.trace.peak(r) for r in range(layout.world)]
     assert [v["layers"] for v in folded.values] == [v["layers"] for v in full.values]
+    last = layout.world - 1  # folded around another rank: it runs itself, and the count is the same
+    around = parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, around=last))
+    assert fold_of(layout, around=last)[last] == last and _counted(around.trace) == _counted(full.trace)
+    assert around.values[last]["coords"] == full.values[last]["coords"]
 
 
 def test_representatives_are_the_lowest_rank_of_each_stage():
@@ -43,6 +47,8 @@ def test_representatives_are_the_lowest_rank_of_each_stage():
     stages = [c["pp"] for c in layout.coords()]
     assert fold == [min(r for r in range(8) if stages[r] == stages[x]) for x in range(8)]
     assert fold_of(layout, keep=("pp", "tp")) != fold  # another class per TP rank when asked
+    with pytest.raises(UsageError, match="fold around rank 8: the layout has ranks 0-7"):
+        fold_of(layout, around=8)
 
 
 def test_uniform_routing_cannot_be_folded_and_says_so():

@@ -25,7 +25,7 @@ def test_token_copies_are_the_posts(lr):
 
 def test_the_all_to_all_counts(lr):
     by_name = {c.name.split(":")[0]: c for c in lr.checks}
-    mb = next(c for n, c in by_name.items() if n.startswith("the post's 411 MB"))
+    mb = next(c for n, c in by_name.items() if n.startswith("the post's one-direction all-to-all"))
     assert mb.expected == round(4096 * 8 * 7168 * 2 * 7 / 8 / 1e6) == 411 and abs(mb.got - 411) <= 8
     sent = next(c for n, c in by_name.items() if n.startswith("what the run sends instead"))
     assert all(b % ((7168 + 32) * 2) == 0 for b in sent.got)  # whole rows of a token and 32 gates

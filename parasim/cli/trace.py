@@ -212,7 +212,6 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     import sys
     from ..engine.runner import run
     from ..examples.step import make_step
-    from ..nn.core import cp_slice, sp_share
     from ..symbolic.fold import fold_of
 
     if args.gpu is None:
@@ -229,21 +228,10 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
                          "(every GPU routes alike)")
     args.routing = "balanced"  # what the step routes by (a dense model routes nothing)
     m = args.microbatches or layout.pp
-    fold = fold_of(layout)
+    fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
     result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold)
-    g = args.gpu
-    if fold[g] != g:  # a folded GPU's value is its representative's: its own place comes from the layout
-        c = layout.coords()[g]
-        value = dict(result.values[g])
-        value["coords"] = {k: c[k] for k in value["coords"]}
-        value["experts"] = [layout.experts_of(c["ep"]) if held else [] for held in value["experts"]]
-        split = "zigzag" if layout.zigzag else "contiguous"
-        inside = cp_slice(layout.model.seq, split, layout.cp, c["cp"])  # its own CP slice and SP share
-        value["stores"] = {**value["stores"], "tokens in attention": [p + 1 for p in inside],
-                           "tokens between matmuls": [p + 1 for p in sp_share(inside, layout.sp, layout.tp, c["tp"])]}
-        result.values[g] = value
     return _gpu_view(args, result, layout, name, m)
 
 

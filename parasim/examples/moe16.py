@@ -12,13 +12,11 @@ all-gathered.
 from __future__ import annotations
 
 import math
-from math import prod
 from typing import Any
 
 from ..errors import LayoutError, UsageError
 from ..nn import ParallelContext, Saved, Shard
-from ..nn.layer import Stack, StackWeights, TransformerLayer, expert_weights, layer_weights
-from ..nn.placement import local
+from ..nn.layer import Stack, StackWeights, TransformerLayer, layer_weights
 from ..nn.routing import KINDS as POLICIES, Routing
 from ..layout import Layout, preset
 from ..dp.clip import check_max_norm, clip_coefficient
@@ -26,6 +24,7 @@ from ..dp.zero import Zero1Adam, zero1_step
 from ..engine.virtual import run_virtual
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
+from .keeps import held_experts, stores, vars_of  # noqa: F401  (what a GPU keeps: shared with examples/step.py)
 
 # the post's sentence is sequence A; B, C and D are ours
 LAYOUT = "moe16"
@@ -243,37 +242,6 @@ def program_on(sizes: dict, max_norm: float | None = None) -> tuple[Any, int]:
     if seqs % layout.dp:
         raise LayoutError(f"the example's {seqs} sequences do not split evenly over dp {layout.dp}")
     return make_program(None, layout, seqs // layout.dp, max_norm=max_norm), layout.world
-
-
-def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
-    """What a GPU keeps, read from its layers' placements: values of the attention and MLP shards (split over
-    TP), of whole copies (norms, router: whole on every TP rank), of its experts, of its optimizer share
-    (master, m, v), and the positions it holds between matmuls and inside attention (its CP slice)."""
-    counts = {"tp shards": 0, "whole copies": 0, "experts": 0}
-    for name, w in stage.params().items():
-        placed = stage.placements[name]
-        kind = "experts" if "ep" in placed else "tp shards" if isinstance(placed.get("tp"), Shard) else "whole copies"
-        counts[kind] += prod(int(d) for d in w.shape)  # numpy or torch alike
-    return {**counts, "optimizer": sum(v[0] for v in state.values()),
-            "tokens between matmuls": [p + 1 for p in tp.token_positions()],
-            "tokens in attention": [p + 1 for p in tp.cp_positions()]}
-
-
-def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
-    """The experts (0-based) whose weights this rank holds in `layer`, found from the weights themselves:
-    each local expert's first matrix matched against every expert's in the whole layer's `weights`."""
-    if not layer.shape.experts:
-        return []
-    if ctx.symbolic:  # no values to match: the block's own bookkeeping
-        return list(range(layer.mlp.first, layer.mlp.first + layer.mlp.per))
-    whole = expert_weights(weights, layer.shape)
-    moe = layer.mlp  # under ETP a rank holds a column slice of each of its experts' w1: compare slices
-    return [e for mine in moe.experts for e, w in enumerate(whole)
-            if bool(ctx.xp.all(mine["w1"] == local(w["w1"], Shard(1), moe.q, moe.eme, ctx.xp)))]
-
-
-def vars_of(coords: Any) -> dict[str, int]:
-    return {k: getattr(coords, k) for k in ("tp", "cp", "dp", "pp", "ep", "edp")}
 
 
 def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",

@@ -27,7 +27,7 @@ from ..nn.layer import TransformerLayer, layer_weights
 from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
-from .moe16 import held_experts, stores, vars_of
+from .keeps import held_experts, stores, vars_of
 from .pipeline import LayersStage
 
 LR = 1e-3

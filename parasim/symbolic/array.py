@@ -211,7 +211,7 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
             out_dtype = np.dtype(kw["dtype"])
         else:
             out_dtype = ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
-        if len(_UFUNC_RESULTS) > 65536:  # a bounded memo of a pure rule
+        if len(_UFUNC_RESULTS) > MEMO:  # a bounded memo of a pure rule
             _UFUNC_RESULTS.clear()
         known = _UFUNC_RESULTS[key] = (shape, out_dtype)
     return _made(*known)
@@ -220,6 +220,7 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
 # (ufunc, shapes, dtypes, dtype asked) -> (shape, dtype): a layer applies the same few ops to the same shapes
 # over and over; the answer is a pure function of the key, so it is worked out once
 _UFUNC_RESULTS: dict = {}
+MEMO = 50_000  # keys kept before the memo starts again (a run's layers use a few hundred)
 
 
 def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -17,15 +17,18 @@ from ..trace import Event, Mark, Member, Trace
 KEEP = ("pp", "cp")  # a rank's work depends on its stage and (through the causal mask) on its CP slice
 
 
-def fold_of(layout: Any, keep: Sequence[str] = KEEP) -> list[int]:
-    """rank -> its representative: the lowest rank with the same coordinates on the `keep` axes."""
+PLACE = ("tp", "cp", "dp", "pp")  # a rank's place in the attention view names it alone
+
+
+def fold_of(layout: Any, keep: Sequence[str] = KEEP, around: int = 0) -> list[int]:
+    """rank -> its representative: of the ranks with the same coordinates on the `keep` axes, the one that
+    shares rank `around`'s other coordinates (so `around` runs itself, with the ranks it exchanges with)."""
     coords = layout.coords()
-    first: dict[tuple, int] = {}
-    out = []
-    for c in coords:
-        key = tuple(c[a] for a in keep)
-        out.append(first.setdefault(key, c["rank"]))
-    return out
+    if not 0 <= around < len(coords):
+        raise UsageError(f"fold around rank {around}: the layout has ranks 0-{len(coords) - 1}")
+    named = {tuple(c[a] for a in PLACE): c["rank"] for c in coords}
+    anchor = coords[around]
+    return [named[tuple(c[a] if a in keep else anchor[a] for a in PLACE)] for c in coords]
 
 
 def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
