@@ -7,7 +7,8 @@
 2. DeepSeek-V3's MoE layer at 4,096 tokens per GPU on EP 64 (64 symbolic ranks, one forward).
 3. One 27B layer at the estimator's longest sequence for TP8 + SP + CP2 with full recomputation (16 symbolic
    ranks, forward and backward).
-4. Megatron-LM 8.3B's step on its 512 GPUs (TP 8), ranks folded, and GPU 0's peak memory.
+4. Megatron-LM 8.3B's step on its 512 GPUs (TP 8), ranks folded, and GPU 0's peak memory; the 27B model's
+   whole step at each of the post's nine longest-sequence layouts, at the estimator's longest sequence.
 5. The deepseek-v3 preset's whole training step at its real sizes: 2,048 GPUs (PP 16 x EP 64, DP 128),
    61 layers (3 dense), 256 experts top-8, hidden 7,168, 4,096-token sequences, 16 micro-batches, 1F1B,
    ZeRO-1, balanced routing, with the ranks of each stage folded onto one (symbolic/fold.py) and the trace
@@ -102,6 +103,23 @@ def megatron_step() -> dict:
             "peak_gb_gpu0": result.trace.peak(0)["bytes"] / 1e9}
 
 
+def nine_rows() -> list[dict]:
+    """The 27B model's whole step at each of the nine longest-sequence layouts, at the estimator's longest
+    sequence for what the step runs (examples/against.py), ranks folded: seconds each and GPU 0's peak."""
+    from parasim.estimate import get_model
+    from parasim.estimate.fit import LONGEST_ROWS
+    from parasim.examples.against import as_run, granule, run_plan
+    model, usable = get_model("27b"), gpu_presets()["h200"].usable
+    out = []
+    for _, label, kw in LONGEST_ROWS:
+        plan = as_run(Plan(**kw))
+        seq = int(fit(model, plan, usable).seq) // granule(plan) * granule(plan)
+        seconds, trace = timed(lambda: run_plan(model, plan, seq, 0))
+        out.append({"label": label, "seq": seq, "gpus": plan.world, "seconds": seconds,
+                    "peak_gb_gpu0": trace.peak(0)["bytes"] / 1e9})
+    return out
+
+
 def deepseek_step() -> dict:
     layout = preset("deepseek-v3")
     layout = replace(layout, model=replace(layout.model, seq=4096))
@@ -119,7 +137,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     args = ap.parse_args()
     out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(), "layer_27b_821k": layer_27b(),
-           "megatron_8b_step": megatron_step(), "deepseek_v3_step": deepseek_step()}
+           "megatron_8b_step": megatron_step(), "rows_27b": nine_rows(), "deepseek_v3_step": deepseek_step()}
     out["peak_mb"] = peak_mb()
     out["target"] = {"seconds": TARGET_S, "mb": TARGET_MB, "met": out["deepseek_v3_step"]["seconds"] <= TARGET_S
                      and out["peak_mb"] <= TARGET_MB}
@@ -139,6 +157,9 @@ def main() -> None:
     mg = out["megatron_8b_step"]
     print(f"megatron-8.3b step, {mg['gpus']} GPUs ({mg['ranks_run']} run): {mg['seconds']:.1f} s; GPU 0's peak "
           f"{mg['peak_gb_gpu0']:.1f} GB")
+    for r in out["rows_27b"]:
+        print(f"27B step, {r['label']} ({r['gpus']} GPUs) at {r['seq']:,} tokens: {r['seconds']:.1f} s; GPU 0's peak "
+              f"{r['peak_gb_gpu0']:.1f} GB")
     d = out["deepseek_v3_step"]
     print(f"deepseek-v3 step, {d['gpus']:,} GPUs ({d['ranks_run']} run, the rest folded), {d['micro_batches']} "
           f"micro-batches: {d['seconds']:.1f} s, {d['events']:,} events, {d['bytes_sent'] / 1e12:.2f} TB sent (float64 "

@@ -51,8 +51,9 @@ def _cold_caches():
     """Every test starts with the engine's pure memos empty (symbolic shape rules, ring positions): a test
     then exercises the rules themselves, whatever ran before it in the same process (mutation testing
     forks test processes from one that has run others)."""
-    from parasim.nn.ring_attention import _positions
+    from parasim.nn.ring_attention import _positions, _slices
     from parasim.symbolic import array
     array._UFUNC_RESULTS.clear()
     _positions.cache_clear()
+    _slices.cache_clear()
     yield

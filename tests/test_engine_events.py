@@ -161,6 +161,20 @@ def test_group_members_are_taken_as_given_or_refused(members, message):
     assert parasim.run(lambda ctx: ctx.new_group([np.int64(1), 0], "pair").ranks, 2).values == [(1, 0)] * 2
 
 
+@pytest.mark.parametrize("later, message", [
+    ([True, 1], r"^new_group pair at .*: ranks must be integers, got True$"),
+    ((0, 1.0), r"^new_group pair at .*: ranks must be integers, got 1.0$"),
+    ([1, 0], r"^rank 1 created group #1 as pair\[1, 0\]"),
+], ids=["bool", "float", "order"])
+def test_a_group_another_rank_made_is_checked_again(later, message):
+    """Rank 0 makes the group with good ranks; rank 1's own list, equal to it as numbers (True == 1), is
+    still held to the rules, not taken on trust."""
+    with pytest.raises(parasim.ParasimError, match=message):
+        parasim.run(lambda ctx: ctx.new_group([0, 1] if ctx.rank == 0 else later, "pair"), 2)
+    made = parasim.run(lambda ctx: ctx.new_group([0, 1] if ctx.rank == 0 else (0, np.int64(1)), "pair"), 2)
+    assert made.values[0] is made.values[1]  # one group, whoever named it
+
+
 @pytest.mark.parametrize("call, message", [
     (lambda ctx: ctx.comm.all_reduce(np.array(["a", "b"])), r"^all_reduce expects numbers, got an array of dtype <U1$"),
     (lambda ctx: ctx.comm.all_reduce(np.array([None]), op="max"), r"^all_reduce expects numbers, got .*object$"),

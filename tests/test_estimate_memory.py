@@ -148,7 +148,8 @@ def moe_model(layers, dense_layers, **kw):
     (moe_model(5, 0), 2, [(0, 3), (0, 2)]),  # uneven: ceil(5/2) = 3 on the first stage
     (moe_model(4, 1), 2, [(1, 1), (0, 2)]),  # the one dense layer leads
     (moe_model(4, 3), 2, [(2, 0), (1, 1)]),
-    (moe_model(5, 0), 4, [(0, 2), (0, 2), (0, 1), (0, 0)]),  # 2 per stage leaves the last one empty
+    (moe_model(5, 0), 4, [(0, 2), (0, 1), (0, 1), (0, 1)]),  # as even as can be: no stage left empty
+    (moe_model(61, 3), 16, [(3, 1)] + [(0, 4)] * 12 + [(0, 3)] * 3),  # DeepSeek-V3's 61 over PP 16
 ])
 def test_stage_layers(model, pp, want):
     assert [tuple(float(x) for x in _stage_layers(model, pp, s)) for s in range(pp)] == want

@@ -38,8 +38,19 @@ def test_uniform_picks_k_distinct_experts_the_same_way_each_time():
 
 def test_balanced_gives_every_expert_the_same_count():
     picks = Routing.parse("balanced").choose("moe#0", 0, 8, 8, 4, 2)
-    assert picks.tolist()[:3] == [[0, 1], [2, 3], [0, 1]] and np.bincount(picks.ravel(), minlength=4).tolist() == [4] * 4
+    assert picks.tolist()[:3] == [[0, 2], [1, 3], [2, 0]] and np.bincount(picks.ravel(), minlength=4).tolist() == [4] * 4
     assert np.array_equal(picks, Routing.parse("balanced").choose("moe#3", 5, 0, 8, 4, 2))  # alike on every rank
+    odd = Routing.parse("balanced").choose("moe#0", 0, 0, 7, 7, 3)  # E / k = 2 (rounded down): picks 2 apart
+    assert odd.tolist()[:2] == [[0, 2, 4], [1, 3, 5]] and np.bincount(odd.ravel(), minlength=7).tolist() == [3] * 7
+
+
+def test_balanced_spreads_a_tokens_picks_over_k_gpus():
+    """DeepSeek-V3's 256 experts top-8 over EP 64 (4 experts a GPU): every token's 8 picks on 8 GPUs, so the
+    dispatch sends what the (token, expert) pair count says, as a router's spread-out picks nearly do."""
+    picks = Routing.parse("balanced").choose("moe#0", 0, 0, 4096, 256, 8)
+    gpus = picks // 4
+    assert all(len(set(row)) == 8 for row in gpus.tolist())
+    assert np.bincount(picks.ravel(), minlength=256).tolist() == [4096 * 8 // 256] * 256
 
 
 def test_skewed_sends_a_share_of_first_picks_to_the_hot_expert():

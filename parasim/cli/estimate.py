@@ -64,6 +64,11 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="fraction of peak FLOP/s reached (default 0.4)")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
+    r = p.add_argument_group("against a run")
+    r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
+                   "no values; examples/step.py) and show the run's figures beside the estimate, item by item")
+    r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing: "
+                   "balanced (default; lets ranks fold), uniform or skewed:F")
 
 
 def add_estimate_commands(sub: Any) -> None:
@@ -152,6 +157,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if args.plot:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot)
+    if args.symbolic:
+        from ..examples.against import check_runs, compare
+        from ..render.against import note_running
+        check_runs(model, plan, args.routing, args.seq)
+        note_running(plan, args.seq)
+        out["run"] = compare(model, plan, args.seq, args.routing)
     if args.json:
         print(json.dumps(out, indent=1))
         return 0
@@ -175,6 +186,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     console.print(f"sent per GPU per step ({name}): {traffic}")
     console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "
                   f"{args.utilisation:.0%} of {gpu.name} peak, no overlap assumed)")
+    if args.symbolic:
+        from ..render.against import print_compare
+        print_compare(console, out["run"], unit, name)
     return 0
 
 
@@ -184,6 +198,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     gpu = _gpu(args)
     unit, name = _unit(args)
     usable = _usable(args, gpu)
+    if args.search and args.symbolic:
+        raise UsageError("--symbolic runs one layout: give its sizes instead of --search")
     if args.search:
         nodes = parse_nodes(args.nodes)
         result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
@@ -205,6 +221,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 0
     if args.plot:
         raise UsageError("fit --plot needs --search")
+    if args.symbolic:
+        return _fit_against_run(args, model, usable, unit, name)
     from ..estimate.traffic import attention_flops, step_time
     plan = _plan(args, model)
     f = fit(model, plan, usable)
@@ -225,4 +243,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
     else:
         print(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu.name} at "
               f"{args.utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
+    return 0
+
+
+def _fit_against_run(args: argparse.Namespace, model, usable: float, unit: float, name: str) -> int:
+    from ..examples.against import check_runs, fit_against_run
+    from ..render.against import note_running, print_fit
+    plan = _plan(args, model)
+    check_runs(model, plan, args.routing)
+    note_running(plan, None)
+    out = fit_against_run(model, plan, usable, args.routing)
+    if args.json:
+        print(json.dumps({**out, "unit": name}, indent=1))
+        return 0
+    print_fit(out, unit, name)
     return 0

@@ -134,12 +134,13 @@ class Comm(ABC):
         chunks = list(chunks)
         if len(chunks) != g.size:
             raise CollectiveError(f"all_to_all: {len(chunks)} chunks for a group of {g.size} ({g})")
-        for c in chunks:
+        distinct = list({id(c): c for c in chunks}.values())  # a chunk sent to many members is checked once
+        for c in distinct:
             self._check_array(c, ALL_TO_ALL)
         first = chunks[0]
         dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
         rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1:])
-        for c in chunks:
+        for c in distinct:
             if c.ndim != first.ndim or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1:]) != rest or c.dtype != first.dtype:
                 raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
                                       f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}")

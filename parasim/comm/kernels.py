@@ -19,6 +19,8 @@ def reduce(xs: Sequence[np.ndarray], op: str) -> np.ndarray:
     fn = COMBINE[op]
     if len(xs) == 1:
         out = xs[0].copy()
+    elif not isinstance(xs[0], np.ndarray):  # symbolic: the signature check made the inputs alike in shape and
+        out = fn(xs[0], xs[1])               # dtype, so one step has the result's (128 members: one, not 127)
     else:
         out = fn(xs[0], xs[1], out=np.empty_like(xs[0]))
         for x in xs[2:]:

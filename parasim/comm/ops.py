@@ -81,7 +81,8 @@ def _reduce_scatter(inputs, g, p, keep):
     op, t, dim = p["op"], g.size, p["dim"]
     if p["algo"] == "ring":
         return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep)
-    parts = [np.split(x, t, axis=dim) for x in inputs]
+    cut: dict[int, list] = {}  # a folded symbolic group sends one array many times: split it once
+    parts = [cut[id(x)] if id(x) in cut else cut.setdefault(id(x), np.split(x, t, axis=dim)) for x in inputs]
     return [reduce([q[i] for q in parts], op) for i in range(t)], None
 
 

@@ -110,10 +110,11 @@ def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout
 
 # -- a stage of the pipeline --------------------------------------------------------------------------
 def _stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
-    """(dense layers, MoE layers) in `stage`; uneven splits give the first stages the extra layers."""
-    per = np.ceil(model.layers / pp)
-    first = stage * per
-    n = np.clip(model.layers - first, 0, per)
+    """(dense layers, MoE layers) in `stage`; an uneven split gives the first L mod pp stages one layer more
+    (as even as can be, as the engine's step splits them: 61 over 16 is thirteen stages of 4, three of 3)."""
+    base, extra = model.layers // pp, model.layers % pp
+    n = base + (stage < extra)
+    first = stage * base + np.minimum(stage, extra)
     dense_n = model.layers - model.moe_layers
     dense_here = np.clip(dense_n - first, 0, n)
     return dense_here, n - dense_here

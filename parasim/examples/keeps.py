@@ -14,8 +14,9 @@ def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
     TP), of whole copies (norms, router: whole on every TP rank), of its experts, of its optimizer share
     (master, m, v), and the positions it holds between matmuls and inside attention (its CP slice)."""
     counts = {"tp shards": 0, "whole copies": 0, "experts": 0}
+    placements = stage.placements  # built from every layer when asked: once, not once per weight
     for name, w in stage.params().items():
-        placed = stage.placements[name]
+        placed = placements[name]
         kind = "experts" if "ep" in placed else "tp shards" if isinstance(placed.get("tp"), Shard) else "whole copies"
         counts[kind] += prod(int(d) for d in w.shape)  # numpy or torch alike
     return {**counts, "optimizer": sum(v[0] for v in state.values()),

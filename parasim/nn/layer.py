@@ -84,7 +84,7 @@ class TransformerLayer:
         return (tp.seq, *x.shape[1:]), (tp.xp.asarray(tp.token_positions()),)
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        full, index = self._where(x)
+        full, index = self._where(x) if self.drop1.p or self.drop2.p else ((), ())  # only masks need them
         h, c_ln1 = self.ln1.forward(x, saved)
         a, c_attn = self.attn.forward(h, saved)
         a, m1 = self.drop1.forward(a, saved, full, index)

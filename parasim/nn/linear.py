@@ -25,8 +25,10 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
 
 def mark_output(tp: ParallelContext, tag: str | None, name: str, y: Any, p: Any, rows: Any) -> None:
     """With a tag (`Saved.tag`), mark a layer's output for `parasim check` as `tag.name.out`: placed `p` over
-    TP, and with CP the rows (sequence positions) this rank holds of the whole sequence."""
+    TP, and with CP the rows (sequence positions) this rank holds of the whole sequence (a method giving
+    them: asked only when marking)."""
     if tag is not None:
+        rows = rows() if callable(rows) else rows
         tp.ctx.mark(f"{tag}.{name}.out", y, p, tp.group, rows=rows, size=tp.seq if rows is not None else None)
 
 
@@ -58,7 +60,7 @@ class ColumnParallelLinear(Weights):
         if self.bias is not None:
             y = y + self.bias
         if self.even:  # chosen columns (attention's fused heads) are no one slice: a placement cannot say them
-            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), tp.cp_positions() if tp.cp_size > 1 else None)
+            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), tp.cp_positions if tp.cp_size > 1 else None)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
@@ -101,7 +103,7 @@ class RowParallelLinear(Weights):
         if self.bias is not None:
             y = y + self.bias
         if tp.cp_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
-            mark_output(tp, saved.tag, self.name, y, Replicate(), tp.token_positions() if tp.sp else tp.cp_positions())
+            mark_output(tp, saved.tag, self.name, y, Replicate(), tp.token_positions if tp.sp else tp.cp_positions)
         else:
             mark_output(tp, saved.tag, self.name, y, Shard(0) if tp.sp else Replicate(), None)
         return y, (x,)

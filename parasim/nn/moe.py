@@ -90,8 +90,9 @@ class MoE(Weights):
         pick = xp.zeros((n, self.k, n_exp), dtype=x.dtype) if self.symbolic else _choice(xp, chosen, self.k, n_exp,
                                                                                               x.dtype)
         gates = _softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
-        fixed = xp.asarray([[1.0] if t in self.scripted else [0.0] for t in range(n)], dtype=x.dtype)  # [n, 1]
+        fixed = xp.zeros((n, 1), dtype=x.dtype)  # [n, 1]: 1 for a scripted token
         if self.scripted:
+            fixed = xp.asarray([[1.0] if t in self.scripted else [0.0] for t in range(n)], dtype=x.dtype)
             given = xp.asarray([list(self.scripted[t][1]) if t in self.scripted else [0.0] * self.k
                                 for t in range(n)], dtype=x.dtype)
             gates = gates * (1.0 - fixed) + given * fixed
@@ -99,8 +100,10 @@ class MoE(Weights):
         self._last = (chosen, gates)  # read by `last_routing`, for lessons
         # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
         rows = self._rows_to(chosen)
-        chunks = [xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
-                  for d in range(self.p)]
+        work, like = self._standing(rows)
+        made = {d: xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
+                for d in work}
+        chunks = [made[like[d]] for d in range(self.p)]
         got = self._a2a(chunks, "dispatch: tokens (and their gates) to the ranks holding their experts")
         sizes = [c.shape[0] for c in got]
         recv = xp.concat(got, axis=0)
@@ -111,9 +114,9 @@ class MoE(Weights):
         saved.keep(self.name, "dispatched tokens", xs)
         out, expert_caches = self._experts_forward(xs, ws, saved)
         out = self._etp_sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
-        back = self._a2a(_split(out, sizes), "combine: expert outputs back to each token's rank")
+        back = self._a2a(_split(out, sizes, self.symbolic), "combine: expert outputs back to each token's rank")
         y = xp.zeros((n, h), dtype=x.dtype)
-        for d in range(self.p):
+        for d in work:
             y = y + _scatter(xp, back[d], rows[d], n, self.symbolic)
         cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
@@ -142,45 +145,64 @@ class MoE(Weights):
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
         return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k)  # [n, k], read-only
 
-    def _rows_to(self, chosen: list[list[int]]) -> list[list[int]]:
+    def _rows_to(self, chosen: list[list[int]]) -> list[np.ndarray]:
         """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
         if len(chosen) == 0:
-            return [[] for _ in range(self.p)]
+            return [np.zeros(0, dtype=np.int64) for _ in range(self.p)]
         owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
         hit = np.zeros((len(owners), self.p), dtype=bool)  # [n, p]: token t picked an expert of rank d
         hit[np.arange(len(owners))[:, None], owners] = True
-        return [np.flatnonzero(col).tolist() for col in hit.T]
+        return [np.flatnonzero(col) for col in hit.T]  # index arrays: 64 lists of 4,096 ints cost more
 
-    def _received(self, sizes: list[int], n: int, n_exp: int) -> np.ndarray | None:
-        """With a routing policy, the experts each received row chose ([rows, k]), worked out from the
+    def _received(self, sizes: list[int], n: int, n_exp: int) -> list[np.ndarray] | None:
+        """With a routing policy, for each local expert the received rows that chose it, worked out from the
         senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels."""
         policy = self.tp.routing
         if policy is None or self.etp is not None:
             return None
         key = f"{self.name}#{self.calls - 1}"
-        parts = []
-        for d in range(self.p):
-            src = self.tp.ctx.rank if self.ep is None else self.ep.ranks[d]
-            theirs = policy.choose(key, src, d * n, n, n_exp, self.k)
-            mine = theirs[((theirs // self.per) == self.me).any(axis=1)]  # its tokens with a pick of mine
+        srcs = [self.tp.ctx.rank] if self.ep is None else self.ep.ranks
+        draws = [policy.choose(key, src, d * n, n, n_exp, self.k) for d, src in enumerate(srcs)]
+        last = getattr(self, "_last_received", None)  # balanced routing: the very same draws every call
+        if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)):
+            return last[1]
+        parts, seen = [], {}
+        for d, theirs in enumerate(draws):
+            mine = seen.get(id(theirs))  # balanced routing: every sender's draws are one array
+            if mine is None:
+                mine = seen[id(theirs)] = theirs[((theirs // self.per) == self.me).any(axis=1)]  # picks of mine
             if len(mine) != sizes[d]:
                 raise UsageError(f"{self.name}: routing by policy needs the same number of tokens on every EP "
                                  f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}")
             parts.append(mine)
-        return np.concatenate(parts).reshape(-1, self.k)
+        arrived = np.concatenate(parts).reshape(-1, self.k)  # [rows, k]: the experts each row chose
+        hit = (arrived[:, :, None] == self.first + np.arange(self.per)).any(axis=1)  # [rows, per]
+        rows = [np.flatnonzero(col) for col in hit.T]
+        self._last_received = (draws, rows)  # the draws kept alive with it, so their ids stay theirs
+        return rows
 
-    def _rows_of(self, j: int, ws: Any) -> list[int]:
+    def _rows_of(self, j: int, ws: Any) -> Any:
         """The received rows that chose local expert j: from the policy's draws when routing by policy, else
         from the gates that came with them (zero for an expert a row did not choose)."""
         arrived = getattr(self, "_arrived", None)
         if arrived is not None:
-            idx = np.flatnonzero((arrived == self.first + j).any(axis=1)).tolist()
-            if not self.symbolic and idx != [i for i, v in enumerate(_col(ws, j)) if v != 0.0]:
+            idx = arrived[j]
+            if not self.symbolic and idx.tolist() != [i for i, v in enumerate(_col(ws, j)) if v != 0.0]:
                 raise RuntimeError(f"{self.name}: the policy's draws and the gates that came with the rows disagree")
             return idx
         if self.symbolic:
             raise UsageError(f"{self.name}: symbolic ranks route by policy with expert TP 1 only, for now")
         return [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
+
+    def _standing(self, rows: list[list[int]]) -> tuple[list[int], list[int]]:
+        """The EP ranks whose rows are worked on, and for each EP rank the one whose work stands for it: every
+        rank for itself on values; on symbolic ranks one per distinct row count, as a shape is all a result
+        has (64 alike destinations cost one)."""
+        if not self.symbolic:
+            return list(range(self.p)), list(range(self.p))
+        first: dict[int, int] = {}
+        like = [first.setdefault(len(idx), d) for d, idx in enumerate(rows)]
+        return sorted(first.values()), like
 
     def _cols(self, d: int) -> slice:
         return slice(d * self.per, (d + 1) * self.per)
@@ -192,7 +214,7 @@ class MoE(Weights):
         caches = []
         for j, e in enumerate(self.experts):
             idx = self._rows_of(j, ws)
-            if not idx:
+            if not len(idx):
                 caches.append(None)
                 continue
             xj = _take(xp, xs, idx)
@@ -217,7 +239,9 @@ class MoE(Weights):
         shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
-        outgoing = [_take(xp, dtok, rows[d]) for d in range(self.p)]
+        work, like = self._standing(rows)
+        made = {d: _take(xp, dtok, rows[d]) for d in work}
+        outgoing = [made[like[d]] for d in range(self.p)]
         dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
         dout, _ = self._etp_gather(dout, "combine backward: output gradients to every expert-TP rank")
         dxs = xp.zeros_like(xs)
@@ -231,13 +255,12 @@ class MoE(Weights):
         # input and gate gradients are partial over expert-TP (each rank's share of w1's columns, w2's rows)
         back = self._etp_sum(xp.concat([dxs, dws], axis=1), etp_sizes, "backward: sum input and gate gradients "
                              "over expert-TP")
-        back = self._a2a(_split(back, sizes), "dispatch backward: input and gate gradients home")
+        back = self._a2a(_split(back, sizes, self.symbolic), "dispatch backward: input and gate gradients home")
         dx = xp.zeros((n, h), dtype=dy.dtype)
         dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
-        for d in range(self.p):
+        for d in work:
             dx = dx + _scatter(xp, back[d][:, :h], rows[d], n, self.symbolic)
-            place = xp.asarray([[1.0 if e == d * self.per + j else 0.0 for e in range(n_exp)] for j in range(self.per)],
-                               dtype=dy.dtype)
+            place = xp.asarray(_placing(d, self.per, n_exp), dtype=dy.dtype)  # rank d's gates into all E columns
             dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n, self.symbolic)
         dgates = xp.sum(dper[:, None, :] * pick, axis=2)
         dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
@@ -342,11 +365,12 @@ def _choice(xp: Any, chosen: list[list[int]], k: int, n_exp: int, dtype: Any) ->
     return xp.asarray((picks[:, :, None] == np.arange(n_exp)).astype(np.float64), dtype=dtype)
 
 
-def _take(xp: Any, a: Any, idx: list[int]) -> Any:
-    return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if idx else a[:0]
+def _take(xp: Any, a: Any, idx: Any) -> Any:
+    """The rows `idx` (a list or an index array) of a."""
+    return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if len(idx) else a[:0]
 
 
-def _scatter(xp: Any, rows: Any, idx: list[int], n: int, symbolic: bool = False) -> Any:
+def _scatter(xp: Any, rows: Any, idx: Any, n: int, symbolic: bool = False) -> Any:
     """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it;
     symbolic: the shape is what counts)."""
     if symbolic:
@@ -356,13 +380,24 @@ def _scatter(xp: Any, rows: Any, idx: list[int], n: int, symbolic: bool = False)
     return xp.matmul(xp.asarray(one, dtype=rows.dtype).T, rows)
 
 
+def _placing(d: int, per: int, n_exp: int) -> np.ndarray:
+    """[per, E]: entry (j, e) is 1 when e is EP rank d's j-th expert (d * per + j)."""
+    out = np.zeros((per, n_exp))
+    out[np.arange(per), d * per + np.arange(per)] = 1.0
+    return out
+
+
 def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:
     return xp.asarray([1.0 if i == j else 0.0 for i in range(n)], dtype=dtype)
 
 
-def _split(a: Any, sizes: list[int]) -> list:
-    out, start = [], 0
+def _split(a: Any, sizes: list[int], symbolic: bool = False) -> list:
+    """a's rows in consecutive blocks of `sizes` (symbolic: one block per distinct size, a shape is all it has)."""
+    out, start, made = [], 0, {}
     for s in sizes:
-        out.append(a[start:start + s])
+        block = made.get(s) if symbolic else None
+        if block is None:
+            block = made[s] = a[start:start + s]
+        out.append(block)
         start += s
     return out

@@ -42,6 +42,16 @@ def _positions(split: str, seq: int, cp: int, rank: int) -> tuple[int, ...]:
     return tuple(range(rank * c, (rank + 1) * c)) + tuple(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
 
 
+@lru_cache(maxsize=64)  # pure, and every layer's attention (and its recomputation) asks the same
+def _slices(split: str, seq: int, cp: int) -> tuple[list[tuple[int, int]], int, list[list[int]]]:
+    """Each CP rank's first and last position, the fine 2*cp split's chunk length (the cp-way one when the
+    sequence does not divide that finely), and the chunks each rank's positions fall in: what masking and
+    counting ask."""
+    at = [np.asarray(_positions(split, seq, cp, i), dtype=np.int64) for i in range(cp)]
+    fine = seq // (2 * cp) if seq % (2 * cp) == 0 else seq // cp
+    return [(int(p.min()), int(p.max())) for p in at], fine, [np.unique(p // fine).tolist() for p in at]
+
+
 def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) -> tuple[Any, Any, Any, Any]:
     """Fold one chunk of scores (and its values) into the running max m, sum l and output o.
 
@@ -76,14 +86,14 @@ class RingAttention:
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
-        self.pos = [positions(split, seq, self.cp, i) for i in range(self.cp)]
-        # each rank's first and last position, and the chunks of the fine 2*cp split (the cp-way one when
-        # the sequence does not divide that finely) its positions fall in: what masking and counting ask
-        at = [np.asarray(p, dtype=np.int64) for p in self.pos]
-        self.ends = [(int(p.min()), int(p.max())) for p in at]
-        fine = seq // (2 * self.cp) if seq % (2 * self.cp) == 0 else seq // self.cp
-        self.fine, self.chunks = fine, [np.unique(p // fine).tolist() for p in at]
+        self.ends, self.fine, self.chunks = _slices(split, seq, self.cp)
         self.work = Work()
+
+    @property
+    def pos(self) -> list[list[int]]:
+        """Every CP rank's positions, in the order it holds them (made when asked: a long sequence's lists
+        are big, and most layers need only `ends` and `chunks`)."""
+        return [positions(self.split, self.seq, self.cp, i) for i in range(self.cp)]
 
     def _peers(self) -> tuple[int, int]:
         g, cp, r = self.group, self.cp, self.r
@@ -100,8 +110,8 @@ class RingAttention:
         xp = self.ctx.xp
         if not self.causal:
             return None
-        q = xp.asarray(self.pos[self.r])
-        k = xp.asarray(self.pos[src])
+        q = xp.asarray(_positions(self.split, self.seq, self.cp, self.r))
+        k = xp.asarray(_positions(self.split, self.seq, self.cp, src))
         return k[None, :] > q[:, None]
 
     def _count(self, src: int, d: int, b: int, heads: int) -> float:

@@ -6,9 +6,11 @@ rank's choices without asking (a receiver needs to know which of the rows it got
 experts). The same policy on virtual ranks gives the same choices, so both runs send the same bytes.
 
     uniform      each token picks k distinct experts uniformly at random (seeded)
-    balanced     a rank's token t picks experts t*k, t*k+1, ... mod E: every expert gets the same number
-                 of a rank's tokens (give or take one), and every rank routes alike, so ranks that differ only
-                 in their place can be run once (symbolic/fold.py)
+    balanced     a rank's token t picks experts t, t + E/k, t + 2E/k, ... mod E (E/k rounded down): every
+                 expert gets the same number of a rank's tokens (give or take k), a token's picks lie E/k
+                 apart, so on k different GPUs whenever a GPU holds at most E/k experts (as a router's
+                 spread-out picks mostly are: the dispatch sends what a real one would), and every rank
+                 routes alike, so ranks that differ only in their place can be run once (symbolic/fold.py)
     skewed:F     with probability F a token's first pick is expert 1, a hot expert, and its other picks are
                  uniform among the rest; the other tokens pick as under uniform
 """
@@ -65,7 +67,7 @@ class Routing:
 
     def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
         if self.kind == "balanced":  # by the token's place on its rank alone: every rank sends alike
-            g = np.arange(n)[:, None] * k + np.arange(k)[None, :]
+            g = np.arange(n)[:, None] + np.arange(k)[None, :] * (experts // k)
             return g % experts
         gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
             self.seed, spawn_key=(source, first, *key.encode()))))

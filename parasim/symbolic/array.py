@@ -142,7 +142,7 @@ class SymArray:
 
     # -- indexing --------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> "SymArray":
-        return _made(indexed_shape(self.shape, index), self.dtype)
+        return _made(_sliced(self.shape, index) or indexed_shape(self.shape, index), self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         indexed_shape(self.shape, index)  # a bad index still fails; the values stay unknown
@@ -236,6 +236,15 @@ def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     if len(b) == 1:
         out = out[:-1]
     return out
+
+
+def _sliced(shape: tuple[int, ...], index: Any) -> tuple[int, ...] | None:
+    """x[a:b] or x[:, a:b] (slices alone, no more than the dims): the common case, worked out quickly; None
+    for any other index (indexed_shape's general rule)."""
+    items = index if type(index) is tuple else (index,)
+    if len(items) > len(shape) or not all([type(i) is slice for i in items]):
+        return None
+    return tuple([len(range(*i.indices(n))) for i, n in zip(items, shape)]) + shape[len(items):]
 
 
 def indexed_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...]:

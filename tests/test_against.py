@@ -1,0 +1,125 @@
+"""The estimator against whole training steps on symbolic ranks (examples/against.py): for the post's nine
+longest-sequence rows of the 27B model and for the deepseek-v3 layout, every memory item and every axis's
+traffic is equal, or differs by parts (examples/differences.py) that add up to the difference exactly;
+`parasim fit`'s longest sequence fits the run and one step longer does not."""
+import json
+
+import pytest
+
+from parasim.cli import main
+from parasim.estimate import Plan, breakdown, get_model, gpu_presets
+from parasim.estimate.fit import LONGEST_ROWS
+from parasim.examples.against import as_run, compare, fit_against_run
+from parasim.examples.differences import ACTIVATION_ITEMS
+
+ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS]
+IDS = [f"row{k}" for k in range(len(ROWS))]
+DS_PLAN = dict(pp=16, ep=64, world=2048, microbatches=16)
+
+
+def _explained(c):
+    """Each memory item and each (axis, collective): estimate - run, and the sum of its parts."""
+    out = {r["item"]: (r["estimate"] - r["run"], sum(r["parts"].values())) for r in c["rows"]}
+    out.update({(t["axis"], t["op"]): (t["estimate"] - t["run"], sum(t["parts"].values())) for t in c["traffic"]})
+    return out
+
+
+@pytest.mark.parametrize("label, kw", ROWS, ids=IDS)
+def test_every_difference_on_the_nine_rows_is_explained_by_its_parts(label, kw):
+    model = get_model("27b")
+    c = compare(model, Plan(**kw), 4096)
+    for item, (diff, parts) in _explained(c).items():
+        assert diff == pytest.approx(parts, rel=1e-12, abs=1e-3), (label, item)
+    weights = c["rows"][0]["parts"]
+    # by hand: the input and output embeddings (untied), v x h each, over tp x pp, 2 bytes a value, scaled as
+    # the estimator scales every count to the stated 27e9
+    shapes = sum(model.counted().values())
+    emb = 2 * model.vocab * model.hidden / (Plan(**kw).tp * Plan(**kw).pp)
+    assert weights["embeddings and output layer"] == pytest.approx(2 * emb)
+    assert weights["stated count against the shapes"] < 0 and 27e9 < shapes
+    assert {k for t in c["traffic"] for k in t["parts"]} <= {"even spread over stages", "embeddings and output layer",
+                                                             "stated count against the shapes",
+                                                             "norms: whole on every TP rank, with biases",
+                                                             "biases (the estimator counts none)",
+                                                             "ZeRO-1 pads each share to equal size"}
+
+
+@pytest.mark.parametrize("label, kw", ROWS, ids=IDS)
+def test_fits_longest_sequence_fits_the_run_and_one_step_longer_does_not(label, kw):
+    model, usable = get_model("27b"), gpu_presets()["h200"].usable
+    got = fit_against_run(model, Plan(**kw), usable)
+    short, long_ = got["lengths"]
+    assert (short["fits"], long_["fits"]) == (True, False), label
+    assert long_["seq"] - short["seq"] == got["granule"] == 2 * Plan(**kw).cp * Plan(**kw).tp
+    plan = as_run(Plan(**kw))
+    for row in (short, long_):  # what the run held is the estimate's own activations, at both lengths
+        est = breakdown(model, plan, row["seq"])
+        assert row["run_total"] - (est.items["weights"] + est.items["gradients"] + est.items["optimizer"]
+                                   - row["missing"] + est.items["logits"]) == pytest.approx(
+            sum(est.items[k] for k in ACTIVATION_ITEMS), rel=1e-12)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stage", [0, 15], ids=["first", "last"])
+def test_deepseek_v3_item_by_item(stage):
+    """DeepSeek-V3 on 2,048 GPUs at 4,096 tokens, 16 micro-batches: the step has two-matrix MLPs and no
+    shared experts or embeddings, and the estimator spreads the model evenly over the stages: each part by
+    hand, and together they are the whole difference."""
+    model = get_model("deepseek-v3")
+    h, f, fe, e, k = model.hidden, model.ffn_size, model.expert_size, model.experts, model.top_k
+    c = compare(model, Plan(**DS_PLAN), 4096, stage=stage)
+    for item, (diff, parts) in _explained(c).items():
+        assert diff == pytest.approx(parts, rel=1e-12, abs=1e-3), item
+    dense, moe = (3, 1) if stage == 0 else (0, 3)  # 61 layers: thirteen stages of 4 (three dense first), three of 3
+    weights, acts = c["rows"][0]["parts"], c["rows"][3]["parts"]
+    third = "gated MLPs' third matrix (the step's MLPs have two)"
+    assert weights[third] == 2 * (dense * h * f + moe * (e // 64) * h * fe)
+    assert weights["shared experts (the step has none)"] == 2 * moe * 3 * h * fe
+    held = 16 - stage  # 1F1B: micro-batches in flight on this stage
+    assert acts[third] == pytest.approx(held * 2 * 4096 * (dense * f + moe * k * fe))
+    assert acts["shared experts (the step has none)"] == pytest.approx(held * 2 * 3 * fe * 4096 * moe)
+    ep = {(t["axis"], t["op"]): t for t in c["traffic"]}[("ep", "all_to_all")]
+    away = 4096 * k - 4096 * 4 // 32  # balanced: picks 32 experts apart, so a token meets GPU 0 iff t mod 32 < 4
+    # the busiest GPU (a stage of four MoE layers) meets 4 of a token's 32 residues: the rows away are the
+    # estimate's K x T x 63/64 copies, and dispatch and its backward carry 4 gate values a row, 2 bytes each
+    assert ep["parts"] == {
+        "a token goes once per GPU holding its picks (the estimate sends each of its K copies)": 0.0,
+        "the gates ride with the dispatched rows and their gradients (E/ep values a row)": -4 * 16 * 2 * 2 * 4 * away}
+    assert away == 4096 * k * 63 / 64
+
+
+def _cli(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_memory_and_fit_print_the_run_beside_the_estimate(capsys):
+    code, out, err = _cli(capsys, "memory", "--model", "27b", "--tp", "8", "--sp", "--cp", "2", "--recompute", "full",
+                          "--seq", "4096", "--symbolic", "--json")
+    assert code == 0 and "symbolic ranks" in err
+    run = json.loads(out)["run"]
+    acts = run["rows"][3]
+    assert acts["estimate"] - acts["run"] == pytest.approx(sum(acts["parts"].values()))
+    assert set(acts["parts"]) == {"dropout masks under CP (the engine models none)",
+                                  "room to re-run 2 layers at once (the step re-runs one)"}
+    code, out, _ = _cli(capsys, "memory", "--model", "27b", "--tp", "8", "--sp", "--seq", "4096", "--symbolic")
+    assert code == 0 and "against one step on symbolic ranks: GPU 0" in out and "embeddings" in out
+    code, out, _ = _cli(capsys, "fit", "--model", "27b", "--tp", "8", "--sp", "--symbolic", "--json")
+    got = json.loads(out)
+    assert code == 0 and [row["fits"] for row in got["lengths"]] == [True, False]
+    code, out, _ = _cli(capsys, "fit", "--model", "27b", "--tp", "8", "--sp", "--symbolic")
+    assert code == 0 and "fits" in out and "does NOT fit" in out
+
+
+@pytest.mark.parametrize("argv, why", [
+    (["memory", "--model", "27b", "--tp", "8", "--zero", "3", "--symbolic"], "cannot run ZeRO-3"),
+    (["memory", "--model", "27b", "--tp", "8", "--recompute", "selective", "--symbolic"], "selective recomputation"),
+    (["memory", "--model", "27b", "--tp", "8", "--micro-batch", "2", "--symbolic"], "several sequences"),
+    (["memory", "--model", "27b", "--tp", "8", "--cp", "2", "--seq", "4100", "--symbolic"], "a multiple of 32"),
+    (["fit", "--model", "27b", "--search", "--symbolic"], "--symbolic runs one layout"),
+    (["memory", "--model", "27b", "--tp", "8", "--symbolic", "--routing", "sideways"], "routing must be"),
+], ids=["zero3", "selective", "micro-batch", "seq", "search", "routing"])
+def test_what_the_step_cannot_run_gets_one_line(capsys, argv, why):
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
