@@ -52,6 +52,8 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--all", action="store_true", help="list every backward event too")
     tr.add_argument("--json", action="store_true",
                     help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
+    tr.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world opens "
+                    "with its ranks folded by axis: a row per data-parallel group)")
     tr.set_defaults(func=cmd_trace)
 
 
@@ -99,6 +101,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise UsageError("--symbolic has no router scores to route by: give --routing uniform, balanced or skewed:F")
     result = run(make_program(watch, layout, m, args.routing), layout.world, "symbolic" if args.symbolic else "virtual",
                  seed=0)
+    if args.app:
+        return _app(result.trace, f"{name}: one training step")
     if args.gpu is not None:
         return _gpu_view(args, result, layout, name, m)
     path = token_path(result.trace, watch, reps, name)
@@ -214,8 +218,9 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     from ..examples.step import make_step
     from ..symbolic.fold import fold_of
 
-    if args.gpu is None:
-        raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view")
+    if args.gpu is None and not args.app:
+        raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
+    args.gpu = 0 if args.gpu is None else args.gpu
     if not 0 <= args.gpu < layout.world:
         raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")
     model = layout.model
@@ -232,7 +237,15 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
     result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold)
+    if args.app:
+        return _app(result.trace, f"{name}: one training step on {layout.world:,} symbolic GPUs")
     return _gpu_view(args, result, layout, name, m)
+
+
+def _app(trace: Any, title: str) -> int:
+    from .lesson import _open_tui
+    _open_tui(trace, {}, title)
+    return 0
 
 
 def _spans(tokens: list[int]) -> str:

@@ -116,6 +116,7 @@ class MoE(Weights):
         out = self._etp_sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
         back = self._a2a(_split(out, sizes, self.symbolic), "combine: expert outputs back to each token's rank")
         y = xp.zeros((n, h), dtype=x.dtype)
+        self._check_back(back, rows)
         for d in work:
             y = y + _scatter(xp, back[d], rows[d], n, self.symbolic)
         cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
@@ -149,10 +150,16 @@ class MoE(Weights):
         """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
         if len(chosen) == 0:
             return [np.zeros(0, dtype=np.int64) for _ in range(self.p)]
+        last = getattr(self, "_last_rows_to", None)  # balanced routing: the policy's very same draws each call
+        if last is not None and last[0] is chosen:
+            return last[1]
         owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
         hit = np.zeros((len(owners), self.p), dtype=bool)  # [n, p]: token t picked an expert of rank d
         hit[np.arange(len(owners))[:, None], owners] = True
-        return [np.flatnonzero(col) for col in hit.T]  # index arrays: 64 lists of 4,096 ints cost more
+        rows = [np.flatnonzero(col) for col in hit.T]  # index arrays: 64 lists of 4,096 ints cost more
+        if isinstance(chosen, np.ndarray) and not chosen.flags.writeable:  # a policy's cached draws
+            self._last_rows_to = (chosen, rows)
+        return rows
 
     def _received(self, sizes: list[int], n: int, n_exp: int) -> list[np.ndarray] | None:
         """With a routing policy, for each local expert the received rows that chose it, worked out from the
@@ -193,6 +200,16 @@ class MoE(Weights):
         if self.symbolic:
             raise UsageError(f"{self.name}: symbolic ranks route by policy with expert TP 1 only, for now")
         return [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
+
+    def _check_back(self, back: list, rows: list) -> None:
+        """Each EP rank returns the rows it was sent. A folded symbolic run (symbolic/fold.py) copies the
+        representative's chunks to the ranks folded onto it, which holds only when every EP rank receives as
+        many rows: say so, rather than fail later on a shape."""
+        for d, b in enumerate(back):
+            if b.shape[0] != len(rows[d]):
+                raise UsageError(f"{self.name}: EP rank {d} returned {b.shape[0]} rows for the {len(rows[d])} sent "
+                                 "to it: a folded run needs every EP rank to receive as many rows (balanced "
+                                 "routing with a multiple of E tokens per GPU), or run the ranks unfolded")
 
     def _standing(self, rows: list[list[int]]) -> tuple[list[int], list[int]]:
         """The EP ranks whose rows are worked on, and for each EP rank the one whose work stands for it: every

@@ -136,7 +136,9 @@ class ParasimApp(App):
         if panel is None:
             return
         top = max(r.peak for r in rows) or 1
-        panel.border_title = f"bytes held now (full bar: phase peak, {top:,} B)"
+        many = len(self.view.events[self.index].members) if self.view.events else 0
+        more = f", the first {len(rows)} of {many} ranks" if many > len(rows) else ""
+        panel.border_title = f"bytes held now (full bar: phase peak, {top:,} B{more})"
         self._put("memory", _bars([(r.rank, r.total / top, f" {r.total:>7,} B  {describe(r)}") for r in rows],
                                   10, "░", "magenta"))
 

@@ -17,14 +17,42 @@ class Held(NamedTuple):
     peak_where: str  # the buffer that reached it
 
 
-def held_rows(trace: Trace, event: Event) -> list[Held]:
-    """One row per rank taking part in `event`; empty when the run told the trace nothing it holds."""
-    if not any(mk.kind == "held" for mk in trace.marks):
+SHOWN = 16  # ranks the panel lists for one event (a real-size all-to-all has 64, a data-parallel sum 128)
+
+
+class HeldIndex:
+    """Each rank's own marks (holds, frees, phases), found in one pass over the trace and asked of a trace
+    of that rank alone: a real-size symbolic run has millions of marks, and a step asks a few ranks."""
+
+    def __init__(self, trace: Trace):
+        self.world, self.backend = trace.world, trace.backend
+        self.any = False
+        self.by_rank: dict[int, list] = {}
+        for mk in trace.marks:
+            if mk.kind in ("held", "phase"):
+                self.by_rank.setdefault(mk.rank, []).append(mk)
+                self.any = self.any or mk.kind == "held"
+        self._peaks: dict[tuple[int, str | None], dict] = {}
+
+    def of(self, rank: int) -> Trace:
+        return Trace(self.world, self.backend, marks=self.by_rank.get(rank, []))
+
+    def peak(self, rank: int, phase: str | None) -> dict:
+        key = (rank, phase)
+        if key not in self._peaks:  # a phase's peak does not change as the event does: once per rank
+            self._peaks[key] = self.of(rank).peak(rank, phase=phase)
+        return self._peaks[key]
+
+
+def held_rows(index: HeldIndex, event: Event, limit: int = SHOWN) -> list[Held]:
+    """One row per rank taking part in `event`, the first `limit` of them; empty when the run told the trace
+    nothing it holds."""
+    if not index.any:
         return []
     out = []
-    for r in event.ranks:
-        now = trace.held(r, event.step)
-        peak = trace.peak(r, phase=event.phase)
+    for r in event.ranks[:limit]:
+        now = index.of(r).held(r, event.step)
+        peak = index.peak(r, event.phase)
         out.append(Held(r, now, sum(now.values()), peak["bytes"], peak["name"] or ""))
     return out
 
@@ -35,4 +63,4 @@ def describe(row: Held) -> str:
     return "  ".join(f"{SHORT[k]} {n:,}" for n, k in parts) or "nothing"
 
 
-__all__ = ["HELD_KINDS", "Held", "describe", "held_rows"]
+__all__ = ["HELD_KINDS", "SHOWN", "Held", "HeldIndex", "describe", "held_rows"]

@@ -33,6 +33,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         self.view = view
         self.index = 0
         self.watch_rank: int | None = None  # the rank holding a followed token, its label drawn apart
+        self._taking: set[int] | None = None  # the selected event's ranks
         self.resize_rows()
 
     def resize_rows(self) -> None:
@@ -41,6 +42,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
 
     def select(self, index: int, watch_rank: int | None = None) -> None:
         self.index, self.watch_rank = index, watch_rank
+        self._taking = set(self.view.events[index].ranks) if self.view.events else None  # asked by every row
         if self.view.events:
             step = self.view.events[index].step
             self.scroll_to_region(Region(LABEL_W + (step - 1) * CELL_W, 0, CELL_W, 1), animate=False, force=True)
@@ -64,7 +66,10 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
                      for c in range(first, last)]
         elif row - 1 < len(self.view.rows):
             name, ranks = self.view.rows[row - 1]
-            mine = sel is not None and any(r in sel.ranks for r in ranks)
+            if self._taking is None and sel is not None:
+                self._taking = set(sel.ranks)
+            taking = self._taking or set()
+            mine = sel is not None and not taking.isdisjoint(ranks)
             style = self._style("selected" if mine else "label")
             if self.watch_rank in ranks:
                 style = style + self._style("watch")

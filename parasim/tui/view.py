@@ -6,11 +6,13 @@ logical steps of the trace. Filters (by op or axis) and a focused rank narrow wh
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.ops import OPS
 from ..trace import Event, Trace
+from .marks import MarkIndex
 
 # cell text, style name and colour per kind of event: every collective's from the op table, then the rest
 STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}
@@ -46,6 +48,23 @@ def fmt(v: Any) -> str:
 
 def _tensor(t) -> str:
     return f"{t.dtype}[{','.join(map(str, t.shape))}]"
+
+
+MAX_ROWS = 64  # ranks drawn one row each; a bigger world opens with its ranks folded by an axis
+SHOWN = 16  # members (and tensors of one member) the panels list; a real-size all-to-all has 64 x 64
+
+
+def _tensors(ts: tuple) -> str:
+    """A member's tensors, runs of equal ones written once with a count when there are many."""
+    if len(ts) <= 8:
+        return " ".join(_tensor(t) for t in ts) or "-"
+    runs: list[list] = []
+    for t in ts:
+        if runs and runs[-1][0] == t:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+    return " ".join(_tensor(t) + (f" x{n}" if n > 1 else "") for t, n in runs)
 
 
 @dataclass
@@ -154,7 +173,12 @@ class View:
         self._visible = list(range(len(self.events)))
         self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
+        self._held: Any = None  # tui/memory.py's index of each rank's holds, made on first use
+        self.marks = MarkIndex(self.trace)  # what the marks say, read once (tui/marks.py)
+        self._row_firsts: dict[int, dict[int, int]] = {}  # folded rows: column -> first busy rank
         self.rows: list[tuple[str, tuple[int, ...]]] = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
+        if self.trace.world > MAX_ROWS:  # a real-size world opens folded: a row per group, not 2,048 rows
+            self.fold(self._opening_fold())
 
     # -- folding ranks into their groups -------------------------------------------------------------
     def fold_axes(self) -> list[str]:
@@ -166,14 +190,34 @@ class View:
                 out.append(name)
         return out
 
+    def _opening_fold(self) -> str | None:
+        """A big world's opening fold: one row per data-parallel group when that fits (a row per pipeline
+        stage and model-parallel place: the schedule at a glance), else the axis that makes the most rows
+        that fit on a screen."""
+        counts = {a: len({g.ranks for g in self.trace.groups if g.name == a}) for a in self.fold_axes()}
+        fits = [a for a, n in counts.items() if 1 < n <= MAX_ROWS]
+        if "dp-cp" in fits:
+            return "dp-cp"
+        return max(fits, key=lambda a: counts[a]) if fits else None
+
     def fold(self, axis: str | None) -> None:
         """One row per group of `axis` (None: one row per rank)."""
         self.fold_axis = axis
+        self._row_firsts = {}
         if axis is None:
             self.rows = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
             return
         groups = sorted({g.ranks for g in self.trace.groups if g.name == axis}, key=min)
         self.rows = [(f"{axis}·{min(g)}", tuple(sorted(g))) for g in groups]
+        # each row's first busy rank per column, in one pass over the cells (rows of 128 ranks are drawn often)
+        row_of = {r: (k, pos) for k, (_, rs) in enumerate(self.rows) for pos, r in enumerate(rs)}
+        best: dict[tuple[int, int], tuple[int, int]] = {}
+        for rank, col in self.cells:
+            k, pos = row_of[rank]
+            if (k, col) not in best or pos < best[(k, col)][0]:
+                best[(k, col)] = (pos, rank)
+        for (k, col), (_, rank) in best.items():
+            self._row_firsts.setdefault(k, {})[col] = rank
 
     def next_fold(self) -> str | None:
         """Cycle: unfolded, then each axis that partitions the world, then unfolded again."""
@@ -204,17 +248,24 @@ class View:
 
     def clamp(self, index: int) -> int:
         """The nearest visible event index at or after `index` (or the last one)."""
-        for i in self._visible:
-            if i >= index:
-                return i
-        return self._visible[-1] if self._visible else 0
+        if not self._visible:
+            return 0
+        pos = bisect_left(self._visible, index)  # visible indices are in order: a step looks up, never scans
+        return self._visible[min(pos, len(self._visible) - 1)]
 
     def move(self, index: int, delta: int) -> int:
         """Step `delta` visible events from `index`."""
         if not self._visible:
             return index
-        pos = min(range(len(self._visible)), key=lambda p: abs(self._visible[p] - index))
+        pos = self._nearest(index)
         return self._visible[max(0, min(len(self._visible) - 1, pos + delta))]
+
+    def _nearest(self, index: int) -> int:
+        """The position in `visible` of the visible event nearest `index` (the lower one on a tie)."""
+        pos = bisect_left(self._visible, index)
+        if pos == len(self._visible) or (pos > 0 and index - self._visible[pos - 1] <= self._visible[pos] - index):
+            return pos - 1
+        return pos
 
     def at(self, rank: int, column: int) -> int | None:
         """The event a click on (rank, logical step) selects."""
@@ -232,10 +283,11 @@ class View:
 
     def row_cell(self, row: int, column: int) -> tuple[str, str]:
         """A row's cell: its first rank that did something at that step (folded rows hold several ranks)."""
-        for rank in self.rows[row][1]:
-            if (rank, column) in self.cells:
-                return self.cell(rank, column)
-        return IDLE
+        ranks = self.rows[row][1]
+        if len(ranks) == 1:
+            return self.cell(ranks[0], column)
+        rank = self._row_firsts.get(row, {}).get(column)
+        return IDLE if rank is None else self.cell(rank, column)
 
     def diverged(self) -> int | None:
         """The index of the event `parasim check` pinned the first divergence on, if any."""
@@ -278,11 +330,12 @@ class View:
         params = {k: v for k, v in e.params.items() if k not in ("src", "dst")}
         if params:
             lines.append("  ".join(f"{k}={v}" for k, v in params.items()))
-        for m in e.members:  # two short lines per rank, so a narrow panel does not wrap them mid-word
-            ins = " ".join(_tensor(t) for t in m.ins) or "-"
-            outs = " ".join(_tensor(t) for t in m.outs) or "-"
-            lines.append(f"rank {m.rank:<3} {ins} -> {outs}")
+        for m in e.members[:SHOWN]:  # two short lines per rank, so a narrow panel does not wrap them mid-word
+            lines.append(f"rank {m.rank:<3} {_tensors(m.ins)} -> {_tensors(m.outs)}")
             lines.append(f"         sent {m.sent:,} B, received {m.recv:,} B, at {m.site}")
+        if len(e.members) > SHOWN:
+            lines.append(f"... and {len(e.members) - SHOWN} more ranks: sent {sum(m.sent for m in e.members):,} B "
+                         "by all of them")
         if self.show_hops and e.hops:
             for hop in e.hops:
                 moves = "  ".join(f"{t['src']}->{t['dst']}:c{t['chunk']}"
@@ -299,9 +352,9 @@ class View:
             return []
         e = self.events[index]
         out = []
-        for m in e.members:
+        for m in e.members[:SHOWN]:
             for side, tensors, values in (("in", m.ins, m.before), ("out", m.outs, m.after)):
-                for j, t in enumerate(tensors):
+                for j, t in enumerate(tensors[:SHOWN]):
                     role = side if e.kind != "p2p" else ("sends" if side == "in" else "receives")
                     shown = fmt(values[j]) if values and j < len(values) else ""
                     out.append(Holding(m.rank, role, _tensor(t), placement(e, side), shown))
@@ -344,13 +397,8 @@ class View:
         if not self.events:
             return "", "", []
         phase = self.events[index].phase or ""
-        notes, current = [], {}
-        for mk in self.trace.marks:
-            if mk.kind == "phase":
-                current[mk.rank] = mk.text
-            elif mk.kind == "note" and current.get(mk.rank) == phase:  # held bytes have their own panel
-                notes.append((mk.rank, f"rank {mk.rank}: {mk.text}"))
-        notes = [n for _, n in sorted(notes, key=lambda rn: rn[0])]  # stable: each rank's notes in order
+        said = self.marks.notes_by_phase.get(phase, [])  # held bytes have their own panel
+        notes = [f"rank {r}: {text}" for r, text in sorted(said, key=lambda rn: rn[0])]  # each rank's in order
         text = " ".join(self.narrative.get(phase, "").split())
         return phase, text, notes
 
@@ -360,11 +408,7 @@ class View:
         if not self.events:
             return None
         e = self.events[index]
-        order = list(dict.fromkeys(mk.text for mk in self.trace.marks if mk.kind == "phase"))
-        tables: dict[str, dict[int, list[str]]] = {}
-        for phase, _, _, data in self.trace.notes("table_row"):
-            if phase:
-                tables.setdefault(phase, {})[data["table_row"]] = list(data["cells"])
+        order, tables = self.marks.phase_order, self.marks.tables
         here = order.index(e.phase) if e.phase in order else len(order) - 1
         name = next((order[k] for k in range(here, -1, -1) if order[k] in tables), None)
         if name is None:
@@ -386,8 +430,8 @@ class View:
         done = [0.0] * self.trace.world
         last = [""] * self.trace.world
         seen = False
-        for e in self.events:
-            if e.kind == "compute" and e.step <= step:
+        for e in self.marks.computes:
+            if e.step <= step:
                 seen = True
                 r = e.members[0].rank
                 done[r] += float(e.params.get("flops", 0) or 0)
@@ -397,11 +441,16 @@ class View:
     def held(self, index: int) -> list:
         """The memory panel: per rank of the selected event, the bytes it held while the event ran, and its
         peak (tui/memory.py). Empty when the run declared no held bytes."""
-        from .memory import held_rows
-        return held_rows(self.trace, self.events[index]) if self.events else []
+        from .memory import HeldIndex, held_rows
+        if not self.events:
+            return []
+        if self._held is None:
+            self._held = HeldIndex(self.trace)
+        return held_rows(self._held, self.events[index])
 
     def status(self, index: int) -> str:
-        pos = self._visible.index(index) + 1 if index in self._visible else 0
+        at = bisect_left(self._visible, index)
+        pos = at + 1 if at < len(self._visible) and self._visible[at] == index else 0
         parts = [f"event {pos}/{len(self._visible)}"]
         if self.filter_text:
             parts.append(f"filter '{self.filter_text}'")

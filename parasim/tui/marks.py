@@ -1,0 +1,42 @@
+"""What a trace's marks say, read once for the app: each phase's notes, the pipeline slot tables, the
+compute events. A real-size symbolic run has hundreds of thousands of marks and events; the app asks at
+every step, so a step reads these instead of the whole trace."""
+from __future__ import annotations
+
+from functools import cached_property
+
+from ..trace import Event, Trace
+
+
+class MarkIndex:
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    @cached_property
+    def notes_by_phase(self) -> dict[str, list[tuple[int, str]]]:
+        """phase -> (rank, note) in the order the notes were left, each under the phase its rank was in."""
+        out: dict[str, list[tuple[int, str]]] = {}
+        current: dict[int, str] = {}
+        for mk in self.trace.marks:
+            if mk.kind == "phase":
+                current[mk.rank] = mk.text
+            elif mk.kind == "note" and mk.rank in current:
+                out.setdefault(current[mk.rank], []).append((mk.rank, mk.text))
+        return out
+
+    @cached_property
+    def phase_order(self) -> list[str]:
+        return list(dict.fromkeys(mk.text for mk in self.trace.marks if mk.kind == "phase"))
+
+    @cached_property
+    def tables(self) -> dict[str, dict[int, list[str]]]:
+        """phase -> the slot table its ranks noted (row number -> cells)."""
+        out: dict[str, dict[int, list[str]]] = {}
+        for phase, _, _, data in self.trace.notes("table_row"):
+            if phase:
+                out.setdefault(phase, {})[data["table_row"]] = list(data["cells"])
+        return out
+
+    @cached_property
+    def computes(self) -> list[Event]:
+        return [e for e in self.trace.events if e.kind == "compute"]

@@ -1,0 +1,117 @@
+"""The app on a symbolic trace of a big world: it opens with its ranks folded by axis (a row per data-parallel
+group, never one per GPU), its panels list a bounded number of ranks, and what a step asks is looked up, not
+scanned: each lookup here against the plain scan it replaces. (benchmarks/tui.py times DeepSeek-V3's 2,048
+GPUs against the paint and step goals; tests assert no times.)"""
+import random
+
+import pytest
+
+import parasim
+from parasim.examples.step import make_step
+from parasim.layout import Layout, ModelSpec
+from parasim.symbolic.fold import fold_of
+from parasim.tui.memory import SHOWN
+from parasim.tui.view import IDLE, MAX_ROWS, View
+
+SMALL = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
+                  seq=16, bias=False)
+LAYOUT = Layout(tp=2, pp=2, dp=32, ep=8, etp=1, sp=True, model=SMALL)  # 128 GPUs: more than a screen's rows
+
+
+@pytest.fixture(scope="module")
+def trace():
+    return parasim.run(make_step(LAYOUT, m=2), LAYOUT.world, backend="symbolic", fold=fold_of(LAYOUT)).trace
+
+
+def test_a_big_world_opens_folded_a_row_per_data_parallel_group(trace):
+    view = View(trace)
+    assert trace.world == 128 > MAX_ROWS
+    assert view.fold_axis == "dp-cp" and len(view.rows) == LAYOUT.tp * LAYOUT.pp
+    assert sorted(r for _, ranks in view.rows for r in ranks) == list(range(128))
+    dense = ModelSpec(**{**SMALL.__dict__, "experts": 0, "top_k": None, "dense_layers": 0})
+    small = parasim.run(make_step(Layout(tp=2, pp=2, dp=2, model=dense), m=2), 8, backend="symbolic").trace
+    assert View(small).fold_axis is None and len(View(small).rows) == 8  # a small world keeps a row per rank
+
+
+def test_a_fold_that_cannot_hold_says_so():
+    """64 experts top-2 over EP 32 (2 a GPU) and 8 tokens a GPU: balanced routing picks experts t and t + 32,
+    so EP ranks 0-3 and 16-19 get rows and EP rank 4 none; the representative (EP rank 0, sent tokens 0 and 1
+    by everyone) would return 2 rows to each, where a full run's EP rank 4 returns none."""
+    model = ModelSpec(**{**SMALL.__dict__, "experts": 64})
+    layout = Layout(tp=2, pp=2, dp=32, ep=32, etp=1, sp=True, model=model)
+    with pytest.raises(parasim.ParasimError, match="EP rank 4 returned 2 rows for the 0 sent to it: a folded run "
+                                                   "needs every EP rank to receive as many rows"):
+        parasim.run(make_step(layout, m=2), layout.world, backend="symbolic", fold=fold_of(layout))
+
+
+def test_a_folded_rows_cell_is_its_first_busy_rank(trace):
+    view = View(trace)
+    for row, (_, ranks) in enumerate(view.rows):
+        for col in range(1, view.columns + 1):
+            busy = next((r for r in ranks if (r, col) in view.cells), None)  # the scan the lookup replaces
+            want = IDLE if busy is None else view.cell(busy, col)
+            assert view.row_cell(row, col)[0] == want[0], (row, col)
+    view.fold(None)
+    assert view.row_cell(5, 1) == view.cell(5, 1)
+
+
+def test_panels_list_a_bounded_number_of_ranks(trace):
+    view = View(trace)
+    big = max(range(len(view.events)), key=lambda i: len(view.events[i].members))
+    members = view.events[big].members
+    assert len(members) > SHOWN
+    held = view.held(big)
+    assert [h.rank for h in held] == [m.rank for m in members[:SHOWN]]
+    e = view.events[big]
+    for h in held:  # the index's answer is the whole trace's
+        assert h.by_kind == trace.held(h.rank, e.step) and h.peak == trace.peak(h.rank, phase=e.phase)["bytes"]
+    detail = view.detail(big)
+    assert detail[-1].startswith(f"... and {len(members) - SHOWN} more ranks: sent "
+                                 f"{sum(m.sent for m in members):,} B")
+    assert len({h.rank for h in view.holdings(big)}) == SHOWN
+
+
+def test_stepping_looks_up_what_the_scan_found(trace):
+    view = View(trace)
+    pick = random.Random(0)
+    for text in ("", "all_to_all", "p2p"):
+        view.set_filter(text)
+        vis = view.visible
+        for _ in range(50):
+            index, delta = pick.randrange(len(view.events)), pick.choice([-3, -1, 1, 2])
+            pos = min(range(len(vis)), key=lambda p: abs(vis[p] - index))
+            assert view.move(index, delta) == vis[max(0, min(len(vis) - 1, pos + delta))]
+            assert view.clamp(index) == next((i for i in vis if i >= index), vis[-1])
+            assert view.status(index).startswith(f"event {vis.index(index) + 1 if index in vis else 0}/")
+
+
+def test_many_equal_tensors_are_written_once_with_a_count():
+    from parasim.trace import Tensor
+    from parasim.tui.view import _tensors
+    t, u = Tensor((4, 8), "float64"), Tensor((2, 8), "float64")
+    assert _tensors((t,) * 3) == "float64[4,8] float64[4,8] float64[4,8]"  # a few: as they are
+    assert _tensors((t,) * 9 + (u,) * 3) == "float64[4,8] x9 float64[2,8] x3"
+
+
+async def test_the_app_steps_through_a_folded_world(trace):
+    from parasim.tui.app import ParasimApp
+    from parasim.tui.timeline import Timeline
+    app = ParasimApp(View(trace, {}, "128 symbolic GPUs"))
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        assert app.query_one(Timeline).virtual_size.height == len(app.view.rows) + 1  # rows, not GPUs
+        for _ in range(5):
+            await pilot.press("right")
+        await pilot.pause()
+        assert app.index == app.view.visible[5]
+
+
+def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
+    from parasim.cli import main
+    opened = {}
+    monkeypatch.setattr("parasim.cli.lesson._open_tui", lambda trace, narrative, title: opened.update(
+        trace=trace, title=title))
+    assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--app"]) == 0
+    assert opened["trace"].world == 512 and "512 symbolic GPUs" in opened["title"]
+    view = View(opened["trace"])
+    assert view.fold_axis == "dp-cp" and len(view.rows) == 8  # TP 8: a row per TP place, each a DP group of 64
