@@ -9,8 +9,9 @@ import pytest
 from parasim.cli import main
 from parasim.estimate import Plan, breakdown, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
+from parasim.layout import ModelSpec
 from parasim.examples.against import as_run, compare, fit_against_run
-from parasim.examples.differences import ACTIVATION_ITEMS
+from parasim.examples.differences import ACTIVATION_ITEMS, received
 
 ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS]
 IDS = [f"row{k}" for k in range(len(ROWS))]
@@ -42,6 +43,39 @@ def test_every_difference_on_the_nine_rows_is_explained_by_its_parts(label, kw):
                                                              "norms: whole on every TP rank, with biases",
                                                              "biases (the estimator counts none)",
                                                              "ZeRO-1 pads each share to equal size"}
+
+
+@pytest.mark.parametrize("kw", [dict(tp=2, sp=True, dp=2, ep=4), dict(tp=2, sp=True, dp=2, ep=4, pp=2, microbatches=4)],
+                         ids=["tp-sp-ep", "tp-sp-ep-pp"])
+def test_an_moe_model_under_sp_is_explained_too(kw):
+    """The 16-GPU example's model (8 experts top-2) under TP 2 + SP, EP 4, 64 tokens a sequence: each TP rank
+    routes its own 32 tokens, so the MoE layers have TP collectives around attention only and the router's
+    gradient is summed over TP; every difference is named."""
+    model = get_model("moe16")
+    c = compare(model, Plan(**kw), 64)
+    for item, (diff, parts) in _explained(c).items():
+        assert diff == pytest.approx(parts, rel=1e-12, abs=1e-9), item
+    tp = {t["op"]: t for t in c["traffic"] if t["axis"] == "tp"}
+    assert set(tp) == {"all_gather", "reduce_scatter", "all_reduce"}
+    assert all(t["estimate"] == t["run"] > 0 for t in tp.values())
+    rows, pairs = received(model, Plan(**kw), "balanced", 32, 0)
+    assert (rows, pairs) == (4 * 16, 4 * 16)  # 32 tokens a sender, half of them (picks t, t+4) on EP rank 0
+
+
+def test_odd_shapes_pad_both_zero1_buffers():
+    """A model whose dense and expert values do not divide by their groups (DP 16; expert-DP 4): ZeRO-1 pads
+    each flat buffer, and the padding is a part of the optimizer's and the data-parallel sums' difference."""
+    model = ModelSpec(name="odd", layers=2, hidden=8, heads=2, vocab=16, ffn=9, experts=4, top_k=2, expert_ffn=3,
+                      dense_layers=1)
+    c = compare(model, Plan(dp=16, ep=4), 8)
+    for item, (diff, parts) in _explained(c).items():
+        assert diff == pytest.approx(parts, rel=1e-12, abs=1e-9), item
+    traffic = {(t["axis"], t["op"]): t["parts"] for t in c["traffic"]}
+    pad = "ZeRO-1 pads each share to equal size"
+    # by hand: the expert buffer is one MoE layer's one expert, 2 x 8 x 3 + 3 + 8 = 59 values, padded to 60
+    # over 4; the ring sends 3/4 of the padding value at 2 bytes
+    assert traffic[("edp", "reduce_scatter")][pad] == -3 / 4 * 1 * 2
+    assert c["rows"][2]["parts"][pad] < 0 and traffic[("dp", "all_gather")][pad] < 0
 
 
 @pytest.mark.parametrize("label, kw", ROWS, ids=IDS)

@@ -108,13 +108,14 @@ def test_step_pipeline_activation_is_split_by_sp():
 
 
 def test_step_moe_with_sp_routes_the_sp_share_and_reduces_experts_over_edp():
-    # seq 8 on TP2 + SP: a 128-byte activation; gathers 6 * 64, scatters 4 * 64, norm/bias grads 6 * 16,
-    # times 2 layers. Each rank routes its SP share, 4 tokens, to 2 experts, half of them remote:
+    # seq 8 on TP2 + SP: a 128-byte activation; attention alone is TP-split in an MoE layer: gathers 3 * 64,
+    # scatters 2 * 64; grads summed over TP: two norms' weights and biases, attention's row bias and the
+    # router's 4 rows, 9 * 16; times 2 layers. Each rank routes its SP share, 4 tokens, to 2 experts, half remote:
     # 4*2*8*2/2 = 64 bytes an all-to-all, 4 of them a layer: 512 for 2 layers. DP2 reduces the dense
     # 864/2 = 432 params (864 bytes); the experts, 4096/EP2 = 2048 params (4096 bytes), are reduced over
     # the expert-data group of world 4 / EP2 = 2.
     got = step_traffic(TINY_MOE, Plan(tp=2, sp=True, ep=2, dp=2, zero=0), 8)
-    assert got == {("tp", "all_gather"): 768.0, ("tp", "reduce_scatter"): 512.0, ("tp", "all_reduce"): 192.0,
+    assert got == {("tp", "all_gather"): 384.0, ("tp", "reduce_scatter"): 256.0, ("tp", "all_reduce"): 288.0,
                    ("ep", "all_to_all"): 512.0, ("dp", "all_reduce"): 864.0, ("edp", "all_reduce"): 4096.0}
 
 

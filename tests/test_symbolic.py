@@ -40,7 +40,8 @@ def test_indexing_gives_numpys_shapes(index):
 
 
 def test_out_of_range_indices_fail_as_numpys_do():
-    for bad in (2, (0, 3), (0, 0, 4), ([0, 2],), (0, 0, 0, 0), (..., ...)):
+    slices = (slice(None),) * 4  # slices alone, one more than the dims (the quick rule's case)
+    for bad in (2, (0, 3), (0, 0, 4), ([0, 2],), (0, 0, 0, 0), (..., ...), slices):
         with pytest.raises(IndexError):
             A[bad]
         with pytest.raises(IndexError):

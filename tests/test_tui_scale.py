@@ -115,3 +115,33 @@ def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
     assert opened["trace"].world == 512 and "512 symbolic GPUs" in opened["title"]
     view = View(opened["trace"])
     assert view.fold_axis == "dp-cp" and len(view.rows) == 8  # TP 8: a row per TP place, each a DP group of 64
+
+
+def test_a_folded_row_shows_its_lowest_busy_rank():
+    """Two ranks of one row busy at the same step with different things: the row shows the first rank's."""
+    from parasim.comm.interface import Group
+    from parasim.trace import Event, Member, Trace
+    world = Group((0, 1, 2, 3), "world", 0)
+    pairs = [Group((0, 1), "pair", 1), Group((2, 3), "pair", 2)]
+    events = [Event(0, 1, "compute", "think", world, [Member(1, (), (), 0, 0, "x.py:1")]),
+              Event(1, 1, "p2p", "send", Group((0, 2), "p2p", 3), [Member(0, (), (), 8, 0, "x.py:2"),
+                                                                    Member(2, (), (), 0, 8, "x.py:2")],
+                    params={"src": 0, "dst": 2})]
+    view = View(Trace(4, "virtual", [world, *pairs], events))
+    view.fold("pair")
+    assert view.row_cell(0, 1) == view.cell(0, 1) != view.cell(1, 1)  # rank 0's send, not rank 1's compute
+    assert view.row_cell(1, 1) == view.cell(2, 1)
+
+
+def test_notes_belong_to_the_phase_their_rank_was_in():
+    from parasim.comm.interface import Group
+    from parasim.trace import Event, Mark, Member, Trace
+    world = Group((0, 1), "world", 0)
+    marks = [Mark(0, 0, "note", "before any phase"), Mark(0, 0, "phase", "one"), Mark(1, 0, "phase", "two"),
+             Mark(1, 0, "note", "in two"), Mark(0, 0, "note", "in one"), Mark(0, 1, "phase", "two"),
+             Mark(0, 1, "note", "rank 0 in two")]
+    events = [Event(0, 1, "compute", "a", world, [Member(0, (), (), 0, 0, "x.py:1")], phase="one"),
+              Event(1, 2, "compute", "b", world, [Member(1, (), (), 0, 0, "x.py:2")], phase="two")]
+    view = View(Trace(2, "virtual", [world], events, marks))
+    assert view.phase_text(0) == ("one", "", ["rank 0: in one"])
+    assert view.phase_text(1) == ("two", "", ["rank 0: rank 0 in two", "rank 1: in two"])

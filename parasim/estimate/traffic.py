@@ -56,24 +56,30 @@ def ring(op: str, nbytes: float, t: int) -> float:
 
 
 def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,
-                  bias: bool = True, norm_params: int = 2, recompute: bool = False) -> dict[Key, float]:
+                  bias: bool = True, norm_params: int = 2, recompute: bool = False, experts: int = 0
+                  ) -> dict[Key, float]:
     """One layer's forward and backward on one micro-batch: bytes one rank sends, by (axis, op).
 
     tokens: the tokens this CP rank holds (s*b/cp), before SP splits them. norm_params: 2 for LayerNorm
-    (weight and bias), 1 for RMSNorm. recompute: full recomputation runs the forward's collectives twice."""
+    (weight and bias), 1 for RMSNorm. recompute: full recomputation runs the forward's collectives twice.
+    experts: an MoE layer of that many experts (ETP 1), whose MLP block has no TP collectives of its own
+    (under SP each TP rank routes its own tokens; `moe_traffic` counts its EP all-to-alls), and whose router,
+    whole on every TP rank, sums its gradient over TP under SP."""
     out: dict[Key, float] = {}
     act = tokens * h * itemsize  # one whole activation [s/cp, b, h]
     fwd = 2 if recompute else 1
+    blocks = 1 if experts else 2  # TP-split blocks: attention, and a dense MLP
     if tp > 1 and not sp:
-        # f and g: one all-reduce after attention and one after the MLP forward, two backward
-        _add(out, ("tp", "all_reduce"), (2 * fwd + 2) * ring("all_reduce", act, tp))
+        # f and g: one all-reduce after each block forward, one before each block backward
+        _add(out, ("tp", "all_reduce"), blocks * (fwd + 1) * ring("all_reduce", act, tp))
     elif tp > 1:
-        # forward: gather before QKV and fc1, reduce-scatter after out-proj and fc2; backward: the two
-        # column blocks gather their saved input again and reduce-scatter dx, the row blocks gather dy
-        _add(out, ("tp", "all_gather"), (2 * fwd + 4) * ring("all_gather", act, tp))
-        _add(out, ("tp", "reduce_scatter"), (2 * fwd + 2) * ring("reduce_scatter", act, tp))
-        # each rank saw only its tokens: the replicated norm weights' (and row biases') grads are summed
-        small = 2 * norm_params + (2 if bias else 0)
+        # forward: gather before QKV (and fc1), reduce-scatter after out-proj (and fc2); backward: a
+        # column block gathers its saved input again and reduce-scatters dx, a row block gathers dy
+        _add(out, ("tp", "all_gather"), blocks * (fwd + 2) * ring("all_gather", act, tp))
+        _add(out, ("tp", "reduce_scatter"), blocks * (fwd + 1) * ring("reduce_scatter", act, tp))
+        # each rank saw only its tokens: the replicated norm weights' (and row biases', and the router's)
+        # grads are summed
+        small = 2 * norm_params + (blocks if bias else 0) + experts
         _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * itemsize, tp))
     if cp > 1:
         # ring attention: K and V go round cp-1 times forward; backward K, V, dK, dV cp-1 times and
@@ -182,13 +188,16 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> d
     moe = min(layers, model.moe_layers)
     full = plan.recompute == "full"
     out: dict[Key, float] = {}
-    per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp, itemsize=itemsize,
-                        recompute=full)
-    for k, v in per.items():
-        # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
-        # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch
-        once = plan.sp and k == ("tp", "all_reduce")
-        _add(out, k, v * layers * (1 if once else plan.m))
+    kinds = ((layers - moe, 0), (moe, model.experts))  # dense layers (first), then MoE layers, on that stage
+    for n, experts in kinds:
+        per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp, itemsize=itemsize,
+                            bias=model.bias, norm_params=2 if model.norm == "layernorm" else 1, recompute=full,
+                            experts=experts)
+        for k, v in per.items():
+            # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
+            # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch
+            once = plan.sp and k == ("tp", "all_reduce")
+            _add(out, k, v * n * (1 if once else plan.m))
     if moe:
         x = plan.tp if plan.sp else 1
         for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, itemsize, full).items():
