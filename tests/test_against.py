@@ -157,3 +157,47 @@ def test_memory_and_fit_print_the_run_beside_the_estimate(capsys):
 def test_what_the_step_cannot_run_gets_one_line(capsys, argv, why):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_a_symbolic_run_counts_its_matmul_flops():
+    """A TP-2 MLP on 16 tokens (h 8, width 32), forward and backward: each rank does its half of the two
+    matmuls forward (2 x 16 x 8 x 16 multiply-adds each) and twice that backward (dx and dW)."""
+    import parasim
+    from parasim.nn import ParallelContext, Saved
+    from parasim.nn.mlp import ParallelMLP
+
+    def program(ctx):
+        tp = ParallelContext(ctx, ctx.new_group([0, 1], "tp"))
+        draw = ctx.shared_rng
+        mlp = ParallelMLP(tp, draw("w1").normal((8, 32)), draw("w2").normal((32, 8)), None, None)
+        y, cache = mlp.forward(draw("x").normal((16, 8)), Saved())
+        mlp.backward(cache, y)
+    forward = 2 * (2 * 16 * 8 * 16)
+    assert parasim.run(program, 2, backend="symbolic").trace.meta["flops"] == [3 * forward] * 2
+    assert "flops" not in parasim.run(program, 2).trace.meta  # virtual ranks count nothing
+
+
+def test_each_gpus_step_time_from_what_the_run_counted():
+    """The 27B model (60 layers) on PP 4 at 4,096 tokens: 15 layers a stage, so every stage computes alike;
+    GPU 0's time is its counted FLOPs at 40% of an H200's peak plus its bytes over each link, by hand."""
+    from parasim.estimate.traffic import gpu_presets
+    from parasim.examples.against import run_plan, run_time, step_layout
+    model, plan = get_model("27b"), Plan(tp=2, sp=True, pp=4)
+    trace = run_plan(model, plan, 4096, 0)
+    h200 = gpu_presets()["h200"]
+    times = run_time(trace, step_layout(model, plan, 4096), h200)
+    t = times[0]
+    assert t["compute_s"] == pytest.approx(trace.meta["flops"][0] / (989e12 * 0.4))
+    tp_sent = sum(m.sent for e in trace.events if e.group.name == "tp" for m in e.members if m.rank == 0)
+    assert t["comm_s"]["tp"] == pytest.approx(tp_sent * 2 / 8 / 450e9)  # TP stays on NVLink, BF16 bytes
+    assert t["step_s"] == pytest.approx(t["compute_s"] + sum(t["comm_s"].values()))
+    assert len({round(x["compute_s"], 12) for x in times}) == 1  # 15 layers on every stage
+
+
+def test_the_gpu_view_tells_its_time_and_the_slowest_gpu(capsys):
+    code = main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3", "--json"])
+    got = json.loads(capsys.readouterr().out)
+    assert code == 0 and got["time"]["this"]["rank"] == 3 and got["time"]["this"]["gpu"] == "H200"
+    assert got["time"]["slowest"]["step_s"] >= got["time"]["this"]["step_s"] > 0
+    assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3", "--gpu-model", "tpu"]) == 2
+    assert "unknown --gpu-model 'tpu'" in capsys.readouterr().err

@@ -52,6 +52,8 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--all", action="store_true", help="list every backward event too")
     tr.add_argument("--json", action="store_true",
                     help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
+    tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
+                    "the step's time is worked out for (h200, h100, a100; default h200, at 40%% of peak)")
     tr.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world opens "
                     "with its ranks folded by axis: a row per data-parallel group)")
     tr.set_defaults(func=cmd_trace)
@@ -176,6 +178,8 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
            "backend": result.trace.backend,
            "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
            "exactness": exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None}
+    if "flops" in result.trace.meta and args.symbolic:
+        out["time"] = _times(args, result.trace, layout, g)
     ok = out["exactness"] is None or out["exactness"]["exact"]
     if args.json:
         print(json.dumps(out, indent=1))
@@ -193,6 +197,13 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
         print(f"  peak held: {pk['bytes'] / 1e9:,.2f} GB in '{pk['phase']}' ("
               + ", ".join(f"{kind} {b / 1e9:,.2f}" for kind, b in pk["by_kind"].items() if b) + " GB; training "
               "dtypes: 2-byte weights, gradients and activations, 4-byte optimizer state)")
+    if "time" in out:
+        t, slow = out["time"]["this"], out["time"]["slowest"]
+        comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
+        print(f"  work: {t['flops']:.4g} FLOPs (its matmuls, counted); one step on an {t['gpu']} at "
+              f"{t['utilisation']:.0%} of peak: {t['step_s']:,.2f} s = compute {t['compute_s']:,.2f} s"
+              + (f" + {comm} s on the links" if comm else "") + " (the estimator's model, no overlap); the slowest "
+              f"GPU, g{slow['rank']}: {slow['step_s']:,.2f} s")
     print("  joins:")
     for d in out["does"]:
         print(f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "
@@ -202,6 +213,17 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     else:
         print(f"exact against the unsplit model: {'yes' if ok else 'NO'}")
     return 0 if ok else 1
+
+
+def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int) -> dict:
+    """This GPU's step time from what the run counted, and the slowest GPU's (examples/against.py)."""
+    from ..estimate.traffic import gpu_presets
+    from ..examples.against import run_time
+    gpus = gpu_presets()
+    if args.gpu_model not in gpus:  # the example's path; a real-size run was refused before it ran
+        raise UsageError(f"unknown --gpu-model {args.gpu_model!r}; presets: {', '.join(gpus)}")
+    times = run_time(trace, layout, gpus[args.gpu_model])
+    return {"this": times[g], "slowest": max(times, key=lambda t: (t["step_s"], -t["rank"]))}
 
 
 def _is_example(layout: Any) -> bool:
@@ -220,6 +242,9 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
 
     if args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
+    from ..estimate.traffic import gpu_presets
+    if args.gpu_model not in gpu_presets():
+        raise UsageError(f"unknown --gpu-model {args.gpu_model!r}; presets: {', '.join(gpu_presets())}")
     args.gpu = 0 if args.gpu is None else args.gpu
     if not 0 <= args.gpu < layout.world:
         raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")

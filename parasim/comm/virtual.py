@@ -108,6 +108,7 @@ class VirtualWorld:
                 st.done = True  # folded onto its representative: it never runs
                 continue
             st.glet = greenlet(self._rank_main_for(program, contexts[st.rank], st), parent=self.hub)
+            st.glet.flops = 0  # matmul FLOPs, counted by arrays that can (symbolic ones)
             self.ready.append(st.glet)
         try:
             while True:
@@ -124,6 +125,7 @@ class VirtualWorld:
         finally:
             self._abort()
         self._check_groups()
+        self.flops = [self.ranks[r if self.rep is None else self.rep[r]].glet.flops for r in range(self.world)]
         if self.rep is not None:  # a folded rank's value is its representative's
             return [self.ranks[self.rep[st.rank]].value for st in self.ranks]
         return [st.value for st in self.ranks]

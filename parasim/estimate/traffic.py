@@ -248,10 +248,19 @@ def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
 def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation: float = 0.4) -> dict[str, Any]:
     """Seconds per step: compute at `utilisation` of peak, and each axis's bytes over its link."""
     flops = step_flops(model, plan, seq)
-    compute = flops["total"] / plan.world / (gpu.peak_flops * utilisation)
+    return {"flops": flops, **time_of(flops["total"] / plan.world, step_traffic(model, plan, seq), plan, gpu,
+                                      utilisation)}
+
+
+def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, utilisation: float = 0.4
+            ) -> dict[str, Any]:
+    """One GPU's seconds for its `flops` at `utilisation` of peak, and for the bytes it sends over each axis
+    on that axis's link (NVLink when the axis's groups stay inside a node, else the network), no overlap:
+    the estimator's model, applied to its own counts or to what a run counted."""
+    compute = flops / (gpu.peak_flops * utilisation)
     comm: dict[str, float] = {}
-    for (axis, _), nbytes in step_traffic(model, plan, seq).items():
-        bw = gpu.nvlink if inside_node(plan, axis, gpu.gpus_per_node) else gpu.network
+    for (axis, _), nbytes in sent.items():
+        bw = gpu.nvlink if inside_node(layout, axis, gpu.gpus_per_node) else gpu.network
         comm[axis] = comm.get(axis, 0.0) + nbytes / bw
-    return {"flops": flops, "compute_s": compute, "comm_s": comm,
-            "step_s": compute + sum(comm.values()), "utilisation": utilisation, "gpu": gpu.name}
+    return {"compute_s": compute, "comm_s": comm, "step_s": compute + sum(comm.values()),
+            "utilisation": utilisation, "gpu": gpu.name}

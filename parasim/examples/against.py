@@ -141,3 +141,23 @@ def fit_against_run(model: ModelSpec, plan: Plan, usable: float, routing: str = 
         out["lengths"].append({"seq": s, "run_total": c["run_total"], "missing": c["missing"], "total": total,
                                "fits": total <= usable, "estimate_total": c["estimate_total"]})
     return out
+
+
+def run_time(trace: Any, layout: Layout, gpu: Any, utilisation: float = 0.4,
+             wire: float = WEIGHT_BYTES / RUN_ITEMSIZE) -> list[dict[str, Any]]:
+    """Each GPU's step time from what the run counted (its matmul FLOPs, `trace.meta["flops"]`, and the bytes
+    it sent over each axis, times `wire`: the step's float64 counted as BF16), by the estimator's model
+    (`time_of`: compute at `utilisation` of peak, each axis on its link, no overlap)."""
+    from ..estimate.traffic import AXIS_GROUP, time_of
+    axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
+    sent: list[dict] = [{} for _ in range(trace.world)]
+    for e in trace.events:
+        axis = axis_of.get(e.group.name)
+        if e.kind == "compute" or axis is None:
+            continue
+        for m in e.members:
+            key = (axis, e.op)
+            sent[m.rank][key] = sent[m.rank].get(key, 0) + m.sent * wire
+    flops = trace.meta.get("flops") or [0] * trace.world
+    return [{**time_of(flops[r], sent[r], layout, gpu, utilisation), "rank": r, "flops": flops[r]}
+            for r in range(trace.world)]

@@ -277,8 +277,7 @@ class MoE(Weights):
         dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
         for d in work:
             dx = dx + _scatter(xp, back[d][:, :h], rows[d], n, self.symbolic)
-            place = xp.asarray(_placing(d, self.per, n_exp), dtype=dy.dtype)  # rank d's gates into all E columns
-            dper = dper + _scatter(xp, xp.matmul(back[d][:, h:], place), rows[d], n, self.symbolic)
+            dper = dper + _scatter(xp, _widen(xp, back[d][:, h:], d, n_exp, self.symbolic), rows[d], n, self.symbolic)
         dgates = xp.sum(dper[:, None, :] * pick, axis=2)
         dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
         dsel = dsel * (1.0 - fixed)  # a scripted gate is a constant: nothing flows back to the router
@@ -390,18 +389,22 @@ def _take(xp: Any, a: Any, idx: Any) -> Any:
 def _scatter(xp: Any, rows: Any, idx: Any, n: int, symbolic: bool = False) -> Any:
     """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it;
     symbolic: the shape is what counts)."""
-    if symbolic:
-        return xp.matmul(xp.zeros((n, len(idx)), dtype=rows.dtype), rows)
+    if symbolic:  # bookkeeping, not work: no matmul to count as FLOPs
+        return xp.zeros((n, *rows.shape[1:]), dtype=rows.dtype)
     one = np.zeros((len(idx), n))
     one[np.arange(len(idx)), np.asarray(idx, dtype=np.int64)] = 1.0
     return xp.matmul(xp.asarray(one, dtype=rows.dtype).T, rows)
 
 
-def _placing(d: int, per: int, n_exp: int) -> np.ndarray:
-    """[per, E]: entry (j, e) is 1 when e is EP rank d's j-th expert (d * per + j)."""
-    out = np.zeros((per, n_exp))
-    out[np.arange(per), d * per + np.arange(per)] = 1.0
-    return out
+def _widen(xp: Any, g: Any, d: int, n_exp: int, symbolic: bool) -> Any:
+    """[rows, E] from EP rank d's [rows, per] gate columns, placed at its experts d * per .. (a one-hot
+    matmul, so every backend has it; symbolic: the shape, and no FLOPs counted for bookkeeping)."""
+    per = g.shape[1]
+    if symbolic:
+        return xp.zeros((g.shape[0], n_exp), dtype=g.dtype)
+    place = np.zeros((per, n_exp))
+    place[np.arange(per), d * per + np.arange(per)] = 1.0
+    return xp.matmul(g, xp.asarray(place, dtype=g.dtype))
 
 
 def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:

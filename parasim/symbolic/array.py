@@ -13,6 +13,7 @@ import math
 from typing import Any, Sequence
 
 import numpy as np
+from greenlet import getcurrent
 
 from ..errors import ParasimError
 
@@ -214,7 +215,17 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
         if len(_UFUNC_RESULTS) > MEMO:  # a bounded memo of a pure rule
             _UFUNC_RESULTS.clear()
         known = _UFUNC_RESULTS[key] = (shape, out_dtype)
+    if ufunc is np.matmul:  # 2 FLOPs per multiply-add: every output value took k of them
+        _count(2 * math.prod(known[0]) * shapes[0][-1])
     return _made(*known)
+
+
+def _count(flops: int) -> None:
+    """Add FLOPs to the rank running now: the engine gives each rank's greenlet a `flops` count (a symbolic
+    run reads it back per rank); outside a run there is nobody to count for."""
+    g = getcurrent()
+    if hasattr(g, "flops"):
+        g.flops += flops
 
 
 # (ufunc, shapes, dtypes, dtype asked) -> (shape, dtype): a layer applies the same few ops to the same shapes
@@ -416,6 +427,7 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
     if [sa[k] for k in ia] != [sb[k] for k in ib]:
         raise ValueError(f"tensordot: summed dims of {sa} and {sb} differ")
     shape = tuple(n for k, n in enumerate(sa) if k not in ia) + tuple(n for k, n in enumerate(sb) if k not in ib)
+    _count(2 * math.prod(shape) * math.prod(sa[k] for k in ia))  # a multiply-add per summed value
     return SymArray(shape, np.result_type(_dt(a), _dt(b)))
 
 

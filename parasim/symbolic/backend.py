@@ -67,6 +67,7 @@ def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, al
         trace = unfold(trace, fold)
     trace.backend = "symbolic"
     trace.meta["seed"] = seed
+    trace.meta["flops"] = vw.flops  # per rank: its matmuls' FLOPs (a folded rank did its representative's)
     return RunResult(values, trace, marked=[c.marked if c is not None else [] for c in contexts])
 
 
