@@ -14,11 +14,13 @@ from typing import Any
 import parasim
 from ..dp.held import WEIGHT_BYTES
 from ..errors import UsageError
-from ..estimate.memory import Plan, breakdown
-from ..estimate.traffic import step_traffic
+from ..estimate.memory import Breakdown, Plan, breakdown, items
+from ..estimate.fit import fit
+from ..estimate.traffic import AXIS_GROUP, step_traffic, time_of
 from ..layout import Layout, ModelSpec
+from ..nn.routing import Routing
 from ..symbolic.fold import fold_of
-from .differences import ACTIVATION_ITEMS, as_run
+from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
 from .step import make_step
 
 RUN_ITEMSIZE = 8  # the step computes in float64: its wire bytes are 4x BF16's (held bytes are counted in BF16)
@@ -32,7 +34,6 @@ def granule(plan: Plan) -> int:
 def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int | None = None) -> None:
     """One line of reason (UsageError) for a plan the step cannot carry out, a routing it cannot take, or a
     sequence length (when given) it cannot split."""
-    from ..nn.routing import Routing
     Routing.parse(routing)
     why = [w for bad, w in ((plan.zero != 1, f"ZeRO-{plan.zero} (the step shards the optimizer state: ZeRO-1)"),
                             (plan.recompute == "selective", "selective recomputation (the step has none or full)"),
@@ -72,10 +73,8 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
     "estimate_total", "missing"} in bytes. Each row's parts (examples/differences.py) are estimate minus run
     by cause; "missing": what the estimator counts in the model state and logits that the step has no code
     for (the sum of those rows' differences)."""
-    from .differences import activation_parts, state_parts
     est = breakdown(model, plan, seq)
     if stage is not None and stage != est.stage:  # the estimator's items of another stage
-        from ..estimate.memory import Breakdown, items
         got = {k: float(a + b * seq + c * seq * seq) for k, (a, b, c) in items(model, plan, stage).items()}
         est = Breakdown(model, plan, seq, stage, got)
     layout = step_layout(model, plan, seq)
@@ -100,8 +99,6 @@ def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout,
     """Per (axis, collective): what the busiest GPU sent, in BF16 bytes (the run's float64 bytes x 2 / 8),
     against the estimator's `step_traffic` (its busiest stage), with the parts of the difference on the
     run's busiest GPU's stage (examples/differences.py)."""
-    from ..estimate.traffic import AXIS_GROUP
-    from .differences import traffic_parts
     axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
     sent: dict = {}
     for e in trace.events:
@@ -128,7 +125,6 @@ def fit_against_run(model: ModelSpec, plan: Plan, usable: float, routing: str = 
     """The estimator's longest sequence for what the step runs (`as_run`), cut to a length the step takes,
     and the step run there and one granule longer: the run's GPU, plus what the estimator counts that the
     step has no code for, fits at the first and not at the second."""
-    from ..estimate.fit import fit
     plan = as_run(plan)
     g = granule(plan)
     seq = int(fit(model, plan, usable).seq) // g * g
@@ -148,7 +144,6 @@ def run_time(trace: Any, layout: Layout, gpu: Any, utilisation: float = 0.4,
     """Each GPU's step time from what the run counted (its matmul FLOPs, `trace.meta["flops"]`, and the bytes
     it sent over each axis, times `wire`: the step's float64 counted as BF16), by the estimator's model
     (`time_of`: compute at `utilisation` of peak, each axis on its link, no overlap)."""
-    from ..estimate.traffic import AXIS_GROUP, time_of
     axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
     sent: list[dict] = [{} for _ in range(trace.world)]
     for e in trace.events:
