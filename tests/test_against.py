@@ -153,7 +153,9 @@ def test_memory_and_fit_print_the_run_beside_the_estimate(capsys):
     (["memory", "--model", "27b", "--tp", "8", "--cp", "2", "--seq", "4100", "--symbolic"], "a multiple of 32"),
     (["fit", "--model", "27b", "--search", "--symbolic"], "--symbolic runs one layout"),
     (["memory", "--model", "27b", "--tp", "8", "--symbolic", "--routing", "sideways"], "routing must be"),
-], ids=["zero3", "selective", "micro-batch", "seq", "search", "routing"])
+    (["memory", "--model", "moe16", "--tp", "2", "--sp", "--ep", "2", "--symbolic", "--routing", "uniform"],
+     "needs balanced routing"),
+], ids=["zero3", "selective", "micro-batch", "seq", "search", "routing", "unfoldable"])
 def test_what_the_step_cannot_run_gets_one_line(capsys, argv, why):
     code, out, err = _cli(capsys, *argv)
     assert code == 2 and why in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err

@@ -67,8 +67,8 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     r = p.add_argument_group("against a run")
     r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
                    "no values; examples/step.py) and show the run's figures beside the estimate, item by item")
-    r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing: "
-                   "balanced (default; lets ranks fold), uniform or skewed:F")
+    r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing by a "
+                   "policy: balanced (the default, and what a folded step needs: every GPU routes alike)")
 
 
 def add_estimate_commands(sub: Any) -> None:

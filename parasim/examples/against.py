@@ -34,7 +34,9 @@ def granule(plan: Plan) -> int:
 def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int | None = None) -> None:
     """One line of reason (UsageError) for a plan the step cannot carry out, a routing it cannot take, or a
     sequence length (when given) it cannot split."""
-    Routing.parse(routing)
+    if Routing.parse(routing).kind != "balanced" and model.experts:
+        raise UsageError(f"routing {routing}: the step folds the ranks that do the same work, which needs "
+                         "balanced routing (every GPU routes alike)")
     why = [w for bad, w in ((plan.zero != 1, f"ZeRO-{plan.zero} (the step shards the optimizer state: ZeRO-1)"),
                             (plan.recompute == "selective", "selective recomputation (the step has none or full)"),
                             (plan.micro_batch != 1, "micro-batches of several sequences (the step's hold one)"),
