@@ -184,3 +184,15 @@ def test_seq_sets_a_real_size_steps_length_and_only_that():
     assert out.returncode == 0 and d["stores"]["tokens in attention"][-1] == 8192  # the zigzag's last chunk
     bad = cli("trace", "--seq", "100")
     assert bad.returncode == 2 and "--seq sets a real-size step's sequence" in bad.stderr
+
+
+def test_unfold_copies_no_event_onto_a_group_that_ran_itself():
+    """Rank 2 folded onto 0 and rank 1 onto 3: the pairs (0, 1) and (2, 3) fold onto the same
+    representatives, but each has a rank that ran, so each already has its own events."""
+    def pairs(ctx):
+        g = [ctx.new_group([0, 1], "a"), ctx.new_group([2, 3], "a")][ctx.rank // 2]
+        ctx.comm.all_reduce(ctx.xp.zeros((2,)), group=g)
+    trace = parasim.run(pairs, 4, backend="symbolic").trace
+    assert len(unfold(trace, [0, 3, 0, 3]).events) == len(trace.events) == 2
+    copied = unfold(trace, [0, 1, 0, 1]).events  # under this fold (2, 3) has no rank that runs: it gets (0, 1)'s
+    assert [e.group.ranks for e in copied].count((2, 3)) == 2  # its own (this trace's run was full) and the copy

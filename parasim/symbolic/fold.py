@@ -47,17 +47,29 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
     for r, s in enumerate(rep):
         if r != s:
             mirrors.setdefault(s, []).append(r)
+    images: dict[int, list] = {}  # a group's folded images (and the renaming onto each), found once per group
+
+    def images_of(grp: Any) -> list:
+        got = images.get(grp.index)
+        if got is None:  # its own group is among the same key's too
+            got = images[grp.index] = [(g, dict(zip(grp.ranks, g.ranks)))
+                                       for g in by_key[(grp.name, tuple(rep[r] for r in grp.ranks))]
+                                       if g.ranks != grp.ranks and not any(rep[r] == r for r in g.ranks)]
+        return got
     events = list(trace.events)
     for e in trace.events:
         if e.kind == "compute":  # one rank's work: each rank folded onto it did the same
             (m,) = e.members
             events += [_renamed(e, {m.rank: r}, e.group) for r in mirrors.get(m.rank, ())]
             continue
-        for g in by_key[(e.group.name, tuple(rep[r] for r in e.group.ranks))]:  # its own group is there too
-            if g.ranks != e.group.ranks and not any(rep[r] == r for r in g.ranks):
-                events.append(_renamed(e, dict(zip(e.group.ranks, g.ranks)), g))
+        events += [_renamed(e, to, g) for g, to in images_of(e.group)]
+    ran = {id(e) for e in trace.events}
     events.sort(key=lambda e: e.step)  # stable: a full run's order within a step is by arrival, not ours
-    events = [_with_seq(e, i) for i, e in enumerate(events)]
+    for i, e in enumerate(events):
+        if id(e) in ran:  # the run's own events are copied with their new number; the copies made here
+            events[i] = _with_seq(e, i)  # are numbered in place
+        else:
+            e.seq = i
     marks = list(trace.marks) + [Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks
                                  for r in mirrors.get(m.rank, ())]
     return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True})
