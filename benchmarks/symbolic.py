@@ -24,6 +24,7 @@ from dataclasses import replace
 
 import parasim
 from parasim.estimate import Plan, fit, gpu_presets
+from parasim.examples.against import granule
 from parasim.examples.step import make_step
 from parasim.layout import Layout, ModelSpec, model_preset, preset
 from parasim.nn import ParallelContext, Saved
@@ -76,7 +77,7 @@ def moe_ep64() -> dict:
 def layer_27b() -> dict:
     """One 27B layer at the longest sequence the estimator finds for TP8 + SP + CP2 with full recomputation."""
     plan = Plan(tp=8, sp=True, cp=2, recompute="full")
-    step = 2 * plan.cp * plan.tp  # zigzag halves, then SP shares
+    step = granule(plan)  # zigzag halves, then SP shares
     seq = int(fit(model_preset("27b"), plan, gpu_presets()["h200"].usable).seq) // step * step
     model = replace(model_preset("27b"), seq=seq, flash=True)
     layout = Layout(tp=8, cp=2, sp=True, model=model)
@@ -108,7 +109,8 @@ def nine_rows() -> list[dict]:
     sequence for what the step runs (examples/against.py), ranks folded: seconds each and GPU 0's peak."""
     from parasim.estimate import get_model
     from parasim.estimate.fit import LONGEST_ROWS
-    from parasim.examples.against import as_run, granule, run_plan
+    from parasim.examples.against import run_plan
+    from parasim.examples.differences import as_run
     model, usable = get_model("27b"), gpu_presets()["h200"].usable
     out = []
     for _, label, kw in LONGEST_ROWS:

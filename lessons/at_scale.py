@@ -19,6 +19,8 @@ from parasim.estimate import Plan, fit, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.models import layer_param_count
+from parasim.examples.against import granule
+from parasim.examples.differences import as_run
 from parasim.layout import Layout
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import ParallelContext, Saved
@@ -82,7 +84,7 @@ def layer_at(model, kw: dict, seq: int) -> dict:
     while recomputing, and the weights it holds (every rank alike: one answer, checked)."""
     tp, cp, sp, full = kw.get("tp", 1), kw.get("cp", 1), kw.get("sp", False), kw.get("recompute") == "full"
     # masks kept, scores not, as the estimator's Plan counts them; with CP the engine models no dropout
-    shape = replace(model, seq=seq, flash=True, dropout=0.1 if cp == 1 else 0.0)
+    shape = replace(model, seq=seq, flash=True, dropout=0.1 if as_run(Plan(**kw)).dropout else 0.0)
     layout = Layout(tp=tp, cp=cp, sp=sp, model=shape)
 
     def program(ctx):
@@ -112,11 +114,11 @@ def nine_rows() -> list[dict]:
     out = []
     for _, label, kw in LONGEST_ROWS:
         plan = Plan(**kw)
-        step = 2 * plan.cp * plan.tp  # zigzag CP halves, then SP shares
+        step = granule(plan)  # zigzag CP halves, then SP shares
         seq = int(fit(model, plan, usable).seq) // step * step
         got = layer_at(model, kw, seq)
         act = layer_saved_bytes(model.hidden, model.heads, model.kv, model.ffn_size, seq, 1, plan.tp, plan.sp,
-                                plan.cp, dropout=plan.cp == 1)
+                                plan.cp, dropout=as_run(plan).dropout)
         kept = 2 * model.hidden * seq / (plan.cp * (plan.tp if plan.sp else 1)) if kw.get("recompute") else act
         out.append({"label": label, "seq": seq, "got": got, "kept": kept, "work": act,
                     "params": layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp,

@@ -19,6 +19,15 @@ def positive(text: str) -> int:
     return size_arg(int, text)
 
 
+def gpu_preset(name: str, what: str = "GPU") -> Any:
+    """The estimator's GPU preset called `name` (any case), or one line naming the presets."""
+    from ..estimate.traffic import gpu_presets
+    table = gpu_presets()
+    if name.lower() not in table:
+        raise UsageError(f"unknown {what} {name!r}; presets: {', '.join(table)}")
+    return table[name.lower()]
+
+
 def write_hta(path: str, trace: Any, times: Any = None) -> None:
     """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis."""
     from ..render.chrome import write_hta as written

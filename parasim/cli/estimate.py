@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import size_arg
+from .common import gpu_preset
 
 
 def _pos(text: str) -> int:
@@ -123,11 +124,7 @@ def _plan(args: argparse.Namespace, model):
 
 
 def _gpu(args: argparse.Namespace):
-    from ..estimate.traffic import gpu_presets
-    table = gpu_presets()
-    if args.gpu.lower() not in table:
-        raise UsageError(f"unknown GPU {args.gpu!r}; presets: {', '.join(table)}")
-    return table[args.gpu.lower()]
+    return gpu_preset(args.gpu)
 
 
 def _unit(args: argparse.Namespace) -> tuple[float, str]:
@@ -148,6 +145,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from ..estimate.traffic import step_time, step_traffic
     model = _model(args)
     plan, gpu = _plan(args, model), _gpu(args)
+    if args.symbolic:  # what the step cannot run is refused before any work
+        from ..examples.against import check_runs
+        check_runs(model, plan, args.routing, args.seq)
     unit, name = _unit(args)
     bd = breakdown(model, plan, args.seq)
     timing = step_time(model, plan, args.seq, gpu, args.utilisation)
@@ -158,9 +158,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot)
     if args.symbolic:
-        from ..examples.against import check_runs, compare
+        from ..examples.against import compare
         from ..render.against import note_running
-        check_runs(model, plan, args.routing, args.seq)
         note_running(plan, args.seq)
         out["run"] = compare(model, plan, args.seq, args.routing)
     if args.json:

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive
+from .common import gpu_preset, positive
 
 SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
 
@@ -89,6 +89,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
                                   token_path, check_runnable)
 
     layout, name = _layout(args)
+    gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
     if args.symbolic and not _is_example(layout):
         return _at_scale(args, layout, name)
     if args.seq is not None:
@@ -217,12 +218,8 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
 
 def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int) -> dict:
     """This GPU's step time from what the run counted, and the slowest GPU's (examples/against.py)."""
-    from ..estimate.traffic import gpu_presets
     from ..examples.against import run_time
-    gpus = gpu_presets()
-    if args.gpu_model not in gpus:  # the example's path; a real-size run was refused before it ran
-        raise UsageError(f"unknown --gpu-model {args.gpu_model!r}; presets: {', '.join(gpus)}")
-    times = run_time(trace, layout, gpus[args.gpu_model])
+    times = run_time(trace, layout, gpu_preset(args.gpu_model, "--gpu-model"))
     return {"this": times[g], "slowest": max(times, key=lambda t: (t["step_s"], -t["rank"]))}
 
 
@@ -242,9 +239,6 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
 
     if args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
-    from ..estimate.traffic import gpu_presets
-    if args.gpu_model not in gpu_presets():
-        raise UsageError(f"unknown --gpu-model {args.gpu_model!r}; presets: {', '.join(gpu_presets())}")
     args.gpu = 0 if args.gpu is None else args.gpu
     if not 0 <= args.gpu < layout.world:
         raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")

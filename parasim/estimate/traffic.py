@@ -210,7 +210,7 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> d
     for k, v in dp_traffic(dense_local, plan.dp * plan.cp, plan.zero, itemsize).items():
         _add(out, k, v)
     if experts:
-        edp = plan.world // (plan.etp * plan.ep * plan.pp)
+        edp = plan.edp
         for k, v in dp_traffic(experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, itemsize).items():
             _add(out, ("edp", k[1]), v)
     return out

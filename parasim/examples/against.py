@@ -98,29 +98,35 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
 
 
 def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout, routing: str) -> list[dict]:
-    """Per (axis, collective): what the busiest GPU sent, in BF16 bytes (the run's float64 bytes x 2 / 8),
-    against the estimator's `step_traffic` (its busiest stage), with the parts of the difference on the
-    run's busiest GPU's stage (examples/differences.py)."""
+    """Per (axis, collective): what the busiest GPU sent, in BF16 bytes, against the estimator's
+    `step_traffic` (its busiest stage), with the parts of the difference on the run's busiest GPU's stage
+    (examples/differences.py)."""
+    sent = sent_by_axis(trace)
+    est = step_traffic(model, plan, seq)
+    coords = layout.coords()
+    out = []
+    for k in sorted({k for per in sent for k in per} | set(est)):
+        rank, run = max(((r, per.get(k, 0.0)) for r, per in enumerate(sent)), key=lambda rv: (rv[1], -rv[0]))
+        if not est.get(k) and not run:
+            continue
+        where = coords[rank]
+        out.append({"axis": k[0], "op": k[1], "estimate": est.get(k, 0.0), "run": run, "gpu": rank,
+                    "parts": traffic_parts(model, plan, seq, k, where["pp"], where["ep"], routing)})
+    return out
+
+
+def sent_by_axis(trace: Any, wire: float = WEIGHT_BYTES / RUN_ITEMSIZE) -> list[dict[tuple[str, str], float]]:
+    """Per rank: bytes sent per (axis, collective), the estimator's axis names (dp for dp-cp, edp for
+    expert-dp; other groups by their own name), times `wire` (the step's float64 counted as BF16)."""
     axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
-    sent: dict = {}
+    sent: list[dict] = [{} for _ in range(trace.world)]
     for e in trace.events:
         if e.kind == "compute":
             continue
         key = (axis_of.get(e.group.name, e.group.name), e.op)
         for m in e.members:
-            per = sent.setdefault(key, {})
-            per[m.rank] = per.get(m.rank, 0) + m.sent
-    est = step_traffic(model, plan, seq)
-    coords = layout.coords()
-    out = []
-    for k in sorted(set(sent) | set(est)):
-        if not est.get(k) and not any(sent.get(k, {}).values()):
-            continue
-        busiest = max(sent.get(k, {0: 0}).items(), key=lambda rv: (rv[1], -rv[0]))
-        where = coords[busiest[0]]
-        out.append({"axis": k[0], "op": k[1], "estimate": est.get(k, 0.0), "run": busiest[1] * WEIGHT_BYTES / RUN_ITEMSIZE,
-                    "gpu": busiest[0], "parts": traffic_parts(model, plan, seq, k, where["pp"], where["ep"], routing)})
-    return out
+            sent[m.rank][key] = sent[m.rank].get(key, 0.0) + m.sent * wire
+    return sent
 
 
 def fit_against_run(model: ModelSpec, plan: Plan, usable: float, routing: str = "balanced") -> dict[str, Any]:
@@ -146,15 +152,7 @@ def run_time(trace: Any, layout: Layout, gpu: Any, utilisation: float = 0.4,
     """Each GPU's step time from what the run counted (its matmul FLOPs, `trace.meta["flops"]`, and the bytes
     it sent over each axis, times `wire`: the step's float64 counted as BF16), by the estimator's model
     (`time_of`: compute at `utilisation` of peak, each axis on its link, no overlap)."""
-    axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
-    sent: list[dict] = [{} for _ in range(trace.world)]
-    for e in trace.events:
-        axis = axis_of.get(e.group.name)
-        if e.kind == "compute" or axis is None:
-            continue
-        for m in e.members:
-            key = (axis, e.op)
-            sent[m.rank][key] = sent[m.rank].get(key, 0) + m.sent * wire
+    sent = [{k: v for k, v in per.items() if k[0] in AXIS_GROUP} for per in sent_by_axis(trace, wire)]
     flops = trace.meta.get("flops") or [0] * trace.world
     return [{**time_of(flops[r], sent[r], layout, gpu, utilisation), "rank": r, "flops": flops[r]}
             for r in range(trace.world)]

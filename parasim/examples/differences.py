@@ -72,23 +72,24 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
     return {k: (v[0], v[1]) for k, v in out.items() if v[0] or v[1]}
 
 
+def held_values(model: ModelSpec, plan: Plan, values: dict[str, tuple[float, float]]) -> tuple[int, int]:
+    """The run's GPU's (dense, expert) values: the estimator's even share (its `items`: the model's stated
+    total, experts over etp x ep x pp, the rest over tp x pp) less the parts `state_values` found."""
+    experts = model.expert_params()
+    even = ((model.total_params() - experts) / (plan.tp * plan.pp), experts / (plan.etp * plan.ep * plan.pp))
+    return round(even[0] - sum(d for d, _ in values.values())), round(even[1] - sum(e for _, e in values.values()))
+
+
 def state_parts(model: ModelSpec, plan: Plan, stage: int) -> dict[str, dict]:
     """Bytes by part for weights, gradients and the optimizer (ZeRO-1: dense values over dp x cp, expert
     values over expert-dp, each share padded to equal size)."""
     values = state_values(model, plan, stage)
-    shard_d, shard_e = plan.dp * plan.cp, plan.world // (plan.etp * plan.ep * plan.pp)
+    shard_d, shard_e = plan.dp * plan.cp, plan.edp
     out = {"weights": {k: WEIGHT_BYTES * (d + e) for k, (d, e) in values.items()},
            "gradients": {k: GRAD_BYTES * (d + e) for k, (d, e) in values.items()},
            "optimizer": {k: 3 * STATE_BYTES * (d / shard_d + e / shard_e) for k, (d, e) in values.items()}}
-    # ZeRO-1 pads each flat buffer (one per gradient group) to a multiple of its group: the run's values are
-    # the estimator's less the parts above, whole numbers
-    counted = model.counted()
-    scale = model.total_params() / sum(counted.values())
-    routed = counted["routed experts"]
-    est_d = scale * (sum(counted.values()) - routed) / (plan.tp * plan.pp)
-    est_e = scale * routed / (plan.etp * plan.ep * plan.pp)
-    run_d, run_e = (round(est - sum(v[i] for v in values.values())) for i, est in ((0, est_d), (1, est_e)))
-    pad = sum(-n % g / g for n, g in ((run_d, shard_d), (run_e, shard_e)) if n)
+    # ZeRO-1 pads each flat buffer (one per gradient group) to a multiple of its group
+    pad = sum(-n % g / g for n, g in zip(held_values(model, plan, values), (shard_d, shard_e)) if n)
     if pad:
         out["optimizer"]["ZeRO-1 pads each share to equal size"] = -3 * STATE_BYTES * pad
     return out
@@ -155,14 +156,10 @@ def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], 
     from ..estimate.traffic import ring
     axis, op = key
     if axis in ("dp", "edp") and op in ("reduce_scatter", "all_gather"):
-        i, group = (0, plan.dp * plan.cp) if axis == "dp" else (1, plan.world // (plan.etp * plan.ep * plan.pp))
+        i, group = (0, plan.dp * plan.cp) if axis == "dp" else (1, plan.edp)
         values = state_values(model, plan, stage)
         out = {k: ring(op, WEIGHT_BYTES * v[i], group) for k, v in values.items() if v[i]}
-        counted = model.counted()
-        routed, scale = counted["routed experts"], model.total_params() / sum(counted.values())
-        est = scale * ((sum(counted.values()) - routed) / (plan.tp * plan.pp) if i == 0
-                       else routed / (plan.etp * plan.ep * plan.pp))
-        pad = -round(est - sum(v[i] for v in values.values())) % group  # ZeRO-1's padding moves too
+        pad = -held_values(model, plan, values)[i] % group  # ZeRO-1's padding moves too
         if pad:
             out["ZeRO-1 pads each share to equal size"] = -ring(op, WEIGHT_BYTES * pad, group)
         return out

@@ -171,7 +171,8 @@ class MoE(Weights):
         srcs = [self.tp.ctx.rank] if self.ep is None else self.ep.ranks
         draws = [policy.choose(key, src, d * n, n, n_exp, self.k) for d, src in enumerate(srcs)]
         last = getattr(self, "_last_received", None)  # balanced routing: the very same draws every call
-        if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)):
+        if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)) \
+                and last[2] == sizes:
             return last[1]
         parts, seen = [], {}
         for d, theirs in enumerate(draws):
@@ -185,7 +186,7 @@ class MoE(Weights):
         arrived = np.concatenate(parts).reshape(-1, self.k)  # [rows, k]: the experts each row chose
         hit = (arrived[:, :, None] == self.first + np.arange(self.per)).any(axis=1)  # [rows, per]
         rows = [np.flatnonzero(col) for col in hit.T]
-        self._last_received = (draws, rows)  # the draws kept alive with it, so their ids stay theirs
+        self._last_received = (draws, rows, list(sizes))  # the draws kept alive, so their ids stay theirs
         return rows
 
     def _rows_of(self, j: int, ws: Any) -> Any:

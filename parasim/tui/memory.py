@@ -17,7 +17,7 @@ class Held(NamedTuple):
     peak_where: str  # the buffer that reached it
 
 
-SHOWN = 16  # ranks the panel lists for one event (a real-size all-to-all has 64, a data-parallel sum 128)
+SHOWN = 16  # ranks a panel lists for one event (a real-size all-to-all has 64, a data-parallel sum 128)
 
 
 class HeldIndex:

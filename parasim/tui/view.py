@@ -13,6 +13,7 @@ from typing import Any
 from ..comm.ops import OPS
 from ..trace import Event, Trace
 from .marks import MarkIndex
+from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists
 
 # cell text, style name and colour per kind of event: every collective's from the op table, then the rest
 STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}
@@ -51,7 +52,6 @@ def _tensor(t) -> str:
 
 
 MAX_ROWS = 64  # ranks drawn one row each; a bigger world opens with its ranks folded by an axis
-SHOWN = 16  # members (and tensors of one member) the panels list; a real-size all-to-all has 64 x 64
 
 
 def _tensors(ts: tuple) -> str:
@@ -441,7 +441,6 @@ class View:
     def held(self, index: int) -> list:
         """The memory panel: per rank of the selected event, the bytes it held while the event ran, and its
         peak (tui/memory.py). Empty when the run declared no held bytes."""
-        from .memory import HeldIndex, held_rows
         if not self.events:
             return []
         if self._held is None:
