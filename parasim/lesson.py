@@ -8,9 +8,7 @@ independent single-device reference. Lessons are loaded by path, so they need no
 from __future__ import annotations
 
 import importlib.util
-import math
 from dataclasses import dataclass, field, replace
-from fractions import Fraction
 from pathlib import Path
 from typing import Any, Callable
 
@@ -18,6 +16,8 @@ import numpy as np
 
 from .engine.runner import RunResult, run
 from .errors import UsageError
+from .limits import TIMEOUT
+from .render.jsonout import jsonable
 
 
 @dataclass(frozen=True)
@@ -30,7 +30,8 @@ class Check:
     ok: bool
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "got": jsonable(self.got), "expected": jsonable(self.expected), "ok": self.ok}
+        return {"name": self.name, "got": jsonable(self.got, f"check {self.name!r}: got"),
+                "expected": jsonable(self.expected, f"check {self.name!r}: expected"), "ok": self.ok}
 
 
 def check(name: str, got: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0) -> Check:
@@ -103,7 +104,7 @@ class LessonRun:
         return {
             "lesson": self.lesson.name, "title": self.lesson.title, "world": self.result.world,
             "events": [e.to_dict() for e in self.result.trace.events],
-            "values": jsonable(self.result.values),
+            "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
             "checks": [c.to_dict() for c in self.checks],
             **({"held": self.held()} if any(m.kind == "held" for m in self.result.trace.marks) else {}),
         }
@@ -116,13 +117,13 @@ class LessonRun:
                 "at_end": [trace.held(r) for r in range(trace.world)]}
 
 
-def run_lesson(lesson: Lesson, world: int | None = None) -> LessonRun:
+def run_lesson(lesson: Lesson, world: int | None = None, timeout: float | None = TIMEOUT) -> LessonRun:
     """Run a lesson on virtual ranks, or symbolic ones if it says so (its own world size unless `world` is
-    given)."""
+    given). `timeout`: seconds a rank may run without reaching a collective or returning (None: no limit)."""
     world = lesson.world if world is None else world
     lesson.check_world(world)
     keep = lesson.keep_values if lesson.backend == "virtual" else 0
-    result = run(lesson.program, world, lesson.backend, seed=lesson.seed, keep_values=keep)
+    result = run(lesson.program, world, lesson.backend, seed=lesson.seed, keep_values=keep, timeout=timeout)
     result.trace.meta["lesson"] = lesson.name
     return LessonRun(lesson, result, list(lesson.checks(result)))
 
@@ -157,7 +158,7 @@ def is_program(name: str) -> bool:
     return bool(colon) and path.endswith(".py") and fn.isidentifier()
 
 
-def program_lesson(name: str, world: int | None, flag: str = "--world") -> Lesson:
+def program_lesson(name: str, world: int | None, flag: str = "--world", timeout: float | None = TIMEOUT) -> Lesson:
     """A user's program (`file.py:function`) as a lesson, so everything that runs lessons runs it. The file
     may define NARRATIVE (phase -> text), TITLE, WORLD and checks(result) -> [Check]; it is loaded by path,
     as lessons are, so real ranks find the function the same way."""
@@ -184,31 +185,12 @@ def program_lesson(name: str, world: int | None, flag: str = "--world") -> Lesso
                   source=str(where.resolve()), reference=ref if callable(ref) else None)
 
 
-def get_lesson(name: str, world: int | None = None, flag: str = "--world") -> Lesson:
+def get_lesson(name: str, world: int | None = None, flag: str = "--world", timeout: float | None = TIMEOUT) -> Lesson:
     """A lesson by name, or a user's program given as `file.py:function` (which needs `world`, the command's
-    `flag`)."""
+    `flag`; loading its file may take `timeout` seconds at most)."""
     if is_program(name):
-        return program_lesson(name, world, flag)
+        return program_lesson(name, world, flag, timeout)
     lessons = load_lessons()
     if name not in lessons:
         raise UsageError(f"unknown lesson {name!r}; lessons: {', '.join(lessons) or 'none'}")
     return lessons[name]
-
-
-def jsonable(v: Any) -> Any:
-    """Arrays, numpy scalars, tuples and fractions as plain JSON values (integer-valued floats stay floats)."""
-    if isinstance(v, np.ndarray):
-        return v.tolist()
-    if isinstance(v, np.generic):
-        return v.item()
-    if isinstance(v, (list, tuple)):
-        return [jsonable(x) for x in v]
-    if isinstance(v, dict):
-        return {str(k): jsonable(x) for k, x in v.items()}
-    if isinstance(v, float) and not math.isfinite(v):
-        return str(v)
-    if isinstance(v, Fraction):  # exact ratios (bubbles, traffic) read best as "p/q"
-        return str(v) if v.denominator != 1 else int(v)
-    if hasattr(v, "tolist"):  # torch tensors, without importing torch
-        return v.tolist()
-    return v

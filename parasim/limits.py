@@ -35,6 +35,16 @@ def at_most(what: str, value: Any, limit: int, why: str) -> None:
         raise UsageError(f"{what}: {value:,} is more than the limit of {limit:,} ({why})")
 
 
+TIMEOUT = 30.0  # seconds: the default time limit of a rank (real: in one call; virtual: between two calls)
+MAX_TIMEOUT = 1e6
+
+
+def check_timeout(timeout: Any) -> None:
+    """UsageError unless `timeout` is a finite number of seconds above zero (checked before any start)."""
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < MAX_TIMEOUT:
+        raise UsageError(f"timeout must be a number of seconds above 0 and below 1e6, got {timeout!r}")
+
+
 def check_processes(nproc: int) -> None:
     at_most("real ranks (processes)", nproc, LOCAL_PROCESSES,
             "each real rank is a process with its own torch, all on this machine")

@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive
+from .common import add_timeout, positive
 
 KEEP = 10 ** 6  # keep every collective's values (up to this many elements each): other groups are tried on them
 
@@ -35,6 +35,7 @@ def add_check(sub: Any) -> None:
                      '"checks"} as JSON')
     out.add_argument("--tui", action="store_true", help="open the run in the app with the first divergence marked "
                      "in the timeline (d jumps to it)")
+    add_timeout(cp)
     cp.set_defaults(func=cmd_check)
 
 
@@ -43,7 +44,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..engine.runner import run
     from ..lesson import get_lesson, is_program, program_lesson
 
-    lesson = get_lesson(args.name, args.world)
+    lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     program = lesson.program
     if args.bug is not None:
         if args.bug not in lesson.variants:
@@ -56,7 +57,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.reference is not None:
         if not is_program(args.reference):
             raise UsageError(f"--reference takes path/to/file.py:function, got {args.reference!r}")
-        reference, against = program_lesson(args.reference, 1).program, f"{args.reference} on 1 rank"
+        reference, against = program_lesson(args.reference, 1, timeout=args.timeout).program, \
+            f"{args.reference} on 1 rank"
     if args.reference_layout is not None:
         reference, ref_world = reference_on(lesson, args.reference_layout)
         against = f"the same program on {args.reference_layout}" + (" ranks" if args.reference_layout.isdigit() else "")
@@ -67,13 +69,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.against is not None:
         return _against_real(args, lesson, world)
     symbolic = lesson.backend != "virtual"  # tensors without values: only the lesson's own checks compare
-    result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=0 if symbolic else KEEP)
+    result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=0 if symbolic else KEEP,
+                 timeout=args.timeout)
     names = {} if symbolic else collect(result.trace, result.marked)
     if symbolic:
         reference = None
     found, checks = None, []
     if reference is not None:
-        found = first_divergence(result, run(reference, ref_world, seed=lesson.seed, keep_values=KEEP))
+        found = first_divergence(result, run(reference, ref_world, seed=lesson.seed, keep_values=KEEP,
+                                             timeout=args.timeout))
     elif names:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along

@@ -19,6 +19,28 @@ def positive(text: str) -> int:
     return size_arg(int, text)
 
 
+def seconds(text: str) -> float:
+    """A time limit in seconds: a finite number above 0 (checked before anything starts)."""
+    from ..limits import check_timeout
+    try:
+        value = float(text) if len(text) <= 40 else float("nan")
+    except ValueError:
+        value = float("nan")
+    try:
+        check_timeout(value)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return value
+
+
+def add_timeout(p: argparse.ArgumentParser) -> None:
+    """`--timeout S` on a command that runs programs on virtual ranks."""
+    from ..limits import TIMEOUT
+    p.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
+                   help=f"seconds a rank may run without reaching a collective or returning (default {TIMEOUT:g}); "
+                        "past it the run stops, naming the rank and the line it was on")
+
+
 def gpu_preset(name: str, what: str = "GPU") -> Any:
     """The estimator's GPU preset called `name` (any case), or one line naming the presets."""
     from ..estimate.traffic import gpu_presets

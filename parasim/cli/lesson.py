@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive, write, write_hta
+from .common import add_timeout, positive, write, write_hta
 
 
 def add_lesson(sub: Any) -> None:
@@ -27,6 +27,7 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
+    add_timeout(lp)
     lp.set_defaults(func=cmd_lesson)
 
 
@@ -38,6 +39,7 @@ def add_view(sub: Any) -> None:
                     "path/to/file.py:function (with --world)")
     vp.add_argument("--plain", action="store_true", help="print the plain-text walk-through")
     vp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
+    add_timeout(vp)
     vp.set_defaults(func=cmd_view)
 
 
@@ -58,8 +60,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
             for l in lessons.values():
                 print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
         return 0
-    lesson = get_lesson(args.name, args.world)
-    lr = run_lesson(lesson, args.world)
+    lesson = get_lesson(args.name, args.world, timeout=args.timeout)
+    lr = run_lesson(lesson, args.world, timeout=args.timeout)
     if args.chrome is not None:
         from ..render.chrome import to_chrome
         write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")

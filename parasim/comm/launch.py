@@ -20,7 +20,7 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ..limits import check_processes
+from ..limits import check_processes, check_timeout
 from ..errors import Deadlock, ParasimError, RankFailed, RealRunFailed, UsageError
 from .rank_errors import failure
 
@@ -45,12 +45,6 @@ Job = tuple[Target, RealOptions]  # a program and the options it runs with (seed
 def under_torchrun() -> bool:
     """True in a process that torchrun (or another elastic agent) started."""
     return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
-
-
-def check_timeout(timeout: Any) -> None:
-    """UsageError unless `timeout` is a finite number of seconds above zero (checked before any start)."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < 1e6:
-        raise UsageError(f"timeout must be a number of seconds above 0 and below 1e6, got {timeout!r}")
 
 
 def check_backend(backend: str, nproc_per_node: int) -> None:

@@ -73,13 +73,14 @@ class _Rank:
 class VirtualWorld:
     """The shared state of one virtual run. Lives only as long as the run; nothing is global."""
 
-    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct"):
+    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct", timeout: float | None = None):
         if world < 1:
             raise CollectiveError(f"world size must be at least 1, got {world}")
         check_algo(algo)
         self.world = world
         self.keep = keep_values
         self.algo = algo
+        self.timeout = timeout  # seconds a rank may run without handing over (None: no limit)
         self.world_group = Group(tuple(range(world)), "world", 0)
         self.groups: list[Group] = [self.world_group]
         self.group_sites: list[str] = [""]

@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from ..errors import UsageError
-from ..limits import VIRTUAL_WORLD, at_most
+from ..limits import TIMEOUT, VIRTUAL_WORLD, at_most, check_timeout
 from .context import Context
 from .virtual import RunResult, run_virtual
 
@@ -12,7 +12,7 @@ BACKENDS = ("virtual", "symbolic", "gloo", "nccl")
 
 
 def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
-        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float = 30.0,
+        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float | None = TIMEOUT,
         layout: Any = None, fold: list[int] | None = None) -> RunResult:
     """Run `program(ctx)` on `world` ranks: virtual ranks in this process, symbolic ones (shapes and bytes,
     no values: real sizes), or real ones (gloo, nccl) in `world` local processes, for which `program` must
@@ -21,8 +21,10 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     seed: seeds `ctx.rng` (per rank) and `ctx.shared_rng(name)`; same seed, same draws on every backend.
     keep_values: record the values of arrays with at most this many elements in the trace (for lessons).
     algo: how all-reduce, reduce-scatter and all-gather run by default: "direct", or "ring" hop by hop.
-    check, timeout (real ranks): the signature exchange before each collective; seconds before a rank
-    stuck in one call stops the run.
+    check (real ranks): the signature exchange before each collective.
+    timeout: seconds before a stuck rank stops the run, naming it and its line: on real ranks, seconds in one
+    call; on virtual and symbolic ranks, seconds of running without reaching a collective or returning (None:
+    no limit there).
     layout: a `parasim.Layout`; every rank then starts with `ctx.layout`, `ctx.groups[name]` and `ctx.coords`,
     and `world` defaults to the layout's.
     fold (symbolic ranks): rank -> the rank that runs for it (`parasim.symbolic.fold.fold_of(layout)`): ranks
@@ -40,10 +42,12 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         raise UsageError("folding ranks needs symbolic ranks: values would differ from rank to rank")
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world size must be a positive integer, got {world!r}")
+    if timeout is not None or backend in ("gloo", "nccl"):
+        check_timeout(timeout)
     if backend == "symbolic":
         from ..symbolic.backend import run_symbolic
         at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
-        return run_symbolic(program, world, seed=seed, algo=algo, fold=fold)
+        return run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout)
     if backend == "virtual":
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")
@@ -53,4 +57,4 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
         trace, times = merge(results, backend)
         return RunResult([r["value"] for r in results], trace, times)
-    return run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo)
+    return run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo, timeout=timeout)

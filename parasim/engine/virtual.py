@@ -23,7 +23,7 @@ class RunResult:
 
 
 def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0, keep_values: int = 0,
-                algo: str = "direct") -> RunResult:
+                algo: str = "direct", timeout: float | None = None) -> RunResult:
     """`program(ctx)` on `world` virtual ranks (checked by `parasim.run`, which calls this)."""
     # Imported here so that `import parasim` stays light.
     import array_api_compat.numpy as xp
@@ -31,7 +31,7 @@ def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0,
     from ..comm.virtual import VirtualWorld
     from ..comm.virtual_comm import VirtualComm
 
-    vw = VirtualWorld(world, keep_values=keep_values, algo=algo)
+    vw = VirtualWorld(world, keep_values=keep_values, algo=algo, timeout=timeout)
     contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
     values = vw.run(program, contexts)
     trace = vw.trace()

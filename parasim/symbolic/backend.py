@@ -49,10 +49,10 @@ class SymbolicContext(Context):
 
 
 def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, algo: str = "direct",
-                 fold: list[int] | None = None) -> RunResult:
+                 fold: list[int] | None = None, timeout: float | None = None) -> RunResult:
     """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
     the rank that runs for it (symbolic/fold.py); the trace is then unfolded to count every rank."""
-    vw = VirtualWorld(world, keep_values=0, algo=algo)
+    vw = VirtualWorld(world, keep_values=0, algo=algo, timeout=timeout)
     vw.check_array = check_array
     if fold is not None:
         if len(fold) != world or any(not 0 <= s < world or fold[s] != s for s in fold):
