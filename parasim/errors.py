@@ -44,6 +44,16 @@ class RankFailed(ParasimError):
         self.waiting = waiting or {}
 
 
+class TimedOut(RankFailed):
+    """A rank ran past the run's time limit without reaching a collective or returning (a loop, a sleep).
+    `site`: the line it was on ('file.py:12'), when known."""
+
+    def __init__(self, message: str, rank: int | None, site: str | None = None,
+                 waiting: dict[int, str] | None = None):
+        super().__init__(message, rank, waiting)
+        self.site = site
+
+
 class RealRunFailed(RankFailed):
     """A real rank died without raising (an exit code, a signal), or its results could not be sent back.
     Errors a rank raised keep their own type on real ranks as on virtual ones (RankFailed for the

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable
 
@@ -160,29 +161,43 @@ def is_program(name: str) -> bool:
 
 def program_lesson(name: str, world: int | None, flag: str = "--world", timeout: float | None = TIMEOUT) -> Lesson:
     """A user's program (`file.py:function`) as a lesson, so everything that runs lessons runs it. The file
-    may define NARRATIVE (phase -> text), TITLE, WORLD and checks(result) -> [Check]; it is loaded by path,
-    as lessons are, so real ranks find the function the same way."""
+    may define NARRATIVE (phase -> text), TITLE, WORLD, KEEP_VALUES, checks(result) -> [Check] and
+    reference(ctx); it is loaded by path, as lessons are, so real ranks find the function the same way.
+    Whatever is wrong with the file is one UsageError naming its line (engine/program_file.py)."""
+    from .engine.program_file import load_program
     path, _, fn = name.rpartition(":")
-    where = Path(path)
-    if not where.is_file():
-        raise UsageError(f"no such program file: {path}")
-    spec = importlib.util.spec_from_file_location(f"parasim_user_{where.stem.replace('-', '_')}", where)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]  (errors in it keep their own traceback)
-    program = getattr(module, fn, None)
-    if not callable(program):
-        found = sorted(k for k, v in vars(module).items() if callable(v) and not k.startswith("_")
-                       and getattr(v, "__module__", None) == module.__name__)
-        raise UsageError(f"{path} has no function {fn!r}" + (f"; it defines {', '.join(found)}" if found else ""))
-    n = world if world is not None else getattr(module, "WORLD", None)
+    f = load_program(path, fn, timeout)
+    n = world if world is not None else f.world
     if n is None:
-        raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {where.name})")
-    checks, ref = getattr(module, "checks", None), getattr(module, "reference", None)
-    return Lesson(name=name, title=getattr(module, "TITLE", f"{fn} from {where.name}"), world=int(n),
-                  program=program, narrative=getattr(module, "NARRATIVE", {}),
-                  checks=checks if callable(checks) else (lambda result: []),
-                  summary=f"a user program: {name}", keep_values=getattr(module, "KEEP_VALUES", 64),
-                  source=str(where.resolve()), reference=ref if callable(ref) else None)
+        raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {f.path.name})")
+    checks = (lambda result: []) if f.checks is None else partial(_user_checks, f.checks, f.checks_at)
+    return Lesson(name=name, title=f.title or f"{fn} from {f.path.name}", world=n, program=f.program,
+                  narrative=f.narrative, checks=checks, summary=f"a user program: {name}",
+                  keep_values=64 if f.keep_values is None else f.keep_values, source=str(f.path.resolve()),
+                  reference=f.reference)
+
+
+def _user_checks(checks: Callable[[Any], Any], where: str, result: RunResult) -> list[Check]:
+    """A user file's checks(result), whose answer must be a list of `check(...)` results."""
+    import traceback
+
+    from .comm.sites import short_path
+    from .engine.program_file import one_line
+    try:
+        out = checks(result)
+    except Exception as exc:
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = f"{short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else where
+        raise UsageError(f"{where}: checks(result) raised {type(exc).__name__}: {one_line(exc)} at {at}") from None
+    if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
+        raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results, "
+                         f"got {repr(out)[:60]}")
+    out = list(out)
+    for i, c in enumerate(out):
+        if not isinstance(c, Check):
+            raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results; "
+                             f"item {i} is {repr(c)[:60]}")
+    return out
 
 
 def get_lesson(name: str, world: int | None = None, flag: str = "--world", timeout: float | None = TIMEOUT) -> Lesson:

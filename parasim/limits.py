@@ -12,6 +12,10 @@ LOCAL_PROCESSES = 128  # real ranks on one machine: one process with its own tor
 LAYOUT_WORLD = 65_536  # GPUs in a layout: its groups are built and listed rank by rank
 SCHEDULE_CELLS = 100_000  # ranks x micro-batches x chunks of a pipeline schedule: its slot table
 FILE_BYTES = 1 << 30  # a trace or config file read whole into memory
+KEPT_VALUES = 4_000_000  # numbers a virtual run keeps in its trace (keep_values), over all its calls:
+# as Python lists about 32 bytes each, 128 MB; past it a call's values are dropped and counted
+JSON_DEPTH = 100  # levels of [ and { in a file read as JSON: parasim's own nest about 12 deep; Python's reader
+# and printer recurse once a level and stop near 1,000
 MAX_SIZE = 10**12  # any one size (hidden, tokens, GPUs, ...): far beyond every model, small enough for float64
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 
@@ -43,6 +47,18 @@ def check_timeout(timeout: Any) -> None:
     """UsageError unless `timeout` is a finite number of seconds above zero (checked before any start)."""
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout < MAX_TIMEOUT:
         raise UsageError(f"timeout must be a number of seconds above 0 and below 1e6, got {timeout!r}")
+
+
+REAL_MIN_TIMEOUT = 1.0  # seconds: real ranks are processes that must start, meet and answer each other in it
+
+
+def check_real_timeout(timeout: Any) -> None:
+    """check_timeout, and at least REAL_MIN_TIMEOUT: on real ranks the limit also bounds each process's
+    start and its meeting with the others, which a shorter limit cuts off before the program runs."""
+    check_timeout(timeout)
+    if timeout < REAL_MIN_TIMEOUT:
+        raise UsageError(f"timeout must be at least {REAL_MIN_TIMEOUT:g} s on real ranks, got {timeout!r}: it also "
+                         "bounds how long the processes take to start and meet, which takes longer than that")
 
 
 def check_processes(nproc: int) -> None:

@@ -354,7 +354,8 @@ def test_groups_from_elsewhere_are_refused_and_the_world_group_is_accepted():
 
     assert [v.tolist() for v in parasim.run(lambda c: prog(c, Group((0, 1, 2), "world", 0)), 3).values] == [[3.0]] * 3
     for foreign in (Group((0, 1), "pair", 2), Group((1, 2), "pair", 1), Group((0, 1), "tp", 1)):
-        with pytest.raises(CollectiveError, match=r"^all_reduce: group .* was not created in this run$"):
+        with pytest.raises(CollectiveError,
+                           match=r"^all_reduce: group .* was not created in this run \(called at tests/test_engine.py:\d+\)$"):
             parasim.run(lambda c, g=foreign: prog(c, g), 3)
 
 

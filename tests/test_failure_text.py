@@ -29,7 +29,7 @@ def test_a_failed_rank_names_what_every_other_rank_waits_in():
     with pytest.raises(RankFailed) as info:
         parasim.run(_ragged, world=4)
     head, tb_and_rest = str(info.value).split("\n", 1)
-    assert head == "rank 2 raised ValueError: boom"
+    assert head == f"rank 2 raised ValueError: boom at {_at('boom')} (in _ragged)"
     tb, waiting = tb_and_rest.split("ranks left waiting:\n")
     assert tb.startswith("Traceback (most recent call last):\n  File ")
     assert '\n    raise ValueError("boom")  # boom\n' in tb and tb.endswith("\nValueError: boom\n")

@@ -25,13 +25,30 @@ def short_path(filename: str) -> str:
     return path
 
 
+def _wrapper(filename: str, globs: dict) -> bool:
+    return filename.startswith(_WRAPPERS) or filename.endswith(_TRAMPOLINE) or "_SITE_SKIP" in globs
+
+
+def raised_site(exc: BaseException) -> str | None:
+    """'file:line' of the call that led to `exc`: the innermost frame of its traceback outside the interface
+    (the program's line that made the bad call), or None when every frame is a wrapper."""
+    frames = []
+    tb = exc.__traceback__
+    while tb is not None:
+        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals))
+        tb = tb.tb_next
+    for filename, line, globs in reversed(frames):
+        if not _wrapper(filename, globs):
+            return site_name((filename, line))
+    return None
+
+
 def call_site(depth: int = 2) -> tuple[str, int]:
     """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while (frame.f_code.co_filename.startswith(_WRAPPERS) or frame.f_code.co_filename.endswith(_TRAMPOLINE)
-           or "_SITE_SKIP" in frame.f_globals) and frame.f_back is not None:
+    while _wrapper(frame.f_code.co_filename, frame.f_globals) and frame.f_back is not None:
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
 

@@ -9,6 +9,8 @@ real-backend behaviour, so a program that runs here does not hang on NCCL or glo
 """
 from __future__ import annotations
 
+import inspect
+import threading
 import traceback
 from collections import deque
 from typing import Any, Callable, Sequence
@@ -16,12 +18,15 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from greenlet import GreenletExit, getcurrent, greenlet
 
-from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed
+from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, TimedOut, UsageError
+from ..limits import KEPT_VALUES
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
                         dtype_name, mismatch_error, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
+from .sites import raised_site
 from .kernels import arrays, ring_moved
 from .ops import OPS
+from .watchdog import Stopped, TimeLimit, frame_text, innermost, where
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
@@ -79,6 +84,7 @@ class VirtualWorld:
         check_algo(algo)
         self.world = world
         self.keep = keep_values
+        self.kept = self.dropped = 0  # numbers kept so far, and calls whose values were not (KEPT_VALUES)
         self.algo = algo
         self.timeout = timeout  # seconds a rank may run without handing over (None: no limit)
         self.world_group = Group(tuple(range(world)), "world", 0)
@@ -94,6 +100,8 @@ class VirtualWorld:
         self.failure: tuple[int, BaseException] | None = None
         self.aborted = False
         self.hub: greenlet | None = None
+        self.turns = 0  # handovers between ranks so far: the time limit watches it move
+        self._thread = 0  # the thread the run is in: greenlets cannot switch from any other
         self.check_array: Callable[[Any, str], None] = _check_array  # what a send may carry (symbolic: shapes)
         # folding (symbolic runs): rep[r] is the rank whose program stands for rank r's; only ranks that are
         # their own representative run, and a folded rank's part in a collective is its representative's
@@ -104,6 +112,7 @@ class VirtualWorld:
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
         self.hub = getcurrent()
+        self._thread = threading.get_ident()
         for st in self.ranks:
             if self.rep is not None and self.rep[st.rank] != st.rank:
                 st.done = True  # folded onto its representative: it never runs
@@ -112,17 +121,11 @@ class VirtualWorld:
             st.glet.flops = 0  # matmul FLOPs, counted by arrays that can (symbolic ones)
             self.ready.append(st.glet)
         try:
-            while True:
-                if self.failure is not None:
-                    self._raise_failure()
-                if self.ready:
-                    self.ready.popleft().switch()
-                elif all(st.done for st in self.ranks):
-                    break
-                else:
-                    waiting = self._waiting()
-                    lines = "\n".join(by_text(waiting))
-                    raise Deadlock("every unfinished rank is waiting and none can go on:\n" + lines, waiting)
+            with TimeLimit(self.timeout, self._progress):
+                self._schedule()
+        except Stopped as exc:  # between two ranks' turns: the engine itself took too long
+            raise TimedOut(f"the run stopped after {self.timeout:g} s without progress (the time limit, "
+                           f"--timeout) at {frame_text(exc.at())}", None) from None
         finally:
             self._abort()
         self._check_groups()
@@ -131,13 +134,34 @@ class VirtualWorld:
             return [self.ranks[self.rep[st.rank]].value for st in self.ranks]
         return [st.value for st in self.ranks]
 
+    def _schedule(self) -> None:
+        while True:
+            if self.failure is not None:
+                self._raise_failure()
+            if self.ready:
+                self.turns += 1
+                self.ready.popleft().switch()
+            elif all(st.done for st in self.ranks):
+                break
+            else:
+                waiting = self._waiting()
+                lines = "\n".join(by_text(waiting))
+                raise Deadlock("every unfinished rank is waiting and none can go on:\n" + lines, waiting)
+
+    def _progress(self) -> int:
+        return self.turns
+
     def _rank_main_for(self, program, ctx, st: _Rank):
         def main():
             try:
                 st.value = program(ctx)
+                _ran(st.value, st.rank)
             except GreenletExit:
                 pass
-            except Exception as exc:  # the hub decides what to raise
+            except Stopped as exc:  # the time limit: this rank held the run without handing over
+                if self.failure is None:
+                    self.failure = (st.rank, self._timed_out(st.rank, exc))
+            except (Exception, SystemExit) as exc:  # the hub decides what to raise; sys.exit() is an error too
                 if self.failure is None:
                     self.failure = (st.rank, exc)
             finally:
@@ -145,8 +169,20 @@ class VirtualWorld:
                 st.waiting = None
         return main
 
+    def _timed_out(self, rank: int, exc: Stopped) -> TimedOut:
+        frame = where(exc.at())
+        site = None if frame is None else site_name((frame.f_code.co_filename, frame.f_lineno))
+        st = self.ranks[rank]
+        waiting = {r: w for r, w in self._waiting().items() if r != rank}
+        left = "\n".join(by_text(waiting)) or "  none"
+        return TimedOut(f"rank {rank} ran for {self.timeout:g} s without reaching a collective or returning (the "
+                        f"time limit, --timeout): stopped at {frame_text(frame)}"
+                        f"{f' in phase {st.phase!r}' if st.phase else ''}\nranks left waiting:\n{left}",
+                        rank, site, waiting)
+
     def _wait(self, st: _Rank, on: Any) -> None:
         st.waiting = on
+        self.turns += 1
         # Hand over to the next ready rank directly, but let the hub start a rank that has not run yet:
         # a greenlet's stack begins where it is first switched to, and starting ranks from deep inside
         # other ranks would stack them ever deeper (numpy/BLAS calls then overflow the C stack).
@@ -167,13 +203,17 @@ class VirtualWorld:
 
     def _raise_failure(self) -> None:
         rank, exc = self.failure
+        if isinstance(exc, CollectiveError):  # a call that can never work: name the program's line that made it
+            site = raised_site(exc)
+            if site is not None and site not in str(exc):
+                raise CollectiveError(f"{exc} (called at {site})") from None
         if isinstance(exc, ParasimError):
             raise exc
         waiting = self._waiting()
         tb = "".join(traceback.format_exception(exc))
         left = "\n".join(by_text({r: w for r, w in waiting.items() if r != rank})) or "  none"
-        raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc}\n{tb}ranks left waiting:\n{left}",
-                         rank, waiting) from exc
+        raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc} at {frame_text(innermost(exc))}\n{tb}"
+                         f"ranks left waiting:\n{left}", rank, waiting) from exc
 
     def _waiting(self) -> dict[int, str]:
         """What each rank is doing, rank -> text. Ranks waiting in one collective share one text, built
@@ -198,6 +238,16 @@ class VirtualWorld:
             else:
                 out[st.rank] = "had not reached a collective yet"
         return out
+
+    def _off_thread(self, rank: int, op: str, site: tuple[str, int]) -> None:
+        """A collective from a thread the program started: virtual ranks take turns in the run's one thread,
+        and no other thread can hand over to them. The run fails, naming the call; the thread ends quietly
+        (SystemExit is the one exception threading does not print)."""
+        err = UsageError(f"rank {rank} called {op} at {site_name(site)} from a thread it started; virtual ranks "
+                         "run in one thread: make collectives from the program itself, not from its threads")
+        if self.failure is None:
+            self.failure = (rank, err)
+        raise _LeaveThread(str(err))
 
     def _check_groups(self) -> None:
         counts = {st.rank: st.ngroups for st in self.ranks if self.rep is None or self.rep[st.rank] == st.rank}
@@ -249,6 +299,8 @@ class VirtualWorld:
                    group: Group, label: str | None, site: tuple[str, int]) -> Any:
         if self.aborted:
             raise GreenletExit()
+        if threading.get_ident() != self._thread:
+            self._off_thread(rank, op, site)
         st = self.ranks[rank]
         gi = group.index
         call = st.ncalls.get(gi, 0)
@@ -306,7 +358,10 @@ class VirtualWorld:
     def _members(self, g: Group, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
         """Every member's result and record: the op's kernel on the inputs."""
         ranks, keep = self.ranks, self.keep
-        outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep)
+        outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep if self.kept < KEPT_VALUES else 0)
+        if keep and not self._room(sum([v.size for a, o in zip(arrivals, outs) for vs in (arrays(a[0]), arrays(o))
+                                        for v in vs if v.size <= keep])):
+            keep = 0
         moved = ring_moved(g, hops) if hops is not None else None
         many = op.takes == "chunks"
         made, tins = self._tensors, {}
@@ -364,6 +419,8 @@ class VirtualWorld:
                  site: tuple[str, int], tags: dict | None = None) -> list:
         if self.aborted:
             raise GreenletExit()
+        if threading.get_ident() != self._thread:
+            self._off_thread(rank, "point-to-point", site)
         st = self.ranks[rank]
         nrecv = sum(isinstance(o, Recv) for o in ops)
         batch = _Batch(rank, nrecv, st.clock, site, label, group, tags)
@@ -420,7 +477,7 @@ class VirtualWorld:
         s.matched = r.matched = True
         step = 1 + max(s.batch.clock0, r.batch.clock0)
         n = int(x.nbytes)
-        keep = bool(self.keep) and x.size <= self.keep
+        keep = bool(self.keep) and x.size <= self.keep and self._room(x.size)
         val = (x.tolist(),) if keep else None
         src, dst = s.batch.rank, r.batch.rank
         t = _tensor(x, self._tensors)
@@ -449,9 +506,34 @@ class VirtualWorld:
         self.events.append(Event(len(self.events), st.clock, "compute", name, self.world_group,
                                  [Member(rank, (), (), 0, 0, site)], None, st.phase, {"flops": flops}))
 
+    def _room(self, n: int) -> bool:
+        """Whether a call's `n` values fit in what the run may still keep (KEPT_VALUES numbers in all, so that
+        `parasim check` over big tensors stays bounded); a call that does not fit is counted as dropped."""
+        if self.kept + n > KEPT_VALUES:
+            self.dropped += 1
+            return False
+        self.kept += n
+        return True
+
     def trace(self) -> Trace:
-        return Trace(self.world, "virtual", list(self.groups), self.events, self.marks,
-                     {"keep_values": self.keep, "algo": self.algo})
+        meta = {"keep_values": self.keep, "algo": self.algo}
+        if self.dropped:  # only then: a trace that kept every value is written as before
+            meta["values_dropped"] = self.dropped
+        return Trace(self.world, "virtual", list(self.groups), self.events, self.marks, meta)
+
+
+class _LeaveThread(SystemExit):
+    """Ends a thread that called a collective (threading prints every exception but SystemExit)."""
+
+
+def _ran(value: Any, rank: int) -> None:
+    """A program that returned a generator or a coroutine ran nothing: its body never started."""
+    kind = "generator" if inspect.isgenerator(value) else "coroutine" if inspect.iscoroutine(value) else \
+        "async generator" if inspect.isasyncgen(value) else None
+    if kind is not None:
+        value.close()  # not awaited, not iterated: close it so Python does not warn at exit
+        raise UsageError(f"rank {rank}'s program returned a {kind}, so its body never ran: a program is a plain "
+                         "function that runs to its end (no yield, no async def)")
 
 
 def _tensor(x: np.ndarray, made: dict) -> Tensor:
@@ -464,11 +546,13 @@ def _tensor(x: np.ndarray, made: dict) -> Tensor:
     return t
 
 
-NUMERIC = frozenset("biufc")  # numpy dtype kinds a real backend can carry: no strings, objects or dates
+# numpy dtype kinds a real backend can carry: no strings, objects or dates. 'V' is there for bfloat16 (ml_dtypes
+# gives it that kind); raw bytes and records, kind 'V' too, are refused by name (interface.numeric, recv_dtype).
+NUMERIC = frozenset("biufcV")
 
 
 def _check_array(x: Any, op: str) -> None:
     if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
         raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
-    if x.dtype.kind not in NUMERIC:
+    if not numeric(x.dtype):
         raise CollectiveError(f"{op} expects numbers, got an array of dtype {x.dtype}")
