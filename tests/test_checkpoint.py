@@ -217,7 +217,9 @@ def test_real_ranks_save_with_dcp_and_resume_on_other_layouts(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.distributed.checkpoint.format_utils import dcp_to_torch_save
     path = str(tmp_path / "dcp")
+    (tmp_path / f".dcp.tmp-{2**31 - 1}-abcdefgh").mkdir()  # what a save killed part way left (no such pid)
     parasim.run(partial(_dcp_save, path, 1, 100), 4, backend="gloo", timeout=60)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dcp"]  # the save removed it
     dcp_to_torch_save(path, tmp_path / "whole.pt")
     whole = torch.load(tmp_path / "whole.pt", weights_only=False)
     at_k = _uninterrupted(K)

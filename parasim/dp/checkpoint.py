@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
 
 from ..errors import UsageError
 from ..nn.placement import Shard
-from .checkpoint_format import Chunk, CheckpointReader, RankShard, Runs, cut, write_checkpoint
+from .checkpoint_format import METADATA, Chunk, CheckpointReader, RankShard, Runs, cut, sweep, write_checkpoint
 
 STATE = ("master", "m", "v")  # Adam's state per value: fp32 master copy, first and second moments
 CUT_AXES = ("tp", "etp")  # model axes that cut a weight; ep does not (each expert is named by its index)
@@ -180,7 +181,10 @@ def save_checkpoint(path: str | os.PathLike, shards: Sequence[RankShard]) -> str
 # -- resume --------------------------------------------------------------------------------------------
 def restore(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
     """Load a checkpoint into `model` and `opt`, built on this run's layout (any layout): this rank's pieces
-    of the weights, the master copy, m and v of its share, and the step. Returns the step."""
+    of the weights, the master copy, m and v of its share, and the step. Returns the step. Rank 0 first
+    removes what saves killed part way left beside the checkpoint (`checkpoint_format.sweep`)."""
+    if ctx.rank == 0:
+        sweep(Path(path), METADATA)
     reader = CheckpointReader(path)
     params, where = model.params(), regions(model)
     new, state = {}, {s: {} for s in STATE}

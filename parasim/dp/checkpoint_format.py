@@ -7,15 +7,28 @@ fused QKV piece made of whole heads is one chunk), and which stretch of that pie
 (`flat`: a ZeRO shard is a flat slice). Each file's byte size and SHA-256 are kept, so a missing,
 truncated or altered shard is refused before it is read.
 
+Reading trusts nothing in the folder: metadata.json is strict JSON of bounded size, and every field is
+checked for its type and range before it is used (`_validate`); the values its chunks place in a file
+must fit in the bytes that file has, and each array's own header must state the length and dtype the
+metadata gives it, so nothing is allocated past what is on disk.
+
 Saving is atomic: everything is written and fsynced in a temporary directory beside the target, which
-then takes the target's name; a save that dies leaves the previous checkpoint as it was.
+then takes the target's name; a save that dies leaves the previous checkpoint as it was. A temporary is
+named `.NAME.tmp-PID-XXXXXXXX` and locked (flock) by the process writing it for as long as it writes, so
+the next save or resume into NAME removes the ones whose writer is gone (killed) and leaves alone those
+another save, in this process or another, is still writing (`sweep`).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import math
 import os
+import re
 import shutil
+import stat
+import struct
 import tempfile
 import zipfile
 from dataclasses import dataclass, field
@@ -25,8 +38,15 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import UsageError
+from ..limits import FILE_BYTES, MAX_SIZE, VIRTUAL_WORLD, at_most, read_bounded
+from ..render.jsonout import dumps
 
 FORMAT, VERSION, METADATA = "parasim-checkpoint", 1, "metadata.json"
+DTYPES = ("float64", "float32", "float16", "bfloat16")  # what weights and Adam's state are kept in
+METADATA_BYTES = 64 << 20  # the metadata lists tensors and chunks: kilobytes for the models parasim runs
+SHARD_BYTES = FILE_BYTES  # one rank's file is read whole into memory on resuming
+MAX_DIMS = 32  # numpy allows 64; no weight has more than a handful
+NAME_CHARS = 1000  # tensor, array and placement names
 Runs = list[list[tuple[int, int]]]  # per dim of the whole tensor, the [lo, hi) runs a piece covers
 
 
@@ -55,48 +75,187 @@ def shard_file(rank: int) -> str:
     return f"rank{rank}.npz"
 
 
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype of one of DTYPES (bfloat16 comes from ml_dtypes)."""
+    if name == "bfloat16":
+        import ml_dtypes
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(name)
+
+
+# -- temporaries --------------------------------------------------------------------------------------------
+def _lock(path: Path, wait: bool) -> int | None:
+    """An open descriptor of `path` holding its exclusive flock, or None when another holder has it (or the
+    file system has no locks). flock belongs to the open file, so a second save in the same process is
+    kept out as one in another process is; the kernel drops it when its holder dies, even by SIGKILL."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def fresh_beside(target: Path, kind: str) -> tuple[Path, int | None]:
+    """A new directory `.NAME.KIND-PID-XXXXXXXX` beside `target` and the descriptor holding its lock (close
+    it when done). It is created as `.NAME.new-...`, locked, then renamed: a directory `sweep` may take is
+    locked from the moment it has that name, so a sweep can never take one between its birth and its lock."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    born = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-{os.getpid()}-", dir=target.parent))
+    fd = _lock(born, wait=False)
+    path = target.parent / f".{target.name}.{kind}-{born.name[len(target.name) + 6:]}"
+    try:
+        os.replace(born, path)
+    except BaseException:
+        if fd is not None:
+            os.close(fd)
+        shutil.rmtree(born, ignore_errors=True)
+        raise
+    return path, fd
+
+
+def _release(fd: int | None) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    except (OverflowError, ValueError):  # no process has such a number
+        return False
+    return True
+
+
+def sweep(target: Path, whole: str) -> list[Path]:
+    """Remove what earlier saves into `target` left beside it, and return what was removed:
+    `.NAME.tmp-*` (a save killed while it wrote) and `.NAME.old-*` (the previous checkpoint of a save killed
+    between its two renames, removed only once `target` is whole again, that is holds the file `whole`)
+    whose lock nobody holds: its writer is gone. `.NAME.new-PID-*` (killed between creating its directory
+    and locking it) goes once process PID is gone. Names without a PID, from older versions, count as
+    unlocked temporaries. Nothing else is touched."""
+    name = re.escape(target.name)
+    left = re.compile(rf"\.{name}\.(tmp|old)-(?:\d+-)?[a-z0-9_]{{8}}")
+    born = re.compile(rf"\.{name}\.new-(\d+)-[a-z0-9_]{{8}}")
+    try:
+        entries = sorted(os.scandir(target.parent), key=lambda e: e.name)
+    except OSError:  # no folder yet, or one this process cannot list
+        return []
+    is_whole, removed = (target / whole).is_file(), []
+    for entry in entries:
+        if not entry.is_dir(follow_symlinks=False):
+            continue
+        path = Path(entry.path)
+        if (m := born.fullmatch(entry.name)) is not None:
+            if not _alive(int(m[1])):
+                shutil.rmtree(path, ignore_errors=True)
+                removed.append(path)
+            continue
+        m = left.fullmatch(entry.name)
+        if m is None or (m[1] == "old" and not is_whole):
+            continue
+        fd = _lock(path, wait=False)
+        if fd is None:  # a save is writing it (or locks are unknown here: keep it)
+            continue
+        try:
+            shutil.rmtree(path, ignore_errors=True)
+        finally:
+            os.close(fd)
+        removed.append(path)
+    return removed
+
+
 # -- writing --------------------------------------------------------------------------------------------
 def write_checkpoint(path: str | os.PathLike, shards: Sequence[RankShard]) -> Path:
     """Write one file per rank and the metadata into a fresh directory beside `path`, fsync it all, then
-    put it at `path` (replacing an older checkpoint there). Returns `path`."""
+    put it at `path` (replacing an older checkpoint there). Returns `path`. The ranks' parts are checked
+    first, and the metadata as a reader will check it before anything is published."""
     target = Path(path)
     if target.exists() and not (target / METADATA).is_file() and (not target.is_dir() or any(target.iterdir())):
         raise UsageError(f"{target} exists and is not a parasim checkpoint; it is not replaced")
-    meta = _metadata(shards)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    meta = _metadata(target, shards)
+    sweep(target, METADATA)
+    tmp, fd = fresh_beside(target, "tmp")
     try:
         for shard in sorted(shards, key=lambda s: s.rank):
             name = shard_file(shard.rank)
             _write_shard(tmp / name, {f"c{i}": np.ascontiguousarray(c.data) for i, c in enumerate(shard.chunks)})
             meta["files"][name] = {"rank": shard.rank, **fingerprint(tmp / name)}
-        write_synced(tmp / METADATA, json.dumps(meta, indent=1).encode())
+        text = dumps(meta, where=f"checkpoint {target}'s metadata")
+        try:
+            _validate(json.loads(text), Fields(target, METADATA), tmp)
+        except UsageError as exc:
+            raise UsageError(f"checkpoint {target} was not saved, as reading it would refuse it: {exc}") from None
+        write_synced(tmp / METADATA, text.encode())
         fsync_dir(tmp)
         swap(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)  # a no-op once swapped in: tmp is then at `target`
+        _release(fd)
+    sweep(target, METADATA)  # a previous copy an interrupted save left aside, now that `target` is whole
     return target
 
 
-def _metadata(shards: Sequence[RankShard]) -> dict[str, Any]:
+def _metadata(target: Path, shards: Sequence[RankShard]) -> dict[str, Any]:
+    """The metadata of the ranks' parts (files still empty), once what each rank hands over is checked:
+    ranks 0..n-1 once each, one whole step from 0, tensors of a known dtype, chunks of tensors named and of
+    the length and dtype they claim."""
     if not shards:
         raise UsageError("a checkpoint needs the state of at least one rank")
+    ranks = sorted(s.rank for s in shards)
+    if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in ranks) \
+            or ranks != list(range(len(shards))):
+        raise UsageError(f"checkpoint {target}: the ranks' parts must be those of ranks 0 to {len(shards) - 1}, "
+                         f"each once; got ranks {ranks}")
     steps = {s.step for s in shards}
     if len(steps) != 1:
         raise UsageError(f"ranks were at different steps {sorted(steps)}: save them after the same step")
+    step = shards[0].step
+    if isinstance(step, bool) or not isinstance(step, (int, np.integer)) or not 0 <= step <= MAX_SIZE:
+        raise UsageError(f"checkpoint {target}: the step must be a whole number from 0, got {step!r}")
     tensors: dict[str, dict[str, Any]] = {}
     for s in shards:
         for name, t in s.tensors.items():
+            if t.get("dtype") not in DTYPES:
+                raise UsageError(f"checkpoint {target}: tensor {name} of rank {s.rank} has dtype {t.get('dtype')!r}; "
+                                 f"a checkpoint holds {', '.join(DTYPES)}")
             known = tensors.setdefault(name, {**t, "chunks": []})
             if known["shape"] != t["shape"] or known["dtype"] != t["dtype"]:
                 raise UsageError(f"ranks disagree on tensor {name}: {known['shape']} {known['dtype']} on one, "
                                  f"{t['shape']} {t['dtype']} on rank {s.rank}")
+    for s in shards:
+        held = 0
         for i, c in enumerate(s.chunks):
+            _check_chunk(target, s.rank, c, tensors.get(c.tensor))
             tensors[c.tensor]["chunks"].append({"file": shard_file(s.rank), "array": f"c{i}",
                                                 "index": c.index, "flat": list(c.flat)})
-    return {"format": FORMAT, "version": VERSION, "step": shards[0].step, "world": len(shards),
+            held += c.data.nbytes
+        at_most(f"checkpoint {target}: the file of rank {s.rank}: bytes", held, SHARD_BYTES,
+                "a rank's file is read whole into memory on resuming")
+    return {"format": FORMAT, "version": VERSION, "step": int(step), "world": len(shards),
             "optimizer": shards[0].info, "tensors": tensors, "files": {}}
+
+
+def _check_chunk(target: Path, rank: int, c: Chunk, tensor: dict[str, Any] | None) -> None:
+    """A chunk names a tensor every rank describes, and holds flat values of its dtype, as many as it says."""
+    if tensor is None:
+        raise UsageError(f"checkpoint {target}: rank {rank} holds a chunk of {c.tensor}, which no rank describes")
+    data, (lo, hi) = c.data, c.flat
+    if not isinstance(data, np.ndarray) or data.dtype != numpy_dtype(tensor["dtype"]):
+        kind = f"dtype {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
+        raise UsageError(f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {kind}, "
+                         f"not the tensor's {tensor['dtype']}")
+    if data.ndim != 1 or data.size != hi - lo:
+        raise UsageError(f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {data.shape} values, "
+                         f"not the {hi - lo} of its flat range [{lo}, {hi})")
 
 
 def _write_shard(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -125,16 +284,228 @@ def fsync_dir(path: Path) -> None:
 def swap(tmp: Path, target: Path) -> None:
     """Put `tmp` at `target`. Two renames when an old checkpoint is there (POSIX cannot rename a directory
     over a full one); between them the old one waits under a hidden name, and `CheckpointReader` reads it
-    from there if a crash left no checkpoint at `target`."""
-    if not target.exists():
-        os.rename(tmp, target)
-        fsync_dir(target.parent)
-        return
-    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
-    os.rename(target, old / "ckpt")
-    os.rename(tmp, target)
-    fsync_dir(target.parent)  # the new one is in place on disk before the old one goes
-    shutil.rmtree(old, ignore_errors=True)
+    from there if a crash left no checkpoint at `target`. Saves into the same folder take turns here (a
+    lock on the folder), so two at once each find `target` as the other left it."""
+    folder = _lock(target.parent, wait=True)
+    try:
+        if not target.exists():
+            os.rename(tmp, target)
+            fsync_dir(target.parent)
+            return
+        old, fd = fresh_beside(target, "old")
+        try:
+            os.rename(target, old / "ckpt")
+            os.rename(tmp, target)
+            fsync_dir(target.parent)  # the new one is in place on disk before the old one goes
+            shutil.rmtree(old, ignore_errors=True)
+        finally:  # on an error the old copy stays where the reader finds it; unlocked, a sweep may take it
+            _release(fd)  # once `target` is whole again
+    finally:
+        _release(folder)
+
+
+# -- strict JSON and its fields ------------------------------------------------------------------------
+class Fields:
+    """Type and range checks of the fields of a checkpoint's listing file; each refusal is one line that
+    names the checkpoint, the file and the field (`tensors['w'].chunks[0].flat`)."""
+
+    def __init__(self, root: Path, listing: str) -> None:
+        self.root, self.listing = root, listing
+
+    def fail(self, where: str, what: str) -> UsageError:
+        return UsageError(f"checkpoint {self.root}: {self.listing}: {where} {what}")
+
+    def get(self, obj: dict[str, Any], key: str, where: str) -> Any:
+        if key not in obj:
+            raise self.fail(at(where, key), "is missing")
+        return obj[key]
+
+    def obj(self, v: Any, where: str) -> dict[str, Any]:
+        if not isinstance(v, dict):
+            raise self.fail(where, f"must be an object {{...}}, not {show(v)}")
+        return v
+
+    def list(self, v: Any, where: str, n: int | None = None) -> list[Any]:
+        if not isinstance(v, list) or (n is not None and len(v) != n):
+            raise self.fail(where, f"must be a list{'' if n is None else f' of {n}'}, not {show(v)}")
+        return v
+
+    def whole(self, v: Any, where: str, lo: int = 0, hi: int = MAX_SIZE) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not lo <= v <= hi:
+            raise self.fail(where, f"must be a whole number from {lo:,} to {hi:,}, not {show(v)}")
+        return v
+
+    def name(self, v: Any, where: str) -> str:
+        if not isinstance(v, str) or not 0 < len(v) <= NAME_CHARS or not v.isprintable():
+            raise self.fail(where, f"must be a name (printable text of 1 to {NAME_CHARS} characters), not {show(v)}")
+        return v
+
+    def file_name(self, v: Any, where: str) -> str:
+        """A plain file name inside the checkpoint's folder: never a path that leaves it."""
+        self.name(v, where)
+        if v in (".", "..") or "/" in v or "\\" in v:
+            raise self.fail(where, f"is not a plain file name inside the checkpoint's folder: {show(v)}")
+        return v
+
+    def one_of(self, v: Any, where: str, options: Sequence[Any]) -> Any:
+        if not any(type(v) is type(o) and v == o for o in options):  # 1.0 and true are not 1
+            raise self.fail(where, f"must be {' or '.join(show(o) for o in options)}, not {show(v)}")
+        return v
+
+    def sizes(self, files: Any, where: str = "files") -> dict[str, dict[str, Any]]:
+        """files: {name: {"bytes", "sha256", ...}}, names plain, sizes within SHARD_BYTES."""
+        for name, entry in self.obj(files, where).items():
+            spot = item(where, name)
+            self.file_name(name, spot)
+            self.obj(entry, spot)
+            self.whole(self.get(entry, "bytes", spot), at(spot, "bytes"), 0, SHARD_BYTES)
+            digest = self.get(entry, "sha256", spot)
+            if not isinstance(digest, str) or not re.fullmatch(r"[0-9a-f]{64}", digest):
+                raise self.fail(at(spot, "sha256"), f"must be 64 hexadecimal digits, not {show(digest)}")
+        return files
+
+
+def at(where: str, key: str) -> str:
+    return key if where in ("", "the top level") else f"{where}.{key}"
+
+
+def item(where: str, key: Any) -> str:
+    return f"{where}[{key if isinstance(key, int) else show(key)}]"
+
+
+def show(v: Any) -> str:
+    """A value read from a file, as a short line that is safe to print (JSON, ASCII only)."""
+    if isinstance(v, dict):
+        return f"an object of {len(v)} field{'' if len(v) == 1 else 's'}"
+    if isinstance(v, list) and len(v) > 8:
+        return f"a list of {len(v)}"
+    text = json.dumps(v, ensure_ascii=True, default=str)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _float(text: str) -> float:
+    x = float(text)
+    if not math.isfinite(x):
+        raise ValueError(f"{text[:20]} is out of the range of a float")
+    return x
+
+
+def _int(text: str) -> int:
+    if len(text.lstrip("-")) > 20:  # Python would parse 4,300 digits; no field needs more than 13
+        raise ValueError(f"an integer of {len(text)} digits")
+    return int(text)
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the field {show(k)} appears twice in one object")
+        out[k] = v
+    return out
+
+
+def read_json(path: Path, fields: Fields, limit: int = METADATA_BYTES) -> Any:
+    """A listing file as strict JSON (RFC 8259: no NaN or Infinity, no number out of range, no field twice),
+    of at most `limit` bytes, UTF-8. Deep nesting stops the parser (RecursionError); `_validate` then
+    admits only the depth the format has."""
+    data = read_bounded(str(path), "checkpoint file", limit)
+    try:
+        text = data.decode("utf-8")
+        return json.loads(text, parse_constant=_constant, parse_float=_float, parse_int=_int,
+                          object_pairs_hook=_unique)
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"checkpoint {fields.root}: {fields.listing} is not UTF-8 text "
+                         f"(byte {exc.start} is {data[exc.start]:#04x})") from None
+    except RecursionError:
+        raise UsageError(f"checkpoint {fields.root}: {fields.listing} nests lists or objects too deeply "
+                         "to be a checkpoint's listing") from None
+    except ValueError as exc:  # json.JSONDecodeError included
+        raise UsageError(f"checkpoint {fields.root}: {fields.listing} is not valid JSON: {exc}") from None
+
+
+def _validate(meta: Any, f: Fields, folder: Path) -> dict[str, Any]:
+    """Every field of metadata.json, by type and range, before any is used; then each shard file's size on
+    disk (in `folder`). Returns {file: {array: (tensor name, values)}}: what each array must hold. The
+    values a tensor's chunks hold (`_held`) are compared with its shape when it is read, after the shape
+    the caller needs."""
+    top = f.obj(meta, "the top level")
+    f.one_of(f.get(top, "format", ""), "format", [FORMAT])
+    f.one_of(f.get(top, "version", ""), "version", [VERSION])
+    f.whole(f.get(top, "step", ""), "step")
+    world = f.whole(f.get(top, "world", ""), "world", 1, VIRTUAL_WORLD)
+    for k, v in f.obj(f.get(top, "optimizer", ""), "optimizer").items():  # for people reading it: shallow
+        if isinstance(v, (dict, list)) and not (isinstance(v, list) and all(isinstance(x, (int, float)) for x in v)):
+            raise f.fail(item("optimizer", k), f"must be a number, text, null or a list of numbers, not {show(v)}")
+    files = f.sizes(f.get(top, "files", ""))
+    if len(files) != world:
+        raise f.fail("files", f"lists {len(files)} files for a world of {world} ranks (one file per rank)")
+    for name, entry in files.items():
+        rank = f.whole(f.get(entry, "rank", item("files", name)), at(item("files", name), "rank"), 0, world - 1)
+        if name != shard_file(rank):
+            raise f.fail(item("files", name), f"is the file of rank {rank}, so it must be named {shard_file(rank)}")
+    arrays: dict[str, dict[str, tuple[str, int]]] = {name: {} for name in files}
+    placed = {name: 0 for name in files}  # bytes of values the chunks place in each file
+    for name, t in f.obj(f.get(top, "tensors", ""), "tensors").items():
+        spot = item("tensors", name)
+        f.name(name, spot)
+        f.obj(t, spot)
+        shape = f.list(f.get(t, "shape", spot), at(spot, "shape"))
+        if len(shape) > MAX_DIMS:
+            raise f.fail(at(spot, "shape"), f"has {len(shape)} dims, more than {MAX_DIMS}")
+        for i, d in enumerate(shape):
+            f.whole(d, item(at(spot, "shape"), i))
+        size = numpy_dtype(f.one_of(f.get(t, "dtype", spot), at(spot, "dtype"), DTYPES)).itemsize
+        for k, v in f.obj(f.get(t, "placement", spot), at(spot, "placement")).items():
+            f.name(k, at(spot, "placement"))
+            f.name(v, item(at(spot, "placement"), k))
+        for i, c in enumerate(f.list(f.get(t, "chunks", spot), at(spot, "chunks"))):
+            piece = item(at(spot, "chunks"), i)
+            f.obj(c, piece)
+            file = f.get(c, "file", piece)
+            if not isinstance(file, str) or file not in files:
+                raise f.fail(at(piece, "file"), f"names {show(file)}, which files does not list")
+            array = f.name(f.get(c, "array", piece), at(piece, "array"))
+            if array in arrays[file]:
+                raise f.fail(at(piece, "array"), f"names array {show(array)} of {file}, which another chunk "
+                             "names too")
+            index = f.list(f.get(c, "index", piece), at(piece, "index"), len(shape))
+            box = 1
+            for dim, (runs, d) in enumerate(zip(index, shape)):
+                spot_dim, start, covered = item(at(piece, "index"), dim), 0, 0
+                for j, run in enumerate(f.list(runs, spot_dim)):
+                    lo, hi = (f.whole(x, item(spot_dim, j)) for x in f.list(run, item(spot_dim, j), 2))
+                    if not start <= lo <= hi:
+                        raise f.fail(item(spot_dim, j), f"is [{lo}, {hi}]: the runs of a dim go up, each "
+                                     f"starting where the one before ends ({start}) or later")
+                    if hi > d:
+                        raise UsageError(f"checkpoint {f.root}: {METADATA}: a chunk of {name} in {file} lies "
+                                         f"outside its shape {tuple(shape)}: {item(spot_dim, j)} is [{lo}, {hi}]")
+                    start, covered = hi, covered + hi - lo
+                box *= covered
+            lo, hi = (f.whole(x, at(piece, "flat")) for x in f.list(f.get(c, "flat", piece), at(piece, "flat"), 2))
+            if not lo <= hi <= box:
+                raise f.fail(at(piece, "flat"), f"is [{lo}, {hi}], outside the {box:,} values of the piece "
+                             "its index cuts")
+            arrays[file][array] = (name, hi - lo)
+            placed[file] += (hi - lo) * size
+    for name, need in placed.items():
+        if need > files[name]["bytes"]:
+            raise f.fail(at(item("files", name), "bytes"), f"is {files[name]['bytes']:,}, fewer than the {need:,} "
+                         "bytes of values the chunks place in that file")
+    for name, entry in files.items():
+        check_size(f, folder, name, entry["bytes"])
+    return arrays
+
+
+def _held(meta: dict[str, Any], name: str) -> int:
+    """How many values the chunks of tensor `name` hold (overlaps counted twice): at least its size, or
+    they cannot cover it."""
+    return sum(hi - lo for c in meta["tensors"][name]["chunks"] for lo, hi in [c["flat"]])
 
 
 # -- reading --------------------------------------------------------------------------------------------
@@ -146,82 +517,100 @@ class CheckpointReader:
         left = sorted(self.path.parent.glob(f".{self.path.name}.old-*/ckpt"))
         if not self.path.exists() and left:  # a save died between its two renames: the previous one is whole
             self.path = left[-1]
+        self.fields = Fields(self.path, METADATA)
         self.meta = self._read_metadata()
-        self._files: dict[str, Any] = {}  # shard files already verified and opened
+        self.step: int = self.meta["step"]
+        self._files: dict[str, dict[str, np.ndarray]] = {}  # shard files already verified and read
 
     def _fail(self, what: str) -> UsageError:
         return UsageError(f"checkpoint {self.path}: {what}")
 
     def _read_metadata(self) -> dict[str, Any]:
         where = self.path / METADATA
-        if not where.is_file():
+        if not where.exists():  # anything else there is refused in reading it (a folder, a device)
             left = sorted(self.path.parent.glob(f".{self.path.name}.old-*/ckpt"))
             hint = f" (an interrupted save left the previous one at {left[-1]})" if left else ""
             raise self._fail(f"{METADATA} is missing{hint}")
-        try:
-            meta = json.loads(where.read_text())
-            if meta.get("format") != FORMAT or meta.get("version") != VERSION:
-                raise ValueError(f"not format {FORMAT} version {VERSION}")
-            self.step = int(meta["step"])
-            for name, t in meta["tensors"].items():
-                self._check_tensor(meta, name, t)
-        except UsageError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise self._fail(f"{METADATA} is unreadable: {type(exc).__name__}: {exc}") from None
+        meta = read_json(where, self.fields)
+        self._arrays = _validate(meta, self.fields, self.path)
         return meta
-
-    def _check_tensor(self, meta: dict[str, Any], name: str, t: dict[str, Any]) -> None:
-        shape = tuple(int(d) for d in t["shape"])
-        np.dtype(t["dtype"])
-        for c in t["chunks"]:
-            if c["file"] not in meta["files"]:
-                raise self._fail(f"{METADATA} names shard {c['file']} for {name} but lists no such file")
-            if len(c["index"]) != len(shape) or any(not 0 <= lo <= hi <= d for runs, d in zip(c["index"], shape)
-                                                    for lo, hi in runs):
-                raise self._fail(f"{METADATA}: a chunk of {name} in {c['file']} lies outside its shape {shape}")
-            lo, hi = c["flat"]
-            if not 0 <= lo <= hi <= _box_size(c["index"]):
-                raise self._fail(f"{METADATA}: a chunk of {name} in {c['file']} is longer than its piece")
 
     @property
     def tensors(self) -> dict[str, dict[str, Any]]:
         return self.meta["tensors"]
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(int(d) for d in self._entry(name)["shape"])
+        return tuple(self._entry(name)["shape"])
 
     def _entry(self, name: str) -> dict[str, Any]:
         if name not in self.tensors:
             raise self._fail(f"it holds no tensor {name}")
         return self.tensors[name]
 
-    def shard(self, name: str) -> Any:
-        """A shard file, once its size and checksum match the metadata's."""
+    def shard(self, name: str) -> dict[str, np.ndarray]:
+        """The arrays of a shard file the metadata names, once the file's SHA-256 matches and each array's
+        header states the length and dtype the metadata gives it."""
         if name not in self._files:
-            where = self.path / name
-            check_file(self.path, name, self.meta["files"][name], METADATA)
-            try:
-                self._files[name] = dict(np.load(where, allow_pickle=False))
-            except (OSError, ValueError, zipfile.BadZipFile) as exc:
-                raise self._fail(f"shard {name} cannot be read: {exc}") from None
+            check_sum(self.fields, self.path, name, self.meta["files"][name]["sha256"])
+            self._files[name] = self._read_arrays(name)
         return self._files[name]
+
+    def _read_arrays(self, name: str) -> dict[str, np.ndarray]:
+        out = {}
+        try:
+            with zipfile.ZipFile(self.path / name) as z:
+                for array, (tensor, n) in self._arrays[name].items():
+                    out[array] = self._read_array(z, name, array, numpy_dtype(self.tensors[tensor]["dtype"]), n)
+        except UsageError:
+            raise
+        except (OSError, ValueError, EOFError, SyntaxError, NotImplementedError, struct.error,
+                zipfile.BadZipFile) as exc:  # a damaged zip or .npy header (its checksum matched: made so)
+            raise self._fail(f"shard {name} cannot be read: {type(exc).__name__}: {exc}") from None
+        return out
+
+    def _read_array(self, z: zipfile.ZipFile, name: str, array: str, dtype: np.dtype, n: int) -> np.ndarray:
+        """One array of an .npz, its header checked before its values are allocated."""
+        try:
+            info = z.getinfo(f"{array}.npy")
+        except KeyError:
+            raise self._fail(f"shard {name} has no array {array}, which {METADATA} places there") from None
+        if info.compress_type != zipfile.ZIP_STORED:  # np.savez stores: a compressed member could inflate
+            raise self._fail(f"shard {name}: array {array} is compressed, which parasim never writes")
+        with z.open(info) as member:
+            version = np.lib.format.read_magic(member)
+            if version not in ((1, 0), (2, 0)):
+                raise self._fail(f"shard {name}: array {array} is in .npy version {version}, not 1.0 or 2.0")
+            header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            shape, _, got = header(member)
+            # np.save writes bfloat16 (an ml_dtypes type numpy does not name) as raw 2-byte values
+            same = got == dtype or (got.kind == "V" and got.names is None and got.itemsize == dtype.itemsize
+                                    and dtype.kind == "V")
+            if shape != (n,) or not same:
+                raise self._fail(f"shard {name} holds array {array} as {shape} {got}, where {METADATA} places "
+                                 f"{n} values of {dtype}")
+            data = member.read(n * dtype.itemsize + 1)
+        if len(data) != n * dtype.itemsize:
+            raise self._fail(f"shard {name}: array {array} has {len(data):,} bytes of values, not "
+                             f"{n * dtype.itemsize:,}")
+        return np.frombuffer(data, dtype=dtype)
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
         """The whole tensor `name`, from every chunk that holds part of it; `shape`: what the caller needs
-        (a checkpoint of another shape is refused)."""
+        (a checkpoint of another shape is refused). Its size is held against what its chunks hold before
+        it is allocated."""
         t = self._entry(name)
         have = self.shape(name)
         if shape is not None and tuple(shape) != have:
             raise self._fail(f"{METADATA} gives {name} the shape {have}, the model here needs {tuple(shape)}")
-        out = np.zeros(int(np.prod(have)), dtype=np.dtype(t["dtype"]))
+        size, held = math.prod(have), _held(self.meta, name)
+        if held < size:
+            raise self._fail(f"{METADATA}: the chunks of {name} hold {held:,} values, fewer than the {size:,} "
+                             f"of its shape {have}")
+        out = np.zeros(size, dtype=numpy_dtype(t["dtype"]))
         seen = np.zeros(out.shape, dtype=bool)
         for c in t["chunks"]:
-            data = self.shard(c["file"]).get(c["array"])
+            data = self.shard(c["file"])[c["array"]]
             lo, hi = c["flat"]
-            if data is None or data.shape != (hi - lo,):
-                raise self._fail(f"shard {c['file']} does not hold the {hi - lo} values of {name} "
-                                 f"{METADATA} places there")
             where = flat_positions(c["index"], have)[lo:hi]
             out[where], seen[where] = data, True
         if not seen.all():
@@ -229,28 +618,43 @@ class CheckpointReader:
         return out.reshape(have)
 
 
-def check_file(root: Path, name: str, want: dict[str, Any], listing: str) -> None:
-    """Refuse, in one line naming it, a file of checkpoint `root` that is gone or whose size or SHA-256
-    differs from what `listing` (the file that recorded them) says."""
-    where = root / name
-    if not where.is_file():
-        raise UsageError(f"checkpoint {root}: shard {name} is missing")
-    size = where.stat().st_size
-    if size != want["bytes"]:
-        word = "truncated" if size < want["bytes"] else "longer than saved"
-        raise UsageError(f"checkpoint {root}: shard {name} is {word}: {size} bytes, {listing} says {want['bytes']}")
-    if hashlib.sha256(where.read_bytes()).hexdigest() != want["sha256"]:
-        raise UsageError(f"checkpoint {root}: shard {name} is corrupt: its SHA-256 differs from {listing}'s")
+def check_size(f: Fields, root: Path, name: str, want: int) -> None:
+    """Refuse, in one line naming it, a file of checkpoint `root` that is gone, is not a regular file, or
+    whose size differs from what `f.listing` (the file that recorded it) says."""
+    try:
+        st = os.stat(root / name)
+    except OSError:
+        raise UsageError(f"checkpoint {f.root}: shard {name} is missing") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(f"checkpoint {f.root}: shard {name} is not a regular file")
+    if st.st_size != want:
+        word = "truncated" if st.st_size < want else "longer than saved"
+        raise UsageError(f"checkpoint {f.root}: shard {name} is {word}: {st.st_size} bytes, {f.listing} says {want}")
+
+
+def check_sum(f: Fields, root: Path, name: str, want: str) -> None:
+    """Refuse a file whose SHA-256 differs from the listing's (read in pieces: a shard may be large)."""
+    digest = hashlib.sha256()
+    try:
+        with open(root / name, "rb") as fh:
+            while piece := fh.read(1 << 20):
+                digest.update(piece)
+    except OSError as exc:
+        raise UsageError(f"checkpoint {f.root}: shard {name} cannot be read: {exc.strerror}") from None
+    if digest.hexdigest() != want:
+        raise UsageError(f"checkpoint {f.root}: shard {name} is corrupt: its SHA-256 differs from {f.listing}'s")
+
+
+def check_file(f: Fields, root: Path, name: str, want: dict[str, Any]) -> None:
+    """A listed file's size, then its checksum (`want`: its checked entry of the listing)."""
+    check_size(f, root, name, want["bytes"])
+    check_sum(f, root, name, want["sha256"])
 
 
 def fingerprint(path: Path) -> dict[str, Any]:
     """A file's size and SHA-256, as the listing of a checkpoint keeps them."""
     data = path.read_bytes()
     return {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
-
-
-def _box_size(index: Runs) -> int:
-    return int(np.prod([sum(hi - lo for lo, hi in runs) for runs in index]))
 
 
 def flat_positions(index: Runs, shape: Sequence[int]) -> np.ndarray:
