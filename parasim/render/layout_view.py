@@ -1,5 +1,8 @@
 """The picture `parasim layout` draws: GPUs by node and pipeline stage, each rank's coordinates and experts,
-the groups that live inside each node and those that cross nodes, and where gradients are reduced."""
+the groups that live inside each node and those that cross nodes, and where gradients are reduced.
+
+A model's name and words can come from a config file: they are drawn as Rich Text (no markup), through
+`printable`."""
 from __future__ import annotations
 
 from rich import box
@@ -9,6 +12,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..layout import GROUP_NAMES, Layout
+from .text import printable
 
 SHOWN_GROUPS = 8  # groups listed per kind before "... and N more"
 
@@ -53,11 +57,11 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
     nodes = (layout.world + per_node - 1) // per_node
     head = Text()
     if title:
-        head.append(title + "\n", style="bold")
+        head.append(printable(title) + "\n", style="bold")
     head.append(f"{layout}, order {layout.order}\n")
     head.append(f"attention view of a stage: TP{layout.tp} x CP{layout.cp} x DP{layout.dp};  "
                 f"MoE view of the same GPUs: ETP{layout.etp} x EP{layout.ep} x EDP{layout.edp}\n")
-    head.append(_model_line(layout))
+    head.append(printable(_model_line(layout)))
     parts: list = [head]
     for node in range(min(nodes, max_nodes)):
         ranks = range(node * per_node, min((node + 1) * per_node, layout.world))

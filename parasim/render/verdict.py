@@ -1,4 +1,7 @@
-"""The verdict of `parasim run`: did the real ranks do what the virtual ranks did, and how long did it take."""
+"""The verdict of `parasim run`: did the real ranks do what the virtual ranks did, and how long did it take.
+
+A lesson's title and name, compute steps' names and check names can come from a user's program: they go
+into Rich's markup escaped (`markup_safe`), or printed without markup through `printable`."""
 from __future__ import annotations
 
 from rich import box
@@ -8,11 +11,13 @@ from rich.table import Table
 from ..lesson import Check, Lesson
 from ..engine.compare import RTOL, SUM_ULPS
 from ..engine.real import RealReport
+from .text import markup_safe, printable
 
 
 def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], console: Console | None = None) -> None:
     console = console or Console(highlight=False)
-    console.print(f"[bold]{lesson.title}[/]  ({lesson.name}: {report.world} real ranks on {report.backend}, "
+    console.print(f"[bold]{markup_safe(lesson.title)}[/]  ({markup_safe(lesson.name)}: {report.world} real ranks on "
+                  f"{markup_safe(report.backend)}, "
                   f"compared with {report.world} virtual ranks)")
 
     ranks = Table(box=box.SIMPLE_HEAD, title="per rank", title_justify="left")
@@ -29,7 +34,7 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     for col in ("op", "calls", "total (ms)", "mean (us)"):
         ops.add_column(col, justify="right" if col != "op" else "left")
     for op, t in report.timings().items():
-        ops.add_row(op, str(t["calls"]), f"{t['total_ms']:.2f}", f"{t['mean_us']:.0f}")
+        ops.add_row(markup_safe(op), str(t["calls"]), f"{t['total_ms']:.2f}", f"{t['mean_us']:.0f}")
     console.print(ops)
     console.print(f"start-up (processes, rendezvous, groups): {report.startup_s:.1f} s")
 
@@ -42,8 +47,8 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     else:
         console.print(f"[red bold]DIFFERENT[/]: {len(report.differences)} difference(s) from the virtual run:")
         for d in report.differences:
-            console.print(f"  {d}", markup=False)
+            console.print(f"  {printable(d)}", markup=False)
     bad = [c for c in checks if not c.ok]
     console.print(f"lesson checks on the real values: {len(checks) - len(bad)} of {len(checks)} ok")
     for c in bad:
-        console.print(f"  FAIL {c.name}: got {c.got}, expected {c.expected}", markup=False)
+        console.print(printable(f"  FAIL {c.name}: got {c.got}, expected {c.expected}"), markup=False)

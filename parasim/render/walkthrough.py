@@ -1,5 +1,8 @@
 """The plain-text walk-through of a lesson run: each phase's narrative, then every event in it with each
-rank's values before and after, the bytes it moved and the line that called it; then the checks."""
+rank's values before and after, the bytes it moved and the line that called it; then the checks.
+
+Names, labels, phases, notes, sites and narratives come from a trace file or a user's program: every line
+goes out through `printable`, so what a terminal would act on (an escape sequence, a bell) is shown."""
 from __future__ import annotations
 
 import textwrap
@@ -7,6 +10,7 @@ from typing import Any, Iterator
 
 from ..lesson import LessonRun
 from ..trace import Event
+from .text import printable
 
 WIDTH = 96
 
@@ -98,7 +102,7 @@ def walkthrough(lr: LessonRun) -> str:
             out += ["", f"== {phase} =="]
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
-                    out += textwrap.wrap(" ".join(para.split()), WIDTH) + [""]
+                    out += textwrap.wrap(printable(" ".join(para.split())), WIDTH) + [""]  # wrapped as shown
         for *_, item in items:
             out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
     total = sum(m.sent for e in trace.events for m in e.members)
@@ -111,4 +115,4 @@ def walkthrough(lr: LessonRun) -> str:
             mark = "ok  " if c.ok else "FAIL"
             out.append(f"  {mark} {c.name}: got {fmt_value(c.got)}, expected {fmt_value(c.expected)}")
     out.append(f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)} checks ok.")
-    return "\n".join(out) + "\n"
+    return "\n".join(map(printable, out)) + "\n"  # a line each: a newline inside a name shows as \n

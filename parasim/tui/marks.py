@@ -1,10 +1,12 @@
 """What a trace's marks say, read once for the app: each phase's notes, the pipeline slot tables, the
 compute events. A real-size symbolic run has hundreds of thousands of marks and events; the app asks at
-every step, so a step reads these instead of the whole trace."""
+every step, so a step reads these instead of the whole trace. Notes and slot labels are shown as read here:
+through `printable`, once."""
 from __future__ import annotations
 
 from functools import cached_property
 
+from ..render.text import printable
 from ..trace import Event, Trace
 
 
@@ -21,7 +23,7 @@ class MarkIndex:
             if mk.kind == "phase":
                 current[mk.rank] = mk.text
             elif mk.kind == "note" and mk.rank in current:
-                out.setdefault(current[mk.rank], []).append((mk.rank, mk.text))
+                out.setdefault(current[mk.rank], []).append((mk.rank, printable(mk.text)))
         return out
 
     @cached_property
@@ -34,7 +36,7 @@ class MarkIndex:
         out: dict[str, dict[int, list[str]]] = {}
         for phase, _, _, data in self.trace.notes("table_row"):
             if phase:
-                out.setdefault(phase, {})[data["table_row"]] = list(data["cells"])
+                out.setdefault(phase, {})[data["table_row"]] = [printable(cell) for cell in data["cells"]]
         return out
 
     @cached_property

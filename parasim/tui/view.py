@@ -3,6 +3,10 @@ selected event's details, what each rank holds around it (values and placements)
 
 Stepping goes one event at a time, in the order events completed (their seq); the grid's columns are the
 logical steps of the trace. Filters (by op or axis) and a focused rank narrow what stepping visits.
+
+Every string a panel shows that came from the trace or the program (names, labels, phases, notes, sites,
+dtypes) leaves this model through `printable`: the app draws it as it is, never as a terminal command.
+(The app puts these strings into Rich Text, which reads no markup, so '[bold]' in a name stays literal.)
 """
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.ops import OPS
+from ..render.text import printable
 from ..trace import Event, Trace
 from .marks import MarkIndex
 from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists
@@ -164,6 +169,7 @@ class View:
     divergence: dict | None = None  # `parasim check`'s first divergence, marked in the timeline
 
     def __post_init__(self) -> None:
+        self.title = printable(self.title)
         self.events = list(self.trace.events)
         self.columns = max([e.step for e in self.events] + [1])
         self.cells: dict[tuple[int, int], list[int]] = {}
@@ -208,7 +214,7 @@ class View:
             self.rows = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
             return
         groups = sorted({g.ranks for g in self.trace.groups if g.name == axis}, key=min)
-        self.rows = [(f"{axis}·{min(g)}", tuple(sorted(g))) for g in groups]
+        self.rows = [(f"{printable(axis)}·{min(g)}", tuple(sorted(g))) for g in groups]
         # each row's first busy rank per column, in one pass over the cells (rows of 128 ranks are drawn often)
         row_of = {r: (k, pos) for k, (_, rs) in enumerate(self.rows) for pos, r in enumerate(rs)}
         best: dict[tuple[int, int], tuple[int, int]] = {}
@@ -220,10 +226,11 @@ class View:
             self._row_firsts.setdefault(k, {})[col] = rank
 
     def next_fold(self) -> str | None:
-        """Cycle: unfolded, then each axis that partitions the world, then unfolded again."""
+        """Cycle: unfolded, then each axis that partitions the world, then unfolded again. Returns the axis
+        folded by, as shown (None: unfolded)."""
         axes = [None] + self.fold_axes()
         self.fold(axes[(axes.index(self.fold_axis) + 1) % len(axes)] if self.fold_axis in axes else None)
-        return self.fold_axis
+        return None if self.fold_axis is None else printable(self.fold_axis)
 
     # -- which events stepping visits --------------------------------------------------------------
     def set_filter(self, text: str) -> None:
@@ -344,7 +351,7 @@ class View:
                 lines.append(f"hop {hop['hop'] + 1} {hop['phase']}: {moves}")
         elif e.hops:
             lines.append(f"ring algorithm: {len(e.hops)} hops (t shows them)")
-        return lines
+        return [printable(line) for line in lines]
 
     def holdings(self, index: int) -> list[Holding]:
         """Per rank taking part: what it held going in and what it holds coming out of the event."""
@@ -357,7 +364,7 @@ class View:
                 for j, t in enumerate(tensors[:SHOWN]):
                     role = side if e.kind != "p2p" else ("sends" if side == "in" else "receives")
                     shown = fmt(values[j]) if values and j < len(values) else ""
-                    out.append(Holding(m.rank, role, _tensor(t), placement(e, side), shown))
+                    out.append(Holding(m.rank, role, printable(_tensor(t)), printable(placement(e, side)), shown))
         return out
 
     def watch(self, index: int) -> Watch | None:
@@ -373,8 +380,8 @@ class View:
         phase = self.events[index].phase or ""
         rank = holders.get(_place(fields, phase))
         if rank is None:
-            return Watch(token, None, [])
-        return Watch(token, rank, said.get(phase, []))
+            return Watch(printable(token), None, [])
+        return Watch(printable(token), rank, [printable(n) for n in said.get(phase, [])])
 
     def map(self, index: int) -> MapView | None:
         """The map panel for traces made on a layout (the MoE example, parasim trace): None otherwise."""
@@ -400,7 +407,7 @@ class View:
         said = self.marks.notes_by_phase.get(phase, [])  # held bytes have their own panel
         notes = [f"rank {r}: {text}" for r, text in sorted(said, key=lambda rn: rn[0])]  # each rank's in order
         text = " ".join(self.narrative.get(phase, "").split())
-        return phase, text, notes
+        return printable(phase), printable(text), notes
 
     def slots(self, index: int, width: int = 20) -> SlotWindow | None:
         """For pipeline lessons: the slot table the ranks noted (rows "GPU k: F1 F2 ..."), the latest one at
@@ -436,7 +443,7 @@ class View:
                 r = e.members[0].rank
                 done[r] += float(e.params.get("flops", 0) or 0)
                 last[r] = e.op
-        return [(r, done[r], last[r]) for r in range(self.trace.world)] if seen else []
+        return [(r, done[r], printable(last[r])) for r in range(self.trace.world)] if seen else []
 
     def held(self, index: int) -> list:
         """The memory panel: per rank of the selected event, the bytes it held while the event ran, and its
@@ -452,7 +459,7 @@ class View:
         pos = at + 1 if at < len(self._visible) and self._visible[at] == index else 0
         parts = [f"event {pos}/{len(self._visible)}"]
         if self.filter_text:
-            parts.append(f"filter '{self.filter_text}'")
+            parts.append(f"filter '{printable(self.filter_text)}'")
         if self.focus_rank is not None:
             parts.append(f"rank {self.focus_rank}")
         if self.diverged() is not None:
