@@ -43,8 +43,10 @@ class ParasimApp(App):
     ]
     index = reactive(0, repaint=False)  # _show redraws what changed; a repaint would redraw the whole screen
 
-    def __init__(self, view: View) -> None:
+    def __init__(self, view: View, start: int | None = None) -> None:
+        """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on)."""
         super().__init__()
+        self._start = start
         self.theme = "textual-dark"
         self.view = view
         self.sub_title = view.title
@@ -53,6 +55,7 @@ class ParasimApp(App):
         self.prompt_kind: str | None = None
         self._timer = None
         self._shown: dict[str, Text] = {}  # what each panel shows now
+        self._panels_ready = False  # on_mount made the panels (App.is_mounted is a method: always true)
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -80,6 +83,9 @@ class ParasimApp(App):
         self.query_one("#work").border_title = "compute so far, per rank (flops)"
         self.query_one("#right").border_title = "narrative"
         self.query_one(Timeline).border_title = "timeline: ranks x logical steps"
+        if self._start is not None:  # set here, not before run(): the index's watcher draws the panels
+            self.index = self.view.clamp(self._start)
+        self._panels_ready = True
         self._show()
 
     # -- drawing -----------------------------------------------------------------------------------
@@ -94,7 +100,7 @@ class ParasimApp(App):
         return text
 
     def watch_index(self, index: int) -> None:
-        if self.is_mounted:
+        if self._panels_ready:
             self._show()
 
     def _show(self) -> None:  # noqa: C901 (one place that pushes the view model into every widget)
@@ -167,7 +173,7 @@ class ParasimApp(App):
         panel = self._shown_if("watch", watch)
         if panel is None:
             return
-        panel.border_title = f"following {watch.token}"
+        panel.border_title = Text(f"following {watch.token}")  # Text: a token's name is not markup
         text = Text()
         if watch.rank is None:
             text.append("not in this phase (another micro-batch, or the gradient sums)", style="dim")
@@ -259,7 +265,7 @@ class ParasimApp(App):
     def action_fold(self) -> None:
         axis = self.view.next_fold()
         self.query_one(Timeline).resize_rows()
-        self.notify(f"rows: one per {axis} group" if axis else "rows: one per rank", timeout=2)
+        self.notify(f"rows: one per {axis} group" if axis else "rows: one per rank", timeout=2, markup=False)
         self._show()
 
     def action_help(self) -> None:
