@@ -10,6 +10,11 @@ class UsageError(ParasimError):
     """Bad input from a person: a layout, a size, a lesson name, a file. The CLI prints it in one line."""
 
 
+class OutputError(ParasimError):
+    """Output that could not be written: a full disk, a closed standard output. Files are written whole or
+    not at all, so nothing half-written is left behind."""
+
+
 class LayoutError(UsageError, ValueError):
     """A layout (or its model) breaks a rule; the message names the rule."""
 

@@ -3,6 +3,7 @@ time on a workstation long before it taught anything. Each refusal is one line n
 from __future__ import annotations
 
 import os
+import re
 from typing import Any, Callable
 
 from .errors import UsageError
@@ -20,23 +21,98 @@ MAX_SIZE = 10**12  # any one size (hidden, tokens, GPUs, ...): far beyond every 
 PLOT_FORMATS = (".png", ".svg", ".pdf")
 
 
-def size_arg(parse: Callable[[str], int], text: str) -> int:
-    """A command-line size: `parse(text)`, from 1 to MAX_SIZE. Text longer than any such number is refused
-    before parsing (Python would spend seconds on a 5,000-digit one)."""
+# What each command can do in seconds (measured on one core; each limit names what grows with it)
+SLOT_TABLE = 1_000_000  # ranks x time slots of a schedule's timing: it fills them one by one
+SLOTS_SHOWN = 10_000  # slots printed as a table (Rich lays out every cell: about 0.2 ms each)
+SLOTS_PLOTTED = 2_000  # slots drawn as a picture (matplotlib sets out a box and a label for each: ~1 ms)
+PLOT_GPUS = 256  # GPUs drawn in a layout picture (one box and label each, on a canvas that grows with them)
+NODES_SHOWN = 64  # nodes `parasim layout` draws, one panel each
+EXPERTS_SHOWN = 131_072  # expert names drawn, GPUs x experts each holds (a table cell each: ~20 us a name)
+TRACE_PASSES = 2_048  # GPUs x micro-batches x layers of the token trace's step on virtual ranks (~4 ms each)
+TRACE_EXPERT_LAYERS = 1_024  # experts x layers in the token trace: every expert's weights, run and checked
+SYMBOLIC_TOKENS = 1 << 22  # tokens per sequence in a symbolic step: it keeps each token's position (~100 bytes)
+SYMBOLIC_PASSES = 256  # micro-batches x pipeline stages of a symbolic step (DeepSeek-V3's own 16 x 16: ~10 s)
+SEARCH_LAYOUTS = 200_000  # layouts one `fit --search` builds and checks by the layout rules (~40 us each)
+SEARCH_TOP = 100  # layouts listed per node count
+_DIGITS = re.compile(r"[0-9]+")  # int() also reads '1_000', '+5', ' 5' and '٥': not what a person meant
+_DECIMAL = re.compile(r"(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]{1,3})?")  # float() also reads 'nan'
+
+
+def digits(text: str) -> int:
+    """`text` as an integer when it is ASCII digits and nothing else; ValueError otherwise. Python's int()
+    also takes underscores, a sign, spaces around and digits of other scripts, which a size never has."""
+    if len(text) > 20 or not _DIGITS.fullmatch(text):  # 20: longer than any size (int() of 5,000 digits is slow)
+        raise ValueError(f"not digits: {text[:40]!r}")
+    return int(text)
+
+
+def decimal(text: str) -> float:
+    """`text` as a float when it is written as a plain decimal (4, 0.4, .5, 27e9); ValueError otherwise
+    (float() also reads 'nan', 'inf', '1_0', ' 4' and '+4')."""
+    if len(text) > 40 or not _DECIMAL.fullmatch(text):
+        raise ValueError(f"not a decimal: {text[:40]!r}")
+    return float(text)
+
+
+def size_arg(parse: Callable[[str], int], text: str, limit: int = MAX_SIZE, why: str = "", least: int = 1) -> int:
+    """A command-line size: `parse(text)`, from `least` (1) to `limit` (MAX_SIZE; `why` says why it is lower).
+    `parse` is given only ASCII text that starts with a digit (it reads the rest, a suffix included)."""
     import argparse
     try:
-        n = parse(text) if len(text) <= 20 else 0
+        n = parse(text) if len(text) <= 20 and text.isascii() and text[:1].isdigit() else None
     except (ValueError, OverflowError):  # OverflowError: 'infK' is an infinity
-        n = 0
-    if not 1 <= n <= MAX_SIZE:
-        raise argparse.ArgumentTypeError(f"expected a positive integer up to {MAX_SIZE:.0e}, got {text[:40]!r}")
+        n = None
+    if n is None or n < least or (n > limit and limit == MAX_SIZE):
+        low = "a positive integer" if least == 1 else f"an integer from {least}"
+        raise argparse.ArgumentTypeError(f"expected {low} up to {_amount(limit)}, got {text[:40]!r} (digits only, "
+                                         "such as 4096)")
+    if n > limit:
+        raise argparse.ArgumentTypeError(f"{n:,} is more than the limit of {limit:,} ({why})")
     return n
+
+
+def _amount(n: int) -> str:
+    return f"{n:.0e}" if n >= 10**9 else f"{n:,}"
+
+
+def number_arg(text: str, low: float, high: float, what: str) -> float:
+    """A command-line real number from `low` to `high` written as a plain decimal (see `decimal`)."""
+    import argparse
+    try:
+        x = decimal(text)
+    except ValueError:
+        x = None
+    if x is None or not low <= x <= high:
+        raise argparse.ArgumentTypeError(f"expected {what} from {low:g} to {high:g}, got {text[:40]!r} (a decimal "
+                                         "such as 0.4 or 27e9)")
+    return x
 
 
 def at_most(what: str, value: Any, limit: int, why: str) -> None:
     """UsageError unless `value` <= `limit` (both already integers)."""
     if value > limit:
         raise UsageError(f"{what}: {value:,} is more than the limit of {limit:,} ({why})")
+
+
+def check_symbolic_step(seq: int | None, microbatches: int, stages: int) -> None:
+    """A step on symbolic ranks at real size (`memory/fit --symbolic`, `trace --symbolic` on a preset);
+    `seq` None: a length not yet known."""
+    if seq is not None:
+        at_most("tokens per sequence of a symbolic step", seq, SYMBOLIC_TOKENS,
+                "the step keeps each token's position, about 100 bytes a token")
+    at_most(f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
+            microbatches * stages, SYMBOLIC_PASSES, "each runs its stage's layers forward and backward")
+
+
+def check_experts_shown(gpus: int, each: int) -> None:
+    """A drawing that names each GPU's experts (E1 E2 ...): `gpus` drawn, holding `each` experts."""
+    at_most(f"expert names drawn ({gpus:,} GPUs x {each:,} experts each)", gpus * each, EXPERTS_SHOWN,
+            "each is written out; draw fewer nodes (--nodes) or split the experts over more EP ranks (--ep)")
+
+
+def check_plot_gpus(world: int) -> None:
+    """A layout picture: one box per GPU."""
+    at_most("GPUs in a layout picture", world, PLOT_GPUS, "--plot draws a box and a label for each GPU")
 
 
 TIMEOUT = 30.0  # seconds: the default time limit of a rank (real: in one call; virtual: between two calls)
@@ -57,8 +133,9 @@ def check_real_timeout(timeout: Any) -> None:
     start and its meeting with the others, which a shorter limit cuts off before the program runs."""
     check_timeout(timeout)
     if timeout < REAL_MIN_TIMEOUT:
-        raise UsageError(f"timeout must be at least {REAL_MIN_TIMEOUT:g} s on real ranks, got {timeout!r}: it also "
-                         "bounds how long the processes take to start and meet, which takes longer than that")
+        raise UsageError(f"timeout must be at least {REAL_MIN_TIMEOUT:g} s on real ranks, got {timeout!r}: the same "
+                         "limit bounds how long the rank processes may take to start and connect to each other, "
+                         "which can take longer than that")
 
 
 def check_processes(nproc: int) -> None:
@@ -77,10 +154,12 @@ def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> byte
         raise UsageError(f"{what} {path} is not a regular file")
     at_most(f"{what} {path}: bytes", st.st_size, limit, "parasim reads it whole into memory")
     try:
-        with open(path, "rb") as f:
-            return f.read(limit + 1)
+        with open(path, "rb") as f:  # read(n) allocates n bytes first: ask for what the file holds
+            data = f.read(st.st_size + 1)
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
+    at_most(f"{what} {path}: bytes", len(data), limit, "parasim reads it whole into memory")  # it grew
+    return data
 
 
 def check_plot_path(path: str) -> None:

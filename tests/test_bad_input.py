@@ -48,7 +48,8 @@ CASES = [
     (["memory", "--model", "27b", "--sequence-parallel"], "sequence parallelism needs tp > 1"),
     (["layout", "--tp", "2", "--hidden", "100", "--heads", "8"], "hidden 100 does not divide by heads 8"),
     # real-run settings
-    (["run", "collectives", "--timeout", "nan"], "timeout must be a number of seconds above 0"),
+    (["run", "collectives", "--timeout", "nan"], "expected a number of seconds (such as 30 or 0.5), got 'nan'"),
+    (["run", "collectives", "--timeout", "0"], "timeout must be a number of seconds above 0"),
 ]
 
 

@@ -3,7 +3,7 @@ torch autograd on the unsplit layer in float64. Weight gradients are partial sum
 (each saw its own tokens): the dp-cp reduction adds them up."""
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 pytest.importorskip("torch")
@@ -34,9 +34,11 @@ def run_cp(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int, b: 
 @settings(max_examples=30, deadline=None)
 @given(tp=st.sampled_from([1, 2]), cp=st.integers(1, 4), sp=st.booleans(),
        split=st.sampled_from(["contiguous", "zigzag"]), chunk=st.integers(1, 2), kv=st.sampled_from([1, 2]))
+@example(tp=2, cp=4, sp=True, split="contiguous", chunk=1, kv=1)  # one token per rank, always tried
 def test_cp_tp_sp_layer_equals_torch(tp, cp, sp, split, chunk, kv):
     shape = ModelSpec(hidden=8, heads=2, kv_heads=kv, dropout=0.0)
-    s, b = 2 * cp * tp * chunk, 1
+    # chunk 1: one token per CP rank (contiguous), or per TP rank under SP
+    s, b = (cp if split == "contiguous" else 2 * cp) * (tp if sp else 1) * chunk, 1
     vals = run_cp(shape, tp, cp, sp, split, s, b)
     ry, rdx, rg = reference(shape, s, b)
     y, dx = np.zeros_like(ry), np.zeros_like(rdx)

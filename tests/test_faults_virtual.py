@@ -71,6 +71,13 @@ PROGRAMS = textwrap.dedent("""\
         g = ctx.new_group([0], "tp")
         return ctx.comm.all_reduce(ctx.xp.ones(2), group=g)  # not a member
 
+    def in_c(ctx):
+        import collections
+        import itertools
+        if ctx.rank == 1:
+            collections.deque(itertools.count(), maxlen=0)  # a loop inside C
+        return ctx.comm.all_reduce(ctx.xp.ones(2))
+
     def sends_a_list(ctx):
         if ctx.rank == 0:
             ctx.comm.send([1.0, 2.0], 1)  # a list
@@ -295,3 +302,27 @@ def test_the_default_limit_stops_a_spinning_rank(mine):
     assert out.returncode == 1 and 30 <= took < 60
     assert "rank 1 ran for 30 s" in out.stderr and f"mine.py:{_line(mine, 'spins here')}" in out.stderr
     assert "Traceback" not in out.stderr
+
+
+@pytest.mark.parametrize("command", [["lesson"], ["check"]], ids=["lesson", "check"])
+def test_prints_of_a_program_while_it_runs_go_to_stderr_under_json(tmp_path, monkeypatch, command):
+    import json
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "talks.py").write_text("def f(ctx):\n    print('rank', ctx.rank, 'says hi')\n"
+                                       "    return ctx.comm.all_reduce(ctx.xp.ones(1))\n")
+    out = cli(*command, "talks.py:f", "--world", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    json.loads(out.stdout)
+    assert "rank 0 says hi" in out.stderr and "rank 1 says hi" in out.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_loop_inside_c_ends_the_process_naming_its_line(mine):
+    """Code that never returns to the interpreter takes no interrupt: the last resort (faulthandler's timer,
+    GRACE seconds past the limit) writes where it is and ends the process with exit code 1."""
+    from parasim.comm.watchdog import GRACE
+    t = time.monotonic()
+    out = cli_process("lesson", f"{mine}:in_c", "--world", "2", "--plain", "--timeout", "1", timeout=50)
+    assert out.returncode == 1 and time.monotonic() - t < 1 + GRACE + 20
+    assert f'File "{mine}", line {_line(mine, "a loop inside C")} in in_c' in out.stderr

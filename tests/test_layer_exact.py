@@ -18,7 +18,7 @@ def cases(draw):
     tp = draw(st.sampled_from([1, 2, 4]))
     heads = tp * draw(st.sampled_from([1, 2]))
     kv = draw(st.sampled_from([k for k in (1, 2, heads) if heads % k == 0 and (k % tp == 0 or tp % k == 0)]))
-    d = draw(st.sampled_from([2, 4]))
+    d = draw(st.sampled_from([1, 2, 4]))  # 1: hidden == heads
     sp = draw(st.booleans())
     s = tp * draw(st.integers(1, 3)) if sp else draw(st.integers(1, 6))
     shape = ModelSpec(hidden=heads * d, heads=heads, kv_heads=kv, ffn=tp * draw(st.sampled_from([2, 5])),

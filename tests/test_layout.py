@@ -118,7 +118,7 @@ def test_valid_model_rules_pass():
     Layout(cp=1, model=Model(seq=7))  # no CP: any length
     Layout(tp=2, model=Model(experts=1))  # one expert is a dense MLP: no SP needed
     Layout(model=Model(experts=4))  # MoE without TP needs no SP
-    Layout(tp=2, cp=2, sp=True, zigzag=False, model=Model(seq=6, experts=4))
+    Layout(tp=2, cp=2, sp=True, zigzag=False, model=Model(seq=8, experts=4))  # 2 tokens per (cp, tp) rank
     assert all(isinstance(p.layout, Layout) for p in PRESETS.values() if p.layout is not None)
 
 

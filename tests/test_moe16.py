@@ -142,7 +142,8 @@ def test_any_layout_traces_exactly(args, holder):
 
 def test_bad_trace_layouts_are_one_line():
     for args, why in ((["--tp", "3"], "heads 4 do not divide by tp 3"), (["--pp", "3"], "layers 4 do not divide"),
-                      (["--layout", "moe16", "--tp", "2"], "not both"), (["--experts", "-1"], "--experts must be"),
+                      (["--layout", "moe16", "--tp", "2"], "not both"),
+                      (["--experts", "-1"], "--experts: expected an integer from 0"),
                       (["--routing", "post", "--experts", "4"], "the post's routing picks 2 of experts E1-E8")):
         bad = _cli("trace", *args)
         assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and why in bad.stderr, args

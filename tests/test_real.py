@@ -182,7 +182,8 @@ def test_a_rank_that_raises_ends_every_process():
         parasim.run(raises_on_rank_1, 2, backend="gloo", timeout=20)
     assert time.perf_counter() - t < 20
     msg = str(info.value)
-    assert msg.startswith("rank 1 raised ValueError: boom on rank 1\nTraceback") and "test_real.py" in msg
+    head = f"rank 1 raised ValueError: boom on rank 1 at tests/test_real.py:{raises_on_rank_1.__code__.co_firstlineno + 3}"
+    assert msg.startswith(f"{head} (in raises_on_rank_1)\nTraceback"), msg
     assert info.value.rank == 1
     time.sleep(0.5)
     assert _children() == []

@@ -1,42 +1,65 @@
-"""Several nodes: two torchrun "nodes" on this machine (c10d rendezvous on 127.0.0.1, two processes
-each) run the same lesson; the global rank 0 prints one verdict, and it matches the virtual run."""
+"""Several nodes: two torchrun "nodes" on this machine (README's recipe: they meet through a file, rank 0
+serves the ranks' store) run the same lesson; the global rank 0 prints one verdict, it matches the virtual
+run, and every socket that any of their processes listens on is on loopback, although an interface is
+exported for gloo as a multi-node recipe would."""
 import json
 import os
-import socket
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 
 pytest.importorskip("torch")
 
+from test_faults_real import IFACE, _listening_alive
+from test_real_faults import LOOPBACK
+
 pytestmark = pytest.mark.slow
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _tree(pid: int) -> list[int]:
+    """`pid` and its live descendants (torchrun starts its ranks in sessions of their own)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/task/{p}/children") as f:
+                todo += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        out.append(p)
+    return out
 
 
-def test_two_torchrun_nodes_give_one_verdict_that_matches():
-    port = _free_port()
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}  # every byte on loopback
+def test_two_torchrun_nodes_give_one_verdict_that_matches_and_listen_on_loopback_only(tmp_path):
+    env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1",
+           "GLOO_SOCKET_IFNAME": IFACE}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
-           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", "parasim-test",
-           "--local-addr", "127.0.0.1", "--max-restarts", "0",
+           "--rdzv-backend", "c10d", "--rdzv-conf", "store_type=file", "--rdzv-endpoint", str(tmp_path / "rdzv"),
+           "--rdzv-id", "parasim-test", "--local-addr", "127.0.0.1", "--max-restarts", "0",
            "-m", "parasim", "run", "collectives", "--json", "--timeout", "60"]
-    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-             for _ in range(2)]
-    outs = []
+    nodes = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                              start_new_session=True) for _ in range(2)]
+    seen: set[tuple[str, int]] = set()
+    pids: set[int] = set()
     try:
+        deadline = time.monotonic() + 180
+        while any(p.poll() is None for p in nodes) and time.monotonic() < deadline:
+            now = [pid for p in nodes for pid in _tree(p.pid)]
+            pids |= set(now)
+            seen |= set(_listening_alive(now))
+            time.sleep(0.02)
+        outs = []
         for p in nodes:
-            out, err = p.communicate(timeout=180)
+            out, err = p.communicate(timeout=10)
             assert p.returncode == 0, err[-2000:]
             outs.append(out)
     finally:
         for p in nodes:
-            p.kill()
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
     printed = [o for o in outs if o.strip()]
     assert len(printed) == 1  # only the node holding global rank 0 reports
     verdict = json.loads(printed[0])
@@ -44,3 +67,6 @@ def test_two_torchrun_nodes_give_one_verdict_that_matches():
     assert verdict["checks"] and all(c["ok"] for c in verdict["checks"])
     # every collective of the lesson ran over 4 ranks spread over both nodes: 3 kinds, 12 events
     assert sorted(verdict["timings"]) == ["all_gather", "all_reduce", "reduce_scatter"] and verdict["events"] == 12
+    # the agents and their 4 ranks were looked at; rank 0's store and each rank's gloo listened, on loopback
+    assert len(pids) >= 6 and len(seen) >= 5, (pids, seen)
+    assert [s for s in seen if s[0] not in LOOPBACK] == []

@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from ..errors import UsageError
-from .common import add_timeout, positive
+from ..render.jsonout import dumps
+from .common import add_timeout, positive, program_output
 
-KEEP = 10 ** 6  # keep every collective's values (up to this many elements each): other groups are tried on them
+# keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
+# other groups, ops and dims are tried on them
+KEEP = 10 ** 6
 
 
 def add_check(sub: Any) -> None:
@@ -69,34 +71,55 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.against is not None:
         return _against_real(args, lesson, world)
     symbolic = lesson.backend != "virtual"  # tensors without values: only the lesson's own checks compare
-    result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=0 if symbolic else KEEP,
-                 timeout=args.timeout)
+    with program_output(args):
+        result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=0 if symbolic else KEEP,
+                     timeout=args.timeout)
     names = {} if symbolic else collect(result.trace, result.marked)
     if symbolic:
         reference = None
     found, checks = None, []
     if reference is not None:
-        found = first_divergence(result, run(reference, ref_world, seed=lesson.seed, keep_values=KEEP,
-                                             timeout=args.timeout))
+        # the reference's marks are compared, never its collectives' values: it keeps none
+        with program_output(args):
+            ran = run(reference, ref_world, seed=lesson.seed, timeout=args.timeout)
+        found = first_divergence(result, ran)
     elif names:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
         checks = list(lesson.checks(result))
+    dropped = result.trace.meta.get("values_dropped", 0)
     if args.tui:
-        from ..tui.app import ParasimApp
-        from ..tui.view import View
-        app = ParasimApp(View(result.trace, lesson.narrative, lesson.title, divergence=found))
-        if found is not None and app.view.diverged() is not None:
-            app.index = app.view.diverged()
-        app.run()
+        open_app(result.trace, lesson, found).run()
     elif args.json:
-        print(json.dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "reference": against,
-                          "compared": len(names),
-                          "tolerance": TOLERANCE, "first_divergence": found,
-                          "checks": [c.to_dict() for c in checks]}, indent=1))
+        print(dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "reference": against,
+                     "compared": len(names), "tolerance": TOLERANCE, "first_divergence": found,
+                     "values_dropped": dropped, "checks": [c.to_dict() for c in checks]}))
     else:
         print(_text(lesson.name, args.bug, len(names), found, checks, against if reference is not None else None))
+        if dropped:
+            print(_dropped(result.trace, found, dropped))
     return 1 if found is not None or not all(c.ok for c in checks) else 0
+
+
+def open_app(trace: Any, lesson: Any, found: dict | None) -> Any:
+    """The app on the run, opening at the event the first divergence is pinned on (d jumps back to it)."""
+    from ..tui.app import ParasimApp
+    from ..tui.view import View
+    view = View(trace, lesson.narrative, lesson.title, divergence=found)
+    return ParasimApp(view, start=view.diverged())
+
+
+def _dropped(trace: Any, found: dict | None, dropped: int) -> str:
+    """The line that says values were not kept, and what that left untried."""
+    from ..limits import KEPT_VALUES
+    calls = sum(e.kind != "compute" for e in trace.events)
+    line = (f"  the values of {dropped} of {calls} calls were not kept (a run keeps {KEPT_VALUES:,} numbers at "
+            "most, to bound its memory)")
+    event = None if found is None or found["event"] is None else trace.events[found["event"]]
+    if event is not None and any(m.before is None for m in event.members):
+        line += (f"; event #{event.seq}, where the divergence is pinned, kept none, so what would have matched was "
+                 "not tried")
+    return line
 
 
 SIZE_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
@@ -147,9 +170,21 @@ def _text(name: str, bug: str | None, compared: int, found: dict | None, checks:
                   f"{found['marked_on']})",
                   f"  max abs error {found['max_abs']:.3g}, max relative {found['max_rel']:.3g} "
                   f"(tolerance {found['tolerance']:g})"]
-        if found["event"] is not None:
+        if found["nan"]:
+            lines.append(f"  {found['nan']}")
+        if found["rows_missing"]:
+            rows = found["rows_missing"]
+            lines.append(f"  {len(rows)} row(s) of the whole are held by no rank: "
+                         + ", ".join(map(str, rows[:8])) + (", ..." if len(rows) > 8 else ""))
+        if found["event"] is not None and found["received_at"] is not None:
+            src, dst = found["ranks"]
+            lines.append(f"  from event #{found['event']}: {found['op']} rank {src} -> rank {dst} on {found['group']} "
+                         f"'{found['label']}', sent at {found['site']}, received at {found['received_at']}")
+        elif found["event"] is not None:
             lines.append(f"  from event #{found['event']}: {found['op']} on {found['group']} "
                          f"'{found['label']}' at {found['site']}")
+        if found["transfer"]:
+            lines.append(f"  {found['transfer']}")
         if found["copies_differ"]:
             lines.append(f"  the copies on {found['marked_on']} differ from each other: whatever made them (a random "
                          "draw, a sum) was not the same on every rank there")
@@ -168,14 +203,17 @@ def _against_real(args: argparse.Namespace, lesson: Any, world: int) -> int:
 
     if args.bug is not None:
         raise UsageError("--against runs the lesson's own program on real ranks; --bug variants run on virtual ranks")
-    report = run_real(lesson.target, world, RealOptions(args.against, lesson.seed, KEEP, "direct", True, 30.0))
+    with program_output(args):
+        report = run_real(lesson.target, world,
+                          RealOptions(args.against, lesson.seed, KEEP, "direct", True, args.timeout,
+                                      prints_to_stderr=args.json))
     if report is None:  # a torchrun rank other than 0
         return 0
     first = report.differences[0] if report.differences else None
     if args.json:
-        print(json.dumps({"lesson": lesson.name, "against": args.against, "world": world,
-                          "first_divergence": None if first is None else {"against": args.against, "call": first},
-                          "differences": len(report.differences)}, indent=1))
+        print(dumps({"lesson": lesson.name, "against": args.against, "world": world,
+                     "first_divergence": None if first is None else {"against": args.against, "call": first},
+                     "differences": len(report.differences)}))
     else:
         print(f"{lesson.name} on {world} {args.against} ranks against its virtual run: "
               + ("no difference" if first is None else f"first difference: {first}"))

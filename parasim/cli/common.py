@@ -1,11 +1,17 @@
-"""What every command shares: a parser whose errors are one line, and flag helpers."""
+"""What every command shares: a parser whose errors are one line, flag types that read digits only and
+bound each size, and the ways out: JSON printed whole, files written whole, and a standard output that
+may be full, closed, gone (a broken pipe) or unable to show a character."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import os
+import sys
+from typing import Any, Callable
 
-from ..errors import UsageError
-from ..limits import size_arg
+from ..errors import OutputError, UsageError
+from ..limits import decimal, digits, size_arg
+
+BROKEN_PIPE = 141  # the exit code when stdout's reader has gone (`| head`): 128 + SIGPIPE, as a shell reports it
 
 
 class Parser(argparse.ArgumentParser):
@@ -16,16 +22,30 @@ class Parser(argparse.ArgumentParser):
 
 
 def positive(text: str) -> int:
-    return size_arg(int, text)
+    """A size flag: digits only, from 1 to limits.MAX_SIZE."""
+    return size_arg(digits, text)
+
+
+def positive_up_to(limit: int, why: str) -> Callable[[str], int]:
+    """A size flag bounded by what its command can do in seconds: the refusal names `limit` and `why`."""
+    def parse(text: str) -> int:
+        return size_arg(digits, text, limit, why)
+    return parse
+
+
+def count(text: str) -> int:
+    """A number of things that may be none (0 experts: a dense model): digits only, up to limits.MAX_SIZE."""
+    return size_arg(digits, text, least=0)
 
 
 def seconds(text: str) -> float:
-    """A time limit in seconds: a finite number above 0 (checked before anything starts)."""
+    """A time limit in seconds: a finite number above 0, written as a decimal (checked before anything starts)."""
     from ..limits import check_timeout
     try:
-        value = float(text) if len(text) <= 40 else float("nan")
+        value = decimal(text)
     except ValueError:
-        value = float("nan")
+        raise argparse.ArgumentTypeError(f"expected a number of seconds (such as 30 or 0.5), got {text[:40]!r}") \
+            from None
     try:
         check_timeout(value)
     except UsageError as exc:
@@ -50,22 +70,120 @@ def gpu_preset(name: str, what: str = "GPU") -> Any:
     return table[name.lower()]
 
 
+# -- output ---------------------------------------------------------------------------------------------
+def program_output(args: argparse.Namespace) -> Any:
+    """While a command's programs run: under --json, what they print goes to stderr, so that stdout
+    carries the JSON alone (a user's program may print on every rank)."""
+    import contextlib
+    return contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext()
+
+
+def json_text(obj: Any, indent: int | None = 1, where: str = "the output") -> str:
+    """`obj` as strict JSON text (render/jsonout: no NaN or Infinity; a value with no JSON form is named in
+    one line, UsageError). Made whole before anything is printed or written."""
+    from ..render.jsonout import dumps
+    return dumps(obj, indent=indent, where=where)
+
+
+def print_json(obj: Any, indent: int | None = 1, where: str = "the output") -> None:
+    """`--json`: `obj` as strict JSON on stdout, all of it or (a value with no JSON form) none of it."""
+    text = json_text(obj, indent, where)
+    sys.stdout.write(text + "\n")
+
+
+def check_folder(path: str) -> None:
+    """An output file's folder exists (checked before any work; the file itself is written at the end)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise UsageError(f"cannot write {path}: there is no folder {folder}")
+    if os.path.isdir(path):
+        raise UsageError(f"cannot write {path}: it is a folder; give a file name")
+
+
+def write(path: str, text: str | bytes) -> None:
+    """An output file (--trace, --chrome, ...) written whole or not at all (render/output.write_whole):
+    UsageError (exit 2) for a name that cannot be written, OutputError (exit 1) when the disk is full."""
+    from ..render.output import write_whole
+    write_whole(path, text)
+
+
+def write_json(path: str, obj: Any, where: str = "the file") -> None:
+    """`obj` as strict JSON in file `path`, whole or not at all."""
+    write(path, json_text(obj, None, where) + "\n")
+
+
 def write_hta(path: str, trace: Any, times: Any = None) -> None:
-    """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis."""
-    from ..render.chrome import write_hta as written
+    """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis; each
+    file whole or not at all (all texts are made before the first is written)."""
+    from ..render.chrome import to_hta
     if not path:
         raise UsageError("an empty folder name: give a folder to write the HTA traces to")
+    texts = {r: json_text(f, None, f"rank {r}'s HTA trace") for r, f in to_hta(trace, times=times).items()}
     try:
-        written(trace, path, times)
+        os.makedirs(path, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+    for r, text in texts.items():
+        write(os.path.join(path, f"rank{r}.json"), text)
 
 
-def write(path: str, text: str) -> None:
-    if not path:
-        raise UsageError("an empty file name: give a path to write to")
+class Stdout:
+    """sys.stdout while a command runs. A character the terminal's encoding cannot show is written in an
+    ASCII spelling (-> for an arrow) instead of failing; a write that fails (a full disk, a closed stdout)
+    is an OutputError, one line and exit 1; a reader that went away (BrokenPipeError) is left to `main`,
+    which ends quietly. Everything else is the stream's own."""
+
+    def __init__(self, stream: Any):
+        self.stream = stream  # None when the program started with stdout closed (`>&-`)
+
+    def write(self, text: str) -> int:
+        stream = self._open()
+        try:
+            try:
+                return stream.write(text)
+            except UnicodeEncodeError:  # a text stream encodes the whole string before it buffers any of it
+                from ..render.output import shown
+                return stream.write(shown(text, getattr(stream, "encoding", None)))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _failed(exc) from None
+
+    def flush(self) -> None:
+        if self.stream is None:
+            return
+        try:
+            self.stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise _failed(exc) from None
+
+    def isatty(self) -> bool:
+        return self.stream is not None and self.stream.isatty()
+
+    def _open(self) -> Any:
+        if self.stream is None:
+            raise OutputError("cannot write the output: standard output is closed (was it started with >&-?)")
+        return self.stream
+
+    def __getattr__(self, name: str) -> Any:  # encoding, fileno, buffer, ...: the stream's own
+        return getattr(self._open(), name)
+
+
+def _failed(exc: OSError) -> OutputError:
+    return OutputError(f"cannot write the output: {exc.strerror or exc}")
+
+
+def silence_stdout(stream: Any) -> None:
+    """After stdout failed (a broken pipe, a full disk): point the process's file descriptor 1 at /dev/null,
+    so that the interpreter's own flush at exit does not fail again with "Exception ignored" (the recipe in
+    Python's documentation, "Note on SIGPIPE"). Only for the process's real stdout (not a test's capture)."""
+    if stream is None or stream is not sys.__stdout__:
+        return
     try:
-        with open(path, "w") as f:
-            f.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -2,31 +2,34 @@
 from __future__ import annotations
 
 import argparse
-import json
+import re
 from typing import Any
 
 from ..errors import UsageError
-from ..limits import size_arg
-from .common import gpu_preset
+from ..limits import SEARCH_TOP, number_arg, size_arg
+from .common import count, gpu_preset, positive_up_to, print_json
+
+_TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5M
 
 
 def _pos(text: str) -> int:
-    """A positive integer; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
+    """A positive integer in digits; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
     def parse(t: str) -> int:
-        t = t.strip().upper()
-        mult = {"K": 1000, "M": 1000_000}.get(t[-1:], 1)
-        return int(float(t[:-1]) * mult) if mult > 1 else int(t)
+        m = _TOKENS.fullmatch(t)
+        if m is None:
+            from ..limits import digits
+            return digits(t)
+        whole, frac, unit = m.groups()
+        mult = 1000 if unit.upper() == "K" else 1_000_000
+        value = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if frac else 0)  # exact: no float
+        return value
     return size_arg(parse, text)
 
 
-def _positive_float(text: str) -> float:
-    try:
-        x = float(text)
-    except ValueError:
-        x = 0.0
-    if not x > 0 or x != x or x == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return x
+def _number(low: float, high: float, what: str) -> Any:
+    def parse(text: str) -> float:
+        return number_arg(text, low, high, what)
+    return parse
 
 
 def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
@@ -38,7 +41,8 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                        ("--ffn", "MLP width (default 4 x hidden)"), ("--experts", "routed experts per MoE layer"),
                        ("--top-k", "experts per token"), ("--expert-ffn", "one expert's MLP width")):
         m.add_argument(flag, type=_pos, metavar="N", help=what)
-    m.add_argument("--params", type=_positive_float, metavar="P", help="stated parameter count (e.g. 27e9); "
+    m.add_argument("--params", type=_number(1, 1e15, "a parameter count"), metavar="P",
+                   help="stated parameter count (e.g. 27e9); "
                    "default: counted from the shapes")
     y = p.add_argument_group("layout" + (" (ignored by --search, which tries them all)" if search else ""))
     for flag, what in (("--tp", "tensor parallel size"), ("--cp", "context parallel size"),
@@ -47,7 +51,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                        ("--etp", "expert tensor parallel size (default 1)")):
         y.add_argument(flag, type=_pos, metavar="N", help=what)
     y.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism")
-    y.add_argument("--zero", type=int, choices=(0, 1, 2, 3), default=None,
+    y.add_argument("--zero", type=count, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage over dp x cp (default 1: the distributed optimizer" +
                    ("; --search tries all unless given)" if search else ")"))
     y.add_argument("--recompute", nargs="?", const="full", choices=("none", "selective", "full"), default=None,
@@ -59,10 +63,10 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--microbatches", type=_pos, metavar="M", help="micro-batches per step (default: pp)")
     t.add_argument("--chunked-loss", action="store_true", help="compute the loss in chunks: no whole logits")
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
-    t.add_argument("--usable", type=_positive_float, metavar="GB",
+    t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
-    t.add_argument("--utilisation", type=_positive_float, default=0.4, metavar="U",
-                   help="fraction of peak FLOP/s reached (default 0.4)")
+    t.add_argument("--utilisation", type=_number(0.001, 1, "a fraction of peak FLOP/s"), default=0.4, metavar="U",
+                   help="fraction of peak FLOP/s reached, at most 1 (default 0.4)")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
     r = p.add_argument_group("against a run")
@@ -90,7 +94,8 @@ def add_estimate_commands(sub: Any) -> None:
     fp.add_argument("--search", action="store_true", help="try every layout (TP, SP, CP, PP, DP/ZeRO, recompute)")
     fp.add_argument("--nodes", default="1-64", metavar="A-B", help="node counts for --search (default 1-64)")
     fp.add_argument("--gpus-per-node", type=_pos, default=8, metavar="N", help="GPUs per node (default 8)")
-    fp.add_argument("--top", type=_pos, default=5, metavar="K", help="layouts listed per node count (default 5)")
+    fp.add_argument("--top", type=positive_up_to(SEARCH_TOP, "each is listed with its whole layout"), default=5,
+                    metavar="K", help=f"layouts listed per node count (default 5, at most {SEARCH_TOP})")
     fp.add_argument("--plot", metavar="FILE.png", help="with --search: longest sequence against nodes per family")
     fp.set_defaults(func=cmd_fit)
 
@@ -113,14 +118,16 @@ def _model(args: argparse.Namespace):
     return from_flags(**sizes)
 
 
-def _plan(args: argparse.Namespace, model):
+def _plan(args: argparse.Namespace, model, seq: int | None = None):
+    """The plan the flags give, checked by the layout rules (Layout's, as `parasim layout` checks them),
+    against the sequence too when it is known (`memory --seq`)."""
     from ..estimate.memory import Plan
     # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
     plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
                 ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
                 recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
                 micro_batch=args.micro_batch, microbatches=args.microbatches, chunked_loss=args.chunked_loss)
-    return plan.check(model)
+    return plan.check(model, seq)
 
 
 def _gpu(args: argparse.Namespace):
@@ -144,7 +151,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from ..estimate.memory import breakdown
     from ..estimate.traffic import step_time, step_traffic
     model = _model(args)
-    plan, gpu = _plan(args, model), _gpu(args)
+    plan, gpu = _plan(args, model, args.seq), _gpu(args)
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..examples.against import check_runs
         check_runs(model, plan, args.routing, args.seq)
@@ -163,7 +170,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         note_running(plan, args.seq)
         out["run"] = compare(model, plan, args.seq, args.routing)
     if args.json:
-        print(json.dumps(out, indent=1))
+        print_json(out)
         return 0
     from rich.console import Console
     from rich.table import Table
@@ -210,7 +217,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             from ..render.plots import plot_search
             plot_search(result, args.plot)
         if args.json:
-            print(json.dumps(result, indent=1))
+            print_json(result)
             return 0
         print(f"{model.name}: the longest sequence per node count ({result['layouts_tried']:,} layouts, "
               f"{result['usable']:g} {name} usable per GPU)")
@@ -230,7 +237,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = step_time(model, plan, f.seq, gpu, args.utilisation)
     if args.json:
-        print(json.dumps(out, indent=1))
+        print_json(out)
         return 0
     print(f"{model.name}, {plan.label()} on {plan.world} GPUs, {out['usable']:g} {name} usable per GPU:")
     print(f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
@@ -253,7 +260,7 @@ def _fit_against_run(args: argparse.Namespace, model, usable: float, unit: float
     note_running(plan, None)
     out = fit_against_run(model, plan, usable, args.routing)
     if args.json:
-        print(json.dumps({**out, "unit": name}, indent=1))
+        print_json({**out, "unit": name})
         return 0
     print_fit(out, unit, name)
     return 0

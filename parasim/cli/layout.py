@@ -2,11 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive
+from ..limits import NODES_SHOWN, check_experts_shown
+from .common import positive, positive_up_to, print_json
 
 
 def add_layout(sub: Any) -> None:
@@ -35,7 +35,8 @@ def add_layout(sub: Any) -> None:
                                     ("--experts", "--num-experts", "experts", "experts per MoE layer (divide by ep)"),
                                     ("--seq", "--seq-length", "seq", "sequence length (divides by 2*cp)")):
         yp.add_argument(short, long, dest=dest, type=positive, metavar="N", help=what)
-    yp.add_argument("--nodes", type=positive, default=2, metavar="N", help="nodes to draw (default 2)")
+    yp.add_argument("--nodes", type=positive_up_to(NODES_SHOWN, "each node is drawn as a panel"), default=2,
+                    metavar="N", help=f"nodes to draw (default 2, at most {NODES_SHOWN})")
     yp.add_argument("--plot", metavar="FILE.png", help="also draw the layout as one picture: GPUs by node, the "
                     "experts each holds, EP groups by colour")
     yp.add_argument("--json", action="store_true",
@@ -48,8 +49,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
     if args.list:
         if args.json:
-            print(json.dumps({n: {"about": PRESETS[n].about, **preset(n).to_dict()} for n in layout_names()},
-                             indent=1))
+            print_json({n: {"about": PRESETS[n].about, **preset(n).to_dict()} for n in layout_names()})
         else:
             for n in layout_names():
                 print(f"  {n:<16} {preset(n).world:>5} GPUs  {PRESETS[n].about}")
@@ -66,11 +66,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
         m = ModelSpec(**given) if given else None
         layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
         title = ""
+    if not args.json:  # the drawing names each GPU's experts, on the nodes it draws
+        check_experts_shown(min(layout.world, args.nodes * layout.gpus_per_node), layout.experts_each)
     if args.plot is not None:
         from ..render.plots import plot_layout_map
         plot_layout_map(layout, args.plot, title)
     if args.json:
-        print(json.dumps(layout.to_json()))
+        print_json(layout.to_json(), indent=None)
     else:
         from ..render.layout_view import print_layout
         print_layout(layout, title, args.nodes)

@@ -2,12 +2,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import add_timeout, positive, write, write_hta
+from .common import add_timeout, json_text, positive, print_json, program_output, write, write_hta, write_json
 
 
 def add_lesson(sub: Any) -> None:
@@ -28,7 +27,7 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
     add_timeout(lp)
-    lp.set_defaults(func=cmd_lesson)
+    lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
 
 
 def add_view(sub: Any) -> None:
@@ -53,24 +52,27 @@ def cmd_lesson(args: argparse.Namespace) -> int:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
         lessons = load_lessons()
         if args.json:
-            print(json.dumps([{"name": l.name, "title": l.title, "world": l.world, "summary": l.summary}
-                              for l in lessons.values()], indent=2))
+            print_json([{"name": l.name, "title": l.title, "world": l.world, "summary": l.summary}
+                        for l in lessons.values()], indent=2)
         else:
             print("Lessons (parasim lesson NAME):")
             for l in lessons.values():
                 print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
         return 0
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
-    lr = run_lesson(lesson, args.world, timeout=args.timeout)
+    with program_output(args):
+        lr = run_lesson(lesson, args.world, timeout=args.timeout)
+    # the JSON first, whole: a value with no JSON form is refused before any file or line is written
+    text = json_text(lr.to_dict()) if args.json else None
     if args.chrome is not None:
         from ..render.chrome import to_chrome
-        write(args.chrome, json.dumps(to_chrome(lr.result.trace)) + "\n")
+        write_json(args.chrome, to_chrome(lr.result.trace), "the Chrome trace")
     if args.hta is not None:
         write_hta(args.hta, lr.result.trace)
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
-    if args.json:
-        print(json.dumps(lr.to_dict(), indent=1))
+    if text is not None:
+        sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and sys.stdout.isatty()):
         _open_tui(lr.result.trace, lesson.narrative, lesson.title)
     else:

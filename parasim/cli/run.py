@@ -2,13 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive, write, write_hta
-from ..limits import check_processes
+from .common import positive, program_output, seconds, write, write_hta
+from ..limits import TIMEOUT, check_processes, check_real_timeout
+from ..render.jsonout import dumps
 
 
 def add_run(sub: Any) -> None:
@@ -24,9 +24,13 @@ def add_run(sub: Any) -> None:
                     help="gloo (CPU processes, default) or nccl (one GPU per rank)")
     rp.add_argument("--nproc", type=positive, metavar="N",
                     help="processes to start on this machine (default: the lesson's world size)")
-    rp.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                    help="seconds a rank may wait in one call before the run is stopped (default 30); a run "
-                         "where no rank finishes a call for twice as long is stopped too")
+    rp.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                    help="where the ranks' tensors live: auto (NCCL: one GPU per rank; gloo: the CPU), cpu, or cuda "
+                         "(gloo on CUDA tensors; ranks share the visible GPUs, so a multi-rank lesson runs on one GPU)")
+    rp.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
+                    help=f"seconds a rank may wait in one call before the run is stopped (default {TIMEOUT:g}, at "
+                         "least 1); a rank stuck outside any call meanwhile is named with its line, and a run where "
+                         "no rank finishes a call for twice as long is stopped too")
     rp.add_argument("--no-check", action="store_true",
                     help="skip the signature exchange before each collective (faster; mismatches then time out)")
     rp.add_argument("--json", action="store_true",
@@ -42,6 +46,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..lesson import get_lesson
     from ..engine.real import run_real
 
+    check_real_timeout(args.timeout)  # before any file is loaded or process started
     if args.name == "all":
         return _run_all(args)
     if under_torchrun():
@@ -55,18 +60,18 @@ def cmd_run(args: argparse.Namespace) -> int:
                          "real ranks cannot run it (parasim lesson runs it)")
     nproc = given or lesson.world
     lesson.check_world(nproc)
-    report = run_real(lesson.target, nproc, _real_options(args, lesson))
+    with program_output(args):
+        report = run_real(lesson.target, nproc, _real_options(args, lesson))
     if report is None:  # a torchrun rank other than 0: rank 0 reports for everyone
         return 0
     checks = _real_checks(lesson, report)
     if args.chrome is not None:
         from ..render.chrome import to_chrome
-        write(args.chrome, json.dumps(to_chrome(report.trace, times=report.times)) + "\n")
+        write(args.chrome, dumps(to_chrome(report.trace, times=report.times), indent=None) + "\n")
     if args.hta is not None:
         write_hta(args.hta, report.trace, report.times)
     if args.json:
-        print(json.dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]},
-                         indent=1))
+        print(dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}))
     else:
         from ..render.verdict import print_verdict
         print_verdict(lesson, report, checks)
@@ -76,7 +81,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
     """How `parasim run` runs one lesson on real ranks: the lesson's seed and kept values, the user's flags."""
     from ..comm.launch import RealOptions
-    return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout)
+    return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout,
+                       device=args.device, prints_to_stderr=args.json)
 
 
 def _real_checks(lesson: Any, report: Any) -> list:
@@ -115,12 +121,14 @@ def _run_all(args: argparse.Namespace) -> int:
         jobs = [(lesson.target, _real_options(args, lesson)) for lesson in group]
         if not args.json:
             print(f"{len(group)} lesson(s) on {world} {args.backend} ranks ...", file=sys.stderr, flush=True)
-        for lesson, report in zip(group, run_real_many(jobs, world)):
+        with program_output(args):
+            reports = run_real_many(jobs, world)
+        for lesson, report in zip(group, reports):
             rows.append((lesson, report, _real_checks(lesson, report)))
     skipped = [lesson.name for lesson in lessons if not any(lesson is r[0] for r in rows)]
     ok = all(_passed(report, checks) for _, report, checks in rows)
     if args.json:
-        print(json.dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
+        print(dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
             {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
             for lesson, report, checks in rows]}, indent=1))
     else:

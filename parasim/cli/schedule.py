@@ -2,11 +2,10 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from typing import Any
 
-from ..errors import UsageError
-from .common import positive
+from .common import count, json_text, positive
 from ..pipeline.schedules import SCHEDULES
 
 
@@ -21,14 +20,16 @@ def add_schedule(sub: Any) -> None:
     sp_.add_argument("--layers", type=positive, metavar="L", help="check that L layers split evenly over the stages")
     sp_.add_argument("--pp", type=positive, default=4, metavar="P", help="pipeline ranks (default 4)")
     sp_.add_argument("--microbatches", "-m", type=positive, default=4, metavar="M", help="micro-batches (default 4)")
-    sp_.add_argument("--backward-cost", type=int, choices=(1, 2), default=1,
+    sp_.add_argument("--backward-cost", type=count, choices=(1, 2), default=1,
                      help="slots a full backward takes (the post draws 1; about 2 in reality)")
-    sp_.add_argument("--json", action="store_true", help='print {"schedule","pp","microbatches","slots",...}')
+    sp_.add_argument("--json", action="store_true", help='print {"schedule","pp","microbatches","slots",...} '
+                     "instead of the table")
     sp_.add_argument("--plot", metavar="FILE.png", help="draw the slot table with matplotlib")
     sp_.set_defaults(func=cmd_schedule)
 
 
 def cmd_schedule(args: argparse.Namespace) -> int:
+    from ..limits import SLOT_TABLE, SLOTS_PLOTTED, SLOTS_SHOWN
     from ..pipeline.schedules import check_layers, default_chunks, generate
     from ..pipeline.timing import simulate
 
@@ -36,18 +37,23 @@ def cmd_schedule(args: argparse.Namespace) -> int:
     plan = generate(args.schedule, args.pp, args.microbatches, args.chunks)
     v = args.chunks or default_chunks(args.schedule)
     per = check_layers(args.layers, plan) if args.layers else None
-    timing = simulate(plan, costs)
+    # the slots this command fills, draws or prints, whichever bound is the tightest
+    bound = min([(SLOT_TABLE, "the timing fills every slot of every rank")]
+                + ([(SLOTS_PLOTTED, "--plot draws a box and a label for each slot")] if args.plot else [])
+                + ([] if args.json else [(SLOTS_SHOWN, "the table prints every slot; --json gives up to "
+                                                       f"{SLOT_TABLE:,}")]))
+    timing = simulate(plan, costs, *bound)
     name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
-    if args.plot is not None:
-        from ..render.plots import plot_slots
-        try:
-            plot_slots(timing, name, args.plot)
-        except OSError as exc:
-            raise UsageError(f"cannot write {args.plot}: {exc.strerror or exc}") from None
+    text = None
     if args.json:
         out = timing.to_dict(args.schedule, args.pp, args.microbatches)
         out.update(chunks=v, **({"layers_per_stage": per} if per else {}))
-        print(json.dumps(out))
+        text = json_text(out, indent=None)
+    if args.plot is not None:
+        from ..render.plots import plot_slots
+        plot_slots(timing, name, args.plot)
+    if text is not None:
+        sys.stdout.write(text + "\n")
         return 0
     from ..render.schedule import print_schedule
     print_schedule(timing, args.schedule, args.pp, args.microbatches, v, args.layers, per)

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .common import gpu_preset, positive
+from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
+from .common import count, gpu_preset, print_json, positive
 
 SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
 
@@ -28,7 +29,7 @@ def add_trace(sub: Any) -> None:
                        ("--world", "GPUs (default: tp x cp x pp x dp)")):
         tr.add_argument(flag, type=positive, metavar="N", help=what)
     tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
-    tr.add_argument("--experts", type=int, metavar="N", help="experts per layer (default 8; 0: a dense model)")
+    tr.add_argument("--experts", type=count, metavar="N", help="experts per layer (default 8; 0: a dense model)")
     tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; must divide by pp)")
     tr.add_argument("--gpus-per-node", type=positive, metavar="N", help="GPUs per node, for the bytes that cross "
                     "nodes (default 8)")
@@ -46,16 +47,17 @@ def add_trace(sub: Any) -> None:
                     "view (--gpu N)")
     tr.add_argument("--token", default="contract", help="a word of sequence A (its first occurrence), or t1..t8, "
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
-    tr.add_argument("--gpu", type=int, metavar="N", help="instead of a token, one GPU: what it stores (weight shards, "
-                    "whole copies, experts, optimizer share, tokens) and every collective it joins")
+    tr.add_argument("--gpu", type=count, metavar="N", help="instead of a token, one GPU: what it stores (weight "
+                    "shards, whole copies, experts, optimizer share, tokens) and every collective it joins")
     tr.add_argument("--plot", metavar="FILE.png", help="also draw the layout, the followed token's GPU in red")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
-    tr.add_argument("--json", action="store_true",
-                    help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
+    shown = tr.add_mutually_exclusive_group()  # the app never returns to print JSON after it
+    shown.add_argument("--json", action="store_true",
+                       help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
                     "the step's time is worked out for (h200, h100, a100; default h200, at 40%% of peak)")
-    tr.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world opens "
-                    "with its ranks folded by axis: a row per data-parallel group)")
+    shown.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world "
+                       "opens with its ranks folded by axis: a row per data-parallel group)")
     tr.set_defaults(func=cmd_trace)
 
 
@@ -74,8 +76,6 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
         layout = preset(args.layout or LAYOUT)
         return replace(layout, **split), args.layout or LAYOUT
     experts = MOE16.experts if args.experts is None else args.experts
-    if experts < 0:
-        raise UsageError(f"--experts must be 0 (dense) or more, got {experts}")
     model = replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
                     layers=args.layers or MOE16.layers)
     sizes.setdefault("etp", 1)
@@ -96,6 +96,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
     m = args.microbatches or MICRO_BATCHES
     check_runnable(layout, m, args.routing)
+    _check_size(layout, m)
+    if args.plot is not None:
+        check_plot_gpus(layout.world)
     reps = replicas(layout.dp, m)
     watch = find_token(args.token, [s for rep in reps for s in rep])
     if args.gpu is not None and not 0 <= args.gpu < layout.world:
@@ -122,7 +125,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     path["bytes_by_link"] = {"gpus_per_node": layout.gpus_per_node,
                              "by_group": result.trace.bytes_by_link(layout.gpus_per_node)}
     if args.json:
-        print(json.dumps(path, indent=1))
+        print_json(path)
         return 0
     split = "zigzag" if layout.zigzag else "contiguous"
     print(f"{path['token']!r}: t{path['position']} of sequence {path['sequence']}, micro-batch {path['micro_batch']}, "
@@ -183,7 +186,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
         out["time"] = _times(args, result.trace, layout, g)
     ok = out["exactness"] is None or out["exactness"]["exact"]
     if args.json:
-        print(json.dumps(out, indent=1))
+        print_json(out)
         return 0 if ok else 1
     c, s = value["coords"], value["stores"]
     print(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
@@ -232,9 +235,9 @@ def _is_example(layout: Any) -> bool:
 def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     """A preset at its real size on symbolic ranks: one training step (examples/step.py), the ranks of each
     stage folded onto one, and one GPU's view of it."""
-    import sys
     from ..engine.runner import run
     from ..examples.step import make_step
+    from ..limits import check_symbolic_step
     from ..symbolic.fold import fold_of
 
     if args.gpu is None and not args.app:
@@ -252,6 +255,7 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
                          "(every GPU routes alike)")
     args.routing = "balanced"  # what the step routes by (a dense model routes nothing)
     m = args.microbatches or layout.pp
+    check_symbolic_step(layout.model.seq, m, layout.pp)
     fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
@@ -259,6 +263,16 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     if args.app:
         return _app(result.trace, f"{name}: one training step on {layout.world:,} symbolic GPUs")
     return _gpu_view(args, result, layout, name, m)
+
+
+def _check_size(layout: Any, m: int) -> None:
+    """The example's step runs every GPU's layers for every micro-batch on virtual ranks, and holds and
+    checks every expert of every layer: both bounded by what runs in seconds."""
+    model = layout.model
+    at_most(f"GPUs x micro-batches x layers of the token trace ({layout.world:,} x {m:,} x {model.layers:,})",
+            layout.world * m * model.layers, TRACE_PASSES, "virtual ranks run each one for real, a few ms each")
+    at_most(f"experts x layers of the token trace ({model.experts:,} x {model.layers:,})",
+            model.experts * model.layers, TRACE_EXPERT_LAYERS, "every expert's weights are made, run and checked")
 
 
 def _app(trace: Any, title: str) -> int:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Callable, Sequence
 
+import ml_dtypes
 import numpy as np
 
 from ..errors import CollectiveError
@@ -235,16 +236,35 @@ def _algo(algo: str) -> str:
 # ---------------------------------------------------------------------------------------------
 # Shared rules: dtype names, argument checks, bytes under the ring algorithm, call sites.
 
+# numpy has no bfloat16 of its own; ml_dtypes gives it one (np.dtype("bfloat16") works once it is imported,
+# and its arithmetic rounds to bfloat16 after every operation, as a GPU's does). Its kind is 'V', the kind of
+# raw and structured records too, so "is this a number" asks for it by name.
+BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+HALF_FLOATS = ("float16", "bfloat16")  # 16-bit floats: every addition rounds to 11 or 8 significant bits
+
+
 @lru_cache(maxsize=64)
 def dtype_name(dtype: Any) -> str:
-    """'float32' for numpy and torch dtypes alike."""
+    """'float32' (or 'bfloat16') for numpy and torch dtypes alike."""
     name = str(dtype)
     if name.startswith("torch."):
         return name[6:]
     try:
-        return np.dtype(dtype).name  # also np.float32 (a scalar type) and "f4"
+        return np.dtype(dtype).name  # also np.float32 (a scalar type), "f4" and ml_dtypes.bfloat16
     except TypeError:
         return name
+
+
+def numeric(dtype: Any) -> bool:
+    """Whether a numpy dtype holds numbers a real backend can carry: bool, integers, floats (bfloat16
+    included), complex; not strings, objects, dates, raw bytes or records."""
+    d = np.dtype(dtype)
+    return d.kind in "biufc" or d == BFLOAT16
+
+
+def floating(dtype: Any) -> bool:
+    """Whether a numpy or torch dtype is a real floating type (float16, bfloat16, float32, float64)."""
+    return dtype_name(dtype).startswith(("float", "bfloat"))
 
 
 def group_members(ranks: Any, world: int, name: str, site: str) -> tuple[int, ...]:
@@ -268,7 +288,7 @@ def group_members(ranks: Any, world: int, name: str, site: str) -> tuple[int, ..
 def check_reduce_op(op: str, dtype: Any) -> None:
     if op not in REDUCE_OPS:
         raise CollectiveError(f"unknown reduce op {op!r}; use one of {', '.join(REDUCE_OPS)}")
-    if op == "avg" and not dtype_name(dtype).startswith(("float", "complex", "bfloat")):
+    if op == "avg" and not (floating(dtype) or dtype_name(dtype).startswith("complex")):
         raise CollectiveError(f"op='avg' needs a floating dtype, got {dtype_name(dtype)}")
 
 

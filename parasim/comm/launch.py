@@ -1,6 +1,7 @@
 """Start real ranks: N local processes that meet through a store served here on 127.0.0.1 (nothing
-listens beyond loopback), or join a run that torchrun already started. Each process runs the program on a `TorchComm` and hands back its
-own record of every call; the caller merges and checks them.
+listens beyond loopback, whatever the environment says), or join a run that torchrun already started. Each
+process runs the program on a `TorchComm` and hands back its own record of every call; the caller merges
+and checks them.
 
 Programs travel to the workers as a picklable callable or as (file path, function name), so a program
 loaded from a file (a lesson) need not be importable.
@@ -20,9 +21,11 @@ import traceback
 from dataclasses import dataclass, replace
 from typing import Any, Callable
 
-from ..limits import check_processes, check_timeout
-from ..errors import Deadlock, ParasimError, RankFailed, RealRunFailed, UsageError
-from .rank_errors import failure
+from ..limits import check_processes, check_real_timeout
+from ..errors import CollectiveError, ParasimError, RankFailed, RealRunFailed, UsageError
+from .rank_errors import ASK, REIMPORTED, STARTING, Watch, answer_where, ask_where, failure, guard_hint
+from .sites import with_call_site
+from .watchdog import raised_text
 
 Target = Callable[[Any], Any] | tuple[str, str]
 BACKENDS = ("gloo", "nccl")
@@ -37,20 +40,62 @@ class RealOptions:
     check: bool = True  # the signature exchange before each collective
     timeout: float = 30.0  # seconds a rank may wait in one collective before the run is stopped
     error_dir: str | None = None  # where each failing rank writes its error (set by `launch`)
+    # where a rank's tensors live: "auto" (NCCL: its own GPU; gloo: the CPU), "cpu", or "cuda" (gloo on CUDA
+    # tensors: ranks share the GPUs round robin, so several ranks can run on one GPU, which NCCL refuses)
+    device: str = "auto"
+    prints_to_stderr: bool = False  # what the program prints goes to stderr (--json: stdout holds the JSON alone)
+
+
+DEVICES = ("auto", "cpu", "cuda")
 
 
 Job = tuple[Target, RealOptions]  # a program and the options it runs with (seed, keep_values, ...)
 
 
+# What torchrun sets in every process it starts. The first five say "this process is a rank of a job";
+# MASTER_ADDR and MASTER_PORT alone say nothing (a local launch sets its own), so only they may be left over.
+TORCHRUN_RANK_VARS = ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+TORCHRUN_VARS = TORCHRUN_RANK_VARS + ("MASTER_ADDR", "MASTER_PORT")
+
+
 def under_torchrun() -> bool:
-    """True in a process that torchrun (or another elastic agent) started."""
-    return "TORCHELASTIC_RUN_ID" in os.environ and "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    """True in a process that torchrun (or another elastic agent) started. Only some of its variables set
+    (left over in a shell, or set by hand) is a UsageError naming them: parasim could neither join a job
+    nor know that it should start its own ranks."""
+    present = [v for v in TORCHRUN_VARS if os.environ.get(v)]
+    if not any(v in present for v in TORCHRUN_RANK_VARS):
+        return False
+    missing = [v for v in TORCHRUN_VARS if v not in present]
+    if missing:
+        stray = [v for v in present if v in TORCHRUN_RANK_VARS]
+        raise UsageError(f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} set, as in a process torchrun "
+                         f"started, but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: unset "
+                         f"{', '.join(stray)} to start the ranks here, or start parasim with torchrun")
+    n = {v: _whole(v) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")}
+    if not (0 <= n["RANK"] < n["WORLD_SIZE"] and 0 <= n["LOCAL_RANK"] < n["LOCAL_WORLD_SIZE"] <= n["WORLD_SIZE"]
+            and 0 < n["MASTER_PORT"] < 65536):
+        shown = ", ".join(f"{v}={os.environ[v]}" for v in n)
+        raise UsageError(f"torchrun's variables do not fit together ({shown}): a rank is from 0 to WORLD_SIZE - 1, "
+                         "a local rank from 0 to LOCAL_WORLD_SIZE - 1, a port from 1 to 65535")
+    return True
 
 
-def check_backend(backend: str, nproc_per_node: int) -> None:
-    """UsageError (exit 2) when the backend cannot run here: no torch, no GPU, too few GPUs."""
+def _whole(name: str) -> int:
+    text = os.environ[name]
+    if not (text.isascii() and text.isdigit() and len(text) <= 9):
+        raise UsageError(f"{name} must be a whole number, got {text[:40]!r}")
+    return int(text)
+
+
+def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> None:
+    """UsageError (exit 2) when the backend cannot run here: no torch, no GPU, too few GPUs, or a device
+    the backend cannot use."""
     if backend not in BACKENDS:
         raise UsageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if device not in DEVICES:
+        raise UsageError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
+    if backend == "nccl" and device == "cpu":
+        raise UsageError("--backend nccl keeps tensors on GPUs; --device cpu needs --backend gloo")
     try:
         import torch
         import torch.distributed as dist
@@ -58,6 +103,8 @@ def check_backend(backend: str, nproc_per_node: int) -> None:
         raise UsageError("real ranks need torch: pip install 'parasim[torch]'") from None
     if backend == "gloo" and not dist.is_gloo_available():
         raise UsageError("this torch build has no gloo backend")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UsageError("--device cuda needs a CUDA GPU and none is visible here; leave it out to run on the CPU")
     if backend == "nccl":
         if not torch.cuda.is_available():
             raise UsageError("--backend nccl needs CUDA GPUs and none is visible here; use --backend gloo on CPU")
@@ -81,8 +128,10 @@ def _load(target: Target) -> Callable[[Any], Any]:
 def _to_host(v: Any) -> Any:
     """Return values as numpy (picklable, comparable with a virtual run)."""
     import torch
+
+    from .torchdist import to_numpy
     if isinstance(v, torch.Tensor):
-        return v.detach().cpu().numpy()
+        return to_numpy(v)  # bfloat16 too
     if isinstance(v, (list, tuple)):
         return type(v)(_to_host(x) for x in v)
     if isinstance(v, dict):
@@ -91,20 +140,21 @@ def _to_host(v: Any) -> Any:
 
 
 def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
-    """The body of one real rank. torch.distributed's usual environment must be set (RANK, WORLD_SIZE, ...).
+    """The body of one real rank. torch.distributed's usual environment must be set (RANK, WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT, ...), as torchrun sets it.
 
     Returns this rank's result; with `gather`, rank 0 returns every rank's (in rank order), the others None."""
-    out = run_jobs([(target, opts)], gather)
+    out = run_jobs([(target, opts)], gather, store=_job_store(opts.timeout))
     return out if out is None else out[0]
 
 
-def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None,
-             on_call: Callable[[], None] | None = None) -> list[Any] | None:
+def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None, watch: Watch | None = None) -> list[Any] | None:
     """Several programs one after another on this rank, in one process group (one start-up for all).
 
     Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
     order), the others None. Backend and timeout are the first job's. Without `store`, the process group
-    is found through torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...)."""
+    is found through torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...). `watch`: what the
+    launcher's watchdog sees of this rank (a local launch)."""
     import torch
     import torch.distributed as dist
 
@@ -112,6 +162,9 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None,
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if opts.backend == "nccl":
         device = torch.device("cuda", local)
+        torch.cuda.set_device(device)
+    elif opts.device == "cuda":  # gloo on CUDA tensors: gloo copies through the host, so GPUs may be shared
+        device = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(device)
     else:
         device = torch.device("cpu")
@@ -121,10 +174,10 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None,
     else:
         dist.init_process_group(opts.backend, store=store, rank=int(os.environ["RANK"]),
                                 world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
-    if on_call is not None:
-        on_call()  # joined: from here on the watchdog expects calls
+    if watch is not None:
+        watch.leave()  # joined: from here on the watchdog expects calls
     rank, world = dist.get_rank(), dist.get_world_size()
-    mine = [_run_program(target, o, rank, world, device, on_call) for target, o in jobs]
+    mine = [_run_program(target, o, rank, world, device, watch) for target, o in jobs]
     out: list[Any] | None = mine
     if gather:
         everyone = [None] * world if rank == 0 else None
@@ -135,35 +188,59 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None,
 
 
 def _run_program(target: Target, opts: RealOptions, rank: int, world: int, device: Any,
-                 on_call: Callable[[], None] | None = None) -> dict:
+                 watch: Watch | None = None) -> dict:
     """One program on this rank, with a comm and context of its own; its result and call records."""
     import array_api_compat.torch as xp
     import torch
-    import torch.distributed as dist
 
     from ..engine.context import Context
-    from .torchdist import TorchComm
+    from .torch_xp import TorchNamespace
+    from .torchdist import TorchComm, to_torch
 
     try:
+        wire = torch.device("cpu") if opts.backend == "gloo" else None  # gloo works on the host, whatever the device
         comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check,
-                         timeout=datetime.timedelta(seconds=opts.timeout), on_call=on_call)
-        ctx = Context(rank, world, comm, xp, opts.seed, comm, lambda a: torch.from_numpy(a).to(device))
-        program = _load(target)
-        dist.barrier()
-        comm.t_start = time.perf_counter()
-        value = program(ctx)
-        comm.finish()
+                         timeout=datetime.timedelta(seconds=opts.timeout), watch=watch, wire=wire)
+        ctx = Context(rank, world, comm, TorchNamespace(xp), opts.seed, comm, lambda a: to_torch(a, device))
+        if watch is not None:
+            watch.leave()  # the file's top level is the program's own code
+        with _prints_to_stderr(opts.prints_to_stderr):
+            program = _load(target)
+            comm.start()
+            value = program(ctx)
+            comm.finish()
     except Exception as exc:
         # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
         err = exc if isinstance(exc, ParasimError) else RankFailed(
-            f"rank {rank} raised {type(exc).__name__}: {exc}\n"
-            + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)), rank)
+            f"{raised_text(rank, exc)}\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+            rank)
+        if isinstance(exc, CollectiveError):  # a call that can never work: its line, as virtual ranks say
+            err = with_call_site(exc)
         _report(opts, rank, err)
         if err is exc:
             raise
         raise err from exc
     return {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
             "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
+
+
+@contextlib.contextmanager
+def _prints_to_stderr(on: bool) -> Any:
+    """While the block runs, file descriptor 1 (print, and C code's stdout) is stderr's: the program's prints
+    then stay out of the JSON its launcher writes on stdout."""
+    import sys
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
@@ -175,15 +252,16 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump(data, f)
 
 
-def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any = None,
-            env: dict[str, str] | None = None) -> None:
+def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any, states: Any,
+            env: dict[str, str]) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
-    error) in `folder` and exit quietly; the launcher reports."""
+    error) in `folder` and exit quietly; the launcher reports. `beats` and `states`: shared memory the
+    launcher watches (rank_errors.Watch)."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle: it ends the workers
-    if env is not None:  # the launcher's environment now, not the fork server's when it started
-        os.environ.clear()
-        os.environ.update(env)
+    signal.signal(ASK, answer_where(folder, rank))  # the launcher asks where a rank stuck in its program is
+    os.environ.clear()  # the launcher's environment now, not the fork server's when it started
+    os.environ.update(env)
     os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     try:
@@ -194,11 +272,7 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
         torch.set_num_threads(1)  # one thread per rank: N processes share this machine's cores
         store = dist.TCPStore("127.0.0.1", port, world + 1, False,
                               timeout=datetime.timedelta(seconds=jobs[0][1].timeout))
-
-        def beat() -> None:
-            beats[rank] = time.monotonic()  # shared memory: no message, no lock, a few ns per call
-
-        out = run_jobs(jobs, store=store, on_call=None if beats is None else beat)
+        out = run_jobs(jobs, store=store, watch=Watch(beats, states, rank))
         try:
             data = pickle.dumps(out)
         except Exception as exc:
@@ -217,17 +291,110 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
 
 
 def _loopback_store(world: int, timeout: float) -> tuple[Any, int]:
-    """The run's key-value store (where ranks meet), served by this process on 127.0.0.1 only. torch's
-    TCPStore binds every interface unless handed a socket that is already listening."""
+    """The run's key-value store (where ranks meet), served by this process on 127.0.0.1 only."""
     import torch.distributed as dist
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(max(128, world))
+    sock = _listening("127.0.0.1", 0, world)
     port = sock.getsockname()[1]
     store = dist.TCPStore("127.0.0.1", port, world + 1, True, master_listen_fd=sock.fileno(),
                           wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout))
     sock.detach()  # the store owns the descriptor now and closes it
     return store, port
+
+
+def _listening(addr: str, port: int, world: int) -> socket.socket:
+    """A socket listening on `addr` alone, for a TCPStore to serve on: torch's TCPStore binds every
+    interface unless handed a socket that is already listening."""
+    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((addr, port))
+    sock.listen(max(128, world))
+    return sock
+
+
+def _loopback_address(host: str) -> str | None:
+    """The address to listen on when `host` names this machine's loopback only (127.0.0.1, ::1, localhost):
+    then every rank is on this machine. None for any other host, or one that does not resolve."""
+    import ipaddress
+    try:
+        found = [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+    except (OSError, UnicodeError):
+        return None
+    if not found or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found):
+        return None
+    return next((a for a in found if ":" not in a), found[0])
+
+
+def _loopback_interface() -> str:
+    """The name of the loopback interface, for gloo (GLOO_SOCKET_IFNAME): lo on Linux, lo0 on macOS."""
+    names = {name for _, name in socket.if_nameindex()} if hasattr(socket, "if_nameindex") else set()
+    return "lo0" if "lo0" in names and "lo" not in names else "lo"
+
+
+def _local_env() -> dict[str, str]:
+    """The environment of a local launch's workers: the launcher's, but with gloo kept to the loopback
+    interface whatever GLOO_SOCKET_IFNAME says (exported for a multi-node run, it would put every gloo
+    socket of this one-machine run on that interface, reachable from other machines), over its default
+    transport (GLOO_DEVICE_TRANSPORT=UV or TCP_TLS, set for a cluster, would fail where this torch lacks
+    it), and NCCL's bootstrap likewise (NCCL_SOCKET_IFNAME). The store and MASTER_ADDR are the launcher's own,
+    on 127.0.0.1."""
+    env = {k: v for k, v in os.environ.items() if k != "GLOO_DEVICE_TRANSPORT"}
+    lo = _loopback_interface()
+    # NCCL's bootstrap listens on a socket too (on the first interface that is not loopback, by default):
+    # on one machine its ranks meet over loopback, and the GPUs still talk over NVLink or PCIe
+    return {**env, "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
+
+
+def _job_store(timeout: float) -> Any:
+    """The store of a job torchrun started, at MASTER_ADDR:MASTER_PORT, where its ranks meet. torchrun's
+    agent serves it (TORCHELASTIC_USE_AGENT_STORE=True) or else rank 0 does, which torch would do on every
+    interface: when MASTER_ADDR is a loopback address (every rank on this machine), it listens on that
+    address alone, and gloo keeps to the loopback interface."""
+    import torch.distributed as dist
+    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    limit = datetime.timedelta(seconds=timeout)
+    local = _loopback_address(host)
+    if local is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
+    try:
+        with _stderr_held():
+            if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+                store = dist.TCPStore(host, port, world, False, timeout=limit)
+            elif local is not None:
+                sock = _listening(local, port, world)
+                try:
+                    store = dist.TCPStore(local, port, world, True, master_listen_fd=sock.fileno(), timeout=limit)
+                finally:
+                    sock.detach()  # the store owns the descriptor (a failed one leaves it to this process's exit)
+            else:
+                store = dist.TCPStore(host, port, world, True, timeout=limit, multi_tenant=True)
+    except (dist.DistError, OSError) as exc:  # a store nobody serves, ranks that never come: one line
+        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RealRunFailed(f"rank {rank} could not meet the job's other ranks at {host}:{port} (MASTER_ADDR, "
+                            f"MASTER_PORT) within {timeout:g} s: {what}", rank) from None
+    return dist.PrefixStore("default_pg", store)  # the keys env:// would use, apart from the agent's own
+
+
+@contextlib.contextmanager
+def _stderr_held() -> Any:
+    """Hold what is written to file descriptor 2 meanwhile (torch's C++ side logs every retry of a store
+    connection there, with its stack frames) and pass it on only if the block succeeds: a failure is then
+    told in one line by the caller."""
+    import sys
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        ok = False
+        try:
+            yield
+            ok = True
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            if ok:
+                held.seek(0)
+                os.write(2, held.read())
 
 
 def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
@@ -242,26 +409,33 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
 
     Every socket stays on 127.0.0.1: the store is served here on loopback, gloo is kept to the loopback
     interface. A rank that fails is named with its own error; one that dies without raising (an exit
-    code, a signal) is named with that."""
+    code, a signal) is named with that; one stuck outside any collective while others time out waiting
+    for it is named with the line it is on."""
+    import multiprocessing
     import pickle
 
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is a worker importing the script that launched it (the spawn and forkserver start
+        # methods do), and the script launches again at its top level. Leave at once and quietly: the
+        # launcher sees this exit code and says what to change.
+        os._exit(REIMPORTED)
     opts = jobs[0][1]
     if any(o.backend != opts.backend for _, o in jobs):
         raise UsageError("every program of one launch runs on the same backend")
-    check_timeout(opts.timeout)
+    check_real_timeout(opts.timeout)
     check_processes(nproc)
-    check_backend(opts.backend, nproc)
-    if opts.backend == "gloo":
-        os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")  # keep every byte on the loopback interface
+    check_backend(opts.backend, nproc, opts.device)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     spawn = _starter()
     store, port = _loopback_store(nproc, opts.timeout)
     beats = spawn.RawArray("d", nproc)  # when each rank last finished a call (monotonic clock; 0: not joined)
+    states = spawn.RawArray("b", nproc)  # what each rank is doing: rank_errors.STARTING, IN_PROGRAM, IN_CALL
+    env = _local_env()
     _sweep_folders()
     with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
                                args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
-                                     port, folder, beats, dict(os.environ))) for r in range(nproc)]
+                                     port, folder, beats, states, env)) for r in range(nproc)]
         try:
             for p in procs:
                 try:
@@ -269,18 +443,20 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
                 except (pickle.PicklingError, AttributeError, TypeError) as exc:
                     raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
                                      "need a function defined at a module's top level") from None
+                except (EOFError, ConnectionError) as exc:  # the fork server died: it too imports the script
+                    raise RealRunFailed(f"the worker processes could not be started ({type(exc).__name__}: "
+                                        f"{exc}); if the script calls parasim.run at its top level: "
+                                        f"{guard_hint()}") from None
             # twice the timeout: a rank waiting in a collective is ended by its backend's own time-out first,
             # with the better message (which call, which group)
-            died = _wait_all(procs, folder, beats, 2 * opts.timeout)
+            died, stalled = _wait_all(procs, folder, beats, 2 * opts.timeout)
+            where = ask_where(procs, states, folder)  # before they are stopped: who is stuck, and on which line
         finally:
             _end(procs)
             del store
-        if died == "stalled":
-            raise Deadlock(f"no rank finished a call for {2 * opts.timeout:g} s (twice the run's timeout): every "
-                           "rank is busy outside collectives, or waits where no backend times out; the ranks were "
-                           "stopped")
-        if died is not None or any(p.exitcode != 0 for p in procs):
-            raise failure(procs, folder, died)
+        if stalled or died or any(p.exitcode != 0 for p in procs):
+            raise failure(procs, folder, died, where, opts.timeout, stalled,
+                          {r for r in range(nproc) if states[r] != STARTING})
         out = []
         for r in range(nproc):
             with open(os.path.join(folder, f"result{r}.pkl"), "rb") as f:
@@ -311,14 +487,17 @@ def _sweep_folders() -> None:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _wait_all(procs: list, folder: str, beats: Any, timeout: float, grace: float = 2.0) -> Any:
+def _wait_all(procs: list, folder: str, beats: Any, timeout: float,
+              grace: float = 2.0) -> tuple[list[tuple[int, int]], bool]:
     """Wait until every process has exited. When one fails, give the others `grace` seconds to report
-    their own errors (most are echoes of it), then stop waiting. Returns (rank, exit code) of the first
-    process seen to die without reporting an error, "stalled" when every rank has joined and none has
-    finished a call for `timeout` seconds (the watchdog: ranks stuck outside any collective), or None."""
+    their own errors (most are echoes of it), then stop waiting. Returns (rank, exit code) of each process
+    seen to end without reporting an error (an exit code, a signal, or exit code 0 before its results
+    were written), in that order, and whether the run stalled: every rank joined and none finished a
+    call for `timeout` seconds (the watchdog: ranks stuck outside any collective)."""
     import multiprocessing.connection
     alive = {p.sentinel: r for r, p in enumerate(procs)}
-    died, deadline = None, None
+    died: list[tuple[int, int]] = []
+    deadline = None
     while alive:
         left = max(0.0, deadline - time.monotonic()) if deadline is not None else min(1.0, timeout)
         ready = multiprocessing.connection.wait(list(alive), timeout=left)
@@ -327,17 +506,19 @@ def _wait_all(procs: list, folder: str, beats: Any, timeout: float, grace: float
         if not ready:
             last = [beats[r] for r in alive.values()]
             if all(last) and time.monotonic() - max(last) > timeout:
-                return "stalled"
+                return died, True
             continue
         for sentinel in ready:
             r = alive.pop(sentinel)
             procs[r].join()
             code = procs[r].exitcode
-            if code != 0 and deadline is None:
+            # a worker writes its results, then exits 0: exit 0 without them is a program that left early
+            failed = code != 0 or not os.path.exists(os.path.join(folder, f"result{r}.pkl"))
+            if failed and deadline is None:
                 deadline = time.monotonic() + grace
-            if code != 0 and died is None and not os.path.exists(os.path.join(folder, f"rank{r}.json")):
-                died = (r, code)
-    return died
+            if failed and not os.path.exists(os.path.join(folder, f"rank{r}.json")):
+                died.append((r, code))
+    return died, False
 
 
 def _end(procs: list, grace: float = 1.0) -> None:
@@ -352,6 +533,6 @@ def _end(procs: list, grace: float = 1.0) -> None:
 
 def join_torchrun(target: Target, opts: RealOptions) -> list[dict] | None:
     """Run this process's rank of a torchrun job; rank 0 gets every rank's result, the others None."""
-    check_timeout(opts.timeout)
-    check_backend(opts.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    check_real_timeout(opts.timeout)
+    check_backend(opts.backend, int(os.environ.get("LOCAL_WORLD_SIZE", "1")), opts.device)
     return run_rank(target, opts, gather=True)

@@ -24,7 +24,7 @@ import numpy as np
 from . import ring
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER,
                         Group, broadcast_bytes, ring_bytes)
-from .kernels import COMBINE, copies, reduce
+from .kernels import COMBINE, copies, mean, ordered_sum, reduce, ring_sum, torch_members
 
 
 @dataclass(frozen=True)
@@ -56,23 +56,47 @@ def _root(g: Group, p: dict) -> int:
     return g.ranks.index(p["src"] if "src" in p else p["dst"])
 
 
+# -- NaN in max and min: torch's rule on every backend ----------------------------------------------------
+# torch.maximum and torch.minimum propagate NaN, and so do numpy's (virtual ranks, and the ring on real ranks).
+# gloo's max and min are std::max and std::min, which drop a NaN unless the member that ends the chunk holds it;
+# so a max or min of floats on torch.distributed also reduces a NaN mask (its max) and puts NaN where any
+# member had one. One extra collective of a byte per element, run inside the call (the record is the call's).
+
+def _nan_mask(c, x, p):
+    """Which elements are NaN on this member, as bytes to reduce alongside a max or min (None: nothing to do)."""
+    if p["op"] not in ("max", "min") or not x.is_floating_point():
+        return None
+    return c.torch.isnan(x).to(c.torch.uint8)
+
+
+def _put_nan(out, mask):
+    return out if mask is None else out.masked_fill_(mask.bool(), float("nan"))
+
+
 # -- all-reduce: every member gets the reduction -----------------------------------------------------
+# Sums of float16 and bfloat16 add in gloo's ring order, bit for bit (kernels.ring_sum); NCCL adds in an order
+# of its own (ring or tree), so a run on NCCL is compared within a tolerance (engine/compare.py: RTOL).
 
 def _all_reduce(inputs, g, p, keep):
     op, t = p["op"], g.size
     if p["algo"] == "ring":
         return ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep)
+    if ordered_sum(inputs, op):
+        flat = ring_sum([inputs[i].reshape(-1) for i in torch_members(g)])
+        return copies(mean(flat.reshape(inputs[0].shape), op, t), t), None
     return copies(reduce(inputs, op), t), None
 
 
 def _all_reduce_torch(c, x, p):
     if p["algo"] == "ring":
         return c.ring(x, p["op"], ALL_REDUCE)
-    out = x.clone()
+    out, mask = x.clone(), _nan_mask(c, x, p)
     c.run(c.dist.all_reduce, out, op=c.reduce_op(p["op"]))
+    if mask is not None:
+        c.run(c.dist.all_reduce, mask, op=c.reduce_op("max"))
     if p["op"] == "avg":  # gloo has no average: sum, then divide
         out /= c.g.size
-    return out, None, None
+    return _put_nan(out, mask), None, None
 
 
 # -- reduce-scatter: reduce, member i keeps chunk i of dim ---------------------------------------------
@@ -83,7 +107,26 @@ def _reduce_scatter(inputs, g, p, keep):
         return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep)
     cut: dict[int, list] = {}  # a folded symbolic group sends one array many times: split it once
     parts = [cut[id(x)] if id(x) in cut else cut.setdefault(id(x), np.split(x, t, axis=dim)) for x in inputs]
+    if ordered_sum(inputs, op):
+        return _reduce_scatter_in_order(parts, g, op, dim), None
     return [reduce([q[i] for q in parts], op) for i in range(t)], None
+
+
+def _reduce_scatter_in_order(parts: list, g: Group, op: str, dim: int) -> list:
+    """A 16-bit float reduce-scatter as torch runs it on gloo: each member's chunks laid out in torch's member
+    order, dim first, as one flat buffer (`_reduce_scatter_torch`), summed by gloo's all-reduce, then torch
+    member j keeps block j."""
+    order, t = torch_members(g), g.size
+    flat = [np.concatenate([np.moveaxis(parts[m][order[j]], dim, 0).reshape(-1) for j in range(t)]) for m in order]
+    total = ring_sum(flat)
+    shape = np.moveaxis(parts[0][0], dim, 0).shape
+    n = total.size // t
+    out = []
+    for i in range(t):
+        j = order.index(i)  # our member i is torch's member j: it keeps block j, our chunk i
+        block = np.moveaxis(total[j * n:(j + 1) * n].reshape(shape), 0, dim)
+        out.append(mean(block.copy(), op, t))  # an array of its own, C order
+    return out
 
 
 def _reduce_scatter_torch(c, x, p):
@@ -98,7 +141,10 @@ def _reduce_scatter_torch(c, x, p):
     c.run(c.reduce_scatter_single, out, inp, op=c.reduce_op(op))
     if op == "avg":
         out /= t
-    return out.movedim(0, dim).contiguous(), None, None
+    mask = _nan_mask(c, x, p)
+    if mask is not None:  # the same call on the NaN mask: its chunks land where the values' do
+        mask = _reduce_scatter_torch(c, mask, {**p, "op": "max"})[0].bool()
+    return _put_nan(out.movedim(0, dim).contiguous(), mask), None, None
 
 
 # -- all-gather: concatenate every member's input along dim, in group order ----------------------------
@@ -162,18 +208,25 @@ def _broadcast_torch(c, x, p):
 # -- reduce: the reduction goes to dst only; the others get None ------------------------------------------
 
 def _reduce(inputs, g, p, keep):
-    root = _root(g, p)
-    return [reduce(inputs, p["op"]) if i == root else None for i in range(g.size)], None
+    root, op = _root(g, p), p["op"]
+    if ordered_sum(inputs, op):  # gloo's reduce: the all-reduce's ring, with its own segment rule
+        out = mean(ring_sum([inputs[i].reshape(-1) for i in torch_members(g)], True).reshape(inputs[0].shape),
+                   op, g.size)
+    else:
+        out = reduce(inputs, op)
+    return [out if i == root else None for i in range(g.size)], None
 
 
 def _reduce_torch(c, x, p):
-    out = x.clone()  # torch reduces in place; the root's buffer ends up holding the result
+    out, mask = x.clone(), _nan_mask(c, x, p)  # torch reduces in place; the root's buffer ends up holding the result
     c.run(c.dist.reduce, out, p["dst"], op=c.reduce_op(p["op"]))
+    if mask is not None:
+        c.run(c.dist.reduce, mask, p["dst"], op=c.reduce_op("max"))
     if c.g.ranks[c.me] != p["dst"]:
         return None, None, None
     if p["op"] == "avg":
         out /= c.g.size
-    return out, None, None
+    return _put_nan(out, mask), None, None
 
 
 def _reduce_moved(ins, outs, g, i, p):

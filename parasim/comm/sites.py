@@ -43,6 +43,15 @@ def raised_site(exc: BaseException) -> str | None:
     return None
 
 
+def with_call_site(exc: Exception) -> Exception:
+    """A call that can never work (a CollectiveError) said with the program's line that made it, on every
+    backend; `exc` itself when it names the line already."""
+    site = raised_site(exc)
+    if site is None or site in str(exc):
+        return exc
+    return type(exc)(f"{exc} (called at {site})")
+
+
 def call_site(depth: int = 2) -> tuple[str, int]:
     """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
 

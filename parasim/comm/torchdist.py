@@ -14,12 +14,14 @@ import json
 import time
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
-from .interface import (P2P, Comm, Group, Recv, Send, by_text, call_site, check_algo, check_peer, group_members,
-                        describe_p2p, dtype_name, mismatch_error, p2p_mismatch_error, recv_dtype, signature, site_name)
+from .interface import (BFLOAT16, P2P, Comm, Group, Recv, Send, by_text, call_site, check_algo, check_peer,
+                        describe_p2p, dtype_name, group_members, mismatch_error, p2p_mismatch_error, recv_dtype,
+                        signature, site_name)
 from .kernels import arrays
 from .ops import OPS
 
@@ -41,15 +43,46 @@ def _tensor_meta(x: torch.Tensor) -> tuple[tuple[int, ...], str]:
     return tuple(x.shape), dtype_name(x.dtype)
 
 
+# torch.from_numpy and Tensor.numpy refuse ml_dtypes' bfloat16 (numpy's own dtypes have no bfloat16), so its
+# 16 bits cross as int16 and are read back as bfloat16 on the other side: the same bits, not a conversion.
+def to_torch(a: np.ndarray, device: torch.device | str = "cpu") -> torch.Tensor:
+    """A numpy array (bfloat16 included) as a torch tensor on `device`, bit for bit."""
+    if a.dtype == BFLOAT16:
+        return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).view(torch.bfloat16).to(device)
+    return torch.from_numpy(a).to(device)
+
+
+def _torch_dtype(o: Recv, peer: int) -> torch.dtype:
+    """The torch dtype a receive allocates, by its numpy name; a name torch has no number type for is refused
+    as virtual ranks refuse it."""
+    dtype = getattr(torch, recv_dtype(o, peer), None)
+    if not isinstance(dtype, torch.dtype):
+        raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}")
+    return dtype
+
+
+def to_numpy(x: torch.Tensor) -> np.ndarray:
+    """A torch tensor (bfloat16 included) as a numpy array on the host, bit for bit."""
+    x = x.detach().cpu()
+    if x.dtype == torch.bfloat16:
+        return x.contiguous().view(torch.int16).numpy().view(BFLOAT16)
+    return x.numpy()
+
+
 class TorchComm(Comm):
     """One real rank's collective interface and its record of every call."""
 
     def __init__(self, rank: int, world: int, device: torch.device, *, keep_values: int = 0,
                  algo: str = "direct", check: bool = True, timeout: datetime.timedelta | None = None,
-                 on_call: Callable[[], None] | None = None):
+                 watch: Any = None, wire: torch.device | None = None):
         check_algo(algo)
-        self.on_call = on_call  # told after every call: the launcher's watchdog sees the run move
+        # told when each call starts and ends (rank_errors.Watch): the launcher's watchdog sees the run move,
+        # and tells a rank stuck outside any call from one waiting in a call
+        self.watch = watch
         self.rank, self.world, self.device = rank, world, device
+        # where the backend's buffers live: the program's device, or the host for gloo with CUDA tensors (gloo
+        # runs every collective on the CPU; its few CUDA paths do not cover all of them), staged both ways
+        self.wire = device if wire is None else wire
         self.keep, self.algo, self.check = keep_values, algo, check
         self.world_group = Group(tuple(range(world)), "world", 0)
         self.groups: list[Group] = [self.world_group]
@@ -63,8 +96,28 @@ class TorchComm(Comm):
         # rank waiting in a call on a group nobody else joins would hang that long. Groups get the run's.
         self.pg_timeout = timeout
 
+    def _call(self, fn: Callable[..., Any], *args: Any, **kw: Any) -> Any:
+        """fn(*args, **kw) as one call the launcher's watch sees: in a call until it returns or raises."""
+        if self.watch is None:
+            return fn(*args, **kw)
+        self.watch.enter()
+        try:
+            return fn(*args, **kw)
+        finally:
+            self.watch.leave()
+
+    def start(self) -> None:
+        """Every rank has loaded the program (its file's top level has run): start it together. The clock of
+        this rank's records starts here."""
+        self._call(self._timed, dist.barrier, "the start of the program (every rank loads it first)", self.world_group,
+                   "the start of the run")
+        self.t_start = time.perf_counter()
+
     # -- groups --------------------------------------------------------------------------------
     def new_group(self, ranks: Sequence[int], name: str) -> Group:
+        return self._call(self._new_group, ranks, name)
+
+    def _new_group(self, ranks: Sequence[int], name: str) -> Group:
         site = site_name(call_site())
         members = group_members(ranks, self.world, name, site)
         g = Group(members, name, len(self.groups))
@@ -96,7 +149,7 @@ class TorchComm(Comm):
     # A signature travels in one blob of SIG_BYTES; a longer one (a deep path, a long description) sends a
     # LONG marker with its length there, then the whole text in a second message sized to fit.
     def _blob(self, data: bytes, size: int = SIG_BYTES) -> torch.Tensor:
-        blob = torch.zeros(size, dtype=torch.uint8, device=self.device)
+        blob = torch.zeros(size, dtype=torch.uint8, device=self.wire)
         blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return blob
 
@@ -110,7 +163,7 @@ class TorchComm(Comm):
 
     def _gather_rows(self, data: bytes, size: int, pg: Any) -> list[bytes]:
         t = dist.get_world_size(pg)
-        out = torch.empty(t * size, dtype=torch.uint8, device=self.device)
+        out = torch.empty(t * size, dtype=torch.uint8, device=self.wire)
         _all_gather_single(out, self._blob(data, size), group=pg)
         return [bytes(row).rstrip(b"\0") for row in out.cpu().numpy().reshape(t, size)]
 
@@ -121,7 +174,7 @@ class TorchComm(Comm):
 
     def _recv_p2p_blob(self, peer: int, pg: Any, g: Group, site: str) -> list:
         def take(size: int) -> bytes:
-            blob = torch.zeros(size, dtype=torch.uint8, device=self.device)
+            blob = torch.zeros(size, dtype=torch.uint8, device=self.wire)
             reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, blob, peer, group=pg)])
             self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
             return bytes(blob.cpu().numpy()).rstrip(b"\0")
@@ -144,7 +197,10 @@ class TorchComm(Comm):
         raise mismatch_error(call, g, {r: f"{e[2]} at {e[3]}" for r, e in entries.items()})
 
     def finish(self) -> None:
-        """Called when the program returns: ranks still waiting in a world collective learn that it never comes."""
+        """Called when the program returns: ranks still waiting in a world collective learn that it never comes.
+        From here on this rank is in parasim's own steps (the check, sending its results), not its program."""
+        if self.watch is not None:
+            self.watch.enter()
         if self.check:
             # a time-out here is a Deadlock like any other: this rank finished and waited for the rest
             self._timed(lambda: self._check(self.world_group, None, -1, _END, "finished", ""),
@@ -163,8 +219,6 @@ class TorchComm(Comm):
 
     def _record(self, kind: str, op: str, g: Group, params: dict, label: str | None, ins, outs, moved,
                 site: str, t0: float, hops: list | None = None, **extra: Any) -> None:
-        if self.on_call is not None:
-            self.on_call()
         before, after = self._values(ins), self._values(outs)
         if before is None or after is None:
             before = after = None
@@ -199,7 +253,8 @@ class TorchComm(Comm):
         except RuntimeError as exc:
             if "imed out" in str(exc) or "timeout" in str(exc).lower():
                 raise Deadlock(f"rank {self.rank} timed out in {desc} on group {g} at {site}: a member skipped this "
-                               f"call, waits in another one, or died ({str(exc).splitlines()[0]})") from exc
+                               f"call, waits in another one, or died ({str(exc).splitlines()[0]})",
+                               {self.rank: f"waits in {desc} on group {g} at {site}"}) from exc
             raise
 
     def _perm(self, g: Group) -> list[int]:
@@ -216,11 +271,17 @@ class TorchComm(Comm):
         return self._resolve(group, op)[0]
 
     def _collective(self, op, x, params, group, label, site, describe, sig=None):
+        return self._call(self._run_collective, op, x, params, group, label, site, describe, sig)
+
+    def _run_collective(self, op, x, params, group, label, site, describe, sig=None):
         entry, site, desc = OPS[op], site_name(site), describe()
         pg = self._pgs[group.index]
         sig = sig or signature(op, x, params)
         call, t0 = self._begin(group, pg, repr(sig), desc, site)
-        out, hops, moved = entry.torch(_Call(self, group, pg, desc, site), x, params)
+        staged = self.wire != self.device
+        out, hops, moved = entry.torch(_Call(self, group, pg, desc, site), self._to_wire(x) if staged else x, params)
+        if staged:
+            out = self._from_wire(out)
         ins, outs = arrays(x), arrays(out)
         if moved is None:
             moved = entry.moved(ins, outs, group, group.group_rank(self.rank), params)
@@ -229,19 +290,23 @@ class TorchComm(Comm):
 
     # -- point-to-point ------------------------------------------------------------------------------
     def exchange(self, ops, *, group=None, label=None, tags=None):
+        return self._call(self._exchange, ops, group, label, tags)
+
+    def _exchange(self, ops, group, label, tags):
         site = site_name(call_site())
         g, pg = self._resolve(group, "exchange")
         posts = []
         for o in ops:
             if isinstance(o, Send):
-                posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.contiguous(), tuple(o.x.shape),
-                              o.x.dtype))
+                self._check_array(o.x, "send")
+                posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.to(self.wire).contiguous(),
+                              tuple(o.x.shape), o.x.dtype))
             elif isinstance(o, Recv):
                 peer = check_peer(o.src, self.rank, g, "recv from")
-                dtype = getattr(torch, recv_dtype(o, peer))
+                dtype = _torch_dtype(o, peer)
                 shape = tuple(int(n) for n in o.shape)
                 posts.append((False, peer,
-                              torch.empty(shape, dtype=dtype, device=self.device), shape, dtype))
+                              torch.empty(shape, dtype=dtype, device=self.wire), shape, dtype))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
         # Sends never wait for this rank's own receives (a neighbour may need our data before it can send
@@ -277,8 +342,18 @@ class TorchComm(Comm):
                          (n, 0) if send else (0, n), site, t0, role="send" if send else "recv", peer=peer,
                          chan=chan, post=k, tags=tags)
             if not send:
-                results.append(buf)
+                results.append(buf.to(self.device))
         return results
+
+    def _to_wire(self, x: Any) -> Any:
+        """A collective's input (a tensor, or all_to_all's chunks) copied to where the backend works."""
+        return [c.to(self.wire) for c in x] if isinstance(x, (list, tuple)) else None if x is None else x.to(self.wire)
+
+    def _from_wire(self, out: Any) -> Any:
+        """A collective's result back on the program's device."""
+        if isinstance(out, (list, tuple)):
+            return [None if c is None else c.to(self.device) for c in out]
+        return None if out is None else out.to(self.device)
 
     # -- the ring, hop by hop, over real point-to-point transfers --------------------------------------
     def _ring(self, g: Group, x: torch.Tensor, op: str, kind: str, dim: int = 0):

@@ -22,11 +22,11 @@ from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError
 from ..limits import KEPT_VALUES
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
-                        dtype_name, mismatch_error, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
-from .sites import raised_site
+                        dtype_name, mismatch_error, numeric, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
+from .sites import with_call_site
 from .kernels import arrays, ring_moved
 from .ops import OPS
-from .watchdog import Stopped, TimeLimit, frame_text, innermost, where
+from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
@@ -204,16 +204,13 @@ class VirtualWorld:
     def _raise_failure(self) -> None:
         rank, exc = self.failure
         if isinstance(exc, CollectiveError):  # a call that can never work: name the program's line that made it
-            site = raised_site(exc)
-            if site is not None and site not in str(exc):
-                raise CollectiveError(f"{exc} (called at {site})") from None
+            raise with_call_site(exc) from None
         if isinstance(exc, ParasimError):
             raise exc
         waiting = self._waiting()
         tb = "".join(traceback.format_exception(exc))
         left = "\n".join(by_text({r: w for r, w in waiting.items() if r != rank})) or "  none"
-        raise RankFailed(f"rank {rank} raised {type(exc).__name__}: {exc} at {frame_text(innermost(exc))}\n{tb}"
-                         f"ranks left waiting:\n{left}", rank, waiting) from exc
+        raise RankFailed(f"{raised_text(rank, exc)}\n{tb}ranks left waiting:\n{left}", rank, waiting) from exc
 
     def _waiting(self) -> dict[int, str]:
         """What each rank is doing, rank -> text. Ranks waiting in one collective share one text, built
@@ -546,9 +543,11 @@ def _tensor(x: np.ndarray, made: dict) -> Tensor:
     return t
 
 
-# numpy dtype kinds a real backend can carry: no strings, objects or dates. 'V' is there for bfloat16 (ml_dtypes
-# gives it that kind); raw bytes and records, kind 'V' too, are refused by name (interface.numeric, recv_dtype).
-NUMERIC = frozenset("biufcV")
+# numpy dtype kinds that hold numbers whatever the dtype: no strings, objects or dates.
+NUMBER_KINDS = frozenset("biufc")
+# The kinds a receive may allocate: those, and 'V' for bfloat16 (ml_dtypes gives it that kind). Raw bytes and
+# records are 'V' too, but their names ("void64") name no dtype, so a receive of one is refused before this.
+NUMERIC = NUMBER_KINDS | {"V"}
 
 
 def _check_array(x: Any, op: str) -> None:

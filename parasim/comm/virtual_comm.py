@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .interface import Comm, call_site, signature, site_name
-from .virtual import NUMERIC, VirtualWorld, _check_array
+from .virtual import NUMBER_KINDS, VirtualWorld, _check_array
 
 
 class VirtualComm(Comm):
@@ -18,7 +18,7 @@ class VirtualComm(Comm):
         self.algo = world.algo
 
     def _check_array(self, x, op):
-        if type(x) is not np.ndarray or x.dtype.kind not in NUMERIC:  # the common case in one test
+        if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:  # the common case in one test (bfloat16: all)
             _check_array(x, op)
 
     def _group(self, group, op):

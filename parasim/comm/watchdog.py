@@ -13,6 +13,7 @@ asynchronously on the running thread instead, which stops a Python loop but not 
 from __future__ import annotations
 
 import ctypes
+import faulthandler
 import os
 import signal
 import sysconfig
@@ -23,6 +24,8 @@ from typing import Any, Callable
 
 SIGNAL = signal.SIGALRM  # chained to whatever handler was there (pytest-timeout uses SIGALRM too)
 _REPEAT = 1.0  # seconds between interruptions once expired, in case one is swallowed
+GRACE = 5.0  # seconds the stopped code has to notice: Python code does at once; a loop inside C never does
+_REARM = 1.0  # seconds between re-arming the last resort while the code keeps moving
 
 
 class Stopped(BaseException):
@@ -47,7 +50,12 @@ def innermost(exc: BaseException) -> FrameType | None:
 
 class TimeLimit:
     """`with TimeLimit(seconds, progress):` stops the code inside once `progress()` has returned the same
-    value for `seconds` (a constant `progress`: a plain deadline). `expired` says whether it fired."""
+    value for `seconds` (a constant `progress`: a plain deadline). `expired` says whether it fired.
+
+    Code that never returns to the interpreter (a loop inside C) holds the GIL, so neither the signal
+    handler nor the watchdog thread can run while it does. The last resort is faulthandler's own timer, a
+    thread in C: GRACE seconds after the limit it writes where every thread is to stderr and ends the
+    process (exit code 1). It is re-armed while the code moves, and cancelled on the way out."""
 
     def __init__(self, seconds: float | None, progress: Callable[[], Any] = lambda: None):
         self.seconds, self.progress = seconds, progress
@@ -64,25 +72,34 @@ class TimeLimit:
         self._main = threading.current_thread() is threading.main_thread()
         if self._main:
             self._prev = signal.signal(SIGNAL, self._handler)
+        self._arm()
         self._thread = threading.Thread(target=self._watch, name="parasim-watchdog", daemon=True)
         self._thread.start()
         return self
+
+    def _arm(self) -> None:
+        faulthandler.dump_traceback_later(self.seconds + GRACE, exit=True, file=2)
 
     def __exit__(self, *exc: Any) -> None:
         if self._thread is None:
             return
         self._stop.set()
         self._thread.join()
+        faulthandler.cancel_dump_traceback_later()
         if self._main:
             signal.signal(SIGNAL, self._prev if self._prev is not None else signal.SIG_DFL)
 
     def _watch(self) -> None:
         poll = min(0.25, self.seconds / 4)
         last, since = self.progress(), time.monotonic()
+        armed = since
         while not self._stop.wait(poll):
             now = self.progress()
             if now != last:
                 last, since = now, time.monotonic()
+                if since - armed >= _REARM:
+                    self._arm()
+                    armed = since
             elif time.monotonic() - since >= self.seconds:
                 self.expired = True
                 while not self._stop.is_set():
@@ -133,3 +150,9 @@ def frame_text(frame: FrameType | None) -> str:
     if f is None:
         return "an unknown line"
     return f"{site_name((f.f_code.co_filename, f.f_lineno))} (in {f.f_code.co_name})"
+
+
+def raised_text(rank: int, exc: BaseException) -> str:
+    """'rank 1 raised KeyError: 'b' at mine.py:12 (in program)': the first line of a rank's own error, the same
+    on every backend (the traceback follows it)."""
+    return f"rank {rank} raised {type(exc).__name__}: {exc} at {frame_text(innermost(exc))}"

@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
+from ..comm.interface import BFLOAT16, HALF_FLOATS
 from ..trace import Trace
 from .virtual import RunResult
 
+# Relative tolerance per dtype, for floats a real backend may have summed in another order. float16 and bfloat16
+# keep 11 and 8 significant bits, so one rounding is up to 2^-11 (5e-4) or 2^-8 (4e-3) of a value and a sum over
+# a few ranks in another order is off by a few of them. On gloo their sums are bit for bit (the virtual kernel
+# adds in gloo's order: comm/kernels.py); the tolerance is for NCCL, whose ring and tree orders differ.
 RTOL = {"float16": 1e-3, "bfloat16": 1e-2, "float32": 1e-5, "float64": 1e-12}
 SUM_ULPS = 64  # how many units in the last place of an array's largest value a reordered sum may be off
+HALF_ULPS = 8  # the same for 16-bit floats, whose units are 2^13 or 2^16 times float32's
 MAX_DIFFS = 20
 
 
@@ -87,12 +94,23 @@ def _lists(v: Any) -> Any:
 
 # -- comparison ----------------------------------------------------------------------------------
 
+def _numbers(v: Any) -> np.ndarray:
+    """A value as a numpy array; bfloat16 as float64 (exact), since numpy's float rules do not know it."""
+    a = np.asarray(v)
+    return a.astype(np.float64) if a.dtype == BFLOAT16 else a
+
+
+def _floats(a: np.ndarray, b: np.ndarray) -> bool:
+    return np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)
+
+
 def _close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
-    """(equal within the rules, tolerance was needed). Exact, except floats that are not integer-valued."""
+    """(equal within the rules, tolerance was needed). Exact, except floats that are not integer-valued. NaN
+    equals NaN at the same place; a NaN on one side only is a difference."""
     if real is None or virtual is None:
         return real is None and virtual is None, False
     try:
-        a, b = np.asarray(real), np.asarray(virtual)
+        a, b = _numbers(real), _numbers(virtual)
     except (TypeError, ValueError):  # ragged: compare part by part
         if not isinstance(real, (list, tuple)) or not isinstance(virtual, (list, tuple)) or len(real) != len(virtual):
             return False, False
@@ -103,17 +121,25 @@ def _close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
     if a.dtype == object or b.dtype == object:
         parts = [_close(x, y, dtype) for x, y in zip(a.reshape(-1), b.reshape(-1))]
         return all(p[0] for p in parts), any(p[1] for p in parts)
-    if np.array_equal(a, b):
+    floats = _floats(a, b)
+    if np.array_equal(a, b, equal_nan=floats):
         return True, False
-    if not (np.issubdtype(b.dtype, np.floating) and np.issubdtype(a.dtype, np.floating)):
+    if not floats or not np.array_equal(np.isnan(a), np.isnan(b)):
         return False, False
-    if np.all(np.isfinite(b)) and np.all(b == np.round(b)) and (dtype in (None, "float64")):
+    known = b[~np.isnan(b)]
+    if np.all(np.isfinite(known)) and np.all(known == np.round(known)) and (dtype in (None, "float64")):
         return False, False  # integer-valued float64 data must match exactly
     # a sum taken in another order is off by a few roundings of the values summed, not of each result: an
     # entry that nearly cancels to zero may differ by some units in the last place of the array's largest
-    rtol = RTOL.get(dtype or b.dtype.name, 1e-12)
-    scale = float(np.max(np.abs(b))) if b.size and np.all(np.isfinite(b)) else 0.0
-    return bool(np.allclose(a, b, rtol=rtol, atol=SUM_ULPS * float(np.finfo(b.dtype).eps) * scale)), True
+    name = dtype or b.dtype.name
+    rtol = RTOL.get(name, 1e-12)
+    # ml_dtypes.finfo knows bfloat16 on every ml_dtypes release (numpy's own finfo only learnt it later)
+    eps, ulps = (float(ml_dtypes.finfo(np.dtype(name)).eps), HALF_ULPS) if name in HALF_FLOATS \
+        else (float(np.finfo(b.dtype).eps), SUM_ULPS)
+    finite = np.abs(b[np.isfinite(b)])
+    scale = float(np.max(finite)) if finite.size else 0.0
+    with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: numpy checks infinities apart
+        return bool(np.allclose(a, b, rtol=rtol, atol=ulps * eps * scale, equal_nan=True)), True
 
 
 def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], bool]:
@@ -179,11 +205,17 @@ def _first_diff(real: Any, virtual: Any, path: str = "") -> str:
             if not _same_value(a, b)[0]:
                 return _first_diff(a, b, f"{path}[{i}]")
     try:
-        a, b = np.asarray(real), np.asarray(virtual)
+        a, b = _numbers(real), _numbers(virtual)
         if a.shape == b.shape and a.size > 1 and a.dtype != object and b.dtype != object:
-            i = int(np.argmax(a.ravel() != b.ravel()) if not np.issubdtype(b.dtype, np.floating)
-                    else np.argmax(np.abs(a.ravel() - b.ravel())))
-            return f" at {path}[{i}] of {b.size}: real {a.ravel()[i]!r}, virtual {b.ravel()[i]!r}"
+            x, y = a.ravel(), b.ravel()
+            if _floats(a, b):  # the largest difference; a NaN on one side only is the largest of all
+                with np.errstate(invalid="ignore", over="ignore"):
+                    gap = np.where(np.isnan(x) & np.isnan(y), 0.0,
+                                   np.where(np.isnan(x) | np.isnan(y), np.inf, np.abs(x - y)))
+                i = int(np.argmax(np.where(np.isnan(gap) | (x == y), -1.0, gap)))  # inf - inf is NaN: equal
+            else:
+                i = int(np.argmax(x != y))
+            return f" at {path}[{i}] of {b.size}: real {x[i]!r}, virtual {y[i]!r}"
     except (TypeError, ValueError):
         pass
     return f" at {path or 'the top'}: real {_short(real)}, virtual {_short(virtual)}"

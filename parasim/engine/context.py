@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..comm.interface import Comm, Group, call_site, dtype_name, site_name
+from ..comm.interface import Comm, Group, call_site, dtype_name, numeric, site_name
 from ..errors import UsageError
 from ..trace import HELD_KINDS
 
@@ -18,15 +18,30 @@ class Recorder(Protocol):
     def compute(self, rank: int, name: str, flops: float, site: str) -> None: ...
 
 
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of a dtype name or object ("bfloat16", "float32", np.float16, torch.bfloat16, ...), one
+    that holds numbers; anything else is refused in one line."""
+    try:
+        d = np.dtype(dtype_name(dtype) if str(dtype).startswith("torch.") else dtype)
+    except (TypeError, ValueError):
+        raise UsageError(f"unknown dtype {dtype!r}; use a name such as bfloat16, float16, float32, float64 or "
+                         f"int64") from None
+    if not numeric(d):
+        raise UsageError(f"dtype {dtype!r} holds no numbers; use bfloat16, float16, float32, float64, an integer "
+                         f"type or bool")
+    return d
+
+
 class Rng:
-    """Seeded draws that are identical on every backend: numpy's PCG64 draws, then moved to `xp`."""
+    """Seeded draws that are identical on every backend: numpy's PCG64 draws (float64), then rounded to
+    `dtype` (bfloat16 and float16 round to nearest, ties to even) and moved to `xp`, bit for bit."""
 
     def __init__(self, seed: int, key: tuple[int, ...], to_xp: Callable[[np.ndarray], Any]):
         self._gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
         self._to_xp = to_xp
 
     def _out(self, a: np.ndarray, dtype: Any) -> Any:
-        return self._to_xp(a.astype(np.dtype(dtype_name(dtype)), copy=False))
+        return self._to_xp(a.astype(numpy_dtype(dtype), copy=False))
 
     def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0):
         return self._out(self._gen.normal(mean, std, size=tuple(shape)), dtype)
@@ -35,7 +50,8 @@ class Rng:
         return self._out(self._gen.uniform(low, high, size=tuple(shape)), dtype)
 
     def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64"):
-        """Integers in [low, high): exact in every float dtype, so sums compare bit for bit."""
+        """Integers in [low, high): exact in float32 and float64 (and up to 256 in bfloat16, 2048 in float16),
+        so sums that stay exact compare bit for bit."""
         return self._out(self._gen.integers(low, high, size=tuple(shape)), dtype)
 
     def permutation(self, n: int):
@@ -68,7 +84,13 @@ class Context:
 
     def asarray(self, values: Any, dtype: Any = "float64"):
         """Literal data (a lesson's worked numbers) as an array of this backend."""
-        return self._to_xp(np.asarray(values, dtype=np.dtype(dtype_name(dtype))))
+        return self._to_xp(np.asarray(values, dtype=numpy_dtype(dtype)))
+
+    def dtype(self, name: Any) -> Any:
+        """This backend's dtype for `name` ("bfloat16", "float32", ...), for the array namespace's own calls:
+        `ctx.xp.astype(x, ctx.dtype("bfloat16"))` runs on every backend, where numpy's namespace has no
+        bfloat16 of its own and torch's functions take no dtype names."""
+        return self._to_xp(np.empty(0, dtype=numpy_dtype(name))).dtype
 
     def phase(self, name: str, **data: Any) -> None:
         """Start a lesson step: the events that follow on this rank belong to `name`. `data`: fields that

@@ -80,7 +80,8 @@ def _compared(target: Target, opts: RealOptions, results: list[dict], startup: f
     if not callable(program):
         from ..comm.launch import _load
         program = _load(program)
-    virtual = run_virtual(program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo)
+    virtual = run_virtual(program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo,
+                          timeout=opts.timeout)
     trace, times = merge(results, opts.backend)
     report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times,
                         startup_s=max(0.0, startup))

@@ -7,11 +7,13 @@ the logits). The search builds every valid layout as columns of numpy arrays and
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import isqrt
 from typing import Any
 
 import numpy as np
 
 from ..errors import UsageError
+from ..limits import LAYOUT_WORLD, SEARCH_LAYOUTS, at_most, digits
 from ..layout import Layout, LayoutError, check_heads
 from .memory import RECOMPUTE, Breakdown, Plan, breakdown, stages_of, totals
 from ..layout import ModelSpec
@@ -105,7 +107,9 @@ class Plans:
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n, ascending (up to its square root, then their partners)."""
+    small = [d for d in range(1, isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _valid(model: ModelSpec, tp: int, pp: int, cp: int, dp: int, ep: int, sp: bool) -> bool:
@@ -131,23 +135,14 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
     """Every valid layout on each node count: TP inside a node (dividing the heads), PP dividing the
     layers, CP and DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE
     models every EP size dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
-    base = []
+    at_most(f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
+            max(nodes) * gpus_per_node, LAYOUT_WORLD, "each layout's groups are built rank by rank")
     tps = [t for t in _divisors(gpus_per_node) if _tp_ok(model, t)]
-    valid: dict[tuple, bool] = {}  # this search's answers: the same sizes recur on many node counts
-    for n in nodes:
-        world = n * gpus_per_node
-        for tp in tps:
-            for pp in _divisors(world // tp):
-                for cp in _divisors(world // (tp * pp)):
-                    dp = world // (tp * pp * cp)
-                    eps = [e for e in _divisors(world // pp) if model.experts % e == 0] if model.experts else [1]
-                    for ep in eps:
-                        for sp in (False, True):
-                            key = (tp, pp, cp, dp, ep, sp)
-                            if key not in valid:
-                                valid[key] = _valid(model, *key)
-                            if valid[key]:
-                                base.append((n, *key))
+    keys = {key for _, key in _candidates(model, nodes, gpus_per_node, tps)}  # sizes recur on many node counts
+    at_most("layouts in one search", len(keys), SEARCH_LAYOUTS,
+            "each is built and checked by the layout rules: search fewer node counts")
+    valid = {key: _valid(model, *key) for key in keys}
+    base = [(n, *key) for n, key in _candidates(model, nodes, gpus_per_node, tps) if valid[key]]
     if not base:
         raise UsageError("no valid layout for this model on these nodes")
     b = np.array(base, dtype=np.int64).T
@@ -163,6 +158,21 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
     sel = np.flatnonzero(keep)
     return Plans(tp=tp[sel], sp=sp[sel], cp=cp[sel], pp=pp[sel], dp=dp[sel], ep=ep[sel],
                  etp=np.ones(len(sel), dtype=np.int64), zero=zz[sel], rc=rc[sel], nodes=n[sel], **choices)
+
+
+def _candidates(model: ModelSpec, nodes: range, gpus_per_node: int, tps: list[int]) -> Any:
+    """(node count, (tp, pp, cp, dp, ep, sp)) for every split of each node count's GPUs, before the layout
+    rules: TP inside a node, PP and CP dividing what is left, DP the rest, EP dividing the experts."""
+    for n in nodes:
+        world = n * gpus_per_node
+        for tp in tps:
+            for pp in _divisors(world // tp):
+                for cp in _divisors(world // (tp * pp)):
+                    dp = world // (tp * pp * cp)
+                    eps = [e for e in _divisors(world // pp) if model.experts % e == 0] if model.experts else [1]
+                    for ep in eps:
+                        for sp in (False, True):
+                            yield n, (tp, pp, cp, dp, ep, sp)
 
 
 def family_name(tp: bool, sp: bool, cp: bool, pp: bool, ep: bool, rc: int) -> str:
@@ -212,7 +222,7 @@ def parse_nodes(text: str) -> range:
     """'1-64' or '4' -> a range of node counts."""
     lo, _, hi = text.partition("-")
     try:
-        a, b = int(lo), int(hi or lo)
+        a, b = digits(lo), digits(hi or lo)  # digits only: int() also reads '1_0', '+1' and ' 4'
     except ValueError:
         raise UsageError(f"--nodes expects N or A-B (e.g. 1-64), got {text!r}") from None
     if a < 1 or b < a:

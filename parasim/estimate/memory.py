@@ -58,9 +58,12 @@ class Plan(Layout):
     def m(self) -> int:
         return self.microbatches or self.pp
 
-    def check(self, model: ModelSpec) -> "Plan":
+    def check(self, model: ModelSpec, seq: int | None = None) -> "Plan":
         """This plan with `model` attached, after the layout rules that involve it (heads divide by tp,
-        layers by pp, experts by ep, ...): Layout's, raising LayoutError."""
+        layers by pp, experts by ep, and with `seq` given, CP's split of the sequence and SP's): Layout's,
+        raising LayoutError, so `parasim memory` and `parasim layout` refuse a layout in the same words."""
+        if seq is not None:
+            replace(self, model=replace(model, seq=seq))  # the rules on the sequence; the estimate takes seq apart
         return replace(self, model=model)
 
     def label(self) -> str:

@@ -18,6 +18,7 @@ from ..estimate.memory import Breakdown, Plan, breakdown, items
 from ..estimate.fit import fit
 from ..estimate.traffic import AXIS_GROUP, step_traffic, time_of
 from ..layout import Layout, ModelSpec
+from ..limits import check_symbolic_step
 from ..nn.routing import Routing
 from ..symbolic.fold import fold_of
 from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
@@ -43,6 +44,7 @@ def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int
                             (bool(model.experts) and plan.etp != 1, "expert TP on symbolic ranks")) if bad]
     if why:
         raise UsageError(f"the symbolic step cannot run {why[0]}")
+    check_symbolic_step(seq, plan.m, plan.pp)  # what a step on symbolic ranks holds and does in seconds
     if seq is not None and seq % granule(plan):
         raise UsageError(f"the step needs a sequence length that is a multiple of {granule(plan)} (2 x cp x tp)")
 

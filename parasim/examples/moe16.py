@@ -276,8 +276,8 @@ def whole_over_tp(model: Any) -> set[str]:
     placements declare them: one layer of the example built on a TP pair."""
     def program(ctx):
         pair = ctx.new_group([0, 1], "tp")
-        layer = TransformerLayer(ParallelContext(ctx, pair, sp=True, ep=pair if model.experts else None), model,
-                                 layer_weights(ctx, model, "L0"))
+        # no EP group: the experts' placements name no tp, and a pair would refuse a model of one expert
+        layer = TransformerLayer(ParallelContext(ctx, pair, sp=True), model, layer_weights(ctx, model, "L0"))
         return {k for k, p in layer.placements.items() if "tp" in p and not isinstance(p["tp"], Shard)}
     return run_virtual(program, 2).values[0]
 

@@ -119,6 +119,9 @@ class Layout:
             if m.seq % chunks:
                 raise LayoutError(f"sequence {m.seq} does not divide by {'2*cp' if self.zigzag else 'cp'} = {chunks} "
                                   f"({'the zigzag split' if self.zigzag else 'the contiguous split'})")
+        if m.seq is not None and self.sp and m.seq % (self.cp * self.tp):
+            raise LayoutError(f"sequence {m.seq} does not divide by cp x tp = {self.cp * self.tp} (sequence "
+                              "parallelism splits each CP rank's tokens evenly over its TP ranks)")
         if m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
             raise LayoutError(f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
                               "add --sequence-parallel")
@@ -162,11 +165,14 @@ class Layout:
                     out[r][coord] = i
         return out
 
+    @property
+    def experts_each(self) -> int:
+        """Experts (per MoE layer) each EP rank holds; 0 for a dense model."""
+        return self.model.experts // self.ep if self.model and self.model.experts else 0
+
     def experts_of(self, ep_rank: int) -> list[int]:
         """0-based experts held by EP rank `ep_rank` (contiguous blocks, as Megatron assigns them)."""
-        if not self.model or not self.model.experts:
-            return []
-        per = self.model.experts // self.ep
+        per = self.experts_each
         return list(range(ep_rank * per, (ep_rank + 1) * per))
 
     def to_dict(self) -> dict:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, Protocol, runtime_checkable
 
 from ..comm.interface import Group
+from ..layout import LayoutError
 from .placement import Partial, Replicate, Shard, local
 
 __all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "Saved", "Layer", "Weights"]  # placements: placement.py
@@ -140,7 +141,11 @@ def sp_share(positions: list[int], sp: bool, t: int, r: int) -> list[int]:
     matmuls."""
     if not sp:
         return positions
-    n = len(positions) // t
+    n, left = divmod(len(positions), t)
+    if left:  # an uneven share would drop tokens (or leave a rank none) and fail far from here
+        k = len(positions)
+        raise LayoutError(f"sequence parallelism over tp {t} cannot split the {k} token{'' if k == 1 else 's'} of "
+                          "this rank's sequence slice evenly: the sequence length must divide by cp x tp")
     return positions[r * n:(r + 1) * n]
 
 

@@ -33,7 +33,11 @@ class Timing:
                 "makespan": self.makespan, "idle": self.idle}
 
 
-def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None) -> Timing:
+def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None, max_slots: int | None = None,
+             why: str = "the timing fills every slot of every rank") -> Timing:
+    """Each action's start slot. `max_slots`: refuse (UsageError, naming the limit and `why`) as soon as the
+    ranks x time slots passes it, before the slot table is built: placing the actions takes a pass over the
+    ranks per round, about as many steps as the table has slots."""
     costs = {"F": 1, "B": 1, "I": 1, "W": 1, **(costs or {})}
     pp = len(schedule)
     last_stage = max((a.stage for acts in schedule for a in acts), default=0)
@@ -66,6 +70,9 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None) 
             s = max(free[r], t)
             begin[r][i] = s
             done[(kind, stage, mb)] = free[r] = s + cost
+            if max_slots is not None and pp * free[r] > max_slots:
+                raise UsageError(f"the slot table, {pp:,} ranks x {free[r]:,} or more time slots: "
+                                 f"{pp * free[r]:,} slots is more than the limit of {max_slots:,} ({why})")
             ptr[r] = i + 1
             remaining -= 1
             progress = True

@@ -1,7 +1,8 @@
 """Pictures (matplotlib, no display needed): the pipeline slot table, the estimator's memory bars and
-layout search."""
+layout search. Each is drawn with matplotlib's Agg back end into a file written whole or not at all."""
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..errors import UsageError
@@ -10,10 +11,23 @@ from ..pipeline.timing import Timing
 COLOURS = {"F": "#4c9be8", "B": "#d264b6", "I": "#d264b6", "W": "#e8b04c"}
 
 
+def _pyplot() -> Any:
+    """matplotlib.pyplot on the Agg back end (files only, no display). MPLBACKEND is set aside while
+    matplotlib is imported: it reads the variable then and refuses a name it does not know with a
+    ValueError, though a picture written to a file never uses the back end the variable names."""
+    named = os.environ.pop("MPLBACKEND", None)
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    finally:
+        if named is not None:
+            os.environ["MPLBACKEND"] = named
+    return plt
+
+
 def plot_slots(timing: Timing, title: str, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
 
     ranks, width = len(timing.slots), timing.makespan
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * width + 1.5), 0.55 * ranks + 1.2))
@@ -36,22 +50,22 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
     ax.set_frame_on(False)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    _save(fig, path, bbox_inches=None)
     plt.close(fig)
 
 
 # -- the estimator's pictures ---------------------------------------------------------------------------------------------
-def _save(fig, path: str) -> None:
+def _save(fig: Any, path: str, bbox_inches: str | None = "tight") -> None:
+    """The figure in `path` (its format from the name's suffix), whole or not at all (render/output)."""
+    from .output import write_whole
     try:
-        fig.savefig(path, dpi=120, bbox_inches="tight")
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"cannot write {path}: {getattr(exc, 'strerror', None) or exc}") from None
+        write_whole(path, lambda temp: fig.savefig(temp, dpi=120, bbox_inches=bbox_inches))
+    except ValueError as exc:  # matplotlib: a format it cannot write
+        raise UsageError(f"cannot write {path}: {exc}") from None
 
 
 def plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     from dataclasses import replace
 
     from ..estimate.memory import breakdown
@@ -70,9 +84,7 @@ def plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> Non
 
 
 def plot_search(result: dict, path: str) -> None:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))
     for fam, row in fams[:10]:  # the ten families that reach furthest
@@ -109,9 +121,10 @@ def layout_map(layout: Any) -> list[dict]:
 def plot_layout_map(layout: Any, path: str, title: str = "", mark: int | None = None) -> None:
     """The layout in one picture: GPUs by node, each labelled with its experts and filled by EP group; GPU
     `mark` (a followed token's) drawn in red."""
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from ..limits import check_experts_shown, check_plot_gpus
+    check_plot_gpus(layout.world)
+    check_experts_shown(layout.world, layout.experts_each)
+    plt = _pyplot()
 
     cells = layout_map(layout)
     per = min(layout.gpus_per_node, layout.world)

@@ -15,6 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 from greenlet import getcurrent
 
+from ..comm.interface import BFLOAT16
 from ..errors import ParasimError
 
 
@@ -100,7 +101,7 @@ class SymArray:
         return reduction(self, axis, keepdims, dtype)
 
     def mean(self, axis: Any = None, dtype: Any = None, keepdims: bool = False) -> "SymArray":
-        return reduction(self, axis, keepdims, dtype or (self.dtype if self.dtype.kind in "fc" else "float64"))
+        return reduction(self, axis, keepdims, dtype or _mean_dtype(self.dtype))
 
     def max(self, axis: Any = None, keepdims: bool = False) -> "SymArray":
         return reduction(self, axis, keepdims, self.dtype)  # an extreme keeps the dtype (a sum widens ints)
@@ -341,8 +342,13 @@ def _all(x: Any, axis: Any = None, keepdims: bool = False, **_: Any) -> SymArray
     return reduction(x, axis, keepdims, bool)
 
 
+def _mean_dtype(dtype: np.dtype) -> np.dtype:
+    """numpy's mean keeps a float dtype (bfloat16 too, whose kind is 'V') and averages anything else in float64."""
+    return dtype if dtype.kind in "fc" or dtype == BFLOAT16 else np.dtype(np.float64)
+
+
 def _mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, **_: Any) -> SymArray:
-    return reduction(x, axis, keepdims, dtype or (x.dtype if x.dtype.kind in "fc" else np.float64))
+    return reduction(x, axis, keepdims, dtype or _mean_dtype(x.dtype))
 
 
 def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:

@@ -7,8 +7,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..comm.interface import dtype_name
-from ..comm.virtual import NUMERIC, VirtualWorld, _check_array
+from ..comm.interface import dtype_name, numeric
+from ..comm.virtual import VirtualWorld, _check_array
 from ..comm.virtual_comm import VirtualComm
 from ..engine.context import Context
 from ..engine.virtual import RunResult
@@ -22,7 +22,7 @@ XP = SymbolicNamespace()
 def check_array(x: Any, op: str) -> None:
     """A symbolic rank sends SymArrays (numpy arrays too: index lists are real)."""
     if isinstance(x, SymArray):
-        if x.dtype.kind not in NUMERIC:
+        if not numeric(x.dtype):
             raise CollectiveError(f"{op} expects numbers, got an array of dtype {dtype_name(x.dtype)}")
         return
     _check_array(x, op)
