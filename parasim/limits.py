@@ -2,6 +2,7 @@
 time on a workstation long before it taught anything. Each refusal is one line naming the limit and why."""
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any, Callable
@@ -160,6 +161,155 @@ def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> byte
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     at_most(f"{what} {path}: bytes", len(data), limit, "parasim reads it whole into memory")  # it grew
     return data
+
+
+# -- JSON files ---------------------------------------------------------------------------------------------
+# json.loads alone lets a hostile file through in several ways: UTF-16 text it decodes silently, nesting deep
+# enough to raise RecursionError, an integer of thousands of digits (seconds to read, then a ValueError), a
+# field given twice (the last one silently wins), NaN; and where it fails it seldom says where. Each is one
+# line here, naming the place where it can. Traces, checkpoints' listings and model configs are read so.
+JSON_DIGITS = 20  # digits of an integer in a file: uint64 has 20, and no size or count parasim reads needs more
+_WIDE = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),  # before UTF-16: FF FE starts both
+         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+# strings (escapes inside), numbers, and the punctuation that opens, closes and separates
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NaN|-?Infinity|[\[\]{},]')
+
+
+def read_json(data: bytes, name: str, what: str = "a JSON file", constants: bool = False) -> Any:
+    """A file's bytes (`name` says which file) as JSON: UTF-8 (a leading byte-order mark allowed), integers
+    of at most JSON_DIGITS digits, each field once in an object, floats in range, and NaN or Infinity only
+    with `constants` (traces written before strict JSON hold them). Anything else is one UsageError naming
+    the file, what it should be (`what`, "a parasim trace") and, where it can, the place. Nesting too deep
+    for the reader is named at level JSON_DEPTH; the caller's own checks bound the depth of what it reads."""
+    text = _utf8(data, name, what)
+    if not text.strip():
+        raise UsageError(f"{name} is empty, not {what}")
+    try:
+        return json.loads(text, parse_int=_whole, parse_float=None if constants else _finite,
+                          parse_constant=None if constants else _no_constant, object_pairs_hook=_once)
+    except json.JSONDecodeError as exc:
+        cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")  # ran into the end
+        raise UsageError(f"{name} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+                         + (" (the file ends there: was it cut short?)" if cut else "")) from None
+    except _Refused as exc:
+        raise UsageError(f"{name} is not {what}: {_place(text, exc)}") from None
+    except RecursionError:  # nested past the reader's own depth
+        raise UsageError(f"{name} is not {what}: {_place(text, None)}") from None
+
+
+def _utf8(raw: bytes, name: str, what: str) -> str:
+    wide = next((enc for bom, enc in _WIDE if raw.startswith(bom)), None)
+    if wide is None and b"\x00" in raw[:4]:  # JSON starts in ASCII: a NUL beside it is UTF-16/32 without a mark
+        wide = "UTF-16" if raw[:4].count(b"\x00") <= 2 else "UTF-32"
+    if wide is not None:
+        raise UsageError(f"{name} is {wide} text; {what} is UTF-8 JSON (iconv -f {wide} -t UTF-8 converts it)")
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as exc:
+        if exc.reason == "unexpected end of data":
+            raise UsageError(f"{name} ends in the middle of a character: the file was cut short") from None
+        raise UsageError(f"{name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start:,}); {what} "
+                         "is UTF-8 JSON") from None
+
+
+class _Refused(ValueError):
+    """A value json.loads read that the file may not hold; `why` says what it is."""
+
+    def __init__(self, why: str, token: str | None = None):
+        super().__init__(why)
+        self.why, self.token = why, token
+
+
+def _whole(text: str) -> int:
+    if len(text.lstrip("-")) > JSON_DIGITS:  # before int(): Python would spend seconds on 100,000 digits
+        raise _Refused(f"an integer of {len(text.lstrip('-')):,} digits (no count needs more than {JSON_DIGITS})",
+                       text)
+    return int(text)
+
+
+def _finite(text: str) -> float:
+    x = float(text)
+    if x in (float("inf"), float("-inf")):
+        raise _Refused(f"{text[:30]} is past the range of a float", text)
+    return x
+
+
+def _no_constant(text: str) -> Any:
+    raise _Refused(f"{text} is not a JSON number (strict JSON has no NaN or Infinity)", text)
+
+
+def _once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _Refused(f"the field {brief(k)} appears twice in one object")
+        out[k] = v
+    return out
+
+
+def _place(text: str, exc: _Refused | None) -> str:
+    """Where in JSON `text` it nests more than JSON_DEPTH levels deep (exc None) or holds the token `exc`
+    refused, and which: what json.loads raised without saying where."""
+    open_: list[list] = []  # per open container: [its key or index, whether an object's next string is a key]
+    for m in _TOKEN.finditer(text):
+        tok = m.group()
+        if tok in ("[", "{"):
+            if exc is None and len(open_) == JSON_DEPTH:
+                return f"{_where(open_)}: nested more than {JSON_DEPTH} levels deep"
+            open_.append([0, False] if tok == "[" else [None, True])
+        elif tok in ("]", "}"):
+            if open_:
+                open_.pop()
+        elif tok == ",":
+            if open_:
+                top = open_[-1]
+                if isinstance(top[0], int):
+                    top[0] += 1
+                else:
+                    top[1] = True
+        elif tok[0] == '"':
+            if open_ and open_[-1][1]:
+                open_[-1][:] = [tok[1:-1], False]
+        elif exc is not None and exc.token is not None and tok == exc.token:
+            return f"{_where(open_)}: {exc.why}"
+    if exc is not None:
+        return exc.why
+    return f"nested more than {JSON_DEPTH} levels deep"
+
+
+def _where(open_: list[list]) -> str:
+    """The path of the innermost open container's current place: groups[2].ranks[0], meta['a b']."""
+    where = ""
+    for key, _ in open_:
+        where = json_step(where, key) if key is not None else where
+    return cut_path(where) or "the top level"
+
+
+def cut_path(where: str) -> str:
+    """A path a hundred levels long, cut to its start (at a step's boundary): no line holds it whole."""
+    if len(where) <= 80:
+        return where
+    at = max(where.rfind("[", 0, 60), where.rfind(".", 0, 60))
+    return where[:at if at > 0 else 60] + "..."
+
+
+def json_step(where: str, key: Any) -> str:
+    """`where` and one step down: [3] for an index, .name for a key that reads as a name, else ['a key']."""
+    if isinstance(key, int):
+        return f"{where}[{key}]"
+    if key.isidentifier():
+        return f"{where}.{key}" if where else key
+    return f"{where}[{brief(key)}]"
+
+
+def brief(v: Any) -> str:
+    """A short repr of a value from a file, whatever its size: control characters escaped, long lists cut."""
+    import reprlib
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = r.maxlong = 60
+    r.maxlist = r.maxdict = 6
+    r.maxlevel = 3
+    return r.repr(v)
 
 
 def check_plot_path(path: str) -> None:

@@ -34,8 +34,8 @@ CASES = [
     (["view", "/no/such/file.json"], "cannot read trace /no/such/file.json: No such file or directory"),
     (["memory", "--config", "/dev/zero"], "config /dev/zero is not a regular file"),
     (["memory", "--config", "{kv0}"], "field for kv_heads must be an integer from 1 to 1e+12, got 0"),
-    (["memory", "--config", "{huge}"], "field for hidden must be an integer from 1 to 1e+12, got a 31-digit number"),
-    (["memory", "--config", "{digits}"], "is not JSON: a number in it has thousands of digits"),
+    (["memory", "--config", "{huge}"], "is not a model's config.json: hidden_size: an integer of 31 digits"),
+    (["memory", "--config", "{digits}"], "is not a model's config.json: hidden_size: an integer of 5,001 digits"),
     # outputs that cannot be written as asked
     (["schedule", "--plot", "{folder}"], "--plot needs a file name (FILE.png)"),
     (["schedule", "--plot", "{folder}/x.foo"], "name a .png, .svg, .pdf file"),

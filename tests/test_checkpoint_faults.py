@@ -18,6 +18,7 @@ import pytest
 
 import parasim
 from parasim.dp import checkpoint_format as cf
+from parasim.dp import checkpoint_meta
 from parasim.dp.checkpoint import restore, save_checkpoint, shard_state, verify_checkpoint
 from parasim.dp.sharded import ShardedAdam
 from parasim.errors import UsageError
@@ -376,17 +377,18 @@ def test_each_field_of_the_metadata_is_checked_before_use(tmp_path, case):
 
 # (metadata.json's bytes) -> words: what strict JSON refuses
 RAW_CASES = {
-    "nan": (lambda t: t.replace(b'"step": 3', b'"step": NaN'), ["metadata.json is not valid JSON: NaN is not a JSON"]),
-    "infinity": (lambda t: t.replace(b'"step": 3', b'"step": -Infinity'), ["-Infinity is not a JSON number"]),
-    "float-overflow": (lambda t: t.replace(b'"step": 3', b'"step": 1e999'), ["1e999 is out of the range of a float"]),
-    "long-integer": (lambda t: t.replace(b'"step": 3', b'"step": ' + b"9" * 5000), ["an integer of 5000 digits"]),
-    "key-twice": (lambda t: t.replace(b'"step": 3', b'"step": 3, "step": -1'), ['the field "step" appears twice']),
+    "nan": (lambda t: t.replace(b'"step": 3', b'"step": NaN'),
+            ["metadata.json is not a checkpoint's listing: step: NaN is not a JSON number"]),
+    "infinity": (lambda t: t.replace(b'"step": 3', b'"step": -Infinity'), ["step: -Infinity is not a JSON number"]),
+    "float-overflow": (lambda t: t.replace(b'"step": 3', b'"step": 1e999'), ["step: 1e999 is past the range of a float"]),
+    "long-integer": (lambda t: t.replace(b'"step": 3', b'"step": ' + b"9" * 5000), ["step: an integer of 5,000 digits"]),
+    "key-twice": (lambda t: t.replace(b'"step": 3', b'"step": 3, "step": -1'), ["the field 'step' appears twice"]),
     "deep": (lambda t: t.replace(b'"step": 3', b'"step": ' + b"[" * 100_000 + b"]" * 100_000),
-             ["metadata.json nests lists or objects too deeply"]),
-    "truncated": (lambda t: t[:len(t) // 2], ["metadata.json is not valid JSON"]),
-    "empty": (lambda t: b"", ["metadata.json is not valid JSON: Expecting value"]),
-    "not-utf8": (lambda t: t.replace(b'"w"', b'"\xff"', 1), ["metadata.json is not UTF-8 text", "is 0xff"]),
-    "utf16": (lambda t: t.decode().encode("utf-16"), ["metadata.json is not UTF-8 text"]),
+             ["metadata.json is not a checkpoint's listing: step[0][0]", "nested more than 100 levels deep"]),
+    "truncated": (lambda t: t[:len(t) // 2], ["metadata.json is not JSON: ", "was it cut short?"]),
+    "empty": (lambda t: b"", ["metadata.json is empty, not a checkpoint's listing"]),
+    "not-utf8": (lambda t: t.replace(b'"w"', b'"\xff"', 1), ["metadata.json is not UTF-8 text (byte 0xff at offset"]),
+    "utf16": (lambda t: t.decode().encode("utf-16"), ["metadata.json is UTF-16 text; a checkpoint's listing is UTF-8"]),
 }
 
 
@@ -405,7 +407,7 @@ def test_metadata_that_is_too_large_or_not_a_file_is_refused_unread(tmp_path):
     path = save_checkpoint(tmp_path / "ckpt", _shards())
     where = tmp_path / "ckpt" / cf.METADATA
     with open(where, "r+b") as f:
-        f.truncate(cf.METADATA_BYTES + 1)  # sparse: nothing is written
+        f.truncate(checkpoint_meta.METADATA_BYTES + 1)  # sparse: nothing is written
     assert "bytes: 67,108,865 is more than the limit of 67,108,864" in _refusal(path)
     where.unlink()
     where.mkdir()

@@ -83,7 +83,8 @@ def test_hf_config_deepseek_like_reads_every_moe_field(tmp_path):
     ({**HF, "num_local_experts": "8"}, "experts must be an integer from 0 to 1e\\+12, got '8'"),
     ({**HF, "num_key_value_heads": 0}, "kv_heads must be an integer from 1 to 1e\\+12, got 0"),
     ({**HF, "num_local_experts": 0}, None),  # no experts: a dense model
-    ({**HF, "hidden_size": 2**100}, "hidden must be an integer from 1 to 1e\\+12, got a 31-digit number"),
+    ({**HF, "hidden_size": 2**100}, "hidden_size: an integer of 31 digits \\(no count needs more than 20\\)"),
+    ({**HF, "hidden_size": 2**64}, "hidden must be an integer from 1 to 1e\\+12, got a 20-digit number"),
     ({"hidden_size": 8, "num_attention_heads": 2, "vocab_size": 10}, "'num_hidden_layers'"),
     ({"text_config": "x", **{k: v for k, v in HF.items() if k != "vocab_size"}}, "'vocab_size'"),
 ])

@@ -235,7 +235,7 @@ def test_a_script_without_the_main_guard_is_told_to_add_it(tmp_path):
 def test_a_local_launch_gives_its_workers_loopback_for_gloo_and_nccl(monkeypatch):
     """What the workers of a one-machine launch get, whatever was exported for a multi-node run: gloo's
     and NCCL's sockets on the loopback interface (NCCL's cannot be run without GPUs; its variable is set)."""
-    from parasim.comm.launch import _local_env
+    from parasim.comm.loopback import local_env as _local_env
     monkeypatch.setenv("GLOO_SOCKET_IFNAME", "eth0")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "ib0")
     monkeypatch.setenv("GLOO_DEVICE_TRANSPORT", "UV")

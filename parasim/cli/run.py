@@ -42,7 +42,7 @@ def add_run(sub: Any) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from ..comm.launch import under_torchrun
+    from ..comm.torchrun import under_torchrun
     from ..lesson import get_lesson
     from ..engine.real import run_real
 
@@ -98,7 +98,7 @@ def _passed(report: Any, checks: list) -> bool:
 def _run_all(args: argparse.Namespace) -> int:
     """`parasim run all`: every lesson on real ranks, one launch per world size (start-up paid once each):
     the lessons that fit --nproc, or else each lesson on its own world."""
-    from ..comm.launch import under_torchrun
+    from ..comm.torchrun import under_torchrun
     from ..lesson import load_lessons
     from ..engine.real import run_real_many
 

@@ -14,7 +14,6 @@ import glob
 import importlib.util
 import json
 import os
-import socket
 import tempfile
 import time
 import traceback
@@ -24,7 +23,9 @@ from typing import Any, Callable
 from ..limits import check_processes, check_real_timeout
 from ..errors import CollectiveError, ParasimError, RankFailed, RealRunFailed, UsageError
 from .rank_errors import ASK, REIMPORTED, STARTING, Watch, answer_where, ask_where, failure, guard_hint
+from .loopback import local_env, loopback_store
 from .sites import with_call_site
+from .torchrun import job_store
 from .watchdog import raised_text
 
 Target = Callable[[Any], Any] | tuple[str, str]
@@ -50,41 +51,6 @@ DEVICES = ("auto", "cpu", "cuda")
 
 
 Job = tuple[Target, RealOptions]  # a program and the options it runs with (seed, keep_values, ...)
-
-
-# What torchrun sets in every process it starts. The first five say "this process is a rank of a job";
-# MASTER_ADDR and MASTER_PORT alone say nothing (a local launch sets its own), so only they may be left over.
-TORCHRUN_RANK_VARS = ("TORCHELASTIC_RUN_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
-TORCHRUN_VARS = TORCHRUN_RANK_VARS + ("MASTER_ADDR", "MASTER_PORT")
-
-
-def under_torchrun() -> bool:
-    """True in a process that torchrun (or another elastic agent) started. Only some of its variables set
-    (left over in a shell, or set by hand) is a UsageError naming them: parasim could neither join a job
-    nor know that it should start its own ranks."""
-    present = [v for v in TORCHRUN_VARS if os.environ.get(v)]
-    if not any(v in present for v in TORCHRUN_RANK_VARS):
-        return False
-    missing = [v for v in TORCHRUN_VARS if v not in present]
-    if missing:
-        stray = [v for v in present if v in TORCHRUN_RANK_VARS]
-        raise UsageError(f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} set, as in a process torchrun "
-                         f"started, but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: unset "
-                         f"{', '.join(stray)} to start the ranks here, or start parasim with torchrun")
-    n = {v: _whole(v) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")}
-    if not (0 <= n["RANK"] < n["WORLD_SIZE"] and 0 <= n["LOCAL_RANK"] < n["LOCAL_WORLD_SIZE"] <= n["WORLD_SIZE"]
-            and 0 < n["MASTER_PORT"] < 65536):
-        shown = ", ".join(f"{v}={os.environ[v]}" for v in n)
-        raise UsageError(f"torchrun's variables do not fit together ({shown}): a rank is from 0 to WORLD_SIZE - 1, "
-                         "a local rank from 0 to LOCAL_WORLD_SIZE - 1, a port from 1 to 65535")
-    return True
-
-
-def _whole(name: str) -> int:
-    text = os.environ[name]
-    if not (text.isascii() and text.isdigit() and len(text) <= 9):
-        raise UsageError(f"{name} must be a whole number, got {text[:40]!r}")
-    return int(text)
 
 
 def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> None:
@@ -144,7 +110,7 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     MASTER_ADDR, MASTER_PORT, ...), as torchrun sets it.
 
     Returns this rank's result; with `gather`, rank 0 returns every rank's (in rank order), the others None."""
-    out = run_jobs([(target, opts)], gather, store=_job_store(opts.timeout))
+    out = run_jobs([(target, opts)], gather, store=job_store(opts.timeout))
     return out if out is None else out[0]
 
 
@@ -290,113 +256,6 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
     os._exit(0)  # skip interpreter shutdown: a gloo thread must not hold the process once results are written
 
 
-def _loopback_store(world: int, timeout: float) -> tuple[Any, int]:
-    """The run's key-value store (where ranks meet), served by this process on 127.0.0.1 only."""
-    import torch.distributed as dist
-    sock = _listening("127.0.0.1", 0, world)
-    port = sock.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, world + 1, True, master_listen_fd=sock.fileno(),
-                          wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout))
-    sock.detach()  # the store owns the descriptor now and closes it
-    return store, port
-
-
-def _listening(addr: str, port: int, world: int) -> socket.socket:
-    """A socket listening on `addr` alone, for a TCPStore to serve on: torch's TCPStore binds every
-    interface unless handed a socket that is already listening."""
-    sock = socket.socket(socket.AF_INET6 if ":" in addr else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((addr, port))
-    sock.listen(max(128, world))
-    return sock
-
-
-def _loopback_address(host: str) -> str | None:
-    """The address to listen on when `host` names this machine's loopback only (127.0.0.1, ::1, localhost):
-    then every rank is on this machine. None for any other host, or one that does not resolve."""
-    import ipaddress
-    try:
-        found = [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
-    except (OSError, UnicodeError):
-        return None
-    if not found or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found):
-        return None
-    return next((a for a in found if ":" not in a), found[0])
-
-
-def _loopback_interface() -> str:
-    """The name of the loopback interface, for gloo (GLOO_SOCKET_IFNAME): lo on Linux, lo0 on macOS."""
-    names = {name for _, name in socket.if_nameindex()} if hasattr(socket, "if_nameindex") else set()
-    return "lo0" if "lo0" in names and "lo" not in names else "lo"
-
-
-def _local_env() -> dict[str, str]:
-    """The environment of a local launch's workers: the launcher's, but with gloo kept to the loopback
-    interface whatever GLOO_SOCKET_IFNAME says (exported for a multi-node run, it would put every gloo
-    socket of this one-machine run on that interface, reachable from other machines), over its default
-    transport (GLOO_DEVICE_TRANSPORT=UV or TCP_TLS, set for a cluster, would fail where this torch lacks
-    it), and NCCL's bootstrap likewise (NCCL_SOCKET_IFNAME). The store and MASTER_ADDR are the launcher's own,
-    on 127.0.0.1."""
-    env = {k: v for k, v in os.environ.items() if k != "GLOO_DEVICE_TRANSPORT"}
-    lo = _loopback_interface()
-    # NCCL's bootstrap listens on a socket too (on the first interface that is not loopback, by default):
-    # on one machine its ranks meet over loopback, and the GPUs still talk over NVLink or PCIe
-    return {**env, "GLOO_SOCKET_IFNAME": lo, "NCCL_SOCKET_IFNAME": lo}
-
-
-def _job_store(timeout: float) -> Any:
-    """The store of a job torchrun started, at MASTER_ADDR:MASTER_PORT, where its ranks meet. torchrun's
-    agent serves it (TORCHELASTIC_USE_AGENT_STORE=True) or else rank 0 does, which torch would do on every
-    interface: when MASTER_ADDR is a loopback address (every rank on this machine), it listens on that
-    address alone, and gloo keeps to the loopback interface."""
-    import torch.distributed as dist
-    host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
-    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    limit = datetime.timedelta(seconds=timeout)
-    local = _loopback_address(host)
-    if local is not None:
-        os.environ["GLOO_SOCKET_IFNAME"] = _loopback_interface()
-    try:
-        with _stderr_held():
-            if rank != 0 or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
-                store = dist.TCPStore(host, port, world, False, timeout=limit)
-            elif local is not None:
-                sock = _listening(local, port, world)
-                try:
-                    store = dist.TCPStore(local, port, world, True, master_listen_fd=sock.fileno(), timeout=limit)
-                finally:
-                    sock.detach()  # the store owns the descriptor (a failed one leaves it to this process's exit)
-            else:
-                store = dist.TCPStore(host, port, world, True, timeout=limit, multi_tenant=True)
-    except (dist.DistError, OSError) as exc:  # a store nobody serves, ranks that never come: one line
-        what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RealRunFailed(f"rank {rank} could not meet the job's other ranks at {host}:{port} (MASTER_ADDR, "
-                            f"MASTER_PORT) within {timeout:g} s: {what}", rank) from None
-    return dist.PrefixStore("default_pg", store)  # the keys env:// would use, apart from the agent's own
-
-
-@contextlib.contextmanager
-def _stderr_held() -> Any:
-    """Hold what is written to file descriptor 2 meanwhile (torch's C++ side logs every retry of a store
-    connection there, with its stack frames) and pass it on only if the block succeeds: a failure is then
-    told in one line by the caller."""
-    import sys
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        ok = False
-        try:
-            yield
-            ok = True
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            if ok:
-                held.seek(0)
-                os.write(2, held.read())
-
-
 def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
     """Run `target` on `nproc` local processes; return each rank's result, in rank order."""
     return launch_many([(target, opts)], nproc)[0]
@@ -427,10 +286,10 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     check_backend(opts.backend, nproc, opts.device)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     spawn = _starter()
-    store, port = _loopback_store(nproc, opts.timeout)
+    store, port = loopback_store(nproc, opts.timeout)
     beats = spawn.RawArray("d", nproc)  # when each rank last finished a call (monotonic clock; 0: not joined)
     states = spawn.RawArray("b", nproc)  # what each rank is doing: rank_errors.STARTING, IN_PROGRAM, IN_CALL
-    env = _local_env()
+    env = local_env()
     _sweep_folders()
     with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,

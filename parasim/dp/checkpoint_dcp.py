@@ -30,8 +30,8 @@ from ..errors import UsageError
 from ..limits import MAX_SIZE
 from ..render.jsonout import dumps
 from .checkpoint import STATE, regions, share_ranges
-from .checkpoint_format import (DTYPES, Fields, check_file, fingerprint, fresh_beside, fsync_dir, item, read_json,
-                                show, swap, sweep, write_synced)
+from .checkpoint_format import fresh_beside, fsync_dir, swap, sweep, write_synced
+from .checkpoint_meta import DTYPES, Fields, check_file, fingerprint, item, read_json, show
 
 LISTING, KIND, DCP_METADATA = "parasim.json", "parasim-dcp", ".metadata"
 _DCP = "torch.distributed.checkpoint.metadata"

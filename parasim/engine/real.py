@@ -90,7 +90,7 @@ def _compared(target: Target, opts: RealOptions, results: list[dict], startup: f
 
 
 def _torchrun() -> bool:
-    from ..comm.launch import under_torchrun
+    from ..comm.torchrun import under_torchrun
     return under_torchrun()
 
 

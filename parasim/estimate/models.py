@@ -2,7 +2,6 @@
 Hugging Face config.json. The model type itself is parasim.layout.ModelSpec, the engine's too."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..errors import UsageError
@@ -34,12 +33,8 @@ GATED_ACTIVATIONS = ("silu", "swiglu", "geglu")  # a gated MLP has three matrice
 
 def from_hf_config(path: str) -> ModelSpec:
     """A model from a Hugging Face config.json: the usual fields are read, unknown ones ignored."""
-    from ..limits import MAX_SIZE, read_bounded
-    try:
-        cfg = json.loads(read_bounded(path, "config"))
-    except (ValueError, UnicodeDecodeError) as exc:  # a JSON error, or a number of over 4300 digits
-        why = "a number in it has thousands of digits" if "digits" in str(exc) else exc
-        raise UsageError(f"{path} is not JSON: {why}") from None
+    from ..limits import MAX_SIZE, read_bounded, read_json
+    cfg = read_json(read_bounded(path, "config"), path, "a model's config.json", constants=True)  # Python writes NaN
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):  # multimodal configs nest the language model
