@@ -33,7 +33,7 @@ def under_torchrun() -> bool:
                          f"{', '.join(stray)} to start the ranks here, or start parasim with torchrun")
     n = {v: _whole(v) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")}
     if not (0 <= n["RANK"] < n["WORLD_SIZE"] and 0 <= n["LOCAL_RANK"] < n["LOCAL_WORLD_SIZE"] <= n["WORLD_SIZE"]
-            and 0 < n["MASTER_PORT"] < 65536):
+            and 0 < n["MASTER_PORT"] < 2**16):
         shown = ", ".join(f"{v}={os.environ[v]}" for v in n)
         raise UsageError(f"torchrun's variables do not fit together ({shown}): a rank is from 0 to WORLD_SIZE - 1, "
                          "a local rank from 0 to LOCAL_WORLD_SIZE - 1, a port from 1 to 65535")
