@@ -253,3 +253,25 @@ def test_what_ranks_print_goes_to_stderr_and_json_stays_whole():
     data = json.loads(out.stdout)
     assert data["match"] is True
     assert "rank 0 says hi" in out.stderr and "rank 1 says hi" in out.stderr
+
+
+@pytest.mark.parametrize("call, dtype", [
+    (lambda xp: xp.ones(3, dtype="bfloat16"), "torch.bfloat16"),
+    (lambda xp: xp.zeros((2,), dtype="f4"), "torch.float32"),  # numpy's short names too
+    (lambda xp: xp.astype(xp.ones(2), "float16"), "torch.float16"),  # astype's dtype comes second
+    (lambda xp: xp.full((1,), 2.0, dtype="int64"), "torch.int64"),
+], ids=["ones", "short-name", "astype", "full"])
+def test_ctx_xp_on_real_ranks_takes_dtype_names(call, dtype):
+    import array_api_compat.torch as torch_xp
+
+    from parasim.comm.torch_xp import TorchNamespace
+    assert str(call(TorchNamespace(torch_xp)).dtype) == dtype
+    assert str(TorchNamespace(torch_xp).finfo("bfloat16").bits) == "16"  # finfo's comes first
+
+
+def test_a_dtype_torch_has_not_is_one_line():
+    import array_api_compat.torch as torch_xp
+
+    from parasim.comm.torch_xp import TorchNamespace
+    with pytest.raises(parasim.UsageError, match="'float65' is not a dtype torch has"):
+        TorchNamespace(torch_xp).ones(2, dtype="float65")

@@ -67,6 +67,11 @@ PROGRAMS = textwrap.dedent("""\
             return 1
         return later()
 
+    def gives_async_generator(ctx):
+        async def later():
+            yield 1
+        return later()
+
     def outsider(ctx):
         g = ctx.new_group([0], "tp")
         return ctx.comm.all_reduce(ctx.xp.ones(2), group=g)  # not a member
@@ -122,6 +127,7 @@ RUNS = [
     ("threads", [], 2, ["called all_reduce at {line:in a thread} from a thread it started"]),
     ("gives_generator", [], 2, ["rank 0's program returned a generator, so its body never ran"]),
     ("gives_coroutine", [], 2, ["rank 0's program returned a coroutine, so its body never ran"]),
+    ("gives_async_generator", [], 2, ["rank 0's program returned an async generator, so its body never ran"]),
     ("outsider", [], 1, ["rank 1 is not a member of group tp[0] (called at {line:not a member})"]),
     ("sends_a_list", [], 1, ["send expects a numpy array on virtual ranks, got list (called at {line:a list})"]),
 ]

@@ -528,9 +528,10 @@ def _ran(value: Any, rank: int) -> None:
     kind = "generator" if inspect.isgenerator(value) else "coroutine" if inspect.iscoroutine(value) else \
         "async generator" if inspect.isasyncgen(value) else None
     if kind is not None:
-        value.close()  # not awaited, not iterated: close it so Python does not warn at exit
-        raise UsageError(f"rank {rank}'s program returned a {kind}, so its body never ran: a program is a plain "
-                         "function that runs to its end (no yield, no async def)")
+        if kind != "async generator":  # not awaited, not iterated: close it so Python does not warn at exit
+            value.close()
+        raise UsageError(f"rank {rank}'s program returned {'an' if kind[0] == 'a' else 'a'} {kind}, so its body never "
+                         "ran: a program is a plain function that runs to its end (no yield, no async def)")
 
 
 def _tensor(x: np.ndarray, made: dict) -> Tensor:
