@@ -63,3 +63,11 @@ def spins_on_virtual_ranks(ctx):
 def talks(ctx):
     print("rank", ctx.rank, "says hi")  # a program that prints
     return ctx.comm.all_reduce(ctx.xp.ones(2, dtype="bfloat16"))  # a dtype named as numpy names it
+
+
+def exits(ctx):
+    import sys
+    ctx.comm.barrier()
+    if ctx.rank == 1:
+        sys.exit(3)  # exits 3
+    return ctx.comm.all_reduce(ctx.asarray([1.0]))

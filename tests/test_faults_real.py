@@ -43,6 +43,8 @@ CASES = [
      ["parasim: rank 1 exited with code 0 before its program returned; the other ranks were stopped"]),
     ("all-exit-0", ["run", f"{PROGRAMS}:all_leave", "--nproc", "3"], {}, 1, 1,
      ["parasim: ranks 0-2 each exited with code 0 before its program returned\n"]),
+    ("sys-exit", _run("exits"), {}, 1, 1,
+     [f"parasim: rank 1 raised SystemExit: 3 at {site_at(PROGRAMS, 'exits 3')} (in exits)\n"]),
     ("send-list", _run("sends_a_list"), {}, 1, 1,
      [f"parasim: CollectiveError: send expects a torch tensor on real ranks, got list (called at "
       f"{site_at(PROGRAMS, 'send list')})\n"]),

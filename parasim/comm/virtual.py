@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import inspect
 import threading
-import traceback
 from collections import deque
 from typing import Any, Callable, Sequence
 
@@ -208,9 +207,8 @@ class VirtualWorld:
         if isinstance(exc, ParasimError):
             raise exc
         waiting = self._waiting()
-        tb = "".join(traceback.format_exception(exc))
         left = "\n".join(by_text({r: w for r, w in waiting.items() if r != rank})) or "  none"
-        raise RankFailed(f"{raised_text(rank, exc)}\n{tb}ranks left waiting:\n{left}", rank, waiting) from exc
+        raise RankFailed(f"{raised_text(rank, exc)}ranks left waiting:\n{left}", rank, waiting) from exc
 
     def _waiting(self) -> dict[int, str]:
         """What each rank is doing, rank -> text. Ranks waiting in one collective share one text, built

@@ -153,6 +153,11 @@ def frame_text(frame: FrameType | None) -> str:
 
 
 def raised_text(rank: int, exc: BaseException) -> str:
-    """'rank 1 raised KeyError: 'b' at mine.py:12 (in program)': the first line of a rank's own error, the same
-    on every backend (the traceback follows it)."""
-    return f"rank {rank} raised {type(exc).__name__}: {exc} at {frame_text(innermost(exc))}"
+    """'rank 1 raised KeyError: 'b' at mine.py:12 (in program)' and the traceback below it: a rank's own error,
+    said the same on every backend. sys.exit() is the program's own choice to end: its line says it all,
+    so no traceback follows."""
+    head = f"rank {rank} raised {type(exc).__name__}: {exc} at {frame_text(innermost(exc))}"
+    if isinstance(exc, SystemExit):
+        return head + "\n"
+    import traceback
+    return f"{head}\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
