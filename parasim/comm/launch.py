@@ -176,7 +176,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
             comm.finish()
     except Exception as exc:
         # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
-        err = exc if isinstance(exc, ParasimError) else RankFailed(raised_text(rank, exc), rank)
+        err = exc if isinstance(exc, ParasimError) else RankFailed(raised_text(rank, exc).rstrip("\n"), rank)
         if isinstance(exc, CollectiveError):  # a call that can never work: its line, as virtual ranks say
             err = with_call_site(exc)
         _report(opts, rank, err)
@@ -247,7 +247,7 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
             f.write(data)
     except BaseException as exc:  # reported in the folder (by _run_program, or here), not on stderr
         if not os.path.exists(os.path.join(folder, f"rank{rank}.json")):
-            _report(jobs[0][1], rank, RankFailed(raised_text(rank, exc), rank))
+            _report(jobs[0][1], rank, RankFailed(raised_text(rank, exc).rstrip("\n"), rank))
         os._exit(1)
     os._exit(0)  # skip interpreter shutdown: a gloo thread must not hold the process once results are written
 
