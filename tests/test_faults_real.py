@@ -122,9 +122,28 @@ def _parasim(args: list[str], env: dict[str, str], limit: float = 90) -> subproc
     return subprocess.CompletedProcess(args, proc.returncode, out, err)
 
 
+def _in_process(args: list[str], limit: float = 90) -> subprocess.CompletedProcess:
+    """`parasim ARGS` in this process (its ranks forked by the fork server this test process keeps, so no
+    interpreter and torch start each time); fails the test if it runs past `limit` seconds or leaves a rank
+    behind."""
+    from conftest import cli
+    from test_real import _children
+    t = time.monotonic()
+    out = cli(*args)
+    assert time.monotonic() - t < limit, f"parasim {' '.join(args)} ran past {limit} s"
+    for _ in range(50):
+        left = _children()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert left == [], f"left running: {left}"
+    return out
+
+
 @pytest.mark.parametrize("argv, env, code, lines, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_failing_or_refused_real_run_ends_in_a_line(argv, env, code, lines, words):
-    out = _parasim(argv, env)
+    # an environment of its own needs a process of its own (torchrun's variables, the visible GPUs)
+    out = _parasim(argv, env) if env else _in_process(argv)
     assert (out.returncode, out.stderr.count("\n")) == (code, lines), out.stderr[-3000:]
     assert "Traceback" not in out.stderr
     for w in words:
