@@ -170,33 +170,30 @@ def program_lesson(name: str, world: int | None, flag: str = "--world", timeout:
     n = world if world is not None else f.world
     if n is None:
         raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {f.path.name})")
-    checks = (lambda result: []) if f.checks is None else partial(_user_checks, f.checks, f.checks_at)
+    checks = (lambda result: []) if f.checks is None else partial(_user_checks, f.checks, f.checks_at, f.path)
     return Lesson(name=name, title=f.title or f"{fn} from {f.path.name}", world=n, program=f.program,
                   narrative=f.narrative, checks=checks, summary=f"a user program: {name}",
                   keep_values=64 if f.keep_values is None else f.keep_values, source=str(f.path.resolve()),
                   reference=f.reference)
 
 
-def _user_checks(checks: Callable[[Any], Any], where: str, result: RunResult) -> list[Check]:
+def _user_checks(checks: Callable[[Any], Any], where: str, path: Path, result: RunResult) -> list[Check]:
     """A user file's checks(result), whose answer must be a list of `check(...)` results."""
-    import traceback
-
-    from .comm.sites import short_path
-    from .engine.program_file import one_line
+    from .engine.program_file import one_line, raised_at
+    from .limits import brief
     try:
         out = checks(result)
     except Exception as exc:
-        frames = traceback.extract_tb(exc.__traceback__)
-        at = f"{short_path(frames[-1].filename)}:{frames[-1].lineno}" if frames else where
-        raise UsageError(f"{where}: checks(result) raised {type(exc).__name__}: {one_line(exc)} at {at}") from None
+        raise UsageError(f"{where}: checks(result) raised {type(exc).__name__}: {one_line(exc)} at "
+                         f"{raised_at(exc, path)}") from None
     if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
         raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results, "
-                         f"got {repr(out)[:60]}")
+                         f"got {brief(out)}")
     out = list(out)
     for i, c in enumerate(out):
         if not isinstance(c, Check):
             raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results; "
-                             f"item {i} is {repr(c)[:60]}")
+                             f"item {i} is {brief(c)}")
     return out
 
 

@@ -30,7 +30,8 @@ TOO_MANY_BYTES = "bytes, more than any one tensor holds"
 NAMED = {name: {f for text in op.placement for _, f, _, _ in string.Formatter().parse(text) if f}
          for name, op in OPS.items()}
 # ml_dtypes' types (0.7), named as numpy names them once it is imported, and as torch names its own;
-# listed, not looked up: importing ml_dtypes takes seconds, and a trace is checked in well under one
+# listed, not looked up: a trace written with one ml_dtypes release reads the same with another, older
+# releases lacking some of these names
 NARROW_DTYPES = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
                            "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4", "float8_e5m3fnu", "float8_e8m0fnu",
                            "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "int1", "int2", "int4", "uint1",

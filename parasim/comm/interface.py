@@ -14,7 +14,7 @@ from typing import Any, Callable, Sequence
 import ml_dtypes
 import numpy as np
 
-from ..errors import CollectiveError
+from ..errors import CollectiveError, UsageError
 from .sites import call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
 from .texts import by_text, mismatch_error, p2p_mismatch_error, rank_list, ranks_text  # noqa: F401 (likewise)
 
@@ -260,6 +260,20 @@ def numeric(dtype: Any) -> bool:
     included), complex; not strings, objects, dates, raw bytes or records."""
     d = np.dtype(dtype)
     return d.kind in "biufc" or d == BFLOAT16
+
+
+def numpy_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype of a dtype name or object ("bfloat16", "float32", np.float16, torch.bfloat16, ...), one
+    that holds numbers; anything else is refused in one line."""
+    try:
+        d = np.dtype(dtype_name(dtype) if str(dtype).startswith("torch.") else dtype)
+    except (TypeError, ValueError):
+        raise UsageError(f"unknown dtype {dtype!r}; use a name such as bfloat16, float16, float32, float64 or "
+                         f"int64") from None
+    if not numeric(d):
+        raise UsageError(f"dtype {dtype!r} holds no numbers; use bfloat16, float16, float32, float64, an integer "
+                         f"type or bool")
+    return d
 
 
 def floating(dtype: Any) -> bool:

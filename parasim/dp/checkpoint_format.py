@@ -35,11 +35,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..comm.interface import numpy_dtype
 from ..errors import UsageError
 from ..limits import MAX_SIZE, at_most
 from ..render.jsonout import dumps
 from .checkpoint_meta import (DTYPES, FORMAT, METADATA, SHARD_BYTES, VERSION, Fields, check_sum,
-                              fingerprint, held, numpy_dtype, read_json, shard_file, validate)
+                              fingerprint, held, read_json, shard_file, validate)
 
 Runs = list[list[tuple[int, int]]]  # per dim of the whole tensor, the [lo, hi) runs a piece covers
 

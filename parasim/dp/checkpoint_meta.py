@@ -12,8 +12,7 @@ import stat
 from pathlib import Path
 from typing import Any, Sequence
 
-import numpy as np
-
+from ..comm.interface import numpy_dtype
 from ..errors import UsageError
 from ..limits import FILE_BYTES, MAX_SIZE, VIRTUAL_WORLD, read_bounded
 from ..limits import read_json as parse_json
@@ -29,13 +28,6 @@ NAME_CHARS = 1000  # tensor, array and placement names
 def shard_file(rank: int) -> str:
     return f"rank{rank}.npz"
 
-
-def numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype of one of DTYPES (bfloat16 comes from ml_dtypes)."""
-    if name == "bfloat16":
-        import ml_dtypes
-        return np.dtype(ml_dtypes.bfloat16)
-    return np.dtype(name)
 
 
 class Fields:

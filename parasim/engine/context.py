@@ -6,7 +6,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import numpy as np
 
-from ..comm.interface import Comm, Group, call_site, dtype_name, numeric, site_name
+from ..comm.interface import Comm, Group, call_site, dtype_name, numpy_dtype, site_name
 from ..errors import UsageError
 from ..trace import HELD_KINDS
 
@@ -16,20 +16,6 @@ class Recorder(Protocol):
 
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None: ...
     def compute(self, rank: int, name: str, flops: float, site: str) -> None: ...
-
-
-def numpy_dtype(dtype: Any) -> np.dtype:
-    """The numpy dtype of a dtype name or object ("bfloat16", "float32", np.float16, torch.bfloat16, ...), one
-    that holds numbers; anything else is refused in one line."""
-    try:
-        d = np.dtype(dtype_name(dtype) if str(dtype).startswith("torch.") else dtype)
-    except (TypeError, ValueError):
-        raise UsageError(f"unknown dtype {dtype!r}; use a name such as bfloat16, float16, float32, float64 or "
-                         f"int64") from None
-    if not numeric(d):
-        raise UsageError(f"dtype {dtype!r} holds no numbers; use bfloat16, float16, float32, float64, an integer "
-                         f"type or bool")
-    return d
 
 
 class Rng:

@@ -23,7 +23,7 @@ from typing import Any, Callable
 from ..comm.sites import short_path
 from ..comm.watchdog import Stopped, TimeLimit, frame_text
 from ..errors import UsageError
-from ..limits import VIRTUAL_WORLD, read_bounded
+from ..limits import VIRTUAL_WORLD, brief, read_bounded
 
 KEEP_MAX = 10**7  # KEEP_VALUES: elements of one array shown by value (a lesson shows a few dozen)
 
@@ -112,11 +112,11 @@ def _execute(path: Path, timeout: float | None) -> ModuleType:
                          f"(imported by {shown})") from None
     except (Exception, SystemExit) as exc:
         raise UsageError(f"{shown}: loading it raised {type(exc).__name__}: {one_line(exc)} at "
-                         f"{_raised_at(exc, path)}") from None
+                         f"{raised_at(exc, path)}") from None
     return module
 
 
-def _raised_at(exc: BaseException, path: Path) -> str:
+def raised_at(exc: BaseException, path: Path) -> str:
     """The line of the user's file closest to where `exc` was raised (else the innermost line)."""
     frames = traceback.extract_tb(exc.__traceback__)
     mine = [f for f in frames if Path(f.filename).resolve() == path.resolve()] or frames
@@ -154,13 +154,9 @@ def _optional(module: ModuleType, name: str, where: Callable[[str], str], ok: Ca
         return None
     value = getattr(module, name)
     if not ok(value):
-        raise UsageError(f"{where(name)}: {name} must be {what}, got {_shown(value)}")
+        raise UsageError(f"{where(name)}: {name} must be {what}, got {brief(value)}")
     return value
 
-
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{text[:60]}..." if len(text) > 60 else text
 
 
 def _positive_int(hi: int, lo: int = 1) -> Callable[[Any], bool]:
