@@ -6,20 +6,14 @@ from fractions import Fraction
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from helpers_schedules import POST_1F1B, POST_GPIPE  # the post's tables, which other tests show too
 
 from parasim.errors import UsageError
-from parasim.pipeline.schedules import TORCH_NAMES, check_layers, generate
 from parasim.pipeline.action import Action
+from parasim.pipeline.schedules import SCHEDULES, check_layers, generate
 from parasim.pipeline.timing import simulate
 
-POST_GPIPE = ["F1 F2 F3 F4 . . . . . . B4 B3 B2 B1",
-              ". F1 F2 F3 F4 . . . . B4 B3 B2 B1 .",
-              ". . F1 F2 F3 F4 . . B4 B3 B2 B1 . .",
-              ". . . F1 F2 F3 F4 B4 B3 B2 B1 . . ."]
-POST_1F1B = ["F1 F2 F3 F4 . . . B1 . B2 . B3 . B4",
-             ". F1 F2 F3 . . B1 F4 B2 . B3 . B4 .",
-             ". . F1 F2 . B1 F3 B2 F4 B3 . B4 . .",
-             ". . . F1 B1 F2 B2 F3 B3 F4 B4 . . ."]
+TORCH_NAMES = {e.name: e.torch_name for e in SCHEDULES if e.torch_name}  # the classes our orders are checked against
 
 
 def table(name, pp=4, m=4):

@@ -5,18 +5,17 @@ import argparse
 import sys
 from typing import Any
 
+from ..pipeline.schedules import schedule_entry, schedule_names
 from .common import count, json_text, positive
-from ..pipeline.schedules import SCHEDULES
 
 
 def add_schedule(sub: Any) -> None:
     sp_ = sub.add_parser("schedule", help="a pipeline schedule's slot table, bubble and activation peaks",
                          description="Generate a pipeline schedule (actions per stage) and place it in time slots "
                                      "from its dependencies.")
-    sp_.add_argument("--schedule", choices=SCHEDULES, default="1f1b", help="the schedule (orders as "
+    sp_.add_argument("--schedule", choices=schedule_names(), default="1f1b", help="the schedule (orders as "
                      "torch.distributed.pipelining runs them; gpipe as the post draws it)")
-    sp_.add_argument("--chunks", "-v", type=positive, metavar="V", help="model chunks per rank (interleaved: "
-                     "default 2; zbv and dualpipev: exactly 2; others: 1)")
+    sp_.add_argument("--chunks", "-v", type=positive, metavar="V", help=f"model chunks per rank ({_chunk_rules()})")
     sp_.add_argument("--layers", type=positive, metavar="L", help="check that L layers split evenly over the stages")
     sp_.add_argument("--pp", type=positive, default=4, metavar="P", help="pipeline ranks (default 4)")
     sp_.add_argument("--microbatches", "-m", type=positive, default=4, metavar="M", help="micro-batches (default 4)")
@@ -28,20 +27,28 @@ def add_schedule(sub: Any) -> None:
     sp_.set_defaults(func=cmd_schedule)
 
 
+def _chunk_rules() -> str:
+    """What --chunks may be, schedules with the same rule named together (from the registry)."""
+    names: dict[str, list[str]] = {}
+    for name in schedule_names():
+        names.setdefault(schedule_entry(name).chunks_words, []).append(name)
+    return "; ".join(f"{', '.join(n)}: {words}" for words, n in names.items())
+
+
 def cmd_schedule(args: argparse.Namespace) -> int:
     from ..limits import SLOT_TABLE, SLOTS_PLOTTED, SLOTS_SHOWN
     from ..pipeline.schedules import check_layers, default_chunks, generate
     from ..pipeline.timing import simulate
 
-    costs = {"B": args.backward_cost, "I": 1, "W": 1}
+    costs = {"B": args.backward_cost}  # the other kinds: their costs in the kind table
     plan = generate(args.schedule, args.pp, args.microbatches, args.chunks)
     v = args.chunks or default_chunks(args.schedule)
     per = check_layers(args.layers, plan) if args.layers else None
     # the slots this command fills, draws or prints, whichever bound is the tightest
     bound = min([(SLOT_TABLE, "the timing fills every slot of every rank")]
                 + ([(SLOTS_PLOTTED, "--plot draws a box and a label for each slot")] if args.plot else [])
-                + ([] if args.json else [(SLOTS_SHOWN, "the table prints every slot; --json gives up to "
-                                                       f"{SLOT_TABLE:,}")]))
+                + ([] if args.json else [(SLOTS_SHOWN, ("the table prints every slot; --json gives up to "
+                                                        f"{SLOT_TABLE:,}"))]))
     timing = simulate(plan, costs, *bound)
     name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
     text = None

@@ -7,14 +7,16 @@ transfers of one slot as one batched exchange (as Megatron pairs send-forward wi
 Every rank then meets its transfers in one global order, so none can wait on a peer that waits on it,
 whatever the schedule. Two stages on the same rank (the turn of a V) hand over without communication.
 
+What each kind hands on, and to which stage, is its entry's `passes` in the kind table (action.KINDS).
 An I action runs the backward for the input and queues the weight-gradient work; its W runs it.
 """
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..comm.interface import Group, Recv, Send
-from .action import Action, Schedule
+from .action import KINDS, Action, Schedule
 from .schedules import stage_ranks
 from .timing import Timing, simulate
 
@@ -38,11 +40,12 @@ def transfers(schedule: Schedule, timing: Timing) -> list[tuple[int, int, int, s
     out = []
     for r, acts in enumerate(schedule):
         for a, begin in zip(acts, timing.begin[r]):
-            end = begin + cost[a.kind]
-            if a.kind == "F" and a.stage < last and where[a.stage + 1] != r:
-                out.append((end, r, where[a.stage + 1], "act", a.stage, a.mb))
-            elif a.kind in ("B", "I") and a.stage > 0 and where[a.stage - 1] != r:
-                out.append((end, r, where[a.stage - 1], "grad", a.stage, a.mb))
+            passes = KINDS[a.kind].passes  # what this kind hands on, and to which stage
+            if passes is None:
+                continue
+            what, to = passes[0], a.stage + passes[1]
+            if 0 <= to <= last and where[to] != r:  # no such stage, or the same rank: nothing to send
+                out.append((begin + cost[a.kind], r, where[to], what, a.stage, a.mb))
     return sorted(out)
 
 
@@ -100,8 +103,9 @@ def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, S
 def _exchange(ctx: Any, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
               shape: tuple[int, ...], dtype: Any) -> None:
     ops, into, words = [], [], []
+    step = {k.passes[0]: k.passes[1] for k in KINDS.values() if k.passes}  # "act": +1, "grad": -1
     for _, src, dst, what, stage, mb in batch:
-        to = stage + 1 if what == "act" else stage - 1
+        to = stage + step[what]
         store = acts if what == "act" else grads
         noun = f"{'activation' if what == 'act' else 'gradient'} {mb + 1} (stage {stage + 1} -> {to + 1})"
         if src == me:

@@ -5,18 +5,19 @@ input only), W (backward for the weights, deferred). A rank may hold several mod
 interleaved schedules give rank r the stages r, r+p, r+2p, ...; the V-shaped ones (ZB-V, DualPipeV) give it
 stage r on the way down and stage 2p-1-r on the way back up. Micro-batches are 0-based inside; tables
 print them 1-based, as the post does, and a rank's second chunk in lower case.
+
+Every schedule is registered once (SCHEDULES, at the end): its name, its generator, what --chunks it takes
+and its torch class; the CLI's choices, generate() and the tests read that registry.
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..limits import SCHEDULE_CELLS, at_most
 from .action import Action, Schedule
 from .vshape import dualpipev, zbv
-
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "interleaved-zb", "zbv", "dualpipev")
-TORCH_NAMES = {"1f1b": "Schedule1F1B", "interleaved": "ScheduleInterleaved1F1B", "zb-h1":
-               "ScheduleInterleavedZeroBubble", "interleaved-zb": "ScheduleInterleavedZeroBubble",
-               "zbv": "ScheduleZBVZeroBubble", "dualpipev": "ScheduleDualPipeV"}
 
 
 def gpipe(pp: int, m: int) -> Schedule:
@@ -108,39 +109,81 @@ def zb_h1(pp: int, m: int) -> Schedule:
     return interleaved(pp, m, 1, zero_bubble=True)
 
 
-GENERATORS = {"gpipe": gpipe, "1f1b": one_f_one_b, "zb-h1": zb_h1}
-CHUNKED = {"interleaved": lambda p, m, v: interleaved(p, m, v),
-           "interleaved-zb": lambda p, m, v: interleaved(p, m, v, zero_bubble=True),
-           "zbv": lambda p, m, v: zbv(p, m), "dualpipev": lambda p, m, v: dualpipev(p, m)}
-V_SHAPED = ("zbv", "dualpipev")
+# -- the registry: one entry per schedule ----------------------------------------------------------------------
+# What a schedule's --chunks may be: one per rank, several (interleaving), or exactly two (a V: down and back up).
+ONE, SEVERAL, V_SHAPE = "one", "several", "v-shape"
+# Each: (the default, the values allowed, the error for another, the words --help gives).
+_CHUNK_RULES = {ONE: (1, lambda v: v == 1, "{name} runs one chunk per rank; use interleaved for --chunks {v}", "1"),
+                SEVERAL: (2, lambda v: v >= 2, "{name} needs at least 2 chunks per rank, got --chunks {v}",
+                          "2 or more, default 2"),
+                V_SHAPE: (2, lambda v: v == 2, ("{name} runs exactly 2 chunks per rank (a V: down and back up), "
+                                                "got --chunks {v}"), "exactly 2")}
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    """A schedule `parasim schedule --schedule NAME`, generate() and the lessons know by name."""
+    name: str
+    # (pp, micro-batches, chunks per rank) -> each rank's actions; UsageError names a rule of its own broken
+    generator: Callable[[int, int, int], Schedule]
+    chunks: str  # ONE, SEVERAL or V_SHAPE: what --chunks may be (checked before the generator runs)
+    torch_name: str | None  # its class in torch.distributed.pipelining (None: torch has none)
+
+    @property
+    def default_chunks(self) -> int:
+        return _CHUNK_RULES[self.chunks][0]
+
+    @property
+    def chunks_words(self) -> str:
+        """What --chunks may be, in --help's words."""
+        return _CHUNK_RULES[self.chunks][3]
+
+    def check_chunks(self, v: int) -> None:
+        _, allowed, rule, _ = _CHUNK_RULES[self.chunks]
+        if not allowed(v):
+            raise UsageError(rule.format(name=self.name, v=v))
+
+
+# In the order `parasim schedule --help` lists them. Adding a schedule: its generator and one entry here.
+SCHEDULES: tuple[ScheduleEntry, ...] = (
+    ScheduleEntry("gpipe", lambda pp, m, v: gpipe(pp, m), ONE, None),
+    ScheduleEntry("1f1b", lambda pp, m, v: one_f_one_b(pp, m), ONE, "Schedule1F1B"),
+    ScheduleEntry("interleaved", lambda pp, m, v: interleaved(pp, m, v), SEVERAL, "ScheduleInterleaved1F1B"),
+    ScheduleEntry("zb-h1", lambda pp, m, v: zb_h1(pp, m), ONE, "ScheduleInterleavedZeroBubble"),
+    ScheduleEntry("interleaved-zb", lambda pp, m, v: interleaved(pp, m, v, zero_bubble=True), SEVERAL,
+                  "ScheduleInterleavedZeroBubble"),
+    ScheduleEntry("zbv", lambda pp, m, v: zbv(pp, m), V_SHAPE, "ScheduleZBVZeroBubble"),
+    ScheduleEntry("dualpipev", lambda pp, m, v: dualpipev(pp, m), V_SHAPE, "ScheduleDualPipeV"),
+)
+
+
+def schedule_names() -> tuple[str, ...]:
+    return tuple(e.name for e in SCHEDULES)
+
+
+def schedule_entry(name: str) -> ScheduleEntry:
+    """The registered schedule `name`; UsageError lists the registered ones."""
+    for e in SCHEDULES:
+        if e.name == name:
+            return e
+    raise UsageError(f"unknown schedule {name!r}; schedules: {', '.join(schedule_names())}")
 
 
 def default_chunks(name: str) -> int:
-    return 2 if name in CHUNKED else 1
+    return schedule_entry(name).default_chunks
 
 
 def generate(name: str, pp: int, m: int, chunks: int | None = None) -> Schedule:
     """The schedule `name` for pp ranks, m micro-batches and `chunks` model chunks per rank; UsageError
     names a broken rule."""
-    if name not in SCHEDULES:
-        raise UsageError(f"unknown schedule {name!r}; schedules: {', '.join(SCHEDULES)}")
-    v = default_chunks(name) if chunks is None else chunks
+    entry = schedule_entry(name)
+    v = entry.default_chunks if chunks is None else chunks
     for what, n in (("pp", pp), ("microbatches", m), ("chunks", v)):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise UsageError(f"{what} must be a positive integer, got {n!r}")
     at_most("pp x microbatches x chunks", pp * m * v, SCHEDULE_CELLS, "the slot table holds every action")
-    if name in GENERATORS:
-        if v != 1:
-            raise UsageError(f"{name} runs one chunk per rank; use interleaved for --chunks {v}")
-        return GENERATORS[name](pp, m)
-    if name in V_SHAPED and v != 2:
-        raise UsageError(f"{name} runs exactly 2 chunks per rank (a V: down and back up), got --chunks {v}")
-    if name.startswith("interleaved") and v < 2:
-        raise UsageError(f"{name} needs at least 2 chunks per rank, got --chunks {v}")
-    if name == "dualpipev" and m < 2 * pp:
-        raise UsageError(f"dualpipev needs at least as many micro-batches as stages: m >= 2 * pp = {2 * pp}, "
-                         f"got m = {m}")
-    return CHUNKED[name](pp, m, v)
+    entry.check_chunks(v)
+    return entry.generator(pp, m, v)
 
 
 def stage_ranks(schedule: Schedule) -> dict[int, int]:

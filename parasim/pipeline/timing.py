@@ -1,8 +1,9 @@
 """Place a schedule's actions in time slots from their dependencies, the way the post draws its tables.
 
-A forward of micro-batch k on stage s waits for the forward of k on stage s-1; a backward (B or I) waits
-for the backward of k on stage s+1 and the forward of k on s; a weight pass W waits for its I. Each rank
-runs its list in order, one action at a time; communication takes no time.
+What each kind waits for is its entry's `needs` in the kind table (action.KINDS): a forward of micro-batch k
+on stage s waits for the forward of k on stage s-1; a backward (B or I) for the backward of k on stage s+1
+and the forward of k on s; a weight pass W for its I. Each rank runs its list in order, one action at a
+time; communication takes no time.
 """
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from ..errors import UsageError
-from .schedules import Action
+from .action import KINDS, Action
 
 
 @dataclass
@@ -38,7 +39,9 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None, 
     """Each action's start slot. `max_slots`: refuse (UsageError, naming the limit and `why`) as soon as the
     ranks x time slots passes it, before the slot table is built: placing the actions takes a pass over the
     ranks per round, about as many steps as the table has slots."""
-    costs = {"F": 1, "B": 1, "I": 1, "W": 1, **(costs or {})}
+    costs = {**{k.letter: k.cost for k in KINDS.values()}, **(costs or {})}
+    # each kind's needs as (stage offset, kinds) pairs, read once: the loop below runs for every action
+    needs = {k.letter: tuple((n.offset, n.kinds) for n in k.needs) for k in KINDS.values()}
     pp = len(schedule)
     last_stage = max((a.stage for acts in schedule for a in acts), default=0)
     done: dict[tuple[str, int, int], int] = {}  # (kind, stage, mb) -> end time
@@ -54,17 +57,7 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None, 
             if i >= len(plan[r]):
                 continue
             kind, stage, mb, cost = plan[r][i]
-            if kind == "F":
-                t = done.get(("F", stage - 1, mb)) if stage > 0 else 0
-            elif kind == "W":
-                t = done.get(("I", stage, mb))
-            else:
-                t = done.get(("F", stage, mb))
-                if t is not None and stage < last_stage:
-                    after = done.get(("B", stage + 1, mb))
-                    if after is None:
-                        after = done.get(("I", stage + 1, mb))
-                    t = None if after is None else max(t, after)
+            t = _ready(done, needs[kind], stage, mb, last_stage)
             if t is None:
                 continue
             s = max(free[r], t)
@@ -90,16 +83,36 @@ def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None, 
     return Timing(begin, makespan, slots, idle, _peaks(schedule, begin, costs), costs)
 
 
+def _ready(done: dict[tuple[str, int, int], int], needs: tuple[tuple[int, tuple[str, ...]], ...], stage: int,
+           mb: int, last_stage: int) -> int | None:
+    """The slot an action of (stage, mb) may start at, from the ends of what it needs; None: not yet."""
+    t = 0
+    for offset, kinds in needs:
+        at = stage + offset
+        if at < 0 or at > last_stage:  # no such stage: the need is void
+            continue
+        end = None
+        for kind in kinds:
+            end = done.get((kind, at, mb))
+            if end is not None:
+                break
+        if end is None:
+            return None
+        t = max(t, end)
+    return t
+
+
 def _peaks(schedule: list[list[Action]], begin: list[list[int]], costs: dict[str, int]) -> list[int]:
     """Activations (per stage and micro-batch) are held from a forward's start until the end of its full
-    backward, or of its weight pass."""
+    backward, or of its weight pass: each kind's `holds` in the kind table."""
     out = []
     for r, acts in enumerate(schedule):
         events = []
         for i, a in enumerate(acts):
-            if a.kind == "F":
+            holds = KINDS[a.kind].holds
+            if holds > 0:
                 events.append((begin[r][i], 1))
-            elif a.kind in ("B", "W"):  # an input-only backward (I) still leaves the weight pass its inputs
+            elif holds < 0:
                 events.append((begin[r][i] + costs[a.kind], -1))
         held = peak = 0
         for _, delta in sorted(events, key=lambda e: (e[0], e[1])):

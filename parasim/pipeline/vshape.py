@@ -6,6 +6,7 @@ DualPipeV's overlapped forward-and-backward pairs are written as the forward fol
 """
 from __future__ import annotations
 
+from ..errors import UsageError
 from .action import Action, Schedule
 
 
@@ -95,6 +96,9 @@ def dualpipev(pp: int, m: int) -> Schedule:
     compute);  5. p-r-1 times: full backward up, then forward up + backward down;  6. r+1 pairs of
     backwards (up, down), switching to input-only halfway;  7. p-r-1 times: a weight pass, a backward down;
     8. the deferred weight passes."""
+    if m < 2 * pp:
+        raise UsageError(f"dualpipev needs at least as many micro-batches as stages: m >= 2 * pp = {2 * pp}, "
+                         f"got m = {m}")
     out = []
     for r in range(pp):
         o = _Ops(pp, r)

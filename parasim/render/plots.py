@@ -6,9 +6,8 @@ import os
 from typing import Any
 
 from ..errors import UsageError
+from ..pipeline.action import kind_of
 from ..pipeline.timing import Timing
-
-COLOURS = {"F": "#4c9be8", "B": "#d264b6", "I": "#d264b6", "W": "#e8b04c"}
 
 
 def _pyplot() -> Any:
@@ -38,7 +37,7 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
             while end < width and label and row[end] == label:
                 end += 1
             if label:
-                colour = COLOURS[label[0].upper()]
+                colour = kind_of(label).plot  # each kind's colour from the kind table
                 ax.add_patch(plt.Rectangle((t, ranks - 1 - r), end - t, 1, color=colour, ec="white",
                                            alpha=0.65 if label[0].islower() else 1.0))  # a second chunk: lighter
                 ax.text((t + end) / 2, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")

@@ -5,6 +5,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from ..pipeline.action import kind_of
 from ..pipeline.timing import Timing
 
 
@@ -17,9 +18,8 @@ def print_schedule(timing: Timing, schedule: str, pp: int, microbatches: int, v:
     table.add_column("time ->", no_wrap=True)
     for t in range(timing.makespan):
         table.add_column(str(t + 1), justify="center")
-    colour = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
-    for r, row in enumerate(timing.slots):
-        table.add_row(f"GPU {r + 1}", *[f"[{colour[x[0].upper()]}]{x}[/]" if x else "[dim].[/]" for x in row])
+    for r, row in enumerate(timing.slots):  # each kind's colour from the kind table
+        table.add_row(f"GPU {r + 1}", *[f"[{kind_of(x).rich}]{x}[/]" if x else "[dim].[/]" for x in row])
     console = Console(highlight=False, width=max(100, 12 + 5 * timing.makespan))
     console.print(table)
     if per:

@@ -10,6 +10,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import reactive
 from textual.widgets import Footer, Header, Input, Static
 
+from ..pipeline import action as pipeline_action
 from .memory import describe
 from .timeline import Timeline
 from .view import COLOURS, IDLE, KINDS, MapView, SlotWindow, View, Watch, kind_of
@@ -211,7 +212,7 @@ class ParasimApp(App):
             for t in range(win.first, win.last):
                 cell = row[t] if t < len(row) else "."
                 style = ("dim" if cell == "." else "bold reverse" if win.slot is not None and t == win.slot - 1
-                         else "dim" if win.slot is not None and t >= win.slot else _SLOT_STYLE.get(cell[0].upper(), ""))
+                         else "dim" if win.slot is not None and t >= win.slot else _slot_style(cell))
                 text.append(f"{cell:>4}", style=style)
         where = f"after slot {win.slot}" if win.slot is not None else "the plan"
         panel.border_title = f"pipeline slots {win.first + 1}-{win.last}: {where}"
@@ -307,7 +308,10 @@ class ParasimApp(App):
         self.index = message.index
 
 
-_SLOT_STYLE = {"F": "cyan", "B": "magenta", "I": "magenta", "W": "yellow"}
+def _slot_style(label: str) -> str:
+    """A slot's colour: its action kind's, from the pipeline's kind table (none for a label it does not know)."""
+    kind = pipeline_action.kind_of(label)
+    return kind.rich if kind is not None else ""
 
 
 def _bars(rows: list[tuple[int, float, str]], width: int, rest: str, style: str) -> Text:
