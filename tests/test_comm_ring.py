@@ -1,8 +1,8 @@
 """The ring algorithm's hops on two and three members, worked out by hand: who sends which chunk, its
-bytes and (when kept) its values."""
+bytes and (when kept) its values; and the kernel playing a schedule it is given, step by step."""
 import numpy as np
 
-from parasim.comm.ring import ring_all_gather, ring_all_reduce, ring_reduce_scatter
+from parasim.comm.ring import RingStep, ring_all_gather, ring_all_reduce, ring_reduce_scatter
 
 
 def _add(a, b):
@@ -47,3 +47,24 @@ def test_all_reduce_keeps_values_up_to_its_limit():
                                                                      [[11.0, 22.0], [33.0, 44.0]]]
     _, hops = ring_all_reduce([x0, x1], (0, 1), _add, None, 1)
     assert [t["value"] for h in hops for t in h["transfers"]] == [None] * 4
+
+
+def test_the_kernel_plays_the_steps_it_is_given():
+    """The ring the other way round, written out by hand for 3 members: member i sends to i-1. Reduce-scatter:
+    at step k member i sends chunk i+1+k (so member i still ends up with chunk i); all-gather: chunk i+k.
+    The kernel follows it: the hops go backwards and the sums are the same."""
+    to, source = (2, 0, 1), (1, 2, 0)
+    mirrored = (RingStep("reduce-scatter", 0, True, (1, 2, 0), to, (2, 0, 1), source),
+                RingStep("reduce-scatter", 1, True, (2, 0, 1), to, (0, 1, 2), source),
+                RingStep("all-gather", 0, False, (0, 1, 2), to, (1, 2, 0), source),
+                RingStep("all-gather", 1, False, (1, 2, 0), to, (2, 0, 1), source))
+    xs = [np.array([1.0, 2.0, 3.0]) * 10 ** i for i in range(3)]
+    outs, hops = ring_all_reduce(xs, (5, 6, 7), _add, None, 8, mirrored)
+    assert [o.tolist() for o in outs] == [[111.0, 222.0, 333.0]] * 3
+    assert [[(t["src"], t["dst"], t["chunk"], t["value"]) for t in h["transfers"]] for h in hops] == [
+        [(5, 7, 1, [2.0]), (6, 5, 2, [30.0]), (7, 6, 0, [100.0])],
+        [(5, 7, 2, [33.0]), (6, 5, 0, [110.0]), (7, 6, 1, [202.0])],  # running sums: own part + what came
+        [(5, 7, 0, [111.0]), (6, 5, 1, [222.0]), (7, 6, 2, [333.0])],
+        [(5, 7, 1, [222.0]), (6, 5, 2, [333.0]), (7, 6, 0, [111.0])]]
+    outs, _ = ring_reduce_scatter(xs, (5, 6, 7), 0, _add, None, 0, mirrored[:2])
+    assert [o.tolist() for o in outs] == [[111.0], [222.0], [333.0]]

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, Callable, Sequence
 
 import ml_dtypes
 import numpy as np
 
 from ..errors import CollectiveError, UsageError
+from .ring import RINGS, RingStep, ring_steps
 from .sites import call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
 from .texts import by_text, mismatch_error, p2p_mismatch_error, rank_list, ranks_text  # noqa: F401 (likewise)
 
@@ -35,9 +35,27 @@ class Group:
     name: str
     index: int = 0  # creation order in the run; identical on every rank
     size: int = field(init=False, compare=False, repr=False)
+    # the ring worked out on this group, once in its run: steps by kind, (sent, received) by (op, nbytes, itemsize)
+    _ring: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "size", len(self.ranks))  # a plain attribute: read on every collective
+
+    def ring_steps(self, kind: str) -> tuple[RingStep, ...]:
+        """`ring.ring_steps` of this group's size, worked out once: every ring call on the group plays them."""
+        steps = self._ring.get(kind)
+        if steps is None:
+            steps = self._ring[kind] = ring_steps(self.size, kind)
+        return steps
+
+    def ring_bytes(self, op: str, nbytes: int, itemsize: int) -> tuple[tuple[int, int], ...]:
+        """`ring_bytes` of a buffer on this group, worked out once: every collective with a ring formula asks
+        for it, once per member (the count walks all 2(t-1) steps of the ring)."""
+        key = (op, nbytes, itemsize)
+        moved = self._ring.get(key)
+        if moved is None:
+            moved = self._ring[key] = ring_bytes(op, nbytes, self.size, itemsize)
+        return moved
 
     def group_rank(self, rank: int) -> int:
         """Index of global `rank` inside the group."""
@@ -243,7 +261,6 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 HALF_FLOATS = ("float16", "bfloat16")  # 16-bit floats: every addition rounds to 11 or 8 significant bits
 
 
-@lru_cache(maxsize=64)
 def dtype_name(dtype: Any) -> str:
     """'float32' (or 'bfloat16') for numpy and torch dtypes alike."""
     name = str(dtype)
@@ -352,29 +369,25 @@ def chunk_sizes(n: int, t: int) -> list[int]:
     return [base + (i < extra) for i in range(t)]
 
 
-@lru_cache(maxsize=1024)
 def ring_bytes(op: str, nbytes: int, t: int, itemsize: int = 1) -> tuple[tuple[int, int], ...]:
-    """(sent, received) bytes of each member, in group order, under the ring algorithm.
+    """(sent, received) bytes of each member, in group order, under the ring algorithm: the sizes of the
+    chunks each member sends and receives over the ring's steps (ring.ring_steps).
 
     `nbytes` is the full buffer: the input of all_reduce and reduce_scatter, the output of all_gather.
     A ring reduce-scatter or all-gather moves every chunk but one, (t-1)/t of the buffer; all-reduce is
     both, 2(t-1)/t. With uneven chunks, member i never sends the chunk it ends up owning.
     """
-    if t == 1:
-        return ((0, 0),)
+    if op not in RINGS:
+        raise ValueError(op)
     sizes = [n * itemsize for n in chunk_sizes(nbytes // itemsize, t)]
-    total = sum(sizes)
-    # reduce-scatter: member i sends chunks i-1, ..., i-(t-1) and receives chunks i-2, ..., i-t (= i).
-    rs = [(total - sizes[i], total - sizes[i - 1]) for i in range(t)]
-    # all-gather: member i sends chunks i, ..., i-(t-2) and receives every chunk but its own.
-    ag = [(total - sizes[(i + 1) % t], total - sizes[i]) for i in range(t)]
-    if op == REDUCE_SCATTER:
-        return tuple(rs)
-    if op == ALL_GATHER:
-        return tuple(ag)
-    if op == ALL_REDUCE:
-        return tuple((a[0] + b[0], a[1] + b[1]) for a, b in zip(rs, ag))
-    raise ValueError(op)
+    steps = ring_steps(t, op)
+    if sizes[0] == sizes[-1]:  # equal chunks (the usual case at scale): each step moves one chunk per member
+        return ((len(steps) * sizes[0],) * 2,) * t
+    sent, received = [0] * t, [0] * t
+    for step in steps:
+        sent = [b + sizes[c] for b, c in zip(sent, step.send)]
+        received = [b + sizes[c] for b, c in zip(received, step.recv)]
+    return tuple(zip(sent, received))
 
 
 def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -> tuple[int, int]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from . import ring
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER,
-                        Group, broadcast_bytes, ring_bytes)
+                        Group, broadcast_bytes)
 from .kernels import COMBINE, copies, mean, ordered_sum, reduce, ring_sum, torch_members
 
 
@@ -80,7 +80,8 @@ def _put_nan(out, mask):
 def _all_reduce(inputs, g, p, keep):
     op, t = p["op"], g.size
     if p["algo"] == "ring":
-        return ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep)
+        return ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep,
+                                    g.ring_steps(ALL_REDUCE))
     if ordered_sum(inputs, op):
         flat = ring_sum([inputs[i].reshape(-1) for i in torch_members(g)])
         return copies(mean(flat.reshape(inputs[0].shape), op, t), t), None
@@ -104,7 +105,8 @@ def _all_reduce_torch(c, x, p):
 def _reduce_scatter(inputs, g, p, keep):
     op, t, dim = p["op"], g.size, p["dim"]
     if p["algo"] == "ring":
-        return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep)
+        return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep,
+                                        g.ring_steps(REDUCE_SCATTER))
     cut: dict[int, list] = {}  # a folded symbolic group sends one array many times: split it once
     parts = [cut[id(x)] if id(x) in cut else cut.setdefault(id(x), np.split(x, t, axis=dim)) for x in inputs]
     if ordered_sum(inputs, op):
@@ -151,7 +153,7 @@ def _reduce_scatter_torch(c, x, p):
 
 def _all_gather(inputs, g, p, keep):
     if p["algo"] == "ring":
-        return ring.ring_all_gather(inputs, g.ranks, p["dim"], keep)
+        return ring.ring_all_gather(inputs, g.ranks, p["dim"], keep, g.ring_steps(ALL_GATHER))
     return copies(np.concatenate(inputs, axis=p["dim"]), g.size), None
 
 
@@ -274,10 +276,11 @@ def _barrier_torch(c, x, p):
 
 
 def _ring_formula(op: str, of: str) -> Callable:
-    """Bytes under the ring algorithm (interface.ring_bytes) of the full buffer: the input, or the result."""
+    """Bytes under the ring algorithm (interface.ring_bytes, kept by the group) of the full buffer: the input,
+    or the result."""
     def moved(ins, outs, g, i, p):
         x = ins[0] if of == "in" else outs[0]
-        return ring_bytes(op, x.nbytes, g.size, x.itemsize)[i]
+        return g.ring_bytes(op, x.nbytes, x.itemsize)[i]
     return moved
 
 

@@ -19,11 +19,12 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
-from .interface import (BFLOAT16, P2P, Comm, Group, Recv, Send, by_text, call_site, check_algo, check_peer,
-                        describe_p2p, dtype_name, group_members, mismatch_error, p2p_mismatch_error, recv_dtype,
-                        signature, site_name)
+from .interface import (ALL_REDUCE, BFLOAT16, P2P, REDUCE_SCATTER, Comm, Group, Recv, Send, by_text, call_site,
+                        check_algo, check_peer, describe_p2p, dtype_name, group_members, mismatch_error,
+                        p2p_mismatch_error, recv_dtype, signature, site_name)
 from .kernels import arrays
 from .ops import OPS
+from .ring import RingStep, split_phases
 
 SIG_BYTES = 512  # fixed size of one signature blob
 _LONG = b"\x01LONG "  # a blob that only announces a longer signature (JSON text never starts with \x01)
@@ -357,45 +358,47 @@ class TorchComm(Comm):
 
     # -- the ring, hop by hop, over real point-to-point transfers --------------------------------------
     def _ring(self, g: Group, x: torch.Tensor, op: str, kind: str, dim: int = 0):
+        """This rank's part of ring collective `kind`: its own row of each of the ring's steps (ring.ring_steps,
+        kept by the group)."""
         t, i = g.size, g.group_rank(self.rank)
-        nxt, prv = g.ranks[(i + 1) % t], g.ranks[(i - 1) % t]
-        if kind == "all_reduce":
+        if kind == ALL_REDUCE:
             bufs = [c.clone() for c in torch.tensor_split(x.reshape(-1), t)]
-        elif kind == "reduce_scatter":
+        elif kind == REDUCE_SCATTER:
             bufs = [c.clone() for c in torch.chunk(x, t, dim=dim)]
         else:
             bufs = [x.clone() if j == i else torch.empty_like(x) for j in range(t)]
         combine = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}[op]
         hops: list[dict] = []
-        received = [0]
+        received = 0
 
-        def hop(phase: str, k: int, send_chunk: int, recv_chunk: int, reduce: bool) -> None:
-            payload = bufs[send_chunk].contiguous()
-            got = torch.empty_like(bufs[recv_chunk].contiguous())
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, nxt), dist.P2POp(dist.irecv, got, prv)])
+        def play(step: RingStep) -> int:
+            send, recv = step.send[i], step.recv[i]
+            payload = bufs[send].contiguous()
+            got = torch.empty_like(bufs[recv].contiguous())
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, g.ranks[step.to[i]]),
+                                           dist.P2POp(dist.irecv, got, g.ranks[step.source[i]])])
             for r in reqs:
                 r.wait()
-            bufs[recv_chunk] = combine(got, bufs[recv_chunk]) if reduce else got
-            received[0] += _nbytes(got)
+            bufs[recv] = combine(got, bufs[recv]) if step.reduce else got
             value = payload.tolist() if self.keep and payload.numel() <= self.keep else None
-            hops.append({"phase": phase, "hop": k, "transfers": [
-                {"src": self.rank, "dst": nxt, "chunk": send_chunk, "bytes": _nbytes(payload), "value": value}]})
+            hops.append({"phase": step.phase, "hop": step.hop, "transfers": [
+                {"src": self.rank, "dst": g.ranks[step.to[i]], "chunk": send, "bytes": _nbytes(payload),
+                 "value": value}]})
+            return _nbytes(got)
 
-        def done(out: torch.Tensor):
-            return out, hops, (sum(tr["bytes"] for h in hops for tr in h["transfers"]), received[0])
-
-        if kind in ("all_reduce", "reduce_scatter"):
-            for k in range(t - 1):
-                hop("reduce-scatter", k, (i - k - 1) % t, (i - k - 2) % t, True)
-            if op == "avg":
-                bufs[i] = (bufs[i] / t).to(x.dtype)
-            if kind == "reduce_scatter":
-                return done(bufs[i].contiguous())
-        for k in range(t - 1):
-            hop("all-gather", k, (i - k) % t, (i - k - 1) % t, False)
-        if kind == "all_reduce":
-            return done(torch.cat(bufs).reshape(x.shape))
-        return done(torch.cat(bufs, dim=dim).contiguous())
+        reducing, gathering = split_phases(g.ring_steps(kind))
+        for step in reducing:
+            received += play(step)
+        if op == "avg":  # this rank's chunk is finished: divide it before it travels (an all-gather passes "sum")
+            bufs[i] = (bufs[i] / t).to(x.dtype)
+        for step in gathering:
+            received += play(step)
+        moved = (sum(tr["bytes"] for h in hops for tr in h["transfers"]), received)
+        if kind == REDUCE_SCATTER:
+            return bufs[i].contiguous(), hops, moved
+        if kind == ALL_REDUCE:
+            return torch.cat(bufs).reshape(x.shape), hops, moved
+        return torch.cat(bufs, dim=dim).contiguous(), hops, moved
 
 
 class _Call:
