@@ -7,6 +7,7 @@ same formulas predict for that small shape.
 """
 from __future__ import annotations
 
+from parasim.dp.flat import FlatBuffer
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import dp_traffic, layer_traffic
@@ -58,12 +59,10 @@ def program(ctx):
     out["zero_table"] = table
     # the same ZeRO step on a small layer's gradients, over this world as the DP group
     shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1)
-    flat = ctx.xp.concat([ctx.xp.reshape(w, (-1,)) for w in layer_weights(ctx, shape, "grads").values()
-                          if w is not None])
-    pad = (-int(flat.shape[0])) % t  # equal shards, as ZeRO pads its flat buffers
-    if pad:
-        flat = ctx.xp.concat([flat, ctx.xp.zeros(pad, dtype=flat.dtype)])
-    n = int(flat.shape[0])
+    grads = {k: w for k, w in layer_weights(ctx, shape, "grads").items() if w is not None}
+    buf = FlatBuffer(grads, t)  # ZeRO's own flat buffer: padded to equal shards over the t ranks
+    flat = buf.flat(ctx.xp, grads)
+    n = buf.padded
     estimate = {z: sum(dp_traffic(n, t, z, itemsize=8).values()) for z in (1, 3)}
     for z in (1, 3):
         mine = ctx.comm.reduce_scatter(flat, group=dp_group, label=f"ZeRO-{z}: reduce-scatter the gradients")

@@ -6,8 +6,9 @@ import numpy as np
 
 from parasim.engine import run
 from parasim.lesson import Check, Lesson, check
-from parasim.examples.moe16 import (LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, agree, fingerprint, make_program,
-                                    program_on, unsplit_run)
+from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
+from parasim.examples.moe16_exact import agree, fingerprint
+from parasim.examples.moe16_unsplit import unsplit_run
 from parasim.layout import preset
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))

@@ -8,8 +8,9 @@ from dataclasses import replace
 from fractions import Fraction
 
 from parasim.engine import run
-from parasim.examples.moe16 import (LAYOUT, MICRO_BATCHES, MOE16, REPLICAS, SEQUENCES, exactness, make_program,
-                                    program_on, unsplit_run)
+from parasim.examples.moe16 import LAYOUT, MICRO_BATCHES, MOE16, REPLICAS, SEQUENCES, make_program, program_on
+from parasim.examples.moe16_exact import exactness
+from parasim.examples.moe16_unsplit import unsplit_run
 from parasim.layout import Layout, preset
 from parasim.lesson import Check, Lesson, check
 from parasim.pipeline.schedules import generate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.lesson import Check, Lesson, check
-from parasim.examples.moe16 import SEQUENCES, SHAPE, _embed
+from parasim.examples.moe16 import SEQUENCES, SHAPE, embed
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.nn.placement import assemble
 from parasim.nn.layer import expert_weights, layer_weights
@@ -28,7 +28,7 @@ def _copies(saved: Saved) -> int:
 
 def program(ctx):
     group = ctx.new_group(range(ctx.world), "tp")
-    x = _embed(ctx, "A")[HALF]  # [4, 1, h]: the tokens after attention's output projection
+    x = embed(ctx, "A")[HALF]  # [4, 1, h]: the tokens after attention's output projection
     out = {}
     for phase, sp in (("without SP", False), ("with SP", True)):
         ctx.phase(phase)

@@ -22,8 +22,8 @@ from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_p
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import ParallelContext, Saved
-from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+from parasim.examples.small import forward_backward, sequences, whole_layers
+from parasim.nn.layer import Stack
 
 # No biases: the key bias's gradient is zero in exact arithmetic (softmax ignores a shift shared by every
 # key), and Adam, dividing by |g| + eps, would turn its rounding noise into a step of lr * noise / eps: the
@@ -37,20 +37,15 @@ KINDS = ("weights", "gradients", "optimizer")
 
 
 def _stack(ctx, wrap=None) -> Stack:
-    tp = ParallelContext(ctx)
-    layers = [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}") for i in range(SHAPE.layers)]
+    """The model, whole, each layer's activations told to the trace (and, with `wrap`, wrapped first)."""
+    layers = whole_layers(ctx, SHAPE, 0, SHAPE.layers)
     return Stack([HeldActivations(ctx, wrap(lay) if wrap else lay) for lay in layers])
 
 
 def _forward_backward(ctx, stack: Stack, seqs) -> float:
     """Each sequence's loss is sum(y * target); gradients add up over the sequences."""
-    loss = 0.0
-    for s in seqs:
-        y, caches = stack.forward(ctx.shared_rng(f"x{s}").normal((S, 1, SHAPE.hidden)), Saved())
-        target = ctx.shared_rng(f"t{s}").normal((S, 1, SHAPE.hidden))
-        loss += float(ctx.xp.sum(y * target))
-        stack.backward(caches, target)
-    return loss
+    return forward_backward(ctx, stack, ((sequences(ctx, "x", [s], S, SHAPE.hidden),
+                                          sequences(ctx, "t", [s], S, SHAPE.hidden)) for s in seqs))
 
 
 def program(ctx):

@@ -8,6 +8,8 @@ import pytest
 
 import parasim
 import parasim.examples.moe16 as moe16
+import parasim.examples.step as step
+from parasim.examples.moe16_exact import exactness
 from parasim.dp import clip
 from parasim.dp.zero import zero1_step
 from parasim.errors import UsageError
@@ -28,8 +30,8 @@ def _unsplit(ctx):
               for i in range(model.layers)]
     stack = Stack(layers)
     for seq in [s for rep in moe16.REPLICAS for s in rep]:
-        y, cache = stack.forward(moe16._embed(ctx, seq, model.hidden), Saved())
-        stack.backward(cache, moe16._target(ctx, seq, model.hidden))
+        y, cache = stack.forward(moe16.embed(ctx, seq, model.hidden), Saved())
+        stack.backward(cache, moe16.target_of(ctx, seq, model.hidden))
     return ({k: np.array(v) for k, v in stack.params().items()}, {k: np.array(g) for k, g in stack.grads.items()})
 
 
@@ -56,13 +58,13 @@ def _run_moe16(monkeypatch, max_norm):
     """moe16 on 16 virtual ranks; beside its trace, what each rank's ZeRO-1 step returned (its whole new
     weights), with their placements and the rank's coordinates."""
     seen = {}
-    real = moe16.zero1_step
+    real = step.zero1_step  # the one step program's call of ZeRO-1
 
     def spy(ctx, model, lr, **kw):
         new, sq, state = real(ctx, model, lr, **kw)
         seen[ctx.rank] = ({k: np.array(v) for k, v in new.items()}, dict(model.placements), vars(ctx.coords))
         return new, sq, state
-    monkeypatch.setattr(moe16, "zero1_step", spy)
+    monkeypatch.setattr(step, "zero1_step", spy)
     return parasim.run(moe16.make_program(None, max_norm=max_norm), 16), seen
 
 
@@ -112,7 +114,7 @@ def test_moe16_clips_as_one_device_does(monkeypatch, reference):
     assert {k for new, _, _ in seen.values() for k in new} == set(want)
     assert _worst(seen, want) < 1e-10
     # the example's own check clips its unsplit reference the same way
-    assert moe16.exactness(result.values, moe16.preset(moe16.LAYOUT), max_norm=MAX_NORM)["exact"]
+    assert exactness(result.values, moe16.preset(moe16.LAYOUT), max_norm=MAX_NORM)["exact"]
     # and clipping is visible at this tolerance: unclipped Adam lands elsewhere
     _, unclipped = _torch_step(params, grads, math.inf)
     assert _worst(seen, unclipped) > 1e-7
@@ -268,3 +270,16 @@ def test_clip_shares_refuses_a_bad_max_norm_itself():
         with pytest.raises(UsageError, match="max_norm must be a positive number"):
             clip.clip_shares(ctx, {}, {}, {}, 0)
     parasim.run(program, 1)
+
+
+def test_one_table_names_the_model_axes_for_zero_clipping_and_checkpoints():
+    """placement.AXES, read by ZeRO-1's partial sums, the clipping rules and the checkpoint's cuts: tp and etp
+    cut a weight (and carry SP's partial sums, over the layout's groups 'tp' and 'expert-tp'), ep spreads
+    whole experts, dp, cp and edp are where copies see different data."""
+    from parasim.dp import checkpoint, zero
+    from parasim.nn import placement
+    assert placement.CUT_AXES == ("tp", "etp") and placement.DATA_AXES == ("dp", "cp", "edp")
+    assert {a: placement.axis_group(a) for a in placement.AXES} == {
+        "tp": "tp", "dp": "dp", "cp": "cp", "etp": "expert-tp", "ep": "ep", "edp": "expert-dp"}
+    assert placement.model_axes({"ep": Shard(0)}) == ("etp", "ep") and placement.model_axes({}) == ("tp",)
+    assert checkpoint.CUT_AXES is zero.CUT_AXES is placement.CUT_AXES  # one list, not copies of it

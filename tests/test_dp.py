@@ -7,17 +7,17 @@ import pytest
 import parasim
 from parasim.dp.sharded import ShardedAdam
 from parasim.errors import UsageError
+from parasim.examples.small import whole_layers
 from parasim.layout import ModelSpec
-from parasim.nn import ParallelContext, Saved
-from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+from parasim.nn import Saved
+from parasim.nn.layer import Stack
 
 SHAPE = ModelSpec(hidden=8, heads=2, ffn=16)  # 600 parameters per layer (biases included): 1200 in all
 LR = 0.01
 
 
 def _model(ctx):
-    tp = ParallelContext(ctx)
-    return Stack([TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}") for i in range(2)])
+    return Stack(whole_layers(ctx, SHAPE, 0, 2))  # the examples' small model, whole on each rank
 
 
 def _grads(ctx, stack, seqs):

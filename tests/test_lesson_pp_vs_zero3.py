@@ -11,10 +11,11 @@ from conftest import cli
 
 import parasim
 from parasim.examples.pp_vs_zero3 import Config, both, data_parallel_schedule
+from parasim.examples.small import whole_layers
 from parasim.layout import ModelSpec
 from parasim.lesson import get_lesson, run_lesson
-from parasim.nn import ParallelContext, Saved
-from parasim.nn.layer import Stack, TransformerLayer, layer_weights
+from parasim.nn import Saved
+from parasim.nn.layer import Stack
 from parasim.pipeline.timing import simulate
 
 BASE = Config()
@@ -124,9 +125,7 @@ def _adam(w, g, lr=0.01, b1=0.9, b2=0.999, eps=1e-8):
 def _one_device(c):
     def program(ctx):
         spec = ModelSpec(hidden=c.hidden, heads=c.heads, dropout=0.0, bias=False)
-        tp = ParallelContext(ctx)
-        stack = Stack([TransformerLayer(tp, spec, layer_weights(ctx, spec, f"L{i}"), key=f"L{i}")
-                       for i in range(c.layers)])
+        stack = Stack(whole_layers(ctx, spec, 0, c.layers))  # the layers as built; the step below is written here
         n = c.sequences
         x = np.concatenate([ctx.shared_rng(f"x{s}").normal((c.seq, 1, c.hidden)) for s in range(n)], axis=1)
         t = np.concatenate([ctx.shared_rng(f"t{s}").normal((c.seq, 1, c.hidden)) for s in range(n)], axis=1)

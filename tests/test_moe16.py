@@ -8,7 +8,8 @@ from conftest import cli, cli_process
 import parasim
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
-from parasim.examples.moe16 import find_token, make_program, token_path
+from parasim.examples.moe16 import find_token, make_program
+from parasim.examples.moe16_path import token_path
 from parasim.nn import ParallelContext
 from parasim.layout import preset
 
@@ -153,7 +154,8 @@ def test_the_posts_routing_reproduces_its_step_4_and_stays_exact():
     """--routing post: contract goes to E3 (on g1, gate 0.6) and E8 (on g3, gate 0.4); "the" (t5, also on g2)
     goes to E1 and E2, both on g0, so g2 sends it once. One dispatch row is h values and the gates of the
     receiving rank's 2 experts: g2 sends one row to each of g0, g1, g3 and keeps none."""
-    from parasim.examples.moe16 import MOE16, exactness
+    from parasim.examples.moe16 import MOE16
+    from parasim.examples.moe16_exact import exactness
 
     result = parasim.run(make_program(("A", 5), routing="post"), 16)
     route = [m.data for m in result.trace.marks if m.rank == 2 and m.data and m.data.get("watch") == "route"]
@@ -226,7 +228,7 @@ def test_sp_partial_gradients_are_summed_over_tp_once_per_step():
     assert sorted(tuple(e.ranks) for e in tp_sums) == [(r, r + 1) for r in range(0, 16, 2)]
     # each pair sums its 2 layers' norms (4 x 8 weights, 4 x 8 biases) and routers (2 x 8 x 8): 192 values
     assert all(t.shape == (192,) for e in tp_sums for m in e.members for t in m.ins)
-    from parasim.examples.moe16 import exactness
+    from parasim.examples.moe16_exact import exactness
     assert exactness(result.values, preset("moe16"))["exact"]
 
 

@@ -85,8 +85,9 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from ..engine.runner import run
-    from ..examples.moe16 import (MICRO_BATCHES, ROUTINGS, exactness, find_token, make_program, replicas,
-                                  token_path, check_runnable)
+    from ..examples.moe16 import MICRO_BATCHES, ROUTINGS, check_runnable, find_token, make_program, replicas
+    from ..examples.moe16_exact import exactness
+    from ..examples.moe16_path import token_path
 
     layout, name = _layout(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
@@ -165,7 +166,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
 def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int) -> int:
     """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes."""
-    from ..examples.moe16 import ROUTINGS, exactness
+    from ..examples.moe16 import ROUTINGS
+    from ..examples.moe16_exact import exactness
     g = args.gpu
     value = result.values[g]
     does: dict[tuple[str, str], dict[str, int]] = {}

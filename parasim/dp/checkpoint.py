@@ -20,11 +20,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..nn.placement import Shard
+from ..nn.placement import CUT_AXES, Shard  # model axes that cut a weight; ep does not (experts go by index)
 from .checkpoint_format import METADATA, Chunk, CheckpointReader, RankShard, Runs, cut, sweep, write_checkpoint
 
 STATE = ("master", "m", "v")  # Adam's state per value: fp32 master copy, first and second moments
-CUT_AXES = ("tp", "etp")  # model axes that cut a weight; ep does not (each expert is named by its index)
 
 
 @dataclass(frozen=True)

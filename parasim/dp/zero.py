@@ -14,22 +14,20 @@ from ..comm.interface import Group
 from ..errors import UsageError
 from .clip import check_max_norm, clip_shares
 from .flat import FlatBuffer
-from ..nn.placement import Partial, data_axes, grad_group, is_expert
-
-
-MODEL_GROUPS = {"tp": "tp", "etp": "expert-tp"}  # a model axis -> the layout's group over it
+from ..nn.placement import CUT_AXES, Partial, axis_group, data_axes, grad_group, is_expert
 
 
 def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> dict[str, Any]:
     """Gradients left partial over a model axis (tp; etp), summed there once for the step: one flat
     all-reduce per axis over this rank's group of the layout (what Megatron does for SP-split weights)."""
     xp, out = ctx.xp, dict(grads)
-    for axis, group in MODEL_GROUPS.items():
+    for axis in CUT_AXES:  # the axes a gradient can be left partial over (placement.AXES)
         keys = sorted(k for k in grads if isinstance(placed[k].get(axis), Partial))
-        if not keys or ctx.groups[group].size == 1:
+        if not keys or ctx.groups[axis_group(axis)].size == 1:
             continue
+        group = ctx.groups[axis_group(axis)]
         buf = FlatBuffer({k: grads[k] for k in keys})
-        flat = ctx.comm.all_reduce(buf.flat(xp, grads), group=ctx.groups[group],
+        flat = ctx.comm.all_reduce(buf.flat(xp, grads), group=group,
                                    label=f"sum the gradients partial over {axis} (SP-split weights), once per step")
         out.update(buf.unflat(xp, flat))
     return out
@@ -46,7 +44,7 @@ def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False, max_norm
     {"dense"|"expert": [optimizer values kept here, values of the whole state]})."""
     check_max_norm(max_norm)
     params, grads, placed = model.params(), model.grads, model.placements
-    left = sorted(k for k in grads if any(isinstance(placed[k].get(a), Partial) for a in MODEL_GROUPS))
+    left = sorted(k for k in grads if any(isinstance(placed[k].get(a), Partial) for a in CUT_AXES))
     if max_norm is not None and not partials and left:  # a norm of unsummed pieces is no one's norm
         raise UsageError(f"clipping needs whole gradients, but {left[0]} is left partial over a model axis: "
                          "pass partials=True")

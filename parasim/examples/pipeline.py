@@ -6,12 +6,13 @@ from fractions import Fraction
 from itertools import count
 from typing import Any, Callable
 
-from ..nn import Saved, ParallelContext
-from ..nn.layer import Stack, StackWeights, TransformerLayer, layer_weights
+from ..nn import Saved
+from ..nn.layer import Stack, StackWeights
 from ..layout import ModelSpec
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
+from .small import dot_loss, forward_backward, whole_layers
 
 SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
@@ -40,9 +41,7 @@ class LayersStage(StackWeights):
 
 
 def _layers(ctx: Any, first: int, count: int) -> list:
-    tp = ParallelContext(ctx)  # no TP: each stage's layers are whole
-    return [TransformerLayer(tp, SHAPE, layer_weights(ctx, SHAPE, f"L{i}"), key=f"L{i}", name=f"L{i}")
-            for i in range(first, first + count)]
+    return whole_layers(ctx, SHAPE, first, count, "L{i}")  # no TP: each stage's layers are whole
 
 
 def _data(ctx: Any, mb: int, what: str) -> Any:
@@ -63,8 +62,7 @@ def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, gro
     ctx.phase(phases[1])
 
     def loss(mb: int, y: Any) -> tuple[Any, Any]:
-        target = _data(ctx, mb, "target")
-        return float(ctx.xp.sum(y * target)), target
+        return dot_loss(ctx.xp, y, _data(ctx, mb, "target"))
     stages = {a.stage: LayersStage(_layers(ctx, a.stage, 1)) for a in plan[r]}
     total = run_schedule(ctx, group, plan, stages, (SEQ, BATCH, SHAPE.hidden), ctx.xp.float64,
                          lambda mb: _data(ctx, mb, "x"), loss, costs)
@@ -96,12 +94,7 @@ def unsplit_run(stages: int, m: int):
     """The same model, all layers on one rank, forward and backward: a program for parasim.run(..., 1)."""
     def program(ctx: Any) -> dict:
         stack = Stack(_layers(ctx, 0, stages))
-        total = 0.0
-        for mb in range(m):
-            y, cache = stack.forward(_data(ctx, mb, "x"), Saved())
-            target = _data(ctx, mb, "target")
-            total += float(ctx.xp.sum(y * target))
-            stack.backward(cache, target)
+        total = forward_backward(ctx, stack, ((_data(ctx, mb, "x"), _data(ctx, mb, "target")) for mb in range(m)))
         return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)},
                 "stepped": {i: sgd_step(ctx, layer) for i, layer in enumerate(stack.layers)}}
     return program

@@ -16,14 +16,15 @@ import numpy as np
 from ..dp.zero3 import Zero3
 from ..engine.runner import run
 from ..layout import ModelSpec
-from ..nn import ParallelContext, Saved
-from ..nn.layer import Stack, TransformerLayer, layer_weights
+from ..nn import Saved
+from ..nn.layer import Stack, TransformerLayer
 from ..pipeline.action import Action
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
 from ..trace import Trace
 from .pipeline import LayersStage
+from .small import dot_loss, forward_backward, sequences, whole_layers
 
 SCHEDULE = "1f1b"
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
@@ -71,16 +72,12 @@ class Config:
 
 
 def _layers(ctx: Any, cfg: Config, first: int, count: int) -> list[TransformerLayer]:
-    tp = ParallelContext(ctx)  # no tensor parallelism: every layer is whole
-    return [TransformerLayer(tp, cfg.spec, layer_weights(ctx, cfg.spec, f"L{i}"), key=f"L{i}", name=f"L{i}")
-            for i in range(first, first + count)]
+    return whole_layers(ctx, cfg.spec, first, count, "L{i}")  # no tensor parallelism: every layer is whole
 
 
 def _batch(ctx: Any, cfg: Config, first: int, count: int, what: str) -> Any:
-    """Sequences first .. first+count-1 side by side on the batch dimension; each drawn from its own named
-    stream, so every split of the batch sees the very same numbers."""
-    return ctx.xp.concat([ctx.shared_rng(f"{what}{s}").normal((cfg.seq, 1, cfg.hidden))
-                          for s in range(first, first + count)], axis=1)
+    """Sequences first .. first+count-1 side by side on the batch dimension."""
+    return sequences(ctx, what, range(first, first + count), cfg.seq, cfg.hidden)
 
 
 def adam_first_step(xp: Any, w: Any, g: Any) -> Any:
@@ -109,8 +106,7 @@ def pipeline_part(ctx: Any, cfg: Config) -> dict:
         return _batch(ctx, cfg, mb * cfg.mb_size, cfg.mb_size, "x")
 
     def loss(mb: int, y: Any) -> tuple[float, Any]:
-        target = _batch(ctx, cfg, mb * cfg.mb_size, cfg.mb_size, "t")
-        return float(xp.sum(y * target)) / cfg.sequences, target / cfg.sequences
+        return dot_loss(xp, y, _batch(ctx, cfg, mb * cfg.mb_size, cfg.mb_size, "t"), cfg.sequences)
     total = run_schedule(ctx, group, plan, {r: stage}, cfg.activation, xp.float64, inputs, loss)
     ctx.phase(PP_PHASES[2], technique="pp")
     grads = stage.grads
@@ -146,9 +142,8 @@ def zero3_part(ctx: Any, cfg: Config) -> dict:
     for z in layers:
         x, c = z.forward(x, saved)
         caches.append(c)
-    local = float(xp.sum(x * target)) / b  # this rank's mean; averaging over ranks gives the global mean
+    local, dy = dot_loss(xp, x, target, b)  # this rank's mean; averaging over ranks gives the global mean
     ctx.phase(Z3_PHASES[1], technique="zero3")
-    dy = target / b
     for z, c in zip(reversed(layers), reversed(caches)):
         dy = z.backward(c, dy)  # gathers, runs the layer's backward, frees, reduce-scatters its gradients
     grads = {z.key: xp.asarray(z.grad, copy=True) for z in layers}  # this rank's share, averaged
@@ -188,9 +183,7 @@ def one_device(cfg: Config) -> Callable[[Any], dict]:
     def program(ctx: Any) -> dict:
         stack = Stack(_layers(ctx, cfg, 0, cfg.layers))
         x, target = _batch(ctx, cfg, 0, cfg.sequences, "x"), _batch(ctx, cfg, 0, cfg.sequences, "t")
-        y, cache = stack.forward(x, Saved())
-        loss = float(ctx.xp.sum(y * target)) / cfg.sequences
-        stack.backward(cache, target / cfg.sequences)
+        loss = forward_backward(ctx, stack, [(x, target)], cfg.sequences)
         grads = stack.grads
         return {"loss": loss, "grads": grads,
                 "weights": {k: adam_first_step(ctx.xp, w, grads[k]) for k, w in stack.params().items()}}
