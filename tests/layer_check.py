@@ -41,7 +41,7 @@ def run_parallel(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, dtype: str
     return parasim.run(program, tp, seed=SEED)
 
 
-class _SharedCtx:
+class SharedCtx:
     """Enough of a context for layer_weights: the same shared streams as the ranks use."""
 
     def shared_rng(self, name):
@@ -51,7 +51,7 @@ class _SharedCtx:
 def torch_weights(shape: ModelSpec, key: str) -> dict:
     import torch
     return {k: None if v is None else torch.tensor(v, requires_grad=True)
-            for k, v in layer_weights(_SharedCtx(), shape, key).items()}
+            for k, v in layer_weights(SharedCtx(), shape, key).items()}
 
 
 def torch_layer(x, W: dict, shape: ModelSpec, key: str):

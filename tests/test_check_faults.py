@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.engine.divergence import _error, first_divergence
+from parasim.engine.divergence import first_divergence, max_error
 from tests.conftest import cli
 
 KEEP = 10 ** 6
@@ -215,7 +215,7 @@ def check_json(progs: Path, fn: str, ref: str, world: int) -> tuple[int, dict]:
 def test_the_error_measure_with_nan_and_infinities(got, want, expected):
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no RuntimeWarning from inf - inf or NaN comparisons
-        assert _error(np.asarray(got), np.asarray(want)) == pytest.approx(expected)
+        assert max_error(np.asarray(got), np.asarray(want)) == pytest.approx(expected)
 
 
 NAN_CASES = [

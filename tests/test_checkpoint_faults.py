@@ -573,7 +573,7 @@ def _dcp(tmp_path):
         warnings.simplefilter("ignore")  # DCP warns that no process group is running
         dcp.save({"model.w": torch.ones(3, dtype=torch.float64), "optim.m": torch.zeros(5), "step": 4},
                  checkpoint_id=str(tmp))
-    assert cd._commit(tmp, target, _Opt()) is None
+    assert cd.commit_dcp(tmp, target, _Opt()) is None
     return target
 
 
@@ -655,11 +655,11 @@ def test_a_dcp_checkpoint_is_checked_before_dcp_reads_it(tmp_path, monkeypatch, 
 
 
 def test_dcp_shapes_other_than_the_models_are_refused_before_dcp_allocates(tmp_path):
-    from parasim.dp.checkpoint_dcp import _shapes, _verified
+    from parasim.dp.checkpoint_dcp import check_dcp_shapes, verified_dcp
     target = _dcp(tmp_path)
-    _, md = _verified(target)
-    _shapes(target, md, {"model.w": (3,), "optim.m": (5,)})
+    _, md = verified_dcp(target)
+    check_dcp_shapes(target, md, {"model.w": (3,), "optim.m": (5,)})
     with pytest.raises(UsageError, match=r"\.metadata gives model\.w the shape \(3,\), the model here needs \(4,\)"):
-        _shapes(target, md, {"model.w": (4,)})
+        check_dcp_shapes(target, md, {"model.w": (4,)})
     with pytest.raises(UsageError, match=r"\.metadata gives optim\.v no tensor, the model here needs \(5,\)"):
-        _shapes(target, md, {"optim.v": (5,)})
+        check_dcp_shapes(target, md, {"optim.v": (5,)})

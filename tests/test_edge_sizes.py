@@ -15,12 +15,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from layer_check import SEED, _SharedCtx, gather as gather_layer, layer_grads, reference, run_parallel  # noqa: E402
+from layer_check import SEED, SharedCtx, gather as gather_layer, layer_grads, reference, run_parallel  # noqa: E402
+from helpers_ring import full, gather as gather_ring, run_ring, torch_attention  # noqa: E402
 from parasim.errors import LayoutError  # noqa: E402
 from parasim.layout import Layout, ModelSpec  # noqa: E402
 from parasim.nn import ParallelContext, Saved  # noqa: E402
 from parasim.nn.layer import TransformerLayer, layer_weights  # noqa: E402
-from test_ring_exact import full, gather as gather_ring, run_ring, torch_attention  # noqa: E402
 
 TOL = 1e-10
 
@@ -182,7 +182,7 @@ PIPE = [("gpipe", 4, 1, 1, None), ("1f1b", 2, 1, 1, None), ("1f1b", 2, 2, 1, Non
 @pytest.mark.parametrize("schedule, pp, tp, m, chunks", PIPE,
                          ids=[f"{s}-pp{p}-tp{t}-m{m}" for s, p, t, m, _ in PIPE])
 def test_pipeline_with_one_layer_per_stage_equals_torch(schedule, pp, tp, m, chunks):
-    from test_pipeline_exact import SHAPE, reference as pipe_reference, run as run_pipe
+    from helpers_pipeline import SHAPE, pipeline_reference as pipe_reference, run_pipeline as run_pipe
     layers = pp * (chunks or 1)  # one layer per stage
     sp = tp > 1 and schedule != "1f1b"
     res = run_pipe(schedule, pp, tp, m, layers, chunks, sp=sp)
@@ -224,7 +224,7 @@ def test_sharded_adam_with_tiny_shares_steps_like_one_device(n, size, bucket, st
         new = opt.step({"w": ctx.shared_rng(f"g{ctx.rank}").normal((size,)), "b": ctx.asarray([ctx.rank + 1.0])})
         return new, opt.ranges()
     res = parasim.run(program, n)
-    c = _SharedCtx()
+    c = SharedCtx()
     want_w = adam_first_step(c.shared_rng("w").normal((size,)), sum(c.shared_rng(f"g{r}").normal((size,))
                                                                      for r in range(n)) / n)
     want_b = adam_first_step(c.shared_rng("b").normal((1,)), np.array([(n + 1) / 2]))  # mean of 1..n
@@ -244,7 +244,7 @@ def test_zero1_adam_with_tiny_shares_steps_like_one_device(n, size):
         new, sq = opt.step({"w": ctx.shared_rng(f"g{ctx.rank}").normal((size,))})
         return new["w"], sq["w"], opt.state_elements
     res = parasim.run(program, n)
-    c = _SharedCtx()
+    c = SharedCtx()
     g = sum(c.shared_rng(f"g{r}").normal((size,)) for r in range(n))  # Zero1Adam sums, it does not average
     want = adam_first_step(c.shared_rng("w").normal((size,)), g)
     assert worst([(w, want) for w, _, _ in res.values]) < 1e-12
@@ -272,7 +272,7 @@ def test_zero3_of_a_layer_smaller_than_its_group_steps_like_one_device(n, hidden
         z.step()
         return z.params()
     res = parasim.run(program, n)
-    c = _SharedCtx()
+    c = SharedCtx()
     W = torch.tensor(c.shared_rng("w").normal((hidden,)), requires_grad=True)
     B = torch.tensor(c.shared_rng("b").normal((hidden,)), requires_grad=True)
     loss = 0

@@ -1,6 +1,7 @@
 """The engine's contract: results, ownership, groups, point-to-point, and errors that never hang."""
 import numpy as np
 import pytest
+from conftest import site_at
 
 import parasim
 from parasim import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, Recv, Send
@@ -8,13 +9,13 @@ from parasim import CollectiveError, CollectiveMismatch, Deadlock, ParasimError,
 
 def test_values_in_rank_order_and_trace():
     def prog(ctx):
-        return ctx.comm.all_reduce(ctx.asarray([ctx.rank, 1.0]))
+        return ctx.comm.all_reduce(ctx.asarray([ctx.rank, 1.0]))  # the sum
 
     res = parasim.run(prog, world=3)
     assert [v.tolist() for v in res.values] == [[3.0, 3.0]] * 3
     (e,) = res.trace.events
     assert (e.op, e.step, e.ranks, e.group.name) == ("all_reduce", 1, [0, 1, 2], "world")
-    assert all(m.site == "tests/test_engine.py:11" for m in e.members)
+    assert all(m.site == site_at(__file__, "the sum") for m in e.members)
 
 
 def test_results_are_owned_and_inputs_untouched():

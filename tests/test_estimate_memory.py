@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from parasim.errors import UsageError
-from parasim.estimate.memory import (Plan, _stage_layers, breakdown, items, layer_bytes_per_token, layer_saved_bytes,
-                                     scores_bytes_per_token_key, stages_of, totals)
+from parasim.estimate.memory import (Plan, breakdown, items, layer_bytes_per_token, layer_saved_bytes,
+                                     scores_bytes_per_token_key, stage_layers, stages_of, totals)
 from parasim.layout import ModelSpec
 from parasim.layout import LayoutError
 
@@ -152,7 +152,7 @@ def moe_model(layers, dense_layers, **kw):
     (moe_model(61, 3), 16, [(3, 1)] + [(0, 4)] * 12 + [(0, 3)] * 3),  # DeepSeek-V3's 61 over PP 16
 ])
 def test_stage_layers(model, pp, want):
-    assert [tuple(float(x) for x in _stage_layers(model, pp, s)) for s in range(pp)] == want
+    assert [tuple(float(x) for x in stage_layers(model, pp, s)) for s in range(pp)] == want
 
 
 def test_stages_of():

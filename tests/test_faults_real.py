@@ -11,11 +11,11 @@ import time
 
 import pytest
 from conftest import site_at
+from helpers_real import LOOPBACK, children, interface, listening, listening_alive
 
 pytest.importorskip("torch")
 
 import parasim
-from test_real_faults import LOOPBACK, _listening  # the listening sockets of some processes
 
 pytestmark = pytest.mark.slow
 PROGRAMS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "real_fault_programs.py")  # the programs
@@ -127,12 +127,11 @@ def _in_process(args: list[str], limit: float = 90) -> subprocess.CompletedProce
     interpreter and torch start each time); fails the test if it runs past `limit` seconds or leaves a rank
     behind."""
     from conftest import cli
-    from test_real import _children
     t = time.monotonic()
     out = cli(*args)
     assert time.monotonic() - t < limit, f"parasim {' '.join(args)} ran past {limit} s"
     for _ in range(50):
-        left = _children()
+        left = children()
         if not left:
             break
         time.sleep(0.1)
@@ -150,23 +149,6 @@ def test_a_failing_or_refused_real_run_ends_in_a_line(argv, env, code, lines, wo
         assert w in out.stderr, out.stderr
 
 
-def _interface() -> str:
-    """An interface of this machine with an IPv4 address other than loopback's (what a multi-node recipe
-    would export), or eth0 where there is none."""
-    import fcntl
-    import struct
-
-    def address(name: str) -> str | None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            try:  # SIOCGIFADDR: the interface's IPv4 address
-                raw = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
-            except OSError:
-                return None
-        return socket.inet_ntoa(raw[20:24])
-    names = [n for _, n in socket.if_nameindex() if (a := address(n)) is not None and not a.startswith("127.")]
-    return names[0] if names else "eth0"
-
-
 def lists_sockets(ctx):
     """Rank 0, once every rank has joined the world and a pair group (each a process group with its own
     sockets): the listening sockets of every rank."""
@@ -178,12 +160,12 @@ def lists_sockets(ctx):
     if ctx.rank == 0:
         server = os.getppid()  # ranks are forked from one server: its children are the ranks
         with open(f"/proc/{server}/task/{server}/children") as f:
-            out = _listening([int(p) for p in f.read().split()])
+            out = listening([int(p) for p in f.read().split()])
     ctx.comm.barrier()  # nobody leaves before rank 0 has looked
     return out
 
 
-IFACE = _interface()
+IFACE = interface()
 ENVS = [("gloo-ifname", {"GLOO_SOCKET_IFNAME": IFACE}), ("gloo-ifnames", {"GLOO_SOCKET_IFNAME": f"{IFACE},lo"}),
         ("transport-uv", {"GLOO_DEVICE_TRANSPORT": "UV", "GLOO_SOCKET_IFNAME": IFACE}),
         ("tp-ifname", {"TP_SOCKET_IFNAME": IFACE}), ("master-addr", {"MASTER_ADDR": "0.0.0.0", "MASTER_PORT": "1"})]
@@ -208,7 +190,7 @@ def test_the_collectives_lesson_listens_on_loopback_with_an_interface_exported()
     try:
         while proc.poll() is None:
             pids = _session(proc.pid)
-            seen |= {(len(pids), *s) for s in _listening_alive(pids)}
+            seen |= {(len(pids), *s) for s in listening_alive(pids)}
             time.sleep(0.02)
         _, err = proc.communicate(timeout=60)
     finally:
@@ -218,14 +200,6 @@ def test_the_collectives_lesson_listens_on_loopback_with_an_interface_exported()
     sockets = {s[1:] for s in seen}
     assert max(n for n, *_ in seen) >= 5 and len(sockets) >= 5, seen  # the store, and gloo in each of 4 ranks
     assert [s for s in sockets if s[0] not in LOOPBACK] == []
-
-
-def _listening_alive(pids: list[int]) -> list[tuple[str, int]]:
-    """_listening for processes that may exit while they are read."""
-    try:
-        return _listening(pids)
-    except OSError:
-        return []
 
 
 SCRIPT = '''

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import parasim
 from parasim.comm.interface import Recv, Send, dtype_name
 from parasim.comm.kernels import ring_chunk
-from parasim.engine.compare import _close, _first_diff
+from parasim.engine.compare import first_diff, values_close
 from parasim.errors import CollectiveError, UsageError
 from parasim.trace import Trace
 
@@ -293,13 +293,13 @@ CLOSE_CASES = [
 def test_compare_values(real, virtual, dtype, want):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert _close(real, virtual, dtype) == want
+        assert values_close(real, virtual, dtype) == want
 
 
 def test_the_first_difference_is_the_nan_on_one_side():
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        text = _first_diff(np.array([INF, 2.0, NAN, 4.0]), np.array([INF, 2.5, 3.0, 4.0]))
+        text = first_diff(np.array([INF, 2.0, NAN, 4.0]), np.array([INF, 2.5, 3.0, 4.0]))
     assert text == " at [2] of 4: real np.float64(nan), virtual np.float64(3.0)"
 
 

@@ -2,7 +2,7 @@
 import pytest
 
 from parasim.lesson import get_lesson, run_lesson
-from test_pipeline_schedules import POST_1F1B, POST_GPIPE
+from helpers_schedules import POST_1F1B, POST_GPIPE
 
 
 @pytest.mark.parametrize("name, table", [("pp-gpipe", POST_GPIPE), ("pp-1f1b", POST_1F1B)])

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.engine.compare import _close
+from parasim.engine.compare import values_close
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
 from parasim.trace import Trace
@@ -133,11 +133,11 @@ def test_a_wrong_stage_fails_the_lessons_checks(monkeypatch):
 
 
 def test_sums_in_another_order_are_judged_against_the_arrays_scale():
-    assert _close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64") == (True, True)
-    assert _close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64")[0] is False
-    assert _close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64")[0] is False
+    assert values_close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64") == (True, True)
+    assert values_close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64")[0] is False
+    assert values_close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64")[0] is False
     big, off = np.array([1000.0, 10.0], dtype=np.float32), np.array([1000.0, 10.1], dtype=np.float32)
-    assert _close(off, big, "float32")[0] is False  # 1% beside a large value is not rounding
+    assert values_close(off, big, "float32")[0] is False  # 1% beside a large value is not rounding
 
 
 @pytest.mark.slow

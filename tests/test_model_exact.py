@@ -9,12 +9,12 @@ from hypothesis import strategies as st
 torch = pytest.importorskip("torch")
 import torch.nn.functional as F  # noqa: E402
 
-from layer_check import _SharedCtx, data, layer_grads, model_weights, run_model, torch_layer, torch_weights  # noqa: E402
+from layer_check import SharedCtx, data, layer_grads, model_weights, run_model, torch_layer, torch_weights  # noqa: E402
 from parasim.layout import ModelSpec
 
 
 def run_torch(shape: ModelSpec, s: int, b: int, vocab: int, layers: int):
-    ctx = _SharedCtx()
+    ctx = SharedCtx()
     w = {k: torch.tensor(v, requires_grad=True) for k, v in model_weights(ctx, shape.hidden, vocab).items()}
     Ws = [torch_weights(shape, f"L{i}") for i in range(layers)]
     ids, targets = (torch.tensor(a) for a in data(ctx, s, b, vocab))

@@ -23,6 +23,6 @@ def test_collectives_on_nccl_matches_virtual(world):
 def test_every_op_on_nccl():
     if GPUS < 2:
         pytest.skip("needs two GPUs")
-    from test_real import every_op
+    from helpers_real import every_op
     report = run_real(every_op, min(GPUS, 4), RealOptions("nccl", keep_values=16))
     assert report.match, report.differences

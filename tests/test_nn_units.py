@@ -7,7 +7,7 @@ import parasim
 from layer_check import run_parallel
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.core import Partial, Replicate, Shard
-from parasim.nn.embedding import VocabParallelEmbedding, _owned
+from parasim.nn.embedding import VocabParallelEmbedding, owned_one_hot
 from parasim.layout import ModelSpec
 
 
@@ -19,7 +19,7 @@ def test_each_rank_owns_a_contiguous_block_of_the_vocabulary():
     ids = np.array([[0, 3, 4, 7, 5]])
 
     def prog(ctx):
-        return _owned(ParallelContext(ctx, ctx.new_group([0, 1], "tp")), ctx.asarray(ids, "int64"), 8)
+        return owned_one_hot(ParallelContext(ctx, ctx.new_group([0, 1], "tp")), ctx.asarray(ids, "int64"), 8)
 
     rank0, rank1 = parasim.run(prog, world=2).values
     # rank 0 owns ids 0-3 (columns 0-3), rank 1 ids 4-7; a row is all zero where the other rank owns the id

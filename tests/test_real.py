@@ -9,6 +9,7 @@ import time
 import numpy as np
 import pytest
 from conftest import cli_process
+from helpers_real import children, every_op
 
 torch = pytest.importorskip("torch")
 
@@ -18,32 +19,6 @@ from parasim.engine.compare import compare
 from parasim.engine.real import run_real  # noqa: E402
 
 pytestmark = pytest.mark.slow
-
-
-def _children() -> list[int]:
-    """Live processes under this test process: ranks are forked by the launcher's fork server (a child of
-    ours that stays, as does multiprocessing's resource tracker), so their children count, not they."""
-    parent, cmdline = {}, {}
-    for pid in os.listdir("/proc"):
-        if pid.isdigit():
-            try:
-                with open(f"/proc/{pid}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{pid}/cmdline") as f:
-                    cmdline[int(pid)] = f.read()
-            except OSError:
-                continue
-            if fields[0] != "Z":
-                parent[int(pid)] = int(fields[1])
-    out, todo = [], [os.getpid()]
-    while todo:
-        me = todo.pop()
-        for pid, pp in parent.items():
-            if pp == me:
-                todo.append(pid)
-                if "forkserver" not in cmdline.get(pid, "") and "resource_tracker" not in cmdline.get(pid, ""):
-                    out.append(pid)
-    return out
 
 
 _cli = cli_process  # real ranks: `python -m parasim` as its own process
@@ -96,24 +71,6 @@ def test_programs_of_one_launch_keep_their_own_seed_groups_and_records():
 def test_run_all_refuses_a_chrome_file_in_one_line():
     out = _cli("run", "all", "--nproc", "2", "--chrome", "x.json")
     assert out.returncode == 2 and "name the lesson" in out.stderr and len(out.stderr.strip().splitlines()) == 1
-
-
-def every_op(ctx):
-    """One of each call, with groups in a non-ascending order and float32 data (not integer-valued)."""
-    comm = ctx.comm
-    rev = ctx.new_group(list(range(ctx.world))[::-1], "rev")
-    x = ctx.asarray([1, 2, 3, 4, 5, 6]) * (10 ** ctx.rank)
-    out = {"ar": comm.all_reduce(x), "rs": comm.reduce_scatter(x, group=rev), "ag": comm.all_gather(x, group=rev),
-           "ring": comm.all_reduce(x, algo="ring"), "max": comm.all_reduce(x, op="max"),
-           "bc": comm.broadcast(x, src=1),
-           "a2a": comm.all_to_all([ctx.asarray([ctx.rank] * (j + 1)) for j in range(ctx.world)], group=rev)}
-    ctx.compute("matmul", flops=16)
-    nxt, prv = (ctx.rank + 1) % ctx.world, (ctx.rank - 1) % ctx.world
-    (out["p2p"],) = comm.exchange([parasim.Send(x, nxt), parasim.Recv(prv, (6,), x.dtype)])
-    y = ctx.rng.normal((5,), dtype="float32")
-    out["avg"] = comm.all_reduce(y, op="avg")
-    comm.barrier()
-    return out
 
 
 def test_every_op_matches_virtual_on_three_ranks():
@@ -186,7 +143,7 @@ def test_a_rank_that_raises_ends_every_process():
     assert msg.startswith(f"{head} (in raises_on_rank_1)\nTraceback"), msg
     assert info.value.rank == 1
     time.sleep(0.5)
-    assert _children() == []
+    assert children() == []
 
 
 def mismatched(ctx):
@@ -204,7 +161,7 @@ def test_a_mismatch_has_the_same_text_as_on_virtual_ranks():
         parasim.run(mismatched, 2, backend="gloo", timeout=20)
     assert str(real.value) == str(virtual.value)
     assert (real.value.ranks, real.value.calls) == (virtual.value.ranks, virtual.value.calls)
-    assert _children() == []
+    assert children() == []
 
 
 def skips_a_collective(ctx):

@@ -10,31 +10,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
+from helpers_real import LOOPBACK, listening  # noqa: E402
 from parasim import RealRunFailed  # noqa: E402
 
 pytestmark = pytest.mark.slow
-LOOPBACK = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1 and ::1 as /proc/net writes them
-
-
-def _listening(pids: list[int]) -> list[tuple[str, int]]:
-    """(address in /proc/net hex, port) of every listening TCP socket that one of `pids` holds."""
-    inodes = set()
-    for pid in pids:
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(target[8:-1])
-    out = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in open(table).read().splitlines()[1:]:
-            f = line.split()
-            if f[3] == "0A" and f[9] in inodes:  # state 0A: LISTEN
-                addr, port = f[1].split(":")
-                out.append((addr, int(port, 16)))
-    return out
 
 
 def sockets_of_the_run(ctx):
@@ -45,7 +24,7 @@ def sockets_of_the_run(ctx):
         parent = os.getppid()
         with open(f"/proc/{parent}/task/{parent}/children") as f:
             pids = [parent, *map(int, f.read().split())]
-        out = (len(pids), _listening(pids))
+        out = (len(pids), listening(pids))
     ctx.comm.barrier()  # nobody leaves before rank 0 has looked
     return out
 

@@ -1,51 +1,15 @@
 """Ring attention (context parallelism) equals torch autograd on full attention in float64: output and
 the gradients of q, k and v, causal or not, contiguous or zigzag, for cp = 1 to 4."""
-import math
-
 import numpy as np
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-torch = pytest.importorskip("torch")
+pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.engine.context import Rng  # noqa: E402
+from helpers_ring import gather, run_ring, torch_attention  # noqa: E402
 from parasim.nn.ring_attention import RingAttention, positions  # noqa: E402
-
-
-def full(name, shape):
-    return Rng(0, (1, *name.encode()), lambda a: a).normal(shape)
-
-
-def run_ring(cp, seq, b, heads, d, causal, split):
-    def program(ctx):
-        group = ctx.new_group(range(ctx.world), "cp") if ctx.world > 1 else None
-        ring = RingAttention(ctx, group, seq, split=split, causal=causal)
-        pos = ctx.xp.asarray(ring.pos[ring.r])
-        take = lambda name: ctx.xp.take(ctx.shared_rng(name).normal((b, heads, seq, d)), pos, axis=2)  # noqa: E731
-        q, k, v, do = take("q"), take("k"), take("v"), take("do")
-        out, cache = ring.forward(q, k, v)
-        dq, dk, dv = ring.backward(cache, do)
-        return {"pos": ring.pos[ring.r], "out": out, "dq": dq, "dk": dk, "dv": dv, "work": ring.work}
-    return parasim.run(program, cp).values
-
-
-def gather(values, key, seq):
-    out = np.zeros_like(values[0][key][:, :, :1].repeat(seq, axis=2))
-    for v in values:
-        out[:, :, v["pos"]] = v[key]
-    return out
-
-
-def torch_attention(seq, b, heads, d, causal):
-    q, k, v = (torch.tensor(full(n, (b, heads, seq, d)), requires_grad=True) for n in "qkv")
-    s = q @ k.transpose(-1, -2) / math.sqrt(d)
-    if causal:
-        s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
-    out = torch.softmax(s, -1) @ v
-    (out * torch.tensor(full("do", (b, heads, seq, d)))).sum().backward()
-    return out.detach().numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
 
 
 @settings(max_examples=50, deadline=None)

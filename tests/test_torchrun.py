@@ -13,8 +13,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from test_faults_real import IFACE, _listening_alive
-from test_real_faults import LOOPBACK
+from helpers_real import LOOPBACK, interface, listening_alive  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +34,7 @@ def _tree(pid: int) -> list[int]:
 
 def test_two_torchrun_nodes_give_one_verdict_that_matches_and_listen_on_loopback_only(tmp_path):
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1",
-           "GLOO_SOCKET_IFNAME": IFACE}
+           "GLOO_SOCKET_IFNAME": interface()}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
            "--rdzv-backend", "c10d", "--rdzv-conf", "store_type=file", "--rdzv-endpoint", str(tmp_path / "rdzv"),
            "--rdzv-id", "parasim-test", "--local-addr", "127.0.0.1", "--max-restarts", "0",
@@ -49,7 +48,7 @@ def test_two_torchrun_nodes_give_one_verdict_that_matches_and_listen_on_loopback
         while any(p.poll() is None for p in nodes) and time.monotonic() < deadline:
             now = [pid for p in nodes for pid in _tree(p.pid)]
             pids |= set(now)
-            seen |= set(_listening_alive(now))
+            seen |= set(listening_alive(now))
             time.sleep(0.02)
         outs = []
         for p in nodes:

@@ -77,7 +77,7 @@ def test_work_bars_follow_ring_attention():
 
 def test_pipeline_slot_window(mlp):
     """Pipeline lessons: the slot table the ranks noted, around the selected transfer's slot."""
-    from test_pipeline_schedules import POST_1F1B
+    from helpers_schedules import POST_1F1B
     lr = run_lesson(get_lesson("pp-1f1b"))
     view = View(lr.result.trace, lr.lesson.narrative)
     i = next(k for k, e in enumerate(view.events) if e.label.startswith("slot 5:"))

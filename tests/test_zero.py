@@ -25,8 +25,8 @@ def test_zero1_adam_equals_adam(n):
                 first = grads
         return {"params": params, "first": first, "state": opt.state_elements, "sq": sq}
     res = parasim.run(program, n)
-    from layer_check import _SharedCtx
-    ctx = _SharedCtx()
+    from layer_check import SharedCtx
+    ctx = SharedCtx()
     P = {k: torch.tensor(ctx.shared_rng(f"p.{k}").normal(s), requires_grad=True) for k, s in SHAPES.items()}
     opt = torch.optim.Adam(P.values(), lr=0.1)
     for step in range(2):

@@ -126,7 +126,7 @@ def save_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> None:
         failed = next((f for f in every if f), None)
         word = [failed]
         if ctx.rank == 0:
-            word = [failed or _commit(Path(box[0]), target, opt)]
+            word = [failed or commit_dcp(Path(box[0]), target, opt)]
         dist.broadcast_object_list(word, src=0)
     finally:
         if tmp is not None:
@@ -143,7 +143,7 @@ def _line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def _commit(tmp: Path, target: Path, opt: Any) -> str | None:
+def commit_dcp(tmp: Path, target: Path, opt: Any) -> str | None:
     """On rank 0 once DCP is done: list every file, fsync, and put the directory at `target`. Returns what
     went wrong, or None."""
     try:
@@ -222,17 +222,17 @@ def _dcp_metadata(f: Fields, root: Path, files: dict[str, Any]) -> Any:
 def verify_dcp(path: str | os.PathLike) -> dict[str, Any]:
     """The listing of a DCP checkpoint, once every file it names has its size and checksum and DCP's own
     metadata reads safely and points inside those files."""
-    return _verified(Path(path))[0]
+    return verified_dcp(Path(path))[0]
 
 
-def _verified(root: Path) -> tuple[dict[str, Any], Any]:
+def verified_dcp(root: Path) -> tuple[dict[str, Any], Any]:
     f, meta = _listing(root)
     for name, want in meta["files"].items():
         check_file(f, root, name, want)
     return meta, _dcp_metadata(f, root, meta["files"])
 
 
-def _shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> None:
+def check_dcp_shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> None:
     """Each tensor DCP will load is there, with the shape this run needs."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
     for key, shape in want.items():
@@ -254,13 +254,13 @@ def restore_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
     root = Path(path)
     if ctx.rank == 0:
         sweep(root, LISTING)
-    meta, md = _verified(root)
+    meta, md = verified_dcp(root)
     params, total = model.params(), opt.buf.total
     if sorted(meta["keys"]) != sorted(opt.buf.keys) or meta["total"] != total:
         raise UsageError(f"checkpoint {path}: {LISTING} names other weights ({meta['total']} values) than "
                          f"the model here ({total})")
-    _shapes(root, md, {**{f"model.{k}": tuple(params[k].shape) for k in opt.buf.keys},
-                       **{f"optim.{s}": (total,) for s in STATE}})
+    check_dcp_shapes(root, md, {**{f"model.{k}": tuple(params[k].shape) for k in opt.buf.keys},
+                                **{f"optim.{s}": (total,) for s in STATE}})
     like = getattr(opt, STATE[0])
     state: dict[str, Any] = {f"model.{k}": torch.empty_like(params[k]) for k in opt.buf.keys}
     state.update({f"optim.{s}": torch.empty(total, dtype=like.dtype) for s in STATE})

@@ -104,7 +104,7 @@ def _floats(a: np.ndarray, b: np.ndarray) -> bool:
     return np.issubdtype(a.dtype, np.floating) and np.issubdtype(b.dtype, np.floating)
 
 
-def _close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
+def values_close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
     """(equal within the rules, tolerance was needed). Exact, except floats that are not integer-valued. NaN
     equals NaN at the same place; a NaN on one side only is a difference."""
     if real is None or virtual is None:
@@ -114,12 +114,12 @@ def _close(real: Any, virtual: Any, dtype: str | None) -> tuple[bool, bool]:
     except (TypeError, ValueError):  # ragged: compare part by part
         if not isinstance(real, (list, tuple)) or not isinstance(virtual, (list, tuple)) or len(real) != len(virtual):
             return False, False
-        parts = [_close(x, y, dtype) for x, y in zip(real, virtual)]
+        parts = [values_close(x, y, dtype) for x, y in zip(real, virtual)]
         return all(p[0] for p in parts), any(p[1] for p in parts)
     if a.shape != b.shape:
         return False, False
     if a.dtype == object or b.dtype == object:
-        parts = [_close(x, y, dtype) for x, y in zip(a.reshape(-1), b.reshape(-1))]
+        parts = [values_close(x, y, dtype) for x, y in zip(a.reshape(-1), b.reshape(-1))]
         return all(p[0] for p in parts), any(p[1] for p in parts)
     floats = _floats(a, b)
     if np.array_equal(a, b, equal_nan=floats):
@@ -160,7 +160,7 @@ def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], bool]:
                     diffs.append(f"{where}: {key} differs: real {x.get(key)!r}, virtual {v.get(key)!r}")
             dtype = (v["outs"] or v["ins"] or [((), None)])[0][1]
             for key in ("before", "after"):
-                ok, used = _close(x[key], v[key], dtype)
+                ok, used = values_close(x[key], v[key], dtype)
                 tol |= used
                 if not ok:
                     diffs.append(f"{where}: values {key} differ: real {x[key]!r}, virtual {v[key]!r}")
@@ -171,14 +171,14 @@ def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], bool]:
         ok, used = _same_value(res["value"], virtual.values[r])
         tol |= used
         if not ok:
-            diffs.append(f"rank {r}: return value differs{_first_diff(res['value'], virtual.values[r])}")
+            diffs.append(f"rank {r}: return value differs{first_diff(res['value'], virtual.values[r])}")
     if len(diffs) > MAX_DIFFS:
         diffs = diffs[:MAX_DIFFS] + [f"... and {len(diffs) - MAX_DIFFS} more"]
     return diffs, tol
 
 
 def _same_value(real: Any, virtual: Any) -> tuple[bool, bool]:
-    """Return values: the same structure, arrays equal under the rules of `_close` for their dtype."""
+    """Return values: the same structure, arrays equal under the rules of `values_close` for their dtype."""
     if isinstance(virtual, dict):
         if not isinstance(real, dict) or set(real) != set(virtual):
             return False, False
@@ -188,22 +188,22 @@ def _same_value(real: Any, virtual: Any) -> tuple[bool, bool]:
             return False, False
         parts = [_same_value(a, b) for a, b in zip(real, virtual)]
     elif isinstance(virtual, np.ndarray) or isinstance(real, np.ndarray):
-        return _close(real, virtual, getattr(virtual, "dtype", np.asarray(virtual).dtype).name)
+        return values_close(real, virtual, getattr(virtual, "dtype", np.asarray(virtual).dtype).name)
     else:
-        return _close(real, virtual, None) if isinstance(virtual, float) else (real == virtual, False)
+        return values_close(real, virtual, None) if isinstance(virtual, float) else (real == virtual, False)
     return all(p[0] for p in parts), any(p[1] for p in parts)
 
 
-def _first_diff(real: Any, virtual: Any, path: str = "") -> str:
+def first_diff(real: Any, virtual: Any, path: str = "") -> str:
     """Where two return values first differ and how: ' at [key][i]: real x, virtual y' (not the whole values)."""
     if isinstance(virtual, dict) and isinstance(real, dict) and set(real) == set(virtual):
         for k in virtual:
             if not _same_value(real[k], virtual[k])[0]:
-                return _first_diff(real[k], virtual[k], f"{path}[{k!r}]")
+                return first_diff(real[k], virtual[k], f"{path}[{k!r}]")
     if isinstance(virtual, (list, tuple)) and isinstance(real, (list, tuple)) and len(real) == len(virtual):
         for i, (a, b) in enumerate(zip(real, virtual)):
             if not _same_value(a, b)[0]:
-                return _first_diff(a, b, f"{path}[{i}]")
+                return first_diff(a, b, f"{path}[{i}]")
     try:
         a, b = _numbers(real), _numbers(virtual)
         if a.shape == b.shape and a.size > 1 and a.dtype != object and b.dtype != object:

@@ -103,7 +103,7 @@ def _whole(m: Marked, placement: str | None = None) -> np.ndarray:
     return assemble(placement or m.placement, m.group, m.pieces, m.rows, m.size)
 
 
-def _error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
+def max_error(got: np.ndarray, want: np.ndarray) -> tuple[float, float]:
     """(max abs, max relative) difference. A NaN matches a NaN at the same place and an infinity the same
     infinity; a NaN or an infinity on one side only (a value gone bad, a row no rank held) is an infinite error."""
     if got.shape != want.shape:
@@ -126,12 +126,12 @@ def _copies_agree(m: Marked, tol: float, placement: str | None = None) -> bool:
     copies = isinstance(parse(placement), Replicate)
     if not m.rows:
         first = np.asarray(m.pieces[next(r for r in m.group if r in m.pieces)])
-        return not copies or all(_error(np.asarray(p), first)[1] <= tol for p in m.pieces.values())
+        return not copies or all(max_error(np.asarray(p), first)[1] <= tol for p in m.pieces.values())
     whole = _whole(m, placement)
-    if copies and any(_error(np.asarray(p), whole[list(m.rows[r])])[1] > tol for r, p in m.pieces.items()):
+    if copies and any(max_error(np.asarray(p), whole[list(m.rows[r])])[1] > tol for r, p in m.pieces.items()):
         return False
-    return all(_error(block, whole[list(idx)])[1] <= tol for idx, block in _blocks(placement, m.group, m.pieces,
-                                                                                     m.rows))
+    return all(max_error(block, whole[list(idx)])[1] <= tol for idx, block in _blocks(placement, m.group, m.pieces,
+                                                                                        m.rows))
 
 
 def first_divergence(run: Any, reference: Any) -> dict | None:
@@ -155,12 +155,12 @@ def _first(run: Any, theirs: dict[str, list[Marked]], entries: list[Marked]) -> 
         ref = theirs[m.name][0]
         want, got = _whole(ref), _whole(m)
         tol = TOLERANCE.get(str(want.dtype), 1e-9)
-        abs_err, rel_err = _error(got, want)
+        abs_err, rel_err = max_error(got, want)
         gaps = _unheld(m)
         if rel_err <= tol and _copies_agree(m, tol) and not gaps:
             continue
         if rel_err <= tol:  # the copies disagree although the first one is right: measure the worst copy
-            abs_err, rel_err = max(_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want)
+            abs_err, rel_err = max(max_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want)
                                    for r, p in m.pieces.items())
         out = _report(run, m, want, abs_err, rel_err, tol)
         out["rows_missing"], out["nan"] = gaps or None, _bad_values(got, want, gaps)
@@ -286,7 +286,7 @@ def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol
     """Another placement for the mark, or another group for its sum, under which the pieces match; or, when
     the whole tensor is the reference times one number, that number (a scale: clipping, averaging)."""
     for other in ("Partial()", "Replicate()"):
-        if other != m.placement and _error(_whole(m, other), want)[1] <= tol and (
+        if other != m.placement and max_error(_whole(m, other), want)[1] <= tol and (
                 other != "Replicate()" or _copies_agree(m, tol, other)):
             word = {"Partial()": f"summing these pieces over {m.group_name} (they are partial sums)",
                     "Replicate()": f"taking them as whole copies on {m.group_name}"}[other]
@@ -356,7 +356,7 @@ def _reduced_matches(trace: Trace, m: Marked, inputs: dict, name: str, op: str, 
             return False  # that group cannot split this dim evenly
         fixed[r] = whole if dim is None else np.split(whole, mine.size, axis=dim)[mine.ranks.index(r)]
     trial = Marked(**{**m.__dict__, "pieces": fixed})
-    return _error(_whole(trial), want)[1] <= tol and _copies_agree(trial, tol)
+    return max_error(_whole(trial), want)[1] <= tol and _copies_agree(trial, tol)
 
 
 def _outputs_are_marked(e: Event, m: Marked) -> bool:
@@ -385,5 +385,5 @@ def _scale(got: np.ndarray, want: np.ndarray, tol: float) -> float | None:
     if got.shape != want.shape or not want.size or not np.any(want):
         return None
     c = float(np.vdot(got, want) / np.vdot(want, want))
-    ok = _error(got, c * want)[1] <= tol and abs(c - 1.0) > tol
+    ok = max_error(got, c * want)[1] <= tol and abs(c - 1.0) > tol
     return c if ok else None

@@ -112,7 +112,7 @@ def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout
 
 
 # -- a stage of the pipeline --------------------------------------------------------------------------
-def _stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
+def stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
     """(dense layers, MoE layers) in `stage`; an uneven split gives the first L mod pp stages one layer more
     (as even as can be, as the engine's step splits them: 61 over 16 is thirteen stages of 4, three of 3)."""
     base, extra = model.layers // pp, model.layers % pp
@@ -139,7 +139,7 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
         return nbytes * (dense / (tp * pp) / shard_d + experts / (etp * ep * pp) / shard_e)
 
     zero = 0 * tp * 1.0
-    dense_n, moe_n = _stage_layers(model, pp, stage)
+    dense_n, moe_n = stage_layers(model, pp, stage)
     common = dict(h=model.hidden, heads=model.heads, kv=model.kv, ffn=model.ffn_size, tp=tp, sp=p.sp,
                   mats=model.mlp_mats, dropout=p.dropout)
     per_dense = layer_bytes_per_token(**common)

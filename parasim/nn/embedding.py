@@ -13,7 +13,7 @@ from typing import Any
 from .core import ParallelContext, Saved, Shard, Weights
 
 
-def _owned(tp: ParallelContext, ids: Any, vocab: int) -> Any:
+def owned_one_hot(tp: ParallelContext, ids: Any, vocab: int) -> Any:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
     n = vocab // tp.t
     mine = tp.xp.arange(n) + tp.r * n  # the token ids this rank owns: a contiguous block
@@ -30,7 +30,7 @@ class VocabParallelEmbedding(Weights):
     def forward(self, ids: Any, saved: Saved) -> tuple[Any, tuple]:
         """ids [s, b] (whole sequence on every rank) -> [s, b, h] (this rank's tokens under SP)."""
         tp, xp = self.tp, self.tp.xp
-        onehot = _owned(tp, ids, self.vocab)
+        onehot = owned_one_hot(tp, ids, self.vocab)
         partial = xp.matmul(onehot, self.weight)  # a row lookup, written as a product the backward can reuse
         y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter") if tp.sp else tp.g_forward(partial)
         return y, (onehot,)
@@ -57,7 +57,7 @@ class VocabParallelCrossEntropy:
         e = xp.exp(logits - m[..., None])
         local_sum = xp.sum(e, axis=-1)
         total = local_sum if tp.t == 1 else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
-        onehot = _owned(tp, targets, self.vocab)
+        onehot = owned_one_hot(tp, targets, self.vocab)
         local_target = xp.sum(onehot * (logits - m[..., None]), axis=-1)
         target = local_target if tp.t == 1 else comm.all_reduce(local_target, group=group,
                                                                 label="loss: target logit")
