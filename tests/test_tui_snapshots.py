@@ -3,6 +3,8 @@
 Baselines live in tests/__snapshots__/test_tui_snapshots/. After an intended change to the app's look:
     pytest tests/test_tui_snapshots.py --snapshot-update
 and look at the new SVGs (a failed run writes snapshot_report.html showing old and new side by side).
+Call sites show as file and function (tests/helpers_sites.py), not file and line: a line that moves in the
+package changes no snapshot (tests/test_snapshot_sites.py checks the SVGs keep none).
 """
 from __future__ import annotations
 
@@ -10,6 +12,8 @@ import pytest
 
 pytest.importorskip("textual")
 pytest.importorskip("pytest_textual_snapshot")
+
+from helpers_sites import by_function, lines_left  # noqa: E402
 
 from parasim.lesson import load_lessons, run_lesson  # noqa: E402
 from parasim.tui.app import ParasimApp  # noqa: E402
@@ -21,7 +25,9 @@ LESSONS = list(load_lessons())
 
 def make_app(name: str) -> ParasimApp:
     lr = run_lesson(load_lessons()[name])
-    return ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title))
+    trace = by_function(lr.result.trace)
+    assert lines_left(trace.to_json()) == [], "a call site with a line number would put it in the snapshot"
+    return ParasimApp(View(trace, lr.lesson.narrative, lr.lesson.title))
 
 
 def test_there_are_lessons():
