@@ -16,6 +16,28 @@ settings.register_profile("mutation", phases=[Phase.explicit, Phase.reuse, Phase
 if os.environ.get("PARASIM_HYPOTHESIS"):
     settings.load_profile(os.environ["PARASIM_HYPOTHESIS"])
 
+# Mutation runs: mutmut 3 reaches every function of the mutated package through its trampoline, frames of
+# mutmut/mutation/trampoline.py between each caller and the function it calls. They make the call on the
+# caller's behalf, so a call site passes over them as over parasim's own wrappers (comm/sites.py
+# `is_wrapper`). mutmut sets MUTANT_UNDER_TEST in every process that runs tests (scripts/mutation_focus.py
+# too); no other run has trampolines, and the package itself knows nothing of them.
+MUTMUT_TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if "MUTANT_UNDER_TEST" not in os.environ:
+        return
+    from parasim.comm import sites
+    if hasattr(sites.is_wrapper, "plain"):  # a second session in the same process (mutmut runs several)
+        return
+    plain = sites.is_wrapper
+
+    def is_wrapper(frame) -> bool:
+        return frame.f_code.co_filename.endswith(MUTMUT_TRAMPOLINE) or plain(frame)
+
+    is_wrapper.plain = plain  # the package's own test, for tests/test_hidden_state.py
+    sites.is_wrapper = is_wrapper
+
 
 def cli(*args: str) -> subprocess.CompletedProcess:
     """`parasim ARGS` in this process (so coverage and mutation testing see the code it runs), returning
@@ -46,14 +68,10 @@ def site_at(path: str, marker: str) -> str:
     return f"{os.path.relpath(path, os.path.dirname(os.path.dirname(parasim.__file__)))}:{n}"
 
 
-@pytest.fixture(autouse=True)
-def _cold_caches():
-    """Every test starts with the engine's pure memos empty (symbolic shape rules, ring positions): a test
-    then exercises the rules themselves, whatever ran before it in the same process (mutation testing
-    forks test processes from one that has run others)."""
-    from parasim.nn.ring_attention import _positions, _slices
-    from parasim.symbolic import array
-    array._UFUNC_RESULTS.clear()
-    _positions.cache_clear()
-    _slices.cache_clear()
-    yield
+def trace_key(trace) -> tuple[list, list]:
+    """What two backends of one program must record alike: every event (step, op, group, members' tensors,
+    bytes and sites) and the held, phase and tensor marks; not values or times."""
+    events = [(e.step, e.kind, e.op, e.group.name, e.ranks, e.label, e.phase,
+               [(m.rank, m.ins, m.outs, m.sent, m.recv, m.site) for m in e.members]) for e in trace.events]
+    marks = [(m.rank, m.step, m.kind, m.text, m.data) for m in trace.marks if m.kind in ("held", "phase", "tensor")]
+    return events, marks

@@ -5,6 +5,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import trace_key
 from hypothesis import given, strategies as st
 
 import parasim
@@ -137,13 +138,6 @@ def test_the_namespace_makes_symbolic_arrays_of_everything():
     _same(XP.astype(s, XP.float32), np.zeros((4, 3), np.float32))
 
 
-def _key(trace):
-    events = [(e.step, e.kind, e.op, e.group.name, e.ranks, e.label, e.phase,
-               [(m.rank, m.ins, m.outs, m.sent, m.recv, m.site) for m in e.members]) for e in trace.events]
-    marks = [(m.rank, m.step, m.kind, m.text, m.data) for m in trace.marks if m.kind in ("held", "phase", "tensor")]
-    return events, marks
-
-
 @pytest.mark.parametrize("name", ["collectives", "cp-causal", "ring-attention", "sp", "zero", "pp-1f1b",
                                   "pp-zero-bubble", "pp-vs-zero3", "longest-sequence", "silent-bugs"])
 def test_the_same_program_virtually_and_symbolically(name):
@@ -151,7 +145,7 @@ def test_the_same_program_virtually_and_symbolically(name):
     real = parasim.run(lesson.program, lesson.world)
     sym = parasim.run(lesson.program, lesson.world, backend="symbolic")
     assert sym.trace.backend == "symbolic" and real.trace.events
-    assert _key(sym.trace) == _key(real.trace)
+    assert trace_key(sym.trace) == trace_key(real.trace)
     held = [any(m.kind == "held" for m in real.trace.marks)]
     if held[0]:
         assert [sym.trace.peak(r) for r in range(lesson.world)] == [real.trace.peak(r) for r in range(lesson.world)]

@@ -2,13 +2,13 @@
 and the 16-GPU example run virtually and symbolically with it: the same events, bytes and held memory."""
 import numpy as np
 import pytest
+from conftest import trace_key
 
 import parasim
 from parasim.errors import UsageError
 from parasim.examples.moe16 import make_program
 from parasim.layout import Layout, preset
 from parasim.nn.routing import Routing
-from tests.test_symbolic import _key
 
 
 @pytest.mark.parametrize("text, kind, hot", [("uniform", "uniform", 0.0), ("balanced", "balanced", 0.0),
@@ -67,7 +67,7 @@ def test_the_moe_example_runs_the_same_virtually_and_symbolically(routing):
     program = make_program(("A", 5), None, 2, routing)
     real = parasim.run(program, 16)
     sym = parasim.run(program, 16, backend="symbolic")
-    assert _key(sym.trace) == _key(real.trace)
+    assert trace_key(sym.trace) == trace_key(real.trace)
     assert any(e.op == "all_to_all" for e in sym.trace.events)
     assert [sym.trace.peak(r) for r in range(16)] == [real.trace.peak(r) for r in range(16)]
 

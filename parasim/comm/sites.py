@@ -1,32 +1,67 @@
-"""Call sites: which line of a program made a call, named the same way on every backend."""
+"""Call sites: which line of a program made a call, named the same way on every backend.
+
+A call site is the first frame outside the wrappers: the frames of parasim.comm and of the rank context
+(the interface and its backends), and any function that declares itself one, a helper that makes a call
+on its caller's behalf, with a local flag as pytest's `__tracebackhide__` is declared:
+
+    def settle(tp, placed, grad, label):
+        __site_hide__ = True  # noqa: F841 (comm/sites.py: a call site names the layer line that called settle)
+
+`is_wrapper` decides, frame by frame. Nothing here is kept between calls; a run keeps the names it made
+(`SiteNames`)."""
 from __future__ import annotations
 
 import os
 import sys
-from functools import lru_cache
+from types import FrameType
 
 _COMM_DIR = os.path.dirname(os.path.abspath(__file__))
 _PKG_DIR = os.path.dirname(_COMM_DIR)
 _PKG_ROOT = os.path.dirname(_PKG_DIR)
 # Frames in these files are wrappers around the interface; a call site names the line that called them.
-# So are a mutation tester's trampolines (mutmut puts one between every caller and every function), and
-# any module that sets `_SITE_SKIP` (a helper that makes a call on its caller's behalf).
 _WRAPPERS = (_COMM_DIR, os.path.join(_PKG_DIR, "engine", "context.py"))
-_TRAMPOLINE = os.path.join("mutmut", "mutation", "trampoline.py")
+HIDE = "__site_hide__"  # the local a function sets true to be passed over as a wrapper
 
 
-@lru_cache(maxsize=512)
+def is_wrapper(frame: FrameType) -> bool:
+    """True for a frame that makes a call on its caller's behalf: in parasim.comm or the rank context, or a
+    function whose `__site_hide__` local is true (its locals are read only for the functions that declare one:
+    the name test on the code object is what every other frame costs)."""
+    code = frame.f_code
+    if code.co_filename.startswith(_WRAPPERS):
+        return True
+    return HIDE in code.co_varnames and bool(frame.f_locals.get(HIDE))
+
+
 def short_path(filename: str) -> str:
     """A stable, readable name for a source file: relative to the checkout (or site-packages), else cwd."""
     path = os.path.abspath(filename)
     for base in (_PKG_ROOT, os.getcwd()):
         if path.startswith(base + os.sep):
-            return os.path.relpath(path, base)
+            return path[len(base) + 1:]  # what os.path.relpath says for a path below base, without its walk
     return path
 
 
-def _wrapper(filename: str, globs: dict) -> bool:
-    return filename.startswith(_WRAPPERS) or filename.endswith(_TRAMPOLINE) or "_SITE_SKIP" in globs
+def site_name(site: tuple[str, int]) -> str:
+    """'file:line' of a (file, line) site, worked out afresh (a run names its sites once: `SiteNames`)."""
+    return f"{short_path(site[0])}:{site[1]}"
+
+
+class SiteNames:
+    """`site_name` for one run, each site named once: a run names the same few lines over and over (every
+    member of every event, every rank's every group), and a name costs microseconds to work out. A backend
+    makes one per run (the virtual world's `site_names`); the names go with the run."""
+
+    __slots__ = ("_names",)
+
+    def __init__(self) -> None:
+        self._names: dict[tuple[str, int], str] = {}
+
+    def __call__(self, site: tuple[str, int]) -> str:
+        name = self._names.get(site)
+        if name is None:
+            name = self._names[site] = site_name(site)
+        return name
 
 
 def raised_site(exc: BaseException) -> str | None:
@@ -35,11 +70,11 @@ def raised_site(exc: BaseException) -> str | None:
     frames = []
     tb = exc.__traceback__
     while tb is not None:
-        frames.append((tb.tb_frame.f_code.co_filename, tb.tb_lineno, tb.tb_frame.f_globals))
+        frames.append((tb.tb_frame, tb.tb_lineno))
         tb = tb.tb_next
-    for filename, line, globs in reversed(frames):
-        if not _wrapper(filename, globs):
-            return site_name((filename, line))
+    for frame, line in reversed(frames):
+        if not is_wrapper(frame):
+            return site_name((frame.f_code.co_filename, line))
     return None
 
 
@@ -53,15 +88,10 @@ def with_call_site(exc: Exception) -> Exception:
 
 
 def call_site(depth: int = 2) -> tuple[str, int]:
-    """(file, line) of the first caller outside parasim.comm and the context (a layer's line, not ours).
+    """(file, line) of the first caller outside the wrappers (a layer's line, not ours).
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while _wrapper(frame.f_code.co_filename, frame.f_globals) and frame.f_back is not None:
+    while is_wrapper(frame) and frame.f_back is not None:
         frame = frame.f_back
     return frame.f_code.co_filename, frame.f_lineno
-
-
-@lru_cache(maxsize=4096)
-def site_name(site: tuple[str, int]) -> str:
-    return f"{short_path(site[0])}:{site[1]}"

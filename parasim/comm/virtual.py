@@ -22,7 +22,7 @@ from ..limits import KEPT_VALUES
 from ..trace import Event, Mark, Member, Tensor, Trace
 from .interface import (P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
                         dtype_name, mismatch_error, numeric, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
-from .sites import with_call_site
+from .sites import SiteNames, with_call_site
 from .kernels import arrays, ring_moved
 from .ops import OPS
 from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
@@ -31,13 +31,15 @@ _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __n
 
 
 class _Instance:
-    """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label)."""
-    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count")
+    """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label);
+    `needed`: how many arrivals complete it."""
+    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed")
 
-    def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple):
+    def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple, needed: int):
         self.group, self.call, self.op, self.params, self.sig = group, call, op, params, sig
         self.arrivals: list[tuple | None] = [None] * group.size
         self.count = 0
+        self.needed = needed
 
 
 class _Batch:
@@ -75,9 +77,15 @@ class _Rank:
 
 
 class VirtualWorld:
-    """The shared state of one virtual run. Lives only as long as the run; nothing is global."""
+    """The shared state of one virtual run. Lives only as long as the run; nothing is global.
 
-    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct", timeout: float | None = None):
+    `check`: what an array a rank sends must pass (numbers in a numpy array; another kind of array, another
+    check). A subclass may run fewer ranks than the world has, each playing others' parts: it names the
+    members of a group that run (`_members_running`), what each member brings to a collective (`_arrivals`),
+    the rank that answers a point-to-point peer (`_peer`) and builds the records (`_members`)."""
+
+    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct", timeout: float | None = None,
+                 check: Callable[[Any, str], None] | None = None):
         if world < 1:
             raise CollectiveError(f"world size must be at least 1, got {world}")
         check_algo(algo)
@@ -100,24 +108,19 @@ class VirtualWorld:
         self.aborted = False
         self.hub: greenlet | None = None
         self.turns = 0  # handovers between ranks so far: the time limit watches it move
+        self.running = 0  # the rank whose turn it is (what it computes is its own)
         self._thread = 0  # the thread the run is in: greenlets cannot switch from any other
-        self.check_array: Callable[[Any, str], None] = _check_array  # what a send may carry (symbolic: shapes)
-        # folding (symbolic runs): rep[r] is the rank whose program stands for rank r's; only ranks that are
-        # their own representative run, and a folded rank's part in a collective is its representative's
-        self.rep: list[int] | None = None
-        self._running: dict[int, int] = {}  # group index -> members that run
+        self._check = check if check is not None else check_array
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
+        self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
 
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
         self.hub = getcurrent()
         self._thread = threading.get_ident()
-        for st in self.ranks:
-            if self.rep is not None and self.rep[st.rank] != st.rank:
-                st.done = True  # folded onto its representative: it never runs
-                continue
-            st.glet = greenlet(self._rank_main_for(program, contexts[st.rank], st), parent=self.hub)
-            st.glet.flops = 0  # matmul FLOPs, counted by arrays that can (symbolic ones)
+        for r in self._members_running(self.world_group):
+            st = self.ranks[r]
+            st.glet = greenlet(self._rank_main_for(program, contexts[r], st), parent=self.hub)
             self.ready.append(st.glet)
         try:
             with TimeLimit(self.timeout, self._progress):
@@ -128,9 +131,6 @@ class VirtualWorld:
         finally:
             self._abort()
         self._check_groups()
-        self.flops = [self.ranks[r if self.rep is None else self.rep[r]].glet.flops for r in range(self.world)]
-        if self.rep is not None:  # a folded rank's value is its representative's
-            return [self.ranks[self.rep[st.rank]].value for st in self.ranks]
         return [st.value for st in self.ranks]
 
     def _schedule(self) -> None:
@@ -152,6 +152,7 @@ class VirtualWorld:
 
     def _rank_main_for(self, program, ctx, st: _Rank):
         def main():
+            self.running = st.rank
             try:
                 st.value = program(ctx)
                 _ran(st.value, st.rank)
@@ -189,6 +190,7 @@ class VirtualWorld:
             self.ready.popleft().switch()
         else:
             self.hub.switch()
+        self.running = st.rank
         st.waiting = None
         if self.aborted:
             raise GreenletExit()
@@ -245,7 +247,7 @@ class VirtualWorld:
         raise _LeaveThread(str(err))
 
     def _check_groups(self) -> None:
-        counts = {st.rank: st.ngroups for st in self.ranks if self.rep is None or self.rep[st.rank] == st.rank}
+        counts = {r: self.ranks[r].ngroups for r in self._members_running(self.world_group)}
         if len(set(counts.values())) > 1:
             most = max(counts.values())
             short = [r for r, n in counts.items() if n < most]
@@ -303,12 +305,12 @@ class VirtualWorld:
         key = (gi, call)
         inst = self.instances.get(key)
         if inst is None:
-            inst = self.instances[key] = _Instance(group, call, op, params, sig)
+            inst = self.instances[key] = _Instance(group, call, op, params, sig, len(self._members_running(group)))
         inst.arrivals[group.ranks.index(rank)] = (x, describe, site, label)
         if inst.sig != sig:
             self._mismatch(inst)
         inst.count += 1
-        if inst.count < (group.size if self.rep is None else self._runs_in(group)):
+        if inst.count < inst.needed:
             self._wait(st, inst)
         else:
             del self.instances[key]
@@ -316,42 +318,33 @@ class VirtualWorld:
         result, st.result = st.result, None
         return result
 
-    def _runs_in(self, group: Group) -> int:
-        """How many members of `group` run (a folded run); each folded member's representative must be one
-        of them, as its part is copied from that representative's."""
-        n = self._running.get(group.index)
-        if n is None:
-            rep = self.rep
-            away = [r for r in group.ranks if rep[r] not in group.ranks]
-            if away:
-                raise CollectiveError(f"folded run: in group {group}, rank {away[0]} is folded onto rank "
-                                      f"{rep[away[0]]}, which is not in the group; fold ranks onto a member of "
-                                      "every group they share")
-            n = self._running[group.index] = sum(rep[r] == r for r in group.ranks)
-        return n
+    def _members_running(self, group: Group) -> Sequence[int]:
+        """The members of `group` whose programs run: every one."""
+        return group.ranks
+
+    def _arrivals(self, inst: _Instance) -> list:
+        """What each member brought to a completed collective: its own call."""
+        return inst.arrivals
+
+    def _peer(self, peer: int, rank: int) -> int:
+        """The rank that answers `rank`'s point-to-point call to `peer`: the peer itself."""
+        return peer
 
     def _mismatch(self, inst: _Instance) -> None:
         raise mismatch_error(inst.call, inst.group, {
             r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None})
 
     def _complete(self, inst: _Instance, current: int) -> None:
-        g, arrivals, params, op = inst.group, inst.arrivals, inst.params, OPS[inst.op]
-        ranks, keep = self.ranks, self.keep
-        if self.rep is not None:  # each folded member takes part as its representative does
-            at = {r: i for i, r in enumerate(g.ranks)}
-            arrivals = [a if a is not None else arrivals[at[self.rep[r]]] for r, a in zip(g.ranks, arrivals)]
+        g, params, op = inst.group, inst.params, OPS[inst.op]
+        arrivals, ranks = self._arrivals(inst), self.ranks
         step = 1 + max([ranks[r].clock for r in g.ranks])
-        alike = self.rep is not None and not keep and all([a[0] is arrivals[0][0] for a in arrivals])
-        if alike and op.name == "all_to_all":
-            members, hops = self._alike(g, arrivals, step, current), None
-        else:
-            members, hops = self._members(g, arrivals, op, params, step, current)
+        members, hops = self._members(g, arrivals, op, params, step, current)
         label = next((a[3] for a in arrivals if a[3]), None)
         self.events.append(Event(len(self.events), step, "collective", op.name, g, members, label,
                                  ranks[g.ranks[0]].phase, params, params.get("algo"), hops))
 
     def _members(self, g: Group, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
-        """Every member's result and record: the op's kernel on the inputs."""
+        """Every member's result and record (the op's kernel on the inputs); the members waiting are woken."""
         ranks, keep = self.ranks, self.keep
         outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep if self.kept < KEPT_VALUES else 0)
         if keep and not self._room(sum([v.size for a, o in zip(arrivals, outs) for vs in (arrays(a[0]), arrays(o))
@@ -361,12 +354,11 @@ class VirtualWorld:
         many = op.takes == "chunks"
         made, tins = self._tensors, {}
         if not many:  # the signature check made every member's input (and so every result) alike
-            tin = tuple([_tensor(v, made) for v in arrays(arrivals[0][0])])
+            tin = tuple([tensor_record(v, made) for v in arrays(arrivals[0][0])])
             first = next((o for o in outs if o is not None), None)
-            tout = () if first is None else (_tensor(first, made),)
+            tout = () if first is None else (tensor_record(first, made),)
         members = []
         append = members.append
-        ready = self.ready
         for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
             st = ranks[r]
             st.clock = step
@@ -377,37 +369,15 @@ class VirtualWorld:
             if keep and all([v.size <= keep for v in ins]) and all([v.size <= keep for v in got]):
                 before, after = tuple([v.tolist() for v in ins]), tuple([v.tolist() for v in got])
             if many:
-                tin = tins.get(id(a[0]))  # folded members send their representative's very chunks
+                tin = tins.get(id(a[0]))  # members that bring the very same chunks share one record
                 if tin is None:
-                    tin = tins[id(a[0])] = tuple([_tensor(v, made) for v in ins])
-                tout_i = tuple([_tensor(v, made) for v in got])
+                    tin = tins[id(a[0])] = tuple([tensor_record(v, made) for v in ins])
+                tout_i = tuple([tensor_record(v, made) for v in got])
             else:
                 tout_i = tout if got else ()
-            append(_member(Member, (r, tin, tout_i, sent, recv, site_name(a[2]), before, after)))
-            if r != current and st.glet is not None:  # a folded rank has no greenlet to wake
-                ready.append(st.glet)
+            append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after)))
+        self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
         return members, hops
-
-    def _alike(self, g: Group, arrivals: list, step: int, current: int) -> list:
-        """An all-to-all in which every member sends the very same chunks (a folded group, each member sending
-        its representative's): member j gets chunk j from everyone, so its record is one tensor repeated.
-        The same records as the kernel's path, without t x t copies and lookups (4,096 a side over EP 64)."""
-        chunks, made, t = arrivals[0][0], self._tensors, g.size
-        kinds = {id(c): _tensor(c, made) for c in chunks}  # a folded sender's chunks are a few arrays repeated
-        tin = tuple([kinds[id(c)] for c in chunks])
-        outs = {i: (k,) * t for i, k in kinds.items()}
-        total = sum([v.nbytes for v in chunks])
-        site = site_name(arrivals[0][2])
-        members = []
-        for j, (r, a) in enumerate(zip(g.ranks, arrivals)):
-            st, c = self.ranks[r], chunks[j]
-            st.clock = step
-            st.result = [c.copy() for _ in range(t)] if self.rep[r] == r else None  # a folded rank reads nothing
-            members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes,
-                                            site if a[2] is arrivals[0][2] else site_name(a[2]), None, None)))
-            if r != current and st.glet is not None:
-                self.ready.append(st.glet)
-        return members
 
     # -- point-to-point --------------------------------------------------------------------------
     def exchange(self, rank: int, ops: Sequence[Send | Recv], group: Group, label: str | None,
@@ -422,10 +392,10 @@ class VirtualWorld:
         posts = []
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
-                self.check_array(o.x, "send")
-                posts.append(_Post(batch, self._runs(check_peer(o.dst, rank, group, "send to"), rank), x=o.x))
+                self._check(o.x, "send")
+                posts.append(_Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x))
             elif isinstance(o, Recv):
-                peer = self._runs(check_peer(o.src, rank, group, "recv from"), rank)
+                peer = self._peer(check_peer(o.src, rank, group, "recv from"), rank)
                 name = recv_dtype(o, peer)
                 try:
                     shape = tuple(int(n) for n in o.shape)
@@ -456,13 +426,6 @@ class VirtualWorld:
         st.clock = batch.maxstep
         return batch.results
 
-    def _runs(self, peer: int, rank: int) -> int:
-        """A point-to-point peer of a folded run must run itself: a folded rank cannot answer."""
-        if self.rep is not None and self.rep[peer] != peer:
-            raise CollectiveError(f"folded run: rank {rank} exchanges with rank {peer}, which is folded onto rank "
-                                  f"{self.rep[peer]}; fold only ranks whose point-to-point peers run")
-        return peer
-
     def _transfer(self, s: _Post, r: _Post, current: int) -> None:
         x = s.x
         if x.shape != r.shape or x.dtype != r.dtype:
@@ -475,9 +438,9 @@ class VirtualWorld:
         keep = bool(self.keep) and x.size <= self.keep and self._room(x.size)
         val = (x.tolist(),) if keep else None
         src, dst = s.batch.rank, r.batch.rank
-        t = _tensor(x, self._tensors)
-        members = [Member(src, (t,), (), n, 0, site_name(s.batch.site), val, () if keep else None),
-                   Member(dst, (), (t,), 0, n, site_name(r.batch.site), () if keep else None, val)]
+        t = tensor_record(x, self._tensors)
+        members = [Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None),
+                   Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val)]
         self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
                                  s.batch.label or r.batch.label, self.ranks[src].phase,
                                  {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
@@ -532,7 +495,7 @@ def _ran(value: Any, rank: int) -> None:
                          "ran: a program is a plain function that runs to its end (no yield, no async def)")
 
 
-def _tensor(x: np.ndarray, made: dict) -> Tensor:
+def tensor_record(x: Any, made: dict) -> Tensor:
     """The trace's record of an array's shape and dtype; one record per kind (`made`: the run's), since an
     all-to-all over 64 ranks has 8,192 of them and most are alike."""
     key = (x.shape, x.dtype)
@@ -549,7 +512,8 @@ NUMBER_KINDS = frozenset("biufc")
 NUMERIC = NUMBER_KINDS | {"V"}
 
 
-def _check_array(x: Any, op: str) -> None:
+def check_array(x: Any, op: str) -> None:
+    """What a virtual rank may send or reduce: a numpy array of numbers."""
     if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
         raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
     if not numeric(x.dtype):

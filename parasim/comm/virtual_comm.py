@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .interface import Comm, call_site, signature, site_name
-from .virtual import NUMBER_KINDS, VirtualWorld, _check_array
+from .interface import Comm, call_site, signature
+from .virtual import NUMBER_KINDS, VirtualWorld, check_array
 
 
 class VirtualComm(Comm):
@@ -19,7 +19,7 @@ class VirtualComm(Comm):
 
     def _check_array(self, x, op):
         if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:  # the common case in one test (bfloat16: all)
-            _check_array(x, op)
+            check_array(x, op)
 
     def _group(self, group, op):
         w = self._w
@@ -35,4 +35,4 @@ class VirtualComm(Comm):
         return self._w.exchange(self.rank, list(ops), g, label, site, tags)
 
     def new_group(self, ranks, name):
-        return self._w.new_group(self.rank, ranks, name, site_name(call_site()))
+        return self._w.new_group(self.rank, ranks, name, self._w.site_names(call_site()))

@@ -4,31 +4,68 @@ A `SymArray` answers everything a layer or a collective asks of an array that do
 `shape`, `dtype`, `nbytes`, indexing, arithmetic, matmul, reductions, concatenation and splitting. numpy's
 own functions and ufuncs accept it (`__array_function__`, `__array_ufunc__`), so the op table's numpy
 kernels run on it unchanged. Nothing is allocated: a 7168 x 18432 weight costs a few bytes. Asking for a
-value that would steer the run (`int(x)`, `bool(x)`, an index) fails with `SymbolicValueError`, naming
-what was asked; `float(x)` is NaN and `x.tolist()` NaNs (a loss printed, a small array shown in a note).
+value that would steer the run (`int(x)`, `bool(x)`, an index, an order: `argsort`, `nonzero`) fails with
+`SymbolicValueError`, naming what was asked; `float(x)` is NaN and `x.tolist()` NaNs (a loss printed, a
+small array shown in a note).
+
+Each array names the `SymbolicRun` it belongs to (None: made outside any run), which all of the run's arrays
+share: the memo of the shape rules, one array per shape for slices (arrays without values of one shape and
+dtype stand for each other), and each rank's matmul FLOPs.
 """
 from __future__ import annotations
 
+import itertools
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
-from greenlet import getcurrent
 
 from ..comm.interface import BFLOAT16
 from ..errors import ParasimError
-
+from .shapes import axis_of as _axis
+from .shapes import indexed_shape, matmul_shape, sliced_shape
 
 SHOWN = 4096  # tolist() answers NaNs up to this many elements (notes show small arrays), then fails
+MEMO = 50_000  # keys a run's memo keeps before it starts again (a run's layers use a few hundred)
 
 
 class SymbolicValueError(ParasimError):
     """A symbolic run was asked for a value: shapes and bytes are all it has."""
 
 
+class SymbolicRun:
+    """What the arrays of one symbolic run share. `memo`: (ufunc, shapes, dtypes, dtype asked) -> (shape,
+    dtype), as a layer applies the same few ops to the same shapes over and over and the answer is a pure
+    function of the key; `flops`: each rank's matmul FLOPs, counted for the rank whose turn it is (`turn`,
+    which the run's scheduler answers)."""
+
+    __slots__ = ("memo", "slices", "cuts", "flops", "turn")
+
+    def __init__(self, world: int, turn: Callable[[], int]):
+        self.memo: dict = {}
+        self.slices: dict = {}  # (shape, dtype) -> the one array every slice of that shape is
+        self.cuts: dict = {}  # (shape, dtype, start, stop) -> x[start:stop] of an array of that shape and dtype
+        self.flops = [0] * world
+        self.turn = turn
+
+    def count(self, flops: int) -> None:
+        self.flops[self.turn()] += flops
+
+    def slice_of(self, shape: tuple[int, ...], dtype: np.dtype) -> "SymArray":
+        """The run's array of `shape` and `dtype` for a slice: an array cut into many blocks of a few sizes
+        (an all-to-all's chunks over 64 ranks) makes a few arrays, and the trace a few records."""
+        key = (shape, dtype)
+        got = self.slices.get(key)
+        if got is None:
+            if len(self.slices) > MEMO:
+                self.slices.clear()
+            got = self.slices[key] = _made(shape, dtype, self)
+        return got
+
+
 def _dt(x: Any) -> Any:
     """What numpy's dtype resolution takes for an operand: a dtype, or a Python scalar's type (weak)."""
-    if isinstance(x, (SymArray, np.ndarray, np.generic)):
+    if type(x) is SymArray or isinstance(x, (np.ndarray, np.generic)):
         return x.dtype
     if isinstance(x, bool):
         return np.dtype(bool)
@@ -38,27 +75,30 @@ def _dt(x: Any) -> Any:
 
 
 def _shape(x: Any) -> tuple[int, ...]:
-    return x.shape if isinstance(x, (SymArray, np.ndarray, np.generic)) else np.shape(x)
+    return x.shape if type(x) is SymArray or isinstance(x, (np.ndarray, np.generic)) else np.shape(x)
 
 
-def _axis(axis: int, ndim: int) -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise np.exceptions.AxisError(axis, ndim)
-    return axis % ndim if ndim else 0
+def _run_of(arrays: Sequence[Any]) -> SymbolicRun | None:
+    """The run of the first operand that has one (an operand made outside any run has none)."""
+    for x in arrays:
+        if type(x) is SymArray and x.run is not None:
+            return x.run
+    return None
 
 
 class SymArray:
     """An array of `shape` and `dtype` whose values are never held."""
 
-    __slots__ = ("shape", "dtype", "size", "nbytes")
+    __slots__ = ("shape", "dtype", "size", "nbytes", "run")
     __array_priority__ = 100  # numpy defers to us in mixed arithmetic
 
-    def __init__(self, shape: Sequence[int], dtype: Any = "float64"):
+    def __init__(self, shape: Sequence[int], dtype: Any = "float64", run: SymbolicRun | None = None):
         shape = tuple(int(n) for n in shape)
         if any(n < 0 for n in shape):
             raise ValueError(f"negative dimension in shape {shape}")
         self.shape, self.dtype, self.size = shape, np.dtype(dtype), math.prod(shape)
         self.nbytes = self.size * self.dtype.itemsize
+        self.run = run
 
     # -- what an array says about itself ---------------------------------------------------------
     @property
@@ -71,16 +111,22 @@ class SymArray:
 
     @property
     def T(self) -> "SymArray":
-        return _made(self.shape[::-1], self.dtype)
+        return _made(self.shape[::-1], self.dtype, self.run)
 
     @property
     def mT(self) -> "SymArray":
-        return _made(self.shape[:-2] + self.shape[-1:] + self.shape[-2:-1], self.dtype)
+        return _made(self.shape[:-2] + self.shape[-1:] + self.shape[-2:-1], self.dtype, self.run)
 
     def __len__(self) -> int:
         if not self.shape:
             raise TypeError("len() of a 0-d array")
         return self.shape[0]
+
+    def __iter__(self) -> Any:
+        """Its rows, as numpy's iteration gives them (one array stands for every row: they are alike)."""
+        if not self.shape:
+            raise TypeError("iteration over a 0-d array")
+        return itertools.repeat(_made(self.shape[1:], self.dtype, self.run), self.shape[0])
 
     def __repr__(self) -> str:
         return f"SymArray({self.shape}, {self.dtype})"
@@ -89,7 +135,7 @@ class SymArray:
         return self  # nothing in it can change: a copy may be the array itself
 
     def astype(self, dtype: Any, copy: bool = True) -> "SymArray":
-        return SymArray(self.shape, dtype)
+        return SymArray(self.shape, dtype, self.run)
 
     def reshape(self, *shape: Any) -> "SymArray":
         return reshape(self, shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape)
@@ -144,7 +190,20 @@ class SymArray:
 
     # -- indexing --------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> "SymArray":
-        return _made(_sliced(self.shape, index) or indexed_shape(self.shape, index), self.dtype)
+        run = self.run
+        if run is not None and type(index) is slice and index.step is None and self.shape:
+            # x[a:b], the most common index (an all-to-all's chunks, one slice per member): looked up
+            key = (self.shape, self.dtype, index.start, index.stop)
+            got = run.cuts.get(key)
+            if got is None:
+                if len(run.cuts) > MEMO:
+                    run.cuts.clear()
+                got = run.cuts[key] = run.slice_of(sliced_shape(self.shape, index), self.dtype)
+            return got
+        shape = sliced_shape(self.shape, index)
+        if shape is None:
+            return _made(indexed_shape(self.shape, index), self.dtype, self.run)
+        return _made(shape, self.dtype, None) if self.run is None else self.run.slice_of(shape, self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         indexed_shape(self.shape, index)  # a bad index still fails; the values stay unknown
@@ -169,12 +228,13 @@ class SymArray:
         return rule(*args, **kwargs)
 
 
-def _made(shape: tuple[int, ...], dtype: np.dtype) -> SymArray:
+def _made(shape: tuple[int, ...], dtype: np.dtype, run: SymbolicRun | None) -> SymArray:
     """A SymArray from a shape rule's own result (a tuple of ints, a numpy dtype): no checks to repeat, as a
     run at real size makes hundreds of thousands of them."""
     out = object.__new__(SymArray)
     out.shape, out.dtype, out.size = shape, dtype, math.prod(shape)
     out.nbytes = out.size * dtype.itemsize
+    out.run = run
     return out
 
 
@@ -196,129 +256,40 @@ for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater
                            ("eq", "equal"), ("ne", "not_equal")):
     setattr(SymArray, f"__{_name}__", _binary(_ufunc_name))
 SymArray.__hash__ = None  # type: ignore[assignment]  (== is elementwise, as for numpy arrays)
-SymArray.__neg__ = lambda self: _made(self.shape, self.dtype)  # type: ignore[assignment]
+SymArray.__neg__ = lambda self: _made(self.shape, self.dtype, self.run)  # type: ignore[assignment]
 SymArray.__pos__ = SymArray.__neg__  # type: ignore[assignment]
 SymArray.__abs__ = SymArray.__neg__  # type: ignore[assignment]
 SymArray.__invert__ = SymArray.__neg__  # type: ignore[assignment]
 
 
 def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
-    shapes = tuple([_shape(x) for x in inputs])
-    dtypes = tuple([_dt(x) for x in inputs])
+    run, shapes, dtypes = None, [], []
+    for x in inputs:  # the hot path of a run at real size: one pass, symbolic operands first
+        if type(x) is SymArray:
+            shapes.append(x.shape)
+            dtypes.append(x.dtype)
+            if run is None:
+                run = x.run
+        else:
+            shapes.append(_shape(x))
+            dtypes.append(_dt(x))
+    shapes, dtypes = tuple(shapes), tuple(dtypes)
     key = (ufunc, shapes, dtypes, kw.get("dtype"))
-    known = _UFUNC_RESULTS.get(key)
+    known = None if run is None else run.memo.get(key)
     if known is None:
         shape = matmul_shape(*shapes) if ufunc is np.matmul else np.broadcast_shapes(*shapes)
         if kw.get("dtype") is not None:
             out_dtype = np.dtype(kw["dtype"])
         else:
             out_dtype = ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
-        if len(_UFUNC_RESULTS) > MEMO:  # a bounded memo of a pure rule
-            _UFUNC_RESULTS.clear()
-        known = _UFUNC_RESULTS[key] = (shape, out_dtype)
-    if ufunc is np.matmul:  # 2 FLOPs per multiply-add: every output value took k of them
-        _count(2 * math.prod(known[0]) * shapes[0][-1])
-    return _made(*known)
-
-
-def _count(flops: int) -> None:
-    """Add FLOPs to the rank running now: the engine gives each rank's greenlet a `flops` count (a symbolic
-    run reads it back per rank); outside a run there is nobody to count for."""
-    g = getcurrent()
-    if hasattr(g, "flops"):
-        g.flops += flops
-
-
-# (ufunc, shapes, dtypes, dtype asked) -> (shape, dtype): a layer applies the same few ops to the same shapes
-# over and over; the answer is a pure function of the key, so it is worked out once
-_UFUNC_RESULTS: dict = {}
-MEMO = 50_000  # keys kept before the memo starts again (a run's layers use a few hundred)
-
-
-def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    """numpy's matmul rule: (..., n, k) @ (..., k, m) -> (..., n, m); a 1-D operand loses its dim."""
-    if not a or not b:
-        raise ValueError("matmul: an operand is 0-d")
-    a2, b2 = (1,) + a if len(a) == 1 else a, b + (1,) if len(b) == 1 else b
-    if a2[-1] != b2[-2]:
-        raise ValueError(f"matmul: shapes {a} and {b} do not align ({a2[-1]} != {b2[-2]})")
-    out = np.broadcast_shapes(a2[:-2], b2[:-2]) + (a2[-2], b2[-1])
-    if len(a) == 1:
-        out = out[:-2] + out[-1:]
-    if len(b) == 1:
-        out = out[:-1]
-    return out
-
-
-def _sliced(shape: tuple[int, ...], index: Any) -> tuple[int, ...] | None:
-    """x[a:b] or x[:, a:b] (slices alone, no more than the dims): the common case, worked out quickly; None
-    for any other index (indexed_shape's general rule)."""
-    items = index if type(index) is tuple else (index,)
-    if len(items) > len(shape) or not all([type(i) is slice for i in items]):
-        return None
-    return tuple([len(range(*i.indices(n))) for i, n in zip(items, shape)]) + shape[len(items):]
-
-
-def indexed_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...]:
-    """The shape of x[index] for slices, integers, None, Ellipsis and integer (or boolean numpy) arrays."""
-    items = list(index) if isinstance(index, tuple) else [index]
-    if sum(i is Ellipsis for i in items) > 1:
-        raise IndexError("an index can only have a single ellipsis")
-    used = sum(1 for i in items if i is not None and i is not Ellipsis and not _is_bool(i))
-    used += sum(np.ndim(i) for i in items if _is_bool(i))
-    if used > len(shape):
-        raise IndexError(f"too many indices for an array of {len(shape)} dims")
-    at = next((k for k, i in enumerate(items) if i is Ellipsis), None)
-    if at is not None:
-        items[at:at + 1] = [slice(None)] * (len(shape) - used)
-    else:
-        items += [slice(None)] * (len(shape) - used)
-    out: list[Any] = []  # dims, with one ("adv", k) placeholder per advanced index
-    adv_shapes, adv_at, dim = [], [], 0
-    for i in items:
-        if i is None:
-            out.append(1)
-        elif isinstance(i, slice):
-            out.append(len(range(*i.indices(shape[dim]))))
-            dim += 1
-        elif isinstance(i, (int, np.integer)) and not isinstance(i, bool):
-            if not -shape[dim] <= int(i) < shape[dim]:
-                raise IndexError(f"index {int(i)} is out of bounds for a dim of size {shape[dim]}")
-            dim += 1
-        elif _is_bool(i):
-            mask = np.asarray(i)
-            if mask.shape != shape[dim:dim + mask.ndim]:
-                raise IndexError(f"boolean index of shape {mask.shape} does not match {shape[dim:dim + mask.ndim]}")
-            adv_shapes.append((int(mask.sum()),))
-            adv_at.append(len(out))
-            out.append(("adv",))
-            dim += mask.ndim
-        else:  # an integer array (or list), numpy or symbolic
-            ishape = i.shape if isinstance(i, SymArray) else np.shape(i)
-            if not isinstance(i, SymArray):
-                arr = np.asarray(i)
-                if arr.size and arr.dtype.kind not in "iu":
-                    raise IndexError(f"arrays used as indices must be of integer type, not {arr.dtype}")
-                if arr.size and (arr.max() >= shape[dim] or arr.min() < -shape[dim]):
-                    raise IndexError(f"an index is out of bounds for a dim of size {shape[dim]}")
-            adv_shapes.append(tuple(ishape))
-            adv_at.append(len(out))
-            out.append(("adv",))
-            dim += 1
-    if not adv_shapes:
-        return tuple(out)
-    adv = np.broadcast_shapes(*adv_shapes)
-    plain = [d for d in out if not isinstance(d, tuple)]
-    together = adv_at == list(range(adv_at[0], adv_at[0] + len(adv_at)))  # adjacent: they stay in place
-    if together:
-        first = adv_at[0]
-        before = [d for d in out[:first] if not isinstance(d, tuple)]
-        return tuple(before) + adv + tuple(plain[len(before):])
-    return adv + tuple(plain)  # apart: numpy puts the broadcast index dims first
-
-
-def _is_bool(i: Any) -> bool:
-    return isinstance(i, (np.ndarray, list)) and np.asarray(i).dtype == bool
+        known = (shape, out_dtype)
+        if run is not None:
+            if len(run.memo) > MEMO:  # a bounded memo of a pure rule
+                run.memo.clear()
+            run.memo[key] = known
+    if ufunc is np.matmul and run is not None:  # 2 FLOPs per multiply-add: every output value took k of them
+        run.count(2 * math.prod(known[0]) * shapes[0][-1])
+    return _made(known[0], known[1], run)
 
 
 # -- functions (numpy's, through __array_function__; also the symbolic namespace's) ------------------
@@ -331,7 +302,7 @@ def reduction(x: SymArray, axis: Any = None, keepdims: bool = False, dtype: Any 
     shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
     if dtype is None:
         dtype = x.dtype if x.dtype.kind not in "bui" else (np.int64 if x.dtype.kind != "u" else np.uint64)
-    return SymArray(shape, dtype)
+    return SymArray(shape, dtype, x.run)
 
 
 def _reduce_same_dtype(x: SymArray, axis: Any = None, keepdims: bool = False, **kw: Any) -> SymArray:
@@ -354,15 +325,16 @@ def _mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, *
 def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:
     arrays = list(arrays)
     if axis is None:
-        return SymArray((sum(math.prod(_shape(a)) for a in arrays),), np.result_type(*[_dt(a) for a in arrays]))
+        return SymArray((sum(math.prod(_shape(a)) for a in arrays),), np.result_type(*[_dt(a) for a in arrays]),
+                        _run_of(arrays))
     first = _shape(arrays[0])
     ax = _axis(axis, len(first))
-    for a in arrays[1:]:
-        s = _shape(a)
+    shapes = {_shape(a) for a in arrays}  # an all-to-all's chunks: a few shapes, many times
+    for s in shapes:
         if len(s) != len(first) or any(p != q for k, (p, q) in enumerate(zip(s, first)) if k != ax):
             raise ValueError(f"concatenate: shapes {first} and {s} differ off axis {ax}")
-    total = sum(_shape(a)[ax] for a in arrays)
-    return _made(first[:ax] + (total,) + first[ax + 1:], np.result_type(*[_dt(a) for a in arrays]))
+    total = sum([_shape(a)[ax] for a in arrays])
+    return _made(first[:ax] + (total,) + first[ax + 1:], np.result_type(*{_dt(a) for a in arrays}), _run_of(arrays))
 
 
 def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
@@ -371,7 +343,8 @@ def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
     if any(_shape(a) != first for a in arrays):
         raise ValueError("stack: every array must have the same shape")
     ax = _axis(axis, len(first) + 1)
-    return _made(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]))
+    return _made(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]),
+                 _run_of(arrays))
 
 
 def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
@@ -384,7 +357,7 @@ def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
     else:
         cuts = [int(c) for c in sections]
     edges = [0] + cuts + [n]
-    return [_made(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1:], x.dtype)
+    return [_made(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1:], x.dtype, x.run)
             for a, b in zip(edges, edges[1:])]
 
 
@@ -399,14 +372,14 @@ def reshape(x: SymArray, shape: Any, **_: Any) -> SymArray:
         shape = tuple(x.size // known if n == -1 else n for n in shape)
     if math.prod(shape) != x.size:
         raise ValueError(f"cannot reshape an array of size {x.size} into shape {shape}")
-    return _made(shape, x.dtype)
+    return _made(shape, x.dtype, x.run)
 
 
 def permute_dims(x: SymArray, axes: Any = None) -> SymArray:
     axes = tuple(range(x.ndim))[::-1] if axes is None else tuple(_axis(a, x.ndim) for a in axes)
     if sorted(axes) != list(range(x.ndim)):
         raise ValueError(f"axes {axes} do not permute {x.ndim} dims")
-    return _made(tuple(x.shape[a] for a in axes), x.dtype)
+    return _made(tuple(x.shape[a] for a in axes), x.dtype, x.run)
 
 
 def moveaxis(x: SymArray, source: int, destination: int) -> SymArray:
@@ -417,9 +390,9 @@ def moveaxis(x: SymArray, source: int, destination: int) -> SymArray:
 
 def take(x: SymArray, indices: Any, axis: int | None = None, **_: Any) -> SymArray:
     if axis is None:
-        return SymArray(_shape(indices), x.dtype)
+        return SymArray(_shape(indices), x.dtype, x.run)
     ax = _axis(axis, x.ndim)
-    return _made(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1:], x.dtype)
+    return _made(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1:], x.dtype, x.run)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
@@ -433,16 +406,20 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
     if [sa[k] for k in ia] != [sb[k] for k in ib]:
         raise ValueError(f"tensordot: summed dims of {sa} and {sb} differ")
     shape = tuple(n for k, n in enumerate(sa) if k not in ia) + tuple(n for k, n in enumerate(sb) if k not in ib)
-    _count(2 * math.prod(shape) * math.prod(sa[k] for k in ia))  # a multiply-add per summed value
-    return SymArray(shape, np.result_type(_dt(a), _dt(b)))
+    run = _run_of((a, b))
+    if run is not None:  # a multiply-add per summed value
+        run.count(2 * math.prod(shape) * math.prod(sa[k] for k in ia))
+    return SymArray(shape, np.result_type(_dt(a), _dt(b)), run)
 
 
 def where(cond: Any, a: Any, b: Any) -> SymArray:
-    return SymArray(np.broadcast_shapes(_shape(cond), _shape(a), _shape(b)), np.result_type(_dt(a), _dt(b)))
+    return SymArray(np.broadcast_shapes(_shape(cond), _shape(a), _shape(b)), np.result_type(_dt(a), _dt(b)),
+                    _run_of((cond, a, b)))
 
 
-def like(x: Any, dtype: Any = None, shape: Any = None, **_: Any) -> SymArray:
-    return SymArray(_shape(x) if shape is None else shape, dtype if dtype is not None else _dt(x))
+def like(x: Any, dtype: Any = None, shape: Any = None, run: SymbolicRun | None = None, **_: Any) -> SymArray:
+    return SymArray(_shape(x) if shape is None else shape, dtype if dtype is not None else _dt(x),
+                    run if run is not None else _run_of((x,)))
 
 
 def _full_like(x: Any, fill_value: Any, dtype: Any = None, **kw: Any) -> SymArray:
@@ -450,26 +427,26 @@ def _full_like(x: Any, fill_value: Any, dtype: Any = None, **kw: Any) -> SymArra
 
 
 def _copy(x: Any, **_: Any) -> SymArray:
-    return SymArray(_shape(x), _dt(x))
+    return SymArray(_shape(x), _dt(x), _run_of((x,)))
 
 
 def _broadcast_to(x: Any, shape: Any, **_: Any) -> SymArray:
     if np.broadcast_shapes(_shape(x), tuple(shape)) != tuple(shape):  # x must fit inside the shape asked
         raise ValueError(f"cannot broadcast an array of shape {_shape(x)} to {tuple(shape)}")
-    return SymArray(tuple(shape), _dt(x))
+    return SymArray(tuple(shape), _dt(x), _run_of((x,)))
 
 
 def _expand_dims(x: Any, axis: int) -> SymArray:
     s = list(_shape(x))
     s.insert(_axis(axis, len(s) + 1), 1)
-    return SymArray(s, _dt(x))
+    return SymArray(s, _dt(x), _run_of((x,)))
 
 
 def _squeeze(x: Any, axis: Any = None) -> SymArray:
     s = _shape(x)
     drop = {k for k, n in enumerate(s) if n == 1} if axis is None else {
         _axis(a, len(s)) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
-    return SymArray(tuple(n for k, n in enumerate(s) if k not in drop), _dt(x))
+    return SymArray(tuple(n for k, n in enumerate(s) if k not in drop), _dt(x), _run_of((x,)))
 
 
 def _shape_of(x: Any) -> tuple[int, ...]:
@@ -484,6 +461,15 @@ def _size(x: Any, axis: Any = None) -> int:
     return math.prod(_shape(x)) if axis is None else _shape(x)[axis]
 
 
+def _by_value(name: str) -> Callable[..., Any]:
+    """A function whose answer is positions picked by value (an order, the nonzeros): refused, naming it."""
+    def refuse(x: Any, *_: Any, **__: Any) -> Any:
+        if isinstance(x, SymArray):
+            return x._no_value(f"{name}()")
+        raise SymbolicValueError(f"{name}() of a symbolic array: a symbolic run has shapes and bytes, no values")
+    return refuse
+
+
 FUNCTIONS = {
     "sum": reduction, "prod": reduction, "max": _reduce_same_dtype, "min": _reduce_same_dtype,
     "amax": _reduce_same_dtype, "amin": _reduce_same_dtype, "mean": _mean, "all": _all, "any": _all,
@@ -492,4 +478,7 @@ FUNCTIONS = {
     "take": take, "tensordot": tensordot, "where": where, "empty_like": like, "zeros_like": like, "ones_like": like,
     "full_like": _full_like, "copy": _copy, "broadcast_to": _broadcast_to, "expand_dims": _expand_dims,
     "squeeze": _squeeze, "shape": _shape_of, "ndim": _ndim, "size": _size,
+    # positions picked by value (an order, the nonzeros): the values are the answer, and there are none
+    **{name: _by_value(name) for name in ("argsort", "argmax", "argmin", "nonzero", "flatnonzero", "argwhere",
+                                          "unique")},
 }

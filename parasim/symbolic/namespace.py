@@ -1,6 +1,6 @@
 """What a symbolic rank's program is handed for `ctx.xp` and for its random draws: the array namespace the
 layers call (the names of array_api_compat's numpy), on `SymArray`s, and draws that make arrays of the
-asked shape without drawing anything."""
+asked shape without drawing anything. Both belong to a run (`SymbolicRun`): what they make is that run's."""
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -8,7 +8,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from . import array as sa
-from .array import SymArray
+from .array import SymArray, SymbolicRun
 
 
 def _sym(x: Any) -> bool:
@@ -18,7 +18,11 @@ def _sym(x: Any) -> bool:
 class SymbolicNamespace:
     """`ctx.xp` on symbolic ranks. Every array made here is symbolic, index lists (`asarray` of Python
     ints, `arange`) included: they take part by their shapes. Elementwise functions are numpy's ufuncs,
-    which hand SymArrays to `SymArray.__array_ufunc__`."""
+    which hand SymArrays to `SymArray.__array_ufunc__`. `run`: the run the arrays made here belong to
+    (None: arrays of no run, which count no FLOPs)."""
+
+    def __init__(self, run: SymbolicRun | None = None):
+        self.run = run
 
     float64, float32, float16, int64, int32, int8, uint8, bool = (np.float64, np.float32, np.float16, np.int64,
                                                                   np.int32, np.int8, np.uint8, np.bool_)
@@ -27,8 +31,7 @@ class SymbolicNamespace:
                                                          np.abs, np.sign)
     matmul, multiply, add, subtract, divide = np.matmul, np.multiply, np.add, np.subtract, np.divide
 
-    @staticmethod
-    def asarray(x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
+    def asarray(self, x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
         """Symbolic, whatever it is given: a list of positions or a one-hot table built from Python
         values becomes an array of that shape (a 100,000-token causal mask is never made)."""
         if _sym(x):
@@ -37,7 +40,7 @@ class SymbolicNamespace:
             out = sa.stack(x)
             return out if dtype is None else out.astype(dtype)
         if isinstance(x, np.ndarray):
-            return SymArray(x.shape, dtype if dtype is not None else x.dtype)
+            return SymArray(x.shape, dtype if dtype is not None else x.dtype, self.run)
         shape, first = [], x  # nested Python lists: their lengths, and the first value's type
         while isinstance(first, (list, tuple, range)):
             shape.append(len(first))
@@ -45,36 +48,31 @@ class SymbolicNamespace:
                 break
             first = first[0]
         kind = np.float64 if isinstance(first, (list, tuple, range)) else np.asarray(first).dtype
-        return SymArray(shape, dtype if dtype is not None else kind)
+        return SymArray(shape, dtype if dtype is not None else kind, self.run)
 
     @staticmethod
     def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
         return x.astype(dtype)
 
-    @staticmethod
-    def zeros(shape: Any, dtype: Any = np.float64, **_: Any) -> SymArray:
-        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape, dtype)
+    def zeros(self, shape: Any, dtype: Any = np.float64, **_: Any) -> SymArray:
+        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape, dtype, self.run)
 
     ones = empty = zeros
 
-    @staticmethod
-    def full(shape: Any, fill_value: Any, dtype: Any = None, **_: Any) -> SymArray:
+    def full(self, shape: Any, fill_value: Any, dtype: Any = None, **_: Any) -> SymArray:
         return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
-                        dtype if dtype is not None else np.result_type(fill_value))
+                        dtype if dtype is not None else np.result_type(fill_value), self.run)
 
-    @staticmethod
-    def arange(*args: Any, dtype: Any = None, **_: Any) -> SymArray:
-        return SymArray((len(range(*args)),), dtype if dtype is not None else np.int64)
+    def arange(self, *args: Any, dtype: Any = None, **_: Any) -> SymArray:
+        return SymArray((len(range(*args)),), dtype if dtype is not None else np.int64, self.run)
 
-    @staticmethod
-    def zeros_like(x: Any, dtype: Any = None, **_: Any) -> Any:
-        return sa.like(x, dtype) if _sym(x) else np.zeros_like(x, dtype=dtype)
+    def zeros_like(self, x: Any, dtype: Any = None, **_: Any) -> Any:
+        return sa.like(x, dtype, run=self.run) if _sym(x) else np.zeros_like(x, dtype=dtype)
 
     ones_like = empty_like = zeros_like
 
-    @staticmethod
-    def full_like(x: Any, fill_value: Any, dtype: Any = None, **_: Any) -> Any:
-        return sa.like(x, dtype) if _sym(x) else np.full_like(x, fill_value, dtype=dtype)
+    def full_like(self, x: Any, fill_value: Any, dtype: Any = None, **_: Any) -> Any:
+        return sa.like(x, dtype, run=self.run) if _sym(x) else np.full_like(x, fill_value, dtype=dtype)
 
     sum, mean, max, min, all, any = (staticmethod(np.sum), staticmethod(np.mean), staticmethod(np.max),
                                      staticmethod(np.min), staticmethod(np.all), staticmethod(np.any))
@@ -113,19 +111,35 @@ class SymbolicNamespace:
     def split(x: Any, sections: Any, axis: int = 0) -> Any:
         return np.split(x, sections, axis=axis)
 
+    @staticmethod
+    def argsort(x: Any, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
+        """An order is the values' own information: refused for a symbolic array (`SymbolicValueError`)."""
+        if _sym(x):
+            return np.argsort(x)
+        import array_api_compat.numpy as values  # an index list of Python's or numpy's: its order
+        return values.argsort(x, axis=axis, descending=descending, stable=stable)
+
+    @staticmethod
+    def nonzero(x: Any) -> Any:
+        """Where the values are nonzero: refused for a symbolic array (`SymbolicValueError`)."""
+        return np.nonzero(x)
+
 
 class SymbolicRng:
-    """`ctx.rng` and `ctx.shared_rng(name)` on symbolic ranks: arrays of the asked shape and dtype, nothing
-    drawn."""
+    """`ctx.rng` and `ctx.shared_rng(name)` on symbolic ranks: arrays of the asked shape and dtype (of `run`),
+    nothing drawn."""
+
+    def __init__(self, run: SymbolicRun | None = None):
+        self.run = run
 
     def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0) -> SymArray:
-        return SymArray(shape, dtype)
+        return SymArray(shape, dtype, self.run)
 
     def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = "float64") -> SymArray:
-        return SymArray(shape, dtype)
+        return SymArray(shape, dtype, self.run)
 
     def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64") -> SymArray:
-        return SymArray(shape, dtype)
+        return SymArray(shape, dtype, self.run)
 
     def permutation(self, n: int) -> SymArray:
-        return SymArray((n,), "int64")
+        return SymArray((n,), "int64", self.run)

@@ -1,0 +1,88 @@
+"""Virtual ranks folded: only representatives run, each playing the part of the ranks folded onto it.
+
+`rep[r]` is the rank whose program stands for rank r's (symbolic/fold.py chooses them: ranks that differ
+only in their place do the same work). A folded rank never runs; in a collective it brings what its
+representative brought, and its result is not read. Point-to-point peers must run themselves, and every
+folded member of a group must have its representative in the group. The trace holds the events the
+representatives took part in; `fold.unfold` then writes the folded ranks' own.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from ..comm.virtual import VirtualWorld, tensor_record
+from ..errors import CollectiveError, UsageError
+from ..trace import Member
+
+_member = tuple.__new__  # a Member without NamedTuple's Python-level __new__ (hot path)
+
+
+class FoldedWorld(VirtualWorld):
+    """A VirtualWorld of `world` ranks of which only the representatives in `rep` run."""
+
+    def __init__(self, world: int, rep: Sequence[int], **options: Any):
+        super().__init__(world, **options)
+        rep = list(rep)
+        if len(rep) != world or any(not 0 <= s < world or rep[s] != s for s in rep):
+            raise UsageError("a fold maps every rank to a rank that runs for itself")
+        self.rep = rep
+        self._running: dict[int, tuple[int, ...]] = {}  # group index -> its members that run
+        for st in self.ranks:
+            if rep[st.rank] != st.rank:
+                st.done = True  # it never runs: its representative does its work
+
+    def run(self, program: Any, contexts: list[Any]) -> list[Any]:
+        values = super().run(program, contexts)
+        return [values[s] for s in self.rep]  # a folded rank's value is its representative's
+
+    def _members_running(self, group: Any) -> tuple[int, ...]:
+        """The representatives among `group`'s members; each folded member's representative must be one of
+        them, as its part is copied from that representative's."""
+        got = self._running.get(group.index)
+        if got is None:
+            rep = self.rep
+            away = [r for r in group.ranks if rep[r] not in group.ranks]
+            if away:
+                raise CollectiveError(f"folded run: in group {group}, rank {away[0]} is folded onto rank "
+                                      f"{rep[away[0]]}, which is not in the group; fold ranks onto a member of "
+                                      "every group they share")
+            got = self._running[group.index] = tuple(r for r in group.ranks if rep[r] == r)
+        return got
+
+    def _arrivals(self, inst: Any) -> list:
+        """Each folded member brings what its representative brought."""
+        at = {r: i for i, r in enumerate(inst.group.ranks)}
+        return [a if a is not None else inst.arrivals[at[self.rep[r]]] for r, a in zip(inst.group.ranks, inst.arrivals)]
+
+    def _peer(self, peer: int, rank: int) -> int:
+        """A point-to-point peer must run itself: a folded rank cannot answer."""
+        if self.rep[peer] != peer:
+            raise CollectiveError(f"folded run: rank {rank} exchanges with rank {peer}, which is folded onto rank "
+                                  f"{self.rep[peer]}; fold only ranks whose point-to-point peers run")
+        return peer
+
+    def _members(self, g: Any, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
+        if op.name == "all_to_all" and not self.keep and all([a[0] is arrivals[0][0] for a in arrivals]):
+            return self._alike(g, arrivals, step, current), None
+        return super()._members(g, arrivals, op, params, step, current)
+
+    def _alike(self, g: Any, arrivals: list, step: int, current: int) -> list:
+        """An all-to-all in which every member sends the very same chunks (a folded group, each member sending
+        its representative's): member j gets chunk j from everyone, so its record is one tensor repeated.
+        The same records as the kernel's path, without t x t copies and lookups (4,096 a side over EP 64)."""
+        chunks, made, t = arrivals[0][0], self._tensors, g.size
+        kinds = {id(c): tensor_record(c, made) for c in chunks}  # a folded sender's chunks are a few arrays repeated
+        tin = tuple([kinds[id(c)] for c in chunks])
+        outs = {i: (k,) * t for i, k in kinds.items()}
+        total = sum([v.nbytes for v in chunks])
+        site = self.site_names(arrivals[0][2])
+        members = []
+        for j, (r, a) in enumerate(zip(g.ranks, arrivals)):
+            st, c = self.ranks[r], chunks[j]
+            st.clock = step
+            st.result = [c.copy() for _ in range(t)] if self.rep[r] == r else None  # a folded rank reads nothing
+            members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes,
+                                            site if a[2] is arrivals[0][2] else self.site_names(a[2]), None, None)))
+            if r != current and st.glet is not None:
+                self.ready.append(st.glet)
+        return members
