@@ -116,5 +116,6 @@ def test_moe_without_values_says_what_to_do():
 def test_the_layers_and_the_plain_virtual_world_know_neither_backend_nor_folding():
     for path in (ROOT / "nn").glob("*.py"):
         assert "symbolic" not in path.read_text().lower(), path.name
-    plain = (ROOT / "comm" / "virtual.py").read_text().lower()
-    assert "fold" not in plain and ".rep" not in plain and "flops =" not in plain
+    for name in ("virtual.py", "virtual_p2p.py"):
+        plain = (ROOT / "comm" / name).read_text().lower()
+        assert "fold" not in plain and ".rep" not in plain and "flops =" not in plain, name

@@ -4,8 +4,7 @@ A rank runs until it calls a collective that not every member has reached, then 
 ready rank (always in the same order, so every run is identical). The last member to arrive checks that
 all calls fit together, computes every member's result (the op's kernel in ops.py), records one trace event and wakes
 the others. When no rank can run and some have not finished, the run is deadlocked and says who waits on
-what. Point-to-point transfers complete only when both sides have posted (a rendezvous), the strictest
-real-backend behaviour, so a program that runs here does not hang on NCCL or gloo.
+what. Point-to-point transfers (virtual_p2p.py) complete only when both sides have posted.
 """
 from __future__ import annotations
 
@@ -14,17 +13,16 @@ import threading
 from collections import deque
 from typing import Any, Callable, Sequence
 
-import numpy as np
 from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, TimedOut, UsageError
 from ..limits import KEPT_VALUES
-from ..trace import Event, Mark, Member, Tensor, Trace
-from .interface import (P2P, Group, Recv, Send, by_text, group_members, check_algo, check_peer, describe_p2p,
-                        dtype_name, mismatch_error, numeric, p2p_mismatch_error, ranks_text, recv_dtype, site_name)
+from ..trace import Event, Mark, Member, Trace
+from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
 from .sites import SiteNames, with_call_site
 from .kernels import arrays, ring_moved
 from .ops import OPS
+from .virtual_p2p import Batch, PointToPoint, check_array, tensor_record
 from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
@@ -42,29 +40,6 @@ class _Instance:
         self.needed = needed
 
 
-class _Batch:
-    """One rank's `exchange`: its posted sends and receives."""
-    __slots__ = ("rank", "pending", "results", "clock0", "maxstep", "site", "label", "group", "posts", "tags")
-
-    def __init__(self, rank, nrecv, clock0, site, label, group, tags=None):
-        self.rank, self.pending, self.results = rank, 0, [None] * nrecv
-        self.clock0 = self.maxstep = clock0
-        self.site, self.label, self.group, self.posts, self.tags = site, label, group, [], tags
-
-
-class _Post:
-    __slots__ = ("batch", "peer", "x", "shape", "dtype", "slot", "matched")
-
-    def __init__(self, batch, peer, x=None, shape=None, dtype=None, slot=-1):
-        self.batch, self.peer, self.x, self.shape, self.dtype, self.slot = batch, peer, x, shape, dtype, slot
-        self.matched = False
-
-    def describe(self) -> str:
-        if self.x is not None:
-            return describe_p2p(True, self.peer, self.x.shape, self.x.dtype)
-        return describe_p2p(False, self.peer, self.shape, self.dtype)
-
-
 class _Rank:
     __slots__ = ("rank", "glet", "done", "value", "clock", "phase", "waiting", "ncalls", "ngroups", "result")
 
@@ -76,7 +51,7 @@ class _Rank:
         self.result: Any = None
 
 
-class VirtualWorld:
+class VirtualWorld(PointToPoint):
     """The shared state of one virtual run. Lives only as long as the run; nothing is global.
 
     `check`: what an array a rank sends must pass (numbers in a numpy array; another kind of array, another
@@ -229,7 +204,7 @@ class VirtualWorld:
                     texts[key] = (f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
                                   f"{site_name(me[2])}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}")
                 out[st.rank] = texts[key]
-            elif isinstance(w, _Batch):
+            elif isinstance(w, Batch):
                 posts = ", ".join(p.describe() for p in w.posts if not p.matched)
                 out[st.rank] = f"waits in point-to-point at {site_name(w.site)}: unmatched {posts}"
             else:
@@ -326,10 +301,6 @@ class VirtualWorld:
         """What each member brought to a completed collective: its own call."""
         return inst.arrivals
 
-    def _peer(self, peer: int, rank: int) -> int:
-        """The rank that answers `rank`'s point-to-point call to `peer`: the peer itself."""
-        return peer
-
     def _mismatch(self, inst: _Instance) -> None:
         raise mismatch_error(inst.call, inst.group, {
             r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None})
@@ -379,78 +350,6 @@ class VirtualWorld:
         self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
         return members, hops
 
-    # -- point-to-point --------------------------------------------------------------------------
-    def exchange(self, rank: int, ops: Sequence[Send | Recv], group: Group, label: str | None,
-                 site: tuple[str, int], tags: dict | None = None) -> list:
-        if self.aborted:
-            raise GreenletExit()
-        if threading.get_ident() != self._thread:
-            self._off_thread(rank, "point-to-point", site)
-        st = self.ranks[rank]
-        nrecv = sum(isinstance(o, Recv) for o in ops)
-        batch = _Batch(rank, nrecv, st.clock, site, label, group, tags)
-        posts = []
-        for o in ops:  # check the whole batch before posting any of it
-            if isinstance(o, Send):
-                self._check(o.x, "send")
-                posts.append(_Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x))
-            elif isinstance(o, Recv):
-                peer = self._peer(check_peer(o.src, rank, group, "recv from"), rank)
-                name = recv_dtype(o, peer)
-                try:
-                    shape = tuple(int(n) for n in o.shape)
-                    dtype = np.dtype(name)
-                    if dtype.kind not in NUMERIC:
-                        raise TypeError
-                except (TypeError, ValueError):
-                    raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
-                        from None
-                posts.append(_Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts)))
-            else:
-                raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
-        batch.posts = posts
-        batch.pending = len(posts)
-        for p in posts:
-            if p.x is not None:
-                key, mine, theirs = (rank, p.peer), self.sends, self.recvs
-            else:
-                key, mine, theirs = (p.peer, rank), self.recvs, self.sends
-            queue = theirs.get(key)
-            if queue:
-                other = queue.popleft()
-                self._transfer(p, other, rank) if p.x is not None else self._transfer(other, p, rank)
-            else:
-                mine.setdefault(key, deque()).append(p)
-        if batch.pending:
-            self._wait(st, batch)
-        st.clock = batch.maxstep
-        return batch.results
-
-    def _transfer(self, s: _Post, r: _Post, current: int) -> None:
-        x = s.x
-        if x.shape != r.shape or x.dtype != r.dtype:
-            raise p2p_mismatch_error(s.batch.rank, f"{s.describe()} at {site_name(s.batch.site)}",
-                                     r.batch.rank, f"{r.describe()} at {site_name(r.batch.site)}")
-        r.batch.results[r.slot] = x.copy()
-        s.matched = r.matched = True
-        step = 1 + max(s.batch.clock0, r.batch.clock0)
-        n = int(x.nbytes)
-        keep = bool(self.keep) and x.size <= self.keep and self._room(x.size)
-        val = (x.tolist(),) if keep else None
-        src, dst = s.batch.rank, r.batch.rank
-        t = tensor_record(x, self._tensors)
-        members = [Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None),
-                   Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val)]
-        self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
-                                 s.batch.label or r.batch.label, self.ranks[src].phase,
-                                 {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
-        for b in (s.batch, r.batch):
-            b.pending -= 1
-            if step > b.maxstep:
-                b.maxstep = step
-            if b.pending == 0 and b.rank != current:
-                self.ready.append(self.ranks[b.rank].glet)
-
     # -- marks -----------------------------------------------------------------------------------
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
         st = self.ranks[rank]
@@ -493,28 +392,3 @@ def _ran(value: Any, rank: int) -> None:
             value.close()
         raise UsageError(f"rank {rank}'s program returned {'an' if kind[0] == 'a' else 'a'} {kind}, so its body never "
                          "ran: a program is a plain function that runs to its end (no yield, no async def)")
-
-
-def tensor_record(x: Any, made: dict) -> Tensor:
-    """The trace's record of an array's shape and dtype; one record per kind (`made`: the run's), since an
-    all-to-all over 64 ranks has 8,192 of them and most are alike."""
-    key = (x.shape, x.dtype)
-    t = made.get(key)
-    if t is None:
-        t = made[key] = _member(Tensor, (x.shape, dtype_name(x.dtype)))
-    return t
-
-
-# numpy dtype kinds that hold numbers whatever the dtype: no strings, objects or dates.
-NUMBER_KINDS = frozenset("biufc")
-# The kinds a receive may allocate: those, and 'V' for bfloat16 (ml_dtypes gives it that kind). Raw bytes and
-# records are 'V' too, but their names ("void64") name no dtype, so a receive of one is refused before this.
-NUMERIC = NUMBER_KINDS | {"V"}
-
-
-def check_array(x: Any, op: str) -> None:
-    """What a virtual rank may send or reduce: a numpy array of numbers."""
-    if type(x) is not np.ndarray and not isinstance(x, np.ndarray):
-        raise CollectiveError(f"{op} expects a numpy array on virtual ranks, got {type(x).__name__}")
-    if not numeric(x.dtype):
-        raise CollectiveError(f"{op} expects numbers, got an array of dtype {x.dtype}")

@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from .interface import Comm, call_site, signature
-from .virtual import NUMBER_KINDS, VirtualWorld, check_array
+from .virtual import VirtualWorld
+from .virtual_p2p import NUMBER_KINDS, check_array
 
 
 class VirtualComm(Comm):

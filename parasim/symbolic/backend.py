@@ -9,7 +9,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..comm.interface import dtype_name, numeric
-from ..comm.virtual import VirtualWorld, check_array
+from ..comm.virtual import VirtualWorld
+from ..comm.virtual_p2p import check_array
 from ..comm.virtual_comm import VirtualComm
 from ..engine.context import Context
 from ..engine.virtual import RunResult

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..comm.virtual import VirtualWorld, tensor_record
+from ..comm.virtual import VirtualWorld
+from ..comm.virtual_p2p import tensor_record
 from ..errors import CollectiveError, UsageError
 from ..trace import Member
 
