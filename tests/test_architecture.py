@@ -99,9 +99,50 @@ def test_every_file_the_rooms_name_exists():
     """The file names the Rooms section gives (`mesh.py`, `runner.py`, ...) are files of parasim."""
     text = DOC.read_text()
     rooms = text[text.index("## Rooms"):text.index("## Recipes")]
-    named = set(re.findall(r"`([a-z_]+\.py)`", rooms))
+    named = set(re.findall(r"`([a-z_0-9]+\.py)`", rooms))
     files = {p.name for p in ROOT.rglob("*.py")}
     assert len(named) > 20 and named <= files, sorted(named - files)
+
+
+def _rooms_text() -> str:
+    text = DOC.read_text()
+    return text[text.index("## Rooms"):text.index("## Recipes")]
+
+
+def named_by_room(rooms: str) -> dict[str, set[str]]:
+    """Room -> the file names its paragraph gives: a bullet starting `parasim/<room>/` names its room's files;
+    the paragraph before the bullets names the package top's modules (room "")."""
+    out: dict[str, set[str]] = {}
+    for block in re.split(r"\n(?=- `parasim/)", rooms):
+        m = re.match(r"- `parasim/([a-z_]+)/`", block)
+        out.setdefault(m.group(1) if m else "", set()).update(re.findall(r"`([a-z_0-9]+\.py)`", block))
+    return out
+
+
+def unnamed_files(named: dict[str, set[str]], root: Path) -> list[str]:
+    """Files of the package that the page does not name in their own room's paragraph."""
+    missing = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        room = rel.parts[0] if len(rel.parts) > 1 else ""
+        if path.name == "__init__.py" and room:
+            continue  # a room's __init__ is the room itself
+        if path.name not in named.get(room, set()):
+            missing.append(rel.as_posix())
+    return missing
+
+
+def test_the_page_names_every_file_of_the_package_in_its_room():
+    assert unnamed_files(named_by_room(_rooms_text()), ROOT) == []
+
+
+def test_a_file_the_page_does_not_name_is_found(tmp_path):
+    """The check above can fail: a new file in a room, or one named only in another room's paragraph."""
+    (tmp_path / "comm").mkdir()
+    for name in ("comm/ring.py", "comm/new.py", "comm/__init__.py", "trace.py", "extra.py"):
+        (tmp_path / name).write_text("")
+    rooms = ("## Rooms\nTop: `trace.py`.\n\n- `parasim/comm/`: `ring.py`.\n- `parasim/nn/`: `new.py`, `extra.py`.\n")
+    assert unnamed_files(named_by_room(rooms), tmp_path) == ["comm/new.py", "extra.py"]
 
 
 def test_a_virtual_lesson_imports_no_torch():
