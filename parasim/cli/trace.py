@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
+from ..render.token_path import gpu_text, joins, path_text
 from .common import count, gpu_preset, print_json, positive
 
 SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
@@ -128,39 +129,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.json:
         print_json(path)
         return 0
-    split = "zigzag" if layout.zigzag else "contiguous"
-    print(f"{path['token']!r}: t{path['position']} of sequence {path['sequence']}, micro-batch {path['micro_batch']}, "
-          f"on the {name} layout ({layout.world} GPUs, CP split {split}, one training step; g<rank> names a GPU)")
-    print("routing: " + ("the post's, drawn: contract -> E3 (0.6) and E8 (0.4), the -> E1 and E2; other tokens by the "
-                         "router" if args.routing == "post" else "the run's own router (--routing post: the post's "
-                         "drawn choices)"))
-    phase, summary = None, {}
-    for step in path["steps"]:
-        if step["phase"] != phase:
-            _flush_summary(summary)
-            phase = step["phase"]
-            print(f"\n{phase}")
-        if step.get("direction") == "backward" and not args.all and "event" in step:
-            key = f"{step['op'].replace('_', '-')} over {step['group']}"
-            summary[key] = summary.get(key, 0) + 1
-            continue
-        print(f"  {'#' + str(step['event']) + ' ' if 'event' in step else ''}{step['text']}")
-    _flush_summary(summary)
-    links = path["bytes_by_link"]
-    print(f"\nbytes sent in the step, all GPUs (nodes of {links['gpus_per_node']}): "
-          + "; ".join(f"{g} {row['inside']:,} inside a node" + (f", {row['across']:,} across nodes" if row["across"]
-                                                                  else "")
-                      for g, row in sorted(links["by_group"].items())))
+    print("\n".join(path_text(path, name, layout, args.routing, args.symbolic, args.all)))
     x = path["exactness"]
-    if x is None:
-        print(f"\nnot checked against the unsplit model: it routes by its own router, this run by the {args.routing} "
-              "policy" + (" on symbolic ranks (shapes and bytes, no values)" if args.symbolic else ""))
-    else:
-        print(f"\nagainst the unsplit model: loss {x['loss']:.12g} vs {x['unsplit_loss']:.12g}; gradients "
-              f"{x['gradients']} and weights after Adam {x['weights_after_adam']} agree: "
-              + ("exact" if x["exact"] else "NOT EXACT"))
-    if not args.all:
-        print("(backward steps summarised; --all lists every event, --json gives them with event numbers)")
     return 0 if x is None or x["exact"] else 1
 
 
@@ -170,17 +140,9 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     from ..examples.moe16_exact import exactness
     g = args.gpu
     value = result.values[g]
-    does: dict[tuple[str, str], dict[str, int]] = {}
-    for e in result.trace.events:
-        if e.kind != "compute" and g in e.ranks:
-            row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
-            mine = e.member(g)
-            row["calls"] += 1
-            row["sent"] += mine.sent
-            row["received"] += mine.recv
     out = {"gpu": g, "layout": name, "coords": value["coords"], "stores": value["stores"],
            "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
-           "does": [{"op": op, "group": grp, **row} for (op, grp), row in does.items()],
+           "does": joins(result.trace, g),
            "backend": result.trace.backend,
            "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
            "exactness": exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None}
@@ -190,34 +152,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     if args.json:
         print_json(out)
         return 0 if ok else 1
-    c, s = value["coords"], value["stores"]
-    print(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
-    print(f"  stores: {s['tp shards']:,} values of TP shards (attention, MLP), {s['whole copies']:,} of whole copies "
-          f"(norms, router), {s['experts']:,} of experts "
-          + (", ".join("E" + "/E".join(map(str, layer)) for layer in out["experts_per_layer"] if layer) or "(none)")
-          + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)")
-    print(f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
-          "inside attention")
-    if out["peak"] is not None:
-        pk = out["peak"]
-        print(f"  peak held: {pk['bytes'] / 1e9:,.2f} GB in '{pk['phase']}' ("
-              + ", ".join(f"{kind} {b / 1e9:,.2f}" for kind, b in pk["by_kind"].items() if b) + " GB; training "
-              "dtypes: 2-byte weights, gradients and activations, 4-byte optimizer state)")
-    if "time" in out:
-        t, slow = out["time"]["this"], out["time"]["slowest"]
-        comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
-        print(f"  work: {t['flops']:.4g} FLOPs (its matmuls, counted); one step on an {t['gpu']} at "
-              f"{t['utilisation']:.0%} of peak: {t['step_s']:,.2f} s = compute {t['compute_s']:,.2f} s"
-              + (f" + {comm} s on the links" if comm else "") + " (the estimator's model, no overlap); the slowest "
-              f"GPU, g{slow['rank']}: {slow['step_s']:,.2f} s")
-    print("  joins:")
-    for d in out["does"]:
-        print(f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "
-              f"received {d['received']:,} B")
-    if out["exactness"] is None:
-        print(f"not checked against the unsplit model (routing by the {args.routing} policy)")
-    else:
-        print(f"exact against the unsplit model: {'yes' if ok else 'NO'}")
+    print("\n".join(gpu_text(out, value, name, args.routing)))
     return 0 if ok else 1
 
 
@@ -281,20 +216,3 @@ def _app(trace: Any, title: str) -> int:
     from .lesson import _open_tui
     _open_tui(trace, {}, title)
     return 0
-
-
-def _spans(tokens: list[int]) -> str:
-    """Token numbers as runs: t1-t4096, or t1-t2 t7-t8 for a zigzag slice (a real sequence has thousands)."""
-    runs: list[list[int]] = []
-    for t in tokens:
-        if runs and t == runs[-1][1] + 1:
-            runs[-1][1] = t
-        else:
-            runs.append([t, t])
-    return " ".join(f"t{a}" if a == b else f"t{a}-t{b}" for a, b in runs) or "none"
-
-
-def _flush_summary(summary: dict[str, int]) -> None:
-    if summary:
-        print("  the same path in reverse: " + ", ".join(f"{n} x {k}" for k, n in summary.items()))
-        summary.clear()

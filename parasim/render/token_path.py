@@ -1,0 +1,137 @@
+"""`parasim trace` in words: one token's path through a training step of the MoE example, and what one GPU
+keeps and joins. The command (cli/trace.py) runs the step; these turn what it found into lines."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, show_all: bool) -> list[str]:
+    """The token's path (examples/moe16_path.token_path), its bytes by link and its check, line by line;
+    backward steps summarised unless `show_all`."""
+    out: list[str] = []
+    split = "zigzag" if layout.zigzag else "contiguous"
+    out.append(
+        f"{path['token']!r}: t{path['position']} of sequence {path['sequence']}, micro-batch {path['micro_batch']}, "
+        f"on the {name} layout ({layout.world} GPUs, CP split {split}, one training step; g<rank> names a GPU)"
+    )
+    out.append(
+        "routing: "
+        + (
+            "the post's, drawn: contract -> E3 (0.6) and E8 (0.4), the -> E1 and E2; other tokens by the router"
+            if routing == "post"
+            else "the run's own router (--routing post: the post's drawn choices)"
+        )
+    )
+    phase, summary = None, {}
+    for step in path["steps"]:
+        if step["phase"] != phase:
+            _flush_summary(summary, out)
+            phase = step["phase"]
+            out.append(f"\n{phase}")
+        if step.get("direction") == "backward" and not show_all and "event" in step:
+            key = f"{step['op'].replace('_', '-')} over {step['group']}"
+            summary[key] = summary.get(key, 0) + 1
+            continue
+        out.append(f"  {'#' + str(step['event']) + ' ' if 'event' in step else ''}{step['text']}")
+    _flush_summary(summary, out)
+    links = path["bytes_by_link"]
+    out.append(
+        f"\nbytes sent in the step, all GPUs (nodes of {links['gpus_per_node']}): "
+        + "; ".join(
+            f"{g} {row['inside']:,} inside a node" + (f", {row['across']:,} across nodes" if row["across"] else "")
+            for g, row in sorted(links["by_group"].items())
+        )
+    )
+    x = path["exactness"]
+    if x is None:
+        out.append(
+            f"\nnot checked against the unsplit model: it routes by its own router, this run by the {routing} "
+            "policy" + (" on symbolic ranks (shapes and bytes, no values)" if symbolic else "")
+        )
+    else:
+        out.append(
+            f"\nagainst the unsplit model: loss {x['loss']:.12g} vs {x['unsplit_loss']:.12g}; gradients "
+            f"{x['gradients']} and weights after Adam {x['weights_after_adam']} agree: "
+            + ("exact" if x["exact"] else "NOT EXACT")
+        )
+    if not show_all:
+        out.append("(backward steps summarised; --all lists every event, --json gives them with event numbers)")
+    return "\n".join(out).split("\n")
+
+
+def joins(trace: Any, g: int) -> list[dict]:
+    """Every kind of call GPU g joins (op and group), with its calls and bytes sent and received."""
+    does: dict[tuple[str, str], dict[str, int]] = {}
+    for e in trace.events:
+        if e.kind != "compute" and g in e.ranks:
+            row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
+            mine = e.member(g)
+            row["calls"] += 1
+            row["sent"] += mine.sent
+            row["received"] += mine.recv
+    return [{"op": op, "group": grp, **row} for (op, grp), row in does.items()]
+
+
+def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
+    """`--gpu N` in words: what the GPU stores, its tokens, its peak, its work and every call it joins."""
+    out: list[str] = []
+    g, ok = view["gpu"], view["exactness"] is None or view["exactness"]["exact"]
+    c, s = value["coords"], value["stores"]
+    out.append(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
+    out.append(
+        f"  stores: {s['tp shards']:,} values of TP shards (attention, MLP), {s['whole copies']:,} of whole copies "
+        f"(norms, router), {s['experts']:,} of experts "
+        + (", ".join("E" + "/E".join(map(str, layer)) for layer in view["experts_per_layer"] if layer) or "(none)")
+        + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
+    )
+    out.append(
+        f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
+        "inside attention"
+    )
+    if view["peak"] is not None:
+        pk = view["peak"]
+        out.append(
+            f"  peak held: {pk['bytes'] / 1e9:,.2f} GB in '{pk['phase']}' ("
+            + ", ".join(f"{kind} {b / 1e9:,.2f}" for kind, b in pk["by_kind"].items() if b)
+            + " GB; training "
+            "dtypes: 2-byte weights, gradients and activations, 4-byte optimizer state)"
+        )
+    if "time" in view:
+        t, slow = view["time"]["this"], view["time"]["slowest"]
+        comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
+        out.append(
+            f"  work: {t['flops']:.4g} FLOPs (its matmuls, counted); one step on an {t['gpu']} at "
+            f"{t['utilisation']:.0%} of peak: {t['step_s']:,.2f} s = compute {t['compute_s']:,.2f} s"
+            + (f" + {comm} s on the links" if comm else "")
+            + " (the estimator's model, no overlap); the slowest "
+            f"GPU, g{slow['rank']}: {slow['step_s']:,.2f} s"
+        )
+    out.append("  joins:")
+    for d in view["does"]:
+        out.append(
+            f"    {d['calls']:>4} x {d['op'].replace('_', '-')} over {d['group']}: sent {d['sent']:,} B, "
+            f"received {d['received']:,} B"
+        )
+    if view["exactness"] is None:
+        out.append(f"not checked against the unsplit model (routing by the {routing} policy)")
+    else:
+        out.append(f"exact against the unsplit model: {'yes' if ok else 'NO'}")
+    return "\n".join(out).split("\n")
+
+
+def _spans(tokens: list[int]) -> str:
+    """Token numbers as runs: t1-t4096, or t1-t2 t7-t8 for a zigzag slice (a real sequence has thousands)."""
+    runs: list[list[int]] = []
+    for t in tokens:
+        if runs and t == runs[-1][1] + 1:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+    return " ".join(f"t{a}" if a == b else f"t{a}-t{b}" for a, b in runs) or "none"
+
+
+def _flush_summary(summary: dict[str, int], out: list[str]) -> None:
+    if summary:
+        out.append("  the same path in reverse: " + ", ".join(f"{n} x {k}" for k, n in summary.items()))
+        summary.clear()
