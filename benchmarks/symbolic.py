@@ -27,7 +27,7 @@ from parasim.estimate import Plan, fit, gpu_presets
 from parasim.examples.against import granule
 from parasim.examples.step import make_step
 from parasim.layout import Layout, ModelSpec, model_preset, preset
-from parasim.nn import ParallelContext, Saved
+from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
@@ -63,7 +63,7 @@ def moe_ep64() -> dict:
 
     def program(ctx):
         ep = ctx.new_group(range(ctx.world), "ep")
-        tp = ParallelContext(ctx, None, ep=ep, routing=routing)
+        tp = ParallelContext(ctx, None, ep_group=ep, options=LayerOptions(routing=routing))
         draw = ctx.shared_rng
         experts = [{"w1": draw(f"{i}.w1").normal((h, f), "float16"), "w2": draw(f"{i}.w2").normal((f, h), "float16")}
                    for i in range(e)]

@@ -23,7 +23,7 @@ from parasim.examples.against import granule
 from parasim.examples.differences import as_run
 from parasim.layout import Layout
 from parasim.lesson import Check, Lesson, check
-from parasim.nn import ParallelContext, Saved
+from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
@@ -57,7 +57,7 @@ def program(ctx, routing: Routing = ROUTING):
     out = {}
     for phase, sp in (("MoE under TP 2, without SP", False), ("MoE under TP 2, with SP", True)):
         ctx.phase(phase, sp=sp)
-        tp = ParallelContext(ctx, pair, sp=sp, ep=pair, routing=routing)
+        tp = ParallelContext(ctx, pair, sp=sp, ep_group=pair, options=LayerOptions(routing=routing))
         moe = _block(ctx, tp, pair, f"moe.sp{int(sp)}")
         saved = Saved()
         # the TP group's 4,096 tokens: every rank holds all of them without SP, its half with SP
@@ -67,7 +67,7 @@ def program(ctx, routing: Routing = ROUTING):
                  "pairs", copies=_copies(saved))
     ctx.phase("EP 8 dispatch", ep=EP)
     world = ctx.new_group(range(WORLD), "ep")
-    tp = ParallelContext(ctx, None, ep=world, routing=routing)
+    tp = ParallelContext(ctx, None, ep_group=world, options=LayerOptions(routing=routing))
     moe = _block(ctx, tp, world, "moe.ep8")
     moe.forward(ctx.shared_rng(f"tokens{ctx.rank}").normal((T, D), DTYPE), Saved())
     picks = np.asarray([[e for e, _ in row] for row in moe.last_routing])

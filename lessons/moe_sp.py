@@ -18,7 +18,7 @@ HALF = slice(4, 8)  # t5..t8, the CP half that g2 and g3 share in the 16-GPU exa
 def _block(ctx, tp: ParallelContext) -> MoE:
     """Layer 1's MoE block of the 16-GPU example, experts split over the TP pair."""
     w = layer_weights(ctx, SHAPE, "L0")
-    return MoE(tp, tp.group, w["router"], expert_weights(w, SHAPE), SHAPE.top_k, name="moe")
+    return MoE(tp, tp.tp_group, w["router"], expert_weights(w, SHAPE), SHAPE.top_k, name="moe")
 
 
 def _copies(saved: Saved) -> int:
@@ -32,7 +32,7 @@ def program(ctx):
     out = {}
     for phase, sp in (("without SP", False), ("with SP", True)):
         ctx.phase(phase)
-        tp = ParallelContext(ctx, group, sp=sp, ep=group)
+        tp = ParallelContext(ctx, group, sp=sp, ep_group=group)
         moe = _block(ctx, tp)
         n = x.shape[0] // ctx.world
         mine = x[ctx.rank * n:(ctx.rank + 1) * n] if sp else x  # SP: a reduce-scatter left each rank its share

@@ -8,7 +8,7 @@ import numpy as np
 import parasim
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, ParallelContext
-from parasim.nn.attention import ParallelAttention
+from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
@@ -23,8 +23,7 @@ def gqa_kv(world: int) -> int:
 def _attention(ctx, tp: ParallelContext, kv: int, key: str):
     shape = ModelSpec(hidden=H, heads=HEADS, kv_heads=kv)
     w = layer_weights(ctx, shape, key)
-    attn = ParallelAttention(tp, w["wq"], w["wk"], w["wv"], w["wo"], HEADS, kv, key=f"{key}.attn",
-                             bq=w["bq"], bk=w["bk"], bv=w["bv"], bo=w["bo"])
+    attn = ParallelAttention(tp, AttentionWeights.of(w), HeadCounts(HEADS, kv), key=f"{key}.attn")
     x = ctx.shared_rng("x").normal((S, B, H))
     # tagged (its output projection marks what it makes, for parasim check) unless the model depends on the
     # world size: GQA's kv heads do

@@ -30,8 +30,8 @@ def program(ctx):
     # rank i holds row i of A and entry i of X: its product is only a partial sum of X·A
     partial = x[..., ctx.rank:ctx.rank + 1] * a[ctx.rank]
     out["row partial"] = partial
-    out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.group, label="sum of ReLU(partials)")
-    out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.group, label="sum first"))
+    out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.tp_group, label="sum of ReLU(partials)")
+    out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.tp_group, label="sum first"))
 
     ctx.phase("splitting A by columns")
     fc1 = ColumnParallelLinear(tp, a, name="A")  # rank i: columns 2i, 2i+1 of A

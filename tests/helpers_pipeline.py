@@ -36,13 +36,13 @@ def run_pipeline(schedule: str, pp: int, tp: int, m: int, layers: int, chunks: i
 
         def inputs(mb):
             x = ctx.shared_rng(f"x{mb}").normal((S, B, SHAPE.hidden))
-            return x[t.r * S // t.t:(t.r + 1) * S // t.t] if t.sp else x
+            return x[t.tp_rank * S // t.tp_world_size:(t.tp_rank + 1) * S // t.tp_world_size] if t.sp else x
 
         def loss(mb, y):
             target = ctx.shared_rng(f"r{mb}").normal((S, B, SHAPE.hidden))
-            target = target[t.r * S // t.t:(t.r + 1) * S // t.t] if t.sp else target
+            target = target[t.tp_rank * S // t.tp_world_size:(t.tp_rank + 1) * S // t.tp_world_size] if t.sp else target
             return float(ctx.xp.sum(y * target)), target
-        shape = (S // t.t if t.sp else S, B, SHAPE.hidden)
+        shape = (S // t.tp_world_size if t.sp else S, B, SHAPE.hidden)
         total = run_schedule(ctx, ctx.groups["pp"], plan, stages, shape, ctx.xp.float64, inputs, loss)
         return {"loss": total, "grads": {i: layer.grads for i, layer in mine}, "pp": rank, "tp": ctx.coords.tp}
     return parasim.run(program, layout=Layout(tp=tp, pp=pp), seed=SEED)

@@ -27,7 +27,7 @@ def shared(name: str, shape, p: float | None = None, std: float = 1.0) -> np.nda
 def run_parallel(shape: ModelSpec, tp: int, sp: bool, s: int, b: int, dtype: str = "float64"):
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        t = ParallelContext(ctx, group, sp=sp, ep=group if shape.experts else None)  # experts over the TP ranks
+        t = ParallelContext(ctx, group, sp=sp, ep_group=group if shape.experts else None)  # experts over the TP ranks
         weights = {k: None if w is None else w.astype(dtype) for k, w in layer_weights(ctx, shape, "L0").items()}
         layer = TransformerLayer(t, shape, weights, key="L0")
         x = ctx.shared_rng("x").normal((s, b, shape.hidden), dtype)

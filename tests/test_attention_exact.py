@@ -14,7 +14,7 @@ from torch_ref import vjp  # noqa: E402
 
 import parasim  # noqa: E402
 from parasim.nn import Saved, ParallelContext  # noqa: E402
-from parasim.nn.attention import ParallelAttention  # noqa: E402
+from parasim.nn.attention import AttentionOptions, AttentionWeights, HeadCounts, ParallelAttention  # noqa: E402
 
 S, B, H = 4, 2, 8
 
@@ -49,9 +49,9 @@ def test_attention_equals_torch_autograd(tp, heads, kv, p, flash):
 
     def prog(ctx):
         group = ctx.new_group(range(tp), "tp") if tp > 1 else None
-        a = ParallelAttention(ParallelContext(ctx, group), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), heads,
-                              kv, dropout=p, key="A", flash=flash,
-                              **{k: ctx.asarray(w[k]) for k in ("bq", "bk", "bv", "bo")})
+        weights = AttentionWeights.of({k: ctx.asarray(v) for k, v in w.items()})
+        a = ParallelAttention(ParallelContext(ctx, group), weights, HeadCounts(heads, kv),
+                              AttentionOptions(dropout=p, flash=flash), key="A")
         keep = ctx.shared_rng("A.probs").uniform((B, heads, S, S)) >= p  # the mask's own stream, whole
         y, cache = a.forward(ctx.asarray(x), Saved())
         dx = a.backward(cache, ctx.asarray(dy))

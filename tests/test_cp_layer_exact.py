@@ -18,8 +18,8 @@ from parasim.layout import ModelSpec
 
 def run_cp(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int, b: int):
     def program(ctx):
-        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp=ctx.groups["cp"], seq=s,
-                      split=split)
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1, cp_group=ctx.groups["cp"],
+                            seq=s, cp_split=split)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         pos = t.token_positions()  # its CP slice, then its SP share
         idx = ctx.xp.asarray(pos)

@@ -66,7 +66,8 @@ def test_one_token_per_rank_skips_only_the_later_ranks(cp):
 
 def run_cp_layer(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int):
     def program(ctx):
-        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp, cp=ctx.groups["cp"], seq=s, split=split)
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp, cp_group=ctx.groups["cp"], seq=s,
+                            cp_split=split)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         idx = ctx.xp.asarray(t.token_positions())
         x = ctx.xp.take(ctx.shared_rng("x").normal((s, 1, shape.hidden)), idx, axis=0)
@@ -111,7 +112,8 @@ SP_UNEVEN = [(2, 8, "contiguous", 8), (4, 4, "contiguous", 8), (2, 2, "contiguou
 def test_sp_over_a_cp_slice_that_does_not_divide_by_tp_is_refused(tp, cp, split, s):
     def program(ctx):
         cp_group = ctx.groups["cp"] if cp > 1 else None
-        return ParallelContext(ctx, ctx.groups["tp"], sp=True, cp=cp_group, seq=s, split=split).token_positions()
+        context = ParallelContext(ctx, ctx.groups["tp"], sp=True, cp_group=cp_group, seq=s, cp_split=split)
+        return context.token_positions()
     with pytest.raises(LayoutError, match=r"must divide by cp x tp"):
         parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=True))
 

@@ -37,7 +37,7 @@ def run_layer(shape: ModelSpec, tp: int, cp: int, dp: int, sp: bool, s: int, b: 
     data-parallel reduction as ZeRO does it (or plain DP's all-reduce for stage 0)."""
     def program(ctx):
         t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp and tp > 1,
-                      cp=ctx.groups["cp"] if cp > 1 else None, seq=s)
+                      cp_group=ctx.groups["cp"] if cp > 1 else None, seq=s)
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         pos = t.token_positions()  # its CP slice, then its SP share
         idx = ctx.xp.asarray(pos)

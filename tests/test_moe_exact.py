@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
 from parasim.layout import LayoutError  # noqa: E402
-from parasim.nn import Saved, ParallelContext  # noqa: E402
+from parasim.nn import LayerOptions, ParallelContext, Saved  # noqa: E402
 from parasim.nn.moe import MoE  # noqa: E402
 
 
@@ -22,11 +22,11 @@ def weights(ctx, h, f, n_exp):
     return router, experts
 
 
-def run(p, n, h, f, n_exp, k):
+def run(p, n, h, f, n_exp, k, routing=None):
     def program(ctx):
         ep = ctx.new_group(range(ctx.world), "ep") if ctx.world > 1 else None
         router, experts = weights(ctx, h, f, n_exp)
-        moe = MoE(ParallelContext(ctx), ep, router, experts, k)
+        moe = MoE(ParallelContext(ctx, options=LayerOptions(routing=routing)), ep, router, experts, k)
         x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         y, cache = moe.forward(x, Saved())
@@ -35,9 +35,10 @@ def run(p, n, h, f, n_exp, k):
     return parasim.run(program, p)
 
 
-def reference(p, n, h, f, n_exp, k):
-    from layer_check import _SharedCtx
-    ctx = _SharedCtx()
+def reference(p, n, h, f, n_exp, k, picks=None):
+    """The unsplit block in torch autograd; `picks`: each token's k experts (default: the router's top k)."""
+    from layer_check import SharedCtx
+    ctx = SharedCtx()
     router, experts = weights(ctx, h, f, n_exp)
     R = torch.tensor(router, requires_grad=True)
     E = [{key: torch.tensor(v, requires_grad=True) for key, v in e.items()} for e in experts]
@@ -45,7 +46,8 @@ def reference(p, n, h, f, n_exp, k):
     target = torch.tensor(ctx.shared_rng("target").normal((p * n, 1, h)))
     tokens = x.reshape(-1, h)
     logits = tokens @ R
-    top = torch.tensor([sorted(range(n_exp), key=lambda e: (-float(row[e]), e))[:k] for row in logits.detach()])
+    top = torch.tensor([sorted(range(n_exp), key=lambda e: (-float(row[e]), e))[:k] for row in logits.detach()]
+                       if picks is None else picks)
     gates = torch.softmax(torch.gather(logits, 1, top), dim=1)
     y = torch.zeros_like(tokens)
     for t in range(tokens.shape[0]):
@@ -57,9 +59,11 @@ def reference(p, n, h, f, n_exp, k):
     return y.detach().numpy(), x.grad.numpy().reshape(-1, h), R.grad.numpy(), [{k2: (v.grad.numpy() if v.grad is not None else np.zeros(v.shape)) for k2, v in e.items()} for e in E]
 
 
-def check(p, n, h, f, n_exp, k):
-    res = run(p, n, h, f, n_exp, k)
-    y, dx, dR, dE = reference(p, n, h, f, n_exp, k)
+def check(p, n, h, f, n_exp, k, routing=None):
+    res = run(p, n, h, f, n_exp, k, routing)
+    picks = None if routing is None else np.concatenate([routing.choose("moe#0", r, r * n, n, n_exp, k)
+                                                         for r in range(p)])
+    y, dx, dR, dE = reference(p, n, h, f, n_exp, k, picks)
     got_y = np.concatenate([v["y"].reshape(-1, h) for v in res.values])
     got_dx = np.concatenate([v["dx"].reshape(-1, h) for v in res.values])
     assert np.max(np.abs(got_y - y)) < 1e-10 and np.max(np.abs(got_dx - dx)) < 1e-10
@@ -81,6 +85,16 @@ def test_moe_equals_unsplit(p, n, n_exp_per, k, data):
     n_exp = n_exp_per if n_exp_per % p == 0 else p * 2
     k = min(k, n_exp)
     check(p, n, 6, 8, n_exp, k)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "skewed:0.5", "balanced"])
+def test_routing_by_policy_equals_unsplit(kind):
+    """With a routing policy each EP rank works out which received rows chose its experts from the senders'
+    draws, not from the gates that came with them: the output and gradients are still the unsplit block's
+    with the policy's picks (gated by the softmax of the picked scores), as with the router's own."""
+    from parasim.nn.routing import Routing
+    res = check(4, 5, 6, 8, 8, 2, Routing.parse(kind, seed=1))
+    assert any(len({e // 2 for e, _ in r}) == 2 for v in res.values for r in v["routing"])  # some cross ranks
 
 
 def test_dispatch_sends_a_token_once_per_rank():
@@ -148,8 +162,8 @@ def test_scripted_routes_are_exact_against_autograd_with_constant_gates():
         return {"y": y, "router": moe.grads["router"]}
     res = parasim.run(program, p)
 
-    from layer_check import _SharedCtx
-    ctx = _SharedCtx()
+    from layer_check import SharedCtx
+    ctx = SharedCtx()
     router, experts = weights(ctx, h, f, n_exp)
     R = torch.tensor(router, requires_grad=True)
     E = [{key: torch.tensor(v) for key, v in e.items()} for e in experts]
@@ -187,7 +201,7 @@ def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n
         eps = [ctx.new_group([d * etp + r for d in range(ep)], "ep") for r in range(etp)]
         etp_g, ep_g = etps[ctx.rank // etp], eps[ctx.rank % etp]
         router, experts = weights(ctx, h, f, n_exp)
-        moe = MoE(ParallelContext(ctx, etp=etp_g), ep_g, router, experts, k, etp=etp_g)
+        moe = MoE(ParallelContext(ctx, etp_group=etp_g), ep_g, router, experts, k, etp=etp_g)
         x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         y, cache = moe.forward(x, Saved())

@@ -6,7 +6,7 @@ import pytest
 
 import parasim
 from parasim.nn import Saved, ParallelContext
-from parasim.nn.moe import MoE, _choice, _scatter, _softmax
+from parasim.nn.moe import MoE, add_at, gather_rounds, one_hot, softmax, split_rows
 
 # h = 2, four experts (two per EP rank). Token logits are x @ ROUTER: [1, 0] -> [2, 0, 0, 1] picks expert 0,
 # [0, 1] -> [0, 0, 3, 0] picks 2, [1, 1] -> [2, 0, 3, 1] picks 2, [-1, 0] -> [-2, 0, 0, -1] picks 1 (a tie
@@ -124,18 +124,36 @@ def test_ep_across_tp_pairs_needs_no_sp():
 
 def test_softmax_is_shifted_per_row():
     """Scores of 1000 overflow exp() unless each row is shifted by its own maximum."""
-    out = _softmax(np, np.array([[1000.0, 1000.0], [0.0, np.log(3.0)]]))
+    out = softmax(np, np.array([[1000.0, 1000.0], [0.0, np.log(3.0)]]))
     assert np.allclose(out, [[0.5, 0.5], [0.25, 0.75]], rtol=0, atol=1e-15)
-    assert _softmax(np, np.zeros((0, 3))).shape == (0, 3)
+    assert softmax(np, np.zeros((0, 3))).shape == (0, 3)
 
 
 def test_helpers_with_no_tokens():
-    """A rank that routes no token still builds [0, k, E] choices, and scattering no rows gives zeros."""
-    assert _choice(np, [], 2, 4, np.float64).shape == (0, 2, 4)
-    assert np.array_equal(_choice(np, [[1, 0]], 2, 3, np.float64), [[[0, 1, 0], [1, 0, 0]]])
-    out = _scatter(np, np.zeros((0, 3)), [], 5)
-    assert out.shape == (5, 3) and not out.any()
-    assert np.array_equal(_scatter(np, np.array([[1.0], [2.0]]), [3, 0], 4), [[2.0], [0.0], [0.0], [1.0]])
+    """A rank that routes no token still builds [0, k, E] choices, and adding no rows leaves zeros."""
+    assert one_hot(np, [], 2, 4, np.float64).shape == (0, 2, 4)
+    assert np.array_equal(one_hot(np, [[1, 0]], 2, 3, np.float64), [[[0, 1, 0], [1, 0, 0]]])
+    assert one_hot(np, np.array([[2, 0]]), 2, 3, "float32").dtype == np.float32
+    out = add_at(np, np.zeros((5, 3)), [], np.zeros((0, 3)))
+    assert out.shape == (5, 3) and not out.any() and gather_rounds([], 5) == []
+    assert np.array_equal(add_at(np, np.zeros((4, 1)), [3, 0], np.array([[1.0], [2.0]])), [[2.0], [0.0], [0.0], [1.0]])
+    assert [len(b) for b in split_rows(np.zeros((5, 2)), [2, 0, 3])] == [2, 0, 3]
+
+
+def test_add_at_adds_a_named_row_in_order_as_numpys_add_at_does():
+    """Rows for a position named more than once are added one after another, in their order: the very sums
+    of np.add.at (floats whose sum depends on the order: 0.5 + 1e16 + 1 - 1e16 is 0, 0.5 + 1 + 1e16 - 1e16 is
+    2 and 0.5 + 1e16 - 1e16 + 1 is 1.5)."""
+    idx = [2, 0, 2, 2, 1, 0]
+    rows = np.array([[1e16], [5.0], [1.0], [-1e16], [3.0], [-5.0]])
+    want = np.full((4, 1), 0.5)
+    np.add.at(want, idx, rows)
+    got = add_at(np, np.full((4, 1), 0.5), idx, rows)
+    assert got.tolist() == want.tolist() == [[0.5], [3.5], [0.0], [0.5]]
+    assert len(gather_rounds(idx, 4)) == 3  # position 2 is named three times
+    assert [r.tolist() for r in gather_rounds([1, 1], 3)] == [[0, 1, 0], [0, 2, 0]]
+    big = gather_rounds([70000, 5, 70000], 70001)  # positions past 16 bits: sorted as they are
+    assert [(int(r[5]), int(r[70000])) for r in big] == [(2, 1), (0, 3)]
 
 
 @pytest.mark.parametrize("args, rule", [((ROUTER, _experts()[:3], 1), "3 experts do not split evenly"),

@@ -220,7 +220,7 @@ def test_drawn_weights_are_scaled_to_their_fan_in():
 def test_attention_defaults_to_key_and_name_attn_and_keeps_its_softmax():
     """Default key and name are "attn": the dropout mask is drawn as with key="attn", what forward keeps is
     labelled "attn ...", and without flash the softmax is kept (flash=True keeps no [s, s] tensor)."""
-    from parasim.nn.attention import ParallelAttention
+    from parasim.nn.attention import AttentionOptions, AttentionWeights, HeadCounts, ParallelAttention
     rng = np.random.default_rng(0)
     w = {k: rng.normal(size=(4, 4)) for k in ("wq", "wk", "wv", "wo")}
 
@@ -230,8 +230,10 @@ def test_attention_defaults_to_key_and_name_attn_and_keeps_its_softmax():
         for kw in ({}, {"key": "attn", "name": "attn", "flash": False}, {"key": "other"}, {"flash": True},
                    {"dropout": 0.0}):
             saved = Saved()
-            attn = ParallelAttention(ParallelContext(ctx), *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2,
-                                     **{"dropout": 0.5, **kw})
+            opts = {"dropout": 0.5, **{k: v for k, v in kw.items() if k in ("dropout", "flash")}}
+            names = {k: v for k, v in kw.items() if k in ("key", "name")}
+            attn = ParallelAttention(ParallelContext(ctx), AttentionWeights.of({k: ctx.asarray(v) for k, v in w.items()}),
+                                     HeadCounts(2), AttentionOptions(**opts), **names)
             y, cache = attn.forward(x, saved)
             # cache[4]: what backward reuses of the softmax; flash keeps nothing there and recomputes
             out.append((y, sorted(saved.by_name()), cache[4] is None))
@@ -252,13 +254,14 @@ def test_attention_under_cp_keeps_q_k_and_v_by_name():
     """With the sequence split over CP ranks, forward keeps this rank's q, k and v (for the ring's backward)
     under the attention's name, and no [s, s] softmax."""
     from parasim.layout import Layout
-    from parasim.nn.attention import ParallelAttention
+    from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
     rng = np.random.default_rng(1)
     w = {k: rng.normal(size=(4, 4)) for k in ("wq", "wk", "wv", "wo")}
 
     def prog(ctx):
-        t = ParallelContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
-        attn = ParallelAttention(t, *(ctx.asarray(w[k]) for k in ("wq", "wk", "wv", "wo")), 2, name="A")
+        t = ParallelContext(ctx, None, cp_group=ctx.groups["cp"], seq=4, cp_split="contiguous")
+        attn = ParallelAttention(t, AttentionWeights.of({k: ctx.asarray(v) for k, v in w.items()}), HeadCounts(2),
+                                 name="A")
         saved = Saved()
         attn.forward(ctx.shared_rng("x").normal((2, 1, 4)), saved)  # this rank's 2 of the 4 positions
         return saved.by_name()
@@ -272,11 +275,12 @@ def test_the_softmax_subtracts_each_rows_own_maximum():
     """Row 0 of the scores is ~1768, row 1 is ~0.7: a shift by the largest score of all rows would
     underflow row 1 to 0/0. Each row is shifted by its own maximum, so row 1 is the softmax of
     [0, 1/sqrt(2)] worked by hand."""
-    from parasim.nn.attention import ParallelAttention
+    from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
     eye = np.eye(2)
 
     def prog(ctx):
-        attn = ParallelAttention(ParallelContext(ctx), *(ctx.asarray(eye) for _ in range(4)), 1)
+        attn = ParallelAttention(ParallelContext(ctx), AttentionWeights(*(ctx.asarray(eye) for _ in range(4))),
+                                 HeadCounts(1))
         x = ctx.asarray(np.array([[[50.0, 0.0]], [[0.0, 1.0]]]))  # [s=2, b=1, h=2]: q = k = x
         probs = attn._probs(*attn._split(attn.qkv.forward(x, Saved())[0])[:2])
         return probs[0, 0]

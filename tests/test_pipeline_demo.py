@@ -80,3 +80,24 @@ def test_a_rank_that_sends_and_receives_in_one_slot_says_both():
     (label,) = {e.label for e in res.trace.events if e.label.startswith("slot 2: ") and e.members[0].rank == 1}
     assert sorted(label.removeprefix("slot 2: ").split(", ")) == ["receive activation 2 (stage 1 -> 2)",
                                                                   "send activation 1 (stage 2 -> 3)"]
+
+
+def test_the_w_queue_defers_weight_work_only_while_deferring_and_gives_each_context_its_sink_back():
+    """Outside `deferring` a layer's weight work runs at once; inside it the work is queued (the W action
+    runs it later) and the context hands it to the queue; after it, each context has the sink it had (a
+    context named twice, as layers share one, included)."""
+    from parasim.nn import ParallelContext
+    from parasim.pipeline.executor import WeightGradQueue
+    ran, queue, earlier = [], WeightGradQueue(), SimpleNamespace(run_or_queue=lambda work: ran.append("earlier"))
+    tp, other = ParallelContext(None), ParallelContext(None, weight_grads=earlier)
+    tp.weight_grad(lambda: ran.append("now"))
+    with queue.deferring([tp, other, tp]) as work:
+        tp.weight_grad(lambda: ran.append("tp later"))
+        other.weight_grad(lambda: ran.append("other later"))
+        assert ran == ["now"] and len(work) == 2
+    assert tp.weight_grads is None and other.weight_grads is earlier
+    for job in work:
+        job()
+    queue.run_or_queue(lambda: ran.append("after"))
+    other.weight_grad(lambda: ran.append("not this"))
+    assert ran == ["now", "tp later", "other later", "after", "earlier"]

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.layout import LayoutError
+from parasim.layout import Layout, LayoutError
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.moe import MoE
 from parasim.nn.placement import Partial, Replicate, Shard, assemble, data_axes, grad_group, local, sum_axes
@@ -49,7 +49,7 @@ def _router_grad(router_placement=None):
     `router_placement` replaces the router's declared placement, and nothing else."""
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
-        tp = ParallelContext(ctx, group, sp=ctx.world > 1, ep=group)
+        tp = ParallelContext(ctx, group, sp=ctx.world > 1, ep_group=group)
         router = ctx.shared_rng("router").normal((H, N_EXP))
         experts = [{"w1": ctx.shared_rng(f"e{e}.w1").normal((H, F)), "w2": ctx.shared_rng(f"e{e}.w2").normal((F, H))}
                    for e in range(N_EXP)]
@@ -112,7 +112,7 @@ def test_every_layer_follows_the_protocol(experts, sp):
 
     def program(ctx):
         group = ctx.new_group(range(ctx.world), "tp")
-        tp = ParallelContext(ctx, group, sp=sp, ep=group if experts else None)
+        tp = ParallelContext(ctx, group, sp=sp, ep_group=group if experts else None)
         layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "L0"), key="L0")
         stack = Stack([layer])
         x = ctx.shared_rng("x").normal((4 // (2 if sp else 1), 1, 8))
@@ -136,13 +136,32 @@ def test_a_parallel_context_from_a_layout():
 
     def program(ctx):
         pc = ParallelContext.from_layout(ctx, layout)
-        return [pc.group.ranks, pc.cp.ranks, pc.ep.ranks, pc.sp, pc.split, pc.seq]
+        return [pc.tp_group.ranks, pc.cp_group.ranks, pc.ep_group.ranks, pc.sp, pc.cp_split, pc.seq]
     got = parasim.run(program, layout=layout).values
     groups = layout.groups()
     for r, (tp, cp, ep, sp, split, seq) in enumerate(got):
         mine = {name: next(g for g in groups[name] if r in g) for name in ("tp", "cp", "ep")}
         assert (list(tp), list(cp), list(ep)) == (mine["tp"], mine["cp"], mine["ep"])
         assert (sp, split, seq) == (True, "contiguous", 8)
+
+
+def test_a_parallel_context_knows_its_place_in_each_group():
+    """Each group's world size and this rank's place in it, read against the layout's own lists of groups
+    (expert TP narrower than TP, so the two cannot stand in for each other; no group: 1 and 0)."""
+    layout = Layout(tp=4, cp=2, ep=2, etp=2, sp=True)
+
+    def program(ctx):
+        pc = ParallelContext.from_layout(ctx, layout)
+        alone = ParallelContext(ctx)
+        return [(pc.tp_world_size, pc.tp_rank), (pc.cp_world_size, pc.cp_rank), (pc.etp_world_size, pc.etp_rank),
+                (alone.tp_world_size, alone.tp_rank, alone.cp_world_size, alone.cp_rank, alone.etp_world_size,
+                 alone.etp_rank)]
+    groups = layout.groups()
+    for r, (tp, cp, etp, alone) in enumerate(parasim.run(program, layout=layout).values):
+        for got, name in ((tp, "tp"), (cp, "cp"), (etp, "expert-tp")):
+            (mine,) = [g for g in groups[name] if r in g]
+            assert got == (len(mine), mine.index(r)), (r, name)
+        assert alone == (1, 0, 1, 0, 1, 0)
 
 
 def test_a_settled_sum_names_the_layer_line_and_other_partial_axes_are_refused():

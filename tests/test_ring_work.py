@@ -76,7 +76,7 @@ def test_a_layer_names_its_ring():
     shape = ModelSpec(hidden=4, heads=2, dropout=0.0)
 
     def program(ctx):
-        t = ParallelContext(ctx, None, cp=ctx.groups["cp"], seq=4, split="contiguous")
+        t = ParallelContext(ctx, None, cp_group=ctx.groups["cp"], seq=4, cp_split="contiguous")
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0", name="L0")
         x = ctx.xp.take(ctx.shared_rng("x").normal((4, 1, 4)), ctx.xp.asarray(t.token_positions()), axis=0)
         y, cache = layer.forward(x, Saved())

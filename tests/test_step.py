@@ -1,12 +1,18 @@
 """One training step of any model on any layout (examples/step.py): the layers each stage holds, and the same
 step virtually and symbolically, event for event and byte for byte."""
+import numpy as np
 import pytest
+from conftest import trace_key
 
 import parasim
 from parasim.errors import LayoutError, UsageError
-from parasim.examples.step import layer_shape, make_step, stage_layers
+from parasim.examples.pipeline import LayersStage
+from parasim.examples.small import dot_loss, forward_backward, sequences, whole_layers
+from parasim.examples.step import (MicroBatches, Phases, StepOptions, layer_shape, make_step, stage_layers,
+                                   train_step)
 from parasim.layout import Layout, ModelSpec, preset
-from tests.test_symbolic import _key
+from parasim.nn import Saved
+from parasim.nn.layer import Stack
 
 SMALL = ModelSpec(name="small", layers=5, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
                   seq=8, bias=False, uneven_stages=True)
@@ -31,7 +37,7 @@ def test_the_step_is_the_same_virtually_and_symbolically(layout):
     program = make_step(layout, m=2)
     real = parasim.run(program, layout.world)
     sym = parasim.run(program, layout.world, backend="symbolic")
-    assert _key(sym.trace) == _key(real.trace)
+    assert trace_key(sym.trace) == trace_key(real.trace)
     assert {tuple(v["layers"]) for v in real.values} == {("L0", "L1", "L2"), ("L3", "L4")}
     ops = {e.op for e in real.trace.events}
     assert {"all_to_all", "p2p", "reduce_scatter", "all_gather"} <= ops
@@ -42,3 +48,87 @@ def test_bad_steps_get_one_line():
         make_step(Layout(pp=2, dp=4, ep=4, model=SMALL), m=1)
     with pytest.raises(UsageError, match="needs a layout with a model and its sequence length"):
         make_step(Layout(tp=2))
+
+
+# -- the one step program: what its users pass in, and the examples' small-model pieces ----------------------
+DENSE = ModelSpec(name="dense", layers=2, hidden=8, heads=2, ffn=16, seq=4, bias=False)
+
+
+def _ones(ctx, rows):
+    """Every micro-batch all ones; the loss sum(y), so backward starts from ones."""
+    xp = ctx.xp
+    return MicroBatches(inputs=lambda mb: xp.ones((len(rows), 1, DENSE.hidden)),
+                        loss=lambda mb, y: (float(xp.sum(y)), xp.ones_like(y)))
+
+
+def _run_step(opts, stage=None):
+    layout = Layout(pp=2, dp=2, model=DENSE)
+
+    def program(ctx):
+        run = train_step(ctx, layout, opts, _ones, *([stage] if stage else []))
+        return {"layers": [layer.key for layer in run.layers], "rows": run.rows, "state": run.state,
+                "loaded": all(bool((run.stage.params()[k] == w).all()) for k, w in run.new.items())}
+    return parasim.run(program, layout.world)
+
+
+def test_the_step_program_tells_the_trace_the_phases_and_holdings_it_is_given():
+    default = _run_step(StepOptions(micro_batches=2))
+    phases = {m.text for m in default.trace.marks if m.kind == "phase"}
+    assert phases == {"forward and backward", "gradient sync and optimizer"}
+    held = {m.text for m in default.trace.marks if m.kind == "held" and m.rank == 0}
+    assert {"step: weights", "step: gradients", "step: optimizer share (master, m, v)"} <= held
+    assert {"L0: activations", "L0: activations (2)"} <= held  # both micro-batches' activations, each its own
+    quiet = _run_step(StepOptions(micro_batches=2, held=False, phases=Phases(schedule=None, sync="sync", after="done")))
+    assert [m.text for m in quiet.trace.marks if m.kind == "phase" and m.rank == 0] == ["sync", "done"]
+    assert not [m for m in quiet.trace.marks if m.kind == "held"]
+    # stage 1 holds L0, stage 2 L1; no SP or CP: every rank holds all 4 positions; the new weights are loaded
+    assert [v["layers"] for v in quiet.values] == [["L0"], ["L0"], ["L1"], ["L1"]]
+    assert all(v["rows"] == [0, 1, 2, 3] and v["loaded"] for v in quiet.values)
+
+
+def test_the_step_program_drives_the_stage_its_user_builds():
+    seen = []
+
+    class Counting(LayersStage):
+        def forward(self, x):
+            seen.append(("F", self.first))
+            return super().forward(x)
+
+    def stage(ctx, layers, first, rows):
+        s = Counting(layers)
+        s.first = first
+        return s
+    _run_step(StepOptions(micro_batches=3, held=False), stage)
+    assert sorted(seen) == [("F", 0)] * 6 + [("F", 1)] * 6  # 3 micro-batches on each of 2 ranks per stage
+
+
+def test_the_examples_loss_and_small_model_by_hand():
+    y, t = np.array([1.0, 2.0]), np.array([3.0, 4.0])
+    assert dot_loss(np, y, t) == (11.0, t)
+    value, grad = dot_loss(np, y, t, 2)
+    assert value == 5.5 and grad.tolist() == [1.5, 2.0]
+
+    def program(ctx):
+        named = whole_layers(ctx, DENSE, 1, 2, "layer {n}")
+        plain = whole_layers(ctx, DENSE, 0, 1)
+        stack = Stack(whole_layers(ctx, DENSE, 0, 2))
+        x = sequences(ctx, "x", [0, 1], DENSE.seq, DENSE.hidden)
+        loss = forward_backward(ctx, stack, [(x[:, :1], x[:, :1]), (x[:, 1:], x[:, 1:])], n=2)
+        y, _ = Stack(whole_layers(ctx, DENSE, 0, 2)).forward(x, Saved())
+        return ([(layer.key, layer.name) for layer in named + plain], x.shape, loss,
+                float(np.sum(y * x)) / 2, ctx.shared_rng("x1").normal((DENSE.seq, 1, DENSE.hidden)), x)
+    names, shape, loss, want, second, x = parasim.run(program, 1).values[0]
+    assert names == [("L1", "layer 2"), ("L2", "layer 3"), ("L0", "layer")]
+    assert shape == (4, 2, 8) and np.array_equal(x[:, 1:], second)  # sequence 1 is its own stream, side by side
+    assert loss == pytest.approx(want, rel=1e-12)  # two batches' halves add up to the whole batch's loss
+
+
+def test_partial_gradients_are_summed_over_both_cut_axes_groups():
+    """Under SP the norms and router are partial over tp, and with ETP 2 an expert's output bias b2 over etp
+    (placement.AXES: both cut weights): ZeRO-1's step sums each once, over the layout's 'tp' and 'expert-tp'."""
+    model = ModelSpec(name="biased", layers=1, hidden=8, heads=2, ffn=16, experts=2, top_k=1, seq=8)
+    layout = Layout(tp=2, dp=2, ep=2, etp=2, sp=True, model=model)
+    trace = parasim.run(make_step(layout, m=1), layout.world).trace
+    sums = {(e.group.name, e.label) for e in trace.events if e.op == "all_reduce"}
+    assert sums == {("tp", "sum the gradients partial over tp (SP-split weights), once per step"),
+                    ("expert-tp", "sum the gradients partial over etp (SP-split weights), once per step")}

@@ -99,8 +99,8 @@ def test_moe_without_values_says_what_to_do():
         def program(ctx):
             g = ctx.new_group([0, 1], "etp" if etp else "ep")  # experts split over it, or placed on it
             experts = [{"w1": ctx.xp.zeros((4, 6)), "w2": ctx.xp.zeros((6, 4))} for _ in range(4)]
-            moe = MoE(ParallelContext(ctx, options=LayerOptions(routing=routing)), None if etp else g, ctx.xp.zeros((4, 4)), experts, 2,
-                      etp=g if etp else None)
+            tp = ParallelContext(ctx, options=LayerOptions(routing=routing))
+            moe = MoE(tp, None if etp else g, ctx.xp.zeros((4, 4)), experts, 2, etp=g if etp else None)
             moe.forward(ctx.xp.zeros((3, 1, 4)), Saved())
         return program
     with pytest.raises(UsageError, match=r"moe: no router scores to route by \(argsort\(\) of a symbolic .*give a "

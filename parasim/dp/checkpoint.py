@@ -68,10 +68,8 @@ def _cuts(model: Any) -> dict[str, tuple[int, int]]:
     """(group size, place in it) over each model axis, from the ParallelContext the layers were built with."""
     for _, layer in _layers(model):
         tp = getattr(layer, "tp", None)
-        if tp is not None and hasattr(tp, "t"):
-            etp = tp.etp
-            return {"tp": (tp.t, tp.r),
-                    "etp": (1, 0) if etp is None else (etp.size, etp.group_rank(tp.ctx.rank))}
+        if tp is not None and hasattr(tp, "tp_world_size"):
+            return {"tp": (tp.tp_world_size, tp.tp_rank), "etp": (tp.etp_world_size, tp.etp_rank)}
     return {}
 
 

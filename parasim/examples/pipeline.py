@@ -9,7 +9,7 @@ from typing import Any, Callable
 from ..nn import Saved
 from ..nn.layer import Stack, StackWeights
 from ..layout import ModelSpec
-from ..pipeline.executor import run_schedule
+from ..pipeline.executor import WeightGradQueue, run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
 from .small import dot_loss, forward_backward, whole_layers
@@ -23,6 +23,7 @@ class LayersStage(StackWeights):
 
     def __init__(self, layers: list) -> None:
         self.stack = Stack(layers)
+        self.weight_grads = WeightGradQueue()  # zero-bubble's W queue: schedule state, so the stage's own
 
     def forward(self, x: Any) -> tuple[Any, Any]:
         return self.stack.forward(x, Saved())
@@ -31,7 +32,8 @@ class LayersStage(StackWeights):
         return self.stack.backward(cache, dy)
 
     def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]:
-        with self.stack.layers[0].tp.deferring() as work:
+        # the stage's layers share one ParallelContext: installed on it, the queue takes all their work
+        with self.weight_grads.deferring([self.stack.layers[0].tp]) as work:
             dx = self.stack.backward(cache, dy)
 
         def weights() -> None:

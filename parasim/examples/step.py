@@ -32,7 +32,7 @@ from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, HeldActivations, Ho
 from ..dp.zero import zero1_step
 from ..errors import UsageError
 from ..layout import Layout, LayoutError, ModelSpec
-from ..nn import ParallelContext
+from ..nn import LayerOptions, ParallelContext
 from ..nn.layer import TransformerLayer, layer_weights
 from ..nn.placement import data_axes, grad_group
 from ..nn.routing import Routing
@@ -138,7 +138,7 @@ def train_step(ctx: Any, layout: Layout, opts: StepOptions, data: Data, stage: S
     # 1. the context from the layout; SP's partial gradients are summed once per step, by ZeRO-1's code
     ctx.use_layout(layout)
     c, g = ctx.coords, ctx.groups
-    tp = ParallelContext.from_layout(ctx, layout, partial_sums="step", routing=opts.routing)
+    tp = ParallelContext.from_layout(ctx, layout, LayerOptions(partial_sums="step", routing=opts.routing))
     rows = tp.token_positions()  # the layers' own split: this rank's CP slice, then its SP share of that
     batches = data(ctx, rows)
     # 2. this rank's stage: its layers, the experts it holds, and what it keeps

@@ -6,7 +6,7 @@ so the unsplit model (the reference) is known exactly. Activations use Megatron'
 sequence parallelism splits dim 0.
 """
 from .attention import ParallelAttention
-from .core import Layer, ParallelContext, Partial, Replicate, Saved, Shard, Weights
+from .core import Layer, LayerOptions, ParallelContext, Partial, Replicate, Saved, Shard, Weights
 from .dropout import Dropout
 from .embedding import VocabParallelCrossEntropy, VocabParallelEmbedding
 from .layer import Stack, TransformerLayer, layer_weights
@@ -14,6 +14,6 @@ from .linear import ColumnParallelLinear, RowParallelLinear
 from .mlp import ParallelMLP
 from .norm import LayerNorm
 
-__all__ = ["Layer", "Weights", "Replicate", "Shard", "Partial", "Saved", "ParallelContext", "ColumnParallelLinear", "RowParallelLinear",
+__all__ = ["Layer", "Weights", "Replicate", "Shard", "Partial", "Saved", "ParallelContext", "LayerOptions", "ColumnParallelLinear", "RowParallelLinear",
            "ParallelMLP", "ParallelAttention", "LayerNorm", "Dropout", "VocabParallelEmbedding",
            "VocabParallelCrossEntropy", "TransformerLayer", "Stack", "layer_weights"]

@@ -9,6 +9,8 @@ a partial sum over those ranks.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from typing import Any
 
 from ..layout import LayoutError, check_heads
@@ -28,26 +30,67 @@ def head_split(heads: int, kv_heads: int, t: int, r: int) -> tuple[list[int], li
     return q, [r // (t // kv_heads)]
 
 
+@dataclass(frozen=True)
+class AttentionWeights:
+    """The attention block's weights, whole: Q, K and V ([hidden, heads x d], kv heads for K and V), the
+    output projection ([heads x d, hidden]) and their biases (None: no bias)."""
+
+    wq: Any
+    wk: Any
+    wv: Any
+    wo: Any
+    bq: Any = None
+    bk: Any = None
+    bv: Any = None
+    bo: Any = None
+
+    @classmethod
+    def of(cls, weights: Mapping[str, Any]) -> AttentionWeights:
+        """Those of a layer's weights (`layer_weights`' names; a bias not there is None)."""
+        return cls(**{f.name: weights.get(f.name) for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class HeadCounts:
+    """How many query heads, and how many key/value heads they share (None: as many, no grouping)."""
+
+    heads: int
+    kv_heads: int | None = None
+
+    @property
+    def kv(self) -> int:
+        return self.kv_heads or self.heads
+
+
+@dataclass(frozen=True)
+class AttentionOptions:
+    """How attention runs: dropout on its probabilities, and FlashAttention's recompute of the softmax in
+    backward instead of keeping it."""
+
+    dropout: float = 0.0
+    flash: bool = False
+
+
 class ParallelAttention(Weights):
-    def __init__(self, tp: ParallelContext, wq: Any, wk: Any, wv: Any, wo: Any, heads: int, kv_heads: int | None = None,
-                 dropout: float = 0.0, key: str = "attn", name: str = "attn", flash: bool = False,
-                 bq: Any = None, bk: Any = None, bv: Any = None, bo: Any = None):
-        xp = tp.xp
-        self.tp, self.name, self.key, self.p, self.flash = tp, name, key, dropout, flash
-        self.heads, self.kv_heads = heads, kv_heads or heads
-        self.d = wq.shape[1] // heads
-        self.q_heads, self.kv_local = head_split(heads, self.kv_heads, tp.t, tp.r)
+    def __init__(self, tp: ParallelContext, weights: AttentionWeights, heads: HeadCounts,
+                 options: AttentionOptions = AttentionOptions(), key: str = "attn",
+                 name: str = "attn"):
+        xp, w_ = tp.xp, weights
+        self.tp, self.name, self.key, self.p, self.flash = tp, name, key, options.dropout, options.flash
+        self.heads, self.kv_heads = heads.heads, heads.kv
+        self.d = w_.wq.shape[1] // self.heads
+        self.q_heads, self.kv_local = head_split(self.heads, self.kv_heads, tp.tp_world_size, tp.tp_rank)
         d = self.d
         cols = [h * d + i for h in self.q_heads for i in range(d)]
-        nq = heads * d
+        nq = self.heads * d
         cols += [nq + h * d + i for h in self.kv_local for i in range(d)]
         cols += [nq + self.kv_heads * d + h * d + i for h in self.kv_local for i in range(d)]
-        w = xp.concat([wq, wk, wv], axis=1)
-        b = None if bq is None else xp.concat([bq, bk, bv], axis=0)
+        w = xp.concat([w_.wq, w_.wk, w_.wv], axis=1)
+        b = None if w_.bq is None else xp.concat([w_.bq, w_.bk, w_.bv], axis=0)
         self.qkv = ColumnParallelLinear(tp, w, b, name=f"{name}.qkv", columns=cols)
-        self.out = RowParallelLinear(tp, wo, bo, name=f"{name}.out")
+        self.out = RowParallelLinear(tp, w_.wo, w_.bo, name=f"{name}.out")
         # each local q head reads the local kv head of its group
-        group = heads // self.kv_heads
+        group = self.heads // self.kv_heads
         self.kv_of = [self.kv_local.index(h // group) for h in self.q_heads]
 
     def _split(self, y: Any) -> tuple[Any, Any, Any]:
@@ -82,13 +125,13 @@ class ParallelAttention(Weights):
         tp = self.tp
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
-        return RingAttention(tp.ctx, tp.cp, tp.seq, split=tp.split, causal=True, name=f"{self.name}.ring")
+        return RingAttention(tp.ctx, tp.cp_group, tp.seq, split=tp.cp_split, causal=True, name=f"{self.name}.ring")
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
         xp = self.tp.xp
         y, c_qkv = self.qkv.forward(x, saved)
         q, k, v = self._split(y)
-        if self.tp.cp_size > 1:  # the sequence is split over CP ranks: attend around the ring
+        if self.tp.cp_world_size > 1:  # the sequence is split over CP ranks: attend around the ring
             for label, a in (("q", q), ("k", k), ("v", v)):
                 saved.keep(self.name, label, a)
             idx = xp.asarray(self.kv_of)

@@ -2,88 +2,124 @@
 operators f and g (and their sequence-parallel forms), and the record of what forward keeps for backward."""
 from __future__ import annotations
 
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..comm.interface import Group
 from ..layout import LayoutError
 from .placement import Partial, Replicate, Shard, local
+from .ring_attention import SequenceSplit
 
-__all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "Saved", "Layer", "Weights"]  # placements: placement.py
+__all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "LayerOptions", "Saved", "Layer", "Weights"]  # placements: placement.py
+
+
+class WeightGradSink(Protocol):
+    """Where a layer's weight-gradient work goes when a schedule defers it (pipeline's WeightGradQueue)."""
+
+    def run_or_queue(self, work: Callable[[], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class LayerOptions:
+    """What a run chooses about how its layers run, the same for every rank and layer (not a degree or a
+    group: those are the context's own fields)."""
+
+    # where gradients partial over a model axis (SP-split norms and router, b2 over ETP) are summed: in each
+    # layer's backward ("layer", every micro-batch), or once per step by data-parallel code ("step", as
+    # Megatron does before its data-parallel reduction)
+    partial_sums: str = "layer"
+    # MoE routing by a stated policy (nn.routing.Routing) instead of the router's scores: arrays without
+    # values, which have no scores, need one; arrays with values given the same policy route the same way
+    routing: Any = None
 
 
 @dataclass
 class ParallelContext:
     """What a layer needs to know about its rank: the comm, the array namespace, and its groups (TP, CP,
-    EP) with its place in each. Built by hand for a lesson's few ranks, or from a Layout (`from_layout`)."""
+    EP, ETP; torchtitan's and picotron's `tp_group`, `tp_world_size`, `tp_rank`) with its place in each.
+    What a run chooses (routing, where partial sums are summed) is in `options`; a schedule's state (the
+    W queue) stays with the schedule. Built by hand for a lesson's few ranks, or from a Layout."""
 
     ctx: Any
-    group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
-    sp: bool = False  # sequence parallelism on top of TP
-    cp: Group | None = None  # context parallelism: the sequence is split over this group for the whole layer
-    seq: int = 0  # the whole sequence length (needed with cp)
-    split: str = "zigzag"  # how cp splits the sequence: "contiguous" or "zigzag"
-    ep: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
-    etp: Group | None = None  # expert tensor parallelism: each expert's matrices are split over this group
-    # where gradients partial over a model axis (SP-split norms and router, b2 over ETP) are summed: in each
-    # layer's backward ("layer", every micro-batch), or once per step by data-parallel code ("step", as
-    # Megatron does before its data-parallel reduction)
-    partial_sums: str = "layer"
-    # MoE routing by a stated policy (nn.routing.Routing) instead of the router's scores: symbolic ranks,
-    # which have no scores, need one; virtual ranks given the same policy route the same way
-    routing: Any = None
-    # zero-bubble pipelines split a backward in two: inside `deferring()` weight-gradient work is queued
-    # here (as closures) instead of run, and a later W pass runs it
-    deferred: list | None = None
-    _positions: tuple | None = field(default=None, repr=False, compare=False)  # cp_positions, worked out once
+    tp_group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
+    sp: bool = False  # sequence parallelism on top of TP (the name Layout and the command line give it)
+    cp_group: Group | None = None  # context parallelism: the sequence is split over it for the whole layer
+    seq: int = 0  # the whole sequence length (needed with CP)
+    cp_split: str = "zigzag"  # how CP splits the sequence: "contiguous" or "zigzag"
+    ep_group: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
+    etp_group: Group | None = None  # expert tensor parallelism: each expert's matrices are split over it
+    options: LayerOptions = LayerOptions()  # how this run's layers run (frozen: one default serves all)
+    # where `weight_grad` hands weight-gradient work: None, run it at once; a schedule that splits backward
+    # in two (zero-bubble's W queue, pipeline/executor.py) installs its queue for the length of a backward
+    weight_grads: WeightGradSink | None = field(default=None, repr=False, compare=False)
+    _positions: dict = field(default_factory=dict, repr=False, compare=False)  # cp_positions by seq, split, cp
 
     @classmethod
-    def from_layout(cls, ctx: Any, layout: Any = None, **overrides: Any) -> "ParallelContext":
+    def from_layout(cls, ctx: Any, layout: Any = None, options: LayerOptions = LayerOptions()) -> "ParallelContext":
         """The context of `ctx`'s rank in `layout` (default: the layout the run was given): its TP, CP and
-        EP groups, SP and the CP split from the layout, the sequence length from its model."""
+        EP groups, SP and the CP split from the layout, the sequence length from its model; `options` as given."""
         layout = layout if layout is not None else ctx.layout
         if ctx.layout is not layout:
             ctx.use_layout(layout)
         g = ctx.groups
         seq = layout.model.seq if layout.model is not None and layout.model.seq else 0
-        made = dict(group=g["tp"], sp=layout.sp, cp=g["cp"], seq=seq,
-                    split="zigzag" if layout.zigzag else "contiguous", ep=g["ep"], etp=g["expert-tp"])
-        return cls(ctx, **{**made, **overrides})
+        made = dict(tp_group=g["tp"], sp=layout.sp, cp_group=g["cp"], seq=seq,
+                    cp_split="zigzag" if layout.zigzag else "contiguous", ep_group=g["ep"], etp_group=g["expert-tp"])
+        return cls(ctx, **made, options=options)
 
-    @contextmanager
-    def deferring(self) -> Iterator[list]:
-        """Within this block weight-gradient work is queued (zero-bubble's W pass runs it later) and the
-        list it is queued on is yielded; outside it, the work runs at once."""
-        self.deferred = work = []
-        try:
-            yield work
-        finally:
-            self.deferred = None
-
-    def weight_grad(self, work: Any) -> None:
-        """Run `work` (a weight-gradient computation) now, or queue it for the W pass."""
-        if self.deferred is None:
+    def weight_grad(self, work: Callable[[], None]) -> None:
+        """Run `work` (a weight-gradient computation) now, or hand it to the queue a schedule installed."""
+        if self.weight_grads is None:
             work()
         else:
-            self.deferred.append(work)
+            self.weight_grads.run_or_queue(work)
+
+    # Each group's size and this rank's place in it (picotron's tp_world_size, tp_rank): 1 and 0 without it.
+    @property
+    def tp_world_size(self) -> int:
+        return 1 if self.tp_group is None else self.tp_group.size
 
     @property
-    def cp_size(self) -> int:
-        return 1 if self.cp is None else self.cp.size
+    def tp_rank(self) -> int:
+        return 0 if self.tp_group is None else self.tp_group.group_rank(self.ctx.rank)
+
+    @property
+    def cp_world_size(self) -> int:
+        return 1 if self.cp_group is None else self.cp_group.size
+
+    @property
+    def cp_rank(self) -> int:
+        return 0 if self.cp_group is None else self.cp_group.group_rank(self.ctx.rank)
+
+    @property
+    def etp_world_size(self) -> int:
+        return 1 if self.etp_group is None else self.etp_group.size
+
+    @property
+    def etp_rank(self) -> int:
+        return 0 if self.etp_group is None else self.etp_group.group_rank(self.ctx.rank)
 
     def cp_positions(self) -> list[int]:
         """The sequence positions this rank's CP slice holds (all of them without CP); worked out once per
         sequence length and split (every layer asks, and a long sequence has hundreds of thousands)."""
-        key = (self.seq, self.split, self.cp_size)
-        if self._positions is None or self._positions[0] != key:
-            cp_rank = 0 if self.cp is None else self.cp.group_rank(self.ctx.rank)
-            self._positions = (key, cp_slice(self.seq, self.split, self.cp_size, cp_rank))
-        return list(self._positions[1])
+        key = (self.seq, self.cp_split, self.cp_world_size)
+        if key not in self._positions:
+            self._positions[key] = list(self._cp_slice())
+        return list(self._positions[key])
 
     def token_positions(self) -> list[int]:
-        """The positions this rank holds between matmuls: its CP slice, then its SP share of that."""
-        return sp_share(self.cp_positions(), self.sp, self.t, self.r)
+        """The positions this rank holds between matmuls: its CP slice, then its SP share of that (under SP
+        only the share is listed, not the whole slice first)."""
+        if not self.sp:
+            return self.cp_positions()
+        return sp_share(self._cp_slice(), self.tp_world_size, self.tp_rank)
+
+    def _cp_slice(self) -> Sequence[int]:
+        """This rank's CP slice (every position without CP) as ranges, listed only as far as a caller reads."""
+        if self.cp_world_size == 1:
+            return range(self.seq)
+        return SequenceSplit(self.cp_split, self.seq, self.cp_world_size).positions(self.cp_rank)
 
     @property
     def xp(self) -> Any:
@@ -93,17 +129,9 @@ class ParallelContext:
     def comm(self) -> Any:
         return self.ctx.comm
 
-    @property
-    def t(self) -> int:
-        return 1 if self.group is None else self.group.size
-
-    @property
-    def r(self) -> int:
-        return 0 if self.group is None else self.group.group_rank(self.ctx.rank)
-
     def shard(self, full: Any, dim: int) -> Any:
         """This rank's slice of a whole tensor along `dim` over TP (a copy, so it owns its memory)."""
-        return local(full, Shard(dim), self.t, self.r, self.xp)
+        return local(full, Shard(dim), self.tp_world_size, self.tp_rank, self.xp)
 
     # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (the input was
     # copied to every rank, and the backward of a copy is a sum). g: the reverse.
@@ -111,10 +139,10 @@ class ParallelContext:
         return x
 
     def f_backward(self, dx: Any) -> Any:
-        return dx if self.t == 1 else self.comm.all_reduce(dx, group=self.group, label="f backward")
+        return dx if self.tp_world_size == 1 else self.comm.all_reduce(dx, group=self.tp_group, label="f backward")
 
     def g_forward(self, y: Any) -> Any:
-        return y if self.t == 1 else self.comm.all_reduce(y, group=self.group, label="g forward")
+        return y if self.tp_world_size == 1 else self.comm.all_reduce(y, group=self.tp_group, label="g forward")
 
     def g_backward(self, dy: Any) -> Any:
         return dy
@@ -122,31 +150,20 @@ class ParallelContext:
     # Sequence parallelism splits the all-reduce into its halves: all-gather the sequence before a
     # column-parallel block, reduce-scatter it after a row-parallel one (and the reverse in backward).
     def gather_seq(self, x: Any, label: str) -> Any:
-        return x if self.t == 1 else self.comm.all_gather(x, dim=0, group=self.group, label=label)
+        return x if self.tp_world_size == 1 else self.comm.all_gather(x, dim=0, group=self.tp_group, label=label)
 
     def scatter_seq(self, y: Any, label: str) -> Any:
-        return y if self.t == 1 else self.comm.reduce_scatter(y, dim=0, group=self.group, label=label)
+        return y if self.tp_world_size == 1 else self.comm.reduce_scatter(y, dim=0, group=self.tp_group, label=label)
 
 
-def cp_slice(seq: int, split: str, cp: int, cp_rank: int) -> list[int]:
-    """The sequence positions CP rank `cp_rank` of `cp` holds (all of them without CP)."""
-    if cp == 1:
-        return list(range(seq))
-    from .ring_attention import positions
-    return positions(split, seq, cp, cp_rank)
-
-
-def sp_share(positions: list[int], sp: bool, t: int, r: int) -> list[int]:
-    """TP rank r's share of `positions` under SP (all of them without SP): the positions it holds between
-    matmuls."""
-    if not sp:
-        return positions
+def sp_share(positions: Sequence[int], t: int, r: int) -> list[int]:
+    """TP rank r's share of `positions` under SP: the positions it holds between matmuls."""
     n, left = divmod(len(positions), t)
     if left:  # an uneven share would drop tokens (or leave a rank none) and fail far from here
         k = len(positions)
         raise LayoutError(f"sequence parallelism over tp {t} cannot split the {k} token{'' if k == 1 else 's'} of "
                           "this rank's sequence slice evenly: the sequence length must divide by cp x tp")
-    return positions[r * n:(r + 1) * n]
+    return list(positions[r * n:(r + 1) * n])
 
 
 @runtime_checkable

@@ -15,8 +15,8 @@ from .core import ParallelContext, Saved, Shard, Weights
 
 def owned_one_hot(tp: ParallelContext, ids: Any, vocab: int) -> Any:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
-    n = vocab // tp.t
-    mine = tp.xp.arange(n) + tp.r * n  # the token ids this rank owns: a contiguous block
+    n = vocab // tp.tp_world_size
+    mine = tp.xp.arange(n) + tp.tp_rank * n  # the token ids this rank owns: a contiguous block
     return tp.xp.astype(ids[..., None] == mine, tp.xp.float64)
 
 
@@ -51,16 +51,15 @@ class VocabParallelCrossEntropy:
 
     def forward(self, logits: Any, targets: Any, saved: Saved) -> tuple[Any, tuple]:
         tp, xp = self.tp, self.tp.xp
-        comm, group = tp.comm, tp.group
+        comm, group, alone = tp.comm, tp.tp_group, tp.tp_world_size == 1
         local_max = xp.max(logits, axis=-1)
-        m = local_max if tp.t == 1 else comm.all_reduce(local_max, op="max", group=group, label="loss: max logit")
+        m = local_max if alone else comm.all_reduce(local_max, op="max", group=group, label="loss: max logit")
         e = xp.exp(logits - m[..., None])
         local_sum = xp.sum(e, axis=-1)
-        total = local_sum if tp.t == 1 else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
+        total = local_sum if alone else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
         onehot = owned_one_hot(tp, targets, self.vocab)
         local_target = xp.sum(onehot * (logits - m[..., None]), axis=-1)
-        target = local_target if tp.t == 1 else comm.all_reduce(local_target, group=group,
-                                                                label="loss: target logit")
+        target = local_target if alone else comm.all_reduce(local_target, group=group, label="loss: target logit")
         losses = xp.log(total) - target
         saved.keep(self.name, "softmax", e)
         count = 1

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .attention import ParallelAttention
+from .attention import AttentionOptions, AttentionWeights, HeadCounts, ParallelAttention
 from .core import Saved, ParallelContext
 from .dropout import Dropout
 from .mlp import ParallelMLP
@@ -59,15 +59,14 @@ class TransformerLayer:
         self.tp, self.shape, self.name, self.key = tp, shape, name, key
         rms = shape.norm == "rmsnorm"
         self.ln1 = LayerNorm(tp, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
-        self.attn = ParallelAttention(tp, weights["wq"], weights["wk"], weights["wv"], weights["wo"], shape.heads,
-                                      shape.kv, dropout=shape.dropout, key=f"{key}.attn", name=f"{name}.attn",
-                                      flash=shape.flash, bq=weights["bq"], bk=weights["bk"], bv=weights["bv"],
-                                      bo=weights["bo"])
+        self.attn = ParallelAttention(tp, AttentionWeights.of(weights), HeadCounts(shape.heads, shape.kv),
+                                      AttentionOptions(dropout=shape.dropout, flash=shape.flash),
+                                      key=f"{key}.attn", name=f"{name}.attn")
         self.drop1 = Dropout(tp, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
         self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
-            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep, weights["router"], expert_weights(weights, shape),
-                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=tp.etp)
+            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep_group, weights["router"], expert_weights(weights, shape),
+                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=tp.etp_group)
         else:
             self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
                                    name=f"{name}.mlp")
@@ -76,11 +75,11 @@ class TransformerLayer:
     def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
         """The whole activation's shape and this rank's slice of it: its CP tokens, then its SP share."""
         tp = self.tp
-        if tp.cp_size == 1:
+        if tp.cp_world_size == 1:
             if not tp.sp:
                 return tuple(x.shape), ()
             n = x.shape[0]
-            return (n * tp.t, *x.shape[1:]), (slice(tp.r * n, (tp.r + 1) * n),)
+            return (n * tp.tp_world_size, *x.shape[1:]), (slice(tp.tp_rank * n, (tp.tp_rank + 1) * n),)
         return (tp.seq, *x.shape[1:]), (tp.xp.asarray(tp.token_positions()),)
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
@@ -109,10 +108,10 @@ class TransformerLayer:
         if tag is None:
             return x
         tp, n = self.tp, x.shape[0]
-        if tp.cp_size > 1:
+        if tp.cp_world_size > 1:
             rows, size = tp.token_positions(), tp.seq
         else:  # the SP share alone (or every row): a slice of this rank's n tokens out of n * t
-            t, r = (tp.t, tp.r) if tp.sp else (1, 0)
+            t, r = (tp.tp_world_size, tp.tp_rank) if tp.sp else (1, 0)
             rows, size = range(r * n, (r + 1) * n), n * t
         return tp.ctx.mark(f"{tag}.{self.key}.{what}", x, "Replicate()", rows=rows, size=size)
 

@@ -29,7 +29,7 @@ def mark_output(tp: ParallelContext, tag: str | None, name: str, y: Any, p: Any,
     them: asked only when marking)."""
     if tag is not None:
         rows = rows() if callable(rows) else rows
-        tp.ctx.mark(f"{tag}.{name}.out", y, p, tp.group, rows=rows, size=tp.seq if rows is not None else None)
+        tp.ctx.mark(f"{tag}.{name}.out", y, p, tp.tp_group, rows=rows, size=tp.seq if rows is not None else None)
 
 
 class ColumnParallelLinear(Weights):
@@ -60,7 +60,8 @@ class ColumnParallelLinear(Weights):
         if self.bias is not None:
             y = y + self.bias
         if self.even:  # chosen columns (attention's fused heads) are no one slice: a placement cannot say them
-            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), tp.cp_positions if tp.cp_size > 1 else None)
+            rows = tp.cp_positions if tp.cp_world_size > 1 else None
+            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), rows)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
@@ -102,7 +103,7 @@ class RowParallelLinear(Weights):
         y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter the sequence") if tp.sp else tp.g_forward(partial)
         if self.bias is not None:
             y = y + self.bias
-        if tp.cp_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
+        if tp.cp_world_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
             mark_output(tp, saved.tag, self.name, y, Replicate(), tp.token_positions if tp.sp else tp.cp_positions)
         else:
             mark_output(tp, saved.tag, self.name, y, Shard(0) if tp.sp else Replicate(), None)

@@ -11,15 +11,20 @@ Backward runs the same two all-to-alls in reverse: output gradients go out to th
 gradients (with the gates' gradients beside them) come back. Experts are whole on one rank (ETP = 1),
 placed in contiguous blocks: with E experts over an EP group of p, group rank i holds experts
 i*E/p .. (i+1)*E/p - 1. Under SP each TP rank holds different tokens, so none is dispatched twice.
+
+Only array operations of `ctx.xp` touch the data (one-hot choices, gathers, row blocks), so arrays that have
+no values (shapes only) run the block unchanged; what needs values (an order of the router's scores, the
+rows whose gates are nonzero) is refused by such arrays, and the block says what to do instead. Which token
+goes where is worked out in numpy from the routing itself, which is always known.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from ..comm.interface import Group
-from ..errors import UsageError
+from ..errors import ParasimError, UsageError
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
@@ -60,7 +65,12 @@ class MoE(Weights):
         self._grads: dict[str, Any] = {}
         self._last: tuple = ([], None)  # the last forward's picks and gates: `last_routing`
         self.calls = 0  # forward calls so far: with a routing policy, each names its draws
-        self.symbolic = getattr(tp.ctx, "symbolic", False)  # arrays without values: shapes are all there is
+        # worked out from the routing, kept while the routing is the very same (a policy's cached draws)
+        self._arrived: list[np.ndarray] | None = None  # per local expert, the received rows that chose it
+        self._last_rows_to: tuple | None = None  # (picks, rows to each EP rank)
+        self._last_received: tuple | None = None  # (senders' draws, arrived, sizes)
+        self._last_plan: tuple | None = None  # (rows to each EP rank, their _Dispatch)
+        self._last_experts: tuple | None = None  # (arrived, received rows, each local expert's rows and gathers)
         # a scripted route for some local tokens (set before a forward): row -> (k experts, k gates). Their
         # gates are constants, so no gradient reaches the router through them (the post's drawn routing)
         self.scripted: dict[int, tuple[tuple[int, ...], tuple[float, ...]]] = {}
@@ -86,10 +96,8 @@ class MoE(Weights):
         saved.keep(self.name, "router input", tokens)
         logits = xp.matmul(tokens, self.router)
         chosen = self._route(logits, n, n_exp)  # per token: its k experts, best first
-        # [n, k, E]: choice j of token t is expert e (symbolic: its shape is what counts)
-        pick = xp.zeros((n, self.k, n_exp), dtype=x.dtype) if self.symbolic else _choice(xp, chosen, self.k, n_exp,
-                                                                                              x.dtype)
-        gates = _softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
+        pick = one_hot(xp, chosen, self.k, n_exp, x.dtype)  # [n, k, E]: choice j of token t is expert e
+        gates = softmax(xp, xp.sum(logits[:, None, :] * pick, axis=2))  # [n, k]
         fixed = xp.zeros((n, 1), dtype=x.dtype)  # [n, 1]: 1 for a scripted token
         if self.scripted:
             fixed = xp.asarray([[1.0] if t in self.scripted else [0.0] for t in range(n)], dtype=x.dtype)
@@ -98,13 +106,14 @@ class MoE(Weights):
             gates = gates * (1.0 - fixed) + given * fixed
         per_expert = xp.sum(gates[:, :, None] * pick, axis=1)  # [n, E]: each expert's gate, 0 if not chosen
         self._last = (chosen, gates)  # read by `last_routing`, for lessons
-        # dispatch: rows for each EP rank, a token once per rank, with the gates of that rank's experts
+        # dispatch: one row per (token, EP rank holding one of its experts), rank by rank: the token and the
+        # gates of that rank's experts (per_expert's [n * p, per] view: row t * p + d is rank d's columns)
         rows = self._rows_to(chosen)
-        work, like = self._standing(rows)
-        made = {d: xp.concat([_take(xp, tokens, rows[d]), _take(xp, per_expert, rows[d])[:, self._cols(d)]], axis=1)
-                for d in work}
-        chunks = [made[like[d]] for d in range(self.p)]
-        got = self._a2a(chunks, "dispatch: tokens (and their gates) to the ranks holding their experts")
+        plan = self._plan(rows, n)
+        sent = xp.concat([_gather(xp, tokens, plan.tokens),
+                          _gather(xp, xp.reshape(per_expert, (n * self.p, self.per)), plan.slots)], axis=1)
+        got = self._a2a(split_rows(sent, plan.sizes), "dispatch: tokens (and their gates) to the ranks holding "
+                        "their experts")
         sizes = [c.shape[0] for c in got]
         recv = xp.concat(got, axis=0)
         self._arrived = self._received(sizes, n, n_exp)  # which of my experts each received row chose (policy)
@@ -114,43 +123,48 @@ class MoE(Weights):
         saved.keep(self.name, "dispatched tokens", xs)
         out, expert_caches = self._experts_forward(xs, ws, saved)
         out = self._etp_sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
-        back = self._a2a(_split(out, sizes, self.symbolic), "combine: expert outputs back to each token's rank")
-        y = xp.zeros((n, h), dtype=x.dtype)
+        back = self._a2a(split_rows(out, sizes), "combine: expert outputs back to each token's rank")
         self._check_back(back, rows)
-        for d in work:
-            y = y + _scatter(xp, back[d], rows[d], n, self.symbolic)
-        cache = (shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches)
+        y = add_at(xp, xp.zeros((n, h), dtype=x.dtype), plan.tokens, xp.concat(back, axis=0), plan.token_rounds)
+        cache = (shape, tokens, pick, gates, fixed, plan, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
 
     @property
     def last_routing(self) -> list[list[tuple[int, float]]]:
-        """Per local token of the last forward: (expert, gate) for each pick, best first (gates NaN on
-        symbolic ranks)."""
+        """Per local token of the last forward: (expert, gate) for each pick, best first (gates NaN where the
+        arrays have no values)."""
         chosen, gates = self._last
         chosen = chosen.tolist() if isinstance(chosen, np.ndarray) else chosen  # plain ints, for notes and JSON
-        shown = [[float("nan")] * self.k] * len(chosen) if self.symbolic or gates is None else _rows(gates)
+        shown = [] if gates is None else _rows(gates)
         return [list(zip(chosen[t], shown[t])) for t in range(len(chosen))]
 
     def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
         """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
         the parallel context has one, else by the router's scores (top k)."""
-        policy, key = self.tp.routing, f"{self.name}#{self.calls}"
+        policy, key = self.tp.options.routing, f"{self.name}#{self.calls}"
         self.calls += 1
         if policy is None:
-            if self.symbolic:
-                raise UsageError(f"{self.name}: symbolic ranks have no router scores to route by; give a routing "
-                                 "policy (uniform, balanced or skewed:F)")
-            return [list(self.scripted[t][0]) if t in self.scripted else _top(row, self.k)
-                    for t, row in enumerate(_rows(logits))]
+            top = self._top(logits)
+            return [list(self.scripted[t][0]) if t in self.scripted else top[t] for t in range(n)]
         if self.scripted:
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
         return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k)  # [n, k], read-only
+
+    def _top(self, logits: Any) -> list[list[int]]:
+        """Each token's k best experts by the router's scores, best first; ties go to the lower index (a
+        stable order of the negated scores)."""
+        try:
+            order = self.tp.xp.argsort(-logits, axis=1, stable=True)
+        except ParasimError as exc:  # arrays without values have no order to give
+            raise UsageError(f"{self.name}: no router scores to route by ({exc}); give a routing policy (uniform, "
+                             "balanced or skewed:F)") from None
+        return order[:, :self.k].tolist()
 
     def _rows_to(self, chosen: list[list[int]]) -> list[np.ndarray]:
         """For each EP rank, the tokens that chose one of its experts (a token goes once per rank)."""
         if len(chosen) == 0:
             return [np.zeros(0, dtype=np.int64) for _ in range(self.p)]
-        last = getattr(self, "_last_rows_to", None)  # balanced routing: the policy's very same draws each call
+        last = self._last_rows_to  # balanced routing: the policy's very same draws each call
         if last is not None and last[0] is chosen:
             return last[1]
         owners = np.asarray(chosen) // self.per  # [n, k]: the EP rank of each pick
@@ -164,13 +178,13 @@ class MoE(Weights):
     def _received(self, sizes: list[int], n: int, n_exp: int) -> list[np.ndarray] | None:
         """With a routing policy, for each local expert the received rows that chose it, worked out from the
         senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels."""
-        policy = self.tp.routing
+        policy = self.tp.options.routing
         if policy is None or self.etp is not None:
             return None
         key = f"{self.name}#{self.calls - 1}"
         srcs = [self.tp.ctx.rank] if self.ep is None else self.ep.ranks
         draws = [policy.choose(key, src, d * n, n, n_exp, self.k) for d, src in enumerate(srcs)]
-        last = getattr(self, "_last_received", None)  # balanced routing: the very same draws every call
+        last = self._last_received  # balanced routing: the very same draws every call
         if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)) \
                 and last[2] == sizes:
             return last[1]
@@ -189,49 +203,59 @@ class MoE(Weights):
         self._last_received = (draws, rows, list(sizes))  # the draws kept alive, so their ids stay theirs
         return rows
 
-    def _rows_of(self, j: int, ws: Any) -> Any:
-        """The received rows that chose local expert j: from the policy's draws when routing by policy, else
-        from the gates that came with them (zero for an expert a row did not choose)."""
-        arrived = getattr(self, "_arrived", None)
+    def _plan(self, rows: list[np.ndarray], n: int) -> _Dispatch:
+        """Where each dispatched row comes from and goes back to (the same rows give the very same plan)."""
+        last = self._last_plan
+        if last is not None and last[0] is rows:
+            return last[1]
+        xp, sizes = self.tp.xp, [len(r) for r in rows]
+        tokens = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
+        slots = tokens * self.p + np.repeat(np.arange(self.p), sizes)
+        plan = _Dispatch(xp.asarray(tokens, dtype=xp.int64), xp.asarray(slots, dtype=xp.int64), sizes,
+                         _rounds(xp, tokens, n), _rounds(xp, slots, n * self.p))
+        self._last_plan = (rows, plan)
+        return plan
+
+    def _expert_rows(self, ws: Any) -> list[tuple[Any, list[np.ndarray]]]:
+        """For each local expert, the received rows that chose it and `add_at`'s gathers onto them: from the
+        policy's draws when routing by policy (the very same draws give the very same rows), else from the
+        gates that came with the rows (zero for an expert a row did not choose)."""
+        arrived, n_rows = self._arrived, ws.shape[0]
+        last = self._last_experts
+        if arrived is not None and last is not None and last[0] is arrived and last[1] == n_rows:
+            return last[2]
+        found = []
+        for j in range(self.per):
+            idx = arrived[j] if arrived is not None else self._gated(ws, j)
+            found.append((idx, _rounds(self.tp.xp, idx, n_rows)))
         if arrived is not None:
-            idx = arrived[j]
-            if not self.symbolic and idx.tolist() != [i for i, v in enumerate(_col(ws, j)) if v != 0.0]:
-                raise RuntimeError(f"{self.name}: the policy's draws and the gates that came with the rows disagree")
-            return idx
-        if self.symbolic:
-            raise UsageError(f"{self.name}: symbolic ranks route by policy with expert TP 1 only, for now")
-        return [i for i, v in enumerate(_col(ws, j)) if v != 0.0]
+            self._last_experts = (arrived, n_rows, found)
+        return found
+
+    def _gated(self, ws: Any, j: int) -> list[int]:
+        """The received rows whose gate for local expert j is nonzero."""
+        try:
+            return self.tp.xp.nonzero(ws[:, j] != 0.0)[0].tolist()
+        except ParasimError as exc:  # arrays without values have no gates to read
+            raise UsageError(f"{self.name}: the rows that chose each expert are read from their gates ({exc}); "
+                             "arrays without values route by policy with expert TP 1 only, for now") from None
 
     def _check_back(self, back: list, rows: list) -> None:
-        """Each EP rank returns the rows it was sent. A folded symbolic run (symbolic/fold.py) copies the
-        representative's chunks to the ranks folded onto it, which holds only when every EP rank receives as
-        many rows: say so, rather than fail later on a shape."""
+        """Each EP rank returns the rows it was sent. A folded run (a rank running once for several, whose
+        chunks the others are given) holds that only when every EP rank receives as many rows: say so, rather
+        than fail later on a shape."""
         for d, b in enumerate(back):
             if b.shape[0] != len(rows[d]):
                 raise UsageError(f"{self.name}: EP rank {d} returned {b.shape[0]} rows for the {len(rows[d])} sent "
                                  "to it: a folded run needs every EP rank to receive as many rows (balanced "
                                  "routing with a multiple of E tokens per GPU), or run the ranks unfolded")
 
-    def _standing(self, rows: list[list[int]]) -> tuple[list[int], list[int]]:
-        """The EP ranks whose rows are worked on, and for each EP rank the one whose work stands for it: every
-        rank for itself on values; on symbolic ranks one per distinct row count, as a shape is all a result
-        has (64 alike destinations cost one)."""
-        if not self.symbolic:
-            return list(range(self.p)), list(range(self.p))
-        first: dict[int, int] = {}
-        like = [first.setdefault(len(idx), d) for d, idx in enumerate(rows)]
-        return sorted(first.values()), like
-
-    def _cols(self, d: int) -> slice:
-        return slice(d * self.per, (d + 1) * self.per)
-
     def _experts_forward(self, xs: Any, ws: Any, saved: Saved) -> tuple[Any, list]:
         xp = self.tp.xp
         act = ACTIVATIONS[self.act][0]
         out = xp.zeros_like(xs)
         caches = []
-        for j, e in enumerate(self.experts):
-            idx = self._rows_of(j, ws)
+        for j, (e, (idx, rounds)) in enumerate(zip(self.experts, self._expert_rows(ws))):
             if not len(idx):
                 caches.append(None)
                 continue
@@ -242,24 +266,23 @@ class MoE(Weights):
             saved.keep(f"{self.name}.expert{self.first + j + 1}", "fc2 input", aj)
             yj = xp.matmul(aj, e["w2"]) + (e.get("b2", 0.0) if self.eme == 0 else 0.0)  # b2 once over ETP
             gj = _take(xp, ws, idx)[:, j]
-            out = out + _scatter(xp, gj[:, None] * yj, idx, xs.shape[0], self.symbolic)
-            caches.append((idx, xj, hj, aj, yj, gj))
+            out = add_at(xp, out, idx, gj[:, None] * yj, rounds)
+            caches.append((idx, xj, hj, aj, yj, gj, rounds))
         return out, caches
 
     # -- backward ------------------------------------------------------------------------------------
     def backward(self, cache: tuple, dy: Any) -> Any:
         tp, xp = self.tp, self.tp.xp
-        if tp.t > 1 and not tp.sp and self.ep is not None and len(set(self.ep.ranks) & set(tp.group.ranks)) > 1:
+        if (tp.tp_world_size > 1 and not tp.sp and self.ep is not None
+                and len(set(self.ep.ranks) & set(tp.tp_group.ranks)) > 1):
             # forward is right (each copy comes home), the expert gradients would not be: Megatron's rule
-            raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.t} needs sequence "
+            raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.tp_world_size} needs sequence "
                               "parallelism for backward: without it those ranks route the same tokens and the "
                               "experts' gradients count each token more than once")
-        shape, tokens, pick, gates, fixed, rows, sizes, etp_sizes, xs, ws, expert_caches = cache
+        shape, tokens, pick, gates, fixed, plan, sizes, etp_sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
-        work, like = self._standing(rows)
-        made = {d: _take(xp, dtok, rows[d]) for d in work}
-        outgoing = [made[like[d]] for d in range(self.p)]
+        outgoing = split_rows(_gather(xp, dtok, plan.tokens), plan.sizes)
         dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
         dout, _ = self._etp_gather(dout, "combine backward: output gradients to every expert-TP rank")
         dxs = xp.zeros_like(xs)
@@ -267,18 +290,17 @@ class MoE(Weights):
         for j, c in enumerate(expert_caches):
             if c is not None:
                 dxj, dgj = self._expert_backward(j, c, dout)
-                dxs = dxs + _scatter(xp, dxj, c[0], xs.shape[0], self.symbolic)
-                dws = dws + _scatter(xp, dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[0],
-                                     xs.shape[0], self.symbolic)
+                dxs = add_at(xp, dxs, c[0], dxj, c[-1])
+                dws = add_at(xp, dws, c[0], dgj[:, None] * _unit(xp, j, self.per, xs.dtype)[None, :], c[-1])
         # input and gate gradients are partial over expert-TP (each rank's share of w1's columns, w2's rows)
         back = self._etp_sum(xp.concat([dxs, dws], axis=1), etp_sizes, "backward: sum input and gate gradients "
                              "over expert-TP")
-        back = self._a2a(_split(back, sizes, self.symbolic), "dispatch backward: input and gate gradients home")
-        dx = xp.zeros((n, h), dtype=dy.dtype)
-        dper = xp.zeros((n, n_exp), dtype=dy.dtype)  # d loss / d (each expert's gate)
-        for d in work:
-            dx = dx + _scatter(xp, back[d][:, :h], rows[d], n, self.symbolic)
-            dper = dper + _scatter(xp, _widen(xp, back[d][:, h:], d, n_exp, self.symbolic), rows[d], n, self.symbolic)
+        back = xp.concat(self._a2a(split_rows(back, sizes), "dispatch backward: input and gate gradients home"),
+                         axis=0)
+        dx = add_at(xp, xp.zeros((n, h), dtype=dy.dtype), plan.tokens, back[:, :h], plan.token_rounds)
+        # d loss / d (each expert's gate), [n, E]: a row's gate gradients go to its slot in the [n * p, per] view
+        dper = xp.reshape(add_at(xp, xp.zeros((n * self.p, self.per), dtype=dy.dtype), plan.slots, back[:, h:],
+                                 plan.slot_rounds), (n, n_exp))
         dgates = xp.sum(dper[:, None, :] * pick, axis=2)
         dsel = gates * (dgates - xp.sum(gates * dgates, axis=1, keepdims=True))  # through the softmax
         dsel = dsel * (1.0 - fixed)  # a scripted gate is a constant: nothing flows back to the router
@@ -294,7 +316,7 @@ class MoE(Weights):
 
     def _expert_backward(self, j: int, c: tuple, dout: Any) -> tuple[Any, Any]:
         xp = self.tp.xp
-        idx, xj, hj, aj, yj, gj = c
+        idx, xj, hj, aj, yj, gj, _ = c
         e, key = self.experts[j], f"expert{self.first + j + 1}"
         do = _take(xp, dout, idx)
         dgj = xp.sum(do * yj, axis=1)
@@ -328,7 +350,7 @@ class MoE(Weights):
         reduce-scatter with uneven counts, as an all-to-all and a local sum)."""
         if self.etp is None:
             return partial
-        got = self.tp.comm.all_to_all(_split(partial, sizes), dim=0, group=self.etp, label=f"{self.name} {label}")
+        got = self.tp.comm.all_to_all(split_rows(partial, sizes), dim=0, group=self.etp, label=f"{self.name} {label}")
         total = got[0]
         for g in got[1:]:
             total = total + g
@@ -356,30 +378,34 @@ class MoE(Weights):
         return out
 
 
+class _Dispatch(NamedTuple):
+    """One routing's dispatch, worked out in numpy (and handed to the namespace once): the token of each row
+    sent (EP rank by EP rank), its slot in the [tokens x EP ranks] grid (token * p + rank), the rows sent to
+    each rank, and `add_at`'s gathers onto the tokens and onto the slots."""
+    tokens: Any
+    slots: Any
+    sizes: list[int]
+    token_rounds: list[Any]
+    slot_rounds: list[Any]
+
+
 def _rows(a: Any) -> list[list[float]]:
-    return [[float(v) for v in row] for row in a]
+    """a's rows as lists of floats (NaN where an array has no values to give)."""
+    return [[float(v) for v in row.tolist()] for row in a]
 
 
-def _col(a: Any, j: int) -> list[float]:
-    return [float(v) for v in a[:, j]]
-
-
-def _top(scores: list[float], k: int) -> list[int]:
-    """The k best experts, best first (ties to the lower index, as a stable sort gives)."""
-    return sorted(range(len(scores)), key=lambda e: (-scores[e], e))[:k]
-
-
-def _softmax(xp: Any, s: Any) -> Any:
+def softmax(xp: Any, s: Any) -> Any:
+    """Softmax over each row, shifted by the row's maximum (scores of 1000 would overflow exp otherwise)."""
     if not s.shape[0]:
         return s
     z = xp.exp(s - xp.max(s, axis=1, keepdims=True))
     return z / xp.sum(z, axis=1, keepdims=True)
 
 
-def _choice(xp: Any, chosen: list[list[int]], k: int, n_exp: int, dtype: Any) -> Any:
+def one_hot(xp: Any, chosen: Any, k: int, n_exp: int, dtype: Any) -> Any:
     """[n, k, E] one-hot: entry (t, j, e) is 1 when token t's j-th choice is expert e."""
-    picks = np.asarray(chosen, dtype=np.int64).reshape(len(chosen), k)
-    return xp.asarray((picks[:, :, None] == np.arange(n_exp)).astype(np.float64), dtype=dtype)
+    picks = xp.reshape(xp.asarray(chosen, dtype=xp.int64), (-1, k))
+    return xp.astype(picks[:, :, None] == xp.arange(n_exp, dtype=xp.int64), dtype)
 
 
 def _take(xp: Any, a: Any, idx: Any) -> Any:
@@ -387,38 +413,65 @@ def _take(xp: Any, a: Any, idx: Any) -> Any:
     return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if len(idx) else a[:0]
 
 
-def _scatter(xp: Any, rows: Any, idx: Any, n: int, symbolic: bool = False) -> Any:
-    """[n, ...] zeros with rows[i] added at position idx[i] (a one-hot matmul, so every backend has it;
-    symbolic: the shape is what counts)."""
-    if symbolic:  # bookkeeping, not work: no matmul to count as FLOPs
-        return xp.zeros((n, *rows.shape[1:]), dtype=rows.dtype)
-    one = np.zeros((len(idx), n))
-    one[np.arange(len(idx)), np.asarray(idx, dtype=np.int64)] = 1.0
-    return xp.matmul(xp.asarray(one, dtype=rows.dtype).T, rows)
+def _gather(xp: Any, a: Any, idx: Any) -> Any:
+    """The rows `idx` (an index array of the namespace) of a."""
+    return xp.take(a, idx, axis=0) if idx.shape[0] else a[:0]
 
 
-def _widen(xp: Any, g: Any, d: int, n_exp: int, symbolic: bool) -> Any:
-    """[rows, E] from EP rank d's [rows, per] gate columns, placed at its experts d * per .. (a one-hot
-    matmul, so every backend has it; symbolic: the shape, and no FLOPs counted for bookkeeping)."""
-    per = g.shape[1]
-    if symbolic:
-        return xp.zeros((g.shape[0], n_exp), dtype=g.dtype)
-    place = np.zeros((per, n_exp))
-    place[np.arange(per), d * per + np.arange(per)] = 1.0
-    return xp.matmul(g, xp.asarray(place, dtype=g.dtype))
+def _rounds(xp: Any, idx: Any, n: int) -> list[Any]:
+    """gather_rounds(idx, n) as index arrays of the namespace, for `add_at`."""
+    return [xp.asarray(pos, dtype=xp.int64) for pos in gather_rounds(idx, n)]
+
+
+def gather_rounds(idx: Any, n: int) -> list[np.ndarray]:
+    """How `add_at` adds rows at positions `idx` of an [n, ...] array: per round an [n] index into [a zero
+    row; the rows] (0: nothing this round, i + 1: row i). A position named r times takes part in r rounds,
+    its rows in the order they come, so the sums are those of adding the rows one at a time."""
+    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
+    m = idx.size
+    if not m:
+        return []
+    pos = np.zeros(n, dtype=np.int64)
+    pos[idx] = np.arange(1, m + 1)
+    if np.count_nonzero(pos) == m:  # no position named twice: one round
+        return [pos]
+    order = np.argsort(idx.astype(np.uint16) if n <= 1 << 16 else idx, kind="stable")  # small keys: a radix sort
+    ranked = idx[order]
+    new = np.ones(m, dtype=bool)  # where a position's run of rows starts, in position order
+    np.not_equal(ranked[1:], ranked[:-1], out=new[1:])
+    seen = np.empty(m, dtype=np.int64)  # how many earlier rows name the same position
+    seen[order] = np.arange(m) - np.flatnonzero(new)[np.cumsum(new) - 1]
+    rounds = []
+    for r in range(int(seen.max()) + 1):
+        now = np.flatnonzero(seen == r)
+        pos = np.zeros(n, dtype=np.int64)
+        pos[idx[now]] = now + 1
+        rounds.append(pos)
+    return rounds
+
+
+def add_at(xp: Any, into: Any, idx: Any, rows: Any, rounds: list[Any] | None = None) -> Any:
+    """`into` with rows[i] added to its row idx[i], as numpy's np.add.at does (a row named twice gets both, in
+    order). Gathers and adds, which every namespace has and arrays without values answer by shape alone
+    (moving rows is no arithmetic to count); `rounds`: gather_rounds(idx, len(into)) as the namespace's index
+    arrays, if already known."""
+    rounds = _rounds(xp, idx, into.shape[0]) if rounds is None else rounds
+    if not rounds:
+        return into
+    padded = xp.concat([xp.zeros((1, *rows.shape[1:]), dtype=rows.dtype), rows], axis=0)
+    for pos in rounds:
+        into = into + xp.take(padded, pos, axis=0)
+    return into
 
 
 def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:
     return xp.asarray([1.0 if i == j else 0.0 for i in range(n)], dtype=dtype)
 
 
-def _split(a: Any, sizes: list[int], symbolic: bool = False) -> list:
-    """a's rows in consecutive blocks of `sizes` (symbolic: one block per distinct size, a shape is all it has)."""
-    out, start, made = [], 0, {}
+def split_rows(a: Any, sizes: list[int]) -> list:
+    """a's rows in consecutive blocks of `sizes`."""
+    out, start = [], 0
     for s in sizes:
-        block = made.get(s) if symbolic else None
-        if block is None:
-            block = made[s] = a[start:start + s]
-        out.append(block)
+        out.append(a[start:start + s])
         start += s
     return out

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 from ..errors import UsageError
 from ..layout import KINDS, LayoutError
@@ -50,13 +50,36 @@ class Partial:
 Placement = Replicate | Shard | Partial
 Placed = Mapping[str, Placement]  # mesh axis -> placement; an axis not named is Replicate
 
-# The layout's names for the axes a gradient can be summed over, per group generator (Megatron-Core's
-# dense and expert rank generators; layout.KINDS): ours -> the generator's.
-_AXES = {"dense": {"tp": "tp", "cp": "cp", "dp": "dp"}, "expert": {"etp": "tp", "ep": "ep", "edp": "dp"}}
+
+class MeshAxis(NamedTuple):
+    """One mesh axis a weight can lie over: the group generator that serves it (Megatron-Core's dense or
+    expert rank generator, layout.KINDS), the generator's own name for it, and what it does to a weight."""
+
+    generator: str
+    named: str
+    role: str  # "cut", "experts" or "data" (see AXES)
 
 
-DATA_AXES = ("dp", "cp", "edp")  # copies see different data over these: data-parallel code sums them
-_SITE_SKIP = True  # a call site names the layer line that called settle (comm/sites.py), not this module
+# Every mesh axis, once. What an axis does to a weight:
+#   "cut":     a Shard over it cuts the weight's tensor into slices (a checkpoint's piece), and under SP
+#              backward leaves a gradient Partial over it: the groups over these carry partial sums;
+#   "experts": it spreads whole experts over its ranks, each named by its index: no tensor is cut;
+#   "data":    copies see different data over it: data-parallel code sums the gradients there.
+AXES = {"tp": MeshAxis("dense", "tp", "cut"), "dp": MeshAxis("dense", "dp", "data"),
+        "cp": MeshAxis("dense", "cp", "data"), "etp": MeshAxis("expert", "tp", "cut"),
+        "ep": MeshAxis("expert", "ep", "experts"), "edp": MeshAxis("expert", "dp", "data")}
+# per generator, ours -> the generator's name
+_AXES = {gen: {a: ax.named for a, ax in AXES.items() if ax.generator == gen} for gen in ("dense", "expert")}
+DATA_AXES = tuple(a for a, ax in AXES.items() if ax.role == "data")  # ("dp", "cp", "edp")
+CUT_AXES = tuple(a for a, ax in AXES.items() if ax.role == "cut")  # ("tp", "etp")
+
+
+def axis_group(axis: str) -> str:
+    """The name of the layout's group over one mesh axis alone: 'tp', 'expert-tp', 'expert-dp', ..."""
+    ax = AXES[axis]
+    return next(name for name, gen, over in KINDS if gen == ax.generator and over == (ax.named,))
+
+
 
 
 def is_expert(placed: Placed) -> bool:
@@ -141,9 +164,10 @@ def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
 def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
     """(b), inside a layer: sum a fresh weight gradient over its Partial model axes (tp; etp for experts), so
     that what the layer keeps is whole there; the data axes are left to data-parallel code."""
-    if tp.partial_sums == "step":  # left partial: data-parallel code sums them once per step
+    __site_hide__ = True  # noqa: F841 (comm/sites.py: a call site names the layer line that called settle)
+    if tp.options.partial_sums == "step":  # left partial: data-parallel code sums them once per step
         return grad
-    groups = {"tp": tp.group, "etp": tp.etp}  # the model groups a layer holds
+    groups = {"tp": tp.tp_group, "etp": tp.etp_group}  # the model groups a layer holds
     for axis, p in placed.items():
         if isinstance(p, Partial) and axis not in DATA_AXES:
             if axis not in groups:

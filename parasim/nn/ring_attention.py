@@ -12,11 +12,10 @@ chunks and gives rank i chunks i and 2*cp-1-i, so with a causal mask every rank 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
+from itertools import chain
 from typing import Any
-
-import numpy as np
 
 from ..comm.interface import Group, Recv, Send
 from ..layout import LayoutError
@@ -26,30 +25,78 @@ SPLITS = ("contiguous", "zigzag")
 
 def positions(split: str, seq: int, cp: int, rank: int) -> list[int]:
     """The sequence positions a CP rank holds, in the order it holds them."""
-    return list(_positions(split, seq, cp, rank))
+    return list(SequenceSplit(split, seq, cp).positions(rank))
 
 
-@lru_cache(maxsize=256)  # a pure function of its arguments, asked by every layer of a long sequence
-def _positions(split: str, seq: int, cp: int, rank: int) -> tuple[int, ...]:
-    if split not in SPLITS:
-        raise LayoutError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
-    if seq % (2 * cp if split == "zigzag" else cp):
-        raise LayoutError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
-    if split == "contiguous":
-        c = seq // cp
-        return tuple(range(rank * c, (rank + 1) * c))
-    c = seq // (2 * cp)
-    return tuple(range(rank * c, (rank + 1) * c)) + tuple(range((2 * cp - 1 - rank) * c, (2 * cp - rank) * c))
+class Positions(Sequence[int]):
+    """The positions a rank holds, as the ascending runs (ranges) they come in, listed only as far as a
+    caller reads them: a slice lists just its own positions (an SP share of a long sequence's CP slice).
+    Nothing is kept: a split is a few ranges, and a long sequence has hundreds of thousands of positions."""
+
+    __slots__ = ("runs",)
+
+    def __init__(self, runs: tuple[range, ...]):
+        self.runs = runs
+
+    def __len__(self) -> int:
+        return sum(len(run) for run in self.runs)
+
+    def __iter__(self) -> Iterator[int]:
+        return chain.from_iterable(self.runs)
+
+    def __getitem__(self, at: Any) -> Any:
+        if not isinstance(at, slice):
+            return list(self)[at]
+        lo, hi, step = at.indices(len(self))
+        if step != 1:
+            return list(self)[at]
+        out: list[int] = []
+        for run in self.runs:  # each run's part of [lo, hi), counted from the run's own start
+            out.extend(run[lo:hi])  # empty where lo >= hi
+            lo, hi = max(lo - len(run), 0), max(hi - len(run), 0)
+        return out
 
 
-@lru_cache(maxsize=64)  # pure, and every layer's attention (and its recomputation) asks the same
-def _slices(split: str, seq: int, cp: int) -> tuple[list[tuple[int, int]], int, list[list[int]]]:
-    """Each CP rank's first and last position, the fine 2*cp split's chunk length (the cp-way one when the
-    sequence does not divide that finely), and the chunks each rank's positions fall in: what masking and
-    counting ask."""
-    at = [np.asarray(_positions(split, seq, cp, i), dtype=np.int64) for i in range(cp)]
-    fine = seq // (2 * cp) if seq % (2 * cp) == 0 else seq // cp
-    return [(int(p.min()), int(p.max())) for p in at], fine, [np.unique(p // fine).tolist() for p in at]
+class SequenceSplit:
+    """How one split of a sequence over a CP group falls: the positions each rank holds, and what masking and
+    counting ask of them (each rank's first and last position, the fine 2*cp split's chunk length, the
+    chunks each rank's positions fall in), all worked out from each rank's runs of positions."""
+
+    def __init__(self, split: str, seq: int, cp: int):
+        if split not in SPLITS:
+            raise LayoutError(f"unknown split {split!r}; use {' or '.join(SPLITS)}")
+        if seq % (2 * cp if split == "zigzag" else cp):
+            raise LayoutError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
+        self.split, self.seq, self.cp = split, seq, cp
+        # each rank's positions as ascending runs: one for contiguous, two for zigzag (chunks i, 2*cp-1-i)
+        if split == "contiguous":
+            c = seq // cp
+            self.runs = [(range(r * c, (r + 1) * c),) for r in range(cp)]
+        else:
+            c = seq // (2 * cp)
+            self.runs = [(range(r * c, (r + 1) * c), range((2 * cp - 1 - r) * c, (2 * cp - r) * c)) for r in range(cp)]
+        self.fine = seq // (2 * cp) if seq % (2 * cp) == 0 else seq // cp
+
+    @property
+    def ends(self) -> list[tuple[int, int]]:
+        """Each rank's first and last position (its runs ascend)."""
+        return [(runs[0].start, runs[-1].stop - 1) for runs in self.runs]
+
+    @property
+    def chunks(self) -> list[list[int]]:
+        """The fine chunks each rank's positions fall in: a run is contiguous, so its ends say which."""
+        fine = self.fine
+        return [sorted({k for run in runs for k in range(run.start // fine, (run.stop - 1) // fine + 1)})
+                for runs in self.runs]
+
+    def positions(self, rank: int) -> Positions:
+        """The positions CP rank `rank` holds, in the order it holds them."""
+        return Positions(self.runs[rank])
+
+    def index(self, rank: int, xp: Any) -> Any:
+        """Rank `rank`'s positions as an integer array of `xp`, made from its runs (a namespace whose arrays
+        hold only shapes makes an array of a range without listing it)."""
+        return xp.concat([xp.asarray(run) for run in self.runs[rank]])
 
 
 def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) -> tuple[Any, Any, Any, Any]:
@@ -86,14 +133,22 @@ class RingAttention:
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
-        self.ends, self.fine, self.chunks = _slices(split, seq, self.cp)
+        self.sequence = SequenceSplit(split, seq, self.cp)
+        self.ends, self.fine, self.chunks = self.sequence.ends, self.sequence.fine, self.sequence.chunks
         self.work = Work()
+        self._index: dict[int, Any] = {}  # each rank's positions as an array, made once for forward and backward
+
+    def _positions_of(self, rank: int) -> Any:
+        """CP rank `rank`'s positions as an array of ctx.xp (what masking compares)."""
+        if rank not in self._index:
+            self._index[rank] = self.sequence.index(rank, self.ctx.xp)
+        return self._index[rank]
 
     @property
     def pos(self) -> list[list[int]]:
         """Every CP rank's positions, in the order it holds them (made when asked: a long sequence's lists
         are big, and most layers need only `ends` and `chunks`)."""
-        return [positions(self.split, self.seq, self.cp, i) for i in range(self.cp)]
+        return [list(self.sequence.positions(i)) for i in range(self.cp)]
 
     def _peers(self) -> tuple[int, int]:
         g, cp, r = self.group, self.cp, self.r
@@ -107,11 +162,9 @@ class RingAttention:
 
     def _mask(self, src: int) -> Any:
         """True where a key of chunk-owner `src` comes after the query (masked), or None without masking."""
-        xp = self.ctx.xp
         if not self.causal:
             return None
-        q = xp.asarray(_positions(self.split, self.seq, self.cp, self.r))
-        k = xp.asarray(_positions(self.split, self.seq, self.cp, src))
+        q, k = self._positions_of(self.r), self._positions_of(src)
         return k[None, :] > q[:, None]
 
     def _count(self, src: int, d: int, b: int, heads: int) -> float:

@@ -1,6 +1,6 @@
 """Routing by a stated policy: which k experts each token picks, without looking at values.
 
-A router picks experts from its scores, so a run whose arrays have no values (symbolic ranks) cannot use
+A router picks experts from its scores, so a run whose arrays have no values (shapes only) cannot use
 it. A policy decides instead, from the token's identity alone, so that every rank can work out any other
 rank's choices without asking (a receiver needs to know which of the rows it got chose which of its
 experts). The same policy on virtual ranks gives the same choices, so both runs send the same bytes.
@@ -10,7 +10,7 @@ experts). The same policy on virtual ranks gives the same choices, so both runs 
                  expert gets the same number of a rank's tokens (give or take k), a token's picks lie E/k
                  apart, so on k different GPUs whenever a GPU holds at most E/k experts (as a router's
                  spread-out picks mostly are: the dispatch sends what a real one would), and every rank
-                 routes alike, so ranks that differ only in their place can be run once (symbolic/fold.py)
+                 routes alike, so ranks that differ only in their place can be run once (folded)
     skewed:F     with probability F a token's first pick is expert 1, a hot expert, and its other picks are
                  uniform among the rest; the other tokens pick as under uniform
 """

@@ -12,7 +12,8 @@ An I action runs the backward for the input and queues the weight-gradient work;
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..comm.interface import Group, Recv, Send
@@ -28,6 +29,39 @@ class Stage:
     def forward(self, x: Any) -> tuple[Any, Any]: ...
     def backward(self, cache: Any, dy: Any) -> Any: ...
     def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]: ...
+
+
+class WeightGradQueue:
+    """Zero-bubble's W queue, the state a stage keeps to split its backward in two: within `deferring` the
+    layers' weight-gradient work (what they hand `ParallelContext.weight_grad`) is queued instead of run,
+    and the W action runs it later; outside it, work runs at once. The layers see only `run_or_queue`
+    (nn.core.WeightGradSink), so nn/ knows nothing of schedules."""
+
+    def __init__(self) -> None:
+        self._queued: list[Callable[[], None]] | None = None  # None: not deferring
+
+    @contextmanager
+    def deferring(self, contexts: Iterable[Any]) -> Iterator[list[Callable[[], None]]]:
+        """Within this block the layers built on `contexts` (ParallelContexts) queue their weight-gradient
+        work here, and the list it is queued on is yielded; after it, each context has the sink it had."""
+        contexts = list(contexts)
+        before = [c.weight_grads for c in contexts]  # read before any is set: a context may come twice
+        self._queued = work = []
+        for c in contexts:
+            c.weight_grads = self
+        try:
+            yield work
+        finally:
+            for c, sink in zip(contexts, before):
+                c.weight_grads = sink
+            self._queued = None
+
+    def run_or_queue(self, work: Callable[[], None]) -> None:
+        """Run `work` now, or queue it for the W action while deferring."""
+        if self._queued is None:
+            work()
+        else:
+            self._queued.append(work)
 
 
 def transfers(schedule: Schedule, timing: Timing) -> list[tuple[int, int, int, str, int, int]]:
