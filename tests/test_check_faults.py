@@ -3,6 +3,7 @@ keep, a reduce-scatter along the wrong dim, a pipeline stage sending the wrong m
 step short, a reference marking one name twice, and the app opened on a divergence. Expected words, lines
 and counts are written out here (lines found by their `# marker` comments)."""
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -506,6 +507,8 @@ sys.exit(code)
 """
 
 
+@pytest.mark.skipif("MUTANT_UNDER_TEST" in os.environ, reason="under mutmut every call passes a trampoline: the "
+                    "peak measures the tool, not the check")
 def test_check_memory_stays_bounded_and_says_what_it_dropped(progs):
     """4 ranks x 40 all-reduces of 8 MB: each call's values (8 M numbers) are past the run's budget of
     4 M, so none is kept; the peak stays in the hundreds of MB (it passed 4 GB when every value was kept)."""
