@@ -137,6 +137,7 @@ def rings(ctx):
     return out
 
 
+@pytest.mark.slow  # real ranks: child processes, which a mutation run cannot switch
 def test_every_ring_collective_on_gloo_equals_the_virtual_run_hop_for_hop():
     report = run_real(rings, 4, RealOptions("gloo", keep_values=16))
     assert report.match, report.differences
