@@ -253,3 +253,21 @@ def test_the_layout_map_places_gpus_as_the_post_draws_them(tmp_path):
         out = _cli(*args, str(path))
         assert out.returncode == 0, out.stderr
         assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_trace_gpu_text_names_its_tokens_as_runs():
+    """`parasim trace --gpu N` in words lists the GPU's tokens as runs (t1-t2 t7-t8), the runs worked out
+    here from the --json view's token numbers."""
+    import json
+
+    from tests.conftest import cli
+
+    view = json.loads(cli("trace", "--layout", "moe16", "--gpu", "3", "--json").stdout)
+    tokens = view["stores"]["tokens between matmuls"]
+    runs, start = [], tokens[0]
+    for prev, t in zip(tokens, tokens[1:] + [None]):
+        if t != prev + 1:
+            runs.append(f"t{start}" if start == prev else f"t{start}-t{prev}")
+            start = t
+    text = cli("trace", "--layout", "moe16", "--gpu", "3").stdout
+    assert f"  tokens: {' '.join(runs)} between matmuls" in text
