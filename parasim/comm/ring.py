@@ -132,7 +132,7 @@ def ring_all_reduce(inputs: list[np.ndarray], ranks: tuple[int, ...], reduce: Re
     if scale is not None:
         for i in range(t):
             bufs[i][i] = (bufs[i][i] / scale).astype(inputs[0].dtype)
-    _play(gathering, bufs, ranks, reduce, keep, hops)
+    _play(gathering, bufs, ranks, None, keep, hops)  # the all-gather half adds nothing
     return [np.concatenate(b).reshape(shape) for b in bufs], hops
 
 

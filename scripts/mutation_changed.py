@@ -1,0 +1,95 @@
+"""The mutants of functions whose code changed since a revision: what a change must run again.
+
+mutmut keeps a mutant's result until its function changes, but a fresh checkout has no results, and
+running every mutant of a module takes hours on 2 cores. A function whose code (docstrings and comments
+aside) is the same as at REV has the result recorded in docs/testing.md; the ones that changed, or are
+new, are what a change has to run again.
+
+    .venv/bin/python scripts/mutation_changed.py 02268b6                 # counts per module
+    .venv/bin/python scripts/mutation_changed.py 02268b6 --names parasim.nn.moe   # names, one per line
+    bash scripts/mutation.sh $(.venv/bin/python scripts/mutation_changed.py 02268b6 --names parasim.nn.moe)
+
+Run `bash scripts/mutation.sh PATTERN` once first: it writes mutants/ (the names are read from it).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MUTANTS = ROOT / "mutants"
+
+
+def _body(node: ast.AST) -> str:
+    """A function's code without its docstring: a changed comment or docstring changes no mutant."""
+    node = ast.parse(ast.unparse(node)).body[0]  # a copy
+    body = getattr(node, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        node.body = body[1:] or [ast.Pass()]
+    return ast.dump(node, include_attributes=False)
+
+
+def functions(source: str) -> dict[str, str]:
+    """mutmut's name of each function and method (`x_f`, `xǁClassǁmethod`) -> its code."""
+    out: dict[str, str] = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            out[f"x_{node.name}"] = _body(node)
+        elif isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[f"xǁ{node.name}ǁ{item.name}"] = _body(item)
+    return out
+
+
+def _old_source(rev: str, path: str) -> str:
+    done = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, capture_output=True, text=True, check=False)
+    return done.stdout if done.returncode == 0 else ""  # a file new since rev: every function is new
+
+
+def changed_mutants(rev: str) -> dict[str, list[str]]:
+    """module -> the names of its mutants in functions changed (or new) since rev."""
+    out: dict[str, list[str]] = {}
+    for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta")):
+        rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]  # parasim/nn/moe.py
+        module = rel[: -len(".py")].replace("/", ".")
+        new, old = functions((ROOT / rel).read_text()), functions(_old_source(rev, rel))
+        changed = {name for name, code in new.items() if old.get(name) != code}
+        keys = json.loads(meta.read_text())["exit_code_by_key"]
+        names = [k for k in keys if k[len(module) + 1:].split("__mutmut_")[0] in changed]
+        if names:
+            out[module] = names
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("rev", help="the revision before the change (a commit, tag or branch)")
+    ap.add_argument("--names", nargs="*", metavar="MODULE",
+                    help="print the mutant names (of these modules, or of all) instead of counts")
+    args = ap.parse_args()
+    if not (MUTANTS / "parasim").is_dir():
+        print("mutation_changed: no mutants/ yet: run `bash scripts/mutation.sh PATTERN` once first",
+              file=sys.stderr)
+        return 2
+    found = changed_mutants(args.rev)
+    if args.names is not None:
+        for module, names in found.items():
+            if not args.names or module in args.names:
+                print("\n".join(names))
+        return 0
+    total = 0
+    for module, names in found.items():
+        print(f"{len(names):6d}  {module}")
+        total += len(names)
+    print(f"{total:6d}  in all")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
