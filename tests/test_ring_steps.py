@@ -6,7 +6,7 @@ import pytest
 
 import parasim
 from parasim.comm.interface import ALL_GATHER, ALL_REDUCE, REDUCE_SCATTER, Group, ring_bytes
-from parasim.comm.ring import ring_steps
+from parasim.comm.ring import ring_all_gather, ring_reduce_scatter, ring_steps
 from parasim.engine.real import RealOptions, run_real
 
 KINDS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER)
@@ -161,13 +161,12 @@ def test_every_ring_collective_on_gloo_equals_the_virtual_run_hop_for_hop():
 
 def test_each_kernel_plays_the_steps_it_is_given():
     """A run works out its group's steps once and passes them in: the kernel must play those, not its own.
-    Given only the first step, reduce-scatter has added one neighbour's part; all-gather given its steps twice
+    Given only its first step, reduce-scatter leaves every member's own chunk as it was (the whole ring would
+    give 111 everywhere: the chunk a member keeps arrives last); all-gather given its steps twice
     over plays them twice (moving chunks every member already holds: same result, twice the hops)."""
-    from parasim.comm.ring import ring_all_gather, ring_reduce_scatter
     t, ranks = 3, (0, 1, 2)
     xs = [np.full(3, 10.0 ** i) for i in range(t)]  # member i holds 10^i everywhere
-    add = np.add
-    outs, hops = ring_reduce_scatter(xs, ranks, 0, add, None, 0, steps=ring_steps(t, REDUCE_SCATTER)[:1])
+    outs, hops = ring_reduce_scatter(xs, ranks, 0, np.add, None, 0, steps=ring_steps(t, REDUCE_SCATTER)[:1])
     assert len(hops) == 1
     # member 1 receives chunk 2 from member 0 at step 0; its own chunk 1 is still only its own part
     assert [float(o[0]) for o in outs] == [1.0, 10.0, 100.0]
