@@ -43,3 +43,16 @@ def test_the_trace_file_keeps_every_op_and_a_replay_gives_the_same_events(tmp_pa
         [(e.op, e.params, e.step, [(m.rank, m.ins, m.outs, m.sent, m.recv) for m in e.members]) for e in trace.events]
     reduce = trace.events[5]
     assert [m.after for m in reduce.members] == [(), ([3.0, 4.0, 5.0, 6.0, 7.0, 8.0],), ()]  # max: rank 2's x
+
+
+def test_the_default_algorithm_counts_the_ring_bytes_of_the_full_buffer():
+    """Without a ring of our own (algo="auto"), a record's bytes are the ring's of the full buffer: the input
+    of a reduce-scatter and an all-reduce, the result of an all-gather. 3 members, 6 float64 (48 bytes) each;
+    worked by hand: a reduce-scatter or all-gather moves (t-1)/t of the full buffer, an all-reduce twice that."""
+    def prog(ctx):
+        x = ctx.asarray([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+        ctx.comm.all_reduce(x), ctx.comm.reduce_scatter(x), ctx.comm.all_gather(x[:2])
+    trace = parasim.run(prog, 3).trace
+    full = 48
+    assert [[(m.sent, m.recv) for m in e.members] for e in trace.events] == [
+        [(2 * full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3]
