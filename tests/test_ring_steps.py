@@ -113,6 +113,9 @@ def test_a_group_keeps_its_ring_bytes_for_its_run():
     assert g.ring_bytes(ALL_GATHER, 20, 2) == ((14, 14), (16, 14), (16, 16), (14, 16))
     assert g == same and hash(g) == hash(same)  # what it has worked out is not part of the group's value
     assert Group((0, 1), "tp").ring_bytes(ALL_GATHER, 20, 2) == ring_bytes(ALL_GATHER, 20, 2, 2)
+    steps = g.ring_steps(ALL_REDUCE)
+    assert steps == ring_steps(4, ALL_REDUCE) and g.ring_steps(ALL_REDUCE) is steps  # worked out once
+    assert g.ring_steps(REDUCE_SCATTER) == ring_steps(4, REDUCE_SCATTER) != steps  # kept by kind
 
 
 MEMBERS = ([3, 1, 0, 2], [2, 0, 3], [3, 1])  # groups of 4, 3 and 2 members, in non-ascending order
