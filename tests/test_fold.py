@@ -196,3 +196,38 @@ def test_unfold_copies_no_event_onto_a_group_that_ran_itself():
     assert len(unfold(trace, [0, 3, 0, 3]).events) == len(trace.events) == 2
     copied = unfold(trace, [0, 1, 0, 1]).events  # under this fold (2, 3) has no rank that runs: it gets (0, 1)'s
     assert [e.group.ranks for e in copied].count((2, 3)) == 2  # its own (this trace's run was full) and the copy
+
+
+def test_an_all_to_all_of_the_very_same_chunks_gives_a_full_runs_records_and_results():
+    """Ranks 1-3 folded onto 0: every member brings rank 0's very chunks and the folded world takes its short
+    path (`FoldedWorld._alike`). Two ranks running, with one list all ranks share, from different lines:
+    each brings a list of its own (the kernel's path). Either way every member's record and site is a full
+    run's, and each running rank gets one chunk from every member and goes on."""
+    shared = {}
+
+    def program(ctx):
+        g = ctx.new_group([0, 1, 2, 3], "ep")
+        chunks = shared.setdefault("chunks", [ctx.xp.zeros((2, 3)), ctx.xp.zeros((1, 3))] * 2)
+        if ctx.rank % 2 == 0:
+            got = ctx.comm.all_to_all(chunks, group=g)
+        else:
+            got = ctx.comm.all_to_all(chunks, group=g)
+        ctx.comm.all_reduce(ctx.xp.zeros((2,)), group=g)  # every member is woken and goes on
+        return [x.shape for x in got]
+
+    def records(trace):
+        return [[(m.rank, m.ins, m.outs, m.sent, m.recv, m.site) for m in e.members] for e in trace.events]
+    full = parasim.run(program, 4, backend="symbolic")
+    sites = [m.site for m in full.trace.events[0].members]
+    assert sites[0] == sites[2] != sites[1] == sites[3]
+    for fold in ([0, 0, 0, 0], [0, 1, 0, 1]):
+        shared.clear()
+        folded = parasim.run(program, 4, backend="symbolic", fold=fold)
+        if fold == [0, 0, 0, 0]:  # every member is rank 0 here
+            want = [[m._replace(site=sites[0]) for m in full.trace.events[0].members],
+                    list(full.trace.events[1].members)]
+            assert [list(e.members) for e in folded.trace.events] == want
+        else:
+            assert records(folded.trace) == records(full.trace)
+        assert folded.values == [[(2, 3)] * 4 if fold[r] == 0 else [(1, 3)] * 4 for r in range(4)]
+    assert full.values == [[(2, 3)] * 4, [(1, 3)] * 4] * 2

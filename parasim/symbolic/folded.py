@@ -68,9 +68,11 @@ class FoldedWorld(VirtualWorld):
         return super()._members(g, arrivals, op, params, step, current)
 
     def _alike(self, g: Any, arrivals: list, step: int, current: int) -> list:
-        """An all-to-all in which every member sends the very same chunks (a folded group, each member sending
-        its representative's): member j gets chunk j from everyone, so its record is one tensor repeated.
-        The same records as the kernel's path, without t x t copies and lookups (4,096 a side over EP 64)."""
+        """An all-to-all in which every member sends the very same chunks: one member runs and every other is
+        folded onto it (each running member brings a list of its own), so the member that runs is the one
+        completing the call, and every member's call site is its. Member j gets chunk j from everyone, so its
+        record is one tensor repeated: the same records as the kernel's path, without t x t copies and
+        lookups (4,096 a side over EP 64)."""
         chunks, made, t = arrivals[0][0], self._tensors, g.size
         kinds = {id(c): tensor_record(c, made) for c in chunks}  # a folded sender's chunks are a few arrays repeated
         tin = tuple([kinds[id(c)] for c in chunks])
@@ -78,12 +80,10 @@ class FoldedWorld(VirtualWorld):
         total = sum([v.nbytes for v in chunks])
         site = self.site_names(arrivals[0][2])
         members = []
-        for j, (r, a) in enumerate(zip(g.ranks, arrivals)):
+        for j, r in enumerate(g.ranks):
             st, c = self.ranks[r], chunks[j]
             st.clock = step
-            st.result = [c.copy() for _ in range(t)] if self.rep[r] == r else None  # a folded rank reads nothing
-            members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes,
-                                            site if a[2] is arrivals[0][2] else self.site_names(a[2]), None, None)))
-            if r != current and st.glet is not None:
-                self.ready.append(st.glet)
-        return members
+            st.result = [c.copy() for _ in range(t)] if r == current else None  # a folded rank reads nothing
+            members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site,
+                                            None, None)))
+        return members  # no member to wake: the one that runs is the one here
