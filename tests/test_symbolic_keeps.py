@@ -94,3 +94,15 @@ def test_argsort_of_positions_is_numpys_order():
     assert list(xp.argsort(np.asarray([3, 1, 2]), descending=True)) == [0, 2, 1]
     assert list(xp.argsort(np.asarray([[3, 1], [0, 4]]), axis=0)[:, 0]) == [1, 0]
     assert list(xp.argsort(np.asarray([1, 0, 1, 0]), stable=True)) == [1, 3, 0, 2]  # ties keep their order
+
+
+def test_a_symbolic_ranks_literals_and_draws_are_of_its_run():
+    import parasim
+
+    def program(ctx):
+        made = [ctx.asarray([[1, 2, 3]]), ctx.asarray([1, 2], dtype="float32"), ctx.rng.normal((2,), "float16"),
+                ctx.shared_rng("w").uniform((3,), dtype="float32")]
+        return [(x.shape, str(x.dtype), x.run is ctx.xp.run and x.run is not None) for x in made]
+    got = parasim.run(program, 2, backend="symbolic").values
+    assert got == [[((1, 3), "float64", True), ((2,), "float32", True), ((2,), "float16", True),
+                    ((3,), "float32", True)]] * 2

@@ -275,21 +275,32 @@ def _barrier_torch(c, x, p):
     return None, None, None
 
 
-def _ring_formula(op: str, of: str) -> Callable:
-    """Bytes under the ring algorithm (interface.ring_bytes, kept by the group) of the full buffer: the input,
-    or the result."""
-    def moved(ins, outs, g, i, p):
-        x = ins[0] if of == "in" else outs[0]
-        return g.ring_bytes(op, x.nbytes, x.itemsize)[i]
-    return moved
+# Bytes under the ring algorithm (interface.ring_bytes, kept by the group) of the full buffer: the input of
+# a reduction, the result of a gather. Functions of the module, not closures made at import: a mutation
+# tester switches a module's functions at call time.
+
+def _ring_of(op: str, x: Any, g: Group, i: int) -> tuple[int, int]:
+    return g.ring_bytes(op, x.nbytes, x.itemsize)[i]
+
+
+def _all_reduce_moved(ins, outs, g, i, p):
+    return _ring_of(ALL_REDUCE, ins[0], g, i)
+
+
+def _reduce_scatter_moved(ins, outs, g, i, p):
+    return _ring_of(REDUCE_SCATTER, ins[0], g, i)
+
+
+def _all_gather_moved(ins, outs, g, i, p):
+    return _ring_of(ALL_GATHER, outs[0], g, i)
 
 
 OPS: dict[str, Op] = {op.name: op for op in (
-    Op(ALL_REDUCE, "array", _all_reduce, _all_reduce_torch, _ring_formula(ALL_REDUCE, "in"),
+    Op(ALL_REDUCE, "array", _all_reduce, _all_reduce_torch, _all_reduce_moved,
        ("partial sum", "replicated"), "AR", "all-reduce", "red"),
-    Op(REDUCE_SCATTER, "array", _reduce_scatter, _reduce_scatter_torch, _ring_formula(REDUCE_SCATTER, "in"),
+    Op(REDUCE_SCATTER, "array", _reduce_scatter, _reduce_scatter_torch, _reduce_scatter_moved,
        ("partial sum", "sharded on dim {dim}"), "RS", "reduce-scatter", "magenta"),
-    Op(ALL_GATHER, "array", _all_gather, _all_gather_torch, _ring_formula(ALL_GATHER, "out"),
+    Op(ALL_GATHER, "array", _all_gather, _all_gather_torch, _all_gather_moved,
        ("sharded on dim {dim}", "replicated"), "AG", "all-gather", "dodgerblue"),
     Op(ALL_TO_ALL, "chunks", _all_to_all, _all_to_all_torch, _all_to_all_moved,
        ("split on dim {dim} by destination", "split on dim {dim} by source"), "A2", "all-to-all", "yellow"),
