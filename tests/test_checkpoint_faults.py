@@ -638,6 +638,12 @@ DCP_CASES = {
                         '.metadata reads from "../../etc/passwd", which parasim.json does not list'),
     "storage-past-end": (_metadata_pickle(_storage(offset=10**9)), ".metadata reads "),
     "storage-negative": (_metadata_pickle(_storage(length=-5)), ".metadata reads -5 bytes"),
+    "shard-missing": (lambda t: (t / "__0_0.distcp").unlink(), "shard __0_0.distcp is missing"),
+    "shard-truncated": (lambda t: (t / "__0_0.distcp").write_bytes((t / "__0_0.distcp").read_bytes()[:-1]),
+                        "shard __0_0.distcp is truncated"),
+    "shard-corrupt": (lambda t: (t / "__0_0.distcp").write_bytes(bytes(b ^ 1 for b in (t / "__0_0.distcp")
+                                                                        .read_bytes())),
+                      "shard __0_0.distcp is corrupt: its SHA-256 differs from parasim.json's"),
 }
 
 
@@ -663,3 +669,30 @@ def test_dcp_shapes_other_than_the_models_are_refused_before_dcp_allocates(tmp_p
         check_dcp_shapes(target, md, {"model.w": (4,)})
     with pytest.raises(UsageError, match=r"\.metadata gives optim\.v no tensor, the model here needs \(5,\)"):
         check_dcp_shapes(target, md, {"optim.v": (5,)})
+
+
+def test_a_dcp_save_replaces_a_dcp_checkpoint_and_nothing_else(tmp_path):
+    """commit_dcp puts the new directory where an older DCP checkpoint was; a folder that is not one is
+    left as it is, and what went wrong comes back as one line."""
+    torch = pytest.importorskip("torch")
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+    from parasim.dp import checkpoint_dcp as cd
+    target = _dcp(tmp_path)
+
+    class Later(_Opt):
+        t = 9
+    again = tmp_path / ".dcp.tmp-2-abcdefgh"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model.w": torch.ones(3, dtype=torch.float64), "step": 9}, checkpoint_id=str(again))
+    assert cd.commit_dcp(again, target, Later()) is None
+    assert cd.verify_dcp(target)["step"] == 9 and not again.exists()
+    other, plain = tmp_path / ".dcp.tmp-3-abcdefgh", tmp_path / "mine"
+    other.mkdir()
+    plain.mkdir()
+    (plain / "notes.txt").write_text("keep me")
+    got = cd.commit_dcp(other, plain, Later())
+    assert got == f"UsageError: {plain} exists and is not a parasim DCP checkpoint; it is not replaced"
+    assert (plain / "notes.txt").read_text() == "keep me" and other.exists()

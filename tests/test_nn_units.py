@@ -26,6 +26,8 @@ def test_each_rank_owns_a_contiguous_block_of_the_vocabulary():
     assert rank0.dtype == np.float64
     assert rank0[0].tolist() == [[1, 0, 0, 0], [0, 0, 0, 1], [0] * 4, [0] * 4, [0] * 4]
     assert rank1[0].tolist() == [[0] * 4, [0] * 4, [1, 0, 0, 0], [0, 0, 0, 1], [0, 1, 0, 0]]
+    shapes = [(x.shape, x.dtype) for x in parasim.run(prog, world=2, backend="symbolic").values]
+    assert shapes == [((1, 5, 4), np.float64)] * 2  # on symbolic ranks too: a block of 8 // 2 ids each
 
 
 def test_embedding_grads_add_up_over_backward_passes():

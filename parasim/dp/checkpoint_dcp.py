@@ -192,7 +192,7 @@ class _Unpickler(pickle.Unpickler):
         return super().find_class(module, name)
 
 
-def _dcp_metadata(f: Fields, root: Path, files: dict[str, Any]) -> Any:
+def _dcp_metadata(root: Path, files: dict[str, Any]) -> Any:
     """DCP's .metadata (checksummed already), unpickled safely; each storage reference names a listed file
     and lies inside it."""
     from torch.distributed.checkpoint.filesystem import _StorageInfo
@@ -229,7 +229,7 @@ def verified_dcp(root: Path) -> tuple[dict[str, Any], Any]:
     f, meta = _listing(root)
     for name, want in meta["files"].items():
         check_file(f, root, name, want)
-    return meta, _dcp_metadata(f, root, meta["files"])
+    return meta, _dcp_metadata(root, meta["files"])
 
 
 def check_dcp_shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> None:
