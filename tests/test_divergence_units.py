@@ -18,6 +18,11 @@ def test_the_error_measure():
     assert max_error(np.zeros(2), np.zeros(2)) == (0.0, 0.0)
     assert max_error(np.array([0.5, 0.0]), np.zeros(2)) == (0.5, float("inf"))
     assert max_error(np.array([1.0, 3.0]), np.array([2.0, 4.0])) == (1.0, 0.25)
+    # complex on either side: the difference keeps its imaginary part (|3 + 4j - 0| = 5, |4j| = 4)
+    assert max_error(np.array([3 + 4j]), np.array([0.0 + 4j])) == (3.0, 0.75)
+    assert max_error(np.array([0.0]), np.array([3 + 4j])) == (5.0, 1.0)
+    assert max_error(np.array([3 + 4j]), np.array([3.0])) == (4.0, 4 / 3)
+    assert max_error(np.array([1, 250], np.uint8), np.array([2, 0], np.uint8)) == (250.0, 125.0)  # no wrap-around
 
 
 def test_marks_read_back_with_their_defaults():
