@@ -8,7 +8,7 @@ results. mutmut itself then runs only what is left, against every test that reac
 A kill here is a kill: a listed test fails with the mutant active (or it runs past --timeout). A mutant
 the listed files miss is left as it was, for mutmut (or, with --missed-survive, recorded as survived). Run `bash scripts/mutation.sh PATTERN` once first:
 it writes the mutants and mutmut's map of tests (mutants/). Options: --shard i/n (run every n-th mutant,
-for one process per core), --timeout S (per mutant, default 120).
+for one process per core), --timeout S (per mutant, default 120), --names FILE (only the mutants it lists).
 """
 from __future__ import annotations
 
@@ -53,6 +53,8 @@ def main() -> int:
     ap.add_argument("tests", nargs="+", help="test files, fastest and most pointed first (pytest stops at the first failure)")
     ap.add_argument("--shard", default="0/1", metavar="i/n")
     ap.add_argument("--timeout", type=int, default=120, metavar="S")
+    ap.add_argument("--names", metavar="FILE", help="only the mutants named in FILE, one a line (e.g. what "
+                    "`scripts/mutation_changed.py REV --names MODULE` prints)")
     ap.add_argument("--missed-survive", action="store_true",
                     help="record a mutant the files miss as survived (conservative: the score counts it against "
                          "the tests until `bash scripts/mutation.sh --survivors` runs it with the whole suite)")
@@ -61,7 +63,11 @@ def main() -> int:
         sys.exit("no mutants/ yet: run `bash scripts/mutation.sh PATTERN` once first")
     i, n = (int(x) for x in args.shard.split("/"))
     # with --missed-survive a second pass runs only what no pass has run yet
-    names = open_mutants(args.prefix, (None,) if args.missed_survive else OPEN)[i::n]
+    names = open_mutants(args.prefix, (None,) if args.missed_survive else OPEN)
+    if args.names:
+        wanted = set(Path(args.names).read_text().split())
+        names = [k for k in names if k in wanted]
+    names = names[i::n]
     # run the tests from mutants/tests, as mutmut does: call sites are named from the package's root
     for src in [*(ROOT / "tests").glob("*.py")]:
         if not src.name.startswith("test_") or src.name in {Path(t).name for t in args.tests}:
