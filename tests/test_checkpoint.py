@@ -236,3 +236,36 @@ def test_real_ranks_save_with_dcp_and_resume_on_other_layouts(tmp_path):
     with pytest.raises(UsageError, match=r"shard __1_0.distcp is truncated") as info:
         verify_dcp(path)
     assert "\n" not in str(info.value)
+
+
+class _Layer:
+    """A layer as the checkpoint reads it: a key, a parallel context (or none), nothing else."""
+
+    def __init__(self, tp):
+        self.key, self.tp = "L0", tp
+
+
+class _Model:
+    def __init__(self, tp, **placed):
+        self.layers = [_Layer(tp)] if tp != "no attribute" else [type("Bare", (), {"key": "L0"})()]
+        self.placements = placed
+        self.shapes = {k: (4, 6) for k in placed}
+
+    def params(self):
+        return {k: np.zeros(s) for k, s in self.shapes.items()}
+
+
+def test_a_piece_lies_where_its_tp_and_etp_places_say():
+    """A weight cut over etp on dim 1 at expert-TP rank 1 of 2 is columns 6-11 of a (4, 12) whole; one cut
+    over tp on dim 0 at TP rank 2 of 3 is rows 8-11 of a (12, 6) whole. A model without a parallel context
+    (no `tp`, or one that is not a ParallelContext) holds whole weights."""
+    from types import SimpleNamespace
+
+    from parasim.dp.checkpoint import Region, regions
+    from parasim.nn.placement import Replicate, Shard
+    tp = SimpleNamespace(tp_world_size=3, tp_rank=2, etp_world_size=2, etp_rank=1)
+    got = regions(_Model(tp, w1={"etp": Shard(1)}, w2={"tp": Shard(0)}, b={"tp": Replicate()}))
+    assert got == {"w1": Region((4, 12), [[(0, 4)], [(6, 12)]]), "w2": Region((12, 6), [[(8, 12)], [(0, 6)]]),
+                   "b": Region((4, 6), [[(0, 4)], [(0, 6)]])}
+    for bare in ("no attribute", None, 7):
+        assert regions(_Model(bare, w1={"etp": Shard(1)})) == {"w1": Region((4, 6), [[(0, 4)], [(0, 6)]])}
