@@ -19,6 +19,8 @@ def real(shape, dtype):
 
 MADE_FROM_X = {  # name: (what it does to a symbolic x, the same on a numpy array)
     "stack": lambda x: np.stack([x, x], axis=1),
+    "stack of one, an axis from the end": lambda x: np.stack([x], axis=-2),
+    "expand_dims, an axis from the end": lambda x: np.expand_dims(x, -2),
     "expand_dims": lambda x: np.expand_dims(x, 1),
     "squeeze": lambda x: np.squeeze(np.expand_dims(x, 0)),
     "squeeze an axis": lambda x: np.squeeze(np.expand_dims(x, 2), axis=2),
@@ -92,7 +94,9 @@ def test_argsort_of_positions_is_numpys_order():
     xp = SymbolicNamespace(None)
     assert list(xp.argsort(np.asarray([3, 1, 2]))) == [1, 2, 0]
     assert list(xp.argsort(np.asarray([3, 1, 2]), descending=True)) == [0, 2, 1]
-    assert list(xp.argsort(np.asarray([[3, 1], [0, 4]]), axis=0)[:, 0]) == [1, 0]
+    assert xp.argsort(np.asarray([[3, 1, 2], [0, 4, 5]]), axis=0).tolist() == [[1, 0, 0], [0, 1, 1]]
+    ties = np.asarray([1, 0] * 200)  # long enough for numpy's unstable sort to reorder ties
+    assert xp.argsort(ties).tolist() == list(range(1, 400, 2)) + list(range(0, 400, 2))  # stable by default
     assert list(xp.argsort(np.asarray([1, 0, 1, 0]), stable=True)) == [1, 3, 0, 2]  # ties keep their order
 
 
@@ -106,3 +110,12 @@ def test_a_symbolic_ranks_literals_and_draws_are_of_its_run():
     got = parasim.run(program, 2, backend="symbolic").values
     assert got == [[((1, 3), "float64", True), ((2,), "float32", True), ((2,), "float16", True),
                     ((3,), "float32", True)]] * 2
+
+
+def test_an_order_of_a_symbolic_array_is_refused_naming_what_was_asked():
+    from parasim.symbolic.array import SymbolicValueError
+    x = SymArray((3,), np.float32, None)
+    for ask, name in ((lambda: np.argsort(x), "argsort()"), (lambda: np.nonzero(x), "nonzero()"),
+                      (lambda: SymbolicNamespace(None).argsort(x), "argsort()")):
+        with pytest.raises(SymbolicValueError, match=rf"^{name[:-2]}\(\) of a symbolic float32 array of shape \(3,\)"):
+            ask()

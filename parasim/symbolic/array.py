@@ -14,6 +14,7 @@ dtype stand for each other), and each rank's matmul FLOPs.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from typing import Any, Callable, Sequence
@@ -461,13 +462,15 @@ def _size(x: Any, axis: Any = None) -> int:
     return math.prod(_shape(x)) if axis is None else _shape(x)[axis]
 
 
-def _by_value(name: str) -> Callable[..., Any]:
+def _refuse(name: str, x: Any, *_: Any, **__: Any) -> Any:
     """A function whose answer is positions picked by value (an order, the nonzeros): refused, naming it."""
-    def refuse(x: Any, *_: Any, **__: Any) -> Any:
-        if isinstance(x, SymArray):
-            return x._no_value(f"{name}()")
-        raise SymbolicValueError(f"{name}() of a symbolic array: a symbolic run has shapes and bytes, no values")
-    return refuse
+    if isinstance(x, SymArray):
+        return x._no_value(f"{name}()")
+    raise SymbolicValueError(f"{name}() of a symbolic array: a symbolic run has shapes and bytes, no values")
+
+
+def _by_value(name: str) -> Callable[..., Any]:
+    return functools.partial(_refuse, name)  # a module function, which a mutation tester switches at call time
 
 
 FUNCTIONS = {
