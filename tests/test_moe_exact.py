@@ -212,6 +212,12 @@ def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n
     assert np.max(np.abs(np.concatenate([v["y"].reshape(-1, h) for v in res.values]) - y)) < 1e-10
     assert np.max(np.abs(np.concatenate([v["dx"].reshape(-1, h) for v in res.values]) - dx)) < 1e-10
     assert np.max(np.abs(sum(v["grads"]["router"] for v in res.values) - dR)) < 1e-10
+    # the expert-TP collectives, in the order the layer runs them (each named, as a learner reads the trace)
+    etp_labels = [e.label for e in res.trace.events if e.group.name == "expert-tp" and "b2 grad" not in e.label]
+    assert list(dict.fromkeys(etp_labels)) == [
+        "moe dispatched tokens to every expert-TP rank", "moe sum the experts' partial outputs over expert-TP",
+        "moe combine backward: output gradients to every expert-TP rank",
+        "moe backward: sum input and gate gradients over expert-TP"]
     per = n_exp // ep
     for e in range(n_exp):
         d = e // per  # the EP index holding expert e; its ranks are d*etp .. d*etp + etp - 1
