@@ -119,3 +119,138 @@ def test_an_order_of_a_symbolic_array_is_refused_naming_what_was_asked():
                       (lambda: SymbolicNamespace(None).argsort(x), "argsort()")):
         with pytest.raises(SymbolicValueError, match=rf"^{name[:-2]}\(\) of a symbolic float32 array of shape \(3,\)"):
             ask()
+
+
+NAMESPACE = {  # ctx.xp's makers on symbolic ranks: (on a symbolic x, numpy's answer on a real x)
+    "zeros_like": (lambda xp, x: xp.zeros_like(x), lambda x: np.zeros_like(x)),
+    "zeros_like, a dtype": (lambda xp, x: xp.zeros_like(x, dtype=xp.int8), lambda x: np.zeros_like(x, np.int8)),
+    "ones_like": (lambda xp, x: xp.ones_like(x), lambda x: np.ones_like(x)),
+    "full_like": (lambda xp, x: xp.full_like(x, 3), lambda x: np.full_like(x, 3)),
+    "full_like, a dtype": (lambda xp, x: xp.full_like(x, 3, dtype=xp.float16),
+                           lambda x: np.full_like(x, 3, dtype=np.float16)),
+    "asarray": (lambda xp, x: xp.asarray(x), lambda x: np.asarray(x)),
+    "asarray, a dtype": (lambda xp, x: xp.asarray(x, dtype=xp.float16), lambda x: np.asarray(x, np.float16)),
+    "asarray of a list of arrays": (lambda xp, x: xp.asarray([x, x]), lambda x: np.asarray([x, x])),
+    "asarray of a list of arrays, a dtype": (lambda xp, x: xp.asarray([x, x], dtype=xp.int32),
+                                             lambda x: np.asarray([x, x], np.int32)),
+}
+
+
+@pytest.mark.parametrize("name", NAMESPACE)
+def test_what_the_symbolic_namespace_makes_from_an_array_keeps_its_shape_dtype_and_run(run, name):
+    on_symbolic, on_real = NAMESPACE[name]
+    xp = SymbolicNamespace(run)
+    got = on_symbolic(xp, SymArray((2, 3), np.float32, None))  # an array of no run: the namespace's run is given
+    want = on_real(real((2, 3), np.float32))
+    assert isinstance(got, SymArray)
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+
+
+@pytest.mark.parametrize("name", ["zeros_like", "full_like"])
+def test_the_symbolic_namespace_gives_its_run_to_what_it_makes_like_an_array(run, name):
+    xp = SymbolicNamespace(run)
+    got = xp.zeros_like(SymArray((2, 3), np.float32, None)) if name == "zeros_like" else \
+        xp.full_like(SymArray((2, 3), np.float32, None), 7)
+    assert got.run is run
+
+
+@pytest.mark.parametrize("name", ["zeros_like", "full_like"])
+def test_the_symbolic_namespace_on_a_real_array_answers_as_numpy(name):
+    xp, x = SymbolicNamespace(None), np.arange(6, dtype=np.float32).reshape(2, 3)
+    got = xp.zeros_like(x, dtype=np.int8) if name == "zeros_like" else xp.full_like(x, 7, dtype=np.int8)
+    want = np.zeros_like(x, dtype=np.int8) if name == "zeros_like" else np.full_like(x, 7, dtype=np.int8)
+    assert type(got) is np.ndarray and (got.shape, got.dtype) == (want.shape, want.dtype)
+    np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("value", [[[], []], [[1, 2], [3, 4], [5, 6]], [(0.5,)], range(4), [[True]]])
+def test_the_symbolic_namespace_reads_nested_python_values_as_numpy_does(run, value):
+    got, want = SymbolicNamespace(run).asarray(value), np.asarray(value)
+    assert isinstance(got, SymArray) and got.run is run
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+
+
+TWO = {  # functions of two arrays of different shapes and dtypes: numpy's answer on real arrays is the want
+    "where, the condition widest": lambda c, a, b: np.where(c, a, b),
+    "tensordot, an int pair of axes": lambda c, a, b: np.tensordot(a, b, axes=(0, 0)),
+    "tensordot, lists of axes": lambda c, a, b: np.tensordot(a, b.T, axes=([1], [0])),
+    "tensordot, a count of axes": lambda c, a, b: np.tensordot(a, b.T, axes=1),
+    "concatenate rows": lambda c, a, b: np.concatenate([a, b], axis=0),
+    "reshape to an int": lambda c, a, b: a.reshape(6),
+    "reshape with a -1": lambda c, a, b: b.reshape(-1, 2),
+    "zeros_like with a shape": lambda c, a, b: np.zeros_like(a, shape=(5,)),
+}
+
+
+@pytest.mark.parametrize("name", TWO)
+def test_two_arrays_of_other_dtypes_give_numpys_shape_and_dtype(run, name):
+    f = TWO[name]
+    shapes, dtypes = ((4, 2, 3), (2, 3), (2, 3)), (np.bool_, np.float32, np.float16)  # b the narrower
+    got = f(*(SymArray(s, d, run) for s, d in zip(shapes, dtypes)))
+    want = f(*(real(s, d) for s, d in zip(shapes, dtypes)))
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    assert got.run is run
+
+
+@pytest.mark.parametrize("shape", [(4, -1), (-1, 0), (0, -1)])
+def test_a_reshape_numpy_refuses_is_refused(run, shape):
+    with pytest.raises(ValueError):
+        np.zeros((2, 3)).reshape(shape)
+    with pytest.raises(ValueError):
+        SymArray((2, 3), np.float32, run).reshape(shape)
+
+
+def test_a_symbolic_rank_may_send_index_lists_and_is_refused_anything_else_by_name(run):
+    from parasim.errors import CollectiveError
+    from parasim.symbolic.backend import SymbolicComm, check_symbolic_array
+    check_symbolic_array(np.arange(3), "all_gather")  # a real index list takes part as it is
+    check_symbolic_array(SymArray((2,), np.float32, run), "all_gather")
+    for x, words in (([1, 2], "list"), (np.array(["a"]), "dtype"), (SymArray((2,), np.str_, run), "dtype")):
+        with pytest.raises(CollectiveError, match=f"all_gather.*{words}"):
+            check_symbolic_array(x, "all_gather")
+    with pytest.raises(CollectiveError, match="reduce_scatter.*list"):  # the comm names its own op
+        SymbolicComm._check_array(None, [1], "reduce_scatter")
+
+
+MIXED = {  # name: (operands as (shape, dtype), or a real value taken as it is; the function)
+    "where, three shapes broadcast": ([((4, 1, 1), np.bool_), ((2, 1), np.float32), ((3,), np.float16)],
+                                      lambda c, a, b: np.where(c, a, b)),
+    "where, a real condition": ([np.ones((2, 3), bool), ((2, 3), np.float32), ((2, 3), np.float16)],
+                                lambda c, a, b: np.where(c, a, b)),
+    "tensordot, an unequal pair of axes": ([((2, 3), np.float32), ((3, 4), np.float16)],
+                                           lambda a, b: np.tensordot(a, b, axes=(1, 0))),
+    "tensordot, numpy's default of two axes": ([((2, 3, 4), np.float32), ((3, 4, 5), np.float32)], np.tensordot),
+    "a ufunc with a dtype": ([((2, 3), np.float16), ((2, 3), np.float16)],
+                             lambda a, b: np.add(a, b, dtype=np.float32)),  # not float64: np.dtype(None) is that
+    "a ufunc with a Python bool": ([((2, 3), np.int8)], lambda a: np.add(a, True)),
+    "a ufunc with a list": ([((2,), np.int8)], lambda a: np.add(a, [1, 2])),
+    "a ufunc with a real array": ([((2, 3), np.float32), np.zeros((4, 1, 3), np.float16)], np.add),
+    "sum of bools": ([((2, 3), np.bool_)], lambda a: np.sum(a, axis=0)),
+    "sum of uint8": ([((2, 3), np.uint8)], lambda a: np.sum(a, axis=1)),
+    "sum of int8": ([((2, 3), np.int8)], lambda a: np.sum(a)),
+    "reshape to an int (numpy's function)": ([((2, 3), np.float32)], lambda a: np.reshape(a, 6)),
+    "a slice": ([((4, 3), np.float32)], lambda a: a[1:3]),
+    "a slice of the last dim": ([((4, 3), np.float32)], lambda a: a[:, 1:]),
+}
+
+
+@pytest.mark.parametrize("name", MIXED)
+def test_operands_of_mixed_shapes_and_dtypes_give_numpys_shape_and_dtype(run, name):
+    operands, f = MIXED[name]
+    got = f(*(SymArray(*o, run) if isinstance(o, tuple) else o for o in operands))
+    want = f(*(real(*o) if isinstance(o, tuple) else o for o in operands))
+    assert (got.shape, got.dtype) == (want.shape, want.dtype)
+    assert got.run is run
+
+
+def test_a_ufunc_asked_for_a_dtype_after_the_same_call_without_one_gives_that_dtype(run):
+    a = SymArray((2, 3), np.float16, run)  # the memo of a run must tell the two calls apart
+    assert np.add(a, a).dtype == np.float16
+    assert np.add(a, a, dtype=np.float64).dtype == np.float64
+
+
+def test_a_reshape_with_two_unknown_dims_is_refused_even_where_they_would_fit(run):
+    with pytest.raises(ValueError):
+        np.zeros(1).reshape(-1, -1)
+    with pytest.raises(ValueError):
+        SymArray((1,), np.float32, run).reshape(-1, -1)

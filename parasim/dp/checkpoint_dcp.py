@@ -77,6 +77,9 @@ def _contiguous(opt: Any) -> bool:
 
 
 def save_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> None:
+    # pragma: no mutate block
+    # (real ranks only: DCP runs in torch.distributed processes a mutation tester cannot switch; the
+    # gloo tests of tests/test_checkpoint.py check it, as they check comm/torchdist.py)
     """Every rank calls this after the same step: DCP writes the weights and the optimizer's state."""
     import torch
     import torch.distributed as dist
@@ -244,6 +247,8 @@ def check_dcp_shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> N
 
 
 def restore_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
+    # pragma: no mutate block
+    # (real ranks only, see save_dcp)
     """Every rank calls this with `model` and `opt` built on the new layout: DCP reads the whole state,
     each rank keeps its weights and its new share. Returns the step. Rank 0 first removes what saves
     killed part way left beside the checkpoint."""
