@@ -35,7 +35,9 @@ F32 = np.ones((3, 4), dtype=np.float32)
     0, -1, slice(None), slice(1, None), slice(None, None, 2), (0, 1), (..., 1), (..., slice(0, 2)), (None, 0),
     (slice(None), None, 1), ([0, 1],), (slice(None), [2, 0, 1]), (0, [1, 2]), ([0, 1], slice(None), [1, 3]),
     (slice(None), [0, 1], [1, 3]), (np.array([True, False]),), (..., None), (slice(None), np.array([[0], [2]])),
-], ids=[f"i{k}" for k in range(18)])  # short ids: mutation testing maps tests by id
+    (0, ..., 1), (0, np.array([True, False, True])), ([-2],), ([-2, 1], ..., [0, -4]),
+    (slice(0, 1), slice(1, 3)), (slice(None), slice(None, None, 2), slice(1, 4)),
+], ids=[f"i{k}" for k in range(24)])  # short ids: mutation testing maps tests by id
 def test_indexing_gives_numpys_shapes(index):
     _same(_sym(A)[index], A[index])
 
