@@ -3,13 +3,20 @@ listed (with the reason each changes nothing observable) in docs/mutation-equiva
 
 score = killed / (checked - equivalent); a timeout counts as killed (the mutant hangs where the code
 does not). Prints a Markdown table for docs/testing.md, then every surviving mutant not listed as
-equivalent, which is work left to do. With --survivors: only their names, one per line."""
+equivalent, which is work left to do. With --survivors: only their names, one per line.
+
+mutants/ is not kept between checkouts, and a run over a big module takes hours, so results can be
+carried: `--save FILE` writes every result with a hash of its function's code, `--load FILE` puts back
+those whose function is unchanged (a changed function renumbers its mutants and must run again)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import sys
 from collections import defaultdict
 from pathlib import Path
+
+from mutation_changed import functions  # scripts/ is on the path when this runs as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLED = {1, 3, 36, 24, -24, 152, 255, -9, -11, 37}  # mutmut's exit codes for killed, timeout, crash
@@ -26,7 +33,64 @@ def equivalents() -> dict[str, str]:
     return out
 
 
+def _metas() -> dict[str, Path]:
+    """module -> its results file in mutants/."""
+    return {str(meta.relative_to(ROOT / "mutants")).removesuffix(".py.meta").replace("/", "."): meta
+            for meta in sorted((ROOT / "mutants" / "parasim").rglob("*.py.meta"))}
+
+
+def _hashes(module: str) -> dict[str, str]:
+    """mutmut's function key (x_f, xǁClassǁm) -> a short hash of its code, docstring aside."""
+    source = (ROOT / (module.replace(".", "/") + ".py")).read_text()
+    return {name: hashlib.sha1(code.encode()).hexdigest()[:12] for name, code in functions(source).items()}
+
+
+def save(path: Path) -> int:
+    """One line per function with results: `module function hash n:code ...` (n the mutant's number)."""
+    lines = []
+    for module, meta in _metas().items():
+        hashes, by_function = _hashes(module), defaultdict(list)
+        for name, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
+            function, _, number = name[len(module) + 1:].partition("__mutmut_")
+            if code is not None and function in hashes:
+                by_function[function].append(f"{number}:{code}")
+        lines += [f"{module} {f} {hashes[f]} {' '.join(codes)}" for f, codes in sorted(by_function.items())]
+    path.write_text("\n".join(lines) + "\n")
+    print(f"saved the results of {len(lines)} functions to {path}")
+    return 0
+
+
+def load(path: Path) -> int:
+    """Put back the saved results of every function whose code is the same now."""
+    metas, kept, stale = _metas(), 0, 0
+    saved: dict[str, list[tuple[str, str, list[str]]]] = defaultdict(list)
+    for line in path.read_text().splitlines():
+        module, function, digest, *codes = line.split()
+        saved[module].append((function, digest, codes))
+    for module, rows in saved.items():
+        if module not in metas:
+            stale += len(rows)
+            continue
+        hashes, data = _hashes(module), json.loads(metas[module].read_text())
+        results = data["exit_code_by_key"]
+        for function, digest, codes in rows:
+            if hashes.get(function) != digest:
+                stale += 1
+                continue
+            for item in codes:
+                number, _, code = item.partition(":")
+                name = f"{module}.{function}__mutmut_{number}"
+                if name in results:
+                    results[name] = int(code)
+                    kept += 1
+        metas[module].write_text(json.dumps(data, indent=4))
+    print(f"put back {kept} results; {stale} functions changed since (or gone): run their mutants again")
+    return 0
+
+
 def main() -> int:
+    if len(sys.argv) == 3 and sys.argv[1] in ("--save", "--load"):
+        return (save if sys.argv[1] == "--save" else load)(Path(sys.argv[2]))
     eq = equivalents()
     rows: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     left = []
