@@ -614,6 +614,12 @@ def _storage(**change):
     return edit
 
 
+def _storage_set(value):
+    def edit(md):
+        md.storage_data[next(iter(md.storage_data))] = value
+    return edit
+
+
 FILES = ("files", ".metadata")
 # (the DCP checkpoint changed) -> words of the refusal
 DCP_CASES = {
@@ -637,6 +643,13 @@ DCP_CASES = {
     "storage-escapes": (_metadata_pickle(_storage(relative_path="../../etc/passwd")),
                         '.metadata reads from "../../etc/passwd", which parasim.json does not list'),
     "storage-past-end": (_metadata_pickle(_storage(offset=10**9)), ".metadata reads "),
+    "storage-overhangs": (_metadata_pickle(_storage(length=10**9)), ".metadata reads 1000000000 bytes at 0 of"),
+    "storage-bool": (_metadata_pickle(_storage(offset=True)), ".metadata reads "),
+    "storage-not-dcp": (_metadata_pickle(_storage_set(7)), ".metadata has a storage entry that is not DCP's (int)"),
+    "storage-path-int": (_metadata_pickle(_storage(relative_path=5)),
+                         ".metadata has a storage entry that is not DCP's (_StorageInfo)"),
+    "metadata-list": (_metadata_pickle(lambda md: setattr(md, "state_dict_metadata", [])),
+                      ".metadata is not DCP's metadata"),
     "storage-negative": (_metadata_pickle(_storage(length=-5)), ".metadata reads -5 bytes"),
     "shard-missing": (lambda t: (t / "__0_0.distcp").unlink(), "shard __0_0.distcp is missing"),
     "shard-truncated": (lambda t: (t / "__0_0.distcp").write_bytes((t / "__0_0.distcp").read_bytes()[:-1]),

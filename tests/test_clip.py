@@ -11,7 +11,7 @@ import parasim.examples.moe16 as moe16
 import parasim.examples.step as step
 from parasim.examples.moe16_exact import exactness
 from parasim.dp import clip
-from parasim.dp.zero import zero1_step
+from parasim.dp.zero import sum_partials, zero1_step
 from parasim.errors import UsageError
 from parasim.layout import Layout
 from parasim.nn import ParallelContext, Saved
@@ -257,11 +257,13 @@ def test_a_bad_max_norm_is_refused(bad):
 
 
 def test_clipping_unsummed_partial_gradients_is_refused():
-    """Without partials=True, n's gradient is still partial over tp: a norm of its pieces is wrong, so the
-    step refuses it in one line instead of clipping silently."""
+    """Without partials=True (the default), n's gradient is still partial over tp: a norm of its pieces is wrong,
+    so the step refuses it in one line instead of clipping silently. A bad max_norm is named before that."""
     def program(ctx):
         with pytest.raises(UsageError, match="n is left partial over a model axis"):
-            zero1_step(ctx, Dense(ctx), 0.1, partials=False, max_norm=0.5)
+            zero1_step(ctx, Dense(ctx), 0.1, max_norm=0.5)
+        with pytest.raises(UsageError, match="max_norm must be a positive number"):
+            zero1_step(ctx, Dense(ctx), 0.1, max_norm=0)
     parasim.run(program, layout=Layout(tp=2, dp=2))
 
 
@@ -283,3 +285,19 @@ def test_one_table_names_the_model_axes_for_zero_clipping_and_checkpoints():
         "tp": "tp", "dp": "dp", "cp": "cp", "etp": "expert-tp", "ep": "ep", "edp": "expert-dp"}
     assert placement.model_axes({"ep": Shard(0)}) == ("etp", "ep") and placement.model_axes({}) == ("tp",)
     assert checkpoint.CUT_AXES is zero.CUT_AXES is placement.CUT_AXES  # one list, not copies of it
+
+
+def test_sum_partials_sums_every_model_axis_that_is_cut():
+    """TP 1 and ETP 2: nothing to sum over tp (one rank), but the expert gradient left partial over etp is summed
+    over its expert-TP pair; the dense one stays as it was. Each rank's part is rank + 1."""
+    def program(ctx):
+        grads = {"d": ctx.asarray([1.0 + ctx.rank]), "e": ctx.asarray([1.0 + ctx.rank, 10.0])}
+        placed = {"d": {"tp": Partial()}, "e": {"etp": Partial()}}
+        out = sum_partials(ctx, grads, placed)
+        return {k: v.tolist() for k, v in out.items()}, ctx.groups["expert-tp"].ranks
+
+    res = parasim.run(program, layout=Layout(tp=1, dp=4, ep=2, etp=2, model=None))
+    for r in range(4):
+        got, pair = res.values[r]
+        assert len(pair) == 2 and r in pair
+        assert got == {"d": [1.0 + r], "e": [sum(1.0 + q for q in pair), 20.0]}

@@ -114,7 +114,9 @@ def test_sp_over_a_cp_slice_that_does_not_divide_by_tp_is_refused(tp, cp, split,
         cp_group = ctx.groups["cp"] if cp > 1 else None
         context = ParallelContext(ctx, ctx.groups["tp"], sp=True, cp_group=cp_group, seq=s, cp_split=split)
         return context.token_positions()
-    with pytest.raises(LayoutError, match=r"must divide by cp x tp"):
+    k = s // cp  # the tokens of one rank's CP slice, contiguous or zigzag
+    words = rf"cannot split the {k} token{'' if k == 1 else 's'} of this rank's .* must divide by cp x tp"
+    with pytest.raises(LayoutError, match=words):
         parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=True))
 
 

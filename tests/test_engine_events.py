@@ -39,6 +39,22 @@ def test_a_p2p_event_whole():
                           None, "fwd", {"src": 0, "dst": 1}, None, None)
 
 
+def test_a_p2p_event_takes_the_tags_and_label_either_side_gave():
+    """Tags and a label given by one side only are the event's; the sender's come first."""
+    def prog(ctx):
+        if ctx.rank == 0:
+            ctx.comm.exchange([Send(ctx.asarray([1.0]), 1)], tags={"slot": 1})
+            ctx.comm.exchange([Send(ctx.asarray([1.0]), 1)])
+            ctx.comm.exchange([Send(ctx.asarray([1.0]), 1)], tags={"slot": 3}, label="mine")
+        else:
+            ctx.comm.exchange([Recv(0, (1,), "float64")])
+            ctx.comm.exchange([Recv(0, (1,), "float64")], tags={"slot": 2}, label="theirs")
+            ctx.comm.exchange([Recv(0, (1,), "float64")], tags={"slot": 4}, label="theirs")
+
+    ev = parasim.run(prog, world=2).trace.events
+    assert [(e.tags, e.label) for e in ev] == [({"slot": 1}, None), ({"slot": 2}, "theirs"), ({"slot": 3}, "mine")]
+
+
 def test_events_are_numbered_and_collectives_record_bytes_and_dtypes():
     """Events are numbered 0, 1, 2 in order. A broadcast from rank 0 on two ranks: rank 0 sends its 4
     float32 values (16 bytes) and receives nothing, rank 1 the reverse. An all-to-all on two ranks lists

@@ -59,6 +59,13 @@ PROGRAMS = textwrap.dedent("""\
         t.join()
         return out
 
+    def threads_p2p(ctx):
+        if ctx.rank == 0:
+            t = threading.Thread(target=lambda: ctx.comm.send(ctx.xp.ones(2), 1))  # p2p in a thread
+            t.start()
+            t.join()
+        return None
+
     def gives_generator(ctx):
         return (ctx.comm.all_reduce(ctx.xp.ones(2)) for _ in range(1))
 
@@ -125,6 +132,7 @@ RUNS = [
     ("exits0", [], 1, ["rank 1 raised SystemExit: 0", "{line:exits 0}"]),
     ("exits3", [], 1, ["rank 1 raised SystemExit: 3"]),
     ("threads", [], 2, ["called all_reduce at {line:in a thread} from a thread it started"]),
+    ("threads_p2p", [], 2, ["rank 0 called point-to-point at {line:p2p in a thread} from a thread it started"]),
     ("gives_generator", [], 2, ["rank 0's program returned a generator, so its body never ran"]),
     ("gives_coroutine", [], 2, ["rank 0's program returned a coroutine, so its body never ran"]),
     ("gives_async_generator", [], 2, ["rank 0's program returned an async generator, so its body never ran"]),

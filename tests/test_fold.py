@@ -64,6 +64,11 @@ def test_bad_folds_get_one_line():
     with pytest.raises(CollectiveError, match="rank 0 exchanges with rank 1, which is folded onto rank 0"):
         parasim.run(ring, 2, backend="symbolic", fold=[0, 0])
 
+    def hears(ctx):
+        ctx.comm.recv(1, shape=(2,), dtype="float64") if ctx.rank == 0 else None
+    with pytest.raises(CollectiveError, match="rank 0 exchanges with rank 1, which is folded onto rank 0"):
+        parasim.run(hears, 2, backend="symbolic", fold=[0, 0])
+
     def pairs(ctx):
         g = [ctx.new_group([0, 1], "a"), ctx.new_group([2, 3], "a")][ctx.rank // 2]
         ctx.comm.all_reduce(ctx.xp.zeros((2,)), group=g)

@@ -119,6 +119,28 @@ def test_any_sums_match_the_ring_reference(t, n, dtype, data):
                [want[r * n // t:(r + 1) * n // t] for r in range(t)]
 
 
+def test_two_dim_averages_sum_the_flat_buffer_torch_sends():
+    """A (4, 8) bfloat16 array on 4 ranks: the all-reduce sums the flat buffer in ring order and comes back in
+    the array's shape; the reduce-scatter on dim 1 sums the buffer torch lays out (each member's chunk, dim 1
+    first, in member order) and member i keeps block i, back in (4, 2). The average divides by 4, which is
+    exact in bfloat16, so only the order of the sums is at stake."""
+    t, shape = 4, (4, 8)
+    rng = np.random.default_rng(7)
+    xs = (rng.integers(-255, 256, (t, *shape)) / 128 * 2.0 ** rng.integers(-8, 9, (t, *shape))).astype(BF16)
+
+    def program(ctx):
+        x = ctx.asarray(xs[ctx.rank].astype(np.float64).tolist(), "bfloat16")
+        return {"ar": ctx.comm.all_reduce(x, op="avg"), "rs": ctx.comm.reduce_scatter(x, op="avg", dim=1)}
+
+    v = parasim.run(program, t).values
+    want = (ring_reference(xs.reshape(t, -1)).astype(np.float32) / t).reshape(shape)
+    laid = np.stack([np.concatenate([x[:, 2 * j:2 * j + 2].T.reshape(-1) for j in range(t)]) for x in xs])
+    blocks = (ring_reference(laid).astype(np.float32) / t).reshape(t, 2, 4)  # block i: chunk i, dim 1 first
+    for r in range(t):
+        assert v[r]["ar"].shape == shape and v[r]["ar"].astype(np.float32).tolist() == want.tolist()
+        assert v[r]["rs"].shape == (4, 2) and v[r]["rs"].astype(np.float32).tolist() == blocks[r].T.tolist()
+
+
 # -- NaN: torch's rule on every op -----------------------------------------------------------------------
 # (op, each rank's values) -> the result: NaN wherever any rank has one, else the max or min.
 NAN_CASES = [

@@ -145,6 +145,16 @@ def test_a_parallel_context_from_a_layout():
         assert (sp, split, seq) == (True, "contiguous", 8)
 
 
+def test_a_parallel_context_from_another_layout_than_the_runs():
+    """A layout given to from_layout is the one whose groups the context takes (the run's is TP 2 x DP 2, the
+    one given TP 4); a layout without a model has no sequence, so no positions."""
+    def program(ctx):
+        pc = ParallelContext.from_layout(ctx, Layout(tp=4))
+        return pc.tp_group.ranks, pc.cp_positions()
+    got = parasim.run(program, layout=Layout(tp=2, dp=2)).values
+    assert got == [((0, 1, 2, 3), [])] * 4
+
+
 def test_a_parallel_context_knows_its_place_in_each_group():
     """Each group's world size and this rank's place in it, read against the layout's own lists of groups
     (expert TP narrower than TP, so the two cannot stand in for each other; no group: 1 and 0)."""

@@ -179,6 +179,11 @@ def test_every_ring_collective_on_virtual_ranks_gives_the_collectives_values():
         for r in members:
             assert np.allclose(values[r][f"avg{n}"], sum(ys) / len(members), rtol=1e-6, atol=0)
             assert values[r][f"max{n}"].tolist() == np.max(ys, axis=0).astype(np.float32).tolist()
+    # on a dim other than 0, a (2, 3) block from each of 3 members: side by side, not one after another
+    blocks = parasim.run(lambda ctx: ctx.comm.all_gather(ctx.asarray(np.arange(6.0).reshape(2, 3) + 10 * ctx.rank),
+                                                         dim=1, algo="ring"), 3).values
+    want = np.concatenate([np.arange(6.0).reshape(2, 3) + 10 * r for r in range(3)], axis=1)
+    assert all(blocks[r].tolist() == want.tolist() for r in range(3))
 
 
 def test_each_kernel_plays_the_steps_it_is_given():

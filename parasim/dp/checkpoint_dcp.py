@@ -209,9 +209,11 @@ def _dcp_metadata(root: Path, files: dict[str, Any]) -> Any:
             or not isinstance(md.state_dict_metadata, dict):
         raise UsageError(f"checkpoint {root}: {where} is not DCP's metadata")
     for info in md.storage_data.values():
-        ok = isinstance(info, _StorageInfo) and isinstance(info.relative_path, str)
-        name = info.relative_path if ok else None
-        if not ok or name not in files or name == DCP_METADATA:
+        if not isinstance(info, _StorageInfo) or not isinstance(info.relative_path, str):
+            raise UsageError(f"checkpoint {root}: {where} has a storage entry that is not DCP's "
+                             f"({type(info).__name__})")
+        name = info.relative_path
+        if name not in files or name == DCP_METADATA:
             raise UsageError(f"checkpoint {root}: {where} reads from {show(name)}, which {LISTING} does not list "
                              "as a data file")
         lo, n = info.offset, info.length
