@@ -101,6 +101,7 @@ def test_ring_bytes_by_hand_with_uneven_chunks():
     assert ring_bytes(ALL_REDUCE, 20, 4, 2) == ((28, 30), (30, 28), (32, 30), (30, 32))
     assert ring_bytes(ALL_REDUCE, 12, 3) == ((16, 16),) * 3  # even: 2(t-1)/t of the buffer
     assert ring_bytes(ALL_REDUCE, 20, 1, 2) == ((0, 0),)
+    assert ring_bytes(ALL_GATHER, 7, 3) == ring_bytes(ALL_GATHER, 7, 3, 1)  # one-byte elements unless told
     with pytest.raises(ValueError):
         ring_bytes("broadcast", 20, 4)
 
