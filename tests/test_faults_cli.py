@@ -89,8 +89,12 @@ def test_a_slot_table_at_its_limit_is_placed():
     from parasim.pipeline.schedules import generate
     from parasim.pipeline.timing import simulate
     assert simulate(generate("gpipe", 50, 51), max_slots=10_000).makespan == 2 * (51 + 50 - 1)
-    with pytest.raises(UsageError, match="50 ranks x 201 or more time slots: 10,050 slots is more than the limit"):
+    with pytest.raises(UsageError, match=r"50 ranks x 201 or more time slots: 10,050 slots is more than the limit "
+                                         r"of 10,000 \(the timing fills every slot of every rank\)"):
         simulate(generate("gpipe", 50, 52), max_slots=10_000)
+    with pytest.raises(UsageError, match=r"pp x microbatches x chunks: 100,100 is more than the limit of 100,000 "
+                                         r"\(the slot table holds every action\)"):
+        generate("gpipe", 50, 2002)
 
 
 # one rule set: the estimator refuses what `parasim layout` refuses, in the same words

@@ -229,3 +229,59 @@ def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n
         assert np.max(np.abs(np.concatenate([g[f"{key}.w2"] for g in grads], axis=0) - dE[e]["w2"])) < 1e-10
         for g in grads:
             assert np.max(np.abs(g[f"{key}.b2"] - dE[e]["b2"])) < 1e-10
+
+
+@pytest.mark.parametrize("kind", ["uniform", "balanced"])
+def test_a_second_call_routes_by_its_own_draws(kind):
+    """The block works out rows, plans and each expert's rows from the policy's draws and keeps them while
+    the draws are the very same arrays (balanced routing draws alike every call). A second forward (call 1)
+    with other draws (uniform) must route by them, not by what call 0 worked out: its output and input
+    gradient are the unsplit block's with call 1's picks."""
+    from parasim.nn.routing import Routing
+    p, n, h, f, n_exp, k = 2, 5, 6, 8, 4, 1
+
+    def draws(routing, call):
+        return np.concatenate([routing.choose(f"moe#{call}", r, r * n, n, n_exp, k) for r in range(p)])
+
+    def sent(picks):  # rows each rank sends to each EP rank (two experts each)
+        return [[int(np.sum(picks[r * n:(r + 1) * n, 0] // 2 == d)) for d in range(p)] for r in range(p)]
+    # a seed whose two calls send the same number of rows between every pair of ranks, to other experts: only
+    # the draws themselves tell the calls apart
+    routing = next(r for r in (Routing.parse(kind, seed=s) for s in range(500))
+                   if sent(draws(r, 0)) == sent(draws(r, 1)) and not np.array_equal(draws(r, 0), draws(r, 1))) \
+        if kind == "uniform" else Routing.parse(kind, seed=3)
+
+    def program(ctx):
+        ep = ctx.new_group(range(ctx.world), "ep")
+        router, experts = weights(ctx, h, f, n_exp)
+        moe = MoE(ParallelContext(ctx, options=LayerOptions(routing=routing)), ep, router, experts, k)
+        x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
+        moe.forward(x * 0.5, Saved())  # call 0
+        y, cache = moe.forward(x, Saved())  # call 1
+        return {"y": y, "dx": moe.backward(cache, target)}
+    res = parasim.run(program, p)
+    picks, first = draws(routing, 1), draws(routing, 0)
+    assert (kind == "balanced") == np.array_equal(picks, first)  # uniform: call 1 draws other experts
+    y, dx, _, _ = reference(p, n, h, f, n_exp, k, picks)
+    assert np.max(np.abs(np.concatenate([v["y"].reshape(-1, h) for v in res.values]) - y)) < 1e-10
+    assert np.max(np.abs(np.concatenate([v["dx"].reshape(-1, h) for v in res.values]) - dx)) < 1e-10
+
+
+def test_ranks_with_no_tokens():
+    """EP ranks with no token to route (an empty micro-batch share) still meet in every all-to-all, send
+    nothing and give empty outputs and input gradients; the experts' gradients are zero."""
+    h, f, n_exp = 6, 8, 4
+
+    def program(ctx):
+        ep = ctx.new_group(range(ctx.world), "ep")
+        router, experts = weights(ctx, h, f, n_exp)
+        moe = MoE(ParallelContext(ctx), ep, router, experts, 2)
+        y, cache = moe.forward(np.zeros((0, 1, h)), Saved())
+        return {"y": y, "dx": moe.backward(cache, np.zeros((0, 1, h))), "grads": dict(moe.grads)}
+    res = parasim.run(program, 2)
+    for v in res.values:
+        assert v["y"].shape == (0, 1, h) and v["dx"].shape == (0, 1, h)
+        assert all(not np.any(g) for g in v["grads"].values())
+    events = [e for e in res.trace.events if e.op == "all_to_all"]
+    assert len(events) == 4 and all(m.sent == 0 for e in events for m in e.members)

@@ -165,3 +165,61 @@ def test_bad_moe(args, rule):
         MoE(ParallelContext(ctx), ctx.new_group(range(2), "ep"), *args)
     with pytest.raises(LayoutError, match=rule):
         parasim.run(program, 2)
+
+
+def _rounds_by_hand(idx: list[int], n: int) -> list[list[int]]:
+    """gather_rounds' answer worked out one row at a time: row i goes to the first round where its position
+    is still free, so a position's rows keep their order across rounds."""
+    rounds: list[list[int]] = []
+    for i, at in enumerate(idx):
+        r = next((r for r in rounds if r[at] == 0), None)
+        if r is None:
+            rounds.append(r := [0] * n)
+        r[at] = i + 1
+    return rounds
+
+
+@pytest.mark.parametrize("idx, n", [
+    ([int(v) for v in np.random.default_rng(1).integers(0, 7, size=300)], 9),  # many repeats: argsort must be stable
+    ([65541, 5, 7, 7], 70001),  # 65541 is 5 in 16 bits: positions past 16 bits must not be sorted as 16-bit keys
+    ([3, 1, 3], 4),
+])
+def test_gather_rounds_against_rows_added_one_at_a_time(idx, n):
+    got = gather_rounds(idx, n)
+    assert [r.tolist() for r in got] == _rounds_by_hand(idx, n)
+    assert all(r.dtype.kind == "i" for r in got)  # index arrays
+    flat = gather_rounds(np.array(idx).reshape(-1, 1), n)  # any shape of positions is read as one list
+    assert [r.tolist() for r in flat] == _rounds_by_hand(idx, n)
+
+
+def test_expert_and_router_placements():
+    """Where each weight lives, as checkpoints and gradient groups read it: the router whole on every rank
+    (no SP); each expert's weights on one EP rank (Shard(0) of the expert list), and over expert-TP w1 and b1
+    by columns, w2 by rows, b2 a partial sum."""
+    from parasim.nn.placement import Partial, Replicate, Shard
+
+    def program(ctx):
+        etp_g = [ctx.new_group([d, d + 1], "expert-tp") for d in (0, 2)][ctx.rank // 2]
+        eps = [ctx.new_group([r, r + 2], "ep") for r in range(2)]
+        with_etp = MoE(ParallelContext(ctx, etp_group=etp_g), eps[ctx.rank % 2], ROUTER, _experts(4), 1, etp=etp_g)
+        whole = MoE(ParallelContext(ctx), eps[ctx.rank % 2], ROUTER, _experts(), 1)
+        return with_etp.placements, whole.placements
+    res = parasim.run(program, 4)
+    with_etp, whole = res.values[2]  # EP rank 1: experts 3 and 4
+    assert with_etp == {"router": {"tp": Replicate()},
+                        **{f"expert{e}.{k}": {"ep": Shard(0), "etp": p} for e in (3, 4)
+                           for k, p in (("w1", Shard(1)), ("b1", Shard(0)), ("w2", Shard(0)), ("b2", Partial()))}}
+    assert whole == {"router": {"tp": Replicate()},
+                     **{f"expert{e}.{k}": {"ep": Shard(0)} for e in (3, 4) for k in ("w1", "b1", "w2", "b2")}}
+
+
+def test_a_partial_gradient_over_a_one_rank_group_is_not_summed():
+    """Under SP the router's gradient is partial over TP; with a TP group of one rank it is already whole, so
+    no all-reduce is made for it (an all-reduce over one rank moves nothing, but it would be a step to show)."""
+    def program(ctx):
+        moe = MoE(ParallelContext(ctx, tp_group=ctx.new_group([0], "tp"), sp=True), None, ROUTER, _experts(), 1)
+        y, cache = moe.forward(TOKENS[0], Saved())
+        moe.backward(cache, np.ones_like(y))
+        return moe.grads["router"].shape
+    res = parasim.run(program, 1)
+    assert res.values == [(2, 4)] and [e.op for e in res.trace.events] == []

@@ -119,3 +119,44 @@ def test_the_layers_and_the_plain_virtual_world_know_neither_backend_nor_folding
     for name in ("virtual.py", "virtual_p2p.py"):
         plain = (ROOT / "comm" / name).read_text().lower()
         assert "fold" not in plain and ".rep" not in plain and "flops =" not in plain, name
+
+
+def test_run_symbolic_defaults_and_what_it_hands_back():
+    """A symbolic run without options: seed 0 on every context and in the trace, the direct algorithm, no
+    kept values; each rank's marks come back, and a folded run gives a folded rank its representative's
+    FLOPs."""
+    from parasim.symbolic.backend import run_symbolic
+
+    def program(ctx):
+        x = ctx.xp.asarray(np.ones((2, 3)))
+        ctx.comm.all_reduce(x @ ctx.xp.asarray(np.ones((3, 2))))
+        ctx.mark("x", x, "Replicate()")
+        return ctx.seed
+    res = run_symbolic(program, 2)
+    assert res.values == [0, 0] and res.trace.meta["seed"] == 0
+    assert res.trace.meta["keep_values"] == 0 and res.trace.meta["algo"] == "direct"
+    assert [[m[0] for m in marks] for marks in res.marked] == [["x"], ["x"]]
+    folded = run_symbolic(program, 4, fold=[0, 0, 2, 2])
+    assert folded.trace.meta["flops"] == [24, 24, 24, 24]  # [2, 3] @ [3, 2]: 2 * 2 * 3 * 2
+
+
+def test_slices_and_picked_rows_stay_in_the_run():
+    """A plain slice is looked up by its bounds, so a stepped slice with the same bounds must not be taken for
+    it; rows picked by a list are the run's too, so a matmul on them is counted."""
+    def program(ctx):
+        a = ctx.xp.zeros((6, 3))
+        shapes = [a[0:6:2].shape, a[0:6].shape, a[0:6:2].shape, a[0:6:3].shape, a[1:5].shape]
+        ctx.xp.matmul(a[[0, 2]], ctx.xp.zeros((3, 4)))  # [2, 3] @ [3, 4]: 48 FLOPs
+        return shapes
+    res = parasim.run(program, 1, backend="symbolic")
+    assert res.values[0] == [(3, 3), (6, 3), (3, 3), (2, 3), (4, 3)]
+    assert res.trace.meta["flops"] == [48]
+
+
+def test_where_and_tensordot_take_the_wider_dtype_of_their_operands():
+    """As numpy: float32 with float64 gives float64, whichever operand is the wider one."""
+    xp = SymbolicNamespace(SymbolicRun(1, lambda: 0))
+    f32, f64 = xp.zeros((2, 3), dtype="float32"), xp.zeros((2, 3))
+    assert xp.where(f32 > 0, f32, f64).dtype == np.float64 == xp.where(f64 > 0, f64, f32).dtype
+    assert np.tensordot(f32, xp.zeros((3, 2)), axes=1).dtype == np.float64
+    assert np.tensordot(f64, xp.zeros((3, 2), dtype="float32"), axes=1).dtype == np.float64
