@@ -3,7 +3,8 @@ listed (with the reason each changes nothing observable) in docs/mutation-equiva
 
 score = killed / (checked - equivalent); a timeout counts as killed (the mutant hangs where the code
 does not). Prints a Markdown table for docs/testing.md, then every surviving mutant not listed as
-equivalent, which is work left to do. With --survivors: only their names, one per line.
+equivalent, which is work left to do. With --survivors: only their names, one per line. With --names FILE:
+only the mutants FILE lists, one a line (`scripts/mutation_changed.py REV --names > FILE`: a change's own).
 
 mutants/ is not kept between checkouts, and a run over a big module takes hours, so results can be
 carried: `--save FILE` writes every result with a hash of its function's code, `--load FILE` puts back
@@ -92,11 +93,20 @@ def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] in ("--save", "--load"):
         return (save if sys.argv[1] == "--save" else load)(Path(sys.argv[2]))
     eq = equivalents()
+    only = None
+    if "--names" in sys.argv:
+        at = sys.argv.index("--names") + 1
+        if at >= len(sys.argv) or not Path(sys.argv[at]).is_file():
+            print("--names needs a file of mutant names, one a line", file=sys.stderr)
+            return 2
+        only = set(Path(sys.argv[at]).read_text().split())
     rows: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     left = []
     for meta in sorted((ROOT / "mutants" / "parasim").rglob("*.py.meta")):
         module = str(meta.relative_to(ROOT / "mutants")).removesuffix(".py.meta").replace("/", ".")
         for name, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
+            if only is not None and name not in only:
+                continue
             r = rows[module]
             r["mutants"] += 1
             if code in KILLED:

@@ -259,9 +259,12 @@ def test_a_second_call_routes_by_its_own_draws(kind):
         target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         moe.forward(x * 0.5, Saved())  # call 0
         y, cache = moe.forward(x, Saved())  # call 1
-        return {"y": y, "dx": moe.backward(cache, target)}
+        dx = moe.backward(cache, target)
+        moe.forward(x, Saved())  # call 2: its own draws again
+        return {"y": y, "dx": dx, "third": [[e for e, _ in r] for r in moe.last_routing]}
     res = parasim.run(program, p)
     picks, first = draws(routing, 1), draws(routing, 0)
+    assert np.concatenate([v["third"] for v in res.values]).tolist() == draws(routing, 2).tolist()
     assert (kind == "balanced") == np.array_equal(picks, first)  # uniform: call 1 draws other experts
     y, dx, _, _ = reference(p, n, h, f, n_exp, k, picks)
     assert np.max(np.abs(np.concatenate([v["y"].reshape(-1, h) for v in res.values]) - y)) < 1e-10
@@ -285,3 +288,28 @@ def test_ranks_with_no_tokens():
         assert all(not np.any(g) for g in v["grads"].values())
     events = [e for e in res.trace.events if e.op == "all_to_all"]
     assert len(events) == 4 and all(m.sent == 0 for e in events for m in e.members)
+
+
+def test_routing_by_policy_without_an_ep_group():
+    """One rank and no EP group: every expert is local, and the policy's draws still say which rows each
+    expert takes."""
+    from parasim.nn.routing import Routing
+    check(1, 5, 6, 8, 4, 2, Routing.parse("uniform", seed=2))
+
+
+def test_scripted_routes_keep_the_layers_dtype():
+    """Scripted gates are constants of the layer's dtype: a float32 block with a scripted token stays float32,
+    and the scripted token's output is its gate times its expert's."""
+    def program(ctx):
+        router, experts = weights(ctx, 6, 8, 4)
+        experts = [{k: v.astype(np.float32) for k, v in e.items()} for e in experts]
+        moe = MoE(ParallelContext(ctx), None, router.astype(np.float32), experts, 1)
+        moe.scripted = {0: ((3,), (0.25,))}
+        x = ctx.shared_rng("x").normal((2, 1, 6)).astype(np.float32)
+        y, _ = moe.forward(x, Saved())
+        e = experts[3]
+        hid = x[0, 0] @ e["w1"] + e["b1"]
+        want = 0.25 * (0.5 * hid * (1 + np.tanh(np.sqrt(2 / np.pi) * (hid + 0.044715 * hid ** 3))) @ e["w2"] + e["b2"])
+        return y.dtype, float(np.max(np.abs(y[0, 0] - want)))
+    (dtype, err), = parasim.run(program, 1).values
+    assert dtype == np.float32 and err < 1e-5

@@ -146,7 +146,7 @@ def test_slices_and_picked_rows_stay_in_the_run():
     def program(ctx):
         a = ctx.xp.zeros((6, 3))
         shapes = [a[0:6:2].shape, a[0:6].shape, a[0:6:2].shape, a[0:6:3].shape, a[1:5].shape]
-        ctx.xp.matmul(a[[0, 2]], ctx.xp.zeros((3, 4)))  # [2, 3] @ [3, 4]: 48 FLOPs
+        a[[0, 2]] @ ctx.xp.zeros((5, 4))[[0, 1, 2]]  # [2, 3] @ [3, 4], both picked rows: 48 FLOPs
         return shapes
     res = parasim.run(program, 1, backend="symbolic")
     assert res.values[0] == [(3, 3), (6, 3), (3, 3), (2, 3), (4, 3)]
