@@ -153,6 +153,14 @@ def test_bad_reference_layouts_get_one_line(args, message):
     assert out.returncode == 2 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+def test_sequence_parallel_marks_without_cp_agree_with_the_lessons_layout():
+    """The reference on TP + SP without CP: each rank marks its SP share of the sequence (rows r*n .. of n*t),
+    not CP slices, and those rows must fall where moe16's own layout (CP 2) puts them."""
+    out = cli("check", "moe16", "--reference-layout", "tp=2,sp,pp=2,ep=2,dp=2", "--json")
+    d = json.loads(out.stdout)
+    assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 80, out.stderr
+
+
 def test_a_users_program_is_checked_against_itself_on_fewer_ranks(tmp_path):
     out = cli("check", "examples/my_tp.py:program", "--world", "2", "--json")
     d = json.loads(out.stdout)
@@ -220,3 +228,35 @@ def test_copies_that_already_differed_after_the_collective_are_not_blamed_on_a_d
         ctx.mark("y", (ctx.shared_rng("x0").normal((4, 2)) + ctx.shared_rng("x1").normal((4, 2)))[:2])
     d = first_divergence(parasim.run(program, 2, keep_values=KEEP), parasim.run(ref, 1, keep_values=KEEP))
     assert d["copies_differ"] and d["op"] == "reduce_scatter" and d["would_match"] is None
+
+
+@pytest.mark.parametrize("tp, cp, sp, split, dp", [(2, 2, True, "zigzag", 1), (2, 2, False, "contiguous", 1),
+                                                   (2, 1, True, "zigzag", 1), (2, 1, False, "zigzag", 1),
+                                                   (1, 3, False, "zigzag", 1), (2, 1, True, "zigzag", 2)])
+def test_a_dense_layers_marks_put_back_together_are_the_unsplit_layers(tp, cp, sp, split, dp):
+    """A dense layer (column- and row-parallel matmuls) marks its matmul outputs, activations and gradients
+    with its rows (CP slice, SP share) and placement over its TP pair; put back together they are the unsplit
+    layer's own marks. With two data-parallel replicas on the same data each TP pair's pieces are one copy
+    (put together over its own pair, not over every rank that marked the name)."""
+    from parasim.layout import Layout, ModelSpec
+    from parasim.nn import Saved
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = ModelSpec(hidden=8, heads=2, kv_heads=1, ffn=16, dropout=0.0)
+    s, b = 2 * cp * tp, 1
+
+    def program(ctx):
+        split_run = ctx.world > 1
+        t = ParallelContext(ctx, ctx.groups["tp"] if split_run and tp > 1 else None, sp=split_run and sp,
+                            cp_group=ctx.groups["cp"] if split_run and cp > 1 else None, seq=s, cp_split=split)
+        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        idx = ctx.xp.asarray(t.token_positions())
+        x = ctx.xp.take(ctx.shared_rng("x").normal((s, b, shape.hidden)), idx, axis=0)
+        dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, b, shape.hidden)), idx, axis=0)
+        y, cache = layer.forward(x, Saved(tag="A"))
+        layer.backward(cache, dy)
+    split_run = parasim.run(program, layout=Layout(tp=tp, cp=cp, dp=dp), keep_values=KEEP)
+    whole = parasim.run(program, layout=Layout(), keep_values=KEEP)
+    names = set(collect(split_run.trace, split_run.marked))
+    assert {"A.L0.out", "A.L0.in.grad", "A.layer.attn.out.out", "A.layer.mlp.fc2.out"} <= names
+    assert "A.layer.mlp.fc1.out" in names  # even columns: a column-parallel output has a placement
+    assert first_divergence(split_run, whole) is None
