@@ -181,8 +181,9 @@ def _rounds_by_hand(idx: list[int], n: int) -> list[list[int]]:
 
 @pytest.mark.parametrize("idx, n", [
     ([int(v) for v in np.random.default_rng(1).integers(0, 7, size=300)], 9),  # many repeats: argsort must be stable
-    ([65541, 5, 7, 7], 70001),  # 65541 is 5 in 16 bits: positions past 16 bits must not be sorted as 16-bit keys
+    ([5, 65541, 5], 70001),  # 65541 is 5 in 16 bits: positions past 16 bits must not be sorted as 16-bit keys
     ([3, 1, 3], 4),
+    ([4, 0, 2], 5),  # no position twice: one round
 ])
 def test_gather_rounds_against_rows_added_one_at_a_time(idx, n):
     got = gather_rounds(idx, n)

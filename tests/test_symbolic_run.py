@@ -136,6 +136,7 @@ def test_run_symbolic_defaults_and_what_it_hands_back():
     assert res.values == [0, 0] and res.trace.meta["seed"] == 0
     assert res.trace.meta["keep_values"] == 0 and res.trace.meta["algo"] == "direct"
     assert [[m[0] for m in marks] for marks in res.marked] == [["x"], ["x"]]
+    assert run_symbolic(program, 2, algo="ring").trace.meta["algo"] == "ring"
     folded = run_symbolic(program, 4, fold=[0, 0, 2, 2])
     assert folded.trace.meta["flops"] == [24, 24, 24, 24]  # [2, 3] @ [3, 2]: 2 * 2 * 3 * 2
 
