@@ -214,3 +214,25 @@ def test_note_and_call_fields_come_back_from_real_ranks():
     assert real.marks == virtual.marks
     assert [m.data for m in real.marks if m.rank == 1] == [{"stage": 2}, {"token": "x", "cells": [".", "F1"]}]
     assert [e.tags for e in real.events] == [e.tags for e in virtual.events] == [{"slot": 3}] * 2
+
+
+def test_ranks_import_the_parasim_the_launcher_imported(tmp_path):
+    """Run from a folder that holds another `parasim` (a checkout beside an installed copy), the ranks
+    import the launcher's parasim, not the folder's: a real run of tp-mlp matches its virtual run, with the
+    same file names for the same lines (the fork server starts as `python -c`, which puts the current folder
+    first on its path)."""
+    import shutil
+    shadow = tmp_path / "cwd" / "parasim"  # a copy of the package: it runs, under other file names
+    shutil.copytree(os.path.dirname(os.path.abspath(parasim.__file__)), shadow,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    script = tmp_path / "bin" / "parasim"  # a console script, as pip writes it: no .py
+    script.parent.mkdir()
+    script.write_text("import sys\nfrom parasim.cli import main\nif __name__ == '__main__':\n    sys.exit(main(sys.argv[1:]))\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONSAFEPATH")}
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(parasim.__file__)))
+    env["PYTHONPATH"] = repo  # the launcher's parasim, wherever this suite's comes from
+    out = subprocess.run([sys.executable, str(script), "run", "tp-mlp", "--backend", "gloo", "--nproc", "2"],
+                         cwd=shadow.parent, env=env, capture_output=True, text=True, timeout=120)
+    text = " ".join(out.stdout.split())
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "MATCH" in text and "DIFFERENT" not in text

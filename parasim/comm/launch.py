@@ -329,7 +329,29 @@ def _starter() -> Any:
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["__main__", "torch", "torch.distributed", "parasim.comm.torchdist", "parasim.engine"])
+    _start_forkserver()
     return ctx
+
+
+def _start_forkserver() -> None:
+    """Start the fork server so that it imports the parasim this process runs. It starts as `python -c ...`,
+    which puts the current folder first on its path, and Python before 3.13 ignores the path it is handed:
+    run from a checkout with parasim installed elsewhere, the ranks would import the checkout's copy (other
+    code, other file names for the same lines). PYTHONSAFEPATH (3.11+) keeps the current folder off, and
+    the folder this process imported parasim from goes first on PYTHONPATH (3.10 too)."""
+    import multiprocessing.forkserver
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
+    os.environ["PYTHONSAFEPATH"] = "1"
+    os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else []))
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def _sweep_folders() -> None:
