@@ -65,3 +65,18 @@ def test_bad_input_is_one_line_and_exit_2(argv, needle, tmp_path, capsys):
     out = capsys.readouterr()
     assert needle in out.err and out.err.count("\n") == 1, out.err
     assert not (tmp_path / "x.foo").exists()
+
+
+def test_without_torch_the_hint_is_the_readme_s_install_line(monkeypatch):
+    """Real ranks without torch: one line naming what to install, as README writes it (`".[torch]"` from a
+    checkout; no index package is called parasim)."""
+    import sys as _sys
+    from parasim.comm.launch import check_backend
+    from parasim.errors import UsageError
+    monkeypatch.setitem(_sys.modules, "torch", None)  # `import torch` now raises ImportError
+    monkeypatch.setitem(_sys.modules, "torch.distributed", None)
+    with pytest.raises(UsageError) as err:
+        check_backend("gloo", 2, "cpu")
+    text = str(err.value)
+    assert "pip install torch" in text and 'pip install ".[torch]"' in text and "parasim[torch]" not in text
+    assert "\n" not in text

@@ -65,7 +65,8 @@ def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> No
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise UsageError("real ranks need torch: pip install 'parasim[torch]'") from None
+        raise UsageError('real ranks need torch: pip install torch (in a parasim checkout: pip install ".[torch]",'
+                         ' as README says)') from None
     if backend == "gloo" and not dist.is_gloo_available():
         raise UsageError("this torch build has no gloo backend")
     if device == "cuda" and not torch.cuda.is_available():
