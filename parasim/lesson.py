@@ -138,8 +138,36 @@ def lessons_dir() -> Path:
     raise UsageError("no lessons folder found next to the parasim package (is the install complete?)")
 
 
+# The lessons in the order of the post's sections, each with the section it works through (the post's
+# headings, shortened). A lesson missing here (a new one) comes after these, by name.
+POST_ORDER: dict[str, str] = {
+    "collectives": "First: the three collectives",
+    "bf16-sums": "First: the three collectives (sums in low precision)",
+    "zero": "Data parallelism and ZeRO",
+    "memory": "Data parallelism and ZeRO: what about activations?",
+    "tp-mlp": "Tensor parallelism: the MLP, with real numbers; the backward pass",
+    "tp-attention": "Tensor parallelism: attention",
+    "sp": "Sequence parallelism: the parts TP leaves behind",
+    "ring-attention": "Context parallelism: split the sequence through the whole layer",
+    "online-softmax": "Context parallelism: how the softmax stays exact",
+    "cp-causal": "Context parallelism: the causal load-balancing problem",
+    "pp-gpipe": "Pipeline parallelism: split by layers",
+    "pp-1f1b": "Pipeline parallelism: shrinking the bubble (1F1B)",
+    "pp-interleaved": "Pipeline parallelism: shrinking the bubble (interleaved stages)",
+    "pp-zero-bubble": "Pipeline parallelism: shrinking the bubble (zero-bubble schedules)",
+    "pp-vs-zero3": "Pipeline parallelism: isn't this the same as ZeRO-3?",
+    "moe-sp": "Expert parallelism: why MoE with TP needs SP",
+    "longest-sequence": "Putting it together: the longest sequence that fits",
+    "moe16": "One example with everything: an MoE model on 16 GPUs",
+    "moe16-variants": "One example with everything: what changes with other settings",
+    "at-scale": "The post's figures at real size (symbolic ranks)",
+    "silent-bugs": "Beyond the post: a wrong group found by parasim check",
+    "checkpoint": "Beyond the post: saving on one layout, resuming on another",
+}
+
+
 def load_lessons() -> dict[str, Lesson]:
-    """Every lesson, by name, in file-name order."""
+    """Every lesson, by name, in the order of the post's sections (`POST_ORDER`), new ones after by name."""
     out: dict[str, Lesson] = {}
     for path in sorted(lessons_dir().glob("*.py")):
         if path.name.startswith("_"):
@@ -150,7 +178,13 @@ def load_lessons() -> dict[str, Lesson]:
         lesson = getattr(module, "LESSON", None)
         if isinstance(lesson, Lesson):
             out[lesson.name] = replace(lesson, source=str(path))
-    return out
+    place = {name: i for i, name in enumerate(POST_ORDER)}
+    return {name: out[name] for name in sorted(out, key=lambda n: (place.get(n, len(place)), n))}
+
+
+def section(lesson: Lesson) -> str:
+    """The post's section a lesson works through ('' for a user's program)."""
+    return POST_ORDER.get(lesson.name, "")
 
 
 def is_program(name: str) -> bool:

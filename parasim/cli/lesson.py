@@ -21,6 +21,8 @@ def add_lesson(sub: Any) -> None:
     out.add_argument("--tui", action="store_true", help="open the step-through app (the default on a terminal)")
     out.add_argument("--json", action="store_true",
                      help='print {"lesson", "world", "events", "values", "checks"} as JSON')
+    lp.add_argument("--list", action="store_true", help="list the lessons in the order of the post (the same as "
+                    "no NAME; with --json, as JSON)")
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
@@ -50,15 +52,10 @@ def cmd_lesson(args: argparse.Namespace) -> int:
                                 ("--hta", args.hta)) if v is not None]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
-        lessons = load_lessons()
-        if args.json:
-            print_json([{"name": l.name, "title": l.title, "world": l.world, "summary": l.summary}
-                        for l in lessons.values()], indent=2)
-        else:
-            print("Lessons (parasim lesson NAME):")
-            for l in lessons.values():
-                print(f"  {l.name:<16} {l.world:>3} ranks  {l.title}")
+        _list_lessons(load_lessons(), args.json)
         return 0
+    if args.list:
+        raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     with program_output(args):
         lr = run_lesson(lesson, args.world, timeout=args.timeout)
@@ -79,6 +76,25 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         from ..render.walkthrough import walkthrough
         sys.stdout.write(walkthrough(lr))
     return 0 if lr.ok else 1
+
+
+def _list_lessons(lessons: dict, as_json: bool) -> None:
+    """Every lesson in the post's order, with the section of the post it works through."""
+    from ..lesson import section
+    if as_json:
+        print_json([{"name": l.name, "section": section(l), "title": l.title, "world": l.world,
+                     "summary": l.summary} for l in lessons.values()], indent=2)
+        return
+    from rich.console import Console
+    from rich.table import Table
+    table = Table(title="Lessons, in the order of the post (parasim lesson NAME)", title_justify="left",
+                  show_lines=False, expand=False)
+    table.add_column("lesson", no_wrap=True, style="bold")
+    table.add_column("ranks", justify="right")
+    table.add_column("the post's section / what it runs")
+    for l in lessons.values():
+        table.add_row(l.name, str(l.world), f"{section(l)}\n[dim]{l.title}[/dim]" if section(l) else l.title)
+    Console(highlight=False).print(table)
 
 
 def _open_tui(trace, narrative: dict, title: str) -> None:
