@@ -2,7 +2,7 @@
 the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is counted by the run."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn.ring_attention import RingAttention, positions
 
 SEQ, B, HEADS, D = 16, 1, 1, 2
@@ -75,4 +75,5 @@ LESSON = Lesson(
     checks=checks,
     summary="work per rank measured with the contiguous split, then the zigzag split's equal shares",
     keep_values=0,
+    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
 )

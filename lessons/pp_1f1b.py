@@ -2,19 +2,19 @@
 micro-batches' activations."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Lesson
+from parasim.lesson import Check, Knob, Lesson, knob
 from parasim.examples.pipeline import pipeline_checks, pipeline_run
 
 M = 4
 
 
 def program(ctx):
-    return pipeline_run(ctx, "1f1b", M)
+    return pipeline_run(ctx, "1f1b", ctx.knobs.get("m", M))
 
 
 def checks(result) -> list[Check]:
-    p = result.world
-    return pipeline_checks(result, "1f1b", [p - r for r in range(p)], M)
+    p, m = result.world, knob(result, "m", M)
+    return pipeline_checks(result, "1f1b", [min(p - r, m) for r in range(p)], m)
 
 
 NARRATIVE = {
@@ -30,6 +30,6 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-1f1b", title="Pipeline parallelism: 1F1B keeps the bubble and bounds the memory",
-                world=4, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
+                world=4, min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: warm-up, one forward one backward, at most p - r held",
-                keep_values=0)
+                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)})

@@ -1,18 +1,19 @@
 """GPipe on 4 stages and 4 micro-batches: all forwards, then all backwards; the bubble measured."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Lesson
+from parasim.lesson import Check, Knob, Lesson, knob
 from parasim.examples.pipeline import pipeline_checks, pipeline_run
 
 M = 4
 
 
 def program(ctx):
-    return pipeline_run(ctx, "gpipe", M)
+    return pipeline_run(ctx, "gpipe", ctx.knobs.get("m", M))
 
 
 def checks(result) -> list[Check]:
-    return pipeline_checks(result, "gpipe", [M] * result.world, M)
+    m = knob(result, "m", M)
+    return pipeline_checks(result, "gpipe", [m] * result.world, m)
 
 
 NARRATIVE = {
@@ -28,6 +29,6 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-gpipe", title="Pipeline parallelism: the GPipe schedule and its bubble", world=4,
-                worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
+                min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: the slot table, the bubble, activations held, run for real",
-                keep_values=0)
+                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)})

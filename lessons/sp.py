@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.nn.placement import assemble
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -103,4 +103,5 @@ LESSON = Lesson(
     checks=checks,
     summary="TP vs TP+SP on one layer: AG+RS bytes = all-reduce bytes; kept activations sbh(10+24/t) -> 34sbh/t",
     keep_values=0,
+    knobs={"tp": Knob(8, choices=(1, 2, 4, 8), world=True)},
 )

@@ -47,6 +47,40 @@ def check(name: str, got: Any, expected: Any, *, rtol: float = 0.0, atol: float 
 
 
 @dataclass(frozen=True)
+class KnobKind:
+    """A setting some lessons let a learner turn, as the command line spells it."""
+
+    flags: tuple[str, ...]
+    metavar: str
+    help: str
+    parse: Callable[[str], Any] = int
+
+
+# Every knob any lesson has, one entry each: `parasim lesson` offers these flags, and a lesson says which
+# of them it takes (`Lesson.knobs`). A flag the lesson does not take is refused in one line.
+KNOB_KINDS: dict[str, KnobKind] = {
+    "tp": KnobKind(("--tp",), "T", "tensor-parallel size"),
+    "cp": KnobKind(("--cp",), "C", "context-parallel size"),
+    "pp": KnobKind(("--pp",), "P", "pipeline stages"),
+    "dp": KnobKind(("--dp",), "D", "data-parallel size"),
+    "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
+    "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
+    "split": KnobKind(("--split",), "HOW", "how context parallelism cuts the sequence", str),
+    "seq": KnobKind(("--seq",), "S", "tokens per sequence"),
+}
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One setting a lesson takes: its default (the post's, so that the lesson reproduces the post), the values
+    it accepts (None: any positive integer) and whether it is the number of ranks."""
+
+    default: Any
+    choices: tuple | None = None
+    world: bool = False
+
+
+@dataclass(frozen=True)
 class Lesson:
     name: str
     title: str
@@ -67,6 +101,29 @@ class Lesson:
     # --reference-layout` compares a run with it (None: the program adapts to the world size alone)
     on_layout: Callable[[dict], tuple[Callable[[Any], Any], int]] | None = None
     backend: str = "virtual"  # "symbolic": the lesson works at real sizes, shapes and bytes without values
+    knobs: dict[str, Knob] = field(default_factory=dict)  # settings a learner may turn (KNOB_KINDS' names)
+
+    def settings(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Every knob's value for a run: the given ones (validated, UsageError naming the flag) over the
+        defaults. A knob the lesson does not take is refused, naming the ones it does."""
+        given = {k: v for k, v in (given or {}).items() if v is not None}
+        for name, value in given.items():
+            knob = self.knobs.get(name)
+            flag = KNOB_KINDS[name].flags[-1] if name in KNOB_KINDS else name
+            if knob is None:
+                takes = ", ".join(KNOB_KINDS[k].flags[-1] for k in self.knobs) or "none"
+                raise UsageError(f"lesson {self.name!r} has no {flag} (the settings it takes: {takes})")
+            if knob.choices is not None and value not in knob.choices:
+                raise UsageError(f"lesson {self.name!r} takes {flag} {' or '.join(map(str, knob.choices))}, "
+                                 f"not {value}")
+        return {name: given.get(name, knob.default) for name, knob in self.knobs.items()}
+
+    def world_of_flag(self) -> str:
+        return next((KNOB_KINDS[n].flags[-1] for n, k in self.knobs.items() if k.world), "--world")
+
+    def at_post_settings(self, settings: dict[str, Any]) -> bool:
+        """True when every knob is at the post's value (the checks that are the post's own figures hold)."""
+        return all(settings.get(n, k.default) == k.default for n, k in self.knobs.items())
 
     @property
     def target(self) -> tuple[str, str]:
@@ -107,6 +164,7 @@ class LessonRun:
             "events": [e.to_dict() for e in self.result.trace.events],
             "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
             "checks": [c.to_dict() for c in self.checks],
+            **({"settings": self.result.trace.meta["knobs"]} if "knobs" in self.result.trace.meta else {}),
             **({"held": self.held()} if any(m.kind == "held" for m in self.result.trace.marks) else {}),
         }
 
@@ -118,14 +176,30 @@ class LessonRun:
                 "at_end": [trace.held(r) for r in range(trace.world)]}
 
 
-def run_lesson(lesson: Lesson, world: int | None = None, timeout: float | None = TIMEOUT) -> LessonRun:
-    """Run a lesson on virtual ranks, or symbolic ones if it says so (its own world size unless `world` is
-    given). `timeout`: seconds a rank may run without reaching a collective or returning (None: no limit)."""
+def run_lesson(lesson: Lesson, world: int | None = None, timeout: float | None = TIMEOUT,
+               knobs: dict[str, Any] | None = None) -> LessonRun:
+    """Run a lesson on virtual ranks, or symbolic ones if it says so (its own world size unless `world` or a
+    knob that is the world is given). `timeout`: seconds a rank may run without reaching a collective or
+    returning (None: no limit). `knobs`: the lesson's settings to change ({"tp": 4}); the program reads them
+    from `ctx.knobs`, the checks from `result.trace.meta["knobs"]`."""
+    from .engine.context import WithKnobs
+    settings = lesson.settings(knobs)
+    world_knob = next((n for n, k in lesson.knobs.items() if k.world), None)
+    if world_knob is not None and (knobs or {}).get(world_knob) is not None:
+        if world is not None and world != settings[world_knob]:
+            raise UsageError(f"--world {world} and {lesson.world_of_flag()} {settings[world_knob]} disagree: "
+                             "give one of them")
+        world = settings[world_knob]
     world = lesson.world if world is None else world
+    if world_knob is not None:
+        settings[world_knob] = world
     lesson.check_world(world)
     keep = lesson.keep_values if lesson.backend == "virtual" else 0
-    result = run(lesson.program, world, lesson.backend, seed=lesson.seed, keep_values=keep, timeout=timeout)
+    program = WithKnobs(lesson.program, settings) if settings else lesson.program
+    result = run(program, world, lesson.backend, seed=lesson.seed, keep_values=keep, timeout=timeout)
     result.trace.meta["lesson"] = lesson.name
+    if settings:
+        result.trace.meta["knobs"] = settings
     return LessonRun(lesson, result, list(lesson.checks(result)))
 
 
@@ -240,3 +314,8 @@ def get_lesson(name: str, world: int | None = None, flag: str = "--world", timeo
     if name not in lessons:
         raise UsageError(f"unknown lesson {name!r}; lessons: {', '.join(lessons) or 'none'}")
     return lessons[name]
+
+
+def knob(result: RunResult, name: str, default: Any) -> Any:
+    """A lesson's setting as the run used it (its checks call this; `default` when run without knobs)."""
+    return result.trace.meta.get("knobs", {}).get(name, default)

@@ -28,6 +28,7 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
+    add_knobs(lp)
     add_timeout(lp)
     lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
 
@@ -44,12 +45,31 @@ def add_view(sub: Any) -> None:
     vp.set_defaults(func=cmd_view)
 
 
+def add_knobs(parser: argparse.ArgumentParser) -> None:
+    """The settings lessons let a learner turn (parasim.lesson.KNOB_KINDS); each lesson takes some of them."""
+    from ..lesson import KNOB_KINDS
+    group = parser.add_argument_group("lesson settings", "each lesson takes some of these (the defaults are the "
+                                      "post's settings); `parasim lesson --list --json` names each lesson's")
+    for name, kind in KNOB_KINDS.items():
+        group.add_argument(*kind.flags, dest=f"knob_{name}", metavar=kind.metavar, help=kind.help,
+                           type=positive if kind.parse is int else kind.parse)
+
+
+def given_knobs(args: argparse.Namespace) -> dict:
+    """The lesson settings given on the command line, by knob name."""
+    from ..lesson import KNOB_KINDS
+    return {name: getattr(args, f"knob_{name}") for name in KNOB_KINDS
+            if getattr(args, f"knob_{name}", None) is not None}
+
+
 def cmd_lesson(args: argparse.Namespace) -> int:
     from ..lesson import get_lesson, load_lessons, run_lesson
 
     if args.name is None:
+        from ..lesson import KNOB_KINDS
         given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace),
                                 ("--hta", args.hta)) if v is not None]
+        given += [KNOB_KINDS[n].flags[-1] for n in given_knobs(args)]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
         _list_lessons(load_lessons(), args.json)
@@ -58,7 +78,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     with program_output(args):
-        lr = run_lesson(lesson, args.world, timeout=args.timeout)
+        lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run
+        lr = run_lesson(lesson, args.world, timeout=args.timeout, knobs=given_knobs(args))
     # the JSON first, whole: a value with no JSON form is refused before any file or line is written
     text = json_text(lr.to_dict()) if args.json else None
     if args.chrome is not None:
@@ -82,8 +103,11 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     """Every lesson in the post's order, with the section of the post it works through."""
     from ..lesson import section
     if as_json:
+        from ..lesson import KNOB_KINDS
         print_json([{"name": l.name, "section": section(l), "title": l.title, "world": l.world,
-                     "summary": l.summary} for l in lessons.values()], indent=2)
+                     "summary": l.summary,
+                     "knobs": {KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices}
+                               for n, k in l.knobs.items()}} for l in lessons.values()], indent=2)
         return
     from rich.console import Console
     from rich.table import Table

@@ -63,6 +63,7 @@ class Context:
         self.layout: Any = None  # set by use_layout (run(..., layout=...))
         self.groups: dict[str, Group] = {}
         self.coords: Coords | None = None
+        self.knobs: dict[str, Any] = {}  # a lesson's settings for this run (--tp 4, -m 16): set by WithKnobs
 
     def shared_rng(self, name: str) -> Rng:
         """A stream that draws the same numbers on every rank (e.g. a full weight before sharding)."""
@@ -164,4 +165,16 @@ class WithLayout:
 
     def __call__(self, ctx: "Context") -> Any:
         ctx.use_layout(self.layout)
+        return self.program(ctx)
+
+
+class WithKnobs:
+    """A program that first reads a lesson's settings into `ctx.knobs` (picklable, as WithLayout is)."""
+
+    def __init__(self, program: Callable[[Any], Any], knobs: dict[str, Any]):
+        self.program, self.knobs = program, dict(knobs)
+        self.__name__ = getattr(program, "__name__", "program")
+
+    def __call__(self, ctx: "Context") -> Any:
+        ctx.knobs = dict(self.knobs)
         return self.program(ctx)

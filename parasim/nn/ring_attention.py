@@ -199,7 +199,7 @@ class RingAttention:
                 if mask is not None:
                     scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)
                 m, l, o, _ = online_softmax_step(xp, m, l, o, scores, held_v)
-                self.ctx.compute(f"{self.name}: attend to K/V of rank {src}", flops)
+                self.ctx.compute(f"{self.name}: attend to K/V of CP rank {src}", flops)
             if step < self.cp - 1:
                 held_k, held_v = self._rotate([held_k, held_v], f"{self.name}: pass K/V on")
         out = o / l[..., None]

@@ -40,6 +40,13 @@ def _tensors(ts) -> str:
 
 
 def event_lines(e: Event) -> Iterator[str]:
+    if e.kind == "compute":  # one rank's own work: no group, nothing sent
+        ranks = ", ".join(str(m.rank) for m in e.members)
+        flops = e.params.get("flops")
+        work = f"  ({fmt_value(float(flops))} FLOPs)" if flops is not None else ""
+        who = f"rank{'s' * (len(e.members) != 1)} {ranks}"
+        yield f"step {e.step:>3}  compute on {who}: {e.op}{work}  {e.members[0].site if e.members else ''}"
+        return
     head = f"step {e.step:>3}  {e.op}"
     if e.kind == "p2p":
         head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
@@ -59,7 +66,8 @@ def event_lines(e: Event) -> Iterator[str]:
     hops = e.hops or []
     if hops and any(t["value"] is None for h in hops for t in h["transfers"]):
         phases = [p for p in ("reduce-scatter", "all-gather") if any(h["phase"] == p for h in hops)]
-        counts = " + ".join(f"{sum(h['phase'] == p for h in hops)} {p} hops" for p in phases)
+        counts = " + ".join(f"{n} {p} hop{'s' * (n != 1)}" for p in phases
+                             for n in [sum(h['phase'] == p for h in hops)])
         sizes = sorted({t["bytes"] for h in hops for t in h["transfers"]})
         yield f"      ring: {counts}, each rank passing one chunk ({' or '.join(map(fmt_bytes, sizes))}) to the next"
         hops = []
@@ -71,34 +79,98 @@ def event_lines(e: Event) -> Iterator[str]:
         yield f"      hop {hop['hop'] + 1} of {hop['phase']}: {moves}"
 
 
-def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str | Event]]]]:
-    """Phases in the order the run entered them, each with its events and notes, ordered by step."""
-    order: list[str | None] = [None]
-    current: dict[int, str | None] = {}
-    items: dict[str | None, list] = {None: []}
+def phase_order(trace) -> list[str | None]:
+    """The phases in the order the program has them: each rank enters its phases in program order, so a
+    phase comes after every phase some rank entered before it. Ranks that skip the first phases enter the
+    later ones early (they have nothing to wait for), so the order the marks were recorded in is not the
+    program's. Among phases free to come next, the one whose first event or note is earliest comes first."""
+    import heapq
+    first: dict[str | None, tuple[int, int]] = {}  # phase -> (earliest step, first mention) for the tie-break
+    after: dict[str | None, set] = {}
+    seen_at: dict[int, str | None] = {}
     for i, mk in enumerate(trace.marks):
+        if mk.kind != "phase":
+            continue
+        first.setdefault(mk.text, (mk.step, i))
+        first[mk.text] = (min(first[mk.text][0], mk.step), first[mk.text][1])
+        before = seen_at.get(mk.rank, None)
+        if mk.rank in seen_at and before != mk.text:
+            after.setdefault(before, set()).add(mk.text)
+        seen_at[mk.rank] = mk.text
+    for e in trace.events:
+        if e.phase in first:
+            first[e.phase] = (min(first[e.phase][0], e.step), first[e.phase][1])
+        else:
+            first[e.phase] = (e.step, len(trace.marks) + e.seq)
+    waits = {p: 0 for p in first}
+    for p, nexts in after.items():
+        for q in nexts:
+            waits[q] += 1
+    ready = [(first[p], i, p) for i, p in enumerate(first) if waits[p] == 0]
+    heapq.heapify(ready)
+    order: list[str | None] = [None]
+    left = dict(waits)
+    while left:
+        if not ready:  # a phase entered twice in different orders: take the earliest of what is left
+            p = min(left, key=lambda q: first[q])
+            left[p] = 0
+            ready.append((first[p], -1, p))
+        _, _, p = heapq.heappop(ready)
+        if p not in left:
+            continue
+        del left[p]
+        if p is not None:
+            order.append(p)
+        for q in after.get(p, ()):
+            if q in left:
+                left[q] -= 1
+                if left[q] == 0:
+                    heapq.heappush(ready, (first[q], len(order), q))
+    return order
+
+
+def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str | Event]]]]:
+    """Phases in program order (`phase_order`), each with its events and notes, ordered by step. The k-th
+    notes of every rank in a phase are said together, in rank order, at the step of the earliest of them:
+    ranks note the same thing at different logical steps (a pipeline's last stage starts later)."""
+    current: dict[int, str | None] = {}
+    notes: list[tuple[str | None, int, int, int, str]] = []  # phase, k, rank, step, text
+    count: dict[tuple[str | None, int], int] = {}
+    for mk in trace.marks:
         if mk.kind == "phase":
             current[mk.rank] = mk.text
-            if mk.text not in items:
-                order.append(mk.text)
-                items[mk.text] = []
         elif mk.kind == "note":  # held bytes are read by `Trace.held`, not narrated
-            items[current.get(mk.rank)].append((mk.step, 1, mk.rank, i, f"rank {mk.rank}: {mk.text}"))
+            phase = current.get(mk.rank)
+            k = count[phase, mk.rank] = count.get((phase, mk.rank), -1) + 1
+            notes.append((phase, k, mk.rank, mk.step, f"rank {mk.rank}: {mk.text}"))
+    at: dict[tuple[str | None, int], int] = {}
+    for phase, k, _, step, _ in notes:
+        at[phase, k] = min(at.get((phase, k), step), step)
+    items: dict[str | None, list] = {p: [] for p in phase_order(trace)}
+    for phase, k, rank, _, text in notes:
+        items.setdefault(phase, []).append((at[phase, k], 1, k, rank, text))
     for e in trace.events:
-        items.setdefault(e.phase, [])
-        if e.phase not in order:
-            order.append(e.phase)
-        items[e.phase].append((e.step, 0, e.seq, 0, e))
-    return [(p, sorted(items[p], key=lambda it: it[:4])) for p in order]
+        items.setdefault(e.phase, []).append((e.step, 0, e.seq, 0, e))
+    return [(p, sorted(items[p], key=lambda it: it[:4])) for p in items]
 
 
 def walkthrough(lr: LessonRun) -> str:
     lesson, trace = lr.lesson, lr.result.trace
-    out = [f"{lesson.title}  ({lesson.name}, {trace.world} virtual ranks)"]
+    kind = "symbolic" if lesson.backend == "symbolic" else "virtual"
+    out = [f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)"]
+    settings = trace.meta.get("knobs")
+    if settings:
+        from ..lesson import KNOB_KINDS
+        said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
+        post = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {k.default}" for n, k in lesson.knobs.items())
+        out.append(f"settings: {said}" + ("  (the post's)" if lesson.at_post_settings(settings)
+                                          else f"  (the post's: {post})"))
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue
         if phase is not None:
+            if not items and not lesson.narrative.get(phase, "").strip():
+                continue  # a phase the program entered but where nothing happened, and nothing to say
             out += ["", f"== {phase} =="]
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():

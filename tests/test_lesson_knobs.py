@@ -1,0 +1,78 @@
+"""Lessons whose settings a learner can turn (issue 33, build item 3): each runs exact at other settings and
+checks itself; a setting a lesson does not take is one line, exit 2."""
+import json
+from fractions import Fraction
+
+import pytest
+from conftest import cli
+
+
+def _run(*args):
+    out = cli("lesson", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["checks"] and all(c["ok"] for c in data["checks"]), [c for c in data["checks"] if not c["ok"]]
+    return data
+
+
+def _check(data, start):
+    return next(c for c in data["checks"] if c["name"].startswith(start))
+
+
+def test_sp_at_tp_4():
+    data = _run("sp", "--tp", "4")
+    assert data["world"] == 4 and data["settings"] == {"tp": 4}
+    s, b, h = 16, 1, 16  # the lesson's layer; Korthikanti et al.: sbh(10 + 24/t) and 34sbh/t
+    assert _check(data, "TP alone keeps")["got"] == [s * b * h * (10 + 24 / 4)]
+    assert _check(data, "TP + SP keeps")["got"] == [34 * s * b * h / 4]
+
+
+def test_1f1b_at_8_stages_16_microbatches():
+    data = _run("pp-1f1b", "--pp", "8", "-m", "16")
+    assert data["world"] == 8 and data["settings"] == {"pp": 8, "m": 16}
+    assert Fraction(_check(data, "bubble")["got"]) == Fraction(7, 23)  # (p-1)/(m+p-1)
+    assert _check(data, "micro-batches whose activations")["got"] == [8, 7, 6, 5, 4, 3, 2, 1]
+
+
+def test_cp_causal_at_cp_8():
+    data = _run("cp-causal", "--cp", "8")
+    assert data["world"] == 8
+    # 16 blocks of the zigzag split; rank i's contiguous queries see 4i + 2 of them (halves on the diagonal)
+    assert _check(data, "contiguous")["got"] == [4 * i + 2 for i in range(8)]
+
+
+def test_gpipe_with_few_microbatches_holds_all_of_them():
+    data = _run("pp-gpipe", "--pp", "2", "-m", "3")
+    assert Fraction(_check(data, "bubble")["got"]) == Fraction(1, 4)
+    assert _check(data, "micro-batches whose activations")["got"] == [3, 3]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("sp", "--cp", "2"), "has no --cp"),
+    (("sp", "--tp", "3"), "--tp 1 or 2 or 4 or 8, not 3"),
+    (("tp-mlp", "--tp", "4"), "has no --tp"),
+    (("pp-1f1b", "--pp", "8", "--world", "4"), "disagree"),
+    (("--tp", "4"), "apply to one lesson"),
+    (("sp", "--tp", "0"), "--tp"),
+])
+def test_a_setting_that_does_not_apply_is_one_line(args, needle):
+    out = cli("lesson", *args, "--json")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and needle in out.stderr
+
+
+def test_the_list_names_each_lesson_s_settings():
+    rows = {r["name"]: r for r in json.loads(cli("lesson", "--list", "--json").stdout)}
+    assert rows["pp-1f1b"]["knobs"] == {"--pp": {"default": 4, "choices": None},
+                                        "--microbatches": {"default": 4, "choices": None}}
+    assert rows["tp-mlp"]["knobs"] == {}
+
+
+def test_the_walk_through_says_the_settings_beside_the_post_s():
+    text = cli("lesson", "sp", "--tp", "4", "--plain").stdout
+    assert "settings: --tp 4  (the post's: --tp 8)" in text.splitlines()[1]
+    assert "settings: --tp 8  (the post's)" in cli("lesson", "sp", "--plain").stdout.splitlines()[1]
+
+
+def test_a_symbolic_lesson_says_symbolic_ranks():
+    head = cli("lesson", "at-scale", "--plain").stdout.splitlines()[0]
+    assert "symbolic ranks" in head and "virtual" not in head
