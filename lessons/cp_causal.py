@@ -54,6 +54,14 @@ def checks(result) -> list[Check]:
     ]
 
 
+def figures(result) -> dict:
+    """The slowest rank's work under each split, in blocks of the 2cp-way split (what `compare` lines up)."""
+    v = result.values
+    cont, zig = max(x["contiguous"]["blocks"] for x in v), max(x["zigzag"]["blocks"] for x in v)
+    return {"slowest rank's blocks, contiguous": cont, "slowest rank's blocks, zigzag": zig,
+            "zigzag's speed-up of the slowest rank": round(cont / zig, 3)}
+
+
 NARRATIVE = {
     "contiguous split": """
         With a causal mask a token only looks at the tokens before it. Split the sequence into contiguous
@@ -76,4 +84,5 @@ LESSON = Lesson(
     summary="work per rank measured with the contiguous split, then the zigzag split's equal shares",
     keep_values=0,
     knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
+    figures=figures,
 )

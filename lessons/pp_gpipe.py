@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from parasim.lesson import Check, Knob, Lesson, knob
-from parasim.examples.pipeline import pipeline_checks, pipeline_run
+from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_run
 
 M = 4
 
@@ -31,4 +31,5 @@ NARRATIVE = {
 LESSON = Lesson(name="pp-gpipe", title="Pipeline parallelism: the GPipe schedule and its bubble", world=4,
                 min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: the slot table, the bubble, activations held, run for real",
-                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)})
+                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},
+                figures=pipeline_figures)

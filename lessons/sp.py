@@ -76,6 +76,17 @@ def checks(result) -> list[Check]:
     return out
 
 
+def figures(result) -> dict:
+    """What `parasim compare sp --tp 2,4,8` sets side by side: bytes rank 0 keeps for backward in each run,
+    and what its all-reduces and its gathers and scatters moved."""
+    v = result.values[0]
+    return {**{f"bytes rank 0 keeps for backward: {phase}": v[phase]["saved"] for phase, _, _ in RUNS},
+            "TP alone keeps this many times what TP + SP keeps": round(v["TP alone"]["saved"] / v["TP + SP"]["saved"], 3),
+            "bytes rank 0 sent, TP alone (all-reduces)": _moved(result, "TP alone", 0, ("all_reduce",)),
+            "bytes rank 0 sent, TP + SP (all-gathers, reduce-scatters)":
+                _moved(result, "TP + SP", 0, ("all_gather", "reduce_scatter"))}
+
+
 NARRATIVE = {
     "TP alone": """
         Tensor parallelism splits the matrix multiplies but leaves everything between them whole: after g's
@@ -104,4 +115,5 @@ LESSON = Lesson(
     summary="TP vs TP+SP on one layer: AG+RS bytes = all-reduce bytes; kept activations sbh(10+24/t) -> 34sbh/t",
     keep_values=0,
     knobs={"tp": Knob(8, choices=(1, 2, 4, 8), world=True)},
+    figures=figures,
 )

@@ -102,6 +102,8 @@ class Lesson:
     on_layout: Callable[[dict], tuple[Callable[[Any], Any], int]] | None = None
     backend: str = "virtual"  # "symbolic": the lesson works at real sizes, shapes and bytes without values
     knobs: dict[str, Knob] = field(default_factory=dict)  # settings a learner may turn (KNOB_KINDS' names)
+    # the lesson's own figures of a run, name -> value, that `parasim compare` sets side by side
+    figures: Callable[[RunResult], dict[str, Any]] | None = None
 
     def settings(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every knob's value for a run: the given ones (validated, UsageError naming the flag) over the

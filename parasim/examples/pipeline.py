@@ -118,6 +118,15 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
                   rtol=1e-12)]
 
 
+def pipeline_figures(result: Any) -> dict:
+    """What `parasim compare` lines up for a pipeline lesson: the bubble measured from the slot table, the
+    micro-batches stage 1 holds at once, the point-to-point transfers made."""
+    v = result.values
+    return {"bubble (idle share of the step)": v[0]["bubble"],
+            "micro-batches stage 1 holds at once": v[0]["peak"],
+            "point-to-point transfers": sum(1 for e in result.trace.events if e.op == "p2p")}
+
+
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
     """The checks the pipeline lessons share, each against a formula or an unsplit run."""
     from ..lesson import check

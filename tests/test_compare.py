@@ -1,0 +1,53 @@
+"""`parasim compare`: a lesson at several settings, the same figures side by side (issue 33, build item 4)."""
+import json
+from fractions import Fraction
+
+import pytest
+from conftest import cli
+
+
+def _json(*args):
+    out = cli("compare", *args, "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_sp_at_tp_2_4_8_one_row_per_setting():
+    data = _json("sp", "--tp", "2,4,8")
+    assert data["lesson"] == "sp" and [r["settings"] for r in data["rows"]] == [{"tp": 2}, {"tp": 4}, {"tp": 8}]
+    assert all(r["ok"] for r in data["rows"])
+    sbh = 16 * 1 * 16  # the lesson's layer
+    kept = [r["figures"]["bytes rank 0 keeps for backward: TP + SP"] for r in data["rows"]]
+    assert kept == [34 * sbh // t for t in (2, 4, 8)]  # Korthikanti et al.'s 34sbh/t
+    alone = [r["figures"]["bytes rank 0 keeps for backward: TP alone"] for r in data["rows"]]
+    assert alone == [sbh * (10 + 24 // t) for t in (2, 4, 8)]
+    assert "ranks" in data["differ"] and "checks ok" not in data["differ"]
+
+
+def test_pipeline_settings_multiply():
+    data = _json("pp-1f1b", "--pp", "2,4", "-m", "4,8")
+    got = {(r["settings"]["pp"], r["settings"]["m"]): Fraction(r["figures"]["bubble (idle share of the step)"])
+           for r in data["rows"]}
+    assert got == {(p, m): Fraction(p - 1, m + p - 1) for p in (2, 4) for m in (4, 8)}
+
+
+def test_the_table_marks_what_changes():
+    text = cli("compare", "cp-causal", "--cp", "2,4").stdout
+    lines = text.splitlines()
+    changed = next(line for line in lines if "slowest rank's blocks, contiguous" in line)
+    same = next(line for line in lines if "checks ok" in line)
+    assert "* slowest" in changed and "* checks" not in same
+    assert "--cp 2" in text and "--cp 4" in text
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("sp",), "give the settings"),
+    (("sp", "--tp", "2,2"), "twice"),
+    (("sp", "--tp", "2,,4"), "commas"),
+    (("sp", "--cp", "2,4"), "has no --cp"),
+    (("sp", "--tp", "2,3"), "not 3"),
+    (("nope", "--tp", "2"), "unknown lesson"),
+])
+def test_bad_settings_are_one_line_exit_2(args, needle):
+    out = cli("compare", *args)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and needle in out.stderr
