@@ -12,7 +12,7 @@ from parasim.examples.moe16 import LAYOUT, MICRO_BATCHES, MOE16, REPLICAS, SEQUE
 from parasim.examples.moe16_exact import exactness
 from parasim.examples.moe16_unsplit import unsplit_run
 from parasim.layout import Layout, preset
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
 
@@ -55,35 +55,66 @@ def measure(layout: Layout) -> dict:
             "bubble": timing.bubble, "exact": exactness(result.values, layout)["exact"]}
 
 
-def checks(result) -> list[Check]:
-    got = {name: measure(layout) for name, layout in VARIANTS.items()}
+def study(result) -> dict:
+    """Every variant, run once: what the table shows and the checks compare."""
+    return {name: measure(layout) for name, layout in VARIANTS.items()}
+
+
+def tables(result, got) -> list[Table]:
+    """One labelled row per variant, in two tables that fit a page: where the token goes, and what a GPU
+    stores and sends."""
+    where, what = [], []
+    for name, v in VARIANTS.items():
+        g = got[name]
+        where.append((name, [f"g{g['holder']}", " ".join(f"E{e} on {_gpus(v, r)}" for e, r in zip(g["experts"], g["expert_gpus"])),
+                             g["a2a_gpus"][0]]))
+        what.append((name, [g["expert_values"], g["attention_values"], ", ".join(g["across"]) or "none",
+                            str(g["bubble"]), g["exact"]]))
+    return [Table("Where the token 'contract' (t6 of A) goes, by variant",
+                  ["variant", "held by", "layer 1 sends it to", "GPUs per all-to-all"], where),
+            Table("What one GPU stores and which groups send across nodes, by variant",
+                  ["variant", "expert values", "attention values", "bytes across nodes", "bubble", "exact"], what,
+                  notes=["expert values per GPU: experts/EP x 2hf/ETP x layers/PP; attention values: 4h^2/TP x "
+                         "layers/PP (h, f: the model's hidden and expert widths); bubble: 1F1B's idle share with "
+                         "2 micro-batches; exact: loss, gradients and weights after Adam equal the unsplit "
+                         "model's."])]
+
+
+def _gpus(layout: Layout, owner: int) -> str:
+    """'g2', or 'g0+g1' for an expert split over an expert-TP pair (ETP 2)."""
+    group = next(g for g in layout.groups()["expert-tp"] if owner in g)
+    return "+".join(f"g{r}" for r in group)
+
+
+def checks(result, got) -> list[Check]:
     names = list(VARIANTS)
-    col = lambda key: [got[n][key] for n in names]  # noqa: E731
+    col = lambda key: {n: got[n][key] for n in names}  # noqa: E731  (each figure named by its variant)
+    each = lambda values: dict(zip(names, values))  # noqa: E731
     h, f, layers, n_exp = MOE16.hidden, MOE16.ffn, MOE16.layers, MOE16.experts
     return [
         check("every variant's loss, gradients and weights after Adam equal the unsplit model's", col("exact"),
-              [True] * len(names)),
+              each([True] * len(names))),
         # contiguous: CP rank 1 holds t5-t8, SP gives TP rank 0 t5 t6 -> g2; zigzag: CP rank 1 holds t3-t6,
         # TP rank 1 gets t5 t6 -> g3 (Megatron's order: tp fastest, then cp); the other layouts keep g2
-        check("the GPU holding 'contract' (t6 of A)", col("holder"), [2, 3, 2, 2, 2]),
+        check("the GPU holding 'contract' (t6 of A)", col("holder"), each([2, 3, 2, 2, 2])),
         # a GPU's experts: experts / ep of them, each w1 and w2 (h x f) split over etp, per layer of its stage
         check("expert values per GPU: experts/EP x 2hf/ETP x layers/PP", col("expert_values"),
-              [n_exp // v.ep * 2 * h * f // v.etp * layers // v.pp for v in VARIANTS.values()]),
+              each([n_exp // v.ep * 2 * h * f // v.etp * layers // v.pp for v in VARIANTS.values()])),
         # attention: the fused qkv (h x 3h) and the output (h x h), split over TP, per layer of its stage
         check("attention values per GPU: 4h^2/TP x layers/PP", col("attention_values"),
-              [4 * h * h // v.tp * layers // v.pp for v in VARIANTS.values()]),
-        check("GPUs in each all-to-all: the EP group", col("a2a_gpus"), [[v.ep] for v in VARIANTS.values()]),
+              each([4 * h * h // v.tp * layers // v.pp for v in VARIANTS.values()])),
+        check("GPUs in each all-to-all: the EP group", col("a2a_gpus"), each([[v.ep] for v in VARIANTS.values()])),
         check("groups whose traffic crosses nodes of 8: the pipeline hand-off, or without PP the "
               "data-parallel reductions", col("across"),
-              [["pp"], ["pp"], ["pp"], ["pp"], ["dp-cp", "expert-dp"]]),
+              each([["pp"], ["pp"], ["pp"], ["pp"], ["dp-cp", "expert-dp"]])),
         check("EP 8 leaves one copy of each expert (EDP 1): no expert-dp bytes", got["EP 8 (EDP 1)"]["expert_dp_bytes"],
               {"inside": 0, "across": 0}),
-        check("1F1B bubble with 2 micro-batches: (p-1)/(m+p-1)", [str(b) for b in col("bubble")],
-              [str(Fraction(v.pp - 1, MICRO_BATCHES + v.pp - 1)) for v in VARIANTS.values()]),
+        check("1F1B bubble with 2 micro-batches: (p-1)/(m+p-1)", {n: str(b) for n, b in col("bubble").items()},
+              each([str(Fraction(v.pp - 1, MICRO_BATCHES + v.pp - 1)) for v in VARIANTS.values()])),
         check("where layer 1 sends contract (learned router): its experts' GPUs, per variant",
-              [[f"E{e}" for e in got[n]["experts"]] + [f"g{r}" for r in got[n]["expert_gpus"]] for n in names],
-              [[f"E{e}" for e in got[n]["experts"]] + [f"g{_owner(v, got[n]['holder'], e)}" for e in got[n]["experts"]]
-               for n, v in VARIANTS.items()]),
+              {n: [f"E{e}" for e in got[n]["experts"]] + [f"g{r}" for r in got[n]["expert_gpus"]] for n in names},
+              {n: [f"E{e}" for e in got[n]["experts"]] + [f"g{_owner(v, got[n]['holder'], e)}" for e in got[n]["experts"]]
+               for n, v in VARIANTS.items()}),
     ]
 
 
@@ -107,4 +138,4 @@ NARRATIVE = {
 LESSON = Lesson(name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
-                reference=reference, on_layout=program_on)
+                reference=reference, on_layout=program_on, study=study, tables=tables)

@@ -47,6 +47,24 @@ def check(name: str, got: Any, expected: Any, *, rtol: float = 0.0, atol: float 
 
 
 @dataclass(frozen=True)
+class Table:
+    """One of a lesson's tables (the post's tables, computed by the run): named columns, one labelled row
+    each, and notes under it (where the run and the post differ: the post's figure, the run's, and why)."""
+
+    title: str
+    columns: list[str]  # the first names the row labels
+    rows: list[tuple[str, list[Any]]]
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"title": self.title, "columns": list(self.columns),
+                "rows": [{self.columns[0]: label, **{c: jsonable(v, f"table {self.title!r}")
+                                                     for c, v in zip(self.columns[1:], values)}}
+                         for label, values in self.rows],
+                "notes": list(self.notes)}
+
+
+@dataclass(frozen=True)
 class KnobKind:
     """A setting some lessons let a learner turn, as the command line spells it."""
 
@@ -104,6 +122,15 @@ class Lesson:
     knobs: dict[str, Knob] = field(default_factory=dict)  # settings a learner may turn (KNOB_KINDS' names)
     # the lesson's own figures of a run, name -> value, that `parasim compare` sets side by side
     figures: Callable[[RunResult], dict[str, Any]] | None = None
+    # the lesson's tables of a run; with `study`, checks and tables are handed what it measured (work both
+    # need, done once: moe16-variants runs every variant)
+    tables: Callable[..., list[Table]] | None = None
+    study: Callable[[RunResult], Any] | None = None
+
+    def judge(self, result: RunResult) -> tuple[list[Check], list[Table]]:
+        """The lesson's checks and tables of a run."""
+        args = (result,) if self.study is None else (result, self.study(result))
+        return list(self.checks(*args)), list(self.tables(*args)) if self.tables is not None else []
 
     def settings(self, given: dict[str, Any] | None = None) -> dict[str, Any]:
         """Every knob's value for a run: the given ones (validated, UsageError naming the flag) over the
@@ -155,6 +182,7 @@ class LessonRun:
     lesson: Lesson
     result: RunResult
     checks: list[Check]
+    tables: list[Table] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -167,6 +195,7 @@ class LessonRun:
             "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
             "checks": [c.to_dict() for c in self.checks],
             **({"settings": self.result.trace.meta["knobs"]} if "knobs" in self.result.trace.meta else {}),
+            **({"tables": [t.to_dict() for t in self.tables]} if self.tables else {}),
             **({"held": self.held()} if any(m.kind == "held" for m in self.result.trace.marks) else {}),
         }
 
@@ -202,7 +231,8 @@ def run_lesson(lesson: Lesson, world: int | None = None, timeout: float | None =
     result.trace.meta["lesson"] = lesson.name
     if settings:
         result.trace.meta["knobs"] = settings
-    return LessonRun(lesson, result, list(lesson.checks(result)))
+    checks, tables = lesson.judge(result)
+    return LessonRun(lesson, result, checks, tables)
 
 
 def lessons_dir() -> Path:

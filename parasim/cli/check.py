@@ -86,7 +86,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     elif names:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
-        checks = list(lesson.checks(result))
+        checks = lesson.judge(result)[0]
     dropped = result.trace.meta.get("values_dropped", 0)
     if args.tui:
         open_app(result.trace, lesson, found).run()

@@ -88,7 +88,7 @@ def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
 def _real_checks(lesson: Any, report: Any) -> list:
     """The lesson's own checks, on the values and trace of the real run."""
     from ..engine.runner import RunResult
-    return list(lesson.checks(RunResult(report.values, report.trace, report.times)))
+    return lesson.judge(RunResult(report.values, report.trace, report.times))[0]
 
 
 def _passed(report: Any, checks: list) -> bool:

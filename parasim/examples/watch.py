@@ -65,13 +65,27 @@ class WatchStage(StackWeights):
         """Where the MoE of layer `number` sent the watched token (this rank's row `row`), and why."""
         me = self.ctx.rank
         picks = [(e, g, self._owner(layer, e)) for e, g in layer.mlp.last_routing[row]]
-        routes = ", ".join(f"E{e + 1} (gate {g:.2f}) on " + ("this GPU" if r == me else f"g{r}") for e, g, r in picks)
+        routes = ", ".join(f"E{e + 1} (gate {g:.2f}) " + self._where(r) for e, g, r in picks)
         away = sorted({r for _, _, r in picks if r != me})
         trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
                 "the gate-weighted outputs back") if away else "both experts are here: it stays put"
         who = "the post's routing (scripted) picks" if row in layer.mlp.scripted else "the router picks"
         self.ctx.note(f"layer {number}: {who} {routes}; {trip}", watch="route", layer=number,
                       experts=[e + 1 for e, _, _ in picks], gpus=[r for _, _, r in picks])
+
+    def _where(self, owner: int) -> str:
+        """Where an expert whose EP rank is `owner` lives: on one GPU, or split over its expert-TP group."""
+        shards = self._shards(owner)
+        if len(shards) == 1:
+            return "on this GPU" if owner == self.ctx.rank else f"on g{owner}"
+        return "split over " + " and ".join("this GPU" if r == self.ctx.rank else f"g{r}" for r in shards)
+
+    def _shards(self, owner: int) -> list[int]:
+        """The GPUs an expert owned by `owner` is split over (its expert-TP group; itself at ETP 1)."""
+        layout = self.ctx.layout
+        if layout is None or layout.etp == 1:
+            return [owner]
+        return next(list(g) for g in layout.groups()["expert-tp"] if owner in g)
 
     def _owner(self, layer: Any, e: int) -> int:
         return self.ctx.groups["ep"].ranks[layer.mlp.owner(e)]

@@ -19,6 +19,8 @@ def fmt_value(v: Any) -> str:
     """Compact numbers: integer-valued floats print without '.0'."""
     if isinstance(v, list):
         return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+    if isinstance(v, dict):  # figures named (by variant, by rank): name: value, ...
+        return "{" + "; ".join(f"{k}: {fmt_value(x)}" for k, x in v.items()) + "}"
     if isinstance(v, float):
         return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.6g}"
     return str(v)
@@ -177,6 +179,11 @@ def walkthrough(lr: LessonRun) -> str:
                     out += textwrap.wrap(printable(" ".join(para.split())), WIDTH) + [""]  # wrapped as shown
         for *_, item in items:
             out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
+    if lr.tables:
+        from .tables import table_lines
+        out += ["", "== tables (every figure from the run) =="]
+        for t in lr.tables:
+            out += [""] + table_lines(t, WIDTH)
     total = sum(m.sent for e in trace.events for m in e.members)
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all.", "",
             "== checks (computed by the run, compared with a single-device reference) =="]

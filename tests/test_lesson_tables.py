@@ -1,0 +1,54 @@
+"""The post's tables as tables: named columns and one labelled row each, in --json and the walk-through
+(issue 33, defect 2 and build item 1)."""
+import json
+
+from conftest import cli
+
+from parasim.lesson import Table
+from parasim.render.tables import table_lines
+
+VARIANTS = ["the post's layout", "zigzag CP split", "ETP 2 (EP 2, EDP 2)", "EP 8 (EDP 1)", "PP 1, DP 4"]
+
+
+def test_moe16_variants_names_every_variant_in_its_tables():
+    out = cli("lesson", "moe16-variants", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["tables"]
+    for table in data["tables"]:
+        assert table["columns"][0] == "variant"
+        assert [row["variant"] for row in table["rows"]] == VARIANTS
+        assert all(set(row) == set(table["columns"]) for row in table["rows"])
+    where = {row["variant"]: row for row in data["tables"][0]["rows"]}
+    assert where["zigzag CP split"]["held by"] == "g3"  # contiguous keeps t6 on g2; zigzag gives it to g3
+    assert "g0+g1" in where["ETP 2 (EP 2, EDP 2)"]["layer 1 sends it to"]  # an ETP-2 expert lives on a pair
+    checks = {c["name"]: c for c in data["checks"]}
+    holder = checks["the GPU holding 'contract' (t6 of A)"]
+    assert list(holder["got"]) == VARIANTS
+
+
+def test_the_walk_through_prints_the_tables_with_their_headers():
+    text = cli("lesson", "moe16-variants", "--plain").stdout
+    assert "== tables (every figure from the run) ==" in text
+    rows = [line for line in text.splitlines() if line.startswith("  ETP 2 (EP 2, EDP 2)")]
+    assert len(rows) == 2 and all(len(line) <= 96 for line in rows)
+
+
+def test_an_etp_2_trace_says_the_expert_is_split_over_a_pair():
+    text = cli("trace", "--etp", "2", "--ep", "2", "--tp", "2", "--cp", "2", "--pp", "2", "--dp", "2", "--sp").stdout
+    assert "split over g0 and g1" in text and "E4 (gate 0.21) on g0" not in text
+
+
+def test_numbers_line_up_on_the_right_and_words_on_the_left():
+    t = Table("t", ["name", "count", "where"], [("a", [5, "g1"]), ("bbb", [1234, "g10"])])
+    lines = table_lines(t, 96)
+    assert lines[0] == "t"
+    assert lines[1] == "  name  count  where"  # each column as wide as its widest cell or header
+    assert lines[3] == "  a         5  g1" and lines[4] == "  bbb   1,234  g10"
+
+
+def test_a_table_wider_than_the_page_is_printed_row_by_row_uncut():
+    t = Table("wide", ["row", "first column", "second column"], [("r1", ["x" * 60, "y" * 60])])
+    lines = table_lines(t, 96)
+    assert all(len(line) <= 96 for line in lines)
+    assert "      first column: " + "x" * 60 in lines and "      second column: " + "y" * 60 in lines
