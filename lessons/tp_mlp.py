@@ -38,6 +38,8 @@ def program(ctx):
     fc2 = RowParallelLinear(tp, b, name="B")  # rank i: rows 2i, 2i+1 of B
     saved = Saved(tag="X")  # the layers mark their outputs for `parasim check`
     h, c1 = fc1.forward(x, saved)  # f is the identity going forward: no communication
+    # an event of its own, so that the app can stop on the split's key result (each rank's Y_i)
+    ctx.compute("X·A_i and ReLU on my columns of A: nothing to send", 2 * x.shape[-1] * h.shape[-1])
     y = relu(xp, h)
     out["A_i"], out["X·A_i"], out["Y_i"] = fc1.weight, h, y
     ctx.note(f"holds A_i = {_show(fc1.weight)}; X·A_i = {_show(h)}, ReLU -> Y_i = {_show(y)}")

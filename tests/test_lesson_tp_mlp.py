@@ -42,3 +42,18 @@ def test_json_and_world_rules():
     bad = subprocess.run([sys.executable, "-m", "parasim", "lesson", "tp-mlp", "--world", "4"], capture_output=True,
                          text=True, timeout=60)
     assert bad.returncode == 2 and "runs on exactly 2 ranks" in bad.stderr
+
+
+def test_the_column_split_has_an_event_the_app_can_stop_on():
+    """The column split moves nothing, but it is the lesson's key step: an event of its own (compute, on
+    each rank) puts its phase, and the notes Y1 = [1, 2], Y2 = [1, 0], on the app's timeline."""
+    from parasim.lesson import get_lesson, run_lesson
+    trace = run_lesson(get_lesson("tp-mlp")).result.trace
+    split = [e for e in trace.events if e.phase == "splitting A by columns"]
+    assert [(e.kind, e.ranks) for e in split] == [("compute", [0]), ("compute", [1])]
+    assert split[0].params["flops"] == 2 * 2 * 2  # X [1 x 2] times A_i [2 x 2]
+    notes = {r: text for phase, r, text, _ in trace.notes() if phase == "splitting A by columns"}
+    assert "Y_i = [1 2]" in notes[0] and "Y_i = [1 0]" in notes[1]
+    phases = list(dict.fromkeys(e.phase for e in trace.events))
+    assert phases.index("splitting A by rows") < phases.index("splitting A by columns") \
+        < phases.index("splitting B by rows, one all-reduce")
