@@ -56,15 +56,15 @@ NARRATIVE = {
     "1F1B: the schedule": """
         The baseline, drawn with honest costs: a backward takes twice as long as a forward (one matmul for
         the input's gradient, one for the weights'). Time is counted in half-stage units so that all three
-        schedules share a clock. 1F1B's bubble is (p-1)(F+B) per GPU.""",
+        schedules share a clock. 1F1B leaves each GPU idle for (p-1)(F+B), with B = I + W.""",
     "1F1B: running it": """
         Run for real: activations forward, gradients back, weight gradients added up over the micro-batches.""",
     "ZB-H1: the schedule": """
         ZB-H1 splits each backward in two. I, the input's gradient, is what the previous stage waits for, so
         it runs as soon as it can; W, the weights' gradient, is wanted by nobody until the optimizer step, so
         it is put off and slotted into the holes. GPU r+1 lets its W passes lag r micro-batches behind. The
-        idle time falls to (p-1)(F+B-W), a third of 1F1B's when F = I = W, and every GPU holds at most p
-        micro-batches, the same as 1F1B's first GPU.""",
+        idle time falls from 1F1B's (p-1)(F+I+W) to (p-1)(F+I-W): with F = I = W that is (p-1)F against
+        3(p-1)F, a third. Every GPU holds at most p micro-batches, the same as 1F1B's first GPU.""",
     "ZB-H1: running it": """
         Executed, an I runs the backward with the weight-gradient work queued instead of done; the matching
         W runs the queue later. The gradients still come out exactly equal to the unsplit model's.""",

@@ -1,4 +1,5 @@
 """The pipeline lessons: the slot tables noted by each stage are the post's, and the checks hold."""
+from fractions import Fraction
 import pytest
 
 from parasim.lesson import get_lesson, run_lesson
@@ -73,3 +74,20 @@ def test_unsplit_comparison_tolerances(key, scale, ok):
         v[key] = v[key] * scale if key == "loss" else {s: g * scale for s, g in v[key].items()}
     checks = matches_unsplit(values, len(values), 4)
     assert [c.ok for c in checks] == [ok if k == key else True for k in ("loss", "grad_sq", "stepped")]
+
+
+def test_zero_bubble_narrative_gives_the_idle_time_the_run_measures():
+    """ZB-H1's idle per GPU is (p-1)(F+I-W), a third of 1F1B's (p-1)(F+I+W) when F = I = W: the narrative
+    says the formula the run measures (not (F+B-W), which would be two thirds)."""
+    from parasim.lesson import get_lesson, run_lesson
+    lesson = get_lesson("pp-zero-bubble")
+    lr = run_lesson(lesson)
+    p = lr.result.world
+    zb = {x["ZB-H1"]["idle"] for x in lr.result.values}
+    base = {x["1F1B"]["idle"] for x in lr.result.values}
+    assert len(zb) == len(base) == 1
+    assert Fraction(zb.pop(), base.pop()) == Fraction(1, 3)
+    F = I = W = 2  # half-stage units: a stage's forward 2, its backward 4 = input 2 + weights 2
+    text = " ".join(lesson.narrative["ZB-H1: the schedule"].split())
+    assert "(p-1)(F+I-W)" in text and "(F+B-W)" not in text and "a third" in text
+    assert p - 1 == 3 and (p - 1) * (F + I - W) * 3 == (p - 1) * (F + I + W)
