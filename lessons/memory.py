@@ -64,11 +64,16 @@ def program(ctx):
     flat = buf.flat(ctx.xp, grads)
     n = buf.padded
     estimate = {z: sum(dp_traffic(n, t, z, itemsize=8).values()) for z in (1, 3)}
+    shard = n // t
     for z in (1, 3):
+        if z == 3:  # weights live sharded: gathered for forward, freed, gathered again for backward
+            mine = flat[ctx.rank * shard:(ctx.rank + 1) * shard]
+            for why in ("for forward", "again for backward"):
+                ctx.comm.all_gather(mine, group=dp_group, label=f"ZeRO-3: all-gather the weights {why}")
+        # backward has made the whole gradient; each rank keeps the sum of its shard
         mine = ctx.comm.reduce_scatter(flat, group=dp_group, label=f"ZeRO-{z}: reduce-scatter the gradients")
-        for i in range(2 if z == 3 else 1):
-            ctx.comm.all_gather(mine, group=dp_group, label=f"ZeRO-{z}: all-gather the weights"
-                                + (" again for backward" if i else ""))
+        if z == 1:  # each rank steps its shard, then everyone gets the updated weights back
+            ctx.comm.all_gather(mine, group=dp_group, label="ZeRO-1: all-gather the updated weights")
         if ctx.rank == 0:
             ctx.note(f"ZeRO-{z} on a small layer's {n} gradients over {t} ranks: each rank keeps "
                      f"{int(mine.shape[0])} of them and should send {estimate[z]:,.0f} B")

@@ -181,3 +181,30 @@ def test_activations_of_micro_batches_in_flight_are_held_side_by_side():
     assert t.held(0) == {k: 0 for k in t.held(0)}
     names = [m.text for m in t.marks if m.kind == "held"]
     assert names == ["layer: activations", "layer: activations (2)", "layer: activations", "layer: activations (2)"]
+
+
+def test_memory_lesson_gathers_zero3_weights_before_reducing_gradients():
+    """ZeRO-3 gathers a layer's weights for forward and again for backward, and only then reduce-scatters
+    the gradients backward made (the memory lesson had the reduce-scatter first); ZeRO-1 reduce-scatters,
+    steps, and gathers the updated weights."""
+    from parasim.lesson import get_lesson, run_lesson
+    trace = run_lesson(get_lesson("memory")).result.trace
+    zero = [(e.op, e.label) for e in trace.events if e.phase == "model state under ZeRO" and 0 in e.ranks]
+    assert [op for op, _ in zero] == ["reduce_scatter", "all_gather", "all_gather", "all_gather", "reduce_scatter"]
+    assert "for forward" in zero[2][1] and "again for backward" in zero[3][1] and "updated" in zero[1][1]
+
+
+def test_zero_says_its_wire_is_float64_with_the_run_s_own_bytes():
+    from parasim.lesson import get_lesson, run_lesson
+    lr = run_lesson(get_lesson("zero"))
+    trace = lr.result.trace
+    first = next(e for e in trace.events if e.phase == "DP" and e.op == "all_reduce")
+    sent = first.member(0).sent
+    assert first.members[0].ins[0].dtype == "float64"
+    t, n = trace.world, 400  # a ring all-reduce sends 2(t-1)/t of its buffer; 8 bytes a float64
+    assert sent == 2 * (t - 1) * n * 8 // t
+    notes = [text for phase, r, text, _ in trace.notes() if phase == "DP"]
+    assert any("float64" in text and f"{sent:,} B per rank" in text for text in notes)
+    names = [c.name for c in lr.checks]
+    assert all("largest difference" in n for n in names if "= one device's" in n and ("gradient" in n or "Adam" in n))
+    assert not any("peak falls" in n for n in names)
