@@ -2,7 +2,7 @@
 the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is counted by the run."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Knob, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, Table, check
 from parasim.nn.ring_attention import RingAttention, positions
 
 SEQ, B, HEADS, D = 16, 1, 1, 2
@@ -19,8 +19,9 @@ def program(ctx):
         q, k, v = (ctx.xp.take(ctx.shared_rng(n).normal((B, HEADS, SEQ, D)), pos, axis=2) for n in "qkv")
         ring.forward(q, k, v)
         w = ring.work
-        ctx.note(f"tokens {_spans(ring.pos[ring.r])}: work {w.blocks:g} blocks (per step {w.steps}), "
-                 f"{w.skipped} chunk(s) skipped")
+        steps = " + ".join(f"{x:g}" for x in w.steps)
+        ctx.note(f"tokens {_spans(ring.pos[ring.r])}: work {w.blocks:g} blocks ({steps}, one term per ring step), "
+                 f"{w.skipped} chunk{'s' * (w.skipped != 1)} skipped")
         out[split] = {"blocks": w.blocks, "skipped": w.skipped, "flops": w.flops}
     if ctx.world == 2:  # the post's sentence, split zigzag over two ranks
         words = [TOKENS[p] for p in positions("zigzag", len(TOKENS), 2, ctx.rank)]
@@ -54,6 +55,26 @@ def checks(result) -> list[Check]:
     ]
 
 
+def tables(result) -> list[Table]:
+    """Each rank's causal work under both splits: in this run's blocks, in the post's units (a whole CP
+    chunk against a whole CP chunk: 4 of our blocks), and as a share of the total."""
+    v, t = result.values, result.world
+    total = sum(x["contiguous"]["blocks"] for x in v)
+    rows = [(f"rank {r} (GPU {r + 1})", [x["contiguous"]["blocks"], x["contiguous"]["blocks"] / 4,
+                                        round(100 * x["contiguous"]["blocks"] / total),
+                                        x["zigzag"]["blocks"], round(100 * x["zigzag"]["blocks"] / total)])
+            for r, x in enumerate(v)]
+    chunk = SEQ // (2 * t)
+    return [Table(f"Causal work per CP rank, {SEQ} tokens over {t} ranks",
+                  ["CP rank", "contiguous: blocks", "in chunk-pairs", "share %", "zigzag: blocks", "share %"], rows,
+                  notes=[f"a block is {chunk} queries against {chunk} keys (the sequence cut in 2cp = {2 * t} "
+                         f"pieces); the post counts a contiguous rank's work in pairs of whole CP chunks "
+                         f"({2 * chunk} x {2 * chunk} = 4 blocks), so the run's {v[0]['contiguous']['blocks']:g}, "
+                         f"{v[-1]['contiguous']['blocks']:g} blocks are the post's "
+                         f"{v[0]['contiguous']['blocks'] / 4:g}, {v[-1]['contiguous']['blocks'] / 4:g}; "
+                         "a block on the diagonal counts half (its upper triangle is masked)."])]
+
+
 def figures(result) -> dict:
     """The slowest rank's work under each split, in blocks of the 2cp-way split (what `compare` lines up)."""
     v = result.values
@@ -67,7 +88,10 @@ NARRATIVE = {
         With a causal mask a token only looks at the tokens before it. Split the sequence into contiguous
         pieces and the first rank's queries need only its own keys, while the last rank's need everyone's:
         the first rank idles while the last one works, and a step lasts as long as its slowest rank.
-        Blocks entirely in the future are skipped; a diagonal block costs half.""",
+        Work is counted in blocks: the sequence is cut into 2t pieces and a block is one piece's queries
+        against one piece's keys. Blocks entirely in the future are skipped; a diagonal block costs half.
+        The table at the end gives each rank's blocks, the same in the post's units (whole CP chunks
+        against whole CP chunks, 4 blocks each) and each rank's share of the work.""",
     "zigzag split": """
         Cut the sequence into 2t chunks and give rank i one early chunk (i) and one late chunk (2t-1-i).
         Every rank now holds a short-history and a long-history piece, and all do the same amount of work.""",
@@ -85,4 +109,5 @@ LESSON = Lesson(
     keep_values=0,
     knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
     figures=figures,
+    tables=tables,
 )

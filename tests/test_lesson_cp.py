@@ -31,3 +31,21 @@ def test_cp_causal_shares():
     notes = [m.text for m in two.result.trace.marks if m.kind == "note" and "sentence" in m.text]
     assert notes == ["zigzag on the example sentence: the court was void",
                      "zigzag on the example sentence: ruled that the contract"]
+
+
+def test_cp_causal_table_gives_the_post_s_units_and_shares():
+    """The post counts a contiguous rank's causal work in whole-chunk pairs, 0.5 / 1.5 / 2.5 / 3.5, and gives
+    shares 6 / 19 / 31 / 44 %; the run counts blocks of the 2cp-way split (4 to a chunk pair). The table
+    has both, worked out here from the causal triangle: rank i sees i whole chunk pairs and half its own."""
+    import json
+    from conftest import cli
+    data = json.loads(cli("lesson", "cp-causal", "--json").stdout)
+    (table,) = data["tables"]
+    rows = table["rows"]
+    cp = 4
+    post_units = [i + 0.5 for i in range(cp)]
+    assert [r["in chunk-pairs"] for r in rows] == post_units
+    assert [r["contiguous: blocks"] for r in rows] == [4 * u for u in post_units]
+    assert [r["share %"] for r in rows] == [round(100 * u / sum(post_units)) for u in post_units] == [6, 19, 31, 44]
+    assert [r["share %"] for r in rows][0] == 6 and {r["zigzag: blocks"] for r in rows} == {8}
+    assert "4 blocks" in table["notes"][0]
