@@ -66,7 +66,7 @@ def tables(result) -> list[Table]:
             for r, x in enumerate(v)]
     chunk = SEQ // (2 * t)
     return [Table(f"Causal work per CP rank, {SEQ} tokens over {t} ranks",
-                  ["CP rank", "contiguous: blocks", "in chunk-pairs", "share %", "zigzag: blocks", "share %"], rows,
+                  ["CP rank", "contiguous: blocks", "in chunk-pairs", "contiguous share %", "zigzag: blocks", "zigzag share %"], rows,
                   notes=[f"a block is {chunk} queries against {chunk} keys (the sequence cut in 2cp = {2 * t} "
                          f"pieces); the post counts a contiguous rank's work in pairs of whole CP chunks "
                          f"({2 * chunk} x {2 * chunk} = 4 blocks), so the run's {v[0]['contiguous']['blocks']:g}, "

@@ -56,6 +56,12 @@ class Table:
     rows: list[tuple[str, list[Any]]]
     notes: list[str] = field(default_factory=list)
 
+    def __post_init__(self) -> None:
+        if len(set(self.columns)) != len(self.columns):  # the JSON names each row's cells by column
+            raise ValueError(f"table {self.title!r}: two columns share a name: {self.columns}")
+        if any(len(values) != len(self.columns) - 1 for _, values in self.rows):
+            raise ValueError(f"table {self.title!r}: a row's cells do not match its columns")
+
     def to_dict(self) -> dict:
         return {"title": self.title, "columns": list(self.columns),
                 "rows": [{self.columns[0]: label, **{c: jsonable(v, f"table {self.title!r}")

@@ -46,6 +46,6 @@ def test_cp_causal_table_gives_the_post_s_units_and_shares():
     post_units = [i + 0.5 for i in range(cp)]
     assert [r["in chunk-pairs"] for r in rows] == post_units
     assert [r["contiguous: blocks"] for r in rows] == [4 * u for u in post_units]
-    assert [r["share %"] for r in rows] == [round(100 * u / sum(post_units)) for u in post_units] == [6, 19, 31, 44]
-    assert [r["share %"] for r in rows][0] == 6 and {r["zigzag: blocks"] for r in rows} == {8}
+    assert [r["contiguous share %"] for r in rows] == [round(100 * u / sum(post_units)) for u in post_units] == [6, 19, 31, 44]
+    assert [r["contiguous share %"] for r in rows][0] == 6 and {r["zigzag: blocks"] for r in rows} == {8}
     assert "4 blocks" in table["notes"][0]

@@ -52,3 +52,11 @@ def test_a_table_wider_than_the_page_is_printed_row_by_row_uncut():
     lines = table_lines(t, 96)
     assert all(len(line) <= 96 for line in lines)
     assert "      first column: " + "x" * 60 in lines and "      second column: " + "y" * 60 in lines
+
+
+def test_a_table_refuses_two_columns_of_one_name_and_short_rows():
+    import pytest
+    with pytest.raises(ValueError, match="share a name"):
+        Table("t", ["rank", "share", "share"], [])
+    with pytest.raises(ValueError, match="cells"):
+        Table("t", ["rank", "a", "b"], [("r0", [1])])
