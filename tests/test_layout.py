@@ -242,3 +242,22 @@ def test_the_edp_rule_of_the_second_order_needs_pp():
     assert (lay.dp, lay.edp) == (4, 2)
     with pytest.raises(LayoutError, match="needs edp == dp"):
         Layout(dp=4, ep=2, pp=2, order="tp-cp-ep-pp-dp")
+
+
+def test_the_post_s_8_gpu_folding_example_lays_out_with_etp_1():
+    """`layout --tp 2 --dp 4 --ep 8 --world 8 --sp --experts 8` (the post's parallel folding: attention TP 2 x
+    DP 4, MoE ETP 1 x EP 8 x EDP 1) takes etp 1 by default, as `parasim trace` does; the Layout API, which
+    follows Megatron (etp = tp when not given), says so when that default is what does not divide."""
+    out = _cli("--tp", "2", "--dp", "4", "--ep", "8", "--world", "8", "--sp", "--experts", "8", "--json")
+    assert out.returncode == 0, out.stderr
+    lay = json.loads(out.stdout)["layout"]
+    assert (lay["etp"], lay["ep"], lay["edp"]) == (1, 8, 1)
+    from parasim.errors import LayoutError
+    with pytest.raises(LayoutError, match="etp was not given, so it follows tp = 2"):
+        Layout(tp=2, dp=4, ep=8, world=8)
+
+
+def test_layout_counts_pipeline_stages_from_1_as_trace_does():
+    text = _cli("--layout", "moe16").stdout
+    assert "pipeline stage 1 (pp rank 0)" in text and "pipeline stage 2 (pp rank 1)" in text
+    assert "pipeline stage 0" not in text

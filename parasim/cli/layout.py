@@ -21,7 +21,8 @@ def add_layout(sub: Any) -> None:
                               ("--pp", "--pipeline-model-parallel-size", "pipeline parallel size"),
                               ("--dp", "--data-parallel-size", "data parallel size (default: derived)"),
                               ("--ep", "--expert-model-parallel-size", "expert parallel size"),
-                              ("--etp", "--expert-tensor-parallel-size", "expert tensor parallel size (default: tp)"),
+                              ("--etp", "--expert-tensor-parallel-size", "expert tensor parallel size (default 1 with experts, as in the "
+                               "post and parasim trace; without experts it follows tp, as Megatron's does)"),
                               ("--world", "--world-size", "number of GPUs (default: derived)")):
         yp.add_argument(short, long, dest=short[2:], type=positive, metavar="N", help=what)
     yp.add_argument("--order", default="tp-cp-ep-dp-pp", help="rank order, fastest axis first "
@@ -64,6 +65,8 @@ def cmd_layout(args: argparse.Namespace) -> int:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
         given = {k: v for k, v in model.items() if v is not None}
         m = ModelSpec(**given) if given else None
+        if sizes["etp"] is None and ((sizes["ep"] or 1) > 1 or given.get("experts")):
+            sizes["etp"] = 1  # an MoE layout: the post's experts, and parasim trace's, are not split by TP
         layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
         title = ""
     if not args.json:  # the drawing names each GPU's experts, on the nodes it draws

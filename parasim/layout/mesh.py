@@ -90,7 +90,9 @@ class Layout:
             raise LayoutError(f"dp {dp} does not fit: world {world} / (tp*cp*pp = {base}) is {world // base}")
         etp = self.tp if self.etp is None else self.etp
         if world % (etp * self.ep * self.pp):
-            raise LayoutError(f"world {world} is not divisible by etp*ep*pp = {etp * self.ep * self.pp}")
+            why = (f" (etp was not given, so it follows tp = {self.tp}, as Megatron's --expert-tensor-parallel-size "
+                   "does; give etp=1 for experts not split by TP)") if self.etp is None and self.tp > 1 else ""
+            raise LayoutError(f"world {world} is not divisible by etp*ep*pp = {etp * self.ep * self.pp}{why}")
         object.__setattr__(self, "world", world)
         object.__setattr__(self, "dp", world // base)
         object.__setattr__(self, "etp", etp)

@@ -66,8 +66,9 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
     for node in range(min(nodes, max_nodes)):
         ranks = range(node * per_node, min((node + 1) * per_node, layout.world))
         stages = sorted({coords[r]["pp"] for r in ranks})
-        where = (f"pipeline stage {stages[0]}{_stage_layers(layout, stages[0])}" if len(stages) == 1
-                 else f"pipeline stages {', '.join(map(str, stages))}")
+        # stages counted from 1, as the post and `parasim trace` count them (the pp column is the 0-based rank)
+        where = (f"pipeline stage {stages[0] + 1} (pp rank {stages[0]}){_stage_layers(layout, stages[0])}"
+                 if len(stages) == 1 else f"pipeline stages {', '.join(str(s + 1) for s in stages)}")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("rank", "tp", "cp", "dp", "pp", "ep", "etp", "edp"):
             table.add_column(col, justify="right")
