@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from parasim.estimate import Plan, breakdown, fit, get_model
 from parasim.estimate.fit import LONGEST_ROWS
+from parasim.figures import sp_traffic_table
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -100,6 +101,16 @@ def _sent(result, phase: str, rank: int = 0) -> int:
     return sum(m.sent for e in result.trace.events if e.phase == phase for m in e.members if m.rank == rank)
 
 
+def tables(result) -> list[Table]:
+    v = result.values[0]["table"]
+    first = v["rows"][0]["seq"]
+    longest = Table("The longest sequence of the 27B model, by layout (the estimator, 120 GB usable per GPU)",
+                    ["layout", "nodes", "GPUs", "model state GB", "longest (tokens)", "x TP8"],
+                    [(r["label"], [r["nodes"], r["world"], round(r["state_gb"], 2), r["seq"], round(r["seq"] / first, 1)])
+                     for r in v["rows"]])
+    return [longest, sp_traffic_table(result, "TP alone", "TP + SP")]
+
+
 def checks(result) -> list[Check]:
     t, v = result.world, result.values
     est = small_estimates(t)
@@ -133,8 +144,11 @@ NARRATIVE = {
         How long a sequence fits is set by the bytes kept per token. With TP alone the norms, dropouts and
         residual inputs are whole on every rank: that share of the layer never shrinks as t grows.""",
     "TP + SP": """
-        SP splits that share too: now everything a layer keeps is divided by t, on the same collectives'
-        bytes. The measured count equals the estimator's formula for this small layer.""",
+        SP splits that share too: now everything a layer keeps is divided by t. The all-gathers and
+        reduce-scatters that take the all-reduces' place move the same bytes, but SP sends a little more in
+        all: backward gathers its saved slices again, and the norms' gradients are summed over the ranks
+        (the table at the end counts each). The measured count equals the estimator's formula for this
+        small layer.""",
     "TP + SP + full recompute": """
         Full recomputation keeps only each layer's input and runs the forward again just before backward,
         so the forward's collectives happen twice (the trace shows them) and a whole layer's activations
@@ -154,5 +168,6 @@ LESSON = Lesson(
     narrative=NARRATIVE,
     checks=checks,
     summary="the nine-layout table for the 27B model from the estimator, its per-layer bytes measured first",
+    tables=tables,
     keep_values=0,
 )

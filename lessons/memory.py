@@ -10,6 +10,7 @@ from __future__ import annotations
 from parasim.dp.flat import FlatBuffer
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
+from parasim.figures import sp_traffic_table
 from parasim.estimate.traffic import dp_traffic, layer_traffic
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import Saved, ParallelContext
@@ -157,7 +158,9 @@ NARRATIVE = {
         set beside the estimator's formula for the same shape.""",
     "measured: TP + SP, FlashAttention": """
         With SP and FlashAttention everything kept is split t ways. The count the engine measured and the
-        estimator's agree to the byte, as they must for the big figures above to be trusted.""",
+        estimator's agree to the byte, as they must for the big figures above to be trusted. SP sends a
+        little more than TP alone (a second gather of the saved slices in backward, the norms' gradient
+        sums): the table at the end counts each.""",
 }
 
 LESSON = Lesson(
@@ -169,5 +172,7 @@ LESSON = Lesson(
     narrative=NARRATIVE,
     checks=checks,
     summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
+    tables=lambda result: [sp_traffic_table(result, "measured: TP alone, scores kept",
+                                            "measured: TP + SP, FlashAttention")],
     keep_values=0,
 )

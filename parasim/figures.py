@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .lesson import LessonRun
+from .lesson import LessonRun, Table
 
 
 def axis_of(event: Any) -> str:
@@ -35,3 +35,33 @@ def run_figures(lr: LessonRun) -> dict[str, Any]:
     if lr.lesson.figures is not None:
         out.update(lr.lesson.figures(lr.result))
     return out
+
+
+def _sent_by(result: Any, phase: str, keep: Any) -> int:
+    """Bytes rank 0 sent in `phase` on the events `keep(event)` picks."""
+    return sum(m.sent for e in result.trace.events if e.phase == phase and keep(e) for m in e.members if m.rank == 0)
+
+
+def sp_traffic_table(result: Any, alone: str, with_sp: str, names: tuple[str, str] = ("TP alone", "TP + SP")) -> Table:
+    """What rank 0 sent for one layer, forward and backward, run with TP alone (phase `alone`) and with TP + SP
+    (phase `with_sp`), by what each collective is for (read from its op and the layer's label), with the
+    post's claim, the run's figures and why they differ."""
+    again = lambda e: "again" in (e.label or "")  # noqa: E731  backward gathers the saved slices once more
+    kinds = [
+        ("all-reduces (TP's f and g)", alone, lambda e: e.op == "all_reduce"),
+        ("all-gathers and reduce-scatters in their place", with_sp,
+         lambda e: e.op in ("all_gather", "reduce_scatter") and not again(e)),
+        ("backward's second all-gather of the saved slices", with_sp, lambda e: e.op == "all_gather" and again(e)),
+        ("the norms' and biases' gradient sums SP adds", with_sp, lambda e: e.op == "all_reduce"),
+    ]
+    rows = [(what, [_sent_by(result, alone, keep) if phase == alone else 0,
+                    _sent_by(result, with_sp, keep) if phase == with_sp else 0]) for what, phase, keep in kinds]
+    total = [_sent_by(result, p, lambda e: True) for p in (alone, with_sp)]
+    same = rows[0][1][0]
+    return Table(f"Bytes rank 0 sent for one small layer, forward and backward, over {result.world} ranks",
+                 ["collectives", *names], rows + [("total", total)],
+                 notes=[f"post: SP moves the same bytes as TP. run: {total[0]:,} B against {total[1]:,} B. why: "
+                        f"the gathers and scatters that replace the all-reduces move {rows[1][1][1]:,} B against "
+                        f"{same:,} B; on top, backward gathers the saved slices a second time (SP kept only a "
+                        "slice of each), and the norms' and biases' weight gradients, partial over the ranks' "
+                        "tokens, are summed."])
