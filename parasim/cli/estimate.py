@@ -163,7 +163,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
     if args.plot:
         from ..render.plots import plot_memory
-        plot_memory(model, plan, args.seq, unit, name, args.plot)
+        plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
     if args.symbolic:
         from ..examples.against import compare
         from ..render.against import note_running

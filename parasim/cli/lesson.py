@@ -28,6 +28,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
+    lp.add_argument("--plot", metavar="FILE.png", help="also draw the lesson's picture from its run (ring-attention: "
+                    "which K/V chunk each CP rank holds at each step)")
     add_knobs(lp)
     add_timeout(lp)
     lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
@@ -68,7 +70,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.name is None:
         from ..lesson import KNOB_KINDS
         given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace),
-                                ("--hta", args.hta)) if v is not None]
+                                ("--hta", args.hta), ("--plot", args.plot)) if v is not None]
         given += [KNOB_KINDS[n].flags[-1] for n in given_knobs(args)]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
@@ -77,6 +79,10 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.list:
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
+    if args.plot is not None:
+        from ..render.plot_ring import LESSON_PLOTS
+        if lesson.name not in LESSON_PLOTS:
+            raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(LESSON_PLOTS)}")
     with program_output(args):
         lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run
         lr = run_lesson(lesson, args.world, timeout=args.timeout, knobs=given_knobs(args))
@@ -89,6 +95,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         write_hta(args.hta, lr.result.trace)
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
+    if args.plot is not None:
+        LESSON_PLOTS[lesson.name](lr, args.plot)
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and sys.stdout.isatty()):
@@ -133,7 +141,7 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
         args.name, args.json, args.tui = args.trace, False, not args.plain
-        args.chrome = args.hta = None
+        args.chrome = args.hta = args.plot = None
         args.trace = None
         return cmd_lesson(args)
     if args.world is not None:

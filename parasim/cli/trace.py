@@ -50,7 +50,8 @@ def add_trace(sub: Any) -> None:
                     "or SEQ:WORD for the other sequences (B, C, D, then E, F, ... on wider DP) (default: contract)")
     tr.add_argument("--gpu", type=count, metavar="N", help="instead of a token, one GPU: what it stores (weight "
                     "shards, whole copies, experts, optimizer share, tokens) and every collective it joins")
-    tr.add_argument("--plot", metavar="FILE.png", help="also draw the layout, the followed token's GPU in red")
+    tr.add_argument("--plot", metavar="FILE.png", help="also draw the layout with the followed token's path on it: "
+                    "dispatch, combine and the pipeline hand-off, numbered in order")
     tr.add_argument("--all", action="store_true", help="list every backward event too")
     shown = tr.add_mutually_exclusive_group()  # the app never returns to print JSON after it
     shown.add_argument("--json", action="store_true",
@@ -115,10 +116,9 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return _gpu_view(args, result, layout, name, m)
     path = token_path(result.trace, watch, reps, name)
     if args.plot is not None:
-        from ..render.plots import plot_layout_map
-        holder = path["steps"][0]["ranks"][0] if path["steps"] else None
-        plot_layout_map(layout, args.plot, f"{name}: {path['token']!r} (t{path['position']} of "
-                        f"{path['sequence']}) on g{holder}, in red", mark=holder)
+        from ..render.plots import plot_token_path
+        plot_token_path(layout, path, result.trace, args.plot, f"{name}: the path of {path['token']!r} "
+                        f"(t{path['position']} of sequence {path['sequence']}) through one forward pass")
     path["routing"] = args.routing
     path["backend"] = result.trace.backend
     # the unsplit model routes by its own router: a policy's choices (and symbolic ranks' missing values)

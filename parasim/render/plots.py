@@ -1,32 +1,20 @@
 """Pictures (matplotlib, no display needed): the pipeline slot table, the estimator's memory bars and
-layout search. Each is drawn with matplotlib's Agg back end into a file written whole or not at all."""
+layout search; the layout map, a token's path and the ring's rotation live in plot_layout.py and
+plot_ring.py. Each is drawn with matplotlib's Agg back end into a file written whole or not at all."""
 from __future__ import annotations
 
-import os
+import math
+import textwrap
 from typing import Any
 
-from ..errors import UsageError
 from ..pipeline.action import kind_of
 from ..pipeline.timing import Timing
-
-
-def _pyplot() -> Any:
-    """matplotlib.pyplot on the Agg back end (files only, no display). MPLBACKEND is set aside while
-    matplotlib is imported: it reads the variable then and refuses a name it does not know with a
-    ValueError, though a picture written to a file never uses the back end the variable names."""
-    named = os.environ.pop("MPLBACKEND", None)
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    finally:
-        if named is not None:
-            os.environ["MPLBACKEND"] = named
-    return plt
+from .plot_base import pyplot, save, tokens_text
+from .plot_layout import layout_map, plot_layout_map, plot_token_path  # noqa: F401 (the pictures' one import path)
 
 
 def plot_slots(timing: Timing, title: str, path: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
 
     ranks, width = len(timing.slots), timing.makespan
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * width + 1.5), 0.55 * ranks + 1.2))
@@ -49,107 +37,114 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
     ax.set_frame_on(False)
     fig.tight_layout()
-    _save(fig, path, bbox_inches=None)
+    save(fig, path, bbox_inches=None)
     plt.close(fig)
 
 
 # -- the estimator's pictures ---------------------------------------------------------------------------------------------
-def _save(fig: Any, path: str, bbox_inches: str | None = "tight") -> None:
-    """The figure in `path` (its format from the name's suffix), whole or not at all (render/output)."""
-    from .output import write_whole
-    try:
-        write_whole(path, lambda temp: fig.savefig(temp, dpi=120, bbox_inches=bbox_inches))
-    except ValueError as exc:  # matplotlib: a format it cannot write
-        raise UsageError(f"cannot write {path}: {exc}") from None
-
-
-def plot_memory(model, plan, seq: int, unit: float, name: str, path: str) -> None:
-    plt = _pyplot()
+def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: str, usable: float,
+                gpu: Any) -> None:
+    """Memory per GPU item by item, one stacked bar per ZeRO stage, against the usable memory per GPU
+    (`usable` bytes: the estimator's figure for `gpu`, or the one the learner gave). The legend sits beside
+    the bars, never on them; items that are 0 at every stage are named under the picture, not drawn; and
+    where the four bars are equal (no copies to shard over) the picture says why."""
+    plt = pyplot()
     from dataclasses import replace
 
     from ..estimate.memory import breakdown
     bars = [breakdown(model, replace(plan, zero=z), seq) for z in range(4)]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    shown = [k for k in bars[0].items if any(b.items[k] > 0 for b in bars)]
+    zero_items = [k for k in bars[0].items if k not in shown]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    names = [f"ZeRO-{z}" + (" (this plan)" if z == plan.zero else "") for z in range(4)]
     bottom = [0.0] * 4
-    for item in bars[0].items:
+    for item in shown:
         vals = [b.items[item] / unit for b in bars]
-        ax.bar([f"ZeRO-{z}" for z in range(4)], vals, bottom=bottom, label=item)
+        ax.bar(range(4), vals, width=0.6, bottom=bottom, label=item)
         bottom = [x + v for x, v in zip(bottom, vals)]
-    ax.set_ylabel(f"{name} per GPU")
-    ax.set_title(f"{model.name}: {plan.label()} on {plan.world} GPUs, s = {seq:,}")
-    ax.legend(fontsize=8)
-    _save(fig, path)
+    top = max(max(bottom), usable / unit)
+    for x, total in enumerate(bottom):  # each bar's total above it, in the picture's unit
+        ax.text(x, total + top * 0.01, f"{total:,.1f}", ha="center", va="bottom", fontsize=8)
+    card = f" of the {gpu.name}'s {gpu.memory / unit:,.0f} {name}" if math.isclose(usable, gpu.usable) else ""
+    ax.axhline(usable / unit, color="black", ls="--", lw=1.2,
+               label=f"usable per GPU: {usable / unit:,.0f} {name}{card}")
+    ax.set_xticks(range(4), names)
+    ax.set_ylim(0, top * 1.12)
+    ax.set_ylabel(f"memory per GPU ({name}, " + ("2^30 bytes)" if name == "GiB" else "1e9 bytes)"))
+    where = f" on {plan.world} GPUs" if plan.world > 1 else ""
+    stage = f" (stage {bars[plan.zero].stage + 1} of {plan.pp}, the one that holds most)" if plan.pp > 1 else ""
+    ax.set_title(f"{model.name}: {plan.label()}{where}, sequence {seq:,} tokens{stage}", fontsize=10)
+    handles, labels = ax.get_legend_handles_labels()
+    order = [len(handles) - 1, *range(len(handles) - 2, -1, -1)]  # the usable line, then items as stacked, top first
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, never on them
+    notes = []
+    if all(math.isclose(b.total, bars[0].total) for b in bars):  # nothing to shard over: say why
+        notes.append(f"DP {plan.dp} x CP {plan.cp} = {plan.dp * plan.cp}: ZeRO splits optimizer states, gradients "
+                     "and weights over the GPUs that hold copies of the same weights; here there is no other copy, "
+                     "so ZeRO shards nothing and the four bars are equal.")
+    if zero_items:
+        notes.append("0 at every stage here, not drawn: " + ", ".join(zero_items) + ".")
+    if notes:
+        fig.text(0.01, -0.02, "\n".join(notes), ha="left", va="top", fontsize=8, wrap=True)
+    fig.tight_layout()
+    save(fig, path)
     plt.close(fig)
+
+
+def search_panels(result: dict, shown: int = 10) -> list[tuple[str, dict[int, int], list[str]]]:
+    """The `shown` families that reach furthest (family, {nodes: longest sequence}, the other shown families
+    whose curve is the same), in the order they are drawn."""
+    fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))[:shown]
+    curves = {fam: {int(n): v for n, v in row.items()} for fam, row in fams}
+    return [(fam, curve, [other for other, c in curves.items() if other != fam and c == curve])
+            for fam, curve in curves.items()]
 
 
 def plot_search(result: dict, path: str) -> None:
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(8, 5))
-    fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))
-    for fam, row in fams[:10]:  # the ten families that reach furthest
-        xs = sorted(row)
-        ax.plot(xs, [max(row[x], 1) for x in xs], marker=".", label=fam)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("nodes")
-    ax.set_ylabel("longest sequence (tokens)")
-    ax.set_title(f"{result['model']}: longest sequence per layout family")
-    ax.legend(fontsize=7)
-    _save(fig, path)
-    plt.close(fig)
+    """Longest sequence against nodes for the ten families that reach furthest, one small panel each (the
+    family in colour, the others grey behind it), so that families with the same curve are all seen; a
+    panel says which others it equals."""
+    plt = pyplot()
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import FuncFormatter, LogLocator
 
-
-# -- the layout as one picture -----------------------------------------------------------------------------
-def layout_map(layout: Any) -> list[dict]:
-    """Where each GPU is drawn, as the post draws its 16-GPU map: nodes left to right; in a node, one row per
-    DP replica (of its pipeline stage) and one column per (CP rank, TP rank); each GPU with its coordinates,
-    its EP group (an index) and the experts it holds (1-based)."""
-    coords, groups = layout.coords(), layout.groups()
-    ep_index = {r: i for i, g in enumerate(groups["ep"]) for r in g}
-    cols = min(layout.tp * layout.cp, layout.gpus_per_node)
-    out = []
-    for c in coords:
-        r = c["rank"]
-        node, slot = divmod(r, layout.gpus_per_node)
-        out.append({"gpu": r, "node": node, "row": slot // cols, "col": slot % cols, "ep_group": ep_index[r],
-                    "experts": [e + 1 for e in layout.experts_of(c["ep"])],
-                    "coords": {k: c[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")}})
-    return out
-
-
-def plot_layout_map(layout: Any, path: str, title: str = "", mark: int | None = None) -> None:
-    """The layout in one picture: GPUs by node, each labelled with its experts and filled by EP group; GPU
-    `mark` (a followed token's) drawn in red."""
-    from ..limits import check_experts_shown, check_plot_gpus
-    check_plot_gpus(layout.world)
-    check_experts_shown(layout.world, layout.experts_each)
-    plt = _pyplot()
-
-    cells = layout_map(layout)
-    per = min(layout.gpus_per_node, layout.world)
-    cols = min(layout.tp * layout.cp, layout.gpus_per_node)
-    rows = max(c["row"] for c in cells) + 1
-    nodes = (layout.world + per - 1) // per
-    fig, ax = plt.subplots(figsize=(max(6.0, 2.2 * nodes * cols / 2), 1.2 * rows + 1.6))
-    palette = plt.get_cmap("tab20")
-    for c in cells:
-        x = c["node"] * (cols + 1) + c["col"]
-        y = rows - 1 - c["row"]
-        ax.add_patch(plt.Rectangle((x + 0.05, y + 0.05), 0.9, 0.9, color=palette(c["ep_group"] % 20), alpha=0.55,
-                                   ec="red" if c["gpu"] == mark else "white", lw=3 if c["gpu"] == mark else 1))
-        label = f"g{c['gpu']}\n" + (" ".join(f"E{e}" for e in c["experts"]) if c["experts"] else "")
-        ax.text(x + 0.5, y + 0.5, label, ha="center", va="center", fontsize=7,
-                color="red" if c["gpu"] == mark else "black")
-    for n in range(nodes):
-        ax.add_patch(plt.Rectangle((n * (cols + 1) - 0.1, -0.1), cols + 0.2, rows + 0.2, fill=False, ec="grey"))
-        ax.text(n * (cols + 1) + cols / 2, rows + 0.25, f"node {n}", ha="center", fontsize=9)
-        for c in (c for c in cells if c["node"] == n and c["row"] == rows - 1):  # under the bottom row: CP, TP
-            ax.text(n * (cols + 1) + c["col"] + 0.5, -0.25, f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
-                    ha="center", fontsize=6, color="grey")
-    ax.set_xlim(-0.3, nodes * (cols + 1))
-    ax.set_ylim(-0.45, rows + 0.7)
-    ax.set_aspect("equal")
-    ax.axis("off")
-    ax.set_title(title or f"{layout}: GPUs by node (colour: EP group; E: experts held)", fontsize=9)
-    _save(fig, path)
+    panels = search_panels(result)
+    cols = min(5, max(1, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.5, 2.7 * rows + 1.2), sharex=True, sharey=True,
+                             squeeze=False)
+    for i, ax in enumerate(axes.flat):
+        if i >= len(panels):
+            ax.set_visible(False)
+            continue
+        fam, curve, same = panels[i]
+        for other, c, _ in panels:  # the other families, grey, for scale
+            xs = sorted(c)
+            ax.plot(xs, [max(c[x], 1) for x in xs], color="0.82", lw=0.9, zorder=1, label="_context")
+        xs = sorted(curve)
+        ax.plot(xs, [max(curve[x], 1) for x in xs], color=f"C{i % 10}", lw=2, marker="o", ms=2.5, zorder=3,
+                label=fam)
+        same_as = textwrap.fill("same curve as: " + "; ".join(same), 44) if same else ""
+        ax.set_title(fam + ("\n" + same_as if same else ""), fontsize=7.5)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.grid(True, which="major", lw=0.4, color="0.9")
+        ax.tick_params(labelsize=7)
+    ax0 = axes.flat[0]
+    ax0.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax0.yaxis.set_major_locator(LogLocator(base=10))
+    ax0.yaxis.set_major_formatter(FuncFormatter(lambda v, _: tokens_text(v)))
+    for ax in axes[-1]:
+        ax.set_xlabel("nodes", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("longest sequence\n(tokens; K = 1,000)", fontsize=8)
+    fig.suptitle(f"{result['model']}: the longest sequence that fits, per layout family "
+                 f"({result['usable']:g} {result.get('unit', 'GB')} usable per GPU)", fontsize=10)
+    fig.legend([Line2D([], [], color="C0", lw=2, marker="o", ms=3), Line2D([], [], color="0.82", lw=0.9)],
+               ["the panel's family (named above the panel, with any family whose curve is the same)",
+                "the other families, for scale"], loc="lower center", ncol=2, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    save(fig, path)
     plt.close(fig)

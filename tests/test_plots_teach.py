@@ -1,0 +1,281 @@
+"""The `--plot` pictures teach: read through matplotlib's own objects (the figure each command writes), not
+by looking. The memory bars have a legend off the bars, a line at the usable memory and, where ZeRO has
+nothing to split, a note saying so; the layout search shows every family; the layout map has its EP boxes,
+gradient links and legend; the token's path is drawn GPU by GPU; the ring's rotation is drawn step by step.
+Each figure is also checked for text drawn over text."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+matplotlib = pytest.importorskip("matplotlib")
+
+# The estimator's usable memory of an H200, as its documentation states it (`parasim memory --help`:
+# "120 GB of an H200", and estimate/traffic.py's GPU table): 120 GB of the card's 141 GB, GB = 1e9 bytes.
+H200_USABLE_GB = 120.0
+EP_GROUPS_MOE16 = [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15]]  # the post's EP groups
+
+
+@pytest.fixture
+def drawn(monkeypatch):
+    """Every figure the command saves, kept (and still written) so that the test can read its artists."""
+    from matplotlib.figure import Figure
+    figures = []
+    original = Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    return figures
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    from parasim.cli import main
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def _boxes(fig, artists):
+    """Where the artists land, in pixels of the picture as written (120 dots per inch); pyplot.close left
+    the figure without a canvas, so it gets a fresh one."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    if not hasattr(fig.canvas, "get_renderer"):
+        FigureCanvasAgg(fig)
+    fig.set_dpi(120)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    return [a.get_window_extent(renderer) for a in artists]
+
+
+def _texts_do_not_overlap(fig) -> None:
+    """No two pieces of text (titles, labels, notes, numbers) are drawn over each other."""
+    texts = [t for ax in fig.axes for t in ax.texts if t.get_visible() and t.get_text().strip()]
+    texts += [t for t in fig.texts if t.get_text().strip()]
+    texts += [ax.title for ax in fig.axes if ax.get_visible() and ax.get_title()]
+    texts += [t for ax in fig.axes for t in (ax.get_legend().get_texts() if ax.get_legend() else [])]
+    boxes = _boxes(fig, texts)
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            b = boxes[j]
+            overlap_w = min(a.x1, b.x1) - max(a.x0, b.x0)
+            overlap_h = min(a.y1, b.y1) - max(a.y0, b.y0)
+            assert not (overlap_w > 1 and overlap_h > 1), (texts[i].get_text(), texts[j].get_text())
+
+
+# -- parasim memory --plot --------------------------------------------------------------------------------------------------
+def _memory_figure(capsys, drawn, tmp_path, *flags: str):
+    code, _ = _cli(capsys, "memory", "--model", "27b", *flags, "--plot", str(tmp_path / "m.png"))
+    assert code == 0
+    assert (tmp_path / "m.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (fig,) = drawn
+    return fig, fig.axes[0]
+
+
+def _legend_off_the_bars(fig, ax):
+    legend = ax.get_legend()
+    assert legend is not None
+    bars = [p for c in ax.containers for p in c.patches]
+    assert len(bars) >= 4 * 3  # four ZeRO stages, weights + gradients + optimizer at least
+    (lbox,), bar_boxes = _boxes(fig, [legend]), _boxes(fig, bars)
+    assert not any(lbox.overlaps(b) for b in bar_boxes)
+    return legend
+
+
+def test_memory_legend_sits_off_the_bars_and_a_line_marks_the_usable_memory(capsys, drawn, tmp_path):
+    fig, ax = _memory_figure(capsys, drawn, tmp_path, "--tp", "8", "--sp", "--dp", "4", "--gpus", "32")
+    legend = _legend_off_the_bars(fig, ax)
+    flat = [ln for ln in ax.lines if len(set(ln.get_ydata())) == 1]
+    assert [float(ln.get_ydata()[0]) for ln in flat] == [H200_USABLE_GB]
+    assert any(str(int(H200_USABLE_GB)) in t.get_text() and "usable" in t.get_text() for t in legend.get_texts())
+    assert not any("shards nothing" in t.get_text() for t in fig.texts)  # DP 4: ZeRO does split the states
+    _texts_do_not_overlap(fig)
+
+
+def test_memory_line_follows_the_learners_usable_figure(capsys, drawn, tmp_path):
+    _, ax = _memory_figure(capsys, drawn, tmp_path, "--tp", "8", "--gpus", "8", "--usable", "75")
+    assert [float(ln.get_ydata()[0]) for ln in ax.lines if len(set(ln.get_ydata())) == 1] == [75.0]
+
+
+def test_memory_at_dp_1_says_zero_shards_nothing(capsys, drawn, tmp_path):
+    fig, ax = _memory_figure(capsys, drawn, tmp_path, "--tp", "1", "--dp", "1", "--gpus", "1")
+    _legend_off_the_bars(fig, ax)  # tall bars: a legend inside the axes lands on them
+    totals = {}
+    for c in ax.containers:
+        for p in c.patches:
+            x = round(p.get_x(), 6)
+            totals[x] = totals.get(x, 0.0) + p.get_height()
+    assert len(set(round(v, 6) for v in totals.values())) == 1  # four equal bars: nothing to shard over
+    notes = " ".join(t.get_text() for t in [*fig.texts, *ax.texts])
+    assert "DP 1" in notes and "shards nothing" in notes
+    _texts_do_not_overlap(fig)
+
+
+# -- parasim fit --search --plot ----------------------------------------------------------------------------------------
+def test_fit_search_shows_every_family_none_hidden_under_another(capsys, drawn, tmp_path):
+    code, out = _cli(capsys, "fit", "--model", "27b", "--search", "--nodes", "1-16", "--json",
+                     "--plot", str(tmp_path / "f.png"))
+    assert code == 0
+    families = json.loads(out)["families"]
+    # the ten families that reach furthest, picked here from the JSON
+    ten = sorted(families, key=lambda f: -max(families[f].values()))[:10]
+    (fig,) = drawn
+    lines = [(ax, ln) for ax in fig.axes for ln in ax.lines]
+    for fam in ten:
+        mine = [(ax, ln) for ax, ln in lines if ln.get_label() == fam]
+        assert len(mine) == 1, fam
+        ax, line = mine[0]
+        want = sorted((int(n), max(v, 1)) for n, v in families[fam].items())
+        assert list(zip(line.get_xdata(), line.get_ydata())) == want
+        # nothing with the same points is drawn over it in its panel
+        same = [ln for a, ln in lines if a is ax and ln is not line
+                and list(zip(ln.get_xdata(), ln.get_ydata())) == want]
+        assert all(ln.get_zorder() < line.get_zorder() for ln in same), fam
+        assert all(ln.get_label() not in ten for ln in same), fam
+    _texts_do_not_overlap(fig)
+
+
+# -- parasim layout --plot -----------------------------------------------------------------------------------------------
+def _squares(ax) -> dict[int, tuple[float, float, float, float]]:
+    """Each GPU's square (x0, y0, x1, y1), found as the smallest rectangle around its label 'g<N>'."""
+    from matplotlib.patches import Rectangle
+    rects = [p for p in ax.patches if isinstance(p, Rectangle)]
+    out = {}
+    for t in ax.texts:
+        m = re.match(r"g(\d+)(\n|$)", t.get_text())
+        if not m:
+            continue
+        x, y = t.get_position()
+        around = [r for r in rects if r.get_x() <= x <= r.get_x() + r.get_width()
+                  and r.get_y() <= y <= r.get_y() + r.get_height()]
+        r = min(around, key=lambda r: r.get_width() * r.get_height())
+        out[int(m.group(1))] = (r.get_x(), r.get_y(), r.get_x() + r.get_width(), r.get_y() + r.get_height())
+    return out
+
+
+def _gpu_at(squares, point, slack: float = 0.03) -> int | None:
+    x, y = point
+    hits = [g for g, (x0, y0, x1, y1) in squares.items()
+            if x0 - slack <= x <= x1 + slack and y0 - slack <= y <= y1 + slack]
+    return hits[0] if len(hits) == 1 else None
+
+
+def _links(ax):
+    """Lines drawn as annotations without words: (from, to) points and the artist."""
+    return [a for a in ax.texts if not a.get_text() and getattr(a, "arrow_patch", None) is not None]
+
+
+def test_layout_map_has_ep_boxes_gradient_links_and_a_legend(capsys, drawn, tmp_path):
+    code, out = _cli(capsys, "layout", "--layout", "moe16", "--json", "--plot", str(tmp_path / "l.png"))
+    assert code == 0
+    groups = json.loads(out)["groups"]
+    assert groups["ep"] == EP_GROUPS_MOE16
+    (fig,) = drawn
+    ax = fig.axes[0]
+    squares = _squares(ax)
+    assert sorted(squares) == list(range(16))
+    # an EP box per EP group: a dashed rectangle around its GPUs' squares and no other GPU's
+    from matplotlib.patches import Rectangle
+    dashed = [p for p in ax.patches if isinstance(p, Rectangle) and not p.get_fill() and p.get_linestyle() != "solid"]
+    for group in EP_GROUPS_MOE16:
+        def inside(r, g):
+            x0, y0, x1, y1 = squares[g]
+            cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
+            return r.get_x() <= cx <= r.get_x() + r.get_width() and r.get_y() <= cy <= r.get_y() + r.get_height()
+        assert any(all(inside(r, g) for g in group) and not any(inside(r, g) for g in squares if g not in group)
+                   for r in dashed), group
+    legend = ax.get_legend()
+    assert legend is not None
+    said = " ".join(t.get_text() for t in legend.get_texts())
+    assert "EP group" in said and "gradient" in said
+    # a link per gradient group: its links join every member (dense weights over DP x CP, experts over EDP)
+    ends = [(_gpu_at(squares, a.xyann), _gpu_at(squares, a.xy)) for a in _links(ax)]
+    for kind in ("dp-cp", "expert-dp"):
+        for group in groups[kind]:
+            joined = {group[0]}
+            for _ in group:
+                joined |= {b for a, b in ends if a in joined and b in group} | {a for a, b in ends
+                                                                                 if b in joined and a in group}
+            assert joined == set(group), (kind, group)
+    _texts_do_not_overlap(fig)
+
+
+# -- parasim trace --plot -----------------------------------------------------------------------------------------------
+def _expected_moves(path: dict) -> list[tuple[int, int]]:
+    """The token's moves in the forward pass, read from `parasim trace --json`'s words: the holder's route note
+    names the GPU of each expert ('E3 (gate 0.60) on g1', or 'on this GPU'); each GPU away gets the token
+    (dispatch) and sends its output back (combine); the pipeline step 'gA -> gB' hands it on."""
+    moves = []
+    for step in path["steps"]:
+        if step.get("direction") != "forward":
+            continue
+        if "event" not in step and "router picks" in step["text"] or "routing (scripted) picks" in step["text"]:
+            me = step["ranks"][0]
+            away = list(dict.fromkeys(int(g) for g in re.findall(r"\) on g(\d+)", step["text"])))
+            moves += [(me, g) for g in away if g != me] + [(g, me) for g in away if g != me]
+        elif step.get("group") == "pp" and step.get("op") == "p2p":
+            a, b = re.match(r"g(\d+) -> g(\d+)", step["text"]).groups()
+            moves.append((int(a), int(b)))
+    return moves
+
+
+@pytest.mark.parametrize("routing", ["post", "learned"])
+def test_trace_draws_the_tokens_whole_path_in_order(capsys, drawn, tmp_path, routing):
+    code, out = _cli(capsys, "trace", "--routing", routing, "--json", "--plot", str(tmp_path / "t.png"))
+    assert code == 0
+    path = json.loads(out)
+    moves = _expected_moves(path)
+    if routing == "post":  # the post's own path for 'contract': g2 -> g1 (E3), g3 (E8) and back, then g10
+        assert moves[:4] == [(2, 1), (2, 3), (1, 2), (3, 2)] and (2, 10) in moves
+    (fig,) = drawn
+    ax = fig.axes[0]
+    squares = _squares(ax)
+    arrows = [a for a in _links(ax) if "-|>" in str(a.arrowprops.get("arrowstyle", ""))]
+    drawn_moves = [(_gpu_at(squares, a.xyann), _gpu_at(squares, a.xy)) for a in arrows]
+    assert drawn_moves == moves
+    visited = {g for m in moves for g in m}
+    assert visited <= {g for m in drawn_moves for g in m}
+    numbers = sorted(int(t.get_text()) for t in ax.texts if t.get_text().isdigit())
+    assert numbers == list(range(1, len(moves) + 1))  # each move numbered, in order
+    assert ax.get_legend() is not None
+    _texts_do_not_overlap(fig)
+
+
+# -- parasim lesson ring-attention --plot -------------------------------------------------------------------------------
+@pytest.mark.parametrize("world", [4, 2])
+def test_ring_picture_shows_which_chunk_each_rank_holds_at_each_step(capsys, drawn, tmp_path, world):
+    code, _ = _cli(capsys, "lesson", "ring-attention", "--world", str(world), "--plain",
+                   "--plot", str(tmp_path / "r.png"))
+    assert code == 0
+    (fig,) = drawn
+    ax = fig.axes[0]
+    per = 8 // world  # the lesson's 8 tokens, split contiguously: rank r owns t(per*r+1) .. t(per*(r+1))
+
+    def tokens(r: int) -> str:
+        return f"t{per * r + 1}\u2013t{per * (r + 1)}" if per > 1 else f"t{r + 1}"
+
+    cells = [t for t in ax.texts if t.get_text().startswith("K/V of ")]
+    assert len(cells) == world * world
+    xs = sorted({round(t.get_position()[0], 6) for t in cells})
+    ys = sorted({round(t.get_position()[1], 6) for t in cells}, reverse=True)  # rank 0 on top
+    for t in cells:
+        step = xs.index(round(t.get_position()[0], 6))
+        rank = ys.index(round(t.get_position()[1], 6))
+        owner = (rank - step) % world  # the ring: at step j, rank i holds rank i - j's keys and values
+        assert t.get_text().startswith(f"K/V of {tokens(owner)}\n"), (rank, step, t.get_text())
+    arrows = [a for a in ax.texts if not a.get_text() and getattr(a, "arrow_patch", None) is not None]
+    assert len(arrows) == world * (world - 1)  # every rank hands its chunk on after each step but the last
+    legend = ax.get_legend()
+    assert legend is not None and any(" B " in t.get_text() or " B per" in t.get_text() for t in legend.get_texts())
+    _texts_do_not_overlap(fig)
+
+
+def test_lesson_plot_for_a_lesson_without_a_picture_is_one_line(capsys, tmp_path):
+    from parasim.cli import main
+    code = main(["lesson", "zero", "--plain", "--plot", str(tmp_path / "z.png")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "ring-attention" in err
+    assert not (tmp_path / "z.png").exists()
