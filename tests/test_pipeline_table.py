@@ -159,3 +159,25 @@ async def test_the_apps_slot_panel_colours_each_kind_from_the_table(monkeypatch)
         panel = app.query_one("#slots").render()
         styles = {panel.plain[s.start:s.end].strip(): str(s.style) for s in panel.spans[:13]}  # GPU 1's row
     assert styles["F1"] == "ansi_cyan" and styles["B1"] == "ansi_green" and styles["."] == "dim"
+
+
+def test_two_digit_micro_batches_print_whole_in_windows_that_fit_100_columns():
+    """`schedule --pp 4 -m 16`, the post's m = 16: every cell whole (F16, B16, never cut to F…), the slots cut
+    into windows of at most 100 columns, each with its ruler, every slot shown once."""
+    import os
+    import re
+    import subprocess
+    import sys
+    env = {**os.environ, "COLUMNS": "100"}
+    out = subprocess.run([sys.executable, "-m", "parasim", "schedule", "--pp", "4", "-m", "16"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "…" not in text and all(len(line) <= 100 for line in text.splitlines())
+    rulers = [int(n) for line in text.splitlines() if line.strip().startswith("time ->")
+              for n in line.split()[2:]]
+    makespan = 16 * 2 + 2 * (4 - 1)  # m(F+B) + (p-1)(F+B) slots with F = B = 1
+    assert rulers == list(range(1, makespan + 1))
+    for mb in range(1, 17):
+        for kind in "FB":
+            assert len(re.findall(rf"\b{kind}{mb}\b", text)) == 4  # once per GPU

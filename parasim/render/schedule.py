@@ -10,18 +10,28 @@ from ..pipeline.timing import Timing
 
 
 def print_schedule(timing: Timing, schedule: str, pp: int, microbatches: int, v: int, layers: int | None,
-                   per: int | None) -> None:
+                   per: int | None, width: int | None = None) -> None:
+    """The slot table, cut into consecutive windows of slots that each fit `width` columns (the terminal's,
+    or 100): every cell whole (F16, B16), the time ruler above each window."""
+    import shutil
     title = f"{schedule}: {pp} ranks x {microbatches} micro-batches" + (
         f", {v} chunks per rank (second in lower case)" if v == 2 else f", {v} chunks per rank" if v > 2 else "")
-    table = Table(box=box.SIMPLE_HEAD, title=title,
-                  title_justify="left", padding=(0, 1))
-    table.add_column("time ->", no_wrap=True)
-    for t in range(timing.makespan):
-        table.add_column(str(t + 1), justify="center")
-    for r, row in enumerate(timing.slots):  # each kind's colour from the kind table
-        table.add_row(f"GPU {r + 1}", *[f"[{kind_of(x).rich}]{x}[/]" if x else "[dim].[/]" for x in row])
-    console = Console(highlight=False, width=max(100, 12 + 5 * timing.makespan))
-    console.print(table)
+    width = width or max(60, shutil.get_terminal_size((100, 30)).columns)
+    cell = max([len(str(timing.makespan))] + [len(x) for row in timing.slots for x in row if x])
+    label = max(len("time ->"), len(f"GPU {len(timing.slots)}")) + 3  # its padding and the table's edge
+    per_window = max(1, (width - label - 2) // (cell + 3))  # a cell, its padding, one column of slack
+    console = Console(highlight=False, width=width)
+    for start in range(0, timing.makespan, per_window):
+        stop = min(timing.makespan, start + per_window)
+        part = "" if per_window >= timing.makespan else f" (slots {start + 1}-{stop} of {timing.makespan})"
+        console.print(title + part)
+        table = Table(box=box.SIMPLE_HEAD, padding=(0, 1))
+        table.add_column("time ->", no_wrap=True)
+        for t in range(start, stop):
+            table.add_column(str(t + 1), justify="center", no_wrap=True, min_width=cell)
+        for r, row in enumerate(timing.slots):  # each kind's colour from the kind table
+            table.add_row(f"GPU {r + 1}", *[f"[{kind_of(x).rich}]{x}[/]" if x else "[dim].[/]" for x in row[start:stop]])
+        console.print(table)
     if per:
         console.print(f"{layers} layers: {per} per stage, {per * v} per rank")
     console.print(f"makespan {timing.makespan} slots; each rank busy {', '.join(str(timing.makespan - i) for i in timing.idle)}"
