@@ -126,7 +126,7 @@ def checks(result) -> list[Check]:
 
 NARRATIVE = {
     "data": """
-        Sixteen GPUs, two nodes. Node A runs layers 1-2, node B layers 3-4 (PP 2). Within a node, DP picks
+        Sixteen GPUs, two nodes. Layers 1-2 live on node A and 3-4 on node B (PP 2). Within a node, DP picks
         the sequences (replica 0: A and B, replica 1: C and D), CP picks the half of the sequence, and TP
         the attention heads; between matmuls SP splits each half again between the TP pair. So the token
         "contract", t6 of sequence A, lives on exactly one GPU of node A: g2. The two micro-batches run

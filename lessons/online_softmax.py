@@ -2,7 +2,7 @@
 
 Two ranks hold one key each. The query's rank sees its own key first (score 1), then the other rank's
 key arrives around the ring (score 3). It keeps a running max m, a running sum l of e^(score - m) and a
-running output o; when the max grows, the old l and o are rescaled by e^(m_old - m_new).
+running output o; when the max grows, l and o are first multiplied by e^(m_old - m_new).
 """
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ NARRATIVE = {
         they describe the softmax over that chunk alone.""",
     "chunk 2": """
         The second chunk has a larger score, so the maximum moves. Every old term was computed against the
-        old maximum: multiplying l and o by e^(m_old - m_new) puts them on the new scale, and the new
+        old maximum: a factor of e^(m_old - m_new) on l and on o moves them onto the new one, and the new
         chunk's terms are added. Nothing is recomputed and no old score is needed.""",
     "result": """
         Dividing o by l gives exactly the softmax-weighted sum. The values here are one-hot, so the output

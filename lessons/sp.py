@@ -95,7 +95,8 @@ NARRATIVE = {
         10 never shrinks. (This run keeps no attention scores, as with FlashAttention.)""",
     "TP + SP": """
         Those operations treat each token alone, so rank i can run them on its own slice of the sequence.
-        The all-reduce is a reduce-scatter followed by an all-gather: SP moves the two halves apart.
+        An all-reduce can be done as two halves, first a reduce-scatter, then an all-gather, and SP
+        pulls those halves apart.
         A reduce-scatter after each row-parallel block leaves each rank its tokens; an all-gather before
         each column-parallel block gives every rank the whole sequence again. Same bytes on the wire,
         and now every kept activation is divided by t. Backward has to gather the saved slices once more.""",

@@ -122,16 +122,17 @@ def checks(result) -> list[Check]:
 
 NARRATIVE = {
     "heads split across ranks": """
-        The query, key and value weights are split by columns grouped by head, so each rank owns whole
-        heads. A score is a dot product over all of a head's dimensions: half a head would give half a
-        sum, and no softmax can be taken of that. With whole heads each rank computes its heads' scores,
-        softmax and weighted sums alone; the output projection is split by rows and one all-reduce (g)
-        adds the heads' contributions.""",
+        Each rank gets the query, key and value columns of some heads, never part of one. The reason is
+        the softmax: it normalises a row of complete scores, and each score needs every dimension of its
+        head, so a rank holding a slice of a head's dimensions could only offer pieces of scores that
+        must be added first. Owning whole heads, a rank goes from its heads' scores through softmax to
+        their weighted values with nothing to send. The output projection takes its rows in the same
+        head order, and one all-reduce (g) adds up what the heads contribute.""",
     "one layer forward": """
         A whole layer has two such blocks, attention and the MLP, so two all-reduces going forward (g)...""",
     "one layer backward": """
-        ... and two going backward (f), one for each block's input. They sit on the critical path of every
-        layer, which is why TP is kept inside a node.""",
+        ... and two going backward (f), one for each block's input. Nothing can start until each one
+        has finished, in every layer, which is why TP stays on a node's fast links.""",
     "grouped-query attention": """
         With grouped-query attention several query heads share one key/value head. When there are fewer
         kv heads than TP ranks, a kv head cannot be split: each rank keeps a copy of the one its query

@@ -108,8 +108,8 @@ def checks(result) -> list[Check]:
 
 NARRATIVE = {
     "splitting A by rows": """
-        The MLP is Z = ReLU(X·A)·B for one token with two features. Suppose each rank takes one row of A
-        and the matching entry of X. Each product is then only a partial sum of X·A: adding the two
+        The MLP is Z = ReLU(X·A)·B for one token with two features. Suppose rank i takes row i of A,
+        together with X's feature i. Each product is then only a partial sum of X·A: adding the two
         gives the right pre-activation, but a ReLU applied to each part before adding does not. The
         ranks would need an all-reduce before every nonlinearity.""",
     "splitting A by columns": """
@@ -118,7 +118,7 @@ NARRATIVE = {
     "splitting B by rows, one all-reduce": """
         B is split by rows, so each rank holds exactly the rows its half of Y multiplies. Each product
         Y_i·B_i is a partial sum of Z; one all-reduce (the g operator) finishes it on both ranks. Each
-        rank stores half of A and half of B.""",
+        rank keeps two of A's four columns and two of B's four rows.""",
     "backward": """
         Take L = sum(Z), so dL/dZ is all ones. Each rank runs its half backward: through B (g needs
         nothing going backward), through the ReLU (its derivative at 0 is taken as 0, as PyTorch does),

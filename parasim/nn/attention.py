@@ -1,8 +1,8 @@
 """Causal multi-head self-attention with heads split over TP ranks, grouped-query attention included.
 
-Q, K and V come from one fused column-parallel weight whose columns are grouped by head, so each rank
-owns whole heads and computes their scores, softmax and weighted sums alone (a score is a dot product
-over all of a head's dims: half a head would give half a sum). The output projection is row-parallel.
+Q, K and V come from one fused column-parallel weight whose columns are grouped by head: a rank holds
+some heads entirely, because softmax needs complete scores and a score spans every dim of its head. So
+scores, softmax and weighted values need no communication; the output projection is row-parallel.
 With fewer kv heads than TP ranks each kv head is replicated on tp/kv ranks; its weight gradient is then
 a partial sum over those ranks.
 """

@@ -133,8 +133,8 @@ class ParallelContext:
         """This rank's slice of a whole tensor along `dim` over TP (a copy, so it owns its memory)."""
         return local(full, Shard(dim), self.tp_world_size, self.tp_rank, self.xp)
 
-    # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (the input was
-    # copied to every rank, and the backward of a copy is a sum). g: the reverse.
+    # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (every rank used
+    # the same input, so its gradient is what all of them send back, added). g: the reverse.
     def f_forward(self, x: Any) -> Any:
         return x
 
