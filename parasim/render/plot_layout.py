@@ -11,9 +11,13 @@ from .plot_base import DPI, pyplot, save
 
 EP_COLOUR = "#7b2cbf"  # dashed purple, as the post draws its EP groups
 TOKEN_COLOUR = "#d62828"  # red, as the post draws its token
+PLAIN_FILL = "#dde8f3"  # a GPU's fill where there are no EP groups to tell apart
 CELL = 0.9  # a GPU's square, in a unit grid
 ROW_STEP = 1.5  # rows a GPU's height and a gap apart: links and arrows run in the gaps
+PATH_ROW_STEP = 1.9  # with a token's path drawn: room between rows for its arrows and their numbers
 NODE_GAP = 1.3  # between two nodes' frames: room for the next node's row labels
+LINE_UNITS = 40  # grid units of nodes side by side before the next node starts a new line of them
+ABOVE, BELOW = 1.5, 1.3  # a node's panel above its top row (arcs, arrows) and below its bottom row (labels, name)
 
 
 @dataclass(frozen=True)
@@ -26,12 +30,13 @@ class GradientLinks:
     colour: str
     style: Any
     anchor: float
+    experts: bool  # drawn only where the layout has experts (a dense model's expert groups hold nothing)
 
 
 GRADIENT_LINKS = (
     GradientLinks("dp-cp", "gradients of attention and other dense weights summed (DP x CP group)", "#2a9d3a", "-",
-                  0.32),
-    GradientLinks("expert-dp", "gradients of the experts summed (EDP group)", "#0b6e4f", (0, (2, 1.5)), 0.68),
+                  0.32, False),
+    GradientLinks("expert-dp", "gradients of the experts summed (EDP group)", "#0b6e4f", (0, (2, 1.5)), 0.68, True),
 )
 
 
@@ -73,19 +78,31 @@ def layout_map(layout: Any) -> list[dict]:
 class _Grid:
     """Where each GPU's square lies: x from its node and column, y from its row (row 0 on top)."""
 
-    def __init__(self, cells: list[dict], cols: int) -> None:
-        self.cols = cols
+    def __init__(self, cells: list[dict], cols: int, row_step: float = ROW_STEP) -> None:
+        self.cols, self.row_step = cols, row_step
         self.rows = max(c["row"] for c in cells) + 1
         self.nodes = max(c["node"] for c in cells) + 1
         self.cell = {c["gpu"]: c for c in cells}
+        # many nodes go in lines of nodes, so that the picture stays readable at its size
+        self.per_line = max(1, min(self.nodes, int(LINE_UNITS // (cols + NODE_GAP))))
+        self.lines = -(-self.nodes // self.per_line)
+        self.top = (self.rows - 1) * row_step + 1  # a panel's top row's upper edge, above its y0
+        self.panel = self.top + ABOVE + BELOW
 
     def node_x(self, node: int) -> float:
-        return node * (self.cols + NODE_GAP)
+        return (node % self.per_line) * (self.cols + NODE_GAP)
+
+    def node_y(self, node: int) -> float:
+        """The bottom of the node's bottom row (0 for the first line of nodes, lower for later lines)."""
+        return -(node // self.per_line) * self.panel
+
+    def row_y(self, node: int, row: int) -> float:
+        return self.node_y(node) + (self.rows - 1 - row) * self.row_step
 
     def corner(self, gpu: int) -> tuple[float, float]:
         """The lower-left corner of the GPU's unit slot (its square is inset by (1 - CELL) / 2)."""
         c = self.cell[gpu]
-        return self.node_x(c["node"]) + c["col"], (self.rows - 1 - c["row"]) * ROW_STEP
+        return self.node_x(c["node"]) + c["col"], self.row_y(c["node"], c["row"])
 
     def edge(self, gpu: int, side: str, along: float = 0.5) -> tuple[float, float]:
         """A point on the top or bottom edge of the GPU's square, `along` its width."""
@@ -94,11 +111,15 @@ class _Grid:
         return x + inset + CELL * along, y + (1 - inset if side == "top" else inset)
 
 
-def _arc(plt_ax: Any, a: tuple[float, float], b: tuple[float, float], bulge: float, **style: Any) -> Any:
-    """A line (or arrow) from a to b bowed by `bulge` grid units at its middle (+ up, - down; 0 straight),
-    drawn as an annotation, so its two ends stay readable as .xyann (from) and .xy (to)."""
-    dx = b[0] - a[0]
-    rad = 0.0 if abs(dx) < 1e-9 else -2 * bulge / dx  # arc3 puts the middle at mid + rad/2 * (dy, -dx)
+def _arc(plt_ax: Any, a: tuple[float, float], b: tuple[float, float], bulge: float | tuple[float, float],
+         **style: Any) -> Any:
+    """A line (or arrow) from a to b whose middle is moved by `bulge` grid units (a number: up, or down when
+    negative; a pair: that (x, y) offset, across the line), drawn as an annotation, so its two ends stay
+    readable as .xyann (from) and .xy (to)."""
+    ox, oy = (0.0, bulge) if isinstance(bulge, (int, float)) else bulge
+    nx, ny = b[1] - a[1], a[0] - b[0]  # arc3 moves the middle by rad/2 * (dy, -dx)
+    across = nx * nx + ny * ny
+    rad = 0.0 if across < 1e-12 else 2 * (ox * nx + oy * ny) / across
     props = {"arrowstyle": style.pop("arrowstyle", "-"), "connectionstyle": f"arc3,rad={rad:.4f}",
              "shrinkA": 0, "shrinkB": 0, **style}
     return plt_ax.annotate("", xy=b, xytext=a, xycoords="data", textcoords="data", arrowprops=props)
@@ -117,18 +138,27 @@ def _snake(grid: _Grid, members: list[int]) -> list[int]:
     return out
 
 
-def _draw_gradient_links(ax: Any, grid: _Grid, groups: dict, faint: bool) -> list[Any]:
+def _draw_gradient_links(ax: Any, grid: _Grid, groups: dict, faint: bool, experts: bool) -> list[Any]:
     """Every gradient group of more than one GPU as a chain of links (one artist per link, its gid naming
     the group): along a row the link bows over (top row) or under the squares, between rows it runs in
     the gap."""
     handles = []
+    across = grid.nodes <= 2  # links between nodes, drawn only where they stay few enough to follow
+    left_out = 0
     for kind in GRADIENT_LINKS:
+        if kind.experts and not experts:
+            continue
         drawn = False
         for gi, members in enumerate(groups[kind.group]):
             order = [g for g in _snake(grid, members) if g in grid.cell]
+            if not across:  # each node's members linked among themselves
+                left_out += len({grid.cell[g]["node"] for g in order}) > 1
+                order = sorted(order, key=lambda g: grid.cell[g]["node"])
             for a, b in zip(order, order[1:]):
+                if not across and grid.cell[a]["node"] != grid.cell[b]["node"]:
+                    continue
                 ra, rb = grid.cell[a]["row"], grid.cell[b]["row"]
-                if ra == rb and grid.cell[a]["node"] == grid.cell[b]["node"]:
+                if ra == rb and grid.corner(a)[1] == grid.corner(b)[1]:
                     side = "top" if ra == 0 else "bottom"  # the top row's links bow above it, others below
                     pa, pb = grid.edge(a, side, kind.anchor), grid.edge(b, side, kind.anchor)
                     span = abs(pa[0] - pb[0])
@@ -143,6 +173,9 @@ def _draw_gradient_links(ax: Any, grid: _Grid, groups: dict, faint: bool) -> lis
                 drawn = True
         if drawn:
             handles.append((kind.colour, kind.style, kind.says))
+    if left_out:
+        handles.append(("white", "-", f"{left_out} gradient groups span several nodes: linked inside each node here; "
+                        "`parasim layout` lists them whole"))
     return handles
 
 
@@ -163,47 +196,64 @@ def _ep_boxes(grid: _Grid, ep_groups: list[list[int]]) -> list[tuple[int, float,
                     prev = col
                     continue
                 x = grid.node_x(node) + start
-                y = (grid.rows - 1 - row) * ROW_STEP
+                y = grid.row_y(node, row)
                 out.append((gi, x + 0.015, y + 0.015, prev - start + 1 - 0.03, 1 - 0.03))
                 if col is not None:
                     start = prev = col
     return out
 
 
+def experts_text(experts: list[int]) -> str:
+    """A GPU's experts as its square can hold them: two by name (E1 E2), more as their range (E1-E8), since
+    each EP rank holds a contiguous block."""
+    if len(experts) > 2 and experts == list(range(experts[0], experts[-1] + 1)):
+        return f"E{experts[0]}\u2013E{experts[-1]}"
+    return " ".join(f"E{e}" for e in experts)
+
+
+def _ep_fill(groups: int) -> Any:
+    """A light colour per EP group (Pastel1's nine, or tab20's twenty lightened: labels stay black on them)."""
+    plt = pyplot()
+    palette = plt.get_cmap("Pastel1" if groups <= 9 else "tab20")
+    def colour(i: int) -> tuple[float, ...]:
+        r, g, b, _ = palette(i % palette.N)
+        return tuple(0.45 * v + 0.55 for v in (r, g, b)) if groups > 9 else (r, g, b)
+    return colour
+
+
 def _draw_map(ax: Any, layout: Any, grid: _Grid, cells: list[dict], held_by: set[int], faint_links: bool) -> list:
     """The nodes, the GPUs (their names and experts), the EP boxes and gradient links; the legend entries."""
     plt = pyplot()
-    palette = plt.get_cmap("Pastel1" if len(layout.groups()["ep"]) <= 9 else "tab20")
     groups = layout.groups()
+    fill = _ep_fill(len(groups["ep"])) if layout.ep > 1 else (lambda i: PLAIN_FILL)
     for c in cells:
         x, y = grid.corner(c["gpu"])
         inset = (1 - CELL) / 2
         mine = c["gpu"] in held_by
-        square = plt.Rectangle((x + inset, y + inset), CELL, CELL, facecolor=palette(c["ep_group"] % palette.N),
+        square = plt.Rectangle((x + inset, y + inset), CELL, CELL, facecolor=fill(c["ep_group"]),
                                edgecolor=TOKEN_COLOUR if mine else "0.55", lw=2.5 if mine else 0.8, zorder=3)
         square.set_gid(f"gpu {c['gpu']}")
         ax.add_patch(square)
-        experts = " ".join(f"E{e}" for e in c["experts"])
+        experts = experts_text(c["experts"])
         ax.text(x + 0.5, y + 0.5, f"g{c['gpu']}" + (f"\n{experts}" if experts else ""), ha="center", va="center",
                 fontsize=7.5, color=TOKEN_COLOUR if mine else "black", zorder=4,
                 fontweight="bold" if mine else "normal")
     for n in range(grid.nodes):
-        x0 = grid.node_x(n)
+        x0, y0 = grid.node_x(n), grid.node_y(n)
         ours = [c for c in cells if c["node"] == n]
-        top = (grid.rows - 1) * ROW_STEP + 1
-        ax.add_patch(plt.Rectangle((x0 - 0.12, -0.62), grid.cols + 0.24, top + 1.5, fill=False, ec="0.45", lw=1,
-                                   zorder=1))
+        ax.add_patch(plt.Rectangle((x0 - 0.12, y0 - 0.62), grid.cols + 0.24, grid.top + 1.5, fill=False, ec="0.45",
+                                   lw=1, zorder=1))
         stages = sorted({c["coords"]["pp"] for c in ours})
         stage = f": pipeline stage {stages[0] + 1} of {layout.pp}" if len(stages) == 1 and layout.pp > 1 else ""
         # under the frame: the space above the squares is the arcs' and arrows'
-        ax.text(x0 + grid.cols / 2, -0.72, f"node {n}{stage}", ha="center", va="top", fontsize=9)
+        ax.text(x0 + grid.cols / 2, y0 - 0.72, f"node {n}{stage}", ha="center", va="top", fontsize=9)
         for row in range(grid.rows):  # each row's DP replica, where the row is one replica
             dps = {c["coords"]["dp"] for c in ours if c["row"] == row}
             if len(dps) == 1:
-                ax.text(x0 - 0.18, (grid.rows - 1 - row) * ROW_STEP + 0.5, f"DP {dps.pop()}", ha="right",
+                ax.text(x0 - 0.18, grid.row_y(n, row) + 0.5, f"DP {dps.pop()}", ha="right",
                         va="center", fontsize=7, color="0.3")
         for c in (c for c in ours if c["row"] == max(o["row"] for o in ours)):  # under the bottom row: CP, TP
-            ax.text(grid.node_x(n) + c["col"] + 0.5, -0.33, f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
+            ax.text(x0 + c["col"] + 0.5, y0 - 0.33, f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
                     ha="center", va="top", fontsize=6.5, color="0.35")
     boxed = False
     if layout.ep > 1:
@@ -212,7 +262,7 @@ def _draw_map(ax: Any, layout: Any, grid: _Grid, cells: list[dict], held_by: set
             box.set_gid(f"ep {gi}")
             ax.add_patch(box)
             boxed = True
-    links = _draw_gradient_links(ax, grid, groups, faint_links)
+    links = _draw_gradient_links(ax, grid, groups, faint_links, layout.ep > 1 or layout.experts_each > 0)
     return _legend_entries(layout, boxed, links)
 
 
@@ -220,7 +270,7 @@ def _legend_entries(layout: Any, boxed: bool, links: list) -> list[tuple[Any, st
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     entries: list[tuple[Any, str]] = [
-        (Patch(facecolor="#cfe2f3", edgecolor="0.55"), "a GPU: g<rank>" + (", E<n>: the experts it holds; "
+        (Patch(facecolor=PLAIN_FILL, edgecolor="0.55"), "a GPU: g<rank>" + (", E<n>: the experts it holds; "
                                                                            "its fill: its EP group"
                                                                            if layout.experts_each else "")),
     ]
@@ -232,16 +282,16 @@ def _legend_entries(layout: Any, boxed: bool, links: list) -> list[tuple[Any, st
     return entries
 
 
-def _frame(layout: Any) -> tuple[Any, Any, _Grid, list[dict]]:
+def _frame(layout: Any, row_step: float = ROW_STEP) -> tuple[Any, Any, _Grid, list[dict]]:
     from ..limits import check_experts_shown, check_plot_gpus
     check_plot_gpus(layout.world)
     check_experts_shown(layout.world, layout.experts_each)
     plt = pyplot()
     cells = layout_map(layout)
-    grid = _Grid(cells, min(layout.tp * layout.cp, layout.gpus_per_node))
-    width = grid.nodes * (grid.cols + NODE_GAP)
-    height = grid.rows * ROW_STEP + 1.2
-    scale = max(0.75, min(1.1, 14 / width))  # inches per grid unit: a wide layout is drawn smaller
+    grid = _Grid(cells, min(layout.tp * layout.cp, layout.gpus_per_node), row_step)
+    width = grid.per_line * (grid.cols + NODE_GAP)
+    height = grid.lines * grid.panel
+    scale = max(0.75, min(1.1, 14 / width))  # inches per grid unit: never so small that a label outgrows its GPU
     fig, ax = plt.subplots(figsize=(max(7.0, width * scale + 0.6), height * scale + 2.2))
     return fig, ax, grid, cells
 
@@ -250,9 +300,8 @@ def _finish(fig: Any, ax: Any, grid: _Grid, entries: list, title: str, path: str
     """Limits, title and the legend under the map; `listing` (lines of text) to the legend's right, placed
     once the legend's size is known, so the two never overlap (the file is cropped to what is drawn)."""
     handles, labels = zip(*entries)
-    top = (grid.rows - 1) * ROW_STEP + 1
-    ax.set_xlim(-0.8, grid.node_x(grid.nodes) - NODE_GAP + 0.3)
-    ax.set_ylim(-1.1, top + 1.5)
+    ax.set_xlim(-0.8, grid.per_line * (grid.cols + NODE_GAP) - NODE_GAP + 0.3)
+    ax.set_ylim(grid.node_y(grid.nodes - 1) - 1.1, grid.top + 1.5)
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title(title, fontsize=9.5)
@@ -314,33 +363,36 @@ def token_hops(path: dict, trace: Any) -> list[Hop]:
 
 
 def _draw_hops(ax: Any, grid: _Grid, hops: list[Hop]) -> None:
-    """Each hop an arrow in red, numbered in order; dispatches bow over the squares, combines under them,
-    each layer a little further out than the one before, so no two arrows lie on each other."""
-    layers = sorted({h.layer for h in hops})
+    """One red arrow per distinct move, labelled with the numbers of the hops that make it (the same trip in
+    several layers: one arrow, "1,5"). Along a row, dispatches bow over the squares and combines under
+    them; between rows, dispatches bow left and combines right, so a trip and its return never coincide."""
+    moves: dict[tuple[int, int, str], list[int]] = {}
     for n, hop in enumerate(hops, 1):
-        style, lw, side = HOP_STYLES[hop.kind]
-        depth = layers.index(hop.layer) % 2  # two layers per stage: the second bows further out
-        if hop.kind == "hand-off":
-            a, b = grid.edge(hop.src, "top", 0.85), grid.edge(hop.dst, "top", 0.15)
-            bulge = 1.25  # above the other arcs, out of one node's frame and into the next
-        else:
-            along = 0.4 + 0.2 * depth
-            a, b = grid.edge(hop.src, side, along), grid.edge(hop.dst, side, along)
-            if grid.cell[hop.src]["row"] == grid.cell[hop.dst]["row"]:
-                bulge = (0.32 + 0.22 * depth) * (1 if side == "top" else -1)
-            else:
-                bulge = 0.0
-                a = grid.edge(hop.src, "bottom" if grid.corner(hop.src)[1] > grid.corner(hop.dst)[1] else "top",
-                              along)
-                b = grid.edge(hop.dst, "top" if grid.corner(hop.src)[1] > grid.corner(hop.dst)[1] else "bottom",
-                              along)
+        moves.setdefault((hop.src, hop.dst, hop.kind), []).append(n)
+    for (src, dst, kind), numbers in moves.items():
+        style, lw, side = HOP_STYLES[kind]
+        at = 0.5  # where along the arc its numbers go
+        if kind == "hand-off":
+            a, b = grid.edge(src, "top", 0.85), grid.edge(dst, "top", 0.15)
+            bulge: tuple[float, float] = (0.0, 1.25)  # above the other arcs, out of one node's frame into the next
+        elif grid.corner(src)[1] == grid.corner(dst)[1]:  # the same row
+            a, b = grid.edge(src, side), grid.edge(dst, side)
+            bulge = (0.0, 0.4 if side == "top" else -0.4)
+        else:  # from the facing edges
+            down = grid.corner(src)[1] > grid.corner(dst)[1]
+            a, b = grid.edge(src, "bottom" if down else "top"), grid.edge(dst, "top" if down else "bottom")
+            bulge = (-0.3 if kind == "dispatch" else 0.3, 0.0)
+            at = 0.3  # the label nearer the start: a move and one the other way between the same rows part there
         arrow = _arc(ax, a, b, bulge, arrowstyle="-|>,head_length=0.5,head_width=0.25", color=TOKEN_COLOUR, lw=lw,
                      ls=style, mutation_scale=10)
-        arrow.set_gid(f"hop {n} {hop.kind} g{hop.src} g{hop.dst}")
+        arrow.set_gid(f"{kind} g{src} g{dst}")
         arrow.set_zorder(6)
-        mx, my = (a[0] + b[0]) / 2, (a[1] + b[1]) / 2 + bulge
-        ax.text(mx, my, str(n), ha="center", va="center", fontsize=6.5, color=TOKEN_COLOUR, zorder=7,
-                bbox={"boxstyle": "circle,pad=0.15", "fc": "white", "ec": TOKEN_COLOUR, "lw": 0.8})
+        # on the arc: arc3's quadratic curve has its control point at the chord's middle plus twice the bulge
+        cx, cy = (a[0] + b[0]) / 2 + 2 * bulge[0], (a[1] + b[1]) / 2 + 2 * bulge[1]
+        mx, my = ((1 - at) ** 2 * a[0] + 2 * at * (1 - at) * cx + at * at * b[0],
+                  (1 - at) ** 2 * a[1] + 2 * at * (1 - at) * cy + at * at * b[1])
+        ax.text(mx, my, ",".join(map(str, numbers)), ha="center", va="center", fontsize=6.5, color=TOKEN_COLOUR,
+                zorder=7, bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": TOKEN_COLOUR, "lw": 0.8})
 
 
 def _partners(path: dict, held_by: set[int]) -> list[str]:
@@ -365,7 +417,7 @@ def plot_token_path(layout: Any, path: dict, trace: Any, out: str, title: str) -
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
 
-    fig, ax, grid, cells = _frame(layout)
+    fig, ax, grid, cells = _frame(layout, PATH_ROW_STEP)
     held_by = {step["ranks"][0] for step in path["steps"] if step["phase"] == "data"}
     entries = _draw_map(ax, layout, grid, cells, held_by, faint_links=True)
     hops = token_hops(path, trace)

@@ -64,7 +64,8 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
         bottom = [x + v for x, v in zip(bottom, vals)]
     top = max(max(bottom), usable / unit)
     for x, total in enumerate(bottom):  # each bar's total above it, in the picture's unit
-        ax.text(x, total + top * 0.01, f"{total:,.1f}", ha="center", va="bottom", fontsize=8)
+        ax.text(x, total + top * 0.01, f"{total:,.1f}", ha="center", va="bottom", fontsize=8,
+                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})  # readable on the usable line
     card = f" of the {gpu.name}'s {gpu.memory / unit:,.0f} {name}" if math.isclose(usable, gpu.usable) else ""
     ax.axhline(usable / unit, color="black", ls="--", lw=1.2,
                label=f"usable per GPU: {usable / unit:,.0f} {name}{card}")
@@ -75,7 +76,8 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
     stage = f" (stage {bars[plan.zero].stage + 1} of {plan.pp}, the one that holds most)" if plan.pp > 1 else ""
     ax.set_title(f"{model.name}: {plan.label()}{where}, sequence {seq:,} tokens{stage}", fontsize=10)
     handles, labels = ax.get_legend_handles_labels()
-    order = [len(handles) - 1, *range(len(handles) - 2, -1, -1)]  # the usable line, then items as stacked, top first
+    line = [i for i, lab in enumerate(labels) if lab.startswith("usable")]
+    order = line + [i for i in range(len(labels) - 1, -1, -1) if i not in line]  # the line, then items top first
     ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="upper left",
               bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, never on them
     notes = []
