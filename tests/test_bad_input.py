@@ -5,6 +5,7 @@ import json
 import pytest
 
 from parasim.cli import main
+from conftest import cli
 
 HF = {"hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100}
 
@@ -80,3 +81,20 @@ def test_without_torch_the_hint_is_the_readme_s_install_line(monkeypatch):
     text = str(err.value)
     assert "pip install torch" in text and 'pip install ".[torch]"' in text and "parasim[torch]" not in text
     assert "\n" not in text
+
+
+def test_an_unknown_flag_names_the_command_s_own_help():
+    out = cli("lesson", "sp", "--bogus")
+    assert out.returncode == 2 and out.stderr.strip() == \
+        "parasim lesson: unrecognized arguments: --bogus (see parasim lesson --help)"
+
+
+def test_interleaved_with_m_not_a_multiple_of_p_says_what_megatron_and_torch_do():
+    out = cli("schedule", "--pp", "4", "-m", "6", "--schedule", "interleaved", "--chunks", "2", "--json")
+    assert out.returncode == 0
+    note = json.loads(out.stdout)["note"]
+    assert "not a multiple of p = 4" in note and "Megatron-LM refuses" in note and "1 round of 6" in note
+    text = cli("schedule", "--pp", "4", "-m", "6", "--schedule", "interleaved", "--chunks", "2").stdout
+    assert "note: m = 6 is not a multiple of p = 4" in text and max(map(len, text.splitlines())) <= 100
+    assert "note" not in json.loads(cli("schedule", "--pp", "4", "-m", "8", "--schedule", "interleaved",
+                                        "--chunks", "2", "--json").stdout)

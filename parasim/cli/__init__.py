@@ -65,7 +65,10 @@ def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     try:
         _check_cwd()
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named by the command that did not know them, and its own help
+            where = f"parasim {args.command}" if getattr(args, "command", None) else "parasim"
+            raise UsageError(f"{where}: unrecognized arguments: {' '.join(extra)} (see {where} --help)")
         if getattr(args, "func", None) is None:
             parser.print_help()
             return 2

@@ -37,7 +37,7 @@ def _chunk_rules() -> str:
 
 def cmd_schedule(args: argparse.Namespace) -> int:
     from ..limits import SLOT_TABLE, SLOTS_PLOTTED, SLOTS_SHOWN
-    from ..pipeline.schedules import check_layers, default_chunks, generate
+    from ..pipeline.schedules import check_layers, default_chunks, generate, rounds_note
     from ..pipeline.timing import simulate
 
     costs = {"B": args.backward_cost}  # the other kinds: their costs in the kind table
@@ -51,10 +51,12 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                                                         f"{SLOT_TABLE:,}"))]))
     timing = simulate(plan, costs, *bound)
     name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
+    note = rounds_note(args.pp, args.microbatches, v) if args.schedule.startswith("interleaved") else None
     text = None
     if args.json:
         out = timing.to_dict(args.schedule, args.pp, args.microbatches)
-        out.update(chunks=v, **({"layers_per_stage": per} if per else {}))
+        out.update(chunks=v, **({"layers_per_stage": per} if per else {}),
+                   **({"note": note} if note else {}))
         text = json_text(out, indent=None)
     if args.plot is not None:
         from ..render.plots import plot_slots
@@ -64,4 +66,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
         return 0
     from ..render.schedule import print_schedule
     print_schedule(timing, args.schedule, args.pp, args.microbatches, v, args.layers, per)
+    if note:
+        import textwrap
+        print(textwrap.fill(f"note: {note}", 100, subsequent_indent="  "))
     return 0

@@ -52,6 +52,16 @@ def rounds(pp: int, m: int) -> tuple[int, int]:
     return n, m // n
 
 
+def rounds_note(pp: int, m: int, v: int) -> str | None:
+    """What to say when an interleaved run (v > 1) has m not a multiple of p: Megatron-LM refuses it, torch
+    runs it in rounds (None when there is nothing to say)."""
+    if v < 2 or m % pp == 0:
+        return None
+    n, per = rounds(pp, m)
+    return (f"m = {m} is not a multiple of p = {pp}: Megatron-LM refuses that for an interleaved schedule; torch's "
+            f"ScheduleInterleaved1F1B runs it, as here, in {n} round{'s' * (n != 1)} of {per} micro-batches")
+
+
 def interleaved(pp: int, m: int, v: int, zero_bubble: bool = False) -> Schedule:
     """Interleaved 1F1B (Narayanan et al. 2021), rank r holding chunks r, r+p, ..., r+(v-1)p, in the order
     torch's ScheduleInterleaved1F1B runs it; with zero_bubble, its ScheduleInterleavedZeroBubble (ZB-H1 when
