@@ -270,9 +270,9 @@ def _legend_entries(layout: Any, boxed: bool, links: list) -> list[tuple[Any, st
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
     entries: list[tuple[Any, str]] = [
-        (Patch(facecolor=PLAIN_FILL, edgecolor="0.55"), "a GPU: g<rank>" + (", E<n>: the experts it holds; "
-                                                                           "its fill: its EP group"
-                                                                           if layout.experts_each else "")),
+        (Patch(facecolor=PLAIN_FILL, edgecolor="0.55"), "a GPU: g<rank>"
+         + (", E<n>: the experts it holds" if layout.experts_each else "")
+         + ("; its fill: its EP group" if layout.ep > 1 else "")),
     ]
     if boxed:
         entries.append((Patch(fill=False, edgecolor=EP_COLOUR, ls=(0, (4, 2)), lw=1.6),
@@ -382,7 +382,9 @@ def _draw_hops(ax: Any, grid: _Grid, hops: list[Hop]) -> None:
             down = grid.corner(src)[1] > grid.corner(dst)[1]
             a, b = grid.edge(src, "bottom" if down else "top"), grid.edge(dst, "top" if down else "bottom")
             bulge = (-0.3 if kind == "dispatch" else 0.3, 0.0)
-            at = 0.3  # the label nearer the start: a move and one the other way between the same rows part there
+            # the numbers near the expert's GPU, where a dispatch and its combine are apart (one bowed each way);
+            # at the holder's end every dispatch starts from one point
+            at = 0.75 if kind == "dispatch" else 0.25
         arrow = _arc(ax, a, b, bulge, arrowstyle="-|>,head_length=0.5,head_width=0.25", color=TOKEN_COLOUR, lw=lw,
                      ls=style, mutation_scale=10)
         arrow.set_gid(f"{kind} g{src} g{dst}")
@@ -428,8 +430,8 @@ def plot_token_path(layout: Any, path: dict, trace: Any, out: str, title: str) -
         " (to the GPUs of its top experts)" if kind == "dispatch" else " (expert outputs back, gate-weighted)"
         if kind == "combine" else " (activations to the next pipeline stage)"))
         for kind, (s, w, _) in HOP_STYLES.items() if any(h.kind == kind for h in hops)]
-    steps = [f"{n:>2}. {h.says}" for n, h in enumerate(hops, 1)] or ["its experts are all on its own GPU: "
-                                                                     "it never moves in the forward pass"]
+    steps = [f"{n:>2}. {h.says}" for n, h in enumerate(hops, 1)] or ["no dispatch and no hand-off: it stays on "
+                                                                     "its GPU through the forward pass"]
     half = (len(steps) + 1) // 2 if len(steps) > 12 else len(steps)  # a long list in two columns
     width = max(len(x) for x in steps[:half]) + 3
     listing = "\n".join([*_partners(path, held_by), "the token's moves in the forward pass, numbered as on the "
