@@ -70,7 +70,8 @@ def program(ctx):
     one["rank_order"] = acc
     out["one"] = one
     got = {k: _floats(v)[0] for k, v in one.items()}
-    say = ctx.note if ctx.rank == 0 else _quiet  # every rank computes the same figures: rank 0 tells them
+    # every rank computes the same figures: rank 0 tells them, once, for the whole run
+    say = (lambda text, **data: ctx.note(text, run=True, **data)) if ctx.rank == 0 else _quiet
     say(f"exact sum 1 + {ctx.world - 1} x 2^-8 = {1 + (ctx.world - 1) * SMALL:.10g}; float32 gives "
         f"{got['fp32']:.10g}, the bfloat16 all-reduce {got['bf16']:.10g}, bfloat16 in rank order "
         f"{got['rank_order']:.10g}", example=got)

@@ -73,12 +73,12 @@ def program(ctx):
         first = tab["rows"][0]["seq"]
         for r in tab["rows"]:
             ctx.note(f"{r['nodes']} node{'s' if r['nodes'] > 1 else ''}, {r['label']}: model state "
-                     f"{r['state_gb']:.2f} GB, longest {r['seq']:,} tokens ({r['seq'] / first:.1f}x TP8 alone)")
+                     f"{r['state_gb']:.2f} GB, longest {r['seq']:,} tokens ({r['seq'] / first:.1f}x TP8 alone)", run=True)
         sd = tab["side"]
         ctx.note(f"at the recompute row's length the logits take {sd['logits_gb']:.1f} GB; a chunked loss "
-                 f"drops them and reaches {sd['chunked_seq']:,} tokens")
+                 f"drops them and reaches {sd['chunked_seq']:,} tokens", run=True)
         ctx.note(f"attention there: {sd['attention_flops']:.3g} FLOPs per sequence, {sd['minutes']:.2f} minutes "
-                 f"on 8 H200s at {UTILISATION:.0%} of peak")
+                 f"on 8 H200s at {UTILISATION:.0%} of peak", run=True)
     out["table"] = tab
     return out
 

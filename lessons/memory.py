@@ -12,7 +12,7 @@ from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.figures import sp_traffic_table
 from parasim.estimate.traffic import dp_traffic, layer_traffic
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -31,6 +31,19 @@ def zero_table() -> dict:
         bd = breakdown(model, Plan(dp=DP, zero=z), SEQ)
         out[f"ZeRO-{z}"] = {"bytes_per_param": bd.model_state / model.total_params(), "gb": bd.model_state / 1e9}
     return out
+
+
+SHARDED = ("nothing (plain DP)", "optimizer states", "+ gradients", "+ weights")  # what each stage adds
+
+
+def zero_stages_table(result) -> Table:
+    """The post's ZeRO table, from the estimator: what each stage shards, bytes per parameter, GB per GPU."""
+    rows = [(name, [SHARDED[z], round(row["bytes_per_param"], 4), round(row["gb"], 2)])
+            for z, (name, row) in enumerate(result.values[0]["zero_table"].items())]
+    return Table(f"The 27B model's weights, gradients and Adam state per GPU over {DP} DP ranks (the estimator)",
+                 ["stage", "what is sharded", "bytes per parameter", "GB per GPU"], rows,
+                 notes=["bytes per parameter: 2 (bf16 weight) + 2 (bf16 gradient) + 12 (fp32 master copy and two "
+                        f"Adam moments), each part divided by {DP} from the stage that shards it on; GB = 1e9 bytes."])
 
 
 def worked_example() -> dict:
@@ -56,7 +69,7 @@ def program(ctx):
     if ctx.rank == 0:
         for name, row in table.items():
             ctx.note(f"27B over {DP} DP ranks, {name}: {row['bytes_per_param']:g} bytes per parameter "
-                     f"= {row['gb']:g} GB per GPU")
+                     f"= {row['gb']:g} GB per GPU", run=True)
     out["zero_table"] = table
     # the same ZeRO step on a small layer's gradients, over this world as the DP group
     shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1)
@@ -77,7 +90,7 @@ def program(ctx):
             ctx.comm.all_gather(mine, group=dp_group, label="ZeRO-1: all-gather the updated weights")
         if ctx.rank == 0:
             ctx.note(f"ZeRO-{z} on a small layer's {n} gradients over {t} ranks: each rank keeps "
-                     f"{int(mine.shape[0])} of them and should send {estimate[z]:,.0f} B")
+                     f"{int(mine.shape[0])} of them and should send {estimate[z]:,.0f} B", run=True)
     out["zero_small"] = {"params": n, "estimate": estimate}
 
     ctx.phase("activations: the worked example")
@@ -85,9 +98,9 @@ def program(ctx):
     out["example"] = ex
     if ctx.rank == 0:
         ctx.note(f"one layer, s = {SEQ}: {ex['linear_gb']:.3g} GB outside attention's scores, "
-                 f"{ex['scores_gb']:.3g} GB of scores ({ex['scores_per_sbh']:g} sbh)")
+                 f"{ex['scores_gb']:.3g} GB of scores ({ex['scores_per_sbh']:g} sbh)", run=True)
         ctx.note(f"all layers: {ex['all_layers_naive_gb']:.0f} GB keeping the scores, "
-                 f"{ex['all_layers_flash_gb']:.0f} GB with FlashAttention")
+                 f"{ex['all_layers_flash_gb']:.0f} GB with FlashAttention", run=True)
 
     for phase, sp, flash in RUNS:
         ctx.phase(f"measured: {phase}")
@@ -172,7 +185,7 @@ LESSON = Lesson(
     narrative=NARRATIVE,
     checks=checks,
     summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
-    tables=lambda result: [sp_traffic_table(result, "measured: TP alone, scores kept",
-                                            "measured: TP + SP, FlashAttention")],
+    tables=lambda result: [zero_stages_table(result),
+                           sp_traffic_table(result, "measured: TP alone, scores kept", "measured: TP + SP, FlashAttention")],
     keep_values=0,
 )

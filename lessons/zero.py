@@ -64,7 +64,7 @@ def program(ctx):
                 t, item = ctx.world, 8  # float64: every sum compares exactly with one device's
                 ctx.note(f"the buckets travel as float64 ({item} bytes a value): an all-reduce of {BUCKET} values "
                          f"sends 2({t}-1)/{t} x {BUCKET} x {item} = {2 * (t - 1) * BUCKET * item // t:,} B per rank; in "
-                         f"bf16 it would send a quarter of that. Memory is counted in a training run's dtypes.")
+                         f"bf16 it would send a quarter of that. Memory is counted in a training run's dtypes.", run=True)
             got = {"weights": opt.weights, "grad": opt.share_grad, "ranges": opt.ranges()}
             held = [opt.holdings]
         else:

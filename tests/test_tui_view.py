@@ -18,19 +18,21 @@ def coll():
 
 
 def test_grid_cells(mlp):
-    assert mlp.columns == 4 and mlp.cell(0, 1) == ("AR", "all-reduce")
+    # steps: two all-reduces of the row split, the column split's compute (one event per rank), then B's
+    # all-reduce and backward's
+    assert mlp.columns == 5 and mlp.cell(0, 1) == ("AR", "all-reduce")
     assert mlp.cell(0, 99) == ("··", "idle")
-    assert mlp.at(1, 4) == 3 and mlp.at(0, 99) is None
+    assert mlp.at(1, 3) == 3 and mlp.at(1, 5) == 5 and mlp.at(0, 99) is None
 
 
 def test_the_mlp_numbers_at_chosen_steps(mlp):
     held = {(h.rank, h.role): (h.placement, h.values) for h in mlp.holdings(0)}
     assert held[(0, "out")] == ("replicated", "[1 2 2 2]")  # the wrong row split
-    held = {(h.rank, h.role): (h.placement, h.values) for h in mlp.holdings(3)}
+    held = {(h.rank, h.role): (h.placement, h.values) for h in mlp.holdings(5)}
     assert held[(0, "in")] == ("partial sum", "[1 1]") and held[(1, "in")] == ("partial sum", "[-2 2]")
     assert held[(0, "out")] == ("replicated", "[-1 3]")
-    assert mlp.detail(3)[1].startswith("group tp [0, 1]") and "'f backward'" in mlp.detail(3)[1]
-    phase, text, notes = mlp.phase_text(3)
+    assert mlp.detail(5)[1].startswith("group tp [0, 1]") and "'f backward'" in mlp.detail(5)[1]
+    phase, text, notes = mlp.phase_text(5)
     assert phase == "backward" and "dL/dX" in text and any("through ReLU" in n for n in notes)
 
 

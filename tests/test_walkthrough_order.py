@@ -2,6 +2,8 @@
 order, compute said as one rank's work, no empty headings (issue 33, defects 5 and 11)."""
 import re
 
+import pytest
+
 from conftest import cli
 
 
@@ -42,3 +44,21 @@ def test_moe16_syncs_gradients_after_the_last_backward_and_says_cp_rank():
     assert "attend to K/V of CP rank" in text and "attend to K/V of rank" not in text
     assert re.search(r"^step +\d+  compute on rank \d+: .* \(\d[\d,]* FLOPs\)", text, re.M)
     assert not re.search(r"^step .*FLOPs.* on world\[", text, re.M)  # compute is no collective over the world
+
+
+def test_figures_said_for_the_whole_run_carry_no_rank():
+    """The estimator's lines (said once, by rank 0, for the run: note field run=True) are not "rank 0: ..."."""
+    text = cli("lesson", "memory", "--plain").stdout
+    assert "\n  27B over 8 DP ranks, ZeRO-1: 5.5 bytes per parameter" in text
+    assert "rank 0: 27B over" not in text and "rank 0: one layer" not in text
+
+
+def test_memory_prints_the_zero_stages_as_a_table():
+    import json
+    data = json.loads(cli("lesson", "memory", "--json").stdout)
+    zero = next(t for t in data["tables"] if t["columns"][0] == "stage")
+    params = 27e9  # the post's 27B model over 8 DP ranks: 2 + 2 + 12 bytes, divided by 8 stage by stage
+    want = [16, 2 + 2 + 12 / 8, 2 + 14 / 8, 16 / 8]
+    assert [r["bytes per parameter"] for r in zero["rows"]] == pytest.approx(want, rel=1e-3)
+    assert [r["GB per GPU"] for r in zero["rows"]] == pytest.approx([w * params / 1e9 for w in want], rel=2e-2)
+    assert "101.25" in cli("lesson", "memory", "--plain").stdout  # not cut to 101.2

@@ -14,7 +14,7 @@ def cell(v: Any) -> str:
     if isinstance(v, bool):
         return "yes" if v else "no"
     if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:,.4g}"
+        return f"{v:,.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:,.6g}"
     if isinstance(v, int):
         return f"{v:,}"
     if isinstance(v, (list, tuple)):

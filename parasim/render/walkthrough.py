@@ -144,7 +144,8 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
         elif mk.kind == "note":  # held bytes are read by `Trace.held`, not narrated
             phase = current.get(mk.rank)
             k = count[phase, mk.rank] = count.get((phase, mk.rank), -1) + 1
-            notes.append((phase, k, mk.rank, mk.step, f"rank {mk.rank}: {mk.text}"))
+            said = mk.text if mk.data and mk.data.get("run") else f"rank {mk.rank}: {mk.text}"  # run=True: for the run
+            notes.append((phase, k, mk.rank, mk.step, said))
     at: dict[tuple[str | None, int], int] = {}
     for phase, k, _, step, _ in notes:
         at[phase, k] = min(at.get((phase, k), step), step)
