@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.engine import run
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check, knob
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
 from parasim.examples.moe16_unsplit import unsplit_run
@@ -18,12 +18,12 @@ MAX_NORM = 1.0  # gradients clipped to this global norm before Adam (well below 
 
 
 def program(ctx):
-    return make_program(WATCH, max_norm=MAX_NORM)(ctx)
+    return make_program(WATCH, max_norm=MAX_NORM, routing=ctx.knobs.get("routing", "learned"))(ctx)
 
 
-def unsplit(ctx):
+def unsplit(ctx, routing: str = "learned"):
     """The same step on one device: all sequences, the whole gradient clipped by its own norm."""
-    return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep], max_norm=MAX_NORM)
+    return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep], routing=routing, max_norm=MAX_NORM)
 
 
 def on_layout(sizes: dict) -> tuple:
@@ -82,7 +82,8 @@ def schedule_beside_the_post() -> list[Check]:
 
 def checks(result) -> list[Check]:
     v = result.values
-    ref = run(unsplit, 1).values[0]
+    routing = knob(result, "routing", "learned")
+    ref = run(lambda ctx: unsplit(ctx, routing), 1).values[0]
     norms = [m.data for m in result.trace.marks if m.kind == "note" and m.data and "grad_norm" in m.data]
     grads, weights = fingerprint(v, "grad_sq", False, SHAPE), fingerprint(v, "weight_sq", True, SHAPE)
     notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
@@ -138,7 +139,9 @@ NARRATIVE = {
         shares. Then the MoE: g2's router picks two experts for each of its tokens; the dispatch all-to-all
         over the EP group g0-g3 sends each token once to every GPU owning one of its experts, the experts run
         batched, and the combine all-to-all brings the gate-weighted outputs home. Which experts a token
-        picks comes from this run's router weights, not from the post's drawing.""",
+        picks comes from this run's router weights, not from the post's drawing; `--routing post` makes
+        the post's sentence take the experts the post draws for it, every other
+        token keeping the router's choice, and the run stays exact against one device doing the same.""",
     **{f"forward mb{mb} layer {i}": "Layer %d of micro-batch %d: the same collectives as layer 1, on %s." % (
         i, mb, "node A" if i <= 2 else "node B, which received the activations from node A by point-to-point")
        for mb in (1, 2) for i in (1, 2, 3, 4) if (mb, i) != (1, 1)},
@@ -165,4 +168,5 @@ NARRATIVE = {
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
-                keep_values=0, reference=unsplit, on_layout=on_layout)
+                keep_values=0, reference=unsplit, on_layout=on_layout,
+                knobs={"routing": Knob("learned", choices=("learned", "post"))})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from parasim.engine import run
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check, knob
 from parasim.examples.pipeline import matches_unsplit, pipeline_run
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
@@ -14,7 +14,7 @@ M, V = 4, 2
 
 
 def program(ctx):
-    return pipeline_run(ctx, "interleaved", M, V)
+    return pipeline_run(ctx, "interleaved", ctx.knobs.get("m", M), ctx.knobs.get("chunks", V))
 
 
 def _p2p(result) -> tuple[int, int]:
@@ -29,29 +29,30 @@ def _stages(values: list[dict]) -> int:
 
 def checks(result) -> list[Check]:
     v, p = result.values, result.world
-    plain = run(lambda ctx: pipeline_run(ctx, "1f1b", M), p)
+    m, vv = knob(result, "m", M), knob(result, "chunks", V)  # micro-batches, chunks per GPU
+    plain = run(lambda ctx: pipeline_run(ctx, "1f1b", m), p)
     (n, nbytes), (n1, nbytes1) = _p2p(result), _p2p(plain)
-    one = simulate(generate("1f1b", p, M))
+    one = simulate(generate("1f1b", p, m))
     # the same layers as this run (one per chunk) under 1F1B: cut into as many stages as the 1F1B run's,
     # so each of its actions runs chunks/stages layers and takes that many one-layer slots
     chunks, stages = _stages(v), _stages(plain.values)
-    thick = simulate(generate("1f1b", p, M), {"F": chunks // stages, "B": chunks // stages})
+    thick = simulate(generate("1f1b", p, m), {"F": chunks // stages, "B": chunks // stages})
     return [
-        check("1F1B's bubble, measured from its slot table", str(one.bubble), str(Fraction(p - 1, M + p - 1))),
-        check("interleaved bubble = (p-1)/(v*m+p-1), measured", v[0]["bubble"], str(Fraction(p - 1, V * M + p - 1))),
+        check("1F1B's bubble, measured from its slot table", str(one.bubble), str(Fraction(p - 1, m + p - 1))),
+        check("interleaved bubble = (p-1)/(v*m+p-1), measured", v[0]["bubble"], str(Fraction(p - 1, vv * m + p - 1))),
         check("idle slots per rank, interleaved and 1F1B (on its own run): the same 2(p-1)",
               [[x["idle"] for x in v], [x["idle"] for x in plain.values]], [[2 * (p - 1)] * p] * 2),
-        check("each slot half as long: time per action over 1F1B's on the same layers (an action runs one of "
-              "the run's p*v chunks, not one of p stages)", Fraction(stages, chunks), Fraction(1, V)),
-        check("so each rank idles half as long as under 1F1B on the same layers (idle time over 1F1B's, timed)",
-              [Fraction(x["idle"], t) for x, t in zip(v, thick.idle)], [Fraction(1, V)] * p),
-        check("each rank is busy 2vm half-size slots", [x["makespan"] - x["idle"] for x in v], [2 * V * M] * p),
+        check("each slot 1/v as long: time per action over 1F1B's on the same layers (an action runs one of "
+              "the run's p*v chunks, not one of p stages)", Fraction(stages, chunks), Fraction(1, vv)),
+        check("so each rank idles 1/v as long as under 1F1B on the same layers (idle time over 1F1B's, timed)",
+              [Fraction(x["idle"], t) for x, t in zip(v, thick.idle)], [Fraction(1, vv)] * p),
+        check("each rank is busy 2vm slots of 1/v size", [x["makespan"] - x["idle"] for x in v], [2 * vv * m] * p),
         check("transfers: every chunk boundary crosses ranks, (pv-1) instead of (p-1)", n,
-              2 * M * (p * V - 1)),
+              2 * m * (p * vv - 1)),
         check("extra point-to-point traffic over 1F1B, measured in bytes", Fraction(nbytes, nbytes1),
-              Fraction(p * V - 1, p - 1)),
-        check("1F1B's transfers, measured on its own run", n1, 2 * M * (p - 1)),
-        *matches_unsplit(v, p * V, M),
+              Fraction(p * vv - 1, p - 1)),
+        check("1F1B's transfers, measured on its own run", n1, 2 * m * (p - 1)),
+        *matches_unsplit(v, p * vv, m),
     ]
 
 
@@ -71,5 +72,6 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the bubble",
-                world=4, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
-                summary="4 GPUs x 2 chunks x 4 micro-batches: a smaller bubble for more transfers", keep_values=0)
+                world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
+                summary="4 GPUs x 2 chunks x 4 micro-batches: a smaller bubble for more transfers", keep_values=0,
+                knobs={"pp": Knob(4, world=True), "m": Knob(M), "chunks": Knob(V, choices=(2, 3, 4))})

@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn.ring_attention import RingAttention
 
 SEQ, B, HEADS, D = 8, 1, 2, 4
@@ -82,4 +82,5 @@ LESSON = Lesson(
     checks=checks,
     summary="4 CP ranks: the K/V chunk table from the run; output and gradients equal single-device attention",
     keep_values=0,
+    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
 )

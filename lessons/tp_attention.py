@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import parasim
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -150,4 +150,5 @@ LESSON = Lesson(
     checks=checks,
     summary="heads split over TP ranks, 2 all-reduces forward and 2 backward per layer, kv heads replicated",
     keep_values=0,
+    knobs={"tp": Knob(4, choices=(1, 2, 4), world=True)},
 )

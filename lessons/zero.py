@@ -21,7 +21,7 @@ from parasim.estimate import Plan
 from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_per_token_key
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.examples.small import forward_backward, sequences, whole_layers
 from parasim.nn.layer import Stack
 
@@ -226,4 +226,5 @@ LESSON = Lesson(
     checks=checks,
     summary="one Adam step four ways over 8 data-parallel ranks: bytes per parameter, traffic and peaks from the run",
     keep_values=0,
+    knobs={"dp": Knob(8, choices=(2, 4, 8), world=True)},
 )

@@ -91,6 +91,8 @@ KNOB_KINDS: dict[str, KnobKind] = {
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
     "split": KnobKind(("--split",), "HOW", "how context parallelism cuts the sequence", str),
     "seq": KnobKind(("--seq",), "S", "tokens per sequence"),
+    "routing": KnobKind(("--routing",), "HOW", "how tokens pick experts: the run's own router (learned) or the "
+                        "post's drawn choices (post)", str),
 }
 
 

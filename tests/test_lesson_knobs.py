@@ -76,3 +76,21 @@ def test_the_walk_through_says_the_settings_beside_the_post_s():
 def test_a_symbolic_lesson_says_symbolic_ranks():
     head = cli("lesson", "at-scale", "--plain").stdout.splitlines()[0]
     assert "symbolic ranks" in head and "virtual" not in head
+
+
+def test_moe16_with_the_post_s_routing_is_exact():
+    data = _run("moe16", "--routing", "post")
+    assert data["settings"] == {"routing": "post"}
+    notes = [e for e in data["events"]]  # the run happened on 16 ranks
+    assert data["world"] == 16 and notes
+    text = cli("lesson", "moe16", "--routing", "post", "--plain").stdout
+    assert "the post's routing (scripted) picks E3" in text
+    out = cli("lesson", "moe16", "--routing", "skewed", "--json")
+    assert out.returncode == 2 and "learned or post" in out.stderr
+
+
+@pytest.mark.parametrize("args, world", [(("ring-attention", "--cp", "8"), 8), (("tp-attention", "--tp", "2"), 2),
+                                         (("zero", "--dp", "4"), 4), (("pp-interleaved", "--pp", "2", "-m", "4",
+                                                                       "--chunks", "3"), 2)])
+def test_more_lessons_run_exact_at_other_settings(args, world):
+    assert _run(*args)["world"] == world

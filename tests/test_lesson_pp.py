@@ -31,8 +31,8 @@ def test_interleaved_slots_are_half_as_long(world, idle):
     assert lr.ok, [c for c in lr.checks if not c.ok]
     got = {c.name.split(":")[0].split(" (")[0]: c.got for c in lr.checks}
     assert got["idle slots per rank, interleaved and 1F1B"] == [[idle] * world, [idle] * world]
-    assert got["each slot half as long"] == "1/2"
-    assert got["so each rank idles half as long as under 1F1B on the same layers"] == ["1/2"] * world
+    assert got["each slot 1/v as long"] == "1/2"
+    assert got["so each rank idles 1/v as long as under 1F1B on the same layers"] == ["1/2"] * world
     assert [x["idle"] for x in lr.result.values] == [idle] * world
     assert [len({*x["grad_sq"]}) for x in lr.result.values] == [2] * world  # two one-layer chunks per GPU
 
@@ -91,3 +91,12 @@ def test_zero_bubble_narrative_gives_the_idle_time_the_run_measures():
     text = " ".join(lesson.narrative["ZB-H1: the schedule"].split())
     assert "(p-1)(F+I-W)" in text and "(F+B-W)" not in text and "a third" in text
     assert p - 1 == 3 and (p - 1) * (F + I - W) * 3 == (p - 1) * (F + I + W)
+
+
+def test_interleaved_with_three_chunks_idles_a_third():
+    """--chunks 3: the bubble (p-1)/(3m+p-1) and each idle slot a third of 1F1B's."""
+    lr = run_lesson(get_lesson("pp-interleaved"), knobs={"pp": 2, "m": 4, "chunks": 3})
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    got = {c.name.split(":")[0].split(" (")[0]: c.got for c in lr.checks}
+    assert got["interleaved bubble ="] == str(Fraction(1, 3 * 4 + 1))  # (p-1)/(v*m+p-1)
+    assert got["each slot 1/v as long"] == "1/3"
