@@ -9,7 +9,7 @@ from dataclasses import replace
 from fractions import Fraction
 
 from parasim.examples.pp_vs_zero3 import PP_PHASES, TOL, Z3_PHASES, Config, both, comparison, measure, run_config
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 
 BASE = Config()  # hidden 8, 4 layers, 4 micro-batches of 2 sequences of 4 tokens, 4 GPUs
 VARIANTS = {"batch x2": replace(BASE, mb_size=2 * BASE.mb_size),
@@ -54,9 +54,28 @@ def zero3_bytes(cfg: Config) -> Fraction:
     return Fraction(3, 2) * all_reduce_per_gpu * n
 
 
-def checks(result) -> list[Check]:
+def study(result) -> dict:
+    """The base run measured and three more sizes run: what the table and the checks read."""
     runs = {"base": measure(result, BASE), **{name: run_config(cfg) for name, cfg in VARIANTS.items()}}
-    table = comparison(runs)
+    return {"runs": runs, "table": comparison(runs)}
+
+
+def tables(result, found) -> list[Table]:
+    """The post's PP-vs-ZeRO-3 table, every cell from the runs."""
+    shown = lambda x: x if isinstance(x, int) else str(x)  # noqa: E731  fractions as the post writes them
+    table = found["table"]
+    moves = table["what moves"]
+    return [Table("PP 4 against ZeRO-3 over 4 GPUs, the same model and batch (from the runs)",
+                  ["figure", "PP", "ZeRO-3"],
+                  [(row, [shown(x) for x in cells]) for row, cells in table.items() if row != "what moves"],
+                  notes=[f"what moves: PP, {moves[0]}; ZeRO-3, {moves[1]}.",
+                         "bytes x: how the step's bytes change when the batch, the hidden size or the number of "
+                         "layers doubles (three more runs): PP moves activations, which follow the batch and the "
+                         "width; ZeRO-3 moves weights, which follow the parameter count."])]
+
+
+def checks(result, found) -> list[Check]:
+    runs, table = found["runs"], found["table"]
     p, m, n, L = BASE.world, BASE.microbatches, BASE.world, BASE.layers
     act = {name: Fraction(activation_values(c), activation_values(BASE)) for name, c in VARIANTS.items()}
     wts = {name: Fraction(c.layers * weights_in_layer(c.hidden), L * weights_in_layer(BASE.hidden))
@@ -122,4 +141,4 @@ NARRATIVE = {
 LESSON = Lesson(name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
                 world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the same model on 4 GPUs both ways: bytes vs batch and model size, the bubble, "
-                        "the post's table from the runs", keep_values=0)
+                        "the post's table from the runs", keep_values=0, study=study, tables=tables)

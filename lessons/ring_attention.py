@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-from parasim.lesson import Check, Knob, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, Table, check
 from parasim.nn.ring_attention import RingAttention
 
 SEQ, B, HEADS, D = 8, 1, 2, 4
@@ -61,6 +61,19 @@ def checks(result) -> list[Check]:
     return out
 
 
+def tables(result) -> list[Table]:
+    """The post's rotation table, from the run: at each step, whose K/V chunk each GPU holds (K1,V1 are GPU
+    1's tokens' keys and values), with the tokens it stands for."""
+    v, t = result.values, result.world
+    rows = [(f"step {j}" + (" (own chunk)" if j == 0 else ""),
+             [f"K{v[i]['held'][j] + 1},V{v[i]['held'][j] + 1}" for i in range(t)]) for j in range(t)]
+    tokens = "; ".join(f"chunk {i + 1} = tokens {v[i]['pos'][0] + 1}-{v[i]['pos'][-1] + 1}" for i in range(t))
+    return [Table(f"Whose keys and values each GPU holds, step by step ({t} CP ranks)",
+                  ["step"] + [f"GPU {i + 1}" for i in range(t)], rows,
+                  notes=[f"{tokens}. Each step a GPU attends its own queries to the chunk it holds, then passes "
+                         "that chunk to the next GPU and takes the previous one's."])]
+
+
 NARRATIVE = {
     "forward: K/V around the ring": """
         The sequence is split over the CP ranks; every rank keeps the queries of its tokens and the full
@@ -83,4 +96,5 @@ LESSON = Lesson(
     summary="4 CP ranks: the K/V chunk table from the run; output and gradients equal single-device attention",
     keep_values=0,
     knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
+    tables=tables,
 )

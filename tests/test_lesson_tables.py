@@ -60,3 +60,23 @@ def test_a_table_refuses_two_columns_of_one_name_and_short_rows():
         Table("t", ["rank", "share", "share"], [])
     with pytest.raises(ValueError, match="cells"):
         Table("t", ["rank", "a", "b"], [("r0", [1])])
+
+
+def test_ring_attention_table_is_the_post_s_rotation():
+    data = json.loads(cli("lesson", "ring-attention", "--json").stdout)
+    (table,) = data["tables"]
+    t = 4
+    for j, row in enumerate(table["rows"]):  # step j: GPU i holds GPU (i - j)'s chunk
+        assert [row[f"GPU {i + 1}"] for i in range(t)] == [f"K{(i - j) % t + 1},V{(i - j) % t + 1}" for i in range(t)]
+    assert len(table["rows"]) == t
+
+
+def test_pp_vs_zero3_table_has_both_columns_from_the_runs():
+    data = json.loads(cli("lesson", "pp-vs-zero3", "--json").stdout)
+    (table,) = data["tables"]
+    rows = {r["figure"]: r for r in table["rows"]}
+    p = m = 4  # 4 stages, 4 micro-batches under 1F1B
+    assert rows["bubble (idle share of the step)"]["PP"] == f"{p - 1}/{m + p - 1}"
+    assert rows["bubble (idle share of the step)"]["ZeRO-3"] == "0"
+    assert (rows["bytes x when batch doubles"]["PP"], rows["bytes x when batch doubles"]["ZeRO-3"]) == ("2", "1")
+    assert all(c["ok"] for c in data["checks"])
