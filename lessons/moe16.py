@@ -2,10 +2,12 @@
 "contract" (t6 of sequence A) from its GPU through attention, the experts, the pipeline and the gradient sync."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
 
 from parasim.engine import run
-from parasim.lesson import Check, Knob, Lesson, check, knob
+from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
 from parasim.examples.moe16_unsplit import unsplit_run
@@ -78,6 +80,59 @@ def schedule_beside_the_post() -> list[Check]:
               f"in slot {first_back} (node B's first backward ends in slot {first_back - 1}); node B's row in "
               "the post (F2 in slot 3) is GPipe's order, 1F1B runs B1 there", first_back, 4),
     ]
+
+
+# the axes of the post's one-table summary: (what it is called there, the group the engine names, what it splits)
+AXES = (("DP + ZeRO-1", "dp-cp", "the batch; Adam's state over the copies"), ("PP", "pp", "the layers"),
+        ("TP + SP", "tp", "attention weights by heads; tokens between matmuls"),
+        ("CP", "cp", "tokens through attention"), ("EP", "ep", "the experts"),
+        ("ETP", "expert-tp", "each expert's matrices"), ("EDP", "expert-dp", "copies of the experts"))
+
+
+def tables(result) -> list[Table]:
+    """The post's one-table summary and "what g2 stores", read from the run: each axis's group around the
+    GPU holding 'contract', the collectives it joined and the bytes it sent; what it keeps, as a share."""
+    trace, v = result.trace, result.values
+    notes = [m for m in trace.marks if m.kind == "note" and m.data and "watch" in m.data]
+    g = notes[0].rank if notes else 2
+    groups = preset(LAYOUT).groups()
+    rows = []
+    for name, axis, splits in AXES:
+        mine = next(list(grp) for grp in groups[axis] if g in grp)
+        joined: dict[str, int] = {}
+        sent = 0
+        for e in trace.events:
+            if e.kind != "compute" and e.group.name == axis and g in e.ranks:
+                joined[e.op] = joined.get(e.op, 0) + 1
+                sent += e.member(g).sent
+        ops = ", ".join(f"{op.replace('_', '-')} x{n}" for op, n in joined.items()) or "none"
+        rows.append((name, [len(mine), " ".join(f"g{r}" for r in mine), ops, sent]))
+    m, lay = MOE16, preset(LAYOUT)
+    attention, experts = 4 * m.hidden ** 2 * m.layers, m.experts * 2 * m.hidden * m.ffn * m.layers
+    st = v[g]["stores"]
+    stores = [("attention weights (its TP shards)", [st["tp shards"], f"{Fraction(st['tp shards'], attention)} of all"]),
+              ("norms and router (whole copies)", [st["whole copies"], f"layers of its stage ({m.layers // lay.pp} of {m.layers})"]),
+              ("experts " + ", ".join(f"E{e + 1}" for e in v[g]["experts"][0]),
+               [st["experts"], f"{Fraction(st['experts'], experts)} of all"]),
+              ("Adam state (its ZeRO-1 share)", [st["optimizer"], f"1/{lay.dp * lay.cp} of its stage's dense, "
+                                                                   f"1/{lay.edp} of its experts'"]),
+              ("tokens between matmuls (SP)", [len(st["tokens between matmuls"]), _tokens(st["tokens between matmuls"])]),
+              ("tokens inside attention (CP)", [len(st["tokens in attention"]), _tokens(st["tokens in attention"])])]
+    return [Table(f"Every parallelism of the example, as g{g} (holding 'contract') meets it in one step",
+                  ["axis", "size", f"g{g}'s group", "collectives it joined", "bytes sent"], rows,
+                  notes=["what each splits: " + " | ".join(f"{name}: {splits}" for name, _, splits in AXES),
+                         f"post / run / why: the post gives DP's group as its {lay.dp} replicas; the run sums dense "
+                         f"gradients over dp-cp, DP {lay.dp} x CP {lay.cp} = {lay.dp * lay.cp} GPUs, because the "
+                         "CP ranks hold the same weights as well (each saw other tokens of the same sequences)."]),
+            Table(f"What g{g} stores", ["what", "values", "share"], stores,
+                  notes=["values: numbers kept (weights in the run's float64; a training run keeps them in bf16); "
+                         "share: of the whole model's attention or expert weights."])]
+
+
+def _tokens(numbers: list[int]) -> str:
+    """'t5 (the) t6 (contract)': token numbers (from 1) with their words."""
+    words = SEQUENCES[WATCH[0]]
+    return " ".join(f"t{n} ({words[n - 1]})" for n in numbers)
 
 
 def checks(result) -> list[Check]:
@@ -169,4 +224,4 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout,
-                knobs={"routing": Knob("learned", choices=("learned", "post"))})
+                knobs={"routing": Knob("learned", choices=("learned", "post"))}, tables=tables)

@@ -80,3 +80,20 @@ def test_pp_vs_zero3_table_has_both_columns_from_the_runs():
     assert rows["bubble (idle share of the step)"]["ZeRO-3"] == "0"
     assert (rows["bytes x when batch doubles"]["PP"], rows["bytes x when batch doubles"]["ZeRO-3"]) == ("2", "1")
     assert all(c["ok"] for c in data["checks"])
+
+
+def test_moe16_summary_and_what_g2_stores():
+    data = json.loads(cli("lesson", "moe16", "--json").stdout)
+    summary, stores = data["tables"]
+    rows = {r["axis"]: r for r in summary["rows"]}
+    # the post's layout: TP 2, CP 2, PP 2, DP 2, EP 4, ETP 1 (EDP 2); g2 is TP rank 0, CP rank 1 of node A
+    assert {a: rows[a]["size"] for a in rows} == {"DP + ZeRO-1": 4, "PP": 2, "TP + SP": 2, "CP": 2, "EP": 4,
+                                                  "ETP": 1, "EDP": 2}
+    assert rows["PP"]["g2's group"] == "g2 g10" and rows["EP"]["g2's group"] == "g0 g1 g2 g3"
+    assert rows["ETP"]["collectives it joined"] == "none" and rows["ETP"]["bytes sent"] == 0
+    assert "all-to-all" in rows["EP"]["collectives it joined"]
+    what = {r["what"]: r for r in stores["rows"]}
+    assert what["attention weights (its TP shards)"]["share"] == "1/4 of all"  # TP 2 x PP 2
+    assert what["experts E5, E6"]["share"] == "1/8 of all"  # 2 of 8 experts, 2 of 4 layers
+    assert what["tokens between matmuls (SP)"]["share"] == "t5 (the) t6 (contract)"
+    assert "DP 2 x CP 2 = 4" in summary["notes"][1]
