@@ -22,7 +22,7 @@ from parasim.estimate.models import layer_param_count
 from parasim.examples.against import granule
 from parasim.examples.differences import as_run
 from parasim.layout import Layout
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
@@ -126,6 +126,29 @@ def nine_rows() -> list[dict]:
     return out
 
 
+def tables(result) -> list[Table]:
+    """The EP-8 dispatch per GPU: the post's count (every leaving (token, expert) pair, d values at 2 bytes)
+    beside what the run sent (each token once per GPU holding one of its picks, its gates beside it)."""
+    v, trace = result.values, result.trace
+    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == "EP 8 dispatch"
+                   and "dispatch" in e.label]
+    sent = {m.rank: m.sent for m in dispatch.members}
+    rows = []
+    for r, x in enumerate(v):
+        pairs = x["EP 8"]["pairs away"]
+        rows.append((f"g{r}", [pairs, round(pairs * D * 2 / 1e6, 1), round(sent[r] / 1e6, 1),
+                                  round(sent[r] / (pairs * D * 2), 3)]))
+    mean_pairs = sum(x["EP 8"]["pairs away"] for x in v) / len(v)
+    post = T * K * D * 2 * (EP - 1) / EP
+    return [Table(f"One direction of the EP {EP} all-to-all, per GPU, for T = {T:,} tokens, K = {K} picks, d = {D:,}",
+                  ["GPU", "pairs leaving", "pairs x d x 2 B (MB)", "the run sent (MB)", "run / pairs"], rows,
+                  notes=[f"post: T x K x d x 2 B x (EP-1)/EP = {post / 1e6:,.0f} MB per GPU. run: the pairs that "
+                         f"leave, {mean_pairs:,.0f} on average, give {mean_pairs * D * 2 / 1e6:,.0f} MB; the dispatch "
+                         f"sent {sum(sent.values()) / len(sent) / 1e6:,.0f} MB. why: a token whose picks land on one "
+                         f"GPU twice travels there once, with the {E // EP} gates of that GPU's experts beside it "
+                         "(MB = 1e6 bytes)."])]
+
+
 def checks(result) -> list[Check]:
     v, trace = result.values, result.trace
     pairs = [sum(x[p]["copies"] for x in v[:TP]) for p in ("MoE under TP 2, without SP", "MoE under TP 2, with SP")]
@@ -180,7 +203,7 @@ NARRATIVE = {
 LESSON = Lesson(
     name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
                            "all-to-all, the 27B model's layers at their longest sequences",
-    world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, backend="symbolic",
+    world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, backend="symbolic", tables=tables,
     summary="DeepSeek-V3's MoE layer at full size: token copies without and with SP, the post's all-to-all "
             "volume and what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",
 )

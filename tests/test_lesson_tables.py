@@ -97,3 +97,14 @@ def test_moe16_summary_and_what_g2_stores():
     assert what["experts E5, E6"]["share"] == "1/8 of all"  # 2 of 8 experts, 2 of 4 layers
     assert what["tokens between matmuls (SP)"]["share"] == "t5 (the) t6 (contract)"
     assert "DP 2 x CP 2 = 4" in summary["notes"][1]
+
+
+def test_at_scale_sets_the_post_s_411_mb_beside_what_the_run_sent():
+    data = json.loads(cli("lesson", "at-scale", "--json").stdout)
+    (table,) = data["tables"]
+    T, K, d, ep = 4096, 8, 7168, 8  # DeepSeek-V3's hidden size, 8 picks of 256 experts, EP 8
+    post_mb = T * K * d * 2 * (ep - 1) / ep / 1e6
+    assert round(post_mb) == 411 and f"= {post_mb:,.0f} MB per GPU" in table["notes"][0]
+    assert len(table["rows"]) == ep
+    for row in table["rows"]:
+        assert row["run / pairs"] < 1 and row["the run sent (MB)"] < row["pairs x d x 2 B (MB)"]
