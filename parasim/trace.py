@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from .comm.hops import event_transfers, split_by_link
 from .comm.interface import Group
 from .errors import UsageError
 from .limits import brief
@@ -204,16 +205,16 @@ class Trace:
 
     def bytes_by_link(self, gpus_per_node: int) -> dict[str, dict[str, int]]:
         """Bytes sent per group name (the axis: tp, cp, ep, pp, dp-cp, ...), split by link: "inside" a node
-        (NVLink) or "across" nodes (the network), with nodes of `gpus_per_node` consecutive ranks. An event
-        whose members sit on more than one node counts as crossing (a point-to-point transfer: its two ends)."""
+        (NVLink) or "across" nodes (the network), with nodes of `gpus_per_node` consecutive ranks. Each byte
+        counts on the hop that carries it (comm/hops.py): a ring over two nodes sends across only on its
+        hops between them, an all-to-all only on its pairs in different nodes."""
         out: dict[str, dict[str, int]] = {}
         for e in self.events:
             if e.kind == "compute":
                 continue
-            ends = [e.params["src"], e.params["dst"]] if e.kind == "p2p" else list(e.group.ranks)
-            link = "inside" if len({r // gpus_per_node for r in ends}) == 1 else "across"
             row = out.setdefault(e.group.name, {"inside": 0, "across": 0})
-            row[link] += sum(m.sent for m in e.members)
+            for link, n in split_by_link(event_transfers(e), gpus_per_node).items():
+                row[link] += n
         return out
 
     def to_dict(self) -> dict:

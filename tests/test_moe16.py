@@ -188,7 +188,7 @@ def test_bytes_by_link_moe16_only_the_handoff_crosses_and_pp1_dp4_reductions_do(
 
 def test_bytes_by_link_by_hand():
     def prog(ctx):
-        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]))  # 4 ranks over 2 nodes of 2: crosses
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]))  # 4 ranks over 2 nodes of 2: 2 of its 4 hops cross
         pair = [ctx.new_group([0, 1], "tp"), ctx.new_group([2, 3], "tp")][ctx.rank // 2]
         ctx.comm.all_reduce(ctx.asarray([1.0]), group=pair)  # inside each node
         if ctx.rank in (1, 2):
@@ -196,9 +196,13 @@ def test_bytes_by_link_by_hand():
                               [parasim.Recv(1, (3,), "float64")])
     trace = parasim.run(prog, 4).trace
     by = trace.bytes_by_link(2)
-    world_sent = sum(m.sent for m in trace.events[0].members)
     assert by["tp"] == {"inside": 2 * 2 * 8, "across": 0}  # two pairs, each rank sends its 8-byte value once
-    assert by["world"] == {"inside": 0, "across": world_sent + 24}  # the all-reduce and the 3-value send
+    # The world's all-reduce is a ring 0->1->2->3->0: hops 0->1 and 2->3 inside a node, 1->2 and 3->0 across.
+    # Its 2 values split into 4 chunks of 8, 8, 0, 0 bytes; member i sends every chunk but its own in the
+    # reduce-scatter half (16 - chunk i) and every chunk but chunk i+1 in the all-gather half (16 - chunk
+    # i+1): members 0-3 send 16, 24, 32, 24 bytes. Inside: 16 + 32; across: 24 + 24, and the 3-value send.
+    assert [m.sent for m in trace.events[0].members] == [16, 24, 32, 24]
+    assert by["world"] == {"inside": 16 + 32, "across": 24 + 24 + 24}
 
 
 def test_what_g2_stores_worked_out_by_hand():

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..comm.hops import crossing_share
 from ..layout import KINDS, LayoutError
 from .memory import Plan
 from ..layout import ModelSpec
@@ -238,11 +239,23 @@ def step_flops(model: ModelSpec, plan: Plan, seq: int) -> dict[str, float]:
 AXIS_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp-cp", "pp": "pp", "ep": "ep", "edp": "expert-dp"}
 
 
-def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
-    """Does every group over `axis` stay inside one node? Read from the layout's own groups, so either
-    rank order Megatron-Core builds gives its own answer."""
+# how an axis's bytes travel (comm/hops.py): round a ring (the collectives, and CP's K/V in ring attention),
+# between every pair (EP's all-to-all), or from each pipeline stage to the next and back (PP)
+AXIS_HOPS = {"tp": "ring", "cp": "ring", "dp": "ring", "edp": "ring", "ep": "pairs", "pp": "chain"}
+
+
+def across_share(plan: Plan, axis: str, gpus_per_node: int) -> float:
+    """The share of `axis`'s bytes, all its groups together, that cross a node boundary, counted hop by hop
+    (comm/hops.py, as the engine's trace counts them): a DP ring of 8 over two nodes crosses on 2 of its 8
+    hops, so a quarter of its bytes go over the network. Read from the layout's own groups, in their
+    member order, so either rank order Megatron-Core builds gives its own answer."""
     _, generator, axes = next(k for k in KINDS if k[0] == AXIS_GROUP[axis])
-    return all(g[0] // gpus_per_node == g[-1] // gpus_per_node for g in plan.rank_groups(generator, axes))
+    return crossing_share(plan.rank_groups(generator, axes), AXIS_HOPS[axis], gpus_per_node)
+
+
+def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
+    """Does every group over `axis` stay inside one node (no hop of it crosses)?"""
+    return across_share(plan, axis, gpus_per_node) == 0.0
 
 
 def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation: float = 0.4) -> dict[str, Any]:
@@ -255,12 +268,21 @@ def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation:
 def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, utilisation: float = 0.4
             ) -> dict[str, Any]:
     """One GPU's seconds for its `flops` at `utilisation` of peak, and for the bytes it sends over each axis
-    on that axis's link (NVLink when the axis's groups stay inside a node, else the network), no overlap:
-    the estimator's model, applied to its own counts or to what a run counted."""
+    on the links its hops take, no overlap: the estimator's model, applied to its own counts or to what a
+    run counted. A ring (and a pipeline) moves in lockstep: each step waits for its slowest hop, so when any
+    hop of the axis crosses nodes all of its bytes go at the network's speed, though only the crossing hops'
+    bytes cross. An all-to-all's pairs do not wait on one another: its bytes inside a node go over NVLink
+    and those across (`across_share`) over the network. `across` gives each axis's share across nodes."""
     compute = flops / (gpu.peak_flops * utilisation)
+    node = gpu.gpus_per_node
     comm: dict[str, float] = {}
-    for (axis, _), nbytes in sent.items():
-        bw = gpu.nvlink if inside_node(layout, axis, gpu.gpus_per_node) else gpu.network
-        comm[axis] = comm.get(axis, 0.0) + nbytes / bw
+    across: dict[str, float] = {}
+    for (axis, op), nbytes in sent.items():
+        share = across[axis] = across_share(layout, axis, node)
+        if AXIS_HOPS[axis] == "pairs":
+            secs = nbytes * (share / gpu.network + (1.0 - share) / gpu.nvlink)
+        else:
+            secs = nbytes / (gpu.network if share else gpu.nvlink)
+        comm[axis] = comm.get(axis, 0.0) + secs
     return {"compute_s": compute, "comm_s": comm, "step_s": compute + sum(comm.values()),
-            "utilisation": utilisation, "gpu": gpu.name}
+            "utilisation": utilisation, "gpu": gpu.name, "across": across}

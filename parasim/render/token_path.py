@@ -42,6 +42,9 @@ def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, 
             f"{g} {row['inside']:,} inside a node" + (f", {row['across']:,} across nodes" if row["across"] else "")
             for g, row in sorted(links["by_group"].items())
         )
+        # why a group over two nodes still sends most of its bytes inside one: the count is per hop
+        + "\n(a byte counts on the link of the hop that carries it: a ring over two nodes crosses only on its"
+        "\nhops between them, an all-to-all only between GPUs of different nodes)"
     )
     x = path["exactness"]
     if x is None:
@@ -79,11 +82,14 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
     g, ok = view["gpu"], view["exactness"] is None or view["exactness"]["exact"]
     c, s = value["coords"], value["stores"]
     out.append(f"g{g} on the {name} layout: " + ", ".join(f"{k} rank {v}" for k, v in c.items()))
+    # at TP 1 nothing is split over TP: the attention and MLP weights are whole, like the norms
+    split = view.get("sizes", {}).get("tp", 2) > 1
     out.append(
-        f"  stores: {s['tp shards']:,} values of TP shards (attention, MLP), {s['whole copies']:,} of whole copies "
-        f"(norms, router), {s['experts']:,} of experts "
-        + (", ".join("E" + "/E".join(map(str, layer)) for layer in view["experts_per_layer"] if layer) or "(none)")
-        + f" (per layer), {s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
+        f"  stores: {s['tp shards']:,} values of "
+        + ("TP shards (attention, MLP), " if split else "whole weights (attention, MLP: TP 1 splits nothing), ")
+        + f"{s['whole copies']:,} of " + ("whole copies (norms, router), " if split else "norms and router, ")
+        + f"{s['experts']:,} of experts {_experts_once(view['experts_per_layer'])}, "
+        f"{s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
     )
     out.append(
         f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
@@ -97,6 +103,10 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
             + " GB; training "
             "dtypes: 2-byte weights, gradients and activations, 4-byte optimizer state)"
         )
+        if "assumes" in pk:  # a real-size step: the estimator's plan, as `parasim memory` counts it
+            from ..estimate.memory import assumption_words, fit_words
+            out.append(f"    assumes: {assumption_words(pk['assumes'], view['sizes']['cp'])}")
+            out.append(f"    {fit_words(pk['bytes'], pk['usable'], _Card(pk['gpu_model'], pk['card'], pk['usable']))}")
     if "time" in view:
         t, slow = view["time"]["this"], view["time"]["slowest"]
         comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
@@ -118,6 +128,39 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
     else:
         out.append(f"exact against the unsplit model: {'yes' if ok else 'NO'}")
     return "\n".join(out).split("\n")
+
+
+class _Card:
+    """The GPU's name and sizes as `fit_words` reads them from a GpuSpec."""
+
+    def __init__(self, name: str, memory: float, usable: float) -> None:
+        self.name, self.memory, self.usable = name, memory, usable
+
+
+def _experts_once(per_layer: list[list[int]]) -> str:
+    """The experts a GPU holds, each list once, with the layers it holds it in: under EP every MoE layer of
+    a stage holds the same experts ("E5/E6 in each of its 2 MoE layers"); dense layers hold none."""
+    lists: dict[tuple[int, ...], int] = {}
+    for layer in per_layer:
+        if layer:
+            lists[tuple(layer)] = lists.get(tuple(layer), 0) + 1
+    if not lists:
+        return "(none: no MoE layer here)"
+    if len(lists) == 1:
+        (ids, n), = lists.items()
+        return f"{_expert_names(ids)} in " + (f"each of its {n} MoE layers" if n > 1 else "its one MoE layer")
+    return ", ".join(f"{_expert_names(ids)} in {n} of its MoE layers" for ids, n in lists.items())
+
+
+def _expert_names(ids: tuple[int, ...]) -> str:
+    """E1-E8 for a run of three or more, E5/E6 otherwise."""
+    runs: list[list[int]] = []
+    for e in ids:
+        if runs and e == runs[-1][1] + 1:
+            runs[-1][1] = e
+        else:
+            runs.append([e, e])
+    return "/".join(f"E{a}-E{b}" if b - a >= 2 else "/".join(f"E{x}" for x in range(a, b + 1)) for a, b in runs)
 
 
 def _spans(tokens: list[int]) -> str:

@@ -1,0 +1,162 @@
+"""Which link each byte takes: inside a node (NVLink) or across nodes (the network).
+
+A byte is counted on the link of the hop that carries it, one (sender, receiver) pair at a time, never by
+the group as a whole: a ring over two nodes crosses the boundary on only some of its hops, and only the
+bytes those hops carry cross. Nodes hold `gpus_per_node` consecutive ranks (node = rank // gpus_per_node).
+
+Who sends to whom, per collective (the rules the byte counts in comm/ops.py and comm/interface.py follow):
+- all-reduce, reduce-scatter, all-gather: the ring (comm/ring.py). Member i only ever sends to member i+1
+  of the group, in the group's member order (indices mod t), so every byte member i sends is on that hop.
+- broadcast: a chain from src around the same ring, member i forwarding to member i+1.
+- reduce: that chain run backwards, into dst: member i sends to member i-1.
+- scatter: src sends each other member its chunk.
+- all-to-all: member i sends chunk j to member j; its chunk to itself stays on the GPU and is not counted
+  as sent, so it is on no link.
+- point-to-point: the one pair.
+
+No backend here: the estimator (estimate/traffic.py) asks the same question of its layouts' groups.
+"""
+from __future__ import annotations
+
+from math import prod
+from typing import Any, Callable, Iterable, Sequence
+
+INSIDE, ACROSS = "inside", "across"  # the two links, as trace.bytes_by_link names them
+
+Transfer = tuple[int, int, int]  # (sender's rank, receiver's rank, bytes)
+
+
+def node_of(rank: int, gpus_per_node: int) -> int:
+    return rank // gpus_per_node
+
+
+def link(src: int, dst: int, gpus_per_node: int) -> str:
+    """The link a hop from rank `src` to rank `dst` takes."""
+    return INSIDE if node_of(src, gpus_per_node) == node_of(dst, gpus_per_node) else ACROSS
+
+
+def ring_hops(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """The ring's hops over `ranks` in member order: member i sends to member i+1, the last to the first.
+    One member makes no hop (it has no one to send to)."""
+    t = len(ranks)
+    return [] if t < 2 else [(ranks[i], ranks[(i + 1) % t]) for i in range(t)]
+
+
+def ring_crossings(ranks: Sequence[int], gpus_per_node: int) -> list[bool]:
+    """For each hop of the ring over `ranks` (ring_hops' order): does it cross a node boundary?"""
+    return [link(a, b, gpus_per_node) == ACROSS for a, b in ring_hops(ranks)]
+
+
+def pair_hops(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """An all-to-all's hops: every member to every other member."""
+    return [(a, b) for a in ranks for b in ranks if a != b]
+
+
+def chain_hops(ranks: Sequence[int]) -> list[tuple[int, int]]:
+    """A pipeline's hops: each stage to the next (activations) and back (their gradients); no wrap-around."""
+    return [hop for a, b in zip(ranks, ranks[1:]) for hop in ((a, b), (b, a))]
+
+
+def _crossing(hops: list[tuple[int, int]], gpus_per_node: int) -> tuple[int, int]:
+    return sum(link(a, b, gpus_per_node) == ACROSS for a, b in hops), len(hops)
+
+
+def _pairs_crossing(ranks: Sequence[int], gpus_per_node: int) -> tuple[int, int]:
+    """pair_hops' crossings without listing t(t-1) pairs (an EP group of 64 has 4,032): every pair but
+    those inside one node, n(n-1) for a node holding n of the members."""
+    per_node: dict[int, int] = {}
+    for r in ranks:
+        per_node[node_of(r, gpus_per_node)] = per_node.get(node_of(r, gpus_per_node), 0) + 1
+    t = len(ranks)
+    return t * (t - 1) - sum(n * (n - 1) for n in per_node.values()), t * (t - 1)
+
+
+# The hops a group's traffic takes, by its pattern, counted: (crossing hops, all hops) of one group. What the
+# estimator's axes send (estimate/traffic.py).
+CROSSINGS: dict[str, Callable[[Sequence[int], int], tuple[int, int]]] = {
+    "ring": lambda ranks, node: _crossing(ring_hops(ranks), node),
+    "chain": lambda ranks, node: _crossing(chain_hops(ranks), node),
+    "pairs": _pairs_crossing,
+}
+
+
+def crossing_share(groups: Iterable[Sequence[int]], pattern: str, gpus_per_node: int) -> float:
+    """The share of `groups`' hops (pattern "ring", "pairs" or "chain") that cross a node boundary: the
+    share of their bytes sent across nodes when every hop carries as many bytes (a ring's even chunks, an
+    all-to-all under uniform routing, a pipeline's activation and its gradient). 0 when there is no hop."""
+    crossing = hops = 0
+    for g in groups:
+        c, n = CROSSINGS[pattern](g, gpus_per_node)
+        crossing, hops = crossing + c, hops + n
+    return crossing / hops if hops else 0.0
+
+
+# -- every transfer of one recorded event ---------------------------------------------------------------
+# Each rule: (ranks in group order, each member's (sent, received) in that order, the chunks' element counts
+# per member (all-to-all only), params) -> the transfers. A rule puts each member's `sent` bytes on its
+# hops in full, so the transfers of an event add up to what its members sent.
+
+Rule = Callable[[Sequence[int], Sequence[tuple[int, int]], Sequence[Sequence[int]], dict], list[Transfer]]
+
+
+def _to_next(ranks, moved, chunks, params) -> list[Transfer]:
+    t = len(ranks)
+    return [(ranks[i], ranks[(i + 1) % t], sent) for i, (sent, _) in enumerate(moved) if sent]
+
+
+def _to_previous(ranks, moved, chunks, params) -> list[Transfer]:
+    t = len(ranks)
+    return [(ranks[i], ranks[(i - 1) % t], sent) for i, (sent, _) in enumerate(moved) if sent]
+
+
+def _from_root(ranks, moved, chunks, params) -> list[Transfer]:
+    return [(params["src"], r, recv) for r, (_, recv) in zip(ranks, moved) if recv]
+
+
+def _pairwise(ranks, moved, chunks, params) -> list[Transfer]:
+    """Member i's sent bytes split over its chunks to the others by their element counts (one dtype per
+    call, so bytes per element = sent / elements sent)."""
+    out = []
+    for i, ((sent, _), counts) in enumerate(zip(moved, chunks)):
+        elements = sum(counts) - counts[i]
+        if sent and elements:
+            per = sent // elements
+            out += [(ranks[i], ranks[j], n * per) for j, n in enumerate(counts) if j != i and n]
+    return out
+
+
+def _point_to_point(ranks, moved, chunks, params) -> list[Transfer]:
+    sent = sum(s for s, _ in moved)
+    return [(params["src"], params["dst"], sent)] if sent else []
+
+
+def _nothing(ranks, moved, chunks, params) -> list[Transfer]:
+    return []
+
+
+SENDS: dict[str, Rule] = {
+    "all_reduce": _to_next, "reduce_scatter": _to_next, "all_gather": _to_next,
+    "broadcast": _to_next, "reduce": _to_previous, "scatter": _from_root,
+    "all_to_all": _pairwise, "p2p": _point_to_point, "barrier": _nothing,
+}
+
+
+def event_transfers(event: Any) -> list[Transfer]:
+    """Every (sender, receiver, bytes) of a trace event (trace.Event), by the rules above; nothing for a
+    compute event."""
+    if event.kind == "compute":
+        return []
+    ranks = [m.rank for m in event.members] if event.kind == "p2p" else list(event.group.ranks)
+    by_rank = {m.rank: m for m in event.members}
+    members = [by_rank[r] for r in ranks]
+    moved = [(m.sent, m.recv) for m in members]
+    chunks = [[prod(t.shape) for t in m.ins] for m in members] if event.op == "all_to_all" else []
+    return SENDS["p2p" if event.kind == "p2p" else event.op](ranks, moved, chunks, event.params)
+
+
+def split_by_link(transfers: Iterable[Transfer], gpus_per_node: int) -> dict[str, int]:
+    """Bytes of `transfers` inside a node and across nodes."""
+    out = {INSIDE: 0, ACROSS: 0}
+    for src, dst, n in transfers:
+        out[link(src, dst, gpus_per_node)] += n
+    return out
