@@ -4,8 +4,8 @@ Bytes are what one rank sends, per collective kind and axis, under the ring algo
 an N-byte buffer over t ranks sends 2(t-1)/t * N, a reduce-scatter or all-gather (t-1)/t * N (N the whole
 buffer). The per-layer counts follow the engine's layers call for call (parasim/nn), and
 tests/test_estimate_crosscheck.py holds them to the trace. Time is FLOPs over (peak x utilisation) plus
-each axis's bytes over the bandwidth of the link it uses (NVLink inside a node, the network across),
-with no overlap: an upper bound, and a way to see which axis costs what.
+each axis's bytes over the bandwidth of the links its hops use (NVLink inside a node, the network
+across; comm/hops.py), with no overlap: an upper bound, and a way to see which axis costs what.
 """
 from __future__ import annotations
 
@@ -269,15 +269,17 @@ def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, uti
             ) -> dict[str, Any]:
     """One GPU's seconds for its `flops` at `utilisation` of peak, and for the bytes it sends over each axis
     on the links its hops take, no overlap: the estimator's model, applied to its own counts or to what a
-    run counted. A ring (and a pipeline) moves in lockstep: each step waits for its slowest hop, so when any
-    hop of the axis crosses nodes all of its bytes go at the network's speed, though only the crossing hops'
-    bytes cross. An all-to-all's pairs do not wait on one another: its bytes inside a node go over NVLink
-    and those across (`across_share`) over the network. `across` gives each axis's share across nodes."""
+    run counted. A ring moves in lockstep: each step waits for its slowest hop, so when any hop of the axis
+    crosses nodes all of its bytes go at the network's speed, though only the crossing hops' bytes cross (a
+    pipeline's hand-offs are timed the same way: a bound). An all-to-all's pairs do not wait on one another:
+    its bytes inside a node go over NVLink and those across over the network, in the share of its pairs
+    that cross (`across_share`, averaged over the axis's GPUs, which Megatron's regular layouts make alike).
+    `across` gives each axis's share of bytes across nodes."""
     compute = flops / (gpu.peak_flops * utilisation)
     node = gpu.gpus_per_node
     comm: dict[str, float] = {}
     across: dict[str, float] = {}
-    for (axis, op), nbytes in sent.items():
+    for (axis, _), nbytes in sent.items():
         share = across[axis] = across_share(layout, axis, node)
         if AXIS_HOPS[axis] == "pairs":
             secs = nbytes * (share / gpu.network + (1.0 - share) / gpu.nvlink)
