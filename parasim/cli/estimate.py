@@ -148,7 +148,7 @@ def _traffic_dict(traffic: dict, unit: float) -> dict[str, float]:
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from ..estimate.memory import breakdown
+    from ..estimate.memory import assumption_words, assumptions, breakdown, fit_words
     from ..estimate.traffic import step_time, step_traffic
     model = _model(args)
     plan, gpu = _plan(args, model, args.seq), _gpu(args)
@@ -159,7 +159,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     bd = breakdown(model, plan, args.seq)
     timing = step_time(model, plan, args.seq, gpu, args.utilisation)
     out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
-           "fits": bd.total <= _usable(args, gpu),
+           "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
     if args.plot:
         from ..render.plots import plot_memory
@@ -184,10 +184,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
     console = Console(highlight=False)
     console.print(table)
-    verdict = "fits in" if out["fits"] else "does NOT fit in"
     console.print(f"model state {bd.model_state / unit:,.2f} {name} "
-                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share); "
-                  f"{verdict} {out['usable']:,.1f} {name} usable")
+                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share)")
+    console.print(fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name))
+    console.print("assumes: " + "; ".join(assumption_words(out["assumes"], plan.cp)))
     traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
     console.print(f"sent per GPU per step ({name}): {traffic}")
     console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "

@@ -57,7 +57,10 @@ def add_trace(sub: Any) -> None:
     shown.add_argument("--json", action="store_true",
                        help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
-                    "the step's time is worked out for (h200, h100, a100; default h200, at 40%% of peak)")
+                    "the step's time and the fit of its peak are worked out for (h200, h100, a100; default h200, "
+                    "at 40%% of peak)")
+    tr.add_argument("--no-flash", action="store_true", help="with --symbolic at real size: keep the s x s "
+                    "attention scores (no FlashAttention), as `parasim memory --no-flash` counts them")
     shown.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world "
                        "opens with its ranks folded by axis: a row per data-parallel group)")
     tr.set_defaults(func=cmd_trace)
@@ -97,6 +100,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         return _at_scale(args, layout, name)
     if args.seq is not None:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
+    if args.no_flash:  # the example's small layers keep their scores already: there are real values to keep
+        raise UsageError("--no-flash is a choice of a real-size step: use it with --symbolic and a full-size preset")
     m = args.microbatches or MICRO_BATCHES
     check_runnable(layout, m, args.routing)
     _check_size(layout, m)
@@ -134,18 +139,30 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if x is None or x["exact"] else 1
 
 
-def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int) -> int:
-    """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes."""
+def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int, plan: Any = None) -> int:
+    """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes; for a real-size
+    step (`plan`: the estimator's plan it ran), what its peak assumes and whether it fits the GPU."""
     from ..examples.moe16 import ROUTINGS
     from ..examples.moe16_exact import exactness
     g = args.gpu
     value = result.values[g]
-    out = {"gpu": g, "layout": name, "coords": value["coords"], "stores": value["stores"],
+    out = {"gpu": g, "layout": name, "sizes": {a: getattr(layout, a) for a in ("tp", "cp", "pp", "dp", "ep", "etp")},
+           "coords": value["coords"], "stores": value["stores"],
            "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
            "does": joins(result.trace, g),
            "backend": result.trace.backend,
            "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
            "exactness": exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None}
+    if plan is not None and out["peak"] is not None:
+        from ..estimate.memory import assumptions, items
+        from ..examples.differences import as_run
+        gpu = gpu_preset(args.gpu_model, "--gpu-model")
+        seq, stage = layout.model.seq, value["coords"]["pp"]
+        # the estimator's own figure for this GPU's stage, as `parasim memory` gives it (its model's shapes,
+        # not the step's code: `parasim memory --symbolic` itemises the difference)
+        estimate = sum(float(a + b * seq + c * seq * seq) for a, b, c in items(layout.model, plan, stage).values())
+        out["peak"].update(assumes=assumptions(as_run(plan)), gpu_model=gpu.name, usable=gpu.usable,
+                           card=gpu.memory, fits=out["peak"]["bytes"] <= gpu.usable, estimate=estimate)
     if "flops" in result.trace.meta and args.symbolic:
         out["time"] = _times(args, result.trace, layout, g)
     ok = out["exactness"] is None or out["exactness"]["exact"]
@@ -173,6 +190,8 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     """A preset at its real size on symbolic ranks: one training step (examples/step.py), the ranks of each
     stage folded onto one, and one GPU's view of it."""
     from ..engine.runner import run
+    from ..estimate.memory import Plan
+    from ..examples.against import step_layout
     from ..examples.step import make_step
     from ..limits import check_symbolic_step
     from ..symbolic.fold import fold_of
@@ -193,13 +212,17 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     args.routing = "balanced"  # what the step routes by (a dense model routes nothing)
     m = args.microbatches or layout.pp
     check_symbolic_step(layout.model.seq, m, layout.pp)
+    # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
+    # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
+    plan = Plan.of(layout, microbatches=m, flash=not args.no_flash)
+    layout = replace(layout, model=step_layout(layout.model, plan, layout.model.seq).model)
     fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
     result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold)
     if args.app:
         return _app(result.trace, f"{name}: one training step on {layout.world:,} symbolic GPUs")
-    return _gpu_view(args, result, layout, name, m)
+    return _gpu_view(args, result, layout, name, m, plan)
 
 
 def _check_size(layout: Any, m: int) -> None:

@@ -12,7 +12,7 @@ s*b*h*(10 + 24/t) with TP alone.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -50,6 +50,14 @@ class Plan(Layout):
         if self.microbatches is not None and self.microbatches < 1:
             raise UsageError(f"microbatches must be a positive integer, got {self.microbatches!r}")
 
+    @classmethod
+    def of(cls, layout: Layout, **choices: Any) -> "Plan":
+        """The plan of `layout` (its degrees, SP, split, ZeRO stage, model) with the training `choices`
+        given (flash, dropout, recompute, microbatches, ...) and the estimator's defaults for the rest: what
+        the real-size trace runs, so that it counts what `parasim memory` counts."""
+        given = {f.name: getattr(layout, f.name) for f in fields(Layout) if f.init}
+        return cls(**given, **choices)
+
     @property
     def rc(self) -> int:
         return RECOMPUTE.index(self.recompute)
@@ -81,6 +89,46 @@ class Plan(Layout):
                 "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
                 "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
                 "chunked_loss": self.chunked_loss, "label": self.label()}
+
+
+# -- what the model assumes, in words ---------------------------------------------------------------
+# Each choice that changes what a GPU keeps, and the words a learner reads for it beside every figure this
+# model gives (parasim memory, and the real-size trace, whose step runs the same plan): one table.
+ASSUMPTION_WORDS: dict[tuple[str, Any], str] = {
+    ("flash", True): "attention scores not kept (FlashAttention: recomputed in backward)",
+    ("flash", False): "attention scores kept (s x s per head and layer: no FlashAttention)",
+    ("ring", True): "attention scores not kept (CP's ring attention keeps only q, k, v, the output and its "
+                    "log-sum-exp)",
+    ("dropout", True): "dropout masks kept (1 byte a value)",
+    ("dropout", False): "no dropout masks",
+    ("recompute", "none"): "no activation recomputation",
+    ("recompute", "selective"): "selective recomputation (the attention scores recomputed, not kept)",
+    ("recompute", "full"): "full recomputation (each layer keeps only its input and runs again in backward)",
+}
+
+
+def assumptions(plan: Plan) -> dict[str, Any]:
+    """The choices of `plan` that change what a GPU keeps, as fields: {"flash", "dropout", "recompute"}."""
+    return {"flash": bool(plan.flash), "dropout": bool(plan.dropout), "recompute": plan.recompute}
+
+
+def assumption_words(assumed: dict[str, Any], cp: int = 1) -> list[str]:
+    """`assumptions(...)` in words, one clause per choice (under CP, ring attention keeps no scores either
+    way)."""
+    scores = ("ring", True) if cp > 1 and not assumed["flash"] else ("flash", assumed["flash"])
+    return [ASSUMPTION_WORDS[scores], ASSUMPTION_WORDS[("dropout", assumed["dropout"])],
+            ASSUMPTION_WORDS[("recompute", assumed["recompute"])]]
+
+
+def fit_words(nbytes: float, usable: float, gpu_name: str, card: float, given: bool = False,
+              unit: float = 1e9, name: str = "GB") -> str:
+    """Whether `nbytes` fits in `usable` bytes of one GPU (`gpu_name`, `card` bytes on it), said plainly;
+    `given`: the usable figure is the learner's, not the GPU preset's."""
+    room = f"the {usable / unit:,.1f} {name} " + (
+        "usable you gave" if given else f"an {gpu_name} leaves for training ({card / unit:,.0f} {name} on the card)")
+    if nbytes > usable:
+        return f"does NOT fit: more than the GPU holds: {nbytes / unit:,.2f} {name} against {room}"
+    return f"fits: {nbytes / unit:,.2f} {name} of {room}"
 
 
 # -- one layer, per local token -----------------------------------------------------------------------

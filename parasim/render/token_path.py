@@ -3,6 +3,7 @@ keeps and joins. The command (cli/trace.py) runs the step; these turn what it fo
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 
@@ -88,8 +89,8 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
         f"  stores: {s['tp shards']:,} values of "
         + ("TP shards (attention, MLP), " if split else "whole weights (attention, MLP: TP 1 splits nothing), ")
         + f"{s['whole copies']:,} of " + ("whole copies (norms, router), " if split else "norms and router, ")
-        + f"{s['experts']:,} of experts {_experts_once(view['experts_per_layer'])}, "
-        f"{s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
+        + (f"{s['experts']:,} of experts {_experts_once(view['experts_per_layer'])}, " if s["experts"] else "")
+        + f"{s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
     )
     out.append(
         f"  tokens: {_spans(s['tokens between matmuls'])} between matmuls, {_spans(s['tokens in attention'])} "
@@ -105,8 +106,15 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
         )
         if "assumes" in pk:  # a real-size step: the estimator's plan, as `parasim memory` counts it
             from ..estimate.memory import assumption_words, fit_words
-            out.append(f"    assumes: {assumption_words(pk['assumes'], view['sizes']['cp'])}")
-            out.append(f"    {fit_words(pk['bytes'], pk['usable'], _Card(pk['gpu_model'], pk['card'], pk['usable']))}")
+            out.append(textwrap.fill("; ".join(assumption_words(pk["assumes"], view["sizes"]["cp"])), 100,
+                                     initial_indent="    assumes: ", subsequent_indent=" " * 13))
+            out.append(textwrap.fill(fit_words(pk["bytes"], pk["usable"], pk["gpu_model"], pk["card"]), 100,
+                                     initial_indent="    ", subsequent_indent=" " * 6))
+            out.append(textwrap.fill(
+                f"the estimator says {pk['estimate'] / 1e9:,.2f} GB for this stage: it counts the model's shapes "
+                "(embeddings, every MLP matrix, shared experts, logits), this step only the layers it runs; "
+                "parasim memory --symbolic sets the two side by side, item by item", 100,
+                initial_indent="    ", subsequent_indent=" " * 6))
     if "time" in view:
         t, slow = view["time"]["this"], view["time"]["slowest"]
         comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
@@ -130,13 +138,6 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
     return "\n".join(out).split("\n")
 
 
-class _Card:
-    """The GPU's name and sizes as `fit_words` reads them from a GpuSpec."""
-
-    def __init__(self, name: str, memory: float, usable: float) -> None:
-        self.name, self.memory, self.usable = name, memory, usable
-
-
 def _experts_once(per_layer: list[list[int]]) -> str:
     """The experts a GPU holds, each list once, with the layers it holds it in: under EP every MoE layer of
     a stage holds the same experts ("E5/E6 in each of its 2 MoE layers"); dense layers hold none."""
@@ -145,7 +146,7 @@ def _experts_once(per_layer: list[list[int]]) -> str:
         if layer:
             lists[tuple(layer)] = lists.get(tuple(layer), 0) + 1
     if not lists:
-        return "(none: no MoE layer here)"
+        return "(none)"
     if len(lists) == 1:
         (ids, n), = lists.items()
         return f"{_expert_names(ids)} in " + (f"each of its {n} MoE layers" if n > 1 else "its one MoE layer")
