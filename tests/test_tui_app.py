@@ -17,20 +17,21 @@ def text(app, selector: str) -> str:
 
 async def test_keys_step_and_panels_follow():
     app = make("tp-mlp")
+    last = len(app.view.events) - 1  # the backward all-reduce 'f backward'
     async with app.run_test(size=(120, 40)) as pilot:
         assert app.index == 0 and "[1 2 2 2]" in text(app, "#holdings")
-        await pilot.press("right", "right", "right")
-        assert app.index == 3
+        await pilot.press(*["right"] * last)
+        assert app.index == last
         assert "[-1 3]" in text(app, "#holdings") and "f backward" in text(app, "#detail")
         assert "backward" in text(app, "#narrative")
         await pilot.press("left")
-        assert app.index == 2
+        assert app.index == last - 1
         await pilot.press("home")
         assert app.index == 0
         await pilot.press("end", "right")
-        assert app.index == 3  # clamped at the last event
+        assert app.index == last  # clamped at the last event
         await pilot.press("p", "n", "n")
-        assert app.index == 3
+        assert app.index == last
 
 
 async def test_filter_focus_and_goto_prompts():
@@ -47,7 +48,7 @@ async def test_filter_focus_and_goto_prompts():
         await pilot.press("r", "enter", "g", "2", "enter")
         assert app.view.focus_rank is None and app.index == 1
         await pilot.press("slash", "escape")  # a cancelled prompt changes nothing
-        assert app.prompt_kind is None and app.index == 1
+        assert not app.screen.is_modal and app.index == 1
 
 
 async def test_hops_toggle_and_click():
@@ -140,3 +141,109 @@ async def test_the_first_divergence_is_marked_and_d_jumps_to_it():
         assert "first divergence at #" in text(app, "#status")
         await pilot.press("right")
         assert "FIRST DIVERGENCE" not in text(app, "#detail")
+
+
+def screen_text(app) -> str:
+    """What the terminal shows now, line by line (the screen as composed, without colours)."""
+    return "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+
+
+def ruler_marks(timeline) -> list[tuple[int, int]]:
+    """(step written, step of the column it is written over) for each number on the timeline's ruler."""
+    from parasim.tui.timeline import CELL_W, LABEL_W
+    line = timeline.render_line(0).text
+    first = timeline.scroll_offset.x // CELL_W
+    marks, at = [], LABEL_W
+    while at < len(line):
+        if line[at].isdigit():
+            end = at
+            while end < len(line) and line[end].isdigit():
+                end += 1
+            assert (at - LABEL_W) % CELL_W == 0, f"a number starts inside a column: {line!r}"
+            marks.append((int(line[at:end]), first + (at - LABEL_W) // CELL_W + 1))
+            at = end
+        else:
+            at += 1
+    return marks
+
+
+def long(ctx):
+    x = ctx.asarray([1.0])
+    for _ in range(1100):
+        ctx.comm.all_reduce(x)
+
+
+async def test_the_timeline_opens_on_the_first_event_and_numbers_its_columns():
+    """moe16 at 100x30: the first column shown is step 1 (the selected event #0's), the ruler writes each
+    number over its own column, Home comes back to step 1 after End, and past step 1,000 (numbers of four
+    digits) the numbers still sit over their columns."""
+    from parasim.tui.timeline import CELL_W, LABEL_W
+    app = make("moe16")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        timeline = app.query_one(Timeline)
+        assert timeline.scroll_offset.x == 0
+        first = app.view.events[0]
+        row = timeline.render_line(1 + first.ranks[0]).text  # the ruler is line 0, rank r is line r + 1
+        assert row[LABEL_W:LABEL_W + 2] == app.view.cell(first.ranks[0], first.step)[0] and first.step == 1
+        marks = ruler_marks(timeline)
+        assert marks and all(written == column for written, column in marks), marks
+        await pilot.press("end")
+        assert timeline.scroll_offset.x > 0 and all(w == c for w, c in ruler_marks(timeline))
+        await pilot.press("home")
+        assert app.index == 0 and timeline.scroll_offset.x == 0
+    app = ParasimApp(View(parasim.run(long, 2).trace))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("end")
+        timeline = app.query_one(Timeline)
+        marks = ruler_marks(timeline)
+        assert any(written >= 1000 for written, _ in marks) and all(w == c for w, c in marks), marks
+        last = app.view.events[-1].step  # the selected column is in view, whole
+        shown = (timeline.scrollable_content_region.width - LABEL_W) // CELL_W
+        assert timeline.scroll_offset.x // CELL_W < last <= timeline.scroll_offset.x // CELL_W + shown
+
+
+async def test_at_100x30_the_selected_event_and_the_keys_show():
+    for name in ("collectives", "tp-mlp", "moe16"):
+        app = make(name)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            screen = screen_text(app)
+            assert "selected event" in screen and app.view.detail(0)[0] in screen, (name, screen)
+            assert "? help  q quit" in screen.splitlines()[-1], (name, screen)
+
+
+async def test_at_200x50_every_line_of_what_each_rank_holds_shows():
+    for name in ("zero", "moe16"):
+        app = make(name)
+        async with app.run_test(size=(200, 50)) as pilot:
+            await pilot.pause()
+            screen = screen_text(app)
+            held = text(app, "#holdings").splitlines()
+            assert len(held) > 3 and all(line.strip() in screen for line in held), (name, screen)
+
+
+async def test_t_on_a_point_to_point_event_says_why_no_hops_show():
+    app = make("moe16")
+    p2p = next(i for i, e in enumerate(app.view.events) if e.kind == "p2p")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("g", *str(app.view.visible.index(p2p) + 1), "enter", "t")
+        assert app.index == p2p
+        assert "point-to-point" in text(app, "#status") and "no ring hops" in text(app, "#status")
+        await pilot.press("t")
+        assert "no ring hops" not in text(app, "#status")
+
+
+async def test_help_is_a_screen_of_its_own_over_the_app():
+    from parasim.tui.screens import HelpScreen
+    app = make("tp-mlp")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert "go to event k" in screen_text(app)
+        await pilot.press("right")  # the step keys are off under the help
+        assert app.index == 0
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
+        await pilot.press("right")
+        assert app.index == 1

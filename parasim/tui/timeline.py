@@ -3,12 +3,14 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
-from textual.geometry import Region, Size
+from textual.events import Click
+from textual.geometry import Size
 from textual.message import Message
+from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .view import COLOURS, IDLE, KINDS, View
+from .view import COLOURS, IDLE, KINDS, View, ruler
 
 LABEL_W, CELL_W = 8, 3
 STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})
@@ -28,70 +30,112 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             super().__init__()
             self.index = index
 
+    index: var[int] = var(0, init=False, always_update=True)  # bound to the app's: the selected event
+    revision: var[int] = var(0, init=False)  # bound to the app's: rows folded, filter changed
+
     def __init__(self, view: View, **kwargs) -> None:
         super().__init__(**kwargs)
         self.view = view
-        self.index = 0
-        self.watch_rank: int | None = None  # the rank holding a followed token, its label drawn apart
         self._taking: set[int] | None = None  # the selected event's ranks
+        self._watch_rank: int | None = None  # the rank holding a followed token (its row label drawn apart)
         self.resize_rows()
 
     def resize_rows(self) -> None:
-        self.virtual_size = Size(LABEL_W + self.view.columns * CELL_W, len(self.view.rows) + 1)
+        # one spare column: the body's window is the widget less the label gutter, so a scroll that brings the
+        # last column fully into view may go up to a cell past the grid
+        self.virtual_size = Size(LABEL_W + (self.view.columns + 1) * CELL_W, len(self.view.rows) + 1)
         self.refresh(layout=True)
 
-    def select(self, index: int, watch_rank: int | None = None) -> None:
-        self.index, self.watch_rank = index, watch_rank
-        self._taking = set(self.view.events[index].ranks) if self.view.events else None  # asked by every row
-        if self.view.events:
-            step = self.view.events[index].step
-            self.scroll_to_region(Region(LABEL_W + (step - 1) * CELL_W, 0, CELL_W, 1), animate=False, force=True)
+    def watch_index(self) -> None:
+        self._taking = set(self.view.events[self.index].ranks) if self.view.events else None
+        watch = self.view.watch(self.index)
+        self._watch_rank = watch.rank if watch else None
+        self.follow()
         self.refresh()
+
+    def watch_revision(self) -> None:
+        self.resize_rows()
+        self.follow()
+
+    def on_resize(self) -> None:
+        self.follow()
+
+    def _window(self) -> tuple[int, int, int]:
+        """(first column shown, columns that fit, first row shown), from the scroll offset. The column scroll is
+        taken down to a whole cell, so every column starts under its ruler number and no half cell shows."""
+        view = self.scrollable_content_region
+        return (self.scroll_offset.x // CELL_W, max(1, (view.width - LABEL_W) // CELL_W), self.scroll_offset.y)
+
+    def follow(self) -> None:
+        """Scroll so the selected event's column and its first rank's row are in view."""
+        region = self.scrollable_content_region
+        if not self.view.events or region.width <= LABEL_W or region.height < 2:
+            return  # not laid out yet: on_resize follows once it is
+        e = self.view.events[self.index]
+        first, fit, top = self._window()
+        column = e.step - 1
+        if column < first:
+            first = column
+        elif column >= first + fit:
+            first = column - fit + 1
+        taking = set(e.ranks)
+        rows = [k for k, (_, ranks) in enumerate(self.view.rows) if not taking.isdisjoint(ranks)]
+        shown = region.height - 1  # the ruler's line stays on top
+        if rows and not top <= rows[0] < top + shown:  # bring the first into view, and as many more as fit
+            top = rows[0] if rows[0] < top else min(rows[0], rows[-1] - shown + 1)
+        self.scroll_to(x=first * CELL_W, y=top, animate=False, force=True, immediate=True)
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"timeline--{name}")
 
     def render_line(self, y: int) -> Strip:
-        sx, sy = self.scroll_offset
-        row = y + sy
         width = self.size.width
-        first = sx // CELL_W
-        last = min(self.view.columns, (sx + width) // CELL_W + 2)
+        first, _, top = self._window()
+        last = min(self.view.columns, first + max(0, width - LABEL_W) // CELL_W + 1)
         events = self.view.events
         sel = events[self.index] if events else None
-        if row == 0:
-            label = Segment("step".ljust(LABEL_W), self._style("header"))
-            cells = [Segment(f"{c + 1:<{CELL_W}}" if (c + 1) % 5 == 0 or c == 0 else " " * CELL_W,
-                             self._style("column" if sel is not None and sel.step == c + 1 else "header"))
-                     for c in range(first, last)]
-        elif row - 1 < len(self.view.rows):
-            name, ranks = self.view.rows[row - 1]
+        if y == 0:  # the ruler: always on top, over the columns shown
+            text, span = ruler(first + 1, last + 1, CELL_W, sel.step if sel is not None else None)
+            head = self._style("header")
+            if span is None:
+                cells = [Segment(text, head)]
+            else:
+                cells = [Segment(text[:span[0]], head), Segment(text[span[0]:span[1]], self._style("column")),
+                         Segment(text[span[1]:], head)]
+            label = Segment("step".ljust(LABEL_W), head)
+        elif y - 1 + top < len(self.view.rows):
+            row = y - 1 + top
+            name, ranks = self.view.rows[row]
             if self._taking is None and sel is not None:
                 self._taking = set(sel.ranks)
             taking = self._taking or set()
             mine = sel is not None and not taking.isdisjoint(ranks)
             style = self._style("selected" if mine else "label")
-            if self.watch_rank in ranks:
+            if self._watch_rank is not None and self._watch_rank in ranks:
                 style = style + self._style("watch")
             label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), style)
             cells = []
             for c in range(first, last):
-                text, style = self.view.row_cell(row - 1, c + 1)
+                text, style = self.view.row_cell(row, c + 1)
                 st = self._style(style)
                 if sel is not None and sel.step == c + 1 and mine:
                     st = st + self._style("selected")
-                if self.view.diverged_at(row - 1, c + 1):
+                if self.view.diverged_at(row, c + 1):
                     st = st + self._style("diverged")
                 cells.append(Segment(text.ljust(CELL_W), st))
         else:
             return Strip.blank(width, self.rich_style)
-        body = Strip(cells).crop(sx - first * CELL_W, sx - first * CELL_W + max(0, width - LABEL_W))
+        body = Strip(cells).crop(0, max(0, width - LABEL_W))
         return Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width, self.rich_style)
 
-    def on_click(self, event) -> None:
-        col = (event.x + self.scroll_offset.x - LABEL_W) // CELL_W + 1
-        row = event.y + self.scroll_offset.y - 1
-        if event.x >= LABEL_W and 0 <= row < len(self.view.rows):
+    def on_click(self, event: Click) -> None:
+        at = event.get_content_offset(self)
+        if at is None or at.y == 0 or at.x < LABEL_W:
+            return  # the ruler or a row's label
+        first, _, top = self._window()
+        col = (at.x - LABEL_W) // CELL_W + first + 1
+        row = at.y - 1 + top
+        if 0 <= row < len(self.view.rows):
             for rank in self.view.rows[row][1]:
                 index = self.view.at(rank, col)
                 if index is not None:
