@@ -209,7 +209,7 @@ async def test_at_100x30_the_selected_event_and_the_keys_show():
         async with app.run_test(size=(100, 30)) as pilot:
             await pilot.pause()
             screen = screen_text(app)
-            assert "selected event" in screen and app.view.detail(0)[0] in screen, (name, screen)
+            assert "selected event" in screen and app.view.detail(0)[0][:30] in screen, (name, screen)
             assert "? help  q quit" in screen.splitlines()[-1], (name, screen)
 
 
@@ -247,3 +247,14 @@ async def test_help_is_a_screen_of_its_own_over_the_app():
         assert not isinstance(app.screen, HelpScreen)
         await pilot.press("right")
         assert app.index == 1
+
+
+async def test_the_timeline_scrolls_down_to_the_selected_events_ranks():
+    """moe16 at 100x30 shows 7 of its 16 ranks: selecting an event of ranks 6 and 7 brings both rows into view."""
+    app = make("moe16")
+    pick = next(i for i, e in enumerate(app.view.events) if sorted(e.ranks) == [6, 7])
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("g", *str(app.view.visible.index(pick) + 1), "enter")
+        timeline = app.query_one(Timeline)
+        shown = [timeline.render_line(y).text.split()[:2] for y in range(1, timeline.scrollable_content_region.height)]
+        assert ["rank", "6"] in shown and ["rank", "7"] in shown, shown

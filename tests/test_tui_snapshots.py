@@ -1,4 +1,6 @@
-"""Snapshot tests of the step-through app: the first screen and a middle screen of every lesson, 120x40.
+"""Snapshot tests of the step-through app: the first screen and a middle screen of every lesson, 120x40; and
+at the smallest and a large terminal (100x30, 200x50) for collectives, tp-mlp and moe16, each checked to show
+the selected event and the footer's keys before it is compared.
 
 Baselines live in tests/__snapshots__/test_tui_snapshots/. After an intended change to the app's look:
     pytest tests/test_tui_snapshots.py --snapshot-update
@@ -46,3 +48,39 @@ def test_middle_screen(snap_compare, name):
     assert steps > 0
     # go there with the g prompt, as a user would on a long trace (pressing Right 600 times takes a minute)
     assert snap_compare(app, press=["g", *str(steps + 1), "enter"], terminal_size=SIZE)
+
+
+READABLE = ["collectives", "tp-mlp", "moe16"]
+SIZES = {"100x30": (100, 30), "200x50": (200, 50)}
+
+
+async def shows_the_event_and_the_keys(pilot) -> None:
+    """Before the picture is taken: the selected event's panel and the keys' line are on the screen."""
+    await pilot.pause()
+    app = pilot.app
+    screen = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
+    assert "selected event" in screen and app.view.detail(app.index)[0][:30] in screen, screen
+    assert "? help  q quit" in screen.splitlines()[-1], screen
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", READABLE)
+def test_readable_first_screen(snap_compare, name, size):
+    assert snap_compare(make_app(name), terminal_size=SIZES[size], run_before=shows_the_event_and_the_keys)
+
+
+@pytest.mark.parametrize("size", SIZES)
+@pytest.mark.parametrize("name", READABLE)
+def test_readable_middle_screen(snap_compare, name, size):
+    app = make_app(name)
+    middle = len(app.view.events) // 2 + 1
+
+    async def go_there(pilot) -> None:
+        await pilot.press("g", *str(middle), "enter")
+        await shows_the_event_and_the_keys(pilot)
+
+    assert snap_compare(app, terminal_size=SIZES[size], run_before=go_there)
+
+
+def test_help_at_100x30(snap_compare):
+    assert snap_compare(make_app("tp-mlp"), press=["question_mark"], terminal_size=SIZES["100x30"])

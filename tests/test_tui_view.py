@@ -180,7 +180,8 @@ def test_reduce_and_scatter_cells_and_words():
     held = [(h.rank, h.role, h.placement, h.values) for h in view.holdings(1)]
     assert held[1] == (0, "out", "sharded on dim 0", "[1 2]") and held[3] == (1, "out", "sharded on dim 0", "[3 4]")
     assert held[0][2] == "whole on rank 0"
-    assert view.detail(0)[2] == "op=sum" and "sent 32 B, received 0 B" in view.detail(0)[4]
+    assert view.detail(0)[2] == "op=sum" and view.detail(0)[3].startswith("called at ")
+    assert view.detail(0)[5] == "         sent 32 B, received 0 B"  # rank 0's: ranks that differ say it each
 
 
 def test_a_backward_phase_finds_the_token_where_its_forward_twin_held_it():
@@ -214,3 +215,34 @@ async def test_the_app_shows_the_map_for_moe16():
         await pilot.pause()
         panel = app.query_one("#map")
         assert panel.display and "node 1" in str(panel.render())
+
+
+def test_the_ruler_writes_each_number_over_its_own_column():
+    from parasim.tui.view import ruler
+    # 3 characters a column: step s starts at 3 * (s - first)
+    assert ruler(1, 11, 3, None) == ("1" + " " * 11 + "5" + " " * 14 + "10 ", None)
+    assert ruler(1, 11, 3, 7) == ("1" + " " * 11 + "5" + " " * 5 + "7" + " " * 8 + "10 ", (18, 19))
+    assert ruler(998, 1003, 3, None) == (" " * 6 + "1000" + " " * 5, None)
+    assert ruler(1001, 1004, 3, None) == (" " * 9, None)  # 1,000's tail alone would read as 0
+    assert ruler(996, 1001, 3, None) == (" " * 15, None)  # 1,000 would be cut by the window's right edge
+    text, span = ruler(95, 105, 3, 101)  # 100 would touch the selected 101: left out
+    assert text == "95" + " " * 16 + "101" + " " * 9 and span == (18, 21)
+
+
+def test_what_every_rank_shares_is_said_once(coll):
+    # the first all-reduce: 2 ranks, 4 float64 each; directly, each sends its 4 x 8 B to the other
+    lines = coll.detail(0)
+    assert lines[3] == "each rank sent 32 B and received 32 B" and lines[4].startswith("called at ")
+    assert lines[5:] == ["rank 0   float64[4] -> float64[4]", "rank 1   float64[4] -> float64[4]"]
+
+
+def test_with_hops_on_the_status_says_why_an_event_shows_none(coll):
+    ring = next(i for i, e in enumerate(coll.events) if e.algo == "ring")
+    direct = next(i for i, e in enumerate(coll.events) if not e.hops and e.kind == "collective")
+    assert coll.hops_note(direct) == ""  # hops off: nothing to explain
+    coll.show_hops = True
+    try:
+        assert coll.hops_note(direct) == f"this {coll.events[direct].op} ran direct, not as a ring: no hops"
+        assert "ring hops shown" in coll.hops_note(ring)
+    finally:
+        coll.show_hops = False

@@ -203,7 +203,11 @@ class StatusLine(Panel):
 
     def content(self, index: int) -> Text:
         play = "playing" if self.playing else "paused"
-        return Text(f" {self.view.status(index)}   {play} ({SPEEDS[self.speed]} s/step)")
+        line = Text(f" {self.view.status(index)}   {play} ({SPEEDS[self.speed]} s/step)")
+        hops = self.view.hops_note(index)
+        if hops:
+            line.append(f"   t: {hops}", style="bold")
+        return line
 
 
 class KeyLine(Static):

@@ -81,8 +81,10 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         taking = set(e.ranks)
         rows = [k for k, (_, ranks) in enumerate(self.view.rows) if not taking.isdisjoint(ranks)]
         shown = region.height - 1  # the ruler's line stays on top
-        if rows and not top <= rows[0] < top + shown:  # bring the first into view, and as many more as fit
-            top = rows[0] if rows[0] < top else min(rows[0], rows[-1] - shown + 1)
+        if rows and rows[0] < top:
+            top = rows[0]
+        elif rows and rows[-1] >= top + shown:  # bring the last into view, unless that hides the first
+            top = min(rows[0], rows[-1] - shown + 1)
         self.scroll_to(x=first * CELL_W, y=top, animate=False, force=True, immediate=True)
 
     def _style(self, name: str) -> Style:

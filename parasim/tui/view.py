@@ -67,9 +67,9 @@ def footer_keys() -> list[tuple[str, str]]:
 
 # Why `t` shows no hops for an event, by kind of event (a collective that ran without a ring says its algorithm).
 NO_HOPS = {
-    "p2p": "this is a point-to-point message ({op}): one send, one receive, no ring hops",
-    "compute": "this is compute on one rank: no data moves, no ring hops",
-    "collective": "this {op} ran {algo}, not as a ring: no hops to show",
+    "p2p": "a point-to-point message (one send, one receive) has no ring hops",
+    "compute": "compute moves no data: no ring hops",
+    "collective": "this {op} ran {algo}, not as a ring: no hops",
 }
 
 
@@ -403,16 +403,18 @@ class View:
         params = {k: v for k, v in e.params.items() if k not in ("src", "dst")}
         if params:
             lines.append("  ".join(f"{k}={v}" for k, v in params.items()))
-        # ranks that all sent and received the same, from the same place, say so once (a data-parallel sum of
-        # 8 ranks: 9 lines, not 16); else two short lines per rank, so a narrow panel does not wrap them mid-word
-        same = len(e.members) > 1 and len({(m.sent, m.recv, m.site) for m in e.members}) == 1
-        if same:
-            m = e.members[0]
-            lines += [f"each rank sent {m.sent:,} B and received {m.recv:,} B", f"called at {m.site}"]
+        # what every rank shares is said once (a data-parallel sum of 8 ranks: 10 lines, not 17); the rest in
+        # short lines per rank, so a narrow panel does not wrap them mid-phrase
+        same_bytes = len(e.members) > 1 and len({(m.sent, m.recv) for m in e.members}) == 1
+        one_site = len({m.site for m in e.members}) == 1
+        if same_bytes:
+            lines.append(f"each rank sent {e.members[0].sent:,} B and received {e.members[0].recv:,} B")
+        if one_site:
+            lines.append(f"called at {e.members[0].site}")
         for m in e.members[:SHOWN]:
             lines.append(f"rank {m.rank:<3} {_tensors(m.ins)} -> {_tensors(m.outs)}")
-            if not same:
-                lines.append(f"         sent {m.sent:,} B, received {m.recv:,} B, at {m.site}")
+            if not same_bytes:
+                lines.append(f"         sent {m.sent:,} B, received {m.recv:,} B" + ("" if one_site else f", at {m.site}"))
         if len(e.members) > SHOWN:
             lines.append(f"... and {len(e.members) - SHOWN} more ranks: sent {sum(m.sent for m in e.members):,} B "
                          "by all of them")
@@ -537,9 +539,6 @@ class View:
             parts.append(f"rank {self.focus_rank}")
         if self.diverged() is not None:
             parts.append(f"first divergence at #{self.divergence['event']} (d jumps there)")
-        hops = self.hops_note(index)
-        if hops:
-            parts.append(f"t: {hops}")
         return "  ".join(parts)
 
     def hops_note(self, index: int) -> str:
