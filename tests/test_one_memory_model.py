@@ -104,3 +104,9 @@ def test_each_expert_list_is_printed_once(args, experts, layers):
     line = _stores_line(cli("trace", *args).stdout)
     assert line.count("E" + experts.split("E")[1].rstrip("-/")) == 1 and experts in line
     assert f"each of its {layers} MoE layers" in line
+
+
+def test_no_flash_is_refused_where_the_example_keeps_its_scores_anyway():
+    out = cli("trace", "--no-flash")
+    assert out.returncode == 2 and "--no-flash is a choice of a real-size step" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
