@@ -76,7 +76,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
         _list_lessons(load_lessons(), args.json)
         return 0
-    if args.list:
+    if getattr(args, "list", False):  # parasim view FILE.py:fn comes here without it
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     if args.plot is not None:
