@@ -51,3 +51,11 @@ def test_the_table_marks_what_changes():
 def test_bad_settings_are_one_line_exit_2(args, needle):
     out = cli("compare", *args)
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and needle in out.stderr
+
+
+def test_the_busiest_gpu_is_a_middle_stage():
+    """pp 4: a middle stage sends m activations on and m gradients back; the first stage only activations.
+    An activation here is [4, 1, 8] float64 = 256 B."""
+    data = _json("pp-1f1b", "--pp", "2,4", "-m", "4")
+    got = [r["figures"]["bytes sent by the busiest GPU on p2p"] for r in data["rows"]]
+    assert got == [4 * 256, 2 * 4 * 256]

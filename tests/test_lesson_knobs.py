@@ -94,3 +94,17 @@ def test_moe16_with_the_post_s_routing_is_exact():
                                                                        "--chunks", "3"), 2)])
 def test_more_lessons_run_exact_at_other_settings(args, world):
     assert _run(*args)["world"] == world
+
+
+def test_one_setting_changed_of_two_is_not_the_post_s():
+    second = cli("lesson", "pp-1f1b", "--pp", "8", "--plain").stdout.splitlines()[1]
+    assert second == "settings: --pp 8, --microbatches 4  (the post's: --pp 4, --microbatches 4)"
+
+
+def test_world_given_as_world_is_the_world_setting():
+    assert _run("sp", "--world", "4")["settings"] == {"tp": 4}
+
+
+def test_interleaving_note_only_for_several_chunks():
+    from parasim.pipeline.schedules import rounds_note
+    assert rounds_note(4, 6, 1) is None and rounds_note(4, 8, 2) is None and "1 round of 6" in rounds_note(4, 6, 2)

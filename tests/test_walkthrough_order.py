@@ -62,3 +62,26 @@ def test_memory_prints_the_zero_stages_as_a_table():
     assert [r["bytes per parameter"] for r in zero["rows"]] == pytest.approx(want, rel=1e-3)
     assert [r["GB per GPU"] for r in zero["rows"]] == pytest.approx([w * params / 1e9 for w in want], rel=2e-2)
     assert "101.25" in cli("lesson", "memory", "--plain").stdout  # not cut to 101.2
+
+
+def _trace(marks, events=()):
+    from types import SimpleNamespace
+    from parasim.trace import Mark
+    return SimpleNamespace(marks=[Mark(*m) for m in marks], events=list(events))
+
+
+def test_phases_no_rank_shares_come_in_the_order_of_their_first_step():
+    """Rank 1 mentions its phase first (it had nothing to wait for) but reaches it at step 5; rank 0's phase
+    begins at step 1: with no rank in both, the earlier step leads."""
+    from parasim.render.walkthrough import phase_order
+    trace = _trace([(1, 5, "phase", "Q"), (0, 1, "phase", "P")])
+    assert phase_order(trace) == [None, "P", "Q"]
+
+
+def test_the_k_th_notes_of_every_rank_are_said_together_in_rank_order():
+    from parasim.render.walkthrough import _phase_blocks
+    trace = _trace([(0, 0, "phase", "P"), (0, 0, "note", "first of 0"), (0, 0, "note", "second of 0"),
+                    (1, 0, "phase", "P"), (1, 0, "note", "first of 1"), (1, 0, "note", "second of 1")])
+    (phase, items), = [b for b in _phase_blocks(trace) if b[0] == "P"]
+    assert [it[-1] for it in items] == ["rank 0: first of 0", "rank 1: first of 1", "rank 0: second of 0",
+                                        "rank 1: second of 1"]
