@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .tables import cell
 from .text import printable
 
 
@@ -16,16 +17,6 @@ def differing(rows: list[dict[str, Any]]) -> list[str]:
     """The figures whose value is not the same in every run (a figure some runs lack counts as differing)."""
     names = list(dict.fromkeys(n for r in rows for n in r["figures"]))
     return [n for n in names if len({repr(r["figures"].get(n)) for r in rows}) > 1]
-
-
-def _cell(v: Any) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() else f"{v:,.4g}"
-    if isinstance(v, int):
-        return f"{v:,}"
-    return str(v)
 
 
 def compare_table(lesson: str, rows: list[dict[str, Any]], flags: dict[str, str]) -> Any:
@@ -41,6 +32,6 @@ def compare_table(lesson: str, rows: list[dict[str, Any]], flags: dict[str, str]
     names = list(dict.fromkeys(n for r in rows for n in r["figures"]))
     for n in names:
         mark = "* " if n in changes else "  "
-        cells = [_cell(r["figures"].get(n)) for r in rows]
+        cells = [cell(r["figures"].get(n)) for r in rows]
         table.add_row(mark + printable(n), *[f"[bold]{c}[/bold]" if n in changes else c for c in cells])
     return table
