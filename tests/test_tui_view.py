@@ -246,3 +246,10 @@ def test_with_hops_on_the_status_says_why_an_event_shows_none(coll):
         assert "ring hops shown" in coll.hops_note(ring)
     finally:
         coll.show_hops = False
+
+
+def test_the_legend_names_the_kinds_every_cell_shows():
+    from parasim.tui.view import kind_of
+    lr = run_lesson(get_lesson("moe16"))
+    view = View(lr.result.trace)
+    assert view.kinds_seen() == {kind_of(e, m.rank) for e in view.events for m in e.members}  # the scan it replaces

@@ -21,7 +21,7 @@ from .screens import HelpScreen, PromptScreen
 from .timeline import Timeline
 from .view import KEYS, View
 
-WIDE = 160  # columns from which the selected event and what each rank holds sit side by side
+WIDE = 180  # columns from which the selected event and what each rank holds sit side by side
 
 # what each prompt asks (kind -> question, placeholder)
 PROMPTS = {

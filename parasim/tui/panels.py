@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from rich.text import Text
 from textual.color import Color
+from textual.content import Content
 from textual.reactive import var
 from textual.widgets import Static
 
 from ..pipeline import action as pipeline_action
 from .memory import describe
-from .view import COLOURS, IDLE, KINDS, View, footer_keys, kind_of
+from .view import COLOURS, IDLE, KINDS, View, footer_keys
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)  # seconds per step while playing, slowest first (+/- moves along)
 
@@ -29,6 +30,8 @@ class Panel(Static):
         super().__init__(**kwargs)
         self.view = view
         self._shown: Text | None = None
+        self._drawn: tuple[int | None, int] = (None, 0)  # (lines, width) the panel took when last drawn
+        self._key: tuple | None = None  # (event, revision, width) it was drawn for
 
     def on_mount(self) -> None:
         if self.TITLE:
@@ -47,21 +50,27 @@ class Panel(Static):
     def content(self, index: int) -> Text | None:
         raise NotImplementedError
 
-    def redraw(self) -> None:
+    def redraw(self, force: bool = False) -> None:
+        """Draw the panel at the selected event, unless it is drawn there already (mounting, binding and the
+        first resize all ask)."""
         if not self.is_mounted:
             return
+        key = (self.index, self.revision, self.content_size.width)
+        if key == self._key and not force:
+            return
+        self._key = key
         text = self.content(self.index)
         self.display = text is not None
         if text is None or text == self._shown:
             return
-        # a panel that keeps its line count and fits its width redraws without the screen's layout pass:
-        # stepping then costs one repaint, not a re-arrangement of every widget
-        before, width = self._shown, self.content_size.width
-        lines = text.plain.split("\n")
-        same = (before is not None and width > 0 and before.plain.count("\n") == len(lines) - 1
-                and max(map(len, lines)) <= width)
-        self._shown = text
-        self.update(text, layout=not same)
+        # a panel that keeps its height redraws without the screen's layout pass: stepping then costs one
+        # repaint, not a re-arrangement of every widget. The height is Textual's own, wrapping included.
+        content = Content.from_rich_text(text)
+        width = self.content_size.width
+        height = content.get_height(self.styles, width) if width > 0 else None
+        same = height is not None and (height, width) == self._drawn
+        self._shown, self._drawn = text, (height, width)
+        self.update(content, layout=not same)
 
 
 class EventPanel(Panel):
@@ -196,10 +205,10 @@ class StatusLine(Panel):
     speed: var[int] = var(2, init=False)
 
     def watch_playing(self) -> None:
-        self.redraw()
+        self.redraw(force=True)
 
     def watch_speed(self) -> None:
-        self.redraw()
+        self.redraw(force=True)
 
     def content(self, index: int) -> Text:
         play = "playing" if self.playing else "paused"
@@ -229,7 +238,7 @@ class Legend(Static):
         self.view = view
 
     def on_mount(self) -> None:
-        seen = {kind_of(e, m.rank) for e in self.view.events for m in e.members}
+        seen = self.view.kinds_seen()
         text = Text()
         for code, style in [KINDS[k] for k in KINDS if k in seen] + [IDLE]:
             colour = Color.parse(COLOURS[style]).rich_color.name if style in COLOURS else "grey30"  # idle

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from rich.segment import Segment
 from rich.style import Style
+from textual.cache import LRUCache
 from textual.events import Click
 from textual.geometry import Size
 from textual.message import Message
@@ -38,6 +39,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         self.view = view
         self._taking: set[int] | None = None  # the selected event's ranks
         self._watch_rank: int | None = None  # the rank holding a followed token (its row label drawn apart)
+        self._lines: LRUCache[tuple, Strip] = LRUCache(1024)  # rows' lines drawn, by what they depend on
         self.resize_rows()
 
     def resize_rows(self) -> None:
@@ -54,6 +56,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         self.refresh()
 
     def watch_revision(self) -> None:
+        self._lines.clear()  # rows folded or unfolded
         self.resize_rows()
         self.follow()
 
@@ -112,8 +115,13 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
                 self._taking = set(sel.ranks)
             taking = self._taking or set()
             mine = sel is not None and not taking.isdisjoint(ranks)
+            watched = self._watch_rank is not None and self._watch_rank in ranks
+            key = (row, first, last, width, sel.step if mine else None, mine, watched)
+            cached = self._lines.get(key)
+            if cached is not None:  # a row's line changes only when the selection comes or goes
+                return cached
             style = self._style("selected" if mine else "label")
-            if self._watch_rank is not None and self._watch_rank in ranks:
+            if watched:
                 style = style + self._style("watch")
             label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), style)
             cells = []
@@ -128,7 +136,14 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         else:
             return Strip.blank(width, self.rich_style)
         body = Strip(cells).crop(0, max(0, width - LABEL_W))
-        return Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width, self.rich_style)
+        line = Strip.join([Strip([label], LABEL_W), body]).adjust_cell_length(width, self.rich_style)
+        if y > 0:
+            self._lines[key] = line
+        return line
+
+    def notify_style_update(self) -> None:
+        super().notify_style_update()
+        self._lines.clear()  # a new theme: every line's colours change
 
     def on_click(self, event: Click) -> None:
         at = event.get_content_offset(self)

@@ -346,6 +346,13 @@ class View:
         return found[0] if found else None
 
     # -- the grid ------------------------------------------------------------------------------------
+    def kinds_seen(self) -> set[str]:
+        """The kinds of cell the grid holds (the legend's): a point-to-point event is a send and a receive."""
+        seen: set[str] = set()
+        for e in self.events:  # one look per event: a real-size trace has 70,000 events of 600,000 members
+            seen.update(("send", "recv") if e.kind == "p2p" else ("compute",) if e.kind == "compute" else (e.op,))
+        return seen
+
     def cell(self, rank: int, column: int) -> tuple[str, str]:
         """(two characters, style name) of one grid cell."""
         found = self.cells.get((rank, column))
