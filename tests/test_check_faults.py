@@ -553,7 +553,7 @@ async def test_check_tui_opens_at_the_divergence_and_keys_work():
         await pilot.press("end", "d")
         assert app.index == pinned
         await pilot.press("right", "t", "f", "left", "d", "g", "3", "enter", "slash", *"dp", "enter", "slash", "enter")
-        await pilot.press("question_mark", "space", "space", "home", "d")
+        await pilot.press("question_mark", "escape", "space", "space", "home", "d")  # ? opens the help screen
         assert app.index == pinned and "FIRST DIVERGENCE" in str(app.query_one("#detail").render())
 
 

@@ -192,7 +192,8 @@ class NarrativePanel(Panel):
         body = Text()
         if phase:
             body.append(phase + "\n", style="bold")
-        body.append(words + "\n")
+        if words:
+            body.append(words + "\n")
         for n in notes:
             body.append("\n" + n, style="italic")
         return body
