@@ -79,7 +79,7 @@ class ParasimApp(App):
         self.query_one(Timeline).focus()
 
     def on_resize(self, event: Resize) -> None:
-        self.query_one("#event-row").set_class(event.size.width >= WIDE, "-wide")
+        self.query_one("#panels").set_class(event.size.width >= WIDE, "-wide")
 
     # -- actions -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
