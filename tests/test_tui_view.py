@@ -253,3 +253,16 @@ def test_the_legend_names_the_kinds_every_cell_shows():
     lr = run_lesson(get_lesson("moe16"))
     view = View(lr.result.trace)
     assert view.kinds_seen() == {kind_of(e, m.rank) for e in view.events for m in e.members}  # the scan it replaces
+
+
+def test_cp_causal_compute_counts_each_split_on_its_own():
+    """cp-causal runs the contiguous split, then the zigzag split: at the zigzag phase's last event every
+    rank has done the same work (2 blocks per ring step, 4 steps: 8 blocks each), not the two phases added."""
+    lr = run_lesson(get_lesson("cp-causal"))
+    view = View(lr.result.trace, lr.lesson.narrative, lr.lesson.title)
+    last = max(i for i, e in enumerate(view.events) if e.phase == "zigzag split")
+    flops = {r: f for r, f, _ in view.work(last)}
+    assert len(set(flops.values())) == 1
+    first_last = max(i for i, e in enumerate(view.events) if e.phase == "contiguous split")
+    work = [f for _, f, _ in view.work(first_last)]
+    assert work == sorted(work) and work[0] < work[-1]  # the contiguous split: the last rank works most

@@ -173,7 +173,7 @@ class MemoryPanel(Panel):
 class WorkPanel(Panel):
     """Compute flops each rank recorded so far, as bars against the busiest rank."""
 
-    TITLE = "compute so far, per rank (flops)"
+    TITLE = "compute so far in this phase, per rank (FLOPs)"
 
     def content(self, index: int) -> Text | None:
         work = self.view.work(index)

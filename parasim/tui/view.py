@@ -511,16 +511,18 @@ class View:
                           sorted({m.rank for m in e.members}) if e.kind == "p2p" else [])
 
     def work(self, index: int) -> list[tuple[int, float, str]]:
-        """Per rank: compute flops recorded up to the selected event's step, and the rank's latest compute
-        step there (e.g. which K/V chunk ring attention is working on). Empty when nothing was recorded."""
+        """Per rank: compute flops recorded in the selected event's phase up to its step, and the rank's latest
+        compute step there (e.g. which K/V chunk ring attention is working on). Counted per phase, so that a
+        lesson that runs the same work two ways (cp-causal's contiguous then zigzag split) shows each way's
+        balance on its own. Empty when nothing was recorded."""
         if not self.events:
             return []
-        step = self.events[index].step
+        step, phase = self.events[index].step, self.events[index].phase
         done = [0.0] * self.trace.world
         last = [""] * self.trace.world
         seen = False
         for e in self.marks.computes:
-            if e.step <= step:
+            if e.step <= step and e.phase == phase:
                 seen = True
                 r = e.members[0].rank
                 done[r] += float(e.params.get("flops", 0) or 0)
