@@ -266,3 +266,9 @@ def test_cp_causal_compute_counts_each_split_on_its_own():
     first_last = max(i for i, e in enumerate(view.events) if e.phase == "contiguous split")
     work = [f for _, f, _ in view.work(first_last)]
     assert work == sorted(work) and work[0] < work[-1]  # the contiguous split: the last rank works most
+
+
+def test_a_compute_event_is_one_rank_s_work_not_a_group_s(mlp):
+    i = next(i for i, e in enumerate(mlp.events) if e.kind == "compute")
+    lines = mlp.detail(i)
+    assert lines[0].endswith("compute on rank 0") and "8 FLOPs" in lines and not any("group" in x for x in lines)

@@ -402,6 +402,12 @@ class View:
         if not self.events:
             return ["(this trace has no events)"]
         e = self.events[index]
+        if e.kind == "compute":  # one rank's own work: no group, nothing sent
+            flops = e.params.get("flops")
+            return self.divergence_lines(index) + [
+                f"#{e.seq}  step {e.step}  compute on rank {', '.join(str(r) for r in e.ranks)}", e.op,
+                *([f"{float(flops):,.0f} FLOPs"] if flops is not None else []),
+                *([f"called at {e.members[0].site}"] if e.members else [])]
         head = f"#{e.seq}  step {e.step}  {e.op}"
         if e.kind == "p2p":
             head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
