@@ -258,3 +258,26 @@ async def test_the_timeline_scrolls_down_to_the_selected_events_ranks():
         timeline = app.query_one(Timeline)
         shown = [timeline.render_line(y).text.split()[:2] for y in range(1, timeline.scrollable_content_region.height)]
         assert ["rank", "6"] in shown and ["rank", "7"] in shown, shown
+
+
+async def test_the_lesson_s_tables_open_on_T():
+    """T opens the lesson's tables over the app (cp-causal: each rank's work in blocks, the post's units and
+    shares); a lesson without tables says so."""
+    from parasim.lesson import get_lesson, run_lesson
+    from parasim.tui.app import ParasimApp
+    from parasim.tui.screens import TablesScreen
+    from parasim.tui.view import View
+    lr = run_lesson(get_lesson("cp-causal"))
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title, tables=lr.tables))
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert "T: the lesson's 1 table" in screen_text(app)
+        await pilot.press("T")
+        assert isinstance(app.screen, TablesScreen)
+        text = screen_text(app)
+        assert "Causal work per CP rank" in text and "contiguous share %" in text
+        await pilot.press("escape")
+        assert not isinstance(app.screen, TablesScreen)
+    bare = make("tp-mlp")
+    async with bare.run_test(size=(100, 30)) as pilot:
+        await pilot.press("T")
+        assert not isinstance(bare.screen, TablesScreen)

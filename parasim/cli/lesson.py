@@ -100,7 +100,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and sys.stdout.isatty()):
-        _open_tui(lr.result.trace, lesson.narrative, lesson.title)
+        _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables)
     else:
         from ..render.walkthrough import walkthrough
         sys.stdout.write(walkthrough(lr))
@@ -129,10 +129,10 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     Console(highlight=False).print(table)
 
 
-def _open_tui(trace, narrative: dict, title: str) -> None:
+def _open_tui(trace, narrative: dict, title: str, tables: list | None = None) -> None:
     from ..tui.app import ParasimApp
     from ..tui.view import View
-    ParasimApp(View(trace, narrative, title)).run()
+    ParasimApp(View(trace, narrative, title, tables=list(tables or []))).run()
 
 
 def cmd_view(args: argparse.Namespace) -> int:

@@ -17,7 +17,7 @@ from textual.widgets import Header
 
 from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPanel, MemoryPanel, NarrativePanel,
                      SlotsPanel, StatusLine, WatchPanel, WorkPanel)
-from .screens import HelpScreen, PromptScreen
+from .screens import HelpScreen, PromptScreen, TablesScreen
 from .timeline import Timeline
 from .view import KEYS, View
 
@@ -132,6 +132,12 @@ class ParasimApp(App):
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen())
+
+    def action_tables(self) -> None:
+        if not self.view.tables:
+            self.notify("this lesson has no tables", timeout=2, markup=False)
+            return
+        self.push_screen(TablesScreen(self.view.tables, max(40, self.size.width - 8)))
 
     def action_prompt(self, kind: str) -> None:
         question, placeholder = PROMPTS[kind]

@@ -37,6 +37,30 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class TablesScreen(ModalScreen[None]):
+    """The lesson's tables (the post's tables, computed by the run), as the walk-through prints them; escape,
+    T or q closes it."""
+
+    BINDINGS = [Binding("escape,T,q", "close", "close")]
+
+    def __init__(self, tables: list, width: int) -> None:
+        super().__init__()
+        self.tables, self.width = tables, width
+
+    def compose(self) -> ComposeResult:
+        from ..render.tables import table_lines
+        lines: list[str] = []
+        for t in self.tables:
+            lines += ([""] if lines else []) + table_lines(t, self.width)
+        with VerticalScroll(id="tables-box") as box:
+            box.border_title = "tables (every figure from the run)"
+            box.border_subtitle = "escape closes"
+            yield Static(Text("\n".join(lines)), id="tables")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key and what it does, from the view's key table; any of escape, ? or q closes it."""
 

@@ -54,6 +54,7 @@ KEYS: tuple[Key, ...] = (
     Key("t", "hops", "t", "hops", "show or hide the hops of a ring collective: who sends which chunk to whom"),
     Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
     Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
+    Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
     Key("question_mark", "help", "?", "help", "this help"),
     Key("q", "quit", "q", "quit", "quit"),
 )
@@ -233,6 +234,7 @@ class View:
     filter_text: str = ""
     focus_rank: int | None = None
     divergence: dict | None = None  # `parasim check`'s first divergence, marked in the timeline
+    tables: list[Any] = field(default_factory=list)  # the lesson's tables of this run (parasim.lesson.Table)
 
     def __post_init__(self) -> None:
         self.title = printable(self.title)
@@ -554,6 +556,8 @@ class View:
             parts.append(f"rank {self.focus_rank}")
         if self.diverged() is not None:
             parts.append(f"first divergence at #{self.divergence['event']} (d jumps there)")
+        if self.tables:  # the footer has no room for T at 100 columns: the status line says it
+            parts.append(f"T: the lesson's {len(self.tables)} table{'s' * (len(self.tables) != 1)}")
         return "  ".join(parts)
 
     def hops_note(self, index: int) -> str:
