@@ -89,8 +89,6 @@ KNOB_KINDS: dict[str, KnobKind] = {
     "dp": KnobKind(("--dp",), "D", "data-parallel size"),
     "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
-    "split": KnobKind(("--split",), "HOW", "how context parallelism cuts the sequence", str),
-    "seq": KnobKind(("--seq",), "S", "tokens per sequence"),
     "routing": KnobKind(("--routing",), "HOW", "how tokens pick experts: the run's own router (learned) or the "
                         "post's drawn choices (post)", str),
 }

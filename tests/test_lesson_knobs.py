@@ -108,3 +108,9 @@ def test_world_given_as_world_is_the_world_setting():
 def test_interleaving_note_only_for_several_chunks():
     from parasim.pipeline.schedules import rounds_note
     assert rounds_note(4, 6, 1) is None and rounds_note(4, 8, 2) is None and "1 round of 6" in rounds_note(4, 6, 2)
+
+
+def test_every_setting_offered_is_taken_by_some_lesson():
+    from parasim.lesson import KNOB_KINDS, load_lessons
+    taken = {name for lesson in load_lessons().values() for name in lesson.knobs}
+    assert set(KNOB_KINDS) == taken
