@@ -90,7 +90,7 @@ def test_many_equal_tensors_are_written_once_with_a_count():
     from parasim.trace import Event, Member, Tensor, Trace
     t, u = Tensor((4, 8), "float64"), Tensor((2, 8), "float64")
     world = Group((0,), "world", 0)
-    event = Event(0, 1, "compute", "think", world, [Member(0, (t,) * 3, (t,) * 9 + (u,) * 3, 0, 0, "x.py (f)")])
+    event = Event(0, 1, "collective", "all_gather", world, [Member(0, (t,) * 3, (t,) * 9 + (u,) * 3, 0, 0, "x.py (f)")])
     (row,) = [line for line in View(Trace(1, "virtual", [world], [event])).detail(0) if line.startswith("rank 0 ")]
     # a few: as they are; many: each run once with its count
     assert row == "rank 0   float64[4,8] float64[4,8] float64[4,8] -> float64[4,8] x9 float64[2,8] x3"
