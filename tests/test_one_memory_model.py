@@ -18,7 +18,18 @@ def _flat(text: str) -> str:
     return " ".join(re.sub(r"[│┃]", " ", text).split())
 
 
-def test_trace_and_memory_give_one_peak_for_deepseek_gpu0():
+DEEPSEEK = ("trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced")
+
+
+@pytest.fixture(scope="module")
+def deepseek_text() -> str:
+    """The real-size GPU view in words, run once for the tests that read it (a 2,048-GPU step takes a while)."""
+    out = cli(*DEEPSEEK)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_trace_and_memory_give_one_peak_for_deepseek_gpu0(deepseek_text):
     """The issue's two commands: the trace's peak for GPU 0 is the run figure `parasim memory` shows for it,
     in JSON and in words, and both say the attention scores are not kept."""
     trace = cli("trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced", "--json")
@@ -29,7 +40,7 @@ def test_trace_and_memory_give_one_peak_for_deepseek_gpu0():
     assert run["gpu"] == 0
     assert peak["bytes"] == run["run_total"]
     assert peak["assumes"]["flash"] is True and json.loads(memory.stdout)["layout"]["flash"] is True
-    text = cli("trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced").stdout
+    text = deepseek_text
     assert f"peak held: {run['run_total'] / 1e9:,.2f} GB" in text
     assert "attention scores not kept" in text
 
@@ -83,13 +94,10 @@ def _stores_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.strip().startswith("stores:"))
 
 
-@pytest.mark.parametrize("args", [
-    ["--tp", "1", "--pp", "1", "--dp", "4", "--gpu", "0"],
-    ["--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced"],
-], ids=["dp4", "deepseek-v3"])
-def test_tp1_stores_whole_weights_not_tp_shards(args):
-    line = _stores_line(cli("trace", *args).stdout)
-    assert "TP shards" not in line and "whole weights" in line
+def test_tp1_stores_whole_weights_not_tp_shards(deepseek_text):
+    for text in (cli("trace", "--tp", "1", "--pp", "1", "--dp", "4", "--gpu", "0").stdout, deepseek_text):
+        line = _stores_line(text)
+        assert "TP shards" not in line and "whole weights" in line
 
 
 def test_tp2_still_names_its_tp_shards():
