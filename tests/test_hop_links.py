@@ -165,3 +165,17 @@ def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
     got = time_of(0.0, {("ep", "all_to_all"): 300.0, ("dp", "all_reduce"): 300.0}, Plan(dp=4, ep=4), gpu)
     assert got["comm_s"] == pytest.approx({"ep": 21.0, "dp": 30.0})
     assert got["across"] == pytest.approx({"ep": 2 / 3, "dp": 0.5})
+
+
+def test_timing_every_gpu_with_one_shares_dict_gives_what_each_alone_gives():
+    """run_time keeps each axis's share across nodes in one dict for all GPUs of a run: the same times as
+    working each out afresh, and the dict holds one share per axis."""
+    from parasim.estimate.traffic import gpu_presets, time_of
+    from parasim.layout import Layout
+    layout = Layout(tp=2, cp=2, pp=1, dp=4, ep=4, etp=1)
+    gpu = gpu_presets()["h200"]
+    sent = {("dp", "reduce_scatter"): 1e9, ("ep", "all_to_all"): 2e9, ("tp", "all_gather"): 3e8}
+    shares: dict = {}
+    kept = [time_of(1e12, sent, layout, gpu, 0.4, shares) for _ in range(3)]
+    assert all(k == time_of(1e12, sent, layout, gpu) for k in kept)
+    assert set(shares) == {"dp", "ep", "tp"} and shares["dp"] == kept[0]["across"]["dp"]

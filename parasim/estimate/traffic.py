@@ -265,8 +265,8 @@ def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation:
                                       utilisation)}
 
 
-def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, utilisation: float = 0.4
-            ) -> dict[str, Any]:
+def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, utilisation: float = 0.4,
+            shares: dict[str, float] | None = None) -> dict[str, Any]:
     """One GPU's seconds for its `flops` at `utilisation` of peak, and for the bytes it sends over each axis
     on the links its hops take, no overlap: the estimator's model, applied to its own counts or to what a
     run counted. A ring moves in lockstep: each step waits for its slowest hop, so when any hop of the axis
@@ -274,13 +274,18 @@ def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, uti
     pipeline's hand-offs are timed the same way: a bound). An all-to-all's pairs do not wait on one another:
     its bytes inside a node go over NVLink and those across over the network, in the share of its pairs
     that cross (`across_share`, averaged over the axis's GPUs, which Megatron's regular layouts make alike).
-    `across` gives each axis's share of bytes across nodes."""
+    `across` gives each axis's share of bytes across nodes. `shares`: a dict the caller keeps for one layout
+    and GPU, so that timing every GPU of a run works each axis's share out once (2,048 GPUs: 12,288 -> 6)."""
     compute = flops / (gpu.peak_flops * utilisation)
     node = gpu.gpus_per_node
     comm: dict[str, float] = {}
     across: dict[str, float] = {}
     for (axis, _), nbytes in sent.items():
-        share = across[axis] = across_share(layout, axis, node)
+        if shares is None or axis not in shares:
+            share = across_share(layout, axis, node)
+            if shares is not None:
+                shares[axis] = share
+        share = across[axis] = share if shares is None else shares[axis]
         if AXIS_HOPS[axis] == "pairs":
             secs = nbytes * (share / gpu.network + (1.0 - share) / gpu.nvlink)
         else:

@@ -156,5 +156,6 @@ def run_time(trace: Any, layout: Layout, gpu: Any, utilisation: float = 0.4,
     (`time_of`: compute at `utilisation` of peak, each axis on its link, no overlap)."""
     sent = [{k: v for k, v in per.items() if k[0] in AXIS_GROUP} for per in sent_by_axis(trace, wire)]
     flops = trace.meta.get("flops") or [0] * trace.world
-    return [{**time_of(flops[r], sent[r], layout, gpu, utilisation), "rank": r, "flops": flops[r]}
+    shares: dict[str, float] = {}  # each axis's share across nodes: one layout, worked out once for every GPU
+    return [{**time_of(flops[r], sent[r], layout, gpu, utilisation, shares), "rank": r, "flops": flops[r]}
             for r in range(trace.world)]
