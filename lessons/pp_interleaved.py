@@ -37,15 +37,29 @@ def checks(result) -> list[Check]:
     # so each of its actions runs chunks/stages layers and takes that many one-layer slots
     chunks, stages = _stages(v), _stages(plain.values)
     thick = simulate(generate("1f1b", p, m), {"F": chunks // stages, "B": chunks // stages})
+    formula = Fraction(p - 1, vv * m + p - 1)
+    if m >= p:  # the post's formulas: a round of p micro-batches fills the pipeline, so only fill and drain idle
+        shape = [
+            check("interleaved bubble = (p-1)/(v*m+p-1), measured", v[0]["bubble"], str(formula)),
+            check("idle slots per rank, interleaved and 1F1B (on its own run): the same 2(p-1)",
+                  [[x["idle"] for x in v], [x["idle"] for x in plain.values]], [[2 * (p - 1)] * p] * 2),
+            check("so each rank idles 1/v as long as under 1F1B on the same layers (idle time over 1F1B's, timed)",
+                  [Fraction(x["idle"], t) for x, t in zip(v, thick.idle)], [Fraction(1, vv)] * p),
+        ]
+    else:  # fewer micro-batches than stages: a round cannot fill the pipeline, and the formulas do not hold
+        shape = [
+            check(f"m = {m} < p = {p}: the bubble is larger than (p-1)/(v*m+p-1) = {formula} (measured "
+                  f"{v[0]['bubble']}): a round of m micro-batches leaves stages waiting in the middle of the step",
+                  Fraction(v[0]["bubble"]) > formula, True),
+            check("idle slots per rank: more than 1F1B's 2(p-1), which only filling and draining cost",
+                  [x["idle"] > t for x, t in zip(v, [2 * (p - 1)] * p)], [True] * p),
+        ]
     return [
         check("1F1B's bubble, measured from its slot table", str(one.bubble), str(Fraction(p - 1, m + p - 1))),
-        check("interleaved bubble = (p-1)/(v*m+p-1), measured", v[0]["bubble"], str(Fraction(p - 1, vv * m + p - 1))),
-        check("idle slots per rank, interleaved and 1F1B (on its own run): the same 2(p-1)",
-              [[x["idle"] for x in v], [x["idle"] for x in plain.values]], [[2 * (p - 1)] * p] * 2),
+        *shape[:2],
         check("each slot 1/v as long: time per action over 1F1B's on the same layers (an action runs one of "
               "the run's p*v chunks, not one of p stages)", Fraction(stages, chunks), Fraction(1, vv)),
-        check("so each rank idles 1/v as long as under 1F1B on the same layers (idle time over 1F1B's, timed)",
-              [Fraction(x["idle"], t) for x, t in zip(v, thick.idle)], [Fraction(1, vv)] * p),
+        *shape[2:],
         check("each rank is busy 2vm slots of 1/v size", [x["makespan"] - x["idle"] for x in v], [2 * vv * m] * p),
         check("transfers: every chunk boundary crosses ranks, (pv-1) instead of (p-1)", n,
               2 * m * (p * vv - 1)),
@@ -68,7 +82,9 @@ NARRATIVE = {
         What it costs is communication. Every chunk boundary is now a hop between GPUs (GPU 4 hands the
         output of layer 4 back to GPU 1 for layer 5), so a micro-batch makes p*v - 1 hops each way instead
         of p - 1: roughly v times the point-to-point traffic, (pv-1)/(p-1) exactly. The run counts the
-        transfers and their bytes, and its loss and gradients still equal one device's.""",
+        transfers and their bytes, and its loss and gradients still equal one device's. The formulas assume
+        at least as many micro-batches as GPUs: with -m below --pp a round cannot keep every GPU busy, and
+        the run shows a bubble larger than (p-1)/(v*m+p-1).""",
 }
 
 LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the bubble",

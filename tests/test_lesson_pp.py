@@ -100,3 +100,12 @@ def test_interleaved_with_three_chunks_idles_a_third():
     got = {c.name.split(":")[0].split(" (")[0]: c.got for c in lr.checks}
     assert got["interleaved bubble ="] == str(Fraction(1, 3 * 4 + 1))  # (p-1)/(v*m+p-1)
     assert got["each slot 1/v as long"] == "1/3"
+
+
+def test_interleaved_with_fewer_microbatches_than_stages_says_the_formula_does_not_hold():
+    """m < p: a round cannot fill the pipeline; the lesson checks that the bubble is above (p-1)/(vm+p-1)
+    instead of claiming the formula (which its run would contradict)."""
+    lr = run_lesson(get_lesson("pp-interleaved"), knobs={"pp": 4, "m": 2})
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    assert Fraction(lr.result.values[0]["bubble"]) > Fraction(3, 2 * 2 + 3)
+    assert any("m = 2 < p = 4" in c.name for c in lr.checks)
