@@ -4,7 +4,9 @@ narrative beside them, the status line and the keys at the bottom.
 The app holds two reactives, the selected event's `index` and the view's `revision` (bumped when a key changes
 what the view shows: hops, folding, a filter, the focused rank, play), and binds every panel's to them: each
 panel redraws itself from the view model (view.py), which alone decides what is on screen. Every key goes
-through one action per verb (the key table is view.KEYS); prompts and help are modal screens (screens.py)."""
+through one action per verb (the key table is view.KEYS); prompts and help are modal screens (screens.py). A
+lesson's app also holds its run (whatif.py): k re-runs the lesson at other settings and, once the learner opens
+the new run, the app composes its panels again over the new view."""
 from __future__ import annotations
 
 from textual.app import App, ComposeResult
@@ -17,9 +19,10 @@ from textual.widgets import Header
 
 from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPanel, MemoryPanel, NarrativePanel,
                      SlotsPanel, StatusLine, WatchPanel, WorkPanel)
-from .screens import HelpScreen, PromptScreen, TablesScreen
+from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIfScreen
 from .timeline import Timeline
 from .view import KEYS, View
+from .whatif import WhatIf, settings_text
 
 WIDE = 180  # columns from which the selected event and what each rank holds sit side by side
 
@@ -43,12 +46,15 @@ class ParasimApp(App):
     playing = reactive(False, repaint=False)
     speed = reactive(2, repaint=False)  # position in SPEEDS
 
-    def __init__(self, view: View, start: int | None = None) -> None:
-        """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on)."""
+    def __init__(self, view: View, start: int | None = None, whatif: WhatIf | None = None) -> None:
+        """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on).
+        `whatif`: the lesson and its run on screen, for the what-if key (None: a saved trace, nothing to re-run)."""
         super().__init__()
         self.theme = "textual-dark"
         self.view = view
-        self.sub_title = view.title
+        self.whatif = whatif
+        self.sub_title = view.title if whatif is None or not whatif.lesson.knobs else \
+            f"{view.title} ({settings_text(whatif.settings)})"
         self._timer: Timer | None = None
         if start is not None:
             self.set_reactive(ParasimApp.index, view.clamp(start))
@@ -83,8 +89,8 @@ class ParasimApp(App):
 
     # -- actions -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """The step keys are off while a prompt or the help is open: the keys are theirs."""
-        return not self.screen.is_modal
+        """The step keys are off while another screen is open (a prompt, the help, what-if): the keys are theirs."""
+        return self.screen is self.screen_stack[0]
 
     def action_step(self, delta: int) -> None:
         self.index = self.view.move(self.index, delta)
@@ -138,6 +144,29 @@ class ParasimApp(App):
             self.notify("this lesson has no tables", timeout=2, markup=False)
             return
         self.push_screen(TablesScreen(self.view.tables, max(40, self.size.width - 8)))
+
+    def action_whatif(self) -> None:
+        """What if: the lesson's settings as a form; the new run beside this one; enter there opens it."""
+        if self.whatif is None or not self.whatif.lesson.knobs:
+            self.notify("this run has no settings to turn (lessons that take some: parasim lesson --list --json)",
+                        timeout=3, markup=False)
+            return
+        self.push_screen(KnobsScreen(self.whatif), self._ran)
+
+    def _ran(self, new: WhatIf | None) -> None:
+        if new is None:
+            return
+        view = View(new.run.result.trace, new.lesson.narrative, new.lesson.title, tables=list(new.run.tables))
+        self.push_screen(WhatIfScreen(self.whatif, new, self.view, view, self.index),
+                         lambda open_new: self._chosen(new, view) if open_new else None)
+
+    async def _chosen(self, new: WhatIf, view: View) -> None:
+        """Open the new run: every panel made again over its view, the first event selected."""
+        self.whatif, self.view = new, view
+        self.sub_title = f"{view.title} ({settings_text(new.settings)})"
+        await self.recompose()
+        self.index = view.clamp(0)
+        self.on_mount()
 
     def action_prompt(self, kind: str) -> None:
         question, placeholder = PROMPTS[kind]

@@ -1,12 +1,13 @@
-"""The app's modal screens: a one-line prompt (go to an event, filter, focus a rank) and the help. Each sits
-over the step-through screen and leaves it as it was; the app's step keys are off while one is open."""
+"""The app's other screens: a one-line prompt (go to an event, filter, focus a rank), the help, the lesson's
+tables and the what-if form, each modal over the step-through screen, which it leaves as it was (the app's
+step keys are off while one is open); and the what-if comparison, a screen of its own with both runs."""
 from __future__ import annotations
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 
 from .view import KEYS
@@ -81,3 +82,84 @@ class HelpScreen(ModalScreen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+class KnobsScreen(ModalScreen[object]):
+    """What if: the lesson's settings as a form, one line each with the run's value; enter runs the lesson again
+    at the typed settings and dismisses with the new run (tui/whatif.py's WhatIf), escape with None. A setting
+    the lesson refuses is said on the form, which stays open."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, whatif) -> None:
+        super().__init__(id="knobs")
+        self.whatif = whatif
+
+    def compose(self) -> ComposeResult:
+        from .whatif import settings_text
+        with Vertical(id="knobs-box") as box:
+            box.border_title = "what if: change the lesson's settings"
+            box.border_subtitle = "tab moves, enter runs, escape cancels"
+            yield Static(Text(f"On screen: {settings_text(self.whatif.settings)}. Type new values (empty keeps "
+                              "one), then enter: the lesson runs again and its new run is set beside this one."),
+                         id="knobs-intro")
+            for f in self.whatif.fields():
+                yield Static(Text.assemble((f.flag, "bold"), f"  {f.help} ({f.hint})"), classes="knob-label")
+                yield Input(value=str(f.value), placeholder=f.hint, id=f"knob-{f.name}")
+            yield Static("", id="knobs-error")
+
+    def on_mount(self) -> None:
+        for box in self.query(Input):
+            box.cursor_blink = False  # a blinking cursor would make screenshots differ
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        from ..errors import ParasimError
+        event.stop()
+        typed = {box.id.removeprefix("knob-"): box.value for box in self.query(Input)}
+        try:
+            new = self.whatif.rerun(self.whatif.parse(typed))
+        except ParasimError as e:  # a refused value or a layout the lesson cannot run: said here, form stays
+            self.query_one("#knobs-error", Static).update(Text(str(e), style="bold red"))
+            return
+        self.dismiss(new)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class WhatIfScreen(Screen[bool]):
+    """Two runs of one lesson side by side: the figures that changed (a table) and both timelines, the run on
+    screen above the new one. Enter opens the new run in the app; escape goes back to the one before."""
+
+    BINDINGS = [Binding("enter,o", "choose(True)", "open the new run"),
+                Binding("escape,b", "choose(False)", "back to the run before")]
+
+    def __init__(self, old, new, old_view, new_view, index: int) -> None:
+        super().__init__(id="whatif")
+        self.old, self.new, self.old_view, self.new_view, self.index = old, new, old_view, new_view, index
+
+    def compose(self) -> ComposeResult:
+        from ..render.tables import table_lines
+        from .timeline import Timeline
+        from .whatif import settings_text
+        width = max(40, self.app.size.width - 6)
+        yield Static(Text(f"{self.new.lesson.name} at {settings_text(self.new.settings)}: "
+                          f"{self.new.checks_line()}", style="bold"), id="whatif-head")
+        with VerticalScroll(id="whatif-figures") as box:
+            box.border_title = "the same figures from both runs"
+            yield Static(Text("\n".join(table_lines(self.old.changes(self.new), width))), id="whatif-table")
+        for which, view, run in (("before", self.old_view, self.old), ("after", self.new_view, self.new)):
+            line = Timeline(view, id=f"whatif-{which}")
+            line.border_title = (f"{which}: {settings_text(run.settings)} ({len(view.events)} events, "
+                                 f"{view.columns} steps)")
+            yield line
+        yield Static(Text.assemble((" enter", "bold"), " open the new run   ", ("escape", "bold"),
+                                   " back to the run before"), id="whatif-keys")
+
+    def on_mount(self) -> None:
+        from .timeline import Timeline
+        self.query_one("#whatif-before", Timeline).index = self.index
+        self.query_one("#whatif-after", Timeline).index = 0
+
+    def action_choose(self, open_new: bool) -> None:
+        self.dismiss(open_new)

@@ -55,6 +55,8 @@ KEYS: tuple[Key, ...] = (
     Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
     Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
     Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
+    Key("k", "whatif", "k", "what if", "what if: change the lesson's settings (--tp, -m, ...), run it again and "
+        "see the new run beside this one"),
     Key("question_mark", "help", "?", "help", "this help"),
     Key("q", "quit", "q", "quit", "quit"),
 )
