@@ -100,7 +100,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and sys.stdout.isatty()):
-        _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables)
+        _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
         sys.stdout.write(walkthrough(lr))
@@ -129,10 +129,14 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     Console(highlight=False).print(table)
 
 
-def _open_tui(trace, narrative: dict, title: str, tables: list | None = None) -> None:
+def _open_tui(trace, narrative: dict, title: str, tables: list | None = None, run: Any = None,
+              timeout: float | None = None) -> None:
+    """The app over a trace; with the lesson's `run`, its what-if key re-runs the lesson at other settings."""
     from ..tui.app import ParasimApp
     from ..tui.view import View
-    ParasimApp(View(trace, narrative, title, tables=list(tables or []))).run()
+    from ..tui.whatif import WhatIf
+    whatif = WhatIf(run.lesson, run, timeout) if run is not None else None
+    ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()
 
 
 def cmd_view(args: argparse.Namespace) -> int:
