@@ -17,8 +17,8 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import Header
 
-from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPanel, MemoryPanel, NarrativePanel,
-                     SlotsPanel, StatusLine, WatchPanel, WorkPanel)
+from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPanel, MemoryPanel, MovesPanel,
+                     NarrativePanel, SlotsPanel, StatusLine, WatchPanel, WorkPanel)
 from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIfScreen
 from .timeline import Timeline
 from .view import KEYS, View
@@ -68,6 +68,7 @@ class ParasimApp(App):
             with VerticalScroll(id="left"):
                 with Horizontal(id="event-row"):  # side by side on a wide screen, one above the other else
                     yield EventPanel(view, id="detail").data_bind(*bound)
+                    yield MovesPanel(view, id="moves").data_bind(*bound)
                     yield HoldingsPanel(view, id="holdings").data_bind(*bound)
                 yield WatchPanel(view, id="watch").data_bind(*bound)
                 yield MapPanel(view, id="map").data_bind(*bound)

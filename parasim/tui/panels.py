@@ -82,6 +82,16 @@ class EventPanel(Panel):
         return Text("\n".join(self.view.detail(index)))
 
 
+class MovesPanel(Panel):
+    """What moves at the selected event: who sends how many bytes to whom (a matrix for an all-to-all)."""
+
+    TITLE = "what moves"
+
+    def content(self, index: int) -> Text | None:
+        lines = self.view.moves(index)
+        return None if lines is None else Text("\n".join(lines))
+
+
 class HoldingsPanel(Panel):
     """Per rank taking part: what it held going in and coming out, its placement and values."""
 

@@ -562,6 +562,11 @@ class View:
             parts.append(f"T: the lesson's {len(self.tables)} table{'s' * (len(self.tables) != 1)}")
         return "  ".join(parts)
 
+    def moves(self, index: int) -> list[str] | None:
+        """What moves at the event: who sends how many bytes to whom (None: a compute event moves nothing)."""
+        from .moves import moves
+        return moves(self.events[index]) if self.events else None
+
     def hops_note(self, index: int) -> str:
         """With ring hops on (t): why the selected event shows none, or what shows them ('' with hops off)."""
         if not self.show_hops or not self.events:
