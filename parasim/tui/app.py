@@ -12,7 +12,7 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
-from textual.containers import Horizontal, VerticalScroll
+from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import Header
@@ -67,8 +67,9 @@ class ParasimApp(App):
         with Horizontal(id="panels"):
             with VerticalScroll(id="left"):
                 with Horizontal(id="event-row"):  # side by side on a wide screen, one above the other else
-                    yield EventPanel(view, id="detail").data_bind(*bound)
-                    yield MovesPanel(view, id="moves").data_bind(*bound)
+                    with Vertical(id="event-col"):  # what moves sits under the event it belongs to
+                        yield EventPanel(view, id="detail").data_bind(*bound)
+                        yield MovesPanel(view, id="moves").data_bind(*bound)
                     yield HoldingsPanel(view, id="holdings").data_bind(*bound)
                 yield WatchPanel(view, id="watch").data_bind(*bound)
                 yield MapPanel(view, id="map").data_bind(*bound)
