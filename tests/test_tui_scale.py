@@ -11,7 +11,8 @@ from parasim.examples.step import make_step
 from parasim.layout import Layout, ModelSpec
 from parasim.symbolic.fold import fold_of
 from parasim.tui.memory import SHOWN
-from parasim.tui.view import IDLE, MAX_ROWS, View
+from parasim.tui.grid import IDLE
+from parasim.tui.view import MAX_ROWS, View
 
 SMALL = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
                   seq=16, bias=False)

@@ -218,7 +218,7 @@ async def test_the_app_shows_the_map_for_moe16():
 
 
 def test_the_ruler_writes_each_number_over_its_own_column():
-    from parasim.tui.view import ruler
+    from parasim.tui.grid import ruler
     # 3 characters a column: step s starts at 3 * (s - first)
     assert ruler(1, 11, 3, None) == ("1" + " " * 11 + "5" + " " * 14 + "10 ", None)
     assert ruler(1, 11, 3, 7) == ("1" + " " * 11 + "5" + " " * 5 + "7" + " " * 8 + "10 ", (18, 19))
@@ -249,7 +249,7 @@ def test_with_hops_on_the_status_says_why_an_event_shows_none(coll):
 
 
 def test_the_legend_names_the_kinds_every_cell_shows():
-    from parasim.tui.view import kind_of
+    from parasim.tui.grid import kind_of
     lr = run_lesson(get_lesson("moe16"))
     view = View(lr.result.trace)
     assert view.kinds_seen() == {kind_of(e, m.rank) for e in view.events for m in e.members}  # the scan it replaces

@@ -4,7 +4,7 @@ narrative beside them, the status line and the keys at the bottom.
 The app holds two reactives, the selected event's `index` and the view's `revision` (bumped when a key changes
 what the view shows: hops, folding, a filter, the focused rank, play), and binds every panel's to them: each
 panel redraws itself from the view model (view.py), which alone decides what is on screen. Every key goes
-through one action per verb (the key table is view.KEYS); prompts and help are modal screens (screens.py). A
+through one action per verb (the key table is keys.KEYS); prompts and help are modal screens (screens.py). A
 lesson's app also holds its run (whatif.py): k re-runs the lesson at other settings and, once the learner opens
 the new run, the app composes its panels again over the new view."""
 from __future__ import annotations
@@ -21,7 +21,8 @@ from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPane
                      NarrativePanel, SlotsPanel, StatusLine, WatchPanel, WorkPanel)
 from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIfScreen
 from .timeline import Timeline
-from .view import KEYS, View
+from .keys import KEYS
+from .view import View
 from .whatif import WhatIf, settings_text
 
 WIDE = 180  # columns from which the selected event and what each rank holds sit side by side

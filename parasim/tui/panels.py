@@ -14,7 +14,9 @@ from textual.widgets import Static
 
 from ..pipeline import action as pipeline_action
 from .memory import describe
-from .view import COLOURS, IDLE, KINDS, View, footer_keys
+from .grid import COLOURS, IDLE, KINDS
+from .keys import footer_keys
+from .view import View
 
 SPEEDS = (2.0, 1.0, 0.5, 0.25, 0.1)  # seconds per step while playing, slowest first (+/- moves along)
 

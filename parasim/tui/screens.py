@@ -10,7 +10,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Input, Static
 
-from .view import KEYS
+from .keys import KEYS
 
 
 class PromptScreen(ModalScreen[str | None]):

@@ -11,7 +11,8 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .view import COLOURS, IDLE, KINDS, View, ruler
+from .grid import COLOURS, IDLE, KINDS, ruler
+from .view import View
 
 LABEL_W, CELL_W = 8, 3
 STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})

@@ -12,60 +12,14 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from ..comm.ops import OPS
 from ..render.text import printable
 from ..trace import Event, Trace
+from .grid import IDLE, KINDS, kind_of
 from .marks import MarkIndex
 from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists
-
-# cell text, style name and colour per kind of event: every collective's from the op table, then the rest
-STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}
-STYLES.update({"send": ("S>", "send", "green"), "recv": (">R", "recv", "lime"), "compute": ("CO", "compute", "grey")})
-KINDS = {kind: (glyph, title) for kind, (glyph, title, _) in STYLES.items()}
-COLOURS = {title: colour for _, title, colour in STYLES.values()}
-IDLE = ("··", "idle")
-
-
-class Key(NamedTuple):
-    """One key of the app: Textual's key names, the action it runs, how the footer and help write the key,
-    the footer's word for it ("": help only) and the help's sentence."""
-    keys: str
-    action: str
-    shown: str
-    footer: str
-    help: str
-
-
-# The app's keys. The bindings, the footer line and the help screen are all made from this table.
-KEYS: tuple[Key, ...] = (
-    Key("right,n", "step(1)", "→ n", "next", "the next event, in the order events completed"),
-    Key("left,p", "step(-1)", "← p", "prev", "the previous event"),
-    Key("home", "jump('first')", "home", "", "the first event"),
-    Key("end", "jump('last')", "end", "", "the last event"),
-    Key("space", "play", "space", "play", "play or pause: step on by itself"),
-    Key("plus,equals_sign", "speed(1)", "+", "", "play faster"),
-    Key("minus", "speed(-1)", "-", "", "play slower"),
-    Key("g", "prompt('go')", "g", "go to", "go to event k (k as in 'event k/N' on the status line)"),
-    Key("slash", "prompt('filter')", "/", "filter", "step only through events whose op, axis (group) or label "
-        "holds a word"),
-    Key("r", "prompt('rank')", "r", "rank", "step only through the events one rank takes part in"),
-    Key("t", "hops", "t", "hops", "show or hide the hops of a ring collective: who sends which chunk to whom"),
-    Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
-    Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
-    Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
-    Key("k", "whatif", "k", "what if", "what if: change the lesson's settings (--tp, -m, ...), run it again and "
-        "see the new run beside this one"),
-    Key("question_mark", "help", "?", "help", "this help"),
-    Key("q", "quit", "q", "quit", "quit"),
-)
-
-
-def footer_keys() -> list[tuple[str, str]]:
-    """(key, word) pairs of the footer line: the step keys together, then each key with a footer word."""
-    shown = [("← →", "step")]
-    return shown + [(k.shown, k.footer) for k in KEYS if k.footer and k.action not in ("step(1)", "step(-1)")]
 
 
 # Why `t` shows no hops for an event, by kind of event (a collective that ran without a ring says its algorithm).
@@ -74,33 +28,6 @@ NO_HOPS = {
     "compute": "compute moves no data: no ring hops",
     "collective": "this {op} ran {algo}, not as a ring: no hops",
 }
-
-
-def ruler(first: int, last: int, cell_w: int, selected: int | None) -> tuple[str, tuple[int, int] | None]:
-    """The step numbers over the grid's columns `first`..`last - 1` (logical steps, from 1), `cell_w`
-    characters a column: step 1 and every fifth step written from the left edge of its column, and the
-    selected step's number over its column (numbers it would touch left out). A number that the window would
-    cut is left out: its tail alone would read as another number. Returns the text and the selected number's
-    span in it (None: not in this window)."""
-    width = (last - first) * cell_w
-    chars = [" "] * width
-    span = None
-    if selected is not None and first <= selected < last:
-        at = (selected - first) * cell_w
-        span = (at, at + len(str(selected)))
-    for step in [s for s in range(first, last) if s == 1 or s % 5 == 0] + ([selected] if span else []):
-        at = (step - first) * cell_w
-        end = at + len(str(step))
-        if end > width or (step != selected and span is not None and at <= span[1] and end >= span[0]):
-            continue  # cut by the window's edge, or touching the selected number: a space must part them
-        chars[at:end] = str(step)
-    return "".join(chars), (span if span is not None and span[1] <= width else None)
-
-
-def kind_of(e: Event, rank: int) -> str:
-    if e.kind == "p2p":
-        return "send" if e.members[0].rank == rank else "recv"
-    return "compute" if e.kind == "compute" else e.op
 
 
 def placement(e: Event, side: str) -> str:
@@ -148,8 +75,6 @@ class Holding:
     shape: str
     placement: str
     values: str  # "" when the trace kept no values
-
-
 
 
 @dataclass
