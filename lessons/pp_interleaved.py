@@ -6,7 +6,7 @@ from fractions import Fraction
 
 from parasim.engine import run
 from parasim.lesson import Check, Knob, Lesson, check, knob
-from parasim.examples.pipeline import matches_unsplit, pipeline_run
+from parasim.examples.pipeline import matches_unsplit, pipeline_figures, pipeline_run
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
 
@@ -90,4 +90,5 @@ NARRATIVE = {
 LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the bubble",
                 world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 GPUs x 2 chunks x 4 micro-batches: a smaller bubble for more transfers", keep_values=0,
-                knobs={"pp": Knob(4, world=True), "m": Knob(M), "chunks": Knob(V, choices=(2, 3, 4))})
+                knobs={"pp": Knob(4, world=True), "m": Knob(M), "chunks": Knob(V, choices=(2, 3, 4))},
+                figures=pipeline_figures)

@@ -129,6 +129,17 @@ def measured(result) -> dict:
     return out
 
 
+def figures(result) -> dict:
+    """What `parasim compare` lines up across DP sizes: per technique, the bytes a rank holds at rest, its
+    peak, and the bytes it sends in one step."""
+    out = {}
+    for name, m in measured(result).items():
+        out[f"{name}: bytes a rank holds at rest"] = sum(m["rest"][0].values())
+        out[f"{name}: a rank's peak bytes"] = max(p["bytes"] for p in m["peak"])
+        out[f"{name}: bytes a rank sends"] = max(m["sent"])
+    return out
+
+
 def checks(result) -> list[Check]:
     n, v = result.world, result.values
     ref = _one_device(n)
@@ -227,4 +238,5 @@ LESSON = Lesson(
     summary="one Adam step four ways over 8 data-parallel ranks: bytes per parameter, traffic and peaks from the run",
     keep_values=0,
     knobs={"dp": Knob(8, choices=(2, 4, 8), world=True)},
+    figures=figures,
 )

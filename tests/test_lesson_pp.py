@@ -109,3 +109,10 @@ def test_interleaved_with_fewer_microbatches_than_stages_says_the_formula_does_n
     assert lr.ok, [c for c in lr.checks if not c.ok]
     assert Fraction(lr.result.values[0]["bubble"]) > Fraction(3, 2 * 2 + 3)
     assert any("m = 2 < p = 4" in c.name for c in lr.checks)
+
+
+def test_compare_lines_up_the_interleaved_bubble():
+    from parasim.figures import run_figures
+    fig = run_figures(run_lesson(get_lesson("pp-interleaved"), knobs={"pp": 2}))
+    assert Fraction(fig["bubble (idle share of the step)"]) == Fraction(1, 2 * 4 + 1)  # (p-1)/(vm+p-1)
+    assert fig["point-to-point transfers"] == 2 * 4 * (2 * 2 - 1)  # 2m(pv-1)

@@ -208,3 +208,14 @@ def test_zero_says_its_wire_is_float64_with_the_run_s_own_bytes():
     names = [c.name for c in lr.checks]
     assert all("largest difference" in n for n in names if "= one device's" in n and ("gradient" in n or "Adam" in n))
     assert not any("peak falls" in n for n in names)
+
+
+def test_compare_lines_up_what_each_stage_holds_and_sends_at_another_dp():
+    """`parasim compare zero --dp 2,8` sets each stage's bytes side by side: at DP 2, ZeRO-3 splits all 16 bytes
+    a parameter costs two ways, and DP's all-reduce sends 2(n-1)/n of the 1,088 float64 gradients."""
+    from parasim.figures import run_figures
+    fig = run_figures(run_lesson(get_lesson("zero"), knobs={"dp": 2}))
+    assert fig["DP: bytes a rank holds at rest"] == 16 * 1088
+    assert fig["ZeRO-3: bytes a rank holds at rest"] == 16 * 1088 // 2
+    assert fig["ZeRO-1: bytes a rank holds at rest"] == (2 + 2 + 12 / 2) * 1088
+    assert fig["DP: bytes a rank sends"] == 2 * (2 - 1) / 2 * 1088 * 8
