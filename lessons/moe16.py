@@ -180,6 +180,21 @@ def checks(result) -> list[Check]:
     ]
 
 
+def figures(result) -> dict:
+    """Where the followed token lives and which experts take it, per layer (what `parasim compare moe16
+    --routing learned,post` and what-if set side by side), read from the notes its holders left."""
+    notes = result.trace.notes("watch")
+    out: dict = {"GPUs holding the token (stage 1, stage 2)": " ".join(
+        f"g{r}" for _, r, _, d in notes if d["watch"] == "holds")}
+    routes = [(r, d) for _, r, _, d in notes if d["watch"] == "route"]
+    for r, d in routes:
+        out[f"layer {d['layer']}: its experts (on GPU)"] = ", ".join(
+            f"E{e} (g{g})" for e, g in zip(d["experts"], d["gpus"]))
+    out["copies the dispatch sends off the token's GPU, all layers"] = sum(
+        g != r for r, d in routes for g in set(d["gpus"]))
+    return out
+
+
 NARRATIVE = {
     "data": """
         Sixteen GPUs, two nodes. Layers 1-2 live on node A and 3-4 on node B (PP 2). Within a node, DP picks
@@ -224,4 +239,4 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout,
-                knobs={"routing": Knob("learned", choices=("learned", "post"))}, tables=tables)
+                knobs={"routing": Knob("learned", choices=("learned", "post"))}, tables=tables, figures=figures)

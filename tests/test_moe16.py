@@ -275,3 +275,15 @@ def test_trace_gpu_text_names_its_tokens_as_runs():
             start = t
     text = cli("trace", "--layout", "moe16", "--gpu", "3").stdout
     assert f"  tokens: {' '.join(runs)} between matmuls" in text
+
+
+def test_compare_sets_the_token_s_experts_side_by_side_under_the_post_s_routing():
+    """Under the post's routing 'contract' picks E3 and E8 at every layer; with 8 experts over the EP group
+    g0-g3 (two each, in order) they live on g1 and g3, and on g9 and g11 for stage 2: both off the token's
+    GPU (g2, then g10), so the dispatch sends 2 copies away at each of the 4 layers."""
+    from parasim.figures import run_figures
+    fig = run_figures(run_lesson(get_lesson("moe16"), knobs={"routing": "post"}))
+    assert fig["GPUs holding the token (stage 1, stage 2)"] == "g2 g10"
+    assert fig["layer 1: its experts (on GPU)"] == "E3 (g1), E8 (g3)"
+    assert fig["layer 4: its experts (on GPU)"] == "E3 (g9), E8 (g11)"
+    assert fig["copies the dispatch sends off the token's GPU, all layers"] == 2 * 4
