@@ -88,8 +88,10 @@ async def test_escape_goes_back_to_the_run_before_and_a_refused_value_stays_on_t
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, KnobsScreen) and "-m takes a positive integer" in screen_text(app)
-        app.screen.query_one("#knob-m").value = "16"
-        await pilot.press("enter")
+        await pilot.press("tab")  # typed as a learner would: tab moves from one setting to the next
+        assert app.focused.id == "knob-m"
+        app.focused.value = ""
+        await pilot.press("1", "6", "enter")
         await pilot.pause()
         assert isinstance(app.screen, WhatIfScreen) and "after: --pp 4 -m 16" in screen_text(app)
         await pilot.press("escape")

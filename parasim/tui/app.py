@@ -25,6 +25,7 @@ from .keys import KEYS
 from .view import View
 from .whatif import WhatIf, settings_text
 
+OWN_ACTIONS = {k.action.split("(")[0] for k in KEYS}  # the actions the app's key table binds
 WIDE = 180  # columns from which the selected event and what each rank holds sit side by side
 
 # what each prompt asks (kind -> question, placeholder)
@@ -92,8 +93,9 @@ class ParasimApp(App):
 
     # -- actions -----------------------------------------------------------------------------------
     def check_action(self, action: str, parameters: tuple) -> bool | None:
-        """The step keys are off while another screen is open (a prompt, the help, what-if): the keys are theirs."""
-        return self.screen is self.screen_stack[0]
+        """The step keys are off while another screen is open (a prompt, the help, what-if): the keys are theirs.
+        Textual's own (tab moves the focus on a form) stay on."""
+        return self.screen is self.screen_stack[0] or action not in OWN_ACTIONS
 
     def action_step(self, delta: int) -> None:
         self.index = self.view.move(self.index, delta)
