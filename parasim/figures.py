@@ -20,7 +20,8 @@ def run_figures(lr: LessonRun) -> dict[str, Any]:
     trace = lr.result.trace
     out: dict[str, Any] = {"ranks": trace.world,
                            "checks ok": f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)}",
-                           "collectives": sum(e.kind != "compute" for e in trace.events)}
+                           "collectives": sum(e.kind == "collective" for e in trace.events),
+                           "point-to-point sends": sum(e.kind == "p2p" for e in trace.events)}
     sent: dict[str, dict[int, int]] = {}
     for e in trace.events:
         if e.kind == "compute":

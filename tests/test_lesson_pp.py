@@ -115,4 +115,5 @@ def test_compare_lines_up_the_interleaved_bubble():
     from parasim.figures import run_figures
     fig = run_figures(run_lesson(get_lesson("pp-interleaved"), knobs={"pp": 2}))
     assert Fraction(fig["bubble (idle share of the step)"]) == Fraction(1, 2 * 4 + 1)  # (p-1)/(vm+p-1)
-    assert fig["point-to-point transfers"] == 2 * 4 * (2 * 2 - 1)  # 2m(pv-1)
+    assert fig["point-to-point sends"] == 2 * 4 * (2 * 2 - 1)  # 2m(pv-1)
+    assert fig["collectives"] == 0  # a pipeline only sends: no collective in this run

@@ -119,12 +119,11 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
 
 
 def pipeline_figures(result: Any) -> dict:
-    """What `parasim compare` lines up for a pipeline lesson: the bubble measured from the slot table, the
-    micro-batches stage 1 holds at once, the point-to-point transfers made."""
+    """What `parasim compare` lines up for a pipeline lesson beside every run's figures (its sends among
+    them): the bubble measured from the slot table, the micro-batches stage 1 holds at once."""
     v = result.values
     return {"bubble (idle share of the step)": v[0]["bubble"],
-            "micro-batches stage 1 holds at once": v[0]["peak"],
-            "point-to-point transfers": sum(1 for e in result.trace.events if e.op == "p2p")}
+            "micro-batches stage 1 holds at once": v[0]["peak"]}
 
 
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
