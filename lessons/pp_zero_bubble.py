@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check, knob
 from parasim.examples.pipeline import matches_unsplit, pipeline_run
 
 M = 8
@@ -19,18 +19,19 @@ RUNS = (("1F1B", "1f1b", None, STAGE), ("ZB-H1", "zb-h1", None, STAGE), ("DualPi
 
 def program(ctx):
     group = ctx.new_group(range(ctx.world), "pp")
-    return {title: pipeline_run(ctx, name, M, v, group, (f"{title}: the schedule", f"{title}: running it"), costs)
+    m = ctx.knobs.get("m", M)
+    return {title: pipeline_run(ctx, name, m, v, group, (f"{title}: the schedule", f"{title}: running it"), costs)
             for title, name, v, costs in RUNS}
 
 
 def checks(result) -> list[Check]:
-    vals, p = result.values, result.world
+    vals, p, m = result.values, result.world, knob(result, "m", M)
     runs = {title: [x[title] for x in vals] for title, *_ in RUNS}
     span = {t: xs[0]["makespan"] for t, xs in runs.items()}
     F, B, I, W = STAGE["F"], STAGE["B"], STAGE["I"], STAGE["W"]
     held = {t: [Fraction(x["peak"], v or 1) for x in runs[t]] for t, _, v, _ in RUNS}  # in whole-stage units
     out = [
-        check("1F1B makespan = m(F+B) + (p-1)(F+B), half-stage units", span["1F1B"], M * (F + B) + (p - 1) * (F + B)),
+        check("1F1B makespan = m(F+B) + (p-1)(F+B), half-stage units", span["1F1B"], m * (F + B) + (p - 1) * (F + B)),
         check("ZB-H1 idle per GPU = (p-1)(F+I-W): a third of 1F1B's when F = I = W",
               [x["idle"] for x in runs["ZB-H1"]], [(p - 1) * (F + I - W)] * p),
         check("DualPipeV idle per GPU = (p-1)(F+I-W)/2: ZB-H1's, with half-depth chunks",
@@ -38,17 +39,17 @@ def checks(result) -> list[Check]:
         check("makespans, fastest first", sorted(span, key=span.get), ["DualPipeV", "ZB-H1", "1F1B"]),
         check("bubbles of 1F1B and ZB-H1: idle over makespan, from their formulas",
               [runs[t][0]["bubble"] for t in ("1F1B", "ZB-H1")],
-              [str(Fraction(p - 1, M + p - 1)), str(Fraction((p - 1) * (F + I - W), M * (F + B) + (p - 1) * (F + I - W)))]),
+              [str(Fraction(p - 1, m + p - 1)), str(Fraction((p - 1) * (F + I - W), m * (F + B) + (p - 1) * (F + I - W)))]),
         check("1F1B holds p - r micro-batches on GPU r+1", held["1F1B"], [p - r for r in range(p)]),
         check("ZB-H1 holds p on every GPU (1F1B's worst case)", held["ZB-H1"], [p] * p),
         check("DualPipeV holds 2p+1 half-depth chunks on every GPU: p + 1/2 micro-batches' worth",
               held["DualPipeV"], [p + Fraction(1, 2)] * p),
         check("the same work on every GPU in each schedule", {t: [x["makespan"] - x["idle"] for x in xs]
                                                              for t, xs in runs.items()},
-              {t: [M * (F + B)] * p for t in runs}),
+              {t: [m * (F + B)] * p for t in runs}),
     ]
     for title, _, v, _ in RUNS:
-        out += [dataclasses.replace(c, name=f"{title}: {c.name}") for c in matches_unsplit(runs[title], p * (v or 1), M)]
+        out += [dataclasses.replace(c, name=f"{title}: {c.name}") for c in matches_unsplit(runs[title], p * (v or 1), m)]
     return out
 
 
@@ -82,6 +83,6 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble schedules fill the holes with W",
-                world=4, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
+                world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
                 summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
-                keep_values=0)
+                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)})

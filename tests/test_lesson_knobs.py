@@ -114,3 +114,17 @@ def test_every_setting_offered_is_taken_by_some_lesson():
     from parasim.lesson import KNOB_KINDS, load_lessons
     taken = {name for lesson in load_lessons().values() for name in lesson.knobs}
     assert set(KNOB_KINDS) == taken
+
+
+def test_zero_bubble_at_2_stages_4_microbatches():
+    data = _run("pp-zero-bubble", "--pp", "2", "-m", "4")
+    assert data["settings"] == {"pp": 2, "m": 4}
+    F, B, I, W = 2, 4, 2, 2  # half-stage units: a forward 2, a backward 4 (input 2 + weights 2)
+    assert _check(data, "1F1B makespan")["got"] == 4 * (F + B) + (2 - 1) * (F + B)
+    assert _check(data, "ZB-H1 idle per GPU")["got"] == [(2 - 1) * (F + I - W)] * 2
+    assert _check(data, "ZB-H1: the loss equals")["ok"]
+
+
+def test_dualpipev_needs_twice_as_many_microbatches_as_stages():
+    out = cli("lesson", "pp-zero-bubble", "-m", "4", "--json")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "m >= 2 * pp = 8" in out.stderr
