@@ -12,7 +12,7 @@ from parasim.estimate.fit import LONGEST_ROWS
 from parasim.figures import sp_traffic_table
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
-from parasim.lesson import Check, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Table, check
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -164,6 +164,7 @@ LESSON = Lesson(
     title="The longest sequence: what SP, CP, PP, DP and recomputation each buy",
     world=4,
     worlds=(2, 4, 8),
+    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True)},  # the small layer's TP size
     program=program,
     narrative=NARRATIVE,
     checks=checks,

@@ -12,7 +12,7 @@ from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.figures import sp_traffic_table
 from parasim.estimate.traffic import dp_traffic, layer_traffic
-from parasim.lesson import Check, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Table, check
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -181,6 +181,7 @@ LESSON = Lesson(
     title="Memory per GPU: ZeRO's model state and a layer's activations, estimated and measured",
     world=4,
     worlds=(2, 4, 8),
+    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True)},  # the small layer's TP size
     program=program,
     narrative=NARRATIVE,
     checks=checks,

@@ -128,3 +128,14 @@ def test_zero_bubble_at_2_stages_4_microbatches():
 def test_dualpipev_needs_twice_as_many_microbatches_as_stages():
     out = cli("lesson", "pp-zero-bubble", "-m", "4", "--json")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "m >= 2 * pp = 8" in out.stderr
+
+
+@pytest.mark.parametrize("name", ["memory", "longest-sequence"])
+def test_the_small_layer_at_tp_2_and_8(name):
+    """TP alone makes 4 all-reduces per layer (2 forward, 2 backward) of s*b*h = 16*1*16 float64 values; a ring
+    sends 2(t-1)/t of each."""
+    for t in (2, 8):
+        data = _run(name, "--tp", str(t))
+        assert data["world"] == t and data["settings"] == {"tp": t}
+        sent = next(c for c in data["checks"] if c["name"].startswith("TP alone") and "sent" in c["name"])
+        assert sent["got"] in (4 * 2 * (t - 1) / t * 16 * 16 * 8, [4 * 2 * (t - 1) / t * 16 * 16 * 8] * t)
