@@ -9,18 +9,26 @@ from dataclasses import replace
 from fractions import Fraction
 
 from parasim.examples.pp_vs_zero3 import PP_PHASES, TOL, Z3_PHASES, Config, both, comparison, measure, run_config
-from parasim.lesson import Check, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 
-BASE = Config()  # hidden 8, 4 layers, 4 micro-batches of 2 sequences of 4 tokens, 4 GPUs
-VARIANTS = {"batch x2": replace(BASE, mb_size=2 * BASE.mb_size),
-            "hidden x2": replace(BASE, hidden=2 * BASE.hidden),
-            "layers x2": replace(BASE, layers=2 * BASE.layers)}
+POST = Config()  # hidden 8, 4 layers, 4 micro-batches of 2 sequences of 4 tokens, 4 GPUs
 BYTES = 8  # float64
+
+
+def base(m: int) -> Config:
+    """The base size with m micro-batches (-m; the post's 4)."""
+    return replace(POST, microbatches=m)
+
+
+def variants(cfg: Config) -> dict[str, Config]:
+    """Three more sizes: twice the batch, twice the width, twice the depth."""
+    return {"batch x2": replace(cfg, mb_size=2 * cfg.mb_size), "hidden x2": replace(cfg, hidden=2 * cfg.hidden),
+            "layers x2": replace(cfg, layers=2 * cfg.layers)}
 
 
 def program(ctx):
     """Both techniques at the base size: PP 4 with 1F1B, then ZeRO-3 over the same 4 GPUs."""
-    return both(BASE)(ctx)
+    return both(base(ctx.knobs.get("m", POST.microbatches)))(ctx)
 
 
 # -- closed forms, written here from the shapes and never read from the code under test --------------
@@ -56,7 +64,8 @@ def zero3_bytes(cfg: Config) -> Fraction:
 
 def study(result) -> dict:
     """The base run measured and three more sizes run: what the table and the checks read."""
-    runs = {"base": measure(result, BASE), **{name: run_config(cfg) for name, cfg in VARIANTS.items()}}
+    cfg = base(knob(result, "m", POST.microbatches))
+    runs = {"base": measure(result, cfg), **{name: run_config(c) for name, c in variants(cfg).items()}}
     return {"runs": runs, "table": comparison(runs)}
 
 
@@ -76,23 +85,25 @@ def tables(result, found) -> list[Table]:
 
 def checks(result, found) -> list[Check]:
     runs, table = found["runs"], found["table"]
-    p, m, n, L = BASE.world, BASE.microbatches, BASE.world, BASE.layers
-    act = {name: Fraction(activation_values(c), activation_values(BASE)) for name, c in VARIANTS.items()}
-    wts = {name: Fraction(c.layers * weights_in_layer(c.hidden), L * weights_in_layer(BASE.hidden))
-           for name, c in VARIANTS.items()}
+    cfg = base(knob(result, "m", POST.microbatches))  # the run's base size
+    more = variants(cfg)
+    p, m, n, L = cfg.world, cfg.microbatches, cfg.world, cfg.layers
+    act = {name: Fraction(activation_values(c), activation_values(cfg)) for name, c in more.items()}
+    wts = {name: Fraction(c.layers * weights_in_layer(c.hidden), L * weights_in_layer(cfg.hidden))
+           for name, c in more.items()}
     expected = {
-        "what moves": [f"activations and their gradients: {2 * m * (p - 1)} p2p of {list(BASE.activation)}",
+        "what moves": [f"activations and their gradients: {2 * m * (p - 1)} p2p of {list(cfg.activation)}",
                        f"weights and their gradients: {2 * L} all_gather + {L} reduce_scatter of "
-                       f"{padded_layer(BASE)} values (one layer)"],
-        f"bytes sent per step, all GPUs ({BASE.describe()})": [pp_bytes(BASE), zero3_bytes(BASE)],
-        **{f"bytes x when {name[:-3]} doubles": [act[name], wts[name]] for name in VARIANTS},
+                       f"{padded_layer(cfg)} values (one layer)"],
+        f"bytes sent per step, all GPUs ({cfg.describe()})": [pp_bytes(cfg), zero3_bytes(cfg)],
+        **{f"bytes x when {name[:-3]} doubles": [act[name], wts[name]] for name in more},
         "bubble (idle share of the step)": [Fraction(p - 1, m + p - 1), 0],
-        "weights a GPU keeps between steps": [L * weights_in_layer(BASE.hidden) // p, L * padded_layer(BASE) // n],
+        "weights a GPU keeps between steps": [L * weights_in_layer(cfg.hidden) // p, L * padded_layer(cfg) // n],
     }
     # the table's rows; a ratio row expects the activations' ratio for PP and the weights' for ZeRO-3
     out = [check(f"the post's table, [PP, ZeRO-3]: {row}", [str(x) for x in table[row]],
                  [str(x) for x in expected[row]]) for row in expected]
-    configs = {"base": BASE, **VARIANTS}
+    configs = {"base": cfg, **more}
     pp = {name: r["pp"]["bytes"] for name, r in runs.items()}
     out += [
         check("PP bytes = m x s x b x h x 8 B x 2 directions x (p-1) boundaries, at every size",
@@ -134,11 +145,13 @@ NARRATIVE = {
         The checks run three more sizes and rebuild the post's table from the traces: PP's bytes double with
         the batch and with the width (the activations), and stay put when layers are added; ZeRO-3's stay
         put with the batch and follow the parameter count (nearly x4 for twice the width, as weights grow
-        with h^2, and x2 for twice the depth). PP pays a 3/7 bubble; ZeRO-3 has none, since no GPU waits
+        with h^2, and x2 for twice the depth). PP pays a bubble of (p-1)/(m+p-1), 3/7 at the post's 4
+        micro-batches; ZeRO-3 has none, since no GPU waits
         for another's compute. Both runs equal one device's step to 1e-12.""",
 }
 
 LESSON = Lesson(name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
                 world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the same model on 4 GPUs both ways: bytes vs batch and model size, the bubble, "
-                        "the post's table from the runs", keep_values=0, study=study, tables=tables)
+                        "the post's table from the runs", keep_values=0, study=study, tables=tables,
+                knobs={"m": Knob(POST.microbatches, choices=(2, 4, 8))})

@@ -139,3 +139,14 @@ def test_the_small_layer_at_tp_2_and_8(name):
         assert data["world"] == t and data["settings"] == {"tp": t}
         sent = next(c for c in data["checks"] if c["name"].startswith("TP alone") and "sent" in c["name"])
         assert sent["got"] in (4 * 2 * (t - 1) / t * 16 * 16 * 8, [4 * 2 * (t - 1) / t * 16 * 16 * 8] * t)
+
+
+def test_pp_vs_zero3_with_8_microbatches():
+    """8 micro-batches of 2 sequences of 4 tokens, hidden 8: PP sends 8*2*4*8 values of 8 B forward and back over
+    3 boundaries; its bubble is (p-1)/(m+p-1) = 3/11; ZeRO-3's bytes follow the weights, not the batch."""
+    data = _run("pp-vs-zero3", "-m", "8")
+    sent = _check(data, "the post's table, [PP, ZeRO-3]: bytes sent per step")["got"]
+    assert int(sent[0]) == 8 * 2 * 4 * 8 * 8 * 2 * 3
+    assert _check(data, "the post's table, [PP, ZeRO-3]: bubble")["got"] == ["3/11", "0"]
+    base = _run("pp-vs-zero3")
+    assert _check(base, "the post's table, [PP, ZeRO-3]: bytes sent per step")["got"][1] == sent[1]
