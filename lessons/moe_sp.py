@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.examples.moe16 import SEQUENCES, SHAPE, embed
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.nn.placement import assemble
@@ -62,7 +62,7 @@ def checks(result) -> list[Check]:
               rows["without SP"] / rows["with SP"], t),
         check(f"bytes that crossed between GPUs: {sent['without SP']:,} without SP, {sent['with SP']:,} with it "
               "(rows to a GPU's own experts stay put, so not exactly twice)", sent["without SP"] > sent["with SP"], True),
-        check("both TP ranks computed the same output without SP (duplicate work)",
+        check("every TP rank computed the same output without SP (duplicate work)",
               all(bool((abs(x["without SP"]["y"] - whole) <= 1e-14).all()) for x in v), True),
         check("with SP the two shares put together are that same output",
               float(np.abs(assemble([np.asarray(p) for p in shards], Shard(0), np) - np.asarray(whole)).max()) <= 1e-12,
@@ -75,13 +75,15 @@ NARRATIVE = {
         Attention's row-parallel output ends in an all-reduce when SP is off, so both GPUs of the TP pair hold
         all four tokens "the contract was void". Routing is per token, so each GPU routes all four, picks the
         same two experts for each, and dispatches them: every token reaches its experts twice, the experts do
-        twice the work, and two identical results come back.""",
+        twice the work, and two identical results come back. With --tp 4 each of four GPUs does it: four
+        times the work.""",
     "with SP": """
-        With SP the all-reduce is a reduce-scatter instead: each GPU keeps its own two tokens, routes only those,
-        and each token is dispatched once. The same collectives' bytes, half the expert work, and the same
+        With SP the all-reduce is a reduce-scatter instead: each GPU keeps its own share of the tokens (two of
+        them on the pair), routes only those, and each token is dispatched once. The same collectives' bytes, half the expert work, and the same
         answer. This is why Megatron refuses MoE with TP unless SP is on.""",
 }
 
 LESSON = Lesson(name="moe-sp", title="MoE with TP needs SP: otherwise every token is dispatched t times",
-                world=2, worlds=(2,), program=program, narrative=NARRATIVE, checks=checks,
-                summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP")
+                world=2, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
+                summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP",
+                knobs={"tp": Knob(2, choices=(2, 4), world=True)})

@@ -150,3 +150,11 @@ def test_pp_vs_zero3_with_8_microbatches():
     assert _check(data, "the post's table, [PP, ZeRO-3]: bubble")["got"] == ["3/11", "0"]
     base = _run("pp-vs-zero3")
     assert _check(base, "the post's table, [PP, ZeRO-3]: bytes sent per step")["got"][1] == sent[1]
+
+
+def test_moe_sp_at_tp_4_does_the_expert_work_four_times():
+    """The half "the contract was void" is 4 tokens, top-2: without SP each of 4 ranks routes all 4 tokens,
+    4 x 4 x 2 (token, expert) copies; with SP each token once, 4 x 2."""
+    data = _run("moe-sp", "--tp", "4")
+    assert _check(data, "token copies")["got"] == [4 * 4 * 2, 4 * 2]
+    assert _check(data, "rows dispatched")["got"] == 4
