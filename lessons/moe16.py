@@ -10,6 +10,7 @@ from parasim.engine import run
 from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
+from parasim.examples.moe16_path import token_figures
 from parasim.examples.moe16_unsplit import unsplit_run
 from parasim.layout import preset
 
@@ -181,18 +182,8 @@ def checks(result) -> list[Check]:
 
 
 def figures(result) -> dict:
-    """Where the followed token lives and which experts take it, per layer (what `parasim compare moe16
-    --routing learned,post` and what-if set side by side), read from the notes its holders left."""
-    notes = result.trace.notes("watch")
-    out: dict = {"GPUs holding the token (stage 1, stage 2)": " ".join(
-        f"g{r}" for _, r, _, d in notes if d["watch"] == "holds")}
-    routes = [(r, d) for _, r, _, d in notes if d["watch"] == "route"]
-    for r, d in routes:
-        out[f"layer {d['layer']}: its experts (on GPU)"] = ", ".join(
-            f"E{e} (g{g})" for e, g in zip(d["experts"], d["gpus"]))
-    out["copies the dispatch sends off the token's GPU, all layers"] = sum(
-        g != r for r, d in routes for g in set(d["gpus"]))
-    return out
+    """Where the followed token lives and which experts (on which GPUs) take it, per layer."""
+    return token_figures(result.trace)
 
 
 NARRATIVE = {

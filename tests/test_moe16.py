@@ -283,7 +283,7 @@ def test_compare_sets_the_token_s_experts_side_by_side_under_the_post_s_routing(
     GPU (g2, then g10), so the dispatch sends 2 copies away at each of the 4 layers."""
     from parasim.figures import run_figures
     fig = run_figures(run_lesson(get_lesson("moe16"), knobs={"routing": "post"}))
-    assert fig["GPUs holding the token (stage 1, stage 2)"] == "g2 g10"
+    assert fig["GPUs holding the token, a stage each"] == "g2 g10"
     assert fig["layer 1: its experts (on GPU)"] == "E3 (g1), E8 (g3)"
     assert fig["layer 4: its experts (on GPU)"] == "E3 (g9), E8 (g11)"
     assert fig["copies the dispatch sends off the token's GPU, all layers"] == 2 * 4

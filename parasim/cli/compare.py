@@ -16,17 +16,38 @@ def add_compare(sub: Any) -> None:
                                     "as in `parasim compare sp --tp 2,4,8`) and print one table of the same "
                                     "figures: bytes per axis, the most one GPU held, the lesson's own figures, "
                                     "its checks. Rows whose figure changes with the setting are marked.")
-    cp.add_argument("name", metavar="LESSON", help="the lesson to run (parasim lesson --list)")
+    cp.add_argument("name", metavar="LESSON", help="the lesson to run (parasim lesson --list), or `layout`: the "
+                    "post's MoE example (parasim trace) on several layouts")
     out = cp.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true",
                      help='print {"lesson", "rows": [{"settings", "figures", "ok"}], "differ"} as JSON')
+    cp.add_argument("--plot", metavar="FILE.png", help="also draw the figures that change, one small panel each, "
+                    "a bar per setting")
     group = cp.add_argument_group("settings", "comma-separated values of the lesson's settings "
                                   "(parasim lesson --list --json names each lesson's)")
     for name, kind in KNOB_KINDS.items():
         group.add_argument(*kind.flags, dest=f"knob_{name}", metavar=f"{kind.metavar},...",
                            help=kind.help, type=_values(kind.parse))
+    sizes = cp.add_argument_group("layout sizes", "with LESSON = layout: comma-separated sizes of the MoE example's "
+                                  "layout (as parasim trace takes them), e.g. parasim compare layout --tp 2 --cp 2 "
+                                  "--pp 2 --ep 4,8 --sp --world 16")
+    from .common import count
+    for flag, what in LAYOUT_FLAGS.items():  # experts may be 0: a dense model
+        sizes.add_argument(flag, dest=f"size_{flag[2:].replace('-', '_')}", metavar="N,...", help=what,
+                           type=_values(count if flag == "--experts" else int))
+    sizes.add_argument("--sp", action="store_true", help="sequence parallelism in every layout (MoE with TP needs it)")
+    sizes.add_argument("--token", default="contract", help="the word to follow (parasim trace --token; default "
+                       "contract)")
     add_timeout(cp)
     cp.set_defaults(func=cmd_compare)
+
+
+# the sizes of a layout that only `parasim compare layout` takes (--tp, --cp, --pp, --dp and -m are the lessons'
+# flags, read as layout sizes there too)
+LAYOUT_FLAGS = {"--ep": "expert-parallel size", "--etp": "expert tensor-parallel size (default 1)",
+                "--world": "GPUs (default: tp x cp x pp x dp)", "--experts": "experts per layer (default 8; 0: a dense model)",
+                "--layers": "layers (default 4)", "--gpus-per-node": "GPUs per node, for the bytes that cross "
+                "nodes (default 8)"}
 
 
 def _values(parse: Any) -> Any:
@@ -58,6 +79,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..figures import run_figures
     from ..lesson import KNOB_KINDS, get_lesson, is_program, run_lesson
     from ..render.compare import compare_table, differing
+    given = [f for f in LAYOUT_FLAGS if getattr(args, f"size_{f[2:].replace('-', '_')}") is not None]
+    given += ["--sp"] * args.sp + ["--token"] * (args.token != "contract")
+    if args.name == "layout":
+        return _compare_layouts(args)
+    if given:
+        raise UsageError(f"{given[0]} is a layout size: parasim compare layout {given[0]} ... (a lesson takes "
+                         "its own settings)")
     if is_program(args.name):
         raise UsageError("compare runs a lesson at its settings; a program file has none")
     lesson = get_lesson(args.name)
@@ -69,13 +97,93 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for settings in grid:
             lr = run_lesson(lesson, timeout=args.timeout, knobs=settings)
             rows.append({"settings": settings, "figures": run_figures(lr), "ok": lr.ok})
+    flags = {n: k.flags[0] for n, k in KNOB_KINDS.items()}
+    return _show(args, lesson.name, rows, flags, "lesson")  # every setting given varies
+
+
+def _show(args: argparse.Namespace, name: str, rows: list[dict], flags: dict[str, str], key: str,
+          hide: set[str] = frozenset()) -> int:
+    """The table (or JSON, or the picture too) of the runs' figures, the settings in `hide` (the same in every
+    run, said in `name`) left out of the columns' labels; exit 1 when a run disagrees with its reference."""
+    from ..render.compare import compare_table, differing
+    shown = [{**r, "settings": {k: v for k, v in r["settings"].items() if k not in hide}} for r in rows]
+    if args.plot is not None:
+        from ..render.plot_compare import plot_compare
+        plot_compare(name, shown, flags, args.plot)
     if args.json:
-        print_json({"lesson": lesson.name, "rows": rows, "differ": differing(rows)}, indent=2)
+        print_json({key: name, "rows": rows, "differ": differing(rows)}, indent=2)
     else:
         from rich.console import Console
-        flags = {n: k.flags[0] for n, k in KNOB_KINDS.items()}
-        Console(highlight=False).print(compare_table(lesson.name, rows, flags))
+        Console(highlight=False).print(compare_table(name, shown, flags))
         bad = [r for r in rows if not r["ok"]]
         print("every run checked itself against its single-device reference: "
               + ("all agree" if not bad else f"{len(bad)} disagree"))
     return 0 if all(r["ok"] for r in rows) else 1
+
+
+# a layout's sizes by the names parasim trace gives them, and where compare's arguments keep them
+LAYOUT_SIZES = {"tp": "knob_tp", "cp": "knob_cp", "pp": "knob_pp", "dp": "knob_dp", "ep": "size_ep",
+                "etp": "size_etp", "world": "size_world", "experts": "size_experts", "layers": "size_layers",
+                "gpus_per_node": "size_gpus_per_node", "microbatches": "knob_m", "routing": "knob_routing"}
+
+
+def _compare_layouts(args: argparse.Namespace) -> int:
+    """`parasim compare layout ...`: the MoE example's step on every combination of the sizes given, each run
+    checked against the unsplit model, the same figures side by side."""
+    from .trace import _layout
+    from ..examples.moe16 import MICRO_BATCHES, check_runnable, find_token, make_program, replicas
+    from ..examples.moe16_exact import exactness
+    from ..examples.moe16_path import token_figures
+    from ..engine.runner import run
+    if args.knob_chunks is not None:
+        raise UsageError("--chunks is a lesson's setting (pp-interleaved); a layout runs 1F1B")
+    given = {n: getattr(args, dest) for n, dest in LAYOUT_SIZES.items() if getattr(args, dest, None) is not None}
+    if not given:
+        raise UsageError("give the layout sizes to compare, such as --tp 2 --cp 2 --pp 2 --ep 4,8 --sp --world 16")
+    grid = [dict(zip(given, combo)) for combo in itertools.product(*given.values())]
+    plans = []
+    for sizes in grid:  # every layout refused before the first run, naming the one refused
+        ns = argparse.Namespace(layout=None, sp=args.sp, split=None, **{k: sizes.get(k) for k in
+                                                                          ("tp", "cp", "pp", "dp", "ep", "etp", "world",
+                                                                           "experts", "layers", "gpus_per_node")})
+        try:
+            layout, _ = _layout(ns)
+            m, routing = sizes.get("microbatches") or MICRO_BATCHES, sizes.get("routing", "learned")
+            check_runnable(layout, m, routing)
+            reps = replicas(layout.dp, m)
+            watch = find_token(args.token, [s for rep in reps for s in rep])
+        except UsageError as e:
+            raise UsageError(f"{_label(sizes, args.sp)}: {e}") from None
+        plans.append((sizes, layout, m, routing, watch))
+    rows = []
+    with program_output(args):
+        for sizes, layout, m, routing, watch in plans:
+            result = run(make_program(watch, layout, m, routing), layout.world, seed=0, timeout=args.timeout)
+            exact = exactness(result.values, layout, m, routing) if routing in ("learned", "post") else None
+            trace, fig = result.trace, {"GPUs": layout.world}
+            for axis, link in sorted(trace.bytes_by_link(layout.gpus_per_node).items()):
+                fig[f"{axis}: bytes inside a node, all GPUs"] = link["inside"]
+                fig[f"{axis}: bytes across nodes, all GPUs"] = link["across"]
+            if any(mk.kind == "held" for mk in trace.marks):
+                fig["most bytes one GPU held"] = max(trace.peak(r)["bytes"] for r in range(trace.world))
+            fig.update(token_figures(trace))
+            fig["loss and gradients equal the unsplit model's"] = "-" if exact is None else exact["exact"]
+            rows.append({"settings": {**sizes, **({"sp": True} if args.sp else {})}, "figures": fig,
+                         "ok": exact is None or exact["exact"]})
+    for r in rows:  # a link no run used is no figure
+        r["figures"] = {n: v for n, v in r["figures"].items() if not n.endswith("all GPUs") or
+                        any(x["figures"].get(n) for x in rows)}
+    same = {k: v for k, v in rows[0]["settings"].items() if all(r["settings"].get(k) == v for r in rows)}
+    name = "layout" + (f" ({_label({k: v for k, v in same.items() if k != 'sp'}, 'sp' in same)} in every run)"
+                       if same else "")
+    return _show(args, name, rows, LAYOUT_LABELS, "compare", hide=set(same) if len(same) < len(rows[0]["settings"])
+                 else set())
+
+
+LAYOUT_LABELS = {"tp": "TP", "cp": "CP", "pp": "PP", "dp": "DP", "ep": "EP", "etp": "ETP", "world": "GPUs",
+                 "experts": "experts", "layers": "layers", "gpus_per_node": "GPUs/node", "microbatches": "m",
+                 "routing": "routing", "sp": "SP"}
+
+
+def _label(sizes: dict, sp: bool) -> str:
+    return " ".join(f"{LAYOUT_LABELS[k]} {v}" for k, v in sizes.items()) + (" SP" if sp else "")

@@ -53,3 +53,19 @@ def _say(e: Any, rank: int) -> str:
         way = f"{e.op.replace('_', '-')} over {e.group.name} " + "{" + ", ".join(f"g{r}" for r in e.ranks) + "}"
     m = e.member(rank)
     return f"{way}: {e.label or e.op}  (g{rank} sent {m.sent:,} B, received {m.recv:,} B)"
+
+
+def token_figures(trace: Any) -> dict:
+    """Where the followed token lives and which experts take it, per layer, from the notes its holders left:
+    the figures `parasim compare` sets side by side (moe16 at two routings, or two layouts)."""
+    notes = trace.notes("watch")
+    out: dict = {"GPUs holding the token, a stage each": " ".join(
+        f"g{r}" for _, r, _, d in notes if d["watch"] == "holds")}
+    routes = [(r, d) for _, r, _, d in notes if d["watch"] == "route"]
+    for r, d in routes:
+        out[f"layer {d['layer']}: its experts (on GPU)"] = ", ".join(
+            f"E{e} (g{g})" for e, g in zip(d["experts"], d["gpus"]))
+    out["copies the dispatch sends off the token's GPU, all layers"] = sum(
+        g != r for r, d in routes for g in set(d["gpus"]))
+    return out
+

@@ -9,8 +9,9 @@ from .text import printable
 
 
 def setting_label(settings: dict[str, Any], flags: dict[str, str]) -> str:
-    """'--tp 4', '-m 16', one per line: the settings as the command line gives them."""
-    return "\n".join(f"{flags[n]} {v}" for n, v in settings.items())
+    """'--tp 4', '-m 16', one per line: the settings as the command line gives them (a switch that is on, by
+    its name alone)."""
+    return "\n".join(flags[n] if v is True else f"{flags[n]} {v}" for n, v in settings.items())
 
 
 def differing(rows: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,72 @@
+"""`parasim compare layout`: the post's MoE example on several layouts, the same figures side by side, and
+`compare --plot` (issue 33, build item 4). Expected values are worked out here from the layout."""
+import json
+
+import pytest
+from conftest import cli
+
+MOE16 = ("--tp", "2", "--cp", "2", "--pp", "2", "--sp", "--world", "16", "--routing", "post")
+
+
+@pytest.fixture(scope="module")
+def ep_4_and_8():
+    out = cli("compare", "layout", *MOE16, "--ep", "4,8", "--json")
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_moe16_against_its_ep_8_variant(ep_4_and_8):
+    """The post's routing sends 'contract' (on g2, then g10) to E3 and E8. EP 4 puts two experts on each GPU of
+    g0-g3 in order (E3 on g1, E8 on g3): both copies leave g2, 2 a layer x 4 layers. EP 8 puts one expert on each
+    of g0-g7 (E3 on g2 itself, E8 on g7): one copy leaves a layer."""
+    rows = ep_4_and_8["rows"]
+    assert [r["settings"]["ep"] for r in rows] == [4, 8] and all(r["ok"] for r in rows)
+    copies = [r["figures"]["copies the dispatch sends off the token's GPU, all layers"] for r in rows]
+    assert copies == [2 * 4, 1 * 4]
+    assert [r["figures"]["layer 1: its experts (on GPU)"] for r in rows] == ["E3 (g1), E8 (g3)", "E3 (g2), E8 (g7)"]
+    assert "ep: bytes inside a node, all GPUs" in ep_4_and_8["differ"]
+    assert all(r["figures"]["loss and gradients equal the unsplit model's"] is True for r in rows)
+
+
+def test_a_ring_over_two_nodes_crosses_on_half_its_hops():
+    """DP 4 of a dense model: one ring over ranks 0-3. With 2 GPUs a node its hops 1->2 and 3->0 cross, half of
+    them; with 4 a node none does. Every hop carries the same bytes."""
+    out = cli("compare", "layout", "--tp", "1", "--cp", "1", "--pp", "1", "--ep", "1", "--dp", "4", "--experts", "0",
+              "--gpus-per-node", "2,4", "--json")
+    assert out.returncode == 0, out.stderr
+    two, four = (r["figures"] for r in json.loads(out.stdout)["rows"])
+    inside, across = two["dp-cp: bytes inside a node, all GPUs"], two["dp-cp: bytes across nodes, all GPUs"]
+    assert across == inside > 0
+    assert four["dp-cp: bytes across nodes, all GPUs"] == 0
+    assert four["dp-cp: bytes inside a node, all GPUs"] == inside + across
+
+
+def test_the_table_names_what_every_run_shares_and_marks_what_changes():
+    out = cli("compare", "layout", *MOE16, "--ep", "4,8")
+    assert out.returncode == 0, out.stderr
+    assert "TP 2 CP 2 PP 2 GPUs 16" in out.stdout and "EP 4" in out.stdout and "EP 8" in out.stdout
+    assert "* copies the dispatch" in out.stdout
+
+
+def test_plot_draws_a_panel_per_changing_number(tmp_path):
+    from matplotlib.image import imread
+    from parasim.render.plot_compare import plotted
+    png = tmp_path / "c.png"
+    out = cli("compare", "pp-1f1b", "--pp", "2,4", "-m", "4", "--plot", str(png), "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    names = plotted(rows)
+    # the bubble (a fraction) and the sends change with pp; the checks' count (words) is never drawn
+    assert "bubble (idle share of the step)" in names and "checks ok" not in names
+    assert imread(png).shape[0] > 100
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("layout",), "give the layout sizes"),
+    (("layout", "--tp", "3", "--world", "16"), "TP 3 GPUs 16:"),
+    (("sp", "--ep", "4"), "--ep is a layout size"),
+    (("layout", "--tp", "2", "--chunks", "2"), "--chunks is a lesson's setting"),
+])
+def test_bad_layouts_are_one_line_exit_2(args, needle):
+    out = cli("compare", *args)
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and needle in out.stderr, out.stderr
