@@ -78,7 +78,6 @@ def settings_grid(args: argparse.Namespace) -> list[dict[str, Any]]:
 def cmd_compare(args: argparse.Namespace) -> int:
     from ..figures import run_figures
     from ..lesson import KNOB_KINDS, get_lesson, is_program, run_lesson
-    from ..render.compare import compare_table, differing
     given = [f for f in LAYOUT_FLAGS if getattr(args, f"size_{f[2:].replace('-', '_')}") is not None]
     given += ["--sp"] * args.sp + ["--token"] * (args.token != "contract")
     if args.name == "layout":

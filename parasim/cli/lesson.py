@@ -29,7 +29,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
     lp.add_argument("--plot", metavar="FILE.png", help="also draw the lesson's picture from its run (ring-attention: "
-                    "which K/V chunk each CP rank holds at each step)")
+                    "which K/V chunk each CP rank holds at each step; moe16: the token's dispatch and combine; "
+                    "pp-gpipe, pp-1f1b, pp-interleaved: the hand-off between stages)")
     add_knobs(lp)
     add_timeout(lp)
     lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
@@ -80,7 +81,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     if args.plot is not None:
-        from ..render.plot_ring import LESSON_PLOTS
+        from ..render.lesson_plots import LESSON_PLOTS
         if lesson.name not in LESSON_PLOTS:
             raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(LESSON_PLOTS)}")
     with program_output(args):

@@ -71,7 +71,8 @@ class WatchStage(StackWeights):
                 "the gate-weighted outputs back") if away else "both experts are here: it stays put"
         who = "the post's routing (scripted) picks" if row in layer.mlp.scripted else "the router picks"
         self.ctx.note(f"layer {number}: {who} {routes}; {trip}", watch="route", layer=number,
-                      experts=[e + 1 for e, _, _ in picks], gpus=[r for _, _, r in picks])
+                      experts=[e + 1 for e, _, _ in picks], gpus=[r for _, _, r in picks],
+                      gates=[round(float(g), 4) for _, g, _ in picks])
 
     def _where(self, owner: int) -> str:
         """Where an expert whose EP rank is `owner` lives: on one GPU, or split over its expert-TP group."""

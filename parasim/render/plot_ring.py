@@ -1,9 +1,8 @@
 """Ring attention's K/V rotation as a picture (`parasim lesson ring-attention --plot FILE`): which chunk of
 keys and values each CP rank holds at each step, and the hand-off that moves it to the next rank, all read
-from the lesson's run. The table of lessons that draw a picture is LESSON_PLOTS."""
+from the lesson's run."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,8 +111,3 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
 def plot_ring_lesson(lr: Any, path: str) -> None:
     run = ring_run(lr)
     plot_ring(run, f"Ring attention on {len(run.held)} CP ranks: the K/V chunks go round, the queries stay", path)
-
-
-LESSON_PLOTS: dict[str, Callable[[Any, str], None]] = {  # lesson -> its picture, from its run
-    "ring-attention": plot_ring_lesson,
-}

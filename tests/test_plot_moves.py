@@ -1,0 +1,43 @@
+"""What moves, drawn (issue 33, build item 6): the MoE dispatch and combine of the followed token and the
+pipeline hand-off, every arrow read from the run; expected values worked out here from the post's example."""
+import pytest
+from conftest import cli
+
+from parasim.lesson import get_lesson, run_lesson
+from parasim.render.plot_moves import handoffs, token_routes
+
+
+def test_the_post_s_routing_sends_contract_from_g2_to_g1_and_g3_and_back():
+    """The post's routing: 'contract' (on g2) picks E3 and E8 at every layer; 8 experts over the EP group g0-g3,
+    two each in order, put E3 on g1 and E8 on g3 (on g9 and g11 for stage 2, whose token sits on g10)."""
+    routes = token_routes(run_lesson(get_lesson("moe16"), knobs={"routing": "post"}).result.trace)
+    assert [r["layer"] for r in routes] == [1, 2, 3, 4]
+    assert [(r["gpu"], r["group"]) for r in routes] == [(2, [0, 1, 2, 3])] * 2 + [(10, [8, 9, 10, 11])] * 2
+    assert [[(e, g) for e, g, _ in r["picks"]] for r in routes] == [[(3, 1), (8, 3)]] * 2 + [[(3, 9), (8, 11)]] * 2
+    assert all(gate is not None and 0 < gate < 1 for r in routes for _, _, gate in r["picks"])
+
+
+@pytest.mark.parametrize("pp, m", [(4, 4), (2, 3)])
+def test_1f1b_hands_off_2_m_p_minus_1_times(pp, m):
+    """m activations go down each of the p - 1 boundaries and m gradients come back up."""
+    trace = run_lesson(get_lesson("pp-1f1b"), knobs={"pp": pp, "m": m}).result.trace
+    sends = handoffs(trace)
+    assert len(sends) == 2 * m * (pp - 1)
+    assert sorted((src, dst) for _, src, dst, kind in sends if kind == "activation") == \
+        sorted((s, s + 1) for s in range(pp - 1) for _ in range(m))
+    assert all(dst == src - 1 for _, src, dst, kind in sends if kind == "gradient")
+
+
+@pytest.mark.parametrize("name", ["moe16", "pp-1f1b"])
+def test_the_lessons_draw_their_pictures(tmp_path, name):
+    from matplotlib.image import imread
+    png = tmp_path / f"{name}.png"
+    out = cli("lesson", name, "--plot", str(png), "--json")
+    assert out.returncode == 0, out.stderr
+    assert imread(png).shape[1] > 500
+
+
+def test_a_lesson_without_a_picture_names_those_with_one():
+    out = cli("lesson", "tp-mlp", "--plot", "x.png")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "moe16" in out.stderr and "pp-1f1b" in out.stderr and "ring-attention" in out.stderr
