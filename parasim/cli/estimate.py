@@ -173,25 +173,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     from rich.console import Console
-    from rich.table import Table
-    table = Table(title=f"{model.name}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
-                        f"(stage {bd.stage + 1} of {plan.pp})", title_justify="left")
-    table.add_column("item")
-    table.add_column(name, justify="right")
-    table.add_column("share", justify="right")
-    for k, v in bd.items.items():
-        table.add_row(k, f"{v / unit:,.2f}", f"{v / bd.total:.0%}" if bd.total else "-")
-    table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
+    from ..render.estimate_text import memory_report
     console = Console(highlight=False)
-    console.print(table)
-    console.print(f"model state {bd.model_state / unit:,.2f} {name} "
-                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share)")
-    console.print(fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name))
-    console.print("assumes: " + "; ".join(assumption_words(out["assumes"], plan.cp)))
-    traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
-    console.print(f"sent per GPU per step ({name}): {traffic}")
-    console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "
-                  f"{args.utilisation:.0%} of {gpu.name} peak, no overlap assumed)")
+    memory_report(console, f"{model.name}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
+                           f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
+                  fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name),
+                  assumption_words(out["assumes"], plan.cp), gpu.name, args.utilisation, unit, name)
     if args.symbolic:
         from ..render.against import print_compare
         print_compare(console, out["run"], unit, name)
@@ -219,11 +206,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         if args.json:
             print_json(result)
             return 0
-        print(f"{model.name}: the longest sequence per node count ({result['layouts_tried']:,} layouts, "
-              f"{result['usable']:g} {name} usable per GPU)")
-        for row in result["nodes"]:
-            b = row["best"]
-            print(f"  {row['nodes']:>4} nodes  {b['max_seq_tokens']:>12,} tokens  {b['label']}")
+        from ..render.estimate_text import search_lines
+        print("\n".join(search_lines(model.name, result, name)))
         return 0
     if args.plot:
         raise UsageError("fit --plot needs --search")
@@ -239,16 +223,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
-    print(f"{model.name}, {plan.label()} on {plan.world} GPUs, {out['usable']:g} {name} usable per GPU:")
-    print(f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
-          f"{out['model_state']:.2f} {name})")
-    for k, v in f.at_max.items.items():
-        print(f"    {k:<24} {v / unit:10.2f} {name}")
-    if not f.seq:
-        print("  nothing fits: the model state alone exceeds the usable memory")
-    else:
-        print(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu.name} at "
-              f"{args.utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
+    from ..render.estimate_text import fit_lines
+    print("\n".join(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, args.utilisation, unit, name)))
     return 0
 
 

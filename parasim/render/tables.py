@@ -6,6 +6,7 @@ import textwrap
 from typing import Any
 
 from ..lesson import Table
+from .numbers import scalar
 from .text import printable
 
 
@@ -13,10 +14,8 @@ def cell(v: Any) -> str:
     """A value as a table shows it: thousands separated, integer floats without '.0', lists joined."""
     if isinstance(v, bool):
         return "yes" if v else "no"
-    if isinstance(v, float):
-        return f"{v:,.0f}" if v.is_integer() and abs(v) < 1e15 else f"{v:,.6g}"
-    if isinstance(v, int):
-        return f"{v:,}"
+    if isinstance(v, (int, float)):
+        return scalar(v)
     if isinstance(v, (list, tuple)):
         return " ".join(cell(x) for x in v) or "-"
     if v is None:

@@ -10,24 +10,23 @@ from typing import Any, Iterator
 
 from ..lesson import LessonRun
 from ..trace import Event
+from .numbers import nbytes, scalar
 from .text import printable
 
 WIDTH = 96
 
 
-def fmt_value(v: Any) -> str:
-    """Compact numbers: integer-valued floats print without '.0'."""
+def fmt_value(v: Any, grouped: bool = True) -> str:
+    """A value of a check or a tensor: a number alone with thousands separators, numbers inside a list
+    (written with commas) without; integer-valued floats without '.0' (render/numbers.py)."""
     if isinstance(v, list):
-        return "[" + ", ".join(fmt_value(x) for x in v) + "]"
+        return "[" + ", ".join(fmt_value(x, False) for x in v) + "]"
     if isinstance(v, dict):  # figures named (by variant, by rank): name: value, ...
-        return "{" + "; ".join(f"{k}: {fmt_value(x)}" for k, x in v.items()) + "}"
-    if isinstance(v, float):
-        return str(int(v)) if v.is_integer() and abs(v) < 1e15 else f"{v:.6g}"
-    return str(v)
+        return "{" + "; ".join(f"{k}: {fmt_value(x, grouped)}" for k, x in v.items()) + "}"
+    return scalar(v, grouped=grouped)
 
 
-def fmt_bytes(n: int) -> str:
-    return f"{n:,} B"
+fmt_bytes = nbytes  # noqa: E305  a byte count as every renderer writes it
 
 
 def _params(e: Event) -> str:

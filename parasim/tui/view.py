@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.ops import OPS
+from ..render.numbers import scalar
 from ..render.text import printable
 from ..trace import Event, Trace
 from .grid import IDLE, KINDS, kind_of
@@ -38,14 +39,13 @@ def placement(e: Event, side: str) -> str:
 
 
 def fmt(v: Any) -> str:
-    """Small arrays as compact rows: integers without '.0', floats to 4 significant digits."""
+    """Small arrays as compact rows, the numbers as every renderer writes them (render/numbers.py), floats to 4
+    significant digits."""
     if isinstance(v, list):
         if v and all(isinstance(x, list) for x in v) and len(v) == 1:
             return fmt(v[0])
         return "[" + " ".join(fmt(x) for x in v) + "]"
-    if isinstance(v, float):
-        return str(int(v)) if v.is_integer() and abs(v) < 1e12 else f"{v:.4g}"
-    return str(v)
+    return scalar(v, digits=4, grouped=False)  # a tensor's values, in a narrow panel
 
 
 def _tensor(t) -> str:

@@ -1,0 +1,56 @@
+"""What `parasim memory` and `parasim fit` print: one GPU's memory itemised with its fit, traffic and step
+time; the longest sequence of one layout; the best layout per node count. The commands parse and compute;
+these functions only write what was computed."""
+from __future__ import annotations
+
+from typing import Any
+
+
+def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, assumes: list[str], gpu_name: str,
+                  utilisation: float, unit: float, name: str) -> None:
+    """One GPU's memory, item by item with its share; then the model state, whether it fits (`fit_line`),
+    what the estimate assumes, the bytes each GPU sends per step and the step's time."""
+    from rich.table import Table
+    table = Table(title=title, title_justify="left")
+    table.add_column("item")
+    table.add_column(name, justify="right")
+    table.add_column("share", justify="right")
+    for k, v in bd.items.items():
+        table.add_row(k, f"{v / unit:,.2f}", f"{v / bd.total:.0%}" if bd.total else "-")
+    table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
+    console.print(table)
+    console.print(f"model state {bd.model_state / unit:,.2f} {name} "
+                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share)")
+    console.print(fit_line)
+    console.print("assumes: " + "; ".join(assumes))
+    traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
+    console.print(f"sent per GPU per step ({name}): {traffic}")
+    timing = out["time"]
+    console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "
+                  f"{utilisation:.0%} of {gpu_name} peak, no overlap assumed)")
+
+
+def search_lines(model_name: str, result: dict, name: str) -> list[str]:
+    """`fit --search`: the best layout for each node count."""
+    lines = [f"{model_name}: the longest sequence per node count ({result['layouts_tried']:,} layouts, "
+             f"{result['usable']:g} {name} usable per GPU)"]
+    for row in result["nodes"]:
+        b = row["best"]
+        lines.append(f"  {row['nodes']:>4} nodes  {b['max_seq_tokens']:>12,} tokens  {b['label']}")
+    return lines
+
+
+def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_name: str, utilisation: float,
+              unit: float, name: str) -> list[str]:
+    """`fit` of one layout: the longest sequence, the stage that binds and its memory item by item, and one
+    step's time at that length."""
+    lines = [f"{model_name}, {label} on {world} GPUs, {out['usable']:g} {name} usable per GPU:",
+             f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
+             f"{out['model_state']:.2f} {name})"]
+    lines += [f"    {k:<24} {v / unit:10.2f} {name}" for k, v in f.at_max.items.items()]
+    if not f.seq:
+        lines.append("  nothing fits: the model state alone exceeds the usable memory")
+    else:
+        lines.append(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu_name} at "
+                     f"{utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
+    return lines

@@ -1,0 +1,29 @@
+"""One way to write a number, for every renderer (the walk-through, tables, the app, compare): integers and
+integer-valued floats with thousands separators and no '.0', other floats to a few significant digits, and
+bytes with their unit. Lists and dicts are each renderer's own layout; the numbers inside them come from here."""
+from __future__ import annotations
+
+from typing import Any
+
+BIG = 1e15  # from here on a float is written in exponent form, even when it holds an integer
+
+
+def scalar(v: Any, digits: int = 6, grouped: bool = True) -> str:
+    """A number as every renderer writes it: 1,234; 2 (for 2.0); 0.333333 (`digits` significant digits);
+    anything else as str(). `grouped=False` leaves out the thousands separators, for numbers inside a list
+    written with commas ([1111, 2222], not [1,111, 2,222]) and for a tensor's values."""
+    sep = "," if grouped else ""
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:{sep}}"
+    if isinstance(v, float):
+        if v.is_integer() and abs(v) < BIG:
+            return f"{int(v):{sep}}"
+        return f"{v:{sep}.{digits}g}"
+    return str(v)
+
+
+def nbytes(n: int) -> str:
+    """A byte count with its unit: 5,600 B."""
+    return f"{scalar(n)} B"
