@@ -84,3 +84,20 @@ def test_readable_middle_screen(snap_compare, name, size):
 
 def test_help_at_100x30(snap_compare):
     assert snap_compare(make_app("tp-mlp"), press=["question_mark"], terminal_size=SIZES["100x30"])
+
+
+def test_what_if_at_100x30(snap_compare):
+    """k, --tp 4, enter: sp's run at TP 8 beside its run at TP 4 (the figures that changed, both timelines)."""
+    from parasim.tui.whatif import WhatIf
+    lr = run_lesson(load_lessons()["sp"])
+    app = ParasimApp(View(by_function(lr.result.trace), lr.lesson.narrative, lr.lesson.title),
+                     whatif=WhatIf(lr.lesson, lr))
+
+    async def turn_the_knob(pilot) -> None:
+        await pilot.press("k")
+        await pilot.pause()
+        app.screen.query_one("#knob-tp").value = "4"
+        await pilot.press("enter")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=SIZES["100x30"], run_before=turn_the_knob)
