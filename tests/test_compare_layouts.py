@@ -26,6 +26,22 @@ def test_moe16_against_its_ep_8_variant(ep_4_and_8):
     assert [r["figures"]["layer 1: its experts (on GPU)"] for r in rows] == ["E3 (g1), E8 (g3)", "E3 (g2), E8 (g7)"]
     assert "ep: bytes inside a node, all GPUs" in ep_4_and_8["differ"]
     assert all(r["figures"]["loss and gradients equal the unsplit model's"] is True for r in rows)
+    from parasim.render.plot_compare import plotted  # the picture draws numbers only: where experts live stays words
+    drawn = plotted(rows)
+    assert "copies the dispatch sends off the token's GPU, all layers" in drawn
+    assert "layer 1: its experts (on GPU)" in ep_4_and_8["differ"] and "layer 1: its experts (on GPU)" not in drawn
+
+
+def test_two_picks_on_one_gpu_leave_as_one_copy():
+    """The dispatch sends a token once to a GPU holding two of its experts (notes as the holders leave them)."""
+    from types import SimpleNamespace
+    from parasim.examples.moe16_path import token_figures
+    notes = [("data", 2, "", {"watch": "holds"}),
+             ("forward mb1 layer 1", 2, "", {"watch": "route", "layer": 1, "experts": [3, 4], "gpus": [1, 1]}),
+             ("forward mb1 layer 2", 2, "", {"watch": "route", "layer": 2, "experts": [5, 8], "gpus": [2, 3]})]
+    fig = token_figures(SimpleNamespace(notes=lambda kind: notes))
+    assert fig["copies the dispatch sends off the token's GPU, all layers"] == 1 + 1
+    assert fig["layer 1: its experts (on GPU)"] == "E3 (g1), E4 (g1)"
 
 
 def test_a_ring_over_two_nodes_crosses_on_half_its_hops():
