@@ -20,7 +20,16 @@ def run_figures(lr: LessonRun) -> dict[str, Any]:
     trace = lr.result.trace
     out: dict[str, Any] = {"ranks": trace.world,
                            "checks ok": f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)}",
-                           "collectives": sum(e.kind == "collective" for e in trace.events),
+                           **trace_figures(trace)}
+    if lr.lesson.figures is not None:
+        out.update(lr.lesson.figures(lr.result))
+    return out
+
+
+def trace_figures(trace: Any) -> dict[str, Any]:
+    """What any run's trace says, a lesson's or a layout's: collectives and sends made, the bytes the busiest
+    GPU sent on each axis, the most bytes one GPU held (when the run said what it holds)."""
+    out: dict[str, Any] = {"collectives": sum(e.kind == "collective" for e in trace.events),
                            "point-to-point sends": sum(e.kind == "p2p" for e in trace.events)}
     sent: dict[str, dict[int, int]] = {}
     for e in trace.events:
@@ -33,8 +42,6 @@ def run_figures(lr: LessonRun) -> dict[str, Any]:
         out[f"bytes sent by the busiest GPU on {axis}"] = max(sent[axis].values())
     if any(mk.kind == "held" for mk in trace.marks):
         out["most bytes one GPU held"] = max(trace.peak(r)["bytes"] for r in range(trace.world))
-    if lr.lesson.figures is not None:
-        out.update(lr.lesson.figures(lr.result))
     return out
 
 

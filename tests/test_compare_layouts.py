@@ -25,6 +25,10 @@ def test_moe16_against_its_ep_8_variant(ep_4_and_8):
     assert copies == [2 * 4, 1 * 4]
     assert [r["figures"]["layer 1: its experts (on GPU)"] for r in rows] == ["E3 (g1), E8 (g3)", "E3 (g2), E8 (g7)"]
     assert "ep: bytes inside a node, all GPUs" in ep_4_and_8["differ"]
+    # the busiest GPU per axis, as a lesson's compare gives it: 8 GPUs a stage over EP 8 leave each expert one
+    # copy (expert-DP 1), so its gradients are summed with no one; over EP 4 two copies are summed
+    busiest = [r["figures"]["bytes sent by the busiest GPU on expert-dp"] for r in rows]
+    assert busiest[0] > 0 and busiest[1] == 0
     assert all(r["figures"]["loss and gradients equal the unsplit model's"] is True for r in rows)
     from parasim.render.plot_compare import plotted  # the picture draws numbers only: where experts live stays words
     drawn = plotted(rows)

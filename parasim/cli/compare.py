@@ -134,6 +134,7 @@ def _compare_layouts(args: argparse.Namespace) -> int:
     from ..examples.moe16_exact import exactness
     from ..examples.moe16_path import token_figures
     from ..engine.runner import run
+    from ..figures import trace_figures
     if args.knob_chunks is not None:
         raise UsageError("--chunks is a lesson's setting (pp-interleaved); a layout runs 1F1B")
     given = {n: getattr(args, dest) for n, dest in LAYOUT_SIZES.items() if getattr(args, dest, None) is not None}
@@ -159,12 +160,11 @@ def _compare_layouts(args: argparse.Namespace) -> int:
         for sizes, layout, m, routing, watch in plans:
             result = run(make_program(watch, layout, m, routing), layout.world, seed=0, timeout=args.timeout)
             exact = exactness(result.values, layout, m, routing) if routing in ("learned", "post") else None
-            trace, fig = result.trace, {"GPUs": layout.world}
+            trace = result.trace
+            fig = {"GPUs": layout.world, **trace_figures(trace)}  # the busiest GPU per axis, as a lesson's
             for axis, link in sorted(trace.bytes_by_link(layout.gpus_per_node).items()):
                 fig[f"{axis}: bytes inside a node, all GPUs"] = link["inside"]
                 fig[f"{axis}: bytes across nodes, all GPUs"] = link["across"]
-            if any(mk.kind == "held" for mk in trace.marks):
-                fig["most bytes one GPU held"] = max(trace.peak(r)["bytes"] for r in range(trace.world))
             fig.update(token_figures(trace))
             fig["loss and gradients equal the unsplit model's"] = "-" if exact is None else exact["exact"]
             rows.append({"settings": {**sizes, **({"sp": True} if args.sp else {})}, "figures": fig,
