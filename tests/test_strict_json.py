@@ -57,6 +57,8 @@ COMMANDS = [
     ["schedule", "--schedule", "dualpipev", "-m", "8", "--json"],
     ["check", "silent-bugs", "--json"],
     ["check", "silent-bugs", "--bug", "dense-over-dp", "--json"],
+    ["hardware", "--json"],
+    ["compare", "pp-1f1b", "--pp", "2,4", "--json"],
 ]
 
 

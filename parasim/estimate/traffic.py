@@ -30,15 +30,14 @@ class GpuSpec:
     nvlink: float  # bytes/s per direction per GPU inside a node
     network: float  # bytes/s per GPU across nodes
     gpus_per_node: int = 8
+    hbm: float = 0.0  # memory bandwidth, bytes/s
 
 
 def gpu_presets() -> dict[str, GpuSpec]:
-    """Vendor datasheet figures; network is one 400 Gb/s NIC per GPU (InfiniBand NDR)."""
-    return {
-        "h200": GpuSpec("H200", 141e9, 120e9, 989e12, 450e9, 50e9),
-        "h100": GpuSpec("H100", 80e9, 68e9, 989e12, 450e9, 50e9),
-        "a100": GpuSpec("A100 80GB", 80e9, 68e9, 312e12, 300e9, 25e9),
-    }
+    """The GPU types of the hardware table (estimate/hardware.py: datasheet figures, each with its source)."""
+    from .hardware import GPUS
+    return {key: GpuSpec(g.name, g.memory.value, g.usable.value, g.peak_flops.value, g.nvlink.value,
+                         g.network.value, g.gpus_per_node, g.hbm.value) for key, g in GPUS.items()}
 
 
 def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:

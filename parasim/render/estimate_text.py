@@ -54,3 +54,24 @@ def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_na
         lines.append(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu_name} at "
                      f"{utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
     return lines
+
+
+def hardware_report(console: Any, hw: dict) -> None:
+    """The hardware table: a row per figure, a column per GPU type, then each source with its address."""
+    from rich.markup import escape
+    from rich.table import Table
+    from ..estimate.hardware import UNITS, WHAT
+    gpus = hw["gpus"]
+    table = Table(title="The GPU constants parasim uses (per GPU; NVLink and network per direction)",
+                  title_justify="left")
+    table.add_column("figure")
+    for g in gpus.values():
+        table.add_column(g["name"], justify="right")
+    for key, what in WHAT.items():
+        scale, unit = UNITS[key]
+        table.add_row(f"{what} ({unit})", *[f"{g[key]['value'] / scale:,.4g}\n[dim]" + escape(
+            f"{g[key]['printed']} [{g[key]['source']}]") + "[/dim]" for g in gpus.values()])
+    console.print(table)
+    for key, src in hw["sources"].items():
+        console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']}: {src['prints']}. "
+                                                                          f"{src['address']}"))

@@ -1,0 +1,97 @@
+"""The hardware constants every time and memory figure of parasim reads, in one table with their sources
+(`parasim hardware` prints it). Each entry is a vendor's published figure, written here as the source
+prints it and converted once; nothing is fitted to a measured run. One figure is parasim's own assumption,
+not a spec, and says so: the bytes left for training on a card (`usable`).
+
+Units: bytes, bytes per second, FLOP per second. NVLink and the network are per GPU and per direction
+(the datasheets give NVLink as the sum of both directions: 900 GB/s is 450 GB/s each way)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+GB = 1e9
+
+# Where each figure comes from: key -> (document, address, what it prints).
+SOURCES: dict[str, tuple[str, str, str]] = {
+    "a100": ("NVIDIA A100 Tensor Core GPU datasheet (A100 80GB SXM column)",
+             "https://www.nvidia.com/content/dam/en-zz/Solutions/Data-Center/a100/pdf/"
+             "nvidia-a100-datasheet-us-nvidia-1758950-r4-web.pdf",
+             "BF16 Tensor Core 312 TFLOPS (624 with sparsity); 80GB HBM2e; 2,039 GB/s; NVLink 600 GB/s"),
+    "h100": ("NVIDIA H100 Tensor Core GPU datasheet (H100 SXM column)",
+             "https://resources.nvidia.com/en-us-tensor-core/nvidia-tensor-core-gpu-datasheet",
+             "BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense); 80GB; 3.35 TB/s; NVLink 900 GB/s"),
+    "h200": ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
+             "https://resources.nvidia.com/en-us-data-center-overview-mc/en-us-data-center-overview/hpc-datasheet-sc23-h200",
+             "BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense); 141GB HBM3e; 4.8 TB/s; NVLink 900 GB/s"),
+    "dgx-a100": ("NVIDIA DGX A100 datasheet: networking",
+                 "https://images.nvidia.com/aem-dam/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf",
+                 "8x single-port Mellanox ConnectX-6 VPI 200Gb/s HDR InfiniBand (compute), for 8 GPUs"),
+    "dgx-h100": ("NVIDIA DGX H100 / H200 datasheet: networking",
+                 "https://resources.nvidia.com/en-us-dgx-systems/ai-enterprise-dgx",
+                 "4x OSFP ports serving 8x single-port NVIDIA ConnectX-7 VPI, 400Gb/s InfiniBand/Ethernet (compute), "
+                 "for 8 GPUs"),
+    "parasim": ("an assumption, not a spec: the post's usable 120 GB of an H200's 141, the same share (85%) of an "
+                "80 GB card", "docs/estimator.md (hidden assumptions)",
+                "the card less the CUDA context, NCCL buffers and fragmentation"),
+}
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One constant: its value in base units, how the source writes it, and the source's key."""
+    value: float
+    printed: str
+    source: str
+
+
+@dataclass(frozen=True)
+class GpuSheet:
+    """One GPU type as its datasheets give it, and the node it is sold in."""
+    name: str
+    memory: Figure  # bytes on the card
+    usable: Figure  # bytes left for training (parasim's assumption)
+    peak_flops: Figure  # dense BF16 tensor-core FLOP/s
+    hbm: Figure  # memory bandwidth, bytes/s
+    nvlink: Figure  # bytes/s per direction per GPU inside a node
+    network: Figure  # bytes/s per direction per GPU across nodes (one NIC per GPU)
+    gpus_per_node: int = 8
+
+    def figures(self) -> dict[str, Figure]:
+        return {"memory": self.memory, "usable": self.usable, "peak_flops": self.peak_flops, "hbm": self.hbm,
+                "nvlink": self.nvlink, "network": self.network}
+
+
+# The GPU types parasim knows, by the name `--gpu-model` takes. Dense BF16 is half the datasheets' "with
+# sparsity" figure (2:4 sparsity doubles the rate; training runs dense); a network port of 400 Gb/s is 50 GB/s.
+GPUS: dict[str, GpuSheet] = {
+    "h200": GpuSheet("H200", Figure(141 * GB, "141GB HBM3e", "h200"), Figure(120 * GB, "120 GB", "parasim"),
+                     Figure(989e12, "1,979 TFLOPS with sparsity, half dense: 989", "h200"), Figure(4.8e12, "4.8 TB/s", "h200"),
+                     Figure(450 * GB, "900 GB/s, both directions", "h200"),
+                     Figure(50 * GB, "400 Gb/s a GPU", "dgx-h100")),
+    "h100": GpuSheet("H100", Figure(80 * GB, "80GB HBM3", "h100"), Figure(68 * GB, "68 GB", "parasim"),
+                     Figure(989e12, "1,979 TFLOPS with sparsity, half dense: 989", "h100"), Figure(3.35e12, "3.35 TB/s", "h100"),
+                     Figure(450 * GB, "900 GB/s, both directions", "h100"),
+                     Figure(50 * GB, "400 Gb/s a GPU", "dgx-h100")),
+    "a100": GpuSheet("A100 80GB", Figure(80 * GB, "80GB HBM2e", "a100"), Figure(68 * GB, "68 GB", "parasim"),
+                     Figure(312e12, "312 TFLOPS", "a100"), Figure(2.039e12, "2,039 GB/s", "a100"),
+                     Figure(300 * GB, "600 GB/s, both directions", "a100"),
+                     Figure(25 * GB, "200 Gb/s a GPU", "dgx-a100")),
+}
+
+# what each figure is, for the printed table
+WHAT: dict[str, str] = {
+    "memory": "memory on the card", "usable": "usable for training", "peak_flops": "dense BF16 peak",
+    "hbm": "memory bandwidth", "nvlink": "NVLink, one direction", "network": "network, one direction",
+}
+UNITS: dict[str, tuple[float, str]] = {
+    "memory": (GB, "GB"), "usable": (GB, "GB"), "peak_flops": (1e12, "TFLOP/s"), "hbm": (1e12, "TB/s"),
+    "nvlink": (GB, "GB/s"), "network": (GB, "GB/s"),
+}
+
+
+def table() -> dict:
+    """Every GPU's figures with their sources, as `parasim hardware --json` prints them."""
+    return {"gpus": {key: {"name": g.name, "gpus_per_node": g.gpus_per_node,
+                           **{k: {"value": f.value, "printed": f.printed, "source": f.source}
+                              for k, f in g.figures().items()}} for key, g in GPUS.items()},
+            "sources": {k: {"document": d, "address": a, "prints": p} for k, (d, a, p) in SOURCES.items()}}

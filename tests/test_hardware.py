@@ -1,0 +1,41 @@
+"""The hardware table (issue 34, build item 1: "the constants live in one table with their sources"): every
+figure has a source that exists and prints it, the presets the estimator and the clock read are the table's,
+and `parasim hardware` shows them (--json strict)."""
+import json
+
+from conftest import cli
+
+from parasim.estimate.hardware import GPUS, SOURCES
+from parasim.estimate.traffic import gpu_presets
+
+
+def test_every_figure_names_a_source_that_exists():
+    for key, gpu in GPUS.items():
+        for name, fig in gpu.figures().items():
+            assert fig.source in SOURCES, (key, name)
+            assert fig.printed, (key, name)
+    assert {f.source for g in GPUS.values() for f in g.figures().values()} == set(SOURCES)
+
+
+def test_the_datasheets_numbers_as_they_print_them():
+    """Read from the datasheets by hand: dense BF16 is half the 'with sparsity' rate; NVLink's both-ways figure
+    halves into one direction; a 400 Gb/s port carries 50 GB/s."""
+    assert GPUS["h200"].peak_flops.value == 989e12 == GPUS["h100"].peak_flops.value  # 1,979 / 2, to 3 digits
+    assert abs(989e12 - 1979e12 / 2) < 1e12
+    assert GPUS["a100"].peak_flops.value == 312e12
+    assert [GPUS[k].hbm.value for k in ("h200", "h100", "a100")] == [4.8e12, 3.35e12, 2.039e12]
+    assert [GPUS[k].nvlink.value for k in ("h200", "h100", "a100")] == [900e9 / 2, 900e9 / 2, 600e9 / 2]
+    assert [GPUS[k].network.value for k in ("h200", "h100", "a100")] == [400e9 / 8, 400e9 / 8, 200e9 / 8]
+    assert GPUS["h200"].usable.source == "parasim"  # an assumption, and said to be one
+    assert gpu_presets()["h200"].hbm == 4.8e12 and gpu_presets()["a100"].peak_flops == 312e12
+
+
+def test_parasim_hardware_prints_the_table_and_its_sources():
+    out = cli("hardware")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "4.8 TB/s [h200]" in text and "[dgx-h100]" in text and "nvidia-tensor-core-gpu-datasheet" in text
+    data = json.loads(cli("hardware", "--json").stdout)
+    assert set(data["gpus"]) == {"h200", "h100", "a100"}
+    assert data["gpus"]["a100"]["nvlink"] == {"value": 300e9, "printed": "600 GB/s, both directions",
+                                              "source": "a100"}
