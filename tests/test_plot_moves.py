@@ -41,3 +41,10 @@ def test_a_lesson_without_a_picture_names_those_with_one():
     out = cli("lesson", "tp-mlp", "--plot", "x.png")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
     assert "moe16" in out.stderr and "pp-1f1b" in out.stderr and "ring-attention" in out.stderr
+
+
+def test_the_help_names_every_lesson_with_a_picture():
+    from parasim.render.lesson_plots import LESSON_PLOTS
+    text = " ".join(cli("lesson", "--help").stdout.split()).replace("- ", "-")  # argparse wraps at hyphens
+    assert all(name in text for name in LESSON_PLOTS)
+    assert text.count("the hand-off between stages") == 1  # three lessons, one picture, said once

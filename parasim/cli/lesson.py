@@ -28,9 +28,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
-    lp.add_argument("--plot", metavar="FILE.png", help="also draw the lesson's picture from its run (ring-attention: "
-                    "which K/V chunk each CP rank holds at each step; moe16: the token's dispatch and combine; "
-                    "pp-gpipe, pp-1f1b, pp-interleaved: the hand-off between stages)")
+    from ..render.lesson_plots import plots_help
+    lp.add_argument("--plot", metavar="FILE.png", help=f"also draw the lesson's picture from its run ({plots_help()})")
     add_knobs(lp)
     add_timeout(lp)
     lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
@@ -97,7 +96,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
     if args.plot is not None:
-        LESSON_PLOTS[lesson.name](lr, args.plot)
+        LESSON_PLOTS[lesson.name][0](lr, args.plot)
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and sys.stdout.isatty()):
