@@ -37,8 +37,8 @@ def plot_dispatch(lr: Any, path: str) -> None:
         for ax, way in zip(row, ("dispatch", "combine")):
             _draw_group(ax, route, way)
     token = next((d["token"] for _, _, _, d in lr.result.trace.notes("watch") if d.get("watch") == "holds"), "")
-    fig.suptitle(f"Where {token} goes in each MoE layer: dispatch to the GPUs holding its experts, combine back "
-                 "(boxes: the layer's EP group; gold: the token's GPU)", fontsize=10)
+    fig.suptitle(f"Where {token} goes in each MoE layer: dispatch to the GPUs holding its experts, combine back\n"
+                 "(boxes: the layer's EP group; gold: the token's GPU; labels: the expert and its gate)", fontsize=10)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
