@@ -3,12 +3,14 @@
 Z = ReLU(X·A)·B. Splitting A by rows leaves partial sums that a ReLU cannot take; splitting A by columns
 and B by rows needs one all-reduce, after B. The backward pass runs through the same layers in reverse
 and needs one all-reduce too, for dL/dX. The numbers are the post's; every result is computed here.
+--tp 1 or 4 runs the same MLP unsplit or on four ranks (one column of A each), checked against the same
+unsplit model.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn import ColumnParallelLinear, RowParallelLinear, Saved, ParallelContext
 from parasim.nn.activations import relu, relu_backward
 
@@ -28,7 +30,10 @@ def program(ctx):
 
     ctx.phase("splitting A by rows")
     # rank i holds row i of A and entry i of X: its product is only a partial sum of X·A
-    partial = x[..., ctx.rank:ctx.rank + 1] * a[ctx.rank]
+    lo, hi = _rows_of(ctx.rank, ctx.world, a.shape[0])
+    if lo == hi:  # --tp 4: A has two rows, so two of the four ranks hold none and add zeros
+        ctx.note(f"holds no row of A (A has {a.shape[0]} rows for {ctx.world} ranks): its partial sum is zero")
+    partial = xp.matmul(x[..., lo:hi], a[lo:hi])
     out["row partial"] = partial
     out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.tp_group, label="sum of ReLU(partials)")
     out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.tp_group, label="sum first"))
@@ -61,6 +66,14 @@ def program(ctx):
     return out
 
 
+def _rows_of(rank: int, world: int, rows: int) -> tuple[int, int]:
+    """The rows of A that `rank` holds in the row split, [lo, hi): an even share, one row each when there are
+    more ranks than rows (the ranks past the last row hold none)."""
+    per = max(rows // world, 1)
+    lo = min(rank * per, rows)
+    return lo, min(lo + per, rows)
+
+
 def _show(a) -> str:
     """A small array as the post writes it: rows of numbers, integers without '.0'."""
     rows = np.asarray(a.tolist(), dtype=float).reshape(-1, a.shape[-1])
@@ -82,14 +95,16 @@ def checks(result) -> list[Check]:
     dx = dh @ a.T
     da = np.tensordot(x, dh, axes=([0, 1], [0, 1]))
     db = np.tensordot(y, np.ones_like(z), axes=([0, 1], [0, 1]))
-    wrong = sum(np.maximum(x[..., i:i + 1] * a[i], 0) for i in range(t))
+    # the ReLU of each rank's partial sum, summed: the row split done wrong (one rank: no split, so right)
+    wrong = sum(np.maximum(x[..., lo:hi] @ a[lo:hi], 0) for lo, hi in (_rows_of(r, t, a.shape[0]) for r in range(t)))
     ar = [e for e in result.trace.events if e.op == "all_reduce"]
     return [
         check("rows of A: all-reduce before the ReLU gives ReLU(X·A)", [v[r]["sum then ReLU"] for r in range(t)],
               [y] * t),
         check("rows of A: the ReLU of each partial, summed, is a different vector", [v[r]["ReLU then sum"] for r in
                                                                                     range(t)], [wrong] * t),
-        check("... and it is not ReLU(X·A)", bool(np.any(np.asarray(v[0]["ReLU then sum"]) != y)), True),
+        check("... and it is not ReLU(X·A)" if t > 1 else "... which on one rank is ReLU(X·A): nothing was split",
+              bool(np.any(np.asarray(v[0]["ReLU then sum"]) != y)), t > 1),
         check("columns of A: rank i holds finished values Y_i = ReLU(X·A_i)", [v[r]["Y_i"] for r in range(t)],
               [y[..., c] for c in cols]),
         check("rows of B and one all-reduce give Z = ReLU(X·A)·B on every rank", [v[r]["Z"] for r in range(t)], [z] * t),
@@ -101,28 +116,31 @@ def checks(result) -> list[Check]:
                                                                                           range(t)], [dx] * t),
         check("weight gradients need no communication: dL/dA_i, dL/dB_i are slices of the unsplit ones",
               [[v[r]["dL/dA_i"], v[r]["dL/dB_i"]] for r in range(t)], [[da[:, c], db[c, :]] for c in cols]),
-        check("all-reduces for the column-row MLP: one forward (g), one backward (f)",
-              [sum(e.label == lbl for e in ar) for lbl in ("g forward", "f backward")], [1, 1]),
+        check("all-reduces for the column-row MLP: one forward (g), one backward (f)" if t > 1 else
+              "all-reduces for the column-row MLP: none on one rank (g and f have nothing to sum)",
+              [sum(e.label == lbl for e in ar) for lbl in ("g forward", "f backward")], [int(t > 1)] * 2),
     ]
 
 
 NARRATIVE = {
     "splitting A by rows": """
         The MLP is Z = ReLU(X·A)·B for one token with two features. Suppose rank i takes row i of A,
-        together with X's feature i. Each product is then only a partial sum of X·A: adding the two
-        gives the right pre-activation, but a ReLU applied to each part before adding does not. The
-        ranks would need an all-reduce before every nonlinearity.""",
+        together with X's feature i (on the post's two ranks; A has only two rows, so at --tp 4 two
+        ranks hold none, and at --tp 1 nothing is split). Each product is then only a partial sum of
+        X·A: adding them gives the right pre-activation, but a ReLU applied to each part before adding
+        does not. The ranks would need an all-reduce before every nonlinearity.""",
     "splitting A by columns": """
-        Split A by columns instead. Both ranks see the whole X (the f operator: nothing to do going
-        forward) and each computes complete values for its own two columns, so the ReLU runs locally.""",
+        Split A by columns instead. Every rank sees the whole X (the f operator: nothing to do going
+        forward) and each computes complete values for its own columns (two of the four on the post's two
+        ranks, one at --tp 4), so the ReLU runs locally.""",
     "splitting B by rows, one all-reduce": """
-        B is split by rows, so each rank holds exactly the rows its half of Y multiplies. Each product
-        Y_i·B_i is a partial sum of Z; one all-reduce (the g operator) finishes it on both ranks. Each
-        rank keeps two of A's four columns and two of B's four rows.""",
+        B is split by rows, so each rank holds exactly the rows its part of Y multiplies. Each product
+        Y_i·B_i is a partial sum of Z; one all-reduce (the g operator) finishes it on every rank. Each
+        rank keeps 4/t of A's four columns and of B's four rows: two of each on the post's two ranks.""",
     "backward": """
-        Take L = sum(Z), so dL/dZ is all ones. Each rank runs its half backward: through B (g needs
+        Take L = sum(Z), so dL/dZ is all ones. Each rank runs its share backward: through B (g needs
         nothing going backward), through the ReLU (its derivative at 0 is taken as 0, as PyTorch does),
-        and through A. X was copied to both ranks going forward, so its gradient is a sum: f's backward
+        and through A. X was copied to every rank going forward, so its gradient is a sum: f's backward
         is the all-reduce that gives dL/dX. The weight gradients use only local factors.""",
 }
 
@@ -130,12 +148,12 @@ LESSON = Lesson(
     name="tp-mlp",
     title="Tensor parallelism: the MLP split by columns, then rows",
     world=2,
-    min_world=2,
-    max_world=2,
+    worlds=(1, 2, 4),
     program=program,
     narrative=NARRATIVE,
     checks=checks,
     summary="the post's 2-GPU MLP: the wrong row split, the column-row split, one all-reduce each way",
     keep_values=16,
     reference=program,  # on one rank: the same layers, unsplit
+    knobs={"tp": Knob(2, choices=(1, 2, 4), world=True)},  # A has 4 columns: 1, 2 or 4 ranks split them evenly
 )

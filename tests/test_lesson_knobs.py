@@ -158,3 +158,28 @@ def test_moe_sp_at_tp_4_does_the_expert_work_four_times():
     data = _run("moe-sp", "--tp", "4")
     assert _check(data, "token copies")["got"] == [4 * 4 * 2, 4 * 2]
     assert _check(data, "rows dispatched")["got"] == 4
+
+
+def test_tp_mlp_at_tp_4_one_column_each_and_at_tp_1_unsplit():
+    """X = [1, 2]; A's columns are [1, 0], [0, 1], [-1, 1], [2, -1], so at --tp 4 rank i holds Y_i =
+    ReLU(X·A[:, i]) = 1, 2, 1, 0 and the all-reduce after B gives Z = 1·[1 0] + 2·[0 1] + 1·[1 1] = [2, 3]; on one
+    rank the 'wrong' row split is no split at all: ReLU(X·A) = [1, 2, 1, 0]."""
+    data = _run("tp-mlp", "--tp", "4")
+    assert data["world"] == 4 and data["settings"] == {"tp": 4}
+    assert [v["Y_i"] for v in data["values"]] == [[[[1.0]]], [[[2.0]]], [[[1.0]]], [[[0.0]]]]
+    assert [v["Z"] for v in data["values"]] == [[[[2.0, 3.0]]]] * 4
+    one = _run("tp-mlp", "--tp", "1")
+    assert one["values"][0]["ReLU then sum"] == [[[1.0, 2.0, 1.0, 0.0]]]
+
+
+def test_compare_tp_mlp_one_row_per_setting():
+    out = cli("compare", "tp-mlp", "--tp", "1,2,4", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)["rows"]
+    assert [r["settings"] for r in rows] == [{"tp": 1}, {"tp": 2}, {"tp": 4}] and all(r["ok"] for r in rows)
+
+
+def test_tp_mlp_refuses_a_split_of_four_columns_over_three():
+    out = cli("lesson", "tp-mlp", "--tp", "3", "--json")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    assert "takes --tp 1 or 2 or 4, not 3" in out.stderr

@@ -39,9 +39,9 @@ def test_json_and_world_rules():
                          text=True, timeout=60)
     data = json.loads(out.stdout)
     assert out.returncode == 0 and all(c["ok"] for c in data["checks"]) and data["world"] == 2
-    bad = subprocess.run([sys.executable, "-m", "parasim", "lesson", "tp-mlp", "--world", "4"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "parasim", "lesson", "tp-mlp", "--world", "3"], capture_output=True,
                          text=True, timeout=60)
-    assert bad.returncode == 2 and "runs on exactly 2 ranks" in bad.stderr
+    assert bad.returncode == 2 and "runs on 1, 2, 4 ranks, not 3" in bad.stderr
 
 
 def test_the_column_split_has_an_event_the_app_can_stop_on():
