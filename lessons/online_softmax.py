@@ -3,18 +3,25 @@
 Two ranks hold one key each. The query's rank sees its own key first (score 1), then the other rank's
 key arrives around the ring (score 3). It keeps a running max m, a running sum l of e^(score - m) and a
 running output o; when the max grows, l and o are first multiplied by e^(m_old - m_new).
+--cp 3 or 4 puts the keys on a longer ring (keys 1, 3, 2, 4: the max moves, holds, moves again), each rank
+checked against a direct softmax of them all.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from parasim.comm.interface import Recv, Send
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn.ring_attention import online_softmax_step
 
 QUERY = [[1.0]]  # one query, one dim: a score is the key itself
-KEYS = [[[1.0]], [[3.0]]]  # rank i holds key i
-VALUES = [[[1.0, 0.0]], [[0.0, 1.0]]]  # one-hot values, so the output is the softmax weights themselves
+# rank i holds key i: the post's two, then ours for a longer ring (2 does not raise the max, 4 does)
+KEYS = [[[1.0]], [[3.0]], [[2.0]], [[4.0]]]
+
+
+def _value(i: int, n: int) -> list:
+    """Rank i's value: one-hot of length n, so the output is the softmax weights themselves."""
+    return [[1.0 if j == i else 0.0 for j in range(n)]]
 
 
 def _fmt(a) -> str:
@@ -23,24 +30,25 @@ def _fmt(a) -> str:
 
 def program(ctx):
     xp, comm = ctx.xp, ctx.comm
-    ring = ctx.new_group(range(2), "cp")
+    n = ctx.world
+    ring = ctx.new_group(range(n), "cp")
     q = ctx.asarray(QUERY)
-    k, v = ctx.asarray(KEYS[ctx.rank]), ctx.asarray(VALUES[ctx.rank])
+    k, v = ctx.asarray(KEYS[ctx.rank]), ctx.asarray(_value(ctx.rank, n))
     m = xp.full((1,), -np.inf, dtype=xp.float64)
     l = xp.zeros((1,), dtype=xp.float64)
-    o = xp.zeros((1, 2), dtype=xp.float64)
+    o = xp.zeros((1, n), dtype=xp.float64)
     out, steps = {}, []
-    for step in range(2):
+    for step in range(n):
         ctx.phase(f"chunk {step + 1}")
         scores = xp.matmul(q, xp.permute_dims(k, (1, 0)))
         m, l, o, rescale = online_softmax_step(xp, m, l, o, scores, v)
         steps.append({"score": scores, "m": m, "l": l, "o": o, "rescale": rescale})
         ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, old terms rescaled by e^(m_old - m) = {_fmt(rescale)}, "
                  f"l = {_fmt(l)}, o = [{_fmt(o)}]")
-        if step == 0:  # pass my key and value on; take the other rank's
-            nxt = (ctx.rank + 1) % 2
-            k, v = comm.exchange([Send(k, nxt), Send(v, nxt), Recv(nxt, (1, 1), k.dtype), Recv(nxt, (1, 2), v.dtype)],
-                                 group=ring, label="pass K/V on")
+        if step < n - 1:  # pass the key and value I hold back along the ring; take the next rank's
+            nxt, prev = (ctx.rank + 1) % n, (ctx.rank - 1) % n  # so rank r sees keys r, r + 1, ... in turn
+            k, v = comm.exchange([Send(k, prev), Send(v, prev), Recv(nxt, (1, 1), k.dtype),
+                                  Recv(nxt, (1, n), v.dtype)], group=ring, label="pass K/V on")
     ctx.phase("result")
     out["steps"], out["weights"] = steps, o / l[..., None]
     ctx.note(f"output o / l = [{_fmt(out['weights'])}]: the softmax weights, since the values are one-hot")
@@ -48,9 +56,14 @@ def program(ctx):
 
 
 def checks(result) -> list[Check]:
-    s = result.values[0]["steps"]
-    scores = np.array([KEYS[0][0][0], KEYS[1][0][0]]) * QUERY[0][0]
+    s, n = result.values[0]["steps"], result.world
+    scores = np.array([KEYS[i][0][0] for i in range(n)]) * QUERY[0][0]
     direct = np.exp(scores - scores.max()) / np.exp(scores - scores.max()).sum()
+    # rank 0 sees the scores in key order: each chunk's factor is e^(old max - new max), 1 when it holds
+    running = np.maximum.accumulate(scores)
+    later = [check(f"chunk {c + 1} ({'raises' if running[c] > running[c - 1] else 'keeps'} the max): old terms "
+                   f"scale by e^({running[c - 1]:g} - {running[c]:g})", float(s[c]["rescale"][0]),
+                   float(np.exp(running[c - 1] - running[c])), rtol=1e-12) for c in range(2, n)]
     return [
         check("after chunk 1: m is the first score, l = 1", [float(s[0]["m"][0]), float(s[0]["l"][0])],
               [scores[0], 1.0]),
@@ -58,9 +71,13 @@ def checks(result) -> list[Check]:
               float(np.exp(scores[0] - scores[1])), rtol=1e-12),
         check("running sum l = e^(1-3) + 1", float(s[1]["l"][0]), float(np.exp(scores[0] - scores[1]) + 1),
               rtol=1e-12),
-        check("o / l equals a direct softmax of [1, 3]", result.values[0]["weights"][0], direct, rtol=1e-12),
+        *later,
+        check(f"o / l equals a direct softmax of [{', '.join(f'{x:g}' for x in scores)}]",
+              result.values[0]["weights"][0], direct, rtol=1e-12),
         check("the other rank, which saw the chunks in the other order, gets the same weights",
-              result.values[1]["weights"][0], direct, rtol=1e-12),
+              result.values[1]["weights"][0], direct, rtol=1e-12) if n == 2 else
+        check("every other rank, which saw the chunks in another order, gets the same weights",
+              [x["weights"][0] for x in result.values[1:]], [direct] * (n - 1), rtol=1e-12),
     ]
 
 
@@ -74,19 +91,26 @@ NARRATIVE = {
         The second chunk has a larger score, so the maximum moves. Every old term was computed against the
         old maximum: a factor of e^(m_old - m_new) on l and on o moves them onto the new one, and the new
         chunk's terms are added. Nothing is recomputed and no old score is needed.""",
+    "chunk 3": """
+        On a ring of three or four ranks the third chunk (key 2 for rank 0) is below the maximum: the factor
+        is e^0 = 1, and its term is simply added.""",
+    "chunk 4": """
+        The fourth (key 4) raises the maximum again, and the old terms are scaled once more.""",
     "result": """
         Dividing o by l gives exactly the softmax-weighted sum. The values here are one-hot, so the output
-        shows the weights themselves, equal to a direct softmax of the two scores.""",
+        shows the weights themselves, equal to a direct softmax of all the scores (the two of the post's
+        ring; each rank saw them in its own order and got the same weights).""",
 }
 
 LESSON = Lesson(
     name="online-softmax",
     title="The online softmax: exact attention from chunks that arrive one at a time",
     world=2,
-    worlds=(2,),
+    worlds=(2, 3, 4),
     program=program,
     narrative=NARRATIVE,
     checks=checks,
     summary="scores 1 then 3: the rescale factor, the running sum, the final weights against a direct softmax",
     keep_values=8,
+    knobs={"cp": Knob(2, choices=(2, 3, 4), world=True)},  # ranks on the ring, one key each
 )

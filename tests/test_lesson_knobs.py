@@ -183,3 +183,15 @@ def test_tp_mlp_refuses_a_split_of_four_columns_over_three():
     out = cli("lesson", "tp-mlp", "--tp", "3", "--json")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
     assert "takes --tp 1 or 2 or 4, not 3" in out.stderr
+
+
+def test_online_softmax_on_a_ring_of_4():
+    """Keys 1, 3, 2, 4 on four ranks: rank 0 sees them in that order; key 2 leaves the max at 3 (factor e^0 = 1),
+    key 4 raises it (factor e^(3 - 4)); the weights are e^(k - 4) / (e^-3 + e^-1 + e^-2 + 1)."""
+    import math
+    data = _run("online-softmax", "--cp", "4")
+    assert data["world"] == 4 and data["settings"] == {"cp": 4}
+    steps = data["values"][0]["steps"]
+    assert [s["rescale"][0] for s in steps[2:]] == [1.0, pytest.approx(math.exp(-1))]
+    total = math.exp(-3) + math.exp(-1) + math.exp(-2) + 1
+    assert data["values"][0]["weights"][0] == pytest.approx([math.exp(k - 4) / total for k in (1, 3, 2, 4)], rel=1e-12)
