@@ -6,6 +6,7 @@ follows a stated policy (uniform, seeded); the checks work the same figures out 
 own draws. Then one layer of the 27B model at each of the post's nine layouts, at the longest sequence the
 estimator finds for it: the bytes a GPU keeps for backward and the weights it holds, measured, against
 the estimator's own per-layer figures.
+--ep 2, 4 or 16 and --routing balanced change the dispatch: the same checks, worked out for that setting.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from parasim.estimate.models import layer_param_count
 from parasim.examples.against import granule
 from parasim.examples.differences import as_run
 from parasim.layout import Layout
-from parasim.lesson import Check, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
@@ -33,10 +34,14 @@ D = 7168  # hidden size
 E, K = 256, 8  # experts, picks per token
 F = 2048  # an expert's width
 TP, EP = 2, 8
+EP_SIZES = (2, 4, 8, 16)  # --ep: TP pairs split the same GPUs, and E experts split evenly
 DTYPE = "float16"  # 2 bytes a value, as the post's BF16 (numpy has no bfloat16; the bytes are the same)
 POLICY = "uniform"
 WORLD = 8
-ROUTING = Routing.parse(POLICY)  # one policy object for every rank, so each sender's draws are made once
+# one policy object per policy for every rank, so each sender's draws are made once ("balanced" spreads a
+# token's K picks evenly over the experts: the post's expectation, exactly)
+ROUTINGS = {p: Routing.parse(p) for p in (POLICY, "balanced")}
+ROUTING = ROUTINGS[POLICY]
 
 
 def _block(ctx, tp: ParallelContext, group, name: str) -> MoE:
@@ -52,8 +57,10 @@ def _copies(saved: Saved) -> int:
     return sum(n for _, what, n, _ in saved.items if what == "activation input") // F
 
 
-def program(ctx, routing: Routing = ROUTING):
-    pair = [ctx.new_group([2 * i, 2 * i + 1], "tp") for i in range(WORLD // TP)][ctx.rank // TP]
+def program(ctx, routing: Routing | None = None):
+    ep = ctx.world  # the EP group is every rank; the TP pairs split the same ranks
+    routing = routing or ROUTINGS[getattr(ctx, "knobs", {}).get("routing", POLICY)]
+    pair = [ctx.new_group([2 * i, 2 * i + 1], "tp") for i in range(ep // TP)][ctx.rank // TP]
     out = {}
     for phase, sp in (("MoE under TP 2, without SP", False), ("MoE under TP 2, with SP", True)):
         ctx.phase(phase, sp=sp)
@@ -65,17 +72,22 @@ def program(ctx, routing: Routing = ROUTING):
         out[phase] = {"copies": _copies(saved)}
         ctx.note(f"routes {T // TP if sp else T:,} tokens; its experts work on {_copies(saved):,} (token, expert) "
                  "pairs", copies=_copies(saved))
-    ctx.phase("EP 8 dispatch", ep=EP)
-    world = ctx.new_group(range(WORLD), "ep")
+    ctx.phase(_dispatch(ep), ep=ep)
+    world = ctx.new_group(range(ep), "ep")
     tp = ParallelContext(ctx, None, ep_group=world, options=LayerOptions(routing=routing))
-    moe = _block(ctx, tp, world, "moe.ep8")
+    moe = _block(ctx, tp, world, f"moe.ep{ep}")
     moe.forward(ctx.shared_rng(f"tokens{ctx.rank}").normal((T, D), DTYPE), Saved())
     picks = np.asarray([[e for e, _ in row] for row in moe.last_routing])
-    away = int(((picks // (E // EP)) != ctx.rank).sum())
-    out["EP 8"] = {"pairs away": away, "rows away": sum(len(r) for d, r in enumerate(moe._rows_to(picks))
+    away = int(((picks // (E // ep)) != ctx.rank).sum())
+    out[f"EP {ep}"] = {"pairs away": away, "rows away": sum(len(r) for d, r in enumerate(moe._rows_to(picks))
                                                         if d != ctx.rank)}
     ctx.note(f"{away:,} of its {T * K:,} (token, expert) pairs pick an expert on another GPU", pairs_away=away)
     return out
+
+
+def _dispatch(ep: int) -> str:
+    """The EP phase's name (the post's: EP 8)."""
+    return f"EP {ep} dispatch"
 
 
 def layer_at(model, kw: dict, seq: int) -> dict:
@@ -127,62 +139,74 @@ def nine_rows() -> list[dict]:
 
 
 def tables(result) -> list[Table]:
-    """The EP-8 dispatch per GPU: the post's count (every leaving (token, expert) pair, d values at 2 bytes)
+    """The EP dispatch per GPU (EP 8 on the post's settings): the post's count (every leaving (token, expert) pair, d values at 2 bytes)
     beside what the run sent (each token once per GPU holding one of its picks, its gates beside it)."""
-    v, trace = result.values, result.trace
-    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == "EP 8 dispatch"
+    v, trace, ep = result.values, result.trace, result.world
+    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == _dispatch(ep)
                    and "dispatch" in e.label]
     sent = {m.rank: m.sent for m in dispatch.members}
     rows = []
     for r, x in enumerate(v):
-        pairs = x["EP 8"]["pairs away"]
+        pairs = x[f"EP {ep}"]["pairs away"]
         rows.append((f"g{r}", [pairs, round(pairs * D * 2 / 1e6, 1), round(sent[r] / 1e6, 1),
                                   round(sent[r] / (pairs * D * 2), 3)]))
-    mean_pairs = sum(x["EP 8"]["pairs away"] for x in v) / len(v)
-    post = T * K * D * 2 * (EP - 1) / EP
-    return [Table(f"One direction of the EP {EP} all-to-all, per GPU, for T = {T:,} tokens, K = {K} picks, d = {D:,}",
+    mean_pairs = sum(x[f"EP {ep}"]["pairs away"] for x in v) / len(v)
+    post = T * K * D * 2 * (ep - 1) / ep
+    return [Table(f"One direction of the EP {ep} all-to-all, per GPU, for T = {T:,} tokens, K = {K} picks, d = {D:,}",
                   ["GPU", "pairs leaving", "pairs x d x 2 B (MB)", "the run sent (MB)", "run / pairs"], rows,
                   notes=[f"post: T x K x d x 2 B x (EP-1)/EP = {post / 1e6:,.0f} MB per GPU. run: the pairs that "
                          f"leave, {mean_pairs:,.0f} on average, give {mean_pairs * D * 2 / 1e6:,.0f} MB; the dispatch "
                          f"sent {sum(sent.values()) / len(sent) / 1e6:,.0f} MB. why: a token whose picks land on one "
-                         f"GPU twice travels there once, with the {E // EP} gates of that GPU's experts beside it "
+                         f"GPU twice travels there once, with the {E // ep} gates of that GPU's experts beside it "
                          "(MB = 1e6 bytes)."])]
 
 
 def checks(result) -> list[Check]:
-    v, trace = result.values, result.trace
+    v, trace, ep, policy = result.values, result.trace, result.world, knob(result, "routing", POLICY)
     pairs = [sum(x[p]["copies"] for x in v[:TP]) for p in ("MoE under TP 2, without SP", "MoE under TP 2, with SP")]
     # the policy's own draws, by hand: which GPU each of rank r's tokens picks, in the dispatch's call
-    routing, per = Routing.parse(POLICY), E // EP
-    drawn = [routing.choose("moe.ep8#0", r, r * T, T, E, K) // per for r in range(WORLD)]
+    routing, per = Routing.parse(policy), E // ep
+    drawn = [routing.choose(f"moe.ep{ep}#0", r, r * T, T, E, K) // per for r in range(ep)]
     away = [int((d != r).sum()) for r, d in enumerate(drawn)]
-    rows = [sum(int((d == g).any(axis=1).sum()) for g in range(EP) if g != r) for r, d in enumerate(drawn)]
-    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == "EP 8 dispatch"
+    rows = [sum(int((d == g).any(axis=1).sum()) for g in range(ep) if g != r) for r, d in enumerate(drawn)]
+    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == _dispatch(ep)
                    and "dispatch" in e.label]
     row_bytes = (D + per) * 2  # a token's row and the gates of that GPU's experts, 2 bytes each
-    post = T * K * D * 2 * (EP - 1) / EP  # the post's count: every (token, expert) pair that leaves, once each
+    post = T * K * D * 2 * (ep - 1) / ep  # the post's count: every (token, expert) pair that leaves, once each
     return [
         check(f"(token, expert) pairs the experts work on for one TP group of T = {T:,} tokens, t = {TP}, K = {K}: "
               "without SP every TP rank routes them all (t x T x K), with SP each its half (T x K)",
               pairs, [TP * T * K, T * K]),
-        check(f"pairs leaving each GPU at EP {EP} (uniform routing): the run's routing against its policy's draws",
-              [x["EP 8"]["pairs away"] for x in v], away),
+        check(f"pairs leaving each GPU at EP {ep} ({policy} routing): the run's routing against its policy's draws",
+              [x[f"EP {ep}"]["pairs away"] for x in v], away),
         check("... which is the post's (EP - 1) / EP of T x K in expectation (within 2%)",
-              float(np.mean(away)) / (T * K * (EP - 1) / EP), 1.0, rtol=0.02),
+              float(np.mean(away)) / (T * K * (ep - 1) / ep), 1.0, rtol=0.02),
         check(f"the post's one-direction all-to-all (decimal MB): every leaving pair's d = {D:,} values at 2 bytes, "
               "from the run's draws, against T x K x d x 2 x (EP - 1) / EP", round(float(np.mean(away)) * D * 2 / 1e6),
               round(post / 1e6), atol=8),
         check("what the run sends instead: a token once per GPU holding one of its picks, with its gates: the "
               "dispatch's bytes equal rows away x (d + E / EP) x 2", [m.sent for m in dispatch.members],
               [r * row_bytes for r in rows]),
-        check("... fewer than the pair count's bytes on every GPU (a token with two picks on one GPU goes once)",
-              all(m.sent < a * D * 2 for m, a in zip(dispatch.members, away)), True),
+        fewer_check(dispatch, away, rows, row_bytes),
     ] + [check(f"27B, {r['label']}, one layer at {r['seq']:,} tokens: bytes kept for backward, while recomputing, "
                "and weights held per GPU, measured against the estimator" + (" (no dropout masks: the engine "
                                                                              "models no dropout under CP)" if "CP" in
                                                                              r["label"] else ""), [r["got"]["kept"], r["got"]["work"],
                                                                              r["got"]["params"]],
                [[r["kept"]], [r["work"]], [r["params"]]]) for r in nine_rows()]
+
+
+def fewer_check(dispatch, away: list[int], rows: list[int], row_bytes: int) -> Check:
+    """Whether the run sends fewer bytes than the pair count, per GPU: a token with two picks on one GPU goes
+    there once, but each row carries its gates. Uniform routing at the post's EP 8 has enough such tokens;
+    balanced routing at EP 8 puts each pick on its own GPU, so there the gates make the run send more."""
+    fewer = [r * row_bytes < a * D * 2 for r, a in zip(rows, away)]  # from the policy's draws, by hand
+    got = [m.sent < a * D * 2 for m, a in zip(dispatch.members, away)]
+    if all(fewer):
+        return check("... fewer than the pair count's bytes on every GPU (a token with two picks on one GPU goes "
+                     "once)", all(got), True)
+    return check("... not fewer than the pair count's bytes on some GPU here: too few of its tokens put two picks "
+                 "on one GPU to outweigh the gates each row carries", got, fewer)
 
 
 NARRATIVE = {
@@ -193,17 +217,21 @@ NARRATIVE = {
     "MoE under TP 2, with SP": """
         With SP each GPU of the pair holds its own half of the tokens and routes only those: half the pairs,
         the same answer. The run counts the rows each expert multiplies; no array holds a value.""",
-    "EP 8 dispatch": """
-        Eight GPUs, each with its own tokens, the experts split evenly between them. Under uniform routing
-        most of a token's picks land on other GPUs; the post multiplies out every leaving pair at 2 bytes a
-        value. The run sends each token once to each GPU that holds one of its picks, with the gates beside
-        it, so it sends less, and the trace says exactly how much.""",
+    **{_dispatch(n): f"""
+        The EP group: {n} GPUs (eight on the post's settings), each with its own tokens, the experts split
+        evenly between them ({E // n} each). Under uniform routing most of a token's picks land on other
+        GPUs; the post multiplies out every leaving pair at 2 bytes a value. The run sends each token once to each GPU that
+        holds one of its picks, with the gates beside it, so it sends less, and the trace says exactly how
+        much. (--routing balanced spreads each token's picks evenly over the GPUs: the post's count of
+        pairs then holds exactly, and where every pick lands on its own GPU, at EP 8 or 16, no token is
+        merged and the gates make the run send a little more than the count.)""" for n in EP_SIZES},
 }
 
 LESSON = Lesson(
     name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
                            "all-to-all, the 27B model's layers at their longest sequences",
-    world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, backend="symbolic", tables=tables,
+    world=WORLD, worlds=EP_SIZES, program=program, narrative=NARRATIVE, checks=checks, backend="symbolic", tables=tables,
     summary="DeepSeek-V3's MoE layer at full size: token copies without and with SP, the post's all-to-all "
             "volume and what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",
+    knobs={"ep": Knob(EP, choices=EP_SIZES, world=True), "routing": Knob(POLICY, choices=tuple(ROUTINGS))},
 )

@@ -199,6 +199,7 @@ LESSON = Lesson(
     narrative=NARRATIVE,
     checks=checks,
     summary="one element whose bf16 sum depends on the order; 8 ranks' gradients summed in bf16 vs fp32 vs "
-            "float64: the error, and its growth with the ranks",
+            "float64: the error, and its growth with the ranks (--world sets the ranks, and so the groups; no other "
+            "setting: the one-element example is the post's)",
     keep_values=8,
 )

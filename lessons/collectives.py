@@ -147,6 +147,7 @@ LESSON = Lesson(
     program=program,
     narrative=NARRATIVE,
     checks=checks,
-    summary="all-reduce, reduce-scatter and all-gather on 2 ranks; the ring hop by hop; bytes per rank",
+    summary="all-reduce, reduce-scatter and all-gather on 2 ranks; the ring hop by hop; bytes per rank "
+            "(--world sets the ranks, and so the groups measured; no other setting: the examples are the post's)",
     keep_values=16,
 )

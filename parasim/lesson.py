@@ -90,7 +90,8 @@ KNOB_KINDS: dict[str, KnobKind] = {
     "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
     "routing": KnobKind(("--routing",), "HOW", "how tokens pick experts: the run's own router (learned) or the "
-                        "post's drawn choices (post)", str),
+                        "post's drawn choices (post); at-scale: a policy (uniform or balanced)", str),
+    "ep": KnobKind(("--ep",), "E", "expert-parallel size"),
 }
 
 

@@ -84,7 +84,8 @@ def test_plot_draws_a_panel_per_changing_number(tmp_path):
 @pytest.mark.parametrize("args, needle", [
     (("layout",), "give the layout sizes"),
     (("layout", "--tp", "3", "--world", "16"), "TP 3 GPUs 16:"),
-    (("sp", "--ep", "4"), "--ep is a layout size"),
+    (("sp", "--etp", "2"), "--etp is a layout size"),
+    (("sp", "--ep", "4"), "has no --ep"),  # --ep is also a lesson's setting (at-scale)
     (("layout", "--tp", "2", "--chunks", "2"), "--chunks is a lesson's setting"),
 ])
 def test_bad_layouts_are_one_line_exit_2(args, needle):

@@ -50,7 +50,7 @@ def test_gpipe_with_few_microbatches_holds_all_of_them():
 @pytest.mark.parametrize("args, needle", [
     (("sp", "--cp", "2"), "has no --cp"),
     (("sp", "--tp", "3"), "--tp 1 or 2 or 4 or 8, not 3"),
-    (("tp-mlp", "--tp", "4"), "has no --tp"),
+    (("collectives", "--tp", "4"), "has no --tp"),
     (("pp-1f1b", "--pp", "8", "--world", "4"), "disagree"),
     (("--tp", "4"), "apply to one lesson"),
     (("sp", "--tp", "0"), "--tp"),
@@ -64,7 +64,7 @@ def test_the_list_names_each_lesson_s_settings():
     rows = {r["name"]: r for r in json.loads(cli("lesson", "--list", "--json").stdout)}
     assert rows["pp-1f1b"]["knobs"] == {"--pp": {"default": 4, "choices": None},
                                         "--microbatches": {"default": 4, "choices": None}}
-    assert rows["tp-mlp"]["knobs"] == {}
+    assert rows["collectives"]["knobs"] == {}
 
 
 def test_the_walk_through_says_the_settings_beside_the_post_s():
@@ -195,3 +195,13 @@ def test_online_softmax_on_a_ring_of_4():
     assert [s["rescale"][0] for s in steps[2:]] == [1.0, pytest.approx(math.exp(-1))]
     total = math.exp(-3) + math.exp(-1) + math.exp(-2) + 1
     assert data["values"][0]["weights"][0] == pytest.approx([math.exp(k - 4) / total for k in (1, 3, 2, 4)], rel=1e-12)
+
+
+def test_at_scale_at_ep_4_with_balanced_routing():
+    """Balanced routing gives token j the experts j + 32i (i < 8) mod 256; at EP 4 (64 experts a GPU) that is two
+    picks on every GPU, so each GPU sends 3/4 of its 4,096 x 8 pairs away, and each token once to each of the
+    3 other GPUs, a row of 7,168 values and 64 gates at 2 bytes."""
+    data = _run("at-scale", "--ep", "4", "--routing", "balanced")
+    assert data["world"] == 4 and data["settings"] == {"ep": 4, "routing": "balanced"}
+    assert _check(data, "pairs leaving each GPU at EP 4")["got"] == [4096 * 8 * 3 // 4] * 4
+    assert _check(data, "what the run sends instead")["got"] == [3 * 4096 * (7168 + 64) * 2] * 4

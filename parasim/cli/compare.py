@@ -42,9 +42,9 @@ def add_compare(sub: Any) -> None:
     cp.set_defaults(func=cmd_compare)
 
 
-# the sizes of a layout that only `parasim compare layout` takes (--tp, --cp, --pp, --dp and -m are the lessons'
-# flags, read as layout sizes there too)
-LAYOUT_FLAGS = {"--ep": "expert-parallel size", "--etp": "expert tensor-parallel size (default 1)",
+# the sizes of a layout that only `parasim compare layout` takes (--tp, --cp, --pp, --dp, --ep and -m are the
+# lessons' flags, read as layout sizes there too)
+LAYOUT_FLAGS = {"--etp": "expert tensor-parallel size (default 1)",
                 "--world": "GPUs (default: tp x cp x pp x dp)", "--experts": "experts per layer (default 8; 0: a dense model)",
                 "--layers": "layers (default 4)", "--gpus-per-node": "GPUs per node, for the bytes that cross "
                 "nodes (default 8)"}
@@ -121,7 +121,7 @@ def _show(args: argparse.Namespace, name: str, rows: list[dict], flags: dict[str
 
 
 # a layout's sizes by the names parasim trace gives them, and where compare's arguments keep them
-LAYOUT_SIZES = {"tp": "knob_tp", "cp": "knob_cp", "pp": "knob_pp", "dp": "knob_dp", "ep": "size_ep",
+LAYOUT_SIZES = {"tp": "knob_tp", "cp": "knob_cp", "pp": "knob_pp", "dp": "knob_dp", "ep": "knob_ep",
                 "etp": "size_etp", "world": "size_world", "experts": "size_experts", "layers": "size_layers",
                 "gpus_per_node": "size_gpus_per_node", "microbatches": "knob_m", "routing": "knob_routing"}
 
