@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from parasim.estimate import Plan, breakdown, fit, get_model
 from parasim.estimate.fit import LONGEST_ROWS
-from parasim.figures import sp_traffic_table
+from parasim.figures import sent_in_phase, sp_traffic_table
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import attention_flops, gpu_presets, layer_traffic
 from parasim.lesson import Check, Knob, Lesson, Table, check
@@ -97,10 +97,6 @@ def small_estimates(t: int) -> dict:
     return out
 
 
-def _sent(result, phase: str, rank: int = 0) -> int:
-    return sum(m.sent for e in result.trace.events if e.phase == phase for m in e.members if m.rank == rank)
-
-
 def tables(result) -> list[Table]:
     v = result.values[0]["table"]
     first = v["rows"][0]["seq"]
@@ -118,7 +114,7 @@ def checks(result) -> list[Check]:
     for phase, _, _ in RUNS:
         out.append(check(f"{phase}: kept bytes, measured = estimate", sorted({x[phase]["kept"] for x in v}),
                          [est[phase]["kept"]]))
-        out.append(check(f"{phase}: bytes sent by rank 0, measured = estimate", _sent(result, phase),
+        out.append(check(f"{phase}: bytes sent by rank 0, measured = estimate", sent_in_phase(result, phase),
                          est[phase]["sent"], rtol=1e-12))
     out.append(check("recomputation's working set is one whole layer (measured = estimate)",
                      sorted({x["TP + SP + full recompute"]["work"] for x in v}), [est["flash"]]))

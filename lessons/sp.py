@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from parasim.figures import sent_in_phase
 from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.nn.placement import assemble
@@ -45,8 +46,7 @@ def _scores(saved: Saved) -> int:
 
 
 def _moved(result, phase: str, rank: int, ops: tuple[str, ...], skip: str = "") -> int:
-    return sum(m.sent for e in result.trace.events if e.phase == phase and e.op in ops and not
-               (skip and skip in (e.label or "")) for m in e.members if m.rank == rank)
+    return sent_in_phase(result, phase, lambda e: e.op in ops and not (skip and skip in (e.label or "")), rank)
 
 
 def checks(result) -> list[Check]:

@@ -4,7 +4,7 @@ what the lesson itself declares (`Lesson.figures`: the bubble of a schedule, the
 Every figure is read from the run; nothing here is a formula for one."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 from .lesson import LessonRun, Table
 
@@ -45,9 +45,11 @@ def trace_figures(trace: Any) -> dict[str, Any]:
     return out
 
 
-def _sent_by(result: Any, phase: str, keep: Any) -> int:
-    """Bytes rank 0 sent in `phase` on the events `keep(event)` picks."""
-    return sum(m.sent for e in result.trace.events if e.phase == phase and keep(e) for m in e.members if m.rank == 0)
+def sent_in_phase(result: Any, phase: str | None, keep: Callable[[Any], bool] | None = None, rank: int = 0) -> int:
+    """Bytes `rank` sent in `phase` (None: in every phase), as the trace recorded them, on the events
+    `keep(event)` picks (None: all of them). The one place lessons and tables add up what a rank sent."""
+    return sum(m.sent for e in result.trace.events if (phase is None or e.phase == phase)
+               and (keep is None or keep(e)) for m in e.members if m.rank == rank)
 
 
 def sp_traffic_table(result: Any, alone: str, with_sp: str, names: tuple[str, str] = ("TP alone", "TP + SP")) -> Table:
@@ -62,9 +64,9 @@ def sp_traffic_table(result: Any, alone: str, with_sp: str, names: tuple[str, st
         ("backward's second all-gather of the saved slices", with_sp, lambda e: e.op == "all_gather" and again(e)),
         ("the norms' and biases' gradient sums SP adds", with_sp, lambda e: e.op == "all_reduce"),
     ]
-    rows = [(what, [_sent_by(result, alone, keep) if phase == alone else 0,
-                    _sent_by(result, with_sp, keep) if phase == with_sp else 0]) for what, phase, keep in kinds]
-    total = [_sent_by(result, p, lambda e: True) for p in (alone, with_sp)]
+    rows = [(what, [sent_in_phase(result, alone, keep) if phase == alone else 0,
+                    sent_in_phase(result, with_sp, keep) if phase == with_sp else 0]) for what, phase, keep in kinds]
+    total = [sent_in_phase(result, p) for p in (alone, with_sp)]
     same = rows[0][1][0]
     return Table(f"Bytes rank 0 sent for one small layer, forward and backward, over {result.world} ranks",
                  ["collectives", *names], rows + [("total", total)],
