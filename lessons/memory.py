@@ -10,25 +10,25 @@ from __future__ import annotations
 from parasim.dp.flat import FlatBuffer
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
-from parasim.figures import sp_traffic_table
+from parasim.figures import sent_in_phase, sp_traffic_table
 from parasim.estimate.traffic import dp_traffic, layer_traffic
-from parasim.lesson import Check, Knob, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
-DP = 8  # the data-parallel group of the post's ZeRO table
+DP = 8  # the data-parallel group of the post's ZeRO table (--dp)
 SEQ = 4096  # the worked example: one sequence of this many tokens
 S, B, H, HEADS = 16, 1, 16, 8  # the small layer the ranks run
 RUNS = (("TP alone, scores kept", False, False), ("TP + SP, FlashAttention", True, True))
 
 
-def zero_table() -> dict:
-    """The 27B model's state per GPU over DP ranks, for each ZeRO stage, from the estimator."""
+def zero_table(dp: int = DP) -> dict:
+    """The 27B model's state per GPU over `dp` DP ranks, for each ZeRO stage, from the estimator."""
     model = get_model("27b")
     out = {}
     for z in range(4):
-        bd = breakdown(model, Plan(dp=DP, zero=z), SEQ)
+        bd = breakdown(model, Plan(dp=dp, zero=z), SEQ)
         out[f"ZeRO-{z}"] = {"bytes_per_param": bd.model_state / model.total_params(), "gb": bd.model_state / 1e9}
     return out
 
@@ -38,12 +38,13 @@ SHARDED = ("nothing (plain DP)", "optimizer states", "+ gradients", "+ weights")
 
 def zero_stages_table(result) -> Table:
     """The post's ZeRO table, from the estimator: what each stage shards, bytes per parameter, GB per GPU."""
+    dp = knob(result, "dp", DP)
     rows = [(name, [SHARDED[z], round(row["bytes_per_param"], 4), round(row["gb"], 2)])
             for z, (name, row) in enumerate(result.values[0]["zero_table"].items())]
-    return Table(f"The 27B model's weights, gradients and Adam state per GPU over {DP} DP ranks (the estimator)",
+    return Table(f"The 27B model's weights, gradients and Adam state per GPU over {dp} DP ranks (the estimator)",
                  ["stage", "what is sharded", "bytes per parameter", "GB per GPU"], rows,
                  notes=["bytes per parameter: 2 (bf16 weight) + 2 (bf16 gradient) + 12 (fp32 master copy and two "
-                        f"Adam moments), each part divided by {DP} from the stage that shards it on; GB = 1e9 bytes."])
+                        f"Adam moments), each part divided by {dp} from the stage that shards it on; GB = 1e9 bytes."])
 
 
 def worked_example() -> dict:
@@ -65,10 +66,11 @@ def program(ctx):
     out = {}
 
     ctx.phase("model state under ZeRO")
-    table = zero_table()
+    dp = ctx.knobs.get("dp", DP)
+    table = zero_table(dp)
     if ctx.rank == 0:
         for name, row in table.items():
-            ctx.note(f"27B over {DP} DP ranks, {name}: {row['bytes_per_param']:g} bytes per parameter "
+            ctx.note(f"27B over {dp} DP ranks, {name}: {row['bytes_per_param']:g} bytes per parameter "
                      f"= {row['gb']:g} GB per GPU", run=True)
     out["zero_table"] = table
     # the same ZeRO step on a small layer's gradients, over this world as the DP group
@@ -121,25 +123,19 @@ def program(ctx):
     return out
 
 
-def _moved(result, rank: int = 0, phase: str | None = None, label: str = "") -> int:
-    """Bytes `rank` sent, as the trace recorded them, in one phase or under labels starting with `label`."""
-    return sum(m.sent for e in result.trace.events if (phase is None or e.phase == phase)
-               and (e.label or "").startswith(label) for m in e.members if m.rank == rank)
-
-
 def checks(result) -> list[Check]:
-    t, v = result.world, result.values
+    t, v, dp = result.world, result.values, knob(result, "dp", DP)
     zt = v[0]["zero_table"]
     out = [check(f"{name}: bytes per parameter", zt[name]["bytes_per_param"], expected)
-           for name, expected in (("ZeRO-0", 16), ("ZeRO-1", 4 + 12 / DP), ("ZeRO-2", 2 + 14 / DP),
-                                  ("ZeRO-3", 16 / DP))]
+           for name, expected in (("ZeRO-0", 16), ("ZeRO-1", 4 + 12 / dp), ("ZeRO-2", 2 + 14 / dp),
+                                  ("ZeRO-3", 16 / dp))]
     ex = v[0]["example"]
     out.append(check("scores per layer = 5as/h sbh", ex["scores_per_sbh"], 5 * 48 * SEQ / 6144))
     out.append(check("outside the scores, one layer keeps 34 sbh", ex["linear_gb"] * 1e9, 34 * ex["sbh"]))
     for phase, _, _ in RUNS:
         out.append(check(f"{phase}: kept bytes, measured = estimate", sorted({x[phase]['saved'] for x in v}),
                          [v[0][phase]["estimate"]]))
-    moved = {z: _moved(result, label=f"ZeRO-{z}") for z in (1, 3)}
+    moved = {z: sent_in_phase(result, None, lambda e, z=z: (e.label or "").startswith(f"ZeRO-{z}")) for z in (1, 3)}
     for z in (1, 3):
         out.append(check(f"ZeRO-{z} on the small layer: bytes sent, measured = estimate", moved[z],
                          v[0]["zero_small"]["estimate"][z], rtol=1e-12))
@@ -149,9 +145,16 @@ def checks(result) -> list[Check]:
                          est[3] / est[1], rtol=1e-12))
         for phase, _, _ in RUNS:
             out.append(check(f"{phase}: bytes sent per rank, measured = estimate",
-                             _moved(result, phase=f"measured: {phase}"),
+                             sent_in_phase(result, f"measured: {phase}"),
                              v[0][phase]["estimate_sent"], rtol=1e-12))
     return out
+
+
+def figures(result) -> dict:
+    """What `parasim compare memory --dp 4,8,64` sets side by side: the 27B model's state per GPU under each
+    ZeRO stage, from the estimator at the run's DP size."""
+    return {f"27B model state per GPU, {name} (GB)": round(row["gb"], 2)
+            for name, row in result.values[0]["zero_table"].items()}
 
 
 NARRATIVE = {
@@ -159,9 +162,10 @@ NARRATIVE = {
         Mixed-precision Adam keeps, for every parameter, a 16-bit weight and gradient plus a 32-bit master
         copy and two moments. ZeRO cuts the data-parallel redundancy in steps: stage 1 shards the optimizer
         states over the DP ranks, stage 2 the gradients too, stage 3 the weights as well. The notes give
-        the estimator's figures for the 27B model; then the ranks run one ZeRO step on a small layer's
-        gradients. Stages 1 and 2 move what a plain all-reduce moves (a reduce-scatter and an all-gather);
-        stage 3 gathers the weights a second time for backward.""",
+        the estimator's figures for the 27B model over a DP group of --dp GPUs (the post's: 8); then the
+        ranks run one ZeRO step on a small layer's gradients, the lesson's own ranks as the DP group.
+        Stages 1 and 2 move what a plain all-reduce moves (a reduce-scatter and an all-gather); stage 3
+        gathers the weights a second time for backward.""",
     "activations: the worked example": """
         What one layer keeps for backward, in Korthikanti et al.'s count: 16-bit values and 1-byte
         dropout masks. Outside attention that is a fixed number of bytes per token; the softmax scores grow
@@ -181,10 +185,12 @@ LESSON = Lesson(
     title="Memory per GPU: ZeRO's model state and a layer's activations, estimated and measured",
     world=4,
     worlds=(2, 4, 8),
-    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True)},  # the small layer's TP size
+    # the small layer's TP size (the ranks), and the DP group the 27B model's ZeRO table is spread over
+    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True), "dp": Knob(DP)},
     program=program,
     narrative=NARRATIVE,
     checks=checks,
+    figures=figures,
     summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
     tables=lambda result: [zero_stages_table(result),
                            sp_traffic_table(result, "measured: TP alone, scores kept", "measured: TP + SP, FlashAttention")],

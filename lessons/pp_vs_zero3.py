@@ -121,8 +121,8 @@ def checks(result, found) -> list[Check]:
 
 NARRATIVE = {
     PP_PHASES[0]: """
-        First the model is split by layers: GPU k holds layer k, whole, and nothing else. The batch of
-        8 sequences goes through in 4 micro-batches under 1F1B. The slot table each GPU notes is the
+        First the model is split by layers: GPU k holds layer k, whole, and nothing else. The batch goes
+        through in micro-batches of 2 sequences under 1F1B (4 of them at the post's settings, -m sets it). The slot table each GPU notes is the
         pipeline's timing model: the dots are the bubble, slots where a stage waits for its neighbour.""",
     PP_PHASES[1]: """
         What moves is activations: a stage sends its output, one micro-batch's [s, b, h] tensor, to the
@@ -133,8 +133,9 @@ NARRATIVE = {
         Every weight a stage owns is whole on that GPU and its gradient is complete there (summed over the
         micro-batches), so each stage takes its Adam step alone. PP's step has no collective at all.""",
     Z3_PHASES[0]: """
-        Now the same 4 layers and the same 8 sequences as ZeRO-3: every GPU runs the whole model on its own
-        2 sequences, and keeps only a quarter of each layer's weights. Before a layer runs, the four
+        Now the same 4 layers and the same sequences as ZeRO-3: every GPU runs the whole model on its own
+        quarter of the batch (2 sequences at the post's settings), and keeps only a quarter of each layer's
+        weights. Before a layer runs, the four
         quarters are all-gathered into the whole layer; right after, the whole copy is dropped.""",
     Z3_PHASES[1]: """
         Backward needs the weights again, so each layer is gathered a second time. Its gradients are then

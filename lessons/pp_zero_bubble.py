@@ -71,10 +71,10 @@ NARRATIVE = {
         W runs the queue later. The gradients still come out exactly equal to the unsplit model's.""",
     "DualPipeV: the schedule": """
         DualPipeV (from DeepSeek-V3's DualPipe) folds a pipeline of 2p half-depth stages into a V: GPU 1
-        holds the first and the last stage, GPU 4 the two middle ones, so a micro-batch goes down the GPUs and
-        back up (lower case: the way back). In the middle phase each GPU pairs one micro-batch's forward with
-        another's backward, which lets the all-to-all of one hide behind the compute of the other. It needs at
-        least 2p micro-batches.""",
+        holds the first and the last stage, the last GPU (GPU 4 at the post's p = 4) the two middle ones, so a
+        micro-batch goes down the GPUs and back up (lower case: the way back). In the middle phase each GPU
+        pairs one micro-batch's forward with another's backward, which lets the all-to-all of one hide
+        behind the compute of the other. It needs at least 2p micro-batches.""",
     "DualPipeV: running it": """
         The turn of the V needs no transfer (both stages sit on the last GPU), but every other hop is made
         twice per micro-batch, once on the way down and once on the way back. Counted in half-depth chunks a

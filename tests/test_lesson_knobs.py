@@ -136,7 +136,7 @@ def test_the_small_layer_at_tp_2_and_8(name):
     sends 2(t-1)/t of each."""
     for t in (2, 8):
         data = _run(name, "--tp", str(t))
-        assert data["world"] == t and data["settings"] == {"tp": t}
+        assert data["world"] == t and data["settings"]["tp"] == t
         sent = next(c for c in data["checks"] if c["name"].startswith("TP alone") and "sent" in c["name"])
         assert sent["got"] in (4 * 2 * (t - 1) / t * 16 * 16 * 8, [4 * 2 * (t - 1) / t * 16 * 16 * 8] * t)
 
@@ -195,6 +195,48 @@ def test_online_softmax_on_a_ring_of_4():
     assert [s["rescale"][0] for s in steps[2:]] == [1.0, pytest.approx(math.exp(-1))]
     total = math.exp(-3) + math.exp(-1) + math.exp(-2) + 1
     assert data["values"][0]["weights"][0] == pytest.approx([math.exp(k - 4) / total for k in (1, 3, 2, 4)], rel=1e-12)
+
+
+def test_memory_s_zero_table_over_4_dp_ranks():
+    """Mixed-precision Adam: 2 + 2 + 12 bytes per parameter; over d = 4 DP ranks ZeRO-1 keeps 4 + 12/4 = 7,
+    ZeRO-2 2 + 14/4 = 5.5, ZeRO-3 16/4 = 4, so ZeRO-0's GB per GPU is four times ZeRO-3's."""
+    data = _run("memory", "--tp", "2", "--dp", "4")
+    assert data["settings"] == {"tp": 2, "dp": 4}
+    assert [_check(data, f"ZeRO-{z}: bytes per parameter")["got"] for z in range(4)] == [16, 7, 5.5, 4]
+    table = next(t for t in data["tables"] if t["title"].startswith("The 27B model's weights"))
+    assert "over 4 DP ranks" in table["title"] and "divided by 4" in table["notes"][0]
+    gb = {r["stage"]: r["GB per GPU"] for r in table["rows"]}
+    assert gb["ZeRO-0"] == pytest.approx(4 * gb["ZeRO-3"])
+
+
+def test_memory_refuses_a_setting_it_does_not_take_naming_both_it_does():
+    out = cli("lesson", "memory", "--pp", "2", "--json")
+    assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1
+    assert "has no --pp (the settings it takes: --tp, --dp)" in out.stderr
+
+
+def test_sent_in_phase_adds_up_what_one_rank_sent():
+    """sp at t = 2, TP alone: 4 all-reduces (f and g, forward and backward) of s*b*h = 16*1*16 float64
+    values, a ring sending 2(t-1)/t of each: 4 * 16*16*8 B from every rank. With SP the all-gathers and
+    reduce-scatters that replace them send half of that each, the same in all."""
+    from parasim.figures import sent_in_phase
+    from parasim.lesson import get_lesson, run_lesson
+    result = run_lesson(get_lesson("sp"), knobs={"tp": 2}).result
+    sbh = 16 * 1 * 16 * 8
+    assert [sent_in_phase(result, "TP alone", rank=r) for r in (0, 1)] == [4 * sbh, 4 * sbh]
+    in_place = lambda e: e.op in ("all_gather", "reduce_scatter") and "again" not in (e.label or "")  # noqa: E731
+    assert sent_in_phase(result, "TP + SP", in_place) == 4 * sbh
+    every = sum(m.sent for e in result.trace.events for m in e.members if m.rank == 0)
+    assert sent_in_phase(result, None) == every > 4 * sbh
+
+
+def test_narratives_at_other_settings_say_what_is_the_post_s():
+    """pp-zero-bubble on 2 GPUs has no GPU 4; pp-vs-zero3 at -m 8 has 16 sequences, not the post's 8."""
+    zb = cli("lesson", "pp-zero-bubble", "--pp", "2", "-m", "4", "--plain").stdout
+    assert "GPU 4 the two middle ones" not in zb and "the last GPU (GPU 4 at the post's p = 4)" in zb
+    pz = " ".join(cli("lesson", "pp-vs-zero3", "-m", "8", "--plain").stdout.split())
+    assert "8 sequences goes through in 4 micro-batches" not in pz and "on its own 2 sequences" not in pz
+    assert "(4 of them at the post's settings, -m sets it)" in pz
 
 
 def test_at_scale_at_ep_4_with_balanced_routing():
