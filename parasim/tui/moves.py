@@ -14,10 +14,9 @@ MATRIX_MAX = 8  # an all-to-all over at most this many ranks is a matrix; a bigg
 LIST_MAX = 12  # transfers listed one a line; the rest summed in one line
 
 # how each kind of transfer goes, in one sentence, by op (the rules of comm/hops.py, said for a learner)
+RING = "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group"
 HOW: dict[str, str] = {
-    "all_reduce": "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group",
-    "reduce_scatter": "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group",
-    "all_gather": "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group",
+    "all_reduce": RING, "reduce_scatter": RING, "all_gather": RING,
     "broadcast": "a chain from the source: each member forwards to the next",
     "reduce": "a chain into the destination: each member sends to the one before it",
     "scatter": "the source sends each member its chunk",

@@ -76,9 +76,10 @@ class WhatIf:
         """The figures of both runs (parasim compare's: bytes per axis, memory, the lesson's own), the ones that
         changed first and marked."""
         from ..figures import run_figures
+        from ..render.compare import differing
         old_f, new_f = run_figures(self.run), run_figures(new.run)
         names = list(dict.fromkeys([*old_f, *new_f]))
-        changed = [n for n in names if repr(old_f.get(n)) != repr(new_f.get(n))]
+        changed = differing([{"figures": old_f}, {"figures": new_f}])  # as parasim compare marks them
         rows = [(("* " if n in changed else "") + n, [old_f.get(n), new_f.get(n)])
                 for n in changed + [n for n in names if n not in changed]]
         before, after = settings_text(self.settings), settings_text(new.settings)
