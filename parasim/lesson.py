@@ -190,14 +190,22 @@ class LessonRun:
     result: RunResult
     checks: list[Check]
     tables: list[Table] = field(default_factory=list)
+    timing: Any = None  # clock/report.ClockChoice the JSON times the run on (None: an H200, no overlap)
 
     @property
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
+    def clock(self) -> dict:
+        """The run on the clock (clock/report.py): its events get start and end times."""
+        from .clock.report import ClockChoice, clock_report
+        return clock_report(self.result.trace, self.timing or ClockChoice())
+
     def to_dict(self) -> dict:
+        clock = self.clock()  # first: it stamps the events' times
         return {
             "lesson": self.lesson.name, "title": self.lesson.title, "world": self.result.world,
+            "clock": clock,
             "events": [e.to_dict() for e in self.result.trace.events],
             "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
             "checks": [c.to_dict() for c in self.checks],

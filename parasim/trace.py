@@ -38,6 +38,7 @@ class Member(NamedTuple):
     site: str
     before: tuple | None = None
     after: tuple | None = None
+    work: dict[str, int] | None = None  # FLOPs by kind this rank computed since its previous event (engine/work.py)
 
 
 class Mark(NamedTuple):
@@ -69,6 +70,7 @@ class Event:
     algo: str | None = None
     hops: list[dict] | None = None
     tags: dict[str, Any] | None = None  # fields the program gave the call for screens (a pipeline's slot)
+    time: dict[str, Any] | None = None  # the clock's times (clock/timeline.stamp): start_us, end_us, before
 
     @property
     def ranks(self) -> list[int]:
@@ -92,9 +94,11 @@ class Event:
                 "sent": m.sent, "recv": m.recv, "site": m.site,
                 "before": None if m.before is None else list(m.before),
                 "after": None if m.after is None else list(m.after),
+                **({"work": m.work} if m.work else {}),
             } for m in self.members],
             "hops": self.hops,
             **({"tags": self.tags} if self.tags is not None else {}),
+            **({"time": self.time} if self.time is not None else {}),
         }
 
     @classmethod
@@ -103,11 +107,11 @@ class Event:
             m["rank"], tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["in"]),
             tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["out"]), m["sent"], m["recv"], m["site"],
             None if m.get("before") is None else tuple(kept_values(m["before"])),
-            None if m.get("after") is None else tuple(kept_values(m["after"]))) for m in d["members"]]
+            None if m.get("after") is None else tuple(kept_values(m["after"])), m.get("work")) for m in d["members"]]
         g = d["group"]
         return cls(d["seq"], d["step"], d["kind"], d["op"], Group(tuple(g["ranks"]), g["name"], g["index"]),
                    members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"),
-                   d.get("tags"))
+                   d.get("tags"), d.get("time"))
 
 
 

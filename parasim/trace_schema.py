@@ -201,7 +201,30 @@ def _member(m: Any, at: str, world: int, known: set[str]) -> int:
     for key, side in (("before", "in"), ("after", "out")):
         if m.get(key) is not None:
             _values(m[key], f"{at}.{key}", shapes[side])
+    if m.get("work") is not None:
+        for kind, flops in _of(m["work"], dict, f"{at}.work", "an object").items():
+            _amount(flops, f"{at}.work.{kind}")
     return rank
+
+
+def _amount(x: Any, at: str) -> float:
+    """A finite number >= 0 (FLOPs, microseconds)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)) or not 0 <= x < float("inf"):
+        raise _Bad(f"{at}: expected a number >= 0, got {_brief(x)}")
+    return float(x)
+
+
+def _time(t: Any, at: str, ranks: list[int]) -> None:
+    """The clock's times on an event: its transfer's start and end, and the compute before it per member."""
+    _of(t, dict, at, "an object")
+    start, end = _amount(t.get("start_us"), f"{at}.start_us"), _amount(t.get("end_us"), f"{at}.end_us")
+    if end < start:
+        raise _Bad(f"{at}: ends at {end} us, before it starts at {start} us")
+    for j, row in enumerate(_of(t.get("before", []), list, f"{at}.before", "a list")):
+        if not isinstance(row, list) or len(row) != 3 or row[0] not in ranks:
+            raise _Bad(f"{at}.before[{j}]: expected [rank, start_us, end_us] of one of the members {_brief(ranks)}")
+        if _amount(row[2], f"{at}.before[{j}]") < _amount(row[1], f"{at}.before[{j}]"):
+            raise _Bad(f"{at}.before[{j}]: the compute ends before it starts")
 
 
 def _params(e: dict, where: str, ranks: list[int]) -> None:
@@ -294,6 +317,8 @@ def _event(e: Any, where: str, i: int, world: int, last: int, groups: list, cloc
     _params(e, where, ranks)
     if e.get("hops") is not None:
         _hops(e["hops"], f"{where}.hops", world)
+    if e.get("time") is not None:
+        _time(e["time"], f"{where}.time", ranks)
     tags = e.get("tags")
     if tags is not None:
         _free(_of(tags, dict, f"{where}.tags", "an object or null"), f"{where}.tags", 4)

@@ -5,7 +5,7 @@ import json
 
 from conftest import cli
 
-from parasim.estimate.hardware import GPUS, SOURCES
+from parasim.estimate.hardware import EFFICIENCY, GPUS, LATENCY, SOURCES
 from parasim.estimate.traffic import gpu_presets
 
 
@@ -14,7 +14,16 @@ def test_every_figure_names_a_source_that_exists():
         for name, fig in gpu.figures().items():
             assert fig.source in SOURCES, (key, name)
             assert fig.printed, (key, name)
-    assert {f.source for g in GPUS.values() for f in g.figures().values()} == set(SOURCES)
+    clock = list(LATENCY.values()) + list(EFFICIENCY.values())
+    assert all(f.source in SOURCES and f.printed for f in clock)
+    assert {f.source for g in GPUS.values() for f in g.figures().values()} | {f.source for f in clock} == set(SOURCES)
+
+
+def test_the_clock_constants_as_their_sources_print_them():
+    """NCCL's tuning.cc: baseLat Ring/Simple 8.4 us, hwLat Ring/Simple NVLink 3.4 us, network 14.0 us; the
+    FlashAttention-2 paper: GEMM 80-90% of peak, FlashAttention-2 50-73% on A100 (the low ends)."""
+    assert [LATENCY[k].value for k in ("call", "inside", "across")] == [8.4e-6, 3.4e-6, 14.0e-6]
+    assert EFFICIENCY["matmul"].value == 0.80 and EFFICIENCY["attention"].value == 0.50
 
 
 def test_the_datasheets_numbers_as_they_print_them():

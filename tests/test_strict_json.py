@@ -58,6 +58,7 @@ COMMANDS = [
     ["check", "silent-bugs", "--json"],
     ["check", "silent-bugs", "--bug", "dense-over-dp", "--json"],
     ["hardware", "--json"],
+    ["validate", "step-time", "--json"],
     ["compare", "pp-1f1b", "--pp", "2,4", "--json"],
 ]
 

@@ -187,3 +187,24 @@ def silence_stdout(stream: Any) -> None:
         os.close(devnull)
     except (OSError, ValueError):
         pass
+
+
+def add_clock(p: argparse.ArgumentParser) -> None:
+    """The machine a run is timed on (clock/): --gpu-model, --gpus-per-node, --overlap."""
+    from ..clock.timeline import OVERLAPS
+    from ..estimate.hardware import GPUS
+    g = p.add_argument_group("timing", "the machine the run is timed on: every event gets a start and an end "
+                             "(parasim hardware lists the constants and their sources)")
+    g.add_argument("--gpu-model", choices=tuple(GPUS), default="h200", help="GPU type (default h200)")
+    g.add_argument("--gpus-per-node", type=positive, metavar="N", dest="clock_gpus_per_node",
+                   help="GPUs per node: hops between nodes take the network (default 8)")
+    g.add_argument("--overlap", metavar="LIST", default="none",
+                   help=f"communication run beside compute: a comma-separated list of {', '.join(OVERLAPS)}, "
+                        "or all, or none (the default)")
+
+
+def clock_choice(args: argparse.Namespace) -> Any:
+    from ..clock.report import ClockChoice, parse_overlap
+    # commands that run a lesson's path without the timing flags (parasim view FILE.py:fn) time it on the defaults
+    return ClockChoice(getattr(args, "gpu_model", "h200"), getattr(args, "clock_gpus_per_node", None),
+                       parse_overlap(getattr(args, "overlap", "none")))

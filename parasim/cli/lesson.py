@@ -6,7 +6,8 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import add_timeout, json_text, positive, print_json, program_output, write, write_hta, write_json
+from .common import (add_clock, add_timeout, clock_choice, json_text, positive, print_json, program_output, write,
+                     write_hta, write_json)
 
 
 def add_lesson(sub: Any) -> None:
@@ -20,7 +21,8 @@ def add_lesson(sub: Any) -> None:
                      "stdout is not a terminal)")
     out.add_argument("--tui", action="store_true", help="open the step-through app (the default on a terminal)")
     out.add_argument("--json", action="store_true",
-                     help='print {"lesson", "world", "events", "values", "checks"} as JSON')
+                     help='print {"lesson", "world", "clock", "events", "values", "checks"} as JSON (each event with '
+                          'its start and end on the clock)')
     lp.add_argument("--list", action="store_true", help="list the lessons in the order of the post (the same as "
                     "no NAME; with --json, as JSON)")
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
@@ -31,6 +33,7 @@ def add_lesson(sub: Any) -> None:
     from ..render.lesson_plots import plots_help
     lp.add_argument("--plot", metavar="FILE.png", help=f"also draw the lesson's picture from its run ({plots_help()})")
     add_knobs(lp)
+    add_clock(lp)
     add_timeout(lp)
     lp.set_defaults(func=cmd_lesson, output_files=("trace",))  # checked before the run (cli.main)
 
@@ -83,9 +86,11 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         from ..render.lesson_plots import LESSON_PLOTS
         if lesson.name not in LESSON_PLOTS:
             raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(LESSON_PLOTS)}")
+    timing = clock_choice(args)  # a bad --overlap: exit 2 before the run
     with program_output(args):
         lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run
         lr = run_lesson(lesson, args.world, timeout=args.timeout, knobs=given_knobs(args))
+    lr.timing = timing
     # the JSON first, whole: a value with no JSON form is refused before any file or line is written
     text = json_text(lr.to_dict()) if args.json else None
     if args.chrome is not None:

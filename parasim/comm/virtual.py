@@ -88,6 +88,7 @@ class VirtualWorld(PointToPoint):
         self._check = check if check is not None else check_array
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
+        self.meter: Any = None  # each rank's FLOPs since its last event (engine/work.Meter), set by the backend
 
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
@@ -330,6 +331,7 @@ class VirtualWorld(PointToPoint):
             tout = () if first is None else (tensor_record(first, made),)
         members = []
         append = members.append
+        works = self._works(g.ranks)
         for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
             st = ranks[r]
             st.clock = step
@@ -346,7 +348,7 @@ class VirtualWorld(PointToPoint):
                 tout_i = tuple([tensor_record(v, made) for v in got])
             else:
                 tout_i = tout if got else ()
-            append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after)))
+            append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after, works[i])))
         self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
         return members, hops
 
@@ -361,7 +363,15 @@ class VirtualWorld(PointToPoint):
         st = self.ranks[rank]
         st.clock += 1
         self.events.append(Event(len(self.events), st.clock, "compute", name, self.world_group,
-                                 [Member(rank, (), (), 0, 0, site)], None, st.phase, {"flops": flops}))
+                                 [Member(rank, (), (), 0, 0, site, None, None, self._work(rank))], None, st.phase,
+                                 {"flops": flops}))
+
+    def _work(self, rank: int) -> dict | None:
+        """The FLOPs `rank` did since its last event (engine/work.py), handed to the event it is in now."""
+        return None if self.meter is None else self.meter.take(rank)
+
+    def _works(self, ranks: Sequence[int]) -> list[dict | None]:
+        return [self._work(r) for r in ranks]
 
     def _room(self, n: int) -> bool:
         """Whether a call's `n` values fit in what the run may still keep (KEPT_VALUES numbers in all, so that
@@ -376,6 +386,9 @@ class VirtualWorld(PointToPoint):
         meta = {"keep_values": self.keep, "algo": self.algo}
         if self.dropped:  # only then: a trace that kept every value is written as before
             meta["values_dropped"] = self.dropped
+        tail = [self.meter.take(r) or {} for r in range(self.world)] if self.meter is not None else []
+        if any(tail):  # what each rank computed after its last event: the step's tail
+            meta["tail_work"] = tail
         return Trace(self.world, "virtual", list(self.groups), self.events, self.marks, meta)
 
 

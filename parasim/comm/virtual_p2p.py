@@ -109,8 +109,10 @@ class PointToPoint:
         val = (x.tolist(),) if keep else None
         src, dst = s.batch.rank, r.batch.rank
         t = tensor_record(x, self._tensors)
-        members = [Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None),
-                   Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val)]
+        members = [Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None,
+                          self._work(src)),
+                   Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val,
+                          self._work(dst))]
         self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
                                  s.batch.label or r.batch.label, self.ranks[src].phase,
                                  {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))

@@ -31,7 +31,11 @@ def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0,
     from ..comm.virtual import VirtualWorld
     from ..comm.virtual_comm import VirtualComm
 
+    from .work import Meter, counting
+
     vw = VirtualWorld(world, keep_values=keep_values, algo=algo, timeout=timeout)
+    vw.meter = Meter(world, lambda: vw.running)  # FLOPs go to the rank whose turn it is
+    xp = counting(xp, vw.meter)
     contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
     values = vw.run(program, contexts)
     trace = vw.trace()

@@ -60,7 +60,7 @@ def hardware_report(console: Any, hw: dict) -> None:
     """The hardware table: a row per figure, a column per GPU type, then each source with its address."""
     from rich.markup import escape
     from rich.table import Table
-    from ..estimate.hardware import UNITS, WHAT
+    from ..estimate.hardware import LATENCY_WHAT, UNITS, WHAT
     gpus = hw["gpus"]
     table = Table(title="The GPU constants parasim uses (per GPU; NVLink and network per direction)",
                   title_justify="left")
@@ -72,6 +72,14 @@ def hardware_report(console: Any, hw: dict) -> None:
         table.add_row(f"{what} ({unit})", *[f"{g[key]['value'] / scale:,.4g}\n[dim]" + escape(
             f"{g[key]['printed']} [{g[key]['source']}]") + "[/dim]" for g in gpus.values()])
     console.print(table)
+    clock = Table(title="The clock's constants (every GPU type alike)", title_justify="left")
+    for col in ("constant", "value", "as the source prints it"):
+        clock.add_column(col)
+    for key, f in hw["latency"].items():
+        clock.add_row(f"latency: {LATENCY_WHAT[key]}", f"{f['value'] * 1e6:g} us", escape(f"{f['printed']} [{f['source']}]"))
+    for key, f in hw["efficiency"].items():
+        clock.add_row(f"efficiency: {key}", f"{f['value']:.0%} of peak", escape(f"{f['printed']} [{f['source']}]"))
+    console.print(clock)
     for key, src in hw["sources"].items():
         console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']}: {src['prints']}. "
                                                                           f"{src['address']}"))

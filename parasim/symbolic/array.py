@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..comm.interface import BFLOAT16
+from ..engine.work import Meter, matmul_work, tensordot_work
 from ..errors import ParasimError
 from .shapes import axis_of as _axis
 from .shapes import indexed_shape, matmul_shape, sliced_shape
@@ -37,20 +38,21 @@ class SymbolicValueError(ParasimError):
 class SymbolicRun:
     """What the arrays of one symbolic run share. `memo`: (ufunc, shapes, dtypes, dtype asked) -> (shape,
     dtype), as a layer applies the same few ops to the same shapes over and over and the answer is a pure
-    function of the key; `flops`: each rank's matmul FLOPs, counted for the rank whose turn it is (`turn`,
-    which the run's scheduler answers)."""
+    function of the key; `meter`: each rank's product FLOPs by kind (engine/work.py), counted for the rank
+    whose turn it is (`turn`, which the run's scheduler answers)."""
 
-    __slots__ = ("memo", "slices", "cuts", "flops", "turn")
+    __slots__ = ("memo", "slices", "cuts", "meter")
 
     def __init__(self, world: int, turn: Callable[[], int]):
         self.memo: dict = {}
         self.slices: dict = {}  # (shape, dtype) -> the one array every slice of that shape is
         self.cuts: dict = {}  # (shape, dtype, start, stop) -> x[start:stop] of an array of that shape and dtype
-        self.flops = [0] * world
-        self.turn = turn
+        self.meter = Meter(world, turn)
 
-    def count(self, flops: int) -> None:
-        self.flops[self.turn()] += flops
+    @property
+    def flops(self) -> list[int]:
+        """Each rank's product FLOPs over the whole run."""
+        return self.meter.total
 
     def slice_of(self, shape: tuple[int, ...], dtype: np.dtype) -> "SymArray":
         """The run's array of `shape` and `dtype` for a slice: an array cut into many blocks of a few sizes
@@ -289,7 +291,7 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
                 run.memo.clear()
             run.memo[key] = known
     if ufunc is np.matmul and run is not None:  # 2 FLOPs per multiply-add: every output value took k of them
-        run.count(2 * math.prod(known[0]) * shapes[0][-1])
+        run.meter.add(*matmul_work(shapes[0], shapes[1], known[0]))
     return _made(known[0], known[1], run)
 
 
@@ -409,7 +411,7 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
     shape = tuple(n for k, n in enumerate(sa) if k not in ia) + tuple(n for k, n in enumerate(sb) if k not in ib)
     run = _run_of((a, b))
     if run is not None:  # a multiply-add per summed value
-        run.count(2 * math.prod(shape) * math.prod(sa[k] for k in ia))
+        run.meter.add(*tensordot_work(shape, math.prod(sa[k] for k in ia)))
     return SymArray(shape, np.result_type(_dt(a), _dt(b)), run)
 
 

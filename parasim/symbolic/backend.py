@@ -57,6 +57,7 @@ def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, al
     options = dict(keep_values=0, algo=algo, timeout=timeout, check=check_symbolic_array)
     vw = VirtualWorld(world, **options) if fold is None else FoldedWorld(world, fold, **options)
     run = SymbolicRun(world, lambda: vw.running)  # FLOPs go to the rank whose turn it is
+    vw.meter = run.meter  # each event carries the FLOPs its members did since their last one
     xp = SymbolicNamespace(run)
     contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw, xp) if fold is None or fold[r] == r else None
                 for r in range(world)]
@@ -68,6 +69,8 @@ def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, al
     trace.meta["seed"] = seed
     # per rank: its matmuls' FLOPs (a folded rank did its representative's)
     trace.meta["flops"] = list(run.flops) if fold is None else [run.flops[s] for s in fold]
+    if fold is not None and "tail_work" in trace.meta:
+        trace.meta["tail_work"] = [trace.meta["tail_work"][s] for s in fold]
     return RunResult(values, trace, marked=[c.marked if c is not None else [] for c in contexts])
 
 

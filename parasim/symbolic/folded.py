@@ -62,6 +62,14 @@ class FoldedWorld(VirtualWorld):
                                   f"{self.rep[peer]}; fold only ranks whose point-to-point peers run")
         return peer
 
+    def _works(self, ranks: Any) -> list:
+        """A folded member did its representative's work: taken once, shared."""
+        rep, got = self.rep, {}
+        for r in ranks:
+            if rep[r] not in got:
+                got[rep[r]] = self._work(rep[r])
+        return [got[rep[r]] for r in ranks]
+
     def _members(self, g: Any, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
         if op.name == "all_to_all" and not self.keep and all([a[0] is arrivals[0][0] for a in arrivals]):
             return self._alike(g, arrivals, step, current), None
@@ -80,10 +88,11 @@ class FoldedWorld(VirtualWorld):
         total = sum([v.nbytes for v in chunks])
         site = self.site_names(arrivals[0][2])
         members = []
+        work = self._work(current)  # the one rank that ran did the work of every rank folded onto it
         for j, r in enumerate(g.ranks):
             st, c = self.ranks[r], chunks[j]
             st.clock = step
             st.result = [c.copy() for _ in range(t)] if r == current else None  # a folded rank reads nothing
             members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site,
-                                            None, None)))
+                                            None, None, work)))
         return members  # no member to wake: the one that runs is the one here

@@ -1,0 +1,142 @@
+"""How long each kind of event takes on a machine: one entry per collective, read by the clock.
+
+A collective's time is its algorithm's steps, each as long as its slowest hop, plus NCCL's latencies
+(estimate/hardware.py: one per call, one per step by the link the step crosses):
+- ring (all-reduce, reduce-scatter, all-gather): every member sends to the next at once, each step a
+  1/t chunk (comm/ring.py): steps x (chunk over the slowest link any hop of the ring uses + its latency).
+  A ring over two nodes pays the network's rate on every step, though only its crossing hops cross.
+- chain (broadcast, reduce): the buffer flows down the chain in pieces, so the bytes cross once at the
+  slowest hop's rate and each of the t-1 hops adds its latency.
+- pairs (all-to-all): every member sends to every other at once; a GPU's NVLink and its network card
+  work side by side, so a member takes the longer of (its bytes inside a node over NVLink, its bytes
+  across over the network); the call takes its slowest member.
+- root (scatter): the root sends every chunk from its own link, one after another.
+- p2p: one transfer over its one link.
+Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..comm.hops import ACROSS, INSIDE, event_transfers, link
+from ..estimate.hardware import EFFICIENCY, GPUS, LATENCY
+
+
+@dataclass(frozen=True)
+class Machine:
+    """What the clock needs of a cluster: a GPU type's rates, its nodes, the latencies and efficiencies."""
+
+    name: str
+    peak_flops: float
+    hbm: float
+    nvlink: float
+    network: float
+    gpus_per_node: int
+    latency: dict[str, float]  # "call", "inside", "across": seconds
+    efficiency: dict[str, float]  # share of peak per kind of work (engine/work.py)
+
+    def rate(self, where: str) -> float:
+        return self.nvlink if where == INSIDE else self.network
+
+    def compute(self, work: dict[str, int] | None) -> float:
+        """Seconds for `work` (FLOPs by kind)."""
+        if not work:
+            return 0.0
+        return sum(flops / (self.peak_flops * self.efficiency[kind]) for kind, flops in work.items())
+
+
+def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
+    """The Machine of GPU type `gpu` (the hardware table's key), nodes of its own size unless given."""
+    g = GPUS[gpu]
+    return Machine(g.name, g.peak_flops.value, g.hbm.value, g.nvlink.value, g.network.value,
+                   gpus_per_node or g.gpus_per_node, {k: f.value for k, f in LATENCY.items()},
+                   {k: f.value for k, f in EFFICIENCY.items()})
+
+
+Timer = Callable[[Any, Machine], float]  # (trace event, machine) -> seconds
+
+
+def _slowest(hops: list[tuple[int, int, int]], m: Machine) -> str:
+    return ACROSS if any(link(a, b, m.gpus_per_node) == ACROSS for a, b, _ in hops) else INSIDE
+
+
+def ring_seconds(phases: int, t: int, sent: float, where: str, m: Machine) -> float:
+    """A ring collective of `phases` halves (2 for an all-reduce) over t members, each sending `sent` bytes
+    in all: phases x (t-1) steps of sent / steps bytes at the pace of link `where`, each with its latency."""
+    if t < 2 or not sent:
+        return m.latency["call"]
+    steps = phases * (t - 1)
+    return m.latency["call"] + steps * (m.latency[where] + sent / steps / m.rate(where))
+
+
+def pairs_seconds(inside: float, across: float, m: Machine) -> float:
+    """An all-to-all member sending `inside` bytes over NVLink and `across` over the network at once."""
+    return m.latency["call"] + max([m.latency[w] + n / m.rate(w) for w, n in ((INSIDE, inside), (ACROSS, across))
+                                    if n] or [0.0])
+
+
+def _ring(phases: int) -> Timer:
+    def timer(e: Any, m: Machine) -> float:
+        hops = event_transfers(e)
+        if not hops:
+            return m.latency["call"]
+        return ring_seconds(phases, len(e.group.ranks), max(n for _, _, n in hops), _slowest(hops, m), m)
+    return timer
+
+
+def _chain(e: Any, m: Machine) -> float:
+    hops = event_transfers(e)
+    if not hops:
+        return m.latency["call"]
+    where = _slowest(hops, m)
+    return m.latency["call"] + len(hops) * m.latency[where] + max(n for _, _, n in hops) / m.rate(where)
+
+
+def _pairs(e: Any, m: Machine) -> float:
+    by_member: dict[int, dict[str, int]] = {}
+    for a, b, n in event_transfers(e):
+        row = by_member.setdefault(a, {INSIDE: 0, ACROSS: 0})
+        row[link(a, b, m.gpus_per_node)] += n
+    return max([pairs_seconds(row[INSIDE], row[ACROSS], m) for row in by_member.values()] or [m.latency["call"]])
+
+
+def _root(e: Any, m: Machine) -> float:
+    return m.latency["call"] + sum(m.latency[w] + n / m.rate(w)
+                                   for a, b, n in event_transfers(e) for w in (link(a, b, m.gpus_per_node),))
+
+
+def _p2p(e: Any, m: Machine) -> float:
+    hops = event_transfers(e)
+    return sum(m.latency[w] + n / m.rate(w) for a, b, n in hops for w in (link(a, b, m.gpus_per_node),))
+
+
+def _call_only(e: Any, m: Machine) -> float:
+    return m.latency["call"]
+
+
+@dataclass(frozen=True)
+class Cost:
+    algorithm: str  # as the module's docstring describes it
+    timer: Timer
+
+
+# One entry per op the trace records (comm/ops.py's names; "p2p" for point-to-point transfers).
+COSTS: dict[str, Cost] = {
+    "all_reduce": Cost("ring, 2(t-1) steps", _ring(2)),
+    "reduce_scatter": Cost("ring, t-1 steps", _ring(1)),
+    "all_gather": Cost("ring, t-1 steps", _ring(1)),
+    "broadcast": Cost("chain, pipelined", _chain),
+    "reduce": Cost("chain, pipelined", _chain),
+    "scatter": Cost("root sends each chunk", _root),
+    "all_to_all": Cost("pairs, NVLink and network side by side", _pairs),
+    "p2p": Cost("one transfer", _p2p),
+    "barrier": Cost("latency only", _call_only),
+}
+
+
+def event_seconds(e: Any, m: Machine) -> float:
+    """How long trace event `e` takes on `m`: a transfer by its algorithm, a compute event by its work."""
+    if e.kind == "compute":
+        return 0.0  # its work is on its member, timed as the compute before it
+    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m)

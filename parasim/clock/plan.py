@@ -1,0 +1,227 @@
+"""A training step's time from a plan, without running it: the clock's costs (costs.py) applied to what one
+GPU of the busiest pipeline stage does, micro-batch by micro-batch, through the pipeline schedule's shape.
+
+For real sizes no run is needed: a layer's work is a few products and elementwise passes whose sizes
+follow from the shapes. What one GPU does for one micro-batch on one layer:
+- products: the weight matrices (QKV, output, MLP; the top-k experts of an MoE layer) at 2 FLOPs per
+  multiply-add per token, split over TP; the attention products QK^T and PV, 4 s_q s_k h FLOPs per
+  sequence, halved by a causal mask where FlashAttention skips the masked blocks; backward twice the
+  forward (FlashAttention's backward 2.5 times: it recomputes the scores); recomputation adds forwards.
+- elementwise passes (ELEMENTWISE): bytes read and written per value, over the GPU's memory bandwidth.
+- TP collectives on the activations (all-reduce, or all-gather and reduce-scatter under SP), CP's K/V
+  ring, EP's all-to-alls, each by the ring or pair cost of costs.py over the link its group uses.
+The pipeline runs m micro-batches through p stages in (m + (p-1)/v) micro-batch times (1F1B; v model
+chunks per GPU when interleaved), each stage sending its activations on. Then the data-parallel gradient
+reduction, the parameter all-gather of a sharded optimizer and the optimizer's pass over its state.
+Overlap switches (OVERLAPS here; the trace clock's grad-reduce and prefetch among them) hide a
+communication behind the compute the frameworks run it beside.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..comm.hops import ACROSS, INSIDE, crossing_share
+from ..layout import KINDS
+from .costs import Machine, pairs_seconds, ring_seconds
+
+BF16 = 2
+
+# Elementwise passes of one layer's forward: (name, the tensor it runs over, bytes read and written per value
+# of it). "act": the activations [tokens, hidden] (split over TP under SP, whole on each TP rank without);
+# "ffn": the MLP's hidden [tokens, ffn / TP]; "scores": the attention scores [b, heads / TP, s_q, s_k], only
+# where FlashAttention does not keep them inside its kernel. BF16 values are 2 bytes, a dropout mask 1.
+# A backward pass moves about twice its forward's bytes (it reads what the forward read and the incoming
+# gradient, and writes the gradient): BACKWARD_BYTES.
+ELEMENTWISE: tuple[tuple[str, str, float, float], ...] = (
+    # name, over, bytes per value with dropout, without
+    ("input norm", "act", 4, 4),  # read x, write norm(x)
+    ("attention bias, dropout, residual", "act", 7, 6),  # read out and residual, write sum (and a mask)
+    ("post-attention norm", "act", 4, 4),
+    ("MLP activation", "ffn", 4, 4),  # GeLU: read, write (a gated MLP reads two: GATED_EXTRA)
+    ("MLP bias, dropout, residual", "act", 7, 6),
+    ("softmax (scale, mask)", "scores", 4, 4),  # read scores, write probabilities
+    ("attention dropout", "scores", 5, 0),  # read, write, mask
+)
+GATED_EXTRA = 2  # a gated MLP's activation reads a second input of the same size
+BACKWARD_BYTES = 2.0
+ADAM_BYTES = 30  # per parameter a GPU updates: reads FP32 master, gradient, m, v (16); writes master, m, v (12)
+# and the BF16 copy (2)
+GRAD_BYTES = 4  # gradients are reduced in FP32 (Megatron's main_grad, FSDP2's default reduce dtype)
+PARAM_BYTES = BF16  # a sharded optimizer all-gathers BF16 parameters
+
+
+@dataclass(frozen=True)
+class Run:
+    """What the step runs: the layout's degrees, the batch and the training choices that change time."""
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    cp: int = 1
+    ep: int = 1
+    sp: bool = False
+    chunks: int = 1  # model chunks per GPU (interleaved 1F1B)
+    micro_batch: int = 1
+    global_batch: int = 1  # sequences per step, all replicas
+    seq: int = 2048
+    recompute: str = "none"  # none, selective, full
+    flash: bool = True
+    dropout: bool = False
+    distributed_optimizer: bool = False  # ZeRO-1: reduce-scatter gradients, all-gather parameters
+    fsdp: bool = False  # ZeRO-3: parameters gathered for forward and backward, gradients reduce-scattered
+    gpus_per_node: int = 8
+    overlap: tuple[str, ...] = ()
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def microbatches(self) -> int:
+        return self.global_batch // (self.dp * self.micro_batch)
+
+
+# Overlap switches of the analytic step, as frameworks name them.
+OVERLAPS: dict[str, str] = {
+    "grad-reduce": "the data-parallel gradient reduction runs during the last micro-batch's backward",
+    "prefetch": "a sharded optimizer's parameter all-gather runs during the first micro-batch's forward",
+    "tp": "TP collectives run beside the layer's products (Megatron --tp-comm-overlap, async TP)",
+    "p2p": "pipeline sends run beside compute (Megatron's default for interleaved 1F1B)",
+    "cp": "CP's K/V ring runs beside the attention it feeds (TransformerEngine's ring attention)",
+}
+
+
+def _groups(run: Run, axis: str) -> list[tuple[int, ...]]:
+    """The ranks of every group of `axis` in Megatron-Core's order (tp fastest, then cp, dp, pp)."""
+    from ..layout import Layout
+    layout = Layout(tp=run.tp, cp=run.cp, pp=run.pp, dp=run.dp, gpus_per_node=run.gpus_per_node)
+    name, generator, axes = next(k for k in KINDS if k[0] == axis)
+    return layout.rank_groups(generator, axes)
+
+
+def _link(run: Run, axis: str, pattern: str = "ring") -> str:
+    """The link an axis's steps go at: the network when any hop of its groups crosses a node."""
+    if {"tp": run.tp, "cp": run.cp, "pp": run.pp, "dp-cp": run.dp * run.cp}[axis] < 2:
+        return INSIDE
+    return ACROSS if crossing_share(_groups(run, axis), pattern, run.gpus_per_node) else INSIDE
+
+
+def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> float:
+    """One ring collective over t ranks on a buffer of `buffer` bytes (each sends phases x (t-1)/t of it)."""
+    return ring_seconds(op_phases, t, op_phases * (t - 1) / t * buffer, where, m) if t > 1 else 0.0
+
+
+def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, float]:
+    """Seconds of one layer's forward on one micro-batch on one GPU, by part; and its product seconds
+    ("products"), which TP overlap can hide a collective behind."""
+    h, tp, cp, s = model.hidden, run.tp, run.cp, run.seq
+    tokens = run.micro_batch * s / cp
+    width = model.expert_size if moe else model.ffn_size
+    mats = model.attention_params() / tp
+    if moe:
+        mats += (model.top_k + model.shared_experts) * model.mlp_params(model.expert_size) / tp
+    else:
+        mats += model.mlp_params(width) / tp
+    matmul = 2 * tokens * mats / (m.peak_flops * m.efficiency["matmul"])
+    causal = 0.5 if run.flash else 1.0
+    attn_flops = 4 * tokens * s * h / tp * causal
+    attention = attn_flops / (m.peak_flops * m.efficiency["attention"])
+    act = tokens * h / (tp if run.sp else 1)
+    sizes = {"act": act, "ffn": tokens * width / tp,
+             "scores": 0.0 if run.flash else run.micro_batch * model.heads / tp * (s / cp) * s}
+    elementwise = 0.0
+    for _, over, with_dropout, without in ELEMENTWISE:
+        per = with_dropout if run.dropout else without
+        if over == "ffn" and model.gated:
+            per += GATED_EXTRA
+        elementwise += sizes[over] * per
+    elementwise /= m.hbm
+    return {"matmul": matmul, "attention": attention, "elementwise": elementwise, "attn_flops": attn_flops,
+            "scores_bytes": sizes["scores"] * 9}
+
+
+def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
+    """Seconds of one training step on the busiest stage's GPU, by part, with the critical path's shares."""
+    unknown = [o for o in run.overlap if o not in OVERLAPS]
+    if unknown:
+        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
+    h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
+    layers = -(-model.layers // pp)
+    moe_layers = min(layers, model.moe_layers)
+    tokens = run.micro_batch * run.seq / cp
+    act_bytes = tokens * h * BF16
+    recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[run.recompute]
+    bwd_attn = 2.5 if run.flash else 2.0
+    parts = {k: 0.0 for k in ("matmul", "attention", "elementwise", "tp", "cp", "ep", "logits")}
+    products = 0.0
+    for n, is_moe in ((layers - moe_layers, False), (moe_layers, True)):
+        if not n:
+            continue
+        f = layer_forward(model, run, m, is_moe)
+        parts["matmul"] += n * f["matmul"] * (1 + 2 + recompute)
+        attn_passes = 1 + bwd_attn + recompute + (1.0 if run.recompute == "selective" else 0.0)
+        parts["attention"] += n * f["attention"] * attn_passes
+        parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
+        if run.recompute == "selective" and not run.flash:
+            parts["elementwise"] += n * f["scores_bytes"] * BF16 / m.hbm
+        products += n * f["matmul"] * (1 + 2 + recompute)
+        # TP: per block (attention, and a dense MLP), forward and backward, as estimate/traffic.layer_traffic
+        blocks = 1 if is_moe else 2
+        where = _link(run, "tp")
+        if tp > 1 and run.sp:
+            ag, rs = blocks * (recompute + 2 + 1), blocks * (recompute + 1 + 1)
+            tp_s = ag * _ring(m, 1, tp, act_bytes, where) + rs * _ring(m, 1, tp, act_bytes, where)
+        elif tp > 1:
+            tp_s = blocks * (recompute + 2) * _ring(m, 2, tp, act_bytes, where)
+        else:
+            tp_s = 0.0
+        parts["tp"] += n * tp_s
+        if cp > 1:  # K and V of every other CP rank, forward; and back with their gradients, backward
+            kv = tokens * 2 * model.kv * model.head_dim * BF16 / tp
+            parts["cp"] += n * ring_seconds(1, cp, (cp - 1) * kv, _link(run, "cp"), m) * (1 + recompute + 2)
+        if is_moe and run.ep > 1:  # dispatch and combine, forward and backward
+            sent = tokens / (tp if run.sp else 1) * model.top_k * h * BF16 * (run.ep - 1) / run.ep
+            share = crossing_share([tuple(range(run.ep))], "pairs", run.gpus_per_node)
+            parts["ep"] += n * 2 * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
+    # the output layer and its loss on the last stage (the busiest)
+    logit_flops = 2 * tokens * h * model.vocab / tp
+    parts["logits"] = 3 * logit_flops / (m.peak_flops * m.efficiency["matmul"]) + \
+        tokens * model.vocab / tp * 4 * 3 / m.hbm  # FP32 logits: written, read by the loss, gradient written
+    hidden_tp = 0.0
+    if "tp" in run.overlap:
+        hidden_tp = min(parts["tp"], products)
+    hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in run.overlap else 0.0
+    per_mb = sum(parts.values()) - hidden_tp - hidden_cp
+    # pipeline: each micro-batch's activations go to the next stage and its gradient comes back, per chunk
+    p2p = 0.0
+    if pp > 1:
+        sent = act_bytes / (tp if run.sp else 1)
+        where = _link(run, "pp", "chain")
+        p2p = 2 * v * (m.latency[where] + sent / m.rate(where))
+    exposed_p2p = 0.0 if "p2p" in run.overlap else p2p
+    mb = run.microbatches
+    pipeline = (mb + (pp - 1) / v) * (per_mb + exposed_p2p)
+    # data parallel: the gradients of this GPU's parameters, once per step
+    dense = model.total_params() - model.expert_params()
+    local = dense / (tp * pp) + model.expert_params() / (run.ep * pp)
+    dpg = run.dp * cp
+    where = _link(run, "dp-cp")
+    if run.fsdp or run.distributed_optimizer:
+        grads = _ring(m, 1, dpg, local * GRAD_BYTES, where)
+        params = _ring(m, 1, dpg, local * PARAM_BYTES, where)
+    else:
+        grads, params = _ring(m, 2, dpg, local * GRAD_BYTES, where), 0.0
+    if run.fsdp:  # ZeRO-3 gathers the parameters for the forward and again for the backward, every micro-batch
+        params *= 2 * mb
+    last_backward = per_mb * 2 / 3
+    exposed_grads = max(0.0, grads - last_backward) if "grad-reduce" in run.overlap else grads
+    first_forward = per_mb / 3 * (mb if run.fsdp else 1)
+    exposed_params = max(0.0, params - first_forward) if "prefetch" in run.overlap else params
+    updated = local / (dpg if (run.fsdp or run.distributed_optimizer) else 1)
+    optimizer = updated * ADAM_BYTES / m.hbm
+    step = pipeline + exposed_grads + exposed_params + optimizer
+    return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb,
+            "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
+            "parts_per_microbatch_s": parts, "tp_hidden_s": hidden_tp, "dp_grads_s": grads,
+            "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,
+            "optimizer_s": optimizer, "gpu": m.name}

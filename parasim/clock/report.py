@@ -1,0 +1,53 @@
+"""A run's times for the reader: the chosen GPU and overlap, the events stamped, and what each overlap
+switch would save on this very run (the same trace laid out again with the switch on)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..estimate.hardware import GPUS
+from .costs import machine
+from .timeline import OVERLAPS, simulate, stamp, summary
+
+
+@dataclass(frozen=True)
+class ClockChoice:
+    """The machine and switches a run is timed on (`--gpu-model`, `--gpus-per-node`, `--overlap`)."""
+    gpu: str = "h200"
+    gpus_per_node: int | None = None
+    overlap: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.gpu not in GPUS:
+            raise UsageError(f"--gpu-model: {self.gpu!r} is not one of {', '.join(GPUS)}")
+        bad = [o for o in self.overlap if o not in OVERLAPS]
+        if bad:
+            raise UsageError(f"--overlap: {bad[0]!r} is not one of {', '.join(OVERLAPS)} (or none, all)")
+
+
+def parse_overlap(text: str) -> tuple[str, ...]:
+    """`--overlap`'s value: a comma-separated list of OVERLAPS' names, `all` or `none`."""
+    if text == "none":
+        return ()
+    if text == "all":
+        return tuple(OVERLAPS)
+    return tuple(w.strip() for w in text.split(",") if w.strip())
+
+
+def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, Any]:
+    """Time `trace` on `choice` (its events get start and end times) and say what each switch not chosen
+    would save on it."""
+    m = machine(choice.gpu, choice.gpus_per_node)
+    tl = simulate(trace, m, choice.overlap)
+    stamp(trace, tl)
+    out = summary(tl, trace)
+    out["switches"] = {}
+    for name, o in OVERLAPS.items():
+        on = tuple(sorted(set(choice.overlap) | {name}))
+        off = tuple(x for x in choice.overlap if x != name)
+        with_it, without = (simulate(trace, m, on).step, simulate(trace, m, off).step)
+        out["switches"][name] = {"what": o.what, "flag": o.flag, "on": name in choice.overlap,
+                                 "step_on_us": with_it * 1e6, "step_off_us": without * 1e6,
+                                 "saves_us": (without - with_it) * 1e6}
+    return out

@@ -1,0 +1,176 @@
+"""Every event of a trace on a clock: one compute and one communication stream per GPU, as frameworks run.
+
+The trace keeps its logical order (its identity); this module lays it out in seconds for a Machine:
+- A rank's compute before an event (trace.Member.work, by engine/work.py) runs on its compute stream,
+  for as long as costs.Machine.compute says.
+- A collective or transfer runs on its members' communication streams, one call at a time per GPU: it
+  starts when every member has issued it and every member's stream is free, and lasts costs.COSTS' time.
+- Normally a rank waits for its collective before computing again (the layer needs its result). Overlap
+  switches (OVERLAPS) let some calls run beside the compute, as the frameworks arrange it.
+- The step ends when every stream of every GPU is done. The critical path is the chain of spans that
+  made it end then: each span remembers the one it waited for, and the chain is read back from the end.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .costs import Machine, event_seconds
+
+DP_GROUPS = ("dp", "dp-cp", "expert-dp")  # the data-parallel groups (Megatron-Core's names)
+
+
+def _is_grad_reduce(e: Any) -> bool:
+    return e.kind == "collective" and e.group.name in DP_GROUPS and e.op in ("reduce_scatter", "all_reduce")
+
+
+def _is_param_gather(e: Any) -> bool:
+    return e.kind == "collective" and e.group.name in DP_GROUPS and e.op == "all_gather"
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """A switch the frameworks offer: which calls it moves, and how."""
+    flag: str  # as Megatron or FSDP names it
+    what: str
+    picks: Callable[[Any], bool]
+    how: str  # "async": the rank goes on computing and never waits for it; "early": issued before the
+    # compute that comes before it (the next layer's weights gathered while this one computes)
+
+
+OVERLAPS: dict[str, Overlap] = {
+    "grad-reduce": Overlap("--overlap-grad-reduce (Megatron), FSDP's reduce-scatter",
+                           "data-parallel gradient reductions run while the backward pass goes on",
+                           _is_grad_reduce, "async"),
+    "prefetch": Overlap("--overlap-param-gather (Megatron), FSDP's forward/backward prefetch",
+                        "ZeRO-3's weight all-gathers start while the layer before computes", _is_param_gather,
+                        "early"),
+}
+
+
+@dataclass
+class Span:
+    kind: str  # "compute" or "comm"
+    ranks: tuple[int, ...]
+    seq: int | None  # the event it is (comm) or comes before (compute); None: the step's tail
+    start: float
+    end: float
+    pred: "Span | None" = None
+    name: str = ""
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+@dataclass
+class Timeline:
+    machine: Machine
+    overlap: tuple[str, ...]
+    step: float  # seconds, the step's end
+    spans: list[Span]
+    critical: list[Span]  # from the step's start to its end
+    events: dict[int, tuple[float, float]]  # seq -> (start, end) of its transfer
+    before: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)  # seq -> (rank, start, end)
+    busy: list[float] = field(default_factory=list)  # per rank: seconds its compute stream ran
+    comm: list[float] = field(default_factory=list)  # per rank: seconds its communication stream ran
+
+    def idle(self, rank: int) -> float:
+        return self.step - self.busy[rank]
+
+    def critical_split(self) -> dict[str, float]:
+        """Seconds of the critical path in compute and in communication."""
+        out = {"compute": 0.0, "comm": 0.0}
+        for s in self.critical:
+            out[s.kind] += s.seconds
+        return out
+
+
+def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
+    """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on."""
+    unknown = [o for o in overlap if o not in OVERLAPS]
+    if unknown:
+        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
+    chosen = [OVERLAPS[o] for o in overlap]
+    world = trace.world
+    cfree, kfree = [0.0] * world, [0.0] * world
+    clast: list[Span | None] = [None] * world  # what each stream last ran
+    klast: list[Span | None] = [None] * world
+    busy, comm = [0.0] * world, [0.0] * world
+    spans: list[Span] = []
+    events: dict[int, tuple[float, float]] = {}
+    before: dict[int, list[tuple[int, float, float]]] = {}
+
+    def compute(r: int, work: Any, seq: int | None, name: str) -> Span | None:
+        secs = m.compute(work)
+        if secs <= 0:
+            return None
+        s = Span("compute", (r,), seq, cfree[r], cfree[r] + secs, clast[r], name)
+        spans.append(s)
+        clast[r], cfree[r] = s, s.end
+        busy[r] += secs
+        return s
+
+    for e in trace.events:
+        how = next((o.how for o in chosen if o.picks(e)), None)
+        issue: dict[int, tuple[float, Span | None]] = {}
+        for mem in e.members:
+            r = mem.rank
+            prev = clast[r]
+            s = compute(r, mem.work, e.seq, e.label or e.op)
+            if s is not None:
+                before.setdefault(e.seq, []).append((r, s.start, s.end))
+            issue[r] = (s.start, prev) if how == "early" and s is not None else (cfree[r], clast[r])
+        if e.kind == "compute":
+            continue
+        # it starts when the last member issues it or frees its stream; it waited for that span
+        ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
+        start = max(t for t, _ in ready)
+        pred = next((by for t, by in ready if t == start and by is not None), None)
+        secs = event_seconds(e, m)
+        span = Span("comm", tuple(issue), e.seq, start, start + secs, pred, e.label or e.op)
+        spans.append(span)
+        events[e.seq] = (span.start, span.end)
+        for r in issue:
+            kfree[r], klast[r] = span.end, span
+            comm[r] += secs
+            if how != "async":  # the rank needs the result before it computes on
+                cfree[r], clast[r] = span.end, span
+    for r, work in enumerate(trace.meta.get("tail_work") or []):
+        compute(r, work, None, "after the last transfer")
+    ends = [(max(cfree[r], kfree[r]), r) for r in range(world)]
+    step, last_rank = max(ends, default=(0.0, 0))
+    tail = clast[last_rank] if cfree[last_rank] >= kfree[last_rank] else klast[last_rank]
+    critical: list[Span] = []
+    while tail is not None:
+        critical.append(tail)
+        tail = tail.pred
+    critical.reverse()
+    return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm)
+
+
+def stamp(trace: Any, tl: Timeline) -> None:
+    """Write the timeline's times on the trace's events (trace.Event.time, in microseconds): a transfer's
+    start and end, a compute event's own span, and the compute each member ran just before it."""
+    for e in trace.events:
+        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before.get(e.seq, [])]
+        if e.seq in tl.events:
+            start, end = tl.events[e.seq]
+        elif before:  # a compute event: its own work
+            start, end = before[0][1] / 1e6, before[0][2] / 1e6
+        else:
+            continue
+        e.time = {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
+
+
+def summary(tl: Timeline, trace: Any) -> dict[str, Any]:
+    """What a reader of --json wants of a timeline: the step, the critical path and each GPU's busy time."""
+    split = tl.critical_split()
+    return {
+        "gpu": tl.machine.name, "gpus_per_node": tl.machine.gpus_per_node, "overlap": list(tl.overlap),
+        "step_us": tl.step * 1e6, "critical_compute_us": split["compute"] * 1e6,
+        "critical_comm_us": split["comm"] * 1e6,
+        "critical_path": [{"kind": s.kind, "ranks": list(s.ranks), "seq": s.seq, "name": s.name,
+                           "start_us": s.start * 1e6, "end_us": s.end * 1e6} for s in tl.critical],
+        "compute_us": [b * 1e6 for b in tl.busy], "comm_us": [c * 1e6 for c in tl.comm],
+    }

@@ -1,0 +1,84 @@
+"""The work a rank's own computation does between its collectives: FLOPs by kind, counted as the program runs.
+
+The clock (parasim/clock) times a rank's compute from these counts: the FLOPs a rank did since its previous
+event are the compute that stands before that event on the rank's timeline (trace.Member.work), and what it
+did after its last event is the step's tail (trace.meta["tail_work"]).
+
+Kinds, each timed at its own efficiency (estimate/hardware.py):
+- "matmul": a product with a weight (a 2-D operand): the linear layers, the experts, the router, and the
+  weight gradients (tensordot).
+- "attention": a product of two activations (both operands batched, 3-D or more): QK^T and PV, forward and
+  backward, which run at another share of peak than the weight products (FlashAttention's kernels).
+A product counts 2 FLOPs per multiply-add: every output value took k multiply-adds, k the summed length.
+"""
+from __future__ import annotations
+
+from math import prod
+from types import SimpleNamespace
+from typing import Any, Callable, Sequence
+
+WORK_KINDS = ("matmul", "attention")
+
+
+def matmul_work(a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[str, int]:
+    """(kind, FLOPs) of `a @ b`."""
+    kind = "attention" if len(a_shape) >= 3 and len(b_shape) >= 3 else "matmul"
+    return kind, 2 * prod(out_shape) * (a_shape[-1] if a_shape else 1)
+
+
+def tensordot_work(out_shape: Sequence[int], summed: int) -> tuple[str, int]:
+    """(kind, FLOPs) of a tensordot whose summed dims hold `summed` values: a weight's gradient."""
+    return "matmul", 2 * prod(out_shape) * summed
+
+
+class Meter:
+    """Each rank's FLOPs by kind, counted for the rank whose turn it is (`turn`: the run's scheduler
+    answers), and handed out once (`take`): the work since the rank's last event."""
+
+    __slots__ = ("turn", "since", "total")
+
+    def __init__(self, world: int, turn: Callable[[], int]):
+        self.turn = turn
+        self.since: list[dict[str, int]] = [{} for _ in range(world)]
+        self.total = [0] * world
+
+    def add(self, kind: str, flops: int) -> None:
+        r = self.turn()
+        got = self.since[r]
+        got[kind] = got.get(kind, 0) + flops
+        self.total[r] += flops
+
+    def take(self, rank: int) -> dict[str, int] | None:
+        """The work `rank` did since it was last taken (None: none)."""
+        got = self.since[rank]
+        if not got:
+            return None
+        self.since[rank] = {}
+        return got
+
+
+def counting(xp: Any, meter: Meter) -> Any:
+    """`xp` with its products counted on `meter`: every name of the namespace as it is, matmul and
+    tensordot wrapped (the two products the layers use). Built once per run: a copy of the namespace's
+    names, so every other call costs nothing more."""
+    ns = SimpleNamespace(**vars(xp))  # __name__ included: a program may ask which namespace it has
+    matmul, tensordot, asarray = xp.matmul, xp.tensordot, xp.asarray
+
+    def counted_matmul(a: Any, b: Any, /, **kw: Any) -> Any:
+        out = matmul(a, b, **kw)
+        meter.add(*matmul_work(a.shape, b.shape, out.shape))
+        return out
+
+    def counted_tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> Any:
+        out = tensordot(a, b, axes=axes)
+        sa = asarray(a).shape
+        if isinstance(axes, int):
+            summed = prod(sa[len(sa) - axes:]) if axes else 1
+        else:
+            first = axes[0]
+            summed = prod(sa[k] for k in ([first] if isinstance(first, int) else first))
+        meter.add(*tensordot_work(out.shape, summed))
+        return out
+
+    ns.matmul, ns.tensordot = counted_matmul, counted_tensordot
+    return ns

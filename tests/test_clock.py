@@ -1,0 +1,134 @@
+"""The clock (issue 34): the work each rank does between its events is counted by kind, every event gets a
+start and an end on a GPU type, collectives last their algorithm's steps over the links their hops really
+use, a step's time is the sum along its critical path, and an overlap switch shortens a step by what it
+hides. Expected values are worked out here by hand from the hardware table's constants."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parasim import run
+from parasim.clock import machine, simulate
+from parasim.clock.report import ClockChoice, clock_report
+from parasim.estimate.hardware import GPUS, LATENCY
+from parasim.lesson import load_lessons, run_lesson
+from parasim.trace import Trace
+from tests.conftest import cli
+
+H200 = GPUS["h200"]
+CALL, INSIDE, ACROSS = (LATENCY[k].value for k in ("call", "inside", "across"))
+
+
+def _all_reduce(ctx):
+    x = ctx.xp.ones((1024,), dtype=ctx.xp.float64)  # 8,192 bytes
+    ctx.comm.all_reduce(x)
+
+
+def test_a_ring_all_reduce_lasts_2_t_minus_1_steps_over_its_slowest_hop():
+    trace = run(_all_reduce, 4).trace
+    (e,) = trace.events
+    chunk = 8192 / 4  # each step moves 1/t of the buffer
+    inside = CALL + 2 * 3 * (INSIDE + chunk / H200.nvlink.value)
+    assert simulate(trace, machine("h200")).events[e.seq][1] == pytest.approx(inside, rel=1e-12)
+    # two GPUs a node: two of the ring's four hops cross, so every step goes at the network's pace
+    across = CALL + 2 * 3 * (ACROSS + chunk / H200.network.value)
+    assert simulate(trace, machine("h200", gpus_per_node=2)).events[e.seq][1] == pytest.approx(across, rel=1e-12)
+
+
+def _work(ctx):
+    xp = ctx.xp
+    w = xp.ones((3, 5), dtype=xp.float64)
+    x = xp.ones((2, 3), dtype=xp.float64)
+    y = xp.matmul(x, w)  # a weight product: 2 * (2*5) * 3 = 60 FLOPs
+    q = xp.ones((1, 2, 4, 8), dtype=xp.float64)
+    s = xp.matmul(q, xp.permute_dims(q, (0, 1, 3, 2)))  # two activations: 2 * (1*2*4*4) * 8 = 512
+    ctx.comm.all_reduce(y)
+    g = xp.tensordot(x, y, axes=([0], [0]))  # a weight gradient: 2 * (3*5) * 2 = 60
+    ctx.comm.all_reduce(g + s.sum())
+    xp.matmul(x, w)  # after the last event: the tail
+
+
+@pytest.mark.parametrize("backend", ["virtual", "symbolic"])
+def test_each_member_carries_the_work_it_did_since_its_last_event(backend):
+    trace = run(_work, 2, backend).trace
+    first, second = trace.events
+    assert [m.work for m in first.members] == [{"matmul": 60, "attention": 512}] * 2
+    assert [m.work for m in second.members] == [{"matmul": 60}] * 2
+    assert trace.meta["tail_work"] == [{"matmul": 60}] * 2
+
+
+def test_compute_lasts_its_flops_at_its_kinds_efficiency():
+    m = machine("a100")
+    assert m.compute({"matmul": 312e12 * 0.8}) == pytest.approx(1.0)
+    assert m.compute({"attention": 312e12 * 0.5, "matmul": 312e12 * 0.8}) == pytest.approx(2.0)
+
+
+def _layerish(ctx):
+    """Real-size shapes on symbolic ranks: a forward matmul, a TP all-reduce, a backward, then the DP
+    gradient reduce-scatter, with a last matmul after it (the next bucket's backward)."""
+    xp = ctx.xp
+    tps = [ctx.new_group([0, 1], "tp"), ctx.new_group([2, 3], "tp")]
+    dps = [ctx.new_group([0, 2], "dp"), ctx.new_group([1, 3], "dp")]
+    tp, dp = tps[ctx.rank // 2], dps[ctx.rank % 2]
+    x = ctx.rng.normal((8192, 8192), "float32")
+    w = ctx.rng.normal((8192, 8192), "float32")
+    y = xp.matmul(x, w)
+    ctx.comm.all_reduce(y, group=tp)
+    gw = xp.tensordot(x, y, axes=([0], [0]))
+    ctx.comm.reduce_scatter(gw, group=dp)
+    xp.matmul(x, w)
+
+
+def test_the_critical_path_adds_up_to_the_step_and_grad_reduce_overlap_hides_the_reduce_scatter():
+    trace = run(_layerish, 4, "symbolic").trace
+    m = machine("h200", gpus_per_node=2)  # tp inside a node, dp across
+    off = simulate(trace, m)
+    assert sum(s.seconds for s in off.critical) == pytest.approx(off.step, rel=1e-12)
+    assert [s.kind for s in off.critical] == ["compute", "comm", "compute", "comm", "compute"]
+    flops = 2 * 8192 ** 3
+    mm = flops / (H200.peak_flops.value * 0.8)
+    nbytes = 8192 * 8192 * 4  # float32
+    ar = CALL + 2 * (INSIDE + nbytes / 2 / H200.nvlink.value)  # t = 2: 2(t-1) steps of half the buffer
+    rs = CALL + 1 * (ACROSS + nbytes / 2 / H200.network.value)
+    assert off.step == pytest.approx(mm + ar + mm + rs + mm, rel=1e-9)
+    on = simulate(trace, m, ("grad-reduce",))
+    # the reduce-scatter now runs beside the last matmul: the step ends with the longer of the two
+    assert on.step == pytest.approx(mm + ar + mm + max(rs, mm), rel=1e-9)
+    assert sum(s.seconds for s in on.critical) == pytest.approx(on.step, rel=1e-12)
+    assert on.step < off.step
+
+
+@pytest.mark.parametrize("name", ["tp-mlp", "zero", "pp-1f1b", "moe16", "cp-causal"])
+def test_every_lesson_step_is_the_sum_along_its_critical_path(name):
+    lr = run_lesson(load_lessons()[name])
+    for overlap in ((), ("grad-reduce", "prefetch")):
+        tl = simulate(lr.result.trace, machine("h100"), overlap)
+        assert tl.step > 0
+        assert sum(s.seconds for s in tl.critical) == pytest.approx(tl.step, rel=1e-9)
+        starts = [s.start for s in tl.critical]
+        assert starts == sorted(starts) and tl.critical[0].start == 0.0
+
+
+def test_stamped_events_round_trip_through_the_trace_format():
+    lr = run_lesson(load_lessons()["tp-mlp"])
+    report = clock_report(lr.result.trace, ClockChoice("a100"))
+    back = Trace.from_json(lr.result.trace.to_json().encode())
+    times = [e.time for e in back.events]
+    assert all(t is not None and t["end_us"] >= t["start_us"] for t in times)
+    assert max(t["end_us"] for t in times) == pytest.approx(report["step_us"])
+    bad = json.loads(lr.result.trace.to_json())
+    bad["events"][0]["time"] = {"start_us": 5.0, "end_us": 1.0}
+    with pytest.raises(Exception, match="before it starts"):
+        Trace.from_dict(bad)
+
+
+def test_lesson_json_carries_times_and_what_each_switch_would_save():
+    out = cli("lesson", "tp-attention", "--json", "--gpu-model", "a100")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["clock"]["gpu"] == "A100 80GB"
+    assert all("start_us" in e["time"] and "end_us" in e["time"] for e in data["events"])
+    assert set(data["clock"]["switches"]) == {"grad-reduce", "prefetch"}
+    bad = cli("lesson", "tp-attention", "--overlap", "sometimes")
+    assert bad.returncode == 2 and "--overlap" in bad.stderr and bad.stderr.count("\n") == 1
