@@ -132,3 +132,21 @@ def test_lesson_json_carries_times_and_what_each_switch_would_save():
     assert set(data["clock"]["switches"]) == {"grad-reduce", "prefetch"}
     bad = cli("lesson", "tp-attention", "--overlap", "sometimes")
     assert bad.returncode == 2 and "--overlap" in bad.stderr and bad.stderr.count("\n") == 1
+
+
+def test_the_chrome_export_puts_slices_at_the_clocks_times(tmp_path):
+    from parasim.clock.timeline import export_times
+    from parasim.render.chrome import validate
+    path = tmp_path / "t.json"
+    out = cli("lesson", "tp-mlp", "--plain", "--chrome", str(path), "--gpu-model", "h100")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(path.read_text())
+    assert validate(data) == []
+    lr = run_lesson(load_lessons()["tp-mlp"])
+    clock_report(lr.result.trace, ClockChoice("h100"))
+    times, work = export_times(lr.result.trace)
+    slices = [e for e in data["traceEvents"] if e.get("ph") == "X" and e["name"] == "all_reduce"]
+    for s in slices:
+        start, dur = times[(s["args"]["seq"], s["pid"])]
+        assert s["ts"] == pytest.approx(start) and s["dur"] <= dur
+    assert sum(e.get("name") == "compute" for e in data["traceEvents"]) == len(work)

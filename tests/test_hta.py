@@ -1,10 +1,12 @@
 """`--hta DIR` writes traces Holistic Trace Analysis reads: its temporal breakdown per rank equals the totals
 of the trace's own slices (skipped when the package is absent; the test extra installs it)."""
 import json
+import math
 
 import pytest
 from conftest import cli
 
+from parasim.clock.timeline import export_times
 from parasim.lesson import get_lesson, run_lesson
 
 pytest.importorskip("hta")
@@ -29,16 +31,22 @@ def test_hta_temporal_breakdown_equals_the_traces_totals(tmp_path):
     from hta.trace_analysis import TraceAnalysis
     out = cli("lesson", "ring-attention", "--plain", "--hta", str(tmp_path))
     assert out.returncode == 0, out.stderr
-    trace = run_lesson(get_lesson("ring-attention")).result.trace  # the same deterministic run
+    lr = run_lesson(get_lesson("ring-attention"))  # the same deterministic run, timed on the same clock
+    lr.clock()
+    trace = lr.result.trace
+    times, work = export_times(trace)
     expected = {}
     for r in range(trace.world):
         f = json.loads((tmp_path / f"rank{r}.json").read_text())
         kernels = [e for e in f["traceEvents"] if e.get("cat") == "kernel"]
-        # the files hold the trace: one kernel per member of each event, inside the event's step slot
-        assert len(kernels) == sum(1 for e in trace.events for m in e.members if m.rank == r)
-        for k in kernels:
-            step = trace.events[k["args"]["seq"]].step
-            assert (step - 1) * 1000 <= k["ts"] and k["ts"] + k["dur"] <= step * 1000
+        # the files hold the trace: one kernel per member of each event, at the clock's time (whole
+        # microseconds inside it, at least one), and one per compute span the clock put between events
+        events = [k for k in kernels if "seq" in k["args"]]
+        assert len(events) == sum(1 for e in trace.events for m in e.members if m.rank == r)
+        assert len(kernels) - len(events) == sum(1 for w in work if w[0] == r)
+        for k in events:
+            start, dur = times[(k["args"]["seq"], r)]
+            assert k["ts"] == math.ceil(start) and k["ts"] + k["dur"] <= max(math.ceil(start + dur), k["ts"] + 1)
         spans = [(k["ts"], k["ts"] + k["dur"]) for k in kernels]
         compute = [(k["ts"], k["ts"] + k["dur"]) for k in kernels if not k["name"].startswith("nccl")]
         busy, first, last = _union(spans), min(s for s, _ in spans), max(e for _, e in spans)

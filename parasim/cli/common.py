@@ -112,13 +112,14 @@ def write_json(path: str, obj: Any, where: str = "the file") -> None:
     write(path, json_text(obj, None, where) + "\n")
 
 
-def write_hta(path: str, trace: Any, times: Any = None) -> None:
+def write_hta(path: str, trace: Any, times: Any = None, work: Any = None) -> None:
     """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis; each
     file whole or not at all (all texts are made before the first is written)."""
     from ..render.chrome import to_hta
     if not path:
         raise UsageError("an empty folder name: give a folder to write the HTA traces to")
-    texts = {r: json_text(f, None, f"rank {r}'s HTA trace") for r, f in to_hta(trace, times=times).items()}
+    texts = {r: json_text(f, None, f"rank {r}'s HTA trace")
+             for r, f in to_hta(trace, times=times, work=work).items()}
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:

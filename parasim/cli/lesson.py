@@ -26,7 +26,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--list", action="store_true", help="list the lessons in the order of the post (the same as "
                     "no NAME; with --json, as JSON)")
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
-    lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing)")
+    lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing), "
+                    "each slice at the clock's predicted time (see timing)")
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
@@ -93,11 +94,15 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     lr.timing = timing
     # the JSON first, whole: a value with no JSON form is refused before any file or line is written
     text = json_text(lr.to_dict()) if args.json else None
+    if args.chrome is not None or args.hta is not None:  # at the clock's predicted times
+        from ..clock.timeline import export_times
+        lr.clock()
+        times, work = export_times(lr.result.trace)
     if args.chrome is not None:
         from ..render.chrome import to_chrome
-        write_json(args.chrome, to_chrome(lr.result.trace), "the Chrome trace")
+        write_json(args.chrome, to_chrome(lr.result.trace, times=times, work=work), "the Chrome trace")
     if args.hta is not None:
-        write_hta(args.hta, lr.result.trace)
+        write_hta(args.hta, lr.result.trace, times, work)
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
     if args.plot is not None:

@@ -121,7 +121,10 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             if s is not None:
                 before.setdefault(e.seq, []).append((r, s.start, s.end))
             issue[r] = (s.start, prev) if how == "early" and s is not None else (cfree[r], clast[r])
-        if e.kind == "compute":
+        if e.kind == "compute":  # its work is its own: the span just laid out, or a moment
+            r = e.members[0].rank
+            own = before.get(e.seq)
+            events[e.seq] = (own[0][1], own[0][2]) if own else (cfree[r], cfree[r])
             continue
         # it starts when the last member issues it or frees its stream; it waited for that span
         ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
@@ -153,14 +156,21 @@ def stamp(trace: Any, tl: Timeline) -> None:
     """Write the timeline's times on the trace's events (trace.Event.time, in microseconds): a transfer's
     start and end, a compute event's own span, and the compute each member ran just before it."""
     for e in trace.events:
-        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before.get(e.seq, [])]
-        if e.seq in tl.events:
-            start, end = tl.events[e.seq]
-        elif before:  # a compute event: its own work
-            start, end = before[0][1] / 1e6, before[0][2] / 1e6
-        else:
-            continue
+        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before.get(e.seq, [])] if e.kind != "compute" else []
+        start, end = tl.events[e.seq]
         e.time = {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
+
+
+def export_times(trace: Any) -> tuple[dict[tuple[int, int], tuple[float, float]], list[tuple[int, float, float]]]:
+    """A stamped trace's times as the Chrome and HTA exports take them: (seq, rank) -> (start_us, dur_us) of
+    every event's member, and (rank, start_us, dur_us) of every compute span before an event."""
+    times, work = {}, []
+    for e in trace.events:
+        t = e.time
+        for m in e.members:
+            times[(e.seq, m.rank)] = (t["start_us"], t["end_us"] - t["start_us"])
+        work += [(r, s, end - s) for r, s, end in t.get("before", [])]
+    return times, work
 
 
 def summary(tl: Timeline, trace: Any) -> dict[str, Any]:

@@ -1,8 +1,9 @@
 """Export a trace to the Chrome Trace Event Format (Perfetto UI, chrome://tracing) and, one file per rank,
 to Kineto-like JSON that Holistic Trace Analysis reads. `validate` is our own strict structural check.
 
-The logical clock becomes time: step s is the interval [(s-1)*step_us, s*step_us). Real viewers need
-microseconds, so durations are made up; the step itself is kept in each slice's args.
+Times: measured ones where a real run gave them; else the clock's (parasim/clock: every event and the
+compute between events at its predicted start and length on a GPU type); else the logical clock, step s
+as the interval [(s-1)*step_us, s*step_us). The step itself is kept in each slice's args.
 """
 from __future__ import annotations
 
@@ -79,10 +80,12 @@ def _meta(pid: int, tid: int, what: str, **args: Any) -> dict:
 
 
 def to_chrome(trace: Trace, step_us: float = 1000.0,
-              times: dict[tuple[int, int], tuple[float, float]] | None = None) -> dict:
+              times: dict[tuple[int, int], tuple[float, float]] | None = None,
+              work: list[tuple[int, float, float]] | None = None) -> dict:
     """The trace as a Chrome Trace Event JSON object: pid = rank, one tid per track, flows for p2p.
 
-    `times` ((seq, rank) -> (start_us, dur_us), measured on real ranks) places slices in real time."""
+    `times` ((seq, rank) -> (start_us, dur_us), measured on real ranks or predicted by the clock) places
+    slices in time; `work` ((rank, start_us, dur_us), the clock's) adds each compute span between events."""
     out: list[dict] = []
     for r in range(trace.world):
         out += [_meta(r, 0, "process_name", name=f"rank {r}"), _meta(r, 0, "process_sort_index", sort_index=r)]
@@ -96,6 +99,9 @@ def to_chrome(trace: Trace, step_us: float = 1000.0,
             flow = {"name": "p2p", "cat": "p2p", "ph": "s" if track == SEND else "f", "id": e.seq,
                     "pid": m.rank, "tid": track, "ts": ts + dur / 2}
             out.append(flow if track == SEND else {**flow, "bp": "e"})
+    for r, ts, dur in work or []:
+        out.append({"name": "compute", "cat": "compute", "ph": "X", "pid": r, "tid": COMPUTE, "ts": ts, "dur": dur,
+                    "args": {"predicted": True}})
     live: dict[int, dict[str, tuple[str, int]]] = {}
     for mk in trace.marks if times is None else []:  # taken after the rank's step `mk.step`: at its end
         if mk.kind == "held":  # a counter track per rank: bytes held by kind, as the run declared them
@@ -111,7 +117,8 @@ def to_chrome(trace: Trace, step_us: float = 1000.0,
 
 
 def to_hta(trace: Trace, step_us: float = 1000.0,
-           times: dict[tuple[int, int], tuple[float, float]] | None = None) -> dict[int, dict]:
+           times: dict[tuple[int, int], tuple[float, float]] | None = None,
+           work: list[tuple[int, float, float]] | None = None) -> dict[int, dict]:
     """One Kineto-like trace per rank for Holistic Trace Analysis (write each to its own file in one folder:
     `write_hta`).
 
@@ -123,7 +130,9 @@ def to_hta(trace: Trace, step_us: float = 1000.0,
     # overlap its neighbour and change the totals it reports
     placed = [(e, m, t, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1))
               for e, m, t, ts, dur in _place(trace, step_us, times)]
-    end = max([ts + dur for *_, ts, dur in placed] + [max(trace.steps, 1) * step_us if times is None else 0.0])
+    spans = [(r, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1)) for r, ts, dur in work or []]
+    end = max([ts + dur for *_, ts, dur in placed] + [ts + dur for _, ts, dur in spans]
+              + [max(trace.steps, 1) * step_us if times is None else 0.0])
     start = min([ts for *_, ts, _ in placed] + [0.0])
     files = {r: [{"name": "ProfilerStep#0", "cat": "user_annotation", "ph": "X", "pid": r, "tid": 0,
                   "ts": start, "dur": max(end - start, step_us), "args": {}}] for r in range(trace.world)}
@@ -136,19 +145,25 @@ def to_hta(trace: Trace, step_us: float = 1000.0,
         args = {"device": m.rank, "stream": HTA_STREAMS[track], "correlation": len(ev), **_args(e, m, track)}
         ev.append({"name": name, "cat": "kernel", "ph": "X", "pid": m.rank, "tid": HTA_STREAMS[track],
                    "ts": ts, "dur": dur, "args": args})
+    for r, ts, dur in spans:  # the clock's compute between events: a kernel on the compute stream
+        ev = files[r]
+        ev.append({"name": "compute", "cat": "kernel", "ph": "X", "pid": r, "tid": HTA_STREAMS[COMPUTE], "ts": ts,
+                   "dur": dur, "args": {"device": r, "stream": HTA_STREAMS[COMPUTE], "correlation": len(ev),
+                                        "predicted": True}})
     return {r: {"schemaVersion": 1, "traceName": f"parasim rank {r}", "displayTimeUnit": "ms",
                 "distributedInfo": {"rank": r, "world_size": trace.world, "backend": trace.backend},
                 "deviceProperties": [{"id": r, "name": f"parasim {trace.backend} rank {r}"}],
                 "traceEvents": ev} for r, ev in files.items()}
 
 
-def write_hta(trace: Trace, folder: str, times: dict[tuple[int, int], tuple[float, float]] | None = None) -> list[str]:
+def write_hta(trace: Trace, folder: str, times: dict[tuple[int, int], tuple[float, float]] | None = None,
+              work: list[tuple[int, float, float]] | None = None) -> list[str]:
     """Write `to_hta`'s traces as FOLDER/rank<r>.json (the folder is made if need be); the paths written."""
     import json
     import os
     os.makedirs(folder, exist_ok=True)
     paths = []
-    for r, f in to_hta(trace, times=times).items():
+    for r, f in to_hta(trace, times=times, work=work).items():
         paths.append(os.path.join(folder, f"rank{r}.json"))
         with open(paths[-1], "w") as out:
             json.dump(f, out)
