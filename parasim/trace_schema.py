@@ -21,7 +21,7 @@ from .limits import JSON_DEPTH, LAYOUT_WORLD, MAX_SIZE, brief as _brief, cut_pat
 HELD_KINDS = ("weights", "gradients", "optimizer", "activations", "gathered")  # what ctx.hold may say a rank keeps
 KINDS = {"collective": set(OPS), "p2p": {P2P},
          "compute": None}  # a compute event's op is the name the program gave it
-MARK_KINDS = ("phase", "note", "held", "tensor")
+MARK_KINDS = ("phase", "note", "held", "tensor", "work")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 TENSOR_DIMS = 64  # numpy's own limit on an array's dimensions
 MAX_BYTES = 16 * MAX_SIZE  # a tensor's bytes: MAX_SIZE elements of the widest dtype (complex128)
@@ -339,7 +339,7 @@ def _mark(m: Any, at: str, world: int, last: int, clock: dict[int, int]) -> None
     clock[rank] = step
     kind = m.get("kind")
     if not isinstance(kind, str) or kind not in MARK_KINDS:
-        raise _Bad(f"{at}.kind: expected phase, note, held or tensor, got {_brief(kind)}")
+        raise _Bad(f"{at}.kind: expected phase, note, held, tensor or work, got {_brief(kind)}")
     _str(m.get("text"), f"{at}.text")
     data = m.get("data")
     if data is not None:
@@ -358,6 +358,9 @@ def _mark(m: Any, at: str, world: int, last: int, clock: dict[int, int]) -> None
             for j, c in enumerate(_of(data.get("cells"), list, f"{at}.data.cells", "a list of slot labels")):
                 if not _str(c, f"{at}.data.cells[{j}]", "a slot label ('.' when idle)"):
                     raise _Bad(f"{at}.data.cells[{j}]: expected a slot label ('.' when idle), got ''")
+    elif kind == "work":  # FLOPs by kind a rank did at the end of a phase, after its last event in it
+        for k, v in _of(data, dict, f"{at}.data", "an object").items():
+            _amount(v, f"{at}.data.{k}")
     elif kind == "phase" and data is not None:  # where a followed token is: a micro-batch's layer
         for key in ("micro_batch", "layer"):
             if key in data:

@@ -14,7 +14,7 @@ from parasim.estimate import Plan
 from parasim.layout import ModelSpec
 from parasim.estimate.traffic import (GpuSpec, attention_flops, dp_traffic, ep_bytes_from_routing, ep_expected_bytes,
                                       ep_expected_rows, gpu_presets, inside_node, layer_traffic, moe_traffic, ring,
-                                      step_flops, step_time, step_traffic)
+                                      step_flops, step_traffic)
 
 TINY = ModelSpec("tiny", layers=4, hidden=8, heads=2, vocab=16)
 TINY5 = ModelSpec("tiny5", layers=5, hidden=8, heads=2, vocab=16, uneven_stages=True)  # 5*784 + 256 = 4176
@@ -205,21 +205,6 @@ def test_step_flops(recompute, lin_passes, attn_passes):
     got = step_flops(TINY, Plan(dp=2, micro_batch=2, microbatches=3, recompute=recompute), 4)
     lin, attn = 26112 * lin_passes * 12, 1024 * attn_passes * 12
     assert got == {"matmul": lin, "attention": attn, "total": lin + attn}
-
-
-def test_step_time_puts_tp_on_nvlink_and_dp_on_the_network():
-    gpu = GpuSpec("toy", 1e6, 1e6, peak_flops=1000.0, nvlink=100.0, network=10.0, gpus_per_node=2)
-    got = step_time(TINY, Plan(tp=2, dp=2, zero=1), 4, gpu)
-    # FLOPs: 2 sequences; matmul 26112 * 3 * 2 = 156672, attention 1024 * 3 * 2 = 6144; over 4 GPUs at
-    # 40% of 1000 FLOP/s: 162816 / 4 / 400 = 101.76 s
-    assert got["flops"] == {"matmul": 156672.0, "attention": 6144.0, "total": 162816.0}
-    assert got["compute_s"] == pytest.approx(101.76)
-    # TP2 stays in a 2-GPU node: 1024 bytes at 100 B/s. DP spans 4 GPUs, over the network: ZeRO-1's
-    # scatter and gather, 1696 bytes each, at 10 B/s, added up on one axis.
-    assert got["comm_s"] == pytest.approx({"tp": 10.24, "dp": 339.2})
-    assert got["step_s"] == pytest.approx(101.76 + 10.24 + 339.2)
-    assert (got["utilisation"], got["gpu"]) == (0.4, "toy")
-    assert step_time(TINY, Plan(tp=2, dp=2), 4, gpu, utilisation=0.8)["compute_s"] == pytest.approx(50.88)
 
 
 @pytest.mark.parametrize("plan, axis, node, inside", [

@@ -61,9 +61,7 @@ BOUNDS = [
                                                      "'4_096'"),
     (["memory", "--model", "27b", "--zero", "+1"], "--zero: expected an integer from 0"),
     (["fit", "--model", "27b", "--search", "--nodes", "1_0"], "--nodes expects N or A-B (e.g. 1-64), got '1_0'"),
-    (["memory", "--model", "27b", "--utilisation", "1.5"], "--utilisation: expected a fraction of peak FLOP/s from "
-                                                           "0.001 to 1, got '1.5'"),
-    (["memory", "--model", "27b", "--utilisation", "1e-320"], "got '1e-320'"),  # was a step of inf seconds
+    (["memory", "--model", "27b", "--overlap", "tp,sometimes"], "--overlap: 'sometimes' is not one of"),
     (["memory", "--model", "27b", "--usable", "nan"], "--usable: expected usable memory per GPU in GB"),
     (["fit", "--model", "27b", "--params", "1_0"], "--params: expected a parameter count from 1"),
     (["lesson", "collectives", "--timeout", "1_0"], "argument --timeout:"),

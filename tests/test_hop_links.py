@@ -9,7 +9,7 @@ from conftest import cli
 import parasim
 from parasim.comm.hops import chain_hops, crossing_share, pair_hops, ring_crossings, ring_hops
 from parasim.estimate import Plan
-from parasim.estimate.traffic import GpuSpec, across_share, inside_node, time_of
+from parasim.estimate.traffic import across_share, inside_node
 
 F64 = 8  # bytes per float64 value, what these programs send
 
@@ -158,24 +158,16 @@ def test_the_estimator_counts_the_same_hops_as_the_engine():
 
 
 def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
-    """EP 4 over nodes of 2 (Plan(dp=4, ep=4): the EP group is g0-g3): 8 of its 12 pairs cross, so 2/3 of
-    its bytes go at the network's 10 B/s and 1/3 at NVLink's 100 B/s: 300 bytes take 20 + 1 = 21 s. A DP
-    ring over 4 GPUs on two nodes moves in lockstep with its crossing hops: all 300 bytes at 10 B/s, 30 s."""
-    gpu = GpuSpec("toy", 1e6, 1e6, peak_flops=1000.0, nvlink=100.0, network=10.0, gpus_per_node=2)
-    got = time_of(0.0, {("ep", "all_to_all"): 300.0, ("dp", "all_reduce"): 300.0}, Plan(dp=4, ep=4), gpu)
-    assert got["comm_s"] == pytest.approx({"ep": 21.0, "dp": 30.0})
-    assert got["across"] == pytest.approx({"ep": 2 / 3, "dp": 0.5})
-
-
-def test_timing_every_gpu_with_one_shares_dict_gives_what_each_alone_gives():
-    """run_time keeps each axis's share across nodes in one dict for all GPUs of a run: the same times as
-    working each out afresh, and the dict holds one share per axis."""
-    from parasim.estimate.traffic import gpu_presets, time_of
-    from parasim.layout import Layout
-    layout = Layout(tp=2, cp=2, pp=1, dp=4, ep=4, etp=1)
-    gpu = gpu_presets()["h200"]
-    sent = {("dp", "reduce_scatter"): 1e9, ("ep", "all_to_all"): 2e9, ("tp", "all_gather"): 3e8}
-    shares: dict = {}
-    kept = [time_of(1e12, sent, layout, gpu, 0.4, shares) for _ in range(3)]
-    assert all(k == time_of(1e12, sent, layout, gpu) for k in kept)
-    assert set(shares) == {"dp", "ep", "tp"} and shares["dp"] == kept[0]["across"]["dp"]
+    """EP 4 over nodes of 2 (the EP group is g0-g3): each member sends a third of its bytes to its node's
+    other GPU over NVLink and two thirds to the other node over the network, both at once, so the
+    network's share sets the time; a DP ring over 4 GPUs on two nodes moves in lockstep with its crossing
+    hops: every step at the network's pace (the clock's costs, clock/costs.py)."""
+    from parasim.clock.costs import machine, pairs_seconds, ring_seconds
+    from parasim.clock.plan import Run, _link, _share
+    run = Run(dp=4, ep=4, gpus_per_node=2)
+    assert _share(run, "ep", "pairs") == pytest.approx(2 / 3) and _link(run, "dp-cp") == "across"
+    m = machine("h100", gpus_per_node=2)
+    call, inside, across = m.latency["call"], m.latency["inside"], m.latency["across"]
+    assert pairs_seconds(100e6, 200e6, m) == pytest.approx(call + max(inside + 100e6 / m.nvlink,
+                                                                       across + 200e6 / m.network))
+    assert ring_seconds(2, 4, 300e6, "across", m) == pytest.approx(call + 6 * (across + 50e6 / m.network))

@@ -54,7 +54,7 @@ BAD = [
     ("events", {}, "events: expected a list"),
     ("groups.0.ranks", [0, 5], "groups[0].ranks[1]: expected an integer from 0 to 1, got 5"),
     ("groups.0.ranks", [1, 1], "groups[0].ranks: expected distinct ranks"),
-    ("marks.0.kind", "shout", "marks[0].kind: expected phase, note, held or tensor, got 'shout'"),
+    ("marks.0.kind", "shout", "marks[0].kind: expected phase, note, held, tensor or work, got 'shout'"),
     ("marks.0.rank", 2, "marks[0].rank: expected an integer from 0 to 1, got 2"),
     ("marks.0.extra", 1, "marks[0]: unknown field 'extra'"),
     ("events.2.kind", "magic", "events[2].kind: expected one of collective, p2p, compute, got 'magic'"),

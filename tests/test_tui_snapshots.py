@@ -101,3 +101,8 @@ def test_what_if_at_100x30(snap_compare):
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=SIZES["100x30"], run_before=turn_the_knob)
+
+
+def test_time_at_100x30(snap_compare):
+    """Key u: the pipeline's timeline in microseconds on the clock, the critical path in bold."""
+    assert snap_compare(make_app("pp-1f1b"), press=["u", "right", "right"], terminal_size=SIZES["100x30"])

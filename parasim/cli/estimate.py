@@ -65,8 +65,10 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
-    t.add_argument("--utilisation", type=_number(0.001, 1, "a fraction of peak FLOP/s"), default=0.4, metavar="U",
-                   help="fraction of peak FLOP/s reached, at most 1 (default 0.4)")
+    from ..clock.plan import OVERLAPS
+    t.add_argument("--overlap", default="none", metavar="LIST",
+                   help=f"communication the step runs beside compute, for its time: a comma-separated list of "
+                        f"{', '.join(OVERLAPS)}, or all, or none (the default)")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
     r = p.add_argument_group("against a run")
@@ -152,6 +154,23 @@ def _gpu(args: argparse.Namespace):
     return gpu_preset(args.gpu)
 
 
+def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
+    from ..clock.plan import OVERLAPS
+    if args.overlap in ("none", "all"):
+        return () if args.overlap == "none" else tuple(OVERLAPS)
+    got = tuple(w.strip() for w in args.overlap.split(",") if w.strip())
+    bad = next((w for w in got if w not in OVERLAPS), None)
+    if bad is not None:
+        raise UsageError(f"--overlap: {bad!r} is not one of {', '.join(OVERLAPS)} (or none, all)")
+    return got
+
+
+def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:
+    """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses."""
+    from ..clock.plan import plan_time
+    return plan_time(model, plan, seq, gpu, overlap)
+
+
 def _unit(args: argparse.Namespace) -> tuple[float, str]:
     return (float(2 ** 30), "GiB") if args.gib else (1e9, "GB")
 
@@ -167,15 +186,16 @@ def _traffic_dict(traffic: dict, unit: float) -> dict[str, float]:
 
 def cmd_memory(args: argparse.Namespace) -> int:
     from ..estimate.memory import assumption_words, assumptions, breakdown, fit_words
-    from ..estimate.traffic import step_time, step_traffic
+    from ..estimate.traffic import step_traffic
     model = _model(args)
     plan, gpu = _plan(args, model, args.seq), _gpu(args)
+    overlap = _overlap(args)
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..examples.against import check_runs
         check_runs(model, plan, args.routing, args.seq)
     unit, name = _unit(args)
     bd = breakdown(model, plan, args.seq)
-    timing = step_time(model, plan, args.seq, gpu, args.utilisation)
+    timing = _time(model, plan, args.seq, args.gpu, overlap)
     out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
            "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
@@ -196,7 +216,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     memory_report(console, f"{model.name}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
                            f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
                   fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name),
-                  assumption_words(out["assumes"], plan.cp), gpu.name, args.utilisation, unit, name)
+                  assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
     if args.symbolic:
         from ..render.against import print_compare
         print_compare(console, out["run"], unit, name)
@@ -231,18 +251,19 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise UsageError("fit --plot needs --search")
     if args.symbolic:
         return _fit_against_run(args, model, usable, unit, name)
-    from ..estimate.traffic import attention_flops, step_time
+    from ..estimate.traffic import attention_flops
     plan = _plan(args, model)
+    overlap = _overlap(args)
     f = fit(model, plan, usable)
     out = {**f.to_dict(unit), "unit": name}
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
-        out["time"] = step_time(model, plan, f.seq, gpu, args.utilisation)
+        out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
     if args.json:
         print_json(out)
         return 0
     from ..render.estimate_text import fit_lines
-    print("\n".join(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, args.utilisation, unit, name)))
+    print("\n".join(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
     return 0
 
 

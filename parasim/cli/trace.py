@@ -174,10 +174,18 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
 
 
 def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int) -> dict:
-    """This GPU's step time from what the run counted, and the slowest GPU's (examples/against.py)."""
-    from ..examples.against import run_time
-    times = run_time(trace, layout, gpu_preset(args.gpu_model, "--gpu-model"))
-    return {"this": times[g], "slowest": max(times, key=lambda t: (t["step_s"], -t["rank"]))}
+    """The step on the clock (parasim/clock): every event of the run timed on the GPU type, this GPU's
+    compute, communication and idle time, the busiest GPU and the critical path."""
+    from ..clock.costs import machine
+    from ..clock.timeline import simulate
+    gpu_preset(args.gpu_model, "--gpu-model")
+    tl = simulate(trace, machine(args.gpu_model, layout.gpus_per_node))  # values timed as BF16 (clock/costs.py)
+    busiest = max(range(trace.world), key=lambda r: (tl.busy[r], -r))
+    flops = trace.meta.get("flops") or [0] * trace.world
+    return {"gpu": tl.machine.name, "step_s": tl.step, "critical": tl.critical_split(),
+            "this": {"rank": g, "flops": flops[g], "compute_s": tl.busy[g], "comm_s": tl.comm[g],
+                     "idle_s": tl.idle(g)},
+            "busiest": {"rank": busiest, "compute_s": tl.busy[busiest]}}
 
 
 def _is_example(layout: Any) -> bool:

@@ -12,7 +12,8 @@ A collective's time is its algorithm's steps, each as long as its slowest hop, p
   across over the network); the call takes its slowest member.
 - root (scatter): the root sends every chunk from its own link, one after another.
 - p2p: one transfer over its one link.
-Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it).
+Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it), each value
+counted at BF16's 2 bytes (`wire_scale`).
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ class Machine:
     efficiency: dict[str, float]  # share of peak per kind of work (engine/work.py)
 
     def rate(self, where: str) -> float:
+        """Bytes per second over link `where`."""
         return self.nvlink if where == INSIDE else self.network
 
     def compute(self, work: dict[str, int] | None) -> float:
@@ -54,7 +56,24 @@ def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
                    {k: f.value for k, f in EFFICIENCY.items()})
 
 
-Timer = Callable[[Any, Machine], float]  # (trace event, machine) -> seconds
+Timer = Callable[[Any, Machine, float], float]  # (trace event, machine, bytes per recorded byte) -> seconds
+
+VALUE_BYTES = 2  # the clock times every value at BF16's 2 bytes, the dtype training moves (held bytes are
+# counted the same way), whatever dtype the engine computed in: float64 on virtual ranks for exactness,
+# float32 where a layer upcasts
+
+
+def wire_scale(e: Any, cache: dict[str, float]) -> float:
+    """Bytes on the wire per byte the trace recorded for event `e`: 2 over its arrays' itemsize."""
+    m = e.members[0]
+    t = (m.ins or m.outs or (None,))[0]
+    if t is None:
+        return 1.0
+    got = cache.get(t.dtype)
+    if got is None:
+        from ..comm.interface import numpy_dtype
+        got = cache[t.dtype] = VALUE_BYTES / numpy_dtype(t.dtype).itemsize
+    return got
 
 
 def _slowest(hops: list[tuple[int, int, int]], m: Machine) -> str:
@@ -77,41 +96,42 @@ def pairs_seconds(inside: float, across: float, m: Machine) -> float:
 
 
 def _ring(phases: int) -> Timer:
-    def timer(e: Any, m: Machine) -> float:
+    def timer(e: Any, m: Machine, scale: float) -> float:
         hops = event_transfers(e)
         if not hops:
             return m.latency["call"]
-        return ring_seconds(phases, len(e.group.ranks), max(n for _, _, n in hops), _slowest(hops, m), m)
+        return ring_seconds(phases, len(e.group.ranks), max(n for _, _, n in hops) * scale, _slowest(hops, m), m)
     return timer
 
 
-def _chain(e: Any, m: Machine) -> float:
+def _chain(e: Any, m: Machine, scale: float) -> float:
     hops = event_transfers(e)
     if not hops:
         return m.latency["call"]
     where = _slowest(hops, m)
-    return m.latency["call"] + len(hops) * m.latency[where] + max(n for _, _, n in hops) / m.rate(where)
+    return m.latency["call"] + len(hops) * m.latency[where] + max(n for _, _, n in hops) * scale / m.rate(where)
 
 
-def _pairs(e: Any, m: Machine) -> float:
+def _pairs(e: Any, m: Machine, scale: float) -> float:
     by_member: dict[int, dict[str, int]] = {}
     for a, b, n in event_transfers(e):
         row = by_member.setdefault(a, {INSIDE: 0, ACROSS: 0})
         row[link(a, b, m.gpus_per_node)] += n
-    return max([pairs_seconds(row[INSIDE], row[ACROSS], m) for row in by_member.values()] or [m.latency["call"]])
+    return max([pairs_seconds(row[INSIDE] * scale, row[ACROSS] * scale, m) for row in by_member.values()]
+               or [m.latency["call"]])
 
 
-def _root(e: Any, m: Machine) -> float:
-    return m.latency["call"] + sum(m.latency[w] + n / m.rate(w)
+def _root(e: Any, m: Machine, scale: float) -> float:
+    return m.latency["call"] + sum(m.latency[w] + n * scale / m.rate(w)
                                    for a, b, n in event_transfers(e) for w in (link(a, b, m.gpus_per_node),))
 
 
-def _p2p(e: Any, m: Machine) -> float:
+def _p2p(e: Any, m: Machine, scale: float) -> float:
     hops = event_transfers(e)
-    return sum(m.latency[w] + n / m.rate(w) for a, b, n in hops for w in (link(a, b, m.gpus_per_node),))
+    return sum(m.latency[w] + n * scale / m.rate(w) for a, b, n in hops for w in (link(a, b, m.gpus_per_node),))
 
 
-def _call_only(e: Any, m: Machine) -> float:
+def _call_only(e: Any, m: Machine, scale: float) -> float:
     return m.latency["call"]
 
 
@@ -135,8 +155,9 @@ COSTS: dict[str, Cost] = {
 }
 
 
-def event_seconds(e: Any, m: Machine) -> float:
-    """How long trace event `e` takes on `m`: a transfer by its algorithm, a compute event by its work."""
+def event_seconds(e: Any, m: Machine, dtypes: dict[str, float] | None = None) -> float:
+    """How long trace event `e` takes on `m`, its values at 2 bytes each (`wire_scale`; `dtypes`: a cache the
+    caller keeps for a run): a transfer by its algorithm, a compute event by its work."""
     if e.kind == "compute":
         return 0.0  # its work is on its member, timed as the compute before it
-    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m)
+    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m, wire_scale(e, {} if dtypes is None else dtypes))

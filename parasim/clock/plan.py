@@ -18,12 +18,13 @@ communication behind the compute the frameworks run it beside.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
 from ..layout import KINDS
 from .costs import Machine, pairs_seconds, ring_seconds
+from .costs import machine as machine_of
 
 BF16 = 2
 
@@ -91,19 +92,20 @@ OVERLAPS: dict[str, str] = {
 }
 
 
-def _groups(run: Run, axis: str) -> list[tuple[int, ...]]:
-    """The ranks of every group of `axis` in Megatron-Core's order (tp fastest, then cp, dp, pp)."""
+def _share(run: Run, group: str, pattern: str = "ring") -> float:
+    """The share of a group kind's hops that cross a node (Megatron-Core's groups of the run's layout,
+    mesh.KINDS' names; comm/hops.py counts them)."""
     from ..layout import Layout
-    layout = Layout(tp=run.tp, cp=run.cp, pp=run.pp, dp=run.dp, gpus_per_node=run.gpus_per_node)
-    name, generator, axes = next(k for k in KINDS if k[0] == axis)
-    return layout.rank_groups(generator, axes)
+    layout = Layout(tp=run.tp, cp=run.cp, pp=run.pp, dp=run.dp, ep=run.ep, etp=1 if run.ep > 1 else None,
+                    gpus_per_node=run.gpus_per_node)
+    _, generator, axes = next(k for k in KINDS if k[0] == group)
+    return crossing_share(layout.rank_groups(generator, axes), pattern, run.gpus_per_node)
 
 
-def _link(run: Run, axis: str, pattern: str = "ring") -> str:
-    """The link an axis's steps go at: the network when any hop of its groups crosses a node."""
-    if {"tp": run.tp, "cp": run.cp, "pp": run.pp, "dp-cp": run.dp * run.cp}[axis] < 2:
-        return INSIDE
-    return ACROSS if crossing_share(_groups(run, axis), pattern, run.gpus_per_node) else INSIDE
+def _link(run: Run, group: str, pattern: str = "ring") -> str:
+    """The link a ring or chain of that group kind goes at: the network when any of its hops crosses (each
+    step waits for its slowest hop), else NVLink."""
+    return ACROSS if _share(run, group, pattern) else INSIDE
 
 
 def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> float:
@@ -181,7 +183,7 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
             parts["cp"] += n * ring_seconds(1, cp, (cp - 1) * kv, _link(run, "cp"), m) * (1 + recompute + 2)
         if is_moe and run.ep > 1:  # dispatch and combine, forward and backward
             sent = tokens / (tp if run.sp else 1) * model.top_k * h * BF16 * (run.ep - 1) / run.ep
-            share = crossing_share([tuple(range(run.ep))], "pairs", run.gpus_per_node)
+            share = _share(run, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
             parts["ep"] += n * 2 * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
     # the output layer and its loss on the last stage (the busiest)
     logit_flops = 2 * tokens * h * model.vocab / tp
@@ -225,3 +227,26 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
             "parts_per_microbatch_s": parts, "tp_hidden_s": hidden_tp, "dp_grads_s": grads,
             "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,
             "optimizer_s": optimizer, "gpu": m.name}
+
+
+def run_of(plan: Any, seq: int, overlap: tuple[str, ...] = ()) -> Run:
+    """The Run of an estimator's Plan (its degrees and training choices) at `seq` tokens: what `parasim
+    memory` and `parasim fit` time."""
+    return Run(tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
+               micro_batch=plan.micro_batch, global_batch=plan.micro_batch * plan.m * plan.dp, seq=seq,
+               recompute=plan.recompute, flash=plan.flash, dropout=plan.dropout,
+               distributed_optimizer=plan.zero in (1, 2), fsdp=plan.zero == 3, gpus_per_node=plan.gpus_per_node,
+               overlap=overlap)
+
+
+def plan_time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`step_time` of an estimator's plan on GPU type `gpu`, with tokens per second per GPU and MFU (the
+    model's FLOPs without recomputation, over the step and the GPUs' dense peak)."""
+    from ..estimate.traffic import step_flops
+    run = run_of(plan, seq, overlap)
+    m = machine_of(gpu, plan.gpus_per_node)
+    t = step_time(model, run, m)
+    tokens = run.global_batch * seq
+    model_flops = step_flops(model, replace(plan, recompute="none"), seq)["total"]
+    return {**t, "tokens_per_s_per_gpu": tokens / t["step_s"] / run.world,
+            "mfu": model_flops / (t["step_s"] * run.world * m.peak_flops), "overlap": list(overlap)}

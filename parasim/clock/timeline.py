@@ -20,12 +20,16 @@ from .costs import Machine, event_seconds
 DP_GROUPS = ("dp", "dp-cp", "expert-dp")  # the data-parallel groups (Megatron-Core's names)
 
 
-def _is_grad_reduce(e: Any) -> bool:
+def _is_grad_reduce(e: Any, paired: set[str]) -> bool:
     return e.kind == "collective" and e.group.name in DP_GROUPS and e.op in ("reduce_scatter", "all_reduce")
 
 
-def _is_param_gather(e: Any) -> bool:
+def _is_param_gather(e: Any, paired: set[str]) -> bool:
     return e.kind == "collective" and e.group.name in DP_GROUPS and e.op == "all_gather"
+
+
+def _in_a_pair(e: Any, paired: set[str]) -> bool:
+    return e.kind != "compute" and e.phase in paired
 
 
 @dataclass(frozen=True)
@@ -33,9 +37,10 @@ class Overlap:
     """A switch the frameworks offer: which calls it moves, and how."""
     flag: str  # as Megatron or FSDP names it
     what: str
-    picks: Callable[[Any], bool]
+    picks: Callable[[Any, set[str]], bool]  # (event, the phases a program marked as paired chunks)
     how: str  # "async": the rank goes on computing and never waits for it; "early": issued before the
-    # compute that comes before it (the next layer's weights gathered while this one computes)
+    # compute that comes before it (the next layer's weights gathered while this one computes); "paired":
+    # async inside a paired phase, and the rank waits for it when the phase ends
 
 
 OVERLAPS: dict[str, Overlap] = {
@@ -45,6 +50,10 @@ OVERLAPS: dict[str, Overlap] = {
     "prefetch": Overlap("--overlap-param-gather (Megatron), FSDP's forward/backward prefetch",
                         "ZeRO-3's weight all-gathers start while the layer before computes", _is_param_gather,
                         "early"),
+    "dualpipe": Overlap("DualPipe / DualPipeV (DeepSeek-V3): a forward and a backward chunk paired",
+                        "in a phase the program marks as a pair (ctx.phase(..., pair=k)), one chunk's "
+                        "communication runs beside the other's compute; both streams meet at the pair's end",
+                        _in_a_pair, "paired"),
 }
 
 
@@ -57,6 +66,7 @@ class Span:
     end: float
     pred: "Span | None" = None
     name: str = ""
+    phase: str = ""  # the phase the work or transfer belongs to
 
     @property
     def seconds(self) -> float:
@@ -93,6 +103,8 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
     chosen = [OVERLAPS[o] for o in overlap]
     world = trace.world
+    paired = {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
+    last_phase: list[str | None] = [None] * world
     cfree, kfree = [0.0] * world, [0.0] * world
     clast: list[Span | None] = [None] * world  # what each stream last ran
     klast: list[Span | None] = [None] * world
@@ -100,24 +112,45 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     spans: list[Span] = []
     events: dict[int, tuple[float, float]] = {}
     before: dict[int, list[tuple[int, float, float]]] = {}
+    dtypes: dict[str, float] = {}  # bytes on the wire per recorded byte, by dtype (costs.wire_scale)
 
-    def compute(r: int, work: Any, seq: int | None, name: str) -> Span | None:
+    # the work each rank did at the end of a phase, after its last event in it (trace marks of kind "work"):
+    # it runs before the rank's next event, and belongs to the phase it ended
+    ends: list[list] = [[] for _ in range(world)]
+    for mk in trace.marks:
+        if mk.kind == "work":
+            ends[mk.rank].append(mk)
+    done = [0] * world
+
+    def compute(r: int, work: Any, seq: int | None, name: str, phase: str = "") -> Span | None:
         secs = m.compute(work)
         if secs <= 0:
             return None
-        s = Span("compute", (r,), seq, cfree[r], cfree[r] + secs, clast[r], name)
+        s = Span("compute", (r,), seq, cfree[r], cfree[r] + secs, clast[r], name, phase)
         spans.append(s)
         clast[r], cfree[r] = s, s.end
         busy[r] += secs
         return s
 
+    def join(r: int) -> None:
+        """The rank waits for what its communication stream still runs (the end of a paired phase)."""
+        if kfree[r] > cfree[r]:
+            cfree[r], clast[r] = kfree[r], klast[r]
+
     for e in trace.events:
-        how = next((o.how for o in chosen if o.picks(e)), None)
+        how = next((o.how for o in chosen if o.picks(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
         for mem in e.members:
             r = mem.rank
+            if last_phase[r] in paired and last_phase[r] != e.phase:
+                join(r)
+            last_phase[r] = e.phase
+            while done[r] < len(ends[r]) and ends[r][done[r]].step < e.step:
+                mk = ends[r][done[r]]
+                compute(r, mk.data, None, f"the end of {mk.text}", mk.text)
+                done[r] += 1
             prev = clast[r]
-            s = compute(r, mem.work, e.seq, e.label or e.op)
+            s = compute(r, mem.work, e.seq, e.label or e.op, e.phase or "")
             if s is not None:
                 before.setdefault(e.seq, []).append((r, s.start, s.end))
             issue[r] = (s.start, prev) if how == "early" and s is not None else (cfree[r], clast[r])
@@ -130,17 +163,20 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
         start = max(t for t, _ in ready)
         pred = next((by for t, by in ready if t == start and by is not None), None)
-        secs = event_seconds(e, m)
-        span = Span("comm", tuple(issue), e.seq, start, start + secs, pred, e.label or e.op)
+        secs = event_seconds(e, m, dtypes)
+        span = Span("comm", tuple(issue), e.seq, start, start + secs, pred, e.label or e.op, e.phase or "")
         spans.append(span)
         events[e.seq] = (span.start, span.end)
         for r in issue:
             kfree[r], klast[r] = span.end, span
             comm[r] += secs
-            if how != "async":  # the rank needs the result before it computes on
+            if how not in ("async", "paired"):  # the rank needs the result before it computes on
                 cfree[r], clast[r] = span.end, span
+    for r in range(world):
+        for mk in ends[r][done[r]:]:
+            compute(r, mk.data, None, f"the end of {mk.text}", mk.text)
     for r, work in enumerate(trace.meta.get("tail_work") or []):
-        compute(r, work, None, "after the last transfer")
+        compute(r, work, None, "after the last transfer", _last_phase(trace, r))
     ends = [(max(cfree[r], kfree[r]), r) for r in range(world)]
     step, last_rank = max(ends, default=(0.0, 0))
     tail = clast[last_rank] if cfree[last_rank] >= kfree[last_rank] else klast[last_rank]
@@ -184,3 +220,20 @@ def summary(tl: Timeline, trace: Any) -> dict[str, Any]:
                            "start_us": s.start * 1e6, "end_us": s.end * 1e6} for s in tl.critical],
         "compute_us": [b * 1e6 for b in tl.busy], "comm_us": [c * 1e6 for c in tl.comm],
     }
+
+
+def by_phase(trace: Any, tl: Timeline, rank: int) -> dict[str, dict[str, float]]:
+    """Per phase, in order, what `rank` did in it on the clock: its compute and communication seconds, and
+    when the phase began and ended for it (its first compute or transfer, its last)."""
+    out: dict[str, dict[str, float]] = {}
+    for s in sorted(tl.spans, key=lambda s: s.start):
+        if rank not in s.ranks:
+            continue
+        row = out.setdefault(s.phase, {"compute": 0.0, "comm": 0.0, "start": float("inf"), "end": 0.0})
+        row[s.kind] += s.seconds
+        row["start"], row["end"] = min(row["start"], s.start), max(row["end"], s.end)
+    return out
+
+
+def _last_phase(trace: Any, rank: int) -> str:
+    return next((mk.text for mk in reversed(trace.marks) if mk.rank == rank and mk.kind == "phase"), "")

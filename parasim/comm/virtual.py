@@ -356,6 +356,9 @@ class VirtualWorld(PointToPoint):
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
         st = self.ranks[rank]
         if kind == "phase":
+            work = self._work(rank)
+            if work:  # what the rank computed in the phase it leaves, after its last event there (engine/work.py)
+                self.marks.append(Mark(rank, st.clock, "work", st.phase or "", work))
             st.phase = text
         self.marks.append(Mark(rank, st.clock, kind, str(text), data))
 

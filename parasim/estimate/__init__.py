@@ -2,13 +2,14 @@
 
 It imports no backend (no torch, no parasim.comm): it is what the engine's measurements are checked
 against. models (presets, flags, Hugging Face config.json), memory (itemised bytes per GPU), traffic
-(bytes per collective, FLOPs, time), fit (longest sequence, layout search).
+(bytes per collective, FLOPs), fit (longest sequence, layout search). Time is the clock's
+(parasim/clock/plan.py), on the same plans.
 """
 from .fit import Fit, fit, search
 from .memory import Breakdown, Plan, breakdown
 from ..layout import ModelSpec
 from .models import from_hf_config, get_model
-from .traffic import GpuSpec, gpu_presets, step_flops, step_time, step_traffic
+from .traffic import GpuSpec, gpu_presets, step_flops, step_traffic
 
 __all__ = ["ModelSpec", "get_model", "from_hf_config", "Plan", "Breakdown", "breakdown", "Fit", "fit", "search",
-           "GpuSpec", "gpu_presets", "step_traffic", "step_flops", "step_time"]
+           "GpuSpec", "gpu_presets", "step_traffic", "step_flops"]

@@ -3,15 +3,14 @@
 Bytes are what one rank sends, per collective kind and axis, under the ring algorithm: an all-reduce of
 an N-byte buffer over t ranks sends 2(t-1)/t * N, a reduce-scatter or all-gather (t-1)/t * N (N the whole
 buffer). The per-layer counts follow the engine's layers call for call (parasim/nn), and
-tests/test_estimate_crosscheck.py holds them to the trace. Time is FLOPs over (peak x utilisation) plus
-each axis's bytes over the bandwidth of the links its hops use (NVLink inside a node, the network
-across; comm/hops.py), with no overlap: an upper bound, and a way to see which axis costs what.
+tests/test_estimate_crosscheck.py holds them to the trace. Time is the clock's (parasim/clock/plan.py),
+which times these layers' work and collectives on a GPU type.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..layout import KINDS, LayoutError
@@ -255,40 +254,3 @@ def across_share(plan: Plan, axis: str, gpus_per_node: int) -> float:
 def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:
     """Does every group over `axis` stay inside one node (no hop of it crosses)?"""
     return across_share(plan, axis, gpus_per_node) == 0.0
-
-
-def step_time(model: ModelSpec, plan: Plan, seq: int, gpu: GpuSpec, utilisation: float = 0.4) -> dict[str, Any]:
-    """Seconds per step: compute at `utilisation` of peak, and each axis's bytes over its link."""
-    flops = step_flops(model, plan, seq)
-    return {"flops": flops, **time_of(flops["total"] / plan.world, step_traffic(model, plan, seq), plan, gpu,
-                                      utilisation)}
-
-
-def time_of(flops: float, sent: dict[Key, float], layout: Any, gpu: GpuSpec, utilisation: float = 0.4,
-            shares: dict[str, float] | None = None) -> dict[str, Any]:
-    """One GPU's seconds for its `flops` at `utilisation` of peak, and for the bytes it sends over each axis
-    on the links its hops take, no overlap: the estimator's model, applied to its own counts or to what a
-    run counted. A ring moves in lockstep: each step waits for its slowest hop, so when any hop of the axis
-    crosses nodes all of its bytes go at the network's speed, though only the crossing hops' bytes cross (a
-    pipeline's hand-offs are timed the same way: a bound). An all-to-all's pairs do not wait on one another:
-    its bytes inside a node go over NVLink and those across over the network, in the share of its pairs
-    that cross (`across_share`, averaged over the axis's GPUs, which Megatron's regular layouts make alike).
-    `across` gives each axis's share of bytes across nodes. `shares`: a dict the caller keeps for one layout
-    and GPU, so that timing every GPU of a run works each axis's share out once (2,048 GPUs: 12,288 -> 6)."""
-    compute = flops / (gpu.peak_flops * utilisation)
-    node = gpu.gpus_per_node
-    comm: dict[str, float] = {}
-    across: dict[str, float] = {}
-    for (axis, _), nbytes in sent.items():
-        if shares is None or axis not in shares:
-            share = across_share(layout, axis, node)
-            if shares is not None:
-                shares[axis] = share
-        share = across[axis] = share if shares is None else shares[axis]
-        if AXIS_HOPS[axis] == "pairs":
-            secs = nbytes * (share / gpu.network + (1.0 - share) / gpu.nvlink)
-        else:
-            secs = nbytes / (gpu.network if share else gpu.nvlink)
-        comm[axis] = comm.get(axis, 0.0) + secs
-    return {"compute_s": compute, "comm_s": comm, "step_s": compute + sum(comm.values()),
-            "utilisation": utilisation, "gpu": gpu.name, "across": across}

@@ -16,7 +16,7 @@ from ..dp.held import WEIGHT_BYTES
 from ..errors import UsageError
 from ..estimate.memory import Breakdown, Plan, breakdown, items
 from ..estimate.fit import fit
-from ..estimate.traffic import AXIS_GROUP, step_traffic, time_of
+from ..estimate.traffic import AXIS_GROUP, step_traffic
 from ..layout import Layout, ModelSpec
 from ..limits import check_symbolic_step
 from ..nn.routing import Routing
@@ -147,15 +147,3 @@ def fit_against_run(model: ModelSpec, plan: Plan, usable: float, routing: str = 
         out["lengths"].append({"seq": s, "run_total": c["run_total"], "missing": c["missing"], "total": total,
                                "fits": total <= usable, "estimate_total": c["estimate_total"]})
     return out
-
-
-def run_time(trace: Any, layout: Layout, gpu: Any, utilisation: float = 0.4,
-             wire: float = WEIGHT_BYTES / RUN_ITEMSIZE) -> list[dict[str, Any]]:
-    """Each GPU's step time from what the run counted (its matmul FLOPs, `trace.meta["flops"]`, and the bytes
-    it sent over each axis, times `wire`: the step's float64 counted as BF16), by the estimator's model
-    (`time_of`: compute at `utilisation` of peak, each axis on its link, no overlap)."""
-    sent = [{k: v for k, v in per.items() if k[0] in AXIS_GROUP} for per in sent_by_axis(trace, wire)]
-    flops = trace.meta.get("flops") or [0] * trace.world
-    shares: dict[str, float] = {}  # each axis's share across nodes: one layout, worked out once for every GPU
-    return [{**time_of(flops[r], sent[r], layout, gpu, utilisation, shares), "rank": r, "flops": flops[r]}
-            for r in range(trace.world)]

@@ -7,7 +7,7 @@ from typing import Any
 
 
 def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, assumes: list[str], gpu_name: str,
-                  utilisation: float, unit: float, name: str) -> None:
+                  unit: float, name: str) -> None:
     """One GPU's memory, item by item with its share; then the model state, whether it fits (`fit_line`),
     what the estimate assumes, the bytes each GPU sends per step and the step's time."""
     from rich.table import Table
@@ -25,9 +25,23 @@ def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, a
     console.print("assumes: " + "; ".join(assumes))
     traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
     console.print(f"sent per GPU per step ({name}): {traffic}")
-    timing = out["time"]
-    console.print(f"step: {timing['step_s']:,.2f} s ({timing['compute_s']:,.2f} s compute at "
-                  f"{utilisation:.0%} of {gpu_name} peak, no overlap assumed)")
+    console.print(time_words(out["time"], gpu_name))
+
+
+def time_words(t: dict, gpu_name: str) -> str:
+    """One step's time on the clock, where it goes, and what it yields."""
+    parts = t["parts_per_microbatch_s"]
+    compute = (parts["matmul"] + parts["attention"] + parts["elementwise"] + parts["logits"]) * t["microbatches"]
+    comm = {k: parts[k] * t["microbatches"] for k in ("tp", "cp", "ep") if parts[k]}
+    said = ", ".join(f"{k.upper()} {v:,.2f} s" for k, v in comm.items())
+    extra = [f"pipeline bubble {t['bubble_s']:,.2f} s" if t["bubble_s"] else "",
+             f"DP exposed {t['exposed_grads_s'] + t['exposed_params_s']:,.2f} s"
+             if t["exposed_grads_s"] + t["exposed_params_s"] else ""]
+    rest = "; ".join(x for x in [said] + extra if x)
+    over = ", ".join(t["overlap"]) or "none"
+    return (f"step: {t['step_s']:,.2f} s on {gpu_name} (the clock: compute {compute:,.2f} s" + (f"; {rest}" if rest
+            else "") + f"; overlap: {over}): {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU "
+            f"{t['mfu']:.0%}")
 
 
 def search_lines(model_name: str, result: dict, name: str) -> list[str]:
@@ -40,8 +54,8 @@ def search_lines(model_name: str, result: dict, name: str) -> list[str]:
     return lines
 
 
-def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_name: str, utilisation: float,
-              unit: float, name: str) -> list[str]:
+def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_name: str, unit: float,
+              name: str) -> list[str]:
     """`fit` of one layout: the longest sequence, the stage that binds and its memory item by item, and one
     step's time at that length."""
     lines = [f"{model_name}, {label} on {world} GPUs, {out['usable']:g} {name} usable per GPU:",
@@ -51,8 +65,8 @@ def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_na
     if not f.seq:
         lines.append("  nothing fits: the model state alone exceeds the usable memory")
     else:
-        lines.append(f"  one step at that length: {out['time']['step_s']:,.1f} s on {gpu_name} at "
-                     f"{utilisation:.0%} (attention {out['attention_flops']:.3g} FLOPs per sequence)")
+        lines.append(f"  one step at that length, {time_words(out['time'], gpu_name)} (attention "
+                     f"{out['attention_flops']:.3g} FLOPs per sequence)")
     return lines
 
 

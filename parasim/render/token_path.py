@@ -116,15 +116,15 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
                 "parasim memory --symbolic sets the two side by side, item by item", 100,
                 initial_indent="    ", subsequent_indent=" " * 6))
     if "time" in view:
-        t, slow = view["time"]["this"], view["time"]["slowest"]
-        comm = ", ".join(f"{axis} {v:,.2f}" for axis, v in t["comm_s"].items() if v)
-        out.append(
-            f"  work: {t['flops']:.4g} FLOPs (its matmuls, counted); one step on an {t['gpu']} at "
-            f"{t['utilisation']:.0%} of peak: {t['step_s']:,.2f} s = compute {t['compute_s']:,.2f} s"
-            + (f" + {comm} s on the links" if comm else "")
-            + " (the estimator's model, no overlap); the slowest "
-            f"GPU, g{slow['rank']}: {slow['step_s']:,.2f} s"
-        )
+        tm = view["time"]
+        t, busy, crit = tm["this"], tm["busiest"], tm["critical"]
+        out.append(textwrap.fill(
+            f"time: one step on {tm['gpu']}s takes {tm['step_s']:,.2f} s on the clock (every event timed, no "
+            f"overlap; parasim hardware lists the constants). This GPU computes {t['compute_s']:,.2f} s "
+            f"({t['flops']:.4g} FLOPs), communicates {t['comm_s']:,.2f} s and waits {t['idle_s']:,.2f} s; "
+            f"the busiest GPU, g{busy['rank']}, computes {busy['compute_s']:,.2f} s. The critical path is "
+            f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication.", 100,
+            initial_indent="  ", subsequent_indent="    "))
     out.append("  joins:")
     for d in view["does"]:
         out.append(

@@ -85,8 +85,12 @@ class ParasimApp(App):
         yield KeyLine(id="keys")
 
     def on_mount(self) -> None:
-        self.query_one(Timeline).border_title = "timeline: ranks x logical steps"
+        self._title_timeline()
         self.query_one(Timeline).focus()
+
+    def _title_timeline(self) -> None:
+        self.query_one(Timeline).border_title = ("timeline: ranks x microseconds on the clock (u: steps)"
+                                                 if self.view.time_mode else "timeline: ranks x logical steps (u: time)")
 
     def on_resize(self, event: Resize) -> None:
         self.query_one("#panels").set_class(event.size.width >= WIDE, "-wide")
@@ -134,6 +138,12 @@ class ParasimApp(App):
 
     def action_hops(self) -> None:
         self.view.show_hops = not self.view.show_hops
+        self.revision += 1
+
+    def action_time(self) -> None:
+        self.view.toggle_time()
+        self._title_timeline()
+        self.query_one(Legend).redraw()
         self.revision += 1
 
     def action_fold(self) -> None:

@@ -251,12 +251,23 @@ class Legend(Static):
         self.view = view
 
     def on_mount(self) -> None:
+        self.redraw()
+
+    def redraw(self) -> None:
+        """The legend of the grid as it is now: on the clock, compute's cell and the critical path's mark too."""
         seen = self.view.kinds_seen()
+        cells = [KINDS[k] for k in KINDS if k in seen and not (self.view.time_mode and k == "compute")]
+        if self.view.time_mode:
+            from .clockgrid import COMPUTE
+            cells.append(COMPUTE)
         text = Text()
-        for code, style in [KINDS[k] for k in KINDS if k in seen] + [IDLE]:
+        for code, style in cells + [IDLE]:
             colour = Color.parse(COLOURS[style]).rich_color.name if style in COLOURS else "grey30"  # idle
             text.append(f"{code}", style=f"reverse {colour}")
             text.append(f" {style} ")
+        if self.view.time_mode:
+            text.append("xx", style="bold underline")
+            text.append(" on the critical path")
         self.update(text)
 
 

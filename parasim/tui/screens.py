@@ -73,8 +73,9 @@ class HelpScreen(ModalScreen[None]):
         for n, k in enumerate(KEYS):
             text.append(("\n" if n else "") + k.shown.ljust(width), style="bold")
             text.append(f"  {k.help}")
-        text.append("\n\nThe timeline: a row per rank (f: per group), a column per logical step; the selected "
-                    "event's cells are reversed. Click a cell to select its event.", style="italic")
+        text.append("\n\nThe timeline: a row per rank (f: per group), a column per logical step (u: per slice of "
+                    "time); the selected event's cells are reversed. Click a cell to select its event.",
+                    style="italic")
         text.append("\n\nescape, ? or q closes this help.", style="dim")
         with VerticalScroll(id="help-box") as box:
             box.border_title = "keys"
@@ -151,7 +152,7 @@ class WhatIfScreen(Screen[bool]):
         for which, view, run in (("before", self.old_view, self.old), ("after", self.new_view, self.new)):
             line = Timeline(view, id=f"whatif-{which}")
             line.border_title = (f"{which}: {settings_text(run.settings)} ({len(view.events)} events, "
-                                 f"{view.columns} steps)")
+                                 f"{view.step_columns} steps)")
             yield line
         yield Static(Text.assemble((" enter", "bold"), " open the new run   ", ("escape", "bold"),
                                    " back to the run before"), id="whatif-keys")

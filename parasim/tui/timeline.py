@@ -25,7 +25,8 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
     DEFAULT_CSS = "\n".join(f"Timeline > .timeline--{title} {{ color: {colour}; }}" for title, colour in COLOURS.items())
     COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
                                                                 "timeline--header", "timeline--column",
-                                                                "timeline--watch", "timeline--diverged"}
+                                                                "timeline--watch", "timeline--diverged",
+                                                                "timeline--critical"}
 
     class Selected(Message):
         def __init__(self, index: int) -> None:
@@ -77,7 +78,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             return  # not laid out yet: on_resize follows once it is
         e = self.view.events[self.index]
         first, fit, top = self._window()
-        column = e.step - 1
+        column = self.view.column_of(self.index)
         if column < first:
             first = column
         elif column >= first + fit:
@@ -100,7 +101,11 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
         last = min(self.view.columns, first + max(0, width - LABEL_W) // CELL_W + 1)
         events = self.view.events
         sel = events[self.index] if events else None
-        if y == 0:  # the ruler: always on top, over the columns shown
+        if y == 0 and self.view.time_mode:  # times over the columns, in the unit the gutter names
+            head = self._style("header")
+            cells = [Segment(self.view.clock.ruler(first, last, CELL_W), head)]
+            label = Segment(self.view.clock.unit()[1].ljust(LABEL_W), head)
+        elif y == 0:  # the ruler: always on top, over the columns shown
             text, span = ruler(first + 1, last + 1, CELL_W, sel.step if sel is not None else None)
             head = self._style("header")
             if span is None:
@@ -117,7 +122,8 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             taking = self._taking or set()
             mine = sel is not None and not taking.isdisjoint(ranks)
             watched = self._watch_rank is not None and self._watch_rank in ranks
-            key = (row, first, last, width, sel.step if mine else None, mine, watched)
+            time = self.view.time_mode
+            key = (row, first, last, width, sel.step if mine else None, mine, watched, time, self.index if time else 0)
             cached = self._lines.get(key)
             if cached is not None:  # a row's line changes only when the selection comes or goes
                 return cached
@@ -126,7 +132,15 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
                 style = style + self._style("watch")
             label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), style)
             cells = []
-            for c in range(first, last):
+            for c in range(first, last) if time else ():  # on the clock: the selected event's cells, the path
+                text, style, critical, index = self.view.time_cell(row, c + 1)
+                st = self._style(style)
+                if critical:
+                    st = st + self._style("critical")
+                if index is not None and index == self.index:
+                    st = st + self._style("selected")
+                cells.append(Segment(text.ljust(CELL_W), st))
+            for c in range(first, last) if not time else ():
                 text, style = self.view.row_cell(row, c + 1)
                 st = self._style(style)
                 if sel is not None and sel.step == c + 1 and mine:

@@ -162,11 +162,13 @@ class View:
     focus_rank: int | None = None
     divergence: dict | None = None  # `parasim check`'s first divergence, marked in the timeline
     tables: list[Any] = field(default_factory=list)  # the lesson's tables of this run (parasim.lesson.Table)
+    time_mode: bool = False  # the grid's columns in microseconds on the clock (tui/clockgrid.py), not steps
 
     def __post_init__(self) -> None:
         self.title = printable(self.title)
         self.events = list(self.trace.events)
-        self.columns = max([e.step for e in self.events] + [1])
+        self.step_columns = max([e.step for e in self.events] + [1])
+        self._clock: Any = None  # tui/clockgrid.ClockGrid, made when the grid first shows time
         self.cells: dict[tuple[int, int], list[int]] = {}
         for i, e in enumerate(self.events):
             for m in e.members:
@@ -270,9 +272,37 @@ class View:
         return pos
 
     def at(self, rank: int, column: int) -> int | None:
-        """The event a click on (rank, logical step) selects."""
+        """The event a click on (rank, column: a logical step, or a slice of time) selects."""
+        if self.time_mode:
+            return self.clock.event_at(rank, column)
         found = self.cells.get((rank, column))
         return found[0] if found else None
+
+    # -- steps or time -------------------------------------------------------------------------------
+    @property
+    def clock(self) -> Any:
+        if self._clock is None:
+            from .clockgrid import ClockGrid
+            self._clock = ClockGrid(self.trace, self.events)
+        return self._clock
+
+    def toggle_time(self) -> None:
+        """The grid's columns: logical steps, or microseconds on the clock."""
+        self.time_mode = not self.time_mode
+
+    @property
+    def columns(self) -> int:
+        return self.clock.columns if self.time_mode else self.step_columns
+
+    def column_of(self, index: int) -> int:
+        """The 0-based column of event `index`: its step, or where its transfer starts on the clock."""
+        e = self.events[index]
+        return self.clock.column_of(e.seq) if self.time_mode else e.step - 1
+
+    def time_cell(self, row: int, column: int) -> tuple[str, str, bool, int | None]:
+        """A row's cell on the clock: (text, style, on the critical path, the event it belongs to); a folded
+        row shows its first rank."""
+        return self.clock.cell(self.rows[row][1][0], column)
 
     # -- the grid ------------------------------------------------------------------------------------
     def kinds_seen(self) -> set[str]:
@@ -304,6 +334,8 @@ class View:
         return next((i for i, e in enumerate(self.events) if e.seq == seq), None) if seq is not None else None
 
     def diverged_at(self, row: int, column: int) -> bool:
+        if self.time_mode:
+            return False
         i = self.diverged()
         if i is None:
             return False
@@ -485,6 +517,8 @@ class View:
             parts.append(f"first divergence at #{self.divergence['event']} (d jumps there)")
         if self.tables:  # the footer has no room for T at 100 columns: the status line says it
             parts.append(f"T: the lesson's {len(self.tables)} table{'s' * (len(self.tables) != 1)}")
+        if self.time_mode:
+            parts.append(self.clock.status())
         return "  ".join(parts)
 
     def moves(self, index: int) -> list[str] | None:

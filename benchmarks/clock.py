@@ -1,0 +1,60 @@
+"""What the clock costs, measured in one run (issue 34: at most 20% of the deepseek-v3 symbolic step).
+
+    python benchmarks/clock.py [--json]
+
+1. The deepseek-v3 preset's whole training step on 2,048 symbolic GPUs (PP 16 x EP 64, DP 128, 16
+   micro-batches, ranks of each stage folded: benchmarks/symbolic.py's item 5), then every event of its
+   trace laid out on the clock (clock/timeline.simulate: H200s, nodes of 8): the two times and their ratio.
+2. The same trace stamped for --json (clock/report.clock_report: the timeline, the times on every event,
+   and a timeline per overlap switch to say what each would save).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import replace
+
+import parasim
+from parasim.clock.costs import machine
+from parasim.clock.report import clock_report
+from parasim.clock.timeline import simulate
+from parasim.examples.step import make_step
+from parasim.layout import preset
+from parasim.symbolic.fold import fold_of
+
+GOAL = 0.20  # the clock's time over the step's
+
+
+def timed(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - t, out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = ap.parse_args()
+    layout = preset("deepseek-v3")
+    layout = replace(layout, model=replace(layout.model, seq=4096))
+    step_s, result = timed(lambda: parasim.run(make_step(layout, m=16), layout.world, backend="symbolic",
+                                               fold=fold_of(layout)))
+    trace = result.trace
+    clock_s, tl = timed(lambda: simulate(trace, machine("h200", layout.gpus_per_node)))
+    report_s, _ = timed(lambda: clock_report(trace))
+    out = {"gpus": layout.world, "events": len(trace.events), "step_s": step_s, "clock_s": clock_s,
+           "clock_over_step": clock_s / step_s, "report_s": report_s, "report_over_step": report_s / step_s,
+           "goal": GOAL, "predicted_step_s": tl.step}
+    if args.json:
+        print(json.dumps(out, indent=1))
+        return
+    print(f"deepseek-v3, one step on {out['gpus']:,} symbolic GPUs ({out['events']:,} events): {step_s:.2f} s to run")
+    print(f"  the clock over every event: {clock_s:.2f} s = {out['clock_over_step']:.0%} of the step (goal: at most "
+          f"{GOAL:.0%}); the predicted step: {tl.step:.2f} s on H200s")
+    print(f"  --json's report (stamped events, and a timeline per overlap switch): {report_s:.2f} s = "
+          f"{out['report_over_step']:.0%} of the step")
+
+
+if __name__ == "__main__":
+    main()

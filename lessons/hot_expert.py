@@ -1,0 +1,158 @@
+"""Step time follows the busiest GPU: an MoE layer at real size on symbolic ranks, timed on the clock, under
+three routings at EP 4 and EP 8. Every GPU waits in the all-to-all for the slowest one, so the layer lasts
+as long as the GPU whose experts got the most (token, expert) pairs takes.
+
+Uniform routing spreads pairs about evenly; skewed routing sends half of the tokens to expert 0 first
+(a hot expert); balanced routing spreads every token's picks evenly, as DeepSeek-V3's bias terms aim to.
+The more GPUs share the experts, the fewer experts each holds, and the larger the hot expert's share of
+its GPU's work: the same hot expert stalls more of the step at EP 8 than at EP 4.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from parasim.clock.costs import machine
+from parasim.clock.timeline import by_phase, simulate
+from parasim.estimate.hardware import EFFICIENCY, GPUS
+from parasim.lesson import Check, Lesson, Table, check
+from parasim.nn import LayerOptions, ParallelContext, Saved
+from parasim.nn.moe import MoE
+from parasim.nn.routing import Routing
+
+T = 4096  # tokens each GPU routes
+D = 7168  # hidden size (DeepSeek-V3's)
+E, K = 64, 8  # experts, picks per token
+F = 2048  # an expert's width
+WORLD, GPU = 8, "h200"
+EPS = (4, 8)
+ROUTINGS = ("uniform", "skewed:0.5", "balanced")
+POLICIES = {r: Routing.parse(r) for r in ROUTINGS}  # one per run: each sender's draws made once
+
+
+def phase(routing: str, ep: int) -> str:
+    return f"{routing} routing, EP {ep}"
+
+
+def program(ctx):
+    out = {}
+    for ep in EPS:
+        groups = [ctx.new_group(range(first, first + ep), "ep") for first in range(0, WORLD, ep)]
+        group = groups[ctx.rank // ep]
+        for routing in ROUTINGS:
+            ctx.phase(phase(routing, ep), ep=ep, routing=routing)
+            tp = ParallelContext(ctx, None, ep_group=group, options=LayerOptions(routing=POLICIES[routing]))
+            draw = ctx.shared_rng
+            name = f"moe.{routing}.ep{ep}"
+            experts = [{"w1": draw(f"{name}.{e}.w1").normal((D, F)), "w2": draw(f"{name}.{e}.w2").normal((F, D))}
+                       for e in range(E)]
+            moe = MoE(tp, group, draw(f"{name}.router").normal((D, E)), experts, K, name=name)
+            saved = Saved()
+            y, cache = moe.forward(ctx.shared_rng(f"x{ctx.rank}").normal((T, D)), saved)
+            moe.backward(cache, y)
+    return out
+
+
+def pairs_by_hand(routing: str, ep: int) -> list[int]:
+    """(token, expert) pairs landing on each GPU of an EP group, from the policy's own draws: what its
+    experts work on."""
+    policy, per = Routing.parse(routing), E // ep
+    out = [0] * WORLD
+    for first in range(0, WORLD, ep):
+        for r in range(first, first + ep):
+            picks = policy.choose(f"moe.{routing}.ep{ep}#0", r, (r - first) * T, T, E, K)
+            for g, n in zip(*np.unique(picks // per, return_counts=True)):
+                out[first + int(g)] += int(n)
+    return out
+
+
+def study(result) -> dict:
+    trace = result.trace
+    tl = simulate(trace, machine(GPU))
+    rows = {}
+    for ep in EPS:
+        for routing in ROUTINGS:
+            p = phase(routing, ep)
+            per_rank = [by_phase(trace, tl, r)[p] for r in range(WORLD)]
+            compute = [x["compute"] for x in per_rank]
+            busiest = max(range(WORLD), key=lambda r: (compute[r], -r))
+            rows[p] = {"compute": compute, "busiest": busiest, "time": max(x["end"] for x in per_rank)
+                       - min(x["start"] for x in per_rank), "pairs": pairs_by_hand(routing, ep)}
+    return {"tl": tl, "rows": rows}
+
+
+def tables(result, s) -> list[Table]:
+    rows = []
+    for ep in EPS:
+        for routing in ROUTINGS:
+            r = s["rows"][phase(routing, ep)]
+            c = r["compute"]
+            wait = max(c) - float(np.mean(c))
+            rows.append((phase(routing, ep), [f"g{r['busiest']}", max(r["pairs"]), round(float(np.mean(r["pairs"]))),
+                                              round(max(c) * 1e3, 2), round(float(np.mean(c)) * 1e3, 2),
+                                              round(r["time"] * 1e3, 2), round(wait * 1e3, 2),
+                                              f"{wait / r['time']:.1%}"]))
+    return [Table(f"One MoE layer ({E} experts of width {F:,}, top {K}, d = {D:,}; {T:,} tokens per GPU), forward "
+                  f"and backward, on {GPUS[GPU].name}s (ms = milliseconds on the clock)",
+                  ["routing, EP", "busiest GPU", "its pairs", "mean pairs", "its compute (ms)", "mean compute (ms)",
+                   "layer (ms)", "others wait (ms)", "of the layer"], rows,
+                  notes=["pairs: (token, expert) pairs a GPU's experts work on, from the routing policy's own draws. "
+                         "The layer ends when the last GPU has sent its experts' outputs back, so it lasts about as "
+                         "long as the busiest GPU computes, plus the all-to-alls; the others wait the difference "
+                         "between its compute and theirs (the mean's, here).",
+                         "Balanced routing sends more bytes than uniform: it puts a token's picks on as many GPUs as "
+                         "it can, and a token travels once to each GPU holding one of its picks, so its all-to-alls "
+                         "take longer though nobody waits."])]
+
+
+def checks(result, s) -> list[Check]:
+    rows, tl = s["rows"], s["tl"]
+    per_pair = 2 * D * F * 2 * 3 / (GPUS[GPU].peak_flops.value * EFFICIENCY["matmul"].value)  # w1, w2; fwd + bwd
+    router = 2 * T * D * E * 3 / (GPUS[GPU].peak_flops.value * EFFICIENCY["matmul"].value)
+    skew = {ep: rows[phase("skewed:0.5", ep)] for ep in EPS}
+    ratio = {ep: max(r["compute"]) / float(np.mean(r["compute"])) for ep, r in skew.items()}
+    stall = {ep: (max(r["compute"]) - float(np.mean(r["compute"]))) / r["time"] for ep, r in skew.items()}
+    return [
+        check("the busiest GPU's compute on the clock in each phase, by hand: its experts' pairs x (w1 and w2, "
+              "forward and backward) plus its router, at 80% of the peak (and every other GPU's too)",
+              [max(r["compute"]) for r in rows.values()],
+              [max(n * per_pair + router for n in r["pairs"]) for r in rows.values()], rtol=1e-9),
+        check("... every GPU of every phase within a millionth", max(abs(c / (n * per_pair + router) - 1)
+                                                                    for r in rows.values()
+                                                                    for c, n in zip(r["compute"], r["pairs"])) < 1e-6,
+              True),
+        check("under skewed routing the busiest GPU holds a hot expert 0: g0 or g4 at EP 4 (each EP group has "
+              "its own expert 0), g0 at EP 8", [skew[4]["busiest"] in (0, 4), skew[8]["busiest"]], [True, 0]),
+        check("the layer lasts longer than the busiest GPU's compute (every GPU waits for it in the all-to-all)",
+              all(r["time"] > max(r["compute"]) for r in rows.values()), True),
+        check("balanced routing gives every GPU the same pairs (busiest / mean = 1 at EP 4 and EP 8)",
+              [max(rows[phase("balanced", ep)]["pairs"]) / float(np.mean(rows[phase("balanced", ep)]["pairs"]))
+               for ep in EPS], [1.0, 1.0]),
+        check("the hot expert stalls more of the step as EP grows: the busiest GPU's compute over the mean is "
+              "larger at EP 8 than at EP 4", ratio[8] > ratio[4], True),
+        check("... and the share of the layer the other GPUs spend waiting for it grows with EP",
+              stall[8] > stall[4], True),
+    ]
+
+
+NARRATIVE = {
+    **{phase("uniform", ep): f"""
+        {E} experts over EP {ep}: {E // ep} on each GPU. Every GPU routes its {T:,} tokens, {K} picks each, by
+        uniform draws: about the same number of pairs lands on every GPU, and every GPU computes for about
+        as long.""" for ep in EPS},
+    **{phase("skewed:0.5", ep): f"""
+        Half of the tokens put expert 0 first: a hot expert. The GPU that holds it (g0) works on far more
+        pairs than the others, and the all-to-all that brings the outputs back cannot finish before it does.
+        At EP {ep} g0 holds {E // ep} experts, so the hot one is {'a larger' if ep == 8 else 'a'} share of its
+        work.""" for ep in EPS},
+    **{phase("balanced", ep): """
+        Every token's picks spread evenly over the experts, as DeepSeek-V3's per-expert bias terms steer its
+        router to: every GPU gets the same pairs, and nobody waits.""" for ep in EPS},
+}
+
+LESSON = Lesson(
+    name="hot-expert", title="Step time follows the busiest GPU: one hot expert at EP 4 and EP 8, on the clock",
+    world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
+    backend="symbolic",
+    summary="An MoE layer at real size under uniform, skewed and balanced routing at EP 4 and 8: the busiest "
+            "GPU sets the layer's time, and a hot expert costs more as EP grows",
+)

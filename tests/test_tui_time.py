@@ -1,0 +1,60 @@
+"""The app's timeline on the clock (issue 34, build item 3): key u switches the grid from logical steps to
+microseconds on the clock, every GPU's compute, transfers and idle time in columns of equal time, the
+critical path marked; clicks and stepping follow the events where they run."""
+import pytest
+
+from parasim.clock.costs import machine
+from parasim.clock.timeline import simulate
+from parasim.lesson import get_lesson, run_lesson
+from parasim.tui.app import ParasimApp
+from parasim.tui.timeline import Timeline
+from parasim.tui.view import View
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    return View(lr.result.trace, lr.lesson.narrative, lr.lesson.title)
+
+
+def test_the_grid_on_the_clock(pipe):
+    steps = pipe.columns
+    pipe.toggle_time()
+    try:
+        tl = simulate(pipe.trace, machine("h200"))
+        clock = pipe.clock
+        assert pipe.columns == clock.columns >= steps and clock.columns * clock.seconds == pytest.approx(tl.step)
+        # the first event, stage 0's first send, starts the step (after a moment of compute): column 0
+        first = pipe.events[0]
+        assert tl.events[first.seq][0] < clock.seconds and pipe.column_of(0) == 0
+        text, style, critical, index = pipe.time_cell(0, 1)
+        assert (text, style, index) == ("S>", "send", 0) and critical
+        assert pipe.at(0, 1) == 0
+        # rank 3 (the last stage) waits for the pipeline to fill: idle in the first column
+        assert pipe.time_cell(3, 1)[:2] == ("··", "idle")
+        # every event's column is where its transfer starts
+        for i, e in enumerate(pipe.events):
+            assert pipe.column_of(i) == min(clock.columns - 1, int(tl.events[e.seq][0] / clock.seconds))
+        # the critical path shows: some cell of every column the step's chain passes through is marked
+        marked = {c for row in range(len(pipe.rows)) for c in range(1, clock.columns + 1)
+                  if pipe.time_cell(row, c)[2]}
+        assert len(marked) > clock.columns // 2
+        assert "critical path" in pipe.status(0)
+    finally:
+        pipe.toggle_time()
+    assert pipe.columns == steps and "critical path" not in pipe.status(0)
+
+
+async def test_key_u_switches_the_app_between_steps_and_time():
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title))
+    async with app.run_test(size=(100, 30)) as pilot:
+        timeline = app.query_one(Timeline)
+        assert "logical steps" in str(timeline.border_title)
+        await pilot.press("u")
+        assert app.view.time_mode and "microseconds" in str(timeline.border_title)
+        assert "on the critical path" in str(app.query_one("#legend").render())
+        await pilot.press("right", "right")
+        assert app.index == 2
+        await pilot.press("u")
+        assert not app.view.time_mode and "logical steps" in str(timeline.border_title)
