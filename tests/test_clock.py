@@ -150,3 +150,23 @@ def test_the_chrome_export_puts_slices_at_the_clocks_times(tmp_path):
         start, dur = times[(s["args"]["seq"], s["pid"])]
         assert s["ts"] == pytest.approx(start) and s["dur"] <= dur
     assert sum(e.get("name") == "compute" for e in data["traceEvents"]) == len(work)
+
+
+def test_an_all_to_all_costs_its_slowest_member_pair_by_pair():
+    """moe16's all-to-alls over EP 4, on nodes of 2: each member's transfers (comm/hops.py, pair by pair)
+    added up inside its node and across, its two links side by side, the call as long as its slowest
+    member: worked out here transfer by transfer, against the clock's matrix."""
+    from parasim.clock.costs import event_seconds
+    from parasim.comm.hops import event_transfers
+    lr = run_lesson(load_lessons()["moe16"])
+    m = machine("h100", gpus_per_node=2)
+    a2a = [e for e in lr.result.trace.events if e.op == "all_to_all"]
+    assert a2a
+    for e in a2a:
+        rows: dict = {}
+        for a, b, n in event_transfers(e):
+            row = rows.setdefault(a, [0.0, 0.0])
+            row[a // 2 != b // 2] += n * 2 / 8  # float64 values timed at BF16's 2 bytes
+        worst = max([max(((m.latency["inside"] + i / m.nvlink) if i else 0.0),
+                         ((m.latency["across"] + x / m.network) if x else 0.0)) for i, x in rows.values()] or [0.0])
+        assert event_seconds(e, m) == pytest.approx(m.latency["call"] + worst, rel=1e-12)

@@ -18,6 +18,7 @@ counted at BF16's 2 bytes (`wire_scale`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import prod
 from typing import Any, Callable
 
 from ..comm.hops import ACROSS, INSIDE, event_transfers, link
@@ -45,7 +46,7 @@ class Machine:
         """Seconds for `work` (FLOPs by kind)."""
         if not work:
             return 0.0
-        return sum(flops / (self.peak_flops * self.efficiency[kind]) for kind, flops in work.items())
+        return sum([flops / (self.peak_flops * self.efficiency[kind]) for kind, flops in work.items()])
 
 
 def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
@@ -56,23 +57,24 @@ def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
                    {k: f.value for k, f in EFFICIENCY.items()})
 
 
-Timer = Callable[[Any, Machine, float], float]  # (trace event, machine, bytes per recorded byte) -> seconds
+# (trace event, machine, bytes on the wire per recorded byte, a memo the caller keeps for one run) -> seconds
+Timer = Callable[[Any, Machine, float, dict], float]
 
 VALUE_BYTES = 2  # the clock times every value at BF16's 2 bytes, the dtype training moves (held bytes are
 # counted the same way), whatever dtype the engine computed in: float64 on virtual ranks for exactness,
 # float32 where a layer upcasts
 
 
-def wire_scale(e: Any, cache: dict[str, float]) -> float:
+def wire_scale(e: Any, memo: dict) -> float:
     """Bytes on the wire per byte the trace recorded for event `e`: 2 over its arrays' itemsize."""
     m = e.members[0]
     t = (m.ins or m.outs or (None,))[0]
     if t is None:
         return 1.0
-    got = cache.get(t.dtype)
+    got = memo.get(t.dtype)
     if got is None:
         from ..comm.interface import numpy_dtype
-        got = cache[t.dtype] = VALUE_BYTES / numpy_dtype(t.dtype).itemsize
+        got = memo[t.dtype] = VALUE_BYTES / numpy_dtype(t.dtype).itemsize
     return got
 
 
@@ -96,7 +98,7 @@ def pairs_seconds(inside: float, across: float, m: Machine) -> float:
 
 
 def _ring(phases: int) -> Timer:
-    def timer(e: Any, m: Machine, scale: float) -> float:
+    def timer(e: Any, m: Machine, scale: float, memo: dict) -> float:
         hops = event_transfers(e)
         if not hops:
             return m.latency["call"]
@@ -104,7 +106,7 @@ def _ring(phases: int) -> Timer:
     return timer
 
 
-def _chain(e: Any, m: Machine, scale: float) -> float:
+def _chain(e: Any, m: Machine, scale: float, memo: dict) -> float:
     hops = event_transfers(e)
     if not hops:
         return m.latency["call"]
@@ -112,26 +114,55 @@ def _chain(e: Any, m: Machine, scale: float) -> float:
     return m.latency["call"] + len(hops) * m.latency[where] + max(n for _, _, n in hops) * scale / m.rate(where)
 
 
-def _pairs(e: Any, m: Machine, scale: float) -> float:
-    by_member: dict[int, dict[str, int]] = {}
-    for a, b, n in event_transfers(e):
-        row = by_member.setdefault(a, {INSIDE: 0, ACROSS: 0})
-        row[link(a, b, m.gpus_per_node)] += n
-    return max([pairs_seconds(row[INSIDE] * scale, row[ACROSS] * scale, m) for row in by_member.values()]
-               or [m.latency["call"]])
+def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
+    """Each member's bytes to peers of its own node and to the others (comm/hops.py's all-to-all rule: member i
+    sends chunk j to member j, its sent bytes split over its chunks by their sizes), worked out as one matrix:
+    an EP group of 64 has 4,032 pairs, and a step has thousands of such calls."""
+    import numpy as np
+    ranks = list(e.group.ranks)
+    t = len(ranks)
+    if t < 2:
+        return m.latency["call"]
+    by_rank = {mm.rank: mm for mm in e.members}
+    members = [by_rank[r] for r in ranks]
+    key = ("chunks", tuple(id(mm.ins) for mm in members))  # members that brought the very same chunks share one
+    counts = memo.get(key)  # record (comm/virtual.py), and a folded run repeats the same calls: one matrix each
+    if counts is None:
+        rows = []
+        for mm in members:
+            row = memo.get(("row", id(mm.ins)))
+            if row is None:
+                row = memo[("row", id(mm.ins))] = [prod(x.shape) for x in mm.ins]
+            rows.append(row)
+        counts = np.array(rows, dtype=float)  # [t, t] elements each member sends each other
+        np.fill_diagonal(counts, 0.0)  # a member's chunk to itself stays on the GPU
+        memo[key] = counts
+    nodes = np.array(ranks) // m.gpus_per_node
+    same = nodes[:, None] == nodes[None, :]
+    total = counts.sum(axis=1)
+    sent = np.array([mm.sent for mm in members], dtype=float) * scale
+    per = np.divide(sent, total, out=np.zeros(t), where=total > 0)  # bytes per element, each member
+    inside = (counts * same).sum(axis=1) * per
+    across = (total * per) - inside
+    # each member's two links side by side (pairs_seconds), the call as long as its slowest member
+    lat = m.latency
+    t_in = np.where(inside > 0, lat[INSIDE] + inside / m.nvlink, 0.0)
+    t_across = np.where(across > 0, lat[ACROSS] + across / m.network, 0.0)
+    return lat["call"] + float(np.maximum(t_in, t_across).max())
 
 
-def _root(e: Any, m: Machine, scale: float) -> float:
+
+def _root(e: Any, m: Machine, scale: float, memo: dict) -> float:
     return m.latency["call"] + sum(m.latency[w] + n * scale / m.rate(w)
                                    for a, b, n in event_transfers(e) for w in (link(a, b, m.gpus_per_node),))
 
 
-def _p2p(e: Any, m: Machine, scale: float) -> float:
+def _p2p(e: Any, m: Machine, scale: float, memo: dict) -> float:
     hops = event_transfers(e)
     return sum(m.latency[w] + n * scale / m.rate(w) for a, b, n in hops for w in (link(a, b, m.gpus_per_node),))
 
 
-def _call_only(e: Any, m: Machine, scale: float) -> float:
+def _call_only(e: Any, m: Machine, scale: float, memo: dict) -> float:
     return m.latency["call"]
 
 
@@ -155,9 +186,12 @@ COSTS: dict[str, Cost] = {
 }
 
 
-def event_seconds(e: Any, m: Machine, dtypes: dict[str, float] | None = None) -> float:
-    """How long trace event `e` takes on `m`, its values at 2 bytes each (`wire_scale`; `dtypes`: a cache the
-    caller keeps for a run): a transfer by its algorithm, a compute event by its work."""
+def event_seconds(e: Any, m: Machine, memo: dict | None = None) -> float:
+    """How long trace event `e` takes on `m`, its values at 2 bytes each (`wire_scale`; `memo`: what the
+    caller keeps for one run, dtypes' sizes and all-to-all chunk sizes): a transfer by its algorithm, a
+    compute event by its work. The memo holds the trace's own records by identity: keep it no longer than
+    the trace."""
     if e.kind == "compute":
         return 0.0  # its work is on its member, timed as the compute before it
-    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m, wire_scale(e, {} if dtypes is None else dtypes))
+    memo = {} if memo is None else memo
+    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m, wire_scale(e, memo), memo)

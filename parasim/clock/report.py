@@ -43,10 +43,15 @@ def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, A
     stamp(trace, tl)
     out = summary(tl, trace)
     out["switches"] = {}
+    paired = {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
     for name, o in OVERLAPS.items():
         on = tuple(sorted(set(choice.overlap) | {name}))
         off = tuple(x for x in choice.overlap if x != name)
-        with_it, without = (simulate(trace, m, on).step, simulate(trace, m, off).step)
+        if not any(o.picks(e, paired) for e in trace.events):  # it moves nothing here: no timeline to lay out
+            with_it = without = tl.step
+        else:  # the timeline of the choice is one of the two
+            with_it = tl.step if name in choice.overlap else simulate(trace, m, on).step
+            without = tl.step if name not in choice.overlap else simulate(trace, m, off).step
         out["switches"][name] = {"what": o.what, "flag": o.flag, "on": name in choice.overlap,
                                  "step_on_us": with_it * 1e6, "step_off_us": without * 1e6,
                                  "saves_us": (without - with_it) * 1e6}

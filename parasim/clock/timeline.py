@@ -57,7 +57,7 @@ OVERLAPS: dict[str, Overlap] = {
 }
 
 
-@dataclass
+@dataclass(slots=True)
 class Span:
     kind: str  # "compute" or "comm"
     ranks: tuple[int, ...]
@@ -112,7 +112,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     spans: list[Span] = []
     events: dict[int, tuple[float, float]] = {}
     before: dict[int, list[tuple[int, float, float]]] = {}
-    dtypes: dict[str, float] = {}  # bytes on the wire per recorded byte, by dtype (costs.wire_scale)
+    memo: dict = {}  # what costs.event_seconds looks up once per run (dtypes' sizes, all-to-all chunks)
 
     # the work each rank did at the end of a phase, after its last event in it (trace marks of kind "work"):
     # it runs before the rank's next event, and belongs to the phase it ended
@@ -122,8 +122,14 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             ends[mk.rank].append(mk)
     done = [0] * world
 
+    seconds: dict[int, float] = {}  # work dicts by identity: a folded rank's copies share its representative's
+
     def compute(r: int, work: Any, seq: int | None, name: str, phase: str = "") -> Span | None:
-        secs = m.compute(work)
+        if not work:
+            return None
+        secs = seconds.get(id(work))
+        if secs is None:
+            secs = seconds[id(work)] = m.compute(work)
         if secs <= 0:
             return None
         s = Span("compute", (r,), seq, cfree[r], cfree[r] + secs, clast[r], name, phase)
@@ -163,7 +169,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
         start = max(t for t, _ in ready)
         pred = next((by for t, by in ready if t == start and by is not None), None)
-        secs = event_seconds(e, m, dtypes)
+        secs = event_seconds(e, m, memo)
         span = Span("comm", tuple(issue), e.seq, start, start + secs, pred, e.label or e.op, e.phase or "")
         spans.append(span)
         events[e.seq] = (span.start, span.end)
