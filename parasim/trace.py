@@ -71,6 +71,9 @@ class Event:
     hops: list[dict] | None = None
     tags: dict[str, Any] | None = None  # fields the program gave the call for screens (a pipeline's slot)
     time: dict[str, Any] | None = None  # the clock's times (clock/timeline.stamp): start_us, end_us, before
+    # a folded run's copy (symbolic/fold.unfold): the event that ran, which this one repeats on other ranks,
+    # member by member in the same order (kept in memory only: the clock times the copy as its source)
+    source: "Event | None" = field(default=None, repr=False, compare=False)
 
     @property
     def ranks(self) -> list[int]:

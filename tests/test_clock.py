@@ -170,3 +170,24 @@ def test_an_all_to_all_costs_its_slowest_member_pair_by_pair():
         worst = max([max(((m.latency["inside"] + i / m.nvlink) if i else 0.0),
                          ((m.latency["across"] + x / m.network) if x else 0.0)) for i, x in rows.values()] or [0.0])
         assert event_seconds(e, m) == pytest.approx(m.latency["call"] + worst, rel=1e-12)
+
+
+def test_a_folded_run_is_timed_as_the_full_run():
+    """A folded symbolic step (symbolic/fold.py) laid out on the clock gives every event the times the full
+    run's trace gives it, and every rank the same busy time: the fold is only a shortcut."""
+    from parasim.layout import Layout
+    from parasim.symbolic.fold import fold_of
+    from tests.test_fold import SMALL, make_step
+    layout = Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL)
+    program = make_step(layout, m=2, routing="balanced")
+    full = run(program, layout.world, "symbolic").trace
+    folded = run(program, layout.world, "symbolic", fold=fold_of(layout)).trace
+    m = machine("h100", gpus_per_node=4)
+    a, b = simulate(full, m), simulate(folded, m)
+    assert b.step == pytest.approx(a.step, rel=1e-12) and b.busy == pytest.approx(a.busy, rel=1e-12)
+
+    def timed(trace, tl):
+        return sorted((e.step, e.op, e.group.name, tuple(e.ranks), round(tl.events[e.seq][0], 15),
+                       round(tl.events[e.seq][1], 15)) for e in trace.events)
+    assert timed(folded, b) == timed(full, a)
+    assert len(b.spans) < len(a.spans)  # the folded ranks' spans are their representatives'

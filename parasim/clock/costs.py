@@ -125,18 +125,16 @@ def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
         return m.latency["call"]
     by_rank = {mm.rank: mm for mm in e.members}
     members = [by_rank[r] for r in ranks]
-    key = ("chunks", tuple(id(mm.ins) for mm in members))  # members that brought the very same chunks share one
-    counts = memo.get(key)  # record (comm/virtual.py), and a folded run repeats the same calls: one matrix each
-    if counts is None:
-        rows = []
-        for mm in members:
-            row = memo.get(("row", id(mm.ins)))
-            if row is None:
-                row = memo[("row", id(mm.ins))] = [prod(x.shape) for x in mm.ins]
-            rows.append(row)
-        counts = np.array(rows, dtype=float)  # [t, t] elements each member sends each other
-        np.fill_diagonal(counts, 0.0)  # a member's chunk to itself stays on the GPU
-        memo[key] = counts
+    # each member's chunk sizes, one array per record: members that brought the very same chunks share one
+    # record (comm/virtual.py), and a folded run repeats the same calls
+    rows = []
+    for mm in members:
+        row = memo.get(("chunks", id(mm.ins)))
+        if row is None:
+            row = memo[("chunks", id(mm.ins))] = np.array([prod(x.shape) for x in mm.ins], dtype=float)
+        rows.append(row)
+    counts = np.stack(rows)  # [t, t] elements each member sends each other
+    np.fill_diagonal(counts, 0.0)  # a member's chunk to itself stays on the GPU
     nodes = np.array(ranks) // m.gpus_per_node
     same = nodes[:, None] == nodes[None, :]
     total = counts.sum(axis=1)

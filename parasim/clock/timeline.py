@@ -84,6 +84,23 @@ class Timeline:
     before: dict[int, list[tuple[int, float, float]]] = field(default_factory=dict)  # seq -> (rank, start, end)
     busy: list[float] = field(default_factory=list)  # per rank: seconds its compute stream ran
     comm: list[float] = field(default_factory=list)  # per rank: seconds its communication stream ran
+    rep: list[int] | None = None  # a folded run's rank -> the rank that ran for it (spans are the latter's)
+
+    def ran_for(self, rank: int) -> int:
+        """The rank whose spans are `rank`'s: itself, or the representative a folded run ran for it."""
+        return rank if self.rep is None else self.rep[rank]
+
+    def before_of(self, e: Any) -> list[tuple[int, float, float]]:
+        """(rank, start, end) of the compute each member of event `e` ran just before it: a folded rank's is
+        its representative's, a copied event's its source's, member by member."""
+        src = e.source if getattr(e, "source", None) is not None else e
+        spans = {r: (a, b) for r, a, b in self.before.get(src.seq, [])}
+        out = []
+        for mine, theirs in zip(e.members, src.members):
+            got = spans.get(self.ran_for(theirs.rank))
+            if got is not None:
+                out.append((mine.rank, *got))
+        return out
 
     def idle(self, rank: int) -> float:
         return self.step - self.busy[rank]
@@ -97,7 +114,12 @@ class Timeline:
 
 
 def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
-    """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on."""
+    """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on.
+
+    A folded run's trace (symbolic/fold.py: meta "fold") is laid out for the ranks that ran: a folded rank did
+    its representative's work at its representative's times, so the events it shares with it take their
+    ready times from the representative, and the copies of events on its own groups take their source's
+    times. Only the ranks that ran have spans; `Timeline.ran_for` names whose a rank's are."""
     unknown = [o for o in overlap if o not in OVERLAPS]
     if unknown:
         raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
@@ -113,6 +135,8 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     events: dict[int, tuple[float, float]] = {}
     before: dict[int, list[tuple[int, float, float]]] = {}
     memo: dict = {}  # what costs.event_seconds looks up once per run (dtypes' sizes, all-to-all chunks)
+    rep: list[int] | None = trace.meta.get("fold")
+    ran = range(world) if rep is None else [r for r in range(world) if rep[r] == r]
 
     # the work each rank did at the end of a phase, after its last event in it (trace marks of kind "work"):
     # it runs before the rank's next event, and belongs to the phase it ended
@@ -144,10 +168,14 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             cfree[r], clast[r] = kfree[r], klast[r]
 
     for e in trace.events:
+        if rep is not None and e.source is not None:
+            continue  # a copy of an event that ran: timed as its source, below
         how = next((o.how for o in chosen if o.picks(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
         for mem in e.members:
             r = mem.rank
+            if rep is not None and rep[r] != r:
+                continue  # folded onto a member of this very event (fold.py): ready when it is
             if last_phase[r] in paired and last_phase[r] != e.phase:
                 join(r)
             last_phase[r] = e.phase
@@ -165,6 +193,9 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             own = before.get(e.seq)
             events[e.seq] = (own[0][1], own[0][2]) if own else (cfree[r], cfree[r])
             continue
+        if not issue:  # no member ran (a trace folded by hand, not by fold.py): nothing to lay out
+            events[e.seq] = (0.0, 0.0)
+            continue
         # it starts when the last member issues it or frees its stream; it waited for that span
         ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
         start = max(t for t, _ in ready)
@@ -178,12 +209,19 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             comm[r] += secs
             if how not in ("async", "paired"):  # the rank needs the result before it computes on
                 cfree[r], clast[r] = span.end, span
-    for r in range(world):
+    for r in ran:
         for mk in ends[r][done[r]:]:
             compute(r, mk.data, None, f"the end of {mk.text}", mk.text)
-    for r, work in enumerate(trace.meta.get("tail_work") or []):
-        compute(r, work, None, "after the last transfer", _last_phase(trace, r))
-    ends = [(max(cfree[r], kfree[r]), r) for r in range(world)]
+    tails = trace.meta.get("tail_work") or []
+    for r in ran if tails else ():
+        compute(r, tails[r], None, "after the last transfer", _last_phase(trace, r))
+    if rep is not None:  # the copies take their source's times; a folded rank's totals are its representative's
+        for e in trace.events:
+            if e.source is not None:
+                events[e.seq] = events[e.source.seq]
+        busy = [busy[rep[r]] for r in range(world)]
+        comm = [comm[rep[r]] for r in range(world)]
+    ends = [(max(cfree[r], kfree[r]), r) for r in ran]
     step, last_rank = max(ends, default=(0.0, 0))
     tail = clast[last_rank] if cfree[last_rank] >= kfree[last_rank] else klast[last_rank]
     critical: list[Span] = []
@@ -191,14 +229,14 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         critical.append(tail)
         tail = tail.pred
     critical.reverse()
-    return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm)
+    return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm, rep)
 
 
 def stamp(trace: Any, tl: Timeline) -> None:
     """Write the timeline's times on the trace's events (trace.Event.time, in microseconds): a transfer's
     start and end, a compute event's own span, and the compute each member ran just before it."""
     for e in trace.events:
-        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before.get(e.seq, [])] if e.kind != "compute" else []
+        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before_of(e)] if e.kind != "compute" else []
         start, end = tl.events[e.seq]
         e.time = {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
 
@@ -232,6 +270,7 @@ def by_phase(trace: Any, tl: Timeline, rank: int) -> dict[str, dict[str, float]]
     """Per phase, in order, what `rank` did in it on the clock: its compute and communication seconds, and
     when the phase began and ended for it (its first compute or transfer, its last)."""
     out: dict[str, dict[str, float]] = {}
+    rank = tl.ran_for(rank)
     for s in sorted(tl.spans, key=lambda s: s.start):
         if rank not in s.ranks:
             continue

@@ -65,14 +65,19 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
         events += [_renamed(e, to, g) for g, to in images_of(e.group)]
     ran = {id(e) for e in trace.events}
     events.sort(key=lambda e: e.step)  # stable: a full run's order within a step is by arrival, not ours
+    renumbered: dict[int, Event] = {}
     for i, e in enumerate(events):
         if id(e) in ran:  # the run's own events are copied with their new number; the copies made here
-            events[i] = _with_seq(e, i)  # are numbered in place
+            events[i] = renumbered[id(e)] = _with_seq(e, i)  # are numbered in place
         else:
             e.seq = i
+    for e in events:  # a copy's source is the run's event as this trace numbers it
+        if e.source is not None:
+            e.source = renumbered[id(e.source)]
     marks = list(trace.marks) + [Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks
                                  for r in mirrors.get(m.rank, ())]
-    return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True})
+    # "fold": who ran for whom, so the clock times each run event once and its copies as it (clock/timeline.py)
+    return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True, "fold": rep})
 
 
 def _renamed(e: Event, to: dict[int, int], group: Any) -> Event:
@@ -81,7 +86,8 @@ def _renamed(e: Event, to: dict[int, int], group: Any) -> Event:
     for key in ("src", "dst"):  # point-to-point ends, and roots, are global ranks
         if key in params and params[key] in to:
             params[key] = to[params[key]]
-    return Event(e.seq, e.step, e.kind, e.op, group, members, e.label, e.phase, params, e.algo, None, e.tags)
+    return Event(e.seq, e.step, e.kind, e.op, group, members, e.label, e.phase, params, e.algo, None, e.tags,
+                 source=e)
 
 
 def _with_seq(e: Event, seq: int) -> Event:

@@ -51,6 +51,7 @@ class ClockGrid:
         it); a span shorter than a column (a latency-bound call) still shows."""
         lo, hi = (column - 1) * self.seconds, column * self.seconds
         best, cover = None, 0.0
+        rank = self.tl.ran_for(rank)  # a folded rank's spans are its representative's
         for stream in ("comm", "compute"):
             row = self.spans.get((rank, stream))
             if not row:
@@ -103,6 +104,6 @@ class ClockGrid:
         scale, name = self.unit()
         over = ", ".join(self.choice.overlap) or "no overlap"
         split = self.tl.critical_split()
-        return (f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name} (a column "
-                f"{self.seconds / scale:,.3g}); critical path {split['compute'] / scale:,.3g} compute + "
-                f"{split['comm'] / scale:,.3g} comm")
+        return (f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}, "
+                f"{self.seconds / scale:,.3g} a column; path {split['compute'] / scale:,.4g} compute + "
+                f"{split['comm'] / scale:,.4g} comm")

@@ -267,7 +267,7 @@ class Legend(Static):
             text.append(f" {style} ")
         if self.view.time_mode:
             text.append("xx", style="bold underline")
-            text.append(" on the critical path")
+            text.append(" critical path")
         self.update(text)
 
 
