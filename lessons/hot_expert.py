@@ -105,7 +105,7 @@ def tables(result, s) -> list[Table]:
 
 
 def checks(result, s) -> list[Check]:
-    rows, tl = s["rows"], s["tl"]
+    rows = s["rows"]
     per_pair = 2 * D * F * 2 * 3 / (GPUS[GPU].peak_flops.value * EFFICIENCY["matmul"].value)  # w1, w2; fwd + bwd
     router = 2 * T * D * E * 3 / (GPUS[GPU].peak_flops.value * EFFICIENCY["matmul"].value)
     skew = {ep: rows[phase("skewed:0.5", ep)] for ep in EPS}
@@ -127,6 +127,10 @@ def checks(result, s) -> list[Check]:
         check("balanced routing gives every GPU the same pairs (busiest / mean = 1 at EP 4 and EP 8)",
               [max(rows[phase("balanced", ep)]["pairs"]) / float(np.mean(rows[phase("balanced", ep)]["pairs"]))
                for ep in EPS], [1.0, 1.0]),
+        check("under skewed routing the busiest GPU's time grows with EP (the hot expert's GPU holds fewer "
+              "experts, so the hot one is more of its work), while the mean GPU's stays put",
+              [max(skew[8]["compute"]) > max(skew[4]["compute"]),
+               abs(float(np.mean(skew[8]["compute"])) / float(np.mean(skew[4]["compute"])) - 1) < 0.01], [True, True]),
         check("the hot expert stalls more of the step as EP grows: the busiest GPU's compute over the mean is "
               "larger at EP 8 than at EP 4", ratio[8] > ratio[4], True),
         check("... and the share of the layer the other GPUs spend waiting for it grows with EP",

@@ -164,7 +164,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
         out["peak"].update(assumes=assumptions(as_run(plan)), gpu_model=gpu.name, usable=gpu.usable,
                            card=gpu.memory, fits=out["peak"]["bytes"] <= gpu.usable, estimate=estimate)
     if "flops" in result.trace.meta and args.symbolic:
-        out["time"] = _times(args, result.trace, layout, g)
+        out["time"] = _times(args, result.trace, layout, g, m, plan)
     ok = out["exactness"] is None or out["exactness"]["exact"]
     if args.json:
         print_json(out)
@@ -173,16 +173,24 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     return 0 if ok else 1
 
 
-def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int) -> dict:
+def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int, m: int, plan: Any = None) -> dict:
     """The step on the clock (parasim/clock): every event of the run timed on the GPU type, this GPU's
-    compute, communication and idle time, the busiest GPU and the critical path."""
+    compute, communication and idle time, the busiest GPU and the critical path; tokens per second per GPU
+    and MFU (the model's FLOPs without recomputation, estimate.traffic.step_flops, over the GPUs' peak)."""
     from ..clock.costs import machine
     from ..clock.timeline import simulate
     gpu_preset(args.gpu_model, "--gpu-model")
     tl = simulate(trace, machine(args.gpu_model, layout.gpus_per_node))  # values timed as BF16 (clock/costs.py)
     busiest = max(range(trace.world), key=lambda r: (tl.busy[r], -r))
     flops = trace.meta.get("flops") or [0] * trace.world
-    return {"gpu": tl.machine.name, "step_s": tl.step, "critical": tl.critical_split(),
+    seq = layout.model.seq
+    tokens = seq * m * layout.dp * (plan.micro_batch if plan is not None else 1)
+    extra = {"tokens_per_s_per_gpu": tokens / tl.step / trace.world if tl.step else 0.0}
+    if plan is not None and tl.step:
+        from ..estimate.traffic import step_flops
+        model_flops = step_flops(layout.model, replace(plan, recompute="none"), seq)["total"]
+        extra["mfu"] = model_flops / (tl.step * trace.world * tl.machine.peak_flops)
+    return {"gpu": tl.machine.name, "step_s": tl.step, "critical": tl.critical_split(), **extra,
             "this": {"rank": g, "flops": flops[g], "compute_s": tl.busy[g], "comm_s": tl.comm[g],
                      "idle_s": tl.idle(g)},
             "busiest": {"rank": busiest, "compute_s": tl.busy[busiest]}}

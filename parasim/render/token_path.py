@@ -123,7 +123,9 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
             f"overlap; parasim hardware lists the constants). This GPU computes {t['compute_s']:,.2f} s "
             f"({t['flops']:.4g} FLOPs), communicates {t['comm_s']:,.2f} s and waits {t['idle_s']:,.2f} s; "
             f"the busiest GPU, g{busy['rank']}, computes {busy['compute_s']:,.2f} s. The critical path is "
-            f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication.", 100,
+            f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication: "
+            f"{tm['tokens_per_s_per_gpu']:,.0f} tokens per second per GPU"
+            + (f", MFU {tm['mfu']:.0%}." if "mfu" in tm else "."), 100,
             initial_indent="  ", subsequent_indent="    "))
     out.append("  joins:")
     for d in view["does"]:

@@ -185,8 +185,9 @@ def walkthrough(lr: LessonRun) -> str:
         for t in lr.tables:
             out += [""] + table_lines(t, WIDTH)
     total = sum(m.sent for e in trace.events for m in e.members)
-    out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all.", "",
-            "== checks (computed by the run, compared with a single-device reference) =="]
+    out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all."]
+    out += textwrap.wrap(clock_words(lr.clock()), WIDTH)
+    out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
     for c in lr.checks:
         if c.ok and c.got == c.expected:
             out.append(f"  ok   {c.name}: {fmt_value(c.got)}")
@@ -195,3 +196,22 @@ def walkthrough(lr: LessonRun) -> str:
             out.append(f"  {mark} {c.name}: got {fmt_value(c.got)}, expected {fmt_value(c.expected)}")
     out.append(f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)} checks ok.")
     return "\n".join(map(printable, out)) + "\n"  # a line each: a newline inside a name shows as \n
+
+
+def clock_words(c: dict) -> str:
+    """The run on the clock in a sentence: the step, its critical path, and what each overlap switch not on
+    would save (lesson --json's "clock")."""
+    saves = [f"{name} would save {duration(v['saves_us'])}" for name, v in c["switches"].items()
+             if not v["on"] and v["saves_us"] > 0]
+    over = ", ".join(c["overlap"]) or "no overlap"
+    return (f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the step takes "
+            f"{duration(c['step_us'])}, its critical path {duration(c['critical_compute_us'])} of compute and "
+            f"{duration(c['critical_comm_us'])} of communication" + (f"; {'; '.join(saves)}." if saves else "."))
+
+
+def duration(us: float) -> str:
+    """Microseconds in the unit that reads best: ns, us, ms or s, three figures."""
+    for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "us")):
+        if us >= scale:
+            return f"{us / scale:.3g} {unit}"
+    return f"{us * 1e3:.3g} ns"

@@ -1,0 +1,67 @@
+"""The four lessons that need the clock (issue 34, build item 4) run with every check holding, and what each
+teaches holds when worked out here from the run's own clock: TP over two nodes is slower, the layer waits for
+the busiest GPU and a hot expert costs more at a larger EP, pairing hides all-to-all time, and the longest
+sequence's step takes minutes."""
+from __future__ import annotations
+
+import pytest
+
+from parasim.clock.costs import machine
+from parasim.clock.timeline import by_phase, simulate
+from parasim.lesson import get_lesson, run_lesson
+
+
+@pytest.fixture(scope="module", params=["tp-across-nodes", "hot-expert", "all-to-all-hidden", "fit-is-not-fast"])
+def lesson_run(request):
+    return run_lesson(get_lesson(request.param))
+
+
+def test_every_check_holds(lesson_run):
+    bad = [c.name for c in lesson_run.checks if not c.ok]
+    assert not bad and lesson_run.checks and lesson_run.tables
+
+
+def test_tp_over_two_nodes_is_slower_on_the_clock():
+    lr = run_lesson(get_lesson("tp-across-nodes"))
+    tl = simulate(lr.result.trace, machine("h200", 8))
+    rows = by_phase(lr.result.trace, tl, 0)
+    t8, t16 = (rows[p]["end"] - rows[p]["start"] for p in ("TP 8 inside one node", "TP 16 over two nodes"))
+    assert t16 > 2 * t8  # the ring's crossing hops set the pace of every step
+    # on nodes of 16 both rings stay on NVLink, and TP 16 (half the products) wins
+    tl16 = simulate(lr.result.trace, machine("h200", 16))
+    rows16 = by_phase(lr.result.trace, tl16, 0)
+    u8, u16 = (rows16[p]["end"] - rows16[p]["start"] for p in ("TP 8 inside one node", "TP 16 over two nodes"))
+    assert u16 < u8
+
+
+def test_the_hot_experts_gpu_is_the_one_everyone_waits_for():
+    lr = run_lesson(get_lesson("hot-expert"))
+    tl = simulate(lr.result.trace, machine("h200"))
+    for ep in (4, 8):
+        p = f"skewed:0.5 routing, EP {ep}"
+        compute = [by_phase(lr.result.trace, tl, r)[p]["compute"] for r in range(8)]
+        ends = [by_phase(lr.result.trace, tl, r)[p]["end"] for r in range(8)]
+        assert compute.index(max(compute)) in (0, 4)  # a GPU holding an expert 0
+        assert max(ends) - min(ends) < 0.2 * (max(ends) - 0)  # the all-to-all brings them to one end together
+
+
+def test_pairing_hides_at_most_the_shorter_stream():
+    lr = run_lesson(get_lesson("all-to-all-hidden"))
+    trace = lr.result.trace
+    one, two = simulate(trace, machine("h200", 8)), simulate(trace, machine("h200", 8), ("dualpipe",))
+    assert two.step < one.step
+    for ep in (8, 16):
+        p = f"EP {ep}: micro-batch 2 forward with micro-batch 1 backward"
+        a = by_phase(trace, one, 0)[p]
+        saved = (a["end"] - a["start"]) - (by_phase(trace, two, 0)[p]["end"] - by_phase(trace, two, 0)[p]["start"])
+        # no more than the shorter stream of the busiest GPU: pairing runs the two side by side, no faster
+        busiest = max(by_phase(trace, one, r)[p]["compute"] for r in range(16))
+        assert 0 < saved <= min(busiest, a["comm"]) * (1 + 1e-9)
+
+
+def test_the_longest_sequence_takes_minutes():
+    lr = run_lesson(get_lesson("fit-is-not-fast"))
+    (table,) = lr.tables
+    post, run, plan = (dict(zip(table.columns[1:], values)) for _, values in table.rows)
+    assert post["step (min)"] == pytest.approx(1.54, abs=0.01)  # 2.9e17 FLOPs at 40% of 8 H200s
+    assert run["step (min)"] > plan["step (min)"] > 1  # whole scores cost the run's layers twice the post's
