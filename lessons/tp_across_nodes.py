@@ -75,7 +75,7 @@ def tables(result, s) -> list[Table]:
 
 
 def checks(result, s) -> list[Check]:
-    trace, tl = result.trace, s["tl"]
+    tl = s["tl"]
     p8, p16 = PHASES[8], PHASES[16]
     crossing = {p: [split_by_link(event_transfers(e), NODE)["across"] for e in s["events"][p]] for p in PHASES.values()}
     g = GPUS[GPU]
