@@ -209,5 +209,8 @@ def test_the_gpu_view_tells_its_time_and_the_slowest_gpu(capsys):
     assert t["step_s"] > t["this"]["compute_s"] > 0
     assert t["busiest"]["compute_s"] >= t["this"]["compute_s"]
     assert t["critical"]["compute"] + t["critical"]["comm"] == pytest.approx(t["step_s"])
+    # megatron-8.3b: 512 GPUs, TP 8, DP 64, one micro-batch (its pp) of 4,096 tokens per replica
+    assert t["tokens_per_s_per_gpu"] == pytest.approx(4096 * 1 * 64 / t["step_s"] / 512)
+    assert 0 < t["mfu"] < 1
     assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3", "--gpu-model", "tpu"]) == 2
     assert "unknown --gpu-model 'tpu'" in capsys.readouterr().err

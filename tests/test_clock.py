@@ -43,6 +43,7 @@ def _work(ctx):
     y = xp.matmul(x, w)  # a weight product: 2 * (2*5) * 3 = 60 FLOPs
     q = xp.ones((1, 2, 4, 8), dtype=xp.float64)
     s = xp.matmul(q, xp.permute_dims(q, (0, 1, 3, 2)))  # two activations: 2 * (1*2*4*4) * 8 = 512
+    xp.matmul(xp.ones((4, 1, 3), dtype=xp.float64), w)  # [s, b, h] by a weight: a weight's product, 2*(4*5)*3 = 120
     ctx.comm.all_reduce(y)
     g = xp.tensordot(x, y, axes=([0], [0]))  # a weight gradient: 2 * (3*5) * 2 = 60
     ctx.comm.all_reduce(g + s.sum())
@@ -53,7 +54,7 @@ def _work(ctx):
 def test_each_member_carries_the_work_it_did_since_its_last_event(backend):
     trace = run(_work, 2, backend).trace
     first, second = trace.events
-    assert [m.work for m in first.members] == [{"matmul": 60, "attention": 512}] * 2
+    assert [m.work for m in first.members] == [{"matmul": 180, "attention": 512}] * 2
     assert [m.work for m in second.members] == [{"matmul": 60}] * 2
     assert trace.meta["tail_work"] == [{"matmul": 60}] * 2
 
@@ -191,3 +192,51 @@ def test_a_folded_run_is_timed_as_the_full_run():
                        round(tl.events[e.seq][1], 15)) for e in trace.events)
     assert timed(folded, b) == timed(full, a)
     assert len(b.spans) < len(a.spans)  # the folded ranks' spans are their representatives'
+
+
+
+def _paired(ctx):
+    """A phase marked as a pair (DualPipe's two chunks) ends with an all-reduce; the next phase computes
+    first: with the switch on, that compute must still wait for the pair's all-reduce."""
+    xp = ctx.xp
+    x = ctx.rng.normal((4096, 4096), "float32")
+    ctx.phase("a pair", pair=1)
+    y = xp.matmul(x, x)
+    ctx.comm.all_reduce(y)
+    ctx.phase("after the pair")
+    z = xp.matmul(x, x)
+    ctx.comm.all_reduce(z)
+
+
+def test_a_paired_phase_runs_its_calls_beside_compute_and_waits_for_them_at_its_end():
+    trace = run(_paired, 2, "symbolic").trace
+    m = machine("h200")
+    mm = 2 * 4096 ** 3 / (H200.peak_flops.value * 0.8)
+    ar = CALL + 2 * (INSIDE + 4096 * 4096 * 2 / 2 / H200.nvlink.value)  # float32 timed at 2 bytes a value
+    assert simulate(trace, m).step == pytest.approx(2 * (mm + ar), rel=1e-9)
+    # paired: the rank does not wait for the all-reduce inside the pair, but the next phase's product starts
+    # only once it is done (the pair's end); the step is the same chain here, as nothing else could run
+    on = simulate(trace, m, ("dualpipe",))
+    assert on.step == pytest.approx(2 * (mm + ar), rel=1e-9)
+    after = next(s for s in on.spans if s.kind == "compute" and s.phase == "after the pair")
+    first = next(s for s in on.spans if s.kind == "comm" and s.phase == "a pair")
+    assert after.start == pytest.approx(first.end, rel=1e-12)
+
+
+def test_the_report_says_what_each_switch_saves_on_this_run():
+    """On the layer-like step: grad-reduce hides the reduce-scatter behind the last product (saves the
+    shorter of the two), prefetch and dualpipe move nothing there (no parameter all-gather, no pair)."""
+    trace = run(_layerish, 4, "symbolic").trace
+    got = clock_report(trace, ClockChoice("h200", gpus_per_node=2))["switches"]
+    mm = 2 * 8192 ** 3 / (H200.peak_flops.value * 0.8)
+    rs = CALL + ACROSS + 8192 * 8192 * 2 / 2 / H200.network.value
+    assert got["grad-reduce"]["saves_us"] == pytest.approx(min(mm, rs) * 1e6, rel=1e-6)
+    assert got["prefetch"]["saves_us"] == 0 and got["dualpipe"]["saves_us"] == 0
+    assert not any(v["on"] for v in got.values())
+
+
+def test_the_walk_through_says_the_step_and_what_pairing_saves():
+    from parasim.render.walkthrough import walkthrough
+    text = " ".join(walkthrough(run_lesson(load_lessons()["all-to-all-hidden"])).split())
+    assert "On the clock (H200s, 8 a node, no overlap" in text and "dualpipe would save" in text
+    assert "grad-reduce would save" not in text  # nothing of it here: no data-parallel group

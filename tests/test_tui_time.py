@@ -40,6 +40,22 @@ def test_the_grid_on_the_clock(pipe):
                   if pipe.time_cell(row, c)[2]}
         assert len(marked) > clock.columns // 2
         assert "path" in pipe.status(0) and "a column" in pipe.status(0)
+        # a span shorter than a column still shows: the pipeline's compute here lasts far less than one
+        # every column's cell by brute force (each span's overlap with the column, no search): the stream
+        # that covers more of it shows, and a span shorter than a column still does (the pipeline's compute
+        # here lasts far less than one)
+        assert all(s.seconds < clock.seconds for s in tl.spans if s.kind == "compute")
+        for c in range(1, clock.columns + 1):
+            lo, hi = (c - 1) * clock.seconds, c * clock.seconds
+            cover = {k: max([min(s.end, hi) - max(s.start, lo) for s in tl.spans if s.kind == k and 0 in s.ranks]
+                            + [0.0]) for k in ("comm", "compute")}
+            shown = pipe.time_cell(0, c)[0]
+            if max(cover.values()) <= 0:
+                assert shown == "··", c
+            elif cover["compute"] > cover["comm"]:
+                assert shown == "▒▒", c
+            else:
+                assert shown not in ("▒▒", "··"), c
     finally:
         pipe.toggle_time()
     assert pipe.columns == steps and "a column" not in pipe.status(0)
