@@ -22,7 +22,7 @@ T = 4096  # tokens per GPU per micro-batch
 D, E, K, F = 7168, 256, 8, 2048  # DeepSeek-V3: hidden, routed experts, picks per token, an expert's width
 WORLD, NODE, GPU = 16, 8, "h200"
 EPS = (8, 16)
-ROUTING = Routing.parse("uniform")
+ROUTING = Routing.parse("balanced")  # every token's picks spread evenly: the routing DeepSeek-V3 steers toward
 
 
 def phases(ep: int) -> tuple[str, str, str]:

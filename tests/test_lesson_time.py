@@ -11,18 +11,25 @@ from parasim.clock.timeline import by_phase, simulate
 from parasim.lesson import get_lesson, run_lesson
 
 
-@pytest.fixture(scope="module", params=["tp-across-nodes", "hot-expert", "all-to-all-hidden", "fit-is-not-fast"])
-def lesson_run(request):
-    return run_lesson(get_lesson(request.param))
+_RUNS: dict = {}
 
 
-def test_every_check_holds(lesson_run):
+def ran(name: str):
+    """Each lesson run once for the module (they are symbolic runs at real size: a second or two each)."""
+    if name not in _RUNS:
+        _RUNS[name] = run_lesson(get_lesson(name))
+    return _RUNS[name]
+
+
+@pytest.mark.parametrize("name", ["tp-across-nodes", "hot-expert", "all-to-all-hidden", "fit-is-not-fast"])
+def test_every_check_holds(name):
+    lesson_run = ran(name)
     bad = [c.name for c in lesson_run.checks if not c.ok]
     assert not bad and lesson_run.checks and lesson_run.tables
 
 
 def test_tp_over_two_nodes_is_slower_on_the_clock():
-    lr = run_lesson(get_lesson("tp-across-nodes"))
+    lr = ran("tp-across-nodes")
     tl = simulate(lr.result.trace, machine("h200", 8))
     rows = by_phase(lr.result.trace, tl, 0)
     t8, t16 = (rows[p]["end"] - rows[p]["start"] for p in ("TP 8 inside one node", "TP 16 over two nodes"))
@@ -35,7 +42,7 @@ def test_tp_over_two_nodes_is_slower_on_the_clock():
 
 
 def test_the_hot_experts_gpu_is_the_one_everyone_waits_for():
-    lr = run_lesson(get_lesson("hot-expert"))
+    lr = ran("hot-expert")
     tl = simulate(lr.result.trace, machine("h200"))
     for ep in (4, 8):
         p = f"skewed:0.5 routing, EP {ep}"
@@ -46,7 +53,7 @@ def test_the_hot_experts_gpu_is_the_one_everyone_waits_for():
 
 
 def test_pairing_hides_at_most_the_shorter_stream():
-    lr = run_lesson(get_lesson("all-to-all-hidden"))
+    lr = ran("all-to-all-hidden")
     trace = lr.result.trace
     one, two = simulate(trace, machine("h200", 8)), simulate(trace, machine("h200", 8), ("dualpipe",))
     assert two.step < one.step
@@ -60,7 +67,7 @@ def test_pairing_hides_at_most_the_shorter_stream():
 
 
 def test_the_longest_sequence_takes_minutes():
-    lr = run_lesson(get_lesson("fit-is-not-fast"))
+    lr = ran("fit-is-not-fast")
     (table,) = lr.tables
     post, run, plan = (dict(zip(table.columns[1:], values)) for _, values in table.rows)
     assert post["step (min)"] == pytest.approx(1.54, abs=0.01)  # 2.9e17 FLOPs at 40% of 8 H200s
