@@ -69,21 +69,23 @@ def run_plan(model: ModelSpec, plan: Plan, seq: int, gpu: int, routing: str = "b
     return parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu)).trace
 
 
-def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None
-            ) -> dict[str, Any]:
+def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None,
+            trace: Any = None) -> dict[str, Any]:
     """The estimate at `seq` and one symbolic step's GPU on `stage` (default: the one the estimate says
     binds, whose items `breakdown` gives), item by item:
     {"gpu", "stage", "rows": [{"item", "estimate", "run", "parts": {part: bytes}}], "traffic", "run_total",
     "estimate_total", "missing"} in bytes. Each row's parts (examples/differences.py) are estimate minus run
     by cause; "missing": what the estimator counts in the model state and logits that the step has no code
-    for (the sum of those rows' differences)."""
+    for (the sum of those rows' differences). `trace`: the step already run (`run_plan`, folded so that this
+    stage's first GPU runs itself), when a caller compares several stages of one run."""
     est = breakdown(model, plan, seq)
     if stage is not None and stage != est.stage:  # the estimator's items of another stage
         got = {k: float(a + b * seq + c * seq * seq) for k, (a, b, c) in items(model, plan, stage).items()}
         est = Breakdown(model, plan, seq, stage, got)
     layout = step_layout(model, plan, seq)
     gpu = first_gpu(layout, est.stage)
-    trace = run_plan(model, plan, seq, gpu, routing)
+    if trace is None:
+        trace = run_plan(model, plan, seq, gpu, routing)
     held = trace.peak(gpu)["by_kind"]
     state = state_parts(model, plan, est.stage)
     rows = [{"item": k, "estimate": est.items[k], "run": held[k], "parts": state[k]}
