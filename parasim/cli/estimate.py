@@ -156,13 +156,8 @@ def _gpu(args: argparse.Namespace):
 
 def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
     from ..clock.plan import OVERLAPS
-    if args.overlap in ("none", "all"):
-        return () if args.overlap == "none" else tuple(OVERLAPS)
-    got = tuple(w.strip() for w in args.overlap.split(",") if w.strip())
-    bad = next((w for w in got if w not in OVERLAPS), None)
-    if bad is not None:
-        raise UsageError(f"--overlap: {bad!r} is not one of {', '.join(OVERLAPS)} (or none, all)")
-    return got
+    from ..clock.report import parse_overlap
+    return parse_overlap(args.overlap, OVERLAPS)
 
 
 def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..estimate.hardware import GPUS
 from .costs import machine
-from .timeline import OVERLAPS, simulate, stamp, summary
+from .timeline import OVERLAPS, paired_phases, simulate, stamp, summary
 
 
 @dataclass(frozen=True)
@@ -21,18 +21,22 @@ class ClockChoice:
     def __post_init__(self) -> None:
         if self.gpu not in GPUS:
             raise UsageError(f"--gpu-model: {self.gpu!r} is not one of {', '.join(GPUS)}")
-        bad = [o for o in self.overlap if o not in OVERLAPS]
-        if bad:
-            raise UsageError(f"--overlap: {bad[0]!r} is not one of {', '.join(OVERLAPS)} (or none, all)")
+        parse_overlap(",".join(self.overlap) or "none")  # a bad name: the flag's own error
 
 
-def parse_overlap(text: str) -> tuple[str, ...]:
-    """`--overlap`'s value: a comma-separated list of OVERLAPS' names, `all` or `none`."""
+def parse_overlap(text: str, names: Any = None) -> tuple[str, ...]:
+    """`--overlap`'s value: a comma-separated list of `names` (default: the trace clock's OVERLAPS; the plan
+    model's for memory and fit), `all` or `none`; UsageError naming a name that is not one of them."""
+    names = tuple(OVERLAPS if names is None else names)
     if text == "none":
         return ()
     if text == "all":
-        return tuple(OVERLAPS)
-    return tuple(w.strip() for w in text.split(",") if w.strip())
+        return names
+    got = tuple(w.strip() for w in text.split(",") if w.strip())
+    bad = next((w for w in got if w not in names), None)
+    if bad is not None:
+        raise UsageError(f"--overlap: {bad!r} is not one of {', '.join(names)} (or none, all)")
+    return got
 
 
 def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, Any]:
@@ -43,7 +47,7 @@ def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, A
     stamp(trace, tl)
     out = summary(tl, trace)
     out["switches"] = {}
-    paired = {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
+    paired = paired_phases(trace)
     for name, o in OVERLAPS.items():
         on = tuple(sorted(set(choice.overlap) | {name}))
         off = tuple(x for x in choice.overlap if x != name)

@@ -113,6 +113,11 @@ class Timeline:
         return out
 
 
+def paired_phases(trace: Any) -> set[str]:
+    """The phases a program marked as paired chunks (`ctx.phase(name, pair=k)`: DualPipe's)."""
+    return {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
+
+
 def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
     """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on.
 
@@ -125,7 +130,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
     chosen = [OVERLAPS[o] for o in overlap]
     world = trace.world
-    paired = {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
+    paired = paired_phases(trace)
     last_phase: list[str | None] = [None] * world
     cfree, kfree = [0.0] * world, [0.0] * world
     clast: list[Span | None] = [None] * world  # what each stream last ran
