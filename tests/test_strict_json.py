@@ -60,6 +60,12 @@ COMMANDS = [
     ["hardware", "--json"],
     ["validate", "step-time", "--json"],
     ["compare", "pp-1f1b", "--pp", "2,4", "--json"],
+    # a Megatron-LM job read as it is, and answers written back as its flags
+    ["memory", "--megatron", "tests/data/megatron/train_gpt3_175b_distributed.sh", "--megatron-args", "--json"],
+    ["fit", "--megatron", "tests/data/megatron/train_llama3_8b_h100_fp8.sh", "--megatron-args", "--json"],
+    ["fit", "--model", "27b", "--search", "--nodes", "1-2", "--megatron-args", "--json"],
+    ["layout", "--megatron", "tests/data/megatron/train_mixtral_8x7b_distributed.sh", "--megatron-args", "--json"],
+    ["trace", "--megatron", "tests/data/megatron/train_mixtral_8x7b_distributed.sh", "--gpu", "0", "--json"],
 ]
 
 

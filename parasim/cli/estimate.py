@@ -35,7 +35,7 @@ def _number(low: float, high: float, what: str) -> Any:
 def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     m = p.add_argument_group("model (one of --model, --config, or the sizes)")
     m.add_argument("--model", metavar="NAME", help="a preset: 27b, moe16, deepseek-v3, megatron-8.3b")
-    m.add_argument("--config", metavar="FILE", help="a Hugging Face config.json")
+    m.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (dense or MoE)")
     for flag, what in (("--layers", "layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
                        ("--vocab", "vocabulary size"), ("--kv-heads", "key/value heads (GQA)"),
                        ("--ffn", "MLP width (default 4 x hidden)"), ("--experts", "routed experts per MoE layer"),
@@ -59,18 +59,20 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t = p.add_argument_group("training and hardware")
     t.add_argument("--no-flash", action="store_true", help="keep the s x s attention scores (no FlashAttention)")
     t.add_argument("--no-dropout", action="store_true", help="no dropout masks kept")
-    t.add_argument("--micro-batch", type=_pos, default=1, metavar="B", help="sequences per micro-batch (default 1)")
+    t.add_argument("--micro-batch", type=_pos, metavar="B", help="sequences per micro-batch (default 1)")
     t.add_argument("--microbatches", type=_pos, metavar="M", help="micro-batches per step (default: pp)")
     t.add_argument("--chunked-loss", action="store_true", help="compute the loss in chunks: no whole logits")
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
     from ..clock.plan import OVERLAPS
-    t.add_argument("--overlap", default="none", metavar="LIST",
+    t.add_argument("--overlap", metavar="LIST",
                    help=f"communication the step runs beside compute, for its time: a comma-separated list of "
-                        f"{', '.join(OVERLAPS)}, or all, or none (the default)")
+                        f"{', '.join(OVERLAPS)}, or all, or none (the default; with --megatron, the job's)")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
+    from .megatron import add_megatron
+    add_megatron(p)
     r = p.add_argument_group("against a run")
     r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
                    "no values; examples/step.py) and show the run's figures beside the estimate, item by item")
@@ -84,7 +86,8 @@ def add_estimate_commands(sub: Any) -> None:
                                     "(ZeRO 0-3), activations, in-flight micro-batches, recomputation, logits; "
                                     "plus the step's traffic and time. GB = 1e9 bytes unless --gib.")
     _common(mp)
-    mp.add_argument("--seq", type=_pos, default=4096, metavar="S", help="sequence length (default 4096; 32K = 32000)")
+    mp.add_argument("--seq", type=_pos, metavar="S", help="sequence length (default 4096, or the job's --seq-length "
+                    "with --megatron; 32K = 32000)")
     mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
     mp.set_defaults(func=cmd_memory)
 
@@ -123,6 +126,11 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
 def _model(args: argparse.Namespace):
     from ..estimate.models import from_flags, from_hf_config, get_model
+    from .megatron import check_not_both, job_model, read_megatron
+    check_not_both(args)
+    job = read_megatron(args)
+    if job is not None:
+        return job_model(args, job)
     sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts",
                                            "top_k", "expert_ffn", "params")}
     given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + \
@@ -142,11 +150,20 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
     """The plan the flags give, checked by the layout rules (Layout's, as `parasim layout` checks them),
     against the sequence too when it is known (`memory --seq`)."""
     from ..estimate.memory import Plan
+    from .megatron import read_megatron
+    job = read_megatron(args)
+    if job is not None:  # the job's layout and step, with the flags given here in their place
+        from ..megatron.job import plan_of
+        return plan_of(job, model, args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
+                       etp=args.etp, sp=args.sp or None, zero=args.zero, recompute=args.recompute,
+                       flash=False if args.no_flash else None, dropout=False if args.no_dropout else None,
+                       micro_batch=args.micro_batch, microbatches=args.microbatches,
+                       chunked_loss=args.chunked_loss or None).check(model, seq)
     # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
     plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
                 ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
                 recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
-                micro_batch=args.micro_batch, microbatches=args.microbatches, chunked_loss=args.chunked_loss)
+                micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss)
     return plan.check(model, seq)
 
 
@@ -157,13 +174,46 @@ def _gpu(args: argparse.Namespace):
 def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
     from ..clock.plan import OVERLAPS
     from ..clock.report import parse_overlap
-    return parse_overlap(args.overlap, OVERLAPS)
+    from .megatron import read_megatron
+    job = read_megatron(args)
+    if args.overlap is None and job is not None:
+        return tuple(job.overlap)
+    return parse_overlap(args.overlap or "none", OVERLAPS)
+
+
+def _seq(args: argparse.Namespace) -> int:
+    """`memory --seq`, or the job's --seq-length, or 4,096."""
+    from .megatron import read_megatron
+    job = read_megatron(args)
+    return args.seq or (job.seq if job is not None else None) or 4096
 
 
 def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:
     """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses."""
     from ..clock.plan import plan_time
     return plan_time(model, plan, seq, gpu, overlap)
+
+
+def _job(args: argparse.Namespace) -> Any:
+    from .megatron import read_megatron
+    return read_megatron(args)
+
+
+def _print_job(args: argparse.Namespace, job: Any) -> None:
+    if job is not None:
+        from .megatron import print_job
+        print_job(job, args)
+
+
+def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
+    from .megatron import written
+    return written(model, plan, seq, overlap)
+
+
+def _print_written(out: dict, plan: Any) -> None:
+    from ..megatron.args import describe
+    from .megatron import print_written
+    print_written(f"as a Megatron-LM job on {describe(plan.world, plan.gpus_per_node)}", out)
 
 
 def _unit(args: argparse.Namespace) -> tuple[float, str]:
@@ -183,8 +233,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from ..estimate.memory import assumption_words, assumptions, breakdown, fit_words
     from ..estimate.traffic import step_traffic
     model = _model(args)
+    args.seq = _seq(args)
     plan, gpu = _plan(args, model, args.seq), _gpu(args)
     overlap = _overlap(args)
+    job = _job(args)
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..examples.against import check_runs
         check_runs(model, plan, args.routing, args.seq)
@@ -194,6 +246,10 @@ def cmd_memory(args: argparse.Namespace) -> int:
     out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
            "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
+    if job is not None:
+        out["megatron"] = job.to_dict()
+    if args.megatron_args:
+        out["megatron_args"] = _written(model, plan, args.seq, overlap)
     if args.plot:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
@@ -205,6 +261,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
+    _print_job(args, job)
     from rich.console import Console
     from ..render.estimate_text import memory_report
     console = Console(highlight=False)
@@ -215,6 +272,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if args.symbolic:
         from ..render.against import print_compare
         print_compare(console, out["run"], unit, name)
+    if args.megatron_args:
+        _print_written(out["megatron_args"], plan)
     return 0
 
 
@@ -230,17 +289,33 @@ def cmd_fit(args: argparse.Namespace) -> int:
         nodes = parse_nodes(args.nodes)
         result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
                         recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                        micro_batch=args.micro_batch, chunked_loss=args.chunked_loss)
+                        micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss)
         result["usable"] = usable / unit
         result["unit"] = name
+        job = _job(args)
+        if job is not None:
+            result["megatron"] = job.to_dict()
+        if args.megatron_args:  # each node count's best layout, as the job that runs it
+            for row in result["nodes"]:
+                if row["best"] is not None and row["best"]["max_seq_tokens"]:
+                    plan = _searched(row["best"], args, model)
+                    row["best"]["megatron_args"] = _written(model, plan, row["best"]["seq_length"], ())
         if args.plot:
             from ..render.plots import plot_search
             plot_search(result, args.plot)
         if args.json:
             print_json(result)
             return 0
+        _print_job(args, job)
         from ..render.estimate_text import search_lines
         print("\n".join(search_lines(model.name, result, name)))
+        for row in result["nodes"] if args.megatron_args else ():
+            best = row["best"]
+            if best is not None and "megatron_args" in best:
+                from ..megatron.args import describe
+                from .megatron import print_written
+                print_written(f"{best['label']} at {best['seq_length']:,} tokens, as a Megatron-LM job on "
+                              f"{describe(best['world'], args.gpus_per_node)}", best["megatron_args"])
         return 0
     if args.plot:
         raise UsageError("fit --plot needs --search")
@@ -254,12 +329,33 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
+    job = _job(args)
+    if job is not None:
+        out["megatron"] = job.to_dict()
+    if args.megatron_args and f.seq:
+        from .megatron import fit_seq
+        out["megatron_args"] = _written(model, plan, fit_seq(f.seq, plan), overlap)
     if args.json:
         print_json(out)
         return 0
+    _print_job(args, job)
     from ..render.estimate_text import fit_lines
     print("\n".join(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
+    if "megatron_args" in out:
+        _print_written(out["megatron_args"], plan)
     return 0
+
+
+def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
+    """A layout `fit --search` ranked, as the plan it was (Plan.to_dict's fields), on its node count; its
+    sequence for a job (`seq_length`) set in `best`."""
+    from ..estimate.memory import Plan
+    from .megatron import fit_seq
+    plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
+                                        "micro_batch", "microbatches", "chunked_loss")},
+                dropout=not args.no_dropout, gpus_per_node=args.gpus_per_node).check(model)
+    best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
+    return plan
 
 
 def _fit_against_run(args: argparse.Namespace, model, usable: float, unit: float, name: str) -> int:

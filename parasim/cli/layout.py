@@ -42,6 +42,8 @@ def add_layout(sub: Any) -> None:
                     "experts each holds, EP groups by colour")
     yp.add_argument("--json", action="store_true",
                     help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
+    from .megatron import add_megatron
+    add_megatron(yp, what="layout (and the model sizes its rules check)")
     yp.set_defaults(func=cmd_layout)
 
 
@@ -57,10 +59,14 @@ def cmd_layout(args: argparse.Namespace) -> int:
         return 0
     sizes = {k: getattr(args, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "world")}
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
+    if args.layout and args.megatron:
+        raise UsageError("give either --layout NAME or --megatron FILE, not both")
     if args.layout:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
             raise UsageError("give either --layout NAME or sizes, not both")
         layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout].about}"
+    elif args.megatron:
+        layout, title = _job_layout(args, sizes, model), f"{args.megatron} (Megatron-LM flags)"
     else:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
         given = {k: v for k, v in model.items() if v is not None}
@@ -74,9 +80,52 @@ def cmd_layout(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from ..render.plots import plot_layout_map
         plot_layout_map(layout, args.plot, title)
+    from .megatron import read_megatron
+    job = read_megatron(args)
+    written = None
+    if args.megatron_args:
+        from ..megatron.args import layout_args, model_args, script_text
+        words = model_args(layout.model, layout.model.seq if layout.model else None, partial=True) + \
+            layout_args(layout, bool(layout.model and layout.model.experts)) + ["--bf16"]
+        written = {"args": words, "torchrun": script_text(words, layout.world, layout.gpus_per_node)}
     if args.json:
-        print_json(layout.to_json(), indent=None)
-    else:
-        from ..render.layout_view import print_layout
-        print_layout(layout, title, args.nodes)
+        out = layout.to_json()
+        if job is not None:
+            out["megatron"] = job.to_dict()
+        if written is not None:
+            out["megatron_args"] = written
+        print_json(out, indent=None)
+        return 0
+    if job is not None:
+        from .megatron import print_job
+        print_job(job, args)
+    from ..render.layout_view import print_layout
+    print_layout(layout, title, args.nodes)
+    if written is not None:
+        from ..megatron.args import describe
+        from .megatron import print_written
+        print_written(f"this layout as Megatron-LM flags on {describe(layout.world, layout.gpus_per_node)}",
+                      written)
     return 0
+
+
+def _job_layout(args: argparse.Namespace, sizes: dict, model: dict) -> Any:
+    """The layout of `--megatron FILE`, the sizes given here in place of the job's."""
+    from dataclasses import replace
+    from ..layout import ModelSpec
+    from ..megatron.job import layout_of
+    from .megatron import read_megatron
+    job = read_megatron(args)
+    fields = {k: job.model.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "experts")}
+    fields.update({k: v for k, v in model.items() if v is not None and k != "seq"})
+    seq = model.get("seq") or job.seq
+    m = ModelSpec(**{k: v for k, v in fields.items() if v is not None}, seq=seq)
+    layout = layout_of(job, m)
+    given = {k: v for k, v in sizes.items() if v is not None}
+    if args.sp:
+        given["sp"] = True
+    if args.use_tp_pp_dp_mapping:
+        given["order"] = "tp-cp-ep-pp-dp"
+    if given.get("dp") is not None and given.get("world") is None:
+        given["world"] = None
+    return replace(layout, **given) if given else layout

@@ -63,6 +63,9 @@ def add_trace(sub: Any) -> None:
                     "attention scores (no FlashAttention), as `parasim memory --no-flash` counts them")
     shown.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world "
                        "opens with its ranks folded by axis: a row per data-parallel group)")
+    from .megatron import add_megatron
+    add_megatron(tr, write=False, what="model and layout, at real size on symbolic ranks (implies --symbolic and "
+                 "--routing balanced; give --gpu N or --app)")
     tr.set_defaults(func=cmd_trace)
 
 
@@ -72,6 +75,8 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     from ..layout import Layout, preset
     sizes = {k: getattr(args, k) for k in SIZES if getattr(args, k) is not None}
     model_flags = args.experts is not None or args.layers is not None
+    if args.megatron is not None:
+        return _job_layout(args, sizes)
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
     split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
@@ -86,6 +91,28 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     sizes.setdefault("etp", 1)
     layout = Layout(**sizes, sp=args.sp, model=model, **{"zigzag": False, **split})
     return layout, str(layout)
+
+
+def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
+    """`--megatron FILE`: the job's model and layout at real size (sizes given here replace the job's); the
+    run is symbolic, routed by the balanced policy (what a folded real-size step needs)."""
+    from ..megatron.job import layout_of
+    from .megatron import job_model, print_job, read_megatron
+    if args.layout is not None:
+        raise UsageError("give either --layout NAME or --megatron FILE, not both")
+    job = read_megatron(args)
+    model = replace(job_model(args, job), seq=args.seq or job.seq)
+    layout = layout_of(job, model)
+    if args.sp:
+        sizes["sp"] = True
+    if sizes.get("dp") is not None and sizes.get("world") is None:
+        sizes["world"] = None
+    layout = replace(layout, **sizes) if sizes else layout
+    args.symbolic = True
+    if args.routing == "learned":  # the default: a real-size step has no router scores to route by
+        args.routing = "balanced"
+    print_job(job, args)
+    return layout, args.megatron.rsplit("/", 1)[-1]
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -230,7 +257,10 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     check_symbolic_step(layout.model.seq, m, layout.pp)
     # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
     # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
-    plan = Plan.of(layout, microbatches=m, flash=not args.no_flash)
+    job = getattr(args, "_megatron_job", None)  # a Megatron job's step choices, as `memory --megatron` takes them
+    choices = {} if job is None else {"dropout": job.step["dropout"], "recompute": job.step["recompute"],
+                                      "flash": job.step["flash"] and not args.no_flash}
+    plan = Plan.of(layout, **{"microbatches": m, "flash": not args.no_flash, **choices})
     layout = replace(layout, model=step_layout(layout.model, plan, layout.model.seq).model)
     fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "

@@ -236,7 +236,7 @@ def run_of(plan: Any, seq: int, overlap: tuple[str, ...] = ()) -> Run:
                micro_batch=plan.micro_batch, global_batch=plan.micro_batch * plan.m * plan.dp, seq=seq,
                recompute=plan.recompute, flash=plan.flash, dropout=plan.dropout,
                distributed_optimizer=plan.zero in (1, 2), fsdp=plan.zero == 3, gpus_per_node=plan.gpus_per_node,
-               overlap=overlap)
+               overlap=overlap, chunks=plan.chunks)
 
 
 def plan_time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -38,12 +38,14 @@ class Plan(Layout):
     microbatches: int | None = None  # default: pp (1F1B's first stage then holds pp of them)
     chunked_loss: bool = False  # the loss in chunks: the whole-sequence logits never exist
     working_layers: int = 2  # full recomputation re-runs one layer while the next one's grads arrive
+    chunks: int = 1  # model chunks per GPU (interleaved 1F1B): the step's bubble shrinks by it (clock/plan.py);
+    # memory counts 1F1B's in-flight micro-batches, as without interleaving
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        for f in ("micro_batch", "working_layers"):
+        for f in ("micro_batch", "working_layers", "chunks"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise UsageError(f"{f} must be a positive integer, got {v!r}")

@@ -11,7 +11,8 @@ def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, a
     """One GPU's memory, item by item with its share; then the model state, whether it fits (`fit_line`),
     what the estimate assumes, the bytes each GPU sends per step and the step's time."""
     from rich.table import Table
-    table = Table(title=title, title_justify="left")
+    console.print(title)  # above the table, not its title: a title wraps to the table's narrow width
+    table = Table()
     table.add_column("item")
     table.add_column(name, justify="right")
     table.add_column("share", justify="right")

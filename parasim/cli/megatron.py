@@ -1,0 +1,86 @@
+"""`--megatron FILE` and `--megatron-args`, shared by layout, memory, fit and trace: a Megatron-LM job read
+as the command's model and layout (the command's own flags replace what the job says), and the answer
+written back as Megatron flags with the torchrun line that runs them."""
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ..errors import UsageError
+
+MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
+
+
+def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "model and layout") -> None:
+    g = p.add_argument_group("Megatron-LM")
+    g.add_argument("--megatron", metavar="FILE", help=f"take the {what} from a Megatron-LM job: its launch script "
+                   "(torchrun ... pretrain_gpt.py --flags, with the script's variables and arrays) or a file of "
+                   "flags; every flag is accounted for, and flags given here replace the job's")
+    if write:
+        g.add_argument("--megatron-args", action="store_true", help="also print the answer as Megatron-LM flags in "
+                       "a torchrun line (with --search: for each node count's best layout)")
+
+
+def read_megatron(args: argparse.Namespace) -> Any:
+    """The job of `--megatron FILE`, read once per command (None without the flag)."""
+    path = getattr(args, "megatron", None)
+    if path is None:
+        return None
+    if not hasattr(args, "_megatron_job"):
+        from ..megatron.job import read_job
+        args._megatron_job = read_job(path)
+    return args._megatron_job
+
+
+def job_model(args: argparse.Namespace, job: Any) -> Any:
+    """The job's model, with the size flags given on the command line in place of the job's."""
+    from ..layout import ModelSpec
+    given = {k: getattr(args, k, None) for k in MODEL_SIZES}
+    fields = {**{k: v for k, v in job.model.items() if k != "vocab_padding"},
+              **{k: v for k, v in given.items() if v is not None}}
+    missing = [k for k in ("layers", "hidden", "heads", "vocab") if fields.get(k) is None]
+    if missing:
+        flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
+                "vocab": "--vocab-size (or a --tokenizer-type parasim knows)"}
+        raise UsageError(f"{job.path}: the job gives no {', '.join(flag[k] for k in missing)}: give "
+                         f"{' '.join('--' + k + ' N' for k in missing)}")
+    if given["vocab"] is None and job.model.get("vocab_padding"):
+        from ..megatron.job import padded_vocab
+        tp = getattr(args, "tp", None) or job.layout["tp"]
+        fields["vocab"] = padded_vocab(fields["vocab"], job.model["vocab_padding"], tp)
+    name = job.path.rsplit("/", 1)[-1]
+    return ModelSpec(name=f"{name} (Megatron-LM flags)", **fields).require("layers", "hidden", "heads", "vocab")
+
+
+def print_job(job: Any, args: argparse.Namespace) -> None:
+    """The job in words, before the command's own answer (on stderr under --json, which reports it as
+    "megatron" in the JSON)."""
+    if getattr(args, "json", False):
+        return
+    from ..render.megatron_text import job_lines
+    print("\n".join(job_lines(job)) + "\n")
+
+
+def check_not_both(args: argparse.Namespace) -> None:
+    if getattr(args, "megatron", None) and (getattr(args, "model", None) or getattr(args, "config", None)):
+        raise UsageError("give the model by --megatron FILE or by --model/--config, not both")
+
+
+def written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
+    from ..megatron.args import as_dict
+    return as_dict(model, plan, seq, overlap)
+
+
+def print_written(title: str, out: dict[str, Any]) -> None:
+    from ..render.megatron_text import args_lines
+    print()
+    print("\n".join(args_lines(title, out)))
+
+
+def fit_seq(seq: int, plan: Any) -> int:
+    """The longest sequence a plan fits, rounded down to what its layout splits evenly (CP's 2 x cp chunks,
+    each cut over TP by SP): the --seq-length a job can run."""
+    unit = 2 * plan.cp * (plan.tp if plan.sp else 1)
+    return seq // unit * unit
+
+

@@ -1,0 +1,189 @@
+"""Megatron-LM's training flags, one table entry each: what parasim takes from a flag, or why a flag that
+changes memory, traffic or time is left out. Read by the reader (a job's flags -> model, layout, plan)
+and by the writer (a plan -> the flags that give it back), so the two cannot drift apart.
+
+Flag names and defaults are Megatron-LM's (megatron/training/arguments.py and the TransformerConfig and
+ModelParallelConfig fields it turns into flags), read from its source; this is our own code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Megatron's defaults where a flag is absent (arguments.py)
+DEFAULT_TOPK = 2  # --moe-router-topk
+DEFAULT_DIVISIBLE_BY = 128  # --make-vocab-size-divisible-by: the vocabulary is padded to this x TP
+DEFAULT_DROPOUT = 0.1  # --hidden-dropout and --attention-dropout
+# --tokenizer-type -> its vocabulary, for jobs that give no --vocab-size: GPT-2's byte-level BPE (50,257
+# tokens, Radford et al. 2019) and Llama 2's SentencePiece model (32,000, Touvron et al. 2023)
+TOKENIZERS = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
+SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}  # Megatron-FSDP -> ZeRO
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One Megatron flag. `takes`: 0 for a switch, 1 for one value, -1 for every word up to the next flag.
+    `role`: "used" (parasim reads it: `means` says as what), "unmodelled" (it changes memory, traffic or time
+    and parasim leaves that out: `means` says what), "none" (nothing parasim counts changes)."""
+
+    takes: int
+    role: str
+    means: str = ""
+
+
+def _used(takes: int, means: str) -> Flag:
+    return Flag(takes, "used", means)
+
+
+def _left(takes: int, means: str) -> Flag:
+    return Flag(takes, "unmodelled", means)
+
+
+FLAGS: dict[str, Flag] = {
+    # the model
+    "--num-layers": _used(1, "layers"),
+    "--hidden-size": _used(1, "hidden size"),
+    "--num-attention-heads": _used(1, "attention heads"),
+    "--ffn-hidden-size": _used(1, "MLP width (Megatron's default: 4 x hidden, or 8/3 x hidden rounded down to 64 "
+                                  "with --swiglu)"),
+    "--group-query-attention": _used(0, "grouped-query attention: --num-query-groups key/value heads"),
+    "--num-query-groups": _used(1, "key/value heads (with --group-query-attention)"),
+    "--kv-channels": _used(1, "the size of one head"),
+    "--seq-length": _used(1, "sequence length"),
+    "--vocab-size": _used(1, "vocabulary, padded as Megatron pads it (to a multiple of "
+                             "--make-vocab-size-divisible-by x TP)"),
+    "--make-vocab-size-divisible-by": _used(1, "the vocabulary's padding"),
+    "--swiglu": _used(0, "gated MLP: three matrices"),
+    "--disable-bias-linear": _used(0, "no biases"),
+    "--normalization": _used(1, "the norm (LayerNorm or RMSNorm)"),
+    "--untie-embeddings-and-output-weights": _used(0, "the output layer has its own weights (Megatron ties them "
+                                                      "by default)"),
+    "--num-experts": _used(1, "routed experts per MoE layer"),
+    "--moe-router-topk": _used(1, "experts per token"),
+    "--moe-ffn-hidden-size": _used(1, "one expert's MLP width"),
+    "--moe-shared-expert-intermediate-size": _used(1, "the shared experts' width (in experts of the routed width)"),
+    "--moe-layer-freq": _used(1, "which layers are MoE (dense layers first)"),
+    "--hidden-dropout": _used(1, "dropout (masks kept unless both dropouts are 0)"),
+    "--attention-dropout": _used(1, "dropout (masks kept unless both dropouts are 0)"),
+    "--attention-backend": _used(1, "FlashAttention (flash, fused, auto) or whole scores kept (unfused, local)"),
+    "--use-flash-attn": _used(0, "FlashAttention: the scores are not kept"),
+    "--moe-token-dispatcher-type": _used(1, "how tokens reach their experts (parasim's experts: all-to-all)"),
+    "--bf16": _used(0, "mixed precision: BF16 weights and products, FP32 master weights and Adam state"),
+    "--fp16": _used(0, "mixed precision: FP16 weights and products, FP32 master weights and Adam state"),
+    # the layout
+    "--tensor-model-parallel-size": _used(1, "TP"),
+    "--pipeline-model-parallel-size": _used(1, "PP"),
+    "--context-parallel-size": _used(1, "CP"),
+    "--expert-model-parallel-size": _used(1, "EP"),
+    "--expert-tensor-parallel-size": _used(1, "ETP"),
+    "--sequence-parallel": _used(0, "SP (Megatron turns it off when TP is 1)"),
+    "--use-tp-pp-dp-mapping": _used(0, "rank order tp-cp-ep-pp-dp"),
+    "--use-distributed-optimizer": _used(0, "ZeRO-1: the optimizer state sharded over DP x CP"),
+    "--use-megatron-fsdp": _used(0, "Megatron-FSDP: the ZeRO stage its --data-parallel-sharding-strategy gives"),
+    "--data-parallel-sharding-strategy": _used(1, "Megatron-FSDP's sharding: no_shard, optim, optim_grads, "
+                                                  "optim_grads_params (ZeRO 0-3)"),
+    "--use-torch-fsdp2": _used(0, "PyTorch FSDP2: weights, gradients and optimizer state sharded (ZeRO-3)"),
+    "--num-layers-per-virtual-pipeline-stage": _used(1, "interleaved 1F1B: model chunks per GPU"),
+    "--num-virtual-stages-per-pipeline-rank": _used(1, "interleaved 1F1B: model chunks per GPU"),
+    # the step
+    "--micro-batch-size": _used(1, "sequences per micro-batch"),
+    "--global-batch-size": _used(1, "micro-batches per step: global / (micro-batch x DP)"),
+    "--recompute-activations": _used(0, "selective recomputation"),
+    "--recompute-granularity": _used(1, "recomputation: full or selective"),
+    "--recompute-method": _used(1, "full recomputation's method (parasim: uniform, one layer at a time)"),
+    "--recompute-num-layers": _used(1, "layers recomputed together (parasim: 1)"),
+    "--overlap-grad-reduce": _used(0, "the step's time: the gradient reduction runs beside the backward"),
+    "--overlap-param-gather": _used(0, "the step's time: the parameter all-gather runs beside the forward"),
+    "--tp-comm-overlap": _used(0, "the step's time: TP collectives run beside the products"),
+    "--overlap-p2p-communication": _used(0, "the step's time: pipeline sends run beside compute"),
+    "--cp-comm-type": _used(1, "CP's exchange (parasim: p2p, the K/V ring)"),
+    # changes memory, traffic or time; not modelled
+    "--fp8-format": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
+    "--fp8-recipe": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
+    "--fp8-param-gather": _left(0, "FP8 weights gathered: parasim counts BF16 weights"),
+    "--grad-reduce-in-bf16": _left(0, "gradients reduced in BF16: parasim reduces them in FP32"),
+    "--use-precision-aware-optimizer": _left(0, "optimizer state in lower precision: parasim keeps FP32 Adam state"),
+    "--main-grads-dtype": _left(1, "the gradient buffer's dtype: parasim keeps FP32 gradients"),
+    "--main-params-dtype": _left(1, "the master weights' dtype: parasim keeps FP32 master weights"),
+    "--exp-avg-dtype": _left(1, "Adam's first moment's dtype: parasim keeps it in FP32"),
+    "--exp-avg-sq-dtype": _left(1, "Adam's second moment's dtype: parasim keeps it in FP32"),
+    "--megatron-fsdp-grad-comm-dtype": _left(1, "gradients reduced in another dtype: parasim reduces in FP32"),
+    "--megatron-fsdp-main-grads-dtype": _left(1, "the gradient buffer's dtype: parasim keeps FP32 gradients"),
+    "--num-distributed-optimizer-instances": _left(1, "several optimizer shards' copies: parasim shards over all of "
+                                                      "DP x CP once"),
+    "--recompute-modules": _left(-1, "selective recomputation of chosen modules: parasim's selective recomputes "
+                                     "attention's core only"),
+    "--cpu-offloading": _left(0, "activations or weights offloaded to the CPU: parasim keeps everything on the GPU"),
+    "--cpu-offloading-num-layers": _left(1, "activations offloaded to the CPU: parasim keeps them on the GPU"),
+    "--cross-entropy-loss-fusion": _left(0, "fused cross-entropy: parasim counts the loss's logits unfused"),
+    "--moe-grouped-gemm": _left(0, "grouped expert products: parasim times each expert's product as a dense one"),
+    "--moe-expert-capacity-factor": _left(1, "expert capacity: dropped or padded tokens change the experts' work"),
+    "--moe-pad-expert-input-to-capacity": _left(0, "experts padded to capacity: more work and memory than routed"),
+    "--moe-router-topk-limited-devices": _left(1, "device-limited routing: fewer GPUs per token, less traffic"),
+    "--moe-router-num-groups": _left(1, "group-limited routing: fewer nodes per token, less traffic"),
+    "--moe-router-group-topk": _left(1, "group-limited routing: fewer nodes per token, less traffic"),
+    "--moe-shared-expert-overlap": _left(0, "the shared expert runs beside the dispatch: parasim runs it after"),
+    "--overlap-moe-expert-parallel-comm": _left(0, "EP's all-to-all beside another micro-batch's compute: the "
+                                                   "plan's time does not overlap it"),
+    "--delay-wgrad-compute": _left(0, "weight gradients later (zero-bubble style): not in the plan's time"),
+    "--defer-embedding-wgrad-compute": _left(0, "the embedding's weight gradient deferred: not in the plan's time"),
+    "--mtp-num-layers": _left(1, "multi-token prediction layers: their weights and work are not counted"),
+    "--num-layers-in-first-pipeline-stage": _left(1, "an uneven first stage: parasim gives the first stages the "
+                                                     "extra layers"),
+    "--num-layers-in-last-pipeline-stage": _left(1, "an uneven last stage: parasim gives the first stages the "
+                                                    "extra layers"),
+    "--decoder-first-pipeline-num-layers": _left(1, "an uneven first stage: parasim gives the first stages the "
+                                                    "extra layers"),
+    "--decoder-last-pipeline-num-layers": _left(1, "an uneven last stage: parasim gives the first stages the "
+                                                   "extra layers"),
+    "--account-for-embedding-in-pipeline-split": _left(0, "the embedding counted as a layer in the split"),
+    "--account-for-loss-in-pipeline-split": _left(0, "the loss counted as a layer in the split"),
+    "--step-batch-size-schedule": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
+    "--rampup-batch-size": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
+    "--multi-latent-attention": _left(0, "MLA: parasim models multi-head attention of --kv-channels per head"),
+    "--q-lora-rank": _left(1, "MLA's query compression: not counted"),
+    "--kv-lora-rank": _left(1, "MLA's key/value compression: not counted"),
+    "--qk-head-dim": _left(1, "MLA's head sizes: not counted"),
+    "--qk-pos-emb-head-dim": _left(1, "MLA's head sizes: not counted"),
+    "--v-head-dim": _left(1, "MLA's head sizes: not counted"),
+    "--hybrid-override-pattern": _left(1, "a hybrid (Mamba) model: parasim models transformer layers only"),
+    "--is-hybrid-model": _left(0, "a hybrid (Mamba) model: parasim models transformer layers only"),
+    "--encoder-num-layers": _left(1, "an encoder: parasim models a decoder only"),
+    "--hierarchical-context-parallel-sizes": _left(-1, "hierarchical CP: parasim's CP is one ring"),
+    "--max-position-embeddings": Flag(1, "none"),  # learned positions: a remark of their own (see read.py)
+    "--position-embedding-type": Flag(1, "none"),
+    "--no-position-embedding": Flag(0, "none"),
+}
+
+# Flags that change nothing parasim counts, by how their names start: learning rate, data, logging,
+# checkpoints, initialisation, numerics that keep shapes.
+NO_EFFECT_PREFIXES = (
+    "--lr", "--min-lr", "--decoupled-", "--adam-", "--weight-decay", "--clip-grad", "--init-method", "--seed",
+    "--train-", "--data-", "--split", "--vocab-file", "--merge-file", "--tokenizer-", "--tiktoken-", "--mock-data",
+    "--num-workers", "--dataloader-", "--no-mmap-bin-files", "--no-create-attention-mask", "--save", "--load",
+    "--no-load-", "--no-save-", "--ckpt-", "--dist-ckpt-", "--auto-detect-ckpt", "--finetune", "--log", "--eval-",
+    "--tensorboard-", "--wandb-", "--timing-", "--profile", "--exit-", "--distributed-timeout", "--distributed-backend",
+    "--manual-gc", "--empty-unused-memory", "--use-mcore-models", "--use-legacy-models", "--transformer-impl",
+    "--spec", "--rotary-", "--use-rotary", "--mscale", "--norm-epsilon", "--apply-layernorm-1p", "--qk-layernorm",
+    "--add-qkv-bias", "--attention-softmax-in-fp32", "--no-masked-softmax-fusion", "--no-bias-", "--no-rope-fusion",
+    "--no-gradient-accumulation-fusion", "--calculate-per-token-loss", "--moe-aux-loss", "--moe-z-loss",
+    "--moe-router-load-balancing-type", "--moe-router-score-function", "--moe-router-pre-softmax",
+    "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-dtype",
+    "--moe-router-topk-scaling-factor", "--moe-router-force-load-balancing", "--moe-permute-fusion",
+    "--moe-flex-dispatcher-backend", "--moe-enable-deepep", "--moe-input-jitter", "--mtp-loss-scaling-factor",
+    "--enable-experimental", "--no-check-for-nan", "--check-for-nan", "--rerun-", "--init-model-with-meta-device",
+    "--fsdp-double-buffer", "--use-nccl-ub", "--deterministic-mode", "--accumulate-allreduce-grads-in-fp32",
+    "--num-dataset-builder-threads", "--object-storage-", "--use-checkpoint-", "--no-persist-layer-norm",
+    "--hidden-dropout", "--attention-dropout", "--use-cpu-initialization", "--override-opt-param-scheduler",
+    "--use-checkpoint-opt_param-scheduler", "--optimizer", "--sgd-", "--loss-scale", "--initial-loss-scale",
+    "--min-loss-scale", "--loss-scale-window", "--hysteresis", "--bias-", "--no-async-tensor-model-parallel-allreduce",
+    "--microbatch-group-size-per-vp-stage", "--fp8-amax", "--fp8-margin", "--fp8-interval", "--fp8-wgrad", "--ddp-", "--bucket-size", "--no-align-", "--align-",
+)
+
+
+def flag_of(name: str) -> Flag | None:
+    """The table's entry for `name`, a no-effect entry for a name with a no-effect prefix, else None."""
+    if name in FLAGS:
+        return FLAGS[name]
+    if name.startswith(NO_EFFECT_PREFIXES):
+        return Flag(-1, "none")
+    return None

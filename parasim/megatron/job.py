@@ -1,0 +1,534 @@
+"""A Megatron-LM job as parasim sees it: its model, layout and step, with every flag accounted for.
+
+`read_job(path)` reads a launch script or a file of flags (megatron/script.py), goes through the flags
+with the table (megatron/flags.py) and returns a Job: what each flag it used gave, the flags that change
+memory, traffic or time which parasim leaves out (one line each), what contradicts itself (a world that
+the layout does not divide, a batch that does not divide into micro-batches), and what it could not read.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from math import lcm
+from typing import Any
+
+from ..errors import UsageError
+from ..layout import Layout, ModelSpec
+from .flags import DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, SHARDING, TOKENIZERS, flag_of
+from .script import Script, read_file, read_script
+
+ATTENTION_FLASH = {"auto": True, "flash": True, "fused": True, "unfused": False, "local": False}
+NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
+# the torchrun (or torch.distributed.launch) flags that size the world
+NPROC = ("--nproc_per_node", "--nproc-per-node")
+NNODES = ("--nnodes",)
+
+
+@dataclass
+class Job:
+    """What a Megatron job runs, as parasim reads it."""
+
+    path: str
+    script: Script
+    given: dict[str, list[str]] = field(default_factory=dict)  # flag -> its words, as given (the last wins)
+    used: list[tuple[str, str]] = field(default_factory=list)  # (flag with its value, what parasim takes)
+    unmodelled: list[str] = field(default_factory=list)  # one line each
+    no_effect: list[str] = field(default_factory=list)  # flags that change nothing parasim counts
+    unknown: list[str] = field(default_factory=list)  # flags not in parasim's table
+    contradictions: list[str] = field(default_factory=list)
+    model: dict[str, Any] = field(default_factory=dict)  # ModelSpec fields the flags give
+    layout: dict[str, Any] = field(default_factory=dict)  # tp, cp, pp, ep, etp, sp, zero, order
+    step: dict[str, Any] = field(default_factory=dict)  # micro_batch, global_batch, recompute, flash, dropout, chunks
+    seq: int | None = None
+    overlap: list[str] = field(default_factory=list)
+    launched: int | None = None  # processes the launcher starts (nproc x nnodes), when it says
+    gpus_per_node: int | None = None
+    world: int | None = None  # the world parasim takes (launched, or the layout's least when they disagree)
+
+    # -- what a command takes from it ------------------------------------------------------------------
+    def model_spec(self, vocab: int | None = None) -> ModelSpec:
+        """The job's model; `vocab` stands in where the flags give no vocabulary."""
+        fields_ = dict(self.model)
+        if vocab is not None:
+            fields_["vocab"] = vocab
+        if "vocab" in fields_ and fields_.get("vocab_padding"):
+            fields_["vocab"] = padded_vocab(fields_["vocab"], fields_["vocab_padding"], self.layout.get("tp", 1))
+        fields_.pop("vocab_padding", None)
+        name = self.script.path.rsplit("/", 1)[-1]
+        return ModelSpec(name=f"{name} (Megatron flags)", **fields_)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "launch": {"line": self.script.line, "launcher": self.script.launcher,
+                                              "program": self.script.program},
+                "used": [{"flag": f, "means": m} for f, m in self.used], "unmodelled": self.unmodelled,
+                "contradictions": self.contradictions, "no_effect": self.no_effect, "unknown": self.unknown,
+                "not_read": self.script.notes, "launched": self.launched, "world": self.world,
+                "gpus_per_node": self.gpus_per_node, "layout": self.layout, "step": self.step, "seq": self.seq,
+                "overlap": self.overlap}
+
+
+def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
+    """Megatron's padded vocabulary: up to a multiple of --make-vocab-size-divisible-by x TP, so that each TP
+    rank's slice of the embedding is equal (megatron/training/vocab_utils.py)."""
+    multiple = divisible_by * tp
+    return -(-vocab // multiple) * multiple
+
+
+def read_job(path: str, text: str | None = None) -> Job:
+    """The job in the launch script or flags file at `path` (or in `text`, named `path`)."""
+    script = read_file(path) if text is None else read_script(text, path)
+    job = Job(path, script)
+    job.given = _split_flags(script.flags, path)
+    _launch(job)
+    _model(job)
+    _layout(job)
+    _step(job)
+    _world(job)
+    return job
+
+
+def _split_flags(words: list[str], path: str) -> dict[str, list[str]]:
+    """Flag -> its values, by the table's count of values (a flag not in it takes the words up to the next
+    flag). A value may follow `=`. Given twice, the last wins (argparse's rule)."""
+    out: dict[str, list[str]] = {}
+    i = 0
+    while i < len(words):
+        w = words[i]
+        if not w.startswith("--"):
+            i += 1  # a stray word: argparse would refuse it; the flag before it says what it is
+            continue
+        name, eq, inline = w.partition("=")
+        entry = flag_of(name)
+        takes = entry.takes if entry is not None else -1
+        if eq:
+            values = [inline]
+            i += 1
+        elif takes == 0:
+            values = []
+            i += 1
+        else:
+            j = i + 1
+            while j < len(words) and not words[j].startswith("--") and (takes == -1 or j - i <= takes):
+                j += 1
+            values, i = words[i + 1:j], j
+        out[name] = values
+    return out
+
+
+def _int(job: Job, flag: str, least: int = 1) -> int | None:
+    values = job.given.get(flag)
+    if values is None:
+        return None
+    if not values or not re.fullmatch(r"[0-9]{1,15}", values[0]):
+        got = repr(values[0]) if values else "nothing (is the variable it reads set?)"
+        raise UsageError(f"{job.path}: {flag} expects a whole number, got {got}")
+    v = int(values[0])
+    if v < least:
+        raise UsageError(f"{job.path}: {flag} must be at least {least}, got {v}")
+    return v
+
+
+def _text(job: Job, flag: str) -> str | None:
+    values = job.given.get(flag)
+    if values is None:
+        return None
+    if not values:
+        raise UsageError(f"{job.path}: {flag} has no value (is the variable it reads set?)")
+    return values[0]
+
+
+def _use(job: Job, flag: str, means: str | None = None) -> None:
+    values = job.given.get(flag, [])
+    shown = " ".join([flag] + values)
+    job.used.append((shown, means if means is not None else FLAGS[flag].means))
+
+
+def _launch(job: Job) -> None:
+    """The processes the launcher starts: torchrun's --nproc_per_node x --nnodes."""
+    launcher = job.script.launcher
+    if not launcher:
+        return
+    opts: dict[str, str] = {}
+    for i, w in enumerate(launcher):
+        name, eq, inline = w.partition("=")
+        if name.startswith("--"):
+            opts[name] = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
+    runs_torch = launcher[0].rsplit("/", 1)[-1] == "torchrun" or any(
+        w in ("torch.distributed.run", "torch.distributed.launch") for w in launcher)
+    nproc = next((opts[k] for k in NPROC if k in opts), None)
+    nnodes = next((opts[k] for k in NNODES if k in opts), "1")
+    if not runs_torch:
+        job.contradictions.append(f"launched by {launcher[0]}, not torchrun: parasim cannot tell how many processes "
+                                  "it starts: it takes the layout's least")
+        return
+    if nproc is None or not nproc.isdigit():
+        job.contradictions.append(f"torchrun's --nproc_per_node is {nproc!r}: parasim takes 1 process per node")
+        nproc = "1"
+    if ":" in nnodes:  # elastic: MIN:MAX nodes
+        nnodes = nnodes.split(":")[-1]
+        job.unmodelled.append(f"torchrun --nnodes {opts['--nnodes']}: elastic; parasim takes the most, {nnodes}")
+    if not nnodes.isdigit() or int(nnodes) < 1:
+        job.contradictions.append(f"torchrun's --nnodes is {nnodes!r}: parasim takes 1 node")
+        nnodes = "1"
+    job.gpus_per_node, job.launched = int(nproc), int(nproc) * int(nnodes)
+
+
+def _model(job: Job) -> None:
+    g, m = job.given, job.model
+    for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"), ("--num-attention-heads", "heads"),
+                      ("--ffn-hidden-size", "ffn"), ("--seq-length", None)):
+        v = _int(job, flag)
+        if v is None:
+            continue
+        _use(job, flag)
+        if key is None:
+            job.seq = v
+        else:
+            m[key] = v
+    m["gated"] = "--swiglu" in g
+    if m["gated"]:
+        _use(job, "--swiglu")
+        if "ffn" not in m and "hidden" in m:  # Megatron's default width for a gated MLP
+            m["ffn"] = int((4 * m["hidden"] * 2 / 3) / 64) * 64
+    if "--group-query-attention" in g:
+        _use(job, "--group-query-attention")
+        groups = _int(job, "--num-query-groups")
+        if groups is None:
+            raise UsageError(f"{job.path}: --group-query-attention without --num-query-groups")
+        _use(job, "--num-query-groups")
+        m["kv_heads"] = groups
+    elif "--num-query-groups" in g:
+        job.used.append((f"--num-query-groups {g['--num-query-groups'][0] if g['--num-query-groups'] else ''}",
+                         "read only with --group-query-attention (as Megatron does): every head has its own K, V"))
+    kv_channels = _int(job, "--kv-channels")
+    if kv_channels is not None:
+        if "hidden" in m and "heads" in m and kv_channels * m["heads"] == m["hidden"]:
+            _use(job, "--kv-channels", "the size of one head (hidden / heads, as parasim takes it)")
+        else:
+            job.unmodelled.append(f"--kv-channels {kv_channels}: heads of another size than hidden / heads; parasim "
+                                  "sizes attention by hidden / heads")
+    vocab = _int(job, "--vocab-size")
+    if vocab is not None:
+        _use(job, "--vocab-size")
+        m["vocab"] = vocab
+    elif (_text(job, "--tokenizer-type") if g.get("--tokenizer-type") else None) in TOKENIZERS:
+        kind = g["--tokenizer-type"][0]
+        m["vocab"] = TOKENIZERS[kind]
+        job.used.append((f"--tokenizer-type {kind}", f"its vocabulary: {m['vocab']:,} tokens"))
+    elif "--vocab-file" in g and "--merge-file" in g and "--tokenizer-type" not in g:
+        # a BPE vocabulary and merges with no tokenizer named: Megatron's GPT examples, GPT-2's tokenizer
+        m["vocab"] = TOKENIZERS["GPT2BPETokenizer"]
+        job.used.append((f"--vocab-file {' '.join(g['--vocab-file'])}".rstrip(),
+                         f"with --merge-file: GPT-2's BPE vocabulary, {m['vocab']:,} tokens"))
+    divisible = _int(job, "--make-vocab-size-divisible-by")
+    if divisible is not None:
+        _use(job, "--make-vocab-size-divisible-by")
+    m["vocab_padding"] = divisible or DEFAULT_DIVISIBLE_BY
+    if "--disable-bias-linear" in g:
+        _use(job, "--disable-bias-linear")
+        m["bias"] = False
+    norm = _text(job, "--normalization")
+    if norm is not None:
+        if norm.lower() not in NORMS:
+            raise UsageError(f"{job.path}: --normalization {norm!r}: Megatron takes LayerNorm or RMSNorm")
+        _use(job, "--normalization")
+        m["norm"] = NORMS[norm.lower()]
+    m["tied_embeddings"] = "--untie-embeddings-and-output-weights" not in g
+    if not m["tied_embeddings"]:
+        _use(job, "--untie-embeddings-and-output-weights")
+    _experts(job)
+    _positions(job)
+    _dropout(job)
+
+
+def _experts(job: Job) -> None:
+    m = job.model
+    experts = _int(job, "--num-experts")
+    if experts is None:
+        return
+    _use(job, "--num-experts")
+    m["experts"] = experts
+    topk = _int(job, "--moe-router-topk")
+    if topk is None:
+        job.used.append(("(no --moe-router-topk)", f"experts per token: Megatron's default, {DEFAULT_TOPK}"))
+    else:
+        _use(job, "--moe-router-topk")
+    m["top_k"] = topk or DEFAULT_TOPK
+    width = _int(job, "--moe-ffn-hidden-size")
+    if width is not None:
+        _use(job, "--moe-ffn-hidden-size")
+        m["expert_ffn"] = width
+    shared = _int(job, "--moe-shared-expert-intermediate-size")
+    if shared is not None:
+        unit = width or m.get("ffn") or 4 * m.get("hidden", 0)
+        if unit and shared % unit == 0:
+            _use(job, "--moe-shared-expert-intermediate-size", f"{shared // unit} shared expert(s) of width {unit}")
+            m["shared_experts"] = shared // unit
+        else:
+            job.unmodelled.append(f"--moe-shared-expert-intermediate-size {shared}: not a whole number of experts of "
+                                  f"width {unit}; parasim leaves the shared expert out")
+    freq = _text(job, "--moe-layer-freq")
+    if freq is not None:
+        dense = _dense_first(freq, m.get("layers"))
+        if dense is None:
+            job.unmodelled.append(f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense "
+                                  "layers first, then MoE layers")
+        else:
+            _use(job, "--moe-layer-freq", f"the first {dense} layer(s) dense, the rest MoE")
+            m["dense_layers"] = dense
+    dispatcher = _text(job, "--moe-token-dispatcher-type")
+    if dispatcher == "alltoall":
+        _use(job, "--moe-token-dispatcher-type")
+    else:
+        shown = f"--moe-token-dispatcher-type {dispatcher}" if dispatcher else \
+            "(no --moe-token-dispatcher-type: Megatron's default, allgather)"
+        job.unmodelled.append(f"{shown}: tokens reach their experts another way than parasim's all-to-all, with "
+                              "other traffic")
+
+
+def _dense_first(text: str, layers: int | None) -> int | None:
+    """`--moe-layer-freq`: an int N (every N-th layer MoE; 1 = all) or a pattern such as ([0]*3+[1]*58).
+    The number of leading dense layers when the pattern is dense layers then MoE layers, else None."""
+    text = text.strip()
+    if text.isdigit():
+        return 0 if int(text) == 1 else None
+    try:
+        pattern = _pattern(ast.parse(text.strip("'\""), mode="eval").body)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    dense = len(pattern) - len("".join(str(x) for x in pattern).lstrip("0"))
+    if any(x != 1 for x in pattern[dense:]) or (layers is not None and len(pattern) != layers):
+        return None
+    return dense
+
+
+def _pattern(node: ast.AST) -> list[int]:
+    if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1) for e in node.elts):
+        return [int(e.value) for e in node.elts]  # type: ignore[attr-defined]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _pattern(node.left) + _pattern(node.right)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.right, ast.Constant) \
+            and isinstance(node.right.value, int) and 0 <= node.right.value <= 100_000:
+        return _pattern(node.left) * node.right.value
+    raise ValueError("not a layer pattern")
+
+
+def _positions(job: Job) -> None:
+    g = job.given
+    kind = _text(job, "--position-embedding-type") or "learned_absolute"
+    if "--position-embedding-type" in g:
+        _use(job, "--position-embedding-type", f"{kind}" + (": no weights" if kind != "learned_absolute" else ""))
+    if kind == "learned_absolute" and "--no-position-embedding" not in g:
+        most = _int(job, "--max-position-embeddings")
+        size = f"{most:,} x hidden" if most else "--max-position-embeddings x hidden"
+        job.unmodelled.append(f"learned position embeddings (Megatron's default): {size} weights parasim does not "
+                              "count")
+    elif "--max-position-embeddings" in g:
+        _use(job, "--max-position-embeddings", "no weights (the positions are rotary)")
+
+
+def _dropout(job: Job) -> None:
+    rates = []
+    for flag in ("--hidden-dropout", "--attention-dropout"):
+        text = _text(job, flag)
+        try:
+            rates.append(DEFAULT_DROPOUT if text is None else float(text))
+        except ValueError:
+            raise UsageError(f"{job.path}: {flag} expects a number, got {text!r}") from None
+        if text is not None:
+            _use(job, flag)
+    job.step["dropout"] = any(r > 0 for r in rates)
+
+
+def _layout(job: Job) -> None:
+    g, y = job.given, job.layout
+    for flag, axis in (("--tensor-model-parallel-size", "tp"), ("--pipeline-model-parallel-size", "pp"),
+                       ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
+                       ("--expert-tensor-parallel-size", "etp")):
+        v = _int(job, flag)
+        if v is not None:
+            _use(job, flag)
+            y[axis] = v
+    for axis in ("tp", "pp", "cp", "ep"):
+        y.setdefault(axis, 1)
+    if "etp" not in y:  # Megatron's default expert TP is the dense TP
+        y["etp"] = y["tp"]
+    y["sp"] = "--sequence-parallel" in g and y["tp"] > 1
+    if "--sequence-parallel" in g:
+        _use(job, "--sequence-parallel", "SP" if y["sp"] else "ignored: TP is 1, and Megatron turns SP off")
+    if "--use-tp-pp-dp-mapping" in g:
+        _use(job, "--use-tp-pp-dp-mapping")
+        y["order"] = "tp-cp-ep-pp-dp"
+    zero = 0
+    if "--use-distributed-optimizer" in g:
+        _use(job, "--use-distributed-optimizer")
+        zero = 1
+    if "--use-megatron-fsdp" in g:
+        strategy = _text(job, "--data-parallel-sharding-strategy") or "optim_grads_params"
+        if strategy not in SHARDING:
+            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {strategy!r}: one of "
+                             f"{', '.join(SHARDING)}")
+        _use(job, "--use-megatron-fsdp", f"Megatron-FSDP, sharding {strategy}: ZeRO-{SHARDING[strategy]}")
+        if "--data-parallel-sharding-strategy" in g:
+            _use(job, "--data-parallel-sharding-strategy")
+        zero = SHARDING[strategy]
+    if "--use-torch-fsdp2" in g:
+        _use(job, "--use-torch-fsdp2")
+        zero = 3
+    y["zero"] = zero
+    if zero == 0:
+        job.used.append(("(no --use-distributed-optimizer)", "ZeRO-0: every DP rank keeps the whole optimizer state"))
+    chunks = None
+    per_stage = _int(job, "--num-layers-per-virtual-pipeline-stage")
+    if per_stage is not None:
+        layers = job.model.get("layers")
+        if layers and layers % (y["pp"] * per_stage) == 0:
+            chunks = layers // (y["pp"] * per_stage)
+            _use(job, "--num-layers-per-virtual-pipeline-stage", f"interleaved 1F1B: {chunks} model chunks per GPU")
+        else:
+            job.contradictions.append(f"--num-layers-per-virtual-pipeline-stage {per_stage}: {layers} layers over "
+                                      f"PP {y['pp']} do not make whole chunks of {per_stage}")
+    v = _int(job, "--num-virtual-stages-per-pipeline-rank")
+    if v is not None:
+        _use(job, "--num-virtual-stages-per-pipeline-rank")
+        chunks = v
+    job.step["chunks"] = chunks or 1
+    for flag, name in (("--overlap-grad-reduce", "grad-reduce"), ("--overlap-param-gather", "prefetch"),
+                       ("--tp-comm-overlap", "tp"), ("--overlap-p2p-communication", "p2p")):
+        if flag in g:
+            _use(job, flag)
+            job.overlap.append(name)
+    cp_type = _text(job, "--cp-comm-type") or "p2p"
+    if "--cp-comm-type" in g and cp_type == "p2p":
+        _use(job, "--cp-comm-type")
+    elif cp_type != "p2p":
+        job.unmodelled.append(f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts")
+    if y["cp"] > 1 and cp_type == "p2p":  # TransformerEngine's ring runs each K/V exchange beside attention
+        job.overlap.append("cp")
+
+
+def _step(job: Job) -> None:
+    g, s = job.given, job.step
+    micro = _int(job, "--micro-batch-size")
+    if micro is not None:
+        _use(job, "--micro-batch-size")
+    s["micro_batch"] = micro or 1
+    batch = _int(job, "--global-batch-size")
+    if batch is not None:
+        _use(job, "--global-batch-size")
+        s["global_batch"] = batch
+    granularity = _text(job, "--recompute-granularity")
+    if "--recompute-activations" in g:
+        _use(job, "--recompute-activations")
+        granularity = granularity or "selective"
+    if granularity is not None and granularity not in ("full", "selective"):
+        raise UsageError(f"{job.path}: --recompute-granularity {granularity!r}: full or selective")
+    if "--recompute-granularity" in g:
+        _use(job, "--recompute-granularity")
+    s["recompute"] = granularity or "none"
+    method, layers = _text(job, "--recompute-method"), _int(job, "--recompute-num-layers")
+    if granularity == "full" and (method not in (None, "uniform") or layers not in (None, 1)):
+        job.unmodelled.append(f"full recomputation by {method or 'uniform'} over {layers or 1} layer(s): parasim's "
+                              "keeps every layer's input and re-runs one layer at a time (uniform, 1)")
+    else:
+        for flag in ("--recompute-method", "--recompute-num-layers"):
+            if flag in g:
+                _use(job, flag)
+    backend = _text(job, "--attention-backend")
+    flash = True
+    if backend is not None:
+        if backend not in ATTENTION_FLASH:
+            raise UsageError(f"{job.path}: --attention-backend {backend!r}: one of {', '.join(ATTENTION_FLASH)}")
+        flash = ATTENTION_FLASH[backend]
+        _use(job, "--attention-backend", "FlashAttention: the scores are not kept" if flash else
+             "the whole scores kept (no FlashAttention)")
+    if "--use-flash-attn" in g:
+        _use(job, "--use-flash-attn")
+    s["flash"] = flash
+    precision = [f for f in ("--bf16", "--fp16") if f in g]
+    for f in precision:
+        _use(job, f)
+    if not precision:
+        job.unmodelled.append("(no --bf16 or --fp16) Megatron trains in FP32: parasim counts mixed precision "
+                              "(2-byte weights and activations)")
+    # everything else: the table's other rows, then what it does not know
+    for flag, values in g.items():
+        entry = flag_of(flag)
+        if any(u.split(" ", 1)[0] == flag for u, _ in job.used) or any(
+                line.startswith(flag + " ") or line.startswith(flag + ":") for line in job.unmodelled):
+            continue
+        if entry is None:
+            job.unknown.append(flag)
+        elif entry.role == "unmodelled":
+            job.unmodelled.append(f"{' '.join([flag] + values)}: {entry.means}")
+        elif entry.role == "none":
+            job.no_effect.append(flag)
+        elif entry.role == "used" and flag not in ("--num-query-groups",):
+            job.no_effect.append(flag)  # read with another flag that is absent (so, as Megatron does, unused)
+
+
+def _world(job: Job) -> None:
+    """The world: what torchrun launches, checked against what the layout needs (TP x CP x PP per data-parallel
+    replica; the experts' ETP x EP dividing each stage's TP x CP x DP); the micro-batches per step."""
+    y = job.layout
+    tp, cp, pp, ep, etp = y["tp"], y["cp"], y["pp"], y["ep"], y["etp"]
+    if not job.model.get("experts") and ep == 1:
+        etp = 1  # a dense model: no expert layout to hold
+    least = pp * lcm(tp * cp, etp * ep)  # the fewest GPUs that hold the layout
+    laid = f"TP {tp} x CP {cp} x PP {pp}" + (f" with EP {ep} x ETP {etp}" if job.model.get("experts") else "")
+    if job.launched is None:
+        job.world = least
+    elif job.launched % least:
+        take = least * max(1, job.launched // least)
+        nproc, nnodes = job.gpus_per_node, job.launched // (job.gpus_per_node or 1)
+        job.contradictions.append(
+            f"the script's torchrun launches {job.launched:,} processes ({nproc} per node x {nnodes} node"
+            f"{'s' if nnodes != 1 else ''}), but {laid} needs a multiple of {least:,}: parasim takes {take:,} GPUs "
+            f"(--gpus N, or --world N on layout and trace, takes another)")
+        job.world = take
+    else:
+        job.world = job.launched
+    dp = job.world // (tp * cp * pp)
+    batch = job.step.get("global_batch")
+    micro = job.step["micro_batch"]
+    if batch is not None:
+        if batch % (micro * dp):
+            job.contradictions.append(f"--global-batch-size {batch:,} is not a multiple of --micro-batch-size {micro} "
+                                      f"x DP {dp}: parasim takes {max(1, batch // (micro * dp)):,} micro-batches")
+        job.step["microbatches"] = max(1, batch // (micro * dp))
+
+
+def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: Any) -> Any:
+    """The estimator's plan of the job (its degrees, ZeRO stage and step choices) for `model`, on `world` GPUs
+    (default: the job's); `override` replaces any plan field (a command's own flags)."""
+    from dataclasses import replace
+    from ..estimate.memory import Plan
+    y, s = job.layout, job.step
+    fields_ = dict(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
+                   order=y.get("order", "tp-cp-ep-dp-pp"), world=world or job.world,
+                   recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
+                   chunks=s["chunks"])
+    if not model.experts and fields_["ep"] == 1:
+        fields_["etp"] = 1  # a dense model has no experts to split
+    if job.gpus_per_node:
+        fields_["gpus_per_node"] = job.gpus_per_node
+    fields_.update({k: v for k, v in override.items() if v is not None})
+    if override.get("dp") is not None and world is None:
+        fields_["world"] = None  # DP given: the world follows from it
+    plan = Plan(**fields_)
+    batch = s.get("global_batch")
+    if override.get("microbatches") is None and batch is not None:  # the global batch holds whatever DP is
+        plan = replace(plan, microbatches=max(1, batch // (plan.micro_batch * plan.dp)))
+    return plan.check(model, job.seq)
+
+
+def layout_of(job: Job, model: ModelSpec | None) -> Layout:
+    """The job's Layout (degrees, SP, ZeRO stage, rank order) on its world."""
+    y = job.layout
+    return Layout(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
+                  order=y.get("order", "tp-cp-ep-dp-pp"), world=job.world, model=model,
+                  gpus_per_node=job.gpus_per_node or 8)
+
+
+__all__ = ["Job", "read_job", "plan_of", "layout_of", "padded_vocab"]

@@ -1,0 +1,246 @@
+"""Megatron-LM jobs read as they are (`--megatron FILE`) and plans written back as their flags
+(`--megatron-args`). The scripts under tests/data/megatron are Megatron-LM's own (see the README there);
+every expected value below is typed from the script or the published model, never from the reader."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from parasim.errors import UsageError
+from parasim.estimate.memory import Plan
+from parasim.layout import ModelSpec
+from parasim.megatron.args import megatron_args, script_text
+from parasim.megatron.job import plan_of, read_job
+from parasim.megatron.script import read_script
+from tests.conftest import cli
+
+DATA = os.path.join(os.path.dirname(__file__), "data", "megatron")
+GPT3 = os.path.join(DATA, "train_gpt3_175b_distributed.sh")
+MIXTRAL = os.path.join(DATA, "train_mixtral_8x7b_distributed.sh")
+LLAMA = os.path.join(DATA, "train_llama3_8b_h100_fp8.sh")
+
+
+# -- the script, read as bash reads it -----------------------------------------------------------------
+def test_variables_arrays_defaults_and_arithmetic_expand_as_bash_expands_them():
+    text = """#!/bin/bash
+GPUS=8
+NODES=${SLURM_NNODES:-"2"}   # unset: the default
+WORLD=$(($GPUS*$NODES))
+EMPTY=$1
+A=(
+    --num-layers 4   # a comment inside an array
+    --hidden-size "$((GPUS * 16))"
+)
+A+=("--seq-length 64")
+export TP=2
+torchrun --nproc_per_node $GPUS --nnodes $NODES train.py ${A[@]} \\
+    --tensor-model-parallel-size ${TP} --world-note $WORLD "--quoted stays one" $EMPTY 2>&1 | tee log
+"""
+    s = read_script(text, "job.sh")
+    assert s.launcher == ["torchrun", "--nproc_per_node", "8", "--nnodes", "2"]
+    assert s.program == "train.py"
+    assert s.flags == ["--num-layers", "4", "--hidden-size", "128", "--seq-length", "64",
+                       "--tensor-model-parallel-size", "2", "--world-note", "16", "--quoted stays one"]
+    assert s.line == 12
+
+
+def test_if_else_takes_the_branch_bash_would_and_notes_what_it_cannot_run():
+    text = """MODE=fp8
+X=()
+if [[ "$MODE" == "bf16" ]]; then
+    X+=(--bf16)
+elif [ -n "$MODE" ] && [ "$MODE" != "none" ]; then
+    X+=(--fp8-format hybrid)
+else
+    X+=(--fp16)
+fi
+for i in 1 2; do
+    X+=(--never)
+done
+D=$(date)
+python pretrain_gpt.py ${X[@]} --note "$(hostname)"
+"""
+    s = read_script(text, "job.sh")
+    assert s.flags == ["--fp8-format", "hybrid", "--note", ""]
+    assert any("for loop" in n for n in s.notes)
+    assert any("$(hostname)" in n for n in s.notes)  # in the launch: noted
+
+
+def test_a_file_of_flags_is_its_flags_and_an_exit_stops_reading():
+    s = read_script("--num-layers 2\n--hidden-size 8 \\\n  --num-attention-heads 2\n", "flags.txt")
+    assert (s.program, s.flags) == ("", ["--num-layers", "2", "--hidden-size", "8", "--num-attention-heads", "2"])
+    with pytest.raises(UsageError, match="no launch of a training program"):
+        read_script("exit 1\ntorchrun pretrain_gpt.py --num-layers 2\n", "job.sh")
+
+
+@pytest.mark.parametrize("text, words", [
+    ("torchrun x.py --a 'unclosed\n", "never closes"),
+    ('torchrun x.py --a "unclosed\n', "never closes"),
+    ("A=(--a\n", "never closes"),
+    ("fi\n", "without an 'if'"),
+    ("echo nothing here\n", "no launch"),
+])
+def test_what_cannot_be_read_is_one_line_naming_the_file_and_line(text, words):
+    with pytest.raises(UsageError, match=words) as err:
+        read_script(text, "job.sh")
+    assert str(err.value).startswith("job.sh") and "\n" not in str(err.value)
+
+
+# -- Megatron-LM's own scripts -------------------------------------------------------------------------
+def test_gpt3_175b_gives_tp8_pp16_and_says_torchrun_launches_too_few():
+    got = cli("memory", "--megatron", GPT3)
+    assert got.returncode == 0, got.stderr
+    text = got.stdout
+    assert "TP8 + PP16 on 128 GPUs" in text
+    for flag in ("--tensor-model-parallel-size 8", "--pipeline-model-parallel-size 16", "--num-layers 96",
+                 "--hidden-size 12288", "--num-attention-heads 96", "--seq-length 2048", "--global-batch-size 1536"):
+        assert flag in text, flag
+    assert "launches 8 processes" in text and "multiple of 128" in text
+    assert "--step-batch-size-schedule" in text  # the batch ramp: named, not modelled
+    data = json.loads(cli("memory", "--megatron", GPT3, "--json").stdout)
+    assert {k: data["layout"][k] for k in ("tp", "pp", "cp", "dp", "world", "zero")} == \
+        {"tp": 8, "pp": 16, "cp": 1, "dp": 1, "world": 128, "zero": 0}  # no --use-distributed-optimizer
+    assert data["layout"]["microbatches"] == 1536  # global 1536 / (micro 1 x DP 1)
+    assert data["seq"] == 2048
+    assert any("multiple of 128" in c for c in data["megatron"]["contradictions"])
+
+
+def test_gpt3_175b_is_the_published_175b_model():
+    # Brown et al. 2020, Table 2.1: GPT-3 175B has 175.0B parameters (96 layers, d_model 12288, 96 heads)
+    job = read_job(GPT3)
+    model = job.model_spec()
+    assert model.vocab == 51200  # GPT-2's 50,257 padded to a multiple of 128 x TP 8, as Megatron pads it
+    assert abs(model.total_params() - 175.0e9) / 175.0e9 < 0.01
+
+
+def test_mixtral_reads_its_experts_and_grouped_query_attention():
+    # Mixtral of Experts (Jiang et al. 2024): 46.7B parameters, 8 experts, top-2, GQA with 8 KV heads
+    job = read_job(MIXTRAL)
+    model = job.model_spec()
+    assert (model.experts, model.top_k, model.kv_heads, model.ffn, model.gated, model.norm) == \
+        (8, 2, 8, 14336, True, "rmsnorm")
+    assert abs(model.total_params() - 46.7e9) / 46.7e9 < 0.01
+    plan = plan_of(job, model)
+    assert (plan.tp, plan.pp, plan.ep, plan.etp, plan.sp, plan.zero, plan.world, plan.dp) == \
+        (1, 4, 8, 1, False, 1, 32, 8)  # SP dropped with TP 1, as Megatron drops it
+    assert plan.m == 256 // 8  # global 256 / (micro 1 x DP 8)
+    assert not plan.dropout  # both dropouts 0.0
+    assert set(job.overlap) == {"grad-reduce", "prefetch"}
+    assert any("multiple of 32" in c for c in job.contradictions)  # 8 GPUs launched: EP 8 x PP 4 needs 32
+    assert any(line.startswith("--moe-grouped-gemm") for line in job.unmodelled)
+    assert not job.unknown
+
+
+def test_llama3_fp8_names_what_parasim_leaves_out():
+    job = read_job(LLAMA)
+    model = job.model_spec()
+    assert (model.vocab, model.kv_heads, model.layers) == (128256, 8, 32)
+    # Llama 3 8B: 8.03B parameters (Meta's model card)
+    assert abs(model.total_params() - 8.03e9) / 8.03e9 < 0.01
+    left = " ".join(job.unmodelled)
+    for flag in ("--fp8-format hybrid", "--fp8-param-gather", "--grad-reduce-in-bf16", "--cross-entropy-loss-fusion"):
+        assert flag in left, flag
+    assert job.seq == 8192 and job.world == 8
+    assert not job.contradictions and not job.unknown
+
+
+def test_every_flag_is_accounted_for():
+    for path in (GPT3, MIXTRAL, LLAMA):
+        job = read_job(path)
+        accounted = {u.split(" ", 1)[0] for u, _ in job.used} | set(job.no_effect) | set(job.unknown) | \
+            {line.split(" ", 1)[0].rstrip(":") for line in job.unmodelled}
+        assert set(job.given) <= accounted, set(job.given) - accounted
+
+
+# -- the answer handed back, and read again --------------------------------------------------------------
+MOE = ModelSpec(name="moe", layers=8, hidden=1024, heads=16, kv_heads=4, vocab=32768, ffn=4096, experts=16, top_k=2,
+                expert_ffn=1024, shared_experts=1, dense_layers=2, gated=True, norm="rmsnorm", bias=False)
+PLANS = [
+    Plan(tp=8, sp=True, pp=2, world=64, zero=1, recompute="full", micro_batch=2, microbatches=8),
+    Plan(tp=2, sp=True, cp=2, pp=4, world=64, ep=4, etp=1, zero=0, recompute="selective", microbatches=16, chunks=2),
+    Plan(tp=1, pp=1, world=16, ep=8, etp=2, zero=3, flash=False, dropout=False),
+    Plan(tp=4, sp=True, pp=2, world=32, ep=2, etp=2, zero=2, order="tp-cp-ep-pp-dp", microbatches=4),
+]
+
+
+@pytest.mark.parametrize("plan", PLANS, ids=[p.label() for p in PLANS])
+def test_a_plan_written_as_flags_reads_back_as_the_same_plan(plan):
+    plan = plan.check(MOE, 4096)
+    overlap = ("grad-reduce", "prefetch", "tp")
+    text = script_text(megatron_args(MOE, plan, 4096, overlap), plan.world, plan.gpus_per_node)
+    job = read_job("written.sh", text)
+    assert not job.contradictions and not job.unknown, (job.contradictions, job.unknown)
+    back = plan_of(job, job.model_spec())
+    for f in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "world", "zero", "order", "recompute", "flash", "dropout",
+              "micro_batch", "m", "chunks", "gpus_per_node"):
+        assert getattr(back, f) == getattr(plan, f), f
+    model = job.model_spec()
+    for f in ("layers", "hidden", "heads", "kv_heads", "vocab", "ffn", "experts", "top_k", "expert_ffn",
+              "shared_experts", "dense_layers", "gated", "norm", "bias", "tied_embeddings"):
+        assert getattr(model, f) == getattr(MOE, f), f
+    # CP's K/V ring runs beside attention in Megatron (TransformerEngine): read as the plan's "cp" overlap
+    assert job.seq == 4096 and set(job.overlap) == set(overlap) | ({"cp"} if plan.cp > 1 else set())
+
+
+def test_fit_search_megatron_args_round_trip_through_megatron(tmp_path):
+    got = cli("fit", "--model", "27b", "--search", "--nodes", "1-2", "--megatron-args", "--json")
+    assert got.returncode == 0, got.stderr
+    for row in json.loads(got.stdout)["nodes"]:
+        best = row["best"]
+        path = tmp_path / f"job{row['nodes']}.sh"
+        path.write_text(best["megatron_args"]["torchrun"] + "\n")
+        back = json.loads(cli("memory", "--megatron", str(path), "--json").stdout)
+        for f in ("tp", "sp", "cp", "pp", "dp", "ep", "world", "zero", "recompute", "flash", "micro_batch",
+                  "microbatches"):
+            assert back["layout"][f] == best[f], (row["nodes"], f)
+        assert back["seq"] == best["seq_length"] <= best["max_seq_tokens"]
+        assert not back["megatron"]["unmodelled"] and not back["megatron"]["contradictions"]
+    text = cli("fit", "--model", "27b", "--search", "--nodes", "2", "--megatron-args").stdout
+    assert "torchrun --nnodes 2 --nproc-per-node 8" in text and "--context-parallel-size 2" in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def test_layout_megatron_args_round_trip(tmp_path):
+    got = json.loads(cli("layout", "--tp", "2", "--pp", "2", "--ep", "4", "--experts", "8", "--world", "16", "--sp",
+                         "--megatron-args", "--json").stdout)
+    path = tmp_path / "layout.sh"
+    path.write_text(got["megatron_args"]["torchrun"])
+    back = json.loads(cli("layout", "--megatron", str(path), "--json").stdout)
+    assert back["layout"] == got["layout"] and back["groups"] == got["groups"]
+
+
+def test_the_command_line_replaces_what_the_job_says():
+    data = json.loads(cli("memory", "--megatron", GPT3, "--pp", "8", "--gpus", "64", "--json").stdout)
+    assert (data["layout"]["tp"], data["layout"]["pp"], data["layout"]["world"]) == (8, 8, 64)
+    assert data["layout"]["microbatches"] == 1536  # the global batch holds: 1536 / (1 x DP 1)
+
+
+def test_trace_runs_the_job_at_real_size():
+    got = cli("trace", "--megatron", MIXTRAL, "--gpu", "0", "--json")
+    assert got.returncode == 0, got.stderr
+    data = json.loads(got.stdout)
+    assert data["sizes"]["ep"] == 8 and data["sizes"]["pp"] == 4
+    assert data["peak"]["assumes"]  # the job's choices: no dropout masks
+    assert not any("dropout masks kept" in a for a in data["peak"]["assumes"])
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["memory", "--megatron", "/nonexistent.sh"], "cannot read"),
+    (["memory", "--megatron", GPT3, "--model", "27b"], "not both"),
+    (["layout", "--megatron", GPT3, "--layout", "moe16"], "not both"),
+])
+def test_bad_input_is_one_line_and_exit_2(argv, words):
+    got = cli(*argv)
+    assert got.returncode == 2 and words in got.stderr and got.stderr.count("\n") == 1, got.stderr
+
+
+def test_a_flag_without_its_value_is_named(tmp_path):
+    path = tmp_path / "job.sh"
+    path.write_text("LAYERS=\ntorchrun pretrain_gpt.py --num-layers $LAYERS --hidden-size 8\n")
+    got = cli("memory", "--megatron", str(path))
+    assert got.returncode == 2 and "--num-layers expects a whole number" in got.stderr
+    path.write_bytes(b"\x00\xff binary")
+    got = cli("memory", "--megatron", str(path))
+    assert got.returncode == 2 and "not a text file" in got.stderr
