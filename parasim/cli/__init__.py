@@ -22,7 +22,7 @@ from typing import Sequence
 from .. import __version__
 from ..errors import OutputError, ParasimError, UsageError
 from ..limits import check_plot_path
-from . import check, compare, estimate, layout, lesson, run, schedule, trace, validate
+from . import check, compare, estimate, layout, lesson, run, schedule, serve, trace, validate
 from .common import BROKEN_PIPE, Parser, Stdout, check_folder, silence_stdout
 
 
@@ -33,7 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     # the order of `parasim --help`
     for add in (lesson.add_lesson, schedule.add_schedule, trace.add_trace, lesson.add_view, run.add_run,
                 check.add_check, compare.add_compare, layout.add_layout, estimate.add_estimate_commands,
-                validate.add_validate):
+                validate.add_validate, serve.add_serve):
         add(sub)
     return p
 

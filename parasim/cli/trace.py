@@ -75,7 +75,7 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     from ..layout import Layout, preset
     sizes = {k: getattr(args, k) for k in SIZES if getattr(args, k) is not None}
     model_flags = args.experts is not None or args.layers is not None
-    if args.megatron is not None:
+    if getattr(args, "megatron", None) is not None:  # parasim compare builds its own arguments, without it
         return _job_layout(args, sizes)
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")

@@ -2,6 +2,7 @@
 Hugging Face config.json. The model type itself is parasim.layout.ModelSpec, the engine's too."""
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
@@ -31,32 +32,166 @@ REQUIRED = ("layers", "hidden", "heads", "vocab")
 GATED_ACTIVATIONS = ("silu", "swiglu", "geglu")  # a gated MLP has three matrices (Llama's model_type implies it)
 
 
+# Multi-head latent attention's sizes (DeepSeek-V2/V3), named alike in the config and in ModelSpec.
+HF_LATENT = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+# Fields that place the MoE layers among the layers: DeepSeek's first_k_dense_replace (above, as
+# dense_layers) and moe_layer_freq, Qwen-MoE's decoder_sparse_step and mlp_only_layers.
+HF_PATTERN = ("moe_layer_freq", "decoder_sparse_step")
+
+
+@dataclass(frozen=True)
+class HFConfig:
+    """A Hugging Face config.json as read: the model, the fields that made it (each with its value, in the
+    order they were read), and one line for each field present that changes memory, traffic or time in a
+    way parasim does not model (fields with no such effect are passed over silently)."""
+
+    model: ModelSpec
+    used: dict[str, Any] = field(default_factory=dict)
+    unmodelled: list[str] = field(default_factory=list)
+
+
 def from_hf_config(path: str) -> ModelSpec:
     """A model from a Hugging Face config.json: the usual fields are read, unknown ones ignored."""
+    return read_hf_config(path).model
+
+
+def read_hf_config(path: str) -> HFConfig:
+    """A Hugging Face config.json, dense or MoE: its model, the fields read, and what it does that parasim
+    does not model. Reads GQA and a stated head_dim, the MoE fields of Mixtral, DeepSeek-V2/V3 and
+    Qwen2/Qwen3-MoE (with Qwen2-MoE's one wider shared expert, and the dense layers wherever they lie), and
+    DeepSeek's multi-head latent attention (parameters exact)."""
     from ..limits import MAX_SIZE, read_bounded, read_json
     cfg = read_json(read_bounded(path, "config"), path, "a model's config.json", constants=True)  # Python writes NaN
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: expected a JSON object")
     if isinstance(cfg.get("text_config"), dict):  # multimodal configs nest the language model
         cfg = {**cfg, **cfg["text_config"]}
+    used: dict[str, Any] = {}
+
+    def size(name: str, v: Any, least: int, label: str | None = None) -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= MAX_SIZE:
+            shown = repr(v) if not isinstance(v, int) or v.bit_length() < 64 else f"a {len(str(v))}-digit number"
+            raise UsageError(f"{path}: field for {label or name} must be an integer from {least} to "
+                             f"{MAX_SIZE:.0e}, got {shown}")
+        used[name] = v
+        return v
+
     got: dict[str, Any] = {}
     for key, names in HF_FIELDS.items():
-        for n in names:
-            if cfg.get(n) is not None:
-                got[key] = cfg[n]
-                break
+        n = next((n for n in names if cfg.get(n) is not None), None)
+        if n is not None:
+            least = 1 if key in ("layers", "hidden", "heads", "vocab", "kv_heads") else 0
+            got[key] = size(n, cfg[n], least, key)
     for key in REQUIRED:
         if key not in got:
             raise UsageError(f"{path}: missing required field {HF_FIELDS[key][0]!r}")
-    for key, v in got.items():
-        least = 1 if key in ("layers", "hidden", "heads", "vocab", "kv_heads") else 0
-        if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= MAX_SIZE:
-            shown = repr(v) if not isinstance(v, int) or v.bit_length() < 64 else f"a {len(str(v))}-digit number"
-            raise UsageError(f"{path}: field for {key} must be an integer from {least} to {MAX_SIZE:.0e}, got {shown}")
+    layers, hidden, heads = got["layers"], got["hidden"], got["heads"]
+    notes: list[str] = []
+
+    latent = {}
+    if cfg.get("kv_lora_rank") is not None:
+        latent = {n: size(n, cfg[n], 1) for n in HF_LATENT if cfg.get(n) is not None}
+    if latent:  # DeepSeek's config also has a head_dim (the rotary part's): attention's sizes are these
+        got.update(latent)
+        notes.append(f"kv_lora_rank {latent['kv_lora_rank']}: multi-head latent attention's parameters are counted "
+                     f"exactly, but its activations, attention time and CP traffic are modelled as plain "
+                     f"multi-head attention of {heads} heads of {hidden // heads} (hidden / heads)")
+    elif cfg.get("head_dim") is not None:
+        d = size("head_dim", cfg["head_dim"], 1)
+        if hidden % heads or d != hidden // heads:
+            got["head_size"] = d
+            notes.append(f"head_dim {d}: attention is {heads} x {d} = {heads * d} wide, not hidden {hidden}; its "
+                         f"parameters and projection time use that, its activations, attention-core time and "
+                         f"CP traffic take it as {hidden} wide")
+
+    experts = got.get("experts", 0)
+    if experts:
+        shared_w = cfg.get("shared_expert_intermediate_size")
+        if shared_w is not None and size("shared_expert_intermediate_size", shared_w, 0):
+            got.setdefault("shared_experts", 1)  # Qwen2-MoE: one shared expert of its own width
+            got["shared_expert_ffn"] = shared_w
+            routed_w = got.get("expert_ffn", got.get("ffn", 4 * hidden))
+            if shared_w != routed_w:
+                notes.append(f"shared_expert_intermediate_size {shared_w}: the shared expert's parameters use it, "
+                             f"its activations and compute time the routed experts' width {routed_w}")
+        dense_at = _dense_layers(path, cfg, layers, got.get("dense_layers", 0), size, used)
+        if dense_at is not None:
+            got["dense_layers"] = len(dense_at)
+            if dense_at != list(range(len(dense_at))):
+                shown = ", ".join(map(str, dense_at[:8])) + (", ..." if len(dense_at) > 8 else "")
+                notes.append(f"{len(dense_at)} dense-MLP layers at {shown} of {layers}: counted, but the pipeline "
+                             f"split takes them to be the first {len(dense_at)}, so each stage's mix of dense and "
+                             f"MoE layers (its memory and time) can differ")
+    notes.extend(_unmodelled(cfg, layers, experts))
+
     act = cfg.get("hidden_act") or cfg.get("activation_function")
+    for n in ("hidden_act", "activation_function"):
+        if cfg.get(n) is not None:
+            used[n] = cfg[n]
+            break
     gated = act in GATED_ACTIVATIONS or "llama" in str(cfg.get("model_type"))
+    for n in ("model_type", "tie_word_embeddings"):
+        if n in cfg:
+            used[n] = cfg[n]
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path)
-    return ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got).require(*REQUIRED)
+    model = ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got)
+    return HFConfig(model.require(*REQUIRED), used, notes)
+
+
+def _dense_layers(path: str, cfg: dict, layers: int, first_dense: int, size: Any,
+                  used: dict[str, Any]) -> list[int] | None:
+    """The indices of an MoE model's dense-MLP layers when fields place them (None: first_k_dense_replace's
+    leading layers alone). A layer has experts when it is past first_k_dense_replace, its index is a
+    multiple of moe_layer_freq (DeepSeek-V2), its index + 1 a multiple of decoder_sparse_step, and it is not
+    in mlp_only_layers (Qwen-MoE; the rule of their Hugging Face model code)."""
+    freq, step = (size(n, cfg[n], 1) if cfg.get(n) is not None else 1 for n in HF_PATTERN)
+    only = cfg.get("mlp_only_layers")
+    if only is not None:
+        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
+                                             for i in only):
+            raise UsageError(f"{path}: mlp_only_layers must be a list of layer indices from 0 to {layers - 1}, "
+                             f"got {str(only)[:60]}")
+        used["mlp_only_layers"] = only
+    if (only is None and freq == 1 and step == 1) or first_dense > layers:  # (the model refuses the latter)
+        return None
+    skip = set(only or ())
+    return [i for i in range(layers) if i < first_dense or i % freq or (i + 1) % step or i in skip]
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
+    """Lines for the fields present that change memory, traffic or time beyond what parasim models."""
+    out = []
+    if cfg.get("is_encoder_decoder"):
+        out.append("is_encoder_decoder: parasim reads one stack of layers as a decoder-only model; the second "
+                   "stack and its cross-attention are not counted")
+    mtp = cfg.get("num_nextn_predict_layers")
+    if _positive(mtp):
+        out.append(f"num_nextn_predict_layers {mtp}: the multi-token prediction module ({mtp} more "
+                   f"layer{'s' if mtp > 1 else ''} predicting further tokens, with {'their' if mtp > 1 else 'its'} "
+                   f"own projection) is not counted: no parameters, memory or time for it")
+    groups, top_groups = cfg.get("n_group"), cfg.get("topk_group")
+    if experts and _positive(groups) and _positive(top_groups) and 1 < groups and top_groups < groups:
+        out.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing (a token's experts come "
+                   f"from at most {top_groups} of {groups} groups) is not modelled: the EP all-to-all's time and "
+                   f"once-per-GPU bytes take each token's picks as spread over all {experts} experts, so they "
+                   f"overstate what crosses nodes when the groups lie on nodes")
+    window, types = cfg.get("sliding_window"), cfg.get("layer_types")
+    if _positive(window):
+        if isinstance(types, list):
+            n = sum(t == "sliding_attention" for t in types)
+            where = f"on {n} of {layers} layers"
+        else:
+            n = 0 if cfg.get("use_sliding_window") is False else None
+            where = "on every layer" if "use_sliding_window" not in cfg else "on some or all layers"
+        if n != 0:
+            out.append(f"sliding_window {window}: attention over only the last {window} tokens ({where}) is not "
+                       f"modelled: attention time, CP's ring and (without FlashAttention) the kept scores are "
+                       f"counted over the whole sequence")
+    return out
 
 
 def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab: int | None,

@@ -2,6 +2,12 @@
 
 Parameter counts follow from the shapes (attention, MLP or experts, norms, embeddings) unless a stated
 count is given: the post quotes its dense model as 27B parameters, and the model-state figures use that.
+
+A few sizes exist for counting real models' parameters exactly (Hugging Face configs): a stated head size,
+a shared expert's own width, and multi-head latent attention's ranks (EXACT_SIZES). Left unset (the
+default) they change nothing; the engine's layers do not build them, and the activations keep hidden-wide
+attention and routed-width shared experts (estimate/models.py's read_hf_config says so for a config that
+sets them).
 """
 from __future__ import annotations
 
@@ -50,14 +56,39 @@ class ModelSpec:
     norm: str = "layernorm"  # or "rmsnorm"
     bias: bool = True
     flash: bool = False  # do not keep the attention scores (FlashAttention)
+    # sizes for counting real models' parameters exactly (EXACT_SIZES; None keeps every figure as it was). The
+    # parameter count uses them all; the clock only the attention sizes (its matmuls through attention_params,
+    # CP's keys and values through head_dim); the activations keep hidden-wide multi-head attention, and the
+    # activations and the clock take shared experts at the routed experts' width
+    shared_expert_ffn: int | None = None  # one shared expert's MLP width (default: expert_ffn; Qwen2-MoE's is wider)
+    head_size: int | None = None  # one attention head's width, stated when not hidden / heads (Qwen3-MoE)
+    # multi-head latent attention (DeepSeek-V2/V3), kv_lora_rank None = plain attention
+    q_lora_rank: int | None = None  # queries through a latent of this rank (None: one full query projection)
+    kv_lora_rank: int | None = None  # keys and values through one shared latent of this rank
+    qk_nope_head_dim: int | None = None  # each head's query/key width without rotary position
+    qk_rope_head_dim: int | None = None  # the rotary part (its key projected once from the input, shared by heads)
+    v_head_dim: int | None = None  # each head's value width
 
     def __post_init__(self) -> None:
-        for f in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "expert_ffn", "seq", "micro_batch"):
+        for f in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "expert_ffn", "seq", "micro_batch",
+                  *EXACT_SIZES):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
                 raise LayoutError(f"model {f} must be a positive integer, got {v!r}")
-        if self.hidden is not None and self.heads is not None and self.hidden % self.heads:
+        # a stated head size need not divide the hidden size (Qwen3-30B-A3B: 32 heads of 128 on hidden 2048)
+        if self.hidden is not None and self.heads is not None and self.hidden % self.heads and self.head_size is None:
             raise LayoutError(f"hidden {self.hidden} does not divide by heads {self.heads}")
+        mla = ("q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        if self.kv_lora_rank is None:
+            given = [f for f in mla if getattr(self, f) is not None]
+            if given:
+                raise LayoutError(f"latent attention's {', '.join(given)} need its kv_lora_rank")
+        else:
+            lacking = [f for f in mla[1:] if getattr(self, f) is None]
+            if lacking:
+                raise LayoutError(f"latent attention (kv_lora_rank {self.kv_lora_rank}) lacks {', '.join(lacking)}")
+            if self.head_size is not None:
+                raise LayoutError("a stated head size and latent attention's sizes exclude each other")
         if self.heads is not None and self.kv_heads is not None:
             check_kv(self.heads, self.kv_heads)
         if self.experts and self.top_k is not None and not 1 <= self.top_k <= self.experts:
@@ -82,7 +113,14 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
-        return self.hidden // self.heads
+        """One head's width: the stated one, else hidden / heads (also under latent attention, which the
+        activations and time model as plain multi-head attention)."""
+        return self.head_size or self.hidden // self.heads
+
+    @property
+    def latent(self) -> bool:
+        """Multi-head latent attention (DeepSeek): keys and values through a low-rank latent."""
+        return self.kv_lora_rank is not None
 
     @property
     def ffn_size(self) -> int:
@@ -91,6 +129,10 @@ class ModelSpec:
     @property
     def expert_size(self) -> int:
         return self.expert_ffn or self.ffn_size
+
+    @property
+    def shared_size(self) -> int:
+        return self.shared_expert_ffn or self.expert_size
 
     @property
     def moe_layers(self) -> int:
@@ -102,8 +144,21 @@ class ModelSpec:
 
     # -- parameter counts (weights only; biases and norms are a rounding error at this scale) ----------
     def attention_params(self) -> int:
+        if self.latent:
+            return self.latent_attention_params()
         h, d = self.hidden, self.head_dim
         return h * (self.heads * d) * 2 + h * (2 * self.kv * d)  # Q and O, then K and V
+
+    def latent_attention_params(self) -> int:
+        """Multi-head latent attention's projections (DeepSeek-V2 report, section 2.1): queries down to
+        q_lora_rank and up to every head's no-rope and rope parts (or straight up without q_lora_rank); the
+        input down to the kv latent plus the one shared rotary key; the latent up to every head's no-rope
+        key and value; the values out to hidden. The two latents' norms are counted with the norms."""
+        h, n, rope = self.hidden, self.heads, self.qk_rope_head_dim
+        qk, r = self.qk_nope_head_dim + rope, self.q_lora_rank
+        q = h * r + r * n * qk if r else h * n * qk
+        kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv + n * self.v_head_dim * h
 
     def mlp_params(self, width: int) -> int:
         return self.mlp_mats * self.hidden * width
@@ -116,9 +171,15 @@ class ModelSpec:
         return {"attention": float(self.layers * self.attention_params()),
                 "dense mlp": float(dense_mlp * self.mlp_params(self.ffn_size)),
                 "routed experts": float(self.moe_layers * self.experts * self.mlp_params(self.expert_size)),
-                "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.expert_size)),
+                "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.shared_size)),
                 "router": float(self.moe_layers * self.experts * self.hidden),
-                "embeddings": float(emb), "norms": float(self.layers * 2 * self.hidden)}
+                "embeddings": float(emb), "norms": float(self.layers * self.norm_width())}
+
+    def norm_width(self) -> int:
+        """Norm weights per layer: the two before attention and MLP, and latent attention's two latents'."""
+        if self.latent:
+            return 2 * self.hidden + (self.q_lora_rank or 0) + self.kv_lora_rank
+        return 2 * self.hidden
 
     def total_params(self) -> float:
         return float(self.params) if self.params else sum(self.counted().values())
@@ -137,8 +198,16 @@ class ModelSpec:
         return (sum(c.values()) - c["routed experts"] - c["embeddings"] + routed) * scale
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
-                "kv_heads": self.kv, "vocab": self.vocab, "ffn": self.ffn_size, "experts": self.experts,
-                "top_k": self.top_k or 0, "expert_ffn": self.expert_size if self.experts else None,
-                "shared_experts": self.shared_experts, "dense_layers": self.dense_layers, "gated": self.gated,
-                "params": self.total_params(), "active_params": self.active_params()}
+        """The shapes and counts; the exact-count sizes (EXACT_SIZES) only where set."""
+        out = {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
+               "kv_heads": self.kv, "vocab": self.vocab, "ffn": self.ffn_size, "experts": self.experts,
+               "top_k": self.top_k or 0, "expert_ffn": self.expert_size if self.experts else None,
+               "shared_experts": self.shared_experts, "dense_layers": self.dense_layers, "gated": self.gated}
+        out.update({f: getattr(self, f) for f in EXACT_SIZES if getattr(self, f) is not None})
+        return {**out, "params": self.total_params(), "active_params": self.active_params()}
+
+
+# sizes for counting real models' parameters exactly (the head size also sizes the clock's CP keys and
+# values, through head_dim); None, the default, leaves every figure as it was
+EXACT_SIZES = ("shared_expert_ffn", "head_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
+               "qk_rope_head_dim", "v_head_dim")
