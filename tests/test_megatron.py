@@ -244,3 +244,46 @@ def test_a_flag_without_its_value_is_named(tmp_path):
     path.write_bytes(b"\x00\xff binary")
     got = cli("memory", "--megatron", str(path))
     assert got.returncode == 2 and "not a text file" in got.stderr
+
+
+def test_deepseek_v3_as_megatron_flags_counts_the_published_total(tmp_path):
+    # DeepSeek-V3 technical report: 671B parameters in all, MTP's extra module left out; MLA with q rank 1536,
+    # kv rank 512, 128 + 64 query/key and 128 value widths per head. A flags file as Megatron takes them:
+    flags = ("--num-layers 61 --hidden-size 7168 --num-attention-heads 128 --ffn-hidden-size 18432 --swiglu "
+             "--normalization RMSNorm --untie-embeddings-and-output-weights --vocab-size 129280 "
+             "--make-vocab-size-divisible-by 1 --multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 "
+             "--qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 --num-experts 256 --moe-router-topk 8 "
+             "--moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
+             "--moe-layer-freq ([0]*3+[1]*58) --moe-token-dispatcher-type alltoall --mtp-num-layers 1 "
+             "--expert-model-parallel-size 64 --pipeline-model-parallel-size 1 --bf16")
+    job = read_job("deepseek.txt", flags.replace(" --", "\n--"))
+    model = job.model_spec()
+    assert (model.q_lora_rank, model.kv_lora_rank, model.qk_nope_head_dim, model.qk_rope_head_dim,
+            model.v_head_dim, model.dense_layers, model.shared_experts) == (1536, 512, 128, 64, 128, 3, 1)
+    assert abs(model.total_params() - 671e9) / 671e9 < 0.02
+    assert any(line.startswith("--mtp-num-layers") for line in job.unmodelled)  # named, not counted
+    assert any(line.startswith("--multi-latent-attention") for line in job.unmodelled)
+    # one layer's latent attention, by hand: q down and up, kv down (+ the shared rotary key) and up, out
+    h, n = 7168, 128
+    by_hand = h * 1536 + 1536 * n * 192 + h * (512 + 64) + 512 * n * (128 + 128) + n * 128 * h
+    assert model.attention_params() == by_hand
+
+
+def test_a_hugging_face_config_written_as_megatron_flags_reads_back(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    path = tmp_path / "config.json"
+    path.write_text(transformers.DeepseekV3Config().to_json_string())
+    got = cli("memory", "--config", str(path), "--tp", "8", "--sp", "--ep", "64", "--gpus", "512", "--megatron-args",
+              "--json")
+    assert got.returncode == 0, got.stderr
+    data = json.loads(got.stdout)
+    assert any("num_nextn_predict_layers" in line for line in data["config"]["unmodelled"])
+    job = read_job("written.sh", data["megatron_args"]["torchrun"])
+    assert not job.contradictions and not job.unknown
+    back = job.model_spec()
+    # Megatron pads the vocabulary to a multiple of 128 x TP 8: 129,280 -> 130,048, both embeddings growing
+    padding = (130048 - 129280) * 7168 * 2
+    assert back.vocab == 130048
+    assert back.total_params() - data["config"]["params"] == padding
+    text = cli("memory", "--config", str(path), "--tp", "8", "--sp", "--ep", "64", "--gpus", "512").stdout
+    assert "Hugging Face config" in text and "not modelled (3)" in text and "671.03B parameters" in text

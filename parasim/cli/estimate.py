@@ -125,7 +125,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
 def _model(args: argparse.Namespace):
-    from ..estimate.models import from_flags, from_hf_config, get_model
+    from ..estimate.models import from_flags, get_model
     from .megatron import check_not_both, job_model, read_megatron
     check_not_both(args)
     job = read_megatron(args)
@@ -140,7 +140,9 @@ def _model(args: argparse.Namespace):
     if args.model:
         return get_model(args.model)
     if args.config:
-        return from_hf_config(args.config)
+        from ..estimate.models import read_hf_config
+        args._hf_config = read_hf_config(args.config)  # what it read and left out, printed beside the answer
+        return args._hf_config.model
     if not given:
         raise UsageError("which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab")
     return from_flags(**sizes)
@@ -200,9 +202,24 @@ def _job(args: argparse.Namespace) -> Any:
 
 
 def _print_job(args: argparse.Namespace, job: Any) -> None:
+    """Where the model came from, before the answer: a Megatron job's flags, or a config's fields."""
     if job is not None:
         from .megatron import print_job
         print_job(job, args)
+    hf = getattr(args, "_hf_config", None)
+    if hf is not None:
+        from ..render.estimate_text import config_lines
+        print("\n".join(config_lines(args.config, hf)) + "\n")
+
+
+def _sources(args: argparse.Namespace, out: dict, job: Any) -> None:
+    """--json: the Megatron job as read ("megatron"), the config's fields ("config")."""
+    if job is not None:
+        out["megatron"] = job.to_dict()
+    hf = getattr(args, "_hf_config", None)
+    if hf is not None:
+        out["config"] = {"path": args.config, "used": hf.used, "unmodelled": hf.unmodelled,
+                         "params": hf.model.total_params(), "active_params": hf.model.active_params()}
 
 
 def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
@@ -246,8 +263,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
            "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
-    if job is not None:
-        out["megatron"] = job.to_dict()
+    _sources(args, out, job)
     if args.megatron_args:
         out["megatron_args"] = _written(model, plan, args.seq, overlap)
     if args.plot:
@@ -293,8 +309,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         result["usable"] = usable / unit
         result["unit"] = name
         job = _job(args)
-        if job is not None:
-            result["megatron"] = job.to_dict()
+        _sources(args, result, job)
         if args.megatron_args:  # each node count's best layout, as the job that runs it
             for row in result["nodes"]:
                 if row["best"] is not None and row["best"]["max_seq_tokens"]:
@@ -330,8 +345,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
     job = _job(args)
-    if job is not None:
-        out["megatron"] = job.to_dict()
+    _sources(args, out, job)
     if args.megatron_args and f.seq:
         from .megatron import fit_seq
         out["megatron_args"] = _written(model, plan, fit_seq(f.seq, plan), overlap)

@@ -134,7 +134,13 @@ def read_hf_config(path: str) -> HFConfig:
         if n in cfg:
             used[n] = cfg[n]
     name = str(cfg.get("_name_or_path") or cfg.get("model_type") or path)
-    model = ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), **got)
+    # RMSNorm where the config gives its epsilon by that name (Llama, Mistral, Qwen, DeepSeek); biases where a
+    # field says so (GPT-2 style configs have them and no such field)
+    norm = "rmsnorm" if "rms_norm_eps" in cfg else "layernorm"
+    flags = [cfg[k] for k in ("attention_bias", "mlp_bias", "qkv_bias") if isinstance(cfg.get(k), bool)]
+    bias = any(flags) if flags else norm == "layernorm"
+    model = ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), norm=norm,
+                      bias=bias, **got)
     return HFConfig(model.require(*REQUIRED), used, notes)
 
 

@@ -35,6 +35,15 @@ def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
         if seq is not None:
             out += ["--seq-length", str(seq), "--max-position-embeddings", str(seq)]
         return out
+    if model.latent:
+        out.append("--multi-latent-attention")
+        add("--q-lora-rank", model.q_lora_rank)
+        add("--kv-lora-rank", model.kv_lora_rank)
+        add("--qk-head-dim", model.qk_nope_head_dim)
+        add("--qk-pos-emb-head-dim", model.qk_rope_head_dim)
+        add("--v-head-dim", model.v_head_dim)
+    elif model.head_size is not None:
+        add("--kv-channels", model.head_size)
     if model.hidden is not None:
         add("--ffn-hidden-size", model.ffn_size)
     if model.gated:
@@ -51,7 +60,7 @@ def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
         add("--moe-router-topk", model.top_k)
         add("--moe-ffn-hidden-size", model.expert_size)
         if model.shared_experts:
-            add("--moe-shared-expert-intermediate-size", model.shared_experts * model.expert_size)
+            add("--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_size)
         if model.dense_layers:
             add("--moe-layer-freq", f"([0]*{model.dense_layers}+[1]*{model.layers - model.dense_layers})")
         out.extend(["--moe-token-dispatcher-type", "alltoall"])

@@ -13,6 +13,11 @@ from dataclasses import dataclass
 DEFAULT_TOPK = 2  # --moe-router-topk
 DEFAULT_DIVISIBLE_BY = 128  # --make-vocab-size-divisible-by: the vocabulary is padded to this x TP
 DEFAULT_DROPOUT = 0.1  # --hidden-dropout and --attention-dropout
+# --multi-latent-attention's sizes when their flags are absent (arguments.py's _add_mla_args)
+MLA_DEFAULTS = {"--q-lora-rank": None, "--kv-lora-rank": 32, "--qk-head-dim": 128, "--qk-pos-emb-head-dim": 64,
+                "--v-head-dim": 128}
+MLA_FIELDS = {"--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", "--qk-head-dim": "qk_nope_head_dim",
+              "--qk-pos-emb-head-dim": "qk_rope_head_dim", "--v-head-dim": "v_head_dim"}
 # --tokenizer-type -> its vocabulary, for jobs that give no --vocab-size: GPT-2's byte-level BPE (50,257
 # tokens, Radford et al. 2019) and Llama 2's SentencePiece model (32,000, Touvron et al. 2023)
 TOKENIZERS = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
@@ -139,12 +144,12 @@ FLAGS: dict[str, Flag] = {
     "--account-for-loss-in-pipeline-split": _left(0, "the loss counted as a layer in the split"),
     "--step-batch-size-schedule": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
     "--rampup-batch-size": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
-    "--multi-latent-attention": _left(0, "MLA: parasim models multi-head attention of --kv-channels per head"),
-    "--q-lora-rank": _left(1, "MLA's query compression: not counted"),
-    "--kv-lora-rank": _left(1, "MLA's key/value compression: not counted"),
-    "--qk-head-dim": _left(1, "MLA's head sizes: not counted"),
-    "--qk-pos-emb-head-dim": _left(1, "MLA's head sizes: not counted"),
-    "--v-head-dim": _left(1, "MLA's head sizes: not counted"),
+    "--multi-latent-attention": _used(0, "multi-head latent attention: its parameters counted from its ranks"),
+    "--q-lora-rank": _used(1, "MLA: the queries' latent rank"),
+    "--kv-lora-rank": _used(1, "MLA: the keys' and values' latent rank"),
+    "--qk-head-dim": _used(1, "MLA: each head's query/key width without rotary position"),
+    "--qk-pos-emb-head-dim": _used(1, "MLA: the rotary part of each head's query/key"),
+    "--v-head-dim": _used(1, "MLA: each head's value width"),
     "--hybrid-override-pattern": _left(1, "a hybrid (Mamba) model: parasim models transformer layers only"),
     "--is-hybrid-model": _left(0, "a hybrid (Mamba) model: parasim models transformer layers only"),
     "--encoder-num-layers": _left(1, "an encoder: parasim models a decoder only"),

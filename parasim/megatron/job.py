@@ -15,7 +15,8 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
-from .flags import DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, SHARDING, TOKENIZERS, flag_of
+from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS, SHARDING,
+                    TOKENIZERS, flag_of)
 from .script import Script, read_file, read_script
 
 ATTENTION_FLASH = {"auto": True, "flash": True, "fused": True, "unfused": False, "local": False}
@@ -202,12 +203,19 @@ def _model(job: Job) -> None:
         job.used.append((f"--num-query-groups {g['--num-query-groups'][0] if g['--num-query-groups'] else ''}",
                          "read only with --group-query-attention (as Megatron does): every head has its own K, V"))
     kv_channels = _int(job, "--kv-channels")
-    if kv_channels is not None:
+    latent = "--multi-latent-attention" in g
+    if latent:
+        _latent(job)
+    if kv_channels is not None and latent:
+        job.used.append((f"--kv-channels {kv_channels}", "not read: MLA's heads are sized by its own flags"))
+    elif kv_channels is not None:
         if "hidden" in m and "heads" in m and kv_channels * m["heads"] == m["hidden"]:
-            _use(job, "--kv-channels", "the size of one head (hidden / heads, as parasim takes it)")
+            _use(job, "--kv-channels", "the size of one head (hidden / heads)")
         else:
-            job.unmodelled.append(f"--kv-channels {kv_channels}: heads of another size than hidden / heads; parasim "
-                                  "sizes attention by hidden / heads")
+            _use(job, "--kv-channels", "the size of one head (not hidden / heads: attention's weights counted "
+                                       "with it)")
+            m["head_size"] = kv_channels
+            job.unmodelled.append(f"--kv-channels {kv_channels}: the activations keep attention hidden-wide")
     vocab = _int(job, "--vocab-size")
     if vocab is not None:
         _use(job, "--vocab-size")
@@ -242,6 +250,23 @@ def _model(job: Job) -> None:
     _dropout(job)
 
 
+def _latent(job: Job) -> None:
+    """--multi-latent-attention's ranks and head sizes, Megatron's defaults where a flag is absent."""
+    _use(job, "--multi-latent-attention")
+    for flag, key in MLA_FIELDS.items():
+        v = _int(job, flag)
+        if v is not None:
+            _use(job, flag)
+        else:
+            v = MLA_DEFAULTS[flag]
+            if v is not None:
+                job.used.append((f"(no {flag})", f"{FLAGS[flag].means}: Megatron's default, {v}"))
+        if v is not None:
+            job.model[key] = v
+    job.unmodelled.append("--multi-latent-attention: parameters counted from its ranks; the activations, "
+                          "attention's time and CP's traffic are those of plain multi-head attention")
+
+
 def _experts(job: Job) -> None:
     m = job.model
     experts = _int(job, "--num-experts")
@@ -266,8 +291,10 @@ def _experts(job: Job) -> None:
             _use(job, "--moe-shared-expert-intermediate-size", f"{shared // unit} shared expert(s) of width {unit}")
             m["shared_experts"] = shared // unit
         else:
-            job.unmodelled.append(f"--moe-shared-expert-intermediate-size {shared}: not a whole number of experts of "
-                                  f"width {unit}; parasim leaves the shared expert out")
+            _use(job, "--moe-shared-expert-intermediate-size", f"one shared expert of width {shared}")
+            m["shared_experts"], m["shared_expert_ffn"] = 1, shared
+            job.unmodelled.append(f"--moe-shared-expert-intermediate-size {shared}: its weights counted at their "
+                                  f"width; its activations and time at the routed experts' {unit}")
     freq = _text(job, "--moe-layer-freq")
     if freq is not None:
         dense = _dense_first(freq, m.get("layers"))

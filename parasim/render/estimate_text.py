@@ -98,3 +98,20 @@ def hardware_report(console: Any, hw: dict) -> None:
     for key, src in hw["sources"].items():
         console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']}: {src['prints']}. "
                                                                           f"{src['address']}"))
+
+
+def config_lines(path: str, hf: Any) -> list[str]:
+    """`--config FILE`: the fields read (each with its value), the parameters they count, and one line for
+    each field that changes memory, traffic or time which parasim leaves out."""
+    import textwrap
+    model = hf.model
+    fields = ", ".join(f"{k} {v}" for k, v in hf.used.items())
+    lines = textwrap.wrap(f"Hugging Face config {path}: {model.total_params() / 1e9:,.2f}B parameters "
+                          f"({model.active_params() / 1e9:,.2f}B active, without the embeddings) from {fields}",
+                          100, subsequent_indent="  ", break_on_hyphens=False)
+    if hf.unmodelled:
+        lines.append(f"  not modelled ({len(hf.unmodelled)}):")
+        for line in hf.unmodelled:
+            lines += textwrap.wrap(line, 100, initial_indent="    ", subsequent_indent="      ",
+                                   break_on_hyphens=False)
+    return lines
