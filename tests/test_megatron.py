@@ -196,6 +196,8 @@ def test_fit_search_megatron_args_round_trip_through_megatron(tmp_path):
                   "microbatches"):
             assert back["layout"][f] == best[f], (row["nodes"], f)
         assert back["seq"] == best["seq_length"] <= best["max_seq_tokens"]
+        # a length the layout splits evenly: CP's 2 x cp chunks, each cut over TP by SP
+        assert best["seq_length"] % (2 * best["cp"] * (best["tp"] if best["sp"] else 1)) == 0
         assert not back["megatron"]["unmodelled"] and not back["megatron"]["contradictions"]
     text = cli("fit", "--model", "27b", "--search", "--nodes", "2", "--megatron-args").stdout
     assert "torchrun --nnodes 2 --nproc-per-node 8" in text and "--context-parallel-size 2" in text
@@ -286,4 +288,14 @@ def test_a_hugging_face_config_written_as_megatron_flags_reads_back(tmp_path):
     assert back.vocab == 130048
     assert back.total_params() - data["config"]["params"] == padding
     text = cli("memory", "--config", str(path), "--tp", "8", "--sp", "--ep", "64", "--gpus", "512").stdout
+    text = " ".join(text.split())  # the lines wrap where the folder's name ends
     assert "Hugging Face config" in text and "not modelled (3)" in text and "671.03B parameters" in text
+
+
+@pytest.mark.parametrize("hidden, attention, kept", [("0.0", "0.0", False), ("0.1", "0.0", True),
+                                                       ("0.0", "0.1", True), (None, None, True)])
+def test_dropout_masks_are_kept_unless_both_dropouts_are_zero(hidden, attention, kept):
+    flags = "--num-layers 2 --hidden-size 8 --num-attention-heads 2 --vocab-size 64"
+    flags += f" --hidden-dropout {hidden}" if hidden else ""
+    flags += f" --attention-dropout {attention}" if attention else ""  # absent: Megatron's 0.1
+    assert read_job("flags.txt", flags).step["dropout"] is kept

@@ -49,10 +49,14 @@ def test_app_in_tmux(tmp_path):
              f"echo $? > {shlex.quote(str(rc_file))}; sleep 30")
     env = {**os.environ, "TERM": "xterm-256color"}
     env.pop("TMUX", None)  # works when the tests themselves run inside tmux
+    for name in ("COLUMNS", "LINES"):  # pytest-xdist's workers set 80 x 24, which the app would take over tmux's
+        env.pop(name, None)
     subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(WIDTH), "-y", str(HEIGHT), shell],
                    env=env, check=True, timeout=10)
     try:
-        screen = _wait_for(session, lambda s: "timeline" in s and "event 1/" in s)
+        # every panel painted, not only the first ones (a loaded machine paints in several frames)
+        screen = _wait_for(session, lambda s: "timeline" in s and "event 1/" in s and "[1 2 2 2]" in s
+                           and "splitting A by rows" in s and "? help  q quit" in s)
         assert "timeline" in screen, f"the app did not start within 15 s; the screen:\n{screen}"
         assert "selected event" in screen, screen
         assert "[1 2 2 2]" in screen, screen  # the first all-reduce: rank values, replicated after it
