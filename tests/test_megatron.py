@@ -29,6 +29,9 @@ GPUS=8
 NODES=${SLURM_NNODES:-"2"}   # unset: the default
 WORLD=$(($GPUS*$NODES))
 EMPTY=$1
+SET_EMPTY=
+EIGHT=${SET_EMPTY:-8}     # set but empty: :- takes the default
+NOTHING=${SET_EMPTY-8}    # set: - keeps the empty value
 A=(
     --num-layers 4   # a comment inside an array
     --hidden-size "$((GPUS * 16))"
@@ -36,14 +39,16 @@ A=(
 A+=("--seq-length 64")
 export TP=2
 torchrun --nproc_per_node $GPUS --nnodes $NODES train.py ${A[@]} \\
-    --tensor-model-parallel-size ${TP} --world-note $WORLD "--quoted stays one" $EMPTY 2>&1 | tee log
+    --tensor-model-parallel-size ${TP} --world-note $WORLD "--quoted stays one" $EMPTY --eight $EIGHT \
+    --nothing "$NOTHING" 2>&1 | tee log
 """
     s = read_script(text, "job.sh")
     assert s.launcher == ["torchrun", "--nproc_per_node", "8", "--nnodes", "2"]
     assert s.program == "train.py"
     assert s.flags == ["--num-layers", "4", "--hidden-size", "128", "--seq-length", "64",
-                       "--tensor-model-parallel-size", "2", "--world-note", "16", "--quoted stays one"]
-    assert s.line == 12
+                       "--tensor-model-parallel-size", "2", "--world-note", "16", "--quoted stays one",
+                       "--eight", "8", "--nothing", ""]
+    assert s.line == 15
 
 
 def test_if_else_takes_the_branch_bash_would_and_notes_what_it_cannot_run():
@@ -286,6 +291,7 @@ def test_a_hugging_face_config_written_as_megatron_flags_reads_back(tmp_path):
     # Megatron pads the vocabulary to a multiple of 128 x TP 8: 129,280 -> 130,048, both embeddings growing
     padding = (130048 - 129280) * 7168 * 2
     assert back.vocab == 130048
+    assert "RMSNorm" in data["megatron_args"]["args"]  # the config's rms_norm_eps
     assert back.total_params() - data["config"]["params"] == padding
     text = cli("memory", "--config", str(path), "--tp", "8", "--sp", "--ep", "64", "--gpus", "512").stdout
     text = " ".join(text.split())  # the lines wrap where the folder's name ends
@@ -299,3 +305,21 @@ def test_dropout_masks_are_kept_unless_both_dropouts_are_zero(hidden, attention,
     flags += f" --hidden-dropout {hidden}" if hidden else ""
     flags += f" --attention-dropout {attention}" if attention else ""  # absent: Megatron's 0.1
     assert read_job("flags.txt", flags).step["dropout"] is kept
+
+
+def test_megatron_defaults_fill_what_the_flags_leave_out():
+    job = read_job("flags.txt", "--num-layers 2 --hidden-size 4096 --num-attention-heads 32 --vocab-size 1000 "
+                                "--swiglu --tensor-model-parallel-size 2 --num-experts 4")
+    model = job.model_spec()
+    assert model.ffn == 10880  # --swiglu's default width: 8/3 x 4096 = 10,922.7, down to a multiple of 64
+    assert model.vocab == 1024  # padded to a multiple of 128 x TP 2
+    assert model.top_k == 2 and model.tied_embeddings and model.bias  # Megatron's defaults
+    assert job.layout["etp"] == 2  # expert TP follows TP unless given
+    assert read_job("flags.txt", "--num-layers 2").layout["zero"] == 0  # no distributed optimizer
+
+
+@pytest.mark.parametrize("world, words", [(4, "--nnodes 1 --nproc-per-node 4"), (16, "--nnodes 2 --nproc-per-node 8"),
+                                          (12, "--nnodes 3 --nproc-per-node 4")])
+def test_torchrun_starts_the_same_number_on_every_node(world, words):
+    assert words in script_text([], world, 8)
+    assert read_job("x.sh", script_text(["--num-layers", "2"], world, 8)).launched == world

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 
+
 MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
 
 
@@ -34,22 +35,7 @@ def read_megatron(args: argparse.Namespace) -> Any:
 
 def job_model(args: argparse.Namespace, job: Any) -> Any:
     """The job's model, with the size flags given on the command line in place of the job's."""
-    from ..layout import ModelSpec
-    given = {k: getattr(args, k, None) for k in MODEL_SIZES}
-    fields = {**{k: v for k, v in job.model.items() if k != "vocab_padding"},
-              **{k: v for k, v in given.items() if v is not None}}
-    missing = [k for k in ("layers", "hidden", "heads", "vocab") if fields.get(k) is None]
-    if missing:
-        flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
-                "vocab": "--vocab-size (or a --tokenizer-type parasim knows)"}
-        raise UsageError(f"{job.path}: the job gives no {', '.join(flag[k] for k in missing)}: give "
-                         f"{' '.join('--' + k + ' N' for k in missing)}")
-    if given["vocab"] is None and job.model.get("vocab_padding"):
-        from ..megatron.job import padded_vocab
-        tp = getattr(args, "tp", None) or job.layout["tp"]
-        fields["vocab"] = padded_vocab(fields["vocab"], job.model["vocab_padding"], tp)
-    name = job.path.rsplit("/", 1)[-1]
-    return ModelSpec(name=f"{name} (Megatron-LM flags)", **fields).require("layers", "hidden", "heads", "vocab")
+    return job.model_spec(getattr(args, "tp", None), **{k: getattr(args, k, None) for k in MODEL_SIZES})
 
 
 def print_job(job: Any, args: argparse.Namespace) -> None:

@@ -2,6 +2,7 @@
 Reading these flags with `--megatron` gives the same layout and step (tests/test_megatron.py)."""
 from __future__ import annotations
 
+from math import gcd
 from typing import Any
 
 from .flags import SHARDING
@@ -118,9 +119,8 @@ def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ..
 def torchrun_words(world: int, gpus_per_node: int) -> list[str]:
     """torchrun for `world` processes, `gpus_per_node` per node: the same line on every node, each with its
     NODE_RANK (and the first node's address as MASTER_ADDR)."""
-    nodes = max(1, -(-world // gpus_per_node))
-    per_node = min(world, gpus_per_node)
-    return ["torchrun", "--nnodes", str(nodes), "--nproc-per-node", str(per_node), "--node-rank", "${NODE_RANK:-0}",
+    per_node = per_node_of(world, gpus_per_node)
+    return ["torchrun", "--nnodes", str(world // per_node), "--nproc-per-node", str(per_node), "--node-rank", "${NODE_RANK:-0}",
             "--master-addr", "${MASTER_ADDR:-localhost}", "--master-port", "29500"]
 
 
@@ -157,14 +157,20 @@ def _quoted(word: str) -> str:
     return f"'{word}'" if any(c in word for c in "()[]*$ ") and not word.startswith("${") else word
 
 
+def per_node_of(world: int, gpus_per_node: int) -> int:
+    """Processes per node for `world`: every GPU of a node when the nodes divide it, else the most each node
+    can run for equal nodes (torchrun starts as many on every node): 12 on nodes of 8 is 3 nodes of 4."""
+    return gpus_per_node if world % gpus_per_node == 0 else gcd(world, gpus_per_node)
+
+
 def nodes_of(world: int, gpus_per_node: int) -> int:
-    return max(1, -(-world // gpus_per_node))
+    return world // per_node_of(world, gpus_per_node)
 
 
 def describe(world: int, gpus_per_node: int) -> str:
     """Where the line runs, in words."""
     n = nodes_of(world, gpus_per_node)
-    return (f"{world:,} GPUs: {n} node{'s' if n != 1 else ''} of {min(world, gpus_per_node)}"
+    return (f"{world:,} GPUs: {n} node{'s' if n != 1 else ''} of {per_node_of(world, gpus_per_node)}"
             + (f" (run it on every node, NODE_RANK 0 to {n - 1}, MASTER_ADDR the first node's address)" if n > 1
                else ""))
 
@@ -173,4 +179,5 @@ def as_dict(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (
     """--json: the flags, and the torchrun line that runs them."""
     args = megatron_args(model, plan, seq, overlap)
     return {"args": args, "torchrun": script_text(args, plan.world, plan.gpus_per_node),
-            "nodes": nodes_of(plan.world, plan.gpus_per_node), "gpus_per_node": min(plan.world, plan.gpus_per_node)}
+            "nodes": nodes_of(plan.world, plan.gpus_per_node),
+            "gpus_per_node": per_node_of(plan.world, plan.gpus_per_node)}

@@ -48,16 +48,21 @@ class Job:
     world: int | None = None  # the world parasim takes (launched, or the layout's least when they disagree)
 
     # -- what a command takes from it ------------------------------------------------------------------
-    def model_spec(self, vocab: int | None = None) -> ModelSpec:
-        """The job's model; `vocab` stands in where the flags give no vocabulary."""
-        fields_ = dict(self.model)
-        if vocab is not None:
-            fields_["vocab"] = vocab
-        if "vocab" in fields_ and fields_.get("vocab_padding"):
-            fields_["vocab"] = padded_vocab(fields_["vocab"], fields_["vocab_padding"], self.layout.get("tp", 1))
-        fields_.pop("vocab_padding", None)
+    def model_spec(self, tp: int | None = None, **given: Any) -> ModelSpec:
+        """The job's model: `given` sizes (a command's own flags) in place of the job's; a vocabulary from the
+        job is padded as Megatron pads it for TP `tp` (default: the job's), a given one is taken as it is."""
+        fields_ = {k: v for k, v in self.model.items() if k != "vocab_padding"}
+        fields_.update({k: v for k, v in given.items() if v is not None})
+        missing = [k for k in ("layers", "hidden", "heads", "vocab") if fields_.get(k) is None]
+        if missing:
+            flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
+                    "vocab": "--vocab-size (or a --tokenizer-type parasim knows)"}
+            raise UsageError(f"{self.path}: the job gives no {', '.join(flag[k] for k in missing)}: give "
+                             f"{' '.join('--' + k + ' N' for k in missing)}")
+        if given.get("vocab") is None:
+            fields_["vocab"] = padded_vocab(fields_["vocab"], self.model["vocab_padding"], tp or self.layout["tp"])
         name = self.script.path.rsplit("/", 1)[-1]
-        return ModelSpec(name=f"{name} (Megatron flags)", **fields_)
+        return ModelSpec(name=f"{name} (Megatron-LM flags)", **fields_)
 
     def to_dict(self) -> dict[str, Any]:
         return {"path": self.path, "launch": {"line": self.script.line, "launcher": self.script.launcher,
