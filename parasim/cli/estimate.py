@@ -72,7 +72,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
     from .megatron import add_megatron
-    add_megatron(p)
+    add_megatron(p, search=search)
     r = p.add_argument_group("against a run")
     r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
                    "no values; examples/step.py) and show the run's figures beside the estimate, item by item")

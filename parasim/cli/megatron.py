@@ -12,14 +12,15 @@ from ..errors import UsageError
 MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
 
 
-def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "model and layout") -> None:
+def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "model and layout",
+                 search: bool = False) -> None:
     g = p.add_argument_group("Megatron-LM")
     g.add_argument("--megatron", metavar="FILE", help=f"take the {what} from a Megatron-LM job: its launch script "
                    "(torchrun ... pretrain_gpt.py --flags, with the script's variables and arrays) or a file of "
                    "flags; every flag is accounted for, and flags given here replace the job's")
     if write:
         g.add_argument("--megatron-args", action="store_true", help="also print the answer as Megatron-LM flags in "
-                       "a torchrun line (with --search: for each node count's best layout)")
+                       "a torchrun line" + (" (with --search: for each node count's best layout)" if search else ""))
 
 
 def read_megatron(args: argparse.Namespace) -> Any:
