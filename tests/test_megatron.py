@@ -109,6 +109,7 @@ def test_gpt3_175b_gives_tp8_pp16_and_says_torchrun_launches_too_few():
         {"tp": 8, "pp": 16, "cp": 1, "dp": 1, "world": 128, "zero": 0}  # no --use-distributed-optimizer
     assert data["layout"]["microbatches"] == 1536  # global 1536 / (micro 1 x DP 1)
     assert data["seq"] == 2048
+    assert abs(data["params"] - 175.0e9) / 175.0e9 < 0.01  # Brown et al. 2020's 175.0B
     assert any("multiple of 128" in c for c in data["megatron"]["contradictions"])
 
 

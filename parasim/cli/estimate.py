@@ -260,7 +260,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     unit, name = _unit(args)
     bd = breakdown(model, plan, args.seq)
     timing = _time(model, plan, args.seq, args.gpu, overlap)
-    out = {**bd.to_dict(unit), "unit": name, "usable": _usable(args, gpu) / unit,
+    out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
+           "unit": name, "usable": _usable(args, gpu) / unit,
            "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
            "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
     _sources(args, out, job)
