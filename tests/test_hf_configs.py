@@ -151,13 +151,13 @@ def test_unmodelled_lines(tmp_path):
     assert "multi-token prediction" in ds[1] and "of 56" in ds[0]
     assert lines(transformers.DeepseekV3Config(num_nextn_predict_layers=0, topk_group=8))[1:] == []
     assert lines(transformers.LlamaConfig()) == [] and lines(transformers.MixtralConfig()) == []
-    assert [line.split(" ")[0] for line in lines(transformers.Qwen2MoeConfig())] == ["shared_expert_intermediate_size"]
+    assert lines(transformers.Qwen2MoeConfig()) == []  # its wider shared expert is modelled (test below)
     assert [line.split(" ")[0] for line in lines(qwen3_30b_a3b())] == ["head_dim"]
     assert lines(transformers.Qwen3MoeConfig()) == []  # no head_dim: hidden / heads, as the model code does
     # the dense layers not at the start: counted, but not where the pipeline split puts them
     pattern = lines(transformers.Qwen2MoeConfig(num_hidden_layers=4, decoder_sparse_step=2))
-    assert len(pattern) == 2 and pattern[1].startswith("2 dense-MLP layers at 0, 2 of 4")
-    assert len(lines(transformers.Qwen2MoeConfig(num_hidden_layers=4, mlp_only_layers=[0, 1]))) == 1  # leading
+    assert len(pattern) == 1 and pattern[0].startswith("2 dense-MLP layers at 0, 2 of 4")
+    assert lines(transformers.Qwen2MoeConfig(num_hidden_layers=4, mlp_only_layers=[0, 1])) == []  # leading
     llama = json.loads(transformers.LlamaConfig().to_json_string())
     assert "every layer" in lines({**llama, "sliding_window": 4096})[0]
     assert lines({**llama, "sliding_window": 4096, "use_sliding_window": False}) == []
@@ -220,3 +220,22 @@ def test_memory_command_on_deepseek_v3(tmp_path, capsys):
     routed = 58 * 256 * 3 * 7168 * 2048  # 58 MoE layers of 256 SwiGLU experts of width 2048
     expect = 2 * ((total - routed) / 8 + routed / 64)
     assert split["items"]["weights"] * split["unit_bytes"] == pytest.approx(expect, rel=1e-9)
+
+
+def test_a_wider_shared_expert_reaches_the_activations_and_the_clock():
+    # Qwen1.5-MoE: one shared expert 4 x the routed width. Taken at its own width, the shared expert adds
+    # 2 x mats x (5632 - 1408) x 2 bytes per token of activations, and the same ratio of product FLOPs
+    from dataclasses import replace
+    from parasim.clock.plan import layer_forward, machine_of, run_of
+    from parasim.estimate.memory import Plan, breakdown
+    wide = ModelSpec("wide", layers=2, hidden=2048, heads=16, vocab=1000, experts=4, top_k=2, expert_ffn=1408,
+                     shared_experts=1, shared_expert_ffn=5632, gated=True)
+    narrow = replace(wide, shared_expert_ffn=None)
+    plan = Plan(world=1, dropout=False).check(wide, 1024)
+    acts = [breakdown(m, plan, 1024).items["activations"] for m in (wide, narrow)]
+    per_token = 2 * 3 * (5632 - 1408)  # bytes per token and MoE layer: three matrices' inputs, 2 bytes each
+    assert acts[0] - acts[1] == pytest.approx(per_token * 1024 * 2)  # 1,024 tokens, both layers MoE
+    run, m = run_of(plan, 1024), machine_of("h200", 8)
+    fwd = [layer_forward(x, run, m, True)["matmul"] for x in (wide, narrow)]
+    flops = 2 * 1024 * 3 * 2048 * (5632 - 1408)  # 2 x tokens x the extra weights
+    assert fwd[0] - fwd[1] == pytest.approx(flops / (m.peak_flops * m.efficiency["matmul"]))

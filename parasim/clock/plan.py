@@ -121,7 +121,8 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
     width = model.expert_size if moe else model.ffn_size
     mats = model.attention_params() / tp
     if moe:
-        mats += (model.top_k + model.shared_experts) * model.mlp_params(model.expert_size) / tp
+        mats += (model.top_k * model.mlp_params(model.expert_size)
+                 + model.shared_experts * model.mlp_params(model.shared_size)) / tp
     else:
         mats += model.mlp_params(width) / tp
     matmul = 2 * tokens * mats / (m.peak_flops * m.efficiency["matmul"])

@@ -136,11 +136,12 @@ def fit_words(nbytes: float, usable: float, gpu_name: str, card: float, given: b
 # -- one layer, per local token -----------------------------------------------------------------------
 def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: Any, *, mats: Any = 2,
                           dropout: Any = True, top_k: Any = 0, expert_ffn: Any = 0, shared: Any = 0,
-                          etp: Any = 1) -> Any:
+                          etp: Any = 1, shared_ffn: Any = None) -> Any:
     """Bytes one layer keeps for backward per token this rank holds (before SP splits it), scores aside.
 
     With top_k > 0 the MLP is an MoE layer: each token's top_k copies visit experts of width expert_ffn
-    (split over etp), plus `shared` always-on experts split over TP like a dense MLP."""
+    (split over etp), plus `shared` always-on experts of width shared_ffn (default expert_ffn) split over TP
+    like a dense MLP."""
     x = np.where(sp, tp, 1)  # SP splits the norms, dropouts and residual inputs by t too
     d = h / heads
     kv_local = np.where(kv >= tp, kv / tp, 1) * d  # kv heads split over TP, or replicated when fewer
@@ -148,7 +149,8 @@ def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: An
     norms = 2 * (2 * h / x)  # LN1 and LN2 inputs
     attention = 2 * (h / x + h / tp + 2 * kv_local + h / tp)  # QKV input, Q, K and V, the output's input
     dense_mlp = 2 * (h / x + mats * ffn / tp)  # fc1 input, then act input + fc2 input (or SwiGLU's three)
-    moe_mlp = 2 * (h / x + top_k * (h + mats * expert_ffn / etp) / x + mats * shared * expert_ffn / tp)
+    shared_width = expert_ffn if shared_ffn is None else shared_ffn
+    moe_mlp = 2 * (h / x + top_k * (h + mats * expert_ffn / etp) / x + mats * shared * shared_width / tp)
     masks = drop * 2 * h / x  # the two dropout masks after attention and MLP
     return norms + attention + np.where(top_k > 0, moe_mlp, dense_mlp) + masks
 
@@ -194,7 +196,8 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
                   mats=model.mlp_mats, dropout=p.dropout)
     per_dense = layer_bytes_per_token(**common)
     per_moe = layer_bytes_per_token(**common, top_k=model.top_k, expert_ffn=model.expert_size,
-                                    shared=model.shared_experts, etp=etp) if model.experts else per_dense
+                                    shared=model.shared_experts, etp=etp,
+                                    shared_ffn=model.shared_size) if model.experts else per_dense
     # selective recomputation drops exactly the scores; so does FlashAttention
     score = scores_bytes_per_token_key(model.heads, tp, p.flash | (p.rc == 1), cp, p.dropout)
     tokens = p.micro_batch / cp  # local tokens per unit of s

@@ -110,10 +110,6 @@ def read_hf_config(path: str) -> HFConfig:
         if shared_w is not None and size("shared_expert_intermediate_size", shared_w, 0):
             got.setdefault("shared_experts", 1)  # Qwen2-MoE: one shared expert of its own width
             got["shared_expert_ffn"] = shared_w
-            routed_w = got.get("expert_ffn", got.get("ffn", 4 * hidden))
-            if shared_w != routed_w:
-                notes.append(f"shared_expert_intermediate_size {shared_w}: the shared expert's parameters use it, "
-                             f"its activations and compute time the routed experts' width {routed_w}")
         dense_at = _dense_layers(path, cfg, layers, got.get("dense_layers", 0), size, used)
         if dense_at is not None:
             got["dense_layers"] = len(dense_at)

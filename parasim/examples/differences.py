@@ -54,7 +54,8 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
     for i in stage_layers(model.layers, plan.pp, stage):
         moe = bool(layer_shape(model, i).experts)
         # the estimator's own count of this layer comes off its even spread: what is left is the spread's
-        mlp = model.experts * h + model.shared_experts * model.mlp_params(fe) if moe else model.mlp_params(f)
+        mlp = model.experts * h + model.shared_experts * model.mlp_params(model.shared_size) if moe \
+            else model.mlp_params(f)
         add("even spread over stages", -(model.attention_params() + 2 * h + mlp) / tp,
             -model.experts * model.mlp_params(fe) / (plan.etp * ep) if moe else 0.0)
         add("kv heads copied over TP", -(bare - model.attention_params() / tp))
@@ -63,7 +64,7 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
         if moe:
             add("biases (the estimator counts none)", 0.0, -(model.experts // ep) * (fe + h if model.bias else 0))
             add("router: whole on every TP rank", model.experts * h / tp - model.experts * h)
-            add("shared experts (the step has none)", model.shared_experts * model.mlp_params(fe) / tp)
+            add("shared experts (the step has none)", model.shared_experts * model.mlp_params(model.shared_size) / tp)
         else:
             add("biases (the estimator counts none)", -((f // tp + h) if model.bias else 0))
         if model.gated:
@@ -136,7 +137,7 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
             if model.gated:
                 add("gated MLPs' third matrix (the step's MLPs have two)", held * 2 * k * tokens / x * fe / plan.etp)
             add("shared experts (the step has none)",
-                held * 2 * model.mlp_mats * model.shared_experts * fe * tokens / tp)
+                held * 2 * model.mlp_mats * model.shared_experts * model.shared_size * tokens / tp)
         elif model.gated:
             add("gated MLPs' third matrix (the step's MLPs have two)", held * 2 * model.ffn_size * tokens / tp)
     as_given, as_ran = (sum(breakdown(model, p, seq).items[i] for i in ACTIVATION_ITEMS)

@@ -6,8 +6,8 @@ count is given: the post quotes its dense model as 27B parameters, and the model
 A few sizes exist for counting real models' parameters exactly (Hugging Face configs): a stated head size,
 a shared expert's own width, and multi-head latent attention's ranks (EXACT_SIZES). Left unset (the
 default) they change nothing; the engine's layers do not build them, and the activations keep hidden-wide
-attention and routed-width shared experts (estimate/models.py's read_hf_config says so for a config that
-sets them).
+attention (estimate/models.py's read_hf_config says so for a config that sets them); a shared expert's width
+reaches the activations and the clock too.
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ class ModelSpec:
     flash: bool = False  # do not keep the attention scores (FlashAttention)
     # sizes for counting real models' parameters exactly (EXACT_SIZES; None keeps every figure as it was). The
     # parameter count uses them all; the clock only the attention sizes (its matmuls through attention_params,
-    # CP's keys and values through head_dim); the activations keep hidden-wide multi-head attention, and the
-    # activations and the clock take shared experts at the routed experts' width
+    # CP's keys and values through head_dim); the activations keep hidden-wide multi-head attention. A shared
+    # expert's width counts everywhere: parameters, activations (estimate/memory.py) and the clock
     shared_expert_ffn: int | None = None  # one shared expert's MLP width (default: expert_ffn; Qwen2-MoE's is wider)
     head_size: int | None = None  # one attention head's width, stated when not hidden / heads (Qwen3-MoE)
     # multi-head latent attention (DeepSeek-V2/V3), kv_lora_rank None = plain attention

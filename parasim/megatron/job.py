@@ -298,8 +298,6 @@ def _experts(job: Job) -> None:
         else:
             _use(job, "--moe-shared-expert-intermediate-size", f"one shared expert of width {shared}")
             m["shared_experts"], m["shared_expert_ffn"] = 1, shared
-            job.unmodelled.append(f"--moe-shared-expert-intermediate-size {shared}: its weights counted at their "
-                                  f"width; its activations and time at the routed experts' {unit}")
     freq = _text(job, "--moe-layer-freq")
     if freq is not None:
         dense = _dense_first(freq, m.get("layers"))
