@@ -236,6 +236,9 @@ def test_trace_runs_the_job_at_real_size():
 
 @pytest.mark.parametrize("argv, words", [
     (["memory", "--megatron", "/nonexistent.sh"], "cannot read"),
+    # the 175B job keeps the whole optimizer state on every rank: the symbolic step shards it (ZeRO-1)
+    (["trace", "--megatron", GPT3, "--gpu", "0"], "ZeRO-0 (the step shards the optimizer state: ZeRO-1); parasim "
+                                                  "memory --megatron"),
     (["memory", "--megatron", GPT3, "--model", "27b"], "not both"),
     (["layout", "--megatron", GPT3, "--layout", "moe16"], "not both"),
 ])

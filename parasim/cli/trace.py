@@ -261,7 +261,12 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     choices = {} if job is None else {"dropout": job.step["dropout"], "recompute": job.step["recompute"],
                                       "flash": job.step["flash"] and not args.no_flash}
     plan = Plan.of(layout, **{"microbatches": m, "flash": not args.no_flash, **choices})
-    layout = replace(layout, model=step_layout(layout.model, plan, layout.model.seq).model)
+    try:
+        layout = replace(layout, model=step_layout(layout.model, plan, layout.model.seq).model)
+    except UsageError as exc:
+        if job is None:
+            raise
+        raise UsageError(f"{exc}; parasim memory --megatron {args.megatron} estimates the job as it is") from None
     fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
