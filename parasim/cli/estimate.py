@@ -8,6 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from .common import count, gpu_preset, positive_up_to, print_json
+from .megatron import read_megatron
 
 _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5M
 
@@ -126,7 +127,7 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
 def _model(args: argparse.Namespace):
     from ..estimate.models import from_flags, get_model
-    from .megatron import check_not_both, job_model, read_megatron
+    from .megatron import check_not_both, job_model
     check_not_both(args)
     job = read_megatron(args)
     if job is not None:
@@ -152,7 +153,6 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
     """The plan the flags give, checked by the layout rules (Layout's, as `parasim layout` checks them),
     against the sequence too when it is known (`memory --seq`)."""
     from ..estimate.memory import Plan
-    from .megatron import read_megatron
     job = read_megatron(args)
     if job is not None:  # the job's layout and step, with the flags given here in their place
         from ..megatron.job import plan_of
@@ -176,7 +176,6 @@ def _gpu(args: argparse.Namespace):
 def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
     from ..clock.plan import OVERLAPS
     from ..clock.report import parse_overlap
-    from .megatron import read_megatron
     job = read_megatron(args)
     if args.overlap is None and job is not None:
         return tuple(job.overlap)
@@ -185,7 +184,6 @@ def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
 
 def _seq(args: argparse.Namespace) -> int:
     """`memory --seq`, or the job's --seq-length, or 4,096."""
-    from .megatron import read_megatron
     job = read_megatron(args)
     return args.seq or (job.seq if job is not None else None) or 4096
 
@@ -194,11 +192,6 @@ def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -
     """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses."""
     from ..clock.plan import plan_time
     return plan_time(model, plan, seq, gpu, overlap)
-
-
-def _job(args: argparse.Namespace) -> Any:
-    from .megatron import read_megatron
-    return read_megatron(args)
 
 
 def _print_job(args: argparse.Namespace, job: Any) -> None:
@@ -223,8 +216,9 @@ def _sources(args: argparse.Namespace, out: dict, job: Any) -> None:
 
 
 def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
-    from .megatron import written
-    return written(model, plan, seq, overlap)
+    """--megatron-args: the plan as Megatron flags and the torchrun line that runs them."""
+    from ..megatron.args import as_dict
+    return as_dict(model, plan, seq, overlap)
 
 
 def _print_written(out: dict, plan: Any) -> None:
@@ -253,7 +247,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     args.seq = _seq(args)
     plan, gpu = _plan(args, model, args.seq), _gpu(args)
     overlap = _overlap(args)
-    job = _job(args)
+    job = read_megatron(args)
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..examples.against import check_runs
         check_runs(model, plan, args.routing, args.seq)
@@ -309,7 +303,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
                         micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss)
         result["usable"] = usable / unit
         result["unit"] = name
-        job = _job(args)
+        job = read_megatron(args)
         _sources(args, result, job)
         if args.megatron_args:  # each node count's best layout, as the job that runs it
             for row in result["nodes"]:
@@ -345,7 +339,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
-    job = _job(args)
+    job = read_megatron(args)
     _sources(args, out, job)
     if args.megatron_args and f.seq:
         from .megatron import fit_seq

@@ -111,7 +111,6 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
 def _job_layout(args: argparse.Namespace, sizes: dict, model: dict) -> Any:
     """The layout of `--megatron FILE`, the sizes given here in place of the job's."""
-    from dataclasses import replace
     from ..layout import ModelSpec
     from ..megatron.job import layout_of
     from .megatron import read_megatron
@@ -120,12 +119,5 @@ def _job_layout(args: argparse.Namespace, sizes: dict, model: dict) -> Any:
     fields.update({k: v for k, v in model.items() if v is not None and k != "seq"})
     seq = model.get("seq") or job.seq
     m = ModelSpec(**{k: v for k, v in fields.items() if v is not None}, seq=seq)
-    layout = layout_of(job, m)
-    given = {k: v for k, v in sizes.items() if v is not None}
-    if args.sp:
-        given["sp"] = True
-    if args.use_tp_pp_dp_mapping:
-        given["order"] = "tp-cp-ep-pp-dp"
-    if given.get("dp") is not None and given.get("world") is None:
-        given["world"] = None
-    return replace(layout, **given) if given else layout
+    return layout_of(job, m, **sizes, sp=args.sp or None,
+                     order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else None)

@@ -53,11 +53,6 @@ def check_not_both(args: argparse.Namespace) -> None:
         raise UsageError("give the model by --megatron FILE or by --model/--config, not both")
 
 
-def written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
-    from ..megatron.args import as_dict
-    return as_dict(model, plan, seq, overlap)
-
-
 def print_written(title: str, out: dict[str, Any]) -> None:
     from ..render.megatron_text import args_lines
     print()

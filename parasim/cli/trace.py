@@ -102,12 +102,7 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
         raise UsageError("give either --layout NAME or --megatron FILE, not both")
     job = read_megatron(args)
     model = replace(job_model(args, job), seq=args.seq or job.seq)
-    layout = layout_of(job, model)
-    if args.sp:
-        sizes["sp"] = True
-    if sizes.get("dp") is not None and sizes.get("world") is None:
-        sizes["world"] = None
-    layout = replace(layout, **sizes) if sizes else layout
+    layout = layout_of(job, model, **sizes, sp=args.sp or None)
     args.symbolic = True
     if args.routing == "learned":  # the default: a real-size step has no router scores to route by
         args.routing = "balanced"

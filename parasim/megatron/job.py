@@ -37,6 +37,7 @@ class Job:
     unmodelled: list[str] = field(default_factory=list)  # one line each
     no_effect: list[str] = field(default_factory=list)  # flags that change nothing parasim counts
     unknown: list[str] = field(default_factory=list)  # flags not in parasim's table
+    read: set[str] = field(default_factory=set)  # flags already accounted for (used, or named as left out)
     contradictions: list[str] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)  # ModelSpec fields the flags give
     layout: dict[str, Any] = field(default_factory=dict)  # tp, cp, pp, ep, etp, sp, zero, order
@@ -90,6 +91,7 @@ def read_job(path: str, text: str | None = None) -> Job:
     _model(job)
     _layout(job)
     _step(job)
+    _rest(job)
     _world(job)
     return job
 
@@ -145,9 +147,16 @@ def _text(job: Job, flag: str) -> str | None:
 
 
 def _use(job: Job, flag: str, means: str | None = None) -> None:
-    values = job.given.get(flag, [])
-    shown = " ".join([flag] + values)
+    """`flag` (with its values, as given) used, meaning `means` (default: the table's words)."""
+    shown = " ".join([flag] + job.given.get(flag, []))
     job.used.append((shown, means if means is not None else FLAGS[flag].means))
+    job.read.add(flag)
+
+
+def _leave(job: Job, line: str, *flags: str) -> None:
+    """One line for what `flags` change that parasim does not model."""
+    job.unmodelled.append(line)
+    job.read.update(flags)
 
 
 def _launch(job: Job) -> None:
@@ -205,14 +214,14 @@ def _model(job: Job) -> None:
         _use(job, "--num-query-groups")
         m["kv_heads"] = groups
     elif "--num-query-groups" in g:
-        job.used.append((f"--num-query-groups {g['--num-query-groups'][0] if g['--num-query-groups'] else ''}",
-                         "read only with --group-query-attention (as Megatron does): every head has its own K, V"))
+        _use(job, "--num-query-groups", "read only with --group-query-attention (as Megatron does): every head "
+                                        "has its own K, V")
     kv_channels = _int(job, "--kv-channels")
     latent = "--multi-latent-attention" in g
     if latent:
         _latent(job)
     if kv_channels is not None and latent:
-        job.used.append((f"--kv-channels {kv_channels}", "not read: MLA's heads are sized by its own flags"))
+        _use(job, "--kv-channels", "not read: MLA's heads are sized by its own flags")
     elif kv_channels is not None:
         if "hidden" in m and "heads" in m and kv_channels * m["heads"] == m["hidden"]:
             _use(job, "--kv-channels", "the size of one head (hidden / heads)")
@@ -220,7 +229,7 @@ def _model(job: Job) -> None:
             _use(job, "--kv-channels", "the size of one head (not hidden / heads: attention's weights counted "
                                        "with it)")
             m["head_size"] = kv_channels
-            job.unmodelled.append(f"--kv-channels {kv_channels}: the activations keep attention hidden-wide")
+            _leave(job, f"--kv-channels {kv_channels}: the activations keep attention hidden-wide", "--kv-channels")
     vocab = _int(job, "--vocab-size")
     if vocab is not None:
         _use(job, "--vocab-size")
@@ -228,12 +237,11 @@ def _model(job: Job) -> None:
     elif (_text(job, "--tokenizer-type") if g.get("--tokenizer-type") else None) in TOKENIZERS:
         kind = g["--tokenizer-type"][0]
         m["vocab"] = TOKENIZERS[kind]
-        job.used.append((f"--tokenizer-type {kind}", f"its vocabulary: {m['vocab']:,} tokens"))
+        _use(job, "--tokenizer-type", f"its vocabulary: {m['vocab']:,} tokens")
     elif "--vocab-file" in g and "--merge-file" in g and "--tokenizer-type" not in g:
         # a BPE vocabulary and merges with no tokenizer named: Megatron's GPT examples, GPT-2's tokenizer
         m["vocab"] = TOKENIZERS["GPT2BPETokenizer"]
-        job.used.append((f"--vocab-file {' '.join(g['--vocab-file'])}".rstrip(),
-                         f"with --merge-file: GPT-2's BPE vocabulary, {m['vocab']:,} tokens"))
+        _use(job, "--vocab-file", f"with --merge-file: GPT-2's BPE vocabulary, {m['vocab']:,} tokens")
     divisible = _int(job, "--make-vocab-size-divisible-by")
     if divisible is not None:
         _use(job, "--make-vocab-size-divisible-by")
@@ -302,8 +310,8 @@ def _experts(job: Job) -> None:
     if freq is not None:
         dense = _dense_first(freq, m.get("layers"))
         if dense is None:
-            job.unmodelled.append(f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense "
-                                  "layers first, then MoE layers")
+            _leave(job, f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense layers "
+                        "first, then MoE layers", "--moe-layer-freq")
         else:
             _use(job, "--moe-layer-freq", f"the first {dense} layer(s) dense, the rest MoE")
             m["dense_layers"] = dense
@@ -313,8 +321,8 @@ def _experts(job: Job) -> None:
     else:
         shown = f"--moe-token-dispatcher-type {dispatcher}" if dispatcher else \
             "(no --moe-token-dispatcher-type: Megatron's default, allgather)"
-        job.unmodelled.append(f"{shown}: tokens reach their experts another way than parasim's all-to-all, with "
-                              "other traffic")
+        _leave(job, f"{shown}: tokens reach their experts another way than parasim's all-to-all, with other "
+                    "traffic", "--moe-token-dispatcher-type")
 
 
 def _dense_first(text: str, layers: int | None) -> int | None:
@@ -433,7 +441,8 @@ def _layout(job: Job) -> None:
     if "--cp-comm-type" in g and cp_type == "p2p":
         _use(job, "--cp-comm-type")
     elif cp_type != "p2p":
-        job.unmodelled.append(f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts")
+        _leave(job, f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts",
+               "--cp-comm-type")
     if y["cp"] > 1 and cp_type == "p2p":  # TransformerEngine's ring runs each K/V exchange beside attention
         job.overlap.append("cp")
 
@@ -459,8 +468,9 @@ def _step(job: Job) -> None:
     s["recompute"] = granularity or "none"
     method, layers = _text(job, "--recompute-method"), _int(job, "--recompute-num-layers")
     if granularity == "full" and (method not in (None, "uniform") or layers not in (None, 1)):
-        job.unmodelled.append(f"full recomputation by {method or 'uniform'} over {layers or 1} layer(s): parasim's "
-                              "keeps every layer's input and re-runs one layer at a time (uniform, 1)")
+        _leave(job, f"full recomputation by {method or 'uniform'} over {layers or 1} layer(s): parasim's keeps "
+                    "every layer's input and re-runs one layer at a time (uniform, 1)",
+               "--recompute-method", "--recompute-num-layers")
     else:
         for flag in ("--recompute-method", "--recompute-num-layers"):
             if flag in g:
@@ -482,20 +492,21 @@ def _step(job: Job) -> None:
     if not precision:
         job.unmodelled.append("(no --bf16 or --fp16) Megatron trains in FP32: parasim counts mixed precision "
                               "(2-byte weights and activations)")
-    # everything else: the table's other rows, then what it does not know
-    for flag, values in g.items():
-        entry = flag_of(flag)
-        if any(u.split(" ", 1)[0] == flag for u, _ in job.used) or any(
-                line.startswith(flag + " ") or line.startswith(flag + ":") for line in job.unmodelled):
+
+
+def _rest(job: Job) -> None:
+    """Every flag not yet accounted for: the table's "not modelled" rows get their line, "no effect" rows
+    (and a flag read only with another that is absent, as Megatron reads it) are listed, the rest unknown."""
+    for flag, values in job.given.items():
+        if flag in job.read:
             continue
+        entry = flag_of(flag)
         if entry is None:
             job.unknown.append(flag)
         elif entry.role == "unmodelled":
-            job.unmodelled.append(f"{' '.join([flag] + values)}: {entry.means}")
-        elif entry.role == "none":
+            _leave(job, f"{' '.join([flag] + values)}: {entry.means}", flag)
+        else:
             job.no_effect.append(flag)
-        elif entry.role == "used" and flag not in ("--num-query-groups",):
-            job.no_effect.append(flag)  # read with another flag that is absent (so, as Megatron does, unused)
 
 
 def _world(job: Job) -> None:
@@ -529,36 +540,44 @@ def _world(job: Job) -> None:
         job.step["microbatches"] = max(1, batch // (micro * dp))
 
 
+LAYOUT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "sp", "zero", "order", "world", "gpus_per_node")
+
+
+def _degrees(job: Job, override: dict[str, Any]) -> dict[str, Any]:
+    """The job's Layout fields (degrees, SP, ZeRO stage, rank order, world, GPUs per node) with `override`'s
+    given values (a command's own flags; None: the job's) in their place. DP given without a world makes the
+    world follow from it."""
+    y = job.layout
+    out = dict(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
+               order=y.get("order", "tp-cp-ep-dp-pp"), world=job.world, gpus_per_node=job.gpus_per_node or 8)
+    given = {k: v for k, v in override.items() if v is not None}
+    if "dp" in given and "world" not in given:
+        out["world"] = None
+    return {**out, **given}
+
+
 def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: Any) -> Any:
     """The estimator's plan of the job (its degrees, ZeRO stage and step choices) for `model`, on `world` GPUs
     (default: the job's); `override` replaces any plan field (a command's own flags)."""
     from dataclasses import replace
     from ..estimate.memory import Plan
-    y, s = job.layout, job.step
-    fields_ = dict(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
-                   order=y.get("order", "tp-cp-ep-dp-pp"), world=world or job.world,
-                   recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
-                   chunks=s["chunks"])
-    if not model.experts and fields_["ep"] == 1:
+    fields_ = _degrees(job, {"world": world, **{k: v for k, v in override.items() if k in LAYOUT_FIELDS}})
+    if not model.experts and fields_["ep"] == 1 and override.get("etp") is None:
         fields_["etp"] = 1  # a dense model has no experts to split
-    if job.gpus_per_node:
-        fields_["gpus_per_node"] = job.gpus_per_node
-    fields_.update({k: v for k, v in override.items() if v is not None})
-    if override.get("dp") is not None and world is None:
-        fields_["world"] = None  # DP given: the world follows from it
-    plan = Plan(**fields_)
+    s = job.step
+    choices = dict(recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
+                   chunks=s["chunks"])
+    choices.update({k: v for k, v in override.items() if k not in LAYOUT_FIELDS and v is not None})
+    plan = Plan(**fields_, **choices)
     batch = s.get("global_batch")
     if override.get("microbatches") is None and batch is not None:  # the global batch holds whatever DP is
         plan = replace(plan, microbatches=max(1, batch // (plan.micro_batch * plan.dp)))
     return plan.check(model, job.seq)
 
 
-def layout_of(job: Job, model: ModelSpec | None) -> Layout:
-    """The job's Layout (degrees, SP, ZeRO stage, rank order) on its world."""
-    y = job.layout
-    return Layout(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
-                  order=y.get("order", "tp-cp-ep-dp-pp"), world=job.world, model=model,
-                  gpus_per_node=job.gpus_per_node or 8)
+def layout_of(job: Job, model: ModelSpec | None, **override: Any) -> Layout:
+    """The job's Layout on its world, `override`'s given fields (a command's own flags) in place of the job's."""
+    return Layout(**_degrees(job, override), model=model)
 
 
 __all__ = ["Job", "read_job", "plan_of", "layout_of", "padded_vocab"]

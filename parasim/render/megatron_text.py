@@ -25,7 +25,7 @@ def job_lines(job: Any) -> list[str]:
     lines.append(f"  flags read ({len(job.used)}):")
     col = min(40, max((len(f) for f, _ in job.used), default=0) + 2)
     for flag, means in job.used:
-        if len(flag) + 4 <= col + 4:
+        if len(flag) <= col:
             lines += _wrapped(f"{flag:<{col}}{means}", "    ")
         else:
             lines += _wrapped(flag, "    ") + _wrapped(means, "    " + " " * col)
