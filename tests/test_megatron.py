@@ -158,6 +158,8 @@ def test_every_flag_is_accounted_for():
         accounted = {u.split(" ", 1)[0] for u, _ in job.used} | set(job.no_effect) | set(job.unknown) | \
             {line.split(" ", 1)[0].rstrip(":") for line in job.unmodelled}
         assert set(job.given) <= accounted, set(job.given) - accounted
+        used = {u.split(" ", 1)[0] for u, _ in job.used}
+        assert not used & (set(job.no_effect) | set(job.unknown)), used & (set(job.no_effect) | set(job.unknown))
 
 
 # -- the answer handed back, and read again --------------------------------------------------------------
@@ -220,6 +222,8 @@ def test_layout_megatron_args_round_trip(tmp_path):
 
 
 def test_the_command_line_replaces_what_the_job_says():
+    data = json.loads(cli("memory", "--megatron", GPT3, "--dp", "2", "--json").stdout)
+    assert (data["layout"]["dp"], data["layout"]["world"]) == (2, 256)  # DP given: the world follows, 128 x 2
     data = json.loads(cli("memory", "--megatron", GPT3, "--pp", "8", "--gpus", "64", "--json").stdout)
     assert (data["layout"]["tp"], data["layout"]["pp"], data["layout"]["world"]) == (8, 8, 64)
     assert data["layout"]["microbatches"] == 1536  # the global batch holds: 1536 / (1 x DP 1)
