@@ -66,3 +66,8 @@ class RealRunFailed(RankFailed):
 
     def __init__(self, message: str, rank: int | None = None):
         super().__init__(message, rank)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised as an interrupt is (so every cleanup an interrupt runs runs for it too): the CLI ends
+    with `parasim: terminated` and exit code 143."""

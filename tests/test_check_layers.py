@@ -80,7 +80,7 @@ def test_rows_nobody_marked_compare_as_wrong():
 def test_rows_must_fit_the_tensor(rows, size, word):
     def program(ctx):
         ctx.mark("x", ctx.asarray(np.zeros((4, 2))), rows=rows, size=size)
-    with pytest.raises(UsageError, match=f"mark 'x': rows must give {word}" if word == "one position" else word):
+    with pytest.raises(UsageError, match=f"mark 'x' at [^:]+:[0-9]+: rows must give {word}" if word == "one position" else word):
         parasim.run(program, 1)
 
 

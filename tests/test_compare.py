@@ -59,3 +59,26 @@ def test_the_busiest_gpu_is_a_middle_stage():
     data = _json("pp-1f1b", "--pp", "2,4", "-m", "4")
     got = [r["figures"]["bytes sent by the busiest GPU on p2p"] for r in data["rows"]]
     assert got == [4 * 256, 2 * 4 * 256]
+
+
+@pytest.mark.parametrize("json_out", [False, True])
+def test_one_run_that_disagrees_with_its_reference_makes_the_comparison_fail(monkeypatch, json_out):
+    """Exit 1 when any run disagrees, not only when every one does: the run at --tp 4 is made to fail one
+    check (its checks are the lesson's own comparisons with the unsplit layer)."""
+    import dataclasses
+
+    import parasim.lesson as lesson_module
+    real = lesson_module.run_lesson
+
+    def one_fails(lesson, **kwargs):
+        lr = real(lesson, **kwargs)
+        if (kwargs.get("knobs") or {}).get("tp") == 4:
+            lr.checks[0] = dataclasses.replace(lr.checks[0], ok=False)
+        return lr
+    monkeypatch.setattr(lesson_module, "run_lesson", one_fails)
+    out = cli("compare", "sp", "--tp", "2,4,8", *(["--json"] if json_out else []))
+    assert out.returncode == 1, out.stderr
+    if json_out:
+        assert [r["ok"] for r in json.loads(out.stdout)["rows"]] == [True, False, True]
+    else:
+        assert "1 disagree" in out.stdout

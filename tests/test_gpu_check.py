@@ -316,7 +316,7 @@ def test_a_command_past_its_limit_is_ended_with_its_children(tmp_path):
             f"open({str(pid_file)!r}, 'w').write(str(c.pid))\ntime.sleep(60)\n")
     t = time.monotonic()
     got = gc.run_command([PY, "-c", code], {}, 2)
-    assert got.code == 124 and "stopped after 2 s" in got.stderr and time.monotonic() - t < 30
+    assert got.code == 124 and "stopped after 2 s" in got.stderr and time.monotonic() - t < 55  # not its 60 s sleep
     child = int(pid_file.read_text())
     for _ in range(50):  # the killed child may stay a zombie until its new parent reaps it: not running
         state = Path(f"/proc/{child}/stat")

@@ -52,6 +52,15 @@ def test_the_changes_table_marks_what_changed_first():
     assert new.checks_line().startswith(f"{len(new.run.checks)} of {len(new.run.checks)} checks hold")
 
 
+def test_the_checks_line_says_whether_the_run_is_at_the_post_s_settings():
+    """At the post's --tp 8 the post's own figures are among the checks; at --tp 4 the line says they hold
+    at the post's settings only (the two were once the wrong way round, and no test saw it)."""
+    at_post = whatif("sp")
+    elsewhere = at_post.rerun(at_post.parse({"tp": "4"}))
+    assert at_post.checks_line().endswith(" checks hold (at the post's settings)")
+    assert elsewhere.checks_line().endswith(" checks hold (the post's own figures hold at its settings only)")
+
+
 async def test_k_re_runs_the_lesson_and_enter_opens_the_new_run():
     app = make("sp")
     async with app.run_test(size=(100, 30)) as pilot:

@@ -7,102 +7,62 @@ Exit codes, the same for every command:
        or not at all (a temporary file renamed over the name), so a failed write leaves nothing behind.
   2    bad input (a flag, a file, a user's program, an output path in a folder that does not exist):
        one line on stderr, before any work where it can be known then
-  130  interrupted (Ctrl-C)
+  130  interrupted (Ctrl-C, or SIGINT sent to parasim's own process): `parasim: interrupted`
+  143  stopped by SIGTERM (as a supervisor stops a job): `parasim: terminated`
   141  stdout's reader went away (`parasim lesson x | head -1`): nothing more is written and nothing is
        said, as other Unix tools end on a broken pipe (128 + SIGPIPE, the code a shell shows for them)
+On 130 and 143 every process parasim started (real ranks, browser apps) has ended before it exits.
+Virtual ranks share parasim's one process: a user's program that ends that process itself (os._exit(7), a
+crash in C code) ends parasim with that program's code and no line of parasim's; run it with
+`--backend gloo` (each rank its own process) to have the rank named.
 A terminal that cannot show a character gets its ASCII spelling (-> for an arrow, x for a times sign).
+
+This module is kept small: it takes over Ctrl-C and SIGTERM before the commands (numpy, Rich, the engine)
+are imported, so an interrupt that lands during that import is one line too, not the traceback of
+whichever import it cut short.
 """
 from __future__ import annotations
 
-import argparse
+import contextlib
 import os
-import sys
-from typing import Sequence
+import signal
+import threading
+from typing import Any, Iterator, Sequence
 
-from .. import __version__
-from ..errors import OutputError, ParasimError, UsageError
-from ..limits import check_plot_path
-from . import check, compare, estimate, layout, lesson, run, schedule, serve, trace, validate
-from .common import BROKEN_PIPE, Parser, Stdout, check_folder, silence_stdout
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = Parser(prog="parasim", description="LLM training parallelism, taught by running it on virtual ranks.")
-    p.add_argument("--version", action="version", version=f"parasim {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    # the order of `parasim --help`
-    for add in (lesson.add_lesson, schedule.add_schedule, trace.add_trace, lesson.add_view, run.add_run,
-                check.add_check, compare.add_compare, layout.add_layout, estimate.add_estimate_commands,
-                validate.add_validate, serve.add_serve):
-        add(sub)
-    return p
+from .common import INTERRUPTED, TERMINATED  # argparse and parasim's errors: quick to import
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    out = Stdout(sys.stdout)
-    sys.stdout = out
+    """`parasim ARGS`: the exit code (see above)."""
+    with _quiet_start():  # the imports and the parser (every command's module, numpy, Rich): nothing started yet
+        from .commands import build_parser as build, run_command
+        parser = build()
+    return run_command(argv, parser)
+
+
+def build_parser() -> Any:
+    """The whole command line's parser (every command's flags)."""
+    from .commands import build_parser as build
+    return build()
+
+
+@contextlib.contextmanager
+def _quiet_start() -> Iterator[None]:
+    """While the commands are imported nothing has started and nothing has been written: an interrupt
+    or SIGTERM then ends the process at once with its one line (numpy turns a KeyboardInterrupt inside
+    its own import into an ImportError, so it cannot be caught as an interrupt)."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
+        yield
+        return
+    previous = {sig: signal.signal(sig, _end_now) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = _run(argv)
-        out.flush()  # output to a pipe or a file is buffered: a full disk or a gone reader shows here
-        return code
-    except OutputError as exc:
-        silence_stdout(out.stream)
-        print(f"parasim: {exc}", file=sys.stderr)
-        return 1
-    except BrokenPipeError:  # `parasim lesson x | head`
-        silence_stdout(out.stream)
-        return BROKEN_PIPE
-    except SystemExit as exc:
-        if isinstance(exc.__context__, BrokenPipeError):  # Rich's own answer to a broken pipe: exit 1
-            silence_stdout(out.stream)
-            return BROKEN_PIPE
-        raise
+        yield
     finally:
-        if sys.stdout is out:
-            sys.stdout = out.stream
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _run(argv: Sequence[str] | None) -> int:
-    parser = build_parser()
-    try:
-        _check_cwd()
-        args, extra = parser.parse_known_args(argv)
-        if extra:  # named by the command that did not know them, and its own help
-            where = f"parasim {args.command}" if getattr(args, "command", None) else "parasim"
-            raise UsageError(f"{where}: unrecognized arguments: {' '.join(extra)} (see {where} --help)")
-        if getattr(args, "func", None) is None:
-            parser.print_help()
-            return 2
-        if getattr(args, "plot", None) is not None:  # before any work: a wrong name would fail at the end
-            check_plot_path(args.plot)
-        for flag in ("chrome", "plot", *getattr(args, "output_files", ())):
-            if getattr(args, flag, None):
-                check_folder(getattr(args, flag))
-        return args.func(args)
-    except UsageError as exc:
-        print(f"parasim: error: {exc}" if not str(exc).startswith("parasim") else f"{exc}", file=sys.stderr)
-        return 2
-    except OutputError:
-        raise
-    except ParasimError as exc:
-        from ..errors import RankFailed  # "rank r raised X: ..." already names the error
-        kind = "" if isinstance(exc, RankFailed) else f"{type(exc).__name__}: "
-        print(f"parasim: {kind}{exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:  # real ranks are ended by the launcher on the way out
-        print("parasim: interrupted", file=sys.stderr)
-        return 130
-
-
-def _check_cwd() -> None:
-    """A current folder that was deleted under the shell (`cd d && rmdir ../d`) is refused in one line:
-    relative names would fail one by one, and call sites are named relative to it."""
-    try:
-        os.getcwd()
-    except OSError:
-        raise UsageError("the current folder no longer exists (it was deleted): cd to one that does, "
-                         "then run parasim again") from None
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def _end_now(signum: int, frame: Any) -> None:
+    word, code = ("terminated", TERMINATED) if signum == signal.SIGTERM else ("interrupted", INTERRUPTED)
+    os.write(2, f"parasim: {word}\n".encode())
+    os._exit(code)

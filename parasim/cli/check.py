@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..render.jsonout import dumps
-from .common import add_timeout, positive, program_output
+from .common import SHARED_PROCESS, add_timeout, need_terminal, positive, program_output
 
 # keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
 # other groups, ops and dims are tried on them
@@ -21,7 +21,8 @@ def add_check(sub: Any) -> None:
                                     "every tensor both marked (ctx.mark) "
                                     "back together from the ranks' pieces, and report the first that differs: "
                                     "the collective it comes from, its group, label and source line, the "
-                                    "error, and the group or placement that would have matched.")
+                                    "error, and the group or placement that would have matched.",
+                        epilog=SHARED_PROCESS)
     cp.add_argument("name", metavar="LESSON", help="a lesson, or path/to/file.py:function")
     cp.add_argument("--bug", metavar="NAME", help="run one of the lesson's wrong variants (silent-bugs: "
                     "expert-over-dp-cp, dense-over-dp, norm-not-over-tp, clip-per-group, dropout-per-rank)")
@@ -46,6 +47,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     from ..engine.runner import run
     from ..lesson import get_lesson, is_program, program_lesson
 
+    if args.tui:
+        need_terminal("--tui")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     program = lesson.program
     if args.bug is not None:

@@ -11,6 +11,13 @@ from typing import Any, Callable
 from ..errors import OutputError, UsageError
 from ..limits import decimal, digits, size_arg
 
+# said by every command that runs a user's program on virtual ranks (their --help)
+SHARED_PROCESS = ("Virtual ranks share parasim's one process: a program that ends that process itself (os._exit, "
+                  "a crash in C code) ends parasim with the program's own exit code and no line naming the rank. "
+                  "`parasim run FILE.py:FN --nproc N` (or check --against gloo) runs each rank in a process of its "
+                  "own, and names the rank that died.")
+INTERRUPTED = 130  # Ctrl-C, or SIGINT to parasim's own process: 128 + SIGINT
+TERMINATED = 143  # SIGTERM: 128 + SIGTERM
 BROKEN_PIPE = 141  # the exit code when stdout's reader has gone (`| head`): 128 + SIGPIPE, as a shell reports it
 
 
@@ -19,6 +26,36 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def need_terminal(flag: str) -> None:
+    """The app draws on a terminal and reads its keys: without one (stdin or stdout redirected, `< /dev/null
+    > /dev/null`) it would wait for keys for ever. Refused in one line, before any work. Under `parasim
+    serve` the app's terminal is the browser tab (textual-serve names its driver in TEXTUAL_DRIVER)."""
+    missing = _not_terminals()
+    if missing:
+        raise UsageError(f"{flag} opens the app, which needs a terminal, and {' and '.join(missing)} "
+                         f"{'is' if len(missing) == 1 else 'are'} not one: run it from a terminal, or leave "
+                         f"{flag} out for text (--json for JSON; parasim serve puts the app in a browser)")
+
+
+def on_terminal() -> bool:
+    """Whether the app can run here (see need_terminal): where a command opens it by default."""
+    return not _not_terminals()
+
+
+def _not_terminals() -> list[str]:
+    if os.environ.get("TEXTUAL_DRIVER"):
+        return []
+    return [name for name, stream in (("standard input", sys.stdin), ("standard output", sys.stdout))
+            if stream is None or not _is_terminal(stream)]
+
+
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # a closed or replaced stream
+        return False
 
 
 def positive(text: str) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
+from ..render.text import markup_safe, printable_lines
 from .common import count, gpu_preset, positive_up_to, print_json
 from .megatron import read_megatron
 
@@ -202,7 +203,7 @@ def _print_job(args: argparse.Namespace, job: Any) -> None:
     hf = getattr(args, "_hf_config", None)
     if hf is not None:
         from ..render.estimate_text import config_lines
-        print("\n".join(config_lines(args.config, hf)) + "\n")
+        print(printable_lines(config_lines(args.config, hf)) + "\n")
 
 
 def _sources(args: argparse.Namespace, out: dict, job: Any) -> None:
@@ -276,7 +277,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from rich.console import Console
     from ..render.estimate_text import memory_report
     console = Console(highlight=False)
-    memory_report(console, f"{model.name}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
+    memory_report(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
                            f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
                   fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name),
                   assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
@@ -318,7 +319,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             return 0
         _print_job(args, job)
         from ..render.estimate_text import search_lines
-        print("\n".join(search_lines(model.name, result, name)))
+        print(printable_lines(search_lines(model.name, result, name)))
         for row in result["nodes"] if args.megatron_args else ():
             best = row["best"]
             if best is not None and "megatron_args" in best:
@@ -349,7 +350,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 0
     _print_job(args, job)
     from ..render.estimate_text import fit_lines
-    print("\n".join(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
+    print(printable_lines(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
     if "megatron_args" in out:
         _print_written(out["megatron_args"], plan)
     return 0

@@ -6,14 +6,14 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import (add_clock, add_timeout, clock_choice, json_text, positive, print_json, program_output, write,
-                     write_hta, write_json)
+from .common import (SHARED_PROCESS, add_clock, add_timeout, clock_choice, json_text, need_terminal, on_terminal,
+                     positive, print_json, program_output, write, write_hta, write_json)
 
 
 def add_lesson(sub: Any) -> None:
     lp = sub.add_parser("lesson", help="list the lessons, or run one and walk through it",
                         description="Run a lesson on virtual ranks and walk through every collective it makes. "
-                                    "Without NAME, list the lessons.")
+                                    "Without NAME, list the lessons.", epilog=SHARED_PROCESS)
     lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them), or your own "
                     "SPMD program as path/to/file.py:function (with --world)")
     out = lp.add_mutually_exclusive_group()
@@ -82,6 +82,8 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         return 0
     if getattr(args, "list", False):  # parasim view FILE.py:fn comes here without it
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
+    if args.tui:
+        need_terminal("--tui")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     if args.plot is not None:
         from ..render.lesson_plots import LESSON_PLOTS
@@ -109,7 +111,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         LESSON_PLOTS[lesson.name][0](lr, args.plot)
     if text is not None:
         sys.stdout.write(text + "\n")
-    elif args.tui or (not args.plain and sys.stdout.isatty()):
+    elif args.tui or (not args.plain and on_terminal()):
         _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
@@ -154,7 +156,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     from ..trace import Trace
 
     if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
-        args.name, args.json, args.tui = args.trace, False, not args.plain
+        args.name, args.json, args.tui = args.trace, False, False  # the app on a terminal, text otherwise
         args.chrome = args.hta = args.plot = None
         args.trace = None
         return cmd_lesson(args)
@@ -163,7 +165,7 @@ def cmd_view(args: argparse.Namespace) -> int:
     trace = Trace.load(args.trace)
     lesson = load_lessons().get(trace.meta.get("lesson", ""))
     narrative, title = (lesson.narrative, lesson.title) if lesson else ({}, args.trace)
-    if args.plain or not sys.stdout.isatty():
+    if args.plain or not on_terminal():
         from ..engine.runner import RunResult
         from ..lesson import Lesson, LessonRun
         from ..render.walkthrough import walkthrough

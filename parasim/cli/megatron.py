@@ -45,7 +45,8 @@ def print_job(job: Any, args: argparse.Namespace) -> None:
     if getattr(args, "json", False):
         return
     from ..render.megatron_text import job_lines
-    print("\n".join(job_lines(job)) + "\n")
+    from ..render.text import printable_lines
+    print(printable_lines(job_lines(job)) + "\n")
 
 
 def check_not_both(args: argparse.Namespace) -> None:
@@ -55,8 +56,9 @@ def check_not_both(args: argparse.Namespace) -> None:
 
 def print_written(title: str, out: dict[str, Any]) -> None:
     from ..render.megatron_text import args_lines
+    from ..render.text import printable_lines
     print()
-    print("\n".join(args_lines(title, out)))
+    print(printable_lines(args_lines(title, out)))
 
 
 def fit_seq(seq: int, plan: Any) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
 from ..render.token_path import gpu_text, joins, path_text
-from .common import count, gpu_preset, print_json, positive
+from .common import count, gpu_preset, need_terminal, print_json, positive
 
 SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
 
@@ -116,6 +116,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from ..examples.moe16_exact import exactness
     from ..examples.moe16_path import token_path
 
+    if args.app:
+        need_terminal("--app")
     layout, name = _layout(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
     if args.symbolic and not _is_example(layout):
@@ -244,6 +246,8 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
         raise UsageError(f"{name} has no model to run: give a preset with one (deepseek-v3, megatron-8.3b, 27b-...)")
     if args.seq is not None or not model.seq:  # presets of full models leave the sequence to the run
         layout = replace(layout, model=replace(model, seq=args.seq or 4096))
+    if args.routing == "learned":  # the default: a real-size step has no router scores to route by
+        args.routing = "balanced"
     if layout.model.experts and args.routing != "balanced":
         raise UsageError("a real-size step folds ranks that do the same work, which needs --routing balanced "
                          "(every GPU routes alike)")

@@ -217,12 +217,13 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
 
 
 def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any, states: Any,
-            env: dict[str, str]) -> None:
+            env: dict[str, str], launcher: int) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
     error) in `folder` and exit quietly; the launcher reports. `beats` and `states`: shared memory the
-    launcher watches (rank_errors.Watch)."""
+    launcher watches (rank_errors.Watch). `launcher`: the launching process's pid."""
     import signal
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle: it ends the workers
+    _leave_with(launcher, folder)
     signal.signal(ASK, answer_where(folder, rank))  # the launcher asks where a rank stuck in its program is
     os.environ.clear()  # the launcher's environment now, not the fork server's when it started
     os.environ.update(env)
@@ -251,6 +252,33 @@ def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beat
             _report(jobs[0][1], rank, RankFailed(raised_text(rank, exc).rstrip("\n"), rank))
         os._exit(1)
     os._exit(0)  # skip interpreter shutdown: a gloo thread must not hold the process once results are written
+
+
+LEFT_ALONE = 0.2  # seconds between a worker's looks at whether its launch still wants it
+
+
+def _leave_with(launcher: int, folder: str) -> None:
+    """End this worker, silently, as soon as its launch is over without it: the launcher's process is gone
+    (killed, even by SIGKILL) or its folder is (the launch ended, by Ctrl-C or SIGTERM among others). The
+    launcher kills the workers it knows of on every way out, but one whose start was cut short by an
+    interrupt (forked by the fork server, its pid never handed back) is known only to itself, and would
+    otherwise wait for the run's store until its time-out, then print torch's C++ frames."""
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(LEFT_ALONE)
+            try:
+                os.kill(launcher, 0)
+                gone = not os.path.isdir(folder)
+            except ProcessLookupError:
+                gone = True
+            except OSError:  # PermissionError: a pid taken by another user's process
+                gone = True
+            if gone:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parasim-launch-watch", daemon=True).start()
 
 
 def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
@@ -291,7 +319,7 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
     with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
         procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
                                args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
-                                     port, folder, beats, states, env)) for r in range(nproc)]
+                                     port, folder, beats, states, env, os.getpid())) for r in range(nproc)]
         try:
             for p in procs:
                 try:
@@ -353,6 +381,60 @@ def _start_forkserver() -> None:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+
+
+def stop_starter() -> None:
+    """End the fork server `_starter` started, at once, as a command does on its way out: left to itself it
+    outlives the command by the seconds it takes to tear torch down (it ends when the last process holding
+    its pipe does). Its workers have ended by then (`_end`, `_leave_with`). Python 3.11's multiprocessing has
+    no public way to stop either helper process: their pids are read from the modules' own instances."""
+    import multiprocessing.forkserver
+    import multiprocessing.resource_tracker
+    import signal
+    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    pid = getattr(server, "_forkserver_pid", None)
+    if isinstance(pid, int):
+        # its workers first: one whose start an interrupt cut short ends within LEFT_ALONE, and is reaped by
+        # the fork server (killed before that, its workers would be left as zombies for init to reap)
+        deadline = time.monotonic() + 1.0
+        while _children(pid) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        with contextlib.suppress(OSError, TypeError):
+            os.close(server._forkserver_alive_fd)
+        server._forkserver_pid = server._forkserver_alive_fd = None  # a later launch here starts a new one
+    # multiprocessing's resource tracker, which the fork server started beside it: it ends once every process
+    # holding its pipe has (this one closes its end here), and is waited for, so that no zombie is left
+    tracker = getattr(multiprocessing.resource_tracker, "_resource_tracker", None)
+    pid = getattr(tracker, "_pid", None)
+    if isinstance(pid, int):
+        with contextlib.suppress(OSError, TypeError):
+            os.close(tracker._fd)
+        deadline = time.monotonic() + 2.0  # a worker whose start was cut short leaves within LEFT_ALONE
+        with contextlib.suppress(OSError):
+            while os.waitpid(pid, os.WNOHANG) == (0, 0):
+                if time.monotonic() > deadline:
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
+                    break
+                time.sleep(0.02)
+        tracker._pid = tracker._fd = None
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (read from /proc; none where there is no /proc)."""
+    found = []
+    for stat in glob.glob("/proc/[0-9]*/stat"):
+        try:
+            with open(stat) as f:
+                fields = f.read().rsplit(")", 1)[1].split()  # after "pid (name)": the name may hold spaces
+        except (OSError, IndexError):
+            continue
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(stat.split("/")[2]))
+    return found
 
 
 def _sweep_folders() -> None:

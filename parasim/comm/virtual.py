@@ -214,13 +214,14 @@ class VirtualWorld(PointToPoint):
 
     def _off_thread(self, rank: int, op: str, site: tuple[str, int]) -> None:
         """A collective from a thread the program started: virtual ranks take turns in the run's one thread,
-        and no other thread can hand over to them. The run fails, naming the call; the thread ends quietly
-        (SystemExit is the one exception threading does not print)."""
+        and no other thread can hand over to them. The run fails, naming the call; the thread ends quietly:
+        threading's excepthook prints every exception but SystemExit itself (`exc_type == SystemExit`, so not
+        even a subclass of it)."""
         err = UsageError(f"rank {rank} called {op} at {site_name(site)} from a thread it started; virtual ranks "
                          "run in one thread: make collectives from the program itself, not from its threads")
         if self.failure is None:
             self.failure = (rank, err)
-        raise _LeaveThread(str(err))
+        raise SystemExit(str(err))
 
     def _check_groups(self) -> None:
         counts = {r: self.ranks[r].ngroups for r in self._members_running(self.world_group)}
@@ -393,10 +394,6 @@ class VirtualWorld(PointToPoint):
         if any(tail):  # what each rank computed after its last event: the step's tail
             meta["tail_work"] = tail
         return Trace(self.world, "virtual", list(self.groups), self.events, self.marks, meta)
-
-
-class _LeaveThread(SystemExit):
-    """Ends a thread that called a collective (threading prints every exception but SystemExit)."""
 
 
 def _ran(value: Any, rank: int) -> None:

@@ -111,15 +111,24 @@ class Context:
         `rows` (with `size`, the whole's length along dim 0): this piece holds those rows of the whole, e.g.
         the sequence positions of a rank's CP slice or SP share; members with the same rows are put together
         by `placement`, then each block goes to its rows. Returns `x`."""
-        from ..nn.placement import Replicate, parse, spec
+        from ..nn.placement import Replicate, Shard, parse, spec
         where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
-        written = spec(parse(placement if placement is not None else Replicate()))  # a bad one fails here
-        data: dict[str, Any] = {"placement": written, "group": list(where.ranks), "group_name": where.name,
-                                "shape": [int(d) for d in x.shape], "dtype": dtype_name(x.dtype)}
+        parsed = parse(placement if placement is not None else Replicate())  # a bad one fails here
+        shape = [int(d) for d in x.shape]
+        if isinstance(parsed, Shard) and not 0 <= parsed.dim < len(shape):
+            # caught here, where the program's line is known, not when `parasim check` puts the pieces together
+            raise UsageError(f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards dim {parsed.dim}, "
+                             f"but the tensor has {len(shape)} dim{'s' if len(shape) != 1 else ''} (shape "
+                             f"{tuple(shape)}): a Shard's dim is one of 0 to {len(shape) - 1}" if shape else
+                             f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards a tensor with no "
+                             "dims (a scalar): mark it Replicate() or Partial()")
+        data: dict[str, Any] = {"placement": spec(parsed), "group": list(where.ranks), "group_name": where.name,
+                                "shape": shape, "dtype": dtype_name(x.dtype)}
         if rows is not None:
-            data["rows"], data["size"] = [int(r) for r in rows], int(size if size is not None else len(data["rows"]))
+            row_list = [int(r) for r in rows]
+            data["rows"], data["size"] = row_list, int(size if size is not None else len(row_list))
             if len(data["rows"]) != data["shape"][0] or any(not 0 <= r < data["size"] for r in data["rows"]):
-                raise UsageError(f"mark {name!r}: rows must give one position in [0, {data['size']}) per row of "
+                raise UsageError(f"mark {name!r} at {site_name(call_site(2))}: rows must give one position in [0, {data['size']}) per row of "
                                  f"the tensor ({data['shape'][0]} rows), got {len(data['rows'])}")
         self._recorder.mark(self.rank, "tensor", name, data)
         self.marked.append((name, x))

@@ -13,7 +13,7 @@ escaped where the text goes into a Rich or Textual string that is parsed for mar
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Iterable
 
 # C0 controls (tab and newline included: a name is one line), DEL, the C1 controls, the Arabic letter
 # mark, the left-to-right and right-to-left marks, the line and paragraph separators, the embeddings and
@@ -37,6 +37,12 @@ def printable(text: Any) -> str:
     as it is."""
     s = text if isinstance(text, str) else str(text)
     return UNSAFE.sub(_escape, s) if UNSAFE.search(s) else s
+
+
+def printable_lines(lines: Iterable[Any]) -> str:
+    """Lines of a report that quote a file or a path (a config's model_type, a launch script's flags), joined
+    by newlines, each made `printable`: a newline inside one line is shown as \\n, never taken as a new line."""
+    return "\n".join(printable(line) for line in lines)
 
 
 def markup_safe(text: Any) -> str:
