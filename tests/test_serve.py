@@ -49,6 +49,9 @@ BAD = [
     (["serve", "tp-mlp", "--port", "http"], "argument --port: expected a positive integer"),
     # an address of no interface here (TEST-NET-1): bind fails without a packet sent or a name looked up
     (["serve", "tp-mlp", "--host", "192.0.2.1", "--port", "8000"], "cannot listen on 192.0.2.1 port 8000"),
+    # a name is never looked up (tests/test_serve_guard.py: nor is anything else)
+    (["serve", "tp-mlp", "--host", "example.com"], "--host 'example.com': not an IP address"),
+    (["serve", "tp-mlp", "--max-apps", "65"], "65 is more than the limit of 64"),
 ]
 
 
@@ -76,7 +79,8 @@ def test_help_reads_at_100_columns(monkeypatch):
     r = cli("serve", "--help")
     assert r.returncode == 0 and r.stderr == ""
     assert max(len(line) for line in r.stdout.splitlines()) <= 100
-    for says in ("--view TRACE.json", "--trace ARGS", "default 127.0.0.1", "default 8000", "Ctrl-C"):
+    for says in ("--view TRACE.json", "--trace ARGS", "default 127.0.0.1", "default 8000", "Ctrl-C", "--max-apps N",
+                 "default 8", "a name is not looked up"):
         assert says in r.stdout
     assert "--open-app" not in r.stdout  # the app process's own flag is not the user's
 
@@ -168,6 +172,31 @@ def test_a_browser_steps_through_tp_mlp_and_reads_the_all_reduce(tmp_path):
     assert not any(Path(f"/proc/{pid}").exists() for pid in apps)
     log = (tmp_path / "serve.log").read_text()
     assert "Traceback" not in log and log.count("\n") == 1, log
+
+
+@pytest.mark.slow
+def test_a_tab_past_max_apps_shows_why(tmp_path):
+    """`--max-apps 1`: the first tab gets its app; a second tab's page says why it has none (the reason the
+    server closed its websocket with) in its "Session ended" dialog, and no second app starts."""
+    h = _helpers()
+    if (why := h.missing()) is not None:
+        pytest.skip(f"no browser for this test: {why}")
+    port = h.free_port()
+    with h.served(["tp-mlp", "--port", str(port), "--max-apps", "1"], tmp_path / "serve.log") as proc, \
+            h.browser() as driver:
+        h.open_app(driver, port)
+        assert len(_children(proc.pid)) == 1
+        driver.switch_to.new_window("tab")
+        driver.get(f"http://127.0.0.1:{port}/")
+        said = h.wait_for("the second tab to say why its session ended", lambda: driver.execute_script(
+            "return document.body.classList.contains('-closed') && "
+            "document.querySelector('.closed-dialog .message').textContent"), 10)
+        assert said == "Session ended: try again later: this server already runs 1 app (--max-apps)"
+        assert len(_children(proc.pid)) == 1
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in log and log.count("\n") == 2, log  # where it serves, and the tab refused
 
 
 def test_each_tab_runs_the_command_that_opens_the_app(tmp_path):
