@@ -1,12 +1,15 @@
 """What the clock costs, measured in one run (issue 34: at most 20% of the deepseek-v3 symbolic step).
 
-    python benchmarks/clock.py [--json]
+    python benchmarks/clock.py [--json] [--tiny]
 
 1. The deepseek-v3 preset's whole training step on 2,048 symbolic GPUs (PP 16 x EP 64, DP 128, 16
    micro-batches, ranks of each stage folded: benchmarks/symbolic.py's item 5), then every event of its
    trace laid out on the clock (clock/timeline.simulate: H200s, nodes of 8): the two times and their ratio.
 2. The same trace stamped for --json (clock/report.clock_report: the timeline, the times on every event,
    and a timeline per overlap switch to say what each would save).
+
+--tiny: the same on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches): under a second, for
+tests/test_benchmarks.py.
 """
 from __future__ import annotations
 
@@ -35,21 +38,23 @@ def timed(fn) -> tuple[float, object]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
+    ap.add_argument("--tiny", action="store_true", help="a 16-GPU layout instead of 2,048 GPUs (seconds)")
     args = ap.parse_args()
-    layout = preset("deepseek-v3")
+    name, m = ("27b-tp8-sp-pp2", 4) if args.tiny else ("deepseek-v3", 16)
+    layout = preset(name)
     layout = replace(layout, model=replace(layout.model, seq=4096))
-    step_s, result = timed(lambda: parasim.run(make_step(layout, m=16), layout.world, backend="symbolic",
+    step_s, result = timed(lambda: parasim.run(make_step(layout, m=m), layout.world, backend="symbolic",
                                                fold=fold_of(layout)))
     trace = result.trace
     clock_s, tl = timed(lambda: simulate(trace, machine("h200", layout.gpus_per_node)))
     report_s, _ = timed(lambda: clock_report(trace))
-    out = {"gpus": layout.world, "events": len(trace.events), "step_s": step_s, "clock_s": clock_s,
+    out = {"layout": name, "gpus": layout.world, "events": len(trace.events), "step_s": step_s, "clock_s": clock_s,
            "clock_over_step": clock_s / step_s, "report_s": report_s, "report_over_step": report_s / step_s,
            "goal": GOAL, "predicted_step_s": tl.step}
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"deepseek-v3, one step on {out['gpus']:,} symbolic GPUs ({out['events']:,} events): {step_s:.2f} s to run")
+    print(f"{name}, one step on {out['gpus']:,} symbolic GPUs ({out['events']:,} events): {step_s:.2f} s to run")
     print(f"  the clock over every event: {clock_s:.2f} s = {out['clock_over_step']:.0%} of the step (goal: at most "
           f"{GOAL:.0%}); the predicted step: {tl.step:.2f} s on H200s")
     print(f"  --json's report (stamped events, and a timeline per overlap switch): {report_s:.2f} s = "

@@ -5,7 +5,10 @@
 2. Per-call time of a 4-element all-reduce on 8 ranks: the engine's own overhead (scheduling, checks,
    trace). Goal: at most 50 us.
 
-    python benchmarks/collectives.py [--json] [--repeat N]
+    python benchmarks/collectives.py [--json] [--repeat N] [--tiny]
+
+--tiny: 64K float32 instead of 16M, 100 small calls instead of 2,000, one sample: under a second, for
+tests/test_benchmarks.py (the ratios are then mostly start-up and say little).
 """
 from __future__ import annotations
 
@@ -60,7 +63,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--repeat", type=int, default=5, help="samples per measurement (median is reported)")
+    ap.add_argument("--tiny", action="store_true", help="tiny sizes and one sample: a second, for tests")
     args = ap.parse_args()
+    global BIG, TINY_CALLS
+    if args.tiny:
+        BIG, TINY_CALLS, args.repeat = 64 * 1024, 100, 1
+    label = f"{BIG // (1024 * 1024)}M" if BIG >= 1024 * 1024 else f"{BIG // 1024}K"
 
     rng = np.random.default_rng(0)
     xs = [rng.standard_normal(BIG, dtype=np.float32) for _ in range(WORLD)]
@@ -79,7 +87,7 @@ def main() -> None:
     e, f = statistics.median(big_engine), statistics.median(big_floor)
     te, tf = statistics.median(tiny_engine), statistics.median(tiny_floor)
     result = {
-        "all_reduce_16M_float32_8_ranks": {"engine_s": round(e, 4), "numpy_floor_s": round(f, 4),
+        f"all_reduce_{label}_float32_8_ranks": {"engine_s": round(e, 4), "numpy_floor_s": round(f, 4),
                                            "ratio": round(e / f, 3), "goal_ratio": 1.3},
         "all_reduce_4_float32_8_ranks": {"engine_us_per_call": round(te * 1e6, 1),
                                          "numpy_floor_us_per_call": round(tf * 1e6, 1),
@@ -88,8 +96,8 @@ def main() -> None:
     if args.json:
         print(json.dumps(result, indent=2))
         return
-    b, t = result["all_reduce_16M_float32_8_ranks"], result["all_reduce_4_float32_8_ranks"]
-    print(f"all-reduce, 16M float32, 8 virtual ranks: {b['engine_s'] * 1e3:.1f} ms vs numpy floor "
+    b, t = result[f"all_reduce_{label}_float32_8_ranks"], result["all_reduce_4_float32_8_ranks"]
+    print(f"all-reduce, {label} float32, 8 virtual ranks: {b['engine_s'] * 1e3:.1f} ms vs numpy floor "
           f"{b['numpy_floor_s'] * 1e3:.1f} ms -> {b['ratio']:.2f}x the floor (goal <= {b['goal_ratio']}x)")
     print(f"all-reduce, 4 float32, 8 virtual ranks: {t['engine_us_per_call']:.1f} us per call "
           f"(numpy floor {t['numpy_floor_us_per_call']:.1f} us, {t['ratio']:.1f}x; goal <= {t['goal_us_per_call']} us)")

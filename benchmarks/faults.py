@@ -6,7 +6,9 @@ others wait in a barrier). Printed: seconds to the error, the error's length, an
 to a clean run of one all-reduce on the same world (the engine's own cost of starting that many ranks).
 Goal: under 2 s at 2,048 ranks, growing about linearly with the world.
 
-    python benchmarks/faults.py [--json] [--worlds 512,1024,2048]
+    python benchmarks/faults.py [--json] [--worlds 512,1024,2048] [--tiny]
+
+--tiny: worlds of 8 and 16 ranks (for tests/test_benchmarks.py).
 """
 from __future__ import annotations
 
@@ -50,7 +52,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--worlds", default="512,1024,2048")
+    ap.add_argument("--tiny", action="store_true", help="worlds of 8 and 16 ranks: for tests")
     args = ap.parse_args()
+    if args.tiny:
+        args.worlds = "8,16"
     rows = []
     for world in (int(w) for w in args.worlds.split(",")):
         base, _ = timed(clean, world)
@@ -63,7 +68,7 @@ def main() -> None:
         return
     print(f"{'world':>6} {'fault':<9} {'seconds':>8} {'chars':>6} {'x clean run':>12}")
     for r in rows:
-        print(f"{r['world']:>6} {r['fault']:<9} {r['seconds']:>8.3f} {r['chars']:>6} {r['over_clean_run']:>12.2f}")
+        print(f"{r['world']:>6} {r['fault']:<9} {r['seconds']:>8.3f} {r['chars']:>6} {r['over_clean_run']:>11.2f}x")
 
 
 if __name__ == "__main__":

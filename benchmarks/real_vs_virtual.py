@@ -4,11 +4,14 @@ Prints ratios: start-up of a real run (the first launch, which starts the fork s
 once, and a later one) against a whole virtual run, and the time of one small all-reduce
 on gloo (with and without the signature exchange) against the same call on virtual ranks.
 
-    python benchmarks/real_vs_virtual.py [--json] [--world N] [--calls N]
+    python benchmarks/real_vs_virtual.py [--json] [--world N] [--tiny]
+
+--tiny: 2 ranks and 20 calls instead of 200 (for tests/test_benchmarks.py). Real ranks need torch.
 """
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 
@@ -22,9 +25,9 @@ from parasim.engine.real import run_real
 CALLS = 200
 
 
-def many_all_reduces(ctx):
+def many_all_reduces(ctx, calls: int = CALLS):
     x = ctx.asarray(np.arange(4.0))
-    for _ in range(CALLS):
+    for _ in range(calls):
         ctx.comm.all_reduce(x)
 
 
@@ -32,20 +35,26 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--world", type=int, default=4, help="ranks (default 4)")
+    ap.add_argument("--tiny", action="store_true", help="2 ranks, 20 calls: for tests")
     args = ap.parse_args()
+    calls = CALLS
+    if args.tiny:
+        args.world, calls = 2, 20
+    # the count travels with the program: real ranks import this file afresh and see only CALLS
+    program = functools.partial(many_all_reduces, calls=calls)
 
     lesson = get_lesson("collectives")
     t = time.perf_counter()
     run_lesson(lesson, args.world)
     virtual_lesson_s = time.perf_counter() - t
     t = time.perf_counter()
-    parasim.run(many_all_reduces, args.world)
-    virtual_call_us = (time.perf_counter() - t) / CALLS * 1e6
+    parasim.run(program, args.world)
+    virtual_call_us = (time.perf_counter() - t) / calls * 1e6
 
     real = run_real(lesson.target, args.world, RealOptions("gloo", lesson.seed, lesson.keep_values))
     again = run_real(lesson.target, args.world, RealOptions("gloo", lesson.seed, lesson.keep_values))
-    checked = run_real(many_all_reduces, args.world, RealOptions("gloo", check=True))
-    unchecked = run_real(many_all_reduces, args.world, RealOptions("gloo", check=False))
+    checked = run_real(program, args.world, RealOptions("gloo", check=True))
+    unchecked = run_real(program, args.world, RealOptions("gloo", check=False))
     # per call: the mean, over ranks and calls, of the time a rank spent inside all_reduce
     gloo_us = unchecked.timings()["all_reduce"]["mean_us"]
     gloo_checked_us = checked.timings()["all_reduce"]["mean_us"]

@@ -1,7 +1,9 @@
 """Ring attention (forward + backward) on cp = 2, 4, 8 virtual ranks against the same attention computed
 on one device, in one run: the ratio is what splitting the sequence over a ring costs here.
 
-    python benchmarks/ring_attention.py [--json] [--seq N] [--causal]
+    python benchmarks/ring_attention.py [--json] [--seq N] [--heads N] [--dim N] [--causal] [--tiny]
+
+--tiny: 64 positions, 2 heads of 8 (for tests/test_benchmarks.py).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ def timed(cp: int, seq: int, b: int, heads: int, d: int, causal: bool, split: st
         ring.backward(cache, do)
         ctx.comm.barrier()
         return time.perf_counter() - start
-    return parasim.run(program, cp).values[0]
+    # no time limit: one rank computes its whole share between two barriers, longer than 30 s on a loaded machine
+    return parasim.run(program, cp, timeout=None).values[0]
 
 
 def main() -> None:
@@ -35,7 +38,10 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--dim", type=int, default=64)
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--tiny", action="store_true", help="--seq 64 --heads 2 --dim 8: for tests")
     args = ap.parse_args()
+    if args.tiny:
+        args.seq, args.heads, args.dim = 64, 2, 8
     split = "zigzag" if args.causal else "contiguous"
     base = timed(1, args.seq, 1, args.heads, args.dim, args.causal, split)
     rows = {cp: timed(cp, args.seq, 1, args.heads, args.dim, args.causal, split) for cp in (2, 4, 8)}

@@ -2,7 +2,10 @@
 layer computed unsplit on one rank: the ratio is the engine's overhead (communication copies, scheduling,
 trace). Measured in one run; goal <= 1.5x at sizes where the arithmetic dominates.
 
-    python benchmarks/tp_layer.py [--json] [--seq N] [--hidden N] [--sp]
+    python benchmarks/tp_layer.py [--json] [--seq N] [--batch N] [--hidden N] [--heads N] [--sp] [--repeat N]
+                                  [--tiny]
+
+--tiny: s = 16, b = 1, h = 64, 8 heads, one sample (for tests/test_benchmarks.py).
 """
 from __future__ import annotations
 
@@ -35,7 +38,8 @@ def timed_layer(t: int, shape: ModelSpec, s: int, b: int, sp: bool, repeat: int)
             ctx.comm.barrier()  # the step ends when the last rank is done
             times.append(time.perf_counter() - start)
         return times
-    res = parasim.run(program, t)
+    # no time limit: the unsplit layer computes between two barriers, longer than 30 s on a loaded machine
+    res = parasim.run(program, t, timeout=None)
     return statistics.median(res.values[0])
 
 
@@ -48,7 +52,10 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--sp", action="store_true", help="sequence parallelism too")
     ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--tiny", action="store_true", help="s 16, b 1, h 64, one sample: for tests")
     args = ap.parse_args()
+    if args.tiny:
+        args.seq, args.batch, args.hidden, args.repeat = 16, 1, 64, 1
     shape = ModelSpec(hidden=args.hidden, heads=args.heads)
     # ranks run one after another in one process, so tp = t does the same arithmetic as tp = 1 in total
     base = timed_layer(1, shape, args.seq, args.batch, False, args.repeat)

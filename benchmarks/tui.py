@@ -16,7 +16,10 @@ data-parallel groups of 8 (the even ranks, the odd ranks): 200 logical steps, so
 3. The same at real size: the deepseek-v3 preset's whole step on 2,048 symbolic GPUs (70,944 events),
    opened with its ranks folded by axis (one row per data-parallel group: 16 rows, never 2,048).
 
-    python benchmarks/tui.py [--json] [--steps N]
+    python benchmarks/tui.py [--json] [--steps N] [--tiny]
+
+--tiny (for tests/test_benchmarks.py): 10 rounds (100 events), 5 steps, the real-size case on the 27B model's
+TP8 + SP + PP2 preset (16 symbolic GPUs, 4 micro-batches), and the what-if of two lessons (tp-mlp, pp-zero-bubble).
 """
 from __future__ import annotations
 
@@ -31,6 +34,11 @@ import parasim
 
 WORLD, ROUNDS, SIZE = 16, 100, (160, 50)
 GOAL_FIRST_PAINT, GOAL_STEP, GOAL_WHATIF = 0.5, 0.050, 1.0
+# The value a what-if turns a lesson's first setting to, where the rule below (the next choice, or twice the
+# default) gives one the lesson refuses at its other defaults: pp-zero-bubble's DualPipeV needs m >= 2p, so its
+# 4 stages doubled to 8 at its 8 micro-batches is refused ("m >= 2 * pp = 16, got m = 8"); 2 stages run.
+WHATIF_VALUES = {"pp-zero-bubble": 2}
+TINY_WHATIF = ("tp-mlp", "pp-zero-bubble")
 
 
 def program(ctx):
@@ -93,31 +101,36 @@ async def pilot_floor(presses: int) -> tuple[float, float]:
         return (time.perf_counter() - t) / presses, (time.process_time() - c) / presses
 
 
-def symbolic_case(steps: int, floor: float) -> dict:
-    """DeepSeek-V3's step on 2,048 symbolic GPUs in the app, as `parasim trace --symbolic --app` opens it."""
+def symbolic_case(steps: int, floor: float, name: str = "deepseek-v3", m: int = 16) -> dict:
+    """DeepSeek-V3's step on 2,048 symbolic GPUs in the app, as `parasim trace --symbolic --app` opens it (or
+    another preset's: --tiny)."""
     from dataclasses import replace
 
     from parasim.examples.step import make_step
     from parasim.layout import preset
     from parasim.symbolic.fold import fold_of
     from parasim.tui.view import View
-    layout = preset("deepseek-v3")
+    layout = preset(name)
     layout = replace(layout, model=replace(layout.model, seq=4096))
     t = time.perf_counter()
-    trace = parasim.run(make_step(layout, m=16), layout.world, backend="symbolic", fold=fold_of(layout)).trace
+    trace = parasim.run(make_step(layout, m=m), layout.world, backend="symbolic", fold=fold_of(layout)).trace
     t_trace = time.perf_counter() - t
     t = time.perf_counter()
-    view = View(trace, {}, "deepseek-v3, 2,048 symbolic GPUs")  # opens folded: the world is too big for rows
+    view = View(trace, {}, f"{name}, {layout.world:,} symbolic GPUs")  # over 64 GPUs it opens folded
     t_view = time.perf_counter() - t
     first, per_step, cpu_step, reached = asyncio.run(first_paint_and_steps(view, steps))
-    return {"ranks": trace.world, "events": len(view.events), "rows": len(view.rows), "folded_by": view.fold_axis,
+    return {"layout": name, "ranks": trace.world, "events": len(view.events), "rows": len(view.rows),
+            "folded_by": view.fold_axis,
             "trace_s": round(t_trace, 2), "view_s": round(t_view, 3), "first_paint_s": round(first, 4),
             "step_ms": round(per_step * 1e3, 2), "step_cpu_ms": round(cpu_step * 1e3, 2),
             "app_step_ms": round((per_step - floor) * 1e3, 2), "steps": steps, "reached_event": reached}
 
 
-def other_value(knob) -> object:
-    """A setting's value other than the post's: the next choice, or twice the default."""
+def other_value(name: str, knob) -> object:
+    """A setting's value other than the post's: WHATIF_VALUES' for the lesson, or the next choice, or twice the
+    default."""
+    if name in WHATIF_VALUES:
+        return WHATIF_VALUES[name]
     if knob.choices:
         return next(c for c in knob.choices if c != knob.default)
     return 2 * knob.default
@@ -137,7 +150,7 @@ async def whatif_times(name: str) -> dict:
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("k")
         await pilot.pause()
-        app.screen.query_one(f"#knob-{knob_name}").value = str(other_value(knob))
+        app.screen.query_one(f"#knob-{knob_name}").value = str(other_value(name, knob))
         t = time.perf_counter()
         await pilot.press("enter")
         await pilot.pause()
@@ -147,20 +160,25 @@ async def whatif_times(name: str) -> dict:
         await pilot.press("enter")
         await pilot.pause()
         opened = time.perf_counter() - t
-    return {"lesson": name, "knob": knob_name, "value": other_value(knob), "beside_s": round(beside, 3),
+    return {"lesson": name, "knob": knob_name, "value": other_value(name, knob), "beside_s": round(beside, 3),
             "open_s": round(opened, 3)}
 
 
-def whatif_case() -> list[dict]:
+def whatif_case(only: tuple[str, ...] | None = None) -> list[dict]:
     from parasim.lesson import load_lessons
-    return [asyncio.run(whatif_times(n)) for n, lesson in load_lessons().items() if lesson.knobs]
+    return [asyncio.run(whatif_times(n)) for n, lesson in load_lessons().items()
+            if lesson.knobs and (only is None or n in only)]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the figures as JSON")
     ap.add_argument("--steps", type=int, default=200, help="Right presses to time (default 200)")
+    ap.add_argument("--tiny", action="store_true", help="small sizes, 5 steps, two lessons' what-if: for tests")
     args = ap.parse_args()
+    global ROUNDS
+    if args.tiny:
+        ROUNDS, args.steps = 10, 5
 
     from parasim.tui.view import View
 
@@ -168,7 +186,7 @@ def main() -> None:
     trace = build_trace()
     t_trace = time.perf_counter() - t
     t = time.perf_counter()
-    view = View(trace, {}, "benchmark: 16 ranks x 1,000 events")
+    view = View(trace, {}, f"benchmark: {trace.world} ranks x {len(trace.events):,} events")
     t_view = time.perf_counter() - t
     first, per_step, cpu_step, reached = asyncio.run(first_paint_and_steps(view, args.steps))
     floor, floor_cpu = asyncio.run(pilot_floor(min(args.steps, 100)))
@@ -181,8 +199,9 @@ def main() -> None:
         "pilot_floor_ms": round(floor * 1e3, 2), "pilot_floor_cpu_ms": round(floor_cpu * 1e3, 2),
         "app_step_ms": round((per_step - floor) * 1e3, 2),
     }
-    fig["symbolic"] = symbolic_case(min(args.steps, 50), floor)
-    fig["whatif"] = whatif_case()
+    fig["symbolic"] = (symbolic_case(args.steps, floor, "27b-tp8-sp-pp2", 4) if args.tiny
+                       else symbolic_case(min(args.steps, 50), floor))
+    fig["whatif"] = whatif_case(TINY_WHATIF if args.tiny else None)
     if args.json:
         print(json.dumps(fig, indent=1))
         return
@@ -197,7 +216,8 @@ def main() -> None:
     print(f"  the app's own {net * 1e3:7.1f} ms   goal <= {GOAL_STEP * 1e3:.0f} ms    {ok(net <= GOAL_STEP)}   "
           f"(the step less Pilot's floor; CPU per step {cpu_step * 1e3:.1f} ms, {ok(cpu_step <= GOAL_STEP)})")
     sym = fig["symbolic"]
-    print(f"real size: {sym['ranks']:,} symbolic GPUs x {sym['events']:,} events, folded by {sym['folded_by']} into "
+    print(f"real size, {sym['layout']}: {sym['ranks']:,} symbolic GPUs x {sym['events']:,} events, folded by "
+          f"{sym['folded_by']} into "
           f"{sym['rows']} rows (trace {sym['trace_s']:.1f} s, view model {sym['view_s']:.2f} s)")
     print(f"first paint     {sym['first_paint_s']:7.3f} s    goal <= {GOAL_FIRST_PAINT} s    "
           f"{ok(sym['first_paint_s'] <= GOAL_FIRST_PAINT)}")
