@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
+from ..limits import MAX_SIZE
 from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS, SHARDING,
                     TOKENIZERS, flag_of)
 from .script import Script, read_file, read_script
@@ -24,6 +25,10 @@ NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 # the torchrun (or torch.distributed.launch) flags that size the world
 NPROC = ("--nproc_per_node", "--nproc-per-node")
 NNODES = ("--nnodes",)
+PATTERN_CHARS = 1_000  # --moe-layer-freq as a pattern: ([0]*3+[1]*58) is 14 characters, every layer of a deep model
+# written out a few hundred; Python's parser, which reads it, recurses once a sign and runs out of memory near 6,000
+PATTERN_LAYERS = 10_000  # layers a --moe-layer-freq pattern may describe: the deepest models have a few hundred
+SHOWN = 40  # characters of a value a message shows (a value may be as long as the whole script)
 
 
 @dataclass
@@ -129,12 +134,17 @@ def _int(job: Job, flag: str, least: int = 1) -> int | None:
     if values is None:
         return None
     if not values or not re.fullmatch(r"[0-9]{1,15}", values[0]):
-        got = repr(values[0]) if values else "nothing (is the variable it reads set?)"
+        got = _shown(values[0]) if values else "nothing (is the variable it reads set?)"
         raise UsageError(f"{job.path}: {flag} expects a whole number, got {got}")
     v = int(values[0])
     if v < least:
         raise UsageError(f"{job.path}: {flag} must be at least {least}, got {v}")
     return v
+
+
+def _shown(text: str | None) -> str:
+    """`text` as a message shows it: quoted, cut at SHOWN characters."""
+    return repr(text) if text is None or len(text) <= SHOWN else repr(text[:SHOWN]) + "..."
 
 
 def _text(job: Job, flag: str) -> str | None:
@@ -171,22 +181,40 @@ def _launch(job: Job) -> None:
             opts[name] = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
     runs_torch = launcher[0].rsplit("/", 1)[-1] == "torchrun" or any(
         w in ("torch.distributed.run", "torch.distributed.launch") for w in launcher)
-    nproc = next((opts[k] for k in NPROC if k in opts), None)
-    nnodes = next((opts[k] for k in NNODES if k in opts), "1")
+    nproc_flag = next((k for k in NPROC if k in opts), NPROC[0])
+    nproc_text = opts.get(nproc_flag)
+    nnodes_text = next((opts[k] for k in NNODES if k in opts), "1")
     if not runs_torch:
         job.contradictions.append(f"launched by {launcher[0]}, not torchrun: parasim cannot tell how many processes "
                                   "it starts: it takes the layout's least")
         return
-    if nproc is None or not nproc.isdigit():
-        job.contradictions.append(f"torchrun's --nproc_per_node is {nproc!r}: parasim takes 1 process per node")
-        nproc = "1"
-    if ":" in nnodes:  # elastic: MIN:MAX nodes
-        nnodes = nnodes.split(":")[-1]
-        job.unmodelled.append(f"torchrun --nnodes {opts['--nnodes']}: elastic; parasim takes the most, {nnodes}")
-    if not nnodes.isdigit() or int(nnodes) < 1:
-        job.contradictions.append(f"torchrun's --nnodes is {nnodes!r}: parasim takes 1 node")
-        nnodes = "1"
-    job.gpus_per_node, job.launched = int(nproc), int(nproc) * int(nnodes)
+    nproc = _count(job, nproc_flag, nproc_text)
+    if nproc is None:  # auto, gpu, an unset variable: what torchrun finds where it runs
+        job.contradictions.append(f"torchrun's --nproc_per_node is {_shown(nproc_text)}: parasim takes 1 process "
+                                  "per node")
+        nproc = 1
+    if ":" in nnodes_text:  # elastic: MIN:MAX nodes
+        nnodes_text = nnodes_text.split(":")[-1]
+        job.unmodelled.append(f"torchrun --nnodes {opts['--nnodes'][:SHOWN]}: elastic; parasim takes the most, "
+                              f"{nnodes_text[:SHOWN]}")
+    nnodes = _count(job, "--nnodes", nnodes_text)
+    if nnodes is None:
+        job.contradictions.append(f"torchrun's --nnodes is {_shown(nnodes_text)}: parasim takes 1 node")
+        nnodes = 1
+    job.gpus_per_node, job.launched = nproc, nproc * nnodes
+
+
+def _count(job: Job, flag: str, text: str | None) -> int | None:
+    """torchrun's count `text` (of processes per node, or of nodes) as a number from 1 to MAX_SIZE; None when
+    it is not written in digits (auto, an unset variable). Zero launches nothing, and the world is divided by it."""
+    if text is None or re.fullmatch(r"-?[0-9]+", text) is None:
+        return None
+    where = f"{job.path}: line {job.script.line}: torchrun {flag} {text[:SHOWN]}"
+    if len(text) > 14 or int(text) > MAX_SIZE:  # 14: a sign and 13 digits, past MAX_SIZE (int() of many is slow)
+        raise UsageError(f"{where}: more than {MAX_SIZE:.0e}, the limit on any one size (far beyond every cluster)")
+    if int(text) < 1:
+        raise UsageError(f"{where} launches no process: it takes a count of at least 1")
+    return int(text)
 
 
 def _model(job: Job) -> None:
@@ -252,7 +280,7 @@ def _model(job: Job) -> None:
     norm = _text(job, "--normalization")
     if norm is not None:
         if norm.lower() not in NORMS:
-            raise UsageError(f"{job.path}: --normalization {norm!r}: Megatron takes LayerNorm or RMSNorm")
+            raise UsageError(f"{job.path}: --normalization {_shown(norm)}: Megatron takes LayerNorm or RMSNorm")
         _use(job, "--normalization")
         m["norm"] = NORMS[norm.lower()]
     m["tied_embeddings"] = "--untie-embeddings-and-output-weights" not in g
@@ -308,7 +336,7 @@ def _experts(job: Job) -> None:
             m["shared_experts"], m["shared_expert_ffn"] = 1, shared
     freq = _text(job, "--moe-layer-freq")
     if freq is not None:
-        dense = _dense_first(freq, m.get("layers"))
+        dense = _dense_first(job, freq, m.get("layers"))
         if dense is None:
             _leave(job, f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense layers "
                         "first, then MoE layers", "--moe-layer-freq")
@@ -325,30 +353,48 @@ def _experts(job: Job) -> None:
                     "traffic", "--moe-token-dispatcher-type")
 
 
-def _dense_first(text: str, layers: int | None) -> int | None:
+def _dense_first(job: Job, text: str, layers: int | None) -> int | None:
     """`--moe-layer-freq`: an int N (every N-th layer MoE; 1 = all) or a pattern such as ([0]*3+[1]*58).
     The number of leading dense layers when the pattern is dense layers then MoE layers, else None."""
     text = text.strip()
     if text.isdigit():
-        return 0 if int(text) == 1 else None
+        return 0 if text.lstrip("0") == "1" else None
+    if len(text) > PATTERN_CHARS:
+        raise UsageError(f"{job.path}: --moe-layer-freq is {len(text):,} characters long, more than the limit of "
+                         f"{PATTERN_CHARS:,} (a layer pattern such as ([0]*3+[1]*58) is a few dozen)")
     try:
         pattern = _pattern(ast.parse(text.strip("'\""), mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):
         return None
+    except _TooManyLayers:
+        raise UsageError(f"{job.path}: --moe-layer-freq {text[:SHOWN]} describes more than {PATTERN_LAYERS:,} "
+                         "layers, the limit (the deepest models have a few hundred)") from None
     dense = len(pattern) - len("".join(str(x) for x in pattern).lstrip("0"))
     if any(x != 1 for x in pattern[dense:]) or (layers is not None and len(pattern) != layers):
         return None
     return dense
 
 
+class _TooManyLayers(Exception):
+    """A --moe-layer-freq pattern of more than PATTERN_LAYERS layers (([0]*100000)*100000 would be 10**10)."""
+
+
 def _pattern(node: ast.AST) -> list[int]:
+    """The layers of a pattern, each list's length checked against PATTERN_LAYERS before it is built."""
     if isinstance(node, ast.List) and all(isinstance(e, ast.Constant) and e.value in (0, 1) for e in node.elts):
         return [int(e.value) for e in node.elts]  # type: ignore[attr-defined]
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        return _pattern(node.left) + _pattern(node.right)
+        left, right = _pattern(node.left), _pattern(node.right)
+        if len(left) + len(right) > PATTERN_LAYERS:
+            raise _TooManyLayers()
+        return left + right
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.right, ast.Constant) \
-            and isinstance(node.right.value, int) and 0 <= node.right.value <= 100_000:
-        return _pattern(node.left) * node.right.value
+            and isinstance(node.right.value, int) and not isinstance(node.right.value, bool) \
+            and node.right.value >= 0:
+        left = _pattern(node.left)
+        if len(left) * node.right.value > PATTERN_LAYERS:
+            raise _TooManyLayers()
+        return left * node.right.value
     raise ValueError("not a layer pattern")
 
 
@@ -373,7 +419,7 @@ def _dropout(job: Job) -> None:
         try:
             rates.append(DEFAULT_DROPOUT if text is None else float(text))
         except ValueError:
-            raise UsageError(f"{job.path}: {flag} expects a number, got {text!r}") from None
+            raise UsageError(f"{job.path}: {flag} expects a number, got {_shown(text)}") from None
         if text is not None:
             _use(job, flag)
     job.step["dropout"] = any(r > 0 for r in rates)
@@ -405,7 +451,7 @@ def _layout(job: Job) -> None:
     if "--use-megatron-fsdp" in g:
         strategy = _text(job, "--data-parallel-sharding-strategy") or "optim_grads_params"
         if strategy not in SHARDING:
-            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {strategy!r}: one of "
+            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {_shown(strategy)}: one of "
                              f"{', '.join(SHARDING)}")
         _use(job, "--use-megatron-fsdp", f"Megatron-FSDP, sharding {strategy}: ZeRO-{SHARDING[strategy]}")
         if "--data-parallel-sharding-strategy" in g:
@@ -462,7 +508,7 @@ def _step(job: Job) -> None:
         _use(job, "--recompute-activations")
         granularity = granularity or "selective"
     if granularity is not None and granularity not in ("full", "selective"):
-        raise UsageError(f"{job.path}: --recompute-granularity {granularity!r}: full or selective")
+        raise UsageError(f"{job.path}: --recompute-granularity {_shown(granularity)}: full or selective")
     if "--recompute-granularity" in g:
         _use(job, "--recompute-granularity")
     s["recompute"] = granularity or "none"
@@ -479,7 +525,7 @@ def _step(job: Job) -> None:
     flash = True
     if backend is not None:
         if backend not in ATTENTION_FLASH:
-            raise UsageError(f"{job.path}: --attention-backend {backend!r}: one of {', '.join(ATTENTION_FLASH)}")
+            raise UsageError(f"{job.path}: --attention-backend {_shown(backend)}: one of {', '.join(ATTENTION_FLASH)}")
         flash = ATTENTION_FLASH[backend]
         _use(job, "--attention-backend", "FlashAttention: the scores are not kept" if flash else
              "the whole scores kept (no FlashAttention)")

@@ -4,9 +4,13 @@ Launch scripts (Megatron-LM's examples/) set variables and bash arrays, then run
 <launcher flags> pretrain_gpt.py <training flags>`. This reader follows that much of bash: comments, line
 continuations, quotes, `NAME=value`, `NAME=(...)` and `NAME+=(...)`, `export`, `$NAME`, `${NAME}`,
 `${NAME:-default}`, `${ARRAY[@]}`, `$((arithmetic))`, and `if`/`elif`/`else`/`fi` over `[ ... ]` and
-`[[ ... ]]` tests. It runs no command: a command substitution `$(...)` reads as empty, loops and functions
-are skipped, and each such place is noted. The script gets no arguments and no environment, so `$1` is
-empty and `${NODES:-1}` takes its default, as a fresh shell would.
+`[[ ... ]]` tests. It runs no command: a command substitution, `$(...)` or `` `...` ``, reads as empty, loops
+and functions are skipped, and each such place is noted. The script gets no arguments and no environment, so
+`$1` is empty and `${NODES:-1}` takes its default, as a fresh shell would.
+
+Every script is read in bounded time and memory: the script itself is at most SCRIPT_BYTES, `if`s nest at most
+IF_DEPTH deep, and expansion is held to the limits of megatron/words.py (one value, one array, nesting, the
+arithmetic, and a budget over the whole read). Past a limit the read stops with one line naming it.
 """
 from __future__ import annotations
 
@@ -15,9 +19,10 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from .words import ASSIGN, ArrayWord, Lexer, Part, Shell, Statement, Word
+from .words import ARRAY_ITEMS, ASSIGN, ArrayWord, Lexer, Part, Shell, Statement, Word
 
 SCRIPT_BYTES = 1 << 20  # a launch script or flags file: a few KB; anything near a megabyte is not one
+IF_DEPTH = 64  # ifs open inside one another: a launch script nests one or two
 LAUNCHERS = ("torchrun", "python", "python3", "srun", "deepspeed", "mpirun", "accelerate")
 _REDIRECT = re.compile(r"[0-9]*(>>?|<)&?")  # 2>&1, > log: where output goes, not a flag
 
@@ -44,12 +49,13 @@ def read_script(text: str, path: str) -> Script:
     """The launch in `text` (a launch script or a plain file of flags), its variables expanded."""
     script = Script(path)
     shell = Shell(script)
-    statements = Lexer(text, path).statements()
+    last_line = 1  # the line of the last statement read
     stack: list[list[bool]] = []  # per open `if`: [this branch runs, a branch has run]
     skipping: list[str] = []  # the closing words of loops being skipped
     launches: list[tuple[int, list[str]]] = []
     loose: list[str] = []  # words of lines that are flags themselves (a flags file)
-    for st in statements:
+    for st in Lexer(text, path).statements():
+        last_line = st.line
         words = st.words
         head = words[0].literal() if isinstance(words[0], Word) else None
         if skipping:
@@ -62,9 +68,13 @@ def read_script(text: str, path: str) -> Script:
             shell.note(st.line, f"a {head} loop is not run: its lines are skipped")
             skipping.append(_BLOCKS[head])
             continue
-        active = all(frame[0] for frame in stack)
+        # a frame runs only while the frames around it run, so the innermost says whether a line runs
+        active = stack[-1][0] if stack else True
         if head in ("if", "elif", "else", "fi", "then", "do"):
             if head == "if":
+                if len(stack) >= IF_DEPTH:
+                    raise UsageError(f"{path}: line {st.line}: 'if' nested more than {IF_DEPTH} deep, the limit (a "
+                                     "launch script nests one or two)")
                 runs = active and _condition(shell, words[1:], st.line)
                 stack.append([runs, runs])
             elif not stack:
@@ -72,7 +82,7 @@ def read_script(text: str, path: str) -> Script:
             elif head == "fi":
                 stack.pop()
             else:
-                outer = all(frame[0] for frame in stack[:-1])
+                outer = stack[-2][0] if len(stack) > 1 else True
                 frame = stack[-1]
                 if head == "elif":
                     frame[0] = outer and not frame[1] and _condition(shell, words[1:], st.line)
@@ -81,7 +91,7 @@ def read_script(text: str, path: str) -> Script:
                     frame[0] = outer and not frame[1]
                     frame[1] = True
                 rest = words[1:] if head in ("then", "else", "do") else []
-                if rest and isinstance(rest[0], Word) and all(frame[0] for frame in stack):
+                if rest and isinstance(rest[0], Word) and frame[0]:
                     _command(shell, Statement(st.line, rest), launches, loose)
             continue
         if not active:
@@ -91,7 +101,7 @@ def read_script(text: str, path: str) -> Script:
             break
         _command(shell, st, launches, loose)
     if stack:
-        shell.note(statements[-1].line if statements else 1, "an 'if' that never closes with 'fi'")
+        shell.note(last_line, "an 'if' that never closes with 'fi'")
     if launches:
         if len(launches) > 1:
             shell.note(launches[1][0], f"a second launch (the first, line {launches[0][0]}, is the one read)")
@@ -154,10 +164,18 @@ def _assignment(word: object) -> bool:
 
 def _assign(shell: Shell, word: Word | ArrayWord, line: int) -> None:
     if isinstance(word, ArrayWord):
-        items = [f for w in word.items for f in shell.fields(w, line)]
         old = shell.vars.get(word.name, [])
         base = (old if isinstance(old, list) else [old] if old else []) if word.append else []
-        shell.vars[word.name] = base + items
+        items: list[str] = []
+        for w in word.items:
+            got = shell.fields(w, line)
+            if len(base) + len(items) + len(got) > ARRAY_ITEMS:  # counted before the array grows
+                raise _too_many(shell, word.name, line)
+            items.extend(got)
+        if word.append and isinstance(old, list) and word.name in shell.vars:
+            old.extend(items)  # in place: a thousand A+=(x) stay a thousand steps, not a million copies
+        else:
+            shell.vars[word.name] = base + items
         return
     m = ASSIGN.match(word.parts[0].text)
     assert m is not None
@@ -167,10 +185,17 @@ def _assign(shell: Shell, word: Word | ArrayWord, line: int) -> None:
     if m.group(2):
         old = shell.vars.get(name, "")
         if isinstance(old, list):
-            shell.vars[name] = old + [value]
+            if len(old) >= ARRAY_ITEMS:
+                raise _too_many(shell, name, line)
+            old.append(value)
             return
-        value = old + value
+        value = shell.join([old, value], line)  # its length checked before it is built
     shell.vars[name] = value
+
+
+def _too_many(shell: Shell, name: str, line: int) -> UsageError:
+    return shell.fail(line, f"the array {name} grows past {ARRAY_ITEMS:,} elements, the limit on one array (a "
+                            "launch script's arrays hold tens of flags)")
 
 
 # -- tests in if and elif -------------------------------------------------------------------------------
@@ -207,8 +232,7 @@ def _test(shell: Shell, words: list, line: int) -> bool:
         if not isinstance(w, Word):
             shell.note(line, "a condition parasim does not read: taken as false")
             return negate
-        got = shell.fields(w, line)
-        args.append(" ".join(got))
+        args.append(shell.join(shell.fields(w, line), line, " "))
     if args and args[0] == "!":
         negate, args = not negate, args[1:]
     return _compare(shell, args, line) != negate
@@ -230,7 +254,8 @@ def _compare(shell: Shell, args: list[str], line: int) -> bool:
             return ints[args[1]](int(args[0] or 0), int(args[2] or 0))
         except ValueError:
             pass
-    shell.note(line, f"the test [ {' '.join(args)[:60]} ] is not read: taken as false")
+    shown = " ".join(a[:60] for a in args[:30])[:60]  # a test's words may be long: only what is shown is joined
+    shell.note(line, f"the test [ {shown} ] is not read: taken as false")
     return False
 
 
