@@ -34,7 +34,6 @@ this test (MADE_HERE). Three kinds are run their own way:
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import pty
 import re

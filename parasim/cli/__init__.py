@@ -26,10 +26,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from .common import INTERRUPTED, TERMINATED  # argparse and parasim's errors: quick to import
+from .common import INTERRUPTED, TERMINATED, signals_to  # argparse and parasim's errors: quick to import
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,20 +45,11 @@ def build_parser() -> Any:
     return build()
 
 
-@contextlib.contextmanager
-def _quiet_start() -> Iterator[None]:
+def _quiet_start() -> contextlib.AbstractContextManager[None]:
     """While the commands are imported nothing has started and nothing has been written: an interrupt
     or SIGTERM then ends the process at once with its one line (numpy turns a KeyboardInterrupt inside
     its own import into an ImportError, so it cannot be caught as an interrupt)."""
-    if threading.current_thread() is not threading.main_thread():  # signal handlers belong to the main thread
-        yield
-        return
-    previous = {sig: signal.signal(sig, _end_now) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    return signals_to(_end_now)
 
 
 def _end_now(signum: int, frame: Any) -> None:

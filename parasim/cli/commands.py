@@ -7,8 +7,7 @@ import contextlib
 import os
 import signal
 import sys
-import threading
-from typing import Any, Iterator, Sequence
+from typing import Any, Sequence
 
 from .. import __version__
 from ..errors import OutputError, ParasimError, Terminated, UsageError
@@ -23,7 +22,7 @@ from .schedule import add_schedule
 from .serve import add_serve
 from .trace import add_trace
 from .validate import add_validate
-from .common import BROKEN_PIPE, INTERRUPTED, TERMINATED, Parser, Stdout, check_folder, silence_stdout
+from .common import BROKEN_PIPE, INTERRUPTED, TERMINATED, Parser, Stdout, check_folder, signals_to, silence_stdout
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -129,18 +128,8 @@ class _Stopper:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[None]:
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    stopper = _Stopper()
-    previous = {sig: signal.signal(sig, stopper) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+def _stop_signals() -> contextlib.AbstractContextManager[None]:
+    return signals_to(_Stopper())
 
 
 def _check_cwd() -> None:

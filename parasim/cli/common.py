@@ -4,9 +4,12 @@ may be full, closed, gone (a broken pipe) or unable to show a character."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from typing import Any, Callable
+import threading
+from typing import Any, Callable, Iterator
 
 from ..errors import OutputError, UsageError
 from ..limits import decimal, digits, size_arg
@@ -26,6 +29,21 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+@contextlib.contextmanager
+def signals_to(handler: Callable[[int, Any], None]) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` while the block runs, and back to what they went to before. Only the
+    main thread may set a handler: elsewhere (a caller's thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, was in previous.items():
+            signal.signal(sig, was)
 
 
 def need_terminal(flag: str) -> None:
