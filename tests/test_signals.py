@@ -182,3 +182,71 @@ def test_a_worker_leaves_when_its_launch_is_over(tmp_path, gone):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+# A signal once the command has answered, while it stops what real ranks left (the fork server): the answer
+# stands, the cleanup runs to its end, and Python's exit is not interrupted either
+SIGNAL_IN_CLEANUP = textwrap.dedent("""
+    import os, signal, sys, time
+    import parasim.comm.launch as launch
+    SIG = getattr(signal, sys.argv[1])
+    def stop_starter():
+        os.kill(os.getpid(), SIG)
+        time.sleep(0.2)  # the signal is handled here, in the cleanup
+        print("cleaned up", flush=True)
+    launch.stop_starter = stop_starter
+    sys.argv = ["parasim", "lesson", "tp-mlp", "--plain"]
+    from parasim.cli import main
+    sys.exit(main())
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_after_the_command_has_answered_changes_nothing(sig):
+    got = subprocess.run([sys.executable, "-c", SIGNAL_IN_CLEANUP, sig], capture_output=True, text=True,
+                         timeout=60, cwd=ROOT)
+    assert (got.returncode, got.stderr) == (0, "")
+    assert got.stdout.rstrip().endswith("cleaned up") and "checks ok." in got.stdout
+
+
+FORK_SERVER_IGNORES = textwrap.dedent("""
+    import multiprocessing.forkserver, signal
+    from parasim.comm import launch
+    launch._starter()  # the fork server starts, and imports torch for a second or more
+    pid = multiprocessing.forkserver._forkserver._forkserver_pid
+    with open(f"/proc/{pid}/status") as f:
+        ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
+    print(bool(ignored & (1 << (signal.SIGINT - 1))))
+    launch.stop_starter()
+""")
+
+
+def test_the_fork_server_ignores_ctrl_c_from_its_first_instruction():
+    """A terminal's Ctrl-C reaches the fork server too (one process group): while it imports torch, before it
+    ignores SIGINT itself, it would print a KeyboardInterrupt traceback. It starts with SIGINT ignored."""
+    pytest.importorskip("torch")
+    got = subprocess.run([sys.executable, "-c", FORK_SERVER_IGNORES], capture_output=True, text=True, timeout=120,
+                         cwd=ROOT)
+    assert got.stdout.strip() == "True", got.stderr[-2000:]
+
+
+SIGNAL_AT_EXIT = textwrap.dedent("""
+    import atexit, os, signal, sys, time
+    SIG = getattr(signal, sys.argv[1])
+    def at_exit():  # as torch's own atexit callbacks run, once the command is done
+        os.kill(os.getpid(), SIG)
+        time.sleep(0.2)
+        print("exited", flush=True)
+    atexit.register(at_exit)
+    sys.argv = ["parasim", "lesson", "tp-mlp", "--plain"]
+    from parasim.cli import main
+    sys.exit(main())
+""")
+
+
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGTERM"])
+def test_a_signal_as_python_exits_after_the_command_changes_nothing(sig):
+    got = subprocess.run([sys.executable, "-c", SIGNAL_AT_EXIT, sig], capture_output=True, text=True, timeout=60,
+                         cwd=ROOT)
+    assert (got.returncode, got.stderr) == (0, "")
+    assert got.stdout.rstrip().endswith("exited")

@@ -115,6 +115,7 @@ def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
     opened = {}
     monkeypatch.setattr("parasim.cli.lesson._open_tui", lambda trace, narrative, title: opened.update(
         trace=trace, title=title))
+    monkeypatch.setattr("parasim.cli.trace.need_terminal", lambda flag: None)  # pytest's stdin is no terminal
     assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--app"]) == 0
     assert opened["trace"].world == 512 and "512 symbolic GPUs" in opened["title"]
     view = View(opened["trace"])

@@ -23,36 +23,26 @@ whichever import it cut short.
 """
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
 from typing import Any, Sequence
 
-from .common import INTERRUPTED, TERMINATED, signals_to  # argparse and parasim's errors: quick to import
+from .common import end_now, signals_to  # argparse and parasim's errors: quick to import
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`parasim ARGS`: the exit code (see above)."""
-    with _quiet_start():  # the imports and the parser (every command's module, numpy, Rich): nothing started yet
+    # argv None: this process is the `parasim` command, and once the command is done what is left is its exit
+    # (a signal then would interrupt Python's shutdown, or torch's atexit callbacks, with a traceback)
+    exiting = argv is None
+    with signals_to(end_now, after=signal.SIG_IGN if exiting else None):
+        # the imports and the parser (every command's module, numpy, Rich): nothing has started yet, and numpy
+        # turns a KeyboardInterrupt inside its own import into an ImportError
         from .commands import build_parser as build, run_command
         parser = build()
-    return run_command(argv, parser)
+        return run_command(argv, parser, exiting=exiting)  # its own handlers from here on
 
 
 def build_parser() -> Any:
     """The whole command line's parser (every command's flags)."""
     from .commands import build_parser as build
     return build()
-
-
-def _quiet_start() -> contextlib.AbstractContextManager[None]:
-    """While the commands are imported nothing has started and nothing has been written: an interrupt
-    or SIGTERM then ends the process at once with its one line (numpy turns a KeyboardInterrupt inside
-    its own import into an ImportError, so it cannot be caught as an interrupt)."""
-    return signals_to(_end_now)
-
-
-def _end_now(signum: int, frame: Any) -> None:
-    word, code = ("terminated", TERMINATED) if signum == signal.SIGTERM else ("interrupted", INTERRUPTED)
-    os.write(2, f"parasim: {word}\n".encode())
-    os._exit(code)

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..render.jsonout import dumps
-from .common import SHARED_PROCESS, add_timeout, need_terminal, positive, program_output
+from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
 
 # keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
 # other groups, ops and dims are tried on them
@@ -206,6 +206,7 @@ def _against_real(args: argparse.Namespace, lesson: Any, world: int) -> int:
 
     if args.bug is not None:
         raise UsageError("--against runs the lesson's own program on real ranks; --bug variants run on virtual ranks")
+    import_before_starting("torch", "torch.distributed")
     with program_output(args):
         report = run_real(lesson.target, world,
                           RealOptions(args.against, lesson.seed, KEEP, "direct", True, args.timeout,

@@ -3,7 +3,6 @@ flags, and the one place every command's errors become one line and an exit code
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import signal
 import sys
@@ -36,12 +35,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def run_command(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None) -> int:
-    """`parasim ARGS` with `parser` (build_parser()'s, built before any signal is taken over)."""
-    with _stop_signals():
+def run_command(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None,
+                exiting: bool = False) -> int:
+    """`parasim ARGS` with `parser` (build_parser()'s, built before any signal is taken over). `exiting`: the
+    process ends when this returns, so SIGINT and SIGTERM are ignored from then on, not handed back."""
+    stopper = _Stopper()
+    with signals_to(stopper, after=signal.SIG_IGN if exiting else None):
         try:
             return _output(argv, parser or build_parser())
         finally:
+            # the command has answered (its exit code and line are decided): a signal from here on changes
+            # nothing, and the cleanup runs to its end
+            stopper.stopping = True
             if "parasim.comm.launch" in sys.modules:  # real ranks were started: nothing of theirs outlives us
                 sys.modules["parasim.comm.launch"].stop_starter()
 
@@ -128,8 +133,6 @@ class _Stopper:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-def _stop_signals() -> contextlib.AbstractContextManager[None]:
-    return signals_to(_Stopper())
 
 
 def _check_cwd() -> None:

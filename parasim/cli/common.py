@@ -32,9 +32,10 @@ class Parser(argparse.ArgumentParser):
 
 
 @contextlib.contextmanager
-def signals_to(handler: Callable[[int, Any], None]) -> Iterator[None]:
-    """SIGINT and SIGTERM go to `handler` while the block runs, and back to what they went to before. Only the
-    main thread may set a handler: elsewhere (a caller's thread) nothing changes."""
+def signals_to(handler: Callable[[int, Any], None] | int, after: int | None = None) -> Iterator[None]:
+    """SIGINT and SIGTERM go to `handler` while the block runs; then back to what they went to before, or
+    to `after` (signal.SIG_IGN: a process whose work is done, exiting). Only the main thread may set a
+    handler: elsewhere (a caller's thread) nothing changes."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -43,7 +44,27 @@ def signals_to(handler: Callable[[int, Any], None]) -> Iterator[None]:
         yield
     finally:
         for sig, was in previous.items():
-            signal.signal(sig, was)
+            signal.signal(sig, was if after is None else after)
+
+
+def end_now(signum: int, frame: Any) -> None:
+    """A signal while nothing has started and nothing has been written: its one line, and out at once."""
+    word, code = ("terminated", TERMINATED) if signum == signal.SIGTERM else ("interrupted", INTERRUPTED)
+    os.write(2, f"parasim: {word}\n".encode())
+    os._exit(code)
+
+
+def import_before_starting(*modules: str) -> None:
+    """Import `modules` (torch: seconds, and C++ code that an interrupt cut short can abort in) before a
+    command starts anything, with Ctrl-C or SIGTERM meanwhile ending the process at once in one line. A
+    module that is not installed is left to the command, which says what to install."""
+    import importlib
+    with signals_to(end_now):
+        for name in modules:
+            try:
+                importlib.import_module(name)
+            except ImportError:
+                return
 
 
 def need_terminal(flag: str) -> None:

@@ -6,7 +6,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import positive, program_output, seconds, write, write_hta
+from .common import import_before_starting, positive, program_output, seconds, write, write_hta
 from ..limits import TIMEOUT, check_processes, check_real_timeout
 from ..render.jsonout import dumps
 
@@ -47,6 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from ..engine.real import run_real
 
     check_real_timeout(args.timeout)  # before any file is loaded or process started
+    import_before_starting("torch", "torch.distributed")
     if args.name == "all":
         return _run_all(args)
     if under_torchrun():

@@ -369,10 +369,18 @@ def _start_forkserver() -> None:
     code, other file names for the same lines). PYTHONSAFEPATH (3.11+) keeps the current folder off, and
     the folder this process imported parasim from goes first on PYTHONPATH (3.10 too)."""
     import multiprocessing.forkserver
+    import signal
+    import threading
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
     os.environ["PYTHONSAFEPATH"] = "1"
     os.environ["PYTHONPATH"] = os.pathsep.join([here] + ([saved["PYTHONPATH"]] if saved["PYTHONPATH"] else []))
+    # The fork server imports torch before it ignores Ctrl-C itself: a terminal's Ctrl-C to the process group
+    # would print its KeyboardInterrupt traceback meanwhile. It starts with SIGINT ignored, which its exec
+    # keeps (Python leaves an ignored SIGINT ignored), so it never takes one (the launcher ends it); here
+    # Ctrl-C is ignored only for the fork and exec that start it.
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN) if main else None
     try:
         multiprocessing.forkserver.ensure_running()
     finally:
@@ -381,6 +389,8 @@ def _start_forkserver() -> None:
                 del os.environ[name]
             else:
                 os.environ[name] = value
+        if main:
+            signal.signal(signal.SIGINT, before)
 
 
 def stop_starter() -> None:
