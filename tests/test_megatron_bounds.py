@@ -133,7 +133,8 @@ JOB_PLANTED = [  # what the job reader refuses: torchrun's counts, the MoE layer
     ("a --moe-layer-freq of 10**10 layers", LAUNCH.rstrip() + " --num-experts 4 --moe-layer-freq ([0]*100000)*100000\n",
      "describes more than 10,000 layers, the limit (the deepest models have a few hundred)"),
     ("a --normalization of 100 KB", LAUNCH.rstrip() + " --normalization " + "x" * 100_000 + "\n",
-     "--normalization 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'...: Megatron takes LayerNorm or RMSNorm"),
+     "--normalization 'xxxxxxxxxxxxxxxxxxxxxxxxxxx...xxxxxxxxxxxxxxxxxxxxxxxxxxxx': Megatron takes LayerNorm or "
+     "RMSNorm"),
     ("a --moe-layer-freq of 100 KB", LAUNCH.rstrip() + " --num-experts 4 --moe-layer-freq " + "+".join(["[1]"] * 25_000)
      + "\n", "--moe-layer-freq is 99,999 characters long, more than the limit of 1,000"),
 ]

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
-from ..limits import MAX_SIZE
+from ..limits import MAX_SIZE, brief
 from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS, SHARDING,
                     TOKENIZERS, flag_of)
 from .script import Script, read_file, read_script
@@ -134,17 +134,12 @@ def _int(job: Job, flag: str, least: int = 1) -> int | None:
     if values is None:
         return None
     if not values or not re.fullmatch(r"[0-9]{1,15}", values[0]):
-        got = _shown(values[0]) if values else "nothing (is the variable it reads set?)"
+        got = brief(values[0]) if values else "nothing (is the variable it reads set?)"
         raise UsageError(f"{job.path}: {flag} expects a whole number, got {got}")
     v = int(values[0])
     if v < least:
         raise UsageError(f"{job.path}: {flag} must be at least {least}, got {v}")
     return v
-
-
-def _shown(text: str | None) -> str:
-    """`text` as a message shows it: quoted, cut at SHOWN characters."""
-    return repr(text) if text is None or len(text) <= SHOWN else repr(text[:SHOWN]) + "..."
 
 
 def _text(job: Job, flag: str) -> str | None:
@@ -190,7 +185,7 @@ def _launch(job: Job) -> None:
         return
     nproc = _count(job, nproc_flag, nproc_text)
     if nproc is None:  # auto, gpu, an unset variable: what torchrun finds where it runs
-        job.contradictions.append(f"torchrun's --nproc_per_node is {_shown(nproc_text)}: parasim takes 1 process "
+        job.contradictions.append(f"torchrun's --nproc_per_node is {brief(nproc_text)}: parasim takes 1 process "
                                   "per node")
         nproc = 1
     if ":" in nnodes_text:  # elastic: MIN:MAX nodes
@@ -199,7 +194,7 @@ def _launch(job: Job) -> None:
                               f"{nnodes_text[:SHOWN]}")
     nnodes = _count(job, "--nnodes", nnodes_text)
     if nnodes is None:
-        job.contradictions.append(f"torchrun's --nnodes is {_shown(nnodes_text)}: parasim takes 1 node")
+        job.contradictions.append(f"torchrun's --nnodes is {brief(nnodes_text)}: parasim takes 1 node")
         nnodes = 1
     job.gpus_per_node, job.launched = nproc, nproc * nnodes
 
@@ -280,7 +275,7 @@ def _model(job: Job) -> None:
     norm = _text(job, "--normalization")
     if norm is not None:
         if norm.lower() not in NORMS:
-            raise UsageError(f"{job.path}: --normalization {_shown(norm)}: Megatron takes LayerNorm or RMSNorm")
+            raise UsageError(f"{job.path}: --normalization {brief(norm)}: Megatron takes LayerNorm or RMSNorm")
         _use(job, "--normalization")
         m["norm"] = NORMS[norm.lower()]
     m["tied_embeddings"] = "--untie-embeddings-and-output-weights" not in g
@@ -419,7 +414,7 @@ def _dropout(job: Job) -> None:
         try:
             rates.append(DEFAULT_DROPOUT if text is None else float(text))
         except ValueError:
-            raise UsageError(f"{job.path}: {flag} expects a number, got {_shown(text)}") from None
+            raise UsageError(f"{job.path}: {flag} expects a number, got {brief(text)}") from None
         if text is not None:
             _use(job, flag)
     job.step["dropout"] = any(r > 0 for r in rates)
@@ -451,7 +446,7 @@ def _layout(job: Job) -> None:
     if "--use-megatron-fsdp" in g:
         strategy = _text(job, "--data-parallel-sharding-strategy") or "optim_grads_params"
         if strategy not in SHARDING:
-            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {_shown(strategy)}: one of "
+            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {brief(strategy)}: one of "
                              f"{', '.join(SHARDING)}")
         _use(job, "--use-megatron-fsdp", f"Megatron-FSDP, sharding {strategy}: ZeRO-{SHARDING[strategy]}")
         if "--data-parallel-sharding-strategy" in g:
@@ -508,7 +503,7 @@ def _step(job: Job) -> None:
         _use(job, "--recompute-activations")
         granularity = granularity or "selective"
     if granularity is not None and granularity not in ("full", "selective"):
-        raise UsageError(f"{job.path}: --recompute-granularity {_shown(granularity)}: full or selective")
+        raise UsageError(f"{job.path}: --recompute-granularity {brief(granularity)}: full or selective")
     if "--recompute-granularity" in g:
         _use(job, "--recompute-granularity")
     s["recompute"] = granularity or "none"
@@ -525,7 +520,7 @@ def _step(job: Job) -> None:
     flash = True
     if backend is not None:
         if backend not in ATTENTION_FLASH:
-            raise UsageError(f"{job.path}: --attention-backend {_shown(backend)}: one of {', '.join(ATTENTION_FLASH)}")
+            raise UsageError(f"{job.path}: --attention-backend {brief(backend)}: one of {', '.join(ATTENTION_FLASH)}")
         flash = ATTENTION_FLASH[backend]
         _use(job, "--attention-backend", "FlashAttention: the scores are not kept" if flash else
              "the whole scores kept (no FlashAttention)")
