@@ -29,6 +29,8 @@ import pytest
 from conftest import cli
 
 from parasim.cli import serve
+from parasim.comm.loopback import is_loopback
+from parasim.tui import browser
 
 ROOT = Path(__file__).resolve().parent.parent
 MARK = "PARASIM_SERVE_TEST"
@@ -46,12 +48,12 @@ NOT_LOOPBACK = ["10.0.0.1", "[127.0.0.1]", "192.168.1.1", "172.16.0.1", "169.254
 
 @pytest.mark.parametrize("address", LOOPBACK)
 def test_a_loopback_address_is_loopback(address):
-    assert serve.is_loopback(address)
+    assert is_loopback(address)
 
 
 @pytest.mark.parametrize("address", NOT_LOOPBACK)
 def test_a_private_or_public_address_or_a_name_is_not_loopback(address):
-    assert not serve.is_loopback(address)
+    assert not is_loopback(address)
 
 
 @pytest.mark.parametrize("spelled,bound", [("127.1", "127.0.0.1"), ("127.0.0.2", "127.0.0.2"), ("0x7f.1", "127.0.0.1"),
@@ -65,7 +67,7 @@ def test_the_loopback_decision_is_the_bound_sockets(spelled, bound):
     except serve.UsageError as exc:  # a machine without IPv6 (or without 127.0.0.2)
         pytest.skip(str(exc))
     with sock:
-        assert sock.getsockname()[0] == bound and serve.is_loopback(sock.getsockname()[0])
+        assert sock.getsockname()[0] == bound and is_loopback(sock.getsockname()[0])
 
 
 HOSTS = [  # a request's Host header: does it name this machine by loopback?
@@ -82,7 +84,7 @@ HOSTS = [  # a request's Host header: does it name this machine by loopback?
 
 @pytest.mark.parametrize("host,loopback", HOSTS, ids=[h or "(empty)" for h, _ in HOSTS])
 def test_which_host_headers_name_this_machine_by_loopback(host, loopback):
-    assert serve.loopback_host(host) is loopback
+    assert browser.loopback_host(host) is loopback
 
 
 @pytest.mark.parametrize("host,says", [("::1", "http://[::1]:8000/"), ("[::1]", "http://[::1]:8000/"), ("[127.0.0.1]", "http://[127.0.0.1]:8000/"),
@@ -437,9 +439,9 @@ def test_no_more_apps_than_max_apps_run_at_once(tmp_path):
 @needs_proc
 def test_the_page_shows_why_its_session_was_closed():
     """The page served carries the script that puts a close's reason into its "Session ended" dialog."""
-    page = serve._page()
-    assert serve.SHOW_CLOSE_REASON in page and page.index(serve.SHOW_CLOSE_REASON) < page.index("js/textual.js")
-    assert "event.reason" in serve.SHOW_CLOSE_REASON and ".closed-dialog .message" in serve.SHOW_CLOSE_REASON
+    page = browser.page()
+    assert browser.SHOW_CLOSE_REASON in page and page.index(browser.SHOW_CLOSE_REASON) < page.index("js/textual.js")
+    assert "event.reason" in browser.SHOW_CLOSE_REASON and ".closed-dialog .message" in browser.SHOW_CLOSE_REASON
 
 
 @needs_proc

@@ -4,6 +4,7 @@ another machine, whatever the environment says."""
 from __future__ import annotations
 
 import datetime
+import ipaddress
 import os
 import socket
 from typing import Any
@@ -30,15 +31,40 @@ def listening(addr: str, port: int, world: int) -> socket.socket:
     return sock
 
 
+def unbracket(host: str) -> str:
+    """[IPv6] as IPv6 (as a URL writes it); anything else as it is."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") and ":" in host else host
+
+
+def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """`text` as an IP address written in full (127.0.0.1, ::1, ::ffff:127.0.0.1, [::1]), or None."""
+    text = unbracket(text)
+    if text.startswith("["):  # [127.0.0.1] is no address
+        return None
+    try:
+        return ipaddress.ip_address(text.partition("%")[0])  # an IPv6 zone (%eth0) is no part of the address
+    except ValueError:
+        return None
+
+
+def is_loopback(address: str) -> bool:
+    """Whether the IP address `address` (a bound socket's, or a Host header's without its port) is one of
+    this machine's loopback addresses: 127.0.0.0/8, ::1, or 127.x written as IPv6 (::ffff:127.0.0.1). A
+    private address (10.x, 192.168.x, fe80::) is not: other machines reach it. A name is not either."""
+    ip = ip_of(address)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip is not None and ip.is_loopback
+
+
 def loopback_address(host: str) -> str | None:
     """The address to listen on when `host` names this machine's loopback only (127.0.0.1, ::1, localhost):
     then every rank is on this machine. None for any other host, or one that does not resolve."""
-    import ipaddress
     try:
         found = [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
     except (OSError, UnicodeError):
         return None
-    if not found or not all(ipaddress.ip_address(a.split("%")[0]).is_loopback for a in found):
+    if not found or not all(is_loopback(a) for a in found):
         return None
     return next((a for a in found if ":" not in a), found[0])
 
