@@ -151,8 +151,8 @@ def test_importing_parasim_imports_neither_numpy_nor_the_commands():
 # or its launcher is (even killed with SIGKILL).
 ORPHAN = textwrap.dedent("""
     import sys, time
-    from parasim.comm.launch import _leave_with
-    _leave_with(int(sys.argv[1]), sys.argv[2])
+    from parasim.comm.starter import leave_with
+    leave_with(int(sys.argv[1]), sys.argv[2])
     print("watching", flush=True)
     time.sleep(60)
     print("still here", flush=True)
@@ -188,13 +188,13 @@ def test_a_worker_leaves_when_its_launch_is_over(tmp_path, gone):
 # stands, the cleanup runs to its end, and Python's exit is not interrupted either
 SIGNAL_IN_CLEANUP = textwrap.dedent("""
     import os, signal, sys, time
-    import parasim.comm.launch as launch
+    import parasim.comm.starter as starter
     SIG = getattr(signal, sys.argv[1])
     def stop_starter():
         os.kill(os.getpid(), SIG)
         time.sleep(0.2)  # the signal is handled here, in the cleanup
         print("cleaned up", flush=True)
-    launch.stop_starter = stop_starter
+    starter.stop_starter = stop_starter
     sys.argv = ["parasim", "lesson", "tp-mlp", "--plain"]
     from parasim.cli import main
     sys.exit(main())
@@ -211,13 +211,13 @@ def test_a_signal_after_the_command_has_answered_changes_nothing(sig):
 
 FORK_SERVER_IGNORES = textwrap.dedent("""
     import multiprocessing.forkserver, signal
-    from parasim.comm import launch
-    launch._starter()  # the fork server starts, and imports torch for a second or more
+    from parasim.comm import starter
+    starter.starter()  # the fork server starts, and imports torch for a second or more
     pid = multiprocessing.forkserver._forkserver._forkserver_pid
     with open(f"/proc/{pid}/status") as f:
         ignored = int(next(line for line in f if line.startswith("SigIgn:")).split()[1], 16)
     print(bool(ignored & (1 << (signal.SIGINT - 1))))
-    launch.stop_starter()
+    starter.stop_starter()
 """)
 
 

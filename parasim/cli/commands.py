@@ -47,8 +47,8 @@ def run_command(argv: Sequence[str] | None = None, parser: argparse.ArgumentPars
             # the command has answered (its exit code and line are decided): a signal from here on changes
             # nothing, and the cleanup runs to its end
             stopper.stopping = True
-            if "parasim.comm.launch" in sys.modules:  # real ranks were started: nothing of theirs outlives us
-                sys.modules["parasim.comm.launch"].stop_starter()
+            if "parasim.comm.starter" in sys.modules:  # real ranks were started: nothing of theirs outlives us
+                sys.modules["parasim.comm.starter"].stop_starter()
 
 
 def _output(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
