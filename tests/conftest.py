@@ -39,6 +39,21 @@ def pytest_configure(config: pytest.Config) -> None:
     sites.is_wrapper = is_wrapper
 
 
+def session_pids(sid: int) -> list[int]:
+    """The live processes of session `sid` (a command started with start_new_session: it and all its own); a
+    zombie has ended and is not counted."""
+    out = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[3]) == sid:
+            out.append(int(pid))
+    return out
+
+
 def cli(*args: str) -> subprocess.CompletedProcess:
     """`parasim ARGS` in this process (so coverage and mutation testing see the code it runs), returning
     what a subprocess would: the exit code, stdout and stderr. `python -m parasim` itself is tested apart."""

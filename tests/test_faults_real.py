@@ -10,7 +10,7 @@ import sys
 import time
 
 import pytest
-from conftest import site_at
+from conftest import session_pids, site_at
 from helpers_real import LOOPBACK, children, interface, listening, listening_alive
 
 pytest.importorskip("torch")
@@ -88,20 +88,6 @@ CASES = [
 ]
 
 
-def _session(sid: int) -> list[int]:
-    """The live processes of session `sid` (a command started with start_new_session: it and all its own)."""
-    out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            out.append(int(pid))
-    return out
-
-
 def _parasim(args: list[str], env: dict[str, str], limit: float = 90) -> subprocess.CompletedProcess:
     """`python -m parasim ARGS` in a session of its own; fails the test if it runs past `limit` seconds or
     leaves a process behind."""
@@ -114,7 +100,7 @@ def _parasim(args: list[str], env: dict[str, str], limit: float = 90) -> subproc
         out, err = proc.communicate()
         pytest.fail(f"parasim {' '.join(args)} ran past {limit} s; stderr:\n{err[-3000:]}")
     for _ in range(50):  # multiprocessing's helpers (fork server, resource tracker) follow their parent out
-        left = _session(proc.pid)
+        left = session_pids(proc.pid)
         if not left:
             break
         time.sleep(0.1)
@@ -189,7 +175,7 @@ def test_the_collectives_lesson_listens_on_loopback_with_an_interface_exported()
     seen: set[tuple[int, str, int]] = set()
     try:
         while proc.poll() is None:
-            pids = _session(proc.pid)
+            pids = session_pids(proc.pid)
             seen |= {(len(pids), *s) for s in listening_alive(pids)}
             time.sleep(0.02)
         _, err = proc.communicate(timeout=60)

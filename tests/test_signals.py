@@ -13,24 +13,22 @@ import textwrap
 import time
 
 import pytest
+from conftest import session_pids
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
 
 def _alive_in_session(sid: int) -> list[str]:
-    """The processes of session `sid` still running (a zombie has ended: it is not counted)."""
+    """The processes of session `sid` still running, each as its pid and command line."""
     out = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
+    for pid in session_pids(sid):
         try:
-            with open(f"/proc/{pid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")[:120]
-        except OSError:
+                command = f.read().replace(b"\0", b" ").decode(errors="replace")
+            out.append(f"{pid} {command[:120]}")
+        except OSError:  # gone meanwhile
             continue
-        if fields[0] != "Z" and int(fields[3]) == sid:
-            out.append(f"{pid} {cmd}")
     return out
 
 
