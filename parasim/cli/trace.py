@@ -103,9 +103,7 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
     job = read_megatron(args)
     model = replace(job_model(args, job), seq=args.seq or job.seq)
     layout = layout_of(job, model, **sizes, sp=args.sp or None)
-    args.symbolic = True
-    if args.routing == "learned":  # the default: a real-size step has no router scores to route by
-        args.routing = "balanced"
+    args.symbolic = True  # at real size: _at_scale routes by the balanced policy unless told otherwise
     print_job(job, args)
     return layout, args.megatron.rsplit("/", 1)[-1]
 
