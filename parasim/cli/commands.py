@@ -113,9 +113,8 @@ def said(text: str, one_line: bool = False) -> None:
     """A message on stderr. It may quote a file's text or a path (a name holding ESC [ 2 J): that is shown
     escaped, never acted on by the terminal. Bad input is said in `one_line` (a newline in a name is shown
     as \\n); a failed run's message keeps its own lines (the program's traceback, the ranks left waiting)."""
-    from ..render.text import printable
-    print(printable(text) if one_line else "\n".join(printable(line) for line in text.split("\n")),
-          file=sys.stderr)
+    from ..render.text import printable, printable_lines
+    print(printable(text) if one_line else printable_lines(text.split("\n")), file=sys.stderr)
 
 
 class _Stopper:
