@@ -37,12 +37,10 @@ def unbracket(host: str) -> str:
 
 
 def ip_of(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """`text` as an IP address written in full (127.0.0.1, ::1, ::ffff:127.0.0.1, [::1]), or None."""
-    text = unbracket(text)
-    if text.startswith("["):  # [127.0.0.1] is no address
-        return None
+    """`text` as an IP address written in full (127.0.0.1, ::1, ::ffff:127.0.0.1, [::1], fe80::1%eth0: an IPv6
+    zone is read as Python 3.9+ reads it, apart from the address), or None ([127.0.0.1] is none)."""
     try:
-        return ipaddress.ip_address(text.partition("%")[0])  # an IPv6 zone (%eth0) is no part of the address
+        return ipaddress.ip_address(unbracket(text))
     except ValueError:
         return None
 
