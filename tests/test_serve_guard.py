@@ -437,6 +437,36 @@ def test_no_more_apps_than_max_apps_run_at_once(tmp_path):
     assert server.err.read_text() == f"parasim serve: a browser tab refused: {reason}\n" * (3 + len(refusals))
 
 
+def test_the_page_loses_every_link_to_another_site_and_keeps_its_own():
+    page = ('<head><link rel="stylesheet" href="{{ static }}css/x.css" />\n'
+            "<link\n  href='https://fonts.example/css?f=A'\n  rel=\"stylesheet\"\n/>\n"
+            '<LINK HREF="//cdn.example/y.css"><link rel="icon" href="http://evil.example/i.png">'
+            '<a href="https://not.a.link/">x</a></head>')
+    links = browser._OutsideLinks()
+    links.feed(page)
+    assert links.tags == ["<link\n  href='https://fonts.example/css?f=A'\n  rel=\"stylesheet\"\n/>",
+                          '<LINK HREF="//cdn.example/y.css">', '<link rel="icon" href="http://evil.example/i.png">']
+
+
+def test_every_address_a_page_names_is_found_wherever_it_is_written():
+    text = ('<img src="HTTPS://a.example/p?q=1">url(http://b.example/f.ttf) '
+            "fetch('https://c.example/x')\n<svg xmlns=\"http://www.w3.org/2000/svg\"> http://d.example<")
+    assert browser.addresses(text) == ["HTTPS://a.example/p?q=1", "http://b.example/f.ttf", "https://c.example/x",
+                                       "http://www.w3.org/2000/svg", "http://d.example"]
+    assert browser.addresses("no address, only http:/ and https:") == []
+
+
+@pytest.mark.parametrize("said,kept", [
+    ("Bad status line: b'\\x16\\x03'", "Bad status line"),
+    ("Invalid method encountered:\n\n  bytearray(b'GE\\x00T')", "Invalid method encountered"),
+    ('Got more than 8190 bytes when reading: b"aaaa"', "Got more than 8190 bytes when reading"),
+    ("Pause on PRI/Upgrade: b is a letter", "Pause on PRI/Upgrade: b is a letter"),
+    ("Too many headers: 20000", "Too many headers: 20000"),
+])
+def test_a_logged_error_stops_before_the_bytes_it_quotes(said, kept):
+    assert browser.without_bytes(said) == kept
+
+
 @needs_proc
 def test_the_page_shows_why_its_session_was_closed():
     """The page served carries the script that puts a close's reason into its "Session ended" dialog."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import re
 import socket
 import sys
+from html.parser import HTMLParser
 from typing import Any
 
 from ..comm.loopback import ip_of, is_loopback
@@ -57,6 +57,33 @@ window.WebSocket = class extends window.WebSocket {
 </script>"""
 
 
+class _OutsideLinks(HTMLParser):
+    """The `<link>` tags of a page whose href is on another site, each as written (to be cut out whole)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        href = dict(attrs).get("href") or ""
+        if tag == "link" and href.lower().startswith(("http://", "https://", "//")):
+            self.tags.append(self.get_starttag_text() or "")
+
+
+def addresses(text: str) -> list[str]:
+    """Every http(s) address written in `text` (in a tag, a script or a style), up to the first space,
+    quote or bracket that ends it."""
+    found, lower, at = [], text.lower(), 0
+    while (at := min((i for i in (lower.find("http://", at), lower.find("https://", at)) if i >= 0),
+                     default=-1)) >= 0:
+        end = at
+        while end < len(text) and not text[end].isspace() and text[end] not in "\"')<>":
+            end += 1
+        found.append(text[at:end])
+        at = end
+    return found
+
+
 def page() -> str:
     """textual-serve's page without the font it fetches from Google: an @font-face gives the same Roboto
     Mono from the copy textual-serve ships in its static folder, so the page needs no network (the check
@@ -66,16 +93,32 @@ def page() -> str:
 
     import textual_serve
     page = (Path(textual_serve.__file__).parent / "templates" / "app_index.html").read_text(encoding="utf-8")
-    page = re.sub(r"<link\b[^>]*\bhref=\"https?://[^>]*>", "", page)
+    links = _OutsideLinks()
+    links.feed(page)
+    links.close()
+    for tag in links.tags:
+        page = page.replace(tag, "", 1)
     face = ("<style>@font-face { font-family: \"Roboto Mono\"; src: url(\"{{ config.static.url }}fonts/"
             "RobotoMono-VariableFont_wght.ttf\") format(\"truetype\"); }</style>")
     page = page.replace("</head>", f"{face}\n  </head>", 1)
     page = page.replace("<script src=", f"{SHOW_CLOSE_REASON}\n    <script src=", 1)
-    outside = [u for u in re.findall(r"https?://[^\s\"')]+", page) if not u.startswith("http://www.w3.org/")]
+    outside = [u for u in addresses(page) if not u.startswith("http://www.w3.org/")]
     if outside:  # a namespace is a name, never fetched; anything else would be
         raise UsageError(f"textual-serve's page fetches {outside[0]}; this parasim serves only pages that "
                          "need no network")
     return page
+
+
+def without_bytes(said: str) -> str:
+    """An error's words up to the bytes it quotes (aiohttp's "Bad status line: b'...'" or
+    ": bytearray(b'...')"): those bytes came from the request, and may be anything."""
+    at = 0
+    while (at := said.find(":", at)) >= 0:
+        rest = said[at + 1:].lstrip()
+        if rest.removeprefix("bytearray(")[:2] in ("b'", 'b"'):
+            return said[:at]
+        at += 1
+    return said
 
 
 class _OneLine(logging.Formatter):
@@ -87,7 +130,7 @@ class _OneLine(logging.Formatter):
         exc = record.exc_info[1] if record.exc_info else None
         if exc is not None:
             said = getattr(exc, "message", None) or str(exc)  # aiohttp's HTTP errors: without "400, message="
-            said = re.split(r":\s*(?:bytearray\()?b['\"]", str(said))[0]  # not the bytes it could not read
+            said = without_bytes(str(said))  # not the bytes it could not read
             said = " ".join(said.split())[:200]
             what = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
             if record.name == "aiohttp.server" and getattr(exc, "code", None) == 400:
