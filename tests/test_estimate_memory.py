@@ -90,7 +90,7 @@ def test_plan_to_dict():
     assert p.to_dict() == {
         "tp": 2, "sp": True, "cp": 2, "pp": 2, "dp": 2, "ep": 2, "etp": 1, "world": 16, "zero": 3,
         "recompute": "full", "flash": False, "micro_batch": 2, "microbatches": 4, "chunked_loss": True,
-        "label": "TP2 + SP + CP2 + PP2 + EP2 + DP2 + ZeRO-3 + full recompute"}
+        "precision": "post", "label": "TP2 + SP + CP2 + PP2 + EP2 + DP2 + ZeRO-3 + full recompute"}
 
 
 # -- one layer, per token ---------------------------------------------------------------------------
@@ -272,14 +272,16 @@ def test_breakdown_and_its_dict():
     # PP 2 at s = 10: stage 0 holds 2 micro-batches (2 x 352 x 10), the last 1 plus logits (200): stage 0 binds
     bd = breakdown(D, Plan(tp=2, pp=2), 10)
     assert (bd.stage, bd.seq, bd.total, bd.model_state) == (0, 10, 13440, 6400)
-    assert bd.to_dict(1000) == {
+    out = bd.to_dict(1000)
+    assert out.pop("precision")["name"] == "post"
+    assert out == {
         "model": "tiny", "seq": 10, "stage": 1, "unit_bytes": 1000, "model_state": 6.4, "total": 13.44,
-        "bytes_per_param": 16.0,  # 6400 bytes over the 400 parameters this rank holds
+        "params_held": 400.0, "bytes_per_param": 16.0,  # 6400 bytes over the 400 parameters this rank holds
         "items": {"weights": 0.8, "gradients": 0.8, "optimizer": 4.8, "activations": 3.52,
                   "in-flight micro-batches": 3.52, "recompute working set": 0.0, "logits": 0.0},
         "layout": {"tp": 2, "sp": False, "cp": 1, "pp": 2, "dp": 1, "ep": 1, "etp": 1, "world": 4, "zero": 1,
                    "recompute": "none", "flash": True, "micro_batch": 1, "microbatches": 2, "chunked_loss": False,
-                   "label": "TP2 + PP2"}}
+                   "precision": "post", "label": "TP2 + PP2"}}
     assert bd.to_dict()["unit_bytes"] == 1e9 and bd.to_dict()["total"] == pytest.approx(13440e-9)
 
 

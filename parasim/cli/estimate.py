@@ -64,6 +64,11 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--micro-batch", type=_pos, metavar="B", help="sequences per micro-batch (default 1)")
     t.add_argument("--microbatches", type=_pos, metavar="M", help="micro-batches per step (default: pp)")
     t.add_argument("--chunked-loss", action="store_true", help="compute the loss in chunks: no whole logits")
+    from ..layout.precision import PRECISIONS
+    t.add_argument("--precision", choices=tuple(PRECISIONS), metavar="NAME",
+                   help="the dtype of each kind of tensor, as a framework keeps and sends it: "
+                        f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
+                        "--megatron, the job's: megatron-bf16 for --bf16)")
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
@@ -161,13 +166,20 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
                        etp=args.etp, sp=args.sp or None, zero=args.zero, recompute=args.recompute,
                        flash=False if args.no_flash else None, dropout=False if args.no_dropout else None,
                        micro_batch=args.micro_batch, microbatches=args.microbatches,
-                       chunked_loss=args.chunked_loss or None).check(model, seq)
+                       chunked_loss=args.chunked_loss or None, precision=args.precision).check(model, seq)
     # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
     plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
                 ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
                 recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
-                micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss)
+                micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss,
+                precision=_precision(args))
     return plan.check(model, seq)
+
+
+def _precision(args: argparse.Namespace) -> str:
+    """--precision, else the Megatron job's, else the post's."""
+    job = read_megatron(args)
+    return args.precision or (job.step["precision"] if job is not None else "post")
 
 
 def _gpu(args: argparse.Namespace):
@@ -301,7 +313,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
         nodes = parse_nodes(args.nodes)
         result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
                         recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                        micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss)
+                        micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
+                        precision=_precision(args))
         result["usable"] = usable / unit
         result["unit"] = name
         job = read_megatron(args)
@@ -362,7 +375,7 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
     from ..estimate.memory import Plan
     from .megatron import fit_seq
     plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
-                                        "micro_batch", "microbatches", "chunked_loss")},
+                                        "micro_batch", "microbatches", "chunked_loss", "precision")},
                 dropout=not args.no_dropout, gpus_per_node=args.gpus_per_node).check(model)
     best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
     return plan

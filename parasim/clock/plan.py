@@ -23,15 +23,15 @@ from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
 from ..layout import KINDS
+from ..layout.precision import Precision
+from ..layout.precision import precision as precision_of
 from .costs import Machine, pairs_seconds, ring_seconds
 from .costs import machine as machine_of
-
-BF16 = 2
 
 # Elementwise passes of one layer's forward: (name, the tensor it runs over, bytes read and written per value
 # of it). "act": the activations [tokens, hidden] (split over TP under SP, whole on each TP rank without);
 # "ffn": the MLP's hidden [tokens, ffn / TP]; "scores": the attention scores [b, heads / TP, s_q, s_k], only
-# where FlashAttention does not keep them inside its kernel. BF16 values are 2 bytes, a dropout mask 1.
+# where FlashAttention does not keep them inside its kernel. 16-bit values are 2 bytes, a dropout mask 1.
 # A backward pass moves about twice its forward's bytes (it reads what the forward read and the incoming
 # gradient, and writes the gradient): BACKWARD_BYTES.
 ELEMENTWISE: tuple[tuple[str, str, float, float], ...] = (
@@ -46,10 +46,16 @@ ELEMENTWISE: tuple[tuple[str, str, float, float], ...] = (
 )
 GATED_EXTRA = 2  # a gated MLP's activation reads a second input of the same size
 BACKWARD_BYTES = 2.0
-ADAM_BYTES = 30  # per parameter a GPU updates: reads FP32 master, gradient, m, v (16); writes master, m, v (12)
-# and the BF16 copy (2)
-GRAD_BYTES = 4  # gradients are reduced in FP32 (Megatron's main_grad, FSDP2's default reduce dtype)
-PARAM_BYTES = BF16  # a sharded optimizer all-gathers BF16 parameters
+
+
+def adam_bytes(p: Precision) -> int:
+    """Memory bytes the optimizer's pass moves per parameter it updates: it reads the master weight (or the
+    weight itself where there is none), the gradient (its main copy where one is kept), m and v, and writes
+    the master weight, m and v, and the 16-bit weight the model reads where that is a second copy. Megatron's
+    BF16 step: 4 + 4 + 8 read, 4 + 8 + 2 written, 30 bytes."""
+    weight = p.bytes("master") or p.bytes("params")
+    grad = p.bytes("main_grads") or p.bytes("grads")
+    return weight + grad + 2 * p.bytes("adam") + weight + 2 * p.bytes("adam") + (p.bytes("params") if p.master else 0)
 
 
 @dataclass(frozen=True)
@@ -72,6 +78,9 @@ class Run:
     fsdp: bool = False  # ZeRO-3: parameters gathered for forward and backward, gradients reduce-scattered
     gpus_per_node: int = 8
     overlap: tuple[str, ...] = ()
+    # layout/precision.py's entry; Megatron-LM's BF16 convention by default, the one the published runs the
+    # clock is validated on train with (clock/published.py)
+    precision: str = "megatron-bf16"
 
     @property
     def world(self) -> int:
@@ -149,10 +158,12 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
     h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
+    dt = precision_of(run.precision)
+    act = dt.bytes("activations")
     layers = -(-model.layers // pp)
     moe_layers = min(layers, model.moe_layers)
     tokens = run.micro_batch * run.seq / cp
-    act_bytes = tokens * h * BF16
+    act_bytes = tokens * h * act
     recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[run.recompute]
     bwd_attn = 2.5 if run.flash else 2.0
     parts = {k: 0.0 for k in ("matmul", "attention", "elementwise", "tp", "cp", "ep", "logits")}
@@ -166,7 +177,7 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
         parts["attention"] += n * f["attention"] * attn_passes
         parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
         if run.recompute == "selective" and not run.flash:
-            parts["elementwise"] += n * f["scores_bytes"] * BF16 / m.hbm
+            parts["elementwise"] += n * f["scores_bytes"] * act / m.hbm
         products += n * f["matmul"] * (1 + 2 + recompute)
         # TP: per block (attention, and a dense MLP), forward and backward, as estimate/traffic.layer_traffic
         blocks = 1 if is_moe else 2
@@ -180,16 +191,20 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
             tp_s = 0.0
         parts["tp"] += n * tp_s
         if cp > 1:  # K and V of every other CP rank, forward; and back with their gradients, backward
-            kv = tokens * 2 * model.kv * model.head_dim * BF16 / tp
+            kv = tokens * 2 * model.kv * model.head_dim * act / tp
             parts["cp"] += n * ring_seconds(1, cp, (cp - 1) * kv, _link(run, "cp"), m) * (1 + recompute + 2)
         if is_moe and run.ep > 1:  # dispatch and combine, forward and backward
-            sent = tokens / (tp if run.sp else 1) * model.top_k * h * BF16 * (run.ep - 1) / run.ep
+            values = tokens / (tp if run.sp else 1) * model.top_k * h * (run.ep - 1) / run.ep
             share = _share(run, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
-            parts["ep"] += n * 2 * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
+            # toward the experts (the dispatch, and backward its outputs' gradients) and home (the combine, and
+            # backward the tokens' gradients), each in its own dtype: (1 + recompute) forwards, one backward
+            for kind in ("dispatch", "combine"):
+                sent = values * dt.bytes(kind)
+                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
     # the output layer and its loss on the last stage (the busiest)
     logit_flops = 2 * tokens * h * model.vocab / tp
     parts["logits"] = 3 * logit_flops / (m.peak_flops * m.efficiency["matmul"]) + \
-        tokens * model.vocab / tp * 4 * 3 / m.hbm  # FP32 logits: written, read by the loss, gradient written
+        tokens * model.vocab / tp * dt.bytes("logits") * 3 / m.hbm  # logits written, read by the loss, gradient written
     hidden_tp = 0.0
     if "tp" in run.overlap:
         hidden_tp = min(parts["tp"], products)
@@ -210,10 +225,10 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     dpg = run.dp * cp
     where = _link(run, "dp-cp")
     if run.fsdp or run.distributed_optimizer:
-        grads = _ring(m, 1, dpg, local * GRAD_BYTES, where)
-        params = _ring(m, 1, dpg, local * PARAM_BYTES, where)
+        grads = _ring(m, 1, dpg, local * dt.bytes("grad_reduce"), where)
+        params = _ring(m, 1, dpg, local * dt.bytes("compute"), where)
     else:
-        grads, params = _ring(m, 2, dpg, local * GRAD_BYTES, where), 0.0
+        grads, params = _ring(m, 2, dpg, local * dt.bytes("grad_reduce"), where), 0.0
     if run.fsdp:  # ZeRO-3 gathers the parameters for the forward and again for the backward, every micro-batch
         params *= 2 * mb
     last_backward = per_mb * 2 / 3
@@ -221,7 +236,7 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     first_forward = per_mb / 3 * (mb if run.fsdp else 1)
     exposed_params = max(0.0, params - first_forward) if "prefetch" in run.overlap else params
     updated = local / (dpg if (run.fsdp or run.distributed_optimizer) else 1)
-    optimizer = updated * ADAM_BYTES / m.hbm
+    optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer
     return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb,
             "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
@@ -237,7 +252,7 @@ def run_of(plan: Any, seq: int, overlap: tuple[str, ...] = ()) -> Run:
                micro_batch=plan.micro_batch, global_batch=plan.micro_batch * plan.m * plan.dp, seq=seq,
                recompute=plan.recompute, flash=plan.flash, dropout=plan.dropout,
                distributed_optimizer=plan.zero in (1, 2), fsdp=plan.zero == 3, gpus_per_node=plan.gpus_per_node,
-               overlap=overlap, chunks=plan.chunks)
+               overlap=overlap, chunks=plan.chunks, precision=plan.precision)
 
 
 def plan_time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:

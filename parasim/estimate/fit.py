@@ -90,6 +90,7 @@ class Plans:
     micro_batch: int = 1
     chunked_loss: bool = False
     working_layers: int = 2
+    precision: str = "post"
 
     @property
     def m(self) -> np.ndarray:
@@ -103,7 +104,7 @@ class Plans:
                     dp=int(self.dp[i]), ep=int(self.ep[i]), etp=int(self.etp[i]), zero=int(self.zero[i]),
                     recompute=RECOMPUTE[int(self.rc[i])], flash=self.flash, dropout=self.dropout,
                     micro_batch=self.micro_batch, chunked_loss=self.chunked_loss,
-                    working_layers=self.working_layers)
+                    working_layers=self.working_layers, precision=self.precision)
 
 
 def _divisors(n: int) -> list[int]:

@@ -6,9 +6,10 @@ scores, kept only without FlashAttention), written as coefficients (a, b, c): by
 The same arithmetic runs on scalars (one layout) and on numpy arrays (a whole search at once), so there is
 one formula, not two. Bytes are bytes; the CLI turns them into GB (1e9) or GiB.
 
-Activations count what the engine's layers keep for backward (`parasim.nn.Saved`): 2 bytes per value
-(16-bit training), 1 per dropout-mask value. For the post's model that is 34*s*b*h per layer, or
-s*b*h*(10 + 24/t) with TP alone.
+Model state is counted at the plan's precision (layout/precision.py: the post's 2 + 2 + 12 bytes per
+parameter by default; Megatron-LM's FP32 main gradients for a Megatron job, 18 or 6 + 12/d). Activations count
+what the engine's layers keep for backward (`parasim.nn.Saved`): 2 bytes per value (16-bit training), 1 per
+dropout-mask value. For the post's model that is 34*s*b*h per layer, or s*b*h*(10 + 24/t) with TP alone.
 """
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ import numpy as np
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
+from ..layout.precision import Precision
+from ..layout.precision import precision as precision_of
 
 RECOMPUTE = ("none", "selective", "full")
-WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES, LOGIT_BYTES = 2, 2, 12, 4  # bf16 w, bf16 g, fp32 master+m+v, fp32 logits
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,11 @@ class Plan(Layout):
     working_layers: int = 2  # full recomputation re-runs one layer while the next one's grads arrive
     chunks: int = 1  # model chunks per GPU (interleaved 1F1B): the step's bubble shrinks by it (clock/plan.py);
     # memory counts 1F1B's in-flight micro-batches, as without interleaving
+    precision: str = "post"  # layout/precision.py's entry: the dtype of each kind of tensor
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        precision_of(self.precision)  # an unknown name is refused here, in one line
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         for f in ("micro_batch", "working_layers", "chunks"):
@@ -86,11 +90,16 @@ class Plan(Layout):
         parts += [f"{self.recompute} recompute"] if self.recompute != "none" else []
         return " + ".join(parts) or "one GPU"
 
+    @property
+    def dtypes(self) -> Precision:
+        """The plan's precision entry."""
+        return precision_of(self.precision)
+
     def to_dict(self) -> dict[str, Any]:
         return {"tp": self.tp, "sp": self.sp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
                 "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
                 "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
-                "chunked_loss": self.chunked_loss, "label": self.label()}
+                "chunked_loss": self.chunked_loss, "precision": self.precision, "label": self.label()}
 
 
 # -- what the model assumes, in words ---------------------------------------------------------------
@@ -136,30 +145,33 @@ def fit_words(nbytes: float, usable: float, gpu_name: str, card: float, given: b
 # -- one layer, per local token -----------------------------------------------------------------------
 def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: Any, *, mats: Any = 2,
                           dropout: Any = True, top_k: Any = 0, expert_ffn: Any = 0, shared: Any = 0,
-                          etp: Any = 1, shared_ffn: Any = None) -> Any:
-    """Bytes one layer keeps for backward per token this rank holds (before SP splits it), scores aside.
+                          etp: Any = 1, shared_ffn: Any = None, value_bytes: Any = 2) -> Any:
+    """Bytes one layer keeps for backward per token this rank holds (before SP splits it), scores aside:
+    `value_bytes` per activation value (2 in 16-bit training), 1 per dropout-mask value.
 
     With top_k > 0 the MLP is an MoE layer: each token's top_k copies visit experts of width expert_ffn
     (split over etp), plus `shared` always-on experts of width shared_ffn (default expert_ffn) split over TP
     like a dense MLP."""
+    v = value_bytes
     x = np.where(sp, tp, 1)  # SP splits the norms, dropouts and residual inputs by t too
     d = h / heads
     kv_local = np.where(kv >= tp, kv / tp, 1) * d  # kv heads split over TP, or replicated when fewer
     drop = np.where(dropout, 1, 0)
-    norms = 2 * (2 * h / x)  # LN1 and LN2 inputs
-    attention = 2 * (h / x + h / tp + 2 * kv_local + h / tp)  # QKV input, Q, K and V, the output's input
-    dense_mlp = 2 * (h / x + mats * ffn / tp)  # fc1 input, then act input + fc2 input (or SwiGLU's three)
+    norms = v * (2 * h / x)  # LN1 and LN2 inputs
+    attention = v * (h / x + h / tp + 2 * kv_local + h / tp)  # QKV input, Q, K and V, the output's input
+    dense_mlp = v * (h / x + mats * ffn / tp)  # fc1 input, then act input + fc2 input (or SwiGLU's three)
     shared_width = expert_ffn if shared_ffn is None else shared_ffn
-    moe_mlp = 2 * (h / x + top_k * (h + mats * expert_ffn / etp) / x + mats * shared * shared_width / tp)
-    masks = drop * 2 * h / x  # the two dropout masks after attention and MLP
+    moe_mlp = v * (h / x + top_k * (h + mats * expert_ffn / etp) / x + mats * shared * shared_width / tp)
+    masks = drop * 2 * h / x  # the two dropout masks after attention and MLP, a byte a value
     return norms + attention + np.where(top_k > 0, moe_mlp, dense_mlp) + masks
 
 
-def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout: Any = True) -> Any:
+def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout: Any = True,
+                               value_bytes: Any = 2) -> Any:
     """Bytes per (local token x key) kept for the attention scores: softmax output, and with dropout its
-    mask and dropped output (5 bytes, Korthikanti's 5as^2b). Zero with FlashAttention, and under CP,
-    whose ring attention keeps only q, k, v, the output and its log-sum-exp."""
-    per = 2 + 3 * np.where(dropout, 1, 0)
+    mask and dropped output (5 bytes in 16-bit training, Korthikanti's 5as^2b). Zero with FlashAttention, and
+    under CP, whose ring attention keeps only q, k, v, the output and its log-sum-exp."""
+    per = value_bytes + (1 + value_bytes) * np.where(dropout, 1, 0)
     return np.where(flash | (cp > 1), 0, heads / tp * per)
 
 
@@ -178,47 +190,57 @@ def stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
 def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any]]:
     """Memory of one GPU of pipeline `stage`, item by item, as (a, b, c): bytes = a + b*s + c*s^2.
 
-    `p` is a Plan or anything with the same attributes as arrays (plus `rc` and `m`)."""
+    `p` is a Plan or anything with the same attributes as arrays (plus `rc`, `m` and one `precision` name)."""
     tp, cp, pp, dp, ep, etp = p.tp, p.cp, p.pp, p.dp, p.ep, p.etp
-    world = tp * cp * pp * dp
-    edp = world / (etp * ep * pp)
-    experts = model.expert_params()
-    dense = model.total_params() - experts
+    dtypes = precision_of(p.precision)
 
     def state(nbytes: int, from_stage: int) -> Any:
-        shard_d = np.where(p.zero >= from_stage, dp * cp, 1)  # Megatron shards over the dp x cp group
-        shard_e = np.where(p.zero >= from_stage, edp, 1)
-        return nbytes * (dense / (tp * pp) / shard_d + experts / (etp * ep * pp) / shard_e)
+        return nbytes * held_params(model, p, from_stage)
 
     zero = 0 * tp * 1.0
     dense_n, moe_n = stage_layers(model, pp, stage)
+    act = dtypes.bytes("activations")
     common = dict(h=model.hidden, heads=model.heads, kv=model.kv, ffn=model.ffn_size, tp=tp, sp=p.sp,
-                  mats=model.mlp_mats, dropout=p.dropout)
+                  mats=model.mlp_mats, dropout=p.dropout, value_bytes=act)
     per_dense = layer_bytes_per_token(**common)
     per_moe = layer_bytes_per_token(**common, top_k=model.top_k, expert_ffn=model.expert_size,
                                     shared=model.shared_experts, etp=etp,
                                     shared_ffn=model.shared_size) if model.experts else per_dense
     # selective recomputation drops exactly the scores; so does FlashAttention
-    score = scores_bytes_per_token_key(model.heads, tp, p.flash | (p.rc == 1), cp, p.dropout)
+    score = scores_bytes_per_token_key(model.heads, tp, p.flash | (p.rc == 1), cp, p.dropout, act)
     tokens = p.micro_batch / cp  # local tokens per unit of s
     full = p.rc == 2
-    kept_lin = np.where(full, 2 * model.hidden / np.where(p.sp, tp, 1) * (dense_n + moe_n),
+    kept_lin = np.where(full, act * model.hidden / np.where(p.sp, tp, 1) * (dense_n + moe_n),
                         per_dense * dense_n + per_moe * moe_n)
     kept_quad = np.where(full, 0, score * (dense_n + moe_n))
     held = np.minimum(pp - stage, p.m)  # 1F1B: stage i holds min(p - i, m) micro-batches
     work_lin = np.where(full, p.working_layers * np.maximum(per_dense * (dense_n > 0), per_moe * (moe_n > 0)), 0)
     last = stage == pp - 1
-    logits = np.where(last & ~np.asarray(p.chunked_loss, dtype=bool), LOGIT_BYTES * model.vocab / tp, 0)
+    logits = np.where(last & ~np.asarray(p.chunked_loss, dtype=bool), dtypes.bytes("logits") * model.vocab / tp, 0)
     return {
-        "weights": (state(WEIGHT_BYTES, 3), zero, zero),
-        "gradients": (state(GRAD_BYTES, 2), zero, zero),
-        "optimizer": (state(ADAM_BYTES, 1), zero, zero),
+        "weights": (state(dtypes.weight_bytes, 3), zero, zero),
+        "gradients": (state(dtypes.grad_bytes, 2), zero, zero),
+        "optimizer": (state(dtypes.optimizer_bytes, 1), zero, zero),
         "activations": (zero, tokens * kept_lin, tokens * kept_quad),
         "in-flight micro-batches": (zero, (held - 1) * tokens * kept_lin, (held - 1) * tokens * kept_quad),
         "recompute working set": (zero, tokens * work_lin, tokens * np.where(full, p.working_layers * score, 0)),
         "logits": (zero, tokens * logits, zero),
     }
 # (the s^2 terms: scores are kept per local query token, s*b/cp of them, for every one of the s keys)
+
+
+def held_params(model: ModelSpec, p: Any, from_stage: int = 4) -> Any:
+    """Parameters one GPU keeps of a state sharded from ZeRO stage `from_stage` on (the default, 4: none is):
+    its TP/PP share of the dense ones and its ETP/EP/PP share of the experts, each divided by its data-parallel
+    group where the plan's ZeRO stage shards it (Megatron shards over DP x CP, and the experts over the
+    expert-data-parallel group)."""
+    tp, cp, pp, dp, ep, etp = p.tp, p.cp, p.pp, p.dp, p.ep, p.etp
+    edp = tp * cp * pp * dp / (etp * ep * pp)
+    experts = model.expert_params()
+    dense = model.total_params() - experts
+    shard_d = np.where(p.zero >= from_stage, dp * cp, 1)
+    shard_e = np.where(p.zero >= from_stage, edp, 1)
+    return dense / (tp * pp) / shard_d + experts / (etp * ep * pp) / shard_e
 
 
 def stages_of(p: Any) -> list[Any]:
@@ -256,7 +278,13 @@ class Breakdown:
                 "stage": self.stage + 1, "unit_bytes": unit,
                 "items": {k: v / unit for k, v in self.items.items()},
                 "model_state": self.model_state / unit, "total": self.total / unit,
-                "bytes_per_param": self.model_state / (self.model.total_params() / (self.plan.tp * self.plan.pp))}
+                "params_held": self.params_held, "bytes_per_param": self.model_state / self.params_held,
+                "precision": self.plan.dtypes.to_dict()}
+
+    @property
+    def params_held(self) -> float:
+        """The parameters this GPU keeps (its share of the model), whether or not ZeRO shards their state."""
+        return float(held_params(self.model, self.plan))
 
 
 def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:

@@ -89,9 +89,12 @@ def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *
 
 
 def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int = 2,
-                recompute: bool = False, experts: int = 0) -> dict[Key, float]:
+                recompute: bool = False, experts: int = 0, back_itemsize: int | None = None) -> dict[Key, float]:
     """One MoE layer: dispatch and combine all-to-alls forward and again backward. Each of a rank's
     routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup).
+    `itemsize` is the bytes of a value sent toward the experts (the dispatch, and backward the gradients of
+    the experts' outputs), `back_itemsize` (default the same) of one coming home (the combine, and backward
+    the gradients of the tokens): DeepSeek-V3 sends the first in FP8 and the second in BF16.
 
     experts: when given (E > 0), the dict also holds ("ep", "all_to_all_dedup"): the same passes counted
     the engine's way, one row per (token, remote GPU) under uniform routing, gates riding with the
@@ -99,11 +102,12 @@ def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int
     traffic: add up one key or the other, never both."""
     if ep <= 1:
         return {}
-    one = tokens_routed * top_k * h * itemsize * (ep - 1) / ep
+    back = itemsize if back_itemsize is None else back_itemsize
+    values = tokens_routed * top_k * h * (ep - 1) / ep
     fwd = 2 if recompute else 1
-    out = {("ep", "all_to_all"): (2 * fwd + 2) * one}
+    out = {("ep", "all_to_all"): (fwd + 1) * values * (itemsize + back)}
     if experts:
-        e = ep_expected_bytes(tokens_routed, top_k, experts, ep, h, itemsize)
+        e = ep_expected_bytes(tokens_routed, top_k, experts, ep, h, itemsize, back)
         out[("ep", "all_to_all_dedup")] = (fwd * (e["dispatch"] + e["combine"])
                                            + e["combine backward"] + e["dispatch backward"])
     return out
@@ -150,27 +154,31 @@ def ep_expected_rows(tokens: float, k: int, experts: int, ep: int) -> float:
 
 
 def ep_expected_bytes(tokens: float, k: int, experts: int, ep: int, hidden: int,
-                      bytes_per: int = 2) -> dict[str, float]:
+                      bytes_per: int = 2, back_bytes: int | None = None) -> dict[str, float]:
     """Expected bytes one GPU sends in each EP all-to-all under uniform routing, counted the engine's way
-    (ep_bytes_from_routing). By symmetry a GPU receives, and so sends back, as many rows as it sends."""
+    (ep_bytes_from_routing). By symmetry a GPU receives, and so sends back, as many rows as it sends.
+    `bytes_per`: a value sent toward the experts; `back_bytes` (default the same): one coming home."""
     rows = ep_expected_rows(tokens, k, experts, ep)
-    wide, narrow = (hidden + experts // max(ep, 1)) * bytes_per, hidden * bytes_per
-    return {"dispatch": rows * wide, "combine": rows * narrow, "combine backward": rows * narrow,
-            "dispatch backward": rows * wide}
+    back = bytes_per if back_bytes is None else back_bytes
+    per = experts // max(ep, 1)
+    return {"dispatch": rows * (hidden + per) * bytes_per, "combine": rows * hidden * back,
+            "combine backward": rows * hidden * bytes_per, "dispatch backward": rows * (hidden + per) * back}
 
 
-def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2) -> dict[Key, float]:
+def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2,
+               param_itemsize: int | None = None) -> dict[Key, float]:
     """Per step over the data-parallel (dp x cp) group. Plain DP all-reduces the gradients; ZeRO-1/2
-    reduce-scatter them and all-gather the updated weights (the same bytes); ZeRO-3 gathers the weights
-    again for backward: 3 passes where DP makes 2."""
-    n = local_params * itemsize
+    reduce-scatter them and all-gather the updated weights (the same values); ZeRO-3 gathers the weights
+    again for backward: 3 passes where DP makes 2. `itemsize`: a gradient's bytes as reduced; `param_itemsize`
+    (default the same): a weight's as gathered (Megatron reduces FP32 gradients and gathers BF16 weights)."""
     if shard <= 1:
         return {}
     if zero == 0:
-        return {("dp", "all_reduce"): ring("all_reduce", n, shard)}
+        return {("dp", "all_reduce"): ring("all_reduce", local_params * itemsize, shard)}
     gathers = 2 if zero == 3 else 1
-    return {("dp", "reduce_scatter"): ring("reduce_scatter", n, shard),
-            ("dp", "all_gather"): gathers * ring("all_gather", n, shard)}
+    weights = local_params * (itemsize if param_itemsize is None else param_itemsize)
+    return {("dp", "reduce_scatter"): ring("reduce_scatter", local_params * itemsize, shard),
+            ("dp", "all_gather"): gathers * ring("all_gather", weights, shard)}
 
 
 def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]:
@@ -180,8 +188,12 @@ def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]
     return {("pp", "p2p"): act_bytes * microbatches * (2 if pp > 2 else 1)}
 
 
-def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> dict[Key, float]:
-    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op)."""
+def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = None) -> dict[Key, float]:
+    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op): each kind of
+    value at the plan's precision (activations, gradients as reduced, weights as gathered, the EP dispatch and
+    combine), or every value `itemsize` bytes when given (a run that computes in one dtype)."""
+    dt = plan.dtypes
+    size = {k: itemsize or dt.bytes(k) for k in ("activations", "grad_reduce", "compute", "dispatch", "combine")}
     tokens = seq * plan.micro_batch / plan.cp
     layers = -(-model.layers // plan.pp)
     moe = min(layers, model.moe_layers)
@@ -189,9 +201,9 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> d
     out: dict[Key, float] = {}
     kinds = ((layers - moe, 0), (moe, model.experts))  # dense layers (first), then MoE layers, on that stage
     for n, experts in kinds:
-        per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp, itemsize=itemsize,
-                            bias=model.bias, norm_params=2 if model.norm == "layernorm" else 1, recompute=full,
-                            experts=experts)
+        per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp,
+                            itemsize=size["activations"], bias=model.bias,
+                            norm_params=2 if model.norm == "layernorm" else 1, recompute=full, experts=experts)
         for k, v in per.items():
             # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
             # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch
@@ -199,18 +211,20 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> d
             _add(out, k, v * n * (1 if once else plan.m))
     if moe:
         x = plan.tp if plan.sp else 1
-        for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, itemsize, full).items():
+        for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, size["dispatch"], full,
+                                back_itemsize=size["combine"]).items():
             _add(out, k, v * moe * plan.m)
-    act = tokens / (plan.tp if plan.sp else 1) * model.hidden * itemsize
+    act = tokens / (plan.tp if plan.sp else 1) * model.hidden * size["activations"]
     for k, v in pp_traffic(act, plan.m, plan.pp).items():
         _add(out, k, v)
     experts = model.expert_params()
     dense_local = (model.total_params() - experts) / (plan.tp * plan.pp)
-    for k, v in dp_traffic(dense_local, plan.dp * plan.cp, plan.zero, itemsize).items():
+    for k, v in dp_traffic(dense_local, plan.dp * plan.cp, plan.zero, size["grad_reduce"], size["compute"]).items():
         _add(out, k, v)
     if experts:
         edp = plan.edp
-        for k, v in dp_traffic(experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, itemsize).items():
+        for k, v in dp_traffic(experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, size["grad_reduce"],
+                               size["compute"]).items():
             _add(out, ("edp", k[1]), v)
     return out
 

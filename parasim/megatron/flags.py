@@ -72,8 +72,13 @@ FLAGS: dict[str, Flag] = {
     "--attention-backend": _used(1, "FlashAttention (flash, fused, auto) or whole scores kept (unfused, local)"),
     "--use-flash-attn": _used(0, "FlashAttention: the scores are not kept"),
     "--moe-token-dispatcher-type": _used(1, "how tokens reach their experts (parasim's experts: all-to-all)"),
-    "--bf16": _used(0, "mixed precision: BF16 weights and products, FP32 master weights and Adam state"),
-    "--fp16": _used(0, "mixed precision: FP16 weights and products, FP32 master weights and Adam state"),
+    "--bf16": _used(0, "mixed precision: BF16 weights and products, FP32 gradients, master weights and Adam "
+                       "state (precision megatron-bf16)"),
+    "--fp16": _used(0, "mixed precision: FP16 weights, products and gradients, FP32 main gradients, master "
+                       "weights and Adam state (precision megatron-fp16)"),
+    "--grad-reduce-in-bf16": _used(0, "with --bf16: BF16 gradients, reduced in BF16 (precision "
+                                      "megatron-bf16-reduce-bf16)"),
+    "--accumulate-allreduce-grads-in-fp32": _used(0, "FP32 gradients, reduced in FP32 (the default with --bf16)"),
     # the layout
     "--tensor-model-parallel-size": _used(1, "TP"),
     "--pipeline-model-parallel-size": _used(1, "PP"),
@@ -105,7 +110,6 @@ FLAGS: dict[str, Flag] = {
     "--fp8-format": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
     "--fp8-recipe": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
     "--fp8-param-gather": _left(0, "FP8 weights gathered: parasim counts BF16 weights"),
-    "--grad-reduce-in-bf16": _left(0, "gradients reduced in BF16: parasim reduces them in FP32"),
     "--use-precision-aware-optimizer": _left(0, "optimizer state in lower precision: parasim keeps FP32 Adam state"),
     "--main-grads-dtype": _left(1, "the gradient buffer's dtype: parasim keeps FP32 gradients"),
     "--main-params-dtype": _left(1, "the master weights' dtype: parasim keeps FP32 master weights"),
@@ -176,7 +180,7 @@ NO_EFFECT_PREFIXES = (
     "--moe-router-topk-scaling-factor", "--moe-router-force-load-balancing", "--moe-permute-fusion",
     "--moe-flex-dispatcher-backend", "--moe-enable-deepep", "--moe-input-jitter", "--mtp-loss-scaling-factor",
     "--enable-experimental", "--no-check-for-nan", "--check-for-nan", "--rerun-", "--init-model-with-meta-device",
-    "--fsdp-double-buffer", "--use-nccl-ub", "--deterministic-mode", "--accumulate-allreduce-grads-in-fp32",
+    "--fsdp-double-buffer", "--use-nccl-ub", "--deterministic-mode",
     "--num-dataset-builder-threads", "--object-storage-", "--use-checkpoint-", "--no-persist-layer-norm",
     "--hidden-dropout", "--attention-dropout", "--use-cpu-initialization", "--override-opt-param-scheduler",
     "--use-checkpoint-opt_param-scheduler", "--optimizer", "--sgd-", "--loss-scale", "--initial-loss-scale",

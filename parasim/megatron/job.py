@@ -527,12 +527,31 @@ def _step(job: Job) -> None:
     if "--use-flash-attn" in g:
         _use(job, "--use-flash-attn")
     s["flash"] = flash
-    precision = [f for f in ("--bf16", "--fp16") if f in g]
-    for f in precision:
-        _use(job, f)
-    if not precision:
-        job.unmodelled.append("(no --bf16 or --fp16) Megatron trains in FP32: parasim counts mixed precision "
-                              "(2-byte weights and activations)")
+    s["precision"] = _precision(job)
+
+
+def _precision(job: Job) -> str:
+    """The job's entry of layout/precision.py, as Megatron-LM's arguments.py decides the dtypes: --bf16
+    accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16; --fp16 keeps FP16 gradients unless
+    --accumulate-allreduce-grads-in-fp32; neither trains in FP32."""
+    g = job.given
+    if "--bf16" in g and "--fp16" in g:
+        raise UsageError(f"{job.path}: both --bf16 and --fp16 are given; Megatron-LM refuses that: keep one")
+    if "--bf16" in g:
+        _use(job, "--bf16")
+        if "--grad-reduce-in-bf16" in g:
+            _use(job, "--grad-reduce-in-bf16")
+            return "megatron-bf16-reduce-bf16"
+        if "--accumulate-allreduce-grads-in-fp32" in g:
+            _use(job, "--accumulate-allreduce-grads-in-fp32")  # the default under --bf16
+        return "megatron-bf16"
+    if "--fp16" in g:
+        _use(job, "--fp16")
+        if "--accumulate-allreduce-grads-in-fp32" in g:
+            _use(job, "--accumulate-allreduce-grads-in-fp32")
+            return "megatron-fp16-grads-fp32"
+        return "megatron-fp16"
+    return "fp32"
 
 
 def _rest(job: Job) -> None:
@@ -607,7 +626,7 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
         fields_["etp"] = 1  # a dense model has no experts to split
     s = job.step
     choices = dict(recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
-                   chunks=s["chunks"])
+                   chunks=s["chunks"], precision=s["precision"])
     choices.update({k: v for k, v in override.items() if k not in LAYOUT_FIELDS and v is not None})
     plan = Plan(**fields_, **choices)
     batch = s.get("global_batch")

@@ -20,13 +20,21 @@ def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, a
         table.add_row(k, f"{v / unit:,.2f}", f"{v / bd.total:.0%}" if bd.total else "-")
     table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
     console.print(table)
-    console.print(f"model state {bd.model_state / unit:,.2f} {name} "
-                  f"({out['bytes_per_param']:.2f} bytes per parameter of this GPU's share)")
+    console.print(precision_words(out, bd.model_state, unit, name))
     console.print(fit_line)
     console.print("assumes: " + "; ".join(assumes))
     traffic = ", ".join(f"{k} {v:,.2f}" for k, v in out["traffic"].items()) or "none"
     console.print(f"sent per GPU per step ({name}): {traffic}")
     console.print(time_words(out["time"], gpu_name))
+
+
+def precision_words(out: dict, model_state: float, unit: float, name: str) -> str:
+    """The model state's size, per parameter this GPU holds, and the precision convention it is counted in."""
+    p = out["precision"]
+    per = p["bytes_per_param"]
+    return (f"model state {model_state / unit:,.2f} {name}: {out['bytes_per_param']:.2f} bytes per parameter this "
+            f"GPU holds ({out['params_held']:,.0f}), at precision {p['name']} (weights {per['weights']}, gradients "
+            f"{per['gradients']}, optimizer {per['optimizer']} bytes a parameter before ZeRO shards them)")
 
 
 def time_words(t: dict, gpu_name: str) -> str:

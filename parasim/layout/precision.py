@@ -1,0 +1,158 @@
+"""Training precision, one place: the dtype of each kind of tensor a training step keeps or sends, with the
+frameworks' conventions as named entries. Memory (estimate/memory.py), traffic (estimate/traffic.py), the
+plan's clock (clock/plan.py), the bytes a run holds (dp/held.py) and the arrays of a run at real size
+(symbolic ranks compute in these dtypes, so the trace's bytes are the job's) all read the entry a run or a
+plan names, so one job has one answer everywhere.
+
+What a GPU keeps per parameter follows from three groups, each sharded from its own ZeRO stage on:
+  weights    `params`                                        (ZeRO-3 / FSDP shards them)
+  gradients  `grads`                                         (ZeRO-2)
+  optimizer  `master` + `main_grads` + 2 x `adam` (m and v)  (ZeRO-1, Megatron's distributed optimizer)
+`master` is None where the parameters are already FP32 (no second copy); `main_grads` is the optimizer's own
+FP32 copy of its gradients, made where the gradient buffer is 16-bit (Megatron copies its shard of the reduced
+grads into FP32 main grads; with FP32 grads the buffer itself is the main grad).
+
+Virtual and real ranks compute in float64 for exact lessons whatever entry a run names (`Context.dtype_for`);
+symbolic ranks, whose arrays are shapes and dtypes only, compute in the entry's dtypes.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+import numpy as np
+
+from ..errors import UsageError
+
+# the dtype names an entry may use, and their sizes (numpy's, with ml_dtypes' bfloat16 and float8)
+ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
+SHORT = {"float64": "FP64", "float32": "FP32", "bfloat16": "BF16", "float16": "FP16", "float8_e4m3fn": "FP8",
+         "float8_e5m2": "FP8 (E5M2)"}
+# the kinds of tensor a run computes with (what `Context.dtype_for` takes), as opposed to what it only keeps
+COMPUTE_KINDS = ("compute", "activations", "grad_reduce", "dispatch", "combine", "logits")
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The dtype of each kind of tensor in a training step (names as numpy/ml_dtypes spell them)."""
+
+    name: str
+    title: str  # in words, for a learner
+    params: str  # the parameters as the model keeps them between steps
+    compute: str  # the weights the products read, and what ZeRO-3 / FSDP all-gathers
+    grads: str  # the gradient buffer backward accumulates into
+    grad_reduce: str  # the values of the data-parallel reduction (all-reduce or reduce-scatter)
+    master: str | None  # FP32 master weights the optimizer updates (None: the parameters are already FP32)
+    main_grads: str | None  # the optimizer's own FP32 copy of its gradients (None: the buffer is its main grad)
+    adam: str  # Adam's first and second moments, each
+    activations: str  # what layers keep for backward and send between TP, CP and PP ranks
+    dispatch: str  # the tokens an EP all-to-all sends to their experts
+    combine: str  # the expert outputs the all-to-all brings back
+    logits: str  # the output layer's logits, as the loss reads them
+    source: str  # where the convention is written down
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name not in ("name", "title", "source") and v is not None and v not in ITEMSIZE:
+                raise UsageError(f"precision {self.name}: {f.name} dtype {v!r} is not one of {', '.join(ITEMSIZE)}")
+
+    def bytes(self, kind: str) -> int:
+        """Bytes of one value of `kind` (a field name); 0 for a copy this convention does not keep."""
+        dtype = getattr(self, kind)
+        return 0 if dtype is None else ITEMSIZE[dtype]
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.bytes("params")
+
+    @property
+    def grad_bytes(self) -> int:
+        return self.bytes("grads")
+
+    @property
+    def optimizer_bytes(self) -> int:
+        """What the optimizer keeps per parameter: master weights, main gradients, Adam's m and v."""
+        return self.bytes("master") + self.bytes("main_grads") + 2 * self.bytes("adam")
+
+    def per_param(self, shards: dict[str, float] | None = None) -> float:
+        """Bytes of model state per parameter, each group divided by its shards ({"weights", "gradients",
+        "optimizer"} -> ways it is split; 1 where absent)."""
+        s = shards or {}
+        return (self.weight_bytes / s.get("weights", 1) + self.grad_bytes / s.get("gradients", 1)
+                + self.optimizer_bytes / s.get("optimizer", 1))
+
+    def dtype(self, kind: str) -> np.dtype:
+        """The numpy dtype of `kind` (bfloat16 and float8 from ml_dtypes)."""
+        import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
+        return np.dtype(getattr(self, kind))
+
+    def short(self, kind: str) -> str:
+        """`kind`'s dtype as a learner reads it: BF16, FP32, FP8."""
+        return SHORT[getattr(self, kind)]
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["bytes_per_param"] = {"weights": self.weight_bytes, "gradients": self.grad_bytes,
+                                  "optimizer": self.optimizer_bytes}
+        return out
+
+
+_MEGATRON = ("Megatron-LM: megatron/training/arguments.py (bf16 accumulates and reduces gradients in FP32 unless "
+             "--grad-reduce-in-bf16), docs/source/api-guide/dist_optimizer.md (bytes per parameter: 18 or "
+             "6 + 12/d with 16-bit params and FP32 grads, 20 or 4 + 16/d with 16-bit grads, 16 or 8 + 8/d in FP32)")
+
+# One entry per convention; everything else reads this table.
+PRECISIONS: dict[str, Precision] = {p.name: p for p in (
+    Precision("post", "the post's mixed precision: BF16 weights and gradients, FP32 master weights and Adam",
+              params="bfloat16", compute="bfloat16", grads="bfloat16", grad_reduce="bfloat16", master="float32",
+              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
+              logits="float32",
+              source="the Ultra-Scale Playbook, 'Mixed precision training': 2 + 2 bytes of BF16 weights and "
+                     "gradients, 4 + 4 + 4 of FP32 master weights and Adam moments per parameter"),
+    Precision("megatron-bf16", "Megatron-LM --bf16: BF16 weights, FP32 gradients (accumulated and reduced in FP32)",
+              params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32", master="float32",
+              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
+              logits="float32", source=_MEGATRON),
+    Precision("megatron-bf16-reduce-bf16", "Megatron-LM --bf16 --grad-reduce-in-bf16: BF16 gradients, an FP32 "
+              "copy of the optimizer's share", params="bfloat16", compute="bfloat16", grads="bfloat16",
+              grad_reduce="bfloat16", master="float32", main_grads="float32", adam="float32",
+              activations="bfloat16", dispatch="bfloat16", combine="bfloat16", logits="float32", source=_MEGATRON),
+    Precision("megatron-fp16", "Megatron-LM --fp16: FP16 weights and gradients, FP32 main gradients, master "
+              "weights and Adam", params="float16", compute="float16", grads="float16", grad_reduce="float16",
+              master="float32", main_grads="float32", adam="float32", activations="float16", dispatch="float16",
+              combine="float16", logits="float32", source=_MEGATRON),
+    Precision("megatron-fp16-grads-fp32", "Megatron-LM --fp16 --accumulate-allreduce-grads-in-fp32",
+              params="float16", compute="float16", grads="float32", grad_reduce="float32", master="float32",
+              main_grads=None, adam="float32", activations="float16", dispatch="float16", combine="float16",
+              logits="float32", source=_MEGATRON),
+    Precision("fp32", "FP32 throughout (Megatron-LM without --bf16 or --fp16)", params="float32",
+              compute="float32", grads="float32", grad_reduce="float32", master=None, main_grads=None,
+              adam="float32", activations="float32", dispatch="float32", combine="float32", logits="float32",
+              source=_MEGATRON),
+    Precision("fsdp2", "PyTorch FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as "
+              "torchtitan trains: FP32 sharded parameters gathered as BF16, gradients reduced in FP32",
+              params="float32", compute="bfloat16", grads="float32", grad_reduce="float32", master=None,
+              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
+              logits="float32",
+              source="torch.distributed.fsdp.MixedPrecisionPolicy (the sharded parameters stay in their FP32 "
+                     "dtype; param_dtype is the all-gathered copy, reduce_dtype the reduce-scatter's); "
+                     "torchtitan's default mixed_precision_param='bfloat16', mixed_precision_reduce='float32'"),
+    Precision("deepseek-v3", "DeepSeek-V3's FP8 training: FP8 dispatch, BF16 combine, BF16 Adam moments",
+              params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32", master="float32",
+              main_grads=None, adam="bfloat16", activations="bfloat16", dispatch="float8_e4m3fn",
+              combine="bfloat16", logits="float32",
+              source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: activations quantized to FP8 "
+                     "before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
+                     "BF16 AdamW moments (a BF16 working copy of the weights is parasim's assumption)"),
+)}
+
+
+def precision(name: str | Precision | None) -> Precision:
+    """The entry named `name` (a Precision is returned as is; None is the post's)."""
+    if isinstance(name, Precision):
+        return name
+    key = "post" if name is None else name
+    if key not in PRECISIONS:
+        raise UsageError(f"unknown precision {name!r}; known: {', '.join(PRECISIONS)}")
+    return PRECISIONS[key]
