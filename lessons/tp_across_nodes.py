@@ -32,7 +32,7 @@ def program(ctx):
         ctx.phase(phase, tp=tp)
         t = ParallelContext(ctx, groups[ctx.rank // tp], sp=True, seq=SEQ)
         layer = TransformerLayer(t, MODEL, layer_weights(ctx, MODEL, f"L{tp}"), key=f"L{tp}")
-        # float64 values, timed by the clock at BF16's 2 bytes each (clock/costs.py)
+        # symbolic ranks compute in the run's precision (the post's BF16): the trace's bytes are the wire's
         x = ctx.shared_rng(f"x{tp}").normal((len(t.token_positions()), 1, MODEL.hidden))
         y, cache = layer.forward(x, Saved())
         layer.backward(cache, y)
@@ -81,7 +81,7 @@ def checks(result, s) -> list[Check]:
     g = GPUS[GPU]
     call, across = LATENCY["call"].value, LATENCY["across"].value
     gather = next(e for e in s["events"][p16] if e.op == "all_gather")
-    chunk = gather.member(0).sent / 4 / 15  # float64 timed as BF16; t - 1 = 15 steps, one chunk each
+    chunk = gather.member(0).sent / 15  # BF16 values, as sent; t - 1 = 15 steps, one chunk each
     start, end = tl.events[gather.seq]
     ph8, ph16 = s["phases"][p8], s["phases"][p16]
     return [

@@ -194,8 +194,8 @@ def test_a_symbolic_run_counts_its_matmul_flops():
 
 def test_each_gpus_step_time_from_what_the_run_counted():
     """The 27B model (60 layers) on PP 4 at 4,096 tokens, on the clock: GPU 0 computes what the run counted
-    at the hardware table's efficiencies, and its TP all-gathers stay on NVLink with the step's float64
-    bytes counted as BF16 (the clock times every value at 2 bytes: a quarter of them)."""
+    at the hardware table's efficiencies, and its TP all-gathers stay on NVLink with the step's BF16 bytes as
+    sent (a run at real size computes in its precision's dtypes)."""
     from parasim.clock.costs import machine
     from parasim.clock.timeline import simulate
     from parasim.examples.against import run_plan
@@ -209,7 +209,8 @@ def test_each_gpus_step_time_from_what_the_run_counted():
     assert sum(sum(w.values()) for w in work) == trace.meta["flops"][0]
     gathers = [e for e in trace.events if e.group.name == "tp" and e.op == "all_gather" and 0 in e.ranks]
     e = gathers[0]
-    sent = e.member(0).sent * 2 / 8
+    sent = e.member(0).sent
+    assert sent == 4096 // 2 * model.hidden * 2  # the other TP rank's half of the tokens, 2 bytes a value
     start, end = tl.events[e.seq]
     assert end - start == pytest.approx(8.4e-6 + (3.4e-6 + sent / 450e9))  # TP 2: one step of the ring
 

@@ -72,8 +72,8 @@ def _layerish(ctx):
     tps = [ctx.new_group([0, 1], "tp"), ctx.new_group([2, 3], "tp")]
     dps = [ctx.new_group([0, 2], "dp"), ctx.new_group([1, 3], "dp")]
     tp, dp = tps[ctx.rank // 2], dps[ctx.rank % 2]
-    x = ctx.rng.normal((8192, 8192), "float32")
-    w = ctx.rng.normal((8192, 8192), "float32")
+    x = ctx.rng.normal((8192, 8192))  # the run's float: the post's BF16 at real size
+    w = ctx.rng.normal((8192, 8192))
     y = xp.matmul(x, w)
     ctx.comm.all_reduce(y, group=tp)
     gw = xp.tensordot(x, y, axes=([0], [0]))
@@ -89,7 +89,7 @@ def test_the_critical_path_adds_up_to_the_step_and_grad_reduce_overlap_hides_the
     assert [s.kind for s in off.critical] == ["compute", "comm", "compute", "comm", "compute"]
     flops = 2 * 8192 ** 3
     mm = flops / (H200.peak_flops.value * 0.8)
-    nbytes = 8192 * 8192 * 2  # float32 arrays, timed at BF16's 2 bytes a value
+    nbytes = 8192 * 8192 * 2  # BF16 arrays: 2 bytes a value, as sent
     ar = CALL + 2 * (INSIDE + nbytes / 2 / H200.nvlink.value)  # t = 2: 2(t-1) steps of half the buffer
     rs = CALL + 1 * (ACROSS + nbytes / 2 / H200.network.value)
     assert off.step == pytest.approx(mm + ar + mm + rs + mm, rel=1e-9)
@@ -199,7 +199,7 @@ def _paired(ctx):
     """A phase marked as a pair (DualPipe's two chunks) ends with an all-reduce; the next phase computes
     first: with the switch on, that compute must still wait for the pair's all-reduce."""
     xp = ctx.xp
-    x = ctx.rng.normal((4096, 4096), "float32")
+    x = ctx.rng.normal((4096, 4096))  # the run's float: BF16
     ctx.phase("a pair", pair=1)
     y = xp.matmul(x, x)
     ctx.comm.all_reduce(y)
@@ -212,7 +212,7 @@ def test_a_paired_phase_runs_its_calls_beside_compute_and_waits_for_them_at_its_
     trace = run(_paired, 2, "symbolic").trace
     m = machine("h200")
     mm = 2 * 4096 ** 3 / (H200.peak_flops.value * 0.8)
-    ar = CALL + 2 * (INSIDE + 4096 * 4096 * 2 / 2 / H200.nvlink.value)  # float32 timed at 2 bytes a value
+    ar = CALL + 2 * (INSIDE + 4096 * 4096 * 2 / 2 / H200.nvlink.value)  # BF16: 2 bytes a value
     assert simulate(trace, m).step == pytest.approx(2 * (mm + ar), rel=1e-9)
     # paired: the rank does not wait for the all-reduce inside the pair, but the next phase's product starts
     # only once it is done (the pair's end); the step is the same chain here, as nothing else could run

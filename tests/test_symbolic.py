@@ -144,8 +144,9 @@ def test_the_namespace_makes_symbolic_arrays_of_everything():
                                   "pp-zero-bubble", "pp-vs-zero3", "longest-sequence", "silent-bugs"])
 def test_the_same_program_virtually_and_symbolically(name):
     lesson = get_lesson(name)
-    real = parasim.run(lesson.program, lesson.world)
-    sym = parasim.run(lesson.program, lesson.world, backend="symbolic")
+    # at FP64 a symbolic run computes in the virtual run's float64: the same trace, byte for byte
+    real = parasim.run(lesson.program, lesson.world, precision="fp64")
+    sym = parasim.run(lesson.program, lesson.world, backend="symbolic", precision="fp64")
     assert sym.trace.backend == "symbolic" and real.trace.events
     assert trace_key(sym.trace) == trace_key(real.trace)
     held = [any(m.kind == "held" for m in real.trace.marks)]
@@ -244,5 +245,8 @@ def test_the_namespace_answers_as_the_virtual_ranks_namespace_does():
     def draws(ctx):
         return [ctx.rng.uniform((2, 3)), ctx.rng.integers(0, 5, (4,)), ctx.rng.normal((1,), "float32"),
                 ctx.rng.permutation(6), ctx.shared_rng("w").uniform((2,), dtype="float32")]
-    real, sym = parasim.run(draws, 1).values[0], parasim.run(draws, 1, backend="symbolic").values[0]
+    # at FP64 a symbolic run's float is the virtual run's float64; at the post's precision, BF16
+    real, sym = parasim.run(draws, 1).values[0], parasim.run(draws, 1, backend="symbolic", precision="fp64").values[0]
     assert [(a.shape, a.dtype) for a in sym] == [(a.shape, a.dtype) for a in real]
+    post = parasim.run(draws, 1, backend="symbolic").values[0]
+    assert [str(a.dtype) for a in post] == ["bfloat16", "int64", "float32", "int64", "float32"]

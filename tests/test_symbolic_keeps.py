@@ -108,8 +108,10 @@ def test_a_symbolic_ranks_literals_and_draws_are_of_its_run():
                 ctx.shared_rng("w").uniform((3,), dtype="float32")]
         return [(x.shape, str(x.dtype), x.run is ctx.xp.run and x.run is not None) for x in made]
     got = parasim.run(program, 2, backend="symbolic").values
-    assert got == [[((1, 3), "float64", True), ((2,), "float32", True), ((2,), "float16", True),
+    # a literal that names no dtype is in the run's float: the post's BF16 at real size, float64 at FP64
+    assert got == [[((1, 3), "bfloat16", True), ((2,), "float32", True), ((2,), "float16", True),
                     ((3,), "float32", True)]] * 2
+    assert parasim.run(program, 1, backend="symbolic", precision="fp64").values[0][0][1] == "float64"
 
 
 def test_an_order_of_a_symbolic_array_is_refused_naming_what_was_asked():

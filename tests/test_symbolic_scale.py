@@ -3,14 +3,14 @@ ranks folded) at each of the post's nine longest-sequence layouts, at the longes
 finds for it. A GPU's activations at its peak equal the estimator's (activations, the micro-batches 1F1B
 keeps in flight, and under full recomputation one layer's working set: the engine re-runs one layer at a
 time, the estimator's default allows two); its weights, gradients and optimizer share equal the estimator's
-per-layer parameter count in the training dtypes. (The estimator's model state counts the preset's round
-27e9 parameters and the embeddings, which the step has no layer for: tested against the layers instead.)"""
+per-layer parameter count in the training dtypes (the post's: 2 bytes of weights, 2 of gradients, 12 of FP32
+master weights and Adam moments a value). (The estimator's model state counts the preset's round 27e9
+parameters and the embeddings, which the step has no layer for: tested against the layers instead.)"""
 from dataclasses import replace
 
 import pytest
 
 import parasim
-from parasim.dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES
 from parasim.estimate import Plan, breakdown, fit, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.models import layer_param_count
@@ -38,23 +38,27 @@ def test_a_27b_step_at_its_longest_sequence_holds_what_the_estimator_says(label,
         est["recompute working set"], label
     params = layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp, model.bias)
     mine = params * (model.layers // plan.pp)
-    assert held["weights"] == WEIGHT_BYTES * mine and held["gradients"] == GRAD_BYTES * mine
+    assert held["weights"] == 2 * mine and held["gradients"] == 2 * mine
     group = plan.dp * plan.cp  # ZeRO-1 shares the optimizer state over dp x cp, padded to equal shares
-    assert 0 <= held["optimizer"] - 3 * STATE_BYTES * mine / group < 3 * STATE_BYTES * group
+    assert 0 <= held["optimizer"] - 12 * mine / group < 12 * group
 
 
-@pytest.mark.parametrize("label, kw", ROWS, ids=[f"row{k}" for k in range(len(ROWS))])
-def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw):
-    """What the busiest GPU sends per (axis, collective) in one step at 4,096 tokens, against
-    `step_traffic` in the run's 8-byte values; the data-parallel sums against `dp_traffic` over the layers'
-    own parameters (the estimator's model state counts the preset's round 27e9 and the embeddings)."""
+@pytest.mark.parametrize("label, kw, precision", [(label, kw, "post") for label, kw in ROWS]
+                         + [(label, kw, "megatron-bf16") for label, kw in ROWS[5:6]],
+                         ids=[f"row{k}" for k in range(len(ROWS))] + ["row5-megatron"])
+def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw, precision):
+    """What the busiest GPU sends per (axis, collective) in one step at 4,096 tokens, the run at the plan's
+    precision, against `step_traffic` at the same precision; the data-parallel sums against `dp_traffic` over
+    the layers' own parameters (the estimator's model state counts the preset's round 27e9 and the embeddings),
+    gradients reduced at the precision's (the post's BF16, 2 bytes; Megatron's FP32, 4) and weights gathered in
+    BF16 (2)."""
     from parasim.estimate.traffic import dp_traffic, step_traffic
     model, seq = get_model("27b"), 4096
-    plan = Plan(**kw, dropout=kw.get("cp", 1) == 1)
+    plan = Plan(**kw, dropout=kw.get("cp", 1) == 1, precision=precision)
     layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, sp=plan.sp,
                     model=replace(model, seq=seq, flash=plan.flash, dropout=0.1 if plan.dropout else 0.0))
     trace = parasim.run(make_step(layout, m=plan.pp, recompute=plan.recompute), layout.world, backend="symbolic",
-                        fold=fold_of(layout)).trace
+                        fold=fold_of(layout), precision=precision).trace
     sent: dict = {}
     for e in trace.events:
         for m in e.members:
@@ -62,7 +66,8 @@ def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw):
             sent.setdefault(key, {}).setdefault(m.rank, 0)
             sent[key][m.rank] += m.sent
     busiest = {k: max(v.values()) for k, v in sent.items() if max(v.values())}
-    want = {k: v for k, v in step_traffic(model, plan, seq, itemsize=8).items() if k[0] != "dp"}
+    want = {k: v for k, v in step_traffic(model, plan, seq).items() if k[0] != "dp"}
     params = layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size, plan.tp, model.bias)
-    want.update(dp_traffic(params * model.layers / plan.pp, plan.dp * plan.cp, 1, itemsize=8))
+    reduced = {"post": 2, "megatron-bf16": 4}[precision]
+    want.update(dp_traffic(params * model.layers / plan.pp, plan.dp * plan.cp, 1, itemsize=reduced, param_itemsize=2))
     assert busiest == pytest.approx(want, rel=1e-12), label

@@ -12,8 +12,10 @@ A collective's time is its algorithm's steps, each as long as its slowest hop, p
   across over the network); the call takes its slowest member.
 - root (scatter): the root sends every chunk from its own link, one after another.
 - p2p: one transfer over its one link.
-Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it), each value
-counted at BF16's 2 bytes (`wire_scale`).
+Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it). A run at real size
+records its values in its precision's dtypes (layout/precision.py), so those bytes are the wire's; an exact
+run computes in float64 and its values are timed at the size of the activations of the precision it stands
+for, 2 bytes in BF16 (`wire_scale`).
 """
 from __future__ import annotations
 
@@ -60,22 +62,25 @@ def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
 # (trace event, machine, bytes on the wire per recorded byte, a memo the caller keeps for one run) -> seconds
 Timer = Callable[[Any, Machine, float, dict], float]
 
-VALUE_BYTES = 2  # the clock times every value at BF16's 2 bytes, the dtype training moves (held bytes are
-# counted the same way), whatever dtype the engine computed in: float64 on virtual ranks for exactness,
-# float32 where a layer upcasts
+EXACT = "float64"  # what an exact run computes in, whatever precision it stands for
+
+
+def value_bytes(trace: Any) -> int:
+    """Bytes of a value on the wire for a run's float64 arrays: the activations' size in the precision the
+    trace says the run stands for (the post's BF16, 2, when it says none)."""
+    from ..layout.precision import precision
+    return precision((trace.meta.get("precision") or {}).get("name")).bytes("activations")
 
 
 def wire_scale(e: Any, memo: dict) -> float:
-    """Bytes on the wire per byte the trace recorded for event `e`: 2 over its arrays' itemsize."""
+    """Bytes on the wire per byte the trace recorded for event `e`: 1 for values in a training dtype, and for an
+    exact run's float64 values the precision's size over 8 (`memo["value_bytes"]`, set once per run by the
+    caller from `value_bytes`; 2 without it)."""
     m = e.members[0]
     t = (m.ins or m.outs or (None,))[0]
-    if t is None:
+    if t is None or t.dtype != EXACT:
         return 1.0
-    got = memo.get(t.dtype)
-    if got is None:
-        from ..comm.interface import numpy_dtype
-        got = memo[t.dtype] = VALUE_BYTES / numpy_dtype(t.dtype).itemsize
-    return got
+    return memo.get("value_bytes", 2) / 8
 
 
 def _slowest(hops: list[tuple[int, int, int]], m: Machine) -> str:
@@ -185,8 +190,8 @@ COSTS: dict[str, Cost] = {
 
 
 def event_seconds(e: Any, m: Machine, memo: dict | None = None) -> float:
-    """How long trace event `e` takes on `m`, its values at 2 bytes each (`wire_scale`; `memo`: what the
-    caller keeps for one run, dtypes' sizes and all-to-all chunk sizes): a transfer by its algorithm, a
+    """How long trace event `e` takes on `m`, its values at their wire size (`wire_scale`; `memo`: what the
+    caller keeps for one run, the size of an exact run's values and all-to-all chunk sizes): a transfer by its algorithm, a
     compute event by its work. The memo holds the trace's own records by identity: keep it no longer than
     the trace."""
     if e.kind == "compute":

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .costs import Machine, event_seconds
+from .costs import Machine, event_seconds, value_bytes
 
 DP_GROUPS = ("dp", "dp-cp", "expert-dp")  # the data-parallel groups (Megatron-Core's names)
 
@@ -139,7 +139,8 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     spans: list[Span] = []
     events: dict[int, tuple[float, float]] = {}
     before: dict[int, list[tuple[int, float, float]]] = {}
-    memo: dict = {}  # what costs.event_seconds looks up once per run (dtypes' sizes, all-to-all chunks)
+    # what costs.event_seconds looks up once per run (an exact run's value size, all-to-all chunks)
+    memo: dict = {"value_bytes": value_bytes(trace)}
     rep: list[int] | None = trace.meta.get("fold")
     ran = range(world) if rep is None else [r for r in range(world) if rep[r] == r]
 

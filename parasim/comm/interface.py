@@ -259,6 +259,8 @@ def _algo(algo: str) -> str:
 # raw and structured records too, so "is this a number" asks for it by name.
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 HALF_FLOATS = ("float16", "bfloat16")  # 16-bit floats: every addition rounds to 11 or 8 significant bits
+# ml_dtypes' 8-bit floats, which a run at real size sends where a framework sends FP8 (DeepSeek-V3's dispatch)
+FLOAT8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
 
 
 def dtype_name(dtype: Any) -> str:
@@ -276,7 +278,7 @@ def numeric(dtype: Any) -> bool:
     """Whether a numpy dtype holds numbers a real backend can carry: bool, integers, floats (bfloat16
     included), complex; not strings, objects, dates, raw bytes or records."""
     d = np.dtype(dtype)
-    return d.kind in "biufc" or d == BFLOAT16
+    return d.kind in "biufc" or d == BFLOAT16 or d in FLOAT8
 
 
 def numpy_dtype(dtype: Any) -> np.dtype:

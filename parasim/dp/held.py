@@ -1,17 +1,16 @@
 """What a rank keeps, told to the trace as it changes (`ctx.hold` / `ctx.free`), so that the engine can add
 up the bytes of every rank at every event and find each rank's peak.
 
-Sizes are counted in the training dtypes the post uses (2-byte weights, gradients and activations, 4-byte
-fp32 master weights and Adam moments) whatever dtype the run computes in: the run stays float64 for
-exactness, the bytes are those of a real training step.
+Sizes are counted in the training dtypes of the run's precision (`ctx.precision`, layout/precision.py: by
+default the post's 2-byte weights and gradients and 12 bytes of FP32 master weights and Adam moments per
+value), whatever dtype the run computes in: an exact run stays float64, the bytes are those of a real
+training step.
 """
 from __future__ import annotations
 
 from typing import Any
 
 from ..nn.core import Wrapper
-
-WEIGHT_BYTES, GRAD_BYTES, STATE_BYTES = 2, 2, 4  # bf16 weights and gradients; fp32 master, m and v
 
 
 class Holdings:

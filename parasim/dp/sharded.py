@@ -23,7 +23,7 @@ from ..comm.interface import Group
 from ..errors import UsageError
 from .clip import check_max_norm, clip_coefficient
 from .flat import FlatBuffer
-from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
+from .held import Holdings
 from .zero import adam
 
 STAGES = (0, 1, 2)
@@ -50,11 +50,11 @@ class ShardedAdam:
         self.grad = None  # what this rank keeps of the gradient after a step
         self.t = 0
         self.holdings = Holdings(ctx, self.name)
-        share = int(self.master.shape[0])
-        self.holdings.hold("weights", self.total * WEIGHT_BYTES, "weights")
+        share, sizes = int(self.master.shape[0]), ctx.precision
+        self.holdings.hold("weights", self.total * sizes.weight_bytes, "weights")
         # DP and ZeRO-1 keep a whole gradient buffer; ZeRO-2 keeps its share and reduces buckets as they fill
-        self.holdings.hold("gradients", (share if stage == 2 else self.total) * GRAD_BYTES, "gradients")
-        self.holdings.hold("optimizer state", 3 * share * STATE_BYTES, "optimizer")
+        self.holdings.hold("gradients", (share if stage == 2 else self.total) * sizes.grad_bytes, "gradients")
+        self.holdings.hold("optimizer state", share * sizes.optimizer_bytes, "optimizer")
 
     def _flat(self, tensors: dict[str, Any]) -> Any:
         return self.buf.flat(self.ctx.xp, tensors)
@@ -91,7 +91,8 @@ class ShardedAdam:
             parts = []
             for lo, hi in self._buckets():
                 if self.stage == 2:  # the bucket's whole gradients live only until they are reduced
-                    self.holdings.hold("a whole gradient bucket", (hi - lo) * GRAD_BYTES, "gradients")
+                    self.holdings.hold("a whole gradient bucket", (hi - lo) * self.ctx.precision.grad_bytes,
+                                       "gradients")
                 parts.append(comm.reduce_scatter(flat[lo:hi], op="avg", group=g,
                                                  label=f"{self.name}: reduce-scatter a gradient bucket"))
                 if self.stage == 2:
@@ -120,8 +121,9 @@ class ShardedAdam:
         return self.buf.unflat(xp, self.weights)
 
     def held(self) -> dict[str, int]:
-        """Bytes this rank keeps between steps, counted from its arrays in the training dtypes: weights (the
-        whole copy), gradients (whole, or the share under ZeRO-2), optimizer state (master, m, v)."""
+        """Bytes this rank keeps between steps, counted from its arrays in the precision's dtypes: weights (the
+        whole copy), gradients (whole, or the share under ZeRO-2), optimizer state (master, m, v of its share)."""
         grads = self.total if self.grad is None else min(int(self.grad.shape[0]), self.total)
-        state = int(self.master.shape[0]) + int(self.m.shape[0]) + int(self.v.shape[0])
-        return {"weights": self.total * WEIGHT_BYTES, "gradients": grads * GRAD_BYTES, "optimizer": state * STATE_BYTES}
+        sizes = self.ctx.precision
+        return {"weights": self.total * sizes.weight_bytes, "gradients": grads * sizes.grad_bytes,
+                "optimizer": int(self.master.shape[0]) * sizes.optimizer_bytes}

@@ -27,7 +27,7 @@ def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> di
             continue
         group = ctx.groups[axis_group(axis)]
         buf = FlatBuffer({k: grads[k] for k in keys})
-        flat = ctx.comm.all_reduce(buf.flat(xp, grads), group=group,
+        flat = ctx.comm.all_reduce(ctx.cast(buf.flat(xp, grads), "grad_reduce"), group=group,
                                    label=f"sum the gradients partial over {axis} (SP-split weights), once per step")
         out.update(buf.unflat(xp, flat))
     return out
@@ -95,9 +95,11 @@ class Zero1Adam:
         me = group.group_rank(ctx.rank)
         self.lo, self.hi = me * share, (me + 1) * share
         flat = self._flat(params)
-        self.master = flat[self.lo:self.hi]  # this rank's share of the weights, the optimizer's copy
-        self.m = xp.zeros_like(self.master)
-        self.v = xp.zeros_like(self.master)
+        # this rank's share of the weights, the optimizer's copy (FP32 master weights at real size), and Adam's
+        # moments, each in the run's precision
+        self.master = ctx.cast(flat[self.lo:self.hi], "master")
+        self.m = xp.zeros(self.master.shape, dtype=ctx.dtype_for("adam"))
+        self.v = xp.zeros(self.master.shape, dtype=ctx.dtype_for("adam"))
         self.t = 0
 
     def ranges(self, me: int | None = None) -> list[tuple[int, int]]:
@@ -123,7 +125,7 @@ class Zero1Adam:
 
     def reduce(self, grads: dict[str, Any]) -> Any:
         """This rank's share of the gradients summed over the group (one reduce-scatter of the flat buffer)."""
-        return self.ctx.comm.reduce_scatter(self._flat(grads), group=self.group,
+        return self.ctx.comm.reduce_scatter(self.ctx.cast(self._flat(grads), "grad_reduce"), group=self.group,
                                             label=f"{self.name}: reduce-scatter the gradients")
 
     def update(self, g: Any) -> dict[str, Any]:
@@ -132,7 +134,7 @@ class Zero1Adam:
         xp = self.ctx.xp
         self.t += 1
         self.master, self.m, self.v = adam(xp, self.master, self.m, self.v, g, self.t, self.lr, self.betas, self.eps)
-        flat = self.ctx.comm.all_gather(self.master, group=self.group,
+        flat = self.ctx.comm.all_gather(self.ctx.cast(self.master, "compute"), group=self.group,
                                         label=f"{self.name}: all-gather the updated weights")
         return self.buf.unflat(xp, flat)
 

@@ -16,7 +16,7 @@ from typing import Any
 from ..comm.interface import Group
 from ..nn.core import Wrapper
 from .flat import FlatBuffer
-from .held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, Holdings
+from .held import Holdings
 from .zero import adam
 
 
@@ -41,9 +41,10 @@ class Zero3(Wrapper):
         self.t = 0
         self.peak_gathered = 0  # the most values this rank held at once for this layer (shard + gathered)
         self.holdings = Holdings(ctx, self.name)
-        self.holdings.hold("weight shard", share * WEIGHT_BYTES, "weights")
-        self.holdings.hold("gradient shard", share * GRAD_BYTES, "gradients")
-        self.holdings.hold("optimizer shard", 3 * share * STATE_BYTES, "optimizer")
+        sizes = ctx.precision
+        self.holdings.hold("weight shard", share * sizes.weight_bytes, "weights")
+        self.holdings.hold("gradient shard", share * sizes.grad_bytes, "gradients")
+        self.holdings.hold("optimizer shard", share * sizes.optimizer_bytes, "optimizer")
         self._free()
 
     # -- the whole weights, only while they are needed ----------------------------------------------
@@ -54,7 +55,8 @@ class Zero3(Wrapper):
         return self.buf.unflat(self.ctx.xp, flat)
 
     def _gather(self, why: str) -> None:
-        self.holdings.hold("gathered weights", self.padded * WEIGHT_BYTES, "gathered")  # the buffer, then the fill
+        # the buffer, then the fill, in the dtype the products read
+        self.holdings.hold("gathered weights", self.padded * self.ctx.precision.bytes("compute"), "gathered")
         whole = self.ctx.comm.all_gather(self.shard, group=self.group, label=f"{self.name}: all-gather weights {why}")
         self.layer.load(self._unflat(whole))
         self.peak_gathered = max(self.peak_gathered, self.padded + int(self.shard.shape[0]))
@@ -89,7 +91,7 @@ class Zero3(Wrapper):
         try:
             dx = self.layer.backward(cache, dy)
             # the layer's whole gradient is made while its weights are still gathered: both count at once
-            self.holdings.hold("whole gradient", self.padded * GRAD_BYTES, "gradients")
+            self.holdings.hold("whole gradient", self.padded * self.ctx.precision.grad_bytes, "gradients")
         finally:
             self._free()
         self._reduce()
@@ -115,6 +117,6 @@ class Zero3(Wrapper):
     def held(self) -> dict[str, int]:
         """Bytes kept between steps, in the training dtypes: a shard of the weights, of the gradients and of
         Adam's state (master, m, v)."""
-        share = int(self.shard.shape[0])
-        return {"weights": share * WEIGHT_BYTES, "gradients": share * GRAD_BYTES,
-                "optimizer": 3 * share * STATE_BYTES}
+        share, sizes = int(self.shard.shape[0]), self.ctx.precision
+        return {"weights": share * sizes.weight_bytes, "gradients": share * sizes.grad_bytes,
+                "optimizer": share * sizes.optimizer_bytes}

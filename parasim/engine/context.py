@@ -8,6 +8,7 @@ import numpy as np
 
 from ..comm.interface import Comm, Group, call_site, dtype_name, numpy_dtype, site_name
 from ..errors import UsageError
+from ..layout.precision import Precision, precision as precision_of
 from ..trace import HELD_KINDS
 
 
@@ -22,17 +23,18 @@ class Rng:
     """Seeded draws that are identical on every backend: numpy's PCG64 draws (float64), then rounded to
     `dtype` (bfloat16 and float16 round to nearest, ties to even) and moved to `xp`, bit for bit."""
 
-    def __init__(self, seed: int, key: tuple[int, ...], to_xp: Callable[[np.ndarray], Any]):
+    def __init__(self, seed: int, key: tuple[int, ...], to_xp: Callable[[np.ndarray], Any], floats: str = "float64"):
         self._gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
         self._to_xp = to_xp
+        self._floats = floats  # the dtype of a draw that names none: the run's float
 
     def _out(self, a: np.ndarray, dtype: Any) -> Any:
-        return self._to_xp(a.astype(numpy_dtype(dtype), copy=False))
+        return self._to_xp(a.astype(numpy_dtype(self._floats if dtype is None else dtype), copy=False))
 
-    def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0):
+    def normal(self, shape: Sequence[int], dtype: Any = None, mean: float = 0.0, std: float = 1.0):
         return self._out(self._gen.normal(mean, std, size=tuple(shape)), dtype)
 
-    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = "float64"):
+    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = None):
         return self._out(self._gen.uniform(low, high, size=tuple(shape)), dtype)
 
     def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64"):
@@ -45,12 +47,17 @@ class Rng:
 
 
 class Context:
-    """One rank's view of the run. `comm` is the collective interface, `xp` the array namespace."""
+    """One rank's view of the run. `comm` is the collective interface, `xp` the array namespace.
+
+    `precision` (layout/precision.py) is the training precision the run stands for: the dtype of each kind
+    of tensor. An `exact` run (virtual and real ranks) computes every kind in float64, so that every layout
+    matches the unsplit model; a run at real size (symbolic ranks) computes each kind in the precision's
+    dtype, so its trace's bytes are the job's. Layers ask `dtype_for(kind)` and `cast(x, kind)`, never which."""
 
     symbolic = False  # True on symbolic ranks: arrays have shapes and dtypes, no values (parasim/symbolic)
 
     def __init__(self, rank: int, world: int, comm: Comm, xp: Any, seed: int, recorder: Recorder,
-                 to_xp: Callable[[np.ndarray], Any]):
+                 to_xp: Callable[[np.ndarray], Any], precision: Precision | str | None = None, exact: bool = True):
         self.rank = rank
         self.world = world
         self.comm = comm
@@ -58,7 +65,9 @@ class Context:
         self.seed = seed
         self._recorder = recorder
         self._to_xp = to_xp
-        self.rng = Rng(seed, (0, rank), to_xp)  # this rank's own stream
+        self.precision = precision_of(precision)
+        self.exact = exact
+        self.rng = Rng(seed, (0, rank), to_xp, self.float_name)  # this rank's own stream
         self.marked: list[tuple[str, Any]] = []  # (name, tensor) of each `mark`, in order: `parasim check` reads them
         self.layout: Any = None  # set by use_layout (run(..., layout=...))
         self.groups: dict[str, Group] = {}
@@ -67,11 +76,32 @@ class Context:
 
     def shared_rng(self, name: str) -> Rng:
         """A stream that draws the same numbers on every rank (e.g. a full weight before sharding)."""
-        return Rng(self.seed, (1, *name.encode()), self._to_xp)
+        return Rng(self.seed, (1, *name.encode()), self._to_xp, self.float_name)
 
-    def asarray(self, values: Any, dtype: Any = "float64"):
-        """Literal data (a lesson's worked numbers) as an array of this backend."""
-        return self._to_xp(np.asarray(values, dtype=numpy_dtype(dtype)))
+    def asarray(self, values: Any, dtype: Any = None):
+        """Literal data (a lesson's worked numbers) as an array of this backend (in the run's float unless
+        `dtype` says)."""
+        return self._to_xp(np.asarray(values, dtype=numpy_dtype(self.float_name if dtype is None else dtype)))
+
+    @property
+    def float_name(self) -> str:
+        """The dtype draws and literals are made in: float64 on an exact run, the precision's compute dtype
+        (the weights' and inputs') at real size."""
+        return "float64" if self.exact else self.precision.compute
+
+    def dtype_for(self, kind: str) -> Any:
+        """This backend's dtype for values of `kind` (a field of layout/precision.Precision: compute,
+        activations, grad_reduce, dispatch, combine, logits, master, adam, grads): float64 on an exact run, the
+        precision's at real size (a master copy the precision does not keep is the parameters' dtype)."""
+        if self.exact:
+            return self.dtype("float64")
+        name = getattr(self.precision, kind)
+        return self.dtype(self.precision.params if name is None else name)
+
+    def cast(self, x: Any, kind: str) -> Any:
+        """`x` in the dtype of `kind` (itself when it already is: no copy, nothing recorded)."""
+        dtype = self.dtype_for(kind)
+        return x if x.dtype == dtype else self.xp.astype(x, dtype)
 
     def dtype(self, name: Any) -> Any:
         """This backend's dtype for `name` ("bfloat16", "float32", ...), for the array namespace's own calls:

@@ -13,7 +13,7 @@ BACKENDS = ("virtual", "symbolic", "gloo", "nccl")
 
 def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
         keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float | None = TIMEOUT,
-        layout: Any = None, fold: list[int] | None = None) -> RunResult:
+        layout: Any = None, fold: list[int] | None = None, precision: Any = None) -> RunResult:
     """Run `program(ctx)` on `world` ranks: virtual ranks in this process, symbolic ones (shapes and bytes,
     no values: real sizes), or real ones (gloo, nccl) in `world` local processes, for which `program` must
     be picklable (a module-level function).
@@ -29,7 +29,12 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     and `world` defaults to the layout's.
     fold (symbolic ranks): rank -> the rank that runs for it (`parasim.symbolic.fold.fold_of(layout)`): ranks
     that do the same work run once, and the trace is written out for every rank.
+    precision: the training precision the run stands for (a layout/precision.py name or entry; default the
+    post's). Symbolic ranks compute each kind of tensor in its dtype, so the trace's bytes are the job's;
+    virtual and real ranks compute in float64, exact, and the trace says which precision they stand for.
     """
+    from ..layout.precision import precision as precision_of
+    precision = precision_of(precision)
     if layout is not None:
         from .context import WithLayout
         if world is not None and world != layout.world:
@@ -47,7 +52,8 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     if backend == "symbolic":
         from ..symbolic.backend import run_symbolic
         at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
-        return run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout)
+        return _stamped(run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout,
+                                     precision=precision), precision.name, exact=False)
     if backend == "virtual":
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")
@@ -56,5 +62,13 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         from .merge import merge
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
         trace, times = merge(results, backend)
-        return RunResult([r["value"] for r in results], trace, times)
-    return run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo, timeout=timeout)
+        return _stamped(RunResult([r["value"] for r in results], trace, times), precision.name, exact=True)
+    return _stamped(run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo, timeout=timeout,
+                                precision=precision), precision.name, exact=True)
+
+
+def _stamped(result: RunResult, precision: str, exact: bool) -> RunResult:
+    """The run's trace told which precision it stands for, and whether its values are exact (float64) or
+    computed in that precision's dtypes (the clock and the renderers read it)."""
+    result.trace.meta["precision"] = {"name": precision, "exact": exact}
+    return result

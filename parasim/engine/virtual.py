@@ -23,7 +23,7 @@ class RunResult:
 
 
 def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0, keep_values: int = 0,
-                algo: str = "direct", timeout: float | None = None) -> RunResult:
+                algo: str = "direct", timeout: float | None = None, precision: Any = None) -> RunResult:
     """`program(ctx)` on `world` virtual ranks (checked by `parasim.run`, which calls this)."""
     # Imported here so that `import parasim` stays light.
     import array_api_compat.numpy as xp
@@ -36,7 +36,7 @@ def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0,
     vw = VirtualWorld(world, keep_values=keep_values, algo=algo, timeout=timeout)
     vw.meter = Meter(world, lambda: vw.running)  # FLOPs go to the rank whose turn it is
     xp = counting(xp, vw.meter)
-    contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity) for r in range(world)]
+    contexts = [Context(r, world, VirtualComm(vw, r), xp, seed, vw, _identity, precision) for r in range(world)]
     values = vw.run(program, contexts)
     trace = vw.trace()
     trace.meta["seed"] = seed

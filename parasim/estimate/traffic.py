@@ -55,15 +55,17 @@ def ring(op: str, nbytes: float, t: int) -> float:
 
 
 def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,
-                  bias: bool = True, norm_params: int = 2, recompute: bool = False, experts: int = 0
-                  ) -> dict[Key, float]:
+                  bias: bool = True, norm_params: int = 2, recompute: bool = False, experts: int = 0,
+                  grad_itemsize: int | None = None) -> dict[Key, float]:
     """One layer's forward and backward on one micro-batch: bytes one rank sends, by (axis, op).
 
     tokens: the tokens this CP rank holds (s*b/cp), before SP splits them. norm_params: 2 for LayerNorm
     (weight and bias), 1 for RMSNorm. recompute: full recomputation runs the forward's collectives twice.
     experts: an MoE layer of that many experts (ETP 1), whose MLP block has no TP collectives of its own
     (under SP each TP rank routes its own tokens; `moe_traffic` counts its EP all-to-alls), and whose router,
-    whole on every TP rank, sums its gradient over TP under SP."""
+    whole on every TP rank, sums its gradient over TP under SP. `itemsize`: an activation's bytes;
+    `grad_itemsize` (default the same): a weight gradient's as the data-parallel reduction sums it (Megatron sums
+    those replicated weights' FP32 main gradients)."""
     out: dict[Key, float] = {}
     act = tokens * h * itemsize  # one whole activation [s/cp, b, h]
     fwd = 2 if recompute else 1
@@ -79,7 +81,8 @@ def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *
         # each rank saw only its tokens: the replicated norm weights' (and row biases', and the router's)
         # grads are summed
         small = 2 * norm_params + (blocks if bias else 0) + experts
-        _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * itemsize, tp))
+        grad = itemsize if grad_itemsize is None else grad_itemsize
+        _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * grad, tp))
     if cp > 1:
         # ring attention: K and V go round cp-1 times forward; backward K, V, dK, dV cp-1 times and
         # dK, dV one more hop home. K/V travel per query head, as the engine sends them.
@@ -203,7 +206,8 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
     for n, experts in kinds:
         per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp,
                             itemsize=size["activations"], bias=model.bias,
-                            norm_params=2 if model.norm == "layernorm" else 1, recompute=full, experts=experts)
+                            norm_params=2 if model.norm == "layernorm" else 1, recompute=full, experts=experts,
+                            grad_itemsize=size["grad_reduce"])
         for k, v in per.items():
             # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
             # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch

@@ -12,7 +12,6 @@ from dataclasses import replace
 from typing import Any
 
 import parasim
-from ..dp.held import WEIGHT_BYTES
 from ..errors import UsageError
 from ..estimate.memory import Breakdown, Plan, breakdown, items
 from ..estimate.fit import fit
@@ -23,9 +22,6 @@ from ..nn.routing import Routing
 from ..symbolic.fold import fold_of
 from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
 from .step import make_step
-
-RUN_ITEMSIZE = 8  # the step computes in float64: its wire bytes are 4x BF16's (held bytes are counted in BF16)
-
 
 def granule(plan: Plan) -> int:
     """Sequence lengths the step takes: whole zigzag halves of every CP slice, then whole SP shares."""
@@ -66,7 +62,8 @@ def run_plan(model: ModelSpec, plan: Plan, seq: int, gpu: int, routing: str = "b
     """One step of `plan` at `seq` tokens on symbolic ranks, folded around `gpu`: the run's trace."""
     layout = step_layout(model, plan, seq)
     program = make_step(layout, m=plan.m, routing=routing, recompute=plan.recompute)
-    return parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu)).trace
+    return parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu),
+                       precision=plan.precision).trace
 
 
 def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None,
@@ -102,7 +99,7 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
 
 
 def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout, routing: str) -> list[dict]:
-    """Per (axis, collective): what the busiest GPU sent, in BF16 bytes, against the estimator's
+    """Per (axis, collective): what the busiest GPU sent, at the plan's precision, against the estimator's
     `step_traffic` (its busiest stage), with the parts of the difference on the run's busiest GPU's stage
     (examples/differences.py)."""
     sent = sent_by_axis(trace)
@@ -119,9 +116,10 @@ def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout,
     return out
 
 
-def sent_by_axis(trace: Any, wire: float = WEIGHT_BYTES / RUN_ITEMSIZE) -> list[dict[tuple[str, str], float]]:
+def sent_by_axis(trace: Any, wire: float = 1.0) -> list[dict[tuple[str, str], float]]:
     """Per rank: bytes sent per (axis, collective), the estimator's axis names (dp for dp-cp, edp for
-    expert-dp; other groups by their own name), times `wire` (the step's float64 counted as BF16)."""
+    expert-dp; other groups by their own name), times `wire` (1: the step at real size sends its values in
+    the plan's precision)."""
     axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
     sent: list[dict] = [{} for _ in range(trace.world)]
     for e in trace.events:

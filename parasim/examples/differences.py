@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES
 from ..estimate.memory import Plan, breakdown
 from ..layout import ModelSpec
 from ..nn.routing import Routing
@@ -86,13 +85,14 @@ def state_parts(model: ModelSpec, plan: Plan, stage: int) -> dict[str, dict]:
     values over expert-dp, each share padded to equal size)."""
     values = state_values(model, plan, stage)
     shard_d, shard_e = plan.dp * plan.cp, plan.edp
-    out = {"weights": {k: WEIGHT_BYTES * (d + e) for k, (d, e) in values.items()},
-           "gradients": {k: GRAD_BYTES * (d + e) for k, (d, e) in values.items()},
-           "optimizer": {k: 3 * STATE_BYTES * (d / shard_d + e / shard_e) for k, (d, e) in values.items()}}
+    dt = plan.dtypes
+    out = {"weights": {k: dt.weight_bytes * (d + e) for k, (d, e) in values.items()},
+           "gradients": {k: dt.grad_bytes * (d + e) for k, (d, e) in values.items()},
+           "optimizer": {k: dt.optimizer_bytes * (d / shard_d + e / shard_e) for k, (d, e) in values.items()}}
     # ZeRO-1 pads each flat buffer (one per gradient group) to a multiple of its group
     pad = sum(-n % g / g for n, g in zip(held_values(model, plan, values), (shard_d, shard_e)) if n)
     if pad:
-        out["optimizer"]["ZeRO-1 pads each share to equal size"] = -3 * STATE_BYTES * pad
+        out["optimizer"]["ZeRO-1 pads each share to equal size"] = -dt.optimizer_bytes * pad
     return out
 
 
@@ -114,6 +114,7 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
     """Estimator minus a GPU of `stage`, in activation bytes at its peak, by part (the plan as given: parts
     for dropout under CP and the recompute room are the estimator's own items at the plan the run does)."""
     h, tp, fe, k = model.hidden, plan.tp, model.expert_size, model.top_k
+    v = plan.dtypes.bytes("activations")  # an activation value's bytes
     x = tp if plan.sp else 1
     tokens = seq * plan.micro_batch // plan.cp  # a GPU's tokens of one micro-batch (before SP)
     full = plan.recompute == "full"
@@ -131,15 +132,15 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
         if layer_shape(model, i).experts:
             rows, pairs = received(model, plan, routing, tokens // x, ep_rank)
             add("dispatched rows: K copies a token in the estimate, once per GPU in the run",
-                held * 2 * h * (k * tokens / x - rows))
+                held * v * h * (k * tokens / x - rows))
             add("expert pairs: K per token in the estimate, the pairs received in the run",
-                held * 2 * 2 * fe / plan.etp * (k * tokens / x - pairs))
+                held * v * 2 * fe / plan.etp * (k * tokens / x - pairs))
             if model.gated:
-                add("gated MLPs' third matrix (the step's MLPs have two)", held * 2 * k * tokens / x * fe / plan.etp)
+                add("gated MLPs' third matrix (the step's MLPs have two)", held * v * k * tokens / x * fe / plan.etp)
             add("shared experts (the step has none)",
-                held * 2 * model.mlp_mats * model.shared_experts * model.shared_size * tokens / tp)
+                held * v * model.mlp_mats * model.shared_experts * model.shared_size * tokens / tp)
         elif model.gated:
-            add("gated MLPs' third matrix (the step's MLPs have two)", held * 2 * model.ffn_size * tokens / tp)
+            add("gated MLPs' third matrix (the step's MLPs have two)", held * v * model.ffn_size * tokens / tp)
     as_given, as_ran = (sum(breakdown(model, p, seq).items[i] for i in ACTIVATION_ITEMS)
                         for p in (plan, as_run(plan)))
     if plan.dropout and plan.cp > 1:
@@ -152,17 +153,20 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
 
 def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], stage: int, ep_rank: int,
                   routing: str = "balanced") -> dict[str, float]:
-    """Estimator minus the run, in BF16 bytes one GPU of `stage` sends per step over (axis, collective), by
-    part: the data-parallel sums move the model state (so its parts), the EP all-to-alls move rows."""
+    """Estimator minus the run, in bytes at the plan's precision one GPU of `stage` sends per step over (axis,
+    collective), by part: the data-parallel sums move the model state (so its parts), the EP all-to-alls
+    move rows."""
     from ..estimate.traffic import ring
     axis, op = key
+    dt = plan.dtypes
     if axis in ("dp", "edp") and op in ("reduce_scatter", "all_gather"):
         i, group = (0, plan.dp * plan.cp) if axis == "dp" else (1, plan.edp)
+        each = dt.bytes("grad_reduce" if op == "reduce_scatter" else "compute")  # gradients reduced, weights gathered
         values = state_values(model, plan, stage)
-        out = {k: ring(op, WEIGHT_BYTES * v[i], group) for k, v in values.items() if v[i]}
+        out = {k: ring(op, each * v[i], group) for k, v in values.items() if v[i]}
         pad = -held_values(model, plan, values)[i] % group  # ZeRO-1's padding moves too
         if pad:
-            out["ZeRO-1 pads each share to equal size"] = -ring(op, WEIGHT_BYTES * pad, group)
+            out["ZeRO-1 pads each share to equal size"] = -ring(op, each * pad, group)
         return out
     if key != ("ep", "all_to_all") or not model.experts or plan.ep == 1:
         return {}
@@ -175,7 +179,10 @@ def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], 
     times = len(layers) * plan.m
     forwards = 2 if plan.recompute == "full" else 1  # a recomputed forward dispatches and combines again
     copies = tokens * model.top_k * (plan.ep - 1) / plan.ep  # the estimate's rows away: every pick, uniformly
+    # toward the experts (the dispatch, and backward its outputs' gradients) in the dispatch's dtype, home (the
+    # combine, and backward the tokens' and gates' gradients) in the combine's
+    out, home = dt.bytes("dispatch"), dt.bytes("combine")
     return {"a token goes once per GPU holding its picks (the estimate sends each of its K copies)":
-            times * (2 * forwards + 2) * WEIGHT_BYTES * model.hidden * (copies - away),
+            times * (forwards + 1) * (out + home) * model.hidden * (copies - away),
             "the gates ride with the dispatched rows and their gradients (E/ep values a row)":
-            -times * (forwards + 1) * WEIGHT_BYTES * per * away}
+            -times * (forwards * out + home) * per * away}

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..dp.flat import FlatBuffer
-from ..dp.held import GRAD_BYTES, STATE_BYTES, WEIGHT_BYTES, HeldActivations, Holdings, Recomputed
+from ..dp.held import HeldActivations, Holdings, Recomputed
 from ..dp.zero import zero1_step
 from ..errors import UsageError
 from ..layout import Layout, LayoutError, ModelSpec
@@ -126,9 +126,10 @@ def hold_state(ctx: Any, kept: Holdings, stage: Any) -> int:
     for k, w in params.items():
         by_group.setdefault(grad_group(placed[k], data_axes(placed[k])), {})[k] = w
     share = sum(FlatBuffer(ws, ctx.groups[g].size).padded // ctx.groups[g].size for g, ws in by_group.items())
-    kept.hold("weights", n * WEIGHT_BYTES, "weights")
-    kept.hold("gradients", n * GRAD_BYTES, "gradients")
-    kept.hold("optimizer share (master, m, v)", 3 * share * STATE_BYTES, "optimizer")
+    sizes = ctx.precision
+    kept.hold("weights", n * sizes.weight_bytes, "weights")
+    kept.hold("gradients", n * sizes.grad_bytes, "gradients")
+    kept.hold("optimizer share (master, m, v)", share * sizes.optimizer_bytes, "optimizer")
     return share
 
 
@@ -160,8 +161,8 @@ def train_step(ctx: Any, layout: Layout, opts: StepOptions, data: Data, stage: S
     if opts.phases.schedule is not None:
         ctx.phase(opts.phases.schedule, micro_batches=opts.micro_batches)
     plan = generate(opts.schedule, layout.pp, opts.micro_batches)
-    loss = run_schedule(ctx, g["pp"], plan, {c.pp: driven}, (len(rows), 1, model.hidden), ctx.xp.float64,
-                        batches.inputs, batches.loss)
+    loss = run_schedule(ctx, g["pp"], plan, {c.pp: driven}, (len(rows), 1, model.hidden),
+                        ctx.dtype_for("activations"), batches.inputs, batches.loss)
     # 4. gradients summed where copies saw different tokens (dense weights over dp-cp, experts over
     # expert-dp: their placements say which; SP's partial sums over tp first), ZeRO-1's Adam on each share
     ctx.phase(opts.phases.sync)
@@ -179,8 +180,8 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
     """The program of one step of `layout.model` on `layout` with `m` micro-batches (default: pp, the least
     1F1B fills), MoE routing by `routing` (uniform, balanced, skewed:F), and `recompute` "full" to keep only
     each layer's input and run its forward again in backward. Each micro-batch is one sequence drawn alike
-    on every rank of a DP replica. Arrays are float64, as the layers' weights are drawn (held bytes are
-    counted in the training dtypes all the same)."""
+    on every rank of a DP replica. Arrays are the run's: float64 on virtual ranks (exact), the precision's
+    dtypes on symbolic ones (held bytes are counted in the precision's dtypes either way)."""
     if recompute not in ("none", "full"):
         raise UsageError(f"recompute must be none or full, got {recompute!r}")
     model = layout.model

@@ -130,6 +130,12 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               compute="float32", grads="float32", grad_reduce="float32", master=None, main_grads=None,
               adam="float32", activations="float32", dispatch="float32", combine="float32", logits="float32",
               source=_MEGATRON),
+    Precision("fp64", "FP64 throughout: what an exact run computes in (parasim's virtual ranks)",
+              params="float64", compute="float64", grads="float64", grad_reduce="float64", master=None,
+              main_grads=None, adam="float64", activations="float64", dispatch="float64", combine="float64",
+              logits="float64",
+              source="parasim: virtual ranks compute every value in float64 so that every layout matches the "
+                     "unsplit model to rounding (a symbolic run at this precision records the same bytes)"),
     Precision("fsdp2", "PyTorch FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as "
               "torchtitan trains: FP32 sharded parameters gathered as BF16, gradients reduced in FP32",
               params="float32", compute="bfloat16", grads="float32", grad_reduce="float32", master=None,

@@ -218,15 +218,20 @@ class Weights:
 
 @dataclass
 class Saved:
-    """What forward keeps for backward, counted in the units of Korthikanti et al. (2022): 2 bytes per
-    activation element (16-bit training) and 1 byte per dropout-mask element, whatever dtype runs here."""
+    """What forward keeps for backward, counted in the units of Korthikanti et al. (2022): an activation
+    element at its own size where the run computes in its training dtypes (2 bytes in BF16: a run at real
+    size), 2 bytes (16-bit training) where it computes in float64 for exactness, and 1 byte per dropout-mask
+    element."""
 
     items: list[tuple[str, str, int, int]] = field(default_factory=list)  # (layer, name, elements, bytes each)
     # the data this forward runs on (a sequence's name, a micro-batch): when given, layers mark what they
     # hand on (`ctx.mark`, for `parasim check`) under names that say which data and which layer
     tag: str | None = None
 
-    def keep(self, layer: str, name: str, x: Any, unit: int = 2) -> Any:
+    def keep(self, layer: str, name: str, x: Any, unit: int | None = None) -> Any:
+        if unit is None:
+            size = int(getattr(x.dtype, "itemsize", 8))
+            unit = 2 if size == 8 else size  # an exact run's float64 stands for 16-bit training
         self.items.append((layer, name, int(_numel(x)), unit))
         return x
 

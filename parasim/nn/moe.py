@@ -112,10 +112,10 @@ class MoE(Weights):
         plan = self._plan(rows, n)
         sent = xp.concat([_gather(xp, tokens, plan.tokens),
                           _gather(xp, xp.reshape(per_expert, (n * self.p, self.per)), plan.slots)], axis=1)
-        got = self._a2a(split_rows(sent, plan.sizes), "dispatch: tokens (and their gates) to the ranks holding "
-                        "their experts")
+        got = self._a2a(split_rows(self._wire(sent, "dispatch"), plan.sizes), "dispatch: tokens (and their gates) "
+                        "to the ranks holding their experts")
         sizes = [c.shape[0] for c in got]
-        recv = xp.concat(got, axis=0)
+        recv = self._wire(xp.concat(got, axis=0), "activations")
         self._arrived = self._received(sizes, n, n_exp)  # which of my experts each received row chose (policy)
         # ETP: every rank of the expert-TP group works on the rows any of them received
         recv, etp_sizes = self._etp_gather(recv, "dispatched tokens to every expert-TP rank")
@@ -123,9 +123,11 @@ class MoE(Weights):
         saved.keep(self.name, "dispatched tokens", xs)
         out, expert_caches = self._experts_forward(xs, ws, saved)
         out = self._etp_sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
-        back = self._a2a(split_rows(out, sizes), "combine: expert outputs back to each token's rank")
+        back = self._a2a(split_rows(self._wire(out, "combine"), sizes), "combine: expert outputs back to each "
+                         "token's rank")
         self._check_back(back, rows)
-        y = add_at(xp, xp.zeros((n, h), dtype=x.dtype), plan.tokens, xp.concat(back, axis=0), plan.token_rounds)
+        y = add_at(xp, xp.zeros((n, h), dtype=x.dtype), plan.tokens, self._wire(xp.concat(back, axis=0), "activations"),
+                   plan.token_rounds)
         cache = (shape, tokens, pick, gates, fixed, plan, sizes, etp_sizes, xs, ws, expert_caches)
         return xp.reshape(y, shape), cache
 
@@ -282,8 +284,9 @@ class MoE(Weights):
         shape, tokens, pick, gates, fixed, plan, sizes, etp_sizes, xs, ws, expert_caches = cache
         h, n, n_exp = shape[-1], tokens.shape[0], self.router.shape[1]
         dtok = xp.reshape(dy, (-1, h))
-        outgoing = split_rows(_gather(xp, dtok, plan.tokens), plan.sizes)
-        dout = xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"), axis=0)
+        outgoing = split_rows(self._wire(_gather(xp, dtok, plan.tokens), "dispatch"), plan.sizes)
+        dout = self._wire(xp.concat(self._a2a(outgoing, "combine backward: output gradients out to the experts"),
+                                    axis=0), "activations")
         dout, _ = self._etp_gather(dout, "combine backward: output gradients to every expert-TP rank")
         dxs = xp.zeros_like(xs)
         dws = xp.zeros_like(ws)
@@ -295,8 +298,9 @@ class MoE(Weights):
         # input and gate gradients are partial over expert-TP (each rank's share of w1's columns, w2's rows)
         back = self._etp_sum(xp.concat([dxs, dws], axis=1), etp_sizes, "backward: sum input and gate gradients "
                              "over expert-TP")
-        back = xp.concat(self._a2a(split_rows(back, sizes), "dispatch backward: input and gate gradients home"),
-                         axis=0)
+        back = self._wire(xp.concat(self._a2a(split_rows(self._wire(back, "combine"), sizes),
+                                              "dispatch backward: input and gate gradients home"), axis=0),
+                          "activations")
         dx = add_at(xp, xp.zeros((n, h), dtype=dy.dtype), plan.tokens, back[:, :h], plan.token_rounds)
         # d loss / d (each expert's gate), [n, E]: a row's gate gradients go to its slot in the [n * p, per] view
         dper = xp.reshape(add_at(xp, xp.zeros((n * self.p, self.per), dtype=dy.dtype), plan.slots, back[:, h:],
@@ -357,6 +361,12 @@ class MoE(Weights):
         return total
 
     # -- helpers -------------------------------------------------------------------------------------
+    def _wire(self, rows: Any, kind: str) -> Any:
+        """`rows` in the dtype of `kind` when they cross the EP group (the run's precision: what goes toward the
+        experts travels as the dispatch, what comes home as the combine, DeepSeek-V3's FP8 and BF16), back in
+        the activations' dtype once they have arrived; as they are without an EP group to cross."""
+        return rows if self.ep is None or self.p == 1 else self.tp.ctx.cast(rows, kind)
+
     def _a2a(self, chunks: list, label: str) -> list:
         if self.ep is None or self.p == 1:
             return list(chunks)

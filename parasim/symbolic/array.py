@@ -21,7 +21,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..comm.interface import BFLOAT16
+from ..comm.interface import BFLOAT16, FLOAT8
 from ..engine.work import Meter, matmul_work, tensordot_work
 from ..errors import ParasimError
 from .shapes import axis_of as _axis
@@ -41,13 +41,15 @@ class SymbolicRun:
     function of the key; `meter`: each rank's product FLOPs by kind (engine/work.py), counted for the rank
     whose turn it is (`turn`, which the run's scheduler answers)."""
 
-    __slots__ = ("memo", "slices", "cuts", "meter")
+    __slots__ = ("memo", "slices", "cuts", "meter", "float_dtype")
 
-    def __init__(self, world: int, turn: Callable[[], int]):
+    def __init__(self, world: int, turn: Callable[[], int], float_dtype: Any = "float64"):
         self.memo: dict = {}
         self.slices: dict = {}  # (shape, dtype) -> the one array every slice of that shape is
         self.cuts: dict = {}  # (shape, dtype, start, stop) -> x[start:stop] of an array of that shape and dtype
         self.meter = Meter(world, turn)
+        # what draws, zeros and float literals are made in: the run's training dtype (BF16 at real size)
+        self.float_dtype = np.dtype(float_dtype)
 
     @property
     def flops(self) -> list[int]:
@@ -284,7 +286,7 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
         if kw.get("dtype") is not None:
             out_dtype = np.dtype(kw["dtype"])
         else:
-            out_dtype = ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
+            out_dtype = _result_dtype(ufunc, dtypes)
         known = (shape, out_dtype)
         if run is not None:
             if len(run.memo) > MEMO:  # a bounded memo of a pure rule
@@ -293,6 +295,28 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
     if ufunc is np.matmul and run is not None:  # 2 FLOPs per multiply-add: every output value took k of them
         run.meter.add(*matmul_work(shapes[0], shapes[1], known[0]))
     return _made(known[0], known[1], run)
+
+
+NARROW = (BFLOAT16, np.dtype(np.float16), *FLOAT8)  # the floats a GPU's kernels keep in their own width
+
+
+def _result_dtype(ufunc: np.ufunc, dtypes: tuple) -> np.dtype:
+    """The dtype of `ufunc` on operands of `dtypes` (a Python scalar's type stands for a weak scalar). numpy's
+    rule, except where an array operand is a 16- or 8-bit float: there a training step's kernels give the
+    widest floating array operand's dtype (a BF16 GEMM gives BF16, scaling by 0.5 keeps BF16), where numpy
+    would widen ml_dtypes' types to float32 or find no common type for FP8 and BF16."""
+    arrays = [d for d in dtypes if isinstance(d, np.dtype)]
+    narrow = any(d in NARROW for d in arrays)
+    try:
+        out = ufunc.resolve_dtypes(dtypes + (None,) * ufunc.nout)[-1]
+    except (TypeError, ValueError):  # numpy's DTypePromotionError is a TypeError
+        if not narrow:
+            raise
+        out = None
+    if narrow and (out is None or out.kind in "fV" or out in NARROW):
+        floats = [d for d in arrays if d.kind == "f" or d in NARROW]
+        return max(floats, key=lambda d: d.itemsize)  # the first of the widest
+    return out
 
 
 # -- functions (numpy's, through __array_function__; also the symbolic namespace's) ------------------

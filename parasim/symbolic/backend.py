@@ -15,6 +15,7 @@ from ..comm.virtual_comm import VirtualComm
 from ..engine.context import Context
 from ..engine.virtual import RunResult
 from ..errors import CollectiveError
+from ..layout.precision import Precision, precision as precision_of
 from .array import SymArray, SymbolicRun
 from .fold import unfold
 from .folded import FoldedWorld
@@ -38,29 +39,34 @@ class SymbolicComm(VirtualComm):
 class SymbolicContext(Context):
     """A rank's context whose arrays, draws and literals are symbolic, of the run `xp` belongs to."""
 
-    def __init__(self, rank: int, world: int, comm: Any, seed: int, recorder: Any, xp: SymbolicNamespace):
-        super().__init__(rank, world, comm, xp, seed, recorder, _identity)
+    def __init__(self, rank: int, world: int, comm: Any, seed: int, recorder: Any, xp: SymbolicNamespace,
+                 precision: Precision):
+        super().__init__(rank, world, comm, xp, seed, recorder, _identity, precision, exact=False)
         self.rng = SymbolicRng(xp.run)  # type: ignore[assignment]
         self.symbolic = True
 
     def shared_rng(self, name: str) -> SymbolicRng:  # type: ignore[override]
         return SymbolicRng(self.xp.run)
 
-    def asarray(self, values: Any, dtype: Any = "float64") -> SymArray:
-        return SymArray(np.shape(values), dtype_name(dtype), self.xp.run)
+    def asarray(self, values: Any, dtype: Any = None) -> SymArray:
+        return SymArray(np.shape(values), dtype_name(self.float_name if dtype is None else dtype), self.xp.run)
 
 
 def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, algo: str = "direct",
-                 fold: list[int] | None = None, timeout: float | None = None) -> RunResult:
+                 fold: list[int] | None = None, timeout: float | None = None,
+                 precision: Precision | None = None) -> RunResult:
     """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
-    the rank that runs for it (symbolic/fold.py); the trace is then unfolded to count every rank."""
+    the rank that runs for it (symbolic/fold.py); the trace is then unfolded to count every rank. Arrays are
+    made in `precision`'s dtypes (the post's by default), so the trace's bytes are a training run's."""
+    precision = precision_of(precision)
     options = dict(keep_values=0, algo=algo, timeout=timeout, check=check_symbolic_array)
     vw = VirtualWorld(world, **options) if fold is None else FoldedWorld(world, fold, **options)
-    run = SymbolicRun(world, lambda: vw.running)  # FLOPs go to the rank whose turn it is
+    # FLOPs go to the rank whose turn it is; draws, zeros and float literals in the precision's compute dtype
+    run = SymbolicRun(world, lambda: vw.running, precision.dtype("compute"))
     vw.meter = run.meter  # each event carries the FLOPs its members did since their last one
     xp = SymbolicNamespace(run)
-    contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw, xp) if fold is None or fold[r] == r else None
-                for r in range(world)]
+    contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw, xp, precision)
+                if fold is None or fold[r] == r else None for r in range(world)]
     values = vw.run(program, contexts)
     trace = vw.trace()
     if fold is not None:

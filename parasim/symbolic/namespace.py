@@ -48,20 +48,29 @@ class SymbolicNamespace:
                 break
             first = first[0]
         kind = np.float64 if isinstance(first, (list, tuple, range)) else np.asarray(first).dtype
+        if kind == np.float64:  # Python floats: the run's float
+            kind = self._float
         return SymArray(shape, dtype if dtype is not None else kind, self.run)
+
+    @property
+    def _float(self) -> np.dtype:
+        """The run's float: what zeros, draws and float literals are made in (float64 outside any run)."""
+        return self.run.float_dtype if self.run is not None else np.dtype(np.float64)
 
     @staticmethod
     def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
         return x.astype(dtype)
 
-    def zeros(self, shape: Any, dtype: Any = np.float64, **_: Any) -> SymArray:
-        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape, dtype, self.run)
+    def zeros(self, shape: Any, dtype: Any = None, **_: Any) -> SymArray:
+        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
+                        self._float if dtype is None else dtype, self.run)
 
     ones = empty = zeros
 
     def full(self, shape: Any, fill_value: Any, dtype: Any = None, **_: Any) -> SymArray:
+        given = np.result_type(fill_value)
         return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
-                        dtype if dtype is not None else np.result_type(fill_value), self.run)
+                        dtype if dtype is not None else self._float if given == np.float64 else given, self.run)
 
     def arange(self, *args: Any, dtype: Any = None, **_: Any) -> SymArray:
         return SymArray((len(range(*args)),), dtype if dtype is not None else np.int64, self.run)
@@ -132,11 +141,14 @@ class SymbolicRng:
     def __init__(self, run: SymbolicRun | None = None):
         self.run = run
 
-    def normal(self, shape: Sequence[int], dtype: Any = "float64", mean: float = 0.0, std: float = 1.0) -> SymArray:
-        return SymArray(shape, dtype, self.run)
+    def _float(self, dtype: Any) -> Any:
+        return dtype if dtype is not None else self.run.float_dtype if self.run is not None else "float64"
 
-    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = "float64") -> SymArray:
-        return SymArray(shape, dtype, self.run)
+    def normal(self, shape: Sequence[int], dtype: Any = None, mean: float = 0.0, std: float = 1.0) -> SymArray:
+        return SymArray(shape, self._float(dtype), self.run)
+
+    def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = None) -> SymArray:
+        return SymArray(shape, self._float(dtype), self.run)
 
     def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64") -> SymArray:
         return SymArray(shape, dtype, self.run)
