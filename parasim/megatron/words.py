@@ -386,10 +386,13 @@ class Shell:
 
     def pieces(self, text: str, line: int) -> list[str]:
         """`text` (the inside of a word part) with every $-expression and `...` replaced: a list, since
-        "${A[@]}" gives one piece per element (the text around it joins the first and the last)."""
+        "${A[@]}" gives one piece per element (the text around it joins the first and the last). The list is
+        empty when the text comes to nothing and a ${A[@]} in it had no element while none had one: bash then
+        makes no word of "${A[@]}", where "$E" of an empty E (or "${C[@]}" of C=("")) is one empty word."""
         done: list[str] = []
         current = _Text(self, line)
         i = 0
+        vanished = listed = False  # a ${A[@]} of no element seen; one of some element seen
         while True:
             m = _EXPANDS.search(text, i)
             end = len(text) if m is None else m.start()
@@ -419,13 +422,17 @@ class Shell:
                 current.add(got)
                 continue
             if not got:
+                vanished = True
                 continue
+            listed = True
             current.add(got[0])
             if len(got) > 1:
                 done.append(current.done())
                 done.extend(got[1:-1])
                 current = _Text(self, line)
                 current.add(got[-1])
+        if vanished and not listed and not current.size:
+            return []
         done.append(current.done())
         return done
 
@@ -442,14 +449,19 @@ class Shell:
             body = expr[2:-1]
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]", body)
             if m:
+                # a variable set to text is an array of that one element (E= is one empty element); unset, none
                 v = self.value(m.group(1))
-                items = v if isinstance(v, list) else ([v] if v else [])
+                items = v if isinstance(v, list) else ([v] if m.group(1) in self.vars else [])
                 self.spend(ITEM_CHARS * len(items), line)
+                if m.group(2) == "*":  # one text, the elements joined by a space (bash's first IFS character)
+                    return self.join(items, line, " ")
                 return list(items)
-            m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?", body)
-            if m:
+            m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?", body)
+            if m:  # ${#A[@]}: how many elements (a set text is one); ${#A}: how long the (first) element is
                 v = self.value(m.group(1))
-                return str(len(v)) if isinstance(v, list) else str(len(v))
+                if m.group(2):
+                    return str(len(v) if isinstance(v, list) else int(m.group(1) in self.vars))
+                return str(len((v[0] if v else "") if isinstance(v, list) else v))
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(:?[-=+?])?(.*)", body, re.S)
             if m is None:
                 self.note(line, f"{expr[:60]} is not read: read as empty")
@@ -473,8 +485,8 @@ class Shell:
                 return v
             return default if not unset_or_empty else ""  # ${X:+word}
         name = expr[1:]
-        if name in ("@", "*", "#"):
-            return [] if name != "#" else "0"
+        if name in ("@", "*", "#"):  # the script gets no arguments: $@ no element, "$*" one empty text
+            return {"@": [], "*": "", "#": "0"}[name]
         v = self.value(name)
         return (v[0] if v else "") if isinstance(v, list) else v
 
@@ -569,6 +581,8 @@ class Shell:
                 continue
             got = self.pieces(part.text, line)
             if part.kind == "dq":
+                if not got:  # "${A[@]}" of no element: no text, and no quoted empty word either
+                    continue
                 field.add(got[0])
                 field.quoted = True
                 for g in got[1:]:
