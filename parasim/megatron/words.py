@@ -51,7 +51,7 @@ _BACKQUOTE_STOPS = re.compile(r"[\\`]")
 _EXPANDS = re.compile(r"[\\$`]")  # where a part's text stops being copied as it is
 _FIELD_BLANKS = re.compile(r"[ \t\n]+")  # what an unquoted expansion is split on
 _ARITH_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_ARITH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name bash takes for a variable
 
 
 @dataclass(slots=True)
@@ -352,6 +352,7 @@ class Shell:
         self.vars = script.variables
         self.spent = 0  # characters expansion has read and built so far in this read (EXPANSION_CHARS)
         self.depth = 0  # ${...} defaults being expanded inside one another now (NESTING)
+        self.unread = set(script.outside)  # variables from outside the script has neither read nor set yet
 
     def note(self, line: int, what: str) -> None:
         self.script.notes.append(f"line {line}: {what}")
@@ -382,7 +383,16 @@ class Shell:
         return value.done()
 
     def value(self, name: str) -> str | list[str]:
+        """What `name` holds ("" when unset); a variable from outside read before the script set it is listed."""
+        if name in self.unread:
+            self.unread.discard(name)
+            self.script.outside_read.append(name)
         return self.vars.get(name, "")
+
+    def assign(self, name: str, value: str | list[str]) -> None:
+        """`name` set by the script: from here on its value is the script's, not the one given from outside."""
+        self.unread.discard(name)
+        self.vars[name] = value
 
     def pieces(self, text: str, line: int) -> list[str]:
         """`text` (the inside of a word part) with every $-expression and `...` replaced: a list, since
@@ -480,7 +490,7 @@ class Shell:
                 return default if unset_or_empty else v
             if how.endswith("="):
                 if unset_or_empty:
-                    self.vars[name] = default
+                    self.assign(name, default)
                     return default
                 return v
             return default if not unset_or_empty else ""  # ${X:+word}
@@ -544,7 +554,7 @@ class Shell:
             raise too_long()
         self.spend(size, line)
         expr = _ARITH_VARIABLE.sub(lambda m: number(m, m.group(1)), text)
-        return _ARITH_NAME.sub(lambda m: number(m, m.group()), expr)
+        return NAME.sub(lambda m: number(m, m.group()), expr)
 
     def _arith_too_deep(self, text: str, line: int) -> UsageError:
         return self.fail(line, f"the arithmetic $(({_cut(text)})) nests parentheses or signs more than "
