@@ -194,7 +194,7 @@ def read_script(text: str, path: str, outside: dict[str, str] | None = None) -> 
                     frame[0] = outer and not frame[1]
                     frame[1] = True
                 rest = words[1:] if head in ("then", "else", "do") else []
-                if rest and isinstance(rest[0], Word) and frame[0]:
+                if rest and isinstance(rest[0], (Word, ArrayWord)) and frame[0]:  # then X=(...) on its line
                     _command(shell, Statement(st.line, rest), launches, hidden, loose)
             continue
         if not active:

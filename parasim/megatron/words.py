@@ -318,8 +318,19 @@ class Lexer:
 
 
 # -- expansion --------------------------------------------------------------------------------------------
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+def _divide(a: int, b: int) -> int:
+    """a / b as bash divides: toward zero (-7 / 2 is -3; Python's // gives -4)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _remainder(a: int, b: int) -> int:
+    """a % b as bash takes it: the sign of a (-7 % 2 is -1; Python's % gives 1)."""
+    return a - b * _divide(a, b)
+
+
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: _divide,
+              ast.Mod: _remainder}
 
 
 class _Text:
