@@ -7,6 +7,7 @@ import argparse
 from typing import Any
 
 from ..errors import UsageError
+from ..limits import brief
 
 
 MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
@@ -18,6 +19,11 @@ def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "mo
     g.add_argument("--megatron", metavar="FILE", help=f"take the {what} from a Megatron-LM job: its launch script "
                    "(torchrun ... pretrain_gpt.py --flags, with the script's variables and arrays) or a file of "
                    "flags; every flag is accounted for, and flags given here replace the job's")
+    g.add_argument("--megatron-env", metavar="NAME=VALUE", action="append", help="a variable the --megatron "
+                   "script reads but does not set, as if exported before it runs (its own assignments still win); "
+                   "repeat for more")
+    g.add_argument("--megatron-env-from-shell", action="store_true", help="give the --megatron script every "
+                   "variable of parasim's own environment (--megatron-env replaces any of them)")
     if write:
         g.add_argument("--megatron-args", action="store_true", help="also print the answer as Megatron-LM flags in "
                        "a torchrun line" + (" (with --search: for each node count's best layout)" if search else ""))
@@ -26,12 +32,31 @@ def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "mo
 def read_megatron(args: argparse.Namespace) -> Any:
     """The job of `--megatron FILE`, read once per command (None without the flag)."""
     path = getattr(args, "megatron", None)
+    given = getattr(args, "megatron_env", None) or []
     if path is None:
+        if given or getattr(args, "megatron_env_from_shell", False):
+            raise UsageError("--megatron-env and --megatron-env-from-shell give variables to a script: give it by "
+                             "--megatron FILE")
         return None
     if not hasattr(args, "_megatron_job"):
         from ..megatron.job import read_job
-        args._megatron_job = read_job(path)
+        args._megatron_job = read_job(path, outside=outside_variables(given, args.megatron_env_from_shell))
     return args._megatron_job
+
+
+def outside_variables(given: list[str], from_shell: bool) -> dict[str, str]:
+    """The variables a script gets from outside: parasim's own environment with `from_shell` (the names bash
+    takes; bash leaves the others out too), then each NAME=VALUE of `given` in its place. Each name and the
+    limits are checked where the script is read (megatron/script.py's check_outside)."""
+    import os
+    from ..megatron.words import NAME
+    outside = {k: v for k, v in os.environ.items() if NAME.fullmatch(k)} if from_shell else {}
+    for text in given:
+        key, eq, value = text.partition("=")
+        if not eq:
+            raise UsageError(f"--megatron-env {brief(text)}: expected NAME=VALUE (such as NODES=4)")
+        outside[key] = value
+    return outside
 
 
 def job_model(args: argparse.Namespace, job: Any) -> Any:

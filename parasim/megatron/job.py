@@ -25,6 +25,10 @@ NORMS = {"layernorm": "layernorm", "rmsnorm": "rmsnorm"}
 # the torchrun (or torch.distributed.launch) flags that size the world
 NPROC = ("--nproc_per_node", "--nproc-per-node")
 NNODES = ("--nnodes",)
+# srun's, when it starts the training program itself (in front of torchrun it starts the torchruns)
+SRUN_NODES = ("-N", "--nodes")
+SRUN_PER_NODE = ("--ntasks-per-node",)
+SRUN_TASKS = ("-n", "--ntasks")
 PATTERN_CHARS = 1_000  # --moe-layer-freq as a pattern: ([0]*3+[1]*58) is 14 characters, every layer of a deep model
 # written out a few hundred; Python's parser, which reads it, recurses once a sign and runs out of memory near 6,000
 PATTERN_LAYERS = 10_000  # layers a --moe-layer-freq pattern may describe: the deepest models have a few hundred
@@ -52,6 +56,7 @@ class Job:
     launched: int | None = None  # processes the launcher starts (nproc x nnodes), when it says
     gpus_per_node: int | None = None
     world: int | None = None  # the world parasim takes (launched, or the layout's least when they disagree)
+    started_by: str = "torchrun"  # what launches the processes: torchrun, or srun in front of the program
 
     # -- what a command takes from it ------------------------------------------------------------------
     def model_spec(self, tp: int | None = None, **given: Any) -> ModelSpec:
@@ -71,11 +76,12 @@ class Job:
         return ModelSpec(name=f"{name} (Megatron-LM flags)", **fields_)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "launch": {"line": self.script.line, "launcher": self.script.launcher,
-                                              "program": self.script.program},
+        s = self.script
+        return {"path": self.path, "launch": {"line": s.line, "launcher": s.launcher, "program": s.program,
+                                              "prefixes": s.prefixes, "environment": s.environment},
                 "used": [{"flag": f, "means": m} for f, m in self.used], "unmodelled": self.unmodelled,
                 "contradictions": self.contradictions, "no_effect": self.no_effect, "unknown": self.unknown,
-                "not_read": self.script.notes, "launched": self.launched, "world": self.world,
+                "not_read": s.notes, "from_outside": s.outside_read, "launched": self.launched, "world": self.world,
                 "gpus_per_node": self.gpus_per_node, "layout": self.layout, "step": self.step, "seq": self.seq,
                 "overlap": self.overlap}
 
@@ -87,9 +93,10 @@ def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
     return -(-vocab // multiple) * multiple
 
 
-def read_job(path: str, text: str | None = None) -> Job:
-    """The job in the launch script or flags file at `path` (or in `text`, named `path`)."""
-    script = read_file(path) if text is None else read_script(text, path)
+def read_job(path: str, text: str | None = None, outside: dict[str, str] | None = None) -> Job:
+    """The job in the launch script or flags file at `path` (or in `text`, named `path`), with the variables
+    `outside` set before it runs."""
+    script = read_file(path, outside) if text is None else read_script(text, path, outside)
     job = Job(path, script)
     job.given = _split_flags(script.flags, path)
     _launch(job)
@@ -165,7 +172,7 @@ def _leave(job: Job, line: str, *flags: str) -> None:
 
 
 def _launch(job: Job) -> None:
-    """The processes the launcher starts: torchrun's --nproc_per_node x --nnodes."""
+    """The processes the launcher starts: torchrun's --nproc_per_node x --nnodes, or srun's tasks."""
     launcher = job.script.launcher
     if not launcher:
         return
@@ -179,6 +186,10 @@ def _launch(job: Job) -> None:
     nproc_flag = next((k for k in NPROC if k in opts), NPROC[0])
     nproc_text = opts.get(nproc_flag)
     nnodes_text = next((opts[k] for k in NNODES if k in opts), "1")
+    srun = job.script.prefix_options("srun")
+    if not runs_torch and srun is not None:
+        _srun(job, srun)
+        return
     if not runs_torch:
         job.contradictions.append(f"launched by {launcher[0]}, not torchrun: parasim cannot tell how many processes "
                                   "it starts: it takes the layout's least")
@@ -199,12 +210,35 @@ def _launch(job: Job) -> None:
     job.gpus_per_node, job.launched = nproc, nproc * nnodes
 
 
-def _count(job: Job, flag: str, text: str | None) -> int | None:
-    """torchrun's count `text` (of processes per node, or of nodes) as a number from 1 to MAX_SIZE; None when
-    it is not written in digits (auto, an unset variable). Zero launches nothing, and the world is divided by it."""
+def _srun(job: Job, opts: dict[str, str]) -> None:
+    """srun starting the program itself: -n/--ntasks processes, else --ntasks-per-node (1) on each of
+    -N/--nodes (1); none of them given, its allocation decides (SLURM's variables, unknown here)."""
+    job.started_by = "srun"
+    given = {flags: next((k for k in flags if k in opts), None) for flags in (SRUN_NODES, SRUN_PER_NODE, SRUN_TASKS)}
+    if not any(given.values()):
+        job.contradictions.append("srun is given no -N, -n or --ntasks-per-node: its allocation decides how many "
+                                  "processes it starts: parasim takes the layout's least")
+        return
+    counts: dict[tuple[str, ...], int | None] = {}
+    for flags, flag in given.items():
+        counts[flags] = None if flag is None else _count(job, flag, opts[flag], "srun")
+        if flag is not None and counts[flags] is None:  # an unset variable, a range: what SLURM gives
+            job.contradictions.append(f"srun's {flag} is {brief(opts[flag])}: parasim takes 1")
+            counts[flags] = 1
+    nodes, per_node, tasks = counts[SRUN_NODES] or 1, counts[SRUN_PER_NODE], counts[SRUN_TASKS]
+    if tasks is not None:  # spread over the nodes, the first ones taking one more when they do not divide it
+        job.launched, job.gpus_per_node = tasks, per_node or -(-tasks // nodes)
+    else:
+        job.launched, job.gpus_per_node = nodes * (per_node or 1), per_node or 1
+
+
+def _count(job: Job, flag: str, text: str | None, by: str = "torchrun") -> int | None:
+    """The launcher's count `text` (of processes per node, or of nodes) as a number from 1 to MAX_SIZE; None
+    when it is not written in digits (auto, an unset variable). Zero launches nothing, and the world is divided
+    by it."""
     if text is None or re.fullmatch(r"-?[0-9]+", text) is None:
         return None
-    where = f"{job.path}: line {job.script.line}: torchrun {flag} {text[:SHOWN]}"
+    where = f"{job.path}: line {job.script.line}: {by} {flag} {text[:SHOWN]}"
     if len(text) > 14 or int(text) > MAX_SIZE:  # 14: a sign and 13 digits, past MAX_SIZE (int() of many is slow)
         raise UsageError(f"{where}: more than {MAX_SIZE:.0e}, the limit on any one size (far beyond every cluster)")
     if int(text) < 1:
@@ -584,7 +618,7 @@ def _world(job: Job) -> None:
         take = least * max(1, job.launched // least)
         nproc, nnodes = job.gpus_per_node, job.launched // (job.gpus_per_node or 1)
         job.contradictions.append(
-            f"the script's torchrun launches {job.launched:,} processes ({nproc} per node x {nnodes} node"
+            f"the script's {job.started_by} launches {job.launched:,} processes ({nproc} per node x {nnodes} node"
             f"{'s' if nnodes != 1 else ''}), but {laid} needs a multiple of {least:,}: parasim takes {take:,} GPUs "
             f"(--gpus N, or --world N on layout and trace, takes another)")
         job.world = take

@@ -51,7 +51,7 @@ _BACKQUOTE_STOPS = re.compile(r"[\\`]")
 _EXPANDS = re.compile(r"[\\$`]")  # where a part's text stops being copied as it is
 _FIELD_BLANKS = re.compile(r"[ \t\n]+")  # what an unquoted expansion is split on
 _ARITH_VARIABLE = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?")
-_ARITH_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # a name bash takes for a variable
 
 
 @dataclass(slots=True)
@@ -318,8 +318,19 @@ class Lexer:
 
 
 # -- expansion --------------------------------------------------------------------------------------------
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
-              ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod}
+def _divide(a: int, b: int) -> int:
+    """a / b as bash divides: toward zero (-7 / 2 is -3; Python's // gives -4)."""
+    q = abs(a) // abs(b)
+    return q if (a < 0) == (b < 0) else -q
+
+
+def _remainder(a: int, b: int) -> int:
+    """a % b as bash takes it: the sign of a (-7 % 2 is -1; Python's % gives 1)."""
+    return a - b * _divide(a, b)
+
+
+_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: _divide,
+              ast.Mod: _remainder}
 
 
 class _Text:
@@ -352,6 +363,7 @@ class Shell:
         self.vars = script.variables
         self.spent = 0  # characters expansion has read and built so far in this read (EXPANSION_CHARS)
         self.depth = 0  # ${...} defaults being expanded inside one another now (NESTING)
+        self.unread = set(script.outside)  # variables from outside the script has neither read nor set yet
 
     def note(self, line: int, what: str) -> None:
         self.script.notes.append(f"line {line}: {what}")
@@ -382,14 +394,26 @@ class Shell:
         return value.done()
 
     def value(self, name: str) -> str | list[str]:
+        """What `name` holds ("" when unset); a variable from outside read before the script set it is listed."""
+        if name in self.unread:
+            self.unread.discard(name)
+            self.script.outside_read.append(name)
         return self.vars.get(name, "")
+
+    def assign(self, name: str, value: str | list[str]) -> None:
+        """`name` set by the script: from here on its value is the script's, not the one given from outside."""
+        self.unread.discard(name)
+        self.vars[name] = value
 
     def pieces(self, text: str, line: int) -> list[str]:
         """`text` (the inside of a word part) with every $-expression and `...` replaced: a list, since
-        "${A[@]}" gives one piece per element (the text around it joins the first and the last)."""
+        "${A[@]}" gives one piece per element (the text around it joins the first and the last). The list is
+        empty when the text comes to nothing and a ${A[@]} in it had no element while none had one: bash then
+        makes no word of "${A[@]}", where "$E" of an empty E (or "${C[@]}" of C=("")) is one empty word."""
         done: list[str] = []
         current = _Text(self, line)
         i = 0
+        vanished = listed = False  # a ${A[@]} of no element seen; one of some element seen
         while True:
             m = _EXPANDS.search(text, i)
             end = len(text) if m is None else m.start()
@@ -419,13 +443,17 @@ class Shell:
                 current.add(got)
                 continue
             if not got:
+                vanished = True
                 continue
+            listed = True
             current.add(got[0])
             if len(got) > 1:
                 done.append(current.done())
                 done.extend(got[1:-1])
                 current = _Text(self, line)
                 current.add(got[-1])
+        if vanished and not listed and not current.size:
+            return []
         done.append(current.done())
         return done
 
@@ -442,14 +470,19 @@ class Shell:
             body = expr[2:-1]
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*)\[([@*])\]", body)
             if m:
+                # a variable set to text is an array of that one element (E= is one empty element); unset, none
                 v = self.value(m.group(1))
-                items = v if isinstance(v, list) else ([v] if v else [])
+                items = v if isinstance(v, list) else ([v] if m.group(1) in self.vars else [])
                 self.spend(ITEM_CHARS * len(items), line)
+                if m.group(2) == "*":  # one text, the elements joined by a space (bash's first IFS character)
+                    return self.join(items, line, " ")
                 return list(items)
-            m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(?:\[[@*]\])?", body)
-            if m:
+            m = re.fullmatch(r"#([A-Za-z_][A-Za-z0-9_]*)(\[[@*]\])?", body)
+            if m:  # ${#A[@]}: how many elements (a set text is one); ${#A}: how long the (first) element is
                 v = self.value(m.group(1))
-                return str(len(v)) if isinstance(v, list) else str(len(v))
+                if m.group(2):
+                    return str(len(v) if isinstance(v, list) else int(m.group(1) in self.vars))
+                return str(len((v[0] if v else "") if isinstance(v, list) else v))
             m = re.fullmatch(r"([A-Za-z_][A-Za-z0-9_]*|[0-9]+)(:?[-=+?])?(.*)", body, re.S)
             if m is None:
                 self.note(line, f"{expr[:60]} is not read: read as empty")
@@ -468,13 +501,13 @@ class Shell:
                 return default if unset_or_empty else v
             if how.endswith("="):
                 if unset_or_empty:
-                    self.vars[name] = default
+                    self.assign(name, default)
                     return default
                 return v
             return default if not unset_or_empty else ""  # ${X:+word}
         name = expr[1:]
-        if name in ("@", "*", "#"):
-            return [] if name != "#" else "0"
+        if name in ("@", "*", "#"):  # the script gets no arguments: $@ no element, "$*" one empty text
+            return {"@": [], "*": "", "#": "0"}[name]
         v = self.value(name)
         return (v[0] if v else "") if isinstance(v, list) else v
 
@@ -532,7 +565,7 @@ class Shell:
             raise too_long()
         self.spend(size, line)
         expr = _ARITH_VARIABLE.sub(lambda m: number(m, m.group(1)), text)
-        return _ARITH_NAME.sub(lambda m: number(m, m.group()), expr)
+        return NAME.sub(lambda m: number(m, m.group()), expr)
 
     def _arith_too_deep(self, text: str, line: int) -> UsageError:
         return self.fail(line, f"the arithmetic $(({_cut(text)})) nests parentheses or signs more than "
@@ -569,6 +602,8 @@ class Shell:
                 continue
             got = self.pieces(part.text, line)
             if part.kind == "dq":
+                if not got:  # "${A[@]}" of no element: no text, and no quoted empty word either
+                    continue
                 field.add(got[0])
                 field.quoted = True
                 for g in got[1:]:

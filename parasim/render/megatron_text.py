@@ -36,6 +36,8 @@ def job_lines(job: Any) -> list[str]:
             lines.append(f"  {title}:")
             for item in items:
                 lines += _wrapped(item, "    ")
+    if s.outside_read:
+        lines += _wrapped(f"read from outside the script ({len(s.outside_read)}): {', '.join(s.outside_read)}", "  ")
     if job.no_effect:
         lines += _wrapped(f"change nothing parasim counts ({len(job.no_effect)}): {', '.join(job.no_effect)}", "  ")
     if job.unknown:
