@@ -17,9 +17,9 @@ experts). The same policy on virtual ranks gives the same choices, so both runs 
 Node-limited routing (DeepSeek-V3's, `GroupLimit`): the experts are split into G contiguous groups, one per
 node where the groups lie on nodes, and a token may pick only inside the M groups it ranks best, so its
 dispatch reaches at most M nodes. A router ranks the groups by its scores (`GroupLimit.top`); a policy on a
-layer with a limit draws each token's M groups first (seeded like its experts: uniformly, and under skewed:F
-a hot token keeps expert 1's group) and then its k experts uniformly inside them. Balanced routing spreads a
-token's picks over k groups by design, so it refuses a limit that keeps fewer than all of them.
+layer with a limit draws each token's M groups (seeded like its experts: uniformly, and under skewed:F a hot
+token keeps expert 1's group) and its k experts uniformly inside them. Balanced routing spreads a token's
+picks over k groups by design, so it refuses a limit that keeps fewer than all of them.
 """
 from __future__ import annotations
 
@@ -38,7 +38,9 @@ class GroupLimit:
     transformers' DeepseekV3TopkRouter.get_topk_indices, models/deepseek_v3/modeling_deepseek_v3.py, and of
     DeepSeek's inference/model.py Gate): E experts in `groups` contiguous groups of E / groups (config.json's
     n_group), of which each token keeps its `kept` best (topk_group) and picks its k experts there only.
-    A group's score is the sum of its two best experts' scores (its one expert's, in groups of one)."""
+    A group's score is the sum of its two best experts' scores (its one expert's, in groups of one).
+    Only which experts may be chosen is DeepSeek-V3's: the scores here are the router's logits and the gates
+    stay a softmax over the k chosen, where DeepSeek-V3 ranks sigmoid affinities plus its balancing bias."""
 
     groups: int
     kept: int
@@ -122,7 +124,8 @@ class Routing:
             elif self.kind == "balanced":
                 raise UsageError(f"balanced routing spreads a token's picks over {k} groups of experts, so it cannot "
                                  f"keep them within {limit}: route uniform or skewed:F under a group limit")
-        at = (key, source, first, n, experts, k, limit) if self.kind != "balanced" else (n, experts, k)  # alike everywhere
+        # balanced routing draws alike on every rank and call (and takes no limit that restricts)
+        at = (key, source, first, n, experts, k, limit) if self.kind != "balanced" else (n, experts, k)
         if at not in self._made:
             if len(self._made) > 1024:  # a long run: forget the oldest draws
                 self._made.pop(next(iter(self._made)))
@@ -140,18 +143,18 @@ class Routing:
         # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
         # for expert 0 is below every other, so expert 0 comes first
         keys = gen.random((n, experts))
+        # each token's groups: the `kept` smallest of G uniform keys, drawn after the experts' keys (so a limit
+        # only strikes out the experts of the groups not kept) and before the hot tokens (so skewed:0 draws
+        # what uniform does, with a limit or without)
+        group_keys = gen.random((n, limit.groups)) if limit is not None else None
         hot = gen.random(n) < self.hot if self.kind == "skewed" else np.zeros(n, dtype=bool)
         keys[hot, 0] = -1.0
-        if limit is not None:
-            # each token's groups: the `kept` smallest of G uniform keys (a hot token's group 0 first), drawn
-            # after the experts' keys, so a limit only strikes out the experts of the groups not kept: their
-            # keys go above every drawn one, and the k smallest left are k uniform picks inside the groups
-            group_keys = gen.random((n, limit.groups))
-            group_keys[hot, 0] = -1.0
+        if group_keys is not None:
+            group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
             kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
             inside = np.zeros((n, limit.groups), dtype=bool)
             inside[np.arange(n)[:, None], kept] = True
-            keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0
+            keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
         part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
         order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
         return np.take_along_axis(part, order, axis=1)
