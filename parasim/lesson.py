@@ -281,6 +281,7 @@ POST_ORDER: dict[str, str] = {
     "moe-sp": "Expert parallelism: why MoE with TP needs SP",
     "hot-expert": "Expert parallelism: step time follows the busiest GPU (on the clock)",
     "all-to-all-hidden": "Expert parallelism: the all-to-all cannot wait, DualPipe hides it (on the clock)",
+    "node-limited": "Expert parallelism: DeepSeek-V3 caps the nodes a token's experts lie on (symbolic ranks)",
     "longest-sequence": "Putting it together: the longest sequence that fits",
     "fit-is-not-fast": "Putting it together: fitting is not fast (on the clock)",
     "moe16": "One example with everything: an MoE model on 16 GPUs",

@@ -29,13 +29,16 @@ from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
 from .placement import Partial, Replicate, Shard, local, settle
+from .routing import GroupLimit
 
 
 class MoE(Weights):
     def __init__(self, tp: ParallelContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
-                 act: str = "gelu", name: str = "moe", etp: Group | None = None):
+                 act: str = "gelu", name: str = "moe", etp: Group | None = None, limit: GroupLimit | None = None):
         """`etp`: the expert-TP group, over which each expert's matrices are split (w1 by columns, w2 by rows,
-        as Megatron's expert tensor parallelism does); None: each expert whole on its EP rank."""
+        as Megatron's expert tensor parallelism does); None: each expert whole on its EP rank. `limit`:
+        DeepSeek-V3's node-limited routing, each token's k experts inside the few groups of experts it ranks
+        best (nn/routing.py; None: any k experts), the router's and a routing policy's picks alike."""
         n_exp = len(experts)
         self.tp, self.ep, self.k, self.act, self.name = tp, ep, top_k, act, name
         self.etp = etp if etp is not None and etp.size > 1 else None
@@ -46,6 +49,9 @@ class MoE(Weights):
             raise LayoutError(f"{n_exp} experts do not split evenly over an EP group of {p}")
         if top_k is None or not 1 <= top_k <= n_exp:
             raise LayoutError(f"top_k must be between 1 and the number of experts ({n_exp}), got {top_k}")
+        if limit is not None:
+            limit.check(n_exp, top_k)
+        self.limit = limit
         xp = tp.xp
         self.p, self.per = p, n_exp // p
         self.me = 0 if ep is None else ep.group_rank(tp.ctx.rank)
@@ -140,6 +146,12 @@ class MoE(Weights):
         shown = [] if gates is None else _rows(gates)
         return [list(zip(chosen[t], shown[t])) for t in range(len(chosen))]
 
+    @property
+    def last_picks(self) -> np.ndarray:
+        """[n, k]: each local token's experts in the last forward, best first (`last_routing` without the
+        gates, as one array: cheap for the thousands of tokens of a run at real size)."""
+        return np.asarray(self._last[0], dtype=np.int64).reshape(-1, self.k)
+
     def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
         """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
         the parallel context has one, else by the router's scores (top k)."""
@@ -150,16 +162,19 @@ class MoE(Weights):
             return [list(self.scripted[t][0]) if t in self.scripted else top[t] for t in range(n)]
         if self.scripted:
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
-        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k)  # [n, k], read-only
+        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k, self.limit)  # [n, k], read-only
 
     def _top(self, logits: Any) -> list[list[int]]:
         """Each token's k best experts by the router's scores, best first; ties go to the lower index (a
-        stable order of the negated scores)."""
+        stable order of the negated scores). Under a group limit, the best among the groups it keeps."""
         try:
             order = self.tp.xp.argsort(-logits, axis=1, stable=True)
         except ParasimError as exc:  # arrays without values have no order to give
             raise UsageError(f"{self.name}: no router scores to route by ({exc}); give a routing policy (uniform, "
                              "balanced or skewed:F)") from None
+        if self.limit is not None:  # the groups' scores are sums of the scores: from their values, in numpy
+            scores = np.asarray(logits.tolist(), dtype=np.float64).reshape(-1, logits.shape[1])
+            return self.limit.top(scores, self.k).tolist()
         return order[:, :self.k].tolist()
 
     def _rows_to(self, chosen: list[list[int]]) -> list[np.ndarray]:
@@ -185,7 +200,7 @@ class MoE(Weights):
             return None
         key = f"{self.name}#{self.calls - 1}"
         srcs = [self.tp.ctx.rank] if self.ep is None else self.ep.ranks
-        draws = [policy.choose(key, src, d * n, n, n_exp, self.k) for d, src in enumerate(srcs)]
+        draws = [policy.choose(key, src, d * n, n, n_exp, self.k, self.limit) for d, src in enumerate(srcs)]
         last = self._last_received  # balanced routing: the very same draws every call
         if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)) \
                 and last[2] == sizes:

@@ -13,6 +13,13 @@ experts). The same policy on virtual ranks gives the same choices, so both runs 
                  routes alike, so ranks that differ only in their place can be run once (folded)
     skewed:F     with probability F a token's first pick is expert 1, a hot expert, and its other picks are
                  uniform among the rest; the other tokens pick as under uniform
+
+Node-limited routing (DeepSeek-V3's, `GroupLimit`): the experts are split into G contiguous groups, one per
+node where the groups lie on nodes, and a token may pick only inside the M groups it ranks best, so its
+dispatch reaches at most M nodes. A router ranks the groups by its scores (`GroupLimit.top`); a policy on a
+layer with a limit draws each token's M groups (seeded like its experts: uniformly, and under skewed:F a hot
+token keeps expert 1's group) and its k experts uniformly inside them. Balanced routing spreads a token's
+picks over k groups by design, so it refuses a limit that keeps fewer than all of them.
 """
 from __future__ import annotations
 
@@ -20,9 +27,60 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import UsageError
+from ..errors import LayoutError, UsageError
 
 KINDS = ("uniform", "balanced", "skewed")
+
+
+@dataclass(frozen=True)
+class GroupLimit:
+    """DeepSeek-V3's node-limited routing (arXiv 2412.19437, section 2.1.2; the gate of Hugging Face
+    transformers' DeepseekV3TopkRouter.get_topk_indices, models/deepseek_v3/modeling_deepseek_v3.py, and of
+    DeepSeek's inference/model.py Gate): E experts in `groups` contiguous groups of E / groups (config.json's
+    n_group), of which each token keeps its `kept` best (topk_group) and picks its k experts there only.
+    A group's score is the sum of its two best experts' scores (its one expert's, in groups of one).
+    Only which experts may be chosen is DeepSeek-V3's: the scores here are the router's logits and the gates
+    stay a softmax over the k chosen, where DeepSeek-V3 ranks sigmoid affinities plus its balancing bias."""
+
+    groups: int
+    kept: int
+
+    def __post_init__(self) -> None:
+        for name, v in (("groups", self.groups), ("groups kept", self.kept)):
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise LayoutError(f"a group limit's {name} must be a positive integer, got {v!r}")
+        if self.kept > self.groups:
+            raise LayoutError(f"a group limit keeps 1 to {self.groups} of its {self.groups} groups, not {self.kept}")
+
+    def __str__(self) -> str:
+        return f"{self.kept} of {self.groups} groups"
+
+    def check(self, experts: int, k: int) -> None:
+        """One line unless `experts` split into the groups evenly and the groups kept hold k experts."""
+        if experts % self.groups:
+            raise LayoutError(f"{experts} experts do not split evenly into {self.groups} groups (group-limited "
+                              f"routing needs the number of groups to divide the number of experts)")
+        if k > self.kept * (experts // self.groups):
+            raise LayoutError(f"top_k {k} is more than the {self.kept * (experts // self.groups)} experts of the "
+                              f"{self} a token may pick from")
+
+    def restricts(self) -> bool:
+        """Whether the limit rules any expert out (keeping every group changes nothing)."""
+        return self.kept < self.groups
+
+    def top(self, scores: np.ndarray, k: int) -> np.ndarray:
+        """[n, k]: each token's k best experts by `scores` [n, E] among its `kept` best groups, best first.
+        Ties go to the lower index, groups and experts alike (stable sorts), so every rank picks the same."""
+        n, experts = scores.shape
+        per = experts // self.groups
+        best = -np.sort(-scores.reshape(n, self.groups, per), axis=2)  # each group's scores, best first
+        group_score = best[:, :, :2].sum(axis=2)  # [n, groups]: its two best experts' scores
+        keep = np.argsort(-group_score, axis=1, kind="stable")[:, :self.kept]
+        inside = np.zeros((n, self.groups), dtype=bool)
+        inside[np.arange(n)[:, None], keep] = True
+        # the experts of the groups kept first, then by score, best first; lexsort is stable: lower index on ties
+        order = np.lexsort((-scores, ~np.repeat(inside, per, axis=1)), axis=1)
+        return order[:, :k]
 
 
 @dataclass(frozen=True)
@@ -52,20 +110,31 @@ class Routing:
     def __str__(self) -> str:
         return f"skewed:{self.hot:g}" if self.kind == "skewed" else self.kind
 
-    def choose(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
+    def choose(self, key: str, source: int, first: int, n: int, experts: int, k: int,
+               limit: GroupLimit | None = None) -> np.ndarray:
         """[n, k] expert indices, best first, for tokens first .. first+n-1 of `source` (a global rank) in the
-        call named `key` (layer and call number): the same answer on every rank that asks (read-only)."""
+        call named `key` (layer and call number), each token's picks inside the groups `limit` lets it keep
+        (None: any expert): the same answer on every rank that asks (read-only)."""
         if not 1 <= k <= experts:
             raise UsageError(f"top_k must be between 1 and the number of experts ({experts}), got {k}")
-        at = (key, source, first, n, experts, k) if self.kind != "balanced" else (n, experts, k)  # alike everywhere
+        if limit is not None:
+            limit.check(experts, k)
+            if not limit.restricts():  # every group kept: the very same draws as without a limit
+                limit = None
+            elif self.kind == "balanced":
+                raise UsageError(f"balanced routing spreads a token's picks over {k} groups of experts, so it cannot "
+                                 f"keep them within {limit}: route uniform or skewed:F under a group limit")
+        # balanced routing draws alike on every rank and call (and takes no limit that restricts)
+        at = (key, source, first, n, experts, k, limit) if self.kind != "balanced" else (n, experts, k)
         if at not in self._made:
             if len(self._made) > 1024:  # a long run: forget the oldest draws
                 self._made.pop(next(iter(self._made)))
-            self._made[at] = out = self._draw(key, source, first, n, experts, k)
+            self._made[at] = out = self._draw(key, source, first, n, experts, k, limit)
             out.flags.writeable = False
         return self._made[at]
 
-    def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int) -> np.ndarray:
+    def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int,
+              limit: GroupLimit | None) -> np.ndarray:
         if self.kind == "balanced":  # by the token's place on its rank alone: every rank sends alike
             g = np.arange(n)[:, None] + np.arange(k)[None, :] * (experts // k)
             return g % experts
@@ -74,8 +143,18 @@ class Routing:
         # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
         # for expert 0 is below every other, so expert 0 comes first
         keys = gen.random((n, experts))
-        if self.kind == "skewed":
-            keys[gen.random(n) < self.hot, 0] = -1.0
+        # each token's groups: the `kept` smallest of G uniform keys, drawn after the experts' keys (so a limit
+        # only strikes out the experts of the groups not kept) and before the hot tokens (so skewed:0 draws
+        # what uniform does, with a limit or without)
+        group_keys = gen.random((n, limit.groups)) if limit is not None else None
+        hot = gen.random(n) < self.hot if self.kind == "skewed" else np.zeros(n, dtype=bool)
+        keys[hot, 0] = -1.0
+        if group_keys is not None:
+            group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
+            kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
+            inside = np.zeros((n, limit.groups), dtype=bool)
+            inside[np.arange(n)[:, None], kept] = True
+            keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
         part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
         order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
         return np.take_along_axis(part, order, axis=1)
