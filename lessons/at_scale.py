@@ -35,7 +35,7 @@ E, K = 256, 8  # experts, picks per token
 F = 2048  # an expert's width
 TP, EP = 2, 8
 EP_SIZES = (2, 4, 8, 16)  # --ep: TP pairs split the same GPUs, and E experts split evenly
-DTYPE = "float16"  # 2 bytes a value, as the post's BF16 (numpy has no bfloat16; the bytes are the same)
+DTYPE = None  # the run's float: its precision's (the post's BF16, 2 bytes a value)
 POLICY = "uniform"
 WORLD = 8
 # one policy object per policy for every rank, so each sender's draws are made once ("balanced" spreads a

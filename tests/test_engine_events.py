@@ -74,7 +74,8 @@ def test_events_are_numbered_and_collectives_record_bytes_and_dtypes():
 
 def test_the_trace_says_how_it_was_made():
     tr = parasim.run(lambda ctx: ctx.comm.barrier(), world=2, keep_values=5, algo="ring", seed=7).trace
-    assert (tr.backend, tr.meta) == ("virtual", {"keep_values": 5, "algo": "ring", "seed": 7})
+    assert (tr.backend, tr.meta) == ("virtual", {"keep_values": 5, "algo": "ring", "seed": 7,
+                                                 "precision": {"name": "post", "exact": True}})
 
 
 def test_a_batch_waits_for_every_transfer_and_fills_receives_in_order():

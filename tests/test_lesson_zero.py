@@ -125,7 +125,7 @@ def test_a_wrong_stage_fails_the_lessons_checks(monkeypatch):
     def keeps_everything(self, ctx, group, params, stage, **kw):
         real_init(self, ctx, group, params, stage, **kw)
         if stage == 2:
-            self.holdings.hold("gradients", self.total * sharded.GRAD_BYTES, "gradients")
+            self.holdings.hold("gradients", self.total * ctx.precision.grad_bytes, "gradients")
     monkeypatch.setattr(sharded.ShardedAdam, "__init__", keeps_everything)
     lr = run_lesson(get_lesson("zero"))
     bad = [c.name for c in lr.checks if not c.ok]

@@ -104,3 +104,23 @@ def test_every_entry_names_its_source_and_only_known_dtypes():
     for p in PRECISIONS.values():
         assert p.source and p.title
         assert p.per_param() >= 8  # at least a weight and a gradient and Adam's two moments in some form
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["trace", "--precision", "fp32"], "--precision is a choice of a real-size step"),
+    (["trace", "--megatron-env", "X=1", "--gpu", "0"], "give it by --megatron FILE"),
+    (["memory", "--model", "27b", "--precision", "bf17"], "invalid choice: 'bf17'"),
+])
+def test_precision_and_script_variables_where_they_mean_nothing_are_one_line(argv, words):
+    r = cli(*argv)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and words in r.stderr, r.stderr
+
+
+def test_a_symbolic_trace_at_real_size_takes_a_precision():
+    """`trace --symbolic --layout megatron-8.3b --precision megatron-bf16 --gpu 0`: the data-parallel gradients
+    reduced in FP32 (4 bytes), the weights gathered in BF16 (2): twice the bytes for the same values."""
+    r = cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--precision", "megatron-bf16", "--gpu", "0",
+            "--seq", "1024", "--json")
+    assert r.returncode == 0, r.stderr
+    does = {(d["group"], d["op"]): d["sent"] for d in json.loads(r.stdout)["does"]}
+    assert does[("dp-cp", "reduce_scatter")] == 2 * does[("dp-cp", "all_gather")]

@@ -57,8 +57,12 @@ def add_trace(sub: Any) -> None:
     shown.add_argument("--json", action="store_true",
                        help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
-                    "the step's time and the fit of its peak are worked out for (h200, h100, a100; default h200, "
-                    "at 40%% of peak)")
+                    "the step's time and the fit of its peak are worked out for (h200, h100, a100; default h200; "
+                    "its constants: parasim hardware)")
+    from ..layout.precision import PRECISIONS
+    tr.add_argument("--precision", choices=tuple(PRECISIONS), metavar="NAME",
+                    help="with --symbolic at real size: the dtype of each kind of tensor the step computes and sends "
+                         f"in ({', '.join(PRECISIONS)}; default post, the post's BF16; with --megatron, the job's)")
     tr.add_argument("--no-flash", action="store_true", help="with --symbolic at real size: keep the s x s "
                     "attention scores (no FlashAttention), as `parasim memory --no-flash` counts them")
     shown.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world "
@@ -77,6 +81,8 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
     model_flags = args.experts is not None or args.layers is not None
     if getattr(args, "megatron", None) is not None:  # parasim compare builds its own arguments, without it
         return _job_layout(args, sizes)
+    from .megatron import read_megatron
+    read_megatron(args)  # variables for a script (--megatron-env) without the script: refused in one line
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
     split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
@@ -124,6 +130,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
     if args.no_flash:  # the example's small layers keep their scores already: there are real values to keep
         raise UsageError("--no-flash is a choice of a real-size step: use it with --symbolic and a full-size preset")
+    if args.precision is not None:  # the example's token path compares values: it runs exact, in float64
+        raise UsageError("--precision is a choice of a real-size step: use it with --symbolic and a full-size preset")
     m = args.microbatches or MICRO_BATCHES
     check_runnable(layout, m, args.routing)
     _check_size(layout, m)
@@ -202,7 +210,7 @@ def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int, m: int, pl
     from ..clock.costs import machine
     from ..clock.timeline import simulate
     gpu_preset(args.gpu_model, "--gpu-model")
-    tl = simulate(trace, machine(args.gpu_model, layout.gpus_per_node))  # values timed as BF16 (clock/costs.py)
+    tl = simulate(trace, machine(args.gpu_model, layout.gpus_per_node))  # bytes as the run's precision sent them
     busiest = max(range(trace.world), key=lambda r: (tl.busy[r], -r))
     flops = trace.meta.get("flops") or [0] * trace.world
     seq = layout.model.seq
@@ -256,7 +264,10 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
     job = getattr(args, "_megatron_job", None)  # a Megatron job's step choices, as `memory --megatron` takes them
     choices = {} if job is None else {"dropout": job.step["dropout"], "recompute": job.step["recompute"],
-                                      "flash": job.step["flash"] and not args.no_flash}
+                                      "flash": job.step["flash"] and not args.no_flash,
+                                      "precision": job.step["precision"]}
+    if args.precision is not None:
+        choices["precision"] = args.precision
     plan = Plan.of(layout, **{"microbatches": m, "flash": not args.no_flash, **choices})
     try:
         layout = replace(layout, model=step_layout(layout.model, plan, layout.model.seq).model)
@@ -267,7 +278,7 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
-    result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold)
+    result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold, precision=plan.precision)
     if args.app:
         return _app(result.trace, f"{name}: one training step on {layout.world:,} symbolic GPUs")
     return _gpu_view(args, result, layout, name, m, plan)

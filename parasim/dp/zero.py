@@ -98,8 +98,8 @@ class Zero1Adam:
         # this rank's share of the weights, the optimizer's copy (FP32 master weights at real size), and Adam's
         # moments, each in the run's precision
         self.master = ctx.cast(flat[self.lo:self.hi], "master")
-        self.m = xp.zeros(self.master.shape, dtype=ctx.dtype_for("adam"))
-        self.v = xp.zeros(self.master.shape, dtype=ctx.dtype_for("adam"))
+        self.m = ctx.cast(xp.zeros_like(self.master), "adam")
+        self.v = ctx.cast(xp.zeros_like(self.master), "adam")
         self.t = 0
 
     def ranges(self, me: int | None = None) -> list[tuple[int, int]]:

@@ -99,7 +99,10 @@ class Context:
         return self.dtype(self.precision.params if name is None else name)
 
     def cast(self, x: Any, kind: str) -> Any:
-        """`x` in the dtype of `kind` (itself when it already is: no copy, nothing recorded)."""
+        """`x` in the dtype of `kind` at real size (itself when it already is: no copy, nothing recorded); on an
+        exact run `x` itself, in whatever dtype the program made it."""
+        if self.exact:
+            return x
         dtype = self.dtype_for(kind)
         return x if x.dtype == dtype else self.xp.astype(x, dtype)
 
