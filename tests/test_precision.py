@@ -124,3 +124,48 @@ def test_a_symbolic_trace_at_real_size_takes_a_precision():
     assert r.returncode == 0, r.stderr
     does = {(d["group"], d["op"]): d["sent"] for d in json.loads(r.stdout)["does"]}
     assert does[("dp-cp", "reduce_scatter")] == 2 * does[("dp-cp", "all_gather")]
+
+
+def test_each_direction_of_an_all_to_all_moves_in_its_own_dtype():
+    """Toward the experts (the dispatch, and backward the gradients of their outputs) at 1 byte a value, home
+    (the combine, and backward the gradients of the tokens and gates) at 2: DeepSeek-V3's FP8 dispatch."""
+    from parasim.estimate.traffic import ep_expected_bytes, ep_expected_rows
+    rows = ep_expected_rows(64, 2, 8, 4)
+    got = ep_expected_bytes(64, 2, 8, 4, 16, 1, 2)
+    assert got == pytest.approx({"dispatch": rows * (16 + 2) * 1, "combine": rows * 16 * 2,
+                                 "combine backward": rows * 16 * 1, "dispatch backward": rows * (16 + 2) * 2})
+
+
+@pytest.mark.parametrize("name, moved", [
+    ("megatron-bf16", 4 + 4 + 8 + 4 + 8 + 2),  # reads FP32 master, FP32 grad, m, v; writes master, m, v, BF16 copy
+    ("post", 4 + 2 + 8 + 4 + 8 + 2),  # the gradient it reads is BF16
+    ("megatron-fp16", 4 + 4 + 8 + 4 + 8 + 2),  # it reads its FP32 copy of the gradient
+    ("fp32", 4 + 4 + 8 + 4 + 8),  # no master copy: the FP32 weight is read and written once
+    ("deepseek-v3", 4 + 4 + 4 + 4 + 4 + 2),  # BF16 moments
+])
+def test_the_optimizers_pass_moves_what_its_precision_keeps(name, moved):
+    from parasim.clock.plan import adam_bytes
+    assert adam_bytes(precision(name)) == moved
+
+
+@pytest.mark.parametrize("dtype, unit", [("float64", 2), ("float32", 4), ("bfloat16", 2), ("float8_e4m3fn", 1)])
+def test_what_a_layer_keeps_is_counted_at_its_own_size_an_exact_runs_float64_at_16_bits(dtype, unit):
+    import ml_dtypes  # noqa: F401
+    import numpy as np
+
+    from parasim.nn import Saved
+    saved = Saved()
+    saved.keep("L0", "x", np.zeros((3, 5), dtype=dtype))
+    saved.keep("L0", "mask", np.zeros((3, 5), dtype=dtype), unit=1)
+    assert saved.bytes() == 15 * unit + 15
+
+
+def test_an_fp32_plan_counts_four_bytes_an_activation():
+    """The same layer at FP32 keeps twice the bytes of BF16, masks aside (1 byte a value either way)."""
+    from parasim.estimate.memory import items
+    model = get_model("27b")
+    bf16, fp32 = (items(model, Plan(tp=8, sp=True, precision=p), 0)["activations"][1] for p in ("post", "fp32"))
+    no_masks = {p: items(model, Plan(tp=8, sp=True, dropout=False, precision=p), 0)["activations"][1]
+                for p in ("post", "fp32")}
+    assert no_masks["fp32"] == 2 * no_masks["post"]
+    assert fp32 - bf16 == no_masks["fp32"] - no_masks["post"]  # the masks are the same bytes in both

@@ -252,6 +252,8 @@ FIGURES = {
     "parasim fit --model 27b --tp 8 --sp --recompute --json": [('"max_seq_tokens"', '"max_seq_tokens":'),
                                                                ('"memory_at_max"', '"memory_at_max":')],
     "parasim hardware": [(g, g) for g in ("H200", "H100", "A100")],
+    "parasim memory --model 27b --dp 8 --precision megatron-bf16": [("7.50 bytes a parameter",
+                                                                     "7.50 bytes per parameter this GPU holds")],
     "parasim trace --symbolic --layout megatron-8.3b --gpu 0": [("512 GPUs", "512 symbolic GPUs"),
                                                                 ("peak 16.05 GB", "peak held: 16.05 GB")],
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced": [("2,048 GPUs",
