@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
+from ..layout.stages import alike_starts, stage_layers
 
 RECOMPUTE = ("none", "selective", "full")
 WEIGHT_BYTES, GRAD_BYTES, ADAM_BYTES, LOGIT_BYTES = 2, 2, 12, 4  # bf16 w, bf16 g, fp32 master+m+v, fp32 logits
@@ -164,17 +165,6 @@ def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout
 
 
 # -- a stage of the pipeline --------------------------------------------------------------------------
-def stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
-    """(dense layers, MoE layers) in `stage`; an uneven split gives the first L mod pp stages one layer more
-    (as even as can be, as the engine's step splits them: 61 over 16 is thirteen stages of 4, three of 3)."""
-    base, extra = model.layers // pp, model.layers % pp
-    n = base + (stage < extra)
-    first = stage * base + np.minimum(stage, extra)
-    dense_n = model.layers - model.moe_layers
-    dense_here = np.clip(dense_n - first, 0, n)
-    return dense_here, n - dense_here
-
-
 def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any]]:
     """Memory of one GPU of pipeline `stage`, item by item, as (a, b, c): bytes = a + b*s + c*s^2.
 
@@ -221,9 +211,11 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
 # (the s^2 terms: scores are kept per local query token, s*b/cp of them, for every one of the s keys)
 
 
-def stages_of(p: Any) -> list[Any]:
-    """The stages worth checking: the first (most micro-batches in flight) and the last (the logits)."""
-    return [0 * p.pp, p.pp - 1]
+def stages_of(model: ModelSpec, p: Any) -> list[Any]:
+    """The stages worth checking, by the model's rule for its layers on stages (layout/stages.py): the first of
+    every run of stages that hold alike layers (under 1F1B the earliest holds the most micro-batches in
+    flight) and the last (the logits). Stage indices, or columns of them for a column of plans; some repeat."""
+    return alike_starts(model, p.pp)
 
 
 def totals(model: ModelSpec, p: Any, stage: Any) -> tuple[Any, Any, Any]:
@@ -260,9 +252,9 @@ class Breakdown:
 
 
 def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:
-    """Itemised memory at sequence length `seq` on the stage that needs the most."""
+    """Itemised memory at sequence length `seq` on the stage that needs the most (the earliest of equals)."""
     best: Breakdown | None = None
-    for stage in sorted({0, plan.pp - 1}):
+    for stage in sorted({int(s) for s in stages_of(model, plan)}):
         got = {k: float(a + b * seq + c * seq * seq) for k, (a, b, c) in items(model, plan, stage).items()}
         bd = Breakdown(model, plan, seq, stage, got)
         if best is None or bd.total > best.total:

@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..layout import KINDS, LayoutError
+from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
 from ..layout import ModelSpec
 
@@ -181,10 +182,11 @@ def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]
 
 
 def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int = 2) -> dict[Key, float]:
-    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op)."""
+    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op): the stage with
+    the most layers by the model's rule (layout/stages.py), of those the most MoE layers."""
     tokens = seq * plan.micro_batch / plan.cp
-    layers = -(-model.layers // plan.pp)
-    moe = min(layers, model.moe_layers)
+    dense_n, moe = (int(x) for x in stage_layers(model, plan.pp, most_layers(model, plan.pp)))
+    layers = dense_n + moe
     full = plan.recompute == "full"
     out: dict[Key, float] = {}
     kinds = ((layers - moe, 0), (moe, model.experts))  # dense layers (first), then MoE layers, on that stage

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LayoutError
+from .stages import Stages
 
 def check_kv(heads: int, kv_heads: int) -> None:
     """Grouped-query attention: query heads come in equal groups, one per key/value head."""
@@ -45,7 +46,7 @@ class ModelSpec:
     dense_layers: int = 0  # leading layers with a dense MLP in an MoE model
     gated: bool = False  # SwiGLU-style MLP: three matrices instead of two
     tied_embeddings: bool = False
-    uneven_stages: bool = False  # layers need not divide by pp (the first stages take the extra ones)
+    stages: Stages = Stages()  # how the layers sit on pipeline stages (layout/stages.py; default: evenly)
     params: float | None = None  # a stated parameter count; overrides the count from shapes
     seq: int | None = None  # a worked example's sequence length (CP's split must divide it)
     micro_batch: int | None = None
@@ -95,6 +96,10 @@ class ModelSpec:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
         if self.layers is not None and self.dense_layers > self.layers:
             raise LayoutError(f"dense layers {self.dense_layers} exceed layers {self.layers}")
+        if not isinstance(self.stages, Stages):
+            raise LayoutError(f"model stages must be a Stages rule, got {self.stages!r}")
+        if self.layers is not None:
+            self.stages.check_layers(self.layers)
 
     def require(self, *fields: str) -> "ModelSpec":
         """This model, if it gives every one of `fields` (an MoE model also its top-k)."""
