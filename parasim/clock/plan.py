@@ -25,6 +25,7 @@ from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
 from ..layout import KINDS
+from ..layout.stages import alike_starts, stage_layers
 from .costs import Machine, pairs_seconds, ring_seconds
 from .costs import machine as machine_of
 
@@ -203,7 +204,6 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     """Seconds of one training step, set by the slowest pipeline stage's GPU, by part, with the critical
     path's shares. Every stage that differs (its layers by the model's rule, layout/stages.py; the logits on
     the last) is timed; the slowest paces 1F1B's steady state and its bubble alike, and is named (from 1)."""
-    from ..layout.stages import alike_starts, stage_layers
     unknown = [o for o in run.overlap if o not in OVERLAPS]
     if unknown:
         raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")

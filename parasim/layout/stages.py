@@ -18,93 +18,25 @@ source; this is our own code):
 - spread: as even as can be, the first L mod pp stages one layer more (61 over 16: thirteen stages of 4,
   three of 3). Not a Megatron rule: the DeepSeek-V3 preset's split, and a Hugging Face config's when its
   layers do not divide by pp.
-parasim also needs a layer on every stage (Megatron lets an embedding-only stage hold none).
+parasim also needs a layer on every stage, so pp is at most the layers (Megatron lets a stage of the
+embedding alone hold none).
 
 Every function takes `pp` and `stage` as numbers or numpy arrays alike: the search (estimate/fit.py) asks
 for a column of layouts at once.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 
 from ..errors import LayoutError
+from .model import SPREAD, STAGE_LIST_MAX, ModelSpec, Stages
 
-STAGE_LIST_MAX = 65_536  # entries of a stage list: one per pipeline stage, and no layout has more GPUs
+Ints = int | np.ndarray  # a whole number, or a numpy array of them (a column of layouts)
 
-
-@dataclass(frozen=True)
-class Stages:
-    """The rule that puts a model's layers on pipeline stages (the module's text lists them). The default,
-    all fields unset, is Megatron's even split."""
-
-    first: int | None = None  # layers on the first stage (Megatron's --decoder-first-pipeline-num-layers)
-    last: int | None = None  # layers on the last stage (--decoder-last-pipeline-num-layers)
-    embedding: bool = False  # the embedding takes a layer's place on the first stage (--account-for-embedding-...)
-    loss: bool = False  # the loss takes a layer's place on the last stage (--account-for-loss-...)
-    counts: tuple[int, ...] | None = None  # every stage's layers, first to last
-    spread: bool = False  # layers need not divide by pp: the first L mod pp stages take one more
-
-    def __post_init__(self) -> None:
-        for name in ("first", "last"):
-            v = getattr(self, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
-                # Megatron: "num_layers_in_first_pipeline_stage must be larger than 0"
-                raise LayoutError(f"layers on the {name} stage must be a whole number larger than 0, got {v!r}")
-        if self.counts is not None:
-            if not isinstance(self.counts, tuple) or not self.counts:
-                raise LayoutError("a stage list needs one layer count per stage")
-            if len(self.counts) > STAGE_LIST_MAX:
-                raise LayoutError(f"a stage list of {len(self.counts):,} stages is more than the limit of "
-                                  f"{STAGE_LIST_MAX:,}")
-            bad = [v for v in self.counts if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
-            if bad:
-                raise LayoutError(f"every stage needs a whole number of layers, at least 1, got {bad[0]!r} in the "
-                                  "stage list")
-        kinds = [k for k, on in (("a stage list", self.counts is not None),
-                                 ("first/last stage layers", self.first is not None or self.last is not None),
-                                 ("the embedding or loss counted in the split", self.embedding or self.loss),
-                                 ("the as-even-as-can-be split", self.spread)) if on]
-        if len(kinds) > 1:  # Megatron refuses first/last with the embedding or loss counted, and a layout with both
-            raise LayoutError(f"give one rule for the layers on stages, not {' and '.join(kinds)}")
-
-    @property
-    def given(self) -> bool:
-        """Whether a rule other than the even split's is set."""
-        return self != Stages()
-
-    def check_layers(self, layers: int) -> None:
-        """The rule's own limits against the model's layers, whatever pp is."""
-        if self.counts is not None and sum(self.counts) != layers:
-            raise LayoutError(f"the stage list holds {sum(self.counts):,} layers, the model has {layers:,}")
-        fixed = (self.first or 0) + (self.last or 0)
-        if fixed > layers:
-            raise LayoutError(f"first and last stage layers ({fixed:,}) exceed the model's {layers:,} layers")
-
-    def to_dict(self) -> dict[str, Any]:
-        """The rule as JSON: its kind and what it states."""
-        if self.counts is not None:
-            return {"rule": "list", "counts": list(self.counts)}
-        if self.first is not None or self.last is not None:
-            return {"rule": "first/last", "first": self.first, "last": self.last}
-        if self.embedding or self.loss:
-            return {"rule": "embedding/loss", "embedding": self.embedding, "loss": self.loss}
-        return {"rule": "spread" if self.spread else "even"}
-
-
-SPREAD = Stages(spread=True)
-
-
-def _rule(model: Any) -> Stages:
-    return model.stages
-
-
-def check_stages(model: Any, pp: int) -> None:
+def check_stages(model: ModelSpec, pp: int) -> None:
     """Raise LayoutError, in words that name the rule, when `model`'s layers cannot sit on `pp` stages by
     its rule; every stage must hold at least one layer."""
-    rule, layers = _rule(model), model.layers
+    rule, layers = model.stages, model.layers
     if pp > layers:
         raise LayoutError(f"pp {pp} exceeds layers {layers}: every stage needs a layer")
     rule.check_layers(layers)
@@ -128,14 +60,8 @@ def check_stages(model: Any, pp: int) -> None:
     if rule.embedding or rule.loss:
         counted = layers + int(rule.embedding) + int(rule.loss)
         what = " and ".join(w for w, on in (("the embedding", rule.embedding), ("the loss", rule.loss)) if on)
-        if counted % pp:
+        if counted % pp:  # (with pp at most the layers, each stage keeps a layer: (L + 1) / pp is 2 or more)
             raise LayoutError(f"layers {layers} plus {what} ({counted}) do not divide by pp {pp}")
-        per = counted // pp
-        ends = [per - int(rule.embedding) - int(rule.loss and pp == 1)] + \
-            ([per - int(rule.loss)] if pp > 1 else [])
-        if min(ends) < 1:
-            raise LayoutError(f"{what} in the split of {layers} layers over pp {pp} leaves a stage no layer: parasim "
-                              "needs a layer on every stage")
         return
     if not rule.spread and layers % pp:
         raise LayoutError(f"layers {layers} do not divide by pp {pp} (say how they sit on the stages: "
@@ -147,7 +73,7 @@ def _listed(counts: tuple[int, ...]) -> str:
     return shown + (",..." if len(counts) > 8 else "")
 
 
-def _ends(rule: Stages, layers: int, pp: Any) -> tuple[Any, Any, Any, Any]:
+def _ends(rule: Stages, layers: int, pp: Ints) -> tuple[Ints, Ints, Ints, Ints]:
     """(first stage's layers, a middle stage's, the last stage's, the middle stages that take one more) under
     a rule other than a list: a middle stage i holds `per + (i < extra)`."""
     pp = np.asarray(pp)
@@ -164,10 +90,10 @@ def _ends(rule: Stages, layers: int, pp: Any) -> tuple[Any, Any, Any, Any]:
     return per + (extra > 0), per, per, extra
 
 
-def stage_span(model: Any, pp: Any, stage: Any) -> tuple[Any, Any]:
+def stage_span(model: ModelSpec, pp: Ints, stage: Ints) -> tuple[Ints, Ints]:
     """(index of the first layer, number of layers) of pipeline stage `stage` (0-based) of `pp`: the one
     answer to "which layers does stage i hold". `pp` and `stage` may be numpy arrays (a column of layouts)."""
-    rule, layers = _rule(model), model.layers
+    rule, layers = model.stages, model.layers
     s, p = np.asarray(stage), np.asarray(pp)
     if rule.counts is not None:
         cuts = np.concatenate([[0], np.cumsum(rule.counts)])
@@ -186,14 +112,14 @@ def stage_span(model: Any, pp: Any, stage: Any) -> tuple[Any, Any]:
     return start, n
 
 
-def stage_counts(model: Any, pp: int) -> tuple[int, ...]:
+def stage_counts(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """Every stage's layers, first to last, after the rule's check."""
     check_stages(model, pp)
     _, n = stage_span(model, pp, np.arange(pp))
     return tuple(int(x) for x in n)
 
 
-def stage_layers(model: Any, pp: Any, stage: Any) -> tuple[Any, Any]:
+def stage_layers(model: ModelSpec, pp: Ints, stage: Ints) -> tuple[Ints, Ints]:
     """(dense layers, MoE layers) on `stage`: the model's dense layers come first (its `dense_layers`, or
     every layer of a dense model)."""
     start, n = stage_span(model, pp, stage)
@@ -202,9 +128,9 @@ def stage_layers(model: Any, pp: Any, stage: Any) -> tuple[Any, Any]:
     return dense_here, n - dense_here
 
 
-def stage_of_layer(model: Any, pp: Any, layer: Any) -> Any:
+def stage_of_layer(model: ModelSpec, pp: Ints, layer: Ints) -> Ints:
     """The stage (0-based) that holds layer `layer` (a layer past the last: the last stage)."""
-    rule, p, d = _rule(model), np.asarray(pp), np.asarray(layer)
+    rule, p, d = model.stages, np.asarray(pp), np.asarray(layer)
     if rule.counts is not None:
         return np.minimum(np.searchsorted(np.cumsum(rule.counts), d, side="right"), len(rule.counts) - 1)
     head, per, _, extra = _ends(rule, model.layers, p)
@@ -215,12 +141,12 @@ def stage_of_layer(model: Any, pp: Any, layer: Any) -> Any:
     return np.minimum(np.where(d < head, 0, 1 + mid), p - 1)
 
 
-def alike_starts(model: Any, pp: Any) -> list[Any]:
+def alike_starts(model: ModelSpec, pp: Ints) -> list[Ints]:
     """Stages to look at for whatever differs between stages: the first stage of every run of stages that
     hold alike layers (as many, with the same mix of dense and MoE), and the last (with the logits). Later
     stages of a run hold fewer micro-batches in flight under 1F1B, so they never need more. A list of stage
     indices (arrays for a column of layouts; some may repeat)."""
-    rule, p = _rule(model), np.asarray(pp)
+    rule, p = model.stages, np.asarray(pp)
     if rule.counts is not None:
         return [np.minimum(i, p - 1) for i in range(len(rule.counts))]
     _, _, _, extra = _ends(rule, model.layers, p)
@@ -235,7 +161,7 @@ def alike_starts(model: Any, pp: Any) -> list[Any]:
     return starts
 
 
-def most_layers(model: Any, pp: int) -> int:
+def most_layers(model: ModelSpec, pp: int) -> int:
     """The stage (0-based) holding the most layers, of those the most MoE layers, the earliest of equals:
     the stage whose layers send the most (estimate/traffic.py's step)."""
     def size(stage: int) -> tuple[int, int, int]:
@@ -260,3 +186,7 @@ def describe(counts: tuple[int, ...]) -> str:
 
 def is_uneven(counts: tuple[int, ...]) -> bool:
     return len(set(counts)) > 1
+
+
+__all__ = ["Stages", "SPREAD", "STAGE_LIST_MAX", "check_stages", "stage_span", "stage_counts", "stage_layers",
+           "stage_of_layer", "alike_starts", "most_layers", "describe", "is_uneven"]

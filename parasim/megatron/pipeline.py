@@ -137,7 +137,8 @@ def layout_text(counts: tuple[int, ...], chunks: int = 1) -> str:
     pp = len(counts)
     per = [[n // chunks + (v < n % chunks) for v in range(chunks)] for n in counts]
     stages = [_layers(per[r][v]) for v in range(chunks) for r in range(pp)]
-    stages[0], stages[-1] = "E" + stages[0], stages[-1] + "L"
+    stages[0] = "E" + stages[0]
+    stages[-1] += "L"
     out, i = "", 0
     while i < len(stages):
         j = i

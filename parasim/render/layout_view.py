@@ -43,7 +43,7 @@ def _model_line(layout: Layout) -> str:
         facts.append("tokens: " + " ".join(m.tokens))
     counts = stage_counts(m, layout.pp) if m.layers else ()
     if is_uneven(counts):  # how the layers sit on the stages (layout/stages.py), when not evenly
-        facts.append(describe(counts))
+        facts[0] = describe(counts)
     return (m.name + ": " if m.name else "") + ", ".join(facts)
 
 
