@@ -117,6 +117,8 @@ def test_layouts_megatron_refuses_are_refused_naming_the_rule(layers, pp, rule, 
     (lambda: Stages(counts=()), "one layer count per stage"),
     (lambda: model(61, Stages(counts=(4,) * 15)), "the stage list holds 60 layers, the model has 61"),
     (lambda: model(6, Stages(first=4, last=3)), "first and last stage layers \\(7\\) exceed the model's 6"),
+    (lambda: Stages(counts=(1,) * 65_537), "65,537 stages is more than the limit of 65,536"),
+    (lambda: ModelSpec("m", layers=4, stages=True), "model stages must be a Stages rule, got True"),
 ])
 def test_rules_that_cannot_hold_are_refused(make, words):
     with pytest.raises(LayoutError, match=words):
@@ -227,14 +229,17 @@ def test_breakdown_finds_the_stage_that_binds_anywhere(rule, pp, want):
 def test_the_longest_sequence_is_the_smallest_over_every_stage_for_a_whole_search():
     """fit.longest over the stages stages_of picks, on a column of layouts at once, against each plan's
     brute force over all its stages."""
-    m = replace(DS, stages=Stages(first=1), name="first 1")
-    plans = enumerate_plans(m, range(2, 5), recompute="none", zero=1)
+    m = replace(model(61, Stages(first=1), dense=3), hidden=64)  # small enough to fit: lengths to compare
+    plans = enumerate_plans(m, range(2, 5), recompute="none", zero=1, chunked_loss=True)  # no logits to bind
     assert len(plans) > 20
-    got = longest(m, plans, 120e9)
-    for i in range(0, len(plans), max(1, len(plans) // 40)):
+    got = longest(m, plans, 1e9)
+    middles = 0
+    for i in range(len(plans)):
         plan = plans.plan(i)
-        want = min(float(solve(*totals(m, plan, s), 120e9)) for s in range(plan.pp))
-        assert float(got[i]) == pytest.approx(want), plan.label()
+        each = [float(solve(*totals(m, plan, s), 1e9)) for s in range(plan.pp)]
+        assert float(got[i]) == pytest.approx(min(each)), plan.label()
+        middles += 0 < int(np.argmin(each)) < plan.pp - 1
+    assert middles  # some bind on a middle stage, which the first and last alone would miss
 
 
 def test_the_search_takes_only_the_pipelines_the_rule_allows():
@@ -268,6 +273,12 @@ def test_the_slowest_stage_paces_the_step():
     assert flipped["slowest_stage"] == 2 and flipped["per_microbatch_s"] > t["per_microbatch_s"]
 
 
+def test_stages_that_tie_name_the_earliest():
+    m = model(8, Stages(counts=(3, 3, 2)), experts=0)
+    t = step_time(m, Run(pp=3, global_batch=3, seq=512), machine("h200"))
+    assert t["slowest_stage"] == 1
+
+
 def test_an_even_split_times_as_before_the_last_stage_with_the_logits():
     """Every stage alike but the last, which adds the logits: the last is the slowest, by the logits."""
     m = model(8, experts=0)
@@ -277,6 +288,14 @@ def test_an_even_split_times_as_before_the_last_stage_with_the_logits():
     assert t["slowest_stage"] == 4
     assert t["per_microbatch_s"] - sum(plain.values()) == pytest.approx(t["parts_per_microbatch_s"]["logits"])
     assert t["parts_per_microbatch_s"]["logits"] > 0
+
+
+def test_llama_3s_published_run_takes_its_papers_stages():
+    """Llama 3 (section 3.3.2): one layer fewer on the first and on the last of 16 stages, for the embedding
+    and for the output and loss."""
+    from parasim.clock.published import PUBLISHED
+    llama = next(p for p in PUBLISHED if p.key == "llama3-405b-8k")
+    assert stage_counts(llama.model, llama.run.pp) == (7,) + (8,) * 14 + (7,)
 
 
 def test_deepseek_v3s_slowest_stage_is_one_of_four_moe_layers():
@@ -292,7 +311,15 @@ def test_the_busiest_stage_sends_for_its_own_layers():
     plan = Plan(tp=2, pp=2)
     got, want = step_traffic(uneven, plan, 8), step_traffic(even, plan, 8)
     assert got[("tp", "all_reduce")] == want[("tp", "all_reduce")] > 0
-    assert most_layers(uneven, 2) == 0 and most_layers(replace(uneven, stages=Stages(first=2, last=8)), 2) == 1
+    flipped = replace(uneven, stages=Stages(first=2, last=8))
+    assert step_traffic(flipped, plan, 8)[("tp", "all_reduce")] == want[("tp", "all_reduce")]
+    assert most_layers(uneven, 2) == 0 and most_layers(flipped, 2) == 1
+
+
+def test_the_busiest_stage_is_the_one_with_most_layers_then_most_moe_layers():
+    assert most_layers(DS, 16) == 1  # stages 1 and 2 hold 4 layers; the first has 3 dense ones
+    mixed = model(8, Stages(counts=(5, 3)), dense=3)  # 3 dense + 2 MoE, then 3 MoE: the first holds more
+    assert most_layers(mixed, 2) == 0
 
 
 # -- the engine's step -------------------------------------------------------------------------------------
@@ -379,6 +406,37 @@ def test_what_megatron_refuses_is_one_line(extra, words):
 def test_a_layout_longer_than_the_limit_is_refused_before_it_is_read():
     with pytest.raises(UsageError, match="1,001 characters long"):
         parse_layout("t" * 1001, 1, None)
+    for text in ("E(t|)*40000(t|)*40000L", "Et*90000t*90000L"):  # each repeat under the limit, the two over it
+        with pytest.raises(UsageError, match="unrolls to more than 100,000 characters"):
+            parse_layout(text, 1, None)
+
+
+def test_a_huge_repeat_is_refused_before_it_is_written_out():
+    """900 characters 999,999 times would be 900 MB: refused with little memory used."""
+    import tracemalloc
+    tracemalloc.start()
+    try:
+        with pytest.raises(UsageError, match="unrolls to more than"):
+            parse_layout("(" + "t" * 900 + "|)*999999", 1, None)
+        assert tracemalloc.get_traced_memory()[1] < 10_000_000
+    finally:
+        tracemalloc.stop()
+
+
+def test_the_embedding_comes_first_and_the_loss_last():
+    with pytest.raises(UsageError, match="the embedding \\(E\\) first and the loss \\(L\\) last"):
+        parse_layout("Lt*4|t*4E", 2, 8)
+
+
+def test_virtual_stages_must_divide_each_stages_layers_as_megatron_needs():
+    counted = "--num-layers 62 --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split "
+    assert job(counted + "--num-virtual-stages-per-pipeline-rank 2").step["chunks"] == 2  # 64 / 16 = 4 a stage
+    with pytest.raises(UsageError, match="4 layers a stage .* do not divide by 3 virtual stages"):
+        job(counted + "--num-virtual-stages-per-pipeline-rank 3")
+    # 46 layers, 2 on the first and last: 42 over 14 middle stages, 3 each, which 2 virtual stages cannot split
+    with pytest.raises(UsageError, match="3 layers on each middle stage do not divide by 2 virtual stages"):
+        job("--num-layers 46 --decoder-first-pipeline-num-layers 2 --decoder-last-pipeline-num-layers 2 "
+            "--num-virtual-stages-per-pipeline-rank 2")
 
 
 def test_the_middle_stages_of_an_uneven_split_must_divide_into_virtual_stages():
@@ -412,6 +470,30 @@ def test_megatron_args_round_trip_keeps_every_stages_layers(rule, chunks, flags)
     assert stage_counts(again, 16) == stage_counts(m, 16)
     assert back.step["chunks"] == chunks
     assert not back.unmodelled or all("pipeline" not in line for line in back.unmodelled)
+
+
+def test_an_even_split_writes_no_layout_and_embedding_and_loss_write_their_flags():
+    even = replace(DS, layers=64, dense_layers=3)  # 64 over 16 spreads evenly: Megatron's default, no flag
+    words = megatron_args(even, Plan(pp=16, ep=64, world=2048).check(even), 4096)
+    assert "--pipeline-model-parallel-layout" not in words
+    llama = replace(DS, layers=62, stages=Stages(embedding=True, loss=True))  # (62 + 2) / 16 = 4 a stage
+    words = megatron_args(llama, Plan(pp=16, ep=64, world=2048).check(llama), 4096)
+    assert "--account-for-embedding-in-pipeline-split" in words and "--account-for-loss-in-pipeline-split" in words
+    back = read_job("back.txt", " ".join(f"'{w}'" for w in words)).model_spec()
+    assert stage_counts(back, 16) == (3,) + (4,) * 14 + (3,)
+
+
+def test_a_layout_of_a_model_without_layers_writes_no_stages():
+    got = cli("layout", "--pp", "2", "--heads", "4", "--megatron-args", "--json")
+    assert got.returncode == 0, got.stderr
+    assert not any("-pipeline-num-layers" in w or "layout" in w for w in json.loads(got.stdout)["megatron_args"]["args"])
+
+
+def test_a_layout_written_by_hand():
+    """Layers 3 and 2 over 2 virtual stages each, the first virtual stage one more: rank 0 holds 2 then 1,
+    rank 1 holds 1 then 1; the virtual stages in Megatron's order (all ranks' first, then all ranks' second)."""
+    assert layout_text((3, 2), 2) == "Et*2|(t|)*2tL"
+    assert layout_text((4,) * 13 + (3,) * 3) == "Et*4|(t*4|)*12(t*3|)*2t*3L"
 
 
 def test_a_written_layout_reads_back_as_megatron_reads_it():
@@ -449,11 +531,13 @@ def test_deepseek_v3s_config_runs_as_the_preset_does(ds_config):
     and a multi-token prediction layer, which neither counts."""
     text = cli("memory", "--config", ds_config, *LAYOUT)
     assert text.returncode == 0, text.stderr
-    assert "61 layers over 16 stages: 13 stages of 4, 3 of 3" in text.stdout
+    assert "61 layers over 16 stages: 13 stages of 4, 3 of 3 (the most memory on stage 2, the slowest stage 2)" \
+        in text.stdout
     got = cli("memory", "--config", ds_config, *LAYOUT, "--json")
     want = cli("memory", "--model", "deepseek-v3", *LAYOUT, "--json")
     cfg, pre = json.loads(got.stdout), json.loads(want.stdout)
     assert cfg["stages"]["layers"] == pre["stages"]["layers"] == [4] * 13 + [3] * 3
+    assert cfg["stages"]["rule"] == pre["stages"]["rule"] == {"rule": "spread"}
     assert cfg["stage"] == pre["stage"] == 2 and cfg["stages"]["most_memory"] == 2
     assert cfg["time"]["slowest_stage"] == pre["time"]["slowest_stage"] == cfg["stages"]["slowest"]
     assert list(cfg["items"]) == list(pre["items"])
@@ -484,14 +568,22 @@ def test_a_stage_list_on_the_command_line():
     got = json.loads(cli("memory", "--model", "deepseek-v3", *LAYOUT, "--stage-layers",
                          "5,4,4,4,4,4,4,4,4,4,4,4,4,4,2,2", "--json").stdout)
     assert got["stages"]["layers"] == [5] + [4] * 13 + [2, 2]
+    assert got["stages"]["rule"] == {"rule": "list", "counts": [5] + [4] * 13 + [2, 2]}
     assert got["stage"] == 1  # 3 dense and 2 MoE layers, 16 micro-batches in flight
     for bad, words in (("4,4", "the stage list holds 8 layers, the model has 61"),
                        ("4,x", "layer counts separated by commas"), ("4,0,57", "layer counts separated by commas"),
                        ("30,31", "the stage list has 2 entries (30,31), pp is 16")):
         out = cli("memory", "--model", "deepseek-v3", *LAYOUT, "--stage-layers", bad)
         assert out.returncode == 2 and words in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    many = cli("memory", "--model", "deepseek-v3", *LAYOUT, "--stage-layers", ",".join(["1"] * 65_537))
+    assert many.returncode == 2 and "at most 65,536 stages in a stage list" in many.stderr
     both = cli("memory", "--model", "deepseek-v3", *LAYOUT, "--stage-layers", "61", "--first-stage-layers", "1")
     assert both.returncode == 2 and "not both" in both.stderr
+
+
+def test_a_preset_layout_takes_the_stage_flags():
+    got = cli("layout", "--layout", "deepseek-v3", "--first-stage-layers", "1", "--nodes", "1")
+    assert got.returncode == 0 and "61 layers over 16 stages: 1 stage of 1, 15 of 4" in got.stdout, got.stderr
 
 
 def test_layout_fit_and_trace_take_the_stage_flags():
@@ -508,14 +600,42 @@ def test_layout_fit_and_trace_take_the_stage_flags():
         assert "--first-stage-layers" in cli(command, "--help").stdout
 
 
+def test_the_layout_picture_names_each_stages_layers():
+    got = cli("layout", "--pp", "4", "--dp", "8", "--layers", "10", "--first-stage-layers", "1", "--last-stage-layers",
+              "3", "--nodes", "2")
+    assert got.returncode == 0, got.stderr
+    assert "pipeline stage 1 (pp rank 0) (layer 1)" in got.stdout
+    assert "pipeline stage 2 (pp rank 1) (layers 2-4)" in got.stdout
+
+
+def test_trace_of_a_megatron_job_takes_the_stage_flags(tmp_path):
+    path = tmp_path / "job.txt"
+    path.write_text("--num-layers 5 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 --seq-length 64 "
+                    "--pipeline-model-parallel-size 2 --use-distributed-optimizer --bf16\n")
+    refused = cli("trace", "--megatron", str(path), "--gpu", "0")
+    assert refused.returncode == 2 and "layers 5 do not divide by pp 2" in refused.stderr
+    got = cli("trace", "--megatron", str(path), "--gpu", "0", "--first-stage-layers", "3", "--json")
+    assert got.returncode == 0, got.stderr
+    assert len(json.loads(got.stdout)["experts_per_layer"]) == 3
+
+
 def test_megatron_job_with_first_and_last_on_the_command_line(tmp_path):
     path = tmp_path / "job.sh"
     path.write_text("torchrun --nproc_per_node 8 --nnodes 256 pretrain_gpt.py " + FLAGS +
                     "--decoder-first-pipeline-num-layers 1\n")
     got = json.loads(cli("memory", "--megatron", str(path), "--json").stdout)
     assert got["stages"]["layers"] == [1] + [4] * 15
+    lay = cli("layout", "--megatron", str(path), "--nodes", "1")  # the layout's check takes the job's rule
+    assert lay.returncode == 0 and "61 layers over 16 stages: 1 stage of 1, 15 of 4" in lay.stdout, lay.stderr
+    other = cli("layout", "--megatron", str(path), "--nodes", "1", "--last-stage-layers", "1")
+    assert "61 layers over 16 stages: 15 stages of 4, 1 of 1" in other.stdout, other.stderr
     over = json.loads(cli("memory", "--megatron", str(path), "--last-stage-layers", "1", "--json").stdout)
     assert over["stages"]["layers"] == [4] * 15 + [1]  # the command's flags in place of the job's
+
+
+def test_each_rule_says_itself_in_json():
+    assert Stages(embedding=True, loss=True).to_dict() == {"rule": "embedding/loss", "embedding": True, "loss": True}
+    assert Stages().to_dict() == {"rule": "even"} and not Stages().given and SPREAD.given
 
 
 def test_describe_says_the_runs_in_order():

@@ -117,7 +117,7 @@ def pipeline_args(model: Any, plan: Any) -> list[str]:
     list or an uneven spread (Megatron has no spread), which also carries the virtual stages."""
     chunks = getattr(plan, "chunks", 1)
     virtual = [VIRTUAL, str(chunks)] if chunks > 1 else []
-    if model is None or model.layers is None or plan.pp == 1:
+    if model is None or model.layers is None:
         return virtual
     rule = model.stages
     if rule.first is not None or rule.last is not None:
@@ -142,7 +142,7 @@ def layout_text(counts: tuple[int, ...], chunks: int = 1) -> str:
     out, i = "", 0
     while i < len(stages):
         j = i
-        while j + 1 < len(stages) - 1 and stages[j + 1] == stages[i]:  # a run, the last stage (with L) apart
+        while j + 1 < len(stages) and stages[j + 1] == stages[i]:  # a run of alike stages
             j += 1
         run = j - i + 1
         out += f"({stages[i]}|)*{run}" if run > 1 and stages[i] else (stages[i] + "|") * run
