@@ -18,7 +18,7 @@ from parasim.clock.costs import machine
 from parasim.clock.plan import Run, run_of, stage_parts, step_time
 from parasim.errors import LayoutError, UsageError
 from parasim.estimate.fit import enumerate_plans, fit, longest, solve
-from parasim.estimate.memory import Plan, breakdown, items, stages_of, totals
+from parasim.estimate.memory import Plan, breakdown, items, totals
 from parasim.estimate.traffic import step_traffic
 from parasim.examples.step import stage_range
 from parasim.layout import SPREAD, Layout, ModelSpec, Stages, preset, stage_counts, stage_layers, stage_span
@@ -486,7 +486,8 @@ def test_an_even_split_writes_no_layout_and_embedding_and_loss_write_their_flags
 def test_a_layout_of_a_model_without_layers_writes_no_stages():
     got = cli("layout", "--pp", "2", "--heads", "4", "--megatron-args", "--json")
     assert got.returncode == 0, got.stderr
-    assert not any("-pipeline-num-layers" in w or "layout" in w for w in json.loads(got.stdout)["megatron_args"]["args"])
+    words = json.loads(got.stdout)["megatron_args"]["args"]
+    assert not any("-pipeline-num-layers" in w or "layout" in w for w in words)
 
 
 def test_a_layout_written_by_hand():

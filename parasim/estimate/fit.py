@@ -135,8 +135,9 @@ def _tp_ok(model: ModelSpec, tp: int) -> bool:
 def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero: int | None = None,
                     recompute: str | None = None, **choices: Any) -> Plans:
     """Every valid layout on each node count: TP inside a node (dividing the heads), PP splitting the
-    layers by the model's rule (layout/stages.py: dividing them, unless the rule allows otherwise), CP and DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE
-    models every EP size dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
+    layers by the model's rule (layout/stages.py: dividing them, unless the rule allows otherwise), CP and
+    DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE models every EP size
+    dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
     at_most(f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
             max(nodes) * gpus_per_node, LAYOUT_WORLD, "each layout's groups are built rank by rank")
     tps = [t for t in _divisors(gpus_per_node) if _tp_ok(model, t)]
