@@ -11,7 +11,7 @@ import pytest
 from parasim.errors import UsageError
 from parasim.estimate.memory import (Plan, breakdown, items, layer_bytes_per_token, layer_saved_bytes,
                                      scores_bytes_per_token_key, stage_layers, stages_of, totals)
-from parasim.layout import ModelSpec
+from parasim.layout import SPREAD, ModelSpec
 from parasim.layout import LayoutError
 
 # 4 layers, h = 8, ffn = 32: 34h = 272 bytes per token per layer; tp 2: 8*(10 + 12) = 176; tp 2 + SP: 136
@@ -60,7 +60,7 @@ def test_plan_choices_at_their_boundaries():
     (MOE, dict(tp=2, sp=True, etp=2), dict(dp=8, ep=8), "experts 4 do not divide by ep 8"),
     (D, dict(dp=2), dict(dp=2, ep=2), "ep 2 needs a model with experts"),
     (D, dict(pp=4), dict(pp=3), "layers 4 do not divide by pp 3"),
-    (ModelSpec("u", layers=4, hidden=8, heads=2, vocab=10, uneven_stages=True), dict(pp=4), dict(pp=5),
+    (ModelSpec("u", layers=4, hidden=8, heads=2, vocab=10, stages=SPREAD), dict(pp=4), dict(pp=5),
      "pp 5 exceeds layers 4"),
 ])
 def test_plan_check_at_the_boundary(model, ok, bad, needle):
@@ -140,7 +140,7 @@ def test_layer_saved_bytes(kw, want):
 # -- stages ----------------------------------------------------------------------------------------
 def moe_model(layers, dense_layers, **kw):
     return ModelSpec("m", layers=layers, hidden=4, heads=2, vocab=8, experts=4, top_k=2, dense_layers=dense_layers,
-                     uneven_stages=True, **kw)
+                     stages=SPREAD, **kw)
 
 
 @pytest.mark.parametrize("model, pp, want", [
@@ -156,7 +156,8 @@ def test_stage_layers(model, pp, want):
 
 
 def test_stages_of():
-    assert stages_of(Plan(pp=4)) == [0, 3] and stages_of(Plan()) == [0, 0]
+    # an even split: every middle stage holds what the first holds, so the first and last alone can bind
+    assert {int(s) for s in stages_of(D, Plan(pp=4))} == {0, 3} and {int(s) for s in stages_of(D, Plan())} == {0}
 
 
 # -- items: (a, b, c) with bytes = a + b*s + c*s^2 ----------------------------------------------------

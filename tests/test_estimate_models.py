@@ -6,7 +6,7 @@ import pytest
 
 from parasim.errors import UsageError
 from parasim.estimate.models import from_flags, from_hf_config, layer_param_count
-from parasim.layout import PRESETS, ModelSpec
+from parasim.layout import PRESETS, SPREAD, ModelSpec
 
 # a small MoE model whose counts are worked out by hand below
 SMALL = dict(name="m", layers=2, hidden=8, heads=2, vocab=10, kv_heads=1, ffn=16, experts=4, top_k=2, expert_ffn=6,
@@ -117,7 +117,7 @@ def test_presets_field_by_field():
     assert moe16.tokens == ("the", "court", "ruled", "that", "the", "contract", "was", "void")
     assert PRESETS["deepseek-v3"].model == ModelSpec(
         "DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432, experts=256, top_k=8,
-        expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, uneven_stages=True)
+        expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, stages=SPREAD)
     assert PRESETS["megatron-8.3b"].model == ModelSpec("Megatron-LM 8.3B", layers=72, hidden=3072, heads=32,
                                                        vocab=51200)
     # every entry sharing a model shares the very object: a model is typed once

@@ -11,13 +11,13 @@ router 2*4*8 = 64, embeddings 256, norms 2*2*8 = 32: 4960 in all, 4096 of them e
 import pytest
 
 from parasim.estimate import Plan
-from parasim.layout import ModelSpec
+from parasim.layout import SPREAD, ModelSpec
 from parasim.estimate.traffic import (GpuSpec, attention_flops, dp_traffic, ep_bytes_from_routing, ep_expected_bytes,
                                       ep_expected_rows, gpu_presets, inside_node, layer_traffic, moe_traffic, ring,
                                       step_flops, step_traffic)
 
 TINY = ModelSpec("tiny", layers=4, hidden=8, heads=2, vocab=16)
-TINY5 = ModelSpec("tiny5", layers=5, hidden=8, heads=2, vocab=16, uneven_stages=True)  # 5*784 + 256 = 4176
+TINY5 = ModelSpec("tiny5", layers=5, hidden=8, heads=2, vocab=16, stages=SPREAD)  # 5*784 + 256 = 4176
 TINY_MOE = ModelSpec("tiny-moe", layers=2, hidden=8, heads=2, vocab=16, experts=4, top_k=2)
 
 

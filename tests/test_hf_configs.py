@@ -211,8 +211,8 @@ def test_memory_command_on_deepseek_v3(tmp_path, capsys):
     # one GPU, ZeRO 0: it holds 2 bytes of weights per parameter
     total = got["items"]["weights"] * got["unit_bytes"] / 2
     assert total / (671 * B) == pytest.approx(1, abs=0.02)
-    # TP 8 with SP and EP 64 on 512 GPUs (61 layers, a prime, leave PP at 1 for a config: the preset
-    # deepseek-v3 allows uneven stages, a config does not): the routed experts split over EP, the rest over TP
+    # TP 8 with SP and EP 64 on 512 GPUs, PP 1 (uneven stages: tests/test_uneven_stages.py): the routed experts
+    # split over EP, the rest over TP
     assert main(["memory", "--config", path, "--tp", "8", "--sp", "--ep", "64", "--gpus", "512", "--zero", "0",
                  "--json"]) == 0
     split = json.loads(capsys.readouterr().out)

@@ -254,6 +254,8 @@ FIGURES = {
     "parasim hardware": [(g, g) for g in ("H200", "H100", "A100")],
     "parasim memory --model 27b --dp 8 --precision megatron-bf16": [("7.50 bytes a parameter",
                                                                      "7.50 bytes per parameter this GPU holds")],
+    "parasim memory --model deepseek-v3 --pp 16 --ep 64 --gpus 2048 --first-stage-layers 1": [
+        ("1 layer, then 4 a stage", "61 layers over 16 stages: 1 stage of 1, 15 of 4")],
     "parasim trace --symbolic --layout megatron-8.3b --gpu 0": [("512 GPUs", "512 symbolic GPUs"),
                                                                 ("peak 16.05 GB", "peak held: 16.05 GB")],
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced": [("2,048 GPUs",

@@ -8,21 +8,22 @@ import parasim
 from parasim.errors import LayoutError, UsageError
 from parasim.examples.pipeline import LayersStage
 from parasim.examples.small import dot_loss, forward_backward, sequences, whole_layers
-from parasim.examples.step import (MicroBatches, Phases, StepOptions, layer_shape, make_step, stage_layers,
+from parasim.examples.step import (MicroBatches, Phases, StepOptions, layer_shape, make_step, stage_range,
                                    train_step)
-from parasim.layout import Layout, ModelSpec, preset
+from parasim.layout import SPREAD, Layout, ModelSpec, preset
 from parasim.nn import Saved
 from parasim.nn.layer import Stack
 
 SMALL = ModelSpec(name="small", layers=5, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
-                  seq=8, bias=False, uneven_stages=True)
+                  seq=8, bias=False, stages=SPREAD)
 
 
 def test_stages_take_the_layers_as_evenly_as_they_can():
-    assert [list(stage_layers(5, 2, s)) for s in range(2)] == [[0, 1, 2], [3, 4]]
-    sizes = [len(stage_layers(61, 16, s)) for s in range(16)]
+    assert [list(stage_range(SMALL, 2, s)) for s in range(2)] == [[0, 1, 2], [3, 4]]
+    ds = preset("deepseek-v3").model
+    sizes = [len(stage_range(ds, 16, s)) for s in range(16)]
     assert sizes == [4] * 13 + [3] * 3 and sum(sizes) == 61
-    assert stage_layers(61, 16, 15) == range(58, 61)
+    assert stage_range(ds, 16, 15) == range(58, 61)
 
 
 def test_the_leading_layers_are_dense():

@@ -146,6 +146,60 @@ def gpu_preset(name: str, what: str = "GPU") -> Any:
     return table[name.lower()]
 
 
+# -- the layers on pipeline stages ----------------------------------------------------------------------------
+def stage_list(text: str) -> tuple[int, ...]:
+    """`--stage-layers 4,4,4,3`: each stage's layers, first to last, digits only."""
+    from ..layout.stages import STAGE_LIST_MAX
+    words = text.split(",")
+    if len(text) > 21 * STAGE_LIST_MAX or len(words) > STAGE_LIST_MAX:
+        raise argparse.ArgumentTypeError(f"at most {STAGE_LIST_MAX:,} stages in a stage list")
+    try:
+        return tuple(size_arg(digits, w) for w in words)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected layer counts separated by commas (such as 4,4,4,3), got "
+                                         f"{text[:40]!r}") from None
+
+
+def add_stages(p: Any) -> None:
+    """The layers on pipeline stages, for layout, memory, fit and trace (layout/stages.py has the rules)."""
+    g = p.add_argument_group("layers on pipeline stages", "default: evenly (the layers divide by pp); a Hugging "
+                             "Face config whose layers do not divide, and the deepseek-v3 preset, as even as can be "
+                             "(the first L mod pp stages one layer more); with --megatron, the job's")
+    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first_stage_layers",
+                   type=positive, metavar="N", help="layers on the first stage, the rest split evenly over the middle "
+                   "stages (Megatron's --decoder-first-pipeline-num-layers)")
+    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last_stage_layers",
+                   type=positive, metavar="M", help="layers on the last stage (Megatron's "
+                   "--decoder-last-pipeline-num-layers)")
+    g.add_argument("--stage-layers", type=stage_list, metavar="LIST", help="every stage's layers, first to last, "
+                   "one per stage (e.g. 4,4,4,3)")
+
+
+def stage_rule(args: argparse.Namespace) -> Any:
+    """The stage rule the flags give (layout/stages.py's Stages), or None when none is given."""
+    from ..layout.stages import Stages
+    first, last = getattr(args, "first_stage_layers", None), getattr(args, "last_stage_layers", None)
+    listed = getattr(args, "stage_layers", None)
+    if listed is not None and (first is not None or last is not None):
+        raise UsageError("give --stage-layers, or --first-stage-layers/--last-stage-layers, not both")
+    if listed is not None:
+        return Stages(counts=listed)
+    if first is not None or last is not None:
+        return Stages(first=first, last=last)
+    return None
+
+
+def with_stages(args: argparse.Namespace, model: Any) -> Any:
+    """`model` with the stage rule the flags give in place of its own (unchanged when none is given)."""
+    rule = stage_rule(args)
+    if rule is None:
+        return model
+    if model is None or model.layers is None:
+        raise UsageError("layers on stages need the model's layers (--layers N)")
+    from dataclasses import replace
+    return replace(model, stages=rule)
+
+
 # -- output ---------------------------------------------------------------------------------------------
 def program_output(args: argparse.Namespace) -> Any:
     """While a command's programs run: under --json, what they print goes to stderr, so that stdout

@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
-from .common import count, gpu_preset, positive_up_to, print_json
+from .common import add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
 from .megatron import read_megatron
 
 _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5M
@@ -78,6 +78,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                         f"{', '.join(OVERLAPS)}, or all, or none (the default; with --megatron, the job's)")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
+    add_stages(p)
     from .megatron import add_megatron
     add_megatron(p, search=search)
     r = p.add_argument_group("against a run")
@@ -132,6 +133,11 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
 def _model(args: argparse.Namespace):
+    """The model the flags give, with the layers on stages the flags give in place of its own."""
+    return with_stages(args, _given_model(args))
+
+
+def _given_model(args: argparse.Namespace):
     from ..estimate.models import from_flags, get_model
     from .megatron import check_not_both, job_model
     check_not_both(args)
@@ -240,6 +246,22 @@ def _print_written(out: dict, plan: Any) -> None:
     print_written(f"as a Megatron-LM job on {describe(plan.world, plan.gpus_per_node)}", out)
 
 
+def _stages(model: Any, plan: Any, memory: int, slowest: int | None) -> dict:
+    """--json's "stages": every stage's layers by the model's rule, the rule, the stage that needs the most
+    memory and the slowest stage (both counted from 1; the slowest None when nothing is timed)."""
+    from ..layout.stages import describe, stage_counts
+    counts = stage_counts(model, plan.pp)
+    return {"layers": list(counts), "rule": model.stages.to_dict(), "said": describe(counts),
+            "most_memory": memory + 1, "slowest": slowest}
+
+
+def _print_stages(stages: dict) -> None:
+    """One line for uneven stages: how the layers sit, which stage needs the most memory, which is slowest."""
+    if len(set(stages["layers"])) > 1:
+        slowest = f", the slowest stage {stages['slowest']}" if stages["slowest"] else ""
+        print(f"{stages['said']} (the most memory on stage {stages['most_memory']}{slowest})")
+
+
 def _unit(args: argparse.Namespace) -> tuple[float, str]:
     return (float(2 ** 30), "GiB") if args.gib else (1e9, "GB")
 
@@ -270,7 +292,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
            "unit": name, "usable": _usable(args, gpu) / unit,
            "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
-           "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing}
+           "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing,
+           "stages": _stages(model, plan, bd.stage, timing["slowest_stage"])}
     _sources(args, out, job)
     if args.megatron_args:
         out["megatron_args"] = _written(model, plan, args.seq, overlap)
@@ -289,6 +312,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from rich.console import Console
     from ..render.estimate_text import memory_report
     console = Console(highlight=False)
+    _print_stages(out["stages"])
     memory_report(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
                            f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
                   fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name),
@@ -353,6 +377,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
+    out["stages"] = _stages(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
     job = read_megatron(args)
     _sources(args, out, job)
     if args.megatron_args and f.seq:
@@ -362,6 +387,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         print_json(out)
         return 0
     _print_job(args, job)
+    _print_stages(out["stages"])
     from ..render.estimate_text import fit_lines
     print(printable_lines(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
     if "megatron_args" in out:

@@ -2,11 +2,12 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
 from ..limits import NODES_SHOWN, check_experts_shown
-from .common import positive, positive_up_to, print_json
+from .common import add_stages, positive, positive_up_to, print_json, with_stages
 
 
 def add_layout(sub: Any) -> None:
@@ -29,7 +30,8 @@ def add_layout(sub: Any) -> None:
                     "(tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp)")
     yp.add_argument("--use-tp-pp-dp-mapping", action="store_true", help="Megatron's flag for order tp-cp-ep-pp-dp")
     yp.add_argument("--sequence-parallel", "--sp", dest="sp", action="store_true", help="sequence parallelism")
-    for short, long, dest, what in (("--layers", "--num-layers", "layers", "layers (must divide by pp)"),
+    for short, long, dest, what in (("--layers", "--num-layers", "layers", "layers (divide by pp, unless the layers on "
+                                     "stages are given)"),
                                     ("--hidden", "--hidden-size", "hidden", "hidden size"),
                                     ("--heads", "--num-attention-heads", "heads", "attention heads (divide by tp)"),
                                     ("--kv-heads", "--num-query-groups", "kv_heads", "key/value heads (GQA)"),
@@ -42,6 +44,7 @@ def add_layout(sub: Any) -> None:
                     "experts each holds, EP groups by colour")
     yp.add_argument("--json", action="store_true",
                     help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
+    add_stages(yp)
     from .megatron import add_megatron
     add_megatron(yp, what="layout (and the model sizes its rules check)")
     yp.set_defaults(func=cmd_layout)
@@ -65,12 +68,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
             raise UsageError("give either --layout NAME or sizes, not both")
         layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout].about}"
+        layout = replace(layout, model=with_stages(args, layout.model))  # the layers on stages the flags give
     elif args.megatron:
         layout, title = _job_layout(args, sizes, model), f"{args.megatron} (Megatron-LM flags)"
     else:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
         given = {k: v for k, v in model.items() if v is not None}
-        m = ModelSpec(**given) if given else None
+        m = with_stages(args, ModelSpec(**given) if given else None)
         if sizes["etp"] is None and ((sizes["ep"] or 1) > 1 or given.get("experts")):
             sizes["etp"] = 1  # an MoE layout: the post's experts, and parasim trace's, are not split by TP
         layout = Layout(**{k: v for k, v in sizes.items() if v is not None}, order=order, sp=args.sp, model=m)
@@ -85,8 +89,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     written = None
     if args.megatron_args:
         from ..megatron.args import layout_args, model_args, script_text
+        from ..megatron.pipeline import pipeline_args
         words = model_args(layout.model, layout.model.seq if layout.model else None, partial=True) + \
-            layout_args(layout, bool(layout.model and layout.model.experts)) + ["--bf16"]
+            layout_args(layout, bool(layout.model and layout.model.experts)) + \
+            pipeline_args(layout.model, layout) + ["--bf16"]
         written = {"args": words, "torchrun": script_text(words, layout.world, layout.gpus_per_node)}
     if args.json:
         out = layout.to_json()
@@ -115,9 +121,9 @@ def _job_layout(args: argparse.Namespace, sizes: dict, model: dict) -> Any:
     from ..megatron.job import layout_of
     from .megatron import read_megatron
     job = read_megatron(args)
-    fields = {k: job.model.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "experts")}
+    fields = {k: job.model.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "stages")}
     fields.update({k: v for k, v in model.items() if v is not None and k != "seq"})
     seq = model.get("seq") or job.seq
-    m = ModelSpec(**{k: v for k, v in fields.items() if v is not None}, seq=seq)
+    m = with_stages(args, ModelSpec(**{k: v for k, v in fields.items() if v is not None}, seq=seq))
     return layout_of(job, m, **sizes, sp=args.sp or None,
                      order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else None)

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
 from ..render.token_path import gpu_text, joins, path_text
-from .common import count, gpu_preset, need_terminal, print_json, positive
+from .common import add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
 
 SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
 
@@ -31,7 +31,8 @@ def add_trace(sub: Any) -> None:
         tr.add_argument(flag, type=positive, metavar="N", help=what)
     tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
     tr.add_argument("--experts", type=count, metavar="N", help="experts per layer (default 8; 0: a dense model)")
-    tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; must divide by pp)")
+    tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; divide by pp unless the layers "
+                    "on stages are given)")
     tr.add_argument("--gpus-per-node", type=positive, metavar="N", help="GPUs per node, for the bytes that cross "
                     "nodes (default 8)")
     tr.add_argument("--split", choices=("contiguous", "zigzag"), help="how CP splits the sequence (moe16: "
@@ -67,6 +68,7 @@ def add_trace(sub: Any) -> None:
                     "attention scores (no FlashAttention), as `parasim memory --no-flash` counts them")
     shown.add_argument("--app", action="store_true", help="open the run in the app instead (a real-size world "
                        "opens with its ranks folded by axis: a row per data-parallel group)")
+    add_stages(tr)
     from .megatron import add_megatron
     add_megatron(tr, write=False, what="model and layout, at real size on symbolic ranks (implies --symbolic and "
                  "--routing balanced; give --gpu N or --app)")
@@ -90,10 +92,10 @@ def _layout(args: argparse.Namespace) -> tuple[Any, str]:
         split["gpus_per_node"] = args.gpus_per_node
     if not sizes and not args.sp and not model_flags:
         layout = preset(args.layout or LAYOUT)
-        return replace(layout, **split), args.layout or LAYOUT
+        return replace(layout, model=with_stages(args, layout.model), **split), args.layout or LAYOUT
     experts = MOE16.experts if args.experts is None else args.experts
-    model = replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
-                    layers=args.layers or MOE16.layers)
+    model = with_stages(args, replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
+                                      layers=args.layers or MOE16.layers))
     sizes.setdefault("etp", 1)
     layout = Layout(**sizes, sp=args.sp, model=model, **{"zigzag": False, **split})
     return layout, str(layout)
@@ -107,7 +109,7 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
     if args.layout is not None:
         raise UsageError("give either --layout NAME or --megatron FILE, not both")
     job = read_megatron(args)
-    model = replace(job_model(args, job), seq=args.seq or job.seq)
+    model = with_stages(args, replace(job_model(args, job), seq=args.seq or job.seq))
     layout = layout_of(job, model, **sizes, sp=args.sp or None)
     args.symbolic = True  # at real size: _at_scale routes by the balanced policy unless told otherwise
     print_job(job, args)

@@ -1,5 +1,5 @@
 """A training step's time from a plan, without running it: the clock's costs (costs.py) applied to what one
-GPU of the busiest pipeline stage does, micro-batch by micro-batch, through the pipeline schedule's shape.
+GPU of the slowest pipeline stage does, micro-batch by micro-batch, through the pipeline schedule's shape.
 
 For real sizes no run is needed: a layer's work is a few products and elementwise passes whose sizes
 follow from the shapes. What one GPU does for one micro-batch on one layer:
@@ -10,8 +10,10 @@ follow from the shapes. What one GPU does for one micro-batch on one layer:
 - elementwise passes (ELEMENTWISE): bytes read and written per value, over the GPU's memory bandwidth.
 - TP collectives on the activations (all-reduce, or all-gather and reduce-scatter under SP), CP's K/V
   ring, EP's all-to-alls, each by the ring or pair cost of costs.py over the link its group uses.
-The pipeline runs m micro-batches through p stages in (m + (p-1)/v) micro-batch times (1F1B; v model
-chunks per GPU when interleaved), each stage sending its activations on. Then the data-parallel gradient
+The pipeline runs m micro-batches through p stages in (m + (p-1)/v) micro-batch times of its slowest stage
+(1F1B; v model chunks per GPU when interleaved), each stage sending its activations on. Every stage that
+differs is timed: its layers by the model's rule (layout/stages.py: uneven stages hold more or fewer, the
+dense ones lead), the output layer and its loss on the last. Then the data-parallel gradient
 reduction, the parameter all-gather of a sharded optimizer and the optimizer's pass over its state.
 Overlap switches (OVERLAPS here; the trace clock's grad-reduce and prefetch among them) hide a
 communication behind the compute the frameworks run it beside.
@@ -25,8 +27,10 @@ from ..comm.hops import ACROSS, INSIDE, crossing_share
 from ..layout import KINDS
 from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
+from ..layout.stages import alike_starts, stage_layers
 from .costs import Machine, pairs_seconds, ring_seconds
 from .costs import machine as machine_of
+
 
 # Elementwise passes of one layer's forward: (name, the tensor it runs over, bytes read and written per value
 # of it). "act": the activations [tokens, hidden] (split over TP under SP, whole on each TP rank without);
@@ -152,23 +156,20 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
             "scores_bytes": sizes["scores"] * 9}
 
 
-def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
-    """Seconds of one training step on the busiest stage's GPU, by part, with the critical path's shares."""
-    unknown = [o for o in run.overlap if o not in OVERLAPS]
-    if unknown:
-        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
-    h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
+def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last: bool) -> tuple[dict[str, float],
+                                                                                               float]:
+    """Seconds of one micro-batch on one GPU of a stage holding `dense_n` dense and `moe_n` MoE layers (and,
+    on the `last` stage, the output layer and its loss), by part; and its product seconds."""
+    h, tp, cp = model.hidden, run.tp, run.cp
     dt = precision_of(run.precision)
     act = dt.bytes("activations")
-    layers = -(-model.layers // pp)
-    moe_layers = min(layers, model.moe_layers)
     tokens = run.micro_batch * run.seq / cp
     act_bytes = tokens * h * act
     recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[run.recompute]
     bwd_attn = 2.5 if run.flash else 2.0
     parts = {k: 0.0 for k in ("matmul", "attention", "elementwise", "tp", "cp", "ep", "logits")}
     products = 0.0
-    for n, is_moe in ((layers - moe_layers, False), (moe_layers, True)):
+    for n, is_moe in ((dense_n, False), (moe_n, True)):
         if not n:
             continue
         f = layer_forward(model, run, m, is_moe)
@@ -201,15 +202,40 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
             for kind in ("dispatch", "combine"):
                 sent = values * dt.bytes(kind)
                 parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
-    # the output layer and its loss on the last stage (the busiest)
-    logit_flops = 2 * tokens * h * model.vocab / tp
-    parts["logits"] = 3 * logit_flops / (m.peak_flops * m.efficiency["matmul"]) + \
-        tokens * model.vocab / tp * dt.bytes("logits") * 3 / m.hbm  # logits written, read by the loss, gradient written
-    hidden_tp = 0.0
-    if "tp" in run.overlap:
-        hidden_tp = min(parts["tp"], products)
+    if last:  # the output layer and its loss
+        logit_flops = 2 * tokens * h * model.vocab / tp
+        parts["logits"] = 3 * logit_flops / (m.peak_flops * m.efficiency["matmul"]) + \
+            tokens * model.vocab / tp * dt.bytes("logits") * 3 / m.hbm  # logits written, read, gradient written
+    return parts, products
+
+
+def _exposed(run: Run, parts: dict[str, float], products: float) -> tuple[float, float]:
+    """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden)."""
+    hidden_tp = min(parts["tp"], products) if "tp" in run.overlap else 0.0
     hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in run.overlap else 0.0
-    per_mb = sum(parts.values()) - hidden_tp - hidden_cp
+    return sum(parts.values()) - hidden_tp - hidden_cp, hidden_tp
+
+
+def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
+    """Seconds of one training step, set by the slowest pipeline stage's GPU, by part, with the critical
+    path's shares. Every stage that differs (its layers by the model's rule, layout/stages.py; the logits on
+    the last) is timed; the slowest paces 1F1B's steady state and its bubble alike, and is named (from 1)."""
+    unknown = [o for o in run.overlap if o not in OVERLAPS]
+    if unknown:
+        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
+    h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
+    dt = precision_of(run.precision)
+    tokens = run.micro_batch * run.seq / cp
+    act_bytes = tokens * h * dt.bytes("activations")
+    slowest = None
+    for stage in sorted({int(s) for s in alike_starts(model, pp)}):
+        dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
+        parts, products = stage_parts(model, run, m, dense_n, moe_n, stage == pp - 1)
+        per_mb, hidden_tp = _exposed(run, parts, products)
+        if slowest is None or per_mb > slowest[0]:  # the earliest of equals
+            slowest = (per_mb, stage, parts, hidden_tp)
+    assert slowest is not None
+    per_mb, stage, parts, hidden_tp = slowest
     # pipeline: each micro-batch's activations go to the next stage and its gradient comes back, per chunk
     p2p = 0.0
     if pp > 1:
@@ -238,7 +264,7 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     updated = local / (dpg if (run.fsdp or run.distributed_optimizer) else 1)
     optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer
-    return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb,
+    return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb, "slowest_stage": stage + 1,
             "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
             "parts_per_microbatch_s": parts, "tp_hidden_s": hidden_tp, "dp_grads_s": grads,
             "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,

@@ -14,7 +14,7 @@ import statistics
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
-from ..layout import ModelSpec
+from ..layout import ModelSpec, Stages
 from .costs import machine
 from .plan import Run, step_time
 
@@ -142,8 +142,11 @@ _TABLE5 = (("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
            ("530B", 128, 20480, 105, 8, 35, 280, 280, 1, 3, 49.05, 37.83),
            ("1T", 160, 25600, 128, 8, 64, 512, 512, 1, 2, 94.42, 71.49))
 
+# Llama 3 section 3.3.2 ("balanced pipeline schedule"): one Transformer layer fewer on the first and on the last
+# stage, for the embedding and for the output and loss: Megatron's embedding and loss counted in the split,
+# 7, fourteen stages of 8, and 7 over PP 16 (layout/stages.py)
 _LLAMA3_405B = ModelSpec(name="Llama 3 405B", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248, gated=True,
-                         vocab=128256, norm="rmsnorm", bias=False)
+                         vocab=128256, norm="rmsnorm", bias=False, stages=Stages(embedding=True, loss=True))
 # Llama 3 Table 4: (GPUs, TP, CP, PP, DP, sequence, sequences per DP replica, TFLOP/s per GPU)
 _TABLE4 = ((8192, 8, 1, 16, 64, 8192, 32, 430), (16384, 8, 1, 16, 128, 8192, 16, 400),
            (16384, 8, 16, 16, 8, 131072, 16, 380))

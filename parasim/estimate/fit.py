@@ -1,8 +1,10 @@
 """The longest sequence that fits, and a search over every layout for 1 to many nodes.
 
 Memory on a stage is a + b*s + c*s^2 (see memory.py); the longest s is the root of that against the usable
-memory, the smallest over the stages that can bind (the first holds the most micro-batches, the last holds
-the logits). The search builds every valid layout as columns of numpy arrays and solves them all at once.
+memory, the smallest over the stages that can bind (memory.stages_of: the first of each run of stages with
+alike layers, which holds the most micro-batches in flight, and the last, which holds the logits; the model's
+rule for its layers on stages, layout/stages.py, says which those are). The search builds every valid layout
+as columns of numpy arrays and solves them all at once.
 """
 from __future__ import annotations
 
@@ -42,7 +44,7 @@ def solve(a: Any, b: Any, c: Any, avail: Any) -> Any:
 def longest(model: ModelSpec, p: Any, usable: float) -> Any:
     """Longest sequence (tokens, unrounded) for a Plan or for columns of plans."""
     best = None
-    for stage in stages_of(p):
+    for stage in stages_of(model, p):
         s = solve(*totals(model, p, stage), usable)
         best = s if best is None else np.minimum(best, s)
     return best
@@ -133,9 +135,10 @@ def _tp_ok(model: ModelSpec, tp: int) -> bool:
 
 def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero: int | None = None,
                     recompute: str | None = None, **choices: Any) -> Plans:
-    """Every valid layout on each node count: TP inside a node (dividing the heads), PP dividing the
-    layers, CP and DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE
-    models every EP size dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
+    """Every valid layout on each node count: TP inside a node (dividing the heads), PP splitting the
+    layers by the model's rule (layout/stages.py: dividing them, unless the rule allows otherwise), CP and
+    DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE models every EP size
+    dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
     at_most(f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
             max(nodes) * gpus_per_node, LAYOUT_WORLD, "each layout's groups are built rank by rank")
     tps = [t for t in _divisors(gpus_per_node) if _tp_ok(model, t)]

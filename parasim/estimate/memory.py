@@ -22,6 +22,7 @@ from ..errors import UsageError
 from ..layout import Layout, ModelSpec
 from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
+from ..layout.stages import alike_starts, stage_layers
 
 RECOMPUTE = ("none", "selective", "full")
 
@@ -176,17 +177,6 @@ def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout
 
 
 # -- a stage of the pipeline --------------------------------------------------------------------------
-def stage_layers(model: ModelSpec, pp: Any, stage: Any) -> tuple[Any, Any]:
-    """(dense layers, MoE layers) in `stage`; an uneven split gives the first L mod pp stages one layer more
-    (as even as can be, as the engine's step splits them: 61 over 16 is thirteen stages of 4, three of 3)."""
-    base, extra = model.layers // pp, model.layers % pp
-    n = base + (stage < extra)
-    first = stage * base + np.minimum(stage, extra)
-    dense_n = model.layers - model.moe_layers
-    dense_here = np.clip(dense_n - first, 0, n)
-    return dense_here, n - dense_here
-
-
 def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any]]:
     """Memory of one GPU of pipeline `stage`, item by item, as (a, b, c): bytes = a + b*s + c*s^2.
 
@@ -243,9 +233,11 @@ def held_params(model: ModelSpec, p: Any, from_stage: int = 4) -> Any:
     return dense / (tp * pp) / shard_d + experts / (etp * ep * pp) / shard_e
 
 
-def stages_of(p: Any) -> list[Any]:
-    """The stages worth checking: the first (most micro-batches in flight) and the last (the logits)."""
-    return [0 * p.pp, p.pp - 1]
+def stages_of(model: ModelSpec, p: Any) -> list[Any]:
+    """The stages worth checking, by the model's rule for its layers on stages (layout/stages.py): the first of
+    every run of stages that hold alike layers (under 1F1B the earliest holds the most micro-batches in
+    flight) and the last (the logits). Stage indices, or columns of them for a column of plans; some repeat."""
+    return alike_starts(model, p.pp)
 
 
 def totals(model: ModelSpec, p: Any, stage: Any) -> tuple[Any, Any, Any]:
@@ -288,9 +280,9 @@ class Breakdown:
 
 
 def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:
-    """Itemised memory at sequence length `seq` on the stage that needs the most."""
+    """Itemised memory at sequence length `seq` on the stage that needs the most (the earliest of equals)."""
     best: Breakdown | None = None
-    for stage in sorted({0, plan.pp - 1}):
+    for stage in sorted({int(s) for s in stages_of(model, plan)}):
         got = {k: float(a + b * seq + c * seq * seq) for k, (a, b, c) in items(model, plan, stage).items()}
         bd = Breakdown(model, plan, seq, stage, got)
         if best is None or bd.total > best.total:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import UsageError
-from ..layout import ModelSpec, model_preset
+from ..layout import SPREAD, ModelSpec, model_preset
 
 
 def get_model(name: str) -> ModelSpec:
@@ -135,8 +135,10 @@ def read_hf_config(path: str) -> HFConfig:
     norm = "rmsnorm" if "rms_norm_eps" in cfg else "layernorm"
     flags = [cfg[k] for k in ("attention_bias", "mlp_bias", "qkv_bias") if isinstance(cfg.get(k), bool)]
     bias = any(flags) if flags else norm == "layernorm"
+    # a config says nothing of pipeline stages: layers that do not divide by pp go as evenly as can be (the first
+    # L mod pp stages one more, as the deepseek-v3 preset's 61 over 16), unless the command gives a split
     model = ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), norm=norm,
-                      bias=bias, **got)
+                      bias=bias, stages=SPREAD, **got)
     return HFConfig(model.require(*REQUIRED), used, notes)
 
 

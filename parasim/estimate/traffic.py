@@ -14,6 +14,7 @@ from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..layout import KINDS, LayoutError
+from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
 from ..layout import ModelSpec
 
@@ -192,14 +193,15 @@ def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]
 
 
 def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = None) -> dict[Key, float]:
-    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op): each kind of
-    value at the plan's precision (activations, gradients as reduced, weights as gathered, the EP dispatch and
+    """Bytes one GPU of the busiest stage sends in one step (all micro-batches), by (axis, op): the stage with
+    the most layers by the model's rule (layout/stages.py), of those the most MoE layers. Each kind of value is
+    at the plan's precision (activations, gradients as reduced, weights as gathered, the EP dispatch and
     combine), or every value `itemsize` bytes when given (a run that computes in one dtype)."""
     dt = plan.dtypes
     size = {k: itemsize or dt.bytes(k) for k in ("activations", "grad_reduce", "compute", "dispatch", "combine")}
     tokens = seq * plan.micro_batch / plan.cp
-    layers = -(-model.layers // plan.pp)
-    moe = min(layers, model.moe_layers)
+    dense_n, moe = (int(x) for x in stage_layers(model, plan.pp, most_layers(model, plan.pp)))
+    layers = dense_n + moe
     full = plan.recompute == "full"
     out: dict[Key, float] = {}
     kinds = ((layers - moe, 0), (moe, model.experts))  # dense layers (first), then MoE layers, on that stage

@@ -18,7 +18,7 @@ from dataclasses import replace
 from ..estimate.memory import Plan, breakdown
 from ..layout import ModelSpec
 from ..nn.routing import Routing
-from .step import layer_shape, stage_layers
+from .step import layer_shape, stage_range
 
 ACTIVATION_ITEMS = ("activations", "in-flight micro-batches", "recompute working set")
 
@@ -50,7 +50,7 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
     add("embeddings and output layer", counted["embeddings"] / (tp * plan.pp))
     add("stated count against the shapes", (scale - 1) * (shapes - routed) / (tp * plan.pp),
         (scale - 1) * routed / (plan.etp * ep * plan.pp))
-    for i in stage_layers(model.layers, plan.pp, stage):
+    for i in stage_range(model, plan.pp, stage):
         moe = bool(layer_shape(model, i).experts)
         # the estimator's own count of this layer comes off its even spread: what is left is the spread's
         mlp = model.experts * h + model.shared_experts * model.mlp_params(model.shared_size) if moe \
@@ -119,7 +119,7 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
     tokens = seq * plan.micro_batch // plan.cp  # a GPU's tokens of one micro-batch (before SP)
     full = plan.recompute == "full"
     held = 1 if full else min(plan.pp - stage, plan.m)  # micro-batches whose layers' activations count
-    layers = list(stage_layers(model.layers, plan.pp, stage))
+    layers = list(stage_range(model, plan.pp, stage))
     kinds = sorted({bool(layer_shape(model, i).experts) for i in layers})
     if full:  # only one layer's working set differs: the kind the estimator sizes it by (the larger)
         layers = [next(i for i in layers if bool(layer_shape(model, i).experts) == kinds[-1])]
@@ -175,7 +175,7 @@ def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], 
     policy, per = Routing.parse(routing), model.experts // plan.ep
     picks = policy.choose("moe#0", ep_rank, ep_rank * tokens, tokens, model.experts, model.top_k) // per
     away = int(sum(len(set(row) - {ep_rank}) for row in picks.tolist()))  # rows sent to other GPUs
-    layers = [i for i in stage_layers(model.layers, plan.pp, stage) if layer_shape(model, i).experts]
+    layers = [i for i in stage_range(model, plan.pp, stage) if layer_shape(model, i).experts]
     times = len(layers) * plan.m
     forwards = 2 if plan.recompute == "full" else 1  # a recomputed forward dispatches and combines again
     copies = tokens * model.top_k * (plan.ep - 1) / plan.ep  # the estimate's rows away: every pick, uniformly

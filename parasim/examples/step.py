@@ -25,13 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
 
 from ..dp.flat import FlatBuffer
 from ..dp.held import HeldActivations, Holdings, Recomputed
 from ..dp.zero import zero1_step
 from ..errors import UsageError
-from ..layout import Layout, LayoutError, ModelSpec
+from ..layout import Layout, LayoutError, ModelSpec, stage_span
 from ..nn import LayerOptions, ParallelContext
 from ..nn.layer import TransformerLayer, layer_weights
 from ..nn.placement import data_axes, grad_group
@@ -103,11 +102,12 @@ class StepRun:
     state: dict[str, list[int]]  # {"dense"|"expert": [optimizer values kept here, of the whole state]}
 
 
-def stage_layers(layers: int, pp: int, stage: int) -> range:
-    """The layers of pipeline stage `stage`: as even as can be, the first stages one more when they do not
-    divide (61 over 16: thirteen stages of 4, three of 3)."""
-    cuts = np.cumsum([0] + [len(a) for a in np.array_split(np.arange(layers), pp)])
-    return range(int(cuts[stage]), int(cuts[stage + 1]))
+def stage_range(model: ModelSpec, pp: int, stage: int) -> range:
+    """The layers of pipeline stage `stage`, by the model's rule for its layers on stages (layout/stages.py:
+    evenly, Megatron's first/last stage counts, a list, or as even as can be with the first stages one more
+    where they do not divide: 61 over 16 is thirteen stages of 4, three of 3)."""
+    start, n = (int(x) for x in stage_span(model, pp, stage))
+    return range(start, start + n)
 
 
 def layer_shape(model: ModelSpec, i: int) -> ModelSpec:
@@ -143,7 +143,7 @@ def train_step(ctx: Any, layout: Layout, opts: StepOptions, data: Data, stage: S
     rows = tp.token_positions()  # the layers' own split: this rank's CP slice, then its SP share of that
     batches = data(ctx, rows)
     # 2. this rank's stage: its layers, the experts it holds, and what it keeps
-    mine = stage_layers(model.layers, layout.pp, c.pp)
+    mine = stage_range(model, layout.pp, c.pp)
     layers, experts = [], []
     for i in mine:
         shape = layer_shape(model, i)

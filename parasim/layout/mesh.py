@@ -16,6 +16,7 @@ import numpy as np
 
 from ..limits import LAYOUT_WORLD
 from .model import LayoutError, ModelSpec, check_kv
+from .stages import check_stages
 
 AXES = ("tp", "cp", "ep", "dp", "pp")
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
@@ -112,10 +113,8 @@ class Layout:
             raise LayoutError(f"experts {m.experts} do not divide by ep {self.ep}")
         if self.ep > 1 and not m.experts:
             raise LayoutError(f"ep {self.ep} needs a model with experts")
-        if m.layers is not None and self.pp > m.layers:
-            raise LayoutError(f"pp {self.pp} exceeds layers {m.layers}: every stage needs a layer")
-        if m.layers is not None and not m.uneven_stages and m.layers % self.pp:
-            raise LayoutError(f"layers {m.layers} do not divide by pp {self.pp}")
+        if m.layers is not None:
+            check_stages(m, self.pp)  # the layers on stages by the model's rule (layout/stages.py)
         if m.seq is not None and self.cp > 1:
             chunks = 2 * self.cp if self.zigzag else self.cp
             if m.seq % chunks:

@@ -1,4 +1,5 @@
-"""The model: one type for the engine's layers, the layout rules and the estimator.
+"""The model: one type for the engine's layers, the layout rules and the estimator; and the rule for how its
+layers sit on pipeline stages (`Stages`, which layout/stages.py reads).
 
 Parameter counts follow from the shapes (attention, MLP or experts, norms, embeddings) unless a stated
 count is given: the post quotes its dense model as 27B parameters, and the model-state figures use that.
@@ -24,6 +25,76 @@ def check_kv(heads: int, kv_heads: int) -> None:
         raise LayoutError(f"heads {heads} do not divide by kv-heads {kv_heads}")
 
 
+STAGE_LIST_MAX = 65_536  # entries of a stage list: one per pipeline stage, and no layout has more GPUs
+
+
+@dataclass(frozen=True)
+class Stages:
+    """The rule that puts a model's layers on pipeline stages (layout/stages.py lists the rules, with
+    Megatron's, and answers which layers each stage holds). The default, all fields unset, is Megatron's even
+    split."""
+
+    first: int | None = None  # layers on the first stage (Megatron's --decoder-first-pipeline-num-layers)
+    last: int | None = None  # layers on the last stage (--decoder-last-pipeline-num-layers)
+    embedding: bool = False  # the embedding takes a layer's place on the first stage (--account-for-embedding-...)
+    loss: bool = False  # the loss takes a layer's place on the last stage (--account-for-loss-...)
+    counts: tuple[int, ...] | None = None  # every stage's layers, first to last
+    spread: bool = False  # layers need not divide by pp: the first L mod pp stages take one more
+
+    def __post_init__(self) -> None:
+        for name in ("first", "last"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
+                # Megatron: "num_layers_in_first_pipeline_stage must be larger than 0"
+                raise LayoutError(f"layers on the {name} stage must be a whole number larger than 0, got {v!r}")
+        if self.counts is not None:
+            if not isinstance(self.counts, tuple) or not self.counts:
+                raise LayoutError("a stage list needs one layer count per stage")
+            if len(self.counts) > STAGE_LIST_MAX:
+                raise LayoutError(f"a stage list of {len(self.counts):,} stages is more than the limit of "
+                                  f"{STAGE_LIST_MAX:,}")
+            bad = [v for v in self.counts if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
+            if bad:
+                raise LayoutError(f"every stage needs a whole number of layers, at least 1, got {bad[0]!r} in the "
+                                  "stage list")
+        kinds = [k for k, on in (("a stage list", self.counts is not None),
+                                 ("first/last stage layers", self.first is not None or self.last is not None),
+                                 ("the embedding or loss counted in the split", self.embedding or self.loss),
+                                 ("the as-even-as-can-be split", self.spread)) if on]
+        if len(kinds) > 1:  # Megatron refuses first/last with the embedding or loss counted, and a layout with both
+            raise LayoutError(f"give one rule for the layers on stages, not {' and '.join(kinds)}")
+
+    @property
+    def given(self) -> bool:
+        """Whether a rule other than the even split's is set."""
+        return self != Stages()
+
+    def check_layers(self, layers: int) -> None:
+        """The rule's own limits against the model's layers, whatever pp is."""
+        if self.counts is not None and sum(self.counts) != layers:
+            raise LayoutError(f"the stage list holds {sum(self.counts):,} layers, the model has {layers:,}")
+        fixed = (self.first or 0) + (self.last or 0)
+        if fixed > layers:
+            raise LayoutError(f"first and last stage layers ({fixed:,}) exceed the model's {layers:,} layers")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The rule as JSON: its kind and what it states."""
+        if self.counts is not None:
+            return {"rule": "list", "counts": list(self.counts)}
+        if self.first is not None or self.last is not None:
+            return {"rule": "first/last", "first": self.first, "last": self.last}
+        if self.embedding or self.loss:
+            return {"rule": "embedding/loss", "embedding": self.embedding, "loss": self.loss}
+        return {"rule": "spread" if self.spread else "even"}
+
+
+SPREAD = Stages(spread=True)
+
+
+def _rule(model: Any) -> Stages:
+    return model.stages
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A transformer's shapes: one type for the engine's layers, the layouts' rules and the estimator.
@@ -45,7 +116,7 @@ class ModelSpec:
     dense_layers: int = 0  # leading layers with a dense MLP in an MoE model
     gated: bool = False  # SwiGLU-style MLP: three matrices instead of two
     tied_embeddings: bool = False
-    uneven_stages: bool = False  # layers need not divide by pp (the first stages take the extra ones)
+    stages: Stages = Stages()  # how the layers sit on pipeline stages (layout/stages.py; default: evenly)
     params: float | None = None  # a stated parameter count; overrides the count from shapes
     seq: int | None = None  # a worked example's sequence length (CP's split must divide it)
     micro_batch: int | None = None
@@ -95,6 +166,10 @@ class ModelSpec:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
         if self.layers is not None and self.dense_layers > self.layers:
             raise LayoutError(f"dense layers {self.dense_layers} exceed layers {self.layers}")
+        if not isinstance(self.stages, Stages):
+            raise LayoutError(f"model stages must be a Stages rule, got {self.stages!r}")
+        if self.layers is not None:
+            self.stages.check_layers(self.layers)
 
     def require(self, *fields: str) -> "ModelSpec":
         """This model, if it gives every one of `fields` (an MoE model also its top-k)."""

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from .mesh import Layout
 from .model import ModelSpec
+from .stages import SPREAD
 
 # The post states 27B parameters; its shapes alone give 12*L*h^2 plus the embeddings.
 DENSE_27B = ModelSpec(name="27B dense", layers=60, hidden=6144, heads=48, vocab=131072, micro_batch=1, params=27e9)
@@ -18,12 +19,13 @@ MOE16 = ModelSpec(name="16-GPU MoE example", layers=4, hidden=8, heads=4, vocab=
                   tokens=("the", "court", "ruled", "that", "the", "contract", "was", "void"))
 # Megatron-LM (Shoeybi et al., 2019), the 8.3B GPT-2: 72 layers, hidden 3072, 32 heads, 8-way TP on 512 GPUs.
 MEGATRON_8B = ModelSpec(name="Megatron-LM 8.3B", layers=72, hidden=3072, heads=32, vocab=51200)
-# DeepSeek-V3 (report, 2024): 61 layers (the first 3 dense) over 16 pipeline stages (so unevenly), hidden
-# 7168, 128 heads (modelled as plain multi-head: no MLA), 256 routed experts of width 2048 per MoE layer,
-# top 8, one shared expert, SwiGLU; PP16 x EP64 with ZeRO-1 data parallelism and no TP.
+# DeepSeek-V3 (report, 2024): 61 layers (the first 3 dense) over 16 pipeline stages (so unevenly: as even as
+# can be, layout/stages.py's spread), hidden 7168, 128 heads (modelled as plain multi-head: no MLA), 256 routed
+# experts of width 2048 per MoE layer, top 8, one shared expert, SwiGLU; PP16 x EP64 with ZeRO-1 data
+# parallelism and no TP.
 DEEPSEEK_V3 = ModelSpec(name="DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432,
                         experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True,
-                        uneven_stages=True)
+                        stages=SPREAD)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from math import gcd
 from typing import Any
 
 from .flags import SHARDING
+from .pipeline import pipeline_args
 
 OVERLAP_FLAGS = {"grad-reduce": "--overlap-grad-reduce", "prefetch": "--overlap-param-gather",
                  "tp": "--tp-comm-overlap", "p2p": "--overlap-p2p-communication"}
@@ -92,11 +93,10 @@ def layout_args(layout: Any, experts: bool) -> list[str]:
 
 
 def step_args(plan: Any, overlap: tuple[str, ...] = ()) -> list[str]:
-    """The flags of a plan's step: batch, recomputation, attention, dropout, precision, overlap."""
+    """The flags of a plan's step: batch, recomputation, attention, dropout, precision, overlap (its model
+    chunks per GPU go with the layers on stages: megatron/pipeline.py)."""
     out = ["--micro-batch-size", str(plan.micro_batch),
            "--global-batch-size", str(plan.micro_batch * plan.m * plan.dp)]
-    if plan.chunks > 1:
-        out += ["--num-virtual-stages-per-pipeline-rank", str(plan.chunks)]
     if plan.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
     elif plan.recompute == "full":
@@ -111,9 +111,9 @@ def step_args(plan: Any, overlap: tuple[str, ...] = ()) -> list[str]:
 
 
 def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = ()) -> list[str]:
-    """Every flag of a plan: the model's shapes, the layout, the step."""
+    """Every flag of a plan: the model's shapes, the layout, its layers on stages, the step."""
     return model_args(model, seq) + layout_args(plan, bool(model is not None and model.experts)) + \
-        step_args(plan, overlap)
+        pipeline_args(model, plan) + step_args(plan, overlap)
 
 
 def torchrun_words(world: int, gpus_per_node: int) -> list[str]:

@@ -136,16 +136,17 @@ FLAGS: dict[str, Flag] = {
     "--delay-wgrad-compute": _left(0, "weight gradients later (zero-bubble style): not in the plan's time"),
     "--defer-embedding-wgrad-compute": _left(0, "the embedding's weight gradient deferred: not in the plan's time"),
     "--mtp-num-layers": _left(1, "multi-token prediction layers: their weights and work are not counted"),
-    "--num-layers-in-first-pipeline-stage": _left(1, "an uneven first stage: parasim gives the first stages the "
-                                                     "extra layers"),
-    "--num-layers-in-last-pipeline-stage": _left(1, "an uneven last stage: parasim gives the first stages the "
-                                                    "extra layers"),
-    "--decoder-first-pipeline-num-layers": _left(1, "an uneven first stage: parasim gives the first stages the "
-                                                    "extra layers"),
-    "--decoder-last-pipeline-num-layers": _left(1, "an uneven last stage: parasim gives the first stages the "
-                                                   "extra layers"),
-    "--account-for-embedding-in-pipeline-split": _left(0, "the embedding counted as a layer in the split"),
-    "--account-for-loss-in-pipeline-split": _left(0, "the loss counted as a layer in the split"),
+    # the layers on pipeline stages (megatron/pipeline.py reads them into layout/stages.py's rule).
+    # TransformerConfig's num_layers_in_first/last_pipeline_stage have no flags of their own: arguments.py
+    # leaves them out of its parser and sets them from the two --decoder-... flags
+    "--decoder-first-pipeline-num-layers": _used(1, "layers on the first pipeline stage (the rest split evenly over "
+                                                    "the middle stages)"),
+    "--decoder-last-pipeline-num-layers": _used(1, "layers on the last pipeline stage (the rest split evenly over "
+                                                   "the middle stages)"),
+    "--account-for-embedding-in-pipeline-split": _used(0, "the embedding takes a layer's place on the first stage"),
+    "--account-for-loss-in-pipeline-split": _used(0, "the loss takes a layer's place on the last stage"),
+    "--pipeline-model-parallel-layout": _used(1, "every pipeline stage's layers, and the virtual stages (its MTP "
+                                                 "layers are not counted)"),
     "--step-batch-size-schedule": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
     "--rampup-batch-size": _left(-1, "the batch grows during training: parasim takes --global-batch-size"),
     "--multi-latent-attention": _used(0, "multi-head latent attention: its parameters counted from its ranks"),

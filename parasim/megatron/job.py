@@ -18,6 +18,7 @@ from ..layout import Layout, ModelSpec
 from ..limits import MAX_SIZE, brief
 from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS, SHARDING,
                     TOKENIZERS, flag_of)
+from . import pipeline
 from .script import Script, read_file, read_script
 
 ATTENTION_FLASH = {"auto": True, "flash": True, "fused": True, "unfused": False, "local": False}
@@ -506,7 +507,7 @@ def _layout(job: Job) -> None:
     if v is not None:
         _use(job, "--num-virtual-stages-per-pipeline-rank")
         chunks = v
-    job.step["chunks"] = chunks or 1
+    job.step["chunks"] = _pipeline(job, chunks) or chunks or 1
     for flag, name in (("--overlap-grad-reduce", "grad-reduce"), ("--overlap-param-gather", "prefetch"),
                        ("--tp-comm-overlap", "tp"), ("--overlap-p2p-communication", "p2p")):
         if flag in g:
@@ -520,6 +521,24 @@ def _layout(job: Job) -> None:
                "--cp-comm-type")
     if y["cp"] > 1 and cp_type == "p2p":  # TransformerEngine's ring runs each K/V exchange beside attention
         job.overlap.append("cp")
+
+
+def _pipeline(job: Job, chunks: int | None) -> int | None:
+    """The layers on pipeline stages (megatron/pipeline.py: Megatron's uneven first and last stage, the
+    embedding and loss counted in the split, or a layout of every stage) into the model's stage rule; the
+    model chunks per GPU a layout states (None: the other flags'). Left out: MTP layers a layout places."""
+    g = job.given
+    given = {pipeline.FIRST: _int(job, pipeline.FIRST), pipeline.LAST: _int(job, pipeline.LAST),
+             pipeline.EMBEDDING: pipeline.EMBEDDING in g, pipeline.LOSS: pipeline.LOSS in g,
+             pipeline.LAYOUT: _text(job, pipeline.LAYOUT), pipeline.VIRTUAL: g.get(pipeline.VIRTUAL),
+             pipeline.PER_VIRTUAL: g.get(pipeline.PER_VIRTUAL)}
+    rule, virtual = pipeline.split_of(job.model.get("layers"), job.layout["pp"], given, chunks)
+    for flag in (f for f in (pipeline.FIRST, pipeline.LAST, pipeline.EMBEDDING, pipeline.LOSS, pipeline.LAYOUT)
+                 if f in g):
+        _use(job, flag)
+    if rule.given:
+        job.model["stages"] = rule
+    return virtual
 
 
 def _step(job: Job) -> None:

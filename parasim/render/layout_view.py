@@ -11,7 +11,8 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..layout import GROUP_NAMES, Layout
+from ..layout import GROUP_NAMES, Layout, stage_counts, stage_span
+from ..layout.stages import describe, is_uneven
 from .text import printable
 
 SHOWN_GROUPS = 8  # groups listed per kind before "... and N more"
@@ -40,15 +41,19 @@ def _model_line(layout: Layout) -> str:
         facts.append(f"sequence {m.seq}")
     if m.tokens:
         facts.append("tokens: " + " ".join(m.tokens))
+    counts = stage_counts(m, layout.pp) if m.layers else ()
+    if is_uneven(counts):  # how the layers sit on the stages (layout/stages.py), when not evenly
+        facts[0] = describe(counts)
     return (m.name + ": " if m.name else "") + ", ".join(facts)
 
 
 def _stage_layers(layout: Layout, stage: int) -> str:
+    """The layers stage `stage` holds, by the model's rule (layout/stages.py), counted from 1."""
     m = layout.model
-    if m is None or not m.layers or m.uneven_stages:
+    if m is None or not m.layers:
         return ""
-    per = m.layers // layout.pp
-    return f" (layers {stage * per + 1}-{(stage + 1) * per})"
+    start, n = (int(x) for x in stage_span(m, layout.pp, stage))
+    return f" (layer {start + 1})" if n == 1 else f" (layers {start + 1}-{start + n})"
 
 
 def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
