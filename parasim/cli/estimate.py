@@ -234,10 +234,11 @@ def _sources(args: argparse.Namespace, out: dict, job: Any) -> None:
                          "params": hf.model.total_params(), "active_params": hf.model.active_params()}
 
 
-def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
-    """--megatron-args: the plan as Megatron flags and the torchrun line that runs them."""
+def _written(args: argparse.Namespace, model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
+    """--megatron-args: the plan as Megatron flags and the torchrun line that runs them (as the job it came from,
+    with --megatron FILE: what parasim does not model, written back as the job gives it)."""
     from ..megatron.args import as_dict
-    return as_dict(model, plan, seq, overlap)
+    return as_dict(model, plan, seq, overlap, read_megatron(args))
 
 
 def _print_written(out: dict, plan: Any) -> None:
@@ -296,7 +297,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
            "stages": _stages(model, plan, bd.stage, timing["slowest_stage"])}
     _sources(args, out, job)
     if args.megatron_args:
-        out["megatron_args"] = _written(model, plan, args.seq, overlap)
+        out["megatron_args"] = _written(args, model, plan, args.seq, overlap)
     if args.plot:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
@@ -347,7 +348,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
             for row in result["nodes"]:
                 if row["best"] is not None and row["best"]["max_seq_tokens"]:
                     plan = _searched(row["best"], args, model)
-                    row["best"]["megatron_args"] = _written(model, plan, row["best"]["seq_length"], ())
+                    row["best"]["megatron_args"] = _written(args, model, plan, row["best"]["seq_length"], ())
         if args.plot:
             from ..render.plots import plot_search
             plot_search(result, args.plot)
@@ -382,7 +383,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     _sources(args, out, job)
     if args.megatron_args and f.seq:
         from .megatron import fit_seq
-        out["megatron_args"] = _written(model, plan, fit_seq(f.seq, plan), overlap)
+        out["megatron_args"] = _written(args, model, plan, fit_seq(f.seq, plan), overlap)
     if args.json:
         print_json(out)
         return 0

@@ -88,11 +88,13 @@ def cmd_layout(args: argparse.Namespace) -> int:
     job = read_megatron(args)
     written = None
     if args.megatron_args:
-        from ..megatron.args import layout_args, model_args, script_text
+        from ..megatron.args import PRECISION_FLAGS, job_rest, layout_args, model_args, script_text
         from ..megatron.pipeline import pipeline_args
-        words = model_args(layout.model, layout.model.seq if layout.model else None, partial=True) + \
+        precision = "megatron-bf16" if job is None else job.step["precision"]
+        words = model_args(layout.model, layout.model.seq if layout.model else None, partial=True, job=job) + \
             layout_args(layout, bool(layout.model and layout.model.experts)) + \
-            pipeline_args(layout.model, layout) + ["--bf16"]
+            pipeline_args(layout.model, layout) + list(PRECISION_FLAGS[precision])
+        words += [] if job is None else job_rest(job, words)  # the rest of the job, as it gives it
         written = {"args": words, "torchrun": script_text(words, layout.world, layout.gpus_per_node)}
     if args.json:
         out = layout.to_json()

@@ -1,21 +1,34 @@
 """A plan written back as Megatron-LM flags and the torchrun line that runs it: what `--megatron-args` prints.
-Reading these flags with `--megatron` gives the same layout and step (tests/test_megatron.py)."""
+Reading these flags with `--megatron` gives the same layout and step (tests/test_megatron.py). A plan made
+from a job (`--megatron FILE`) is written back as that job: its precision, its positions, its tokenizer and
+every flag parasim does not model, as read, with only what parasim decides (the layout, the step, the
+shapes) in parasim's words (tests/test_megatron_roundtrip.py)."""
 from __future__ import annotations
 
 from math import gcd
 from typing import Any
 
-from .flags import SHARDING
+from ..layout.precision import precision as precision_of
+from .flags import NEAREST_PRECISION, PRECISION_FLAGS, SHARDING
 from .pipeline import pipeline_args
 
 OVERLAP_FLAGS = {"grad-reduce": "--overlap-grad-reduce", "prefetch": "--overlap-param-gather",
                  "tp": "--tp-comm-overlap", "p2p": "--overlap-p2p-communication"}
 WIDTH = 100  # a printed line, continued with a backslash past it
+# flags a job gives that parasim reads but does not write (it takes what they mean and writes nothing for it,
+# or would write something else): written back as the job gives them
+AS_READ = frozenset(("--vocab-size", "--tokenizer-type", "--vocab-file", "--make-vocab-size-divisible-by",
+                     "--moe-token-dispatcher-type", "--use-flash-attn", "--attention-backend", "--hidden-dropout",
+                     "--attention-dropout", "--position-embedding-type", "--max-position-embeddings",
+                     "--no-position-embedding"))
 
 
-def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
+def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1) -> list[str]:
     """The flags of a model's shapes; `partial`: only the sizes it states (a layout's model: the sizes its
-    rules check), none of the defaults a whole model has."""
+    rules check), none of the defaults a whole model has. With the `job` the model came from, what parasim
+    does not model is left to the job's own flags: the positions (rotary or learned, and how many), the
+    token dispatcher, and the vocabulary where it is the job's (its tokenizer, padded as Megatron pads it for
+    TP `tp`)."""
     out: list[str] = []
 
     def add(flag: str, value: Any) -> None:
@@ -32,11 +45,8 @@ def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
         add("--num-query-groups", model.kv_heads)
     if partial:
         if model.experts:
-            out += ["--num-experts", str(model.experts), "--moe-token-dispatcher-type", "alltoall"]
-        out += ["--position-embedding-type", "rope"]
-        if seq is not None:
-            out += ["--seq-length", str(seq), "--max-position-embeddings", str(seq)]
-        return out
+            out += ["--num-experts", str(model.experts)]
+        return out + _unmodelled_model_args(model, seq, job)
     if model.latent:
         out.append("--multi-latent-attention")
         add("--q-lora-rank", model.q_lora_rank)
@@ -47,7 +57,9 @@ def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
     elif model.head_size is not None:
         add("--kv-channels", model.head_size)
     if model.hidden is not None:
-        add("--ffn-hidden-size", model.ffn_size)
+        # a width the model states (or a gated MLP's, whose default Megatron takes as 8/3 h and parasim as 4h);
+        # otherwise both take 4h
+        add("--ffn-hidden-size", model.ffn if model.ffn is not None or not model.gated else model.ffn_size)
     if model.gated:
         out.append("--swiglu")
     if model.norm == "rmsnorm":
@@ -56,21 +68,39 @@ def model_args(model: Any, seq: int | None, partial: bool = False) -> list[str]:
         out.append("--disable-bias-linear")
     if not model.tied_embeddings:
         out.append("--untie-embeddings-and-output-weights")
-    add("--vocab-size", model.vocab)
+    if job is None or model.vocab != _job_vocab(job, tp):
+        add("--vocab-size", model.vocab)
     if model.experts:
         add("--num-experts", model.experts)
         add("--moe-router-topk", model.top_k)
-        add("--moe-ffn-hidden-size", model.expert_size)
+        add("--moe-ffn-hidden-size", model.expert_ffn)  # unstated: both take the dense width
         if model.shared_experts:
             add("--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_size)
         if model.dense_layers:
             add("--moe-layer-freq", f"([0]*{model.dense_layers}+[1]*{model.layers - model.dense_layers})")
-        out.extend(["--moe-token-dispatcher-type", "alltoall"])
-    out.extend(["--position-embedding-type", "rope"])
+    return out + _unmodelled_model_args(model, seq, job)
+
+
+def _unmodelled_model_args(model: Any, seq: int | None, job: Any) -> list[str]:
+    """What a new job needs and parasim does not model: the all-to-all dispatcher of an MoE model, rotary
+    positions, as many positions as the sequence; each left to the `job`'s own flags where it gives them."""
+    given = {} if job is None else job.given
+    out = []
+    if model.experts and "--moe-token-dispatcher-type" not in given:
+        out += ["--moe-token-dispatcher-type", "alltoall"]
+    if job is None:  # Megatron-LM's default is learned absolute positions: a job that says nothing keeps them
+        out += ["--position-embedding-type", "rope"]
     if seq is not None:
-        add("--seq-length", seq)
-        add("--max-position-embeddings", seq)
+        out += ["--seq-length", str(seq)] + ([] if "--max-position-embeddings" in given else
+                                              ["--max-position-embeddings", str(seq)])
     return out
+
+
+def _job_vocab(job: Any, tp: int) -> int | None:
+    """The vocabulary the job's own flags give, padded as Megatron pads it for TP `tp` (None: they give none)."""
+    from .job import padded_vocab
+    own = job.model.get("vocab")
+    return None if own is None else padded_vocab(own, job.model["vocab_padding"], tp)
 
 
 def layout_args(layout: Any, experts: bool) -> list[str]:
@@ -105,15 +135,48 @@ def step_args(plan: Any, overlap: tuple[str, ...] = ()) -> list[str]:
         out += ["--attention-backend", "unfused"]
     if not plan.dropout:
         out += ["--hidden-dropout", "0.0", "--attention-dropout", "0.0"]
-    out.append("--bf16")
+    out += list(PRECISION_FLAGS[megatron_precision(plan.precision)])
     out += [OVERLAP_FLAGS[o] for o in overlap if o in OVERLAP_FLAGS]
     return out
 
 
-def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = ()) -> list[str]:
-    """Every flag of a plan: the model's shapes, the layout, its layers on stages, the step."""
-    return model_args(model, seq) + layout_args(plan, bool(model is not None and model.experts)) + \
+def megatron_precision(name: str) -> str:
+    """The layout/precision.py entry Megatron-LM runs for the plan's: its own, or the nearest it has flags for."""
+    return name if name in PRECISION_FLAGS else NEAREST_PRECISION[name]
+
+
+def precision_notes(name: str) -> list[str]:
+    """What changes when a precision Megatron-LM has no flags for is written as the nearest one it has."""
+    if name in PRECISION_FLAGS:
+        return []
+    near = megatron_precision(name)
+    mine, theirs = precision_of(name), precision_of(near)
+    flags = " ".join(PRECISION_FLAGS[near]) or "no precision flag (FP32)"
+    return [f"precision {name} has no Megatron-LM flags: written as {near} ({flags}), {theirs.per_param():g} bytes "
+            f"a parameter of model state where {name} keeps {mine.per_param():g} (parasim memory --precision {near} "
+            "counts the job as written)"]
+
+
+def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None
+                  ) -> list[str]:
+    """Every flag of a plan: the model's shapes, the layout, its layers on stages, the step; with the `job` the
+    plan came from, then every flag of the job parasim does not write itself or re-derive, as the job gives
+    it: what it leaves out (named under "not modelled"), what changes nothing it counts, what it does not
+    know, and what it reads but writes no flag for (AS_READ)."""
+    out = model_args(model, seq, job=job, tp=plan.tp) + layout_args(plan, bool(model is not None and model.experts)) + \
         pipeline_args(model, plan) + step_args(plan, overlap)
+    return out if job is None else out + job_rest(job, out)
+
+
+def job_rest(job: Any, written: list[str]) -> list[str]:
+    """The flags of `job` to write after parasim's own (`written`): every flag parasim does not write or
+    re-derive, as the job gives it."""
+    mine = {w for w in written if w.startswith("--")}
+    out: list[str] = []
+    for flag, values in job.given.items():
+        if flag not in mine and (flag not in job.read or flag in job.left or flag in AS_READ):
+            out += [flag, *values]
+    return out
 
 
 def torchrun_words(world: int, gpus_per_node: int) -> list[str]:
@@ -153,8 +216,11 @@ def _wrap(words: list[str], indent: str, quote: bool = True) -> list[str]:
 
 
 def _quoted(word: str) -> str:
-    """A word as the shell must see it: a pattern such as ([0]*3+[1]*58) in single quotes."""
-    return f"'{word}'" if any(c in word for c in "()[]*$ ") and not word.startswith("${") else word
+    """A word as the shell must see it to hand it on unchanged: as it is when it holds nothing the shell reads
+    (flags, numbers, paths), else single-quoted (a pattern such as ([0]*3+[1]*58), a value with quotes or spaces
+    in it, as a script's own quoting left it)."""
+    import shlex
+    return shlex.quote(word)
 
 
 def per_node_of(world: int, gpus_per_node: int) -> int:
@@ -175,9 +241,10 @@ def describe(world: int, gpus_per_node: int) -> str:
                else ""))
 
 
-def as_dict(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
-    """--json: the flags, and the torchrun line that runs them."""
-    args = megatron_args(model, plan, seq, overlap)
+def as_dict(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None
+            ) -> dict[str, Any]:
+    """--json: the flags, the torchrun line that runs them, and what they do not carry over ("notes")."""
+    args = megatron_args(model, plan, seq, overlap, job)
     return {"args": args, "torchrun": script_text(args, plan.world, plan.gpus_per_node),
             "nodes": nodes_of(plan.world, plan.gpus_per_node),
-            "gpus_per_node": per_node_of(plan.world, plan.gpus_per_node)}
+            "gpus_per_node": per_node_of(plan.world, plan.gpus_per_node), "notes": precision_notes(plan.precision)}

@@ -21,6 +21,19 @@ MLA_FIELDS = {"--q-lora-rank": "q_lora_rank", "--kv-lora-rank": "kv_lora_rank", 
 # --tokenizer-type -> its vocabulary, for jobs that give no --vocab-size: GPT-2's byte-level BPE (50,257
 # tokens, Radford et al. 2019) and Llama 2's SentencePiece model (32,000, Touvron et al. 2023)
 TOKENIZERS = {"GPT2BPETokenizer": 50257, "Llama2Tokenizer": 32000}
+# Megatron-LM's precision flags for each entry of layout/precision.py it has a setting for (megatron/arguments.py:
+# --bf16 accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16; --fp16 keeps FP16 gradients
+# unless --accumulate-allreduce-grads-in-fp32; neither is FP32). The reader and the writer both read it.
+PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
+    "megatron-bf16": ("--bf16",),
+    "megatron-bf16-reduce-bf16": ("--bf16", "--grad-reduce-in-bf16"),
+    "megatron-fp16": ("--fp16",),
+    "megatron-fp16-grads-fp32": ("--fp16", "--accumulate-allreduce-grads-in-fp32"),
+    "fp32": (),
+}
+# the Megatron-LM setting nearest each entry it has no flags for: what `--megatron-args` writes, saying so
+NEAREST_PRECISION = {"post": "megatron-bf16-reduce-bf16", "fsdp2": "megatron-bf16", "deepseek-v3": "megatron-bf16",
+                     "fp64": "fp32"}
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}  # Megatron-FSDP -> ZeRO
 
 

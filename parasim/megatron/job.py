@@ -16,8 +16,8 @@ from typing import Any
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
 from ..limits import MAX_SIZE, brief
-from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS, SHARDING,
-                    TOKENIZERS, flag_of)
+from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS,
+                    PRECISION_FLAGS, SHARDING, TOKENIZERS, flag_of)
 from . import pipeline
 from .script import Script, read_file, read_script
 
@@ -48,6 +48,7 @@ class Job:
     no_effect: list[str] = field(default_factory=list)  # flags that change nothing parasim counts
     unknown: list[str] = field(default_factory=list)  # flags not in parasim's table
     read: set[str] = field(default_factory=set)  # flags already accounted for (used, or named as left out)
+    left: set[str] = field(default_factory=set)  # flags named as left out (what `unmodelled` says of them)
     contradictions: list[str] = field(default_factory=list)
     model: dict[str, Any] = field(default_factory=dict)  # ModelSpec fields the flags give
     layout: dict[str, Any] = field(default_factory=dict)  # tp, cp, pp, ep, etp, sp, zero, order
@@ -170,6 +171,7 @@ def _leave(job: Job, line: str, *flags: str) -> None:
     """One line for what `flags` change that parasim does not model."""
     job.unmodelled.append(line)
     job.read.update(flags)
+    job.left.update(flags)
 
 
 def _launch(job: Job) -> None:
@@ -584,27 +586,27 @@ def _step(job: Job) -> None:
 
 
 def _precision(job: Job) -> str:
-    """The job's entry of layout/precision.py, as Megatron-LM's arguments.py decides the dtypes: --bf16
-    accumulates and reduces gradients in FP32 unless --grad-reduce-in-bf16; --fp16 keeps FP16 gradients unless
-    --accumulate-allreduce-grads-in-fp32; neither trains in FP32."""
+    """The job's entry of layout/precision.py: the one whose Megatron-LM flags (flags.PRECISION_FLAGS) the job
+    gives. --accumulate-allreduce-grads-in-fp32 with --bf16 is its default (FP32 gradients already)."""
     g = job.given
     if "--bf16" in g and "--fp16" in g:
         raise UsageError(f"{job.path}: both --bf16 and --fp16 are given; Megatron-LM refuses that: keep one")
-    if "--bf16" in g:
-        _use(job, "--bf16")
-        if "--grad-reduce-in-bf16" in g:
-            _use(job, "--grad-reduce-in-bf16")
-            return "megatron-bf16-reduce-bf16"
-        if "--accumulate-allreduce-grads-in-fp32" in g:
-            _use(job, "--accumulate-allreduce-grads-in-fp32")  # the default under --bf16
-        return "megatron-bf16"
-    if "--fp16" in g:
-        _use(job, "--fp16")
-        if "--accumulate-allreduce-grads-in-fp32" in g:
-            _use(job, "--accumulate-allreduce-grads-in-fp32")
-            return "megatron-fp16-grads-fp32"
-        return "megatron-fp16"
-    return "fp32"
+    given = {f for f in ("--bf16", "--fp16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")
+             if f in g}
+    if given >= {"--bf16", "--accumulate-allreduce-grads-in-fp32"} and "--grad-reduce-in-bf16" not in given:
+        given.discard("--accumulate-allreduce-grads-in-fp32")
+        _use(job, "--accumulate-allreduce-grads-in-fp32")  # the default under --bf16
+    if "--grad-reduce-in-bf16" in given and "--bf16" not in given:  # Megatron reads it only with --bf16
+        given.discard("--grad-reduce-in-bf16")
+    if "--accumulate-allreduce-grads-in-fp32" in given and not given & {"--bf16", "--fp16"}:
+        given.discard("--accumulate-allreduce-grads-in-fp32")  # FP32 training accumulates in FP32 already
+    name = next((n for n, flags in PRECISION_FLAGS.items() if set(flags) == given), None)
+    if name is None:  # --bf16 with both --grad-reduce-in-bf16 and --accumulate-allreduce-grads-in-fp32
+        raise UsageError(f"{job.path}: {' and '.join(sorted(given))} contradict each other: --grad-reduce-in-bf16 "
+                         "reduces BF16 gradients, --accumulate-allreduce-grads-in-fp32 FP32 ones")
+    for f in PRECISION_FLAGS[name]:
+        _use(job, f)
+    return name
 
 
 def _rest(job: Job) -> None:

@@ -48,5 +48,7 @@ def job_lines(job: Any) -> list[str]:
 
 def args_lines(title: str, megatron: dict[str, Any]) -> list[str]:
     """`--megatron-args`: the torchrun line, ready to paste, under a comment line saying where it runs."""
-    return textwrap.wrap(title, WIDTH, initial_indent="# ", subsequent_indent="#   ") + \
+    notes = [line for note in megatron.get("notes", [])
+             for line in textwrap.wrap(note, WIDTH, initial_indent="# ", subsequent_indent="#   ")]
+    return textwrap.wrap(title, WIDTH, initial_indent="# ", subsequent_indent="#   ") + notes + \
         megatron["torchrun"].split("\n")
