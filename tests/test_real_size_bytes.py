@@ -70,3 +70,18 @@ def test_trace_of_a_megatron_job_sends_at_its_precision(tmp_path):
     does = {(d["group"], d["op"]): d for d in json.loads(r.stdout)["does"]}
     rs, ag = does[("dp-cp", "reduce_scatter")], does[("dp-cp", "all_gather")]
     assert rs["sent"] == 2 * ag["sent"]
+
+
+@pytest.mark.slow
+def test_deepseek_v3s_step_on_2048_gpus_sends_at_its_precision():
+    """`parasim trace --symbolic --layout deepseek-v3`'s step (PP 16 x EP 64, folded): every event sent as timed,
+    in BF16 at the post's precision; at DeepSeek-V3's own, its EP dispatch in FP8 and the combine in BF16."""
+    from parasim.estimate import Plan, get_model
+    from parasim.examples.against import run_plan
+    model = get_model("deepseek-v3")
+    for name, toward in (("post", "bfloat16"), ("deepseek-v3", "float8_e4m3fn")):
+        trace = run_plan(model, Plan(pp=16, ep=64, dp=128, precision=name), 1024, 0)
+        _every_event_is_sent_as_timed(trace)
+        a2a = {e.label.split(" ", 2)[-1].split(":")[0]: {t.dtype for m in e.members for t in m.ins}
+               for e in trace.events if e.op == "all_to_all"}
+        assert a2a["dispatch"] == {toward} and a2a["combine"] == {"bfloat16"}, a2a
