@@ -85,3 +85,24 @@ def test_the_k_th_notes_of_every_rank_are_said_together_in_rank_order():
     (phase, items), = [b for b in _phase_blocks(trace) if b[0] == "P"]
     assert [it[-1] for it in items] == ["rank 0: first of 0", "rank 1: first of 1", "rank 0: second of 0",
                                         "rank 1: second of 1"]
+
+
+def test_a_big_groups_event_shows_its_first_and_last_members_and_sums_up_many_chunks():
+    """An all-to-all over 16 ranks, rank r sending r + 1 rows of 3 to each: the walk-through writes ranks
+    0-7 and 14-15 out, one line for ranks 8-13 (what they sent and received, lowest to highest), and each
+    member's 16 chunks as one count with the range of their rows."""
+    import parasim
+    from parasim.render.walkthrough import event_lines
+
+    def program(ctx):
+        ctx.comm.all_to_all([ctx.xp.zeros((ctx.rank + 1, 3)) for _ in range(ctx.world)])
+    (event,) = parasim.run(program, 16).trace.events
+    lines = list(event_lines(event))[1:]
+    assert [ln.split()[1] for ln in lines[:8]] == [str(r) for r in range(8)]
+    # rank r sends 15 chunks of (r + 1) x 3 float64 values (its own stays); it receives rows 1..16 but its own
+    sent = {r: 15 * (r + 1) * 3 * 8 for r in range(16)}
+    recv = {r: (sum(range(1, 17)) - (r + 1)) * 3 * 8 for r in range(16)}
+    assert lines[8] == (f"    ... ranks 8 to 13 (6): sent {sent[8]:,} B to {sent[13]:,} B, recv {recv[13]:,} B to "
+                        f"{recv[8]:,} B")
+    assert [ln.split()[1] for ln in lines[9:]] == ["14", "15"]
+    assert "16 x float64[1, 3] -> 16 x float64[1..16, 3]" in lines[0]

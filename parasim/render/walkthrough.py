@@ -36,8 +36,25 @@ def _params(e: Event) -> str:
     return ", ".join(parts)
 
 
+SHOWN_TENSORS = 4  # a member's arrays written out one by one; more (an all-to-all's chunks) are summed up
+SHOWN_MEMBERS = 10  # a group's members written out one by one; a larger group shows its first and last
+
+
 def _tensors(ts) -> str:
+    """A member's arrays: each written out, or, for many of one dtype and width (an all-to-all over a big
+    group), their count and the range of their first dim: 64 x bfloat16[421..568, 7172]."""
+    ts = list(ts)
+    if len(ts) > SHOWN_TENSORS and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1 and ts[0].shape:
+        first = [t.shape[0] for t in ts]
+        lo, hi = min(first), max(first)
+        rest = "".join(f", {d}" for d in ts[0].shape[1:])
+        return f"{len(ts)} x {ts[0].dtype}[{lo if lo == hi else f'{lo}..{hi}'}{rest}]"
     return " ".join(f"{t.dtype}{list(t.shape)}" for t in ts) or "-"
+
+
+def _span(values: list[int]) -> str:
+    lo, hi = min(values), max(values)
+    return fmt_bytes(lo) if lo == hi else f"{fmt_bytes(lo)} to {fmt_bytes(hi)}"
 
 
 def event_lines(e: Event) -> Iterator[str]:
@@ -58,7 +75,14 @@ def event_lines(e: Event) -> Iterator[str]:
     if e.label:
         head += f"  '{e.label}'"
     yield head
-    for m in e.members:
+    members = list(e.members)
+    # a large group: its first members and its last, and what the ones between sent and received
+    shown = members if len(members) <= SHOWN_MEMBERS else members[:SHOWN_MEMBERS - 2] + members[-2:]
+    for m in shown:
+        if len(shown) < len(members) and m is members[-2]:
+            between = members[SHOWN_MEMBERS - 2:-2]
+            yield (f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
+                   f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}")
         if m.before is not None and m.after is not None and (m.before or m.after):
             what = f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
         else:
