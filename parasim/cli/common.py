@@ -322,7 +322,7 @@ def silence_stdout(stream: Any) -> None:
 
 def add_clock(p: argparse.ArgumentParser) -> None:
     """The machine a run is timed on (clock/): --gpu-model, --gpus-per-node, --overlap."""
-    from ..clock.timeline import OVERLAPS
+    from ..clock.overlaps import TRACE, names
     from ..estimate.hardware import GPUS
     g = p.add_argument_group("timing", "the machine the run is timed on: every event gets a start and an end "
                              "(parasim hardware lists the constants and their sources)")
@@ -330,12 +330,14 @@ def add_clock(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpus-per-node", type=positive, metavar="N", dest="clock_gpus_per_node",
                    help="GPUs per node: hops between nodes take the network (default 8)")
     g.add_argument("--overlap", metavar="LIST", default="none",
-                   help=f"communication run beside compute: a comma-separated list of {', '.join(OVERLAPS)}, "
-                        "or all, or none (the default)")
+                   help=f"communication run beside compute: a comma-separated list of {', '.join(names(TRACE))}, "
+                        "or all, or none (the default); tp, p2p and cp are modelled in a plan's step "
+                        "(parasim memory, fit), not on a run's trace")
 
 
 def clock_choice(args: argparse.Namespace) -> Any:
-    from ..clock.report import ClockChoice, parse_overlap
+    from ..clock.overlaps import TRACE, parse
+    from ..clock.report import ClockChoice
     # commands that run a lesson's path without the timing flags (parasim view FILE.py:fn) time it on the defaults
     return ClockChoice(getattr(args, "gpu_model", "h200"), getattr(args, "clock_gpus_per_node", None),
-                       parse_overlap(getattr(args, "overlap", "none")))
+                       parse(getattr(args, "overlap", "none"), TRACE))

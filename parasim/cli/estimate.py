@@ -72,10 +72,11 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
-    from ..clock.plan import OVERLAPS
+    from ..clock.overlaps import PLAN, names
     t.add_argument("--overlap", metavar="LIST",
                    help=f"communication the step runs beside compute, for its time: a comma-separated list of "
-                        f"{', '.join(OVERLAPS)}, or all, or none (the default; with --megatron, the job's)")
+                        f"{', '.join(names(PLAN))}, or all, or none (the default; with --megatron, the job's); "
+                        "dualpipe is modelled on a run's trace (lessons), not in a plan's step")
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
     add_stages(p)
@@ -193,12 +194,11 @@ def _gpu(args: argparse.Namespace):
 
 
 def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
-    from ..clock.plan import OVERLAPS
-    from ..clock.report import parse_overlap
+    from ..clock.overlaps import PLAN, parse
     job = read_megatron(args)
     if args.overlap is None and job is not None:
         return tuple(job.overlap)
-    return parse_overlap(args.overlap or "none", OVERLAPS)
+    return parse(args.overlap or "none", PLAN)
 
 
 def _seq(args: argparse.Namespace) -> int:

@@ -2,6 +2,7 @@
 streams, overlap and the critical path). The logical step order stays the trace's identity; times are a
 layer on it."""
 from .costs import COSTS, Machine, event_seconds, machine
-from .timeline import OVERLAPS, Span, Timeline, simulate
+from .overlaps import OVERLAPS
+from .timeline import Span, Timeline, simulate
 
 __all__ = ["COSTS", "Machine", "OVERLAPS", "Span", "Timeline", "event_seconds", "machine", "simulate"]

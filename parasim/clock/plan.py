@@ -15,7 +15,7 @@ The pipeline runs m micro-batches through p stages in (m + (p-1)/v) micro-batch 
 differs is timed: its layers by the model's rule (layout/stages.py: uneven stages hold more or fewer, the
 dense ones lead), the output layer and its loss on the last. Then the data-parallel gradient
 reduction, the parameter all-gather of a sharded optimizer and the optimizer's pass over its state.
-Overlap switches (OVERLAPS here; the trace clock's grad-reduce and prefetch among them) hide a
+Overlap switches (clock/overlaps.py, those modelled in a plan's step) hide a
 communication behind the compute the frameworks run it beside.
 """
 from __future__ import annotations
@@ -29,6 +29,7 @@ from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
 from .costs import Machine, pairs_seconds, ring_seconds
+from .overlaps import PLAN, check
 from .costs import machine as machine_of
 
 
@@ -93,16 +94,6 @@ class Run:
     @property
     def microbatches(self) -> int:
         return self.global_batch // (self.dp * self.micro_batch)
-
-
-# Overlap switches of the analytic step, as frameworks name them.
-OVERLAPS: dict[str, str] = {
-    "grad-reduce": "the data-parallel gradient reduction runs during the last micro-batch's backward",
-    "prefetch": "a sharded optimizer's parameter all-gather runs during the first micro-batch's forward",
-    "tp": "TP collectives run beside the layer's products (Megatron --tp-comm-overlap, async TP)",
-    "p2p": "pipeline sends run beside compute (Megatron's default for interleaved 1F1B)",
-    "cp": "CP's K/V ring runs beside the attention it feeds (TransformerEngine's ring attention)",
-}
 
 
 def _share(run: Run, group: str, pattern: str = "ring") -> float:
@@ -220,9 +211,7 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     """Seconds of one training step, set by the slowest pipeline stage's GPU, by part, with the critical
     path's shares. Every stage that differs (its layers by the model's rule, layout/stages.py; the logits on
     the last) is timed; the slowest paces 1F1B's steady state and its bubble alike, and is named (from 1)."""
-    unknown = [o for o in run.overlap if o not in OVERLAPS]
-    if unknown:
-        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
+    check(run.overlap, PLAN)
     h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
     dt = precision_of(run.precision)
     tokens = run.micro_batch * run.seq / cp

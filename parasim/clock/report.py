@@ -8,7 +8,8 @@ from typing import Any
 from ..errors import UsageError
 from ..estimate.hardware import GPUS
 from .costs import machine
-from .timeline import OVERLAPS, paired_phases, simulate, stamp, summary
+from .overlaps import OVERLAPS, TRACE, names, parse
+from .timeline import paired_phases, simulate, stamp, summary
 
 
 @dataclass(frozen=True)
@@ -21,22 +22,7 @@ class ClockChoice:
     def __post_init__(self) -> None:
         if self.gpu not in GPUS:
             raise UsageError(f"--gpu-model: {self.gpu!r} is not one of {', '.join(GPUS)}")
-        parse_overlap(",".join(self.overlap) or "none")  # a bad name: the flag's own error
-
-
-def parse_overlap(text: str, names: Any = None) -> tuple[str, ...]:
-    """`--overlap`'s value: a comma-separated list of `names` (default: the trace clock's OVERLAPS; the plan
-    model's for memory and fit), `all` or `none`; UsageError naming a name that is not one of them."""
-    names = tuple(OVERLAPS if names is None else names)
-    if text == "none":
-        return ()
-    if text == "all":
-        return names
-    got = tuple(w.strip() for w in text.split(",") if w.strip())
-    bad = next((w for w in got if w not in names), None)
-    if bad is not None:
-        raise UsageError(f"--overlap: {bad!r} is not one of {', '.join(names)} (or none, all)")
-    return got
+        parse(",".join(self.overlap) or "none", TRACE)  # a bad name: the flag's own error
 
 
 def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, Any]:
@@ -48,7 +34,8 @@ def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, A
     out = summary(tl, trace)
     out["switches"] = {}
     paired = paired_phases(trace)
-    for name, o in OVERLAPS.items():
+    for name in names(TRACE):
+        o = OVERLAPS[name]
         on = tuple(sorted(set(choice.overlap) | {name}))
         off = tuple(x for x in choice.overlap if x != name)
         if not any(o.picks(e, paired) for e in trace.events):  # it moves nothing here: no timeline to lay out

@@ -6,7 +6,8 @@ The trace keeps its logical order (its identity); this module lays it out in sec
 - A collective or transfer runs on its members' communication streams, one call at a time per GPU: it
   starts when every member has issued it and every member's stream is free, and lasts costs.COSTS' time.
 - Normally a rank waits for its collective before computing again (the layer needs its result). Overlap
-  switches (OVERLAPS) let some calls run beside the compute, as the frameworks arrange it.
+  switches (clock/overlaps.py, those modelled on a trace) let some calls run beside the compute, as the
+  frameworks arrange it.
 - The step ends when every stream of every GPU is done. The critical path is the chain of spans that
   made it end then: each span remembers the one it waited for, and the chain is read back from the end.
 """
@@ -16,45 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .costs import Machine, event_seconds, value_bytes
-
-DP_GROUPS = ("dp", "dp-cp", "expert-dp")  # the data-parallel groups (Megatron-Core's names)
-
-
-def _is_grad_reduce(e: Any, paired: set[str]) -> bool:
-    return e.kind == "collective" and e.group.name in DP_GROUPS and e.op in ("reduce_scatter", "all_reduce")
-
-
-def _is_param_gather(e: Any, paired: set[str]) -> bool:
-    return e.kind == "collective" and e.group.name in DP_GROUPS and e.op == "all_gather"
-
-
-def _in_a_pair(e: Any, paired: set[str]) -> bool:
-    return e.kind != "compute" and e.phase in paired
-
-
-@dataclass(frozen=True)
-class Overlap:
-    """A switch the frameworks offer: which calls it moves, and how."""
-    flag: str  # as Megatron or FSDP names it
-    what: str
-    picks: Callable[[Any, set[str]], bool]  # (event, the phases a program marked as paired chunks)
-    how: str  # "async": the rank goes on computing and never waits for it; "early": issued before the
-    # compute that comes before it (the next layer's weights gathered while this one computes); "paired":
-    # async inside a paired phase, and the rank waits for it when the phase ends
-
-
-OVERLAPS: dict[str, Overlap] = {
-    "grad-reduce": Overlap("--overlap-grad-reduce (Megatron), FSDP's reduce-scatter",
-                           "data-parallel gradient reductions run while the backward pass goes on",
-                           _is_grad_reduce, "async"),
-    "prefetch": Overlap("--overlap-param-gather (Megatron), FSDP's forward/backward prefetch",
-                        "ZeRO-3's weight all-gathers start while the layer before computes", _is_param_gather,
-                        "early"),
-    "dualpipe": Overlap("DualPipe / DualPipeV (DeepSeek-V3): a forward and a backward chunk paired",
-                        "in a phase the program marks as a pair (ctx.phase(..., pair=k)), one chunk's "
-                        "communication runs beside the other's compute; both streams meet at the pair's end",
-                        _in_a_pair, "paired"),
-}
+from .overlaps import OVERLAPS, TRACE, check
 
 
 @dataclass(slots=True)
@@ -125,9 +88,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     its representative's work at its representative's times, so the events it shares with it take their
     ready times from the representative, and the copies of events on its own groups take their source's
     times. Only the ranks that ran have spans; `Timeline.ran_for` names whose a rank's are."""
-    unknown = [o for o in overlap if o not in OVERLAPS]
-    if unknown:
-        raise ValueError(f"unknown overlap {unknown[0]!r}: one of {', '.join(OVERLAPS)}")
+    check(overlap, TRACE)
     chosen = [OVERLAPS[o] for o in overlap]
     world = trace.world
     paired = paired_phases(trace)
