@@ -111,6 +111,14 @@ def add_estimate_commands(sub: Any) -> None:
     fp.add_argument("--top", type=positive_up_to(SEARCH_TOP, "each is listed with its whole layout"), default=5,
                     metavar="K", help=f"layouts listed per node count (default 5, at most {SEARCH_TOP})")
     fp.add_argument("--plot", metavar="FILE.png", help="with --search: longest sequence against nodes per family")
+    fp.add_argument("--by", choices=("length", "time"), default="length",
+                    help="with --search: rank by the longest sequence (length, the default) or, among the layouts "
+                         "that fit --seq, by the step's time on --gpu (tokens per second per GPU), saying what "
+                         "costs each losing layout most")
+    fp.add_argument("--seq", type=_pos, metavar="S", help="with --by time: the sequence to train at (default 4096)")
+    fp.add_argument("--global-batch", type=_pos, metavar="B",
+                    help="with --by time: sequences per step, all replicas (default 1024): a layout whose DP x "
+                         "micro-batch does not divide it is left out")
     fp.set_defaults(func=cmd_fit)
 
     hp = sub.add_parser("hardware", help="the GPU constants every time and memory figure uses, with sources",
@@ -334,6 +342,12 @@ def cmd_fit(args: argparse.Namespace) -> int:
     usable = _usable(args, gpu)
     if args.search and args.symbolic:
         raise UsageError("--symbolic runs one layout: give its sizes instead of --search")
+    if (args.by == "time" or args.seq is not None or args.global_batch is not None) and not args.search:
+        raise UsageError("--by, --seq and --global-batch rank a search: give --search")
+    if args.by != "time" and (args.seq is not None or args.global_batch is not None):
+        raise UsageError("--seq and --global-batch set the step --by time ranks layouts by: give --by time")
+    if args.search and args.by == "time":
+        return _search_by_time(args, model, usable, unit, name)
     if args.search:
         nodes = parse_nodes(args.nodes)
         result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
@@ -393,6 +407,29 @@ def cmd_fit(args: argparse.Namespace) -> int:
     print(printable_lines(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
     if "megatron_args" in out:
         _print_written(out["megatron_args"], plan)
+    return 0
+
+
+def _search_by_time(args: argparse.Namespace, model: Any, usable: float, unit: float, name: str) -> int:
+    """`fit --search --by time`: the layouts that fit, ranked by the step's time, and why each loses."""
+    from ..estimate.fit import parse_nodes, search_by_time
+    if args.megatron_args or args.plot:
+        raise UsageError("--megatron-args and --plot go with --by length")
+    result = search_by_time(model, parse_nodes(args.nodes), usable, args.seq or 4096, args.global_batch or 1024,
+                            args.gpu, args.gpus_per_node, args.top, _overlap(args), zero=args.zero,
+                            recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
+                            micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
+                            precision=_precision(args))
+    result["usable"] = usable / unit
+    result["unit"] = name
+    job = read_megatron(args)
+    _sources(args, result, job)
+    if args.json:
+        print_json(result)
+        return 0
+    _print_job(args, job)
+    from ..render.estimate_text import time_search_lines
+    print(printable_lines(time_search_lines(model.name, result, _gpu(args).name)))
     return 0
 
 

@@ -63,6 +63,30 @@ def search_lines(model_name: str, result: dict, name: str) -> list[str]:
     return lines
 
 
+def time_search_lines(model_name: str, result: dict, gpu_name: str) -> list[str]:
+    """`fit --search --by time`: per node count, the layouts that fit ranked by the step's time, and for each
+    after the first the part of the step that costs it most against the winner."""
+    lines = [f"{model_name}: the fastest layouts per node count at {result['seq']:,} tokens, {result['global_batch']:,} "
+             f"sequences a step, on {gpu_name}s (the clock's step time; overlap: {', '.join(result['overlap']) or 'none'})"]
+    for row in result["nodes"]:
+        left = [f"{row['not_fitting']:,} do not fit"] + ([f"{row['batch_not_dividing']:,} do not divide the batch"]
+                                                        if row["batch_not_dividing"] else [])
+        lines.append(f"  {row['nodes']} node{'s' if row['nodes'] != 1 else ''} ({row['gpus']:,} GPUs): "
+                     f"{row['layouts']:,} layouts ranked ({'; '.join(left)})")
+        if row["best"] is None:
+            lines.append("    none fits this sequence and batch")
+            continue
+        for k, r in enumerate(row["top"]):
+            head = (f"    {k + 1}. {r['label']}: {r['step_s']:,.2f} s a step, {r['tokens_per_s_per_gpu']:,.0f} tokens/s "
+                    f"per GPU, MFU {r['mfu']:.0%}")
+            if "loses" in r:
+                lose = r["loses"]
+                head += (f"; {lose['slower']:.1%} slower than 1, most of it {lose['words']} "
+                         f"(+{lose['most_s']:,.2f} s)" if lose["most_s"] > 0 else "; as fast as 1")
+            lines.append(head)
+    return lines
+
+
 def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_name: str, unit: float,
               name: str) -> list[str]:
     """`fit` of one layout: the longest sequence, the stage that binds and its memory item by item, and one
