@@ -240,3 +240,22 @@ def test_the_walk_through_says_the_step_and_what_pairing_saves():
     text = " ".join(walkthrough(run_lesson(load_lessons()["all-to-all-hidden"])).split())
     assert "On the clock (H200s, 8 a node, no overlap" in text and "dualpipe would save" in text
     assert "grad-reduce would save" not in text  # nothing of it here: no data-parallel group
+
+
+def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation():
+    """One MoE layer (hidden 64, 8 heads, 16 experts of width 32, top 2) on one GPU at 128 tokens: products are
+    attention's 4h^2 and each token's 2 experts' 2 x h x 32 x 2 weights, plus the router's h x 16 (2 FLOPs a
+    multiply-add); the MLP's elementwise passes run over the 2 copies' 32 hidden values; the permutation reads
+    and writes the tokens and their 2 copies twice (into expert order and back), 2 bytes a value."""
+    from parasim.clock.plan import ELEMENTWISE, Run, layer_forward
+    from parasim.layout import ModelSpec
+    h, t, e, k, f = 64, 128, 16, 2, 32
+    model = ModelSpec(layers=1, hidden=h, heads=8, vocab=100, experts=e, top_k=k, expert_ffn=f, bias=False)
+    m = machine("h200")
+    got = layer_forward(model, Run(seq=t, flash=True, dropout=False), m, moe=True)
+    products = 2 * t * (4 * h * h + k * 2 * h * f) + 2 * t * h * e
+    assert got["matmul"] == pytest.approx(products / (H200.peak_flops.value * 0.8))
+    per_value = {"act": sum(w for _, over, _, w in ELEMENTWISE if over == "act"),
+                 "ffn": sum(w for _, over, _, w in ELEMENTWISE if over == "ffn")}
+    passes = t * h * per_value["act"] + t * k * f * per_value["ffn"] + 2 * t * h * (1 + k) * 2
+    assert got["elementwise"] == pytest.approx(passes / H200.hbm.value)

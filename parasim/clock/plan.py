@@ -50,6 +50,8 @@ ELEMENTWISE: tuple[tuple[str, str, float, float], ...] = (
     ("attention dropout", "scores", 5, 0),  # read, write, mask
 )
 GATED_EXTRA = 2  # a gated MLP's activation reads a second input of the same size
+PERMUTE_PASSES = 2  # an MoE layer's forward permutes its tokens into expert order and unpermutes them back
+BYTES_16 = 2  # the 16-bit values ELEMENTWISE's bytes count
 BACKWARD_BYTES = 2.0
 
 
@@ -122,19 +124,24 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
     ("products"), which TP overlap can hide a collective behind."""
     h, tp, cp, s = model.hidden, run.tp, run.cp, run.seq
     tokens = run.micro_batch * s / cp
-    width = model.expert_size if moe else model.ffn_size
     mats = model.attention_params() / tp
+    routed = tokens / (tp if run.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
     if moe:
         mats += (model.top_k * model.mlp_params(model.expert_size)
                  + model.shared_experts * model.mlp_params(model.shared_size)) / tp
+        # the MLP's hidden values: each token's top-k copies through an expert's width, and the shared experts'
+        ffn_values = tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / tp
     else:
-        mats += model.mlp_params(width) / tp
-    matmul = 2 * tokens * mats / (m.peak_flops * m.efficiency["matmul"])
+        mats += model.mlp_params(model.ffn_size) / tp
+        ffn_values = tokens * model.ffn_size / tp
+    # the router: every routed token's scores for every expert, a product of its own (hidden x experts)
+    router = 2 * routed * h * model.experts if moe else 0.0
+    matmul = (2 * tokens * mats + router) / (m.peak_flops * m.efficiency["matmul"])
     causal = 0.5 if run.flash else 1.0
     attn_flops = 4 * tokens * s * h / tp * causal
     attention = attn_flops / (m.peak_flops * m.efficiency["attention"])
     act = tokens * h / (tp if run.sp else 1)
-    sizes = {"act": act, "ffn": tokens * width / tp,
+    sizes = {"act": act, "ffn": ffn_values,
              "scores": 0.0 if run.flash else run.micro_batch * model.heads / tp * (s / cp) * s}
     elementwise = 0.0
     for _, over, with_dropout, without in ELEMENTWISE:
@@ -142,6 +149,9 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
         if over == "ffn" and model.gated:
             per += GATED_EXTRA
         elementwise += sizes[over] * per
+    if moe:  # the tokens put in expert order for the dispatch and back in token order after the combine, each
+        # pass reading what it moves and writing it elsewhere: the routed tokens and their top-k copies
+        elementwise += PERMUTE_PASSES * routed * h * (1 + model.top_k) * BYTES_16
     elementwise /= m.hbm
     return {"matmul": matmul, "attention": attention, "elementwise": elementwise, "attn_flops": attn_flops,
             "scores_bytes": sizes["scores"] * 9}
