@@ -196,17 +196,26 @@ class LessonRun:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
+    def timeline(self) -> Any:
+        """The run on the clock (clock/timeline.Timeline, on `timing`): made once, beside the trace."""
+        from .clock.report import ClockChoice, timeline_of
+        choice = self.timing or ClockChoice()
+        if getattr(self, "_timed", None) is None or self._timed[0] != choice:
+            self._timed = (choice, timeline_of(self.result.trace, choice))
+        return self._timed[1]
+
     def clock(self) -> dict:
-        """The run on the clock (clock/report.py): its events get start and end times."""
+        """The run's step on the clock (clock/report.py) and what each overlap switch would save on it."""
         from .clock.report import ClockChoice, clock_report
-        return clock_report(self.result.trace, self.timing or ClockChoice())
+        return clock_report(self.result.trace, self.timing or ClockChoice(), self.timeline())
 
     def to_dict(self) -> dict:
-        clock = self.clock()  # first: it stamps the events' times
+        from .clock.timeline import event_time
+        tl = self.timeline()
         return {
             "lesson": self.lesson.name, "title": self.lesson.title, "world": self.result.world,
-            "clock": clock,
-            "events": [e.to_dict() for e in self.result.trace.events],
+            "clock": self.clock(),
+            "events": [{**e.to_dict(), "time": event_time(tl, e)} for e in self.result.trace.events],
             "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
             "checks": [c.to_dict() for c in self.checks],
             **({"settings": self.result.trace.meta["knobs"]} if "knobs" in self.result.trace.meta else {}),

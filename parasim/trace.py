@@ -70,7 +70,8 @@ class Event:
     algo: str | None = None
     hops: list[dict] | None = None
     tags: dict[str, Any] | None = None  # fields the program gave the call for screens (a pipeline's slot)
-    time: dict[str, Any] | None = None  # the clock's times (clock/timeline.stamp): start_us, end_us, before
+    time: dict[str, Any] | None = None  # times a trace file carries (start_us, end_us, before); the clock
+    # keeps its own beside the trace (clock/timeline.Timeline) and writes them into what it prints
     # a folded run's copy (symbolic/fold.unfold): the event that ran, which this one repeats on other ranks,
     # member by member in the same order (kept in memory only: the clock times the copy as its source)
     source: "Event | None" = field(default=None, repr=False, compare=False)

@@ -111,14 +111,19 @@ def test_every_lesson_step_is_the_sum_along_its_critical_path(name):
         assert starts == sorted(starts) and tl.critical[0].start == 0.0
 
 
-def test_stamped_events_round_trip_through_the_trace_format():
+def test_timed_events_round_trip_through_the_trace_format_and_the_clock_leaves_the_trace_alone():
+    """The clock lays a run out beside its trace (a Timeline), never writing on it; the lesson's JSON carries
+    each event's times, and a trace file with them reads back."""
     lr = run_lesson(load_lessons()["tp-mlp"])
-    report = clock_report(lr.result.trace, ClockChoice("a100"))
-    back = Trace.from_json(lr.result.trace.to_json().encode())
+    lr.timing = ClockChoice("a100")
+    report = lr.clock()
+    assert all(e.time is None for e in lr.result.trace.events)  # the run's own record is untouched
+    timed = {**lr.result.trace.to_dict(), "events": lr.to_dict()["events"]}
+    back = Trace.from_dict(json.loads(json.dumps(timed)))
     times = [e.time for e in back.events]
     assert all(t is not None and t["end_us"] >= t["start_us"] for t in times)
     assert max(t["end_us"] for t in times) == pytest.approx(report["step_us"])
-    bad = json.loads(lr.result.trace.to_json())
+    bad = json.loads(json.dumps(timed))
     bad["events"][0]["time"] = {"start_us": 5.0, "end_us": 1.0}
     with pytest.raises(Exception, match="before it starts"):
         Trace.from_dict(bad)
@@ -144,8 +149,8 @@ def test_the_chrome_export_puts_slices_at_the_clocks_times(tmp_path):
     data = json.loads(path.read_text())
     assert validate(data) == []
     lr = run_lesson(load_lessons()["tp-mlp"])
-    clock_report(lr.result.trace, ClockChoice("h100"))
-    times, work = export_times(lr.result.trace)
+    lr.timing = ClockChoice("h100")
+    times, work = export_times(lr.result.trace, lr.timeline())
     slices = [e for e in data["traceEvents"] if e.get("ph") == "X" and e["name"] == "all_reduce"]
     for s in slices:
         start, dur = times[(s["args"]["seq"], s["pid"])]

@@ -32,9 +32,8 @@ def test_hta_temporal_breakdown_equals_the_traces_totals(tmp_path):
     out = cli("lesson", "ring-attention", "--plain", "--hta", str(tmp_path))
     assert out.returncode == 0, out.stderr
     lr = run_lesson(get_lesson("ring-attention"))  # the same deterministic run, timed on the same clock
-    lr.clock()
     trace = lr.result.trace
-    times, work = export_times(trace)
+    times, work = export_times(trace, lr.timeline())
     expected = {}
     for r in range(trace.world):
         f = json.loads((tmp_path / f"rank{r}.json").read_text())

@@ -98,8 +98,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     text = json_text(lr.to_dict()) if args.json else None
     if args.chrome is not None or args.hta is not None:  # at the clock's predicted times
         from ..clock.timeline import export_times
-        lr.clock()
-        times, work = export_times(lr.result.trace)
+        times, work = export_times(lr.result.trace, lr.timeline())
     if args.chrome is not None:
         from ..render.chrome import to_chrome
         write_json(args.chrome, to_chrome(lr.result.trace, times=times, work=work), "the Chrome trace")

@@ -1,5 +1,6 @@
-"""A run's times for the reader: the chosen GPU and overlap, the events stamped, and what each overlap
-switch would save on this very run (the same trace laid out again with the switch on)."""
+"""A run's times for the reader: the chosen GPU and overlap, the run's timeline (beside its trace, which the
+clock never writes on), and what each overlap switch would save on this very run (the same trace laid out
+again with the switch on)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from ..errors import UsageError
 from ..estimate.hardware import GPUS
 from .costs import machine
 from .overlaps import OVERLAPS, TRACE, names, parse
-from .timeline import paired_phases, simulate, stamp, summary
+from .timeline import Timeline, paired_phases, simulate, summary
 
 
 @dataclass(frozen=True)
@@ -25,12 +26,16 @@ class ClockChoice:
         parse(",".join(self.overlap) or "none", TRACE)  # a bad name: the flag's own error
 
 
-def clock_report(trace: Any, choice: ClockChoice = ClockChoice()) -> dict[str, Any]:
-    """Time `trace` on `choice` (its events get start and end times) and say what each switch not chosen
-    would save on it."""
+def timeline_of(trace: Any, choice: ClockChoice = ClockChoice()) -> Timeline:
+    """`trace` laid out on the clock of `choice`: every event's start and end (the trace is left as it is)."""
+    return simulate(trace, machine(choice.gpu, choice.gpus_per_node), choice.overlap)
+
+
+def clock_report(trace: Any, choice: ClockChoice = ClockChoice(), tl: Timeline | None = None) -> dict[str, Any]:
+    """The step of `trace` on `choice` (`tl`, its timeline, when the caller has it already) and what each switch
+    not chosen would save on it."""
     m = machine(choice.gpu, choice.gpus_per_node)
-    tl = simulate(trace, m, choice.overlap)
-    stamp(trace, tl)
+    tl = simulate(trace, m, choice.overlap) if tl is None else tl
     out = summary(tl, trace)
     out["switches"] = {}
     paired = paired_phases(trace)

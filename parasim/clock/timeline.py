@@ -199,21 +199,22 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm, rep)
 
 
-def stamp(trace: Any, tl: Timeline) -> None:
-    """Write the timeline's times on the trace's events (trace.Event.time, in microseconds): a transfer's
-    start and end, a compute event's own span, and the compute each member ran just before it."""
-    for e in trace.events:
-        before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before_of(e)] if e.kind != "compute" else []
-        start, end = tl.events[e.seq]
-        e.time = {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
+def event_time(tl: Timeline, e: Any) -> dict[str, Any]:
+    """Event `e`'s times on the timeline, in microseconds, as the trace format writes them (an event's `time`):
+    a transfer's start and end, a compute event's own span, and the compute each member ran just before it.
+    The timeline is the clock's answer, beside the trace: the trace itself is never written on."""
+    before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before_of(e)] if e.kind != "compute" else []
+    start, end = tl.events[e.seq]
+    return {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
 
 
-def export_times(trace: Any) -> tuple[dict[tuple[int, int], tuple[float, float]], list[tuple[int, float, float]]]:
-    """A stamped trace's times as the Chrome and HTA exports take them: (seq, rank) -> (start_us, dur_us) of
-    every event's member, and (rank, start_us, dur_us) of every compute span before an event."""
+def export_times(trace: Any, tl: Timeline) -> tuple[dict[tuple[int, int], tuple[float, float]],
+                                                    list[tuple[int, float, float]]]:
+    """The timeline's times as the Chrome and HTA exports take them: (seq, rank) -> (start_us, dur_us) of every
+    event's member, and (rank, start_us, dur_us) of every compute span before an event."""
     times, work = {}, []
     for e in trace.events:
-        t = e.time
+        t = event_time(tl, e)
         for m in e.members:
             times[(e.seq, m.rank)] = (t["start_us"], t["end_us"] - t["start_us"])
         work += [(r, s, end - s) for r, s, end in t.get("before", [])]
