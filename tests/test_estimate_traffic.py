@@ -24,10 +24,11 @@ TINY_MOE = ModelSpec("tiny-moe", layers=2, hidden=8, heads=2, vocab=16, experts=
 def test_gpu_presets_are_the_datasheet_figures():
     # one 400 Gb/s NIC per GPU is 50e9 bytes/s (A100: 200 Gb/s, 25e9); NVLink per direction per GPU (half the
     # datasheets' both-ways 900 and 600 GB/s); dense BF16 is half the "with sparsity" 1,979 TFLOPS; HBM 4.8 TB/s,
-    # 3.35 TB/s, 2,039 GB/s
+    # 3.35 TB/s, 2,039 GB/s; the H800 is the H100 with NVLink at 400 GB/s both ways
     assert gpu_presets() == {
         "h200": GpuSpec("H200", 141e9, 120e9, 989e12, 450e9, 50e9, 8, 4.8e12),
         "h100": GpuSpec("H100", 80e9, 68e9, 989e12, 450e9, 50e9, 8, 3.35e12),
+        "h800": GpuSpec("H800", 80e9, 68e9, 989e12, 200e9, 50e9, 8, 3.35e12),
         "a100": GpuSpec("A100 80GB", 80e9, 68e9, 312e12, 300e9, 25e9, 8, 2.039e12),
     }
 

@@ -39,12 +39,27 @@ def test_the_datasheets_numbers_as_they_print_them():
     assert gpu_presets()["h200"].hbm == 4.8e12 and gpu_presets()["a100"].peak_flops == 312e12
 
 
+def test_the_h800_is_an_h100_with_slower_nvlink():
+    """The H800's article: the H100's silicon, 80GB, 3.35 TB/s, NVLink 400 GB/s both ways; DeepEP: one
+    400 Gb/s CX7 a GPU. Its usable share is parasim's assumption, as for every 80 GB card."""
+    h800, h100 = GPUS["h800"], GPUS["h100"]
+    assert h800.peak_flops.value == h100.peak_flops.value == 989e12
+    assert (h800.memory.value, h800.hbm.value) == (80e9, 3.35e12) == (h100.memory.value, h100.hbm.value)
+    assert h800.nvlink.value == 400e9 / 2 and h800.network.value == 400e9 / 8
+    assert h800.usable.value == h100.usable.value and h800.usable.source == "parasim"
+    sources = {name: f.source for name, f in h800.figures().items()}
+    assert sources == {"memory": "h800", "usable": "parasim", "peak_flops": "h800", "hbm": "h800", "nvlink": "h800",
+                       "network": "deepep"}
+
+
 def test_parasim_hardware_prints_the_table_and_its_sources():
     out = cli("hardware")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "4.8 TB/s [h200]" in text and "[dgx-h100]" in text and "nvidia-tensor-core-gpu-datasheet" in text
+    # four GPU columns wrap a cell's printed figure apart from its source key at 80 columns
+    assert "4.8 TB/s" in text and "[h200]" in text and "[dgx-h100]" in text
+    assert "nvidia-tensor-core-gpu-datasheet" in text and "[h800]" in text and "[deepep]" in text
     data = json.loads(cli("hardware", "--json").stdout)
-    assert set(data["gpus"]) == {"h200", "h100", "a100"}
+    assert set(data["gpus"]) == {"h200", "h100", "h800", "a100"}
     assert data["gpus"]["a100"]["nvlink"] == {"value": 300e9, "printed": "600 GB/s, both directions",
                                               "source": "a100"}

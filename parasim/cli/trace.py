@@ -58,7 +58,7 @@ def add_trace(sub: Any) -> None:
     shown.add_argument("--json", action="store_true",
                        help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
-                    "the step's time and the fit of its peak are worked out for (h200, h100, a100; default h200; "
+                    "the step's time and the fit of its peak are worked out for (h200, h100, h800, a100; default h200; "
                     "its constants: parasim hardware)")
     from ..layout.precision import PRECISIONS
     tr.add_argument("--precision", choices=tuple(PRECISIONS), metavar="NAME",

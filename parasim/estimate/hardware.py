@@ -23,6 +23,16 @@ SOURCES: dict[str, tuple[str, str, str]] = {
     "h200": ("NVIDIA H200 Tensor Core GPU datasheet (H200 SXM column)",
              "https://resources.nvidia.com/en-us-data-center-overview-mc/en-us-data-center-overview/hpc-datasheet-sc23-h200",
              "BF16 Tensor Core 1,979 TFLOPS with sparsity (989 dense); 141GB HBM3e; 4.8 TB/s; NVLink 900 GB/s"),
+    "h800": ("Philisun, 'NVIDIA H800 vs H100: A Technical Deep Dive into Politically-Defined AI Chips' (a vendor's "
+             "article: NVIDIA's own H800 datasheet could not be read for this table)",
+             "https://www.philisun.com/technical-analysis/nvidia-h800-vs-h100-a-technical-deep-dive-into-politically-"
+             "defined-ai-chips",
+             "the same silicon die as the H100, the same CUDA and Tensor Core arrays; 80GB (SXM), memory bandwidth "
+             "(e.g., 3.35 TB/s) largely consistent; NVLink 400 GB/s total aggregate bidirectional"),
+    "deepep": ("DeepSeek, DeepEP README: the H800 nodes DeepSeek-V3 trained on",
+               "https://github.com/deepseek-ai/DeepEP",
+               "H800 (~160 GB/s NVLink maximum bandwidth), with each connected to a CX7 InfiniBand 400 Gb/s RDMA "
+               "network card (~50 GB/s maximum bandwidth)"),
     "dgx-a100": ("NVIDIA DGX A100 datasheet: networking",
                  "https://images.nvidia.com/aem-dam/Solutions/Data-Center/nvidia-dgx-a100-datasheet.pdf",
                  "8x single-port Mellanox ConnectX-6 VPI 200Gb/s HDR InfiniBand (compute), for 8 GPUs"),
@@ -79,6 +89,11 @@ GPUS: dict[str, GpuSheet] = {
                      Figure(989e12, "1,979 TFLOPS with sparsity, half dense: 989", "h100"), Figure(3.35e12, "3.35 TB/s", "h100"),
                      Figure(450 * GB, "900 GB/s, both directions", "h100"),
                      Figure(50 * GB, "400 Gb/s a GPU", "dgx-h100")),
+    # the H100's silicon with NVLink cut to 400 GB/s both ways (export rules): the H100's compute and memory
+    "h800": GpuSheet("H800", Figure(80 * GB, "80GB", "h800"), Figure(68 * GB, "68 GB", "parasim"),
+                     Figure(989e12, "the H100's Tensor Cores: 989 dense", "h800"), Figure(3.35e12, "3.35 TB/s", "h800"),
+                     Figure(200 * GB, "400 GB/s, both directions", "h800"),
+                     Figure(50 * GB, "400 Gb/s a GPU", "deepep")),
     "a100": GpuSheet("A100 80GB", Figure(80 * GB, "80GB HBM2e", "a100"), Figure(68 * GB, "68 GB", "parasim"),
                      Figure(312e12, "312 TFLOPS", "a100"), Figure(2.039e12, "2,039 GB/s", "a100"),
                      Figure(300 * GB, "600 GB/s, both directions", "a100"),

@@ -1,0 +1,206 @@
+"""The published runs as data (parasim/clock/runs.py): every run's invariants (its GPUs are its layout's, its
+layers sit on its stages, its batch divides into micro-batches, it names a source, a set, a unit and a rule
+from the registries), the split by source, the 22 runs clock/published.py scores and the README's H100 rows
+carried with the same figures, and every figure as docs/notes/step-time-runs.md quotes it."""
+import re
+from collections import defaultdict
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from parasim.clock.published import PUBLISHED
+from parasim.clock.runs import (CALIBRATION, FLOP_UNITS, HELD_OUT, PRECISION_SAID, RULES, RUNS, SHARDING,
+                                SOURCES, UNITS, runs)
+from parasim.estimate.hardware import GPUS
+from parasim.layout import Layout, Stages
+from parasim.pipeline.schedules import schedule_entry
+
+NOTES = Path(__file__).resolve().parents[1] / "docs" / "notes" / "step-time-runs.md"
+BY_KEY = {r.key: r for r in RUNS}
+IDS = [r.key for r in RUNS]
+
+
+def test_enough_runs_sources_and_moe():
+    assert len(BY_KEY) == len(RUNS)  # keys are unique
+    assert len(RUNS) >= 40
+    assert sum(r.moe for r in RUNS) >= 6
+    assert len({r.source for r in RUNS}) >= 8
+    assert {r.gpu for r in RUNS} == {"a100", "h100", "h200", "h800"}
+
+
+@pytest.mark.parametrize("r", RUNS, ids=IDS)
+def test_gpus_are_the_layouts(r):
+    run = r.run
+    assert r.gpus == run.tp * run.pp * run.dp * run.cp == run.world
+
+
+@pytest.mark.parametrize("r", RUNS, ids=IDS)
+def test_the_layout_holds_the_model(r):
+    """Megatron-Core's rules, as parasim's Layout checks them: whole heads on each TP rank, experts divided by
+    EP and EP by the ranks, the layers on the stages by the model's stated rule, the sequence by CP and SP."""
+    run = r.run
+    model = r.model if run.cp == 1 else replace(r.model, seq=run.seq)
+    layout = Layout(tp=run.tp, cp=run.cp, pp=run.pp, dp=run.dp, ep=run.ep, etp=r.etp, sp=run.sp, model=model,
+                    zero=SHARDING[r.sharding][0])
+    assert layout.world == r.gpus
+    if r.moe:
+        assert r.model.top_k and r.model.expert_ffn
+
+
+@pytest.mark.parametrize("r", RUNS, ids=IDS)
+def test_model_chunks_divide_the_layers(r):
+    """Interleaving needs each GPU's layers in whole chunks where the split is Megatron's even one (or counts
+    the embedding and loss as layers); a listed or spread split is the entry's own statement."""
+    run, rule = r.run, r.model.stages
+    if rule == Stages():
+        assert r.model.layers % (run.pp * run.chunks) == 0
+    elif rule == Stages(embedding=True, loss=True):
+        assert (r.model.layers + 2) % (run.pp * run.chunks) == 0
+    else:
+        assert rule.counts is not None or rule.spread
+        if rule.counts is not None:
+            assert sum(rule.counts) == r.model.layers and len(rule.counts) == run.pp
+
+
+@pytest.mark.parametrize("r", RUNS, ids=IDS)
+def test_global_batch_divides_into_micro_batches(r):
+    run = r.run
+    assert run.global_batch % (run.micro_batch * run.dp) == 0
+    assert run.microbatches >= 1
+
+
+@pytest.mark.parametrize("r", RUNS, ids=IDS)
+def test_each_field_names_an_entry_of_its_registry(r):
+    s = SOURCES[r.source]
+    assert s.address.startswith("https://") and s.document and r.where
+    assert r.set in (CALIBRATION, HELD_OUT)
+    assert r.gpu in GPUS
+    assert r.unit in UNITS and r.published > 0
+    assert (r.rule in RULES) if r.unit in FLOP_UNITS else r.rule is None
+    if r.unit == "MFU %":
+        assert r.published < 100
+    assert r.precision in PRECISION_SAID
+    assert r.run.recompute in ("none", "selective", "full")
+    flag = SHARDING[r.sharding][2]
+    assert r.run.fsdp == (flag == "fsdp") and r.run.distributed_optimizer == (flag == "distributed_optimizer")
+    if r.run.pp == 1:
+        assert r.schedule is None and r.run.chunks == 1
+    else:
+        schedule_entry(r.schedule).check_chunks(r.run.chunks)  # raises on a chunk count the schedule refuses
+    cite = r.cite
+    assert cite[2] == s.address and r.where in cite[1] and cite[0].startswith(s.name)
+
+
+def test_every_source_has_runs_and_one_set():
+    sets = defaultdict(set)
+    for r in RUNS:
+        sets[r.source].add(r.set)
+    assert set(sets) == set(SOURCES)
+    assert all(len(v) == 1 for v in sets.values())
+    assert {r.key for r in runs(CALIBRATION)} | {r.key for r in runs(HELD_OUT)} == set(BY_KEY)
+    assert not {r.key for r in runs(CALIBRATION)} & {r.key for r in runs(HELD_OUT)}
+
+
+def test_the_split_by_the_rule_in_the_notes():
+    """The sources the current model was shaped on are calibration; calibration covers every GPU type and an
+    MoE model; held-out keeps at least two MoE sources and holds every other source."""
+    for name in ("Narayanan 2021", "Korthikanti 2022", "Llama 3 2024", "Megatron-LM README (H100)"):
+        assert SOURCES[name].set == CALIBRATION
+    assert {r.gpu for r in runs(CALIBRATION)} == {r.gpu for r in RUNS}
+    moe_sources = {s: {r.set for r in RUNS if r.source == s} for s in {r.source for r in RUNS if r.moe}}
+    assert sum(CALIBRATION in v for v in moe_sources.values()) >= 1
+    assert sum(HELD_OUT in v for v in moe_sources.values()) >= 2
+    moved = {s.name for s in SOURCES.values() if s.set == CALIBRATION and s.why.startswith("moved")}
+    assert moved == {"DeepSeek-V3 2024", "torchtitan H200 (Trainy)"}
+    assert {s.name for s in SOURCES.values() if s.set == HELD_OUT} == set(SOURCES) - moved - {
+        "Narayanan 2021", "Korthikanti 2022", "Llama 3 2024", "Megatron-LM README (H100)"}
+
+
+def test_the_runs_published_py_scores_carry_its_figures():
+    """The 22 scored runs and the README's 9 H100 rows: the same figure, unit, rule, GPU, model and run."""
+    assert sum(p.scored for p in PUBLISHED) == 22 and len(PUBLISHED) == 31
+    for p in PUBLISHED:
+        r = BY_KEY[p.key]
+        assert (r.published, r.unit, r.rule, r.gpu) == (p.published, p.unit, p.rule, p.gpu), p.key
+        assert r.model == p.model and r.run == p.run, p.key
+        assert r.gpus == p.gpus and r.set == CALIBRATION
+        assert r.cite[2] == p.source[2]
+
+
+def test_some_figures_as_read_by_hand():
+    """A few figures against the sources' printed values (docs/notes/step-time-runs.md quotes them)."""
+    assert BY_KEY["megatron-2021-1008b"].published == 163
+    assert BY_KEY["korthikanti-530b-dp8"].published == 39.15
+    assert BY_KEY["llama3-405b-16k-cp16"].run.dp == 8 and BY_KEY["llama3-405b-16k-cp16"].published == 380
+    assert BY_KEY["deepseek-v3-pretrain"].published == 180_000 and BY_KEY["deepseek-v3-pretrain"].gpus == 2048
+    assert BY_KEY["megascale-megatron-175b-12288"].published == 8.57
+    assert BY_KEY["titan-405b-fsdp1-cp8-tp8-pp8"].run.seq == 262_144
+    assert BY_KEY["bridge-qwen3-235b-a22b-tp2-pp8-ep32"].published == 1712
+    assert BY_KEY["mpt-3b-h100-512"].sharding == "zero-2"
+    assert BY_KEY["bloom-176b"].published == 104.70 and BY_KEY["bloom-176b"].run.micro_batch == 2
+
+
+def _dash(v: object) -> str:
+    return "-" if v in (None, 0) else str(v)
+
+
+def _split(rule: Stages) -> str:
+    """A layer split in the notes' words."""
+    if rule.counts is not None:
+        return "/".join(map(str, rule.counts))
+    return ("spread" if rule.spread else "emb+loss" if rule.embedding and rule.loss else
+            "even" if rule == Stages() else repr(rule))
+
+
+# The notes' last table, column by column, from a run (the notes hold it as read from the sources).
+COLUMNS = {
+    "key": lambda r: r.key, "source": lambda r: r.source, "set": lambda r: r.set, "GPU": lambda r: r.gpu,
+    "GPUs": lambda r: str(r.gpus), "L": lambda r: str(r.model.layers), "h": lambda r: str(r.model.hidden),
+    "heads": lambda r: str(r.model.heads), "kv": lambda r: str(r.model.kv_heads or r.model.heads),
+    "ffn": lambda r: str(r.model.ffn or 4 * r.model.hidden), "V": lambda r: str(r.model.vocab),
+    "experts": lambda r: _dash(r.model.experts), "top-k": lambda r: _dash(r.model.top_k),
+    "expert ffn": lambda r: _dash(r.model.expert_ffn), "shared": lambda r: _dash(r.model.shared_experts),
+    "dense L": lambda r: _dash(r.model.dense_layers), "TP": lambda r: str(r.run.tp), "PP": lambda r: str(r.run.pp),
+    "DP": lambda r: str(r.run.dp), "CP": lambda r: str(r.run.cp), "EP": lambda r: str(r.run.ep),
+    "VP": lambda r: str(r.run.chunks), "mb": lambda r: str(r.run.micro_batch), "GBS": lambda r: str(r.run.global_batch),
+    "seq": lambda r: str(r.run.seq), "recompute": lambda r: r.run.recompute,
+    "flash": lambda r: "yes" if r.run.flash else "no", "precision": lambda r: r.precision,
+    "sharding": lambda r: r.sharding, "schedule": lambda r: _dash(r.schedule),
+    "published": lambda r: f"{r.published:g}", "unit": lambda r: r.unit, "rule": lambda r: _dash(r.rule),
+    "split": lambda r: _split(r.model.stages), "ETP": lambda r: str(r.etp),
+    "overlap": lambda r: ",".join(r.run.overlap) or "-", "clock precision": lambda r: r.run.precision,
+    "MLP": lambda r: "gated" if r.model.gated else "plain", "tied": lambda r: "yes" if r.model.tied_embeddings else "no",
+    "head": lambda r: "MLA" if r.model.kv_lora_rank else str(r.model.head_size or r.model.hidden // r.model.heads),
+}
+
+
+def notes_table() -> list[dict[str, str]]:
+    """The notes' table of every run, one dict per row keyed by its header."""
+    text = NOTES.read_text()
+    lines = [line for line in text[text.index("## Every run"):].splitlines() if line.startswith("| ")]
+    cells = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines]
+    return [dict(zip(cells[0], row)) for row in cells[1:]]
+
+
+def test_the_notes_quote_every_run_as_the_data_holds_it():
+    rows = notes_table()
+    assert [row["key"] for row in rows] == [r.key for r in RUNS]
+    assert list(rows[0]) == list(COLUMNS)
+    for row in rows:
+        r = BY_KEY[row["key"]]
+        assert row == {name: get(r) for name, get in COLUMNS.items()}, r.key
+
+
+def test_the_notes_split_table_counts_the_runs():
+    """The split table at the top of the notes: each source's set and number of runs, as the data has them."""
+    text = NOTES.read_text()
+    head = text[text.index("| source | published | set |"):text.index("Totals:")]
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in head.splitlines()[2:] if line]
+    assert {row[0] for row in rows} == set(SOURCES)
+    for name, date, which, count, *_ in rows:
+        assert (date, which, int(count)) == (SOURCES[name].date, SOURCES[name].set,
+                                             sum(r.source == name for r in RUNS)), name
+    m = re.search(r"Totals: (\d+) runs, (\d+) calibration and (\d+) held-out; (\d+) MoE", text)
+    assert m and [int(g) for g in m.groups()] == [len(RUNS), len(runs(CALIBRATION)), len(runs(HELD_OUT)),
+                                                  sum(r.moe for r in RUNS)]
