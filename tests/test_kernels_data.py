@@ -96,6 +96,20 @@ def test_attention_at_measured_lengths_is_the_figures_bar_over_the_dense_peak():
     _exact(K.attention_efficiency("a100", 1024, 64, False, None), 153e12 / 312e12, "fa2-a100")
 
 
+@pytest.mark.parametrize("gpu, kernel, backward, causal, head_dim, row", [
+    ("h100", "fa3", False, False, 128, [467, 565, 625, 638, 646, 648]),  # FA3 Figure 5c
+    ("h100", "fa3", False, True, 256, [286, 427, 537, 612, 628, 642]),  # FA3 Figure 5f
+    ("h100", "fa2", True, False, 64, [198, 238, 264, 279, 287, 291]),  # FA3 Figure 6a, FA2's bars
+    ("h100", "fa2", None, True, 128, [163, 221, 265, 294, 308, 328]),  # FA2 Figure 7d
+    ("a100", "fa2", None, True, 64, [88, 119, 140, 156, 165, 171]),  # FA2 Figure 4c
+    ("a100", "fa2", None, False, 128, [151, 173, 187, 196, 201, 203]),  # FA2 Figure 4b (512 from the bar)
+])
+def test_whole_rows_of_the_attention_figures(gpu, kernel, backward, causal, head_dim, row):
+    peak = {"h100": 989e12, "a100": 312e12}[gpu]
+    got = [K.attention_efficiency(gpu, 512 * 2**i, head_dim, causal, backward, kernel).value for i in range(6)]
+    assert got == [v * 1e12 / peak for v in row]
+
+
 def test_attention_says_which_figure_stands_in():
     a100 = K.attention_efficiency("a100", 2048, 64, False, True)
     assert a100.value == 162e12 / 312e12 and "forward + backward" in a100.notes[0]
@@ -124,6 +138,7 @@ def test_memory_passes_are_the_measured_bandwidth_over_the_datasheet():
     _exact(K.memory_efficiency("h100", "read"), 3000e9 / 3.35e12, "flashmla")
     stand_in = K.memory_efficiency("h100", "scale")
     assert stand_in.value == 3000e9 / 3.35e12 and "H800" in stand_in.notes[0]
+    assert "read-dominated kernel" in stand_in.notes[0] and "stands in for scale" in stand_in.notes[0]
 
 
 def test_collectives_at_measured_sizes_are_the_sources_bus_bandwidth():
@@ -138,6 +153,10 @@ def test_collectives_at_measured_sizes_are_the_sources_bus_bandwidth():
     assert busbw("h100", "all_gather", 2147483648) == 401897616481 * 0.875
     assert busbw("h100", "reduce_scatter", 1048576) == 51280125195 * 0.875
     assert busbw("h100", "all_to_all", 1024) == 10571522 * 0.875
+    assert busbw("h100", "all_reduce", 2147483648, 2) == 250289469463 * 1.0
+    assert busbw("h100", "all_reduce", 4194304, 4) == 70888047593 * 1.5
+    assert busbw("h100", "reduce_scatter", 2147483648, 4) == 383183624061 * 0.75
+    assert busbw("h100", "all_to_all", 4194304, 2) == 75112893982 * 0.5
     assert busbw("a100", "all_reduce", 17179869184) == 234.89e9
     assert busbw("a100", "all_reduce", 32768) == 1.31e9
     assert busbw("h200", "all_reduce", 17179869184) == 482.26e9
@@ -156,8 +175,16 @@ def test_collectives_read_a_stand_in_and_say_so():
     assert a100.value == 234.89e9 and "all-reduce" in a100.notes[0]
     group = K.collective_bandwidth("a100", "all_reduce", 17179869184, "inside", 4)
     assert group.value == 234.89e9 and "group of 8" in group.notes[0]
+    three = K.collective_bandwidth("h100", "all_reduce", 1048576, "inside", 3)  # log2 3 is nearer 2 than 1
+    assert three.value == K.collective_bandwidth("h100", "all_reduce", 1048576, "inside", 4).value
+    assert "group of 4" in three.notes[0]
+    gather = K.collective_bandwidth("h100", "all_gather", 2**30, "across")
+    assert gather.value == 46e9 and "ring all-reduce figure is used for all_gather" in gather.notes[-1]
+    hdr = K.collective_bandwidth("a100", "all_reduce", 2**30, "across")
+    assert "applied to a100's 25 GB/s" in hdr.notes[-1]
     far = K.collective_bandwidth("h100", "all_to_all", 2**30, "across", 20)
     assert far.value == 43e9 and any("nearest, 16" in n for n in far.notes)
+    assert K.collective_bandwidth("h100", "all_to_all", 2**30, "across", 24).value == 57e9  # log2 24 nearer 32
 
 
 def test_overlap_and_nccl_sms():
@@ -270,10 +297,13 @@ def test_outside_the_data_is_clamped_and_says_so():
     (lambda: K.gemm_efficiency("b200", 1, 1, 1), "unknown GPU type 'b200'"),
     (lambda: K.gemm_efficiency("h100", 0, 1, 1), "m must be"),
     (lambda: K.gemm_efficiency("h100", 1.5, 1, 1), "m must be"),
+    (lambda: K.gemm_efficiency("h100", 1, True, 1), "n must be"),
     (lambda: K.gemm_efficiency("a100", 1, 1, 1, "fp8"), "no FP8"),
     (lambda: K.gemm_efficiency("h100", 1, 1, 1, "fp16"), "unknown dtype"),
     (lambda: K.attention_efficiency("a100", 512, 64, False, False, "fa3"), "'fa3'"),
     (lambda: K.attention_efficiency("h100", 512, 64, False, "yes"), "backward must be"),
+    (lambda: K.attention_efficiency("h100", 0, 64, False, False), "sequence length must be"),
+    (lambda: K.attention_efficiency("h100", 512, 64.0, False, False), "head dim must be"),
     (lambda: K.memory_efficiency("h100", "copy"), "unknown streaming kernel"),
     (lambda: K.collective_bandwidth("h100", "broadcast", 8, "inside"), "'broadcast'"),
     (lambda: K.collective_bandwidth("h100", "all_reduce", 8, "rack"), "where must be"),
@@ -285,6 +315,16 @@ def test_bad_questions_are_one_line_usage_errors(call, words):
     with pytest.raises(UsageError, match=words) as info:
         call()
     assert "\n" not in str(info.value)
+
+
+def test_a_gpu_type_without_measurements_is_refused(monkeypatch):
+    """A GPU type hardware.py gains before any kernel was measured on it: every lookup says so in one line."""
+    monkeypatch.setitem(GPUS, "b200", GPUS["h100"])
+    for call in (lambda: K.gemm_efficiency("b200", 1024, 1024, 1024), lambda: K.attention_efficiency(
+            "b200", 1024, 128, False, False), lambda: K.memory_efficiency("b200"),
+            lambda: K.collective_bandwidth("b200", "all_gather", 1024, "inside"), lambda: K.nccl_sm_share("b200")):
+        with pytest.raises(UsageError, match="measured on b200"):
+            call()
 
 
 def test_the_names_are_the_traces():

@@ -11,7 +11,7 @@ asked size is more than 2x past the edge. A GPU type hardware.py does not know i
 The large tables are JSON under data/ (one table a line): gemm.json, attention.json, collectives.json."""
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_right
 from dataclasses import dataclass
 from itertools import product
 from math import log2, prod
@@ -132,11 +132,13 @@ SOURCES: dict[str, Source] = {
 }
 
 # An H200 is an H100 die with larger, faster memory and the same NVLink 4 node (mle-sms note 16; the MAMF table
-# says of matmuls 'H200 is the same'): where no H200 measurement exists, the H100's stands in, and the other way.
-TWIN = {"h200": "h100", "h100": "h200"}
-# Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989).
+# says of matmuls 'H200 is the same'): where no H200 measurement exists, the H100's stands in.
+TWIN = {"h200": "h100"}
+TWIN_WHY = "same SMs, clocks and NVLink 4 node"
+# Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989); Hopper
+# alone of these has FP8 tensor cores and NVLink SHARP (NCCL's nvls channels are set for sm90 and later).
 FP8_OVER_BF16 = 2
-FP8_GPUS = ("h100", "h200")
+HOPPER = ("h100", "h200")
 
 
 @dataclass(frozen=True)
@@ -146,6 +148,24 @@ class Lookup:
     value: float
     sources: tuple[str, ...]
     notes: tuple[str, ...] = ()
+
+
+def _stand_in(gpu: str, have: set[str], what: str) -> tuple[str | None, list[str]]:
+    """The GPU type whose measurement answers for `gpu`: its own, else its TWIN's (with a note), else None."""
+    if gpu in have:
+        return gpu, []
+    twin = TWIN.get(gpu)
+    if twin in have:
+        return twin, [f"no {what} measured on {gpu}; the {twin}'s stands in ({TWIN_WHY})"]
+    return None, []
+
+
+def _measured_on(gpu: str, have: set[str], what: str) -> tuple[str, list[str]]:
+    """_stand_in, refusing a GPU type with neither its own nor its twin's measurement."""
+    on, notes = _stand_in(gpu, have, what)
+    if on is None:
+        raise UsageError(f"no {what} measured on {gpu} (measured on {', '.join(sorted(have))})")
+    return on, notes
 
 
 def _load(name: str) -> list[dict]:
@@ -181,18 +201,19 @@ def _edge(what: str, x: float, xs: list[float]) -> tuple[float, list[str]]:
 
 
 def _between(xs: list[float], x: float) -> tuple[int, int, float]:
-    """The neighbours of x in sorted xs and x's place between them, linear in log2 (x inside the range)."""
-    i = bisect_left(xs, x)
-    if xs[i] == x:
-        return i, i, 0.0
-    return i - 1, i, (log2(x) - log2(xs[i - 1])) / (log2(xs[i]) - log2(xs[i - 1]))
+    """The neighbours of x in sorted xs and x's place between them, linear in log2 (x inside the range): 0 at
+    a measured point, so its own figure comes back exactly."""
+    j = bisect_right(xs, x)
+    if j == len(xs):
+        return j - 1, j - 1, 0.0
+    return j - 1, j, (log2(x) - log2(xs[j - 1])) / (log2(xs[j]) - log2(xs[j - 1]))
 
 
 def _along(what: str, xs: list[float], ys: list[float], x: float) -> tuple[float, list[str]]:
     """ys at x, linear in log2(x) between measured points, held at the ends (with a note)."""
     x, notes = _edge(what, x, xs)
     i, j, t = _between(xs, x)
-    return (ys[i] if i == j else ys[i] + t * (ys[j] - ys[i])), notes
+    return ys[i] + t * (ys[j] - ys[i]), notes
 
 
 # -- matrix products ------------------------------------------------------------------------------------
@@ -219,8 +240,8 @@ def _peak(gpu: str, dtype: str) -> float:
     if dtype == "bf16":
         return GPUS[gpu].peak_flops.value
     if dtype == "fp8":
-        if gpu not in FP8_GPUS:
-            raise UsageError(f"{gpu} has no FP8 tensor cores; FP8 products run on {', '.join(FP8_GPUS)}")
+        if gpu not in HOPPER:
+            raise UsageError(f"{gpu} has no FP8 tensor cores; FP8 products run on {', '.join(HOPPER)}")
         return FP8_OVER_BF16 * GPUS[gpu].peak_flops.value
     raise UsageError(f"unknown dtype {dtype!r} for a product: bf16 or fp8")
 
@@ -233,12 +254,10 @@ def _grid(t: GemmTable, shape: tuple[int, int, int]) -> tuple[float, list[str]]:
         x, more = _edge(name, x, xs)
         notes += more
         i, j, w = _between(xs, x)
-        spans.append([(xs[i], 1.0 - w)] + ([(xs[j], w)] if j != i else []))
+        spans.append([(xs[i], 1.0 - w), (xs[j], w)])
     value = 0.0
     for corner in product(*spans):
-        weight = prod(w for _, w in corner)
-        if weight:
-            value += weight * t.points[tuple(x for x, _ in corner)]
+        value += prod(w for _, w in corner) * t.points[tuple(x for x, _ in corner)]
     return value, notes
 
 
@@ -253,13 +272,8 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
-    notes: list[str] = []
-    table = next((t for t in GEMM if t.gpu == gpu and t.dtype == dtype), None)
-    if table is None and TWIN.get(gpu):
-        table = next((t for t in GEMM if t.gpu == TWIN[gpu] and t.dtype == dtype), None)
-        notes.append(f"no {dtype} product measured on {gpu}; the {TWIN[gpu]}'s table stands in (same SMs, clocks)")
-    if table is None:
-        raise UsageError(f"no {dtype} product measurement for {gpu}")
+    on, notes = _measured_on(gpu, {t.gpu for t in GEMM if t.dtype == dtype}, f"{dtype} product")
+    table = next(t for t in GEMM if t.gpu == on and t.dtype == dtype)
     if table.kind == "grid":
         flops, more = _grid(table, (m, n, k))
     elif table.kind == "square":
@@ -319,11 +333,7 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     was not published, the nearest published figure is used and the notes say which."""
     _check_gpu(gpu)
     seq, head_dim = _whole("sequence length", seq), _whole("head dim", head_dim)
-    notes: list[str] = []
-    on = gpu
-    if not any(t.gpu == gpu for t in ATTENTION):
-        on = TWIN[gpu]
-        notes.append(f"no attention measured on {gpu}; the {on}'s figures stand in")
+    on, notes = _measured_on(gpu, {t.gpu for t in ATTENTION}, "attention")
     have = [k for k in KERNELS if any(t.gpu == on and t.kernel == k for t in ATTENTION)]
     if kernel is not None and kernel not in have:
         raise UsageError(f"no {kernel!r} attention measured on {on}: {', '.join(have)}")
@@ -382,8 +392,8 @@ def memory_efficiency(gpu: str, kernel: str = "scale") -> Lookup:
     _check_gpu(gpu)
     if kernel not in MEMORY_KERNELS:
         raise UsageError(f"unknown streaming kernel {kernel!r}: {', '.join(MEMORY_KERNELS)}")
-    measured = MEMORY[gpu]
-    notes = []
+    on, notes = _measured_on(gpu, set(MEMORY), "memory bandwidth")
+    measured = MEMORY[on]
     if kernel not in measured:
         (kernel_read, (gbps, source)), = measured.items()
         notes.append(f"only a {kernel_read}-dominated kernel was measured for {gpu} ('{source}': "
@@ -481,16 +491,13 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
     nbytes, members = _whole("bytes", nbytes), _whole("members", members, 2)
     if where == ACROSS:
         return _across(gpu, op, members)
-    notes: list[str] = []
-    tables = [t for t in COLLECTIVES if t.gpu == gpu and t.op == op]
-    if not tables and TWIN.get(gpu):
-        tables = [t for t in COLLECTIVES if t.gpu == TWIN[gpu] and t.op == op]
-        if tables:
-            notes.append(f"no {op} measured on {gpu}; the {TWIN[gpu]}'s (same NVLink 4 node) stands in")
-    if not tables:
-        tables = [t for t in COLLECTIVES if t.gpu == gpu and t.op == "all_reduce"]
+    on, notes = _stand_in(gpu, {t.gpu for t in COLLECTIVES if t.op == op}, op)
+    if on is None:
+        on, notes = _measured_on(gpu, {t.gpu for t in COLLECTIVES if t.op == "all_reduce"}, "all_reduce")
         notes.append(f"no {op} measured on {gpu}; its all-reduce busbw is used (nccl-tests' busbw compares "
                      "across ops)")
+        op = "all_reduce"
+    tables = [t for t in COLLECTIVES if t.gpu == on and t.op == op]
     have = sorted(t.members for t in tables)
     if members not in have:
         near = min(have, key=lambda e: (abs(log2(e) - log2(members)), e))
@@ -536,10 +543,12 @@ def nccl_sm_share(gpu: str, algorithm: str = "nvls") -> Lookup:
     _check_gpu(gpu)
     if algorithm not in NCCL_CTAS:
         raise UsageError(f"unknown NCCL algorithm {algorithm!r}: {', '.join(NCCL_CTAS)}")
-    if algorithm == "nvls" and gpu not in FP8_GPUS:
+    on, notes = _measured_on(gpu, set(SMS), "SM count")
+    if algorithm == "nvls" and gpu not in HOPPER:
         raise UsageError(f"NVLink SHARP (nvls) needs Hopper's NVSwitch; {gpu} runs ring")
     ctas, source = NCCL_CTAS[algorithm]
-    sms, sm_source = SMS[gpu]
-    notes = ("at most: NCCL's topology search picks up to 32 ring channels",) if algorithm == "ring" else ()
-    return Lookup(ctas / sms, (source, sm_source), notes)
+    sms, sm_source = SMS[on]
+    if algorithm == "ring":
+        notes.append("at most: NCCL's topology search picks up to 32 ring channels")
+    return Lookup(ctas / sms, (source, sm_source), tuple(notes))
 
