@@ -1,0 +1,554 @@
+"""Kernel costs as data: what matrix products, attention, memory passes and collectives reach on a GPU type,
+from published measurements, each table with its source (SOURCES; docs/notes/kernel-costs.md quotes every
+figure). Nothing here is fitted to a training run, and the clock does not read it yet.
+
+Each lookup answers a `Lookup`: the value (a share of hardware.py's datasheet figure, or bytes per second),
+the sources it read, and notes saying what it clamped, stood in for or assumed. Between measured points it
+interpolates linearly in the logarithm of the size (so it is monotone between two neighbours and returns a
+measured point's own figure there); outside them it holds the nearest edge and says so, and says when the
+asked size is more than 2x past the edge. A GPU type hardware.py does not know is refused.
+
+The large tables are JSON under data/ (one table a line): gemm.json, attention.json, collectives.json."""
+from __future__ import annotations
+
+from bisect import bisect_right
+from dataclasses import dataclass
+from itertools import product
+from math import log2, prod
+from numbers import Integral
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..limits import read_json
+from .hardware import GPUS
+
+DATA = Path(__file__).resolve().parent / "data"
+READ = "2026-12-05"  # the date every source below was read for this table
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a table's numbers come from: the document, its address, where in it, and what was measured."""
+    document: str
+    address: str
+    where: str  # table, figure or file, and the version read
+    measured: str  # GPU, clocks or power where said, library versions where said
+
+
+SOURCES: dict[str, Source] = {
+    "xla-gemm": Source(
+        "OpenXLA, GPU cost model's default matmul performance table", "https://github.com/openxla/xla/blob/main/"
+        "xla/service/gpu/model/default_matmul_perf_table.txtpb",
+        "key sm_90, entries with b: 1, flops 'bf16xbf16->bf16'; read in the ROCm/xla mirror of openxla main, "
+        "commit 183fa00cb5d8 (2026-08-22)",
+        "H100 (sm_90; commit b2766086ec 'Update ... cost model for GEMMS on H100'; the SKU is not stated, but "
+        "805 TFLOP/s at its best exceeds the PCIe card's 756 dense peak); xla/tools/matmul_perf_table_gen: FLOP/s "
+        "= 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and clocks not stated"),
+    "cuda11-blog": Source(
+        "NVIDIA Developer Blog, 'CUDA 11 Features Revealed' (2020), Figure 6 'Mixed-precision matrix multiply on "
+        "A100 with cuBLAS'", "https://developer.nvidia.com/blog/cuda-11-features-revealed/",
+        "the figure as ml-engineering reproduces it (compute/accelerator/images/nvidia-a100-matmul-tflops.png, "
+        "commit 744d01e18b); BF16 points read off the plot by pixel position, +-4 TFLOP/s",
+        "A100 at launch (2020: the 40GB SXM4 card; the figure does not say), cuBLAS of CUDA 11.0, m = n = k"),
+    "mamf": Source(
+        "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
+        "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
+        "FP8 (float8_e4m3fn) rows, commit 744d01e18b (2026-08-22)",
+        "torch.mm, mean of 100 iterations after 50 warmup, best shape of a brute-force search; H100 SXM torch "
+        "2.7.0+cu126, H200 SXM torch 2.7.1+cu128; 'Theory' column 1979 = FP8 dense peak, twice BF16's 989"),
+    "fa2-a100": Source(
+        "T. Dao, FlashAttention-2 (arXiv 2307.08691), Figure 4: attention forward + backward speed on A100",
+        "https://arxiv.org/abs/2307.08691",
+        "Figure 4 as the repository prints it: Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png "
+        "(commit 4f285b35, 2023-07-17); bar labels, two hidden by the legend read from bar heights",
+        "A100 80GB SXM4, FP16/BF16, hidden 2048, batch x sequence = 16k tokens; library versions not stated"),
+    "fa2-h100": Source(
+        "T. Dao, FlashAttention-2 (arXiv 2307.08691), Figure 7: attention forward + backward speed on H100",
+        "https://arxiv.org/abs/2307.08691",
+        "assets/flash2_h100_fwd_bwd_benchmark.png in Dao-AILab/flash-attention (commit 4f285b35); bar labels",
+        "H100 80GB SXM5, the A100 code without Hopper instructions, FP16/BF16, hidden 2048, 16k tokens"),
+    "fa3-paper": Source(
+        "J. Shah et al., FlashAttention-3 (arXiv 2407.08608v2), Figures 5 (forward) and 6 (backward)",
+        "https://arxiv.org/abs/2407.08608",
+        "the bar labels of Figures 5 and 6 in the PDF's text layer (pdftotext); backward is published without "
+        "the causal mask only",
+        "H100 80GB SXM5, FP16, hidden 2048, 16k tokens; FlashAttention-3 beta of July 2024 (CUDA >= 12.3)"),
+    "gpu-benches": Source(
+        "D. Ernst, gpu-benches: gpu-stream", "https://github.com/te42kyfo/gpu-benches/tree/master/gpu-stream",
+        "a100_80.txt and h200.txt (commit 1c36d509), the last row: block size 1024, 100% occupancy",
+        "A100 80GB (the repository's plot script gives it 2,039 GB/s: the SXM card) and H200 (variant not "
+        "stated); STREAM-like kernels init, read, scale, triad; CUDA version not stated"),
+    "flashmla": Source(
+        "DeepSeek, FlashMLA README", "https://github.com/deepseek-ai/FlashMLA",
+        "'The dense MLA decoding kernel achieves up to 3000 GB/s in memory-bound configuration ... on H800 SXM5 "
+        "with CUDA 12.8'",
+        "H800 SXM5 (an H100 die with cut NVLink; same 3.35 TB/s HBM3, per third-party pages, not a datasheet), "
+        "a read-dominated decode kernel, CUDA 12.8"),
+    "xla-collectives": Source(
+        "OpenXLA, GPU cost model's default collective performance table", "https://github.com/openxla/xla/blob/"
+        "main/xla/service/gpu/model/default_collective_perf_table.txtpb",
+        "key sm_90, all-reduce, all-gather, reduce-scatter, all-to-all (F32) in groups of 2, 4 and 8 of one "
+        "8-GPU node; same mirror commit as xla-gemm",
+        "H100 node (sm_90); collective_perf_table_gen.cc: network_throughput = the whole buffer (all-gather "
+        "output, reduce-scatter input) / median runtime, which is nccl-tests' algbw; NCCL version not stated"),
+    "mle-a100-allreduce": Source(
+        "S. Bekman, Machine Learning Engineering, network chapter, 'Real network throughput'",
+        "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
+        "nccl-tests all_reduce_perf -b 32k -e 16G -f 2 -g 8 -n 50, busbw column (commit 744d01e18b)",
+        "one 8x A100 node (NVLink 3); NCCL version not stated"),
+    "mle-h200-allreduce": Source(
+        "S. Bekman, Machine Learning Engineering, network chapter: the 8x H200 all_reduce_bench.py sweep",
+        "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
+        "busbw column, 32KiB-16GiB (commit 744d01e18b); setup in network/benchmarks/README.md",
+        "one 8x H200 node, torch 2.9.1+cu130, CUDA 13.0, NCCL 2.27.7, 5 warmup and 20 trials a size; NCCL "
+        "picks ring/LL up to 1MiB and NVLink SHARP (NVLS) from 2MiB, so large sizes pass the 450 GB/s wire"),
+    "nccl-ndr": Source(
+        "NVIDIA/nccl-tests issue 290, comment by NVIDIA's AddyLaddy (2025-03-03)",
+        "https://github.com/NVIDIA/nccl-tests/issues/290",
+        "'For NDR @ 400Gbps you should see 46-48GB/s per NIC' (two nodes, NCCL_ALGO=RING); the low end is used",
+        "H100 nodes with ConnectX-7 NDR InfiniBand (the thread's system); large messages, size not given"),
+    "deepep": Source(
+        "DeepSeek, DeepEP README (normal kernels, internode)", "https://github.com/deepseek-ai/DeepEP",
+        "V1 README, commit 2be0d4f8 (2025-10-21): dispatch and combine 'bottleneck bandwidth' at EP 16, 32, 64",
+        "H800, one ConnectX-7 400 Gb/s RDMA NIC a GPU ('~50 GB/s maximum'), 4096 tokens a batch, hidden 7168, "
+        "FP8 dispatch and BF16 combine; NVLink-forwarded traffic counted, so figures can pass 50"),
+    "overlap-2507": Source(
+        "'Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance "
+        "and Power Implications' (arXiv 2507.03114v1), abstract", "https://arxiv.org/abs/2507.03114",
+        "'an average computational slowdown of 18.9%, with a maximum of 40.0% slowdown' against compute alone",
+        "4 A100s, H100s, MI250 and MI210 pooled, GPT and LLaMA models; no per-GPU breakdown was read"),
+    "nccl-src": Source(
+        "NVIDIA NCCL source, v2.30.7", "https://github.com/NVIDIA/nccl",
+        "commit 5067397c: src/transport/nvls.cc NVLS_NCHANNELS_SM90 16; src/init.cc ring maxChannels = "
+        "MAXCHANNELS / 2; src/include/device.h MAXCHANNELS 64; docs env.rst: NCCL_MAX_CTAS replaces "
+        "NCCL_MAX_NCHANNELS (one CTA a channel)",
+        "defaults of the library, not a measurement"),
+    "mle-sms": Source(
+        "S. Bekman, Machine Learning Engineering, accelerator chapter", "https://github.com/stas00/ml-engineering/"
+        "blob/master/compute/accelerator/README.md",
+        "'A100-80GB has ... 108 Streaming Multiprocessors', 'H100 has ... 132 Streaming Multiprocessors', note 16 "
+        "'H200 is the same as H100 but has 141GiB' (commit 744d01e18b)", "specifications"),
+}
+
+# An H200 is an H100 die with larger, faster memory and the same NVLink 4 node (mle-sms note 16; the MAMF table
+# says of matmuls 'H200 is the same'): where no H200 measurement exists, the H100's stands in.
+TWIN = {"h200": "h100"}
+TWIN_WHY = "same SMs, clocks and NVLink 4 node"
+# Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989); Hopper
+# alone of these has FP8 tensor cores and NVLink SHARP (NCCL's nvls channels are set for sm90 and later).
+FP8_OVER_BF16 = 2
+HOPPER = ("h100", "h200")
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """One answer: `value` (a share of a datasheet figure, or bytes/s), the `sources` read (SOURCES keys) and
+    `notes`: every clamp, stand-in or assumption made on the way; empty when read straight off the data."""
+    value: float
+    sources: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+
+
+def _stand_in(gpu: str, have: set[str], what: str) -> tuple[str | None, list[str]]:
+    """The GPU type whose measurement answers for `gpu`: its own, else its TWIN's (with a note), else None."""
+    if gpu in have:
+        return gpu, []
+    twin = TWIN.get(gpu)
+    if twin in have:
+        return twin, [f"no {what} measured on {gpu}; the {twin}'s stands in ({TWIN_WHY})"]
+    return None, []
+
+
+def _measured_on(gpu: str, have: set[str], what: str) -> tuple[str, list[str]]:
+    """_stand_in, refusing a GPU type with neither its own nor its twin's measurement."""
+    on, notes = _stand_in(gpu, have, what)
+    if on is None:
+        raise UsageError(f"no {what} measured on {gpu} (measured on {', '.join(sorted(have))})")
+    return on, notes
+
+
+def _load(name: str) -> list[dict]:
+    return read_json((DATA / name).read_bytes(), name, "a kernel-cost table")["tables"]
+
+
+def _scaled(v: float, unit: str) -> int | float:
+    """A figure in base units: TFLOP/s and GB/s as printed (three decimals at most) to exact integers."""
+    scale = {"TFLOP/s": 10**9, "GB/s": 10**6}.get(unit)
+    return round(v * 1000) * scale if scale else v
+
+
+def _check_gpu(gpu: str) -> None:
+    if gpu not in GPUS:
+        raise UsageError(f"unknown GPU type {gpu!r}: kernel costs know {', '.join(GPUS)}")
+
+
+def _whole(what: str, v: Any, least: int = 1) -> int:
+    if isinstance(v, bool) or not isinstance(v, Integral) or v < least:
+        raise UsageError(f"{what} must be a whole number of at least {least}, not {v!r}")
+    return int(v)
+
+
+def _edge(what: str, x: float, xs: list[float]) -> tuple[float, list[str]]:
+    """x held inside [xs[0], xs[-1]], with a note when it was outside."""
+    lo, hi = xs[0], xs[-1]
+    if lo <= x <= hi:
+        return x, []
+    edge = lo if x < lo else hi
+    far = " (more than 2x past it)" if x < lo / 2 or x > hi * 2 else ""
+    side = "smallest" if x < lo else "largest"
+    return edge, [f"{what} {x:g} is outside the measured {lo:g}-{hi:g}; read at the {side}, {edge:g}{far}"]
+
+
+def _between(xs: list[float], x: float) -> tuple[int, int, float]:
+    """The neighbours of x in sorted xs and x's place between them, linear in log2 (x inside the range): 0 at
+    a measured point, so its own figure comes back exactly."""
+    j = bisect_right(xs, x)
+    if j == len(xs):
+        return j - 1, j - 1, 0.0
+    return j - 1, j, (log2(x) - log2(xs[j - 1])) / (log2(xs[j]) - log2(xs[j - 1]))
+
+
+def _along(what: str, xs: list[float], ys: list[float], x: float) -> tuple[float, list[str]]:
+    """ys at x, linear in log2(x) between measured points, held at the ends (with a note)."""
+    x, notes = _edge(what, x, xs)
+    i, j, t = _between(xs, x)
+    return ys[i] + t * (ys[j] - ys[i]), notes
+
+
+# -- matrix products ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GemmTable:
+    """Measured products of one GPU type and dtype: a full grid over m, n, k; a square sweep (m = n = k); or one
+    point. `points`: (m, n, k) -> FLOP/s."""
+    gpu: str
+    dtype: str
+    kind: str
+    source: str
+    points: dict[tuple[int, int, int], int | float]
+
+
+GEMM: tuple[GemmTable, ...] = tuple(
+    GemmTable(t["gpu"], t["dtype"], t["kind"], t["source"],
+              {(m, n, k): _scaled(v, t["unit"]) for m, n, k, v in t["points"]}) for t in _load("gemm.json"))
+
+
+def _peak(gpu: str, dtype: str) -> float:
+    """The dense tensor-core peak of hardware.py for `dtype` (FP8: twice BF16, Hopper only)."""
+    if dtype == "bf16":
+        return GPUS[gpu].peak_flops.value
+    if dtype == "fp8":
+        if gpu not in HOPPER:
+            raise UsageError(f"{gpu} has no FP8 tensor cores; FP8 products run on {', '.join(HOPPER)}")
+        return FP8_OVER_BF16 * GPUS[gpu].peak_flops.value
+    raise UsageError(f"unknown dtype {dtype!r} for a product: bf16 or fp8")
+
+
+def _grid(t: GemmTable, shape: tuple[int, int, int]) -> tuple[float, list[str]]:
+    """Multilinear in log2(m), log2(n), log2(k) over the grid's corners; each side held at the grid's edge."""
+    axes = [sorted({p[a] for p in t.points}) for a in range(3)]
+    spans, notes = [], []
+    for name, xs, x in zip("mnk", axes, shape):
+        x, more = _edge(name, x, xs)
+        notes += more
+        i, j, w = _between(xs, x)
+        spans.append([(xs[i], 1.0 - w), (xs[j], w)])
+    value = 0.0
+    for corner in product(*spans):
+        value += prod(w for _, w in corner) * t.points[tuple(x for x, _ in corner)]
+    return value, notes
+
+
+def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lookup:
+    """The share of hardware.py's dense peak (FP8: twice the BF16 peak) an (m x k) @ (k x n) product reaches.
+
+    Sources (SOURCES): H100 BF16 from OpenXLA's measured matmul table ('xla-gemm', sm_90, m, n, k in
+    256-4096, a full grid); A100 BF16 from NVIDIA's CUDA 11 blog, Figure 6 ('cuda11-blog', cuBLAS, square
+    products 512-8192, read off the plot); FP8 on H100 and H200 from one best shape each in Bekman's MAMF table
+    ('mamf'). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square product on
+    the A100 is read at the side of the cube of the same volume, an assumption the notes state."""
+    _check_gpu(gpu)
+    m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
+    peak = _peak(gpu, dtype)
+    on, notes = _measured_on(gpu, {t.gpu for t in GEMM if t.dtype == dtype}, f"{dtype} product")
+    table = next(t for t in GEMM if t.gpu == on and t.dtype == dtype)
+    if table.kind == "grid":
+        flops, more = _grid(table, (m, n, k))
+    elif table.kind == "square":
+        side = m if m == n == k else (m * n * k) ** (1 / 3)
+        if side != m:
+            notes.append(f"the {table.gpu} data are square products only; {m}x{n}x{k} is read at the side of the "
+                         f"cube of the same volume, {side:.0f} (an assumption)")
+        sides = sorted(p[0] for p in table.points)
+        flops, more = _along("side", sides, [table.points[(s, s, s)] for s in sides], side)
+    else:
+        (shape, flops), = table.points.items()
+        more = [] if shape == (m, n, k) else [
+            f"one {dtype} product measured on {table.gpu} ({'x'.join(map(str, shape))}, its best shape); its "
+            "figure is used for every shape"]
+    return Lookup(flops / peak, (table.source,), tuple(notes + more))
+
+
+# -- attention ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AttentionTable:
+    """One figure's bars: a kernel's TFLOP/s by sequence length for one GPU, pass, mask and head dim."""
+    gpu: str
+    kernel: str
+    pass_: str
+    causal: bool
+    head_dim: int
+    source: str
+    seq: tuple[int, ...]
+    flops: tuple[int, ...]  # FLOP/s, FLOPs counted as the papers count them
+
+
+ATTENTION: tuple[AttentionTable, ...] = tuple(
+    AttentionTable(t["gpu"], t["kernel"], t["pass"], t["causal"], t["head_dim"], t["source"], tuple(t["seq"]),
+                   tuple(_scaled(v, "TFLOP/s") for v in t["tflops"])) for t in _load("attention.json"))
+KERNELS = ("fa3", "fa2")  # newest first: the kernel a GPU type gets unless one is named
+BOTH = "forward+backward"
+PASSES = {False: "forward", True: "backward", None: BOTH}  # attention_efficiency's `backward` -> the pass
+BACKWARD_FLOPS = 2.5  # the papers' count: the backward pass is 2.5x the forward's FLOPs (5 matmuls against 2)
+
+
+def _attention_tables(gpu: str, kernel: str, pass_: str, causal: bool) -> list[AttentionTable]:
+    return [t for t in ATTENTION if (t.gpu, t.kernel, t.pass_, t.causal) == (gpu, kernel, pass_, causal)]
+
+
+def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None,
+                         kernel: str | None = None) -> Lookup:
+    """The share of hardware.py's dense BF16 peak FlashAttention reaches, FLOPs counted as its papers count them
+    (forward 4 s^2 d h, halved with the causal mask; backward 2.5x forward). `backward`: True for the backward
+    pass, False for the forward, None for both together (as FlashAttention-2's Figures 4 and 7 time them).
+
+    Sources (SOURCES): A100: FlashAttention-2's Figure 4 ('fa2-a100', forward + backward only); H100:
+    FlashAttention-2's Figure 7 ('fa2-h100', forward + backward) and FlashAttention-3's Figures 5 and 6
+    ('fa3-paper': FlashAttention-2 and -3 forward, head dims 64, 128, 256; backward without the causal mask,
+    head dims 64 and 128). H200 reads the H100's figures. Sequences 512-16k; where a pass or the causal mask
+    was not published, the nearest published figure is used and the notes say which."""
+    _check_gpu(gpu)
+    seq, head_dim = _whole("sequence length", seq), _whole("head dim", head_dim)
+    on, notes = _measured_on(gpu, {t.gpu for t in ATTENTION}, "attention")
+    have = [k for k in KERNELS if any(t.gpu == on and t.kernel == k for t in ATTENTION)]
+    if kernel is not None and kernel not in have:
+        raise UsageError(f"no {kernel!r} attention measured on {on}: {', '.join(have)}")
+    kernel = kernel or have[0]
+    if backward not in PASSES:
+        raise UsageError(f"backward must be True, False or None (both passes), not {backward!r}")
+    pass_ = PASSES[backward]
+    tables = _attention_tables(on, kernel, pass_, causal)
+    if not tables and pass_ == BOTH:
+        # both passes' FLOPs (1 + 2.5 forwards) over both passes' times
+        f, b = (attention_efficiency(gpu, seq, head_dim, causal, p, kernel) for p in (False, True))
+        said = f"no forward + backward figure for {kernel} on {on}: its forward and backward combined by time"
+        return Lookup((1 + BACKWARD_FLOPS) / (1 / f.value + BACKWARD_FLOPS / b.value),
+                      tuple(sorted(set(f.sources + b.sources))), tuple(dict.fromkeys(f.notes + b.notes + (said,))))
+    if not tables and _attention_tables(on, kernel, BOTH, causal):
+        tables = _attention_tables(on, kernel, BOTH, causal)
+        notes.append(f"{kernel} on {on} is published for forward + backward together; that figure is used")
+    if not tables:
+        tables = _attention_tables(on, kernel, pass_, False)
+        notes.append(f"{kernel} {pass_} on {on} is published without the causal mask only; that figure is used, "
+                     "which overstates short causal sequences")
+    dims = sorted(t.head_dim for t in tables)
+    by_dim = {t.head_dim: t for t in tables}
+    at_dim, seq_notes = [], []
+    for d in dims:
+        flops, more = _along("sequence length", list(by_dim[d].seq), list(by_dim[d].flops), seq)
+        at_dim.append(flops)
+        seq_notes += [n for n in more if n not in seq_notes]
+    flops, dim_notes = _along("head dim", dims, at_dim, head_dim)
+    return Lookup(flops / GPUS[gpu].peak_flops.value, tuple(sorted({t.source for t in tables})),
+                  tuple(notes + seq_notes + dim_notes))
+
+
+# -- memory-bound passes --------------------------------------------------------------------------------
+
+# Measured HBM bandwidth, GB/s as printed: gpu -> kernel -> (GB/s, source). gpu-benches' kernels: init
+# (A[i] = c: one store stream), read (sum += A[i]), scale (A[i] = B[i] * c: one load, one store, an elementwise
+# pass), triad (A[i] = B[i] + c * C[i]); the H100's one figure is FlashMLA's read-dominated decode on an H800.
+MEMORY: dict[str, dict[str, tuple[float, str]]] = {
+    "a100": {"init": (1880, "gpu-benches"), "read": (1769, "gpu-benches"), "scale": (1732, "gpu-benches"),
+             "triad": (1759, "gpu-benches")},
+    "h200": {"init": (3884, "gpu-benches"), "read": (2756, "gpu-benches"), "scale": (3165, "gpu-benches"),
+             "triad": (3534, "gpu-benches")},
+    "h100": {"read": (3000, "flashmla")},
+}
+MEMORY_KERNELS = ("init", "read", "scale", "triad")
+
+
+def memory_efficiency(gpu: str, kernel: str = "scale") -> Lookup:
+    """The share of hardware.py's HBM bandwidth a streaming kernel reaches (default: `scale`, one load and one
+    store stream, what an elementwise pass does).
+
+    Sources (SOURCES): A100 80GB and H200 from gpu-benches' gpu-stream at full occupancy ('gpu-benches');
+    H100 from FlashMLA's 'up to 3000 GB/s' on an H800 SXM5 ('flashmla'), a read-dominated kernel used for
+    every kind of pass (the notes say so)."""
+    _check_gpu(gpu)
+    if kernel not in MEMORY_KERNELS:
+        raise UsageError(f"unknown streaming kernel {kernel!r}: {', '.join(MEMORY_KERNELS)}")
+    on, notes = _measured_on(gpu, set(MEMORY), "memory bandwidth")
+    measured = MEMORY[on]
+    if kernel not in measured:
+        (kernel_read, (gbps, source)), = measured.items()
+        notes.append(f"only a {kernel_read}-dominated kernel was measured for {gpu} ('{source}': "
+                     f"{SOURCES[source].measured}); its figure stands in for {kernel}")
+    else:
+        gbps, source = measured[kernel]
+    return Lookup(_scaled(gbps, "GB/s") / GPUS[gpu].hbm.value, (source,), tuple(notes))
+
+
+# -- collectives ----------------------------------------------------------------------------------------
+
+INSIDE, ACROSS = "inside", "across"  # the links, as comm/hops.py names them (the estimator imports no comm)
+# nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md) by op, the trace's names: busbw = algbw x factor(n)
+BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+
+
+@dataclass(frozen=True)
+class CollectiveTable:
+    """One NVLink node's sweep: bus bandwidth (bytes/s) by buffer size for an op and a group size."""
+    gpu: str
+    op: str
+    members: int
+    source: str
+    sizes: tuple[int, ...]
+    busbw: tuple[float, ...]
+
+
+def _busbw(t: dict) -> tuple[float, ...]:
+    values = [_scaled(v, t["unit"]) for _, v in t["points"]]
+    if t["metric"] == "busbw":
+        return tuple(values)
+    return tuple(v * BUS_FACTOR[t["op"]](t["members"]) for v in values)
+
+
+COLLECTIVES: tuple[CollectiveTable, ...] = tuple(
+    CollectiveTable(t["gpu"], t["op"], t["members"], t["source"], tuple(s for s, _ in t["points"]), _busbw(t))
+    for t in _load("collectives.json"))
+
+
+@dataclass(frozen=True)
+class Plateau:
+    """A large-message bandwidth across nodes, per GPU, with the line rate of the NIC it was measured on."""
+    bytes_per_s: int
+    line_rate: int
+    source: str
+
+
+# Across nodes: no size-resolved sweep on these GPU types was found, only large-message figures.
+# ("all_reduce", None): ring busbw per NIC; ("all_to_all", EP size): the lower of DeepEP's dispatch and combine.
+ACROSS_PLATEAUS: dict[tuple[str, int | None], Plateau] = {
+    ("all_reduce", None): Plateau(46 * 10**9, 50 * 10**9, "nccl-ndr"),
+    ("all_to_all", 16): Plateau(43 * 10**9, 50 * 10**9, "deepep"),
+    ("all_to_all", 32): Plateau(57 * 10**9, 50 * 10**9, "deepep"),
+    ("all_to_all", 64): Plateau(50 * 10**9, 50 * 10**9, "deepep"),
+}
+
+
+def _across(gpu: str, op: str, members: int) -> Lookup:
+    notes = ["no size-resolved sweep across nodes was found; the large-message figure is used at every size, "
+             "which overstates small messages"]
+    if op == "all_to_all":
+        sizes = sorted(e for o, e in ACROSS_PLATEAUS if o == op)
+        at = min(sizes, key=lambda e: (abs(log2(e) - log2(members)), e))
+        if at != members:
+            notes.append(f"no all-to-all of {members} measured across nodes; the nearest, {at}, is read")
+        plateau = ACROSS_PLATEAUS[(op, at)]
+        notes.append(f"DeepEP's EP-{at} figure (H800, ConnectX-7 400 Gb/s), the lower of dispatch and combine")
+    else:
+        plateau = ACROSS_PLATEAUS[("all_reduce", None)]
+        if op != "all_reduce":
+            notes.append(f"the ring all-reduce figure is used for {op} (nccl-tests' busbw compares across ops)")
+    rate = GPUS[gpu].network.value
+    if rate != plateau.line_rate:
+        notes.append(f"measured on a {plateau.line_rate / 1e9:g} GB/s NIC; its share of the line is applied to "
+                     f"{gpu}'s {rate / 1e9:g} GB/s")
+    return Lookup(plateau.bytes_per_s * (rate / plateau.line_rate), (plateau.source,), tuple(notes))
+
+
+def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: int = 8) -> Lookup:
+    """The bus bandwidth (bytes/s, nccl-tests' busbw) a collective of `nbytes` (the whole buffer) reaches among
+    `members` GPUs: the time is nbytes x BUS_FACTOR[op](members) / value.
+
+    Sources (SOURCES): inside an H100 node OpenXLA's measured collective table ('xla-collectives': all four ops,
+    groups of 2, 4, 8, 1 KiB-2 GiB); inside an A100 node nccl-tests' all-reduce in ml-engineering
+    ('mle-a100-allreduce'); inside an H200 node ml-engineering's all-reduce sweep ('mle-h200-allreduce', with
+    NVLink SHARP). An H200's other ops read the H100's tables (same NVLink 4 node); an op without its own
+    sweep reads the GPU's all-reduce. Across nodes: NVIDIA's 46-48 GB/s per NDR NIC ('nccl-ndr') and
+    DeepEP's all-to-all ('deepep'), large messages only."""
+    _check_gpu(gpu)
+    if op not in BUS_FACTOR:
+        raise UsageError(f"no measured bandwidth for {op!r}: {', '.join(BUS_FACTOR)}")
+    if where not in (INSIDE, ACROSS):
+        raise UsageError(f"where must be {INSIDE!r} or {ACROSS!r}, not {where!r}")
+    nbytes, members = _whole("bytes", nbytes), _whole("members", members, 2)
+    if where == ACROSS:
+        return _across(gpu, op, members)
+    on, notes = _stand_in(gpu, {t.gpu for t in COLLECTIVES if t.op == op}, op)
+    if on is None:
+        on, notes = _measured_on(gpu, {t.gpu for t in COLLECTIVES if t.op == "all_reduce"}, "all_reduce")
+        notes.append(f"no {op} measured on {gpu}; its all-reduce busbw is used (nccl-tests' busbw compares "
+                     "across ops)")
+        op = "all_reduce"
+    tables = [t for t in COLLECTIVES if t.gpu == on and t.op == op]
+    have = sorted(t.members for t in tables)
+    if members not in have:
+        near = min(have, key=lambda e: (abs(log2(e) - log2(members)), e))
+        notes.append(f"no group of {members} measured; the group of {near} is read")
+        members = near
+    t = next(t for t in tables if t.members == members)
+    value, more = _along("bytes", list(t.sizes), list(t.busbw), nbytes)
+    return Lookup(value, (t.source,), tuple(notes + more))
+
+
+# -- overlap --------------------------------------------------------------------------------------------
+
+# How much slower compute runs beside communication, as a share of its time alone ('overlap-2507': pooled over
+# A100, H100, MI250, MI210).
+OVERLAP: dict[str, tuple[float, str]] = {"mean": (0.189, "overlap-2507"), "max": (0.400, "overlap-2507")}
+# NCCL's CTAs (one a channel) by algorithm, and the SMs they share: ring is an upper bound (the topology search
+# picks up to 32 channels); NVLink SHARP's 16 is the sm90 default and needs Hopper.
+NCCL_CTAS: dict[str, tuple[int, str]] = {"ring": (32, "nccl-src"), "nvls": (16, "nccl-src")}
+SMS: dict[str, tuple[int, str]] = {"a100": (108, "mle-sms"), "h100": (132, "mle-sms"), "h200": (132, "mle-sms")}
+
+
+def overlap_slowdown(gpu: str, statistic: str = "mean") -> Lookup:
+    """The share by which compute slows when communication runs beside it (its time alone x (1 + value)).
+
+    Source (SOURCES): 'overlap-2507', the mean (18.9%) and maximum (40.0%) over A100, H100, MI250 and MI210
+    pooled; the same figure for every GPU type, and the notes say so."""
+    _check_gpu(gpu)
+    if statistic not in OVERLAP:
+        raise UsageError(f"unknown statistic {statistic!r}: {', '.join(OVERLAP)}")
+    value, source = OVERLAP[statistic]
+    notes = ["pooled over A100, H100, MI250 and MI210; no per-GPU figure was found"]
+    if gpu not in ("a100", "h100"):
+        notes.append(f"{gpu} was not among the GPUs measured")
+    return Lookup(value, (source,), tuple(notes))
+
+
+def nccl_sm_share(gpu: str, algorithm: str = "nvls") -> Lookup:
+    """The share of a GPU's SMs NCCL's kernel holds: its CTAs (one a channel) over the SM count, an upper bound
+    on the compute it takes if each CTA holds an SM.
+
+    Sources (SOURCES): NCCL 2.30.7's defaults ('nccl-src': 16 NVLS channels on sm90, at most 32 ring channels)
+    and the SM counts in ml-engineering ('mle-sms')."""
+    _check_gpu(gpu)
+    if algorithm not in NCCL_CTAS:
+        raise UsageError(f"unknown NCCL algorithm {algorithm!r}: {', '.join(NCCL_CTAS)}")
+    on, notes = _measured_on(gpu, set(SMS), "SM count")
+    if algorithm == "nvls" and gpu not in HOPPER:
+        raise UsageError(f"NVLink SHARP (nvls) needs Hopper's NVSwitch; {gpu} runs ring")
+    ctas, source = NCCL_CTAS[algorithm]
+    sms, sm_source = SMS[on]
+    if algorithm == "ring":
+        notes.append("at most: NCCL's topology search picks up to 32 ring channels")
+    return Lookup(ctas / sms, (source, sm_source), tuple(notes))
+
