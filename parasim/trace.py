@@ -18,6 +18,22 @@ from .errors import UsageError
 from .limits import brief
 from .trace_schema import HELD_KINDS, check_trace, kept_values
 
+
+def gemms_list(work: Any) -> list[list]:
+    """A Work's products as the trace format writes them: [kind, m, n, k, how many], in a fixed order."""
+    return [[kind, m, n, k, c] for (kind, m, n, k), c in sorted((getattr(work, "gemms", None) or {}).items())]
+
+
+def work_of(flops: dict | None, gemms: list | None) -> Any:
+    """A member's work read back: its FLOPs by kind and, where the file has them, the products behind them."""
+    if flops is None:
+        return None
+    from .engine.work import Work
+    w = Work(flops)
+    for kind, m, n, k, c in gemms or ():
+        w.gemms[(kind, m, n, k)] = c
+    return w
+
 FORMAT = "parasim-trace"
 VERSION = 1
 
@@ -98,7 +114,8 @@ class Event:
                 "sent": m.sent, "recv": m.recv, "site": m.site,
                 "before": None if m.before is None else list(m.before),
                 "after": None if m.after is None else list(m.after),
-                **({"work": m.work} if m.work else {}),
+                **({"work": dict(m.work)} if m.work else {}),
+                **({"gemms": gemms_list(m.work)} if getattr(m.work, "gemms", None) else {}),
             } for m in self.members],
             "hops": self.hops,
             **({"tags": self.tags} if self.tags is not None else {}),
@@ -111,7 +128,8 @@ class Event:
             m["rank"], tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["in"]),
             tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["out"]), m["sent"], m["recv"], m["site"],
             None if m.get("before") is None else tuple(kept_values(m["before"])),
-            None if m.get("after") is None else tuple(kept_values(m["after"])), m.get("work")) for m in d["members"]]
+            None if m.get("after") is None else tuple(kept_values(m["after"])), work_of(m.get("work"), m.get("gemms")))
+            for m in d["members"]]
         g = d["group"]
         return cls(d["seq"], d["step"], d["kind"], d["op"], Group(tuple(g["ranks"]), g["name"], g["index"]),
                    members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"),
@@ -226,9 +244,14 @@ class Trace:
         return out
 
     def to_dict(self) -> dict:
+        meta = dict(self.meta)
+        tails = meta.get("tail_work")
+        if tails and any(getattr(w, "gemms", None) for w in tails):  # the products behind the tails' FLOPs
+            meta["tail_work"] = [dict(w) for w in tails]
+            meta["tail_gemms"] = [gemms_list(w) for w in tails]
         return {
             "format": FORMAT, "version": VERSION, "world": self.world, "backend": self.backend,
-            "meta": self.meta, "groups": [_group_dict(g) for g in self.groups],
+            "meta": meta, "groups": [_group_dict(g) for g in self.groups],
             "marks": [_mark_dict(m) for m in self.marks],
             "events": [e.to_dict() for e in self.events],
         }
@@ -250,10 +273,13 @@ class Trace:
                              f"{VERSION})")
         check_trace(d)
         try:
+            meta = dict(d.get("meta") or {})
+            if "tail_gemms" in meta:
+                meta["tail_work"] = [work_of(w, g) for w, g in zip(meta["tail_work"], meta.pop("tail_gemms"))]
             return cls(d["world"], d.get("backend", "virtual"),
                        [Group(tuple(g["ranks"]), g["name"], g["index"]) for g in d["groups"]],
                        [Event.from_dict(e) for e in d["events"]],
-                       [Mark(**m) for m in d["marks"]], d.get("meta") or {})
+                       [Mark(**m) for m in d["marks"]], meta)
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"malformed parasim trace: {exc!r}") from None
 

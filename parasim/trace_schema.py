@@ -204,7 +204,18 @@ def _member(m: Any, at: str, world: int, known: set[str]) -> int:
     if m.get("work") is not None:
         for kind, flops in _of(m["work"], dict, f"{at}.work", "an object").items():
             _amount(flops, f"{at}.work.{kind}")
+    if m.get("gemms") is not None:
+        _gemms(m["gemms"], f"{at}.gemms")
     return rank
+
+
+def _gemms(x: Any, at: str) -> None:
+    """The products behind a member's work: [kind, m, n, k, how many] each, kind a work kind, sizes whole."""
+    for i, g in enumerate(_of(x, list, at, "a list")):
+        if not isinstance(g, list) or len(g) != 5 or g[0] not in ("matmul", "attention"):
+            raise _Bad(f"{at}[{i}]: expected [kind, m, n, k, count] with kind matmul or attention, got {_brief(g)}")
+        for j, v in enumerate(g[1:]):
+            _int(v, f"{at}[{i}][{j + 1}]", 1)
 
 
 def _amount(x: Any, at: str) -> float:
@@ -379,6 +390,12 @@ def check_trace(d: dict) -> None:
             _free(_of(meta, dict, "meta", "an object"), "meta", 2)
             if "lesson" in meta:
                 _str(meta["lesson"], "meta.lesson", "a lesson's name")
+            if "tail_gemms" in meta:  # one list of products per rank, beside tail_work's FLOPs
+                tails = _of(meta["tail_gemms"], list, "meta.tail_gemms", "a list")
+                if len(tails) != len(_of(meta.get("tail_work"), list, "meta.tail_work", "a list")):
+                    raise _Bad("meta.tail_gemms: one list per rank of meta.tail_work")
+                for r, g in enumerate(tails):
+                    _gemms(g, f"meta.tail_gemms[{r}]")
         groups = _of(d.get("groups"), list, "groups", "a list")
         for i, g in enumerate(groups):
             _group(g, f"groups[{i}]", world)

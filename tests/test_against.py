@@ -193,9 +193,9 @@ def test_a_symbolic_run_counts_its_matmul_flops():
 
 
 def test_each_gpus_step_time_from_what_the_run_counted():
-    """The 27B model (60 layers) on PP 4 at 4,096 tokens, on the clock: GPU 0 computes what the run counted
-    at the hardware table's efficiencies, and its TP all-gathers stay on NVLink with the step's BF16 bytes as
-    sent (a run at real size computes in its precision's dtypes)."""
+    """The 27B model (60 layers) on PP 4 at 4,096 tokens, on the clock: GPU 0 computes what the run counted,
+    each product at the share of peak its shape measures, and its TP all-gathers stay on NVLink, at the measured bus bandwidth, with
+    the step's BF16 bytes as sent (a run at real size computes in its precision's dtypes)."""
     from parasim.clock.costs import machine
     from parasim.clock.timeline import simulate
     from parasim.examples.against import run_plan
@@ -204,7 +204,16 @@ def test_each_gpus_step_time_from_what_the_run_counted():
     tl = simulate(trace, machine("h200"))
     work = [m.work for e in trace.events for m in e.members if m.rank == 0 and m.work]
     work += [trace.meta.get("tail_work", [{}] * trace.world)[0]]
-    by_hand = sum(f / (989e12 * (0.8 if k == "matmul" else 0.5)) for w in work for k, f in w.items())
+    from parasim.estimate.kernels import attention_efficiency, gemm_efficiency
+
+    def share(kind, m, n, k):  # a weight's product by its shape; QK^T and PV by sequence (the longer) and head
+        if kind == "attention":
+            return attention_efficiency("h200", max(n, k), min(n, k), True, None).value
+        return gemm_efficiency("h200", m, n, k).value
+    by_hand = sum(c * 2 * m * n * k / (989e12 * share(kind, m, n, k))
+                  for w in work for (kind, m, n, k), c in getattr(w, "gemms", {}).items())
+    assert all(sum(c * 2 * m * n * k for (kd, m, n, k), c in getattr(w, "gemms", {}).items() if kd == kind) == f
+               for w in work for kind, f in w.items())  # every FLOP the run counted has its product's shape
     assert tl.busy[0] == pytest.approx(by_hand)
     assert sum(sum(w.values()) for w in work) == trace.meta["flops"][0]
     gathers = [e for e in trace.events if e.group.name == "tp" and e.op == "all_gather" and 0 in e.ranks]
@@ -212,7 +221,10 @@ def test_each_gpus_step_time_from_what_the_run_counted():
     sent = e.member(0).sent
     assert sent == 4096 // 2 * model.hidden * 2  # the other TP rank's half of the tokens, 2 bytes a value
     start, end = tl.events[e.seq]
-    assert end - start == pytest.approx(8.4e-6 + (3.4e-6 + sent / 450e9))  # TP 2: one step of the ring
+    # TP 2: each member moves its half of a 2 x sent buffer, at the bus bandwidth nccl-tests measured for an
+    # all-gather of that size between two GPUs of a node (which holds its latency too)
+    from parasim.estimate.kernels import collective_bandwidth
+    assert end - start == pytest.approx(sent / collective_bandwidth("h200", "all_gather", 2 * sent, "inside", 2).value)
 
 
 def test_the_gpu_view_tells_its_time_and_the_slowest_gpu(capsys):

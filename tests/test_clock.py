@@ -1,7 +1,8 @@
 """The clock (issue 34): the work each rank does between its events is counted by kind, every event gets a
 start and an end on a GPU type, collectives last their algorithm's steps over the links their hops really
 use, a step's time is the sum along its critical path, and an overlap switch shortens a step by what it
-hides. Expected values are worked out here by hand from the hardware table's constants."""
+hides. Expected values are worked out here by hand from the hardware table's constants and the measured
+kernel tables' figures (estimate/kernels.py: the data, read here point by point)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ from parasim import run
 from parasim.clock import machine, simulate
 from parasim.clock.report import ClockChoice, clock_report
 from parasim.estimate.hardware import GPUS, LATENCY
+from parasim.estimate.kernels import attention_efficiency, collective_bandwidth, gemm_efficiency
 from parasim.lesson import load_lessons, run_lesson
 from parasim.trace import Trace
 from tests.conftest import cli
@@ -20,19 +22,34 @@ H200 = GPUS["h200"]
 CALL, INSIDE, ACROSS = (LATENCY[k].value for k in ("call", "inside", "across"))
 
 
+def product(m: int, n: int, k: int, gpu: str = "h200") -> float:
+    """Seconds of one (m x k) @ (k x n) product at the share of peak the kernel table measures for its shape."""
+    return 2 * m * n * k / (GPUS[gpu].peak_flops.value * gemm_efficiency(gpu, m, n, k).value)
+
+
+def busbw(op: str, buffer: int, where: str, t: int, gpu: str = "h200") -> float:
+    return collective_bandwidth(gpu, op, buffer, where, t).value
+
+
+SLOW = 0.189  # the measured mean slowdown of compute beside communication (estimate/kernels.py's 'overlap-2507')
+
+
 def _all_reduce(ctx):
     x = ctx.xp.ones((1024,), dtype=ctx.xp.float64)  # 8,192 bytes recorded, 2,048 on the wire (BF16)
     ctx.comm.all_reduce(x)
 
 
-def test_a_ring_all_reduce_lasts_2_t_minus_1_steps_over_its_slowest_hop():
+def test_a_ring_all_reduce_moves_its_buffer_at_the_bus_bandwidth_measured_for_its_size():
+    """A 2,048-byte all-reduce (1,024 values timed at BF16's 2 bytes) over 4 GPUs: inside a node each member
+    moves 2(t-1)/t of the buffer at the busbw measured for that size; across nodes (two GPUs a node: two of the
+    ring's hops cross, so it goes at the network's pace) NCCL's call and step latencies come on top of the
+    large-message busbw measured there."""
     trace = run(_all_reduce, 4).trace
     (e,) = trace.events
-    chunk = 1024 * 2 / 4  # each step moves 1/t of the buffer, its values timed at BF16's 2 bytes
-    inside = CALL + 2 * 3 * (INSIDE + chunk / H200.nvlink.value)
+    buffer, moved = 2048, 2048 * 2 * 3 / 4
+    inside = moved / collective_bandwidth("h200", "all_reduce", buffer, "inside", 4).value
     assert simulate(trace, machine("h200")).events[e.seq][1] == pytest.approx(inside, rel=1e-12)
-    # two GPUs a node: two of the ring's four hops cross, so every step goes at the network's pace
-    across = CALL + 2 * 3 * (ACROSS + chunk / H200.network.value)
+    across = CALL + 2 * 3 * ACROSS + moved / collective_bandwidth("h200", "all_reduce", buffer, "across", 4).value
     assert simulate(trace, machine("h200", gpus_per_node=2)).events[e.seq][1] == pytest.approx(across, rel=1e-12)
 
 
@@ -59,10 +76,18 @@ def test_each_member_carries_the_work_it_did_since_its_last_event(backend):
     assert trace.meta["tail_work"] == [{"matmul": 60}] * 2
 
 
-def test_compute_lasts_its_flops_at_its_kinds_efficiency():
+def test_compute_times_each_product_at_the_share_its_shape_measures():
+    """A (2048 x 1024) @ (1024 x 4096) weight product on an A100 at the share its shape measures, and a QK^T of
+    4,096 tokens and 128-wide heads at FlashAttention's share; FLOPs a trace file kept without shapes at the
+    tables' large square product."""
+    from parasim.engine.work import Work
     m = machine("a100")
-    assert m.compute({"matmul": 312e12 * 0.8}) == pytest.approx(1.0)
-    assert m.compute({"attention": 312e12 * 0.5, "matmul": 312e12 * 0.8}) == pytest.approx(2.0)
+    w = Work({"matmul": 2 * 2048 * 4096 * 1024, "attention": 2 * 4096 * 4096 * 128 * 8})
+    w.gemms = {("matmul", 2048, 4096, 1024): 1, ("attention", 4096, 4096, 128): 8}
+    product = 2 * 2048 * 4096 * 1024 / (312e12 * gemm_efficiency("a100", 2048, 4096, 1024).value)
+    scores = 8 * 2 * 4096 * 4096 * 128 / (312e12 * attention_efficiency("a100", 4096, 128, True, None).value)
+    assert m.compute(w) == pytest.approx(product + scores, rel=1e-12)
+    assert m.compute({"matmul": 312e12}) == pytest.approx(1 / gemm_efficiency("a100", 4096, 4096, 4096).value)
 
 
 def _layerish(ctx):
@@ -87,15 +112,15 @@ def test_the_critical_path_adds_up_to_the_step_and_grad_reduce_overlap_hides_the
     off = simulate(trace, m)
     assert sum(s.seconds for s in off.critical) == pytest.approx(off.step, rel=1e-12)
     assert [s.kind for s in off.critical] == ["compute", "comm", "compute", "comm", "compute"]
-    flops = 2 * 8192 ** 3
-    mm = flops / (H200.peak_flops.value * 0.8)
+    mm = product(8192, 8192, 8192)  # x @ w, and the weight gradient x^T y: both 8192 cubed
     nbytes = 8192 * 8192 * 2  # BF16 arrays: 2 bytes a value, as sent
-    ar = CALL + 2 * (INSIDE + nbytes / 2 / H200.nvlink.value)  # t = 2: 2(t-1) steps of half the buffer
-    rs = CALL + 1 * (ACROSS + nbytes / 2 / H200.network.value)
+    ar = nbytes * 2 * 1 / 2 / busbw("all_reduce", nbytes, "inside", 2)  # t = 2: each moves 2(t-1)/t of it
+    rs = CALL + 1 * ACROSS + nbytes / 2 / busbw("all_gather", nbytes, "across", 2)  # across: latencies on top
     assert off.step == pytest.approx(mm + ar + mm + rs + mm, rel=1e-9)
     on = simulate(trace, m, ("grad-reduce",))
-    # the reduce-scatter now runs beside the last matmul: the step ends with the longer of the two
-    assert on.step == pytest.approx(mm + ar + mm + max(rs, mm), rel=1e-9)
+    # the reduce-scatter now runs beside the last matmul, which slows by SLOW of their overlap: the step ends
+    # with the longer of the two
+    assert on.step == pytest.approx(mm + ar + mm + max(rs, mm + SLOW * min(mm, rs)), rel=1e-9)
     assert sum(s.seconds for s in on.critical) == pytest.approx(on.step, rel=1e-12)
     assert on.step < off.step
 
@@ -169,13 +194,21 @@ def test_an_all_to_all_costs_its_slowest_member_pair_by_pair():
     a2a = [e for e in lr.result.trace.events if e.op == "all_to_all"]
     assert a2a
     for e in a2a:
+        t = len(e.group.ranks)
         rows: dict = {}
         for a, b, n in event_transfers(e):
             row = rows.setdefault(a, [0.0, 0.0])
             row[a // 2 != b // 2] += n * 2 / 8  # float64 values timed at BF16's 2 bytes
-        worst = max([max(((m.latency["inside"] + i / m.nvlink) if i else 0.0),
-                         ((m.latency["across"] + x / m.network) if x else 0.0)) for i, x in rows.values()] or [0.0])
-        assert event_seconds(e, m) == pytest.approx(m.latency["call"] + worst, rel=1e-12)
+        most_in = max([i for i, _ in rows.values()] or [0.0])
+        most_x = max([x for _, x in rows.values()] or [0.0])
+        # each link's rate: the all-to-all measured for the busiest member's bytes, its whole buffer (t-1)/t of
+        # which leaves a member; inside a node for the node's members, across for the group
+        inside = min(t, 2)
+        rate_in = busbw("all_to_all", int(most_in * inside / (inside - 1)), "inside", inside, "h100") if most_in else 1
+        rate_x = busbw("all_to_all", int(most_x * t / (t - 1)), "across", t, "h100") if most_x else 1
+        worst = max([max(i / rate_in if i else 0.0, (ACROSS + x / rate_x) if x else 0.0)
+                     for i, x in rows.values()] or [0.0])
+        assert event_seconds(e, m) == pytest.approx(CALL + worst, rel=1e-12)
 
 
 def test_a_folded_run_is_timed_as_the_full_run():
@@ -216,8 +249,8 @@ def _paired(ctx):
 def test_a_paired_phase_runs_its_calls_beside_compute_and_waits_for_them_at_its_end():
     trace = run(_paired, 2, "symbolic").trace
     m = machine("h200")
-    mm = 2 * 4096 ** 3 / (H200.peak_flops.value * 0.8)
-    ar = CALL + 2 * (INSIDE + 4096 * 4096 * 2 / 2 / H200.nvlink.value)  # BF16: 2 bytes a value
+    mm = product(4096, 4096, 4096)
+    ar = 4096 * 4096 * 2 / busbw("all_reduce", 4096 * 4096 * 2, "inside", 2)  # BF16: 2 bytes a value
     assert simulate(trace, m).step == pytest.approx(2 * (mm + ar), rel=1e-9)
     # paired: the rank does not wait for the all-reduce inside the pair, but the next phase's product starts
     # only once it is done (the pair's end); the step is the same chain here, as nothing else could run
@@ -233,9 +266,11 @@ def test_the_report_says_what_each_switch_saves_on_this_run():
     shorter of the two), prefetch and dualpipe move nothing there (no parameter all-gather, no pair)."""
     trace = run(_layerish, 4, "symbolic").trace
     got = clock_report(trace, ClockChoice("h200", gpus_per_node=2))["switches"]
-    mm = 2 * 8192 ** 3 / (H200.peak_flops.value * 0.8)
-    rs = CALL + ACROSS + 8192 * 8192 * 2 / 2 / H200.network.value
-    assert got["grad-reduce"]["saves_us"] == pytest.approx(min(mm, rs) * 1e6, rel=1e-6)
+    mm = product(8192, 8192, 8192)
+    rs = CALL + ACROSS + 8192 * 8192 * 2 / 2 / busbw("all_gather", 8192 * 8192 * 2, "across", 2)
+    # off: the reduce-scatter, then the last product; on: side by side, the product slowed by SLOW of the overlap
+    assert got["grad-reduce"]["saves_us"] == pytest.approx((rs + mm - max(rs, mm + SLOW * min(mm, rs))) * 1e6,
+                                                           rel=1e-6)
     assert got["prefetch"]["saves_us"] == 0 and got["dualpipe"]["saves_us"] == 0
     assert not any(v["on"] for v in got.values())
 
@@ -248,19 +283,23 @@ def test_the_walk_through_says_the_step_and_what_pairing_saves():
 
 
 def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation():
-    """One MoE layer (hidden 64, 8 heads, 16 experts of width 32, top 2) on one GPU at 128 tokens: products are
-    attention's 4h^2 and each token's 2 experts' 2 x h x 32 x 2 weights, plus the router's h x 16 (2 FLOPs a
-    multiply-add); the MLP's elementwise passes run over the 2 copies' 32 hidden values; the permutation reads
-    and writes the tokens and their 2 copies twice (into expert order and back), 2 bytes a value."""
+    """One MoE layer (hidden 64, 8 heads, 16 experts of width 32, top 2) on one GPU at 128 tokens: its products
+    forward, each at the share its shape measures: Q, K and V (128 x 64 @ 64 x 192) and the output (128 x 64 @
+    64 x 64), the router (128 x 64 @ 64 x 16), and each of the 16 experts on its 128 x 2 / 16 = 16 rows (16 x 64
+    @ 64 x 32, then 16 x 32 @ 32 x 64); the MLP's elementwise passes over the 2 copies' 32 hidden values; the
+    permutation reading and writing the tokens and their 2 copies twice (into expert order and back), 2 bytes
+    a value, at the HBM rate an elementwise pass measures."""
     from parasim.clock.plan import ELEMENTWISE, Run, layer_forward
+    from parasim.estimate.kernels import memory_efficiency
     from parasim.layout import ModelSpec
     h, t, e, k, f = 64, 128, 16, 2, 32
     model = ModelSpec(layers=1, hidden=h, heads=8, vocab=100, experts=e, top_k=k, expert_ffn=f, bias=False)
-    m = machine("h200")
-    got = layer_forward(model, Run(seq=t, flash=True, dropout=False), m, moe=True)
-    products = 2 * t * (4 * h * h + k * 2 * h * f) + 2 * t * h * e
-    assert got["matmul"] == pytest.approx(products / (H200.peak_flops.value * 0.8))
+    got = layer_forward(model, Run(seq=t, flash=True, dropout=False), machine("h200"), moe=True)
+    rows = t * k // e
+    forward = (product(t, 3 * h, h) + product(t, h, h) + product(t, e, h)
+               + e * (product(rows, f, h) + product(rows, h, f)))
+    assert got["matmul"] == pytest.approx(forward, rel=1e-12)
     per_value = {"act": sum(w for _, over, _, w in ELEMENTWISE if over == "act"),
                  "ffn": sum(w for _, over, _, w in ELEMENTWISE if over == "ffn")}
     passes = t * h * per_value["act"] + t * k * f * per_value["ffn"] + 2 * t * h * (1 + k) * 2
-    assert got["elementwise"] == pytest.approx(passes / H200.hbm.value)
+    assert got["elementwise"] == pytest.approx(passes / (H200.hbm.value * memory_efficiency("h200").value))

@@ -161,13 +161,20 @@ def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
     """EP 4 over nodes of 2 (the EP group is g0-g3): each member sends a third of its bytes to its node's
     other GPU over NVLink and two thirds to the other node over the network, both at once, so the
     network's share sets the time; a DP ring over 4 GPUs on two nodes moves in lockstep with its crossing
-    hops: every step at the network's pace (the clock's costs, clock/costs.py)."""
+    hops: every step pays the network's latency, and the bytes go at the bus bandwidth measured across nodes
+    (the clock's costs, clock/costs.py, at the rates of estimate/kernels.py's measured tables)."""
     from parasim.clock.costs import machine, pairs_seconds, ring_seconds
     from parasim.clock.plan import Run, _link, _share
+    from parasim.estimate.kernels import collective_bandwidth
     run = Run(dp=4, ep=4, gpus_per_node=2)
     assert _share(run, "ep", "pairs") == pytest.approx(2 / 3) and _link(run, "dp-cp") == "across"
     m = machine("h100", gpus_per_node=2)
-    call, inside, across = m.latency["call"], m.latency["inside"], m.latency["across"]
-    assert pairs_seconds(100e6, 200e6, m) == pytest.approx(call + max(inside + 100e6 / m.nvlink,
-                                                                       across + 200e6 / m.network))
-    assert ring_seconds(2, 4, 300e6, "across", m) == pytest.approx(call + 6 * (across + 50e6 / m.network))
+    call, across = m.latency["call"], m.latency["across"]
+    # the whole all-to-all buffer a member's bytes stand for: (t-1)/t of it leaves; inside, the node's 2 members
+    nvlink = collective_bandwidth("h100", "all_to_all", int(100e6 * 2 / 1), "inside", 2).value
+    network = collective_bandwidth("h100", "all_to_all", int(200e6 * 4 / 3), "across", 4).value
+    assert pairs_seconds(100e6, 200e6, m, 4) == pytest.approx(call + max(100e6 / nvlink, across + 200e6 / network))
+    assert across + 200e6 / network > 100e6 / nvlink  # the network's share sets the time
+    # an all-reduce of 4 moves 2 x 3/4 of its buffer a member: 300e6 bytes is a 200e6-byte buffer, 6 ring steps
+    busbw = collective_bandwidth("h100", "all_reduce", int(200e6), "across", 4).value
+    assert ring_seconds(2, 4, 300e6, "across", m) == pytest.approx(call + 6 * across + 300e6 / busbw)

@@ -10,8 +10,16 @@ import parasim
 ROOT = Path(parasim.__file__).parent
 N = 8
 # runs of 8 words that are citations, not prose: the post's section headings, named where a lesson says which
-# section it works through (parasim/lesson.py's POST_ORDER), and the example sentence whose tokens are traced
+# section it works through (parasim/lesson.py's POST_ORDER), the example sentence whose tokens are traced, and
+# the titles of two papers the published runs cite (parasim/clock/runs.py: a source named by its title)
 ALLOWED: set[str] = {
+    "narayanan et al efficient large scale language model", "et al efficient large scale language model training",
+    "al efficient large scale language model training on", "efficient large scale language model training on gpu",
+    "large scale language model training on gpu clusters", "scale language model training on gpu clusters using",
+    "language model training on gpu clusters using megatron", "model training on gpu clusters using megatron lm",
+    "korthikanti et al reducing activation recomputation in large",
+    "et al reducing activation recomputation in large transformer",
+    "al reducing activation recomputation in large transformer models",
     "context parallelism split the sequence through the whole", "parallelism split the sequence through the whole layer",
     "one example with everything an moe model on", "example with everything an moe model on 16",
     "with everything an moe model on 16 gpus", "the court ruled that the contract was void",

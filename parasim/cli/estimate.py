@@ -124,19 +124,23 @@ def add_estimate_commands(sub: Any) -> None:
     hp = sub.add_parser("hardware", help="the GPU constants every time and memory figure uses, with sources",
                         description="Print the hardware table: for each GPU type --gpu-model takes, its memory, "
                                     "dense BF16 peak, memory bandwidth, NVLink and network bandwidth per GPU, each "
-                                    "with the datasheet it comes from and how that source prints it.")
-    hp.add_argument("--json", action="store_true", help='print {"gpus": {...}, "sources": {...}} as JSON')
+                                    "with the datasheet it comes from and how that source prints it; then the "
+                                    "measured kernel costs the clock times products, attention and collectives "
+                                    "by, at a few sample points, with their sources.")
+    hp.add_argument("--json", action="store_true",
+                    help='print {"gpus", "latency", "kernels", "sources"} as JSON')
     hp.set_defaults(func=cmd_hardware)
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
-    from ..estimate.hardware import table
+    from ..estimate.kernels import hardware_table
+    table = hardware_table()
     if args.json:
-        print_json(table(), indent=2)
+        print_json(table, indent=2)
         return 0
     from rich.console import Console
     from ..render.estimate_text import hardware_report
-    hardware_report(Console(highlight=False), table())
+    hardware_report(Console(highlight=False), table)
     return 0
 
 

@@ -1,17 +1,20 @@
 """How long each kind of event takes on a machine: one entry per collective, read by the clock.
 
-A collective's time is its algorithm's steps, each as long as its slowest hop, plus NCCL's latencies
-(estimate/hardware.py: one per call, one per step by the link the step crosses):
-- ring (all-reduce, reduce-scatter, all-gather): every member sends to the next at once, each step a
-  1/t chunk (comm/ring.py): steps x (chunk over the slowest link any hop of the ring uses + its latency).
-  A ring over two nodes pays the network's rate on every step, though only its crossing hops cross.
+A collective moves its bytes at the bus bandwidth measured for its op, its group and its size
+(estimate/kernels.collective_bandwidth: nccl-tests' busbw inside a node, which holds the small messages'
+latency too; across nodes only a large-message figure was measured, so a ring's steps there also pay NCCL's
+latencies, estimate/hardware.py: one per call, one per step):
+- ring (all-reduce, reduce-scatter, all-gather): the ring's whole buffer at its measured busbw, at the
+  network's when any hop of the ring crosses nodes (a ring moves in lockstep, at its slowest hop's pace).
 - chain (broadcast, reduce): the buffer flows down the chain in pieces, so the bytes cross once at the
-  slowest hop's rate and each of the t-1 hops adds its latency.
+  slowest hop's point-to-point rate and each of the t-1 hops adds its latency.
 - pairs (all-to-all): every member sends to every other at once; a GPU's NVLink and its network card
-  work side by side, so a member takes the longer of (its bytes inside a node over NVLink, its bytes
-  across over the network); the call takes its slowest member.
+  work side by side, so a member takes the longer of (its bytes inside a node, its bytes across), each at
+  the all-to-all bandwidth measured there; the call takes its slowest member.
 - root (scatter): the root sends every chunk from its own link, one after another.
-- p2p: one transfer over its one link.
+- p2p: one transfer over its one link, at a two-member exchange's measured rate.
+A rank's compute runs each product at the share of peak a product of its shape measures, attention at
+FlashAttention's (clock/kernels_time.py): `Machine.compute`.
 Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it). A run at real size
 records its values in its precision's dtypes (layout/precision.py), so those bytes are the wire's; an exact
 run computes in float64 and its values are timed at the size of the activations of the precision it stands
@@ -19,17 +22,24 @@ for, 2 bytes in BF16 (`wire_scale`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Callable
 
 from ..comm.hops import ACROSS, INSIDE, event_transfers, link
-from ..estimate.hardware import EFFICIENCY, GPUS, LATENCY
+from ..estimate.hardware import GPUS, LATENCY
+from ..estimate.kernels import BUS_FACTOR, collective_bandwidth
+from .kernels_time import attention_share, gemm_seconds, gemm_share
+
+# A trace file written before products' shapes were kept has FLOPs only: they are timed as one large square
+# product (and attention as a 4,096-token sequence of 128-wide heads), the measured tables' own best region.
+FALLBACK_SHAPE, FALLBACK_SEQ, FALLBACK_HEAD = 4096, 4096, 128
 
 
 @dataclass(frozen=True)
 class Machine:
-    """What the clock needs of a cluster: a GPU type's rates, its nodes, the latencies and efficiencies."""
+    """What the clock needs of a cluster: a GPU type's rates, its nodes and the latencies; its key, by which the
+    measured kernel costs are looked up (estimate/kernels.py)."""
 
     name: str
     peak_flops: float
@@ -38,25 +48,52 @@ class Machine:
     network: float
     gpus_per_node: int
     latency: dict[str, float]  # "call", "inside", "across": seconds
-    efficiency: dict[str, float]  # share of peak per kind of work (engine/work.py)
+    key: str  # the hardware table's key (h200, ...)
+    # The kernel lookups this Machine has made (clock/kernels_time.py): a fit search times the same shapes many
+    # times over; kept with the Machine, so nothing outlives it.
+    memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
     def rate(self, where: str) -> float:
-        """Bytes per second over link `where`."""
+        """Bytes per second over link `where` (the datasheet's: what a transfer's bytes are drawn against)."""
         return self.nvlink if where == INSIDE else self.network
 
-    def compute(self, work: dict[str, int] | None) -> float:
-        """Seconds for `work` (FLOPs by kind)."""
+    def compute(self, work: Any) -> float:
+        """Seconds for `work` (engine/work.Work: FLOPs by kind, and the products behind them): each product at
+        the share of peak its shape measures, attention at FlashAttention's for its sequence and head size;
+        FLOPs without a shape (a trace file that kept none) as a large square product or sequence."""
         if not work:
             return 0.0
-        return sum([flops / (self.peak_flops * self.efficiency[kind]) for kind, flops in work.items()])
+        shaped: dict[str, float] = {}
+        total = 0.0
+        for (kind, m, n, k), count in (getattr(work, "gemms", None) or {}).items():
+            total += count * self.product_seconds(kind, m, n, k)
+            shaped[kind] = shaped.get(kind, 0.0) + 2.0 * m * n * k * count
+        for kind, flops in work.items():
+            rest = flops - shaped.get(kind, 0.0)
+            if rest > 0:
+                total += rest / (self.peak_flops * self._fallback(kind))
+        return total
+
+    def product_seconds(self, kind: str, m: int, n: int, k: int) -> float:
+        """One (m x k) @ (k x n) product: a weight's at gemm_efficiency(m, n, k); two activations' (attention:
+        QK^T is s x d @ d x s, PV s x s @ s x d) at FlashAttention's share for the sequence (the longer of n, k)
+        and head size (the shorter), causal, both passes."""
+        if kind == "attention":
+            share = attention_share(self.memo, self.key, max(n, k), min(n, k), True, None)
+            return 2.0 * m * n * k / (self.peak_flops * share)
+        return gemm_seconds(self.memo, self.key, self.peak_flops, m, n, k)
+
+    def _fallback(self, kind: str) -> float:
+        if kind == "attention":
+            return attention_share(self.memo, self.key, FALLBACK_SEQ, FALLBACK_HEAD, True, None)
+        return gemm_share(self.memo, self.key, FALLBACK_SHAPE, FALLBACK_SHAPE, FALLBACK_SHAPE)
 
 
 def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
     """The Machine of GPU type `gpu` (the hardware table's key), nodes of its own size unless given."""
     g = GPUS[gpu]
     return Machine(g.name, g.peak_flops.value, g.hbm.value, g.nvlink.value, g.network.value,
-                   gpus_per_node or g.gpus_per_node, {k: f.value for k, f in LATENCY.items()},
-                   {k: f.value for k, f in EFFICIENCY.items()})
+                   gpus_per_node or g.gpus_per_node, {k: f.value for k, f in LATENCY.items()}, gpu)
 
 
 # (trace event, machine, bytes on the wire per recorded byte, a memo the caller keeps for one run) -> seconds
@@ -87,19 +124,62 @@ def _slowest(hops: list[tuple[int, int, int]], m: Machine) -> str:
     return ACROSS if any(link(a, b, m.gpus_per_node) == ACROSS for a, b, _ in hops) else INSIDE
 
 
+def collective_seconds(m: Machine, op: str, t: int, buffer: float, where: str) -> float:
+    """A collective `op` (all_reduce, all_gather, reduce_scatter) over t GPUs on a whole buffer of `buffer`
+    bytes, at the bus bandwidth measured for its size (nccl-tests' busbw, in which each member moves
+    BUS_FACTOR[op](t) x buffer). Inside a node the measured sweep holds the small messages' latency too;
+    across nodes only a large-message figure was measured, so each of the ring's steps also pays NCCL's step
+    latency and the call its own."""
+    if t < 2 or buffer <= 0:
+        return m.latency["call"] if t >= 2 else 0.0
+    moved = buffer * BUS_FACTOR[op](t)
+    busbw = collective_bandwidth(m.key, op, max(1, int(buffer)), where, t).value
+    if where == INSIDE:
+        return moved / busbw
+    steps = (2 if op == "all_reduce" else 1) * (t - 1)
+    return m.latency["call"] + steps * m.latency[where] + moved / busbw
+
+
 def ring_seconds(phases: int, t: int, sent: float, where: str, m: Machine) -> float:
-    """A ring collective of `phases` halves (2 for an all-reduce) over t members, each sending `sent` bytes
-    in all: phases x (t-1) steps of sent / steps bytes at the pace of link `where`, each with its latency."""
+    """A ring collective of `phases` halves (2 for an all-reduce) over t members, each sending `sent` bytes in
+    all: `collective_seconds` of the buffer that makes each member send that."""
     if t < 2 or not sent:
         return m.latency["call"]
-    steps = phases * (t - 1)
-    return m.latency["call"] + steps * (m.latency[where] + sent / steps / m.rate(where))
+    op = "all_reduce" if phases == 2 else "all_gather"
+    return collective_seconds(m, op, t, sent / BUS_FACTOR[op](t), where)
 
 
-def pairs_seconds(inside: float, across: float, m: Machine) -> float:
-    """An all-to-all member sending `inside` bytes over NVLink and `across` over the network at once."""
-    return m.latency["call"] + max([m.latency[w] + n / m.rate(w) for w, n in ((INSIDE, inside), (ACROSS, across))
-                                    if n] or [0.0])
+def p2p_rate(m: Machine, nbytes: float, where: str) -> float:
+    """Bytes per second of one send of `nbytes` between two GPUs: a two-member all-gather of twice the buffer
+    (each member moves one half to the other) at its measured bandwidth."""
+    return collective_bandwidth(m.key, "all_gather", max(2, int(2 * nbytes)), where, 2).value
+
+
+def p2p_seconds(m: Machine, nbytes: float, where: str) -> float:
+    """One send of `nbytes` over link `where`: its latency (across nodes; inside, the measured rate holds it)
+    and its bytes at the measured point-to-point rate."""
+    if nbytes <= 0:
+        return 0.0
+    return (m.latency[where] if where == ACROSS else 0.0) + nbytes / p2p_rate(m, nbytes, where)
+
+
+def a2a_rate(m: Machine, group: int, nbytes: float, where: str) -> float:
+    """Bytes per second a member of an all-to-all of `group` GPUs moves over link `where` (OpenXLA's measured
+    table inside a node, for the members the node holds; DeepEP's across nodes, for the group)."""
+    members = max(2, min(group, m.gpus_per_node)) if where == INSIDE else group
+    buffer = nbytes * members / max(1, members - 1)  # the whole buffer whose (t-1)/t leaves each member
+    return collective_bandwidth(m.key, "all_to_all", max(1, int(buffer)), where, members).value
+
+
+def pairs_seconds(inside: float, across: float, m: Machine, group: int = 8) -> float:
+    """An all-to-all member of a group of `group` sending `inside` bytes over NVLink and `across` over the
+    network at once: the longer of the two, each at its measured all-to-all rate."""
+    times = [0.0]
+    if inside:
+        times.append(inside / a2a_rate(m, group, inside, INSIDE))
+    if across:
+        times.append(m.latency[ACROSS] + across / a2a_rate(m, group, across, ACROSS))
+    return m.latency["call"] + max(times)
 
 
 def _ring(phases: int) -> Timer:
@@ -116,7 +196,8 @@ def _chain(e: Any, m: Machine, scale: float, memo: dict) -> float:
     if not hops:
         return m.latency["call"]
     where = _slowest(hops, m)
-    return m.latency["call"] + len(hops) * m.latency[where] + max(n for _, _, n in hops) * scale / m.rate(where)
+    nbytes = max(n for _, _, n in hops) * scale
+    return m.latency["call"] + len(hops) * m.latency[where] + nbytes / p2p_rate(m, nbytes, where)
 
 
 def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
@@ -147,22 +228,25 @@ def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
     per = np.divide(sent, total, out=np.zeros(t), where=total > 0)  # bytes per element, each member
     inside = (counts * same).sum(axis=1) * per
     across = (total * per) - inside
-    # each member's two links side by side (pairs_seconds), the call as long as its slowest member
+    # each member's two links side by side (pairs_seconds), the call as long as its slowest member; the rates
+    # measured for the busiest member's bytes on each link
     lat = m.latency
-    t_in = np.where(inside > 0, lat[INSIDE] + inside / m.nvlink, 0.0)
-    t_across = np.where(across > 0, lat[ACROSS] + across / m.network, 0.0)
+    most_in, most_across = float(inside.max()), float(across.max())
+    rate_in = a2a_rate(m, t, most_in, INSIDE) if most_in > 0 else 1.0
+    rate_across = a2a_rate(m, t, most_across, ACROSS) if most_across > 0 else 1.0
+    t_in = np.where(inside > 0, inside / rate_in, 0.0)
+    t_across = np.where(across > 0, lat[ACROSS] + across / rate_across, 0.0)
     return lat["call"] + float(np.maximum(t_in, t_across).max())
 
 
 
 def _root(e: Any, m: Machine, scale: float, memo: dict) -> float:
-    return m.latency["call"] + sum(m.latency[w] + n * scale / m.rate(w)
-                                   for a, b, n in event_transfers(e) for w in (link(a, b, m.gpus_per_node),))
+    return m.latency["call"] + sum(p2p_seconds(m, n * scale, link(a, b, m.gpus_per_node))
+                                   for a, b, n in event_transfers(e))
 
 
 def _p2p(e: Any, m: Machine, scale: float, memo: dict) -> float:
-    hops = event_transfers(e)
-    return sum(m.latency[w] + n * scale / m.rate(w) for a, b, n in hops for w in (link(a, b, m.gpus_per_node),))
+    return sum(p2p_seconds(m, n * scale, link(a, b, m.gpus_per_node)) for a, b, n in event_transfers(e))
 
 
 def _call_only(e: Any, m: Machine, scale: float, memo: dict) -> float:

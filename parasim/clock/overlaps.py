@@ -51,10 +51,10 @@ OVERLAPS: dict[str, Overlap] = {o.name: o for o in (
             "a sharded optimizer's (ZeRO-3's) weight all-gathers start while the layer before computes",
             frozenset((TRACE, PLAN)), _is_param_gather, "early"),
     Overlap("dualpipe", "DualPipe / DualPipeV (DeepSeek-V3): a forward and a backward chunk paired",
-            "in a phase the program marks as a pair (ctx.phase(..., pair=k)), one chunk's communication runs "
-            "beside the other's compute; both streams meet at the pair's end", frozenset((TRACE,)),
-            _in_a_pair, "paired",
-            not_in_plan="a plan's step has no chunks paired by a program: the pairing is what a run marks"),
+            "one chunk's communication runs beside the other's compute: on a run's trace, in a phase the "
+            "program marks as a pair (ctx.phase(..., pair=k)), both streams meeting at the pair's end; in a "
+            "plan's step, the EP all-to-alls and the pipeline's sends behind the paired chunk's compute",
+            frozenset((TRACE, PLAN)), _in_a_pair, "paired"),
     Overlap("tp", "--tp-comm-overlap (Megatron), async TP (torchtitan)",
             "TP collectives run beside the layer's products", frozenset((PLAN,)),
             not_on_trace="a run's layer waits for each TP collective before the product that needs its result: "

@@ -28,7 +28,8 @@ from ..layout import KINDS
 from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
-from .costs import Machine, pairs_seconds, ring_seconds
+from .costs import Machine, collective_seconds, p2p_seconds, pairs_seconds
+from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
 from .costs import machine as machine_of
 
@@ -115,31 +116,65 @@ def _link(run: Run, group: str, pattern: str = "ring") -> str:
 
 
 def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> float:
-    """One ring collective over t ranks on a buffer of `buffer` bytes (each sends phases x (t-1)/t of it)."""
-    return ring_seconds(op_phases, t, op_phases * (t - 1) / t * buffer, where, m) if t > 1 else 0.0
+    """One ring collective over t ranks on a buffer of `buffer` bytes (an all-reduce for two phases, an
+    all-gather or reduce-scatter for one): `collective_seconds`."""
+    return collective_seconds(m, "all_reduce" if op_phases == 2 else "all_gather", t, buffer, where)
+
+
+def layer_linears(model: Any, run: Run, moe: bool) -> list[Linear]:
+    """The products of one layer's forward on one GPU for one micro-batch, each at its own shape: attention's
+    input projections (Q, K, V, split over TP) and its output; a dense MLP's up (with a gated MLP's gate) and
+    down projections over TP; an MoE layer's router, its GPU's experts (each receiving its share of the routed
+    tokens' top-k copies: rows = routed tokens x k x EP / experts, whole on the GPU at ETP 1) and its shared
+    experts over TP."""
+    h, tp, cp = model.hidden, run.tp, run.cp
+    tokens = run.micro_batch * run.seq / cp
+    out_width = model.heads * (model.v_head_dim if model.latent else model.head_dim)  # the output's input
+    qkv = model.attention_params() / h - out_width  # every input projection's outputs, together
+    up = model.mlp_mats - 1  # an MLP's matrices that read the hidden state (SwiGLU's gate and up)
+    lins = [Linear(tokens, h, qkv / tp), Linear(tokens, out_width / tp, h)]
+    if not moe:
+        return lins + [Linear(tokens, h, up * model.ffn_size / tp), Linear(tokens, model.ffn_size / tp, h)]
+    routed = tokens / (tp if run.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
+    local = max(1, model.experts // run.ep)
+    rows = routed * model.top_k * run.ep / model.experts  # copies one expert of this GPU works on, on average
+    fe = model.expert_size
+    lins += [Linear(routed, h, model.experts),
+             Linear(rows, h, up * fe, count=local), Linear(rows, fe, h, count=local)]
+    if model.shared_experts:
+        width = model.shared_experts * model.shared_size / tp
+        lins += [Linear(tokens, h, up * width), Linear(tokens, width, h)]
+    return lins
 
 
 def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, float]:
-    """Seconds of one layer's forward on one micro-batch on one GPU, by part; and its product seconds
-    ("products"), which TP overlap can hide a collective behind."""
+    """Seconds of one layer on one micro-batch on one GPU, by part: its products forward ("matmul") and backward
+    ("matmul_bwd"), each at the share of peak a product of its shape measures (clock/kernels_time.py);
+    attention forward and backward at FlashAttention's measured share for the sequence and head size (without
+    FlashAttention: its two batched products per head, as products); elementwise passes at the measured HBM
+    rate."""
     h, tp, cp, s = model.hidden, run.tp, run.cp, run.seq
     tokens = run.micro_batch * s / cp
-    mats = model.attention_params() / tp
-    routed = tokens / (tp if run.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
-    if moe:
-        mats += (model.top_k * model.mlp_params(model.expert_size)
-                 + model.shared_experts * model.mlp_params(model.shared_size)) / tp
-        # the MLP's hidden values: each token's top-k copies through an expert's width, and the shared experts'
-        ffn_values = tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / tp
-    else:
-        mats += model.mlp_params(model.ffn_size) / tp
-        ffn_values = tokens * model.ffn_size / tp
-    # the router: every routed token's scores for every expert, a product of its own (hidden x experts)
-    router = 2 * routed * h * model.experts if moe else 0.0
-    matmul = (2 * tokens * mats + router) / (m.peak_flops * m.efficiency["matmul"])
+    routed = tokens / (tp if run.sp else 1)
+    fwd = bwd = 0.0
+    fp8 = precision_of(run.precision).products.startswith("float8")
+    router = moe and 2  # the router's product (the third of an MoE layer's): kept in BF16 by FP8 recipes
+    for i, lin in enumerate(layer_linears(model, run, moe)):
+        f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "fp8" if fp8 and i != router else "bf16")
+        fwd, bwd = fwd + f, bwd + b
     causal = 0.5 if run.flash else 1.0
     attn_flops = 4 * tokens * s * h / tp * causal
-    attention = attn_flops / (m.peak_flops * m.efficiency["attention"])
+    heads = max(1, model.heads // tp) * run.micro_batch
+    if run.flash:  # a ring step of CP computes a block of s/cp queries against s/cp keys
+        attn_fwd, attn_bwd = attention_seconds(m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True, 2.5)
+    else:  # the scores made whole: QK^T (s/cp x d @ d x s) and PV (s/cp x s @ s x d) per head, backward twice
+        d, q = model.head_dim, max(1, int(s // cp))
+        per_head = gemm_seconds(m.memo, m.key, m.peak_flops, q, s, d) + gemm_seconds(m.memo, m.key, m.peak_flops, q, d, s)
+        attn_fwd, attn_bwd = heads * per_head, 2 * heads * per_head
+    if moe:
+        ffn_values = tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / tp
+    else:
+        ffn_values = tokens * model.ffn_size / tp
     act = tokens * h / (tp if run.sp else 1)
     sizes = {"act": act, "ffn": ffn_values,
              "scores": 0.0 if run.flash else run.micro_batch * model.heads / tp * (s / cp) * s}
@@ -152,9 +187,9 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
     if moe:  # the tokens put in expert order for the dispatch and back in token order after the combine, each
         # pass reading what it moves and writing it elsewhere: the routed tokens and their top-k copies
         elementwise += PERMUTE_PASSES * routed * h * (1 + model.top_k) * BYTES_16
-    elementwise /= m.hbm
-    return {"matmul": matmul, "attention": attention, "elementwise": elementwise, "attn_flops": attn_flops,
-            "scores_bytes": sizes["scores"] * 9}
+    elementwise /= hbm_rate(m.memo, m.key, m.hbm)
+    return {"matmul": fwd, "matmul_bwd": bwd, "attention": attn_fwd, "attention_bwd": attn_bwd,
+            "elementwise": elementwise, "attn_flops": attn_flops, "scores_bytes": sizes["scores"] * 9}
 
 
 def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last: bool) -> tuple[dict[str, float],
@@ -167,20 +202,20 @@ def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last
     tokens = run.micro_batch * run.seq / cp
     act_bytes = tokens * h * act
     recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[run.recompute]
-    bwd_attn = 2.5 if run.flash else 2.0
     parts = {k: 0.0 for k in ("matmul", "attention", "elementwise", "tp", "cp", "ep", "logits")}
     products = 0.0
     for n, is_moe in ((dense_n, False), (moe_n, True)):
         if not n:
             continue
         f = layer_forward(model, run, m, is_moe)
-        parts["matmul"] += n * f["matmul"] * (1 + 2 + recompute)
-        attn_passes = 1 + bwd_attn + recompute + (1.0 if run.recompute == "selective" else 0.0)
-        parts["attention"] += n * f["attention"] * attn_passes
+        layer_products = f["matmul"] * (1 + recompute) + f["matmul_bwd"]
+        parts["matmul"] += n * layer_products
+        again = recompute + (1.0 if run.recompute == "selective" else 0.0)  # forwards of attention run again
+        parts["attention"] += n * (f["attention"] * (1 + again) + f["attention_bwd"])
         parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
         if run.recompute == "selective" and not run.flash:
-            parts["elementwise"] += n * f["scores_bytes"] * act / m.hbm
-        products += n * f["matmul"] * (1 + 2 + recompute)
+            parts["elementwise"] += n * f["scores_bytes"] * act / hbm_rate(m.memo, m.key, m.hbm)
+        products += n * layer_products
         # TP: per block (attention, and a dense MLP), forward and backward, as estimate/traffic.layer_traffic
         blocks = 1 if is_moe else 2
         where = _link(run, "tp")
@@ -194,7 +229,8 @@ def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last
         parts["tp"] += n * tp_s
         if cp > 1:  # K and V of every other CP rank, forward; and back with their gradients, backward
             kv = tokens * 2 * model.kv * model.head_dim * act / tp
-            parts["cp"] += n * ring_seconds(1, cp, (cp - 1) * kv, _link(run, "cp"), m) * (1 + recompute + 2)
+            # a ring of cp - 1 passes of every other rank's K and V: an all-gather of the cp blocks, in time
+            parts["cp"] += n * collective_seconds(m, "all_gather", cp, cp * kv, _link(run, "cp")) * (1 + recompute + 2)
         if is_moe and run.ep > 1:  # dispatch and combine, forward and backward
             values = tokens / (tp if run.sp else 1) * model.top_k * h * (run.ep - 1) / run.ep
             share = _share(run, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
@@ -202,19 +238,50 @@ def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last
             # backward the tokens' gradients), each in its own dtype: (1 + recompute) forwards, one backward
             for kind in ("dispatch", "combine"):
                 sent = values * dt.bytes(kind)
-                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m)
-    if last:  # the output layer and its loss
-        logit_flops = 2 * tokens * h * model.vocab / tp
-        parts["logits"] = 3 * logit_flops / (m.peak_flops * m.efficiency["matmul"]) + \
-            tokens * model.vocab / tp * dt.bytes("logits") * 3 / m.hbm  # logits written, read, gradient written
+                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m, run.ep)
+    if last:  # the output layer and its loss: a product over the vocabulary's TP share, forward and backward
+        fwd, bwd = linear_seconds(m.memo, m.key, m.peak_flops, Linear(tokens, h, model.vocab / tp))
+        parts["logits"] = fwd + bwd + tokens * model.vocab / tp * dt.bytes("logits") * 3 / hbm_rate(m.memo, m.key, m.hbm)
+        # (the logits written, read by the loss, their gradient written)
     return parts, products
 
 
-def _exposed(run: Run, parts: dict[str, float], products: float) -> tuple[float, float]:
-    """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden)."""
+def _exposed(run: Run, parts: dict[str, float], products: float, slowdown: float) -> tuple[float, float]:
+    """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden). A
+    hidden collective is not free: the compute it runs beside slows by `slowdown` of the time they overlap
+    (its kernels hold SMs and memory bandwidth: `overlap_cost`). DualPipe pairs a forward and a backward
+    chunk, so one's EP all-to-alls run beside the other's compute."""
     hidden_tp = min(parts["tp"], products) if "tp" in run.overlap else 0.0
     hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in run.overlap else 0.0
-    return sum(parts.values()) - hidden_tp - hidden_cp, hidden_tp
+    compute = parts["matmul"] + parts["attention"] + parts["elementwise"]
+    hidden_ep = min(parts["ep"], compute) if "dualpipe" in run.overlap else 0.0
+    return sum(parts.values()) - (hidden_tp + hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
+
+
+def _fsdp_exposed(whole: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
+                  shares: tuple[float, ...]) -> float:
+    """Seconds ZeRO-3 / FSDP leaves exposed of `whole` (one collective of the stage's whole parameters: the
+    all-gather of its weights, or the reduce-scatter of its gradients), done layer by layer in each pass of
+    every micro-batch (`shares`: the passes' parts of a micro-batch's compute, 1/3 forward and 2/3 backward).
+    Without overlap every layer waits for its own; with it (FSDP's prefetch, one layer ahead, as FSDP2 and
+    DeepSpeed default to), each layer's collective runs while the layer before computes, so only the first
+    waits, a layer's collective longer than a layer's compute waits for the rest, and what hides slows the
+    compute beside it by `slow`."""
+    g = whole / layers
+    if not overlapped:
+        return mb * len(shares) * whole
+    out = 0.0
+    for share in shares:
+        c = per_mb * share / layers
+        out += g + (layers - 1) * (max(0.0, g - c) + slow * min(g, c))
+    return mb * out
+
+
+def overlap_cost(m: Machine) -> float:
+    """The share by which compute slows while a collective runs beside it (estimate/kernels.overlap_slowdown:
+    a measured mean over A100 and H100 training kernels; never zero, so an overlap never comes for free)."""
+    from ..estimate.kernels import overlap_slowdown
+    return overlap_slowdown(m.key).value
 
 
 def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
@@ -227,10 +294,11 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     tokens = run.micro_batch * run.seq / cp
     act_bytes = tokens * h * dt.bytes("activations")
     slowest = None
+    slow = overlap_cost(m)
     for stage in sorted({int(s) for s in alike_starts(model, pp)}):
         dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
         parts, products = stage_parts(model, run, m, dense_n, moe_n, stage == pp - 1)
-        per_mb, hidden_tp = _exposed(run, parts, products)
+        per_mb, hidden_tp = _exposed(run, parts, products, slow)
         if slowest is None or per_mb > slowest[0]:  # the earliest of equals
             slowest = (per_mb, stage, parts, hidden_tp)
     assert slowest is not None
@@ -240,8 +308,9 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     if pp > 1:
         sent = act_bytes / (tp if run.sp else 1)
         where = _link(run, "pp", "chain")
-        p2p = 2 * v * (m.latency[where] + sent / m.rate(where))
-    exposed_p2p = 0.0 if "p2p" in run.overlap else p2p
+        p2p = 2 * v * p2p_seconds(m, sent, where)
+    # hidden (Megatron's p2p overlap, DualPipe's pairs), a send still slows the compute beside it
+    exposed_p2p = slow * p2p if {"p2p", "dualpipe"} & set(run.overlap) else p2p
     mb = run.microbatches
     pipeline = (mb + (pp - 1) / v) * (per_mb + exposed_p2p)
     # data parallel: the gradients of this GPU's parameters, once per step
@@ -254,12 +323,18 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
         params = _ring(m, 1, dpg, local * dt.bytes("compute"), where)
     else:
         grads, params = _ring(m, 2, dpg, local * dt.bytes("grad_reduce"), where), 0.0
-    if run.fsdp:  # ZeRO-3 gathers the parameters for the forward and again for the backward, every micro-batch
-        params *= 2 * mb
-    last_backward = per_mb * 2 / 3
-    exposed_grads = max(0.0, grads - last_backward) if "grad-reduce" in run.overlap else grads
-    first_forward = per_mb / 3 * (mb if run.fsdp else 1)
-    exposed_params = max(0.0, params - first_forward) if "prefetch" in run.overlap else params
+    # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
+    # behind by `slow` of the time they share
+    if run.fsdp:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
+        layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
+        exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in run.overlap, slow, (1 / 3, 2 / 3))
+        exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in run.overlap, slow, (2 / 3,))
+        params, grads = 2 * mb * params, mb * grads
+    else:
+        last_backward = per_mb * 2 / 3
+        exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in run.overlap else grads
+        first_forward = per_mb / 3
+        exposed_params = params - min(params, first_forward) * (1 - slow) if "prefetch" in run.overlap else params
     updated = local / (dpg if (run.fsdp or run.distributed_optimizer) else 1)
     optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer

@@ -314,9 +314,9 @@ def _deepseek_v3() -> list[PublishedRun]:
         "deepseek-v3-pretrain", "DeepSeek-V3 2024", "sections 3.1, 3.2, 4.2 and Table 1 (pre-training)", "h800",
         2048, DEEPSEEK_V3,
         Run(pp=16, dp=128, ep=64, seq=4096, global_batch=15360, micro_batch=1, chunks=2, recompute="selective",
-            flash=True, distributed_optimizer=True, precision="deepseek-v3"),
+            flash=True, distributed_optimizer=True, precision="deepseek-v3", overlap=("dualpipe",)),
         180000.0, "GPU-hours per trillion tokens", precision="fp8", sharding="zero-1", schedule="dualpipev",
-        assumed="a campaign average (the 3072-to-15360 batch ramp, stalls and restarts included): the row takes the "
+        assumed="DualPipe overlaps the EP all-to-alls and the pipeline's sends with the paired chunk's compute (section 3.2.1: the plan's dualpipe overlap); a campaign average (the 3072-to-15360 batch ramp, stalls and restarts included): the row takes the "
                 "final batch of 15360; micro-batch 1 (not given); DualPipe as the registry's DualPipeV, 2 chunks a "
                 "GPU; the 61 layers spread over 16 stages (thirteen of 4, three of 3; the split is not given); "
                 "the multi-token-prediction module left out; selective recomputation for its RMSNorm and MLA "

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .costs import Machine, event_seconds, value_bytes
+from ..estimate.kernels import overlap_slowdown
 from .overlaps import OVERLAPS, TRACE, check
 
 
@@ -114,6 +115,16 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     done = [0] * world
 
     seconds: dict[int, float] = {}  # work dicts by identity: a folded rank's copies share its representative's
+    # an overlapped collective is not free: compute that runs beside it slows by this share of their overlap
+    # (its kernels hold SMs and memory bandwidth: estimate/kernels.overlap_slowdown, measured)
+    slow = overlap_slowdown(m.key).value if chosen else 0.0
+    beside: list[list[tuple[float, float]]] = [[] for _ in range(world)]  # each rank's overlapped transfers
+
+    def slowed(r: int, start: float, secs: float) -> float:
+        """`secs` of compute from `start` on rank r, with what the overlapped transfers beside it cost."""
+        end = start + secs
+        shared = sum(max(0.0, min(end, b) - max(start, a)) for a, b in beside[r])
+        return secs + slow * shared
 
     def compute(r: int, work: Any, seq: int | None, name: str, phase: str = "") -> Span | None:
         if not work:
@@ -123,6 +134,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             secs = seconds[id(work)] = m.compute(work)
         if secs <= 0:
             return None
+        secs = slowed(r, cfree[r], secs) if beside[r] else secs
         s = Span("compute", (r,), seq, cfree[r], cfree[r] + secs, clast[r], name, phase)
         spans.append(s)
         clast[r], cfree[r] = s, s.end
@@ -176,6 +188,15 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
             comm[r] += secs
             if how not in ("async", "paired"):  # the rank needs the result before it computes on
                 cfree[r], clast[r] = span.end, span
+            else:  # it runs beside the compute that follows: that compute pays for it
+                beside[r].append((span.start, span.end))
+            if how == "early" and clast[r] is not None and clast[r].kind == "compute" and clast[r].end > span.start:
+                # issued before the compute it hides behind: that compute, the rank's last, pays for it
+                c = clast[r]
+                extra = slow * (min(c.end, span.end) - span.start)
+                c.end += extra
+                cfree[r] = c.end
+                busy[r] += extra
     for r in ran:
         for mk in ends[r][done[r]:]:
             compute(r, mk.data, None, f"the end of {mk.text}", mk.text)

@@ -10,6 +10,8 @@ Kinds, each timed at its own efficiency (estimate/hardware.py):
 - "attention": a product of two activations (both operands batched, 3-D or more): QK^T and PV, forward and
   backward, which run at another share of peak than the weight products (FlashAttention's kernels).
 A product counts 2 FLOPs per multiply-add: every output value took k multiply-adds, k the summed length.
+Each product's shape is kept beside the totals (`Work.gemms`: (kind, m, n, k) -> how many), so the clock
+times each one at the share of peak a product of its shape measures (clock/kernels_time.py).
 """
 from __future__ import annotations
 
@@ -18,17 +20,35 @@ from types import SimpleNamespace
 from typing import Any, Callable, Sequence
 
 WORK_KINDS = ("matmul", "attention")
+Shape = tuple[int, int, int, int]  # (m, n, k, how many): `how many` (m x k) @ (k x n) products
 
 
-def matmul_work(a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[str, int]:
-    """(kind, FLOPs) of `a @ b`."""
+class Work(dict):
+    """FLOPs by kind (the dict's items, as the trace writes them), with the products they come from:
+    `gemms`, (kind, m, n, k) -> how many such products."""
+
+    __slots__ = ("gemms",)
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.gemms: dict[tuple[str, int, int, int], int] = {}
+
+
+def matmul_work(a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[str, int, Shape]:
+    """(kind, FLOPs, shape) of `a @ b`: rows m of `a`'s last two dims (1 for a vector), the summed k, the columns
+    n of `b` (1 for a vector), and the products its batch dims hold."""
     kind = "attention" if len(a_shape) >= 3 and len(b_shape) >= 3 else "matmul"
-    return kind, 2 * prod(out_shape) * (a_shape[-1] if a_shape else 1)
+    k = a_shape[-1] if a_shape else 1
+    m = a_shape[-2] if len(a_shape) >= 2 else 1
+    n = b_shape[-1] if len(b_shape) >= 2 else 1
+    return kind, 2 * prod(out_shape) * k, (int(m), int(n), int(k), max(1, int(prod(out_shape) // max(1, m * n))))
 
 
-def tensordot_work(out_shape: Sequence[int], summed: int) -> tuple[str, int]:
-    """(kind, FLOPs) of a tensordot whose summed dims hold `summed` values: a weight's gradient."""
-    return "matmul", 2 * prod(out_shape) * summed
+def tensordot_work(out_shape: Sequence[int], summed: int) -> tuple[str, int, Shape]:
+    """(kind, FLOPs, shape) of a tensordot whose summed dims hold `summed` values: a weight's gradient, an
+    (m x summed) @ (summed x n) product, m the output's first dim and n the rest."""
+    m = out_shape[0] if out_shape else 1
+    return "matmul", 2 * prod(out_shape) * summed, (int(m), int(prod(out_shape[1:])), int(summed), 1)
 
 
 class Meter:
@@ -39,21 +59,24 @@ class Meter:
 
     def __init__(self, world: int, turn: Callable[[], int]):
         self.turn = turn
-        self.since: list[dict[str, int]] = [{} for _ in range(world)]
+        self.since: list[Work] = [Work() for _ in range(world)]
         self.total = [0] * world
 
-    def add(self, kind: str, flops: int) -> None:
+    def add(self, kind: str, flops: int, shape: Shape | None = None) -> None:
         r = self.turn()
         got = self.since[r]
         got[kind] = got.get(kind, 0) + flops
+        if shape is not None:
+            key = (kind, shape[0], shape[1], shape[2])
+            got.gemms[key] = got.gemms.get(key, 0) + shape[3]
         self.total[r] += flops
 
-    def take(self, rank: int) -> dict[str, int] | None:
+    def take(self, rank: int) -> Work | None:
         """The work `rank` did since it was last taken (None: none)."""
         got = self.since[rank]
         if not got:
             return None
-        self.since[rank] = {}
+        self.since[rank] = Work()
         return got
 
 

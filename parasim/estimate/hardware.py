@@ -43,10 +43,6 @@ SOURCES: dict[str, tuple[str, str, str]] = {
     "nccl": ("NCCL's tuning model, src/graph/tuning.cc (v2.18-2.21): baseLat and hwLat, ring algorithm, Simple "
              "protocol", "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc",
              "baseLat Ring Simple 8.4 us; hwLat Ring Simple: NVLink 3.4 us, network 14.0 us"),
-    "fa2": ("Dao, FlashAttention-2: Faster Attention with Better Parallelism and Work Partitioning (2023), "
-            "sections 1 and 4", "https://arxiv.org/abs/2307.08691",
-            "optimized GEMM reaches 80-90% of the theoretical maximum throughput; FlashAttention-2 reaches "
-            "50-73% of it on A100"),
     "parasim": ("an assumption, not a spec: the post's usable 120 GB of an H200's 141, the same share (85%) of an "
                 "80 GB card", "docs/estimator.md (hidden assumptions)",
                 "the card less the CUDA context, NCCL buffers and fragmentation"),
@@ -112,12 +108,7 @@ LATENCY: dict[str, Figure] = {
 LATENCY_WHAT = {"call": "each collective", "inside": "each ring step inside a node",
                 "across": "each ring step across nodes"}
 
-# The share of the dense peak a kind of compute reaches (engine/work.py's kinds): the low end of each
-# published range, one figure for every GPU type, never fitted to a run.
-EFFICIENCY: dict[str, Figure] = {
-    "matmul": Figure(0.80, "GEMM: 80-90% of peak, the low end", "fa2"),
-    "attention": Figure(0.50, "FlashAttention-2: 50-73% of peak on A100, the low end", "fa2"),
-}
+# What share of these figures a kernel reaches is measured, by GPU type and shape: estimate/kernels.py.
 
 # what each figure is, for the printed table
 WHAT: dict[str, str] = {
@@ -136,6 +127,4 @@ def table() -> dict:
                            **{k: {"value": f.value, "printed": f.printed, "source": f.source}
                               for k, f in g.figures().items()}} for key, g in GPUS.items()},
             "latency": {k: {"value": f.value, "printed": f.printed, "source": f.source} for k, f in LATENCY.items()},
-            "efficiency": {k: {"value": f.value, "printed": f.printed, "source": f.source}
-                           for k, f in EFFICIENCY.items()},
             "sources": {k: {"document": d, "address": a, "prints": p} for k, (d, a, p) in SOURCES.items()}}

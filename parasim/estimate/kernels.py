@@ -22,6 +22,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import read_json
 from .hardware import GPUS
+from .hardware import table as datasheet_table
 
 DATA = Path(__file__).resolve().parent / "data"
 READ = "2026-12-05"  # the date every source below was read for this table
@@ -133,12 +134,12 @@ SOURCES: dict[str, Source] = {
 
 # An H200 is an H100 die with larger, faster memory and the same NVLink 4 node (mle-sms note 16; the MAMF table
 # says of matmuls 'H200 is the same'): where no H200 measurement exists, the H100's stands in.
-TWIN = {"h200": "h100"}
-TWIN_WHY = "same SMs, clocks and NVLink 4 node"
+TWIN = {"h200": "h100", "h800": "h100"}
+TWIN_WHY = "the same die: its SMs and clocks (an H200 has larger, faster memory; an H800 a narrower NVLink)"
 # Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989); Hopper
 # alone of these has FP8 tensor cores and NVLink SHARP (NCCL's nvls channels are set for sm90 and later).
 FP8_OVER_BF16 = 2
-HOPPER = ("h100", "h200")
+HOPPER = ("h100", "h200", "h800")
 
 
 @dataclass(frozen=True)
@@ -505,6 +506,10 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
         members = near
     t = next(t for t in tables if t.members == members)
     value, more = _along("bytes", list(t.sizes), list(t.busbw), nbytes)
+    if on != gpu and GPUS[on].nvlink.value != GPUS[gpu].nvlink.value:  # the same die on a narrower NVLink (H800)
+        ratio = GPUS[gpu].nvlink.value / GPUS[on].nvlink.value
+        value *= ratio
+        more.append(f"{on}'s bus bandwidth scaled by {gpu}'s NVLink over {on}'s ({ratio:.2f}: the datasheets')")
     return Lookup(value, (t.source,), tuple(notes + more))
 
 
@@ -516,7 +521,8 @@ OVERLAP: dict[str, tuple[float, str]] = {"mean": (0.189, "overlap-2507"), "max":
 # NCCL's CTAs (one a channel) by algorithm, and the SMs they share: ring is an upper bound (the topology search
 # picks up to 32 channels); NVLink SHARP's 16 is the sm90 default and needs Hopper.
 NCCL_CTAS: dict[str, tuple[int, str]] = {"ring": (32, "nccl-src"), "nvls": (16, "nccl-src")}
-SMS: dict[str, tuple[int, str]] = {"a100": (108, "mle-sms"), "h100": (132, "mle-sms"), "h200": (132, "mle-sms")}
+SMS: dict[str, tuple[int, str]] = {"a100": (108, "mle-sms"), "h100": (132, "mle-sms"), "h200": (132, "mle-sms"),
+                                   "h800": (132, "mle-sms")}
 
 
 def overlap_slowdown(gpu: str, statistic: str = "mean") -> Lookup:
@@ -552,3 +558,40 @@ def nccl_sm_share(gpu: str, algorithm: str = "nvls") -> Lookup:
         notes.append("at most: NCCL's topology search picks up to 32 ring channels")
     return Lookup(ctas / sms, (source, sm_source), tuple(notes))
 
+
+
+# -- what `parasim hardware` shows of these tables ----------------------------------------------------
+
+# (label, lookup) of a few points every GPU type is shown at: the tables' shape, not every point
+SAMPLES: tuple[tuple[str, Any], ...] = (
+    ("product 4096^3 (share of peak)", lambda g: gemm_efficiency(g, 4096, 4096, 4096)),
+    ("product 1024^3 (share of peak)", lambda g: gemm_efficiency(g, 1024, 1024, 1024)),
+    ("attention forward, 4k causal, d 128", lambda g: attention_efficiency(g, 4096, 128, True, False)),
+    ("attention backward, 4k causal, d 128", lambda g: attention_efficiency(g, 4096, 128, True, True)),
+    ("elementwise pass (share of HBM)", lambda g: memory_efficiency(g)),
+    ("all-reduce inside a node, 1 GiB (busbw GB/s)", lambda g: collective_bandwidth(g, "all_reduce", 2**30, INSIDE)),
+    ("all-reduce across nodes (busbw GB/s)", lambda g: collective_bandwidth(g, "all_reduce", 2**30, ACROSS)),
+)
+
+
+def summary() -> dict[str, Any]:
+    """The tables at SAMPLES' points for every GPU type, with the sources each read and its notes; and every
+    source: what `parasim hardware` prints and `--json` gives."""
+    gpus = {}
+    for gpu in GPUS:
+        rows = {}
+        for label, lookup in SAMPLES:
+            try:
+                got = lookup(gpu)
+            except UsageError as exc:  # a GPU type without the measurement: said, not guessed
+                rows[label] = {"value": None, "sources": [], "notes": [str(exc)]}
+                continue
+            rows[label] = {"value": got.value, "sources": list(got.sources), "notes": list(got.notes)}
+        gpus[gpu] = rows
+    return {"samples": gpus, "sources": {k: {"document": v.document, "address": v.address, "where": v.where,
+                                              "measured": v.measured} for k, v in SOURCES.items()}}
+
+
+def hardware_table() -> dict[str, Any]:
+    """What `parasim hardware` shows: the datasheet table (hardware.table) and the kernel measurements' summary."""
+    return {**datasheet_table(), "kernels": summary()}

@@ -50,6 +50,7 @@ class Precision:
     combine: str  # the expert outputs the all-to-all brings back
     logits: str  # the output layer's logits, as the loss reads them
     source: str  # where the convention is written down
+    products: str = "bfloat16"  # the dtype the matrix products run in (FP8 where a recipe quantizes their inputs)
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -144,12 +145,12 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
               source="torch.distributed.fsdp.MixedPrecisionPolicy (the sharded parameters stay in their FP32 "
                      "dtype; param_dtype is the all-gathered copy, reduce_dtype the reduce-scatter's); "
                      "torchtitan's default mixed_precision_param='bfloat16', mixed_precision_reduce='float32'"),
-    Precision("deepseek-v3", "DeepSeek-V3's FP8 training: FP8 dispatch, BF16 combine, BF16 Adam moments",
-              params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32", master="float32",
-              main_grads=None, adam="bfloat16", activations="bfloat16", dispatch="float8_e4m3fn",
-              combine="bfloat16", logits="float32",
-              source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: activations quantized to FP8 "
-                     "before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
+    Precision("deepseek-v3", "DeepSeek-V3's FP8 training: FP8 products and dispatch, BF16 combine, BF16 Adam "
+              "moments", params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32",
+              master="float32", main_grads=None, adam="bfloat16", activations="bfloat16", dispatch="float8_e4m3fn",
+              combine="bfloat16", logits="float32", products="float8_e4m3fn",
+              source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: the GEMMs of the linear "
+                     "layers in FP8 (Fprop, Dgrad, Wgrad), activations quantized to FP8 before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
                      "BF16 AdamW moments (a BF16 working copy of the weights is parasim's assumption)"),
 )}
 

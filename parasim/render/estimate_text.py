@@ -119,14 +119,31 @@ def hardware_report(console: Any, hw: dict) -> None:
         table.add_row(f"{what} ({unit})", *[f"{g[key]['value'] / scale:,.4g}\n[dim]" + escape(
             f"{g[key]['printed']} [{g[key]['source']}]") + "[/dim]" for g in gpus.values()])
     console.print(table)
-    clock = Table(title="The clock's constants (every GPU type alike)", title_justify="left")
+    clock = Table(title="NCCL's latencies (every GPU type alike)", title_justify="left")
     for col in ("constant", "value", "as the source prints it"):
         clock.add_column(col)
     for key, f in hw["latency"].items():
         clock.add_row(f"latency: {LATENCY_WHAT[key]}", f"{f['value'] * 1e6:g} us", escape(f"{f['printed']} [{f['source']}]"))
-    for key, f in hw["efficiency"].items():
-        clock.add_row(f"efficiency: {key}", f"{f['value']:.0%} of peak", escape(f"{f['printed']} [{f['source']}]"))
     console.print(clock)
+    kernels = hw["kernels"]
+    measured = Table(title="Measured kernel costs at a few points (estimate/kernels.py; every point, source and "
+                           "note: parasim hardware --json, docs/notes/kernel-costs.md)", title_justify="left")
+    measured.add_column("kernel")
+    for g in gpus.values():
+        measured.add_column(g["name"], justify="right")
+    labels = list(next(iter(kernels["samples"].values())))
+    for label in labels:
+        cells = []
+        for key in gpus:
+            row = kernels["samples"][key][label]
+            v = row["value"]
+            shown = "-" if v is None else f"{v / 1e9:,.0f}" if v > 10 else f"{v:.0%}"
+            cells.append(shown + "\n[dim]" + escape(f"[{', '.join(row['sources']) or 'none'}]") + "[/dim]")
+        measured.add_row(label, *cells)
+    console.print(measured)
+    for key, src in kernels["sources"].items():
+        console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']} ({src['where']}). "
+                                                                          f"{src['address']}"))
     for key, src in hw["sources"].items():
         console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']}: {src['prints']}. "
                                                                           f"{src['address']}"))
