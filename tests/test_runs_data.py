@@ -131,6 +131,24 @@ def test_the_runs_published_py_held_are_all_calibration():
     assert all(BY_KEY[k].set == CALIBRATION for k in OLD_ROWS)
 
 
+def test_the_variants_of_what_the_old_rows_assume():
+    """The other choices the validation shows: Narayanan Table 1 a micro-batch of 2 and, with a pipeline, one
+    chunk; Llama 3 one or four chunks; the README's H100 rows without TP overlap; no other run has any."""
+    for key in OLD_ROWS:
+        r = BY_KEY[key]
+        if key.startswith("megatron-2021-"):
+            assert r.variants == {"micro-batch 2": {"micro_batch": 2}} | ({"1 chunk": {"chunks": 1}} if r.run.pp > 1
+                                                                         else {}), key
+        elif key.startswith("llama3-"):
+            assert r.variants == {"1 chunk": {"chunks": 1}, "4 chunks": {"chunks": 4}}
+        elif key.startswith("megatron-h100-"):
+            assert r.variants == {"TP overlap off": {"overlap": ("grad-reduce", "prefetch", "p2p")}}
+            assert r.run.overlap == ("grad-reduce", "prefetch", "tp", "p2p")
+        else:
+            assert r.variants == {}
+    assert all(not r.variants for r in RUNS if r.key not in OLD_ROWS)
+
+
 def test_some_figures_as_read_by_hand():
     """A few figures against the sources' printed values (docs/notes/step-time-runs.md quotes them)."""
     assert BY_KEY["megatron-2021-1008b"].published == 163

@@ -60,7 +60,11 @@ def test_the_page_shows_what_the_code_computes_for_both_sets(table):
 def test_the_constants_table_names_every_gpu_type_the_runs_ran_on():
     head = markdown_constants()[0]
     assert [c.strip() for c in head.strip("|").split("|")][1:] == ["H200", "H100", "H800", "A100 80GB"]
-    assert "| dense BF16 peak | 989 TFLOP/s | 989 TFLOP/s | 989 TFLOP/s | 312 TFLOP/s |" in markdown_constants()
+    assert markdown_constants()[2:] == [
+        "| dense BF16 peak | 989 TFLOP/s | 989 TFLOP/s | 989 TFLOP/s | 312 TFLOP/s |",
+        "| memory bandwidth | 4.8 TB/s | 3.35 TB/s | 3.35 TB/s | 2.039 TB/s |",
+        "| NVLink, one direction | 450 GB/s | 450 GB/s | 200 GB/s | 300 GB/s |",
+        "| network, one direction | 50 GB/s | 50 GB/s | 50 GB/s | 25 GB/s |"]
 
 
 def test_readme_quotes_each_sets_figures_and_the_held_out_one_as_the_test(table):
@@ -109,6 +113,8 @@ def test_a_set_without_moe_runs_says_so():
     s = score([r for r in SMALL if not r["moe"]])
     assert s["moe_runs"] == 0 and s["moe_median_abs_error"] is None
     assert "no MoE runs" in score_line(CALIBRATION, s)
+    calm = score([_row("a", CALIBRATION, 0.10), _row("c", CALIBRATION, -0.05)])
+    assert score_line(CALIBRATION, calm).endswith("; no MoE runs; none beyond 25%.") and calm["beyond_25"] == []
     assert scores([r for r in SMALL if r["set"] == HELD_OUT]).keys() == {HELD_OUT}
 
 
@@ -183,6 +189,7 @@ def test_a_runs_variants_are_its_run_with_the_change():
     r = BY_KEY["llama3-405b-8k"]
     four, _ = predicted(r, replace(r.run, chunks=4))
     assert row["variants"]["4 chunks"]["predicted"] == four and four != row["predicted"]
+    assert row["variants"]["4 chunks"]["error"] == pytest.approx(four / 430 - 1, rel=1e-12)  # 430 TFLOP/s published
 
 
 def test_narayanan_table_1_is_all_there_with_its_published_tflops(table):
@@ -278,14 +285,33 @@ def test_set_prints_one_set(which):
     assert f"{which.capitalize()}: " in text and f"{other.capitalize()}: " not in text
 
 
-def test_validate_step_time_prints_calibration_then_held_out():
+def test_validate_step_time_prints_calibration_then_held_out(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the run names whole, on one line
     text = cli("validate", "step-time")
     assert text.returncode == 0, text.stderr
     out = text.stdout
     assert out.index("Calibration set") < out.index("Calibration: ") < out.index("Held-out set") < out.index(
         "Held-out: ")
     assert "Narayanan" in out and "median |error|" in out and "(held-out): https://" in out
-    assert "megatron-2021-1.7b: micro-batch 1" in " ".join(out.split())
+    tables = out[:out.index("What parasim assumes")]
+    assert tables.count("megatron-2021-1.7b ") == 1 and tables.index("megatron-2021-1.7b ") < out.index("Held-out set")
+    assert tables.count("bloom-176b ") == 1 and tables.index("bloom-176b ") > out.index("Held-out set")
+    assert all(u in tables for u in ("TFLOP/s/GPU", "MFU %", "tok/s/GPU", "s/step", "GPU-h/1e12 tok"))
+
+
+def test_the_table_keeps_its_figures_in_80_columns(monkeypatch):
+    """On a narrow terminal (or a pipe: 80 columns) the long run names fold and every figure stays whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = cli("validate", "step-time", "--set", CALIBRATION).stdout
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
+    first = rows(CALIBRATION)[0]  # megatron-2021-1.7b
+    ours, err = re.escape(f"{first['predicted']:.1f}"), re.escape(f"{first['error']:+.1%}")
+    assert re.search(rf" a100 +32 +TFLOP/s/GPU +137\.0 +{ours} +{err} ", out)
+    said = " ".join(out.split())
+    assert "megatron-2021-1.7b: micro-batch 1" in said
+    r = BY_KEY["llama3-405b-8k"]
+    four, _ = predicted(r, replace(r.run, chunks=4))
+    assert f"4 chunks: {four:.1f} ({four / 430 - 1:+.1%})" in said  # the variant's own figure and error
 
 
 def test_a_bad_set_is_one_line_naming_the_sets():

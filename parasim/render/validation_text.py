@@ -35,8 +35,9 @@ def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -
     for which, score in scores.items():
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
                   title=SET_TITLE[which])
-        for col, just in (("run", "left"), ("GPU", "left"), ("GPUs", "right"), ("unit", "left"),
-                          ("published", "right"), ("parasim", "right"), ("error", "right")):
+        t.add_column("run", overflow="fold")  # the long names fold, so that the figures fit 80 columns
+        for col, just in (("GPU", "left"), ("GPUs", "right"), ("unit", "left"), ("published", "right"),
+                          ("parasim", "right"), ("error", "right")):
             t.add_column(col, justify=just, no_wrap=True)
         for r in table:
             if r["set"] == which:
