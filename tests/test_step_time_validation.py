@@ -1,22 +1,31 @@
-"""The clock against published training runs (issue 34, build item 5): the table on docs/validation.md is
-what the code computes, the score meets its goal, the FLOP rules reproduce the sources' own figures, and
-the plan model's step for a small run is worked out here by hand from the constants."""
+"""The clock against the published runs of clock/runs.py, in two sets (issue 50): the tables and scores on
+docs/validation.md and README's figures are what the code computes for both sets; a set's score (median,
+largest, bias, MoE median, runs beyond 25%) is checked on a small table written here; each unit's figure and
+the error's sign are worked out by hand on a made-up run; the FLOP rules reproduce the sources' own figures;
+every run yields a finite positive figure; and the plan model's step for a small run is worked out here by
+hand from the constants. The score's goal is not asserted here: the time model is being rebuilt."""
 from __future__ import annotations
 
 import json
+import math
+import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from parasim.clock.costs import machine
 from parasim.clock.plan import Run, layer_forward, step_time
-from parasim.clock.published import FLOP_RULES, PUBLISHED, rows, score
+from parasim.clock.published import error, predicted, rows, score, scores
+from parasim.clock.runs import CALIBRATION, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
-from parasim.render.validation_text import markdown_rows
+from parasim.render.validation_text import markdown_constants, markdown_rows, score_line
 from tests.conftest import cli
 
-PAGE = Path(__file__).resolve().parent.parent / "docs" / "validation.md"
+ROOT = Path(__file__).resolve().parent.parent
+PAGE = ROOT / "docs" / "validation.md"
+BY_KEY = {r.key: r for r in RUNS}
 
 
 @pytest.fixture(scope="module")
@@ -24,25 +33,168 @@ def table():
     return rows()
 
 
-def test_the_page_shows_what_the_code_computes(table):
+def _step_section() -> str:
     text = PAGE.read_text()
-    for line in markdown_rows(table):
-        assert line in text, line
-    s = score(table)
-    assert f"Median |error| {s['median_abs_error']:.1%}, the largest {s['max_abs_error']:.1%}" in text
-    assert f"Scored: {s['rows']} runs" in text
+    return text[text.index("# Step time: the clock against published training runs"):]
 
 
-def test_the_goal_holds_on_at_least_ten_cited_runs_three_of_them_on_hopper(table):
-    s = score(table)
-    assert s["rows"] >= 10 and s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.25
-    assert sum(r["scored"] and r["gpu"] in ("h100", "h200") for r in table) >= 3
-    assert all(r["address"].startswith("https://") for r in table)
+# -- the page and README -------------------------------------------------------------------------------------
+
+def test_the_page_shows_what_the_code_computes_for_both_sets(table):
+    """Each set's table under its own heading, calibration first, then its score line; the constants of every
+    GPU type the runs ran on; the split rule and where it is written in full."""
+    text = _step_section()
+    s = scores(table)
+    at = 0
+    for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs")):
+        block = "\n".join(markdown_rows([r for r in table if r["set"] == which]))
+        start = text.index(heading, at)
+        assert text.index(block, start) == text.index("| run |", start), which  # the first table below it
+        line = score_line(which, s[which])
+        assert text.index(line, start) > text.index(block, start), which
+        at = text.index(line, start)
+    assert "\n".join(markdown_constants()) in text
+    assert "split by source" in text and "docs/notes/step-time-runs.md" in text
+
+
+def test_the_constants_table_names_every_gpu_type_the_runs_ran_on():
+    head = markdown_constants()[0]
+    assert [c.strip() for c in head.strip("|").split("|")][1:] == ["H200", "H100", "H800", "A100 80GB"]
+    assert markdown_constants()[2:] == [
+        "| dense BF16 peak | 989 TFLOP/s | 989 TFLOP/s | 989 TFLOP/s | 312 TFLOP/s |",
+        "| memory bandwidth | 4.8 TB/s | 3.35 TB/s | 3.35 TB/s | 2.039 TB/s |",
+        "| NVLink, one direction | 450 GB/s | 450 GB/s | 200 GB/s | 300 GB/s |",
+        "| network, one direction | 50 GB/s | 50 GB/s | 50 GB/s | 25 GB/s |"]
+
+
+def test_readme_quotes_each_sets_figures_and_the_held_out_one_as_the_test(table):
+    s = scores(table)
+    text = " ".join((ROOT / "README.md").read_text().split())
+    m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs (.*?)\. Four "
+                  r"lessons", text)
+    assert m and int(m[1]) == len(RUNS)
+    said = m[2]
+    cal, held = said.index(f"{s[CALIBRATION]['runs']} calibration runs"), said.index(f"{s[HELD_OUT]['runs']} held-out")
+    for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, len(said))):
+        x = s[which]
+        assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[start:end]
+    assert "test of the model" in said[held:] and "not a test" in said[cal:held]
+
+
+# -- a set's score, on a table written here ------------------------------------------------------------------
+
+def _row(name: str, which: str, err: float, moe: bool = False) -> dict:
+    return {"name": name, "set": which, "error": err, "moe": moe}
+
+
+SMALL = [_row("f", HELD_OUT, 0.40), _row("g", HELD_OUT, -0.10), _row("h", HELD_OUT, 0.30, moe=True),
+         _row("a", CALIBRATION, 0.10), _row("b", CALIBRATION, -0.30, moe=True), _row("c", CALIBRATION, 0.05),
+         _row("d", CALIBRATION, 0.20, moe=True), _row("e", CALIBRATION, -0.02), _row("x", CALIBRATION, -0.25)]
+
+
+def test_a_sets_score_on_a_small_table():
+    """Calibration: |errors| 0.02, 0.05, 0.10, 0.20, 0.25, 0.30 -> median (0.10 + 0.20) / 2; the largest is
+    b's; bias (0.10 - 0.30 + 0.05 + 0.20 - 0.02 - 0.25) / 6; MoE b and d -> (0.30 + 0.20) / 2; beyond 25%
+    only b (x is at 25% exactly). Held-out: 0.10, 0.30, 0.40 -> 0.30; f; (0.40 - 0.10 + 0.30) / 3; h alone."""
+    got = scores(SMALL)
+    assert list(got) == [CALIBRATION, HELD_OUT]  # calibration first, whatever the rows' order
+    cal, held = got[CALIBRATION], got[HELD_OUT]
+    assert cal["runs"] == 6 and held["runs"] == 3
+    assert cal["median_abs_error"] == pytest.approx(0.15) and held["median_abs_error"] == pytest.approx(0.30)
+    assert (cal["max_abs_error"], cal["largest"]) == (pytest.approx(0.30), "b")
+    assert (held["max_abs_error"], held["largest"]) == (pytest.approx(0.40), "f")
+    assert cal["bias"] == pytest.approx(-0.22 / 6) and held["bias"] == pytest.approx(0.20)
+    assert (cal["moe_runs"], cal["moe_median_abs_error"]) == (2, pytest.approx(0.25))
+    assert (held["moe_runs"], held["moe_median_abs_error"]) == (1, pytest.approx(0.30))
+    assert cal["beyond_25"] == ["b"] and held["beyond_25"] == ["f", "h"]
+
+
+def test_a_set_without_moe_runs_says_so():
+    s = score([r for r in SMALL if not r["moe"]])
+    assert s["moe_runs"] == 0 and s["moe_median_abs_error"] is None
+    assert "no MoE runs" in score_line(CALIBRATION, s)
+    calm = score([_row("a", CALIBRATION, 0.10), _row("c", CALIBRATION, -0.05)])
+    assert score_line(CALIBRATION, calm).endswith("; no MoE runs; none beyond 25%.") and calm["beyond_25"] == []
+    assert scores([r for r in SMALL if r["set"] == HELD_OUT]).keys() == {HELD_OUT}
+
+
+def test_the_score_line_reads_its_figures():
+    line = score_line(CALIBRATION, scores(SMALL)[CALIBRATION])
+    assert line == ("Calibration: 6 runs; median |error| 15.0%, the largest 30.0% (b); bias -3.7%; MoE runs' "
+                    "median |error| 25.0% (2 runs); beyond 25%: b.")
+
+
+# -- each unit, and the error's sign, by hand ----------------------------------------------------------------
+
+H, L, V, SEQ, BATCH = 256, 2, 1000, 1024, 8
+MADE_UP = PublishedRun("made-up", "Narayanan 2021", "nowhere", "a100", 8,
+                       ModelSpec(layers=L, hidden=H, heads=4, vocab=V),
+                       Run(tp=2, dp=4, seq=SEQ, global_batch=BATCH, micro_batch=1), 1.0, "TFLOP/s per GPU",
+                       "megatron-72")
+FLOPS = 72 * BATCH * SEQ * L * H * H * (1 + SEQ / (6 * H) + V / (12 * H * L))  # Korthikanti eq. (7)
+# a 2-second step on 8 GPUs, in each unit
+BY_HAND = {"TFLOP/s per GPU": FLOPS / (2.0 * 8) / 1e12, "MFU %": 100 * FLOPS / (2.0 * 8 * 312e12),
+           "tokens/s per GPU": BATCH * SEQ / 2.0 / 8, "s per step": 2.0,
+           "GPU-hours per trillion tokens": 8 * 2.0 / 3600 / (BATCH * SEQ / 1e12)}
+
+
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_each_unit_of_a_step_by_hand(unit):
+    assert UNITS[unit].of_step(replace(MADE_UP, unit=unit), MADE_UP.run, 2.0) == pytest.approx(BY_HAND[unit],
+                                                                                               rel=1e-12)
+
+
+@pytest.mark.parametrize("unit", list(UNITS))
+def test_the_errors_sign_is_read_alike_for_every_unit(unit):
+    """parasim's step of 2 s against a run whose step took 2.5 s: parasim is faster, the throughput 2.5 / 2
+    times the published, +25% in every unit; against one of 1.6 s, slower: 1.6 / 2 - 1 = -20%."""
+    r = replace(MADE_UP, unit=unit)
+    ours = UNITS[unit].of_step(r, r.run, 2.0)
+    for theirs, expected in ((2.5, 0.25), (1.6, -0.20)):
+        published = UNITS[unit].of_step(r, r.run, theirs)
+        assert error(replace(r, published=published), ours) == pytest.approx(expected, rel=1e-12), (unit, theirs)
+
+
+def test_parasims_figure_is_the_clocks_step_in_the_runs_unit():
+    r = replace(MADE_UP, unit="s per step")
+    step = step_time(r.model, r.run, machine("a100"))["step_s"]
+    assert predicted(r)[0] == step
+    tokens, _ = predicted(replace(r, unit="tokens/s per GPU"))
+    assert tokens == pytest.approx(BATCH * SEQ / step / 8, rel=1e-12)
+    wide, _ = predicted(r, replace(r.run, tp=1, dp=8))  # a variant's run is the one timed
+    assert wide == step_time(r.model, replace(r.run, tp=1, dp=8), machine("a100"))["step_s"]
+
+
+# -- every run ---------------------------------------------------------------------------------------------
+
+def test_every_run_is_a_row_with_its_set_an_address_and_a_finite_positive_figure(table):
+    assert [r["name"] for r in table] == [r.key for r in RUNS]
+    for row in table:
+        run = BY_KEY[row["name"]]
+        assert row["set"] == SOURCES[run.source].set and row["set"] in SETS
+        assert row["address"].startswith("https://") and row["address"] == SOURCES[run.source].address
+        assert math.isfinite(row["predicted"]) and row["predicted"] > 0, row["name"]
+        assert math.isfinite(row["error"]), row["name"]
+        assert row["published"] == run.published and row["unit"] == run.unit and row["assumed"] == run.assumed
+        assert row["moe"] == bool(run.model.experts)
+        for v in row["variants"].values():
+            assert math.isfinite(v["predicted"]) and v["predicted"] > 0
+    assert {r["set"] for r in table} == set(SETS)
+    assert [r["name"] for r in rows(HELD_OUT)] == [r.key for r in RUNS if SOURCES[r.source].set == HELD_OUT]
+
+
+def test_a_runs_variants_are_its_run_with_the_change():
+    """Llama 3's 8K row with 4 chunks is that run, re-timed with V = 4."""
+    (row,) = [r for r in rows(CALIBRATION) if r["name"] == "llama3-405b-8k"]
+    r = BY_KEY["llama3-405b-8k"]
+    four, _ = predicted(r, replace(r.run, chunks=4))
+    assert row["variants"]["4 chunks"]["predicted"] == four and four != row["predicted"]
+    assert row["variants"]["4 chunks"]["error"] == pytest.approx(four / 430 - 1, rel=1e-12)  # 430 TFLOP/s published
 
 
 def test_narayanan_table_1_is_all_there_with_its_published_tflops(table):
     """The ten weak-scaling rows, 1.7B on 32 GPUs to 1T on 3,072, as the paper prints them."""
-    got = [(r["gpus"], r["published"]) for r in table if r["name"].startswith("megatron-2021-")]
+    got = [(r["gpus"], r["published"]) for r in table if re.fullmatch(r"megatron-2021-[\d.]+b", r["name"])]
     assert got == [(32, 137), (64, 138), (128, 142), (256, 135), (512, 138), (1024, 140), (1536, 148),
                    (1920, 155), (2520, 163), (3072, 163)]
 
@@ -51,13 +203,24 @@ def test_the_flop_rules_reproduce_the_sources_own_figures():
     """Korthikanti's MFU for the 22B row (41.5% of 312 TFLOP/s at 1.10 s on 8 GPUs) from eq. (7); and
     Narayanan's aggregate 502.0 PFLOP/s for the 1T row is its per-GPU 163 TFLOP/s times 3,072 GPUs (the
     rule only has to give FLOPs; here the 1T step time it implies is checked against eq. (3) by hand)."""
-    k22 = next(p for p in PUBLISHED if p.key == "korthikanti-22b-sp+sel")
-    mfu = FLOP_RULES["megatron-72"](k22.model, k22.run) / (1.10 * 8 * 312e12)
+    k22 = BY_KEY["korthikanti-22b-sp+sel"]
+    mfu = RULES["megatron-72"].flops(k22.model, k22.run) / (1.10 * 8 * 312e12)
     assert mfu == pytest.approx(0.415, abs=0.003)
-    t1 = next(p for p in PUBLISHED if p.key == "megatron-2021-1008b")
+    t1 = BY_KEY["megatron-2021-1008b"]
     f = 96 * 3072 * 2048 * 128 * 25600 ** 2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
-    assert FLOP_RULES["narayanan"](t1.model, t1.run) == pytest.approx(f, rel=1e-12)
+    assert RULES["narayanan"].flops(t1.model, t1.run) == pytest.approx(f, rel=1e-12)
 
+
+def test_the_palm_rule_by_hand():
+    """Per token 6N (N without the embeddings) + 12 L h s, times the batch's tokens: a 2-layer GPT of hidden
+    64 has, as parasim counts its weights, 12 h^2 a layer (QKV and output 4h^2, the MLP of 4h 8h^2) and two
+    norms of h."""
+    model, run = ModelSpec(layers=2, hidden=64, heads=4, vocab=100), Run(seq=32, global_batch=3)
+    n = 2 * (12 * 64 * 64 + 2 * 64)
+    assert RULES["palm"].flops(model, run) == pytest.approx((6 * n + 12 * 2 * 64 * 32) * 3 * 32, rel=1e-12)
+
+
+# -- the clock by hand ---------------------------------------------------------------------------------------
 
 def test_one_gpu_step_by_hand():
     """A 2-layer GPT on one A100, one sequence of 1,024 tokens, FlashAttention, no dropout, no recomputation:
@@ -90,13 +253,75 @@ def test_korthikanti_table_4s_layer_as_the_page_says():
     assert "6.5, 11.8 and 18.3 ms" in PAGE.read_text()
 
 
-def test_validate_step_time_prints_the_rows_as_json():
+# -- the command -----------------------------------------------------------------------------------------
+
+def _strict(text: str):
+    def refuse(name: str):
+        raise ValueError(f"not strict JSON: {name}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_validate_step_time_prints_both_sets_as_json():
     out = cli("validate", "step-time", "--json")
     assert out.returncode == 0, out.stderr
-    data = json.loads(out.stdout)
+    data = _strict(out.stdout)
+    assert list(data["score"]) == [CALIBRATION, HELD_OUT]
+    assert len(data["rows"]) == len(RUNS) and {r["set"] for r in data["rows"]} == set(SETS)
     first = data["rows"][0]
-    assert {"name", "source", "gpus", "published", "predicted", "unit", "error"} <= set(first)
-    assert data["score"]["median_abs_error"] <= 0.10
+    assert {"name", "set", "source", "gpus", "published", "predicted", "unit", "error", "assumed"} <= set(first)
+    for which in SETS:
+        assert data["score"][which]["runs"] == sum(r["set"] == which for r in data["rows"])
+        assert {"median_abs_error", "max_abs_error", "bias", "moe_median_abs_error", "beyond_25"} <= set(
+            data["score"][which])
+
+
+@pytest.mark.parametrize("which", SETS)
+def test_set_prints_one_set(which):
+    data = _strict(cli("validate", "step-time", "--set", which, "--json").stdout)
+    assert {r["set"] for r in data["rows"]} == {which} and list(data["score"]) == [which]
+    assert data["score"][which]["runs"] == sum(SOURCES[r.source].set == which for r in RUNS)
+    text = cli("validate", "step-time", "--set", which).stdout
+    other = HELD_OUT if which == CALIBRATION else CALIBRATION
+    assert f"{which.capitalize()}: " in text and f"{other.capitalize()}: " not in text
+
+
+def test_validate_step_time_prints_calibration_then_held_out(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "200")  # the run names whole, on one line
     text = cli("validate", "step-time")
-    assert text.returncode == 0 and "Narayanan" in text.stdout and "median |error|" in text.stdout
+    assert text.returncode == 0, text.stderr
+    out = text.stdout
+    assert out.index("Calibration set") < out.index("Calibration: ") < out.index("Held-out set") < out.index(
+        "Held-out: ")
+    assert "Narayanan" in out and "median |error|" in out and "(held-out): https://" in out
+    tables = out[:out.index("What parasim assumes")]
+    assert tables.count("megatron-2021-1.7b ") == 1 and tables.index("megatron-2021-1.7b ") < out.index("Held-out set")
+    assert tables.count("bloom-176b ") == 1 and tables.index("bloom-176b ") > out.index("Held-out set")
+    assert all(u in tables for u in ("TFLOP/s/GPU", "MFU %", "tok/s/GPU", "s/step", "GPU-h/1e12 tok"))
+
+
+def test_the_table_keeps_its_figures_in_80_columns(monkeypatch):
+    """On a narrow terminal (or a pipe: 80 columns) the long run names fold and every figure stays whole."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = cli("validate", "step-time", "--set", CALIBRATION).stdout
+    assert max(len(line) for line in out.splitlines()) <= 80 and "…" not in out
+    first = rows(CALIBRATION)[0]  # megatron-2021-1.7b
+    ours, err = re.escape(f"{first['predicted']:.1f}"), re.escape(f"{first['error']:+.1%}")
+    assert re.search(rf" a100 +32 +TFLOP/s/GPU +137\.0 +{ours} +{err} ", out)
+    said = " ".join(out.split())
+    assert "megatron-2021-1.7b: micro-batch 1" in said
+    r = BY_KEY["llama3-405b-8k"]
+    four, _ = predicted(r, replace(r.run, chunks=4))
+    assert f"4 chunks: {four:.1f} ({four / 430 - 1:+.1%})" in said  # the variant's own figure and error
+
+
+def test_a_bad_set_is_one_line_naming_the_sets():
+    out = cli("validate", "step-time", "--set", "test")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.startswith("parasim: error: ") and out.stderr.count("\n") == 1
+    assert "'test'" in out.stderr and all(s in out.stderr for s in SETS + ("all",))
     assert cli("validate").returncode == 2
+
+
+def test_help_names_the_sets():
+    out = cli("validate", "step-time", "--help")
+    assert out.returncode == 0 and all(s in out.stdout for s in SETS + ("all",))

@@ -293,8 +293,8 @@ def test_an_even_split_times_as_before_the_last_stage_with_the_logits():
 def test_llama_3s_published_run_takes_its_papers_stages():
     """Llama 3 (section 3.3.2): one layer fewer on the first and on the last of 16 stages, for the embedding
     and for the output and loss."""
-    from parasim.clock.published import PUBLISHED
-    llama = next(p for p in PUBLISHED if p.key == "llama3-405b-8k")
+    from parasim.clock.runs import RUNS
+    llama = next(r for r in RUNS if r.key == "llama3-405b-8k")
     assert stage_counts(llama.model, llama.run.pp) == (7,) + (8,) * 14 + (7,)
 
 

@@ -7,18 +7,22 @@ decided once, before the time model is changed, and never by looking at parasim'
 sources the model was shaped on (and the few new ones moved in so that calibration covers every GPU type and
 an MoE model) are calibration; every other source is held out, and its error is the one README quotes.
 
-Nothing here is computed from the runs: the figures are as printed, and `assumed` says, per run, what its
-source leaves out and which value the entry takes. clock/published.py still scores its own 22 runs (the first
-entries here, the same figures); validation moves to this module in a later change.
+Nothing here is computed from the runs: the figures are as printed, `assumed` says, per run, what its source
+leaves out and which value the entry takes, and `variants` what other values a reader may want to see. UNITS and
+RULES say how a step time becomes a source's figure; clock/published.py puts the clock's step in each run's unit
+and scores each set.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
 
+from ..estimate.hardware import GPUS
 from ..layout import SPREAD, ModelSpec, Stages
 from .plan import Run
 
 CALIBRATION, HELD_OUT = "calibration", "held-out"
+SETS = (CALIBRATION, HELD_OUT)
 
 
 @dataclass(frozen=True)
@@ -71,26 +75,77 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
            "new (states no GPU count, so DeepSeek-V3 was moved for H800 instead)"),
 )}
 
-# The unit a published figure is in -> what it is. A FLOP rate names the source's counting rule (RULES).
-UNITS: dict[str, str] = {
-    "TFLOP/s per GPU": "the source's FLOPs of a step (by its rule) over the step's time and the GPUs",
-    "MFU %": "the same FLOPs over the step's time, the GPUs and the GPU's dense 16-bit peak, in percent",
-    "tokens/s per GPU": "tokens of the global batch a second, over the GPUs",
-    "s per step": "seconds one optimizer step (the global batch) takes",
-    "GPU-hours per trillion tokens": "GPU-hours a whole training campaign spent per 1e12 tokens (stalls, "
-                                     "restarts and the batch ramp included)",
+# How a source counts the FLOPs of a step (B sequences of s tokens, L layers, hidden h, vocabulary V): its words
+# and the count, so that parasim's step time is put in the source's unit by the source's own rule.
+@dataclass(frozen=True)
+class FlopRule:
+    said: str
+    flops: Callable[[ModelSpec, Run], float]  # (the model, the run) -> FLOPs of one step
+
+
+def _narayanan_flops(model: ModelSpec, run: Run) -> float:
+    h, layers, s = model.hidden, model.layers, run.seq
+    return 96 * run.global_batch * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (16 * layers * h))
+
+
+def _megatron_72_flops(model: ModelSpec, run: Run) -> float:
+    h, layers, s = model.hidden, model.layers, run.seq
+    return 72 * run.global_batch * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (12 * h * layers))
+
+
+def _palm_flops(model: ModelSpec, run: Run) -> float:
+    n = model.total_params() - model.counted()["embeddings"]
+    return (6 * n + 12 * model.layers * model.hidden * run.seq) * run.global_batch * run.seq
+
+
+RULES: dict[str, FlopRule] = {
+    "narayanan": FlopRule("Narayanan et al. eq. (3): 96 B s L h^2 (1 + s/6h + V/16Lh): the recomputed forward "
+                          "counted, attention's s^2 terms in full", _narayanan_flops),
+    "megatron-72": FlopRule("Korthikanti et al. eq. (7), Megatron-Core r0.8's count: 72 B s L h^2 (1 + s/6h + "
+                            "V/12hL): model FLOPs, no recomputation, attention in full", _megatron_72_flops),
+    "palm": FlopRule("PaLM's model FLOPs (Chowdhery et al. 2022, appendix B), as Llama 3's MFU cites them: per "
+                     "token 6N (N without the embeddings) + 12 L h s", _palm_flops),
+}
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A unit a source prints its figure in: what it is, and how a step of `step_s` seconds becomes it."""
+    said: str
+    short: str  # for a narrow column
+    decimals: int  # as a table prints it
+    rate: bool  # True: a throughput (more is faster); False: a time (less is faster)
+    of_step: Callable[[PublishedRun, Run, float], float]  # (the run, its layout, seconds a step) -> the figure
+
+    def error(self, published: float, value: float) -> float:
+        """parasim's `value` against the `published` figure, read alike for every unit: the throughput
+        parasim's step gives over the published one, less one (+10%: parasim's step is 10% faster)."""
+        return value / published - 1 if self.rate else published / value - 1
+
+
+def _tflops(r: PublishedRun, run: Run, step_s: float) -> float:
+    return RULES[r.rule].flops(r.model, run) / (step_s * run.world) / 1e12
+
+
+def _mfu(r: PublishedRun, run: Run, step_s: float) -> float:
+    return 100 * _tflops(r, run, step_s) * 1e12 / GPUS[r.gpu].peak_flops.value
+
+
+# The unit a published figure is in. A FLOP rate names the source's counting rule (RULES).
+UNITS: dict[str, Unit] = {
+    "TFLOP/s per GPU": Unit("the source's FLOPs of a step (by its rule) over the step's time and the GPUs",
+                            "TFLOP/s/GPU", 1, True, _tflops),
+    "MFU %": Unit("the same FLOPs over the step's time, the GPUs and the GPU's dense 16-bit peak, in percent",
+                  "MFU %", 1, True, _mfu),
+    "tokens/s per GPU": Unit("tokens of the global batch a second, over the GPUs", "tok/s/GPU", 0, True,
+                             lambda r, run, t: run.global_batch * run.seq / t / run.world),
+    "s per step": Unit("seconds one optimizer step (the global batch) takes", "s/step", 2, False,
+                       lambda r, run, t: t),
+    "GPU-hours per trillion tokens": Unit("GPU-hours a whole training campaign spent per 1e12 tokens (stalls, "
+                                          "restarts and the batch ramp included)", "GPU-h/1e12 tok", 0, False,
+                                          lambda r, run, t: run.world * t / 3600 / (run.global_batch * run.seq / 1e12)),
 }
 FLOP_UNITS = ("TFLOP/s per GPU", "MFU %")
-
-# How a source counts the FLOPs of a step (B sequences of s tokens, L layers, hidden h, vocabulary V).
-RULES: dict[str, str] = {
-    "narayanan": "Narayanan et al. eq. (3): 96 B s L h^2 (1 + s/6h + V/16Lh): the recomputed forward counted, "
-                 "attention's s^2 terms in full",
-    "megatron-72": "Korthikanti et al. eq. (7), Megatron-Core r0.8's count: 72 B s L h^2 (1 + s/6h + V/12hL): "
-                   "model FLOPs, no recomputation, attention in full",
-    "palm": "PaLM's model FLOPs (Chowdhery et al. 2022, appendix B), as Llama 3's MFU cites them: per token 6N "
-            "(N without the embeddings) + 12 L h s",
-}
 
 # The source's word for the precision the step's products run in.
 PRECISION_SAID: dict[str, str] = {
@@ -108,7 +163,7 @@ SHARDING: dict[str, tuple[int, str, str]] = {
     "zero-2": (2, "gradients and optimizer state sharded (DeepSpeed ZeRO-2, PyTorch FSDP SHARD_GRAD_OP): "
                   "timed as the distributed optimizer (reduce-scatter, all-gather)", "distributed_optimizer"),
     "fsdp-no-reshard": (3, "FSDP that keeps the parameters gathered from forward to backward (Llama 3): timed as "
-                           "the distributed optimizer, as clock/published.py does", "distributed_optimizer"),
+                           "the distributed optimizer", "distributed_optimizer"),
     "zero-3": (3, "parameters, gradients and optimizer state sharded (ZeRO-3, FSDP FULL_SHARD, FSDP2)", "fsdp"),
 }
 
@@ -131,6 +186,7 @@ class PublishedRun:
     etp: int = 1  # expert tensor parallelism (MoE)
     schedule: str | None = None  # pipeline/schedules.py's name; None without a pipeline
     assumed: str = ""  # what the source leaves out, and the value taken
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # other choices for what is assumed: Run fields
 
     @property
     def set(self) -> str:
@@ -142,7 +198,7 @@ class PublishedRun:
 
     @property
     def cite(self) -> tuple[str, str, str]:
-        """(short name, document and table, address), as clock/published.py's `source`."""
+        """(short name, document and table, address)."""
         s = SOURCES[self.source]
         return f"{s.name}, {self.where}", f"{s.document}, {self.where}", s.address
 
@@ -184,7 +240,7 @@ BLOOM_176B = _gpt(70, 14336, 112, 250880, name="BLOOM-176B", tied_embeddings=Tru
 
 def _chunks(layers: int, pp: int) -> int:
     """Narayanan gives no chunk count: three (Korthikanti et al.'s, same code, their 175B and 530B) where a
-    stage's layers divide by three, else two; one without a pipeline. (clock/published.py's rule.)"""
+    stage's layers divide by three, else two; one without a pipeline."""
     if pp == 1:
         return 1
     return 3 if (layers // pp) % 3 == 0 else 2
@@ -221,7 +277,8 @@ def _narayanan() -> list[PublishedRun]:
             f"megatron-2021-{b:g}b", "Narayanan 2021", "Table 1", "a100", gpus, _gpt(layers, h, heads),
             Run(tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, global_batch=batch, micro_batch=1, **_MEGATRON_2021),
             tflops, "TFLOP/s per GPU", "narayanan", precision="16-bit", schedule=_pipe(pp, v),
-            assumed="micro-batch 1 (as Table 2's PTD-P rows)" + (f", {v} model chunks per GPU" if pp > 1 else "")))
+            assumed="micro-batch 1 (as Table 2's PTD-P rows)" + (f", {v} model chunks per GPU" if pp > 1 else ""),
+            variants={"micro-batch 2": {"micro_batch": 2}} | ({"1 chunk": {"chunks": 1}} if pp > 1 else {})))
     for scheme, b, gpus, batch, mb, tflops in _TABLE2:
         model, tp, pp = _TABLE2_MODELS[b]
         if scheme == "zero3":
@@ -285,7 +342,8 @@ def _llama3() -> list[PublishedRun]:
         assumed="micro-batch 1, 2 model chunks per GPU (the paper's V is not given); FSDP without resharding as a "
                 "sharded optimizer, its reductions overlapped" + (
                     "; DP 8 (arXiv v1 prints 4, which its GPU and token counts contradict; later copies print 8)"
-                    if cp > 1 else ""))
+                    if cp > 1 else ""),
+        variants={"1 chunk": {"chunks": 1}, "4 chunks": {"chunks": 4}})
         for gpus, tp, cp, pp, dp, s, per, tflops in _TABLE4]
 
 
@@ -305,7 +363,8 @@ def _readme_h100() -> list[PublishedRun]:
             distributed_optimizer=True, overlap=("grad-reduce", "prefetch", "tp", "p2p")),
         tflops, "TFLOP/s per GPU", "megatron-72", precision="unstated", sharding="zero-1", schedule=_pipe(pp, 1),
         assumed="micro-batch 1, no model chunks, no recomputation, BF16, an MLP of 4h (the README gives none of "
-                "them); the distributed optimizer that its --overlap-param-gather needs; TP overlap as stated")
+                "them); the distributed optimizer that its --overlap-param-gather needs; TP overlap as stated",
+        variants={"TP overlap off": {"overlap": ("grad-reduce", "prefetch", "p2p")}})
         for name, heads, h, layers, tp, pp, dp, batch, tflops in _README_H100]
 
 

@@ -1,35 +1,52 @@
 """The step-time validation as a reader sees it (`parasim validate step-time`) and as docs/validation.md
-prints it (`markdown_rows`, which tests hold the page to)."""
+prints it (`markdown_rows`, `score_line` and `markdown_constants`, which tests hold the page to)."""
 from __future__ import annotations
 
 from typing import Any
 
+from ..clock.runs import CALIBRATION, HELD_OUT, RUNS, UNITS
 
-SHORT = {"s per step": "s/step", "TFLOP/s per GPU": "TFLOP/s/GPU"}
+# each set as a heading names it
+SET_TITLE = {CALIBRATION: "Calibration set: the sources the model was shaped on",
+             HELD_OUT: "Held-out set: sources the model was never shaped on, the test of the model"}
+ERROR_SAID = ("Error: the throughput parasim's step gives over the published one, less one, a published time "
+              "turned into its throughput; + means parasim's step is faster.")
 
 
 def _value(v: float, unit: str) -> str:
-    return f"{v:.2f}" if unit == "s per step" else f"{v:.1f}"
+    return f"{v:,.{UNITS[unit].decimals}f}"
 
 
-def step_time_report(console: Any, table: list[dict], score: dict) -> None:
+def score_line(which: str, s: dict[str, Any]) -> str:
+    """One set's score in a sentence, as the command and the page print it."""
+    moe = (f"MoE runs' median |error| {s['moe_median_abs_error']:.1%} ({s['moe_runs']} "
+           f"run{'s' if s['moe_runs'] > 1 else ''})" if s["moe_runs"] else "no MoE runs")
+    beyond = (f"beyond 25%: {', '.join(s['beyond_25'])}" if s["beyond_25"] else "none beyond 25%")
+    return (f"{which.capitalize()}: {s['runs']} runs; median |error| {s['median_abs_error']:.1%}, the largest "
+            f"{s['max_abs_error']:.1%} ({s['largest']}); bias {s['bias']:+.1%}; {moe}; {beyond}.")
+
+
+def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -> None:
     from rich import box
     from rich.markup import escape
     from rich.table import Table
-    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
-              title="Step time against published runs (error: parasim's throughput over the published, less one; "
-                    "+ means parasim's step is faster)")
-    for col, just in (("run", "left"), ("GPUs", "right"), ("unit", "left"), ("published", "right"),
-                      ("parasim", "right"), ("error", "right")):
-        t.add_column(col, justify=just, no_wrap=True)
-    for r in table:
-        t.add_row(("" if r["scored"] else "*") + r["name"], f"{r['gpus']:,}", SHORT[r["unit"]],
-                  _value(r["published"], r["unit"]), _value(r["predicted"], r["unit"]), f"{r['error']:+.1%}")
-    console.print(t)
-    console.print(f"Scored rows: {score['rows']}; median |error| {score['median_abs_error']:.1%}, largest "
-                  f"{score['max_abs_error']:.1%}" + (f"; beyond 25%: {', '.join(score['beyond_25'])}"
-                                                     if score["beyond_25"] else "; none beyond 25%."))
-    console.print("* not scored: the source leaves out settings that change the time (see the run's note).")
+    console.print(escape(f"Step time against published runs. {ERROR_SAID} The runs are split by source, before "
+                         "the model is tuned, into two sets (docs/notes/step-time-runs.md)."))
+    for which, score in scores.items():
+        t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
+                  title=SET_TITLE[which])
+        t.add_column("run", overflow="fold")  # the long names fold, so that the figures fit 80 columns
+        for col, just in (("GPU", "left"), ("GPUs", "right"), ("unit", "left"), ("published", "right"),
+                          ("parasim", "right"), ("error", "right")):
+            t.add_column(col, justify=just, no_wrap=True)
+        for r in table:
+            if r["set"] == which:
+                t.add_row(escape(r["name"]), r["gpu"], f"{r['gpus']:,}", UNITS[r["unit"]].short,
+                          _value(r["published"], r["unit"]), _value(r["predicted"], r["unit"]),
+                          f"{r['error']:+.1%}")
+        console.print()
+        console.print(t)
+        console.print(escape(score_line(which, score)))
     console.print()
     console.print("[bold]What parasim assumes where a source is silent, and what the other choices give[/bold]")
     for r in table:
@@ -40,16 +57,28 @@ def step_time_report(console: Any, table: list[dict], score: dict) -> None:
                                                                                       if other else "")))
     console.print()
     console.print("[bold]Sources[/bold]")
-    for source, address in dict.fromkeys((r["source"], r["address"]) for r in table):
-        console.print(escape(f"- {source}: {address}"))
+    for source, which, address in dict.fromkeys((r["source"], r["set"], r["address"]) for r in table):
+        console.print(escape(f"- {source} ({which}): {address}"))
 
 
 def markdown_rows(table: list[dict]) -> list[str]:
-    """The table of docs/validation.md's step-time section, a line per run."""
-    out = ["| run | source | GPUs | unit | published | parasim | error |", "|---|---|---|---|---|---|---|"]
+    """A table of docs/validation.md's step-time section, a line per run (one set's runs at a time)."""
+    out = ["| run | source | GPU | GPUs | unit | published | parasim | error |", "|---|---|---|---|---|---|---|---|"]
     for r in table:
-        name = r["name"] + ("" if r["scored"] else " (not scored)")
-        out.append(f"| {name} | [{r['cite']}]({r['address']}) | {r['gpus']:,} | "
+        out.append(f"| {r['name']} | [{r['cite']}]({r['address']}) | {r['gpu']} | {r['gpus']:,} | "
                    f"{r['unit']} | {_value(r['published'], r['unit'])} | {_value(r['predicted'], r['unit'])} | "
                    f"{r['error']:+.1%} |")
+    return out
+
+
+def markdown_constants() -> list[str]:
+    """The page's table of the constants the clock takes for each GPU type the runs ran on (estimate/hardware.py,
+    where each is sourced): the figures that set a step's time."""
+    from ..estimate.hardware import GPUS, UNITS as SCALE, WHAT
+    used = [key for key in GPUS if any(r.gpu == key for r in RUNS)]
+    out = ["| | " + " | ".join(GPUS[key].name for key in used) + " |", "|---" * (len(used) + 1) + "|"]
+    for figure in ("peak_flops", "hbm", "nvlink", "network"):
+        scale, unit = SCALE[figure]
+        cells = (f"{GPUS[key].figures()[figure].value / scale:,.4g} {unit}" for key in used)
+        out.append(f"| {WHAT[figure]} | " + " | ".join(cells) + " |")
     return out
