@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from ..lesson import Check, Lesson
-from ..engine.compare import RTOL, SUM_ULPS
 from ..engine.real import RealReport
 from .text import markup_safe, printable
 
@@ -39,9 +38,7 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     console.print(f"start-up (processes, rendezvous, groups): {report.startup_s:.1f} s")
 
     if report.match:
-        how = (f"float values within rtol {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64), or "
-               f"{SUM_ULPS} units in the last place of their array's largest value"
-               if report.tolerance_used else "values bit for bit")
+        how = "values bit for bit" if report.closest is None else f"values {report.closest.words()}"
         console.print(f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
                       f"virtual ranks; {how}.")
     else:
