@@ -192,13 +192,14 @@ def test_the_match_line_says_how_close():
     run = parasim.run(pair_bf16, 2)
     times = {(e.seq, m.rank): (0.0, 1.0) for e in run.trace.events for m in e.members}
     report = RealReport("gloo", 2, run.values, run.trace, times,
-                        closest=Closeness("bfloat16", 1, "each sum", 0.25, 0.2549))
+                        closest=Closeness("bfloat16", 1, "each sum", 0.25, 0.2549), device="cuda", wire="cpu")
     from parasim.render.verdict import print_verdict
     out = io.StringIO()
     print_verdict(lesson, report, [Check("c", 1, 1, True)], Console(file=out, width=400, highlight=False))
     text = out.getvalue()
     assert "MATCH: every call, group, shape, dtype, byte count and call site as on virtual ranks; values within 1 " \
            "bf16 rounding of each sum: largest gap 0.25 <= 0.255." in text
+    assert "2 real ranks on gloo, tensors on cuda, each call's tensors copied to the host and back" in text
     from parasim.cli.run import row_text
     assert row_text("x", report, [Check("c", 1, 1, True)]) == (
         "MATCH      x                    2 ranks  within 1 bf16 rounding of each sum: largest gap 0.25 <= 0.255; "

@@ -34,7 +34,9 @@ def add_run(sub: Any) -> None:
     rp.add_argument("--no-check", action="store_true",
                     help="skip the signature exchange before each collective (faster; mismatches then time out)")
     rp.add_argument("--json", action="store_true",
-                    help='print {"backend", "world", "match", "differences", "tolerance", "timings", ...} as JSON')
+                    help='print {"backend", "world", "match", "differences", "tolerance", "device", "wire", '
+                         '"timings", ...} as JSON ("wire": where the calls ran on the tensors: "cpu" beside device '
+                         '"cuda" is a copy to the host and back)')
     rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
     rp.add_argument("--hta", metavar="DIR", help="write one Kineto-style trace per rank (DIR/rank<r>.json, measured "
                     "times) for Holistic Trace Analysis")

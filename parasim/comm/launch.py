@@ -186,7 +186,8 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
             raise
         raise err from exc
     return {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
-            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups], "roundings": counter.count}
+            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups], "roundings": counter.count,
+            "device": device.type, "wire": comm.wire.type}
 
 
 @contextlib.contextmanager

@@ -29,6 +29,8 @@ class RealReport:
     startup_s: float = 0.0
     # the comparison that came closest to what rounding allows it (None: every value bit for bit)
     closest: Closeness | None = None
+    device: str = "cpu"  # where the program's tensors were (rank 0's)
+    wire: str = "cpu"  # where the backend's calls ran on them: "cpu" with device "cuda" is a copy to the host and back
 
     @property
     def tolerance_used(self) -> bool:
@@ -51,6 +53,7 @@ class RealReport:
         return {"backend": self.backend, "world": self.world, "match": self.match,
                 "differences": self.differences, "timings": self.timings(),
                 "startup_s": round(self.startup_s, 3), "events": len(self.trace.events),
+                "device": self.device, "wire": self.wire,
                 "tolerance": "exact" if self.closest is None else self.closest.to_dict()}
 
 
@@ -90,7 +93,8 @@ def _compared(target: Target, opts: RealOptions, results: list[dict], startup: f
                           timeout=opts.timeout)
     trace, times = merge(results, opts.backend)
     report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times,
-                        startup_s=max(0.0, startup))
+                        startup_s=max(0.0, startup), device=results[0].get("device", "cpu"),
+                        wire=results[0].get("wire", "cpu"))
     report.differences, report.closest = compare(virtual, results)
     return report
 

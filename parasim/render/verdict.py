@@ -15,8 +15,10 @@ from .text import markup_safe, printable
 
 def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], console: Console | None = None) -> None:
     console = console or Console(highlight=False)
+    where = "" if report.device == "cpu" else f", tensors on {report.device}" + (
+        ", each call's tensors copied to the host and back" if report.wire == "cpu" else "")
     console.print(f"[bold]{markup_safe(lesson.title)}[/]  ({markup_safe(lesson.name)}: {report.world} real ranks on "
-                  f"{markup_safe(report.backend)}, "
+                  f"{markup_safe(report.backend)}{where}, "
                   f"compared with {report.world} virtual ranks)")
 
     ranks = Table(box=box.SIMPLE_HEAD, title="per rank", title_justify="left")
