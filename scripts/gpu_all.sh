@@ -5,7 +5,7 @@
 #
 #   bash scripts/gpu_all.sh [--dry-run] [--budget SECONDS]
 #
-# --budget is the whole call's (default 480, at most 570: a call may last 600 s), split as it prints:
+# --budget is the whole call's (default 540, at most 570: a call may last 600 s), split as it prints:
 #   install      30 s at most
 #   gpu_check    55% of the rest: its --budget, --each min(180, that), hard limit its budget + 30 s
 #   gpu_kernels  what is left less 20 s: its --budget, hard limit its budget + 20 s
@@ -17,7 +17,7 @@ set -u
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 DRY=0
-TOTAL=480
+TOTAL=540
 say() { printf '%s\n' "$*"; }
 die() { printf 'gpu_all: %s\n' "$*" >&2; exit 2; }
 while [ $# -gt 0 ]; do

@@ -352,6 +352,7 @@ def _fp8_product(torch: Any, a: Any, w: Any, device: Any) -> Callable[[], Any]:
 def measure(torch: Any, it: Item, device: Any, time_it: Callable, warmup: int, repeats: int) -> dict:
     """One item's entry: its sizes, sources, times and the rate they give; or the error that stopped it."""
     out = {**_describe(it), "work": it.work, "unit": it.unit, "sources": it.sources, "estimate_s": it.estimate_s}
+    fn: Any = None
     try:
         fn, context = kernel(torch, it, device)
         with context:
@@ -360,8 +361,9 @@ def measure(torch: Any, it: Item, device: Any, time_it: Callable, warmup: int, r
         out["error"] = " ".join((str(exc).strip().splitlines() or [type(exc).__name__])[0].split())[:300]
         return out
     finally:
+        fn = None  # its tensors go back to torch's cache, and the cache back to the device: the next may be large
         if device.type == "cuda":
-            torch.cuda.empty_cache()  # the next item's tensors may be large
+            torch.cuda.empty_cache()
     median = statistics.median(times)
     out.update(times_s=times, median_s=median)
     out["tflops" if it.unit == "flop" else "gb_per_s"] = (it.work / median / (1e12 if it.unit == "flop" else 1e9)

@@ -31,12 +31,12 @@ def split(total):
             "kernels": rest - (check + 30) - 20, "kernels_hard": rest - (check + 30)}
 
 
-@pytest.mark.parametrize("total", [480, 300, 570])
+@pytest.mark.parametrize("total", [540, 300, 570])
 def test_the_dry_run_prints_every_command_in_order_with_its_budget(total):
     b = split(total)
     assert 30 + b["check_hard"] + b["kernels_hard"] == total  # the hard limits fill the call's budget exactly
-    out = dry() if total == 480 else dry("--budget", str(total), out="/tmp/lent/out")
-    where = "gpu-out" if total == 480 else "/tmp/lent/out"
+    out = dry() if total == 540 else dry("--budget", str(total), out="/tmp/lent/out")
+    where = "gpu-out" if total == 540 else "/tmp/lent/out"
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == [
         f"gpu_all: --budget {total} s: install 30 s, gpu_check {b['check']} s (+30 s to stop), gpu_kernels "
@@ -52,7 +52,7 @@ def test_the_dry_run_prints_every_command_in_order_with_its_budget(total):
 
 def test_the_docs_name_the_default_budgets():
     """docs/gpu.md's run command and its words agree with the script's default split."""
-    b = split(480)
+    b = split(540)
     docs = (ROOT / "docs" / "gpu.md").read_text()
     assert "bash scripts/gpu_all.sh" in docs
     assert f"gpu_check {b['check']} s" in docs and f"gpu_kernels {b['kernels']} s" in docs
@@ -91,7 +91,7 @@ def test_a_run_installs_the_wheels_then_runs_the_check_and_the_sweep(tmp_path):
         (repo / ".whl" / name).write_text("")
     out = subprocess.run(["bash", str(repo / "scripts" / "gpu_all.sh")], capture_output=True, text=True, env=env,
                          timeout=120)
-    b, outdir = split(480), env["OUT"]
+    b, outdir = split(540), env["OUT"]
     assert out.returncode == 1, out.stderr  # the check's status: one of its rows failed
     assert log.read_text().splitlines() == [
         "python -c import greenlet, array_api_compat",

@@ -288,3 +288,13 @@ def test_fp8_before_hopper_is_refused_with_the_capability():
     cuda = SimpleNamespace(get_device_capability=lambda d: (8, 0))
     with pytest.raises(RuntimeError, match="compute capability 8.9 or above, this GPU has 8.0"):
         gk._fp8_product(SimpleNamespace(cuda=cuda), None, None, SimpleNamespace(type="cuda"))
+
+
+def test_a_copy_without_git_takes_the_commit_it_is_told(monkeypatch):
+    def no_git(*a, **kw):
+        raise OSError("no git here")
+    monkeypatch.setattr(gk.subprocess, "run", no_git)
+    monkeypatch.setenv("PARASIM_COMMIT", "0123abc")
+    assert gk._commit() == "0123abc"
+    monkeypatch.delenv("PARASIM_COMMIT")
+    assert gk._commit() is None

@@ -5,6 +5,7 @@ roundoff u may differ by 2 * gamma(n - 1) * sum |x_i|, gamma(k) = k u / (1 - k u
 from __future__ import annotations
 
 import io
+import json
 import math
 
 import ml_dtypes
@@ -277,3 +278,101 @@ def test_the_app_shows_the_allowance_beside_a_divergence():
     lines = view.divergence_lines(view.diverged())
     assert lines[1] == f"max abs 0.5, max rel 0.333 ({found['allowance']})"
     assert found["allowance"].startswith("past 1 fp64 rounding of the terms' largest magnitude: largest gap 0.5 > ")
+
+
+# ---------------------------------------------------------------------------------------------
+# The roundings counted
+
+def test_a_gap_equal_to_its_bound_is_within_it():
+    assert Closeness("float32", 2, "x", 0.5, 0.5).ok and not Closeness("float32", 2, "x", 0.5, 0.4999).ok
+
+
+def test_a_calls_additions_by_its_op():
+    from parasim.engine.tolerance import additions, reduced
+    assert [additions("all_reduce", {"op": "sum"}, 4), additions("reduce_scatter", {"op": "avg"}, 4),
+            additions("reduce", {"op": "max"}, 4), additions("all_gather", {}, 4)] == [3, 4, 0, 0]
+    assert [reduced(12, 3), reduced(12, 3, divides=True), reduced(5, 5), reduced(1, 1, True)] == [3, 4, 0, 1]
+
+
+def test_a_reduce_scatter_gives_each_member_its_own_chunks_allowance():
+    """Chunk 0 sums 1000 and -999 (sum |x| = 1999), chunk 1 sums 0.5 and 0.5 (1): member 1's result may be
+    off by one rounding of 1, not of 1999."""
+    def program(ctx):
+        return ctx.comm.reduce_scatter(ctx.asarray([[1000.0, 0.5], [-999.0, 0.5]][ctx.rank], dtype="float32"))
+    run = parasim.run(program, 2, keep_values=4)
+    real = records(run)
+    real[1]["records"][0]["after"] = [np.array([1.0 + 2.0 ** -20], dtype=np.float32)]
+    diffs, closest = compare(run, real)
+    assert diffs and closest.bound == pytest.approx(bound("float32", 1, 1.0), rel=1e-12)
+    real = records(run)
+    real[0]["records"][0]["after"] = [np.array([1.0 + 2.0 ** -20], dtype=np.float32)]
+    diffs, closest = compare(run, real)
+    assert not diffs and closest.bound == pytest.approx(bound("float32", 1, 1999.0), rel=1e-12)
+
+
+def four_pieces(ctx):
+    ctx.mark("s", ctx.asarray([[1e6], [-1e6], [0.5], [0.5]][ctx.rank]), "Partial()")
+
+
+@pytest.mark.parametrize("share, ok", [(0.99, True), (1.01, False)], ids=["just-inside", "just-outside"])
+def test_check_counts_one_addition_per_piece_but_one(share, ok):
+    edge = bound("float64", 3, 2e6 + 1)  # four pieces: three additions, of sum |pieces|
+
+    def reference(ctx):
+        ctx.mark("s", ctx.asarray([1.0 + share * edge]))
+    found = first_divergence(parasim.run(four_pieces, 4), parasim.run(reference, 1))
+    assert (found is None) is ok
+
+
+def test_torch_calls_are_counted_by_their_summed_lengths():
+    torch = pytest.importorskip("torch")
+    from parasim.comm.torch_xp import counting_roundings
+    a, b = torch.ones(3, 5, dtype=torch.float64), torch.ones(5, 2, dtype=torch.float64)
+    with counting_roundings() as c:
+        a @ b  # 5 terms
+    with counting_roundings() as s:
+        a.sum()  # 15 values into 1: 14 additions
+        torch.mean(a, dim=0)  # 3 into each of 5: 2 additions and a division
+    with counting_roundings() as other:
+        torch.softmax(a, dim=1)  # 5 along its dim
+        torch.tensordot(a, b, dims=1)  # 5 terms
+        torch.einsum("ij,jk->ik", a, b)  # 5 terms
+        a + 1.0  # elementwise: none
+    assert (c.count, s.count, other.count) == (5, 14 + 3, 5 + 5 + 5)
+
+
+def test_check_prints_how_close_its_tensors_agree(tmp_path):
+    from conftest import cli
+    src = tmp_path / "halves.py"
+    src.write_text(
+        "def program(ctx):\n"
+        "    x = ctx.asarray([256.0] + [1.0] * 7, dtype='bfloat16')\n"
+        "    ctx.mark('total', ctx.xp.sum(x[4 * ctx.rank: 4 * ctx.rank + 4], keepdims=True), 'Partial()')\n\n\n"
+        "def reference(ctx):\n"
+        "    ctx.mark('total', ctx.xp.sum(ctx.asarray([256.0] + [1.0] * 7, dtype='bfloat16'), keepdims=True))\n")
+    out = cli("check", f"{src}:program", "--world", "2")
+    assert out.returncode == 0 and "no divergence (1 marked tensor(s) agree with the lesson's reference on 1 rank; " \
+        "within 7 bf16 roundings of the terms' largest magnitude: largest gap 4 <= " in out.stdout
+    got = json.loads(cli("check", f"{src}:program", "--world", "2", "--json").stdout)
+    assert got["closest"]["roundings"] == 7 and got["closest"]["gap"] == 4.0 and got["closest"]["ok"] is True
+    assert got["tolerance"]["unit_roundoff"]["bfloat16"] == 2.0 ** -8
+
+
+def test_fp8_rounds_by_its_own_epsilon_and_integers_do_not_round():
+    from parasim.engine.tolerance import rounds
+    assert [rounds(d) for d in ("float8_e4m3fn", "bfloat16", "complex64", "int64", "bool")] == [True, True, True,
+                                                                                                False, False]
+    assert precision("float8_e4m3fn").u == 2.0 ** -4  # 3 stored bits of mantissa: eps 2^-3
+    assert precision("complex128").u == 2.0 ** -53
+
+
+def test_check_judges_by_the_coarser_of_the_two_sides_dtypes():
+    """bf16 pieces against a float64 reference: bf16's rounding, not float64's."""
+    def split(ctx):
+        ctx.mark("s", ctx.asarray([[1.0], [2.0]][ctx.rank], dtype="bfloat16"), "Partial()")
+
+    def reference(ctx):
+        ctx.mark("s", ctx.asarray([3.0 + 0.02]))  # a bf16 rounding of 3 is 2 * 3 / 255 = 0.0235
+    agreed = []
+    assert first_divergence(parasim.run(split, 2), parasim.run(reference, 1), agreed) is None
+    assert agreed[0].dtype == "bfloat16" and agreed[0].words().startswith("within 1 bf16 rounding")
