@@ -7,6 +7,9 @@ NCCL refuses two ranks on one GPU, so with G GPUs visible this runs:
     when `parasim run` has the `--device cuda` option (else a row says it is not checked);
   - every kind of call (scripts/gpu_programs.py) on NCCL and on gloo with CUDA tensors, each rank
     checking that its tensors are on the GPU; when all of them together fail, one row per kind;
+  - which kinds gloo itself takes on CUDA tensors (scripts/gpu_gloo_direct.py: torch.distributed alone, no
+    copy by parasim), one row per kind: parasim's gloo ranks copy each call's tensors to the host and back,
+    and their rows say so (the report's "wire");
   - a bf16 gradient all-reduce beside its float32 one: on NCCL, on gloo with CUDA tensors (within bf16's
     rounding) and on gloo on the CPU (bit for bit).
 `parasim run` itself compares every real run with virtual ranks, call by call ("match"), with its
@@ -34,6 +37,7 @@ from typing import Any, Callable, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 PROGRAMS = "scripts/gpu_programs.py"
+DIRECT = "scripts/gpu_gloo_direct.py"  # asks gloo itself which kinds of call it takes on CUDA tensors
 WORLDS = (1, 2, 4, 8, 16)  # the world sizes NCCL tries, as many as there are GPUs
 DEVICE_ENV = "PARASIM_GPU_CHECK_DEVICE"  # read by gpu_programs.py: the device every real rank must be on
 NEEDED = ("torch", "numpy", "greenlet", "array_api_compat", "ml_dtypes")  # what real ranks import
@@ -59,7 +63,8 @@ class Check:
     world: str  # ranks, as the table shows them
     argv: list[str] | None  # None: it cannot run here (why_not says why)
     why_not: str = ""
-    lessons: tuple[str, ...] = ()  # a `parasim run all`: the lessons it should report
+    lessons: tuple[str, ...] = ()  # a `parasim run all`: the lessons it should report (or the kinds a probe asks)
+    per: str = "lesson "  # the row name of each of them, before its name
     env: dict[str, str] = field(default_factory=dict)
     exact: bool = False  # bit for bit expected: a tolerance used is a failure
     split: list["Check"] = field(default_factory=list)  # run one by one when this gives no report
@@ -166,6 +171,9 @@ def plan(lessons: Sequence[Any], machine: Machine, device_option: bool, python: 
                for k in kinds]
         out.append(Check("every kind of call", backend, "cuda", str(w), run + [f"{PROGRAMS}:every_call"] + args,
                          env=cuda_env, split=one))
+    # gloo itself, no copy by parasim: which kinds it takes on CUDA tensors (a refusal is a finding, not a failure)
+    out.append(Check("gloo itself on CUDA tensors", "gloo", "cuda, handed to gloo", "2",
+                     [python, DIRECT, "--device", "cuda", "--timeout", "20"], lessons=_kinds(), per="gloo itself: "))
     # bf16 beside float32: on the GPU within bf16's rounding, on gloo's CPU ranks bit for bit
     bf16 = run + [f"{PROGRAMS}:bf16_sum"]
     for w in sorted({1, min(g, 4)}):
@@ -254,14 +262,19 @@ def execute(checks: list[Check], runner: Runner, budget: float, each: float, dry
                 one(s)
         elif report is None:
             rows.extend(_rows(c, _error(got), number))
+        elif "kinds" in report:  # gloo asked directly: a row per kind
+            by_kind = {item.get("kind"): item for item in report["kinds"] if isinstance(item, dict)}
+            for kind in c.lessons:
+                item = by_kind.get(kind, {"ok": False, "result": "not reported"})
+                rows.append(Row(f"{c.per}{kind}", c.backend, c.tensors, c.world, direct(item), number))
         elif "lessons" in report:  # `parasim run all`: a report per lesson
             by_name = {item.get("lesson"): item for item in report["lessons"]}
             for name in c.lessons:
                 item = by_name.get(name)
-                rows.append(Row(f"lesson {name}", c.backend, c.tensors, str(item["world"]) if item else c.world,
+                rows.append(Row(f"lesson {name}", c.backend, tensors(c, item), str(item["world"]) if item else c.world,
                                 verdict(item, c.exact) if item else "not run by `parasim run all`", number))
         else:
-            rows.append(_row(c, verdict(report, c.exact), number))
+            rows.append(Row(c.part, c.backend, tensors(c, report), c.world, verdict(report, c.exact), number))
 
     for c in checks:
         one(c)
@@ -275,8 +288,29 @@ def _row(c: Check, result: str, number: int | None) -> Row:
 def _rows(c: Check, result: str, number: int | None) -> list[Row]:
     """A check's rows: one per lesson for a `run all`, else one."""
     if len(c.lessons) > 1:
-        return [Row(f"lesson {n}", c.backend, c.tensors, c.world, result, number) for n in c.lessons]
+        return [Row(f"{c.per}{n}", c.backend, c.tensors, c.world, result, number) for n in c.lessons]
     return [_row(c, result, number)]
+
+
+def tensors(c: Check, report: dict | None) -> str:
+    """Where the report says the ranks' tensors were, and that each call copied them to the host and back
+    when it did (parasim's gloo ranks on CUDA tensors); the check's own words when the report does not say."""
+    device, wire = (report or {}).get("device"), (report or {}).get("wire")
+    if not isinstance(device, str) or not isinstance(wire, str):
+        return c.tensors
+    return device if wire == device else f"{device}, via {'host' if wire == 'cpu' else wire} copies"
+
+
+def direct(item: dict) -> str:
+    """One kind of call asked of gloo itself, in words."""
+    said = _short(item.get("result", ""))
+    if item.get("ok"):
+        return "yes: gloo takes CUDA tensors for it itself"
+    if said.startswith("not tried"):
+        return f"not checked: {said}"
+    if said.startswith("refused"):
+        return f"not on CUDA tensors: gloo {said} (parasim copies to the host)"
+    return f"NO: {said}"
 
 
 def verdict(report: dict, exact: bool = False) -> str:
@@ -287,11 +321,13 @@ def verdict(report: dict, exact: bool = False) -> str:
     failed = [c for c in report.get("checks", []) if not c.get("ok")]
     if failed:
         return f"NO: check failed: {_short(failed[0].get('name', '?'))}"
-    if report.get("tolerance", "exact") == "exact":
+    tolerance = report.get("tolerance", "exact")
+    if tolerance == "exact":
         return "yes, exact"
     if exact:
         return "NO: equal only within a tolerance, bit for bit expected"
-    return "yes, within rounding"
+    words = tolerance.get("words") if isinstance(tolerance, dict) else None  # how close, as `parasim run` says
+    return f"yes, {_short(words)}" if isinstance(words, str) and words.startswith("within") else "yes, within rounding"
 
 
 def _pytest_result(got: Outcome) -> str:
@@ -339,7 +375,9 @@ def table(machine: Machine, rows: list[Row], commands: list[Command]) -> str:
     failed = sum(r.failed for r in rows)
     passed = sum(r.result.startswith("yes") for r in rows)
     unchecked = sum(r.result.startswith("not checked") for r in rows)
+    refused = sum(r.result.startswith("not on CUDA") for r in rows)
     lines += ["", f"{passed} passed, {failed} failed, {unchecked} not checked"
+              + (f", {refused} not on CUDA tensors in gloo itself" if refused else "")
               + (" (dry run: nothing was run)" if commands and commands[0][2] is None else ""), "", "Commands:"]
     for i, (argv, env, got) in enumerate(commands, 1):
         when = "not run" if got is None else f"exit {got.code}, {got.seconds:.1f} s"

@@ -213,7 +213,7 @@ def test_whole_copies_marked_as_shards_are_named():
 def test_the_report_has_exactly_its_fields():
     d = _diverge(_rows_program(bad=3), 4)
     assert set(d) == {"name", "placement", "marked_on", "event", "op", "group", "label", "ranks", "site", "max_abs",
-                      "max_rel", "tolerance", "copies_differ", "would_match", "got", "want",
+                      "max_rel", "tolerance", "allowance", "copies_differ", "would_match", "got", "want",
                       "received_at", "transfer", "nan", "rows_missing"}
 
 

@@ -94,9 +94,11 @@ def test_float32_is_judged_by_its_own_tolerance():
 
     def ref(ctx):
         ctx.mark("x", ctx.asarray([1.0, 2.0, 3.0], dtype="float32"))
-    assert first_divergence(parasim.run(lambda ctx: program(ctx, 1e-6), 1), parasim.run(ref, 1)) is None
-    d = first_divergence(parasim.run(lambda ctx: program(ctx, 1e-3), 1), parasim.run(ref, 1))
-    assert d is not None and d["tolerance"] == 1e-4
+    # one float32 rounding on each side, of the largest value 3: 2 * 2^-24 / (1 - 2^-24) of it (float64's
+    # would be 2^29 times smaller, and refuse a noise of 1e-7)
+    assert first_divergence(parasim.run(lambda ctx: program(ctx, 1e-7), 1), parasim.run(ref, 1)) is None
+    d = first_divergence(parasim.run(lambda ctx: program(ctx, 1e-6), 1), parasim.run(ref, 1))
+    assert d is not None and d["tolerance"] == pytest.approx(2 * 2.0 ** -24 / (1 - 2.0 ** -24), rel=1e-12)
 
 
 def test_the_pinned_collective_and_site_skip_compute_steps_and_other_members(tmp_path):

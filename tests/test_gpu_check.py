@@ -72,6 +72,8 @@ def test_one_gpu_without_the_device_option():
         ("lessons on 1 rank", "nccl", "1", ["all", "--backend", "nccl", "--nproc", "1", "--json"], {}),
         ("every kind of call", "nccl", "1",
          ["scripts/gpu_programs.py:every_call", "--backend", "nccl", "--nproc", "1", "--json"], cuda),
+        ("gloo itself on CUDA tensors", "gloo", "2", ["scripts/gpu_gloo_direct.py", "--device", "cuda", "--timeout", "20"],
+         {}),
         ("bf16 all-reduce (and float32)", "nccl", "1",
          ["scripts/gpu_programs.py:bf16_sum", "--backend", "nccl", "--nproc", "1", "--json"], cuda),
         ("bf16 all-reduce (and float32), bit for bit", "gloo", "4",
@@ -92,6 +94,7 @@ def test_one_gpu_with_the_device_option():
     assert [(part, world, argv) for part, _, world, argv, _ in gloo] == [
         ("every kind of call", "4",
          ["scripts/gpu_programs.py:every_call", "--backend", "gloo", "--nproc", "4", "--device", "cuda", "--json"]),
+        ("gloo itself on CUDA tensors", "2", ["scripts/gpu_gloo_direct.py", "--device", "cuda", "--timeout", "20"]),
         ("bf16 all-reduce (and float32)", "4",
          ["scripts/gpu_programs.py:bf16_sum", "--backend", "gloo", "--device", "cuda", "--nproc", "4", "--json"]),
         ("bf16 all-reduce (and float32), bit for bit", "4",
@@ -185,6 +188,77 @@ def test_bit_for_bit_refuses_a_tolerance():
     assert rows[0].failed
 
 
+def test_a_match_within_rounding_says_how_close():
+    words = "within 3 bf16 roundings of each sum: largest gap 0.0012 <= 0.0039"
+    c = gc.Check("bf16", "nccl", "cuda", "4", RUN + ["x.py:f", "--json"])
+    rows, _ = gc.execute([c], Fake({"x.py": (0, report(tolerance={"words": words, "gap": 0.0012}), "")}), 100, 50)
+    assert [r.result for r in rows] == [f"yes, {words}"]
+
+
+@pytest.mark.parametrize("device, wire, want", [("cuda", "cpu", "cuda, via host copies"), ("cuda", "cuda", "cuda"),
+                                                 ("cpu", "cpu", "cpu")], ids=["staged", "direct", "host"])
+def test_the_tensors_cell_is_where_the_report_says_they_were(device, wire, want):
+    c = gc.Check("p", "gloo", "cuda", "4", RUN + ["x.py:f", "--json"])
+    rows, _ = gc.execute([c], Fake({"x.py": (0, {**report(), "device": device, "wire": wire}, "")}), 100, 50)
+    assert [r.tensors for r in rows] == [want]
+
+
+def test_gloo_asked_directly_gives_a_row_per_kind():
+    kinds = ("all_reduce", "scatter", "send_recv", "barrier", "reduce")
+    answer = {"kinds": [{"kind": "all_reduce", "ok": True, "result": "takes them"},
+                        {"kind": "scatter", "ok": False, "result": "refused: ProcessGroupGloo::scatter: invalid tensor "
+                                                                   "type | device"},
+                        {"kind": "send_recv", "ok": False, "result": "wrong values"},
+                        {"kind": "barrier", "ok": False, "result": "not tried: an earlier call ended the probe"}]}
+    c = gc.Check("gloo itself", "gloo", "cuda, handed to gloo", "2", [PY, "scripts/gpu_gloo_direct.py"],
+                 lessons=kinds, per="gloo itself: ")
+    rows, _ = gc.execute([c], Fake({"gpu_gloo_direct": (0, answer, "")}), 100, 50)
+    assert [(r.part, r.result) for r in rows] == [
+        ("gloo itself: all_reduce", "yes: gloo takes CUDA tensors for it itself"),
+        ("gloo itself: scatter", "not on CUDA tensors: gloo refused: ProcessGroupGloo::scatter: invalid tensor type \\| "
+                                 "device (parasim copies to the host)"),
+        ("gloo itself: send_recv", "NO: wrong values"),
+        ("gloo itself: barrier", "not checked: not tried: an earlier call ended the probe"),
+        ("gloo itself: reduce", "NO: not reported")]
+    assert [r.failed for r in rows] == [False, False, True, False, True]
+    text = gc.table(gc.probe(fake_torch(1)), rows, [])
+    assert "1 passed, 2 failed, 1 not checked, 1 not on CUDA tensors in gloo itself" in text
+    dry, _ = gc.execute([c], None, 100, 50, dry=True)
+    assert [r.part for r in dry] == [f"gloo itself: {k}" for k in kinds]
+
+
+def test_the_probe_asks_every_kind_the_programs_have():
+    assert _load("gpu_gloo_direct").KINDS == gp.KINDS
+
+
+def test_the_probe_without_a_gpu_is_one_line_and_exit_2():
+    pytest.importorskip("torch")
+    out = subprocess.run([PY, str(ROOT / "scripts" / "gpu_gloo_direct.py")], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "no CUDA GPU visible" in out.stderr
+
+
+@pytest.mark.slow
+def test_the_probe_on_the_host_finds_gloo_takes_every_kind():
+    """The same calls on CPU tensors, 2 real gloo processes: every kind taken, its values right."""
+    pytest.importorskip("torch")
+    out = subprocess.run([PY, str(ROOT / "scripts" / "gpu_gloo_direct.py"), "--device", "cpu", "--timeout", "20"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["device"] == "cpu" and [(k["kind"], k["ok"]) for k in got["kinds"]] == [(k, True) for k in gp.KINDS]
+
+
+@pytest.mark.slow
+def test_a_real_run_reports_where_its_tensors_were():
+    """`parasim run --json` on gloo's CPU ranks: the report the table reads says cpu for both."""
+    pytest.importorskip("torch")
+    from conftest import cli_process
+    out = cli_process("run", "scripts/gpu_programs.py:bf16_sum", "--nproc", "2", "--json")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert (got["device"], got["wire"], got["tolerance"]) == ("cpu", "cpu", "exact")
+
+
 def test_run_all_gives_a_row_per_lesson_and_splits_when_it_gives_no_report():
     whole = report()
     whole["lessons"] = [report("a", world=1), report("b", world=1, tolerance=TOL)]
@@ -248,16 +322,21 @@ def test_main_with_a_faked_gpu_prints_the_table_and_fails_on_a_failed_row(tmp_pa
     monkeypatch.setattr(gc, "has_device_option", lambda: False)  # as launch.py is today (docs/gpu.md)
     fake = Fake({"pytest": (0, "1 passed, 1 skipped in 1s", ""), "run all --backend nccl": (0, {"lessons": []}, ""),
                  "every_call": (0, report(), ""), "bf16_sum --backend nccl": (0, report(tolerance=TOL), ""),
+                 "gpu_gloo_direct": (0, {"kinds": [{"kind": k, "ok": True, "result": "takes them"} for k in gp.KINDS]},
+                                     ""),
                  "bf16_sum --backend gloo": (1, report(match=False, differences=["rank 0: bf16 differs"]), "")})
     out = tmp_path / "t.md"
     code = gc.main(["--out", str(out), "--budget", "100"], torch=fake_torch(1), runner=fake)
     printed = capsys.readouterr().out
     assert code == 1 and out.read_text() == printed
     assert "| bf16 all-reduce (and float32), bit for bit | gloo | cpu | 4 | NO: differs from virtual ranks: rank 0: " \
-           "bf16 differs | #5 |" in printed
-    assert "| bf16 all-reduce (and float32) | nccl | cuda | 1 | yes, within rounding | #4 |" in printed
-    assert [a[4] for a, _, _ in fake.ran[1:]] == ["all", "scripts/gpu_programs.py:every_call",
-                                                  "scripts/gpu_programs.py:bf16_sum", "scripts/gpu_programs.py:bf16_sum"]
+           "bf16 differs | #6 |" in printed
+    assert "| bf16 all-reduce (and float32) | nccl | cuda | 1 | yes, within rounding | #5 |" in printed
+    assert "| gloo itself: scatter | gloo | cuda, handed to gloo | 2 | yes: gloo takes CUDA tensors for it itself | #4 |" \
+        in printed
+    assert [a[4] if a[1] == "-m" else a[1] for a, _, _ in fake.ran[1:]] == [
+        "all", "scripts/gpu_programs.py:every_call", "scripts/gpu_gloo_direct.py", "scripts/gpu_programs.py:bf16_sum",
+        "scripts/gpu_programs.py:bf16_sum"]
 
 
 @pytest.mark.parametrize("gpus, missing, want", [(0, [], "no CUDA GPU visible"), (1, ["greenlet"], "cannot import greenlet")],

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import parasim
-from parasim.engine.compare import values_close
+from parasim.engine.compare import Allowance, values_close
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
 from parasim.trace import Trace
@@ -133,11 +133,13 @@ def test_a_wrong_stage_fails_the_lessons_checks(monkeypatch):
 
 
 def test_sums_in_another_order_are_judged_against_the_arrays_scale():
-    assert values_close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64") == (True, True)
-    assert values_close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64")[0] is False
-    assert values_close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64")[0] is False
+    one = Allowance(1, "their array's largest value")  # a rounding of 1.5 in float64: 2 * 2^-53 * 1.5 = 3.3e-16
+    ok, close = values_close(np.array([1.5, 1e-17]), np.array([1.5, 0.0]), "float64", one)
+    assert ok and close.gap == 1e-17
+    assert values_close(np.array([1.5, 1e-9]), np.array([1.5, 0.0]), "float64", one)[0] is False
+    assert values_close(np.array([1.5 + 1e-9, 0.5]), np.array([1.5, 0.5]), "float64", one)[0] is False
     big, off = np.array([1000.0, 10.0], dtype=np.float32), np.array([1000.0, 10.1], dtype=np.float32)
-    assert values_close(off, big, "float32")[0] is False  # 1% beside a large value is not rounding
+    assert values_close(off, big, "float32", one)[0] is False  # 1% beside a large value is not rounding
 
 
 @pytest.mark.slow

@@ -34,8 +34,8 @@ def add_check(sub: Any) -> None:
                     "of a reference: the first call whose values differ, with both values")
     cp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     out = cp.add_mutually_exclusive_group()
-    out.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "first_divergence", '
-                     '"checks"} as JSON')
+    out.add_argument("--json", action="store_true", help='print {"lesson", "bug", "compared", "closest", '
+                     '"first_divergence", "checks"} as JSON')
     out.add_argument("--tui", action="store_true", help="open the run in the app with the first divergence marked "
                      "in the timeline (d jumps to it)")
     add_timeout(cp)
@@ -45,6 +45,7 @@ def add_check(sub: Any) -> None:
 def cmd_check(args: argparse.Namespace) -> int:
     from ..engine.divergence import TOLERANCE, collect, first_divergence
     from ..engine.runner import run
+    from ..engine.tolerance import worst
     from ..lesson import get_lesson, is_program, program_lesson
 
     if args.tui:
@@ -80,14 +81,15 @@ def cmd_check(args: argparse.Namespace) -> int:
     names = {} if symbolic else collect(result.trace, result.marked)
     if symbolic:
         reference = None
-    found, checks = None, []
+    found, checks, agreed = None, [], []
     if reference is not None:
         # the reference's marks are compared, never its collectives' values: it keeps none
         with program_output(args):
             ran = run(reference, ref_world, seed=lesson.seed, timeout=args.timeout)
-        found = first_divergence(result, ran)
+        found = first_divergence(result, ran, agreed)
     elif names:
         raise UsageError(f"{lesson.name} marks tensors but has no reference: give --reference file.py:function")
+    closest = worst(agreed)
     if args.bug is None:  # the lesson's own comparisons with its unsplit model come along
         checks = lesson.judge(result)[0]
     dropped = result.trace.meta.get("values_dropped", 0)
@@ -95,10 +97,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         open_app(result.trace, lesson, found).run()
     elif args.json:
         print(dumps({"lesson": lesson.name, "bug": args.bug, "world": world, "reference": against,
-                     "compared": len(names), "tolerance": TOLERANCE, "first_divergence": found,
+                     "compared": len(names), "tolerance": TOLERANCE,
+                     "closest": None if closest is None else closest.to_dict(), "first_divergence": found,
                      "values_dropped": dropped, "checks": [c.to_dict() for c in checks]}))
     else:
-        print(_text(lesson.name, args.bug, len(names), found, checks, against if reference is not None else None))
+        print(_text(lesson.name, args.bug, len(names), found, checks, against if reference is not None else None,
+                    closest))
         if dropped:
             print(_dropped(result.trace, found, dropped))
     return 1 if found is not None or not all(c.ok for c in checks) else 0
@@ -161,18 +165,20 @@ def reference_on(lesson: Any, text: str) -> tuple[Any, int]:
     return lesson.on_layout(parse_sizes(text))
 
 
-def _text(name: str, bug: str | None, compared: int, found: dict | None, checks: list, against: str | None) -> str:
+def _text(name: str, bug: str | None, compared: int, found: dict | None, checks: list, against: str | None,
+          closest: Any = None) -> str:
     head = f"{name}" + (f" --bug {bug}" if bug else "")
     lines = []
     if found is None and not compared:
         lines.append(f"{head}: no divergence (it marks no tensors with values: only its own checks compare)")
     elif found is None:
-        lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with {against})")
+        how = "bit for bit" if closest is None else closest.words()
+        lines.append(f"{head}: no divergence ({compared} marked tensor(s) agree with {against}; {how})")
     else:
         lines += [f"{head}: first divergence from {against} at '{found['name']}' ({found['placement']} on "
                   f"{found['marked_on']})",
                   f"  max abs error {found['max_abs']:.3g}, max relative {found['max_rel']:.3g} "
-                  f"(tolerance {found['tolerance']:g})"]
+                  f"({found['allowance']})"]
         if found["nan"]:
             lines.append(f"  {found['nan']}")
         if found["rows_missing"]:

@@ -34,7 +34,9 @@ def add_run(sub: Any) -> None:
     rp.add_argument("--no-check", action="store_true",
                     help="skip the signature exchange before each collective (faster; mismatches then time out)")
     rp.add_argument("--json", action="store_true",
-                    help='print {"backend", "world", "match", "differences", "timings", ...} as JSON')
+                    help='print {"backend", "world", "match", "differences", "tolerance", "device", "wire", '
+                         '"timings", ...} as JSON ("wire": where the calls ran on the tensors: "cpu" beside device '
+                         '"cuda" is a copy to the host and back)')
     rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
     rp.add_argument("--hta", metavar="DIR", help="write one Kineto-style trace per rank (DIR/rank<r>.json, measured "
                     "times) for Holistic Trace Analysis")
@@ -134,9 +136,15 @@ def _run_all(args: argparse.Namespace) -> int:
             for lesson, report, checks in rows]}, indent=1))
     else:
         for lesson, report, checks in rows:
-            hint = "" if _passed(report, checks) else f"  <- details: parasim run {lesson.name} --nproc {report.world}"
-            print(f"{'MATCH' if report.match else 'DIFFERENT':<10} {lesson.name:<18} {report.world:>3} ranks  "
-                  f"{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
+            print(row_text(lesson.name, report, checks))
         if skipped:
             print(f"not run (no fit on {args.nproc} ranks, or symbolic only): {', '.join(skipped)}")
     return 0 if ok else 1
+
+
+def row_text(name: str, report: Any, checks: list) -> str:
+    """One lesson's line of `parasim run all`: the verdict, how close the values came, the lesson's checks."""
+    hint = "" if _passed(report, checks) else f"  <- details: parasim run {name} --nproc {report.world}"
+    how = "" if not report.match else "bit for bit; " if report.closest is None else f"{report.closest.words()}; "
+    return (f"{'MATCH' if report.match else 'DIFFERENT':<10} {name:<18} {report.world:>3} ranks  "
+            f"{how}{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")

@@ -160,7 +160,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
     import torch
 
     from ..engine.context import Context
-    from .torch_xp import TorchNamespace
+    from .torch_xp import TorchNamespace, counting_roundings
     from .torchdist import TorchComm, to_torch
 
     try:
@@ -173,7 +173,8 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
         with _prints_to_stderr(opts.prints_to_stderr):
             program = _load(target)
             comm.start()
-            value = program(ctx)
+            with counting_roundings() as counter:  # how far this rank's arithmetic may drift: engine/compare.py
+                value = program(ctx)
             comm.finish()
     except Exception as exc:
         # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
@@ -185,7 +186,8 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
             raise
         raise err from exc
     return {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
-            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups]}
+            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups], "roundings": counter.count,
+            "device": device.type, "wire": comm.wire.type}
 
 
 @contextlib.contextmanager

@@ -75,7 +75,7 @@ def _put_nan(out, mask):
 
 # -- all-reduce: every member gets the reduction -----------------------------------------------------
 # Sums of float16 and bfloat16 add in gloo's ring order, bit for bit (kernels.ring_sum); NCCL adds in an order
-# of its own (ring or tree), so a run on NCCL is compared within a tolerance (engine/compare.py: RTOL).
+# of its own (ring or tree), so a run on NCCL is compared within a sum's rounding bound (engine/tolerance.py).
 
 def _all_reduce(inputs, g, p, keep):
     op, t = p["op"], g.size

@@ -18,13 +18,19 @@ from typing import Any
 import numpy as np
 
 from ..errors import UsageError
-from ..nn.placement import Replicate, parse
+from ..nn.placement import Partial, Replicate, parse
 from ..nn.placement import assemble as placement_assemble
 from ..trace import Event, Trace
+from .tolerance import PRECISIONS, Closeness, allowed, counted, precision, rounds
 
-# Relative to the reference's largest value: a sum taken over pieces in another order stays far below these,
-# a wrong group or a missing sum is far above (an error of the size of a whole piece).
-TOLERANCE = {"float64": 1e-9, "float32": 1e-4, "float16": 1e-2, "bfloat16": 5e-2}
+# How far a split run's tensor may be from its reference's (engine/tolerance.py): each side's value went
+# through the roundings its rank's ctx.xp products and sums made (counted on virtual ranks, engine/work.py;
+# at least one), and the split side's through one more per piece its Partial placement sums; relative to
+# the largest magnitude of the terms (the reference's value, or the pieces' summed magnitudes). A sum taken
+# over pieces in another order stays inside; a wrong group or a missing sum is far outside (a whole piece).
+RULE = ("each side within gamma(k) = k u / (1 - k u) of the exact values, k the roundings counted on its ranks, "
+        "of the largest magnitude of the terms")
+TOLERANCE = {"rule": RULE, "unit_roundoff": {name: p.u for name, p in PRECISIONS.items()}}
 SHOWN = 32  # tensors up to this many values are given whole in the report (both values, for the app)
 
 
@@ -134,9 +140,10 @@ def _copies_agree(m: Marked, tol: float, placement: str | None = None) -> bool:
                                                                                         m.rows))
 
 
-def first_divergence(run: Any, reference: Any) -> dict | None:
+def first_divergence(run: Any, reference: Any, agreed: list[Closeness] | None = None) -> dict | None:
     """The first marked tensor of `run` (a RunResult with `marked`) that differs from the `reference` run's
-    tensor of the same name, with the collective (or transfer) it is pinned on; None when every one agrees."""
+    tensor of the same name, with the collective (or transfer) it is pinned on; None when every one agrees.
+    `agreed`, when given, gets how close each tensor that agreed without being equal came."""
     if run.marked is None or reference.marked is None:
         raise UsageError("divergence needs the tensors the runs marked: run both on virtual ranks")
     ours = collect(run.trace, run.marked)
@@ -147,22 +154,49 @@ def first_divergence(run: Any, reference: Any) -> dict | None:
     entries = sorted((m for ms in ours.values() for m in ms), key=lambda m: m.order)
     # infinities and huge values make NaN and inf in the trial sums and scales: those are read as results
     with np.errstate(invalid="ignore", over="ignore"):
-        return _first(run, theirs, entries)
+        return _first(run, (counted(run), counted(reference)), theirs, entries, agreed if agreed is not None else [])
 
 
-def _first(run: Any, theirs: dict[str, list[Marked]], entries: list[Marked]) -> dict | None:
+def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want: np.ndarray) -> tuple[float, Closeness]:
+    """(the relative tolerance for `m` against its reference `ref`, the allowance behind it with no gap yet):
+    the coarser dtype of the two sides' pieces, the most roundings either side's ranks counted (the split
+    side's plus its Partial sum's additions), of the largest magnitude of the terms."""
+    dtypes = [np.asarray(p).dtype.name for x in (m, ref) for p in x.pieces.values()]
+    # integers: their sums are exact, and float64's rounding of their size allows nothing
+    dtype = max([d for d in dtypes if rounds(d)], key=lambda d: precision(d).u, default="float64")
+
+    def most(got: list[int], ranks: Any) -> int:
+        return max((got[r] for r in ranks), default=0)
+    scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0))
+    k = most(run, m.pieces)
+    pieces = [np.abs(np.asarray(p, dtype=np.float64)) for p in m.pieces.values()]
+    if isinstance(parse(m.placement), Partial) and len({p.shape for p in pieces}) == 1:
+        k += len(pieces) - 1  # assembling sums the pieces: one addition per piece but one
+        terms = sum(pieces)
+        scale = max(scale, float(np.max(terms[np.isfinite(terms)], initial=0.0)))
+    k = max(1, k, most(reference, ref.pieces))
+    bound = float(allowed(dtype, k, scale))
+    rel = bound / float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0) or 1.0) if bound else 0.0
+    return rel, Closeness(dtype, k, "the terms' largest magnitude", 0.0, bound)
+
+
+def _first(run: Any, roundings: tuple[list[int], list[int]], theirs: dict[str, list[Marked]], entries: list[Marked],
+           agreed: list[Closeness]) -> dict | None:
     for m in entries:
         ref = theirs[m.name][0]
         want, got = _whole(ref), _whole(m)
-        tol = TOLERANCE.get(str(want.dtype), 1e-9)
+        tol, allow = allowance(*roundings, m, ref, want)
         abs_err, rel_err = max_error(got, want)
         gaps = _unheld(m)
         if rel_err <= tol and _copies_agree(m, tol) and not gaps:
+            if abs_err:
+                agreed.append(Closeness(allow.dtype, allow.roundings, allow.of, abs_err, allow.bound))
             continue
         if rel_err <= tol:  # the copies disagree although the first one is right: measure the worst copy
             abs_err, rel_err = max(max_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want)
                                    for r, p in m.pieces.items())
         out = _report(run, m, want, abs_err, rel_err, tol)
+        out["allowance"] = Closeness(allow.dtype, allow.roundings, allow.of, abs_err, allow.bound).words()
         out["rows_missing"], out["nan"] = gaps or None, _bad_values(got, want, gaps)
         small = got.shape == want.shape and want.size <= SHOWN
         out["got"], out["want"] = (got.tolist(), want.tolist()) if small else (None, None)

@@ -12,7 +12,8 @@ from typing import Any
 
 from ..comm.launch import Job, RealOptions, Target, join_torchrun, launch_many
 from ..trace import Trace
-from .compare import RTOL, compare
+from .tolerance import Closeness
+from .compare import compare
 from .merge import merge
 from .virtual import run_virtual
 
@@ -26,7 +27,14 @@ class RealReport:
     times: dict[tuple[int, int], tuple[float, float]]  # (seq, rank) -> (start_us, dur_us)
     differences: list[str] = field(default_factory=list)
     startup_s: float = 0.0
-    tolerance_used: bool = False
+    # the comparison that came closest to what rounding allows it (None: every value bit for bit)
+    closest: Closeness | None = None
+    device: str = "cpu"  # where the program's tensors were (rank 0's)
+    wire: str = "cpu"  # where the backend's calls ran on them: "cpu" with device "cuda" is a copy to the host and back
+
+    @property
+    def tolerance_used(self) -> bool:
+        return self.closest is not None
 
     @property
     def match(self) -> bool:
@@ -45,7 +53,8 @@ class RealReport:
         return {"backend": self.backend, "world": self.world, "match": self.match,
                 "differences": self.differences, "timings": self.timings(),
                 "startup_s": round(self.startup_s, 3), "events": len(self.trace.events),
-                "tolerance": "exact" if not self.tolerance_used else {k: v for k, v in RTOL.items()}}
+                "device": self.device, "wire": self.wire,
+                "tolerance": "exact" if self.closest is None else self.closest.to_dict()}
 
 
 def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any = None) -> RealReport | None:
@@ -84,8 +93,9 @@ def _compared(target: Target, opts: RealOptions, results: list[dict], startup: f
                           timeout=opts.timeout)
     trace, times = merge(results, opts.backend)
     report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times,
-                        startup_s=max(0.0, startup))
-    report.differences, report.tolerance_used = compare(virtual, results)
+                        startup_s=max(0.0, startup), device=results[0].get("device", "cpu"),
+                        wire=results[0].get("wire", "cpu"))
+    report.differences, report.closest = compare(virtual, results)
     return report
 
 

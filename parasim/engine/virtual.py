@@ -16,6 +16,8 @@ class RunResult:
     trace: Trace
     times: dict[tuple[int, int], tuple[float, float]] | None = None  # real ranks: (seq, rank) -> (start, dur) us
     marked: list[list[tuple[str, Any]]] | None = None  # per rank: the tensors it marked (ctx.mark), in order
+    # per rank: the roundings its ctx.xp products and sums made, added up (engine/work.py; None: not counted)
+    roundings: list[int] | None = None
 
     @property
     def world(self) -> int:
@@ -40,7 +42,7 @@ def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0,
     values = vw.run(program, contexts)
     trace = vw.trace()
     trace.meta["seed"] = seed
-    return RunResult(values, trace, marked=[c.marked for c in contexts])
+    return RunResult(values, trace, marked=[c.marked for c in contexts], roundings=list(vw.meter.roundings))
 
 
 def _identity(a):

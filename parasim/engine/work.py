@@ -12,12 +12,21 @@ Kinds, each timed at its own efficiency (estimate/hardware.py):
 A product counts 2 FLOPs per multiply-add: every output value took k multiply-adds, k the summed length.
 Each product's shape is kept beside the totals (`Work.gemms`: (kind, m, n, k) -> how many), so the clock
 times each one at the share of peak a product of its shape measures (clock/kernels_time.py).
+
+Beside the FLOPs, the roundings: each product adds k (its summed length) and each sum or mean the terms it
+added, for the rank that ran it. Added up, they bound how many roundings any one value of the rank went
+through in ctx.xp's products and sums, which is what engine/tolerance.py needs to say how far a real rank's
+arithmetic may drift from a virtual rank's (arithmetic outside ctx.xp is not seen).
 """
 from __future__ import annotations
 
 from math import prod
 from types import SimpleNamespace
 from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .tolerance import reduced
 
 WORK_KINDS = ("matmul", "attention")
 Shape = tuple[int, int, int, int]  # (m, n, k, how many): `how many` (m x k) @ (k x n) products
@@ -55,12 +64,13 @@ class Meter:
     """Each rank's FLOPs by kind, counted for the rank whose turn it is (`turn`: the run's scheduler
     answers), and handed out once (`take`): the work since the rank's last event."""
 
-    __slots__ = ("turn", "since", "total")
+    __slots__ = ("turn", "since", "total", "roundings")
 
     def __init__(self, world: int, turn: Callable[[], int]):
         self.turn = turn
         self.since: list[Work] = [Work() for _ in range(world)]
         self.total = [0] * world
+        self.roundings = [0] * world  # each rank's products' summed lengths and its sums' additions, added up
 
     def add(self, kind: str, flops: int, shape: Shape | None = None) -> None:
         r = self.turn()
@@ -70,6 +80,10 @@ class Meter:
             key = (kind, shape[0], shape[1], shape[2])
             got.gemms[key] = got.gemms.get(key, 0) + shape[3]
         self.total[r] += flops
+
+    def round(self, k: int) -> None:
+        """The rank whose turn it is made an operation whose every result went through k roundings."""
+        self.roundings[self.turn()] += k
 
     def take(self, rank: int) -> Work | None:
         """The work `rank` did since it was last taken (None: none)."""
@@ -90,6 +104,7 @@ def counting(xp: Any, meter: Meter) -> Any:
     def counted_matmul(a: Any, b: Any, /, **kw: Any) -> Any:
         out = matmul(a, b, **kw)
         meter.add(*matmul_work(a.shape, b.shape, out.shape))
+        meter.round(a.shape[-1] if a.shape else 1)
         return out
 
     def counted_tensordot(a: Any, b: Any, /, *, axes: Any = 2) -> Any:
@@ -101,7 +116,17 @@ def counting(xp: Any, meter: Meter) -> Any:
             first = axes[0]
             summed = prod(sa[k] for k in ([first] if isinstance(first, int) else first))
         meter.add(*tensordot_work(out.shape, summed))
+        meter.round(summed)
         return out
 
+    def summing(fn: Callable[..., Any], divides: bool) -> Callable[..., Any]:
+        """fn (a sum, or a mean: one rounding more, its division) with its additions counted."""
+        def counted(x: Any, /, *args: Any, **kw: Any) -> Any:
+            out = fn(x, *args, **kw)
+            meter.round(reduced(int(np.size(x)), int(np.size(out)), divides))
+            return out
+        return counted
+
     ns.matmul, ns.tensordot = counted_matmul, counted_tensordot
+    ns.sum, ns.mean = summing(xp.sum, False), summing(xp.mean, True)
     return ns

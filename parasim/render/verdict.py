@@ -9,15 +9,16 @@ from rich.console import Console
 from rich.table import Table
 
 from ..lesson import Check, Lesson
-from ..engine.compare import RTOL, SUM_ULPS
 from ..engine.real import RealReport
 from .text import markup_safe, printable
 
 
 def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], console: Console | None = None) -> None:
     console = console or Console(highlight=False)
+    where = "" if report.device == "cpu" else f", tensors on {report.device}" + (
+        ", each call's tensors copied to the host and back" if report.wire == "cpu" else "")
     console.print(f"[bold]{markup_safe(lesson.title)}[/]  ({markup_safe(lesson.name)}: {report.world} real ranks on "
-                  f"{markup_safe(report.backend)}, "
+                  f"{markup_safe(report.backend)}{where}, "
                   f"compared with {report.world} virtual ranks)")
 
     ranks = Table(box=box.SIMPLE_HEAD, title="per rank", title_justify="left")
@@ -39,9 +40,7 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     console.print(f"start-up (processes, rendezvous, groups): {report.startup_s:.1f} s")
 
     if report.match:
-        how = (f"float values within rtol {RTOL['float32']:g} (float32) / {RTOL['float64']:g} (float64), or "
-               f"{SUM_ULPS} units in the last place of their array's largest value"
-               if report.tolerance_used else "values bit for bit")
+        how = "values bit for bit" if report.closest is None else f"values {report.closest.words()}"
         console.print(f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
                       f"virtual ranks; {how}.")
     else:

@@ -348,7 +348,8 @@ class View:
         if d is None or index != self.diverged():
             return []
         lines = [f"FIRST DIVERGENCE: '{d['name']}' ({d['placement']} on {d['marked_on']})",
-                 f"max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g} (tolerance {d['tolerance']:g})"]
+                 f"max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g} "
+                 + (f"({d['allowance']})" if d.get("allowance") else f"(tolerance {d['tolerance']:g})")]
         if d.get("would_match"):
             lines.append(d["would_match"])
         if d.get("got") is not None:
