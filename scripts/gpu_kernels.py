@@ -57,7 +57,6 @@ START_S = 20.0  # the estimate's start: CUDA, cuBLAS and the first allocations
 EACH_S = 0.15  # the estimate's cost of one item beside its kernels: allocation, random fill, synchronisation
 PLAN_S = 0.5  # an attention backend's first call at a new shape (cuDNN builds its plan then)
 KERNEL_FLOOR_S = 10e-6  # no kernel is estimated shorter than a launch
-FP8_SPEEDUP = 2.0  # Hopper's dense FP8 peak is twice its BF16 peak (H100/H200 datasheets): estimates only
 
 
 @dataclass
@@ -210,16 +209,21 @@ def _attention(backend: str, seq: int, heads: int, size: int) -> Item:
 
 
 def estimate(items: list[Item], warmup: int = WARMUP, repeats: int = REPEATS) -> None:
-    """Each item's estimated seconds on an H200 at parasim's own figures (clock/costs.py: peak, HBM and the
-    share of peak products and attention reach), fp8 at twice bf16's peak."""
+    """Each item's estimated seconds on an H200 at parasim's own figures (the clock's kernel costs,
+    clock/kernels_time.py: a product at the share its shape measures, attention at FlashAttention's for its
+    sequence and head size, a pass over memory at the streaming rate)."""
     from parasim.clock.costs import machine
+    from parasim.clock.kernels_time import attention_share, gemm_seconds, hbm_rate
     m = machine("h200")
     for it in items:
+        z = it.sizes
         if it.unit == "byte":
-            kernel = it.work / m.hbm
+            kernel = it.work / hbm_rate(m.memo, m.key, m.hbm)
+        elif it.kind == "attention":
+            kernel = it.work / (m.peak_flops * attention_share(m.memo, m.key, z["seq"], z["head_dim"], True, False))
         else:
-            share = m.efficiency["attention" if it.kind == "attention" else "matmul"]
-            kernel = it.work / (m.peak_flops * share * (FP8_SPEEDUP if it.name == "fp8" else 1.0))
+            kernel = gemm_seconds(m.memo, m.key, m.peak_flops, z["m"], z["n"], z["k"],
+                                  "fp8" if it.name == "fp8" else "bf16")
         it.estimate_s = EACH_S + (PLAN_S if it.kind == "attention" else 0.0) + \
             (warmup + repeats) * max(kernel, KERNEL_FLOOR_S)
 

@@ -124,14 +124,24 @@ def test_the_budget_keeps_what_fits_by_the_estimates_and_names_the_rest():
 
 
 def test_the_estimates_follow_parasims_h200_figures():
-    """A product: FLOPs over 989e12 x 0.8 (clock/costs.py), fp8 twice as fast; a copy: bytes over 4.8e12."""
-    mm = gk.Item("matmul", "bf16", {}, 2 * 989e12 * 0.8, "flop")  # two seconds of kernel
-    f8 = gk.Item("matmul", "fp8", {}, 2 * 989e12 * 0.8, "flop")
-    cp = gk.Item("copy", "c", {}, 4.8e12, "byte")  # one second
-    gk.estimate([mm, f8, cp], warmup=1, repeats=2)
-    assert mm.estimate_s == pytest.approx(gk.EACH_S + 3 * 2.0)
-    assert f8.estimate_s == pytest.approx(gk.EACH_S + 3 * 1.0)
-    assert cp.estimate_s == pytest.approx(gk.EACH_S + 3 * 1.0)
+    """A 4096-cube product: its FLOPs over 989e12 at the share the H200's GEMM table gives that shape (fp8 at
+    twice the peak, at fp8's share); attention at FlashAttention's forward share; a copy: its bytes over
+    4.8e12 at the streaming kernel's share (estimate/kernels.py, read here directly)."""
+    from parasim.estimate.kernels import attention_efficiency, gemm_efficiency, memory_efficiency
+    n = 4096
+    sizes = {"m": n, "n": n, "k": n}
+    mm = gk.Item("matmul", "bf16", sizes, 2 * n ** 3, "flop")
+    f8 = gk.Item("matmul", "fp8", sizes, 2 * n ** 3, "flop")
+    at = gk.Item("attention", "flash", {"seq": 8192, "head_dim": 128}, 1e15, "flop")
+    cp = gk.Item("copy", "c", {}, 4.8e12, "byte")
+    gk.estimate([mm, f8, at, cp], warmup=1, repeats=2)
+    bf16 = 2 * n ** 3 / (989e12 * gemm_efficiency("h200", n, n, n).value)
+    fp8 = 2 * n ** 3 / (2 * 989e12 * gemm_efficiency("h200", n, n, n, "fp8").value)
+    attn = 1e15 / (989e12 * attention_efficiency("h200", 8192, 128, True, False).value)
+    assert mm.estimate_s == pytest.approx(gk.EACH_S + 3 * max(bf16, gk.KERNEL_FLOOR_S))
+    assert f8.estimate_s == pytest.approx(gk.EACH_S + 3 * max(fp8, gk.KERNEL_FLOOR_S))
+    assert at.estimate_s == pytest.approx(gk.EACH_S + gk.PLAN_S + 3 * attn)
+    assert cp.estimate_s == pytest.approx(gk.EACH_S + 3 * 1.0 / memory_efficiency("h200", "scale").value)
 
 
 def test_once_the_budget_is_spent_the_rest_are_skipped(tmp_path):
