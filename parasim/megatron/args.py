@@ -5,6 +5,7 @@ every flag parasim does not model, as read, with only what parasim decides (the 
 shapes) in parasim's words (tests/test_megatron_roundtrip.py)."""
 from __future__ import annotations
 
+import re
 from math import gcd
 from typing import Any
 
@@ -68,7 +69,9 @@ def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = No
         out.append("--disable-bias-linear")
     if not model.tied_embeddings:
         out.append("--untie-embeddings-and-output-weights")
-    if job is None or model.vocab != _job_vocab(job, tp):
+    # the job's own vocabulary is left to its flags, padded for the plan's TP or (a model read at the job's TP, as
+    # fit --search reads it) for the job's
+    if job is None or model.vocab not in (_job_vocab(job, tp), _job_vocab(job, job.layout["tp"])):
         add("--vocab-size", model.vocab)
     if model.experts:
         add("--num-experts", model.experts)
@@ -83,7 +86,8 @@ def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = No
 
 def _unmodelled_model_args(model: Any, seq: int | None, job: Any) -> list[str]:
     """What a new job needs and parasim does not model: the all-to-all dispatcher of an MoE model, rotary
-    positions, as many positions as the sequence; each left to the `job`'s own flags where it gives them."""
+    positions, as many positions as the sequence; each left to the `job`'s own flags where it gives them (its
+    positions where they hold the sequence)."""
     given = {} if job is None else job.given
     out = []
     if model.experts and "--moe-token-dispatcher-type" not in given:
@@ -91,9 +95,16 @@ def _unmodelled_model_args(model: Any, seq: int | None, job: Any) -> list[str]:
     if job is None:  # Megatron-LM's default is learned absolute positions: a job that says nothing keeps them
         out += ["--position-embedding-type", "rope"]
     if seq is not None:
-        out += ["--seq-length", str(seq)] + ([] if "--max-position-embeddings" in given else
+        out += ["--seq-length", str(seq)] + ([] if _holds(given.get("--max-position-embeddings"), seq) else
                                               ["--max-position-embeddings", str(seq)])
     return out
+
+
+def _holds(most: list[str] | None, seq: int) -> bool:
+    """Whether a job's --max-position-embeddings (its words) holds `seq` positions, so that it is written back as
+    the job gives it: Megatron-LM refuses a --seq-length past it (arguments.py asserts max_position_embeddings >=
+    seq_length), so a longer sequence is written with as many positions."""
+    return bool(most) and re.fullmatch(r"[0-9]{1,15}", most[0]) is not None and int(most[0]) >= seq
 
 
 def _job_vocab(job: Any, tp: int) -> int | None:
