@@ -254,8 +254,11 @@ def search_by_time(model: ModelSpec, nodes: range, usable: float, seq: int, glob
     splits `global_batch` sequences evenly over its data-parallel replicas by the clock's step time on GPU type
     `gpu` (clock/plan.py): tokens per second per GPU, best first, ties to less sharding. For every layout
     after the first, what costs it most against the winner: the part of the step (TIME_PARTS) it spends the
-    most seconds more on."""
-    from ..clock.plan import plan_time
+    most seconds more on. Each step time carries the range the held-out runs like it measured
+    (clock/uncertainty.py)."""
+    from ..clock.plan import plan_time, run_of
+    from ..clock.uncertainty import held_out, step_range
+    table = held_out()
     plans = enumerate_plans(model, nodes, gpus_per_node, **choices)
     fits = np.floor(longest(model, plans, usable)) >= seq
     divides = global_batch % (plans.dp * plans.micro_batch) == 0
@@ -272,7 +275,8 @@ def search_by_time(model: ModelSpec, nodes: range, usable: float, seq: int, glob
         ranked = []
         for k, (speed, plan, t) in enumerate(timed[:top]):
             row = {**plan.to_dict(), "step_s": t["step_s"], "tokens_per_s_per_gpu": speed, "mfu": t["mfu"],
-                   "parts_s": time_parts(t)}
+                   "parts_s": time_parts(t),
+                   "range": step_range(model, run_of(plan, seq, overlap), gpu, table).to_dict(t["step_s"])}
             if k:
                 best = ranked[0]
                 extra = {part: row["parts_s"][part] - best["parts_s"][part] for part in TIME_PARTS}

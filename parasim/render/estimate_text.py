@@ -50,7 +50,13 @@ def time_words(t: dict, gpu_name: str) -> str:
     over = ", ".join(t["overlap"]) or "none"
     return (f"step: {t['step_s']:,.2f} s on {gpu_name} (the clock: compute {compute:,.2f} s" + (f"; {rest}" if rest
             else "") + f"; overlap: {over}): {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU "
-            f"{t['mfu']:.0%}")
+            f"{t['mfu']:.0%}" + (f"; {range_words(t['range'])}" if t.get("range") else ""))
+
+
+def range_words(r: dict) -> str:
+    """A step time's range (clock/uncertainty.py): what the held-out runs like it measured against parasim."""
+    return (f"runs like it measured {r['low_s']:,.2f} to {r['high_s']:,.2f} s ({r['low_ratio']:.2f}x to "
+            f"{r['high_ratio']:.2f}x parasim's step: {len(r['runs'])} {r['like']})")
 
 
 def search_lines(model_name: str, result: dict, name: str) -> list[str]:
@@ -68,6 +74,7 @@ def time_search_lines(model_name: str, result: dict, gpu_name: str) -> list[str]
     after the first the part of the step that costs it most against the winner."""
     lines = [f"{model_name}: the fastest layouts per node count at {result['seq']:,} tokens, {result['global_batch']:,} "
              f"sequences a step, on {gpu_name}s (the clock's step time; overlap: {', '.join(result['overlap']) or 'none'})"]
+    spreads: dict[str, tuple[int, float, float]] = {}
     for row in result["nodes"]:
         left = [f"{row['not_fitting']:,} do not fit"] + ([f"{row['batch_not_dividing']:,} do not divide the batch"]
                                                         if row["batch_not_dividing"] else [])
@@ -77,13 +84,18 @@ def time_search_lines(model_name: str, result: dict, gpu_name: str) -> list[str]
             lines.append("    none fits this sequence and batch")
             continue
         for k, r in enumerate(row["top"]):
-            head = (f"    {k + 1}. {r['label']}: {r['step_s']:,.2f} s a step, {r['tokens_per_s_per_gpu']:,.0f} tokens/s "
-                    f"per GPU, MFU {r['mfu']:.0%}")
+            rng = r["range"]
+            spreads[rng["like"]] = (len(rng["runs"]), rng["low_ratio"], rng["high_ratio"])
+            head = (f"    {k + 1}. {r['label']}: {r['step_s']:,.2f} s a step (runs like it: {rng['low_s']:,.2f} to "
+                    f"{rng['high_s']:,.2f} s), {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {r['mfu']:.0%}")
             if "loses" in r:
                 lose = r["loses"]
                 head += (f"; {lose['slower']:.1%} slower than 1, most of it {lose['words']} "
                          f"(+{lose['most_s']:,.2f} s)" if lose["most_s"] > 0 else "; as fast as 1")
             lines.append(head)
+    for like, (n, low, high) in spreads.items():
+        lines.append(f"  runs like it: the measured steps of {n} {like}, {low:.2f}x to {high:.2f}x parasim's "
+                     f"(clock/uncertainty.py)")
     return lines
 
 

@@ -1,0 +1,79 @@
+"""How far a step time parasim prints may be from a measured one: the spread of the held-out runs like it.
+
+The held-out runs (clock/runs.py) were scored once the time model was done; each one's error says how its
+measured step stood against parasim's (error e, + when parasim is faster: measured = parasim's x (1 + e)). A
+step time is printed with the smallest and the largest of those ratios among the held-out runs like it: the
+same GPU type and the same kind of parallelism (FAMILIES, the first that matches); with fewer than MIN_RUNS
+such runs, the same kind on any GPU; with fewer still, every held-out run. The range is the runs' own spread,
+nothing fitted: a planner reads it as "runs like this one measured between these two times".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .plan import Run
+from .published import rows
+from .runs import HELD_OUT, RUNS
+
+MIN_RUNS = 3  # fewer runs than this say too little about a family on one GPU type: the next wider circle
+
+
+@dataclass(frozen=True)
+class Family:
+    """One kind of parallelism a run is counted in: its name, how the range says it, and the test."""
+    name: str
+    words: str
+    matches: Callable[[Any, Run], bool]
+
+
+# the first entry a run matches is its family: an MoE run with FSDP is counted with the MoE runs
+FAMILIES: tuple[Family, ...] = (
+    Family("moe", "MoE", lambda model, run: bool(model.experts)),
+    Family("fsdp", "ZeRO-3 / FSDP", lambda model, run: run.fsdp),
+    Family("model-parallel", "TP, PP or CP", lambda model, run: run.tp * run.pp * run.cp > 1),
+    Family("data-parallel", "data-parallel only", lambda model, run: True),
+)
+
+
+def family(model: Any, run: Run) -> Family:
+    return next(f for f in FAMILIES if f.matches(model, run))
+
+
+@dataclass(frozen=True)
+class StepRange:
+    """Measured step over parasim's, the smallest and the largest among `runs` (held-out runs' keys), and how
+    they were chosen (`like`)."""
+    low: float
+    high: float
+    runs: tuple[str, ...]
+    like: str
+
+    def to_dict(self, step_s: float) -> dict[str, Any]:
+        return {"low_s": step_s * self.low, "high_s": step_s * self.high, "low_ratio": self.low,
+                "high_ratio": self.high, "like": self.like, "runs": list(self.runs)}
+
+
+def held_out() -> list[tuple[str, str, str, float]]:
+    """Every held-out run as (key, GPU type, family, error): what `step_range` chooses from. Computed once by
+    a caller that asks for many ranges (a layout search)."""
+    by_key = {r.key: r for r in RUNS}
+    return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].run).name,
+             row["error"]) for row in rows(HELD_OUT)]
+
+
+def step_range(model: Any, run: Run, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
+    """The range of the held-out runs like `run` of `model` on GPU type `gpu` (`table`: `held_out()`)."""
+    from ..estimate.hardware import GPUS
+    fam = family(model, run)
+    gpu_name = GPUS[gpu].name if gpu in GPUS else gpu
+    circles = ((lambda g, f: g == gpu and f == fam.name, f"held-out {gpu_name} runs, {fam.words}"),
+               (lambda g, f: f == fam.name, f"held-out runs on any GPU, {fam.words}"),
+               (lambda g, f: True, "every held-out run"))
+    for keep, like in circles:
+        chosen = [(key, err) for key, g, f, err in table if keep(g, f)]
+        if len(chosen) >= MIN_RUNS or like == "every held-out run":
+            ratios = [1 + err for _, err in chosen]
+            return StepRange(min(ratios), max(ratios), tuple(k for k, _ in chosen), like)
+    raise AssertionError("unreachable: the last circle keeps every run")
+

@@ -1,0 +1,97 @@
+"""Every step time parasim prints carries the range the held-out runs like it measured (issue 50, item 6;
+clock/uncertainty.py): the family a run falls in, the circles a range widens through, the ratio's sign
+against a published step worked out by hand, and the range in `memory` and `fit --search --by time`, text and
+--json alike."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parasim.clock.costs import machine
+from parasim.clock.plan import Run, step_time
+from parasim.clock.runs import HELD_OUT, RUNS
+from parasim.clock.uncertainty import MIN_RUNS, family, held_out, step_range
+from parasim.layout import ModelSpec
+from tests.conftest import cli
+
+DENSE = ModelSpec(layers=2, hidden=64, heads=4, vocab=100)
+MOE = ModelSpec(layers=2, hidden=64, heads=4, vocab=100, experts=8, top_k=2, expert_ffn=32)
+
+
+@pytest.mark.parametrize("model, run, name", [
+    (MOE, Run(ep=8, fsdp=True), "moe"),  # MoE first, whatever else the run does
+    (DENSE, Run(fsdp=True, tp=2), "fsdp"),
+    (DENSE, Run(tp=2), "model-parallel"), (DENSE, Run(pp=4), "model-parallel"), (DENSE, Run(cp=2), "model-parallel"),
+    (DENSE, Run(dp=64), "data-parallel"),
+])
+def test_a_run_falls_in_the_first_family_it_matches(model, run, name):
+    assert family(model, run).name == name
+
+
+# (key, GPU type, family, error): a made-up held-out table
+TABLE = [("a", "h100", "model-parallel", 0.10), ("b", "h100", "model-parallel", -0.20),
+         ("c", "h100", "model-parallel", 0.30), ("d", "a100", "model-parallel", 0.50),
+         ("e", "h100", "fsdp", 1.00), ("f", "a100", "fsdp", 0.05), ("g", "h200", "moe", 0.40)]
+
+
+def test_the_range_is_the_spread_of_the_same_gpu_and_family_when_there_are_enough():
+    """H100, TP: a, b, c (3 = MIN_RUNS) -> measured over parasim's step 0.80 to 1.30."""
+    assert MIN_RUNS == 3
+    r = step_range(DENSE, Run(tp=8), "h100", TABLE)
+    assert (r.low, r.high, r.runs) == (pytest.approx(0.80), pytest.approx(1.30), ("a", "b", "c"))
+    assert r.like == "held-out H100 runs, TP, PP or CP"
+    d = r.to_dict(10.0)
+    assert (d["low_s"], d["high_s"]) == (pytest.approx(8.0), pytest.approx(13.0))
+
+
+def test_too_few_on_the_gpu_widens_to_the_family_then_to_every_run():
+    """A100, TP: only d on the A100 -> the family on any GPU, a-d: 0.80 to 1.50. FSDP: e and f, two on any GPU
+    -> every run, b's 0.80 to e's 2.00."""
+    r = step_range(DENSE, Run(tp=8), "a100", TABLE)
+    assert (r.low, r.high, len(r.runs)) == (pytest.approx(0.80), pytest.approx(1.50), 4)
+    assert r.like == "held-out runs on any GPU, TP, PP or CP"
+    r = step_range(DENSE, Run(fsdp=True, dp=8), "h100", TABLE)
+    assert (r.low, r.high, len(r.runs), r.like) == (pytest.approx(0.80), pytest.approx(2.00), 7, "every held-out run")
+
+
+def test_the_held_out_table_is_every_held_out_run_once():
+    table = held_out()
+    assert sorted(k for k, *_ in table) == sorted(r.key for r in RUNS if r.set == HELD_OUT)
+    assert {f for _, _, f, _ in table} <= {"moe", "fsdp", "model-parallel", "data-parallel"}
+
+
+def test_a_ratio_is_the_measured_step_over_parasims():
+    """A held-out run published in seconds a step: its error, read from the table, times parasim's step gives the
+    published step back (measured = parasim's x (1 + error))."""
+    run = next(r for r in RUNS if r.set == HELD_OUT and r.unit == "s per step")
+    err = next(e for k, _, _, e in held_out() if k == run.key)
+    step = step_time(run.model, run.run, machine(run.gpu, run.run.gpus_per_node))["step_s"]
+    assert step * (1 + err) == pytest.approx(run.published)
+
+
+def test_memory_prints_the_range_and_gives_it_in_json():
+    out = cli("memory", "--model", "27b", "--tp", "8")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    assert "runs like it measured" in text and "held-out runs" in text
+    data = json.loads(cli("memory", "--model", "27b", "--tp", "8", "--json").stdout)
+    t = data["time"]
+    r = t["range"]
+    assert r["low_s"] == pytest.approx(t["step_s"] * r["low_ratio"]) and r["low_s"] <= r["high_s"]
+    errors = {k: e for k, _, _, e in held_out()}
+    assert r["low_ratio"] == pytest.approx(1 + min(errors[k] for k in r["runs"]))
+    assert r["high_ratio"] == pytest.approx(1 + max(errors[k] for k in r["runs"]))
+    assert f"{r['low_s']:,.2f} to {r['high_s']:,.2f} s" in text
+
+
+def test_every_layout_the_search_ranks_carries_its_range():
+    out = cli("fit", "--search", "--by", "time", "--model", "27b", "--nodes", "1", "--seq", "4096",
+              "--global-batch", "64", "--json")
+    assert out.returncode == 0, out.stderr
+    rows = [r for n in json.loads(out.stdout)["nodes"] for r in n["top"]]
+    assert rows and all(r["range"]["low_s"] <= r["step_s"] * max(1.0, r["range"]["high_ratio"]) for r in rows)
+    assert all(r["range"]["low_s"] == pytest.approx(r["step_s"] * r["range"]["low_ratio"]) for r in rows)
+    text = cli("fit", "--search", "--by", "time", "--model", "27b", "--nodes", "1", "--seq", "4096",
+               "--global-batch", "64").stdout
+    assert text.count("(runs like it: ") == len(rows) and "runs like it: the measured steps of" in text
