@@ -1,7 +1,11 @@
 """What a mutation audit of the training precision (layout/precision.py and everything that reads it) found
 unguarded: each test here fails for one wrong line the rest of the suite let pass. Expected values are worked
-out by hand in the test (the bytes of each dtype, the ring's and the pair's cost as costs.py's docstring gives
-them: a call's latency, a latency per step, the bytes over the link's rate), never from the function tested."""
+out by hand in the test, never from the function tested: the bytes of each dtype, and what costs.py's docstring
+says a transfer costs, read point by point from the measured tables (estimate/kernels.py): a collective inside a
+node moves its bus factor times its whole buffer at the bus bandwidth measured for that buffer's size, an
+all-to-all's call adds NCCL's call latency, an elementwise pass streams at the measured share of HBM, a product
+runs at the share of peak measured for its shape. Since the measured bandwidth changes with the size, a precision's
+seconds are worked out whole at its own bytes, not as a difference from another's."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -16,13 +20,24 @@ from parasim.clock.timeline import simulate
 from parasim.comm.interface import dtype_name
 from parasim.estimate import get_model
 from parasim.estimate.hardware import GPUS, LATENCY
+from parasim.estimate.kernels import collective_bandwidth, gemm_efficiency, memory_efficiency
 from parasim.estimate.memory import Plan, breakdown
 from parasim.estimate.traffic import dp_traffic, ep_expected_bytes, ep_expected_rows, step_traffic
 from parasim.layout.precision import precision
 
 H200 = GPUS["h200"]
-CALL, INSIDE = LATENCY["call"].value, LATENCY["inside"].value
-NVLINK, HBM = H200.nvlink.value, H200.hbm.value
+CALL = LATENCY["call"].value
+HBM = H200.hbm.value
+
+
+def busbw(op: str, buffer: float, t: int) -> float:
+    """The bus bandwidth measured on an H200 node for `op` over t GPUs on a whole buffer of `buffer` bytes."""
+    return collective_bandwidth("h200", op, int(buffer), "inside", t).value
+
+
+def product(m: int, n: int, k: int) -> float:
+    """Seconds of one (m x k) @ (k x n) product on an H200 at the share of peak measured for its shape."""
+    return 2 * m * n * k / (H200.peak_flops.value * gemm_efficiency("h200", m, n, k).value)
 
 
 # -- the estimator's traffic ----------------------------------------------------------------------------
@@ -87,41 +102,63 @@ def _parts(name: str, **kw):
 
 
 def test_the_clock_moves_activations_at_their_precisions_size():
-    """27B on TP 2 x CP 2 x PP 2 (one node): FP32 activations against BF16's, 2 bytes more a value, in TP's
-    all-reduces (2 per block, 2 blocks, forward and backward: 4 passes of (t-1)/t x 2 of [2048, h] at t = 2),
-    CP's K/V ring (forward and 2 backward passes of K and V, 2 x 48 heads x 128 over TP) and the pipeline's
-    sends (forward and back). The logits are FP32 in both: the same seconds."""
+    """27B on TP 2 x CP 2 x PP 2 (one node), the last stage's 30 layers and 2,048 tokens a GPU, each transfer at
+    the activations' bytes of its precision (the post's BF16, 2; FP32, 4; FP64, 8): TP's all-reduces of
+    [2048, h] (2 per layer, forward and backward: each member moves 2(t-1)/t = 1 of the buffer), CP's K/V ring
+    (an all-gather over 2 of both ranks' K and V, 48 heads x 128 over TP: each moves its half; once forward and
+    twice backward) and the pipeline's sends of [2048, h] (forward and back; a send at a two-member all-gather
+    of twice its bytes). The logits are FP32 in the post and in FP32 alike (4 bytes), FP64 in FP64 (8): their
+    product over the vocabulary's TP half, forward and backward, and their three passes (written, read by the
+    loss, gradient written) at the measured streaming rate."""
     run = dict(tp=2, cp=2, pp=2, seq=4096)
-    bf16, fp32 = _parts("post", **run), _parts("fp32", **run)
-    assert bf16["slowest_stage"] == fp32["slowest_stage"] == 2
-    tokens, layers = 4096 // 2, 60 // 2
-    a, b = bf16["parts_per_microbatch_s"], fp32["parts_per_microbatch_s"]
-    assert b["tp"] - a["tp"] == pytest.approx(layers * 4 * tokens * 6144 * 2 / NVLINK, rel=1e-9)
-    assert b["cp"] - a["cp"] == pytest.approx(layers * 3 * tokens * 2 * 48 * 128 * 2 / 2 / NVLINK, rel=1e-9)
-    assert fp32["p2p_s"] - bf16["p2p_s"] == pytest.approx(2 * tokens * 6144 * 2 / NVLINK, rel=1e-9)
-    assert b["logits"] == a["logits"]
-    fp64 = _parts("fp64", **run)["parts_per_microbatch_s"]  # FP64 logits: 4 bytes more, written, read, written
-    assert fp64["logits"] - a["logits"] == pytest.approx(tokens * 131072 / 2 * 4 * 3 / HBM, rel=1e-9)
+    tokens, layers, h, vocab = 4096 // 2, 60 // 2, 6144, 131072 // 2
+    stream = HBM * memory_efficiency("h200", "scale").value
+    matmul = product(tokens, vocab, h) + product(tokens, h, vocab) + product(h, vocab, tokens)
+    for name, size, logits in (("post", 2, 4), ("fp32", 4, 4), ("fp64", 8, 8)):
+        got = _parts(name, **run)
+        assert got["slowest_stage"] == 2, name
+        parts = got["parts_per_microbatch_s"]
+        act = tokens * h * size
+        assert parts["tp"] == pytest.approx(layers * 4 * act / busbw("all_reduce", act, 2), rel=1e-9), name
+        kv = tokens * 2 * 48 * 128 * size / 2  # one rank's K and V
+        assert parts["cp"] == pytest.approx(layers * 3 * kv / busbw("all_gather", 2 * kv, 2), rel=1e-9), name
+        assert got["p2p_s"] == pytest.approx(2 * act / busbw("all_gather", 2 * act, 2), rel=1e-9), name
+        want = matmul + tokens * vocab * logits * 3 / stream
+        assert parts["logits"] == pytest.approx(want, rel=1e-9), name
 
 
 def test_the_clock_sends_each_direction_of_the_all_to_all_in_its_dtype():
-    """DeepSeek-V3 at EP 8 in one node, 58 MoE layers: its FP8 dispatch (toward the experts, and backward the
-    gradients of their outputs) moves a byte a value less than BF16's; the BF16 combine is as BF16's."""
+    """DeepSeek-V3 at EP 8 in one node, 58 MoE layers: each of a GPU's all-to-alls is a buffer of its 4,096
+    tokens' 8 copies of h = 7,168 values, 7/8 of which leave it, at the busbw measured for the buffer's size
+    plus the call's latency; once forward and once backward each way. DeepSeek-V3's FP8 dispatch (toward the
+    experts, and backward the gradients of their outputs) moves a byte a value, its BF16 combine 2; the post's
+    BF16 both ways 2."""
     model = get_model("deepseek-v3")
     kw = dict(ep=8, dp=8, seq=4096, global_batch=8)
-    post, ds3 = (step_time(model, Run(precision=p, **kw), machine("h200"))["parts_per_microbatch_s"]["ep"]
-                 for p in ("post", "deepseek-v3"))
-    values = 4096 * 8 * 7168 * 7 / 8  # a GPU's tokens, K copies each, 7/8 of them to other GPUs
-    assert post - ds3 == pytest.approx(58 * 2 * values * 1 / NVLINK, rel=1e-9)
+
+    def one(size: int) -> float:
+        buffer = 4096 * 8 * 7168 * size
+        return CALL + buffer * 7 / 8 / busbw("all_to_all", buffer, 8)
+    for name, dispatch, combine in (("post", 2, 2), ("deepseek-v3", 1, 2)):
+        got = step_time(model, Run(precision=name, **kw), machine("h200"))["parts_per_microbatch_s"]["ep"]
+        assert got == pytest.approx(58 * 2 * (one(dispatch) + one(combine)), rel=1e-9), name
+
+
+def _one_phase_ring(buffer: float, t: int = 8) -> float:
+    """A reduce-scatter or all-gather over t GPUs of a node on a whole buffer of `buffer` bytes: each moves
+    (t-1)/t of it. The clock times both at the all-gather's measured busbw (plan._ring, costs.ring_seconds)."""
+    return buffer * (t - 1) / t / busbw("all_gather", buffer, t)
 
 
 def test_fsdp2_gathers_bf16_and_reduces_fp32():
-    """FSDP2 (FP32 sharded parameters gathered as BF16, gradients reduced in FP32) against the post's BF16
-    both ways, ZeRO-3 over 8 GPUs of a node: the same gathers; the reduce-scatter 2 bytes more a value."""
+    """FSDP2 (FP32 sharded parameters gathered as BF16, gradients reduced in FP32) and the post's BF16 both
+    ways, ZeRO-3 over 8 GPUs of a node, one micro-batch: the 27e9 parameters gathered twice (forward and
+    backward) at 2 bytes in both; the gradients reduce-scattered once, at 4 bytes under FSDP2, 2 in the post."""
     kw = dict(dp=8, fsdp=True, global_batch=8, seq=4096)
-    post, fsdp2 = _parts("post", **kw), _parts("fsdp2", **kw)
-    assert fsdp2["dp_params_s"] == pytest.approx(post["dp_params_s"], rel=1e-12)
-    assert fsdp2["dp_grads_s"] - post["dp_grads_s"] == pytest.approx(7 / 8 * 27e9 * 2 / NVLINK, rel=1e-9)
+    for name, reduced in (("post", 2), ("fsdp2", 4)):
+        got = _parts(name, **kw)
+        assert got["dp_params_s"] == pytest.approx(2 * _one_phase_ring(27e9 * 2), rel=1e-9), name
+        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced), rel=1e-9), name
 
 
 @pytest.mark.parametrize("name, moved", [("post", 28), ("fp64", 56)])
@@ -133,11 +170,14 @@ def test_the_optimizers_seconds_are_its_bytes_over_the_memorys_rate(name, moved)
 
 
 def test_plan_time_times_the_plans_precision():
-    """`parasim memory`'s time of a plan reads its precision: Megatron's FP32 gradients take 2 bytes a value
-    more than the post's BF16 in the reduce-scatter over 8 GPUs of a node."""
+    """`parasim memory`'s time of a plan reads its precision: ZeRO-1 over 8 GPUs of a node reduce-scatters
+    Megatron's FP32 gradients (4 bytes a value) but the post's BF16 ones (2), and all-gathers both's BF16
+    weights (2)."""
     model = get_model("27b")
-    post, meg = (plan_time(model, Plan(dp=8, zero=1, precision=p), 4096, "h200") for p in ("post", "megatron-bf16"))
-    assert meg["dp_grads_s"] - post["dp_grads_s"] == pytest.approx(7 / 8 * 27e9 * 2 / NVLINK, rel=1e-9)
+    for name, reduced in (("post", 2), ("megatron-bf16", 4)):
+        got = plan_time(model, Plan(dp=8, zero=1, precision=name), 4096, "h200")
+        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced), rel=1e-9), name
+        assert got["dp_params_s"] == pytest.approx(_one_phase_ring(27e9 * 2), rel=1e-9), name
 
 
 # -- the clock's costs of a run -------------------------------------------------------------------------
@@ -148,12 +188,14 @@ def _all_reduce(ctx):
 @pytest.mark.parametrize("name, size", [("post", 2), ("megatron-bf16", 2), ("fp32", 4), ("fp64", 8)])
 def test_an_exact_runs_values_are_timed_at_its_precisions_activation_size(name, size):
     """An exact run's float64 stands for its precision's activations (Megatron's BF16 job: 2 bytes, though its
-    gradients are FP32): a ring all-reduce over 4 GPUs moves 3 x 2 steps of a quarter of 1,024 values."""
+    gradients are FP32): a ring all-reduce over 4 GPUs of a node on a buffer of 1,024 values at that size, each
+    member moving 2(t-1)/t of it at the busbw measured for the buffer's size."""
     trace = parasim.run(_all_reduce, 4, precision=name).trace
     assert value_bytes(trace) == size
     (e,) = trace.events
     assert wire_scale(e, {"value_bytes": size}) == size / 8
-    want = CALL + 2 * 3 * (INSIDE + 1024 * size / 4 / NVLINK)
+    buffer = 1024 * size
+    want = buffer * 2 * 3 / 4 / busbw("all_reduce", buffer, 4)
     assert simulate(trace, machine("h200")).events[e.seq][1] == pytest.approx(want, rel=1e-12)
 
 
