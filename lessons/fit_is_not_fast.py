@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from parasim.clock.costs import machine
-from parasim.clock.plan import layer_forward, plan_time, run_of
+from parasim.clock.plan import layer_forward, plan_time
 from parasim.clock.timeline import simulate
 from parasim.estimate import Plan, fit, get_model, gpu_presets
 from parasim.estimate.hardware import GPUS
@@ -67,7 +67,7 @@ def study(result) -> dict:
     for k, v in (trace.meta.get("tail_work") or [{}])[0].items():
         work[k] += v
     plan = plan_time(BASE, PLAN, SEQ, GPU)
-    attn_flops = layer_forward(BASE, run_of(PLAN, SEQ), machine(GPU), False)["attn_flops"]
+    attn_flops = layer_forward(BASE, PLAN, SEQ, machine(GPU), False)["attn_flops"]
     share = attention_efficiency(GPU, SEQ, BASE.head_dim, True, None).value  # both passes together
     return {"tl": tl, "work": work, "plan": plan, "plan_attn_flops": attn_flops, "attn_share": share}
 

@@ -289,12 +289,13 @@ def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation
     @ 64 x 32, then 16 x 32 @ 32 x 64); the MLP's elementwise passes over the 2 copies' 32 hidden values; the
     permutation reading and writing the tokens and their 2 copies twice (into expert order and back), 2 bytes
     a value, at the HBM rate an elementwise pass measures."""
-    from parasim.clock.plan import ELEMENTWISE, Run, layer_forward
+    from parasim.clock.plan import ELEMENTWISE, layer_forward
+    from parasim.clock.runs import training_plan
     from parasim.estimate.kernels import memory_efficiency
     from parasim.layout import ModelSpec
     h, t, e, k, f = 64, 128, 16, 2, 32
     model = ModelSpec(layers=1, hidden=h, heads=8, vocab=100, experts=e, top_k=k, expert_ffn=f, bias=False)
-    got = layer_forward(model, Run(seq=t, flash=True, dropout=False), machine("h200"), moe=True)
+    got = layer_forward(model, training_plan(1, flash=True, dropout=False), t, machine("h200"), moe=True)
     rows = t * k // e
     forward = (product(t, 3 * h, h) + product(t, h, h) + product(t, e, h)
                + e * (product(rows, f, h) + product(rows, h, f)))

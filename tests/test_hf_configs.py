@@ -226,7 +226,7 @@ def test_a_wider_shared_expert_reaches_the_activations_and_the_clock():
     # Qwen1.5-MoE: one shared expert 4 x the routed width. Taken at its own width, the shared expert adds
     # 2 x mats x (5632 - 1408) x 2 bytes per token of activations, and the same ratio of product FLOPs
     from dataclasses import replace
-    from parasim.clock.plan import layer_forward, machine_of, run_of
+    from parasim.clock.plan import layer_forward, machine_of
     from parasim.estimate.memory import Plan, breakdown
     wide = ModelSpec("wide", layers=2, hidden=2048, heads=16, vocab=1000, experts=4, top_k=2, expert_ffn=1408,
                      shared_experts=1, shared_expert_ffn=5632, gated=True)
@@ -235,8 +235,8 @@ def test_a_wider_shared_expert_reaches_the_activations_and_the_clock():
     acts = [breakdown(m, plan, 1024).items["activations"] for m in (wide, narrow)]
     per_token = 2 * 3 * (5632 - 1408)  # bytes per token and MoE layer: three matrices' inputs, 2 bytes each
     assert acts[0] - acts[1] == pytest.approx(per_token * 1024 * 2)  # 1,024 tokens, both layers MoE
-    run, m = run_of(plan, 1024), machine_of("h200", 8)
-    fwd = [layer_forward(x, run, m, True)["matmul"] for x in (wide, narrow)]
+    m = machine_of("h200", 8)
+    fwd = [layer_forward(x, plan, 1024, m, True)["matmul"] for x in (wide, narrow)]
     # the shared expert's two products (gate and up together, 1,024 x 2,048 @ 2,048 x 2w; down, 1,024 x w @
     # w x 2,048), each at the share of peak the measured GEMM table gives its shape
     from parasim.estimate.kernels import gemm_efficiency

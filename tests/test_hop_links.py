@@ -164,10 +164,11 @@ def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
     hops: every step pays the network's latency, and the bytes go at the bus bandwidth measured across nodes
     (the clock's costs, clock/costs.py, at the rates of estimate/kernels.py's measured tables)."""
     from parasim.clock.costs import machine, pairs_seconds, ring_seconds
-    from parasim.clock.plan import Run, _link, _share
+    from parasim.clock.plan import _link, _share
+    from parasim.estimate.memory import Plan
     from parasim.estimate.kernels import collective_bandwidth
-    run = Run(dp=4, ep=4, gpus_per_node=2)
-    assert _share(run, "ep", "pairs") == pytest.approx(2 / 3) and _link(run, "dp-cp") == "across"
+    plan = Plan(dp=4, ep=4, gpus_per_node=2)
+    assert _share(plan, "ep", "pairs") == pytest.approx(2 / 3) and _link(plan, "dp-cp") == "across"
     m = machine("h100", gpus_per_node=2)
     call, across = m.latency["call"], m.latency["across"]
     # the whole all-to-all buffer a member's bytes stand for: (t-1)/t of it leaves; inside, the node's 2 members

@@ -52,13 +52,13 @@ def test_dualpipe_in_a_plan_hides_the_ep_all_to_alls_and_the_sends_behind_comput
     compute, so what stays of them is the slowdown they cause (overlap_cost) and whatever outlasts the compute;
     the pipeline's sends likewise."""
     from parasim.clock.costs import machine
-    from parasim.clock.plan import overlap_cost, run_of, step_time
+    from parasim.clock.plan import overlap_cost, step_time
     from parasim.estimate.memory import Plan
     from parasim.layout import preset
     ds = preset("deepseek-v3").model
     plan = Plan(pp=16, ep=64, world=2048).check(ds)
     m = machine("h800")
-    off, on = step_time(ds, run_of(plan, 4096), m), step_time(ds, run_of(plan, 4096, ("dualpipe",)), m)
+    off, on = step_time(ds, plan, 4096, m), step_time(ds, plan, 4096, m, ("dualpipe",))
     parts = off["parts_per_microbatch_s"]
     compute = parts["matmul"] + parts["attention"] + parts["elementwise"]
     hidden = min(parts["ep"], compute)

@@ -15,7 +15,8 @@ import pytest
 import parasim
 from parasim.clock import machine
 from parasim.clock.costs import value_bytes, wire_scale
-from parasim.clock.plan import Run, adam_bytes, plan_time, step_time
+from parasim.clock.plan import adam_bytes, plan_time, step_time
+from parasim.clock.runs import training_plan
 from parasim.clock.timeline import simulate
 from parasim.comm.interface import dtype_name
 from parasim.estimate import get_model
@@ -97,8 +98,15 @@ def test_the_optimizers_pass_without_a_master_copy_reads_and_writes_the_weights(
     assert adam_bytes(precision(name)) == moved
 
 
+def _step(model, name: str, seq: int = 2048, global_batch: int = 1, sharding: str = "none", **kw):
+    """The clock's step of `model` at precision `name`: the layout `kw` with its `sharding` (clock/runs.SHARDING's
+    name), no dropout, `global_batch` sequences of `seq` tokens."""
+    plan = training_plan(global_batch, sharding, precision=name, **kw)
+    return step_time(model, plan, seq, machine("h200"))
+
+
 def _parts(name: str, **kw):
-    return step_time(get_model("27b"), Run(precision=name, **kw), machine("h200"))
+    return _step(get_model("27b"), name, **kw)
 
 
 def test_the_clock_moves_activations_at_their_precisions_size():
@@ -140,7 +148,7 @@ def test_the_clock_sends_each_direction_of_the_all_to_all_in_its_dtype():
         buffer = 4096 * 8 * 7168 * size
         return CALL + buffer * 7 / 8 / busbw("all_to_all", buffer, 8)
     for name, dispatch, combine in (("post", 2, 2), ("deepseek-v3", 1, 2)):
-        got = step_time(model, Run(precision=name, **kw), machine("h200"))["parts_per_microbatch_s"]["ep"]
+        got = _step(model, name, **kw)["parts_per_microbatch_s"]["ep"]
         assert got == pytest.approx(58 * 2 * (one(dispatch) + one(combine)), rel=1e-9), name
 
 
@@ -154,7 +162,7 @@ def test_fsdp2_gathers_bf16_and_reduces_fp32():
     """FSDP2 (FP32 sharded parameters gathered as BF16, gradients reduced in FP32) and the post's BF16 both
     ways, ZeRO-3 over 8 GPUs of a node, one micro-batch: the 27e9 parameters gathered twice (forward and
     backward) at 2 bytes in both; the gradients reduce-scattered once, at 4 bytes under FSDP2, 2 in the post."""
-    kw = dict(dp=8, fsdp=True, global_batch=8, seq=4096)
+    kw = dict(dp=8, sharding="zero-3", global_batch=8, seq=4096)
     for name, reduced in (("post", 2), ("fsdp2", 4)):
         got = _parts(name, **kw)
         assert got["dp_params_s"] == pytest.approx(2 * _one_phase_ring(27e9 * 2), rel=1e-9), name
@@ -165,7 +173,7 @@ def test_fsdp2_gathers_bf16_and_reduces_fp32():
 def test_the_optimizers_seconds_are_its_bytes_over_the_memorys_rate(name, moved):
     """ZeRO-1 over 8: each GPU updates an eighth of the 27e9 parameters, moving `moved` bytes each (the post:
     FP32 master, BF16 gradient, FP32 m and v read; master, m, v and the BF16 copy written)."""
-    got = _parts(name, dp=8, distributed_optimizer=True, global_batch=8)["optimizer_s"]
+    got = _parts(name, dp=8, sharding="zero-1", global_batch=8)["optimizer_s"]
     assert got == pytest.approx(27e9 / 8 * moved / HBM, rel=1e-12)
 
 

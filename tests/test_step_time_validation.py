@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from parasim.clock.costs import machine
-from parasim.clock.plan import Run, layer_forward, step_time
+from parasim.clock.plan import layer_forward, step_time
 from parasim.clock.published import error, predicted, rows, score, scores
-from parasim.clock.runs import CALIBRATION, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun
+from parasim.clock.runs import CALIBRATION, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun, training_plan
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
 from parasim.render.validation_text import markdown_constants, markdown_rows, score_line
@@ -131,7 +131,7 @@ def test_the_score_line_reads_its_figures():
 H, L, V, SEQ, BATCH = 256, 2, 1000, 1024, 8
 MADE_UP = PublishedRun("made-up", "Narayanan 2021", "nowhere", "a100", 8,
                        ModelSpec(layers=L, hidden=H, heads=4, vocab=V),
-                       Run(tp=2, dp=4, seq=SEQ, global_batch=BATCH, micro_batch=1), 1.0, "TFLOP/s per GPU",
+                       training_plan(BATCH, tp=2, dp=4, micro_batch=1), SEQ, 1.0, "TFLOP/s per GPU",
                        "megatron-72")
 FLOPS = 72 * BATCH * SEQ * L * H * H * (1 + SEQ / (6 * H) + V / (12 * H * L))  # Korthikanti eq. (7)
 # a 2-second step on 8 GPUs, in each unit
@@ -142,7 +142,7 @@ BY_HAND = {"TFLOP/s per GPU": FLOPS / (2.0 * 8) / 1e12, "MFU %": 100 * FLOPS / (
 
 @pytest.mark.parametrize("unit", list(UNITS))
 def test_each_unit_of_a_step_by_hand(unit):
-    assert UNITS[unit].of_step(replace(MADE_UP, unit=unit), MADE_UP.run, 2.0) == pytest.approx(BY_HAND[unit],
+    assert UNITS[unit].of_step(replace(MADE_UP, unit=unit), MADE_UP.plan, 2.0) == pytest.approx(BY_HAND[unit],
                                                                                                rel=1e-12)
 
 
@@ -151,20 +151,20 @@ def test_the_errors_sign_is_read_alike_for_every_unit(unit):
     """parasim's step of 2 s against a run whose step took 2.5 s: parasim is faster, the throughput 2.5 / 2
     times the published, +25% in every unit; against one of 1.6 s, slower: 1.6 / 2 - 1 = -20%."""
     r = replace(MADE_UP, unit=unit)
-    ours = UNITS[unit].of_step(r, r.run, 2.0)
+    ours = UNITS[unit].of_step(r, r.plan, 2.0)
     for theirs, expected in ((2.5, 0.25), (1.6, -0.20)):
-        published = UNITS[unit].of_step(r, r.run, theirs)
+        published = UNITS[unit].of_step(r, r.plan, theirs)
         assert error(replace(r, published=published), ours) == pytest.approx(expected, rel=1e-12), (unit, theirs)
 
 
 def test_parasims_figure_is_the_clocks_step_in_the_runs_unit():
     r = replace(MADE_UP, unit="s per step")
-    step = step_time(r.model, r.run, machine("a100"))["step_s"]
+    step = step_time(r.model, r.plan, r.seq, machine("a100"))["step_s"]
     assert predicted(r)[0] == step
     tokens, _ = predicted(replace(r, unit="tokens/s per GPU"))
     assert tokens == pytest.approx(BATCH * SEQ / step / 8, rel=1e-12)
-    wide, _ = predicted(r, replace(r.run, tp=1, dp=8))  # a variant's run is the one timed
-    assert wide == step_time(r.model, replace(r.run, tp=1, dp=8), machine("a100"))["step_s"]
+    wide, _ = predicted(r, {"tp": 1, "dp": 8})  # a variant's plan is the one timed, at the run's global batch
+    assert wide == step_time(r.model, replace(r.plan, tp=1, dp=8, microbatches=1), r.seq, machine("a100"))["step_s"]
 
 
 # -- every run ---------------------------------------------------------------------------------------------
@@ -189,7 +189,7 @@ def test_a_runs_variants_are_its_run_with_the_change():
     """Llama 3's 8K row with 4 chunks is that run, re-timed with V = 4."""
     (row,) = [r for r in rows(CALIBRATION) if r["name"] == "llama3-405b-8k"]
     r = BY_KEY["llama3-405b-8k"]
-    four, _ = predicted(r, replace(r.run, chunks=4))
+    four, _ = predicted(r, {"chunks": 4})
     assert row["variants"]["4 chunks"]["predicted"] == four and four != row["predicted"]
     assert row["variants"]["4 chunks"]["error"] == pytest.approx(four / 430 - 1, rel=1e-12)  # 430 TFLOP/s published
 
@@ -206,20 +206,20 @@ def test_the_flop_rules_reproduce_the_sources_own_figures():
     Narayanan's aggregate 502.0 PFLOP/s for the 1T row is its per-GPU 163 TFLOP/s times 3,072 GPUs (the
     rule only has to give FLOPs; here the 1T step time it implies is checked against eq. (3) by hand)."""
     k22 = BY_KEY["korthikanti-22b-sp+sel"]
-    mfu = RULES["megatron-72"].flops(k22.model, k22.run) / (1.10 * 8 * 312e12)
+    mfu = RULES["megatron-72"].flops(k22.model, k22.plan, k22.seq) / (1.10 * 8 * 312e12)
     assert mfu == pytest.approx(0.415, abs=0.003)
     t1 = BY_KEY["megatron-2021-1008b"]
     f = 96 * 3072 * 2048 * 128 * 25600 ** 2 * (1 + 2048 / (6 * 25600) + 51200 / (16 * 128 * 25600))
-    assert RULES["narayanan"].flops(t1.model, t1.run) == pytest.approx(f, rel=1e-12)
+    assert RULES["narayanan"].flops(t1.model, t1.plan, t1.seq) == pytest.approx(f, rel=1e-12)
 
 
 def test_the_palm_rule_by_hand():
     """Per token 6N (N without the embeddings) + 12 L h s, times the batch's tokens: a 2-layer GPT of hidden
     64 has, as parasim counts its weights, 12 h^2 a layer (QKV and output 4h^2, the MLP of 4h 8h^2) and two
     norms of h."""
-    model, run = ModelSpec(layers=2, hidden=64, heads=4, vocab=100), Run(seq=32, global_batch=3)
+    model, plan = ModelSpec(layers=2, hidden=64, heads=4, vocab=100), training_plan(3)
     n = 2 * (12 * 64 * 64 + 2 * 64)
-    assert RULES["palm"].flops(model, run) == pytest.approx((6 * n + 12 * 2 * 64 * 32) * 3 * 32, rel=1e-12)
+    assert RULES["palm"].flops(model, plan, 32) == pytest.approx((6 * n + 12 * 2 * 64 * 32) * 3 * 32, rel=1e-12)
 
 
 # -- the clock by hand ---------------------------------------------------------------------------------------
@@ -233,7 +233,7 @@ def test_one_gpu_step_by_hand():
     stream = hbm * memory_efficiency("a100", "scale").value  # what an elementwise pass streams
     h, s, v = 1024, 1024, 1000
     model = ModelSpec(layers=2, hidden=h, heads=8, vocab=v)
-    run = Run(seq=s, global_batch=1, micro_batch=1, flash=True, dropout=False)
+    plan = training_plan(1, micro_batch=1, flash=True, dropout=False)
 
     def product(m, n, k):  # (m x k) @ (k x n) at the share the A100's GEMM table gives its shape
         return 2 * m * n * k / (peak * gemm_efficiency("a100", m, n, k).value)
@@ -248,7 +248,7 @@ def test_one_gpu_step_by_hand():
     # forward once, backward twice the bytes
     logits = linear(h, v) + s * v * 4 * 3 / stream  # FP32 logits written, read by the loss, their gradient
     optimizer = model.total_params() * 30 / hbm  # Adam's pass over its state, at the datasheet's bandwidth
-    got = step_time(model, run, machine("a100"))
+    got = step_time(model, plan, s, machine("a100"))
     assert got["step_s"] == pytest.approx(2 * (matmul + attention + elementwise) + logits + optimizer, rel=1e-12)
 
 
@@ -261,8 +261,8 @@ def test_korthikanti_table_4s_layer_as_the_page_says():
     from parasim.estimate.kernels import collective_bandwidth, gemm_efficiency
     m = machine("a100")
     peak = GPUS["a100"].peak_flops.value
-    run = Run(tp=8, micro_batch=4, global_batch=4, seq=2048, flash=False, dropout=True)
-    f = layer_forward(ModelSpec(layers=48, hidden=6144, heads=64, vocab=51200), run, m, False)
+    plan = training_plan(4, tp=8, micro_batch=4, flash=False, dropout=True)
+    f = layer_forward(ModelSpec(layers=48, hidden=6144, heads=64, vocab=51200), plan, 2048, m, False)
 
     def product(mm, n, k):  # (mm x k) @ (k x n)
         return 2 * mm * n * k / (peak * gemm_efficiency("a100", mm, n, k).value)
@@ -344,7 +344,7 @@ def test_the_table_keeps_its_figures_in_80_columns(monkeypatch):
     said = " ".join(out.split())
     assert "megatron-2021-1.7b: micro-batch 1" in said
     r = BY_KEY["llama3-405b-8k"]
-    four, _ = predicted(r, replace(r.run, chunks=4))
+    four, _ = predicted(r, {"chunks": 4})
     assert f"4 chunks: {four:.1f} ({four / 430 - 1:+.1%})" in said  # the variant's own figure and error
 
 

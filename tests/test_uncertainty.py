@@ -9,7 +9,8 @@ import json
 import pytest
 
 from parasim.clock.costs import machine
-from parasim.clock.plan import Run, step_time
+from parasim.clock.plan import step_time
+from parasim.estimate.memory import Plan
 from parasim.clock.runs import HELD_OUT, RUNS
 from parasim.clock.uncertainty import MIN_RUNS, family, held_out, step_range
 from parasim.layout import ModelSpec
@@ -19,14 +20,14 @@ DENSE = ModelSpec(layers=2, hidden=64, heads=4, vocab=100)
 MOE = ModelSpec(layers=2, hidden=64, heads=4, vocab=100, experts=8, top_k=2, expert_ffn=32)
 
 
-@pytest.mark.parametrize("model, run, name", [
-    (MOE, Run(ep=8, fsdp=True), "moe"),  # MoE first, whatever else the run does
-    (DENSE, Run(fsdp=True, tp=2), "fsdp"),
-    (DENSE, Run(tp=2), "model-parallel"), (DENSE, Run(pp=4), "model-parallel"), (DENSE, Run(cp=2), "model-parallel"),
-    (DENSE, Run(dp=64), "data-parallel"),
+@pytest.mark.parametrize("model, plan, name", [
+    (MOE, Plan(ep=8, dp=8, zero=3), "moe"),  # MoE first, whatever else the run does
+    (DENSE, Plan(zero=3, tp=2, dp=2), "fsdp"),
+    (DENSE, Plan(tp=2), "model-parallel"), (DENSE, Plan(pp=4), "model-parallel"),
+    (DENSE, Plan(cp=2), "model-parallel"), (DENSE, Plan(dp=64), "data-parallel"),
 ])
-def test_a_run_falls_in_the_first_family_it_matches(model, run, name):
-    assert family(model, run).name == name
+def test_a_run_falls_in_the_first_family_it_matches(model, plan, name):
+    assert family(model, plan).name == name
 
 
 # (key, GPU type, family, error): a made-up held-out table
@@ -38,7 +39,7 @@ TABLE = [("a", "h100", "model-parallel", 0.10), ("b", "h100", "model-parallel", 
 def test_the_range_is_the_spread_of_the_same_gpu_and_family_when_there_are_enough():
     """H100, TP: a, b, c (3 = MIN_RUNS) -> measured over parasim's step 0.80 to 1.30."""
     assert MIN_RUNS == 3
-    r = step_range(DENSE, Run(tp=8), "h100", TABLE)
+    r = step_range(DENSE, Plan(tp=8), "h100", TABLE)
     assert (r.low, r.high, r.runs) == (pytest.approx(0.80), pytest.approx(1.30), ("a", "b", "c"))
     assert r.like == "held-out H100 runs, TP, PP or CP"
     d = r.to_dict(10.0)
@@ -48,10 +49,10 @@ def test_the_range_is_the_spread_of_the_same_gpu_and_family_when_there_are_enoug
 def test_too_few_on_the_gpu_widens_to_the_family_then_to_every_run():
     """A100, TP: only d on the A100 -> the family on any GPU, a-d: 0.80 to 1.50. FSDP: e and f, two on any GPU
     -> every run, b's 0.80 to e's 2.00."""
-    r = step_range(DENSE, Run(tp=8), "a100", TABLE)
+    r = step_range(DENSE, Plan(tp=8), "a100", TABLE)
     assert (r.low, r.high, len(r.runs)) == (pytest.approx(0.80), pytest.approx(1.50), 4)
     assert r.like == "held-out runs on any GPU, TP, PP or CP"
-    r = step_range(DENSE, Run(fsdp=True, dp=8), "h100", TABLE)
+    r = step_range(DENSE, Plan(zero=3, dp=8), "h100", TABLE)
     assert (r.low, r.high, len(r.runs), r.like) == (pytest.approx(0.80), pytest.approx(2.00), 7, "every held-out run")
 
 
@@ -66,7 +67,7 @@ def test_a_ratio_is_the_measured_step_over_parasims():
     published step back (measured = parasim's x (1 + error))."""
     run = next(r for r in RUNS if r.set == HELD_OUT and r.unit == "s per step")
     err = next(e for k, _, _, e in held_out() if k == run.key)
-    step = step_time(run.model, run.run, machine(run.gpu, run.run.gpus_per_node))["step_s"]
+    step = step_time(run.model, run.plan, run.seq, machine(run.gpu, run.plan.gpus_per_node), run.overlap)["step_s"]
     assert step * (1 + err) == pytest.approx(run.published)
 
 

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from parasim.clock.costs import machine
-from parasim.clock.plan import Run, run_of, stage_parts, step_time
+from parasim.clock.plan import stage_parts, step_time
+from parasim.clock.runs import training_plan
 from parasim.errors import LayoutError, UsageError
 from parasim.estimate.fit import enumerate_plans, fit, longest, solve
 from parasim.estimate.memory import Plan, breakdown, items, totals
@@ -263,28 +264,28 @@ def test_the_slowest_stage_paces_the_step():
     """Stage 1 holds 3 layers, stage 2 one layer and the logits (a small vocabulary): stage 1 is slower, and
     the step's micro-batch time is its own."""
     m = model(4, Stages(counts=(3, 1)), experts=0)
-    run, gpu = Run(pp=2, global_batch=4, seq=512), machine("h200")
-    t = step_time(m, run, gpu)
-    first, _ = stage_parts(m, run, gpu, 3, 0, False)
-    last, _ = stage_parts(m, run, gpu, 1, 0, True)
+    plan, gpu = training_plan(4, pp=2), machine("h200")
+    t = step_time(m, plan, 512, gpu)
+    first, _ = stage_parts(m, plan, 512, gpu, 3, 0, False)
+    last, _ = stage_parts(m, plan, 512, gpu, 1, 0, True)
     assert t["slowest_stage"] == 1 and t["per_microbatch_s"] == pytest.approx(sum(first.values()))
     assert sum(last.values()) < sum(first.values())
-    flipped = step_time(replace(m, stages=Stages(counts=(1, 3))), run, gpu)
+    flipped = step_time(replace(m, stages=Stages(counts=(1, 3))), plan, 512, gpu)
     assert flipped["slowest_stage"] == 2 and flipped["per_microbatch_s"] > t["per_microbatch_s"]
 
 
 def test_stages_that_tie_name_the_earliest():
     m = model(8, Stages(counts=(3, 3, 2)), experts=0)
-    t = step_time(m, Run(pp=3, global_batch=3, seq=512), machine("h200"))
+    t = step_time(m, training_plan(3, pp=3), 512, machine("h200"))
     assert t["slowest_stage"] == 1
 
 
 def test_an_even_split_times_as_before_the_last_stage_with_the_logits():
     """Every stage alike but the last, which adds the logits: the last is the slowest, by the logits."""
     m = model(8, experts=0)
-    run, gpu = Run(pp=4, global_batch=8, seq=512), machine("h200")
-    t = step_time(m, run, gpu)
-    plain, _ = stage_parts(m, run, gpu, 2, 0, False)
+    plan, gpu = training_plan(8, pp=4), machine("h200")
+    t = step_time(m, plan, 512, gpu)
+    plain, _ = stage_parts(m, plan, 512, gpu, 2, 0, False)
     assert t["slowest_stage"] == 4
     assert t["per_microbatch_s"] - sum(plain.values()) == pytest.approx(t["parts_per_microbatch_s"]["logits"])
     assert t["parts_per_microbatch_s"]["logits"] > 0
@@ -295,11 +296,11 @@ def test_llama_3s_published_run_takes_its_papers_stages():
     and for the output and loss."""
     from parasim.clock.runs import RUNS
     llama = next(r for r in RUNS if r.key == "llama3-405b-8k")
-    assert stage_counts(llama.model, llama.run.pp) == (7,) + (8,) * 14 + (7,)
+    assert stage_counts(llama.model, llama.plan.pp) == (7,) + (8,) * 14 + (7,)
 
 
 def test_deepseek_v3s_slowest_stage_is_one_of_four_moe_layers():
-    t = step_time(DS, run_of(Plan(pp=16, ep=64, world=2048).check(DS), 4096), machine("h200"))
+    t = step_time(DS, Plan(pp=16, ep=64, world=2048).check(DS), 4096, machine("h200"))
     assert t["slowest_stage"] == 2  # four MoE layers; stage 1 has three dense ones, stage 16 three MoE and the logits
 
 

@@ -222,10 +222,10 @@ def _seq(args: argparse.Namespace) -> int:
 def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:
     """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses, with the
     range the held-out runs like it measured (clock/uncertainty.py)."""
-    from ..clock.plan import plan_time, run_of
+    from ..clock.plan import plan_time
     from ..clock.uncertainty import held_out, step_range
     t = plan_time(model, plan, seq, gpu, overlap)
-    return {**t, "range": step_range(model, run_of(plan, seq, overlap), gpu, held_out()).to_dict(t["step_s"])}
+    return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
 
 
 def _print_job(args: argparse.Namespace, job: Any) -> None:

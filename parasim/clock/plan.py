@@ -20,7 +20,7 @@ communication behind the compute the frameworks run it beside.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
@@ -28,6 +28,7 @@ from ..layout import KINDS
 from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
+from ..estimate.memory import Plan
 from .costs import Machine, collective_seconds, p2p_seconds, pairs_seconds
 from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
@@ -66,53 +67,31 @@ def adam_bytes(p: Precision) -> int:
     return weight + grad + 2 * p.bytes("adam") + weight + 2 * p.bytes("adam") + (p.bytes("params") if p.master else 0)
 
 
-@dataclass(frozen=True)
-class Run:
-    """What the step runs: the layout's degrees, the batch and the training choices that change time."""
-    tp: int = 1
-    pp: int = 1
-    dp: int = 1
-    cp: int = 1
-    ep: int = 1
-    sp: bool = False
-    chunks: int = 1  # model chunks per GPU (interleaved 1F1B)
-    micro_batch: int = 1
-    global_batch: int = 1  # sequences per step, all replicas
-    seq: int = 2048
-    recompute: str = "none"  # none, selective, full
-    flash: bool = True
-    dropout: bool = False
-    distributed_optimizer: bool = False  # ZeRO-1: reduce-scatter gradients, all-gather parameters
-    fsdp: bool = False  # ZeRO-3: parameters gathered for forward and backward, gradients reduce-scattered
-    gpus_per_node: int = 8
-    overlap: tuple[str, ...] = ()
-    # layout/precision.py's entry; Megatron-LM's BF16 convention by default, the one the published runs the
-    # clock is validated on train with (clock/published.py)
-    precision: str = "megatron-bf16"
-
-    @property
-    def world(self) -> int:
-        return self.tp * self.pp * self.dp * self.cp
-
-    @property
-    def microbatches(self) -> int:
-        return self.global_batch // (self.dp * self.micro_batch)
+def sequences(plan: Plan) -> int:
+    """Sequences one optimizer step takes, over every replica: micro-batch x micro-batches x DP."""
+    return plan.micro_batch * plan.m * plan.dp
 
 
-def _share(run: Run, group: str, pattern: str = "ring") -> float:
+def _sharded(plan: Plan) -> bool:
+    """Gradients reduce-scattered and parameters all-gathered once a step: a sharded optimizer (ZeRO-1 and -2,
+    Megatron's distributed optimizer); ZeRO-3 gathers layer by layer instead (`step_time`)."""
+    return plan.zero in (1, 2)
+
+
+def _share(plan: Plan, group: str, pattern: str = "ring") -> float:
     """The share of a group kind's hops that cross a node (Megatron-Core's groups of the run's layout,
     mesh.KINDS' names; comm/hops.py counts them)."""
     from ..layout import Layout
-    layout = Layout(tp=run.tp, cp=run.cp, pp=run.pp, dp=run.dp, ep=run.ep, etp=1 if run.ep > 1 else None,
-                    gpus_per_node=run.gpus_per_node)
+    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=1 if plan.ep > 1 else None,
+                    gpus_per_node=plan.gpus_per_node)
     _, generator, axes = next(k for k in KINDS if k[0] == group)
-    return crossing_share(layout.rank_groups(generator, axes), pattern, run.gpus_per_node)
+    return crossing_share(layout.rank_groups(generator, axes), pattern, plan.gpus_per_node)
 
 
-def _link(run: Run, group: str, pattern: str = "ring") -> str:
+def _link(plan: Plan, group: str, pattern: str = "ring") -> str:
     """The link a ring or chain of that group kind goes at: the network when any of its hops crosses (each
     step waits for its slowest hop), else NVLink."""
-    return ACROSS if _share(run, group, pattern) else INSIDE
+    return ACROSS if _share(plan, group, pattern) else INSIDE
 
 
 def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> float:
@@ -121,23 +100,23 @@ def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> floa
     return collective_seconds(m, "all_reduce" if op_phases == 2 else "all_gather", t, buffer, where)
 
 
-def layer_linears(model: Any, run: Run, moe: bool) -> list[Linear]:
+def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
     """The products of one layer's forward on one GPU for one micro-batch, each at its own shape: attention's
     input projections (Q, K, V, split over TP) and its output; a dense MLP's up (with a gated MLP's gate) and
     down projections over TP; an MoE layer's router, its GPU's experts (each receiving its share of the routed
     tokens' top-k copies: rows = routed tokens x k x EP / experts, whole on the GPU at ETP 1) and its shared
     experts over TP."""
-    h, tp, cp = model.hidden, run.tp, run.cp
-    tokens = run.micro_batch * run.seq / cp
+    h, tp, cp = model.hidden, plan.tp, plan.cp
+    tokens = plan.micro_batch * seq / cp
     out_width = model.heads * (model.v_head_dim if model.latent else model.head_dim)  # the output's input
     qkv = model.attention_params() / h - out_width  # every input projection's outputs, together
     up = model.mlp_mats - 1  # an MLP's matrices that read the hidden state (SwiGLU's gate and up)
     lins = [Linear(tokens, h, qkv / tp), Linear(tokens, out_width / tp, h)]
     if not moe:
         return lins + [Linear(tokens, h, up * model.ffn_size / tp), Linear(tokens, model.ffn_size / tp, h)]
-    routed = tokens / (tp if run.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
-    local = max(1, model.experts // run.ep)
-    rows = routed * model.top_k * run.ep / model.experts  # copies one expert of this GPU works on, on average
+    routed = tokens / (tp if plan.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
+    local = max(1, model.experts // plan.ep)
+    rows = routed * model.top_k * plan.ep / model.experts  # copies one expert of this GPU works on, on average
     fe = model.expert_size
     lins += [Linear(routed, h, model.experts),
              Linear(rows, h, up * fe, count=local), Linear(rows, fe, h, count=local)]
@@ -147,25 +126,25 @@ def layer_linears(model: Any, run: Run, moe: bool) -> list[Linear]:
     return lins
 
 
-def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, float]:
+def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> dict[str, float]:
     """Seconds of one layer on one micro-batch on one GPU, by part: its products forward ("matmul") and backward
     ("matmul_bwd"), each at the share of peak a product of its shape measures (clock/kernels_time.py);
     attention forward and backward at FlashAttention's measured share for the sequence and head size (without
     FlashAttention: its two batched products per head, as products); elementwise passes at the measured HBM
     rate."""
-    h, tp, cp, s = model.hidden, run.tp, run.cp, run.seq
-    tokens = run.micro_batch * s / cp
-    routed = tokens / (tp if run.sp else 1)
+    h, tp, cp, s = model.hidden, plan.tp, plan.cp, seq
+    tokens = plan.micro_batch * s / cp
+    routed = tokens / (tp if plan.sp else 1)
     fwd = bwd = 0.0
-    fp8 = precision_of(run.precision).products.startswith("float8")
+    fp8 = precision_of(plan.precision).products.startswith("float8")
     router = moe and 2  # the router's product (the third of an MoE layer's): kept in BF16 by FP8 recipes
-    for i, lin in enumerate(layer_linears(model, run, moe)):
+    for i, lin in enumerate(layer_linears(model, plan, seq, moe)):
         f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "fp8" if fp8 and i != router else "bf16")
         fwd, bwd = fwd + f, bwd + b
-    causal = 0.5 if run.flash else 1.0
+    causal = 0.5 if plan.flash else 1.0
     attn_flops = 4 * tokens * s * h / tp * causal
-    heads = max(1, model.heads // tp) * run.micro_batch
-    if run.flash:  # a ring step of CP computes a block of s/cp queries against s/cp keys
+    heads = max(1, model.heads // tp) * plan.micro_batch
+    if plan.flash:  # a ring step of CP computes a block of s/cp queries against s/cp keys
         attn_fwd, attn_bwd = attention_seconds(m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True, 2.5)
     else:  # the scores made whole: QK^T (s/cp x d @ d x s) and PV (s/cp x s @ s x d) per head, backward twice
         d, q = model.head_dim, max(1, int(s // cp))
@@ -175,12 +154,12 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
         ffn_values = tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / tp
     else:
         ffn_values = tokens * model.ffn_size / tp
-    act = tokens * h / (tp if run.sp else 1)
+    act = tokens * h / (tp if plan.sp else 1)
     sizes = {"act": act, "ffn": ffn_values,
-             "scores": 0.0 if run.flash else run.micro_batch * model.heads / tp * (s / cp) * s}
+             "scores": 0.0 if plan.flash else plan.micro_batch * model.heads / tp * (s / cp) * s}
     elementwise = 0.0
     for _, over, with_dropout, without in ELEMENTWISE:
-        per = with_dropout if run.dropout else without
+        per = with_dropout if plan.dropout else without
         if over == "ffn" and model.gated:
             per += GATED_EXTRA
         elementwise += sizes[over] * per
@@ -192,34 +171,34 @@ def layer_forward(model: Any, run: Run, m: Machine, moe: bool) -> dict[str, floa
             "elementwise": elementwise, "attn_flops": attn_flops, "scores_bytes": sizes["scores"] * 9}
 
 
-def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last: bool) -> tuple[dict[str, float],
-                                                                                               float]:
+def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_n: int,
+                last: bool) -> tuple[dict[str, float], float]:
     """Seconds of one micro-batch on one GPU of a stage holding `dense_n` dense and `moe_n` MoE layers (and,
     on the `last` stage, the output layer and its loss), by part; and its product seconds."""
-    h, tp, cp = model.hidden, run.tp, run.cp
-    dt = precision_of(run.precision)
+    h, tp, cp = model.hidden, plan.tp, plan.cp
+    dt = precision_of(plan.precision)
     act = dt.bytes("activations")
-    tokens = run.micro_batch * run.seq / cp
+    tokens = plan.micro_batch * seq / cp
     act_bytes = tokens * h * act
-    recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[run.recompute]
+    recompute = {"none": 0.0, "selective": 0.0, "full": 1.0}[plan.recompute]
     parts = {k: 0.0 for k in ("matmul", "attention", "elementwise", "tp", "cp", "ep", "logits")}
     products = 0.0
     for n, is_moe in ((dense_n, False), (moe_n, True)):
         if not n:
             continue
-        f = layer_forward(model, run, m, is_moe)
+        f = layer_forward(model, plan, seq, m, is_moe)
         layer_products = f["matmul"] * (1 + recompute) + f["matmul_bwd"]
         parts["matmul"] += n * layer_products
-        again = recompute + (1.0 if run.recompute == "selective" else 0.0)  # forwards of attention run again
+        again = recompute + (1.0 if plan.recompute == "selective" else 0.0)  # forwards of attention run again
         parts["attention"] += n * (f["attention"] * (1 + again) + f["attention_bwd"])
         parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
-        if run.recompute == "selective" and not run.flash:
+        if plan.recompute == "selective" and not plan.flash:
             parts["elementwise"] += n * f["scores_bytes"] * act / hbm_rate(m.memo, m.key, m.hbm)
         products += n * layer_products
         # TP: per block (attention, and a dense MLP), forward and backward, as estimate/traffic.layer_traffic
         blocks = 1 if is_moe else 2
-        where = _link(run, "tp")
-        if tp > 1 and run.sp:
+        where = _link(plan, "tp")
+        if tp > 1 and plan.sp:
             ag, rs = blocks * (recompute + 2 + 1), blocks * (recompute + 1 + 1)
             tp_s = ag * _ring(m, 1, tp, act_bytes, where) + rs * _ring(m, 1, tp, act_bytes, where)
         elif tp > 1:
@@ -230,15 +209,15 @@ def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last
         if cp > 1:  # K and V of every other CP rank, forward; and back with their gradients, backward
             kv = tokens * 2 * model.kv * model.head_dim * act / tp
             # a ring of cp - 1 passes of every other rank's K and V: an all-gather of the cp blocks, in time
-            parts["cp"] += n * collective_seconds(m, "all_gather", cp, cp * kv, _link(run, "cp")) * (1 + recompute + 2)
-        if is_moe and run.ep > 1:  # dispatch and combine, forward and backward
-            values = tokens / (tp if run.sp else 1) * model.top_k * h * (run.ep - 1) / run.ep
-            share = _share(run, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
+            parts["cp"] += n * collective_seconds(m, "all_gather", cp, cp * kv, _link(plan, "cp")) * (1 + recompute + 2)
+        if is_moe and plan.ep > 1:  # dispatch and combine, forward and backward
+            values = tokens / (tp if plan.sp else 1) * model.top_k * h * (plan.ep - 1) / plan.ep
+            share = _share(plan, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
             # toward the experts (the dispatch, and backward its outputs' gradients) and home (the combine, and
             # backward the tokens' gradients), each in its own dtype: (1 + recompute) forwards, one backward
             for kind in ("dispatch", "combine"):
                 sent = values * dt.bytes(kind)
-                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m, run.ep)
+                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m, plan.ep)
     if last:  # the output layer and its loss: a product over the vocabulary's TP share, forward and backward
         fwd, bwd = linear_seconds(m.memo, m.key, m.peak_flops, Linear(tokens, h, model.vocab / tp))
         parts["logits"] = fwd + bwd + tokens * model.vocab / tp * dt.bytes("logits") * 3 / hbm_rate(m.memo, m.key, m.hbm)
@@ -246,15 +225,15 @@ def stage_parts(model: Any, run: Run, m: Machine, dense_n: int, moe_n: int, last
     return parts, products
 
 
-def _exposed(run: Run, parts: dict[str, float], products: float, slowdown: float) -> tuple[float, float]:
+def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float) -> tuple[float, float]:
     """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden). A
     hidden collective is not free: the compute it runs beside slows by `slowdown` of the time they overlap
     (its kernels hold SMs and memory bandwidth: `overlap_cost`). DualPipe pairs a forward and a backward
     chunk, so one's EP all-to-alls run beside the other's compute."""
-    hidden_tp = min(parts["tp"], products) if "tp" in run.overlap else 0.0
-    hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in run.overlap else 0.0
+    hidden_tp = min(parts["tp"], products) if "tp" in overlap else 0.0
+    hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in overlap else 0.0
     compute = parts["matmul"] + parts["attention"] + parts["elementwise"]
-    hidden_ep = min(parts["ep"], compute) if "dualpipe" in run.overlap else 0.0
+    hidden_ep = min(parts["ep"], compute) if "dualpipe" in overlap else 0.0
     return sum(parts.values()) - (hidden_tp + hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
 
 
@@ -284,21 +263,23 @@ def overlap_cost(m: Machine) -> float:
     return overlap_slowdown(m.key).value
 
 
-def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
-    """Seconds of one training step, set by the slowest pipeline stage's GPU, by part, with the critical
-    path's shares. Every stage that differs (its layers by the model's rule, layout/stages.py; the logits on
+def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Seconds of one training step of `plan` (estimate/memory.Plan: the layout, its ZeRO stage, micro-batches
+    and training choices, the one type `parasim memory` and `fit` plan with) at `seq` tokens a sequence with
+    the `overlap` switches on, set by the slowest pipeline stage's GPU, by part, with the critical path's
+    shares. Every stage that differs (its layers by the model's rule, layout/stages.py; the logits on
     the last) is timed; the slowest paces 1F1B's steady state and its bubble alike, and is named (from 1)."""
-    check(run.overlap, PLAN)
-    h, tp, cp, pp, v = model.hidden, run.tp, run.cp, run.pp, run.chunks
-    dt = precision_of(run.precision)
-    tokens = run.micro_batch * run.seq / cp
+    check(overlap, PLAN)
+    h, tp, cp, pp, v = model.hidden, plan.tp, plan.cp, plan.pp, plan.chunks
+    dt = precision_of(plan.precision)
+    tokens = plan.micro_batch * seq / cp
     act_bytes = tokens * h * dt.bytes("activations")
     slowest = None
     slow = overlap_cost(m)
     for stage in sorted({int(s) for s in alike_starts(model, pp)}):
         dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
-        parts, products = stage_parts(model, run, m, dense_n, moe_n, stage == pp - 1)
-        per_mb, hidden_tp = _exposed(run, parts, products, slow)
+        parts, products = stage_parts(model, plan, seq, m, dense_n, moe_n, stage == pp - 1)
+        per_mb, hidden_tp = _exposed(overlap, parts, products, slow)
         if slowest is None or per_mb > slowest[0]:  # the earliest of equals
             slowest = (per_mb, stage, parts, hidden_tp)
     assert slowest is not None
@@ -306,36 +287,36 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
     # pipeline: each micro-batch's activations go to the next stage and its gradient comes back, per chunk
     p2p = 0.0
     if pp > 1:
-        sent = act_bytes / (tp if run.sp else 1)
-        where = _link(run, "pp", "chain")
+        sent = act_bytes / (tp if plan.sp else 1)
+        where = _link(plan, "pp", "chain")
         p2p = 2 * v * p2p_seconds(m, sent, where)
     # hidden (Megatron's p2p overlap, DualPipe's pairs), a send still slows the compute beside it
-    exposed_p2p = slow * p2p if {"p2p", "dualpipe"} & set(run.overlap) else p2p
-    mb = run.microbatches
+    exposed_p2p = slow * p2p if {"p2p", "dualpipe"} & set(overlap) else p2p
+    mb = plan.m
     pipeline = (mb + (pp - 1) / v) * (per_mb + exposed_p2p)
     # data parallel: the gradients of this GPU's parameters, once per step
     dense = model.total_params() - model.expert_params()
-    local = dense / (tp * pp) + model.expert_params() / (run.ep * pp)
-    dpg = run.dp * cp
-    where = _link(run, "dp-cp")
-    if run.fsdp or run.distributed_optimizer:
+    local = dense / (tp * pp) + model.expert_params() / (plan.ep * pp)
+    dpg = plan.dp * cp
+    where = _link(plan, "dp-cp")
+    if plan.zero == 3 or _sharded(plan):
         grads = _ring(m, 1, dpg, local * dt.bytes("grad_reduce"), where)
         params = _ring(m, 1, dpg, local * dt.bytes("compute"), where)
     else:
         grads, params = _ring(m, 2, dpg, local * dt.bytes("grad_reduce"), where), 0.0
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
-    if run.fsdp:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
+    if plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
         layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
-        exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in run.overlap, slow, (1 / 3, 2 / 3))
-        exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in run.overlap, slow, (2 / 3,))
+        exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in overlap, slow, (1 / 3, 2 / 3))
+        exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
         params, grads = 2 * mb * params, mb * grads
     else:
         last_backward = per_mb * 2 / 3
-        exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in run.overlap else grads
+        exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in overlap else grads
         first_forward = per_mb / 3
-        exposed_params = params - min(params, first_forward) * (1 - slow) if "prefetch" in run.overlap else params
-    updated = local / (dpg if (run.fsdp or run.distributed_optimizer) else 1)
+        exposed_params = params - min(params, first_forward) * (1 - slow) if "prefetch" in overlap else params
+    updated = local / (dpg if plan.zero else 1)
     optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer
     return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb, "slowest_stage": stage + 1,
@@ -345,24 +326,13 @@ def step_time(model: Any, run: Run, m: Machine) -> dict[str, Any]:
             "optimizer_s": optimizer, "gpu": m.name}
 
 
-def run_of(plan: Any, seq: int, overlap: tuple[str, ...] = ()) -> Run:
-    """The Run of an estimator's Plan (its degrees and training choices) at `seq` tokens: what `parasim
-    memory` and `parasim fit` time."""
-    return Run(tp=plan.tp, pp=plan.pp, dp=plan.dp, cp=plan.cp, ep=plan.ep, sp=plan.sp,
-               micro_batch=plan.micro_batch, global_batch=plan.micro_batch * plan.m * plan.dp, seq=seq,
-               recompute=plan.recompute, flash=plan.flash, dropout=plan.dropout,
-               distributed_optimizer=plan.zero in (1, 2), fsdp=plan.zero == 3, gpus_per_node=plan.gpus_per_node,
-               overlap=overlap, chunks=plan.chunks, precision=plan.precision)
-
-
-def plan_time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
-    """`step_time` of an estimator's plan on GPU type `gpu`, with tokens per second per GPU and MFU (the
-    model's FLOPs without recomputation, over the step and the GPUs' dense peak)."""
+def plan_time(model: Any, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
+    """`step_time` of `plan` on GPU type `gpu`, with tokens per second per GPU and MFU (the model's FLOPs
+    without recomputation, over the step and the GPUs' dense peak)."""
     from ..estimate.traffic import step_flops
-    run = run_of(plan, seq, overlap)
     m = machine_of(gpu, plan.gpus_per_node)
-    t = step_time(model, run, m)
-    tokens = run.global_batch * seq
+    t = step_time(model, plan, seq, m, overlap)
+    tokens = sequences(plan) * seq
     model_flops = step_flops(model, replace(plan, recompute="none"), seq)["total"]
-    return {**t, "tokens_per_s_per_gpu": tokens / t["step_s"] / run.world,
-            "mfu": model_flops / (t["step_s"] * run.world * m.peak_flops), "overlap": list(overlap)}
+    return {**t, "tokens_per_s_per_gpu": tokens / t["step_s"] / plan.world,
+            "mfu": model_flops / (t["step_s"] * plan.world * m.peak_flops), "overlap": list(overlap)}

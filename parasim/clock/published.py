@@ -13,17 +13,23 @@ from dataclasses import replace
 from typing import Any
 
 from .costs import machine
-from .plan import Run, step_time
+from ..estimate.memory import Plan
+from .plan import sequences, step_time
 from .runs import SETS, UNITS, PublishedRun, runs
 
 BEYOND = 0.25  # an error past this is listed by name in a set's score
 
 
-def predicted(r: PublishedRun, run: Run | None = None) -> tuple[float, dict[str, Any]]:
-    """parasim's figure for `r` in its unit (with `run` in place of its own, for a variant), and the step."""
-    run = run or r.run
-    t = step_time(r.model, run, machine(r.gpu, run.gpus_per_node))
-    return UNITS[r.unit].of_step(r, run, t["step_s"]), t
+def predicted(r: PublishedRun, change: dict[str, Any] | None = None) -> tuple[float, dict[str, Any]]:
+    """parasim's figure for `r` in its unit (with `change` made to its plan or overlap, for a variant), and the
+    step."""
+    change = dict(change or {})
+    overlap = change.pop("overlap", r.overlap)
+    plan: Plan = replace(r.plan, **change)
+    # the source's global batch stays: a larger micro-batch means fewer of them
+    plan = replace(plan, microbatches=sequences(r.plan) // (plan.dp * plan.micro_batch))
+    t = step_time(r.model, plan, r.seq, machine(r.gpu, plan.gpus_per_node), overlap)
+    return UNITS[r.unit].of_step(r, plan, t["step_s"]), t
 
 
 def error(r: PublishedRun, value: float) -> float:
@@ -43,7 +49,7 @@ def rows(which: str | None = None) -> list[dict[str, Any]]:
                "rule": r.rule, "error": error(r, value), "assumed": r.assumed,
                "step_s": t["step_s"], "bubble_share": t["bubble_s"] / t["step_s"], "variants": {}}
         for name, change in r.variants.items():
-            v, _ = predicted(r, replace(r.run, **change))
+            v, _ = predicted(r, change)
             row["variants"][name] = {"predicted": v, "error": error(r, v)}
         out.append(row)
     return out

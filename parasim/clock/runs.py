@@ -19,7 +19,8 @@ from typing import Any, Callable
 
 from ..estimate.hardware import GPUS
 from ..layout import SPREAD, ModelSpec, Stages
-from .plan import Run
+from ..estimate.memory import Plan
+from .plan import sequences
 
 CALIBRATION, HELD_OUT = "calibration", "held-out"
 SETS = (CALIBRATION, HELD_OUT)
@@ -80,22 +81,22 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 @dataclass(frozen=True)
 class FlopRule:
     said: str
-    flops: Callable[[ModelSpec, Run], float]  # (the model, the run) -> FLOPs of one step
+    flops: Callable[[ModelSpec, Plan, int], float]  # (the model, the plan, the sequence) -> FLOPs of one step
 
 
-def _narayanan_flops(model: ModelSpec, run: Run) -> float:
-    h, layers, s = model.hidden, model.layers, run.seq
-    return 96 * run.global_batch * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (16 * layers * h))
+def _narayanan_flops(model: ModelSpec, plan: Plan, s: int) -> float:
+    h, layers = model.hidden, model.layers
+    return 96 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (16 * layers * h))
 
 
-def _megatron_72_flops(model: ModelSpec, run: Run) -> float:
-    h, layers, s = model.hidden, model.layers, run.seq
-    return 72 * run.global_batch * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (12 * h * layers))
+def _megatron_72_flops(model: ModelSpec, plan: Plan, s: int) -> float:
+    h, layers = model.hidden, model.layers
+    return 72 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (12 * h * layers))
 
 
-def _palm_flops(model: ModelSpec, run: Run) -> float:
+def _palm_flops(model: ModelSpec, plan: Plan, s: int) -> float:
     n = model.total_params() - model.counted()["embeddings"]
-    return (6 * n + 12 * model.layers * model.hidden * run.seq) * run.global_batch * run.seq
+    return (6 * n + 12 * model.layers * model.hidden * s) * sequences(plan) * s
 
 
 RULES: dict[str, FlopRule] = {
@@ -115,7 +116,7 @@ class Unit:
     short: str  # for a narrow column
     decimals: int  # as a table prints it
     rate: bool  # True: a throughput (more is faster); False: a time (less is faster)
-    of_step: Callable[[PublishedRun, Run, float], float]  # (the run, its layout, seconds a step) -> the figure
+    of_step: Callable[[PublishedRun, Plan, float], float]  # (the run, its plan, seconds a step) -> the figure
 
     def error(self, published: float, value: float) -> float:
         """parasim's `value` against the `published` figure, read alike for every unit: the throughput
@@ -123,12 +124,12 @@ class Unit:
         return value / published - 1 if self.rate else published / value - 1
 
 
-def _tflops(r: PublishedRun, run: Run, step_s: float) -> float:
-    return RULES[r.rule].flops(r.model, run) / (step_s * run.world) / 1e12
+def _tflops(r: PublishedRun, plan: Plan, step_s: float) -> float:
+    return RULES[r.rule].flops(r.model, plan, r.seq) / (step_s * plan.world) / 1e12
 
 
-def _mfu(r: PublishedRun, run: Run, step_s: float) -> float:
-    return 100 * _tflops(r, run, step_s) * 1e12 / GPUS[r.gpu].peak_flops.value
+def _mfu(r: PublishedRun, plan: Plan, step_s: float) -> float:
+    return 100 * _tflops(r, plan, step_s) * 1e12 / GPUS[r.gpu].peak_flops.value
 
 
 # The unit a published figure is in. A FLOP rate names the source's counting rule (RULES).
@@ -138,12 +139,12 @@ UNITS: dict[str, Unit] = {
     "MFU %": Unit("the same FLOPs over the step's time, the GPUs and the GPU's dense 16-bit peak, in percent",
                   "MFU %", 1, True, _mfu),
     "tokens/s per GPU": Unit("tokens of the global batch a second, over the GPUs", "tok/s/GPU", 0, True,
-                             lambda r, run, t: run.global_batch * run.seq / t / run.world),
+                             lambda r, plan, t: sequences(plan) * r.seq / t / plan.world),
     "s per step": Unit("seconds one optimizer step (the global batch) takes", "s/step", 2, False,
-                       lambda r, run, t: t),
+                       lambda r, plan, t: t),
     "GPU-hours per trillion tokens": Unit("GPU-hours a whole training campaign spent per 1e12 tokens (stalls, "
                                           "restarts and the batch ramp included)", "GPU-h/1e12 tok", 0, False,
-                                          lambda r, run, t: run.world * t / 3600 / (run.global_batch * run.seq / 1e12)),
+                                          lambda r, plan, t: plan.world * t / 3600 / (sequences(plan) * r.seq / 1e12)),
 }
 FLOP_UNITS = ("TFLOP/s per GPU", "MFU %")
 
@@ -155,17 +156,28 @@ PRECISION_SAID: dict[str, str] = {
     "unstated": "the source gives no precision",
 }
 
-# How data parallelism holds the model state -> (ZeRO stage, what it is, the Run flag the clock times it by).
-SHARDING: dict[str, tuple[int, str, str]] = {
-    "none": (0, "plain data parallelism: every replica holds everything, gradients all-reduced", ""),
-    "zero-1": (1, "optimizer state sharded (Megatron's distributed optimizer, DeepSpeed ZeRO-1)",
-               "distributed_optimizer"),
+# How data parallelism holds the model state -> (ZeRO stage, what it is, the plan's ZeRO stage the clock times
+# it by: 0 all-reduces the gradients; 1 and 2 reduce-scatter them and all-gather the parameters once a step; 3
+# gathers layer by layer)
+SHARDING: dict[str, tuple[int, str, int]] = {
+    "none": (0, "plain data parallelism: every replica holds everything, gradients all-reduced", 0),
+    "zero-1": (1, "optimizer state sharded (Megatron's distributed optimizer, DeepSpeed ZeRO-1)", 1),
     "zero-2": (2, "gradients and optimizer state sharded (DeepSpeed ZeRO-2, PyTorch FSDP SHARD_GRAD_OP): "
-                  "timed as the distributed optimizer (reduce-scatter, all-gather)", "distributed_optimizer"),
+                  "timed as the distributed optimizer (reduce-scatter, all-gather)", 2),
     "fsdp-no-reshard": (3, "FSDP that keeps the parameters gathered from forward to backward (Llama 3): timed as "
-                           "the distributed optimizer", "distributed_optimizer"),
-    "zero-3": (3, "parameters, gradients and optimizer state sharded (ZeRO-3, FSDP FULL_SHARD, FSDP2)", "fsdp"),
+                           "the distributed optimizer", 1),
+    "zero-3": (3, "parameters, gradients and optimizer state sharded (ZeRO-3, FSDP FULL_SHARD, FSDP2)", 3),
 }
+
+
+def training_plan(global_batch: int, sharding: str = "none", **choices: Any) -> Plan:
+    """The plan a published run trains with: its degrees and training choices (estimate/memory.Plan's fields),
+    its micro-batches from the global batch its source gives (over DP and the micro-batch), its ZeRO stage as
+    SHARDING times its `sharding`, and, where the entry says nothing, Megatron-LM's BF16 and no dropout."""
+    choices = {"precision": "megatron-bf16", "dropout": False, "dp": 1, "micro_batch": 1, **choices}
+    per_replica = choices["dp"] * choices["micro_batch"]
+    assert global_batch % per_replica == 0, (global_batch, per_replica)
+    return Plan(**choices, zero=SHARDING[sharding][2], microbatches=global_batch // per_replica)
 
 
 @dataclass(frozen=True)
@@ -177,16 +189,22 @@ class PublishedRun:
     gpu: str  # estimate/hardware.py's GPUS key
     gpus: int  # GPUs as the source gives them (or `assumed` says)
     model: ModelSpec
-    run: Run  # tp, pp, dp, cp, ep, sp, chunks, micro-batch, global batch, sequence, recomputation, flash
+    plan: Plan  # tp, pp, dp, cp, ep, etp, sp, chunks, micro-batch and micro-batches, ZeRO, recomputation, flash
+    seq: int  # tokens a sequence
     published: float
     unit: str  # UNITS' key
     rule: str | None = None  # RULES' key, for a FLOP rate
     precision: str = "bf16"  # PRECISION_SAID's key
     sharding: str = "none"  # SHARDING's key
-    etp: int = 1  # expert tensor parallelism (MoE)
     schedule: str | None = None  # pipeline/schedules.py's name; None without a pipeline
     assumed: str = ""  # what the source leaves out, and the value taken
-    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # other choices for what is assumed: Run fields
+    overlap: tuple[str, ...] = ()  # clock/overlaps.py's switches the run trains with
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # other choices for what is assumed: the
+    # plan's fields, or "overlap"
+
+    def __post_init__(self) -> None:
+        # the plan is timed by the sharding the entry names (a programming slip, not a user's input)
+        assert self.plan.zero == SHARDING[self.sharding][2], (self.key, self.plan.zero, self.sharding)
 
     @property
     def set(self) -> str:
@@ -266,7 +284,7 @@ _TABLE2 = (("zero3", 174.6, 384, 1536, 4, 144), ("zero3", 174.6, 768, 1536, 2, 8
            ("ptdp", 174.6, 384, 1536, 1, 153), ("ptdp", 174.6, 768, 1536, 1, 149), ("ptdp", 174.6, 1536, 1536, 1, 141),
            ("ptdp", 529.6, 560, 2240, 1, 171), ("ptdp", 529.6, 1120, 2240, 1, 167), ("ptdp", 529.6, 2240, 2240, 1, 159))
 _TABLE2_MODELS = {174.6: (_gpt(96, 12288, 96), 8, 12), 529.6: (_gpt(105, 20480, 128), 8, 35)}  # (model, TP, PP)
-_MEGATRON_2021 = dict(seq=2048, recompute="full", flash=False, dropout=True)
+_MEGATRON_2021 = dict(recompute="full", flash=False, dropout=True)  # at a sequence of 2048
 
 
 def _narayanan() -> list[PublishedRun]:
@@ -275,26 +293,25 @@ def _narayanan() -> list[PublishedRun]:
         v = _chunks(layers, pp)
         out.append(PublishedRun(
             f"megatron-2021-{b:g}b", "Narayanan 2021", "Table 1", "a100", gpus, _gpt(layers, h, heads),
-            Run(tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, global_batch=batch, micro_batch=1, **_MEGATRON_2021),
+            training_plan(batch, tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, micro_batch=1, **_MEGATRON_2021), 2048,
             tflops, "TFLOP/s per GPU", "narayanan", precision="16-bit", schedule=_pipe(pp, v),
             assumed="micro-batch 1 (as Table 2's PTD-P rows)" + (f", {v} model chunks per GPU" if pp > 1 else ""),
             variants={"micro-batch 2": {"micro_batch": 2}} | ({"1 chunk": {"chunks": 1}} if pp > 1 else {})))
     for scheme, b, gpus, batch, mb, tflops in _TABLE2:
         model, tp, pp = _TABLE2_MODELS[b]
         if scheme == "zero3":
-            run = Run(dp=gpus, fsdp=True, global_batch=batch, micro_batch=mb, **_MEGATRON_2021)
+            plan = training_plan(batch, "zero-3", dp=gpus, micro_batch=mb, **_MEGATRON_2021)
             said = ("full recomputation (eq. 3's count assumes it; the ZeRO-3 rows do not say); no overlap of "
                     "ZeRO-3's collectives named (the paper names none)")
             extra = dict(sharding="zero-3")
         else:
             v = _chunks(model.layers, pp)
-            run = Run(tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, global_batch=batch, micro_batch=mb,
-                      **_MEGATRON_2021)
+            plan = training_plan(batch, tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, micro_batch=mb, **_MEGATRON_2021)
             said = (f"TP {tp} x PP {pp} for the table's model-parallel size {tp * pp} (Table 1's split for the same "
                     f"size), {v} model chunks per GPU")
             extra = dict(schedule="interleaved")
         out.append(PublishedRun(f"megatron-2021-t2-{scheme}-{b:g}b-{gpus}", "Narayanan 2021", "Table 2", "a100",
-                                gpus, model, run, tflops, "TFLOP/s per GPU", "narayanan", precision="16-bit",
+                                gpus, model, plan, 2048, tflops, "TFLOP/s per GPU", "narayanan", precision="16-bit",
                                 assumed=said, **extra))
     return out
 
@@ -310,18 +327,17 @@ _TABLE5 = (("22B", 64, 6144, 48, 8, 1, 8, 4, 4, 1, 1.42, 1.10),
 def _korthikanti() -> list[PublishedRun]:
     out = []
     for name, heads, h, layers, tp, pp, gpus, batch, mb, v, full, present in _TABLE5:
-        base = Run(tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, global_batch=batch, micro_batch=mb, seq=2048,
-                   flash=False, dropout=True)
+        base = training_plan(batch, tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, micro_batch=mb, flash=False, dropout=True)
         said = "" if name in ("175B", "530B") or pp == 1 else "2 model chunks per GPU (not stated for 1T)"
-        for how, run, t in (("full", replace(base, recompute="full"), full),
+        for how, plan, t in (("full", replace(base, recompute="full"), full),
                             ("sp+sel", replace(base, recompute="selective", sp=True), present)):
             out.append(PublishedRun(f"korthikanti-{name.lower()}-{how}", "Korthikanti 2022", "Tables 3, 5", "a100",
-                                    gpus, _gpt(layers, h, heads), run, t, "s per step", precision="16-bit",
+                                    gpus, _gpt(layers, h, heads), plan, 2048, t, "s per step", precision="16-bit",
                                     schedule=_pipe(pp, v), assumed=said))
     out.append(PublishedRun("korthikanti-530b-dp8", "Korthikanti 2022", "section 6.3", "a100", 2240,
                             _gpt(105, 20480, 128),
-                            Run(tp=8, pp=35, dp=8, chunks=3, global_batch=2240, micro_batch=1, seq=2048, flash=False,
-                                dropout=True, recompute="selective", sp=True), 39.15, "s per step",
+                            training_plan(2240, tp=8, pp=35, dp=8, chunks=3, micro_batch=1, flash=False, dropout=True,
+                                  recompute="selective", sp=True), 2048, 39.15, "s per step",
                             precision="16-bit", schedule="interleaved"))
     return out
 
@@ -336,9 +352,10 @@ def _llama3() -> list[PublishedRun]:
     model = replace(LLAMA3_405B, stages=_EMBEDDING_AND_LOSS)
     return [PublishedRun(
         f"llama3-405b-{gpus // 1024}k" + (f"-cp{cp}" if cp > 1 else ""), "Llama 3 2024", "Table 4", "h100", gpus,
-        model, Run(tp=tp, cp=cp, pp=pp, dp=dp, sp=True, seq=s, global_batch=per * dp, micro_batch=1, chunks=2,
-                   flash=True, distributed_optimizer=True, overlap=("grad-reduce", "prefetch", "p2p")),
+        model, training_plan(per * dp, "fsdp-no-reshard", tp=tp, cp=cp, pp=pp, dp=dp, sp=True, micro_batch=1, chunks=2,
+                     flash=True), s,
         tflops, "TFLOP/s per GPU", "palm", sharding="fsdp-no-reshard", schedule="interleaved",
+        overlap=("grad-reduce", "prefetch", "p2p"),
         assumed="micro-batch 1, 2 model chunks per GPU (the paper's V is not given); FSDP without resharding as a "
                 "sharded optimizer, its reductions overlapped" + (
                     "; DP 8 (arXiv v1 prints 4, which its GPU and token counts contradict; later copies print 8)"
@@ -359,9 +376,9 @@ def _readme_h100() -> list[PublishedRun]:
     return [PublishedRun(
         f"megatron-h100-{name.lower()}", "Megatron-LM README (H100)", "images/model_table.png", "h100",
         tp * pp * dp, _gpt(layers, h, heads, 131072),
-        Run(tp=tp, pp=pp, dp=dp, sp=tp > 1, seq=4096, global_batch=batch, micro_batch=1, flash=True,
-            distributed_optimizer=True, overlap=("grad-reduce", "prefetch", "tp", "p2p")),
+        training_plan(batch, "zero-1", tp=tp, pp=pp, dp=dp, sp=tp > 1, micro_batch=1, flash=True), 4096,
         tflops, "TFLOP/s per GPU", "megatron-72", precision="unstated", sharding="zero-1", schedule=_pipe(pp, 1),
+        overlap=("grad-reduce", "prefetch", "tp", "p2p"),
         assumed="micro-batch 1, no model chunks, no recomputation, BF16, an MLP of 4h (the README gives none of "
                 "them); the distributed optimizer that its --overlap-param-gather needs; TP overlap as stated",
         variants={"TP overlap off": {"overlap": ("grad-reduce", "prefetch", "p2p")}})
@@ -372,9 +389,10 @@ def _deepseek_v3() -> list[PublishedRun]:
     return [PublishedRun(
         "deepseek-v3-pretrain", "DeepSeek-V3 2024", "sections 3.1, 3.2, 4.2 and Table 1 (pre-training)", "h800",
         2048, DEEPSEEK_V3,
-        Run(pp=16, dp=128, ep=64, seq=4096, global_batch=15360, micro_batch=1, chunks=2, recompute="selective",
-            flash=True, distributed_optimizer=True, precision="deepseek-v3", overlap=("dualpipe",)),
+        training_plan(15360, "zero-1", pp=16, dp=128, ep=64, micro_batch=1, chunks=2, recompute="selective", flash=True,
+              precision="deepseek-v3"), 4096,
         180000.0, "GPU-hours per trillion tokens", precision="fp8", sharding="zero-1", schedule="dualpipev",
+        overlap=("dualpipe",),
         assumed="DualPipe overlaps the EP all-to-alls and the pipeline's sends with the paired chunk's compute (section 3.2.1: the plan's dualpipe overlap); a campaign average (the 3072-to-15360 batch ramp, stalls and restarts included): the row takes the "
                 "final batch of 15360; micro-batch 1 (not given); DualPipe as the registry's DualPipeV, 2 chunks a "
                 "GPU; the 61 layers spread over 16 stages (thirteen of 4, three of 3; the split is not given); "
@@ -385,9 +403,8 @@ def _deepseek_v3() -> list[PublishedRun]:
 def _trainy_h200() -> list[PublishedRun]:
     return [PublishedRun(
         f"titan-h200-8b-fsdp{gpus}", "torchtitan H200 (Trainy)", "Results table", "h200", gpus, LLAMA3_8B,
-        Run(dp=gpus, fsdp=True, seq=8192, global_batch=2 * gpus, micro_batch=2, recompute="selective", flash=True,
-            precision="fsdp2", overlap=("grad-reduce", "prefetch")),
-        tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
+        training_plan(2 * gpus, "zero-3", dp=gpus, micro_batch=2, recompute="selective", flash=True, precision="fsdp2"),
+        8192, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", overlap=("grad-reduce", "prefetch"),
         assumed="sequence 8192 and per-op selective checkpointing from llama3_8b.toml at torchtitan e7c0cae (the "
                 "page runs that file); FP8 tensorwise linears with FP8 all-gathers, torch.compile")
         for gpus, tps in ((32, 10938.0), (64, 10753.0))]
@@ -407,16 +424,17 @@ _MEGASCALE_SAID = ("A100 80GB (the paper says Ampere); BF16; micro-batch 1; sequ
 
 
 def _megascale() -> list[PublishedRun]:
-    common = dict(seq=2048, micro_batch=1, sp=True, recompute="selective", flash=False, distributed_optimizer=True)
+    common = dict(micro_batch=1, sp=True, recompute="selective", flash=False)  # at a sequence of 2048
     out = [PublishedRun(f"megascale-megatron-175b-{gpus}", "MegaScale 2024", "Table 2 (Megatron-LM rows)", "a100",
                         gpus, _gpt(96, 12288, 128, 64000),
-                        Run(tp=8, pp=8, dp=gpus // 64, chunks=6, global_batch=batch, **common), seconds,
+                        training_plan(batch, "zero-1", tp=8, pp=8, dp=gpus // 64, chunks=6, **common), 2048, seconds,
                         "s per step", precision="unstated", sharding="zero-1", schedule="interleaved",
                         assumed=_MEGASCALE_SAID)
            for gpus, batch, seconds in _MEGASCALE_T2]
     out += [PublishedRun(f"megascale-megatron-530b-{gpus}", "MegaScale 2024", "Figure 9 (Megatron-LM bars)", "a100",
                          gpus, _gpt(105, 20480, 160, 64000),
-                         Run(tp=8, pp=35, dp=gpus // 280, chunks=3, global_batch=gpus, **common), mfu, "MFU %",
+                         training_plan(gpus, "zero-1", tp=8, pp=35, dp=gpus // 280, chunks=3, **common), 2048, mfu,
+                         "MFU %",
                          "megatron-72", precision="unstated", sharding="zero-1", schedule="interleaved",
                          assumed=_MEGASCALE_SAID + "; which bars are Megatron-LM's is read from the text (MegaScale's "
                                  "are higher by up to 6.1 points); MFU's peak is the A100's 312 TFLOP/s and its count "
@@ -427,26 +445,25 @@ def _megascale() -> list[PublishedRun]:
 
 _TITAN = "Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card)"
 _TITAN_SEQ = "sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page gives none)"
-_TITAN_FSDP = dict(fsdp=True, flash=True, precision="fsdp2")
+_TITAN_FSDP = dict(flash=True, precision="fsdp2")  # FSDP2: ZeRO-3
 
 
 def _titan_h100() -> list[PublishedRun]:
     src, fp8 = "torchtitan H100 2024", "FP8 tensorwise linears (torchao Float8), torch.compile"
     out = [PublishedRun(f"titan-8b-fsdp{gpus}", src, table, "h100", gpus, LLAMA3_8B,
-                        Run(dp=gpus, seq=8192, global_batch=2 * gpus, micro_batch=2, recompute="selective",
-                            overlap=("grad-reduce", "prefetch"), **_TITAN_FSDP),
-                        tps, "tokens/s per GPU", sharding="zero-3",
+                        training_plan(2 * gpus, "zero-3", dp=gpus, micro_batch=2, recompute="selective", **_TITAN_FSDP),
+                        8192, tps, "tokens/s per GPU", sharding="zero-3", overlap=("grad-reduce", "prefetch"),
                         assumed=f"{_TITAN}; {_TITAN_SEQ}; per-op selective checkpointing; no torch.compile")
            for gpus, table, tps in ((8, "Table 1, FSDP", 5762.0), (128, "Table 3, FSDP", 5605.0))]
     out += [PublishedRun(f"titan-8b-fsdp{8 // cp}-cp{cp}", src, "Table 2", "h100", 8, LLAMA3_8B,
-                         Run(dp=8 // cp, cp=cp, seq=32768 * cp, global_batch=8 // cp, micro_batch=1, recompute="full",
-                             overlap=("grad-reduce", "prefetch"), **_TITAN_FSDP),
-                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", assumed=f"{_TITAN}; {fp8}")
+                         training_plan(8 // cp, "zero-3", dp=8 // cp, cp=cp, micro_batch=1, recompute="full", **_TITAN_FSDP),
+                         32768 * cp, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
+                         overlap=("grad-reduce", "prefetch"), assumed=f"{_TITAN}; {fp8}")
             for cp, tps in ((1, 3890.0), (2, 2540.0), (4, 1071.0), (8, 548.0))]
     out += [PublishedRun(f"titan-70b-fsdp32-tp8{tag}", src, f"Table 4, {row}", "h100", 256, LLAMA3_70B,
-                         Run(tp=8, dp=32, sp=True, seq=8192, global_batch=512, micro_batch=16, recompute="full",
-                             overlap=("grad-reduce", "prefetch") + extra, **_TITAN_FSDP),
-                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
+                         training_plan(512, "zero-3", tp=8, dp=32, sp=True, micro_batch=16, recompute="full", **_TITAN_FSDP),
+                         8192, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
+                         overlap=("grad-reduce", "prefetch") + extra,
                          assumed=f"{_TITAN}; {_TITAN_SEQ}; {fp8}; the local batch of 16 in one micro-batch")
             for tag, row, extra, tps in (("", "2D", (), 829.0), ("-asynctp", "2D + AsyncTP", ("tp",), 876.0))]
     # torchtitan 9dec370's generated split points: 126 layers on 8 stages (or 16 stages, two a GPU) as even as
@@ -455,15 +472,16 @@ def _titan_h100() -> list[PublishedRun]:
     pipe = (f"{_TITAN}; {_TITAN_SEQ}; {fp8} with async TP; layers split by torchtitan 9dec370's generated split "
             "points (15, 16 x 6, 15) and 8 micro-batches (its defaults; the page gives neither)")
     out += [PublishedRun(f"titan-405b-fsdp8-tp8-pp8-{sched}", src, f"Table 5, {row}", "h100", 512, split,
-                         Run(tp=8, pp=8, dp=8, sp=True, chunks=v, seq=8192, global_batch=256, micro_batch=4,
-                             recompute="full", overlap=("grad-reduce", "prefetch", "tp"), **_TITAN_FSDP),
-                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule=sched, assumed=pipe)
+                         training_plan(256, "zero-3", tp=8, pp=8, dp=8, sp=True, chunks=v, micro_batch=4, recompute="full",
+                               **_TITAN_FSDP), 8192,
+                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule=sched,
+                         overlap=("grad-reduce", "prefetch", "tp"), assumed=pipe)
             for sched, row, v, tps in (("1f1b", "1F1B", 1, 100.0), ("interleaved", "Interleaved 1F1B", 2, 128.0))]
     out += [PublishedRun(f"titan-405b-fsdp{8 // cp}-cp{cp}-tp8-pp8", src, "Table 6", "h100", 512, split,
-                         Run(tp=8, pp=8, dp=8 // cp, cp=cp, sp=True, seq=32768 * cp, global_batch=8 * (8 // cp),
-                             micro_batch=1, recompute="full", overlap=("grad-reduce", "prefetch", "tp"),
-                             **_TITAN_FSDP),
-                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule="1f1b", assumed=pipe)
+                         training_plan(8 * (8 // cp), "zero-3", tp=8, pp=8, dp=8 // cp, cp=cp, sp=True, micro_batch=1,
+                               recompute="full", **_TITAN_FSDP), 32768 * cp,
+                         tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule="1f1b",
+                         overlap=("grad-reduce", "prefetch", "tp"), assumed=pipe)
             for cp, tps in ((1, 76.0), (2, 47.0), (4, 31.0), (8, 16.0))]
     return out
 
@@ -476,54 +494,47 @@ _BRIDGE = ("one row per model and parallel layout, from the latest container tha
 def _bridge() -> list[PublishedRun]:
     src, o = "Megatron-Bridge", ("grad-reduce", "prefetch", "p2p")
 
-    def row(key: str, where: str, gpus: int, model: ModelSpec, run: Run, tps: float, precision: str,
-            said: str, sharding: str = "zero-1", etp: int = 1) -> PublishedRun:
-        return PublishedRun(f"bridge-{key}", src, where, "h100", gpus, model, run, tps, "tokens/s per GPU",
-                            precision=precision, sharding=sharding, etp=etp,
-                            schedule=_pipe(run.pp, run.chunks), assumed=f"{_BRIDGE}; {said}")
+    def row(key: str, where: str, gpus: int, model: ModelSpec, batch: int, seq: int, tps: float, precision: str,
+            said: str, sharding: str = "zero-1", overlap: tuple[str, ...] = o, **choices: Any) -> PublishedRun:
+        plan = training_plan(batch, sharding, micro_batch=1, flash=True, **choices)
+        return PublishedRun(f"bridge-{key}", src, where, "h100", gpus, model, plan, seq, tps, "tokens/s per GPU",
+                            precision=precision, sharding=sharding, schedule=_pipe(plan.pp, plan.chunks),
+                            overlap=overlap, assumed=f"{_BRIDGE}; {said}")
 
     fp8 = "FP8 with current (per-tensor) scaling"
     return [
-        row("llama3-8b-fsdp8", "25.11 container, DGX-H100, LLAMA3_8B", 8, LLAMA3_8B,
-            Run(dp=8, fsdp=True, seq=8192, global_batch=128, micro_batch=1, flash=True, overlap=("grad-reduce",
-                "prefetch")), 14451.0, "fp8", f"{fp8}; no recomputation (the FSDP recipe of that release is not "
-            "at this commit)", sharding="zero-3"),
-        row("llama3-70b-tp4-pp8", "26.04.01 container, DGX-H100, LLAMA3_70B", 64, LLAMA3_70B,
-            Run(tp=4, pp=8, dp=2, sp=True, chunks=5, seq=8192, global_batch=256, micro_batch=1, flash=True,
-                distributed_optimizer=True, overlap=o + ("tp",)), 1664.0, "fp8",
-            f"{fp8}; no recomputation; TP overlap (userbuffers); the layers split evenly (the recipe at this commit "
-            "gives 10, 10, 10, 11, 10, 10, 10, 9 over the 8 GPUs instead)"),
+        row("llama3-8b-fsdp8", "25.11 container, DGX-H100, LLAMA3_8B", 8, LLAMA3_8B, 128, 8192, 14451.0, "fp8",
+            f"{fp8}; no recomputation (the FSDP recipe of that release is not at this commit)", sharding="zero-3",
+            overlap=("grad-reduce", "prefetch"), dp=8),
+        row("llama3-70b-tp4-pp8", "26.04.01 container, DGX-H100, LLAMA3_70B", 64, LLAMA3_70B, 256, 8192, 1664.0,
+            "fp8", f"{fp8}; no recomputation; TP overlap (userbuffers); the layers split evenly (the recipe at this "
+            "commit gives 10, 10, 10, 11, 10, 10, 10, 9 over the 8 GPUs instead)",
+            overlap=o + ("tp",), tp=4, pp=8, dp=2, sp=True, chunks=5),
         row("llama31-405b-tp8-pp8-cp2", "26.06 container, DGX-H100, LLAMA3.1_405B", 1024,
-            replace(LLAMA3_405B, stages=_EMBEDDING_AND_LOSS),
-            Run(tp=8, pp=8, cp=2, dp=8, sp=True, chunks=8, seq=8192, global_batch=1536, micro_batch=1, flash=True,
-                distributed_optimizer=True, overlap=o + ("tp",)), 326.0, "fp8",
+            replace(LLAMA3_405B, stages=_EMBEDDING_AND_LOSS), 1536, 8192, 326.0, "fp8",
             f"{fp8}; no recomputation; TP overlap; the embedding and the loss counted in the layer split "
-            "(the 405B recipes' account_for_* settings)"),
-        row("gpt-oss-120b-pp4-ep8", "26.04.01 container, DGX-H100, GPT OSS 120B", 64, GPT_OSS_120B,
-            Run(pp=4, dp=16, ep=8, seq=4096, global_batch=1280, micro_batch=1, recompute="selective", flash=True,
-                distributed_optimizer=True, overlap=o), 5824.0, "bf16",
+            "(the 405B recipes' account_for_* settings)", overlap=o + ("tp",), tp=8, pp=8, cp=2, dp=8, sp=True,
+            chunks=8),
+        row("gpt-oss-120b-pp4-ep8", "26.04.01 container, DGX-H100, GPT OSS 120B", 64, GPT_OSS_120B, 1280, 4096,
+            5824.0, "bf16",
             "selective recomputation of the norms and the MoE activation; the model's sliding-window layers (128 "
-            "tokens, every other layer) and attention sinks are not in its shapes; routing force-balanced, dropless"),
-        row("qwen3-30b-a3b-ep16", "26.06 container, DGX-H100, Qwen3_30B_a3B", 16, QWEN3_30B_A3B,
-            Run(dp=16, ep=16, seq=4096, global_batch=1024, micro_batch=1, flash=True, distributed_optimizer=True,
-                overlap=("grad-reduce", "prefetch")), 8826.0, "fp8",
-            f"{fp8}; no recomputation; routing force-balanced, dropless"),
-        row("qwen3-30b-a3b-pp2-ep8", "26.02.01 container, DGX-H100, Qwen3_30B_a3B", 16, QWEN3_30B_A3B,
-            Run(pp=2, dp=8, ep=8, chunks=12, seq=4096, global_batch=1024, micro_batch=1, flash=True,
-                distributed_optimizer=True, overlap=o), 9058.0, "fp8",
-            f"{fp8}; no recomputation; routing force-balanced, dropless"),
+            "tokens, every other layer) and attention sinks are not in its shapes; routing force-balanced, dropless",
+            pp=4, dp=16, ep=8, recompute="selective"),
+        row("qwen3-30b-a3b-ep16", "26.06 container, DGX-H100, Qwen3_30B_a3B", 16, QWEN3_30B_A3B, 1024, 4096, 8826.0,
+            "fp8", f"{fp8}; no recomputation; routing force-balanced, dropless",
+            overlap=("grad-reduce", "prefetch"), dp=16, ep=16),
+        row("qwen3-30b-a3b-pp2-ep8", "26.02.01 container, DGX-H100, Qwen3_30B_a3B", 16, QWEN3_30B_A3B, 1024, 4096,
+            9058.0, "fp8", f"{fp8}; no recomputation; routing force-balanced, dropless", pp=2, dp=8, ep=8, chunks=12),
         row("qwen3-235b-a22b-tp2-pp8-ep32", "26.04.01 container, DGX-H100, Qwen3_235B_a22B", 256, QWEN3_235B_A22B,
-            Run(tp=2, pp=8, dp=16, ep=32, sp=True, chunks=4, seq=4096, global_batch=8192, micro_batch=1,
-                flash=True, distributed_optimizer=True, overlap=o), 1712.0, "fp8",
+            8192, 4096, 1712.0, "fp8",
             f"{fp8}; no recomputation; experts not split by TP (ETP 1); the 94 layers split with the embedding and "
             "the loss counted as layers (96 over 8 stages: 11, 12 x 6, 11; the page gives no split and 94 does not "
-            "divide by 8); routing force-balanced, dropless"),
+            "divide by 8); routing force-balanced, dropless", tp=2, pp=8, dp=16, ep=32, sp=True, chunks=4),
         row("deepseek-v3-tp2-pp8-ep64", "25.09 container, DGX-H100, DeepSeekV3 (dropless)", 1024, DEEPSEEK_V3,
-            Run(tp=2, pp=8, dp=64, ep=64, sp=True, chunks=4, seq=4096, global_batch=8192, micro_batch=1,
-                recompute="selective", flash=True, distributed_optimizer=True, overlap=o), 1297.0, "unstated",
+            8192, 4096, 1297.0, "unstated",
             "BF16 (that table has no precision column); selective recomputation of the MLA up-projections and the "
             "MLP; ETP 1; the 61 layers spread over 8 stages (8 x 5, 7 x 3; not given), no multi-token prediction; "
-            "routing force-balanced, dropless"),
+            "routing force-balanced, dropless", tp=2, pp=8, dp=64, ep=64, sp=True, chunks=4, recompute="selective"),
     ]
 
 
@@ -543,13 +554,12 @@ _MPT_WHERE = {"h100": "H100 80GB BF16 (Large Scale, >= 128 GPUs)",
 def _mpt() -> list[PublishedRun]:
     out = []
     for name, gpus, gpu, mb, batch, sharding, ckpt, tps in _MPT_ROWS:
-        flag = {"fsdp": True} if sharding == "zero-3" else {"distributed_optimizer": True}
         pure = name == "70b" and gpu == "a100"  # the table's 'bf16 / PURE' row; the others 'amp_bf16 / DEFAULT'
         out.append(PublishedRun(
             f"mpt-{name}-{gpu}-{gpus}", "llm-foundry MPT", _MPT_WHERE[gpu], gpu, gpus, MPT[name],
-            Run(dp=gpus, seq=2048, global_batch=batch, micro_batch=mb, recompute="full" if ckpt else "none",
-                flash=True, precision="post" if pure else "fsdp2", overlap=("grad-reduce", "prefetch"), **flag),
-            tps, "tokens/s per GPU", sharding=sharding,
+            training_plan(batch, sharding, dp=gpus, micro_batch=mb, recompute="full" if ckpt else "none", flash=True,
+                  precision="post" if pure else "fsdp2"), 2048,
+            tps, "tokens/s per GPU", sharding=sharding, overlap=("grad-reduce", "prefetch"),
             assumed="shapes from scripts/train/yamls/pretrain/mpt-*.yaml (MLP 4h, vocabulary 50368, no biases, tied "
                     "embeddings, FlashAttention) at llm-foundry 8c8dd48, the benchmark's own are not in the table; "
                     + ("pure BF16 (FSDP mixed precision 'PURE'), timed as BF16 weights and gradients with FP32 "
@@ -562,8 +572,7 @@ def _bloom() -> list[PublishedRun]:
     return [PublishedRun(
         "bloom-176b", "BLOOM 2022", "'Important checkpoints': iteration 85376, the end of the first epoch", "a100",
         384, BLOOM_176B,
-        Run(tp=4, pp=12, dp=8, seq=2048, global_batch=2048, micro_batch=2, recompute="full", flash=False,
-            distributed_optimizer=True),
+        training_plan(2048, "zero-1", tp=4, pp=12, dp=8, micro_batch=2, recompute="full", flash=False), 2048,
         104.70, "s per step", sharding="zero-1", schedule="1f1b",
         assumed="DeepSpeed's pipeline schedule as 1F1B; the tied embedding on the first and last stage counted as a "
                 "layer (the README's 'embed | 5 blocks' and '5 blocks | embed'); ALiBi and the embedding LayerNorm "
@@ -575,8 +584,7 @@ def _deepseek_v2() -> list[PublishedRun]:
     return [PublishedRun(
         "deepseek-v2-pretrain", "DeepSeek-V2 2024", "sections 3.1.2, 3.1.3 and 3.2.3 (training costs)", "h800",
         2048, DEEPSEEK_V2,
-        Run(pp=16, dp=128, ep=8, seq=4096, global_batch=9216, micro_batch=1, recompute="selective", flash=True,
-            distributed_optimizer=True),
+        training_plan(9216, "zero-1", pp=16, dp=128, ep=8, micro_batch=1, recompute="selective", flash=True), 4096,
         172800.0, "GPU-hours per trillion tokens", precision="unstated", sharding="zero-1", schedule="zb-h1",
         assumed="a campaign average (the 2304-to-9216 batch ramp, stalls and restarts included): the row takes the "
                 "final batch of 9216; 2048 GPUs, DeepSeek-V3's cluster (the paper gives no count); micro-batch 1; "

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .plan import Run
+from ..estimate.memory import Plan
 from .published import rows
 from .runs import HELD_OUT, RUNS
 
@@ -24,20 +24,20 @@ class Family:
     """One kind of parallelism a run is counted in: its name, how the range says it, and the test."""
     name: str
     words: str
-    matches: Callable[[Any, Run], bool]
+    matches: Callable[[Any, Plan], bool]
 
 
 # the first entry a run matches is its family: an MoE run with FSDP is counted with the MoE runs
 FAMILIES: tuple[Family, ...] = (
-    Family("moe", "MoE", lambda model, run: bool(model.experts)),
-    Family("fsdp", "ZeRO-3 / FSDP", lambda model, run: run.fsdp),
-    Family("model-parallel", "TP, PP or CP", lambda model, run: run.tp * run.pp * run.cp > 1),
-    Family("data-parallel", "data-parallel only", lambda model, run: True),
+    Family("moe", "MoE", lambda model, plan: bool(model.experts)),
+    Family("fsdp", "ZeRO-3 / FSDP", lambda model, plan: plan.zero == 3),
+    Family("model-parallel", "TP, PP or CP", lambda model, plan: plan.tp * plan.pp * plan.cp > 1),
+    Family("data-parallel", "data-parallel only", lambda model, plan: True),
 )
 
 
-def family(model: Any, run: Run) -> Family:
-    return next(f for f in FAMILIES if f.matches(model, run))
+def family(model: Any, plan: Plan) -> Family:
+    return next(f for f in FAMILIES if f.matches(model, plan))
 
 
 @dataclass(frozen=True)
@@ -58,14 +58,14 @@ def held_out() -> list[tuple[str, str, str, float]]:
     """Every held-out run as (key, GPU type, family, error): what `step_range` chooses from. Computed once by
     a caller that asks for many ranges (a layout search)."""
     by_key = {r.key: r for r in RUNS}
-    return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].run).name,
+    return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name,
              row["error"]) for row in rows(HELD_OUT)]
 
 
-def step_range(model: Any, run: Run, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
-    """The range of the held-out runs like `run` of `model` on GPU type `gpu` (`table`: `held_out()`)."""
+def step_range(model: Any, plan: Plan, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
+    """The range of the held-out runs like `plan` of `model` on GPU type `gpu` (`table`: `held_out()`)."""
     from ..estimate.hardware import GPUS
-    fam = family(model, run)
+    fam = family(model, plan)
     gpu_name = GPUS[gpu].name if gpu in GPUS else gpu
     circles = ((lambda g, f: g == gpu and f == fam.name, f"held-out {gpu_name} runs, {fam.words}"),
                (lambda g, f: f == fam.name, f"held-out runs on any GPU, {fam.words}"),

@@ -256,7 +256,7 @@ def search_by_time(model: ModelSpec, nodes: range, usable: float, seq: int, glob
     after the first, what costs it most against the winner: the part of the step (TIME_PARTS) it spends the
     most seconds more on. Each step time carries the range the held-out runs like it measured
     (clock/uncertainty.py)."""
-    from ..clock.plan import plan_time, run_of
+    from ..clock.plan import plan_time
     from ..clock.uncertainty import held_out, step_range
     table = held_out()
     plans = enumerate_plans(model, nodes, gpus_per_node, **choices)
@@ -276,7 +276,7 @@ def search_by_time(model: ModelSpec, nodes: range, usable: float, seq: int, glob
         for k, (speed, plan, t) in enumerate(timed[:top]):
             row = {**plan.to_dict(), "step_s": t["step_s"], "tokens_per_s_per_gpu": speed, "mfu": t["mfu"],
                    "parts_s": time_parts(t),
-                   "range": step_range(model, run_of(plan, seq, overlap), gpu, table).to_dict(t["step_s"])}
+                   "range": step_range(model, plan, gpu, table).to_dict(t["step_s"])}
             if k:
                 best = ranked[0]
                 extra = {part: row["parts_s"][part] - best["parts_s"][part] for part in TIME_PARTS}
