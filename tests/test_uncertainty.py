@@ -96,3 +96,51 @@ def test_every_layout_the_search_ranks_carries_its_range():
     text = cli("fit", "--search", "--by", "time", "--model", "27b", "--nodes", "1", "--seq", "4096",
                "--global-batch", "64").stdout
     assert text.count("(runs like it: ") == len(rows) and "runs like it: the measured steps of" in text
+
+
+# -- a run's trace on the clock: the family read from what it did, and the range in the walk-through ----------
+
+def _trace_of(calls):
+    """A 4-rank run making `calls`: (op, group name) pairs, every rank in one group of that name."""
+    import parasim
+
+    def prog(ctx):
+        for op, name in calls:
+            g = ctx.new_group([0, 1, 2, 3], name)
+            x = ctx.asarray([1.0, 2.0, 3.0, 4.0])
+            getattr(ctx.comm, op)(x, group=g)
+    return parasim.run(prog, 4).trace
+
+
+@pytest.mark.parametrize("calls, name", [
+    ([("all_reduce", "dp")], "data-parallel"),
+    ([("all_gather", "dp")], "data-parallel"),  # ZeRO-1: the parameters gathered once a step
+    ([("all_gather", "dp-cp"), ("all_gather", "dp-cp")], "fsdp"),  # ZeRO-3: gathered again for backward
+    ([("all_reduce", "tp"), ("all_gather", "dp")], "model-parallel"),
+    ([("all_gather", "expert-dp"), ("all_gather", "expert-dp"), ("all_reduce", "tp")], "moe"),  # MoE first
+    ([("all_gather", "ep")], "moe"),
+])
+def test_a_traces_family_is_read_from_its_groups(calls, name):
+    from parasim.clock.uncertainty import trace_family
+    assert trace_family(_trace_of(calls)).name == name
+
+
+def test_a_real_size_lesson_says_its_range_and_an_exact_one_does_not():
+    """fit-is-not-fast runs the 27B model at real size on symbolic ranks (TP 8): its step carries the range of
+    the held-out TP/PP/CP runs, in --json as ratios and seconds (the step times each ratio) and in the
+    walk-through; tp-mlp runs exact values on toy shapes, where no measured run is like it: no range."""
+    data = json.loads(cli("lesson", "fit-is-not-fast", "--json").stdout)
+    c = data["clock"]
+    r = c["range"]
+    fam = [f for k, _, f, _ in held_out() if k in r["runs"]]
+    assert fam and set(fam) == {"model-parallel"} and "TP, PP or CP" in r["like"]
+    assert r["low_s"] == pytest.approx(c["step_us"] / 1e6 * r["low_ratio"], rel=1e-12)
+    assert r["high_s"] == pytest.approx(c["step_us"] / 1e6 * r["high_ratio"], rel=1e-12)
+    errors = {k: e for k, _, _, e in held_out()}
+    assert r["low_ratio"] == pytest.approx(min(1 + errors[k] for k in r["runs"]))
+    assert r["high_ratio"] == pytest.approx(max(1 + errors[k] for k in r["runs"]))
+    text = " ".join(cli("lesson", "fit-is-not-fast", "--plain").stdout.split())
+    assert f"held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's step" in text
+    exact = json.loads(cli("lesson", "tp-mlp", "--json").stdout)
+    assert "range" not in exact["clock"]
+    assert "held-out runs like it" not in cli("lesson", "tp-mlp", "--plain").stdout

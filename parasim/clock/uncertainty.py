@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..estimate.memory import Plan
+from .overlaps import DP_GROUPS
 from .published import rows
 from .runs import HELD_OUT, RUNS
 
@@ -62,10 +63,35 @@ def held_out() -> list[tuple[str, str, str, float]]:
              row["error"]) for row in rows(HELD_OUT)]
 
 
+def trace_family(trace: Any) -> Family:
+    """The family of what a run's trace did, read from its collectives' groups (Megatron-Core's names): MoE where
+    a collective ran on an expert group; ZeRO-3 / FSDP where a rank gathered parameters over a data-parallel
+    group more than once (ZeRO-1 gathers once a step, ZeRO-3 layer by layer); TP, PP or CP where one of those
+    groups was used; else data-parallel only."""
+    groups = {e.group.name for e in trace.events if e.kind != "compute"}
+    gathers: dict[int, int] = {}
+    for e in trace.events:
+        if e.kind == "collective" and e.op == "all_gather" and e.group.name in DP_GROUPS:
+            for r in e.ranks:
+                gathers[r] = gathers.get(r, 0) + 1
+    by_name = {f.name: f for f in FAMILIES}
+    if any(g == "ep" or g.startswith("expert") for g in groups):
+        return by_name["moe"]
+    if max(gathers.values(), default=0) > 1:
+        return by_name["fsdp"]
+    if groups & {"tp", "pp", "cp", "tp-cp"} or any(e.kind == "p2p" for e in trace.events):
+        return by_name["model-parallel"]
+    return by_name["data-parallel"]
+
+
 def step_range(model: Any, plan: Plan, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
     """The range of the held-out runs like `plan` of `model` on GPU type `gpu` (`table`: `held_out()`)."""
+    return family_range(family(model, plan), gpu, table)
+
+
+def family_range(fam: Family, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
+    """The range of the held-out runs of family `fam` on GPU type `gpu`, widening as the module says."""
     from ..estimate.hardware import GPUS
-    fam = family(model, plan)
     gpu_name = GPUS[gpu].name if gpu in GPUS else gpu
     circles = ((lambda g, f: g == gpu and f == fam.name, f"held-out {gpu_name} runs, {fam.words}"),
                (lambda g, f: f == fam.name, f"held-out runs on any GPU, {fam.words}"),
