@@ -1,0 +1,115 @@
+"""The fresh held-out runs (parasim/clock/runs_fresh.py) are well-formed: each layout holds its model by
+parasim's Layout/Plan rules, its GPUs are its degrees' product, its batch divides into micro-batches, its unit,
+rule, precision and sharding are registry keys, its source is a new document with an https address, and the
+set is big and varied enough. Nothing here times a run: the set stays unseen until the next model version
+is scored on it once."""
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from parasim.clock import runs as old
+from parasim.clock.runs import FLOP_UNITS, PRECISION_SAID, RULES, SHARDING, UNITS, PublishedRun
+from parasim.clock.runs_fresh import FRESH, FRESH_SET, SOURCES
+from parasim.estimate.hardware import GPUS
+from parasim.layout import Layout, Stages
+from parasim.pipeline.schedules import schedule_entry
+
+NOTES = Path(__file__).resolve().parents[1] / "docs" / "notes" / "step-time-runs-fresh.md"
+IDS = [r.key for r in FRESH]
+
+
+def test_enough_runs_sources_and_moe():
+    assert len({r.key for r in FRESH}) == len(FRESH)  # keys are unique
+    assert not {r.key for r in FRESH} & {r.key for r in old.RUNS}
+    assert len(FRESH) >= 20
+    assert len({r.source for r in FRESH}) >= 5
+    assert sum(r.moe for r in FRESH) >= 5
+    assert {r.gpu for r in FRESH} >= {"a100", "h100"}
+
+
+def test_sources_are_new_documents():
+    """No fresh source is one runs.SOURCES already holds: not by name, address or document."""
+    old_addresses = {s.address.split("#")[0].rstrip("/") for s in old.SOURCES.values()}
+    for s in SOURCES.values():
+        assert s.set == FRESH_SET and s.set not in old.SETS
+        assert s.address.startswith("https://") and s.document and s.why
+        assert re.fullmatch(r"\d{4}-\d{2}", s.date)
+        assert s.name not in old.SOURCES
+        assert s.address.split("#")[0].rstrip("/") not in old_addresses
+        assert s.document not in {o.document for o in old.SOURCES.values()}
+    assert {r.source for r in FRESH} == set(SOURCES)
+
+
+def test_not_in_the_scored_sets():
+    assert not {id(r) for r in FRESH} & {id(r) for r in old.RUNS}
+    assert all(r.set == FRESH_SET for r in FRESH)
+
+
+@pytest.mark.parametrize("r", FRESH, ids=IDS)
+def test_gpus_are_the_layouts(r):
+    assert isinstance(r, PublishedRun)
+    plan = r.plan
+    assert r.gpus == plan.tp * plan.pp * plan.dp * plan.cp == plan.world
+
+
+@pytest.mark.parametrize("r", FRESH, ids=IDS)
+def test_the_layout_holds_the_model(r):
+    """Megatron-Core's rules as parasim's Layout and Plan check them: whole heads on each TP rank, experts
+    divided by EP, the layers on the stages, the sequence by CP and SP."""
+    plan = r.plan
+    model = r.model if plan.cp == 1 else replace(r.model, seq=r.seq)
+    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=plan.etp, sp=plan.sp, model=model,
+                    zero=SHARDING[r.sharding][0])
+    assert layout.world == r.gpus
+    plan.check(r.model, r.seq)
+    if r.moe:
+        assert r.model.top_k and r.model.expert_ffn
+
+
+@pytest.mark.parametrize("r", FRESH, ids=IDS)
+def test_model_chunks_divide_the_layers(r):
+    plan, rule = r.plan, r.model.stages
+    if rule == Stages():
+        assert r.model.layers % (plan.pp * plan.chunks) == 0
+    elif rule == Stages(embedding=True, loss=True):
+        assert (r.model.layers + 2) % (plan.pp * plan.chunks) == 0
+    else:
+        assert rule.counts is not None or rule.spread
+
+
+@pytest.mark.parametrize("r", FRESH, ids=IDS)
+def test_batch_and_registries(r):
+    plan = r.plan
+    assert plan.microbatches is not None and plan.microbatches >= 1
+    assert r.gpu in GPUS
+    assert r.unit in UNITS and r.published > 0
+    assert (r.rule in RULES) if r.unit in FLOP_UNITS else r.rule is None
+    assert r.precision in PRECISION_SAID and r.sharding in SHARDING
+    assert plan.zero == SHARDING[r.sharding][2]
+    assert r.where and r.assumed
+    if plan.pp > 1:
+        assert r.schedule is not None
+        schedule_entry(r.schedule)
+    else:
+        assert r.schedule is None
+    for name, change in r.variants.items():  # each variant still a well-formed plan
+        assert name and change
+        replace(plan, **{k: v for k, v in change.items() if k != "overlap"}).check(r.model, r.seq)
+
+
+@pytest.mark.parametrize("r", FRESH, ids=IDS)
+def test_cite(r):
+    short, document, address = r.cite
+    assert short.startswith(r.source) and r.where in document and address.startswith("https://")
+
+
+def test_notes_quote_every_figure_and_source():
+    text = NOTES.read_text()
+    assert "2026-12-05" in text and "scored once" in text
+    for s in SOURCES.values():
+        assert s.address in text
+    for r in FRESH:
+        assert r.key in text
+        assert f"{r.published:g}" in text.replace(",", "")
