@@ -255,13 +255,6 @@ def test_prefetch_issues_an_expert_dp_weight_all_gather_early_too() -> None:
     _check_prefetch_issues_early("expert-dp")
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "real bug in clock/timeline.py `simulate`: an event moved 'early' (prefetch) takes the non-async branch, which "
-    "sets the rank's compute stream free at the all-gather's end (cfree = span.end, clast = span); the next product "
-    "then starts while the product the gather was hidden behind still runs (the compute stream overlaps itself: "
-    "step = ag + MM here, shorter than the rank's 2 x MM of compute), and the block meant to charge the hidden "
-    "product its slowdown never runs (it tests clast[r].kind == 'compute' just after clast[r] was set to the "
-    "transfer)"))
 def test_a_prefetched_gather_hides_behind_the_product_before_it_and_slows_it() -> None:
     """What prefetch should give (the step's compute is never shorter than the rank's compute): the gather runs
     beside layer i's product, which slows by SLOW of their overlap (the whole gather: it is shorter), and layer
@@ -489,10 +482,6 @@ def _spins_on_symbolic_arrays(ctx: Context) -> None:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.xfail(strict=True, reason=(
-    "real bug in comm/watchdog.py `where`: its engine folders (_OURS) are comm and engine only, so a program on "
-    "symbolic ranks stopped inside parasim/symbolic/array.py (every operation on a symbolic array runs there) is "
-    "named at that file's line (even 'array.py:None'), not the program's"))
 def test_a_program_looping_on_symbolic_ranks_is_named_at_its_own_line() -> None:
     """The library's time limit on symbolic ranks: the loop's arithmetic runs in parasim's symbolic arrays, and
     the message must still name this file's line. Three runs, so that one stop that happens to land on the

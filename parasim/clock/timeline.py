@@ -186,17 +186,18 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
         for r in issue:
             kfree[r], klast[r] = span.end, span
             comm[r] += secs
-            if how not in ("async", "paired"):  # the rank needs the result before it computes on
-                cfree[r], clast[r] = span.end, span
-            else:  # it runs beside the compute that follows: that compute pays for it
-                beside[r].append((span.start, span.end))
-            if how == "early" and clast[r] is not None and clast[r].kind == "compute" and clast[r].end > span.start:
-                # issued before the compute it hides behind: that compute, the rank's last, pays for it
-                c = clast[r]
+            c = clast[r]
+            if how == "early" and c is not None and c.kind == "compute" and c.end > span.start:
+                # issued before the compute it hides behind (the rank's last): that compute goes on and pays for
+                # the time they share; what comes next needs both the compute's end and the gathered result
                 extra = slow * (min(c.end, span.end) - span.start)
                 c.end += extra
-                cfree[r] = c.end
                 busy[r] += extra
+                cfree[r], clast[r] = (span.end, span) if span.end > c.end else (c.end, c)
+            elif how in ("async", "paired"):  # it runs beside the compute that follows: that compute pays for it
+                beside[r].append((span.start, span.end))
+            else:  # the rank needs the result before it computes on
+                cfree[r], clast[r] = span.end, span
     for r in ran:
         for mk in ends[r][done[r]:]:
             compute(r, mk.data, None, f"the end of {mk.text}", mk.text)

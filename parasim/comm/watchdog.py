@@ -123,7 +123,7 @@ class TimeLimit:
 
 _SKIP = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)})
 _OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), d) + os.sep
-              for d in ("comm", "engine"))
+              for d in ("comm", "engine", "symbolic"))  # the backends run a program; nn, lessons are its code
 _LIBS = ("site-packages" + os.sep, "dist-packages" + os.sep)
 
 
