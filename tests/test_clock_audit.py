@@ -351,11 +351,6 @@ def _one_waits(ctx: Context) -> None:
     ctx.comm.all_reduce(ctx.rng.normal((1024, 1024)))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Timeline.idle is the step less the rank's compute only, so a rank's exposed communication counts as idle "
-    "too: the trace view's 'computes A s, communicates B s and waits C s' adds up to the step plus B, and it "
-    "disagrees with HTA's idle time (the step less compute and communication kernels), which README's --hta "
-    "promises. The audit brief defines idle as the step less compute less exposed communication"))
 def test_a_rank_waiting_for_its_peer_is_idle_for_the_wait_only() -> None:
     """No overlap: rank 1 finishes its product MM early and waits MM for rank 0 at the all-reduce, then both
     run it (ar, exposed on both). Idle, as HTA and a reader of 'computes, communicates and waits' count it:

@@ -67,7 +67,16 @@ class Timeline:
         return out
 
     def idle(self, rank: int) -> float:
-        return self.step - self.busy[rank]
+        """Seconds of the step `rank` ran nothing: neither compute nor a transfer of its own (as HTA counts idle
+        time: a transfer hidden behind compute is not counted twice, an exposed one is not a wait)."""
+        r = self.ran_for(rank)
+        spans = sorted((s.start, s.end) for s in self.spans if r in s.ranks and s.end > s.start)
+        covered, reach = 0.0, 0.0
+        for a, b in spans:
+            if b > reach:
+                covered += b - max(a, reach)
+                reach = b
+        return max(0.0, self.step - covered)
 
     def critical_split(self) -> dict[str, float]:
         """Seconds of the critical path in compute and in communication."""
