@@ -30,6 +30,8 @@ def test_gpu_presets_are_the_datasheet_figures():
         "h100": GpuSpec("H100", 80e9, 68e9, 989e12, 450e9, 50e9, 8, 3.35e12),
         "h800": GpuSpec("H800", 80e9, 68e9, 989e12, 200e9, 50e9, 8, 3.35e12),
         "a100": GpuSpec("A100 80GB", 80e9, 68e9, 312e12, 300e9, 25e9, 8, 2.039e12),
+        # the DGX B200 user guide's 1,440 GB and 14.4 TB/s over 8 GPUs; 2,250 dense BF16 and 8 TB/s as printed
+        "b200": GpuSpec("B200", 180e9, 153e9, 2250e12, 900e9, 50e9, 8, 8e12),
     }
 
 

@@ -61,7 +61,7 @@ def test_parasim_hardware_prints_the_table_and_its_sources():
     assert "4.8 TB/s" in text and "[h200]" in text and "[dgx-h100]" in text
     assert "nvidia-tensor-core-gpu-datasheet" in text and "[h800]" in text and "[deepep]" in text
     data = json.loads(cli("hardware", "--json").stdout)
-    assert set(data["gpus"]) == {"h200", "h100", "h800", "a100"}
+    assert set(data["gpus"]) == {"h200", "h100", "h800", "a100", "b200"}
     assert data["gpus"]["a100"]["nvlink"] == {"value": 300e9, "printed": "600 GB/s, both directions",
                                               "source": "a100"}
 

@@ -69,7 +69,8 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="the dtype of each kind of tensor, as a framework keeps and sends it: "
                         f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
                         "--megatron, the job's: megatron-bf16 for --bf16)")
-    t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, a100")
+    t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, h800, a100, b200 (b200: memory "
+                   "only, its kernels are not all measured yet)")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
                    help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
     from ..clock.overlaps import PLAN, names
@@ -202,7 +203,9 @@ def _precision(args: argparse.Namespace) -> str:
 
 
 def _gpu(args: argparse.Namespace):
-    return gpu_preset(args.gpu)
+    preset = gpu_preset(args.gpu)
+    args.gpu = args.gpu.lower()  # the hardware table's key, as the clock looks it up (--gpu H200 is h200)
+    return preset
 
 
 def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
@@ -221,11 +224,21 @@ def _seq(args: argparse.Namespace) -> int:
 
 def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:
     """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses, with the
-    range the held-out runs like it measured (clock/uncertainty.py)."""
+    range the held-out runs like it measured (clock/uncertainty.py); `untimed` where a kernel the step runs has
+    no measurement on `gpu` (the memory figures beside it need none)."""
     from ..clock.plan import plan_time
     from ..clock.uncertainty import held_out, step_range
-    t = plan_time(model, plan, seq, gpu, overlap)
-    return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
+    from ..estimate.kernels import NoMeasurement
+    try:
+        t = plan_time(model, plan, seq, gpu, overlap)
+        return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
+    except NoMeasurement as exc:  # a GPU type with its datasheet but not every kernel measured: memory still answers
+        return untimed(exc)
+
+
+def untimed(exc: Exception) -> dict:
+    """The time of a step the clock cannot time on this GPU type, and why (--json: "step_s": null)."""
+    return {"step_s": None, "why": str(exc), "slowest_stage": None}
 
 
 def _print_job(args: argparse.Namespace, job: Any) -> None:

@@ -58,8 +58,8 @@ def add_trace(sub: Any) -> None:
     shown.add_argument("--json", action="store_true",
                        help='print {"token", "sequence", "position", "layout", "steps": [...], "exactness": {...}}')
     tr.add_argument("--gpu-model", default="h200", metavar="NAME", help="with --symbolic --gpu: the GPU preset "
-                    "the step's time and the fit of its peak are worked out for (h200, h100, h800, a100; default h200; "
-                    "its constants: parasim hardware)")
+                    "the step's time and the fit of its peak are worked out for (h200, h100, h800, a100, b200; default "
+                    "h200; its constants: parasim hardware)")
     from ..layout.precision import PRECISIONS
     tr.add_argument("--precision", choices=tuple(PRECISIONS), metavar="NAME",
                     help="with --symbolic at real size: the dtype of each kind of tensor the step computes and sends "
@@ -196,7 +196,11 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
         out["peak"].update(assumes=assumptions(as_run(plan)), gpu_model=gpu.name, usable=gpu.usable,
                            card=gpu.memory, fits=out["peak"]["bytes"] <= gpu.usable, estimate=estimate)
     if "flops" in result.trace.meta and args.symbolic:
-        out["time"] = _times(args, result.trace, layout, g, m, plan)
+        from ..estimate.kernels import NoMeasurement
+        try:
+            out["time"] = _times(args, result.trace, layout, g, m, plan)
+        except NoMeasurement as exc:  # the GPU type's datasheet holds, a kernel table does not: the peak stands
+            out["time"] = {"gpu": gpu_preset(args.gpu_model, "--gpu-model").name, "step_s": None, "why": str(exc)}
     ok = out["exactness"] is None or out["exactness"]["exact"]
     if args.json:
         print_json(out)

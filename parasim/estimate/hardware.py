@@ -43,8 +43,22 @@ SOURCES: dict[str, tuple[str, str, str]] = {
     "nccl": ("NCCL's tuning model, src/graph/tuning.cc (v2.18-2.21): baseLat and hwLat, ring algorithm, Simple "
              "protocol", "https://github.com/NVIDIA/nccl/blob/master/src/graph/tuning.cc",
              "baseLat Ring Simple 8.4 us; hwLat Ring Simple: NVLink 3.4 us, network 14.0 us"),
+    "dgx-b200": ("NVIDIA DGX B200 User Guide, 'Introduction to NVIDIA DGX B200 Systems': hardware overview "
+                 "(the 8-GPU system's figures; the B200 chip is sold as 192 GB, the DGX/HGX B200 system gives each "
+                 "GPU 180 GB)", "https://docs.nvidia.com/dgx/dgxb200-user-guide/introduction-to-dgxb200.html",
+                 "GPU: 8 x NVIDIA B200 GPUs that provide 1,440 GB total GPU memory; NVSwitch: 2 x 5th generation "
+                 "NVLink switches that provide 14.4 TB/s aggregate bandwidth; 4 x OSFP ports for 8 x NVIDIA "
+                 "ConnectX-7 Single Port Cards, InfiniBand (default): Up to 400Gbps"),
+    "b200": ("S. Bekman, Machine Learning Engineering, accelerator chapter: the 'TFLOPS comparison table' (w/o "
+             "sparsity) and the memory table, NVIDIA B200 SXM rows, commit 744d01e18b (2026-08-22); their note 20 "
+             "cites NVIDIA's DGX B200 datasheet (https://resources.nvidia.com/en-us-dgx-systems/dgx-b200-datasheet), "
+             "which could not be read for this table. NVIDIA's HGX page, as FiberMall's article reproduces it, gives "
+             "the HGX B200 (8 GPUs) FP16/BF16 Tensor Core 36 PFLOPS with sparsity: the same 2,250 dense per GPU",
+             "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
+             "NVIDIA B200 SXM: bf16 2250 (TFLOPS, w/o sparsity), fp8 4500; memory 180 GB HBM3e, peak bandwidth "
+             "8.00 TBps"),
     "parasim": ("an assumption, not a spec: the post's usable 120 GB of an H200's 141, the same share (85%) of an "
-                "80 GB card", "docs/estimator.md (hidden assumptions)",
+                "80 GB card and of a B200's 180 GB", "docs/estimator.md (hidden assumptions)",
                 "the card less the CUDA context, NCCL buffers and fragmentation"),
 }
 
@@ -94,6 +108,12 @@ GPUS: dict[str, GpuSheet] = {
                      Figure(312e12, "312 TFLOPS", "a100"), Figure(2.039e12, "2,039 GB/s", "a100"),
                      Figure(300 * GB, "600 GB/s, both directions", "a100"),
                      Figure(25 * GB, "200 Gb/s a GPU", "dgx-a100")),
+    # Blackwell: a new die (two dies in one package), so no Hopper measurement stands in for its kernels
+    "b200": GpuSheet("B200", Figure(180 * GB, "1,440 GB for 8 GPUs: 180 GB each", "dgx-b200"),
+                     Figure(153 * GB, "153 GB", "parasim"),
+                     Figure(2250e12, "bf16 2250 TFLOPS w/o sparsity", "b200"), Figure(8e12, "8.00 TBps", "b200"),
+                     Figure(900 * GB, "14.4 TB/s for 8 GPUs: 1.8 TB/s each, both directions", "dgx-b200"),
+                     Figure(50 * GB, "400 Gb/s a GPU", "dgx-b200")),
 }
 
 

@@ -93,6 +93,13 @@ SOURCES: dict[str, Source] = {
         "8-GPU node; same mirror commit as xla-gemm",
         "H100 node (sm_90); collective_perf_table_gen.cc: network_throughput = the whole buffer (all-gather "
         "output, reduce-scatter input) / median runtime, which is nccl-tests' algbw; NCCL version not stated"),
+    "mamf-b200": Source(
+        "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
+        "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
+        "the NVIDIA B200 SXM rows of the BF16 and FP8 (float8_e4m3fn) tables, commit 744d01e18b (2026-08-22): "
+        "MAMF 1745.0, best shape 1792x16128x3072; FP8 3432.5, best shape 15360x4096x3072",
+        "torch.mm, mean of 100 iterations after 50 warmup, best shape of a brute-force search; B200 SXM, torch "
+        "2.7.1+cu128; 'Theory' columns 2250 (BF16) and 4500 (FP8), the dense peaks hardware.py reads"),
     "mle-a100-allreduce": Source(
         "S. Bekman, Machine Learning Engineering, network chapter, 'Real network throughput'",
         "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
@@ -104,6 +111,13 @@ SOURCES: dict[str, Source] = {
         "busbw column, 32KiB-16GiB (commit 744d01e18b); setup in network/benchmarks/README.md",
         "one 8x H200 node, torch 2.9.1+cu130, CUDA 13.0, NCCL 2.27.7, 5 warmup and 20 trials a size; NCCL "
         "picks ring/LL up to 1MiB and NVLink SHARP (NVLS) from 2MiB, so large sizes pass the 450 GB/s wire"),
+    "mle-b200-allreduce": Source(
+        "S. Bekman, Machine Learning Engineering, network chapter, 'Inter-node speed depends on intra-node speed'",
+        "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
+        "the all_reduce busbw table's '1 node' column, 32KiB-16GiB (commit 744d01e18b)",
+        "one 8x B200 node (AWS p6-b200.48xlarge, NVLink 5), all_reduce_bench.py, torch 2.9.1+cu130, CUDA 13.0, "
+        "NCCL 2.27.7; the same chapter's SHARP sweep on that node type has NCCL pick NVLS at 8 GPUs (8GiB), so "
+        "large sizes can pass what a ring reaches"),
     "nccl-ndr": Source(
         "NVIDIA/nccl-tests issue 290, comment by NVIDIA's AddyLaddy (2025-03-03)",
         "https://github.com/NVIDIA/nccl-tests/issues/290",
@@ -136,10 +150,17 @@ SOURCES: dict[str, Source] = {
 # says of matmuls 'H200 is the same'): where no H200 measurement exists, the H100's stands in.
 TWIN = {"h200": "h100", "h800": "h100"}
 TWIN_WHY = "the same die: its SMs and clocks (an H200 has larger, faster memory; an H800 a narrower NVLink)"
-# Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989); Hopper
-# alone of these has FP8 tensor cores and NVLink SHARP (NCCL's nvls channels are set for sm90 and later).
+# Hopper's FP8 tensor cores run at twice BF16's rate (the MAMF table's 'Theory' column: 1979 against 989), and so
+# do Blackwell's (4500 against 2250: 'mamf-b200'); the A100 has none. NVLink SHARP's channel count (nccl-src) is
+# NCCL's sm90 default: Hopper's alone here.
 FP8_OVER_BF16 = 2
 HOPPER = ("h100", "h200", "h800")
+FP8_GPUS = HOPPER + ("b200",)
+
+
+class NoMeasurement(UsageError):
+    """A GPU type hardware.py knows with no published measurement of this kernel (nor a twin's): it is refused,
+    never guessed, and a caller that can answer without the time (memory planning) says so and goes on."""
 
 
 @dataclass(frozen=True)
@@ -165,7 +186,8 @@ def _measured_on(gpu: str, have: set[str], what: str) -> tuple[str, list[str]]:
     """_stand_in, refusing a GPU type with neither its own nor its twin's measurement."""
     on, notes = _stand_in(gpu, have, what)
     if on is None:
-        raise UsageError(f"no {what} measured on {gpu} (measured on {', '.join(sorted(have))})")
+        raise NoMeasurement(f"no {what} measured on {gpu} yet, so parasim cannot time it there (measured on "
+                            f"{', '.join(sorted(have))}; another die's figures do not stand in)")
     return on, notes
 
 
@@ -241,8 +263,8 @@ def _peak(gpu: str, dtype: str) -> float:
     if dtype == "bf16":
         return GPUS[gpu].peak_flops.value
     if dtype == "fp8":
-        if gpu not in HOPPER:
-            raise UsageError(f"{gpu} has no FP8 tensor cores; FP8 products run on {', '.join(HOPPER)}")
+        if gpu not in FP8_GPUS:
+            raise UsageError(f"{gpu} has no FP8 tensor cores; FP8 products run on {', '.join(FP8_GPUS)}")
         return FP8_OVER_BF16 * GPUS[gpu].peak_flops.value
     raise UsageError(f"unknown dtype {dtype!r} for a product: bf16 or fp8")
 
@@ -268,8 +290,9 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     Sources (SOURCES): H100 BF16 from OpenXLA's measured matmul table ('xla-gemm', sm_90, m, n, k in
     256-4096, a full grid); A100 BF16 from NVIDIA's CUDA 11 blog, Figure 6 ('cuda11-blog', cuBLAS, square
     products 512-8192, read off the plot); FP8 on H100 and H200 from one best shape each in Bekman's MAMF table
-    ('mamf'). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square product on
-    the A100 is read at the side of the cube of the same volume, an assumption the notes state."""
+    ('mamf'); B200 BF16 and FP8 from one best shape each in the same table ('mamf-b200'), used for every shape
+    (the notes say so). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square
+    product on the A100 is read at the side of the cube of the same volume, an assumption the notes state."""
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
@@ -481,9 +504,10 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
     Sources (SOURCES): inside an H100 node OpenXLA's measured collective table ('xla-collectives': all four ops,
     groups of 2, 4, 8, 1 KiB-2 GiB); inside an A100 node nccl-tests' all-reduce in ml-engineering
     ('mle-a100-allreduce'); inside an H200 node ml-engineering's all-reduce sweep ('mle-h200-allreduce', with
-    NVLink SHARP). An H200's other ops read the H100's tables (same NVLink 4 node); an op without its own
-    sweep reads the GPU's all-reduce. Across nodes: NVIDIA's 46-48 GB/s per NDR NIC ('nccl-ndr') and
-    DeepEP's all-to-all ('deepep'), large messages only."""
+    NVLink SHARP); inside a B200 node its all-reduce sweep on AWS p6-b200 ('mle-b200-allreduce'). An H200's
+    other ops read the H100's tables (same NVLink 4 node); an op without its own sweep reads the GPU's
+    all-reduce (A100, B200). Across nodes: NVIDIA's 46-48 GB/s per NDR NIC ('nccl-ndr') and DeepEP's
+    all-to-all ('deepep'), large messages only."""
     _check_gpu(gpu)
     if op not in BUS_FACTOR:
         raise UsageError(f"no measured bandwidth for {op!r}: {', '.join(BUS_FACTOR)}")
@@ -574,9 +598,30 @@ SAMPLES: tuple[tuple[str, Any], ...] = (
 )
 
 
+# What the clock reads of each GPU type, one lookup a kind: a type lacking one has no step time that runs it
+NEEDED: tuple[tuple[str, Any], ...] = (
+    ("BF16 product", lambda g: gemm_efficiency(g, 4096, 4096, 4096)),
+    ("attention", lambda g: attention_efficiency(g, 4096, 128, True, None)),
+    ("memory bandwidth", lambda g: memory_efficiency(g)),
+    ("collective inside a node", lambda g: collective_bandwidth(g, "all_reduce", 2**30, INSIDE)),
+)
+
+
+def lacking(gpu: str) -> list[str]:
+    """The kinds of kernel the clock reads that have no measurement on `gpu` (nor a twin's): NEEDED's names."""
+    missing = []
+    for what, lookup in NEEDED:
+        try:
+            lookup(gpu)
+        except NoMeasurement:
+            missing.append(what)
+    return missing
+
+
 def summary() -> dict[str, Any]:
-    """The tables at SAMPLES' points for every GPU type, with the sources each read and its notes; and every
-    source: what `parasim hardware` prints and `--json` gives."""
+    """The tables at SAMPLES' points for every GPU type, with the sources each read and its notes; the kinds of
+    kernel each type has no measurement of ("lacking": NEEDED's names); and every source: what `parasim hardware`
+    prints and `--json` gives."""
     gpus = {}
     for gpu in GPUS:
         rows = {}
@@ -588,8 +633,9 @@ def summary() -> dict[str, Any]:
                 continue
             rows[label] = {"value": got.value, "sources": list(got.sources), "notes": list(got.notes)}
         gpus[gpu] = rows
-    return {"samples": gpus, "sources": {k: {"document": v.document, "address": v.address, "where": v.where,
-                                              "measured": v.measured} for k, v in SOURCES.items()}}
+    return {"samples": gpus, "lacking": {gpu: lacking(gpu) for gpu in GPUS},
+            "sources": {k: {"document": v.document, "address": v.address, "where": v.where,
+                            "measured": v.measured} for k, v in SOURCES.items()}}
 
 
 def hardware_table() -> dict[str, Any]:

@@ -132,12 +132,18 @@ def assumption_words(assumed: dict[str, Any], cp: int = 1) -> list[str]:
             ASSUMPTION_WORDS[("recompute", assumed["recompute"])]]
 
 
+def _article(name: str) -> str:
+    """'an' before a name said with a vowel sound first (an H200, an A100), 'a' otherwise (a B200)."""
+    return "an" if name[:1].upper() in "AEFHILMNORSX" else "a"
+
+
 def fit_words(nbytes: float, usable: float, gpu_name: str, card: float, given: bool = False,
               unit: float = 1e9, name: str = "GB") -> str:
     """Whether `nbytes` fits in `usable` bytes of one GPU (`gpu_name`, `card` bytes on it), said plainly;
     `given`: the usable figure is the learner's, not the GPU preset's."""
     room = f"the {usable / unit:,.1f} {name} " + (
-        "usable you gave" if given else f"an {gpu_name} leaves for training ({card / unit:,.0f} {name} on the card)")
+        "usable you gave" if given else f"{_article(gpu_name)} {gpu_name} leaves for training ({card / unit:,.0f} "
+                                        f"{name} on the card)")
     if nbytes > usable:
         return f"does NOT fit: more than the GPU holds: {nbytes / unit:,.2f} {name} against {room}"
     return f"fits: {nbytes / unit:,.2f} {name} of {room}"

@@ -38,7 +38,9 @@ def precision_words(out: dict, model_state: float, unit: float, name: str) -> st
 
 
 def time_words(t: dict, gpu_name: str) -> str:
-    """One step's time on the clock, where it goes, and what it yields."""
+    """One step's time on the clock, where it goes, and what it yields; or why there is none on this GPU type."""
+    if t.get("step_s") is None:
+        return f"step: not timed on {gpu_name}: {t['why']}"
     parts = t["parts_per_microbatch_s"]
     compute = (parts["matmul"] + parts["attention"] + parts["elementwise"] + parts["logits"]) * t["microbatches"]
     comm = {k: parts[k] * t["microbatches"] for k in ("tp", "cp", "ep") if parts[k]}
@@ -109,6 +111,8 @@ def fit_lines(model_name: str, label: str, world: int, f: Any, out: dict, gpu_na
     lines += [f"    {k:<24} {v / unit:10.2f} {name}" for k, v in f.at_max.items.items()]
     if not f.seq:
         lines.append("  nothing fits: the model state alone exceeds the usable memory")
+    elif out["time"].get("step_s") is None:
+        lines.append(f"  {time_words(out['time'], gpu_name)}")
     else:
         lines.append(f"  one step at that length, {time_words(out['time'], gpu_name)} (attention "
                      f"{out['attention_flops']:.3g} FLOPs per sequence)")
@@ -153,6 +157,10 @@ def hardware_report(console: Any, hw: dict) -> None:
             cells.append(shown + "\n[dim]" + escape(f"[{', '.join(row['sources']) or 'none'}]") + "[/dim]")
         measured.add_row(label, *cells)
     console.print(measured)
+    for key, missing in kernels.get("lacking", {}).items():
+        if missing:
+            console.print(escape(f"{gpus[key]['name']}: no measured {', '.join(missing)} table yet, so a step that "
+                                 "runs one is not timed on it (memory planning needs only the datasheet figures)"))
     for key, src in kernels["sources"].items():
         console.print(f"[bold]{escape('[' + key + ']')}[/bold] " + escape(f"{src['document']} ({src['where']}). "
                                                                           f"{src['address']}"))

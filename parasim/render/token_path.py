@@ -115,7 +115,10 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
                 "(embeddings, every MLP matrix, shared experts, logits), this step only the layers it runs; "
                 "parasim memory --symbolic sets the two side by side, item by item", 100,
                 initial_indent="    ", subsequent_indent=" " * 6))
-    if "time" in view:
+    if "time" in view and view["time"]["step_s"] is None:
+        out.append(textwrap.fill(f"time: not timed on {view['time']['gpu']}: {view['time']['why']}", 100,
+                                 initial_indent="  ", subsequent_indent="    "))
+    elif "time" in view:
         tm = view["time"]
         t, busy, crit = tm["this"], tm["busiest"], tm["critical"]
         out.append(textwrap.fill(
