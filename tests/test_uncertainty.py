@@ -144,3 +144,16 @@ def test_a_real_size_lesson_says_its_range_and_an_exact_one_does_not():
     exact = json.loads(cli("lesson", "tp-mlp", "--json").stdout)
     assert "range" not in exact["clock"]
     assert "held-out runs like it" not in cli("lesson", "tp-mlp", "--plain").stdout
+
+
+def test_the_real_size_trace_says_its_steps_range():
+    """`trace --symbolic` times a step of a real-size layout (Megatron's 8.3B: TP 8): its time carries the range
+    of the held-out runs with TP, PP or CP, the step times each ratio, in --json and in words."""
+    data = json.loads(cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3", "--json").stdout)
+    t = data["time"]
+    r = t["range"]
+    assert {f for k, _, f, _ in held_out() if k in r["runs"]} == {"model-parallel"}
+    assert (r["low_s"], r["high_s"]) == (pytest.approx(t["step_s"] * r["low_ratio"], rel=1e-12),
+                                         pytest.approx(t["step_s"] * r["high_ratio"], rel=1e-12))
+    text = " ".join(cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3").stdout.split())
+    assert f"runs like it measured {r['low_s']:,.2f} to {r['high_s']:,.2f} s" in text

@@ -226,6 +226,8 @@ def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int, m: int, pl
         from ..estimate.traffic import step_flops
         model_flops = step_flops(layout.model, replace(plan, recompute="none"), seq)["total"]
         extra["mfu"] = model_flops / (tl.step * trace.world * tl.machine.peak_flops)
+    from ..clock.uncertainty import family_range, held_out, trace_family
+    extra["range"] = family_range(trace_family(trace), args.gpu_model, held_out()).to_dict(tl.step)
     return {"gpu": tl.machine.name, "step_s": tl.step, "critical": tl.critical_split(), **extra,
             "this": {"rank": g, "flops": flops[g], "compute_s": tl.busy[g], "comm_s": tl.comm[g],
                      "idle_s": tl.idle(g)},

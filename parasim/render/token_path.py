@@ -119,11 +119,13 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
         out.append(textwrap.fill(f"time: not timed on {view['time']['gpu']}: {view['time']['why']}", 100,
                                  initial_indent="  ", subsequent_indent="    "))
     elif "time" in view:
+        from .estimate_text import range_words
         tm = view["time"]
         t, busy, crit = tm["this"], tm["busiest"], tm["critical"]
         out.append(textwrap.fill(
             f"time: one step on {tm['gpu']}s takes {tm['step_s']:,.2f} s on the clock (every event timed, no "
-            f"overlap; parasim hardware lists the constants). This GPU computes {t['compute_s']:,.2f} s "
+            f"overlap; parasim hardware lists the constants)"
+            + (f"; {range_words(tm['range'])}" if tm.get("range") else "") + f". This GPU computes {t['compute_s']:,.2f} s "
             f"({t['flops']:.4g} FLOPs), communicates {t['comm_s']:,.2f} s and waits {t['idle_s']:,.2f} s; "
             f"the busiest GPU, g{busy['rank']}, computes {busy['compute_s']:,.2f} s. The critical path is "
             f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication: "
