@@ -74,3 +74,19 @@ async def test_key_u_switches_the_app_between_steps_and_time():
         assert app.index == 2
         await pilot.press("u")
         assert not app.view.time_mode and "logical steps" in str(timeline.border_title)
+
+
+def test_a_real_size_runs_time_status_says_its_range_and_a_toy_runs_does_not(pipe):
+    """all-to-all-hidden runs DeepSeek-style MoE layers at real size: the app's time status gives the held-out
+    MoE runs' ratios beside the step; pp-1f1b is an exact toy run, with no range."""
+    from parasim.clock.uncertainty import held_out
+    lr = run_lesson(get_lesson("all-to-all-hidden"))
+    view = View(lr.result.trace, lr.lesson.narrative, lr.lesson.title)
+    view.toggle_time()
+    ratios = [1 + e for _, _, f, e in held_out() if f == "moe"]
+    assert f"(runs like it {min(ratios):.2f}-{max(ratios):.2f}x)" in view.clock.status()
+    pipe.toggle_time()
+    try:
+        assert "runs like it" not in pipe.clock.status()
+    finally:
+        pipe.toggle_time()

@@ -25,6 +25,10 @@ class ClockGrid:
     def __init__(self, trace: Any, events: list[Any], choice: ClockChoice = ClockChoice()):
         self.choice = choice
         self.tl = simulate(trace, machine(choice.gpu, choice.gpus_per_node), choice.overlap)
+        self.range = None  # a real-size run's: what the held-out runs like it measured (clock/uncertainty.py)
+        if not trace.meta.get("precision", {}).get("exact", True):
+            from ..clock.uncertainty import family_range, held_out, trace_family
+            self.range = family_range(trace_family(trace), choice.gpu, held_out())
         index = {e.seq: i for i, e in enumerate(events)}
         self.index = index
         critical = {id(s) for s in self.tl.critical}
@@ -104,6 +108,7 @@ class ClockGrid:
         scale, name = self.unit()
         over = ", ".join(self.choice.overlap) or "no overlap"
         split = self.tl.critical_split()
-        return (f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}, "
+        like = f" (runs like it {self.range.low:.2f}-{self.range.high:.2f}x)" if self.range is not None else ""
+        return (f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}{like}, "
                 f"{self.seconds / scale:,.3g} a column; path {split['compute'] / scale:,.4g} compute + "
                 f"{split['comm'] / scale:,.4g} comm")
