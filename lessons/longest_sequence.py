@@ -160,7 +160,8 @@ LESSON = Lesson(
     title="The longest sequence: what SP, CP, PP, DP and recomputation each buy",
     world=4,
     worlds=(2, 4, 8),
-    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True)},  # the small layer's TP size
+    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True, post=8,  # the small layer's TP size
+                    why="it sizes only the small layer run first; the table's layouts are the post's whatever it is")},
     program=program,
     narrative=NARRATIVE,
     checks=checks,

@@ -12,7 +12,7 @@ from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.figures import sent_in_phase, sp_traffic_table
 from parasim.estimate.traffic import dp_traffic, layer_traffic
-from parasim.lesson import Check, Knob, Lesson, Table, check, knob
+from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, Table, check, knob
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
@@ -186,7 +186,9 @@ LESSON = Lesson(
     world=4,
     worlds=(2, 4, 8),
     # the small layer's TP size (the ranks), and the DP group the 27B model's ZeRO table is spread over
-    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True), "dp": Knob(DP)},
+    knobs={"tp": Knob(4, choices=(2, 4, 8), world=True, post=NOT_IN_POST,
+                    why="it sizes the small layer run on the ranks; the post's figures are the 27B model's"),
+           "dp": Knob(DP)},
     program=program,
     narrative=NARRATIVE,
     checks=checks,

@@ -230,4 +230,5 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout,
-                knobs={"routing": Knob("learned", choices=("learned", "post"))}, tables=tables, figures=figures)
+                knobs={"routing": Knob("learned", choices=("learned", "post"), post="post",
+                                          why="the default routes by this run's own router weights")}, tables=tables, figures=figures)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from parasim.lesson import Check, Knob, Lesson, check, knob
+from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, check, knob
 from parasim.examples.pipeline import matches_unsplit, pipeline_run
 
 M = 8
@@ -85,4 +85,4 @@ NARRATIVE = {
 LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble schedules fill the holes with W",
                 world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
                 summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
-                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)})
+                keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M, post=NOT_IN_POST)})

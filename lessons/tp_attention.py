@@ -150,5 +150,6 @@ LESSON = Lesson(
     checks=checks,
     summary="heads split over TP ranks, 2 all-reduces forward and 2 backward per layer, kv heads replicated",
     keep_values=0,
-    knobs={"tp": Knob(4, choices=(1, 2, 4), world=True)},
+    knobs={"tp": Knob(4, choices=(1, 2, 4), world=True, post=16,
+                    why="the post's GQA case puts 8 KV heads on 16 GPUs, two GPUs each; this model has 4 heads")},
 )

@@ -95,14 +95,29 @@ KNOB_KINDS: dict[str, KnobKind] = {
 }
 
 
+AS_DEFAULT = object()  # Knob.post: the post's value is the lesson's default
+NOT_IN_POST = object()  # Knob.post: the post gives no value for this setting
+
+
 @dataclass(frozen=True)
 class Knob:
-    """One setting a lesson takes: its default (the post's, so that the lesson reproduces the post), the values
-    it accepts (None: any positive integer) and whether it is the number of ranks."""
+    """One setting a lesson takes: its default (the setting its checks are made for: the post's where the post
+    gives one that runs here), the values it accepts (None: any positive integer), whether it is the number of
+    ranks, and the post's own value where that is not the default (`post`: a value, AS_DEFAULT, or NOT_IN_POST
+    where the post names none), so a walk-through says "(the post's)" only where it is."""
 
     default: Any
     choices: tuple | None = None
     world: bool = False
+    post: Any = AS_DEFAULT
+    why: str = ""  # where the default is not the post's: why the lesson runs another (one clause)
+
+    def post_words(self, flag: str) -> str | None:
+        """None where the post's value is the default; else the post's value, or its absence, in words."""
+        if self.post is AS_DEFAULT:
+            return None
+        said = f"the post gives no {flag}" if self.post is NOT_IN_POST else f"the post's is {flag} {self.post}"
+        return said + (f": {self.why}" if self.why else "")
 
 
 @dataclass(frozen=True)
@@ -158,8 +173,24 @@ class Lesson:
         return next((KNOB_KINDS[n].flags[-1] for n, k in self.knobs.items() if k.world), "--world")
 
     def at_post_settings(self, settings: dict[str, Any]) -> bool:
-        """True when every knob is at the post's value (the checks that are the post's own figures hold)."""
+        """True when every knob is at the lesson's default (the settings its checks of the post's figures are
+        made for; `settings_words` says where those are not the post's own)."""
         return all(settings.get(n, k.default) == k.default for n, k in self.knobs.items())
+
+    def settings_words(self, settings: dict[str, Any]) -> str:
+        """How `settings` stand to the post: "(the post's)" only where every setting is the post's own value;
+        at the lesson's defaults, where some are not, the post's value (or that it gives none) for each; else
+        the post's values."""
+        flag = {n: KNOB_KINDS[n].flags[-1] for n in self.knobs}
+        post = {n: k.default if k.post is AS_DEFAULT else k.post for n, k in self.knobs.items()}
+        silent = [f"it gives no {flag[n]}" for n, v in post.items() if v is NOT_IN_POST]
+        if not silent and all(settings.get(n, k.default) == post[n] for n, k in self.knobs.items()):
+            return "(the post's)"
+        if self.at_post_settings(settings):
+            differ = [w for n, k in self.knobs.items() if (w := k.post_words(flag[n])) is not None]
+            return f"(the lesson's defaults; {'; '.join(differ)})"
+        given = ", ".join(f"{flag[n]} {v}" for n, v in post.items() if v is not NOT_IN_POST)
+        return f"(the post's: {'; '.join(([given] if given else []) + silent)})"
 
     @property
     def target(self) -> tuple[str, str]:

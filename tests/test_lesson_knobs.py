@@ -62,8 +62,12 @@ def test_a_setting_that_does_not_apply_is_one_line(args, needle):
 
 def test_the_list_names_each_lesson_s_settings():
     rows = {r["name"]: r for r in json.loads(cli("lesson", "--list", "--json").stdout)}
-    assert rows["pp-1f1b"]["knobs"] == {"--pp": {"default": 4, "choices": None},
-                                        "--microbatches": {"default": 4, "choices": None}}
+    assert rows["pp-1f1b"]["knobs"] == {"--pp": {"default": 4, "choices": None, "post": 4},
+                                        "--microbatches": {"default": 4, "choices": None, "post": 4}}
+    # where the post's own value is not the lesson's default, or the post names none (issue 53)
+    assert rows["moe16"]["knobs"]["--routing"]["post"] == "post"
+    assert rows["tp-attention"]["knobs"]["--tp"]["post"] == 16
+    assert rows["pp-zero-bubble"]["knobs"]["--microbatches"]["post"] is None
     assert rows["collectives"]["knobs"] == {}
 
 
@@ -71,6 +75,23 @@ def test_the_walk_through_says_the_settings_beside_the_post_s():
     text = cli("lesson", "sp", "--tp", "4", "--plain").stdout
     assert "settings: --tp 4  (the post's: --tp 8)" in text.splitlines()[1]
     assert "settings: --tp 8  (the post's)" in cli("lesson", "sp", "--plain").stdout.splitlines()[1]
+
+
+@pytest.mark.parametrize("name, said", [
+    ("moe16", "(the lesson's defaults; the post's is --routing post:"),
+    ("longest-sequence", "(the lesson's defaults; the post's is --tp 8:"),
+    ("memory", "(the lesson's defaults; the post gives no --tp:"),
+    ("tp-attention", "(the lesson's defaults; the post's is --tp 16:"),
+    ("pp-zero-bubble", "(the lesson's defaults; the post gives no --microbatches)"),
+])
+def test_a_default_that_is_not_the_posts_is_not_called_the_posts(name, said):
+    """Issue 53: "(the post's)" only where it is; elsewhere the post's own value, or that it gives none."""
+    head = " ".join(cli("lesson", name, "--plain").stdout.split("\n== ")[0].split())
+    assert said in head and "(the post's)" not in head
+    at_post = " ".join(cli("lesson", "moe16", "--routing", "post", "--plain").stdout.split("\n== ")[0].split())
+    assert "settings: --routing post (the post's)" in at_post
+    other = cli("lesson", "pp-zero-bubble", "--pp", "2", "-m", "4", "--plain").stdout.splitlines()[1]
+    assert other == "settings: --pp 2, --microbatches 4  (the post's: --pp 4; it gives no --microbatches)"
 
 
 def test_a_symbolic_lesson_says_symbolic_ranks():

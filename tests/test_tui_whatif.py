@@ -58,7 +58,10 @@ def test_the_checks_line_says_whether_the_run_is_at_the_post_s_settings():
     at_post = whatif("sp")
     elsewhere = at_post.rerun(at_post.parse({"tp": "4"}))
     assert at_post.checks_line().endswith(" checks hold (at the post's settings)")
-    assert elsewhere.checks_line().endswith(" checks hold (the post's own figures hold at its settings only)")
+    assert elsewhere.checks_line().endswith(" checks hold (the post's own figures hold at the lesson's defaults "
+                                            "only)")
+    moe = whatif("moe16")  # its default routing is the run's own, not the post's drawing
+    assert moe.checks_line().endswith(" checks hold (at the lesson's defaults)")
 
 
 async def test_k_re_runs_the_lesson_and_enter_opens_the_new_run():

@@ -54,8 +54,9 @@ def add_view(sub: Any) -> None:
 def add_knobs(parser: argparse.ArgumentParser) -> None:
     """The settings lessons let a learner turn (parasim.lesson.KNOB_KINDS); each lesson takes some of them."""
     from ..lesson import KNOB_KINDS
-    group = parser.add_argument_group("lesson settings", "each lesson takes some of these (the defaults are the "
-                                      "post's settings); `parasim lesson --list --json` names each lesson's")
+    group = parser.add_argument_group("lesson settings", "each lesson takes some of these (its defaults are the "
+                                      "post's where the post gives one that runs here; the walk-through's settings "
+                                      "line says which); `parasim lesson --list --json` names each lesson's")
     for name, kind in KNOB_KINDS.items():
         group.add_argument(*kind.flags, dest=f"knob_{name}", metavar=kind.metavar, help=kind.help,
                            type=positive if kind.parse is int else kind.parse)
@@ -122,10 +123,13 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     """Every lesson in the post's order, with the section of the post it works through."""
     from ..lesson import section
     if as_json:
-        from ..lesson import KNOB_KINDS
+        from ..lesson import AS_DEFAULT, KNOB_KINDS, NOT_IN_POST
+
+        def post(k: Any) -> Any:  # the post's value (null where the post names none)
+            return k.default if k.post is AS_DEFAULT else None if k.post is NOT_IN_POST else k.post
         print_json([{"name": l.name, "section": section(l), "title": l.title, "world": l.world,
                      "summary": l.summary,
-                     "knobs": {KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices}
+                     "knobs": {KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
                                for n, k in l.knobs.items()}} for l in lessons.values()], indent=2)
         return
     from rich.console import Console

@@ -188,9 +188,8 @@ def walkthrough(lr: LessonRun) -> str:
     if settings:
         from ..lesson import KNOB_KINDS
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
-        post = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {k.default}" for n, k in lesson.knobs.items())
-        out.append(f"settings: {said}" + ("  (the post's)" if lesson.at_post_settings(settings)
-                                          else f"  (the post's: {post})"))
+        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", WIDTH,
+                             subsequent_indent="  ")
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue

@@ -94,5 +94,7 @@ class WhatIf:
         """The new run's checks in one line: how many hold, and whether the post's own figures apply."""
         held, total = sum(c.ok for c in self.run.checks), len(self.run.checks)
         post = self.lesson.at_post_settings(self.settings)
-        return (f"{held} of {total} checks hold" + (" (at the post's settings)" if post else
-                                                   " (the post's own figures hold at its settings only)"))
+        own = self.lesson.settings_words(self.settings) == "(the post's)"
+        return (f"{held} of {total} checks hold" + (
+            (" (at the post's settings)" if own else " (at the lesson's defaults)") if post else
+            " (the post's own figures hold at the lesson's defaults only)"))
