@@ -158,16 +158,28 @@ def checks(result, s) -> list[Check]:
     ]
 
 
+
+def _holders(ep: int) -> str:
+    """Which GPUs hold expert 0 at EP `ep` on the lesson's GPUs, in words: one per EP group."""
+    groups = WORLD // ep
+    if groups == 1:
+        return "Here one EP group spans every GPU: g0 holds expert 0."
+    names = [f"g{g * ep}" for g in range(groups)]
+    firsts = ", ".join(names[:-1]) + " and " + names[-1]
+    return (f"Here {groups} EP groups of {ep} GPUs each hold their own experts, so expert 0 is on {firsts}; the "
+            "table names the busier.")
+
+
 NARRATIVE = {
     **{phase("uniform", ep): f"""
         {E} experts over EP {ep}: {E // ep} on each GPU. Every GPU routes its {T:,} tokens, {K} picks each, by
         uniform draws: about the same number of pairs lands on every GPU, and every GPU computes for about
         as long.""" for ep in EPS},
     **{phase("skewed:0.5", ep): f"""
-        Half of the tokens put expert 0 first: a hot expert. The GPU that holds it (g0) works on far more
+        Half of the tokens put expert 0 first: a hot expert. The GPU that holds it works on far more
         pairs than the others, and the all-to-all that brings the outputs back cannot finish before it does.
-        At EP {ep} g0 holds {E // ep} experts, so the hot one is {'a larger' if ep == 8 else 'a'} share of its
-        work.""" for ep in EPS},
+        {_holders(ep)} At EP {ep} that GPU holds {E // ep} experts, so the hot one is
+        {'a larger' if ep == 8 else 'a'} share of its work.""" for ep in EPS},
     **{phase("balanced", ep): """
         Every token's picks spread evenly over the experts, as DeepSeek-V3's per-expert bias terms steer its
         router to: every GPU gets the same pairs, and nobody waits.""" for ep in EPS},

@@ -52,6 +52,17 @@ def test_the_hot_experts_gpu_is_the_one_everyone_waits_for():
         assert max(ends) - min(ends) < 0.2 * (max(ends) - 0)  # the all-to-all brings them to one end together
 
 
+def test_the_hot_experts_narrative_names_every_gpu_holding_an_expert_0():
+    """Issue 53: at EP 4 on 8 GPUs there are two EP groups, each with its own expert 0 (on g0 and g4), and the
+    table's busiest GPU may be either: the walk-through names both, and the busiest is one of them."""
+    from parasim.render.walkthrough import walkthrough
+    lr = ran("hot-expert")
+    text = " ".join(walkthrough(lr).split())
+    assert "so expert 0 is on g0 and g4" in text and "g0 holds expert 0" in text  # EP 4, then EP 8
+    (table,) = lr.tables
+    assert dict(table.rows)["skewed:0.5 routing, EP 4"][0] in ("g0", "g4")
+
+
 def test_pairing_hides_at_most_the_shorter_stream():
     lr = ran("all-to-all-hidden")
     trace = lr.result.trace
