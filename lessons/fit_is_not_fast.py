@@ -108,7 +108,10 @@ def tables(result, s) -> list[Table]:
                          "product at the share a product of its shape measures (parasim hardware), and adds the TP "
                          "collectives.",
                          f"tokens per second per GPU: {SEQ / s['plan']['step_s'] / WORLD:,.0f} at {SEQ:,} tokens; "
-                         "the clock's constants: parasim hardware."])]
+                         "the clock's constants: parasim hardware.",
+                         f"the run itself is one layer: the clock line below times it ({layer:,.2f} s), and the "
+                         f"run's row is that times the model's {BASE.layers} layers ({layer * BASE.layers:,.1f} s, "
+                         f"{layer * BASE.layers / 60:,.2f} minutes)."])]
 
 
 def checks(result, s) -> list[Check]:

@@ -83,3 +83,15 @@ def test_the_longest_sequence_takes_minutes():
     post, run, plan = (dict(zip(table.columns[1:], values)) for _, values in table.rows)
     assert post["step (min)"] == pytest.approx(1.54, abs=0.01)  # 2.9e17 FLOPs at 40% of 8 H200s
     assert run["step (min)"] > plan["step (min)"] > 1  # whole scores cost the run's layers twice the post's
+
+
+def test_the_longest_sequence_says_its_clock_line_is_one_layer():
+    """Issue 53: the clock line times the run (one layer) in seconds, the table the step (60 layers) in
+    minutes; once the same figure read as both. The note says which is which, with both figures."""
+    from parasim.render.walkthrough import walkthrough
+    lr = ran("fit-is-not-fast")
+    layer = simulate(lr.result.trace, machine("h200")).step
+    text = " ".join(walkthrough(lr).split())
+    assert f"the run itself is one layer: the clock line below times it ({layer:,.2f} s)" in text
+    assert f"({layer * 60:,.1f} s, {layer:,.2f} minutes)" in text  # 60 layers: seconds x 60 = the same figure in minutes
+    assert "the run takes" in text and "the step takes" not in text

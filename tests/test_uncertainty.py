@@ -140,7 +140,7 @@ def test_a_real_size_lesson_says_its_range_and_an_exact_one_does_not():
     assert r["low_ratio"] == pytest.approx(min(1 + errors[k] for k in r["runs"]))
     assert r["high_ratio"] == pytest.approx(max(1 + errors[k] for k in r["runs"]))
     text = " ".join(cli("lesson", "fit-is-not-fast", "--plain").stdout.split())
-    assert f"held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's step" in text
+    assert f"held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's time" in text
     exact = json.loads(cli("lesson", "tp-mlp", "--json").stdout)
     assert "range" not in exact["clock"]
     assert "held-out runs like it" not in cli("lesson", "tp-mlp", "--plain").stdout

@@ -228,10 +228,10 @@ def clock_words(c: dict) -> str:
              if not v["on"] and v["saves_us"] > 0]
     over = ", ".join(c["overlap"]) or "no overlap"
     r = c.get("range")
-    like = (f" (held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's step: "
+    like = (f" (held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's time: "
             f"{duration(r['low_s'] * 1e6)} to {duration(r['high_s'] * 1e6)}; {len(r['runs'])} {r['like']})"
             if r else "")
-    return (f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the step takes "
+    return (f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the run takes "
             f"{duration(c['step_us'])}{like}, its critical path {duration(c['critical_compute_us'])} of compute and "
             f"{duration(c['critical_comm_us'])} of communication" + (f"; {'; '.join(saves)}." if saves else "."))
 
