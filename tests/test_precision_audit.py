@@ -152,10 +152,10 @@ def test_the_clock_sends_each_direction_of_the_all_to_all_in_its_dtype():
         assert got == pytest.approx(58 * 2 * (one(dispatch) + one(combine)), rel=1e-9), name
 
 
-def _one_phase_ring(buffer: float, t: int = 8) -> float:
+def _one_phase_ring(buffer: float, t: int = 8, op: str = "all_gather") -> float:
     """A reduce-scatter or all-gather over t GPUs of a node on a whole buffer of `buffer` bytes: each moves
-    (t-1)/t of it. The clock times both at the all-gather's measured busbw (plan._ring, costs.ring_seconds)."""
-    return buffer * (t - 1) / t / busbw("all_gather", buffer, t)
+    (t-1)/t of it, at the op's own measured busbw."""
+    return buffer * (t - 1) / t / busbw(op, buffer, t)
 
 
 def test_fsdp2_gathers_bf16_and_reduces_fp32():
@@ -166,7 +166,7 @@ def test_fsdp2_gathers_bf16_and_reduces_fp32():
     for name, reduced in (("post", 2), ("fsdp2", 4)):
         got = _parts(name, **kw)
         assert got["dp_params_s"] == pytest.approx(2 * _one_phase_ring(27e9 * 2), rel=1e-9), name
-        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced), rel=1e-9), name
+        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced, op="reduce_scatter"), rel=1e-9), name
 
 
 @pytest.mark.parametrize("name, moved", [("post", 28), ("fp64", 56)])
@@ -184,7 +184,7 @@ def test_plan_time_times_the_plans_precision():
     model = get_model("27b")
     for name, reduced in (("post", 2), ("megatron-bf16", 4)):
         got = plan_time(model, Plan(dp=8, zero=1, precision=name), 4096, "h200")
-        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced), rel=1e-9), name
+        assert got["dp_grads_s"] == pytest.approx(_one_phase_ring(27e9 * reduced, op="reduce_scatter"), rel=1e-9), name
         assert got["dp_params_s"] == pytest.approx(_one_phase_ring(27e9 * 2), rel=1e-9), name
 
 

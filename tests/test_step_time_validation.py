@@ -78,7 +78,11 @@ def test_readme_quotes_each_sets_figures_and_the_held_out_one_as_the_test(table)
     for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, len(said))):
         x = s[which]
         assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[start:end]
-    assert "test of the model" in said[held:] and "not a test" in said[cal:held]
+    assert "no longer a clean test" in said[held:] and "not a test" in said[cal:held]
+    from parasim.clock.runs_fresh import FRESH, SOURCES as FRESH_SOURCES
+    words = {5: "five"}
+    assert (f"The test of the model is a fresh set of {len(FRESH)} runs from "
+            f"{words.get(len(FRESH_SOURCES), len(FRESH_SOURCES))} other sources") in text
     bias = s[HELD_OUT]["bias"]
     assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[held:]
 

@@ -140,12 +140,12 @@ def collective_seconds(m: Machine, op: str, t: int, buffer: float, where: str) -
     return m.latency["call"] + steps * m.latency[where] + moved / busbw
 
 
-def ring_seconds(phases: int, t: int, sent: float, where: str, m: Machine) -> float:
-    """A ring collective of `phases` halves (2 for an all-reduce) over t members, each sending `sent` bytes in
-    all: `collective_seconds` of the buffer that makes each member send that."""
+def ring_seconds(op: str, t: int, sent: float, where: str, m: Machine) -> float:
+    """A ring collective `op` (all_reduce, all_gather, reduce_scatter) over t members, each sending `sent` bytes
+    in all: `collective_seconds` of the buffer that makes each member send that, at the op's own measured
+    bandwidth."""
     if t < 2 or not sent:
         return m.latency["call"]
-    op = "all_reduce" if phases == 2 else "all_gather"
     return collective_seconds(m, op, t, sent / BUS_FACTOR[op](t), where)
 
 
@@ -182,12 +182,12 @@ def pairs_seconds(inside: float, across: float, m: Machine, group: int = 8) -> f
     return m.latency["call"] + max(times)
 
 
-def _ring(phases: int) -> Timer:
+def _ring(op: str) -> Timer:
     def timer(e: Any, m: Machine, scale: float, memo: dict) -> float:
         hops = event_transfers(e)
         if not hops:
             return m.latency["call"]
-        return ring_seconds(phases, len(e.group.ranks), max(n for _, _, n in hops) * scale, _slowest(hops, m), m)
+        return ring_seconds(op, len(e.group.ranks), max(n for _, _, n in hops) * scale, _slowest(hops, m), m)
     return timer
 
 
@@ -261,9 +261,9 @@ class Cost:
 
 # One entry per op the trace records (comm/ops.py's names; "p2p" for point-to-point transfers).
 COSTS: dict[str, Cost] = {
-    "all_reduce": Cost("ring, 2(t-1) steps", _ring(2)),
-    "reduce_scatter": Cost("ring, t-1 steps", _ring(1)),
-    "all_gather": Cost("ring, t-1 steps", _ring(1)),
+    "all_reduce": Cost("ring, 2(t-1) steps", _ring("all_reduce")),
+    "reduce_scatter": Cost("ring, t-1 steps", _ring("reduce_scatter")),
+    "all_gather": Cost("ring, t-1 steps", _ring("all_gather")),
     "broadcast": Cost("chain, pipelined", _chain),
     "reduce": Cost("chain, pipelined", _chain),
     "scatter": Cost("root sends each chunk", _root),

@@ -63,20 +63,22 @@ def linear_seconds(memo: dict, gpu: str, peak: float, lin: Linear, dtype: str = 
     return fwd * lin.count, bwd * lin.count
 
 
-def attention_share(memo: dict, gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None) -> float:
+def attention_share(memo: dict, gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None,
+                    kernel: str | None = None) -> float:
     """FlashAttention's measured share of the BF16 peak for this sequence and head size: the forward pass
-    (backward False), the backward (True), or both together (None)."""
+    (backward False), the backward (True), or both together (None); `kernel` ("fa2", "fa3") as the framework
+    runs it, None for the newest measured on the GPU type."""
     s, d = max(1, int(seq)), max(1, int(head_dim))
-    return _kept(memo, ("attention", gpu, s, d, causal, backward),
-                 lambda: attention_efficiency(gpu, s, d, causal, backward).value)
+    return _kept(memo, ("attention", gpu, s, d, causal, backward, kernel),
+                 lambda: attention_efficiency(gpu, s, d, causal, backward, kernel).value)
 
 
 def attention_seconds(memo: dict, gpu: str, peak: float, fwd_flops: float, seq: int, head_dim: int, causal: bool,
-                      backward_factor: float) -> tuple[float, float]:
+                      backward_factor: float, kernel: str | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of attention doing `fwd_flops` forward and `backward_factor` times that backward
-    (FlashAttention's count: 2.5), each at its measured share."""
-    fwd = fwd_flops / (peak * attention_share(memo, gpu, seq, head_dim, causal, False))
-    bwd = backward_factor * fwd_flops / (peak * attention_share(memo, gpu, seq, head_dim, causal, True))
+    (FlashAttention's count: 2.5), each at its measured share for `kernel`."""
+    fwd = fwd_flops / (peak * attention_share(memo, gpu, seq, head_dim, causal, False, kernel))
+    bwd = backward_factor * fwd_flops / (peak * attention_share(memo, gpu, seq, head_dim, causal, True, kernel))
     return fwd, bwd
 
 

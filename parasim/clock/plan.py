@@ -94,10 +94,10 @@ def _link(plan: Plan, group: str, pattern: str = "ring") -> str:
     return ACROSS if _share(plan, group, pattern) else INSIDE
 
 
-def _ring(m: Machine, op_phases: int, t: int, buffer: float, where: str) -> float:
-    """One ring collective over t ranks on a buffer of `buffer` bytes (an all-reduce for two phases, an
-    all-gather or reduce-scatter for one): `collective_seconds`."""
-    return collective_seconds(m, "all_reduce" if op_phases == 2 else "all_gather", t, buffer, where)
+def _ring(m: Machine, op: str, t: int, buffer: float, where: str) -> float:
+    """One ring collective `op` over t ranks on a buffer of `buffer` bytes, at its own measured bandwidth:
+    `collective_seconds`."""
+    return collective_seconds(m, op, t, buffer, where)
 
 
 def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
@@ -145,7 +145,8 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     attn_flops = 4 * tokens * s * h / tp * causal
     heads = max(1, model.heads // tp) * plan.micro_batch
     if plan.flash:  # a ring step of CP computes a block of s/cp queries against s/cp keys
-        attn_fwd, attn_bwd = attention_seconds(m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True, 2.5)
+        attn_fwd, attn_bwd = attention_seconds(m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True,
+                                               2.5, plan.attention_kernel)
     else:  # the scores made whole: QK^T (s/cp x d @ d x s) and PV (s/cp x s @ s x d) per head, backward twice
         d, q = model.head_dim, max(1, int(s // cp))
         per_head = gemm_seconds(m.memo, m.key, m.peak_flops, q, s, d) + gemm_seconds(m.memo, m.key, m.peak_flops, q, d, s)
@@ -193,16 +194,17 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
         parts["attention"] += n * (f["attention"] * (1 + again) + f["attention_bwd"])
         parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
         if plan.recompute == "selective" and not plan.flash:
-            parts["elementwise"] += n * f["scores_bytes"] * act / hbm_rate(m.memo, m.key, m.hbm)
+            parts["elementwise"] += n * f["scores_bytes"] / hbm_rate(m.memo, m.key, m.hbm)  # already bytes
         products += n * layer_products
         # TP: per block (attention, and a dense MLP), forward and backward, as estimate/traffic.layer_traffic
         blocks = 1 if is_moe else 2
         where = _link(plan, "tp")
         if tp > 1 and plan.sp:
             ag, rs = blocks * (recompute + 2 + 1), blocks * (recompute + 1 + 1)
-            tp_s = ag * _ring(m, 1, tp, act_bytes, where) + rs * _ring(m, 1, tp, act_bytes, where)
+            tp_s = ag * _ring(m, "all_gather", tp, act_bytes, where) + rs * _ring(m, "reduce_scatter", tp, act_bytes,
+                                                                                 where)
         elif tp > 1:
-            tp_s = blocks * (recompute + 2) * _ring(m, 2, tp, act_bytes, where)
+            tp_s = blocks * (recompute + 2) * _ring(m, "all_reduce", tp, act_bytes, where)
         else:
             tp_s = 0.0
         parts["tp"] += n * tp_s
@@ -291,7 +293,9 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
         where = _link(plan, "pp", "chain")
         p2p = 2 * v * p2p_seconds(m, sent, where)
     # hidden (Megatron's p2p overlap, DualPipe's pairs), a send still slows the compute beside it
-    exposed_p2p = slow * p2p if {"p2p", "dualpipe"} & set(overlap) else p2p
+    # (Megatron-LM turns --overlap-p2p-communication off without interleaving: no model chunks, no p2p credit)
+    hides_p2p = ("p2p" in overlap and v > 1) or "dualpipe" in overlap
+    exposed_p2p = slow * p2p if hides_p2p else p2p
     mb = plan.m
     pipeline = (mb + (pp - 1) / v) * (per_mb + exposed_p2p)
     # data parallel: the gradients of this GPU's parameters, once per step
@@ -300,10 +304,10 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     dpg = plan.dp * cp
     where = _link(plan, "dp-cp")
     if plan.zero == 3 or _sharded(plan):
-        grads = _ring(m, 1, dpg, local * dt.bytes("grad_reduce"), where)
-        params = _ring(m, 1, dpg, local * dt.bytes("compute"), where)
+        grads = _ring(m, "reduce_scatter", dpg, local * dt.bytes("grad_reduce"), where)
+        params = _ring(m, "all_gather", dpg, local * dt.bytes("compute"), where)
     else:
-        grads, params = _ring(m, 2, dpg, local * dt.bytes("grad_reduce"), where), 0.0
+        grads, params = _ring(m, "all_reduce", dpg, local * dt.bytes("grad_reduce"), where), 0.0
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
     if plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`

@@ -444,8 +444,11 @@ def _megascale() -> list[PublishedRun]:
 
 
 _TITAN = "Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card)"
-_TITAN_SEQ = "sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page gives none)"
-_TITAN_FSDP = dict(flash=True, precision="fsdp2")  # FSDP2: ZeRO-3
+_TITAN_SEQ = ("sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page gives none); attention through "
+              "PyTorch's SDPA, whose flash backend is FlashAttention-2")
+# FSDP2: ZeRO-3. Attention through PyTorch's scaled_dot_product_attention (torchtitan 9dec370,
+# models/llama/model.py), whose flash backend is the FlashAttention-2 it vendors: timed at FA2's H100 share
+_TITAN_FSDP = dict(flash=True, precision="fsdp2", attention_kernel="fa2")
 
 
 def _titan_h100() -> list[PublishedRun]:
@@ -458,7 +461,8 @@ def _titan_h100() -> list[PublishedRun]:
     out += [PublishedRun(f"titan-8b-fsdp{8 // cp}-cp{cp}", src, "Table 2", "h100", 8, LLAMA3_8B,
                          training_plan(8 // cp, "zero-3", dp=8 // cp, cp=cp, micro_batch=1, recompute="full", **_TITAN_FSDP),
                          32768 * cp, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
-                         overlap=("grad-reduce", "prefetch"), assumed=f"{_TITAN}; {fp8}")
+                         overlap=("grad-reduce", "prefetch"),
+                         assumed=f"{_TITAN}; {fp8}; attention through PyTorch's SDPA (FlashAttention-2)")
             for cp, tps in ((1, 3890.0), (2, 2540.0), (4, 1071.0), (8, 548.0))]
     out += [PublishedRun(f"titan-70b-fsdp32-tp8{tag}", src, f"Table 4, {row}", "h100", 256, LLAMA3_70B,
                          training_plan(512, "zero-3", tp=8, dp=32, sp=True, micro_batch=16, recompute="full", **_TITAN_FSDP),
@@ -558,10 +562,11 @@ def _mpt() -> list[PublishedRun]:
         out.append(PublishedRun(
             f"mpt-{name}-{gpu}-{gpus}", "llm-foundry MPT", _MPT_WHERE[gpu], gpu, gpus, MPT[name],
             training_plan(batch, sharding, dp=gpus, micro_batch=mb, recompute="full" if ckpt else "none", flash=True,
-                  precision="post" if pure else "fsdp2"), 2048,
+                          precision="post" if pure else "fsdp2", attention_kernel="fa2"), 2048,
             tps, "tokens/s per GPU", sharding=sharding, overlap=("grad-reduce", "prefetch"),
             assumed="shapes from scripts/train/yamls/pretrain/mpt-*.yaml (MLP 4h, vocabulary 50368, no biases, tied "
-                    "embeddings, FlashAttention) at llm-foundry 8c8dd48, the benchmark's own are not in the table; "
+                    "embeddings, FlashAttention: attn_impl flash, the flash-attn 2 package, timed as FlashAttention-2) "
+                    "at llm-foundry 8c8dd48, the benchmark's own are not in the table; "
                     + ("pure BF16 (FSDP mixed precision 'PURE'), timed as BF16 weights and gradients with FP32 "
                        "optimizer state" if pure else
                        "FSDP mixed precision 'DEFAULT' timed as FSDP2's BF16 gathers and FP32 reductions")))

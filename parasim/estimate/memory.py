@@ -44,10 +44,17 @@ class Plan(Layout):
     chunks: int = 1  # model chunks per GPU (interleaved 1F1B): the step's bubble shrinks by it (clock/plan.py);
     # memory counts 1F1B's in-flight micro-batches, as without interleaving
     precision: str = "post"  # layout/precision.py's entry: the dtype of each kind of tensor
+    # the attention kernel the framework runs (estimate/kernels.KERNELS: "fa3", "fa2"); None: the newest one
+    # measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
+    # where TransformerEngine runs a FlashAttention-3-class kernel: the clock times each at its own measured share
+    attention_kernel: str | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         precision_of(self.precision)  # an unknown name is refused here, in one line
+        from .kernels import KERNELS
+        if self.attention_kernel is not None and self.attention_kernel not in KERNELS:
+            raise UsageError(f"attention kernel must be one of {', '.join(KERNELS)}, got {self.attention_kernel!r}")
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
         for f in ("micro_batch", "working_layers", "chunks"):
@@ -100,7 +107,8 @@ class Plan(Layout):
         return {"tp": self.tp, "sp": self.sp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
                 "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
                 "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
-                "chunked_loss": self.chunked_loss, "precision": self.precision, "label": self.label()}
+                "chunked_loss": self.chunked_loss, "precision": self.precision,
+                "attention_kernel": self.attention_kernel, "label": self.label()}
 
 
 # -- what the model assumes, in words ---------------------------------------------------------------
