@@ -95,3 +95,18 @@ def test_the_longest_sequence_says_its_clock_line_is_one_layer():
     assert f"the run itself is one layer: the clock line below times it ({layer:,.2f} s)" in text
     assert f"({layer * 60:,.1f} s, {layer:,.2f} minutes)" in text  # 60 layers: seconds x 60 = the same figure in minutes
     assert "the run takes" in text and "the step takes" not in text
+
+
+def test_the_validation_page_says_where_the_time_lessons_moved_with_todays_figures():
+    """docs/validation.md's table of the four lessons' figures: its "now" column is each lesson's own table
+    (row label, column), as the lesson prints it."""
+    from pathlib import Path
+    page = (Path(__file__).resolve().parents[1] / "docs" / "validation.md").read_text()
+    section = page[page.index("## Where the time lessons moved"):page.index("## The held-out score, read")]
+    rows = [line.strip("|").split("|") for line in section.splitlines() if line.startswith("| ")][1:]
+    assert len(rows) == 11
+    for lesson, label, column, _before, now in ((c.strip() for c in r) for r in rows):
+        (table,) = ran(lesson).tables
+        column = column.split(" (the others'")[0]  # the page's gloss on a column's name
+        got = dict(table.rows)[label][table.columns.index(column) - 1]
+        assert str(got) == now, (lesson, label, column)
