@@ -96,3 +96,32 @@ def test_pipeline_sends_are_hidden_only_with_model_chunks():
     assert one["exposed_p2p_s"] == one["p2p_s"] > 0
     two = plan_time(model, Plan(pp=2, microbatches=4, chunks=2), SEQ, "h100", ("p2p",))
     assert two["exposed_p2p_s"] == pytest.approx(overlap_slowdown("h100").value * two["p2p_s"], rel=1e-12)
+
+
+def test_eager_pytorch_runs_each_elementwise_operation_as_its_own_kernel():
+    """A 2-layer Llama-shaped model (hidden 1,024, 8 heads of 128, 2 KV heads, SwiGLU of 2,816), one H100,
+    4,096 tokens, no recomputation, eager PyTorch as torchtitan's Llama runs it: per activation value two
+    FP32 RMSNorms of 36 bytes and two residual adds of 6; per query or key value (1 + 2/8 of the activations)
+    a rotary embedding of 20 bytes and, K and V repeated to every head, 4; the attention output made contiguous,
+    4 a value; the SwiGLU's 10 per hidden value. The backward moves twice the forward's bytes, at the measured
+    streaming rate. The loss moves 36 bytes a logit (cast, log-softmax, and their gradients) where Megatron's
+    fused one moves three FP32 passes."""
+    model = ModelSpec(layers=2, hidden=1024, heads=8, kv_heads=2, ffn=2816, vocab=1000, gated=True,
+                      norm="rmsnorm", bias=False)
+    eager = plan_time(model, Plan(fusion="torch-eager", recompute="none", dropout=False), SEQ, "h100")
+    fused = plan_time(model, Plan(recompute="none", dropout=False), SEQ, "h100")
+    stream = GPUS["h100"].hbm.value * memory_efficiency("h100", "scale").value
+    act, ffn = SEQ * 1024, SEQ * 2816
+    qk = act * (1 + 2 / 8)
+    per_layer = act * (2 * 36 + 2 * 6 + 4) + qk * (20 + 4) + ffn * 10
+    assert eager["parts_per_microbatch_s"]["elementwise"] == pytest.approx(2 * per_layer * 3 / stream, rel=1e-12)
+    megatron = act * (4 + 6 + 4 + 6) + ffn * (4 + 2)  # the fused table: norms, bias-dropout-adds, a gated MLP
+    assert fused["parts_per_microbatch_s"]["elementwise"] == pytest.approx(2 * megatron * 3 / stream, rel=1e-12)
+    logits = SEQ * 1000
+    delta = eager["parts_per_microbatch_s"]["logits"] - fused["parts_per_microbatch_s"]["logits"]
+    assert delta == pytest.approx(logits * (36 - 3 * 4) / stream, rel=1e-9)  # the post's precision: FP32 logits
+
+
+def test_an_unknown_fusion_is_refused_in_one_line():
+    with pytest.raises(UsageError, match="fusion must be one of megatron, torch-eager"):
+        Plan(fusion="xla")

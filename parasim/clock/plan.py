@@ -20,7 +20,7 @@ communication behind the compute the frameworks run it beside.
 """
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
@@ -52,6 +52,47 @@ ELEMENTWISE: tuple[tuple[str, str, float, float], ...] = (
     ("attention dropout", "scores", 5, 0),  # read, write, mask
 )
 GATED_EXTRA = 2  # a gated MLP's activation reads a second input of the same size
+
+# The same layer as eager PyTorch runs it, one kernel per operation, read from torchtitan's Llama
+# (torchtitan/models/norms.py RMSNorm, torchtitan/models/llama/model.py: apply_rotary_emb, repeat_kv, the SDPA
+# output made contiguous, FeedForward's F.silu(w1(x)) * w3(x); late 2024, without torch.compile). Bytes per
+# value of what each runs over: "heads" is the attention's width on one GPU [tokens, hidden / TP], "qk" the
+# queries and keys together [tokens, (heads + kv heads) x head dim / TP], "kvrep" the same where K and V are
+# repeated to every head (zero where every head has its own).
+TORCH_EAGER: tuple[tuple[str, str, float, float], ...] = (
+    # RMSNorm in FP32: x.float() 2+4, pow(2) 4+4, mean 4, x * rsqrt 4+4, type_as 4+2, * weight 2+2
+    ("input norm", "act", 36, 36),
+    ("rotary embedding: q, k to FP32, a complex multiply, back to 16 bits", "qk", 20, 20),  # 2+4, 4+4, 4+2
+    ("K and V repeated to every head (expand, then a copy)", "kvrep", 4, 4),  # read kv heads, write all, 2 B
+    ("attention output transposed and made contiguous", "heads", 4, 4),
+    ("attention residual add", "act", 6, 6),
+    ("post-attention norm", "act", 36, 36),
+    ("MLP activation: SiLU of the gate, times the up projection", "ffn", 10, 10),  # 2+2, then 4+2
+    ("MLP residual add", "act", 6, 6),
+)
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How a framework splits a layer's elementwise work into kernels: its passes, what a gated MLP adds to
+    the "ffn" rows, and the bytes per logit its loss moves forward and backward (None: three passes of the
+    precision's logits dtype, written, read by the loss, their gradient written)."""
+    passes: tuple[tuple[str, str, float, float], ...]
+    gated_extra: float
+    logits_bytes: float | None
+    source: str
+
+
+FUSIONS: dict[str, Fusion] = {
+    "megatron": Fusion(ELEMENTWISE, GATED_EXTRA, None,
+                       "Megatron-LM / TransformerEngine's fused kernels (bias, dropout and residual in one; "
+                       "LayerNorm or RMSNorm in one)"),
+    # cross_entropy(pred.float()): cast 2+4, log_softmax 4+4; backward the loss's gradient 4, log_softmax's
+    # 4+4+4, the cast's 4+2
+    "torch-eager": Fusion(TORCH_EAGER, 0.0, 36.0,
+                          "eager PyTorch as torchtitan's Llama runs it without torch.compile (models/norms.py, "
+                          "models/llama/model.py, train.py's cross_entropy(pred.float()))"),
+}
 PERMUTE_PASSES = 2  # an MoE layer's forward permutes its tokens into expert order and unpermutes them back
 BYTES_16 = 2  # the 16-bit values ELEMENTWISE's bytes count
 BACKWARD_BYTES = 2.0
@@ -156,13 +197,17 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     else:
         ffn_values = tokens * model.ffn_size / tp
     act = tokens * h / (tp if plan.sp else 1)
-    sizes = {"act": act, "ffn": ffn_values,
+    heads_width = tokens * h / tp
+    qk = heads_width * (1 + model.kv / model.heads)
+    sizes = {"act": act, "ffn": ffn_values, "heads": heads_width, "qk": qk,
+             "kvrep": qk if model.kv < model.heads else 0.0,
              "scores": 0.0 if plan.flash else plan.micro_batch * model.heads / tp * (s / cp) * s}
+    fusion = FUSIONS[plan.fusion]
     elementwise = 0.0
-    for _, over, with_dropout, without in ELEMENTWISE:
+    for _, over, with_dropout, without in fusion.passes:
         per = with_dropout if plan.dropout else without
         if over == "ffn" and model.gated:
-            per += GATED_EXTRA
+            per += fusion.gated_extra
         elementwise += sizes[over] * per
     if moe:  # the tokens put in expert order for the dispatch and back in token order after the combine, each
         # pass reading what it moves and writing it elsewhere: the routed tokens and their top-k copies
@@ -222,8 +267,8 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
                 parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m, plan.ep)
     if last:  # the output layer and its loss: a product over the vocabulary's TP share, forward and backward
         fwd, bwd = linear_seconds(m.memo, m.key, m.peak_flops, Linear(tokens, h, model.vocab / tp))
-        parts["logits"] = fwd + bwd + tokens * model.vocab / tp * dt.bytes("logits") * 3 / hbm_rate(m.memo, m.key, m.hbm)
-        # (the logits written, read by the loss, their gradient written)
+        per_logit = FUSIONS[plan.fusion].logits_bytes or dt.bytes("logits") * 3  # written, read, gradient written
+        parts["logits"] = fwd + bwd + tokens * model.vocab / tp * per_logit / hbm_rate(m.memo, m.key, m.hbm)
     return parts, products
 
 

@@ -260,7 +260,7 @@ def _titan_a100() -> list[FreshRun]:
     return [FreshRun(
         f"titan-a100-{key}-fsdp64", "torchtitan A100 2024", where, "a100", 64, model,
         training_plan(64 * local, "zero-3", dp=64, micro_batch=local, recompute=recompute, flash=True,
-                      precision="fsdp2", attention_kernel="fa2"), seq,  # SDPA's flash backend: FA2
+                      precision="fsdp2", attention_kernel="fa2", fusion="torch-eager"), seq,  # SDPA: FA2; eager
         wps, "tokens/s per GPU", precision="bf16", sharding="zero-3", overlap=("grad-reduce", "prefetch"),
         assumed=f"sequence {seq} (the page: Llama 2's default 4096 is half Llama 3's); FSDP2 over all 64 GPUs with "
                 "BF16 parameters and FP32 reductions (torchtitan's defaults); SDPA FlashAttention; the local batch "

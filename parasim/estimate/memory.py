@@ -48,11 +48,17 @@ class Plan(Layout):
     # measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
     # where TransformerEngine runs a FlashAttention-3-class kernel: the clock times each at its own measured share
     attention_kernel: str | None = None
+    # how the framework splits a layer's elementwise work into kernels (clock/plan.FUSIONS): Megatron's fused
+    # ones, or eager PyTorch's one kernel per operation (torchtitan without torch.compile)
+    fusion: str = "megatron"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         precision_of(self.precision)  # an unknown name is refused here, in one line
         from .kernels import KERNELS
+        from ..clock.plan import FUSIONS  # here, not at the top: the clock's plan imports this module
+        if self.fusion not in FUSIONS:
+            raise UsageError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.attention_kernel is not None and self.attention_kernel not in KERNELS:
             raise UsageError(f"attention kernel must be one of {', '.join(KERNELS)}, got {self.attention_kernel!r}")
         if self.recompute not in RECOMPUTE:
@@ -108,7 +114,7 @@ class Plan(Layout):
                 "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
                 "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
                 "chunked_loss": self.chunked_loss, "precision": self.precision,
-                "attention_kernel": self.attention_kernel, "label": self.label()}
+                "attention_kernel": self.attention_kernel, "fusion": self.fusion, "label": self.label()}
 
 
 # -- what the model assumes, in words ---------------------------------------------------------------
