@@ -43,8 +43,10 @@ def program(ctx):
         scores = xp.matmul(q, xp.permute_dims(k, (1, 0)))
         m, l, o, rescale = online_softmax_step(xp, m, l, o, scores, v)
         steps.append({"score": scores, "m": m, "l": l, "o": o, "rescale": rescale})
-        ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, old terms rescaled by e^(m_old - m) = {_fmt(rescale)}, "
-                 f"l = {_fmt(l)}, o = [{_fmt(o)}]")
+        # the first chunk has no old terms to rescale (m_old is -inf, l and o are 0): say so, not "by 0"
+        kept = (f"old terms rescaled by e^(m_old - m) = {_fmt(rescale)}" if step else
+                "no old terms yet (m starts at -inf, l and o at 0)")
+        ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, {kept}, l = {_fmt(l)}, o = [{_fmt(o)}]")
         if step < n - 1:  # pass the key and value I hold back along the ring; take the next rank's
             nxt, prev = (ctx.rank + 1) % n, (ctx.rank - 1) % n  # so rank r sees keys r, r + 1, ... in turn
             k, v = comm.exchange([Send(k, prev), Send(v, prev), Recv(nxt, (1, 1), k.dtype),

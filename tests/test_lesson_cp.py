@@ -14,6 +14,17 @@ def test_online_softmax_figures():
     assert [round(float(w), 3) for w in lr.result.values[0]["weights"][0]] == [0.119, 0.881]
 
 
+def test_online_softmax_says_the_first_chunk_has_nothing_to_rescale():
+    """Issue 53: at the first chunk there are no old terms (m is -inf, l and o are 0), so 'rescaled by ... = 0'
+    misleads; from the second chunk on, the factor e^(m_old - m) is the run's own."""
+    from parasim.render.walkthrough import walkthrough
+    text = walkthrough(run_lesson(get_lesson("online-softmax")))
+    first = text[text.index("== chunk 1 =="):text.index("== chunk 2 ==")]
+    second = text[text.index("== chunk 2 =="):]
+    assert "no old terms yet" in first and "rescaled by" not in first
+    assert "old terms rescaled by e^(m_old - m) = 0.1353" in second  # e^(1 - 3): rank 0 meets the larger score
+
+
 @pytest.mark.parametrize("world", [1, 2, 4, 8])
 def test_ring_attention_table_and_exactness(world):
     lr = run_lesson(get_lesson("ring-attention"), world)
