@@ -73,7 +73,7 @@ def tables(result, got) -> list[Table]:
     return [Table("Where the token 'contract' (t6 of A) goes, by variant",
                   ["variant", "held by", "layer 1 sends it to", "GPUs per all-to-all"], where),
             Table("What one GPU stores and which groups send across nodes, by variant",
-                  ["variant", "expert values", "attention values", "bytes across nodes", "bubble", "exact"], what,
+                  ["variant", "expert values", "attention values", "groups crossing nodes", "bubble", "exact"], what,
                   notes=["expert values per GPU: experts/EP x 2hf/ETP x layers/PP; attention values: 4h^2/TP x "
                          "layers/PP (h, f: the model's hidden and expert widths); bubble: 1F1B's idle share with "
                          "2 micro-batches; exact: loss, gradients and weights after Adam equal the unsplit "

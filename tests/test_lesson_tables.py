@@ -22,6 +22,8 @@ def test_moe16_variants_names_every_variant_in_its_tables():
     where = {row["variant"]: row for row in data["tables"][0]["rows"]}
     assert where["zigzag CP split"]["held by"] == "g3"  # contiguous keeps t6 on g2; zigzag gives it to g3
     assert "g0+g1" in where["ETP 2 (EP 2, EDP 2)"]["layer 1 sends it to"]  # an ETP-2 expert lives on a pair
+    stores = next(t for t in data["tables"] if "groups crossing nodes" in t["columns"])  # names, not bytes
+    assert {row["groups crossing nodes"] for row in stores["rows"]} >= {"pp", "dp-cp, expert-dp"}
     checks = {c["name"]: c for c in data["checks"]}
     holder = checks["the GPU holding 'contract' (t6 of A)"]
     assert list(holder["got"]) == VARIANTS

@@ -125,6 +125,13 @@ def test_each_expert_list_is_printed_once(args, experts, layers):
     assert f"each of its {layers} MoE layers" in line
 
 
+def test_the_expert_count_says_it_is_every_moe_layer_together():
+    """Issue 53: moe16's g2 holds E5 and E6 (2 of 8 experts, h = 4 and f = 16 wide, two matrices each: 2 x 2 x 4 x
+    16 = 256 values a layer) in each of its stage's 2 MoE layers: 512 in all, said as both layers together."""
+    line = " ".join(_stores_line(cli("trace", "--gpu", "2").stdout).split())
+    assert f"{2 * 2 * 2 * 4 * 16:,} of experts, its MoE layers together (E5/E6 in each of its 2 MoE layers)" in line
+
+
 def test_no_flash_is_refused_where_the_example_keeps_its_scores_anyway():
     out = cli("trace", "--no-flash")
     assert out.returncode == 2 and "--no-flash is a choice of a real-size step" in out.stderr

@@ -89,7 +89,8 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
         f"  stores: {s['tp shards']:,} values of "
         + ("TP shards (attention, MLP), " if split else "whole weights (attention, MLP: TP 1 splits nothing), ")
         + f"{s['whole copies']:,} of " + ("whole copies (norms, router), " if split else "norms and router, ")
-        + (f"{s['experts']:,} of experts {_experts_once(view['experts_per_layer'])}, " if s["experts"] else "")
+        + (f"{s['experts']:,} of experts, its MoE layers together ({_experts_once(view['experts_per_layer'])}), "
+           if s["experts"] else "")
         + f"{s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
     )
     out.append(
