@@ -90,3 +90,14 @@ def test_a_real_size_runs_time_status_says_its_range_and_a_toy_runs_does_not(pip
         assert "runs like it" not in pipe.clock.status()
     finally:
         pipe.toggle_time()
+
+
+async def test_the_time_titles_unit_is_the_rulers():
+    """Issue 53: a real-size step of 88 ms is ruled in milliseconds, and the title says milliseconds (it once
+    said microseconds over a ruler in ms); pp-1f1b's toy step is in microseconds, as the key test above sees."""
+    lr = run_lesson(get_lesson("all-to-all-hidden"))
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("u")
+        assert app.view.clock.unit()[1] == "ms" and app.view.clock.tl.step >= 1e-2
+        assert "ranks x milliseconds on the clock" in str(app.query_one(Timeline).border_title)

@@ -89,8 +89,11 @@ class ParasimApp(App):
         self.query_one(Timeline).focus()
 
     def _title_timeline(self) -> None:
-        self.query_one(Timeline).border_title = ("timeline: ranks x microseconds on the clock (u: steps)"
-                                                 if self.view.time_mode else "timeline: ranks x logical steps (u: time)")
+        if self.view.time_mode:  # the ruler's own unit: microseconds, or milliseconds for a longer step
+            unit = {"us": "microseconds", "ms": "milliseconds"}[self.view.clock.unit()[1]]
+            self.query_one(Timeline).border_title = f"timeline: ranks x {unit} on the clock (u: steps)"
+        else:
+            self.query_one(Timeline).border_title = "timeline: ranks x logical steps (u: time)"
 
     def on_resize(self, event: Resize) -> None:
         self.query_one("#panels").set_class(event.size.width >= WIDE, "-wide")

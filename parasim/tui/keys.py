@@ -29,8 +29,8 @@ KEYS: tuple[Key, ...] = (
     Key("r", "prompt('rank')", "r", "rank", "step only through the events one rank takes part in"),
     Key("t", "hops", "t", "hops", "show or hide the hops of a ring collective: who sends which chunk to whom"),
     Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
-    Key("u", "time", "u", "", "the timeline in time (microseconds on the clock: an H200 node of 8, no overlap) or "
-        "in logical steps: compute, transfers and idle per GPU, the critical path in bold"),
+    Key("u", "time", "u", "", "the timeline in time (on the clock, in microseconds or milliseconds: an H200 node "
+        "of 8, no overlap) or in logical steps: compute, transfers and idle per GPU, the critical path in bold"),
     Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
     Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
     Key("k", "whatif", "k", "what if", "what if: change the lesson's settings (--tp, -m, ...), run it again and "
