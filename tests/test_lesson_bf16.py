@@ -88,3 +88,16 @@ def test_json_is_strict():
     assert data["lesson"] == "bf16-sums" and all(c["ok"] for c in data["checks"])
     assert {t["dtype"] for e in data["events"] for m in e["members"] for t in m["in"]} == \
            {"bfloat16", "float32", "float64"}
+
+
+def test_a_checks_long_array_is_summed_up_in_the_walk_through_and_whole_in_json():
+    """Issue 53: bf16-sums' check of 8 ranks' 1,024 sums once printed 78,736 characters on one line; the
+    walk-through gives its shape and first values, --json every value."""
+    import json
+    from conftest import cli
+    text = cli("lesson", "bf16-sums", "--plain").stdout
+    line = next(l for l in text.splitlines() if "every rank holds the same bfloat16 sums" in l)
+    assert len(line) < 300 and "8 x 1,024 values: [[" in line and ", ...]" in line
+    data = json.loads(cli("lesson", "bf16-sums", "--json").stdout)
+    check = next(c for c in data["checks"] if c["name"] == "every rank holds the same bfloat16 sums")
+    assert len(check["got"]) == 8 and all(len(row) == 1024 for row in check["got"])

@@ -28,6 +28,32 @@ def fmt_value(v: Any, grouped: bool = True) -> str:
 
 fmt_bytes = nbytes  # noqa: E305  a byte count as every renderer writes it
 
+SHOWN_VALUES = 8  # a check's list longer than this is summed up in the walk-through (--json keeps it whole)
+
+
+def _shape(v: Any) -> list[int]:
+    """The lengths of a nested list, outermost first (of its first element at each depth)."""
+    dims = []
+    while isinstance(v, list):
+        dims.append(len(v))
+        v = v[0] if v else None
+    return dims
+
+
+def fmt_check(v: Any) -> str:
+    """A check's value for the walk-through: whole when short; a long list (an array's values) as its shape and
+    its first values, so a line reads as a sentence ('8 x 1,024 values: [[-0.21875, -0.84375, ...], ...]')."""
+    dims = _shape(v)
+    if not dims or all(d <= SHOWN_VALUES for d in dims):
+        return fmt_value(v)
+
+    def head(x: Any) -> str:  # the first few of each list, and '...' where it goes on
+        if not isinstance(x, list):
+            return fmt_value(x, False)
+        keep = 3 if x and isinstance(x[0], list) else 4
+        return "[" + ", ".join(head(y) for y in x[:keep]) + (", ..." if len(x) > keep else "") + "]"
+    return f"{' x '.join(f'{d:,}' for d in dims)} values: {head(v)}"
+
 
 def _params(e: Event) -> str:
     parts = [f"{k}={v}" for k, v in e.params.items() if k != "algo" and v is not None]
@@ -213,10 +239,10 @@ def walkthrough(lr: LessonRun) -> str:
     out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
     for c in lr.checks:
         if c.ok and c.got == c.expected:
-            out.append(f"  ok   {c.name}: {fmt_value(c.got)}")
+            out.append(f"  ok   {c.name}: {fmt_check(c.got)}")
         else:
             mark = "ok  " if c.ok else "FAIL"
-            out.append(f"  {mark} {c.name}: got {fmt_value(c.got)}, expected {fmt_value(c.expected)}")
+            out.append(f"  {mark} {c.name}: got {fmt_check(c.got)}, expected {fmt_check(c.expected)}")
     out.append(f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)} checks ok.")
     return "\n".join(map(printable, out)) + "\n"  # a line each: a newline inside a name shows as \n
 
