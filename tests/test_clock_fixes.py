@@ -125,3 +125,25 @@ def test_eager_pytorch_runs_each_elementwise_operation_as_its_own_kernel():
 def test_an_unknown_fusion_is_refused_in_one_line():
     with pytest.raises(UsageError, match="fusion must be one of megatron, torch-eager"):
         Plan(fusion="xla")
+
+
+def test_memory_and_fit_take_the_frameworks_kernels_for_the_steps_time():
+    """--attention-kernel and --fusion state the framework a job runs: memory's step is plan_time's with them,
+    its --json plan names them, fit --search --by time ranks with them; a kernel the GPU lacks is one line."""
+    import json
+    from parasim.estimate.models import get_model
+    from tests.conftest import cli
+    args = ("memory", "--model", "27b", "--tp", "8", "--gpu", "h100", "--json")
+    eager = json.loads(cli(*args, "--fusion", "torch-eager", "--attention-kernel", "fa2").stdout)
+    plan = Plan(tp=8, fusion="torch-eager", attention_kernel="fa2").check(get_model("27b"))
+    assert eager["time"]["step_s"] == pytest.approx(plan_time(get_model("27b"), plan, 4096, "h100")["step_s"],
+                                                    rel=1e-12)
+    assert (eager["layout"]["fusion"], eager["layout"]["attention_kernel"]) == ("torch-eager", "fa2")
+    fused = json.loads(cli(*args).stdout)
+    assert fused["time"]["step_s"] < eager["time"]["step_s"]
+    out = cli("memory", "--model", "27b", "--tp", "8", "--gpu", "a100", "--attention-kernel", "fa3")
+    assert out.returncode == 2 and out.stderr.strip().splitlines() == ["parasim: error: no 'fa3' attention measured "
+                                                                       "on a100: fa2"]
+    ranked = json.loads(cli("fit", "--model", "27b", "--search", "--by", "time", "--nodes", "1", "--top", "1",
+                            "--fusion", "torch-eager", "--json").stdout)
+    assert ranked["nodes"][0]["best"]["fusion"] == "torch-eager"

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
@@ -69,6 +70,16 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="the dtype of each kind of tensor, as a framework keeps and sends it: "
                         f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
                         "--megatron, the job's: megatron-bf16 for --bf16)")
+    from ..clock.plan import FUSIONS
+    from ..estimate.kernels import KERNELS
+    t.add_argument("--attention-kernel", choices=KERNELS, default=None,
+                   help="the attention kernel the framework runs, for the step's time: fa3 (TransformerEngine's "
+                        "class) or fa2 (PyTorch's SDPA, the flash-attn 2 package); default: the newest measured on "
+                        "the GPU")
+    t.add_argument("--fusion", choices=tuple(FUSIONS), default=None,
+                   help="how the framework runs a layer's elementwise work, for the step's time: megatron (fused "
+                        "kernels, the default) or torch-eager (one kernel per operation: torchtitan without "
+                        "torch.compile)")
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, h800, a100, b200 (b200: memory "
                    "only, its kernels are not all measured yet)")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
@@ -182,18 +193,24 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
     job = read_megatron(args)
     if job is not None:  # the job's layout and step, with the flags given here in their place
         from ..megatron.job import plan_of
-        return plan_of(job, model, args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
+        plan = plan_of(job, model, args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
                        etp=args.etp, sp=args.sp or None, zero=args.zero, recompute=args.recompute,
                        flash=False if args.no_flash else None, dropout=False if args.no_dropout else None,
                        micro_batch=args.micro_batch, microbatches=args.microbatches,
-                       chunked_loss=args.chunked_loss or None, precision=args.precision).check(model, seq)
+                       chunked_loss=args.chunked_loss or None, precision=args.precision)
+        return replace(plan, **_kernels(args)).check(model, seq)
     # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
     plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
                 ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
                 recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
                 micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss,
-                precision=_precision(args))
+                precision=_precision(args), **_kernels(args))
     return plan.check(model, seq)
+
+
+def _kernels(args: argparse.Namespace) -> dict[str, Any]:
+    """--attention-kernel and --fusion where given: the framework's kernels the step is timed by."""
+    return {k: v for k, v in (("attention_kernel", args.attention_kernel), ("fusion", args.fusion)) if v is not None}
 
 
 def _precision(args: argparse.Namespace) -> str:
@@ -373,7 +390,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
                         recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
                         micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
-                        precision=_precision(args))
+                        precision=_precision(args), **_kernels(args))
         result["usable"] = usable / unit
         result["unit"] = name
         job = read_megatron(args)
@@ -439,7 +456,7 @@ def _search_by_time(args: argparse.Namespace, model: Any, usable: float, unit: f
                             args.gpu, args.gpus_per_node, args.top, _overlap(args), zero=args.zero,
                             recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
                             micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
-                            precision=_precision(args))
+                            precision=_precision(args), **_kernels(args))
     result["usable"] = usable / unit
     result["unit"] = name
     job = read_megatron(args)
@@ -459,7 +476,8 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
     from ..estimate.memory import Plan
     from .megatron import fit_seq
     plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
-                                        "micro_batch", "microbatches", "chunked_loss", "precision")},
+                                        "micro_batch", "microbatches", "chunked_loss", "precision",
+                                        "attention_kernel", "fusion")},
                 dropout=not args.no_dropout, gpus_per_node=args.gpus_per_node).check(model)
     best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
     return plan

@@ -93,6 +93,8 @@ class Plans:
     chunked_loss: bool = False
     working_layers: int = 2
     precision: str = "post"
+    attention_kernel: str | None = None
+    fusion: str = "megatron"
 
     @property
     def m(self) -> np.ndarray:
@@ -106,7 +108,8 @@ class Plans:
                     dp=int(self.dp[i]), ep=int(self.ep[i]), etp=int(self.etp[i]), zero=int(self.zero[i]),
                     recompute=RECOMPUTE[int(self.rc[i])], flash=self.flash, dropout=self.dropout,
                     micro_batch=self.micro_batch, chunked_loss=self.chunked_loss,
-                    working_layers=self.working_layers, precision=self.precision)
+                    working_layers=self.working_layers, precision=self.precision,
+                    attention_kernel=self.attention_kernel, fusion=self.fusion)
 
 
 def _divisors(n: int) -> list[int]:
