@@ -166,7 +166,7 @@ class Lesson:
                 raise UsageError(f"lesson {self.name!r} has no {flag} (the settings it takes: {takes})")
             if knob.choices is not None and value not in knob.choices:
                 raise UsageError(f"lesson {self.name!r} takes {flag} {' or '.join(map(str, knob.choices))}, "
-                                 f"not {value}")
+                                 f"not {value}" + (f" ({knob.why})" if knob.why else ""))
         return {name: given.get(name, knob.default) for name, knob in self.knobs.items()}
 
     def world_of_flag(self) -> str:

@@ -206,6 +206,13 @@ def test_tp_mlp_refuses_a_split_of_four_columns_over_three():
     assert "takes --tp 1 or 2 or 4, not 3" in out.stderr
 
 
+def test_a_refused_setting_says_why_where_the_lesson_knows():
+    """Issue 53: tp-attention at the post's TP 16 is refused with the reason (its model has 4 heads), in one line."""
+    out = cli("lesson", "tp-attention", "--tp", "16")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1
+    assert "takes --tp 1 or 2 or 4, not 16 (" in out.stderr and "this model has 4 heads" in out.stderr
+
+
 def test_online_softmax_on_a_ring_of_4():
     """Keys 1, 3, 2, 4 on four ranks: rank 0 sees them in that order; key 2 leaves the max at 3 (factor e^0 = 1),
     key 4 raises it (factor e^(3 - 4)); the weights are e^(k - 4) / (e^-3 + e^-1 + e^-2 + 1)."""
