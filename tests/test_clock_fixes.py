@@ -147,3 +147,25 @@ def test_memory_and_fit_take_the_frameworks_kernels_for_the_steps_time():
     ranked = json.loads(cli("fit", "--model", "27b", "--search", "--by", "time", "--nodes", "1", "--top", "1",
                             "--fusion", "torch-eager", "--json").stdout)
     assert ranked["nodes"][0]["best"]["fusion"] == "torch-eager"
+
+
+def test_the_experts_gradients_are_reduced_over_the_expert_data_parallel_group():
+    """An MoE model on the 8 H100s of a node, DP 8 and EP 8, Megatron's distributed optimizer: the dense weights'
+    gradients are reduce-scattered over DP 8; each expert lives whole on one GPU (expert-DP of 8 / 8 = 1), so its
+    gradients go nowhere and its optimizer share is the whole expert. At EP 4 the expert-DP group is 2 GPUs: the
+    experts' gradients are reduce-scattered over 2, and each GPU updates half of its experts."""
+    from parasim.clock.plan import adam_bytes
+    from parasim.layout.precision import precision
+    model = ModelSpec(layers=2, hidden=1024, heads=8, vocab=1000, experts=8, top_k=2, expert_ffn=512)
+    dense, experts = model.total_params() - model.expert_params(), model.expert_params()
+    adam = adam_bytes(precision("megatron-bf16"))
+    hbm = GPUS["h100"].hbm.value
+
+    def rs(buffer: float, t: int) -> float:
+        return buffer * (t - 1) / t / collective_bandwidth("h100", "reduce_scatter", int(buffer), "inside", t).value
+    eight = plan_time(model, Plan(dp=8, ep=8, zero=1, precision="megatron-bf16").check(model), SEQ, "h100")
+    assert eight["dp_grads_s"] == pytest.approx(rs(dense * 4, 8), rel=1e-12)
+    assert eight["optimizer_s"] == pytest.approx((dense / 8 + experts / 8) * adam / hbm, rel=1e-12)
+    four = plan_time(model, Plan(dp=8, ep=4, zero=1, precision="megatron-bf16").check(model), SEQ, "h100")
+    assert four["dp_grads_s"] == pytest.approx(rs(dense * 4, 8) + rs(experts / 4 * 4, 2), rel=1e-12)
+    assert four["optimizer_s"] == pytest.approx((dense / 8 + experts / 4 / 2) * adam / hbm, rel=1e-12)

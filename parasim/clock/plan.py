@@ -343,16 +343,21 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     exposed_p2p = slow * p2p if hides_p2p else p2p
     mb = plan.m
     pipeline = (mb + (pp - 1) / v) * (per_mb + exposed_p2p)
-    # data parallel: the gradients of this GPU's parameters, once per step
+    # data parallel: the gradients of this GPU's parameters, once per step, each over its own group as
+    # Megatron-Core builds them: the dense ones over dp x cp, the experts' (whole on each EP rank at ETP 1) over
+    # the expert-data-parallel group, world / (EP x PP) GPUs
     dense = model.total_params() - model.expert_params()
-    local = dense / (tp * pp) + model.expert_params() / (plan.ep * pp)
-    dpg = plan.dp * cp
-    where = _link(plan, "dp-cp")
-    if plan.zero == 3 or _sharded(plan):
-        grads = _ring(m, "reduce_scatter", dpg, local * dt.bytes("grad_reduce"), where)
-        params = _ring(m, "all_gather", dpg, local * dt.bytes("compute"), where)
-    else:
-        grads, params = _ring(m, "all_reduce", dpg, local * dt.bytes("grad_reduce"), where), 0.0
+    shares = [(dense / (tp * pp), plan.dp * cp, "dp-cp")]
+    if model.expert_params():
+        shares.append((model.expert_params() / (plan.ep * pp), plan.world // (plan.ep * pp), "expert-dp"))
+    grads = params = 0.0
+    for local, group, kind in shares:
+        where = _link(plan, kind)
+        if plan.zero == 3 or _sharded(plan):
+            grads += _ring(m, "reduce_scatter", group, local * dt.bytes("grad_reduce"), where)
+            params += _ring(m, "all_gather", group, local * dt.bytes("compute"), where)
+        else:
+            grads += _ring(m, "all_reduce", group, local * dt.bytes("grad_reduce"), where)
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
     if plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
@@ -365,7 +370,7 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
         exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in overlap else grads
         first_forward = per_mb / 3
         exposed_params = params - min(params, first_forward) * (1 - slow) if "prefetch" in overlap else params
-    updated = local / (dpg if plan.zero else 1)
+    updated = sum(local / (group if plan.zero else 1) for local, group, _ in shares)
     optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer
     return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb, "slowest_stage": stage + 1,
