@@ -110,3 +110,13 @@ def test_at_scale_sets_the_post_s_411_mb_beside_what_the_run_sent():
     assert len(table["rows"]) == ep
     for row in table["rows"]:
         assert row["run / pairs"] < 1 and row["the run sent (MB)"] < row["pairs x d x 2 B (MB)"]
+
+
+def test_ranks_that_did_the_same_are_one_line():
+    """Issue 53: zero's gradient buckets are all-reduced by 8 ranks that each send and receive the same bytes
+    from the same line: one 'ranks 0-7' line each, not eight; tp-mlp's two ranks stay one line each."""
+    text = cli("lesson", "zero", "--plain").stdout
+    assert "    ranks 0-7 float64[400] -> float64[400]" in text
+    assert not any(line.startswith("    rank 3 ") for line in text.splitlines())
+    small = cli("lesson", "tp-mlp", "--plain").stdout
+    assert "    rank 0 " in small and "    rank 1 " in small and "ranks 0-1" not in small

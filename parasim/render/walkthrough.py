@@ -66,6 +66,30 @@ SHOWN_TENSORS = 4  # a member's arrays written out one by one; more (an all-to-a
 SHOWN_MEMBERS = 10  # a group's members written out one by one; a larger group shows its first and last
 
 
+FOLDED = 3  # this many ranks in a row, or more, whose lines read the same are printed once, as a range
+
+
+def _folded(lines: list[tuple[int, str]]) -> Iterator[str]:
+    """Members' lines, consecutive ranks that did the very same thing (the same arrays, bytes and source line)
+    folded into one 'ranks a-b' line: eight identical lines of a ZeRO gather say one thing once."""
+    i = 0
+    while i < len(lines):
+        rank, rest = lines[i]
+        if rank < 0:
+            yield rest
+            i += 1
+            continue
+        j = i
+        while j + 1 < len(lines) and lines[j + 1][0] == lines[j][0] + 1 and lines[j + 1][1] == rest:
+            j += 1
+        if j - i + 1 >= FOLDED:
+            yield f"    ranks {rank}-{lines[j][0]} {rest}"
+            i = j + 1
+        else:
+            yield f"    rank {rank:<3} {rest}"
+            i += 1
+
+
 def _tensors(ts) -> str:
     """A member's arrays: each written out, or, for many of one dtype and width (an all-to-all over a big
     group), their count and the range of their first dim: 64 x bfloat16[421..568, 7172]."""
@@ -104,16 +128,18 @@ def event_lines(e: Event) -> Iterator[str]:
     members = list(e.members)
     # a large group: its first members and its last, and what the ones between sent and received
     shown = members if len(members) <= SHOWN_MEMBERS else members[:SHOWN_MEMBERS - 2] + members[-2:]
+    lines: list[tuple[int, str]] = []  # (rank, the rest of its line), in order; a skipped middle as rank -1
     for m in shown:
         if len(shown) < len(members) and m is members[-2]:
             between = members[SHOWN_MEMBERS - 2:-2]
-            yield (f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
-                   f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}")
+            lines.append((-1, f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
+                              f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}"))
         if m.before is not None and m.after is not None and (m.before or m.after):
             what = f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
         else:
             what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
-        yield f"    rank {m.rank:<3} {what:<44} sent {fmt_bytes(m.sent):>9}  recv {fmt_bytes(m.recv):>9}  {m.site}"
+        lines.append((m.rank, f"{what:<44} sent {fmt_bytes(m.sent):>9}  recv {fmt_bytes(m.recv):>9}  {m.site}"))
+    yield from _folded(lines)
     hops = e.hops or []
     if hops and any(t["value"] is None for h in hops for t in h["transfers"]):
         phases = [p for p in ("reduce-scatter", "all-gather") if any(h["phase"] == p for h in hops)]
