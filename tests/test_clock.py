@@ -289,7 +289,8 @@ def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation
     @ 64 x 32, then 16 x 32 @ 32 x 64); the MLP's elementwise passes over the 2 copies' 32 hidden values; the
     permutation reading and writing the tokens and their 2 copies twice (into expert order and back), 2 bytes
     a value, at the HBM rate an elementwise pass measures."""
-    from parasim.clock.plan import ELEMENTWISE, layer_forward
+    from parasim.clock.fusion import ELEMENTWISE
+    from parasim.clock.plan import layer_forward
     from parasim.clock.runs import training_plan
     from parasim.estimate.kernels import memory_efficiency
     from parasim.layout import ModelSpec

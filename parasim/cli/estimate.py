@@ -70,7 +70,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="the dtype of each kind of tensor, as a framework keeps and sends it: "
                         f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
                         "--megatron, the job's: megatron-bf16 for --bf16)")
-    from ..clock.plan import FUSIONS
+    from ..clock.fusion import FUSIONS
     from ..estimate.kernels import KERNELS
     t.add_argument("--attention-kernel", choices=KERNELS, default=None,
                    help="the attention kernel the framework runs, for the step's time: fa3 (TransformerEngine's "

@@ -48,7 +48,7 @@ class Plan(Layout):
     # measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
     # where TransformerEngine runs a FlashAttention-3-class kernel: the clock times each at its own measured share
     attention_kernel: str | None = None
-    # how the framework splits a layer's elementwise work into kernels (clock/plan.FUSIONS): Megatron's fused
+    # how the framework splits a layer's elementwise work into kernels (clock/fusion.FUSIONS): Megatron's fused
     # ones, or eager PyTorch's one kernel per operation (torchtitan without torch.compile)
     fusion: str = "megatron"
 
@@ -56,7 +56,7 @@ class Plan(Layout):
         super().__post_init__()
         precision_of(self.precision)  # an unknown name is refused here, in one line
         from .kernels import KERNELS
-        from ..clock.plan import FUSIONS  # here, not at the top: the clock's plan imports this module
+        from ..clock.fusion import FUSIONS
         if self.fusion not in FUSIONS:
             raise UsageError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.attention_kernel is not None and self.attention_kernel not in KERNELS:
