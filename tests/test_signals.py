@@ -248,3 +248,22 @@ def test_a_signal_as_python_exits_after_the_command_changes_nothing(sig):
                          cwd=ROOT)
     assert (got.returncode, got.stderr) == (0, "")
     assert got.stdout.rstrip().endswith("exited")
+
+
+def test_an_interrupt_raised_again_on_the_way_out_still_exits_130():
+    """The command had said its line and a KeyboardInterrupt reached main() anyway (C code that held the first
+    one and raised it again, once seen under load as an exit by SIGINT, -2): main() ends with 130, the code for
+    an interrupt, and leaves at once without Python's shutdown."""
+    script = textwrap.dedent("""
+        import parasim.cli.commands as commands
+        def again(*args, **kwargs):
+            import sys
+            print("parasim: interrupted", file=sys.stderr)
+            raise KeyboardInterrupt
+        commands.run_command = again
+        from parasim.cli import main
+        main()
+        print("not reached")
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert (done.returncode, done.stderr.strip(), done.stdout) == (130, "parasim: interrupted", "")

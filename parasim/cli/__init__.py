@@ -38,8 +38,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         # the imports and the parser (every command's module, numpy, Rich): nothing has started yet, and numpy
         # turns a KeyboardInterrupt inside its own import into an ImportError
         from .commands import build_parser as build, run_command
+        from .common import INTERRUPTED, TERMINATED
         parser = build()
-        return run_command(argv, parser, exiting=exiting)  # its own handlers from here on
+        try:
+            code = run_command(argv, parser, exiting=exiting)  # its own handlers from here on
+        except KeyboardInterrupt:  # raised again on the way out (C code that held the first one): still 130
+            code = INTERRUPTED
+    if exiting and code in (INTERRUPTED, TERMINATED):
+        # an interrupted command has ended everything it started and said its line: it leaves with its code at
+        # once, without Python's own shutdown (torch's exit callbacks), where an interrupt some C code kept
+        # pending could turn the exit into a kill by SIGINT
+        import contextlib
+        import os
+        import sys
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        os._exit(code)
+    return code
 
 
 def build_parser() -> Any:
