@@ -208,6 +208,13 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
     return plan.check(model, seq)
 
 
+def _search_choices(args: argparse.Namespace) -> dict[str, Any]:
+    """The training choices both of fit's searches hold fixed while they try every layout (None: try each)."""
+    return dict(zero=args.zero, recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
+                micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss, precision=_precision(args),
+                **_kernels(args))
+
+
 def _kernels(args: argparse.Namespace) -> dict[str, Any]:
     """--attention-kernel and --fusion where given: the framework's kernels the step is timed by."""
     return {k: v for k, v in (("attention_kernel", args.attention_kernel), ("fusion", args.fusion)) if v is not None}
@@ -387,10 +394,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return _search_by_time(args, model, usable, unit, name)
     if args.search:
         nodes = parse_nodes(args.nodes)
-        result = search(model, nodes, usable, args.gpus_per_node, args.top, zero=args.zero,
-                        recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                        micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
-                        precision=_precision(args), **_kernels(args))
+        result = search(model, nodes, usable, args.gpus_per_node, args.top, **_search_choices(args))
         result["usable"] = usable / unit
         result["unit"] = name
         job = read_megatron(args)
@@ -453,10 +457,7 @@ def _search_by_time(args: argparse.Namespace, model: Any, usable: float, unit: f
     if args.megatron_args or args.plot:
         raise UsageError("--megatron-args and --plot go with --by length")
     result = search_by_time(model, parse_nodes(args.nodes), usable, args.seq or 4096, args.global_batch or 1024,
-                            args.gpu, args.gpus_per_node, args.top, _overlap(args), zero=args.zero,
-                            recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                            micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss,
-                            precision=_precision(args), **_kernels(args))
+                            args.gpu, args.gpus_per_node, args.top, _overlap(args), **_search_choices(args))
     result["usable"] = usable / unit
     result["unit"] = name
     job = read_megatron(args)
