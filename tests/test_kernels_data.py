@@ -73,6 +73,17 @@ def test_products_at_measured_shapes_are_the_sources_figures_over_the_dense_peak
     assert h200.value == 780193877565849 / 989e12 and "h100" in h200.notes[0]
 
 
+def test_an_fp8_product_away_from_its_one_measured_shape_falls_off_as_the_bf16_grid_does():
+    """MAMF's H100 FP8 best (1402.6 TFLOP/s at 1024x9216x14336, over 2 x 989) scaled by OpenXLA's BF16 sm_90 grid:
+    1024^3 (252764082862523 FLOP/s) over the best shape as the grid reads it, clamped to 1024x4096x4096
+    (751920044817927); a large product is held at the best, which no shape beat in MAMF's search."""
+    best = 1402.6e12 / (2 * 989e12)
+    small = K.gemm_efficiency("h100", 1024, 1024, 1024, "fp8")
+    assert small.value == pytest.approx(best * 252764082862523 / 751920044817927, rel=1e-12)
+    assert small.sources == ("mamf", "xla-gemm") and "falls off" in small.notes[-1]
+    assert K.gemm_efficiency("h100", 4096, 4096, 4096, "fp8").value == pytest.approx(best, rel=1e-12)
+
+
 def test_products_between_grid_points_are_linear_in_log2_of_each_side():
     """m = 1448 sits at log2(1448) - 10 of the way from 1024 to 2048 (n = 4096, k = 4096 on the grid)."""
     at_1024, at_2048 = 751920044817927, 752315168330705  # (1024 and 2048, 4096, 4096) in the source
@@ -287,7 +298,7 @@ def test_outside_the_data_is_clamped_and_says_so():
     assert far.value == edge and "more than 2x past it" in far.notes[0] and far.notes[0].startswith("n 16384")
     small = K.gemm_efficiency("h100", 256, 256, 100)
     assert small.value == K.gemm_efficiency("h100", 256, 256, 256).value and "smallest" in small.notes[0]
-    assert "one fp8 product" in K.gemm_efficiency("h100", 4096, 4096, 4096, "fp8").notes[0]
+    assert "one fp8 product" in K.gemm_efficiency("b200", 4096, 4096, 4096, "fp8").notes[0]
     odd = K.gemm_efficiency("a100", 8192, 4096, 1024)
     assert "square products only" in odd.notes[0]
     long = K.attention_efficiency("h100", 65536, 128, False, False)

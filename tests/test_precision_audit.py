@@ -86,7 +86,7 @@ def test_memory_json_names_every_dtype_of_its_precision():
     assert out == {"name": "megatron-bf16", "params": "bfloat16", "compute": "bfloat16", "grads": "float32",
                    "grad_reduce": "float32", "master": "float32", "main_grads": None, "adam": "float32",
                    "activations": "bfloat16", "dispatch": "bfloat16", "combine": "bfloat16", "logits": "float32",
-                   "products": "bfloat16", "bytes_per_param": {"weights": 2, "gradients": 4, "optimizer": 12}}
+                   "products": "bfloat16", "fp8_scaling": None, "bytes_per_param": {"weights": 2, "gradients": 4, "optimizer": 12}}
 
 
 # -- the clock's plan -----------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 parasim's Layout/Plan rules, its GPUs are its degrees' product, its batch divides into micro-batches, its unit,
 rule, precision and sharding are registry keys, its source is a new document with an https address, and the
 set is big and varied enough. Nothing here times a run: the set stays unseen until the next model version
-is scored on it once."""
+is scored on it once (tests/test_step_time_validation.py holds the page and README to that score)."""
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -33,7 +33,8 @@ def test_sources_are_new_documents():
     """No fresh source is one runs.SOURCES already holds: not by name, address or document."""
     old_addresses = {s.address.split("#")[0].rstrip("/") for s in old.SOURCES.values()}
     for s in SOURCES.values():
-        assert s.set == FRESH_SET and s.set not in old.SETS
+        assert s.set == FRESH_SET == old.FRESH
+        assert all(o.set != FRESH_SET for o in old.SOURCES.values())
         assert s.address.startswith("https://") and s.document and s.why
         assert re.fullmatch(r"\d{4}-\d{2}", s.date)
         assert s.name not in old.SOURCES
@@ -42,7 +43,7 @@ def test_sources_are_new_documents():
     assert {r.source for r in FRESH} == set(SOURCES)
 
 
-def test_not_in_the_scored_sets():
+def test_not_among_the_seen_runs():
     assert not {id(r) for r in FRESH} & {id(r) for r in old.RUNS}
     assert all(r.set == FRESH_SET for r in FRESH)
 

@@ -1,5 +1,5 @@
-"""The clock against the published runs of clock/runs.py, in two sets (issue 50): the tables and scores on
-docs/validation.md and README's figures are what the code computes for both sets; a set's score (median,
+"""The clock against the published runs of clock/runs.py and clock/runs_fresh.py, in three sets (issue 50): the
+tables and scores on docs/validation.md and README's figures are what the code computes for every set; a set's score (median,
 largest, bias, MoE median, runs beyond 25%) is checked on a small table written here; each unit's figure and
 the error's sign are worked out by hand on a made-up run; the FLOP rules reproduce the sources' own figures;
 every run yields a finite positive figure; and the plan model's step for a small run is worked out here by
@@ -17,15 +17,16 @@ import pytest
 from parasim.clock.costs import machine
 from parasim.clock.plan import layer_forward, step_time
 from parasim.clock.published import error, predicted, rows, score, scores
-from parasim.clock.runs import CALIBRATION, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun, training_plan
+from parasim.clock.runs import CALIBRATION, FRESH, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun, training_plan
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
+from parasim.clock.runs_fresh import FRESH as FRESH_RUNS, SOURCES as FRESH_SOURCES
 from parasim.render.validation_text import markdown_constants, markdown_rows, score_line
 from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "validation.md"
-BY_KEY = {r.key: r for r in RUNS}
+BY_KEY = {r.key: r for r in RUNS + FRESH_RUNS}
 
 
 @pytest.fixture(scope="module")
@@ -40,13 +41,14 @@ def _step_section() -> str:
 
 # -- the page and README -------------------------------------------------------------------------------------
 
-def test_the_page_shows_what_the_code_computes_for_both_sets(table):
+def test_the_page_shows_what_the_code_computes_for_every_set(table):
     """Each set's table under its own heading, calibration first, then its score line; the constants of every
     GPU type the runs ran on; the split rule and where it is written in full."""
     text = _step_section()
     s = scores(table)
     at = 0
-    for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs")):
+    for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs"),
+                           (FRESH, "## Fresh runs")):
         block = "\n".join(markdown_rows([r for r in table if r["set"] == which]))
         start = text.index(heading, at)
         assert text.index(block, start) == text.index("| run |", start), which  # the first table below it
@@ -67,24 +69,26 @@ def test_the_constants_table_names_every_gpu_type_the_runs_ran_on():
         "| network, one direction | 50 GB/s | 50 GB/s | 50 GB/s | 25 GB/s |"]
 
 
-def test_readme_quotes_each_sets_figures_and_the_held_out_one_as_the_test(table):
+def test_readme_quotes_each_sets_figures_and_the_fresh_one_as_the_test(table):
     s = scores(table)
     text = " ".join((ROOT / "README.md").read_text().split())
     m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs (.*?)\. Four "
                   r"lessons", text)
-    assert m and int(m[1]) == len(RUNS)
+    assert m and int(m[1]) == len(RUNS) + len(FRESH_RUNS)
     said = m[2]
     cal, held = said.index(f"{s[CALIBRATION]['runs']} calibration runs"), said.index(f"{s[HELD_OUT]['runs']} held-out")
-    for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, len(said))):
+    words = {5: "five"}
+    fresh = said.index(f"the test of the model: a fresh set of {len(FRESH_RUNS)} runs from "
+                       f"{words.get(len(FRESH_SOURCES), len(FRESH_SOURCES))} other sources")
+    for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, fresh), (FRESH, fresh, len(said))):
         x = s[which]
         assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[start:end]
-    assert "no longer a clean test" in said[held:] and "not a test" in said[cal:held]
-    from parasim.clock.runs_fresh import FRESH, SOURCES as FRESH_SOURCES
-    words = {5: "five"}
-    assert (f"The test of the model is a fresh set of {len(FRESH)} runs from "
-            f"{words.get(len(FRESH_SOURCES), len(FRESH_SOURCES))} other sources") in text
-    bias = s[HELD_OUT]["bias"]
-    assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[held:]
+    assert "not a test" in said[cal:held] and "no longer a clean test" in said[held:fresh]
+    bias, moe = s[FRESH]["bias"], s[FRESH]["moe_median_abs_error"]
+    assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[fresh:]
+    assert f"its {s[FRESH]['moe_runs']} MoE runs {moe:.1%}" in said[fresh:]
+    moe_rows = [r for r in table if r["set"] == FRESH and r["moe"]]
+    assert ("all faster than measured" in said[fresh:]) == all(r["error"] > 0 for r in moe_rows)
 
 
 # -- a set's score, on a table written here ------------------------------------------------------------------
@@ -174,11 +178,12 @@ def test_parasims_figure_is_the_clocks_step_in_the_runs_unit():
 # -- every run ---------------------------------------------------------------------------------------------
 
 def test_every_run_is_a_row_with_its_set_an_address_and_a_finite_positive_figure(table):
-    assert [r["name"] for r in table] == [r.key for r in RUNS]
+    assert [r["name"] for r in table] == [r.key for r in RUNS + FRESH_RUNS]
     for row in table:
         run = BY_KEY[row["name"]]
-        assert row["set"] == SOURCES[run.source].set and row["set"] in SETS
-        assert row["address"].startswith("https://") and row["address"] == SOURCES[run.source].address
+        sources = FRESH_SOURCES if run in FRESH_RUNS else SOURCES
+        assert row["set"] == sources[run.source].set and row["set"] in SETS
+        assert row["address"].startswith("https://") and row["address"] == sources[run.source].address
         assert math.isfinite(row["predicted"]) and row["predicted"] > 0, row["name"]
         assert math.isfinite(row["error"]), row["name"]
         assert row["published"] == run.published and row["unit"] == run.unit and row["assumed"] == run.assumed
@@ -299,12 +304,12 @@ def _strict(text: str):
     return json.loads(text, parse_constant=refuse)
 
 
-def test_validate_step_time_prints_both_sets_as_json():
+def test_validate_step_time_prints_every_set_as_json():
     out = cli("validate", "step-time", "--json")
     assert out.returncode == 0, out.stderr
     data = _strict(out.stdout)
-    assert list(data["score"]) == [CALIBRATION, HELD_OUT]
-    assert len(data["rows"]) == len(RUNS) and {r["set"] for r in data["rows"]} == set(SETS)
+    assert list(data["score"]) == [CALIBRATION, HELD_OUT, FRESH]
+    assert len(data["rows"]) == len(RUNS) + len(FRESH_RUNS) and {r["set"] for r in data["rows"]} == set(SETS)
     first = data["rows"][0]
     assert {"name", "set", "source", "gpus", "published", "predicted", "unit", "error", "assumed"} <= set(first)
     for which in SETS:
@@ -317,19 +322,20 @@ def test_validate_step_time_prints_both_sets_as_json():
 def test_set_prints_one_set(which):
     data = _strict(cli("validate", "step-time", "--set", which, "--json").stdout)
     assert {r["set"] for r in data["rows"]} == {which} and list(data["score"]) == [which]
-    assert data["score"][which]["runs"] == sum(SOURCES[r.source].set == which for r in RUNS)
+    assert data["score"][which]["runs"] == (len(FRESH_RUNS) if which == FRESH else
+                                            sum(SOURCES[r.source].set == which for r in RUNS))
     text = cli("validate", "step-time", "--set", which).stdout
-    other = HELD_OUT if which == CALIBRATION else CALIBRATION
-    assert f"{which.capitalize()}: " in text and f"{other.capitalize()}: " not in text
+    assert f"{which.capitalize()}: " in text
+    assert not any(f"{other.capitalize()}: " in text for other in SETS if other != which)
 
 
-def test_validate_step_time_prints_calibration_then_held_out(monkeypatch):
+def test_validate_step_time_prints_calibration_then_held_out_then_fresh(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # the run names whole, on one line
     text = cli("validate", "step-time")
     assert text.returncode == 0, text.stderr
     out = text.stdout
     assert out.index("Calibration set") < out.index("Calibration: ") < out.index("Held-out set") < out.index(
-        "Held-out: ")
+        "Held-out: ") < out.index("Fresh set") < out.index("Fresh: ")
     assert "Narayanan" in out and "median |error|" in out and "(held-out): https://" in out
     tables = out[:out.index("What parasim assumes")]
     assert tables.count("megatron-2021-1.7b ") == 1 and tables.index("megatron-2021-1.7b ") < out.index("Held-out set")

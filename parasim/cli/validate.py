@@ -1,4 +1,4 @@
-"""`parasim validate step-time`: the clock's step time against published training runs, in two sets."""
+"""`parasim validate step-time`: the clock's step time against published training runs, in three sets."""
 from __future__ import annotations
 
 import argparse
@@ -19,12 +19,13 @@ def add_validate(sub: Any) -> None:
                                      "its own unit, parasim's and the error; what parasim assumes where a source "
                                      "is silent, and what the other choices would give. One set of constants per "
                                      "GPU type (parasim hardware). The runs are split by source into a calibration "
-                                     "set (the sources the model was shaped on) and a held-out set (the test of "
-                                     "the model), each scored on its own.")
+                                     "set (the sources the model was shaped on), a held-out set (never shaped on, "
+                                     "but read for causes since) and a fresh held-out set (five other sources, "
+                                     "scored once: the test of the model), each scored on its own.")
     # the sets' names are checked in the command, against clock/runs.py's SETS (importing it here would slow
     # every command's start)
     st.add_argument("--set", dest="which", default=ALL, metavar="SET",
-                    help=f"print one set: calibration, held-out or {ALL} (default: {ALL}, calibration first)")
+                    help=f"print one set: calibration, held-out, fresh or {ALL} (default: {ALL}, calibration first)")
     st.add_argument("--json", action="store_true",
                     help='print {"rows": [{name, set, source, gpus, published, predicted, unit, error, assumed, '
                          '...}], "score": {SET: {runs, median_abs_error, max_abs_error, bias, ...}}}')

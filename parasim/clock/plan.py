@@ -120,12 +120,16 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     h, tp, cp, s = model.hidden, plan.tp, plan.cp, seq
     tokens = plan.micro_batch * s / cp
     routed = tokens / (tp if plan.sp else 1)
-    fwd = bwd = 0.0
-    fp8 = precision_of(plan.precision).products.startswith("float8")
-    router = moe and 2  # the router's product (the third of an MoE layer's): kept in BF16 by FP8 recipes
+    fwd = bwd = cast_fwd = cast_bwd = 0.0
+    scaling = precision_of(plan.precision).scaling
+    router = 2 if moe else None  # the router's product (the third of an MoE layer's): kept in BF16 by FP8 recipes
     for i, lin in enumerate(layer_linears(model, plan, seq, moe)):
-        f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "fp8" if fp8 and i != router else "bf16")
+        fp8 = scaling is not None and i != router
+        f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "fp8" if fp8 else "bf16")
         fwd, bwd = fwd + f, bwd + b
+        if fp8:  # each forward casts its input and its weight, each backward the output's gradient
+            cast_fwd += (lin.rows + lin.n_out) * lin.k_in * lin.count * scaling.bytes_per_value
+            cast_bwd += lin.rows * lin.n_out * lin.count * scaling.bytes_per_value
     causal = 0.5 if plan.flash else 1.0
     attn_flops = 4 * tokens * s * h / tp * causal
     heads = max(1, model.heads // tp) * plan.micro_batch
@@ -156,9 +160,10 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     if moe:  # the tokens put in expert order for the dispatch and back in token order after the combine, each
         # pass reading what it moves and writing it elsewhere: the routed tokens and their top-k copies
         elementwise += PERMUTE_PASSES * routed * h * (1 + model.top_k) * BYTES_16
-    elementwise /= hbm_rate(m.memo, m.key, m.hbm)
+    rate = hbm_rate(m.memo, m.key, m.hbm)
     return {"matmul": fwd, "matmul_bwd": bwd, "attention": attn_fwd, "attention_bwd": attn_bwd,
-            "elementwise": elementwise, "attn_flops": attn_flops, "scores_bytes": sizes["scores"] * 9}
+            "elementwise": elementwise / rate, "fp8_casts": cast_fwd / rate, "fp8_casts_bwd": cast_bwd / rate,
+            "attn_flops": attn_flops, "scores_bytes": sizes["scores"] * 9}
 
 
 def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_n: int,
@@ -182,6 +187,7 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
         again = recompute + (1.0 if plan.recompute == "selective" else 0.0)  # forwards of attention run again
         parts["attention"] += n * (f["attention"] * (1 + again) + f["attention_bwd"])
         parts["elementwise"] += n * f["elementwise"] * (1 + BACKWARD_BYTES + recompute)
+        parts["elementwise"] += n * (f["fp8_casts"] * (1 + recompute) + f["fp8_casts_bwd"])  # FP8 recipes only
         if plan.recompute == "selective" and not plan.flash:
             parts["elementwise"] += n * f["scores_bytes"] / hbm_rate(m.memo, m.key, m.hbm)  # already bytes
         products += n * layer_products
@@ -304,7 +310,14 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
             grads += _ring(m, "all_reduce", group, local * dt.bytes("grad_reduce"), where)
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
-    if plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
+    if plan.zero == 3 and pp > 1:  # FSDP2 under torch.distributed.pipelining (torchtitan): each stage's layers
+        # are gathered in the first forward and kept (reshard_after_forward=False, set_reshard_after_backward(False)
+        # for every backward but the last), and the gradients are reduce-scattered once, by the manual post-backward
+        # after the last backward (pipelining/stage.py, backward_maybe_with_nosync): nothing to hide them behind
+        layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
+        exposed_params = _fsdp_exposed(params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
+        exposed_grads = grads
+    elif plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
         layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
         exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in overlap, slow, (1 / 3, 2 / 3))
         exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))

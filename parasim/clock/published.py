@@ -16,6 +16,7 @@ from .costs import machine
 from ..estimate.memory import Plan
 from .plan import sequences, step_time
 from .runs import SETS, UNITS, PublishedRun, runs
+from .runs_fresh import FRESH as FRESH_RUNS
 
 BEYOND = 0.25  # an error past this is listed by name in a set's score
 
@@ -37,11 +38,16 @@ def error(r: PublishedRun, value: float) -> float:
     return UNITS[r.unit].error(r.published, value)
 
 
+def all_runs(which: str | None = None) -> list[PublishedRun]:
+    """Every run of every set (or of set `which`): runs.RUNS, then the fresh set's (runs_fresh.FRESH)."""
+    return runs(which) + [r for r in FRESH_RUNS if which is None or r.set == which]
+
+
 def rows(which: str | None = None) -> list[dict[str, Any]]:
-    """Every run of set `which` (all of them for None), in runs.RUNS' order, with parasim's figure, the
+    """Every run of set `which` (all of them for None), in all_runs' order, with parasim's figure, the
     error, what the run assumes and what the variants of that give."""
     out = []
-    for r in runs(which):
+    for r in all_runs(which):
         value, t = predicted(r)
         short, document, address = r.cite
         row = {"name": r.key, "set": r.set, "source": document, "cite": short, "address": address, "gpu": r.gpu,

@@ -20,10 +20,13 @@ from typing import Any, Callable
 from ..estimate.hardware import GPUS
 from ..layout import SPREAD, ModelSpec, Stages
 from ..estimate.memory import Plan
+from ..layout.precision import precision as precision_of
 from .plan import sequences
 
-CALIBRATION, HELD_OUT = "calibration", "held-out"
-SETS = (CALIBRATION, HELD_OUT)
+# the fresh set: held out too, gathered from five other sources after the held-out set was read for causes, and
+# scored once when the next version of the model was done (clock/runs_fresh.py)
+CALIBRATION, HELD_OUT, FRESH = "calibration", "held-out", "fresh"
+SETS = (CALIBRATION, HELD_OUT, FRESH)
 
 
 @dataclass(frozen=True)
@@ -205,6 +208,8 @@ class PublishedRun:
     def __post_init__(self) -> None:
         # the plan is timed by the sharding the entry names (a programming slip, not a user's input)
         assert self.plan.zero == SHARDING[self.sharding][2], (self.key, self.plan.zero, self.sharding)
+        # a run its source says trained in FP8 is timed with FP8 products, and only such a run
+        assert (self.precision == "fp8") == precision_of(self.plan.precision).fp8, (self.key, self.plan.precision)
 
     @property
     def set(self) -> str:
@@ -403,7 +408,8 @@ def _deepseek_v3() -> list[PublishedRun]:
 def _trainy_h200() -> list[PublishedRun]:
     return [PublishedRun(
         f"titan-h200-8b-fsdp{gpus}", "torchtitan H200 (Trainy)", "Results table", "h200", gpus, LLAMA3_8B,
-        training_plan(2 * gpus, "zero-3", dp=gpus, micro_batch=2, recompute="selective", flash=True, precision="fsdp2"),
+        training_plan(2 * gpus, "zero-3", dp=gpus, micro_batch=2, recompute="selective", flash=True,
+                      precision="fsdp2-fp8-gather"),
         8192, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", overlap=("grad-reduce", "prefetch"),
         assumed="sequence 8192 and per-op selective checkpointing from llama3_8b.toml at torchtitan e7c0cae (the "
                 "page runs that file); FP8 tensorwise linears with FP8 all-gathers, torch.compile")
@@ -449,6 +455,9 @@ _TITAN_SEQ = ("sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page 
 # FSDP2: ZeRO-3. Attention through PyTorch's scaled_dot_product_attention (torchtitan 9dec370,
 # models/llama/model.py), whose flash backend is the FlashAttention-2 it vendors: timed at FA2's H100 share
 _TITAN_FSDP = dict(flash=True, precision="fsdp2", attention_kernel="fa2")
+# Tables 2 and 4-6: torchao's Float8 linears (dynamic tensorwise scaling); the page does not name FP8 all-gathers,
+# off in torchtitan's configs, so the weights are gathered in BF16
+_TITAN_FP8 = {**_TITAN_FSDP, "precision": "fsdp2-fp8"}
 
 
 def _titan_h100() -> list[PublishedRun]:
@@ -461,13 +470,13 @@ def _titan_h100() -> list[PublishedRun]:
                                 "norms, rotary embeddings, copies and loss run as eager PyTorch's kernels")
            for gpus, table, tps in ((8, "Table 1, FSDP", 5762.0), (128, "Table 3, FSDP", 5605.0))]
     out += [PublishedRun(f"titan-8b-fsdp{8 // cp}-cp{cp}", src, "Table 2", "h100", 8, LLAMA3_8B,
-                         training_plan(8 // cp, "zero-3", dp=8 // cp, cp=cp, micro_batch=1, recompute="full", **_TITAN_FSDP),
+                         training_plan(8 // cp, "zero-3", dp=8 // cp, cp=cp, micro_batch=1, recompute="full", **_TITAN_FP8),
                          32768 * cp, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
                          overlap=("grad-reduce", "prefetch"),
                          assumed=f"{_TITAN}; {fp8}; attention through PyTorch's SDPA (FlashAttention-2)")
             for cp, tps in ((1, 3890.0), (2, 2540.0), (4, 1071.0), (8, 548.0))]
     out += [PublishedRun(f"titan-70b-fsdp32-tp8{tag}", src, f"Table 4, {row}", "h100", 256, LLAMA3_70B,
-                         training_plan(512, "zero-3", tp=8, dp=32, sp=True, micro_batch=16, recompute="full", **_TITAN_FSDP),
+                         training_plan(512, "zero-3", tp=8, dp=32, sp=True, micro_batch=16, recompute="full", **_TITAN_FP8),
                          8192, tps, "tokens/s per GPU", precision="fp8", sharding="zero-3",
                          overlap=("grad-reduce", "prefetch") + extra,
                          assumed=f"{_TITAN}; {_TITAN_SEQ}; {fp8}; the local batch of 16 in one micro-batch")
@@ -479,13 +488,13 @@ def _titan_h100() -> list[PublishedRun]:
             "points (15, 16 x 6, 15) and 8 micro-batches (its defaults; the page gives neither)")
     out += [PublishedRun(f"titan-405b-fsdp8-tp8-pp8-{sched}", src, f"Table 5, {row}", "h100", 512, split,
                          training_plan(256, "zero-3", tp=8, pp=8, dp=8, sp=True, chunks=v, micro_batch=4, recompute="full",
-                               **_TITAN_FSDP), 8192,
+                               **_TITAN_FP8), 8192,
                          tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule=sched,
                          overlap=("grad-reduce", "prefetch", "tp"), assumed=pipe)
             for sched, row, v, tps in (("1f1b", "1F1B", 1, 100.0), ("interleaved", "Interleaved 1F1B", 2, 128.0))]
     out += [PublishedRun(f"titan-405b-fsdp{8 // cp}-cp{cp}-tp8-pp8", src, "Table 6", "h100", 512, split,
                          training_plan(8 * (8 // cp), "zero-3", tp=8, pp=8, dp=8 // cp, cp=cp, sp=True, micro_batch=1,
-                               recompute="full", **_TITAN_FSDP), 32768 * cp,
+                               recompute="full", **_TITAN_FP8), 32768 * cp,
                          tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule="1f1b",
                          overlap=("grad-reduce", "prefetch", "tp"), assumed=pipe)
             for cp, tps in ((1, 76.0), (2, 47.0), (4, 31.0), (8, 16.0))]
@@ -502,7 +511,8 @@ def _bridge() -> list[PublishedRun]:
 
     def row(key: str, where: str, gpus: int, model: ModelSpec, batch: int, seq: int, tps: float, precision: str,
             said: str, sharding: str = "zero-1", overlap: tuple[str, ...] = o, **choices: Any) -> PublishedRun:
-        plan = training_plan(batch, sharding, micro_batch=1, flash=True, **choices)
+        fp8 = {"precision": "megatron-bf16-fp8-tensorwise"} if precision == "fp8" else {}
+        plan = training_plan(batch, sharding, micro_batch=1, flash=True, **fp8, **choices)
         return PublishedRun(f"bridge-{key}", src, where, "h100", gpus, model, plan, seq, tps, "tokens/s per GPU",
                             precision=precision, sharding=sharding, schedule=_pipe(plan.pp, plan.chunks),
                             overlap=overlap, assumed=f"{_BRIDGE}; {said}")
@@ -606,5 +616,6 @@ RUNS: tuple[PublishedRun, ...] = tuple(
 
 
 def runs(which: str | None = None) -> list[PublishedRun]:
-    """Every run, or those of one set (CALIBRATION or HELD_OUT)."""
+    """Every run of this module, or those of one set (CALIBRATION or HELD_OUT); published.all_runs adds the
+    fresh set's."""
     return [r for r in RUNS if which is None or r.set == which]

@@ -284,20 +284,54 @@ def _grid(t: GemmTable, shape: tuple[int, int, int]) -> tuple[float, list[str]]:
     return value, notes
 
 
+# the kinds of table, the most shape-aware first: a GPU type and dtype with several is read from the first
+GEMM_KINDS = ("grid", "square", "point")
+
+
+def _gemm_table(gpu: str, dtype: str) -> GemmTable:
+    return min((t for t in GEMM if t.gpu == gpu and t.dtype == dtype), key=lambda t: GEMM_KINDS.index(t.kind))
+
+
+def _profiled(gpu: str, point: GemmTable, shape: tuple[int, int, int],
+              peak: float) -> tuple[float, tuple[str, ...], list[str]] | None:
+    """A product measured at one best shape only (the MAMF table's brute-force best), read at `shape` through
+    the BF16 grid of the same die: its share times the grid's share at `shape` over the grid's at the measured
+    shape, never above the measured best (no shape beat it in the search). At the measured shape it is the
+    measurement. None where the die has no BF16 grid."""
+    grid_on, _ = _stand_in(gpu, {t.gpu for t in GEMM if t.dtype == "bf16" and t.kind == "grid"}, "")
+    if grid_on is None:
+        return None
+    grid = _gemm_table(grid_on, "bf16")
+    ((best_shape, flops),) = point.points.items()
+    best = flops / peak
+    at, notes = _grid(grid, shape)
+    there, _ = _grid(grid, best_shape)
+    value = min(best, best * at / there)
+    return (value, (point.source, grid.source) if value < best else (point.source,), notes + [
+        f"{point.dtype} measured at one shape on {point.gpu} ({'x'.join(map(str, best_shape))}, its best: "
+        f"{best:.3f}); at other shapes it falls off as the {grid.gpu} BF16 grid does from that shape, never "
+        "above the best"] if shape != best_shape else [])
+
+
 def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lookup:
     """The share of hardware.py's dense peak (FP8: twice the BF16 peak) an (m x k) @ (k x n) product reaches.
 
     Sources (SOURCES): H100 BF16 from OpenXLA's measured matmul table ('xla-gemm', sm_90, m, n, k in
     256-4096, a full grid); A100 BF16 from NVIDIA's CUDA 11 blog, Figure 6 ('cuda11-blog', cuBLAS, square
     products 512-8192, read off the plot); FP8 on H100 and H200 from one best shape each in Bekman's MAMF table
-    ('mamf'); B200 BF16 and FP8 from one best shape each in the same table ('mamf-b200'), used for every shape
-    (the notes say so). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square
+    ('mamf'), falling off at other shapes as the H100 BF16 grid does (`_profiled`: OpenXLA's FP8 entries for
+    sm_90 exceed the FP8 dense peak, up to 2.42 PFLOP/s against 1.98, so they are not used); B200 BF16 and FP8
+    from one best shape each in the same table ('mamf-b200'), used for every shape (the notes say so). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square
     product on the A100 is read at the side of the cube of the same volume, an assumption the notes state."""
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
     on, notes = _measured_on(gpu, {t.gpu for t in GEMM if t.dtype == dtype}, f"{dtype} product")
-    table = next(t for t in GEMM if t.gpu == on and t.dtype == dtype)
+    table = _gemm_table(on, dtype)
+    if table.kind == "point" and dtype != "bf16":
+        profiled = _profiled(gpu, table, (m, n, k), peak)
+        if profiled is not None:
+            return Lookup(profiled[0], profiled[1], tuple(notes + profiled[2]))
     if table.kind == "grid":
         flops, more = _grid(table, (m, n, k))
     elif table.kind == "square":

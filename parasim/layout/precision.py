@@ -17,7 +17,7 @@ symbolic ranks, whose arrays are shapes and dtypes only, compute in the entry's 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,38 @@ SHORT = {"float64": "FP64", "float32": "FP32", "bfloat16": "BF16", "float16": "F
          "float8_e5m2": "FP8 (E5M2)"}
 # the kinds of tensor a run computes with (what `Context.dtype_for` takes), as opposed to what it only keeps
 COMPUTE_KINDS = ("compute", "activations", "grad_reduce", "dispatch", "combine", "logits")
+
+
+@dataclass(frozen=True)
+class Fp8Scaling:
+    """How an FP8 recipe turns a 16-bit operand into FP8 before a product, and what that pass moves.
+
+    Each quantized operand is read `reads` times (current scaling reads it once for its amax, then again to cast;
+    delayed scaling takes the scale from earlier steps' amax history and reads once) and written twice in FP8:
+    itself and its transpose, since Hopper's FP8 products take only the "TN" layout and each operand is used in
+    two products (the input in the forward and the weight's gradient; the output's gradient in both backward
+    products; the weight in the forward and the input's gradient)."""
+    name: str
+    words: str
+    reads: int
+    source: str
+
+    @property
+    def bytes_per_value(self) -> int:
+        return 2 * self.reads + 2 * 1  # 16-bit reads; the FP8 copy and its transpose, one byte each
+
+
+_TE_FP8 = ("TransformerEngine docs, 'FP8 Delayed Scaling': current scaling 'requires two tensor reads per "
+           "quantization: one to compute amax, one to cast', delayed scaling one; 'Performance considerations, "
+           "handling transposes': on Hopper some FP8 tensors must be physically transposed (cuBLASLt's FP8 "
+           "products take the TN layout only), so a quantization writes the tensor and its transpose")
+FP8_SCALINGS: dict[str, Fp8Scaling] = {s.name: s for s in (
+    Fp8Scaling("delayed", "delayed scaling (the scale from earlier steps' amax history)", 1, _TE_FP8),
+    Fp8Scaling("current", "current (per-tensor) scaling: each tensor's own amax, read first", 2, _TE_FP8),
+    Fp8Scaling("blockwise", "blockwise scaling (a scale per tile, found inside the cast kernel)", 1,
+               "DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3.2: 1x128 tiles of activations and "
+               "128x128 blocks of weights, the scale computed online from each tile's amax; " + _TE_FP8),
+)}
 
 
 @dataclass(frozen=True)
@@ -51,12 +83,26 @@ class Precision:
     logits: str  # the output layer's logits, as the loss reads them
     source: str  # where the convention is written down
     products: str = "bfloat16"  # the dtype the matrix products run in (FP8 where a recipe quantizes their inputs)
+    fp8_scaling: str | None = None  # FP8_SCALINGS' name where the products are FP8: how their operands are cast
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name not in ("name", "title", "source") and v is not None and v not in ITEMSIZE:
+            if f.name not in ("name", "title", "source", "fp8_scaling") and v is not None and v not in ITEMSIZE:
                 raise UsageError(f"precision {self.name}: {f.name} dtype {v!r} is not one of {', '.join(ITEMSIZE)}")
+        if self.fp8 != (self.fp8_scaling is not None) or (self.fp8 and self.fp8_scaling not in FP8_SCALINGS):
+            raise UsageError(f"precision {self.name}: FP8 products need one of the FP8 scalings "
+                             f"({', '.join(FP8_SCALINGS)}), and only they take one")
+
+    @property
+    def fp8(self) -> bool:
+        """Whether the matrix products run in FP8."""
+        return self.products.startswith("float8")
+
+    @property
+    def scaling(self) -> Fp8Scaling | None:
+        """How the FP8 products' operands are cast (None for 16-bit products)."""
+        return FP8_SCALINGS[self.fp8_scaling] if self.fp8_scaling else None
 
     def bytes(self, kind: str) -> int:
         """Bytes of one value of `kind` (a field name); 0 for a copy this convention does not keep."""
@@ -148,11 +194,33 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
     Precision("deepseek-v3", "DeepSeek-V3's FP8 training: FP8 products and dispatch, BF16 combine, BF16 Adam "
               "moments", params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32",
               master="float32", main_grads=None, adam="bfloat16", activations="bfloat16", dispatch="float8_e4m3fn",
-              combine="bfloat16", logits="float32", products="float8_e4m3fn",
+              combine="bfloat16", logits="float32", products="float8_e4m3fn", fp8_scaling="blockwise",
               source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: the GEMMs of the linear "
                      "layers in FP8 (Fprop, Dgrad, Wgrad), activations quantized to FP8 before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
                      "BF16 AdamW moments (a BF16 working copy of the weights is parasim's assumption)"),
 )}
+
+
+# FP8 recipes: the entry of the framework's 16-bit convention with its linear layers' products in FP8 (the
+# output layer and an MoE router stay BF16: clock/plan.py); the weights kept, gathered and reduced as before
+for _base, _name, _title, _scaling, _source in (
+        ("megatron-bf16", "megatron-bf16-fp8-delayed", "Megatron-LM --bf16 with FP8 linears, delayed scaling "
+         "(--fp8-format hybrid --fp8-recipe delayed)", "delayed",
+         "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"),
+        ("megatron-bf16", "megatron-bf16-fp8-tensorwise", "Megatron-LM --bf16 with FP8 linears, current per-tensor "
+         "scaling (--fp8-format hybrid --fp8-recipe tensorwise)", "current",
+         "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"),
+        ("fsdp2", "fsdp2-fp8", "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), "
+         "weights gathered in BF16", "current",
+         "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] enable_float8_linear; "
+         "enable_fsdp_float8_all_gather off by default)"),
+        ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 "
+         "before FSDP gathers them", "current",
+         "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: the shards are cast, then "
+         "gathered in FP8")):
+    PRECISIONS[_name] = replace(PRECISIONS[_base], name=_name, title=_title, products="float8_e4m3fn",
+                                fp8_scaling=_scaling, source=f"{PRECISIONS[_base].source}; {_source}",
+                                compute="float8_e4m3fn" if _name.endswith("-gather") else PRECISIONS[_base].compute)
 
 
 def precision(name: str | Precision | None) -> Precision:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clock.runs import CALIBRATION, HELD_OUT, RUNS, UNITS
+from ..clock.runs import CALIBRATION, FRESH, HELD_OUT, RUNS, UNITS
 
 # each set as a heading names it
 SET_TITLE = {CALIBRATION: "Calibration set: the sources the model was shaped on",
-             HELD_OUT: "Held-out set: sources the model was never shaped on, the test of the model"}
+             HELD_OUT: "Held-out set: sources the model was never shaped on (read for causes since: not a clean "
+                       "test)",
+             FRESH: "Fresh set: five other sources, held out and scored once with the model done: the test"}
 ERROR_SAID = ("Error: the throughput parasim's step gives over the published one, less one, a published time "
               "turned into its throughput; + means parasim's step is faster.")
 
@@ -31,7 +33,7 @@ def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -
     from rich.markup import escape
     from rich.table import Table
     console.print(escape(f"Step time against published runs. {ERROR_SAID} The runs are split by source, before "
-                         "the model is tuned, into two sets (docs/notes/step-time-runs.md)."))
+                         "the model is tuned, into sets (docs/notes/step-time-runs.md, step-time-runs-fresh.md)."))
     for which, score in scores.items():
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
                   title=SET_TITLE[which])
