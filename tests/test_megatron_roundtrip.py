@@ -107,6 +107,11 @@ def test_a_precision_megatron_has_no_flags_for_is_written_as_the_nearest_and_sai
     ("--bf16", "megatron-bf16"), ("--bf16 --grad-reduce-in-bf16", "megatron-bf16-reduce-bf16"),
     ("--bf16 --accumulate-allreduce-grads-in-fp32", "megatron-bf16"), ("--fp16", "megatron-fp16"),
     ("--fp16 --accumulate-allreduce-grads-in-fp32", "megatron-fp16-grads-fp32"), ("", "fp32"),
+    ("--bf16 --fp8-format hybrid", "megatron-bf16-fp8-delayed"),  # Megatron's default recipe: delayed
+    ("--bf16 --fp8-format hybrid --fp8-recipe tensorwise", "megatron-bf16-fp8-tensorwise"),
+    ("--bf16 --fp8-format e4m3 --fp8-recipe blockwise", "megatron-bf16-fp8-blockwise"),
+    ("--bf16 --grad-reduce-in-bf16 --fp8-format hybrid --fp8-recipe tensorwise",
+     "megatron-bf16-reduce-bf16-fp8-tensorwise"),
 ])
 def test_each_precision_written_reads_back_as_itself(tmp_path, flags, name):
     path = tmp_path / "job.sh"
@@ -114,6 +119,21 @@ def test_each_precision_written_reads_back_as_itself(tmp_path, flags, name):
                     f"--num-attention-heads 4 --seq-length 64 --vocab-size 128 --micro-batch-size 1 {flags}\n")
     job, again, written = _round_trip(str(path), tmp_path)
     assert job.step["precision"] == again.step["precision"] == name
+
+
+@pytest.mark.parametrize("flags, line", [
+    ("--bf16 --fp8-format hybrid --fp8-recipe mxfp8",
+     "--fp8-format hybrid --fp8-recipe mxfp8: parasim has no cost for the mxfp8 recipe's casts"),
+    ("--fp16 --fp8-format hybrid", "--fp8-format hybrid: FP8 linears on top of another precision than --bf16"),
+])
+def test_fp8_parasim_cannot_time_is_left_in_one_line_and_timed_in_16_bits(tmp_path, flags, line):
+    path = tmp_path / "job.sh"
+    path.write_text("torchrun --nproc_per_node 2 pretrain_gpt.py --num-layers 2 --hidden-size 64 "
+                    f"--num-attention-heads 4 --seq-length 64 --vocab-size 128 --micro-batch-size 1 {flags}\n")
+    job = read_job(str(path))
+    assert not job.step["precision"].endswith(("delayed", "tensorwise", "blockwise"))
+    said = [u for u in job.unmodelled if "FP8" in u or "fp8" in u]
+    assert len(said) == 1 and said[0].startswith(line) and "timed in" in said[0]
 
 
 def test_contradicting_precision_flags_are_one_line(tmp_path):
@@ -167,19 +187,19 @@ def test_what_parasim_reads_but_does_not_write_comes_back_word_for_word(tmp_path
     assert "--vocab-size" not in args  # the tokenizer gives the vocabulary, as in the job
 
 
-@pytest.mark.parametrize("name, per_param, keeps", [
-    ("fsdp2", 18, 16),  # FP32 weights, gradients and Adam (4 + 4 + 8), written as Megatron's --bf16 (2 + 4 + 12)
-    ("deepseek-v3", 18, 14),  # BF16 moments: 2 + 4 + (4 + 4)
+@pytest.mark.parametrize("name, near, per_param, keeps", [
+    ("fsdp2", "megatron-bf16 (--bf16)", 18, 16),  # FP32 weights, gradients and Adam (4 + 4 + 8), as --bf16's 2 + 4 + 12
+    # BF16 moments: 2 + 4 + (4 + 4); its FP8 products as Megatron's blockwise recipe
+    ("deepseek-v3", "megatron-bf16-fp8-blockwise (--bf16 --fp8-format e4m3 --fp8-recipe blockwise)", 18, 14),
 ])
-def test_a_precision_written_as_megatrons_bf16_says_what_that_changes(name, per_param, keeps):
+def test_a_precision_written_as_megatrons_bf16_says_what_that_changes(name, near, per_param, keeps):
     r = cli("memory", "--model", "27b", "--tp", "8", "--precision", name, "--megatron-args", "--json")
     assert r.returncode == 0, r.stderr
     out = json.loads(r.stdout)["megatron_args"]
     assert [w for w in out["args"] if w in ("--bf16", "--fp16", "--grad-reduce-in-bf16",
                                             "--accumulate-allreduce-grads-in-fp32")] == ["--bf16"]
     (note,) = out["notes"]
-    assert f"written as megatron-bf16 (--bf16), {per_param} bytes a parameter of model state where {name} keeps " \
-           f"{keeps} " in note
+    assert f"written as {near}, {per_param} bytes a parameter of model state where {name} keeps {keeps} " in note
 
 
 def test_a_jobs_layout_and_its_search_are_written_back_as_the_job(tmp_path):

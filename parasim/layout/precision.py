@@ -202,22 +202,23 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 
 
 # FP8 recipes: the entry of the framework's 16-bit convention with its linear layers' products in FP8 (the
-# output layer and an MoE router stay BF16: clock/plan.py); the weights kept, gathered and reduced as before
-for _base, _name, _title, _scaling, _source in (
-        ("megatron-bf16", "megatron-bf16-fp8-delayed", "Megatron-LM --bf16 with FP8 linears, delayed scaling "
-         "(--fp8-format hybrid --fp8-recipe delayed)", "delayed",
-         "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"),
-        ("megatron-bf16", "megatron-bf16-fp8-tensorwise", "Megatron-LM --bf16 with FP8 linears, current per-tensor "
-         "scaling (--fp8-format hybrid --fp8-recipe tensorwise)", "current",
-         "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"),
-        ("fsdp2", "fsdp2-fp8", "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), "
-         "weights gathered in BF16", "current",
-         "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] enable_float8_linear; "
-         "enable_fsdp_float8_all_gather off by default)"),
-        ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 "
-         "before FSDP gathers them", "current",
-         "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: the shards are cast, then "
-         "gathered in FP8")):
+# output layer and an MoE router stay BF16: clock/plan.py); the weights kept, gathered and reduced as before.
+# Megatron-LM's --fp8-recipe on either of its BF16 conventions (megatron/flags.py writes and reads the flags)
+_MEGATRON_FP8 = "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"
+MEGATRON_FP8 = {"delayed": ("delayed", "delayed scaling"), "tensorwise": ("current", "current per-tensor scaling"),
+                "blockwise": ("blockwise", "blockwise scaling, as DeepSeek-V3 trained")}
+_FP8: list[tuple[str, str, str, str, str]] = [
+    (base, f"{base}-fp8-{recipe}", f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe})",
+     scaling, _MEGATRON_FP8)
+    for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
+_FP8 += [
+    ("fsdp2", "fsdp2-fp8", "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), weights "
+     "gathered in BF16", "current", "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] "
+     "enable_float8_linear; enable_fsdp_float8_all_gather off by default)"),
+    ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 before "
+     "FSDP gathers them", "current", "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: "
+     "the shards are cast, then gathered in FP8")]
+for _base, _name, _title, _scaling, _source in _FP8:
     PRECISIONS[_name] = replace(PRECISIONS[_base], name=_name, title=_title, products="float8_e4m3fn",
                                 fp8_scaling=_scaling, source=f"{PRECISIONS[_base].source}; {_source}",
                                 compute="float8_e4m3fn" if _name.endswith("-gather") else PRECISIONS[_base].compute)

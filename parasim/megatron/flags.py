@@ -31,9 +31,20 @@ PRECISION_FLAGS: dict[str, tuple[str, ...]] = {
     "megatron-fp16-grads-fp32": ("--fp16", "--accumulate-allreduce-grads-in-fp32"),
     "fp32": (),
 }
+# FP8 linears (TransformerEngine) on either BF16 setting, by --fp8-recipe (layout/precision.py's MEGATRON_FP8;
+# Megatron's default recipe, delayed, is not written); --fp8-format hybrid (E4M3 forward, E5M2 gradients) or e4m3
+# casts the same bytes. Other recipes (mxfp8: Blackwell only, custom) have no cast cost here: the reader leaves
+# them, saying so.
+DEFAULT_FP8_RECIPE = "delayed"
+FP8_FORMAT = {"delayed": "hybrid", "tensorwise": "hybrid", "blockwise": "e4m3"}  # what the writer gives
+for _base in ("megatron-bf16", "megatron-bf16-reduce-bf16"):
+    for _recipe, _format in FP8_FORMAT.items():
+        PRECISION_FLAGS[f"{_base}-fp8-{_recipe}"] = PRECISION_FLAGS[_base] + ("--fp8-format", _format) + (
+            () if _recipe == DEFAULT_FP8_RECIPE else ("--fp8-recipe", _recipe))
 # the Megatron-LM setting nearest each entry it has no flags for: what `--megatron-args` writes, saying so
-NEAREST_PRECISION = {"post": "megatron-bf16-reduce-bf16", "fsdp2": "megatron-bf16", "deepseek-v3": "megatron-bf16",
-                     "fp64": "fp32"}
+NEAREST_PRECISION = {"post": "megatron-bf16-reduce-bf16", "fsdp2": "megatron-bf16",
+                     "deepseek-v3": "megatron-bf16-fp8-blockwise", "fp64": "fp32",
+                     "fsdp2-fp8": "megatron-bf16-fp8-tensorwise", "fsdp2-fp8-gather": "megatron-bf16-fp8-tensorwise"}
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}  # Megatron-FSDP -> ZeRO
 
 
@@ -120,8 +131,8 @@ FLAGS: dict[str, Flag] = {
     "--overlap-p2p-communication": _used(0, "the step's time: pipeline sends run beside compute"),
     "--cp-comm-type": _used(1, "CP's exchange (parasim: p2p, the K/V ring)"),
     # changes memory, traffic or time; not modelled
-    "--fp8-format": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
-    "--fp8-recipe": _left(1, "FP8 products: parasim times and keeps activations in BF16"),
+    "--fp8-format": _used(1, "FP8 linears: products in FP8, their inputs, weights and gradients cast (with --bf16)"),
+    "--fp8-recipe": _used(1, "how FP8's scales are found: delayed, tensorwise (current) or blockwise casts"),
     "--fp8-param-gather": _left(0, "FP8 weights gathered: parasim counts BF16 weights"),
     "--use-precision-aware-optimizer": _left(0, "optimizer state in lower precision: parasim keeps FP32 Adam state"),
     "--main-grads-dtype": _left(1, "the gradient buffer's dtype: parasim keeps FP32 gradients"),

@@ -16,8 +16,9 @@ from typing import Any
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
 from ..limits import MAX_SIZE, brief
-from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_TOPK, FLAGS, MLA_DEFAULTS, MLA_FIELDS,
-                    PRECISION_FLAGS, SHARDING, TOKENIZERS, flag_of)
+from ..layout.precision import precision as precision_of
+from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_FP8_RECIPE, DEFAULT_TOPK, FLAGS, FP8_FORMAT,
+                    MLA_DEFAULTS, MLA_FIELDS, PRECISION_FLAGS, SHARDING, TOKENIZERS, flag_of)
 from . import pipeline
 from .script import Script, read_file, read_script
 
@@ -606,7 +607,29 @@ def _precision(job: Job) -> str:
                          "reduces BF16 gradients, --accumulate-allreduce-grads-in-fp32 FP32 ones")
     for f in PRECISION_FLAGS[name]:
         _use(job, f)
-    return name
+    return _fp8(job, name)
+
+
+def _fp8(job: Job, name: str) -> str:
+    """With --fp8-format, the FP8 entry of the job's --fp8-recipe on top of its BF16 setting (flags.FP8_FORMAT's
+    recipes); a recipe parasim has no cast cost for, or FP8 without --bf16, is left out in one line (the products
+    timed as `name`'s)."""
+    g = job.given
+    if "--fp8-format" not in g:
+        return name
+    recipe = (g.get("--fp8-recipe") or [DEFAULT_FP8_RECIPE])[0]
+    fp8 = f"{name}-fp8-{recipe}"
+    shown = " ".join(["--fp8-format"] + g["--fp8-format"] + (["--fp8-recipe", recipe] if "--fp8-recipe" in g else []))
+    if recipe not in FP8_FORMAT or fp8 not in PRECISION_FLAGS:
+        why = (f"parasim has no cost for the {recipe} recipe's casts" if recipe not in FP8_FORMAT else
+               "FP8 linears on top of another precision than --bf16")
+        _leave(job, f"{shown}: {why}; the products are timed in {precision_of(name).short('compute')}",
+               "--fp8-format", "--fp8-recipe")
+        return name
+    for f in ("--fp8-format", "--fp8-recipe"):
+        if f in g:
+            _use(job, f)
+    return fp8
 
 
 def _rest(job: Job) -> None:
