@@ -39,6 +39,17 @@ def test_fp8_casts_are_the_inputs_weights_and_gradients_bytes_at_the_measured_st
         assert fp8["parts_per_microbatch_s"]["matmul"] < 0.6 * bf16["parts_per_microbatch_s"]["matmul"]
 
 
+def test_a_recomputed_forward_casts_its_inputs_and_weights_again():
+    """Full recomputation runs each forward twice: the forward casts (41,943,040 values a layer) twice, the
+    backward's (37,748,736) once; current scaling, 6 bytes a value."""
+    values = 2 * (2 * 41_943_040 + 37_748_736)
+    name = "megatron-bf16-fp8-tensorwise"
+    bf16 = plan_time(MODEL, Plan(precision="megatron-bf16", recompute="full"), SEQ, "h100")
+    fp8 = plan_time(MODEL, Plan(precision=name, recompute="full"), SEQ, "h100")
+    extra = fp8["parts_per_microbatch_s"]["elementwise"] - bf16["parts_per_microbatch_s"]["elementwise"]
+    assert extra == pytest.approx(values * 6 / H100_STREAM, rel=1e-9)
+
+
 def test_fp8_products_need_a_scaling_and_only_they_take_one():
     base = precision("megatron-bf16")
     fields = {k: getattr(base, k) for k in base.__dataclass_fields__}
@@ -72,8 +83,10 @@ def test_fsdp_under_a_pipeline_gathers_and_reduces_once_a_step():
         return plan_time(model, plan, SEQ, "h100", overlap)
     one, four = at(2, 1), at(2, 4)
     assert four["dp_params_s"] == pytest.approx(one["dp_params_s"], rel=1e-12)
+    assert four["exposed_params_s"] == pytest.approx(one["exposed_params_s"], rel=1e-12)
     assert four["dp_grads_s"] == pytest.approx(one["dp_grads_s"], rel=1e-12)
     assert four["exposed_grads_s"] == pytest.approx(four["dp_grads_s"], rel=1e-12)
     flat_one, flat_four = at(1, 1), at(1, 4)
     assert flat_four["dp_params_s"] == pytest.approx(4 * flat_one["dp_params_s"], rel=1e-12)
     assert flat_four["dp_grads_s"] == pytest.approx(4 * flat_one["dp_grads_s"], rel=1e-12)
+    assert flat_four["exposed_params_s"] > 2 * flat_one["exposed_params_s"]

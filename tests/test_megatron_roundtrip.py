@@ -121,6 +121,19 @@ def test_each_precision_written_reads_back_as_itself(tmp_path, flags, name):
     assert job.step["precision"] == again.step["precision"] == name
 
 
+@pytest.mark.parametrize("name, fp8_flags", [
+    ("megatron-bf16-fp8-delayed", ["--fp8-format", "hybrid"]),  # Megatron's default recipe is not written
+    ("megatron-bf16-fp8-tensorwise", ["--fp8-format", "hybrid", "--fp8-recipe", "tensorwise"]),
+    ("megatron-bf16-reduce-bf16-fp8-blockwise", ["--fp8-format", "e4m3", "--fp8-recipe", "blockwise"]),
+])
+def test_an_fp8_precision_is_written_as_its_megatron_flags(name, fp8_flags):
+    r = cli("memory", "--model", "27b", "--tp", "8", "--precision", name, "--megatron-args", "--json")
+    assert r.returncode == 0, r.stderr
+    args = json.loads(r.stdout)["megatron_args"]["args"]
+    i = args.index("--fp8-format")
+    assert args[i:i + len(fp8_flags)] == fp8_flags and args.count("--fp8-recipe") == ("--fp8-recipe" in fp8_flags)
+
+
 @pytest.mark.parametrize("flags, line", [
     ("--bf16 --fp8-format hybrid --fp8-recipe mxfp8",
      "--fp8-format hybrid --fp8-recipe mxfp8: parasim has no cost for the mxfp8 recipe's casts"),
