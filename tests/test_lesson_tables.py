@@ -2,6 +2,8 @@
 (issue 33, defect 2 and build item 1)."""
 import json
 
+import pytest
+
 from conftest import cli
 
 from parasim.lesson import Table
@@ -49,11 +51,54 @@ def test_numbers_line_up_on_the_right_and_words_on_the_left():
     assert lines[3] == "  a         5  g1" and lines[4] == "  bbb   1,234  g10"
 
 
-def test_a_table_wider_than_the_page_is_printed_row_by_row_uncut():
-    t = Table("wide", ["row", "first column", "second column"], [("r1", ["x" * 60, "y" * 60])])
+def test_a_table_that_fits_only_with_its_headers_wrapped_reads_across():
+    """Headers of three words in columns of one-digit cells: each column as wide as its longest header word,
+    the headers over two lines, sitting on the rule."""
+    t = Table("t", ["rank", "contiguous share %", "zigzag share %"], [("rank 0", [6, 25]), ("rank 1", [19, 25])])
+    assert table_lines(t, 30) == ["t",
+                                  "          contiguous   zigzag",
+                                  "  rank       share %  share %",
+                                  "  ------  ----------  -------",
+                                  "  rank 0           6       25",
+                                  "  rank 1          19       25"]
+    assert table_lines(t, 96)[1] == "  rank    contiguous share %  zigzag share %"  # one line where it fits
+
+
+def test_a_table_too_wide_even_wrapped_is_turned_when_that_fits():
+    """Two rows of long labels and five short columns: as columns, the two labels fit; the note says so."""
+    t = Table("t", ["variant", "a", "b", "c", "d", "e"],
+              [("the first variant, long", [1, 2, 3, 4, 5]), ("the second variant, long", [6, 7, 8, 9, 10])])
+    lines = table_lines(t, 40)
+    assert max(map(len, lines)) <= 40 and "turned to fit: a column per variant" in lines[1]
+    rule = next(i for i, line in enumerate(lines) if set(line) == {" ", "-"})
+    assert " ".join(" ".join(lines[2:rule]).split()) == "the first the second variant variant, long variant, long"
+    rows = {line.split()[0]: line.split()[1:] for line in lines[rule + 1:]}
+    assert rows == {"a": ["1", "6"], "b": ["2", "7"], "c": ["3", "8"], "d": ["4", "9"], "e": ["5", "10"]}
+
+
+def test_a_table_neither_way_fits_prints_its_columns_in_blocks_with_the_labels():
+    t = Table("t", ["row"] + [f"col{i}" for i in range(6)], [(f"label number {j}", ["x" * 9] * 6) for j in range(6)])
+    lines = table_lines(t, 40)
+    assert all(len(line) <= 40 for line in lines)
+    blocks = [line for line in lines if line.startswith("  (column")]
+    assert blocks == ["  (columns 1-2 of 6)", "  (columns 3-4 of 6)", "  (columns 5-6 of 6)"]
+    assert sum(line.startswith("  label number 0 ") for line in lines) == 3  # the labels in every block
+
+
+def test_long_words_in_a_text_column_wrap_inside_their_cell():
+    t = Table("t", ["way", "how it is timed", "step (s)"],
+              [("the post's", ["40% of the peak", 92.1]), ("the plan's", ["causal halved, the backward 2.5x", 90.8])])
+    lines = table_lines(t, 36)
+    assert max(map(len, lines)) <= 36
+    at = next(i for i, line in enumerate(lines) if line.startswith("  the plan's"))
+    assert lines[at].split()[-1] == "90.8"
+    assert " ".join(" ".join(lines[at:at + 3]).split()) == "the plan's causal halved, 90.8 the backward 2.5x"
+
+
+def test_a_table_with_a_cell_wider_than_the_page_is_printed_row_by_row_uncut():
+    t = Table("wide", ["row", "first column", "second column"], [("r1", ["x" * 100, "y" * 60])])
     lines = table_lines(t, 96)
-    assert all(len(line) <= 96 for line in lines)
-    assert "      first column: " + "x" * 60 in lines and "      second column: " + "y" * 60 in lines
+    assert "      first column: " + "x" * 100 in lines and "      second column: " + "y" * 60 in lines
 
 
 def test_a_table_refuses_two_columns_of_one_name_and_short_rows():
@@ -120,3 +165,33 @@ def test_ranks_that_did_the_same_are_one_line():
     assert not any(line.startswith("    rank 3 ") for line in text.splitlines())
     small = cli("lesson", "tp-mlp", "--plain").stdout
     assert "    rank 0 " in small and "    rank 1 " in small and "ranks 0-1" not in small
+
+
+TABLE_LESSONS = ("cp-causal", "hot-expert", "all-to-all-hidden", "tp-across-nodes", "fit-is-not-fast", "moe16-variants")
+
+
+@pytest.mark.parametrize("width", [100, 200])
+@pytest.mark.parametrize("name", TABLE_LESSONS)
+def test_every_lessons_tables_read_across_at_100_and_200_columns(name, width):
+    """Issue 53: at 100 and 200 columns no line of the tables is longer than the page and no table is stacked
+    as "column: value" lines; each table's first row starts with its label."""
+    out = cli("lesson", name, "--plain", "--width", str(width))
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    tables = text[text.index("== tables"):text.index("\n", text.index(" events over "))]
+    assert max(map(len, tables.splitlines())) <= width
+    data = json.loads(cli("lesson", name, "--json").stdout)["tables"]
+    for t in data:
+        first = t["rows"][0]
+        label = str(first[t["columns"][0]])
+        rows = [line for line in tables.splitlines() if line.startswith("  " + label + " ")]
+        assert rows, (name, label)
+        stacked = [f"      {c}: " for c in t["columns"][1:]]  # how a table printed a row at a time looks
+        assert not any(line.startswith(tuple(stacked)) for line in tables.splitlines()), name
+
+
+def test_the_width_is_the_terminals_and_bounded():
+    assert "--width N" in cli("lesson", "--help").stdout
+    for bad in ("30", "300", "x"):
+        out = cli("lesson", "hot-expert", "--plain", "--width", bad)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1

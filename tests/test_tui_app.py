@@ -281,3 +281,20 @@ async def test_the_lesson_s_tables_open_on_T():
     async with bare.run_test(size=(100, 30)) as pilot:
         await pilot.press("T")
         assert not isinstance(bare.screen, TablesScreen)
+
+
+async def test_the_tables_overlay_reads_across_at_100x30():
+    """Issue 53: moe16's tables in the T overlay at 100x30: each row of "every parallelism" on one line, its
+    axis, size and bytes together (before, every row was stacked as "column: value" lines)."""
+    from parasim.tui.screens import TablesScreen
+    lr = run_lesson(get_lesson("moe16"))
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title, tables=lr.tables))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("T")
+        assert isinstance(app.screen, TablesScreen)
+        shown = str(app.screen.query_one("#tables").render())
+        lines = shown.splitlines()
+        assert max(map(len, lines)) <= 92
+        row = next(line for line in lines if line.lstrip().startswith("DP + ZeRO-1"))
+        assert row.split()[3:5] == ["4", "g0"] and row.split()[-1] == "5,376"
+        assert not any(line.startswith("      size: ") for line in lines)

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .common import (SHARED_PROCESS, add_clock, add_timeout, clock_choice, json_text, need_terminal, on_terminal,
-                     positive, print_json, program_output, write, write_hta, write_json)
+                     positive, positive_up_to, print_json, program_output, write, write_hta, write_json)
 
 
 def add_lesson(sub: Any) -> None:
@@ -25,6 +25,8 @@ def add_lesson(sub: Any) -> None:
                           'its start and end on the clock)')
     lp.add_argument("--list", action="store_true", help="list the lessons in the order of the post (the same as "
                     "no NAME; with --json, as JSON)")
+    lp.add_argument("--width", type=_width, metavar="N", help="the plain walk-through's line width, 60 to 200 "
+                    "(default: the terminal's, or 96 into a pipe or a file)")
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
     lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing), "
                     "each slice at the clock's predicted time (see timing)")
@@ -115,8 +117,16 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
-        sys.stdout.write(walkthrough(lr))
+        sys.stdout.write(walkthrough(lr, args.width))
     return 0 if lr.ok else 1
+
+
+def _width(text: str) -> int:
+    from ..render.walkthrough import WIDEST
+    width = positive_up_to(WIDEST, "wider lines stop reading at a glance")(text)
+    if width < 60:
+        raise argparse.ArgumentTypeError(f"--width {width}: at least 60 (the walk-through's lines need it)")
+    return width
 
 
 def _list_lessons(lessons: dict, as_json: bool) -> None:

@@ -13,7 +13,8 @@ from ..trace import Event
 from .numbers import nbytes, scalar
 from .text import printable
 
-WIDTH = 96
+WIDTH = 96  # the page's width where the terminal's is not known (a pipe, a file)
+WIDEST = 200  # past this, lines get too long to read at a glance
 
 
 def fmt_value(v: Any, grouped: bool = True) -> str:
@@ -232,7 +233,18 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
     return [(p, sorted(items[p], key=lambda it: it[:4])) for p in items]
 
 
-def walkthrough(lr: LessonRun) -> str:
+def page_width() -> int:
+    """The page's width, held to 60..WIDEST: the terminal's where stdout is one, else WIDTH (a pipe or a file
+    reads the same on every machine; `lesson --width` sets it)."""
+    import os
+    import sys
+    columns = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else WIDTH
+    return max(60, min(WIDEST, columns))
+
+
+def walkthrough(lr: LessonRun, width: int | None = None) -> str:
+    """The run as plain text, `width` characters a line at most (default: the terminal's, `page_width`)."""
+    width = width or page_width()
     lesson, trace = lr.lesson, lr.result.trace
     kind = "symbolic" if lesson.backend == "symbolic" else "virtual"
     out = [f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)"]
@@ -240,7 +252,7 @@ def walkthrough(lr: LessonRun) -> str:
     if settings:
         from ..lesson import KNOB_KINDS
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
-        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", WIDTH,
+        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", width,
                              subsequent_indent="  ")
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
@@ -251,17 +263,17 @@ def walkthrough(lr: LessonRun) -> str:
             out += ["", f"== {phase} =="]
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
-                    out += textwrap.wrap(printable(" ".join(para.split())), WIDTH) + [""]  # wrapped as shown
+                    out += textwrap.wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
         for *_, item in items:
             out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
     if lr.tables:
         from .tables import table_lines
         out += ["", "== tables (every figure from the run) =="]
         for t in lr.tables:
-            out += [""] + table_lines(t, WIDTH)
+            out += [""] + table_lines(t, width)
     total = sum(m.sent for e in trace.events for m in e.members)
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all."]
-    out += textwrap.wrap(clock_words(lr.clock()), WIDTH)
+    out += textwrap.wrap(clock_words(lr.clock()), width)
     out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
     for c in lr.checks:
         if c.ok and c.got == c.expected:
