@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, check, knob
+from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, Table, check, knob
 from parasim.examples.pipeline import matches_unsplit, pipeline_run
 
 M = 8
@@ -53,6 +53,27 @@ def checks(result) -> list[Check]:
     return out
 
 
+def tables(result) -> list[Table]:
+    """The three schedules side by side, every cell from the runs: makespan, idle, bubble, what a GPU holds,
+    and the model each ran (DualPipeV's is twice as deep, hence its own loss)."""
+    vals, p, m = result.values, result.world, knob(result, "m", M)
+    rows = []
+    for title, _, v, _ in RUNS:
+        xs = [x[title] for x in vals]
+        last = next(x for x in xs if x["has_loss"])
+        idle = sorted({x["idle"] for x in xs})
+        rows.append((title, [xs[0]["makespan"], idle[0] if len(idle) == 1 else f"{idle[0]}-{idle[-1]}",
+                             xs[0]["bubble"], str(max(Fraction(x["peak"], v or 1) for x in xs)), p * (v or 1),
+                             round(last["loss"], 4)]))
+    return [Table(f"{p} GPUs, {m} micro-batches (time in half-stage units: a whole stage's F = 2, I = W = 2)",
+                  ["schedule", "makespan", "idle per GPU", "bubble", "held (micro-batches)", "stages (layers)",
+                   "loss"], rows,
+                  notes=["bubble: idle over makespan; held: the most activations a GPU keeps at once, in whole "
+                         "micro-batches (DualPipeV's chunks are half one); stages: one layer each. DualPipeV runs "
+                         f"{2 * p} half-depth stages, a model twice as deep as the {p} stages 1F1B and ZB-H1 run, so "
+                         "its loss is that model's; each loss equals its own unsplit model's (the checks)."])]
+
+
 NARRATIVE = {
     "1F1B: the schedule": """
         The baseline, drawn with honest costs: a backward takes twice as long as a forward (one matmul for
@@ -79,10 +100,12 @@ NARRATIVE = {
         The turn of the V needs no transfer (both stages sit on the last GPU), but every other hop is made
         twice per micro-batch, once on the way down and once on the way back. Counted in half-depth chunks a
         GPU holds at most 2p+1 activations, half a micro-batch more than ZB-H1, and the loss and gradients
-        match one device's.""",
+        match one device's. That device runs the same 2p layers, one per half-depth stage: twice the depth of
+        the model 1F1B and ZB-H1 split, which is why this loss is not theirs (the table puts the three side by
+        side).""",
 }
 
 LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble schedules fill the holes with W",
-                world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
+                world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks, tables=tables,
                 summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M, post=NOT_IN_POST)})

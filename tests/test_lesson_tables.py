@@ -195,3 +195,19 @@ def test_the_width_is_the_terminals_and_bounded():
     for bad in ("30", "300", "x"):
         out = cli("lesson", "hot-expert", "--plain", "--width", bad)
         assert out.returncode == 2 and out.stderr.count("\n") == 1
+
+
+def test_pp_zero_bubble_puts_the_three_schedules_side_by_side():
+    """Issue 53: makespan, idle, bubble, held and the model's depth of each schedule, from the run; p = 4,
+    m = 8, F = 2 and B = I + W = 4 half-stage units: 1F1B m(F+B) + (p-1)(F+B) = 66 with 18 idle, ZB-H1
+    (p-1)(F+I-W) = 6 idle, DualPipeV half that on 2p stages; its loss differs and the narrative says why."""
+    data = json.loads(cli("lesson", "pp-zero-bubble", "--json").stdout)
+    (table,) = data["tables"]
+    rows = {r["schedule"]: r for r in table["rows"]}
+    assert rows["1F1B"]["makespan"] == 8 * 6 + 3 * 6 and rows["1F1B"]["idle per GPU"] == 3 * 6
+    assert rows["ZB-H1"]["idle per GPU"] == 3 * 2 and rows["DualPipeV"]["idle per GPU"] == 3
+    assert rows["1F1B"]["bubble"] == "3/11" and rows["ZB-H1"]["held (micro-batches)"] == "4"
+    assert [rows[s]["stages (layers)"] for s in ("1F1B", "ZB-H1", "DualPipeV")] == [4, 4, 8]
+    assert rows["1F1B"]["loss"] == rows["ZB-H1"]["loss"] != rows["DualPipeV"]["loss"]
+    text = " ".join(cli("lesson", "pp-zero-bubble", "--plain").stdout.split())
+    assert "twice the depth of the model 1F1B and ZB-H1 split" in text
