@@ -1,6 +1,5 @@
 """Ring attention's bookkeeping worked out by hand: the blocks, flops and K/V owners of each ring step,
 the labels and dtypes of its hops, and the sizes its splits accept."""
-from collections import Counter
 
 import pytest
 
@@ -43,14 +42,18 @@ def test_uneven_fine_split_counts_in_cp_chunks():
 
 
 def test_every_hop_is_labelled_and_typed():
-    """Forward: one K/V pass; backward: K/V with dK/dV passed on, then dK/dV brought home. A float32 run
-    receives float32."""
+    """Forward: each rank passes its own chunk's K and V on; backward: K, V, dK and dV of the chunk it holds,
+    then the dK and dV it ends with (CP rank r + 1's, two ranks round) brought home. Each transfer names its
+    tensor and whose chunk it is. A float32 run receives float32."""
     res = _run(8, "float32")
     p2p = [e for e in res.trace.events if e.kind == "p2p"]
-    counts = Counter(e.label for e in p2p)  # one send per tensor and direction
-    assert counts == {"ring: pass K/V on": 4, "ring backward: pass K/V and dK/dV on": 8,
-                      "ring backward: dK/dV home": 4}
-    assert list(counts) == list(dict.fromkeys(e.label for e in p2p))  # in this order
+    by_sender = {(e.params["src"], e.label) for e in p2p}
+    forward = {(r, f"ring: pass {t} of CP rank {r} on") for r in (0, 1) for t in ("K", "V")}
+    backward = {(r, f"ring backward: pass {t} of CP rank {r} on") for r in (0, 1) for t in ("K", "V", "dK", "dV")}
+    home = {(r, f"ring backward: {t} of CP rank {1 - r} home") for r in (0, 1) for t in ("dK", "dV")}
+    assert by_sender == forward | backward | home and len(p2p) == 4 + 8 + 4
+    order = [e.label.split(": ")[0] + (" home" if e.label.endswith("home") else "") for e in p2p]
+    assert list(dict.fromkeys(order)) == ["ring", "ring backward", "ring backward home"]  # in this order
     assert {t.dtype for e in p2p for m in e.members for t in m.outs} == {"float32"}
 
 
@@ -82,8 +85,7 @@ def test_a_layer_names_its_ring():
         y, cache = layer.forward(x, Saved())
         layer.backward(cache, y)
     res = parasim.run(program, layout=Layout(cp=2))
-    rings = sorted({e.label for e in res.trace.events if e.kind == "p2p"})
-    assert rings == ["L0.attn.ring backward: dK/dV home", "L0.attn.ring backward: pass K/V and dK/dV on",
-                     "L0.attn.ring: pass K/V on"]
+    rings = {e.label.split(": ")[0] for e in res.trace.events if e.kind == "p2p"}
+    assert rings == {"L0.attn.ring backward", "L0.attn.ring"}
     skips = [e.op for e in res.trace.events if e.kind == "compute" and ": skip " in e.op]
     assert skips == ["L0.attn.ring: skip K/V of rank 1"]

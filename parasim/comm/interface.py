@@ -73,10 +73,12 @@ class Group:
 
 @dataclass(frozen=True)
 class Send:
-    """Point-to-point: send array `x` to global rank `dst` (one entry of an `exchange`)."""
+    """Point-to-point: send array `x` to global rank `dst` (one entry of an `exchange`); `label`, where given,
+    names this transfer in the trace instead of the exchange's label (a ring passing K and V apart)."""
 
     x: Any
     dst: int
+    label: str | None = None
 
 
 @dataclass(frozen=True)
@@ -84,11 +86,13 @@ class Recv:
     """Point-to-point: receive an array of `shape` and `dtype` from global rank `src`.
 
     Shape and dtype are required because a real backend must allocate the buffer before data arrives.
+    `label`: as Send's (the receiving side's name for the same transfer).
     """
 
     src: int
     shape: tuple[int, ...]
     dtype: Any
+    label: str | None = None
 
 
 class Comm(ABC):

@@ -301,13 +301,13 @@ class TorchComm(Comm):
             if isinstance(o, Send):
                 self._check_array(o.x, "send")
                 posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.to(self.wire).contiguous(),
-                              tuple(o.x.shape), o.x.dtype))
+                              tuple(o.x.shape), o.x.dtype, o.label or label))
             elif isinstance(o, Recv):
                 peer = check_peer(o.src, self.rank, g, "recv from")
                 dtype = _torch_dtype(o, peer)
                 shape = tuple(int(n) for n in o.shape)
                 posts.append((False, peer,
-                              torch.empty(shape, dtype=dtype, device=self.wire), shape, dtype))
+                              torch.empty(shape, dtype=dtype, device=self.wire), shape, dtype, o.label or label))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
         # Sends never wait for this rank's own receives (a neighbour may need our data before it can send
@@ -315,7 +315,7 @@ class TorchComm(Comm):
         # takes the signature first, checks it, and posts the data receive, so messages between a pair
         # are taken in exactly the order they were sent, however the two sides batch them.
         sends = []
-        for send, peer, buf, shape, dtype in posts:
+        for send, peer, buf, shape, dtype, _ in posts:
             if send:
                 if self.check:
                     sends += [dist.P2POp(dist.isend, b, peer, group=pg)
@@ -323,7 +323,7 @@ class TorchComm(Comm):
                 sends.append(dist.P2POp(dist.isend, buf, peer, group=pg))
         t0 = self._now()
         pending = list(dist.batch_isend_irecv(sends)) if sends else []
-        for send, peer, buf, shape, dtype in posts:
+        for send, peer, buf, shape, dtype, _ in posts:
             if send:
                 continue
             if self.check:
@@ -334,12 +334,12 @@ class TorchComm(Comm):
             pending += dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer, group=pg)])
         self._timed(lambda: [r.wait() for r in pending], "exchange", g, site)
         results = []
-        for k, (send, peer, buf, _, _) in enumerate(posts):
+        for k, (send, peer, buf, _, _, named) in enumerate(posts):
             src, dst = (self.rank, peer) if send else (peer, self.rank)
             chan = self._channels.get((src, dst), 0)
             self._channels[(src, dst)] = chan + 1
             n = _nbytes(buf)
-            self._record(P2P, P2P, g, {"src": src, "dst": dst}, label, [buf] if send else [], [] if send else [buf],
+            self._record(P2P, P2P, g, {"src": src, "dst": dst}, named, [buf] if send else [], [] if send else [buf],
                          (n, 0) if send else (0, n), site, t0, role="send" if send else "recv", peer=peer,
                          chan=chan, post=k, tags=tags)
             if not send:

@@ -29,11 +29,11 @@ class Batch:
 
 
 class Post:
-    __slots__ = ("batch", "peer", "x", "shape", "dtype", "slot", "matched")
+    __slots__ = ("batch", "peer", "x", "shape", "dtype", "slot", "matched", "label")
 
-    def __init__(self, batch, peer, x=None, shape=None, dtype=None, slot=-1):
+    def __init__(self, batch, peer, x=None, shape=None, dtype=None, slot=-1, label=None):
         self.batch, self.peer, self.x, self.shape, self.dtype, self.slot = batch, peer, x, shape, dtype, slot
-        self.matched = False
+        self.matched, self.label = False, label
 
     def describe(self) -> str:
         if self.x is not None:
@@ -63,7 +63,8 @@ class PointToPoint:
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
                 self._check(o.x, "send")
-                posts.append(Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x))
+                posts.append(Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x,
+                                  label=o.label))
             elif isinstance(o, Recv):
                 peer = self._peer(check_peer(o.src, rank, group, "recv from"), rank)
                 name = recv_dtype(o, peer)
@@ -75,7 +76,8 @@ class PointToPoint:
                 except (TypeError, ValueError):
                     raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
                         from None
-                posts.append(Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts)))
+                posts.append(Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts),
+                                  label=o.label))
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
         batch.posts = posts
@@ -114,7 +116,7 @@ class PointToPoint:
                    Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val,
                           self._work(dst))]
         self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
-                                 s.batch.label or r.batch.label, self.ranks[src].phase,
+                                 s.label or r.label or s.batch.label or r.batch.label, self.ranks[src].phase,
                                  {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
         for b in (s.batch, r.batch):
             b.pending -= 1

@@ -154,11 +154,16 @@ class RingAttention:
         g, cp, r = self.group, self.cp, self.r
         return g.ranks[(r + 1) % cp], g.ranks[(r - 1) % cp]
 
-    def _rotate(self, tensors: list[Any], label: str) -> list[Any]:
-        """Pass every tensor to the next rank of the ring and take the previous rank's, in one batch."""
+    def _rotate(self, tensors: list[Any], names: list[str], src: int, what: str = "pass {} of CP rank {} on",
+                backward: bool = False) -> list[Any]:
+        """Pass every tensor (of CP rank `src`'s chunk, `names`: "K", "V", ...) to the next rank of the ring and
+        take the previous rank's, in one batch; each transfer labelled with its tensor and chunk."""
         nxt, prv = self._peers()
-        ops = [Send(t, nxt) for t in tensors] + [Recv(prv, tuple(t.shape), t.dtype) for t in tensors]
-        return self.ctx.comm.exchange(ops, group=self.group, label=label)
+        head = f"{self.name}{' backward' if backward else ''}: "
+        came = (src - 1) % self.cp  # the chunk the previous rank holds, coming in
+        ops = ([Send(t, nxt, head + what.format(n, src)) for t, n in zip(tensors, names)]
+               + [Recv(prv, tuple(t.shape), t.dtype, head + what.format(n, came)) for t, n in zip(tensors, names)])
+        return self.ctx.comm.exchange(ops, group=self.group, label=head + what.format("/".join(names), src))
 
     def _mask(self, src: int) -> Any:
         """True where a key of chunk-owner `src` comes after the query (masked), or None without masking."""
@@ -201,7 +206,7 @@ class RingAttention:
                 m, l, o, _ = online_softmax_step(xp, m, l, o, scores, held_v)
                 self.ctx.compute(f"{self.name}: attend to K/V of CP rank {src}", flops)
             if step < self.cp - 1:
-                held_k, held_v = self._rotate([held_k, held_v], f"{self.name}: pass K/V on")
+                held_k, held_v = self._rotate([held_k, held_v], ["K", "V"], src)
         out = o / l[..., None]
         lse = m + xp.log(l)
         return out, (q, k, v, out, lse)
@@ -231,7 +236,8 @@ class RingAttention:
                 held_dk = held_dk + xp.matmul(xp.permute_dims(ds, (0, 1, 3, 2)), q)
             if step < self.cp - 1:
                 held_k, held_v, held_dk, held_dv = self._rotate([held_k, held_v, held_dk, held_dv],
-                                                                f"{self.name} backward: pass K/V and dK/dV on")
+                                                                ["K", "V", "dK", "dV"], src, backward=True)
         if self.cp > 1:  # one more hop brings each chunk's gradient home
-            held_dk, held_dv = self._rotate([held_dk, held_dv], f"{self.name} backward: dK/dV home")
+            held_dk, held_dv = self._rotate([held_dk, held_dv], ["dK", "dV"], (self.r + 1) % self.cp,
+                                            "{} of CP rank {} home", backward=True)
         return dq, held_dk, held_dv
