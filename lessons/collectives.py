@@ -34,6 +34,11 @@ def vector(rank: int) -> list[int]:
     return [(10 ** rank) * v for v in (1, 2, 3, 4)]
 
 
+def gradient(rank: int, n: int = 4) -> list[int]:
+    """The gradient rank r's later work sends back for n values: 5, 6, ... times 10^r (digits tell whose)."""
+    return [(10 ** rank) * v for v in range(5, 5 + n)]
+
+
 def program(ctx):
     comm, out = ctx.comm, {}
     # Every rank creates every group, in the same order, as torch.distributed requires.
@@ -49,6 +54,15 @@ def program(ctx):
         out["reduce_scatter"] = comm.reduce_scatter(x, group=pair, label="sum, keep my half")
         ctx.phase("all-gather")
         out["all_gather"] = comm.all_gather(out["reduce_scatter"], group=pair, label="halves back to whole")
+        ctx.phase("backward: a copy's gradient is a sum")
+        # the all-gather gave every rank a copy of each half; each rank's later work sends back a gradient
+        # for its whole copy, and a half's gradient is the sum over the copies: a reduce-scatter
+        dy = ctx.asarray(gradient(ctx.rank))
+        out["gather_backward"] = comm.reduce_scatter(dy, group=pair, label="all-gather's backward: sum the copies")
+        # the reduce-scatter's output half fed on from this rank only; every rank's input fed that half of the
+        # sum, so each gets the half's gradient: the halves gathered
+        dz = ctx.asarray(gradient(ctx.rank, len(vector(0)) // len(pair.ranks)))
+        out["scatter_backward"] = comm.all_gather(dz, group=pair, label="reduce-scatter's backward: copy the halves")
 
     if ctx.rank in ring.ranks:
         x = ctx.asarray(vector(ctx.rank))
@@ -89,6 +103,14 @@ def checks(result) -> list[Check]:
               [pair_sum] * len(pair)),
         check(f"ring all-reduce on {len(ring)} ranks equals the sum", [v[r]["ring"] for r in ring],
               [ring_sum] * len(ring)),
+        # by hand: y_r = [x_0, x_1] on every rank r, so dL/dx_i = sum_r dy_r[half i]; z_i = sum_r x_r[half i],
+        # so dL/dx_r = [dz_0, dz_1] on every rank r
+        check("an all-gather's backward: half i's gradient sums every rank's gradient for half i (a reduce-scatter)",
+              [v[r]["gather_backward"] for r in pair],
+              np.split(np.sum([gradient(r) for r in pair], axis=0), len(pair))),
+        check("a reduce-scatter's backward: every rank gets each half's gradient (an all-gather)",
+              [v[r]["scatter_backward"] for r in pair],
+              [np.concatenate([gradient(i, 4 // len(pair)) for i in pair])] * len(pair)),
     ]
     ring_ar = _events(result, "ring all-reduce", "all_reduce")[0]
     t = len(ring)
@@ -123,6 +145,13 @@ NARRATIVE = {
     "all-gather": """
         An all-gather is the way back: every rank contributes its slice and every rank ends with all of
         them, in rank order. Reduce-scatter followed by all-gather is exactly an all-reduce.""",
+    "backward: a copy's gradient is a sum": """
+        The second fact: when a value is copied, its gradient is the sum of the copies' gradients. An
+        all-gather gives every rank a copy of each half; in backward every rank holds a gradient for its
+        whole copy (5..8 times 10^r here), and half i's gradient adds up what every copy of it got: a
+        reduce-scatter. The other way round, each half of a reduce-scatter's sum came from every rank's
+        input, so every rank gets that half's gradient back: an all-gather. So a layer that all-gathers
+        forward reduce-scatters backward (sequence parallelism's pair), and the reverse.""",
     "ring all-reduce": """
         Real libraries run these collectives as a ring: each rank only ever talks to its neighbour. The
         buffer is cut into one chunk per rank. In the first t-1 hops each rank passes a running sum on and

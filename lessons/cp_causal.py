@@ -72,7 +72,11 @@ def tables(result) -> list[Table]:
                          f"({2 * chunk} x {2 * chunk} = 4 blocks), so the run's {v[0]['contiguous']['blocks']:g}, "
                          f"{v[-1]['contiguous']['blocks']:g} blocks are the post's "
                          f"{v[0]['contiguous']['blocks'] / 4:g}, {v[-1]['contiguous']['blocks'] / 4:g}; "
-                         "a block on the diagonal counts half (its upper triangle is masked)."])]
+                         "a block on the diagonal counts half (its upper triangle is masked).",
+                         f"zigzag: rank i holds pieces c(i+1) and c({2 * t}-i); piece cj sees j - 1 whole pieces "
+                         f"before it and half of itself, j - 0.5 blocks, so rank 0's c1 + c{2 * t} = 0.5 + "
+                         f"{2 * t - 0.5:g} = {2 * t:g}: the {v[0]['zigzag']['blocks']:g} blocks the run counts on "
+                         "every rank."])]
 
 
 def figures(result) -> dict:
@@ -107,7 +111,8 @@ LESSON = Lesson(
     checks=checks,
     summary="work per rank measured with the contiguous split, then the zigzag split's equal shares",
     keep_values=0,
-    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
+    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True,
+                      why="the zigzag split cuts the 16 tokens into 2cp equal pieces, so cp divides 8")},
     figures=figures,
     tables=tables,
 )

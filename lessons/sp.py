@@ -69,6 +69,9 @@ def checks(result) -> list[Check]:
                                                                         skip="again")
     out.append(check("backward gathers the two saved input slices again: 2 all-gathers of s·b·h values",
                      regather, 2 * (t - 1) * sbh * 8 // t))
+    # two norms' weights and biases and two row-parallel biases: 6 vectors of h, each all-reduced (ring bytes)
+    out.append(check("the whole weights' gradients, summed over the SP ranks: 6 all-reduces of h values (rank 0)",
+                     _moved(result, "TP + SP", 0, ("all_reduce",)), 6 * 2 * (t - 1) * H * 8 // t))
     for phase in ("TP + SP", "TP + SP, scores kept"):
         y = assemble([np.asarray(x[phase]["y"]) for x in v], Shard(0), np)  # SP: each rank a slice of the sequence
         diff = float(np.max(np.abs(y - np.asarray(v[0]["TP alone"]["y"]))))
@@ -98,8 +101,11 @@ NARRATIVE = {
         An all-reduce can be done as two halves, first a reduce-scatter, then an all-gather, and SP
         pulls those halves apart.
         A reduce-scatter after each row-parallel block leaves each rank its tokens; an all-gather before
-        each column-parallel block gives every rank the whole sequence again. Same bytes on the wire,
-        and now every kept activation is divided by t. Backward has to gather the saved slices once more.""",
+        each column-parallel block gives every rank the whole sequence again. Each pair moves the bytes of
+        the all-reduce it replaces, and now every kept activation is divided by t. SP's extra traffic is
+        small but real: backward gathers the two saved input slices once more, and the weights every rank
+        keeps whole (the norms' and the row-parallel blocks' biases) got their gradients from its own
+        tokens only, so each is summed over the ranks by an all-reduce of h values.""",
     "TP + SP, scores kept": """
         Without FlashAttention the softmax output, its dropout mask and the dropped probabilities are kept
         too: 5as²b bytes per layer, split by heads over the TP ranks.""",
