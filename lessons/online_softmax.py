@@ -85,10 +85,11 @@ def checks(result) -> list[Check]:
 
 NARRATIVE = {
     "chunk 1": """
-        A softmax needs the largest score and the sum over all scores, but in ring attention the keys
-        arrive in pieces. Keep three running values instead: the largest score so far m, the sum l of
-        e^(score - m), and the output o, the sum of e^(score - m) times the value. After the first chunk
-        they describe the softmax over that chunk alone.""",
+        To normalise a row of scores a softmax wants two things over the whole row: its largest score
+        and the total of the exponentials. Ring attention never has the whole row at once; its keys come
+        a chunk at a time. So each query carries three numbers forward: m, the biggest score met so far;
+        l, the running total of e^(score - m); and o, the running total of e^(score - m) times each
+        value. Once the first chunk is in, the three are exactly that chunk's own softmax.""",
     "chunk 2": """
         The second chunk has a larger score, so the maximum moves. Every old term was computed against the
         old maximum: a factor of e^(m_old - m_new) on l and on o moves them onto the new one, and the new

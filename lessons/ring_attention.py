@@ -79,7 +79,8 @@ NARRATIVE = {
         The sequence is split over the CP ranks; every rank keeps the queries of its tokens and the full
         weights. At each step a rank attends its queries to the key/value chunk it holds, folding it
         into its running softmax, and passes that chunk to the next rank while taking one from the
-        previous: after t steps every query has seen every key. Only K and V move.""",
+        previous: after t steps every query has seen every key, and nothing but keys and values crossed
+        between ranks.""",
     "backward: dK/dV travel home": """
         Backward rotates K and V again; each chunk carries the gradient its visits have added up. One
         last hop brings every dK and dV back to the rank that owns those tokens.""",

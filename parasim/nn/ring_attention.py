@@ -2,9 +2,9 @@
 
 Each CP rank keeps its queries. Key/value chunks travel around a ring of point-to-point transfers
 (batched, so no pair waits on the other); at each step a rank folds the chunk it holds into its running
-softmax (max m, sum l, output o), rescaling the old terms by e^(m_old - m_new) when the max grows. Only
-K and V move; m, l and o never leave their rank. Backward rotates K and V again and carries their
-gradients along, one step further, back to the ranks that own them.
+softmax (max m, sum l, output o), rescaling the old terms by e^(m_old - m_new) when the max grows. The
+traffic is keys and values alone: the running max, sum and output stay where the queries are. Backward
+rotates K and V again and carries their gradients along, one step further, back to the ranks that own them.
 
 Sequence splits: `contiguous` gives rank i tokens [i*c, (i+1)*c); `zigzag` cuts the sequence in 2*cp
 chunks and gives rank i chunks i and 2*cp-1-i, so with a causal mask every rank does the same work.
