@@ -111,7 +111,9 @@ def tables(result, s) -> list[Table]:
                          "the clock's constants: parasim hardware.",
                          f"the run itself is one layer: the clock line below times it ({layer:,.2f} s), and the "
                          f"run's row is that times the model's {BASE.layers} layers ({layer * BASE.layers:,.1f} s, "
-                         f"{layer * BASE.layers / 60:,.2f} minutes)."])]
+                         f"{layer * BASE.layers / 60:,.2f} minutes)"
+                         + (": with 60 layers, a layer's seconds and the model's minutes are the same number"
+                            if BASE.layers == 60 else "") + "."])]
 
 
 def checks(result, s) -> list[Check]:

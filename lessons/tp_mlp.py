@@ -51,6 +51,12 @@ def program(ctx):
 
     ctx.phase("splitting B by rows, one all-reduce")
     ctx.note(f"holds B_i = {_show(fc2.weight)}; Y_i·B_i = {_show(xp.matmul(y, fc2.weight))}")
+    n, t = b.shape[-1], ctx.world
+    if ctx.rank == 0 and n < t:  # --tp 4: the ring has more ranks than Z has values
+        sizes = [len(c) for c in np.array_split(np.arange(n), t)]
+        ctx.note(f"Z has {n} values for a ring of {t}: its chunks hold {', '.join(map(str, sizes))} values, so "
+                 "each rank sends whichever chunks pass through it and the bytes differ from rank to rank; "
+                 f"2(t-1)/t of the buffer, {2 * (t - 1) * n * 8 // t} B here, is the ranks' average")
     z, c2 = fc2.forward(y, saved)  # partial Y_i·B_i, then g: all-reduce
     out["B_i"], out["Z"] = fc2.weight, z
 

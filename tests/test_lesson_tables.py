@@ -211,3 +211,16 @@ def test_pp_zero_bubble_puts_the_three_schedules_side_by_side():
     assert rows["1F1B"]["loss"] == rows["ZB-H1"]["loss"] != rows["DualPipeV"]["loss"]
     text = " ".join(cli("lesson", "pp-zero-bubble", "--plain").stdout.split())
     assert "twice the depth of the model 1F1B and ZB-H1 split" in text
+
+
+def test_tp_mlp_at_tp_4_says_why_ranks_send_unequal_bytes():
+    """Issue 53: Z's 2 values over a ring of 4 ranks: chunks of 1, 1, 0, 0 values; the ranks' average is the
+    ring's 2(t-1)/t x 16 B = 24 B, as the trace's own sends add up to."""
+    out = cli("lesson", "tp-mlp", "--tp", "4", "--json")
+    data = json.loads(out.stdout)
+    text = cli("lesson", "tp-mlp", "--tp", "4", "--plain").stdout
+    assert "its chunks hold 1, 1, 0, 0 values" in text and "24 B here, is the ranks' average" in text
+    g = next(e for e in data["events"] if e.get("label") == "g forward")
+    sent = [m["sent"] for m in g["members"]]
+    assert len(set(sent)) > 1 and sum(sent) / len(sent) == 2 * 3 * 16 / 4
+    assert "ring of" not in cli("lesson", "tp-mlp", "--plain").stdout  # at the post's TP 2 the chunks are even
