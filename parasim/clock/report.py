@@ -37,7 +37,9 @@ def clock_report(trace: Any, choice: ClockChoice = ClockChoice(), tl: Timeline |
     m = machine(choice.gpu, choice.gpus_per_node)
     tl = simulate(trace, m, choice.overlap) if tl is None else tl
     out = summary(tl, trace)
-    if not trace.meta.get("precision", {}).get("exact", True):  # a real-size run: the held-out runs like it
+    exact = trace.meta.get("precision", {}).get("exact", True)
+    out["exact"] = exact  # a lesson's small arrays in float64: its time is the collectives' fixed costs
+    if not exact:  # a real-size run: the held-out runs like it
         from .uncertainty import family_range, held_out, trace_family
         out["range"] = family_range(trace_family(trace), choice.gpu, held_out()).to_dict(tl.step)
     out["switches"] = {}

@@ -295,9 +295,12 @@ def clock_words(c: dict) -> str:
     like = (f" (held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's time: "
             f"{duration(r['low_s'] * 1e6)} to {duration(r['high_s'] * 1e6)}; {len(r['runs'])} {r['like']})"
             if r else "")
+    small = (" (this run's arrays are a lesson's few values, so its time is the collectives' fixed costs, not "
+             "arithmetic; the lessons marked 'on the clock' in parasim lesson --list time a real-size step)"
+             if c.get("exact") and c["critical_compute_us"] < 0.01 * c["step_us"] else "")
     return (f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the run takes "
             f"{duration(c['step_us'])}{like}, its critical path {duration(c['critical_compute_us'])} of compute and "
-            f"{duration(c['critical_comm_us'])} of communication" + (f"; {'; '.join(saves)}." if saves else "."))
+            f"{duration(c['critical_comm_us'])} of communication{small}" + (f"; {'; '.join(saves)}." if saves else "."))
 
 
 def duration(us: float) -> str:
@@ -305,4 +308,4 @@ def duration(us: float) -> str:
     for scale, unit in ((1e6, "s"), (1e3, "ms"), (1.0, "us")):
         if us >= scale:
             return f"{us / scale:.3g} {unit}"
-    return f"{us * 1e3:.3g} ns"
+    return f"{us * 1e3:.3g} ns" if us >= 1e-3 else ("none" if us == 0 else "under 1 ns")
