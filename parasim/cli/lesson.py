@@ -117,7 +117,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
-        sys.stdout.write(walkthrough(lr, args.width))
+        sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
     return 0 if lr.ok else 1
 
 

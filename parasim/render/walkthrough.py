@@ -30,6 +30,7 @@ def fmt_value(v: Any, grouped: bool = True) -> str:
 fmt_bytes = nbytes  # noqa: E305  a byte count as every renderer writes it
 
 SHOWN_VALUES = 8  # a check's list longer than this is summed up in the walk-through (--json keeps it whole)
+SHOWN_CHARS = 72  # a member's values written longer than this show as their shapes (--json keeps them)
 
 
 def _shape(v: Any) -> list[int]:
@@ -135,10 +136,10 @@ def event_lines(e: Event) -> Iterator[str]:
             between = members[SHOWN_MEMBERS - 2:-2]
             lines.append((-1, f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
                               f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}"))
+        what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
         if m.before is not None and m.after is not None and (m.before or m.after):
-            what = f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
-        else:
-            what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
+            values = f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
+            what = values if len(values) <= SHOWN_CHARS else f"{what} (values: --json)"
         lines.append((m.rank, f"{what:<44} sent {fmt_bytes(m.sent):>9}  recv {fmt_bytes(m.recv):>9}  {m.site}"))
     yield from _folded(lines)
     hops = e.hops or []
