@@ -301,3 +301,19 @@ def test_lesson_plot_for_a_lesson_without_a_picture_is_one_line(capsys, tmp_path
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "ring-attention" in err
     assert not (tmp_path / "z.png").exists()
+
+
+def test_schedule_picture_has_a_time_axis_and_a_key_for_every_kind_it_draws(capsys, drawn, tmp_path):
+    """Issue 53: `schedule --plot` names its x axis and keys each kind of action it draws (ZB-H1: F, I and W;
+    no B), and a second chunk's lighter boxes where the schedule has one."""
+    code, _ = _cli(capsys, "schedule", "--schedule", "zb-h1", "--pp", "4", "--microbatches", "8",
+                   "--plot", str(tmp_path / "zb.png"))
+    assert code == 0
+    (ax,) = drawn[-1].axes
+    assert ax.get_xlabel().startswith("time, in slots")
+    keys = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert [k.split(":")[0] for k in keys] == ["F", "I", "W"]
+    code, _ = _cli(capsys, "schedule", "--schedule", "interleaved", "--pp", "4", "--microbatches", "8",
+                   "--chunks", "2", "--plot", str(tmp_path / "il.png"))
+    keys = [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()]
+    assert keys[-1] == "lower case: the second chunk" and [k.split(":")[0] for k in keys[:-1]] == ["F", "B"]

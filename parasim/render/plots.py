@@ -7,7 +7,7 @@ import math
 import textwrap
 from typing import Any
 
-from ..pipeline.action import kind_of
+from ..pipeline.action import KINDS, kind_of
 from ..pipeline.timing import Timing
 from .plot_base import pyplot, save, tokens_text
 from .plot_layout import layout_map, plot_layout_map, plot_token_path  # noqa: F401 (the pictures' one import path)
@@ -35,9 +35,19 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
     ax.set_xticks([t + 0.5 for t in range(width)], [str(t + 1) for t in range(width)], fontsize=7)
     ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
+    ax.set_xlabel("time, in slots (an action spans the slots its cost takes; blank: the GPU waits)")
+    # a key for each kind of action the table holds, in the kind table's order; lower case: a second chunk
+    seen = {kind_of(x).letter for row in timing.slots for x in row if x and kind_of(x)}
+    second = any(x and x[0].islower() for row in timing.slots for x in row)
+    handles = [plt.Rectangle((0, 0), 1, 1, color=k.plot, label=f"{k.letter}: {k.title}")
+               for k in KINDS.values() if k.letter in seen]
+    if second:
+        handles.append(plt.Rectangle((0, 0), 1, 1, color="0.55", alpha=0.65, label="lower case: the second chunk"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=min(3, len(handles)),
+              fontsize=8, frameon=False)
     ax.set_frame_on(False)
     fig.tight_layout()
-    save(fig, path, bbox_inches=None)
+    save(fig, path, bbox_inches="tight")
     plt.close(fig)
 
 
