@@ -22,7 +22,8 @@ def program(ctx):
         steps = " + ".join(f"{x:g}" for x in w.steps)
         ctx.note(f"tokens {_spans(ring.pos[ring.r])}: work {w.blocks:g} blocks ({steps}, one term per ring step), "
                  f"{w.skipped} chunk{'s' * (w.skipped != 1)} skipped")
-        out[split] = {"blocks": w.blocks, "skipped": w.skipped, "flops": w.flops}
+        out[split] = {"blocks": w.blocks, "skipped": w.skipped, "flops": w.flops,
+                      "pieces": list(ring.chunks[ring.r])}  # which of the 2cp pieces it holds: its picture
     if ctx.world == 2:  # the post's sentence, split zigzag over two ranks
         words = [TOKENS[p] for p in positions("zigzag", len(TOKENS), 2, ctx.rank)]
         ctx.note(f"zigzag on the example sentence: {' '.join(words)}")

@@ -317,3 +317,32 @@ def test_schedule_picture_has_a_time_axis_and_a_key_for_every_kind_it_draws(caps
                    "--chunks", "2", "--plot", str(tmp_path / "il.png"))
     keys = [t.get_text() for t in drawn[-1].axes[0].get_legend().get_texts()]
     assert keys[-1] == "lower case: the second chunk" and [k.split(":")[0] for k in keys[:-1]] == ["F", "B"]
+
+
+def test_pp_zero_bubble_draws_its_three_schedules_on_one_clock(capsys, drawn, tmp_path):
+    """Three panels, titled with the makespans the lesson's table gives (66, 54, 51 at p = 4, m = 8), each
+    with a box per action: 8 micro-batches x 4 GPUs x (F, B) for 1F1B, (F, I, W) for ZB-H1."""
+    code, _ = _cli(capsys, "lesson", "pp-zero-bubble", "--plain", "--plot", str(tmp_path / "zb.png"))
+    assert code == 0
+    fig = drawn[-1]
+    axes = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title().split(":")[0] for ax in axes] == ["1F1B", "ZB-H1", "DualPipeV"]
+    assert [int(ax.get_title().split("makespan ")[1].split()[0]) for ax in axes] == [66, 54, 51]
+    assert [len(ax.patches) for ax in axes[:2]] == [8 * 4 * 2, 8 * 4 * 3]
+
+
+def test_cp_causal_colours_each_block_by_the_rank_that_computes_it(capsys, drawn, tmp_path):
+    """Per split, each rank's colour covers its whole blocks and half its diagonal ones: their count is the
+    run's work per rank (contiguous 2, 6, 10, 14; zigzag 8 each at CP 4)."""
+    from matplotlib.colors import to_hex
+    from matplotlib.patches import Polygon, Rectangle
+    code, _ = _cli(capsys, "lesson", "cp-causal", "--plain", "--plot", str(tmp_path / "cp.png"))
+    assert code == 0
+    fig = drawn[-1]
+    colours = {to_hex(f"C{r}"): r for r in range(4)}
+    for ax, want in zip(fig.axes, ([2, 6, 10, 14], [8, 8, 8, 8])):
+        work = [0.0] * 4
+        for p in ax.patches:
+            work[colours[to_hex(p.get_facecolor())]] += 1.0 if isinstance(p, Rectangle) else 0.5
+            assert isinstance(p, (Rectangle, Polygon))
+        assert work == want

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .plot_lessons import plot_cp_causal, plot_zero_bubble
 from .plot_moves import plot_dispatch, plot_handoff
 from .plot_ring import plot_ring_lesson
 
@@ -15,6 +16,8 @@ LESSON_PLOTS: dict[str, tuple[Callable[[Any, str], None], str]] = {  # lesson ->
     "pp-gpipe": (plot_handoff, "the hand-off between stages, slot by slot"),
     "pp-1f1b": (plot_handoff, "the hand-off between stages, slot by slot"),
     "pp-interleaved": (plot_handoff, "the hand-off between stages, slot by slot"),
+    "pp-zero-bubble": (plot_zero_bubble, "the three schedules on one clock, each with its makespan and bubble"),
+    "cp-causal": (plot_cp_causal, "the causal blocks each CP rank computes, contiguous and zigzag"),
 }
 
 

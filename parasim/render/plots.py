@@ -15,10 +15,21 @@ from .plot_layout import layout_map, plot_layout_map, plot_token_path  # noqa: F
 
 def plot_slots(timing: Timing, title: str, path: str) -> None:
     plt = pyplot()
-
     ranks, width = len(timing.slots), timing.makespan
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * width + 1.5), 0.55 * ranks + 1.2))
-    for r, row in enumerate(timing.slots):
+    draw_slots(ax, timing.slots, width, f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
+    fig.tight_layout()
+    save(fig, path, bbox_inches="tight")
+    plt.close(fig)
+
+
+def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, key: bool = True) -> None:
+    """One slot table on `ax`: a row per GPU, a box per action as long as its cost, a time axis, and (with
+    `key`) a key for each kind of action drawn."""
+    plt = pyplot()
+    ranks = len(slots)
+    for r, row in enumerate(slots):
+        row = list(row) + [None] * (width - len(row))  # a schedule shorter than the axis: idle to its end
         t = 0
         while t < width:  # an action spans as many slots as it costs: one box per action
             label, end = row[t], t + 1
@@ -34,21 +45,20 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     ax.set_ylim(0, ranks)
     ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
     ax.set_xticks([t + 0.5 for t in range(width)], [str(t + 1) for t in range(width)], fontsize=7)
-    ax.set_title(f"{title}: bubble {timing.bubble} ({float(timing.bubble):.0%})")
+    ax.set_title(title)
     ax.set_xlabel("time, in slots (an action spans the slots its cost takes; blank: the GPU waits)")
+    ax.set_frame_on(False)
+    if not key:
+        return
     # a key for each kind of action the table holds, in the kind table's order; lower case: a second chunk
-    seen = {kind_of(x).letter for row in timing.slots for x in row if x and kind_of(x)}
-    second = any(x and x[0].islower() for row in timing.slots for x in row)
+    seen = {kind_of(x).letter for row in slots for x in row if x and kind_of(x)}
+    second = any(x and x[0].islower() for row in slots for x in row)
     handles = [plt.Rectangle((0, 0), 1, 1, color=k.plot, label=f"{k.letter}: {k.title}")
                for k in KINDS.values() if k.letter in seen]
     if second:
         handles.append(plt.Rectangle((0, 0), 1, 1, color="0.55", alpha=0.65, label="lower case: the second chunk"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=min(3, len(handles)),
               fontsize=8, frameon=False)
-    ax.set_frame_on(False)
-    fig.tight_layout()
-    save(fig, path, bbox_inches="tight")
-    plt.close(fig)
 
 
 # -- the estimator's pictures ---------------------------------------------------------------------------------------------

@@ -1,0 +1,68 @@
+"""Pictures of lessons whose figures are shapes: the three zero-bubble schedules on one clock
+(`parasim lesson pp-zero-bubble --plot`) and causal attention's blocks under the contiguous and zigzag splits
+(`parasim lesson cp-causal --plot`). Everything drawn is read from the run's values: each rank's slot table,
+and the pieces of the sequence each CP rank held with the blocks it counted."""
+from __future__ import annotations
+
+from typing import Any
+
+from .plot_base import pyplot, save
+from .plots import draw_slots
+
+
+def plot_zero_bubble(lr: Any, path: str) -> None:
+    """1F1B, ZB-H1 and DualPipeV one above the other on the same time axis (half-stage slots), each titled
+    with its makespan and bubble as the run measured them."""
+    plt = pyplot()
+    vals = lr.result.values
+    titles = list(vals[0])  # the schedules, in the order the lesson ran them
+    width = max(vals[0][t]["makespan"] for t in titles)
+    ranks = len(vals)
+    fig, axes = plt.subplots(len(titles), 1, figsize=(max(8.0, 0.3 * width + 2), (0.45 * ranks + 1.1) * len(titles)
+                                                      + 0.8), squeeze=False)
+    for i, (ax, t) in enumerate(zip(axes[:, 0], titles)):
+        run = vals[0][t]
+        draw_slots(ax, [x[t]["slots"] for x in vals], width,
+                   f"{t}: makespan {run['makespan']} slots, bubble {run['bubble']}", key=i == len(titles) - 1)
+        ax.set_xticks([])  # one clock for all three: the numbers would only crowd it
+    fig.suptitle(f"{ranks} GPUs, {lr.result.trace.meta.get('knobs', {}).get('m', '')} micro-batches: W fills the "
+                 "holes 1F1B leaves", fontsize=11)
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_cp_causal(lr: Any, path: str) -> None:
+    """For each split, the causal block grid (query pieces down, key pieces across, the sequence cut in 2cp):
+    a block coloured by the CP rank whose queries compute it, the diagonal's masked half and the future left
+    white; each rank's total, as the run counted it, in the key."""
+    plt = pyplot()
+    from matplotlib.patches import Polygon, Rectangle
+    vals = lr.result.values
+    t = len(vals)
+    n = 2 * t
+    splits = [s for s in vals[0] if isinstance(vals[0][s], dict) and "pieces" in vals[0][s]]
+    fig, axes = plt.subplots(1, len(splits), figsize=(4.2 * len(splits), 4.6), squeeze=False)
+    for ax, split in zip(axes[0], splits):
+        owner = {p: r for r, x in enumerate(vals) for p in x[split]["pieces"]}
+        for q in range(n):
+            colour = f"C{owner[q]}"
+            y = n - 1 - q
+            for k in range(q):
+                ax.add_patch(Rectangle((k, y), 1, 1, color=colour, ec="white"))
+            ax.add_patch(Polygon([(q, y), (q, y + 1), (q + 1, y)], closed=True, color=colour, ec="white"))
+        ax.set_xlim(0, n)
+        ax.set_ylim(0, n)
+        ax.set_aspect("equal")
+        ax.set_xticks([k + 0.5 for k in range(n)], [f"k{k + 1}" for k in range(n)], fontsize=7)
+        ax.set_yticks([n - 0.5 - q for q in range(n)], [f"q{q + 1}" for q in range(n)], fontsize=7)
+        ax.set_title(f"{split}: blocks per rank " + ", ".join(f"{x[split]['blocks']:g}" for x in vals), fontsize=9)
+        ax.set_xlabel("key pieces")
+        ax.set_ylabel("query pieces")
+    handles = [Rectangle((0, 0), 1, 1, color=f"C{r}", label=f"CP rank {r} (GPU {r + 1})") for r in range(t)]
+    fig.legend(handles=handles, loc="lower center", ncol=min(4, t), fontsize=8, frameon=False)
+    fig.suptitle(f"Causal attention over {t} CP ranks: each block is one piece's queries against one piece's keys "
+                 "(a half block on the diagonal; the future is masked)", fontsize=9)
+    fig.tight_layout(rect=(0, 0.08, 1, 0.95))
+    save(fig, path)
+    plt.close(fig)
