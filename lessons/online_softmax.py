@@ -15,6 +15,10 @@ from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn.ring_attention import online_softmax_step
 
 QUERY = [[1.0]]  # one query, one dim: a score is the key itself
+# float32's tolerance for a few roundings (exp, sum, divide): 8 units in the last place; below its smallest
+# normal number a weight is flushed toward 0 and only the absolute difference is meaningful
+RTOL32, ATOL32 = 8 * float(np.finfo(np.float32).eps), float(np.finfo(np.float32).tiny)
+BIG = 40.0  # how much larger the scores are made to show the naive softmax overflowing (e^120 > float32's max)
 # rank i holds key i: the post's two, then ours for a longer ring (2 does not raise the max, 4 does)
 KEYS = [[[1.0]], [[3.0]], [[2.0]], [[4.0]]]
 
@@ -54,6 +58,17 @@ def program(ctx):
     ctx.phase("result")
     out["steps"], out["weights"] = steps, o / l[..., None]
     ctx.note(f"output o / l = [{_fmt(out['weights'])}]: the softmax weights, since the values are one-hot")
+    ctx.phase("why the max")
+    # the same scores 40 times larger (as a long head's dot products can be), in float32 as a GPU keeps them:
+    # e^score alone passes float32's largest number (about e^88.7) and the naive softmax turns into nan
+    big = np.array([KEYS[i][0][0] for i in range(n)], dtype=np.float32) * np.float32(BIG)
+    with np.errstate(over="ignore", invalid="ignore"):
+        naive = np.exp(big) / np.exp(big).sum()
+    shifted = np.exp(big - big.max()) / np.exp(big - big.max()).sum()
+    out["naive"], out["shifted"] = naive.tolist(), shifted.tolist()
+    if ctx.rank == 0:
+        ctx.note(f"scores x{BIG:g} = [{_fmt(big)}] in float32: e^score / sum = [{_fmt(naive)}]; "
+                 f"e^(score - max) / sum = [{_fmt(shifted)}]")
     return out
 
 
@@ -80,6 +95,13 @@ def checks(result) -> list[Check]:
               result.values[1]["weights"][0], direct, rtol=1e-12) if n == 2 else
         check("every other rank, which saw the chunks in another order, gets the same weights",
               [x["weights"][0] for x in result.values[1:]], [direct] * (n - 1), rtol=1e-12),
+        # float32's largest number is about 3.4e38 = e^88.7: a score past that overflows e^score to inf
+        check(f"scores x{BIG:g} in float32: the naive softmax is not a number (e^{BIG * scores.max():g} overflows)",
+              bool(np.isnan(result.values[0]["naive"]).any()), bool(BIG * scores.max() > np.log(np.finfo(np.float32).max))),
+        check(f"... while subtracting the max first gives the softmax of the x{BIG:g} scores, to float32's "
+              f"precision (rtol 8 eps = {RTOL32:.2g}; atol its smallest normal, {ATOL32:.2g})",
+              result.values[0]["shifted"], np.exp(BIG * (scores - scores.max())) / np.exp(BIG * (scores - scores.max())).sum(),
+              rtol=RTOL32, atol=ATOL32),
     ]
 
 
@@ -103,6 +125,12 @@ NARRATIVE = {
         Dividing o by l gives exactly the softmax-weighted sum. The values here are one-hot, so the output
         shows the weights themselves, equal to a direct softmax of all the scores (the two of the post's
         ring; each rank saw them in its own order and got the same weights).""",
+    "why the max": """
+        Why carry m at all? Make the scores 40 times larger, as long heads' dot products can be, and keep
+        them in float32 as a GPU does: e^score of the largest passes float32's biggest number (about e^88.7),
+        becomes inf, and inf / inf makes the naive softmax not a number. Subtracting the max first keeps
+        every exponent at 0 or below, so nothing overflows; the online softmax's running max does that for
+        scores it has not all seen.""",
 }
 
 LESSON = Lesson(
