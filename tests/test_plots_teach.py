@@ -346,3 +346,23 @@ def test_cp_causal_colours_each_block_by_the_rank_that_computes_it(capsys, drawn
             work[colours[to_hex(p.get_facecolor())]] += 1.0 if isinstance(p, Rectangle) else 0.5
             assert isinstance(p, (Rectangle, Polygon))
         assert work == want
+
+
+def test_hot_expert_draws_each_gpus_compute_the_busiest_marked(capsys, drawn, tmp_path):
+    """Six panels (3 routings x EP 4, 8): the tallest bar is the table's busiest GPU, its height the table's
+    "its compute (ms)", and the title's wait the table's "others wait (ms)"."""
+    from matplotlib.colors import to_hex
+    code, _ = _cli(capsys, "lesson", "hot-expert", "--plain", "--plot", str(tmp_path / "hot.png"))
+    assert code == 0
+    fig = drawn[-1]
+    table = json.loads(_cli(capsys, "lesson", "hot-expert", "--json")[1])["tables"][0]
+    rows = {r["routing, EP"]: r for r in table["rows"]}
+    panels = [ax for ax in fig.axes if ax.get_title()]
+    assert len(panels) == len(rows) == 6
+    for ax in panels:
+        routing, rest = ax.get_title().split(", EP ")
+        row = rows[f"{routing} routing, EP {rest.split(':')[0]}"]
+        heights = [p.get_height() for p in ax.patches]
+        red = [i for i, p in enumerate(ax.patches) if to_hex(p.get_facecolor()) == to_hex("tab:red")]
+        assert red == [int(row["busiest GPU"][1:])] and round(max(heights), 2) == row["its compute (ms)"]
+        assert f"others wait {row['others wait (ms)']:.2f} ms" in ax.get_title()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .plot_lessons import plot_cp_causal, plot_zero_bubble
+from .plot_lessons import plot_cp_causal, plot_hot_expert, plot_zero_bubble
 from .plot_moves import plot_dispatch, plot_handoff
 from .plot_ring import plot_ring_lesson
 
@@ -18,6 +18,7 @@ LESSON_PLOTS: dict[str, tuple[Callable[[Any, str], None], str]] = {  # lesson ->
     "pp-interleaved": (plot_handoff, "the hand-off between stages, slot by slot"),
     "pp-zero-bubble": (plot_zero_bubble, "the three schedules on one clock, each with its makespan and bubble"),
     "cp-causal": (plot_cp_causal, "the causal blocks each CP rank computes, contiguous and zigzag"),
+    "hot-expert": (plot_hot_expert, "each GPU's expert compute by routing and EP size, the busiest marked"),
 }
 
 

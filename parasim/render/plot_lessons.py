@@ -66,3 +66,38 @@ def plot_cp_causal(lr: Any, path: str) -> None:
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     save(fig, path)
     plt.close(fig)
+
+
+def plot_hot_expert(lr: Any, path: str) -> None:
+    """A panel per routing and EP size: each GPU's expert compute on the clock, the busiest GPU's bar marked and
+    the mean dashed; the gap between them is what every other GPU waits (the lesson's own study of its run)."""
+    plt = pyplot()
+    rows = lr.lesson.study(lr.result)["rows"]
+    names = list(rows)  # "ROUTING routing, EP N", in the lesson's order
+    eps = list(dict.fromkeys(n.rsplit("EP ", 1)[1] for n in names))
+    routings = list(dict.fromkeys(n.split(" routing")[0] for n in names))
+    fig, axes = plt.subplots(len(eps), len(routings), figsize=(3.6 * len(routings), 2.6 * len(eps) + 0.8),
+                             sharey=True, squeeze=False)
+    for i, ep in enumerate(eps):
+        for j, routing in enumerate(routings):
+            ax, r = axes[i][j], rows[f"{routing} routing, EP {ep}"]
+            ms = [c * 1e3 for c in r["compute"]]
+            mean = sum(ms) / len(ms)
+            colours = ["tab:red" if g == r["busiest"] else "tab:blue" for g in range(len(ms))]
+            ax.bar(range(len(ms)), ms, color=colours)
+            ax.axhline(mean, color="0.3", ls="--", lw=1)
+            ax.set_xticks(range(len(ms)), [f"g{g}" for g in range(len(ms))], fontsize=7)
+            ax.set_title(f"{routing}, EP {ep}: others wait {max(ms) - mean:.2f} ms", fontsize=8.5)
+            if j == 0:
+                ax.set_ylabel("expert compute (ms)", fontsize=8)
+            ax.tick_params(labelsize=7)
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    fig.legend(handles=[Patch(color="tab:red", label="the busiest GPU: the layer waits for it"),
+                        Patch(color="tab:blue", label="the other GPUs"),
+                        Line2D([], [], color="0.3", ls="--", label="the mean")],
+               loc="lower center", ncol=3, fontsize=8, frameon=False)
+    fig.suptitle("One MoE layer's expert compute per GPU on the clock, by routing and EP size", fontsize=10)
+    fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    save(fig, path)
+    plt.close(fig)
