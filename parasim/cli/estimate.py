@@ -110,6 +110,9 @@ def add_estimate_commands(sub: Any) -> None:
     mp.add_argument("--seq", type=_pos, metavar="S", help="sequence length (default 4096, or the job's --seq-length "
                     "with --megatron; 32K = 32000)")
     mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
+    mp.add_argument("--critic", action="store_true", help="hold the layout to the rules of thumb (TP and EP inside "
+                    "a node, SP with TP, ZeRO-1 with DP): each one it breaks, with the step and memory of the same "
+                    "GPUs following it")
     mp.set_defaults(func=cmd_memory)
 
     fp = sub.add_parser("fit", help="the longest sequence that fits, or the best layout per node count",
@@ -350,6 +353,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
     _sources(args, out, job)
     if args.megatron_args:
         out["megatron_args"] = _written(args, model, plan, args.seq, overlap)
+    if args.critic:
+        from ..estimate.critic import critique
+        out["critic"] = [f.to_dict() for f in critique(model, plan, args.seq, args.gpu, overlap)]
     if args.plot:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
@@ -375,6 +381,9 @@ def cmd_memory(args: argparse.Namespace) -> int:
         print_compare(console, out["run"], unit, name)
     if args.megatron_args:
         _print_written(out["megatron_args"], plan)
+    if args.critic:
+        from ..render.estimate_text import critic_lines
+        print(printable_lines(critic_lines(out["critic"], unit, name)))
     return 0
 
 

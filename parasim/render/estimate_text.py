@@ -184,3 +184,26 @@ def config_lines(path: str, hf: Any) -> list[str]:
             lines += textwrap.wrap(line, 100, initial_indent="    ", subsequent_indent="      ",
                                    break_on_hyphens=False)
     return lines
+
+
+def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
+    """`memory --critic`: each rule of thumb the layout breaks, and what the same GPUs following it would take
+    (estimate/critic.py), or that it breaks none."""
+    import textwrap
+
+    from ..estimate.critic import RULES
+    if not found:
+        return [""] + textwrap.wrap(f"Rules of thumb: this layout breaks none of those parasim holds a layout to "
+                                    f"({'; '.join(r.says for r in RULES)}).", 100)
+    out = ["", "Rules of thumb this layout breaks, each against the same GPUs and batch with the rule followed:"]
+    for f in found:
+        if f["followed"] is None:
+            said = f"no layout of these GPUs follows it ({f['why_not']})"
+        else:
+            step = ("its step is not timed here" if f["step_s"] is None or f["followed_step_s"] is None else
+                    f"step {f['step_s']:.3g} s -> {f['followed_step_s']:.3g} s "
+                    f"({f['followed_step_s'] / f['step_s'] - 1:+.0%})")
+            said = (f"{f['followed']}: {step}, memory {f['memory_bytes'] / unit:.1f} -> "
+                    f"{f['followed_memory_bytes'] / unit:.1f} {name}")
+        out += textwrap.wrap(f"- {f['says']}: {f['why']}. Following it, {said}.", 100, subsequent_indent="  ")
+    return out

@@ -1,0 +1,59 @@
+"""`parasim memory --critic` (issue 53, the post's rules of thumb as runs): each rule a layout breaks, found at
+its boundary, with the same GPUs following it, timed and sized by the clock's plan and the estimator."""
+import json
+
+import pytest
+
+from conftest import cli
+
+from parasim.clock.plan import plan_time
+from parasim.estimate.critic import RULES, critique
+from parasim.estimate.memory import Plan, breakdown
+from parasim.estimate.models import get_model
+
+SEQ = 4096
+
+
+def _names(plan: Plan, model: str = "27b") -> list[str]:
+    m = get_model(model)
+    return [f.rule.name for f in critique(m, plan.check(m, SEQ), SEQ, "h100")]
+
+
+def test_each_rule_is_broken_just_past_its_boundary():
+    """TP 8 on 8-GPU nodes is inside a node, TP 16 is not; TP without SP breaks the SP rule; DP 1 needs no ZeRO;
+    EP 8 of an MoE model is inside a node, EP 16 is not."""
+    assert _names(Plan(tp=8, sp=True, dp=2, zero=1)) == []
+    assert _names(Plan(tp=16, sp=True, dp=2, zero=1)) == ["tp-inside-a-node"]
+    assert _names(Plan(tp=8, dp=2, zero=1)) == ["sp-with-tp"]
+    assert _names(Plan(tp=8, sp=True, dp=1, zero=0)) == []
+    assert _names(Plan(tp=8, sp=True, dp=2, zero=0)) == ["zero-1"]
+    assert _names(Plan(tp=2, sp=True, pp=16, dp=32, ep=8, zero=1), "deepseek-v3") == []
+    assert _names(Plan(tp=2, sp=True, pp=16, dp=32, ep=16, zero=1), "deepseek-v3") == ["ep-inside-a-node"]
+
+
+def test_tp_inside_a_node_keeps_the_gpus_and_the_batch_and_is_faster_over_two_nodes():
+    """TP 16 over two nodes -> TP 8 with twice the DP (the same 32 GPUs and global batch): its TP collectives
+    leave the network for NVLink, so the step is shorter; each GPU holds twice the weights, so more memory."""
+    m = get_model("27b")
+    plan = Plan(tp=16, sp=True, dp=2, zero=1, microbatches=8).check(m, SEQ)
+    (f,) = critique(m, plan, SEQ, "h100")
+    assert (f.followed.tp, f.followed.dp, f.followed.world) == (8, 4, plan.world)
+    assert f.followed.dp * f.followed.m * f.followed.micro_batch == plan.dp * plan.m * plan.micro_batch
+    assert f.step_s == plan_time(m, plan, SEQ, "h100")["step_s"]
+    assert f.followed_step_s == plan_time(m, f.followed, SEQ, "h100")["step_s"] < f.step_s
+    assert f.followed_memory == breakdown(m, f.followed, SEQ).total > f.memory
+
+
+def test_the_command_names_each_broken_rule_with_both_figures_and_json_is_strict():
+    out = cli("memory", "--model", "27b", "--tp", "16", "--dp", "2", "--zero", "0", "--critic")
+    assert out.returncode == 0, out.stderr
+    text = " ".join(out.stdout.split())
+    for rule in ("keep TP inside a node", "turn SP on wherever TP is", "(ZeRO-1)"):
+        assert rule in text
+    assert "Following it, TP8 + DP4" in text and " s -> " in text and " GB" in text
+    data = json.loads(cli("memory", "--model", "27b", "--tp", "16", "--dp", "2", "--critic", "--json").stdout,
+                      parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
+    assert [f["rule"] for f in data["critic"]] == ["tp-inside-a-node", "sp-with-tp"]
+    calm = cli("memory", "--model", "27b", "--tp", "8", "--sp", "--dp", "2", "--zero", "1", "--critic").stdout
+    assert "breaks none of those parasim holds a layout to" in " ".join(calm.split())
+    assert len(RULES) == 4 and "--critic" in cli("memory", "--help").stdout
