@@ -56,3 +56,15 @@ def test_the_default_algorithm_counts_the_ring_bytes_of_the_full_buffer():
     full = 48
     assert [[(m.sent, m.recv) for m in e.members] for e in trace.events] == [
         [(2 * full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3]
+
+
+def test_every_table_keyed_by_a_collective_covers_the_op_table_and_nothing_else():
+    """Issue 52: a collective is keyed again in the clock's costs, the hop rules and the app's sentences; each
+    of those tables holds exactly the op table's entries and point-to-point, so a new collective missing from
+    one of them fails here, not on a learner's run."""
+    from parasim.clock.costs import COSTS
+    from parasim.comm.hops import SENDS
+    from parasim.tui.moves import HOW
+    want = set(OPS) | {"p2p"}
+    for name, table in (("clock/costs.py COSTS", COSTS), ("comm/hops.py SENDS", SENDS), ("tui/moves.py HOW", HOW)):
+        assert set(table) == want, name
