@@ -64,7 +64,7 @@ def _span(rows: list[dict], phase: str) -> float:
     return max(r[phase]["end"] for r in rows) - min(r[phase]["start"] for r in rows)
 
 
-def tables(result, s) -> list[Table]:
+def _phase_table(result, s) -> list[Table]:
     rows = []
     for ep in EPS:
         for p in phases(ep):
@@ -81,9 +81,56 @@ def tables(result, s) -> list[Table]:
                          "other's products (DualPipe); the phase lasts about the longer of the two streams."])]
 
 
+def _sent(result, phase: str, label: str, rank: int = 0) -> int:
+    """Bytes GPU `rank` sent in phase `phase`'s all-to-alls whose label holds `label`."""
+    return sum(m.sent for e in result.trace.events if e.op == "all_to_all" and e.phase == phase
+               and label in (e.label or "") for m in e.members if m.rank == rank)
+
+
+def post_figures(result) -> dict:
+    """The post's EP arithmetic for this very layer (EP 8, GPU 0), each beside what the run sent."""
+    ep, first, last = 8, phases(8)[0], phases(8)[2]
+    b = 2  # BF16 tokens, as the post counts them and as this run sends them
+    one_way = T * K * D * b * (ep - 1) / ep  # the post: T . K . d . b . (EP - 1)/EP
+    dispatch, combine = _sent(result, first, "dispatch"), _sent(result, first, "combine")
+    backward = _sent(result, last, "backward")
+    copies = T * K * (ep - 1) // ep  # token copies that leave the GPU (balanced routing: one pick a GPU)
+    return {"one_way": one_way, "dispatch": dispatch, "combine": combine, "forward": dispatch + combine,
+            "backward": backward, "extra_per_copy": (dispatch - combine) / copies,
+            "tp_all_reduce": 2 * T * D * b * 2 * (ep - 1) / ep,  # the post's TP comparison at t = EP
+            "experts": E * 2 * D * F * b}  # ZeRO-3's way: gather the layer's expert weights instead
+
+
+def tables(result, s) -> list[Table]:
+    out = _phase_table(result, s)
+    f = post_figures(result)
+    mb = lambda x: round(x / 1e6, 1)  # noqa: E731  MB, as the post writes them
+    out.append(Table("The post's EP arithmetic for this layer (EP 8, GPU 0, BF16; MB = 10^6 bytes), beside what the "
+                     "run sent",
+                     ["figure", "the post's formula (MB)", "the run (MB)"],
+                     [("dispatch, one direction: T K d b (EP-1)/EP", [mb(f["one_way"]), mb(f["dispatch"])]),
+                      ("combine, the way back", [mb(f["one_way"]), mb(f["combine"])]),
+                      ("dispatch + combine, forward", [mb(2 * f["one_way"]), mb(f["forward"])]),
+                      ("the same backward (it doubles the layer's)", [mb(2 * f["one_way"]), mb(f["backward"])]),
+                      ("a TP 8 all-reduce of the tokens instead: 2 T d b 2(t-1)/t", [mb(f["tp_all_reduce"]), "-"]),
+                      ("ZeRO-3's way: gather the layer's experts (E 2 d F b)", [mb(f["experts"]), "-"])],
+                     notes=[f"the run's dispatch carries {f['extra_per_copy']:g} bytes more per token copy than its "
+                            f"d values: the gates of the {f['extra_per_copy'] / 2:g} experts on the GPU it goes to "
+                            "(BF16, zero where not picked), sent beside it; the combine is the formula to the byte. "
+                            "With balanced routing a token's 8 picks sit on 8 GPUs, so "
+                            "no copy is saved by two picks sharing a GPU, as the post says routing can.",
+                            "EP moves tokens to the weights, ZeRO-3 would move weights to the tokens: gathering this "
+                            f"layer's experts is {f['experts'] / f['forward']:.0f} times the all-to-alls' bytes."]))
+    return out
+
+
 def checks(result, s) -> list[Check]:
     one, two = s["1F1B"], s["DualPipe"]
-    out = []
+    f = post_figures(result)
+    # by hand: 4,096 tokens x 8 picks x 7,168 values x 2 bytes x 7/8 leave the GPU = 411,041,792 bytes
+    out = [check("the combine sends the post's T K d b (EP-1)/EP to the byte (GPU 0, EP 8)", f["combine"],
+                 4096 * 8 * 7168 * 2 * 7 // 8),
+           check("backward sends what forward sent, again (dispatch and combine, EP 8)", f["backward"], f["forward"])]
     for ep in EPS:
         first, pair, last = phases(ep)
         p0 = one["phases"][0][pair]

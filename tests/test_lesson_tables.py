@@ -224,3 +224,17 @@ def test_tp_mlp_at_tp_4_says_why_ranks_send_unequal_bytes():
     sent = [m["sent"] for m in g["members"]]
     assert len(set(sent)) > 1 and sum(sent) / len(sent) == 2 * 3 * 16 / 4
     assert "ring of" not in cli("lesson", "tp-mlp", "--plain").stdout  # at the post's TP 2 the chunks are even
+
+
+def test_all_to_all_hidden_computes_the_posts_ep_arithmetic_beside_the_run():
+    """Issue 53 item 6: T K d b (EP-1)/EP = 4,096 x 8 x 7,168 x 2 x 7/8 = 411.0 MB one way (the combine sends it
+    to the byte), 822.1 MB forward and as much backward; a TP 8 all-reduce 2 T d b 2(t-1)/t = 205.5 MB; gathering
+    the layer's 256 experts of 2 x 7,168 x 2,048 BF16 weights 15,032.4 MB."""
+    data = json.loads(cli("lesson", "all-to-all-hidden", "--json").stdout)
+    (table,) = [t for t in data["tables"] if t["columns"][0] == "figure"]
+    rows = {r["figure"].split(":")[0].split(" (")[0]: r for r in table["rows"]}
+    post = "the post's formula (MB)"
+    assert rows["dispatch, one direction"][post] == 411.0 and rows["combine, the way back"]["the run (MB)"] == 411.0
+    assert rows["dispatch + combine, forward"][post] == 822.1 and rows["the same backward"][post] == 822.1
+    assert rows["a TP 8 all-reduce of the tokens instead"][post] == 205.5
+    assert rows["ZeRO-3's way"][post] == 15032.4
