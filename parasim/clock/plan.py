@@ -116,7 +116,8 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     ("matmul_bwd"), each at the share of peak a product of its shape measures (clock/kernels_time.py);
     attention forward and backward at FlashAttention's measured share for the sequence and head size (without
     FlashAttention: its two batched products per head, as products); elementwise passes at the measured HBM
-    rate."""
+    rate; under an FP8 recipe, the linear layers' products in FP8 and their casts at the same rate ("fp8_casts"
+    forward, "fp8_casts_bwd" backward: layout/precision.FP8_SCALINGS' bytes a value)."""
     h, tp, cp, s = model.hidden, plan.tp, plan.cp, seq
     tokens = plan.micro_batch * s / cp
     routed = tokens / (tp if plan.sp else 1)
