@@ -298,3 +298,13 @@ async def test_the_tables_overlay_reads_across_at_100x30():
         row = next(line for line in lines if line.lstrip().startswith("DP + ZeRO-1"))
         assert row.split()[3:5] == ["4", "g0"] and row.split()[-1] == "5,376"
         assert not any(line.startswith("      size: ") for line in lines)
+
+
+async def test_at_100x30_the_status_line_says_whether_it_plays_before_the_clock():
+    """Issue 53: the status line at 100 columns in time mode: where it is and whether it plays come first, then
+    the clock's step with its range; what a narrow terminal cuts is the end."""
+    app = make("tp-across-nodes")
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("u")
+        line = next(x for x in screen_text(app).splitlines() if "event " in x and "s/step" in x)
+        assert line.index("paused") < line.index("step ") and "runs like it" in line

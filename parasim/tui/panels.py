@@ -225,7 +225,9 @@ class StatusLine(Panel):
 
     def content(self, index: int) -> Text:
         play = "playing" if self.playing else "paused"
-        line = Text(f" {self.view.status(index)}   {play} ({SPEEDS[self.speed]} s/step)")
+        # whether it plays comes before the rest, which a narrow terminal cuts from the right
+        where, _, rest = self.view.status(index).partition("  ")
+        line = Text(f" {where}  {play} ({SPEEDS[self.speed]} s/step)" + (f"   {rest}" if rest else ""))
         hops = self.view.hops_note(index)
         if hops:
             line.append(f"   t: {hops}", style="bold")
