@@ -145,3 +145,12 @@ def test_real_gloo_ranks_run_from_the_installed_package(installed):
     done = _run(installed, "-m", "parasim", "run", "collectives", "--backend", "gloo", timeout=110)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr
     assert "MATCH" in done.stdout
+
+
+def test_the_wheel_carries_its_license(wheel):
+    """Issue 54: the package claims MIT, so it ships the license: a PEP 639 expression and the LICENSE file."""
+    import zipfile
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: MIT" in meta and any(n.endswith("licenses/LICENSE") for n in names)
