@@ -112,7 +112,7 @@ def tables(result, s) -> list[Table]:
                       ("combine, the way back", [mb(f["one_way"]), mb(f["combine"])]),
                       ("dispatch + combine, forward", [mb(2 * f["one_way"]), mb(f["forward"])]),
                       ("the same backward (it doubles the layer's)", [mb(2 * f["one_way"]), mb(f["backward"])]),
-                      ("a TP 8 all-reduce of the tokens instead: 2 T d b 2(t-1)/t", [mb(f["tp_all_reduce"]), "-"]),
+                      ("a TP 8 all-reduce of the tokens instead: 4 T d b (t-1)/t", [mb(f["tp_all_reduce"]), "-"]),
                       ("ZeRO-3's way: gather the layer's experts (E 2 d F b)", [mb(f["experts"]), "-"])],
                      notes=[f"the run's dispatch carries {f['extra_per_copy']:g} bytes more per token copy than its "
                             f"d values: the gates of the {f['extra_per_copy'] / 2:g} experts on the GPU it goes to "
