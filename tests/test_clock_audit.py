@@ -486,4 +486,6 @@ def test_a_program_looping_on_symbolic_ranks_is_named_at_its_own_line() -> None:
     for _ in range(3):
         with pytest.raises(parasim.TimedOut) as got:
             parasim.run(_spins_on_symbolic_arrays, 2, "symbolic", timeout=0.5)
-        assert f"test_clock_audit.py:{n} (in _spins_on_symbolic_arrays)" in str(got.value).splitlines()[0]
+        first = str(got.value).splitlines()[0]
+        # the loop's body or its `while` line (a stop can land on either, under load): the program's own lines
+        assert any(f"test_clock_audit.py:{k} (in _spins_on_symbolic_arrays)" in first for k in (n - 1, n)), first
