@@ -311,15 +311,14 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
             grads += _ring(m, "all_reduce", group, local * dt.bytes("grad_reduce"), where)
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
+    layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
     if plan.zero == 3 and pp > 1:  # FSDP2 under torch.distributed.pipelining (torchtitan): each stage's layers
         # are gathered in the first forward and kept (reshard_after_forward=False, set_reshard_after_backward(False)
         # for every backward but the last), and the gradients are reduce-scattered once, by the manual post-backward
         # after the last backward (pipelining/stage.py, backward_maybe_with_nosync): nothing to hide them behind
-        layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
         exposed_params = _fsdp_exposed(params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
         exposed_grads = grads
     elif plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
-        layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
         exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in overlap, slow, (1 / 3, 2 / 3))
         exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
         params, grads = 2 * mb * params, mb * grads

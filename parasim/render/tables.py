@@ -118,8 +118,7 @@ def _turned(t: Table, head: list[str], body: list[list[str]], values: list[list[
     widths = _fit(t_head, t_body, width)
     if widths is None:
         return None
-    numeric = [False] + [all(isinstance(r[j], (int, float)) and not isinstance(r[j], bool) for r in t_values)
-                         for j in range(1, len(t_head))]
+    numeric = _numeric(t_values)
     said = textwrap.wrap(f"(turned to fit: a column per {printable(t.columns[0])})", width,
                          initial_indent=" " * GAP, subsequent_indent=" " * (GAP + 1))
     return said + _laid_out(t_head, t_body, numeric, widths)
