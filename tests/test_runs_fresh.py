@@ -1,8 +1,8 @@
-"""The fresh held-out runs (parasim/clock/runs_fresh.py) are well-formed: each layout holds its model by
-parasim's Layout/Plan rules, its GPUs are its degrees' product, its batch divides into micro-batches, its unit,
-rule, precision and sharding are registry keys, its source is a new document with an https address, and the
-set is big and varied enough. Nothing here times a run: the set stays unseen until the next model version
-is scored on it once (tests/test_step_time_validation.py holds the page and README to that score)."""
+"""The fresh and fourth held-out sets (parasim/clock/runs_fresh.py, runs_fourth.py) are well-formed: each layout
+holds its model by parasim's Layout/Plan rules, its GPUs are its degrees' product, its batch divides into
+micro-batches, its unit, rule, precision and sharding are registry keys, its source is a document no earlier set
+reads, with an https address, and each set is big and varied enough. Nothing here times a run: each set was
+scored once (tests/test_step_time_validation.py holds the page and README to that score)."""
 import re
 from dataclasses import replace
 from pathlib import Path
@@ -11,51 +11,61 @@ import pytest
 
 from parasim.clock import runs as old
 from parasim.clock.runs import FLOP_UNITS, PRECISION_SAID, RULES, SHARDING, UNITS, PublishedRun
-from parasim.clock.runs_fresh import FRESH, FRESH_SET, SOURCES
+from parasim.clock import runs_fourth, runs_fresh
 from parasim.estimate.hardware import GPUS
 from parasim.layout import Layout
 from parasim.pipeline.schedules import schedule_entry
 
-NOTES = Path(__file__).resolve().parents[1] / "docs" / "notes" / "step-time-runs-fresh.md"
-IDS = [r.key for r in FRESH]
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "notes"
+# each set, with the sets gathered before it: (module, its runs, its set's name, its notes, sources at least)
+SETS = [(runs_fresh, runs_fresh.FRESH, old.FRESH, DOCS / "step-time-runs-fresh.md", 5, [old.SOURCES]),
+        (runs_fourth, runs_fourth.FOURTH, old.FOURTH, DOCS / "step-time-runs-fourth.md", 4,
+         [old.SOURCES, runs_fresh.SOURCES])]
+SET_IDS = [name for _, _, name, *_ in SETS]
+EVERY = list(runs_fresh.FRESH) + list(runs_fourth.FOURTH)
+IDS = [r.key for r in EVERY]
 
 
-def test_enough_runs_sources_and_moe():
-    assert len({r.key for r in FRESH}) == len(FRESH)  # keys are unique
-    assert not {r.key for r in FRESH} & {r.key for r in old.RUNS}
-    assert len(FRESH) >= 20
-    assert len({r.source for r in FRESH}) >= 5
-    assert sum(r.moe for r in FRESH) >= 5
-    assert {r.gpu for r in FRESH} >= {"a100", "h100"}
+@pytest.mark.parametrize("module, runs, name, notes, least, before", SETS, ids=SET_IDS)
+def test_enough_runs_sources_and_moe(module, runs, name, notes, least, before):
+    earlier = {r.key for r in old.RUNS} | {r.key for r in EVERY if r not in runs}
+    assert len({r.key for r in runs}) == len(runs)  # keys are unique
+    assert not {r.key for r in runs} & earlier
+    assert len(runs) >= 20
+    assert len({r.source for r in runs}) >= least
+    assert sum(r.moe for r in runs) >= 5
+    assert {r.gpu for r in runs} >= {"a100", "h100"}
 
 
-def test_sources_are_new_documents():
-    """No fresh source is one runs.SOURCES already holds: not by name, address or document."""
-    old_addresses = {s.address.split("#")[0].rstrip("/") for s in old.SOURCES.values()}
-    for s in SOURCES.values():
-        assert s.set == FRESH_SET == old.FRESH
-        assert all(o.set != FRESH_SET for o in old.SOURCES.values())
+@pytest.mark.parametrize("module, runs, name, notes, least, before", SETS, ids=SET_IDS)
+def test_sources_are_new_documents(module, runs, name, notes, least, before):
+    """No source of a set is one an earlier set's registry already holds: not by name, address or document."""
+    seen = [o for registry in before for o in registry.values()]
+    addresses = {o.address.split("#")[0].rstrip("/") for o in seen}
+    for s in module.SOURCES.values():
+        assert s.set == name and all(o.set != name for o in seen)
         assert s.address.startswith("https://") and s.document and s.why
         assert re.fullmatch(r"\d{4}-\d{2}", s.date)
-        assert s.name not in old.SOURCES
-        assert s.address.split("#")[0].rstrip("/") not in old_addresses
-        assert s.document not in {o.document for o in old.SOURCES.values()}
-    assert {r.source for r in FRESH} == set(SOURCES)
+        assert s.name not in {o.name for o in seen}
+        assert s.address.split("#")[0].rstrip("/") not in addresses
+        assert s.document not in {o.document for o in seen}
+    assert {r.source for r in runs} == set(module.SOURCES)
 
 
-def test_not_among_the_seen_runs():
-    assert not {id(r) for r in FRESH} & {id(r) for r in old.RUNS}
-    assert all(r.set == FRESH_SET for r in FRESH)
+@pytest.mark.parametrize("module, runs, name, notes, least, before", SETS, ids=SET_IDS)
+def test_not_among_the_seen_runs(module, runs, name, notes, least, before):
+    assert not {id(r) for r in runs} & {id(r) for r in old.RUNS}
+    assert all(r.set == name for r in runs)
 
 
-@pytest.mark.parametrize("r", FRESH, ids=IDS)
+@pytest.mark.parametrize("r", EVERY, ids=IDS)
 def test_gpus_are_the_layouts(r):
     assert isinstance(r, PublishedRun)
     plan = r.plan
     assert r.gpus == plan.tp * plan.pp * plan.dp * plan.cp == plan.world
 
 
-@pytest.mark.parametrize("r", FRESH, ids=IDS)
+@pytest.mark.parametrize("r", EVERY, ids=IDS)
 def test_the_layout_holds_the_model(r):
     """Megatron-Core's rules as parasim's Layout and Plan check them: whole heads on each TP rank, experts
     divided by EP, the layers on the stages, the sequence by CP and SP."""
@@ -69,13 +79,13 @@ def test_the_layout_holds_the_model(r):
         assert r.model.top_k and r.model.expert_ffn
 
 
-@pytest.mark.parametrize("r", FRESH, ids=IDS)
+@pytest.mark.parametrize("r", EVERY, ids=IDS)
 def test_model_chunks_divide_the_layers(r):
     from tests.test_runs_data import chunks_divide_the_layers
     chunks_divide_the_layers(r)
 
 
-@pytest.mark.parametrize("r", FRESH, ids=IDS)
+@pytest.mark.parametrize("r", EVERY, ids=IDS)
 def test_batch_and_registries(r):
     plan = r.plan
     assert plan.microbatches is not None and plan.microbatches >= 1
@@ -95,17 +105,18 @@ def test_batch_and_registries(r):
         replace(plan, **{k: v for k, v in change.items() if k != "overlap"}).check(r.model, r.seq)
 
 
-@pytest.mark.parametrize("r", FRESH, ids=IDS)
+@pytest.mark.parametrize("r", EVERY, ids=IDS)
 def test_cite(r):
     short, document, address = r.cite
     assert short.startswith(r.source) and r.where in document and address.startswith("https://")
 
 
-def test_notes_quote_every_figure_and_source():
-    text = NOTES.read_text()
+@pytest.mark.parametrize("module, runs, name, notes, least, before", SETS, ids=SET_IDS)
+def test_notes_quote_every_figure_and_source(module, runs, name, notes, least, before):
+    text = notes.read_text()
     assert "2026-12-05" in text and "scored once" in text
-    for s in SOURCES.values():
+    for s in module.SOURCES.values():
         assert s.address in text
-    for r in FRESH:
+    for r in runs:
         assert r.key in text
         assert f"{r.published:g}" in text.replace(",", "")

@@ -1,4 +1,4 @@
-"""The clock against the published runs of clock/runs.py and clock/runs_fresh.py, in three sets (issue 50): the
+"""The clock against the published runs of clock/runs.py, runs_fresh.py and runs_fourth.py, in four sets (issue 50): the
 tables and scores on docs/validation.md and README's figures are what the code computes for every set; a set's score (median,
 largest, bias, MoE median, runs beyond 25%) is checked on a small table written here; each unit's figure and
 the error's sign are worked out by hand on a made-up run; the FLOP rules reproduce the sources' own figures;
@@ -17,16 +17,18 @@ import pytest
 from parasim.clock.costs import machine
 from parasim.clock.plan import layer_forward, step_time
 from parasim.clock.published import error, predicted, rows, score, scores
-from parasim.clock.runs import CALIBRATION, FRESH, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun, training_plan
+from parasim.clock.runs import CALIBRATION, FOURTH, FRESH, HELD_OUT, RULES, RUNS, SETS, SOURCES, UNITS, PublishedRun, training_plan
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
+from parasim.clock.runs_fourth import FOURTH as FOURTH_RUNS, SOURCES as FOURTH_SOURCES
 from parasim.clock.runs_fresh import FRESH as FRESH_RUNS, SOURCES as FRESH_SOURCES
 from parasim.render.validation_text import markdown_constants, markdown_rows, score_line
 from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "validation.md"
-BY_KEY = {r.key: r for r in RUNS + FRESH_RUNS}
+EVERY = RUNS + FRESH_RUNS + FOURTH_RUNS
+BY_KEY = {r.key: r for r in EVERY}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +50,7 @@ def test_the_page_shows_what_the_code_computes_for_every_set(table):
     s = scores(table)
     at = 0
     for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs"),
-                           (FRESH, "## Fresh runs")):
+                           (FRESH, "## Fresh runs"), (FOURTH, "## Fourth runs")):
         block = "\n".join(markdown_rows([r for r in table if r["set"] == which]))
         start = text.index(heading, at)
         assert text.index(block, start) == text.index("| run |", start), which  # the first table below it
@@ -69,26 +71,39 @@ def test_the_constants_table_names_every_gpu_type_the_runs_ran_on():
         "| network, one direction | 50 GB/s | 50 GB/s | 50 GB/s | 25 GB/s |"]
 
 
-def test_readme_quotes_each_sets_figures_and_the_fresh_one_as_the_test(table):
+def test_readme_quotes_each_sets_figures_and_the_fresh_and_fourth_ones_as_the_tests(table):
     s = scores(table)
     text = " ".join((ROOT / "README.md").read_text().split())
-    m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs (.*?)\. Four "
-                  r"lessons", text)
-    assert m and int(m[1]) == len(RUNS) + len(FRESH_RUNS)
+    m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs (.*?)\. Read a "
+                  r"printed step as a floor", text)
+    assert m and int(m[1]) == len(EVERY)
     said = m[2]
     cal, held = said.index(f"{s[CALIBRATION]['runs']} calibration runs"), said.index(f"{s[HELD_OUT]['runs']} held-out")
-    words = {5: "five"}
+    words = {4: "four", 5: "five"}
     fresh = said.index(f"the test of the model: a fresh set of {len(FRESH_RUNS)} runs from "
                        f"{words.get(len(FRESH_SOURCES), len(FRESH_SOURCES))} other sources")
-    for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, fresh), (FRESH, fresh, len(said))):
+    fourth = said.index(f"fourth set of {len(FOURTH_RUNS)} runs from "
+                        f"{words.get(len(FOURTH_SOURCES), len(FOURTH_SOURCES))} more sources")
+    both = said.index("The two tests together")
+    for which, start, end in ((CALIBRATION, cal, held), (HELD_OUT, held, fresh), (FRESH, fresh, fourth),
+                              (FOURTH, fourth, both)):
         x = s[which]
         assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[start:end]
     assert "not a test" in said[cal:held] and "no longer a clean test" in said[held:fresh]
-    bias, moe = s[FRESH]["bias"], s[FRESH]["moe_median_abs_error"]
-    assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[fresh:]
-    assert f"its {s[FRESH]['moe_runs']} MoE runs {moe:.1%}" in said[fresh:]
+    for which, start, end in ((FRESH, fresh, fourth), (FOURTH, fourth, both)):
+        bias, moe = s[which]["bias"], s[which]["moe_median_abs_error"]
+        assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[start:end]
+        assert f"its {s[which]['moe_runs']} MoE runs {moe:.1%}" in said[start:end]
     moe_rows = [r for r in table if r["set"] == FRESH and r["moe"]]
-    assert ("all faster than measured" in said[fresh:]) == all(r["error"] > 0 for r in moe_rows)
+    assert ("all faster than measured" in said[fresh:fourth]) == all(r["error"] > 0 for r in moe_rows)
+    # the two tests together, worked out here from the rows (not from `score`)
+    errors = sorted(r["error"] for r in table if r["set"] in (FRESH, FOURTH))
+    n = len(errors)
+    by_size = sorted(abs(e) for e in errors)
+    median = (by_size[n // 2] + by_size[(n - 1) // 2]) / 2
+    mean = sum(errors) / n
+    assert (f"The two tests together, {n} runs: median error {median:.1%}, "
+            f"{'faster' if mean > 0 else 'slower'} on average by {abs(mean):.1%}") in said
 
 
 # -- a set's score, on a table written here ------------------------------------------------------------------
@@ -178,10 +193,10 @@ def test_parasims_figure_is_the_clocks_step_in_the_runs_unit():
 # -- every run ---------------------------------------------------------------------------------------------
 
 def test_every_run_is_a_row_with_its_set_an_address_and_a_finite_positive_figure(table):
-    assert [r["name"] for r in table] == [r.key for r in RUNS + FRESH_RUNS]
+    assert [r["name"] for r in table] == [r.key for r in EVERY]
     for row in table:
         run = BY_KEY[row["name"]]
-        sources = FRESH_SOURCES if run in FRESH_RUNS else SOURCES
+        sources = FRESH_SOURCES if run in FRESH_RUNS else FOURTH_SOURCES if run in FOURTH_RUNS else SOURCES
         assert row["set"] == sources[run.source].set and row["set"] in SETS
         assert row["address"].startswith("https://") and row["address"] == sources[run.source].address
         assert math.isfinite(row["predicted"]) and row["predicted"] > 0, row["name"]
@@ -308,8 +323,8 @@ def test_validate_step_time_prints_every_set_as_json():
     out = cli("validate", "step-time", "--json")
     assert out.returncode == 0, out.stderr
     data = _strict(out.stdout)
-    assert list(data["score"]) == [CALIBRATION, HELD_OUT, FRESH]
-    assert len(data["rows"]) == len(RUNS) + len(FRESH_RUNS) and {r["set"] for r in data["rows"]} == set(SETS)
+    assert list(data["score"]) == [CALIBRATION, HELD_OUT, FRESH, FOURTH]
+    assert len(data["rows"]) == len(EVERY) and {r["set"] for r in data["rows"]} == set(SETS)
     first = data["rows"][0]
     assert {"name", "set", "source", "gpus", "published", "predicted", "unit", "error", "assumed"} <= set(first)
     for which in SETS:
@@ -322,20 +337,21 @@ def test_validate_step_time_prints_every_set_as_json():
 def test_set_prints_one_set(which):
     data = _strict(cli("validate", "step-time", "--set", which, "--json").stdout)
     assert {r["set"] for r in data["rows"]} == {which} and list(data["score"]) == [which]
-    assert data["score"][which]["runs"] == (len(FRESH_RUNS) if which == FRESH else
-                                            sum(SOURCES[r.source].set == which for r in RUNS))
+    assert data["score"][which]["runs"] == (len(FRESH_RUNS) if which == FRESH else len(FOURTH_RUNS)
+                                            if which == FOURTH else sum(SOURCES[r.source].set == which for r in RUNS))
     text = cli("validate", "step-time", "--set", which).stdout
     assert f"{which.capitalize()}: " in text
     assert not any(f"{other.capitalize()}: " in text for other in SETS if other != which)
 
 
-def test_validate_step_time_prints_calibration_then_held_out_then_fresh(monkeypatch):
+def test_validate_step_time_prints_calibration_then_held_out_then_fresh_then_fourth(monkeypatch):
     monkeypatch.setenv("COLUMNS", "200")  # the run names whole, on one line
     text = cli("validate", "step-time")
     assert text.returncode == 0, text.stderr
     out = text.stdout
     assert out.index("Calibration set") < out.index("Calibration: ") < out.index("Held-out set") < out.index(
-        "Held-out: ") < out.index("Fresh set") < out.index("Fresh: ")
+        "Held-out: ") < out.index("Fresh set") < out.index("Fresh: ") < out.index("Fourth set") < out.index(
+        "Fourth: ")
     assert "Narayanan" in out and "median |error|" in out and "(held-out): https://" in out
     tables = out[:out.index("What parasim assumes")]
     assert tables.count("megatron-2021-1.7b ") == 1 and tables.index("megatron-2021-1.7b ") < out.index("Held-out set")

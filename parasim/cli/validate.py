@@ -1,4 +1,5 @@
-"""`parasim validate step-time`: the clock's step time against published training runs, in three sets."""
+"""`parasim validate step-time`: the clock's step time against published training runs, in three sets;
+`parasim validate moe-layer`: the clock's MoE layer against one measured alone."""
 from __future__ import annotations
 
 import argparse
@@ -20,16 +21,30 @@ def add_validate(sub: Any) -> None:
                                      "is silent, and what the other choices would give. One set of constants per "
                                      "GPU type (parasim hardware). The runs are split by source into a calibration "
                                      "set (the sources the model was shaped on), a held-out set (never shaped on, "
-                                     "but read for causes since) and a fresh held-out set (five other sources, "
-                                     "scored once: the test of the model), each scored on its own.")
+                                     "but read for causes since), a fresh held-out set (five other sources, "
+                                     "scored once: the test of the model) and a fourth (four more sources, "
+                                     "scored once with the same model), each scored on its own.")
     # the sets' names are checked in the command, against clock/runs.py's SETS (importing it here would slow
     # every command's start)
     st.add_argument("--set", dest="which", default=ALL, metavar="SET",
-                    help=f"print one set: calibration, held-out, fresh or {ALL} (default: {ALL}, calibration first)")
+                    help=f"print one set: calibration, held-out, fresh, fourth or {ALL} (default: {ALL}, calibration "
+                         "first)")
     st.add_argument("--json", action="store_true",
                     help='print {"rows": [{name, set, source, gpus, published, predicted, unit, error, assumed, '
                          '...}], "score": {SET: {runs, median_abs_error, max_abs_error, bias, ...}}}')
     st.set_defaults(func=cmd_step_time)
+    ml = what.add_parser("moe-layer", help="the clock's MoE layer against one measured alone",
+                         description="The clock's MoE layer, item by item (router, experts, shared expert, "
+                                     "activation, permutation, EP all-to-alls), forward and backward, against "
+                                     "Megatron-Core's MoE-layer performance test on an H100 (a layer timed alone, "
+                                     "not a training run): a Mixtral-like and a DeepSeek-like layer, BF16 and FP8. "
+                                     "The dispatchers the clock does not time (DeepEP, HybridEP) are listed with "
+                                     "what they save, measured.")
+    ml.add_argument("--json", action="store_true",
+                    help='print {"rows": [{case, model, dispatcher, precision, forward_ms, backward_ms, '
+                         'parasim_forward_ms, parasim_backward_ms, forward_error, backward_error, items_ms, ...}], '
+                         '"score": {cases, timings, median_abs_error, max_abs_error, bias}, "source": {...}}')
+    ml.set_defaults(func=cmd_moe_layer)
 
 
 def cmd_step_time(args: argparse.Namespace) -> int:
@@ -45,4 +60,17 @@ def cmd_step_time(args: argparse.Namespace) -> int:
     from rich.console import Console
     from ..render.validation_text import step_time_report
     step_time_report(Console(highlight=False), table, scores(table))
+    return 0
+
+
+def cmd_moe_layer(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+    from ..clock.moe_layer import SOURCE, rows, score
+    table = rows()
+    if args.json:
+        print_json({"rows": table, "score": score(table), "source": asdict(SOURCE)}, indent=2)
+        return 0
+    from rich.console import Console
+    from ..render.validation_text import moe_layer_report
+    moe_layer_report(Console(highlight=False), table, score(table), SOURCE)
     return 0

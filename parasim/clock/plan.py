@@ -111,6 +111,80 @@ def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
     return lins
 
 
+def _linear(m: Machine, lin: Linear, scaling: Any) -> tuple[float, float, float, float]:
+    """(forward, backward, forward cast, backward cast) of one linear layer: its products (clock/kernels_time.py) in
+    FP8 where `scaling` (a recipe's layout/precision.Fp8Scaling) is given, else BF16; under FP8 each forward casts
+    its input and its weight and each backward the output's gradient (bytes: the recipe's per value)."""
+    f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "bf16" if scaling is None else "fp8")
+    if scaling is None:
+        return f, b, 0.0, 0.0
+    cast_f = (lin.rows + lin.n_out) * lin.k_in * lin.count * scaling.bytes_per_value
+    return f, b, cast_f, lin.rows * lin.n_out * lin.count * scaling.bytes_per_value
+
+
+def _ffn_values(model: Any, plan: Plan, seq: int, moe: bool) -> float:
+    """Values an MLP's activation runs over on one GPU for one micro-batch: the hidden width of every expert a
+    token visits (its top k and the shared ones), or the dense MLP's."""
+    tokens = plan.micro_batch * seq / plan.cp
+    if moe:
+        return tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / plan.tp
+    return tokens * model.ffn_size / plan.tp
+
+
+def _activation_bytes(model: Any, plan: Plan, values: float) -> float:
+    """Bytes the MLP's activation pass moves over `values` under the plan's kernel split (clock/fusion.py)."""
+    fusion = FUSIONS[plan.fusion]
+    return values * sum((with_dropout if plan.dropout else without) + (fusion.gated_extra if model.gated else 0)
+                        for _, over, with_dropout, without in fusion.passes if over == "ffn")
+
+
+def _permute_bytes(model: Any, plan: Plan, seq: int) -> float:
+    """Bytes an MoE layer's forward moves putting its tokens in expert order for the dispatch and back in token
+    order after the combine, each pass reading what it moves and writing it elsewhere: the routed tokens and
+    their top-k copies."""
+    routed = plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
+    return PERMUTE_PASSES * routed * model.hidden * (1 + model.top_k) * BYTES_16
+
+
+def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]:
+    """Seconds of one pass of an MoE layer's two EP all-to-alls on one GPU for one micro-batch: "dispatch" (the
+    top-k copies of the tokens it routes, toward the experts; backward, the experts' output gradients) and
+    "combine" (home again; backward, the tokens' gradients), each in its own dtype, the pairs in other nodes
+    over the network beside those over NVLink."""
+    if plan.ep < 2:
+        return {"dispatch": 0.0, "combine": 0.0}
+    dt = precision_of(plan.precision)
+    routed = plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
+    values = routed * model.top_k * model.hidden * (plan.ep - 1) / plan.ep
+    share = _share(plan, "ep", "pairs")
+    return {kind: pairs_seconds(values * dt.bytes(kind) * (1 - share), values * dt.bytes(kind) * share, m, plan.ep)
+            for kind in ("dispatch", "combine")}
+
+
+def moe_block(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, tuple[float, float]]:
+    """(forward, backward) seconds of an MoE layer's MLP block on one GPU for one micro-batch, item by item, as
+    `layer_forward` and `stage_parts` time them: the router's product, the experts' and the shared experts'
+    products (with their FP8 casts under an FP8 recipe), the activation and the permutation passes, and the EP
+    all-to-alls. What `parasim validate moe-layer` holds against a measured layer."""
+    scaling = precision_of(plan.precision).scaling
+    rate = hbm_rate(m.memo, m.key, m.hbm)
+    router, *experts = layer_linears(model, plan, seq, True)[2:]
+    out = {"router": _linear(m, router, None)[:2]}
+    casts = [0.0, 0.0]
+    for name, lins in (("experts", experts[:2]), ("shared experts", experts[2:])):
+        parts = [_linear(m, lin, scaling) for lin in lins]
+        out[name] = (sum(p[0] for p in parts), sum(p[1] for p in parts))
+        casts = [casts[0] + sum(p[2] for p in parts) / rate, casts[1] + sum(p[3] for p in parts) / rate]
+    if scaling is not None:
+        out["FP8 casts"] = (casts[0], casts[1])
+    act = _activation_bytes(model, plan, _ffn_values(model, plan, seq, True)) / rate
+    perm = _permute_bytes(model, plan, seq) / rate
+    out["activation"] = (act, BACKWARD_BYTES * act)
+    out["permutation"] = (perm, BACKWARD_BYTES * perm)
+    out.update({kind: (s, s) for kind, s in ep_seconds(model, plan, seq, m).items()})
+    return out
+
+
 def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> dict[str, float]:
     """Seconds of one layer on one micro-batch on one GPU, by part: its products forward ("matmul") and backward
     ("matmul_bwd"), each at the share of peak a product of its shape measures (clock/kernels_time.py);
@@ -120,17 +194,12 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     forward, "fp8_casts_bwd" backward: layout/precision.FP8_SCALINGS' bytes a value)."""
     h, tp, cp, s = model.hidden, plan.tp, plan.cp, seq
     tokens = plan.micro_batch * s / cp
-    routed = tokens / (tp if plan.sp else 1)
     fwd = bwd = cast_fwd = cast_bwd = 0.0
     scaling = precision_of(plan.precision).scaling
     router = 2 if moe else None  # the router's product (the third of an MoE layer's): kept in BF16 by FP8 recipes
     for i, lin in enumerate(layer_linears(model, plan, seq, moe)):
-        fp8 = scaling is not None and i != router
-        f, b = linear_seconds(m.memo, m.key, m.peak_flops, lin, "fp8" if fp8 else "bf16")
-        fwd, bwd = fwd + f, bwd + b
-        if fp8:  # each forward casts its input and its weight, each backward the output's gradient
-            cast_fwd += (lin.rows + lin.n_out) * lin.k_in * lin.count * scaling.bytes_per_value
-            cast_bwd += lin.rows * lin.n_out * lin.count * scaling.bytes_per_value
+        f, b, cf, cb = _linear(m, lin, None if i == router else scaling)
+        fwd, bwd, cast_fwd, cast_bwd = fwd + f, bwd + b, cast_fwd + cf, cast_bwd + cb
     causal = 0.5 if plan.flash else 1.0
     attn_flops = 4 * tokens * s * h / tp * causal
     heads = max(1, model.heads // tp) * plan.micro_batch
@@ -141,26 +210,18 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
         d, q = model.head_dim, max(1, int(s // cp))
         per_head = gemm_seconds(m.memo, m.key, m.peak_flops, q, s, d) + gemm_seconds(m.memo, m.key, m.peak_flops, q, d, s)
         attn_fwd, attn_bwd = heads * per_head, 2 * heads * per_head
-    if moe:
-        ffn_values = tokens * (model.top_k * model.expert_size + model.shared_experts * model.shared_size) / tp
-    else:
-        ffn_values = tokens * model.ffn_size / tp
     act = tokens * h / (tp if plan.sp else 1)
     heads_width = tokens * h / tp
     qk = heads_width * (1 + model.kv / model.heads)
-    sizes = {"act": act, "ffn": ffn_values, "heads": heads_width, "qk": qk,
-             "kvrep": qk if model.kv < model.heads else 0.0,
+    sizes = {"act": act, "heads": heads_width, "qk": qk, "kvrep": qk if model.kv < model.heads else 0.0,
              "scores": 0.0 if plan.flash else plan.micro_batch * model.heads / tp * (s / cp) * s}
     fusion = FUSIONS[plan.fusion]
-    elementwise = 0.0
+    elementwise = _activation_bytes(model, plan, _ffn_values(model, plan, seq, moe))
     for _, over, with_dropout, without in fusion.passes:
-        per = with_dropout if plan.dropout else without
-        if over == "ffn" and model.gated:
-            per += fusion.gated_extra
-        elementwise += sizes[over] * per
-    if moe:  # the tokens put in expert order for the dispatch and back in token order after the combine, each
-        # pass reading what it moves and writing it elsewhere: the routed tokens and their top-k copies
-        elementwise += PERMUTE_PASSES * routed * h * (1 + model.top_k) * BYTES_16
+        if over != "ffn":
+            elementwise += sizes[over] * (with_dropout if plan.dropout else without)
+    if moe:
+        elementwise += _permute_bytes(model, plan, seq)
     rate = hbm_rate(m.memo, m.key, m.hbm)
     return {"matmul": fwd, "matmul_bwd": bwd, "attention": attn_fwd, "attention_bwd": attn_bwd,
             "elementwise": elementwise / rate, "fp8_casts": cast_fwd / rate, "fp8_casts_bwd": cast_bwd / rate,
@@ -208,14 +269,8 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
             kv = tokens * 2 * model.kv * model.head_dim * act / tp
             # a ring of cp - 1 passes of every other rank's K and V: an all-gather of the cp blocks, in time
             parts["cp"] += n * collective_seconds(m, "all_gather", cp, cp * kv, _link(plan, "cp")) * (1 + recompute + 2)
-        if is_moe and plan.ep > 1:  # dispatch and combine, forward and backward
-            values = tokens / (tp if plan.sp else 1) * model.top_k * h * (plan.ep - 1) / plan.ep
-            share = _share(plan, "ep", "pairs")  # pairs in other nodes go over the network, beside NVLink
-            # toward the experts (the dispatch, and backward its outputs' gradients) and home (the combine, and
-            # backward the tokens' gradients), each in its own dtype: (1 + recompute) forwards, one backward
-            for kind in ("dispatch", "combine"):
-                sent = values * dt.bytes(kind)
-                parts["ep"] += n * (2 + recompute) * pairs_seconds(sent * (1 - share), sent * share, m, plan.ep)
+        if is_moe and plan.ep > 1:  # dispatch and combine: (1 + recompute) forwards, one backward
+            parts["ep"] += n * (2 + recompute) * sum(ep_seconds(model, plan, seq, m).values())
     if last:  # the output layer and its loss: a product over the vocabulary's TP share, forward and backward
         fwd, bwd = linear_seconds(m.memo, m.key, m.peak_flops, Linear(tokens, h, model.vocab / tp))
         per_logit = FUSIONS[plan.fusion].logits_bytes or dt.bytes("logits") * 3  # written, read, gradient written

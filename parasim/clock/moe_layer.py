@@ -1,0 +1,114 @@
+"""The clock's MoE layer (clock/plan.moe_block: router, experts, shared experts, activation, permutation, the EP
+all-to-alls) against a measured one: Megatron-Core's MoE-layer performance test, one MoELayer timed alone on an
+H100 of an EP 8 group. A layer measured by itself is a kernel-level measurement, not a training run, so it
+checks the MoE items the plan adds up without any run of clock/runs.py shaping them.
+
+The test's cases (moe_layer.json, read as the source prints them) differ in the model (a Mixtral-like layer
+and a DeepSeek-like one), the precision (BF16, FP8 with blockwise scaling) and the token dispatcher: NCCL's
+all-to-all ("alltoall", every top-k copy of a token sent on its own), and DeepEP and HybridEP, which send a
+token once to each GPU that holds one of its experts. The clock times the first only: the others are listed
+with their measured times, and what they gain over "alltoall" is worked out from the measurements.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..estimate.kernels import Source
+from ..estimate.memory import Plan
+from ..layout import ModelSpec
+from ..limits import read_json
+from .costs import machine
+from .plan import moe_block
+
+DATA = Path(__file__).resolve().parent / "moe_layer.json"
+SOURCE = Source(
+    "NVIDIA Megatron-LM, MoE-layer performance test (tests/functional_tests/test_cases/common/moe_perf)",
+    "https://github.com/NVIDIA/Megatron-LM/tree/main/tests/functional_tests/test_cases/common/moe_perf",
+    "baseline.json (forward_ms, backward_ms) and test_cases.py, added in commit cf39a4dd (2025-12-16, 'Add moe "
+    "layer perf UT. (#2673)'), unchanged at d98e8a64; read 2026-12-05",
+    "one H100 (the device name matched; SXM or PCIe not recorded) of an EP 8 group, TP 1, 4,096 tokens a rank, "
+    "routing forced to balance, fused router and permutation, TransformerEngine grouped GEMM; the mean of 20 "
+    "CUDA-event timed iterations after 5 warm-ups")
+TIMED = "alltoall"  # the dispatcher the clock times (clock/plan.ep_seconds: each top-k copy through NCCL)
+PRECISIONS = {None: "megatron-bf16", "blockwise": "megatron-bf16-fp8-blockwise"}  # the case's fp8 -> the entry
+
+
+@dataclass(frozen=True)
+class LayerCase:
+    """One measured case: the layer, the dispatcher, the FP8 recipe (None: BF16) and the milliseconds."""
+    case: str
+    model: str
+    dispatcher: str
+    fp8: str | None
+    forward_ms: float
+    backward_ms: float
+
+
+def _data() -> dict[str, Any]:
+    return read_json(DATA.read_bytes(), DATA.name, "the MoE-layer measurements")
+
+
+def cases() -> list[LayerCase]:
+    """Every measured case, in the file's order."""
+    return [LayerCase(t["case"], t["model"], t["dispatcher"], t["fp8"], t["forward_ms"], t["backward_ms"])
+            for t in _data()["tables"]]
+
+
+def proxy(name: str) -> ModelSpec:
+    """The test's layer `name` as a model of one MoE layer (attention's shapes do not enter the MoE block)."""
+    c = _data()["models"][name]
+    h, shared = c["hidden_size"], c["moe_shared_expert_intermediate_size"]
+    return ModelSpec(name=f"{name}-proxy", layers=1, hidden=h, heads=8, vocab=32000, ffn=c["moe_ffn_hidden_size"],
+                     experts=c["num_experts"], top_k=c["router_topk"], expert_ffn=c["moe_ffn_hidden_size"],
+                     shared_experts=1 if shared else 0, shared_expert_ffn=shared, gated=True, act="swiglu",
+                     norm="rmsnorm", bias=False)
+
+
+def plan_of(case: LayerCase) -> Plan:
+    """The case's layout: one EP group of the test's size, TP 1, the test's tokens as one sequence."""
+    d = _data()
+    return Plan(tp=d["tp"], ep=d["ep"], dp=d["ep"], micro_batch=1, dropout=False, precision=PRECISIONS[case.fp8])
+
+
+def _error(measured: float, predicted: float) -> float:
+    """+ means parasim's layer is faster than the measured one (as `validate step-time` signs it)."""
+    return measured / predicted - 1
+
+
+def rows() -> list[dict[str, Any]]:
+    """Every case with parasim's forward and backward milliseconds and their items (None where the clock does
+    not time the dispatcher), and what the case's dispatcher gains over "alltoall" measured."""
+    d = _data()
+    m = machine(d["gpu"], d["ep"])
+    every = cases()
+    base = {(c.model, c.fp8): c for c in every if c.dispatcher == TIMED}
+    out = []
+    for c in every:
+        row: dict[str, Any] = {"case": c.case, "model": c.model, "dispatcher": c.dispatcher,
+                               "precision": PRECISIONS[c.fp8], "forward_ms": c.forward_ms,
+                               "backward_ms": c.backward_ms, "parasim_forward_ms": None,
+                               "parasim_backward_ms": None, "forward_error": None, "backward_error": None,
+                               "items_ms": None}
+        if c.dispatcher == TIMED:
+            items = moe_block(proxy(c.model), plan_of(c), d["tokens"], m)
+            fwd = sum(f for f, _ in items.values()) * 1e3
+            bwd = sum(b for _, b in items.values()) * 1e3
+            row.update(parasim_forward_ms=fwd, parasim_backward_ms=bwd, forward_error=_error(c.forward_ms, fwd),
+                       backward_error=_error(c.backward_ms, bwd),
+                       items_ms={k: [f * 1e3, b * 1e3] for k, (f, b) in items.items()})
+        else:
+            a2a = base[(c.model, c.fp8)]
+            row["saved_vs_alltoall_ms"] = [a2a.forward_ms - c.forward_ms, a2a.backward_ms - c.backward_ms]
+        out.append(row)
+    return out
+
+
+def score(table: list[dict[str, Any]]) -> dict[str, Any]:
+    """The timed cases' forward and backward errors together: how many, median |error|, the largest, bias."""
+    errors = [r[k] for r in table for k in ("forward_error", "backward_error") if r[k] is not None]
+    return {"cases": sum(r["forward_error"] is not None for r in table), "timings": len(errors),
+            "median_abs_error": statistics.median(abs(e) for e in errors),
+            "max_abs_error": max(abs(e) for e in errors), "bias": statistics.fmean(errors)}
