@@ -90,7 +90,7 @@ def test_plan_to_dict():
     assert p.to_dict() == {
         "tp": 2, "sp": True, "cp": 2, "pp": 2, "dp": 2, "ep": 2, "etp": 1, "world": 16, "zero": 3,
         "recompute": "full", "flash": False, "micro_batch": 2, "microbatches": 4, "chunked_loss": True,
-        "precision": "post", "attention_kernel": None, "fusion": "megatron",
+        "precision": "post", "attention_kernel": None, "fusion": "megatron", "dispatcher": "alltoall",
         "label": "TP2 + SP + CP2 + PP2 + EP2 + DP2 + ZeRO-3 + full recompute"}
 
 
@@ -283,7 +283,7 @@ def test_breakdown_and_its_dict():
                   "in-flight micro-batches": 3.52, "recompute working set": 0.0, "logits": 0.0},
         "layout": {"tp": 2, "sp": False, "cp": 1, "pp": 2, "dp": 1, "ep": 1, "etp": 1, "world": 4, "zero": 1,
                    "recompute": "none", "flash": True, "micro_batch": 1, "microbatches": 2, "chunked_loss": False,
-                   "precision": "post", "attention_kernel": None, "fusion": "megatron", "label": "TP2 + PP2"}}
+                   "precision": "post", "attention_kernel": None, "fusion": "megatron", "dispatcher": "alltoall", "label": "TP2 + PP2"}}
     assert bd.to_dict()["unit_bytes"] == 1e9 and bd.to_dict()["total"] == pytest.approx(13440e-9)
 
 

@@ -147,8 +147,18 @@ def test_unmodelled_lines(tmp_path):
         return read(tmp_path, cfg).unmodelled
 
     ds = lines(transformers.DeepseekV3Config())
-    assert [line.split(" ")[0] for line in ds] == ["kv_lora_rank", "num_nextn_predict_layers", "n_group"]
+    assert [line.split(" ")[0] for line in ds] == ["kv_lora_rank", "num_nextn_predict_layers"]
     assert "multi-token prediction" in ds[1] and "of 56" in ds[0]
+    # group-limited routing is read into the model (8 groups of 32 experts, 4 kept: DeepSeek-V3's config);
+    # groups that do not divide the experts are named, not read
+    got = read(tmp_path, transformers.DeepseekV3Config())
+    assert (got.model.expert_groups, got.model.groups_kept) == (8, 4)
+    assert (got.used["n_group"], got.used["topk_group"]) == (8, 4)
+    three = read(tmp_path, transformers.DeepseekV3Config(n_group=8, topk_group=3)).model
+    assert (three.expert_groups, three.groups_kept) == (8, 3)  # DeepSeek-V2's
+    odd = lines(transformers.DeepseekV3Config(n_group=3, topk_group=2))
+    assert odd[-1].startswith("n_group 3, topk_group 2") and "256 experts" in odd[-1]
+    assert read(tmp_path, transformers.DeepseekV3Config(n_group=3, topk_group=2)).model.expert_groups is None
     assert lines(transformers.DeepseekV3Config(num_nextn_predict_layers=0, topk_group=8))[1:] == []
     assert lines(transformers.LlamaConfig()) == [] and lines(transformers.MixtralConfig()) == []
     assert lines(transformers.Qwen2MoeConfig()) == []  # its wider shared expert is modelled (test below)

@@ -137,7 +137,8 @@ def test_the_runs_published_py_held_are_all_calibration():
 
 def test_the_variants_of_what_the_old_rows_assume():
     """The other choices the validation shows: Narayanan Table 1 a micro-batch of 2 and, with a pipeline, one
-    chunk; Llama 3 one or four chunks; the README's H100 rows without TP overlap; no other run has any."""
+    chunk; Llama 3 one or four chunks; the README's H100 rows without TP overlap; DeepSeek-V3 with DeepEP's
+    sends; no other run has any."""
     for key in OLD_ROWS:
         r = BY_KEY[key]
         if key.startswith("megatron-2021-"):
@@ -150,7 +151,9 @@ def test_the_variants_of_what_the_old_rows_assume():
             assert r.overlap == ("grad-reduce", "prefetch", "tp", "p2p")
         else:
             assert r.variants == {}
-    assert all(not r.variants for r in RUNS if r.key not in OLD_ROWS)
+    ds = BY_KEY["deepseek-v3-pretrain"]  # its own kernels send a token once to each node and GPU
+    assert ds.variants == {"DeepEP dispatch": {"dispatcher": "deepep"}} and ds.plan.dispatcher == "alltoall"
+    assert all(not r.variants for r in RUNS if r.key not in OLD_ROWS and r is not ds)
 
 
 def test_some_figures_as_read_by_hand():

@@ -70,6 +70,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="the dtype of each kind of tensor, as a framework keeps and sends it: "
                         f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
                         "--megatron, the job's: megatron-bf16 for --bf16)")
+    from ..clock.dispatch import DISPATCHERS
     from ..clock.fusion import FUSIONS
     from ..estimate.kernels import KERNELS
     t.add_argument("--attention-kernel", choices=KERNELS, default=None,
@@ -80,6 +81,10 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="how the framework runs a layer's elementwise work, for the step's time: megatron (fused "
                         "kernels, the default) or torch-eager (one kernel per operation: torchtitan without "
                         "torch.compile)")
+    t.add_argument("--dispatcher", choices=tuple(DISPATCHERS), default=None,
+                   help="how an MoE layer's tokens reach their experts, for the step's time: alltoall (NCCL's "
+                        "all-to-all, each of a token's top-k copies; the default) or deepep / hybridep (once to "
+                        "each GPU and node that needs it)")
     t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, h800, a100, b200 (b200: memory "
                    "only, its kernels are not all measured yet)")
     t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
@@ -219,8 +224,9 @@ def _search_choices(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _kernels(args: argparse.Namespace) -> dict[str, Any]:
-    """--attention-kernel and --fusion where given: the framework's kernels the step is timed by."""
-    return {k: v for k, v in (("attention_kernel", args.attention_kernel), ("fusion", args.fusion)) if v is not None}
+    """--attention-kernel, --fusion and --dispatcher where given: the framework's kernels the step is timed by."""
+    return {k: v for k, v in (("attention_kernel", args.attention_kernel), ("fusion", args.fusion),
+                              ("dispatcher", args.dispatcher)) if v is not None}
 
 
 def _precision(args: argparse.Namespace) -> str:
@@ -487,7 +493,7 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
     from .megatron import fit_seq
     plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
                                         "micro_batch", "microbatches", "chunked_loss", "precision",
-                                        "attention_kernel", "fusion")},
+                                        "attention_kernel", "fusion", "dispatcher")},
                 dropout=not args.no_dropout, gpus_per_node=args.gpus_per_node).check(model)
     best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
     return plan

@@ -4,10 +4,10 @@ H100 of an EP 8 group. A layer measured by itself is a kernel-level measurement,
 checks the MoE items the plan adds up without any run of clock/runs.py shaping them.
 
 The test's cases (moe_layer.json, read as the source prints them) differ in the model (a Mixtral-like layer
-and a DeepSeek-like one), the precision (BF16, FP8 with blockwise scaling) and the token dispatcher: NCCL's
-all-to-all ("alltoall", every top-k copy of a token sent on its own), and DeepEP and HybridEP, which send a
-token once to each GPU that holds one of its experts. The clock times the first only: the others are listed
-with their measured times, and what they gain over "alltoall" is worked out from the measurements.
+and a DeepSeek-like one with group-limited routing), the precision (BF16, FP8 with blockwise scaling) and the
+token dispatcher (clock/dispatch.py): NCCL's all-to-all ("alltoall", every top-k copy of a token sent on its
+own), and DeepEP and HybridEP, which send a token once to each GPU that holds one of its experts. Each case is
+timed with its own dispatcher, and what a dispatcher saves over "alltoall" is given both measured and timed.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ SOURCE = Source(
     "one H100 (the device name matched; SXM or PCIe not recorded) of an EP 8 group, TP 1, 4,096 tokens a rank, "
     "routing forced to balance, fused router and permutation, TransformerEngine grouped GEMM; the mean of 20 "
     "CUDA-event timed iterations after 5 warm-ups")
-TIMED = "alltoall"  # the dispatcher the clock times (clock/plan.ep_seconds: each top-k copy through NCCL)
+BASE = "alltoall"  # the dispatcher the others are held against
 PRECISIONS = {None: "megatron-bf16", "blockwise": "megatron-bf16-fp8-blockwise"}  # the case's fp8 -> the entry
 
 
@@ -64,13 +64,16 @@ def proxy(name: str) -> ModelSpec:
     return ModelSpec(name=f"{name}-proxy", layers=1, hidden=h, heads=8, vocab=32000, ffn=c["moe_ffn_hidden_size"],
                      experts=c["num_experts"], top_k=c["router_topk"], expert_ffn=c["moe_ffn_hidden_size"],
                      shared_experts=1 if shared else 0, shared_expert_ffn=shared, gated=True, act="swiglu",
-                     norm="rmsnorm", bias=False)
+                     norm="rmsnorm", bias=False, expert_groups=c["moe_router_num_groups"],
+                     groups_kept=c["moe_router_group_topk"])
 
 
 def plan_of(case: LayerCase) -> Plan:
-    """The case's layout: one EP group of the test's size, TP 1, the test's tokens as one sequence."""
+    """The case's layout: one EP group of the test's size, TP 1, the test's tokens as one sequence, its
+    dispatcher."""
     d = _data()
-    return Plan(tp=d["tp"], ep=d["ep"], dp=d["ep"], micro_batch=1, dropout=False, precision=PRECISIONS[case.fp8])
+    return Plan(tp=d["tp"], ep=d["ep"], dp=d["ep"], micro_batch=1, dropout=False, precision=PRECISIONS[case.fp8],
+                dispatcher=case.dispatcher)
 
 
 def _error(measured: float, predicted: float) -> float:
@@ -79,30 +82,27 @@ def _error(measured: float, predicted: float) -> float:
 
 
 def rows() -> list[dict[str, Any]]:
-    """Every case with parasim's forward and backward milliseconds and their items (None where the clock does
-    not time the dispatcher), and what the case's dispatcher gains over "alltoall" measured."""
+    """Every case with parasim's forward and backward milliseconds and their items, and for a dispatcher other
+    than "alltoall" what it saves over "alltoall" of the same layer and precision, measured and timed."""
     d = _data()
     m = machine(d["gpu"], d["ep"])
-    every = cases()
-    base = {(c.model, c.fp8): c for c in every if c.dispatcher == TIMED}
     out = []
-    for c in every:
-        row: dict[str, Any] = {"case": c.case, "model": c.model, "dispatcher": c.dispatcher,
-                               "precision": PRECISIONS[c.fp8], "forward_ms": c.forward_ms,
-                               "backward_ms": c.backward_ms, "parasim_forward_ms": None,
-                               "parasim_backward_ms": None, "forward_error": None, "backward_error": None,
-                               "items_ms": None}
-        if c.dispatcher == TIMED:
-            items = moe_block(proxy(c.model), plan_of(c), d["tokens"], m)
-            fwd = sum(f for f, _ in items.values()) * 1e3
-            bwd = sum(b for _, b in items.values()) * 1e3
-            row.update(parasim_forward_ms=fwd, parasim_backward_ms=bwd, forward_error=_error(c.forward_ms, fwd),
-                       backward_error=_error(c.backward_ms, bwd),
-                       items_ms={k: [f * 1e3, b * 1e3] for k, (f, b) in items.items()})
-        else:
-            a2a = base[(c.model, c.fp8)]
-            row["saved_vs_alltoall_ms"] = [a2a.forward_ms - c.forward_ms, a2a.backward_ms - c.backward_ms]
-        out.append(row)
+    for c in cases():
+        items = moe_block(proxy(c.model), plan_of(c), d["tokens"], m)
+        fwd = sum(f for f, _ in items.values()) * 1e3
+        bwd = sum(b for _, b in items.values()) * 1e3
+        out.append({"case": c.case, "model": c.model, "dispatcher": c.dispatcher, "precision": PRECISIONS[c.fp8],
+                    "forward_ms": c.forward_ms, "backward_ms": c.backward_ms, "parasim_forward_ms": fwd,
+                    "parasim_backward_ms": bwd, "forward_error": _error(c.forward_ms, fwd),
+                    "backward_error": _error(c.backward_ms, bwd),
+                    "items_ms": {k: [f * 1e3, b * 1e3] for k, (f, b) in items.items()}})
+    base = {(r["model"], r["precision"]): r for r in out if r["dispatcher"] == BASE}
+    for r in out:
+        if r["dispatcher"] != BASE:
+            a2a = base[(r["model"], r["precision"])]
+            r["saved_vs_alltoall_ms"] = [a2a["forward_ms"] - r["forward_ms"], a2a["backward_ms"] - r["backward_ms"]]
+            r["parasim_saved_vs_alltoall_ms"] = [a2a["parasim_forward_ms"] - r["parasim_forward_ms"],
+                                                 a2a["parasim_backward_ms"] - r["parasim_backward_ms"]]
     return out
 
 

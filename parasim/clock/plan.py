@@ -25,12 +25,13 @@ from dataclasses import replace
 from typing import Any
 
 from ..comm.hops import ACROSS, INSIDE, crossing_share
-from ..layout import KINDS
 from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
 from ..estimate.memory import Plan
+from ..estimate.traffic import ep_destinations, group_per_node, plan_groups
 from .costs import Machine, collective_seconds, p2p_seconds, pairs_seconds
+from .dispatch import DISPATCHERS
 from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
 from .costs import machine as machine_of
@@ -66,11 +67,7 @@ def _sharded(plan: Plan) -> bool:
 def _share(plan: Plan, group: str, pattern: str = "ring") -> float:
     """The share of a group kind's hops that cross a node (Megatron-Core's groups of the run's layout,
     mesh.KINDS' names; comm/hops.py counts them)."""
-    from ..layout import Layout
-    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=1 if plan.ep > 1 else None,
-                    gpus_per_node=plan.gpus_per_node)
-    _, generator, axes = next(k for k in KINDS if k[0] == group)
-    return crossing_share(layout.rank_groups(generator, axes), pattern, plan.gpus_per_node)
+    return crossing_share(plan_groups(plan, group), pattern, plan.gpus_per_node)
 
 
 def _link(plan: Plan, group: str, pattern: str = "ring") -> str:
@@ -147,17 +144,27 @@ def _permute_bytes(model: Any, plan: Plan, seq: int) -> float:
 
 
 def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]:
-    """Seconds of one pass of an MoE layer's two EP all-to-alls on one GPU for one micro-batch: "dispatch" (the
-    top-k copies of the tokens it routes, toward the experts; backward, the experts' output gradients) and
-    "combine" (home again; backward, the tokens' gradients), each in its own dtype, the pairs in other nodes
-    over the network beside those over NVLink."""
+    """Seconds of one pass of an MoE layer's two EP all-to-alls on one GPU for one micro-batch: "dispatch"
+    (toward the experts; backward, the experts' output gradients) and "combine" (home again; backward, the
+    tokens' gradients), each in its own dtype, what crosses nodes over the network beside what goes over
+    NVLink. What is sent is the plan's dispatcher's (clock/dispatch.py): NCCL's all-to-all sends each of the
+    routed tokens' top-k copies, the pairs in other nodes over the network; DeepEP and HybridEP send a token
+    once to each other GPU that needs it over NVLink (forwarded there from its node's RDMA copy) and once to
+    each node over the network, counted as DeepEP's measured rate counts them (estimate/traffic.ep_destinations,
+    with the model's group-limited routing)."""
     if plan.ep < 2:
         return {"dispatch": 0.0, "combine": 0.0}
     dt = precision_of(plan.precision)
     routed = plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
-    values = routed * model.top_k * model.hidden * (plan.ep - 1) / plan.ep
-    share = _share(plan, "ep", "pairs")
-    return {kind: pairs_seconds(values * dt.bytes(kind) * (1 - share), values * dt.bytes(kind) * share, m, plan.ep)
+    if DISPATCHERS[plan.dispatcher].once_per_gpu:
+        gpus, nodes = ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"),
+                                      model.expert_groups, model.groups_kept)
+        inside, across = routed * gpus * model.hidden, routed * nodes * model.hidden
+    else:
+        values = routed * model.top_k * model.hidden * (plan.ep - 1) / plan.ep
+        share = _share(plan, "ep", "pairs")
+        inside, across = values * (1 - share), values * share
+    return {kind: pairs_seconds(inside * dt.bytes(kind), across * dt.bytes(kind), m, plan.ep)
             for kind in ("dispatch", "combine")}
 
 

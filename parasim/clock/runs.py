@@ -240,12 +240,14 @@ LLAMA3_70B = ModelSpec(name="Llama 3.1 70B", layers=80, hidden=8192, heads=64, k
 LLAMA3_405B = ModelSpec(name="Llama 3 405B", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248, **_LLAMA)
 _EMBEDDING_AND_LOSS = Stages(embedding=True, loss=True)
 _MLA = dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+# group-limited routing as their configs give it: V3's 8 groups of which a token keeps 4 (n_group, topk_group),
+# V2's 8 and 3
 DEEPSEEK_V3 = ModelSpec(name="DeepSeek-V3", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432,
                         experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True,
-                        norm="rmsnorm", bias=False, stages=SPREAD, **_MLA)
+                        norm="rmsnorm", bias=False, stages=SPREAD, expert_groups=8, groups_kept=4, **_MLA)
 DEEPSEEK_V2 = ModelSpec(name="DeepSeek-V2", layers=60, hidden=5120, heads=128, vocab=102400, ffn=12288,
                         experts=160, top_k=6, expert_ffn=1536, shared_experts=2, dense_layers=1, gated=True,
-                        norm="rmsnorm", bias=False, stages=SPREAD, **_MLA)
+                        norm="rmsnorm", bias=False, stages=SPREAD, expert_groups=8, groups_kept=3, **_MLA)
 _QWEN3 = dict(gated=True, norm="rmsnorm", bias=False, vocab=151936, head_size=128, experts=128, top_k=8)
 QWEN3_30B_A3B = ModelSpec(name="Qwen3-30B-A3B", layers=48, hidden=2048, heads=32, kv_heads=4, ffn=6144,
                           expert_ffn=768, **_QWEN3)
@@ -403,7 +405,10 @@ def _deepseek_v3() -> list[PublishedRun]:
                 "final batch of 15360; micro-batch 1 (not given); DualPipe as the registry's DualPipeV, 2 chunks a "
                 "GPU; the 61 layers spread over 16 stages (thirteen of 4, three of 3; the split is not given); "
                 "the multi-token-prediction module left out; selective recomputation for its RMSNorm and MLA "
-                "up-projections; FP8 blockwise GEMMs")]
+                "up-projections; FP8 blockwise GEMMs; the EP all-to-alls timed as NCCL's, each top-k copy sent, "
+                "as the row was first scored (its own kernels send a token once to each node and GPU: the "
+                "DeepEP variant)",
+        variants={"DeepEP dispatch": {"dispatcher": "deepep"}})]
 
 
 def _trainy_h200() -> list[PublishedRun]:

@@ -95,6 +95,7 @@ class Plans:
     precision: str = "post"
     attention_kernel: str | None = None
     fusion: str = "megatron"
+    dispatcher: str = "alltoall"
 
     @property
     def m(self) -> np.ndarray:
@@ -109,7 +110,7 @@ class Plans:
                     recompute=RECOMPUTE[int(self.rc[i])], flash=self.flash, dropout=self.dropout,
                     micro_batch=self.micro_batch, chunked_loss=self.chunked_loss,
                     working_layers=self.working_layers, precision=self.precision,
-                    attention_kernel=self.attention_kernel, fusion=self.fusion)
+                    attention_kernel=self.attention_kernel, fusion=self.fusion, dispatcher=self.dispatcher)
 
 
 def _divisors(n: int) -> list[int]:

@@ -51,14 +51,20 @@ class Plan(Layout):
     # how the framework splits a layer's elementwise work into kernels (clock/fusion.FUSIONS): Megatron's fused
     # ones, or eager PyTorch's one kernel per operation (torchtitan without torch.compile)
     fusion: str = "megatron"
+    # how an MoE layer's tokens reach their experts (clock/dispatch.DISPATCHERS): each top-k copy through NCCL's
+    # all-to-all, or once to each GPU and node that needs it (DeepEP, HybridEP)
+    dispatcher: str = "alltoall"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         precision_of(self.precision)  # an unknown name is refused here, in one line
         from .kernels import KERNELS
+        from ..clock.dispatch import DISPATCHERS
         from ..clock.fusion import FUSIONS
         if self.fusion not in FUSIONS:
             raise UsageError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
+        if self.dispatcher not in DISPATCHERS:
+            raise UsageError(f"dispatcher must be one of {', '.join(DISPATCHERS)}, got {self.dispatcher!r}")
         if self.attention_kernel is not None and self.attention_kernel not in KERNELS:
             raise UsageError(f"attention kernel must be one of {', '.join(KERNELS)}, got {self.attention_kernel!r}")
         if self.recompute not in RECOMPUTE:
@@ -114,7 +120,8 @@ class Plan(Layout):
                 "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
                 "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
                 "chunked_loss": self.chunked_loss, "precision": self.precision,
-                "attention_kernel": self.attention_kernel, "fusion": self.fusion, "label": self.label()}
+                "attention_kernel": self.attention_kernel, "fusion": self.fusion, "dispatcher": self.dispatcher,
+                "label": self.label()}
 
 
 # -- what the model assumes, in words ---------------------------------------------------------------

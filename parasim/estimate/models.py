@@ -110,6 +110,12 @@ def read_hf_config(path: str) -> HFConfig:
         if shared_w is not None and size("shared_expert_intermediate_size", shared_w, 0):
             got.setdefault("shared_experts", 1)  # Qwen2-MoE: one shared expert of its own width
             got["shared_expert_ffn"] = shared_w
+        groups, kept = cfg.get("n_group"), cfg.get("topk_group")
+        if (_positive(groups) and _positive(kept) and 1 < groups and kept < groups and experts % groups == 0
+                and experts // groups * kept >= got.get("top_k", 1)):
+            # group-limited routing: what a dispatcher that sends a token once per GPU and node sends
+            # (clock/dispatch.py); NCCL's all-to-all sends each top-k copy whatever the groups
+            got["expert_groups"], got["groups_kept"] = size("n_group", groups, 1), size("topk_group", kept, 1)
         dense_at = _dense_layers(path, cfg, layers, got.get("dense_layers", 0), size, used)
         if dense_at is not None:
             got["dense_layers"] = len(dense_at)
@@ -178,11 +184,11 @@ def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
                    f"layer{'s' if mtp > 1 else ''} predicting further tokens, with {'their' if mtp > 1 else 'its'} "
                    f"own projection) is not counted: no parameters, memory or time for it")
     groups, top_groups = cfg.get("n_group"), cfg.get("topk_group")
-    if experts and _positive(groups) and _positive(top_groups) and 1 < groups and top_groups < groups:
-        out.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing (a token's experts come "
-                   f"from at most {top_groups} of {groups} groups) is not modelled: the EP all-to-all's time and "
-                   f"once-per-GPU bytes take each token's picks as spread over all {experts} experts, so they "
-                   f"overstate what crosses nodes when the groups lie on nodes")
+    if (experts and _positive(groups) and _positive(top_groups) and 1 < groups and top_groups < groups
+            and experts % groups):
+        out.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing in groups that do not "
+                   f"divide the {experts} experts is not modelled: a token's picks are taken as spread over all "
+                   f"of them")
     window, types = cfg.get("sliding_window"), cfg.get("layer_types")
     if _positive(window):
         if isinstance(types, list):

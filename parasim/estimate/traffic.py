@@ -93,9 +93,12 @@ def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *
 
 
 def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int = 2,
-                recompute: bool = False, experts: int = 0, back_itemsize: int | None = None) -> dict[Key, float]:
+                recompute: bool = False, experts: int = 0, back_itemsize: int | None = None,
+                copies: float | None = None) -> dict[Key, float]:
     """One MoE layer: dispatch and combine all-to-alls forward and again backward. Each of a rank's
-    routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup).
+    routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup);
+    `copies` given, each goes to that many other GPUs instead (a dispatcher that sends a token once to each
+    GPU that needs it: `ep_destinations`).
     `itemsize` is the bytes of a value sent toward the experts (the dispatch, and backward the gradients of
     the experts' outputs), `back_itemsize` (default the same) of one coming home (the combine, and backward
     the gradients of the tokens): DeepSeek-V3 sends the first in FP8 and the second in BF16.
@@ -107,7 +110,7 @@ def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int
     if ep <= 1:
         return {}
     back = itemsize if back_itemsize is None else back_itemsize
-    values = tokens_routed * top_k * h * (ep - 1) / ep
+    values = tokens_routed * h * (top_k * (ep - 1) / ep if copies is None else copies)
     fwd = 2 if recompute else 1
     out = {("ep", "all_to_all"): (fwd + 1) * values * (itemsize + back)}
     if experts:
@@ -147,14 +150,71 @@ def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, e
             for r in range(ep)]
 
 
+def plan_groups(plan: Plan, kind: str) -> list:
+    """The rank groups of that kind (Megatron-Core's, mesh.KINDS' names: "tp", "ep", ...) of the plan's layout,
+    experts whole on each EP rank (ETP 1)."""
+    from ..layout import Layout
+    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=1 if plan.ep > 1 else None,
+                    gpus_per_node=plan.gpus_per_node)
+    _, generator, axes = next(k for k in KINDS if k[0] == kind)
+    return layout.rank_groups(generator, axes)
+
+
+def group_per_node(plan: Plan, kind: str) -> int:
+    """GPUs of the first group of that kind that share its first member's node."""
+    first = [int(r) for r in plan_groups(plan, kind)[0]]
+    return sum(r // plan.gpus_per_node == first[0] // plan.gpus_per_node for r in first)
+
+
 def ep_expected_rows(tokens: float, k: int, experts: int, ep: int) -> float:
     """Expected (token, remote GPU) rows one GPU dispatches when each token picks k distinct experts
     uniformly out of E, E/ep per GPU: each of the ep - 1 other GPUs is needed unless all k picks miss
-    its block, which happens with probability C(E - E/ep, k) / C(E, k)."""
+    its block, which happens with probability C(E - E/ep, k) / C(E, k) (`ep_destinations`)."""
+    return tokens * ep_destinations(k, experts, ep)[0]
+
+
+def _needed(pool: int, block: int, k: int) -> float:
+    """The chance that k distinct picks out of `pool` experts hit a given `block` of them."""
+    return 1.0 if block >= pool else 1.0 - math.comb(pool - block, k) / math.comb(pool, k)
+
+
+def _hit(block: int, k: int, experts: int, groups: int, kept: int) -> float:
+    """The chance a token needs a run of `block` experts (a GPU's, a node's) when it picks k of the experts of
+    `kept` of `groups` equal groups, the groups it keeps as likely as any others (balanced routing). A run that
+    holds whole groups is needed when j >= 1 of them are kept (hypergeometric) and a pick falls in them; a run
+    inside one group when that group is kept and a pick falls in the run."""
+    size = experts // groups
+    pool = size * kept
+    if block < size:
+        return kept / groups * _needed(pool, block, k)
+    held = block // size
+    return sum(math.comb(held, j) * math.comb(groups - held, kept - j) / math.comb(groups, kept)
+               * _needed(pool, j * size, k) for j in range(1, min(held, kept) + 1))
+
+
+def ep_destinations(k: int, experts: int, ep: int, per_node: int | None = None, groups: int | None = None,
+                    kept: int | None = None) -> tuple[float, float]:
+    """Expected (other GPUs, nodes) a token needs when it picks k distinct experts, E/ep to a GPU in order and
+    `per_node` of the EP group's GPUs to a node (None: the group in one node): what a dispatcher that sends a
+    token once to each GPU, and across nodes once to each node, sends (clock/dispatch.py). The nodes count the
+    token's own, as DeepEP's measured RDMA bandwidth counts them (tests/test_internode.py at 2be0d4f8: a token's
+    distinct nodes, `rdma_idx` made unique, own node included, times hidden x 2 bytes); 0 for a group in one
+    node.
+
+    The picks are uniform over every expert, or under group-limited routing over the experts of `kept` of
+    `groups` equal groups of consecutive experts (`_hit`: the chance a GPU's or a node's experts are needed),
+    with GPUs and nodes holding whole groups or lying inside one (DeepSeek-V3: a group is a node's worth).
+    Routing that balances the load makes every GPU of the group as likely a destination as any other, the
+    token's own included: (ep - 1)/ep of the GPUs it needs are others."""
     if ep <= 1:
-        return 0.0
-    miss = math.comb(experts - experts // ep, k) / math.comb(experts, k)
-    return tokens * (ep - 1) * (1.0 - miss)
+        return 0.0, 0.0
+    groups, kept = (1, 1) if groups is None else (groups, kept)
+    per_gpu = experts // ep
+    gpus = ep * _hit(per_gpu, k, experts, groups, kept) * (ep - 1) / ep
+    per_node = ep if per_node is None else min(per_node, ep)
+    if per_node >= ep:
+        return gpus, 0.0
+    return gpus, ep / per_node * _hit(per_gpu * per_node, k, experts, groups, kept)
 
 
 def ep_expected_bytes(tokens: float, k: int, experts: int, ep: int, hidden: int,
@@ -217,8 +277,12 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
             _add(out, k, v * n * (1 if once else plan.m))
     if moe:
         x = plan.tp if plan.sp else 1
+        from ..clock.dispatch import DISPATCHERS
+        copies = (ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"),
+                                  model.expert_groups, model.groups_kept)[0]
+                  if DISPATCHERS[plan.dispatcher].once_per_gpu else None)
         for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, size["dispatch"], full,
-                                back_itemsize=size["combine"]).items():
+                                back_itemsize=size["combine"], copies=copies).items():
             _add(out, k, v * moe * plan.m)
     act = tokens / (plan.tp if plan.sp else 1) * model.hidden * size["activations"]
     for k, v in pp_traffic(act, plan.m, plan.pp).items():

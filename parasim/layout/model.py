@@ -113,6 +113,10 @@ class ModelSpec:
     top_k: int | None = None  # experts each token is routed to
     expert_ffn: int | None = None  # one expert's MLP width (default: ffn)
     shared_experts: int = 0  # experts every token visits (DeepSeek)
+    # group-limited routing (DeepSeek-V3's n_group and topk_group): the experts in `expert_groups` equal groups,
+    # a token's k experts picked from its `groups_kept` best groups only (None: from all the experts)
+    expert_groups: int | None = None
+    groups_kept: int | None = None
     dense_layers: int = 0  # leading layers with a dense MLP in an MoE model
     gated: bool = False  # SwiGLU-style MLP: three matrices instead of two
     tied_embeddings: bool = False
@@ -164,6 +168,17 @@ class ModelSpec:
             check_kv(self.heads, self.kv_heads)
         if self.experts and self.top_k is not None and not 1 <= self.top_k <= self.experts:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
+        if (self.expert_groups is None) != (self.groups_kept is None):
+            raise LayoutError("group-limited routing needs both expert_groups and groups_kept")
+        if self.expert_groups is not None:
+            g, kept = self.expert_groups, self.groups_kept
+            if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in (g, kept)):
+                raise LayoutError(f"expert_groups and groups_kept must be positive integers, got {g!r}, {kept!r}")
+            if not self.experts or self.experts % g or kept > g:
+                raise LayoutError(f"{self.experts} experts do not fall into {g} groups of which {kept} are kept")
+            if self.top_k is not None and self.experts // g * kept < self.top_k:
+                raise LayoutError(f"{kept} kept groups of {self.experts // g} experts hold fewer than top-k "
+                                  f"{self.top_k}")
         if self.layers is not None and self.dense_layers > self.layers:
             raise LayoutError(f"dense layers {self.dense_layers} exceed layers {self.layers}")
         if not isinstance(self.stages, Stages):

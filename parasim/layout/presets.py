@@ -25,7 +25,7 @@ MEGATRON_8B = ModelSpec(name="Megatron-LM 8.3B", layers=72, hidden=3072, heads=3
 # parallelism and no TP.
 DEEPSEEK_V3 = ModelSpec(name="DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432,
                         experts=256, top_k=8, expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True,
-                        stages=SPREAD)
+                        stages=SPREAD, expert_groups=8, groups_kept=4)  # its routing: 4 of 8 groups (nodes)
 
 
 @dataclass(frozen=True)

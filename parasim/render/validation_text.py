@@ -91,24 +91,27 @@ def markdown_constants() -> list[str]:
 
 MOE_LAYER_SAID = ("The clock's MoE layer (router, experts, shared expert, activation, permutation, EP all-to-alls) "
                   "against Megatron-Core's MoE-layer performance test: one layer timed alone on an H100 of an EP 8 "
-                  "group, 4,096 tokens a GPU, routing forced to balance. Error: measured time over parasim's, less "
-                  "one; + means parasim's layer is faster.")
+                  "group, 4,096 tokens a GPU, routing forced to balance, each case with its own token dispatcher. "
+                  "Error: measured time over parasim's, less one; + means parasim's layer is faster.")
+
+
+def _ms_pair(pair: list[float]) -> str:
+    return f"{pair[0]:.2f}/{pair[1]:.2f}"
 
 
 def moe_layer_report(console: Any, table: list[dict], score: dict[str, Any], source: Any) -> None:
-    """`parasim validate moe-layer`: the timed cases, parasim's items for each, the dispatchers the clock does not
-    time with what they save, measured, and the source."""
+    """`parasim validate moe-layer`: every case, parasim's items for the BF16 ones, what each dispatcher saves
+    over NCCL's all-to-all (measured and timed), and the source."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
     console.print(escape(MOE_LAYER_SAID))
-    timed = [r for r in table if r["items_ms"] is not None]
     t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
               title="Forward and backward, milliseconds")
     t.add_column("case", overflow="fold")
     for col in ("fwd", "parasim", "error", "bwd", "parasim", "error"):
         t.add_column(col, justify="right", no_wrap=True)
-    for r in timed:
+    for r in table:
         t.add_row(escape(r["case"]), f"{r['forward_ms']:.2f}", f"{r['parasim_forward_ms']:.2f}",
                   f"{r['forward_error']:+.1%}", f"{r['backward_ms']:.2f}", f"{r['parasim_backward_ms']:.2f}",
                   f"{r['backward_error']:+.1%}")
@@ -116,29 +119,26 @@ def moe_layer_report(console: Any, table: list[dict], score: dict[str, Any], sou
     console.print(t)
     console.print(f"{score['cases']} cases, {score['timings']} timings: median |error| {score['median_abs_error']:.1%}, "
                   f"the largest {score['max_abs_error']:.1%}, bias {score['bias']:+.1%}.")
+    bf16 = [r for r in table if r["precision"] == "megatron-bf16" and r["dispatcher"] == "alltoall"]
+    once = {r["model"]: r for r in table if r["precision"] == "megatron-bf16" and r["dispatcher"] == "deepep"}
     items = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
-                  title="parasim's items, forward / backward, milliseconds")
+                  title="parasim's items in BF16, forward/backward, milliseconds (--json: every case's)")
     items.add_column("item", no_wrap=True)
-    names = list(dict.fromkeys(k for r in timed for k in r["items_ms"]))
-    for r in timed:
-        dtype = "BF16" if r["precision"] == "megatron-bf16" else "FP8"
-        items.add_column(escape(f"{r['model']} {dtype}"), justify="right", no_wrap=True)
-    for name in names:
-        cells = [f"{r['items_ms'][name][0]:.2f}/{r['items_ms'][name][1]:.2f}" if name in r["items_ms"] else "-"
-                 for r in timed]
-        items.add_row(escape(name), *cells)
+    for r in bf16:
+        items.add_column(escape(r["model"]), justify="right", no_wrap=True)
+    for name in dict.fromkeys(k for r in bf16 for k in r["items_ms"]):
+        items.add_row(escape(name), *(_ms_pair(r["items_ms"][name]) if name in r["items_ms"] else "-" for r in bf16))
+    for name in ("dispatch", "combine"):
+        items.add_row(f"{name}, DeepEP/HybridEP", *(_ms_pair(once[r["model"]]["items_ms"][name]) for r in bf16))
     console.print()
     console.print(items)
-    others = [r for r in table if r["items_ms"] is None]
-    if others:
-        console.print()
-        console.print(escape("Not timed: the clock sends each of a token's top-k copies through NCCL's all-to-all "
-                             "('alltoall'). DeepEP and HybridEP send a token once to each GPU holding one of its "
-                             "experts; measured, against 'alltoall' of the same layer and precision:"))
-        for r in others:
-            said = [f"{name} {abs(x):.2f} ms {'less' if x >= 0 else 'more'}"
-                    for name, x in zip(("forward", "backward"), r["saved_vs_alltoall_ms"])]
-            console.print(escape(f"- {r['case']}: {r['forward_ms']:.2f} / {r['backward_ms']:.2f} ms; "
-                                 f"{', '.join(said)}"))
+    console.print()
+    console.print(escape("What DeepEP and HybridEP save over NCCL's all-to-all of the same layer and precision, "
+                         "forward/backward in milliseconds (they send a token once to each GPU holding one of its "
+                         "experts, where the all-to-all sends each of its top-k copies):"))
+    for r in table:
+        if "saved_vs_alltoall_ms" in r:
+            console.print(escape(f"- {r['case']}: measured {_ms_pair(r['saved_vs_alltoall_ms'])}, parasim "
+                                 f"{_ms_pair(r['parasim_saved_vs_alltoall_ms'])}"))
     console.print()
     console.print(escape(f"Source: {source.document}, {source.where}; {source.measured}. {source.address}"))

@@ -1,0 +1,119 @@
+"""The token dispatchers (clock/dispatch.py): how many GPUs and nodes a token is sent to when a dispatcher sends it
+once to each (estimate/traffic.ep_destinations), held against counting every choice of experts; what the clock
+and the traffic estimate send under each; the plan, the model and the command refusing what is not one."""
+from __future__ import annotations
+
+import itertools
+from fractions import Fraction
+
+import pytest
+
+from parasim.clock.costs import machine, pairs_seconds
+from parasim.clock.dispatch import DISPATCHERS
+from parasim.clock.plan import ep_seconds
+from parasim.errors import UsageError
+from parasim.estimate.memory import Plan
+from parasim.estimate.traffic import ep_destinations, step_traffic
+from parasim.layout import LayoutError, ModelSpec
+from tests.conftest import cli
+
+
+def _enumerated(k: int, experts: int, ep: int, per_node: int, groups: int | None = None,
+                kept: int | None = None) -> tuple[Fraction, Fraction]:
+    """Every home GPU and every choice of k experts from every choice of kept groups, each equally likely: the
+    mean number of other GPUs holding a picked expert, and of nodes (the home's included) holding one."""
+    per_gpu = experts // ep
+    group_sets = [range(experts)] if groups is None else [
+        [e for g in gs for e in range(g * experts // groups, (g + 1) * experts // groups)]
+        for gs in itertools.combinations(range(groups), kept)]
+    gpus = nodes = Fraction(0)
+    n = 0
+    for home in range(ep):
+        for pool in group_sets:
+            for picks in itertools.combinations(pool, k):
+                hit = {e // per_gpu for e in picks}
+                gpus += len(hit - {home})
+                nodes += len({g // per_node for g in hit})
+                n += 1
+    return gpus / n, nodes / n
+
+
+@pytest.mark.parametrize("k, experts, ep, per_node, groups, kept", [
+    (2, 8, 8, 8, None, None),  # Mixtral-like: 2 experts are 2 GPUs
+    (3, 16, 8, 4, None, None),  # two nodes of 4 GPUs, 2 experts a GPU
+    (4, 16, 4, 2, None, None),
+    (4, 16, 8, 4, 4, 2),  # 4 groups of 4 experts (2 GPUs each), a token keeps 2: the groups lie on half-nodes
+    (3, 12, 6, 3, 2, 1),  # 2 groups, one node each: a token's experts all on one node
+    (2, 8, 2, 1, 4, 2),  # a GPU holds 2 groups of 2 experts, a node is a GPU
+    (2, 16, 8, 2, 2, 1),  # a group of 8 experts spans 4 GPUs on 2 nodes
+])
+def test_destinations_are_the_enumerated_means(k, experts, ep, per_node, groups, kept):
+    gpus, nodes = ep_destinations(k, experts, ep, per_node, groups, kept)
+    want_gpus, want_nodes = _enumerated(k, experts, ep, per_node, groups, kept)
+    assert gpus == pytest.approx(float(want_gpus), rel=1e-12)
+    assert nodes == pytest.approx(float(want_nodes) if per_node < ep else 0.0, rel=1e-12)
+
+
+def test_destinations_of_deepseek_v3_by_hand():
+    """256 experts, 4 to a GPU over EP 64 on 8 nodes of 8; 8 groups of 32 (one node each), 4 kept: the pool is 128
+    experts on 32 GPUs and 4 nodes. GPUs: 32 x (1 - C(124,8)/C(128,8)) x 63/64; nodes: 4 x (1 - C(96,8)/C(128,8))."""
+    import math
+    gpus, nodes = ep_destinations(8, 256, 64, 8, 8, 4)
+    assert gpus == pytest.approx(32 * (1 - math.comb(124, 8) / math.comb(128, 8)) * 63 / 64, rel=1e-12)
+    assert nodes == pytest.approx(4 * (1 - math.comb(96, 8) / math.comb(128, 8)), rel=1e-12)
+    assert 3.5 < nodes <= 4  # at most 4 nodes a token: DeepSeek-V3's limit
+
+
+MOE = ModelSpec(layers=2, hidden=64, heads=4, vocab=100, ffn=128, experts=16, top_k=4, expert_ffn=32, gated=True,
+                expert_groups=4, groups_kept=2)
+
+
+def test_the_clock_sends_what_each_dispatcher_sends():
+    """EP 8 over two nodes of 4 GPUs (gpus_per_node 4), 512 tokens, hidden 64, BF16. NCCL's all-to-all: 4 copies
+    a token, 7/8 to others, of which 4 of 7 peers are in the other node; DeepEP: ep_destinations' GPUs over NVLink
+    and its nodes over the network."""
+    m = machine("h100", 4)
+    base = Plan(ep=8, dp=8, gpus_per_node=4, precision="megatron-bf16")
+    seq, h = 512, 64
+    a2a = ep_seconds(MOE, base, seq, m)
+    values = seq * 4 * h * 7 / 8
+    want = pairs_seconds(values * 2 * 3 / 7, values * 2 * 4 / 7, m, 8)
+    assert a2a["dispatch"] == pytest.approx(want, rel=1e-12) and a2a["combine"] == a2a["dispatch"]
+    from dataclasses import replace
+    once = ep_seconds(MOE, replace(base, dispatcher="deepep"), seq, m)
+    gpus, nodes = ep_destinations(4, 16, 8, 4, 4, 2)
+    assert once["dispatch"] == pytest.approx(pairs_seconds(seq * gpus * h * 2, seq * nodes * h * 2, m, 8), rel=1e-12)
+    assert ep_seconds(MOE, replace(base, dispatcher="hybridep"), seq, m) == once
+
+
+def test_the_traffic_estimate_counts_the_dispatchers_copies():
+    from dataclasses import replace
+    plan = Plan(ep=8, dp=8, gpus_per_node=4, precision="megatron-bf16")
+    a2a = step_traffic(MOE, plan, 512)[("ep", "all_to_all")]
+    once = step_traffic(MOE, replace(plan, dispatcher="deepep"), 512)[("ep", "all_to_all")]
+    assert once / a2a == pytest.approx(ep_destinations(4, 16, 8, 4, 4, 2)[0] / (4 * 7 / 8), rel=1e-12)
+
+
+def test_what_is_not_a_dispatcher_or_a_grouping_is_refused():
+    assert set(DISPATCHERS) == {"alltoall", "deepep", "hybridep"}
+    assert [d.once_per_gpu for d in DISPATCHERS.values()] == [False, True, True]
+    with pytest.raises(UsageError, match="dispatcher must be one of alltoall, deepep, hybridep"):
+        Plan(dispatcher="nccl")
+    for bad, said in ((dict(expert_groups=4), "needs both"), (dict(expert_groups=3, groups_kept=1), "do not fall"),
+                      (dict(expert_groups=4, groups_kept=5), "do not fall"),
+                      (dict(expert_groups=16, groups_kept=1), "fewer than top-k")):
+        with pytest.raises(LayoutError, match=said):
+            ModelSpec(hidden=64, heads=4, experts=16, top_k=4, **bad)
+
+
+def test_the_command_times_a_dispatcher_and_refuses_another():
+    args = ("memory", "--model", "deepseek-v3", "--gpus", "1024", "--pp", "16", "--ep", "64", "--gpu", "h100")
+    plain, once = cli(*args), cli(*args, "--dispatcher", "deepep")
+    assert plain.returncode == once.returncode == 0, plain.stderr + once.stderr
+
+    def ep_seconds_said(text: str) -> float:
+        import re
+        return float(re.search(r"EP ([0-9.]+) s", text).group(1))
+    assert ep_seconds_said(once.stdout) < ep_seconds_said(plain.stdout)
+    bad = cli(*args, "--dispatcher", "nccl")
+    assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
