@@ -117,3 +117,47 @@ def test_the_command_times_a_dispatcher_and_refuses_another():
     assert ep_seconds_said(once.stdout) < ep_seconds_said(plain.stdout)
     bad = cli(*args, "--dispatcher", "nccl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
+
+
+MEGATRON = ("--num-layers 4 --hidden-size 64 --num-attention-heads 4 --vocab-size 128 --num-experts 16 "
+            "--moe-router-topk 4 --moe-ffn-hidden-size 32 --expert-model-parallel-size 8 --micro-batch-size 1 "
+            "--global-batch-size 64 --seq-length 256 --max-position-embeddings 256 --bf16 "
+            "--position-embedding-type rope")
+
+
+def _job(extra: str):
+    from parasim.megatron.job import plan_of, read_job
+    job = read_job("flags.txt", f"{MEGATRON} {extra}")
+    model = job.model_spec()
+    return job, model, plan_of(job, model, world=8)
+
+
+@pytest.mark.parametrize("flags, dispatcher", [
+    ("--moe-token-dispatcher-type alltoall", "alltoall"),
+    ("--moe-token-dispatcher-type flex", "deepep"),  # Megatron-Core's default backend
+    ("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep", "hybridep"),
+    ("--moe-token-dispatcher-type flex --moe-enable-deepep", "deepep"),
+])
+def test_the_megatron_reader_reads_the_dispatcher_and_writes_it_back(flags, dispatcher):
+    from parasim.megatron.args import megatron_args
+    from parasim.megatron.job import plan_of, read_job
+    job, model, plan = _job(f"{flags} --moe-router-num-groups 4 --moe-router-group-topk 2")
+    assert plan.dispatcher == dispatcher and (model.expert_groups, model.groups_kept) == (4, 2)
+    assert not job.unmodelled
+    words = megatron_args(model, plan, 256)
+    at = words.index("--moe-token-dispatcher-type")
+    assert words[at + 1] == ("alltoall" if dispatcher == "alltoall" else "flex")
+    if dispatcher != "alltoall":
+        assert words[at + 2:at + 4] == ["--moe-flex-dispatcher-backend", dispatcher]
+    assert words.count("--moe-token-dispatcher-type") == 1
+    back = read_job("written.txt", " ".join(words))
+    again = back.model_spec()
+    assert plan_of(back, again, world=8).dispatcher == dispatcher and again.expert_groups == 4
+
+
+def test_the_megatron_reader_leaves_out_what_it_does_not_time():
+    job, model, plan = _job("--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend ncclep "
+                            "--moe-router-num-groups 4")
+    assert plan.dispatcher == "alltoall" and model.expert_groups is None
+    said = " ".join(job.unmodelled)
+    assert "ncclep" in said and "needs both --moe-router-num-groups and --moe-router-group-topk" in said

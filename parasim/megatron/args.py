@@ -81,6 +81,8 @@ def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = No
             add("--moe-shared-expert-intermediate-size", model.shared_experts * model.shared_size)
         if model.dense_layers:
             add("--moe-layer-freq", f"([0]*{model.dense_layers}+[1]*{model.layers - model.dense_layers})")
+        add("--moe-router-num-groups", model.expert_groups)
+        add("--moe-router-group-topk", model.groups_kept)
     return out + _unmodelled_model_args(model, seq, job)
 
 
@@ -176,6 +178,9 @@ def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ..
     know, and what it reads but writes no flag for (AS_READ)."""
     out = model_args(model, seq, job=job, tp=plan.tp) + layout_args(plan, bool(model is not None and model.experts)) + \
         pipeline_args(model, plan) + step_args(plan, overlap)
+    if plan.dispatcher != "alltoall":  # the flex dispatcher and its kernels, in place of the all-to-all
+        at = out.index("--moe-token-dispatcher-type") if "--moe-token-dispatcher-type" in out else len(out)
+        out[at:at + 2] = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", plan.dispatcher]
     return out if job is None else out + job_rest(job, out)
 
 

@@ -95,7 +95,8 @@ FLAGS: dict[str, Flag] = {
     "--attention-dropout": _used(1, "dropout (masks kept unless both dropouts are 0)"),
     "--attention-backend": _used(1, "FlashAttention (flash, fused, auto) or whole scores kept (unfused, local)"),
     "--use-flash-attn": _used(0, "FlashAttention: the scores are not kept"),
-    "--moe-token-dispatcher-type": _used(1, "how tokens reach their experts (parasim's experts: all-to-all)"),
+    "--moe-token-dispatcher-type": _used(1, "how tokens reach their experts: alltoall (NCCL's all-to-all) or flex "
+                                            "(DeepEP, HybridEP)"),
     "--bf16": _used(0, "mixed precision: BF16 weights and products, FP32 gradients, master weights and Adam "
                        "state (precision megatron-bf16)"),
     "--fp16": _used(0, "mixed precision: FP16 weights, products and gradients, FP32 main gradients, master "
@@ -152,8 +153,11 @@ FLAGS: dict[str, Flag] = {
     "--moe-expert-capacity-factor": _left(1, "expert capacity: dropped or padded tokens change the experts' work"),
     "--moe-pad-expert-input-to-capacity": _left(0, "experts padded to capacity: more work and memory than routed"),
     "--moe-router-topk-limited-devices": _left(1, "device-limited routing: fewer GPUs per token, less traffic"),
-    "--moe-router-num-groups": _left(1, "group-limited routing: fewer nodes per token, less traffic"),
-    "--moe-router-group-topk": _left(1, "group-limited routing: fewer nodes per token, less traffic"),
+    "--moe-router-num-groups": _used(1, "group-limited routing: the experts in this many groups"),
+    "--moe-router-group-topk": _used(1, "group-limited routing: a token's experts from this many groups"),
+    "--moe-flex-dispatcher-backend": _used(1, "the flex dispatcher's kernels: deepep or hybridep (a token once to "
+                                              "each GPU and node that needs it)"),
+    "--moe-enable-deepep": _used(0, "the flex dispatcher with DeepEP (Megatron's older flag)"),
     "--moe-shared-expert-overlap": _left(0, "the shared expert runs beside the dispatch: parasim runs it after"),
     "--overlap-moe-expert-parallel-comm": _left(0, "EP's all-to-all beside another micro-batch's compute: the "
                                                    "plan's time does not overlap it"),
@@ -203,7 +207,7 @@ NO_EFFECT_PREFIXES = (
     "--moe-router-load-balancing-type", "--moe-router-score-function", "--moe-router-pre-softmax",
     "--moe-router-enable-expert-bias", "--moe-router-bias-update-rate", "--moe-router-dtype",
     "--moe-router-topk-scaling-factor", "--moe-router-force-load-balancing", "--moe-permute-fusion",
-    "--moe-flex-dispatcher-backend", "--moe-enable-deepep", "--moe-input-jitter", "--mtp-loss-scaling-factor",
+    "--moe-input-jitter", "--mtp-loss-scaling-factor",
     "--enable-experimental", "--no-check-for-nan", "--check-for-nan", "--rerun-", "--init-model-with-meta-device",
     "--fsdp-double-buffer", "--use-nccl-ub", "--deterministic-mode",
     "--num-dataset-builder-threads", "--object-storage-", "--use-checkpoint-", "--no-persist-layer-norm",

@@ -376,9 +376,30 @@ def _experts(job: Job) -> None:
         else:
             _use(job, "--moe-layer-freq", f"the first {dense} layer(s) dense, the rest MoE")
             m["dense_layers"] = dense
+    groups, kept = _int(job, "--moe-router-num-groups"), _int(job, "--moe-router-group-topk")
+    if groups is not None and kept is not None:
+        _use(job, "--moe-router-num-groups", f"{groups} groups of experts")
+        _use(job, "--moe-router-group-topk", f"a token's experts from {kept} of them")
+        m["expert_groups"], m["groups_kept"] = groups, kept
+    elif groups is not None or kept is not None:
+        _leave(job, "group-limited routing needs both --moe-router-num-groups and --moe-router-group-topk: the "
+                    "one given is left out", "--moe-router-num-groups", "--moe-router-group-topk")
     dispatcher = _text(job, "--moe-token-dispatcher-type")
+    backend = "deepep" if "--moe-enable-deepep" in job.given else _text(job, "--moe-flex-dispatcher-backend")
+    if "--moe-enable-deepep" in job.given:
+        _use(job, "--moe-enable-deepep")
     if dispatcher == "alltoall":
         _use(job, "--moe-token-dispatcher-type")
+        job.step["dispatcher"] = "alltoall"
+    elif dispatcher == "flex" and (backend or "deepep") in ("deepep", "hybridep"):
+        job.step["dispatcher"] = backend or "deepep"  # Megatron-Core's default backend: deepep
+        _use(job, "--moe-token-dispatcher-type", f"the flex dispatcher: {job.step['dispatcher']}, a token once to "
+                                                 "each GPU and node that needs it")
+        if "--moe-flex-dispatcher-backend" in job.given:
+            _use(job, "--moe-flex-dispatcher-backend")
+    elif dispatcher == "flex":
+        _leave(job, f"--moe-flex-dispatcher-backend {brief(backend or '')}: parasim times deepep and hybridep",
+               "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend")
     else:
         shown = f"--moe-token-dispatcher-type {dispatcher}" if dispatcher else \
             "(no --moe-token-dispatcher-type: Megatron's default, allgather)"
@@ -704,7 +725,7 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
         fields_["etp"] = 1  # a dense model has no experts to split
     s = job.step
     choices = dict(recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
-                   chunks=s["chunks"], precision=s["precision"])
+                   chunks=s["chunks"], precision=s["precision"], dispatcher=s.get("dispatcher", "alltoall"))
     choices.update({k: v for k, v in override.items() if k not in LAYOUT_FIELDS and v is not None})
     plan = Plan(**fields_, **choices)
     batch = s.get("global_batch")
