@@ -117,7 +117,8 @@ def test_presets_field_by_field():
     assert moe16.tokens == ("the", "court", "ruled", "that", "the", "contract", "was", "void")
     assert PRESETS["deepseek-v3"].model == ModelSpec(
         "DeepSeek-V3-like", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432, experts=256, top_k=8,
-        expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, stages=SPREAD)
+        expert_ffn=2048, shared_experts=1, dense_layers=3, gated=True, stages=SPREAD, expert_groups=8,
+        groups_kept=4)  # the report's node-limited routing: 8 groups (one a node at EP 64), 4 kept
     assert PRESETS["megatron-8.3b"].model == ModelSpec("Megatron-LM 8.3B", layers=72, hidden=3072, heads=32,
                                                        vocab=51200)
     # every entry sharing a model shares the very object: a model is typed once

@@ -104,6 +104,8 @@ def test_what_is_not_a_dispatcher_or_a_grouping_is_refused():
                       (dict(expert_groups=16, groups_kept=1), "fewer than top-k")):
         with pytest.raises(LayoutError, match=said):
             ModelSpec(hidden=64, heads=4, experts=16, top_k=4, **bad)
+    from dataclasses import replace
+    assert replace(MOE, experts=0).expert_groups == 4  # a dense copy of the model (its dense layers) keeps them
 
 
 def test_the_command_times_a_dispatcher_and_refuses_another():
@@ -161,3 +163,15 @@ def test_the_megatron_reader_leaves_out_what_it_does_not_time():
     assert plan.dispatcher == "alltoall" and model.expert_groups is None
     said = " ".join(job.unmodelled)
     assert "ncclep" in said and "needs both --moe-router-num-groups and --moe-router-group-topk" in said
+
+
+def test_deepep_beside_another_dispatcher_or_backend_is_a_contradiction():
+    """Megatron-Core refuses --moe-enable-deepep without the flex dispatcher or with HybridEP
+    (transformer_config.py: "DeepEP backend is only supported with flex token dispatcher", "Only one backend is
+    supported for flex token dispatcher"); parasim says so and takes DeepEP."""
+    for flags in ("--moe-token-dispatcher-type alltoall --moe-enable-deepep",
+                  "--moe-token-dispatcher-type flex --moe-flex-dispatcher-backend hybridep --moe-enable-deepep"):
+        job, _, plan = _job(flags)
+        assert plan.dispatcher == "deepep" and any("--moe-enable-deepep needs" in c for c in job.contradictions)
+    job, _, plan = _job("--moe-token-dispatcher-type flex --moe-enable-deepep")
+    assert plan.dispatcher == "deepep" and not job.contradictions

@@ -170,11 +170,11 @@ class ModelSpec:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
         if (self.expert_groups is None) != (self.groups_kept is None):
             raise LayoutError("group-limited routing needs both expert_groups and groups_kept")
-        if self.expert_groups is not None:
+        if self.expert_groups is not None and self.experts:  # (a dense copy of an MoE model keeps them, unused)
             g, kept = self.expert_groups, self.groups_kept
             if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in (g, kept)):
                 raise LayoutError(f"expert_groups and groups_kept must be positive integers, got {g!r}, {kept!r}")
-            if not self.experts or self.experts % g or kept > g:
+            if self.experts % g or kept > g:
                 raise LayoutError(f"{self.experts} experts do not fall into {g} groups of which {kept} are kept")
             if self.top_k is not None and self.experts // g * kept < self.top_k:
                 raise LayoutError(f"{kept} kept groups of {self.experts // g} experts hold fewer than top-k "

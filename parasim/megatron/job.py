@@ -385,9 +385,15 @@ def _experts(job: Job) -> None:
         _leave(job, "group-limited routing needs both --moe-router-num-groups and --moe-router-group-topk: the "
                     "one given is left out", "--moe-router-num-groups", "--moe-router-group-topk")
     dispatcher = _text(job, "--moe-token-dispatcher-type")
-    backend = "deepep" if "--moe-enable-deepep" in job.given else _text(job, "--moe-flex-dispatcher-backend")
-    if "--moe-enable-deepep" in job.given:
+    backend = _text(job, "--moe-flex-dispatcher-backend")
+    if "--moe-enable-deepep" in job.given:  # Megatron-Core refuses it beside another dispatcher or backend
         _use(job, "--moe-enable-deepep")
+        if dispatcher != "flex" or backend not in (None, "deepep"):
+            job.contradictions.append(f"--moe-enable-deepep needs --moe-token-dispatcher-type flex and no other "
+                                      f"backend (Megatron-Core refuses it): parasim takes the flex dispatcher with "
+                                      f"deepep")
+            dispatcher = "flex"
+        backend = "deepep"
     if dispatcher == "alltoall":
         _use(job, "--moe-token-dispatcher-type")
         job.step["dispatcher"] = "alltoall"
