@@ -117,6 +117,10 @@ def test_the_command_times_a_dispatcher_and_refuses_another():
         import re
         return float(re.search(r"EP ([0-9.]+) s", text).group(1))
     assert ep_seconds_said(once.stdout) < ep_seconds_said(plain.stdout)
+    said = " ".join(once.stdout.split()), " ".join(plain.stdout.split())
+    assert " s (deepep);" in said[0] and " s (alltoall);" in said[1]  # the step names how its tokens travel
+    dense = " ".join(cli("memory", "--model", "27b", "--gpus", "8", "--tp", "8", "--gpu", "h100").stdout.split())
+    assert "(alltoall)" not in dense and "step:" in dense
     bad = cli(*args, "--dispatcher", "nccl")
     assert bad.returncode == 2 and "invalid choice" in bad.stderr and "Traceback" not in bad.stderr
 

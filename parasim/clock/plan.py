@@ -396,7 +396,7 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
             "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
             "parts_per_microbatch_s": parts, "tp_hidden_s": hidden_tp, "dp_grads_s": grads,
             "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,
-            "optimizer_s": optimizer, "gpu": m.name}
+            "optimizer_s": optimizer, "gpu": m.name, "dispatcher": plan.dispatcher if model.experts else None}
 
 
 def plan_time(model: Any, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -44,7 +44,8 @@ def time_words(t: dict, gpu_name: str) -> str:
     parts = t["parts_per_microbatch_s"]
     compute = (parts["matmul"] + parts["attention"] + parts["elementwise"] + parts["logits"]) * t["microbatches"]
     comm = {k: parts[k] * t["microbatches"] for k in ("tp", "cp", "ep") if parts[k]}
-    said = ", ".join(f"{k.upper()} {v:,.2f} s" for k, v in comm.items())
+    by = {"ep": f" ({t['dispatcher']})" if t.get("dispatcher") else ""}  # how the EP time's tokens travel
+    said = ", ".join(f"{k.upper()} {v:,.2f} s{by.get(k, '')}" for k, v in comm.items())
     extra = [f"pipeline bubble {t['bubble_s']:,.2f} s" if t["bubble_s"] else "",
              f"DP exposed {t['exposed_grads_s'] + t['exposed_params_s']:,.2f} s"
              if t["exposed_grads_s"] + t["exposed_params_s"] else ""]
