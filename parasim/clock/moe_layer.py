@@ -22,6 +22,7 @@ from ..layout import ModelSpec
 from ..limits import read_json
 from .costs import machine
 from .plan import moe_block
+from .runs import UNITS
 
 DATA = Path(__file__).resolve().parent / "moe_layer.json"
 SOURCE = Source(
@@ -77,8 +78,8 @@ def plan_of(case: LayerCase) -> Plan:
 
 
 def _error(measured: float, predicted: float) -> float:
-    """+ means parasim's layer is faster than the measured one (as `validate step-time` signs it)."""
-    return measured / predicted - 1
+    """+ means parasim's layer is faster than the measured one: a time's error as `validate step-time` reads it."""
+    return UNITS["s per step"].error(measured, predicted)
 
 
 def rows() -> list[dict[str, Any]]:

@@ -29,9 +29,8 @@ from ..layout.precision import Precision
 from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
 from ..estimate.memory import Plan
-from ..estimate.traffic import ep_destinations, group_per_node, plan_groups
+from ..estimate.traffic import once_per_gpu, plan_groups
 from .costs import Machine, collective_seconds, p2p_seconds, pairs_seconds
-from .dispatch import DISPATCHERS
 from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
 from .costs import machine as machine_of
@@ -82,6 +81,12 @@ def _ring(m: Machine, op: str, t: int, buffer: float, where: str) -> float:
     return collective_seconds(m, op, t, buffer, where)
 
 
+def _routed(plan: Plan, seq: int) -> float:
+    """Tokens one GPU routes to experts in a micro-batch: its CP share of the sequences, and under SP its TP
+    rank's share of those (each routes its own)."""
+    return plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
+
+
 def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
     """The products of one layer's forward on one GPU for one micro-batch, each at its own shape: attention's
     input projections (Q, K, V, split over TP) and its output; a dense MLP's up (with a gated MLP's gate) and
@@ -96,7 +101,7 @@ def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
     lins = [Linear(tokens, h, qkv / tp), Linear(tokens, out_width / tp, h)]
     if not moe:
         return lins + [Linear(tokens, h, up * model.ffn_size / tp), Linear(tokens, model.ffn_size / tp, h)]
-    routed = tokens / (tp if plan.sp else 1)  # the tokens this GPU routes (each TP rank its own share under SP)
+    routed = _routed(plan, seq)
     local = max(1, model.experts // plan.ep)
     rows = routed * model.top_k * plan.ep / model.experts  # copies one expert of this GPU works on, on average
     fe = model.expert_size
@@ -139,8 +144,7 @@ def _permute_bytes(model: Any, plan: Plan, seq: int) -> float:
     """Bytes an MoE layer's forward moves putting its tokens in expert order for the dispatch and back in token
     order after the combine, each pass reading what it moves and writing it elsewhere: the routed tokens and
     their top-k copies."""
-    routed = plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
-    return PERMUTE_PASSES * routed * model.hidden * (1 + model.top_k) * BYTES_16
+    return PERMUTE_PASSES * _routed(plan, seq) * model.hidden * (1 + model.top_k) * BYTES_16
 
 
 def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]:
@@ -155,10 +159,10 @@ def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]
     if plan.ep < 2:
         return {"dispatch": 0.0, "combine": 0.0}
     dt = precision_of(plan.precision)
-    routed = plan.micro_batch * seq / plan.cp / (plan.tp if plan.sp else 1)
-    if DISPATCHERS[plan.dispatcher].once_per_gpu:
-        gpus, nodes = ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"),
-                                      model.expert_groups, model.groups_kept)
+    routed = _routed(plan, seq)
+    once = once_per_gpu(model, plan)
+    if once is not None:
+        gpus, nodes = once
         inside, across = routed * gpus * model.hidden, routed * nodes * model.hidden
     else:
         values = routed * model.top_k * model.hidden * (plan.ep - 1) / plan.ep

@@ -213,8 +213,13 @@ class PublishedRun:
         assert (self.precision == "fp8") == precision_of(self.plan.precision).fp8, (self.key, self.plan.precision)
 
     @property
+    def source_entry(self) -> Source:
+        """The run's source in its set's registry (this module's SOURCES; a later set's run looks in its own)."""
+        return SOURCES[self.source]
+
+    @property
     def set(self) -> str:
-        return SOURCES[self.source].set
+        return self.source_entry.set
 
     @property
     def moe(self) -> bool:
@@ -223,7 +228,7 @@ class PublishedRun:
     @property
     def cite(self) -> tuple[str, str, str]:
         """(short name, document and table, address)."""
-        s = SOURCES[self.source]
+        s = self.source_entry
         return f"{s.name}, {self.where}", f"{s.document}, {self.where}", s.address
 
 

@@ -45,13 +45,8 @@ class FreshRun(PublishedRun):
     """A PublishedRun whose source is in this module's SOURCES."""
 
     @property
-    def set(self) -> str:
-        return SOURCES[self.source].set
-
-    @property
-    def cite(self) -> tuple[str, str, str]:
-        s = SOURCES[self.source]
-        return f"{s.name}, {self.where}", f"{s.document}, {self.where}", s.address
+    def source_entry(self) -> Source:
+        return SOURCES[self.source]
 
 
 def _pipe(pp: int, chunks: int) -> str | None:

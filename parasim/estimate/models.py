@@ -110,12 +110,12 @@ def read_hf_config(path: str) -> HFConfig:
         if shared_w is not None and size("shared_expert_intermediate_size", shared_w, 0):
             got.setdefault("shared_experts", 1)  # Qwen2-MoE: one shared expert of its own width
             got["shared_expert_ffn"] = shared_w
-        groups, kept = cfg.get("n_group"), cfg.get("topk_group")
-        if (_positive(groups) and _positive(kept) and 1 < groups and kept < groups and experts % groups == 0
-                and experts // groups * kept >= got.get("top_k", 1)):
+        limit = _group_limit(cfg, experts)
+        if limit and experts % limit[0] == 0:  # (groups that do not divide the experts: named, `_unmodelled`)
             # group-limited routing: what a dispatcher that sends a token once per GPU and node sends
-            # (clock/dispatch.py); NCCL's all-to-all sends each top-k copy whatever the groups
-            got["expert_groups"], got["groups_kept"] = size("n_group", groups, 1), size("topk_group", kept, 1)
+            # (clock/dispatch.py); NCCL's all-to-all sends each top-k copy whatever the groups. ModelSpec refuses
+            # kept groups too small for a token's k experts
+            got["expert_groups"], got["groups_kept"] = size("n_group", limit[0], 1), size("topk_group", limit[1], 1)
         dense_at = _dense_layers(path, cfg, layers, got.get("dense_layers", 0), size, used)
         if dense_at is not None:
             got["dense_layers"] = len(dense_at)
@@ -172,6 +172,15 @@ def _positive(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v > 0
 
 
+def _group_limit(cfg: dict, experts: int) -> tuple[int, int] | None:
+    """(n_group, topk_group) where they limit an MoE model's tokens (more than one group, fewer of them kept),
+    else None."""
+    groups, kept = cfg.get("n_group"), cfg.get("topk_group")
+    if experts and _positive(groups) and _positive(kept) and 1 < groups and kept < groups:
+        return groups, kept
+    return None
+
+
 def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
     """Lines for the fields present that change memory, traffic or time beyond what parasim models."""
     out = []
@@ -183,10 +192,9 @@ def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
         out.append(f"num_nextn_predict_layers {mtp}: the multi-token prediction module ({mtp} more "
                    f"layer{'s' if mtp > 1 else ''} predicting further tokens, with {'their' if mtp > 1 else 'its'} "
                    f"own projection) is not counted: no parameters, memory or time for it")
-    groups, top_groups = cfg.get("n_group"), cfg.get("topk_group")
-    if (experts and _positive(groups) and _positive(top_groups) and 1 < groups and top_groups < groups
-            and experts % groups):
-        out.append(f"n_group {groups}, topk_group {top_groups}: group-limited routing in groups that do not "
+    limit = _group_limit(cfg, experts)
+    if limit and experts % limit[0]:
+        out.append(f"n_group {limit[0]}, topk_group {limit[1]}: group-limited routing in groups that do not "
                    f"divide the {experts} experts is not modelled: a token's picks are taken as spread over all "
                    f"of them")
     window, types = cfg.get("sliding_window"), cfg.get("layer_types")

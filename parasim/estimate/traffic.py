@@ -150,20 +150,27 @@ def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, e
             for r in range(ep)]
 
 
-def plan_groups(plan: Plan, kind: str) -> list:
-    """The rank groups of that kind (Megatron-Core's, mesh.KINDS' names: "tp", "ep", ...) of the plan's layout,
-    experts whole on each EP rank (ETP 1)."""
-    from ..layout import Layout
-    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=1 if plan.ep > 1 else None,
-                    gpus_per_node=plan.gpus_per_node)
+def plan_groups(plan: Plan, kind: str) -> list[list[int]]:
+    """The rank groups of that kind (Megatron-Core's, mesh.KINDS' names: "tp", "ep", "dp-cp", ...) the plan's
+    layout builds."""
     _, generator, axes = next(k for k in KINDS if k[0] == kind)
-    return layout.rank_groups(generator, axes)
+    return plan.rank_groups(generator, axes)
 
 
 def group_per_node(plan: Plan, kind: str) -> int:
     """GPUs of the first group of that kind that share its first member's node."""
     first = [int(r) for r in plan_groups(plan, kind)[0]]
     return sum(r // plan.gpus_per_node == first[0] // plan.gpus_per_node for r in first)
+
+
+def once_per_gpu(model: ModelSpec, plan: Plan) -> tuple[float, float] | None:
+    """`ep_destinations` of the plan's EP group and the model's routing where the plan's dispatcher sends a token
+    once to each GPU and node (clock/dispatch.py: DeepEP, HybridEP); None where it sends each top-k copy."""
+    from ..clock.dispatch import DISPATCHERS
+    if not DISPATCHERS[plan.dispatcher].once_per_gpu:
+        return None
+    return ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"), model.expert_groups,
+                           model.groups_kept)
 
 
 def ep_expected_rows(tokens: float, k: int, experts: int, ep: int) -> float:
@@ -277,10 +284,8 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
             _add(out, k, v * n * (1 if once else plan.m))
     if moe:
         x = plan.tp if plan.sp else 1
-        from ..clock.dispatch import DISPATCHERS
-        copies = (ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"),
-                                  model.expert_groups, model.groups_kept)[0]
-                  if DISPATCHERS[plan.dispatcher].once_per_gpu else None)
+        once = once_per_gpu(model, plan)
+        copies = None if once is None else once[0]
         for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, size["dispatch"], full,
                                 back_itemsize=size["combine"], copies=copies).items():
             _add(out, k, v * moe * plan.m)
@@ -331,8 +336,7 @@ def across_share(plan: Plan, axis: str, gpus_per_node: int) -> float:
     (comm/hops.py, as the engine's trace counts them): a DP ring of 8 over two nodes crosses on 2 of its 8
     hops, so a quarter of its bytes go over the network. Read from the layout's own groups, in their
     member order, so either rank order Megatron-Core builds gives its own answer."""
-    _, generator, axes = next(k for k in KINDS if k[0] == AXIS_GROUP[axis])
-    return crossing_share(plan.rank_groups(generator, axes), AXIS_HOPS[axis], gpus_per_node)
+    return crossing_share(plan_groups(plan, AXIS_GROUP[axis]), AXIS_HOPS[axis], gpus_per_node)
 
 
 def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:

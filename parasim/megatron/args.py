@@ -24,12 +24,13 @@ AS_READ = frozenset(("--vocab-size", "--tokenizer-type", "--vocab-file", "--make
                      "--no-position-embedding"))
 
 
-def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1) -> list[str]:
-    """The flags of a model's shapes; `partial`: only the sizes it states (a layout's model: the sizes its
-    rules check), none of the defaults a whole model has. With the `job` the model came from, what parasim
-    does not model is left to the job's own flags: the positions (rotary or learned, and how many), the
-    token dispatcher, and the vocabulary where it is the job's (its tokenizer, padded as Megatron pads it for
-    TP `tp`)."""
+def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1,
+               dispatcher: str = "alltoall") -> list[str]:
+    """The flags of a model's shapes, an MoE model's with its token `dispatcher` (clock/dispatch.py); `partial`:
+    only the sizes it states (a layout's model: the sizes its rules check), none of the defaults a whole model
+    has. With the `job` the model came from, what parasim does not model is left to the job's own flags: the
+    positions (rotary or learned, and how many), a dispatcher parasim does not time, and the vocabulary where
+    it is the job's (its tokenizer, padded as Megatron pads it for TP `tp`)."""
     out: list[str] = []
 
     def add(flag: str, value: Any) -> None:
@@ -47,7 +48,7 @@ def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = No
     if partial:
         if model.experts:
             out += ["--num-experts", str(model.experts)]
-        return out + _unmodelled_model_args(model, seq, job)
+        return out + _unmodelled_model_args(model, seq, job, dispatcher)
     if model.latent:
         out.append("--multi-latent-attention")
         add("--q-lora-rank", model.q_lora_rank)
@@ -83,17 +84,19 @@ def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = No
             add("--moe-layer-freq", f"([0]*{model.dense_layers}+[1]*{model.layers - model.dense_layers})")
         add("--moe-router-num-groups", model.expert_groups)
         add("--moe-router-group-topk", model.groups_kept)
-    return out + _unmodelled_model_args(model, seq, job)
+    return out + _unmodelled_model_args(model, seq, job, dispatcher)
 
 
-def _unmodelled_model_args(model: Any, seq: int | None, job: Any) -> list[str]:
-    """What a new job needs and parasim does not model: the all-to-all dispatcher of an MoE model, rotary
-    positions, as many positions as the sequence; each left to the `job`'s own flags where it gives them (its
-    positions where they hold the sequence)."""
+def _unmodelled_model_args(model: Any, seq: int | None, job: Any, dispatcher: str = "alltoall") -> list[str]:
+    """What a new job needs beside the shapes: an MoE model's token dispatcher (NCCL's all-to-all unless the plan
+    names DeepEP's or HybridEP's flex kernels), rotary positions, as many positions as the sequence; each left
+    to the `job`'s own flags where it gives them (its positions where they hold the sequence, its dispatcher
+    where the plan keeps the all-to-all: one parasim does not time, such as allgather, stays the job's)."""
     given = {} if job is None else job.given
     out = []
-    if model.experts and "--moe-token-dispatcher-type" not in given:
-        out += ["--moe-token-dispatcher-type", "alltoall"]
+    if model.experts and (dispatcher != "alltoall" or "--moe-token-dispatcher-type" not in given):
+        out += ["--moe-token-dispatcher-type", "alltoall"] if dispatcher == "alltoall" else \
+            ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
     if job is None:  # Megatron-LM's default is learned absolute positions: a job that says nothing keeps them
         out += ["--position-embedding-type", "rope"]
     if seq is not None:
@@ -176,11 +179,9 @@ def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ..
     plan came from, then every flag of the job parasim does not write itself or re-derive, as the job gives
     it: what it leaves out (named under "not modelled"), what changes nothing it counts, what it does not
     know, and what it reads but writes no flag for (AS_READ)."""
-    out = model_args(model, seq, job=job, tp=plan.tp) + layout_args(plan, bool(model is not None and model.experts)) + \
-        pipeline_args(model, plan) + step_args(plan, overlap)
-    if plan.dispatcher != "alltoall":  # the flex dispatcher and its kernels, in place of the all-to-all
-        at = out.index("--moe-token-dispatcher-type") if "--moe-token-dispatcher-type" in out else len(out)
-        out[at:at + 2] = ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", plan.dispatcher]
+    out = model_args(model, seq, job=job, tp=plan.tp, dispatcher=plan.dispatcher) + \
+        layout_args(plan, bool(model is not None and model.experts)) + pipeline_args(model, plan) + \
+        step_args(plan, overlap)
     return out if job is None else out + job_rest(job, out)
 
 
