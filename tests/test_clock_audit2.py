@@ -332,22 +332,24 @@ def test_weights_gathered_longer_than_the_first_forward_stay_exposed_past_it() -
 
 
 # -- plan: what the TP and CP switches hide -------------------------------------------------------------------
-@pytest.mark.parametrize("switch, plan, comm, behind", [
-    ("tp", Plan(tp=2, gpus_per_node=1), "tp", "matmul"),  # TP over the network: longer than the products
-    ("cp", Plan(cp=2, gpus_per_node=1), "cp", "attention"),  # CP's ring over the network: longer than attention
+# what a switch hides of the compute's length: TP, TransformerEngine's measured net share (the Flux paper's 20% on
+# an H800, read by Hopper), the slowdown inside it; CP, all of it less the slowdown it causes
+@pytest.mark.parametrize("switch, plan, comm, behind, hides", [
+    ("tp", Plan(tp=2, gpus_per_node=1), "tp", "matmul", 0.20),  # TP over the network: longer than the products
+    ("cp", Plan(cp=2, gpus_per_node=1), "cp", "attention", 1 - SLOW),  # CP's ring across: longer than attention
 ])
 def test_an_overlapped_collective_hides_no_more_than_the_compute_beside_it(switch: str, plan: Plan, comm: str,
-                                                                          behind: str) -> None:
+                                                                          behind: str, hides: float) -> None:
     """Catches a switch hiding the whole collective however short the compute beside it, CP's ring hidden
     behind every product rather than the attention it feeds, and the overlap's slowdown added to what is
     hidden rather than taken from it (clock/plan.py `_exposed`). With each group across nodes of 1 GPU, the
     collectives (parts[comm], read from the plan without the switch) outlast the compute they run beside
-    (parts[behind]): the switch hides that compute's length, less the slowdown it causes there."""
+    (parts[behind]): the switch hides its share of that compute's length."""
     off = plan_time(SMALL_MODEL, plan.check(SMALL_MODEL, SEQ), SEQ, "h200")
     on = plan_time(SMALL_MODEL, plan.check(SMALL_MODEL, SEQ), SEQ, "h200", (switch,))
     p = off["parts_per_microbatch_s"]
     assert p[comm] > p[behind] > 0
-    assert on["per_microbatch_s"] == pytest.approx(off["per_microbatch_s"] - p[behind] * (1 - SLOW), rel=1e-12)
+    assert on["per_microbatch_s"] == pytest.approx(off["per_microbatch_s"] - p[behind] * hides, rel=1e-12)
 
 
 # -- plan: an MoE layer's products ------------------------------------------------------------------------------

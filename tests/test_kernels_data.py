@@ -22,6 +22,7 @@ READS = {
                              "nccl-ndr", "deepep"},
     K.overlap_slowdown: {"overlap-2507"},
     K.nccl_sm_share: {"nccl-src", "mle-sms"},
+    K.tp_overlap_efficiency: {"flux-paper"},
 }
 
 
@@ -34,6 +35,7 @@ def _sources_of_tables() -> dict:
         K.collective_bandwidth: {t.source for t in K.COLLECTIVES} | {p.source for p in K.ACROSS_PLATEAUS.values()},
         K.overlap_slowdown: {s for _, s in K.OVERLAP.values()},
         K.nccl_sm_share: {s for _, s in K.NCCL_CTAS.values()} | {s for _, s in K.SMS.values()},
+        K.tp_overlap_efficiency: {s for on in K.TP_OVERLAP.values() for _, s in on.values()},
     }
 
 
@@ -115,6 +117,8 @@ def test_attention_at_measured_lengths_is_the_figures_bar_over_the_dense_peak():
     ("h100", "fa2", None, True, 128, [163, 221, 265, 294, 308, 328]),  # FA2 Figure 7d
     ("a100", "fa2", None, True, 64, [88, 119, 140, 156, 165, 171]),  # FA2 Figure 4c
     ("a100", "fa2", None, False, 128, [151, 173, 187, 196, 201, 203]),  # FA2 Figure 4b (512 from the bar)
+    ("a100", "fa1", None, False, 64, [91, 92, 104, 108, 110, 110]),  # FA2 Figure 4a, FlashAttention 1's bars
+    ("a100", "fa1", None, True, 128, [55, 62, 69, 76, 80, 83]),  # FA2 Figure 4d, FlashAttention 1's bars
 ])
 def test_whole_rows_of_the_attention_figures(gpu, kernel, backward, causal, head_dim, row):
     peak = {"h100": 989e12, "a100": 312e12}[gpu]
@@ -209,6 +213,28 @@ def test_overlap_and_nccl_sms():
     assert ring.value == 32 / 108 and "at most" in ring.notes[0]
     with pytest.raises(UsageError, match="nvls"):
         K.nccl_sm_share("a100", "nvls")
+
+
+def test_tp_overlap_is_the_flux_papers_average_efficiency():
+    """arXiv 2406.06858 section 6: average overlap efficiency, Flux 63% (A100 NVLink) and 72% (H800 NVLink),
+    TransformerEngine -61% and 20%; Hopper reads the H800's; a GPU type without a measurement is refused."""
+    assert K.tp_overlap_efficiency("h800").value == 0.20 and K.tp_overlap_efficiency("h800", "flux").value == 0.72
+    a100 = K.tp_overlap_efficiency("a100")
+    assert a100.value == -0.61 and "negative" in a100.notes[-1]
+    assert K.tp_overlap_efficiency("a100", "flux").value == 0.63
+    for gpu in ("h100", "h200"):
+        got = K.tp_overlap_efficiency(gpu)
+        assert got.value == 0.20 and got.sources == ("flux-paper",) and "h800's stands in" in got.notes[0]
+    with pytest.raises(K.NoMeasurement, match="measured on b200"):
+        K.tp_overlap_efficiency("b200")
+
+
+def test_across_nodes_the_share_of_the_line_is_applied_to_the_clusters_own_network():
+    """A cluster whose NICs differ from the sheet's (InternLM's 4 x 100 Gb RoCE a node: 6.25 GB/s a GPU): the
+    ring all-reduce's measured 46 of 50 GB/s applied to that rate."""
+    got = K.collective_bandwidth("a100", "all_reduce", 2**30, "across", 8, network=6.25e9)
+    assert got.value == pytest.approx(46 / 50 * 6.25e9, rel=1e-12) and "cluster's 6.25 GB/s" in got.notes[-1]
+    assert K.collective_bandwidth("a100", "all_reduce", 2**30, "across").value == pytest.approx(46 / 50 * 25e9)
 
 
 def _monotone_between(values: list[float], left: float, right: float) -> None:
@@ -325,6 +351,8 @@ def test_outside_the_data_is_clamped_and_says_so():
     (lambda: K.collective_bandwidth("h100", "all_reduce", 8, "inside", 1), "members must be"),
     (lambda: K.overlap_slowdown("h100", "median"), "unknown statistic"),
     (lambda: K.nccl_sm_share("h100", "tree"), "unknown NCCL algorithm"),
+    (lambda: K.tp_overlap_efficiency("h100", "nccl"), "unknown TP overlap kernel"),
+    (lambda: K.attention_efficiency("h100", 512, 64, False, None, "fa1"), "'fa1'"),
 ])
 def test_bad_questions_are_one_line_usage_errors(call, words):
     with pytest.raises(UsageError, match=words) as info:
@@ -338,7 +366,8 @@ def test_a_gpu_type_without_measurements_is_refused(monkeypatch):
     monkeypatch.setitem(GPUS, "x900", GPUS["h100"])
     for call in (lambda: K.gemm_efficiency("x900", 1024, 1024, 1024), lambda: K.attention_efficiency(
             "x900", 1024, 128, False, False), lambda: K.memory_efficiency("x900"),
-            lambda: K.collective_bandwidth("x900", "all_gather", 1024, "inside"), lambda: K.nccl_sm_share("x900")):
+            lambda: K.collective_bandwidth("x900", "all_gather", 1024, "inside"), lambda: K.nccl_sm_share("x900"),
+            lambda: K.tp_overlap_efficiency("x900")):
         with pytest.raises(K.NoMeasurement, match="measured on x900") as info:
             call()
         assert "\n" not in str(info.value)

@@ -53,6 +53,11 @@ class Machine:
     # times over; kept with the Machine, so nothing outlives it.
     memo: dict = field(default_factory=dict, init=False, compare=False, repr=False)
 
+    def busbw(self, op: str, nbytes: float, where: str, members: int) -> float:
+        """The bus bandwidth measured for collective `op` of `nbytes` among `members` over link `where`, across
+        nodes at this cluster's own network rate."""
+        return collective_bandwidth(self.key, op, max(1, int(nbytes)), where, members, self.network).value
+
     def rate(self, where: str) -> float:
         """Bytes per second over link `where` (the datasheet's: what a transfer's bytes are drawn against)."""
         return self.nvlink if where == INSIDE else self.network
@@ -133,7 +138,7 @@ def collective_seconds(m: Machine, op: str, t: int, buffer: float, where: str) -
     if t < 2 or buffer <= 0:
         return m.latency["call"] if t >= 2 else 0.0
     moved = buffer * BUS_FACTOR[op](t)
-    busbw = collective_bandwidth(m.key, op, max(1, int(buffer)), where, t).value
+    busbw = m.busbw(op, buffer, where, t)
     if where == INSIDE:
         return moved / busbw
     steps = (2 if op == "all_reduce" else 1) * (t - 1)
@@ -152,7 +157,7 @@ def ring_seconds(op: str, t: int, sent: float, where: str, m: Machine) -> float:
 def p2p_rate(m: Machine, nbytes: float, where: str) -> float:
     """Bytes per second of one send of `nbytes` between two GPUs: a two-member all-gather of twice the buffer
     (each member moves one half to the other) at its measured bandwidth."""
-    return collective_bandwidth(m.key, "all_gather", max(2, int(2 * nbytes)), where, 2).value
+    return m.busbw("all_gather", max(2.0, 2 * nbytes), where, 2)
 
 
 def p2p_seconds(m: Machine, nbytes: float, where: str) -> float:
@@ -168,7 +173,7 @@ def a2a_rate(m: Machine, group: int, nbytes: float, where: str) -> float:
     table inside a node, for the members the node holds; DeepEP's across nodes, for the group)."""
     members = max(2, min(group, m.gpus_per_node)) if where == INSIDE else group
     buffer = nbytes * members / max(1, members - 1)  # the whole buffer whose (t-1)/t leaves each member
-    return collective_bandwidth(m.key, "all_to_all", max(1, int(buffer)), where, members).value
+    return m.busbw("all_to_all", buffer, where, members)
 
 
 def pairs_seconds(inside: float, across: float, m: Machine, group: int = 8) -> float:

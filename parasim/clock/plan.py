@@ -31,6 +31,7 @@ from ..layout.stages import alike_starts, stage_layers
 from ..estimate.memory import Plan
 from ..estimate.traffic import once_per_gpu, plan_groups
 from .costs import Machine, collective_seconds, p2p_seconds, pairs_seconds
+from ..estimate.kernels import tp_overlap_efficiency
 from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
 from .costs import machine as machine_of
@@ -289,16 +290,19 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
     return parts, products
 
 
-def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float) -> tuple[float, float]:
+def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float,
+             tp_hides: float) -> tuple[float, float]:
     """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden). A
     hidden collective is not free: the compute it runs beside slows by `slowdown` of the time they overlap
-    (its kernels hold SMs and memory bandwidth: `overlap_cost`). DualPipe pairs a forward and a backward
-    chunk, so one's EP all-to-alls run beside the other's compute."""
-    hidden_tp = min(parts["tp"], products) if "tp" in overlap else 0.0
+    (its kernels hold SMs and memory bandwidth: `overlap_cost`). TP's overlap hides `tp_hides` of its
+    collectives' time beside the products, as measured of the overlapping kernels with that cost inside
+    (estimate/kernels.tp_overlap_efficiency). DualPipe pairs a forward and a backward chunk, so one's EP
+    all-to-alls run beside the other's compute."""
+    hidden_tp = tp_hides * min(parts["tp"], products) if "tp" in overlap else 0.0
     hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in overlap else 0.0
     compute = parts["matmul"] + parts["attention"] + parts["elementwise"]
     hidden_ep = min(parts["ep"], compute) if "dualpipe" in overlap else 0.0
-    return sum(parts.values()) - (hidden_tp + hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
+    return sum(parts.values()) - hidden_tp - (hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
 
 
 def _fsdp_exposed(whole: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
@@ -340,10 +344,11 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     act_bytes = tokens * h * dt.bytes("activations")
     slowest = None
     slow = overlap_cost(m)
+    tp_hides = tp_overlap_efficiency(m.key).value if "tp" in overlap and tp > 1 else 0.0
     for stage in sorted({int(s) for s in alike_starts(model, pp)}):
         dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
         parts, products = stage_parts(model, plan, seq, m, dense_n, moe_n, stage == pp - 1)
-        per_mb, hidden_tp = _exposed(overlap, parts, products, slow)
+        per_mb, hidden_tp = _exposed(overlap, parts, products, slow, tp_hides)
         if slowest is None or per_mb > slowest[0]:  # the earliest of equals
             slowest = (per_mb, stage, parts, hidden_tp)
     assert slowest is not None

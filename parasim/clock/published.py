@@ -30,7 +30,7 @@ def predicted(r: PublishedRun, change: dict[str, Any] | None = None) -> tuple[fl
     plan: Plan = replace(r.plan, **change)
     # the source's global batch stays: a larger micro-batch means fewer of them
     plan = replace(plan, microbatches=sequences(r.plan) // (plan.dp * plan.micro_batch))
-    t = step_time(r.model, plan, r.seq, machine(r.gpu, plan.gpus_per_node), overlap)
+    t = step_time(r.model, plan, r.seq, replace(machine(r.gpu, plan.gpus_per_node), **r.machine), overlap)
     return UNITS[r.unit].of_step(r, plan, t["step_s"]), t
 
 

@@ -184,6 +184,9 @@ def training_plan(global_batch: int, sharding: str = "none", **choices: Any) -> 
     return Plan(**choices, zero=SHARDING[sharding][2], microbatches=global_batch // per_replica)
 
 
+MACHINE_SAID = {"hbm", "network"}  # the Machine figures a run's source may give for its own cluster
+
+
 @dataclass(frozen=True)
 class PublishedRun:
     """One published training run: what ran, on what, and the figure its source printed."""
@@ -205,12 +208,16 @@ class PublishedRun:
     overlap: tuple[str, ...] = ()  # clock/overlaps.py's switches the run trains with
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)  # other choices for what is assumed: the
     # plan's fields, or "overlap"
+    # the cluster's own figures where its source prints them and they differ from the GPU's sheet: clock/costs.
+    # Machine's "hbm" or "network" (bytes/s a GPU, one direction), as a fact of the run, never a fitted constant
+    machine: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         # the plan is timed by the sharding the entry names (a programming slip, not a user's input)
         assert self.plan.zero == SHARDING[self.sharding][2], (self.key, self.plan.zero, self.sharding)
         # a run its source says trained in FP8 is timed with FP8 products, and only such a run
         assert (self.precision == "fp8") == precision_of(self.plan.precision).fp8, (self.key, self.plan.precision)
+        assert set(self.machine) <= MACHINE_SAID, (self.key, self.machine)
 
     @property
     def source_entry(self) -> Source:
@@ -460,7 +467,10 @@ def _megascale() -> list[PublishedRun]:
     return out
 
 
-_TITAN = "Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card)"
+_TITAN = ("Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card): "
+          "timed at the page's 2.4 TB/s; the 500 W cap is not modelled (no BF16 product measured at 500 W)")
+# the page's card: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth" (its 400 Gb/s a GPU is the sheet's)
+TITAN_CARD = {"hbm": 2.4e12}
 _TITAN_SEQ = ("sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page gives none); attention through "
               "PyTorch's SDPA, whose flash backend is FlashAttention-2")
 # FSDP2: ZeRO-3. Attention through PyTorch's scaled_dot_product_attention (torchtitan 9dec370,
@@ -509,7 +519,7 @@ def _titan_h100() -> list[PublishedRun]:
                          tps, "tokens/s per GPU", precision="fp8", sharding="zero-3", schedule="1f1b",
                          overlap=("grad-reduce", "prefetch", "tp"), assumed=pipe)
             for cp, tps in ((1, 76.0), (2, 47.0), (4, 31.0), (8, 16.0))]
-    return out
+    return [replace(r, machine=TITAN_CARD) for r in out]  # every row ran on the page's card
 
 
 _BRIDGE = ("one row per model and parallel layout, from the latest container that lists it; recomputation, "

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..layout import ModelSpec
-from .runs import FOURTH as FOURTH_SET, LLAMA3_70B, LLAMA3_8B, QWEN3_235B_A22B, PublishedRun, Source, training_plan
+from .runs import (FOURTH as FOURTH_SET, LLAMA3_70B, LLAMA3_8B, QWEN3_235B_A22B, TITAN_CARD, PublishedRun, Source,
+                   training_plan)
 
 GATHERED = "2026-12-05"  # the date every figure here was read
 
@@ -77,10 +78,13 @@ FA_GPT3 = {"125m": ModelSpec(name="GPT3-125M (flash-attention)", layers=12, hidd
 
 # -- InternLM doc/en/train_performance.md (A100) -----------------------------------------------------------------
 
+# the page's "Inter-machine bandwidth | 4 * 100Gb RoCE": 400 Gb/s a node of 8, 6.25 GB/s a GPU each way
+_INTERNLM_NETWORK = {"network": 4 * 100e9 / 8 / 8}
 _INTERNLM = ("A100 SXM4 80GB (the page's nvidia_a100-sxm4-80gb), but a network of 4 x 100 Gb RoCE a node (the "
-             "a100 sheet's is 200 Gb/s a GPU); BF16 parameters and gradients with FP32 master weights and Adam "
+             "a100 sheet's is 200 Gb/s a GPU), timed at 6.25 GB/s a GPU; BF16 parameters and gradients with FP32 master weights and Adam "
              "(InternLM's hybrid ZeRO optimizer, timed as the precision 'post'); FlashAttention (the page: 'deeply "
-             "integrates Flash-Attention'; in July 2023 FlashAttention 1, timed as FA2, the registry's oldest); "
+             "integrates Flash-Attention'; doc/en/install.md at the same commit installs "
+             "flash-attention v1.0.5, timed as FlashAttention 1: fa1); "
              "the gradient reductions overlapped with the backward (7B_sft.py: zero_overlap_communication=True), "
              "the parameter gather after the step not overlapped; no pipeline; shapes from configs/7B_sft.py (the "
              "QKV and output projections' biases left out)")
@@ -102,8 +106,8 @@ def _internlm() -> list[FourthRun]:
             f"internlm-7b-tp{tp}-zero1all-{gpus}", src,
             f"'Throughput Measurement' table, row (tp={tp}, zero1=-1), {gpus} GPUs", "a100", gpus, INTERNLM_7B,
             training_plan(dp * mb * 4, "zero-1", tp=tp, dp=dp, micro_batch=mb, flash=True, precision="post",
-                          attention_kernel="fa2"), 2048,
-            tgs, "tokens/s per GPU", sharding="zero-1", overlap=("grad-reduce",),
+                          attention_kernel="fa1"), 2048,
+            tgs, "tokens/s per GPU", sharding="zero-1", overlap=("grad-reduce",), machine=_INTERNLM_NETWORK,
             assumed=f"{_INTERNLM}; zero1=-1: optimizer state over all data-parallel ranks (the page: 'equivalent "
                     "to Deepspeed Zero-1'); no recomputation (checkpoint=False); pack_sample_into_one=False: the "
                     "2048-token packs hold several samples and attention runs within each (FlashAttention's "
@@ -114,8 +118,8 @@ def _internlm() -> list[FourthRun]:
             f"internlm-7b-8gpu-{'ckpt' if ckpt else 'nockpt'}-mb{mb}", src,
             f"'FLOPS Testing' table, Activation Ckpt {'TRUE' if ckpt else 'FALSE'}, 8 GPUs", "a100", 8, INTERNLM_7B,
             training_plan(8 * mb * micro, "zero-1", dp=8, micro_batch=mb, recompute="full" if ckpt else "none",
-                          flash=True, precision="post", attention_kernel="fa2"), 2048,
-            tgs, "tokens/s per GPU", sharding="zero-1", overlap=("grad-reduce",),
+                          flash=True, precision="post", attention_kernel="fa1"), 2048,
+            tgs, "tokens/s per GPU", sharding="zero-1", overlap=("grad-reduce",), machine=_INTERNLM_NETWORK,
             assumed=f"{_INTERNLM}; zero1=8 on 8 GPUs, i.e. ZeRO-1 over every data-parallel rank; "
                     "pack_sample_into_one=True (whole 2048-token sequences); "
                     + ("activation checkpointing as full recomputation of every layer" if ckpt
@@ -125,7 +129,8 @@ def _internlm() -> list[FourthRun]:
 
 # -- torchtitan benchmarks/asyncTP_llama3_h100_2025-06_torchtitan.md (H100) -------------------------------------
 
-_TITAN = ("Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card); "
+_TITAN = ("Grand Teton H100s at 500 W with 96GB HBM2e at 2.4 TB/s (the h100 sheet is the 700 W, 80GB HBM3 card): "
+          "timed at the page's 2.4 TB/s, the 500 W cap not modelled; "
           "sequence 8192 from llama3_8b.toml and llama3_70b.toml at torchtitan 820504e (the page's commit; the page "
           "gives none); the page's 'tokens/sec' read as torchtitan's per-GPU tps (the 70B rows are ~600-940 on "
           "256 GPUs); FSDP2 over the 'FSDP' degree with BF16 parameters and FP32 reductions (torchtitan's "
@@ -154,7 +159,7 @@ def _titan_async_tp() -> list[FourthRun]:
                                   recompute=recompute, flash=True, precision="fsdp2-fp8" if fp8 else "fsdp2",
                                   attention_kernel="fa2"), 8192,
                     tps, "tokens/s per GPU", precision="fp8" if fp8 else "bf16", sharding="zero-3",
-                    overlap=("grad-reduce", "prefetch") + extra,
+                    overlap=("grad-reduce", "prefetch") + extra, machine=TITAN_CARD,
                     assumed=f"{_TITAN}; {ac}" + (f"; {_FP8_TENSORWISE}" if fp8 else "")
                             + ("; async TP (--parallelism.enable_async_tensor_parallel): TP collectives beside "
                                "the products" if how == "async" else "; vanilla TP: no TP overlap")))
@@ -222,7 +227,7 @@ def _zoo() -> list[FourthRun]:
 _FA = ("one node of 8 A100 SXM4 80GB (400 W) with NVLink; the page prints the node's tokens/sec, the row's figure "
        "is it over the 8 GPUs; configs from training/configs/experiment/pile/*-flash.yaml at the same commit: "
        "sequence 2048, BF16 (Lightning precision bf16: autocast over FP32 weights and gradients, timed as "
-       "Megatron's BF16 convention), FlashAttention 1 (timed as FA2, the registry's oldest), fused dense+GELU and "
+       "Megatron's BF16 convention), FlashAttention 1 (timed as fa1), fused dense+GELU and "
        "dropout+add+LayerNorm kernels, GPT2Config's dropout 0.1, no activation checkpointing (the page: 'we don't "
        "need any activation checkpointing'; mlp_checkpoint_lvl 0), the micro-batch the configs pick for an 80GB "
        "card (gpu_mem >= 80), DDP with its bucketed gradient all-reduce overlapped with the backward")
@@ -239,7 +244,7 @@ def _flash_attention() -> list[FourthRun]:
     return [FourthRun(
         f"fa-gpt3-{key}-8xa100", src, f"'Training speed' GPT3 table, {name} row ({printed} tokens/sec)", "a100", 8,
         FA_GPT3[key],
-        training_plan(batch, sharding, dp=8, micro_batch=mb, flash=True, dropout=True, attention_kernel="fa2"),
+        training_plan(batch, sharding, dp=8, micro_batch=mb, flash=True, dropout=True, attention_kernel="fa1"),
         2048, tps, "tokens/s per GPU", sharding=sharding, overlap=("grad-reduce",),
         assumed=f"{_FA}; " + ("plain DDP with apex AdamW (adamw-apex, no strategy)" if sharding == "none" else
                               "DDP with ZeRO-1 (DDPStrategyZero1, adamw-zero), the parameter broadcast after the "

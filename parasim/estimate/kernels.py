@@ -133,6 +133,17 @@ SOURCES: dict[str, Source] = {
         "and Power Implications' (arXiv 2507.03114v1), abstract", "https://arxiv.org/abs/2507.03114",
         "'an average computational slowdown of 18.9%, with a maximum of 40.0% slowdown' against compute alone",
         "4 A100s, H100s, MI250 and MI210 pooled, GPT and LLaMA models; no per-GPU breakdown was read"),
+    "flux-paper": Source(
+        "L.-W. Chang et al. (ByteDance), FLUX: Fast Software-based Communication Overlap on GPUs Through Kernel "
+        "Fusion (arXiv 2406.06858, version of 2024-10-25), sections 5.1 and 6", "https://arxiv.org/abs/2406.06858",
+        "section 6: average overlap efficiency, Flux 40%, 63%, 72% and TransformerEngine -67%, -61%, 20% on A100 "
+        "PCIe, A100 NVLink and H800 NVLink clusters; section 5.1's H800 ranges: Flux 37-93%, TransformerEngine "
+        "-40% to 80%",
+        "TP 8 in one node; GPT-3 175B's all-gather + GEMM (n 49152, k 12288) and GEMM + reduce-scatter (n 12288, k "
+        "49152) at m 1024-8192 tokens, BF16; TransformerEngine 1.4.0 with userbuffers, the best of its "
+        "configurations; overlap efficiency = 1 - (overlapped - the fastest GEMM alone) / (GEMM and collective "
+        "one after the other - that GEMM): the share of the collective's time hidden, net of what overlapping "
+        "costs the GEMM"),
     "nccl-src": Source(
         "NVIDIA NCCL source, v2.30.7", "https://github.com/NVIDIA/nccl",
         "commit 5067397c: src/transport/nvls.cc NVLS_NCHANNELS_SM90 16; src/init.cc ring maxChannels = "
@@ -368,7 +379,7 @@ class AttentionTable:
 ATTENTION: tuple[AttentionTable, ...] = tuple(
     AttentionTable(t["gpu"], t["kernel"], t["pass"], t["causal"], t["head_dim"], t["source"], tuple(t["seq"]),
                    tuple(_scaled(v, "TFLOP/s") for v in t["tflops"])) for t in _load("attention.json"))
-KERNELS = ("fa3", "fa2")  # newest first: the kernel a GPU type gets unless one is named
+KERNELS = ("fa3", "fa2", "fa1")  # newest first: the kernel a GPU type gets unless one is named
 BOTH = "forward+backward"
 PASSES = {False: "forward", True: "backward", None: BOTH}  # attention_efficiency's `backward` -> the pass
 BACKWARD_FLOPS = 2.5  # the papers' count: the backward pass is 2.5x the forward's FLOPs (5 matmuls against 2)
@@ -384,7 +395,8 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     (forward 4 s^2 d h, halved with the causal mask; backward 2.5x forward). `backward`: True for the backward
     pass, False for the forward, None for both together (as FlashAttention-2's Figures 4 and 7 time them).
 
-    Sources (SOURCES): A100: FlashAttention-2's Figure 4 ('fa2-a100', forward + backward only); H100:
+    Sources (SOURCES): A100: FlashAttention-2's Figure 4 ('fa2-a100', forward + backward only; FlashAttention
+    1 ('fa1') from the same figure's bars, the kernel of 2022-23's A100 runs); H100:
     FlashAttention-2's Figure 7 ('fa2-h100', forward + backward) and FlashAttention-3's Figures 5 and 6
     ('fa3-paper': FlashAttention-2 and -3 forward, head dims 64, 128, 256; backward without the causal mask,
     head dims 64 and 128). H200 reads the H100's figures. Sequences 512-16k; where a pass or the causal mask
@@ -510,7 +522,7 @@ ACROSS_PLATEAUS: dict[tuple[str, int | None], Plateau] = {
 }
 
 
-def _across(gpu: str, op: str, members: int) -> Lookup:
+def _across(gpu: str, op: str, members: int, network: float | None = None) -> Lookup:
     notes = ["no size-resolved sweep across nodes was found; the large-message figure is used at every size, "
              "which overstates small messages"]
     if op == "all_to_all":
@@ -524,14 +536,16 @@ def _across(gpu: str, op: str, members: int) -> Lookup:
         plateau = ACROSS_PLATEAUS[("all_reduce", None)]
         if op != "all_reduce":
             notes.append(f"the ring all-reduce figure is used for {op} (nccl-tests' busbw compares across ops)")
-    rate = GPUS[gpu].network.value
+    rate = GPUS[gpu].network.value if network is None else network
     if rate != plateau.line_rate:
+        whose = f"{gpu}'s" if network is None else "the cluster's"
         notes.append(f"measured on a {plateau.line_rate / 1e9:g} GB/s NIC; its share of the line is applied to "
-                     f"{gpu}'s {rate / 1e9:g} GB/s")
+                     f"{whose} {rate / 1e9:g} GB/s")
     return Lookup(plateau.bytes_per_s * (rate / plateau.line_rate), (plateau.source,), tuple(notes))
 
 
-def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: int = 8) -> Lookup:
+def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: int = 8,
+                         network: float | None = None) -> Lookup:
     """The bus bandwidth (bytes/s, nccl-tests' busbw) a collective of `nbytes` (the whole buffer) reaches among
     `members` GPUs: the time is nbytes x BUS_FACTOR[op](members) / value.
 
@@ -541,7 +555,8 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
     NVLink SHARP); inside a B200 node its all-reduce sweep on AWS p6-b200 ('mle-b200-allreduce'). An H200's
     other ops read the H100's tables (same NVLink 4 node); an op without its own sweep reads the GPU's
     all-reduce (A100, B200). Across nodes: NVIDIA's 46-48 GB/s per NDR NIC ('nccl-ndr') and DeepEP's
-    all-to-all ('deepep'), large messages only."""
+    all-to-all ('deepep'), large messages only, each as its share of the NIC's line rate applied to `network`
+    (bytes/s a GPU, one direction; the GPU sheet's without it: a cluster with other NICs gives its own)."""
     _check_gpu(gpu)
     if op not in BUS_FACTOR:
         raise UsageError(f"no measured bandwidth for {op!r}: {', '.join(BUS_FACTOR)}")
@@ -549,7 +564,7 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
         raise UsageError(f"where must be {INSIDE!r} or {ACROSS!r}, not {where!r}")
     nbytes, members = _whole("bytes", nbytes), _whole("members", members, 2)
     if where == ACROSS:
-        return _across(gpu, op, members)
+        return _across(gpu, op, members, network)
     on, notes = _stand_in(gpu, {t.gpu for t in COLLECTIVES if t.op == op}, op)
     if on is None:
         on, notes = _measured_on(gpu, {t.gpu for t in COLLECTIVES if t.op == "all_reduce"}, "all_reduce")
@@ -598,6 +613,46 @@ def overlap_slowdown(gpu: str, statistic: str = "mean") -> Lookup:
     return Lookup(value, (source,), tuple(notes))
 
 
+# TP's collectives overlapped with the products that need them, by implementation: the share of the collective's
+# time hidden, net of what the overlap costs the products ('flux-paper', section 6's averages over its
+# operation-level shapes). Negative: slower than not overlapping at all, as measured.
+TP_OVERLAP: dict[str, dict[str, tuple[float, str]]] = {
+    "te-userbuffers": {"h800": (0.20, "flux-paper"), "a100": (-0.61, "flux-paper")},
+    "flux": {"h800": (0.72, "flux-paper"), "a100": (0.63, "flux-paper")},
+}
+TP_OVERLAP_ON = {"h100": "h800", "h200": "h800"}  # Hopper reads the H800's (the same die)
+
+
+def tp_overlap_efficiency(gpu: str, kernel: str = "te-userbuffers") -> Lookup:
+    """The share of TP's collective time hidden behind the products it feeds, net of what overlapping costs
+    them: 'te-userbuffers' (TransformerEngine's userbuffers: Megatron-LM's --tp-comm-overlap, NeMo's
+    ub_tp_comm_overlap) or 'flux' (ByteDance's fused kernels).
+
+    Source (SOURCES): 'flux-paper', the averages of its operation-level evaluation at TP 8 (A100 NVLink and H800
+    NVLink); an H100 or H200 reads the H800's (same die, NVLink 2.25x wider, so a shorter collective beside the
+    same product: not measured)."""
+    _check_gpu(gpu)
+    table = TP_OVERLAP.get(kernel)
+    if table is None:
+        raise UsageError(f"unknown TP overlap kernel {kernel!r}: {', '.join(TP_OVERLAP)}")
+    on, notes = gpu, []
+    if gpu not in table and TP_OVERLAP_ON.get(gpu) in table:
+        on = TP_OVERLAP_ON[gpu]
+        notes.append(f"no TP overlap measured on {gpu}; the {on}'s stands in (the same die, a narrower NVLink)")
+    if on not in table:
+        raise NoMeasurement(f"no TP overlap ({kernel}) measured on {gpu} yet, so parasim cannot time it there "
+                            f"(measured on {', '.join(sorted(table))})")
+    value, source = table[on]
+    notes.append("an average over TP 8 products at 1,024-8,192 tokens (GPT-3 175B's shapes), not per shape")
+    if kernel == "te-userbuffers":
+        notes.append("TransformerEngine 1.4.0 (early 2024), the best of its configurations; later versions' "
+                     "ring-exchange all-gather is not in this figure")
+    if value < 0:
+        notes.append("negative: the overlapped pair ran slower than the product and the collective one after the "
+                     "other")
+    return Lookup(value, (source,), tuple(notes))
+
+
 def nccl_sm_share(gpu: str, algorithm: str = "nvls") -> Lookup:
     """The share of a GPU's SMs NCCL's kernel holds: its CTAs (one a channel) over the SM count, an upper bound
     on the compute it takes if each CTA holds an SM.
@@ -629,6 +684,7 @@ SAMPLES: tuple[tuple[str, Any], ...] = (
     ("elementwise pass (share of HBM)", lambda g: memory_efficiency(g)),
     ("all-reduce inside a node, 1 GiB (busbw GB/s)", lambda g: collective_bandwidth(g, "all_reduce", 2**30, INSIDE)),
     ("all-reduce across nodes (busbw GB/s)", lambda g: collective_bandwidth(g, "all_reduce", 2**30, ACROSS)),
+    ("TP overlap, share of the collective hidden", lambda g: tp_overlap_efficiency(g)),
 )
 
 
