@@ -21,13 +21,14 @@ def add_validate(sub: Any) -> None:
                                      "is silent, and what the other choices would give. One set of constants per "
                                      "GPU type (parasim hardware). The runs are split by source into a calibration "
                                      "set (the sources the model was shaped on), a held-out set (never shaped on, "
-                                     "but read for causes since), a fresh held-out set (five other sources, "
-                                     "scored once: the test of the model) and a fourth (four more sources, "
-                                     "scored once with the same model), each scored on its own.")
+                                     "but read for causes since), a fresh and a fourth held-out set (five and "
+                                     "four other sources, each scored once with an earlier model and read for "
+                                     "causes since) and a fifth (four more sources, gathered blind while this "
+                                     "model was made and scored once with it: the test), each scored on its own.")
     # the sets' names are checked in the command, against clock/runs.py's SETS (importing it here would slow
     # every command's start)
     st.add_argument("--set", dest="which", default=ALL, metavar="SET",
-                    help=f"print one set: calibration, held-out, fresh, fourth or {ALL} (default: {ALL}, calibration "
+                    help=f"print one set: calibration, held-out, fresh, fourth, fifth or {ALL} (default: {ALL}, calibration "
                          "first)")
     st.add_argument("--json", action="store_true",
                     help='print {"rows": [{name, set, source, gpus, published, predicted, unit, error, assumed, '

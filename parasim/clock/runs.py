@@ -25,9 +25,10 @@ from .plan import sequences
 
 # the fresh set: held out too, gathered from five other sources after the held-out set was read for causes, and
 # scored once when the next version of the model was done (clock/runs_fresh.py); the fourth set: four more
-# sources, gathered after that score and scored once with the same model (clock/runs_fourth.py)
-CALIBRATION, HELD_OUT, FRESH, FOURTH = "calibration", "held-out", "fresh", "fourth"
-SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH)
+# sources, gathered after that score and scored once with the same model (clock/runs_fourth.py); the fifth: four
+# more, gathered blind while the model after the fourth score was made, and scored once with it (runs_fifth.py)
+CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH = "calibration", "held-out", "fresh", "fourth", "fifth"
+SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,8 @@ Same format as runs_fourth.py: one PublishedRun per run (its source, GPU, model 
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-fifth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-FIFTH_SET = "fifth", defined here (runs.SETS is left as it is, for the engineer who wires the set in); a
-FifthRun is a PublishedRun that looks its source up there. FIFTH is the runs, as FOURTH is in runs_fourth.py.
+runs.FIFTH ("fifth"); a FifthRun is a PublishedRun that looks its source up there. FIFTH is the runs, as FOURTH
+is in runs_fourth.py.
 """
 from __future__ import annotations
 
@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..layout import ModelSpec
-from .runs import DEEPSEEK_V3, LLAMA3_70B, QWEN3_30B_A3B, PublishedRun, Source, training_plan
+from .runs import FIFTH as FIFTH_SET, DEEPSEEK_V3, LLAMA3_70B, QWEN3_30B_A3B, PublishedRun, Source, training_plan
 
-FIFTH_SET = "fifth"  # this set's name (not yet in runs.SETS; FIFTH below is the runs, as FOURTH in runs_fourth)
 GATHERED = "2026-12-05"  # the date every figure here was read
 
 SOURCES: dict[str, Source] = {s.name: s for s in (
