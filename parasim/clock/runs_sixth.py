@@ -218,10 +218,12 @@ def _megatron() -> list[SixthRun]:
             f"flagperf-llama2-70b-h800-32gpu-tp{tp}-pp{pp}-gbs{acc}", src,
             f"llama2_70B-megatron README '性能指标', H800 4x8 amp TP{tp}PP{pp}DP1 row, fix_hp {fix} ({tps:g} "
             "token/p/s)", "h800", 32, FP_LLAMA2_70B[tp],
-            training_plan(acc, "zero-1", tp=tp, pp=pp, dp=1, sp=True, micro_batch=1, flash=True), 4096, tps,
+            training_plan(acc, "zero-1", tp=tp, pp=pp, dp=1, sp=True, micro_batch=1, flash=True,
+                          attention_kernel="fa2"), 4096, tps,
             "tokens/s per GPU", sharding="zero-1", schedule="1f1b",
             assumed=f"{_H800}; Megatron-LM with megatron_main.sh (its version not stated; TransformerEngine not "
-                    "named, flash attention on: timed as the newest kernel); 'amp' as the script's --bf16; the "
+                    "named, flash attention on: Megatron-LM's flash-attn package, timed as FlashAttention-2 as every set "
+                    "times that package); 'amp' as the script's --bf16; the "
                     "distributed optimizer with DP 1 (nothing to shard or reduce across replicas); sequence "
                     "parallelism; config_H800x4x8.py: sequence 4096, micro-batch 1, flash on, recompute off, "
                     + (f"accumulate {acc}" if acc == 1024 else "accumulate 44 (the config's "
