@@ -26,9 +26,10 @@ from .plan import sequences
 # the fresh set: held out too, gathered from five other sources after the held-out set was read for causes, and
 # scored once when the next version of the model was done (clock/runs_fresh.py); the fourth set: four more
 # sources, gathered after that score and scored once with the same model (clock/runs_fourth.py); the fifth: four
-# more, gathered blind while the model after the fourth score was made, and scored once with it (runs_fifth.py)
-CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH = "calibration", "held-out", "fresh", "fourth", "fifth"
-SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH)
+# more, gathered blind while the model after the fourth score was made, and scored once with it (runs_fifth.py);
+# the sixth: one more, gathered blind after that score and scored once with the same model (runs_sixth.py)
+CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH = "calibration", "held-out", "fresh", "fourth", "fifth", "sixth"
+SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ Same format as runs_fifth.py: one PublishedRun per run (its source, GPU, model s
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-sixth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-SIXTH_SET ("sixth", defined here: runs.py is not edited); a SixthRun is a PublishedRun that looks its source up
-there. SIXTH is the runs, as FIFTH is in runs_fifth.py.
+runs.SIXTH ("sixth"); a SixthRun is a PublishedRun that looks its source up there. SIXTH is the runs, as FIFTH
+is in runs_fifth.py.
 
 Both sources are BAAI's FlagPerf benchmark (github.com/FlagOpen/FlagPerf), read at commit 1b5a0303 (2025-11-11):
 its NVIDIA reference cases, the Paddle LLM cases (A100 80GB, 2023) and the Megatron-LM cases (H100 and H800,
@@ -20,10 +20,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..layout import ModelSpec
-from .runs import LLAMA3_70B, LLAMA3_8B, PublishedRun, Source, training_plan
+from .runs import SIXTH as SIXTH_SET, LLAMA3_70B, LLAMA3_8B, PublishedRun, Source, training_plan
 from .runs_fifth import LLAMA2_7B
 
-SIXTH_SET = "sixth"
 GATHERED = "2026-12-05"  # the date every figure here was read
 _COMMIT = "1b5a030398ab719e406f77877eb34c9599b17fd2"
 _TREE = f"https://github.com/FlagOpen/FlagPerf/tree/{_COMMIT}/training/nvidia"
