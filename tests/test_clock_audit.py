@@ -288,18 +288,17 @@ def test_prefetch_hides_the_distributed_optimizers_weight_all_gather_in_the_plan
 def test_prefetch_hides_fsdps_layer_by_layer_gathers_in_the_plan() -> None:
     """Catches bug 4 for ZeRO-3 / FSDP (clock/plan.py `_fsdp_exposed` ignoring prefetch). The 27B model, ZeRO-3
     over 8 GPUs of a node, one micro-batch: the weights are gathered layer by layer for the forward and again for
-    the backward, 2 x one 54 GB all-gather in all. Without prefetch every layer waits for its own gather. With
-    it, each layer's gather (1/60 of the whole) runs while the layer before computes, so in each pass only the
-    first layer waits for its gather, and the other 59, each shorter than a layer's compute, only slow it:
-    per pass G/60 + 59 x SLOW x G/60."""
+    the backward, each layer's all-gather of 1/60 of the 54 GB at the bandwidth measured for its own size, 2 x 60
+    of them in all. Without prefetch every layer waits for its own gather. With it, each layer's gather runs
+    while the layer before computes, so in each pass only the first layer waits for its gather, and the other
+    59, each shorter than a layer's compute, only slow it: per pass G + 59 x SLOW x G."""
     plan = Plan(dp=8, zero=3)
-    buffer = PARAMS_27B * BF16
-    whole = buffer * 7 / 8 / busbw("all_gather", buffer, "inside", 8)
+    layer = PARAMS_27B * BF16 / LAYERS_27B
+    per_layer = layer * 7 / 8 / busbw("all_gather", layer, "inside", 8)
     off = plan_time(MODEL_27B, plan, SEQ, "h200")
     on = plan_time(MODEL_27B, plan, SEQ, "h200", ("prefetch",))
-    assert off["dp_params_s"] == pytest.approx(2 * whole, rel=1e-9)
-    assert off["exposed_params_s"] == pytest.approx(2 * whole, rel=1e-9)
-    per_layer = whole / LAYERS_27B
+    assert off["dp_params_s"] == pytest.approx(2 * LAYERS_27B * per_layer, rel=1e-9)
+    assert off["exposed_params_s"] == pytest.approx(2 * LAYERS_27B * per_layer, rel=1e-9)
     assert per_layer < on["per_microbatch_s"] / 3 / LAYERS_27B  # a layer's gather fits behind a layer's forward
     want = 2 * (per_layer + (LAYERS_27B - 1) * SLOW * per_layer)
     assert on["exposed_params_s"] == pytest.approx(want, rel=1e-9)

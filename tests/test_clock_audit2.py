@@ -317,6 +317,19 @@ def test_gradients_longer_than_the_backward_stay_exposed_past_it() -> None:
     assert on["step_s"] == pytest.approx(off["step_s"] - backward * (1 - SLOW), rel=1e-12)
 
 
+def test_zero3_pays_each_layers_collective_its_own_latency() -> None:
+    """Catches ZeRO-3's layer-by-layer gathers timed as a share of one whole-model gather (its latency divided
+    among the layers; clock/plan.py `step_time`): ZeRO-3 over 2 GPUs on nodes of 1, no overlap, SMALL_MODEL's 4
+    layers (the stage's parameters spread evenly over them), one micro-batch: each layer's all-gather of a 4th of
+    the BF16 weights crosses the network, paying NCCL's call and step latency of its own, twice (forward and
+    backward)."""
+    layer = SMALL_MODEL.total_params() * BF16 / 4
+    gather = CALL + ACROSS + layer / 2 / busbw("all_gather", layer, "across", 2)
+    off = plan_time(SMALL_MODEL, Plan(dp=2, zero=3, gpus_per_node=1), 512, "h200")
+    assert off["dp_params_s"] == pytest.approx(2 * 4 * gather, rel=1e-12)
+    assert off["exposed_params_s"] == pytest.approx(2 * 4 * gather, rel=1e-12)
+
+
 def test_weights_gathered_longer_than_the_first_forward_stay_exposed_past_it() -> None:
     """The same for the distributed optimizer's weight all-gather under prefetch: ZeRO-1 over 2 GPUs on nodes of
     1, the BF16 weights all-gathered (each member moving 1/2 of them) across, longer than the first forward (a

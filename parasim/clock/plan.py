@@ -305,18 +305,17 @@ def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float,
     return sum(parts.values()) - hidden_tp - (hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
 
 
-def _fsdp_exposed(whole: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
+def _fsdp_exposed(g: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
                   shares: tuple[float, ...]) -> float:
-    """Seconds ZeRO-3 / FSDP leaves exposed of `whole` (one collective of the stage's whole parameters: the
-    all-gather of its weights, or the reduce-scatter of its gradients), done layer by layer in each pass of
-    every micro-batch (`shares`: the passes' parts of a micro-batch's compute, 1/3 forward and 2/3 backward).
-    Without overlap every layer waits for its own; with it (FSDP's prefetch, one layer ahead, as FSDP2 and
-    DeepSpeed default to), each layer's collective runs while the layer before computes, so only the first
-    waits, a layer's collective longer than a layer's compute waits for the rest, and what hides slows the
-    compute beside it by `slow`."""
-    g = whole / layers
+    """Seconds ZeRO-3 / FSDP leaves exposed of its layer-by-layer collectives (`g`: one layer's, the all-gather
+    of its weights or the reduce-scatter of its gradients, at its own size and latency), in each pass of every
+    micro-batch (`shares`: the passes' parts of a micro-batch's compute, 1/3 forward and 2/3 backward). Without
+    overlap every layer waits for its own; with it (FSDP's prefetch, one layer ahead, as FSDP2 and DeepSpeed
+    default to), each layer's collective runs while the layer before computes, so only the first waits, a
+    layer's collective longer than a layer's compute waits for the rest, and what hides slows the compute beside
+    it by `slow`."""
     if not overlapped:
-        return mb * len(shares) * whole
+        return mb * len(shares) * layers * g
     out = 0.0
     for share in shares:
         c = per_mb * share / layers
@@ -372,7 +371,9 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     shares = [(dense / (tp * pp), plan.dp * cp, "dp-cp")]
     if model.expert_params():
         shares.append((model.expert_params() / (plan.ep * pp), plan.world // (plan.ep * pp), "expert-dp"))
-    grads = params = 0.0
+    layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
+    # ZeRO-3 gathers and reduces layer by layer: each layer's collective at its own size, with its own latency
+    grads = params = layer_grads = layer_params = 0.0
     for local, group, kind in shares:
         where = _link(plan, kind)
         if plan.zero == 3 or _sharded(plan):
@@ -380,19 +381,22 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
             params += _ring(m, "all_gather", group, local * dt.bytes("compute"), where)
         else:
             grads += _ring(m, "all_reduce", group, local * dt.bytes("grad_reduce"), where)
+        if plan.zero == 3:
+            layer_grads += _ring(m, "reduce_scatter", group, local / layers * dt.bytes("grad_reduce"), where)
+            layer_params += _ring(m, "all_gather", group, local / layers * dt.bytes("compute"), where)
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
-    layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
     if plan.zero == 3 and pp > 1:  # FSDP2 under torch.distributed.pipelining (torchtitan): each stage's layers
         # are gathered in the first forward and kept (reshard_after_forward=False, set_reshard_after_backward(False)
         # for every backward but the last), and the gradients are reduce-scattered once, by the manual post-backward
         # after the last backward (pipelining/stage.py, backward_maybe_with_nosync): nothing to hide them behind
-        exposed_params = _fsdp_exposed(params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
-        exposed_grads = grads
+        exposed_params = _fsdp_exposed(layer_params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
+        exposed_grads, params = grads, layers * layer_params
     elif plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
-        exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in overlap, slow, (1 / 3, 2 / 3))
-        exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
-        params, grads = 2 * mb * params, mb * grads
+        exposed_params = _fsdp_exposed(layer_params, per_mb, mb, layers, "prefetch" in overlap, slow,
+                                       (1 / 3, 2 / 3))
+        exposed_grads = _fsdp_exposed(layer_grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
+        params, grads = 2 * mb * layers * layer_params, mb * layers * layer_grads
     else:
         last_backward = per_mb * 2 / 3
         exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in overlap else grads

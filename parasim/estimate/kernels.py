@@ -58,6 +58,13 @@ SOURCES: dict[str, Source] = {
         "FP8 (float8_e4m3fn) rows, commit 744d01e18b (2026-08-22)",
         "torch.mm, mean of 100 iterations after 50 warmup, best shape of a brute-force search; H100 SXM torch "
         "2.7.0+cu126, H200 SXM torch 2.7.1+cu128; 'Theory' column 1979 = FP8 dense peak, twice BF16's 989"),
+    "mamf-bf16": Source(
+        "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
+        "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
+        "the BF16 table's A100 row, commit 744d01e18b (2026-08-22): '| NVIDIA A100 SXM | 271.2 | 312 | 86.9% | "
+        "1024x10240x5120 | 2.6.0+cu126 |'",
+        "A100 SXM (the table's 'Theory' 312 TFLOP/s), torch.mm, mean of 100 iterations after 50 warmup, the best "
+        "shape of a brute-force search over shapes, torch 2.6.0+cu126"),
     "fa2-a100": Source(
         "T. Dao, FlashAttention-2 (arXiv 2307.08691), Figure 4: attention forward + backward speed on A100",
         "https://arxiv.org/abs/2307.08691",
@@ -324,6 +331,12 @@ def _profiled(gpu: str, point: GemmTable, shape: tuple[int, int, int],
         "above the best"] if shape != best_shape else [])
 
 
+# The best BF16 product a brute-force search over shapes measured on a GPU type (FLOP/s, source): a table read off
+# an older plot that passes it is held to it (NVIDIA's CUDA 11 blog gives the A100 290 TFLOP/s at 8192 cubed, above
+# the 271.2 any shape reached with torch 2.6)
+BF16_CEILING: dict[str, tuple[int, str]] = {"a100": (271_200_000_000_000, "mamf-bf16")}
+
+
 def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lookup:
     """The share of hardware.py's dense peak (FP8: twice the BF16 peak) an (m x k) @ (k x n) product reaches.
 
@@ -333,7 +346,8 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     ('mamf'), falling off at other shapes as the H100 BF16 grid does (`_profiled`: OpenXLA's FP8 entries for
     sm_90 exceed the FP8 dense peak, up to 2.42 PFLOP/s against 1.98, so they are not used); B200 BF16 and FP8
     from one best shape each in the same table ('mamf-b200'), used for every shape (the notes say so). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square
-    product on the A100 is read at the side of the cube of the same volume, an assumption the notes state."""
+    product on the A100 is read at the side of the cube of the same volume, an assumption the notes state, and
+    held to the best BF16 product MAMF's search measured on the card ('mamf-bf16', BF16_CEILING)."""
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
@@ -352,6 +366,11 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
                          f"cube of the same volume, {side:.0f} (an assumption)")
         sides = sorted(p[0] for p in table.points)
         flops, more = _along("side", sides, [table.points[(s, s, s)] for s in sides], side)
+        ceiling = BF16_CEILING.get(table.gpu) if dtype == "bf16" else None
+        if ceiling is not None and flops > ceiling[0]:
+            more.append(f"{flops / 1e12:.1f} TFLOP/s read off {table.source} is above the best any shape reached "
+                        f"in a search on the card ({ceiling[0] / 1e12:.1f}, {ceiling[1]}): held to it")
+            return Lookup(ceiling[0] / peak, (table.source, ceiling[1]), tuple(notes + more))
     else:
         (shape, flops), = table.points.items()
         more = [] if shape == (m, n, k) else [
