@@ -1,4 +1,4 @@
-"""The clock against the published runs of clock/runs.py, runs_fresh.py, runs_fourth.py and runs_fifth.py, in six sets (issue 50): the
+"""The clock against the published runs of clock/runs.py, runs_fresh.py, runs_fourth.py and runs_fifth.py, in seven sets (issue 50): the
 tables and scores on docs/validation.md and README's figures are what the code computes for every set; a set's score (median,
 largest, bias, MoE median, runs beyond 25%) is checked on a small table written here; each unit's figure and
 the error's sign are worked out by hand on a made-up run; the FLOP rules reproduce the sources' own figures;
@@ -17,22 +17,23 @@ import pytest
 from parasim.clock.costs import machine
 from parasim.clock.plan import layer_forward, step_time
 from parasim.clock.published import error, predicted, rows, score, scores
-from parasim.clock.runs import (CALIBRATION, FIFTH, FOURTH, FRESH, HELD_OUT, RULES, RUNS, SETS, SIXTH, SOURCES, UNITS,
-                                PublishedRun, training_plan)
+from parasim.clock.runs import (CALIBRATION, FIFTH, FOURTH, FRESH, HELD_OUT, RULES, RUNS, SETS, SEVENTH, SIXTH, SOURCES,
+                                UNITS, PublishedRun, training_plan)
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
 from parasim.clock.runs_fifth import FIFTH as FIFTH_RUNS, SOURCES as FIFTH_SOURCES
 from parasim.clock.runs_fourth import FOURTH as FOURTH_RUNS, SOURCES as FOURTH_SOURCES
 from parasim.clock.runs_fresh import FRESH as FRESH_RUNS, SOURCES as FRESH_SOURCES
+from parasim.clock.runs_seventh import SEVENTH as SEVENTH_RUNS, SOURCES as SEVENTH_SOURCES
 from parasim.clock.runs_sixth import SIXTH as SIXTH_RUNS, SOURCES as SIXTH_SOURCES
 from parasim.render.validation_text import markdown_constants, markdown_rows, score_line
 from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "validation.md"
-EVERY = RUNS + FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS
+EVERY = RUNS + FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS + SEVENTH_RUNS
 LATER = {FRESH: (FRESH_RUNS, FRESH_SOURCES), FOURTH: (FOURTH_RUNS, FOURTH_SOURCES), FIFTH: (FIFTH_RUNS, FIFTH_SOURCES),
-         SIXTH: (SIXTH_RUNS, SIXTH_SOURCES)}
+         SIXTH: (SIXTH_RUNS, SIXTH_SOURCES), SEVENTH: (SEVENTH_RUNS, SEVENTH_SOURCES)}
 BY_KEY = {r.key: r for r in EVERY}
 
 
@@ -56,7 +57,7 @@ def test_the_page_shows_what_the_code_computes_for_every_set(table):
     at = 0
     for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs"),
                            (FRESH, "## Fresh runs"), (FOURTH, "## Fourth runs"), (FIFTH, "## Fifth runs"),
-                           (SIXTH, "## Sixth runs")):
+                           (SIXTH, "## Sixth runs"), (SEVENTH, "## Seventh runs")):
         block = "\n".join(markdown_rows([r for r in table if r["set"] == which]))
         start = text.index(heading, at)
         assert text.index(block, start) == text.index("| run |", start), which  # the first table below it
@@ -77,42 +78,35 @@ def test_the_constants_table_names_every_gpu_type_the_runs_ran_on():
         "| network, one direction | 50 GB/s | 50 GB/s | 50 GB/s | 25 GB/s |"]
 
 
-def test_readme_quotes_each_sets_figures_and_the_fifth_and_sixth_as_the_tests(table):
+def test_readme_quotes_each_sets_figures_and_the_last_as_the_test(table):
     s = scores(table)
     text = " ".join((ROOT / "README.md").read_text().split())
     m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs in (\w+) sets(.*?)\. "
                   r"Read a printed step as a floor", text)
-    assert m and int(m[1]) == len(EVERY) and m[2] == {6: "six"}[len(SETS)]
+    assert m and int(m[1]) == len(EVERY) and m[2] == {7: "seven"}[len(SETS)]
     said = m[3]
-    words = {2: "two", 4: "four", 5: "five", 9: "nine"}
+    read = (HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH)
+    sources = sum(SOURCES[k].set == HELD_OUT for k in SOURCES) + sum(len(LATER[w][1]) for w in read[1:])
     cal = said.index(f"{s[CALIBRATION]['runs']} calibration runs")
-    held = said.index(f"{s[HELD_OUT]['runs']} held-out runs and two later sets of {len(FRESH_RUNS)} and "
-                      f"{len(FOURTH_RUNS)} runs from {words[len(FRESH_SOURCES) + len(FOURTH_SOURCES)]} other sources")
-    fifth = said.index(f"the tests of the model as it is: a fifth set of {len(FIFTH_RUNS)} runs from "
-                       f"{words[len(FIFTH_SOURCES)]} more sources")
-    sixth = said.index(f"a sixth of {len(SIXTH_RUNS)} runs from {words[len(SIXTH_SOURCES)]} more sources")
-    both = said.index("The two tests together")
+    held = said.index(f"{sum(s[w]['runs'] for w in read)} runs in five held-out sets from {sources} other sources")
+    last = said.index(f"the test of the model as it is: a seventh set of {len(SEVENTH_RUNS)} runs from "
+                      f"{ {2: 'two'}[len(SEVENTH_SOURCES)] } more sources")
     x = s[CALIBRATION]
     assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[cal:held]
-    assert "not a test" in said[cal:held] and "no longer clean tests" in said[held:fifth]
-    now = ", ".join(f"{s[w]['median_abs_error']:.1%}" for w in (HELD_OUT, FRESH)) + f" and {s[FOURTH]['median_abs_error']:.1%} now"
-    assert f"(median error {now};" in said[held:fifth]
-    for which, start, end in ((FIFTH, fifth, sixth), (SIXTH, sixth, both)):
-        x = s[which]
-        assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[start:end]
-        bias, moe, n = x["bias"], x["moe_median_abs_error"], x["moe_runs"]
-        assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[start:end]
-        assert f"its {n} MoE run{'s' if n > 1 else ''} {moe:.1%}" in said[start:end]
-    # the two tests together, worked out here from the rows (not from `score`)
-    errors = [r["error"] for r in table if r["set"] in (FIFTH, SIXTH)]
-    by_size, n = sorted(abs(e) for e in errors), len(errors)
-    median, mean = (by_size[n // 2] + by_size[(n - 1) // 2]) / 2, sum(errors) / n
-    assert (f"The two tests together, {n} runs: median error {median:.1%}, "
-            f"{'faster' if mean > 0 else 'slower'} on average by {abs(mean):.1%}") in said
-    # the earlier model's scores README quotes are the ones docs/validation.md records
-    before = re.search(r"; ([\d.]+%), ([\d.]+%) and ([\d.]+%) before this model\)", said)
+    assert "not a test" in said[cal:held] and "no longer clean tests" in said[held:last]
+    now = ", ".join(f"{s[w]['median_abs_error']:.1%}" for w in read[:-1]) + f" and {s[SIXTH]['median_abs_error']:.1%} now"
+    assert f"(median error {now};" in said[held:last]
+    x = s[SEVENTH]
+    assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[last:]
+    bias = x["bias"]
+    assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[last:]
+    assert ("no MoE runs" in said[last:]) == (x["moe_runs"] == 0)
+    # the first scores README quotes are the ones docs/validation.md records for each set
+    first = re.search(r"first scored at ([\d.]+%), ([\d.]+%), ([\d.]+%), ([\d.]+%) and ([\d.]+%)\)", said)
     page = " ".join(PAGE.read_text().split())
-    assert before and f"First scores: fresh median |error| {before[2]}" in page and f"fourth {before[3]}" in page
+    assert first and f"The held-out set was scored once, with the kernel-based model frozen (2026-12-05): median |error| {first[1]}" in page
+    assert f"First scores: fresh median |error| {first[2]}" in page and f"fourth {first[3]}, bias" in page
+    assert f"(median {first[4]}, bias" in page and f"(median {first[5]}, bias" in page
 
 
 # -- a set's score, on a table written here ------------------------------------------------------------------
@@ -332,7 +326,7 @@ def test_validate_step_time_prints_every_set_as_json():
     out = cli("validate", "step-time", "--json")
     assert out.returncode == 0, out.stderr
     data = _strict(out.stdout)
-    assert list(data["score"]) == [CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH]
+    assert list(data["score"]) == list(SETS) == [CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH]
     assert len(data["rows"]) == len(EVERY) and {r["set"] for r in data["rows"]} == set(SETS)
     first = data["rows"][0]
     assert {"name", "set", "source", "gpus", "published", "predicted", "unit", "error", "assumed"} <= set(first)
@@ -360,7 +354,8 @@ def test_validate_step_time_prints_the_sets_in_order(monkeypatch):
     out = text.stdout
     assert out.index("Calibration set") < out.index("Calibration: ") < out.index("Held-out set") < out.index(
         "Held-out: ") < out.index("Fresh set") < out.index("Fresh: ") < out.index("Fourth set") < out.index(
-        "Fourth: ") < out.index("Fifth set") < out.index("Fifth: ") < out.index("Sixth set") < out.index("Sixth: ")
+        "Fourth: ") < out.index("Fifth set") < out.index("Fifth: ") < out.index("Sixth set") < out.index("Sixth: ") < out.index(
+        "Seventh set") < out.index("Seventh: ")
     assert "Narayanan" in out and "median |error|" in out and "(held-out): https://" in out
     tables = out[:out.index("What parasim assumes")]
     assert tables.count("megatron-2021-1.7b ") == 1 and tables.index("megatron-2021-1.7b ") < out.index("Held-out set")

@@ -23,15 +23,16 @@ def add_validate(sub: Any) -> None:
                                      "set (the sources the model was shaped on), a held-out set (never shaped on, "
                                      "but read for causes since), a fresh and a fourth held-out set (five and "
                                      "four other sources, each scored once with an earlier model and read for "
-                                     "causes since), a fifth (four more sources, gathered blind while this model "
-                                     "was made and scored once with it: the test) and a sixth (two more sources, "
-                                     "both BAAI's FlagPerf, gathered blind after that and scored once with the "
-                                     "same model: the test again), each scored on its own.")
+                                     "causes since), a fifth and a sixth (four more sources, and two of BAAI's "
+                                     "FlagPerf, each scored once with the model after the fourth and read for "
+                                     "causes since) and a seventh (two more, MLPerf Training, gathered blind "
+                                     "while this model was made and scored once with it: the test), each scored "
+                                     "on its own.")
     # the sets' names are checked in the command, against clock/runs.py's SETS (importing it here would slow
     # every command's start)
     st.add_argument("--set", dest="which", default=ALL, metavar="SET",
-                    help=f"print one set: calibration, held-out, fresh, fourth, fifth, sixth or {ALL} (default: "
-                         f"{ALL}, calibration first)")
+                    help=f"print one set: calibration, held-out, fresh, fourth, fifth, sixth, seventh or {ALL} "
+                         f"(default: {ALL}, calibration first)")
     st.add_argument("--json", action="store_true",
                     help='print {"rows": [{name, set, source, gpus, published, predicted, unit, error, assumed, '
                          '...}], "score": {SET: {runs, median_abs_error, max_abs_error, bias, ...}}}')

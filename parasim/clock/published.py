@@ -17,6 +17,7 @@ from ..estimate.memory import Plan
 from .plan import sequences, step_time
 from .runs import SETS, UNITS, PublishedRun, runs
 from .runs_fifth import FIFTH as FIFTH_RUNS
+from .runs_seventh import SEVENTH as SEVENTH_RUNS
 from .runs_sixth import SIXTH as SIXTH_RUNS
 from .runs_fourth import FOURTH as FOURTH_RUNS
 from .runs_fresh import FRESH as FRESH_RUNS
@@ -43,8 +44,9 @@ def error(r: PublishedRun, value: float) -> float:
 
 def all_runs(which: str | None = None) -> list[PublishedRun]:
     """Every run of every set (or of set `which`): runs.RUNS, then the fresh set's (runs_fresh.FRESH), the fourth
-    set's (runs_fourth.FOURTH), the fifth's (runs_fifth.FIFTH) and the sixth's (runs_sixth.SIXTH)."""
-    later = FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS
+    set's (runs_fourth.FOURTH), the fifth's, sixth's and seventh's (runs_fifth.FIFTH, runs_sixth.SIXTH,
+    runs_seventh.SEVENTH)."""
+    later = FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS + SEVENTH_RUNS
     return runs(which) + [r for r in later if which is None or r.set == which]
 
 

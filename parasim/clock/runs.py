@@ -27,9 +27,12 @@ from .plan import sequences
 # scored once when the next version of the model was done (clock/runs_fresh.py); the fourth set: four more
 # sources, gathered after that score and scored once with the same model (clock/runs_fourth.py); the fifth: four
 # more, gathered blind while the model after the fourth score was made, and scored once with it (runs_fifth.py);
-# the sixth: one more, gathered blind after that score and scored once with the same model (runs_sixth.py)
-CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH = "calibration", "held-out", "fresh", "fourth", "fifth", "sixth"
-SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH)
+# the sixth: two more (BAAI's FlagPerf), gathered blind after that score and scored once with the same model
+# (runs_sixth.py); the seventh: two more (MLPerf Training), gathered blind while the model after the sixth score
+# was made, and scored once with it (runs_seventh.py)
+CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH = ("calibration", "held-out", "fresh", "fourth", "fifth",
+                                                               "sixth", "seventh")
+SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH)
 
 
 @dataclass(frozen=True)

@@ -7,8 +7,8 @@ Same format as runs_sixth.py: one PublishedRun per run (its source, GPU, model s
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-seventh.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-SEVENTH_SET ("seventh", defined here: runs.py is not edited); a SeventhRun is a PublishedRun that looks its source
-up there. SEVENTH is the runs, as SIXTH is in runs_sixth.py.
+runs.SEVENTH ("seventh"); a SeventhRun is a PublishedRun that looks its source up there. SEVENTH is the runs, as
+SIXTH is in runs_sixth.py.
 
 Both sources are MLCommons MLPerf Training rounds (github.com/mlcommons/training_results_v3.0 and _v3.1): the
 closed-division GPT-3 175B submissions on H100 80GB SXM, each submission's MLLOG result log (result_0.txt) and its
@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import ModelSpec
-from .runs import PublishedRun, Source, training_plan
+from .runs import SEVENTH as SEVENTH_SET, PublishedRun, Source, training_plan
 
-SEVENTH_SET = "seventh"
 GATHERED = "2026-12-05"  # the date every figure here was read
 _V30 = "63e326c400f5d8bb8c6070a9ab08332d4931152e"
 _V31 = "d06288b2bd675a9d88e0e6181f5bb5626b71ec19"

@@ -1,7 +1,7 @@
 """How far a step time parasim prints may be from a measured one: the spread of the held-out runs like it.
 
-The held-out runs (clock/runs.py) and the fresh, fourth, fifth and sixth sets' (clock/runs_fresh.py,
-runs_fourth.py, runs_fifth.py, runs_sixth.py, held out too) were each scored once a version of the time model was done; each one's error says
+The held-out runs (clock/runs.py) and the later sets' (clock/runs_fresh.py, runs_fourth.py, runs_fifth.py,
+runs_sixth.py, runs_seventh.py, held out too) were each scored once a version of the time model was done; each one's error says
 how its
 measured step stood against parasim's (error e, + when parasim is faster: measured = parasim's x (1 + e)). A
 step time is printed with the smallest and the largest of those ratios among the held-out runs like it: the
@@ -17,7 +17,7 @@ from typing import Any, Callable
 from ..estimate.memory import Plan
 from .overlaps import DP_GROUPS
 from .published import all_runs, rows
-from .runs import FIFTH, FOURTH, FRESH, HELD_OUT, SIXTH
+from .runs import CALIBRATION
 
 MIN_RUNS = 3  # fewer runs than this say too little about a family on one GPU type: the next wider circle
 
@@ -62,8 +62,7 @@ def held_out() -> list[tuple[str, str, str, float]]:
     a caller that asks for many ranges (a layout search)."""
     by_key = {r.key: r for r in all_runs()}
     return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name,
-             row["error"]) for row in rows(HELD_OUT) + rows(FRESH) + rows(FOURTH) + rows(FIFTH)
-             + rows(SIXTH)]
+             row["error"]) for row in rows() if row["set"] != CALIBRATION]
 
 
 def trace_family(trace: Any) -> Family:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clock.runs import CALIBRATION, FIFTH, FOURTH, FRESH, HELD_OUT, RUNS, SIXTH, UNITS
+from ..clock.runs import CALIBRATION, FIFTH, FOURTH, FRESH, HELD_OUT, RUNS, SEVENTH, SIXTH, UNITS
 
 # each set as a heading names it
 SET_TITLE = {CALIBRATION: "Calibration set: the sources the model was shaped on",
@@ -14,10 +14,12 @@ SET_TITLE = {CALIBRATION: "Calibration set: the sources the model was shaped on"
                     "causes since: not a clean test)",
              FOURTH: "Fourth set: four more sources, scored once with that same earlier model (read for causes "
                      "since: not a clean test)",
-             FIFTH: "Fifth set: four more sources, gathered blind while this model was made and scored once "
-                    "with it: the test",
-             SIXTH: "Sixth set: two more sources (both BAAI's FlagPerf), gathered blind after the fifth score and "
-                    "scored once with the same model: the test again"}
+             FIFTH: "Fifth set: four more sources, gathered blind while an earlier model was made and scored "
+                    "once with it (read for causes since: not a clean test)",
+             SIXTH: "Sixth set: two more sources (both BAAI's FlagPerf), scored once with the fifth's model (read "
+                    "for causes since: not a clean test)",
+             SEVENTH: "Seventh set: two more sources (both MLPerf Training), gathered blind while this model was "
+                      "made and scored once with it: the test"}
 ERROR_SAID = ("Error: the throughput parasim's step gives over the published one, less one, a published time "
               "turned into its throughput; + means parasim's step is faster.")
 
@@ -41,7 +43,7 @@ def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -
     from rich.table import Table
     console.print(escape(f"Step time against published runs. {ERROR_SAID} The runs are split by source, before "
                          "the model is tuned, into sets (docs/notes/step-time-runs.md, step-time-runs-fresh.md, "
-                         "step-time-runs-fourth.md, step-time-runs-fifth.md, step-time-runs-sixth.md)."))
+                         "step-time-runs-fourth.md, -fifth.md, -sixth.md, -seventh.md)."))
     for which, score in scores.items():
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
                   title=SET_TITLE[which])
