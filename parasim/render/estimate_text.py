@@ -45,6 +45,10 @@ def time_words(t: dict, gpu_name: str) -> str:
     compute = (parts["matmul"] + parts["attention"] + parts["elementwise"] + parts["logits"]) * t["microbatches"]
     comm = {k: parts[k] * t["microbatches"] for k in ("tp", "cp", "ep") if parts[k]}
     by = {"ep": f" ({t['dispatcher']})" if t.get("dispatcher") else ""}  # how the EP time's tokens travel
+    hidden = t.get("tp_hidden_s", 0.0) * t["microbatches"]  # TP overlap's measured share: below zero, it costs
+    if hidden:
+        by["tp"] = (f" (overlap hides {hidden:,.2f} s)" if hidden > 0 else
+                    f" (overlap adds {-hidden:,.2f} s: measured slower than none on this GPU)")
     said = ", ".join(f"{k.upper()} {v:,.2f} s{by.get(k, '')}" for k, v in comm.items())
     extra = [f"pipeline bubble {t['bubble_s']:,.2f} s" if t["bubble_s"] else "",
              f"DP exposed {t['exposed_grads_s'] + t['exposed_params_s']:,.2f} s"
