@@ -68,6 +68,10 @@ def test_sources_are_new_documents(module, runs, name, notes, sources, least, mo
 def test_not_among_the_seen_runs(module, runs, name, notes, sources, least, moe, gpus, before):
     assert not {id(r) for r in runs} & {id(r) for r in old.RUNS}
     assert all(r.set == name for r in runs)
+    # each run looks its source up in its own set's registry, and the module's builder gives the set's runs
+    assert all(r.source_entry is module.SOURCES[r.source] for r in runs)
+    assert getattr(module, f"{name}_runs")() == list(runs)
+    assert any(not r.moe for r in runs)
     # a set is wired into runs.SETS when it is scored; the eighth waits for the next change to the model
     assert (name in old.SETS) == (module is not runs_eighth)
 
@@ -131,7 +135,9 @@ def test_cite(r):
 @pytest.mark.parametrize(ARGS, SETS, ids=SET_IDS)
 def test_notes_quote_every_figure_and_source(module, runs, name, notes, sources, least, moe, gpus, before):
     text = notes.read_text()
-    assert "2026-12-05" in text and "scored once" in text
+    assert module.GATHERED == "2026-12-05" and module.GATHERED in text and "scored once" in text
+    # the sets gathered while the model changed say they were gathered blind
+    assert ("blind" in text) == (module not in (runs_fresh, runs_fourth))
     for s in module.SOURCES.values():
         assert s.address in text
     for r in runs:

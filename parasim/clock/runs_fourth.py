@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..layout import ModelSpec
-from .runs import (FOURTH as FOURTH_SET, LLAMA3_70B, LLAMA3_8B, QWEN3_235B_A22B, TITAN_CARD, PublishedRun, Source,
-                   training_plan)
+from .runs import (ASYNC_TP, FOURTH as FOURTH_SET, LLAMA3_70B, LLAMA3_8B, QWEN3_235B_A22B, TITAN_CARD, PublishedRun,
+                   Source, training_plan)
 
 GATHERED = "2026-12-05"  # the date every figure here was read
 
@@ -162,7 +162,7 @@ def _titan_async_tp() -> list[FourthRun]:
                     overlap=("grad-reduce", "prefetch") + extra, machine=TITAN_CARD,
                     assumed=f"{_TITAN}; {ac}" + (f"; {_FP8_TENSORWISE}" if fp8 else "")
                             + ("; async TP (--parallelism.enable_async_tensor_parallel): TP collectives beside "
-                               "the products" if how == "async" else "; vanilla TP: no TP overlap")))
+                               f"the products, {ASYNC_TP}" if how == "async" else "; vanilla TP: no TP overlap")))
     return out
 
 

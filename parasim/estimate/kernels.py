@@ -425,7 +425,8 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     on, notes = _measured_on(gpu, {t.gpu for t in ATTENTION}, "attention")
     have = [k for k in KERNELS if any(t.gpu == on and t.kernel == k for t in ATTENTION)]
     if kernel is not None and kernel not in have:
-        raise UsageError(f"no {kernel!r} attention measured on {on}: {', '.join(have)}")
+        stands = "" if on == gpu else f" (which stands in for {gpu})"
+        raise UsageError(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
     kernel = kernel or have[0]
     if backward not in PASSES:
         raise UsageError(f"backward must be True, False or None (both passes), not {backward!r}")
@@ -555,9 +556,10 @@ def _across(gpu: str, op: str, members: int, network: float | None = None) -> Lo
         plateau = ACROSS_PLATEAUS[("all_reduce", None)]
         if op != "all_reduce":
             notes.append(f"the ring all-reduce figure is used for {op} (nccl-tests' busbw compares across ops)")
-    rate = GPUS[gpu].network.value if network is None else network
+    sheet = GPUS[gpu].network.value
+    rate = sheet if network is None else network
     if rate != plateau.line_rate:
-        whose = f"{gpu}'s" if network is None else "the cluster's"
+        whose = f"{gpu}'s" if rate == sheet else "the cluster's"
         notes.append(f"measured on a {plateau.line_rate / 1e9:g} GB/s NIC; its share of the line is applied to "
                      f"{whose} {rate / 1e9:g} GB/s")
     return Lookup(plateau.bytes_per_s * (rate / plateau.line_rate), (plateau.source,), tuple(notes))
@@ -649,7 +651,12 @@ def tp_overlap_efficiency(gpu: str, kernel: str = "te-userbuffers") -> Lookup:
 
     Source (SOURCES): 'flux-paper', the averages of its operation-level evaluation at TP 8 (A100 NVLink and H800
     NVLink); an H100 or H200 reads the H800's (same die, NVLink 2.25x wider, so a shorter collective beside the
-    same product: not measured)."""
+    same product: not measured). Why this figure: it is the only one printed for TransformerEngine's userbuffers on
+    a Hopper GPU; a later TransformerEngine's ring-exchange all-gather was derived at 60-87% hidden from one very
+    large product (NVIDIA/Fuser PR 5259: throughputs, not the product's time alone), which is not a measurement of
+    the share and is not used. torch's async TP has none at training shapes, and TransformerEngine's stands in.
+    The clock applies the share to TP's time up to the products' length (the part that can run beside them); a
+    negative share, as measured on an A100, adds that much."""
     _check_gpu(gpu)
     table = TP_OVERLAP.get(kernel)
     if table is None:
