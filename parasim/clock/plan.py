@@ -372,31 +372,31 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     if model.expert_params():
         shares.append((model.expert_params() / (plan.ep * pp), plan.world // (plan.ep * pp), "expert-dp"))
     layers = max(1, sum(int(x) for x in stage_layers(model, pp, stage)))
-    # ZeRO-3 gathers and reduces layer by layer: each layer's collective at its own size, with its own latency
-    grads = params = layer_grads = layer_params = 0.0
+    # ZeRO-3 gathers layer by layer, each layer's collective at its own size and latency, and reduces the same way
+    # but under a pipeline, where one post-backward reduces the stage's whole (below): `params` and `grads` are then
+    # one such collective, not the step's
+    per_layer = layers if plan.zero == 3 else 1
+    grad_share = 1 if pp > 1 else per_layer
+    grads = params = 0.0
     for local, group, kind in shares:
         where = _link(plan, kind)
         if plan.zero == 3 or _sharded(plan):
-            grads += _ring(m, "reduce_scatter", group, local * dt.bytes("grad_reduce"), where)
-            params += _ring(m, "all_gather", group, local * dt.bytes("compute"), where)
+            grads += _ring(m, "reduce_scatter", group, local / grad_share * dt.bytes("grad_reduce"), where)
+            params += _ring(m, "all_gather", group, local / per_layer * dt.bytes("compute"), where)
         else:
             grads += _ring(m, "all_reduce", group, local * dt.bytes("grad_reduce"), where)
-        if plan.zero == 3:
-            layer_grads += _ring(m, "reduce_scatter", group, local / layers * dt.bytes("grad_reduce"), where)
-            layer_params += _ring(m, "all_gather", group, local / layers * dt.bytes("compute"), where)
     # an overlapped reduction or gather hides behind compute up to the compute's length, and slows what it hides
     # behind by `slow` of the time they share
     if plan.zero == 3 and pp > 1:  # FSDP2 under torch.distributed.pipelining (torchtitan): each stage's layers
         # are gathered in the first forward and kept (reshard_after_forward=False, set_reshard_after_backward(False)
         # for every backward but the last), and the gradients are reduce-scattered once, by the manual post-backward
         # after the last backward (pipelining/stage.py, backward_maybe_with_nosync): nothing to hide them behind
-        exposed_params = _fsdp_exposed(layer_params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
-        exposed_grads, params = grads, layers * layer_params
+        exposed_params = _fsdp_exposed(params, per_mb, 1, layers, "prefetch" in overlap, slow, (1 / 3,))
+        exposed_grads, params = grads, layers * params
     elif plan.zero == 3:  # ZeRO-3 / FSDP, layer by layer: `_fsdp_exposed`
-        exposed_params = _fsdp_exposed(layer_params, per_mb, mb, layers, "prefetch" in overlap, slow,
-                                       (1 / 3, 2 / 3))
-        exposed_grads = _fsdp_exposed(layer_grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
-        params, grads = 2 * mb * layers * layer_params, mb * layers * layer_grads
+        exposed_params = _fsdp_exposed(params, per_mb, mb, layers, "prefetch" in overlap, slow, (1 / 3, 2 / 3))
+        exposed_grads = _fsdp_exposed(grads, per_mb, mb, layers, "grad-reduce" in overlap, slow, (2 / 3,))
+        params, grads = 2 * mb * layers * params, mb * layers * grads
     else:
         last_backward = per_mb * 2 / 3
         exposed_grads = grads - min(grads, last_backward) * (1 - slow) if "grad-reduce" in overlap else grads
