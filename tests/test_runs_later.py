@@ -143,3 +143,19 @@ def test_notes_quote_every_figure_and_source(module, runs, name, notes, sources,
     for r in runs:
         assert r.key in text
         assert f"{r.published:g}" in text.replace(",", "")
+
+
+def test_the_sets_registry_holds_each_scored_set_once_with_its_runs_heading_and_notes():
+    """clock/sets.py is the one list every reader of the sets reads: each entry's runs are its module's runs of
+    that set, its notes exist and docs/validation.md has its heading; the runs of every set are runs.py's and each
+    scored later set's, once each."""
+    from parasim.clock.sets import NAMES, RUN_SETS, runs_of
+    page = (DOCS.parent / "validation.md").read_text()
+    assert NAMES[:2] == ("calibration", "held-out") and len(set(NAMES)) == len(NAMES)
+    for s in RUN_SETS:
+        mine = runs_of(s.name)
+        assert mine and all(r.set == s.name for r in mine), s.name
+        assert (DOCS / s.notes).is_file() and s.heading in page, s.name
+    scored = [r for _, runs, name, *_ in LATER if name in NAMES for r in runs]
+    assert [r.key for r in runs_of()] == [r.key for r in old.RUNS] + [r.key for r in scored]
+    assert NAMES == tuple(["calibration", "held-out"] + [name for _, _, name, *_ in LATER if name in NAMES])

@@ -1,4 +1,4 @@
-"""`parasim validate step-time`: the clock's step time against published training runs, in three sets;
+"""`parasim validate step-time`: the clock's step time against published training runs, set by set;
 `parasim validate moe-layer`: the clock's MoE layer against one measured alone."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ def add_validate(sub: Any) -> None:
     vp = sub.add_parser("validate", help="hold parasim's figures against published training runs",
                         description="Hold parasim's figures against published runs, each with its source.")
     what = vp.add_subparsers(dest="what", metavar="WHAT", required=True, parser_class=type(vp))
+    from ..clock.sets import NAMES  # imports nothing else of parasim's: no run is loaded for --help
     st = what.add_parser("step-time", help="the clock's step time against published runs",
                          description="The clock's step time (a plan's, without running it) against published "
                                      "training runs: each run's configuration and source, the published figure in "
@@ -21,18 +22,11 @@ def add_validate(sub: Any) -> None:
                                      "is silent, and what the other choices would give. One set of constants per "
                                      "GPU type (parasim hardware). The runs are split by source into a calibration "
                                      "set (the sources the model was shaped on), a held-out set (never shaped on, "
-                                     "but read for causes since), a fresh and a fourth held-out set (five and "
-                                     "four other sources, each scored once with an earlier model and read for "
-                                     "causes since), a fifth and a sixth (four more sources, and two of BAAI's "
-                                     "FlagPerf, each scored once with the model after the fourth and read for "
-                                     "causes since) and a seventh (two more, MLPerf Training, gathered blind "
-                                     "while this model was made and scored once with it: the test), each scored "
-                                     "on its own.")
-    # the sets' names are checked in the command, against clock/runs.py's SETS (importing it here would slow
-    # every command's start)
+                                     "but read for causes since) and later sets, each gathered after the one "
+                                     "before it was scored, from other sources, and scored once with the model of "
+                                     "its day; only the newest is a clean test. Each set is scored on its own.")
     st.add_argument("--set", dest="which", default=ALL, metavar="SET",
-                    help=f"print one set: calibration, held-out, fresh, fourth, fifth, sixth, seventh or {ALL} "
-                         f"(default: {ALL}, calibration first)")
+                    help=f"print one set: {', '.join(NAMES)} or {ALL} (default: {ALL}, calibration first)")
     st.add_argument("--json", action="store_true",
                     help='print {"rows": [{name, set, source, gpus, published, predicted, unit, error, assumed, '
                          '...}], "score": {SET: {runs, median_abs_error, max_abs_error, bias, ...}}}')
@@ -53,7 +47,7 @@ def add_validate(sub: Any) -> None:
 
 def cmd_step_time(args: argparse.Namespace) -> int:
     from ..clock.published import rows, scores
-    from ..clock.runs import SETS
+    from ..clock.sets import NAMES as SETS
     from ..errors import UsageError
     if args.which not in SETS + (ALL,):
         raise UsageError(f"--set {args.which!r}: the sets are {', '.join(SETS)} and {ALL}")

@@ -15,12 +15,8 @@ from typing import Any
 from .costs import machine
 from ..estimate.memory import Plan
 from .plan import sequences, step_time
-from .runs import SETS, UNITS, PublishedRun, runs
-from .runs_fifth import FIFTH as FIFTH_RUNS
-from .runs_seventh import SEVENTH as SEVENTH_RUNS
-from .runs_sixth import SIXTH as SIXTH_RUNS
-from .runs_fourth import FOURTH as FOURTH_RUNS
-from .runs_fresh import FRESH as FRESH_RUNS
+from .runs import SETS, UNITS, PublishedRun
+from .sets import runs_of
 
 BEYOND = 0.25  # an error past this is listed by name in a set's score
 
@@ -43,11 +39,8 @@ def error(r: PublishedRun, value: float) -> float:
 
 
 def all_runs(which: str | None = None) -> list[PublishedRun]:
-    """Every run of every set (or of set `which`): runs.RUNS, then the fresh set's (runs_fresh.FRESH), the fourth
-    set's (runs_fourth.FOURTH), the fifth's, sixth's and seventh's (runs_fifth.FIFTH, runs_sixth.SIXTH,
-    runs_seventh.SEVENTH)."""
-    later = FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS + SEVENTH_RUNS
-    return runs(which) + [r for r in later if which is None or r.set == which]
+    """Every run of every set (or of set `which`), the sets in clock/sets.py's order."""
+    return runs_of(which)
 
 
 def rows(which: str | None = None) -> list[dict[str, Any]]:

@@ -22,17 +22,11 @@ from ..layout import SPREAD, ModelSpec, Stages
 from ..estimate.memory import Plan
 from ..layout.precision import precision as precision_of
 from .plan import sequences
+from .sets import NAMES
 
-# the fresh set: held out too, gathered from five other sources after the held-out set was read for causes, and
-# scored once when the next version of the model was done (clock/runs_fresh.py); the fourth set: four more
-# sources, gathered after that score and scored once with the same model (clock/runs_fourth.py); the fifth: four
-# more, gathered blind while the model after the fourth score was made, and scored once with it (runs_fifth.py);
-# the sixth: two more (BAAI's FlagPerf), gathered blind after that score and scored once with the same model
-# (runs_sixth.py); the seventh: two more (MLPerf Training), gathered blind while the model after the sixth score
-# was made, and scored once with it (runs_seventh.py)
-CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH = ("calibration", "held-out", "fresh", "fourth", "fifth",
-                                                               "sixth", "seventh")
-SETS = (CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH)
+# every set's name, in clock/sets.py's order (what each later set is, and when it was scored: sets.RUN_SETS)
+SETS = NAMES
+CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH = SETS
 
 
 @dataclass(frozen=True)

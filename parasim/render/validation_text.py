@@ -4,22 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..clock.runs import CALIBRATION, FIFTH, FOURTH, FRESH, HELD_OUT, RUNS, SEVENTH, SIXTH, UNITS
+from ..clock.runs import RUNS, UNITS
+from ..clock.sets import RUN_SETS
 
-# each set as a heading names it
-SET_TITLE = {CALIBRATION: "Calibration set: the sources the model was shaped on",
-             HELD_OUT: "Held-out set: sources the model was never shaped on (read for causes since: not a clean "
-                       "test)",
-             FRESH: "Fresh set: five other sources, held out and scored once with an earlier model (read for "
-                    "causes since: not a clean test)",
-             FOURTH: "Fourth set: four more sources, scored once with that same earlier model (read for causes "
-                     "since: not a clean test)",
-             FIFTH: "Fifth set: four more sources, gathered blind while an earlier model was made and scored "
-                    "once with it (read for causes since: not a clean test)",
-             SIXTH: "Sixth set: two more sources (both BAAI's FlagPerf), scored once with the fifth's model (read "
-                    "for causes since: not a clean test)",
-             SEVENTH: "Seventh set: two more sources (both MLPerf Training), gathered blind while this model was "
-                      "made and scored once with it: the test"}
+SET_TITLE = {s.name: s.title for s in RUN_SETS}  # each set as a heading names it
 ERROR_SAID = ("Error: the throughput parasim's step gives over the published one, less one, a published time "
               "turned into its throughput; + means parasim's step is faster.")
 
@@ -41,9 +29,9 @@ def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -
     from rich import box
     from rich.markup import escape
     from rich.table import Table
+    notes = ", ".join(dict.fromkeys(s.notes for s in RUN_SETS))
     console.print(escape(f"Step time against published runs. {ERROR_SAID} The runs are split by source, before "
-                         "the model is tuned, into sets (docs/notes/step-time-runs.md, step-time-runs-fresh.md, "
-                         "step-time-runs-fourth.md, -fifth.md, -sixth.md, -seventh.md)."))
+                         f"the model is tuned, into sets (docs/notes/: {notes})."))
     for which, score in scores.items():
         t = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
                   title=SET_TITLE[which])
