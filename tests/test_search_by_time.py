@@ -27,9 +27,22 @@ def test_the_ranking_is_by_tokens_per_second_and_every_layout_fits(one_node):
     assert plan_time(get_model("27b"), plan, 4096, "h200")["step_s"] == pytest.approx(r["step_s"])
 
 
-def test_the_parts_of_a_step_add_up_to_it():
-    t = plan_time(get_model("27b"), Plan(tp=2, sp=True, pp=2, cp=2, microbatches=8), 4096, "h200")
-    assert sum(time_parts(t).values()) == pytest.approx(t["step_s"], rel=1e-12)
+@pytest.mark.parametrize("overlap", [(), ("tp", "cp", "p2p", "grad-reduce", "prefetch"), ("dualpipe", "cp")])
+@pytest.mark.parametrize("model, plan", [
+    ("27b", Plan(tp=2, sp=True, pp=2, cp=2, microbatches=8)),
+    ("27b", Plan(tp=2, sp=True, pp=2, chunks=2, cp=2, dp=2, zero=1, microbatches=8)),
+    ("moe16", Plan(tp=2, sp=True, pp=2, cp=2, ep=2, dp=2, microbatches=8))], ids=["dense", "interleaved", "moe"])
+def test_the_parts_of_a_step_add_up_to_it(model, plan, overlap):
+    """With every overlap switch too: a part that hides (CP's ring behind attention, EP's all-to-alls behind the
+    other chunk's compute under DualPipe) is counted once, net of what it slows."""
+    t = plan_time(get_model(model), plan, 4096, "h200", overlap)
+    parts = time_parts(t)
+    assert sum(parts.values()) == pytest.approx(t["step_s"], rel=1e-12)
+    per = t["parts_per_microbatch_s"]
+    for part in ("tp", "cp", "ep"):
+        assert 0 <= parts[part] <= per[part] * t["microbatches"] * (1 + 1e-12), part
+    if "cp" in overlap:
+        assert parts["cp"] < per["cp"] * t["microbatches"]
 
 
 def test_tp8_loses_to_its_tp_collectives_and_recomputation_to_compute(one_node):

@@ -291,8 +291,9 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
 
 
 def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float,
-             tp_hides: float) -> tuple[float, float]:
-    """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, TP seconds hidden). A
+             tp_hides: float) -> tuple[float, dict[str, float]]:
+    """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, the seconds each of
+    TP, CP and EP saves so: what it hides less what the compute beside it slows). A
     hidden collective is not free: the compute it runs beside slows by `slowdown` of the time they overlap
     (its kernels hold SMs and memory bandwidth: `overlap_cost`). TP's overlap hides `tp_hides` of its
     collectives' time beside the products, as measured of the overlapping kernels with that cost inside
@@ -302,7 +303,8 @@ def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float,
     hidden_cp = min(parts["cp"], parts["attention"]) if "cp" in overlap else 0.0
     compute = parts["matmul"] + parts["attention"] + parts["elementwise"]
     hidden_ep = min(parts["ep"], compute) if "dualpipe" in overlap else 0.0
-    return sum(parts.values()) - hidden_tp - (hidden_cp + hidden_ep) * (1 - slowdown), hidden_tp
+    saved = {"tp": hidden_tp, "cp": hidden_cp * (1 - slowdown), "ep": hidden_ep * (1 - slowdown)}
+    return sum(parts.values()) - sum(saved.values()), saved
 
 
 def _fsdp_exposed(g: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
@@ -347,11 +349,11 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     for stage in sorted({int(s) for s in alike_starts(model, pp)}):
         dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
         parts, products = stage_parts(model, plan, seq, m, dense_n, moe_n, stage == pp - 1)
-        per_mb, hidden_tp = _exposed(overlap, parts, products, slow, tp_hides)
+        per_mb, saved = _exposed(overlap, parts, products, slow, tp_hides)
         if slowest is None or per_mb > slowest[0]:  # the earliest of equals
-            slowest = (per_mb, stage, parts, hidden_tp)
+            slowest = (per_mb, stage, parts, saved)
     assert slowest is not None
-    per_mb, stage, parts, hidden_tp = slowest
+    per_mb, stage, parts, saved = slowest
     # pipeline: each micro-batch's activations go to the next stage and its gradient comes back, per chunk
     p2p = 0.0
     if pp > 1:
@@ -407,7 +409,8 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     step = pipeline + exposed_grads + exposed_params + optimizer
     return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb, "slowest_stage": stage + 1,
             "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
-            "parts_per_microbatch_s": parts, "tp_hidden_s": hidden_tp, "dp_grads_s": grads,
+            "parts_per_microbatch_s": parts, "tp_hidden_s": saved["tp"], "cp_hidden_s": saved["cp"],
+            "ep_hidden_s": saved["ep"], "dp_grads_s": grads,
             "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,
             "optimizer_s": optimizer, "gpu": m.name, "dispatcher": plan.dispatcher if model.experts else None}
 

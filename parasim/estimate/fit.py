@@ -233,8 +233,8 @@ TIME_PARTS = {
                "the last stage, the output layer included)",
     "bubble": "the pipeline's bubble (stages idle while it fills and drains)",
     "tp": "TP collectives not hidden",
-    "cp": "CP's K/V ring",
-    "ep": "the EP all-to-alls",
+    "cp": "CP's K/V ring not hidden",
+    "ep": "the EP all-to-alls not hidden",
     "p2p": "pipeline sends not hidden",
     "dp": "the data-parallel gradient reduction not hidden",
     "gathers": "a sharded optimizer's weight gathers (ZeRO-3's, every micro-batch) not hidden",
@@ -247,7 +247,8 @@ def time_parts(t: dict[str, Any]) -> dict[str, float]:
     mb, per = t["microbatches"], t["parts_per_microbatch_s"]
     compute = (per["matmul"] + per["attention"] + per["elementwise"] + per["logits"]) * mb
     return {"compute": compute, "bubble": t["bubble_s"], "tp": (per["tp"] - t["tp_hidden_s"]) * mb,
-            "cp": per["cp"] * mb, "ep": per["ep"] * mb, "p2p": t["exposed_p2p_s"] * mb,
+            "cp": (per["cp"] - t["cp_hidden_s"]) * mb, "ep": (per["ep"] - t["ep_hidden_s"]) * mb,
+            "p2p": t["exposed_p2p_s"] * mb,
             "dp": t["exposed_grads_s"], "gathers": t["exposed_params_s"], "optimizer": t["optimizer_s"]}
 
 
