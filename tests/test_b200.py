@@ -1,13 +1,14 @@
 """The B200 preset (`--gpu b200`, `--gpu-model b200`): its datasheet figures, typed here from the sources' own
 text (never computed by the code under test), the kernel tables that were published for it, and what parasim
-does where none was: memory planning answers, timing says in one line why it cannot (exit 2 for a command
-that exists to time; `memory` and `fit` print the memory and one line in place of the step)."""
+does where none was (TP's overlap): memory planning answers, timing says in one line why it cannot (exit 2
+for a command that exists to time; `memory` and `fit` print the memory and one line in place of the step)."""
 import json
 
 import pytest
 from conftest import cli
 
 from parasim.estimate import kernels as K
+from parasim.errors import UsageError
 from parasim.estimate.hardware import GPUS, SOURCES
 
 
@@ -41,13 +42,50 @@ def test_the_figures_as_the_sources_print_them():
 
 
 def test_no_other_die_stands_in_for_the_b200():
+    """Every kernel the clock reads was measured on a B200 but TP's overlap: that one is refused, never read off a
+    Hopper's figure."""
     assert "b200" not in K.TWIN and "b200" not in K.TWIN.values()
-    assert K.lacking("b200") == ["attention", "memory bandwidth"]
-    for call in (lambda: K.attention_efficiency("b200", 4096, 128, True, None),
-                 lambda: K.memory_efficiency("b200"), lambda: K.nccl_sm_share("b200", "ring")):
+    assert K.lacking("b200") == ["TP overlap"]
+    for call in (lambda: K.tp_overlap_efficiency("b200"), lambda: K.nccl_sm_share("b200", "ring")):
         with pytest.raises(K.NoMeasurement, match="measured on b200") as info:
             call()
         assert "\n" not in str(info.value)
+
+
+def test_b200_attention_is_cudnns_as_nvidia_and_the_flashattention_pr_print_it():
+    """NVIDIA cudnn-frontend @0b1577c, sdpa_fp8_benchmark_results_NVIDIA_B200.csv, bf16 rows (batch 1, 128 q heads,
+    head dim 128, causal): '1,4096,4096,128,8,128,True,bf16,0.482,1.650,1141.140,832.907' and
+    '1,512,...,bf16,0.035,0.107,244.143,200.594'; flash-attention PR 2605's B200 forward table, cuDNN column,
+    hdim 64: causal True at 8192 '1.31/838/37.2%', causal False at 1024 '0.33/846/37.6%'."""
+    peak = 2250e12
+    for backward, want in ((False, 1141.14e12), (True, 832.907e12)):
+        got = K.attention_efficiency("b200", 4096, 128, True, backward)
+        assert (got.value, got.sources, got.notes) == (want / peak, ("cudnn-b200",), ())
+    assert K.attention_efficiency("b200", 512, 128, True, True).value == 200.594e12 / peak
+    assert K.attention_efficiency("b200", 8192, 64, True, False).value == 838e12 / peak
+    assert K.attention_efficiency("b200", 1024, 64, False, False).value == 846e12 / peak
+    assert 838 / 2250 == pytest.approx(0.372, abs=5e-4)  # the PR's own MFU column, so its peak is 2.25 PF
+    # head dim 64's backward was not read: head dim 128's, and the note says so
+    d64 = K.attention_efficiency("b200", 4096, 64, True, True)
+    assert d64.value == 832.907e12 / peak and "head dim 64 is outside the measured 128-128" in d64.notes[0]
+    # no backward without the causal mask: the causal figure, said
+    bare = K.attention_efficiency("b200", 4096, 128, False, True)
+    assert bare.value == 832.907e12 / peak and "with the causal mask only" in bare.notes[0]
+    # cuDNN is the kernel a B200 gets; the FlashAttention kernels were not measured there
+    with pytest.raises(UsageError, match="no 'fa3' attention measured on b200"):
+        K.attention_efficiency("b200", 4096, 128, True, False, "fa3")
+
+
+def test_b200_memory_passes_are_the_measured_streams_over_the_datasheet():
+    """OpenCL-Benchmark's B200: 'coalesced read 6668.71 GB/s', 'coalesced write 6502.72 GB/s'; FluidX3D's
+    'B200 SXM6 180GB ... 42152 (81%)' MLUPs/s at 153 bytes a cell (its README's count)."""
+    assert K.memory_efficiency("b200", "read").value == 6668.71e9 / 8e12
+    assert K.memory_efficiency("b200", "init").value == 6502.72e9 / 8e12
+    scale = K.memory_efficiency("b200")
+    assert scale.sources == ("fluidx3d",) and scale.value == pytest.approx(42152e6 * 153 / 8e12, rel=1e-9)
+    assert round(42152e6 * 153 / 8e12, 2) == 0.81  # FluidX3D's own roofline share
+    triad = K.memory_efficiency("b200", "triad")
+    assert triad.value == scale.value and "scale figure" in triad.notes[0]
 
 
 def test_the_published_b200_measurements():
@@ -67,29 +105,28 @@ def test_the_published_b200_measurements():
     assert gather.value == 723.34e9 and "all-reduce busbw is used" in gather.notes[0]
 
 
-def test_memory_plans_on_a_b200_and_says_why_there_is_no_step_time():
+def test_memory_times_a_b200_step_and_says_why_not_with_tp_overlap():
     out = cli("memory", "--model", "27b", "--tp", "4", "--gpu", "b200")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     assert "of the 153.0 GB a B200 leaves for training (180 GB on the card)" in text
-    assert "step: not timed on B200: no attention measured on b200 yet" in text
+    assert "s on B200 (the clock:" in text
     data = _strict(cli("memory", "--model", "27b", "--tp", "4", "--gpu", "B200", "--json").stdout)
-    assert data["usable"] == 153.0 and data["fits"] is True and data["stages"]["slowest"] is None
-    assert data["time"]["step_s"] is None and "no attention measured on b200" in data["time"]["why"]
-    fit = cli("fit", "--model", "27b", "--tp", "4", "--gpu", "b200")
+    assert data["usable"] == 153.0 and data["fits"] is True and data["time"]["step_s"] > 0
+    out = cli("memory", "--model", "27b", "--tp", "4", "--gpu", "b200", "--overlap", "tp")
+    assert out.returncode == 0, out.stderr
+    assert "step: not timed on B200: no TP overlap (te-userbuffers) measured on b200 yet" in " ".join(out.stdout.split())
+    data = _strict(cli("memory", "--model", "27b", "--tp", "4", "--gpu", "b200", "--overlap", "tp", "--json").stdout)
+    assert data["time"]["step_s"] is None and "no TP overlap" in data["time"]["why"]
+    fit = cli("fit", "--model", "27b", "--tp", "4", "--gpu", "b200", "--overlap", "tp")
     assert fit.returncode == 0, fit.stderr
     assert "longest sequence" in fit.stdout and "not timed on B200" in fit.stdout
-    assert _strict(cli("fit", "--model", "27b", "--tp", "4", "--gpu", "b200", "--json").stdout)["time"]["step_s"] is None
 
 
-@pytest.mark.parametrize("args", [
-    ("fit", "--model", "27b", "--search", "--by", "time", "--gpu", "b200", "--nodes", "1-2"),
-    ("lesson", "tp-attention", "--gpu-model", "b200", "--plain"),
-])
-def test_commands_that_exist_to_time_refuse_the_b200_in_one_line(args):
-    out = cli(*args)
+def test_a_time_search_with_tp_overlap_refuses_the_b200_in_one_line():
+    out = cli("fit", "--model", "27b", "--search", "--by", "time", "--gpu", "b200", "--nodes", "1-2", "--overlap", "tp")
     assert out.returncode == 2
-    assert out.stderr.count("\n") == 1 and "no attention measured on b200 yet" in out.stderr
+    assert out.stderr.count("\n") == 1 and "no TP overlap (te-userbuffers) measured on b200 yet" in out.stderr
     assert "Traceback" not in out.stderr + out.stdout
 
 
@@ -99,19 +136,22 @@ def test_parasim_hardware_lists_the_b200_with_its_sources_and_what_it_lacks():
     assert b["name"] == "B200" and b["memory"]["source"] == "dgx-b200" and b["peak_flops"]["value"] == 2250e12
     assert {"dgx-b200", "b200"} <= set(data["sources"])
     assert data["sources"]["dgx-b200"]["address"].startswith("https://docs.nvidia.com/dgx/dgxb200-user-guide/")
-    assert data["kernels"]["lacking"]["b200"] == ["attention", "memory bandwidth"]
-    assert all(not v for k, v in data["kernels"]["lacking"].items() if k != "b200")
+    assert data["kernels"]["lacking"]["b200"] == ["TP overlap"]
+    assert data["kernels"]["lacking"]["a100"] == data["kernels"]["lacking"]["h100"] == []
     samples = data["kernels"]["samples"]["b200"]
-    assert samples["attention forward, 4k causal, d 128"]["value"] is None
+    assert samples["attention forward, 4k causal, d 128"]["value"] == 1141.14e12 / 2250e12
+    assert samples["attention forward, 4k causal, d 128"]["sources"] == ["cudnn-b200"]
     assert samples["product 4096^3 (share of peak)"]["sources"] == ["mamf-b200"]
-    assert {"mamf-b200", "mle-b200-allreduce"} <= set(data["kernels"]["sources"])
+    assert {"mamf-b200", "mle-b200-allreduce", "cudnn-b200", "fa-pr2605", "fluidx3d",
+            "opencl-benchmark"} <= set(data["kernels"]["sources"])
+    assert "0b1577c" in data["kernels"]["sources"]["cudnn-b200"]["address"]
     text = " ".join(cli("hardware").stdout.split())
-    assert "B200: no measured attention, memory bandwidth table yet" in text
+    assert "B200: no measured TP overlap table yet" in text
 
 
-def test_a_symbolic_step_on_a_b200_keeps_its_peak_and_says_why_it_has_no_time():
+def test_a_symbolic_step_on_a_b200_keeps_its_peak_and_is_timed():
     out = cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3", "--gpu-model", "b200", "--json")
     assert out.returncode == 0, out.stderr
     data = _strict(out.stdout)
     assert data["peak"]["gpu_model"] == "B200" and data["peak"]["usable"] == 153e9
-    assert data["time"]["step_s"] is None and "no attention measured on b200" in data["time"]["why"]
+    assert data["time"]["step_s"] > 0

@@ -413,3 +413,31 @@ def test_a_bad_set_is_one_line_naming_the_sets():
 def test_help_names_the_sets():
     out = cli("validate", "step-time", "--help")
     assert out.returncode == 0 and all(s in out.stdout for s in SETS + ("all",))
+
+
+def test_a_run_on_a_gpu_lacking_a_kernel_is_listed_not_timed_and_left_out_of_the_score(monkeypatch):
+    """A B200 run with TP overlap (no TP overlap was ever measured on a B200): its row says why, its figures are
+    None, and its set's score counts only the timed runs and names it; the report prints it as not timed."""
+    from dataclasses import replace as swap
+    from rich.console import Console
+    from parasim.clock import published
+    from parasim.render.validation_text import step_time_report
+    timed = next(r for r in SEVENTH_RUNS if "tp" in r.overlap)
+    lacking = swap(timed, key="the-same-on-a-b200", gpu="b200")
+    monkeypatch.setattr(published, "all_runs", lambda which=None: [timed, lacking])
+    first, second = published.rows()
+    assert first["error"] is not None and first["not_timed"] is None
+    assert (second["predicted"], second["error"], second["step_s"]) == (None, None, None)
+    assert "no TP overlap (te-userbuffers) measured on b200" in second["not_timed"]
+    for name, change in lacking.variants.items():  # a variant without TP overlap is timed, the rest are not
+        v = second["variants"][name]
+        assert (v["error"] is None) == ("tp" in change.get("overlap", lacking.overlap)) == bool(v["not_timed"]), name
+    s = score([first, second])
+    assert s["runs"] == 1 and s["not_timed"] == ["the-same-on-a-b200"] and s["bias"] == first["error"]
+    assert "not timed (a kernel never measured on its GPU): the-same-on-a-b200" in score_line(SEVENTH, s)
+    assert "| not timed | - |" in markdown_rows([second])[-1]
+    console = Console(record=True, width=200)
+    step_time_report(console, [first, second], {SEVENTH: s})
+    text = " ".join(console.export_text().split())
+    assert "Not timed: no TP overlap (te-userbuffers) measured on b200" in text
+    assert json.loads(json.dumps(second, allow_nan=False))["not_timed"] == second["not_timed"]

@@ -74,9 +74,10 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     from ..clock.fusion import FUSIONS
     from ..estimate.kernels import KERNELS
     t.add_argument("--attention-kernel", choices=KERNELS, default=None,
-                   help="the attention kernel the framework runs, for the step's time: fa3 (TransformerEngine's "
-                        "class), fa2 (PyTorch's SDPA, the flash-attn 2 package) or fa1 (flash-attn 1.x, A100 "
-                        "only); default: the newest measured on the GPU")
+                   help="the attention kernel the framework runs, for the step's time: cudnn (cuDNN's fused "
+                        "attention, TransformerEngine's on a B200; measured there only), fa3 (TransformerEngine's "
+                        "class on Hopper), fa2 (PyTorch's SDPA, the flash-attn 2 package) or fa1 (flash-attn 1.x, "
+                        "A100 only); default: the first of these measured on the GPU")
     t.add_argument("--fusion", choices=tuple(FUSIONS), default=None,
                    help="how the framework runs a layer's elementwise work, for the step's time: megatron (fused "
                         "kernels, the default) or torch-eager (one kernel per operation: torchtitan without "

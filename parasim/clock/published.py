@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from .costs import machine
+from ..estimate.kernels import NoMeasurement
 from ..estimate.memory import Plan
 from .plan import sequences, step_time
 from .runs import SETS, UNITS, PublishedRun
@@ -43,35 +44,50 @@ def all_runs(which: str | None = None) -> list[PublishedRun]:
     return runs_of(which)
 
 
+def _timed(r: PublishedRun, change: dict[str, Any] | None = None) -> tuple[float | None, dict[str, Any] | None,
+                                                                       str | None]:
+    """predicted(r, change), or (None, None, why) where a kernel it needs was never measured on its GPU type
+    (estimate/kernels.NoMeasurement): such a run is listed, not timed, and left out of its set's score."""
+    try:
+        value, t = predicted(r, change)
+    except NoMeasurement as e:
+        return None, None, str(e)
+    return value, t, None
+
+
 def rows(which: str | None = None) -> list[dict[str, Any]]:
     """Every run of set `which` (all of them for None), in all_runs' order, with parasim's figure, the
-    error, what the run assumes and what the variants of that give."""
+    error, what the run assumes and what the variants of that give; a run parasim cannot time (no measurement
+    of a kernel it needs on its GPU type) has None for its figures and says why in `not_timed`."""
     out = []
     for r in all_runs(which):
-        value, t = predicted(r)
+        value, t, why = _timed(r)
         short, document, address = r.cite
         row = {"name": r.key, "set": r.set, "source": document, "cite": short, "address": address, "gpu": r.gpu,
                "gpus": r.gpus, "moe": r.moe, "published": r.published, "predicted": value, "unit": r.unit,
-               "rule": r.rule, "error": error(r, value), "assumed": r.assumed,
-               "step_s": t["step_s"], "bubble_share": t["bubble_s"] / t["step_s"], "variants": {}}
+               "rule": r.rule, "error": None if value is None else error(r, value), "not_timed": why,
+               "assumed": r.assumed, "step_s": t and t["step_s"], "bubble_share": t and t["bubble_s"] / t["step_s"],
+               "variants": {}}
         for name, change in r.variants.items():
-            v, _ = predicted(r, change)
-            row["variants"][name] = {"predicted": v, "error": error(r, v)}
+            v, _, why = _timed(r, change)
+            row["variants"][name] = {"predicted": v, "error": None if v is None else error(r, v), "not_timed": why}
         out.append(row)
     return out
 
 
 def score(table: list[dict[str, Any]]) -> dict[str, Any]:
-    """One set's score: its runs, the median and the largest |error| (and whose), the bias (the mean signed
-    error: + means parasim is faster on the whole), the MoE runs' median |error| (None without one), and the
-    runs beyond 25%."""
-    errors = [r["error"] for r in table]
-    worst = max(table, key=lambda r: abs(r["error"]))
-    moe = [abs(r["error"]) for r in table if r["moe"]]
-    return {"runs": len(table), "median_abs_error": statistics.median(abs(e) for e in errors),
+    """One set's score over its timed runs: how many, the median and the largest |error| (and whose), the bias
+    (the mean signed error: + means parasim is faster on the whole), the MoE runs' median |error| (None without
+    one), the runs beyond 25%, and the runs not timed (`rows`)."""
+    timed = [r for r in table if r["error"] is not None]
+    errors = [r["error"] for r in timed]
+    worst = max(timed, key=lambda r: abs(r["error"]))
+    moe = [abs(r["error"]) for r in timed if r["moe"]]
+    return {"runs": len(timed), "median_abs_error": statistics.median(abs(e) for e in errors),
             "max_abs_error": abs(worst["error"]), "largest": worst["name"], "bias": statistics.fmean(errors),
             "moe_runs": len(moe), "moe_median_abs_error": statistics.median(moe) if moe else None,
-            "beyond_25": [r["name"] for r in table if abs(r["error"]) > BEYOND]}
+            "beyond_25": [r["name"] for r in timed if abs(r["error"]) > BEYOND],
+            "not_timed": [r["name"] for r in table if r["error"] is None]}
 
 
 def scores(table: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

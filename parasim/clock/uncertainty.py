@@ -61,7 +61,7 @@ def held_out() -> list[tuple[str, str, str, float]]:
     a caller that asks for many ranges (a layout search)."""
     by_key = {r.key: r for r in all_runs()}
     return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name,
-             row["error"]) for row in rows() if row["set"] != CALIBRATION]
+             row["error"]) for row in rows() if row["set"] != CALIBRATION and row["error"] is not None]
 
 
 def trace_family(trace: Any) -> Family:

@@ -82,6 +82,35 @@ SOURCES: dict[str, Source] = {
         "the bar labels of Figures 5 and 6 in the PDF's text layer (pdftotext); backward is published without "
         "the causal mask only",
         "H100 80GB SXM5, FP16, hidden 2048, 16k tokens; FlashAttention-3 beta of July 2024 (CUDA >= 12.3)"),
+    "cudnn-b200": Source(
+        "NVIDIA cudnn-frontend, SDPA training benchmark (benchmark/sdpa_benchmark_training)",
+        "https://github.com/NVIDIA/cudnn-frontend/tree/0b1577c/benchmark/sdpa_benchmark_training",
+        "artifacts/sdpa_fp8_benchmark_results_NVIDIA_B200.csv, its bf16 rows (cuDNN through cudnn-frontend 1.14.1, "
+        "as TransformerEngine calls it; the same commit's sdpa_bf16 file times cuDNN through PyTorch, slower below "
+        "8k), commit 0b1577c (2025-10-10, 'cudnn frontend v1.15 release notes'; the artifacts left in b372d39)",
+        "one B200 ('NVIDIA B200' in the log), free clock, cuDNN 9.13.1, CUDA 13.0, NGC PyTorch 25.09; batch 1, 128 "
+        "query heads and 8 key/value heads, head dim 128, causal, BF16; median of 10 iterations after 5 dry runs; "
+        "FLOPs as FlashAttention counts them, over the query heads"),
+    "fa-pr2605": Source(
+        "Dao-AILab/flash-attention pull request 2605 ('Bump nvidia-cutlass-dsl to >=4.5.2 and quack-kernels to "
+        ">=0.5.0', J. Ma, 2026-05-30), its B200 forward table", "https://github.com/Dao-AILab/flash-attention/pull/2605",
+        "the cuDNN column of the forward table whose MFU is over 2.25 PF (the benchmark's B200 peak), head dim 64, "
+        "causal and not; the backward tables and the rest of head dim 128 were not read",
+        "one B200, driver 580.159.03, CUDA 13.1, NGC PyTorch 26.02; clocks locked (the value was not read; the "
+        "author's issue 2570 locks the same machine at 1755 MHz); benchmarks/benchmark_attn.py, 32k tokens a "
+        "configuration, 32 heads, BF16, triton do_bench median of 100"),
+    "opencl-benchmark": Source(
+        "M. Lehmann (ProjectPhysX), OpenCL-Benchmark README, its NVIDIA B200 example",
+        "https://github.com/ProjectPhysX/OpenCL-Benchmark",
+        "'Memory Bandwidth ( coalesced read ) 6668.71 GB/s' and '( coalesced write) 6502.72 GB/s', commit 4694a5b",
+        "NVIDIA B200, driver 570.133.20, 148 SMs at 1965 MHz as OpenCL reports them; 4-byte coalesced accesses"),
+    "fluidx3d": Source(
+        "M. Lehmann (ProjectPhysX), FluidX3D README, performance table", "https://github.com/ProjectPhysX/FluidX3D",
+        "the 'B200 SXM6 180GB' row, FP32/FP32: 42152 MLUPs/s (81% of 8000 GB/s), at 153 bytes a lattice update "
+        "(the README's count), commit 8986874",
+        "a D3Q19 lattice-Boltzmann update, bound by memory alone: 19 values loaded and 19 stored a cell, a mixed "
+        "load and store stream as an elementwise pass is; the same table gives the H200 73%, the H100 SXM 80% and "
+        "the A100 SXM4 80GB 77%"),
     "gpu-benches": Source(
         "D. Ernst, gpu-benches: gpu-stream", "https://github.com/te42kyfo/gpu-benches/tree/master/gpu-stream",
         "a100_80.txt and h200.txt (commit 1c36d509), the last row: block size 1024, 100% occupancy",
@@ -398,7 +427,9 @@ class AttentionTable:
 ATTENTION: tuple[AttentionTable, ...] = tuple(
     AttentionTable(t["gpu"], t["kernel"], t["pass"], t["causal"], t["head_dim"], t["source"], tuple(t["seq"]),
                    tuple(_scaled(v, "TFLOP/s") for v in t["tflops"])) for t in _load("attention.json"))
-KERNELS = ("fa3", "fa2", "fa1")  # newest first: the kernel a GPU type gets unless one is named
+# the kernels in the order a GPU type gets them unless one is named: cuDNN's fused attention where it was measured
+# (B200: what TransformerEngine runs there), else the newest FlashAttention measured
+KERNELS = ("cudnn", "fa3", "fa2", "fa1")
 BOTH = "forward+backward"
 PASSES = {False: "forward", True: "backward", None: BOTH}  # attention_efficiency's `backward` -> the pass
 BACKWARD_FLOPS = 2.5  # the papers' count: the backward pass is 2.5x the forward's FLOPs (5 matmuls against 2)
@@ -418,7 +449,9 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     1 ('fa1') from the same figure's bars, the kernel of 2022-23's A100 runs); H100:
     FlashAttention-2's Figure 7 ('fa2-h100', forward + backward) and FlashAttention-3's Figures 5 and 6
     ('fa3-paper': FlashAttention-2 and -3 forward, head dims 64, 128, 256; backward without the causal mask,
-    head dims 64 and 128). H200 reads the H100's figures. Sequences 512-16k; where a pass or the causal mask
+    head dims 64 and 128). H200 reads the H100's figures. B200: cuDNN's fused attention ('cudnn'), forward and
+    backward with the causal mask at head dim 128, sequences 512-128k ('cudnn-b200'), and forward at head dim 64
+    with and without it ('fa-pr2605'). Sequences 512-16k elsewhere; where a pass, a head dim or the causal mask
     was not published, the nearest published figure is used and the notes say which."""
     _check_gpu(gpu)
     seq, head_dim = _whole("sequence length", seq), _whole("head dim", head_dim)
@@ -441,19 +474,27 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     if not tables and _attention_tables(on, kernel, BOTH, causal):
         tables = _attention_tables(on, kernel, BOTH, causal)
         notes.append(f"{kernel} on {on} is published for forward + backward together; that figure is used")
-    if not tables:
+    if not tables and causal and _attention_tables(on, kernel, pass_, False):
         tables = _attention_tables(on, kernel, pass_, False)
         notes.append(f"{kernel} {pass_} on {on} is published without the causal mask only; that figure is used, "
                      "which overstates short causal sequences")
+    elif not tables:
+        tables = _attention_tables(on, kernel, pass_, True)
+        notes.append(f"{kernel} {pass_} on {on} is published with the causal mask only; that figure is used, "
+                     "which understates short sequences without it")
     dims = sorted(t.head_dim for t in tables)
     by_dim = {t.head_dim: t for t in tables}
+    # only the head dims the answer is read between (each table may span its own sequences)
+    d_at, dim_notes = _edge("head dim", head_dim, dims)
+    i, j, _ = _between(dims, d_at)
+    dims = sorted({dims[i], dims[j]})
     at_dim, seq_notes = [], []
     for d in dims:
         flops, more = _along("sequence length", list(by_dim[d].seq), list(by_dim[d].flops), seq)
         at_dim.append(flops)
         seq_notes += [n for n in more if n not in seq_notes]
-    flops, dim_notes = _along("head dim", dims, at_dim, head_dim)
-    return Lookup(flops / GPUS[gpu].peak_flops.value, tuple(sorted({t.source for t in tables})),
+    flops, _ = _along("head dim", dims, at_dim, head_dim)
+    return Lookup(flops / GPUS[gpu].peak_flops.value, tuple(sorted({by_dim[d].source for d in dims})),
                   tuple(notes + seq_notes + dim_notes))
 
 
@@ -468,6 +509,10 @@ MEMORY: dict[str, dict[str, tuple[float, str]]] = {
     "h200": {"init": (3884, "gpu-benches"), "read": (2756, "gpu-benches"), "scale": (3165, "gpu-benches"),
              "triad": (3534, "gpu-benches")},
     "h100": {"read": (3000, "flashmla")},
+    # B200: OpenCL-Benchmark's coalesced read and write; FluidX3D's lattice update (as much read as written, as
+    # `scale` is) at 42152 MLUPs/s x 153 B
+    "b200": {"read": (6668.71, "opencl-benchmark"), "init": (6502.72, "opencl-benchmark"),
+             "scale": (6449.256, "fluidx3d")},
 }
 MEMORY_KERNELS = ("init", "read", "scale", "triad")
 
@@ -478,16 +523,21 @@ def memory_efficiency(gpu: str, kernel: str = "scale") -> Lookup:
 
     Sources (SOURCES): A100 80GB and H200 from gpu-benches' gpu-stream at full occupancy ('gpu-benches');
     H100 from FlashMLA's 'up to 3000 GB/s' on an H800 SXM5 ('flashmla'), a read-dominated kernel used for
-    every kind of pass (the notes say so)."""
+    every kind of pass (the notes say so); B200 from OpenCL-Benchmark's coalesced read and write
+    ('opencl-benchmark') and FluidX3D's lattice update for `scale` ('fluidx3d': as many bytes loaded as
+    stored), `triad` read as `scale`."""
     _check_gpu(gpu)
     if kernel not in MEMORY_KERNELS:
         raise UsageError(f"unknown streaming kernel {kernel!r}: {', '.join(MEMORY_KERNELS)}")
     on, notes = _measured_on(gpu, set(MEMORY), "memory bandwidth")
     measured = MEMORY[on]
-    if kernel not in measured:
+    if kernel not in measured and len(measured) == 1:
         (kernel_read, (gbps, source)), = measured.items()
         notes.append(f"only a {kernel_read}-dominated kernel was measured for {gpu} ('{source}': "
                      f"{SOURCES[source].measured}); its figure stands in for {kernel}")
+    elif kernel not in measured:  # triad (two loads, one store) as the mixed stream measured
+        gbps, source = measured["scale"]
+        notes.append(f"no {kernel} measured for {gpu}; the scale figure (a load and a store stream) stands in")
     else:
         gbps, source = measured[kernel]
     return Lookup(_scaled(gbps, "GB/s") / GPUS[gpu].hbm.value, (source,), tuple(notes))
@@ -720,6 +770,7 @@ NEEDED: tuple[tuple[str, Any], ...] = (
     ("attention", lambda g: attention_efficiency(g, 4096, 128, True, None)),
     ("memory bandwidth", lambda g: memory_efficiency(g)),
     ("collective inside a node", lambda g: collective_bandwidth(g, "all_reduce", 2**30, INSIDE)),
+    ("TP overlap", lambda g: tp_overlap_efficiency(g)),  # read only when TP's overlap is switched on
 )
 
 

@@ -44,8 +44,8 @@ class Plan(Layout):
     chunks: int = 1  # model chunks per GPU (interleaved 1F1B): the step's bubble shrinks by it (clock/plan.py);
     # memory counts 1F1B's in-flight micro-batches, as without interleaving
     precision: str = "post"  # layout/precision.py's entry: the dtype of each kind of tensor
-    # the attention kernel the framework runs (estimate/kernels.KERNELS: "fa3", "fa2", "fa1"); None: the newest one
-    # measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
+    # the attention kernel the framework runs (estimate/kernels.KERNELS: "cudnn", "fa3", "fa2", "fa1"); None: the
+    # first of those measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
     # where TransformerEngine runs a FlashAttention-3-class kernel: the clock times each at its own measured share
     attention_kernel: str | None = None
     # how the framework splits a layer's elementwise work into kernels (clock/fusion.FUSIONS): Megatron's fused

@@ -12,8 +12,15 @@ ERROR_SAID = ("Error: the throughput parasim's step gives over the published one
               "turned into its throughput; + means parasim's step is faster.")
 
 
-def _value(v: float, unit: str) -> str:
-    return f"{v:,.{UNITS[unit].decimals}f}"
+NOT_TIMED = "not timed"  # a run whose GPU type lacks a measurement of a kernel it needs (published.rows)
+
+
+def _value(v: float | None, unit: str) -> str:
+    return NOT_TIMED if v is None else f"{v:,.{UNITS[unit].decimals}f}"
+
+
+def _error(e: float | None) -> str:
+    return "-" if e is None else f"{e:+.1%}"
 
 
 def score_line(which: str, s: dict[str, Any]) -> str:
@@ -21,8 +28,10 @@ def score_line(which: str, s: dict[str, Any]) -> str:
     moe = (f"MoE runs' median |error| {s['moe_median_abs_error']:.1%} ({s['moe_runs']} "
            f"run{'s' if s['moe_runs'] > 1 else ''})" if s["moe_runs"] else "no MoE runs")
     beyond = (f"beyond 25%: {', '.join(s['beyond_25'])}" if s["beyond_25"] else "none beyond 25%")
+    missing = (f"; not timed (a kernel never measured on its GPU): {', '.join(s['not_timed'])}"
+               if s.get("not_timed") else "")
     return (f"{which.capitalize()}: {s['runs']} runs; median |error| {s['median_abs_error']:.1%}, the largest "
-            f"{s['max_abs_error']:.1%} ({s['largest']}); bias {s['bias']:+.1%}; {moe}; {beyond}.")
+            f"{s['max_abs_error']:.1%} ({s['largest']}); bias {s['bias']:+.1%}; {moe}; {beyond}{missing}.")
 
 
 def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -> None:
@@ -43,18 +52,19 @@ def step_time_report(console: Any, table: list[dict], scores: dict[str, dict]) -
             if r["set"] == which:
                 t.add_row(escape(r["name"]), r["gpu"], f"{r['gpus']:,}", UNITS[r["unit"]].short,
                           _value(r["published"], r["unit"]), _value(r["predicted"], r["unit"]),
-                          f"{r['error']:+.1%}")
+                          _error(r["error"]))
         console.print()
         console.print(t)
         console.print(escape(score_line(which, score)))
     console.print()
     console.print("[bold]What parasim assumes where a source is silent, and what the other choices give[/bold]")
     for r in table:
-        if r["assumed"] or r["variants"]:
-            other = "; ".join(f"{k}: {_value(v['predicted'], r['unit'])} ({v['error']:+.1%})"
+        if r["assumed"] or r["variants"] or r["not_timed"]:
+            other = "; ".join(f"{k}: {_value(v['predicted'], r['unit'])} ({_error(v['error'])})"
                               for k, v in r["variants"].items())
+            why = f" Not timed: {r['not_timed']}." if r["not_timed"] else ""
             console.print(escape(f"- {r['name']}: {r['assumed'] or 'as published'}" + (f". Instead {other}"
-                                                                                      if other else "")))
+                                                                                      if other else "") + why))
     console.print()
     console.print("[bold]Sources[/bold]")
     for source, which, address in dict.fromkeys((r["source"], r["set"], r["address"]) for r in table):
@@ -67,7 +77,7 @@ def markdown_rows(table: list[dict]) -> list[str]:
     for r in table:
         out.append(f"| {r['name']} | [{r['cite']}]({r['address']}) | {r['gpu']} | {r['gpus']:,} | "
                    f"{r['unit']} | {_value(r['published'], r['unit'])} | {_value(r['predicted'], r['unit'])} | "
-                   f"{r['error']:+.1%} |")
+                   f"{_error(r['error'])} |")
     return out
 
 
