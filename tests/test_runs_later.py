@@ -155,7 +155,7 @@ def test_the_sets_registry_holds_each_scored_set_once_with_its_runs_heading_and_
     for s in RUN_SETS:
         mine = runs_of(s.name)
         assert mine and all(r.set == s.name for r in mine), s.name
-        assert (DOCS / s.notes).is_file() and s.heading in page, s.name
+        assert (DOCS / s.notes).is_file() and f"\n{s.heading}\n" in page, s.name
     scored = [r for _, runs, name, *_ in LATER if name in NAMES for r in runs]
     assert [r.key for r in runs_of()] == [r.key for r in old.RUNS] + [r.key for r in scored]
     assert NAMES == tuple(["calibration", "held-out"] + [name for _, _, name, *_ in LATER if name in NAMES])
