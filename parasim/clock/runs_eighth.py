@@ -1,13 +1,13 @@
 """An eighth held-out set of published training runs, gathered 2026-12-05 from sources that none of runs.py,
 runs_fresh.py, runs_fourth.py, runs_fifth.py, runs_sixth.py and runs_seventh.py uses, blind: without any of these
-runs being timed or scored by the gatherer. It is to be scored once, later, as it stands.
+runs being timed or scored by the gatherer. It was scored once, as it stands, with the model of 2026-12-05 after
+the B200's kernel tables (clock/sets.py).
 
 Same format as runs_seventh.py: one PublishedRun per run (its source, GPU, model shapes, plan, sequence, overlap
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-eighth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-EIGHTH_SET ("eighth", defined here: runs.SETS does not hold it yet); an EighthRun is a PublishedRun that looks its
-source up there. EIGHTH is the runs.
+runs.EIGHTH ("eighth"); an EighthRun is a PublishedRun that looks its source up there. EIGHTH is the runs.
 
 Both sources are MLCommons MLPerf Training rounds:
 - v6.0 (2026), the gpt_oss_20b benchmark: a mixture-of-experts model (24 layers, 32 experts, top-4) trained by
@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import ModelSpec
-from .runs import PublishedRun, Source, training_plan
+from .runs import EIGHTH as EIGHTH_SET, PublishedRun, Source, training_plan
 from .runs_seventh import MLPERF_GPT3
 
-EIGHTH_SET = "eighth"
 GATHERED = "2026-12-05"  # the date every figure here was read
 _V60 = "eabf23a07b2a0c60a289ff871dc3a46fff0d0421"  # Richardyu114/training_results_v6.0 (a copy of mlcommons')
 _V41 = "b87b9e396f771345d4ef122ba33456304f15228d"  # mlcommons/training_results_v4.1
