@@ -44,7 +44,7 @@ def test_attention_is_timed_at_the_kernel_the_plan_names():
 
 
 def test_an_unknown_attention_kernel_is_refused_in_one_line():
-    with pytest.raises(UsageError, match="attention kernel must be one of fa3, fa2"):
+    with pytest.raises(UsageError, match="attention kernel must be one of cudnn, fa3, fa2, fa1, got .fa4."):
         Plan(attention_kernel="fa4")
     with pytest.raises(UsageError, match="no 'fa3' attention measured on a100"):
         plan_time(MODEL, Plan(attention_kernel="fa3"), SEQ, "a100")
