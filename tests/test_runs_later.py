@@ -14,7 +14,7 @@ import pytest
 from parasim.clock import overlaps
 from parasim.clock import runs as old
 from parasim.clock.runs import FLOP_UNITS, PRECISION_SAID, RULES, SHARDING, UNITS, PublishedRun
-from parasim.clock import runs_eighth, runs_fifth, runs_fourth, runs_fresh, runs_seventh, runs_sixth
+from parasim.clock import runs_eighth, runs_fifth, runs_fourth, runs_fresh, runs_ninth, runs_seventh, runs_sixth
 from parasim.estimate.hardware import GPUS
 from parasim.layout import Layout
 from parasim.pipeline.schedules import schedule_entry
@@ -27,7 +27,8 @@ LATER = [(runs_fresh, runs_fresh.FRESH, old.FRESH, 5, 20, 5, {"a100", "h100"}),
          (runs_fifth, runs_fifth.FIFTH, old.FIFTH, 4, 20, 1, {"a100", "h100"}),
          (runs_sixth, runs_sixth.SIXTH, old.SIXTH, 2, 20, 1, {"a100", "h100", "h800"}),
          (runs_seventh, runs_seventh.SEVENTH, old.SEVENTH, 2, 10, 0, {"h100"}),
-         (runs_eighth, runs_eighth.EIGHTH, "eighth", 2, 9, 4, {"h100", "b200"})]
+         (runs_eighth, runs_eighth.EIGHTH, "eighth", 2, 9, 4, {"h100", "b200"}),
+         (runs_ninth, runs_ninth.NINTH, "ninth", 2, 21, 2, {"h100", "b200"})]
 # with the registries of the sets gathered before each, and its notes
 SETS = [(module, runs, name, DOCS / f"step-time-runs-{'fresh' if name == old.FRESH else name}.md", sources, least,
          moe, gpus, [old.SOURCES] + [m.SOURCES for m, *_ in LATER[:i]])

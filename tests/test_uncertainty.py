@@ -14,6 +14,7 @@ from parasim.estimate.memory import Plan
 from parasim.clock.runs import HELD_OUT, RUNS
 from parasim.clock.runs_fifth import FIFTH
 from parasim.clock.runs_eighth import EIGHTH
+from parasim.clock.runs_ninth import NINTH
 from parasim.clock.runs_seventh import SEVENTH
 from parasim.clock.runs_sixth import SIXTH
 from parasim.clock.runs_fourth import FOURTH
@@ -67,7 +68,7 @@ def test_the_held_out_table_is_every_held_out_fresh_and_fourth_run_once():
     assert sorted(k for k, *_ in table) == sorted([r.key for r in RUNS if r.set == HELD_OUT] + [r.key for r in FRESH]
                                                   + [r.key for r in FOURTH] + [r.key for r in FIFTH]
                                                   + [r.key for r in SIXTH] + [r.key for r in SEVENTH]
-                                                  + [r.key for r in EIGHTH if r.gpu != "b200" or "tp" not in r.overlap])
+                                                  + [r.key for r in EIGHTH + NINTH if r.gpu != "b200" or "tp" not in r.overlap])
     assert {f for _, _, f, _ in table} <= {"moe", "fsdp", "model-parallel", "data-parallel"}
 
 

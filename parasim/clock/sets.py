@@ -49,8 +49,11 @@ RUN_SETS: tuple[RunSet, ...] = (
            "made and scored once with it (its runs untouched by the changes since)", "## Seventh runs",
            "runs_seventh", "SEVENTH", "step-time-runs-seventh.md"),
     RunSet("eighth", "Eighth set: two more sources (MLPerf Training v6.0 and v4.1: an MoE model, B200s), gathered "
-           "blind after the seventh's score and scored once with this model: the test", "## Eighth runs",
-           "runs_eighth", "EIGHTH", "step-time-runs-eighth.md"),
+           "blind after the seventh's score and scored once with this model (read for causes since: not a clean "
+           "test)", "## Eighth runs", "runs_eighth", "EIGHTH", "step-time-runs-eighth.md"),
+    RunSet("ninth", "Ninth set: two more sources (NVIDIA NeMo's performance summaries 24.07 and 25.02: H100s and "
+           "B200s), gathered blind after the eighth's score and scored once with the same model: the test",
+           "## Ninth runs", "runs_ninth", "NINTH", "step-time-runs-ninth.md"),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in RUN_SETS)
 BY_NAME: dict[str, RunSet] = {s.name: s for s in RUN_SETS}
