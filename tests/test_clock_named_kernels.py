@@ -96,4 +96,6 @@ def test_the_step_line_says_what_tp_overlap_hides_or_adds():
         text = " ".join(out.stdout.split())
         step = plan_time(get_model("27b"), Plan(tp=8).check(get_model("27b")), 4096, gpu, ("tp",))
         tp = step["parts_per_microbatch_s"]["tp"] * step["microbatches"]
-        assert f"TP {tp:,.2f} s ({words} {share * tp:,.2f} s" in text, text
+        def said(s: float) -> str:  # seconds from a tenth up, milliseconds below (render/estimate_text.seconds)
+            return f"{s:,.2f} s" if s >= 0.1 else f"{s * 1e3:,.2f} ms"
+        assert f"TP {said(tp)} ({words} {said(share * tp)}" in text, text

@@ -37,6 +37,14 @@ def precision_words(out: dict, model_state: float, unit: float, name: str) -> st
             f"{per['gradients']}, optimizer {per['optimizer']} bytes a parameter before ZeRO shards them)")
 
 
+def seconds(s: float) -> str:
+    """A time as a reader wants it: seconds to two places from a tenth of a second up, else milliseconds or
+    microseconds (a toy model's step is a few of them, which two places of a second would print as 0.00 s)."""
+    if s == 0 or abs(s) >= 0.1:
+        return f"{s:,.2f} s"
+    return f"{s * 1e3:,.2f} ms" if abs(s) >= 1e-4 else f"{s * 1e6:,.1f} us"
+
+
 def time_words(t: dict, gpu_name: str) -> str:
     """One step's time on the clock, where it goes, and what it yields; or why there is none on this GPU type."""
     if t.get("step_s") is None:
@@ -47,22 +55,22 @@ def time_words(t: dict, gpu_name: str) -> str:
     by = {"ep": f" ({t['dispatcher']})" if t.get("dispatcher") else ""}  # how the EP time's tokens travel
     hidden = t.get("tp_hidden_s", 0.0) * t["microbatches"]  # TP overlap's measured share: below zero, it costs
     if hidden:
-        by["tp"] = (f" (overlap hides {hidden:,.2f} s)" if hidden > 0 else
-                    f" (overlap adds {-hidden:,.2f} s: measured slower than none on this GPU)")
-    said = ", ".join(f"{k.upper()} {v:,.2f} s{by.get(k, '')}" for k, v in comm.items())
-    extra = [f"pipeline bubble {t['bubble_s']:,.2f} s" if t["bubble_s"] else "",
-             f"DP exposed {t['exposed_grads_s'] + t['exposed_params_s']:,.2f} s"
+        by["tp"] = (f" (overlap hides {seconds(hidden)})" if hidden > 0 else
+                    f" (overlap adds {seconds(-hidden)}: measured slower than none on this GPU)")
+    said = ", ".join(f"{k.upper()} {seconds(v)}{by.get(k, '')}" for k, v in comm.items())
+    extra = [f"pipeline bubble {seconds(t['bubble_s'])}" if t["bubble_s"] else "",
+             f"DP exposed {seconds(t['exposed_grads_s'] + t['exposed_params_s'])}"
              if t["exposed_grads_s"] + t["exposed_params_s"] else ""]
     rest = "; ".join(x for x in [said] + extra if x)
     over = ", ".join(t["overlap"]) or "none"
-    return (f"step: {t['step_s']:,.2f} s on {gpu_name} (the clock: compute {compute:,.2f} s" + (f"; {rest}" if rest
+    return (f"step: {seconds(t['step_s'])} on {gpu_name} (the clock: compute {seconds(compute)}" + (f"; {rest}" if rest
             else "") + f"; overlap: {over}): {t['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU "
             f"{t['mfu']:.0%}" + (f"; {range_words(t['range'])}" if t.get("range") else ""))
 
 
 def range_words(r: dict) -> str:
     """A step time's range (clock/uncertainty.py): what the held-out runs like it measured against parasim."""
-    return (f"runs like it measured {r['low_s']:,.2f} to {r['high_s']:,.2f} s ({r['low_ratio']:.2f}x to "
+    return (f"runs like it measured {seconds(r['low_s'])} to {seconds(r['high_s'])} ({r['low_ratio']:.2f}x to "
             f"{r['high_ratio']:.2f}x parasim's step: {len(r['runs'])} {r['like']})")
 
 
@@ -93,12 +101,12 @@ def time_search_lines(model_name: str, result: dict, gpu_name: str) -> list[str]
         for k, r in enumerate(row["top"]):
             rng = r["range"]
             spreads[rng["like"]] = (len(rng["runs"]), rng["low_ratio"], rng["high_ratio"])
-            head = (f"    {k + 1}. {r['label']}: {r['step_s']:,.2f} s a step (runs like it: {rng['low_s']:,.2f} to "
-                    f"{rng['high_s']:,.2f} s), {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {r['mfu']:.0%}")
+            head = (f"    {k + 1}. {r['label']}: {seconds(r['step_s'])} a step (runs like it: {seconds(rng['low_s'])} to "
+                    f"{seconds(rng['high_s'])}), {r['tokens_per_s_per_gpu']:,.0f} tokens/s per GPU, MFU {r['mfu']:.0%}")
             if "loses" in r:
                 lose = r["loses"]
                 head += (f"; {lose['slower']:.1%} slower than 1, most of it {lose['words']} "
-                         f"(+{lose['most_s']:,.2f} s)" if lose["most_s"] > 0 else "; as fast as 1")
+                         f"(+{seconds(lose['most_s'])})" if lose["most_s"] > 0 else "; as fast as 1")
             lines.append(head)
     for like, (n, low, high) in spreads.items():
         lines.append(f"  runs like it: the measured steps of {n} {like}, {low:.2f}x to {high:.2f}x parasim's "
