@@ -8,6 +8,8 @@ import os
 
 import pytest
 
+from parasim.layout.precision import precision as precision_of
+
 from parasim.errors import UsageError
 from parasim.estimate.memory import Plan
 from parasim.layout import ModelSpec
@@ -146,13 +148,15 @@ def test_llama3_fp8_names_what_parasim_leaves_out():
     # Llama 3 8B: 8.03B parameters (Meta's model card)
     assert abs(model.total_params() - 8.03e9) / 8.03e9 < 0.01
     left = " ".join(job.unmodelled)
-    for flag in ("--fp8-param-gather", "--cross-entropy-loss-fusion"):
-        assert flag in left, flag
+    assert "--cross-entropy-loss-fusion" in left
     # --bf16 with --grad-reduce-in-bf16: BF16 gradients reduced in BF16, an FP32 copy of the optimizer's share;
-    # --fp8-format hybrid without a recipe: FP8 linears with Megatron's default, delayed scaling
-    assert "--grad-reduce-in-bf16" not in left and "--fp8-format" not in left
-    assert job.step["precision"] == "megatron-bf16-reduce-bf16-fp8-delayed"
-    assert "--fp8-format hybrid" in [u for u, _ in job.used]
+    # --fp8-format hybrid without a recipe: FP8 linears with Megatron's default, delayed scaling; --fp8-param-gather:
+    # the weights kept and all-gathered in FP8 (one byte a weight where BF16 takes two)
+    assert "--grad-reduce-in-bf16" not in left and "--fp8-format" not in left and "--fp8-param-gather" not in left
+    assert job.step["precision"] == "megatron-bf16-reduce-bf16-fp8-delayed-gather"
+    assert {"--fp8-format hybrid", "--fp8-param-gather"} <= {u for u, _ in job.used}
+    kept = precision_of(job.step["precision"])
+    assert (kept.bytes("params"), kept.bytes("compute"), kept.bytes("grad_reduce")) == (1, 1, 2)
     assert job.seq == 8192 and job.world == 8
     assert not job.contradictions and not job.unknown
 

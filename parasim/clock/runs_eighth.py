@@ -86,16 +86,16 @@ _OSS_SAID = ("Megatron-Core MoE through NeMo / Megatron-Bridge: grouped GEMMs, t
 # median s, block means read, result file, config file, what the run's files say)
 _OSS = (
     ("mlperf-v60-gptoss20b-b200-lambda-n1", "b200_n1_ngc25.09_nemo", "b200", 8, 16, 1, 1, 1, 8, 2,
-     "megatron-bf16-reduce-bf16-fp8-blockwise", "hybridep", "selective", ("grad-reduce", "prefetch"), 0.45315,
+     "megatron-bf16-reduce-bf16-fp8-blockwise-gather", "hybridep", "selective", ("grad-reduce", "prefetch"), 0.45315,
      (0.45329786255283006, 0.45300315847590766), "Lambda/results/b200_n1_ngc25.09_nemo/gpt_oss_20b/result_1.txt",
      "Lambda/benchmarks/gpt_oss_20b/implementations/b200_0504/config_DGXB200_1x8x2xtp1pp1cp1ep1_mxfp8.sh",
      "1 node x 8 B200 (the log's SYSJSON: 'NVIDIA B200', 183359 MiB); TP 1, PP 1, CP 1, EP 1 (all 32 experts on "
      "every GPU: no token dispatch between GPUs), DP 8, micro-batch 2 (MINIBS=2, MICRO_BATCH_SIZE=2), global batch "
      "16, one micro-batch a replica; MXFP8 (FP8_RECIPE=mxfp8, FP8_PARAM_GATHER True) timed as FP8 with blockwise "
-     "scaling; recompute_modules ['core_attn'] (the log) timed as selective recomputation; CUDA graph scope "
+     "scaling, the weights kept and gathered in FP8 (the -gather entry, since the ninth score); recompute_modules ['core_attn'] (the log) timed as selective recomputation; CUDA graph scope "
      "full_iteration (the log); dispatcher hybridep (the log's moe_flex_dispatcher_backend)"),
     ("mlperf-v60-gptoss20b-b200-coreweave-n8", "CoreWeave_B200_8x8", "b200", 64, 64, 1, 2, 4, 32, 1,
-     "megatron-bf16-reduce-bf16-fp8-blockwise", "hybridep", "selective", ("grad-reduce", "prefetch"), 0.31881,
+     "megatron-bf16-reduce-bf16-fp8-blockwise-gather", "hybridep", "selective", ("grad-reduce", "prefetch"), 0.31881,
      (0.319109306014855, 0.3185132333663932), "CoreWeave/results/CoreWeave_B200_8x8/gpt_oss_20b/result_0.txt",
      "CoreWeave/benchmarks/gpt_oss_20b/implementations/CoreWeave_B200_8x8/config_DGXB200_8x8x1xtp1pp1cp2ep4_mxfp8"
      ".sh", "8 nodes x 8 B200-SXM-180GB (systems/CoreWeave_B200_8x8.json; 'InfiniBand NDR 400 Gb/s'); TP 1, PP 1, "
@@ -106,7 +106,7 @@ _OSS = (
      "same NVIDIA recipe), so core-attention recomputation as Lambda's log prints it (assumed); CP's a2a exchange "
      "(cp_comm_type 'a2a' in the yaml) timed as parasim's CP"),
     ("mlperf-v60-gptoss20b-h100-cisco-n8", "Zeus_8xH100_SXM_80GB", "h100", 64, 32, 2, 1, 4, 32, 1,
-     "megatron-bf16-reduce-bf16-fp8-delayed", "deepep", "none", ("grad-reduce", "prefetch", "tp"), 0.42574,
+     "megatron-bf16-reduce-bf16-fp8-delayed-gather", "deepep", "none", ("grad-reduce", "prefetch", "tp"), 0.42574,
      (0.4257395922884914, 0.4257322901110546, 0.4258353262728697),
      "Cisco/results/Zeus_8xH100_SXM_80GB/gpt_oss_20b/result_1.txt",
      "Cisco/benchmarks/gpt_oss_20b/nemo/config_DGXH100_8x8x1xtp2pp1cp1ep4.sh",
@@ -118,7 +118,7 @@ _OSS = (
      "dropped; timed as dropless); MOE_EP_A2A_OVERLAP True, but with one micro-batch a replica there is no second "
      "micro-batch to pair with, so no switch is given for it; CUDA graphs on attention and the router"),
     ("mlperf-v60-gptoss20b-h100-cisco-n16", "Zeus_16xH100_SXM_80GB", "h100", 128, 64, 2, 1, 4, 64, 1,
-     "megatron-bf16-reduce-bf16-fp8-delayed", "deepep", "none", ("grad-reduce", "prefetch", "tp"), 0.41554,
+     "megatron-bf16-reduce-bf16-fp8-delayed-gather", "deepep", "none", ("grad-reduce", "prefetch", "tp"), 0.41554,
      (0.40115814867236665, 0.4154039234528785, 0.41553694177025174, 0.4155751115663724, 0.41567626911412764),
      "Cisco/results/Zeus_16xH100_SXM_80GB/gpt_oss_20b/result_1.txt",
      "Cisco/benchmarks/gpt_oss_20b/nemo/config_DGXH100_16x8x1xtp2pp1cp1ep4.sh",
@@ -160,7 +160,8 @@ _GPT3_SAID = ("NVIDIA's NeMo/Megatron implementation as the submission's config_
               "(MICRO_BATCH_SIZE=2), sequence parallelism (SEQ_PARALLEL default True), no activation "
               "checkpointing (ACT_CKPT_GRANULARITY default null); TransformerEngine layers (attention timed as the "
               "newest kernel); FP8 hybrid with delayed scaling (config_fp8.sh: FP8=True, FP8_HYBRID=True, "
-              "FP8_AMAX_HISTORY=1024, FP8_AMAX_ALGO max), FP8_PARAMS True; megatron_amp_O2 BF16 weights with "
+              "FP8_AMAX_HISTORY=1024, FP8_AMAX_ALGO max), FP8_PARAMS True (the weights kept and gathered in "
+              "FP8: the -gather entry, since the ninth score); megatron_amp_O2 BF16 weights with "
               "apex's distributed_fused_adam (USE_DIST_OPTIMIZER True: ZeRO-1), grad_sync_dtype bf16, "
               "overlap_grad_sync and overlap_param_sync True; TP communication overlap (TP_COMM_OVERLAP=True); "
               "the 96 layers evenly on 8 stages; sequence 2048 and the global batch as the log prints them; the "
@@ -187,7 +188,7 @@ _GPT3 = (
      "config_common_blackwell.sh is not in the repository"),
 )
 _GPT3_VARIANTS = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
-                  "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed"}}
+                  "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"}}
 
 
 def _gpt3() -> list[EighthRun]:
@@ -196,7 +197,7 @@ def _gpt3() -> list[EighthRun]:
         dp = gpus // 32
         assert dp * 2 * acc == gbs, (key, dp, acc, gbs)
         plan = training_plan(gbs, "zero-1", tp=4, pp=8, dp=dp, sp=True, micro_batch=2, chunks=chunks, flash=True,
-                             precision="megatron-bf16-reduce-bf16-fp8-delayed")
+                             precision="megatron-bf16-reduce-bf16-fp8-delayed-gather")
         out.append(EighthRun(
             key, "MLPerf Training v4.1 GPT-3",
             f"{org}/results/{system}/gpt3/result_0.txt, 'train_step_timing in s': median {median:g} s over {n} "

@@ -122,8 +122,8 @@ def _run(key: str, source: str, result: str, config: str, gpu: str, gpus: int, m
 
 _V50_SAID = ("FP8 (config_common.sh FP8=True; FP8_HYBRID unset, so custom.yaml's fp8_hybrid False: E4M3 both ways; "
              "fp8_recipe custom.yaml's default 'delayed', fp8_amax_history_len 1 and most_recent by default) timed as "
-             "FP8 with delayed scaling; FP8_PARAMS=True (FP8 parameter gathers: parasim has no entry for Megatron's "
-             "FP8 parameter gathers, so they are timed as BF16 gathers); TP communication overlap "
+             "FP8 with delayed scaling; FP8_PARAMS=True (the weights kept and all-gathered in "
+             "FP8: the precision's -gather entry, in parasim since the gatherer's day); TP communication overlap "
              "(TP_COMM_OVERLAP=True, MC_TP_OVERLAP_AG/RS True); pipeline sends overlapped (overlap_p2p_comm default "
              "True under the interleaved schedule); CP 2's ring overlapped (TransformerEngine); the embedding and "
              "the loss each counted as a layer in the pipeline split (ASYM_PP_EMBED, ASYM_PP_LOSS True); no CUDA "
@@ -156,8 +156,8 @@ def _v50() -> list[TenthRun]:
         said = (f"{org} {system}: {nodes} nodes x 8 NVIDIA {card} (systems/{system}.json)"
                 + ("; Nebius' config_common.sh is NVIDIA's but for NCCL_NVLS_ENABLE left unset" if org == "Nebius"
                    else "") + f"; {_V50_SAID}")
-        precision = "megatron-bf16-reduce-bf16-fp8-delayed"
-        variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed"},
+        precision = "megatron-bf16-reduce-bf16-fp8-delayed-gather"
+        variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"},
                     "no TP overlap": {"overlap": ("grad-reduce", "prefetch", "p2p", "cp")}}
         out.append(_run(key, "MLPerf Training v5.0 Llama 3.1 405B", f"{org}/results/{system}/llama31_405b/{result}",
                         f"{org}/benchmarks/llama31_405b/implementations/{system}/{config}", gpu, nodes * 8,
@@ -173,8 +173,8 @@ _UF_SAID = ("University of Florida HiPerGator DGX B200 (systems/hpg.dgxb200x8.n<
             "(B200-SXM-180GB), 8 a node); the hpg.dgxb200x8 config sources config_common.sh, config_common_<8b|405b>"
             ".sh and config_common_cg.sh, which that folder does not hold: taken as the b200_nemo folder's (assumed); "
             "no FP4 (the config sources no config_common_fp4.sh); FP8 current scaling (config_common.sh "
-            "FP8_RECIPE=\"tensorwise\", FP8=True) timed as FP8 tensorwise; FP8_PARAM_GATHER=True (FP8 parameter "
-            "gathers: parasim has no entry for Megatron's FP8 parameter gathers, so they are timed as BF16 gathers); "
+            "FP8_RECIPE=\"tensorwise\", FP8=True) timed as FP8 tensorwise; FP8_PARAM_GATHER=True (the weights "
+            "kept and all-gathered in FP8: the precision's -gather entry, in parasim since the gatherer's day); "
             "full-iteration CUDA graphs (config_common_cg.sh FULL_CUDA_GRAPH=1, MCORE_CUDA_GRAPH=1: no plan field)")
 _UF8_SAID = ("llama31_8b: FP8_HYBRID=True (config_common_8b.sh), TE fused ops (USE_TE_OPS=True); TP 1 "
              "(SEQ_PARALLEL=False, TP_COMM_OVERLAP=False); CP's ring overlapped where CP is 2; the vocabulary as the "
@@ -186,8 +186,8 @@ _UF405_SAID = ("llama31_405b: FP8_HYBRID unset (E4M3 both ways); TP_COMM_OVERLAP
 _CISCO_SAID = ("Cisco hpf (systems/hpf_n<N>.json: NVIDIA H100-SXM5-80GB, 8 a node); llama31_8b with NVIDIA's "
                "NeMo code (benchmarks/llama31_8b/implementations/nemo); FP8 (config_common.sh FP8=True; FP8_RECIPE "
                "unset: custom.yaml's default 'delayed'; FP8_HYBRID unset: E4M3 both ways) timed as FP8 with delayed "
-               "scaling; FP8_PARAMS=True (FP8 parameter gathers: parasim has no entry for Megatron's FP8 parameter "
-               "gathers, so they are timed as BF16 gathers); no CUDA graphs (MCORE_CUDA_GRAPH=False); the "
+               "scaling; FP8_PARAMS=True (the weights kept and all-gathered in FP8: the "
+               "precision's -gather entry, in parasim since the gatherer's day); no CUDA graphs (MCORE_CUDA_GRAPH=False); the "
                "vocabulary as the Llama 3.1 8B tokenizer's (the README's '3.3 Tokenizer')")
 # (key, org, system, GPU, nodes, model, GBS, accumulation, micro-batch, TP, PP, CP, VP, config, (median, mean, n,
 # min, max))
@@ -221,21 +221,21 @@ def _v51() -> list[TenthRun]:
         bench = "llama31_8b" if model is LLAMA31_8B else "llama31_405b"
         if org == _UF:
             folder = f"{org}/benchmarks/{bench}/implementations/hpg.dgxb200x8"
-            precision = "megatron-bf16-reduce-bf16-fp8-tensorwise"
+            precision = "megatron-bf16-reduce-bf16-fp8-tensorwise-gather"
             said = f"{system}: {nodes} nodes; {_UF_SAID}; " + (_UF8_SAID if bench == "llama31_8b" else _UF405_SAID)
             overlap = ("grad-reduce", "prefetch") + (("p2p",) if pp > 1 else ()) + (("cp",) if cp > 1 else ())
-            variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-tensorwise"},
-                        "FP8 as delayed scaling": {"precision": "megatron-bf16-reduce-bf16-fp8-delayed"}}
+            variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-tensorwise-gather"},
+                        "FP8 as delayed scaling": {"precision": "megatron-bf16-reduce-bf16-fp8-delayed-gather"}}
             if tp > 1:
                 variants["TP overlap"] = {"overlap": overlap + ("tp",)}
         else:
             folder = f"{org}/benchmarks/{bench}/implementations/nemo"
-            precision = "megatron-bf16-reduce-bf16-fp8-delayed"
+            precision = "megatron-bf16-reduce-bf16-fp8-delayed-gather"
             said = (f"{system}: {nodes} nodes; {_CISCO_SAID}; "
                     + ("TP 2 with sequence parallelism and TP communication overlap (TP_COMM_OVERLAP=True)"
                        if tp > 1 else "TP 1 (TP_COMM_OVERLAP=True has no TP collective to hide)"))
             overlap = ("grad-reduce", "prefetch") + (("tp",) if tp > 1 else ())
-            variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed"}}
+            variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"}}
             if tp > 1:
                 variants["no TP overlap"] = {"overlap": ("grad-reduce", "prefetch")}
         out.append(_run(key, "MLPerf Training v5.1 Llama 3.1", f"{org}/results/{system}/{bench}/result_0.txt",

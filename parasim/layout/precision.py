@@ -218,10 +218,22 @@ _FP8 += [
     ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 before "
      "FSDP gathers them", "current", "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: "
      "the shards are cast, then gathered in FP8")]
+# Megatron-LM's --fp8-param-gather (NeMo's fp8_params / fp8_param_gather, MLPerf's FP8_PARAMS): the model keeps
+# its weights as FP8 tensors between steps (the distributed optimizer keeps FP32 master copies) and all-gathers
+# them in FP8, so the weights held and the gather's bytes are one a value
+_MEGATRON_GATHER = ("megatron/training/arguments.py --fp8-param-gather: 'Keep the compute param in fp8 (do not use "
+                    "any other intermediate dtype) and perform the param all-gather in fp8.'")
+_FP8 += [(f"{base}-fp8-{recipe}", f"{base}-fp8-{recipe}-gather",
+          f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe}), the weights kept and "
+          "all-gathered in FP8 (--fp8-param-gather)", scaling, _MEGATRON_GATHER)
+         for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
 for _base, _name, _title, _scaling, _source in _FP8:
-    PRECISIONS[_name] = replace(PRECISIONS[_base], name=_name, title=_title, products="float8_e4m3fn",
-                                fp8_scaling=_scaling, source=f"{PRECISIONS[_base].source}; {_source}",
-                                compute="float8_e4m3fn" if _name.endswith("-gather") else PRECISIONS[_base].compute)
+    _kept = PRECISIONS[_base]  # an FP8 entry builds on one made before it
+    _megatron_gather = _name.startswith("megatron") and _name.endswith("-gather")
+    PRECISIONS[_name] = replace(_kept, name=_name, title=_title, products="float8_e4m3fn",
+                                fp8_scaling=_scaling, source=f"{_kept.source}; {_source}",
+                                compute="float8_e4m3fn" if _name.endswith("-gather") else _kept.compute,
+                                params="float8_e4m3fn" if _megatron_gather else _kept.params)
 
 
 def precision(name: str | Precision | None) -> Precision:

@@ -41,10 +41,13 @@ for _base in ("megatron-bf16", "megatron-bf16-reduce-bf16"):
     for _recipe, _format in FP8_FORMAT.items():
         PRECISION_FLAGS[f"{_base}-fp8-{_recipe}"] = PRECISION_FLAGS[_base] + ("--fp8-format", _format) + (
             () if _recipe == DEFAULT_FP8_RECIPE else ("--fp8-recipe", _recipe))
+        # the weights kept and all-gathered in FP8 (layout/precision.py's -gather entries)
+        PRECISION_FLAGS[f"{_base}-fp8-{_recipe}-gather"] = PRECISION_FLAGS[f"{_base}-fp8-{_recipe}"] + (
+            "--fp8-param-gather",)
 # the Megatron-LM setting nearest each entry it has no flags for: what `--megatron-args` writes, saying so
 NEAREST_PRECISION = {"post": "megatron-bf16-reduce-bf16", "fsdp2": "megatron-bf16",
                      "deepseek-v3": "megatron-bf16-fp8-blockwise", "fp64": "fp32",
-                     "fsdp2-fp8": "megatron-bf16-fp8-tensorwise", "fsdp2-fp8-gather": "megatron-bf16-fp8-tensorwise"}
+                     "fsdp2-fp8": "megatron-bf16-fp8-tensorwise", "fsdp2-fp8-gather": "megatron-bf16-fp8-tensorwise-gather"}
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}  # Megatron-FSDP -> ZeRO
 
 
@@ -134,7 +137,7 @@ FLAGS: dict[str, Flag] = {
     # changes memory, traffic or time; not modelled
     "--fp8-format": _used(1, "FP8 linears: products in FP8, their inputs, weights and gradients cast (with --bf16)"),
     "--fp8-recipe": _used(1, "how FP8's scales are found: delayed, tensorwise (current) or blockwise casts"),
-    "--fp8-param-gather": _left(0, "FP8 weights gathered: parasim counts BF16 weights"),
+    "--fp8-param-gather": _used(0, "the weights kept and all-gathered in FP8 (with --fp8-format)"),
     "--use-precision-aware-optimizer": _left(0, "optimizer state in lower precision: parasim keeps FP32 Adam state"),
     "--main-grads-dtype": _left(1, "the gradient buffer's dtype: parasim keeps FP32 gradients"),
     "--main-params-dtype": _left(1, "the master weights' dtype: parasim keeps FP32 master weights"),

@@ -656,6 +656,9 @@ def _fp8(job: Job, name: str) -> str:
     for f in ("--fp8-format", "--fp8-recipe"):
         if f in g:
             _use(job, f)
+    if "--fp8-param-gather" in g:  # the weights kept and all-gathered in FP8
+        _use(job, "--fp8-param-gather")
+        return f"{fp8}-gather"
     return fp8
 
 
