@@ -15,6 +15,7 @@ from parasim.clock.runs import HELD_OUT, RUNS
 from parasim.clock.runs_fifth import FIFTH
 from parasim.clock.runs_eighth import EIGHTH
 from parasim.clock.runs_ninth import NINTH
+from parasim.clock.runs_tenth import TENTH
 from parasim.clock.runs_seventh import SEVENTH
 from parasim.clock.runs_sixth import SIXTH
 from parasim.clock.runs_fourth import FOURTH
@@ -68,7 +69,7 @@ def test_the_held_out_table_is_every_held_out_fresh_and_fourth_run_once():
     assert sorted(k for k, *_ in table) == sorted([r.key for r in RUNS if r.set == HELD_OUT] + [r.key for r in FRESH]
                                                   + [r.key for r in FOURTH] + [r.key for r in FIFTH]
                                                   + [r.key for r in SIXTH] + [r.key for r in SEVENTH]
-                                                  + [r.key for r in EIGHTH + NINTH if r.gpu != "b200" or "tp" not in r.overlap])
+                                                  + [r.key for r in EIGHTH + NINTH + TENTH if r.gpu != "b200" or "tp" not in r.overlap])
     assert {f for _, _, f, _ in table} <= {"moe", "fsdp", "model-parallel", "data-parallel"}
 
 
@@ -79,6 +80,11 @@ def test_a_ratio_is_the_measured_step_over_parasims():
     err = next(e for k, _, _, e in held_out() if k == run.key)
     step = step_time(run.model, run.plan, run.seq, machine(run.gpu, run.plan.gpus_per_node), run.overlap)["step_s"]
     assert step * (1 + err) == pytest.approx(run.published)
+
+
+def _said(s: float) -> str:
+    """A time as the step line prints it: seconds from a tenth up, milliseconds below (written out here)."""
+    return f"{s:,.2f} s" if s >= 0.1 else f"{s * 1e3:,.2f} ms"
 
 
 def test_memory_prints_the_range_and_gives_it_in_json():
@@ -93,7 +99,7 @@ def test_memory_prints_the_range_and_gives_it_in_json():
     errors = {k: e for k, _, _, e in held_out()}
     assert r["low_ratio"] == pytest.approx(1 + min(errors[k] for k in r["runs"]))
     assert r["high_ratio"] == pytest.approx(1 + max(errors[k] for k in r["runs"]))
-    assert r["low_s"] >= 0.1 and f"{r['low_s']:,.2f} s to {r['high_s']:,.2f} s" in text
+    assert f"{_said(r['low_s'])} to {_said(r['high_s'])}" in text
 
 
 def test_every_layout_the_search_ranks_carries_its_range():
@@ -166,7 +172,7 @@ def test_the_real_size_trace_says_its_steps_range():
     assert (r["low_s"], r["high_s"]) == (pytest.approx(t["step_s"] * r["low_ratio"], rel=1e-12),
                                          pytest.approx(t["step_s"] * r["high_ratio"], rel=1e-12))
     text = " ".join(cli("trace", "--symbolic", "--layout", "megatron-8.3b", "--gpu", "3").stdout.split())
-    assert r["low_s"] >= 0.1 and f"runs like it measured {r['low_s']:,.2f} s to {r['high_s']:,.2f} s" in text
+    assert f"runs like it measured {_said(r['low_s'])} to {_said(r['high_s'])}" in text
 
 
 def test_a_toy_models_step_is_printed_in_milliseconds_not_as_zero_seconds():

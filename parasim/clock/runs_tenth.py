@@ -1,13 +1,14 @@
 """A tenth held-out set of published training runs, gathered 2026-12-05 from sources that none of runs.py,
 runs_fresh.py, runs_fourth.py, runs_fifth.py, runs_sixth.py, runs_seventh.py, runs_eighth.py and runs_ninth.py
-uses, blind: without any of these runs being timed or scored by the gatherer. It is kept unscored for the next
-change to the model, and will be scored once, as it stands, after that change (not yet wired into clock/sets.py).
+uses, blind: without any of these runs being timed or scored by the gatherer. It was kept unscored for the next
+change to the model (FP8 parameter gathers, which its rows' configs set: their precision names the -gather entry)
+and scored once, as it stands, after that change (clock/sets.py).
 
 Same format as runs_eighth.py and runs_ninth.py: one PublishedRun per run (its source, GPU, model shapes, plan,
 sequence, overlap switches and the published figure), built with runs.training_plan; `assumed` says what the
 source leaves out and the value taken, `variants` the doubtful choices. The notes,
 docs/notes/step-time-runs-tenth.md, quote every figure and say where it was read. The sources have their own
-registry (SOURCES below), each in the set "tenth" (TENTH_SET; runs.py does not know it yet); a TenthRun is a
+registry (SOURCES below), each in the set "tenth" (runs.TENTH); a TenthRun is a
 PublishedRun that looks its source up there. TENTH is the runs.
 
 Both sources are MLCommons MLPerf Training rounds whose benchmarks no earlier set reads, both NVIDIA's NeMo /
@@ -30,9 +31,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import ModelSpec, Stages
-from .runs import PublishedRun, Source, training_plan
+from .runs import TENTH as TENTH_SET, PublishedRun, Source, training_plan
 
-TENTH_SET = "tenth"  # the set's name; runs.SETS (clock/sets.py) holds it once it is wired and scored
 GATHERED = "2026-12-05"  # the date every figure here was read
 _V50 = "0fdc28f013256aea84fa36fdaf1e0fa46094b18c"  # mlcommons/training_results_v5.0
 _V51 = "441d65f4445cd59687466533fd9f55399136e7a4"  # mlcommons/training_results_v5.1

@@ -52,8 +52,11 @@ RUN_SETS: tuple[RunSet, ...] = (
            "blind after the seventh's score and scored once with this model (read for causes since: not a clean "
            "test)", "## Eighth runs", "runs_eighth", "EIGHTH", "step-time-runs-eighth.md"),
     RunSet("ninth", "Ninth set: two more sources (NVIDIA NeMo's performance summaries 24.07 and 25.02: H100s and "
-           "B200s), gathered blind after the eighth's score and scored once with the same model: the test",
-           "## Ninth runs", "runs_ninth", "NINTH", "step-time-runs-ninth.md"),
+           "B200s), gathered blind after the eighth's score and scored once with the same model (read for causes "
+           "since: not a clean test)", "## Ninth runs", "runs_ninth", "NINTH", "step-time-runs-ninth.md"),
+    RunSet("tenth", "Tenth set: two more sources (MLPerf Training v5.0 and v5.1, Llama 3.1 8B and 405B on H100s, "
+           "H200s and B200s), gathered blind after the ninth's score and scored once with the model after it (FP8 "
+           "parameter gathers): the test", "## Tenth runs", "runs_tenth", "TENTH", "step-time-runs-tenth.md"),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in RUN_SETS)
 BY_NAME: dict[str, RunSet] = {s.name: s for s in RUN_SETS}
