@@ -90,3 +90,24 @@ def test_fsdp_under_a_pipeline_gathers_and_reduces_once_a_step():
     assert flat_four["dp_params_s"] == pytest.approx(4 * flat_one["dp_params_s"], rel=1e-12)
     assert flat_four["dp_grads_s"] == pytest.approx(4 * flat_one["dp_grads_s"], rel=1e-12)
     assert flat_four["exposed_params_s"] > 2 * flat_one["exposed_params_s"]
+
+
+def test_fp8_parameter_gathers_send_one_byte_a_weight():
+    """Megatron's --fp8-param-gather (the precision's -gather form): the distributed optimizer's all-gather of a
+    27B model's weights over 4 replicas (TP 8 a node, so the group crosses nodes) moves one byte a weight where
+    the BF16 gather moves two, each at the measured across-node rate; the weights kept are one byte too."""
+    from dataclasses import replace as swap
+    from parasim.clock.costs import collective_seconds, machine as machine_of
+    from parasim.clock.plan import step_time
+    from parasim.estimate import get_model
+    from parasim.estimate.kernels import ACROSS
+    from parasim.layout.precision import precision
+    model = get_model("27b")
+    plan = Plan(tp=8, dp=4, zero=1, microbatches=4, precision="megatron-bf16-fp8-delayed-gather")
+    m = machine_of("h100", 8)
+    local = model.total_params() / 8  # a dense model: each GPU's TP share of every weight
+    gathered = step_time(model, plan, 4096, m)["dp_params_s"]
+    assert gathered == pytest.approx(collective_seconds(m, "all_gather", 4, local * 1, ACROSS), rel=1e-12)
+    bf16 = step_time(model, swap(plan, precision="megatron-bf16-fp8-delayed"), 4096, m)["dp_params_s"]
+    assert bf16 == pytest.approx(collective_seconds(m, "all_gather", 4, local * 2, ACROSS), rel=1e-12)
+    assert precision(plan.precision).weight_bytes == 1 and precision("megatron-bf16-fp8-delayed").weight_bytes == 2
