@@ -1,8 +1,8 @@
 """How far a step time parasim prints may be from a measured one: the spread of the held-out runs like it.
 
-The held-out runs (clock/runs.py) and the later sets' (clock/runs_fresh.py, runs_fourth.py, runs_fifth.py,
-runs_sixth.py, runs_seventh.py, held out too) were each scored once a version of the time model was done; each
-one's error says how its measured step stood against parasim's (error e, + when parasim is faster: measured = parasim's x (1 + e)). A
+The held-out runs (clock/runs.py) and the later sets' (clock/sets.py names each, held out too) were each scored
+once a version of the time model was done; each one's error says how its measured step stood against parasim's
+(error e, + when parasim is faster: measured = parasim's x (1 + e)); a run not timed has none. A
 step time is printed with the smallest and the largest of those ratios among the held-out runs like it: the
 same GPU type and the same kind of parallelism (FAMILIES, the first that matches); with fewer than MIN_RUNS
 such runs, the same kind on any GPU; with fewer still, every held-out run. The range is the runs' own spread,

@@ -207,17 +207,19 @@ PRECISIONS: dict[str, Precision] = {p.name: p for p in (
 _MEGATRON_FP8 = "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"
 MEGATRON_FP8 = {"delayed": ("delayed", "delayed scaling"), "tensorwise": ("current", "current per-tensor scaling"),
                 "blockwise": ("blockwise", "blockwise scaling, as DeepSeek-V3 trained")}
-_FP8: list[tuple[str, str, str, str, str]] = [
+_E4M3 = "float8_e4m3fn"
+# (the entry built on, the name, its title, the FP8 scaling, the source, the dtypes it changes besides the products)
+_FP8: list[tuple[str, str, str, str, str, dict[str, str]]] = [
     (base, f"{base}-fp8-{recipe}", f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe})",
-     scaling, _MEGATRON_FP8)
+     scaling, _MEGATRON_FP8, {})
     for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
 _FP8 += [
     ("fsdp2", "fsdp2-fp8", "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), weights "
      "gathered in BF16", "current", "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] "
-     "enable_float8_linear; enable_fsdp_float8_all_gather off by default)"),
+     "enable_float8_linear; enable_fsdp_float8_all_gather off by default)", {}),
     ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 before "
      "FSDP gathers them", "current", "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: "
-     "the shards are cast, then gathered in FP8")]
+     "the shards are cast, then gathered in FP8", {"compute": _E4M3})]
 # Megatron-LM's --fp8-param-gather (NeMo's fp8_params / fp8_param_gather, MLPerf's FP8_PARAMS): the model keeps
 # its weights as FP8 tensors between steps (the distributed optimizer keeps FP32 master copies) and all-gathers
 # them in FP8, so the weights held and the gather's bytes are one a value
@@ -225,15 +227,11 @@ _MEGATRON_GATHER = ("megatron/training/arguments.py --fp8-param-gather: 'Keep th
                     "any other intermediate dtype) and perform the param all-gather in fp8.'")
 _FP8 += [(f"{base}-fp8-{recipe}", f"{base}-fp8-{recipe}-gather",
           f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe}), the weights kept and "
-          "all-gathered in FP8 (--fp8-param-gather)", scaling, _MEGATRON_GATHER)
+          "all-gathered in FP8 (--fp8-param-gather)", scaling, _MEGATRON_GATHER, {"compute": _E4M3, "params": _E4M3})
          for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
-for _base, _name, _title, _scaling, _source in _FP8:
-    _kept = PRECISIONS[_base]  # an FP8 entry builds on one made before it
-    _megatron_gather = _name.startswith("megatron") and _name.endswith("-gather")
-    PRECISIONS[_name] = replace(_kept, name=_name, title=_title, products="float8_e4m3fn",
-                                fp8_scaling=_scaling, source=f"{_kept.source}; {_source}",
-                                compute="float8_e4m3fn" if _name.endswith("-gather") else _kept.compute,
-                                params="float8_e4m3fn" if _megatron_gather else _kept.params)
+for _base, _name, _title, _scaling, _source, _dtypes in _FP8:  # each builds on an entry made before it
+    PRECISIONS[_name] = replace(PRECISIONS[_base], name=_name, title=_title, products=_E4M3, fp8_scaling=_scaling,
+                                source=f"{PRECISIONS[_base].source}; {_source}", **_dtypes)
 
 
 def precision(name: str | Precision | None) -> Precision:
