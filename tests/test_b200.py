@@ -3,6 +3,7 @@ text (never computed by the code under test), the kernel tables that were publis
 does where none was (TP's overlap): memory planning answers, timing says in one line why it cannot (exit 2
 for a command that exists to time; `memory` and `fit` print the memory and one line in place of the step)."""
 import json
+from math import log2
 
 import pytest
 from conftest import cli
@@ -94,8 +95,8 @@ def test_the_published_b200_measurements():
     723.34GBps at 1GiB, 1.20GBps at 32KiB, 845.67GBps at 16GiB."""
     bf16 = K.gemm_efficiency("b200", 1792, 16128, 3072)
     assert (bf16.value, bf16.sources, bf16.notes) == (1745e12 / 2250e12, ("mamf-b200",), ())
-    other = K.gemm_efficiency("b200", 4096, 4096, 4096)
-    assert other.value == 1745e12 / 2250e12 and "its figure is used for every shape" in other.notes[0]
+    other = K.gemm_efficiency("b200", 4096, 4096, 4096)  # above the best shape in the grid: held to the best
+    assert other.value == 1745e12 / 2250e12 and "never above the best" in other.notes[-1]
     fp8 = K.gemm_efficiency("b200", 15360, 4096, 3072, "fp8")
     assert (fp8.value, fp8.sources) == (3432.5e12 / 4500e12, ("mamf-b200",))
     for nbytes, busbw in ((2**30, 723.34e9), (32 * 2**10, 1.20e9), (16 * 2**30, 845.67e9)):
@@ -103,6 +104,35 @@ def test_the_published_b200_measurements():
         assert (got.value, got.sources, got.notes) == (busbw, ("mle-b200-allreduce",), ())
     gather = K.collective_bandwidth("b200", "all_gather", 2**30, "inside")
     assert gather.value == 723.34e9 and "all-reduce busbw is used" in gather.notes[0]
+
+
+# OpenXLA's B200 matmul table (openxla/xla 336bb15, key sm_100_B200, b: 1), copied off the file by hand: FLOP/s
+XLA_B200 = {"bf16": {(1024, 4096, 2048): 981258235320996, (2048, 4096, 2048): 1172847432004369,
+                     (1024, 4096, 4096): 1213953447145279, (2048, 4096, 4096): 1342544381979447,
+                     (1024, 1024, 1024): 288020875536480},
+            "fp8": {(4096, 4096, 2048): 2484974207564909, (4096, 4096, 4096): 2764981863158106,
+                    (4096, 1024, 4096): 1951814267666439}}
+
+
+def test_b200_products_fall_off_from_the_searched_best_as_openxlas_b200_grid_does():
+    """A hand reading: MAMF's best times the grid's figure at the shape over the grid's at the best shape, the
+    grid read linear in log2 of each side and held at its 4096 edge (16128 -> 4096, 15360 -> 4096)."""
+    g = XLA_B200["bf16"]
+    wm, wk = log2(1792 / 1024), log2(3072 / 2048)  # the BF16 best, 1792x16128x3072, between the grid's corners
+    low_k = (1 - wm) * g[(1024, 4096, 2048)] + wm * g[(2048, 4096, 2048)]
+    high_k = (1 - wm) * g[(1024, 4096, 4096)] + wm * g[(2048, 4096, 4096)]
+    at_best = (1 - wk) * low_k + wk * high_k
+    small = K.gemm_efficiency("b200", 1024, 1024, 1024)
+    assert small.value == pytest.approx(1745e12 / 2250e12 * g[(1024, 1024, 1024)] / at_best, rel=1e-9)
+    assert small.sources == ("mamf-b200", "xla-gemm-b200") and "b200 BF16 grid" in small.notes[-1]
+    assert round(small.value, 2) == 0.18  # against 0.776 at the best: a product the B200's 148 SMs barely fill
+    f = XLA_B200["fp8"]  # the FP8 best, 15360x4096x3072, is read at m 4096 (the edge), k between 2048 and 4096
+    fp8_best = (1 - wk) * f[(4096, 4096, 2048)] + wk * f[(4096, 4096, 4096)]
+    narrow = K.gemm_efficiency("b200", 4096, 1024, 4096, "fp8")  # the FP8 grid, not the BF16 one
+    assert narrow.value == pytest.approx(3432.5e12 / 4500e12 * f[(4096, 1024, 4096)] / fp8_best, rel=1e-9)
+    assert "b200 FP8 grid" in narrow.notes[-1]
+    # a large product is never put above what the search found at its best shape
+    assert K.gemm_efficiency("b200", 8192, 8192, 8192, "fp8").value == 3432.5e12 / 4500e12
 
 
 def test_memory_times_a_b200_step_and_says_why_not_with_tp_overlap():

@@ -15,7 +15,7 @@ from parasim.estimate.hardware import GPUS, Figure
 
 # what each lookup may read, by SOURCES key: each must be named in its docstring
 READS = {
-    K.gemm_efficiency: {"xla-gemm", "cuda11-blog", "mamf", "mamf-b200", "mamf-bf16"},
+    K.gemm_efficiency: {"xla-gemm", "cuda11-blog", "mamf", "mamf-b200", "mamf-bf16", "xla-gemm-b200"},
     K.attention_efficiency: {"fa2-a100", "fa2-h100", "fa3-paper", "cudnn-b200", "fa-pr2605"},
     K.memory_efficiency: {"gpu-benches", "flashmla", "opencl-benchmark", "fluidx3d"},
     K.collective_bandwidth: {"xla-collectives", "mle-a100-allreduce", "mle-h200-allreduce", "mle-b200-allreduce",
@@ -328,7 +328,7 @@ def test_outside_the_data_is_clamped_and_says_so():
     assert far.value == edge and "more than 2x past it" in far.notes[0] and far.notes[0].startswith("n 16384")
     small = K.gemm_efficiency("h100", 256, 256, 100)
     assert small.value == K.gemm_efficiency("h100", 256, 256, 256).value and "smallest" in small.notes[0]
-    assert "one fp8 product" in K.gemm_efficiency("b200", 4096, 4096, 4096, "fp8").notes[0]
+    assert "m 128 is outside" in K.gemm_efficiency("b200", 128, 4096, 4096, "fp8").notes[0]
     odd = K.gemm_efficiency("a100", 8192, 4096, 1024)
     assert "square products only" in odd.notes[0]
     long = K.attention_efficiency("h100", 65536, 128, False, False)

@@ -46,6 +46,16 @@ SOURCES: dict[str, Source] = {
         "H100 (sm_90; commit b2766086ec 'Update ... cost model for GEMMS on H100'; the SKU is not stated, but "
         "805 TFLOP/s at its best exceeds the PCIe card's 756 dense peak); xla/tools/matmul_perf_table_gen: FLOP/s "
         "= 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and clocks not stated"),
+    "xla-gemm-b200": Source(
+        "OpenXLA, GPU cost model's default matmul performance table", "https://github.com/openxla/xla/blob/"
+        "336bb15c32a11820a81b226ae502d9ebbfab4412/xla/service/gpu/model/default_matmul_perf_table.txtpb",
+        "key sm_100_B200, entries with b: 1 (m, n, k each 256-4096), flops 'bf16xbf16->bf16' and "
+        "'f8e4m3fnxf8e4m3fn->bf16'; openxla/xla commit 336bb15c32a1 (its sm_90 entries are the xla-gemm table's, "
+        "value for value)",
+        "B200 (sm_100); xla/tools/matmul_perf_table_gen: FLOP/s = 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and "
+        "clocks not stated. Its best BF16 product at b: 1 is 1417 TFLOP/s (4096 cubed), below MAMF's search best "
+        "(1745 at 1792x16128x3072): a B200 is not yet full at 4096 cubed (the same table's b: 4 at 4096 cubed, four "
+        "such products in one launch, reaches 1670)"),
     "cuda11-blog": Source(
         "NVIDIA Developer Blog, 'CUDA 11 Features Revealed' (2020), Figure 6 'Mixed-precision matrix multiply on "
         "A100 with cuBLAS'", "https://developer.nvidia.com/blog/cuda-11-features-revealed/",
@@ -335,20 +345,28 @@ def _grid(t: GemmTable, shape: tuple[int, int, int]) -> tuple[float, list[str]]:
 GEMM_KINDS = ("grid", "square", "point")
 
 
-def _gemm_table(gpu: str, dtype: str) -> GemmTable:
-    return min((t for t in GEMM if t.gpu == gpu and t.dtype == dtype), key=lambda t: GEMM_KINDS.index(t.kind))
+def _gemm_table(gpu: str, dtype: str, kinds: tuple[str, ...] = GEMM_KINDS) -> GemmTable | None:
+    """The most shape-aware table of `gpu` and `dtype` among `kinds`; None where it has none."""
+    have = [t for t in GEMM if t.gpu == gpu and t.dtype == dtype and t.kind in kinds]
+    return min(have, key=lambda t: GEMM_KINDS.index(t.kind)) if have else None
 
 
-def _profiled(gpu: str, point: GemmTable, shape: tuple[int, int, int],
-              peak: float) -> tuple[float, tuple[str, ...], list[str]] | None:
-    """A product measured at one best shape only (the MAMF table's brute-force best), read at `shape` through
-    the BF16 grid of the same die: its share times the grid's share at `shape` over the grid's at the measured
-    shape, never above the measured best (no shape beat it in the search). At the measured shape it is the
-    measurement. None where the die has no BF16 grid."""
-    grid_on, _ = _stand_in(gpu, {t.gpu for t in GEMM if t.dtype == "bf16" and t.kind == "grid"}, "")
-    if grid_on is None:
-        return None
-    grid = _gemm_table(grid_on, "bf16")
+def _profile_grid(gpu: str, dtype: str) -> GemmTable | None:
+    """The grid a best-shape point is read through: the die's own grid of the point's dtype (the B200's), else
+    its BF16 grid, on the GPU type itself or its twin (Hopper FP8 reads the H100's BF16 grid); None where the die
+    has no grid."""
+    for d in dict.fromkeys((dtype, "bf16")):
+        on, _ = _stand_in(gpu, {t.gpu for t in GEMM if t.dtype == d and t.kind == "grid"}, "")
+        if on is not None:
+            return _gemm_table(on, d, ("grid",))
+    return None
+
+
+def _profiled(point: GemmTable, grid: GemmTable, shape: tuple[int, int, int],
+              peak: float) -> tuple[float, tuple[str, ...], list[str]]:
+    """A product measured at one best shape (the MAMF table's brute-force best), read at `shape` through a grid
+    of the same die: its share times the grid's figure at `shape` over the grid's at the measured shape, never
+    above the measured best (no shape beat it in the search). At the measured shape it is the measurement."""
     ((best_shape, flops),) = point.points.items()
     best = flops / peak
     at, notes = _grid(grid, shape)
@@ -356,8 +374,8 @@ def _profiled(gpu: str, point: GemmTable, shape: tuple[int, int, int],
     value = min(best, best * at / there)
     return (value, (point.source, grid.source) if value < best else (point.source,), notes + [
         f"{point.dtype} measured at one shape on {point.gpu} ({'x'.join(map(str, best_shape))}, its best: "
-        f"{best:.3f}); at other shapes it falls off as the {grid.gpu} BF16 grid does from that shape, never "
-        "above the best"] if shape != best_shape else [])
+        f"{best:.3f}); at other shapes it falls off as the {grid.gpu} {grid.dtype.upper()} grid does from that "
+        "shape, never above the best"] if shape != best_shape else [])
 
 
 # The best BF16 product a brute-force search over shapes measured on a GPU type (FLOP/s, source): a table read off
@@ -374,18 +392,21 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     products 512-8192, read off the plot); FP8 on H100 and H200 from one best shape each in Bekman's MAMF table
     ('mamf'), falling off at other shapes as the H100 BF16 grid does (`_profiled`: OpenXLA's FP8 entries for
     sm_90 exceed the FP8 dense peak, up to 2.42 PFLOP/s against 1.98, so they are not used); B200 BF16 and FP8
-    from one best shape each in the same table ('mamf-b200'), used for every shape (the notes say so). H200 BF16 reads the H100's table (the MAMF table: 'H200 is the same'). A non-square
-    product on the A100 is read at the side of the cube of the same volume, an assumption the notes state, and
+    from one best shape each in the same table ('mamf-b200'), falling off at other shapes as OpenXLA's B200 grid
+    of the same dtype does ('xla-gemm-b200'; read straight, that grid would cap every product at its 4096-cube
+    edge, 63% of the BF16 peak, where the search found 78% at a larger shape). H200 BF16 reads the H100's table
+    (the MAMF table: 'H200 is the same'). A non-square product on the A100 is read at the side of the cube of the same volume, an assumption the notes state, and
     held to the best BF16 product MAMF's search measured on the card ('mamf-bf16', BF16_CEILING)."""
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
     on, notes = _measured_on(gpu, {t.gpu for t in GEMM if t.dtype == dtype}, f"{dtype} product")
+    # a brute-force search's best shape, where one was measured, is the ceiling; a grid says how products fall off
+    point, grid = _gemm_table(on, dtype, ("point",)), _profile_grid(on, dtype)
+    if point is not None and grid is not None:
+        value, sources, more = _profiled(point, grid, (m, n, k), peak)
+        return Lookup(value, sources, tuple(notes + more))
     table = _gemm_table(on, dtype)
-    if table.kind == "point" and dtype != "bf16":
-        profiled = _profiled(gpu, table, (m, n, k), peak)
-        if profiled is not None:
-            return Lookup(profiled[0], profiled[1], tuple(notes + profiled[2]))
     if table.kind == "grid":
         flops, more = _grid(table, (m, n, k))
     elif table.kind == "square":
