@@ -153,6 +153,18 @@ def test_memory_times_a_b200_step_and_says_why_not_with_tp_overlap():
     assert "longest sequence" in fit.stdout and "not timed on B200" in fit.stdout
 
 
+def test_cudnns_attention_on_a_hopper_is_not_measured_so_the_step_is_not_timed():
+    """cuDNN's fused attention was measured on a B200 only: asked for on an H100 (or an H200, which reads the
+    H100's tables) it is NoMeasurement, so `memory` plans the memory and says why the step is not timed (a run
+    that names it in a validation set is listed, not timed) in place of stopping."""
+    for gpu in ("h100", "h200"):
+        with pytest.raises(K.NoMeasurement, match="no 'cudnn' attention measured on h100"):
+            K.attention_efficiency(gpu, 4096, 128, True, None, "cudnn")
+    out = cli("memory", "--model", "27b", "--tp", "4", "--gpu", "h100", "--attention-kernel", "cudnn")
+    assert out.returncode == 0, out.stderr
+    assert "step: not timed on H100: no 'cudnn' attention measured on h100" in " ".join(out.stdout.split())
+
+
 def test_a_time_search_with_tp_overlap_refuses_the_b200_in_one_line():
     out = cli("fit", "--model", "27b", "--search", "--by", "time", "--gpu", "b200", "--nodes", "1-2", "--overlap", "tp")
     assert out.returncode == 2

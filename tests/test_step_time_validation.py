@@ -17,14 +17,15 @@ import pytest
 from parasim.clock.costs import machine
 from parasim.clock.plan import layer_forward, step_time
 from parasim.clock.published import error, predicted, rows, score, scores
-from parasim.clock.runs import (CALIBRATION, EIGHTH, FIFTH, FOURTH, FRESH, HELD_OUT, NINTH, RULES, RUNS, SETS, SEVENTH,
-                                SIXTH, SOURCES, TENTH, UNITS, PublishedRun, training_plan)
+from parasim.clock.runs import (CALIBRATION, EIGHTH, ELEVENTH, FIFTH, FOURTH, FRESH, HELD_OUT, NINTH, RULES, RUNS, SETS,
+                                SEVENTH, SIXTH, SOURCES, TENTH, UNITS, PublishedRun, training_plan)
 from parasim.estimate.hardware import GPUS
 from parasim.layout import ModelSpec
 from parasim.clock.runs_fifth import FIFTH as FIFTH_RUNS, SOURCES as FIFTH_SOURCES
 from parasim.clock.runs_fourth import FOURTH as FOURTH_RUNS, SOURCES as FOURTH_SOURCES
 from parasim.clock.runs_fresh import FRESH as FRESH_RUNS, SOURCES as FRESH_SOURCES
 from parasim.clock.runs_eighth import EIGHTH as EIGHTH_RUNS, SOURCES as EIGHTH_SOURCES
+from parasim.clock.runs_eleventh import ELEVENTH as ELEVENTH_RUNS, SOURCES as ELEVENTH_SOURCES
 from parasim.clock.runs_ninth import NINTH as NINTH_RUNS, SOURCES as NINTH_SOURCES
 from parasim.clock.runs_tenth import SOURCES as TENTH_SOURCES, TENTH as TENTH_RUNS
 from parasim.clock.runs_seventh import SEVENTH as SEVENTH_RUNS, SOURCES as SEVENTH_SOURCES
@@ -35,12 +36,16 @@ from tests.conftest import cli
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "validation.md"
 FIRST = json.loads((ROOT / "parasim" / "clock" / "first_scores.json").read_text())
-EVERY = RUNS + FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS + SEVENTH_RUNS + EIGHTH_RUNS + NINTH_RUNS + TENTH_RUNS
+EVERY = (RUNS + FRESH_RUNS + FOURTH_RUNS + FIFTH_RUNS + SIXTH_RUNS + SEVENTH_RUNS + EIGHTH_RUNS + NINTH_RUNS + TENTH_RUNS
+         + ELEVENTH_RUNS)
 LATER = {FRESH: (FRESH_RUNS, FRESH_SOURCES), FOURTH: (FOURTH_RUNS, FOURTH_SOURCES), FIFTH: (FIFTH_RUNS, FIFTH_SOURCES),
          SIXTH: (SIXTH_RUNS, SIXTH_SOURCES), SEVENTH: (SEVENTH_RUNS, SEVENTH_SOURCES),
-         EIGHTH: (EIGHTH_RUNS, EIGHTH_SOURCES), NINTH: (NINTH_RUNS, NINTH_SOURCES), TENTH: (TENTH_RUNS, TENTH_SOURCES)}
-# the runs parasim cannot time: a B200 with TP's overlap on (no TP overlap was ever measured on a Blackwell GPU)
-NOT_TIMED = {r.key for r in EVERY if r.gpu == "b200" and "tp" in r.overlap}
+         EIGHTH: (EIGHTH_RUNS, EIGHTH_SOURCES), NINTH: (NINTH_RUNS, NINTH_SOURCES), TENTH: (TENTH_RUNS, TENTH_SOURCES),
+         ELEVENTH: (ELEVENTH_RUNS, ELEVENTH_SOURCES)}
+# the runs parasim cannot time: a B200 with TP's overlap on (no TP overlap was ever measured on a Blackwell GPU), and
+# cuDNN's fused attention on a Hopper GPU (measured on the B200 only)
+NOT_TIMED = {r.key for r in EVERY if (r.gpu == "b200" and "tp" in r.overlap)
+             or (r.gpu != "b200" and r.plan.attention_kernel == "cudnn")}
 BY_KEY = {r.key: r for r in EVERY}
 
 
@@ -65,7 +70,7 @@ def test_the_page_shows_what_the_code_computes_for_every_set(table):
     for which, heading in ((CALIBRATION, "## Calibration runs"), (HELD_OUT, "## Held-out runs"),
                            (FRESH, "## Fresh runs"), (FOURTH, "## Fourth runs"), (FIFTH, "## Fifth runs"),
                            (SIXTH, "## Sixth runs"), (SEVENTH, "## Seventh runs"), (EIGHTH, "## Eighth runs"),
-                           (NINTH, "## Ninth runs"), (TENTH, "## Tenth runs")):
+                           (NINTH, "## Ninth runs"), (TENTH, "## Tenth runs"), (ELEVENTH, "## Eleventh runs")):
         block = "\n".join(markdown_rows([r for r in table if r["set"] == which]))
         start = text.index(heading, at)
         assert text.index(block, start) == text.index("| run |", start), which  # the first table below it
@@ -91,36 +96,37 @@ def test_readme_quotes_each_sets_figures_and_the_last_as_the_test(table):
     text = " ".join((ROOT / "README.md").read_text().split())
     m = re.search(r"`parasim validate step-time` holds that against (\d+) published training runs in (\w+) sets(.*?)\. "
                   r"Read a printed step as what NVIDIA's tuned recipes reach", text)
-    assert m and int(m[1]) == len(EVERY) and m[2] == {10: "ten"}[len(SETS)]
+    assert m and int(m[1]) == len(EVERY) and m[2] == {11: "eleven"}[len(SETS)]
     said = m[3]
-    read = (HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH)
+    read = (HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH, TENTH)
     sources = sum(SOURCES[k].set == HELD_OUT for k in SOURCES) + sum(len(LATER[w][1]) for w in read[1:])
     cal = said.index(f"{s[CALIBRATION]['runs']} calibration runs")
-    held = said.index(f"{sum(len(LATER[w][0]) if w in LATER else s[w]['runs'] for w in read)} runs in eight "
+    held = said.index(f"{sum(len(LATER[w][0]) if w in LATER else s[w]['runs'] for w in read)} runs in nine "
                       f"held-out sets from {sources} other sources")
-    last = said.index(f"the test of the model as it is: a tenth set of {len(TENTH_RUNS)} runs from "
-                      f"{ {2: 'two'}[len(TENTH_SOURCES)] } more sources")
+    last = said.index(f"the test of the model as it is: an eleventh set of {len(ELEVENTH_RUNS)} runs from "
+                      f"{ {2: 'two'}[len(ELEVENTH_SOURCES)] } more sources")
     x = s[CALIBRATION]
     assert f"median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[cal:held]
     assert "not a test" in said[cal:held] and "no longer clean tests" in said[held:last]
-    now = ", ".join(f"{s[w]['median_abs_error']:.1%}" for w in read[:-1]) + f" and {s[NINTH]['median_abs_error']:.1%} now"
+    now = ", ".join(f"{s[w]['median_abs_error']:.1%}" for w in read[:-1]) + f" and {s[TENTH]['median_abs_error']:.1%} now"
     assert f"(median error {now};" in said[held:last]
-    x = s[TENTH]
-    assert x["runs"] == len(TENTH_RUNS) and not x["not_timed"]
+    x = s[ELEVENTH]
+    assert x["runs"] + len(x["not_timed"]) == len(ELEVENTH_RUNS)
     assert f"(median error {x['median_abs_error']:.1%}, the largest {x['max_abs_error']:.1%}" in said[last:]
     bias = x["bias"]
     assert f"{'faster' if bias > 0 else 'slower'} than published on average by {abs(bias):.1%}" in said[last:]
-    assert x["moe_runs"] == 0 and "no MoE runs" in said[last:]
+    assert f"its {x['moe_runs']} MoE runs {x['moe_median_abs_error']:.1%}" in said[last:]
+    assert f"{len(x['not_timed'])} runs not timed" in said[last:]
     # the first scores README quotes: the earliest three as docs/validation.md records them, the fifth's, sixth's
     # and seventh's worked out here from the errors they were first scored with (clock/first_scores.json)
     first = re.search(r"first scored at ([\d.]+%), ([\d.]+%), ([\d.]+%), ([\d.]+%), ([\d.]+%), ([\d.]+%), "
-                      r"([\d.]+%) and ([\d.]+%)\)", said)
+                      r"([\d.]+%), ([\d.]+%) and ([\d.]+%)\)", said)
     page = " ".join(PAGE.read_text().split())
     assert first and f"The held-out set was scored once, with the kernel-based model frozen (2026-12-05): median |error| {first[1]}" in page
     assert f"First scores: fresh median |error| {first[2]}" in page and f"fourth {first[3]}, bias" in page
     kept = FIRST["sets"]
     for which, quoted in ((FIFTH, first[4]), (SIXTH, first[5]), (SEVENTH, first[6]), (EIGHTH, first[7]),
-                          (NINTH, first[8])):
+                          (NINTH, first[8]), (TENTH, first[9])):
         median, _ = _median_and_mean([e for e in kept[which]["errors"].values() if e is not None])
         assert f"{median:.1%}" == quoted and f"(median {quoted}, bias" in page
     # the five sets before the last at their first scores, one model's tests: worked out from the kept errors (a
@@ -239,9 +245,11 @@ def test_every_run_is_a_row_with_its_set_an_address_and_a_finite_positive_figure
         sources = next((s for runs_of, s in LATER.values() if run in runs_of), SOURCES)
         assert row["set"] == sources[run.source].set and row["set"] in SETS
         assert row["address"].startswith("https://") and row["address"] == sources[run.source].address
-        # the runs not timed: B200s with TP overlap (never measured on Blackwell), each saying why
+        # the runs not timed: B200s with TP overlap (never measured on Blackwell), Hopper with cuDNN's attention
+        # (measured on the B200 only), each saying why
         if row["name"] in NOT_TIMED:
-            assert row["predicted"] is None and row["error"] is None and "TP overlap" in row["not_timed"]
+            assert row["predicted"] is None and row["error"] is None
+            assert ("TP overlap" if run.gpu == "b200" else "no 'cudnn' attention measured") in row["not_timed"]
             continue
         assert math.isfinite(row["predicted"]) and row["predicted"] > 0, row["name"]
         assert math.isfinite(row["error"]) and row["not_timed"] is None, row["name"]
@@ -371,7 +379,7 @@ def test_validate_step_time_prints_every_set_as_json():
     assert out.returncode == 0, out.stderr
     data = _strict(out.stdout)
     assert list(data["score"]) == list(SETS) == [CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH,
-                                                 NINTH, TENTH]
+                                                 NINTH, TENTH, ELEVENTH]
     assert len(data["rows"]) == len(EVERY) and {r["set"] for r in data["rows"]} == set(SETS)
     first = data["rows"][0]
     assert {"name", "set", "source", "gpus", "published", "predicted", "unit", "error", "assumed"} <= set(first)

@@ -26,7 +26,7 @@ from .sets import NAMES
 
 # every set's name, in clock/sets.py's order (what each later set is, and when it was scored: sets.RUN_SETS)
 SETS = NAMES
-CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH, TENTH = SETS
+CALIBRATION, HELD_OUT, FRESH, FOURTH, FIFTH, SIXTH, SEVENTH, EIGHTH, NINTH, TENTH, ELEVENTH = SETS
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """An eleventh held-out set of published training runs, gathered 2026-12-05 from sources that none of runs.py,
 runs_fresh.py, runs_fourth.py, runs_fifth.py, runs_sixth.py, runs_seventh.py, runs_eighth.py, runs_ninth.py and
-runs_tenth.py uses, blind: without any of these runs being timed or scored by the gatherer. It is kept unscored
-for the next change to the model; runs.SETS (clock/sets.py) does not hold it yet, so ELEVENTH_SET is named here.
+runs_tenth.py uses, blind: without any of these runs being timed or scored by the gatherer. It was kept unscored
+for the next change to the model (B200 products by shape, ce3d20c) and scored once after it (clock/sets.py).
 
 Same format as runs_tenth.py: one PublishedRun per run (its source, GPU, model shapes, plan, sequence, overlap
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
@@ -27,9 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..layout import ModelSpec
-from .runs import PublishedRun, Source, training_plan
+from .runs import ELEVENTH as ELEVENTH_SET, PublishedRun, Source, training_plan
 
-ELEVENTH_SET = "eleventh"  # runs.SETS does not know it yet: kept unscored for the next change to the model
 GATHERED = "2026-12-05"  # the date every figure here was read
 _GCP = "69bf7ba03f0bff2d428a86bc1861704b2adf213a"  # AI-Hypercomputer/gpu-recipes, 2026-02-02
 _AWS = "7217859f67bc693c52ff175ccc6082c41dbd7a1b"  # aws-samples/awsome-distributed-training, 2026-02-21

@@ -56,7 +56,12 @@ RUN_SETS: tuple[RunSet, ...] = (
            "since: not a clean test)", "## Ninth runs", "runs_ninth", "NINTH", "step-time-runs-ninth.md"),
     RunSet("tenth", "Tenth set: two more sources (MLPerf Training v5.0 and v5.1, Llama 3.1 8B and 405B on H100s, "
            "H200s and B200s), gathered blind after the ninth's score and scored once with the model after it (FP8 "
-           "parameter gathers): the test", "## Tenth runs", "runs_tenth", "TENTH", "step-time-runs-tenth.md"),
+           "parameter gathers) (read for causes since: not a clean test)", "## Tenth runs", "runs_tenth", "TENTH",
+           "step-time-runs-tenth.md"),
+    RunSet("eleventh", "Eleventh set: two more sources (Google Cloud's gpu-recipes on H100s, H200s and B200s; AWS's "
+           "torchtitan test case on H100s), gathered blind after the tenth's score and scored once with the model "
+           "after it (B200 products by shape): the test", "## Eleventh runs", "runs_eleventh", "ELEVENTH",
+           "step-time-runs-eleventh.md"),
 )
 NAMES: tuple[str, ...] = tuple(s.name for s in RUN_SETS)
 BY_NAME: dict[str, RunSet] = {s.name: s for s in RUN_SETS}

@@ -451,6 +451,9 @@ ATTENTION: tuple[AttentionTable, ...] = tuple(
 # the kernels in the order a GPU type gets them unless one is named: cuDNN's fused attention where it was measured
 # (B200: what TransformerEngine runs there), else the newest FlashAttention measured
 KERNELS = ("cudnn", "fa3", "fa2", "fa1")
+# the GPU types a kernel runs on where that is not every one: FlashAttention-3 is written for Hopper's tensor cores
+# (its paper and README: H100/H800, 'Requirements: H100 / H800 GPU')
+ATTENTION_RUNS_ON: dict[str, tuple[str, ...]] = {"fa3": HOPPER}
 BOTH = "forward+backward"
 PASSES = {False: "forward", True: "backward", None: BOTH}  # attention_efficiency's `backward` -> the pass
 BACKWARD_FLOPS = 2.5  # the papers' count: the backward pass is 2.5x the forward's FLOPs (5 matmuls against 2)
@@ -479,8 +482,11 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     on, notes = _measured_on(gpu, {t.gpu for t in ATTENTION}, "attention")
     have = [k for k in KERNELS if any(t.gpu == on and t.kernel == k for t in ATTENTION)]
     if kernel is not None and kernel not in have:
+        # a kernel that cannot run on the GPU is refused; one that runs there unmeasured (cuDNN's fused attention on
+        # an H100) is NoMeasurement: a published run naming it is listed as not timed, memory planning goes on
         stands = "" if on == gpu else f" (which stands in for {gpu})"
-        raise UsageError(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
+        refuse = UsageError if gpu not in ATTENTION_RUNS_ON.get(kernel, GPUS) else NoMeasurement
+        raise refuse(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
     kernel = kernel or have[0]
     if backward not in PASSES:
         raise UsageError(f"backward must be True, False or None (both passes), not {backward!r}")
