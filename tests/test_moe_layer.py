@@ -10,7 +10,7 @@ import json
 import pytest
 
 from parasim.clock.costs import machine
-from parasim.clock.moe_layer import BASE, cases, plan_of, proxy, rows, score
+from parasim.clock.moe_layer import BASE, all_to_all_rows, cases, plan_of, proxy, rows, score
 from parasim.clock.plan import moe_block, stage_parts
 from parasim.estimate.hardware import GPUS
 from parasim.estimate.kernels import collective_bandwidth, gemm_efficiency, memory_efficiency
@@ -138,8 +138,49 @@ def test_the_command_prints_strict_json():
     def refuse(name: str):
         raise ValueError(name)
     data = json.loads(out.stdout, parse_constant=refuse)
-    assert set(data) == {"rows", "score", "source"} and len(data["rows"]) == 12
+    assert set(data) == {"rows", "score", "source", "all_to_all", "all_to_all_source"} and len(data["rows"]) == 12
     assert data["score"]["cases"] == 12 and data["source"]["address"].startswith("https://")
+    assert [r["ep"] for r in data["all_to_all"]] == [8, 16, 32, 64]
+    assert data["all_to_all_source"]["address"] == "https://arxiv.org/abs/2603.07685"
+
+
+# Table 7 of NVIDIA's Megatron Core MoE report (arXiv 2603.07685), the H100 columns, typed from the report:
+# EP size -> (all-to-all dispatch, combine, HybridEP dispatch, combine), microseconds
+TABLE_7 = {8: (1265, 1277, 661, 624), 16: (5774, 5628, 1485, 1688), 32: (8059, 7815, 3064, 3088),
+           64: (9164, 8727, 4626, 4398)}
+
+
+def test_the_all_to_all_alone_against_the_reports_table_7():
+    """The measured figures are the report's; EP 8 by hand: each GPU sends the 7/8 of its 4,096 tokens' eight
+    BF16 copies of 7,168 values that are for the other seven, at the measured 8-GPU all-to-all bus bandwidth for
+    that buffer, plus one call's latency."""
+    got = {r["ep"]: r for r in all_to_all_rows()}
+    assert {ep: (r["dispatch_us"], r["combine_us"], *r["hybridep_us"]) for ep, r in got.items()} == TABLE_7
+    sent = 4096 * 8 * 7168 * 2 * 7 / 8
+    m = machine("h100", 8)
+    buffer = 4096 * 8 * 7168 * 2  # the whole buffer, of which 7/8 leaves each member
+    by_hand = m.latency["call"] + sent / collective_bandwidth("h100", "all_to_all", buffer, "inside", 8).value
+    assert got[8]["parasim_dispatch_us"] == pytest.approx(by_hand * 1e6, rel=1e-12)
+    assert got[8]["parasim_combine_us"] == got[8]["parasim_dispatch_us"]  # BF16 both ways
+    assert [r["nodes"] for r in got.values()] == [1, 2, 4, 8]
+    for ep, r in got.items():  # + means parasim's is faster: the measured time over parasim's, less one
+        assert r["dispatch_error"] == pytest.approx(TABLE_7[ep][0] / r["parasim_dispatch_us"] - 1, rel=1e-12)
+    # what docs/validation.md says: within 6% at EP 8 (one node) and EP 16 (two), 26-30% fast at EP 32
+    from pathlib import Path
+    page = " ".join((Path(__file__).resolve().parents[1] / "docs" / "validation.md").read_text().split())
+    assert "the clock is within 6% at EP 8 and EP 16 (one and two nodes), 26-30% fast at EP 32 and 6-11% fast" in page
+    assert all(abs(got[ep][f"{k}_error"]) < 0.06 for ep in (8, 16) for k in ("dispatch", "combine"))
+    assert all(0.255 <= got[32][f"{k}_error"] < 0.30 for k in ("dispatch", "combine"))
+    assert all(0.05 < got[64][f"{k}_error"] < 0.12 for k in ("dispatch", "combine"))
+
+
+def test_the_command_prints_the_all_to_all_table(monkeypatch):
+    monkeypatch.setenv("COLUMNS", "100")
+    text = cli("validate", "moe-layer").stdout
+    assert "NCCL's all-to-all alone, H100, microseconds" in text
+    flat = " ".join(text.split())
+    assert "8 1 1,265 1,296 -2.4% 1,277 1,296 -1.4% 661/624" in flat
+    assert "Table 7" in flat and "arXiv 2603.07685" in flat
 
 
 def test_the_fp8_layers_casts_by_hand():

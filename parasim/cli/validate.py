@@ -63,12 +63,13 @@ def cmd_step_time(args: argparse.Namespace) -> int:
 
 def cmd_moe_layer(args: argparse.Namespace) -> int:
     from dataclasses import asdict
-    from ..clock.moe_layer import SOURCE, rows, score
-    table = rows()
+    from ..clock.moe_layer import A2A_SOURCE, SOURCE, all_to_all_rows, rows, score
+    table, a2a = rows(), all_to_all_rows()
     if args.json:
-        print_json({"rows": table, "score": score(table), "source": asdict(SOURCE)}, indent=2)
+        print_json({"rows": table, "score": score(table), "source": asdict(SOURCE), "all_to_all": a2a,
+                    "all_to_all_source": asdict(A2A_SOURCE)}, indent=2)
         return 0
     from rich.console import Console
     from ..render.validation_text import moe_layer_report
-    moe_layer_report(Console(highlight=False), table, score(table), SOURCE)
+    moe_layer_report(Console(highlight=False), table, score(table), SOURCE, a2a, A2A_SOURCE)
     return 0

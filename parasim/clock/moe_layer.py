@@ -8,6 +8,10 @@ and a DeepSeek-like one with group-limited routing), the precision (BF16, FP8 wi
 token dispatcher (clock/dispatch.py): NCCL's all-to-all ("alltoall", every top-k copy of a token sent on its
 own), and DeepEP and HybridEP, which send a token once to each GPU that holds one of its experts. Each case is
 timed with its own dispatcher, and what a dispatcher saves over "alltoall" is given both measured and timed.
+
+The EP all-to-all is also held alone against a second measurement, across nodes as well as inside one: Table 7 of
+NVIDIA's Megatron Core MoE report (moe_layer.json "all_to_all", A2A_SOURCE), NCCL's all-to-all dispatch and
+combine at EP 8 to 64 on H100s, timed by the same function a step's EP time comes from (plan.ep_seconds).
 """
 from __future__ import annotations
 
@@ -21,10 +25,11 @@ from ..estimate.memory import Plan
 from ..layout import ModelSpec
 from ..limits import read_json
 from .costs import machine
-from .plan import moe_block
+from .plan import ep_seconds, moe_block
 from .runs import UNITS
 
 DATA = Path(__file__).resolve().parent / "moe_layer.json"
+GPUS_PER_NODE = 8  # an H100 node of the report's: EP 16-64 spans 2-8 of them
 SOURCE = Source(
     "NVIDIA Megatron-LM, MoE-layer performance test (tests/functional_tests/test_cases/common/moe_perf)",
     "https://github.com/NVIDIA/Megatron-LM/tree/main/tests/functional_tests/test_cases/common/moe_perf",
@@ -33,6 +38,13 @@ SOURCE = Source(
     "one H100 (the device name matched; SXM or PCIe not recorded) of an EP 8 group, TP 1, 4,096 tokens a rank, "
     "routing forced to balance, fused router and permutation, TransformerEngine grouped GEMM; the mean of 20 "
     "CUDA-event timed iterations after 5 warm-ups")
+A2A_SOURCE = Source(
+    "NVIDIA, Scalable Training of Mixture-of-Experts Models with Megatron Core (technical report, arXiv 2603.07685)",
+    "https://arxiv.org/abs/2603.07685",
+    "section 4.2.2, Table 7 'EP Scaling Performance for HybridEP and all-to-all (in µs)', the H100 columns; read "
+    "2026-12-05 in the report's 88-page text",
+    "H100s, EP 8 (one node) to 64, hidden size 7168, sequence length 4096, 256 experts; 'communication latency "
+    "only'; top-k, dtype and tokens a GPU not stated (taken as 8, BF16 and 4,096)")
 BASE = "alltoall"  # the dispatcher the others are held against
 PRECISIONS = {None: "megatron-bf16", "blockwise": "megatron-bf16-fp8-blockwise"}  # the case's fp8 -> the entry
 
@@ -113,3 +125,26 @@ def score(table: list[dict[str, Any]]) -> dict[str, Any]:
     return {"cases": sum(r["forward_error"] is not None for r in table), "timings": len(errors),
             "median_abs_error": statistics.median(abs(e) for e in errors),
             "max_abs_error": max(abs(e) for e in errors), "bias": statistics.fmean(errors)}
+
+
+def all_to_all_rows() -> list[dict[str, Any]]:
+    """Each EP size of Table 7 with NCCL's measured dispatch and combine (microseconds) and the clock's
+    (`plan.ep_seconds`, the all-to-all of every top-k copy: what a step is charged), and the errors; HybridEP's
+    measured figures beside them, untimed (its sends depend on routing the table does not state)."""
+    d = _data()["all_to_all"]
+    model = ModelSpec(name="table-7-proxy", layers=1, hidden=d["hidden_size"], heads=8, vocab=32000, ffn=2048,
+                      experts=d["num_experts"], top_k=d["router_topk"], expert_ffn=2048, gated=True, act="swiglu",
+                      norm="rmsnorm", bias=False)
+    m = machine(d["gpu"], GPUS_PER_NODE)
+    out = []
+    for ep, dispatch, combine, hybrid_dispatch, hybrid_combine in d["rows"]:
+        plan = Plan(tp=1, ep=ep, dp=ep, micro_batch=1, dropout=False, precision=PRECISIONS[None],
+                    dispatcher=BASE).check(model)
+        timed = ep_seconds(model, plan, d["tokens"], m)
+        row: dict[str, Any] = {"ep": ep, "nodes": -(-ep // GPUS_PER_NODE)}
+        for kind, measured in (("dispatch", dispatch), ("combine", combine)):
+            row[f"{kind}_us"], row[f"parasim_{kind}_us"] = measured, timed[kind] * 1e6
+            row[f"{kind}_error"] = _error(measured, timed[kind] * 1e6)
+        row["hybridep_us"] = [hybrid_dispatch, hybrid_combine]
+        out.append(row)
+    return out

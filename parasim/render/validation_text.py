@@ -104,9 +104,10 @@ def _ms_pair(pair: list[float]) -> str:
     return f"{pair[0]:.2f}/{pair[1]:.2f}"
 
 
-def moe_layer_report(console: Any, table: list[dict], score: dict[str, Any], source: Any) -> None:
+def moe_layer_report(console: Any, table: list[dict], score: dict[str, Any], source: Any, a2a: list[dict],
+                     a2a_source: Any) -> None:
     """`parasim validate moe-layer`: every case, parasim's items for the BF16 ones, what each dispatcher saves
-    over NCCL's all-to-all (measured and timed), and the source."""
+    over NCCL's all-to-all (measured and timed), the all-to-all alone at EP 8-64, and the sources."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
@@ -147,3 +148,15 @@ def moe_layer_report(console: Any, table: list[dict], score: dict[str, Any], sou
                                  f"{_ms_pair(r['parasim_saved_vs_alltoall_ms'])}"))
     console.print()
     console.print(escape(f"Source: {source.document}, {source.where}; {source.measured}. {source.address}"))
+    alone = Table(box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 1), title_justify="left",
+                  title="NCCL's all-to-all alone, H100, microseconds (HybridEP's measured beside it, not timed)")
+    for col in ("EP", "nodes", "dispatch", "parasim", "error", "combine", "parasim", "error", "HybridEP"):
+        alone.add_column(col, justify="right", no_wrap=True)
+    for r in a2a:
+        alone.add_row(str(r["ep"]), str(r["nodes"]), f"{r['dispatch_us']:,}", f"{r['parasim_dispatch_us']:,.0f}",
+                      f"{r['dispatch_error']:+.1%}", f"{r['combine_us']:,}", f"{r['parasim_combine_us']:,.0f}",
+                      f"{r['combine_error']:+.1%}", "/".join(f"{v:,}" for v in r["hybridep_us"]))
+    console.print()
+    console.print(alone)
+    console.print(escape(f"Source: {a2a_source.document}, {a2a_source.where}; {a2a_source.measured}. "
+                         f"{a2a_source.address}"))
