@@ -11,6 +11,10 @@ what those figures stand for, at the shapes parasim's own presets produce after 
 - attention through torch.nn.functional.scaled_dot_product_attention, causal, on its flash, cuDNN and
   memory-efficient backends where present, over sequence x (heads per TP rank, head size) of those models;
 - elementwise passes and norms over tokens x hidden (HBM bandwidth), and a device-to-device copy (its ceiling);
+- the host's share: eager PyTorch's time to launch one tiny kernel, a host-device synchronisation (.item()), and
+  one GPU's local experts of an MoE layer (deepseek-v3's at EP 8: its tokens sorted to their experts, each
+  expert's products in turn) with the experts' token counts read to the host first, as a dropless dispatcher
+  must, and with them known beforehand: the difference is what that read costs;
 - the SM clock, power draw and power limit sampled during the sweep (nvidia-smi, or pynvml; said when neither).
 Each item: warm-up runs, then the median of timed repeats (CUDA events). What the budget leaves out is listed.
 
@@ -57,17 +61,20 @@ START_S = 20.0  # the estimate's start: CUDA, cuBLAS and the first allocations
 EACH_S = 0.15  # the estimate's cost of one item beside its kernels: allocation, random fill, synchronisation
 PLAN_S = 0.5  # an attention backend's first call at a new shape (cuDNN builds its plan then)
 KERNEL_FLOOR_S = 10e-6  # no kernel is estimated shorter than a launch
+HOST_OPS, HOST_SYNCS = 200, 20  # tiny kernels, and synchronisations, a host item issues back to back
+HOST_OP_S = 20e-6  # the estimate's time for one of them (eager PyTorch: a few to tens of microseconds)
+HOST_MOE_MODEL, HOST_MOE_EP = "deepseek-v3", 8  # the MoE layer whose local experts the host items run
 
 
 @dataclass
 class Item:
     """One thing to time: a kind, its sizes, the figure its time turns into, and where it comes from."""
 
-    kind: str  # copy, elementwise, norm, matmul, attention
+    kind: str  # copy, elementwise, norm, matmul, attention, host
     name: str
     sizes: dict[str, Any]
     work: float  # FLOPs (matmul, attention) or bytes moved (copy, elementwise, norm)
-    unit: str  # "flop" or "byte"
+    unit: str  # "flop", "byte" or "op" (a host item's launches or synchronisations)
     sources: list[str] = field(default_factory=list)
     estimate_s: float = 0.0  # the whole item: warm-up, repeats and its own cost
 
@@ -168,8 +175,10 @@ def plan(tiny: bool = False, cap: int = MAX_PRODUCTS) -> tuple[list[Item], list[
                  Item("elementwise", "add", {"elements": 1 << 16, "dtype": "bfloat16"}, 6.0 * (1 << 16), "byte"),
                  Item("norm", "layer_norm", {"tokens": 64, "hidden": hidden[0], "dtype": "bfloat16"},
                       4.0 * 64 * hidden[0], "byte")]
-                + small + [_fp8(small[-1]), _attention("math", 64, *pairs[0])]), []  # the CPU's one backend
-    items = [Item("copy", "device-to-device copy", {"bytes": COPY_BYTES}, 2.0 * COPY_BYTES, "byte")]
+                + small + [_fp8(small[-1]), _attention("math", 64, *pairs[0])]  # the CPU's one backend
+                + host_items(experts=4, tokens_per_expert=8, hidden=16, expert_ffn=8, ops=20, syncs=4)), []
+    items = host_items()
+    items += [Item("copy", "device-to-device copy", {"bytes": COPY_BYTES}, 2.0 * COPY_BYTES, "byte")]
     for n in ELEMENTWISE_ELEMENTS:  # bf16: add reads two and writes one, scale reads one and writes one
         items += [Item("elementwise", "add", {"elements": n, "dtype": "bfloat16"}, 6.0 * n, "byte"),
                   Item("elementwise", "scale", {"elements": n, "dtype": "bfloat16"}, 4.0 * n, "byte")]
@@ -196,6 +205,27 @@ def plan(tiny: bool = False, cap: int = MAX_PRODUCTS) -> tuple[list[Item], list[
     return items, left
 
 
+def host_items(experts: int | None = None, tokens_per_expert: int | None = None, hidden: int | None = None,
+               expert_ffn: int | None = None, ops: int = HOST_OPS, syncs: int = HOST_SYNCS) -> list[Item]:
+    """The host's items: a tiny kernel's launch, a synchronisation, and HOST_MOE_MODEL's local experts at
+    HOST_MOE_EP (its experts over EP, each with the tokens balanced top-k routing sends it from every EP rank),
+    dropless (the counts read to the host) and static (the counts known); smaller sizes where given (the CPU)."""
+    from parasim.estimate import get_model
+    m = get_model(HOST_MOE_MODEL)
+    e = experts or m.experts // HOST_MOE_EP
+    per = tokens_per_expert or SEQ * HOST_MOE_EP * m.top_k // m.experts
+    h, f = hidden or m.hidden, expert_ffn or m.expert_size
+    mats = 2 if m.gated else 1
+    sizes = {"model": HOST_MOE_MODEL, "ep": HOST_MOE_EP, "experts": e, "tokens_per_expert": per, "hidden": h,
+             "expert_ffn": f, "gated": m.gated, "dtype": "bfloat16"}
+    flops = 2.0 * e * per * h * f * (mats + 1)
+    where = [f"{HOST_MOE_MODEL}: its local experts at EP {HOST_MOE_EP}, forward"]
+    return [Item("host", "launch", {"ops": ops}, float(ops), "op"),
+            Item("host", "sync", {"syncs": syncs}, float(syncs), "op"),
+            Item("host", "moe-dropless", sizes, flops, "flop", list(where)),
+            Item("host", "moe-static", dict(sizes), flops, "flop", list(where))]
+
+
 def _fp8(bf16: Item) -> Item:
     s = bf16.sizes
     return Item("matmul", "fp8", {"m": s["m"], "k": s["k"], "n": s["n"], "dtype": "float8_e4m3fn"}, bf16.work, "flop",
@@ -217,7 +247,12 @@ def estimate(items: list[Item], warmup: int = WARMUP, repeats: int = REPEATS) ->
     m = machine("h200")
     for it in items:
         z = it.sizes
-        if it.unit == "byte":
+        if it.kind == "host":
+            launches = it.work if it.unit == "op" else z["experts"] * (4 if z["gated"] else 3)
+            kernel = launches * HOST_OP_S + (0.0 if it.unit == "op" else gemm_seconds(
+                m.memo, m.key, m.peak_flops, z["experts"] * z["tokens_per_expert"], z["expert_ffn"], z["hidden"],
+                "bf16") * (3 if z["gated"] else 2))
+        elif it.unit == "byte":
             kernel = it.work / hbm_rate(m.memo, m.key, m.hbm)
         elif it.kind == "attention":
             kernel = it.work / (m.peak_flops * attention_share(m.memo, m.key, z["seq"], z["head_dim"], True, False))
@@ -316,6 +351,8 @@ def kernel(torch: Any, it: Item, device: Any) -> tuple[Callable[[], Any], Any]:
         if it.name == "bf16":
             return (lambda: torch.matmul(a, w.t())), contextlib.nullcontext()
         return _fp8_product(torch, a, w, device), contextlib.nullcontext()
+    if it.kind == "host":
+        return _host(torch, it, device), contextlib.nullcontext()
     if it.kind == "attention":
         q, k, v = (torch.randn(1, s["heads"], s["seq"], s["head_dim"], dtype=bf16, device=device) for _ in range(3))
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -330,6 +367,52 @@ def kernel(torch: Any, it: Item, device: Any) -> tuple[Callable[[], Any], Any]:
             attend()  # a backend that cannot take these tensors says so here, before any timing
         return attend, sdpa_kernel([backend])
     raise ValueError(f"unknown kind {it.kind!r}")
+
+
+def _host(torch: Any, it: Item, device: Any) -> Callable[[], Any]:
+    """A host item's call. launch: `ops` in-place adds on one value, back to back (the GPU waits on the CPU, so
+    the events time the CPU's launches); sync: `syncs` adds each read back with .item(); moe-*: the local
+    experts' forward (tokens sorted to their experts, each expert's up, activation and down in turn, the
+    results put back in token order), the per-expert counts read to the host with .tolist() (dropless) or known
+    beforehand (static). Routing is balanced, as the published MoE benchmarks force it."""
+    s = it.sizes
+    x = torch.zeros(1, device=device)
+    if it.name == "launch":
+        def launches() -> Any:
+            for _ in range(s["ops"]):
+                x.add_(1.0)
+        return launches
+    if it.name == "sync":
+        def syncs() -> Any:
+            for _ in range(s["syncs"]):
+                x.add_(1.0).item()
+        return syncs
+    bf16, e, per, h, f = torch.bfloat16, s["experts"], s["tokens_per_expert"], s["hidden"], s["expert_ffn"]
+    mats = 2 if s["gated"] else 1
+    tokens = torch.randn(e * per, h, dtype=bf16, device=device)
+    up = torch.randn(e, h, mats * f, dtype=bf16, device=device) / h ** 0.5
+    down = torch.randn(e, f, h, dtype=bf16, device=device) / f ** 0.5
+    owner = torch.randperm(e * per, device=device) % e  # each token's expert: balanced, in no order
+    known = [per] * e
+    dropless = it.name == "moe-dropless"
+
+    def layer() -> Any:
+        order = torch.argsort(owner, stable=True)
+        ordered = tokens.index_select(0, order)
+        counts = torch.bincount(owner, minlength=e).tolist() if dropless else known
+        outs = []
+        for i, part in enumerate(torch.split(ordered, counts)):
+            a = part @ up[i]
+            if mats == 2:
+                gate, lin = a.chunk(2, dim=-1)
+                a = torch.nn.functional.silu(gate) * lin
+            else:
+                a = torch.nn.functional.gelu(a)
+            outs.append(a @ down[i])
+        back = torch.empty_like(ordered)
+        return back.index_copy_(0, order, torch.cat(outs))
+    layer()
+    return layer
 
 
 def _fp8_product(torch: Any, a: Any, w: Any, device: Any) -> Callable[[], Any]:
@@ -370,6 +453,9 @@ def measure(torch: Any, it: Item, device: Any, time_it: Callable, warmup: int, r
             torch.cuda.empty_cache()
     median = statistics.median(times)
     out.update(times_s=times, median_s=median)
+    if it.unit == "op":  # microseconds for one launch or synchronisation
+        out["us_per_op"] = median / it.work * 1e6
+        return out
     out["tflops" if it.unit == "flop" else "gb_per_s"] = (it.work / median / (1e12 if it.unit == "flop" else 1e9)
                                                           if median > 0 else None)
     return out

@@ -198,7 +198,7 @@ def test_the_tiny_run_on_the_cpu_writes_the_whole_file(tmp_path):
     dest = tmp_path / "k.json"
     out = run("--device", "cpu", "--tiny", "--out", str(dest))
     assert out.returncode == 0, out.stderr
-    assert out.stdout.startswith("gpu_kernels: 7 of 8 items timed, 0 skipped")
+    assert out.stdout.startswith("gpu_kernels: 11 of 12 items timed, 0 skipped")
     got = strict(dest.read_text())
     assert got["format"] == "parasim-gpu-kernels/1" and got["complete"] is True
     prov = got["provenance"]
@@ -210,12 +210,16 @@ def test_the_tiny_run_on_the_cpu_writes_the_whole_file(tmp_path):
     assert got["settings"]["tiny"] is True and (got["settings"]["warmup"], got["settings"]["repeats"]) == (1, 3)
     kinds = {(i["kind"], i["name"]) for i in got["items"]}
     assert {("copy", "device-to-device copy"), ("elementwise", "add"), ("norm", "layer_norm"), ("matmul", "bf16"),
-            ("matmul", "fp8"), ("attention", "math")} == kinds
+            ("matmul", "fp8"), ("attention", "math"), ("host", "launch"), ("host", "sync"), ("host", "moe-dropless"),
+            ("host", "moe-static")} == kinds
     for item in got["items"]:
         if item["name"] == "fp8":
             assert item["error"] == "fp8 products run on CUDA GPUs only" and "median_s" not in item
             continue
         assert len(item["times_s"]) == 3 and item["median_s"] == sorted(item["times_s"])[1]
+        if item["unit"] == "op":  # a launch or a synchronisation: microseconds each
+            assert item["us_per_op"] == pytest.approx(item["median_s"] / item["work"] * 1e6) and "tflops" not in item
+            continue
         rate = item["tflops"] if item["unit"] == "flop" else item["gb_per_s"]
         assert rate == pytest.approx(item["work"] / item["median_s"] / (1e12 if item["unit"] == "flop" else 1e9))
     assert got["clocks"]["source"] is None and "no SM clock" in got["clocks"]["why_not"]
@@ -308,3 +312,56 @@ def test_a_copy_without_git_takes_the_commit_it_is_told(monkeypatch):
     assert gk._commit() == "0123abc"
     monkeypatch.delenv("PARASIM_COMMIT")
     assert gk._commit() is None
+
+
+def test_the_host_items_are_the_moe_models_local_experts(planned):
+    """deepseek-v3 at EP 8: 256 experts over 8 GPUs, each expert 4,096 tokens x 8 GPUs x top 8 / 256 = 1,024;
+    a tiny kernel's launches and synchronisations first; the dropless and static layers alike but for the read."""
+    items, _ = planned
+    host = [i for i in items if i.kind == "host"]
+    assert [i.name for i in host] == ["launch", "sync", "moe-dropless", "moe-static"] and items[:4] == host
+    assert (host[0].sizes, host[0].work, host[0].unit) == ({"ops": 200}, 200.0, "op")
+    assert (host[1].sizes, host[1].unit) == ({"syncs": 20}, "op")
+    moe = host[2].sizes
+    assert (moe["experts"], moe["tokens_per_expert"], moe["hidden"], moe["expert_ffn"]) == (32, 1024, 7168, 2048)
+    assert host[2].work == 2.0 * 32 * 1024 * 7168 * 2048 * 3  # gate and up together, then down
+    assert host[3].sizes == moe and host[3].work == host[2].work
+
+
+def test_the_dropless_layer_reads_the_counts_and_both_give_the_experts_products():
+    """On the CPU at a small size: both layers give every token its own expert's up, SwiGLU and down, back in
+    token order; only the dropless one asks the device for the counts (.tolist)."""
+    torch = pytest.importorskip("torch")
+    gk = _load()
+    calls = []
+    items = gk.host_items(experts=3, tokens_per_expert=4, hidden=8, expert_ffn=4, ops=2, syncs=2)
+    by = {i.name: i for i in items}
+    torch.manual_seed(0)
+    dropless = gk._host(torch, by["moe-dropless"], torch.device("cpu"))
+    torch.manual_seed(0)
+    static = gk._host(torch, by["moe-static"], torch.device("cpu"))
+    real = torch.Tensor.tolist
+
+    def counting(self):
+        calls.append(tuple(self.shape))
+        return real(self)
+    torch.Tensor.tolist = counting
+    try:
+        a, b = dropless(), static()
+    finally:
+        torch.Tensor.tolist = real
+    assert calls == [(3,)]  # the three experts' counts, once, from the dropless layer alone
+    assert torch.equal(a, b)
+    # by hand for token 0, from the same seed: its expert's up, SwiGLU, down
+    torch.manual_seed(0)
+    tokens = torch.randn(12, 8, dtype=torch.bfloat16)
+    up = torch.randn(3, 8, 8, dtype=torch.bfloat16) / 8 ** 0.5
+    down = torch.randn(3, 4, 8, dtype=torch.bfloat16) / 4 ** 0.5
+    owner = torch.randperm(12) % 3
+    e = int(owner[0])
+    h = tokens[:1] @ up[e]
+    gate, lin = h.chunk(2, dim=-1)
+    ref = ((torch.nn.functional.silu(gate) * lin) @ down[e])[0].float()
+    # bf16 keeps 8 significant bits: the batched and the one-row products may round their two products and the
+    # SwiGLU apart by a few units in the last place of the largest value
+    assert torch.allclose(a[0].float(), ref, rtol=0, atol=4 * 2.0 ** -8 * float(ref.abs().max()))
