@@ -123,6 +123,7 @@ def test_b200_products_fall_off_from_the_searched_best_as_openxlas_b200_grid_doe
     high_k = (1 - wm) * g[(1024, 4096, 4096)] + wm * g[(2048, 4096, 4096)]
     at_best = (1 - wk) * low_k + wk * high_k
     small = K.gemm_efficiency("b200", 1024, 1024, 1024)
+    # rel 1e-9: the same sums in another order (float64 keeps 15-16 digits), nothing looser
     assert small.value == pytest.approx(1745e12 / 2250e12 * g[(1024, 1024, 1024)] / at_best, rel=1e-9)
     assert small.sources == ("mamf-b200", "xla-gemm-b200") and "b200 BF16 grid" in small.notes[-1]
     assert round(small.value, 2) == 0.18  # against 0.776 at the best: a product the B200's 148 SMs barely fill
@@ -160,6 +161,10 @@ def test_cudnns_attention_on_a_hopper_is_not_measured_so_the_step_is_not_timed()
     for gpu in ("h100", "h200"):
         with pytest.raises(K.NoMeasurement, match="no 'cudnn' attention measured on h100"):
             K.attention_efficiency(gpu, 4096, 128, True, None, "cudnn")
+    # a kernel that is not one is refused as such, not taken for one never measured
+    with pytest.raises(UsageError, match="unknown attention kernel 'bogus'") as bad:
+        K.attention_efficiency("h100", 4096, 128, True, None, "bogus")
+    assert not isinstance(bad.value, K.NoMeasurement)
     out = cli("memory", "--model", "27b", "--tp", "4", "--gpu", "h100", "--attention-kernel", "cudnn")
     assert out.returncode == 0, out.stderr
     assert "step: not timed on H100: no 'cudnn' attention measured on h100" in " ".join(out.stdout.split())

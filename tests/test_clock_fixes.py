@@ -143,7 +143,8 @@ def test_memory_and_fit_take_the_frameworks_kernels_for_the_steps_time():
     assert fused["time"]["step_s"] < eager["time"]["step_s"]
     out = cli("memory", "--model", "27b", "--tp", "8", "--gpu", "a100", "--attention-kernel", "fa3")
     assert out.returncode == 2 and out.stderr.strip().splitlines() == ["parasim: error: no 'fa3' attention measured "
-                                                                       "on a100: fa2, fa1"]
+                                                                       "on a100: fa2, fa1 (fa3 runs on h100, h200, "
+                                                                       "h800 only)"]
     ranked = json.loads(cli("fit", "--model", "27b", "--search", "--by", "time", "--nodes", "1", "--top", "1",
                             "--fusion", "torch-eager", "--json").stdout)
     assert ranked["nodes"][0]["best"]["fusion"] == "torch-eager"

@@ -160,7 +160,15 @@ def test_the_all_to_all_alone_against_the_reports_table_7():
     m = machine("h100", 8)
     buffer = 4096 * 8 * 7168 * 2  # the whole buffer, of which 7/8 leaves each member
     by_hand = m.latency["call"] + sent / collective_bandwidth("h100", "all_to_all", buffer, "inside", 8).value
-    assert got[8]["parasim_dispatch_us"] == pytest.approx(by_hand * 1e6, rel=1e-12)
+    assert got[8]["parasim_dispatch_us"] == pytest.approx(by_hand * 1e6, rel=1e-12)  # float64 reassociation only
+    # EP 16 across two nodes by hand: 7/16 of the copies go to the node's other seven GPUs over NVLink, 8/16 to the
+    # other node over the network, at once; the longer of the two (the network's, with its latency) is the time
+    inside, across = 4096 * 8 * 7168 * 2 * 7 / 16, 4096 * 8 * 7168 * 2 * 8 / 16
+    nvlink = inside / collective_bandwidth("h100", "all_to_all", int(inside * 8 / 7), "inside", 8).value
+    network = m.latency["across"] + across / collective_bandwidth("h100", "all_to_all", int(across * 16 / 15), "across",
+                                                                  16, m.network).value
+    assert network > nvlink
+    assert got[16]["parasim_dispatch_us"] == pytest.approx((m.latency["call"] + network) * 1e6, rel=1e-12)
     assert got[8]["parasim_combine_us"] == got[8]["parasim_dispatch_us"]  # BF16 both ways
     assert [r["nodes"] for r in got.values()] == [1, 2, 4, 8]
     for ep, r in got.items():  # + means parasim's is faster: the measured time over parasim's, less one

@@ -132,6 +132,7 @@ def all_to_all_rows() -> list[dict[str, Any]]:
     (`plan.ep_seconds`, the all-to-all of every top-k copy: what a step is charged), and the errors; HybridEP's
     measured figures beside them, untimed (its sends depend on routing the table does not state)."""
     d = _data()["all_to_all"]
+    # only the hidden size, the experts and the top-k enter the all-to-all; heads, vocabulary and FFN sizes fill in
     model = ModelSpec(name="table-7-proxy", layers=1, hidden=d["hidden_size"], heads=8, vocab=32000, ffn=2048,
                       experts=d["num_experts"], top_k=d["router_topk"], expert_ffn=2048, gated=True, act="swiglu",
                       norm="rmsnorm", bias=False)

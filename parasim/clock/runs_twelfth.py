@@ -14,7 +14,7 @@ Three sources, two publishers (the choice is fixed in /work/notes/twelfth-source
 was read in detail):
 - Baidu's PaddleNLP, llm/docs/pretrain.rst, "模型预训练性能" (model pre-training performance): one node of 8 A100
   80G, PaddleNLP's own pre-training configs (TP 2 with sharding stage 2 over 4, or sharding stage 2 over 8), the
-  figure in tokens/card/sec (tokens a second a GPU). The three community Chinese Llama variants of the table
+  figure in tokens/card/sec (tokens a second a GPU). The four community Chinese Llama variants of the table
   (FlagAlpha 7B and 13B, Linly 7B, Ziya 13B) are left out: their vocabularies are in no document read here.
 - Lambda's FlashAttention-2 benchmark (LambdaLabsML/examples flash-attention-2/README.md): GPT3-2.7B on one and
   eight A100 80GB SXM4 and H100 80GB SXM5 with FlashAttention-2, and the Hugging Face GPT-2 baseline on one GPU,

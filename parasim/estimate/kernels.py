@@ -392,11 +392,12 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     products 512-8192, read off the plot); FP8 on H100 and H200 from one best shape each in Bekman's MAMF table
     ('mamf'), falling off at other shapes as the H100 BF16 grid does (`_profiled`: OpenXLA's FP8 entries for
     sm_90 exceed the FP8 dense peak, up to 2.42 PFLOP/s against 1.98, so they are not used); B200 BF16 and FP8
-    from one best shape each in the same table ('mamf-b200'), falling off at other shapes as OpenXLA's B200 grid
-    of the same dtype does ('xla-gemm-b200'; read straight, that grid would cap every product at its 4096-cube
-    edge, 63% of the BF16 peak, where the search found 78% at a larger shape). H200 BF16 reads the H100's table
-    (the MAMF table: 'H200 is the same'). A non-square product on the A100 is read at the side of the cube of the same volume, an assumption the notes state, and
-    held to the best BF16 product MAMF's search measured on the card ('mamf-bf16', BF16_CEILING)."""
+    from one best shape each in the same table ('mamf-b200'), falling off at other shapes as OpenXLA's B200
+    grid of the same dtype does ('xla-gemm-b200'; read straight, that grid would cap every product at its
+    4096-cube edge, 63% of the BF16 peak, where the search found 78% at a larger shape). H200 BF16 reads the
+    H100's table (the MAMF table: 'H200 is the same'). A non-square product on the A100 is read at the side of
+    the cube of the same volume, an assumption the notes state, and held to the best BF16 product MAMF's search
+    measured on the card ('mamf-bf16', BF16_CEILING)."""
     _check_gpu(gpu)
     m, n, k = (_whole(w, v) for w, v in (("m", m), ("n", n), ("k", k)))
     peak = _peak(gpu, dtype)
@@ -481,12 +482,17 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
     seq, head_dim = _whole("sequence length", seq), _whole("head dim", head_dim)
     on, notes = _measured_on(gpu, {t.gpu for t in ATTENTION}, "attention")
     have = [k for k in KERNELS if any(t.gpu == on and t.kernel == k for t in ATTENTION)]
+    if kernel is not None and kernel not in KERNELS:
+        raise UsageError(f"unknown attention kernel {kernel!r}: {', '.join(KERNELS)}")
     if kernel is not None and kernel not in have:
         # a kernel that cannot run on the GPU is refused; one that runs there unmeasured (cuDNN's fused attention on
         # an H100) is NoMeasurement: a published run naming it is listed as not timed, memory planning goes on
         stands = "" if on == gpu else f" (which stands in for {gpu})"
-        refuse = UsageError if gpu not in ATTENTION_RUNS_ON.get(kernel, GPUS) else NoMeasurement
-        raise refuse(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
+        runs_on = ATTENTION_RUNS_ON.get(kernel, tuple(GPUS))
+        if gpu not in runs_on:
+            raise UsageError(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)} ({kernel} runs on "
+                             f"{', '.join(runs_on)} only)")
+        raise NoMeasurement(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
     kernel = kernel or have[0]
     if backward not in PASSES:
         raise UsageError(f"backward must be True, False or None (both passes), not {backward!r}")
