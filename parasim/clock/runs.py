@@ -15,6 +15,7 @@ and scores each set.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from collections.abc import Mapping
 from typing import Any, Callable
 
 from ..estimate.hardware import GPUS
@@ -210,6 +211,9 @@ class PublishedRun:
     # the cluster's own figures where its source prints them and they differ from the GPU's sheet: clock/costs.
     # Machine's "hbm" or "network" (bytes/s a GPU, one direction), as a fact of the run, never a fitted constant
     machine: dict[str, float] = field(default_factory=dict)
+    # the sources registry the run's `source` is a key of: a later set's module makes its runs with its own
+    # (`partial(PublishedRun, registry=SOURCES)`), so no set needs a subclass to say where its sources are
+    registry: Mapping[str, Source] = field(default_factory=lambda: SOURCES, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         # the plan is timed by the sharding the entry names (a programming slip, not a user's input)
@@ -220,8 +224,8 @@ class PublishedRun:
 
     @property
     def source_entry(self) -> Source:
-        """The run's source in its set's registry (this module's SOURCES; a later set's run looks in its own)."""
-        return SOURCES[self.source]
+        """The run's source in its set's registry (`registry`: this module's SOURCES, or a later set's own)."""
+        return self.registry[self.source]
 
     @property
     def set(self) -> str:

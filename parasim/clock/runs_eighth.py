@@ -7,7 +7,7 @@ Same format as runs_seventh.py: one PublishedRun per run (its source, GPU, model
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-eighth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-runs.EIGHTH ("eighth"); an EighthRun is a PublishedRun that looks its source up there. EIGHTH is the runs.
+runs.EIGHTH ("eighth"); an EighthRun(...) is a PublishedRun that looks its source up there. EIGHTH is the runs.
 
 Both sources are MLCommons MLPerf Training rounds:
 - v6.0 (2026), the gpt_oss_20b benchmark: a mixture-of-experts model (24 layers, 32 experts, top-4) trained by
@@ -22,7 +22,7 @@ So the unit is seconds a step throughout.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec
 from .runs import EIGHTH as EIGHTH_SET, PublishedRun, Source, training_plan
@@ -52,13 +52,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class EighthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+EighthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -129,7 +124,7 @@ _OSS = (
 )
 
 
-def _oss() -> list[EighthRun]:
+def _oss() -> list[PublishedRun]:
     out = []
     for (key, system, gpu, gpus, gbs, tp, cp, ep, dp, mbs, precision, dispatcher, recompute, overlap, median,
          blocks, result, config, said) in _OSS:
@@ -191,7 +186,7 @@ _GPT3_VARIANTS = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
                   "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"}}
 
 
-def _gpt3() -> list[EighthRun]:
+def _gpt3() -> list[PublishedRun]:
     out = []
     for key, org, system, gpu, gpus, gbs, acc, chunks, median, mean, n, lo, hi, config, note in _GPT3:
         dp = gpus // 32
@@ -215,6 +210,6 @@ def _gpt3() -> list[EighthRun]:
 EIGHTH: tuple[EighthRun, ...] = tuple(_oss() + _gpt3())
 
 
-def eighth_runs() -> list[EighthRun]:
+def eighth_runs() -> list[PublishedRun]:
     """Every run of the eighth held-out set (gathered blind; scored once, later)."""
     return list(EIGHTH)

@@ -7,7 +7,7 @@ Same format as runs_tenth.py: one PublishedRun per run (its source, GPU, model s
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-eleventh.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-"eleventh"; an EleventhRun is a PublishedRun that looks its source up there. ELEVENTH is the runs.
+"eleventh"; an EleventhRun(...) is a PublishedRun that looks its source up there. ELEVENTH is the runs.
 
 Two sources (the choice is fixed in /work/notes/eleventh-sources.md, written before any figure was read):
 - Google Cloud's gpu-recipes (AI-Hypercomputer/gpu-recipes, formerly GoogleCloudPlatform/gpu-recipes) at 69bf7ba,
@@ -24,7 +24,7 @@ Two MoE runs (Mixtral 8x7B on H200 and on B200); the rest dense.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec
 from .runs import ELEVENTH as ELEVENTH_SET, PublishedRun, Source, training_plan
@@ -55,13 +55,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class EleventhRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+EleventhRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -202,7 +197,7 @@ _GCP_NEMO = (
 )
 
 
-def _gcp_nemo() -> list[EleventhRun]:
+def _gcp_nemo() -> list[PublishedRun]:
     out = []
     for (key, recipe, config, gpu, gpus, model, gbs, mbs, tp, pp, cp, vp, ep, fp8, fp8p, tpo, entry, seq,
          said) in _GCP_NEMO:
@@ -244,7 +239,7 @@ def _maxtext(key: str, recipe: str, config: str, gpu: str, gpus: int, model: Mod
                                                                  + ("-fp8-tensorwise" if fp8 else "")}})
 
 
-def _gcp_maxtext() -> list[EleventhRun]:
+def _gcp_maxtext() -> list[PublishedRun]:
     return [
         _maxtext("gcp-a3ultra-maxtext-llama31-70b-bf16-256", "a3ultra/llama3-1-70b/maxtext-pretraining-gke",
                  "a3ultra/maxtext-configs/llama3-1-70b-256gpus-a3u-bf16.yaml", "h200", 256, LLAMA31_70B, 2, 128, 2,
@@ -283,7 +278,7 @@ _AWS_SAID = ("4 x p5.48xlarge (8 H100 80GB each, EFA) as the README says: 32 GPU
              "step 1990 (tokens/s per GPU; the toml's 1000 steps were evidently raised)")
 
 
-def _aws() -> list[EleventhRun]:
+def _aws() -> list[PublishedRun]:
     out = []
     for key, tps, line, compiled in (
             ("aws-torchtitan-llama31-8b-h100-32-default", 6785,
@@ -313,6 +308,6 @@ def _aws() -> list[EleventhRun]:
 ELEVENTH: tuple[EleventhRun, ...] = tuple(_gcp_nemo() + _gcp_maxtext() + _aws())
 
 
-def eleventh_runs() -> list[EleventhRun]:
+def eleventh_runs() -> list[PublishedRun]:
     """Every run of the eleventh held-out set (gathered blind; kept unscored for the next change to the model)."""
     return list(ELEVENTH)

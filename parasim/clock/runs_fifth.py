@@ -6,12 +6,12 @@ Same format as runs_fourth.py: one PublishedRun per run (its source, GPU, model 
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-fifth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-runs.FIFTH ("fifth"); a FifthRun is a PublishedRun that looks its source up there. FIFTH is the runs, as FOURTH
+runs.FIFTH ("fifth"); a FifthRun(...) is a PublishedRun that looks its source up there. FIFTH is the runs, as FOURTH
 is in runs_fourth.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..layout import ModelSpec
@@ -46,13 +46,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class FifthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+FifthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -96,7 +91,7 @@ _PAX_ROWS = (("126m", "a100", "BF16", 64, 64, 1, 4, 2098.16), ("5b", "a100", "BF
              ("175b", "h100", "TE FP8", 256, 1, 256, 6, 84.45))
 
 
-def _pax() -> list[FifthRun]:
+def _pax() -> list[PublishedRun]:
     src, out = "JAX-Toolbox Paxml 2024", []
     for key, gpu, prec, gpus, dp, fsdp, per, sps in _PAX_ROWS:
         fp8 = prec == "TE FP8"
@@ -138,7 +133,7 @@ def _pax() -> list[FifthRun]:
 
 # -- JAX-Toolbox MaxText README (H100) ----------------------------------------------------------------------------
 
-def _maxtext() -> list[FifthRun]:
+def _maxtext() -> list[PublishedRun]:
     return [FifthRun(
         "maxtext-llama2-7b-h100-fsdp8", "JAX-Toolbox MaxText 2024", "LLaMA table, 7B row (Step Time (s) 0.721)",
         "h100", 8, LLAMA2_7B,
@@ -167,7 +162,7 @@ _NEMO_175B = (8, 7500.0), (16, 14950.0), (32, 29537.0), (64, 58211.0), (128, 109
 _DP_OVERLAP = {"DP overlap": {"overlap": ("grad-reduce", "prefetch")}}
 
 
-def _nemo_launcher() -> list[FifthRun]:
+def _nemo_launcher() -> list[PublishedRun]:
     src, out = "NeMo Megatron launcher 2022", []
     for nodes, tps in _NEMO_5B:
         gpus = 8 * nodes
@@ -208,7 +203,7 @@ _DSV3_PIPE = ("PP 4 with VP 8 (the table) as interleaved 1F1B with 8 chunks a GP
               "64 (so the GPUs are PP x FSDP)")
 
 
-def _automodel() -> list[FifthRun]:
+def _automodel() -> list[PublishedRun]:
     src = "NeMo AutoModel 2026"
 
     def row(key: str, where: str, gpus: int, model: ModelSpec, plan: Any, seq: int, seconds: float, said: str,
@@ -253,6 +248,6 @@ def _automodel() -> list[FifthRun]:
 FIFTH: tuple[FifthRun, ...] = tuple(_pax() + _maxtext() + _nemo_launcher() + _automodel())
 
 
-def fifth_runs() -> list[FifthRun]:
+def fifth_runs() -> list[PublishedRun]:
     """Every run of the fifth held-out set (gathered blind; scored once, later)."""
     return list(FIFTH)

@@ -7,12 +7,12 @@ Same format as runs.py and runs_fresh.py: one PublishedRun per run (its source, 
 sequence, overlap switches and the published figure in the source's own unit), built with
 runs.training_plan; `assumed` says what the source leaves out and the value taken. The notes,
 docs/notes/step-time-runs-fourth.md, quote every figure and say where it was read. The sources have their own
-registry (SOURCES below, every one in the set "fourth"); a FourthRun is a PublishedRun that looks its source up
+registry (SOURCES below, every one in the set "fourth"); a FourthRun(...) is a PublishedRun that looks its source up
 there, so runs.RUNS, runs.SOURCES and runs_fresh.SOURCES stay as they are.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from ..layout import ModelSpec
@@ -46,13 +46,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class FourthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+FourthRun = partial(PublishedRun, registry=SOURCES)
 
 
 def _pipe(pp: int, chunks: int) -> str | None:
@@ -98,7 +93,7 @@ _INTERNLM_THROUGHPUT = ((1, 8, 4062.0), (1, 64, 3690.0), (1, 1024, 2271.0),
 _INTERNLM_FLOPS = ((True, 8, 1, 3314.0), (False, 2, 4, 4103.0))
 
 
-def _internlm() -> list[FourthRun]:
+def _internlm() -> list[PublishedRun]:
     src, out = "InternLM 7B performance 2023", []
     for tp, gpus, tgs in _INTERNLM_THROUGHPUT:
         dp, mb = gpus // tp, 2 * tp
@@ -145,7 +140,7 @@ _TITAN_ROWS = (("70b", LLAMA3_70B, 256, 8, 32, 16, "full", "full activation chec
                 (("None (bfloat16)", False, 4378.0, 4809.4), ("float8 tensorwise", True, 5078.1, 5570.1))))
 
 
-def _titan_async_tp() -> list[FourthRun]:
+def _titan_async_tp() -> list[PublishedRun]:
     src, out = "torchtitan async TP 2025", []
     for name, model, gpus, tp, fsdp, local, recompute, ac, quants in _TITAN_ROWS:
         table = (f"'Llama3 {name} on {gpus} H100s with FSDP={fsdp}, TP={tp}' table")
@@ -179,7 +174,7 @@ _ZOO = ("256 H100s (the page's setup: NVLink 4th generation, InfiniBand 8x50 GB/
 _ZOO_WHERE = "'Performance Results' table"
 
 
-def _zoo() -> list[FourthRun]:
+def _zoo() -> list[PublishedRun]:
     src = "Megatron-MoE-ModelZoo Qwen3 2025"
 
     def row(key: str, where: str, batch: int, seconds: float, said: str, sharding: str = "zero-1",
@@ -239,7 +234,7 @@ _FA_ROWS = (("125m", "GPT3-125M", 256, 32, "none", "1310k", 1310e3 / 8),
             ("2.7b", "GPT3-2.7B", 512, 4, "zero-1", "85k", 85e3 / 8))
 
 
-def _flash_attention() -> list[FourthRun]:
+def _flash_attention() -> list[PublishedRun]:
     src = "flash-attention training 2022"
     return [FourthRun(
         f"fa-gpt3-{key}-8xa100", src, f"'Training speed' GPT3 table, {name} row ({printed} tokens/sec)", "a100", 8,
@@ -256,6 +251,6 @@ def _flash_attention() -> list[FourthRun]:
 FOURTH: tuple[FourthRun, ...] = tuple(_internlm() + _titan_async_tp() + _zoo() + _flash_attention())
 
 
-def fourth_runs() -> list[FourthRun]:
+def fourth_runs() -> list[PublishedRun]:
     """Every run of the fourth held-out set (scored once, with the fresh set's model)."""
     return list(FOURTH)

@@ -7,11 +7,12 @@ Same format as runs.py: one PublishedRun per run (its source, GPU, model shapes,
 switches and the published figure in the source's own unit), built with runs.training_plan; `assumed` says what
 the source leaves out and the value taken. docs/notes/step-time-runs-fresh.md quotes every figure and says
 where it was read. The sources have their own registry (SOURCES below, every one in the set "fresh"); a
-FreshRun is a PublishedRun that looks its source up there, so runs.RUNS and runs.SOURCES stay as they are.
+FreshRun(...) is a PublishedRun that looks its source up there, so runs.RUNS and runs.SOURCES stay as they are.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from ..layout import ModelSpec, Stages
@@ -40,13 +41,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class FreshRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+FreshRun = partial(PublishedRun, registry=SOURCES)
 
 
 def _pipe(pp: int, chunks: int) -> str | None:
@@ -85,7 +81,7 @@ _FP8_25 = "FP8, its scaling not named: delayed, the default of NeMo's scripts/pe
 _DGXC_25 = f"{_DGXC_25_DEG}: taken as no recomputation, SP where TP > 1, no TP overlap"
 
 
-def _dgxc() -> list[FreshRun]:
+def _dgxc() -> list[PublishedRun]:
     src = "DGXC Benchmarking"
 
     def row(key: str, where: str, gpus: int, model: ModelSpec, batch: int, seq: int, seconds: float,
@@ -179,7 +175,7 @@ _NEMOTRON4_15B_T2 = ((96, 768, 0.57, 34.3, 384), (192, 1536, 0.58, 33.3, 768), (
 _NEMOTRON4_340B_T2 = ((16, 1536, 10.3, 42.4, 768), (32, 3072, 10.3, 42.3, 1536), (64, 6144, 8.0, 41.0, 2304))
 
 
-def _nemotron4() -> list[FreshRun]:
+def _nemotron4() -> list[PublishedRun]:
     out = [FreshRun(
         f"nemotron4-15b-dp{dp}", "Nemotron-4 15B 2024", "section 2 'Pre-training' and Table 2", "h100", gpus,
         NEMOTRON4_15B, training_plan(batch, "zero-1", tp=8, dp=dp, sp=True, micro_batch=1, flash=True), 4096,
@@ -214,7 +210,7 @@ _IBM_T1 = (("7b", "No", 3700.0, 7500.0), ("13b", "Selective", 1800.0, 3800.0), (
 _IBM_GPUS = {"a100": 128, "h100": 96}
 
 
-def _ibm() -> list[FreshRun]:
+def _ibm() -> list[PublishedRun]:
     out = []
     for name, ac, a100, h100 in _IBM_T1:
         recompute = {"No": "none", "Selective": "full", "Yes": "full"}[ac]
@@ -253,7 +249,7 @@ _TITAN_A100 = (("llama3-8b-selop", "Llama 3 table, 8B, selective op", LLAMA3_8B,
                ("llama2-70b-full", "Llama 2 table, 70B, batch 2, full", LLAMA2["70b"], 4096, 2, "full", "full", 353.0))
 
 
-def _titan_a100() -> list[FreshRun]:
+def _titan_a100() -> list[PublishedRun]:
     return [FreshRun(
         f"titan-a100-{key}-fsdp64", "torchtitan A100 2024", where, "a100", 64, model,
         training_plan(64 * local, "zero-3", dp=64, micro_batch=local, recompute=recompute, flash=True,
@@ -270,6 +266,6 @@ def _titan_a100() -> list[FreshRun]:
 FRESH: tuple[FreshRun, ...] = tuple(_dgxc() + _nemotron4() + _ibm() + _titan_a100())
 
 
-def fresh_runs() -> list[FreshRun]:
+def fresh_runs() -> list[PublishedRun]:
     """Every run of the fresh held-out set, to be timed once, when the next model version is done."""
     return list(FRESH)

@@ -7,8 +7,8 @@ Same format as runs_eighth.py: one PublishedRun per run (its source, GPU, model 
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-ninth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set "ninth"
-(runs.NINTH, wired into clock/sets.py when it was scored); a NinthRun is a PublishedRun
-that looks its source up there. NINTH is the runs.
+(runs.NINTH, wired into clock/sets.py when it was scored); a NinthRun(...) is a PublishedRun that looks its
+source up there. NINTH is the runs.
 
 Both sources are NVIDIA NeMo's own performance summaries (not Megatron-Bridge's, which a held-out set already
 reads, and not the DGX Cloud Benchmarking recipes):
@@ -23,7 +23,7 @@ The unit is the pages' Tokens / sec / GPU throughout, so no FLOP counting rule i
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec, Stages
 from .runs import NINTH as NINTH_SET, PublishedRun, Source, training_plan
@@ -52,13 +52,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class NinthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+NinthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -165,7 +160,7 @@ _SAID_2407 = ("DGX-H100 (H100 SXM 80GB, 8 a node), Container NeMo24.07, 'pre-tra
               "tasks at FP8 precision'")
 
 
-def _nemo2407() -> list[NinthRun]:
+def _nemo2407() -> list[PublishedRun]:
     out = []
     for key, name, model, gpus, gbs, mbs, seq, tp, pp, cp, vp, tokens, tflops in _T2407:
         where = (f"'Pretraining' table, row {name}, {gpus} GPUs: GBS {gbs}, MBS {mbs}, Sequence Length {seq}, TP {tp}, "
@@ -207,7 +202,7 @@ _T2502 = (
 )
 
 
-def _nemo2502() -> list[NinthRun]:
+def _nemo2502() -> list[PublishedRun]:
     out = []
     for key, name, model, gpu, gpus, gbs, mbs, seq, tp, pp, cp, vp, ep, ga, tokens, tflops, note in _T2502:
         system = "DGX-B200" if gpu == "b200" else "DGX-H100"
@@ -227,6 +222,6 @@ def _nemo2502() -> list[NinthRun]:
 NINTH: tuple[NinthRun, ...] = tuple(_nemo2407() + _nemo2502())
 
 
-def ninth_runs() -> list[NinthRun]:
+def ninth_runs() -> list[PublishedRun]:
     """Every run of the ninth held-out set (gathered blind; scored once, later)."""
     return list(NINTH)

@@ -7,7 +7,7 @@ Same format as runs_sixth.py: one PublishedRun per run (its source, GPU, model s
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-seventh.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-runs.SEVENTH ("seventh"); a SeventhRun is a PublishedRun that looks its source up there. SEVENTH is the runs, as
+runs.SEVENTH ("seventh"); a SeventhRun(...) is a PublishedRun that looks its source up there. SEVENTH is the runs, as
 SIXTH is in runs_sixth.py.
 
 Both sources are MLCommons MLPerf Training rounds (github.com/mlcommons/training_results_v3.0 and _v3.1): the
@@ -17,7 +17,7 @@ training step is logged), so the unit is seconds a step. Gaudi2 and TPU submissi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec
 from .runs import SEVENTH as SEVENTH_SET, PublishedRun, Source, training_plan
@@ -45,13 +45,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class SeventhRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+SeventhRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -120,7 +115,7 @@ def _key(source: str, system: str) -> str:
     return f"mlperf-{rnd}-gpt3-175b-h100-{system.split('_ngc')[0].replace('_', '-').lower()}"
 
 
-def _mlperf() -> list[SeventhRun]:
+def _mlperf() -> list[PublishedRun]:
     out = []
     for src, org, system, gpus, gbs, acc, median, mean, n, lo, hi, config, note in _ROWS:
         dp = gpus // 32
@@ -142,6 +137,6 @@ def _mlperf() -> list[SeventhRun]:
 SEVENTH: tuple[SeventhRun, ...] = tuple(_mlperf())
 
 
-def seventh_runs() -> list[SeventhRun]:
+def seventh_runs() -> list[PublishedRun]:
     """Every run of the seventh held-out set (gathered blind; scored once, later)."""
     return list(SEVENTH)

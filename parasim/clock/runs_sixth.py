@@ -7,7 +7,7 @@ Same format as runs_fifth.py: one PublishedRun per run (its source, GPU, model s
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-sixth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-runs.SIXTH ("sixth"); a SixthRun is a PublishedRun that looks its source up there. SIXTH is the runs, as FIFTH
+runs.SIXTH ("sixth"); a SixthRun(...) is a PublishedRun that looks its source up there. SIXTH is the runs, as FIFTH
 is in runs_fifth.py.
 
 Both sources are BAAI's FlagPerf benchmark (github.com/FlagOpen/FlagPerf), read at commit 1b5a0303 (2025-11-11):
@@ -16,8 +16,8 @@ its NVIDIA reference cases, the Paddle LLM cases (A100 80GB, 2023) and the Megat
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import replace
+from functools import partial
 
 from ..layout import ModelSpec
 from .runs import SIXTH as SIXTH_SET, LLAMA3_70B, LLAMA3_8B, PublishedRun, Source, training_plan
@@ -44,13 +44,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class SixthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+SixthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -115,7 +110,7 @@ _PADDLE_ROWS = (
 )
 
 
-def _paddle() -> list[SixthRun]:
+def _paddle() -> list[PublishedRun]:
     src, out = "FlagPerf Paddle LLM 2023", []
     for family, size, tag, tp, pp, stage, shard, per, acc, recompute, sps, tps in _PADDLE_ROWS:
         model = PADDLE_GPT3[size] if family == "gpt3" else LLAMA1[size]
@@ -167,7 +162,7 @@ _FP8_SAID = ("'bf16+fp8' as training_adapter_H100_fp8.sh gives it: --fp8-format 
              "max, --fp8-amax-history-len 1024, i.e. TransformerEngine's delayed scaling")
 
 
-def _megatron() -> list[SixthRun]:
+def _megatron() -> list[PublishedRun]:
     src, out = "FlagPerf Megatron LLM 2024", []
     for nodes, prec, dp, gbs, tps in _L3_8B_ROWS:
         gpus, fp8 = 8 * nodes, prec == "bf16+fp8"
@@ -235,6 +230,6 @@ def _megatron() -> list[SixthRun]:
 SIXTH: tuple[SixthRun, ...] = tuple(_paddle() + _megatron())
 
 
-def sixth_runs() -> list[SixthRun]:
+def sixth_runs() -> list[PublishedRun]:
     """Every run of the sixth held-out set (gathered blind; scored once, later)."""
     return list(SIXTH)

@@ -8,8 +8,8 @@ Same format as runs_eighth.py and runs_ninth.py: one PublishedRun per run (its s
 sequence, overlap switches and the published figure), built with runs.training_plan; `assumed` says what the
 source leaves out and the value taken, `variants` the doubtful choices. The notes,
 docs/notes/step-time-runs-tenth.md, quote every figure and say where it was read. The sources have their own
-registry (SOURCES below), each in the set "tenth" (runs.TENTH); a TenthRun is a
-PublishedRun that looks its source up there. TENTH is the runs.
+registry (SOURCES below), each in the set "tenth" (runs.TENTH); a TenthRun(...) is a PublishedRun that looks
+its source up there. TENTH is the runs.
 
 Both sources are MLCommons MLPerf Training rounds whose benchmarks no earlier set reads, both NVIDIA's NeMo /
 Megatron-Core implementation run by the submitters on their own clusters:
@@ -28,7 +28,7 @@ benchmark.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec, Stages
 from .runs import TENTH as TENTH_SET, PublishedRun, Source, training_plan
@@ -61,13 +61,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class TenthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+TenthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -149,7 +144,7 @@ _T50 = (
 )
 
 
-def _v50() -> list[TenthRun]:
+def _v50() -> list[PublishedRun]:
     out = []
     for key, org, system, gpu, nodes, gbs, acc, tp, result, config, stats in _T50:
         card = "H100-SXM5-80GB" if gpu == "h100" else "H200-SXM5-141GB"
@@ -215,7 +210,7 @@ _T51 = (
 )
 
 
-def _v51() -> list[TenthRun]:
+def _v51() -> list[PublishedRun]:
     out = []
     for key, org, system, gpu, nodes, model, gbs, acc, mbs, tp, pp, cp, vp, config, stats in _T51:
         bench = "llama31_8b" if model is LLAMA31_8B else "llama31_405b"
@@ -247,6 +242,6 @@ def _v51() -> list[TenthRun]:
 TENTH: tuple[TenthRun, ...] = tuple(_v50() + _v51())
 
 
-def tenth_runs() -> list[TenthRun]:
+def tenth_runs() -> list[PublishedRun]:
     """Every run of the tenth held-out set (gathered blind; kept unscored for the next change to the model)."""
     return list(TENTH)

@@ -8,7 +8,7 @@ Same format as runs_eleventh.py: one PublishedRun per run (its source, GPU, mode
 switches and the published figure), built with runs.training_plan; `assumed` says what the source leaves out and
 the value taken, `variants` the doubtful choices. The notes, docs/notes/step-time-runs-twelfth.md, quote every
 figure and say where it was read. The sources have their own registry (SOURCES below), each in the set
-"twelfth"; a TwelfthRun is a PublishedRun that looks its source up there. TWELFTH is the runs.
+"twelfth"; a TwelfthRun(...) is a PublishedRun that looks its source up there. TWELFTH is the runs.
 
 Three sources, two publishers (the choice is fixed in /work/notes/twelfth-sources.md, written before any figure
 was read in detail):
@@ -28,7 +28,7 @@ Three MoE runs (Qwen3-30B-A3B on B200); the rest dense. GPUs: A100 (10), H100 (3
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from functools import partial
 
 from ..layout import ModelSpec
 from .runs import QWEN3_30B_A3B, PublishedRun, Source, training_plan
@@ -73,13 +73,8 @@ SOURCES: dict[str, Source] = {s.name: s for s in (
 )}
 
 
-@dataclass(frozen=True)
-class TwelfthRun(PublishedRun):
-    """A PublishedRun whose source is in this module's SOURCES."""
-
-    @property
-    def source_entry(self) -> Source:
-        return SOURCES[self.source]
+# a PublishedRun whose source is in this module's SOURCES
+TwelfthRun = partial(PublishedRun, registry=SOURCES)
 
 
 # -- models ---------------------------------------------------------------------------------------------------
@@ -141,7 +136,7 @@ _PADDLE_ROWS = (
 )
 
 
-def _paddle() -> list[TwelfthRun]:
+def _paddle() -> list[PublishedRun]:
     out = []
     for key, model, name, strategy, config, tp, mbs, ga, full, tps, when in _PADDLE_ROWS:
         dp = 8 // tp
@@ -197,7 +192,7 @@ _LAMBDA_ROWS = (
 )
 
 
-def _lambda_fa2() -> list[TwelfthRun]:
+def _lambda_fa2() -> list[PublishedRun]:
     out = []
     for key, gpu, gpus, flash, its, printed, row, tps in _LAMBDA_ROWS:
         mbs = 4 if flash else 1
@@ -237,7 +232,7 @@ _TITAN_ROWS = ((8, 1423, "~11,865", 11865.0, 160), (10, 1426, "~11,950", 11950.0
                (12, 1429, "~12,120", 12120.0, 50))
 
 
-def _lambda_titan() -> list[TwelfthRun]:
+def _lambda_titan() -> list[PublishedRun]:
     out = []
     for lbs, job, printed, tps, last in _TITAN_ROWS:
         plan = training_plan(8 * lbs, "zero-3", dp=8, micro_batch=lbs, flash=True, precision="fsdp2",
@@ -256,6 +251,6 @@ def _lambda_titan() -> list[TwelfthRun]:
 TWELFTH: tuple[TwelfthRun, ...] = tuple(_paddle() + _lambda_fa2() + _lambda_titan())
 
 
-def twelfth_runs() -> list[TwelfthRun]:
+def twelfth_runs() -> list[PublishedRun]:
     """Every run of the twelfth held-out set (gathered blind; kept unscored for the next change to the model)."""
     return list(TWELFTH)
