@@ -19,16 +19,20 @@ from .errors import UsageError
 from .limits import JSON_DEPTH, LAYOUT_WORLD, MAX_SIZE, brief as _brief, cut_path as _cut, json_step as _at
 
 HELD_KINDS = ("weights", "gradients", "optimizer", "activations", "gathered")  # what ctx.hold may say a rank keeps
-KINDS = {"collective": set(OPS), "p2p": {P2P},
-         "compute": None}  # a compute event's op is the name the program gave it
+# an event's kinds and the ops each allows: the op table's entries as the check reads them (a collective added
+# to it is accepted with nothing added here); a compute event's op is the name the program gave it
+KINDS = {"collective": OPS, "p2p": {P2P}, "compute": None}
 MARK_KINDS = ("phase", "note", "held", "tensor", "work")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 TENSOR_DIMS = 64  # numpy's own limit on an array's dimensions
 MAX_BYTES = 16 * MAX_SIZE  # a tensor's bytes: MAX_SIZE elements of the widest dtype (complex128)
 TOO_MANY_BYTES = "bytes, more than any one tensor holds"
-# the params each op's placement words name (`Op.words` formats them): a reduce-scatter's dim, a broadcast's src
-NAMED = {name: {f for text in op.placement for _, f, _, _ in string.Formatter().parse(text) if f}
-         for name, op in OPS.items()}
+
+
+def named(op: str) -> set[str]:
+    """The params op `op`'s placement words name (`Op.words` formats them): a reduce-scatter's dim, a
+    broadcast's src."""
+    return {f for text in OPS[op].placement for _, f, _, _ in string.Formatter().parse(text) if f}
 # ml_dtypes' types (0.7), named as numpy names them once it is imported, and as torch names its own;
 # listed, not looked up: a trace written with one ml_dtypes release reads the same with another, older
 # releases lacking some of these names
@@ -247,7 +251,7 @@ def _params(e: dict, where: str, ranks: list[int]) -> None:
         params = {}
     else:
         _free(_of(params, dict, at, "an object or null"), at, 4)
-    for key in sorted(NAMED[e["op"]] if e["kind"] == "collective" else ()):
+    for key in sorted(named(e["op"]) if e["kind"] == "collective" else ()):
         if key not in params:
             raise _Bad(f"{at}: no {key!r}, which a {e['op']} names ({' / '.join(OPS[e['op']].placement)})")
     if "dim" in params:

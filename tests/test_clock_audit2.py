@@ -203,7 +203,7 @@ ACT = SEQ * 1024 * BF16  # one micro-batch's activations, whole: 4,096 tokens x 
 
 
 def ring2(op: str, buffer: float) -> float:
-    """A ring collective over the 2 GPUs of a node on a `buffer`-byte whole buffer: each member moves BUS_FACTOR
+    """A ring collective over the 2 GPUs of a node on a `buffer`-byte whole buffer: each member moves its bus factor
     of it, 2(t-1)/t for an all-reduce and (t-1)/t for a gather or a reduce-scatter, at the busbw measured."""
     moved = buffer * (2 * (2 - 1) / 2 if op == "all_reduce" else (2 - 1) / 2)
     return moved / busbw(op, buffer, "inside", 2)

@@ -350,7 +350,8 @@ def test_outside_the_data_is_clamped_and_says_so():
     (lambda: K.attention_efficiency("h100", 0, 64, False, False), "sequence length must be"),
     (lambda: K.attention_efficiency("h100", 512, 64.0, False, False), "head dim must be"),
     (lambda: K.memory_efficiency("h100", "copy"), "unknown streaming kernel"),
-    (lambda: K.collective_bandwidth("h100", "broadcast", 8, "inside"), "'broadcast'"),
+    (lambda: K.collective_bandwidth("h100", "barrier", 8, "inside"), "no bandwidth for 'barrier'"),  # moves nothing
+    (lambda: K.collective_bandwidth("h100", "gather", 8, "inside"), "no bandwidth for 'gather'"),  # no such op
     (lambda: K.collective_bandwidth("h100", "all_reduce", 8, "rack"), "where must be"),
     (lambda: K.collective_bandwidth("h100", "all_reduce", 8, "inside", 1), "members must be"),
     (lambda: K.overlap_slowdown("h100", "median"), "unknown statistic"),
@@ -378,6 +379,6 @@ def test_a_gpu_type_without_measurements_is_refused(monkeypatch):
 
 
 def test_the_names_are_the_traces():
-    assert {interface.ALL_REDUCE, interface.REDUCE_SCATTER, interface.ALL_GATHER, interface.ALL_TO_ALL} == set(
-        K.BUS_FACTOR)
+    assert {t.op for t in K.COLLECTIVES} == {interface.ALL_REDUCE, interface.REDUCE_SCATTER, interface.ALL_GATHER,
+                                             interface.ALL_TO_ALL}
     assert (K.INSIDE, K.ACROSS) == (hops.INSIDE, hops.ACROSS)

@@ -1,10 +1,14 @@
 """The op table (parasim/comm/ops.py) is the one place a collective is described: every entry is reachable
 as a Comm method of its name, drawn distinctly, accepted by the trace format, and replayed to the same event."""
 import numpy as np
+import pytest
 
 import parasim
 from parasim.comm.interface import Comm
 from parasim.comm.ops import OPS
+from parasim.errors import CollectiveError
+
+from conftest import site_at
 from parasim.trace import Trace
 
 
@@ -58,13 +62,115 @@ def test_the_default_algorithm_counts_the_ring_bytes_of_the_full_buffer():
         [(2 * full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3, [(full * 2 // 3,) * 2] * 3]
 
 
-def test_every_table_keyed_by_a_collective_covers_the_op_table_and_nothing_else():
-    """Issue 52: a collective is keyed again in the clock's costs, the hop rules and the app's sentences; each
-    of those tables holds exactly the op table's entries and point-to-point, so a new collective missing from
-    one of them fails here, not on a learner's run."""
+def test_every_op_names_a_pattern_the_hops_the_clock_and_the_app_all_know():
+    """Issue 52: a collective's senders, its cost and its sentence for a learner are its pattern's (comm/hops.py
+    PATTERNS, clock/costs.py COSTS), named in its entry; the patterns and the costs are one set."""
     from parasim.clock.costs import COSTS
-    from parasim.comm.hops import SENDS
-    from parasim.tui.moves import HOW
-    want = set(OPS) | {"p2p"}
-    for name, table in (("clock/costs.py COSTS", COSTS), ("comm/hops.py SENDS", SENDS), ("tui/moves.py HOW", HOW)):
-        assert set(table) == want, name
+    from parasim.comm.hops import PATTERNS
+    assert set(COSTS) == set(PATTERNS)
+    assert {op.sends for op in OPS.values()} | {"one-pair"} == set(PATTERNS)
+    assert {name for name, op in OPS.items() if op.reduces} == {"all_reduce", "reduce_scatter", "reduce"}
+
+
+def test_the_bus_factors_are_nccl_tests():
+    """nccl-tests' doc/PERFORMANCE.md, by hand at 8 ranks: an all-reduce moves 2(n-1)/n of the buffer from each
+    rank (14/8), a reduce-scatter, an all-gather and an all-to-all (n-1)/n (7/8), a broadcast and a reduce the
+    buffer (1); a barrier moves nothing and an op the table lacks is no op at all."""
+    from parasim.comm.ops import bus_factor
+    assert {name: bus_factor(name, 8) for name in OPS if name != "barrier"} == {
+        "all_reduce": 14 / 8, "reduce_scatter": 7 / 8, "all_gather": 7 / 8, "all_to_all": 7 / 8, "broadcast": 1.0,
+        "reduce": 1.0, "scatter": 7 / 8}
+    for name in ("barrier", "gather"):
+        with pytest.raises(KeyError):
+            bus_factor(name, 8)
+
+
+def test_an_op_the_table_lacks_is_refused_in_one_line_at_the_programs_call():
+    def prog(ctx):
+        ctx.comm.call("gather", ctx.asarray([1.0]))  # unknown op
+    with pytest.raises(CollectiveError, match="no collective 'gather' in the op table") as info:
+        parasim.run(prog, 2)
+    assert "\n" not in str(info.value) and site_at(__file__, "unknown op") in str(info.value)
+
+
+# A collective the package has never seen, added as its one entry of the op table before anything else reads it:
+# member i gets member i-1's array (a ring shifted by one). Its kernel, byte count and look are the entry's; its
+# pattern ("ring": each member sends to the next) gives it its senders, its clock and its sentence.
+SCRATCH = """
+import json, sys
+import numpy as np
+from parasim.comm import ops
+
+def _shift(inputs, g, p, keep):
+    return [inputs[(i - 1) % g.size].copy() for i in range(g.size)], None
+
+def _no_torch(c, x, p):
+    raise NotImplementedError("the scratch collective runs on virtual ranks")
+
+ops.OPS["shift"] = ops.Op("shift", "array", _shift, _no_torch, lambda ins, outs, g, i, p: (ins[0].nbytes, outs[0].nbytes),
+                          ("on each rank", "the previous rank's"), "SH", "shift", "teal", "ring", lambda t: 1.0)
+
+import asyncio
+import parasim
+from parasim.cli import main
+from parasim.clock import machine, simulate
+from parasim.estimate import kernels
+from parasim.trace import Trace
+from parasim.tui.app import ParasimApp
+from parasim.tui.moves import moves
+from parasim.tui.view import View
+sys.path.insert(0, sys.argv[1])
+from toy import prog
+
+out = {"cli": main(["lesson", sys.argv[1] + "/toy.py:prog", "--world", "4", "--plain", "--chrome", sys.argv[2]])}
+trace = parasim.run(prog, 4, keep_values=8).trace
+trace.save(sys.argv[3])
+again = Trace.load(sys.argv[3])
+e = next(e for e in again.events if e.op == "shift")
+out["after"] = [list(m.after[0]) for m in e.members]
+start, end = simulate(again, machine("h100")).events[e.seq]
+out["seconds"] = end - start
+out["busbw"] = kernels.collective_bandwidth("h100", "all_reduce", 8, "inside", 4).value
+out["note"] = kernels.collective_bandwidth("h100", "shift", 8, "inside", 4).notes
+out["moves"] = moves(e)
+view = View(again)
+out["cell"] = view.cell(0, e.step)
+
+async def shown():
+    app = ParasimApp(view, start=again.events.index(e))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.pause()
+        return app.export_screenshot()
+out["app"] = "SH" in asyncio.run(shown())
+print(json.dumps(out))
+"""
+
+
+def test_a_new_collective_is_its_one_entry_and_runs_through_the_cli_the_clock_the_exports_and_the_app(tmp_path):
+    """Issue 52's acceptance: a scratch collective, one entry of the op table and nothing else, runs as a
+    user's program through `parasim lesson` (with `--chrome` at the clock's times), the trace file, the clock,
+    the estimator's measured rates and the app. Worked by hand: 4 float64 values (32 B) a rank, timed at BF16's
+    2 of 8 bytes (8 B on the wire), a bus factor of 1: 8 B at the all-reduce's measured busbw for 8 B (no sweep
+    of a shift anywhere), nothing else."""
+    import json
+    import subprocess
+    import sys
+    (tmp_path / "toy.py").write_text(
+        "def prog(ctx):\n"
+        "    x = ctx.asarray([1.0, 2.0, 3.0, 4.0]) * (ctx.rank + 1)\n"
+        "    ctx.comm.call('shift', x, label='from the rank before')\n")
+    (tmp_path / "scratch.py").write_text(SCRATCH)
+    chrome, saved = tmp_path / "c.json", tmp_path / "t.json"
+    run = subprocess.run([sys.executable, str(tmp_path / "scratch.py"), str(tmp_path), str(chrome), str(saved)],
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out = json.loads(run.stdout.strip().splitlines()[-1])
+    assert out["cli"] == 0
+    assert out["after"] == [[4.0 * k for k in (1, 2, 3, 4)]] + [[i * k for k in (1, 2, 3, 4)] for i in (1.0, 2.0, 3.0)]
+    assert out["seconds"] == pytest.approx(8 / out["busbw"])
+    assert any("no shift measured on h100" in n for n in out["note"])
+    assert out["moves"][0].startswith("counted as a ring moves them")
+    assert "rank 0 → rank 1   32 B" in out["moves"] and "rank 3 → rank 0   32 B" in out["moves"]
+    assert out["cell"] == ["SH", "shift"] and out["app"]
+    events = json.loads(chrome.read_text())["traceEvents"]
+    assert any(ev.get("name", "").startswith("shift") and ev.get("dur", 0) > 0 for ev in events)

@@ -1,18 +1,20 @@
-"""How long each kind of event takes on a machine: one entry per collective, read by the clock.
+"""How long each kind of event takes on a machine: one entry per pattern of comm/hops.py (each op names its
+own in the op table, comm/ops.Op.sends), read by the clock.
 
 A collective moves its bytes at the bus bandwidth measured for its op, its group and its size
 (estimate/kernels.collective_bandwidth: nccl-tests' busbw inside a node, which holds the small messages'
 latency too; across nodes only a large-message figure was measured, so a ring's steps there also pay NCCL's
 latencies, estimate/hardware.py: one per call, one per step):
-- ring (all-reduce, reduce-scatter, all-gather): the ring's whole buffer at its measured busbw, at the
-  network's when any hop of the ring crosses nodes (a ring moves in lockstep, at its slowest hop's pace).
-- chain (broadcast, reduce): the buffer flows down the chain in pieces, so the bytes cross once at the
+- ring (all-reduce, reduce-scatter, all-gather): the ring's whole buffer at its op's measured busbw (an op
+  measured nowhere at the all-reduce's), at the network's when any hop of the ring crosses nodes (a ring
+  moves in lockstep, at its slowest hop's pace).
+- chain, chain-back (broadcast, reduce): the buffer flows down the chain in pieces, so the bytes cross once at the
   slowest hop's point-to-point rate and each of the t-1 hops adds its latency.
 - pairs (all-to-all): every member sends to every other at once; a GPU's NVLink and its network card
   work side by side, so a member takes the longer of (its bytes inside a node, its bytes across), each at
   the all-to-all bandwidth measured there; the call takes its slowest member.
-- root (scatter): the root sends every chunk from its own link, one after another.
-- p2p: one transfer over its one link, at a two-member exchange's measured rate.
+- from-root (scatter): the root sends every chunk from its own link, one after another.
+- one-pair (a point-to-point transfer): over its one link, at a two-member exchange's measured rate.
 A rank's compute runs each product at the share of peak a product of its shape measures, attention at
 FlashAttention's (clock/kernels_time.py): `Machine.compute`.
 Bytes per member are the trace's (comm/hops.py puts every byte on the hop that carries it). A run at real size
@@ -26,9 +28,10 @@ from dataclasses import dataclass, field
 from math import prod
 from typing import Any, Callable
 
-from ..comm.hops import ACROSS, INSIDE, event_transfers, link
+from ..comm.hops import ACROSS, INSIDE, event_transfers, link, pattern_of
+from ..comm.ops import bus_factor
 from ..estimate.hardware import GPUS, LATENCY
-from ..estimate.kernels import BUS_FACTOR, collective_bandwidth
+from ..estimate.kernels import collective_bandwidth
 from .kernels_time import attention_share, gemm_seconds, gemm_share
 
 # A trace file written before products' shapes were kept has FLOPs only: they are timed as one large square
@@ -132,16 +135,18 @@ def _slowest(hops: list[tuple[int, int, int]], m: Machine) -> str:
 def collective_seconds(m: Machine, op: str, t: int, buffer: float, where: str) -> float:
     """A collective `op` (all_reduce, all_gather, reduce_scatter) over t GPUs on a whole buffer of `buffer`
     bytes, at the bus bandwidth measured for its size (nccl-tests' busbw, in which each member moves
-    BUS_FACTOR[op](t) x buffer). Inside a node the measured sweep holds the small messages' latency too;
+    bus_factor(op, t) x buffer). Inside a node the measured sweep holds the small messages' latency too;
     across nodes only a large-message figure was measured, so each of the ring's steps also pays NCCL's step
-    latency and the call its own."""
+    latency and the call its own: a step moves 1/t of the buffer from each member, so a ring makes
+    bus_factor x t of them (2(t-1) for an all-reduce)."""
     if t < 2 or buffer <= 0:
         return m.latency["call"] if t >= 2 else 0.0
-    moved = buffer * BUS_FACTOR[op](t)
+    factor = bus_factor(op, t)
+    moved = buffer * factor
     busbw = m.busbw(op, buffer, where, t)
     if where == INSIDE:
         return moved / busbw
-    steps = (2 if op == "all_reduce" else 1) * (t - 1)
+    steps = round(factor * t)
     return m.latency["call"] + steps * m.latency[where] + moved / busbw
 
 
@@ -151,7 +156,7 @@ def ring_seconds(op: str, t: int, sent: float, where: str, m: Machine) -> float:
     bandwidth."""
     if t < 2 or not sent:
         return m.latency["call"]
-    return collective_seconds(m, op, t, sent / BUS_FACTOR[op](t), where)
+    return collective_seconds(m, op, t, sent / bus_factor(op, t), where)
 
 
 def p2p_rate(m: Machine, nbytes: float, where: str) -> float:
@@ -187,13 +192,12 @@ def pairs_seconds(inside: float, across: float, m: Machine, group: int = 8) -> f
     return m.latency["call"] + max(times)
 
 
-def _ring(op: str) -> Timer:
-    def timer(e: Any, m: Machine, scale: float, memo: dict) -> float:
-        hops = event_transfers(e)
-        if not hops:
-            return m.latency["call"]
-        return ring_seconds(op, len(e.group.ranks), max(n for _, _, n in hops) * scale, _slowest(hops, m), m)
-    return timer
+def _ring(e: Any, m: Machine, scale: float, memo: dict) -> float:
+    """A ring call of its own op (the op's measured busbw and bus factor), at its busiest member's bytes."""
+    hops = event_transfers(e)
+    if not hops:
+        return m.latency["call"]
+    return ring_seconds(e.op, len(e.group.ranks), max(n for _, _, n in hops) * scale, _slowest(hops, m), m)
 
 
 def _chain(e: Any, m: Machine, scale: float, memo: dict) -> float:
@@ -264,17 +268,16 @@ class Cost:
     timer: Timer
 
 
-# One entry per op the trace records (comm/ops.py's names; "p2p" for point-to-point transfers).
+# One entry per pattern of comm/hops.PATTERNS (an op names its pattern in the op table, comm/ops.Op.sends): a new
+# collective that travels as an old one does is timed as it is, with nothing added here.
 COSTS: dict[str, Cost] = {
-    "all_reduce": Cost("ring, 2(t-1) steps", _ring("all_reduce")),
-    "reduce_scatter": Cost("ring, t-1 steps", _ring("reduce_scatter")),
-    "all_gather": Cost("ring, t-1 steps", _ring("all_gather")),
-    "broadcast": Cost("chain, pipelined", _chain),
-    "reduce": Cost("chain, pipelined", _chain),
-    "scatter": Cost("root sends each chunk", _root),
-    "all_to_all": Cost("pairs, NVLink and network side by side", _pairs),
-    "p2p": Cost("one transfer", _p2p),
-    "barrier": Cost("latency only", _call_only),
+    "ring": Cost("ring, bus factor x t steps (2(t-1) for an all-reduce)", _ring),
+    "chain": Cost("chain, pipelined", _chain),
+    "chain-back": Cost("chain, pipelined", _chain),
+    "from-root": Cost("root sends each chunk", _root),
+    "pairs": Cost("pairs, NVLink and network side by side", _pairs),
+    "one-pair": Cost("one transfer", _p2p),
+    "none": Cost("latency only", _call_only),
 }
 
 
@@ -286,4 +289,4 @@ def event_seconds(e: Any, m: Machine, memo: dict | None = None) -> float:
     if e.kind == "compute":
         return 0.0  # its work is on its member, timed as the compute before it
     memo = {} if memo is None else memo
-    return COSTS["p2p" if e.kind == "p2p" else e.op].timer(e, m, wire_scale(e, memo), memo)
+    return COSTS[pattern_of(e)].timer(e, m, wire_scale(e, memo), memo)

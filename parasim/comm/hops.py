@@ -14,12 +14,16 @@ Who sends to whom, per collective (the rules the byte counts in comm/ops.py and 
   as sent, so it is on no link.
 - point-to-point: the one pair.
 
-No backend here: the estimator (estimate/traffic.py) asks the same question of its layouts' groups.
+No backend here: the estimator (estimate/traffic.py) asks the same question of its layouts' groups. Each op
+names its pattern in its entry (comm/ops.Op.sends); PATTERNS holds each pattern's rule and its sentence.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from math import prod
 from typing import Any, Callable, Iterable, Sequence
+
+from .ops import OPS
 
 INSIDE, ACROSS = "inside", "across"  # the two links, as trace.bytes_by_link names them
 
@@ -134,15 +138,37 @@ def _nothing(ranks, moved, chunks, params) -> list[Transfer]:
     return []
 
 
-SENDS: dict[str, Rule] = {
-    "all_reduce": _to_next, "reduce_scatter": _to_next, "all_gather": _to_next,
-    "broadcast": _to_next, "reduce": _to_previous, "scatter": _from_root,
-    "all_to_all": _pairwise, "p2p": _point_to_point, "barrier": _nothing,
+@dataclass(frozen=True)
+class Pattern:
+    """How a kind of call's bytes travel: the rule that puts each member's bytes on its hops, and the same in
+    one sentence for a learner (the app's "what moves" panel). The clock times a call by its pattern
+    (clock/costs.COSTS)."""
+    rule: Rule
+    how: str
+
+
+RING = "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group"
+# One entry per way bytes travel; an op names its own in its entry (comm/ops.Op.sends), point-to-point
+# transfers are "one-pair".
+PATTERNS: dict[str, Pattern] = {
+    "ring": Pattern(_to_next, RING),
+    "chain": Pattern(_to_next, "a chain from the source: each member forwards to the next"),
+    "chain-back": Pattern(_to_previous, "a chain into the destination: each member sends to the one before it"),
+    "from-root": Pattern(_from_root, "the source sends each member its chunk"),
+    "pairs": Pattern(_pairwise, "every member sends each other member the chunk meant for it; its own chunk "
+                                "stays on the GPU"),
+    "one-pair": Pattern(_point_to_point, "one sender, one receiver"),
+    "none": Pattern(_nothing, "moves no data"),
 }
 
 
+def pattern_of(event: Any) -> str:
+    """The pattern of a trace event's transfers: its op's (comm/ops.OPS), "one-pair" for point-to-point."""
+    return "one-pair" if event.kind == "p2p" else OPS[event.op].sends
+
+
 def event_transfers(event: Any) -> list[Transfer]:
-    """Every (sender, receiver, bytes) of a trace event (trace.Event), by the rules above; nothing for a
+    """Every (sender, receiver, bytes) of a trace event (trace.Event), by its pattern's rule; nothing for a
     compute event."""
     if event.kind == "compute":
         return []
@@ -150,8 +176,9 @@ def event_transfers(event: Any) -> list[Transfer]:
     by_rank = {m.rank: m for m in event.members}
     members = [by_rank[r] for r in ranks]
     moved = [(m.sent, m.recv) for m in members]
-    chunks = [[prod(t.shape) for t in m.ins] for m in members] if event.op == "all_to_all" else []
-    return SENDS["p2p" if event.kind == "p2p" else event.op](ranks, moved, chunks, event.params)
+    pattern = pattern_of(event)
+    chunks = [[prod(t.shape) for t in m.ins] for m in members] if pattern == "pairs" else []
+    return PATTERNS[pattern].rule(ranks, moved, chunks, event.params)
 
 
 def split_by_link(transfers: Iterable[Transfer], gpus_per_node: int) -> dict[str, int]:

@@ -25,6 +25,8 @@ ALGOS = ("direct", "ring")
 ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER = "all_reduce", "reduce_scatter", "all_gather"
 ALL_TO_ALL, BROADCAST, BARRIER, P2P = "all_to_all", "broadcast", "barrier", "p2p"
 REDUCE, SCATTER = "reduce", "scatter"
+# the ops with a public method of their own below (its checks, its signature): `Comm.call` hands them to it
+METHODS = (ALL_REDUCE, REDUCE_SCATTER, ALL_GATHER, ALL_TO_ALL, BROADCAST, REDUCE, SCATTER, BARRIER)
 
 
 @dataclass(frozen=True)
@@ -208,6 +210,24 @@ class Comm(ABC):
         site = call_site()
         g = self._group(group, BARRIER)
         self._collective(BARRIER, None, {}, g, label, site, lambda: describe(BARRIER), (BARRIER,))
+
+    def call(self, op: str, x: Any = None, /, *, group: Group | None = None, label: str | None = None, **params):
+        """Run collective `op` of the op table (comm/ops.OPS) by its name, its params as the trace records them:
+        how a collective without a public method of its own is called (`x` an array, a list of chunks, or None
+        as its entry `takes`), and how a record of one is made again. The methods above check their own
+        arguments (`call` hands those ops to them); any other entry's kernel meets what is given, and the members
+        must agree on all of it. A name the op table lacks is refused by the backend, which reads the table."""
+        if op in METHODS:
+            args = () if x is None else (x,)
+            return getattr(self, op)(*args, group=group, label=label, **params)
+        site = call_site()
+        if not isinstance(op, str):
+            raise CollectiveError(f"call: the op is a name of the op table, not {op!r:.60}")
+        g = self._group(group, op)
+        for a in (x if isinstance(x, (list, tuple)) else [] if x is None else [x]):
+            self._check_array(a, op)
+        sig = None if not isinstance(x, (list, tuple)) else (op, len(x), *params.values())
+        return self._collective(op, x, dict(params), g, label, site, lambda: describe(op, x, **params), sig)
 
     def send(self, x, dst: int, *, group: Group | None = None, label: str | None = None) -> None:
         """Blocking send; completes when `dst` posts the matching receive."""
@@ -405,13 +425,13 @@ def broadcast_bytes(nbytes: int, t: int, group_rank: int, src_group_rank: int) -
 def describe(call: str, x: Any = None, /, **params: Any) -> str:
     """How a call is named in errors, the same on every backend: all_reduce(shape=(2,), dtype=float64, op=sum,
     algo=direct). It names every parameter the members of a group must agree on (`signature`)."""
-    if call == BARRIER:
-        return "barrier()"
-    if call == ALL_TO_ALL:
-        head = f"chunks={[tuple(c.shape) for c in x]}, dtype={dtype_name(x[0].dtype)}"
+    if x is None:  # a barrier
+        head = []
+    elif isinstance(x, (list, tuple)):  # an all-to-all's chunks
+        head = [f"chunks={[tuple(c.shape) for c in x]}"] + [f"dtype={dtype_name(x[0].dtype)}"] * bool(x)
     else:
-        head = f"shape={tuple(x.shape)}, dtype={dtype_name(x.dtype)}"
-    return f"{call}({', '.join([head] + [f'{k}={v}' for k, v in params.items()])})"
+        head = [f"shape={tuple(x.shape)}, dtype={dtype_name(x.dtype)}"]
+    return f"{call}({', '.join(head + [f'{k}={v}' for k, v in params.items()])})"
 
 
 def describe_p2p(send: bool, peer: int, shape: Sequence[int], dtype: Any) -> str:

@@ -2,12 +2,18 @@
 
 An entry says what the op computes on numpy (`kernel`, every member at once: virtual ranks), how it runs
 on torch.distributed (`torch`, one rank: comm/torchdist.py), the bytes each member sends and receives
-(`moved`), what its input and output look like over the group (`placement`, DTensor's words), how the app
-draws it (`glyph`, `title`, `colour`), and what a call takes, so that a recorded call can be made again
-(`takes`: engine/merge.py replays real ranks' records through the Comm method named after the op).
-The public Comm method (interface.py) checks a call's arguments before any of this runs.
+(`moved`), who sends them to whom (`sends`: a pattern of comm/hops.py, which also gives the clock its
+algorithm and the app its sentence for a learner), its bytes as nccl-tests count a bus bandwidth
+(`bus_factor`: the estimator's traffic and the clock's measured rates), whether it adds its members' values
+up (`reduces`: the rounding a real run's sum may make), what its input and output look like over the group
+(`placement`, DTensor's words), how the app draws it (`glyph`, `title`, `colour`), and what a call takes,
+so that a recorded call can be made again (`takes`: engine/merge.py replays real ranks' records).
+A public Comm method (interface.py) checks a named op's arguments before any of this runs; `Comm.call`
+runs any entry by its name.
 
-Adding a collective: an entry here (its functions beside it) and its public method in interface.py.
+Adding a collective: an entry here (its functions beside it) and its test; a public method in interface.py
+where its arguments need checks of their own. Nothing else changes: the backends, the trace format, the
+clock, the estimator and the app read the entry.
 
 No torch here: a torch function gets a handle (`c`, built by torchdist.py) with `c.dist`
 (torch.distributed), `c.torch`, the group `c.g`, this rank's place in it `c.me`, `c.perm` (torch's member
@@ -24,6 +30,7 @@ import numpy as np
 from . import ring
 from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER,
                         Group, broadcast_bytes)
+from ..errors import CollectiveError
 from .kernels import COMBINE, copies, mean, ordered_sum, reduce, ring_sum, torch_members
 
 
@@ -41,11 +48,17 @@ class Op:
     glyph: str  # two characters in the app's grid
     title: str  # the app's name for it (also its style name: timeline--<title>)
     colour: str  # the grid's colour, a CSS colour name
+    sends: str  # comm/hops.PATTERNS' key: who sends each member's bytes to whom (and so how the clock times it)
+    # nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md): the bytes each of t members moves per byte of the
+    # whole buffer (2(t-1)/t for an all-reduce, a ring's two passes); None for an op that moves no data
+    bus_factor: Callable[[int], float] | None
+    reduces: bool = False  # adds its members' values up (a sum rounds in 16-bit floats: engine/tolerance.py)
 
     def replay(self, comm: Any, xs: list, params: dict, group: Group | None, label: str | None) -> Any:
-        """Make a recorded call again with arrays of its recorded shapes (`xs`) and its recorded params."""
+        """Make a recorded call again with arrays of its recorded shapes (`xs`) and its recorded params
+        (`Comm.call`: through the op's public method where it has one, its checks and its signature)."""
         args = {"array": tuple(xs[:1]), "chunks": (xs,), "nothing": ()}[self.takes]
-        return getattr(comm, self.name)(*args, group=group, label=label, **params)
+        return comm.call(self.name, *args, group=group, label=label, **params)
 
     def words(self, side: str, params: dict) -> str:
         """The placement of the input ("in") or the result ("out")."""
@@ -295,22 +308,59 @@ def _all_gather_moved(ins, outs, g, i, p):
     return _ring_of(ALL_GATHER, outs[0], g, i)
 
 
+# nccl-tests' bus-bandwidth factors (src/*.cu, doc/PERFORMANCE.md), as module functions (a mutation tester
+# switches them at call time): a ring pass moves (t-1)/t of the buffer from each member, an all-reduce makes two
+# (a reduce-scatter, then an all-gather); an all-to-all or a scatter leaves 1/t where it is; a chain moves it
+# whole.
+
+def _two_passes(t: int) -> float:
+    return 2 * (t - 1) / t
+
+
+def _one_pass(t: int) -> float:
+    return (t - 1) / t
+
+
+def _whole_buffer(t: int) -> float:
+    return 1.0
+
+
 OPS: dict[str, Op] = {op.name: op for op in (
     Op(ALL_REDUCE, "array", _all_reduce, _all_reduce_torch, _all_reduce_moved,
-       ("partial sum", "replicated"), "AR", "all-reduce", "red"),
+       ("partial sum", "replicated"), "AR", "all-reduce", "red", "ring", _two_passes, True),
     Op(REDUCE_SCATTER, "array", _reduce_scatter, _reduce_scatter_torch, _reduce_scatter_moved,
-       ("partial sum", "sharded on dim {dim}"), "RS", "reduce-scatter", "magenta"),
+       ("partial sum", "sharded on dim {dim}"), "RS", "reduce-scatter", "magenta", "ring", _one_pass, True),
     Op(ALL_GATHER, "array", _all_gather, _all_gather_torch, _all_gather_moved,
-       ("sharded on dim {dim}", "replicated"), "AG", "all-gather", "dodgerblue"),
+       ("sharded on dim {dim}", "replicated"), "AG", "all-gather", "dodgerblue", "ring", _one_pass),
     Op(ALL_TO_ALL, "chunks", _all_to_all, _all_to_all_torch, _all_to_all_moved,
-       ("split on dim {dim} by destination", "split on dim {dim} by source"), "A2", "all-to-all", "yellow"),
+       ("split on dim {dim} by destination", "split on dim {dim} by source"), "A2", "all-to-all", "yellow",
+       "pairs", _one_pass),
     Op(BROADCAST, "array", _broadcast, _broadcast_torch,
        lambda ins, outs, g, i, p: broadcast_bytes(ins[0].nbytes, g.size, i, _root(g, p)),
-       ("on rank {src}", "replicated"), "BC", "broadcast", "cyan"),
+       ("on rank {src}", "replicated"), "BC", "broadcast", "cyan", "chain", _whole_buffer),
     Op(REDUCE, "array", _reduce, _reduce_torch, _reduce_moved,
-       ("partial sum", "reduced on rank {dst}"), "RD", "reduce", "orange"),
+       ("partial sum", "reduced on rank {dst}"), "RD", "reduce", "orange", "chain-back", _whole_buffer, True),
     Op(SCATTER, "array", _scatter, _scatter_torch, _scatter_moved,
-       ("whole on rank {src}", "sharded on dim {dim}"), "SC", "scatter", "orchid"),
+       ("whole on rank {src}", "sharded on dim {dim}"), "SC", "scatter", "orchid", "from-root", _one_pass),
     Op(BARRIER, "nothing", _barrier, _barrier_torch, lambda ins, outs, g, i, p: (0, 0),
-       ("", ""), "BA", "barrier", "white"),
+       ("", ""), "BA", "barrier", "white", "none", None),
 )}
+
+
+def entry(op: str) -> Op:
+    """The op table's entry for `op`: what a backend runs a call by; a name the table lacks is refused in one
+    line (a backend asks before the members meet)."""
+    found = OPS.get(op) if isinstance(op, str) else None
+    if found is None:
+        raise CollectiveError(f"no collective {op!r:.60} in the op table (comm/ops.py): {', '.join(OPS)}")
+    return found
+
+
+def bus_factor(op: str, t: int) -> float:
+    """nccl-tests' bus-bandwidth factor of collective `op` over t members (its entry's): what the clock's
+    measured rates and the estimator's traffic multiply a whole buffer by. An op that moves nothing, or that is
+    not in the table, is an error, not a silent 1."""
+    factor = OPS[op].bus_factor
+    if factor is None:
+        raise KeyError(f"{op} moves no data")
+    return factor(t)

@@ -23,7 +23,7 @@ from .interface import (ALL_REDUCE, BFLOAT16, P2P, REDUCE_SCATTER, Comm, Group, 
                         check_algo, check_peer, describe_p2p, dtype_name, group_members, mismatch_error,
                         p2p_mismatch_error, recv_dtype, signature, site_name)
 from .kernels import arrays
-from .ops import OPS
+from .ops import entry as op_entry
 from .ring import RingStep, split_phases
 
 SIG_BYTES = 512  # fixed size of one signature blob
@@ -275,7 +275,7 @@ class TorchComm(Comm):
         return self._call(self._run_collective, op, x, params, group, label, site, describe, sig)
 
     def _run_collective(self, op, x, params, group, label, site, describe, sig=None):
-        entry, site, desc = OPS[op], site_name(site), describe()
+        entry, site, desc = op_entry(op), site_name(site), describe()
         pg = self._pgs[group.index]
         sig = sig or signature(op, x, params)
         call, t0 = self._begin(group, pg, repr(sig), desc, site)

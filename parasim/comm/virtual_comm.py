@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from .interface import Comm, call_site, signature
+from .ops import entry
 from .virtual import VirtualWorld
 from .virtual_p2p import NUMBER_KINDS, check_array
 
@@ -27,6 +28,7 @@ class VirtualComm(Comm):
         return w.world_group if group is None else w.resolve(self.rank, group, op)
 
     def _collective(self, op, x, params, group, label, site, describe, sig=None):
+        entry(op)  # a name the op table lacks is refused here, before the members meet
         return self._w.collective(self.rank, op, x, sig or signature(op, x, params), describe, params, group,
                                   label, site)
 

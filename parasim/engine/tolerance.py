@@ -19,6 +19,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from ..comm.ops import OPS
+
 
 @dataclass(frozen=True)
 class Precision:
@@ -117,7 +119,6 @@ def measure(got: np.ndarray, want: np.ndarray, dtype: str | None, roundings: int
     return Closeness(dtype or "float64", roundings, of, float(gap.flat[i]), float(bound.flat[i]))
 
 
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")  # the calls that add their members' values up
 SUMMING = ("sum", "avg")  # the ops of theirs that round (max and min pick a value: exact)
 
 
@@ -130,7 +131,7 @@ def reduced(terms: int, results: int, divides: bool = False) -> int:
 def additions(op: str, params: dict, members: int) -> int:
     """The roundings one call's sum puts in each of its results: one per member but one, and the average's
     division; 0 for a call that adds nothing up."""
-    if op not in REDUCING or params.get("op") not in SUMMING:
+    if op not in OPS or not OPS[op].reduces or params.get("op") not in SUMMING:
         return 0
     return members - 1 + (params["op"] == "avg")
 

@@ -1,7 +1,7 @@
 """The estimator: memory, traffic, time and the longest sequence, from formulas alone.
 
-It imports no backend (no torch, no parasim.comm): it is what the engine's measurements are checked
-against. models (presets, flags, Hugging Face config.json), memory (itemised bytes per GPU), traffic
+It imports no backend (no torch, no virtual or real ranks; of parasim.comm only its tables: the op table and
+the hop patterns): it is what the engine's measurements are checked against. models (presets, flags, Hugging Face config.json), memory (itemised bytes per GPU), traffic
 (bytes per collective, FLOPs), fit (longest sequence, layout search). Time is the clock's
 (parasim/clock/plan.py), on the same plans.
 """

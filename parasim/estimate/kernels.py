@@ -19,6 +19,7 @@ from numbers import Integral
 from pathlib import Path
 from typing import Any
 
+from ..comm.ops import OPS, bus_factor
 from ..errors import UsageError
 from ..limits import read_json
 from .hardware import GPUS
@@ -578,10 +579,7 @@ def memory_efficiency(gpu: str, kernel: str = "scale") -> Lookup:
 
 # -- collectives ----------------------------------------------------------------------------------------
 
-INSIDE, ACROSS = "inside", "across"  # the links, as comm/hops.py names them (the estimator imports no comm)
-# nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md) by op, the trace's names: busbw = algbw x factor(n)
-BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
-              "reduce_scatter": lambda n: (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
+INSIDE, ACROSS = "inside", "across"  # the links, as comm/hops.py names them
 
 
 @dataclass(frozen=True)
@@ -599,7 +597,7 @@ def _busbw(t: dict) -> tuple[float, ...]:
     values = [_scaled(v, t["unit"]) for _, v in t["points"]]
     if t["metric"] == "busbw":
         return tuple(values)
-    return tuple(v * BUS_FACTOR[t["op"]](t["members"]) for v in values)
+    return tuple(v * bus_factor(t["op"], t["members"]) for v in values)
 
 
 COLLECTIVES: tuple[CollectiveTable, ...] = tuple(
@@ -651,7 +649,7 @@ def _across(gpu: str, op: str, members: int, network: float | None = None) -> Lo
 def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: int = 8,
                          network: float | None = None) -> Lookup:
     """The bus bandwidth (bytes/s, nccl-tests' busbw) a collective of `nbytes` (the whole buffer) reaches among
-    `members` GPUs: the time is nbytes x BUS_FACTOR[op](members) / value.
+    `members` GPUs: the time is nbytes x bus_factor(op, members) / value (comm/ops.bus_factor: nccl-tests').
 
     Sources (SOURCES): inside an H100 node OpenXLA's measured collective table ('xla-collectives': all four ops,
     groups of 2, 4, 8, 1 KiB-2 GiB); inside an A100 node nccl-tests' all-reduce in ml-engineering
@@ -662,8 +660,8 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
     all-to-all ('deepep'), large messages only, each as its share of the NIC's line rate applied to `network`
     (bytes/s a GPU, one direction; the GPU sheet's without it: a cluster with other NICs gives its own)."""
     _check_gpu(gpu)
-    if op not in BUS_FACTOR:
-        raise UsageError(f"no measured bandwidth for {op!r}: {', '.join(BUS_FACTOR)}")
+    if OPS.get(op) is None or OPS[op].bus_factor is None:
+        raise UsageError(f"no bandwidth for {op!r}: {', '.join(o for o, e in OPS.items() if e.bus_factor)}")
     if where not in (INSIDE, ACROSS):
         raise UsageError(f"where must be {INSIDE!r} or {ACROSS!r}, not {where!r}")
     nbytes, members = _whole("bytes", nbytes), _whole("members", members, 2)

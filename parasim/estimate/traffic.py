@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..comm.hops import crossing_share
+from ..comm.ops import bus_factor
 from ..layout import KINDS, LayoutError
 from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
@@ -45,14 +46,12 @@ def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:
         out[key] = out.get(key, 0.0) + nbytes
 
 
-RING_PASSES = {"all_reduce": 2.0, "all_gather": 1.0, "reduce_scatter": 1.0}  # an all-reduce is both in turn
-
-
 def ring(op: str, nbytes: float, t: int) -> float:
-    """Bytes one rank sends in a ring collective over t ranks on an nbytes buffer."""
+    """Bytes one rank sends in a ring collective over t ranks on an nbytes buffer: its op's bus factor
+    (comm/ops.bus_factor: 2(t-1)/t for an all-reduce) of the buffer."""
     if t <= 1:
         return 0.0
-    return RING_PASSES[op] * (t - 1) / t * nbytes  # an unknown op is a KeyError, not a silent 1
+    return bus_factor(op, t) * nbytes  # an unknown op is a KeyError, not a silent 1
 
 
 def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,

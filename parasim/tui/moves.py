@@ -5,7 +5,7 @@ one peer); an all-to-all of a few ranks is drawn as a matrix, sender by receiver
 layer is pictured."""
 from __future__ import annotations
 
-from ..comm.hops import event_transfers
+from ..comm.hops import PATTERNS, event_transfers, pattern_of
 from ..render.tables import cell
 from ..render.text import printable
 from ..trace import Event
@@ -13,31 +13,19 @@ from ..trace import Event
 MATRIX_MAX = 8  # an all-to-all over at most this many ranks is a matrix; a bigger one, a list
 LIST_MAX = 12  # transfers listed one a line; the rest summed in one line
 
-# how each kind of transfer goes, in one sentence, by op (the rules of comm/hops.py, said for a learner)
-RING = "counted as a ring moves them (NCCL's bytes): each member sends to the next in the group"
-HOW: dict[str, str] = {
-    "all_reduce": RING, "reduce_scatter": RING, "all_gather": RING,
-    "broadcast": "a chain from the source: each member forwards to the next",
-    "reduce": "a chain into the destination: each member sends to the one before it",
-    "scatter": "the source sends each member its chunk",
-    "all_to_all": "every member sends each other member the chunk meant for it; its own chunk stays on the GPU",
-    "p2p": "one sender, one receiver",
-    "barrier": "a barrier moves no data",
-}
-
 
 def moves(e: Event) -> list[str] | None:
     """The lines of the 'what moves' panel for event `e` (None for compute: nothing moves)."""
     if e.kind == "compute":
         return None
-    op = "p2p" if e.kind == "p2p" else e.op
+    pattern = pattern_of(e)  # how its bytes go, in the sentence comm/hops.py gives each pattern
     transfers = event_transfers(e)
-    lines = [HOW.get(op, "")]
+    lines = [PATTERNS[pattern].how]
     if not transfers:
         return lines + ["nothing moves between ranks"]
     total = sum(n for _, _, n in transfers)
     ranks = list(e.group.ranks) if e.kind != "p2p" else e.ranks
-    if op == "all_to_all" and len(ranks) <= MATRIX_MAX:
+    if pattern == "pairs" and len(ranks) <= MATRIX_MAX:
         lines += _matrix(ranks, transfers)
     else:
         for src, dst, n in transfers[:LIST_MAX]:
