@@ -9,6 +9,7 @@ from typing import Any
 from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
+from ..nn.routing import policy_help
 from .common import add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
 from .megatron import read_megatron
 
@@ -104,7 +105,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
                    "no values; examples/step.py) and show the run's figures beside the estimate, item by item")
     r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing by a "
-                   "policy: balanced (the default, and what a folded step needs: every GPU routes alike)")
+                   f"policy ({policy_help()}); balanced by default, as a folded step needs")
 
 
 def add_estimate_commands(sub: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
+from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, joins, path_text
 from .common import add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
 
@@ -40,7 +41,7 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--microbatches", "-m", type=positive, metavar="M", help="micro-batches per DP replica (default 2)")
     tr.add_argument("--routing", default="learned", metavar="HOW", help="learned: the run's own router (default); "
                     "post: the post's drawn routing for its sentence (contract -> E3 (gate 0.6) and E8 (0.4), the -> "
-                    "E1 and E2); or a policy, seeded: uniform, balanced, skewed:F (F of the tokens pick E1 first)")
+                    f"E1 and E2); or a policy, seeded: {policy_help()}")
     tr.add_argument("--seq", type=positive, metavar="N", help="tokens per sequence of a real-size step on a "
                     "full-size preset with --symbolic (default 4,096)")
     tr.add_argument("--symbolic", action="store_true", help="run on symbolic ranks: shapes and bytes, no values "

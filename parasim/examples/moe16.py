@@ -20,8 +20,7 @@ from typing import Any
 from ..dp.clip import check_max_norm
 from ..errors import LayoutError, UsageError
 from ..layout import Layout, preset
-from ..nn.routing import KINDS as POLICIES
-from ..nn.routing import Routing
+from ..nn.routing import POLICIES, Routing, spellings
 from .keeps import stores, vars_of
 from .small import dot_loss
 from .step import MicroBatches, Phases, StepOptions, train_step
@@ -105,8 +104,7 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
     if m < 1:
         raise LayoutError(f"micro-batches must be at least 1, got {m}")
     if routing not in ROUTINGS and routing.partition(":")[0] not in POLICIES:
-        raise LayoutError(f"unknown routing {routing!r}; use {', '.join(ROUTINGS)}, or a policy: uniform, "
-                          "balanced, skewed:F")
+        raise LayoutError(f"unknown routing {routing!r}; use {', '.join(ROUTINGS)}, or a policy: {spellings()}")
     if routing not in ROUTINGS:
         Routing.parse(routing)  # a bad F gets its one line here
     if routing == "post" and (model.experts < 8 or model.top_k != 2):

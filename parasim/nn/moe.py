@@ -29,7 +29,7 @@ from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
 from .placement import Partial, Replicate, Shard, local, settle
-from .routing import GroupLimit
+from .routing import GroupLimit, spellings
 
 
 class MoE(Weights):
@@ -170,8 +170,8 @@ class MoE(Weights):
         try:
             order = self.tp.xp.argsort(-logits, axis=1, stable=True)
         except ParasimError as exc:  # arrays without values have no order to give
-            raise UsageError(f"{self.name}: no router scores to route by ({exc}); give a routing policy (uniform, "
-                             "balanced or skewed:F)") from None
+            raise UsageError(f"{self.name}: no router scores to route by ({exc}); give a routing policy "
+                             f"({spellings()})") from None
         if self.limit is not None:  # the groups' scores are sums of the scores: from their values, in numpy
             scores = np.asarray(logits.tolist(), dtype=np.float64).reshape(-1, logits.shape[1])
             return self.limit.top(scores, self.k).tolist()

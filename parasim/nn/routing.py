@@ -4,15 +4,8 @@ A router picks experts from its scores, so a run whose arrays have no values (sh
 it. A policy decides instead, from the token's identity alone, so that every rank can work out any other
 rank's choices without asking (a receiver needs to know which of the rows it got chose which of its
 experts). The same policy on virtual ranks gives the same choices, so both runs send the same bytes.
-
-    uniform      each token picks k distinct experts uniformly at random (seeded)
-    balanced     a rank's token t picks experts t, t + E/k, t + 2E/k, ... mod E (E/k rounded down): every
-                 expert gets the same number of a rank's tokens (give or take k), a token's picks lie E/k
-                 apart, so on k different GPUs whenever a GPU holds at most E/k experts (as a router's
-                 spread-out picks mostly are: the dispatch sends what a real one would), and every rank
-                 routes alike, so ranks that differ only in their place can be run once (folded)
-    skewed:F     with probability F a token's first pick is expert 1, a hot expert, and its other picks are
-                 uniform among the rest; the other tokens pick as under uniform
+Each policy is one entry of `POLICIES` (its spelling, what it does, whether every rank draws alike, its
+draws); the command line's spellings, its help and its errors are read from there.
 
 Node-limited routing (DeepSeek-V3's, `GroupLimit`): the experts are split into G contiguous groups, one per
 node where the groups lie on nodes, and a token may pick only inside the M groups it ranks best, so its
@@ -24,12 +17,11 @@ picks over k groups by design, so it refuses a limit that keeps fewer than all o
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..errors import LayoutError, UsageError
-
-KINDS = ("uniform", "balanced", "skewed")
 
 
 @dataclass(frozen=True)
@@ -93,22 +85,24 @@ class Routing:
 
     @classmethod
     def parse(cls, text: str, seed: int = 0) -> "Routing":
-        """'uniform', 'balanced' or 'skewed:F' (0 <= F <= 1), as the command line writes it."""
+        """A policy as the command line writes it: its name, and ':F' (a share from 0 to 1) where it takes one
+        (POLICIES: 'uniform', 'balanced', 'skewed:F')."""
         kind, _, arg = text.partition(":")
-        if kind not in KINDS or bool(arg) != (kind == "skewed"):
-            raise UsageError(f"routing must be uniform, balanced or skewed:F (F from 0 to 1), got {text!r}")
+        policy = POLICIES.get(kind)
+        if policy is None or bool(arg) != bool(policy.share):
+            raise UsageError(f"routing must be {spellings()} (F from 0 to 1), got {text!r}")
         hot = 0.0
-        if kind == "skewed":
+        if policy.share:
             try:
                 hot = float(arg)
             except ValueError:
                 hot = -1.0
             if not 0.0 <= hot <= 1.0:
-                raise UsageError(f"skewed:F needs F from 0 to 1, got {arg!r}")
+                raise UsageError(f"{kind}:F needs F from 0 to 1, got {arg!r}")
         return cls(kind, hot, seed)
 
     def __str__(self) -> str:
-        return f"skewed:{self.hot:g}" if self.kind == "skewed" else self.kind
+        return f"{self.kind}:{self.hot:g}" if POLICIES[self.kind].share else self.kind
 
     def choose(self, key: str, source: int, first: int, n: int, experts: int, k: int,
                limit: GroupLimit | None = None) -> np.ndarray:
@@ -121,40 +115,91 @@ class Routing:
             limit.check(experts, k)
             if not limit.restricts():  # every group kept: the very same draws as without a limit
                 limit = None
-            elif self.kind == "balanced":
-                raise UsageError(f"balanced routing spreads a token's picks over {k} groups of experts, so it cannot "
-                                 f"keep them within {limit}: route uniform or skewed:F under a group limit")
-        # balanced routing draws alike on every rank and call (and takes no limit that restricts)
-        at = (key, source, first, n, experts, k, limit) if self.kind != "balanced" else (n, experts, k)
+            elif POLICIES[self.kind].alike:
+                limited = ", ".join(p.spelling for p in POLICIES.values() if not p.alike)
+                raise UsageError(f"{self.kind} routing spreads a token's picks over {k} groups of experts, so it "
+                                 f"cannot keep them within {limit}: route {limited} under a group limit")
+        # a policy that draws alike on every rank does so on every call too (and takes no limit that restricts)
+        at = (n, experts, k) if POLICIES[self.kind].alike else (key, source, first, n, experts, k, limit)
         if at not in self._made:
             if len(self._made) > 1024:  # a long run: forget the oldest draws
                 self._made.pop(next(iter(self._made)))
-            self._made[at] = out = self._draw(key, source, first, n, experts, k, limit)
+            self._made[at] = out = POLICIES[self.kind].draw(self, key, source, first, n, experts, k, limit)
             out.flags.writeable = False
         return self._made[at]
 
-    def _draw(self, key: str, source: int, first: int, n: int, experts: int, k: int,
-              limit: GroupLimit | None) -> np.ndarray:
-        if self.kind == "balanced":  # by the token's place on its rank alone: every rank sends alike
-            g = np.arange(n)[:, None] + np.arange(k)[None, :] * (experts // k)
-            return g % experts
-        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
-            self.seed, spawn_key=(source, first, *key.encode()))))
-        # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
-        # for expert 0 is below every other, so expert 0 comes first
-        keys = gen.random((n, experts))
-        # each token's groups: the `kept` smallest of G uniform keys, drawn after the experts' keys (so a limit
-        # only strikes out the experts of the groups not kept) and before the hot tokens (so skewed:0 draws
-        # what uniform does, with a limit or without)
-        group_keys = gen.random((n, limit.groups)) if limit is not None else None
-        hot = gen.random(n) < self.hot if self.kind == "skewed" else np.zeros(n, dtype=bool)
-        keys[hot, 0] = -1.0
-        if group_keys is not None:
-            group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
-            kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
-            inside = np.zeros((n, limit.groups), dtype=bool)
-            inside[np.arange(n)[:, None], kept] = True
-            keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
-        part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
-        order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
-        return np.take_along_axis(part, order, axis=1)
+
+
+# -- the policies ------------------------------------------------------------------------------------------
+# A policy's draws: (the Routing, the call's key, the sending rank, its first token, tokens, experts, k, the group
+# limit or None) -> [n, k] expert indices, best first. Module functions (a mutation tester switches them).
+Draw = Callable[[Routing, str, int, int, int, int, int, "GroupLimit | None"], np.ndarray]
+
+
+def _draw_balanced(r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int,
+                   limit: GroupLimit | None) -> np.ndarray:
+    """By the token's place on its rank alone, so every rank sends alike: token t picks t, t + E/k, ... mod E."""
+    g = np.arange(n)[:, None] + np.arange(k)[None, :] * (experts // k)
+    return g % experts
+
+
+def _draw_seeded(r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int,
+                 limit: GroupLimit | None) -> np.ndarray:
+    """k distinct experts a token, uniformly at random, seeded by the run's seed, the sender, the first token and
+    the call; with a share of hot tokens (`r.hot`, skewed:F), theirs first picks expert 1 (index 0)."""
+    gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
+        r.seed, spawn_key=(source, first, *key.encode()))))
+    # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
+    # for expert 0 is below every other, so expert 0 comes first
+    keys = gen.random((n, experts))
+    # each token's groups: the `kept` smallest of G uniform keys, drawn after the experts' keys (so a limit
+    # only strikes out the experts of the groups not kept) and before the hot tokens (so skewed:0 draws
+    # what uniform does, with a limit or without)
+    group_keys = gen.random((n, limit.groups)) if limit is not None else None
+    hot = gen.random(n) < r.hot if POLICIES[r.kind].share else np.zeros(n, dtype=bool)
+    keys[hot, 0] = -1.0
+    if group_keys is not None:
+        group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
+        kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
+        inside = np.zeros((n, limit.groups), dtype=bool)
+        inside[np.arange(n)[:, None], kept] = True
+        keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
+    part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
+    order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+@dataclass(frozen=True)
+class Policy:
+    """One routing policy: how the command line spells it, what it does (one line for a help text), whether it
+    takes a share F ('name:F'), whether every rank draws alike (what a folded run needs; such a policy takes no
+    group limit that restricts), and its draws."""
+    spelling: str
+    what: str
+    share: bool
+    alike: bool
+    draw: Draw
+
+
+POLICIES: dict[str, Policy] = {
+    "uniform": Policy("uniform", "each token picks k distinct experts uniformly at random (seeded)", False, False,
+                      _draw_seeded),
+    # a token's picks lie E/k apart, so on k different GPUs whenever a GPU holds at most E/k experts (as a
+    # router's spread-out picks mostly are: the dispatch sends what a real one would); every expert gets the
+    # same number of a rank's tokens (give or take k)
+    "balanced": Policy("balanced", "a rank's token t picks experts t, t + E/k, ... mod E: every expert as busy, "
+                                   "every rank alike (a folded run needs it)", False, True, _draw_balanced),
+    "skewed": Policy("skewed:F", "a share F of the tokens pick expert 1 first (a hot expert), the rest as uniform",
+                     True, False, _draw_seeded),
+}
+
+
+def spellings() -> str:
+    """The policies as the command line writes them: 'uniform, balanced or skewed:F'."""
+    names = [p.spelling for p in POLICIES.values()]
+    return ", ".join(names[:-1]) + " or " + names[-1] if len(names) > 1 else names[0]
+
+
+def policy_help() -> str:
+    """Each policy and what it does, for a help text."""
+    return "; ".join(f"{p.spelling}: {p.what}" for p in POLICIES.values())

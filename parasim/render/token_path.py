@@ -21,7 +21,8 @@ def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, 
         + (
             "the post's, drawn: contract -> E3 (0.6) and E8 (0.4), the -> E1 and E2; other tokens by the router"
             if routing == "post"
-            else "the run's own router (--routing post: the post's drawn choices)"
+            else "the run's own router (--routing post: the post's drawn choices)" if routing == "learned"
+            else f"the {routing} policy, seeded, in place of the router (--routing learned: the run's own router)"
         )
     )
     phase, summary = None, {}
