@@ -173,6 +173,8 @@ NARRATIVE = {
 LESSON = Lesson(
     name="all-to-all-hidden", title="The all-to-all cannot wait: DualPipe pairs a forward with a backward to hide "
                                     "it, on the clock",
+    section="Expert parallelism: the all-to-all cannot wait, DualPipe hides it (on the clock)",
+    order=190,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
     summary="DeepSeek-V3's MoE layer at EP 8 in a node and EP 16 over two, two micro-batches: every all-to-all "

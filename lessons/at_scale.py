@@ -230,6 +230,8 @@ NARRATIVE = {
 LESSON = Lesson(
     name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
                            "all-to-all, the 27B model's layers at their longest sequences",
+    section="The post's figures at real size (symbolic ranks)",
+    order=250,
     world=WORLD, worlds=EP_SIZES, program=program, narrative=NARRATIVE, checks=checks, backend="symbolic", tables=tables,
     summary="DeepSeek-V3's MoE layer at full size: token copies without and with SP, the post's all-to-all "
             "volume and what is sent once per GPU; one 27B layer per nine-row layout at its longest sequence",

@@ -192,6 +192,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="bf16-sums",
+    section="First: the three collectives (sums in low precision)",
+    order=20,
     title="bfloat16 gradients all-reduced in bfloat16, float32 and float64",
     world=8,
     min_world=2,

@@ -354,6 +354,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="checkpoint",
+    section="Beyond the post: saving on one layout, resuming on another",
+    order=270,
     title="A checkpoint saved on TP2 x DP2 / EP4 and resumed on DP4 / EP2: both data-parallel groups",
     world=4,
     worlds=(4,),

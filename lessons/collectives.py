@@ -170,6 +170,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="collectives",
+    section="First: the three collectives",
+    order=10,
     title="The three collectives: all-reduce, reduce-scatter, all-gather",
     world=8,
     min_world=1,

@@ -2,7 +2,8 @@
 the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is counted by the run."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Knob, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Picture, Table, check
+from parasim.render.plot_lessons import plot_cp_causal
 from parasim.nn.ring_attention import RingAttention, positions
 
 SEQ, B, HEADS, D = 16, 1, 1, 2
@@ -104,6 +105,9 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="cp-causal",
+    section="Context parallelism: the causal load-balancing problem",
+    order=110,
+    picture=Picture(plot_cp_causal, "the causal blocks each CP rank computes, contiguous and zigzag"),
     title="Causal attention over CP ranks: the imbalance and the zigzag split",
     world=4,
     worlds=(1, 2, 4, 8),

@@ -147,6 +147,8 @@ NARRATIVE = {PHASE: f"""
 
 LESSON = Lesson(
     name="fit-is-not-fast", title="Fitting is not fast: one step at the longest sequence, on the clock",
+    section="Putting it together: fitting is not fast (on the clock)",
+    order=220,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
     summary="The 27B model at its longest sequence on 8 H200s (about 310K tokens): the post's 2.9e17 attention "

@@ -15,7 +15,8 @@ from parasim.clock.costs import machine
 from parasim.clock.timeline import by_phase, simulate
 from parasim.estimate.hardware import GPUS
 from parasim.estimate.kernels import gemm_efficiency
-from parasim.lesson import Check, Lesson, Table, check
+from parasim.lesson import Check, Lesson, Picture, Table, check
+from parasim.render.plot_lessons import plot_hot_expert
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
@@ -187,6 +188,9 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="hot-expert", title="Step time follows the busiest GPU: one hot expert at EP 4 and EP 8, on the clock",
+    section="Expert parallelism: step time follows the busiest GPU (on the clock)",
+    order=180,
+    picture=Picture(plot_hot_expert, "each GPU's expert compute by routing and EP size, the busiest marked"),
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
     summary="An MoE layer at real size under uniform, skewed and balanced routing at EP 4 and 8: the busiest "

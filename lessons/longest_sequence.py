@@ -157,6 +157,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="longest-sequence",
+    section="Putting it together: the longest sequence that fits",
+    order=210,
     title="The longest sequence: what SP, CP, PP, DP and recomputation each buy",
     world=4,
     worlds=(2, 4, 8),

@@ -182,6 +182,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="memory",
+    section="Data parallelism and ZeRO: what about activations?",
+    order=40,
     title="Memory per GPU: ZeRO's model state and a layer's activations, estimated and measured",
     world=4,
     worlds=(2, 4, 8),

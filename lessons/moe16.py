@@ -7,7 +7,8 @@ from fractions import Fraction
 import numpy as np
 
 from parasim.engine import run
-from parasim.lesson import Check, Knob, Lesson, Table, check, knob
+from parasim.lesson import Check, Knob, Lesson, Picture, Table, check, knob
+from parasim.render.plot_moves import plot_dispatch
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
 from parasim.examples.moe16_path import token_figures
@@ -227,6 +228,9 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),
+                section="One example with everything: an MoE model on 16 GPUs",
+                order=230,
+                picture=Picture(plot_dispatch, "the followed token's dispatch and combine, layer by layer"),
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout,

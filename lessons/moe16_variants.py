@@ -136,6 +136,8 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
+                section="One example with everything: what changes with other settings",
+                order=240,
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
                 reference=reference, on_layout=program_on, study=study, tables=tables)

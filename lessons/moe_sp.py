@@ -84,6 +84,8 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="moe-sp", title="MoE with TP needs SP: otherwise every token is dispatched t times",
+                section="Expert parallelism: why MoE with TP needs SP",
+                order=170,
                 world=2, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP",
                 knobs={"tp": Knob(2, choices=(2, 4), world=True)})

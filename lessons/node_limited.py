@@ -239,6 +239,8 @@ NARRATIVE = {
 LESSON = Lesson(
     name="node-limited", title="Node-limited routing: DeepSeek-V3's 4-node cap at EP 64 over 8 nodes, the bytes "
                                "that cross nodes",
+    section="Expert parallelism: DeepSeek-V3 caps the nodes a token's experts lie on (symbolic ranks)",
+    order=200,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
     summary="DeepSeek-V3's MoE layer at EP 64 over 8 nodes, uniform routing without and with a 4-node cap per "

@@ -137,6 +137,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="online-softmax",
+    section="Context parallelism: how the softmax stays exact",
+    order=100,
     title="The online softmax: exact attention from chunks that arrive one at a time",
     world=2,
     worlds=(2, 3, 4),

@@ -1,7 +1,8 @@
 """GPipe on 4 stages and 4 micro-batches: all forwards, then all backwards; the bubble measured."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Knob, Lesson, knob
+from parasim.lesson import Check, Knob, Lesson, Picture, knob
+from parasim.render.plot_moves import HANDOFF, plot_handoff
 from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_run
 
 M = 4
@@ -29,6 +30,9 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-gpipe", title="Pipeline parallelism: the GPipe schedule and its bubble", world=4,
+                section="Pipeline parallelism: split by layers",
+                order=120,
+                picture=Picture(plot_handoff, HANDOFF),
                 min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: the slot table, the bubble, activations held, run for real",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},

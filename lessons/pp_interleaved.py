@@ -5,7 +5,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from parasim.engine import run
-from parasim.lesson import Check, Knob, Lesson, check, knob
+from parasim.lesson import Check, Knob, Lesson, Picture, check, knob
+from parasim.render.plot_moves import HANDOFF, plot_handoff
 from parasim.examples.pipeline import matches_unsplit, pipeline_figures, pipeline_run
 from parasim.pipeline.schedules import generate
 from parasim.pipeline.timing import simulate
@@ -88,6 +89,9 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the bubble",
+                section="Pipeline parallelism: shrinking the bubble (interleaved stages)",
+                order=140,
+                picture=Picture(plot_handoff, HANDOFF),
                 world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 GPUs x 2 chunks x 4 micro-batches: a smaller bubble for more transfers", keep_values=0,
                 knobs={"pp": Knob(4, world=True), "m": Knob(M), "chunks": Knob(V, choices=(2, 3, 4))},

@@ -152,6 +152,8 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
+                section="Pipeline parallelism: isn't this the same as ZeRO-3?",
+                order=160,
                 world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the same model on 4 GPUs both ways: bytes vs batch and model size, the bubble, "
                         "the post's table from the runs", keep_values=0, study=study, tables=tables,

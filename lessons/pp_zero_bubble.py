@@ -6,7 +6,8 @@ from __future__ import annotations
 import dataclasses
 from fractions import Fraction
 
-from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, Table, check, knob
+from parasim.lesson import Check, Knob, Lesson, NOT_IN_POST, Picture, Table, check, knob
+from parasim.render.plot_lessons import plot_zero_bubble
 from parasim.examples.pipeline import matches_unsplit, pipeline_run
 
 M = 8
@@ -106,6 +107,9 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble schedules fill the holes with W",
+                section="Pipeline parallelism: shrinking the bubble (zero-bubble schedules)",
+                order=150,
+                picture=Picture(plot_zero_bubble, "the three schedules on one clock, each with its makespan and bubble"),
                 world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks, tables=tables,
                 summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M, post=NOT_IN_POST)})

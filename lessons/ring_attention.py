@@ -6,7 +6,8 @@ import math
 
 import numpy as np
 
-from parasim.lesson import Check, Knob, Lesson, Table, check
+from parasim.lesson import Check, Knob, Lesson, Picture, Table, check
+from parasim.render.plot_ring import plot_ring_lesson
 from parasim.nn.ring_attention import RingAttention
 
 SEQ, B, HEADS, D = 8, 1, 2, 4
@@ -88,6 +89,9 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="ring-attention",
+    section="Context parallelism: split the sequence through the whole layer",
+    order=90,
+    picture=Picture(plot_ring_lesson, "which K/V chunk each CP rank holds at each step"),
     title="Ring attention: K/V chunks around a ring of CP ranks",
     world=4,
     worlds=(1, 2, 4, 8),

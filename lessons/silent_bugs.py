@@ -210,6 +210,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="silent-bugs",
+    section="Beyond the post: a wrong group found by parasim check",
+    order=260,
     title="Silent bugs: a gradient summed over the wrong group, found by parasim check",
     world=LAYOUT.world,
     worlds=(LAYOUT.world,),

@@ -113,6 +113,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="sp",
+    section="Sequence parallelism: the parts TP leaves behind",
+    order=70,
     title="Sequence parallelism: TP's all-reduce split in two, activations divided by t",
     world=8,
     worlds=(1, 2, 4, 8),

@@ -123,6 +123,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="tp-across-nodes", title="TP inside a node against TP over two nodes: the same layer on the clock",
+    section="Tensor parallelism: why TP stays inside a node (on the clock)",
+    order=80,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
     summary="One 27B layer at TP 8 in a node and TP 16 over two, timed on H200s: half the products, several "

@@ -142,6 +142,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="tp-attention",
+    section="Tensor parallelism: attention",
+    order=60,
     title="Tensor parallelism in attention: whole heads per rank, and GQA",
     world=4,
     worlds=(1, 2, 4),

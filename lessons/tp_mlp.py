@@ -152,6 +152,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="tp-mlp",
+    section="Tensor parallelism: the MLP, with real numbers; the backward pass",
+    order=50,
     title="Tensor parallelism: the MLP split by columns, then rows",
     world=2,
     worlds=(1, 2, 4),

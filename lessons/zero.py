@@ -229,6 +229,8 @@ NARRATIVE = {
 
 LESSON = Lesson(
     name="zero",
+    section="Data parallelism and ZeRO",
+    order=30,
     title="DP, ZeRO-1, ZeRO-2, ZeRO-3: what 8 ranks hold and send, measured",
     world=8,
     worlds=(2, 4, 8),

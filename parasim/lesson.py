@@ -1,9 +1,11 @@
 """What a lesson is, where lessons live, and how one runs.
 
 A lesson is a short module in the top-level `lessons/` folder (shipped inside the wheel as
-`parasim/lessons`) that defines `LESSON = Lesson(...)`: a name, a title, a world size, an SPMD program,
-narrative text for each phase, and a `checks` function comparing what the run computed with an
-independent single-device reference. Lessons are loaded by path, so they need not be importable.
+`parasim/lessons`) that defines `LESSON = Lesson(...)`: a name, a title, the post's section it works
+through and its place in the post's order, a world size, an SPMD program, narrative text for each phase, a
+`checks` function comparing what the run computed with an independent single-device reference, and the
+picture `--plot` draws of a run, if any. The list, its order and the pictures are read from the files:
+a new lesson is its file (and its test). Lessons are loaded by path, so they need not be importable.
 """
 from __future__ import annotations
 
@@ -71,6 +73,15 @@ class Table:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """The picture `parasim lesson NAME --plot FILE.png` draws of a lesson's run: its function (the run, the
+    file to write) and, in words, what it shows (`parasim lesson --list` says it)."""
+
+    draw: Callable[[Any, str], None]
+    shows: str
+
+
+@dataclass(frozen=True)
 class KnobKind:
     """A setting some lessons let a learner turn, as the command line spells it."""
 
@@ -129,6 +140,11 @@ class Lesson:
     narrative: dict[str, str]  # phase name -> what the learner should see in it
     checks: Callable[[RunResult], list[Check]]
     summary: str = ""
+    section: str = ""  # the post's section it works through (its heading, shortened); "" for a user's program
+    # its place in the post's order: lessons are listed by it (then by name), those without one last; the
+    # lessons of the post take 10, 20, 30, ..., so a new one finds a place between two without renumbering
+    order: float = float("inf")
+    picture: Picture | None = None  # what `--plot` draws of a run
     keep_values: int = 64  # arrays up to this many elements are shown by value
     seed: int = 0
     min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
@@ -299,41 +315,8 @@ def lessons_dir() -> Path:
     raise UsageError("no lessons folder found next to the parasim package (is the install complete?)")
 
 
-# The lessons in the order of the post's sections, each with the section it works through (the post's
-# headings, shortened). A lesson missing here (a new one) comes after these, by name.
-POST_ORDER: dict[str, str] = {
-    "collectives": "First: the three collectives",
-    "bf16-sums": "First: the three collectives (sums in low precision)",
-    "zero": "Data parallelism and ZeRO",
-    "memory": "Data parallelism and ZeRO: what about activations?",
-    "tp-mlp": "Tensor parallelism: the MLP, with real numbers; the backward pass",
-    "tp-attention": "Tensor parallelism: attention",
-    "sp": "Sequence parallelism: the parts TP leaves behind",
-    "tp-across-nodes": "Tensor parallelism: why TP stays inside a node (on the clock)",
-    "ring-attention": "Context parallelism: split the sequence through the whole layer",
-    "online-softmax": "Context parallelism: how the softmax stays exact",
-    "cp-causal": "Context parallelism: the causal load-balancing problem",
-    "pp-gpipe": "Pipeline parallelism: split by layers",
-    "pp-1f1b": "Pipeline parallelism: shrinking the bubble (1F1B)",
-    "pp-interleaved": "Pipeline parallelism: shrinking the bubble (interleaved stages)",
-    "pp-zero-bubble": "Pipeline parallelism: shrinking the bubble (zero-bubble schedules)",
-    "pp-vs-zero3": "Pipeline parallelism: isn't this the same as ZeRO-3?",
-    "moe-sp": "Expert parallelism: why MoE with TP needs SP",
-    "hot-expert": "Expert parallelism: step time follows the busiest GPU (on the clock)",
-    "all-to-all-hidden": "Expert parallelism: the all-to-all cannot wait, DualPipe hides it (on the clock)",
-    "node-limited": "Expert parallelism: DeepSeek-V3 caps the nodes a token's experts lie on (symbolic ranks)",
-    "longest-sequence": "Putting it together: the longest sequence that fits",
-    "fit-is-not-fast": "Putting it together: fitting is not fast (on the clock)",
-    "moe16": "One example with everything: an MoE model on 16 GPUs",
-    "moe16-variants": "One example with everything: what changes with other settings",
-    "at-scale": "The post's figures at real size (symbolic ranks)",
-    "silent-bugs": "Beyond the post: a wrong group found by parasim check",
-    "checkpoint": "Beyond the post: saving on one layout, resuming on another",
-}
-
-
 def load_lessons() -> dict[str, Lesson]:
-    """Every lesson, by name, in the order of the post's sections (`POST_ORDER`), new ones after by name."""
+    """Every lesson, by name, in the order of the post's sections (each lesson's `order`, then its name)."""
     out: dict[str, Lesson] = {}
     for path in sorted(lessons_dir().glob("*.py")):
         if path.name.startswith("_"):
@@ -344,13 +327,7 @@ def load_lessons() -> dict[str, Lesson]:
         lesson = getattr(module, "LESSON", None)
         if isinstance(lesson, Lesson):
             out[lesson.name] = replace(lesson, source=str(path))
-    place = {name: i for i, name in enumerate(POST_ORDER)}
-    return {name: out[name] for name in sorted(out, key=lambda n: (place.get(n, len(place)), n))}
-
-
-def section(lesson: Lesson) -> str:
-    """The post's section a lesson works through ('' for a user's program)."""
-    return POST_ORDER.get(lesson.name, "")
+    return {name: out[name] for name in sorted(out, key=lambda n: (out[n].order, n))}
 
 
 def is_program(name: str) -> bool:

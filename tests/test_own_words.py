@@ -10,7 +10,7 @@ import parasim
 ROOT = Path(parasim.__file__).parent
 N = 8
 # runs of 8 words that are citations, not prose: the post's section headings, named where a lesson says which
-# section it works through (parasim/lesson.py's POST_ORDER), the example sentence whose tokens are traced, and
+# section it works through (each lesson file's `section`), the example sentence whose tokens are traced, and
 # the titles of two papers the published runs cite (parasim/clock/runs.py: a source named by its title)
 ALLOWED: set[str] = {
     "narayanan et al efficient large scale language model", "et al efficient large scale language model training",

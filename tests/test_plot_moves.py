@@ -1,5 +1,7 @@
 """What moves, drawn (issue 33, build item 6): the MoE dispatch and combine of the followed token and the
 pipeline hand-off, every arrow read from the run; expected values worked out here from the post's example."""
+import json
+
 import pytest
 from conftest import cli
 
@@ -43,8 +45,13 @@ def test_a_lesson_without_a_picture_names_those_with_one():
     assert "moe16" in out.stderr and "pp-1f1b" in out.stderr and "ring-attention" in out.stderr
 
 
-def test_the_help_names_every_lesson_with_a_picture():
-    from parasim.render.lesson_plots import LESSON_PLOTS
-    text = " ".join(cli("lesson", "--help").stdout.split()).replace("- ", "-")  # argparse wraps at hyphens
-    assert all(name in text for name in LESSON_PLOTS)
-    assert text.count("the hand-off between stages") == 1  # three lessons, one picture, said once
+def test_the_list_names_every_lesson_with_a_picture_and_what_it_shows():
+    """The lessons that draw a picture, written out here: the list says so for each of them and no other."""
+    drawn = {"ring-attention", "moe16", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "cp-causal",
+             "hot-expert"}
+    rows = json.loads(cli("lesson", "--list", "--json").stdout)
+    assert {r["name"] for r in rows if r["picture"]} == drawn
+    assert {r["picture"] for r in rows if r["name"] in ("pp-gpipe", "pp-1f1b", "pp-interleaved")} == {
+        "the hand-off between stages, slot by slot"}  # three lessons, one picture
+    assert cli("lesson", "--list").stdout.count("--plot:") == len(drawn)  # the plain list says it too
+    assert "--list" in " ".join(cli("lesson", "--help").stdout.split())

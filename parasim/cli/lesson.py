@@ -33,8 +33,8 @@ def add_lesson(sub: Any) -> None:
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
     lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
                     "for Holistic Trace Analysis")
-    from ..render.lesson_plots import plots_help
-    lp.add_argument("--plot", metavar="FILE.png", help=f"also draw the lesson's picture from its run ({plots_help()})")
+    lp.add_argument("--plot", metavar="FILE.png", help="also draw the lesson's picture from its run (`parasim lesson "
+                    "--list` names the lessons that draw one, and what each shows)")
     add_knobs(lp)
     add_clock(lp)
     add_timeout(lp)
@@ -88,10 +88,9 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.tui:
         need_terminal("--tui")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
-    if args.plot is not None:
-        from ..render.lesson_plots import LESSON_PLOTS
-        if lesson.name not in LESSON_PLOTS:
-            raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(LESSON_PLOTS)}")
+    if args.plot is not None and lesson.picture is None:
+        drawn = [name for name, other in load_lessons().items() if other.picture is not None]
+        raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(drawn)}")
     timing = clock_choice(args)  # a bad --overlap: exit 2 before the run
     with program_output(args):
         lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run
@@ -110,7 +109,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.trace is not None:
         write(args.trace, lr.result.trace.to_json() + "\n")
     if args.plot is not None:
-        LESSON_PLOTS[lesson.name][0](lr, args.plot)
+        lesson.picture.draw(lr, args.plot)
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and on_terminal()):
@@ -130,19 +129,20 @@ def _width(text: str) -> int:
 
 
 def _list_lessons(lessons: dict, as_json: bool) -> None:
-    """Every lesson in the post's order, with the section of the post it works through."""
-    from ..lesson import section
+    """Every lesson in the post's order, with the section of the post it works through and the picture
+    `--plot` draws of it."""
     if as_json:
         from ..lesson import AS_DEFAULT, KNOB_KINDS, NOT_IN_POST
 
         def post(k: Any) -> Any:  # the post's value (null where the post names none)
             return k.default if k.post is AS_DEFAULT else None if k.post is NOT_IN_POST else k.post
-        print_json([{"name": l.name, "section": section(l), "title": l.title, "world": l.world,
-                     "summary": l.summary,
+        print_json([{"name": l.name, "section": l.section, "title": l.title, "world": l.world,
+                     "summary": l.summary, "picture": l.picture.shows if l.picture else None,
                      "knobs": {KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
                                for n, k in l.knobs.items()}} for l in lessons.values()], indent=2)
         return
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
     table = Table(title="Lessons, in the order of the post (parasim lesson NAME)", title_justify="left",
                   show_lines=False, expand=False)
@@ -150,7 +150,9 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     table.add_column("ranks", justify="right")
     table.add_column("the post's section / what it runs")
     for l in lessons.values():
-        table.add_row(l.name, str(l.world), f"{section(l)}\n[dim]{l.title}[/dim]" if section(l) else l.title)
+        drawn = f"\n[dim]--plot: {escape(l.picture.shows)}[/dim]" if l.picture else ""
+        table.add_row(l.name, str(l.world), (f"{escape(l.section)}\n[dim]{escape(l.title)}[/dim]" if l.section
+                                             else escape(l.title)) + drawn)
     Console(highlight=False).print(table)
 
 

@@ -87,6 +87,9 @@ def handoffs(trace: Any) -> list[tuple[int, int, int, str]]:
     return out
 
 
+HANDOFF = "the hand-off between stages, slot by slot"  # what plot_handoff shows, for the pipeline lessons' --plot
+
+
 def plot_handoff(lr: Any, path: str) -> None:
     """Stages as rows, the schedule's slots across: each rank's forward (F, blue) and backward (B, red) cells,
     idle cells grey, and an arrow for every send: an activation down to the next stage, a gradient back up."""
