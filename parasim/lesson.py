@@ -19,6 +19,7 @@ import numpy as np
 
 from .engine.runner import RunResult, run
 from .errors import UsageError
+from .layout.axes import AXES, SIZED
 from .limits import TIMEOUT
 from .render.jsonout import jsonable
 
@@ -94,15 +95,13 @@ class KnobKind:
 # Every knob any lesson has, one entry each: `parasim lesson` offers these flags, and a lesson says which
 # of them it takes (`Lesson.knobs`). A flag the lesson does not take is refused in one line.
 KNOB_KINDS: dict[str, KnobKind] = {
-    "tp": KnobKind(("--tp",), "T", "tensor-parallel size"),
-    "cp": KnobKind(("--cp",), "C", "context-parallel size"),
-    "pp": KnobKind(("--pp",), "P", "pipeline stages"),
-    "dp": KnobKind(("--dp",), "D", "data-parallel size"),
+    # a layout's sizes, one per mesh axis (layout/axes.py: its flag, placeholder and words); no lesson turns
+    # expert TP (moe16-variants runs ETP 2 as one of its layouts), so `parasim lesson` does not offer it
+    **{name: KnobKind((f"--{name}",), AXES[name].metavar, AXES[name].what) for name in SIZED if name != "etp"},
     "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
     "routing": KnobKind(("--routing",), "HOW", "how tokens pick experts: the run's own router (learned) or the "
                         "post's drawn choices (post); at-scale: a policy (uniform or balanced)", str),
-    "ep": KnobKind(("--ep",), "E", "expert-parallel size"),
 }
 
 

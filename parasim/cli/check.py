@@ -5,6 +5,7 @@ import argparse
 from typing import Any
 
 from ..errors import UsageError
+from ..layout.axes import SIZED
 from ..render.jsonout import dumps
 from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
 
@@ -129,7 +130,7 @@ def _dropped(trace: Any, found: dict | None, dropped: int) -> str:
     return line
 
 
-SIZE_KEYS = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
+SIZE_KEYS = (*SIZED, "world")  # a layout's sizes (layout/axes.py) and its GPUs
 FLAG_KEYS = ("sp", "zigzag")
 
 

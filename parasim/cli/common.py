@@ -102,6 +102,20 @@ def positive(text: str) -> int:
     return size_arg(digits, text)
 
 
+def add_sizes(parser: Any, parse: Callable[[str], Any] = positive, said: dict[str, str] | None = None,
+              megatron: bool = False) -> None:
+    """A layout's size flags, one per mesh axis a layout is given a size for (layout/axes.py: --tp ... --etp,
+    each with its own help and placeholder; `said`: what a command adds to an axis's help, such as its
+    default); with `megatron`, each also under Megatron-LM's name (--tensor-model-parallel-size)."""
+    from ..layout.axes import AXES, SIZED
+    said = said or {}
+    for name in SIZED:
+        axis = AXES[name]
+        flags = (f"--{name}",) + ((axis.megatron,) if megatron and axis.megatron else ())
+        parser.add_argument(*flags, dest=name, type=parse, metavar=axis.metavar,
+                            help=axis.what + (f" ({said[name]})" if name in said else ""))
+
+
 def positive_up_to(limit: int, why: str) -> Callable[[str], int]:
     """A size flag bounded by what its command can do in seconds: the refusal names `limit` and `why`."""
     def parse(text: str) -> int:

@@ -6,6 +6,7 @@ import itertools
 from typing import Any
 
 from ..errors import UsageError
+from ..layout.axes import AXES, SIZED
 from .common import add_timeout, print_json, program_output
 
 
@@ -42,10 +43,9 @@ def add_compare(sub: Any) -> None:
     cp.set_defaults(func=cmd_compare)
 
 
-# the sizes of a layout that only `parasim compare layout` takes (--tp, --cp, --pp, --dp, --ep and -m are the
-# lessons' flags, read as layout sizes there too)
-LAYOUT_FLAGS = {"--etp": "expert tensor-parallel size (default 1)",
-                "--world": "GPUs (default: tp x cp x pp x dp)", "--experts": "experts per layer (default 8; 0: a dense model)",
+# the settings of a layout that only `parasim compare layout` takes (the lessons' flags, the axes' sizes --tp ...
+# --ep and -m, are read as layout sizes there too)
+LAYOUT_FLAGS = {"--etp": f"{AXES['etp'].what} (default 1)", "--world": "GPUs (default: tp x cp x pp x dp)", "--experts": "experts per layer (default 8; 0: a dense model)",
                 "--layers": "layers (default 4)", "--gpus-per-node": "GPUs per node, for the bytes that cross "
                 "nodes (default 8)"}
 
@@ -120,10 +120,11 @@ def _show(args: argparse.Namespace, name: str, rows: list[dict], flags: dict[str
     return 0 if all(r["ok"] for r in rows) else 1
 
 
-# a layout's sizes by the names parasim trace gives them, and where compare's arguments keep them
-LAYOUT_SIZES = {"tp": "knob_tp", "cp": "knob_cp", "pp": "knob_pp", "dp": "knob_dp", "ep": "knob_ep",
-                "etp": "size_etp", "world": "size_world", "experts": "size_experts", "layers": "size_layers",
-                "gpus_per_node": "size_gpus_per_node", "microbatches": "knob_m", "routing": "knob_routing"}
+# a layout's settings by the names parasim trace gives them (the axes' sizes first: layout/axes.py), and where
+# compare's arguments keep them (an axis a lesson takes as a knob under the knob's name)
+LAYOUT_SIZES = {**{name: f"size_{name}" for name in SIZED}, "world": "size_world", "experts": "size_experts",
+                "layers": "size_layers", "gpus_per_node": "size_gpus_per_node", "microbatches": "knob_m",
+                "routing": "knob_routing"}
 
 
 def _compare_layouts(args: argparse.Namespace) -> int:
@@ -137,15 +138,16 @@ def _compare_layouts(args: argparse.Namespace) -> int:
     from ..figures import trace_figures
     if args.knob_chunks is not None:
         raise UsageError("--chunks is a lesson's setting (pp-interleaved); a layout runs 1F1B")
-    given = {n: getattr(args, dest) for n, dest in LAYOUT_SIZES.items() if getattr(args, dest, None) is not None}
+    from ..lesson import KNOB_KINDS
+    dests = {n: f"knob_{n}" if n in KNOB_KINDS else dest for n, dest in LAYOUT_SIZES.items()}
+    given = {n: getattr(args, dest) for n, dest in dests.items() if getattr(args, dest, None) is not None}
     if not given:
         raise UsageError("give the layout sizes to compare, such as --tp 2 --cp 2 --pp 2 --ep 4,8 --sp --world 16")
     grid = [dict(zip(given, combo)) for combo in itertools.product(*given.values())]
     plans = []
     for sizes in grid:  # every layout refused before the first run, naming the one refused
-        ns = argparse.Namespace(layout=None, sp=args.sp, split=None, **{k: sizes.get(k) for k in
-                                                                          ("tp", "cp", "pp", "dp", "ep", "etp", "world",
-                                                                           "experts", "layers", "gpus_per_node")})
+        ns = argparse.Namespace(layout=None, sp=args.sp, split=None, **{
+            k: sizes.get(k) for k in (*SIZED, "world", "experts", "layers", "gpus_per_node")})
         try:
             layout, _ = _layout(ns)
             m, routing = sizes.get("microbatches") or MICRO_BATCHES, sizes.get("routing", "learned")
@@ -179,9 +181,9 @@ def _compare_layouts(args: argparse.Namespace) -> int:
                  else set())
 
 
-LAYOUT_LABELS = {"tp": "TP", "cp": "CP", "pp": "PP", "dp": "DP", "ep": "EP", "etp": "ETP", "world": "GPUs",
-                 "experts": "experts", "layers": "layers", "gpus_per_node": "GPUs/node", "microbatches": "m",
-                 "routing": "routing", "sp": "SP"}
+# a table's heading for each setting: an axis's its own (layout/axes.py), then the rest
+LAYOUT_LABELS = {**{name: AXES[name].label for name in SIZED}, "world": "GPUs", "experts": "experts",
+                 "layers": "layers", "gpus_per_node": "GPUs/node", "microbatches": "m", "routing": "routing", "sp": "SP"}
 
 
 def _label(sizes: dict, sp: bool) -> str:

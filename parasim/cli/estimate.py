@@ -10,7 +10,7 @@ from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
 from ..nn.routing import policy_help
-from .common import add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
+from .common import add_sizes, add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
 from .megatron import read_megatron
 
 _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5M
@@ -49,11 +49,8 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="stated parameter count (e.g. 27e9); "
                    "default: counted from the shapes")
     y = p.add_argument_group("layout" + (" (ignored by --search, which tries them all)" if search else ""))
-    for flag, what in (("--tp", "tensor parallel size"), ("--cp", "context parallel size"),
-                       ("--pp", "pipeline stages"), ("--dp", "data parallel size (default: derived from --gpus)"),
-                       ("--gpus", "GPUs in all (default: tp x cp x pp x dp)"), ("--ep", "expert parallel size"),
-                       ("--etp", "expert tensor parallel size (default 1)")):
-        y.add_argument(flag, type=_pos, metavar="N", help=what)
+    add_sizes(y, _pos, {"dp": "default: derived from --gpus", "etp": "default 1"})
+    y.add_argument("--gpus", type=_pos, metavar="N", help="GPUs in all (default: tp x cp x pp x dp)")
     y.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism")
     y.add_argument("--zero", type=count, choices=(0, 1, 2, 3), default=None,
                    help="ZeRO stage over dp x cp (default 1: the distributed optimizer" +

@@ -6,8 +6,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
+from ..layout.axes import SIZED
 from ..limits import NODES_SHOWN, check_experts_shown
-from .common import add_stages, positive, positive_up_to, print_json, with_stages
+from .common import add_sizes, add_stages, positive, positive_up_to, print_json, with_stages
 
 
 def add_layout(sub: Any) -> None:
@@ -17,15 +18,10 @@ def add_layout(sub: Any) -> None:
                                     "folding included). Sizes left out are 1; dp or world is derived.")
     yp.add_argument("--layout", metavar="NAME", help="a preset (see --list)")
     yp.add_argument("--list", action="store_true", help="list the presets")
-    for short, long, what in (("--tp", "--tensor-model-parallel-size", "tensor parallel size"),
-                              ("--cp", "--context-parallel-size", "context parallel size"),
-                              ("--pp", "--pipeline-model-parallel-size", "pipeline parallel size"),
-                              ("--dp", "--data-parallel-size", "data parallel size (default: derived)"),
-                              ("--ep", "--expert-model-parallel-size", "expert parallel size"),
-                              ("--etp", "--expert-tensor-parallel-size", "expert tensor parallel size (default 1 with experts, as in the "
-                               "post and parasim trace; without experts it follows tp, as Megatron's does)"),
-                              ("--world", "--world-size", "number of GPUs (default: derived)")):
-        yp.add_argument(short, long, dest=short[2:], type=positive, metavar="N", help=what)
+    add_sizes(yp, said={"dp": "default: derived", "etp": "default 1 with experts, as in the post and parasim trace; "
+                        "without experts it follows tp, as Megatron's does"}, megatron=True)
+    yp.add_argument("--world", "--world-size", dest="world", type=positive, metavar="N",
+                    help="number of GPUs (default: derived)")
     yp.add_argument("--order", default="tp-cp-ep-dp-pp", help="rank order, fastest axis first "
                     "(tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp)")
     yp.add_argument("--use-tp-pp-dp-mapping", action="store_true", help="Megatron's flag for order tp-cp-ep-pp-dp")
@@ -60,7 +56,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
             for n in layout_names():
                 print(f"  {n:<16} {preset(n).world:>5} GPUs  {PRESETS[n].about}")
         return 0
-    sizes = {k: getattr(args, k) for k in ("tp", "cp", "pp", "dp", "ep", "etp", "world")}
+    sizes = {k: getattr(args, k) for k in (*SIZED, "world")}
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
     if args.layout and args.megatron:
         raise UsageError("give either --layout NAME or --megatron FILE, not both")

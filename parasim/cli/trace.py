@@ -8,11 +8,12 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
+from ..layout.axes import SIZED
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, joins, path_text
-from .common import add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
+from .common import add_sizes, add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
 
-SIZES = ("tp", "cp", "pp", "dp", "ep", "etp", "world")
+SIZES = (*SIZED, "world")  # a layout's sizes as the flags give them (layout/axes.py), and its GPUs
 
 
 def add_trace(sub: Any) -> None:
@@ -25,11 +26,8 @@ def add_trace(sub: Any) -> None:
                                     "the unsplit model.",
                         epilog="example: parasim trace --tp 2 --cp 2 --pp 2 --ep 4 --sp --world 16 --token t6")
     tr.add_argument("--layout", metavar="NAME", help="a preset (default moe16); or give sizes instead")
-    for flag, what in (("--tp", "tensor parallel size"), ("--cp", "context parallel size"),
-                       ("--pp", "pipeline stages"), ("--dp", "data parallel size (default: derived)"),
-                       ("--ep", "expert parallel size"), ("--etp", "expert tensor parallel size (default 1)"),
-                       ("--world", "GPUs (default: tp x cp x pp x dp)")):
-        tr.add_argument(flag, type=positive, metavar="N", help=what)
+    add_sizes(tr, said={"dp": "default: derived", "etp": "default 1"})
+    tr.add_argument("--world", type=positive, metavar="N", help="GPUs (default: tp x cp x pp x dp)")
     tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
     tr.add_argument("--experts", type=count, metavar="N", help="experts per layer (default 8; 0: a dense model)")
     tr.add_argument("--layers", type=positive, metavar="L", help="layers (default 4; divide by pp unless the layers "
@@ -179,7 +177,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     from ..examples.moe16_exact import exactness
     g = args.gpu
     value = result.values[g]
-    out = {"gpu": g, "layout": name, "sizes": {a: getattr(layout, a) for a in ("tp", "cp", "pp", "dp", "ep", "etp")},
+    out = {"gpu": g, "layout": name, "sizes": {a: getattr(layout, a) for a in SIZED},
            "coords": value["coords"], "stores": value["stores"],
            "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
            "does": joins(result.trace, g),

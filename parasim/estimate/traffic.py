@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..comm.ops import bus_factor
-from ..layout import KINDS, LayoutError
+from ..layout import AXES, KINDS, LayoutError
 from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
 from ..layout import ModelSpec
@@ -321,21 +321,13 @@ def step_flops(model: ModelSpec, plan: Plan, seq: int) -> dict[str, float]:
     return {"matmul": lin, "attention": attn, "total": lin + attn}
 
 
-# the group whose traffic an axis names (dp: dp x cp, the distributed optimizer's)
-AXIS_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp-cp", "pp": "pp", "ep": "ep", "edp": "expert-dp"}
-
-
-# how an axis's bytes travel (comm/hops.py): round a ring (the collectives, and CP's K/V in ring attention),
-# between every pair (EP's all-to-all), or from each pipeline stage to the next and back (PP)
-AXIS_HOPS = {"tp": "ring", "cp": "ring", "dp": "ring", "edp": "ring", "ep": "pairs", "pp": "chain"}
-
-
 def across_share(plan: Plan, axis: str, gpus_per_node: int) -> float:
     """The share of `axis`'s bytes, all its groups together, that cross a node boundary, counted hop by hop
     (comm/hops.py, as the engine's trace counts them): a DP ring of 8 over two nodes crosses on 2 of its 8
     hops, so a quarter of its bytes go over the network. Read from the layout's own groups, in their
     member order, so either rank order Megatron-Core builds gives its own answer."""
-    return crossing_share(plan_groups(plan, AXIS_GROUP[axis]), AXIS_HOPS[axis], gpus_per_node)
+    a = AXES[axis]  # the group its bytes go over, and how they travel there (layout/axes.py)
+    return crossing_share(plan_groups(plan, a.traffic), a.hops, gpus_per_node)
 
 
 def inside_node(plan: Plan, axis: str, gpus_per_node: int) -> bool:

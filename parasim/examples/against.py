@@ -15,8 +15,8 @@ import parasim
 from ..errors import UsageError
 from ..estimate.memory import Breakdown, Plan, breakdown, items
 from ..estimate.fit import fit
-from ..estimate.traffic import AXIS_GROUP, step_traffic
-from ..layout import Layout, ModelSpec
+from ..estimate.traffic import step_traffic
+from ..layout import AXES, Layout, ModelSpec
 from ..limits import check_symbolic_step
 from ..nn.routing import Routing
 from ..symbolic.fold import fold_of
@@ -120,7 +120,7 @@ def sent_by_axis(trace: Any, wire: float = 1.0) -> list[dict[tuple[str, str], fl
     """Per rank: bytes sent per (axis, collective), the estimator's axis names (dp for dp-cp, edp for
     expert-dp; other groups by their own name), times `wire` (1: the step at real size sends its values in
     the plan's precision)."""
-    axis_of = {group: axis for axis, group in AXIS_GROUP.items()}
+    axis_of = {a.traffic: name for name, a in AXES.items() if a.traffic}  # layout/axes.py: dp-cp is "dp"
     sent: list[dict] = [{} for _ in range(trace.world)]
     for e in trace.events:
         if e.kind == "compute":

@@ -15,10 +15,11 @@ from math import prod
 import numpy as np
 
 from ..limits import LAYOUT_WORLD
+from .axes import AXES
 from .model import LayoutError, ModelSpec, check_kv
 from .stages import check_stages
 
-AXES = ("tp", "cp", "ep", "dp", "pp")
+ORDER_WORDS = ("tp", "cp", "ep", "dp", "pp")  # the words of a rank order (Megatron-Core's, the dense generator's)
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
 # (name, generator, axes) in the order Megatron-Core creates them. Expert generator: tp = expert TP, dp = expert DP.
 KINDS = (
@@ -41,9 +42,8 @@ KINDS = (
 )
 GROUP_NAMES = tuple(k[0] for k in KINDS)
 ZERO_STAGES = (0, 1, 2, 3)
-COORDS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp")
-# which group a coordinate is the index in
-COORD_GROUP = {"tp": "tp", "cp": "cp", "dp": "dp", "pp": "pp", "ep": "ep", "etp": "expert-tp", "edp": "expert-dp"}
+COORDS = tuple(AXES)  # a rank's coordinates: its index along each mesh axis (layout/axes.py)
+COORD_GROUP = {name: axis.group for name, axis in AXES.items()}  # which group a coordinate is the index in
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Layout:
         if self.zero not in ZERO_STAGES:
             raise LayoutError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
         words = self.order.split("-")
-        unknown = [w for w in words if w not in AXES]
+        unknown = [w for w in words if w not in ORDER_WORDS]
         if unknown:
             raise LayoutError(f"unknown word {unknown[0]!r} in order {self.order!r}; use {' or '.join(ORDERS)}")
         if self.order not in ORDERS:

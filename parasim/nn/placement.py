@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, Sequence
 
 from ..errors import UsageError
+from ..layout import AXES as MESH_AXES
 from ..layout import KINDS, LayoutError
 
 
@@ -51,33 +52,18 @@ Placement = Replicate | Shard | Partial
 Placed = Mapping[str, Placement]  # mesh axis -> placement; an axis not named is Replicate
 
 
-class MeshAxis(NamedTuple):
-    """One mesh axis a weight can lie over: the group generator that serves it (Megatron-Core's dense or
-    expert rank generator, layout.KINDS), the generator's own name for it, and what it does to a weight."""
-
-    generator: str
-    named: str
-    role: str  # "cut", "experts" or "data" (see AXES)
-
-
-# Every mesh axis, once. What an axis does to a weight:
-#   "cut":     a Shard over it cuts the weight's tensor into slices (a checkpoint's piece), and under SP
-#              backward leaves a gradient Partial over it: the groups over these carry partial sums;
-#   "experts": it spreads whole experts over its ranks, each named by its index: no tensor is cut;
-#   "data":    copies see different data over it: data-parallel code sums the gradients there.
-AXES = {"tp": MeshAxis("dense", "tp", "cut"), "dp": MeshAxis("dense", "dp", "data"),
-        "cp": MeshAxis("dense", "cp", "data"), "etp": MeshAxis("expert", "tp", "cut"),
-        "ep": MeshAxis("expert", "ep", "experts"), "edp": MeshAxis("expert", "dp", "data")}
+# The mesh axes a weight can lie over: every axis of the one table (layout/axes.py: its generator, the
+# generator's name for it, and what it does to a weight, its `role`) but the pipeline's, which holds layers
+AXES = {name: axis for name, axis in MESH_AXES.items() if axis.role != "stages"}
 # per generator, ours -> the generator's name
 _AXES = {gen: {a: ax.named for a, ax in AXES.items() if ax.generator == gen} for gen in ("dense", "expert")}
-DATA_AXES = tuple(a for a, ax in AXES.items() if ax.role == "data")  # ("dp", "cp", "edp")
+DATA_AXES = tuple(a for a, ax in AXES.items() if ax.role == "data")  # ("cp", "dp", "edp")
 CUT_AXES = tuple(a for a, ax in AXES.items() if ax.role == "cut")  # ("tp", "etp")
 
 
 def axis_group(axis: str) -> str:
     """The name of the layout's group over one mesh axis alone: 'tp', 'expert-tp', 'expert-dp', ..."""
-    ax = AXES[axis]
-    return next(name for name, gen, over in KINDS if gen == ax.generator and over == (ax.named,))
+    return AXES[axis].group
 
 
 

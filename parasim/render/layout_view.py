@@ -11,7 +11,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ..layout import GROUP_NAMES, Layout, stage_counts, stage_span
+from ..layout import COORDS, GROUP_NAMES, Layout, stage_counts, stage_span
 from ..layout.stages import describe, is_uneven
 from .text import printable
 
@@ -75,13 +75,13 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
         where = (f"pipeline stage {stages[0] + 1} (pp rank {stages[0]}){_stage_layers(layout, stages[0])}"
                  if len(stages) == 1 else f"pipeline stages {', '.join(str(s + 1) for s in stages)}")
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
-        for col in ("rank", "tp", "cp", "dp", "pp", "ep", "etp", "edp"):
+        for col in ("rank", *COORDS):
             table.add_column(col, justify="right")
         if layout.model and layout.model.experts:
             table.add_column("experts held")
         for r in ranks:
             c = coords[r]
-            row = [str(r)] + [str(c[k]) for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")]
+            row = [str(r)] + [str(c[k]) for k in COORDS]
             if layout.model and layout.model.experts:
                 row.append(" ".join(f"E{e + 1}" for e in layout.experts_of(c["ep"])))
             table.add_row(*row)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..layout import COORDS
 from .plot_base import DPI, pyplot, save
 
 EP_COLOUR = "#7b2cbf"  # dashed purple, as the post draws its EP groups
@@ -71,7 +72,7 @@ def layout_map(layout: Any) -> list[dict]:
         node, slot = divmod(r, layout.gpus_per_node)
         out.append({"gpu": r, "node": node, "row": slot // cols, "col": slot % cols, "ep_group": ep_index[r],
                     "experts": [e + 1 for e in layout.experts_of(c["ep"])],
-                    "coords": {k: c[k] for k in ("tp", "cp", "dp", "pp", "ep", "etp", "edp")}})
+                    "coords": {k: c[k] for k in COORDS}})
     return out
 
 

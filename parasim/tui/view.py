@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..comm.ops import OPS
+from ..layout.axes import AXES, SIZED
 from ..render.numbers import scalar
 from ..render.text import printable
 from ..trace import Event, Trace
@@ -100,7 +101,8 @@ class MapView:
     gpus_per_node: int
 
 
-MAP_KINDS = ("tp", "cp", "dp", "pp", "ep", "expert-tp")  # a trace made on a layout has every one of these
+# a trace made on a layout has a group over each axis a layout is given a size for (layout/axes.py)
+MAP_KINDS = tuple(AXES[name].group for name in SIZED)  # tp, cp, dp, pp, ep, expert-tp
 MAP_MAX_GPUS = 64
 
 
@@ -115,8 +117,7 @@ def _layout_of(trace: Trace) -> Any:
     if set(sizes) != set(MAP_KINDS) or trace.world > MAP_MAX_GPUS:
         return None
     try:
-        layout = Layout(tp=sizes["tp"], cp=sizes["cp"], pp=sizes["pp"], dp=sizes["dp"], ep=sizes["ep"],
-                        etp=sizes["expert-tp"], world=trace.world)
+        layout = Layout(**{name: sizes[AXES[name].group] for name in SIZED}, world=trace.world)
     except LayoutError:
         return None
     made = {(g.name, tuple(g.ranks)) for g in trace.groups if g.name in MAP_KINDS}
