@@ -87,7 +87,6 @@ def checks(result, s) -> list[Check]:
     tl = s["tl"]
     p8, p16 = PHASES[8], PHASES[16]
     crossing = {p: [split_by_link(event_transfers(e), NODE)["across"] for e in s["events"][p]] for p in PHASES.values()}
-    g = GPUS[GPU]
     call, across = LATENCY["call"].value, LATENCY["across"].value
     gather = next(e for e in s["events"][p16] if e.op == "all_gather")
     chunk = gather.member(0).sent / 15  # BF16 values, as sent; t - 1 = 15 steps, one chunk each

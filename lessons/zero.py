@@ -148,7 +148,7 @@ def checks(result) -> list[Check]:
     plan_model = replace(SHAPE, vocab=1, params=params)  # no embeddings here
     out: list[Check] = []
     for name, stage in STAGES.items():
-        rest, peak = m[name]["rest"], m[name]["peak"]
+        rest = m[name]["rest"]
         per_param = sum(rest[0][k] for k in KINDS) / params
         out.append(check(f"{name}: bytes each rank holds at rest (all alike)", [sum(r.values()) for r in rest],
                          [sum(rest[0].values())] * n))

@@ -14,7 +14,7 @@ import pytest
 
 import parasim
 from parasim.clock import machine, simulate
-from parasim.clock.plan import plan_time, step_time
+from parasim.clock.plan import plan_time
 from parasim.clock.report import ClockChoice, clock_report
 from parasim.clock.timeline import by_phase, event_time, summary
 from parasim.engine.context import Context

@@ -8,7 +8,6 @@ from conftest import cli
 
 import parasim
 from parasim.comm.hops import chain_hops, crossing_share, pair_hops, ring_crossings, ring_hops
-from parasim.estimate import Plan
 from parasim.estimate.traffic import across_share, inside_node
 
 F64 = 8  # bytes per float64 value, what these programs send

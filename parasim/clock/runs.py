@@ -249,12 +249,12 @@ def _gpt(layers: int, hidden: int, heads: int, vocab: int = 51200, **kw) -> Mode
     return ModelSpec(layers=layers, hidden=hidden, heads=heads, vocab=vocab, **kw)
 
 
-_LLAMA = dict(gated=True, norm="rmsnorm", bias=False, vocab=128256)
+_LLAMA: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False, vocab=128256)
 LLAMA3_8B = ModelSpec(name="Llama 3.1 8B", layers=32, hidden=4096, heads=32, kv_heads=8, ffn=14336, **_LLAMA)
 LLAMA3_70B = ModelSpec(name="Llama 3.1 70B", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, **_LLAMA)
 LLAMA3_405B = ModelSpec(name="Llama 3 405B", layers=126, hidden=16384, heads=128, kv_heads=8, ffn=53248, **_LLAMA)
 _EMBEDDING_AND_LOSS = Stages(embedding=True, loss=True)
-_MLA = dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+_MLA: dict[str, Any] = dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
 # group-limited routing as their configs give it: V3's 8 groups of which a token keeps 4 (n_group, topk_group),
 # V2's 8 and 3
 DEEPSEEK_V3 = ModelSpec(name="DeepSeek-V3", layers=61, hidden=7168, heads=128, vocab=129280, ffn=18432,
@@ -270,7 +270,7 @@ QWEN3_235B_A22B = ModelSpec(name="Qwen3-235B-A22B", layers=94, hidden=4096, head
                             expert_ffn=1536, stages=_EMBEDDING_AND_LOSS, **_QWEN3)
 GPT_OSS_120B = ModelSpec(name="gpt-oss-120b", layers=36, hidden=2880, heads=64, kv_heads=8, head_size=64,
                          ffn=2880, experts=128, top_k=4, expert_ffn=2880, vocab=201088, gated=True, norm="rmsnorm")
-_MPT = dict(vocab=50368, tied_embeddings=True, bias=False)
+_MPT: dict[str, Any] = dict(vocab=50368, tied_embeddings=True, bias=False)
 MPT = {"70b": ModelSpec(name="MPT-70B", layers=80, hidden=8192, heads=64, **_MPT),
        "30b": ModelSpec(name="MPT-30B", layers=48, hidden=7168, heads=56, **_MPT),
        "13b": ModelSpec(name="MPT-13B", layers=40, hidden=5120, heads=40, **_MPT),
@@ -480,7 +480,7 @@ _TITAN_SEQ = ("sequence 8192 from llama3_*.toml at torchtitan 9dec370 (the page 
               "PyTorch's SDPA, whose flash backend is FlashAttention-2")
 # FSDP2: ZeRO-3. Attention through PyTorch's scaled_dot_product_attention (torchtitan 9dec370,
 # models/llama/model.py), whose flash backend is the FlashAttention-2 it vendors: timed at FA2's H100 share
-_TITAN_FSDP = dict(flash=True, precision="fsdp2", attention_kernel="fa2")
+_TITAN_FSDP: dict[str, Any] = dict(flash=True, precision="fsdp2", attention_kernel="fa2")
 # Tables 2 and 4-6: torchao's Float8 linears (dynamic tensorwise scaling); the page does not name FP8 all-gathers,
 # off in torchtitan's configs, so the weights are gathered in BF16
 _TITAN_FP8 = {**_TITAN_FSDP, "precision": "fsdp2-fp8"}

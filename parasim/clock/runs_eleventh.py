@@ -25,6 +25,7 @@ Two MoE runs (Mixtral 8x7B on H200 and on B200); the rest dense.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec
 from .runs import ELEVENTH as ELEVENTH_SET, PublishedRun, Source, training_plan
@@ -66,7 +67,7 @@ EleventhRun = partial(PublishedRun, registry=SOURCES)
 # data: the GPT-2 vocabulary of 50257, padded to make_vocab_size_divisible_by 128 x TP (the most literal reading; a
 # variant cannot change the model, so the notes name it): 50304 at TP 1, 50432 at TP 2, 50688 at TP 4, 51200 at TP 8
 _PADDED = {1: 50304, 2: 50432, 4: 50688, 8: 51200}
-_LL = dict(gated=True, norm="rmsnorm", bias=False)
+_LL: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False)
 
 
 def _nemo_llama70b(tp: int) -> ModelSpec:

@@ -55,7 +55,7 @@ FifthRun = partial(PublishedRun, registry=SOURCES)
 # paxml configs.py at 7241216: GPT126MBase 12 layers, 12 heads, 768, MLP 3072, vocabulary 50304; GPT5BBase 24 layers,
 # 32 heads, 4096, MLP 16384, head 128 (vocabulary 50304, inherited); GPT175BBase 96 layers, 96 heads, 12288, MLP 4h,
 # vocabulary 50257; all GELU, biases, LayerNorm, learned positions, SEPARATE_EMBEDDING False (tied softmax)
-_PAX = dict(tied_embeddings=True)
+_PAX: dict[str, Any] = dict(tied_embeddings=True)
 PAX_GPT = {"126m": ModelSpec(name="GPT 126M (Paxml)", layers=12, hidden=768, heads=12, ffn=3072, vocab=50304, **_PAX),
            "5b": ModelSpec(name="GPT 5B (Paxml)", layers=24, hidden=4096, heads=32, ffn=16384, vocab=50304, **_PAX),
            "175b": ModelSpec(name="GPT 175B (Paxml)", layers=96, hidden=12288, heads=96, ffn=49152, vocab=50257,

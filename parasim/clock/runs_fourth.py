@@ -62,7 +62,7 @@ INTERNLM_7B = ModelSpec(name="InternLM 7B", layers=32, hidden=4096, heads=32, ff
                         norm="rmsnorm", bias=False)
 # flash-attention training/configs at 4a6eaa9: GPT-2 blocks (MHA, MLP 4h, LayerNorm, biases, tied embeddings),
 # vocabulary 50257 padded to a multiple of 8 (pad_vocab_size_multiple: 8)
-_FA_GPT = dict(vocab=50264, tied_embeddings=True)
+_FA_GPT: dict[str, Any] = dict(vocab=50264, tied_embeddings=True)
 FA_GPT3 = {"125m": ModelSpec(name="GPT3-125M (flash-attention)", layers=12, hidden=768, heads=12, **_FA_GPT),
            "355m": ModelSpec(name="GPT3-355M (flash-attention)", layers=24, hidden=1024, heads=16, **_FA_GPT),
            "760m": ModelSpec(name="GPT3-760M (flash-attention)", layers=24, hidden=1536, heads=16, **_FA_GPT),

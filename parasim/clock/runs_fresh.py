@@ -51,7 +51,7 @@ def _pipe(pp: int, chunks: int) -> str | None:
 
 # -- models ---------------------------------------------------------------------------------------------------
 
-_NEMOTRON = dict(vocab=256000, kv_heads=8, bias=False)  # squared-ReLU MLP (not gated), LayerNorm, untied, RoPE
+_NEMOTRON: dict[str, Any] = dict(vocab=256000, kv_heads=8, bias=False)  # squared-ReLU MLP (not gated), LayerNorm, untied, RoPE
 NEMOTRON4_15B = ModelSpec(name="Nemotron-4 15B", layers=32, hidden=6144, heads=48, ffn=24576, **_NEMOTRON)
 NEMOTRON4_340B = ModelSpec(name="Nemotron-4 340B", layers=96, hidden=18432, heads=96, ffn=73728, **_NEMOTRON)
 GPT3_175B_NEMO = ModelSpec(name="GPT-3 175B (NeMo)", layers=96, hidden=12288, heads=96, vocab=50257)

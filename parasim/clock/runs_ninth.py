@@ -24,6 +24,7 @@ The unit is the pages' Tokens / sec / GPU throughout, so no FLOP counting rule i
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec, Stages
 from .runs import NINTH as NINTH_SET, PublishedRun, Source, training_plan
@@ -73,7 +74,7 @@ LLAMA2_70B = ModelSpec(name="LLAMA2-70B (NeMo)", layers=80, hidden=8192, heads=6
 # Nemotron (nemo/collections/llm/gpt/model/nemotron.py): LayerNorm, squared-ReLU MLP (not gated), RoPE, no
 # biases, untied embeddings, the 256000-token vocabulary; Nemotron-3 8B and 22B with full multi-head attention
 # (num_query_groups None), Nemotron-4 15B and 340B with 8 query groups
-_NEMOTRON = dict(vocab=256000, bias=False)
+_NEMOTRON: dict[str, Any] = dict(vocab=256000, bias=False)
 NEMOTRON_8B = ModelSpec(name="Nemotron-8B (NeMo)", layers=32, hidden=4096, heads=32, ffn=16384, **_NEMOTRON)
 NEMOTRON_22B = ModelSpec(name="Nemotron-22B (NeMo)", layers=40, hidden=6144, heads=48, ffn=24576, **_NEMOTRON)
 NEMOTRON_15B = ModelSpec(name="Nemotron-15B (NeMo)", layers=32, hidden=6144, heads=48, kv_heads=8, ffn=24576,
@@ -89,7 +90,7 @@ LLAMA3_405B = ModelSpec(name="LLAMA3-405B (NeMo)", layers=126, hidden=16384, hea
                         stages=Stages(embedding=True, loss=True), **_LLAMA3)
 # Mixtral (nemo/collections/llm/gpt/model/mixtral.py): 8 experts, top-2, every layer MoE, SwiGLU, RMSNorm, GQA 8,
 # untied; 8x7B with a 32000-token vocabulary, 8x22B with 32768
-_MIXTRAL = dict(kv_heads=8, experts=8, top_k=2, gated=True, norm="rmsnorm", bias=False)
+_MIXTRAL: dict[str, Any] = dict(kv_heads=8, experts=8, top_k=2, gated=True, norm="rmsnorm", bias=False)
 MIXTRAL_8X7B = ModelSpec(name="Mixtral-8x7B (NeMo)", layers=32, hidden=4096, heads=32, ffn=14336, expert_ffn=14336,
                          vocab=32000, **_MIXTRAL)
 MIXTRAL_8X22B = ModelSpec(name="Mixtral-8x22B (NeMo)", layers=56, hidden=6144, heads=48, ffn=16384,

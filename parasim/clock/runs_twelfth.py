@@ -29,6 +29,7 @@ Three MoE runs (Qwen3-30B-A3B on B200); the rest dense. GPUs: A100 (10), H100 (3
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec
 from .runs import QWEN3_30B_A3B, PublishedRun, Source, training_plan
@@ -81,7 +82,7 @@ TwelfthRun = partial(PublishedRun, registry=SOURCES)
 
 # PaddleNLP's Llama-family models as their public configs give them (SwiGLU, RMSNorm, no biases, untied output
 # head, rotary positions; Baichuan2-13B ALiBi): the table's models with shapes known
-_PD = dict(gated=True, norm="rmsnorm", bias=False)
+_PD: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False)
 PADDLE_MODELS = {
     "llama-7b": ModelSpec(name="LLaMA 7B", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000, **_PD),
     "llama2-7b": ModelSpec(name="Llama 2 7B", layers=32, hidden=4096, heads=32, ffn=11008, vocab=32000, **_PD),

@@ -14,7 +14,7 @@ The trace keeps its logical order (its identity); this module lays it out in sec
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .costs import Machine, event_seconds, value_bytes
 from ..estimate.kernels import overlap_slowdown

@@ -4,7 +4,7 @@ off by the rounding engine/tolerance.py bounds and no more)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Sequence, cast
 
 import numpy as np
 
@@ -165,7 +165,7 @@ def _sums(virtual: RunResult, vviews: list[list[dict]], rviews: list[list[dict]]
         if any(m.before is None or m.before[0] is None for m in e.members):
             continue
         n, avg = e.group.size, e.params["op"] == "avg"
-        terms = [np.asarray(_numbers(m.before[0]), dtype=np.float64) for m in e.members]
+        terms = [np.asarray(_numbers(cast(tuple, m.before)[0]), dtype=np.float64) for m in e.members]  # kept: above
         if len({t.shape for t in terms}) != 1:
             continue
         magnitude = sum(np.abs(t) for t in terms) / (n if avg else 1)
@@ -187,6 +187,8 @@ def _input_gaps(e: Any, terms: list[np.ndarray], where: dict, rviews: list[list[
     for m, t in zip(e.members, terms):
         i = where.get((e.seq, m.rank))
         real = rviews[m.rank][i]["before"] if i is not None and i < len(rviews[m.rank]) else None
+        if real is None:
+            continue
         try:
             got = np.asarray(_numbers(real[0]), dtype=np.float64)
         except (TypeError, ValueError, IndexError):
@@ -257,7 +259,7 @@ def _one(values: Any) -> bool:
 
 
 def _same_value(real: Any, virtual: Any, allow: Allowance,
-                sums: list[tuple[Any, Allowance]] = ()) -> tuple[bool, Closeness | None]:
+                sums: Sequence[tuple[Any, Allowance]] = ()) -> tuple[bool, Closeness | None]:
     """Return values: the same structure, arrays equal under `values_close`: an array that is the result of one
     of the rank's sums (the same values on virtual ranks) within that sum's allowance, any other within `allow`."""
     if isinstance(virtual, dict):

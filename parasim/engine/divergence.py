@@ -13,7 +13,8 @@ place; one on a side only is named. Wrong sums are silent in training: this name
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from functools import reduce
+from typing import Any, cast
 
 import numpy as np
 
@@ -53,7 +54,7 @@ def collect(trace: Trace, marked: list[list[tuple[str, Any]]], who: str = "the r
     """Every marked name, with one entry per group instance that marked it, in the order they were marked.
     A rank that marks one name twice is refused (UsageError naming `who`): only one value could be compared."""
     seen: dict[int, int] = {}  # rank -> how many of its marks were read
-    out: dict[str, dict[tuple, Marked]] = {}
+    out: dict[str, dict[tuple | str, Marked]] = {}  # keyed by the group, or "rows" for pieces of rows
     for i, mk in enumerate(trace.marks):
         if mk.kind != "tensor":
             continue
@@ -98,7 +99,8 @@ def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
 def _blocks(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
             rows: dict[int, tuple[int, ...]] | None) -> list[tuple[tuple[int, ...], np.ndarray]]:
     """(rows, the block the members holding them make up by `placement`), one per distinct set of rows."""
-    p, by_rows = parse(placement), {}
+    p = parse(placement)
+    by_rows: dict[tuple[int, ...], list] = {}
     for r in group:
         if r in pieces:
             by_rows.setdefault(rows[r] if rows else (), []).append(np.asarray(pieces[r]))
@@ -172,7 +174,7 @@ def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want
     pieces = [np.abs(np.asarray(p, dtype=np.float64)) for p in m.pieces.values()]
     if isinstance(parse(m.placement), Partial) and len({p.shape for p in pieces}) == 1:
         k += len(pieces) - 1  # assembling sums the pieces: one addition per piece but one
-        terms = sum(pieces)
+        terms = reduce(np.add, pieces)  # one shape: the pieces added in turn, element by element
         scale = max(scale, float(np.max(terms[np.isfinite(terms)], initial=0.0)))
     k = max(1, k, most(reference, ref.pieces))
     bound = float(allowed(dtype, k, scale))
@@ -301,8 +303,9 @@ def _ring_gap(trace: Trace, e: Event, m: Marked) -> str | None:
     dst = e.params["dst"]
     got = [x for x in moves if x.params["dst"] == dst and x.step <= m.steps[dst]]
     sent = {q: [x for x in moves if x.params["src"] == q] for q in ranks}
-    origin = {q: [x.members[0].before[0] for x in xs if x.step == min(y.step for y in xs)] for q, xs in sent.items()}
-    arrived = [q for q in ranks if q != dst and any(_same(x.members[0].before[0], o) for x in got for o in origin[q])]
+    first = {id(x): cast(tuple, x.members[0].before)[0] for x in moves}  # every move kept its values: above
+    origin = {q: [first[id(x)] for x in xs if x.step == min(y.step for y in xs)] for q, xs in sent.items()}
+    arrived = [q for q in ranks if q != dst and any(_same(first[id(x)], o) for x in got for o in origin[q])]
     never = [q for q in ranks if q != dst and q not in arrived]
     steps = len({x.step for x in got})
     if not never or steps >= n - 1:

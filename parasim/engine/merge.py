@@ -37,6 +37,7 @@ def merge(results: list[dict], backend: str) -> tuple[Trace, dict[tuple[int, int
     for e in replay.trace.events:
         recs = []
         for i, m in enumerate(e.members):
+            key: tuple  # a rank's calls on one group, one channel's sends or receives, or its compute steps
             if e.kind == "collective":
                 key = ("c", m.rank, e.group.index)
             elif e.kind == "p2p":
@@ -106,12 +107,13 @@ def _key(rec: dict) -> tuple[int, int, int]:
 
 
 def _merge_hops(per_rank: list[list[dict] | None]) -> list[dict] | None:
-    if any(h is None for h in per_rank):
+    every = [h for h in per_rank if h is not None]
+    if len(every) < len(per_rank):  # a rank without its ring hops: no hops for the event
         return None
     merged = []
-    for k, hop in enumerate(per_rank[0]):
+    for k, hop in enumerate(every[0]):
         merged.append({"phase": hop["phase"], "hop": hop["hop"],
-                       "transfers": [t for hops in per_rank for t in hops[k]["transfers"]]})
+                       "transfers": [t for hops in every for t in hops[k]["transfers"]]})
     return merged
 
 

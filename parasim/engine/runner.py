@@ -60,6 +60,7 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     else:
         from ..comm.launch import RealOptions, launch
         from .merge import merge
+        assert timeout is not None  # check_timeout above refused None: real ranks always run under a limit
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
         trace, times = merge(results, backend)
         return _stamped(RunResult([r["value"] for r in results], trace, times), precision.name, exact=True)

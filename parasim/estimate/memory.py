@@ -208,7 +208,7 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
     """Memory of one GPU of pipeline `stage`, item by item, as (a, b, c): bytes = a + b*s + c*s^2.
 
     `p` is a Plan or anything with the same attributes as arrays (plus `rc`, `m` and one `precision` name)."""
-    tp, cp, pp, dp, ep, etp = p.tp, p.cp, p.pp, p.dp, p.ep, p.etp
+    tp, cp, pp, etp = p.tp, p.cp, p.pp, p.etp
     dtypes = precision_of(p.precision)
 
     def state(nbytes: int, from_stage: int) -> Any:

@@ -389,9 +389,9 @@ def _experts(job: Job) -> None:
     if "--moe-enable-deepep" in job.given:  # Megatron-Core refuses it beside another dispatcher or backend
         _use(job, "--moe-enable-deepep")
         if dispatcher != "flex" or backend not in (None, "deepep"):
-            job.contradictions.append(f"--moe-enable-deepep needs --moe-token-dispatcher-type flex and no other "
-                                      f"backend (Megatron-Core refuses it): parasim takes the flex dispatcher with "
-                                      f"deepep")
+            job.contradictions.append("--moe-enable-deepep needs --moe-token-dispatcher-type flex and no other "
+                                      "backend (Megatron-Core refuses it): parasim takes the flex dispatcher with "
+                                      "deepep")
             dispatcher = "flex"
         backend = "deepep"
     if dispatcher == "alltoall":

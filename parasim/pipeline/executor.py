@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from ..comm.interface import Group, Recv, Send
 from .action import KINDS, Action, Schedule
@@ -22,7 +22,7 @@ from .schedules import stage_ranks
 from .timing import Timing, simulate
 
 
-class Stage:
+class Stage(Protocol):
     """What a stage must do: forward(x) -> (y, cache); backward(cache, dy) -> dx (weights included);
     backward_input(cache, dy) -> (dx, work), where work() later computes the weight gradients."""
 
@@ -46,7 +46,8 @@ class WeightGradQueue:
         work here, and the list it is queued on is yielded; after it, each context has the sink it had."""
         contexts = list(contexts)
         before = [c.weight_grads for c in contexts]  # read before any is set: a context may come twice
-        self._queued = work = []
+        work: list[Callable[[], None]] = []
+        self._queued = work
         for c in contexts:
             c.weight_grads = self
         try:
@@ -136,7 +137,9 @@ def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, S
 
 def _exchange(ctx: Any, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
               shape: tuple[int, ...], dtype: Any) -> None:
-    ops, into, words = [], [], []
+    ops: list[Send | Recv] = []
+    into: list[tuple[dict, tuple[int, int]]] = []
+    words: list[str] = []
     step = {k.passes[0]: k.passes[1] for k in KINDS.values() if k.passes}  # "act": +1, "grad": -1
     for _, src, dst, what, stage, mb in batch:
         to = stage + step[what]
