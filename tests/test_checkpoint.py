@@ -241,8 +241,8 @@ def test_real_ranks_save_with_dcp_and_resume_on_other_layouts(tmp_path):
 class _Layer:
     """A layer as the checkpoint reads it: a key, a parallel context (or none), nothing else."""
 
-    def __init__(self, tp):
-        self.key, self.tp = "L0", tp
+    def __init__(self, par):
+        self.key, self.par = "L0", par
 
 
 class _Model:
@@ -258,7 +258,7 @@ class _Model:
 def test_a_piece_lies_where_its_tp_and_etp_places_say():
     """A weight cut over etp on dim 1 at expert-TP rank 1 of 2 is columns 6-11 of a (4, 12) whole; one cut
     over tp on dim 0 at TP rank 2 of 3 is rows 8-11 of a (12, 6) whole. A model without a parallel context
-    (no `tp`, or one that is not a ParallelContext) holds whole weights."""
+    (no `par`, or one that is not a ParallelContext) holds whole weights."""
     from types import SimpleNamespace
 
     from parasim.dp.checkpoint import Region, regions

@@ -67,9 +67,9 @@ def _layers(model: Any) -> list[tuple[str, Any]]:
 def _cuts(model: Any) -> dict[str, tuple[int, int]]:
     """(group size, place in it) over each model axis, from the ParallelContext the layers were built with."""
     for _, layer in _layers(model):
-        tp = getattr(layer, "tp", None)
-        if tp is not None and hasattr(tp, "tp_world_size"):
-            return {"tp": (tp.tp_world_size, tp.tp_rank), "etp": (tp.etp_world_size, tp.etp_rank)}
+        par = getattr(layer, "par", None)
+        if par is not None and hasattr(par, "tp_world_size"):
+            return {"tp": (par.tp_world_size, par.tp_rank), "etp": (par.etp_world_size, par.etp_rank)}
     return {}
 
 

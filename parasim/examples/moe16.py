@@ -151,7 +151,7 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         c, xp = ctx.coords, ctx.xp
         return {"loss": run.loss, "last": c.pp == layout.pp - 1, "grad_sq": run.share_sq, "coords": vars_of(c),
                 "weight_sq": {k: float(xp.sum(w * w)) for k, w in run.new.items()}, "state": run.state,
-                "experts": run.experts, "positions": run.rows, "stores": stores(run.stage, run.state, run.tp)}
+                "experts": run.experts, "positions": run.rows, "stores": stores(run.stage, run.state, run.par)}
     return program
 
 

@@ -33,7 +33,7 @@ class LayersStage(StackWeights):
 
     def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]:
         # the stage's layers share one ParallelContext: installed on it, the queue takes all their work
-        with self.weight_grads.deferring([self.stack.layers[0].tp]) as work:
+        with self.weight_grads.deferring([self.stack.layers[0].par]) as work:
             dx = self.stack.backward(cache, dy)
 
         def weights() -> None:

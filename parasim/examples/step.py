@@ -91,7 +91,7 @@ def plain_stage(ctx: Any, layers: list, first: int, rows: list) -> LayersStage:
 class StepRun:
     """What one rank's step did: its context, layers and stage, and what the schedule and ZeRO-1 returned."""
 
-    tp: Any  # the ParallelContext the layers were built with
+    par: Any  # the ParallelContext the layers were built with
     rows: list[int]  # the sequence positions the rank holds between matmuls
     layers: list[TransformerLayer]
     experts: list[list[int]]  # per layer, the experts (0-based) whose weights the rank holds
@@ -207,5 +207,5 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
     def program(ctx: Any) -> dict:
         run = train_step(ctx, layout, opts, data)
         return {"loss": run.loss, "layers": [layer.key for layer in run.layers], "coords": vars_of(ctx.coords),
-                "stores": stores(run.stage, run.state, run.tp), "experts": run.experts}
+                "stores": stores(run.stage, run.state, run.par), "experts": run.experts}
     return program

@@ -69,7 +69,7 @@ class WatchStage(StackWeights):
         away = sorted({r for _, _, r in picks if r != me})
         trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
                 "the gate-weighted outputs back") if away else "both experts are here: it stays put"
-        policy = layer.mlp.tp.options.routing  # a routing policy (nn/routing.py) picks in place of the router
+        policy = layer.mlp.par.options.routing  # a routing policy (nn/routing.py) picks in place of the router
         who = ("the post's routing (scripted) picks" if row in layer.mlp.scripted
                else f"the {policy} policy picks" if policy is not None else "the router picks")
         self.ctx.note(f"layer {number}: {who} {routes}; {trip}", watch="route", layer=number,

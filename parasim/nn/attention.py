@@ -72,14 +72,14 @@ class AttentionOptions:
 
 
 class ParallelAttention(Weights):
-    def __init__(self, tp: ParallelContext, weights: AttentionWeights, heads: HeadCounts,
+    def __init__(self, par: ParallelContext, weights: AttentionWeights, heads: HeadCounts,
                  options: AttentionOptions = AttentionOptions(), key: str = "attn",
                  name: str = "attn"):
-        xp, w_ = tp.xp, weights
-        self.tp, self.name, self.key, self.p, self.flash = tp, name, key, options.dropout, options.flash
+        xp, w_ = par.xp, weights
+        self.par, self.name, self.key, self.p, self.flash = par, name, key, options.dropout, options.flash
         self.heads, self.kv_heads = heads.heads, heads.kv
         self.d = w_.wq.shape[1] // self.heads
-        self.q_heads, self.kv_local = head_split(self.heads, self.kv_heads, tp.tp_world_size, tp.tp_rank)
+        self.q_heads, self.kv_local = head_split(self.heads, self.kv_heads, par.tp_world_size, par.tp_rank)
         d = self.d
         cols = [h * d + i for h in self.q_heads for i in range(d)]
         nq = self.heads * d
@@ -87,15 +87,15 @@ class ParallelAttention(Weights):
         cols += [nq + self.kv_heads * d + h * d + i for h in self.kv_local for i in range(d)]
         w = xp.concat([w_.wq, w_.wk, w_.wv], axis=1)
         b = None if w_.bq is None else xp.concat([w_.bq, w_.bk, w_.bv], axis=0)
-        self.qkv = ColumnParallelLinear(tp, w, b, name=f"{name}.qkv", columns=cols)
-        self.out = RowParallelLinear(tp, w_.wo, w_.bo, name=f"{name}.out")
+        self.qkv = ColumnParallelLinear(par, w, b, name=f"{name}.qkv", columns=cols)
+        self.out = RowParallelLinear(par, w_.wo, w_.bo, name=f"{name}.out")
         # each local q head reads the local kv head of its group
         group = self.heads // self.kv_heads
         self.kv_of = [self.kv_local.index(h // group) for h in self.q_heads]
 
     def _split(self, y: Any) -> tuple[Any, Any, Any]:
         """[s, b, cols] -> q [b, hq, s, d], k and v [b, hkv, s, d]."""
-        xp, d = self.tp.xp, self.d
+        xp, d = self.par.xp, self.d
         s, b = y.shape[0], y.shape[1]
         nq, nk = len(self.q_heads) * d, len(self.kv_local) * d
 
@@ -105,7 +105,7 @@ class ParallelAttention(Weights):
                 heads(y[..., nq + nk:], len(self.kv_local)))
 
     def _probs(self, q: Any, k: Any) -> Any:
-        xp = self.tp.xp
+        xp = self.par.xp
         kk = xp.take(k, xp.asarray(self.kv_of), axis=1)  # the kv head each q head reads
         scores = xp.matmul(q, xp.permute_dims(kk, (0, 1, 3, 2))) / math.sqrt(self.d)
         s = scores.shape[-1]
@@ -117,21 +117,21 @@ class ParallelAttention(Weights):
 
     def _mask(self, probs: Any) -> Any:
         b, _, s, _ = probs.shape
-        return dropout_mask(self.tp, f"{self.key}.probs", (b, self.heads, s, s), self.p, probs.dtype,
+        return dropout_mask(self.par, f"{self.key}.probs", (b, self.heads, s, s), self.p, probs.dtype,
                             (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
 
     def _ring(self):
         from .ring_attention import RingAttention
-        tp = self.tp
+        par = self.par
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
-        return RingAttention(tp.ctx, tp.cp_group, tp.seq, split=tp.cp_split, causal=True, name=f"{self.name}.ring")
+        return RingAttention(par.ctx, par.cp_group, par.seq, split=par.cp_split, causal=True, name=f"{self.name}.ring")
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        xp = self.tp.xp
+        xp = self.par.xp
         y, c_qkv = self.qkv.forward(x, saved)
         q, k, v = self._split(y)
-        if self.tp.cp_world_size > 1:  # the sequence is split over CP ranks: attend around the ring
+        if self.par.cp_world_size > 1:  # the sequence is split over CP ranks: attend around the ring
             for label, a in (("q", q), ("k", k), ("v", v)):
                 saved.keep(self.name, label, a)
             idx = xp.asarray(self.kv_of)
@@ -159,7 +159,7 @@ class ParallelAttention(Weights):
         return out, (c_qkv, q, k, v, None if self.flash else (probs, mask, dropped), c_out)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
-        xp = self.tp.xp
+        xp = self.par.xp
         c_qkv, q, k, v, kept, c_out = cache
         if kept is not None and isinstance(kept[0], str):  # ("ring", ring, its cache)
             _, ring, c_ring = kept
@@ -189,7 +189,7 @@ class ParallelAttention(Weights):
         return self._qkv_backward(c_qkv, dq, self._fold(dkk, k.shape), self._fold(dvv, v.shape), s, b_)
 
     def _qkv_backward(self, c_qkv: tuple, dq: Any, dk: Any, dv: Any, s: int, b_: int) -> Any:
-        xp = self.tp.xp
+        xp = self.par.xp
 
         def cols(a: Any) -> Any:  # [b, h, s, d] -> [s, b, h*d]
             return xp.reshape(xp.permute_dims(a, (2, 0, 1, 3)), (s, b_, a.shape[1] * self.d))
@@ -197,7 +197,7 @@ class ParallelAttention(Weights):
 
     def _fold(self, per_q: Any, shape: tuple) -> Any:
         """Sum the gradients of q heads that share a kv head onto that kv head."""
-        xp = self.tp.xp
+        xp = self.par.xp
         if list(self.kv_of) == list(range(shape[1])):  # one q head per kv head: nothing to sum
             return per_q
         parts = []

@@ -39,7 +39,8 @@ class ParallelContext:
     """What a layer needs to know about its rank: the comm, the array namespace, and its groups (TP, CP,
     EP, ETP; torchtitan's and picotron's `tp_group`, `tp_world_size`, `tp_rank`) with its place in each.
     What a run chooses (routing, where partial sums are summed) is in `options`; a schedule's state (the
-    W queue) stays with the schedule. Built by hand for a lesson's few ranks, or from a Layout."""
+    W queue) stays with the schedule. Built by hand for a lesson's few ranks, or from a Layout. A layer keeps
+    it as `par` (the whole parallel context, of which TP is one group)."""
 
     ctx: Any
     tp_group: Group | None = None  # None: no tensor parallelism (one rank holds everything)

@@ -7,22 +7,22 @@ from typing import Any
 from .core import Saved, ParallelContext
 
 
-def dropout_mask(tp: ParallelContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
+def dropout_mask(par: ParallelContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
     """The keep-mask (1 kept, 0 dropped) of the whole `shape` in `dtype` (the masked tensor's: a float64
     mask would promote a float32 layer), sliced by `index` for this rank."""
-    keep = tp.ctx.shared_rng(key).uniform(shape) >= p
-    return tp.xp.astype(keep, dtype)[index]  # index () is the whole mask
+    keep = par.ctx.shared_rng(key).uniform(shape) >= p
+    return par.xp.astype(keep, dtype)[index]  # index () is the whole mask
 
 
 class Dropout:
-    def __init__(self, tp: ParallelContext, p: float, key: str, name: str = "dropout"):
-        self.tp, self.p, self.key, self.name = tp, p, key, name
+    def __init__(self, par: ParallelContext, p: float, key: str, name: str = "dropout"):
+        self.par, self.p, self.key, self.name = par, p, key, name
 
     def forward(self, x: Any, saved: Saved, full_shape: tuple[int, ...], index: tuple = ()) -> tuple[Any, Any]:
         """`full_shape`: the tensor's shape on one device; `index`: this rank's slice of it."""
         if self.p == 0:
             return x, None
-        mask = dropout_mask(self.tp, self.key, full_shape, self.p, x.dtype, index)
+        mask = dropout_mask(self.par, self.key, full_shape, self.p, x.dtype, index)
         saved.keep(self.name, "mask", mask, unit=1)
         return x * mask / (1.0 - self.p), mask
 

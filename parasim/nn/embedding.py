@@ -13,32 +13,32 @@ from typing import Any
 from .core import ParallelContext, Saved, Shard, Weights
 
 
-def owned_one_hot(tp: ParallelContext, ids: Any, vocab: int) -> Any:
+def owned_one_hot(par: ParallelContext, ids: Any, vocab: int) -> Any:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
-    n = vocab // tp.tp_world_size
-    mine = tp.xp.arange(n) + tp.tp_rank * n  # the token ids this rank owns: a contiguous block
-    return tp.xp.astype(ids[..., None] == mine, tp.xp.float64)
+    n = vocab // par.tp_world_size
+    mine = par.xp.arange(n) + par.tp_rank * n  # the token ids this rank owns: a contiguous block
+    return par.xp.astype(ids[..., None] == mine, par.xp.float64)
 
 
 class VocabParallelEmbedding(Weights):
-    def __init__(self, tp: ParallelContext, weight: Any, name: str = "embedding"):
-        self.tp, self.name, self.vocab = tp, name, weight.shape[0]
+    def __init__(self, par: ParallelContext, weight: Any, name: str = "embedding"):
+        self.par, self.name, self.vocab = par, name, weight.shape[0]
         self.placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
-        self.weight = tp.shard(weight, 0)
+        self.weight = par.shard(weight, 0)
         self.grads: dict[str, Any] = {}
 
     def forward(self, ids: Any, saved: Saved) -> tuple[Any, tuple]:
         """ids [s, b] (whole sequence on every rank) -> [s, b, h] (this rank's tokens under SP)."""
-        tp, xp = self.tp, self.tp.xp
-        onehot = owned_one_hot(tp, ids, self.vocab)
+        par, xp = self.par, self.par.xp
+        onehot = owned_one_hot(par, ids, self.vocab)
         partial = xp.matmul(onehot, self.weight)  # a row lookup, written as a product the backward can reuse
-        y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter") if tp.sp else tp.g_forward(partial)
+        y = par.scatter_seq(partial, f"{self.name}: reduce-scatter") if par.sp else par.g_forward(partial)
         return y, (onehot,)
 
     def backward(self, cache: tuple, dy: Any) -> None:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         (onehot,) = cache
-        full = tp.gather_seq(dy, f"{self.name} backward: all-gather") if tp.sp else tp.g_backward(dy)
+        full = par.gather_seq(dy, f"{self.name} backward: all-gather") if par.sp else par.g_backward(dy)
         g = xp.tensordot(onehot, full, axes=([0, 1], [0, 1]))  # each owned row sums the grads of its tokens
         self.grads["weight"] = g if "weight" not in self.grads else self.grads["weight"] + g
 
@@ -46,18 +46,18 @@ class VocabParallelEmbedding(Weights):
 class VocabParallelCrossEntropy:
     """Mean cross-entropy over all tokens from logits sharded on the vocabulary dim."""
 
-    def __init__(self, tp: ParallelContext, vocab: int, name: str = "loss"):
-        self.tp, self.vocab, self.name = tp, vocab, name
+    def __init__(self, par: ParallelContext, vocab: int, name: str = "loss"):
+        self.par, self.vocab, self.name = par, vocab, name
 
     def forward(self, logits: Any, targets: Any, saved: Saved) -> tuple[Any, tuple]:
-        tp, xp = self.tp, self.tp.xp
-        comm, group, alone = tp.comm, tp.tp_group, tp.tp_world_size == 1
+        par, xp = self.par, self.par.xp
+        comm, group, alone = par.comm, par.tp_group, par.tp_world_size == 1
         local_max = xp.max(logits, axis=-1)
         m = local_max if alone else comm.all_reduce(local_max, op="max", group=group, label="loss: max logit")
         e = xp.exp(logits - m[..., None])
         local_sum = xp.sum(e, axis=-1)
         total = local_sum if alone else comm.all_reduce(local_sum, group=group, label="loss: sum of exp")
-        onehot = owned_one_hot(tp, targets, self.vocab)
+        onehot = owned_one_hot(par, targets, self.vocab)
         local_target = xp.sum(onehot * (logits - m[..., None]), axis=-1)
         target = local_target if alone else comm.all_reduce(local_target, group=group, label="loss: target logit")
         losses = xp.log(total) - target

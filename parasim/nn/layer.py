@@ -54,33 +54,33 @@ def expert_weights(weights: dict[str, Any], shape: ModelSpec) -> list[dict[str, 
 
 
 class TransformerLayer:
-    def __init__(self, tp: ParallelContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
+    def __init__(self, par: ParallelContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
                  name: str = "layer"):
-        self.tp, self.shape, self.name, self.key = tp, shape, name, key
+        self.par, self.shape, self.name, self.key = par, shape, name, key
         rms = shape.norm == "rmsnorm"
-        self.ln1 = LayerNorm(tp, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
-        self.attn = ParallelAttention(tp, AttentionWeights.of(weights), HeadCounts(shape.heads, shape.kv),
+        self.ln1 = LayerNorm(par, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
+        self.attn = ParallelAttention(par, AttentionWeights.of(weights), HeadCounts(shape.heads, shape.kv),
                                       AttentionOptions(dropout=shape.dropout, flash=shape.flash),
                                       key=f"{key}.attn", name=f"{name}.attn")
-        self.drop1 = Dropout(tp, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
-        self.ln2 = LayerNorm(tp, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
+        self.drop1 = Dropout(par, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
+        self.ln2 = LayerNorm(par, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
-            self.mlp: ParallelMLP | MoE = MoE(tp, tp.ep_group, weights["router"], expert_weights(weights, shape),
-                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=tp.etp_group)
+            self.mlp: ParallelMLP | MoE = MoE(par, par.ep_group, weights["router"], expert_weights(weights, shape),
+                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=par.etp_group)
         else:
-            self.mlp = ParallelMLP(tp, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
+            self.mlp = ParallelMLP(par, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
                                    name=f"{name}.mlp")
-        self.drop2 = Dropout(tp, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
+        self.drop2 = Dropout(par, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
 
     def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
         """The whole activation's shape and this rank's slice of it: its CP tokens, then its SP share."""
-        tp = self.tp
-        if tp.cp_world_size == 1:
-            if not tp.sp:
+        par = self.par
+        if par.cp_world_size == 1:
+            if not par.sp:
                 return tuple(x.shape), ()
             n = x.shape[0]
-            return (n * tp.tp_world_size, *x.shape[1:]), (slice(tp.tp_rank * n, (tp.tp_rank + 1) * n),)
-        return (tp.seq, *x.shape[1:]), (tp.xp.asarray(tp.token_positions()),)
+            return (n * par.tp_world_size, *x.shape[1:]), (slice(par.tp_rank * n, (par.tp_rank + 1) * n),)
+        return (par.seq, *x.shape[1:]), (par.xp.asarray(par.token_positions()),)
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
         full, index = self._where(x) if self.drop1.p or self.drop2.p else ((), ())  # only masks need them
@@ -107,13 +107,13 @@ class TransformerLayer:
         share) whole, a copy of every other rank's with the same tokens; the unsplit model marks every row."""
         if tag is None:
             return x
-        tp, n = self.tp, x.shape[0]
-        if tp.cp_world_size > 1:
-            rows, size = tp.token_positions(), tp.seq
+        par, n = self.par, x.shape[0]
+        if par.cp_world_size > 1:
+            rows, size = par.token_positions(), par.seq
         else:  # the SP share alone (or every row): a slice of this rank's n tokens out of n * t
-            t, r = (tp.tp_world_size, tp.tp_rank) if tp.sp else (1, 0)
+            t, r = (par.tp_world_size, par.tp_rank) if par.sp else (1, 0)
             rows, size = range(r * n, (r + 1) * n), n * t
-        return tp.ctx.mark(f"{tag}.{self.key}.{what}", x, "Replicate()", rows=rows, size=size)
+        return par.ctx.mark(f"{tag}.{self.key}.{what}", x, "Replicate()", rows=rows, size=size)
 
     def _slots(self) -> dict[str, tuple[Any, str]]:
         """Where each weight lives, under the same names as `grads`: (holder, attribute or dict key)."""

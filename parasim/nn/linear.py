@@ -23,60 +23,60 @@ def _bias_grad(xp: Any, dy: Any) -> Any:
     return xp.sum(dy, axis=tuple(range(dy.ndim - 1)))
 
 
-def mark_output(tp: ParallelContext, tag: str | None, name: str, y: Any, p: Any, rows: Any) -> None:
+def mark_output(par: ParallelContext, tag: str | None, name: str, y: Any, p: Any, rows: Any) -> None:
     """With a tag (`Saved.tag`), mark a layer's output for `parasim check` as `tag.name.out`: placed `p` over
     TP, and with CP the rows (sequence positions) this rank holds of the whole sequence (a method giving
     them: asked only when marking)."""
     if tag is not None:
         rows = rows() if callable(rows) else rows
-        tp.ctx.mark(f"{tag}.{name}.out", y, p, tp.tp_group, rows=rows, size=tp.seq if rows is not None else None)
+        par.ctx.mark(f"{tag}.{name}.out", y, p, par.tp_group, rows=rows, size=par.seq if rows is not None else None)
 
 
 class ColumnParallelLinear(Weights):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
-    def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
+    def __init__(self, par: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
-        self.tp, self.name, self.even = tp, name, columns is None
+        self.par, self.name, self.even = par, name, columns is None
         # input replicated (Shard(0) of the sequence under SP), output sharded on its last dim; each
         # instance its own declaration, so moving one layer's placement moves no other's
         self.placements = {"weight": {"tp": Shard(1)}, "bias": {"tp": Shard(0)}}
         if columns is None:
-            self.weight = tp.shard(weight, 1)
-            self.bias = None if bias is None else tp.shard(bias, 0)
+            self.weight = par.shard(weight, 1)
+            self.bias = None if bias is None else par.shard(bias, 0)
         else:
-            idx = tp.xp.asarray(columns)
-            self.weight = tp.xp.take(weight, idx, axis=1)
-            self.bias = None if bias is None else tp.xp.take(bias, idx, axis=0)
+            idx = par.xp.asarray(columns)
+            self.weight = par.xp.take(weight, idx, axis=1)
+            self.bias = None if bias is None else par.xp.take(bias, idx, axis=0)
         self.grads: dict[str, Any] = {}
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         # f: every rank needs the whole input. Under SP the input arrives split by sequence: gather it.
-        full = tp.gather_seq(x, f"{self.name}: all-gather the sequence") if tp.sp else tp.f_forward(x)
-        saved.keep(self.name, "input", x if tp.sp else full)  # SP keeps only its shard, gathers again later
+        full = par.gather_seq(x, f"{self.name}: all-gather the sequence") if par.sp else par.f_forward(x)
+        saved.keep(self.name, "input", x if par.sp else full)  # SP keeps only its shard, gathers again later
         y = xp.matmul(full, self.weight)
         if self.bias is not None:
             y = y + self.bias
         if self.even:  # chosen columns (attention's fused heads) are no one slice: a placement cannot say them
-            rows = tp.cp_positions if tp.cp_world_size > 1 else None
-            mark_output(tp, saved.tag, self.name, y, Shard(y.ndim - 1), rows)
+            rows = par.cp_positions if par.cp_world_size > 1 else None
+            mark_output(par, saved.tag, self.name, y, Shard(y.ndim - 1), rows)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         (x,) = cache
 
         def weights() -> None:
-            full = tp.gather_seq(x, f"{self.name} backward: all-gather the sequence again") if tp.sp else x
+            full = par.gather_seq(x, f"{self.name} backward: all-gather the sequence again") if par.sp else x
             self._accumulate("weight", _weight_grad(xp, full, dy))
             if self.bias is not None:
                 self._accumulate("bias", _bias_grad(xp, dy))
-        tp.weight_grad(weights)
+        par.weight_grad(weights)
         dx = xp.matmul(dy, xp.permute_dims(self.weight, (1, 0)))  # a partial sum: this rank's columns only
         # the backward of f (a copy) is a sum over ranks; under SP the sum lands back on sequence shards
-        return tp.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if tp.sp else tp.f_backward(dx)
+        return par.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if par.sp else par.f_backward(dx)
 
     def _accumulate(self, key: str, g: Any) -> None:
         self.grads[key] = g if key not in self.grads else self.grads[key] + g
@@ -86,41 +86,41 @@ class RowParallelLinear(Weights):
     """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
     under SP) once the partial sums are reduced."""
 
-    def __init__(self, tp: ParallelContext, weight: Any, bias: Any = None, name: str = "row"):
-        self.tp, self.name = tp, name
+    def __init__(self, par: ParallelContext, weight: Any, bias: Any = None, name: str = "row"):
+        self.par, self.name = par, name
         # input sharded on its last dim; output a partial sum until g (or SP's reduce-scatter) sums it.
         # The bias is added after the sum, whole on every rank; under SP each rank adds it to its own
         # tokens only, so its gradient is a partial sum over TP.
-        self.placements = {"weight": {"tp": Shard(0)}, "bias": {"tp": Partial() if tp.sp else Replicate()}}
-        self.weight = tp.shard(weight, 0)
-        self.bias = None if bias is None else tp.xp.asarray(bias, copy=True)
+        self.placements = {"weight": {"tp": Shard(0)}, "bias": {"tp": Partial() if par.sp else Replicate()}}
+        self.weight = par.shard(weight, 0)
+        self.bias = None if bias is None else par.xp.asarray(bias, copy=True)
         self.grads: dict[str, Any] = {}
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         saved.keep(self.name, "input", x)
         partial = xp.matmul(x, self.weight)
-        y = tp.scatter_seq(partial, f"{self.name}: reduce-scatter the sequence") if tp.sp else tp.g_forward(partial)
+        y = par.scatter_seq(partial, f"{self.name}: reduce-scatter the sequence") if par.sp else par.g_forward(partial)
         if self.bias is not None:
             y = y + self.bias
-        if tp.cp_world_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
-            mark_output(tp, saved.tag, self.name, y, Replicate(), tp.token_positions if tp.sp else tp.cp_positions)
+        if par.cp_world_size > 1:  # each rank's tokens: its CP slice, and under SP its share of that
+            mark_output(par, saved.tag, self.name, y, Replicate(), par.token_positions if par.sp else par.cp_positions)
         else:
-            mark_output(tp, saved.tag, self.name, y, Shard(0) if tp.sp else Replicate(), None)
+            mark_output(par, saved.tag, self.name, y, Shard(0) if par.sp else Replicate(), None)
         return y, (x,)
 
     def backward(self, cache: tuple, dy: Any) -> Any:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         (x,) = cache
 
         def bias() -> None:
             db = _bias_grad(xp, dy)
-            db = settle(tp, self.placements["bias"], db, f"{self.name} backward: sum bias grad (SP)")
+            db = settle(par, self.placements["bias"], db, f"{self.name} backward: sum bias grad (SP)")
             self._accumulate("bias", db)
         if self.bias is not None:
-            tp.weight_grad(bias)
-        full = tp.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if tp.sp else tp.g_backward(dy)
-        tp.weight_grad(lambda: self._accumulate("weight", _weight_grad(xp, x, full)))
+            par.weight_grad(bias)
+        full = par.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if par.sp else par.g_backward(dy)
+        par.weight_grad(lambda: self._accumulate("weight", _weight_grad(xp, x, full)))
         return xp.matmul(full, xp.permute_dims(self.weight, (1, 0)))
 
     _accumulate = ColumnParallelLinear._accumulate

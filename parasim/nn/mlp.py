@@ -10,14 +10,14 @@ from .linear import ColumnParallelLinear, RowParallelLinear
 
 
 class ParallelMLP(Weights):
-    def __init__(self, tp: ParallelContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
+    def __init__(self, par: ParallelContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
                  name: str = "mlp"):
-        self.tp, self.name, self.act = tp, name, act
-        self.fc1 = ColumnParallelLinear(tp, w1, b1, name=f"{name}.fc1")
-        self.fc2 = RowParallelLinear(tp, w2, b2, name=f"{name}.fc2")
+        self.par, self.name, self.act = par, name, act
+        self.fc1 = ColumnParallelLinear(par, w1, b1, name=f"{name}.fc1")
+        self.fc2 = RowParallelLinear(par, w2, b2, name=f"{name}.fc2")
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        xp = self.tp.xp
+        xp = self.par.xp
         h, c1 = self.fc1.forward(x, saved)
         saved.keep(self.name, "activation input", h)
         a = ACTIVATIONS[self.act][0](xp, h)
@@ -27,7 +27,7 @@ class ParallelMLP(Weights):
     def backward(self, cache: tuple, dy: Any) -> Any:
         c1, h, c2 = cache
         da = self.fc2.backward(c2, dy)
-        dh = ACTIVATIONS[self.act][1](self.tp.xp, h, da)
+        dh = ACTIVATIONS[self.act][1](self.par.xp, h, da)
         return self.fc1.backward(c1, dh)
 
     @property

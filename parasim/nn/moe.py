@@ -33,17 +33,17 @@ from .routing import GroupLimit, spellings
 
 
 class MoE(Weights):
-    def __init__(self, tp: ParallelContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
+    def __init__(self, par: ParallelContext, ep: Group | None, router: Any, experts: list[dict[str, Any]], top_k: int,
                  act: str = "gelu", name: str = "moe", etp: Group | None = None, limit: GroupLimit | None = None):
         """`etp`: the expert-TP group, over which each expert's matrices are split (w1 by columns, w2 by rows,
         as Megatron's expert tensor parallelism does); None: each expert whole on its EP rank. `limit`:
         DeepSeek-V3's node-limited routing, each token's k experts inside the few groups of experts it ranks
         best (nn/routing.py; None: any k experts), the router's and a routing policy's picks alike."""
         n_exp = len(experts)
-        self.tp, self.ep, self.k, self.act, self.name = tp, ep, top_k, act, name
+        self.par, self.ep, self.k, self.act, self.name = par, ep, top_k, act, name
         self.etp = etp if etp is not None and etp.size > 1 else None
         self.q = 1 if self.etp is None else self.etp.size
-        self.eme = 0 if self.etp is None else self.etp.group_rank(tp.ctx.rank)
+        self.eme = 0 if self.etp is None else self.etp.group_rank(par.ctx.rank)
         p = 1 if ep is None else ep.size
         if n_exp % p:
             raise LayoutError(f"{n_exp} experts do not split evenly over an EP group of {p}")
@@ -52,15 +52,15 @@ class MoE(Weights):
         if limit is not None:
             limit.check(n_exp, top_k)
         self.limit = limit
-        xp = tp.xp
+        xp = par.xp
         self.p, self.per = p, n_exp // p
-        self.me = 0 if ep is None else ep.group_rank(tp.ctx.rank)
+        self.me = 0 if ep is None else ep.group_rank(par.ctx.rank)
         self.first = self.me * self.per  # global index of this rank's first expert
         self.router = xp.asarray(router, copy=True)
         # the router is whole on every rank; under SP each TP rank routes its own tokens, so its gradient
         # is a partial sum over TP. Each expert lives on one EP rank; over ETP its w1 is split by columns
         # (with b1), w2 by rows; b2 is added once (on ETP rank 0), so its gradient is partial over ETP.
-        self.placements: dict[str, dict] = {"router": {"tp": Partial() if tp.sp else Replicate()}}
+        self.placements: dict[str, dict] = {"router": {"tp": Partial() if par.sp else Replicate()}}
         over_etp = {"w1": Shard(1), "b1": Shard(0), "w2": Shard(0), "b2": Partial()}
         self.experts = []
         for j in range(self.per):
@@ -94,7 +94,7 @@ class MoE(Weights):
 
     # -- forward -------------------------------------------------------------------------------------
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        xp = self.tp.xp
+        xp = self.par.xp
         shape = x.shape
         h, n_exp = shape[-1], self.router.shape[1]
         tokens = xp.reshape(x, (-1, h))
@@ -155,20 +155,20 @@ class MoE(Weights):
     def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
         """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
         the parallel context has one, else by the router's scores (top k)."""
-        policy, key = self.tp.options.routing, f"{self.name}#{self.calls}"
+        policy, key = self.par.options.routing, f"{self.name}#{self.calls}"
         self.calls += 1
         if policy is None:
             top = self._top(logits)
             return [list(self.scripted[t][0]) if t in self.scripted else top[t] for t in range(n)]
         if self.scripted:
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
-        return policy.choose(key, self.tp.ctx.rank, self.me * n, n, n_exp, self.k, self.limit)  # [n, k], read-only
+        return policy.choose(key, self.par.ctx.rank, self.me * n, n, n_exp, self.k, self.limit)  # [n, k], read-only
 
     def _top(self, logits: Any) -> list[list[int]]:
         """Each token's k best experts by the router's scores, best first; ties go to the lower index (a
         stable order of the negated scores). Under a group limit, the best among the groups it keeps."""
         try:
-            order = self.tp.xp.argsort(-logits, axis=1, stable=True)
+            order = self.par.xp.argsort(-logits, axis=1, stable=True)
         except ParasimError as exc:  # arrays without values have no order to give
             raise UsageError(f"{self.name}: no router scores to route by ({exc}); give a routing policy "
                              f"({spellings()})") from None
@@ -195,11 +195,11 @@ class MoE(Weights):
     def _received(self, sizes: list[int], n: int, n_exp: int) -> list[np.ndarray] | None:
         """With a routing policy, for each local expert the received rows that chose it, worked out from the
         senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels."""
-        policy = self.tp.options.routing
+        policy = self.par.options.routing
         if policy is None or self.etp is not None:
             return None
         key = f"{self.name}#{self.calls - 1}"
-        srcs = [self.tp.ctx.rank] if self.ep is None else self.ep.ranks
+        srcs = [self.par.ctx.rank] if self.ep is None else self.ep.ranks
         draws = [policy.choose(key, src, d * n, n, n_exp, self.k, self.limit) for d, src in enumerate(srcs)]
         last = self._last_received  # balanced routing: the very same draws every call
         if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)) \
@@ -225,7 +225,7 @@ class MoE(Weights):
         last = self._last_plan
         if last is not None and last[0] is rows:
             return last[1]
-        xp, sizes = self.tp.xp, [len(r) for r in rows]
+        xp, sizes = self.par.xp, [len(r) for r in rows]
         tokens = np.concatenate(rows).astype(np.int64) if rows else np.zeros(0, dtype=np.int64)
         slots = tokens * self.p + np.repeat(np.arange(self.p), sizes)
         plan = _Dispatch(xp.asarray(tokens, dtype=xp.int64), xp.asarray(slots, dtype=xp.int64), sizes,
@@ -244,7 +244,7 @@ class MoE(Weights):
         found = []
         for j in range(self.per):
             idx = arrived[j] if arrived is not None else self._gated(ws, j)
-            found.append((idx, _rounds(self.tp.xp, idx, n_rows)))
+            found.append((idx, _rounds(self.par.xp, idx, n_rows)))
         if arrived is not None:
             self._last_experts = (arrived, n_rows, found)
         return found
@@ -252,7 +252,7 @@ class MoE(Weights):
     def _gated(self, ws: Any, j: int) -> list[int]:
         """The received rows whose gate for local expert j is nonzero."""
         try:
-            return self.tp.xp.nonzero(ws[:, j] != 0.0)[0].tolist()
+            return self.par.xp.nonzero(ws[:, j] != 0.0)[0].tolist()
         except ParasimError as exc:  # arrays without values have no gates to read
             raise UsageError(f"{self.name}: the rows that chose each expert are read from their gates ({exc}); "
                              "arrays without values route by policy with expert TP 1 only, for now") from None
@@ -268,7 +268,7 @@ class MoE(Weights):
                                  "routing with a multiple of E tokens per GPU), or run the ranks unfolded")
 
     def _experts_forward(self, xs: Any, ws: Any, saved: Saved) -> tuple[Any, list]:
-        xp = self.tp.xp
+        xp = self.par.xp
         act = ACTIVATIONS[self.act][0]
         out = xp.zeros_like(xs)
         caches = []
@@ -289,11 +289,11 @@ class MoE(Weights):
 
     # -- backward ------------------------------------------------------------------------------------
     def backward(self, cache: tuple, dy: Any) -> Any:
-        tp, xp = self.tp, self.tp.xp
-        if (tp.tp_world_size > 1 and not tp.sp and self.ep is not None
-                and len(set(self.ep.ranks) & set(tp.tp_group.ranks)) > 1):
+        par, xp = self.par, self.par.xp
+        if (par.tp_world_size > 1 and not par.sp and self.ep is not None
+                and len(set(self.ep.ranks) & set(par.tp_group.ranks)) > 1):
             # forward is right (each copy comes home), the expert gradients would not be: Megatron's rule
-            raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {tp.tp_world_size} needs sequence "
+            raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {par.tp_world_size} needs sequence "
                               "parallelism for backward: without it those ranks route the same tokens and the "
                               "experts' gradients count each token more than once")
         shape, tokens, pick, gates, fixed, plan, sizes, etp_sizes, xs, ws, expert_caches = cache
@@ -327,14 +327,14 @@ class MoE(Weights):
 
         def router_grad() -> None:
             g = xp.matmul(tokens.T, dlogits)
-            g = settle(tp, self.placements["router"], g, f"{self.name} backward: sum router grad (SP)")
+            g = settle(par, self.placements["router"], g, f"{self.name} backward: sum router grad (SP)")
             self._accumulate("router", g)
-        tp.weight_grad(router_grad)
+        par.weight_grad(router_grad)
         dx = dx + xp.matmul(dlogits, self.router.T)
         return xp.reshape(dx, shape)
 
     def _expert_backward(self, j: int, c: tuple, dout: Any) -> tuple[Any, Any]:
-        xp = self.tp.xp
+        xp = self.par.xp
         idx, xj, hj, aj, yj, gj, _ = c
         e, key = self.experts[j], f"expert{self.first + j + 1}"
         do = _take(xp, dout, idx)
@@ -348,11 +348,11 @@ class MoE(Weights):
             self._accumulate(f"{key}.w1", xp.matmul(xj.T, dh))
             if "b2" in e:
                 db2 = xp.sum(dyj, axis=0) if self.eme == 0 else xp.zeros_like(e["b2"])
-                self._accumulate(f"{key}.b2", settle(self.tp, self.placements[f"{key}.b2"], db2,
+                self._accumulate(f"{key}.b2", settle(self.par, self.placements[f"{key}.b2"], db2,
                                                      f"{self.name} backward: sum {key}.b2 grad over expert-TP"))
             if "b1" in e:
                 self._accumulate(f"{key}.b1", xp.sum(dh, axis=0))
-        self.tp.weight_grad(weights)
+        self.par.weight_grad(weights)
         return xp.matmul(dh, e["w1"].T), dgj
 
     # -- expert tensor parallelism ------------------------------------------------------------------
@@ -361,15 +361,15 @@ class MoE(Weights):
         so an all-to-all that sends each peer the whole block, not an all-gather); and the counts."""
         if self.etp is None:
             return rows, [rows.shape[0]]
-        got = self.tp.comm.all_to_all([rows] * self.q, dim=0, group=self.etp, label=f"{self.name} {label}")
-        return self.tp.xp.concat(got, axis=0), [g.shape[0] for g in got]
+        got = self.par.comm.all_to_all([rows] * self.q, dim=0, group=self.etp, label=f"{self.name} {label}")
+        return self.par.xp.concat(got, axis=0), [g.shape[0] for g in got]
 
     def _etp_sum(self, partial: Any, sizes: list[int], label: str) -> Any:
         """The reverse of `_etp_gather`: each rank's own rows, summed over the group's partial results (a
         reduce-scatter with uneven counts, as an all-to-all and a local sum)."""
         if self.etp is None:
             return partial
-        got = self.tp.comm.all_to_all(split_rows(partial, sizes), dim=0, group=self.etp, label=f"{self.name} {label}")
+        got = self.par.comm.all_to_all(split_rows(partial, sizes), dim=0, group=self.etp, label=f"{self.name} {label}")
         total = got[0]
         for g in got[1:]:
             total = total + g
@@ -380,12 +380,12 @@ class MoE(Weights):
         """`rows` in the dtype of `kind` when they cross the EP group (the run's precision: what goes toward the
         experts travels as the dispatch, what comes home as the combine, DeepSeek-V3's FP8 and BF16), back in
         the activations' dtype once they have arrived; as they are without an EP group to cross."""
-        return rows if self.ep is None or self.p == 1 else self.tp.ctx.cast(rows, kind)
+        return rows if self.ep is None or self.p == 1 else self.par.ctx.cast(rows, kind)
 
     def _a2a(self, chunks: list, label: str) -> list:
         if self.ep is None or self.p == 1:
             return list(chunks)
-        return self.tp.comm.all_to_all(chunks, dim=0, group=self.ep, label=f"{self.name} {label}")
+        return self.par.comm.all_to_all(chunks, dim=0, group=self.ep, label=f"{self.name} {label}")
 
     def _accumulate(self, key: str, g: Any) -> None:
         self._grads[key] = g if key not in self._grads else self._grads[key] + g
@@ -394,7 +394,7 @@ class MoE(Weights):
     def grads(self) -> dict[str, Any]:
         """Every weight's gradient, zero for a local expert no token chose: the same keys on every rank of
         the EP group, in a fixed order, so gradient sums line up."""
-        xp = self.tp.xp
+        xp = self.par.xp
         out = {"router": self._grads.get("router", xp.zeros(self.router.shape, dtype=self.router.dtype))}
         for j, e in enumerate(self.experts):
             for name, w in e.items():

@@ -9,19 +9,19 @@ from .placement import Partial, Replicate, settle
 
 
 class LayerNorm(Weights):
-    def __init__(self, tp: ParallelContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
+    def __init__(self, par: ParallelContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
                  rms: bool = False):
-        xp = tp.xp
-        self.tp, self.name, self.eps, self.rms = tp, name, eps, rms
+        xp = par.xp
+        self.par, self.name, self.eps, self.rms = par, name, eps, rms
         self.weight = xp.asarray(weight, copy=True)
         self.bias = None if bias is None or rms else xp.asarray(bias, copy=True)
         # whole on every TP rank; under SP each rank normalises its own tokens: a partial gradient
-        over_tp = Partial() if tp.sp else Replicate()
+        over_tp = Partial() if par.sp else Replicate()
         self.placements = {k: {"tp": over_tp} for k in ("weight", "bias") if getattr(self, k) is not None}
         self.grads: dict[str, Any] = {}
 
     def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
-        xp = self.tp.xp
+        xp = self.par.xp
         saved.keep(self.name, "input", x)
         if self.rms:
             rstd = 1.0 / xp.sqrt(xp.mean(x * x, axis=-1, keepdims=True) + self.eps)
@@ -37,7 +37,7 @@ class LayerNorm(Weights):
         return y, (xhat, rstd)  # kept as functions of the input (counted above), as a fused kernel would
 
     def backward(self, cache: tuple, dy: Any) -> Any:
-        tp, xp = self.tp, self.tp.xp
+        par, xp = self.par, self.par.xp
         xhat, rstd = cache
         lead = tuple(range(dy.ndim - 1))
 
@@ -46,9 +46,9 @@ class LayerNorm(Weights):
             if self.bias is not None:
                 grads["bias"] = xp.sum(dy, axis=lead)
             for k, g in grads.items():
-                g = settle(tp, self.placements[k], g, f"{self.name} backward: sum {k} grad (SP)")
+                g = settle(par, self.placements[k], g, f"{self.name} backward: sum {k} grad (SP)")
                 self.grads[k] = g if k not in self.grads else self.grads[k] + g
-        tp.weight_grad(weights)
+        par.weight_grad(weights)
         dxhat = dy * self.weight
         if self.rms:
             return rstd * (dxhat - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))

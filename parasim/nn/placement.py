@@ -147,18 +147,18 @@ def assemble(pieces: Sequence[Any], p: Placement, xp: Any) -> Any:
     return pieces[0]  # replicated: every piece is the whole
 
 
-def settle(tp: Any, placed: Placed, grad: Any, label: str) -> Any:
+def settle(par: Any, placed: Placed, grad: Any, label: str) -> Any:
     """(b), inside a layer: sum a fresh weight gradient over its Partial model axes (tp; etp for experts), so
     that what the layer keeps is whole there; the data axes are left to data-parallel code."""
     __site_hide__ = True  # noqa: F841 (comm/sites.py: a call site names the layer line that called settle)
-    if tp.options.partial_sums == "step":  # left partial: data-parallel code sums them once per step
+    if par.options.partial_sums == "step":  # left partial: data-parallel code sums them once per step
         return grad
-    groups = {"tp": tp.tp_group, "etp": tp.etp_group}  # the model groups a layer holds
+    groups = {"tp": par.tp_group, "etp": par.etp_group}  # the model groups a layer holds
     for axis, p in placed.items():
         if isinstance(p, Partial) and axis not in DATA_AXES:
             if axis not in groups:
                 raise LayoutError(f"a gradient partial over {axis}: layers sum partial gradients over tp and etp only")
             group = groups[axis]
             if group is not None and group.size > 1:
-                grad = tp.comm.all_reduce(grad, group=group, label=label)
+                grad = par.comm.all_reduce(grad, group=group, label=label)
     return grad
