@@ -21,7 +21,7 @@ from .limits import JSON_DEPTH, LAYOUT_WORLD, MAX_SIZE, brief as _brief, cut_pat
 HELD_KINDS = ("weights", "gradients", "optimizer", "activations", "gathered")  # what ctx.hold may say a rank keeps
 # an event's kinds and the ops each allows: the op table's entries as the check reads them (a collective added
 # to it is accepted with nothing added here); a compute event's op is the name the program gave it
-KINDS = {"collective": OPS, "p2p": {P2P}, "compute": None}
+EVENT_KINDS = {"collective": OPS, "p2p": {P2P}, "compute": None}
 MARK_KINDS = ("phase", "note", "held", "tensor", "work")
 MARK_FIELDS = {"rank", "step", "kind", "text", "data"}
 TENSOR_DIMS = 64  # numpy's own limit on an array's dimensions
@@ -298,11 +298,11 @@ def _event(e: Any, where: str, i: int, world: int, last: int, groups: list, cloc
                    "numbered 0, 1, 2, ...)")
     step = _int(e.get("step"), f"{where}.step", 0, last)  # each event moves a clock on by one at most
     kind = e.get("kind")
-    if not isinstance(kind, str) or kind not in KINDS:
-        raise _Bad(f"{where}.kind: expected one of {', '.join(KINDS)}, got {_brief(kind)}")
+    if not isinstance(kind, str) or kind not in EVENT_KINDS:
+        raise _Bad(f"{where}.kind: expected one of {', '.join(EVENT_KINDS)}, got {_brief(kind)}")
     op = _str(e.get("op"), f"{where}.op")
-    if KINDS[kind] is not None and op not in KINDS[kind]:
-        raise _Bad(f"{where}.op: {_brief(op)} is not a {kind} operation ({', '.join(sorted(KINDS[kind]))})")
+    if EVENT_KINDS[kind] is not None and op not in EVENT_KINDS[kind]:
+        raise _Bad(f"{where}.op: {_brief(op)} is not a {kind} operation ({', '.join(sorted(EVENT_KINDS[kind]))})")
     g = e.get("group")
     _group(g, f"{where}.group", world)
     listed = groups[g["index"]] if g["index"] < len(groups) else None

@@ -4,7 +4,7 @@ import ast
 from pathlib import Path
 
 import parasim
-from parasim.layout import AXES, COORD_GROUP, COORDS, KINDS, SIZED, Layout
+from parasim.layout import AXES, COORD_GROUP, COORDS, GROUP_KINDS, SIZED, Layout
 from parasim.nn import placement
 
 from conftest import cli
@@ -27,10 +27,10 @@ ALLOWED = {
 
 
 def test_each_axis_names_the_group_megatron_core_builds_over_it_alone():
-    """layout.KINDS is Megatron-Core's group table (initialize_model_parallel's order): the group of an axis's
+    """layout.GROUP_KINDS is Megatron-Core's group table (initialize_model_parallel's order): the group of an axis's
     generator over that axis alone is the one its entry names, and a rank's coordinate is its index there."""
     for name, axis in AXES.items():
-        (group,) = [g for g, gen, over in KINDS if gen == axis.generator and over == (axis.named,)]
+        (group,) = [g for g, gen, over in GROUP_KINDS if gen == axis.generator and over == (axis.named,)]
         assert axis.group == group == COORD_GROUP[name], name
     assert COORDS == tuple(AXES) and SIZED == ("tp", "cp", "dp", "pp", "ep", "etp")  # expert DP is derived
     layout = Layout(tp=2, cp=2, pp=2, ep=2, world=16)
@@ -52,7 +52,7 @@ def test_the_tables_facts_by_hand():
     assert AXES["dp"].traffic == "dp-cp" and AXES["etp"].traffic is None
     assert [AXES[n].megatron for n in ("tp", "pp", "ep")] == [
         "--tensor-model-parallel-size", "--pipeline-model-parallel-size", "--expert-model-parallel-size"]
-    assert set(placement.AXES) == NAMES - {"pp"}  # a weight lies over every axis but the pipeline's
+    assert set(placement.WEIGHT_AXES) == NAMES - {"pp"}  # a weight lies over every axis but the pipeline's
 
 
 def test_every_command_takes_the_sizes_the_table_gives():

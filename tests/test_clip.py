@@ -275,13 +275,13 @@ def test_clip_shares_refuses_a_bad_max_norm_itself():
 
 
 def test_one_table_names_the_model_axes_for_zero_clipping_and_checkpoints():
-    """placement.AXES, read by ZeRO-1's partial sums, the clipping rules and the checkpoint's cuts: tp and etp
+    """placement.WEIGHT_AXES, read by ZeRO-1's partial sums, the clipping rules and the checkpoint's cuts: tp and etp
     cut a weight (and carry SP's partial sums, over the layout's groups 'tp' and 'expert-tp'), ep spreads
     whole experts, dp, cp and edp are where copies see different data."""
     from parasim.dp import checkpoint, zero
     from parasim.nn import placement
     assert placement.CUT_AXES == ("tp", "etp") and set(placement.DATA_AXES) == {"dp", "cp", "edp"}
-    assert {a: placement.axis_group(a) for a in placement.AXES} == {
+    assert {a: placement.axis_group(a) for a in placement.WEIGHT_AXES} == {
         "tp": "tp", "dp": "dp", "cp": "cp", "etp": "expert-tp", "ep": "ep", "edp": "expert-dp"}
     assert set(placement.model_axes({"ep": Shard(0)})) == {"etp", "ep"} and placement.model_axes({}) == ("tp",)
     assert checkpoint.CUT_AXES is zero.CUT_AXES is placement.CUT_AXES  # one list, not copies of it

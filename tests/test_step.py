@@ -127,7 +127,7 @@ def test_the_examples_loss_and_small_model_by_hand():
 
 def test_partial_gradients_are_summed_over_both_cut_axes_groups():
     """Under SP the norms and router are partial over tp, and with ETP 2 an expert's output bias b2 over etp
-    (placement.AXES: both cut weights): ZeRO-1's step sums each once, over the layout's 'tp' and 'expert-tp'."""
+    (placement.WEIGHT_AXES: both cut weights): ZeRO-1's step sums each once, over the layout's 'tp' and 'expert-tp'."""
     model = ModelSpec(name="biased", layers=1, hidden=8, heads=2, ffn=16, experts=2, top_k=1, seq=8)
     layout = Layout(tp=2, dp=2, ep=2, etp=2, sp=True, model=model)
     trace = parasim.run(make_step(layout, m=1), layout.world).trace

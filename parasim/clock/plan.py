@@ -66,7 +66,7 @@ def _sharded(plan: Plan) -> bool:
 
 def _share(plan: Plan, group: str, pattern: str = "ring") -> float:
     """The share of a group kind's hops that cross a node (Megatron-Core's groups of the run's layout,
-    mesh.KINDS' names; comm/hops.py counts them)."""
+    mesh.GROUP_KINDS' names; comm/hops.py counts them)."""
     return crossing_share(plan_groups(plan, group), pattern, plan.gpus_per_node)
 
 

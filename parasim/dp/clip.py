@@ -26,7 +26,7 @@ EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm before dividi
 def counts_here(ctx: Any, placed: Placed) -> bool:
     """Whether this rank counts its piece of a weight's gradient in the global norm: on every model axis the
     weight is not sharded over, only the first rank of that axis's group does (the others hold a copy)."""
-    # the model axes of the weight's generator and any non-data axis it names (one table: placement.AXES);
+    # the model axes of the weight's generator and any non-data axis it names (one table: placement.WEIGHT_AXES);
     # an axis the placement leaves out holds a copy
     axes = set(model_axes(placed)) | {a for a in placed if a not in DATA_AXES}
     for axis in sorted(axes):

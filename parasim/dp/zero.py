@@ -21,7 +21,7 @@ def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> di
     """Gradients left partial over a model axis (tp; etp), summed there once for the step: one flat
     all-reduce per axis over this rank's group of the layout (what Megatron does for SP-split weights)."""
     xp, out = ctx.xp, dict(grads)
-    for axis in CUT_AXES:  # the axes a gradient can be left partial over (placement.AXES)
+    for axis in CUT_AXES:  # the axes a gradient can be left partial over (placement.WEIGHT_AXES)
         keys = sorted(k for k in grads if isinstance(placed[k].get(axis), Partial))
         if not keys or ctx.groups[axis_group(axis)].size == 1:
             continue

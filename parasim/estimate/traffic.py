@@ -14,7 +14,7 @@ from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..comm.ops import bus_factor
-from ..layout import AXES, KINDS, LayoutError
+from ..layout import AXES, GROUP_KINDS, LayoutError
 from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
 from ..layout import ModelSpec
@@ -150,9 +150,9 @@ def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, e
 
 
 def plan_groups(plan: Plan, kind: str) -> list[list[int]]:
-    """The rank groups of that kind (Megatron-Core's, mesh.KINDS' names: "tp", "ep", "dp-cp", ...) the plan's
+    """The rank groups of that kind (Megatron-Core's, mesh.GROUP_KINDS' names: "tp", "ep", "dp-cp", ...) the plan's
     layout builds."""
-    _, generator, axes = next(k for k in KINDS if k[0] == kind)
+    _, generator, axes = next(k for k in GROUP_KINDS if k[0] == kind)
     return plan.rank_groups(generator, axes)
 
 

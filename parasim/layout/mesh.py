@@ -22,7 +22,7 @@ from .stages import check_stages
 ORDER_WORDS = ("tp", "cp", "ep", "dp", "pp")  # the words of a rank order (Megatron-Core's, the dense generator's)
 ORDERS = ("tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp")  # the second is Megatron's --use-tp-pp-dp-mapping
 # (name, generator, axes) in the order Megatron-Core creates them. Expert generator: tp = expert TP, dp = expert DP.
-KINDS = (
+GROUP_KINDS = (
     ("dp-cp", "dense", ("dp", "cp")),
     ("dp", "dense", ("dp",)),
     ("cp", "dense", ("cp",)),
@@ -40,7 +40,7 @@ KINDS = (
     ("expert-tp-ep-pp", "expert", ("tp", "ep", "pp")),
     ("expert-dp", "expert", ("dp",)),
 )
-GROUP_NAMES = tuple(k[0] for k in KINDS)
+GROUP_NAMES = tuple(k[0] for k in GROUP_KINDS)
 ZERO_STAGES = (0, 1, 2, 3)
 COORDS = tuple(AXES)  # a rank's coordinates: its index along each mesh axis (layout/axes.py)
 COORD_GROUP = {name: axis.group for name, axis in AXES.items()}  # which group a coordinate is the index in
@@ -147,7 +147,7 @@ class Layout:
     def groups(self) -> dict[str, list[list[int]]]:
         """Every group kind, in Megatron-Core's creation order; each a list of ascending rank lists."""
         out: dict[str, list[list[int]]] = {}
-        for name, generator, axes in KINDS:
+        for name, generator, axes in GROUP_KINDS:
             if name == "embedding":
                 out[name] = [[g[0], g[-1]] if len(g) > 1 else [g[0]] for g in out["pp"]]
             elif name == "position-embedding":

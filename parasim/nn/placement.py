@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import UsageError
-from ..layout import AXES as MESH_AXES
-from ..layout import KINDS, LayoutError
+from ..layout import AXES
+from ..layout import GROUP_KINDS, LayoutError
 
 
 @dataclass(frozen=True)
@@ -54,16 +54,16 @@ Placed = Mapping[str, Placement]  # mesh axis -> placement; an axis not named is
 
 # The mesh axes a weight can lie over: every axis of the one table (layout/axes.py: its generator, the
 # generator's name for it, and what it does to a weight, its `role`) but the pipeline's, which holds layers
-AXES = {name: axis for name, axis in MESH_AXES.items() if axis.role != "stages"}
+WEIGHT_AXES = {name: axis for name, axis in AXES.items() if axis.role != "stages"}
 # per generator, ours -> the generator's name
-_AXES = {gen: {a: ax.named for a, ax in AXES.items() if ax.generator == gen} for gen in ("dense", "expert")}
-DATA_AXES = tuple(a for a, ax in AXES.items() if ax.role == "data")  # ("cp", "dp", "edp")
-CUT_AXES = tuple(a for a, ax in AXES.items() if ax.role == "cut")  # ("tp", "etp")
+_AXES = {gen: {a: ax.named for a, ax in WEIGHT_AXES.items() if ax.generator == gen} for gen in ("dense", "expert")}
+DATA_AXES = tuple(a for a, ax in WEIGHT_AXES.items() if ax.role == "data")  # ("cp", "dp", "edp")
+CUT_AXES = tuple(a for a, ax in WEIGHT_AXES.items() if ax.role == "cut")  # ("tp", "etp")
 
 
 def axis_group(axis: str) -> str:
     """The name of the layout's group over one mesh axis alone: 'tp', 'expert-tp', 'expert-dp', ..."""
-    return AXES[axis].group
+    return WEIGHT_AXES[axis].group
 
 
 
@@ -95,7 +95,7 @@ def grad_group(placed: Placed, axes: Sequence[str] | None = None) -> str:
     generator = "expert" if is_expert(placed) else "dense"
     axes = tuple(sum_axes(placed) if axes is None else axes)
     want = {_AXES[generator].get(a) for a in axes}  # an axis the generator lacks matches no group
-    for name, gen, over in KINDS:
+    for name, gen, over in GROUP_KINDS:
         if gen == generator and set(over) == want:
             return name
     raise LayoutError(f"no {generator} group of the layout spans axes {', '.join(sorted(axes))}")

@@ -13,7 +13,7 @@ from typing import Any
 from ..clock.report import ClockChoice
 from ..clock.timeline import simulate
 from ..clock.costs import machine
-from .grid import IDLE, KINDS, kind_of
+from .grid import IDLE, CELLS, kind_of
 
 COMPUTE = ("▒▒", "compute")
 TARGET_COLUMNS = 120  # the step spread over about this many columns; never fewer than it has steps
@@ -44,7 +44,7 @@ class ClockGrid:
                 if s.kind == "compute":
                     cell = COMPUTE
                 else:
-                    cell = KINDS.get(kind_of(events[i], r), COMPUTE) if i is not None else COMPUTE
+                    cell = CELLS.get(kind_of(events[i], r), COMPUTE) if i is not None else COMPUTE
                 self.spans.setdefault((r, s.kind), []).append((s.start, s.end, cell, id(s) in critical, i))
         for row in self.spans.values():
             row.sort(key=lambda x: x[0])

@@ -9,7 +9,7 @@ from ..trace import Event
 # cell text, style name and colour per kind of event: every collective's from the op table, then the rest
 STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}
 STYLES.update({"send": ("S>", "send", "green"), "recv": (">R", "recv", "lime"), "compute": ("CO", "compute", "grey")})
-KINDS = {kind: (glyph, title) for kind, (glyph, title, _) in STYLES.items()}
+CELLS = {kind: (glyph, title) for kind, (glyph, title, _) in STYLES.items()}
 COLOURS = {title: colour for _, title, colour in STYLES.values()}
 IDLE = ("··", "idle")
 

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from ..pipeline import action as pipeline_action
 from .memory import describe
-from .grid import COLOURS, IDLE, KINDS
+from .grid import COLOURS, IDLE, CELLS
 from .keys import footer_keys
 from .view import View
 
@@ -258,7 +258,7 @@ class Legend(Static):
     def redraw(self) -> None:
         """The legend of the grid as it is now: on the clock, compute's cell and the critical path's mark too."""
         seen = self.view.kinds_seen()
-        cells = [KINDS[k] for k in KINDS if k in seen and not (self.view.time_mode and k == "compute")]
+        cells = [CELLS[k] for k in CELLS if k in seen and not (self.view.time_mode and k == "compute")]
         if self.view.time_mode:
             from .clockgrid import COMPUTE
             cells.append(COMPUTE)

@@ -11,11 +11,11 @@ from textual.reactive import var
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from .grid import COLOURS, IDLE, KINDS, ruler
+from .grid import COLOURS, IDLE, CELLS, ruler
 from .view import View
 
 LABEL_W, CELL_W = 8, 3
-STYLES = sorted({s for _, s in KINDS.values()} | {IDLE[1]})
+STYLES = sorted({s for _, s in CELLS.values()} | {IDLE[1]})
 
 
 class Timeline(ScrollView, can_focus=True, inherit_bindings=False):

@@ -19,7 +19,7 @@ from ..layout.axes import AXES, SIZED
 from ..render.numbers import scalar
 from ..render.text import printable
 from ..trace import Event, Trace
-from .grid import IDLE, KINDS, kind_of
+from .grid import IDLE, CELLS, kind_of
 from .marks import MarkIndex
 from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists
 
@@ -319,7 +319,7 @@ class View:
         if not found:
             return IDLE
         e = self.events[found[0]]
-        return KINDS.get(kind_of(e, rank), ("??", "compute"))
+        return CELLS.get(kind_of(e, rank), ("??", "compute"))
 
     def row_cell(self, row: int, column: int) -> tuple[str, str]:
         """A row's cell: its first rank that did something at that step (folded rows hold several ranks)."""
