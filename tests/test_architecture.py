@@ -152,3 +152,26 @@ def test_a_virtual_lesson_imports_no_torch():
             "[run_lesson(get_lesson(n)) for n in ('moe16', 'tp-mlp', 'memory')]; print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def cross_command_privates(modules: dict[str, Path]) -> list[str]:
+    """`module -> name` for each private name (a leading underscore) one command module of parasim/cli imports
+    from another (cli/common.py holds what commands share)."""
+    found = []
+    for name, path in modules.items():
+        if not name.startswith("parasim.cli."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module not in (None, "common"):
+                found += [f"{name} -> {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+    return found
+
+
+def test_no_command_imports_another_commands_private_function():
+    """Issue 52: what two commands share is public (cli/common.py, or a command's documented function)."""
+    assert cross_command_privates(_modules()) == []
+
+
+def test_the_private_import_finder_finds_one(tmp_path):
+    (tmp_path / "a.py").write_text("def f():\n    from .trace import _layout, add_trace\n    from .common import _x\n")
+    assert cross_command_privates({"parasim.cli.a": tmp_path / "a.py"}) == ["parasim.cli.a -> trace._layout"]

@@ -113,7 +113,7 @@ async def test_the_app_steps_through_a_folded_world(trace):
 def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
     from parasim.cli import main
     opened = {}
-    monkeypatch.setattr("parasim.cli.lesson._open_tui", lambda trace, narrative, title: opened.update(
+    monkeypatch.setattr("parasim.cli.common.open_app", lambda trace, narrative, title: opened.update(
         trace=trace, title=title))
     monkeypatch.setattr("parasim.cli.trace.need_terminal", lambda flag: None)  # pytest's stdin is no terminal
     assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--app"]) == 0

@@ -355,3 +355,14 @@ def clock_choice(args: argparse.Namespace) -> Any:
     # commands that run a lesson's path without the timing flags (parasim view FILE.py:fn) time it on the defaults
     return ClockChoice(getattr(args, "gpu_model", "h200"), getattr(args, "clock_gpus_per_node", None),
                        parse(getattr(args, "overlap", "none"), TRACE))
+
+
+def open_app(trace: Any, narrative: dict, title: str, tables: list | None = None, run: Any = None,
+             timeout: float | None = None) -> None:
+    """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
+    its what-if key re-runs the lesson at other settings."""
+    from ..tui.app import ParasimApp
+    from ..tui.view import View
+    from ..tui.whatif import WhatIf
+    whatif = WhatIf(run.lesson, run, timeout) if run is not None else None
+    ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()

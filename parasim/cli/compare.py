@@ -130,7 +130,7 @@ LAYOUT_SIZES = {**{name: f"size_{name}" for name in SIZED}, "world": "size_world
 def _compare_layouts(args: argparse.Namespace) -> int:
     """`parasim compare layout ...`: the MoE example's step on every combination of the sizes given, each run
     checked against the unsplit model, the same figures side by side."""
-    from .trace import _layout
+    from .trace import layout_of_args
     from ..examples.moe16 import MICRO_BATCHES, check_runnable, find_token, make_program, replicas
     from ..examples.moe16_exact import exactness
     from ..examples.moe16_path import token_figures
@@ -149,7 +149,7 @@ def _compare_layouts(args: argparse.Namespace) -> int:
         ns = argparse.Namespace(layout=None, sp=args.sp, split=None, **{
             k: sizes.get(k) for k in (*SIZED, "world", "experts", "layers", "gpus_per_node")})
         try:
-            layout, _ = _layout(ns)
+            layout, _ = layout_of_args(ns)
             m, routing = sizes.get("microbatches") or MICRO_BATCHES, sizes.get("routing", "learned")
             check_runnable(layout, m, routing)
             reps = replicas(layout.dp, m)

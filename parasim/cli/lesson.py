@@ -7,7 +7,7 @@ from typing import Any
 
 from ..errors import UsageError
 from .common import (SHARED_PROCESS, add_clock, add_timeout, clock_choice, json_text, need_terminal, on_terminal,
-                     positive, positive_up_to, print_json, program_output, write, write_hta, write_json)
+                     open_app, positive, positive_up_to, print_json, program_output, write, write_hta, write_json)
 
 
 def add_lesson(sub: Any) -> None:
@@ -113,7 +113,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and on_terminal()):
-        _open_tui(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
+        open_app(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
         sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
@@ -156,16 +156,6 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     Console(highlight=False).print(table)
 
 
-def _open_tui(trace, narrative: dict, title: str, tables: list | None = None, run: Any = None,
-              timeout: float | None = None) -> None:
-    """The app over a trace; with the lesson's `run`, its what-if key re-runs the lesson at other settings."""
-    from ..tui.app import ParasimApp
-    from ..tui.view import View
-    from ..tui.whatif import WhatIf
-    whatif = WhatIf(run.lesson, run, timeout) if run is not None else None
-    ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()
-
-
 def cmd_view(args: argparse.Namespace) -> int:
     from ..lesson import is_program, load_lessons
     from ..trace import Trace
@@ -187,5 +177,5 @@ def cmd_view(args: argparse.Namespace) -> int:
         shown = lesson or Lesson(args.trace, args.trace, trace.world, lambda ctx: None, {}, lambda r: [])
         sys.stdout.write(walkthrough(LessonRun(shown, RunResult([], trace), [])))
         return 0
-    _open_tui(trace, narrative, title)
+    open_app(trace, narrative, title)
     return 0

@@ -121,7 +121,7 @@ def _trace_args(text: str) -> list[str]:
     wrong flag or layout is refused now. What only the run itself finds (a word that is not in the example's
     sentences) ends that browser tab's app with parasim trace's own line on the server's output."""
     from .common import Parser, gpu_preset
-    from .trace import _layout, add_trace
+    from .trace import add_trace, layout_of_args
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -132,7 +132,7 @@ def _trace_args(text: str) -> list[str]:
     if extra:
         raise UsageError(f"--trace: arguments parasim trace does not take: {' '.join(extra)} "
                          "(see parasim trace --help)")
-    _layout(parsed)
+    layout_of_args(parsed)
     gpu_preset(parsed.gpu_model, "--gpu-model")
     return words
 
@@ -141,12 +141,12 @@ def _open_view(args: argparse.Namespace) -> int:
     """The app over a saved trace, in this process (what `parasim view` opens on a terminal)."""
     from ..lesson import load_lessons
     from ..trace import Trace
-    from .lesson import _open_tui
+    from .common import open_app
     if args.view is None:
         raise UsageError("--open-app opens the app of --view TRACE.json")
     trace = Trace.load(args.view)
     lesson = load_lessons().get(trace.meta.get("lesson", ""))
-    _open_tui(trace, lesson.narrative if lesson else {}, lesson.title if lesson else args.view)
+    open_app(trace, lesson.narrative if lesson else {}, lesson.title if lesson else args.view)
     return 0
 
 

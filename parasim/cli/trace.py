@@ -74,7 +74,7 @@ def add_trace(sub: Any) -> None:
     tr.set_defaults(func=cmd_trace)
 
 
-def _layout(args: argparse.Namespace) -> tuple[Any, str]:
+def layout_of_args(args: argparse.Namespace) -> tuple[Any, str]:
     """The layout to trace, and its name: a preset, or the sizes given (with the example's model)."""
     from ..examples.moe16 import LAYOUT, MOE16
     from ..layout import Layout, preset
@@ -123,7 +123,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     if args.app:
         need_terminal("--app")
-    layout, name = _layout(args)
+    layout, name = layout_of_args(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
     if args.symbolic and not _is_example(layout):
         return _at_scale(args, layout, name)
@@ -302,6 +302,6 @@ def _check_size(layout: Any, m: int) -> None:
 
 
 def _app(trace: Any, title: str) -> int:
-    from .lesson import _open_tui
-    _open_tui(trace, {}, title)
+    from .common import open_app
+    open_app(trace, {}, title)
     return 0
