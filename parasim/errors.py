@@ -5,6 +5,10 @@ from __future__ import annotations
 class ParasimError(Exception):
     """Base class of every parasim error."""
 
+    # the rank that raised it, where a real run reports one (comm/rank_errors.py); declared only: an error
+    # that no rank reported has no such attribute
+    rank: int
+
 
 class UsageError(ParasimError):
     """Bad input from a person: a layout, a size, a lesson name, a file. The CLI prints it in one line."""

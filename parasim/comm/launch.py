@@ -86,8 +86,9 @@ def _load(target: Target) -> Callable[[Any], Any]:
         return target
     path, name = target
     spec = importlib.util.spec_from_file_location(f"parasim_program_{abs(hash(path))}", path)
+    assert spec is not None and spec.loader is not None  # a path to a .py file always has both
     module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    spec.loader.exec_module(module)
     return getattr(module, name)
 
 
@@ -146,7 +147,7 @@ def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None, watch: Wa
     mine = [_run_program(target, o, rank, world, device, watch) for target, o in jobs]
     out: list[Any] | None = mine
     if gather:
-        everyone = [None] * world if rank == 0 else None
+        everyone: list[Any] | None = [None] * world if rank == 0 else None
         dist.gather_object(mine, everyone, dst=0)
         out = None if everyone is None else [[everyone[r][j] for r in range(world)] for j in range(len(jobs))]
     dist.destroy_process_group()
@@ -178,7 +179,7 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
             comm.finish()
     except Exception as exc:
         # Report before anything closes a connection: the other ranks' failures are only echoes of this one.
-        err = exc if isinstance(exc, ParasimError) else RankFailed(raised_text(rank, exc).rstrip("\n"), rank)
+        err: Exception = exc if isinstance(exc, ParasimError) else RankFailed(raised_text(rank, exc).rstrip("\n"), rank)
         if isinstance(exc, CollectiveError):  # a call that can never work: its line, as virtual ranks say
             err = with_call_site(exc)
         _report(opts, rank, err)

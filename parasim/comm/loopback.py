@@ -59,7 +59,7 @@ def loopback_address(host: str) -> str | None:
     """The address to listen on when `host` names this machine's loopback only (127.0.0.1, ::1, localhost):
     then every rank is on this machine. None for any other host, or one that does not resolve."""
     try:
-        found = [info[4][0] for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
+        found = [str(info[4][0]) for info in socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)]
     except (OSError, UnicodeError):
         return None
     if not found or not all(is_loopback(a) for a in found):

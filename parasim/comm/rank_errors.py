@@ -182,7 +182,7 @@ def _rebuilt(e: dict) -> ParasimError:
         err = (CollectiveError if kind == "CollectiveError" else UsageError)(message)
     else:  # another parasim error (a LayoutError, ...): its name leads, as the CLI prints it
         err = RankFailed(f"rank {rank} raised {kind}: {message}", rank)
-    err.rank = rank
+    err.rank = rank  # every rebuilt error says which rank reported it, whatever its type
     return err
 
 

@@ -29,7 +29,7 @@ assumed.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, NamedTuple, Sequence
+from typing import Callable, NamedTuple, Sequence, cast
 
 import numpy as np
 
@@ -112,7 +112,7 @@ def _play(steps: Sequence[RingStep], bufs: list[list[np.ndarray]], ranks: tuple[
     for s in steps:
         payloads = [bufs[i][c].copy() for i, c in enumerate(s.send)]
         for j, (c, src) in enumerate(zip(s.recv, s.source)):
-            bufs[j][c] = reduce(payloads[src], bufs[j][c]) if s.reduce else payloads[src]
+            bufs[j][c] = cast(Callable, reduce)(payloads[src], bufs[j][c]) if s.reduce else payloads[src]  # given
         hops.append({"phase": s.phase, "hop": s.hop, "transfers": [
             {"src": ranks[i], "dst": ranks[j], "chunk": c, "bytes": int(p.nbytes), "value": _values(p, keep)}
             for i, (c, j, p) in enumerate(zip(s.send, s.to, payloads))]})

@@ -93,7 +93,7 @@ def stop_starter() -> None:
     import multiprocessing.forkserver
     import multiprocessing.resource_tracker
     import signal
-    server = getattr(multiprocessing.forkserver, "_forkserver", None)
+    server: Any = getattr(multiprocessing.forkserver, "_forkserver", None)  # its private state: no types
     pid = getattr(server, "_forkserver_pid", None)
     if isinstance(pid, int):
         # its workers first: one whose start an interrupt cut short ends within LEFT_ALONE, and is reaped by
@@ -109,7 +109,7 @@ def stop_starter() -> None:
         server._forkserver_pid = server._forkserver_alive_fd = None  # a later launch here starts a new one
     # multiprocessing's resource tracker, which the fork server started beside it: it ends once every process
     # holding its pipe has (this one closes its end here), and is waited for, so that no zombie is left
-    tracker = getattr(multiprocessing.resource_tracker, "_resource_tracker", None)
+    tracker: Any = getattr(multiprocessing.resource_tracker, "_resource_tracker", None)
     pid = getattr(tracker, "_pid", None)
     if isinstance(pid, int):
         with contextlib.suppress(OSError, TypeError):

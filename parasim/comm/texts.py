@@ -43,7 +43,7 @@ def mismatch_error(call: int, group: Any, calls: dict[int, str | None]) -> Colle
     arrived = [r for r in group.ranks if calls.get(r)]
     return CollectiveMismatch(
         f"collective call #{call} on group {group} does not match across ranks:\n" + "\n".join(lines),
-        [calls[r] for r in arrived], arrived)
+        [str(calls[r]) for r in arrived], arrived)  # each arrived: its text is there
 
 
 def p2p_mismatch_error(src: int, send_call: str, dst: int, recv_call: str) -> CollectiveMismatch:

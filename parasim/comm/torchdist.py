@@ -367,7 +367,7 @@ class TorchComm(Comm):
             bufs = [c.clone() for c in torch.chunk(x, t, dim=dim)]
         else:
             bufs = [x.clone() if j == i else torch.empty_like(x) for j in range(t)]
-        combine = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}[op]
+        combine: Any = {"sum": torch.add, "avg": torch.add, "max": torch.maximum, "min": torch.minimum}[op]
         hops: list[dict] = []
         received = 0
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import threading
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 from greenlet import GreenletExit, getcurrent, greenlet
 
@@ -44,8 +44,11 @@ class _Rank:
     __slots__ = ("rank", "glet", "done", "value", "clock", "phase", "waiting", "ncalls", "ngroups", "result")
 
     def __init__(self, rank: int):
-        self.rank, self.glet, self.done, self.value = rank, None, False, None
-        self.clock, self.phase, self.waiting = 0, None, None
+        self.rank, self.done, self.value = rank, False, None
+        self.glet: greenlet | None = None
+        self.clock = 0
+        self.phase: str | None = None
+        self.waiting: Any = None  # what it waits in: a collective's instance, a transfer, or nothing
         self.ncalls: dict[int, int] = {}
         self.ngroups = 0
         self.result: Any = None
@@ -81,7 +84,7 @@ class VirtualWorld(PointToPoint):
         self.marks: list[Mark] = []
         self.failure: tuple[int, BaseException] | None = None
         self.aborted = False
-        self.hub: greenlet | None = None
+        self.hub: greenlet = getcurrent()  # the greenlet that runs the ranks (`run` makes it the caller's)
         self.turns = 0  # handovers between ranks so far: the time limit watches it move
         self.running = 0  # the rank whose turn it is (what it computes is its own)
         self._thread = 0  # the thread the run is in: greenlets cannot switch from any other
@@ -179,6 +182,7 @@ class VirtualWorld(PointToPoint):
         self.ready.clear()
 
     def _raise_failure(self) -> None:
+        assert self.failure is not None  # called once a rank has failed
         rank, exc = self.failure
         if isinstance(exc, CollectiveError):  # a call that can never work: name the program's line that made it
             raise with_call_site(exc) from None
@@ -191,13 +195,14 @@ class VirtualWorld(PointToPoint):
     def _waiting(self) -> dict[int, str]:
         """What each rank is doing, rank -> text. Ranks waiting in one collective share one text, built
         once: linear in the world, so a fault among thousands of ranks is reported at once."""
-        out, texts = {}, {}
+        out: dict[int, str] = {}
+        texts: dict[tuple, str] = {}  # by the collective they wait in, their call and their site
         for st in self.ranks:
             w = st.waiting
             if st.done:
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
-                me = w.arrivals[w.group.ranks.index(st.rank)]
+                me = cast(tuple, w.arrivals[w.group.ranks.index(st.rank)])  # its own arrival: it waits in it
                 key = (id(w), me[1](), me[2])  # members may differ in site (and, for all_to_all, in chunks)
                 if key not in texts:
                     arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
@@ -325,12 +330,13 @@ class VirtualWorld(PointToPoint):
             keep = 0
         moved = ring_moved(g, hops) if hops is not None else None
         many = op.takes == "chunks"
-        made, tins = self._tensors, {}
+        made = self._tensors
+        tins: dict[int, tuple] = {}
         if not many:  # the signature check made every member's input (and so every result) alike
             tin = tuple([tensor_record(v, made) for v in arrays(arrivals[0][0])])
             first = next((o for o in outs if o is not None), None)
             tout = () if first is None else (tensor_record(first, made),)
-        members = []
+        members: list[Member] = []
         append = members.append
         works = self._works(g.ranks)
         for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
@@ -343,9 +349,10 @@ class VirtualWorld(PointToPoint):
             if keep and all([v.size <= keep for v in ins]) and all([v.size <= keep for v in got]):
                 before, after = tuple([v.tolist() for v in ins]), tuple([v.tolist() for v in got])
             if many:
-                tin = tins.get(id(a[0]))  # members that bring the very same chunks share one record
-                if tin is None:
-                    tin = tins[id(a[0])] = tuple([tensor_record(v, made) for v in ins])
+                shared = tins.get(id(a[0]))  # members that bring the very same chunks share one record
+                if shared is None:
+                    shared = tins[id(a[0])] = tuple([tensor_record(v, made) for v in ins])
+                tin = shared
                 tout_i = tuple([tensor_record(v, made) for v in got])
             else:
                 tout_i = tout if got else ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 from greenlet import GreenletExit
@@ -44,6 +44,23 @@ class Post:
 class PointToPoint:
     """The point-to-point part of the virtual world (comm/virtual.py): `exchange` posts a rank's sends and
     receives and completes those whose other side is there."""
+
+    # what the world it is part of holds and does (comm/virtual.py VirtualWorld): declared for the type checker
+    aborted: bool
+    ranks: list
+    ready: deque
+    keep: int
+    sends: dict[tuple[int, int], deque]
+    recvs: dict[tuple[int, int], deque]
+    events: list[Event]
+    site_names: Callable[[tuple[str, int]], str]
+    _thread: int
+    _tensors: dict
+    _check: Callable[[Any, str], None]
+    _wait: Callable[[Any, Any], None]
+    _off_thread: Callable[[int, str, tuple[str, int]], None]
+    _work: Callable[[int], dict | None]
+    _room: Callable[[int], bool]
 
     def _peer(self, peer: int, rank: int) -> int:
         """The rank that answers `rank`'s point-to-point call to `peer`: the peer itself."""

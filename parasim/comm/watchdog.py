@@ -65,10 +65,12 @@ class TimeLimit:
         self._target = threading.get_ident()
         self._prev: Any = None
         self._main = False
+        self._limit = 0.0  # `seconds` once armed (a number: without one nothing is armed)
 
     def __enter__(self) -> "TimeLimit":
         if self.seconds is None:
             return self
+        self._limit = self.seconds
         self._main = threading.current_thread() is threading.main_thread()
         if self._main:
             self._prev = signal.signal(SIGNAL, self._handler)
@@ -78,7 +80,7 @@ class TimeLimit:
         return self
 
     def _arm(self) -> None:
-        faulthandler.dump_traceback_later(self.seconds + GRACE, exit=True, file=2)
+        faulthandler.dump_traceback_later(self._limit + GRACE, exit=True, file=2)
 
     def __exit__(self, *exc: Any) -> None:
         if self._thread is None:
@@ -90,7 +92,7 @@ class TimeLimit:
             signal.signal(SIGNAL, self._prev if self._prev is not None else signal.SIG_DFL)
 
     def _watch(self) -> None:
-        poll = min(0.25, self.seconds / 4)
+        poll = min(0.25, self._limit / 4)
         last, since = self.progress(), time.monotonic()
         armed = since
         while not self._stop.wait(poll):
@@ -100,7 +102,7 @@ class TimeLimit:
                 if since - armed >= _REARM:
                     self._arm()
                     armed = since
-            elif time.monotonic() - since >= self.seconds:
+            elif time.monotonic() - since >= self._limit:
                 self.expired = True
                 while not self._stop.is_set():
                     self._interrupt()
@@ -109,7 +111,9 @@ class TimeLimit:
 
     def _interrupt(self) -> None:
         if self._main:
-            signal.pthread_kill(threading.main_thread().ident, SIGNAL)
+            main = threading.main_thread().ident
+            assert main is not None  # the main thread has started: it is running this program
+            signal.pthread_kill(main, SIGNAL)
         else:  # no signal reaches another thread: raise at its next bytecode
             ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(self._target), ctypes.py_object(Stopped))
 
