@@ -37,6 +37,8 @@ def add_compare(sub: Any) -> None:
         sizes.add_argument(flag, dest=f"size_{flag[2:].replace('-', '_')}", metavar="N,...", help=what,
                            type=_values(count if flag == "--experts" else int))
     sizes.add_argument("--sp", action="store_true", help="sequence parallelism in every layout (MoE with TP needs it)")
+    from .trace import add_example
+    add_example(sizes)
     sizes.add_argument("--token", default="contract", help="the word to follow (parasim trace --token; default "
                        "contract)")
     add_timeout(cp)
@@ -79,7 +81,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from ..figures import run_figures
     from ..lesson import KNOB_KINDS, get_lesson, is_program, run_lesson
     given = [f for f in LAYOUT_FLAGS if getattr(args, f"size_{f[2:].replace('-', '_')}") is not None]
-    given += ["--sp"] * args.sp + ["--token"] * (args.token != "contract")
+    from ..examples.worked import DEFAULT
+    given += ["--sp"] * args.sp + ["--token"] * (args.token != "contract") + ["--example"] * (args.example != DEFAULT)
     if args.name == "layout":
         return _compare_layouts(args)
     if given:
@@ -131,9 +134,7 @@ def _compare_layouts(args: argparse.Namespace) -> int:
     """`parasim compare layout ...`: the MoE example's step on every combination of the sizes given, each run
     checked against the unsplit model, the same figures side by side."""
     from .trace import layout_of_args
-    from ..examples.moe16 import MICRO_BATCHES, check_runnable, find_token, make_program, replicas
-    from ..examples.moe16_exact import exactness
-    from ..examples.moe16_path import token_figures
+    from ..examples.worked import example
     from ..engine.runner import run
     from ..figures import trace_figures
     if args.knob_chunks is not None:
@@ -144,30 +145,32 @@ def _compare_layouts(args: argparse.Namespace) -> int:
     if not given:
         raise UsageError("give the layout sizes to compare, such as --tp 2 --cp 2 --pp 2 --ep 4,8 --sp --world 16")
     grid = [dict(zip(given, combo)) for combo in itertools.product(*given.values())]
+    ex = example(args.example)
     plans = []
     for sizes in grid:  # every layout refused before the first run, naming the one refused
-        ns = argparse.Namespace(layout=None, sp=args.sp, split=None, **{
+        ns = argparse.Namespace(layout=None, sp=args.sp, split=None, example=args.example, **{
             k: sizes.get(k) for k in (*SIZED, "world", "experts", "layers", "gpus_per_node")})
         try:
             layout, _ = layout_of_args(ns)
-            m, routing = sizes.get("microbatches") or MICRO_BATCHES, sizes.get("routing", "learned")
-            check_runnable(layout, m, routing)
-            reps = replicas(layout.dp, m)
-            watch = find_token(args.token, [s for rep in reps for s in rep])
+            # the example's own router unless a routing is given (its first routing: the one that learns)
+            m, routing = sizes.get("microbatches") or ex.micro_batches, sizes.get("routing", ex.routings[0])
+            ex.check_runnable(layout, m, routing)
+            reps = ex.replicas(layout.dp, m)
+            watch = ex.find_token(args.token, [s for rep in reps for s in rep])
         except UsageError as e:
             raise UsageError(f"{_label(sizes, args.sp)}: {e}") from None
         plans.append((sizes, layout, m, routing, watch))
     rows = []
     with program_output(args):
         for sizes, layout, m, routing, watch in plans:
-            result = run(make_program(watch, layout, m, routing), layout.world, seed=0, timeout=args.timeout)
-            exact = exactness(result.values, layout, m, routing) if routing in ("learned", "post") else None
+            result = run(ex.make_program(watch, layout, m, routing), layout.world, seed=0, timeout=args.timeout)
+            exact = ex.exactness(result.values, layout, m, routing) if routing in ex.routings else None
             trace = result.trace
             fig = {"GPUs": layout.world, **trace_figures(trace)}  # the busiest GPU per axis, as a lesson's
             for axis, link in sorted(trace.bytes_by_link(layout.gpus_per_node).items()):
                 fig[f"{axis}: bytes inside a node, all GPUs"] = link["inside"]
                 fig[f"{axis}: bytes across nodes, all GPUs"] = link["across"]
-            fig.update(token_figures(trace))
+            fig.update(ex.token_figures(trace))
             fig["loss and gradients equal the unsplit model's"] = "-" if exact is None else exact["exact"]
             rows.append({"settings": {**sizes, **({"sp": True} if args.sp else {})}, "figures": fig,
                          "ok": exact is None or exact["exact"]})

@@ -25,7 +25,9 @@ def add_trace(sub: Any) -> None:
                                     "the pipeline hand-off and the gradient sums; then check the run against "
                                     "the unsplit model.",
                         epilog="example: parasim trace --tp 2 --cp 2 --pp 2 --ep 4 --sp --world 16 --token t6")
-    tr.add_argument("--layout", metavar="NAME", help="a preset (default moe16); or give sizes instead")
+    add_example(tr)
+    tr.add_argument("--layout", metavar="NAME", help="a preset (default: the example's, moe16); or give sizes "
+                    "instead")
     add_sizes(tr, said={"dp": "default: derived", "etp": "default 1"})
     tr.add_argument("--world", type=positive, metavar="N", help="GPUs (default: tp x cp x pp x dp)")
     tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
@@ -74,10 +76,18 @@ def add_trace(sub: Any) -> None:
     tr.set_defaults(func=cmd_trace)
 
 
+def add_example(parser: Any) -> None:
+    """`--example NAME`: the worked example to run (examples/worked.py); trace, compare layout and serve take it."""
+    from ..examples.worked import DEFAULT, EXAMPLES
+    parser.add_argument("--example", choices=tuple(EXAMPLES), default=DEFAULT,
+                        help=f"the worked example to follow a token through (default {DEFAULT})")
+
+
 def layout_of_args(args: argparse.Namespace) -> tuple[Any, str]:
     """The layout to trace, and its name: a preset, or the sizes given (with the example's model)."""
-    from ..examples.moe16 import LAYOUT, MOE16
+    from ..examples.worked import example
     from ..layout import Layout, preset
+    ex = example(args.example)
     sizes = {k: getattr(args, k) for k in SIZES if getattr(args, k) is not None}
     model_flags = args.experts is not None or args.layers is not None
     if getattr(args, "megatron", None) is not None:  # parasim compare builds its own arguments, without it
@@ -90,11 +100,12 @@ def layout_of_args(args: argparse.Namespace) -> tuple[Any, str]:
     if args.gpus_per_node is not None:
         split["gpus_per_node"] = args.gpus_per_node
     if not sizes and not args.sp and not model_flags:
-        layout = preset(args.layout or LAYOUT)
-        return replace(layout, model=with_stages(args, layout.model), **split), args.layout or LAYOUT
-    experts = MOE16.experts if args.experts is None else args.experts
-    model = with_stages(args, replace(MOE16, experts=experts, top_k=min(MOE16.top_k, experts) if experts else None,
-                                      layers=args.layers or MOE16.layers))
+        layout = preset(args.layout or ex.layout)
+        return replace(layout, model=with_stages(args, layout.model), **split), args.layout or ex.layout
+    small = ex.model  # sizes given without a preset: the example's own small model on them
+    experts = small.experts if args.experts is None else args.experts
+    model = with_stages(args, replace(small, experts=experts, top_k=min(small.top_k, experts) if experts else None,
+                                      layers=args.layers or small.layers))
     sizes.setdefault("etp", 1)
     layout = Layout(**sizes, sp=args.sp, model=model, **{"zigzag": False, **split})
     return layout, str(layout)
@@ -117,15 +128,14 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
 
 def cmd_trace(args: argparse.Namespace) -> int:
     from ..engine.runner import run
-    from ..examples.moe16 import MICRO_BATCHES, ROUTINGS, check_runnable, find_token, make_program, replicas
-    from ..examples.moe16_exact import exactness
-    from ..examples.moe16_path import token_path
+    from ..examples.worked import example
+    ex = example(args.example)
 
     if args.app:
         need_terminal("--app")
     layout, name = layout_of_args(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
-    if args.symbolic and not _is_example(layout):
+    if args.symbolic and not _is_example(layout, ex.seq):
         return _at_scale(args, layout, name)
     if args.seq is not None:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
@@ -133,24 +143,24 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise UsageError("--no-flash is a choice of a real-size step: use it with --symbolic and a full-size preset")
     if args.precision is not None:  # the example's token path compares values: it runs exact, in float64
         raise UsageError("--precision is a choice of a real-size step: use it with --symbolic and a full-size preset")
-    m = args.microbatches or MICRO_BATCHES
-    check_runnable(layout, m, args.routing)
+    m = args.microbatches or ex.micro_batches
+    ex.check_runnable(layout, m, args.routing)
     _check_size(layout, m)
     if args.plot is not None:
         check_plot_gpus(layout.world)
-    reps = replicas(layout.dp, m)
-    watch = find_token(args.token, [s for rep in reps for s in rep])
+    reps = ex.replicas(layout.dp, m)
+    watch = ex.find_token(args.token, [s for rep in reps for s in rep])
     if args.gpu is not None and not 0 <= args.gpu < layout.world:
         raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")
-    if args.symbolic and args.routing in ROUTINGS:
+    if args.symbolic and args.routing in ex.routings:
         raise UsageError("--symbolic has no router scores to route by: give --routing uniform, balanced or skewed:F")
-    result = run(make_program(watch, layout, m, args.routing), layout.world, "symbolic" if args.symbolic else "virtual",
+    result = run(ex.make_program(watch, layout, m, args.routing), layout.world, "symbolic" if args.symbolic else "virtual",
                  seed=0)
     if args.app:
         return _app(result.trace, f"{name}: one training step")
     if args.gpu is not None:
         return _gpu_view(args, result, layout, name, m)
-    path = token_path(result.trace, watch, reps, name)
+    path = ex.token_path(result.trace, watch, reps, name)
     if args.plot is not None:
         from ..render.plots import plot_token_path
         plot_token_path(layout, path, result.trace, args.plot, f"{name}: the path of {path['token']!r} "
@@ -159,7 +169,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     path["backend"] = result.trace.backend
     # the unsplit model routes by its own router: a policy's choices (and symbolic ranks' missing values)
     # leave nothing to compare
-    path["exactness"] = exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None
+    path["exactness"] = (ex.exactness(result.values, layout, m, args.routing) if args.routing in ex.routings
+                         else None)
     path["bytes_by_link"] = {"gpus_per_node": layout.gpus_per_node,
                              "by_group": result.trace.bytes_by_link(layout.gpus_per_node)}
     if args.json:
@@ -173,8 +184,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
 def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int, plan: Any = None) -> int:
     """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes; for a real-size
     step (`plan`: the estimator's plan it ran), what its peak assumes and whether it fits the GPU."""
-    from ..examples.moe16 import ROUTINGS
-    from ..examples.moe16_exact import exactness
+    from ..examples.worked import example
+    ex = example(args.example)
     g = args.gpu
     value = result.values[g]
     out = {"gpu": g, "layout": name, "sizes": {a: getattr(layout, a) for a in SIZED},
@@ -183,7 +194,8 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
            "does": joins(result.trace, g),
            "backend": result.trace.backend,
            "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
-           "exactness": exactness(result.values, layout, m, args.routing) if args.routing in ROUTINGS else None}
+           "exactness": (ex.exactness(result.values, layout, m, args.routing) if args.routing in ex.routings
+                         else None)}
     if plan is not None and out["peak"] is not None:
         from ..estimate.memory import assumptions, items
         from ..examples.differences import as_run
@@ -233,10 +245,9 @@ def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int, m: int, pl
             "busiest": {"rank": busiest, "compute_s": tl.busy[busiest]}}
 
 
-def _is_example(layout: Any) -> bool:
-    """The example's own small model (8-token sequences), which follows a word; else a model at real size."""
-    from ..examples.moe16 import SEQUENCES
-    return layout.model is not None and layout.model.seq in (None, len(SEQUENCES["A"])) and layout.model.hidden <= 64
+def _is_example(layout: Any, seq: int) -> bool:
+    """The example's own small model (`seq`-token sequences), which follows a word; else a model at real size."""
+    return layout.model is not None and layout.model.seq in (None, seq) and layout.model.hidden <= 64
 
 
 def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
