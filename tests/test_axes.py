@@ -65,7 +65,12 @@ def test_every_command_takes_the_sizes_the_table_gives():
             assert f"--{name} {AXES[name].metavar}" in text or f"--{name} N,..." in text, (command, name)
             assert AXES[name].what in text, (command, name)
     assert "--etp" not in cli("lesson", "--help").stdout
-    assert "--tensor-model-parallel-size" in cli("layout", "--help").stdout
+    layout = " ".join(cli("layout", "--help").stdout.split())
+    assert "--tensor-model-parallel-size" in layout
+    # what a command adds to an axis's words: its default there
+    assert "without experts it follows tp, as Megatron's does" in layout
+    assert "data-parallel size (default: derived from --gpus)" in " ".join(cli("memory", "--help").stdout.split())
+    assert "expert tensor-parallel size (default 1)" in " ".join(cli("trace", "--help").stdout.split())
 
 
 def axis_tables(source: str) -> list[int]:
