@@ -121,7 +121,6 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
     job = read_megatron(args)
     model = with_stages(args, replace(job_model(args, job), seq=args.seq or job.seq))
     layout = layout_of(job, model, **sizes, sp=args.sp or None)
-    args.symbolic = True  # at real size: _at_scale routes by the balanced policy unless told otherwise
     print_job(job, args)
     return layout, args.megatron.rsplit("/", 1)[-1]
 
@@ -135,7 +134,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         need_terminal("--app")
     layout, name = layout_of_args(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
-    if args.symbolic and not _is_example(layout, ex.seq):
+    # a Megatron-LM job is at real size: one step on symbolic ranks, as --symbolic runs a full-size preset
+    if (args.symbolic or getattr(args, "megatron", None) is not None) and not _is_example(layout, ex.seq):
         return _at_scale(args, layout, name)
     if args.seq is not None:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
@@ -159,7 +159,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     if args.app:
         return _app(result.trace, f"{name}: one training step")
     if args.gpu is not None:
-        return _gpu_view(args, result, layout, name, m)
+        return _gpu_view(args, result, layout, name, m, gpu=args.gpu, routing=args.routing, symbolic=args.symbolic)
     path = ex.token_path(result.trace, watch, reps, name)
     if args.plot is not None:
         from ..render.plots import plot_token_path
@@ -181,12 +181,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if x is None or x["exact"] else 1
 
 
-def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int, plan: Any = None) -> int:
+def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: int, plan: Any = None, *,
+              gpu: int, routing: str, symbolic: bool) -> int:
     """`--gpu N`: what one GPU keeps and every kind of collective it joins, with its bytes; for a real-size
     step (`plan`: the estimator's plan it ran), what its peak assumes and whether it fits the GPU."""
     from ..examples.worked import example
     ex = example(args.example)
-    g = args.gpu
+    g = gpu
     value = result.values[g]
     out = {"gpu": g, "layout": name, "sizes": {a: getattr(layout, a) for a in SIZED},
            "coords": value["coords"], "stores": value["stores"],
@@ -194,8 +195,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
            "does": joins(result.trace, g),
            "backend": result.trace.backend,
            "peak": result.trace.peak(g) if any(mk.kind == "held" for mk in result.trace.marks) else None,
-           "exactness": (ex.exactness(result.values, layout, m, args.routing) if args.routing in ex.routings
-                         else None)}
+           "exactness": ex.exactness(result.values, layout, m, routing) if routing in ex.routings else None}
     if plan is not None and out["peak"] is not None:
         from ..estimate.memory import assumptions, items
         from ..examples.differences import as_run
@@ -206,7 +206,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
         estimate = sum(float(a + b * seq + c * seq * seq) for a, b, c in items(layout.model, plan, stage).values())
         out["peak"].update(assumes=assumptions(as_run(plan)), gpu_model=gpu.name, usable=gpu.usable,
                            card=gpu.memory, fits=out["peak"]["bytes"] <= gpu.usable, estimate=estimate)
-    if "flops" in result.trace.meta and args.symbolic:
+    if "flops" in result.trace.meta and symbolic:
         from ..estimate.kernels import NoMeasurement
         try:
             out["time"] = _times(args, result.trace, layout, g, m, plan)
@@ -216,7 +216,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     if args.json:
         print_json(out)
         return 0 if ok else 1
-    print("\n".join(gpu_text(out, value, name, args.routing)))
+    print("\n".join(gpu_text(out, value, name, routing)))
     return 0 if ok else 1
 
 
@@ -262,20 +262,20 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
 
     if args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
-    args.gpu = 0 if args.gpu is None else args.gpu
-    if not 0 <= args.gpu < layout.world:
-        raise UsageError(f"--gpu {args.gpu}: the layout has GPUs 0-{layout.world - 1}")
+    gpu = 0 if args.gpu is None else args.gpu  # the app's view of a real-size step opens on GPU 0
+    if not 0 <= gpu < layout.world:
+        raise UsageError(f"--gpu {gpu}: the layout has GPUs 0-{layout.world - 1}")
     model = layout.model
     if model is None:
         raise UsageError(f"{name} has no model to run: give a preset with one (deepseek-v3, megatron-8.3b, 27b-...)")
     if args.seq is not None or not model.seq:  # presets of full models leave the sequence to the run
         layout = replace(layout, model=replace(model, seq=args.seq or 4096))
-    if args.routing == "learned":  # the default: a real-size step has no router scores to route by
-        args.routing = "balanced"
-    if layout.model.experts and args.routing != "balanced":
+    # the default (learned) has no router scores to route by at real size: the step routes by the balanced
+    # policy, what a folded step needs (a dense model routes nothing)
+    if layout.model.experts and args.routing not in ("learned", "balanced"):
         raise UsageError("a real-size step folds ranks that do the same work, which needs --routing balanced "
                          "(every GPU routes alike)")
-    args.routing = "balanced"  # what the step routes by (a dense model routes nothing)
+    routing = "balanced"
     m = args.microbatches or layout.pp
     check_symbolic_step(layout.model.seq, m, layout.pp)
     # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
@@ -293,13 +293,13 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
         if job is None:
             raise
         raise UsageError(f"{exc}; parasim memory --megatron {args.megatron} estimates the job as it is") from None
-    fold = fold_of(layout, around=args.gpu)  # the GPU asked about runs itself: its values are its own
+    fold = fold_of(layout, around=gpu)  # the GPU asked about runs itself: its values are its own
     print(f"running one step of {name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest folded "
           f"onto them), {m} micro-batches of {layout.model.seq:,} tokens ...", file=sys.stderr, flush=True)
-    result = run(make_step(layout, m, args.routing), layout.world, "symbolic", fold=fold, precision=plan.precision)
+    result = run(make_step(layout, m, routing), layout.world, "symbolic", fold=fold, precision=plan.precision)
     if args.app:
         return _app(result.trace, f"{name}: one training step on {layout.world:,} symbolic GPUs")
-    return _gpu_view(args, result, layout, name, m, plan)
+    return _gpu_view(args, result, layout, name, m, plan, gpu=gpu, routing=routing, symbolic=True)
 
 
 def _check_size(layout: Any, m: int) -> None:
