@@ -24,7 +24,7 @@ from parasim.clock.report import clock_report
 from parasim.clock.timeline import simulate
 from parasim.examples.step import make_step
 from parasim.layout import preset
-from parasim.symbolic.fold import fold_of
+from parasim.engine.symbolic.fold import fold_of
 
 GOAL = 0.20  # the clock's time over the step's
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 
 import parasim
-from parasim.comm.launch import RealOptions
+from parasim.engine.launch import RealOptions
 from parasim.lesson import get_lesson, run_lesson
 from parasim.engine.real import run_real
 

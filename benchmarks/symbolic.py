@@ -11,7 +11,7 @@
    whole step at each of the post's nine longest-sequence layouts, at the estimator's longest sequence.
 5. The deepseek-v3 preset's whole training step at its real sizes: 2,048 GPUs (PP 16 x EP 64, DP 128),
    61 layers (3 dense), 256 experts top-8, hidden 7,168, 4,096-token sequences, 16 micro-batches, 1F1B,
-   ZeRO-1, balanced routing, with the ranks of each stage folded onto one (symbolic/fold.py) and the trace
+   ZeRO-1, balanced routing, with the ranks of each stage folded onto one (engine/symbolic/fold.py) and the trace
    written out for all 2,048. Issue 20's target is 10 s and 2 GB on this 2-core machine.
 
 --tiny (for tests/test_benchmarks.py): item 1 as it is, item 2 at 256 tokens on EP 8, item 3 as it is (symbolic:
@@ -34,7 +34,7 @@ from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
-from parasim.symbolic.fold import fold_of
+from parasim.engine.symbolic.fold import fold_of
 
 TARGET_S, TARGET_MB = 10.0, 2000
 

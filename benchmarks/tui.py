@@ -108,7 +108,7 @@ def symbolic_case(steps: int, floor: float, name: str = "deepseek-v3", m: int = 
 
     from parasim.examples.step import make_step
     from parasim.layout import preset
-    from parasim.symbolic.fold import fold_of
+    from parasim.engine.symbolic.fold import fold_of
     from parasim.tui.view import View
     layout = preset(name)
     layout = replace(layout, model=replace(layout.model, seq=4096))

@@ -37,7 +37,7 @@ from parasim.layout import Layout, ModelSpec
 from parasim.lesson import Check, Lesson, check
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.layer import Stack, TransformerLayer, layer_weights
-from parasim.nn.placement import is_expert
+from parasim.layout.placement import is_expert
 
 # No biases: the attention's key bias has a zero gradient in exact arithmetic, and Adam would turn the
 # rounding left in its place (which differs from layout to layout) into whole steps.

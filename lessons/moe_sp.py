@@ -8,7 +8,7 @@ import numpy as np
 from parasim.lesson import Check, Knob, Lesson, check
 from parasim.examples.moe16 import SEQUENCES, SHAPE, embed
 from parasim.nn import ParallelContext, Saved, Shard
-from parasim.nn.placement import assemble
+from parasim.layout.placement import assemble
 from parasim.nn.layer import expert_weights, layer_weights
 from parasim.nn.moe import MoE
 

@@ -11,7 +11,7 @@ import numpy as np
 from parasim.figures import sent_in_phase
 from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn import ParallelContext, Saved, Shard
-from parasim.nn.placement import assemble
+from parasim.layout.placement import assemble
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 

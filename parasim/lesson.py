@@ -21,7 +21,7 @@ from .engine.runner import RunResult, run
 from .errors import UsageError
 from .layout.axes import AXES, SIZED
 from .limits import TIMEOUT
-from .render.jsonout import jsonable
+from .jsonout import jsonable
 
 
 @dataclass(frozen=True)

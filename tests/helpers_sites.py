@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 
 import parasim
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 
 ROOT = Path(parasim.__file__).resolve().parent.parent  # sites are named from here (parasim/comm/sites.py)
 SITE = re.compile(r"(?P<path>[\w./-]+\.py):(?P<line>[0-9]+)")  # a site with a line, anywhere in a text

@@ -98,7 +98,7 @@ def deepseek_step():
     """DeepSeek-V3's step run once for both stages' comparisons: folding around the first GPU of stage 0 or
     of stage 15 picks the same representatives (they differ only in their stage, a kept axis)."""
     from parasim.examples.against import first_gpu, run_plan, step_layout
-    from parasim.symbolic.fold import fold_of
+    from parasim.engine.symbolic.fold import fold_of
     model, plan = get_model("deepseek-v3"), Plan(**DS_PLAN)
     layout = step_layout(model, plan, 4096)
     gpus = [first_gpu(layout, s) for s in (0, 15)]

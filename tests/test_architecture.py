@@ -74,6 +74,54 @@ def test_the_cycle_finder_finds_a_cycle(tmp_path):
     assert _imports("parasim.b", mods["parasim.b"], mods) == {"parasim.a"}
 
 
+def _package(module: str) -> str:
+    """The room a module is in: its first name under parasim (a top-level module is a room of its own)."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "parasim"
+
+
+def package_cycle(modules: dict[str, Path]) -> list[str] | None:
+    """A cycle among the package's rooms (a room imports another that imports it back, maybe through others;
+    lazy imports inside functions count), or None."""
+    graph: dict[str, set[str]] = {}
+    for m, p in modules.items():
+        graph.setdefault(_package(m), set()).update(
+            _package(n) for n in _imports(m, p, modules) if _package(n) != _package(m))
+    state: dict[str, int] = {}
+
+    def visit(room: str, path: list[str]) -> list[str] | None:
+        state[room] = 1
+        for n in sorted(graph.get(room, ())):
+            if state.get(n) == 1:
+                return path[path.index(n):] + [n]
+            if n not in state and (found := visit(n, path + [n])):
+                return found
+        state[room] = 2
+        return None
+    for room in sorted(graph):
+        if room not in state and (found := visit(room, [room])):
+            return found
+    return None
+
+
+def test_no_two_rooms_import_each_other():
+    """Issue 52: the rooms form layers (layout < comm < engine < nn < ... < cli), with lazy imports counted."""
+    cycle = package_cycle(_modules())
+    assert cycle is None, " -> ".join(cycle or [])
+
+
+def test_the_room_cycle_finder_finds_one(tmp_path):
+    """The check above can fail: comm's trace importing the engine, whose runner imports comm, is found."""
+    (tmp_path / "trace.py").write_text("def f():\n    from ..engine.work import Meter\n")
+    (tmp_path / "work.py").write_text("from ..comm.ops import OPS\n")
+    (tmp_path / "ops.py").write_text("OPS = {}\n")
+    mods = {"parasim.comm.trace": tmp_path / "trace.py", "parasim.engine.work": tmp_path / "work.py",
+            "parasim.comm.ops": tmp_path / "ops.py"}
+    assert package_cycle(mods) == ["comm", "engine", "comm"]
+    del mods["parasim.engine.work"]
+    assert package_cycle(mods) is None
+
+
 def test_one_layout_one_model_one_preset_table():
     """grep finds one Layout type, one model type and one preset table; the estimator, the layers and the
     engine use those very objects."""
@@ -110,11 +158,12 @@ def _rooms_text() -> str:
 
 
 def named_by_room(rooms: str) -> dict[str, set[str]]:
-    """Room -> the file names its paragraph gives: a bullet starting `parasim/<room>/` names its room's files;
+    """Room -> the file names its paragraph gives: a bullet starting `parasim/<room>/` (or `parasim/<room>/<sub>/`)
+    names its room's files;
     the paragraph before the bullets names the package top's modules (room "")."""
     out: dict[str, set[str]] = {}
     for block in re.split(r"\n(?=- `parasim/)", rooms):
-        m = re.match(r"- `parasim/([a-z_]+)/`", block)
+        m = re.match(r"- `parasim/([a-z_/]+)/`", block)
         out.setdefault(m.group(1) if m else "", set()).update(re.findall(r"`([a-z_0-9]+\.py)`", block))
     return out
 
@@ -124,7 +173,7 @@ def unnamed_files(named: dict[str, set[str]], root: Path) -> list[str]:
     missing = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)
-        room = rel.parts[0] if len(rel.parts) > 1 else ""
+        room = "/".join(rel.parts[:-1])  # a subpackage (engine/symbolic) is a room of its own
         if path.name == "__init__.py" and room:
             continue  # a room's __init__ is the room itself
         if path.name not in named.get(room, set()):

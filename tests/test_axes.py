@@ -21,7 +21,7 @@ ALLOWED = {
     "cli/estimate.py": "the Plan's fields, copied from a search's best row",
     "megatron/job.py": "a Megatron-LM job's flags as the Layout's fields",
     "estimate/fit.py": "a step's time by part (TP's exposed collectives, the bubble, ...)",
-    "symbolic/fold.py": "the attention view's coordinates that name a rank's place",
+    "engine/symbolic/fold.py": "the attention view's coordinates that name a rank's place",
     "examples/keeps.py": "the moe16 program's coordinates as its value reports them",
 }
 

@@ -72,7 +72,7 @@ def test_without_torch_the_hint_is_the_readme_s_install_line(monkeypatch):
     """Real ranks without torch: one line naming what to install, as README writes it (`".[torch]"` from a
     checkout; no index package is called parasim)."""
     import sys as _sys
-    from parasim.comm.launch import check_backend
+    from parasim.engine.launch import check_backend
     from parasim.errors import UsageError
     monkeypatch.setitem(_sys.modules, "torch", None)  # `import torch` now raises ImportError
     monkeypatch.setitem(_sys.modules, "torch.distributed", None)

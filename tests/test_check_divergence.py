@@ -10,7 +10,7 @@ import pytest
 
 import parasim
 from parasim.engine.divergence import assemble, first_divergence
-from parasim.nn.placement import Shard, parse
+from parasim.layout.placement import Shard, parse
 from parasim.errors import UsageError
 from tests.conftest import cli, cli_process
 

@@ -262,7 +262,7 @@ def test_a_piece_lies_where_its_tp_and_etp_places_say():
     from types import SimpleNamespace
 
     from parasim.dp.checkpoint import Region, regions
-    from parasim.nn.placement import Replicate, Shard
+    from parasim.layout.placement import Replicate, Shard
     tp = SimpleNamespace(tp_world_size=3, tp_rank=2, etp_world_size=2, etp_rank=1)
     got = regions(_Model(tp, w1={"etp": Shard(1)}, w2={"tp": Shard(0)}, b={"tp": Replicate()}))
     assert got == {"w1": Region((4, 12), [[(0, 4)], [(6, 12)]]), "w2": Region((12, 6), [[(8, 12)], [(0, 6)]]),

@@ -7,7 +7,7 @@ import pytest
 
 import parasim
 from parasim.render.chrome import COLL, COMPUTE, RECV, SEND, to_chrome, to_hta, validate
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 
 
 def _all_reduce(ctx):

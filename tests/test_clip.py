@@ -16,7 +16,7 @@ from parasim.errors import UsageError
 from parasim.layout import Layout
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.layer import Stack, TransformerLayer, layer_weights
-from parasim.nn.placement import Partial, Replicate, Shard
+from parasim.layout.placement import Partial, Replicate, Shard
 
 MAX_NORM = 1.0  # moe16's gradient norm is about 193: this clips hard (coefficient about 0.005)
 

@@ -15,7 +15,7 @@ from parasim.clock.report import ClockChoice, clock_report
 from parasim.estimate.hardware import GPUS, LATENCY
 from parasim.estimate.kernels import attention_efficiency, collective_bandwidth, gemm_efficiency
 from parasim.lesson import load_lessons, run_lesson
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 from tests.conftest import cli
 
 H200 = GPUS["h200"]
@@ -80,7 +80,7 @@ def test_compute_times_each_product_at_the_share_its_shape_measures():
     """A (2048 x 1024) @ (1024 x 4096) weight product on an A100 at the share its shape measures, and a QK^T of
     4,096 tokens and 128-wide heads at FlashAttention's share; FLOPs a trace file kept without shapes at the
     tables' large square product."""
-    from parasim.engine.work import Work
+    from parasim.comm.trace import Work
     m = machine("a100")
     w = Work({"matmul": 2 * 2048 * 4096 * 1024, "attention": 2 * 4096 * 4096 * 128 * 8})
     w.gemms = {("matmul", 2048, 4096, 1024): 1, ("attention", 4096, 4096, 128): 8}
@@ -212,10 +212,10 @@ def test_an_all_to_all_costs_its_slowest_member_pair_by_pair():
 
 
 def test_a_folded_run_is_timed_as_the_full_run():
-    """A folded symbolic step (symbolic/fold.py) laid out on the clock gives every event the times the full
+    """A folded symbolic step (engine/symbolic/fold.py) laid out on the clock gives every event the times the full
     run's trace gives it, and every rank the same busy time: the fold is only a shortcut."""
     from parasim.layout import Layout
-    from parasim.symbolic.fold import fold_of
+    from parasim.engine.symbolic.fold import fold_of
     from tests.test_fold import SMALL, make_step
     layout = Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL)
     program = make_step(layout, m=2, routing="balanced")
@@ -289,7 +289,7 @@ def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation
     @ 64 x 32, then 16 x 32 @ 32 x 64); the MLP's elementwise passes over the 2 copies' 32 hidden values; the
     permutation reading and writing the tokens and their 2 copies twice (into expert order and back), 2 bytes
     a value, at the HBM rate an elementwise pass measures."""
-    from parasim.clock.fusion import ELEMENTWISE
+    from parasim.estimate.fusion import ELEMENTWISE
     from parasim.clock.plan import layer_forward
     from parasim.clock.runs import training_plan
     from parasim.estimate.kernels import memory_efficiency

@@ -33,7 +33,7 @@ from parasim.estimate.memory import Plan
 from parasim.estimate.models import get_model
 from parasim.estimate.traffic import across_share, step_traffic
 from parasim.layout import ModelSpec
-from parasim.trace import Event, Trace
+from parasim.comm.trace import Event, Trace
 from tests.conftest import cli
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout whose parasim these tests hold (a subprocess imports it)
@@ -453,7 +453,7 @@ def test_a_user_program_that_loops_forever_is_named_at_its_own_line(tmp_path: Pa
 @pytest.mark.timeout(120)
 def test_a_user_program_that_loops_forever_on_real_ranks_is_named_at_its_own_line(tmp_path: Path) -> None:
     """Catches bug 8 on real ranks (comm/watchdog.py `frame_text`, which comm/rank_errors.py `answer_where`
-    calls on the raw frame a stuck rank was interrupted in: there the loop is inside parasim/comm/torch_xp.py).
+    calls on the raw frame a stuck rank was interrupted in: there the loop is inside parasim/engine/torch_xp.py).
     `parasim run prog.py:spin --nproc 2 --timeout 1` (gloo, local processes): the one-line error names prog.py
     at the loop's line."""
     pytest.importorskip("torch")

@@ -23,7 +23,7 @@ from parasim.estimate.kernels import (attention_efficiency, collective_bandwidth
                                       overlap_slowdown)
 from parasim.estimate.memory import Plan
 from parasim.layout import ModelSpec
-from parasim.trace import Event, Trace
+from parasim.comm.trace import Event, Trace
 
 CALL, INSIDE, ACROSS = (LATENCY[k].value for k in ("call", "inside", "across"))  # NCCL's latencies, seconds
 SLOW = overlap_slowdown("h200").value  # compute beside communication slows by this share of their overlap

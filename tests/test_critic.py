@@ -7,7 +7,7 @@ import pytest
 from conftest import cli
 
 from parasim.clock.plan import plan_time
-from parasim.estimate.critic import RULES, critique
+from parasim.clock.critic import RULES, critique
 from parasim.estimate.memory import Plan, breakdown
 from parasim.estimate.models import get_model
 

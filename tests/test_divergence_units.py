@@ -7,7 +7,7 @@ import pytest
 import parasim
 from parasim.engine.divergence import collect, first_divergence, max_error
 from parasim.errors import UsageError
-from parasim.trace import Mark, Trace
+from parasim.comm.trace import Mark, Trace
 
 KEEP = 10 ** 6
 

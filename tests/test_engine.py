@@ -281,12 +281,12 @@ def test_trace_roundtrip(tmp_path):
     tr = parasim.run(prog, world=2, keep_values=8).trace
     path = tmp_path / "t.json"
     tr.save(path)
-    back = parasim.trace.Trace.load(path)
+    back = parasim.comm.trace.Trace.load(path)
     assert back.to_json() == tr.to_json()
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(parasim.UsageError):
-        parasim.trace.Trace.load(bad)
+        parasim.comm.trace.Trace.load(bad)
 
 
 def test_import_parasim_does_not_import_torch():
@@ -301,7 +301,7 @@ def test_a_compute_event_whole():
     """A compute note is an event of its own: next number, the rank's clock, the world group, one member
     with nothing in or out, no label, the phase, and its flops."""
     from parasim.comm.interface import Group
-    from parasim.trace import Event, Member
+    from parasim.comm.trace import Event, Member
 
     def prog(ctx):
         ctx.phase("work")

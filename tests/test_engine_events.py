@@ -6,7 +6,7 @@ import pytest
 import parasim
 from parasim import CollectiveError, Deadlock, Recv, Send
 from parasim.comm.interface import Group
-from parasim.trace import Event, Member, Tensor
+from parasim.comm.trace import Event, Member, Tensor
 
 
 def test_a_p2p_event_whole():

@@ -245,7 +245,7 @@ def test_what_ranks_print_goes_to_stderr_and_json_stays_whole():
 def test_ctx_xp_on_real_ranks_takes_dtype_names(call, dtype):
     import array_api_compat.torch as torch_xp
 
-    from parasim.comm.torch_xp import TorchNamespace
+    from parasim.engine.torch_xp import TorchNamespace
     assert str(call(TorchNamespace(torch_xp)).dtype) == dtype
     assert str(TorchNamespace(torch_xp).finfo("bfloat16").bits) == "16"  # finfo's comes first
 
@@ -253,6 +253,6 @@ def test_ctx_xp_on_real_ranks_takes_dtype_names(call, dtype):
 def test_a_dtype_torch_has_not_is_one_line():
     import array_api_compat.torch as torch_xp
 
-    from parasim.comm.torch_xp import TorchNamespace
+    from parasim.engine.torch_xp import TorchNamespace
     with pytest.raises(parasim.UsageError, match="'float65' is not a dtype torch has"):
         TorchNamespace(torch_xp).ones(2, dtype="float65")

@@ -15,7 +15,7 @@ import pytest
 import parasim
 from parasim import Recv, Send, UsageError
 from parasim.render.text import markup_safe, printable
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 from tests.conftest import cli, cli_process
 
 
@@ -409,7 +409,7 @@ def test_a_trace_with_nan_and_inf_values_is_strict_json_and_reads_back(tmp_path)
     import math
 
     import parasim
-    from parasim.trace import Trace
+    from parasim.comm.trace import Trace
 
     def prog(ctx):
         return ctx.comm.all_reduce(ctx.asarray([math.nan, math.inf, -math.inf, 1.5]))

@@ -7,7 +7,7 @@ import parasim
 from parasim.errors import CollectiveError, UsageError
 from parasim.examples.step import make_step
 from parasim.layout import Layout, ModelSpec
-from parasim.symbolic.fold import fold_of, unfold
+from parasim.engine.symbolic.fold import fold_of, unfold
 
 SMALL = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
                   seq=16, bias=False)

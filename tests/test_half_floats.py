@@ -17,7 +17,7 @@ from parasim.comm.interface import Recv, Send, dtype_name
 from parasim.comm.kernels import ring_chunk
 from parasim.engine.compare import Allowance, first_diff, values_close
 from parasim.errors import CollectiveError, UsageError
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 NAN, INF = float("nan"), float("inf")
@@ -358,7 +358,7 @@ def every_half_op(ctx):
 def test_gloo_gives_the_same_bits():
     """One launch of 4 gloo ranks runs both programs; each is compared call by call with its virtual run."""
     pytest.importorskip("torch")
-    from parasim.comm.launch import RealOptions
+    from parasim.engine.launch import RealOptions
     from parasim.engine.real import run_real_many
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # comparing NaNs prints nothing

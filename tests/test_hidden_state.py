@@ -130,7 +130,7 @@ def test_a_hidden_helper_names_its_caller_on_gloo_ranks():
 
 def test_settle_names_the_layer_line():
     """placement.settle sums a gradient for the layer that called it: the layer's line is the site."""
-    from parasim.nn.placement import Partial, settle
+    from parasim.layout.placement import Partial, settle
 
     def program(ctx):
         tp = ParallelContext(ctx, ctx.new_group(range(2), "tp"))

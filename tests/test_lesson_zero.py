@@ -10,7 +10,7 @@ import parasim
 from parasim.engine.compare import Allowance, values_close
 from parasim.errors import UsageError
 from parasim.lesson import get_lesson, run_lesson
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 from tests.conftest import cli_process
 
 

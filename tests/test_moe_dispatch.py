@@ -1,4 +1,4 @@
-"""The token dispatchers (clock/dispatch.py): how many GPUs and nodes a token is sent to when a dispatcher sends it
+"""The token dispatchers (estimate/dispatch.py): how many GPUs and nodes a token is sent to when a dispatcher sends it
 once to each (estimate/traffic.ep_destinations), held against counting every choice of experts; what the clock
 and the traffic estimate send under each; the plan, the model and the command refusing what is not one."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ from fractions import Fraction
 import pytest
 
 from parasim.clock.costs import machine, pairs_seconds
-from parasim.clock.dispatch import DISPATCHERS
+from parasim.estimate.dispatch import DISPATCHERS
 from parasim.clock.plan import ep_seconds
 from parasim.errors import UsageError
 from parasim.estimate.memory import Plan

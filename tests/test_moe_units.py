@@ -197,7 +197,7 @@ def test_expert_and_router_placements():
     """Where each weight lives, as checkpoints and gradient groups read it: the router whole on every rank
     (no SP); each expert's weights on one EP rank (Shard(0) of the expert list), and over expert-TP w1 and b1
     by columns, w2 by rows, b2 a partial sum."""
-    from parasim.nn.placement import Partial, Replicate, Shard
+    from parasim.layout.placement import Partial, Replicate, Shard
 
     def program(ctx):
         etp_g = [ctx.new_group([d, d + 1], "expert-tp") for d in (0, 2)][ctx.rank // 2]

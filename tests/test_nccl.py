@@ -5,7 +5,7 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA GPU visible", allow_module_level=True)
 
-from parasim.comm.launch import RealOptions  # noqa: E402
+from parasim.engine.launch import RealOptions  # noqa: E402
 from parasim.lesson import get_lesson  # noqa: E402
 from parasim.engine.real import run_real  # noqa: E402
 

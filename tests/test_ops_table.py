@@ -9,7 +9,7 @@ from parasim.comm.ops import OPS
 from parasim.errors import CollectiveError
 
 from conftest import site_at
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 
 
 def test_every_entry_is_a_public_method_with_its_own_look():
@@ -115,7 +115,7 @@ import parasim
 from parasim.cli import main
 from parasim.clock import machine, simulate
 from parasim.estimate import kernels
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 from parasim.tui.app import ParasimApp
 from parasim.tui.moves import moves
 from parasim.tui.view import View

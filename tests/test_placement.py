@@ -7,7 +7,7 @@ import parasim
 from parasim.layout import Layout, LayoutError
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.moe import MoE
-from parasim.nn.placement import Partial, Replicate, Shard, assemble, data_axes, grad_group, local, sum_axes
+from parasim.layout.placement import Partial, Replicate, Shard, assemble, data_axes, grad_group, local, sum_axes
 
 H, F, N_EXP, K, TOKENS = 4, 6, 4, 2, 8
 
@@ -177,7 +177,7 @@ def test_a_parallel_context_knows_its_place_in_each_group():
 def test_a_settled_sum_names_the_layer_line_and_other_partial_axes_are_refused():
     """settle's all-reduce is the layer's call (its site is the layer's line); a Partial over an axis no
     layer can sum is an error, while a Partial over a data axis is left to data-parallel code."""
-    from parasim.nn.placement import settle
+    from parasim.layout.placement import settle
 
     def program(ctx):
         tp = ParallelContext(ctx, ctx.new_group([0, 1], "tp"))

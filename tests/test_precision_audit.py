@@ -272,7 +272,7 @@ def test_the_trace_says_which_precision_the_run_stands_for(backend, exact):
 
 # -- symbolic arrays: a training step's dtypes --------------------------------------------------------------
 def _sym(dtype: str, shape=(4,)):
-    from parasim.symbolic.array import SymArray
+    from parasim.engine.symbolic.array import SymArray
     return SymArray(shape, dtype, None)
 
 
@@ -294,7 +294,7 @@ def test_an_fp8_array_scaled_by_a_python_float_stays_fp8():
 def test_dtypes_numpy_cannot_combine_are_refused_as_numpy_refuses_them():
     """Two datetimes do not add in numpy; without a 16- or 8-bit float among them the symbolic rule is numpy's,
     its refusal included."""
-    from parasim.symbolic.array import _result_dtype
+    from parasim.engine.symbolic.array import _result_dtype
     dt = (np.dtype("datetime64[s]"), np.dtype("datetime64[s]"))
     with pytest.raises(TypeError):
         np.add.resolve_dtypes(dt + (None,))

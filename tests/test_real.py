@@ -14,7 +14,7 @@ from helpers_real import children, every_op
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from parasim.comm.launch import RealOptions  # noqa: E402
+from parasim.engine.launch import RealOptions  # noqa: E402
 from parasim.engine.compare import compare
 from parasim.engine.real import run_real  # noqa: E402
 

@@ -95,7 +95,7 @@ def prog(ctx):
 def test_a_program_deep_in_folders_runs(tmp_path):
     """Every call's signature names its file; one far longer than a signature blob (512 bytes) still
     travels, for collectives, group creation and point-to-point transfers alike."""
-    from parasim.comm.launch import RealOptions
+    from parasim.engine.launch import RealOptions
     from parasim.engine.real import run_real
     folder = tmp_path.joinpath(*["d" * 200] * 3)
     folder.mkdir(parents=True)

@@ -8,7 +8,7 @@ import pytest
 
 from parasim.clock.plan import plan_time
 from parasim.estimate import Plan, get_model
-from parasim.estimate.fit import search_by_time, time_parts
+from parasim.clock.fastest import search_by_time, time_parts
 from tests.conftest import cli
 
 

@@ -10,8 +10,8 @@ from hypothesis import given, strategies as st
 
 import parasim
 from parasim.lesson import get_lesson
-from parasim.symbolic import SymArray, SymbolicValueError
-from parasim.symbolic.namespace import SymbolicNamespace
+from parasim.engine.symbolic import SymArray, SymbolicValueError
+from parasim.engine.symbolic.namespace import SymbolicNamespace
 
 XP = SymbolicNamespace()
 
@@ -217,7 +217,7 @@ def test_each_question_about_values_says_what_was_asked():
                       (lambda: float(s), "float()"), (lambda: one.item(), "item()")):
         with pytest.raises(SymbolicValueError, match=f"^{re.escape(what)} of a symbolic int64 array of shape"):
             ask()
-    from parasim.symbolic.array import SHOWN
+    from parasim.engine.symbolic.array import SHOWN
     assert len(SymArray((SHOWN,)).tolist()) == SHOWN  # as large as a note may show
     with pytest.raises(SymbolicValueError, match=r"^tolist\(\)"):
         SymArray((SHOWN + 1,)).tolist()

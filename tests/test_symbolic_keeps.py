@@ -4,8 +4,8 @@ dtype below is numpy's own answer on a real array of the same shape."""
 import numpy as np
 import pytest
 
-from parasim.symbolic.array import SymArray, SymbolicRun
-from parasim.symbolic.namespace import SymbolicNamespace, SymbolicRng
+from parasim.engine.symbolic.array import SymArray, SymbolicRun
+from parasim.engine.symbolic.namespace import SymbolicNamespace, SymbolicRng
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ def test_a_symbolic_ranks_literals_and_draws_are_of_its_run():
 
 
 def test_an_order_of_a_symbolic_array_is_refused_naming_what_was_asked():
-    from parasim.symbolic.array import SymbolicValueError
+    from parasim.engine.symbolic.array import SymbolicValueError
     x = SymArray((3,), np.float32, None)
     for ask, name in ((lambda: np.argsort(x), "argsort()"), (lambda: np.nonzero(x), "nonzero()"),
                       (lambda: SymbolicNamespace(None).argsort(x), "argsort()")):
@@ -182,7 +182,7 @@ def test_a_reshape_numpy_refuses_is_refused(run, shape):
 
 def test_a_symbolic_rank_may_send_index_lists_and_is_refused_anything_else_by_name(run):
     from parasim.errors import CollectiveError
-    from parasim.symbolic.backend import SymbolicComm, check_symbolic_array
+    from parasim.engine.symbolic.backend import SymbolicComm, check_symbolic_array
     check_symbolic_array(np.arange(3), "all_gather")  # a real index list takes part as it is
     check_symbolic_array(SymArray((2,), np.float32, run), "all_gather")
     for x, words in (([1, 2], "list"), (np.array(["a"]), "dtype"), (SymArray((2,), np.str_, run), "dtype")):

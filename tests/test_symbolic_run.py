@@ -8,9 +8,9 @@ import pytest
 
 import parasim
 from parasim.errors import UsageError
-from parasim.symbolic import SymArray, SymbolicValueError
-from parasim.symbolic.array import SymbolicRun
-from parasim.symbolic.namespace import SymbolicNamespace
+from parasim.engine.symbolic import SymArray, SymbolicValueError
+from parasim.engine.symbolic.array import SymbolicRun
+from parasim.engine.symbolic.namespace import SymbolicNamespace
 
 ROOT = Path(parasim.__file__).parent
 
@@ -125,7 +125,7 @@ def test_run_symbolic_defaults_and_what_it_hands_back():
     """A symbolic run without options: seed 0 on every context and in the trace, the direct algorithm, no
     kept values; each rank's marks come back, and a folded run gives a folded rank its representative's
     FLOPs."""
-    from parasim.symbolic.backend import run_symbolic
+    from parasim.engine.symbolic.backend import run_symbolic
 
     def program(ctx):
         x = ctx.xp.asarray(np.ones((2, 3)))

@@ -16,7 +16,7 @@ from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.models import layer_param_count
 from parasim.examples.step import make_step
 from parasim.layout import Layout
-from parasim.symbolic.fold import fold_of
+from parasim.engine.symbolic.fold import fold_of
 
 ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS]
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from numpy.lib.array_utils import normalize_axis_index
 
-from parasim.symbolic.shapes import axis_of, matmul_shape, sliced_shape
+from parasim.engine.symbolic.shapes import axis_of, matmul_shape, sliced_shape
 
 PAIRS = [((3,), (3,)), ((3,), (3, 4)), ((2, 3), (3,)), ((5, 3), (3, 4)), ((3,), (6, 3, 4)),
          ((6, 2, 3), (3,)), ((2, 3), (6, 3, 4)), ((6, 2, 3), (3, 4)), ((7, 1, 2, 3), (6, 3, 4)),

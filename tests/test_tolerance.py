@@ -326,7 +326,7 @@ def test_check_counts_one_addition_per_piece_but_one(share, ok):
 
 def test_torch_calls_are_counted_by_their_summed_lengths():
     torch = pytest.importorskip("torch")
-    from parasim.comm.torch_xp import counting_roundings
+    from parasim.engine.torch_xp import counting_roundings
     a, b = torch.ones(3, 5, dtype=torch.float64), torch.ones(5, 2, dtype=torch.float64)
     with counting_roundings() as c:
         a @ b  # 5 terms

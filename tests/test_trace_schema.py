@@ -8,7 +8,7 @@ import pytest
 import parasim
 from parasim import UsageError
 from parasim.cli import main
-from parasim.trace import Trace
+from parasim.comm.trace import Trace
 
 
 def _prog(ctx):

@@ -9,7 +9,7 @@ import pytest
 import parasim
 from parasim.examples.step import make_step
 from parasim.layout import Layout, ModelSpec
-from parasim.symbolic.fold import fold_of
+from parasim.engine.symbolic.fold import fold_of
 from parasim.tui.memory import SHOWN
 from parasim.tui.grid import IDLE
 from parasim.tui.view import MAX_ROWS, View
@@ -88,7 +88,7 @@ def test_stepping_looks_up_what_the_scan_found(trace):
 
 def test_many_equal_tensors_are_written_once_with_a_count():
     from parasim.comm.interface import Group
-    from parasim.trace import Event, Member, Tensor, Trace
+    from parasim.comm.trace import Event, Member, Tensor, Trace
     t, u = Tensor((4, 8), "float64"), Tensor((2, 8), "float64")
     world = Group((0,), "world", 0)
     event = Event(0, 1, "collective", "all_gather", world, [Member(0, (t,) * 3, (t,) * 9 + (u,) * 3, 0, 0, "x.py (f)")])
@@ -125,7 +125,7 @@ def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
 def test_a_folded_row_shows_its_lowest_busy_rank():
     """Two ranks of one row busy at the same step with different things: the row shows the first rank's."""
     from parasim.comm.interface import Group
-    from parasim.trace import Event, Member, Trace
+    from parasim.comm.trace import Event, Member, Trace
     world = Group((0, 1, 2, 3), "world", 0)
     pairs = [Group((0, 1), "pair", 1), Group((2, 3), "pair", 2)]
     events = [Event(0, 1, "compute", "think", world, [Member(1, (), (), 0, 0, "x.py:1")]),
@@ -140,7 +140,7 @@ def test_a_folded_row_shows_its_lowest_busy_rank():
 
 def test_notes_belong_to_the_phase_their_rank_was_in():
     from parasim.comm.interface import Group
-    from parasim.trace import Event, Mark, Member, Trace
+    from parasim.comm.trace import Event, Mark, Member, Trace
     world = Group((0, 1), "world", 0)
     marks = [Mark(0, 0, "note", "before any phase"), Mark(0, 0, "phase", "one"), Mark(1, 0, "phase", "two"),
              Mark(1, 0, "note", "in two"), Mark(0, 0, "note", "in one"), Mark(0, 1, "phase", "two"),

@@ -136,7 +136,7 @@ def test_note_fields_travel_in_the_trace_file(tmp_path):
     import json
 
     import parasim
-    from parasim.trace import Trace
+    from parasim.comm.trace import Trace
 
     def prog(ctx):
         ctx.phase("p", stage=ctx.rank + 1)

@@ -66,7 +66,7 @@ def test_memory_prints_the_zero_stages_as_a_table():
 
 def _trace(marks, events=()):
     from types import SimpleNamespace
-    from parasim.trace import Mark
+    from parasim.comm.trace import Mark
     return SimpleNamespace(marks=[Mark(*m) for m in marks], events=list(events))
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout.axes import SIZED
-from ..render.jsonout import dumps
+from ..jsonout import dumps
 from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
 
 # keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
@@ -208,7 +208,7 @@ def _text(name: str, bug: str | None, compared: int, found: dict | None, checks:
 
 def _against_real(args: argparse.Namespace, lesson: Any, world: int) -> int:
     """The program on real ranks against its virtual run: the first call that differs, both values in it."""
-    from ..comm.launch import RealOptions
+    from ..engine.launch import RealOptions
     from ..engine.real import run_real
 
     if args.bug is not None:

@@ -223,9 +223,9 @@ def program_output(args: argparse.Namespace) -> Any:
 
 
 def json_text(obj: Any, indent: int | None = 1, where: str = "the output") -> str:
-    """`obj` as strict JSON text (render/jsonout: no NaN or Infinity; a value with no JSON form is named in
+    """`obj` as strict JSON text (jsonout.py: no NaN or Infinity; a value with no JSON form is named in
     one line, UsageError). Made whole before anything is printed or written."""
-    from ..render.jsonout import dumps
+    from ..jsonout import dumps
     return dumps(obj, indent=indent, where=where)
 
 

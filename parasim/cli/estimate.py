@@ -68,8 +68,8 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
                    help="the dtype of each kind of tensor, as a framework keeps and sends it: "
                         f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
                         "--megatron, the job's: megatron-bf16 for --bf16)")
-    from ..clock.dispatch import DISPATCHERS
-    from ..clock.fusion import FUSIONS
+    from ..estimate.dispatch import DISPATCHERS
+    from ..estimate.fusion import FUSIONS
     from ..estimate.kernels import KERNELS
     t.add_argument("--attention-kernel", choices=KERNELS, default=None,
                    help="the attention kernel the framework runs, for the step's time: cudnn (cuDNN's fused "
@@ -359,7 +359,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if args.megatron_args:
         out["megatron_args"] = _written(args, model, plan, args.seq, overlap)
     if args.critic:
-        from ..estimate.critic import critique
+        from ..clock.critic import critique
         out["critic"] = [f.to_dict() for f in critique(model, plan, args.seq, args.gpu, overlap)]
     if args.plot:
         from ..render.plots import plot_memory
@@ -467,7 +467,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
 def _search_by_time(args: argparse.Namespace, model: Any, usable: float, unit: float, name: str) -> int:
     """`fit --search --by time`: the layouts that fit, ranked by the step's time, and why each loses."""
-    from ..estimate.fit import parse_nodes, search_by_time
+    from ..clock.fastest import search_by_time
+    from ..estimate.fit import parse_nodes
     if args.megatron_args or args.plot:
         raise UsageError("--megatron-args and --plot go with --by length")
     result = search_by_time(model, parse_nodes(args.nodes), usable, args.seq or 4096, args.global_batch or 1024,

@@ -158,7 +158,7 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
 
 def cmd_view(args: argparse.Namespace) -> int:
     from ..lesson import is_program, load_lessons
-    from ..trace import Trace
+    from ..comm.trace import Trace
 
     if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
         args.name, args.json, args.tui = args.trace, False, False  # the app on a terminal, text otherwise

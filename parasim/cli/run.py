@@ -8,7 +8,7 @@ from typing import Any
 from ..errors import UsageError
 from .common import import_before_starting, positive, program_output, seconds, write, write_hta
 from ..limits import TIMEOUT, check_processes, check_real_timeout
-from ..render.jsonout import dumps
+from ..jsonout import dumps
 
 
 def add_run(sub: Any) -> None:
@@ -83,7 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
     """How `parasim run` runs one lesson on real ranks: the lesson's seed and kept values, the user's flags."""
-    from ..comm.launch import RealOptions
+    from ..engine.launch import RealOptions
     return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout,
                        device=args.device, prints_to_stderr=args.json)
 

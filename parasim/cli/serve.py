@@ -109,7 +109,7 @@ def _lesson_args(name: str, world: int | None) -> list[str]:
 
 def _trace_file(path: str) -> str:
     from ..lesson import is_program
-    from ..trace import Trace
+    from ..comm.trace import Trace
     if is_program(path):
         raise UsageError(f"--view takes a saved trace; serve a program as: parasim serve {path} --world N")
     Trace.load(path)  # a missing or broken file is refused now, not in each browser tab
@@ -140,7 +140,7 @@ def _trace_args(text: str) -> list[str]:
 def _open_view(args: argparse.Namespace) -> int:
     """The app over a saved trace, in this process (what `parasim view` opens on a terminal)."""
     from ..lesson import load_lessons
-    from ..trace import Trace
+    from ..comm.trace import Trace
     from .common import open_app
     if args.view is None:
         raise UsageError("--open-app opens the app of --view TRACE.json")

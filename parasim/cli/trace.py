@@ -258,7 +258,7 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     from ..examples.against import step_layout
     from ..examples.step import make_step
     from ..limits import check_symbolic_step
-    from ..symbolic.fold import fold_of
+    from ..engine.symbolic.fold import fold_of
 
     if args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")

@@ -66,7 +66,7 @@ class Machine:
         return self.nvlink if where == INSIDE else self.network
 
     def compute(self, work: Any) -> float:
-        """Seconds for `work` (engine/work.Work: FLOPs by kind, and the products behind them): each product at
+        """Seconds for `work` (comm/trace.Work: FLOPs by kind, and the products behind them): each product at
         the share of peak its shape measures, attention at FlashAttention's for its sequence and head size;
         FLOPs without a shape (a trace file that kept none) as a large square product or sequence."""
         if not work:

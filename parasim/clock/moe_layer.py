@@ -5,7 +5,7 @@ checks the MoE items the plan adds up without any run of clock/runs.py shaping t
 
 The test's cases (moe_layer.json, read as the source prints them) differ in the model (a Mixtral-like layer
 and a DeepSeek-like one with group-limited routing), the precision (BF16, FP8 with blockwise scaling) and the
-token dispatcher (clock/dispatch.py): NCCL's all-to-all ("alltoall", every top-k copy of a token sent on its
+token dispatcher (estimate/dispatch.py): NCCL's all-to-all ("alltoall", every top-k copy of a token sent on its
 own), and DeepEP and HybridEP, which send a token once to each GPU that holds one of its experts. Each case is
 timed with its own dispatcher, and what a dispatcher saves over "alltoall" is given both measured and timed.
 

@@ -7,7 +7,7 @@ follow from the shapes. What one GPU does for one micro-batch on one layer:
   multiply-add per token, split over TP; the attention products QK^T and PV, 4 s_q s_k h FLOPs per
   sequence, halved by a causal mask where FlashAttention skips the masked blocks; backward twice the
   forward (FlashAttention's backward 2.5 times: it recomputes the scores); recomputation adds forwards.
-- elementwise passes (clock/fusion.py: the framework's kernels): bytes read and written per value, over the
+- elementwise passes (estimate/fusion.py: the framework's kernels): bytes read and written per value, over the
   GPU's memory bandwidth.
 - TP collectives on the activations (all-reduce, or all-gather and reduce-scatter under SP), CP's K/V
   ring, EP's all-to-alls, each by the ring or pair cost of costs.py over the link its group uses.
@@ -35,7 +35,7 @@ from ..estimate.kernels import tp_overlap_efficiency
 from .kernels_time import Linear, attention_seconds, gemm_seconds, hbm_rate, linear_seconds
 from .overlaps import PLAN, check
 from .costs import machine as machine_of
-from .fusion import FUSIONS
+from ..estimate.fusion import FUSIONS
 
 
 PERMUTE_PASSES = 2  # an MoE layer's forward permutes its tokens into expert order and unpermutes them back
@@ -135,7 +135,7 @@ def _ffn_values(model: Any, plan: Plan, seq: int, moe: bool) -> float:
 
 
 def _activation_bytes(model: Any, plan: Plan, values: float) -> float:
-    """Bytes the MLP's activation pass moves over `values` under the plan's kernel split (clock/fusion.py)."""
+    """Bytes the MLP's activation pass moves over `values` under the plan's kernel split (estimate/fusion.py)."""
     fusion = FUSIONS[plan.fusion]
     return values * sum((with_dropout if plan.dropout else without) + (fusion.gated_extra if model.gated else 0)
                         for _, over, with_dropout, without in fusion.passes if over == "ffn")
@@ -152,7 +152,7 @@ def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]
     """Seconds of one pass of an MoE layer's two EP all-to-alls on one GPU for one micro-batch: "dispatch"
     (toward the experts; backward, the experts' output gradients) and "combine" (home again; backward, the
     tokens' gradients), each in its own dtype, what crosses nodes over the network beside what goes over
-    NVLink. What is sent is the plan's dispatcher's (clock/dispatch.py): NCCL's all-to-all sends each of the
+    NVLink. What is sent is the plan's dispatcher's (estimate/dispatch.py): NCCL's all-to-all sends each of the
     routed tokens' top-k copies, the pairs in other nodes over the network; DeepEP and HybridEP send a token
     once to each other GPU that needs it over NVLink (forwarded there from its node's RDMA copy) and once to
     each node over the network, counted as DeepEP's measured rate counts them (estimate/traffic.ep_destinations,

@@ -94,7 +94,7 @@ def paired_phases(trace: Any) -> set[str]:
 def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
     """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on.
 
-    A folded run's trace (symbolic/fold.py: meta "fold") is laid out for the ranks that ran: a folded rank did
+    A folded run's trace (engine/symbolic/fold.py: meta "fold") is laid out for the ranks that ran: a folded rank did
     its representative's work at its representative's times, so the events it shares with it take their
     ready times from the representative, and the copies of events on its own groups take their source's
     times. Only the ranks that ran have spans; `Timeline.ran_for` names whose a rank's are."""

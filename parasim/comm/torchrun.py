@@ -1,5 +1,5 @@
 """A job torchrun started: its variables checked, and its ranks' store, met on loopback when every rank is
-on this machine (comm/launch.py's join_torchrun runs this process's rank of it)."""
+on this machine (engine/launch.py's join_torchrun runs this process's rank of it)."""
 from __future__ import annotations
 
 import contextlib

@@ -17,7 +17,7 @@ from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, TimedOut, UsageError
 from ..limits import KEPT_VALUES
-from ..trace import Event, Mark, Member, Trace
+from .trace import Event, Mark, Member, Trace
 from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
 from .sites import SiteNames, with_call_site
 from .kernels import arrays, ring_moved

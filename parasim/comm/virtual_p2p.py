@@ -11,7 +11,7 @@ import numpy as np
 from greenlet import GreenletExit
 
 from ..errors import CollectiveError
-from ..trace import Event, Member, Tensor
+from .trace import Event, Member, Tensor
 from .interface import P2P, Group, Recv, Send, check_peer, describe_p2p, dtype_name, numeric, p2p_mismatch_error, \
     recv_dtype, site_name
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..errors import UsageError
-from ..nn.placement import CUT_AXES, Shard  # model axes that cut a weight; ep does not (experts go by index)
+from ..layout.placement import CUT_AXES, Shard  # model axes that cut a weight; ep does not (experts go by index)
 from .checkpoint_format import METADATA, Chunk, CheckpointReader, RankShard, Runs, cut, sweep, write_checkpoint
 
 STATE = ("master", "m", "v")  # Adam's state per value: fp32 master copy, first and second moments

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import MAX_SIZE
-from ..render.jsonout import dumps
+from ..jsonout import dumps
 from .checkpoint import STATE, regions, share_ranges
 from .checkpoint_format import fresh_beside, fsync_dir, swap, sweep, write_synced
 from .checkpoint_meta import DTYPES, Fields, check_file, fingerprint, item, read_json, show

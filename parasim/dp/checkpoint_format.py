@@ -38,7 +38,7 @@ import numpy as np
 from ..comm.interface import numpy_dtype
 from ..errors import UsageError
 from ..limits import MAX_SIZE, at_most
-from ..render.jsonout import dumps
+from ..jsonout import dumps
 from .checkpoint_meta import (DTYPES, FORMAT, METADATA, SHARD_BYTES, VERSION, Fields, check_sum,
                               fingerprint, held, read_json, shard_file, validate)
 

@@ -18,7 +18,7 @@ import math
 from typing import Any, Mapping
 
 from ..errors import UsageError
-from ..nn.placement import DATA_AXES, Placed, Replicate, Shard, grad_group, is_expert, model_axes
+from ..layout.placement import DATA_AXES, Placed, Replicate, Shard, grad_group, is_expert, model_axes
 
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm before dividing
 

@@ -14,7 +14,7 @@ from ..comm.interface import Group
 from ..errors import UsageError
 from .clip import check_max_norm, clip_shares
 from .flat import FlatBuffer
-from ..nn.placement import CUT_AXES, Partial, axis_group, data_axes, grad_group, is_expert
+from ..layout.placement import CUT_AXES, Partial, axis_group, data_axes, grad_group, is_expert
 
 
 def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from typing import Any, Sequence, cast
 import numpy as np
 
 from ..comm.interface import BFLOAT16
-from ..trace import Trace
+from ..comm.trace import Trace
 from .tolerance import Closeness, additions, counted, measure, worst
 from .virtual import RunResult
 

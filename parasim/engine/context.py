@@ -9,7 +9,7 @@ import numpy as np
 from ..comm.interface import Comm, Group, call_site, dtype_name, numpy_dtype, site_name
 from ..errors import UsageError
 from ..layout.precision import Precision, precision as precision_of
-from ..trace import HELD_KINDS
+from ..comm.trace import HELD_KINDS
 
 
 class Recorder(Protocol):
@@ -144,7 +144,7 @@ class Context:
         `rows` (with `size`, the whole's length along dim 0): this piece holds those rows of the whole, e.g.
         the sequence positions of a rank's CP slice or SP share; members with the same rows are put together
         by `placement`, then each block goes to its rows. Returns `x`."""
-        from ..nn.placement import Replicate, Shard, parse, spec
+        from ..layout.placement import Replicate, Shard, parse, spec
         where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
         parsed = parse(placement if placement is not None else Replicate())  # a bad one fails here
         shape = [int(d) for d in x.shape]

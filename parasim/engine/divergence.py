@@ -19,9 +19,9 @@ from typing import Any, cast
 import numpy as np
 
 from ..errors import UsageError
-from ..nn.placement import Partial, Replicate, parse
-from ..nn.placement import assemble as placement_assemble
-from ..trace import Event, Trace
+from ..layout.placement import Partial, Replicate, parse
+from ..layout.placement import assemble as placement_assemble
+from ..comm.trace import Event, Trace
 from .tolerance import PRECISIONS, Closeness, allowed, counted, precision, rounds
 
 # How far a split run's tensor may be from its reference's (engine/tolerance.py): each side's value went

@@ -7,7 +7,7 @@ import numpy as np
 
 from ..comm.interface import Recv, Send
 from ..comm.ops import OPS
-from ..trace import Event, Member, Trace
+from ..comm.trace import Event, Member, Trace
 from .virtual import run_virtual
 
 

@@ -10,8 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..comm.launch import Job, RealOptions, Target, join_torchrun, launch_many
-from ..trace import Trace
+from .launch import Job, RealOptions, Target, join_torchrun, launch_many
+from ..comm.trace import Trace
 from .tolerance import Closeness
 from .compare import compare
 from .merge import merge
@@ -87,7 +87,7 @@ def _compared(target: Target, opts: RealOptions, results: list[dict], startup: f
     world = len(results)
     program = virtual_program if virtual_program is not None else target
     if not callable(program):
-        from ..comm.launch import _load
+        from .launch import _load
         program = _load(program)
     virtual = run_virtual(program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo,
                           timeout=opts.timeout)

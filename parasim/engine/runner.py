@@ -27,7 +27,7 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     no limit there).
     layout: a `parasim.Layout`; every rank then starts with `ctx.layout`, `ctx.groups[name]` and `ctx.coords`,
     and `world` defaults to the layout's.
-    fold (symbolic ranks): rank -> the rank that runs for it (`parasim.symbolic.fold.fold_of(layout)`): ranks
+    fold (symbolic ranks): rank -> the rank that runs for it (`parasim.engine.symbolic.fold.fold_of(layout)`): ranks
     that do the same work run once, and the trace is written out for every rank.
     precision: the training precision the run stands for (a layout/precision.py name or entry; default the
     post's). Symbolic ranks compute each kind of tensor in its dtype, so the trace's bytes are the job's;
@@ -50,7 +50,7 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     if timeout is not None or backend in ("gloo", "nccl"):
         check_timeout(timeout)
     if backend == "symbolic":
-        from ..symbolic.backend import run_symbolic
+        from .symbolic.backend import run_symbolic
         at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
         return _stamped(run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout,
                                      precision=precision), precision.name, exact=False)
@@ -58,7 +58,7 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         at_most("world size", world, VIRTUAL_WORLD,
                 "virtual ranks hold real arrays, all in this one process")
     else:
-        from ..comm.launch import RealOptions, launch
+        from .launch import RealOptions, launch
         from .merge import merge
         assert timeout is not None  # check_timeout above refused None: real ranks always run under a limit
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))

@@ -139,7 +139,7 @@ def additions(op: str, params: dict, members: int) -> int:
 def counted(result: Any, seen: list[int] | None = None) -> list[int]:
     """Per rank of a run (a RunResult), the roundings it was seen to make: its ctx.xp products and sums
     (engine/work.py), or, where more, `seen` (what a real run of the same program counted of its torch
-    arithmetic: comm/torch_xp.py), and its calls' sums. numpy arithmetic outside ctx.xp is not seen."""
+    arithmetic: engine/torch_xp.py), and its calls' sums. numpy arithmetic outside ctx.xp is not seen."""
     out = list(getattr(result, "roundings", None) or [0] * result.trace.world)
     if seen is not None:
         out = [max(a, b) for a, b in zip(out, seen)]

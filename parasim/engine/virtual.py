@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from ..trace import Trace
+from ..comm.trace import Trace
 from .context import Context
 
 

@@ -26,21 +26,11 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from ..comm.trace import Work
 from .tolerance import reduced
 
 WORK_KINDS = ("matmul", "attention")
 Shape = tuple[int, int, int, int]  # (m, n, k, how many): `how many` (m x k) @ (k x n) products
-
-
-class Work(dict):
-    """FLOPs by kind (the dict's items, as the trace writes them), with the products they come from:
-    `gemms`, (kind, m, n, k) -> how many such products."""
-
-    __slots__ = ("gemms",)
-
-    def __init__(self, *args: object) -> None:
-        super().__init__(*args)
-        self.gemms: dict[tuple[str, int, int, int], int] = {}
 
 
 def matmul_work(a_shape: Sequence[int], b_shape: Sequence[int], out_shape: Sequence[int]) -> tuple[str, int, Shape]:

@@ -48,10 +48,10 @@ class Plan(Layout):
     # first of those measured on the GPU type. PyTorch's SDPA and the flash-attn 2 package run FlashAttention-2 on an H100
     # where TransformerEngine runs a FlashAttention-3-class kernel: the clock times each at its own measured share
     attention_kernel: str | None = None
-    # how the framework splits a layer's elementwise work into kernels (clock/fusion.FUSIONS): Megatron's fused
+    # how the framework splits a layer's elementwise work into kernels (estimate/fusion.FUSIONS): Megatron's fused
     # ones, or eager PyTorch's one kernel per operation (torchtitan without torch.compile)
     fusion: str = "megatron"
-    # how an MoE layer's tokens reach their experts (clock/dispatch.DISPATCHERS): each top-k copy through NCCL's
+    # how an MoE layer's tokens reach their experts (estimate/dispatch.DISPATCHERS): each top-k copy through NCCL's
     # all-to-all, or once to each GPU and node that needs it (DeepEP, HybridEP)
     dispatcher: str = "alltoall"
 
@@ -59,8 +59,8 @@ class Plan(Layout):
         super().__post_init__()
         precision_of(self.precision)  # an unknown name is refused here, in one line
         from .kernels import KERNELS
-        from ..clock.dispatch import DISPATCHERS
-        from ..clock.fusion import FUSIONS
+        from .dispatch import DISPATCHERS
+        from .fusion import FUSIONS
         if self.fusion not in FUSIONS:
             raise UsageError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.dispatcher not in DISPATCHERS:

@@ -113,7 +113,7 @@ def read_hf_config(path: str) -> HFConfig:
         limit = _group_limit(cfg, experts)
         if limit and experts % limit[0] == 0:  # (groups that do not divide the experts: named, `_unmodelled`)
             # group-limited routing: what a dispatcher that sends a token once per GPU and node sends
-            # (clock/dispatch.py); NCCL's all-to-all sends each top-k copy whatever the groups. ModelSpec refuses
+            # (estimate/dispatch.py); NCCL's all-to-all sends each top-k copy whatever the groups. ModelSpec refuses
             # kept groups too small for a token's k experts
             got["expert_groups"], got["groups_kept"] = size("n_group", limit[0], 1), size("topk_group", limit[1], 1)
         dense_at = _dense_layers(path, cfg, layers, got.get("dense_layers", 0), size, used)

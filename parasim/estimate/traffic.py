@@ -164,8 +164,8 @@ def group_per_node(plan: Plan, kind: str) -> int:
 
 def once_per_gpu(model: ModelSpec, plan: Plan) -> tuple[float, float] | None:
     """`ep_destinations` of the plan's EP group and the model's routing where the plan's dispatcher sends a token
-    once to each GPU and node (clock/dispatch.py: DeepEP, HybridEP); None where it sends each top-k copy."""
-    from ..clock.dispatch import DISPATCHERS
+    once to each GPU and node (estimate/dispatch.py: DeepEP, HybridEP); None where it sends each top-k copy."""
+    from .dispatch import DISPATCHERS
     if not DISPATCHERS[plan.dispatcher].once_per_gpu:
         return None
     return ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"), model.expert_groups,
@@ -202,7 +202,7 @@ def ep_destinations(k: int, experts: int, ep: int, per_node: int | None = None, 
                     kept: int | None = None) -> tuple[float, float]:
     """Expected (other GPUs, nodes) a token needs when it picks k distinct experts, E/ep to a GPU in order and
     `per_node` of the EP group's GPUs to a node (None: the group in one node): what a dispatcher that sends a
-    token once to each GPU, and across nodes once to each node, sends (clock/dispatch.py). The nodes count the
+    token once to each GPU, and across nodes once to each node, sends (estimate/dispatch.py). The nodes count the
     token's own, as DeepEP's measured RDMA bandwidth counts them (tests/test_internode.py at 2be0d4f8: a token's
     distinct nodes, `rdma_idx` made unique, own node included, times hidden x 2 bytes); 0 for a group in one
     node.

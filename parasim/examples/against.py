@@ -19,7 +19,7 @@ from ..estimate.traffic import step_traffic
 from ..layout import AXES, Layout, ModelSpec
 from ..limits import check_symbolic_step
 from ..nn.routing import Routing
-from ..symbolic.fold import fold_of
+from ..engine.symbolic.fold import fold_of
 from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
 from .step import make_step
 

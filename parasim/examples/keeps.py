@@ -6,7 +6,7 @@ from typing import Any
 
 from ..nn import Shard
 from ..nn.layer import expert_weights
-from ..nn.placement import local
+from ..layout.placement import local
 
 
 def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ..pipeline.action import Action
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
-from ..trace import Trace
+from ..comm.trace import Trace
 from .pipeline import LayersStage
 from .small import dot_loss, forward_backward, sequences, whole_layers
 

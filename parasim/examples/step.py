@@ -33,7 +33,7 @@ from ..errors import UsageError
 from ..layout import Layout, LayoutError, ModelSpec, stage_span
 from ..nn import LayerOptions, ParallelContext
 from ..nn.layer import TransformerLayer, layer_weights
-from ..nn.placement import data_axes, grad_group
+from ..layout.placement import data_axes, grad_group
 from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate

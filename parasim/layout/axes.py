@@ -29,7 +29,7 @@ class Axis:
     group: str  # the layout's group over this axis alone (Megatron-Core's name: "tp", "expert-tp")
     generator: str  # the rank generator that builds it: "dense" (attention) or "expert" (MoE layers)
     named: str  # the generator's own name for it
-    # What it does to a weight (nn/placement.py):
+    # What it does to a weight (layout/placement.py):
     #   "cut":     a Shard over it cuts the weight's tensor into slices (a checkpoint's piece), and under SP
     #              backward leaves a gradient Partial over it: the groups over these carry partial sums;
     #   "experts": it spreads whole experts over its ranks, each named by its index: no tensor is cut;

@@ -26,7 +26,7 @@ AS_READ = frozenset(("--vocab-size", "--tokenizer-type", "--vocab-file", "--make
 
 def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1,
                dispatcher: str = "alltoall") -> list[str]:
-    """The flags of a model's shapes, an MoE model's with its token `dispatcher` (clock/dispatch.py); `partial`:
+    """The flags of a model's shapes, an MoE model's with its token `dispatcher` (estimate/dispatch.py); `partial`:
     only the sizes it states (a layout's model: the sizes its rules check), none of the defaults a whole model
     has. With the `job` the model came from, what parasim does not model is left to the job's own flags: the
     positions (rotary or learned, and how many), a dispatcher parasim does not time, and the vocabulary where

@@ -8,7 +8,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from ..comm.interface import Group
 from ..layout import LayoutError
-from .placement import Partial, Replicate, Shard, local
+from ..layout.placement import Partial, Replicate, Shard, local
 from .ring_attention import SequenceSplit
 
 __all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "LayerOptions", "Saved", "Layer", "Weights"]  # placements: placement.py

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core import ParallelContext, Saved, Weights
-from .placement import Partial, Replicate, Shard, settle
+from ..layout.placement import Partial, Replicate, Shard, settle
 
 
 def _weight_grad(xp: Any, x: Any, dy: Any) -> Any:

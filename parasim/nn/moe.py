@@ -28,7 +28,7 @@ from ..errors import ParasimError, UsageError
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
-from .placement import Partial, Replicate, Shard, local, settle
+from ..layout.placement import Partial, Replicate, Shard, local, settle
 from .routing import GroupLimit, spellings
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .core import ParallelContext, Saved, Weights
-from .placement import Partial, Replicate, settle
+from ..layout.placement import Partial, Replicate, settle
 
 
 class LayerNorm(Weights):

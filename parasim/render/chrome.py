@@ -12,7 +12,7 @@ from bisect import bisect_right
 from collections import Counter, defaultdict
 from typing import Any, Iterator
 
-from ..trace import FORMAT, VERSION, Event, Member, Trace, apply_held, held_by_kind
+from ..comm.trace import FORMAT, VERSION, Event, Member, Trace, apply_held, held_by_kind
 
 COLL, SEND, RECV, COMPUTE = 0, 1, 2, 3
 TRACKS = ("collectives", "send", "recv", "compute")

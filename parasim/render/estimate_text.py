@@ -201,10 +201,10 @@ def config_lines(path: str, hf: Any) -> list[str]:
 
 def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
     """`memory --critic`: each rule of thumb the layout breaks, and what the same GPUs following it would take
-    (estimate/critic.py), or that it breaks none."""
+    (clock/critic.py), or that it breaks none."""
     import textwrap
 
-    from ..estimate.critic import RULES
+    from ..clock.critic import RULES
     if not found:
         return [""] + textwrap.wrap(f"Rules of thumb: this layout breaks none of those parasim holds a layout to "
                                     f"({'; '.join(r.says for r in RULES)}).", 100)

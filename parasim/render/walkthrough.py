@@ -9,7 +9,7 @@ import textwrap
 from typing import Any, Iterator
 
 from ..lesson import LessonRun
-from ..trace import Event
+from ..comm.trace import Event
 from .numbers import nbytes, scalar
 from .text import printable
 

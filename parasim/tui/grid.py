@@ -4,7 +4,7 @@ columns. Plain Python: the timeline widget (timeline.py), the legend and the vie
 from __future__ import annotations
 
 from ..comm.ops import OPS
-from ..trace import Event
+from ..comm.trace import Event
 
 # cell text, style name and colour per kind of event: every collective's from the op table, then the rest
 STYLES: dict[str, tuple[str, str, str]] = {name: (op.glyph, op.title, op.colour) for name, op in OPS.items()}

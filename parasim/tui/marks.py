@@ -7,7 +7,7 @@ from __future__ import annotations
 from functools import cached_property
 
 from ..render.text import printable
-from ..trace import Event, Trace
+from ..comm.trace import Event, Trace
 
 
 class MarkIndex:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..trace import HELD_KINDS, Event, Trace
+from ..comm.trace import HELD_KINDS, Event, Trace
 
 SHORT = {"weights": "w", "gradients": "g", "optimizer": "opt", "activations": "act", "gathered": "gath"}
 

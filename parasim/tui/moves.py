@@ -8,7 +8,7 @@ from __future__ import annotations
 from ..comm.hops import PATTERNS, event_transfers, pattern_of
 from ..render.tables import cell
 from ..render.text import printable
-from ..trace import Event
+from ..comm.trace import Event
 
 MATRIX_MAX = 8  # an all-to-all over at most this many ranks is a matrix; a bigger one, a list
 LIST_MAX = 12  # transfers listed one a line; the rest summed in one line

@@ -18,7 +18,7 @@ from ..comm.ops import OPS
 from ..layout.axes import AXES, SIZED
 from ..render.numbers import scalar
 from ..render.text import printable
-from ..trace import Event, Trace
+from ..comm.trace import Event, Trace
 from .grid import IDLE, CELLS, kind_of
 from .marks import MarkIndex
 from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists

@@ -21,9 +21,9 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from ..comm.interface import BFLOAT16, FLOAT8
-from ..engine.work import Meter, matmul_work, tensordot_work
-from ..errors import ParasimError
+from ...comm.interface import BFLOAT16, FLOAT8
+from ..work import Meter, matmul_work, tensordot_work
+from ...errors import ParasimError
 from .shapes import axis_of as _axis
 from .shapes import indexed_shape, matmul_shape, sliced_shape
 
@@ -96,12 +96,13 @@ class SymArray:
 
     __slots__ = ("shape", "dtype", "size", "nbytes", "run")
     __array_priority__ = 100  # numpy defers to us in mixed arithmetic
+    __hash__ = None  # type: ignore[assignment]  # == is elementwise, as for numpy arrays
 
-    def __init__(self, shape: Sequence[int], dtype: Any = "float64", run: SymbolicRun | None = None):
-        shape = tuple(int(n) for n in shape)
-        if any(n < 0 for n in shape):
-            raise ValueError(f"negative dimension in shape {shape}")
-        self.shape, self.dtype, self.size = shape, np.dtype(dtype), math.prod(shape)
+    def __init__(self, shape: Sequence[int | np.integer], dtype: Any = "float64", run: SymbolicRun | None = None):
+        dims = tuple(int(n) for n in shape)
+        if any(n < 0 for n in dims):
+            raise ValueError(f"negative dimension in shape {dims}")
+        self.shape, self.dtype, self.size = dims, np.dtype(dtype), math.prod(dims)
         self.nbytes = self.size * self.dtype.itemsize
         self.run = run
 
@@ -193,6 +194,11 @@ class SymArray:
     def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
         return self._no_value("conversion to a numpy array")
 
+    def __neg__(self) -> "SymArray":  # a sign or bit flip keeps the shape and dtype
+        return _made(self.shape, self.dtype, self.run)
+
+    __pos__ = __abs__ = __invert__ = __neg__
+
     # -- indexing --------------------------------------------------------------------------------
     def __getitem__(self, index: Any) -> "SymArray":
         run = self.run
@@ -203,7 +209,9 @@ class SymArray:
             if got is None:
                 if len(run.cuts) > MEMO:
                     run.cuts.clear()
-                got = run.cuts[key] = run.slice_of(sliced_shape(self.shape, index), self.dtype)
+                cut = sliced_shape(self.shape, index)
+                assert cut is not None  # one slice of a shape with a dim always has its rule's answer
+                got = run.cuts[key] = run.slice_of(cut, self.dtype)
             return got
         shape = sliced_shape(self.shape, index)
         if shape is None:
@@ -260,11 +268,6 @@ for _name, _ufunc_name in (("add", "add"), ("sub", "subtract"), ("mul", "multipl
 for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
                            ("eq", "equal"), ("ne", "not_equal")):
     setattr(SymArray, f"__{_name}__", _binary(_ufunc_name))
-SymArray.__hash__ = None  # type: ignore[assignment]  (== is elementwise, as for numpy arrays)
-SymArray.__neg__ = lambda self: _made(self.shape, self.dtype, self.run)  # type: ignore[assignment]
-SymArray.__pos__ = SymArray.__neg__  # type: ignore[assignment]
-SymArray.__abs__ = SymArray.__neg__  # type: ignore[assignment]
-SymArray.__invert__ = SymArray.__neg__  # type: ignore[assignment]
 
 
 def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
@@ -278,22 +281,22 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
         else:
             shapes.append(_shape(x))
             dtypes.append(_dt(x))
-    shapes, dtypes = tuple(shapes), tuple(dtypes)
-    key = (ufunc, shapes, dtypes, kw.get("dtype"))
+    shape_t, dtype_t = tuple(shapes), tuple(dtypes)
+    key = (ufunc, shape_t, dtype_t, kw.get("dtype"))
     known = None if run is None else run.memo.get(key)
     if known is None:
-        shape = matmul_shape(*shapes) if ufunc is np.matmul else np.broadcast_shapes(*shapes)
+        shape = matmul_shape(*shape_t) if ufunc is np.matmul else np.broadcast_shapes(*shape_t)
         if kw.get("dtype") is not None:
             out_dtype = np.dtype(kw["dtype"])
         else:
-            out_dtype = _result_dtype(ufunc, dtypes)
+            out_dtype = _result_dtype(ufunc, dtype_t)
         known = (shape, out_dtype)
         if run is not None:
             if len(run.memo) > MEMO:  # a bounded memo of a pure rule
                 run.memo.clear()
             run.memo[key] = known
     if ufunc is np.matmul and run is not None:  # 2 FLOPs per multiply-add: every output value took k of them
-        run.meter.add(*matmul_work(shapes[0], shapes[1], known[0]))
+        run.meter.add(*matmul_work(shape_t[0], shape_t[1], known[0]))
     return _made(known[0], known[1], run)
 
 
@@ -312,20 +315,24 @@ def _result_dtype(ufunc: np.ufunc, dtypes: tuple) -> np.dtype:
     except (TypeError, ValueError):  # numpy's DTypePromotionError is a TypeError
         if not narrow:
             raise
-        out = None
-    if narrow and (out is None or out.kind in "fV" or out in NARROW):
-        floats = [d for d in arrays if d.kind == "f" or d in NARROW]
-        return max(floats, key=lambda d: d.itemsize)  # the first of the widest
+        return _widest(arrays)
+    if narrow and (out.kind in "fV" or out in NARROW):
+        return _widest(arrays)
     return out
+
+
+def _widest(arrays: list[np.dtype]) -> np.dtype:
+    """The first of the widest floating dtypes among an operation's array operands."""
+    floats = [d for d in arrays if d.kind == "f" or d in NARROW]
+    return max(floats, key=lambda d: d.itemsize)
 
 
 # -- functions (numpy's, through __array_function__; also the symbolic namespace's) ------------------
 
 def reduction(x: SymArray, axis: Any = None, keepdims: bool = False, dtype: Any = None, **_: Any) -> SymArray:
     nd = x.ndim
-    axes = range(nd) if axis is None else [_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list)) else
-                                                                    (axis,))]
-    axes = set(axes)
+    axes = set(range(nd) if axis is None else [_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list)) else
+                                                                        (axis,))])
     shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
     if dtype is None:
         dtype = x.dtype if x.dtype.kind not in "bui" else (np.int64 if x.dtype.kind != "u" else np.uint64)
@@ -501,7 +508,7 @@ def _by_value(name: str) -> Callable[..., Any]:
     return functools.partial(_refuse, name)  # pragma: no mutate
 
 
-FUNCTIONS = {
+FUNCTIONS: dict[str, Callable[..., Any]] = {
     "sum": reduction, "prod": reduction, "max": _reduce_same_dtype, "min": _reduce_same_dtype,
     "amax": _reduce_same_dtype, "amin": _reduce_same_dtype, "mean": _mean, "all": _all, "any": _all,
     "concatenate": concat, "concat": concat, "stack": stack, "split": split, "array_split": split,

@@ -1,6 +1,6 @@
 """Virtual ranks folded: only representatives run, each playing the part of the ranks folded onto it.
 
-`rep[r]` is the rank whose program stands for rank r's (symbolic/fold.py chooses them: ranks that differ
+`rep[r]` is the rank whose program stands for rank r's (engine/symbolic/fold.py chooses them: ranks that differ
 only in their place do the same work). A folded rank never runs; in a collective it brings what its
 representative brought, and its result is not read. Point-to-point peers must run themselves, and every
 folded member of a group must have its representative in the group. The trace holds the events the
@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..comm.virtual import VirtualWorld
-from ..comm.virtual_p2p import tensor_record
-from ..errors import CollectiveError, UsageError
-from ..trace import Member
+from ...comm.virtual import VirtualWorld
+from ...comm.virtual_p2p import tensor_record
+from ...errors import CollectiveError, UsageError
+from ...comm.trace import Member
 
 _member = tuple.__new__  # a Member without NamedTuple's Python-level __new__ (hot path)
 

@@ -20,12 +20,12 @@ from typing import Any, Callable
 
 from ..limits import check_processes, check_real_timeout
 from ..errors import CollectiveError, ParasimError, RankFailed, RealRunFailed, UsageError
-from .rank_errors import ASK, REIMPORTED, STARTING, Watch, answer_where, ask_where, failure, guard_hint
-from .loopback import local_env, loopback_store
-from .sites import with_call_site
-from .starter import leave_with, starter, sweep_folders
-from .torchrun import job_store
-from .watchdog import raised_text
+from ..comm.rank_errors import ASK, REIMPORTED, STARTING, Watch, answer_where, ask_where, failure, guard_hint
+from ..comm.loopback import local_env, loopback_store
+from ..comm.sites import with_call_site
+from ..comm.starter import leave_with, starter, sweep_folders
+from ..comm.torchrun import job_store
+from ..comm.watchdog import raised_text
 
 Target = Callable[[Any], Any] | tuple[str, str]
 BACKENDS = ("gloo", "nccl")
@@ -96,7 +96,7 @@ def _to_host(v: Any) -> Any:
     """Return values as numpy (picklable, comparable with a virtual run)."""
     import torch
 
-    from .torchdist import to_numpy
+    from ..comm.torchdist import to_numpy
     if isinstance(v, torch.Tensor):
         return to_numpy(v)  # bfloat16 too
     if isinstance(v, (list, tuple)):
@@ -160,9 +160,9 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
     import array_api_compat.torch as xp
     import torch
 
-    from ..engine.context import Context
+    from .context import Context
     from .torch_xp import TorchNamespace, counting_roundings
-    from .torchdist import TorchComm, to_torch
+    from ..comm.torchdist import TorchComm, to_torch
 
     try:
         wire = torch.device("cpu") if opts.backend == "gloo" else None  # gloo works on the host, whatever the device

@@ -1,4 +1,4 @@
-"""A trace file checked field by field before anything is built from it (trace.py builds the Trace).
+"""A trace file checked field by field before anything is built from it (comm/trace.py builds the Trace).
 
 A file can come from anywhere: the first bad field is named with its path (events[3].members[0].rank)
 and why. Every field a renderer or the app reads is checked here (its type, its range, how it fits the
@@ -13,10 +13,10 @@ import re
 import string
 from typing import Any
 
-from .comm.interface import P2P, REDUCE_OPS
-from .comm.ops import OPS
-from .errors import UsageError
-from .limits import JSON_DEPTH, LAYOUT_WORLD, MAX_SIZE, brief as _brief, cut_path as _cut, json_step as _at
+from .interface import P2P, REDUCE_OPS
+from .ops import OPS
+from ..errors import UsageError
+from ..limits import JSON_DEPTH, LAYOUT_WORLD, MAX_SIZE, brief as _brief, cut_path as _cut, json_step as _at
 
 HELD_KINDS = ("weights", "gradients", "optimizer", "activations", "gathered")  # what ctx.hold may say a rank keeps
 # an event's kinds and the ops each allows: the op table's entries as the check reads them (a collective added
@@ -301,8 +301,9 @@ def _event(e: Any, where: str, i: int, world: int, last: int, groups: list, cloc
     if not isinstance(kind, str) or kind not in EVENT_KINDS:
         raise _Bad(f"{where}.kind: expected one of {', '.join(EVENT_KINDS)}, got {_brief(kind)}")
     op = _str(e.get("op"), f"{where}.op")
-    if EVENT_KINDS[kind] is not None and op not in EVENT_KINDS[kind]:
-        raise _Bad(f"{where}.op: {_brief(op)} is not a {kind} operation ({', '.join(sorted(EVENT_KINDS[kind]))})")
+    ops = EVENT_KINDS[kind]
+    if ops is not None and op not in ops:
+        raise _Bad(f"{where}.op: {_brief(op)} is not a {kind} operation ({', '.join(sorted(ops))})")
     g = e.get("group")
     _group(g, f"{where}.group", world)
     listed = groups[g["index"]] if g["index"] < len(groups) else None
@@ -409,7 +410,7 @@ def check_trace(d: dict) -> None:
         clock: dict[int, int] = {}
         for i, m in enumerate(_of(d.get("marks"), list, "marks", "a list")):
             _mark(m, f"marks[{i}]", world, len(events), clock)
-        clock, known = {}, set()
+        clock, known = {}, set[str]()
         for i, e in enumerate(events):
             _event(e, f"events[{i}]", i, world, len(events), groups, clock, known)
     except _Bad as exc:

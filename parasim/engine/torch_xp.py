@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Callable
 
-from ..engine.tolerance import reduced
+from .tolerance import reduced
 
 # torch's functions that round, by their __name__: a product sums over its first operand's last dim, a reduction
 # over the values each result gathers (a mean divides once more), a softmax or running sum along its dim
@@ -65,7 +65,7 @@ def torch_dtype(name: str) -> Any:
     import torch
 
     from ..errors import UsageError
-    from .interface import dtype_name
+    from ..comm.interface import dtype_name
     try:
         canonical = dtype_name(name)  # "f4" -> "float32", as numpy reads names
     except Exception:  # a name numpy cannot read at all

@@ -3,6 +3,7 @@ layers call (the names of array_api_compat's numpy), on `SymArray`s, and draws t
 asked shape without drawing anything. Both belong to a run (`SymbolicRun`): what they make is that run's."""
 from __future__ import annotations
 
+import builtins  # the namespace's own `bool` is numpy's dtype
 from typing import Any, Sequence
 
 import numpy as np
@@ -58,7 +59,7 @@ class SymbolicNamespace:
         return self.run.float_dtype if self.run is not None else np.dtype(np.float64)
 
     @staticmethod
-    def astype(x: Any, dtype: Any, copy: bool = True) -> Any:
+    def astype(x: Any, dtype: Any, copy: builtins.bool = True) -> Any:
         return x.astype(dtype)
 
     def zeros(self, shape: Any, dtype: Any = None, **_: Any) -> SymArray:
@@ -121,12 +122,13 @@ class SymbolicNamespace:
         return np.split(x, sections, axis=axis)
 
     @staticmethod
-    def argsort(x: Any, axis: int = -1, descending: bool = False, stable: bool = True) -> Any:
+    def argsort(x: Any, axis: int = -1, descending: builtins.bool = False, stable: builtins.bool = True) -> Any:
         """An order is the values' own information: refused for a symbolic array (`SymbolicValueError`)."""
         if _sym(x):
             return np.argsort(x)
         import array_api_compat.numpy as values  # an index list of Python's or numpy's: its order
-        return values.argsort(x, axis=axis, descending=descending, stable=stable)
+        # array_api_compat makes its functions at import, out of its type stubs' sight
+        return values.argsort(x, axis=axis, descending=descending, stable=stable)  # type: ignore[attr-defined]
 
     @staticmethod
     def nonzero(x: Any) -> Any:

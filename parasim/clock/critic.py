@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from ..errors import UsageError
-from .memory import Plan
+from ..estimate.memory import Plan
 
 
 @dataclass(frozen=True)
@@ -76,9 +76,9 @@ class Finding:
 
 def critique(model: Any, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> list[Finding]:
     """Every rule of RULES that `plan` breaks, each with what following it would change here."""
-    from ..clock.plan import plan_time
-    from .kernels import NoMeasurement
-    from .memory import breakdown
+    from .plan import plan_time
+    from ..estimate.kernels import NoMeasurement
+    from ..estimate.memory import breakdown
 
     def timed(p: Plan) -> float | None:
         try:

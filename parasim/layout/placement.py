@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ..errors import UsageError
-from ..layout import AXES
-from ..layout import GROUP_KINDS, LayoutError
+from . import AXES
+from . import GROUP_KINDS, LayoutError
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from ..errors import UsageError
-from ..trace import Event, Mark, Member, Trace
+from ...errors import UsageError
+from ...comm.trace import Event, Mark, Member, Trace
 
 _member = tuple.__new__  # a Member without NamedTuple's Python-level __new__ (copies of 64-rank events)
 

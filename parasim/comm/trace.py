@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .comm.hops import event_transfers, split_by_link
-from .comm.interface import Group
-from .errors import UsageError
-from .limits import brief
+from .hops import event_transfers, split_by_link
+from .interface import Group
+from ..errors import UsageError
+from ..limits import brief
 from .trace_schema import HELD_KINDS, check_trace, kept_values
 
 
@@ -24,11 +24,22 @@ def gemms_list(work: Any) -> list[list]:
     return [[kind, m, n, k, c] for (kind, m, n, k), c in sorted((getattr(work, "gemms", None) or {}).items())]
 
 
-def work_of(flops: dict | None, gemms: list | None) -> Any:
+class Work(dict):
+    """FLOPs by kind a rank computed between two of its events (the dict's items, as the trace writes them), with
+    the products they come from: `gemms`, (kind, m, n, k) -> how many such products. engine/work.py's meter
+    counts them as a program runs; the trace keeps them with the event that follows."""
+
+    __slots__ = ("gemms",)
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        self.gemms: dict[tuple[str, int, int, int], int] = {}
+
+
+def work_of(flops: dict | None, gemms: list | None) -> Work | None:
     """A member's work read back: its FLOPs by kind and, where the file has them, the products behind them."""
     if flops is None:
         return None
-    from .engine.work import Work
     w = Work(flops)
     for kind, m, n, k, c in gemms or ():
         w.gemms[(kind, m, n, k)] = c
@@ -88,7 +99,7 @@ class Event:
     tags: dict[str, Any] | None = None  # fields the program gave the call for screens (a pipeline's slot)
     time: dict[str, Any] | None = None  # times a trace file carries (start_us, end_us, before); the clock
     # keeps its own beside the trace (clock/timeline.Timeline) and writes them into what it prints
-    # a folded run's copy (symbolic/fold.unfold): the event that ran, which this one repeats on other ranks,
+    # a folded run's copy (engine/symbolic/fold.unfold): the event that ran, which this one repeats on other ranks,
     # member by member in the same order (kept in memory only: the clock times the copy as its source)
     source: "Event | None" = field(default=None, repr=False, compare=False)
 
@@ -202,7 +213,9 @@ class Trace:
         a moment between two events counts; only a hold can raise the total. A phase that holds nothing new
         reports what the rank held coming into it (name None)."""
         live: dict[str, tuple[str, int]] = {}
-        now, best, entering = "", None, None
+        now = ""
+        best: dict[str, Any] | None = None
+        entering: dict[str, Any] | None = None
         for mk in self.marks:
             if mk.rank != rank:
                 continue
@@ -257,8 +270,8 @@ class Trace:
         }
 
     def to_json(self, indent: int | None = None) -> str:
-        """Strict JSON (render/jsonout): a value JSON cannot carry (nan, inf) is written as its name, "nan"."""
-        from .render.jsonout import dumps
+        """Strict JSON (jsonout.py): a value JSON cannot carry (nan, inf) is written as its name, "nan"."""
+        from ..jsonout import dumps
         return dumps(self.to_dict(), indent=indent, where="the trace")
 
     def save(self, path: str | Path) -> None:
@@ -285,11 +298,11 @@ class Trace:
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
-        from .limits import read_bounded
+        from ..limits import read_bounded
         return cls.from_json(read_bounded(str(path), "trace"), str(path))
 
     @classmethod
     def from_json(cls, data: bytes, name: str = "the trace") -> "Trace":
         """A trace from a file's bytes (UTF-8 JSON), checked as `load` checks it; `name` names it in errors."""
-        from .limits import read_json
+        from ..limits import read_json
         return cls.from_dict(read_json(data, name, "a parasim trace", constants=True))

@@ -13,7 +13,7 @@ import math
 from fractions import Fraction
 from typing import Any
 
-from ..errors import UsageError
+from .errors import UsageError
 
 
 class Unencodable(UsageError):

@@ -8,14 +8,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..comm.interface import dtype_name, numeric
-from ..comm.virtual import VirtualWorld
-from ..comm.virtual_p2p import check_array
-from ..comm.virtual_comm import VirtualComm
-from ..engine.context import Context
-from ..engine.virtual import RunResult
-from ..errors import CollectiveError
-from ..layout.precision import Precision, precision as precision_of
+from ...comm.interface import dtype_name, numeric
+from ...comm.virtual import VirtualWorld
+from ...comm.virtual_p2p import check_array
+from ...comm.virtual_comm import VirtualComm
+from ..context import Context
+from ..virtual import RunResult
+from ...errors import CollectiveError
+from ...layout.precision import Precision, precision as precision_of
 from .array import SymArray, SymbolicRun
 from .fold import unfold
 from .folded import FoldedWorld
@@ -56,10 +56,10 @@ def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, al
                  fold: list[int] | None = None, timeout: float | None = None,
                  precision: Precision | None = None) -> RunResult:
     """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
-    the rank that runs for it (symbolic/fold.py); the trace is then unfolded to count every rank. Arrays are
+    the rank that runs for it (engine/symbolic/fold.py); the trace is then unfolded to count every rank. Arrays are
     made in `precision`'s dtypes (the post's by default), so the trace's bytes are a training run's."""
     precision = precision_of(precision)
-    options = dict(keep_values=0, algo=algo, timeout=timeout, check=check_symbolic_array)
+    options: dict[str, Any] = dict(keep_values=0, algo=algo, timeout=timeout, check=check_symbolic_array)
     vw = VirtualWorld(world, **options) if fold is None else FoldedWorld(world, fold, **options)
     # FLOPs go to the rank whose turn it is; draws, zeros and float literals in the precision's compute dtype
     run = SymbolicRun(world, lambda: vw.running, precision.dtype("compute"))
