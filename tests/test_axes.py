@@ -5,7 +5,7 @@ from pathlib import Path
 
 import parasim
 from parasim.layout import AXES, COORD_GROUP, COORDS, GROUP_KINDS, SIZED, Layout
-from parasim.nn import placement
+from parasim.layout import placement
 
 from conftest import cli
 
@@ -20,7 +20,7 @@ ALLOWED = {
     "estimate/memory.py": "the Plan's fields (a Layout's and the training choices)",
     "cli/estimate.py": "the Plan's fields, copied from a search's best row",
     "megatron/job.py": "a Megatron-LM job's flags as the Layout's fields",
-    "estimate/fit.py": "a step's time by part (TP's exposed collectives, the bubble, ...)",
+    "clock/fastest.py": "a step's time by part (TP's exposed collectives, the bubble, ...)",
     "engine/symbolic/fold.py": "the attention view's coordinates that name a rank's place",
     "examples/keeps.py": "the moe16 program's coordinates as its value reports them",
 }

@@ -279,7 +279,7 @@ def test_one_table_names_the_model_axes_for_zero_clipping_and_checkpoints():
     cut a weight (and carry SP's partial sums, over the layout's groups 'tp' and 'expert-tp'), ep spreads
     whole experts, dp, cp and edp are where copies see different data."""
     from parasim.dp import checkpoint, zero
-    from parasim.nn import placement
+    from parasim.layout import placement
     assert placement.CUT_AXES == ("tp", "etp") and set(placement.DATA_AXES) == {"dp", "cp", "edp"}
     assert {a: placement.axis_group(a) for a in placement.WEIGHT_AXES} == {
         "tp": "tp", "dp": "dp", "cp": "cp", "etp": "expert-tp", "ep": "ep", "edp": "expert-dp"}

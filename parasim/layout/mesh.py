@@ -129,15 +129,17 @@ class Layout:
 
     # -- groups ------------------------------------------------------------------------------------
     def sizes(self, generator: str) -> dict[str, int]:
+        dp, etp = self.dp, self.etp
+        assert dp is not None and etp is not None  # __post_init__ derives both when they are left out
         if generator == "dense":
-            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
-        return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": dp, "pp": self.pp}
+        return {"tp": etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
 
     def rank_groups(self, generator: str, axes: tuple[str, ...]) -> list[list[int]]:
         """Megatron-Core's groups over `axes` from one generator: the world as an array with the slowest
         axis first, the group's axes moved last (keeping their order), one group per row."""
         sizes, order = self.sizes(generator), self.order.split("-")
-        grid = np.arange(self.world).reshape([sizes[a] for a in reversed(order)])
+        grid = np.arange(prod(sizes.values())).reshape([sizes[a] for a in reversed(order)])
         names = list(reversed(order))
         inside = [i for i, a in enumerate(names) if a in axes]
         outside = [i for i, a in enumerate(names) if a not in axes]
@@ -152,14 +154,14 @@ class Layout:
                 out[name] = [[g[0], g[-1]] if len(g) > 1 else [g[0]] for g in out["pp"]]
             elif name == "position-embedding":
                 out[name] = [[g[0]] for g in out["pp"]]
-            else:
+            elif generator is not None:
                 out[name] = self.rank_groups(generator, axes)
         return out
 
     def coords(self) -> list[dict[str, int]]:
         """Each rank's coordinates: its index in its tp, cp, dp, pp, ep, expert-tp and expert-dp group."""
         groups = self.groups()
-        out = [{"rank": r} for r in range(self.world)]
+        out = [{"rank": r} for r in range(len(groups["tp"]) * self.tp)]  # every rank is in one tp group
         for coord, kind in COORD_GROUP.items():
             for g in groups[kind]:
                 for i, r in enumerate(g):

@@ -170,8 +170,8 @@ class ModelSpec:
             raise LayoutError(f"top-k must be between 1 and experts {self.experts}, got {self.top_k}")
         if (self.expert_groups is None) != (self.groups_kept is None):
             raise LayoutError("group-limited routing needs both expert_groups and groups_kept")
-        if self.expert_groups is not None and self.experts:  # (a dense copy of an MoE model keeps them, unused)
-            g, kept = self.expert_groups, self.groups_kept
+        g, kept = self.expert_groups, self.groups_kept
+        if g is not None and kept is not None and self.experts:  # (a dense copy of an MoE model keeps them, unused)
             if any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in (g, kept)):
                 raise LayoutError(f"expert_groups and groups_kept must be positive integers, got {g!r}, {kept!r}")
             if self.experts % g or kept > g:
@@ -196,16 +196,30 @@ class ModelSpec:
                               + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else ""))
         return self
 
+    def size(self, name: str) -> int:
+        """The size `name` (layers, hidden, seq, ...), given (a model that lacks it says so)."""
+        value = getattr(self, name)
+        if value is None:
+            raise LayoutError(f"model {self.name or '(unnamed)'} lacks {name}")
+        return int(value)
+
     # -- shapes --------------------------------------------------------------------------------------
     @property
     def kv(self) -> int:
-        return self.kv_heads or self.heads
+        return self.kv_heads or self.size("heads")
 
     @property
     def head_dim(self) -> int:
         """One head's width: the stated one, else hidden / heads (also under latent attention, which the
         activations and time model as plain multi-head attention)."""
-        return self.head_size or self.hidden // self.heads
+        return self.head_size or self.size("hidden") // self.size("heads")
+
+    @property
+    def k(self) -> int:
+        """The experts each token is routed to (an MoE model's top-k, which `require` asks for)."""
+        if self.top_k is None:
+            raise LayoutError(f"model {self.name or '(unnamed)'} lacks top_k (an MoE model needs its top-k: --top-k)")
+        return self.top_k
 
     @property
     def latent(self) -> bool:
@@ -214,7 +228,7 @@ class ModelSpec:
 
     @property
     def ffn_size(self) -> int:
-        return self.ffn or 4 * self.hidden
+        return self.ffn or 4 * self.size("hidden")
 
     @property
     def expert_size(self) -> int:
@@ -226,7 +240,7 @@ class ModelSpec:
 
     @property
     def moe_layers(self) -> int:
-        return self.layers - self.dense_layers if self.experts else 0
+        return self.size("layers") - self.dense_layers if self.experts else 0
 
     @property
     def mlp_mats(self) -> int:
@@ -236,40 +250,40 @@ class ModelSpec:
     def attention_params(self) -> int:
         if self.latent:
             return self.latent_attention_params()
-        h, d = self.hidden, self.head_dim
-        return h * (self.heads * d) * 2 + h * (2 * self.kv * d)  # Q and O, then K and V
+        h, d = self.size("hidden"), self.head_dim
+        return h * (self.size("heads") * d) * 2 + h * (2 * self.kv * d)  # Q and O, then K and V
 
     def latent_attention_params(self) -> int:
         """Multi-head latent attention's projections (DeepSeek-V2 report, section 2.1): queries down to
         q_lora_rank and up to every head's no-rope and rope parts (or straight up without q_lora_rank); the
         input down to the kv latent plus the one shared rotary key; the latent up to every head's no-rope
         key and value; the values out to hidden. The two latents' norms are counted with the norms."""
-        h, n, rope = self.hidden, self.heads, self.qk_rope_head_dim
-        qk, r = self.qk_nope_head_dim + rope, self.q_lora_rank
-        q = h * r + r * n * qk if r else h * n * qk
-        kv = h * (self.kv_lora_rank + rope) + self.kv_lora_rank * n * (self.qk_nope_head_dim + self.v_head_dim)
-        return q + kv + n * self.v_head_dim * h
+        h, n, r = self.size("hidden"), self.size("heads"), self.q_lora_rank
+        rank, nope, rope, v = self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
+        assert rank is not None and nope is not None and rope is not None and v is not None  # latent's sizes, checked
+        q = h * r + r * n * (nope + rope) if r else h * n * (nope + rope)
+        kv = h * (rank + rope) + rank * n * (nope + v)
+        return q + kv + n * v * h
 
     def mlp_params(self, width: int) -> int:
-        return self.mlp_mats * self.hidden * width
+        return self.mlp_mats * self.size("hidden") * width
 
     def counted(self) -> dict[str, float]:
         """Parameters by part, from the shapes: attention, dense MLP, routed experts, shared experts,
         embeddings (input and output head), norms."""
-        dense_mlp = self.layers - self.moe_layers
-        emb = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
-        return {"attention": float(self.layers * self.attention_params()),
+        layers, hidden, vocab = self.size("layers"), self.size("hidden"), self.size("vocab")
+        dense_mlp = layers - self.moe_layers
+        emb = vocab * hidden * (1 if self.tied_embeddings else 2)
+        return {"attention": float(layers * self.attention_params()),
                 "dense mlp": float(dense_mlp * self.mlp_params(self.ffn_size)),
                 "routed experts": float(self.moe_layers * self.experts * self.mlp_params(self.expert_size)),
                 "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.shared_size)),
-                "router": float(self.moe_layers * self.experts * self.hidden),
-                "embeddings": float(emb), "norms": float(self.layers * self.norm_width())}
+                "router": float(self.moe_layers * self.experts * hidden),
+                "embeddings": float(emb), "norms": float(layers * self.norm_width())}
 
     def norm_width(self) -> int:
         """Norm weights per layer: the two before attention and MLP, and latent attention's two latents'."""
-        if self.latent:
-            return 2 * self.hidden + (self.q_lora_rank or 0) + self.kv_lora_rank
-        return 2 * self.hidden
+        return 2 * self.size("hidden") + (self.q_lora_rank or 0) + (self.kv_lora_rank or 0)
 
     def total_params(self) -> float:
         return float(self.params) if self.params else sum(self.counted().values())
@@ -284,7 +298,7 @@ class ModelSpec:
         what the 6 * params * tokens rule counts."""
         c = self.counted()
         scale = self.total_params() / sum(c.values())
-        routed = c["routed experts"] * self.require().top_k / self.experts if self.experts else 0.0
+        routed = c["routed experts"] * self.k / self.experts if self.experts else 0.0
         return (sum(c.values()) - c["routed experts"] - c["embeddings"] + routed) * scale
 
     def to_dict(self) -> dict[str, Any]:

@@ -36,7 +36,7 @@ Ints = int | np.ndarray  # a whole number, or a numpy array of them (a column of
 def check_stages(model: ModelSpec, pp: int) -> None:
     """Raise LayoutError, in words that name the rule, when `model`'s layers cannot sit on `pp` stages by
     its rule; every stage must hold at least one layer."""
-    rule, layers = model.stages, model.layers
+    rule, layers = model.stages, model.size("layers")
     if pp > layers:
         raise LayoutError(f"pp {pp} exceeds layers {layers}: every stage needs a layer")
     rule.check_layers(layers)
@@ -93,7 +93,7 @@ def _ends(rule: Stages, layers: int, pp: Ints) -> tuple[Ints, Ints, Ints, Ints]:
 def stage_span(model: ModelSpec, pp: Ints, stage: Ints) -> tuple[Ints, Ints]:
     """(index of the first layer, number of layers) of pipeline stage `stage` (0-based) of `pp`: the one
     answer to "which layers does stage i hold". `pp` and `stage` may be numpy arrays (a column of layouts)."""
-    rule, layers = model.stages, model.layers
+    rule, layers = model.stages, model.size("layers")
     s, p = np.asarray(stage), np.asarray(pp)
     if rule.counts is not None:
         cuts = np.concatenate([[0], np.cumsum(rule.counts)])
@@ -116,14 +116,14 @@ def stage_counts(model: ModelSpec, pp: int) -> tuple[int, ...]:
     """Every stage's layers, first to last, after the rule's check."""
     check_stages(model, pp)
     _, n = stage_span(model, pp, np.arange(pp))
-    return tuple(int(x) for x in n)
+    return tuple(int(x) for x in np.asarray(n))
 
 
 def stage_layers(model: ModelSpec, pp: Ints, stage: Ints) -> tuple[Ints, Ints]:
     """(dense layers, MoE layers) on `stage`: the model's dense layers come first (its `dense_layers`, or
     every layer of a dense model)."""
     start, n = stage_span(model, pp, stage)
-    dense_n = model.layers - model.moe_layers
+    dense_n = model.size("layers") - model.moe_layers
     dense_here = np.clip(dense_n - start, 0, n)
     return dense_here, n - dense_here
 
@@ -133,7 +133,7 @@ def stage_of_layer(model: ModelSpec, pp: Ints, layer: Ints) -> Ints:
     rule, p, d = model.stages, np.asarray(pp), np.asarray(layer)
     if rule.counts is not None:
         return np.minimum(np.searchsorted(np.cumsum(rule.counts), d, side="right"), len(rule.counts) - 1)
-    head, per, _, extra = _ends(rule, model.layers, p)
+    head, per, _, extra = _ends(rule, model.size("layers"), p)
     wide = np.maximum(extra - 1, 0)  # middle stages before the spread's boundary hold per + 1
     past = np.maximum(d - head, 0)
     in_wide = past < wide * (per + 1)
@@ -149,8 +149,8 @@ def alike_starts(model: ModelSpec, pp: Ints) -> list[Ints]:
     rule, p = model.stages, np.asarray(pp)
     if rule.counts is not None:
         return [np.minimum(i, p - 1) for i in range(len(rule.counts))]
-    _, _, _, extra = _ends(rule, model.layers, p)
-    first_moe = model.layers - model.moe_layers
+    _, _, _, extra = _ends(rule, model.size("layers"), p)
+    first_moe = model.size("layers") - model.moe_layers
     boundary = stage_of_layer(model, p, first_moe)  # the stage of the first MoE layer: mixed, or all MoE
     after = np.where(stage_span(model, p, boundary)[0] < first_moe, np.minimum(boundary + 1, p - 1), boundary)
     starts = [0 * p, boundary, after, p - 1]
