@@ -22,9 +22,10 @@ from ..layout import ModelSpec
 
 def layer_weights(ctx: Any, shape: ModelSpec, key: str) -> dict[str, Any]:
     """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
-    h, f, d = shape.hidden, shape.ffn_size, shape.hidden // shape.heads
+    h, heads = shape.size("hidden"), shape.size("heads")
+    f, d = shape.ffn_size, h // heads
     fe = shape.expert_size  # an expert's width (DeepSeek's are narrower than a dense MLP)
-    q, kv = shape.heads * d, shape.kv * d
+    q, kv = heads * d, shape.kv * d
     # (name, size) in order; each weight is drawn from a stream named after it, so a name is written once.
     # A matrix's std is rows^-1/2 (activations stay about 1), a bias's 0.1.
     sizes: list[tuple[str, tuple[int, ...]]] = [("wq", (h, q)), ("wk", (h, kv)), ("wv", (h, kv)), ("wo", (q, h)),
@@ -59,14 +60,14 @@ class TransformerLayer:
         self.par, self.shape, self.name, self.key = par, shape, name, key
         rms = shape.norm == "rmsnorm"
         self.ln1 = LayerNorm(par, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
-        self.attn = ParallelAttention(par, AttentionWeights.of(weights), HeadCounts(shape.heads, shape.kv),
+        self.attn = ParallelAttention(par, AttentionWeights.of(weights), HeadCounts(shape.size("heads"), shape.kv),
                                       AttentionOptions(dropout=shape.dropout, flash=shape.flash),
                                       key=f"{key}.attn", name=f"{name}.attn")
         self.drop1 = Dropout(par, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
         self.ln2 = LayerNorm(par, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
             self.mlp: ParallelMLP | MoE = MoE(par, par.ep_group, weights["router"], expert_weights(weights, shape),
-                                              shape.top_k, act=shape.act, name=f"{name}.moe", etp=par.etp_group)
+                                              shape.k, act=shape.act, name=f"{name}.moe", etp=par.etp_group)
         else:
             self.mlp = ParallelMLP(par, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
                                    name=f"{name}.mlp")
@@ -108,6 +109,7 @@ class TransformerLayer:
         if tag is None:
             return x
         par, n = self.par, x.shape[0]
+        rows: list[int] | range
         if par.cp_world_size > 1:
             rows, size = par.token_positions(), par.seq
         else:  # the SP share alone (or every row): a slice of this rank's n tokens out of n * t
@@ -119,7 +121,7 @@ class TransformerLayer:
         """Where each weight lives, under the same names as `grads`: (holder, attribute or dict key)."""
         out: dict[str, tuple[Any, str]] = {}
         blocks = [("ln1", self.ln1), ("attn.qkv", self.attn.qkv), ("attn.out", self.attn.out), ("ln2", self.ln2)]
-        if self.shape.experts:
+        if isinstance(self.mlp, MoE):
             out["moe.router"] = (self.mlp, "router")
             for j, e in enumerate(self.mlp.experts):
                 out.update({f"moe.expert{self.mlp.first + j + 1}.{k}": (e, k) for k in e})
@@ -148,10 +150,13 @@ class TransformerLayer:
 
     def zero_grad(self) -> None:
         """Forget the gradients backward has added up (an optimizer that already reduced them: ZeRO-3)."""
-        parts = [self.ln1, self.attn.qkv, self.attn.out, self.ln2]
-        parts += [self.mlp] if self.shape.experts else [self.mlp.fc1, self.mlp.fc2]
-        for part in parts:  # each keeps its own dict (the MoE block under another name)
-            (part._grads if part is self.mlp and self.shape.experts else part.grads).clear()
+        for part in (self.ln1, self.attn.qkv, self.attn.out, self.ln2):  # each keeps its own dict
+            part.grads.clear()
+        if isinstance(self.mlp, MoE):
+            self.mlp._grads.clear()  # the MoE block's, under another name
+        else:
+            self.mlp.fc1.grads.clear()
+            self.mlp.fc2.grads.clear()
 
     @property
     def placements(self) -> dict[str, dict]:

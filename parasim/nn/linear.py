@@ -32,7 +32,16 @@ def mark_output(par: ParallelContext, tag: str | None, name: str, y: Any, p: Any
         par.ctx.mark(f"{tag}.{name}.out", y, p, par.tp_group, rows=rows, size=par.seq if rows is not None else None)
 
 
-class ColumnParallelLinear(Weights):
+class _Linear(Weights):
+    """What both linear layers share: the weight gradients they add up over backward passes."""
+
+    grads: dict[str, Any]
+
+    def _accumulate(self, key: str, g: Any) -> None:
+        self.grads[key] = g if key not in self.grads else self.grads[key] + g
+
+
+class ColumnParallelLinear(_Linear):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
     def __init__(self, par: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
@@ -78,11 +87,9 @@ class ColumnParallelLinear(Weights):
         # the backward of f (a copy) is a sum over ranks; under SP the sum lands back on sequence shards
         return par.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if par.sp else par.f_backward(dx)
 
-    def _accumulate(self, key: str, g: Any) -> None:
-        self.grads[key] = g if key not in self.grads else self.grads[key] + g
 
 
-class RowParallelLinear(Weights):
+class RowParallelLinear(_Linear):
     """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
     under SP) once the partial sums are reduced."""
 
@@ -122,5 +129,3 @@ class RowParallelLinear(Weights):
         full = par.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if par.sp else par.g_backward(dy)
         par.weight_grad(lambda: self._accumulate("weight", _weight_grad(xp, x, full)))
         return xp.matmul(full, xp.permute_dims(self.weight, (1, 0)))
-
-    _accumulate = ColumnParallelLinear._accumulate

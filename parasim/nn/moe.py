@@ -28,7 +28,7 @@ from ..errors import ParasimError, UsageError
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
-from ..layout.placement import Partial, Replicate, Shard, local, settle
+from ..layout.placement import Partial, Placement, Replicate, Shard, local, settle
 from .routing import GroupLimit, spellings
 
 
@@ -61,7 +61,7 @@ class MoE(Weights):
         # is a partial sum over TP. Each expert lives on one EP rank; over ETP its w1 is split by columns
         # (with b1), w2 by rows; b2 is added once (on ETP rank 0), so its gradient is partial over ETP.
         self.placements: dict[str, dict] = {"router": {"tp": Partial() if par.sp else Replicate()}}
-        over_etp = {"w1": Shard(1), "b1": Shard(0), "w2": Shard(0), "b2": Partial()}
+        over_etp: dict[str, Placement] = {"w1": Shard(1), "b1": Shard(0), "w2": Shard(0), "b2": Partial()}
         self.experts = []
         for j in range(self.per):
             whole = {k: v for k, v in experts[self.first + j].items() if v is not None}
@@ -205,7 +205,8 @@ class MoE(Weights):
         if last is not None and len(last[0]) == len(draws) and all(a is b for a, b in zip(last[0], draws)) \
                 and last[2] == sizes:
             return last[1]
-        parts, seen = [], {}
+        parts: list = []
+        seen: dict[int, Any] = {}
         for d, theirs in enumerate(draws):
             mine = seen.get(id(theirs))  # balanced routing: every sender's draws are one array
             if mine is None:
@@ -271,7 +272,7 @@ class MoE(Weights):
         xp = self.par.xp
         act = ACTIVATIONS[self.act][0]
         out = xp.zeros_like(xs)
-        caches = []
+        caches: list[tuple | None] = []
         for j, (e, (idx, rounds)) in enumerate(zip(self.experts, self._expert_rows(ws))):
             if not len(idx):
                 caches.append(None)
@@ -290,8 +291,9 @@ class MoE(Weights):
     # -- backward ------------------------------------------------------------------------------------
     def backward(self, cache: tuple, dy: Any) -> Any:
         par, xp = self.par, self.par.xp
-        if (par.tp_world_size > 1 and not par.sp and self.ep is not None
-                and len(set(self.ep.ranks) & set(par.tp_group.ranks)) > 1):
+        tp = par.tp_group
+        if (tp is not None and tp.size > 1 and not par.sp and self.ep is not None
+                and len(set(self.ep.ranks) & set(tp.ranks)) > 1):
             # forward is right (each copy comes home), the expert gradients would not be: Megatron's rule
             raise LayoutError(f"an MoE layer whose EP group shares ranks with TP {par.tp_world_size} needs sequence "
                               "parallelism for backward: without it those ranks route the same tokens and the "

@@ -69,6 +69,7 @@ class SequenceSplit:
             raise LayoutError(f"sequence {seq} does not divide by {'2*cp' if split == 'zigzag' else 'cp'}")
         self.split, self.seq, self.cp = split, seq, cp
         # each rank's positions as ascending runs: one for contiguous, two for zigzag (chunks i, 2*cp-1-i)
+        self.runs: list[tuple[range, ...]]
         if split == "contiguous":
             c = seq // cp
             self.runs = [(range(r * c, (r + 1) * c),) for r in range(cp)]
@@ -152,6 +153,7 @@ class RingAttention:
 
     def _peers(self) -> tuple[int, int]:
         g, cp, r = self.group, self.cp, self.r
+        assert g is not None  # only a ring of two or more CP ranks passes K/V on
         return g.ranks[(r + 1) % cp], g.ranks[(r - 1) % cp]
 
     def _rotate(self, tensors: list[Any], names: list[str], src: int, what: str = "pass {} of CP rank {} on",

@@ -158,10 +158,10 @@ def _draw_seeded(r: Routing, key: str, source: int, first: int, n: int, experts:
     group_keys = gen.random((n, limit.groups)) if limit is not None else None
     hot = gen.random(n) < r.hot if POLICIES[r.kind].share else np.zeros(n, dtype=bool)
     keys[hot, 0] = -1.0
-    if group_keys is not None:
+    if limit is not None and group_keys is not None:
         group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
         kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
-        inside = np.zeros((n, limit.groups), dtype=bool)
+        inside = np.zeros((n, limit.groups), dtype=np.bool_)
         inside[np.arange(n)[:, None], kept] = True
         keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
     part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
