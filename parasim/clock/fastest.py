@@ -62,7 +62,7 @@ def search_by_time(model: ModelSpec, nodes: range, usable: float, seq: int, glob
             t = plan_time(model, plan, seq, gpu, overlap)
             timed.append((t["tokens_per_s_per_gpu"], plan, t))
         timed.sort(key=lambda x: (-x[0], x[1].zero, x[1].rc, x[1].pp, x[1].cp, x[1].tp))
-        ranked = []
+        ranked: list[dict[str, Any]] = []
         for k, (speed, plan, t) in enumerate(timed[:top]):
             row = {**plan.to_dict(), "step_s": t["step_s"], "tokens_per_s_per_gpu": speed, "mfu": t["mfu"],
                    "parts_s": time_parts(t),

@@ -20,9 +20,9 @@ from ..estimate.kernels import attention_efficiency, gemm_efficiency, memory_eff
 class Linear:
     """One linear layer's product on one GPU for one micro-batch: `rows` tokens through a (k_in x n_out) weight,
     `count` alike (the experts of a GPU)."""
-    rows: int
-    k_in: int
-    n_out: int
+    rows: float  # an average (the tokens an expert works on), so not always whole; as are a TP share's widths
+    k_in: float
+    n_out: float
     count: int = 1
 
     @property

@@ -99,7 +99,7 @@ def rows() -> list[dict[str, Any]]:
     than "alltoall" what it saves over "alltoall" of the same layer and precision, measured and timed."""
     d = _data()
     m = machine(d["gpu"], d["ep"])
-    out = []
+    out: list[dict[str, Any]] = []
     for c in cases():
         items = moe_block(proxy(c.model), plan_of(c), d["tokens"], m)
         fwd = sum(f for f, _ in items.values()) * 1e3

@@ -30,7 +30,8 @@ def predicted(r: PublishedRun, change: dict[str, Any] | None = None) -> tuple[fl
     plan: Plan = replace(r.plan, **change)
     # the source's global batch stays: a larger micro-batch means fewer of them
     plan = replace(plan, microbatches=sequences(r.plan) // (plan.dp * plan.micro_batch))
-    t = step_time(r.model, plan, r.seq, replace(machine(r.gpu, plan.gpus_per_node), **r.machine), overlap)
+    said: dict[str, Any] = dict(r.machine)  # the figures its source gives for the machine, over the datasheet's
+    t = step_time(r.model, plan, r.seq, replace(machine(r.gpu, plan.gpus_per_node), **said), overlap)
     return UNITS[r.unit].of_step(r, plan, t["step_s"]), t
 
 
@@ -63,7 +64,7 @@ def rows(which: str | None = None) -> list[dict[str, Any]]:
     for r in all_runs(which):
         value, t, why = _timed(r)
         short, document, address = r.cite
-        row = {"name": r.key, "set": r.set, "source": document, "cite": short, "address": address, "gpu": r.gpu,
+        row: dict[str, Any] = {"name": r.key, "set": r.set, "source": document, "cite": short, "address": address, "gpu": r.gpu,
                "gpus": r.gpus, "moe": r.moe, "published": r.published, "predicted": value, "unit": r.unit,
                "rule": r.rule, "error": None if value is None else error(r, value), "not_timed": why,
                "assumed": r.assumed, "step_s": t and t["step_s"], "bubble_share": t and t["bubble_s"] / t["step_s"],

@@ -89,18 +89,18 @@ class FlopRule:
 
 
 def _narayanan_flops(model: ModelSpec, plan: Plan, s: int) -> float:
-    h, layers = model.hidden, model.layers
-    return 96 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (16 * layers * h))
+    h, layers, vocab = model.size("hidden"), model.size("layers"), model.size("vocab")
+    return 96 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
 
 
 def _megatron_72_flops(model: ModelSpec, plan: Plan, s: int) -> float:
-    h, layers = model.hidden, model.layers
-    return 72 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + model.vocab / (12 * h * layers))
+    h, layers, vocab = model.size("hidden"), model.size("layers"), model.size("vocab")
+    return 72 * sequences(plan) * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * h * layers))
 
 
 def _palm_flops(model: ModelSpec, plan: Plan, s: int) -> float:
     n = model.total_params() - model.counted()["embeddings"]
-    return (6 * n + 12 * model.layers * model.hidden * s) * sequences(plan) * s
+    return (6 * n + 12 * model.size("layers") * model.size("hidden") * s) * sequences(plan) * s
 
 
 RULES: dict[str, FlopRule] = {
@@ -129,6 +129,7 @@ class Unit:
 
 
 def _tflops(r: PublishedRun, plan: Plan, step_s: float) -> float:
+    assert r.rule is not None  # every entry in a FLOP unit names its counting rule
     return RULES[r.rule].flops(r.model, plan, r.seq) / (step_s * plan.world) / 1e12
 
 
@@ -263,7 +264,7 @@ DEEPSEEK_V3 = ModelSpec(name="DeepSeek-V3", layers=61, hidden=7168, heads=128, v
 DEEPSEEK_V2 = ModelSpec(name="DeepSeek-V2", layers=60, hidden=5120, heads=128, vocab=102400, ffn=12288,
                         experts=160, top_k=6, expert_ffn=1536, shared_experts=2, dense_layers=1, gated=True,
                         norm="rmsnorm", bias=False, stages=SPREAD, expert_groups=8, groups_kept=3, **_MLA)
-_QWEN3 = dict(gated=True, norm="rmsnorm", bias=False, vocab=151936, head_size=128, experts=128, top_k=8)
+_QWEN3: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False, vocab=151936, head_size=128, experts=128, top_k=8)
 QWEN3_30B_A3B = ModelSpec(name="Qwen3-30B-A3B", layers=48, hidden=2048, heads=32, kv_heads=4, ffn=6144,
                           expert_ffn=768, **_QWEN3)
 QWEN3_235B_A22B = ModelSpec(name="Qwen3-235B-A22B", layers=94, hidden=4096, heads=64, kv_heads=4, ffn=12288,
@@ -307,7 +308,7 @@ _TABLE2 = (("zero3", 174.6, 384, 1536, 4, 144), ("zero3", 174.6, 768, 1536, 2, 8
            ("ptdp", 174.6, 384, 1536, 1, 153), ("ptdp", 174.6, 768, 1536, 1, 149), ("ptdp", 174.6, 1536, 1536, 1, 141),
            ("ptdp", 529.6, 560, 2240, 1, 171), ("ptdp", 529.6, 1120, 2240, 1, 167), ("ptdp", 529.6, 2240, 2240, 1, 159))
 _TABLE2_MODELS = {174.6: (_gpt(96, 12288, 96), 8, 12), 529.6: (_gpt(105, 20480, 128), 8, 35)}  # (model, TP, PP)
-_MEGATRON_2021 = dict(recompute="full", flash=False, dropout=True)  # at a sequence of 2048
+_MEGATRON_2021: dict[str, Any] = dict(recompute="full", flash=False, dropout=True)  # at a sequence of 2048
 
 
 def _narayanan() -> list[PublishedRun]:
@@ -326,9 +327,9 @@ def _narayanan() -> list[PublishedRun]:
             plan = training_plan(batch, "zero-3", dp=gpus, micro_batch=mb, **_MEGATRON_2021)
             said = ("full recomputation (eq. 3's count assumes it; the ZeRO-3 rows do not say); no overlap of "
                     "ZeRO-3's collectives named (the paper names none)")
-            extra = dict(sharding="zero-3")
+            extra: dict[str, Any] = dict(sharding="zero-3")
         else:
-            v = _chunks(model.layers, pp)
+            v = _chunks(model.size("layers"), pp)
             plan = training_plan(batch, tp=tp, pp=pp, dp=gpus // (tp * pp), chunks=v, micro_batch=mb, **_MEGATRON_2021)
             said = (f"TP {tp} x PP {pp} for the table's model-parallel size {tp * pp} (Table 1's split for the same "
                     f"size), {v} model chunks per GPU")

@@ -23,6 +23,7 @@ So the unit is seconds a step throughout.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec
 from .runs import EIGHTH as EIGHTH_SET, PublishedRun, Source, training_plan
@@ -131,7 +132,7 @@ def _oss() -> list[PublishedRun]:
         assert tp * cp * dp == gpus and gbs % (dp * mbs) == 0, key
         plan = training_plan(gbs, "zero-1", tp=tp, cp=cp, dp=dp, ep=ep, etp=1, sp=tp > 1, micro_batch=mbs,
                              recompute=recompute, flash=True, precision=precision, dispatcher=dispatcher)
-        variants = {"FP32 gradient reduction": {"precision": precision.replace("-reduce-bf16", "")}}
+        variants: dict[str, dict[str, Any]] = {"FP32 gradient reduction": {"precision": precision.replace("-reduce-bf16", "")}}
         if recompute == "selective":
             variants["no recomputation"] = {"recompute": "none"}
         if gpu == "b200":
@@ -182,7 +183,7 @@ _GPT3 = (
      "graphs (LAYER_CUDA_GRAPH=1, no plan field), cuDNN fused attention (NVTE_FUSED_ATTN=1); its "
      "config_common_blackwell.sh is not in the repository"),
 )
-_GPT3_VARIANTS = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
+_GPT3_VARIANTS: dict[str, dict[str, Any]] = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
                   "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"}}
 
 
@@ -207,7 +208,7 @@ def _gpt3() -> list[PublishedRun]:
     return out
 
 
-EIGHTH: tuple[EighthRun, ...] = tuple(_oss() + _gpt3())
+EIGHTH: tuple[PublishedRun, ...] = tuple(_oss() + _gpt3())
 
 
 def eighth_runs() -> list[PublishedRun]:

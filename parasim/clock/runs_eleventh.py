@@ -112,7 +112,7 @@ _NEMO_SAID = ("NeMo 1.0 launcher config (NeMo 24.07 container unless said) with 
 
 def _nemo(key: str, recipe: str, config: str, gpu: str, gpus: int, model: ModelSpec, gbs: int, mbs: int, tp: int,
           pp: int, cp: int, vp: int, ep: int, fp8: bool, fp8_params: bool, tp_overlap: bool, entry: tuple,
-          seq: int, said: str) -> EleventhRun:
+          seq: int, said: str) -> PublishedRun:
     step, consumed, seconds, printed = entry
     assert consumed == (step + 1) * gbs, key
     dp = gpus // (tp * pp * cp)
@@ -126,7 +126,7 @@ def _nemo(key: str, recipe: str, config: str, gpu: str, gpus: int, model: ModelS
     schedule = None if pp == 1 else "interleaved" if chunks > 1 else "1f1b"
     overlap = (("grad-reduce", "prefetch") + (("tp",) if tp_overlap and tp > 1 else ()) + (("p2p",) if pp > 1 else ())
                + (("cp",) if cp > 1 else ()))
-    variants = {"FP32 gradient reduction": {"precision": precision.replace("-reduce-bf16", "")}}
+    variants: dict[str, dict[str, Any]] = {"FP32 gradient reduction": {"precision": precision.replace("-reduce-bf16", "")}}
     if fp8:
         variants["FP8 as current (tensorwise) scaling"] = {"precision": precision.replace("delayed", "tensorwise")}
     if tp > 1:
@@ -220,7 +220,7 @@ _MAXTEXT_SAID = ("MaxText (JAX/XLA) as the config sets it: the mesh's dcn_fsdp x
 
 
 def _maxtext(key: str, recipe: str, config: str, gpu: str, gpus: int, model: ModelSpec, pdbs: int, fsdp: int,
-             data: int, recompute: str, remat: str, fp8: bool, line: str, seconds: float, said: str) -> EleventhRun:
+             data: int, recompute: str, remat: str, fp8: bool, line: str, seconds: float, said: str) -> PublishedRun:
     assert fsdp * data == gpus, key
     precision = "fsdp2-fp8" if fp8 else "fsdp2"
     plan = training_plan(pdbs * gpus, "zero-3", dp=gpus, micro_batch=pdbs, flash=True, precision=precision,
@@ -294,7 +294,7 @@ def _aws() -> list[PublishedRun]:
                 "(enable_float8_linear, enable_fsdp_float8_all_gather, precompute_float8_dynamic_scale_for_fsdp "
                 "true: torchao dynamic (tensorwise) scaling, the FSDP all-gathers in FP8: fsdp2-fp8-gather)"
                 if compiled else "compile false (eager kernels), no float8 (the default llama3_8b.toml)")
-        variants = {"full recomputation": {"recompute": "full"}, "no recomputation": {"recompute": "none"}}
+        variants: dict[str, dict[str, Any]] = {"full recomputation": {"recompute": "full"}, "no recomputation": {"recompute": "none"}}
         if compiled:
             variants["BF16 all-gathers"] = {"precision": "fsdp2-fp8"}
         out.append(EleventhRun(
@@ -306,7 +306,7 @@ def _aws() -> list[PublishedRun]:
     return out
 
 
-ELEVENTH: tuple[EleventhRun, ...] = tuple(_gcp_nemo() + _gcp_maxtext() + _aws())
+ELEVENTH: tuple[PublishedRun, ...] = tuple(_gcp_nemo() + _gcp_maxtext() + _aws())
 
 
 def eleventh_runs() -> list[PublishedRun]:

@@ -207,7 +207,7 @@ def _automodel() -> list[PublishedRun]:
     src = "NeMo AutoModel 2026"
 
     def row(key: str, where: str, gpus: int, model: ModelSpec, plan: Any, seq: int, seconds: float, said: str,
-            schedule: str | None = None, variants: dict[str, dict[str, Any]] | None = None) -> FifthRun:
+            schedule: str | None = None, variants: dict[str, dict[str, Any]] | None = None) -> PublishedRun:
         return FifthRun(f"automodel-{key}", src, f"'Pre-Training Performance' table, {where}", "h100", gpus, model,
                         plan, seq, seconds, "s per step", sharding="zero-3", schedule=schedule,
                         overlap=("grad-reduce", "prefetch"), assumed=f"{_AUTO}; {said}", variants=variants or {})
@@ -245,7 +245,7 @@ def _automodel() -> list[PublishedRun]:
     ]
 
 
-FIFTH: tuple[FifthRun, ...] = tuple(_pax() + _maxtext() + _nemo_launcher() + _automodel())
+FIFTH: tuple[PublishedRun, ...] = tuple(_pax() + _maxtext() + _nemo_launcher() + _automodel())
 
 
 def fifth_runs() -> list[PublishedRun]:

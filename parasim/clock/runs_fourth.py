@@ -179,7 +179,7 @@ def _zoo() -> list[PublishedRun]:
 
     def row(key: str, where: str, batch: int, seconds: float, said: str, sharding: str = "zero-1",
             extra: tuple[str, ...] = (), variants: dict[str, dict[str, Any]] | None = None,
-            **choices: Any) -> FourthRun:
+            **choices: Any) -> PublishedRun:
         plan = training_plan(batch, sharding, sp=True, flash=True, **choices)
         o = ("grad-reduce", "prefetch") + (("p2p",) if plan.pp > 1 and plan.chunks > 1 else ()) + extra
         if said.startswith("DeepEP dispatcher"):  # what DeepEP's sends give, beside the scored figure
@@ -248,7 +248,7 @@ def _flash_attention() -> list[PublishedRun]:
         for key, name, batch, mb, sharding, printed, tps in _FA_ROWS]
 
 
-FOURTH: tuple[FourthRun, ...] = tuple(_internlm() + _titan_async_tp() + _zoo() + _flash_attention())
+FOURTH: tuple[PublishedRun, ...] = tuple(_internlm() + _titan_async_tp() + _zoo() + _flash_attention())
 
 
 def fourth_runs() -> list[PublishedRun]:

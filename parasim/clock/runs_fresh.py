@@ -16,9 +16,8 @@ from functools import partial
 from typing import Any
 
 from ..layout import ModelSpec, Stages
-from .runs import (DEEPSEEK_V3, FRESH, LLAMA3_70B, LLAMA3_8B, LLAMA3_405B, PublishedRun, Source, training_plan)
+from .runs import (DEEPSEEK_V3, FRESH as FRESH_SET, LLAMA3_70B, LLAMA3_8B, LLAMA3_405B, PublishedRun, Source, training_plan)
 
-FRESH_SET = FRESH
 GATHERED = "2026-12-05"  # the date every figure here was read
 
 SOURCES: dict[str, Source] = {s.name: s for s in (
@@ -60,7 +59,7 @@ GPT3_175B_NEMO = ModelSpec(name="GPT-3 175B (NeMo)", layers=96, hidden=12288, he
 LLAMA31_405B_DGXC = replace(LLAMA3_405B, name="Llama 3.1 405B (dgxc v24.11.1 recipe)", kv_heads=16, vocab=50257)
 GROK1 = ModelSpec(name="Grok-1 (dgxc recipe)", layers=64, hidden=6144, heads=48, kv_heads=8, ffn=32768, experts=8,
                   top_k=2, expert_ffn=32768, vocab=128256, gated=True, norm="rmsnorm", bias=False)
-_LLAMA2 = dict(gated=True, norm="rmsnorm", bias=False, vocab=32000)
+_LLAMA2: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False, vocab=32000)
 LLAMA2 = {"7b": ModelSpec(name="Llama 2 7B", layers=32, hidden=4096, heads=32, ffn=11008, **_LLAMA2),
           "13b": ModelSpec(name="Llama 2 13B", layers=40, hidden=5120, heads=40, ffn=13824, **_LLAMA2),
           "34b": ModelSpec(name="Llama 2 34B (fms-fsdp)", layers=48, hidden=8192, heads=64, kv_heads=8, ffn=22016,
@@ -85,7 +84,7 @@ def _dgxc() -> list[PublishedRun]:
     src = "DGXC Benchmarking"
 
     def row(key: str, where: str, gpus: int, model: ModelSpec, batch: int, seq: int, seconds: float,
-            precision: str, said: str, overlap: tuple[str, ...] = (), **choices: Any) -> FreshRun:
+            precision: str, said: str, overlap: tuple[str, ...] = (), **choices: Any) -> PublishedRun:
         fp8 = {"precision": "megatron-bf16-fp8-delayed"} if precision == "fp8" else {}
         plan = training_plan(batch, "zero-1", flash=True, **fp8, **choices)
         o = ("grad-reduce", "prefetch") + (("p2p",) if plan.pp > 1 else ()) + overlap
@@ -263,7 +262,7 @@ def _titan_a100() -> list[PublishedRun]:
         for key, where, model, seq, local, ac, recompute, wps in _TITAN_A100]
 
 
-FRESH: tuple[FreshRun, ...] = tuple(_dgxc() + _nemotron4() + _ibm() + _titan_a100())
+FRESH: tuple[PublishedRun, ...] = tuple(_dgxc() + _nemotron4() + _ibm() + _titan_a100())
 
 
 def fresh_runs() -> list[PublishedRun]:

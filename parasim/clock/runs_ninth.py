@@ -63,11 +63,11 @@ NinthRun = partial(PublishedRun, registry=SOURCES)
 # yamls give the same shapes): LayerNorm (layernorm1p), GELU, biases, learned positions, shared input and output
 # embeddings; the GPT-2 vocabulary of 50257 padded to make_vocab_size_divisible_by 128 x TP (assumed): 50304 at
 # TP 1, 50432 at TP 2, 50688 at TP 4
-_GPT3 = dict(tied_embeddings=True)
+_GPT3: dict[str, Any] = dict(tied_embeddings=True)
 GPT3_5B = ModelSpec(name="GPT3-5B (NeMo)", layers=24, hidden=4096, heads=32, ffn=16384, vocab=50304, **_GPT3)
 GPT3_20B = ModelSpec(name="GPT3-20B (NeMo)", layers=44, hidden=6144, heads=48, ffn=24576, vocab=50432, **_GPT3)
 GPT3_175B = ModelSpec(name="GPT3-175B (NeMo)", layers=96, hidden=12288, heads=96, ffn=49152, vocab=50688, **_GPT3)
-_LLAMA2 = dict(gated=True, norm="rmsnorm", bias=False, vocab=32000)
+_LLAMA2: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False, vocab=32000)
 LLAMA2_7B = ModelSpec(name="LLAMA2-7B (NeMo)", layers=32, hidden=4096, heads=32, ffn=11008, **_LLAMA2)
 LLAMA2_13B = ModelSpec(name="LLAMA2-13B (NeMo)", layers=40, hidden=5120, heads=40, ffn=13824, **_LLAMA2)
 LLAMA2_70B = ModelSpec(name="LLAMA2-70B (NeMo)", layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, **_LLAMA2)
@@ -81,7 +81,7 @@ NEMOTRON_15B = ModelSpec(name="Nemotron-15B (NeMo)", layers=32, hidden=6144, hea
                          **_NEMOTRON)
 NEMOTRON_340B = ModelSpec(name="Nemotron-340B (NeMo)", layers=96, hidden=18432, heads=96, kv_heads=8, ffn=73728,
                           **_NEMOTRON)
-_LLAMA3 = dict(gated=True, norm="rmsnorm", bias=False, vocab=128256, kv_heads=8)
+_LLAMA3: dict[str, Any] = dict(gated=True, norm="rmsnorm", bias=False, vocab=128256, kv_heads=8)
 LLAMA3_8B = ModelSpec(name="LLAMA3-8B (NeMo)", layers=32, hidden=4096, heads=32, ffn=14336, **_LLAMA3)
 LLAMA3_70B = ModelSpec(name="LLAMA3-70B (NeMo)", layers=80, hidden=8192, heads=64, ffn=28672, **_LLAMA3)
 # 126 layers on PP 8 x VP 8 = 64 chunks: even only when the embedding and the loss each count as a layer
@@ -114,7 +114,7 @@ def _overlap(tp: int, chunks: int, cp: int) -> tuple[str, ...]:
 
 def _run(key: str, source: str, where: str, gpu: str, model: ModelSpec, gpus: int, gbs: int, mbs: int, seq: int,
          tp: int, pp: int, cp: int, vp: int, figure: float, said: str, ep: int = 1, etp: int = 1,
-         extra: dict | None = None) -> NinthRun:
+         extra: dict | None = None) -> PublishedRun:
     dp = gpus // (tp * pp * cp)
     assert dp * tp * pp * cp == gpus, key
     chunks = vp if pp > 1 else 1
@@ -220,7 +220,7 @@ def _nemo2502() -> list[PublishedRun]:
     return out
 
 
-NINTH: tuple[NinthRun, ...] = tuple(_nemo2407() + _nemo2502())
+NINTH: tuple[PublishedRun, ...] = tuple(_nemo2407() + _nemo2502())
 
 
 def ninth_runs() -> list[PublishedRun]:

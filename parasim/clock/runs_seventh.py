@@ -18,6 +18,7 @@ training step is logged), so the unit is seconds a step. Gaudi2 and TPU submissi
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec
 from .runs import SEVENTH as SEVENTH_SET, PublishedRun, Source, training_plan
@@ -72,7 +73,7 @@ _SAID = ("NVIDIA's NeMo/Megatron implementation as the submission's config_*.sh 
          "median of every train_step_timing the log holds (the first steps after the restart from the "
          "checkpoint and the steps beside evaluation included in the set it is taken over); training resumes "
          "from the benchmark's checkpoint, so every step is a full-size step")
-_VARIANTS = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
+_VARIANTS: dict[str, dict[str, Any]] = {"no TP overlap": {"overlap": ("grad-reduce", "prefetch")},
              "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed"}}
 
 # (source, org, system, GPUs, global batch, accumulation, median s, mean s, steps logged, min s, max s, config file,
@@ -134,7 +135,7 @@ def _mlperf() -> list[PublishedRun]:
     return out
 
 
-SEVENTH: tuple[SeventhRun, ...] = tuple(_mlperf())
+SEVENTH: tuple[PublishedRun, ...] = tuple(_mlperf())
 
 
 def seventh_runs() -> list[PublishedRun]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec
 from .runs import SIXTH as SIXTH_SET, LLAMA3_70B, LLAMA3_8B, PublishedRun, Source, training_plan
@@ -69,7 +70,7 @@ FP_LLAMA3_70B = replace(LLAMA3_70B, name="Llama 3 70B (FlagPerf Megatron)", tied
                         vocab=129024)
 # llama2_70B/megatron/megatron_main.sh: 80 layers, 8192, 64 heads, 8 query groups, ffn 28672, RMSNorm, SwiGLU,
 # RoPE, untied, no biases; Llama2Tokenizer (32000) padded to 128 x TP: 32768 at TP 8, 32256 at TP 4
-_L2_70B = dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, gated=True, norm="rmsnorm", bias=False)
+_L2_70B: dict[str, Any] = dict(layers=80, hidden=8192, heads=64, kv_heads=8, ffn=28672, gated=True, norm="rmsnorm", bias=False)
 FP_LLAMA2_70B = {8: ModelSpec(name="Llama 2 70B (TP 8 vocabulary)", vocab=32768, **_L2_70B),
                  4: ModelSpec(name="Llama 2 70B (TP 4 vocabulary)", vocab=32256, **_L2_70B)}
 # mixtral_8x7B/megatron/megatron_main.sh: 32 layers, 4096, 32 heads, 8 query groups, ffn 14336, 8 experts, top-2,
@@ -227,7 +228,7 @@ def _megatron() -> list[PublishedRun]:
     return out
 
 
-SIXTH: tuple[SixthRun, ...] = tuple(_paddle() + _megatron())
+SIXTH: tuple[PublishedRun, ...] = tuple(_paddle() + _megatron())
 
 
 def sixth_runs() -> list[PublishedRun]:

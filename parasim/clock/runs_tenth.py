@@ -29,6 +29,7 @@ benchmark.
 from __future__ import annotations
 
 from functools import partial
+from typing import Any
 
 from ..layout import ModelSpec, Stages
 from .runs import TENTH as TENTH_SET, PublishedRun, Source, training_plan
@@ -95,7 +96,7 @@ _SAID = ("NVIDIA's NeMo 2.0 / Megatron-Core implementation as the submission's c
 
 def _run(key: str, source: str, result: str, config: str, gpu: str, gpus: int, model: ModelSpec, gbs: int,
          acc: int, mbs: int, tp: int, pp: int, cp: int, vp: int, precision: str, overlap: tuple[str, ...],
-         stats: tuple[float, float, int, float, float], said: str, variants: dict) -> TenthRun:
+         stats: tuple[float, float, int, float, float], said: str, variants: dict) -> PublishedRun:
     dp = gpus // (tp * pp * cp)
     assert dp * tp * pp * cp == gpus, key
     chunks = vp if pp > 1 else 1
@@ -152,7 +153,8 @@ def _v50() -> list[PublishedRun]:
                 + ("; Nebius' config_common.sh is NVIDIA's but for NCCL_NVLS_ENABLE left unset" if org == "Nebius"
                    else "") + f"; {_V50_SAID}")
         precision = "megatron-bf16-reduce-bf16-fp8-delayed-gather"
-        variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"},
+        variants: dict[str, dict[str, Any]] = {
+                    "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-delayed-gather"},
                     "no TP overlap": {"overlap": ("grad-reduce", "prefetch", "p2p", "cp")}}
         out.append(_run(key, "MLPerf Training v5.0 Llama 3.1 405B", f"{org}/results/{system}/llama31_405b/{result}",
                         f"{org}/benchmarks/llama31_405b/implementations/{system}/{config}", gpu, nodes * 8,
@@ -219,7 +221,8 @@ def _v51() -> list[PublishedRun]:
             precision = "megatron-bf16-reduce-bf16-fp8-tensorwise-gather"
             said = f"{system}: {nodes} nodes; {_UF_SAID}; " + (_UF8_SAID if bench == "llama31_8b" else _UF405_SAID)
             overlap = ("grad-reduce", "prefetch") + (("p2p",) if pp > 1 else ()) + (("cp",) if cp > 1 else ())
-            variants = {"FP32 gradient reduction": {"precision": "megatron-bf16-fp8-tensorwise-gather"},
+            variants: dict[str, dict[str, Any]] = {
+                        "FP32 gradient reduction": {"precision": "megatron-bf16-fp8-tensorwise-gather"},
                         "FP8 as delayed scaling": {"precision": "megatron-bf16-reduce-bf16-fp8-delayed-gather"}}
             if tp > 1:
                 variants["TP overlap"] = {"overlap": overlap + ("tp",)}
@@ -239,7 +242,7 @@ def _v51() -> list[PublishedRun]:
     return out
 
 
-TENTH: tuple[TenthRun, ...] = tuple(_v50() + _v51())
+TENTH: tuple[PublishedRun, ...] = tuple(_v50() + _v51())
 
 
 def tenth_runs() -> list[PublishedRun]:

@@ -249,7 +249,7 @@ def _lambda_titan() -> list[PublishedRun]:
     return out
 
 
-TWELFTH: tuple[TwelfthRun, ...] = tuple(_paddle() + _lambda_fa2() + _lambda_titan())
+TWELFTH: tuple[PublishedRun, ...] = tuple(_paddle() + _lambda_fa2() + _lambda_titan())
 
 
 def twelfth_runs() -> list[PublishedRun]:

@@ -158,7 +158,7 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
     for e in trace.events:
         if rep is not None and e.source is not None:
             continue  # a copy of an event that ran: timed as its source, below
-        how = next((o.how for o in chosen if o.picks(e, paired)), None)
+        how = next((o.how for o in chosen if o.picks is not None and o.picks(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
         for mem in e.members:
             r = mem.rank
@@ -219,8 +219,8 @@ def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) 
                 events[e.seq] = events[e.source.seq]
         busy = [busy[rep[r]] for r in range(world)]
         comm = [comm[rep[r]] for r in range(world)]
-    ends = [(max(cfree[r], kfree[r]), r) for r in ran]
-    step, last_rank = max(ends, default=(0.0, 0))
+    finish = [(max(cfree[r], kfree[r]), r) for r in ran]
+    step, last_rank = max(finish, default=(0.0, 0))
     tail = clast[last_rank] if cfree[last_rank] >= kfree[last_rank] else klast[last_rank]
     critical: list[Span] = []
     while tail is not None:

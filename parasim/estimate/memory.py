@@ -33,7 +33,7 @@ class Plan(Layout):
     size (not counting CP), derived from `world` when only that is given. ETP defaults to 1 here (experts
     whole on each EP rank, DeepSeek's and the search's choice); the layout rules are Layout's."""
 
-    etp: int | None = 1
+    etp: int = 1
     recompute: str = "none"
     flash: bool = True  # FlashAttention: the s x s scores are never kept
     dropout: bool = True  # dropout masks kept (1 byte per value), as Korthikanti et al. count them

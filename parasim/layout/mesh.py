@@ -53,10 +53,12 @@ class Layout:
     tp: int = 1
     cp: int = 1
     pp: int = 1
-    dp: int | None = None
+    # dp, etp and world may be left out (None) when a Layout is made: __post_init__ derives each, so a Layout
+    # always holds ints there, which is what every reader gets
+    dp: int = None  # type: ignore[assignment]
     ep: int = 1
-    etp: int | None = None
-    world: int | None = None
+    etp: int = None  # type: ignore[assignment]
+    world: int = None  # type: ignore[assignment]
     order: str = ORDERS[0]
     sp: bool = False  # sequence parallelism (rides on TP; Megatron's --sequence-parallel)
     zigzag: bool = True  # CP splits the sequence in 2*cp chunks (load balance) rather than cp
@@ -129,17 +131,15 @@ class Layout:
 
     # -- groups ------------------------------------------------------------------------------------
     def sizes(self, generator: str) -> dict[str, int]:
-        dp, etp = self.dp, self.etp
-        assert dp is not None and etp is not None  # __post_init__ derives both when they are left out
         if generator == "dense":
-            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": dp, "pp": self.pp}
-        return {"tp": etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
+            return {"tp": self.tp, "cp": self.cp, "ep": 1, "dp": self.dp, "pp": self.pp}
+        return {"tp": self.etp, "cp": 1, "ep": self.ep, "dp": self.edp, "pp": self.pp}
 
     def rank_groups(self, generator: str, axes: tuple[str, ...]) -> list[list[int]]:
         """Megatron-Core's groups over `axes` from one generator: the world as an array with the slowest
         axis first, the group's axes moved last (keeping their order), one group per row."""
         sizes, order = self.sizes(generator), self.order.split("-")
-        grid = np.arange(prod(sizes.values())).reshape([sizes[a] for a in reversed(order)])
+        grid = np.arange(self.world).reshape([sizes[a] for a in reversed(order)])
         names = list(reversed(order))
         inside = [i for i, a in enumerate(names) if a in axes]
         outside = [i for i, a in enumerate(names) if a not in axes]
@@ -161,7 +161,7 @@ class Layout:
     def coords(self) -> list[dict[str, int]]:
         """Each rank's coordinates: its index in its tp, cp, dp, pp, ep, expert-tp and expert-dp group."""
         groups = self.groups()
-        out = [{"rank": r} for r in range(len(groups["tp"]) * self.tp)]  # every rank is in one tp group
+        out = [{"rank": r} for r in range(self.world)]
         for coord, kind in COORD_GROUP.items():
             for g in groups[kind]:
                 for i, r in enumerate(g):
