@@ -52,13 +52,27 @@ def _old_source(rev: str, path: str) -> str:
     return done.stdout if done.returncode == 0 else ""  # a file new since rev: every function is new
 
 
+def moved_since(rev: str) -> dict[str, str]:
+    """A file moved since rev (git's rename detection) -> its path at rev: a moved function with the same code
+    is not a changed one."""
+    done = subprocess.run(["git", "diff", "--name-status", "-M", rev, "--", "parasim"], cwd=ROOT,
+                          capture_output=True, text=True, check=False)
+    out = {}
+    for line in done.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0].startswith("R") and len(parts) == 3:
+            out[parts[2]] = parts[1]
+    return out
+
+
 def changed_mutants(rev: str) -> dict[str, list[str]]:
     """module -> the names of its mutants in functions changed (or new) since rev."""
     out: dict[str, list[str]] = {}
+    moved = moved_since(rev)
     for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta")):
         rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]  # parasim/nn/moe.py
         module = rel[: -len(".py")].replace("/", ".")
-        new, old = functions((ROOT / rel).read_text()), functions(_old_source(rev, rel))
+        new, old = functions((ROOT / rel).read_text()), functions(_old_source(rev, moved.get(rel, rel)))
         changed = {name for name, code in new.items() if old.get(name) != code}
         keys = json.loads(meta.read_text())["exit_code_by_key"]
         names = [k for k in keys if k[len(module) + 1:].split("__mutmut_")[0] in changed]
