@@ -22,7 +22,7 @@ import parasim
 from parasim.clock.costs import machine
 from parasim.clock.report import clock_report
 from parasim.clock.timeline import simulate
-from parasim.examples.step import make_step
+from parasim.train.step import make_step
 from parasim.layout import preset
 from parasim.engine.symbolic.fold import fold_of
 

@@ -2,7 +2,7 @@
 
     python benchmarks/symbolic.py [--json]
 
-1. The same small training step (examples/step.py: TP2 CP2 PP2 DP2, EP4, SP) on virtual and on symbolic
+1. The same small training step (train/step.py: TP2 CP2 PP2 DP2, EP4, SP) on virtual and on symbolic
    ranks: the ratio of their times (symbolic pays for shape rules where virtual does tiny arithmetic).
 2. DeepSeek-V3's MoE layer at 4,096 tokens per GPU on EP 64 (64 symbolic ranks, one forward).
 3. One 27B layer at the estimator's longest sequence for TP8 + SP + CP2 with full recomputation (16 symbolic
@@ -27,8 +27,8 @@ from dataclasses import replace
 
 import parasim
 from parasim.estimate import Plan, fit, gpu_presets
-from parasim.examples.against import granule
-from parasim.examples.step import make_step
+from parasim.train.against import granule
+from parasim.train.step import make_step
 from parasim.layout import Layout, ModelSpec, model_preset, preset
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -109,11 +109,11 @@ def megatron_step() -> dict:
 
 def nine_rows() -> list[dict]:
     """The 27B model's whole step at each of the nine longest-sequence layouts, at the estimator's longest
-    sequence for what the step runs (examples/against.py), ranks folded: seconds each and GPU 0's peak."""
+    sequence for what the step runs (train/against.py), ranks folded: seconds each and GPU 0's peak."""
     from parasim.estimate import get_model
     from parasim.estimate.fit import LONGEST_ROWS
-    from parasim.examples.against import run_plan
-    from parasim.examples.differences import as_run
+    from parasim.train.against import run_plan
+    from parasim.train.differences import as_run
     model, usable = get_model("27b"), gpu_presets()["h200"].usable
     out = []
     for _, label, kw in LONGEST_ROWS:

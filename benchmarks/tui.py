@@ -106,7 +106,7 @@ def symbolic_case(steps: int, floor: float, name: str = "deepseek-v3", m: int = 
     another preset's: --tiny)."""
     from dataclasses import replace
 
-    from parasim.examples.step import make_step
+    from parasim.train.step import make_step
     from parasim.layout import preset
     from parasim.engine.symbolic.fold import fold_of
     from parasim.tui.view import View

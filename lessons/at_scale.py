@@ -20,8 +20,8 @@ from parasim.estimate import Plan, fit, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.models import layer_param_count
-from parasim.examples.against import granule
-from parasim.examples.differences import as_run
+from parasim.train.against import granule
+from parasim.train.differences import as_run
 from parasim.layout import Layout
 from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.nn import LayerOptions, ParallelContext, Saved

@@ -16,7 +16,7 @@ from parasim.clock.timeline import simulate
 from parasim.estimate import Plan, fit, get_model, gpu_presets
 from parasim.estimate.hardware import GPUS
 from parasim.estimate.kernels import attention_efficiency
-from parasim.examples.against import granule
+from parasim.train.against import granule
 from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights

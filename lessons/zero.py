@@ -22,7 +22,7 @@ from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_p
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
 from parasim.lesson import Check, Knob, Lesson, check
-from parasim.examples.small import forward_backward, sequences, whole_layers
+from parasim.train.whole import forward_backward, sequences, whole_layers
 from parasim.nn.layer import Stack
 
 # No biases: the key bias's gradient is zero in exact arithmetic (softmax ignores a shift shared by every

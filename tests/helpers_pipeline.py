@@ -7,7 +7,7 @@ from typing import Any
 from layer_check import SEED, SharedCtx, torch_layer, torch_weights
 
 import parasim
-from parasim.examples.pipeline import LayersStage
+from parasim.pipeline.stage import LayersStage
 from parasim.layout import Layout, ModelSpec
 from parasim.nn import ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights

@@ -1,6 +1,6 @@
-"""The estimator against whole training steps on symbolic ranks (examples/against.py): for the post's nine
+"""The estimator against whole training steps on symbolic ranks (train/against.py): for the post's nine
 longest-sequence rows of the 27B model and for the deepseek-v3 layout, every memory item and every axis's
-traffic is equal, or differs by parts (examples/differences.py) that add up to the difference exactly;
+traffic is equal, or differs by parts (train/differences.py) that add up to the difference exactly;
 `parasim fit`'s longest sequence fits the run and one step longer does not."""
 import json
 
@@ -10,8 +10,8 @@ from parasim.cli import main
 from parasim.estimate import Plan, breakdown, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
 from parasim.layout import ModelSpec
-from parasim.examples.against import as_run, compare, fit_against_run
-from parasim.examples.differences import ACTIVATION_ITEMS, received
+from parasim.train.against import as_run, compare, fit_against_run
+from parasim.train.differences import ACTIVATION_ITEMS, received
 
 ROWS = [(label, kw) for _, label, kw in LONGEST_ROWS]
 IDS = [f"row{k}" for k in range(len(ROWS))]
@@ -97,7 +97,7 @@ def test_fits_longest_sequence_fits_the_run_and_one_step_longer_does_not(label, 
 def deepseek_step():
     """DeepSeek-V3's step run once for both stages' comparisons: folding around the first GPU of stage 0 or
     of stage 15 picks the same representatives (they differ only in their stage, a kept axis)."""
-    from parasim.examples.against import first_gpu, run_plan, step_layout
+    from parasim.train.against import first_gpu, run_plan, step_layout
     from parasim.engine.symbolic.fold import fold_of
     model, plan = get_model("deepseek-v3"), Plan(**DS_PLAN)
     layout = step_layout(model, plan, 4096)
@@ -198,7 +198,7 @@ def test_each_gpus_step_time_from_what_the_run_counted():
     the step's BF16 bytes as sent (a run at real size computes in its precision's dtypes)."""
     from parasim.clock.costs import machine
     from parasim.clock.timeline import simulate
-    from parasim.examples.against import run_plan
+    from parasim.train.against import run_plan
     model, plan = get_model("27b"), Plan(tp=2, sp=True, pp=4)
     trace = run_plan(model, plan, 4096, 0)
     tl = simulate(trace, machine("h200"))

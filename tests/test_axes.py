@@ -22,7 +22,7 @@ ALLOWED = {
     "megatron/job.py": "a Megatron-LM job's flags as the Layout's fields",
     "clock/fastest.py": "a step's time by part (TP's exposed collectives, the bubble, ...)",
     "engine/symbolic/fold.py": "the attention view's coordinates that name a rank's place",
-    "examples/keeps.py": "the moe16 program's coordinates as its value reports them",
+    "train/keeps.py": "the moe16 program's coordinates as its value reports them",
 }
 
 

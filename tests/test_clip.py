@@ -8,7 +8,7 @@ import pytest
 
 import parasim
 import parasim.examples.moe16 as moe16
-import parasim.examples.step as step
+import parasim.train.step as step
 from parasim.examples.moe16_exact import exactness
 from parasim.dp import clip
 from parasim.dp.zero import sum_partials, zero1_step

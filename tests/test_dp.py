@@ -7,7 +7,7 @@ import pytest
 import parasim
 from parasim.dp.sharded import ShardedAdam
 from parasim.errors import UsageError
-from parasim.examples.small import whole_layers
+from parasim.train.whole import whole_layers
 from parasim.layout import ModelSpec
 from parasim.nn import Saved
 from parasim.nn.layer import Stack

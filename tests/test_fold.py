@@ -5,7 +5,7 @@ import pytest
 
 import parasim
 from parasim.errors import CollectiveError, UsageError
-from parasim.examples.step import make_step
+from parasim.train.step import make_step
 from parasim.layout import Layout, ModelSpec
 from parasim.engine.symbolic.fold import fold_of, unfold
 

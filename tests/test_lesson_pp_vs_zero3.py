@@ -11,7 +11,7 @@ from conftest import cli
 
 import parasim
 from parasim.examples.pp_vs_zero3 import Config, both, data_parallel_schedule
-from parasim.examples.small import whole_layers
+from parasim.train.whole import whole_layers
 from parasim.layout import ModelSpec
 from parasim.lesson import get_lesson, run_lesson
 from parasim.nn import Saved

@@ -386,7 +386,7 @@ def test_zero3_holds_shards_at_its_precision_and_gathers_the_compute_dtype(name,
 
 # -- the MoE layer's wire: each direction in its dtype, back in the activations' once arrived ----------------
 def _moe_step(name):
-    from parasim.examples.step import make_step
+    from parasim.train.step import make_step
     from parasim.layout import Layout, ModelSpec
     model = ModelSpec(name="small", layers=2, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, seq=8,
                       bias=False)
@@ -507,7 +507,7 @@ def test_odd_shapes_are_explained_at_each_precision(name, reduced):
     """tests/test_against.py's odd model (DP 16, expert-DP 4: both ZeRO-1 buffers padded) at other precisions:
     every difference between the estimate and the run is its parts, the padding's at the precision's bytes:
     the expert buffer's one padding value, 3/4 of it sent in the reduce-scatter at the gradients' reduce size."""
-    from parasim.examples.against import compare
+    from parasim.train.against import compare
     from parasim.layout import ModelSpec
     model = ModelSpec(name="odd", layers=2, hidden=8, heads=2, vocab=16, ffn=9, experts=4, top_k=2, expert_ffn=3,
                       dense_layers=1)
@@ -522,7 +522,7 @@ def test_odd_shapes_are_explained_at_each_precision(name, reduced):
 def test_an_moe_model_under_sp_is_explained_at_each_precision(name):
     """The 16-GPU example's model under TP 2 + SP, EP 4 (tests/test_against.py's), its all-to-alls at
     DeepSeek-V3's FP8 dispatch and its activations at Megatron's BF16: every difference is its parts."""
-    from parasim.examples.against import compare
+    from parasim.train.against import compare
     c = compare(get_model("moe16"), Plan(tp=2, sp=True, dp=2, ep=4, precision=name), 64)
     for item, (diff, parts) in _explained(c).items():
         assert diff == pytest.approx(parts, rel=1e-12, abs=1e-9), item
@@ -535,7 +535,7 @@ def test_a_top4_moe_is_explained_with_each_ways_bytes(name, out, home, act, reco
     """8 experts, top 4, on EP 2 (4 experts a GPU), 16 tokens, 2 MoE layers, balanced routing: each token picks
     two experts on each GPU. The estimate sends K x 1/2 = 2 copies a token away, the run one row (with its 4
     gates); the run's 32 received rows a layer against the estimate's K x 16 = 64 kept."""
-    from parasim.examples.against import compare
+    from parasim.train.against import compare
     from parasim.layout import ModelSpec
     model = ModelSpec(name="top4", layers=2, hidden=8, heads=2, vocab=16, ffn=16, experts=8, top_k=4)
     c = compare(model, Plan(dp=2, ep=2, recompute=recompute, precision=name), 16)

@@ -49,7 +49,7 @@ def _job(tmp_path, precision_flags: str) -> str:
 def test_a_megatron_jobs_step_sends_each_kind_in_megatrons_dtype(tmp_path, flags, reduced):
     """Megatron's --bf16 reduces FP32 gradients and gathers BF16 weights (--grad-reduce-in-bf16: BF16 both
     ways); activations move in BF16 over TP and PP."""
-    from parasim.examples.against import run_plan
+    from parasim.train.against import run_plan
     job = read_job(_job(tmp_path, flags))
     model = job.model_spec()
     plan = plan_of(job, model)
@@ -77,7 +77,7 @@ def test_deepseek_v3s_step_on_2048_gpus_sends_at_its_precision():
     """`parasim trace --symbolic --layout deepseek-v3`'s step (PP 16 x EP 64, folded): every event sent as timed,
     in BF16 at the post's precision; at DeepSeek-V3's own, its EP dispatch in FP8 and the combine in BF16."""
     from parasim.estimate import Plan, get_model
-    from parasim.examples.against import run_plan
+    from parasim.train.against import run_plan
     model = get_model("deepseek-v3")
     for name, toward in (("post", "bfloat16"), ("deepseek-v3", "float8_e4m3fn")):
         trace = run_plan(model, Plan(pp=16, ep=64, dp=128, precision=name), 1024, 0)

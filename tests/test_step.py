@@ -1,4 +1,4 @@
-"""One training step of any model on any layout (examples/step.py): the layers each stage holds, and the same
+"""One training step of any model on any layout (train/step.py): the layers each stage holds, and the same
 step virtually and symbolically, event for event and byte for byte."""
 import numpy as np
 import pytest
@@ -6,9 +6,9 @@ from conftest import trace_key
 
 import parasim
 from parasim.errors import LayoutError, UsageError
-from parasim.examples.pipeline import LayersStage
-from parasim.examples.small import dot_loss, forward_backward, sequences, whole_layers
-from parasim.examples.step import (MicroBatches, Phases, StepOptions, layer_shape, make_step, stage_range,
+from parasim.pipeline.stage import LayersStage
+from parasim.train.whole import dot_loss, forward_backward, sequences, whole_layers
+from parasim.train.step import (MicroBatches, Phases, StepOptions, layer_shape, make_step, stage_range,
                                    train_step)
 from parasim.layout import SPREAD, Layout, ModelSpec, preset
 from parasim.nn import Saved

@@ -1,4 +1,4 @@
-"""The estimator against symbolic runs at real size: the 27B model's whole training step (examples/step.py,
+"""The estimator against symbolic runs at real size: the 27B model's whole training step (train/step.py,
 ranks folded) at each of the post's nine longest-sequence layouts, at the longest sequence the estimator
 finds for it. A GPU's activations at its peak equal the estimator's (activations, the micro-batches 1F1B
 keeps in flight, and under full recomputation one layer's working set: the engine re-runs one layer at a
@@ -14,7 +14,7 @@ import parasim
 from parasim.estimate import Plan, breakdown, fit, get_model, gpu_presets
 from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.models import layer_param_count
-from parasim.examples.step import make_step
+from parasim.train.step import make_step
 from parasim.layout import Layout
 from parasim.engine.symbolic.fold import fold_of
 

@@ -7,7 +7,7 @@ import random
 import pytest
 
 import parasim
-from parasim.examples.step import make_step
+from parasim.train.step import make_step
 from parasim.layout import Layout, ModelSpec
 from parasim.engine.symbolic.fold import fold_of
 from parasim.tui.memory import SHOWN

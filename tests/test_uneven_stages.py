@@ -21,7 +21,7 @@ from parasim.errors import LayoutError, UsageError
 from parasim.estimate.fit import enumerate_plans, fit, longest, solve
 from parasim.estimate.memory import Plan, breakdown, items, totals
 from parasim.estimate.traffic import step_traffic
-from parasim.examples.step import stage_range
+from parasim.train.step import stage_range
 from parasim.layout import SPREAD, Layout, ModelSpec, Stages, preset, stage_counts, stage_layers, stage_span
 from parasim.layout.stages import alike_starts, describe, most_layers, stage_of_layer
 from parasim.megatron.args import megatron_args

@@ -100,7 +100,7 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     add_megatron(p, search=search)
     r = p.add_argument_group("against a run")
     r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
-                   "no values; examples/step.py) and show the run's figures beside the estimate, item by item")
+                   "no values; train/step.py) and show the run's figures beside the estimate, item by item")
     r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing by a "
                    f"policy ({policy_help()}); balanced by default, as a folded step needs")
 
@@ -345,7 +345,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
     overlap = _overlap(args)
     job = read_megatron(args)
     if args.symbolic:  # what the step cannot run is refused before any work
-        from ..examples.against import check_runs
+        from ..train.against import check_runs
         check_runs(model, plan, args.routing, args.seq)
     unit, name = _unit(args)
     bd = breakdown(model, plan, args.seq)
@@ -365,7 +365,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         from ..render.plots import plot_memory
         plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
     if args.symbolic:
-        from ..examples.against import compare
+        from ..train.against import compare
         from ..render.against import note_running
         note_running(plan, args.seq)
         out["run"] = compare(model, plan, args.seq, args.routing)
@@ -500,7 +500,7 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
 
 
 def _fit_against_run(args: argparse.Namespace, model, usable: float, unit: float, name: str) -> int:
-    from ..examples.against import check_runs, fit_against_run
+    from ..train.against import check_runs, fit_against_run
     from ..render.against import note_running, print_fit
     plan = _plan(args, model)
     check_runs(model, plan, args.routing)

@@ -198,7 +198,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
            "exactness": ex.exactness(result.values, layout, m, routing) if routing in ex.routings else None}
     if plan is not None and out["peak"] is not None:
         from ..estimate.memory import assumptions, items
-        from ..examples.differences import as_run
+        from ..train.differences import as_run
         gpu = gpu_preset(args.gpu_model, "--gpu-model")
         seq, stage = layout.model.seq, value["coords"]["pp"]
         # the estimator's own figure for this GPU's stage, as `parasim memory` gives it (its model's shapes,
@@ -251,12 +251,12 @@ def _is_example(layout: Any, seq: int) -> bool:
 
 
 def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
-    """A preset at its real size on symbolic ranks: one training step (examples/step.py), the ranks of each
+    """A preset at its real size on symbolic ranks: one training step (train/step.py), the ranks of each
     stage folded onto one, and one GPU's view of it."""
     from ..engine.runner import run
     from ..estimate.memory import Plan
-    from ..examples.against import step_layout
-    from ..examples.step import make_step
+    from ..train.against import step_layout
+    from ..train.step import make_step
     from ..limits import check_symbolic_step
     from ..engine.symbolic.fold import fold_of
 

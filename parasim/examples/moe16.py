@@ -7,7 +7,7 @@ as two micro-batches through the two pipeline stages (1F1B). CP splits a sequenc
 (the example's drawing) and SP splits each half between the two TP ranks. After the pipeline, gradients
 are summed where copies saw different tokens (attention, norms and router over dp-cp, experts over
 expert-dp) by ZeRO-1's reduce-scatter, each rank updates its share with Adam, and the weights are
-all-gathered: the one step program (examples/step.py), given this example's data.
+all-gathered: the one step program (train/step.py), given this example's data.
 
 This module holds the example's data (its sequences, the post's routes, the replicas, finding a token) and
 its program; its stage watches a token (examples/watch.py), which examples/moe16_path.py follows in the
@@ -21,9 +21,9 @@ from ..dp.clip import check_max_norm
 from ..errors import LayoutError, UsageError
 from ..layout import Layout, preset
 from ..nn.routing import POLICIES, Routing, spellings
-from .keeps import stores, vars_of
-from .small import dot_loss
-from .step import MicroBatches, Phases, StepOptions, train_step
+from ..train.keeps import stores, vars_of
+from ..train.whole import dot_loss
+from ..train.step import MicroBatches, Phases, StepOptions, train_step
 from .watch import WatchStage, note_holder
 
 # the post's sentence is sequence A; B, C and D are ours

@@ -11,7 +11,7 @@ from ..dp.clip import clip_coefficient
 from ..dp.zero import Zero1Adam
 from ..nn.layer import Stack
 from .moe16 import LR, embed, scripted, target_of, words_of
-from .small import forward_backward, whole_layers
+from ..train.whole import forward_backward, whole_layers
 
 
 def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",

@@ -4,42 +4,18 @@ from __future__ import annotations
 
 from fractions import Fraction
 from itertools import count
-from typing import Any, Callable
+from typing import Any
 
-from ..nn import Saved
-from ..nn.layer import Stack, StackWeights
+from ..nn.layer import Stack
 from ..layout import ModelSpec
-from ..pipeline.executor import WeightGradQueue, run_schedule
+from ..pipeline.executor import run_schedule
+from ..pipeline.stage import LayersStage
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
-from .small import dot_loss, forward_backward, whole_layers
+from ..train.whole import dot_loss, forward_backward, whole_layers
 
 SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
-
-
-class LayersStage(StackWeights):
-    """A stage that is a stack of layers: what the executor drives."""
-
-    def __init__(self, layers: list) -> None:
-        self.stack = Stack(layers)
-        self.weight_grads = WeightGradQueue()  # zero-bubble's W queue: schedule state, so the stage's own
-
-    def forward(self, x: Any) -> tuple[Any, Any]:
-        return self.stack.forward(x, Saved())
-
-    def backward(self, cache: Any, dy: Any) -> Any:
-        return self.stack.backward(cache, dy)
-
-    def backward_input(self, cache: Any, dy: Any) -> tuple[Any, Callable[[], None]]:
-        # the stage's layers share one ParallelContext: installed on it, the queue takes all their work
-        with self.weight_grads.deferring([self.stack.layers[0].par]) as work:
-            dx = self.stack.backward(cache, dy)
-
-        def weights() -> None:
-            for job in work:
-                job()
-        return dx, weights
 
 
 def _layers(ctx: Any, first: int, count: int) -> list:

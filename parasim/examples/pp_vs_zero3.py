@@ -23,8 +23,8 @@ from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
 from ..comm.trace import Trace
-from .pipeline import LayersStage
-from .small import dot_loss, forward_backward, sequences, whole_layers
+from ..pipeline.stage import LayersStage
+from ..train.whole import dot_loss, forward_backward, sequences, whole_layers
 
 SCHEDULE = "1f1b"
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8

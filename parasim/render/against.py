@@ -1,4 +1,4 @@
-"""The estimate beside a symbolic run of the same plan (examples/against.py): tables for people."""
+"""The estimate beside a symbolic run of the same plan (train/against.py): tables for people."""
 from __future__ import annotations
 
 import sys

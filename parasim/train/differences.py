@@ -1,5 +1,5 @@
 """What the estimator counts and a step's GPU holds differ by, part by part, each part worked out from the
-model's shapes (and, for MoE, the routing policy's own draws): examples/against.py lays them beside the
+model's shapes (and, for MoE, the routing policy's own draws): train/against.py lays them beside the
 run, and tests/test_against.py holds that the parts add up to the difference exactly.
 
 Model state. The estimator counts the model's shapes (attention, MLPs with all their matrices, shared

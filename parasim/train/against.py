@@ -1,7 +1,7 @@
 """The estimator's plan run as a training step on symbolic ranks, and the two held side by side item by item.
 
 `parasim memory --symbolic` and `parasim fit --symbolic` print this; tests/test_against.py holds it for the
-post's nine longest-sequence rows. The step (examples/step.py) keeps what its layers keep; the estimator
+post's nine longest-sequence rows. The step (train/step.py) keeps what its layers keep; the estimator
 also counts parts the step has no code for (embeddings and the output layer, the logits, shared experts, a
 gated MLP's third matrix) and spreads the model state evenly over the pipeline stages. Every difference
 is named, and its size is worked out from the model's shapes, never typed in.
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-import parasim
+from ..engine.runner import run as run_program
 from ..errors import UsageError
 from ..estimate.memory import Breakdown, Plan, breakdown, items
 from ..estimate.fit import fit
@@ -62,7 +62,7 @@ def run_plan(model: ModelSpec, plan: Plan, seq: int, gpu: int, routing: str = "b
     """One step of `plan` at `seq` tokens on symbolic ranks, folded around `gpu`: the run's trace."""
     layout = step_layout(model, plan, seq)
     program = make_step(layout, m=plan.m, routing=routing, recompute=plan.recompute)
-    return parasim.run(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu),
+    return run_program(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu),
                        precision=plan.precision).trace
 
 
@@ -71,7 +71,7 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
     """The estimate at `seq` and one symbolic step's GPU on `stage` (default: the one the estimate says
     binds, whose items `breakdown` gives), item by item:
     {"gpu", "stage", "rows": [{"item", "estimate", "run", "parts": {part: bytes}}], "traffic", "run_total",
-    "estimate_total", "missing"} in bytes. Each row's parts (examples/differences.py) are estimate minus run
+    "estimate_total", "missing"} in bytes. Each row's parts (train/differences.py) are estimate minus run
     by cause; "missing": what the estimator counts in the model state and logits that the step has no code
     for (the sum of those rows' differences). `trace`: the step already run (`run_plan`, folded so that this
     stage's first GPU runs itself), when a caller compares several stages of one run."""
@@ -101,7 +101,7 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
 def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout, routing: str) -> list[dict]:
     """Per (axis, collective): what the busiest GPU sent, at the plan's precision, against the estimator's
     `step_traffic` (its busiest stage), with the parts of the difference on the run's busiest GPU's stage
-    (examples/differences.py)."""
+    (train/differences.py)."""
     sent = sent_by_axis(trace)
     est = step_traffic(model, plan, seq)
     coords = layout.coords()

@@ -38,8 +38,8 @@ from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from .keeps import held_experts, stores, vars_of
-from .pipeline import LayersStage
-from .small import dot_loss
+from ..pipeline.stage import LayersStage
+from .whole import dot_loss
 
 LR = 1e-3
 
