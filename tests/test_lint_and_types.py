@@ -10,7 +10,7 @@ import parasim
 
 REPO = Path(parasim.__file__).parent.parent
 LINTED = ("parasim", "lessons", "tests", "scripts", "benchmarks", "examples")
-TYPED = ("parasim/clock", "parasim/comm", "parasim/engine", "parasim/layout", "parasim/nn", "parasim/pipeline")
+TYPED = ("parasim/clock", "parasim/comm", "parasim/engine", "parasim/job", "parasim/layout", "parasim/nn", "parasim/pipeline")
 
 
 def _run(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:

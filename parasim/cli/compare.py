@@ -151,7 +151,7 @@ def _compare_layouts(args: argparse.Namespace) -> int:
         ns = argparse.Namespace(layout=None, sp=args.sp, split=None, example=args.example, **{
             k: sizes.get(k) for k in (*SIZED, "world", "experts", "layers", "gpus_per_node")})
         try:
-            layout, _ = layout_of_args(ns)
+            layout = layout_of_args(ns).layout
             # the example's own router unless a routing is given (its first routing: the one that learns)
             m, routing = sizes.get("microbatches") or ex.micro_batches, sizes.get("routing", ex.routings[0])
             ex.check_runnable(layout, m, routing)

@@ -11,6 +11,7 @@ from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
 from ..nn.routing import policy_help
 from .common import add_sizes, add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
+from ..job.query import JobQuery, Sources, Units
 from .megatron import read_megatron
 
 _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5M
@@ -164,18 +165,20 @@ def cmd_hardware(args: argparse.Namespace) -> int:
 
 
 # -- turning flags into a model, a plan and a GPU ---------------------------------------------------------
-def _model(args: argparse.Namespace):
-    """The model the flags give, with the layers on stages the flags give in place of its own."""
-    return with_stages(args, _given_model(args))
+def _model(args: argparse.Namespace) -> tuple[Any, Sources]:
+    """The model the flags give, with the layers on stages the flags give in place of its own, and the files
+    read to make it (each read once, here)."""
+    model, sources = _given_model(args)
+    return with_stages(args, model), sources
 
 
-def _given_model(args: argparse.Namespace):
+def _given_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     from ..estimate.models import from_flags, get_model
     from .megatron import check_not_both, job_model
     check_not_both(args)
     job = read_megatron(args)
     if job is not None:
-        return job_model(args, job)
+        return job_model(args, job), Sources(megatron=job)
     sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts",
                                            "top_k", "expert_ffn", "params")}
     given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + \
@@ -183,21 +186,20 @@ def _given_model(args: argparse.Namespace):
     if len(given) > 1:
         raise UsageError(f"give one of --model, --config or sizes, not {' and '.join(given)}")
     if args.model:
-        return get_model(args.model)
+        return get_model(args.model), Sources()
     if args.config:
         from ..estimate.models import read_hf_config
-        args._hf_config = read_hf_config(args.config)  # what it read and left out, printed beside the answer
-        return args._hf_config.model
+        hf = read_hf_config(args.config)  # what it read and left out, printed beside the answer
+        return hf.model, Sources(config=hf, config_path=args.config)
     if not given:
         raise UsageError("which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab")
-    return from_flags(**sizes)
+    return from_flags(**sizes), Sources()
 
 
-def _plan(args: argparse.Namespace, model, seq: int | None = None):
-    """The plan the flags give, checked by the layout rules (Layout's, as `parasim layout` checks them),
-    against the sequence too when it is known (`memory --seq`)."""
+def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None) -> Any:
+    """The plan the flags give (over `job`'s, the --megatron job, where given), checked by the layout rules
+    (Layout's, as `parasim layout` checks them), against the sequence too when it is known (`memory --seq`)."""
     from ..estimate.memory import Plan
-    job = read_megatron(args)
     if job is not None:  # the job's layout and step, with the flags given here in their place
         from ..megatron.job import plan_of
         plan = plan_of(job, model, args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
@@ -211,14 +213,14 @@ def _plan(args: argparse.Namespace, model, seq: int | None = None):
                 ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
                 recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
                 micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss,
-                precision=_precision(args), **_kernels(args))
+                precision=_precision(args, job), **_kernels(args))
     return plan.check(model, seq)
 
 
-def _search_choices(args: argparse.Namespace) -> dict[str, Any]:
+def _search_choices(args: argparse.Namespace, job: Any) -> dict[str, Any]:
     """The training choices both of fit's searches hold fixed while they try every layout (None: try each)."""
     return dict(zero=args.zero, recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss, precision=_precision(args),
+                micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss, precision=_precision(args, job),
                 **_kernels(args))
 
 
@@ -228,92 +230,49 @@ def _kernels(args: argparse.Namespace) -> dict[str, Any]:
                               ("dispatcher", args.dispatcher)) if v is not None}
 
 
-def _precision(args: argparse.Namespace) -> str:
+def _precision(args: argparse.Namespace, job: Any) -> str:
     """--precision, else the Megatron job's, else the post's."""
-    job = read_megatron(args)
     return args.precision or (job.step["precision"] if job is not None else "post")
 
 
-def _gpu(args: argparse.Namespace):
-    preset = gpu_preset(args.gpu)
-    args.gpu = args.gpu.lower()  # the hardware table's key, as the clock looks it up (--gpu H200 is h200)
-    return preset
+def _gpu(args: argparse.Namespace) -> tuple[Any, str]:
+    """--gpu's preset, and its key in the hardware table as the clock looks it up (--gpu H200 is h200)."""
+    return gpu_preset(args.gpu), args.gpu.lower()
 
 
-def _overlap(args: argparse.Namespace) -> tuple[str, ...]:
+def _overlap(args: argparse.Namespace, job: Any) -> tuple[str, ...]:
     from ..clock.overlaps import PLAN, parse
-    job = read_megatron(args)
     if args.overlap is None and job is not None:
         return tuple(job.overlap)
     return parse(args.overlap or "none", PLAN)
 
 
-def _seq(args: argparse.Namespace) -> int:
+def _seq(args: argparse.Namespace, job: Any) -> int:
     """`memory --seq`, or the job's --seq-length, or 4,096."""
-    job = read_megatron(args)
     return args.seq or (job.seq if job is not None else None) or 4096
 
 
-def _time(model: Any, plan: Any, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict:
-    """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses, with the
-    range the held-out runs like it measured (clock/uncertainty.py); `untimed` where a kernel the step runs has
-    no measurement on `gpu` (the memory figures beside it need none)."""
-    from ..clock.plan import plan_time
-    from ..clock.uncertainty import held_out, step_range
-    from ..estimate.kernels import NoMeasurement
-    try:
-        t = plan_time(model, plan, seq, gpu, overlap)
-        return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
-    except NoMeasurement as exc:  # a GPU type with its datasheet but not every kernel measured: memory still answers
-        return untimed(exc)
-
-
-def untimed(exc: Exception) -> dict:
-    """The time of a step the clock cannot time on this GPU type, and why (--json: "step_s": null)."""
-    return {"step_s": None, "why": str(exc), "slowest_stage": None}
-
-
-def _print_job(args: argparse.Namespace, job: Any) -> None:
+def _print_job(args: argparse.Namespace, sources: Sources) -> None:
     """Where the model came from, before the answer: a Megatron job's flags, or a config's fields."""
-    if job is not None:
+    if sources.megatron is not None:
         from .megatron import print_job
-        print_job(job, args)
-    hf = getattr(args, "_hf_config", None)
-    if hf is not None:
+        print_job(sources.megatron, args)
+    if sources.config is not None:
         from ..render.estimate_text import config_lines
-        print(printable_lines(config_lines(args.config, hf)) + "\n")
+        print(printable_lines(config_lines(sources.config_path, sources.config)) + "\n")
 
 
-def _sources(args: argparse.Namespace, out: dict, job: Any) -> None:
-    """--json: the Megatron job as read ("megatron"), the config's fields ("config")."""
-    if job is not None:
-        out["megatron"] = job.to_dict()
-    hf = getattr(args, "_hf_config", None)
-    if hf is not None:
-        out["config"] = {"path": args.config, "used": hf.used, "unmodelled": hf.unmodelled,
-                         "params": hf.model.total_params(), "active_params": hf.model.active_params()}
-
-
-def _written(args: argparse.Namespace, model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...]) -> dict:
+def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...], job: Any) -> dict:
     """--megatron-args: the plan as Megatron flags and the torchrun line that runs them (as the job it came from,
     with --megatron FILE: what parasim does not model, written back as the job gives it)."""
     from ..megatron.args import as_dict
-    return as_dict(model, plan, seq, overlap, read_megatron(args))
+    return as_dict(model, plan, seq, overlap, job)
 
 
 def _print_written(out: dict, plan: Any) -> None:
     from ..megatron.args import describe
     from .megatron import print_written
     print_written(f"as a Megatron-LM job on {describe(plan.world, plan.gpus_per_node)}", out)
-
-
-def _stages(model: Any, plan: Any, memory: int, slowest: int | None) -> dict:
-    """--json's "stages": every stage's layers by the model's rule, the rule, the stage that needs the most
-    memory and the slowest stage (both counted from 1; the slowest None when nothing is timed)."""
-    from ..layout.stages import describe, stage_counts
-    counts = stage_counts(model, plan.pp)
-    return {"layers": list(counts), "rule": model.stages.to_dict(), "said": describe(counts),
-            "most_memory": memory + 1, "slowest": slowest}
 
 
 def _print_stages(stages: dict) -> None:
@@ -323,64 +282,54 @@ def _print_stages(stages: dict) -> None:
         print(f"{stages['said']} (the most memory on stage {stages['most_memory']}{slowest})")
 
 
-def _unit(args: argparse.Namespace) -> tuple[float, str]:
-    return (float(2 ** 30), "GiB") if args.gib else (1e9, "GB")
+def _units(args: argparse.Namespace) -> Units:
+    from ..job.query import GIB
+    return GIB if args.gib else Units()
 
 
-def _usable(args: argparse.Namespace, gpu) -> float:
-    unit, _ = _unit(args)
-    return args.usable * unit if args.usable else gpu.usable
+def _usable(args: argparse.Namespace, gpu: Any) -> float:
+    return args.usable * _units(args).size if args.usable else gpu.usable
 
 
-def _traffic_dict(traffic: dict, unit: float) -> dict[str, float]:
-    return {f"{axis} {op}": v / unit for (axis, op), v in sorted(traffic.items())}
+def query_of(args: argparse.Namespace) -> JobQuery:
+    """`parasim memory`'s flags as the job they describe (each file they name read once)."""
+    model, sources = _model(args)
+    job = sources.megatron
+    seq = _seq(args, job)
+    plan, (gpu, key) = _plan(args, model, job, seq), _gpu(args)
+    return JobQuery(model, plan, seq, key, _usable(args, gpu), _overlap(args, job), _units(args), sources)
 
 
 def cmd_memory(args: argparse.Namespace) -> int:
-    from ..estimate.memory import assumption_words, assumptions, breakdown, fit_words
-    from ..estimate.traffic import step_traffic
-    model = _model(args)
-    args.seq = _seq(args)
-    plan, gpu = _plan(args, model, args.seq), _gpu(args)
-    overlap = _overlap(args)
-    job = read_megatron(args)
+    from ..estimate.memory import assumption_words, fit_words
+    from ..job import memory_report
+    q = query_of(args)
+    model, plan, seq, unit, name = q.model, q.plan, q.seq, q.units.size, q.units.name
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..train.against import check_runs
-        check_runs(model, plan, args.routing, args.seq)
-    unit, name = _unit(args)
-    bd = breakdown(model, plan, args.seq)
-    timing = _time(model, plan, args.seq, args.gpu, overlap)
-    out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
-           "unit": name, "usable": _usable(args, gpu) / unit,
-           "fits": bd.total <= _usable(args, gpu), "assumes": assumptions(plan),
-           "traffic": _traffic_dict(step_traffic(model, plan, args.seq), unit), "time": timing,
-           "stages": _stages(model, plan, bd.stage, timing["slowest_stage"])}
-    _sources(args, out, job)
-    if args.megatron_args:
-        out["megatron_args"] = _written(args, model, plan, args.seq, overlap)
-    if args.critic:
-        from ..clock.critic import critique
-        out["critic"] = [f.to_dict() for f in critique(model, plan, args.seq, args.gpu, overlap)]
+        check_runs(model, plan, args.routing, seq)
+    report = memory_report(q, critic=args.critic, written=args.megatron_args)
+    out, bd, gpu = report.to_dict(), report.breakdown, report.gpu
     if args.plot:
         from ..render.plots import plot_memory
-        plot_memory(model, plan, args.seq, unit, name, args.plot, _usable(args, gpu), gpu)
+        plot_memory(model, plan, seq, unit, name, args.plot, q.usable, gpu)
     if args.symbolic:
         from ..train.against import compare
         from ..render.against import note_running
-        note_running(plan, args.seq)
-        out["run"] = compare(model, plan, args.seq, args.routing)
+        note_running(plan, seq)
+        out = {**out, "run": compare(model, plan, seq, args.routing)}
     if args.json:
         print_json(out)
         return 0
-    _print_job(args, job)
+    _print_job(args, q.sources)
     from rich.console import Console
-    from ..render.estimate_text import memory_report
+    from ..render.estimate_text import memory_report as memory_text
     console = Console(highlight=False)
     _print_stages(out["stages"])
-    memory_report(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {args.seq:,} "
-                           f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
-                  fit_words(bd.total, _usable(args, gpu), gpu.name, gpu.memory, bool(args.usable), unit, name),
-                  assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
+    memory_text(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
+                         f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
+                fit_words(bd.total, q.usable, gpu.name, gpu.memory, bool(args.usable), unit, name),
+                assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
     if args.symbolic:
         from ..render.against import print_compare
         print_compare(console, out["run"], unit, name)
@@ -394,9 +343,12 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimate.fit import fit, parse_nodes, search
-    model = _model(args)
-    gpu = _gpu(args)
-    unit, name = _unit(args)
+    from ..job import stages_of, timed
+    model, sources = _model(args)
+    job = sources.megatron
+    gpu, key = _gpu(args)
+    units = _units(args)
+    unit, name = units.size, units.name
     usable = _usable(args, gpu)
     if args.search and args.symbolic:
         raise UsageError("--symbolic runs one layout: give its sizes instead of --search")
@@ -405,26 +357,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.by != "time" and (args.seq is not None or args.global_batch is not None):
         raise UsageError("--seq and --global-batch set the step --by time ranks layouts by: give --by time")
     if args.search and args.by == "time":
-        return _search_by_time(args, model, usable, unit, name)
+        return _search_by_time(args, model, sources, usable, units, (gpu, key))
     if args.search:
         nodes = parse_nodes(args.nodes)
-        result = search(model, nodes, usable, args.gpus_per_node, args.top, **_search_choices(args))
+        result = search(model, nodes, usable, args.gpus_per_node, args.top, **_search_choices(args, job))
         result["usable"] = usable / unit
         result["unit"] = name
-        job = read_megatron(args)
-        _sources(args, result, job)
+        result.update(sources.to_dict())
         if args.megatron_args:  # each node count's best layout, as the job that runs it
             for row in result["nodes"]:
                 if row["best"] is not None and row["best"]["max_seq_tokens"]:
                     plan = _searched(row["best"], args, model)
-                    row["best"]["megatron_args"] = _written(args, model, plan, row["best"]["seq_length"], ())
+                    row["best"]["megatron_args"] = _written(model, plan, row["best"]["seq_length"], (), job)
         if args.plot:
             from ..render.plots import plot_search
             plot_search(result, args.plot)
         if args.json:
             print_json(result)
             return 0
-        _print_job(args, job)
+        _print_job(args, sources)
         from ..render.estimate_text import search_lines
         print(printable_lines(search_lines(model.name, result, name)))
         for row in result["nodes"] if args.megatron_args else ():
@@ -438,25 +389,24 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.plot:
         raise UsageError("fit --plot needs --search")
     if args.symbolic:
-        return _fit_against_run(args, model, usable, unit, name)
+        return _fit_against_run(args, model, job, usable, units)
     from ..estimate.traffic import attention_flops
-    plan = _plan(args, model)
-    overlap = _overlap(args)
+    plan = _plan(args, model, job)
+    overlap = _overlap(args, job)
     f = fit(model, plan, usable)
     out = {**f.to_dict(unit), "unit": name}
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
-        out["time"] = _time(model, plan, f.seq, args.gpu, overlap)
-    out["stages"] = _stages(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
-    job = read_megatron(args)
-    _sources(args, out, job)
+        out["time"] = timed(model, plan, f.seq, key, overlap)
+    out["stages"] = stages_of(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
+    out.update(sources.to_dict())
     if args.megatron_args and f.seq:
         from .megatron import fit_seq
-        out["megatron_args"] = _written(args, model, plan, fit_seq(f.seq, plan), overlap)
+        out["megatron_args"] = _written(model, plan, fit_seq(f.seq, plan), overlap, job)
     if args.json:
         print_json(out)
         return 0
-    _print_job(args, job)
+    _print_job(args, sources)
     _print_stages(out["stages"])
     from ..render.estimate_text import fit_lines
     print(printable_lines(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
@@ -465,24 +415,25 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _search_by_time(args: argparse.Namespace, model: Any, usable: float, unit: float, name: str) -> int:
+def _search_by_time(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units,
+                    gpu: tuple[Any, str]) -> int:
     """`fit --search --by time`: the layouts that fit, ranked by the step's time, and why each loses."""
     from ..clock.fastest import search_by_time
     from ..estimate.fit import parse_nodes
     if args.megatron_args or args.plot:
         raise UsageError("--megatron-args and --plot go with --by length")
+    job = sources.megatron
     result = search_by_time(model, parse_nodes(args.nodes), usable, args.seq or 4096, args.global_batch or 1024,
-                            args.gpu, args.gpus_per_node, args.top, _overlap(args), **_search_choices(args))
-    result["usable"] = usable / unit
-    result["unit"] = name
-    job = read_megatron(args)
-    _sources(args, result, job)
+                            gpu[1], args.gpus_per_node, args.top, _overlap(args, job), **_search_choices(args, job))
+    result["usable"] = usable / units.size
+    result["unit"] = units.name
+    result.update(sources.to_dict())
     if args.json:
         print_json(result)
         return 0
-    _print_job(args, job)
+    _print_job(args, sources)
     from ..render.estimate_text import time_search_lines
-    print(printable_lines(time_search_lines(model.name, result, _gpu(args).name)))
+    print(printable_lines(time_search_lines(model.name, result, gpu[0].name)))
     return 0
 
 
@@ -499,10 +450,11 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
     return plan
 
 
-def _fit_against_run(args: argparse.Namespace, model, usable: float, unit: float, name: str) -> int:
+def _fit_against_run(args: argparse.Namespace, model: Any, job: Any, usable: float, units: Units) -> int:
     from ..train.against import check_runs, fit_against_run
     from ..render.against import note_running, print_fit
-    plan = _plan(args, model)
+    unit, name = units.size, units.name
+    plan = _plan(args, model, job)
     check_runs(model, plan, args.routing)
     note_running(plan, None)
     out = fit_against_run(model, plan, usable, args.routing)

@@ -60,13 +60,15 @@ def cmd_layout(args: argparse.Namespace) -> int:
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
     if args.layout and args.megatron:
         raise UsageError("give either --layout NAME or --megatron FILE, not both")
+    from .megatron import read_megatron
+    job = read_megatron(args)  # read once: the layout and the answer's "megatron" both come from it
     if args.layout:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
             raise UsageError("give either --layout NAME or sizes, not both")
         layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout].about}"
         layout = replace(layout, model=with_stages(args, layout.model))  # the layers on stages the flags give
     elif args.megatron:
-        layout, title = _job_layout(args, sizes, model), f"{args.megatron} (Megatron-LM flags)"
+        layout, title = _job_layout(args, job, sizes, model), f"{args.megatron} (Megatron-LM flags)"
     else:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
         given = {k: v for k, v in model.items() if v is not None}
@@ -80,8 +82,6 @@ def cmd_layout(args: argparse.Namespace) -> int:
     if args.plot is not None:
         from ..render.plots import plot_layout_map
         plot_layout_map(layout, args.plot, title)
-    from .megatron import read_megatron
-    job = read_megatron(args)
     written = None
     if args.megatron_args:
         from ..megatron.args import PRECISION_FLAGS, job_rest, layout_args, model_args, script_text
@@ -113,12 +113,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
     return 0
 
 
-def _job_layout(args: argparse.Namespace, sizes: dict, model: dict) -> Any:
-    """The layout of `--megatron FILE`, the sizes given here in place of the job's."""
+def _job_layout(args: argparse.Namespace, job: Any, sizes: dict, model: dict) -> Any:
+    """The layout of `job` (`--megatron FILE`, read), the sizes given here in place of the job's."""
     from ..layout import ModelSpec
     from ..megatron.job import layout_of
-    from .megatron import read_megatron
-    job = read_megatron(args)
     fields = {k: job.model.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "stages")}
     fields.update({k: v for k, v in model.items() if v is not None and k != "seq"})
     seq = model.get("seq") or job.seq

@@ -30,7 +30,7 @@ def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "mo
 
 
 def read_megatron(args: argparse.Namespace) -> Any:
-    """The job of `--megatron FILE`, read once per command (None without the flag)."""
+    """The job of `--megatron FILE` (None without the flag); a command reads it once and hands it on."""
     path = getattr(args, "megatron", None)
     given = getattr(args, "megatron_env", None) or []
     if path is None:
@@ -38,10 +38,8 @@ def read_megatron(args: argparse.Namespace) -> Any:
             raise UsageError("--megatron-env and --megatron-env-from-shell give variables to a script: give it by "
                              "--megatron FILE")
         return None
-    if not hasattr(args, "_megatron_job"):
-        from ..megatron.job import read_job
-        args._megatron_job = read_job(path, outside=outside_variables(given, args.megatron_env_from_shell))
-    return args._megatron_job
+    from ..megatron.job import read_job
+    return read_job(path, outside=outside_variables(given, args.megatron_env_from_shell))
 
 
 def outside_variables(given: list[str], from_shell: bool) -> dict[str, str]:

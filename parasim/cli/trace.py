@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
@@ -83,7 +83,16 @@ def add_example(parser: Any) -> None:
                         help=f"the worked example to follow a token through (default {DEFAULT})")
 
 
-def layout_of_args(args: argparse.Namespace) -> tuple[Any, str]:
+class Traced(NamedTuple):
+    """What `parasim trace` follows a token through: the layout, its name, and the Megatron-LM job it came from
+    (--megatron FILE, read once; None otherwise), whose step choices the real-size step takes."""
+
+    layout: Any
+    name: str
+    job: Any = None
+
+
+def layout_of_args(args: argparse.Namespace) -> Traced:
     """The layout to trace, and its name: a preset, or the sizes given (with the example's model)."""
     from ..examples.worked import example
     from ..layout import Layout, preset
@@ -101,17 +110,17 @@ def layout_of_args(args: argparse.Namespace) -> tuple[Any, str]:
         split["gpus_per_node"] = args.gpus_per_node
     if not sizes and not args.sp and not model_flags:
         layout = preset(args.layout or ex.layout)
-        return replace(layout, model=with_stages(args, layout.model), **split), args.layout or ex.layout
+        return Traced(replace(layout, model=with_stages(args, layout.model), **split), args.layout or ex.layout)
     small = ex.model  # sizes given without a preset: the example's own small model on them
     experts = small.experts if args.experts is None else args.experts
     model = with_stages(args, replace(small, experts=experts, top_k=min(small.top_k, experts) if experts else None,
                                       layers=args.layers or small.layers))
     sizes.setdefault("etp", 1)
     layout = Layout(**sizes, sp=args.sp, model=model, **{"zigzag": False, **split})
-    return layout, str(layout)
+    return Traced(layout, str(layout))
 
 
-def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
+def _job_layout(args: argparse.Namespace, sizes: dict) -> Traced:
     """`--megatron FILE`: the job's model and layout at real size (sizes given here replace the job's); the
     run is symbolic, routed by the balanced policy (what a folded real-size step needs)."""
     from ..megatron.job import layout_of
@@ -122,7 +131,7 @@ def _job_layout(args: argparse.Namespace, sizes: dict) -> tuple[Any, str]:
     model = with_stages(args, replace(job_model(args, job), seq=args.seq or job.seq))
     layout = layout_of(job, model, **sizes, sp=args.sp or None)
     print_job(job, args)
-    return layout, args.megatron.rsplit("/", 1)[-1]
+    return Traced(layout, args.megatron.rsplit("/", 1)[-1], job)
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
@@ -132,11 +141,11 @@ def cmd_trace(args: argparse.Namespace) -> int:
 
     if args.app:
         need_terminal("--app")
-    layout, name = layout_of_args(args)
+    layout, name, job = layout_of_args(args)
     gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
     # a Megatron-LM job is at real size: one step on symbolic ranks, as --symbolic runs a full-size preset
     if (args.symbolic or getattr(args, "megatron", None) is not None) and not _is_example(layout, ex.seq):
-        return _at_scale(args, layout, name)
+        return _at_scale(args, layout, name, job)
     if args.seq is not None:
         raise UsageError("--seq sets a real-size step's sequence: use it with --symbolic and a full-size preset")
     if args.no_flash:  # the example's small layers keep their scores already: there are real values to keep
@@ -250,7 +259,7 @@ def _is_example(layout: Any, seq: int) -> bool:
     return layout.model is not None and layout.model.seq in (None, seq) and layout.model.hidden <= 64
 
 
-def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
+def _at_scale(args: argparse.Namespace, layout: Any, name: str, job: Any) -> int:
     """A preset at its real size on symbolic ranks: one training step (train/step.py), the ranks of each
     stage folded onto one, and one GPU's view of it."""
     from ..engine.runner import run
@@ -280,7 +289,7 @@ def _at_scale(args: argparse.Namespace, layout: Any, name: str) -> int:
     check_symbolic_step(layout.model.seq, m, layout.pp)
     # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
     # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
-    job = getattr(args, "_megatron_job", None)  # a Megatron job's step choices, as `memory --megatron` takes them
+    # `job`: a Megatron job's step choices, as `memory --megatron` takes them
     choices = {} if job is None else {"dropout": job.step["dropout"], "recompute": job.step["recompute"],
                                       "flash": job.step["flash"] and not args.no_flash,
                                       "precision": job.step["precision"]}

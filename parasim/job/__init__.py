@@ -1,0 +1,11 @@
+"""A user's job planned, as one question and one answer a command or a notebook gets: what the job is
+(`JobQuery`: the model, the plan, the sequence, the GPU, what was read to make them) and what it needs and
+costs (`memory_report`: memory itemised, traffic, the step's time, the stages, the rules of thumb it breaks).
+
+This room sits above the estimator's formulas (estimate/) and the clock (clock/), which it asks; the
+commands (cli/estimate.py) parse flags into a `JobQuery`, call `memory_report` and render what it returns.
+"""
+from .memory import MemoryReport, memory_report, stages_of, timed
+from .query import JobQuery, Sources, Units
+
+__all__ = ["JobQuery", "MemoryReport", "Sources", "Units", "memory_report", "stages_of", "timed"]

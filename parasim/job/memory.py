@@ -1,0 +1,71 @@
+"""`parasim memory`'s answer as a value: a job's memory itemised on its binding stage, with the traffic, the
+step's time on the clock, how the layers sit on stages and, when asked, the rules of thumb the layout breaks
+and the plan written as Megatron-LM flags. `MemoryReport.to_dict` is the command's --json; the command's text
+is rendered from the same report (render/estimate_text.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..clock.critic import critique
+from ..clock.plan import plan_time
+from ..clock.uncertainty import held_out, step_range
+from ..estimate.kernels import NoMeasurement
+from ..estimate.memory import Breakdown, Plan, assumptions, breakdown
+from ..estimate.traffic import GpuSpec, gpu_presets, step_traffic
+from ..layout import ModelSpec
+from ..layout.stages import describe, stage_counts
+from ..megatron.args import as_dict
+from .query import JobQuery
+
+
+def timed(model: ModelSpec, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict[str, Any]:
+    """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses, with the
+    range the held-out runs like it measured (clock/uncertainty.py); where a kernel the step runs has no
+    measurement on `gpu`, no time and why ("step_s": None; the memory figures beside it need none)."""
+    try:
+        t = plan_time(model, plan, seq, gpu, overlap)
+        return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
+    except NoMeasurement as exc:  # a GPU type with its datasheet but not every kernel measured
+        return {"step_s": None, "why": str(exc), "slowest_stage": None}
+
+
+def stages_of(model: ModelSpec, plan: Plan, memory: int, slowest: int | None) -> dict[str, Any]:
+    """Every stage's layers by the model's rule, the rule, the stage that needs the most memory and the
+    slowest stage (both counted from 1; the slowest None when nothing is timed)."""
+    counts = stage_counts(model, plan.pp)
+    return {"layers": list(counts), "rule": model.stages.to_dict(), "said": describe(counts),
+            "most_memory": memory + 1, "slowest": slowest}
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """A job's memory, traffic and time: `breakdown` (the binding stage's bytes by item), the GPU's preset
+    and the whole answer as --json writes it (`to_dict`)."""
+
+    query: JobQuery
+    breakdown: Breakdown
+    gpu: GpuSpec
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> MemoryReport:
+    """The memory one GPU of `q`'s plan needs, itemised, on its binding stage, with the step's traffic by axis,
+    its time and stages; with `critic`, the rules of thumb the layout breaks and what breaking each costs; with
+    `written`, the plan as Megatron-LM flags and the torchrun line that runs them."""
+    model, plan, seq, unit = q.model, q.plan, q.seq, q.units.size
+    bd = breakdown(model, plan, seq)
+    timing = timed(model, plan, seq, q.gpu, q.overlap)
+    traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}
+    out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
+           "unit": q.units.name, "usable": q.usable / unit, "fits": bd.total <= q.usable,
+           "assumes": assumptions(plan), "traffic": traffic, "time": timing,
+           "stages": stages_of(model, plan, bd.stage, timing["slowest_stage"]), **q.sources.to_dict()}
+    if written:
+        out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
+    if critic:
+        out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap)]
+    return MemoryReport(q, bd, gpu_presets()[q.gpu], out)

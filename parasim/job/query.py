@@ -1,0 +1,57 @@
+"""What a job is, every flag read: the settings `parasim memory` (and a notebook) hands the job's report."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..estimate.memory import Plan
+from ..estimate.models import HFConfig
+from ..layout import ModelSpec
+
+
+@dataclass(frozen=True)
+class Units:
+    """The unit memory is reported in: GB (1e9 bytes, the default) or GiB (2^30)."""
+
+    size: float = 1e9
+    name: str = "GB"
+
+
+GIB = Units(float(2 ** 30), "GiB")
+
+
+@dataclass(frozen=True)
+class Sources:
+    """Where a job's model and plan came from, each read once: a Megatron-LM job (--megatron FILE,
+    megatron/job.py's Job) and a Hugging Face config (--config FILE); None where not given."""
+
+    megatron: Any = None
+    config: HFConfig | None = None
+    config_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """--json: the Megatron job as read ("megatron"), the config's fields ("config"), where given."""
+        out: dict[str, Any] = {}
+        if self.megatron is not None:
+            out["megatron"] = self.megatron.to_dict()
+        if self.config is not None:
+            out["config"] = {"path": self.config_path, "used": self.config.used,
+                             "unmodelled": self.config.unmodelled, "params": self.config.model.total_params(),
+                             "active_params": self.config.model.active_params()}
+        return out
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    """A job to plan: `model` trained with `plan` on sequences of `seq` tokens on GPUs of type `gpu` (a key of
+    estimate/hardware.py's table, lower case), the overlaps it turns on, the bytes a GPU may use (`usable`),
+    the unit to report in, and what was read to make the model and plan."""
+
+    model: ModelSpec
+    plan: Plan
+    seq: int
+    gpu: str
+    usable: float
+    overlap: tuple[str, ...] = ()
+    units: Units = Units()
+    sources: Sources = Sources()
