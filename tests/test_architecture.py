@@ -224,3 +224,37 @@ def test_no_command_imports_another_commands_private_function():
 def test_the_private_import_finder_finds_one(tmp_path):
     (tmp_path / "a.py").write_text("def f():\n    from .trace import _layout, add_trace\n    from .common import _x\n")
     assert cross_command_privates({"parasim.cli.a": tmp_path / "a.py"}) == ["parasim.cli.a -> trace._layout"]
+
+
+def written_arguments(modules: dict[str, Path]) -> list[str]:
+    """Each place a command module writes into its parsed arguments (`args.x = ...`, `setattr(args, ...)`): the
+    flags are read, never used as a cache or rewritten for another command."""
+    found = []
+    for name, path in sorted(modules.items()):
+        if not name.startswith("parasim.cli."):
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+            for t in targets:
+                for part in ast.walk(t):
+                    if isinstance(part, ast.Attribute) and isinstance(part.value, ast.Name) and part.value.id == "args":
+                        found.append((name, node.lineno))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr" \
+                    and node.args and isinstance(node.args[0], ast.Name) and node.args[0].id == "args":
+                found.append((name, node.lineno))
+    return [f"{name}:{line}" for name, line in sorted(found)]
+
+
+def test_no_command_writes_into_its_arguments():
+    """Issue 52: a command parses its flags and reads them; what it works out travels as values (a JobQuery, the
+    Megatron job read once), not as attributes stuck on argparse's namespace."""
+    assert written_arguments(_modules()) == []
+
+
+def test_the_argument_writer_finder_finds_each_kind(tmp_path):
+    (tmp_path / "a.py").write_text("def f(args):\n    args.seq = 4\n    args.x, y = 1, 2\n    setattr(args, 'z', 3)\n"
+                                   "    ns.seq = 5\n    args.n += 1\n")
+    assert written_arguments({"parasim.cli.a": tmp_path / "a.py"}) == [
+        "parasim.cli.a:2", "parasim.cli.a:3", "parasim.cli.a:4", "parasim.cli.a:6"]
+    assert written_arguments({"parasim.render.a": tmp_path / "a.py"}) == []

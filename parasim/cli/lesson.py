@@ -161,10 +161,9 @@ def cmd_view(args: argparse.Namespace) -> int:
     from ..comm.trace import Trace
 
     if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
-        args.name, args.json, args.tui = args.trace, False, False  # the app on a terminal, text otherwise
-        args.chrome = args.hta = args.plot = None
-        args.trace = None
-        return cmd_lesson(args)
+        # the app on a terminal, text otherwise: the lesson command's flags, with none of its exports
+        return cmd_lesson(argparse.Namespace(**{**vars(args), "name": args.trace, "json": False, "tui": False,
+                                                "chrome": None, "hta": None, "plot": None, "trace": None}))
     if args.world is not None:
         raise UsageError("--world is for a program given as file.py:function; a saved trace has its own")
     trace = Trace.load(args.trace)
