@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .lesson import LessonRun, Table
+from .comm.trace import Trace
 
 
 def axis_of(event: Any) -> str:
@@ -26,7 +27,7 @@ def run_figures(lr: LessonRun) -> dict[str, Any]:
     return out
 
 
-def trace_figures(trace: Any) -> dict[str, Any]:
+def trace_figures(trace: Trace) -> dict[str, Any]:
     """What any run's trace says, a lesson's or a layout's: collectives and sends made, the bytes the busiest
     GPU sent on each axis, the most bytes one GPU held (when the run said what it holds)."""
     out: dict[str, Any] = {"collectives": sum(e.kind == "collective" for e in trace.events),

@@ -8,6 +8,7 @@ from ..errors import UsageError
 from ..layout.axes import SIZED
 from ..jsonout import dumps
 from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
+from ..comm.trace import Trace
 
 # keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
 # other groups, ops and dims are tried on them
@@ -109,7 +110,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if found is not None or not all(c.ok for c in checks) else 0
 
 
-def open_app(trace: Any, lesson: Any, found: dict | None) -> Any:
+def open_app(trace: Trace, lesson: Any, found: dict | None) -> Any:
     """The app on the run, opening at the event the first divergence is pinned on (d jumps back to it)."""
     from ..tui.app import ParasimApp
     from ..tui.view import View
@@ -117,7 +118,7 @@ def open_app(trace: Any, lesson: Any, found: dict | None) -> Any:
     return ParasimApp(view, start=view.diverged())
 
 
-def _dropped(trace: Any, found: dict | None, dropped: int) -> str:
+def _dropped(trace: Trace, found: dict | None, dropped: int) -> str:
     """The line that says values were not kept, and what that left untried."""
     from ..limits import KEPT_VALUES
     calls = sum(e.kind != "compute" for e in trace.events)

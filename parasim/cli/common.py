@@ -13,6 +13,7 @@ from typing import Any, Callable, Iterator
 
 from ..errors import OutputError, UsageError
 from ..limits import decimal, digits, size_arg
+from ..comm.trace import Trace
 
 # said by every command that runs a user's program on virtual ranks (their --help)
 SHARED_PROCESS = ("Virtual ranks share parasim's one process: a program that ends that process itself (os._exit, "
@@ -256,7 +257,7 @@ def write_json(path: str, obj: Any, where: str = "the file") -> None:
     write(path, json_text(obj, None, where) + "\n")
 
 
-def write_hta(path: str, trace: Any, times: Any = None, work: Any = None) -> None:
+def write_hta(path: str, trace: Trace, times: Any = None, work: Any = None) -> None:
     """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis; each
     file whole or not at all (all texts are made before the first is written)."""
     from ..render.chrome import to_hta
@@ -357,7 +358,7 @@ def clock_choice(args: argparse.Namespace) -> Any:
                        parse(getattr(args, "overlap", "none"), TRACE))
 
 
-def open_app(trace: Any, narrative: dict, title: str, tables: list | None = None, run: Any = None,
+def open_app(trace: Trace, narrative: dict, title: str, tables: list | None = None, run: Any = None,
              timeout: float | None = None) -> None:
     """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
     its what-if key re-runs the lesson at other settings."""

@@ -12,6 +12,7 @@ from ..layout.axes import SIZED
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, joins, path_text
 from .common import add_sizes, add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
+from ..comm.trace import Trace
 
 SIZES = (*SIZED, "world")  # a layout's sizes as the flags give them (layout/axes.py), and its GPUs
 
@@ -229,7 +230,7 @@ def _gpu_view(args: argparse.Namespace, result: Any, layout: Any, name: str, m: 
     return 0 if ok else 1
 
 
-def _times(args: argparse.Namespace, trace: Any, layout: Any, g: int, m: int, plan: Any = None) -> dict:
+def _times(args: argparse.Namespace, trace: Trace, layout: Any, g: int, m: int, plan: Any = None) -> dict:
     """The step on the clock (parasim/clock): every event of the run timed on the GPU type, this GPU's
     compute, communication and idle time, the busiest GPU and the critical path; tokens per second per GPU
     and MFU (the model's FLOPs without recomputation, estimate.traffic.step_flops, over the GPUs' peak)."""
@@ -321,7 +322,7 @@ def _check_size(layout: Any, m: int) -> None:
             model.experts * model.layers, TRACE_EXPERT_LAYERS, "every expert's weights are made, run and checked")
 
 
-def _app(trace: Any, title: str) -> int:
+def _app(trace: Trace, title: str) -> int:
     from .common import open_app
     open_app(trace, {}, title)
     return 0

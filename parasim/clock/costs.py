@@ -33,6 +33,7 @@ from ..comm.ops import bus_factor
 from ..estimate.hardware import GPUS, LATENCY
 from ..estimate.kernels import collective_bandwidth
 from .kernels_time import attention_share, gemm_seconds, gemm_share
+from ..comm.trace import Trace
 
 # A trace file written before products' shapes were kept has FLOPs only: they are timed as one large square
 # product (and attention as a 4,096-token sequence of 128-wide heads), the measured tables' own best region.
@@ -110,7 +111,7 @@ Timer = Callable[[Any, Machine, float, dict], float]
 EXACT = "float64"  # what an exact run computes in, whatever precision it stands for
 
 
-def value_bytes(trace: Any) -> int:
+def value_bytes(trace: Trace) -> int:
     """Bytes of a value on the wire for a run's float64 arrays: the activations' size in the precision the
     trace says the run stands for (the post's BF16, 2, when it says none)."""
     from ..layout.precision import precision

@@ -11,6 +11,7 @@ from ..estimate.hardware import GPUS
 from .costs import machine
 from .overlaps import OVERLAPS, TRACE, names, parse
 from .timeline import Timeline, paired_phases, simulate, summary
+from ..comm.trace import Trace
 
 
 @dataclass(frozen=True)
@@ -26,12 +27,12 @@ class ClockChoice:
         parse(",".join(self.overlap) or "none", TRACE)  # a bad name: the flag's own error
 
 
-def timeline_of(trace: Any, choice: ClockChoice = ClockChoice()) -> Timeline:
+def timeline_of(trace: Trace, choice: ClockChoice = ClockChoice()) -> Timeline:
     """`trace` laid out on the clock of `choice`: every event's start and end (the trace is left as it is)."""
     return simulate(trace, machine(choice.gpu, choice.gpus_per_node), choice.overlap)
 
 
-def clock_report(trace: Any, choice: ClockChoice = ClockChoice(), tl: Timeline | None = None) -> dict[str, Any]:
+def clock_report(trace: Trace, choice: ClockChoice = ClockChoice(), tl: Timeline | None = None) -> dict[str, Any]:
     """The step of `trace` on `choice` (`tl`, its timeline, when the caller has it already) and what each switch
     not chosen would save on it."""
     m = machine(choice.gpu, choice.gpus_per_node)

@@ -19,6 +19,7 @@ from typing import Any
 from .costs import Machine, event_seconds, value_bytes
 from ..estimate.kernels import overlap_slowdown
 from .overlaps import OVERLAPS, TRACE, check
+from ..comm.trace import Trace
 
 
 @dataclass(slots=True)
@@ -86,12 +87,12 @@ class Timeline:
         return out
 
 
-def paired_phases(trace: Any) -> set[str]:
+def paired_phases(trace: Trace) -> set[str]:
     """The phases a program marked as paired chunks (`ctx.phase(name, pair=k)`: DualPipe's)."""
     return {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
 
 
-def simulate(trace: Any, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
+def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
     """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on.
 
     A folded run's trace (engine/symbolic/fold.py: meta "fold") is laid out for the ranks that ran: a folded rank did
@@ -239,7 +240,7 @@ def event_time(tl: Timeline, e: Any) -> dict[str, Any]:
     return {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
 
 
-def export_times(trace: Any, tl: Timeline) -> tuple[dict[tuple[int, int], tuple[float, float]],
+def export_times(trace: Trace, tl: Timeline) -> tuple[dict[tuple[int, int], tuple[float, float]],
                                                     list[tuple[int, float, float]]]:
     """The timeline's times as the Chrome and HTA exports take them: (seq, rank) -> (start_us, dur_us) of every
     event's member, and (rank, start_us, dur_us) of every compute span before an event."""
@@ -252,7 +253,7 @@ def export_times(trace: Any, tl: Timeline) -> tuple[dict[tuple[int, int], tuple[
     return times, work
 
 
-def summary(tl: Timeline, trace: Any) -> dict[str, Any]:
+def summary(tl: Timeline, trace: Trace) -> dict[str, Any]:
     """What a reader of --json wants of a timeline: the step, the critical path and each GPU's busy time."""
     split = tl.critical_split()
     return {
@@ -265,7 +266,7 @@ def summary(tl: Timeline, trace: Any) -> dict[str, Any]:
     }
 
 
-def by_phase(trace: Any, tl: Timeline, rank: int) -> dict[str, dict[str, float]]:
+def by_phase(trace: Trace, tl: Timeline, rank: int) -> dict[str, dict[str, float]]:
     """Per phase, in order, what `rank` did in it on the clock: its compute and communication seconds, and
     when the phase began and ended for it (its first compute or transfer, its last)."""
     out: dict[str, dict[str, float]] = {}
@@ -279,5 +280,5 @@ def by_phase(trace: Any, tl: Timeline, rank: int) -> dict[str, dict[str, float]]
     return out
 
 
-def _last_phase(trace: Any, rank: int) -> str:
+def _last_phase(trace: Trace, rank: int) -> str:
     return next((mk.text for mk in reversed(trace.marks) if mk.rank == rank and mk.kind == "phase"), "")

@@ -17,6 +17,7 @@ from ..estimate.memory import Plan
 from .overlaps import DP_GROUPS
 from .published import all_runs, rows
 from .runs import CALIBRATION
+from ..comm.trace import Trace
 
 MIN_RUNS = 3  # fewer runs than this say too little about a family on one GPU type: the next wider circle
 
@@ -64,7 +65,7 @@ def held_out() -> list[tuple[str, str, str, float]]:
              row["error"]) for row in rows() if row["set"] != CALIBRATION and row["error"] is not None]
 
 
-def trace_family(trace: Any) -> Family:
+def trace_family(trace: Trace) -> Family:
     """The family of what a run's trace did, read from its collectives' groups (Megatron-Core's names): MoE where
     a collective ran on an expert group; ZeRO-3 / FSDP where a rank gathered parameters over a data-parallel
     group more than once (ZeRO-1 gathers once a step, ZeRO-3 layer by layer); TP, PP or CP where one of those

@@ -22,6 +22,7 @@ import numpy as np
 from ..errors import UsageError
 from ..layout.placement import CUT_AXES, Shard  # model axes that cut a weight; ep does not (experts go by index)
 from .checkpoint_format import METADATA, Chunk, CheckpointReader, RankShard, Runs, cut, sweep, write_checkpoint
+from ..engine.context import Context
 
 STATE = ("master", "m", "v")  # Adam's state per value: fp32 master copy, first and second moments
 
@@ -135,7 +136,7 @@ def _host(x: Any) -> np.ndarray:
 
 
 # -- save ----------------------------------------------------------------------------------------------
-def shard_state(ctx: Any, model: Any, opt: Any) -> RankShard:
+def shard_state(ctx: Context, model: Any, opt: Any) -> RankShard:
     """This rank's weights and optimizer share, described against the whole tensors; no collectives. Call
     it in the program after step k and hand the result back for `save_checkpoint`."""
     params, placed, where = model.params(), model.placements, regions(model)
@@ -176,7 +177,7 @@ def save_checkpoint(path: str | os.PathLike, shards: Sequence[RankShard]) -> str
 
 
 # -- resume --------------------------------------------------------------------------------------------
-def restore(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
+def restore(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> int:
     """Load a checkpoint into `model` and `opt`, built on this run's layout (any layout): this rank's pieces
     of the weights, the master copy, m and v of its share, and the step. Returns the step. Rank 0 first
     removes what saves killed part way left beside the checkpoint (`checkpoint_format.sweep`)."""
@@ -203,7 +204,7 @@ def restore(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
     return reader.step
 
 
-def _to(ctx: Any, piece: np.ndarray, like: Any) -> Any:
+def _to(ctx: Context, piece: np.ndarray, like: Any) -> Any:
     """A numpy piece as an array of this backend, in the dtype of what it replaces."""
     dtype = str(like.dtype).removeprefix("torch.")
     return ctx.asarray(piece, dtype=dtype)

@@ -32,6 +32,7 @@ from ..jsonout import dumps
 from .checkpoint import STATE, regions, share_ranges
 from .checkpoint_format import fresh_beside, fsync_dir, swap, sweep, write_synced
 from .checkpoint_meta import DTYPES, Fields, check_file, fingerprint, item, read_json, show
+from ..engine.context import Context
 
 LISTING, KIND, DCP_METADATA = "parasim.json", "parasim-dcp", ".metadata"
 _DCP = "torch.distributed.checkpoint.metadata"
@@ -46,7 +47,7 @@ PICKLED = frozenset({(_DCP, n) for n in ("Metadata", "TensorStorageMetadata", "T
                     | {("torch", d) for d in (*DTYPES, "int64")})
 
 
-def _check_scope(ctx: Any, model: Any, opt: Any) -> None:
+def _check_scope(ctx: Context, model: Any, opt: Any) -> None:
     if tuple(opt.group.ranks) != tuple(range(ctx.world)):
         raise UsageError("DCP checkpoints here need the optimizer's group to be every rank of the run")
     params, where = model.params(), regions(model)
@@ -55,7 +56,7 @@ def _check_scope(ctx: Any, model: Any, opt: Any) -> None:
             raise UsageError(f"{k} is split over a model axis: save it with shard_state and save_checkpoint")
 
 
-def _flat_state(ctx: Any, opt: Any, name: str) -> Any:
+def _flat_state(ctx: Context, opt: Any, name: str) -> Any:
     """The whole flat buffer of one optimizer state, unpadded, from the group's shares (one all-gather)."""
     xp, n, share = ctx.xp, opt.group.size, getattr(opt, name)
     if not getattr(opt, "stage", 1):
@@ -76,7 +77,7 @@ def _contiguous(opt: Any) -> bool:
                for me in range(n))
 
 
-def save_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> None:
+def save_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> None:
     # pragma: no mutate block
     # (real ranks only: DCP runs in torch.distributed processes a mutation tester cannot switch; the
     # gloo tests of tests/test_checkpoint.py check it, as they check comm/torchdist.py)
@@ -248,7 +249,7 @@ def check_dcp_shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> N
             raise UsageError(f"checkpoint {root}: {DCP_METADATA} gives {key} {have}, the model here needs {shape}")
 
 
-def restore_dcp(ctx: Any, path: str | os.PathLike, model: Any, opt: Any) -> int:
+def restore_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> int:
     # pragma: no mutate block
     # (real ranks only, see save_dcp)
     """Every rank calls this with `model` and `opt` built on the new layout: DCP reads the whole state,

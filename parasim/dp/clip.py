@@ -19,11 +19,12 @@ from typing import Any, Mapping
 
 from ..errors import UsageError
 from ..layout.placement import DATA_AXES, Placed, Replicate, Shard, grad_group, is_expert, model_axes
+from ..engine.context import Context
 
 EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds this to the norm before dividing
 
 
-def counts_here(ctx: Any, placed: Placed) -> bool:
+def counts_here(ctx: Context, placed: Placed) -> bool:
     """Whether this rank counts its piece of a weight's gradient in the global norm: on every model axis the
     weight is not sharded over, only the first rank of that axis's group does (the others hold a copy)."""
     # the model axes of the weight's generator and any non-data axis it names (one table: placement.WEIGHT_AXES);
@@ -38,7 +39,7 @@ def counts_here(ctx: Any, placed: Placed) -> bool:
     return True
 
 
-def global_norm(ctx: Any, share_sq: Mapping[str, float], placed: Mapping[str, Placed]) -> tuple[float, dict]:
+def global_norm(ctx: Context, share_sq: Mapping[str, float], placed: Mapping[str, Placed]) -> tuple[float, dict]:
     """The whole model's gradient norm from `share_sq` (each key's sum of squares of the gradient piece this
     rank holds, e.g. its ZeRO share of the summed gradient), with one all-reduce over the world. Returns
     (norm, {"dense": norm of the dense weights, "expert": norm of the experts}); every rank gets the same."""
@@ -63,7 +64,7 @@ def check_max_norm(max_norm: float | None) -> None:
         raise UsageError(f"max_norm must be a positive number (or None: no clipping), got {max_norm!r}")
 
 
-def clip_shares(ctx: Any, shares: Mapping[str, Any], share_sq: Mapping[str, float], placed: Mapping[str, Placed],
+def clip_shares(ctx: Context, shares: Mapping[str, Any], share_sq: Mapping[str, float], placed: Mapping[str, Placed],
                 max_norm: float) -> tuple[dict[str, Any], float, float]:
     """Scale each optimizer's gradient share (`shares`: group name -> flat share) by the clip coefficient of
     the global norm. Returns (scaled shares, norm, coefficient); rank 0 notes them in the trace."""

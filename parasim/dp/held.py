@@ -11,12 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from ..nn.core import Wrapper
+from ..engine.context import Context
 
 
 class Holdings:
     """The buffers one optimizer or wrapper told the trace about, under `prefix`, so it can drop them all."""
 
-    def __init__(self, ctx: Any, prefix: str) -> None:
+    def __init__(self, ctx: Context, prefix: str) -> None:
         self.ctx, self.prefix, self.live = ctx, prefix, set()
 
     def hold(self, what: str, nbytes: int, kind: str) -> None:
@@ -37,7 +38,7 @@ class HeldActivations(Wrapper):
     """A layer (the layer protocol) whose saved activations are held from its forward until its backward:
     the bytes its forward adds to `saved` (Korthikanti et al.'s units, see nn.core.Saved)."""
 
-    def __init__(self, ctx: Any, layer: Any) -> None:
+    def __init__(self, ctx: Context, layer: Any) -> None:
         self.layer = layer
         self.key = getattr(layer, "key", "layer")
         self.holdings = Holdings(ctx, self.key)
@@ -64,7 +65,7 @@ class Recomputed(Wrapper):
     trace is told the input, held from forward to backward, and the recomputed forward's working set, held
     while that layer's backward runs."""
 
-    def __init__(self, ctx: Any, layer: Any) -> None:
+    def __init__(self, ctx: Context, layer: Any) -> None:
         self.layer = layer
         self.key = getattr(layer, "key", "layer")
         self.holdings = Holdings(ctx, self.key)

@@ -25,12 +25,13 @@ from .clip import check_max_norm, clip_coefficient
 from .flat import FlatBuffer
 from .held import Holdings
 from .zero import adam
+from ..engine.context import Context
 
 STAGES = (0, 1, 2)
 
 
 class ShardedAdam:
-    def __init__(self, ctx: Any, group: Group, params: dict[str, Any], stage: int, lr: float = 1e-3,
+    def __init__(self, ctx: Context, group: Group, params: dict[str, Any], stage: int, lr: float = 1e-3,
                  bucket: int | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  name: str | None = None) -> None:
         if stage not in STAGES:

@@ -15,9 +15,10 @@ from ..errors import UsageError
 from .clip import check_max_norm, clip_shares
 from .flat import FlatBuffer
 from ..layout.placement import CUT_AXES, Partial, axis_group, data_axes, grad_group, is_expert
+from ..engine.context import Context
 
 
-def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> dict[str, Any]:
+def sum_partials(ctx: Context, grads: dict[str, Any], placed: dict[str, dict]) -> dict[str, Any]:
     """Gradients left partial over a model axis (tp; etp), summed there once for the step: one flat
     all-reduce per axis over this rank's group of the layout (what Megatron does for SP-split weights)."""
     xp, out = ctx.xp, dict(grads)
@@ -33,7 +34,7 @@ def sum_partials(ctx: Any, grads: dict[str, Any], placed: dict[str, dict]) -> di
     return out
 
 
-def zero1_step(ctx: Any, model: Any, lr: float, partials: bool = False, max_norm: float | None = None
+def zero1_step(ctx: Context, model: Any, lr: float, partials: bool = False, max_norm: float | None = None
                ) -> tuple[dict[str, Any], dict[str, float], dict[str, list[int]]]:
     """One ZeRO-1 Adam step for `model` (anything with params, grads and placements): each gradient is
     reduce-scattered over the data-parallel group its placement names (dp-cp for dense weights, expert-dp
@@ -85,7 +86,7 @@ def adam(xp: Any, master: Any, m: Any, v: Any, g: Any, t: int, lr: float, betas:
 
 
 class Zero1Adam:
-    def __init__(self, ctx: Any, group: Group, params: dict[str, Any], lr: float = 1e-3,
+    def __init__(self, ctx: Context, group: Group, params: dict[str, Any], lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, name: str = "zero-1") -> None:
         xp = ctx.xp
         self.ctx, self.group, self.lr, self.betas, self.eps, self.name = ctx, group, lr, betas, eps, name

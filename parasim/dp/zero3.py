@@ -18,13 +18,14 @@ from ..nn.core import Wrapper
 from .flat import FlatBuffer
 from .held import Holdings
 from .zero import adam
+from ..engine.context import Context
 
 
 class Zero3(Wrapper):
     """A layer (the layer protocol, and `zero_grad`) whose weights live sharded over `group`; it follows the
     protocol too."""
 
-    def __init__(self, ctx: Any, layer: Any, group: Group, lr: float = 1e-3,
+    def __init__(self, ctx: Context, layer: Any, group: Group, lr: float = 1e-3,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
         xp = ctx.xp
         self.ctx, self.layer, self.group, self.lr, self.betas, self.eps = ctx, layer, group, lr, betas, eps

@@ -25,6 +25,7 @@ from ..train.keeps import stores, vars_of
 from ..train.whole import dot_loss
 from ..train.step import MicroBatches, Phases, StepOptions, train_step
 from .watch import WatchStage, note_holder
+from ..engine.context import Context
 
 # the post's sentence is sequence A; B, C and D are ours
 LAYOUT = "moe16"
@@ -82,14 +83,14 @@ def find_token(word: str, names: Any = None) -> tuple[str, int]:
     raise UsageError(f"no token {tok!r} in sequence {seq} ({' '.join(words)}); name a word or t1..t{len(words)}")
 
 
-def embed(ctx: Any, seq: str, hidden: int = SHAPE.hidden) -> Any:
+def embed(ctx: Context, seq: str, hidden: int = SHAPE.hidden) -> Any:
     """A sequence's input: each word's vector plus a position vector, the same on every rank."""
     rows = [ctx.shared_rng(f"embed.{w}").normal((hidden,)) + ctx.shared_rng(f"pos.{i}").normal(
         (hidden,), std=0.5) for i, w in enumerate(words_of(seq))]
     return ctx.xp.reshape(ctx.xp.stack(rows), (len(rows), 1, hidden))
 
 
-def target_of(ctx: Any, seq: str, hidden: int = SHAPE.hidden) -> Any:
+def target_of(ctx: Context, seq: str, hidden: int = SHAPE.hidden) -> Any:
     """A sequence's target (the loss is sum(y * target)), the same on every rank."""
     return ctx.shared_rng(f"target.{seq}").normal((len(words_of(seq)), 1, hidden))
 
@@ -128,7 +129,7 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
                        held=False, lr=LR, max_norm=max_norm,
                        phases=Phases(schedule=None, sync="gradient sync", after="optimizer step"))
 
-    def data(ctx: Any, rows: list[int]) -> MicroBatches:
+    def data(ctx: Context, rows: list[int]) -> MicroBatches:
         """DP replica d's sequences, one a micro-batch; this rank's rows of each (its CP half, its SP share)."""
         replica, xp = reps[ctx.coords.dp], ctx.xp
         ctx.phase("data")
@@ -138,11 +139,11 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
             inputs=lambda mb: xp.take(embed(ctx, replica[mb], hidden), idx, axis=0),
             loss=lambda mb, y: dot_loss(xp, y, xp.take(target_of(ctx, replica[mb], hidden), idx, axis=0)))
 
-    def stage(ctx: Any, layers: list, first: int, rows: list[int]) -> WatchStage:
+    def stage(ctx: Context, layers: list, first: int, rows: list[int]) -> WatchStage:
         return WatchStage(ctx, layers, first, watch, reps[ctx.coords.dp], rows,
                           lambda seq: scripted(seq, rows, routing))
 
-    def program(ctx: Any) -> dict:
+    def program(ctx: Context) -> dict:
         # the norms' and router's gradients summed over TP once (each TP rank saw its SP share), then ZeRO-1:
         # gradients reduce-scattered where copies saw different tokens (attention, norms and router over
         # dp-cp, each expert over expert-dp: their placements say which), Adam on each rank's share, the new

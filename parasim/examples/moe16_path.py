@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from .moe16 import LAYOUT, REPLICAS, words_of
+from ..comm.trace import Trace
 
 
-def token_path(trace: Any, watch: tuple[str, int], reps: Any = REPLICAS, layout: str = LAYOUT) -> dict:
+def token_path(trace: Trace, watch: tuple[str, int], reps: Any = REPLICAS, layout: str = LAYOUT) -> dict:
     """Where the watched token went, from the run's own trace: the notes its holders left and every event
     they took part in while working on its micro-batch, in order; then the gradient sums they joined."""
     seq, pos = watch
@@ -55,7 +56,7 @@ def _say(e: Any, rank: int) -> str:
     return f"{way}: {e.label or e.op}  (g{rank} sent {m.sent:,} B, received {m.recv:,} B)"
 
 
-def token_figures(trace: Any) -> dict:
+def token_figures(trace: Trace) -> dict:
     """Where the followed token lives and which experts take it, per layer, from the notes its holders left:
     the figures `parasim compare` sets side by side (moe16 at two routings, or two layouts)."""
     notes = trace.notes("watch")

@@ -12,9 +12,10 @@ from ..dp.zero import Zero1Adam
 from ..nn.layer import Stack
 from .moe16 import LR, embed, scripted, target_of, words_of
 from ..train.whole import forward_backward, whole_layers
+from ..engine.context import Context
 
 
-def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",
+def unsplit_run(ctx: Context, model: Any, seqs: list[str], routing: str = "learned",
                 max_norm: float | None = None) -> dict:
     """`model` on one device over sequences `seqs`: the reference every split run is checked against; with
     `max_norm`, the whole gradient clipped by its norm before Adam, as on one device."""
@@ -37,5 +38,5 @@ def unsplit_run(ctx: Any, model: Any, seqs: list[str], routing: str = "learned",
     return {"loss": total, "grad_sq": _squares(ctx, stack.grads), "weight_sq": _squares(ctx, new), "grad_norm": norm}
 
 
-def _squares(ctx: Any, tensors: dict[str, Any]) -> dict[str, float]:
+def _squares(ctx: Context, tensors: dict[str, Any]) -> dict[str, float]:
     return {k: float(ctx.xp.sum(w * w)) for k, w in tensors.items()}

@@ -13,20 +13,21 @@ from ..pipeline.stage import LayersStage
 from ..pipeline.schedules import generate
 from ..pipeline.timing import simulate
 from ..train.whole import dot_loss, forward_backward, whole_layers
+from ..engine.context import Context
 
 SHAPE = ModelSpec(hidden=8, heads=2, dropout=0.0)
 SEQ, BATCH = 4, 1
 
 
-def _layers(ctx: Any, first: int, count: int) -> list:
+def _layers(ctx: Context, first: int, count: int) -> list:
     return whole_layers(ctx, SHAPE, first, count, "L{i}")  # no TP: each stage's layers are whole
 
 
-def _data(ctx: Any, mb: int, what: str) -> Any:
+def _data(ctx: Context, mb: int, what: str) -> Any:
     return ctx.shared_rng(f"{what}{mb}").normal((SEQ, BATCH, SHAPE.hidden))
 
 
-def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, group: Any = None,
+def pipeline_run(ctx: Context, schedule: str, m: int, chunks: int | None = None, group: Any = None,
                  phases: tuple[str, str] = ("the schedule", "running it"), costs: dict | None = None) -> dict:
     """Run `schedule` with m micro-batches on ctx.world ranks, one layer per stage. Each rank notes its row
     of the slot table (timed with `costs`) in the first phase and runs its actions in the second."""
@@ -54,7 +55,7 @@ def pipeline_run(ctx: Any, schedule: str, m: int, chunks: int | None = None, gro
 LR = 0.01
 
 
-def sgd_step(ctx: Any, layer: Any, lr: float = LR) -> float:
+def sgd_step(ctx: Context, layer: Any, lr: float = LR) -> float:
     """The one optimizer step: w -= lr * grad for every weight of the layer (the gradients were summed over
     all micro-batches first). Returns the new weights' sum of squares, a fingerprint to compare."""
     grads = layer.grads
@@ -63,14 +64,14 @@ def sgd_step(ctx: Any, layer: Any, lr: float = LR) -> float:
     return float(sum(float(ctx.xp.sum(w * w)) for w in new.values()))
 
 
-def _grad_sq(ctx: Any, layer: Any) -> float:
+def _grad_sq(ctx: Context, layer: Any) -> float:
     """A fingerprint of a layer's weight gradients: the sum of their squares."""
     return float(sum(float(ctx.xp.sum(g * g)) for g in layer.grads.values()))
 
 
 def unsplit_run(stages: int, m: int):
     """The same model, all layers on one rank, forward and backward: a program for parasim.run(..., 1)."""
-    def program(ctx: Any) -> dict:
+    def program(ctx: Context) -> dict:
         stack = Stack(_layers(ctx, 0, stages))
         total = forward_backward(ctx, stack, ((_data(ctx, mb, "x"), _data(ctx, mb, "target")) for mb in range(m)))
         return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)},

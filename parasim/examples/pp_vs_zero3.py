@@ -25,6 +25,7 @@ from ..pipeline.timing import simulate
 from ..comm.trace import Trace
 from ..pipeline.stage import LayersStage
 from ..train.whole import dot_loss, forward_backward, sequences, whole_layers
+from ..engine.context import Context
 
 SCHEDULE = "1f1b"
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
@@ -71,11 +72,11 @@ class Config:
         return f"hidden {self.hidden}, {self.layers} layers, {self.sequences} sequences"
 
 
-def _layers(ctx: Any, cfg: Config, first: int, count: int) -> list[TransformerLayer]:
+def _layers(ctx: Context, cfg: Config, first: int, count: int) -> list[TransformerLayer]:
     return whole_layers(ctx, cfg.spec, first, count, "L{i}")  # no tensor parallelism: every layer is whole
 
 
-def _batch(ctx: Any, cfg: Config, first: int, count: int, what: str) -> Any:
+def _batch(ctx: Context, cfg: Config, first: int, count: int, what: str) -> Any:
     """Sequences first .. first+count-1 side by side on the batch dimension."""
     return sequences(ctx, what, range(first, first + count), cfg.seq, cfg.hidden)
 
@@ -88,7 +89,7 @@ def adam_first_step(xp: Any, w: Any, g: Any) -> Any:
     return w - LR * (m / (1 - b1)) / (xp.sqrt(v / (1 - b2)) + EPS)
 
 
-def pipeline_part(ctx: Any, cfg: Config) -> dict:
+def pipeline_part(ctx: Context, cfg: Config) -> dict:
     """PP over all ranks: rank r holds layers [r*L/p, (r+1)*L/p) and runs its row of 1F1B; the loss is the
     mean over all sequences of sum(y * target)."""
     xp, r, p = ctx.xp, ctx.rank, cfg.world
@@ -125,7 +126,7 @@ def data_parallel_schedule(world: int) -> list[list[Action]]:
     return [[Action("F", r, 0), Action("B", r, 0)] for r in range(world)]
 
 
-def zero3_part(ctx: Any, cfg: Config) -> dict:
+def zero3_part(ctx: Context, cfg: Config) -> dict:
     """ZeRO-3 over all ranks: each rank runs every layer on its own sequences; a layer's weights are
     gathered before its forward and its backward, and its gradients reduce-scattered right after its
     backward; at the step Adam updates each rank's shard where it lies."""
@@ -158,7 +159,7 @@ def both(cfg: Config, whole: bool = False) -> Callable[[Any], dict]:
     """The program: the pipeline run, then the ZeRO-3 run, on the same weights and sequences. It returns
     each gradient and updated weight as its sum of squares (a fingerprint that rounding barely moves, so
     real ranks can be held to the virtual run), or with `whole` the arrays themselves."""
-    def program(ctx: Any) -> dict:
+    def program(ctx: Context) -> dict:
         out = {"pp": pipeline_part(ctx, cfg), "zero3": zero3_part(ctx, cfg)}
         return out if whole else fingerprints(ctx.xp, out)
     return program
@@ -180,7 +181,7 @@ def fingerprints(xp: Any, out: dict) -> dict:
 def one_device(cfg: Config) -> Callable[[Any], dict]:
     """The reference, for parasim.run(..., 1): every layer and every sequence on one rank, one forward and
     one backward of the mean loss, and Adam's first step on every weight."""
-    def program(ctx: Any) -> dict:
+    def program(ctx: Context) -> dict:
         stack = Stack(_layers(ctx, cfg, 0, cfg.layers))
         x, target = _batch(ctx, cfg, 0, cfg.sequences, "x"), _batch(ctx, cfg, 0, cfg.sequences, "t")
         loss = forward_backward(ctx, stack, [(x, target)], cfg.sequences)

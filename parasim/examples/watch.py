@@ -9,11 +9,12 @@ from typing import Any
 
 from ..nn import Saved
 from ..nn.layer import Stack, StackWeights
+from ..engine.context import Context
 
 Watch = tuple[str, int]  # (sequence, 0-based position)
 
 
-def note_holder(ctx: Any, watch: Watch | None, replica: tuple, rows: list[int], words: tuple[str, ...]) -> None:
+def note_holder(ctx: Context, watch: Watch | None, replica: tuple, rows: list[int], words: tuple[str, ...]) -> None:
     """On the rank whose rows hold the watched token of a sequence of its DP replica: where it lies."""
     if watch is None or watch[0] not in replica or watch[1] not in rows:
         return
@@ -28,7 +29,7 @@ class WatchStage(StackWeights):
     watched token, notes where the MoE routed it. `script(seq)`: the rows whose routes are fixed in advance
     for sequence `seq` ({row: (experts, gates)}; {} for the router's own choices)."""
 
-    def __init__(self, ctx: Any, layers: list, first: int, watch: Watch | None, replica: tuple,
+    def __init__(self, ctx: Context, layers: list, first: int, watch: Watch | None, replica: tuple,
                  positions: list[int], script: Callable[[str], dict]) -> None:
         self.ctx, self.layers, self.first, self.watch, self.replica = ctx, layers, first, watch, replica
         self.script = script

@@ -10,6 +10,7 @@ from ..comm.interface import Group
 from ..layout import LayoutError
 from ..layout.placement import Partial, Replicate, Shard, local
 from .ring_attention import SequenceSplit
+from ..engine.context import Context
 
 __all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "LayerOptions", "Saved", "Layer", "Weights"]  # placements: placement.py
 
@@ -42,7 +43,7 @@ class ParallelContext:
     W queue) stays with the schedule. Built by hand for a lesson's few ranks, or from a Layout. A layer keeps
     it as `par` (the whole parallel context, of which TP is one group)."""
 
-    ctx: Any
+    ctx: Context
     tp_group: Group | None = None  # None: no tensor parallelism (one rank holds everything)
     sp: bool = False  # sequence parallelism on top of TP (the name Layout and the command line give it)
     cp_group: Group | None = None  # context parallelism: the sequence is split over it for the whole layer
@@ -57,7 +58,7 @@ class ParallelContext:
     _positions: dict = field(default_factory=dict, repr=False, compare=False)  # cp_positions by seq, split, cp
 
     @classmethod
-    def from_layout(cls, ctx: Any, layout: Any = None, options: LayerOptions = LayerOptions()) -> "ParallelContext":
+    def from_layout(cls, ctx: Context, layout: Any = None, options: LayerOptions = LayerOptions()) -> "ParallelContext":
         """The context of `ctx`'s rank in `layout` (default: the layout the run was given): its TP, CP and
         EP groups, SP and the CP split from the layout, the sequence length from its model; `options` as given."""
         layout = layout if layout is not None else ctx.layout

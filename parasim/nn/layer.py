@@ -18,9 +18,10 @@ from .mlp import ParallelMLP
 from .moe import MoE
 from .norm import LayerNorm
 from ..layout import ModelSpec
+from ..engine.context import Context
 
 
-def layer_weights(ctx: Any, shape: ModelSpec, key: str) -> dict[str, Any]:
+def layer_weights(ctx: Context, shape: ModelSpec, key: str) -> dict[str, Any]:
     """Every weight of one layer, whole, drawn the same on every rank (scaled so activations stay ~1)."""
     h, heads = shape.size("hidden"), shape.size("heads")
     f, d = shape.ffn_size, h // heads

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..comm.interface import Group, Recv, Send
 from ..layout import LayoutError
+from ..engine.context import Context
 
 SPLITS = ("contiguous", "zigzag")
 
@@ -129,7 +130,7 @@ class Work:
 class RingAttention:
     """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group."""
 
-    def __init__(self, ctx: Any, group: Group | None, seq: int, split: str = "contiguous", causal: bool = True,
+    def __init__(self, ctx: Context, group: Group | None, seq: int, split: str = "contiguous", causal: bool = True,
                  name: str = "ring"):
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size

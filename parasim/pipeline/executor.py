@@ -20,6 +20,7 @@ from ..comm.interface import Group, Recv, Send
 from .action import KINDS, Action, Schedule
 from .schedules import stage_ranks
 from .timing import Timing, simulate
+from ..engine.context import Context
 
 
 class Stage(Protocol):
@@ -84,7 +85,7 @@ def transfers(schedule: Schedule, timing: Timing) -> list[tuple[int, int, int, s
     return sorted(out)
 
 
-def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, Stage], shape: tuple[int, ...],
+def run_schedule(ctx: Context, group: Group, schedule: Schedule, stages: dict[int, Stage], shape: tuple[int, ...],
                  dtype: Any, inputs: Callable[[int], Any], loss: Callable[[int, Any], tuple[Any, Any]],
                  costs: dict[str, int] | None = None) -> Any:
     """Run this rank's part of `schedule` (`stages`: the stage objects it holds, by global stage index).
@@ -135,7 +136,7 @@ def run_schedule(ctx: Any, group: Group, schedule: Schedule, stages: dict[int, S
     return total
 
 
-def _exchange(ctx: Any, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
+def _exchange(ctx: Context, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
               shape: tuple[int, ...], dtype: Any) -> None:
     ops: list[Send | Recv] = []
     into: list[tuple[dict, tuple[int, int]]] = []

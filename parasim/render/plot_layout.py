@@ -9,6 +9,7 @@ from typing import Any
 
 from ..layout import COORDS
 from .plot_base import DPI, pyplot, save
+from ..comm.trace import Trace
 
 EP_COLOUR = "#7b2cbf"  # dashed purple, as the post draws its EP groups
 TOKEN_COLOUR = "#d62828"  # red, as the post draws its token
@@ -326,7 +327,7 @@ def plot_layout_map(layout: Any, path: str, title: str = "", mark: int | None = 
 
 
 # -- one token's path ---------------------------------------------------------------------------------------------
-def token_hops(path: dict, trace: Any) -> list[Hop]:
+def token_hops(path: dict, trace: Trace) -> list[Hop]:
     """The followed token's moves in the forward pass, in the order of `path` (examples/moe16_path.token_path,
     what `parasim trace --json` prints): at each MoE layer, dispatch from its GPU to each other GPU holding
     one of its experts and combine back (from the route the holder noted in the run); then the pipeline
@@ -413,7 +414,7 @@ def _partners(path: dict, held_by: set[int]) -> list[str]:
     return out
 
 
-def plot_token_path(layout: Any, path: dict, trace: Any, out: str, title: str) -> None:
+def plot_token_path(layout: Any, path: dict, trace: Trace, out: str, title: str) -> None:
     """The layout map with the followed token's path drawn on it: the GPUs holding it outlined in red, every
     move an arrow numbered in order (dispatch to its experts' GPUs, combine back, the pipeline hand-off),
     the numbered moves listed in words under the map, and a legend."""

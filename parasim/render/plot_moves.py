@@ -8,12 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from .plot_base import pyplot, save
+from ..comm.trace import Trace
 
 FORWARD, BACKWARD = "tab:blue", "tab:red"  # activations on, gradients back (sends and their slots)
 
 
 # -- the MoE dispatch and combine ---------------------------------------------------------------------------
-def token_routes(trace: Any) -> list[dict]:
+def token_routes(trace: Trace) -> list[dict]:
     """Per MoE layer the followed token went through: its GPU, the EP group it was dispatched over, and each
     pick (expert, GPU, gate), from the notes its holders left and the layer's dispatch all-to-all."""
     out = []
@@ -76,7 +77,7 @@ def _box(x: float, colour: str) -> Any:
 
 
 # -- the pipeline hand-off -----------------------------------------------------------------------------------
-def handoffs(trace: Any) -> list[tuple[int, int, int, str]]:
+def handoffs(trace: Trace) -> list[tuple[int, int, int, str]]:
     """Every point-to-point send of a pipeline run: (slot, from rank, to rank, 'activation' or 'gradient')."""
     out = []
     for e in trace.events:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import textwrap
 from typing import Any
+from ..comm.trace import Trace
 
 
 def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, show_all: bool) -> list[str]:
@@ -65,7 +66,7 @@ def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, 
     return "\n".join(out).split("\n")
 
 
-def joins(trace: Any, g: int) -> list[dict]:
+def joins(trace: Trace, g: int) -> list[dict]:
     """Every kind of call GPU g joins (op and group), with its calls and bytes sent and received."""
     does: dict[tuple[str, str], dict[str, int]] = {}
     for e in trace.events:

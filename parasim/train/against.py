@@ -22,6 +22,7 @@ from ..nn.routing import Routing
 from ..engine.symbolic.fold import fold_of
 from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
 from .step import make_step
+from ..comm.trace import Trace
 
 def granule(plan: Plan) -> int:
     """Sequence lengths the step takes: whole zigzag halves of every CP slice, then whole SP shares."""
@@ -67,7 +68,7 @@ def run_plan(model: ModelSpec, plan: Plan, seq: int, gpu: int, routing: str = "b
 
 
 def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None,
-            trace: Any = None) -> dict[str, Any]:
+            trace: Trace = None) -> dict[str, Any]:
     """The estimate at `seq` and one symbolic step's GPU on `stage` (default: the one the estimate says
     binds, whose items `breakdown` gives), item by item:
     {"gpu", "stage", "rows": [{"item", "estimate", "run", "parts": {part: bytes}}], "traffic", "run_total",
@@ -98,7 +99,7 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
             "run_total": sum(held.values()), "estimate_total": est.total, "missing": missing}
 
 
-def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout, routing: str) -> list[dict]:
+def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Trace, layout: Layout, routing: str) -> list[dict]:
     """Per (axis, collective): what the busiest GPU sent, at the plan's precision, against the estimator's
     `step_traffic` (its busiest stage), with the parts of the difference on the run's busiest GPU's stage
     (train/differences.py)."""
@@ -116,7 +117,7 @@ def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Any, layout: Layout,
     return out
 
 
-def sent_by_axis(trace: Any, wire: float = 1.0) -> list[dict[tuple[str, str], float]]:
+def sent_by_axis(trace: Trace, wire: float = 1.0) -> list[dict[tuple[str, str], float]]:
     """Per rank: bytes sent per (axis, collective), the estimator's axis names (dp for dp-cp, edp for
     expert-dp; other groups by their own name), times `wire` (1: the step at real size sends its values in
     the plan's precision)."""

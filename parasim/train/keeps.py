@@ -7,6 +7,7 @@ from typing import Any
 from ..nn import Shard
 from ..nn.layer import expert_weights
 from ..layout.placement import local
+from ..engine.context import Context
 
 
 def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
@@ -24,7 +25,7 @@ def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
             "tokens in attention": [p + 1 for p in tp.cp_positions()]}
 
 
-def held_experts(ctx: Any, layer: Any, weights: dict) -> list[int]:
+def held_experts(ctx: Context, layer: Any, weights: dict) -> list[int]:
     """The experts (0-based) whose weights this rank holds in `layer`, found from the weights themselves:
     each local expert's first matrix matched against every expert's in the whole layer's `weights`."""
     if not layer.shape.experts:

@@ -40,6 +40,7 @@ from ..pipeline.schedules import generate
 from .keeps import held_experts, stores, vars_of
 from ..pipeline.stage import LayersStage
 from .whole import dot_loss
+from ..engine.context import Context
 
 LR = 1e-3
 
@@ -82,7 +83,7 @@ Data = Callable[[Any, list], MicroBatches]
 StageOf = Callable[[Any, list, int, list], Any]
 
 
-def plain_stage(ctx: Any, layers: list, first: int, rows: list) -> LayersStage:
+def plain_stage(ctx: Context, layers: list, first: int, rows: list) -> LayersStage:
     """The stage as a plain stack of its layers."""
     return LayersStage(layers)
 
@@ -116,7 +117,7 @@ def layer_shape(model: ModelSpec, i: int) -> ModelSpec:
         else model
 
 
-def hold_state(ctx: Any, kept: Holdings, stage: Any) -> int:
+def hold_state(ctx: Context, kept: Holdings, stage: Any) -> int:
     """Tell the trace the bytes a stage keeps all step long: its weights and gradient buffers, and its share
     of the optimizer state (master, m and v) over each weight's data-parallel group, padded as ZeRO-1 pads.
     Returns the share, in values."""
@@ -133,7 +134,7 @@ def hold_state(ctx: Any, kept: Holdings, stage: Any) -> int:
     return share
 
 
-def train_step(ctx: Any, layout: Layout, opts: StepOptions, data: Data, stage: StageOf = plain_stage) -> StepRun:
+def train_step(ctx: Context, layout: Layout, opts: StepOptions, data: Data, stage: StageOf = plain_stage) -> StepRun:
     """One training step of `layout.model` on `layout`, on this rank (see the module's text)."""
     model = layout.model
     # 1. the context from the layout; SP's partial gradients are summed once per step, by ZeRO-1's code
@@ -196,7 +197,7 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
                        recompute=recompute)
     whole = (model.seq, 1, model.hidden)
 
-    def data(ctx: Any, rows: list) -> MicroBatches:
+    def data(ctx: Context, rows: list) -> MicroBatches:
         """The micro-batch's whole sequence, drawn alike on the ranks of a DP replica; this rank's rows."""
         xp, dp = ctx.xp, ctx.coords.dp
         idx = xp.asarray(rows, dtype=xp.int64)
@@ -204,7 +205,7 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
             inputs=lambda mb: xp.take(ctx.shared_rng(f"x.{dp}.{mb}").normal(whole), idx, axis=0),
             loss=lambda mb, y: dot_loss(xp, y, xp.take(ctx.shared_rng(f"t.{dp}.{mb}").normal(whole), idx, axis=0)))
 
-    def program(ctx: Any) -> dict:
+    def program(ctx: Context) -> dict:
         run = train_step(ctx, layout, opts, data)
         return {"loss": run.loss, "layers": [layer.key for layer in run.layers], "coords": vars_of(ctx.coords),
                 "stores": stores(run.stage, run.state, run.par), "experts": run.experts}

@@ -14,9 +14,10 @@ from typing import Any
 from ..layout import ModelSpec
 from ..nn import ParallelContext, Saved
 from ..nn.layer import Stack, TransformerLayer, layer_weights
+from ..engine.context import Context
 
 
-def whole_layers(ctx: Any, shape: ModelSpec, first: int, count: int, name: str | None = None
+def whole_layers(ctx: Context, shape: ModelSpec, first: int, count: int, name: str | None = None
                  ) -> list[TransformerLayer]:
     """Layers first .. first+count-1 of `shape`, each whole (no tensor parallelism), their weights drawn
     from the streams of their keys L{i}, as every split run draws them; `name`: each layer's display name,
@@ -27,7 +28,7 @@ def whole_layers(ctx: Any, shape: ModelSpec, first: int, count: int, name: str |
             for i in range(first, first + count)]
 
 
-def sequences(ctx: Any, what: str, ids: Iterable[int], seq: int, hidden: int) -> Any:
+def sequences(ctx: Context, what: str, ids: Iterable[int], seq: int, hidden: int) -> Any:
     """Sequences `ids` side by side on the batch dimension, [seq, len(ids), hidden]; each drawn from its own
     stream (f"{what}{id}": "x3" is sequence 3's input, "t3" its target), so every split of a batch sees the
     very same numbers."""
@@ -41,7 +42,7 @@ def dot_loss(xp: Any, y: Any, target: Any, n: int = 1) -> tuple[float, Any]:
     return float(xp.sum(y * target)) / n, target / n
 
 
-def forward_backward(ctx: Any, stack: Stack, batches: Iterable[tuple[Any, Any]], n: int = 1,
+def forward_backward(ctx: Context, stack: Stack, batches: Iterable[tuple[Any, Any]], n: int = 1,
                      tag: str | None = None) -> float:
     """Forward and backward of `stack` on each (input, target) in turn, the gradients adding up in the
     layers; the summed loss. `tag`: the data's name, so the layers mark what they make (`Saved.tag`)."""

@@ -14,6 +14,7 @@ from ..clock.report import ClockChoice
 from ..clock.timeline import simulate
 from ..clock.costs import machine
 from .grid import IDLE, CELLS, kind_of
+from ..comm.trace import Trace
 
 COMPUTE = ("▒▒", "compute")
 TARGET_COLUMNS = 120  # the step spread over about this many columns; never fewer than it has steps
@@ -22,7 +23,7 @@ TARGET_COLUMNS = 120  # the step spread over about this many columns; never fewe
 class ClockGrid:
     """Each rank's spans on the clock, and the columns of `seconds` each they are drawn in."""
 
-    def __init__(self, trace: Any, events: list[Any], choice: ClockChoice = ClockChoice()):
+    def __init__(self, trace: Trace, events: list[Any], choice: ClockChoice = ClockChoice()):
         self.choice = choice
         self.tl = simulate(trace, machine(choice.gpu, choice.gpus_per_node), choice.overlap)
         self.range = None  # a real-size run's: what the held-out runs like it measured (clock/uncertainty.py)
