@@ -323,13 +323,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     _print_job(args, q.sources)
     from rich.console import Console
-    from ..render.estimate_text import memory_report as memory_text
+    from ..render.estimate_text import print_memory
     console = Console(highlight=False)
     _print_stages(out["stages"])
-    memory_text(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
-                         f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
-                fit_words(bd.total, q.usable, gpu.name, gpu.memory, bool(args.usable), unit, name),
-                assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
+    print_memory(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
+                          f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
+                 fit_words(bd.total, q.usable, gpu.name, gpu.memory, bool(args.usable), unit, name),
+                 assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
     if args.symbolic:
         from ..render.against import print_compare
         print_compare(console, out["run"], unit, name)
@@ -343,7 +343,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from ..estimate.fit import fit, parse_nodes, search
-    from ..job import stages_of, timed
+    from ..job import stage_summary, timed
     model, sources = _model(args)
     job = sources.megatron
     gpu, key = _gpu(args)
@@ -398,7 +398,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if f.seq:
         out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
         out["time"] = timed(model, plan, f.seq, key, overlap)
-    out["stages"] = stages_of(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
+    out["stages"] = stage_summary(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
     out.update(sources.to_dict())
     if args.megatron_args and f.seq:
         from .megatron import fit_seq

@@ -5,7 +5,7 @@ costs (`memory_report`: memory itemised, traffic, the step's time, the stages, t
 This room sits above the estimator's formulas (estimate/) and the clock (clock/), which it asks; the
 commands (cli/estimate.py) parse flags into a `JobQuery`, call `memory_report` and render what it returns.
 """
-from .memory import MemoryReport, memory_report, stages_of, timed
+from .memory import MemoryReport, memory_report, stage_summary, timed
 from .query import JobQuery, Sources, Units
 
-__all__ = ["JobQuery", "MemoryReport", "Sources", "Units", "memory_report", "stages_of", "timed"]
+__all__ = ["JobQuery", "MemoryReport", "Sources", "Units", "memory_report", "stage_summary", "timed"]

@@ -30,7 +30,7 @@ def timed(model: ModelSpec, plan: Plan, seq: int, gpu: str, overlap: tuple[str, 
         return {"step_s": None, "why": str(exc), "slowest_stage": None}
 
 
-def stages_of(model: ModelSpec, plan: Plan, memory: int, slowest: int | None) -> dict[str, Any]:
+def stage_summary(model: ModelSpec, plan: Plan, memory: int, slowest: int | None) -> dict[str, Any]:
     """Every stage's layers by the model's rule, the rule, the stage that needs the most memory and the
     slowest stage (both counted from 1; the slowest None when nothing is timed)."""
     counts = stage_counts(model, plan.pp)
@@ -63,7 +63,7 @@ def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> M
     out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
            "unit": q.units.name, "usable": q.usable / unit, "fits": bd.total <= q.usable,
            "assumes": assumptions(plan), "traffic": traffic, "time": timing,
-           "stages": stages_of(model, plan, bd.stage, timing["slowest_stage"]), **q.sources.to_dict()}
+           "stages": stage_summary(model, plan, bd.stage, timing["slowest_stage"]), **q.sources.to_dict()}
     if written:
         out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
     if critic:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 
-def memory_report(console: Any, title: str, bd: Any, out: dict, fit_line: str, assumes: list[str], gpu_name: str,
+def print_memory(console: Any, title: str, bd: Any, out: dict, fit_line: str, assumes: list[str], gpu_name: str,
                   unit: float, name: str) -> None:
     """One GPU's memory, item by item with its share; then the model state, whether it fits (`fit_line`),
     what the estimate assumes, the bytes each GPU sends per step and the step's time."""
