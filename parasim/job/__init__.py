@@ -6,6 +6,6 @@ This room sits above the estimator's formulas (estimate/) and the clock (clock/)
 commands (cli/estimate.py) parse flags into a `JobQuery`, call `memory_report` and render what it returns.
 """
 from .memory import MemoryReport, memory_report, stage_summary, timed
-from .query import JobQuery, Sources, Units
+from .query import GIB, JobQuery, Sources, Units
 
-__all__ = ["JobQuery", "MemoryReport", "Sources", "Units", "memory_report", "stage_summary", "timed"]
+__all__ = ["GIB", "JobQuery", "MemoryReport", "Sources", "Units", "memory_report", "stage_summary", "timed"]

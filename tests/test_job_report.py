@@ -1,0 +1,53 @@
+"""Issue 52: `parasim memory` is one library call. A notebook that builds the job by hand (job/'s JobQuery)
+and asks `memory_report` gets exactly what the command prints under --json; the query is the flags, parsed."""
+import json
+
+from parasim.cli import main
+from parasim.estimate.memory import Plan
+from parasim.estimate.models import get_model
+from parasim.estimate.traffic import gpu_presets
+from parasim.job import GIB, JobQuery, Sources, memory_report
+from parasim.jsonout import dumps
+
+
+def _cli(capsys, *argv: str) -> dict:
+    assert main(["memory", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_a_query_built_by_hand_gives_the_commands_answer(capsys):
+    model = get_model("27b")
+    plan = Plan(tp=2, pp=2, world=16).check(model, 8192)
+    q = JobQuery(model, plan, 8192, "h100", gpu_presets()["h100"].usable, ("grad-reduce",))
+    got = json.loads(dumps(memory_report(q, critic=True).to_dict()))
+    assert got == _cli(capsys, "--model", "27b", "--tp", "2", "--pp", "2", "--gpus", "16", "--seq", "8192",
+                       "--gpu", "H100", "--overlap", "grad-reduce", "--critic")
+
+
+def test_the_units_and_the_usable_memory_are_the_querys(capsys):
+    model = get_model("27b")
+    plan = Plan(tp=8, world=8).check(model, 4096)
+    q = JobQuery(model, plan, 4096, "h200", 70 * GIB.size, units=GIB)
+    report = memory_report(q)
+    got = report.to_dict()
+    assert got["unit"] == "GiB" and got["usable"] == 70.0
+    assert got["fits"] == (report.breakdown.total <= 70 * 2 ** 30)
+    assert json.loads(dumps(got)) == _cli(capsys, "--model", "27b", "--tp", "8", "--gpus", "8", "--gib",
+                                          "--usable", "70")
+
+
+def test_the_sources_say_what_was_read(tmp_path):
+    """A query with no files read adds no "megatron" or "config" key; one with a config names its path."""
+    model = get_model("27b")
+    plan = Plan(tp=8, world=8).check(model, 4096)
+    bare = memory_report(JobQuery(model, plan, 4096, "h200", 1e11)).to_dict()
+    assert "megatron" not in bare and "config" not in bare
+    assert Sources().to_dict() == {}
+    from parasim.estimate.models import read_hf_config
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+                                "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000}))
+    hf = read_hf_config(str(path))
+    said = Sources(config=hf, config_path=str(path)).to_dict()
+    assert list(said) == ["config"] and said["config"]["path"] == str(path)
+    assert said["config"]["params"] == hf.model.total_params()
