@@ -51,3 +51,31 @@ def test_the_sources_say_what_was_read(tmp_path):
     said = Sources(config=hf, config_path=str(path)).to_dict()
     assert list(said) == ["config"] and said["config"]["path"] == str(path)
     assert said["config"]["params"] == hf.model.total_params()
+
+
+def test_fit_built_by_hand_gives_the_commands_answer(capsys):
+    """`parasim fit` for one layout is `fit_report`: the query's sequence left out, since it is the answer."""
+    from parasim.job import fit_report
+    model = get_model("27b")
+    plan = Plan(tp=8, world=8).check(model)
+    report = fit_report(JobQuery(model, plan, None, "h200", gpu_presets()["h200"].usable))
+    assert main(["fit", "--model", "27b", "--tp", "8", "--gpus", "8", "--json"]) == 0
+    assert json.loads(dumps(report.to_dict())) == json.loads(capsys.readouterr().out)
+    assert report.to_dict()["time"]["step_s"] > 0 and report.fit.seq > 0
+
+
+def test_a_memory_report_needs_its_sequence():
+    import pytest
+    from parasim.errors import UsageError
+    model = get_model("27b")
+    plan = Plan(tp=8, world=8).check(model)
+    with pytest.raises(UsageError, match="one sequence length"):
+        memory_report(JobQuery(model, plan, None, "h200", 1e11))
+
+
+def test_fit_seq_rounds_down_to_what_the_layout_splits_evenly():
+    # CP 2 cuts a sequence in 2 x 2 chunks, SP over TP 4 cuts each again: 16 tokens a step of length
+    from parasim.job import fit_seq
+    assert fit_seq(1000, Plan(tp=4, cp=2, sp=True, world=8)) == 992
+    assert fit_seq(1000, Plan(tp=4, cp=2, world=8)) == 1000
+    assert fit_seq(1001, Plan(world=1)) == 1000

@@ -342,8 +342,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from ..estimate.fit import fit, parse_nodes, search
-    from ..job import stage_summary, timed
+    from ..estimate.fit import parse_nodes, search
     model, sources = _model(args)
     job = sources.megatron
     gpu, key = _gpu(args)
@@ -390,19 +389,11 @@ def cmd_fit(args: argparse.Namespace) -> int:
         raise UsageError("fit --plot needs --search")
     if args.symbolic:
         return _fit_against_run(args, model, job, usable, units)
-    from ..estimate.traffic import attention_flops
+    from ..job import fit_report
     plan = _plan(args, model, job)
-    overlap = _overlap(args, job)
-    f = fit(model, plan, usable)
-    out = {**f.to_dict(unit), "unit": name}
-    if f.seq:
-        out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
-        out["time"] = timed(model, plan, f.seq, key, overlap)
-    out["stages"] = stage_summary(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
-    out.update(sources.to_dict())
-    if args.megatron_args and f.seq:
-        from .megatron import fit_seq
-        out["megatron_args"] = _written(model, plan, fit_seq(f.seq, plan), overlap, job)
+    report = fit_report(JobQuery(model, plan, None, key, usable, _overlap(args, job), units, sources),
+                        written=args.megatron_args)
+    out, f = report.to_dict(), report.fit
     if args.json:
         print_json(out)
         return 0
@@ -441,7 +432,7 @@ def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
     """A layout `fit --search` ranked, as the plan it was (Plan.to_dict's fields), on its node count; its
     sequence for a job (`seq_length`) set in `best`."""
     from ..estimate.memory import Plan
-    from .megatron import fit_seq
+    from ..job import fit_seq
     plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
                                         "micro_batch", "microbatches", "chunked_loss", "precision",
                                         "attention_kernel", "fusion", "dispatcher")},

@@ -82,12 +82,3 @@ def print_written(title: str, out: dict[str, Any]) -> None:
     from ..render.text import printable_lines
     print()
     print(printable_lines(args_lines(title, out)))
-
-
-def fit_seq(seq: int, plan: Any) -> int:
-    """The longest sequence a plan fits, rounded down to what its layout splits evenly (CP's 2 x cp chunks,
-    each cut over TP by SP): the --seq-length a job can run."""
-    unit = 2 * plan.cp * (plan.tp if plan.sp else 1)
-    return seq // unit * unit
-
-

@@ -10,6 +10,7 @@ from typing import Any
 from ..clock.critic import critique
 from ..clock.plan import plan_time
 from ..clock.uncertainty import held_out, step_range
+from ..errors import UsageError
 from ..estimate.kernels import NoMeasurement
 from ..estimate.memory import Breakdown, Plan, assumptions, breakdown
 from ..estimate.traffic import GpuSpec, gpu_presets, step_traffic
@@ -57,6 +58,8 @@ def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> M
     its time and stages; with `critic`, the rules of thumb the layout breaks and what breaking each costs; with
     `written`, the plan as Megatron-LM flags and the torchrun line that runs them."""
     model, plan, seq, unit = q.model, q.plan, q.seq, q.units.size
+    if seq is None:
+        raise UsageError("a memory report is for one sequence length: give the query its seq")
     bd = breakdown(model, plan, seq)
     timing = timed(model, plan, seq, q.gpu, q.overlap)
     traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}

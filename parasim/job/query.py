@@ -45,11 +45,12 @@ class Sources:
 class JobQuery:
     """A job to plan: `model` trained with `plan` on sequences of `seq` tokens on GPUs of type `gpu` (a key of
     estimate/hardware.py's table, lower case), the overlaps it turns on, the bytes a GPU may use (`usable`),
-    the unit to report in, and what was read to make the model and plan."""
+    the unit to report in, and what was read to make the model and plan. `seq` None asks how long a sequence
+    fits (`fit_report`); the memory report needs one."""
 
     model: ModelSpec
     plan: Plan
-    seq: int
+    seq: int | None
     gpu: str
     usable: float
     overlap: tuple[str, ...] = ()

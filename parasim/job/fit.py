@@ -1,0 +1,52 @@
+"""`parasim fit`'s answer for one layout as a value: the longest sequence the plan fits on its GPUs, the
+memory at that length, the attention's FLOPs and the step's time there, how the layers sit on stages and, when
+asked, the plan written as Megatron-LM flags at a length its layout splits evenly. `FitReport.to_dict` is the
+command's --json."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..estimate.fit import Fit, fit
+from ..estimate.memory import Plan
+from ..estimate.traffic import GpuSpec, attention_flops, gpu_presets
+from ..megatron.args import as_dict
+from .memory import stage_summary, timed
+from .query import JobQuery
+
+
+def fit_seq(seq: int, plan: Plan) -> int:
+    """The longest sequence a plan fits, rounded down to what its layout splits evenly (CP's 2 x cp chunks,
+    each cut over TP by SP): the --seq-length a job can run."""
+    unit = 2 * plan.cp * (plan.tp if plan.sp else 1)
+    return seq // unit * unit
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """The longest sequence `query`'s plan fits (`fit`, with the memory at that length), the GPU's preset and
+    the whole answer as --json writes it (`to_dict`)."""
+
+    query: JobQuery
+    fit: Fit
+    gpu: GpuSpec
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data
+
+
+def fit_report(q: JobQuery, written: bool = False) -> FitReport:
+    """The longest sequence one GPU of `q`'s plan holds (the query's own sequence is not read: it is the
+    answer), with its time and stages there; with `written`, the plan as Megatron-LM flags at that length."""
+    model, plan, unit = q.model, q.plan, q.units.size
+    f = fit(model, plan, q.usable)
+    out: dict[str, Any] = {**f.to_dict(unit), "unit": q.units.name}
+    if f.seq:
+        out["attention_flops"] = attention_flops(model, f.seq, plan.recompute)
+        out["time"] = timed(model, plan, f.seq, q.gpu, q.overlap)
+    out["stages"] = stage_summary(model, plan, f.at_max.stage, out["time"]["slowest_stage"] if f.seq else None)
+    out.update(q.sources.to_dict())
+    if written and f.seq:
+        out["megatron_args"] = as_dict(model, plan, fit_seq(f.seq, plan), q.overlap, q.sources.megatron)
+    return FitReport(q, f, gpu_presets()[q.gpu], out)
