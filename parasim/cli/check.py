@@ -2,13 +2,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..layout.axes import SIZED
 from ..jsonout import dumps
 from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
-from ..comm.trace import Trace
+
+if TYPE_CHECKING:  # a type only: the commands import nothing heavy before they run
+    from ..comm.trace import Trace
 
 # keep every collective's values (up to this many elements each, within the run's budget, limits.KEPT_VALUES):
 # other groups, ops and dims are tried on them

@@ -9,11 +9,13 @@ import os
 import signal
 import sys
 import threading
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from ..errors import OutputError, UsageError
 from ..limits import decimal, digits, size_arg
-from ..comm.trace import Trace
+
+if TYPE_CHECKING:  # a type only: the commands import nothing heavy before they run
+    from ..comm.trace import Trace
 
 # said by every command that runs a user's program on virtual ranks (their --help)
 SHARED_PROCESS = ("Virtual ranks share parasim's one process: a program that ends that process itself (os._exit, "

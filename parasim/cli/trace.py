@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import UsageError
 from ..limits import TRACE_EXPERT_LAYERS, TRACE_PASSES, at_most, check_plot_gpus
@@ -12,7 +12,9 @@ from ..layout.axes import SIZED
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, joins, path_text
 from .common import add_sizes, add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
-from ..comm.trace import Trace
+
+if TYPE_CHECKING:  # a type only: the commands import nothing heavy before they run
+    from ..comm.trace import Trace
 
 SIZES = (*SIZED, "world")  # a layout's sizes as the flags give them (layout/axes.py), and its GPUs
 
