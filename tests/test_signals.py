@@ -267,3 +267,65 @@ def test_an_interrupt_raised_again_on_the_way_out_still_exits_130():
     """)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert (done.returncode, done.stderr.strip(), done.stdout) == (130, "parasim: interrupted", "")
+
+
+# A signal in the middle of a worker's start, exactly: the hook sends it to this process as the launcher is
+# about to hand the fork server the pipes of rank 1. Taken there, the fork server would read a socket that closed early
+# and die printing an EOFError traceback (CI saw it once, under load, as "run: SIGTERM ... while they run").
+SIGNAL_IN_A_START = textwrap.dedent("""
+    import multiprocessing.reduction, os, signal, sys
+    real = multiprocessing.reduction.sendfds
+    def hook(sock, fds):
+        hook.calls = getattr(hook, "calls", 0) + 1
+        if hook.calls == 2:  # rank 1's start: rank 0's was answered, so the fork server is past its imports
+            os.kill(os.getpid(), getattr(signal, sys.argv[1]))
+        return real(sock, fds)
+    multiprocessing.reduction.sendfds = hook
+    import time
+    import parasim.comm.starter as starter
+    stop = starter.stop_starter
+    def stop_later():  # the fork server is given time to print what it would (stopped at once, it could not)
+        time.sleep(1.0)
+        stop()
+    starter.stop_starter = stop_later
+    from parasim.cli import main
+    sys.exit(main(["run", "collectives", "--nproc", "2", "--timeout", "30"]))
+""")
+
+
+@pytest.mark.parametrize("sig,want", [("SIGTERM", ("parasim: terminated", 143)),
+                                      ("SIGINT", ("parasim: interrupted", 130))])
+def test_a_signal_while_a_worker_starts_waits_for_the_start_then_ends_in_one_line(sig, want):
+    pytest.importorskip("torch")
+    proc = subprocess.Popen([sys.executable, "-c", SIGNAL_IN_A_START, sig], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=120)
+        left = _alive_in_session(proc.pid)
+        for _ in range(100):
+            if not left:
+                break
+            time.sleep(0.1)
+            left = _alive_in_session(proc.pid)
+    finally:
+        with __import__("contextlib").suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert left == []
+    assert (err.strip(), proc.returncode) == want, err[-3000:]
+
+
+def test_signals_held_hands_the_first_signal_on_once_the_block_is_over():
+    from parasim.comm.starter import signals_held
+    seen = []
+    before = signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(("handled", signum)))
+    try:
+        with signals_held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+            seen.append("inside")
+            os.kill(os.getpid(), signal.SIGTERM)
+        seen.append("after")
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert seen == ["inside", ("handled", signal.SIGTERM), "after"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -10,7 +10,7 @@ import glob
 import os
 import tempfile
 import time
-from typing import Any
+from typing import Any, Iterator
 
 
 LEFT_ALONE = 0.2  # seconds between a worker's looks at whether its launch still wants it
@@ -38,6 +38,34 @@ def leave_with(launcher: int, folder: str) -> None:
                 os._exit(1)
 
     threading.Thread(target=watch, name="parasim-launch-watch", daemon=True).start()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM wait until the block is over, then go where they went before. A worker's start is
+    a talk with the fork server (connect, hand over the pipes, write the pickled program); a signal that ends
+    the launcher in the middle of it leaves the server reading a socket that closed early, and it dies
+    printing an EOFError traceback on the command's stderr (the worker forked for it prints one too). Held
+    over each start, the signal ends the launch between two starts, where the launcher's cleanup kills the
+    workers already started. Only the main thread takes signals; elsewhere the block runs as it is."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        held.append(signum)
+
+    before = {sig: signal.signal(sig, hold) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+        if held:  # the first one, to what takes it now (a second would be ignored by the command's handler)
+            signal.raise_signal(held[0])
 
 
 def starter() -> Any:

@@ -23,7 +23,7 @@ from ..errors import CollectiveError, ParasimError, RankFailed, RealRunFailed, U
 from ..comm.rank_errors import ASK, REIMPORTED, STARTING, Watch, answer_where, ask_where, failure, guard_hint
 from ..comm.loopback import local_env, loopback_store
 from ..comm.sites import with_call_site
-from ..comm.starter import leave_with, starter, sweep_folders
+from ..comm.starter import leave_with, signals_held, starter, sweep_folders
 from ..comm.torchrun import job_store
 from ..comm.watchdog import raised_text
 
@@ -299,7 +299,8 @@ def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
         try:
             for p in procs:
                 try:
-                    p.start()
+                    with signals_held():
+                        p.start()
                 except (pickle.PicklingError, AttributeError, TypeError) as exc:
                     raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
                                      "need a function defined at a module's top level") from None
