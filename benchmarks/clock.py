@@ -9,7 +9,7 @@
    and a timeline per overlap switch to say what each would save).
 
 --tiny: the same on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches): under a second, for
-tests/test_benchmarks.py.
+tests/e2e/test_benchmarks.py.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@
     python benchmarks/collectives.py [--json] [--repeat N] [--tiny]
 
 --tiny: 64K float32 instead of 16M, 100 small calls instead of 2,000, one sample: under a second, for
-tests/test_benchmarks.py (the ratios are then mostly start-up and say little).
+tests/e2e/test_benchmarks.py (the ratios are then mostly start-up and say little).
 """
 from __future__ import annotations
 

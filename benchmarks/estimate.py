@@ -3,7 +3,7 @@ on 1 to 64 nodes of 8 GPUs, solved and ranked), in process and as a command, aga
 
     python benchmarks/estimate.py [--json] [--repeat N] [--tiny]
 
---tiny: 1 to 4 nodes, one sample (for tests/test_benchmarks.py).
+--tiny: 1 to 4 nodes, one sample (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 

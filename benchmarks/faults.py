@@ -8,7 +8,7 @@ Goal: under 2 s at 2,048 ranks, growing about linearly with the world.
 
     python benchmarks/faults.py [--json] [--worlds 512,1024,2048] [--tiny]
 
---tiny: worlds of 8 and 16 ranks (for tests/test_benchmarks.py).
+--tiny: worlds of 8 and 16 ranks (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 

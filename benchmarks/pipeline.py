@@ -4,7 +4,7 @@ same layers run unsplit on one rank.
 
     python benchmarks/pipeline.py [--json] [--tiny]
 
---tiny: 8 stages x 64 micro-batches, and 4 micro-batches through the executor (for tests/test_benchmarks.py).
+--tiny: 8 stages x 64 micro-batches, and 4 micro-batches through the executor (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from parasim.nn import Saved
 from parasim.nn.layer import Stack
 from parasim.examples.pipeline import _data, _layers, pipeline_run
 from parasim.pipeline.schedules import generate
-from parasim.pipeline.timing import simulate
+from parasim.pipeline.timing import time_schedule
 
 
 def unsplit(stages: int, m: int):
@@ -37,7 +37,7 @@ def main() -> None:
     args = ap.parse_args()
     stages, micro = (8, 64) if args.tiny else (64, 1024)
     t = time.perf_counter()
-    timing = simulate(generate("1f1b", stages, micro))
+    timing = time_schedule(generate("1f1b", stages, micro))
     big = time.perf_counter() - t
     m = 4 if args.tiny else 16
     t = time.perf_counter()

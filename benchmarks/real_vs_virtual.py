@@ -6,7 +6,7 @@ on gloo (with and without the signature exchange) against the same call on virtu
 
     python benchmarks/real_vs_virtual.py [--json] [--world N] [--tiny]
 
---tiny: 2 ranks and 20 calls instead of 200 (for tests/test_benchmarks.py). Real ranks need torch.
+--tiny: 2 ranks and 20 calls instead of 200 (for tests/e2e/test_benchmarks.py). Real ranks need torch.
 """
 from __future__ import annotations
 

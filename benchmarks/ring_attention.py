@@ -3,7 +3,7 @@ on one device, in one run: the ratio is what splitting the sequence over a ring 
 
     python benchmarks/ring_attention.py [--json] [--seq N] [--heads N] [--dim N] [--causal] [--tiny]
 
---tiny: 64 positions, 2 heads of 8 (for tests/test_benchmarks.py).
+--tiny: 64 positions, 2 heads of 8 (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 

@@ -14,7 +14,7 @@
    ZeRO-1, balanced routing, with the ranks of each stage folded onto one (engine/symbolic/fold.py) and the trace
    written out for all 2,048. Issue 20's target is 10 s and 2 GB on this 2-core machine.
 
---tiny (for tests/test_benchmarks.py): item 1 as it is, item 2 at 256 tokens on EP 8, item 3 as it is (symbolic:
+--tiny (for tests/e2e/test_benchmarks.py): item 1 as it is, item 2 at 256 tokens on EP 8, item 3 as it is (symbolic:
 cheap at any length), no item 4, and item 5 on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches).
 """
 from __future__ import annotations

@@ -5,7 +5,7 @@ trace). Measured in one run; goal <= 1.5x at sizes where the arithmetic dominate
     python benchmarks/tp_layer.py [--json] [--seq N] [--batch N] [--hidden N] [--heads N] [--sp] [--repeat N]
                                   [--tiny]
 
---tiny: s = 16, b = 1, h = 64, 8 heads, one sample (for tests/test_benchmarks.py).
+--tiny: s = 16, b = 1, h = 64, 8 heads, one sample (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 

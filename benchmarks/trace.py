@@ -3,7 +3,7 @@ the token path and the check against the unsplit model, against the 5 s goal. Me
 
     python benchmarks/trace.py [--json] [--tiny]
 
---tiny: the 16-GPU moe16 layout instead (for tests/test_benchmarks.py).
+--tiny: the 16-GPU moe16 layout instead (for tests/e2e/test_benchmarks.py).
 """
 from __future__ import annotations
 

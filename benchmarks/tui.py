@@ -18,7 +18,7 @@ data-parallel groups of 8 (the even ranks, the odd ranks): 200 logical steps, so
 
     python benchmarks/tui.py [--json] [--steps N] [--tiny]
 
---tiny (for tests/test_benchmarks.py): 10 rounds (100 events), 5 steps, the real-size case on the 27B model's
+--tiny (for tests/e2e/test_benchmarks.py): 10 rounds (100 events), 5 steps, the real-size case on the 27B model's
 TP8 + SP + PP2 preset (16 symbolic GPUs, 4 micro-batches), and the what-if of two lessons (tp-mlp, pp-zero-bubble).
 """
 from __future__ import annotations

@@ -69,8 +69,8 @@ def schedule_beside_the_post() -> list[Check]:
     """The schedule that ran (1F1B over 2 stages, 2 micro-batches) set beside the post's step-1 picture,
     and why they differ, worked out from the dependencies: a backward on node A needs node B's gradient."""
     from parasim.pipeline.schedules import generate
-    from parasim.pipeline.timing import simulate
-    slots = simulate(generate("1f1b", 2, len(REPLICAS[0]))).slots
+    from parasim.pipeline.timing import time_schedule
+    slots = time_schedule(generate("1f1b", 2, len(REPLICAS[0]))).slots
     ran = {node: [a or "." for a in row] for node, row in zip(("node A", "node B"), slots)}  # None: idle
     first_back = 1 + next(t for t, a in enumerate(ran["node A"]) if a.startswith("B"))
     # by hand: A's F1 in slot 1, B's F1 in 2 (it needs A's), B's B1 in 3 (it needs its F1), A's B1 in 4

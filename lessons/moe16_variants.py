@@ -14,7 +14,7 @@ from parasim.examples.moe16_unsplit import unsplit_run
 from parasim.layout import Layout, preset
 from parasim.lesson import Check, Lesson, Table, check
 from parasim.pipeline.schedules import generate
-from parasim.pipeline.timing import simulate
+from parasim.pipeline.timing import time_schedule
 
 WATCH = ("A", SEQUENCES["A"].index("contract"))
 POST = preset(LAYOUT)
@@ -47,7 +47,7 @@ def measure(layout: Layout) -> dict:
     stores = result.values[holder]["stores"]
     links = result.trace.bytes_by_link(layout.gpus_per_node)
     a2a = {len(e.ranks) for e in result.trace.events if e.op == "all_to_all"}
-    timing = simulate(generate("1f1b", layout.pp, MICRO_BATCHES))
+    timing = time_schedule(generate("1f1b", layout.pp, MICRO_BATCHES))
     return {"holder": holder, "experts": route["experts"], "expert_gpus": route["gpus"],
             "expert_values": stores["experts"], "attention_values": stores["tp shards"],
             "a2a_gpus": sorted(a2a), "across": sorted(g for g, row in links.items() if row["across"]),

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.comm.interface import Recv, Send
-from parasim.engine.tolerance import gamma, precision as tolerance_of
+from parasim.engine.tolerance import gamma, roundoff as tolerance_of
 from parasim.lesson import Check, Knob, Lesson, check
 from parasim.nn.ring_attention import online_softmax_step
 

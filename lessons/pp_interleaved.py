@@ -9,7 +9,7 @@ from parasim.lesson import Check, Knob, Lesson, Picture, check, knob
 from parasim.render.plot_moves import HANDOFF, plot_handoff
 from parasim.examples.pipeline import matches_unsplit, pipeline_figures, pipeline_run
 from parasim.pipeline.schedules import generate
-from parasim.pipeline.timing import simulate
+from parasim.pipeline.timing import time_schedule
 
 M, V = 4, 2
 
@@ -33,11 +33,11 @@ def checks(result) -> list[Check]:
     m, vv = knob(result, "m", M), knob(result, "chunks", V)  # micro-batches, chunks per GPU
     plain = run(lambda ctx: pipeline_run(ctx, "1f1b", m), p)
     (n, nbytes), (n1, nbytes1) = _p2p(result), _p2p(plain)
-    one = simulate(generate("1f1b", p, m))
+    one = time_schedule(generate("1f1b", p, m))
     # the same layers as this run (one per chunk) under 1F1B: cut into as many stages as the 1F1B run's,
     # so each of its actions runs chunks/stages layers and takes that many one-layer slots
     chunks, stages = _stages(v), _stages(plain.values)
-    thick = simulate(generate("1f1b", p, m), {"F": chunks // stages, "B": chunks // stages})
+    thick = time_schedule(generate("1f1b", p, m), {"F": chunks // stages, "B": chunks // stages})
     formula = Fraction(p - 1, vv * m + p - 1)
     if m >= p:  # the post's formulas: a round of p micro-batches fills the pipeline, so only fill and drain idle
         shape = [

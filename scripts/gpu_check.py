@@ -1,7 +1,7 @@
 """What a machine with CUDA GPUs can check of parasim's real ranks, printed as one markdown table.
 
 NCCL refuses two ranks on one GPU, so with G GPUs visible this runs:
-  - tests/test_nccl.py (pytest -m nccl);
+  - tests/e2e/test_nccl.py (pytest -m nccl);
   - NCCL: every lesson that runs on 1 rank, and with G >= 2 those that run on 2, 4, 8, 16 ranks (<= G);
   - gloo ranks with their tensors on the GPU (several ranks share one), every lesson on its own world,
     when `parasim run` has the `--device cuda` option (else a row says it is not checked);
@@ -138,8 +138,8 @@ def plan(lessons: Sequence[Any], machine: Machine, device_option: bool, python: 
     real = [x for x in lessons if x.backend == "virtual"]
     no_device = "`parasim run` has no --device option: its gloo ranks keep their tensors on the CPU (docs/gpu.md)"
     cuda_env = {DEVICE_ENV: "cuda"}
-    out = [Check("tests/test_nccl.py (pytest -m nccl)", "nccl", "cuda", "1" if g < 2 else f"1-{min(g, 8)}",
-                 [python, "-m", "pytest", "-q", "-m", "nccl", "tests/test_nccl.py", "-p", "no:cacheprovider"])]
+    out = [Check("tests/e2e/test_nccl.py (pytest -m nccl)", "nccl", "cuda", "1" if g < 2 else f"1-{min(g, 8)}",
+                 [python, "-m", "pytest", "-q", "-m", "nccl", "tests/e2e/test_nccl.py", "-p", "no:cacheprovider"])]
     # NCCL takes one GPU per rank: the worlds that fit the GPUs, one launch each
     for w in WORLDS:
         fit = tuple(x.name for x in real if x.fits(w))

@@ -27,7 +27,7 @@ from typing import Any, Callable
 
 WORLD = 2
 KINDS = ("all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "reduce", "scatter", "send_recv",
-         "barrier")  # scripts/gpu_programs.py's, in its order (tests/test_gpu_check.py holds them equal)
+         "barrier")  # scripts/gpu_programs.py's, in its order (tests/e2e/test_gpu_check.py holds them equal)
 
 
 def _calls(dist: Any, torch: Any, rank: int, device: Any) -> dict[str, Callable[[], bool]]:

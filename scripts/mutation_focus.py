@@ -2,7 +2,7 @@
 run only the test files that aim at it, in one interpreter, and record each mutant they kill in mutmut's
 results. mutmut itself then runs only what is left, against every test that reaches it.
 
-    .venv/bin/python scripts/mutation_focus.py parasim.nn.attention tests/test_nn_units.py tests/test_layer_exact.py
+    .venv/bin/python scripts/mutation_focus.py parasim.nn.attention tests/unit/nn/test_nn_units.py tests/refs/test_layer_exact.py
     bash scripts/mutation.sh "parasim.nn.attention*"      # the rest, with the whole suite
 
 A kill here is a kill: a listed test fails with the mutant active (or it runs past --timeout). A mutant
@@ -116,10 +116,12 @@ def main() -> int:
         names = [k for k in names if k in wanted]
     names = names[i::n]
     # run the tests from mutants/tests, as mutmut does: call sites are named from the package's root
-    for src in [*(ROOT / "tests").glob("*.py")]:
-        if not src.name.startswith("test_") or src.name in {Path(t).name for t in args.tests}:
-            shutil.copy2(src, MUTANTS / "tests" / src.name)
-    tests = [f"tests/{Path(t).name}" for t in args.tests]
+    tests = [Path(t).resolve().relative_to(ROOT).as_posix() for t in args.tests]
+    for src in sorted((ROOT / "tests").rglob("*.py")):
+        rel = src.relative_to(ROOT)
+        if not src.name.startswith("test_") or rel.as_posix() in tests:
+            (MUTANTS / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, MUTANTS / rel)
     reach = Reach(args.reach) if args.reach is not None else None
     os.chdir(MUTANTS)  # the mutated package, as mutmut runs it
     sys.path.insert(0, str(MUTANTS))

@@ -4,7 +4,7 @@ forward all-reduce ('g forward'), the page saved as a PNG.
 
     python scripts/serve_screenshot.py [--out docs/images/serve-tp-mlp.png] [--size 1200x800]
 
-tests/test_serve.py drives the browser with the helpers below. The page's text is read from xterm.js's own
+tests/e2e/test_serve.py drives the browser with the helpers below. The page's text is read from xterm.js's own
 buffer: textual-serve's script keeps its Terminal inside a closure, so a script that runs before the page's
 (HOOK) catches the Terminal when the page stores it as `this.terminal`, and `screen` reads its rows.
 Nothing leaves this machine: Selenium is given the driver's path (so Selenium Manager never runs or

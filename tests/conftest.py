@@ -35,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     def is_wrapper(frame) -> bool:
         return frame.f_code.co_filename.endswith(MUTMUT_TRAMPOLINE) or plain(frame)
 
-    is_wrapper.plain = plain  # the package's own test, for tests/test_hidden_state.py
+    is_wrapper.plain = plain  # the package's own test, for tests/unit/nn/test_hidden_state.py
     sites.is_wrapper = is_wrapper
 
 

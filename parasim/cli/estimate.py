@@ -262,13 +262,6 @@ def _print_job(args: argparse.Namespace, sources: Sources) -> None:
         print(printable_lines(config_lines(sources.config_path, sources.config)) + "\n")
 
 
-def _written(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...], job: Any) -> dict:
-    """--megatron-args: the plan as Megatron flags and the torchrun line that runs them (as the job it came from,
-    with --megatron FILE: what parasim does not model, written back as the job gives it)."""
-    from ..megatron.args import as_dict
-    return as_dict(model, plan, seq, overlap, job)
-
-
 def _print_written(out: dict, plan: Any) -> None:
     from ..megatron.args import describe
     from .megatron import print_written
@@ -342,7 +335,6 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_fit(args: argparse.Namespace) -> int:
-    from ..estimate.fit import parse_nodes, search
     model, sources = _model(args)
     job = sources.megatron
     gpu, key = _gpu(args)
@@ -358,16 +350,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.search and args.by == "time":
         return _search_by_time(args, model, sources, usable, units, (gpu, key))
     if args.search:
-        nodes = parse_nodes(args.nodes)
-        result = search(model, nodes, usable, args.gpus_per_node, args.top, **_search_choices(args, job))
-        result["usable"] = usable / unit
-        result["unit"] = name
-        result.update(sources.to_dict())
-        if args.megatron_args:  # each node count's best layout, as the job that runs it
-            for row in result["nodes"]:
-                if row["best"] is not None and row["best"]["max_seq_tokens"]:
-                    plan = _searched(row["best"], args, model)
-                    row["best"]["megatron_args"] = _written(model, plan, row["best"]["seq_length"], (), job)
+        from ..job.search import search_report
+        report = search_report(_search_query(args, model, sources, usable, units), written=args.megatron_args)
+        result = report.to_dict()
         if args.plot:
             from ..render.plots import plot_search
             plot_search(result, args.plot)
@@ -406,19 +391,23 @@ def cmd_fit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _search_query(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units) -> Any:
+    """fit --search's flags as the search they ask for."""
+    from ..estimate.fit import parse_nodes
+    from ..job.search import SearchQuery
+    return SearchQuery(model, parse_nodes(args.nodes), usable, _search_choices(args, sources.megatron),
+                       args.gpus_per_node, args.top, units, sources)
+
+
 def _search_by_time(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units,
                     gpu: tuple[Any, str]) -> int:
     """`fit --search --by time`: the layouts that fit, ranked by the step's time, and why each loses."""
-    from ..clock.fastest import search_by_time
-    from ..estimate.fit import parse_nodes
+    from ..job.search import time_search_report
     if args.megatron_args or args.plot:
         raise UsageError("--megatron-args and --plot go with --by length")
-    job = sources.megatron
-    result = search_by_time(model, parse_nodes(args.nodes), usable, args.seq or 4096, args.global_batch or 1024,
-                            gpu[1], args.gpus_per_node, args.top, _overlap(args, job), **_search_choices(args, job))
-    result["usable"] = usable / units.size
-    result["unit"] = units.name
-    result.update(sources.to_dict())
+    report = time_search_report(_search_query(args, model, sources, usable, units), args.seq or 4096,
+                                args.global_batch or 1024, gpu[1], _overlap(args, sources.megatron))
+    result = report.to_dict()
     if args.json:
         print_json(result)
         return 0
@@ -426,19 +415,6 @@ def _search_by_time(args: argparse.Namespace, model: Any, sources: Sources, usab
     from ..render.estimate_text import time_search_lines
     print(printable_lines(time_search_lines(model.name, result, gpu[0].name)))
     return 0
-
-
-def _searched(best: dict, args: argparse.Namespace, model: Any) -> Any:
-    """A layout `fit --search` ranked, as the plan it was (Plan.to_dict's fields), on its node count; its
-    sequence for a job (`seq_length`) set in `best`."""
-    from ..estimate.memory import Plan
-    from ..job import fit_seq
-    plan = Plan(**{k: best[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash",
-                                        "micro_batch", "microbatches", "chunked_loss", "precision",
-                                        "attention_kernel", "fusion", "dispatcher")},
-                dropout=not args.no_dropout, gpus_per_node=args.gpus_per_node).check(model)
-    best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
-    return plan
 
 
 def _fit_against_run(args: argparse.Namespace, model: Any, job: Any, usable: float, units: Units) -> int:

@@ -38,7 +38,7 @@ def _chunk_rules() -> str:
 def cmd_schedule(args: argparse.Namespace) -> int:
     from ..limits import SLOT_TABLE, SLOTS_PLOTTED, SLOTS_SHOWN
     from ..pipeline.schedules import check_layers, default_chunks, generate, rounds_note
-    from ..pipeline.timing import simulate
+    from ..pipeline.timing import time_schedule
 
     costs = {"B": args.backward_cost}  # the other kinds: their costs in the kind table
     plan = generate(args.schedule, args.pp, args.microbatches, args.chunks)
@@ -49,7 +49,7 @@ def cmd_schedule(args: argparse.Namespace) -> int:
                 + ([(SLOTS_PLOTTED, "--plot draws a box and a label for each slot")] if args.plot else [])
                 + ([] if args.json else [(SLOTS_SHOWN, ("the table prints every slot; --json gives up to "
                                                         f"{SLOT_TABLE:,}"))]))
-    timing = simulate(plan, costs, *bound)
+    timing = time_schedule(plan, costs, *bound)
     name = f"{args.schedule}, p={args.pp}, m={args.microbatches}" + (f", v={v}" if v > 1 else "")
     note = rounds_note(args.pp, args.microbatches, v) if args.schedule.startswith("interleaved") else None
     text = None

@@ -46,7 +46,7 @@ A2A_SOURCE = Source(
     "H100s, EP 8 (one node) to 64, hidden size 7168, sequence length 4096, 256 experts; 'communication latency "
     "only'; top-k, dtype and tokens a GPU not stated (taken as 8, BF16 and 4,096)")
 BASE = "alltoall"  # the dispatcher the others are held against
-PRECISIONS = {None: "megatron-bf16", "blockwise": "megatron-bf16-fp8-blockwise"}  # the case's fp8 -> the entry
+PRECISION_OF_FP8 = {None: "megatron-bf16", "blockwise": "megatron-bf16-fp8-blockwise"}  # the case's fp8 -> the entry
 
 
 @dataclass(frozen=True)
@@ -85,7 +85,7 @@ def plan_of(case: LayerCase) -> Plan:
     """The case's layout: one EP group of the test's size, TP 1, the test's tokens as one sequence, its
     dispatcher."""
     d = _data()
-    return Plan(tp=d["tp"], ep=d["ep"], dp=d["ep"], micro_batch=1, dropout=False, precision=PRECISIONS[case.fp8],
+    return Plan(tp=d["tp"], ep=d["ep"], dp=d["ep"], micro_batch=1, dropout=False, precision=PRECISION_OF_FP8[case.fp8],
                 dispatcher=case.dispatcher)
 
 
@@ -104,7 +104,7 @@ def rows() -> list[dict[str, Any]]:
         items = moe_block(proxy(c.model), plan_of(c), d["tokens"], m)
         fwd = sum(f for f, _ in items.values()) * 1e3
         bwd = sum(b for _, b in items.values()) * 1e3
-        out.append({"case": c.case, "model": c.model, "dispatcher": c.dispatcher, "precision": PRECISIONS[c.fp8],
+        out.append({"case": c.case, "model": c.model, "dispatcher": c.dispatcher, "precision": PRECISION_OF_FP8[c.fp8],
                     "forward_ms": c.forward_ms, "backward_ms": c.backward_ms, "parasim_forward_ms": fwd,
                     "parasim_backward_ms": bwd, "forward_error": _error(c.forward_ms, fwd),
                     "backward_error": _error(c.backward_ms, bwd),
@@ -139,7 +139,7 @@ def all_to_all_rows() -> list[dict[str, Any]]:
     m = machine(d["gpu"], GPUS_PER_NODE)
     out = []
     for ep, dispatch, combine, hybrid_dispatch, hybrid_combine in d["rows"]:
-        plan = Plan(tp=1, ep=ep, dp=ep, micro_batch=1, dropout=False, precision=PRECISIONS[None],
+        plan = Plan(tp=1, ep=ep, dp=ep, micro_batch=1, dropout=False, precision=PRECISION_OF_FP8[None],
                     dispatcher=BASE).check(model)
         timed = ep_seconds(model, plan, d["tokens"], m)
         row: dict[str, Any] = {"ep": ep, "nodes": -(-ep // GPUS_PER_NODE)}

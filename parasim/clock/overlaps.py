@@ -42,6 +42,10 @@ class Overlap:
     not_on_trace: str = ""  # why a trace has nothing for it to move
     not_in_plan: str = ""  # why a plan's step has nothing for it to hide
 
+    def moves(self, e: Any, paired: set[str]) -> bool:
+        """Whether this switch moves the trace's event `e` (a switch modelled only in a plan moves none)."""
+        return self.picks is not None and self.picks(e, paired)
+
 
 OVERLAPS: dict[str, Overlap] = {o.name: o for o in (
     Overlap("grad-reduce", "--overlap-grad-reduce (Megatron), FSDP's reduce-scatter",

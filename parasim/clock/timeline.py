@@ -159,7 +159,7 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
     for e in trace.events:
         if rep is not None and e.source is not None:
             continue  # a copy of an event that ran: timed as its source, below
-        how = next((o.how for o in chosen if o.picks is not None and o.picks(e, paired)), None)
+        how = next((o.how for o in chosen if o.moves(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
         for mem in e.members:
             r = mem.rank

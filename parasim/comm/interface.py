@@ -18,6 +18,11 @@ from .ring import RINGS, RingStep, ring_steps
 from .sites import call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
 from .texts import by_text, mismatch_error, p2p_mismatch_error, rank_list, ranks_text  # noqa: F401 (likewise)
 
+# An array as a program holds it: a numpy array on virtual ranks, a torch tensor on real ranks, a SymbolicArray
+# (shapes only) on symbolic ranks. Layers are written once for the three (through `ctx.xp`), so the name says
+# the role a value plays, not its class.
+Array = Any
+
 REDUCE_OPS = ("sum", "avg", "max", "min")
 ALGOS = ("direct", "ring")
 

@@ -80,7 +80,7 @@ def _contiguous(opt: Any) -> bool:
 def save_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> None:
     # pragma: no mutate block
     # (real ranks only: DCP runs in torch.distributed processes a mutation tester cannot switch; the
-    # gloo tests of tests/test_checkpoint.py check it, as they check comm/torchdist.py)
+    # gloo tests of tests/unit/dp/test_checkpoint.py check it, as they check comm/torchdist.py)
     """Every rank calls this after the same step: DCP writes the weights and the optimizer's state."""
     import torch
     import torch.distributed as dist

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from ..layout.placement import Partial, Replicate, parse
 from ..layout.placement import assemble as placement_assemble
 from ..comm.trace import Event, Trace
-from .tolerance import PRECISIONS, Closeness, allowed, counted, precision, rounds
+from .tolerance import ROUNDOFFS, Closeness, allowed, counted, rounds, roundoff
 
 # How far a split run's tensor may be from its reference's (engine/tolerance.py): each side's value went
 # through the roundings its rank's ctx.xp products and sums made (counted on virtual ranks, engine/work.py;
@@ -31,7 +31,7 @@ from .tolerance import PRECISIONS, Closeness, allowed, counted, precision, round
 # over pieces in another order stays inside; a wrong group or a missing sum is far outside (a whole piece).
 RULE = ("each side within gamma(k) = k u / (1 - k u) of the exact values, k the roundings counted on its ranks, "
         "of the largest magnitude of the terms")
-TOLERANCE = {"rule": RULE, "unit_roundoff": {name: p.u for name, p in PRECISIONS.items()}}
+TOLERANCE = {"rule": RULE, "unit_roundoff": {name: p.u for name, p in ROUNDOFFS.items()}}
 SHOWN = 32  # tensors up to this many values are given whole in the report (both values, for the app)
 
 
@@ -165,7 +165,7 @@ def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want
     side's plus its Partial sum's additions), of the largest magnitude of the terms."""
     dtypes = [np.asarray(p).dtype.name for x in (m, ref) for p in x.pieces.values()]
     # integers: their sums are exact, and float64's rounding of their size allows nothing
-    dtype = max([d for d in dtypes if rounds(d)], key=lambda d: precision(d).u, default="float64")
+    dtype = max([d for d in dtypes if rounds(d)], key=lambda d: roundoff(d).u, default="float64")
 
     def most(got: list[int], ranks: Any) -> int:
         return max((got[r] for r in ranks), default=0)

@@ -49,7 +49,7 @@ class RealOptions:
 DEVICES = ("auto", "cpu", "cuda")
 
 
-Job = tuple[Target, RealOptions]  # a program and the options it runs with (seed, keep_values, ...)
+RankJob = tuple[Target, RealOptions]  # a program and the options it runs with (seed, keep_values, ...)
 
 
 def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> None:
@@ -115,7 +115,7 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     return out if out is None else out[0]
 
 
-def run_jobs(jobs: list[Job], gather: bool = False, store: Any = None, watch: Watch | None = None) -> list[Any] | None:
+def run_jobs(jobs: list[RankJob], gather: bool = False, store: Any = None, watch: Watch | None = None) -> list[Any] | None:
     """Several programs one after another on this rank, in one process group (one start-up for all).
 
     Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
@@ -219,7 +219,7 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump(data, f)
 
 
-def _worker(jobs: list[Job], rank: int, world: int, port: int, folder: str, beats: Any, states: Any,
+def _worker(jobs: list[RankJob], rank: int, world: int, port: int, folder: str, beats: Any, states: Any,
             env: dict[str, str], launcher: int) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
     error) in `folder` and exit quietly; the launcher reports. `beats` and `states`: shared memory the
@@ -262,7 +262,7 @@ def launch(target: Target, nproc: int, opts: RealOptions) -> list[dict]:
     return launch_many([(target, opts)], nproc)[0]
 
 
-def launch_many(jobs: list[Job], nproc: int) -> list[list[dict]]:
+def launch_many(jobs: list[RankJob], nproc: int) -> list[list[dict]]:
     """Run several programs one after another on the same `nproc` local processes, paying the start-up
     (processes, torch import, rendezvous) once; return per job each rank's result, in rank order.
     Backend and timeout are the first job's (a job with another backend is refused).

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .launch import Job, RealOptions, Target, join_torchrun, launch_many
+from .launch import RankJob, RealOptions, Target, join_torchrun, launch_many
 from ..comm.trace import Trace
 from .tolerance import Closeness
 from .compare import compare
@@ -72,7 +72,7 @@ def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any
     return _compared(target, opts, results, startup, virtual_program)
 
 
-def run_real_many(jobs: list[Job], world: int) -> list[RealReport]:
+def run_real_many(jobs: list[RankJob], world: int) -> list[RealReport]:
     """Several programs on one launch of `world` local ranks (one start-up for all), each compared with
     its own virtual run. The start-up is shared: every report carries the whole of it."""
     t = time.perf_counter()

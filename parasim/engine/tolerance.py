@@ -23,28 +23,30 @@ from ..comm.ops import OPS
 
 
 @dataclass(frozen=True)
-class Precision:
+class Roundoff:
+    """How finely a dtype rounds: its unit roundoff (layout/precision.py's Precision is a training recipe's dtypes)."""
+
     name: str  # numpy's name of the dtype
     short: str  # as a verdict writes it
     u: float  # unit roundoff: 2^-p for p significant bits (the leading one counted)
 
 
-PRECISIONS = {p.name: p for p in (Precision("bfloat16", "bf16", 2.0 ** -8), Precision("float16", "fp16", 2.0 ** -11),
-                                  Precision("float32", "fp32", 2.0 ** -24), Precision("float64", "fp64", 2.0 ** -53))}
+ROUNDOFFS = {p.name: p for p in (Roundoff("bfloat16", "bf16", 2.0 ** -8), Roundoff("float16", "fp16", 2.0 ** -11),
+                                 Roundoff("float32", "fp32", 2.0 ** -24), Roundoff("float64", "fp64", 2.0 ** -53))}
 COMPLEX = {"complex64": "float32", "complex128": "float64"}  # each part rounds as its float does
 
 
-def precision(dtype: str | None) -> Precision:
-    """The precision a dtype rounds to; a float the table does not name (FP8, float128) by its own epsilon."""
+def roundoff(dtype: str | None) -> Roundoff:
+    """The unit roundoff of `dtype`; a float the table does not name (FP8, float128) by its own epsilon."""
     name = COMPLEX.get(dtype or "float64", dtype or "float64")
-    if name in PRECISIONS:
-        return PRECISIONS[name]
-    return Precision(name, name, float(ml_dtypes.finfo(np.dtype(name)).eps) / 2)
+    if name in ROUNDOFFS:
+        return ROUNDOFFS[name]
+    return Roundoff(name, name, float(ml_dtypes.finfo(np.dtype(name)).eps) / 2)
 
 
 def rounds(dtype: str) -> bool:
     """Whether a dtype's arithmetic rounds: floats (ml_dtypes' bfloat16 and FP8 included) and complex."""
-    if dtype in PRECISIONS or dtype in COMPLEX:
+    if dtype in ROUNDOFFS or dtype in COMPLEX:
         return True
     try:
         ml_dtypes.finfo(np.dtype(dtype))
@@ -83,7 +85,7 @@ class Closeness:
 
     def words(self) -> str:
         """'within 3 bf16 roundings of each sum: largest gap 0.0012 <= 0.0039' (or '> ...' past it)."""
-        p = precision(self.dtype)
+        p = roundoff(self.dtype)
         k = f"{self.roundings:,} {p.short} rounding{'s' if self.roundings != 1 else ''}"
         if math.isinf(self.bound):  # k u >= 1: the bound allows any gap, and says so
             return f"within {k} of {self.of}: largest gap {self.gap:.3g}, and {k} bound nothing ({p.u:.3g} each)"
@@ -98,7 +100,7 @@ class Closeness:
 def allowed(dtype: str | None, roundings: int, magnitude: Any) -> Any:
     """What two computations of the same sums may differ by: each within gamma(roundings) * magnitude of the
     exact result (magnitude: sum |x_i| of the terms, per element or as one number)."""
-    return 2 * gamma(roundings, precision(dtype).u) * magnitude
+    return 2 * gamma(roundings, roundoff(dtype).u) * magnitude
 
 
 def measure(got: np.ndarray, want: np.ndarray, dtype: str | None, roundings: int, magnitude: Any, of: str,

@@ -321,7 +321,7 @@ def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:
 def layer_saved_bytes(h: int, heads: int, kv: int, ffn: int, seq: int, batch: int, tp: int, sp: bool, cp: int = 1,
                       flash: bool = True, dropout: bool = True, mats: int = 2) -> float:
     """What one rank keeps for backward for one layer on one micro-batch of `batch` sequences of `seq`
-    tokens: the number tests/test_estimate_crosscheck.py compares with the engine's `Saved`."""
+    tokens: the number tests/refs/test_estimate_crosscheck.py compares with the engine's `Saved`."""
     tokens = seq * batch / cp
     lin = layer_bytes_per_token(h, heads, kv, ffn, tp, sp, mats=mats, dropout=dropout)
     return float(tokens * lin + tokens * seq * scores_bytes_per_token_key(heads, tp, flash, cp, dropout))

@@ -3,7 +3,7 @@
 Bytes are what one rank sends, per collective kind and axis, under the ring algorithm: an all-reduce of
 an N-byte buffer over t ranks sends 2(t-1)/t * N, a reduce-scatter or all-gather (t-1)/t * N (N the whole
 buffer). The per-layer counts follow the engine's layers call for call (parasim/nn), and
-tests/test_estimate_crosscheck.py holds them to the trace. Time is the clock's (parasim/clock/plan.py),
+tests/refs/test_estimate_crosscheck.py holds them to the trace. Time is the clock's (parasim/clock/plan.py),
 which times these layers' work and collectives on a GPU type.
 """
 from __future__ import annotations

@@ -11,7 +11,7 @@ from ..layout import ModelSpec
 from ..pipeline.executor import run_schedule
 from ..pipeline.stage import LayersStage
 from ..pipeline.schedules import generate
-from ..pipeline.timing import simulate
+from ..pipeline.timing import time_schedule
 from ..train.whole import dot_loss, forward_backward, whole_layers
 from ..engine.context import Context
 
@@ -34,7 +34,7 @@ def pipeline_run(ctx: Context, schedule: str, m: int, chunks: int | None = None,
     group = group or ctx.new_group(range(ctx.world), "pp")
     r = ctx.rank
     plan = generate(schedule, ctx.world, m, chunks)
-    timing = simulate(plan, costs)
+    timing = time_schedule(plan, costs)
     ctx.phase(phases[0])
     cells = [x or "." for x in timing.slots[r]]
     ctx.note("GPU %d: %s" % (r + 1, " ".join(cells)), table_row=r + 1, cells=cells)
@@ -109,13 +109,13 @@ def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> lis
     v, p = result.values, result.world
     bubble = Fraction(p - 1, M + p - 1)
     sends = sum(1 for e in result.trace.events if e.op == "p2p")
-    smallest = next(m for m in count(1) if simulate(generate(schedule, 8, m)).bubble < Fraction(1, 10))
+    smallest = next(m for m in count(1) if time_schedule(generate(schedule, 8, m)).bubble < Fraction(1, 10))
     return [
         check("bubble = (p-1)/(m+p-1), measured from the slot table", v[0]["bubble"], str(bubble)),
         check("every stage is busy 2m slots", [x["makespan"] - x["idle"] for x in v], [2 * M] * p),
         check("micro-batches whose activations a stage holds at once", [x["peak"] for x in v], peaks),
         check("point-to-point transfers: m activations and m gradients per stage boundary", sends, 2 * M * (p - 1)),
-        check("bubbles with m = 16 and m = 32", [round(float(simulate(generate(schedule, p, m)).bubble), 3)
+        check("bubbles with m = 16 and m = 32", [round(float(time_schedule(generate(schedule, p, m)).bubble), 3)
                                                   for m in (16, 32)],
               [round((p - 1) / (m + p - 1), 3) for m in (16, 32)]),
         # (p-1)/(m+p-1) < 1/10 exactly when m > 9(p-1)

@@ -21,7 +21,7 @@ from ..nn.layer import Stack, TransformerLayer
 from ..pipeline.action import Action
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
-from ..pipeline.timing import simulate
+from ..pipeline.timing import time_schedule
 from ..comm.trace import Trace
 from ..pipeline.stage import LayersStage
 from ..train.whole import dot_loss, forward_backward, sequences, whole_layers
@@ -95,7 +95,7 @@ def pipeline_part(ctx: Context, cfg: Config) -> dict:
     xp, r, p = ctx.xp, ctx.rank, cfg.world
     group = ctx.new_group(range(p), "pp")
     plan = generate(SCHEDULE, p, cfg.microbatches)
-    timing = simulate(plan)
+    timing = time_schedule(plan)
     ctx.phase(PP_PHASES[0], technique="pp")
     cells = [x or "." for x in timing.slots[r]]
     ctx.note("GPU %d: %s" % (r + 1, " ".join(cells)), table_row=r + 1, cells=cells)
@@ -152,7 +152,7 @@ def zero3_part(ctx: Context, cfg: Config) -> dict:
         z.step()  # Adam on this rank's shard only: nothing moves
     return {"loss": local, "keys": {z.key: list(z.keys) for z in layers},
             "grad_shards": grads, "weight_shards": {z.key: z.shard for z in layers},
-            "held": shard, "layer_values": layers[0].padded, "bubble": simulate(data_parallel_schedule(n)).bubble}
+            "held": shard, "layer_values": layers[0].padded, "bubble": time_schedule(data_parallel_schedule(n)).bubble}
 
 
 def both(cfg: Config, whole: bool = False) -> Callable[[Any], dict]:

@@ -8,7 +8,7 @@ commands (cli/estimate.py) parse flags into a `JobQuery`, call `memory_report` a
 """
 from .fit import FitReport, fit_report, fit_seq
 from .memory import MemoryReport, memory_report, stage_summary, timed
-from .query import GIB, JobQuery, Sources, Units
+from .query import GIB, JobQuery, JobReport, Sources, Units
 
-__all__ = ["FitReport", "GIB", "JobQuery", "MemoryReport", "Sources", "Units", "fit_report", "fit_seq",
+__all__ = ["FitReport", "GIB", "JobQuery", "JobReport", "MemoryReport", "Sources", "Units", "fit_report", "fit_seq",
            "memory_report", "stage_summary", "timed"]

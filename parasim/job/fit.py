@@ -9,10 +9,10 @@ from typing import Any
 
 from ..estimate.fit import Fit, fit
 from ..estimate.memory import Plan
-from ..estimate.traffic import GpuSpec, attention_flops, gpu_presets
+from ..estimate.traffic import attention_flops, gpu_presets
 from ..megatron.args import as_dict
 from .memory import stage_summary, timed
-from .query import JobQuery
+from .query import JobQuery, JobReport
 
 
 def fit_seq(seq: int, plan: Plan) -> int:
@@ -23,17 +23,10 @@ def fit_seq(seq: int, plan: Plan) -> int:
 
 
 @dataclass(frozen=True)
-class FitReport:
-    """The longest sequence `query`'s plan fits (`fit`, with the memory at that length), the GPU's preset and
-    the whole answer as --json writes it (`to_dict`)."""
+class FitReport(JobReport):
+    """The longest sequence the query's plan fits: `fit`, with the memory at that length."""
 
-    query: JobQuery
     fit: Fit
-    gpu: GpuSpec
-    data: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.data
 
 
 def fit_report(q: JobQuery, written: bool = False) -> FitReport:
@@ -49,4 +42,4 @@ def fit_report(q: JobQuery, written: bool = False) -> FitReport:
     out.update(q.sources.to_dict())
     if written and f.seq:
         out["megatron_args"] = as_dict(model, plan, fit_seq(f.seq, plan), q.overlap, q.sources.megatron)
-    return FitReport(q, f, gpu_presets()[q.gpu], out)
+    return FitReport(query=q, gpu=gpu_presets()[q.gpu], data=out, fit=f)

@@ -13,11 +13,11 @@ from ..clock.uncertainty import held_out, step_range
 from ..errors import UsageError
 from ..estimate.kernels import NoMeasurement
 from ..estimate.memory import Breakdown, Plan, assumptions, breakdown
-from ..estimate.traffic import GpuSpec, gpu_presets, step_traffic
+from ..estimate.traffic import gpu_presets, step_traffic
 from ..layout import ModelSpec
 from ..layout.stages import describe, stage_counts
 from ..megatron.args import as_dict
-from .query import JobQuery
+from .query import JobQuery, JobReport
 
 
 def timed(model: ModelSpec, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict[str, Any]:
@@ -40,17 +40,10 @@ def stage_summary(model: ModelSpec, plan: Plan, memory: int, slowest: int | None
 
 
 @dataclass(frozen=True)
-class MemoryReport:
-    """A job's memory, traffic and time: `breakdown` (the binding stage's bytes by item), the GPU's preset
-    and the whole answer as --json writes it (`to_dict`)."""
+class MemoryReport(JobReport):
+    """A job's memory, traffic and time: `breakdown` is the binding stage's bytes by item."""
 
-    query: JobQuery
     breakdown: Breakdown
-    gpu: GpuSpec
-    data: dict[str, Any]
-
-    def to_dict(self) -> dict[str, Any]:
-        return self.data
 
 
 def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> MemoryReport:
@@ -71,4 +64,4 @@ def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> M
         out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
     if critic:
         out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap)]
-    return MemoryReport(q, bd, gpu_presets()[q.gpu], out)
+    return MemoryReport(query=q, gpu=gpu_presets()[q.gpu], data=out, breakdown=bd)

@@ -6,6 +6,7 @@ from typing import Any
 
 from ..estimate.memory import Plan
 from ..estimate.models import HFConfig
+from ..estimate.traffic import GpuSpec
 from ..layout import ModelSpec
 
 
@@ -56,3 +57,16 @@ class JobQuery:
     overlap: tuple[str, ...] = ()
     units: Units = Units()
     sources: Sources = Sources()
+
+
+@dataclass(frozen=True)
+class JobReport:
+    """What every planning command answers with: the query it answered, the GPU's preset, and the whole answer
+    as its --json writes it (`to_dict`). Each command's report adds the value its text is drawn from."""
+
+    query: JobQuery
+    gpu: GpuSpec
+    data: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.data

@@ -192,16 +192,20 @@ class ModelSpec:
         if self.experts and self.top_k is None:
             missing.append("top_k")
         if missing:
-            raise LayoutError(f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}"
-                              + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else ""))
+            raise self._lacking(missing)
         return self
 
     def size(self, name: str) -> int:
-        """The size `name` (layers, hidden, seq, ...), given (a model that lacks it says so)."""
+        """The size `name` (layers, hidden, seq, top_k, ...), given (a model that lacks it says so)."""
         value = getattr(self, name)
         if value is None:
-            raise LayoutError(f"model {self.name or '(unnamed)'} lacks {name}")
+            raise self._lacking([name])
         return int(value)
+
+    def _lacking(self, missing: list[str]) -> LayoutError:
+        """The one error for sizes a model does not give (`require`, `size`, `k`)."""
+        return LayoutError(f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}"
+                           + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else ""))
 
     # -- shapes --------------------------------------------------------------------------------------
     @property
@@ -217,9 +221,7 @@ class ModelSpec:
     @property
     def k(self) -> int:
         """The experts each token is routed to (an MoE model's top-k, which `require` asks for)."""
-        if self.top_k is None:
-            raise LayoutError(f"model {self.name or '(unnamed)'} lacks top_k (an MoE model needs its top-k: --top-k)")
-        return self.top_k
+        return self.size("top_k")
 
     @property
     def latent(self) -> bool:

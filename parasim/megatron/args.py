@@ -1,8 +1,8 @@
 """A plan written back as Megatron-LM flags and the torchrun line that runs it: what `--megatron-args` prints.
-Reading these flags with `--megatron` gives the same layout and step (tests/test_megatron.py). A plan made
+Reading these flags with `--megatron` gives the same layout and step (tests/unit/megatron/test_megatron.py). A plan made
 from a job (`--megatron FILE`) is written back as that job: its precision, its positions, its tokenizer and
 every flag parasim does not model, as read, with only what parasim decides (the layout, the step, the
-shapes) in parasim's words (tests/test_megatron_roundtrip.py)."""
+shapes) in parasim's words (tests/unit/megatron/test_megatron_roundtrip.py)."""
 from __future__ import annotations
 
 import re

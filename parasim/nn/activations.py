@@ -5,12 +5,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..comm.interface import Array
 
-def relu(xp: Any, x: Any) -> Any:
+
+def relu(xp: Any, x: Array) -> Array:
     return xp.where(x > 0, x, xp.zeros_like(x))
 
 
-def relu_backward(xp: Any, x: Any, dy: Any) -> Any:
+def relu_backward(xp: Any, x: Array, dy: Array) -> Array:
     """ReLU'(0) = 0, as in PyTorch."""
     return xp.where(x > 0, dy, xp.zeros_like(dy))
 
@@ -18,12 +20,12 @@ def relu_backward(xp: Any, x: Any, dy: Any) -> Any:
 _C = math.sqrt(2.0 / math.pi)
 
 
-def gelu(xp: Any, x: Any) -> Any:
+def gelu(xp: Any, x: Array) -> Array:
     """GeLU, tanh form (PyTorch's approximate='tanh')."""
     return 0.5 * x * (1.0 + xp.tanh(_C * (x + 0.044715 * x * x * x)))
 
 
-def gelu_backward(xp: Any, x: Any, dy: Any) -> Any:
+def gelu_backward(xp: Any, x: Array, dy: Array) -> Array:
     inner = _C * (x + 0.044715 * x * x * x)
     th = xp.tanh(inner)
     d_inner = _C * (1.0 + 3 * 0.044715 * x * x)

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+from ..comm.interface import Array
 from ..layout import LayoutError, check_heads
 from .core import ParallelContext, Saved, Weights
 from .dropout import dropout_mask
@@ -35,10 +36,10 @@ class AttentionWeights:
     """The attention block's weights, whole: Q, K and V ([hidden, heads x d], kv heads for K and V), the
     output projection ([heads x d, hidden]) and their biases (None: no bias)."""
 
-    wq: Any
-    wk: Any
-    wv: Any
-    wo: Any
+    wq: Array
+    wk: Array
+    wv: Array
+    wo: Array
     bq: Any = None
     bk: Any = None
     bv: Any = None
@@ -93,18 +94,18 @@ class ParallelAttention(Weights):
         group = self.heads // self.kv_heads
         self.kv_of = [self.kv_local.index(h // group) for h in self.q_heads]
 
-    def _split(self, y: Any) -> tuple[Any, Any, Any]:
+    def _split(self, y: Array) -> tuple[Any, Any, Any]:
         """[s, b, cols] -> q [b, hq, s, d], k and v [b, hkv, s, d]."""
         xp, d = self.par.xp, self.d
         s, b = y.shape[0], y.shape[1]
         nq, nk = len(self.q_heads) * d, len(self.kv_local) * d
 
-        def heads(part: Any, n: int) -> Any:
+        def heads(part: Array, n: int) -> Array:
             return xp.permute_dims(xp.reshape(part, (s, b, n, d)), (1, 2, 0, 3))
         return (heads(y[..., :nq], len(self.q_heads)), heads(y[..., nq:nq + nk], len(self.kv_local)),
                 heads(y[..., nq + nk:], len(self.kv_local)))
 
-    def _probs(self, q: Any, k: Any) -> Any:
+    def _probs(self, q: Array, k: Array) -> Array:
         xp = self.par.xp
         kk = xp.take(k, xp.asarray(self.kv_of), axis=1)  # the kv head each q head reads
         scores = xp.matmul(q, xp.permute_dims(kk, (0, 1, 3, 2))) / math.sqrt(self.d)
@@ -115,7 +116,7 @@ class ParallelAttention(Weights):
         e = xp.exp(scores)
         return e / xp.sum(e, axis=-1, keepdims=True)
 
-    def _mask(self, probs: Any) -> Any:
+    def _mask(self, probs: Array) -> Any:
         b, _, s, _ = probs.shape
         return dropout_mask(self.par, f"{self.key}.probs", (b, self.heads, s, s), self.p, probs.dtype,
                             (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
@@ -127,7 +128,7 @@ class ParallelAttention(Weights):
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
         return RingAttention(par.ctx, par.cp_group, par.seq, split=par.cp_split, causal=True, name=f"{self.name}.ring")
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         xp = self.par.xp
         y, c_qkv = self.qkv.forward(x, saved)
         q, k, v = self._split(y)
@@ -158,7 +159,7 @@ class ParallelAttention(Weights):
         out, c_out = self.out.forward(o, saved)
         return out, (c_qkv, q, k, v, None if self.flash else (probs, mask, dropped), c_out)
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         xp = self.par.xp
         c_qkv, q, k, v, kept, c_out = cache
         if kept is not None and isinstance(kept[0], str):  # ("ring", ring, its cache)
@@ -188,14 +189,14 @@ class ParallelAttention(Weights):
         dkk = xp.matmul(xp.permute_dims(dscores, (0, 1, 3, 2)), q)
         return self._qkv_backward(c_qkv, dq, self._fold(dkk, k.shape), self._fold(dvv, v.shape), s, b_)
 
-    def _qkv_backward(self, c_qkv: tuple, dq: Any, dk: Any, dv: Any, s: int, b_: int) -> Any:
+    def _qkv_backward(self, c_qkv: tuple, dq: Array, dk: Array, dv: Array, s: int, b_: int) -> Any:
         xp = self.par.xp
 
-        def cols(a: Any) -> Any:  # [b, h, s, d] -> [s, b, h*d]
+        def cols(a: Array) -> Any:  # [b, h, s, d] -> [s, b, h*d]
             return xp.reshape(xp.permute_dims(a, (2, 0, 1, 3)), (s, b_, a.shape[1] * self.d))
         return self.qkv.backward(c_qkv, xp.concat([cols(dq), cols(dk), cols(dv)], axis=-1))
 
-    def _fold(self, per_q: Any, shape: tuple) -> Any:
+    def _fold(self, per_q: Array, shape: tuple) -> Array:
         """Sum the gradients of q heads that share a kv head onto that kv head."""
         xp = self.par.xp
         if list(self.kv_of) == list(range(shape[1])):  # one q head per kv head: nothing to sum

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
-from ..comm.interface import Group
+from ..comm.interface import Array, Group
 from ..layout import LayoutError
 from ..layout.placement import Partial, Replicate, Shard, local
 from .ring_attention import SequenceSplit
@@ -131,30 +131,30 @@ class ParallelContext:
     def comm(self) -> Any:
         return self.ctx.comm
 
-    def shard(self, full: Any, dim: int) -> Any:
+    def shard(self, full: Array, dim: int) -> Array:
         """This rank's slice of a whole tensor along `dim` over TP (a copy, so it owns its memory)."""
         return local(full, Shard(dim), self.tp_world_size, self.tp_rank, self.xp)
 
     # The conjugate operators of Megatron-LM. f: identity forward, all-reduce backward (every rank used
     # the same input, so its gradient is what all of them send back, added). g: the reverse.
-    def f_forward(self, x: Any) -> Any:
+    def f_forward(self, x: Array) -> Any:
         return x
 
-    def f_backward(self, dx: Any) -> Any:
+    def f_backward(self, dx: Array) -> Any:
         return dx if self.tp_world_size == 1 else self.comm.all_reduce(dx, group=self.tp_group, label="f backward")
 
-    def g_forward(self, y: Any) -> Any:
+    def g_forward(self, y: Array) -> Any:
         return y if self.tp_world_size == 1 else self.comm.all_reduce(y, group=self.tp_group, label="g forward")
 
-    def g_backward(self, dy: Any) -> Any:
+    def g_backward(self, dy: Array) -> Any:
         return dy
 
     # Sequence parallelism splits the all-reduce into its halves: all-gather the sequence before a
     # column-parallel block, reduce-scatter it after a row-parallel one (and the reverse in backward).
-    def gather_seq(self, x: Any, label: str) -> Any:
+    def gather_seq(self, x: Array, label: str) -> Any:
         return x if self.tp_world_size == 1 else self.comm.all_gather(x, dim=0, group=self.tp_group, label=label)
 
-    def scatter_seq(self, y: Any, label: str) -> Any:
+    def scatter_seq(self, y: Array, label: str) -> Any:
         return y if self.tp_world_size == 1 else self.comm.reduce_scatter(y, dim=0, group=self.tp_group, label=label)
 
 
@@ -176,9 +176,9 @@ class Layer(Protocol):
 
     placements: Any
 
-    def forward(self, x: Any, saved: Any) -> tuple[Any, Any]: ...
+    def forward(self, x: Array, saved: Any) -> tuple[Any, Any]: ...
 
-    def backward(self, cache: Any, dy: Any) -> Any: ...
+    def backward(self, cache: Any, dy: Array) -> Array: ...
 
     def params(self) -> dict[str, Any]: ...
 
@@ -230,7 +230,7 @@ class Saved:
     # hand on (`ctx.mark`, for `parasim check`) under names that say which data and which layer
     tag: str | None = None
 
-    def keep(self, layer: str, name: str, x: Any, unit: int | None = None) -> Any:
+    def keep(self, layer: str, name: str, x: Array, unit: int | None = None) -> Any:
         if unit is None:
             size = int(getattr(x.dtype, "itemsize", 8))
             unit = 2 if size == 8 else size  # an exact run's float64 stands for 16-bit training
@@ -247,7 +247,7 @@ class Saved:
         return out
 
 
-def _numel(x: Any) -> int:
+def _numel(x: Array) -> int:
     n = 1
     for d in x.shape:
         n *= int(d)

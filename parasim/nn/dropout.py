@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .core import Saved, ParallelContext
 
 
@@ -18,7 +19,7 @@ class Dropout:
     def __init__(self, par: ParallelContext, p: float, key: str, name: str = "dropout"):
         self.par, self.p, self.key, self.name = par, p, key, name
 
-    def forward(self, x: Any, saved: Saved, full_shape: tuple[int, ...], index: tuple = ()) -> tuple[Any, Any]:
+    def forward(self, x: Array, saved: Saved, full_shape: tuple[int, ...], index: tuple = ()) -> tuple[Any, Any]:
         """`full_shape`: the tensor's shape on one device; `index`: this rank's slice of it."""
         if self.p == 0:
             return x, None
@@ -26,5 +27,5 @@ class Dropout:
         saved.keep(self.name, "mask", mask, unit=1)
         return x * mask / (1.0 - self.p), mask
 
-    def backward(self, mask: Any, dy: Any) -> Any:
+    def backward(self, mask: Array, dy: Array) -> Array:
         return dy if mask is None else dy * mask / (1.0 - self.p)

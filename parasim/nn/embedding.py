@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .core import ParallelContext, Saved, Shard, Weights
 
 
-def owned_one_hot(par: ParallelContext, ids: Any, vocab: int) -> Any:
+def owned_one_hot(par: ParallelContext, ids: Array, vocab: int) -> Array:
     """A one-hot of each token over this rank's vocabulary slice (all zero for tokens it does not own)."""
     n = vocab // par.tp_world_size
     mine = par.xp.arange(n) + par.tp_rank * n  # the token ids this rank owns: a contiguous block
@@ -21,13 +22,13 @@ def owned_one_hot(par: ParallelContext, ids: Any, vocab: int) -> Any:
 
 
 class VocabParallelEmbedding(Weights):
-    def __init__(self, par: ParallelContext, weight: Any, name: str = "embedding"):
+    def __init__(self, par: ParallelContext, weight: Array, name: str = "embedding"):
         self.par, self.name, self.vocab = par, name, weight.shape[0]
         self.placements = {"weight": {"tp": Shard(0)}}  # rows of the vocabulary
         self.weight = par.shard(weight, 0)
         self.grads: dict[str, Any] = {}
 
-    def forward(self, ids: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, ids: Array, saved: Saved) -> tuple[Array, tuple]:
         """ids [s, b] (whole sequence on every rank) -> [s, b, h] (this rank's tokens under SP)."""
         par, xp = self.par, self.par.xp
         onehot = owned_one_hot(par, ids, self.vocab)
@@ -35,7 +36,7 @@ class VocabParallelEmbedding(Weights):
         y = par.scatter_seq(partial, f"{self.name}: reduce-scatter") if par.sp else par.g_forward(partial)
         return y, (onehot,)
 
-    def backward(self, cache: tuple, dy: Any) -> None:
+    def backward(self, cache: tuple, dy: Array) -> None:
         par, xp = self.par, self.par.xp
         (onehot,) = cache
         full = par.gather_seq(dy, f"{self.name} backward: all-gather") if par.sp else par.g_backward(dy)
@@ -49,7 +50,7 @@ class VocabParallelCrossEntropy:
     def __init__(self, par: ParallelContext, vocab: int, name: str = "loss"):
         self.par, self.vocab, self.name = par, vocab, name
 
-    def forward(self, logits: Any, targets: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, logits: Array, targets: Array, saved: Saved) -> tuple[Array, tuple]:
         par, xp = self.par, self.par.xp
         comm, group, alone = par.comm, par.tp_group, par.tp_world_size == 1
         local_max = xp.max(logits, axis=-1)
@@ -67,7 +68,7 @@ class VocabParallelCrossEntropy:
             count *= int(n)
         return xp.sum(losses) / count, (e, total, onehot, count)
 
-    def backward(self, cache: tuple) -> Any:
+    def backward(self, cache: tuple) -> Array:
         """d(mean loss)/d(logits) of this rank's vocabulary slice: (softmax - onehot) / tokens. No communication."""
         e, total, onehot, count = cache
         return (e / total[..., None] - onehot) / count

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .attention import AttentionOptions, AttentionWeights, HeadCounts, ParallelAttention
 from .core import Saved, ParallelContext
 from .dropout import Dropout
@@ -74,7 +75,7 @@ class TransformerLayer:
                                    name=f"{name}.mlp")
         self.drop2 = Dropout(par, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
 
-    def _where(self, x: Any) -> tuple[tuple[int, ...], tuple]:
+    def _where(self, x: Array) -> tuple[tuple[int, ...], tuple]:
         """The whole activation's shape and this rank's slice of it: its CP tokens, then its SP share."""
         par = self.par
         if par.cp_world_size == 1:
@@ -84,7 +85,7 @@ class TransformerLayer:
             return (n * par.tp_world_size, *x.shape[1:]), (slice(par.tp_rank * n, (par.tp_rank + 1) * n),)
         return (par.seq, *x.shape[1:]), (par.xp.asarray(par.token_positions()),)
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         full, index = self._where(x) if self.drop1.p or self.drop2.p else ((), ())  # only masks need them
         h, c_ln1 = self.ln1.forward(x, saved)
         a, c_attn = self.attn.forward(h, saved)
@@ -96,14 +97,14 @@ class TransformerLayer:
         y = self._mark(saved.tag, "out", x2 + m)
         return y, (c_ln1, c_attn, m1, c_ln2, c_mlp, m2, saved.tag)
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         c_ln1, c_attn, m1, c_ln2, c_mlp, m2, tag = cache
         dm = self.drop2.backward(m2, dy)
         dx2 = self._mark(tag, "after-attn.grad", dy + self.ln2.backward(c_ln2, self.mlp.backward(c_mlp, dm)))
         da = self.drop1.backward(m1, dx2)
         return self._mark(tag, "in.grad", dx2 + self.ln1.backward(c_ln1, self.attn.backward(c_attn, da)))
 
-    def _mark(self, tag: str | None, what: str, x: Any) -> Any:
+    def _mark(self, tag: str | None, what: str, x: Array) -> Any:
         """With a tag, mark an activation (out, after-attn) or a gradient (in.grad, after-attn.grad) of the
         layer for `parasim check` as `tag.key.what`: this rank holds the rows of its tokens (CP slice, SP
         share) whole, a copy of every other rank's with the same tokens; the unsplit model marks every row."""
@@ -201,14 +202,14 @@ class Stack:
             layer.load({k[len(prefix):]: v for k, v in new.items() if k.startswith(prefix)})
 
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, list]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Any, list]:
         caches = []
         for layer in self.layers:
             x, c = layer.forward(x, saved)
             caches.append(c)
         return x, caches
 
-    def backward(self, caches: list, dy: Any) -> Any:
+    def backward(self, caches: list, dy: Array) -> Array:
         for layer, c in zip(reversed(self.layers), reversed(caches)):
             dy = layer.backward(c, dy)
         return dy

@@ -9,21 +9,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .core import ParallelContext, Saved, Weights
 from ..layout.placement import Partial, Replicate, Shard, settle
 
 
-def _weight_grad(xp: Any, x: Any, dy: Any) -> Any:
+def _weight_grad(xp: Any, x: Array, dy: Array) -> Array:
     """dW = sum over every leading dim of x^T dy: [.., in] x [.., out] -> [in, out]."""
     lead = list(range(x.ndim - 1))
     return xp.tensordot(x, dy, axes=(lead, lead))
 
 
-def _bias_grad(xp: Any, dy: Any) -> Any:
+def _bias_grad(xp: Any, dy: Array) -> Array:
     return xp.sum(dy, axis=tuple(range(dy.ndim - 1)))
 
 
-def mark_output(par: ParallelContext, tag: str | None, name: str, y: Any, p: Any, rows: Any) -> None:
+def mark_output(par: ParallelContext, tag: str | None, name: str, y: Array, p: Array, rows: Array) -> None:
     """With a tag (`Saved.tag`), mark a layer's output for `parasim check` as `tag.name.out`: placed `p` over
     TP, and with CP the rows (sequence positions) this rank holds of the whole sequence (a method giving
     them: asked only when marking)."""
@@ -37,14 +38,14 @@ class _Linear(Weights):
 
     grads: dict[str, Any]
 
-    def _accumulate(self, key: str, g: Any) -> None:
+    def _accumulate(self, key: str, g: Array) -> None:
         self.grads[key] = g if key not in self.grads else self.grads[key] + g
 
 
 class ColumnParallelLinear(_Linear):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
-    def __init__(self, par: ParallelContext, weight: Any, bias: Any = None, name: str = "column", columns: Any = None):
+    def __init__(self, par: ParallelContext, weight: Array, bias: Array = None, name: str = "column", columns: Array = None):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
         self.par, self.name, self.even = par, name, columns is None
@@ -60,7 +61,7 @@ class ColumnParallelLinear(_Linear):
             self.bias = None if bias is None else par.xp.take(bias, idx, axis=0)
         self.grads: dict[str, Any] = {}
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         par, xp = self.par, self.par.xp
         # f: every rank needs the whole input. Under SP the input arrives split by sequence: gather it.
         full = par.gather_seq(x, f"{self.name}: all-gather the sequence") if par.sp else par.f_forward(x)
@@ -73,7 +74,7 @@ class ColumnParallelLinear(_Linear):
             mark_output(par, saved.tag, self.name, y, Shard(y.ndim - 1), rows)
         return y, (x,)
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         par, xp = self.par, self.par.xp
         (x,) = cache
 
@@ -93,7 +94,7 @@ class RowParallelLinear(_Linear):
     """y = sum_i x_i W[block i, :] (+ b). Input sharded on its last dim, output replicated (sequence-sharded
     under SP) once the partial sums are reduced."""
 
-    def __init__(self, par: ParallelContext, weight: Any, bias: Any = None, name: str = "row"):
+    def __init__(self, par: ParallelContext, weight: Array, bias: Array = None, name: str = "row"):
         self.par, self.name = par, name
         # input sharded on its last dim; output a partial sum until g (or SP's reduce-scatter) sums it.
         # The bias is added after the sum, whole on every rank; under SP each rank adds it to its own
@@ -103,7 +104,7 @@ class RowParallelLinear(_Linear):
         self.bias = None if bias is None else par.xp.asarray(bias, copy=True)
         self.grads: dict[str, Any] = {}
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         par, xp = self.par, self.par.xp
         saved.keep(self.name, "input", x)
         partial = xp.matmul(x, self.weight)
@@ -116,7 +117,7 @@ class RowParallelLinear(_Linear):
             mark_output(par, saved.tag, self.name, y, Shard(0) if par.sp else Replicate(), None)
         return y, (x,)
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         par, xp = self.par, self.par.xp
         (x,) = cache
 

@@ -4,19 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .activations import ACTIVATIONS
 from .core import ParallelContext, Saved, Weights
 from .linear import ColumnParallelLinear, RowParallelLinear
 
 
 class ParallelMLP(Weights):
-    def __init__(self, par: ParallelContext, w1: Any, w2: Any, b1: Any = None, b2: Any = None, act: str = "gelu",
+    def __init__(self, par: ParallelContext, w1: Array, w2: Array, b1: Array = None, b2: Array = None, act: str = "gelu",
                  name: str = "mlp"):
         self.par, self.name, self.act = par, name, act
         self.fc1 = ColumnParallelLinear(par, w1, b1, name=f"{name}.fc1")
         self.fc2 = RowParallelLinear(par, w2, b2, name=f"{name}.fc2")
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         xp = self.par.xp
         h, c1 = self.fc1.forward(x, saved)
         saved.keep(self.name, "activation input", h)
@@ -24,7 +25,7 @@ class ParallelMLP(Weights):
         y, c2 = self.fc2.forward(a, saved)
         return y, (c1, h, c2)
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         c1, h, c2 = cache
         da = self.fc2.backward(c2, dy)
         dh = ACTIVATIONS[self.act][1](self.par.xp, h, da)

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..comm.interface import Group
+from ..comm.interface import Array, Group
 from ..errors import ParasimError, UsageError
 from ..layout import LayoutError
 from .activations import ACTIVATIONS
@@ -93,7 +93,7 @@ class MoE(Weights):
         return expert // self.per
 
     # -- forward -------------------------------------------------------------------------------------
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         xp = self.par.xp
         shape = x.shape
         h, n_exp = shape[-1], self.router.shape[1]
@@ -152,7 +152,7 @@ class MoE(Weights):
         gates, as one array: cheap for the thousands of tokens of a run at real size)."""
         return np.asarray(self._last[0], dtype=np.int64).reshape(-1, self.k)
 
-    def _route(self, logits: Any, n: int, n_exp: int) -> list[list[int]]:
+    def _route(self, logits: Array, n: int, n_exp: int) -> list[list[int]]:
         """Each token's k experts, best first: scripted ones as given, the others by the routing policy when
         the parallel context has one, else by the router's scores (top k)."""
         policy, key = self.par.options.routing, f"{self.name}#{self.calls}"
@@ -164,7 +164,7 @@ class MoE(Weights):
             raise UsageError(f"{self.name}: scripted routes and a routing policy do not mix")
         return policy.choose(key, self.par.ctx.rank, self.me * n, n, n_exp, self.k, self.limit)  # [n, k], read-only
 
-    def _top(self, logits: Any) -> list[list[int]]:
+    def _top(self, logits: Array) -> list[list[int]]:
         """Each token's k best experts by the router's scores, best first; ties go to the lower index (a
         stable order of the negated scores). Under a group limit, the best among the groups it keeps."""
         try:
@@ -268,7 +268,7 @@ class MoE(Weights):
                                  "to it: a folded run needs every EP rank to receive as many rows (balanced "
                                  "routing with a multiple of E tokens per GPU), or run the ranks unfolded")
 
-    def _experts_forward(self, xs: Any, ws: Any, saved: Saved) -> tuple[Any, list]:
+    def _experts_forward(self, xs: Array, ws: Any, saved: Saved) -> tuple[Any, list]:
         xp = self.par.xp
         act = ACTIVATIONS[self.act][0]
         out = xp.zeros_like(xs)
@@ -289,7 +289,7 @@ class MoE(Weights):
         return out, caches
 
     # -- backward ------------------------------------------------------------------------------------
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         par, xp = self.par, self.par.xp
         tp = par.tp_group
         if (tp is not None and tp.size > 1 and not par.sp and self.ep is not None
@@ -335,7 +335,7 @@ class MoE(Weights):
         dx = dx + xp.matmul(dlogits, self.router.T)
         return xp.reshape(dx, shape)
 
-    def _expert_backward(self, j: int, c: tuple, dout: Any) -> tuple[Any, Any]:
+    def _expert_backward(self, j: int, c: tuple, dout: Array) -> tuple[Any, Any]:
         xp = self.par.xp
         idx, xj, hj, aj, yj, gj, _ = c
         e, key = self.experts[j], f"expert{self.first + j + 1}"
@@ -358,7 +358,7 @@ class MoE(Weights):
         return xp.matmul(dh, e["w1"].T), dgj
 
     # -- expert tensor parallelism ------------------------------------------------------------------
-    def _etp_gather(self, rows: Any, label: str) -> tuple[Any, list[int]]:
+    def _etp_gather(self, rows: Array, label: str) -> tuple[Any, list[int]]:
         """Every expert-TP rank's received rows, in group order, on every one of them (counts may differ,
         so an all-to-all that sends each peer the whole block, not an all-gather); and the counts."""
         if self.etp is None:
@@ -366,7 +366,7 @@ class MoE(Weights):
         got = self.par.comm.all_to_all([rows] * self.q, dim=0, group=self.etp, label=f"{self.name} {label}")
         return self.par.xp.concat(got, axis=0), [g.shape[0] for g in got]
 
-    def _etp_sum(self, partial: Any, sizes: list[int], label: str) -> Any:
+    def _etp_sum(self, partial: Array, sizes: list[int], label: str) -> Array:
         """The reverse of `_etp_gather`: each rank's own rows, summed over the group's partial results (a
         reduce-scatter with uneven counts, as an all-to-all and a local sum)."""
         if self.etp is None:
@@ -378,7 +378,7 @@ class MoE(Weights):
         return total
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _wire(self, rows: Any, kind: str) -> Any:
+    def _wire(self, rows: Array, kind: str) -> Array:
         """`rows` in the dtype of `kind` when they cross the EP group (the run's precision: what goes toward the
         experts travels as the dispatch, what comes home as the combine, DeepSeek-V3's FP8 and BF16), back in
         the activations' dtype once they have arrived; as they are without an EP group to cross."""
@@ -389,7 +389,7 @@ class MoE(Weights):
             return list(chunks)
         return self.par.comm.all_to_all(chunks, dim=0, group=self.ep, label=f"{self.name} {label}")
 
-    def _accumulate(self, key: str, g: Any) -> None:
+    def _accumulate(self, key: str, g: Array) -> None:
         self._grads[key] = g if key not in self._grads else self._grads[key] + g
 
     @property
@@ -409,14 +409,14 @@ class _Dispatch(NamedTuple):
     """One routing's dispatch, worked out in numpy (and handed to the namespace once): the token of each row
     sent (EP rank by EP rank), its slot in the [tokens x EP ranks] grid (token * p + rank), the rows sent to
     each rank, and `add_at`'s gathers onto the tokens and onto the slots."""
-    tokens: Any
+    tokens: Array
     slots: Any
     sizes: list[int]
     token_rounds: list[Any]
     slot_rounds: list[Any]
 
 
-def _rows(a: Any) -> list[list[float]]:
+def _rows(a: Array) -> list[list[float]]:
     """a's rows as lists of floats (NaN where an array has no values to give)."""
     return [[float(v) for v in row.tolist()] for row in a]
 
@@ -435,22 +435,22 @@ def one_hot(xp: Any, chosen: Any, k: int, n_exp: int, dtype: Any) -> Any:
     return xp.astype(picks[:, :, None] == xp.arange(n_exp, dtype=xp.int64), dtype)
 
 
-def _take(xp: Any, a: Any, idx: Any) -> Any:
+def _take(xp: Any, a: Array, idx: Array) -> Array:
     """The rows `idx` (a list or an index array) of a."""
     return xp.take(a, xp.asarray(idx, dtype=xp.int64), axis=0) if len(idx) else a[:0]
 
 
-def _gather(xp: Any, a: Any, idx: Any) -> Any:
+def _gather(xp: Any, a: Array, idx: Array) -> Array:
     """The rows `idx` (an index array of the namespace) of a."""
     return xp.take(a, idx, axis=0) if idx.shape[0] else a[:0]
 
 
-def _rounds(xp: Any, idx: Any, n: int) -> list[Any]:
+def _rounds(xp: Any, idx: Array, n: int) -> list[Any]:
     """gather_rounds(idx, n) as index arrays of the namespace, for `add_at`."""
     return [xp.asarray(pos, dtype=xp.int64) for pos in gather_rounds(idx, n)]
 
 
-def gather_rounds(idx: Any, n: int) -> list[np.ndarray]:
+def gather_rounds(idx: Array, n: int) -> list[np.ndarray]:
     """How `add_at` adds rows at positions `idx` of an [n, ...] array: per round an [n] index into [a zero
     row; the rows] (0: nothing this round, i + 1: row i). A position named r times takes part in r rounds,
     its rows in the order they come, so the sums are those of adding the rows one at a time."""
@@ -477,7 +477,7 @@ def gather_rounds(idx: Any, n: int) -> list[np.ndarray]:
     return rounds
 
 
-def add_at(xp: Any, into: Any, idx: Any, rows: Any, rounds: list[Any] | None = None) -> Any:
+def add_at(xp: Any, into: Array, idx: Array, rows: Array, rounds: list[Any] | None = None) -> Array:
     """`into` with rows[i] added to its row idx[i], as numpy's np.add.at does (a row named twice gets both, in
     order). Gathers and adds, which every namespace has and arrays without values answer by shape alone
     (moving rows is no arithmetic to count); `rounds`: gather_rounds(idx, len(into)) as the namespace's index
@@ -495,7 +495,7 @@ def _unit(xp: Any, j: int, n: int, dtype: Any) -> Any:
     return xp.asarray([1.0 if i == j else 0.0 for i in range(n)], dtype=dtype)
 
 
-def split_rows(a: Any, sizes: list[int]) -> list:
+def split_rows(a: Array, sizes: list[int]) -> list:
     """a's rows in consecutive blocks of `sizes`."""
     out, start = [], 0
     for s in sizes:

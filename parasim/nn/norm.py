@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..comm.interface import Array
 from .core import ParallelContext, Saved, Weights
 from ..layout.placement import Partial, Replicate, settle
 
 
 class LayerNorm(Weights):
-    def __init__(self, par: ParallelContext, weight: Any, bias: Any | None, eps: float = 1e-5, name: str = "ln",
+    def __init__(self, par: ParallelContext, weight: Array, bias: Array | None, eps: float = 1e-5, name: str = "ln",
                  rms: bool = False):
         xp = par.xp
         self.par, self.name, self.eps, self.rms = par, name, eps, rms
@@ -20,7 +21,7 @@ class LayerNorm(Weights):
         self.placements = {k: {"tp": over_tp} for k in ("weight", "bias") if getattr(self, k) is not None}
         self.grads: dict[str, Any] = {}
 
-    def forward(self, x: Any, saved: Saved) -> tuple[Any, tuple]:
+    def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         xp = self.par.xp
         saved.keep(self.name, "input", x)
         if self.rms:
@@ -36,7 +37,7 @@ class LayerNorm(Weights):
             y = y + self.bias
         return y, (xhat, rstd)  # kept as functions of the input (counted above), as a fused kernel would
 
-    def backward(self, cache: tuple, dy: Any) -> Any:
+    def backward(self, cache: tuple, dy: Array) -> Array:
         par, xp = self.par, self.par.xp
         xhat, rstd = cache
         lead = tuple(range(dy.ndim - 1))

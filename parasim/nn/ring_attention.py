@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
 
-from ..comm.interface import Group, Recv, Send
+from ..comm.interface import Array, Group, Recv, Send
 from ..layout import LayoutError
 from ..engine.context import Context
 
@@ -101,7 +101,7 @@ class SequenceSplit:
         return xp.concat([xp.asarray(run) for run in self.runs[rank]])
 
 
-def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) -> tuple[Any, Any, Any, Any]:
+def online_softmax_step(xp: Any, m: Array, l: Array, o: Array, scores: Array, v: Array) -> tuple[Any, Any, Any, Any]:
     """Fold one chunk of scores (and its values) into the running max m, sum l and output o.
 
     Returns (m, l, o, rescale) where rescale = e^(m_old - m_new) multiplied the old l and o. Masked scores
@@ -116,7 +116,7 @@ def online_softmax_step(xp: Any, m: Any, l: Any, o: Any, scores: Any, v: Any) ->
 
 
 @dataclass
-class Work:
+class RingWork:
     """Attention work a rank did, counted in blocks of (q chunk, k chunk) of the 2*cp-way split:
     a block entirely before the diagonal is 1, a diagonal block 0.5 (half of it is masked), a skipped one 0."""
 
@@ -137,7 +137,7 @@ class RingAttention:
         self.r = 0 if group is None else group.group_rank(ctx.rank)
         self.sequence = SequenceSplit(split, seq, self.cp)
         self.ends, self.fine, self.chunks = self.sequence.ends, self.sequence.fine, self.sequence.chunks
-        self.work = Work()
+        self.work = RingWork()
         self._index: dict[int, Any] = {}  # each rank's positions as an array, made once for forward and backward
 
     def _positions_of(self, rank: int) -> Any:
@@ -185,7 +185,7 @@ class RingAttention:
         self.work.flops += flops
         return flops
 
-    def forward(self, q: Any, k: Any, v: Any) -> tuple[Any, tuple]:
+    def forward(self, q: Array, k: Array, v: Array) -> tuple[Array, tuple]:
         xp = self.ctx.xp
         b, heads, s, d = q.shape
         scale = 1.0 / math.sqrt(d)
@@ -214,7 +214,7 @@ class RingAttention:
         lse = m + xp.log(l)
         return out, (q, k, v, out, lse)
 
-    def backward(self, cache: tuple, dout: Any) -> tuple[Any, Any, Any]:
+    def backward(self, cache: tuple, dout: Array) -> tuple[Any, Any, Any]:
         """dq, dk, dv of this rank's chunk (dk, dv come home around the ring)."""
         xp = self.ctx.xp
         q, k, v, out, lse = cache

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from ..comm.interface import Group, Recv, Send
 from .action import KINDS, Action, Schedule
 from .schedules import stage_ranks
-from .timing import Timing, simulate
+from .timing import Timing, time_schedule
 from ..engine.context import Context
 
 
@@ -95,7 +95,7 @@ def run_schedule(ctx: Context, group: Group, schedule: Schedule, stages: dict[in
     me = group.group_rank(ctx.rank)
     where = stage_ranks(schedule)
     last = max(where)
-    timing = simulate(schedule, costs)
+    timing = time_schedule(schedule, costs)
     begin = timing.begin[me]
     # this rank's program: batches of transfers (at their slot) and actions (at theirs), in time order
     mine = [t for t in transfers(schedule, timing) if me in (t[1], t[2])]

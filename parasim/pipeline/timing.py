@@ -34,7 +34,7 @@ class Timing:
                 "makespan": self.makespan, "idle": self.idle}
 
 
-def simulate(schedule: list[list[Action]], costs: dict[str, int] | None = None, max_slots: int | None = None,
+def time_schedule(schedule: list[list[Action]], costs: dict[str, int] | None = None, max_slots: int | None = None,
              why: str = "the timing fills every slot of every rank") -> Timing:
     """Each action's start slot. `max_slots`: refuse (UsageError, naming the limit and `why`) as soon as the
     ranks x time slots passes it, before the slot table is built: placing the actions takes a pass over the

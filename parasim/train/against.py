@@ -1,6 +1,6 @@
 """The estimator's plan run as a training step on symbolic ranks, and the two held side by side item by item.
 
-`parasim memory --symbolic` and `parasim fit --symbolic` print this; tests/test_against.py holds it for the
+`parasim memory --symbolic` and `parasim fit --symbolic` print this; tests/unit/train/test_against.py holds it for the
 post's nine longest-sequence rows. The step (train/step.py) keeps what its layers keep; the estimator
 also counts parts the step has no code for (embeddings and the output layer, the logits, shared experts, a
 gated MLP's third matrix) and spreads the model state evenly over the pipeline stages. Every difference

@@ -1,6 +1,6 @@
 """What the estimator counts and a step's GPU holds differ by, part by part, each part worked out from the
 model's shapes (and, for MoE, the routing policy's own draws): train/against.py lays them beside the
-run, and tests/test_against.py holds that the parts add up to the difference exactly.
+run, and tests/unit/train/test_against.py holds that the parts add up to the difference exactly.
 
 Model state. The estimator counts the model's shapes (attention, MLPs with all their matrices, shared
 experts, the router, norm weights, embeddings; no biases), scales them to a stated total, and spreads them

@@ -5,7 +5,7 @@ program on arrays of the same shapes (when the data and the routing are symmetri
 same length, routing by the `balanced` policy). So one representative per class runs; a folded rank takes
 part in its representative's collectives with the representative's shapes, and its own events (in groups
 no representative is in) are copies of its representative's, renamed. `unfold` writes those copies into the
-trace, which then counts every GPU as a full run would (tests/test_fold.py holds the two equal).
+trace, which then counts every GPU as a full run would (tests/unit/train/test_fold.py holds the two equal).
 """
 from __future__ import annotations
 
