@@ -104,3 +104,51 @@ def test_a_search_built_by_hand_gives_the_commands_answer(capsys):
                  "--global-batch", "64", "--gib", "--json"]) == 0
     assert got == json.loads(capsys.readouterr().out)
     assert got["unit"] == "GiB"
+
+
+def test_a_searchs_best_is_written_as_the_plan_it_ranked():
+    """Worked apart from search_report: the best row made a Plan by hand (its own fields, the dropout the search
+    held, 8 GPUs a node), at the longest length its layout splits evenly (2 x cp chunks, each cut over TP by
+    SP), written as Megatron flags; the usable memory said in the query's unit, and what was read named."""
+    from parasim.job.search import SearchQuery, search_report
+    from parasim.megatron.args import as_dict
+    model = get_model("27b")
+    usable = gpu_presets()["h100"].usable
+    for units in (None, GIB):  # two nodes of four GPUs
+        q = SearchQuery(model, range(2, 3), usable, SEARCH_DEFAULTS, gpus_per_node=4, top=1,
+                        **({"units": units} if units else {}))
+        got = search_report(q, written=True).to_dict()
+        assert got["usable"] == usable / (2 ** 30 if units else 1e9)
+    best = got["nodes"][0]["best"]
+    assert best["world"] == 8
+    keys = ("tp", "sp", "cp", "pp", "dp", "ep", "etp", "zero", "recompute", "flash", "micro_batch", "microbatches",
+            "chunked_loss", "precision", "attention_kernel", "fusion", "dispatcher")
+    plan = Plan(**{k: best[k] for k in keys}, dropout=True, gpus_per_node=4).check(model)
+    unit = 2 * best["cp"] * (best["tp"] if best["sp"] else 1)
+    seq = best["max_seq_tokens"] // unit * unit
+    assert best["seq_length"] == seq > 0
+    assert best["megatron_args"] == json.loads(dumps(as_dict(model, plan, seq, (), None)))
+    assert "config" not in got
+    read = Sources(config_path="config.json", config=_tiny_config())
+    said = search_report(SearchQuery(model, range(1, 2), usable, SEARCH_DEFAULTS, top=1, sources=read)).to_dict()
+    assert said["config"]["path"] == "config.json"
+
+
+def test_a_best_that_holds_no_sequence_is_not_written():
+    """DeepSeek-V3 on one node of H100s holds no sequence at all: its best row says 0 tokens and no job."""
+    from parasim.job.search import SearchQuery, search_report
+    q = SearchQuery(get_model("deepseek-v3"), range(1, 2), gpu_presets()["h100"].usable, SEARCH_DEFAULTS, top=1)
+    best = search_report(q, written=True).to_dict()["nodes"][0]["best"]
+    assert best is not None and best["max_seq_tokens"] == 0
+    assert "megatron_args" not in best and "seq_length" not in best
+
+
+def _tiny_config():
+    import tempfile
+    from parasim.estimate.models import read_hf_config
+    with tempfile.TemporaryDirectory() as folder:
+        path = f"{folder}/config.json"
+        with open(path, "w") as f:
+            json.dump({"architectures": ["LlamaForCausalLM"], "hidden_size": 256, "intermediate_size": 512,
+                       "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 1000}, f)
+        return read_hf_config(path)
