@@ -4,6 +4,7 @@ the signal comes from a terminal's Ctrl-C (the whole process group) or from a su
 pid only), during the imports, the real ranks' start or the run."""
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -31,6 +32,18 @@ def _alive_in_session(sid: int) -> list[str]:
     return out
 
 
+def _left_running(sid: int) -> list[str]:
+    """What of session `sid` is still running once its leader has exited, polled for up to 10 s (far less than
+    the 30 s a rank waits for a store that has gone: a rank left behind would still be there)."""
+    left = _alive_in_session(sid)
+    for _ in range(100):
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _alive_in_session(sid)
+    return left
+
+
 def _signalled(args: list[str], after: float, sig: signal.Signals, group: bool,
                limit: float = 120) -> tuple[int, str, str, list[str]]:
     """`python -m parasim ARGS` in a session of its own, sent `sig` after `after` seconds (to its process
@@ -48,12 +61,7 @@ def _signalled(args: list[str], after: float, sig: signal.Signals, group: bool,
         else:
             proc.send_signal(sig)
         code = proc.wait(timeout=limit)
-        left = _alive_in_session(proc.pid)
-        for _ in range(100):
-            if not left:
-                break
-            time.sleep(0.1)
-            left = _alive_in_session(proc.pid)
+        left = _left_running(proc.pid)
     finally:
         if proc.poll() is None or _alive_in_session(proc.pid):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -300,14 +308,9 @@ def test_a_signal_while_a_worker_starts_waits_for_the_start_then_ends_in_one_lin
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True)
     try:
         _, err = proc.communicate(timeout=120)
-        left = _alive_in_session(proc.pid)
-        for _ in range(100):
-            if not left:
-                break
-            time.sleep(0.1)
-            left = _alive_in_session(proc.pid)
+        left = _left_running(proc.pid)
     finally:
-        with __import__("contextlib").suppress(ProcessLookupError):
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
     assert left == []
     assert (err.strip(), proc.returncode) == want, err[-3000:]
