@@ -3,6 +3,7 @@
 The names below are imported on first use (PEP 562), not when the package is: the `parasim` command's
 first act is to take over Ctrl-C, and numpy, imported eagerly here, would have been half-way through its
 own import by then (an interrupt there surfaces as numpy's ImportError, not as an interrupt)."""
+
 from __future__ import annotations
 
 import importlib
@@ -12,15 +13,50 @@ __version__ = "0.1.0"
 
 # public name -> the module that defines it
 _PUBLIC = {
-    "Group": "comm.interface", "Recv": "comm.interface", "Send": "comm.interface",
-    "RunResult": "engine.runner", "run": "engine.runner",
-    "PRESETS": "layout", "Layout": "layout", "LayoutError": "layout", "ModelSpec": "layout", "preset": "layout",
-    **{name: "errors" for name in ("CollectiveError", "CollectiveMismatch", "Deadlock", "ParasimError",
-                                    "RankFailed", "RealRunFailed", "TimedOut", "UsageError")},
+    "Group": "comm.interface",
+    "Recv": "comm.interface",
+    "Send": "comm.interface",
+    "RunResult": "engine.runner",
+    "run": "engine.runner",
+    "PRESETS": "layout",
+    "Layout": "layout",
+    "LayoutError": "layout",
+    "ModelSpec": "layout",
+    "preset": "layout",
+    **{
+        name: "errors"
+        for name in (
+            "CollectiveError",
+            "CollectiveMismatch",
+            "Deadlock",
+            "ParasimError",
+            "RankFailed",
+            "RealRunFailed",
+            "TimedOut",
+            "UsageError",
+        )
+    },
 }
-__all__ = ["run", "RunResult", "Layout", "LayoutError", "ModelSpec", "PRESETS", "preset", "Group", "Send", "Recv",
-           "ParasimError", "UsageError", "CollectiveError", "CollectiveMismatch", "Deadlock", "RankFailed",
-           "RealRunFailed", "TimedOut"]
+__all__ = [
+    "run",
+    "RunResult",
+    "Layout",
+    "LayoutError",
+    "ModelSpec",
+    "PRESETS",
+    "preset",
+    "Group",
+    "Send",
+    "Recv",
+    "ParasimError",
+    "UsageError",
+    "CollectiveError",
+    "CollectiveMismatch",
+    "Deadlock",
+    "RankFailed",
+    "RealRunFailed",
+    "TimedOut",
+]
 
 
 def __getattr__(name: str) -> Any:

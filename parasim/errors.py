@@ -1,4 +1,5 @@
 """The errors parasim raises. Every one derives from ParasimError, so callers can catch them all."""
+
 from __future__ import annotations
 
 
@@ -57,8 +58,7 @@ class TimedOut(RankFailed):
     """A rank ran past the run's time limit without reaching a collective or returning (a loop, a sleep).
     `site`: the line it was on ('file.py:12'), when known."""
 
-    def __init__(self, message: str, rank: int | None, site: str | None = None,
-                 waiting: dict[int, str] | None = None):
+    def __init__(self, message: str, rank: int | None, site: str | None = None, waiting: dict[int, str] | None = None):
         super().__init__(message, rank, waiting)
         self.site = site
 

@@ -6,6 +6,7 @@ without one (a function, a lock, a set, a generator, an object or complex array)
 that names where it sits (`values[1]['key']`, "rank 1's value at ['key']"), never a TypeError traceback.
 Floats that JSON cannot carry (nan, inf, -inf) are written as the strings "nan", "inf", "-inf".
 """
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,9 @@ def _refuse(v: Any, where: str) -> Unencodable:
     kind = type(v).__name__
     if hasattr(v, "dtype") and hasattr(v, "shape"):
         kind = f"{'numpy array' if kind == 'ndarray' else kind} of dtype {v.dtype}"
-    return Unencodable(f"{_named(where)} is {_a(kind)}, which has no JSON form; use numbers, strings, arrays, "
-                       "lists or dicts", where)
+    return Unencodable(
+        f"{_named(where)} is {_a(kind)}, which has no JSON form; use numbers, strings, arrays, lists or dicts", where
+    )
 
 
 def _named(where: str) -> str:
@@ -60,11 +62,15 @@ def jsonable(v: Any, where: str = "the value") -> Any:
         out = {}
         for k, x in v.items():
             if not isinstance(k, (str, int, float, bool)) and k is not None:
-                raise Unencodable(f"{_named(where)} has a key of type {type(k).__name__} ({k!r:.40}), which JSON cannot "
-                                  "name; use strings or numbers as keys", where)
+                raise Unencodable(
+                    f"{_named(where)} has a key of type {type(k).__name__} ({k!r:.40}), which JSON cannot "
+                    "name; use strings or numbers as keys",
+                    where,
+                )
             out[str(k)] = jsonable(x, f"{where}[{k!r}]")
         return out
     import numpy as np
+
     if isinstance(v, np.generic):
         return _scalar(v, where)
     if isinstance(v, np.ndarray):
@@ -80,6 +86,7 @@ def _low_float(t: Any) -> bool:
 
 def _scalar(v: Any, where: str) -> Any:
     import numpy as np
+
     kind = v.dtype.kind
     if kind == "b":
         return bool(v)
@@ -94,6 +101,7 @@ def _scalar(v: Any, where: str) -> Any:
 
 def _array(a: Any, where: str) -> Any:
     import numpy as np
+
     kind = a.dtype.kind
     if kind in "biu":
         return a.tolist()

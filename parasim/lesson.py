@@ -7,6 +7,7 @@ through and its place in the post's order, a world size, an SPMD program, narrat
 picture `--plot` draws of a run, if any. The list, its order and the pictures are read from the files:
 a new lesson is its file (and its test). Lessons are loaded by path, so they need not be importable.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -34,8 +35,12 @@ class Check:
     ok: bool
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "got": jsonable(self.got, f"check {self.name!r}: got"),
-                "expected": jsonable(self.expected, f"check {self.name!r}: expected"), "ok": self.ok}
+        return {
+            "name": self.name,
+            "got": jsonable(self.got, f"check {self.name!r}: got"),
+            "expected": jsonable(self.expected, f"check {self.name!r}: expected"),
+            "ok": self.ok,
+        }
 
 
 def check(name: str, got: Any, expected: Any, *, rtol: float = 0.0, atol: float = 0.0) -> Check:
@@ -66,11 +71,18 @@ class Table:
             raise ValueError(f"table {self.title!r}: a row's cells do not match its columns")
 
     def to_dict(self) -> dict:
-        return {"title": self.title, "columns": list(self.columns),
-                "rows": [{self.columns[0]: label, **{c: jsonable(v, f"table {self.title!r}")
-                                                     for c, v in zip(self.columns[1:], values)}}
-                         for label, values in self.rows],
-                "notes": list(self.notes)}
+        return {
+            "title": self.title,
+            "columns": list(self.columns),
+            "rows": [
+                {
+                    self.columns[0]: label,
+                    **{c: jsonable(v, f"table {self.title!r}") for c, v in zip(self.columns[1:], values)},
+                }
+                for label, values in self.rows
+            ],
+            "notes": list(self.notes),
+        }
 
 
 @dataclass(frozen=True)
@@ -100,8 +112,13 @@ KNOB_KINDS: dict[str, KnobKind] = {
     **{name: KnobKind((f"--{name}",), AXES[name].metavar, AXES[name].what) for name in SIZED if name != "etp"},
     "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
-    "routing": KnobKind(("--routing",), "HOW", "how tokens pick experts: the run's own router (learned) or the "
-                        "post's drawn choices (post); at-scale: a policy (uniform or balanced)", str),
+    "routing": KnobKind(
+        ("--routing",),
+        "HOW",
+        "how tokens pick experts: the run's own router (learned) or the "
+        "post's drawn choices (post); at-scale: a policy (uniform or balanced)",
+        str,
+    ),
 }
 
 
@@ -180,9 +197,31 @@ class Lesson:
                 takes = ", ".join(KNOB_KINDS[k].flags[-1] for k in self.knobs) or "none"
                 raise UsageError(f"lesson {self.name!r} has no {flag} (the settings it takes: {takes})")
             if knob.choices is not None and value not in knob.choices:
-                raise UsageError(f"lesson {self.name!r} takes {flag} {' or '.join(map(str, knob.choices))}, "
-                                 f"not {value}" + (f" ({knob.why})" if knob.why else ""))
+                raise UsageError(
+                    f"lesson {self.name!r} takes {flag} {' or '.join(map(str, knob.choices))}, "
+                    f"not {value}" + (f" ({knob.why})" if knob.why else "")
+                )
         return {name: given.get(name, knob.default) for name, knob in self.knobs.items()}
+
+    def listing(self) -> dict[str, Any]:
+        """What `parasim lesson --list --json` says of the lesson: its names, the picture `--plot` draws, and
+        each knob by its flag (the post's value null where the post names none)."""
+
+        def post(k: Knob) -> Any:
+            return k.default if k.post is AS_DEFAULT else None if k.post is NOT_IN_POST else k.post
+
+        return {
+            "name": self.name,
+            "section": self.section,
+            "title": self.title,
+            "world": self.world,
+            "summary": self.summary,
+            "picture": self.picture.shows if self.picture else None,
+            "knobs": {
+                KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
+                for n, k in self.knobs.items()
+            },
+        }
 
     def world_of_flag(self) -> str:
         return next((KNOB_KINDS[n].flags[-1] for n, k in self.knobs.items() if k.world), "--world")
@@ -225,8 +264,11 @@ class Lesson:
             return
         hi = self.max_world
         if world < self.min_world or (hi is not None and world > hi):
-            span = (f"exactly {hi}" if hi == self.min_world else f"{self.min_world} to {hi}") if hi is not None \
+            span = (
+                (f"exactly {hi}" if hi == self.min_world else f"{self.min_world} to {hi}")
+                if hi is not None
                 else f"at least {self.min_world}"
+            )
             raise UsageError(f"lesson {self.name!r} runs on {span} ranks, not {world}")
 
 
@@ -245,6 +287,7 @@ class LessonRun:
     def timeline(self) -> Any:
         """The run on the clock (clock/timeline.Timeline, on `timing`): made once, beside the trace."""
         from .clock.report import ClockChoice, timeline_of
+
         choice = self.timing or ClockChoice()
         if getattr(self, "_timed", None) is None or self._timed[0] != choice:
             self._timed = (choice, timeline_of(self.result.trace, choice))
@@ -253,13 +296,17 @@ class LessonRun:
     def clock(self) -> dict:
         """The run's step on the clock (clock/report.py) and what each overlap switch would save on it."""
         from .clock.report import ClockChoice, clock_report
+
         return clock_report(self.result.trace, self.timing or ClockChoice(), self.timeline())
 
     def to_dict(self) -> dict:
         from .clock.timeline import event_time
+
         tl = self.timeline()
         return {
-            "lesson": self.lesson.name, "title": self.lesson.title, "world": self.result.world,
+            "lesson": self.lesson.name,
+            "title": self.lesson.title,
+            "world": self.result.world,
             "clock": self.clock(),
             "events": [{**e.to_dict(), "time": event_time(tl, e)} for e in self.result.trace.events],
             "values": [jsonable(v, f"rank {r}'s value") for r, v in enumerate(self.result.values)],
@@ -273,23 +320,28 @@ class LessonRun:
         """What the run told the trace its ranks hold: each rank's peak (bytes, by kind, where) and what it
         still holds at the end."""
         trace = self.result.trace
-        return {"peak": [trace.peak(r) for r in range(trace.world)],
-                "at_end": [trace.held(r) for r in range(trace.world)]}
+        return {
+            "peak": [trace.peak(r) for r in range(trace.world)],
+            "at_end": [trace.held(r) for r in range(trace.world)],
+        }
 
 
-def run_lesson(lesson: Lesson, world: int | None = None, timeout: float | None = TIMEOUT,
-               knobs: dict[str, Any] | None = None) -> LessonRun:
+def run_lesson(
+    lesson: Lesson, world: int | None = None, timeout: float | None = TIMEOUT, knobs: dict[str, Any] | None = None
+) -> LessonRun:
     """Run a lesson on virtual ranks, or symbolic ones if it says so (its own world size unless `world` or a
     knob that is the world is given). `timeout`: seconds a rank may run without reaching a collective or
     returning (None: no limit). `knobs`: the lesson's settings to change ({"tp": 4}); the program reads them
     from `ctx.knobs`, the checks from `result.trace.meta["knobs"]`."""
     from .engine.context import WithKnobs
+
     settings = lesson.settings(knobs)
     world_knob = next((n for n, k in lesson.knobs.items() if k.world), None)
     if world_knob is not None and (knobs or {}).get(world_knob) is not None:
         if world is not None and world != settings[world_knob]:
-            raise UsageError(f"--world {world} and {lesson.world_of_flag()} {settings[world_knob]} disagree: "
-                             "give one of them")
+            raise UsageError(
+                f"--world {world} and {lesson.world_of_flag()} {settings[world_knob]} disagree: give one of them"
+            )
         world = settings[world_knob]
     world = lesson.world if world is None else world
     if world_knob is not None:
@@ -341,35 +393,49 @@ def program_lesson(name: str, world: int | None, flag: str = "--world", timeout:
     reference(ctx); it is loaded by path, as lessons are, so real ranks find the function the same way.
     Whatever is wrong with the file is one UsageError naming its line (engine/program_file.py)."""
     from .engine.program_file import load_program
+
     path, _, fn = name.rpartition(":")
     f = load_program(path, fn, timeout)
     n = world if world is not None else f.world
     if n is None:
         raise UsageError(f"say how many ranks {name} runs on: {flag} N (or WORLD = N in {f.path.name})")
     checks = (lambda result: []) if f.checks is None else partial(_user_checks, f.checks, f.checks_at, f.path)
-    return Lesson(name=name, title=f.title or f"{fn} from {f.path.name}", world=n, program=f.program,
-                  narrative=f.narrative, checks=checks, summary=f"a user program: {name}",
-                  keep_values=64 if f.keep_values is None else f.keep_values, source=str(f.path.resolve()),
-                  reference=f.reference)
+    return Lesson(
+        name=name,
+        title=f.title or f"{fn} from {f.path.name}",
+        world=n,
+        program=f.program,
+        narrative=f.narrative,
+        checks=checks,
+        summary=f"a user program: {name}",
+        keep_values=64 if f.keep_values is None else f.keep_values,
+        source=str(f.path.resolve()),
+        reference=f.reference,
+    )
 
 
 def _user_checks(checks: Callable[[Any], Any], where: str, path: Path, result: RunResult) -> list[Check]:
     """A user file's checks(result), whose answer must be a list of `check(...)` results."""
     from .engine.program_file import one_line, raised_at
     from .limits import brief
+
     try:
         out = checks(result)
     except Exception as exc:
-        raise UsageError(f"{where}: checks(result) raised {type(exc).__name__}: {one_line(exc)} at "
-                         f"{raised_at(exc, path)}") from None
+        raise UsageError(
+            f"{where}: checks(result) raised {type(exc).__name__}: {one_line(exc)} at {raised_at(exc, path)}"
+        ) from None
     if out is None or isinstance(out, (str, bytes, dict)) or not hasattr(out, "__iter__"):
-        raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results, "
-                         f"got {brief(out)}")
+        raise UsageError(
+            f"{where}: checks(result) must return a list of parasim.lesson.check(...) results, got {brief(out)}"
+        )
     out = list(out)
     for i, c in enumerate(out):
         if not isinstance(c, Check):
-            raise UsageError(f"{where}: checks(result) must return a list of parasim.lesson.check(...) results; "
-                             f"item {i} is {brief(c)}")
+            raise UsageError(
+                f"{where}: checks(result) must return a list of parasim.lesson.check(...) results; "
+                f"item {i} is {brief(c)}"
+            )
     return out
 
 

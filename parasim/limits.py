@@ -1,5 +1,6 @@
 """The sizes parasim accepts, checked before any work starts: past them a run would exhaust memory or
 time on a workstation long before it taught anything. Each refusal is one line naming the limit and why."""
+
 from __future__ import annotations
 
 import json
@@ -59,14 +60,16 @@ def size_arg(parse: Callable[[str], int], text: str, limit: int = MAX_SIZE, why:
     """A command-line size: `parse(text)`, from `least` (1) to `limit` (MAX_SIZE; `why` says why it is lower).
     `parse` is given only ASCII text that starts with a digit (it reads the rest, a suffix included)."""
     import argparse
+
     try:
         n = parse(text) if len(text) <= 20 and text.isascii() and text[:1].isdigit() else None
     except (ValueError, OverflowError):  # OverflowError: 'infK' is an infinity
         n = None
     if n is None or n < least or (n > limit and limit == MAX_SIZE):
         low = "a positive integer" if least == 1 else f"an integer from {least}"
-        raise argparse.ArgumentTypeError(f"expected {low} up to {_amount(limit)}, got {text[:40]!r} (digits only, "
-                                         "such as 4096)")
+        raise argparse.ArgumentTypeError(
+            f"expected {low} up to {_amount(limit)}, got {text[:40]!r} (digits only, such as 4096)"
+        )
     if n > limit:
         raise argparse.ArgumentTypeError(f"{n:,} is more than the limit of {limit:,} ({why})")
     return n
@@ -79,13 +82,15 @@ def _amount(n: int) -> str:
 def number_arg(text: str, low: float, high: float, what: str) -> float:
     """A command-line real number from `low` to `high` written as a plain decimal (see `decimal`)."""
     import argparse
+
     try:
         x = decimal(text)
     except ValueError:
         x = None
     if x is None or not low <= x <= high:
-        raise argparse.ArgumentTypeError(f"expected {what} from {low:g} to {high:g}, got {text[:40]!r} (a decimal "
-                                         "such as 0.4 or 27e9)")
+        raise argparse.ArgumentTypeError(
+            f"expected {what} from {low:g} to {high:g}, got {text[:40]!r} (a decimal such as 0.4 or 27e9)"
+        )
     return x
 
 
@@ -99,16 +104,28 @@ def check_symbolic_step(seq: int | None, microbatches: int, stages: int) -> None
     """A step on symbolic ranks at real size (`memory/fit --symbolic`, `trace --symbolic` on a preset);
     `seq` None: a length not yet known."""
     if seq is not None:
-        at_most("tokens per sequence of a symbolic step", seq, SYMBOLIC_TOKENS,
-                "the step keeps each token's position, about 100 bytes a token")
-    at_most(f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
-            microbatches * stages, SYMBOLIC_PASSES, "each runs its stage's layers forward and backward")
+        at_most(
+            "tokens per sequence of a symbolic step",
+            seq,
+            SYMBOLIC_TOKENS,
+            "the step keeps each token's position, about 100 bytes a token",
+        )
+    at_most(
+        f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
+        microbatches * stages,
+        SYMBOLIC_PASSES,
+        "each runs its stage's layers forward and backward",
+    )
 
 
 def check_experts_shown(gpus: int, each: int) -> None:
     """A drawing that names each GPU's experts (E1 E2 ...): `gpus` drawn, holding `each` experts."""
-    at_most(f"expert names drawn ({gpus:,} GPUs x {each:,} experts each)", gpus * each, EXPERTS_SHOWN,
-            "each is written out; draw fewer nodes (--nodes) or split the experts over more EP ranks (--ep)")
+    at_most(
+        f"expert names drawn ({gpus:,} GPUs x {each:,} experts each)",
+        gpus * each,
+        EXPERTS_SHOWN,
+        "each is written out; draw fewer nodes (--nodes) or split the experts over more EP ranks (--ep)",
+    )
 
 
 def check_plot_gpus(world: int) -> None:
@@ -134,14 +151,20 @@ def check_real_timeout(timeout: Any) -> None:
     start and its meeting with the others, which a shorter limit cuts off before the program runs."""
     check_timeout(timeout)
     if timeout < REAL_MIN_TIMEOUT:
-        raise UsageError(f"timeout must be at least {REAL_MIN_TIMEOUT:g} s on real ranks, got {timeout!r}: the same "
-                         "limit bounds how long the rank processes may take to start and connect to each other, "
-                         "which can take longer than that")
+        raise UsageError(
+            f"timeout must be at least {REAL_MIN_TIMEOUT:g} s on real ranks, got {timeout!r}: the same "
+            "limit bounds how long the rank processes may take to start and connect to each other, "
+            "which can take longer than that"
+        )
 
 
 def check_processes(nproc: int) -> None:
-    at_most("real ranks (processes)", nproc, LOCAL_PROCESSES,
-            "each real rank is a process with its own torch, all on this machine")
+    at_most(
+        "real ranks (processes)",
+        nproc,
+        LOCAL_PROCESSES,
+        "each real rank is a process with its own torch, all on this machine",
+    )
 
 
 def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> bytes:
@@ -151,6 +174,7 @@ def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> byte
     except OSError as exc:
         raise UsageError(f"cannot read {what} {path}: {exc.strerror}") from None
     import stat
+
     if not stat.S_ISREG(st.st_mode):
         raise UsageError(f"{what} {path} is not a regular file")
     at_most(f"{what} {path}: bytes", st.st_size, limit, "parasim reads it whole into memory")
@@ -169,8 +193,12 @@ def read_bounded(path: str, what: str = "file", limit: int = FILE_BYTES) -> byte
 # field given twice (the last one silently wins), NaN; and where it fails it seldom says where. Each is one
 # line here, naming the place where it can. Traces, checkpoints' listings and model configs are read so.
 JSON_DIGITS = 20  # digits of an integer in a file: uint64 has 20, and no size or count parasim reads needs more
-_WIDE = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"),  # before UTF-16: FF FE starts both
-         (b"\xff\xfe", "UTF-16"), (b"\xfe\xff", "UTF-16"))
+_WIDE = (
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\x00\x00\xfe\xff", "UTF-32"),  # before UTF-16: FF FE starts both
+    (b"\xff\xfe", "UTF-16"),
+    (b"\xfe\xff", "UTF-16"),
+)
 # strings (escapes inside), numbers, and the punctuation that opens, closes and separates
 _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|NaN|-?Infinity|[\[\]{},]')
 
@@ -185,12 +213,19 @@ def read_json(data: bytes, name: str, what: str = "a JSON file", constants: bool
     if not text.strip():
         raise UsageError(f"{name} is empty, not {what}")
     try:
-        return json.loads(text, parse_int=_whole, parse_float=None if constants else _finite,
-                          parse_constant=None if constants else _no_constant, object_pairs_hook=_once)
+        return json.loads(
+            text,
+            parse_int=_whole,
+            parse_float=None if constants else _finite,
+            parse_constant=None if constants else _no_constant,
+            object_pairs_hook=_once,
+        )
     except json.JSONDecodeError as exc:
         cut = exc.pos >= len(text.rstrip()) or exc.msg.startswith("Unterminated string")  # ran into the end
-        raise UsageError(f"{name} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
-                         + (" (the file ends there: was it cut short?)" if cut else "")) from None
+        raise UsageError(
+            f"{name} is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+            + (" (the file ends there: was it cut short?)" if cut else "")
+        ) from None
     except _Refused as exc:
         raise UsageError(f"{name} is not {what}: {_place(text, exc)}") from None
     except RecursionError:  # nested past the reader's own depth
@@ -208,8 +243,9 @@ def _utf8(raw: bytes, name: str, what: str) -> str:
     except UnicodeDecodeError as exc:
         if exc.reason == "unexpected end of data":
             raise UsageError(f"{name} ends in the middle of a character: the file was cut short") from None
-        raise UsageError(f"{name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start:,}); {what} "
-                         "is UTF-8 JSON") from None
+        raise UsageError(
+            f"{name} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start:,}); {what} is UTF-8 JSON"
+        ) from None
 
 
 class _Refused(ValueError):
@@ -222,8 +258,7 @@ class _Refused(ValueError):
 
 def _whole(text: str) -> int:
     if len(text.lstrip("-")) > JSON_DIGITS:  # before int(): Python would spend seconds on 100,000 digits
-        raise _Refused(f"an integer of {len(text.lstrip('-')):,} digits (no count needs more than {JSON_DIGITS})",
-                       text)
+        raise _Refused(f"an integer of {len(text.lstrip('-')):,} digits (no count needs more than {JSON_DIGITS})", text)
     return int(text)
 
 
@@ -290,7 +325,7 @@ def cut_path(where: str) -> str:
     if len(where) <= 80:
         return where
     at = max(where.rfind("[", 0, 60), where.rfind(".", 0, 60))
-    return where[:at if at > 0 else 60] + "..."
+    return where[: at if at > 0 else 60] + "..."
 
 
 def json_step(where: str, key: Any) -> str:
@@ -305,6 +340,7 @@ def json_step(where: str, key: Any) -> str:
 def brief(v: Any) -> str:
     """A short repr of a value from a file, whatever its size: control characters escaped, long lists cut."""
     import reprlib
+
     r = reprlib.Repr()
     r.maxstring = r.maxother = r.maxlong = 60
     r.maxlist = r.maxdict = 6

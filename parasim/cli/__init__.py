@@ -21,6 +21,7 @@ This module is kept small: it takes over Ctrl-C and SIGTERM before the commands 
 are imported, so an interrupt that lands during that import is one line too, not the traceback of
 whichever import it cut short.
 """
+
 from __future__ import annotations
 
 import signal
@@ -39,6 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # turns a KeyboardInterrupt inside its own import into an ImportError
         from .commands import build_parser as build, run_command
         from .common import INTERRUPTED, TERMINATED
+
         parser = build()
         try:
             code = run_command(argv, parser, exiting=exiting)  # its own handlers from here on
@@ -51,6 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import contextlib
         import os
         import sys
+
         for stream in (sys.stdout, sys.stderr):
             with contextlib.suppress(Exception):
                 stream.flush()
@@ -61,4 +64,5 @@ def main(argv: Sequence[str] | None = None) -> int:
 def build_parser() -> Any:
     """The whole command line's parser (every command's flags)."""
     from .commands import build_parser as build
+
     return build()

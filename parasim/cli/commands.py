@@ -1,5 +1,6 @@
 """The commands behind `parasim` (parasim/cli/__init__.py says how each ends): the parser of every command's
 flags, and the one place every command's errors become one line and an exit code."""
+
 from __future__ import annotations
 
 import argparse
@@ -29,14 +30,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"parasim {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     # the order of `parasim --help`
-    for add in (add_lesson, add_schedule, add_trace, add_view, add_run, add_check, add_compare, add_layout,
-                add_estimate_commands, add_validate, add_serve):
+    for add in (
+        add_lesson,
+        add_schedule,
+        add_trace,
+        add_view,
+        add_run,
+        add_check,
+        add_compare,
+        add_layout,
+        add_estimate_commands,
+        add_validate,
+        add_serve,
+    ):
         add(sub)
     return p
 
 
-def run_command(argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None,
-                exiting: bool = False) -> int:
+def run_command(
+    argv: Sequence[str] | None = None, parser: argparse.ArgumentParser | None = None, exiting: bool = False
+) -> int:
     """`parasim ARGS` with `parser` (build_parser()'s, built before any signal is taken over). `exiting`: the
     process ends when this returns, so SIGINT and SIGTERM are ignored from then on, not handed back."""
     stopper = _Stopper()
@@ -98,6 +111,7 @@ def _run(argv: Sequence[str] | None, parser: argparse.ArgumentParser) -> int:
         raise
     except ParasimError as exc:
         from ..errors import RankFailed  # "rank r raised X: ..." already names the error
+
         kind = "" if isinstance(exc, RankFailed) else f"{type(exc).__name__}: "
         said(f"parasim: {kind}{exc}")
         return 1
@@ -114,6 +128,7 @@ def said(text: str, one_line: bool = False) -> None:
     escaped, never acted on by the terminal. Bad input is said in `one_line` (a newline in a name is shown
     as \\n); a failed run's message keeps its own lines (the program's traceback, the ranks left waiting)."""
     from ..render.text import printable, printable_lines
+
     print(printable(text) if one_line else printable_lines(text.split("\n")), file=sys.stderr)
 
 
@@ -132,14 +147,12 @@ class _Stopper:
         raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
-
-
 def _check_cwd() -> None:
     """A current folder that was deleted under the shell (`cd d && rmdir ../d`) is refused in one line:
     relative names would fail one by one, and call sites are named relative to it."""
     try:
         os.getcwd()
     except OSError:
-        raise UsageError("the current folder no longer exists (it was deleted): cd to one that does, "
-                         "then run parasim again") from None
-
+        raise UsageError(
+            "the current folder no longer exists (it was deleted): cd to one that does, then run parasim again"
+        ) from None

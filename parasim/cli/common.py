@@ -1,6 +1,7 @@
 """What every command shares: a parser whose errors are one line, flag types that read digits only and
 bound each size, and the ways out: JSON printed whole, files written whole, and a standard output that
 may be full, closed, gone (a broken pipe) or unable to show a character."""
+
 from __future__ import annotations
 
 import argparse
@@ -18,10 +19,12 @@ if TYPE_CHECKING:  # a type only: the commands import nothing heavy before they 
     from ..comm.trace import Trace
 
 # said by every command that runs a user's program on virtual ranks (their --help)
-SHARED_PROCESS = ("Virtual ranks share parasim's one process: a program that ends that process itself (os._exit, "
-                  "a crash in C code) ends parasim with the program's own exit code and no line naming the rank. "
-                  "`parasim run FILE.py:FN --nproc N` (or check --against gloo) runs each rank in a process of its "
-                  "own, and names the rank that died.")
+SHARED_PROCESS = (
+    "Virtual ranks share parasim's one process: a program that ends that process itself (os._exit, "
+    "a crash in C code) ends parasim with the program's own exit code and no line naming the rank. "
+    "`parasim run FILE.py:FN --nproc N` (or check --against gloo) runs each rank in a process of its "
+    "own, and names the rank that died."
+)
 INTERRUPTED = 130  # Ctrl-C, or SIGINT to parasim's own process: 128 + SIGINT
 TERMINATED = 143  # SIGTERM: 128 + SIGTERM
 BROKEN_PIPE = 141  # the exit code when stdout's reader has gone (`| head`): 128 + SIGPIPE, as a shell reports it
@@ -62,6 +65,7 @@ def import_before_starting(*modules: str) -> None:
     command starts anything, with Ctrl-C or SIGTERM meanwhile ending the process at once in one line. A
     module that is not installed is left to the command, which says what to install."""
     import importlib
+
     with signals_to(end_now):
         for name in modules:
             try:
@@ -76,9 +80,11 @@ def need_terminal(flag: str) -> None:
     serve` the app's terminal is the browser tab (textual-serve names its driver in TEXTUAL_DRIVER)."""
     missing = _not_terminals()
     if missing:
-        raise UsageError(f"{flag} opens the app, which needs a terminal, and {' and '.join(missing)} "
-                         f"{'is' if len(missing) == 1 else 'are'} not one: run it from a terminal, or leave "
-                         f"{flag} out for text (--json for JSON; parasim serve puts the app in a browser)")
+        raise UsageError(
+            f"{flag} opens the app, which needs a terminal, and {' and '.join(missing)} "
+            f"{'is' if len(missing) == 1 else 'are'} not one: run it from a terminal, or leave "
+            f"{flag} out for text (--json for JSON; parasim serve puts the app in a browser)"
+        )
 
 
 def on_terminal() -> bool:
@@ -89,8 +95,11 @@ def on_terminal() -> bool:
 def _not_terminals() -> list[str]:
     if os.environ.get("TEXTUAL_DRIVER"):
         return []
-    return [name for name, stream in (("standard input", sys.stdin), ("standard output", sys.stdout))
-            if stream is None or not _is_terminal(stream)]
+    return [
+        name
+        for name, stream in (("standard input", sys.stdin), ("standard output", sys.stdout))
+        if stream is None or not _is_terminal(stream)
+    ]
 
 
 def _is_terminal(stream: Any) -> bool:
@@ -105,24 +114,33 @@ def positive(text: str) -> int:
     return size_arg(digits, text)
 
 
-def add_sizes(parser: Any, parse: Callable[[str], Any] = positive, said: dict[str, str] | None = None,
-              megatron: bool = False) -> None:
+def add_sizes(
+    parser: Any, parse: Callable[[str], Any] = positive, said: dict[str, str] | None = None, megatron: bool = False
+) -> None:
     """A layout's size flags, one per mesh axis a layout is given a size for (layout/axes.py: --tp ... --etp,
     each with its own help and placeholder; `said`: what a command adds to an axis's help, such as its
     default); with `megatron`, each also under Megatron-LM's name (--tensor-model-parallel-size)."""
     from ..layout.axes import AXES, SIZED
+
     said = said or {}
     for name in SIZED:
         axis = AXES[name]
         flags = (f"--{name}",) + ((axis.megatron,) if megatron and axis.megatron else ())
-        parser.add_argument(*flags, dest=name, type=parse, metavar=axis.metavar,
-                            help=axis.what + (f" ({said[name]})" if name in said else ""))
+        parser.add_argument(
+            *flags,
+            dest=name,
+            type=parse,
+            metavar=axis.metavar,
+            help=axis.what + (f" ({said[name]})" if name in said else ""),
+        )
 
 
 def positive_up_to(limit: int, why: str) -> Callable[[str], int]:
     """A size flag bounded by what its command can do in seconds: the refusal names `limit` and `why`."""
+
     def parse(text: str) -> int:
         return size_arg(digits, text, limit, why)
+
     return parse
 
 
@@ -134,11 +152,13 @@ def count(text: str) -> int:
 def seconds(text: str) -> float:
     """A time limit in seconds: a finite number above 0, written as a decimal (checked before anything starts)."""
     from ..limits import check_timeout
+
     try:
         value = decimal(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds (such as 30 or 0.5), got {text[:40]!r}") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"expected a number of seconds (such as 30 or 0.5), got {text[:40]!r}"
+        ) from None
     try:
         check_timeout(value)
     except UsageError as exc:
@@ -149,14 +169,21 @@ def seconds(text: str) -> float:
 def add_timeout(p: argparse.ArgumentParser) -> None:
     """`--timeout S` on a command that runs programs on virtual ranks."""
     from ..limits import TIMEOUT
-    p.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
-                   help=f"seconds a rank may run without reaching a collective or returning (default {TIMEOUT:g}); "
-                        "past it the run stops, naming the rank and the line it was on")
+
+    p.add_argument(
+        "--timeout",
+        type=seconds,
+        default=TIMEOUT,
+        metavar="S",
+        help=f"seconds a rank may run without reaching a collective or returning (default {TIMEOUT:g}); "
+        "past it the run stops, naming the rank and the line it was on",
+    )
 
 
 def gpu_preset(name: str, what: str = "GPU") -> Any:
     """The estimator's GPU preset called `name` (any case), or one line naming the presets."""
     from ..estimate.traffic import gpu_presets
+
     table = gpu_presets()
     if name.lower() not in table:
         raise UsageError(f"unknown {what} {name!r}; presets: {', '.join(table)}")
@@ -167,34 +194,55 @@ def gpu_preset(name: str, what: str = "GPU") -> Any:
 def stage_list(text: str) -> tuple[int, ...]:
     """`--stage-layers 4,4,4,3`: each stage's layers, first to last, digits only."""
     from ..layout.stages import STAGE_LIST_MAX
+
     words = text.split(",")
     if len(text) > 21 * STAGE_LIST_MAX or len(words) > STAGE_LIST_MAX:
         raise argparse.ArgumentTypeError(f"at most {STAGE_LIST_MAX:,} stages in a stage list")
     try:
         return tuple(size_arg(digits, w) for w in words)
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected layer counts separated by commas (such as 4,4,4,3), got "
-                                         f"{text[:40]!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected layer counts separated by commas (such as 4,4,4,3), got {text[:40]!r}"
+        ) from None
 
 
 def add_stages(p: Any) -> None:
     """The layers on pipeline stages, for layout, memory, fit and trace (layout/stages.py has the rules)."""
-    g = p.add_argument_group("layers on pipeline stages", "default: evenly (the layers divide by pp); a Hugging "
-                             "Face config whose layers do not divide, and the deepseek-v3 preset, as even as can be "
-                             "(the first L mod pp stages one layer more); with --megatron, the job's")
-    g.add_argument("--first-stage-layers", "--decoder-first-pipeline-num-layers", dest="first_stage_layers",
-                   type=positive, metavar="N", help="layers on the first stage, the rest split evenly over the middle "
-                   "stages (Megatron's --decoder-first-pipeline-num-layers)")
-    g.add_argument("--last-stage-layers", "--decoder-last-pipeline-num-layers", dest="last_stage_layers",
-                   type=positive, metavar="M", help="layers on the last stage (Megatron's "
-                   "--decoder-last-pipeline-num-layers)")
-    g.add_argument("--stage-layers", type=stage_list, metavar="LIST", help="every stage's layers, first to last, "
-                   "one per stage (e.g. 4,4,4,3)")
+    g = p.add_argument_group(
+        "layers on pipeline stages",
+        "default: evenly (the layers divide by pp); a Hugging "
+        "Face config whose layers do not divide, and the deepseek-v3 preset, as even as can be "
+        "(the first L mod pp stages one layer more); with --megatron, the job's",
+    )
+    g.add_argument(
+        "--first-stage-layers",
+        "--decoder-first-pipeline-num-layers",
+        dest="first_stage_layers",
+        type=positive,
+        metavar="N",
+        help="layers on the first stage, the rest split evenly over the middle "
+        "stages (Megatron's --decoder-first-pipeline-num-layers)",
+    )
+    g.add_argument(
+        "--last-stage-layers",
+        "--decoder-last-pipeline-num-layers",
+        dest="last_stage_layers",
+        type=positive,
+        metavar="M",
+        help="layers on the last stage (Megatron's --decoder-last-pipeline-num-layers)",
+    )
+    g.add_argument(
+        "--stage-layers",
+        type=stage_list,
+        metavar="LIST",
+        help="every stage's layers, first to last, one per stage (e.g. 4,4,4,3)",
+    )
 
 
 def stage_rule(args: argparse.Namespace) -> Any:
     """The stage rule the flags give (layout/stages.py's Stages), or None when none is given."""
     from ..layout.stages import Stages
+
     first, last = getattr(args, "first_stage_layers", None), getattr(args, "last_stage_layers", None)
     listed = getattr(args, "stage_layers", None)
     if listed is not None and (first is not None or last is not None):
@@ -214,6 +262,7 @@ def with_stages(args: argparse.Namespace, model: Any) -> Any:
     if model is None or model.layers is None:
         raise UsageError("layers on stages need the model's layers (--layers N)")
     from dataclasses import replace
+
     return replace(model, stages=rule)
 
 
@@ -222,6 +271,7 @@ def program_output(args: argparse.Namespace) -> Any:
     """While a command's programs run: under --json, what they print goes to stderr, so that stdout
     carries the JSON alone (a user's program may print on every rank)."""
     import contextlib
+
     return contextlib.redirect_stdout(sys.stderr) if getattr(args, "json", False) else contextlib.nullcontext()
 
 
@@ -229,6 +279,7 @@ def json_text(obj: Any, indent: int | None = 1, where: str = "the output") -> st
     """`obj` as strict JSON text (jsonout.py: no NaN or Infinity; a value with no JSON form is named in
     one line, UsageError). Made whole before anything is printed or written."""
     from ..jsonout import dumps
+
     return dumps(obj, indent=indent, where=where)
 
 
@@ -251,6 +302,7 @@ def write(path: str, text: str | bytes) -> None:
     """An output file (--trace, --chrome, ...) written whole or not at all (render/output.write_whole):
     UsageError (exit 2) for a name that cannot be written, OutputError (exit 1) when the disk is full."""
     from ..render.output import write_whole
+
     write_whole(path, text)
 
 
@@ -263,10 +315,10 @@ def write_hta(path: str, trace: Trace, times: Any = None, work: Any = None) -> N
     """`--hta DIR`: one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis; each
     file whole or not at all (all texts are made before the first is written)."""
     from ..render.chrome import to_hta
+
     if not path:
         raise UsageError("an empty folder name: give a folder to write the HTA traces to")
-    texts = {r: json_text(f, None, f"rank {r}'s HTA trace")
-             for r, f in to_hta(trace, times=times, work=work).items()}
+    texts = {r: json_text(f, None, f"rank {r}'s HTA trace") for r, f in to_hta(trace, times=times, work=work).items()}
     try:
         os.makedirs(path, exist_ok=True)
     except OSError as exc:
@@ -291,6 +343,7 @@ class Stdout:
                 return stream.write(text)
             except UnicodeEncodeError:  # a text stream encodes the whole string before it buffers any of it
                 from ..render.output import shown
+
                 return stream.write(shown(text, getattr(stream, "encoding", None)))
         except BrokenPipeError:
             raise
@@ -341,31 +394,50 @@ def add_clock(p: argparse.ArgumentParser) -> None:
     """The machine a run is timed on (clock/): --gpu-model, --gpus-per-node, --overlap."""
     from ..clock.overlaps import TRACE, names
     from ..estimate.hardware import GPUS
-    g = p.add_argument_group("timing", "the machine the run is timed on: every event gets a start and an end "
-                             "(parasim hardware lists the constants and their sources)")
+
+    g = p.add_argument_group(
+        "timing",
+        "the machine the run is timed on: every event gets a start and an end "
+        "(parasim hardware lists the constants and their sources)",
+    )
     g.add_argument("--gpu-model", choices=tuple(GPUS), default="h200", help="GPU type (default h200)")
-    g.add_argument("--gpus-per-node", type=positive, metavar="N", dest="clock_gpus_per_node",
-                   help="GPUs per node: hops between nodes take the network (default 8)")
-    g.add_argument("--overlap", metavar="LIST", default="none",
-                   help=f"communication run beside compute: a comma-separated list of {', '.join(names(TRACE))}, "
-                        "or all, or none (the default); tp, p2p and cp are modelled in a plan's step "
-                        "(parasim memory, fit), not on a run's trace")
+    g.add_argument(
+        "--gpus-per-node",
+        type=positive,
+        metavar="N",
+        dest="clock_gpus_per_node",
+        help="GPUs per node: hops between nodes take the network (default 8)",
+    )
+    g.add_argument(
+        "--overlap",
+        metavar="LIST",
+        default="none",
+        help=f"communication run beside compute: a comma-separated list of {', '.join(names(TRACE))}, "
+        "or all, or none (the default); tp, p2p and cp are modelled in a plan's step "
+        "(parasim memory, fit), not on a run's trace",
+    )
 
 
 def clock_choice(args: argparse.Namespace) -> Any:
     from ..clock.overlaps import TRACE, parse
     from ..clock.report import ClockChoice
+
     # commands that run a lesson's path without the timing flags (parasim view FILE.py:fn) time it on the defaults
-    return ClockChoice(getattr(args, "gpu_model", "h200"), getattr(args, "clock_gpus_per_node", None),
-                       parse(getattr(args, "overlap", "none"), TRACE))
+    return ClockChoice(
+        getattr(args, "gpu_model", "h200"),
+        getattr(args, "clock_gpus_per_node", None),
+        parse(getattr(args, "overlap", "none"), TRACE),
+    )
 
 
-def open_app(trace: Trace, narrative: dict, title: str, tables: list | None = None, run: Any = None,
-             timeout: float | None = None) -> None:
+def open_app(
+    trace: Trace, narrative: dict, title: str, tables: list | None = None, run: Any = None, timeout: float | None = None
+) -> None:
     """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
     its what-if key re-runs the lesson at other settings."""
     from ..tui.app import ParasimApp
     from ..tui.view import View
     from ..tui.whatif import WhatIf
+
     whatif = WhatIf(run.lesson, run, timeout) if run is not None else None
     ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()

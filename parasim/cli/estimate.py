@@ -1,4 +1,5 @@
 """`parasim memory` and `parasim fit`: the estimator from the command line. Bad input: one line, exit 2."""
+
 from __future__ import annotations
 
 import argparse
@@ -19,21 +20,25 @@ _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5
 
 def _pos(text: str) -> int:
     """A positive integer in digits; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
+
     def parse(t: str) -> int:
         m = _TOKENS.fullmatch(t)
         if m is None:
             from ..limits import digits
+
             return digits(t)
         whole, frac, unit = m.groups()
         mult = 1000 if unit.upper() == "K" else 1_000_000
         value = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if frac else 0)  # exact: no float
         return value
+
     return size_arg(parse, text)
 
 
 def _number(low: float, high: float, what: str) -> Any:
     def parse(text: str) -> float:
         return number_arg(text, low, high, what)
+
     return parse
 
 
@@ -41,23 +46,44 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     m = p.add_argument_group("model (one of --model, --config, or the sizes)")
     m.add_argument("--model", metavar="NAME", help="a preset: 27b, moe16, deepseek-v3, megatron-8.3b")
     m.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (dense or MoE)")
-    for flag, what in (("--layers", "layers"), ("--hidden", "hidden size"), ("--heads", "attention heads"),
-                       ("--vocab", "vocabulary size"), ("--kv-heads", "key/value heads (GQA)"),
-                       ("--ffn", "MLP width (default 4 x hidden)"), ("--experts", "routed experts per MoE layer"),
-                       ("--top-k", "experts per token"), ("--expert-ffn", "one expert's MLP width")):
+    for flag, what in (
+        ("--layers", "layers"),
+        ("--hidden", "hidden size"),
+        ("--heads", "attention heads"),
+        ("--vocab", "vocabulary size"),
+        ("--kv-heads", "key/value heads (GQA)"),
+        ("--ffn", "MLP width (default 4 x hidden)"),
+        ("--experts", "routed experts per MoE layer"),
+        ("--top-k", "experts per token"),
+        ("--expert-ffn", "one expert's MLP width"),
+    ):
         m.add_argument(flag, type=_pos, metavar="N", help=what)
-    m.add_argument("--params", type=_number(1, 1e15, "a parameter count"), metavar="P",
-                   help="stated parameter count (e.g. 27e9); "
-                   "default: counted from the shapes")
+    m.add_argument(
+        "--params",
+        type=_number(1, 1e15, "a parameter count"),
+        metavar="P",
+        help="stated parameter count (e.g. 27e9); default: counted from the shapes",
+    )
     y = p.add_argument_group("layout" + (" (ignored by --search, which tries them all)" if search else ""))
     add_sizes(y, _pos, {"dp": "default: derived from --gpus", "etp": "default 1"})
     y.add_argument("--gpus", type=_pos, metavar="N", help="GPUs in all (default: tp x cp x pp x dp)")
     y.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism")
-    y.add_argument("--zero", type=count, choices=(0, 1, 2, 3), default=None,
-                   help="ZeRO stage over dp x cp (default 1: the distributed optimizer" +
-                   ("; --search tries all unless given)" if search else ")"))
-    y.add_argument("--recompute", nargs="?", const="full", choices=("none", "selective", "full"), default=None,
-                   help="activation recomputation (bare --recompute: full)")
+    y.add_argument(
+        "--zero",
+        type=count,
+        choices=(0, 1, 2, 3),
+        default=None,
+        help="ZeRO stage over dp x cp (default 1: the distributed optimizer"
+        + ("; --search tries all unless given)" if search else ")"),
+    )
+    y.add_argument(
+        "--recompute",
+        nargs="?",
+        const="full",
+        choices=("none", "selective", "full"),
+        default=None,
+        help="activation recomputation (bare --recompute: full)",
+    )
     t = p.add_argument_group("training and hardware")
     t.add_argument("--no-flash", action="store_true", help="keep the s x s attention scores (no FlashAttention)")
     t.add_argument("--no-dropout", action="store_true", help="no dropout masks kept")
@@ -65,101 +91,171 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     t.add_argument("--microbatches", type=_pos, metavar="M", help="micro-batches per step (default: pp)")
     t.add_argument("--chunked-loss", action="store_true", help="compute the loss in chunks: no whole logits")
     from ..layout.precision import PRECISIONS
-    t.add_argument("--precision", choices=tuple(PRECISIONS), metavar="NAME",
-                   help="the dtype of each kind of tensor, as a framework keeps and sends it: "
-                        f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
-                        "--megatron, the job's: megatron-bf16 for --bf16)")
+
+    t.add_argument(
+        "--precision",
+        choices=tuple(PRECISIONS),
+        metavar="NAME",
+        help="the dtype of each kind of tensor, as a framework keeps and sends it: "
+        f"{', '.join(PRECISIONS)} (default: post, the post's 2 + 2 + 12 bytes a parameter; with "
+        "--megatron, the job's: megatron-bf16 for --bf16)",
+    )
     from ..estimate.dispatch import DISPATCHERS
     from ..estimate.fusion import FUSIONS
     from ..estimate.kernels import KERNELS
-    t.add_argument("--attention-kernel", choices=KERNELS, default=None,
-                   help="the attention kernel the framework runs, for the step's time: cudnn (cuDNN's fused "
-                        "attention, TransformerEngine's on a B200; measured there only), fa3 (TransformerEngine's "
-                        "class on Hopper), fa2 (PyTorch's SDPA, the flash-attn 2 package) or fa1 (flash-attn 1.x, "
-                        "A100 only); default: the first of these measured on the GPU")
-    t.add_argument("--fusion", choices=tuple(FUSIONS), default=None,
-                   help="how the framework runs a layer's elementwise work, for the step's time: megatron (fused "
-                        "kernels, the default) or torch-eager (one kernel per operation: torchtitan without "
-                        "torch.compile)")
-    t.add_argument("--dispatcher", choices=tuple(DISPATCHERS), default=None,
-                   help="how an MoE layer's tokens reach their experts, for the step's time: alltoall (NCCL's "
-                        "all-to-all, each of a token's top-k copies; the default) or deepep / hybridep (once to "
-                        "each GPU and node that needs it)")
-    t.add_argument("--gpu", default="h200", help="GPU preset: h200 (default), h100, h800, a100, b200 (b200: memory "
-                   "only, its kernels are not all measured yet)")
-    t.add_argument("--usable", type=_number(0.001, 1e6, "usable memory per GPU in GB"), metavar="GB",
-                   help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)")
+
+    t.add_argument(
+        "--attention-kernel",
+        choices=KERNELS,
+        default=None,
+        help="the attention kernel the framework runs, for the step's time: cudnn (cuDNN's fused "
+        "attention, TransformerEngine's on a B200; measured there only), fa3 (TransformerEngine's "
+        "class on Hopper), fa2 (PyTorch's SDPA, the flash-attn 2 package) or fa1 (flash-attn 1.x, "
+        "A100 only); default: the first of these measured on the GPU",
+    )
+    t.add_argument(
+        "--fusion",
+        choices=tuple(FUSIONS),
+        default=None,
+        help="how the framework runs a layer's elementwise work, for the step's time: megatron (fused "
+        "kernels, the default) or torch-eager (one kernel per operation: torchtitan without "
+        "torch.compile)",
+    )
+    t.add_argument(
+        "--dispatcher",
+        choices=tuple(DISPATCHERS),
+        default=None,
+        help="how an MoE layer's tokens reach their experts, for the step's time: alltoall (NCCL's "
+        "all-to-all, each of a token's top-k copies; the default) or deepep / hybridep (once to "
+        "each GPU and node that needs it)",
+    )
+    t.add_argument(
+        "--gpu",
+        default="h200",
+        help="GPU preset: h200 (default), h100, h800, a100, b200 (b200: memory "
+        "only, its kernels are not all measured yet)",
+    )
+    t.add_argument(
+        "--usable",
+        type=_number(0.001, 1e6, "usable memory per GPU in GB"),
+        metavar="GB",
+        help="usable memory per GPU in GB (GiB with --gib); default: the GPU's (120 GB of an H200)",
+    )
     from ..clock.overlaps import PLAN, names
-    t.add_argument("--overlap", metavar="LIST",
-                   help=f"communication the step runs beside compute, for its time: a comma-separated list of "
-                        f"{', '.join(names(PLAN))}, or all, or none (the default; with --megatron, the job's); "
-                        "dualpipe is modelled on a run's trace (lessons), not in a plan's step")
+
+    t.add_argument(
+        "--overlap",
+        metavar="LIST",
+        help=f"communication the step runs beside compute, for its time: a comma-separated list of "
+        f"{', '.join(names(PLAN))}, or all, or none (the default; with --megatron, the job's); "
+        "dualpipe is modelled on a run's trace (lessons), not in a plan's step",
+    )
     t.add_argument("--gib", action="store_true", help="units of 2^30 bytes instead of GB = 1e9 bytes")
     t.add_argument("--json", action="store_true", help="print the answer as JSON")
     add_stages(p)
     from .megatron import add_megatron
+
     add_megatron(p, search=search)
     r = p.add_argument_group("against a run")
-    r.add_argument("--symbolic", action="store_true", help="also run the step on symbolic ranks (real sizes, "
-                   "no values; train/step.py) and show the run's figures beside the estimate, item by item")
-    r.add_argument("--routing", default="balanced", metavar="HOW", help="with --symbolic, MoE routing by a "
-                   f"policy ({policy_help()}); balanced by default, as a folded step needs")
+    r.add_argument(
+        "--symbolic",
+        action="store_true",
+        help="also run the step on symbolic ranks (real sizes, "
+        "no values; train/step.py) and show the run's figures beside the estimate, item by item",
+    )
+    r.add_argument(
+        "--routing",
+        default="balanced",
+        metavar="HOW",
+        help=f"with --symbolic, MoE routing by a policy ({policy_help()}); balanced by default, as a folded step needs",
+    )
 
 
 def add_estimate_commands(sub: Any) -> None:
-    mp = sub.add_parser("memory", help="memory per GPU, itemised, for a model and layout",
-                        description="Estimate memory per GPU item by item: weights, gradients, optimizer states "
-                                    "(ZeRO 0-3), activations, in-flight micro-batches, recomputation, logits; "
-                                    "plus the step's traffic and time. GB = 1e9 bytes unless --gib.")
+    mp = sub.add_parser(
+        "memory",
+        help="memory per GPU, itemised, for a model and layout",
+        description="Estimate memory per GPU item by item: weights, gradients, optimizer states "
+        "(ZeRO 0-3), activations, in-flight micro-batches, recomputation, logits; "
+        "plus the step's traffic and time. GB = 1e9 bytes unless --gib.",
+    )
     _common(mp)
-    mp.add_argument("--seq", type=_pos, metavar="S", help="sequence length (default 4096, or the job's --seq-length "
-                    "with --megatron; 32K = 32000)")
+    mp.add_argument(
+        "--seq",
+        type=_pos,
+        metavar="S",
+        help="sequence length (default 4096, or the job's --seq-length with --megatron; 32K = 32000)",
+    )
     mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
-    mp.add_argument("--critic", action="store_true", help="hold the layout to the rules of thumb (TP and EP inside "
-                    "a node, SP with TP, ZeRO-1 with DP): each one it breaks, with the step and memory of the same "
-                    "GPUs following it")
+    mp.add_argument(
+        "--critic",
+        action="store_true",
+        help="hold the layout to the rules of thumb (TP and EP inside "
+        "a node, SP with TP, ZeRO-1 with DP): each one it breaks, with the step and memory of the same "
+        "GPUs following it",
+    )
     mp.set_defaults(func=cmd_memory)
 
-    fp = sub.add_parser("fit", help="the longest sequence that fits, or the best layout per node count",
-                        description="Solve for the longest sequence that fits in the usable memory per GPU "
-                                    "(default 120 GB of a 141 GB H200), or with --search rank every valid "
-                                    "layout on each node count.")
+    fp = sub.add_parser(
+        "fit",
+        help="the longest sequence that fits, or the best layout per node count",
+        description="Solve for the longest sequence that fits in the usable memory per GPU "
+        "(default 120 GB of a 141 GB H200), or with --search rank every valid "
+        "layout on each node count.",
+    )
     _common(fp, search=True)
     fp.add_argument("--search", action="store_true", help="try every layout (TP, SP, CP, PP, DP/ZeRO, recompute)")
     fp.add_argument("--nodes", default="1-64", metavar="A-B", help="node counts for --search (default 1-64)")
     fp.add_argument("--gpus-per-node", type=_pos, default=8, metavar="N", help="GPUs per node (default 8)")
-    fp.add_argument("--top", type=positive_up_to(SEARCH_TOP, "each is listed with its whole layout"), default=5,
-                    metavar="K", help=f"layouts listed per node count (default 5, at most {SEARCH_TOP})")
+    fp.add_argument(
+        "--top",
+        type=positive_up_to(SEARCH_TOP, "each is listed with its whole layout"),
+        default=5,
+        metavar="K",
+        help=f"layouts listed per node count (default 5, at most {SEARCH_TOP})",
+    )
     fp.add_argument("--plot", metavar="FILE.png", help="with --search: longest sequence against nodes per family")
-    fp.add_argument("--by", choices=("length", "time"), default="length",
-                    help="with --search: rank by the longest sequence (length, the default) or, among the layouts "
-                         "that fit --seq, by the step's time on --gpu (tokens per second per GPU), saying what "
-                         "costs each losing layout most")
+    fp.add_argument(
+        "--by",
+        choices=("length", "time"),
+        default="length",
+        help="with --search: rank by the longest sequence (length, the default) or, among the layouts "
+        "that fit --seq, by the step's time on --gpu (tokens per second per GPU), saying what "
+        "costs each losing layout most",
+    )
     fp.add_argument("--seq", type=_pos, metavar="S", help="with --by time: the sequence to train at (default 4096)")
-    fp.add_argument("--global-batch", type=_pos, metavar="B",
-                    help="with --by time: sequences per step, all replicas (default 1024): a layout whose DP x "
-                         "micro-batch does not divide it is left out")
+    fp.add_argument(
+        "--global-batch",
+        type=_pos,
+        metavar="B",
+        help="with --by time: sequences per step, all replicas (default 1024): a layout whose DP x "
+        "micro-batch does not divide it is left out",
+    )
     fp.set_defaults(func=cmd_fit)
 
-    hp = sub.add_parser("hardware", help="the GPU constants every time and memory figure uses, with sources",
-                        description="Print the hardware table: for each GPU type --gpu-model takes, its memory, "
-                                    "dense BF16 peak, memory bandwidth, NVLink and network bandwidth per GPU, each "
-                                    "with the datasheet it comes from and how that source prints it; then the "
-                                    "measured kernel costs the clock times products, attention and collectives "
-                                    "by, at a few sample points, with their sources.")
-    hp.add_argument("--json", action="store_true",
-                    help='print {"gpus", "latency", "kernels", "sources"} as JSON')
+    hp = sub.add_parser(
+        "hardware",
+        help="the GPU constants every time and memory figure uses, with sources",
+        description="Print the hardware table: for each GPU type --gpu-model takes, its memory, "
+        "dense BF16 peak, memory bandwidth, NVLink and network bandwidth per GPU, each "
+        "with the datasheet it comes from and how that source prints it; then the "
+        "measured kernel costs the clock times products, attention and collectives "
+        "by, at a few sample points, with their sources.",
+    )
+    hp.add_argument("--json", action="store_true", help='print {"gpus", "latency", "kernels", "sources"} as JSON')
     hp.set_defaults(func=cmd_hardware)
 
 
 def cmd_hardware(args: argparse.Namespace) -> int:
     from ..estimate.kernels import hardware_table
+
     table = hardware_table()
     if args.json:
         print_json(table, indent=2)
         return 0
     from rich.console import Console
     from ..render.estimate_text import hardware_report
+
     hardware_report(Console(highlight=False), table)
     return 0
 
@@ -175,24 +271,31 @@ def _model(args: argparse.Namespace) -> tuple[Any, Sources]:
 def _given_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     from ..estimate.models import from_flags, get_model
     from .megatron import check_not_both, job_model
+
     check_not_both(args)
     job = read_megatron(args)
     if job is not None:
         return job_model(args, job), Sources(megatron=job)
-    sizes = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts",
-                                           "top_k", "expert_ffn", "params")}
-    given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + \
-        (["sizes"] if any(v is not None for v in sizes.values()) else [])
+    sizes = {
+        k: getattr(args, k)
+        for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
+    }
+    given = [n for n, v in (("--model", args.model), ("--config", args.config)) if v] + (
+        ["sizes"] if any(v is not None for v in sizes.values()) else []
+    )
     if len(given) > 1:
         raise UsageError(f"give one of --model, --config or sizes, not {' and '.join(given)}")
     if args.model:
         return get_model(args.model), Sources()
     if args.config:
         from ..estimate.models import read_hf_config
+
         hf = read_hf_config(args.config)  # what it read and left out, printed beside the answer
         return hf.model, Sources(config=hf, config_path=args.config)
     if not given:
-        raise UsageError("which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab")
+        raise UsageError(
+            "which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab"
+        )
     return from_flags(**sizes), Sources()
 
 
@@ -200,34 +303,79 @@ def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None
     """The plan the flags give (over `job`'s, the --megatron job, where given), checked by the layout rules
     (Layout's, as `parasim layout` checks them), against the sequence too when it is known (`memory --seq`)."""
     from ..estimate.memory import Plan
+
     if job is not None:  # the job's layout and step, with the flags given here in their place
         from ..megatron.job import plan_of
-        plan = plan_of(job, model, args.gpus, tp=args.tp, cp=args.cp, pp=args.pp, dp=args.dp, ep=args.ep,
-                       etp=args.etp, sp=args.sp or None, zero=args.zero, recompute=args.recompute,
-                       flash=False if args.no_flash else None, dropout=False if args.no_dropout else None,
-                       micro_batch=args.micro_batch, microbatches=args.microbatches,
-                       chunked_loss=args.chunked_loss or None, precision=args.precision)
+
+        plan = plan_of(
+            job,
+            model,
+            args.gpus,
+            tp=args.tp,
+            cp=args.cp,
+            pp=args.pp,
+            dp=args.dp,
+            ep=args.ep,
+            etp=args.etp,
+            sp=args.sp or None,
+            zero=args.zero,
+            recompute=args.recompute,
+            flash=False if args.no_flash else None,
+            dropout=False if args.no_dropout else None,
+            micro_batch=args.micro_batch,
+            microbatches=args.microbatches,
+            chunked_loss=args.chunked_loss or None,
+            precision=args.precision,
+        )
         return replace(plan, **_kernels(args)).check(model, seq)
     # world and dp: given, derived or checked by the layout's own rule (--gpus is its world)
-    plan = Plan(tp=args.tp or 1, sp=args.sp, cp=args.cp or 1, pp=args.pp or 1, dp=args.dp, world=args.gpus,
-                ep=args.ep or 1, etp=args.etp or 1, zero=1 if args.zero is None else args.zero,
-                recompute=args.recompute or "none", flash=not args.no_flash, dropout=not args.no_dropout,
-                micro_batch=args.micro_batch or 1, microbatches=args.microbatches, chunked_loss=args.chunked_loss,
-                precision=_precision(args, job), **_kernels(args))
+    plan = Plan(
+        tp=args.tp or 1,
+        sp=args.sp,
+        cp=args.cp or 1,
+        pp=args.pp or 1,
+        dp=args.dp,
+        world=args.gpus,
+        ep=args.ep or 1,
+        etp=args.etp or 1,
+        zero=1 if args.zero is None else args.zero,
+        recompute=args.recompute or "none",
+        flash=not args.no_flash,
+        dropout=not args.no_dropout,
+        micro_batch=args.micro_batch or 1,
+        microbatches=args.microbatches,
+        chunked_loss=args.chunked_loss,
+        precision=_precision(args, job),
+        **_kernels(args),
+    )
     return plan.check(model, seq)
 
 
 def _search_choices(args: argparse.Namespace, job: Any) -> dict[str, Any]:
     """The training choices both of fit's searches hold fixed while they try every layout (None: try each)."""
-    return dict(zero=args.zero, recompute=args.recompute, flash=not args.no_flash, dropout=not args.no_dropout,
-                micro_batch=args.micro_batch or 1, chunked_loss=args.chunked_loss, precision=_precision(args, job),
-                **_kernels(args))
+    return dict(
+        zero=args.zero,
+        recompute=args.recompute,
+        flash=not args.no_flash,
+        dropout=not args.no_dropout,
+        micro_batch=args.micro_batch or 1,
+        chunked_loss=args.chunked_loss,
+        precision=_precision(args, job),
+        **_kernels(args),
+    )
 
 
 def _kernels(args: argparse.Namespace) -> dict[str, Any]:
     """--attention-kernel, --fusion and --dispatcher where given: the framework's kernels the step is timed by."""
-    return {k: v for k, v in (("attention_kernel", args.attention_kernel), ("fusion", args.fusion),
-                              ("dispatcher", args.dispatcher)) if v is not None}
+    return {
+        k: v
+        for k, v in (
+            ("attention_kernel", args.attention_kernel),
+            ("fusion", args.fusion),
+            ("dispatcher", args.dispatcher),
+        )
+        if v is not None
+    }
 
 
 def _precision(args: argparse.Namespace, job: Any) -> str:
@@ -242,6 +390,7 @@ def _gpu(args: argparse.Namespace) -> tuple[Any, str]:
 
 def _overlap(args: argparse.Namespace, job: Any) -> tuple[str, ...]:
     from ..clock.overlaps import PLAN, parse
+
     if args.overlap is None and job is not None:
         return tuple(job.overlap)
     return parse(args.overlap or "none", PLAN)
@@ -256,15 +405,18 @@ def _print_job(args: argparse.Namespace, sources: Sources) -> None:
     """Where the model came from, before the answer: a Megatron job's flags, or a config's fields."""
     if sources.megatron is not None:
         from .megatron import print_job
+
         print_job(sources.megatron, args)
     if sources.config is not None:
         from ..render.estimate_text import config_lines
+
         print(printable_lines(config_lines(sources.config_path, sources.config)) + "\n")
 
 
 def _print_written(out: dict, plan: Any) -> None:
     from ..megatron.args import describe
     from .megatron import print_written
+
     print_written(f"as a Megatron-LM job on {describe(plan.world, plan.gpus_per_node)}", out)
 
 
@@ -277,6 +429,7 @@ def _print_stages(stages: dict) -> None:
 
 def _units(args: argparse.Namespace) -> Units:
     from ..job.query import GIB
+
     return GIB if args.gib else Units()
 
 
@@ -296,19 +449,23 @@ def query_of(args: argparse.Namespace) -> JobQuery:
 def cmd_memory(args: argparse.Namespace) -> int:
     from ..estimate.memory import assumption_words, fit_words
     from ..job import memory_report
+
     q = query_of(args)
     model, plan, seq, unit, name = q.model, q.plan, q.seq, q.units.size, q.units.name
     if args.symbolic:  # what the step cannot run is refused before any work
         from ..train.against import check_runs
+
         check_runs(model, plan, args.routing, seq)
     report = memory_report(q, critic=args.critic, written=args.megatron_args)
     out, bd, gpu = report.to_dict(), report.breakdown, report.gpu
     if args.plot:
         from ..render.plots import plot_memory
+
         plot_memory(model, plan, seq, unit, name, args.plot, q.usable, gpu)
     if args.symbolic:
         from ..train.against import compare
         from ..render.against import note_running
+
         note_running(plan, seq)
         out = {**out, "run": compare(model, plan, seq, args.routing)}
     if args.json:
@@ -317,19 +474,30 @@ def cmd_memory(args: argparse.Namespace) -> int:
     _print_job(args, q.sources)
     from rich.console import Console
     from ..render.estimate_text import print_memory
+
     console = Console(highlight=False)
     _print_stages(out["stages"])
-    print_memory(console, f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
-                          f"(stage {bd.stage + 1} of {plan.pp})", bd, out,
-                 fit_words(bd.total, q.usable, gpu.name, gpu.memory, bool(args.usable), unit, name),
-                 assumption_words(out["assumes"], plan.cp), gpu.name, unit, name)
+    print_memory(
+        console,
+        f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
+        f"(stage {bd.stage + 1} of {plan.pp})",
+        bd,
+        out,
+        fit_words(bd.total, q.usable, gpu.name, gpu.memory, bool(args.usable), unit, name),
+        assumption_words(out["assumes"], plan.cp),
+        gpu.name,
+        unit,
+        name,
+    )
     if args.symbolic:
         from ..render.against import print_compare
+
         print_compare(console, out["run"], unit, name)
     if args.megatron_args:
         _print_written(out["megatron_args"], plan)
     if args.critic:
         from ..render.estimate_text import critic_lines
+
         print(printable_lines(critic_lines(out["critic"], unit, name)))
     return 0
 
@@ -351,33 +519,42 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return _search_by_time(args, model, sources, usable, units, (gpu, key))
     if args.search:
         from ..job.search import search_report
+
         report = search_report(_search_query(args, model, sources, usable, units), written=args.megatron_args)
         result = report.to_dict()
         if args.plot:
             from ..render.plots import plot_search
+
             plot_search(result, args.plot)
         if args.json:
             print_json(result)
             return 0
         _print_job(args, sources)
         from ..render.estimate_text import search_lines
+
         print(printable_lines(search_lines(model.name, result, name)))
         for row in result["nodes"] if args.megatron_args else ():
             best = row["best"]
             if best is not None and "megatron_args" in best:
                 from ..megatron.args import describe
                 from .megatron import print_written
-                print_written(f"{best['label']} at {best['seq_length']:,} tokens, as a Megatron-LM job on "
-                              f"{describe(best['world'], args.gpus_per_node)}", best["megatron_args"])
+
+                print_written(
+                    f"{best['label']} at {best['seq_length']:,} tokens, as a Megatron-LM job on "
+                    f"{describe(best['world'], args.gpus_per_node)}",
+                    best["megatron_args"],
+                )
         return 0
     if args.plot:
         raise UsageError("fit --plot needs --search")
     if args.symbolic:
         return _fit_against_run(args, model, job, usable, units)
     from ..job import fit_report
+
     plan = _plan(args, model, job)
-    report = fit_report(JobQuery(model, plan, None, key, usable, _overlap(args, job), units, sources),
-                        written=args.megatron_args)
+    report = fit_report(
+        JobQuery(model, plan, None, key, usable, _overlap(args, job), units, sources), written=args.megatron_args
+    )
     out, f = report.to_dict(), report.fit
     if args.json:
         print_json(out)
@@ -385,6 +562,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     _print_job(args, sources)
     _print_stages(out["stages"])
     from ..render.estimate_text import fit_lines
+
     print(printable_lines(fit_lines(model.name, plan.label(), plan.world, f, out, gpu.name, unit, name)))
     if "megatron_args" in out:
         _print_written(out["megatron_args"], plan)
@@ -395,24 +573,41 @@ def _search_query(args: argparse.Namespace, model: Any, sources: Sources, usable
     """fit --search's flags as the search they ask for."""
     from ..estimate.fit import parse_nodes
     from ..job.search import SearchQuery
-    return SearchQuery(model, parse_nodes(args.nodes), usable, _search_choices(args, sources.megatron),
-                       args.gpus_per_node, args.top, units, sources)
+
+    return SearchQuery(
+        model,
+        parse_nodes(args.nodes),
+        usable,
+        _search_choices(args, sources.megatron),
+        args.gpus_per_node,
+        args.top,
+        units,
+        sources,
+    )
 
 
-def _search_by_time(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units,
-                    gpu: tuple[Any, str]) -> int:
+def _search_by_time(
+    args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units, gpu: tuple[Any, str]
+) -> int:
     """`fit --search --by time`: the layouts that fit, ranked by the step's time, and why each loses."""
     from ..job.search import time_search_report
+
     if args.megatron_args or args.plot:
         raise UsageError("--megatron-args and --plot go with --by length")
-    report = time_search_report(_search_query(args, model, sources, usable, units), args.seq or 4096,
-                                args.global_batch or 1024, gpu[1], _overlap(args, sources.megatron))
+    report = time_search_report(
+        _search_query(args, model, sources, usable, units),
+        args.seq or 4096,
+        args.global_batch or 1024,
+        gpu[1],
+        _overlap(args, sources.megatron),
+    )
     result = report.to_dict()
     if args.json:
         print_json(result)
         return 0
     _print_job(args, sources)
     from ..render.estimate_text import time_search_lines
+
     print(printable_lines(time_search_lines(model.name, result, gpu[0].name)))
     return 0
 
@@ -420,6 +615,7 @@ def _search_by_time(args: argparse.Namespace, model: Any, sources: Sources, usab
 def _fit_against_run(args: argparse.Namespace, model: Any, job: Any, usable: float, units: Units) -> int:
     from ..train.against import check_runs, fit_against_run
     from ..render.against import note_running, print_fit
+
     unit, name = units.size, units.name
     plan = _plan(args, model, job)
     check_runs(model, plan, args.routing)

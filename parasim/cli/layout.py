@@ -1,4 +1,5 @@
 """`parasim layout`: the process groups of a layout, as Megatron-Core builds them."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,36 +13,59 @@ from .common import add_sizes, add_stages, positive, positive_up_to, print_json,
 
 
 def add_layout(sub: Any) -> None:
-    yp = sub.add_parser("layout", help="the process groups of a layout, as Megatron-Core builds them",
-                        description="Show which ranks form each TP, CP, DP, PP and EP group of a layout, exactly "
-                                    "as Megatron-Core's initialize_model_parallel builds them (MoE parallel "
-                                    "folding included). Sizes left out are 1; dp or world is derived.")
+    yp = sub.add_parser(
+        "layout",
+        help="the process groups of a layout, as Megatron-Core builds them",
+        description="Show which ranks form each TP, CP, DP, PP and EP group of a layout, exactly "
+        "as Megatron-Core's initialize_model_parallel builds them (MoE parallel "
+        "folding included). Sizes left out are 1; dp or world is derived.",
+    )
     yp.add_argument("--layout", metavar="NAME", help="a preset (see --list)")
     yp.add_argument("--list", action="store_true", help="list the presets")
-    add_sizes(yp, said={"dp": "default: derived", "etp": "default 1 with experts, as in the post and parasim trace; "
-                        "without experts it follows tp, as Megatron's does"}, megatron=True)
-    yp.add_argument("--world", "--world-size", dest="world", type=positive, metavar="N",
-                    help="number of GPUs (default: derived)")
-    yp.add_argument("--order", default="tp-cp-ep-dp-pp", help="rank order, fastest axis first "
-                    "(tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp)")
+    add_sizes(
+        yp,
+        said={
+            "dp": "default: derived",
+            "etp": "default 1 with experts, as in the post and parasim trace; "
+            "without experts it follows tp, as Megatron's does",
+        },
+        megatron=True,
+    )
+    yp.add_argument(
+        "--world", "--world-size", dest="world", type=positive, metavar="N", help="number of GPUs (default: derived)"
+    )
+    yp.add_argument(
+        "--order", default="tp-cp-ep-dp-pp", help="rank order, fastest axis first (tp-cp-ep-dp-pp, or tp-cp-ep-pp-dp)"
+    )
     yp.add_argument("--use-tp-pp-dp-mapping", action="store_true", help="Megatron's flag for order tp-cp-ep-pp-dp")
     yp.add_argument("--sequence-parallel", "--sp", dest="sp", action="store_true", help="sequence parallelism")
-    for short, long, dest, what in (("--layers", "--num-layers", "layers", "layers (divide by pp, unless the layers on "
-                                     "stages are given)"),
-                                    ("--hidden", "--hidden-size", "hidden", "hidden size"),
-                                    ("--heads", "--num-attention-heads", "heads", "attention heads (divide by tp)"),
-                                    ("--kv-heads", "--num-query-groups", "kv_heads", "key/value heads (GQA)"),
-                                    ("--experts", "--num-experts", "experts", "experts per MoE layer (divide by ep)"),
-                                    ("--seq", "--seq-length", "seq", "sequence length (divides by 2*cp)")):
+    for short, long, dest, what in (
+        ("--layers", "--num-layers", "layers", "layers (divide by pp, unless the layers on stages are given)"),
+        ("--hidden", "--hidden-size", "hidden", "hidden size"),
+        ("--heads", "--num-attention-heads", "heads", "attention heads (divide by tp)"),
+        ("--kv-heads", "--num-query-groups", "kv_heads", "key/value heads (GQA)"),
+        ("--experts", "--num-experts", "experts", "experts per MoE layer (divide by ep)"),
+        ("--seq", "--seq-length", "seq", "sequence length (divides by 2*cp)"),
+    ):
         yp.add_argument(short, long, dest=dest, type=positive, metavar="N", help=what)
-    yp.add_argument("--nodes", type=positive_up_to(NODES_SHOWN, "each node is drawn as a panel"), default=2,
-                    metavar="N", help=f"nodes to draw (default 2, at most {NODES_SHOWN})")
-    yp.add_argument("--plot", metavar="FILE.png", help="also draw the layout as one picture: GPUs by node, the "
-                    "experts each holds, EP groups by colour")
-    yp.add_argument("--json", action="store_true",
-                    help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}')
+    yp.add_argument(
+        "--nodes",
+        type=positive_up_to(NODES_SHOWN, "each node is drawn as a panel"),
+        default=2,
+        metavar="N",
+        help=f"nodes to draw (default 2, at most {NODES_SHOWN})",
+    )
+    yp.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw the layout as one picture: GPUs by node, the experts each holds, EP groups by colour",
+    )
+    yp.add_argument(
+        "--json", action="store_true", help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}'
+    )
     add_stages(yp)
     from .megatron import add_megatron
+
     add_megatron(yp, what="layout (and the model sizes its rules check)")
     yp.set_defaults(func=cmd_layout)
 
@@ -61,6 +85,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
     if args.layout and args.megatron:
         raise UsageError("give either --layout NAME or --megatron FILE, not both")
     from .megatron import read_megatron
+
     job = read_megatron(args)  # read once: the layout and the answer's "megatron" both come from it
     if args.layout:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
@@ -81,15 +106,20 @@ def cmd_layout(args: argparse.Namespace) -> int:
         check_experts_shown(min(layout.world, args.nodes * layout.gpus_per_node), layout.experts_each)
     if args.plot is not None:
         from ..render.plots import plot_layout_map
+
         plot_layout_map(layout, args.plot, title)
     written = None
     if args.megatron_args:
         from ..megatron.args import PRECISION_FLAGS, job_rest, layout_args, model_args, script_text
         from ..megatron.pipeline import pipeline_args
+
         precision = "megatron-bf16" if job is None else job.step["precision"]
-        words = model_args(layout.model, layout.model.seq if layout.model else None, partial=True, job=job) + \
-            layout_args(layout, bool(layout.model and layout.model.experts)) + \
-            pipeline_args(layout.model, layout) + list(PRECISION_FLAGS[precision])
+        words = (
+            model_args(layout.model, layout.model.seq if layout.model else None, partial=True, job=job)
+            + layout_args(layout, bool(layout.model and layout.model.experts))
+            + pipeline_args(layout.model, layout)
+            + list(PRECISION_FLAGS[precision])
+        )
         words += [] if job is None else job_rest(job, words)  # the rest of the job, as it gives it
         written = {"args": words, "torchrun": script_text(words, layout.world, layout.gpus_per_node)}
     if args.json:
@@ -102,14 +132,16 @@ def cmd_layout(args: argparse.Namespace) -> int:
         return 0
     if job is not None:
         from .megatron import print_job
+
         print_job(job, args)
     from ..render.layout_view import print_layout
+
     print_layout(layout, title, args.nodes)
     if written is not None:
         from ..megatron.args import describe
         from .megatron import print_written
-        print_written(f"this layout as Megatron-LM flags on {describe(layout.world, layout.gpus_per_node)}",
-                      written)
+
+        print_written(f"this layout as Megatron-LM flags on {describe(layout.world, layout.gpus_per_node)}", written)
     return 0
 
 
@@ -117,9 +149,9 @@ def _job_layout(args: argparse.Namespace, job: Any, sizes: dict, model: dict) ->
     """The layout of `job` (`--megatron FILE`, read), the sizes given here in place of the job's."""
     from ..layout import ModelSpec
     from ..megatron.job import layout_of
+
     fields = {k: job.model.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "stages")}
     fields.update({k: v for k, v in model.items() if v is not None and k != "seq"})
     seq = model.get("seq") or job.seq
     m = with_stages(args, ModelSpec(**{k: v for k, v in fields.items() if v is not None}, seq=seq))
-    return layout_of(job, m, **sizes, sp=args.sp or None,
-                     order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else None)
+    return layout_of(job, m, **sizes, sp=args.sp or None, order="tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else None)

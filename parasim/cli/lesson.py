@@ -1,4 +1,5 @@
 """`parasim lesson` and `parasim view`: run a lesson on virtual ranks, or open a saved trace."""
+
 from __future__ import annotations
 
 import argparse
@@ -6,35 +7,83 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import (SHARED_PROCESS, add_clock, add_timeout, clock_choice, json_text, need_terminal, on_terminal,
-                     open_app, positive, positive_up_to, print_json, program_output, write, write_hta, write_json)
+from .common import (
+    SHARED_PROCESS,
+    add_clock,
+    add_timeout,
+    clock_choice,
+    json_text,
+    need_terminal,
+    on_terminal,
+    open_app,
+    positive,
+    positive_up_to,
+    print_json,
+    program_output,
+    write,
+    write_hta,
+    write_json,
+)
 
 
 def add_lesson(sub: Any) -> None:
-    lp = sub.add_parser("lesson", help="list the lessons, or run one and walk through it",
-                        description="Run a lesson on virtual ranks and walk through every collective it makes. "
-                                    "Without NAME, list the lessons.", epilog=SHARED_PROCESS)
-    lp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to run (omit to list them), or your own "
-                    "SPMD program as path/to/file.py:function (with --world)")
+    lp = sub.add_parser(
+        "lesson",
+        help="list the lessons, or run one and walk through it",
+        description="Run a lesson on virtual ranks and walk through every collective it makes. "
+        "Without NAME, list the lessons.",
+        epilog=SHARED_PROCESS,
+    )
+    lp.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="the lesson to run (omit to list them), or your own "
+        "SPMD program as path/to/file.py:function (with --world)",
+    )
     out = lp.add_mutually_exclusive_group()
-    out.add_argument("--plain", action="store_true", help="print the plain-text walk-through (the default when "
-                     "stdout is not a terminal)")
+    out.add_argument(
+        "--plain",
+        action="store_true",
+        help="print the plain-text walk-through (the default when stdout is not a terminal)",
+    )
     out.add_argument("--tui", action="store_true", help="open the step-through app (the default on a terminal)")
-    out.add_argument("--json", action="store_true",
-                     help='print {"lesson", "world", "clock", "events", "values", "checks"} as JSON (each event with '
-                          'its start and end on the clock)')
-    lp.add_argument("--list", action="store_true", help="list the lessons in the order of the post (the same as "
-                    "no NAME; with --json, as JSON)")
-    lp.add_argument("--width", type=_width, metavar="N", help="the plain walk-through's line width, 60 to 200 "
-                    "(default: the terminal's, or 96 into a pipe or a file)")
+    out.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"lesson", "world", "clock", "events", "values", "checks"} as JSON (each event with '
+        "its start and end on the clock)",
+    )
+    lp.add_argument(
+        "--list",
+        action="store_true",
+        help="list the lessons in the order of the post (the same as no NAME; with --json, as JSON)",
+    )
+    lp.add_argument(
+        "--width",
+        type=_width,
+        metavar="N",
+        help="the plain walk-through's line width, 60 to 200 (default: the terminal's, or 96 into a pipe or a file)",
+    )
     lp.add_argument("--world", type=positive, metavar="N", help="number of ranks (default: the lesson's own)")
-    lp.add_argument("--chrome", metavar="FILE", help="also write the run as a Chrome trace (Perfetto, chrome://tracing), "
-                    "each slice at the clock's predicted time (see timing)")
+    lp.add_argument(
+        "--chrome",
+        metavar="FILE",
+        help="also write the run as a Chrome trace (Perfetto, chrome://tracing), "
+        "each slice at the clock's predicted time (see timing)",
+    )
     lp.add_argument("--trace", metavar="FILE", help="also write the run's parasim trace (JSON)")
-    lp.add_argument("--hta", metavar="DIR", help="also write one Kineto-style trace per rank (DIR/rank<r>.json) "
-                    "for Holistic Trace Analysis")
-    lp.add_argument("--plot", metavar="FILE.png", help="also draw the lesson's picture from its run (`parasim lesson "
-                    "--list` names the lessons that draw one, and what each shows)")
+    lp.add_argument(
+        "--hta",
+        metavar="DIR",
+        help="also write one Kineto-style trace per rank (DIR/rank<r>.json) for Holistic Trace Analysis",
+    )
+    lp.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="also draw the lesson's picture from its run (`parasim lesson "
+        "--list` names the lessons that draw one, and what each shows)",
+    )
     add_knobs(lp)
     add_clock(lp)
     add_timeout(lp)
@@ -42,11 +91,17 @@ def add_lesson(sub: Any) -> None:
 
 
 def add_view(sub: Any) -> None:
-    vp = sub.add_parser("view", help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
-                        description="Step through a saved parasim trace in the TUI (plain text when stdout is "
-                                    "not a terminal, or with --plain).")
-    vp.add_argument("trace", metavar="TRACE.json", help="a trace written by --trace, or a program to run first: "
-                    "path/to/file.py:function (with --world)")
+    vp = sub.add_parser(
+        "view",
+        help="open a saved trace (parasim lesson --trace FILE, or a real run) in the app",
+        description="Step through a saved parasim trace in the TUI (plain text when stdout is "
+        "not a terminal, or with --plain).",
+    )
+    vp.add_argument(
+        "trace",
+        metavar="TRACE.json",
+        help="a trace written by --trace, or a program to run first: path/to/file.py:function (with --world)",
+    )
     vp.add_argument("--plain", action="store_true", help="print the plain-text walk-through")
     vp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     add_timeout(vp)
@@ -56,19 +111,30 @@ def add_view(sub: Any) -> None:
 def add_knobs(parser: argparse.ArgumentParser) -> None:
     """The settings lessons let a learner turn (parasim.lesson.KNOB_KINDS); each lesson takes some of them."""
     from ..lesson import KNOB_KINDS
-    group = parser.add_argument_group("lesson settings", "each lesson takes some of these (its defaults are the "
-                                      "post's where the post gives one that runs here; the walk-through's settings "
-                                      "line says which); `parasim lesson --list --json` names each lesson's")
+
+    group = parser.add_argument_group(
+        "lesson settings",
+        "each lesson takes some of these (its defaults are the "
+        "post's where the post gives one that runs here; the walk-through's settings "
+        "line says which); `parasim lesson --list --json` names each lesson's",
+    )
     for name, kind in KNOB_KINDS.items():
-        group.add_argument(*kind.flags, dest=f"knob_{name}", metavar=kind.metavar, help=kind.help,
-                           type=positive if kind.parse is int else kind.parse)
+        group.add_argument(
+            *kind.flags,
+            dest=f"knob_{name}",
+            metavar=kind.metavar,
+            help=kind.help,
+            type=positive if kind.parse is int else kind.parse,
+        )
 
 
 def given_knobs(args: argparse.Namespace) -> dict:
     """The lesson settings given on the command line, by knob name."""
     from ..lesson import KNOB_KINDS
-    return {name: getattr(args, f"knob_{name}") for name in KNOB_KINDS
-            if getattr(args, f"knob_{name}", None) is not None}
+
+    return {
+        name: getattr(args, f"knob_{name}") for name in KNOB_KINDS if getattr(args, f"knob_{name}", None) is not None
+    }
 
 
 def cmd_lesson(args: argparse.Namespace) -> int:
@@ -76,8 +142,18 @@ def cmd_lesson(args: argparse.Namespace) -> int:
 
     if args.name is None:
         from ..lesson import KNOB_KINDS
-        given = [f for f, v in (("--world", args.world), ("--chrome", args.chrome), ("--trace", args.trace),
-                                ("--hta", args.hta), ("--plot", args.plot)) if v is not None]
+
+        given = [
+            f
+            for f, v in (
+                ("--world", args.world),
+                ("--chrome", args.chrome),
+                ("--trace", args.trace),
+                ("--hta", args.hta),
+                ("--plot", args.plot),
+            )
+            if v is not None
+        ]
         given += [KNOB_KINDS[n].flags[-1] for n in given_knobs(args)]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
@@ -100,9 +176,11 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     text = json_text(lr.to_dict()) if args.json else None
     if args.chrome is not None or args.hta is not None:  # at the clock's predicted times
         from ..clock.timeline import export_times
+
         times, work = export_times(lr.result.trace, lr.timeline())
     if args.chrome is not None:
         from ..render.chrome import to_chrome
+
         write_json(args.chrome, to_chrome(lr.result.trace, times=times, work=work), "the Chrome trace")
     if args.hta is not None:
         write_hta(args.hta, lr.result.trace, times, work)
@@ -116,12 +194,14 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         open_app(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
     else:
         from ..render.walkthrough import walkthrough
+
         sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
     return 0 if lr.ok else 1
 
 
 def _width(text: str) -> int:
     from ..render.walkthrough import WIDEST
+
     width = positive_up_to(WIDEST, "wider lines stop reading at a glance")(text)
     if width < 60:
         raise argparse.ArgumentTypeError(f"--width {width}: at least 60 (the walk-through's lines need it)")
@@ -132,27 +212,28 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
     """Every lesson in the post's order, with the section of the post it works through and the picture
     `--plot` draws of it."""
     if as_json:
-        from ..lesson import AS_DEFAULT, KNOB_KINDS, NOT_IN_POST
-
-        def post(k: Any) -> Any:  # the post's value (null where the post names none)
-            return k.default if k.post is AS_DEFAULT else None if k.post is NOT_IN_POST else k.post
-        print_json([{"name": l.name, "section": l.section, "title": l.title, "world": l.world,
-                     "summary": l.summary, "picture": l.picture.shows if l.picture else None,
-                     "knobs": {KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
-                               for n, k in l.knobs.items()}} for l in lessons.values()], indent=2)
+        print_json([lesson.listing() for lesson in lessons.values()], indent=2)
         return
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
-    table = Table(title="Lessons, in the order of the post (parasim lesson NAME)", title_justify="left",
-                  show_lines=False, expand=False)
+
+    table = Table(
+        title="Lessons, in the order of the post (parasim lesson NAME)",
+        title_justify="left",
+        show_lines=False,
+        expand=False,
+    )
     table.add_column("lesson", no_wrap=True, style="bold")
     table.add_column("ranks", justify="right")
     table.add_column("the post's section / what it runs")
     for l in lessons.values():
         drawn = f"\n[dim]--plot: {escape(l.picture.shows)}[/dim]" if l.picture else ""
-        table.add_row(l.name, str(l.world), (f"{escape(l.section)}\n[dim]{escape(l.title)}[/dim]" if l.section
-                                             else escape(l.title)) + drawn)
+        table.add_row(
+            l.name,
+            str(l.world),
+            (f"{escape(l.section)}\n[dim]{escape(l.title)}[/dim]" if l.section else escape(l.title)) + drawn,
+        )
     Console(highlight=False).print(table)
 
 
@@ -162,8 +243,20 @@ def cmd_view(args: argparse.Namespace) -> int:
 
     if is_program(args.trace):  # a user's program: run it on virtual ranks, then the same as a lesson
         # the app on a terminal, text otherwise: the lesson command's flags, with none of its exports
-        return cmd_lesson(argparse.Namespace(**{**vars(args), "name": args.trace, "json": False, "tui": False,
-                                                "chrome": None, "hta": None, "plot": None, "trace": None}))
+        return cmd_lesson(
+            argparse.Namespace(
+                **{
+                    **vars(args),
+                    "name": args.trace,
+                    "json": False,
+                    "tui": False,
+                    "chrome": None,
+                    "hta": None,
+                    "plot": None,
+                    "trace": None,
+                }
+            )
+        )
     if args.world is not None:
         raise UsageError("--world is for a program given as file.py:function; a saved trace has its own")
     trace = Trace.load(args.trace)
@@ -173,6 +266,7 @@ def cmd_view(args: argparse.Namespace) -> int:
         from ..engine.runner import RunResult
         from ..lesson import Lesson, LessonRun
         from ..render.walkthrough import walkthrough
+
         shown = lesson or Lesson(args.trace, args.trace, trace.world, lambda ctx: None, {}, lambda r: [])
         sys.stdout.write(walkthrough(LessonRun(shown, RunResult([], trace), [])))
         return 0

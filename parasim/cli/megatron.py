@@ -1,6 +1,7 @@
 """`--megatron FILE` and `--megatron-args`, shared by layout, memory, fit and trace: a Megatron-LM job read
 as the command's model and layout (the command's own flags replace what the job says), and the answer
 written back as Megatron flags with the torchrun line that runs them."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,20 +14,38 @@ from ..limits import brief
 MODEL_SIZES = ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
 
 
-def add_megatron(p: argparse.ArgumentParser, write: bool = True, what: str = "model and layout",
-                 search: bool = False) -> None:
+def add_megatron(
+    p: argparse.ArgumentParser, write: bool = True, what: str = "model and layout", search: bool = False
+) -> None:
     g = p.add_argument_group("Megatron-LM")
-    g.add_argument("--megatron", metavar="FILE", help=f"take the {what} from a Megatron-LM job: its launch script "
-                   "(torchrun ... pretrain_gpt.py --flags, with the script's variables and arrays) or a file of "
-                   "flags; every flag is accounted for, and flags given here replace the job's")
-    g.add_argument("--megatron-env", metavar="NAME=VALUE", action="append", help="a variable the --megatron "
-                   "script reads but does not set, as if exported before it runs (its own assignments still win); "
-                   "repeat for more")
-    g.add_argument("--megatron-env-from-shell", action="store_true", help="give the --megatron script every "
-                   "variable of parasim's own environment (--megatron-env replaces any of them)")
+    g.add_argument(
+        "--megatron",
+        metavar="FILE",
+        help=f"take the {what} from a Megatron-LM job: its launch script "
+        "(torchrun ... pretrain_gpt.py --flags, with the script's variables and arrays) or a file of "
+        "flags; every flag is accounted for, and flags given here replace the job's",
+    )
+    g.add_argument(
+        "--megatron-env",
+        metavar="NAME=VALUE",
+        action="append",
+        help="a variable the --megatron "
+        "script reads but does not set, as if exported before it runs (its own assignments still win); "
+        "repeat for more",
+    )
+    g.add_argument(
+        "--megatron-env-from-shell",
+        action="store_true",
+        help="give the --megatron script every "
+        "variable of parasim's own environment (--megatron-env replaces any of them)",
+    )
     if write:
-        g.add_argument("--megatron-args", action="store_true", help="also print the answer as Megatron-LM flags in "
-                       "a torchrun line" + (" (with --search: for each node count's best layout)" if search else ""))
+        g.add_argument(
+            "--megatron-args",
+            action="store_true",
+            help="also print the answer as Megatron-LM flags in "
+            "a torchrun line" + (" (with --search: for each node count's best layout)" if search else ""),
+        )
 
 
 def read_megatron(args: argparse.Namespace) -> Any:
@@ -35,10 +54,12 @@ def read_megatron(args: argparse.Namespace) -> Any:
     given = getattr(args, "megatron_env", None) or []
     if path is None:
         if given or getattr(args, "megatron_env_from_shell", False):
-            raise UsageError("--megatron-env and --megatron-env-from-shell give variables to a script: give it by "
-                             "--megatron FILE")
+            raise UsageError(
+                "--megatron-env and --megatron-env-from-shell give variables to a script: give it by --megatron FILE"
+            )
         return None
     from ..megatron.job import read_job
+
     return read_job(path, outside=outside_variables(given, args.megatron_env_from_shell))
 
 
@@ -48,6 +69,7 @@ def outside_variables(given: list[str], from_shell: bool) -> dict[str, str]:
     limits are checked where the script is read (megatron/script.py's check_outside)."""
     import os
     from ..megatron.words import NAME
+
     outside = {k: v for k, v in os.environ.items() if NAME.fullmatch(k)} if from_shell else {}
     for text in given:
         key, eq, value = text.partition("=")
@@ -69,6 +91,7 @@ def print_job(job: Any, args: argparse.Namespace) -> None:
         return
     from ..render.megatron_text import job_lines
     from ..render.text import printable_lines
+
     print(printable_lines(job_lines(job)) + "\n")
 
 
@@ -80,5 +103,6 @@ def check_not_both(args: argparse.Namespace) -> None:
 def print_written(title: str, out: dict[str, Any]) -> None:
     from ..render.megatron_text import args_lines
     from ..render.text import printable_lines
+
     print()
     print(printable_lines(args_lines(title, out)))

@@ -1,4 +1,5 @@
 """`parasim run`: a lesson on real ranks (torch.distributed), checked against virtual ranks."""
+
 from __future__ import annotations
 
 import argparse
@@ -12,34 +13,67 @@ from ..jsonout import dumps
 
 
 def add_run(sub: Any) -> None:
-    rp = sub.add_parser("run", help="run a lesson on real ranks (torch.distributed) and check it against virtual ranks",
-                        description="Run a lesson on real ranks: N local processes (gloo on CPU, NCCL on GPUs), "
-                                    "or, under torchrun, the ranks torchrun started. The real run is compared "
-                                    "call by call with a virtual run of the same program.",
-                        epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
-                               "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl")
-    rp.add_argument("name", metavar="LESSON", help="the lesson to run, all (every lesson, one launch per world "
-                    "size), or your own program as path/to/file.py:function (with --nproc)")
-    rp.add_argument("--backend", choices=("gloo", "nccl"), default="gloo",
-                    help="gloo (CPU processes, default) or nccl (one GPU per rank)")
-    rp.add_argument("--nproc", type=positive, metavar="N",
-                    help="processes to start on this machine (default: the lesson's world size)")
-    rp.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                    help="where the ranks' tensors live: auto (NCCL: one GPU per rank; gloo: the CPU), cpu, or cuda "
-                         "(gloo on CUDA tensors; ranks share the visible GPUs, so a multi-rank lesson runs on one GPU)")
-    rp.add_argument("--timeout", type=seconds, default=TIMEOUT, metavar="S",
-                    help=f"seconds a rank may wait in one call before the run is stopped (default {TIMEOUT:g}, at "
-                         "least 1); a rank stuck outside any call meanwhile is named with its line, and a run where "
-                         "no rank finishes a call for twice as long is stopped too")
-    rp.add_argument("--no-check", action="store_true",
-                    help="skip the signature exchange before each collective (faster; mismatches then time out)")
-    rp.add_argument("--json", action="store_true",
-                    help='print {"backend", "world", "match", "differences", "tolerance", "device", "wire", '
-                         '"timings", ...} as JSON ("wire": where the calls ran on the tensors: "cpu" beside device '
-                         '"cuda" is a copy to the host and back)')
+    rp = sub.add_parser(
+        "run",
+        help="run a lesson on real ranks (torch.distributed) and check it against virtual ranks",
+        description="Run a lesson on real ranks: N local processes (gloo on CPU, NCCL on GPUs), "
+        "or, under torchrun, the ranks torchrun started. The real run is compared "
+        "call by call with a virtual run of the same program.",
+        epilog="multi-node: torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d "
+        "--rdzv-endpoint HOST:PORT -m parasim run collectives --backend nccl",
+    )
+    rp.add_argument(
+        "name",
+        metavar="LESSON",
+        help="the lesson to run, all (every lesson, one launch per world "
+        "size), or your own program as path/to/file.py:function (with --nproc)",
+    )
+    rp.add_argument(
+        "--backend",
+        choices=("gloo", "nccl"),
+        default="gloo",
+        help="gloo (CPU processes, default) or nccl (one GPU per rank)",
+    )
+    rp.add_argument(
+        "--nproc",
+        type=positive,
+        metavar="N",
+        help="processes to start on this machine (default: the lesson's world size)",
+    )
+    rp.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="where the ranks' tensors live: auto (NCCL: one GPU per rank; gloo: the CPU), cpu, or cuda "
+        "(gloo on CUDA tensors; ranks share the visible GPUs, so a multi-rank lesson runs on one GPU)",
+    )
+    rp.add_argument(
+        "--timeout",
+        type=seconds,
+        default=TIMEOUT,
+        metavar="S",
+        help=f"seconds a rank may wait in one call before the run is stopped (default {TIMEOUT:g}, at "
+        "least 1); a rank stuck outside any call meanwhile is named with its line, and a run where "
+        "no rank finishes a call for twice as long is stopped too",
+    )
+    rp.add_argument(
+        "--no-check",
+        action="store_true",
+        help="skip the signature exchange before each collective (faster; mismatches then time out)",
+    )
+    rp.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"backend", "world", "match", "differences", "tolerance", "device", "wire", '
+        '"timings", ...} as JSON ("wire": where the calls ran on the tensors: "cpu" beside device '
+        '"cuda" is a copy to the host and back)',
+    )
     rp.add_argument("--chrome", metavar="FILE", help="write the real timeline as a Chrome trace")
-    rp.add_argument("--hta", metavar="DIR", help="write one Kineto-style trace per rank (DIR/rank<r>.json, measured "
-                    "times) for Holistic Trace Analysis")
+    rp.add_argument(
+        "--hta",
+        metavar="DIR",
+        help="write one Kineto-style trace per rank (DIR/rank<r>.json, measured times) for Holistic Trace Analysis",
+    )
     rp.set_defaults(func=cmd_run)
 
 
@@ -54,13 +88,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run_all(args)
     if under_torchrun():
         import os
+
         given = int(os.environ["WORLD_SIZE"])
     else:
         given = args.nproc
     lesson = get_lesson(args.name, given, "--nproc")  # a user's file.py:function runs on --nproc ranks
     if lesson.backend != "virtual":
-        raise UsageError(f"{lesson.name} works at real sizes on {lesson.backend} ranks, with no values to hold: "
-                         "real ranks cannot run it (parasim lesson runs it)")
+        raise UsageError(
+            f"{lesson.name} works at real sizes on {lesson.backend} ranks, with no values to hold: "
+            "real ranks cannot run it (parasim lesson runs it)"
+        )
     nproc = given or lesson.world
     lesson.check_world(nproc)
     with program_output(args):
@@ -70,6 +107,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     checks = _real_checks(lesson, report)
     if args.chrome is not None:
         from ..render.chrome import to_chrome
+
         write(args.chrome, dumps(to_chrome(report.trace, times=report.times), indent=None) + "\n")
     if args.hta is not None:
         write_hta(args.hta, report.trace, report.times)
@@ -77,6 +115,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         print(dumps({**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}))
     else:
         from ..render.verdict import print_verdict
+
         print_verdict(lesson, report, checks)
     return 0 if _passed(report, checks) else 1
 
@@ -84,13 +123,23 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _real_options(args: argparse.Namespace, lesson: Any) -> Any:
     """How `parasim run` runs one lesson on real ranks: the lesson's seed and kept values, the user's flags."""
     from ..engine.launch import RealOptions
-    return RealOptions(args.backend, lesson.seed, lesson.keep_values, "direct", not args.no_check, args.timeout,
-                       device=args.device, prints_to_stderr=args.json)
+
+    return RealOptions(
+        args.backend,
+        lesson.seed,
+        lesson.keep_values,
+        "direct",
+        not args.no_check,
+        args.timeout,
+        device=args.device,
+        prints_to_stderr=args.json,
+    )
 
 
 def _real_checks(lesson: Any, report: Any) -> list:
     """The lesson's own checks, on the values and trace of the real run."""
     from ..engine.runner import RunResult
+
     return lesson.judge(RunResult(report.values, report.trace, report.times))[0]
 
 
@@ -131,9 +180,20 @@ def _run_all(args: argparse.Namespace) -> int:
     skipped = [lesson.name for lesson in lessons if not any(lesson is r[0] for r in rows)]
     ok = all(_passed(report, checks) for _, report, checks in rows)
     if args.json:
-        print(dumps({"backend": args.backend, "match": ok, "skipped": skipped, "lessons": [
-            {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
-            for lesson, report, checks in rows]}, indent=1))
+        print(
+            dumps(
+                {
+                    "backend": args.backend,
+                    "match": ok,
+                    "skipped": skipped,
+                    "lessons": [
+                        {**report.to_dict(), "lesson": lesson.name, "checks": [c.to_dict() for c in checks]}
+                        for lesson, report, checks in rows
+                    ],
+                },
+                indent=1,
+            )
+        )
     else:
         for lesson, report, checks in rows:
             print(row_text(lesson.name, report, checks))
@@ -146,5 +206,7 @@ def row_text(name: str, report: Any, checks: list) -> str:
     """One lesson's line of `parasim run all`: the verdict, how close the values came, the lesson's checks."""
     hint = "" if _passed(report, checks) else f"  <- details: parasim run {name} --nproc {report.world}"
     how = "" if not report.match else "bit for bit; " if report.closest is None else f"{report.closest.words()}; "
-    return (f"{'MATCH' if report.match else 'DIFFERENT':<10} {name:<18} {report.world:>3} ranks  "
-            f"{how}{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}")
+    return (
+        f"{'MATCH' if report.match else 'DIFFERENT':<10} {name:<18} {report.world:>3} ranks  "
+        f"{how}{sum(c.ok for c in checks)}/{len(checks)} checks ok{hint}"
+    )

@@ -1,6 +1,7 @@
 """`parasim serve`: the step-through app in a web browser. textual-serve runs one app process per browser tab
 that opens the page (the command `parasim lesson NAME --tui` would run on a terminal) and relays its screen
 over a websocket; everything here is checked before the server starts, and Ctrl-C ends it and its apps."""
+
 from __future__ import annotations
 
 import argparse
@@ -25,29 +26,52 @@ MOST_APPS = 64
 
 def add_serve(sub: Any) -> None:
     sp = sub.add_parser(
-        "serve", help="open the app in a web browser: a lesson, a saved trace or a token's trace",
+        "serve",
+        help="open the app in a web browser: a lesson, a saved trace or a token's trace",
         description="Serve the step-through app to a web browser. Every tab that opens the page gets an app of "
-                    "its own, the one `parasim lesson NAME` opens on a terminal, with the same keys, up to "
-                    "--max-apps at once. The page, its script and its font all come from this server: nothing is "
-                    "fetched from the internet. Only this machine can connect unless --host says otherwise. "
-                    "Ctrl-C stops the server and the apps it started.",
-        epilog="examples: parasim serve tp-mlp;  parasim serve --trace \"--tp 2 --sp --token t6\" --port 8080")
-    sp.add_argument("name", nargs="?", metavar="NAME", help="the lesson to serve (parasim lesson lists them), or "
-                    "your own SPMD program as path/to/file.py:function (with --world)")
+        "its own, the one `parasim lesson NAME` opens on a terminal, with the same keys, up to "
+        "--max-apps at once. The page, its script and its font all come from this server: nothing is "
+        "fetched from the internet. Only this machine can connect unless --host says otherwise. "
+        "Ctrl-C stops the server and the apps it started.",
+        epilog='examples: parasim serve tp-mlp;  parasim serve --trace "--tp 2 --sp --token t6" --port 8080',
+    )
+    sp.add_argument(
+        "name",
+        nargs="?",
+        metavar="NAME",
+        help="the lesson to serve (parasim lesson lists them), or "
+        "your own SPMD program as path/to/file.py:function (with --world)",
+    )
     sp.add_argument("--view", metavar="TRACE.json", help="serve a saved trace instead, as `parasim view` opens it")
-    sp.add_argument("--trace", metavar="ARGS", help="serve `parasim trace ARGS --app` instead: the flags of "
-                    "parasim trace in one quoted argument, such as \"--tp 2 --sp --token contract\" (a "
-                    "single flag is written --trace=--FLAG)")
+    sp.add_argument(
+        "--trace",
+        metavar="ARGS",
+        help="serve `parasim trace ARGS --app` instead: the flags of "
+        'parasim trace in one quoted argument, such as "--tp 2 --sp --token contract" (a '
+        "single flag is written --trace=--FLAG)",
+    )
     sp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
-    sp.add_argument("--host", default=DEFAULT_HOST, help=f"the IP address to listen on, or localhost (default "
-                    f"{DEFAULT_HOST}: this machine only; 0.0.0.0 lets other machines connect); a name is not "
-                    "looked up")
-    sp.add_argument("--port", type=positive_up_to(65535, "the largest TCP port"), default=DEFAULT_PORT,
-                    help=f"the TCP port to listen on (default {DEFAULT_PORT})")
-    sp.add_argument("--max-apps", type=positive_up_to(MOST_APPS, "apps one server runs at once"),
-                    default=DEFAULT_MAX_APPS, metavar="N",
-                    help=f"the most apps (browser tabs) running at once (default {DEFAULT_MAX_APPS}); a tab "
-                         "opened past them is told to try again later")
+    sp.add_argument(
+        "--host",
+        default=DEFAULT_HOST,
+        help=f"the IP address to listen on, or localhost (default "
+        f"{DEFAULT_HOST}: this machine only; 0.0.0.0 lets other machines connect); a name is not "
+        "looked up",
+    )
+    sp.add_argument(
+        "--port",
+        type=positive_up_to(65535, "the largest TCP port"),
+        default=DEFAULT_PORT,
+        help=f"the TCP port to listen on (default {DEFAULT_PORT})",
+    )
+    sp.add_argument(
+        "--max-apps",
+        type=positive_up_to(MOST_APPS, "apps one server runs at once"),
+        default=DEFAULT_MAX_APPS,
+        metavar="N",
+        help=f"the most apps (browser tabs) running at once (default {DEFAULT_MAX_APPS}); a tab "
+        "opened past them is told to try again later",
+    )
     # what each browser tab's process runs for --view: `parasim view` prints text when stdout is not a
     # terminal, and under textual-serve it never is
     sp.add_argument("--open-app", action="store_true", help=argparse.SUPPRESS)
@@ -62,8 +86,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     listening = bind(args.host, args.port)  # the socket the server will use: a refusal is one line, exit 2
     # what is served and guarded is what the socket is bound to, however --host spelled it (127.1, 0, ...)
     address, port = listening.getsockname()[:2]
-    print(f"parasim: serving {title} at {url(address, port)} - open it in a browser (Ctrl-C to stop)",
-          flush=True)
+    print(f"parasim: serving {title} at {url(address, port)} - open it in a browser (Ctrl-C to stop)", flush=True)
     browser.serve(command, title, page, listening, loopback_only=is_loopback(address), max_apps=args.max_apps)
     return 0  # Ctrl-C is how a server is meant to stop: done, not interrupted (130)
 
@@ -71,11 +94,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def app_command(args: argparse.Namespace) -> tuple[str, str]:
     """The shell command each browser tab's app process runs, and what is served in words; every input is
     checked here, before the server starts (UsageError: one line, exit 2)."""
-    chosen = [what for what, given in (("NAME", args.name), ("--view", args.view), ("--trace", args.trace))
-              if given is not None]
+    chosen = [
+        what
+        for what, given in (("NAME", args.name), ("--view", args.view), ("--trace", args.trace))
+        if given is not None
+    ]
     if not chosen:
-        raise UsageError("nothing to serve: give a lesson NAME, --view TRACE.json or --trace ARGS "
-                         "(see parasim serve --help)")
+        raise UsageError(
+            "nothing to serve: give a lesson NAME, --view TRACE.json or --trace ARGS (see parasim serve --help)"
+        )
     if len(chosen) > 1:
         raise UsageError(f"give one of NAME, --view and --trace, not {' and '.join(chosen)}")
     if args.world is not None and args.name is None:
@@ -98,6 +125,7 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
 
 def _lesson_args(name: str, world: int | None) -> list[str]:
     from ..lesson import get_lesson, is_program
+
     get_lesson(name, world)  # an unknown lesson, or a program that cannot load: refused now
     if is_program(name):
         path, _, fn = name.rpartition(":")
@@ -110,6 +138,7 @@ def _lesson_args(name: str, world: int | None) -> list[str]:
 def _trace_file(path: str) -> str:
     from ..lesson import is_program
     from ..comm.trace import Trace
+
     if is_program(path):
         raise UsageError(f"--view takes a saved trace; serve a program as: parasim serve {path} --world N")
     Trace.load(path)  # a missing or broken file is refused now, not in each browser tab
@@ -122,6 +151,7 @@ def _trace_args(text: str) -> list[str]:
     sentences) ends that browser tab's app with parasim trace's own line on the server's output."""
     from .common import Parser, gpu_preset
     from .trace import add_trace, layout_of_args
+
     try:
         words = shlex.split(text)
     except ValueError as exc:
@@ -130,8 +160,9 @@ def _trace_args(text: str) -> list[str]:
     add_trace(parser.add_subparsers(parser_class=Parser))
     parsed, extra = parser.parse_known_args(["trace", *words, "--app"])
     if extra:
-        raise UsageError(f"--trace: arguments parasim trace does not take: {' '.join(extra)} "
-                         "(see parasim trace --help)")
+        raise UsageError(
+            f"--trace: arguments parasim trace does not take: {' '.join(extra)} (see parasim trace --help)"
+        )
     layout_of_args(parsed)
     gpu_preset(parsed.gpu_model, "--gpu-model")
     return words
@@ -142,6 +173,7 @@ def _open_view(args: argparse.Namespace) -> int:
     from ..lesson import load_lessons
     from ..comm.trace import Trace
     from .common import open_app
+
     if args.view is None:
         raise UsageError("--open-app opens the app of --view TRACE.json")
     trace = Trace.load(args.view)
@@ -184,10 +216,13 @@ def bind(host: str, port: int) -> socket.socket:
     numeric = "127.0.0.1" if host.lower() == "localhost" else unbracket(host)
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            numeric, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_NUMERICHOST)[0]
+            numeric, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE | socket.AI_NUMERICHOST
+        )[0]
     except (OSError, UnicodeError, ValueError, IndexError):
-        raise UsageError(f"--host {host[:80]!r}: not an IP address (give one of this machine's, such as "
-                         f"127.0.0.1, ::1 or 0.0.0.0, or localhost; names are not looked up)") from None
+        raise UsageError(
+            f"--host {host[:80]!r}: not an IP address (give one of this machine's, such as "
+            f"127.0.0.1, ::1 or 0.0.0.0, or localhost; names are not looked up)"
+        ) from None
     sock = socket.socket(family, kind, proto)
     try:
         # as aiohttp does: a port left in TIME_WAIT by a server that just stopped can be listened on again

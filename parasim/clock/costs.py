@@ -22,6 +22,7 @@ records its values in its precision's dtypes (layout/precision.py), so those byt
 run computes in float64 and its values are timed at the size of the activations of the precision it stands
 for, 2 bytes in BF16 (`wire_scale`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -101,8 +102,16 @@ class Machine:
 def machine(gpu: str = "h200", gpus_per_node: int | None = None) -> Machine:
     """The Machine of GPU type `gpu` (the hardware table's key), nodes of its own size unless given."""
     g = GPUS[gpu]
-    return Machine(g.name, g.peak_flops.value, g.hbm.value, g.nvlink.value, g.network.value,
-                   gpus_per_node or g.gpus_per_node, {k: f.value for k, f in LATENCY.items()}, gpu)
+    return Machine(
+        g.name,
+        g.peak_flops.value,
+        g.hbm.value,
+        g.nvlink.value,
+        g.network.value,
+        gpus_per_node or g.gpus_per_node,
+        {k: f.value for k, f in LATENCY.items()},
+        gpu,
+    )
 
 
 # (trace event, machine, bytes on the wire per recorded byte, a memo the caller keeps for one run) -> seconds
@@ -115,6 +124,7 @@ def value_bytes(trace: Trace) -> int:
     """Bytes of a value on the wire for a run's float64 arrays: the activations' size in the precision the
     trace says the run stands for (the post's BF16, 2, when it says none)."""
     from ..layout.precision import precision
+
     return precision((trace.meta.get("precision") or {}).get("name")).bytes("activations")
 
 
@@ -215,6 +225,7 @@ def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
     sends chunk j to member j, its sent bytes split over its chunks by their sizes), worked out as one matrix:
     an EP group of 64 has 4,032 pairs, and a step has thousands of such calls."""
     import numpy as np
+
     ranks = list(e.group.ranks)
     t = len(ranks)
     if t < 2:
@@ -249,10 +260,10 @@ def _pairs(e: Any, m: Machine, scale: float, memo: dict) -> float:
     return lat["call"] + float(np.maximum(t_in, t_across).max())
 
 
-
 def _root(e: Any, m: Machine, scale: float, memo: dict) -> float:
-    return m.latency["call"] + sum(p2p_seconds(m, n * scale, link(a, b, m.gpus_per_node))
-                                   for a, b, n in event_transfers(e))
+    return m.latency["call"] + sum(
+        p2p_seconds(m, n * scale, link(a, b, m.gpus_per_node)) for a, b, n in event_transfers(e)
+    )
 
 
 def _p2p(e: Any, m: Machine, scale: float, memo: dict) -> float:

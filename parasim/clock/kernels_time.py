@@ -8,6 +8,7 @@ apart (`attention_seconds`); elementwise passes at the HBM bandwidth a streaming
 (`hbm_rate`). What each figure rests on, and what it borrows where a GPU has no measurement of its own, is in
 the lookups' sources and notes (`parasim hardware`, docs/notes/kernel-costs.md).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from ..estimate.kernels import attention_efficiency, gemm_efficiency, memory_eff
 class Linear:
     """One linear layer's product on one GPU for one micro-batch: `rows` tokens through a (k_in x n_out) weight,
     `count` alike (the experts of a GPU)."""
+
     rows: float  # an average (the tokens an expert works on), so not always whole; as are a TP share's widths
     k_in: float
     n_out: float
@@ -63,18 +65,31 @@ def linear_seconds(memo: dict, gpu: str, peak: float, lin: Linear, dtype: str = 
     return fwd * lin.count, bwd * lin.count
 
 
-def attention_share(memo: dict, gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None,
-                    kernel: str | None = None) -> float:
+def attention_share(
+    memo: dict, gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None, kernel: str | None = None
+) -> float:
     """FlashAttention's measured share of the BF16 peak for this sequence and head size: the forward pass
     (backward False), the backward (True), or both together (None); `kernel` ("fa2", "fa3") as the framework
     runs it, None for the newest measured on the GPU type."""
     s, d = max(1, int(seq)), max(1, int(head_dim))
-    return _kept(memo, ("attention", gpu, s, d, causal, backward, kernel),
-                 lambda: attention_efficiency(gpu, s, d, causal, backward, kernel).value)
+    return _kept(
+        memo,
+        ("attention", gpu, s, d, causal, backward, kernel),
+        lambda: attention_efficiency(gpu, s, d, causal, backward, kernel).value,
+    )
 
 
-def attention_seconds(memo: dict, gpu: str, peak: float, fwd_flops: float, seq: int, head_dim: int, causal: bool,
-                      backward_factor: float, kernel: str | None = None) -> tuple[float, float]:
+def attention_seconds(
+    memo: dict,
+    gpu: str,
+    peak: float,
+    fwd_flops: float,
+    seq: int,
+    head_dim: int,
+    causal: bool,
+    backward_factor: float,
+    kernel: str | None = None,
+) -> tuple[float, float]:
     """(forward, backward) seconds of attention doing `fwd_flops` forward and `backward_factor` times that backward
     (FlashAttention's count: 2.5), each at its measured share for `kernel`."""
     fwd = fwd_flops / (peak * attention_share(memo, gpu, seq, head_dim, causal, False, kernel))

@@ -3,6 +3,7 @@ what, how Megatron-LM or FSDP names it, and where parasim models it: on a run's 
 the events it moves and how), in a plan's step (clock/plan.py: the time it hides), or both. A switch asked
 for where it is not modelled is refused with the reason (`parse`), never silently ignored.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ def _in_a_pair(e: Any, paired: set[str]) -> bool:
 @dataclass(frozen=True)
 class Overlap:
     """A switch: what it runs beside what, its frameworks' name, where parasim models it and, where not, why."""
+
     name: str
     flag: str  # as Megatron or FSDP names it
     what: str
@@ -47,30 +49,60 @@ class Overlap:
         return self.picks is not None and self.picks(e, paired)
 
 
-OVERLAPS: dict[str, Overlap] = {o.name: o for o in (
-    Overlap("grad-reduce", "--overlap-grad-reduce (Megatron), FSDP's reduce-scatter",
-            "data-parallel gradient reductions run while the backward pass goes on", frozenset((TRACE, PLAN)),
-            _is_grad_reduce, "async"),
-    Overlap("prefetch", "--overlap-param-gather (Megatron), FSDP's forward/backward prefetch",
+OVERLAPS: dict[str, Overlap] = {
+    o.name: o
+    for o in (
+        Overlap(
+            "grad-reduce",
+            "--overlap-grad-reduce (Megatron), FSDP's reduce-scatter",
+            "data-parallel gradient reductions run while the backward pass goes on",
+            frozenset((TRACE, PLAN)),
+            _is_grad_reduce,
+            "async",
+        ),
+        Overlap(
+            "prefetch",
+            "--overlap-param-gather (Megatron), FSDP's forward/backward prefetch",
             "a sharded optimizer's (ZeRO-3's) weight all-gathers start while the layer before computes",
-            frozenset((TRACE, PLAN)), _is_param_gather, "early"),
-    Overlap("dualpipe", "DualPipe / DualPipeV (DeepSeek-V3): a forward and a backward chunk paired",
+            frozenset((TRACE, PLAN)),
+            _is_param_gather,
+            "early",
+        ),
+        Overlap(
+            "dualpipe",
+            "DualPipe / DualPipeV (DeepSeek-V3): a forward and a backward chunk paired",
             "one chunk's communication runs beside the other's compute: on a run's trace, in a phase the "
             "program marks as a pair (ctx.phase(..., pair=k)), both streams meeting at the pair's end; in a "
             "plan's step, the EP all-to-alls and the pipeline's sends behind the paired chunk's compute",
-            frozenset((TRACE, PLAN)), _in_a_pair, "paired"),
-    Overlap("tp", "--tp-comm-overlap (Megatron), async TP (torchtitan)",
-            "TP collectives run beside the layer's products", frozenset((PLAN,)),
+            frozenset((TRACE, PLAN)),
+            _in_a_pair,
+            "paired",
+        ),
+        Overlap(
+            "tp",
+            "--tp-comm-overlap (Megatron), async TP (torchtitan)",
+            "TP collectives run beside the layer's products",
+            frozenset((PLAN,)),
             not_on_trace="a run's layer waits for each TP collective before the product that needs its result: "
-                         "the trace has no split of a product for the collective to hide behind"),
-    Overlap("p2p", "--overlap-p2p-communication (Megatron; its default under interleaved 1F1B)",
-            "pipeline sends run beside compute", frozenset((PLAN,)),
+            "the trace has no split of a product for the collective to hide behind",
+        ),
+        Overlap(
+            "p2p",
+            "--overlap-p2p-communication (Megatron; its default under interleaved 1F1B)",
+            "pipeline sends run beside compute",
+            frozenset((PLAN,)),
             not_on_trace="a run's schedule sends each stage's activations when the stage needs them sent: the "
-                         "trace clock keeps the schedule's order"),
-    Overlap("cp", "ring attention's K/V exchange (TransformerEngine)",
-            "CP's K/V ring runs beside the attention it feeds", frozenset((PLAN,)),
-            not_on_trace="a run's ring attention waits for each K/V block before the attention on it"),
-)}
+            "trace clock keeps the schedule's order",
+        ),
+        Overlap(
+            "cp",
+            "ring attention's K/V exchange (TransformerEngine)",
+            "CP's K/V ring runs beside the attention it feeds",
+            frozenset((PLAN,)),
+            not_on_trace="a run's ring attention waits for each K/V block before the attention on it",
+        ),
+    )
+}
 
 
 def names(where: str) -> tuple[str, ...]:

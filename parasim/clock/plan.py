@@ -19,6 +19,7 @@ reduction, the parameter all-gather of a sharded optimizer and the optimizer's p
 Overlap switches (clock/overlaps.py, those modelled in a plan's step) hide a
 communication behind the compute the frameworks run it beside.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -106,8 +107,7 @@ def layer_linears(model: Any, plan: Plan, seq: int, moe: bool) -> list[Linear]:
     local = max(1, model.experts // plan.ep)
     rows = routed * model.top_k * plan.ep / model.experts  # copies one expert of this GPU works on, on average
     fe = model.expert_size
-    lins += [Linear(routed, h, model.experts),
-             Linear(rows, h, up * fe, count=local), Linear(rows, fe, h, count=local)]
+    lins += [Linear(routed, h, model.experts), Linear(rows, h, up * fe, count=local), Linear(rows, fe, h, count=local)]
     if model.shared_experts:
         width = model.shared_experts * model.shared_size / tp
         lins += [Linear(tokens, h, up * width), Linear(tokens, width, h)]
@@ -137,8 +137,11 @@ def _ffn_values(model: Any, plan: Plan, seq: int, moe: bool) -> float:
 def _activation_bytes(model: Any, plan: Plan, values: float) -> float:
     """Bytes the MLP's activation pass moves over `values` under the plan's kernel split (estimate/fusion.py)."""
     fusion = FUSIONS[plan.fusion]
-    return values * sum((with_dropout if plan.dropout else without) + (fusion.gated_extra if model.gated else 0)
-                        for _, over, with_dropout, without in fusion.passes if over == "ffn")
+    return values * sum(
+        (with_dropout if plan.dropout else without) + (fusion.gated_extra if model.gated else 0)
+        for _, over, with_dropout, without in fusion.passes
+        if over == "ffn"
+    )
 
 
 def _permute_bytes(model: Any, plan: Plan, seq: int) -> float:
@@ -169,8 +172,10 @@ def ep_seconds(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, float]
         values = routed * model.top_k * model.hidden * (plan.ep - 1) / plan.ep
         share = _share(plan, "ep", "pairs")
         inside, across = values * (1 - share), values * share
-    return {kind: pairs_seconds(inside * dt.bytes(kind), across * dt.bytes(kind), m, plan.ep)
-            for kind in ("dispatch", "combine")}
+    return {
+        kind: pairs_seconds(inside * dt.bytes(kind), across * dt.bytes(kind), m, plan.ep)
+        for kind in ("dispatch", "combine")
+    }
 
 
 def moe_block(model: Any, plan: Plan, seq: int, m: Machine) -> dict[str, tuple[float, float]]:
@@ -216,17 +221,25 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     attn_flops = 4 * tokens * s * h / tp * causal
     heads = max(1, model.heads // tp) * plan.micro_batch
     if plan.flash:  # a ring step of CP computes a block of s/cp queries against s/cp keys
-        attn_fwd, attn_bwd = attention_seconds(m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True,
-                                               2.5, plan.attention_kernel)
+        attn_fwd, attn_bwd = attention_seconds(
+            m.memo, m.key, m.peak_flops, attn_flops, s // cp, model.head_dim, True, 2.5, plan.attention_kernel
+        )
     else:  # the scores made whole: QK^T (s/cp x d @ d x s) and PV (s/cp x s @ s x d) per head, backward twice
         d, q = model.head_dim, max(1, int(s // cp))
-        per_head = gemm_seconds(m.memo, m.key, m.peak_flops, q, s, d) + gemm_seconds(m.memo, m.key, m.peak_flops, q, d, s)
+        per_head = gemm_seconds(m.memo, m.key, m.peak_flops, q, s, d) + gemm_seconds(
+            m.memo, m.key, m.peak_flops, q, d, s
+        )
         attn_fwd, attn_bwd = heads * per_head, 2 * heads * per_head
     act = tokens * h / (tp if plan.sp else 1)
     heads_width = tokens * h / tp
     qk = heads_width * (1 + model.kv / model.heads)
-    sizes = {"act": act, "heads": heads_width, "qk": qk, "kvrep": qk if model.kv < model.heads else 0.0,
-             "scores": 0.0 if plan.flash else plan.micro_batch * model.heads / tp * (s / cp) * s}
+    sizes = {
+        "act": act,
+        "heads": heads_width,
+        "qk": qk,
+        "kvrep": qk if model.kv < model.heads else 0.0,
+        "scores": 0.0 if plan.flash else plan.micro_batch * model.heads / tp * (s / cp) * s,
+    }
     fusion = FUSIONS[plan.fusion]
     elementwise = _activation_bytes(model, plan, _ffn_values(model, plan, seq, moe))
     for _, over, with_dropout, without in fusion.passes:
@@ -235,13 +248,22 @@ def layer_forward(model: Any, plan: Plan, seq: int, m: Machine, moe: bool) -> di
     if moe:
         elementwise += _permute_bytes(model, plan, seq)
     rate = hbm_rate(m.memo, m.key, m.hbm)
-    return {"matmul": fwd, "matmul_bwd": bwd, "attention": attn_fwd, "attention_bwd": attn_bwd,
-            "elementwise": elementwise / rate, "fp8_casts": cast_fwd / rate, "fp8_casts_bwd": cast_bwd / rate,
-            "attn_flops": attn_flops, "scores_bytes": sizes["scores"] * 9}
+    return {
+        "matmul": fwd,
+        "matmul_bwd": bwd,
+        "attention": attn_fwd,
+        "attention_bwd": attn_bwd,
+        "elementwise": elementwise / rate,
+        "fp8_casts": cast_fwd / rate,
+        "fp8_casts_bwd": cast_bwd / rate,
+        "attn_flops": attn_flops,
+        "scores_bytes": sizes["scores"] * 9,
+    }
 
 
-def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_n: int,
-                last: bool) -> tuple[dict[str, float], float]:
+def stage_parts(
+    model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_n: int, last: bool
+) -> tuple[dict[str, float], float]:
     """Seconds of one micro-batch on one GPU of a stage holding `dense_n` dense and `moe_n` MoE layers (and,
     on the `last` stage, the output layer and its loss), by part; and its product seconds."""
     h, tp, cp = model.hidden, plan.tp, plan.cp
@@ -270,8 +292,9 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
         where = _link(plan, "tp")
         if tp > 1 and plan.sp:
             ag, rs = blocks * (recompute + 2 + 1), blocks * (recompute + 1 + 1)
-            tp_s = ag * _ring(m, "all_gather", tp, act_bytes, where) + rs * _ring(m, "reduce_scatter", tp, act_bytes,
-                                                                                 where)
+            tp_s = ag * _ring(m, "all_gather", tp, act_bytes, where) + rs * _ring(
+                m, "reduce_scatter", tp, act_bytes, where
+            )
         elif tp > 1:
             tp_s = blocks * (recompute + 2) * _ring(m, "all_reduce", tp, act_bytes, where)
         else:
@@ -290,8 +313,9 @@ def stage_parts(model: Any, plan: Plan, seq: int, m: Machine, dense_n: int, moe_
     return parts, products
 
 
-def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float,
-             tp_hides: float) -> tuple[float, dict[str, float]]:
+def _exposed(
+    overlap: tuple[str, ...], parts: dict[str, float], products: float, slowdown: float, tp_hides: float
+) -> tuple[float, dict[str, float]]:
     """(seconds of a micro-batch on a stage with what the overlap switches hide taken off, the seconds each of
     TP, CP and EP saves so: what it hides less what the compute beside it slows). A
     hidden collective is not free: the compute it runs beside slows by `slowdown` of the time they overlap
@@ -307,8 +331,9 @@ def _exposed(overlap: tuple[str, ...], parts: dict[str, float], products: float,
     return sum(parts.values()) - sum(saved.values()), saved
 
 
-def _fsdp_exposed(g: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float,
-                  shares: tuple[float, ...]) -> float:
+def _fsdp_exposed(
+    g: float, per_mb: float, mb: int, layers: int, overlapped: bool, slow: float, shares: tuple[float, ...]
+) -> float:
     """Seconds ZeRO-3 / FSDP leaves exposed of its layer-by-layer collectives (`g`: one layer's, the all-gather
     of its weights or the reduce-scatter of its gradients, at its own size and latency), in each pass of every
     micro-batch (`shares`: the passes' parts of a micro-batch's compute, 1/3 forward and 2/3 backward). Without
@@ -329,6 +354,7 @@ def overlap_cost(m: Machine) -> float:
     """The share by which compute slows while a collective runs beside it (estimate/kernels.overlap_slowdown:
     a measured mean over A100 and H100 training kernels; never zero, so an overlap never comes for free)."""
     from ..estimate.kernels import overlap_slowdown
+
     return overlap_slowdown(m.key).value
 
 
@@ -407,21 +433,40 @@ def step_time(model: Any, plan: Plan, seq: int, m: Machine, overlap: tuple[str, 
     updated = sum(local / (group if plan.zero else 1) for local, group, _ in shares)
     optimizer = updated * adam_bytes(dt) / m.hbm
     step = pipeline + exposed_grads + exposed_params + optimizer
-    return {"step_s": step, "per_microbatch_s": per_mb, "microbatches": mb, "slowest_stage": stage + 1,
-            "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p), "p2p_s": p2p, "exposed_p2p_s": exposed_p2p,
-            "parts_per_microbatch_s": parts, "tp_hidden_s": saved["tp"], "cp_hidden_s": saved["cp"],
-            "ep_hidden_s": saved["ep"], "dp_grads_s": grads,
-            "exposed_grads_s": exposed_grads, "dp_params_s": params, "exposed_params_s": exposed_params,
-            "optimizer_s": optimizer, "gpu": m.name, "dispatcher": plan.dispatcher if model.experts else None}
+    return {
+        "step_s": step,
+        "per_microbatch_s": per_mb,
+        "microbatches": mb,
+        "slowest_stage": stage + 1,
+        "bubble_s": (pp - 1) / v * (per_mb + exposed_p2p),
+        "p2p_s": p2p,
+        "exposed_p2p_s": exposed_p2p,
+        "parts_per_microbatch_s": parts,
+        "tp_hidden_s": saved["tp"],
+        "cp_hidden_s": saved["cp"],
+        "ep_hidden_s": saved["ep"],
+        "dp_grads_s": grads,
+        "exposed_grads_s": exposed_grads,
+        "dp_params_s": params,
+        "exposed_params_s": exposed_params,
+        "optimizer_s": optimizer,
+        "gpu": m.name,
+        "dispatcher": plan.dispatcher if model.experts else None,
+    }
 
 
 def plan_time(model: Any, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
     """`step_time` of `plan` on GPU type `gpu`, with tokens per second per GPU and MFU (the model's FLOPs
     without recomputation, over the step and the GPUs' dense peak)."""
     from ..estimate.traffic import step_flops
+
     m = machine_of(gpu, plan.gpus_per_node)
     t = step_time(model, plan, seq, m, overlap)
     tokens = sequences(plan) * seq
     model_flops = step_flops(model, replace(plan, recompute="none"), seq)["total"]
-    return {**t, "tokens_per_s_per_gpu": tokens / t["step_s"] / plan.world,
-            "mfu": model_flops / (t["step_s"] * plan.world * m.peak_flops), "overlap": list(overlap)}
+    return {
+        **t,
+        "tokens_per_s_per_gpu": tokens / t["step_s"] / plan.world,
+        "mfu": model_flops / (t["step_s"] * plan.world * m.peak_flops),
+        "overlap": list(overlap),
+    }

@@ -6,6 +6,7 @@ Each run's figure is in its source's own unit (runs.UNITS), a FLOP rate counted 
 run. The runs are split by source into a calibration set and a held-out set (runs.SOURCES); each set is scored
 on its own, and the held-out set's score is the test of the model.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -45,8 +46,9 @@ def all_runs(which: str | None = None) -> list[PublishedRun]:
     return runs_of(which)
 
 
-def _timed(r: PublishedRun, change: dict[str, Any] | None = None) -> tuple[float | None, dict[str, Any] | None,
-                                                                       str | None]:
+def _timed(
+    r: PublishedRun, change: dict[str, Any] | None = None
+) -> tuple[float | None, dict[str, Any] | None, str | None]:
     """predicted(r, change), or (None, None, why) where a kernel it needs was never measured on its GPU type
     (estimate/kernels.NoMeasurement): such a run is listed, not timed, and left out of its set's score."""
     try:
@@ -64,11 +66,26 @@ def rows(which: str | None = None) -> list[dict[str, Any]]:
     for r in all_runs(which):
         value, t, why = _timed(r)
         short, document, address = r.cite
-        row: dict[str, Any] = {"name": r.key, "set": r.set, "source": document, "cite": short, "address": address, "gpu": r.gpu,
-               "gpus": r.gpus, "moe": r.moe, "published": r.published, "predicted": value, "unit": r.unit,
-               "rule": r.rule, "error": None if value is None else error(r, value), "not_timed": why,
-               "assumed": r.assumed, "step_s": t and t["step_s"], "bubble_share": t and t["bubble_s"] / t["step_s"],
-               "variants": {}}
+        row: dict[str, Any] = {
+            "name": r.key,
+            "set": r.set,
+            "source": document,
+            "cite": short,
+            "address": address,
+            "gpu": r.gpu,
+            "gpus": r.gpus,
+            "moe": r.moe,
+            "published": r.published,
+            "predicted": value,
+            "unit": r.unit,
+            "rule": r.rule,
+            "error": None if value is None else error(r, value),
+            "not_timed": why,
+            "assumed": r.assumed,
+            "step_s": t and t["step_s"],
+            "bubble_share": t and t["bubble_s"] / t["step_s"],
+            "variants": {},
+        }
         for name, change in r.variants.items():
             v, _, why = _timed(r, change)
             row["variants"][name] = {"predicted": v, "error": None if v is None else error(r, v), "not_timed": why}
@@ -84,11 +101,17 @@ def score(table: list[dict[str, Any]]) -> dict[str, Any]:
     errors = [r["error"] for r in timed]
     worst = max(timed, key=lambda r: abs(r["error"]))
     moe = [abs(r["error"]) for r in timed if r["moe"]]
-    return {"runs": len(timed), "median_abs_error": statistics.median(abs(e) for e in errors),
-            "max_abs_error": abs(worst["error"]), "largest": worst["name"], "bias": statistics.fmean(errors),
-            "moe_runs": len(moe), "moe_median_abs_error": statistics.median(moe) if moe else None,
-            "beyond_25": [r["name"] for r in timed if abs(r["error"]) > BEYOND],
-            "not_timed": [r["name"] for r in table if r["error"] is None]}
+    return {
+        "runs": len(timed),
+        "median_abs_error": statistics.median(abs(e) for e in errors),
+        "max_abs_error": abs(worst["error"]),
+        "largest": worst["name"],
+        "bias": statistics.fmean(errors),
+        "moe_runs": len(moe),
+        "moe_median_abs_error": statistics.median(moe) if moe else None,
+        "beyond_25": [r["name"] for r in timed if abs(r["error"]) > BEYOND],
+        "not_timed": [r["name"] for r in table if r["error"] is None],
+    }
 
 
 def scores(table: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,6 +1,7 @@
 """A run's times for the reader: the chosen GPU and overlap, the run's timeline (beside its trace, which the
 clock never writes on), and what each overlap switch would save on this very run (the same trace laid out
 again with the switch on)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from ..comm.trace import Trace
 @dataclass(frozen=True)
 class ClockChoice:
     """The machine and switches a run is timed on (`--gpu-model`, `--gpus-per-node`, `--overlap`)."""
+
     gpu: str = "h200"
     gpus_per_node: int | None = None
     overlap: tuple[str, ...] = ()
@@ -42,6 +44,7 @@ def clock_report(trace: Trace, choice: ClockChoice = ClockChoice(), tl: Timeline
     out["exact"] = exact  # a lesson's small arrays in float64: its time is the collectives' fixed costs
     if not exact:  # a real-size run: the held-out runs like it
         from .uncertainty import family_range, held_out, trace_family
+
         out["range"] = family_range(trace_family(trace), choice.gpu, held_out()).to_dict(tl.step)
     out["switches"] = {}
     paired = paired_phases(trace)
@@ -54,7 +57,12 @@ def clock_report(trace: Trace, choice: ClockChoice = ClockChoice(), tl: Timeline
         else:  # the timeline of the choice is one of the two
             with_it = tl.step if name in choice.overlap else simulate(trace, m, on).step
             without = tl.step if name not in choice.overlap else simulate(trace, m, off).step
-        out["switches"][name] = {"what": o.what, "flag": o.flag, "on": name in choice.overlap,
-                                 "step_on_us": with_it * 1e6, "step_off_us": without * 1e6,
-                                 "saves_us": (without - with_it) * 1e6}
+        out["switches"][name] = {
+            "what": o.what,
+            "flag": o.flag,
+            "on": name in choice.overlap,
+            "step_on_us": with_it * 1e6,
+            "step_off_us": without * 1e6,
+            "saves_us": (without - with_it) * 1e6,
+        }
     return out

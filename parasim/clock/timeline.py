@@ -11,6 +11,7 @@ The trace keeps its logical order (its identity); this module lays it out in sec
 - The step ends when every stream of every GPU is done. The critical path is the chain of spans that
   made it end then: each span remembers the one it waited for, and the chain is read back from the end.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -209,7 +210,7 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
             else:  # the rank needs the result before it computes on
                 cfree[r], clast[r] = span.end, span
     for r in ran:
-        for mk in ends[r][done[r]:]:
+        for mk in ends[r][done[r] :]:
             compute(r, mk.data, None, f"the end of {mk.text}", mk.text)
     tails = trace.meta.get("tail_work") or []
     for r in ran if tails else ():
@@ -240,8 +241,9 @@ def event_time(tl: Timeline, e: Any) -> dict[str, Any]:
     return {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
 
 
-def export_times(trace: Trace, tl: Timeline) -> tuple[dict[tuple[int, int], tuple[float, float]],
-                                                    list[tuple[int, float, float]]]:
+def export_times(
+    trace: Trace, tl: Timeline
+) -> tuple[dict[tuple[int, int], tuple[float, float]], list[tuple[int, float, float]]]:
     """The timeline's times as the Chrome and HTA exports take them: (seq, rank) -> (start_us, dur_us) of every
     event's member, and (rank, start_us, dur_us) of every compute span before an event."""
     times, work = {}, []
@@ -257,12 +259,25 @@ def summary(tl: Timeline, trace: Trace) -> dict[str, Any]:
     """What a reader of --json wants of a timeline: the step, the critical path and each GPU's busy time."""
     split = tl.critical_split()
     return {
-        "gpu": tl.machine.name, "gpus_per_node": tl.machine.gpus_per_node, "overlap": list(tl.overlap),
-        "step_us": tl.step * 1e6, "critical_compute_us": split["compute"] * 1e6,
+        "gpu": tl.machine.name,
+        "gpus_per_node": tl.machine.gpus_per_node,
+        "overlap": list(tl.overlap),
+        "step_us": tl.step * 1e6,
+        "critical_compute_us": split["compute"] * 1e6,
         "critical_comm_us": split["comm"] * 1e6,
-        "critical_path": [{"kind": s.kind, "ranks": list(s.ranks), "seq": s.seq, "name": s.name,
-                           "start_us": s.start * 1e6, "end_us": s.end * 1e6} for s in tl.critical],
-        "compute_us": [b * 1e6 for b in tl.busy], "comm_us": [c * 1e6 for c in tl.comm],
+        "critical_path": [
+            {
+                "kind": s.kind,
+                "ranks": list(s.ranks),
+                "seq": s.seq,
+                "name": s.name,
+                "start_us": s.start * 1e6,
+                "end_us": s.end * 1e6,
+            }
+            for s in tl.critical
+        ],
+        "compute_us": [b * 1e6 for b in tl.busy],
+        "comm_us": [c * 1e6 for c in tl.comm],
     }
 
 

@@ -8,6 +8,7 @@ same GPU type and the same kind of parallelism (FAMILIES, the first that matches
 such runs, the same kind on any GPU; with fewer still, every held-out run. The range is the runs' own spread,
 nothing fitted: a planner reads it as "runs like this one measured between these two times".
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ MIN_RUNS = 3  # fewer runs than this say too little about a family on one GPU ty
 @dataclass(frozen=True)
 class Family:
     """One kind of parallelism a run is counted in: its name, how the range says it, and the test."""
+
     name: str
     words: str
     matches: Callable[[Any, Plan], bool]
@@ -47,22 +49,32 @@ def family(model: Any, plan: Plan) -> Family:
 class StepRange:
     """Measured step over parasim's, the smallest and the largest among `runs` (held-out runs' keys), and how
     they were chosen (`like`)."""
+
     low: float
     high: float
     runs: tuple[str, ...]
     like: str
 
     def to_dict(self, step_s: float) -> dict[str, Any]:
-        return {"low_s": step_s * self.low, "high_s": step_s * self.high, "low_ratio": self.low,
-                "high_ratio": self.high, "like": self.like, "runs": list(self.runs)}
+        return {
+            "low_s": step_s * self.low,
+            "high_s": step_s * self.high,
+            "low_ratio": self.low,
+            "high_ratio": self.high,
+            "like": self.like,
+            "runs": list(self.runs),
+        }
 
 
 def held_out() -> list[tuple[str, str, str, float]]:
     """Every held-out run as (key, GPU type, family, error): what `step_range` chooses from. Computed once by
     a caller that asks for many ranges (a layout search)."""
     by_key = {r.key: r for r in all_runs()}
-    return [(row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name,
-             row["error"]) for row in rows() if row["set"] != CALIBRATION and row["error"] is not None]
+    return [
+        (row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name, row["error"])
+        for row in rows()
+        if row["set"] != CALIBRATION and row["error"] is not None
+    ]
 
 
 def trace_family(trace: Trace) -> Family:
@@ -94,14 +106,16 @@ def step_range(model: Any, plan: Plan, gpu: str, table: list[tuple[str, str, str
 def family_range(fam: Family, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
     """The range of the held-out runs of family `fam` on GPU type `gpu`, widening as the module says."""
     from ..estimate.hardware import GPUS
+
     gpu_name = GPUS[gpu].name if gpu in GPUS else gpu
-    circles = ((lambda g, f: g == gpu and f == fam.name, f"held-out {gpu_name} runs, {fam.words}"),
-               (lambda g, f: f == fam.name, f"held-out runs on any GPU, {fam.words}"),
-               (lambda g, f: True, "every held-out run"))
+    circles = (
+        (lambda g, f: g == gpu and f == fam.name, f"held-out {gpu_name} runs, {fam.words}"),
+        (lambda g, f: f == fam.name, f"held-out runs on any GPU, {fam.words}"),
+        (lambda g, f: True, "every held-out run"),
+    )
     for keep, like in circles:
         chosen = [(key, err) for key, g, f, err in table if keep(g, f)]
         if len(chosen) >= MIN_RUNS or like == "every held-out run":
             ratios = [1 + err for _, err in chosen]
             return StepRange(min(ratios), max(ratios), tuple(k for k, _ in chosen), like)
     raise AssertionError("unreachable: the last circle keeps every run")
-

@@ -17,6 +17,7 @@ Who sends to whom, per collective (the rules the byte counts in comm/ops.py and 
 No backend here: the estimator (estimate/traffic.py) asks the same question of its layouts' groups. Each op
 names its pattern in its entry (comm/ops.Op.sends); PATTERNS holds each pattern's rule and its sentence.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -143,6 +144,7 @@ class Pattern:
     """How a kind of call's bytes travel: the rule that puts each member's bytes on its hops, and the same in
     one sentence for a learner (the app's "what moves" panel). The clock times a call by its pattern
     (clock/costs.COSTS)."""
+
     rule: Rule
     how: str
 
@@ -155,8 +157,9 @@ PATTERNS: dict[str, Pattern] = {
     "chain": Pattern(_to_next, "a chain from the source: each member forwards to the next"),
     "chain-back": Pattern(_to_previous, "a chain into the destination: each member sends to the one before it"),
     "from-root": Pattern(_from_root, "the source sends each member its chunk"),
-    "pairs": Pattern(_pairwise, "every member sends each other member the chunk meant for it; its own chunk "
-                                "stays on the GPU"),
+    "pairs": Pattern(
+        _pairwise, "every member sends each other member the chunk meant for it; its own chunk stays on the GPU"
+    ),
     "one-pair": Pattern(_point_to_point, "one sender, one receiver"),
     "none": Pattern(_nothing, "moves no data"),
 }

@@ -4,6 +4,7 @@ A program talks to other ranks only through a `Comm`. Each call checks its argum
 the backend (virtual: numpy in one process; torchdist: torch.distributed), which finds what the op does in
 the op table (ops.py). Also here: groups, point-to-point entries, the bytes each rank moves under the ring.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -117,8 +118,9 @@ class Comm(ABC):
     world: int
     algo: str  # the run's default algorithm ("direct" or "ring")
 
-    def all_reduce(self, x, op: str = "sum", *, group: Group | None = None, label: str | None = None,
-                   algo: str | None = None):
+    def all_reduce(
+        self, x, op: str = "sum", *, group: Group | None = None, label: str | None = None, algo: str | None = None
+    ):
         """Element-wise reduction over the group; every member gets the whole result."""
         site = call_site()  # the hot path of the per-call benchmark: the common case checks little
         self._check_array(x, ALL_REDUCE)
@@ -126,11 +128,20 @@ class Comm(ABC):
         if op != "sum":
             check_reduce_op(op, x.dtype)
         algo = self.algo if algo is None else _algo(algo)
-        return self._collective(ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site,
-                                lambda: describe(ALL_REDUCE, x, op=op, algo=algo))
+        return self._collective(
+            ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site, lambda: describe(ALL_REDUCE, x, op=op, algo=algo)
+        )
 
-    def reduce_scatter(self, x, dim: int = 0, *, op: str = "sum", group: Group | None = None,
-                       label: str | None = None, algo: str | None = None):
+    def reduce_scatter(
+        self,
+        x,
+        dim: int = 0,
+        *,
+        op: str = "sum",
+        group: Group | None = None,
+        label: str | None = None,
+        algo: str | None = None,
+    ):
         """Reduce over the group, then member i keeps chunk i of `dim` (size must divide evenly)."""
         site = call_site()
         self._check_array(x, REDUCE_SCATTER)
@@ -139,22 +150,38 @@ class Comm(ABC):
         dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
         algo = self.algo if algo is None else _algo(algo)
-        return self._collective(REDUCE_SCATTER, x, {"op": op, "dim": dim, "algo": algo}, g, label, site,
-                                lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo))
+        return self._collective(
+            REDUCE_SCATTER,
+            x,
+            {"op": op, "dim": dim, "algo": algo},
+            g,
+            label,
+            site,
+            lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo),
+        )
 
-    def all_gather(self, x, dim: int = 0, *, group: Group | None = None, label: str | None = None,
-                   algo: str | None = None):
+    def all_gather(
+        self, x, dim: int = 0, *, group: Group | None = None, label: str | None = None, algo: str | None = None
+    ):
         """Concatenate every member's `x` along `dim`, in group order."""
         site = call_site()
         self._check_array(x, ALL_GATHER)
         g = self._group(group, ALL_GATHER)
         dim = norm_dim(dim, x.ndim, ALL_GATHER)
         algo = self.algo if algo is None else _algo(algo)
-        return self._collective(ALL_GATHER, x, {"dim": dim, "algo": algo}, g, label, site,
-                                lambda: describe(ALL_GATHER, x, dim=dim, algo=algo))
+        return self._collective(
+            ALL_GATHER,
+            x,
+            {"dim": dim, "algo": algo},
+            g,
+            label,
+            site,
+            lambda: describe(ALL_GATHER, x, dim=dim, algo=algo),
+        )
 
-    def all_to_all(self, chunks: Sequence[Any], dim: int = 0, *, group: Group | None = None,
-                   label: str | None = None) -> list:
+    def all_to_all(
+        self, chunks: Sequence[Any], dim: int = 0, *, group: Group | None = None, label: str | None = None
+    ) -> list:
         """Member i sends chunks[j] to member j; returns the chunks received, in group order.
 
         Chunks may differ in size along `dim` (MoE dispatch); other dims and dtype must agree.
@@ -169,15 +196,22 @@ class Comm(ABC):
             self._check_array(c, ALL_TO_ALL)
         first = chunks[0]
         dim = norm_dim(dim, first.ndim, ALL_TO_ALL)
-        rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1:])
+        rest = tuple(first.shape[:dim]) + tuple(first.shape[dim + 1 :])
         for c in distinct:
-            if c.ndim != first.ndim or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1:]) != rest or c.dtype != first.dtype:
-                raise CollectiveError(f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
-                                      f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}")
+            if (
+                c.ndim != first.ndim
+                or tuple(c.shape[:dim]) + tuple(c.shape[dim + 1 :]) != rest
+                or c.dtype != first.dtype
+            ):
+                raise CollectiveError(
+                    f"all_to_all: chunks must agree in dtype and in every dim but {dim}; got "
+                    f"{[(tuple(c.shape), dtype_name(c.dtype)) for c in chunks]}"
+                )
         # sizes along dim may differ between members: the signature leaves them out
         sig = (ALL_TO_ALL, first.ndim, dim, rest, dtype_name(first.dtype))
-        return self._collective(ALL_TO_ALL, chunks, {"dim": dim}, g, label, site,
-                                lambda: describe(ALL_TO_ALL, chunks, dim=dim), sig)
+        return self._collective(
+            ALL_TO_ALL, chunks, {"dim": dim}, g, label, site, lambda: describe(ALL_TO_ALL, chunks, dim=dim), sig
+        )
 
     def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
         """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
@@ -195,8 +229,9 @@ class Comm(ABC):
         g = self._group(group, REDUCE)
         check_reduce_op(op, x.dtype)
         dst = check_root(dst, g, REDUCE, "dst")
-        return self._collective(REDUCE, x, {"op": op, "dst": dst}, g, label, site,
-                                lambda: describe(REDUCE, x, op=op, dst=dst))
+        return self._collective(
+            REDUCE, x, {"op": op, "dst": dst}, g, label, site, lambda: describe(REDUCE, x, op=op, dst=dst)
+        )
 
     def scatter(self, x, src: int, dim: int = 0, *, group: Group | None = None, label: str | None = None):
         """Member `src` splits its `x` into equal chunks along `dim`, one per member; member i gets chunk i.
@@ -207,8 +242,9 @@ class Comm(ABC):
         src = check_root(src, g, SCATTER, "src")
         dim = norm_dim(dim, x.ndim, SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, SCATTER)
-        return self._collective(SCATTER, x, {"dim": dim, "src": src}, g, label, site,
-                                lambda: describe(SCATTER, x, dim=dim, src=src))
+        return self._collective(
+            SCATTER, x, {"dim": dim, "src": src}, g, label, site, lambda: describe(SCATTER, x, dim=dim, src=src)
+        )
 
     def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:
         """Wait until every member arrived."""
@@ -229,7 +265,7 @@ class Comm(ABC):
         if not isinstance(op, str):
             raise CollectiveError(f"call: the op is a name of the op table, not {op!r:.60}")
         g = self._group(group, op)
-        for a in (x if isinstance(x, (list, tuple)) else [] if x is None else [x]):
+        for a in x if isinstance(x, (list, tuple)) else [] if x is None else [x]:
             self._check_array(a, op)
         sig = None if not isinstance(x, (list, tuple)) else (op, len(x), *params.values())
         return self._collective(op, x, dict(params), g, label, site, lambda: describe(op, x, **params), sig)
@@ -238,8 +274,7 @@ class Comm(ABC):
         """Blocking send; completes when `dst` posts the matching receive."""
         self.exchange([Send(x, dst)], group=group, label=label)
 
-    def recv(self, src: int, shape: Sequence[int], dtype, *, group: Group | None = None,
-             label: str | None = None):
+    def recv(self, src: int, shape: Sequence[int], dtype, *, group: Group | None = None, label: str | None = None):
         """Blocking receive of an array of `shape` and `dtype` from `src`."""
         return self.exchange([Recv(src, tuple(shape), dtype)], group=group, label=label)[0]
 
@@ -253,14 +288,29 @@ class Comm(ABC):
         """The group a call runs on (None: the world), checked: created in this run, the caller a member."""
 
     @abstractmethod
-    def _collective(self, op: str, x: Any, params: dict, group: Group, label: str | None,
-                    site: tuple[str, int], describe: Callable[[], str], sig: tuple | None = None) -> Any:
+    def _collective(
+        self,
+        op: str,
+        x: Any,
+        params: dict,
+        group: Group,
+        label: str | None,
+        site: tuple[str, int],
+        describe: Callable[[], str],
+        sig: tuple | None = None,
+    ) -> Any:
         """Run a checked call of op `op` (ops.OPS[op]). `sig` (None: `signature(op, x, params)`) is what every
         member's call must agree on; `describe()` names the call in errors."""
 
     @abstractmethod
-    def exchange(self, ops: Sequence[Send | Recv], *, group: Group | None = None,
-                 label: str | None = None, tags: dict | None = None) -> list:
+    def exchange(
+        self,
+        ops: Sequence[Send | Recv],
+        *,
+        group: Group | None = None,
+        label: str | None = None,
+        tags: dict | None = None,
+    ) -> list:
         """Post a batch of sends and receives at once (like batch_isend_irecv); returns received arrays
         in the order of the Recv entries. Rings and pipelines use it so that no pair waits on the other.
         `tags`: fields for screens to read beside the label's words (a pipeline's slot)."""
@@ -316,11 +366,13 @@ def numpy_dtype(dtype: Any) -> np.dtype:
     try:
         d = np.dtype(dtype_name(dtype) if str(dtype).startswith("torch.") else dtype)
     except (TypeError, ValueError):
-        raise UsageError(f"unknown dtype {dtype!r}; use a name such as bfloat16, float16, float32, float64 or "
-                         f"int64") from None
+        raise UsageError(
+            f"unknown dtype {dtype!r}; use a name such as bfloat16, float16, float32, float64 or int64"
+        ) from None
     if not numeric(d):
-        raise UsageError(f"dtype {dtype!r} holds no numbers; use bfloat16, float16, float32, float64, an integer "
-                         f"type or bool")
+        raise UsageError(
+            f"dtype {dtype!r} holds no numbers; use bfloat16, float16, float32, float64, an integer type or bool"
+        )
     return d
 
 
@@ -335,15 +387,17 @@ def group_members(ranks: Any, world: int, name: str, site: str) -> tuple[int, ..
     try:
         given = list(ranks)
     except TypeError:
-        raise CollectiveError(f"new_group {name} at {site}: ranks must be a list of integers, got {ranks!r:.60}") \
-            from None
+        raise CollectiveError(
+            f"new_group {name} at {site}: ranks must be a list of integers, got {ranks!r:.60}"
+        ) from None
     bad = [r for r in given if isinstance(r, bool) or not isinstance(r, (int, np.integer))]
     if bad:
         raise CollectiveError(f"new_group {name} at {site}: ranks must be integers, got {bad[0]!r:.60}")
     members = tuple(int(r) for r in given)
     if not members or len(set(members)) != len(members) or not all(0 <= r < world for r in members):
-        raise CollectiveError(f"new_group {name}{list(members)} at {site}: ranks must be distinct and in "
-                              f"0..{world - 1}")
+        raise CollectiveError(
+            f"new_group {name}{list(members)} at {site}: ranks must be distinct and in 0..{world - 1}"
+        )
     return members
 
 

@@ -15,6 +15,7 @@ rules in `ring_chunk`. torch runs gloo's reduce-scatter as an all-reduce of the 
 found this order by experiment (torch 2.13, gloo on CPU, 2, 3, 4 and 8 ranks, sizes from 1 element to
 3.5 M, values whose sums round differently in every other order) and by reading gloo's source.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -23,12 +24,15 @@ import numpy as np
 
 from .interface import HALF_FLOATS, Group
 
+
 def _nan_quiet(fn: Any) -> Any:
     """`fn` with numpy's 'invalid value' warning off: max and min propagate NaN on purpose, and ml_dtypes
     before 0.7 warns when bfloat16 does."""
+
     def quiet(*args: Any, **kw: Any) -> Any:
         with np.errstate(invalid="ignore"):
             return fn(*args, **kw)
+
     return quiet
 
 
@@ -42,7 +46,7 @@ def reduce(xs: Sequence[np.ndarray], op: str) -> np.ndarray:
     if len(xs) == 1:
         out = xs[0].copy()
     elif not isinstance(xs[0], np.ndarray):  # symbolic: the signature check made the inputs alike in shape and
-        out = fn(xs[0], xs[1])               # dtype, so one step has the result's (128 members: one, not 127)
+        out = fn(xs[0], xs[1])  # dtype, so one step has the result's (128 members: one, not 127)
     else:
         out = fn(xs[0], xs[1], out=np.empty_like(xs[0]))
         for x in xs[2:]:

@@ -1,6 +1,7 @@
 """What listens where on one machine: sockets bound to loopback alone, the loopback interface, and the
 environment a local launch gives its workers, so that nothing a one-machine run opens is reachable from
 another machine, whatever the environment says."""
+
 from __future__ import annotations
 
 import datetime
@@ -13,10 +14,18 @@ from typing import Any
 def loopback_store(world: int, timeout: float) -> tuple[Any, int]:
     """The run's key-value store (where ranks meet), served by this process on 127.0.0.1 only."""
     import torch.distributed as dist
+
     sock = listening("127.0.0.1", 0, world)
     port = sock.getsockname()[1]
-    store = dist.TCPStore("127.0.0.1", port, world + 1, True, master_listen_fd=sock.fileno(),
-                          wait_for_workers=False, timeout=datetime.timedelta(seconds=timeout))
+    store = dist.TCPStore(
+        "127.0.0.1",
+        port,
+        world + 1,
+        True,
+        master_listen_fd=sock.fileno(),
+        wait_for_workers=False,
+        timeout=datetime.timedelta(seconds=timeout),
+    )
     sock.detach()  # the store owns the descriptor now and closes it
     return store, port
 

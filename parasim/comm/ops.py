@@ -20,6 +20,7 @@ No torch here: a torch function gets a handle (`c`, built by torchdist.py) with 
 index of each of ours: torch orders a group's ranks ascending), `c.run(fn, *args, **kw)` (calls fn on
 the group's process group, a time-out named after the call), `c.reduce_op(op)` and `c.ring(...)`.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,8 +29,18 @@ from typing import Any, Callable
 import numpy as np
 
 from . import ring
-from .interface import (ALL_GATHER, ALL_REDUCE, ALL_TO_ALL, BARRIER, BROADCAST, REDUCE, REDUCE_SCATTER, SCATTER,
-                        Group, broadcast_bytes)
+from .interface import (
+    ALL_GATHER,
+    ALL_REDUCE,
+    ALL_TO_ALL,
+    BARRIER,
+    BROADCAST,
+    REDUCE,
+    REDUCE_SCATTER,
+    SCATTER,
+    Group,
+    broadcast_bytes,
+)
 from ..errors import CollectiveError
 from .kernels import COMBINE, copies, mean, ordered_sum, reduce, ring_sum, torch_members
 
@@ -75,6 +86,7 @@ def _root(g: Group, p: dict) -> int:
 # so a max or min of floats on torch.distributed also reduces a NaN mask (its max) and puts NaN where any
 # member had one. One extra collective of a byte per element, run inside the call (the record is the call's).
 
+
 def _nan_mask(c, x, p):
     """Which elements are NaN on this member, as bytes to reduce alongside a max or min (None: nothing to do)."""
     if p["op"] not in ("max", "min") or not x.is_floating_point():
@@ -90,11 +102,13 @@ def _put_nan(out, mask):
 # Sums of float16 and bfloat16 add in gloo's ring order, bit for bit (kernels.ring_sum); NCCL adds in an order
 # of its own (ring or tree), so a run on NCCL is compared within a sum's rounding bound (engine/tolerance.py).
 
+
 def _all_reduce(inputs, g, p, keep):
     op, t = p["op"], g.size
     if p["algo"] == "ring":
-        return ring.ring_all_reduce(inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep,
-                                    g.ring_steps(ALL_REDUCE))
+        return ring.ring_all_reduce(
+            inputs, g.ranks, COMBINE[op], t if op == "avg" else None, keep, g.ring_steps(ALL_REDUCE)
+        )
     if ordered_sum(inputs, op):
         flat = ring_sum([inputs[i].reshape(-1) for i in torch_members(g)])
         return copies(mean(flat.reshape(inputs[0].shape), op, t), t), None
@@ -115,11 +129,13 @@ def _all_reduce_torch(c, x, p):
 
 # -- reduce-scatter: reduce, member i keeps chunk i of dim ---------------------------------------------
 
+
 def _reduce_scatter(inputs, g, p, keep):
     op, t, dim = p["op"], g.size, p["dim"]
     if p["algo"] == "ring":
-        return ring.ring_reduce_scatter(inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep,
-                                        g.ring_steps(REDUCE_SCATTER))
+        return ring.ring_reduce_scatter(
+            inputs, g.ranks, dim, COMBINE[op], t if op == "avg" else None, keep, g.ring_steps(REDUCE_SCATTER)
+        )
     cut: dict[int, list] = {}  # a folded symbolic group sends one array many times: split it once
     parts = [cut[id(x)] if id(x) in cut else cut.setdefault(id(x), np.split(x, t, axis=dim)) for x in inputs]
     if ordered_sum(inputs, op):
@@ -139,7 +155,7 @@ def _reduce_scatter_in_order(parts: list, g: Group, op: str, dim: int) -> list:
     out = []
     for i in range(t):
         j = order.index(i)  # our member i is torch's member j: it keeps block j, our chunk i
-        block = np.moveaxis(total[j * n:(j + 1) * n].reshape(shape), 0, dim)
+        block = np.moveaxis(total[j * n : (j + 1) * n].reshape(shape), 0, dim)
         out.append(mean(block.copy(), op, t))  # an array of its own, C order
     return out
 
@@ -164,6 +180,7 @@ def _reduce_scatter_torch(c, x, p):
 
 # -- all-gather: concatenate every member's input along dim, in group order ----------------------------
 
+
 def _all_gather(inputs, g, p, keep):
     if p["algo"] == "ring":
         return ring.ring_all_gather(inputs, g.ranks, p["dim"], keep, g.ring_steps(ALL_GATHER))
@@ -182,6 +199,7 @@ def _all_gather_torch(c, x, p):
 
 
 # -- all-to-all: member i sends chunk j to member j (sizes along dim may differ) ------------------------
+
 
 def _all_to_all(inputs, g, p, keep):
     t = g.size
@@ -209,6 +227,7 @@ def _all_to_all_moved(ins, outs, g, i, p):
 
 # -- broadcast: every member gets a copy of src's input -------------------------------------------------
 
+
 def _broadcast(inputs, g, p, keep):
     x = inputs[_root(g, p)]
     return [x.copy() for _ in range(g.size)], None
@@ -222,11 +241,13 @@ def _broadcast_torch(c, x, p):
 
 # -- reduce: the reduction goes to dst only; the others get None ------------------------------------------
 
+
 def _reduce(inputs, g, p, keep):
     root, op = _root(g, p), p["op"]
     if ordered_sum(inputs, op):  # gloo's reduce: the all-reduce's ring, with its own segment rule
-        out = mean(ring_sum([inputs[i].reshape(-1) for i in torch_members(g)], True).reshape(inputs[0].shape),
-                   op, g.size)
+        out = mean(
+            ring_sum([inputs[i].reshape(-1) for i in torch_members(g)], True).reshape(inputs[0].shape), op, g.size
+        )
     else:
         out = reduce(inputs, op)
     return [out if i == root else None for i in range(g.size)], None
@@ -251,6 +272,7 @@ def _reduce_moved(ins, outs, g, i, p):
 
 
 # -- scatter: src splits its input along dim, member i gets chunk i -------------------------------------
+
 
 def _scatter(inputs, g, p, keep):
     parts = np.split(inputs[_root(g, p)], g.size, axis=p["dim"])
@@ -279,6 +301,7 @@ def _scatter_moved(ins, outs, g, i, p):
 
 # -- barrier ---------------------------------------------------------------------------------------------
 
+
 def _barrier(inputs, g, p, keep):
     return [None] * g.size, None
 
@@ -291,6 +314,7 @@ def _barrier_torch(c, x, p):
 # Bytes under the ring algorithm (interface.ring_bytes, kept by the group) of the full buffer: the input of
 # a reduction, the result of a gather. Functions of the module, not closures made at import: a mutation
 # tester switches a module's functions at call time.
+
 
 def _ring_of(op: str, x: Any, g: Group, i: int) -> tuple[int, int]:
     return g.ring_bytes(op, x.nbytes, x.itemsize)[i]
@@ -313,6 +337,7 @@ def _all_gather_moved(ins, outs, g, i, p):
 # (a reduce-scatter, then an all-gather); an all-to-all or a scatter leaves 1/t where it is; a chain moves it
 # whole.
 
+
 def _two_passes(t: int) -> float:
     return 2 * (t - 1) / t
 
@@ -325,26 +350,118 @@ def _whole_buffer(t: int) -> float:
     return 1.0
 
 
-OPS: dict[str, Op] = {op.name: op for op in (
-    Op(ALL_REDUCE, "array", _all_reduce, _all_reduce_torch, _all_reduce_moved,
-       ("partial sum", "replicated"), "AR", "all-reduce", "red", "ring", _two_passes, True),
-    Op(REDUCE_SCATTER, "array", _reduce_scatter, _reduce_scatter_torch, _reduce_scatter_moved,
-       ("partial sum", "sharded on dim {dim}"), "RS", "reduce-scatter", "magenta", "ring", _one_pass, True),
-    Op(ALL_GATHER, "array", _all_gather, _all_gather_torch, _all_gather_moved,
-       ("sharded on dim {dim}", "replicated"), "AG", "all-gather", "dodgerblue", "ring", _one_pass),
-    Op(ALL_TO_ALL, "chunks", _all_to_all, _all_to_all_torch, _all_to_all_moved,
-       ("split on dim {dim} by destination", "split on dim {dim} by source"), "A2", "all-to-all", "yellow",
-       "pairs", _one_pass),
-    Op(BROADCAST, "array", _broadcast, _broadcast_torch,
-       lambda ins, outs, g, i, p: broadcast_bytes(ins[0].nbytes, g.size, i, _root(g, p)),
-       ("on rank {src}", "replicated"), "BC", "broadcast", "cyan", "chain", _whole_buffer),
-    Op(REDUCE, "array", _reduce, _reduce_torch, _reduce_moved,
-       ("partial sum", "reduced on rank {dst}"), "RD", "reduce", "orange", "chain-back", _whole_buffer, True),
-    Op(SCATTER, "array", _scatter, _scatter_torch, _scatter_moved,
-       ("whole on rank {src}", "sharded on dim {dim}"), "SC", "scatter", "orchid", "from-root", _one_pass),
-    Op(BARRIER, "nothing", _barrier, _barrier_torch, lambda ins, outs, g, i, p: (0, 0),
-       ("", ""), "BA", "barrier", "white", "none", None),
-)}
+OPS: dict[str, Op] = {
+    op.name: op
+    for op in (
+        Op(
+            ALL_REDUCE,
+            "array",
+            _all_reduce,
+            _all_reduce_torch,
+            _all_reduce_moved,
+            ("partial sum", "replicated"),
+            "AR",
+            "all-reduce",
+            "red",
+            "ring",
+            _two_passes,
+            True,
+        ),
+        Op(
+            REDUCE_SCATTER,
+            "array",
+            _reduce_scatter,
+            _reduce_scatter_torch,
+            _reduce_scatter_moved,
+            ("partial sum", "sharded on dim {dim}"),
+            "RS",
+            "reduce-scatter",
+            "magenta",
+            "ring",
+            _one_pass,
+            True,
+        ),
+        Op(
+            ALL_GATHER,
+            "array",
+            _all_gather,
+            _all_gather_torch,
+            _all_gather_moved,
+            ("sharded on dim {dim}", "replicated"),
+            "AG",
+            "all-gather",
+            "dodgerblue",
+            "ring",
+            _one_pass,
+        ),
+        Op(
+            ALL_TO_ALL,
+            "chunks",
+            _all_to_all,
+            _all_to_all_torch,
+            _all_to_all_moved,
+            ("split on dim {dim} by destination", "split on dim {dim} by source"),
+            "A2",
+            "all-to-all",
+            "yellow",
+            "pairs",
+            _one_pass,
+        ),
+        Op(
+            BROADCAST,
+            "array",
+            _broadcast,
+            _broadcast_torch,
+            lambda ins, outs, g, i, p: broadcast_bytes(ins[0].nbytes, g.size, i, _root(g, p)),
+            ("on rank {src}", "replicated"),
+            "BC",
+            "broadcast",
+            "cyan",
+            "chain",
+            _whole_buffer,
+        ),
+        Op(
+            REDUCE,
+            "array",
+            _reduce,
+            _reduce_torch,
+            _reduce_moved,
+            ("partial sum", "reduced on rank {dst}"),
+            "RD",
+            "reduce",
+            "orange",
+            "chain-back",
+            _whole_buffer,
+            True,
+        ),
+        Op(
+            SCATTER,
+            "array",
+            _scatter,
+            _scatter_torch,
+            _scatter_moved,
+            ("whole on rank {src}", "sharded on dim {dim}"),
+            "SC",
+            "scatter",
+            "orchid",
+            "from-root",
+            _one_pass,
+        ),
+        Op(
+            BARRIER,
+            "nothing",
+            _barrier,
+            _barrier_torch,
+            lambda ins, outs, g, i, p: (0, 0),
+            ("", ""),
+            "BA",
+            "barrier",
+            "white",
+            "none",
+            None,
+        ),
+    )
+}
 
 
 def entry(op: str) -> Op:

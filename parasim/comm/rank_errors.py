@@ -9,6 +9,7 @@ and would take the blame. So each worker says, through shared memory, whether it
 launcher asks the ranks outside any call (`ask_where`) before it stops them, and the error names them.
 A rank busy in C code cannot answer (Python runs a signal handler only between bytecodes): it is named
 without a line."""
+
 from __future__ import annotations
 
 import contextlib
@@ -19,8 +20,16 @@ import time
 from types import FrameType
 from typing import Any, Callable
 
-from ..errors import (CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, RealRunFailed,
-                      TimedOut, UsageError)
+from ..errors import (
+    CollectiveError,
+    CollectiveMismatch,
+    Deadlock,
+    ParasimError,
+    RankFailed,
+    RealRunFailed,
+    TimedOut,
+    UsageError,
+)
 from .texts import by_text, rank_list
 
 # What a worker is doing, as `Watch` writes it to shared memory: not joined yet, running the program's own
@@ -30,18 +39,20 @@ ASK = signal.SIGUSR1  # the launcher's question "which line are you on?"
 # The exit code of a process that multiprocessing started by importing the launching script again, and
 # that found itself calling parasim.run there (the script has no `if __name__ == "__main__":` guard).
 REIMPORTED = 86
-NO_LINE = ("in code that does not return to Python (C code, or a call that blocks signals), so its line is "
-           "unknown")
+NO_LINE = "in code that does not return to Python (C code, or a call that blocks signals), so its line is unknown"
 
 
 def guard_hint() -> str:
     """What to change when the script that launched real ranks launches again as each rank imports it."""
     import sys
     from .sites import short_path
+
     path = getattr(sys.modules.get("__main__"), "__file__", None)
     script = f"the script {short_path(path)}" if path else "the script"
-    return (f"each real rank starts by importing {script}, and it calls parasim.run again as it is imported: put "
-            "that call under `if __name__ == \"__main__\":`")
+    return (
+        f"each real rank starts by importing {script}, and it calls parasim.run again as it is imported: put "
+        'that call under `if __name__ == "__main__":`'
+    )
 
 
 class Watch:
@@ -67,13 +78,13 @@ def answer_where(folder: str, rank: int) -> Callable[[int, FrameType | None], No
 
     def handler(signum: int, frame: FrameType | None) -> None:
         f = where(frame)
-        data = {"site": None if f is None else site_name((f.f_code.co_filename, f.f_lineno)),
-                "text": frame_text(frame)}
+        data = {"site": None if f is None else site_name((f.f_code.co_filename, f.f_lineno)), "text": frame_text(frame)}
         path = os.path.join(folder, f"where{rank}.txt")
         with contextlib.suppress(OSError):  # the launch may be over and its folder gone
             with open(path + ".tmp", "w") as out:
                 json.dump(data, out)
             os.replace(path + ".tmp", path)
+
     return handler
 
 
@@ -95,8 +106,15 @@ def ask_where(procs: list, states: Any, folder: str, wait: float = 1.0) -> dict[
     return {r: answers.get(r) for r in asked}
 
 
-def failure(procs: list, folder: str, died: list[tuple[int, int]], where: dict[int, dict | None] | None = None,
-            timeout: float = 30.0, stalled: bool = False, joined: set[int] | None = None) -> ParasimError:
+def failure(
+    procs: list,
+    folder: str,
+    died: list[tuple[int, int]],
+    where: dict[int, dict | None] | None = None,
+    timeout: float = 30.0,
+    stalled: bool = False,
+    joined: set[int] | None = None,
+) -> ParasimError:
     """The error that names the cause: a rank that died without raising comes first (its peers' errors are
     echoes), then ranks stuck outside any collective while others timed out waiting for them (`where`,
     from `ask_where`), then the rank whose own error came first. `died`: (rank, exit code) of the ranks that
@@ -130,8 +148,10 @@ def _died(died: list[tuple[int, int]], world: int) -> RealRunFailed:
     ranks: dict[str, list[int]] = {}
     for r, code in died:
         ranks.setdefault(_how(code), []).append(r)
-    parts = [f"rank {rs[0]} {how}" if len(rs) == 1 else f"ranks {rank_list(sorted(rs))[1:-1]} each {how}"
-             for how, rs in ranks.items()]
+    parts = [
+        f"rank {rs[0]} {how}" if len(rs) == 1 else f"ranks {rank_list(sorted(rs))[1:-1]} each {how}"
+        for how, rs in ranks.items()
+    ]
     tail = "; the other ranks were stopped" if len(died) < world else ""
     return RealRunFailed("; ".join(parts) + tail, died[0][0])
 
@@ -154,18 +174,27 @@ def _stuck(where: dict[int, dict | None], timeout: float, reports: list[dict]) -
         places = "; where each was stopped:\n" + "\n".join(by_text({r: _place(where[r]) for r in stuck}))
     left = "\n".join(by_text(waiting)) or "  none"
     first = where[stuck[0]]
-    return TimedOut(f"{head} without reaching a collective or returning (the time limit, --timeout){places}\n"
-                    f"ranks left waiting:\n{left}", stuck[0], None if first is None else first["site"], waiting)
+    return TimedOut(
+        f"{head} without reaching a collective or returning (the time limit, --timeout){places}\n"
+        f"ranks left waiting:\n{left}",
+        stuck[0],
+        None if first is None else first["site"],
+        waiting,
+    )
 
 
 def _stalled(where: dict[int, dict | None], timeout: float) -> Deadlock:
     head = f"no rank finished a call for {2 * timeout:g} s (twice the run's timeout)"
     if not where:
-        return Deadlock(f"{head}: every rank is busy outside collectives, or waits where no backend times out; the "
-                        "ranks were stopped")
-    return Deadlock(f"{head}; the ranks outside any collective were stopped:\n"
-                    + "\n".join(by_text({r: _place(a) for r, a in where.items()})),
-                    {r: f"runs outside any collective, {_place(a)}" for r, a in where.items()})
+        return Deadlock(
+            f"{head}: every rank is busy outside collectives, or waits where no backend times out; the "
+            "ranks were stopped"
+        )
+    return Deadlock(
+        f"{head}; the ranks outside any collective were stopped:\n"
+        + "\n".join(by_text({r: _place(a) for r, a in where.items()})),
+        {r: f"runs outside any collective, {_place(a)}" for r, a in where.items()},
+    )
 
 
 def _rebuilt(e: dict) -> ParasimError:
@@ -188,8 +217,13 @@ def _rebuilt(e: dict) -> ParasimError:
 
 # what a rank reports because another failed: a reset connection, or waiting at the end of the run for a
 # rank that is itself stuck (that rank's own time-out names the call)
-_ECHOES = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "NCCL communicator was aborted",
-           "the end-of-run check (this rank had finished)")
+_ECHOES = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "NCCL communicator was aborted",
+    "the end-of-run check (this rank had finished)",
+)
 
 
 def _reports(folder: str) -> list[dict]:

@@ -26,6 +26,7 @@ ring (comm/torchdist.py: each rank plays its own row) and the byte counts (inter
 it. Every transfer the kernels make is recorded as a hop, so the bytes a member moves are measured, not
 assumed.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,7 +82,7 @@ def ring_steps(t: int, kind: str) -> tuple[RingStep, ...]:
 
     def less(n: int) -> tuple[int, ...]:  # entry i: i - n (mod t), the members' numbers turned round the ring
         n %= t
-        return members[t - n:] + members[:t - n]
+        return members[t - n :] + members[: t - n]
 
     to, source = less(-1), less(1)
     steps = []
@@ -101,27 +102,48 @@ def split_phases(steps: Sequence[RingStep]) -> tuple[list[RingStep], list[RingSt
 
 # -- the numpy kernel: every member at once, on lists of chunks ------------------------------------------
 
+
 def _values(a: np.ndarray, keep: int):
     return a.tolist() if keep and a.size <= keep else None
 
 
-def _play(steps: Sequence[RingStep], bufs: list[list[np.ndarray]], ranks: tuple[int, ...], reduce: Reduce | None,
-          keep: int, hops: list[dict]) -> None:
+def _play(
+    steps: Sequence[RingStep],
+    bufs: list[list[np.ndarray]],
+    ranks: tuple[int, ...],
+    reduce: Reduce | None,
+    keep: int,
+    hops: list[dict],
+) -> None:
     """Run `steps` on every member's chunks (`bufs[i][c]`: member i's chunk c), recording each as a hop.
     `reduce` adds what arrives to the receiver's part (None: no step adds)."""
     for s in steps:
         payloads = [bufs[i][c].copy() for i, c in enumerate(s.send)]
         for j, (c, src) in enumerate(zip(s.recv, s.source)):
             bufs[j][c] = cast(Callable, reduce)(payloads[src], bufs[j][c]) if s.reduce else payloads[src]  # given
-        hops.append({"phase": s.phase, "hop": s.hop, "transfers": [
-            {"src": ranks[i], "dst": ranks[j], "chunk": c, "bytes": int(p.nbytes), "value": _values(p, keep)}
-            for i, (c, j, p) in enumerate(zip(s.send, s.to, payloads))]})
+        hops.append(
+            {
+                "phase": s.phase,
+                "hop": s.hop,
+                "transfers": [
+                    {"src": ranks[i], "dst": ranks[j], "chunk": c, "bytes": int(p.nbytes), "value": _values(p, keep)}
+                    for i, (c, j, p) in enumerate(zip(s.send, s.to, payloads))
+                ],
+            }
+        )
 
 
 # Each kernel plays `steps`, ring_steps(t, its kind) unless given (a run passes its group's, worked out once).
 
-def ring_all_reduce(inputs: list[np.ndarray], ranks: tuple[int, ...], reduce: Reduce, scale: float | None,
-                    keep: int, steps: Sequence[RingStep] | None = None) -> tuple[list[np.ndarray], list[dict]]:
+
+def ring_all_reduce(
+    inputs: list[np.ndarray],
+    ranks: tuple[int, ...],
+    reduce: Reduce,
+    scale: float | None,
+    keep: int,
+    steps: Sequence[RingStep] | None = None,
+) -> tuple[list[np.ndarray], list[dict]]:
     """All-reduce as reduce-scatter then all-gather on flat chunks; `scale` divides each finished chunk (avg)."""
     t = len(inputs)
     shape = inputs[0].shape
@@ -136,9 +158,15 @@ def ring_all_reduce(inputs: list[np.ndarray], ranks: tuple[int, ...], reduce: Re
     return [np.concatenate(b).reshape(shape) for b in bufs], hops
 
 
-def ring_reduce_scatter(inputs: list[np.ndarray], ranks: tuple[int, ...], dim: int, reduce: Reduce,
-                        scale: float | None, keep: int,
-                        steps: Sequence[RingStep] | None = None) -> tuple[list[np.ndarray], list[dict]]:
+def ring_reduce_scatter(
+    inputs: list[np.ndarray],
+    ranks: tuple[int, ...],
+    dim: int,
+    reduce: Reduce,
+    scale: float | None,
+    keep: int,
+    steps: Sequence[RingStep] | None = None,
+) -> tuple[list[np.ndarray], list[dict]]:
     t = len(inputs)
     bufs = [[c.copy() for c in np.split(x, t, axis=dim)] for x in inputs]
     hops: list[dict] = []
@@ -149,8 +177,9 @@ def ring_reduce_scatter(inputs: list[np.ndarray], ranks: tuple[int, ...], dim: i
     return outs, hops
 
 
-def ring_all_gather(inputs: list[np.ndarray], ranks: tuple[int, ...], dim: int, keep: int,
-                    steps: Sequence[RingStep] | None = None) -> tuple[list[np.ndarray], list[dict]]:
+def ring_all_gather(
+    inputs: list[np.ndarray], ranks: tuple[int, ...], dim: int, keep: int, steps: Sequence[RingStep] | None = None
+) -> tuple[list[np.ndarray], list[dict]]:
     t = len(inputs)
     bufs: list[list] = [[None] * t for _ in range(t)]  # member i starts with only its own chunk
     for i in range(t):

@@ -9,6 +9,7 @@ on its caller's behalf, with a local flag as pytest's `__tracebackhide__` is dec
 
 `is_wrapper` decides, frame by frame. Nothing here is kept between calls; a run keeps the names it made
 (`SiteNames`)."""
+
 from __future__ import annotations
 
 import os
@@ -38,7 +39,7 @@ def short_path(filename: str) -> str:
     path = os.path.abspath(filename)
     for base in (_PKG_ROOT, os.getcwd()):
         if path.startswith(base + os.sep):
-            return path[len(base) + 1:]  # what os.path.relpath says for a path below base, without its walk
+            return path[len(base) + 1 :]  # what os.path.relpath says for a path below base, without its walk
     return path
 
 

@@ -3,6 +3,7 @@ from (it imports torch once for every launch of this process), multiprocessing's
 a rank's watch on its launch, and the folders of launches that were killed. Whatever way a command ends
 (done, Ctrl-C, SIGTERM), nothing of these outlives it: the launcher kills the ranks it knows of, a rank whose
 start an interrupt cut short leaves by itself (`leave_with`), and the command stops the rest (`stop_starter`)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -50,6 +51,7 @@ def signals_held() -> Iterator[None]:
     workers already started. Only the main thread takes signals; elsewhere the block runs as it is."""
     import signal
     import threading
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -74,6 +76,7 @@ def starter() -> Any:
     The server is started fresh (no threads, no CUDA), so forking it is safe; where the platform has no
     fork, spawn."""
     import multiprocessing
+
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     ctx = multiprocessing.get_context("forkserver")
@@ -91,6 +94,7 @@ def _start_forkserver() -> None:
     import multiprocessing.forkserver
     import signal
     import threading
+
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     saved = {name: os.environ.get(name) for name in ("PYTHONSAFEPATH", "PYTHONPATH")}
     os.environ["PYTHONSAFEPATH"] = "1"
@@ -121,6 +125,7 @@ def stop_starter() -> None:
     import multiprocessing.forkserver
     import multiprocessing.resource_tracker
     import signal
+
     server: Any = getattr(multiprocessing.forkserver, "_forkserver", None)  # its private state: no types
     pid = getattr(server, "_forkserver_pid", None)
     if isinstance(pid, int):
@@ -171,6 +176,7 @@ def sweep_folders() -> None:
     """Remove the folders of earlier launches whose process is gone (killed before it could clean up):
     each is named parasim-PID-..., so only a dead owner's folder is touched."""
     import shutil
+
     for path in glob.glob(os.path.join(tempfile.gettempdir(), "parasim-*-*")):
         pid = os.path.basename(path).split("-")[1]
         if pid.isdigit() and int(pid) != os.getpid() and not os.path.exists(f"/proc/{pid}"):

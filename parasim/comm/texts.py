@@ -1,4 +1,5 @@
 """How errors name ranks and calls: lists of ranks, lines grouped by text, mismatched calls."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -16,7 +17,7 @@ def rank_list(ranks: Sequence[int]) -> str:
         if j - i >= 2:
             parts.append(f"{ranks[i]}-{ranks[j]}")
         else:
-            parts.extend(str(r) for r in ranks[i:j + 1])
+            parts.extend(str(r) for r in ranks[i : j + 1])
         i = j + 1
     return "[" + ", ".join(parts) + "]"
 
@@ -33,8 +34,10 @@ def by_text(texts: dict[int, str], indent: str = "  ") -> list[str]:
     shared: dict[str, list[int]] = {}
     for r in sorted(texts):
         shared.setdefault(texts[r], []).append(r)
-    return [f"{indent}rank {rs[0]}: {t}" if len(rs) == 1 else f"{indent}ranks {rank_list(rs)[1:-1]}: {t}"
-            for t, rs in shared.items()]
+    return [
+        f"{indent}rank {rs[0]}: {t}" if len(rs) == 1 else f"{indent}ranks {rank_list(rs)[1:-1]}: {t}"
+        for t, rs in shared.items()
+    ]
 
 
 def mismatch_error(call: int, group: Any, calls: dict[int, str | None]) -> CollectiveMismatch:
@@ -43,9 +46,14 @@ def mismatch_error(call: int, group: Any, calls: dict[int, str | None]) -> Colle
     arrived = [r for r in group.ranks if calls.get(r)]
     return CollectiveMismatch(
         f"collective call #{call} on group {group} does not match across ranks:\n" + "\n".join(lines),
-        [str(calls[r]) for r in arrived], arrived)  # each arrived: its text is there
+        [str(calls[r]) for r in arrived],
+        arrived,
+    )  # each arrived: its text is there
 
 
 def p2p_mismatch_error(src: int, send_call: str, dst: int, recv_call: str) -> CollectiveMismatch:
-    return CollectiveMismatch(f"point-to-point transfer does not match:\n  rank {src}: {send_call}\n"
-                              f"  rank {dst}: {recv_call}", [send_call, recv_call], [src, dst])
+    return CollectiveMismatch(
+        f"point-to-point transfer does not match:\n  rank {src}: {send_call}\n  rank {dst}: {recv_call}",
+        [send_call, recv_call],
+        [src, dst],
+    )

@@ -7,6 +7,7 @@ optional signature exchange across the group (every parameter `describe` names: 
 src, algo; the group is the one the exchange runs on) turns a mismatch into the same error text as on
 virtual ranks, and a gloo/NCCL time-out into a clear error naming the call.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -19,9 +20,28 @@ import torch
 import torch.distributed as dist
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock
-from .interface import (ALL_REDUCE, BFLOAT16, P2P, REDUCE_SCATTER, Comm, Group, Recv, Send, by_text, call_site,
-                        check_algo, check_peer, describe_p2p, dtype_name, group_members, mismatch_error,
-                        p2p_mismatch_error, recv_dtype, signature, site_name)
+from .interface import (
+    ALL_REDUCE,
+    BFLOAT16,
+    P2P,
+    REDUCE_SCATTER,
+    Comm,
+    Group,
+    Recv,
+    Send,
+    by_text,
+    call_site,
+    check_algo,
+    check_peer,
+    describe_p2p,
+    dtype_name,
+    group_members,
+    mismatch_error,
+    p2p_mismatch_error,
+    recv_dtype,
+    signature,
+    site_name,
+)
 from .kernels import arrays
 from .ops import entry as op_entry
 from .ring import RingStep, split_phases
@@ -33,6 +53,8 @@ _LONG = b"\x01LONG "  # a blob that only announces a longer signature (JSON text
 def _head(data: bytes) -> bytes:
     """What a signature's first, fixed-size blob holds: the signature, or the LONG marker and its length."""
     return data if len(data) <= SIG_BYTES else _LONG + str(len(data)).encode()
+
+
 # torch 2.13 renamed the tensor forms; older releases have only the old names.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
@@ -73,9 +95,19 @@ def to_numpy(x: torch.Tensor) -> np.ndarray:
 class TorchComm(Comm):
     """One real rank's collective interface and its record of every call."""
 
-    def __init__(self, rank: int, world: int, device: torch.device, *, keep_values: int = 0,
-                 algo: str = "direct", check: bool = True, timeout: datetime.timedelta | None = None,
-                 watch: Any = None, wire: torch.device | None = None):
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        device: torch.device,
+        *,
+        keep_values: int = 0,
+        algo: str = "direct",
+        check: bool = True,
+        timeout: datetime.timedelta | None = None,
+        watch: Any = None,
+        wire: torch.device | None = None,
+    ):
         check_algo(algo)
         # told when each call starts and ends (rank_errors.Watch): the launcher's watchdog sees the run move,
         # and tells a rank stuck outside any call from one waiting in a call
@@ -110,8 +142,13 @@ class TorchComm(Comm):
     def start(self) -> None:
         """Every rank has loaded the program (its file's top level has run): start it together. The clock of
         this rank's records starts here."""
-        self._call(self._timed, dist.barrier, "the start of the program (every rank loads it first)", self.world_group,
-                   "the start of the run")
+        self._call(
+            self._timed,
+            dist.barrier,
+            "the start of the program (every rank loads it first)",
+            self.world_group,
+            "the start of the run",
+        )
         self.t_start = time.perf_counter()
 
     # -- groups --------------------------------------------------------------------------------
@@ -132,7 +169,8 @@ class TorchComm(Comm):
                     raise CollectiveMismatch(
                         f"rank {self.rank} created group #{g.index} as {g} at {site}, but rank {r} created it as "
                         f"{oname}{oranks} at {other_site}; every rank must create every group in the same order",
-                        calls=[site, other_site])
+                        calls=[site, other_site],
+                    )
         self._pgs.append(dist.new_group(sorted(members), timeout=self.pg_timeout))
         self.groups.append(g)
         return g
@@ -151,14 +189,14 @@ class TorchComm(Comm):
     # LONG marker with its length there, then the whole text in a second message sized to fit.
     def _blob(self, data: bytes, size: int = SIG_BYTES) -> torch.Tensor:
         blob = torch.zeros(size, dtype=torch.uint8, device=self.wire)
-        blob[:len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        blob[: len(data)] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return blob
 
     def _gather_blobs(self, text: str, pg: Any) -> list[str]:
         data = text.encode()
         rows = self._gather_rows(_head(data), SIG_BYTES, pg)
         if any(r.startswith(_LONG) for r in rows):  # every member sees the same rows, so all take this turn
-            size = max(int(r[len(_LONG):]) if r.startswith(_LONG) else len(r) for r in rows)
+            size = max(int(r[len(_LONG) :]) if r.startswith(_LONG) else len(r) for r in rows)
             rows = self._gather_rows(data, size, pg)
         return [r.decode(errors="replace") for r in rows]
 
@@ -179,9 +217,10 @@ class TorchComm(Comm):
             reqs = dist.batch_isend_irecv([dist.P2POp(dist.irecv, blob, peer, group=pg)])
             self._timed(lambda: [r.wait() for r in reqs], "exchange", g, site)
             return bytes(blob.cpu().numpy()).rstrip(b"\0")
+
         data = take(SIG_BYTES)
         if data.startswith(_LONG):
-            data = take(int(data[len(_LONG):]))
+            data = take(int(data[len(_LONG) :]))
         return json.loads(data.decode())
 
     def _check(self, g: Group, pg: Any, call: int, sig: str, desc: str, site: str) -> None:
@@ -191,10 +230,12 @@ class TorchComm(Comm):
         if all(e[1] == sig and e[0] == call for e in entries.values()):
             return
         if any(e[1] == _END for e in entries.values()):
-            waiting = {r: "finished" if e[1] == _END else f"waits in {e[2]} on group {g} at {e[3]}"
-                       for r, e in entries.items()}
-            raise Deadlock("every unfinished rank is waiting and none can go on:\n" + "\n".join(by_text(waiting)),
-                           waiting)
+            waiting = {
+                r: "finished" if e[1] == _END else f"waits in {e[2]} on group {g} at {e[3]}" for r, e in entries.items()
+            }
+            raise Deadlock(
+                "every unfinished rank is waiting and none can go on:\n" + "\n".join(by_text(waiting)), waiting
+            )
         raise mismatch_error(call, g, {r: f"{e[2]} at {e[3]}" for r, e in entries.items()})
 
     def finish(self) -> None:
@@ -204,8 +245,12 @@ class TorchComm(Comm):
             self.watch.enter()
         if self.check:
             # a time-out here is a Deadlock like any other: this rank finished and waited for the rest
-            self._timed(lambda: self._check(self.world_group, None, -1, _END, "finished", ""),
-                        "the end-of-run check (this rank had finished)", self.world_group, "the end of the run")
+            self._timed(
+                lambda: self._check(self.world_group, None, -1, _END, "finished", ""),
+                "the end-of-run check (this rank had finished)",
+                self.world_group,
+                "the end of the run",
+            )
 
     # -- recording ---------------------------------------------------------------------------------
     def _now(self) -> float:
@@ -218,16 +263,45 @@ class TorchComm(Comm):
             return [x.tolist() for x in xs]
         return None
 
-    def _record(self, kind: str, op: str, g: Group, params: dict, label: str | None, ins, outs, moved,
-                site: str, t0: float, hops: list | None = None, **extra: Any) -> None:
+    def _record(
+        self,
+        kind: str,
+        op: str,
+        g: Group,
+        params: dict,
+        label: str | None,
+        ins,
+        outs,
+        moved,
+        site: str,
+        t0: float,
+        hops: list | None = None,
+        **extra: Any,
+    ) -> None:
         before, after = self._values(ins), self._values(outs)
         if before is None or after is None:
             before = after = None
-        self.records.append({
-            "kind": kind, "op": op, "group": [g.index, g.name, list(g.ranks)], "params": params, "label": label,
-            "phase": self.phase, "ins": [_tensor_meta(x) for x in ins], "outs": [_tensor_meta(x) for x in outs],
-            "sent": int(moved[0]), "recv": int(moved[1]), "site": site, "before": before, "after": after,
-            "hops": hops, "t0": t0, "t1": self._now(), **extra})
+        self.records.append(
+            {
+                "kind": kind,
+                "op": op,
+                "group": [g.index, g.name, list(g.ranks)],
+                "params": params,
+                "label": label,
+                "phase": self.phase,
+                "ins": [_tensor_meta(x) for x in ins],
+                "outs": [_tensor_meta(x) for x in outs],
+                "sent": int(moved[0]),
+                "recv": int(moved[1]),
+                "site": site,
+                "before": before,
+                "after": after,
+                "hops": hops,
+                "t0": t0,
+                "t1": self._now(),
+                **extra,
+            }
+        )
 
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
         if kind == "phase":
@@ -236,8 +310,17 @@ class TorchComm(Comm):
 
     def compute(self, rank: int, name: str, flops: float, site: str) -> None:
         now = self._now()
-        self.records.append({"kind": "compute", "op": name, "params": {"flops": flops}, "phase": self.phase,
-                             "site": site, "t0": now, "t1": now})
+        self.records.append(
+            {
+                "kind": "compute",
+                "op": name,
+                "params": {"flops": flops},
+                "phase": self.phase,
+                "site": site,
+                "t0": now,
+                "t1": now,
+            }
+        )
 
     # -- collectives -------------------------------------------------------------------------------
     def _begin(self, g: Group, pg: Any, sig: str, desc: str, site: str) -> tuple[int, float]:
@@ -253,9 +336,11 @@ class TorchComm(Comm):
             return fn()
         except RuntimeError as exc:
             if "imed out" in str(exc) or "timeout" in str(exc).lower():
-                raise Deadlock(f"rank {self.rank} timed out in {desc} on group {g} at {site}: a member skipped this "
-                               f"call, waits in another one, or died ({str(exc).splitlines()[0]})",
-                               {self.rank: f"waits in {desc} on group {g} at {site}"}) from exc
+                raise Deadlock(
+                    f"rank {self.rank} timed out in {desc} on group {g} at {site}: a member skipped this "
+                    f"call, waits in another one, or died ({str(exc).splitlines()[0]})",
+                    {self.rank: f"waits in {desc} on group {g} at {site}"},
+                ) from exc
             raise
 
     def _perm(self, g: Group) -> list[int]:
@@ -300,14 +385,23 @@ class TorchComm(Comm):
         for o in ops:
             if isinstance(o, Send):
                 self._check_array(o.x, "send")
-                posts.append((True, check_peer(o.dst, self.rank, g, "send to"), o.x.to(self.wire).contiguous(),
-                              tuple(o.x.shape), o.x.dtype, o.label or label))
+                posts.append(
+                    (
+                        True,
+                        check_peer(o.dst, self.rank, g, "send to"),
+                        o.x.to(self.wire).contiguous(),
+                        tuple(o.x.shape),
+                        o.x.dtype,
+                        o.label or label,
+                    )
+                )
             elif isinstance(o, Recv):
                 peer = check_peer(o.src, self.rank, g, "recv from")
                 dtype = _torch_dtype(o, peer)
                 shape = tuple(int(n) for n in o.shape)
-                posts.append((False, peer,
-                              torch.empty(shape, dtype=dtype, device=self.wire), shape, dtype, o.label or label))
+                posts.append(
+                    (False, peer, torch.empty(shape, dtype=dtype, device=self.wire), shape, dtype, o.label or label)
+                )
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
         # Sends never wait for this rank's own receives (a neighbour may need our data before it can send
@@ -318,8 +412,10 @@ class TorchComm(Comm):
         for send, peer, buf, shape, dtype, _ in posts:
             if send:
                 if self.check:
-                    sends += [dist.P2POp(dist.isend, b, peer, group=pg)
-                              for b in self._p2p_blobs(describe_p2p(True, peer, shape, dtype), site)]
+                    sends += [
+                        dist.P2POp(dist.isend, b, peer, group=pg)
+                        for b in self._p2p_blobs(describe_p2p(True, peer, shape, dtype), site)
+                    ]
                 sends.append(dist.P2POp(dist.isend, buf, peer, group=pg))
         t0 = self._now()
         pending = list(dist.batch_isend_irecv(sends)) if sends else []
@@ -329,8 +425,12 @@ class TorchComm(Comm):
             if self.check:
                 other, other_site = self._recv_p2p_blob(peer, pg, g, site)
                 if other != describe_p2p(True, self.rank, shape, dtype):
-                    raise p2p_mismatch_error(peer, f"{other} at {other_site}", self.rank,
-                                             f"{describe_p2p(False, peer, shape, dtype)} at {site}")
+                    raise p2p_mismatch_error(
+                        peer,
+                        f"{other} at {other_site}",
+                        self.rank,
+                        f"{describe_p2p(False, peer, shape, dtype)} at {site}",
+                    )
             pending += dist.batch_isend_irecv([dist.P2POp(dist.irecv, buf, peer, group=pg)])
         self._timed(lambda: [r.wait() for r in pending], "exchange", g, site)
         results = []
@@ -339,9 +439,23 @@ class TorchComm(Comm):
             chan = self._channels.get((src, dst), 0)
             self._channels[(src, dst)] = chan + 1
             n = _nbytes(buf)
-            self._record(P2P, P2P, g, {"src": src, "dst": dst}, named, [buf] if send else [], [] if send else [buf],
-                         (n, 0) if send else (0, n), site, t0, role="send" if send else "recv", peer=peer,
-                         chan=chan, post=k, tags=tags)
+            self._record(
+                P2P,
+                P2P,
+                g,
+                {"src": src, "dst": dst},
+                named,
+                [buf] if send else [],
+                [] if send else [buf],
+                (n, 0) if send else (0, n),
+                site,
+                t0,
+                role="send" if send else "recv",
+                peer=peer,
+                chan=chan,
+                post=k,
+                tags=tags,
+            )
             if not send:
                 results.append(buf.to(self.device))
         return results
@@ -375,15 +489,31 @@ class TorchComm(Comm):
             send, recv = step.send[i], step.recv[i]
             payload = bufs[send].contiguous()
             got = torch.empty_like(bufs[recv].contiguous())
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, payload, g.ranks[step.to[i]]),
-                                           dist.P2POp(dist.irecv, got, g.ranks[step.source[i]])])
+            reqs = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(dist.isend, payload, g.ranks[step.to[i]]),
+                    dist.P2POp(dist.irecv, got, g.ranks[step.source[i]]),
+                ]
+            )
             for r in reqs:
                 r.wait()
             bufs[recv] = combine(got, bufs[recv]) if step.reduce else got
             value = payload.tolist() if self.keep and payload.numel() <= self.keep else None
-            hops.append({"phase": step.phase, "hop": step.hop, "transfers": [
-                {"src": self.rank, "dst": g.ranks[step.to[i]], "chunk": send, "bytes": _nbytes(payload),
-                 "value": value}]})
+            hops.append(
+                {
+                    "phase": step.phase,
+                    "hop": step.hop,
+                    "transfers": [
+                        {
+                            "src": self.rank,
+                            "dst": g.ranks[step.to[i]],
+                            "chunk": send,
+                            "bytes": _nbytes(payload),
+                            "value": value,
+                        }
+                    ],
+                }
+            )
             return _nbytes(got)
 
         reducing, gathering = split_phases(g.ring_steps(kind))
@@ -403,6 +533,7 @@ class TorchComm(Comm):
 
 class _Call:
     """What an op's torch call (ops.py) needs for one call: torch, the group, and waits named after the call."""
+
     __slots__ = ("comm", "g", "pg", "desc", "site", "perm", "me")
     dist, torch = dist, torch
     all_gather_single, reduce_scatter_single = staticmethod(_all_gather_single), staticmethod(_reduce_scatter_single)

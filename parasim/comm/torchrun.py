@@ -1,5 +1,6 @@
 """A job torchrun started: its variables checked, and its ranks' store, met on loopback when every rank is
 on this machine (engine/launch.py's join_torchrun runs this process's rank of it)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -28,15 +29,22 @@ def under_torchrun() -> bool:
     missing = [v for v in TORCHRUN_VARS if v not in present]
     if missing:
         stray = [v for v in present if v in TORCHRUN_RANK_VARS]
-        raise UsageError(f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} set, as in a process torchrun "
-                         f"started, but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: unset "
-                         f"{', '.join(stray)} to start the ranks here, or start parasim with torchrun")
+        raise UsageError(
+            f"{', '.join(present)} {'is' if len(present) == 1 else 'are'} set, as in a process torchrun "
+            f"started, but {', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not: unset "
+            f"{', '.join(stray)} to start the ranks here, or start parasim with torchrun"
+        )
     n = {v: _whole(v) for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")}
-    if not (0 <= n["RANK"] < n["WORLD_SIZE"] and 0 <= n["LOCAL_RANK"] < n["LOCAL_WORLD_SIZE"] <= n["WORLD_SIZE"]
-            and 0 < n["MASTER_PORT"] < 2**16):
+    if not (
+        0 <= n["RANK"] < n["WORLD_SIZE"]
+        and 0 <= n["LOCAL_RANK"] < n["LOCAL_WORLD_SIZE"] <= n["WORLD_SIZE"]
+        and 0 < n["MASTER_PORT"] < 2**16
+    ):
         shown = ", ".join(f"{v}={os.environ[v]}" for v in n)
-        raise UsageError(f"torchrun's variables do not fit together ({shown}): a rank is from 0 to WORLD_SIZE - 1, "
-                         "a local rank from 0 to LOCAL_WORLD_SIZE - 1, a port from 1 to 65535")
+        raise UsageError(
+            f"torchrun's variables do not fit together ({shown}): a rank is from 0 to WORLD_SIZE - 1, "
+            "a local rank from 0 to LOCAL_WORLD_SIZE - 1, a port from 1 to 65535"
+        )
     return True
 
 
@@ -53,6 +61,7 @@ def job_store(timeout: float) -> Any:
     interface: when MASTER_ADDR is a loopback address (every rank on this machine), it listens on that
     address alone, and gloo keeps to the loopback interface."""
     import torch.distributed as dist
+
     host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     limit = datetime.timedelta(seconds=timeout)
@@ -73,8 +82,11 @@ def job_store(timeout: float) -> Any:
                 store = dist.TCPStore(host, port, world, True, timeout=limit, multi_tenant=True)
     except (dist.DistError, OSError) as exc:  # a store nobody serves, ranks that never come: one line
         what = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise RealRunFailed(f"rank {rank} could not meet the job's other ranks at {host}:{port} (MASTER_ADDR, "
-                            f"MASTER_PORT) within {timeout:g} s: {what}", rank) from None
+        raise RealRunFailed(
+            f"rank {rank} could not meet the job's other ranks at {host}:{port} (MASTER_ADDR, "
+            f"MASTER_PORT) within {timeout:g} s: {what}",
+            rank,
+        ) from None
     return dist.PrefixStore("default_pg", store)  # the keys env:// would use, apart from the agent's own
 
 
@@ -84,6 +96,7 @@ def _stderr_held() -> Any:
     connection there, with its stack frames) and pass it on only if the block succeeds: a failure is then
     told in one line by the caller."""
     import sys
+
     sys.stderr.flush()
     saved = os.dup(2)
     with tempfile.TemporaryFile() as held:

@@ -6,6 +6,7 @@ many communication rounds deep it is, the same on every backend and every run.
 
 The JSON form is documented in docs/trace-format.md; `FORMAT` and `VERSION` name it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ def work_of(flops: dict | None, gemms: list | None) -> Work | None:
     for kind, m, n, k, c in gemms or ():
         w.gemms[(kind, m, n, k)] = c
     return w
+
 
 FORMAT = "parasim-trace"
 VERSION = 1
@@ -115,19 +117,31 @@ class Event:
 
     def to_dict(self) -> dict:
         return {
-            "seq": self.seq, "step": self.step, "kind": self.kind, "op": self.op,
-            "group": _group_dict(self.group), "ranks": self.ranks, "label": self.label,
-            "phase": self.phase, "params": self.params, "algo": self.algo,
-            "members": [{
-                "rank": m.rank,
-                "in": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.ins],
-                "out": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.outs],
-                "sent": m.sent, "recv": m.recv, "site": m.site,
-                "before": None if m.before is None else list(m.before),
-                "after": None if m.after is None else list(m.after),
-                **({"work": dict(m.work)} if m.work else {}),
-                **({"gemms": gemms_list(m.work)} if getattr(m.work, "gemms", None) else {}),
-            } for m in self.members],
+            "seq": self.seq,
+            "step": self.step,
+            "kind": self.kind,
+            "op": self.op,
+            "group": _group_dict(self.group),
+            "ranks": self.ranks,
+            "label": self.label,
+            "phase": self.phase,
+            "params": self.params,
+            "algo": self.algo,
+            "members": [
+                {
+                    "rank": m.rank,
+                    "in": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.ins],
+                    "out": [{"shape": list(t.shape), "dtype": t.dtype} for t in m.outs],
+                    "sent": m.sent,
+                    "recv": m.recv,
+                    "site": m.site,
+                    "before": None if m.before is None else list(m.before),
+                    "after": None if m.after is None else list(m.after),
+                    **({"work": dict(m.work)} if m.work else {}),
+                    **({"gemms": gemms_list(m.work)} if getattr(m.work, "gemms", None) else {}),
+                }
+                for m in self.members
+            ],
             "hops": self.hops,
             **({"tags": self.tags} if self.tags is not None else {}),
             **({"time": self.time} if self.time is not None else {}),
@@ -135,18 +149,36 @@ class Event:
 
     @classmethod
     def from_dict(cls, d: dict) -> "Event":
-        members = [Member(
-            m["rank"], tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["in"]),
-            tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["out"]), m["sent"], m["recv"], m["site"],
-            None if m.get("before") is None else tuple(kept_values(m["before"])),
-            None if m.get("after") is None else tuple(kept_values(m["after"])), work_of(m.get("work"), m.get("gemms")))
-            for m in d["members"]]
+        members = [
+            Member(
+                m["rank"],
+                tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["in"]),
+                tuple(Tensor(tuple(t["shape"]), t["dtype"]) for t in m["out"]),
+                m["sent"],
+                m["recv"],
+                m["site"],
+                None if m.get("before") is None else tuple(kept_values(m["before"])),
+                None if m.get("after") is None else tuple(kept_values(m["after"])),
+                work_of(m.get("work"), m.get("gemms")),
+            )
+            for m in d["members"]
+        ]
         g = d["group"]
-        return cls(d["seq"], d["step"], d["kind"], d["op"], Group(tuple(g["ranks"]), g["name"], g["index"]),
-                   members, d.get("label"), d.get("phase"), d.get("params") or {}, d.get("algo"), d.get("hops"),
-                   d.get("tags"), d.get("time"))
-
-
+        return cls(
+            d["seq"],
+            d["step"],
+            d["kind"],
+            d["op"],
+            Group(tuple(g["ranks"]), g["name"], g["index"]),
+            members,
+            d.get("label"),
+            d.get("phase"),
+            d.get("params") or {},
+            d.get("algo"),
+            d.get("hops"),
+            d.get("tags"),
+            d.get("time"),
+        )
 
 
 def apply_held(live: dict[str, tuple[str, int]], mk: Mark) -> None:
@@ -207,6 +239,19 @@ class Trace:
                 apply_held(live, mk)
         return held_by_kind(live)
 
+    def joins(self, rank: int) -> list[dict[str, Any]]:
+        """Every kind of call `rank` joins (op and group, in the order first made), with its calls and the
+        bytes it sent and received."""
+        does: dict[tuple[str, str], dict[str, int]] = {}
+        for e in self.events:
+            if e.kind != "compute" and rank in e.ranks:
+                row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
+                mine = e.member(rank)
+                row["calls"] += 1
+                row["sent"] += mine.sent
+                row["received"] += mine.recv
+        return [{"op": op, "group": grp, **row} for (op, grp), row in does.items()]
+
     def peak(self, rank: int, phase: str | None = None) -> dict[str, Any]:
         """The most bytes `rank` held at once (within `phase`, if given): {"bytes", "step", "phase", "name"
         (the hold that reached it), "by_kind"}. Holds and frees are replayed in order, so a buffer held for
@@ -222,16 +267,31 @@ class Trace:
             if mk.kind == "phase":
                 now = mk.text
                 if now == phase and entering is None:
-                    entering = {"bytes": sum(b for _, b in live.values()), "step": mk.step, "phase": now,
-                                "name": None, "by_kind": held_by_kind(live)}
+                    entering = {
+                        "bytes": sum(b for _, b in live.values()),
+                        "step": mk.step,
+                        "phase": now,
+                        "name": None,
+                        "by_kind": held_by_kind(live),
+                    }
             elif mk.kind == "held":
                 apply_held(live, mk)
                 total = sum(b for _, b in live.values())
-                if (mk.data or {}).get("bytes") and (phase is None or now == phase) and (
-                        best is None or total > best["bytes"]):
-                    best = {"bytes": total, "step": mk.step, "phase": now, "name": mk.text, "by_kind": held_by_kind(live)}
-        return best or entering or {"bytes": 0, "step": 0, "phase": phase or "", "name": None,
-                                    "by_kind": held_by_kind({})}
+                if (
+                    (mk.data or {}).get("bytes")
+                    and (phase is None or now == phase)
+                    and (best is None or total > best["bytes"])
+                ):
+                    best = {
+                        "bytes": total,
+                        "step": mk.step,
+                        "phase": now,
+                        "name": mk.text,
+                        "by_kind": held_by_kind(live),
+                    }
+        return (
+            best or entering or {"bytes": 0, "step": 0, "phase": phase or "", "name": None, "by_kind": held_by_kind({})}
+        )
 
     def bytes_by_rank(self) -> list[tuple[int, int]]:
         """(sent, received) bytes of every rank over the whole run."""
@@ -263,8 +323,12 @@ class Trace:
             meta["tail_work"] = [dict(w) for w in tails]
             meta["tail_gemms"] = [gemms_list(w) for w in tails]
         return {
-            "format": FORMAT, "version": VERSION, "world": self.world, "backend": self.backend,
-            "meta": meta, "groups": [_group_dict(g) for g in self.groups],
+            "format": FORMAT,
+            "version": VERSION,
+            "world": self.world,
+            "backend": self.backend,
+            "meta": meta,
+            "groups": [_group_dict(g) for g in self.groups],
             "marks": [_mark_dict(m) for m in self.marks],
             "events": [e.to_dict() for e in self.events],
         }
@@ -272,6 +336,7 @@ class Trace:
     def to_json(self, indent: int | None = None) -> str:
         """Strict JSON (jsonout.py): a value JSON cannot carry (nan, inf) is written as its name, "nan"."""
         from ..jsonout import dumps
+
         return dumps(self.to_dict(), indent=indent, where="the trace")
 
     def save(self, path: str | Path) -> None:
@@ -280,29 +345,34 @@ class Trace:
     @classmethod
     def from_dict(cls, d: dict) -> "Trace":
         if not isinstance(d, dict) or d.get("format") != FORMAT:
-            raise UsageError("not a parasim trace (no \"format\": \"parasim-trace\" field)")
+            raise UsageError('not a parasim trace (no "format": "parasim-trace" field)')
         if d.get("version") != VERSION:
-            raise UsageError(f"trace version {brief(d.get('version'))} is not supported (this parasim reads "
-                             f"{VERSION})")
+            raise UsageError(f"trace version {brief(d.get('version'))} is not supported (this parasim reads {VERSION})")
         check_trace(d)
         try:
             meta = dict(d.get("meta") or {})
             if "tail_gemms" in meta:
                 meta["tail_work"] = [work_of(w, g) for w, g in zip(meta["tail_work"], meta.pop("tail_gemms"))]
-            return cls(d["world"], d.get("backend", "virtual"),
-                       [Group(tuple(g["ranks"]), g["name"], g["index"]) for g in d["groups"]],
-                       [Event.from_dict(e) for e in d["events"]],
-                       [Mark(**m) for m in d["marks"]], meta)
+            return cls(
+                d["world"],
+                d.get("backend", "virtual"),
+                [Group(tuple(g["ranks"]), g["name"], g["index"]) for g in d["groups"]],
+                [Event.from_dict(e) for e in d["events"]],
+                [Mark(**m) for m in d["marks"]],
+                meta,
+            )
         except (KeyError, TypeError, ValueError) as exc:
             raise UsageError(f"malformed parasim trace: {exc!r}") from None
 
     @classmethod
     def load(cls, path: str | Path) -> "Trace":
         from ..limits import read_bounded
+
         return cls.from_json(read_bounded(str(path), "trace"), str(path))
 
     @classmethod
     def from_json(cls, data: bytes, name: str = "the trace") -> "Trace":
         """A trace from a file's bytes (UTF-8 JSON), checked as `load` checks it; `name` names it in errors."""
         from ..limits import read_json
+
         return cls.from_dict(read_json(data, name, "a parasim trace", constants=True))

@@ -6,6 +6,7 @@ fields beside it), so that a renderer never raises on a loaded trace, and no num
 anything before it has been bounded. Reading the bytes as JSON (encodings, nesting, digits) is
 limits.read_json's.
 """
+
 from __future__ import annotations
 
 import math
@@ -33,13 +34,36 @@ def named(op: str) -> set[str]:
     """The params op `op`'s placement words name (`Op.words` formats them): a reduce-scatter's dim, a
     broadcast's src."""
     return {f for text in OPS[op].placement for _, f, _, _ in string.Formatter().parse(text) if f}
+
+
 # ml_dtypes' types (0.7), named as numpy names them once it is imported, and as torch names its own;
 # listed, not looked up: a trace written with one ml_dtypes release reads the same with another, older
 # releases lacking some of these names
-NARROW_DTYPES = frozenset(("bfloat16", "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz", "float8_e5m2fnuz",
-                           "float8_e4m3b11fnuz", "float8_e4m3", "float8_e3m4", "float8_e5m3fnu", "float8_e8m0fnu",
-                           "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn", "int1", "int2", "int4", "uint1",
-                           "uint2", "uint4", "complex32", "bcomplex32"))
+NARROW_DTYPES = frozenset(
+    (
+        "bfloat16",
+        "float8_e4m3fn",
+        "float8_e5m2",
+        "float8_e4m3fnuz",
+        "float8_e5m2fnuz",
+        "float8_e4m3b11fnuz",
+        "float8_e4m3",
+        "float8_e3m4",
+        "float8_e5m3fnu",
+        "float8_e8m0fnu",
+        "float6_e2m3fn",
+        "float6_e3m2fn",
+        "float4_e2m1fn",
+        "int1",
+        "int2",
+        "int4",
+        "uint1",
+        "uint2",
+        "uint4",
+        "complex32",
+        "bcomplex32",
+    )
+)
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -65,8 +89,10 @@ def _str(v: Any, where: str, what: str = "a string") -> str:
     _of(v, str, where, what)
     bad = _SURROGATE.search(v)
     if bad:
-        raise _Bad(f"{where}: {_brief(v)} holds a lone surrogate (\\u{ord(bad.group()):04x}), which is not a "
-                   "character; the text is not valid Unicode")
+        raise _Bad(
+            f"{where}: {_brief(v)} holds a lone surrogate (\\u{ord(bad.group()):04x}), which is not a "
+            "character; the text is not valid Unicode"
+        )
     return v
 
 
@@ -114,6 +140,7 @@ def _dtype(v: Any, where: str, known: set[str]) -> None:
     if name in known or name in NARROW_DTYPES:
         return
     import numpy as np
+
     try:
         dt = np.dtype(name)
         ok = dt.name == name and dt.kind in "biufc"
@@ -147,8 +174,10 @@ def _tensors(ts: Any, where: str, known: set[str]) -> list[list[int]]:
         for j, n in enumerate(shape):
             elements *= _int(n, f"{where}[{i}].shape[{j}]", 0, MAX_SIZE)
             if elements > MAX_SIZE:  # checked as the product grows: it never gets past MAX_SIZE squared
-                raise _Bad(f"{where}[{i}].shape: {_brief(shape)} is more than {MAX_SIZE:,} elements, more than "
-                           "any one tensor holds")
+                raise _Bad(
+                    f"{where}[{i}].shape: {_brief(shape)} is more than {MAX_SIZE:,} elements, more than "
+                    "any one tensor holds"
+                )
         _dtype(t.get("dtype"), f"{where}[{i}].dtype", known)
         shapes.append(shape)
     return shapes
@@ -259,8 +288,10 @@ def _params(e: dict, where: str, ranks: list[int]) -> None:
     if "op" in params and params["op"] not in REDUCE_OPS:
         raise _Bad(f"{at}.op: expected one of {', '.join(REDUCE_OPS)}, got {_brief(params['op'])}")
     if e["kind"] == "p2p" and [params.get("src"), params.get("dst")] != ranks:
-        raise _Bad(f"{at}: src {_brief(params.get('src'))} and dst {_brief(params.get('dst'))} are not the "
-                   f"members' ranks {ranks} (the sender, then the receiver)")
+        raise _Bad(
+            f"{at}: src {_brief(params.get('src'))} and dst {_brief(params.get('dst'))} are not the "
+            f"members' ranks {ranks} (the sender, then the receiver)"
+        )
     for key in ("src", "dst"):
         if key in params and e["kind"] == "collective" and params[key] not in ranks:
             raise _Bad(f"{at}.{key}: expected a rank of the group {_brief(ranks)}, got {_brief(params[key])}")
@@ -289,13 +320,16 @@ def _hops(hops: Any, where: str, world: int) -> None:
                 _free(t["value"], f"{tat}.value", 8, numbers=True)
 
 
-def _event(e: Any, where: str, i: int, world: int, last: int, groups: list, clock: dict[int, int],
-           known: set[str]) -> None:
+def _event(
+    e: Any, where: str, i: int, world: int, last: int, groups: list, clock: dict[int, int], known: set[str]
+) -> None:
     _of(e, dict, where, "an object")
     seq = _int(e.get("seq"), f"{where}.seq", 0, last)
     if seq != i:
-        raise _Bad(f"{where}.seq: expected {i}, got {seq} (events are listed in the order they completed, "
-                   "numbered 0, 1, 2, ...)")
+        raise _Bad(
+            f"{where}.seq: expected {i}, got {seq} (events are listed in the order they completed, "
+            "numbered 0, 1, 2, ...)"
+        )
     step = _int(e.get("step"), f"{where}.step", 0, last)  # each event moves a clock on by one at most
     kind = e.get("kind")
     if not isinstance(kind, str) or kind not in EVENT_KINDS:
@@ -308,25 +342,31 @@ def _event(e: Any, where: str, i: int, world: int, last: int, groups: list, cloc
     _group(g, f"{where}.group", world)
     listed = groups[g["index"]] if g["index"] < len(groups) else None
     if listed is None or (listed["name"], listed["ranks"]) != (g["name"], g["ranks"]):
-        raise _Bad(f"{where}.group: {_brief(g['name'])} {_brief(g['ranks'])} is not groups[{g['index']}] (an "
-                   "event's group is one of the trace's groups)")
+        raise _Bad(
+            f"{where}.group: {_brief(g['name'])} {_brief(g['ranks'])} is not groups[{g['index']}] (an "
+            "event's group is one of the trace's groups)"
+        )
     members = _of(e.get("members"), list, f"{where}.members", "a list")
     ranks = [_member(m, f"{where}.members[{j}]", world, known) for j, m in enumerate(members)]
     if kind == "collective" and ranks != g["ranks"]:
-        raise _Bad(f"{where}.members: ranks {_brief(ranks)} are not the group's {_brief(g['ranks'])} (a "
-                   "collective's members are its group's ranks, in group order)")
+        raise _Bad(
+            f"{where}.members: ranks {_brief(ranks)} are not the group's {_brief(g['ranks'])} (a "
+            "collective's members are its group's ranks, in group order)"
+        )
     if kind == "p2p" and (len(ranks) != 2 or ranks[0] == ranks[1]):
-        raise _Bad(f"{where}.members: ranks {_brief(ranks)}; a transfer has two members, the sender then the "
-                   "receiver")
+        raise _Bad(f"{where}.members: ranks {_brief(ranks)}; a transfer has two members, the sender then the receiver")
     if kind == "p2p" and [(len(m["in"]), len(m["out"])) for m in members] != [(1, 0), (0, 1)]:
-        raise _Bad(f"{where}.members: a transfer's sender has one array in and none out, its receiver none in "
-                   "and one out")
+        raise _Bad(
+            f"{where}.members: a transfer's sender has one array in and none out, its receiver none in and one out"
+        )
     if kind == "compute" and len(ranks) != 1:
         raise _Bad(f"{where}.members: ranks {_brief(ranks)}; a compute step has one member, the rank that ran it")
     for r in ranks:
         if step < clock.get(r, 0):
-            raise _Bad(f"{where}.step: {step} is before step {clock[r]}, where rank {r}'s previous event was (a "
-                       "rank's events are listed in the order its clock reached them)")
+            raise _Bad(
+                f"{where}.step: {step} is before step {clock[r]}, where rank {r}'s previous event was (a "
+                "rank's events are listed in the order its clock reached them)"
+            )
         clock[r] = step
     for key in ("label", "phase", "algo"):
         _opt_str(e, key, where)
@@ -350,8 +390,10 @@ def _mark(m: Any, at: str, world: int, last: int, clock: dict[int, int]) -> None
     rank = _int(m.get("rank"), f"{at}.rank", 0, world - 1)
     step = _int(m.get("step"), f"{at}.step", 0, last)
     if step < clock.get(rank, 0):
-        raise _Bad(f"{at}.step: {step} is before step {clock[rank]}, where rank {rank}'s previous mark was (a "
-                   "rank's marks are listed in the order it made them)")
+        raise _Bad(
+            f"{at}.step: {step} is before step {clock[rank]}, where rank {rank}'s previous mark was (a "
+            "rank's marks are listed in the order it made them)"
+        )
     clock[rank] = step
     kind = m.get("kind")
     if not isinstance(kind, str) or kind not in MARK_KINDS:
@@ -405,8 +447,10 @@ def check_trace(d: dict) -> None:
         for i, g in enumerate(groups):
             _group(g, f"groups[{i}]", world)
             if g["index"] != i:
-                raise _Bad(f"groups[{i}].index: expected {i}, got {g['index']} (groups are listed in the order "
-                           "they were made, numbered 0, 1, 2, ...)")
+                raise _Bad(
+                    f"groups[{i}].index: expected {i}, got {g['index']} (groups are listed in the order "
+                    "they were made, numbered 0, 1, 2, ...)"
+                )
         clock: dict[int, int] = {}
         for i, m in enumerate(_of(d.get("marks"), list, "marks", "a list")):
             _mark(m, f"marks[{i}]", world, len(events), clock)

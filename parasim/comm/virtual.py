@@ -6,6 +6,7 @@ all calls fit together, computes every member's result (the op's kernel in ops.p
 the others. When no rank can run and some have not finished, the run is deadlocked and says who waits on
 what. Point-to-point transfers (virtual_p2p.py) complete only when both sides have posted.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -31,6 +32,7 @@ _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __n
 class _Instance:
     """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label);
     `needed`: how many arrivals complete it."""
+
     __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed")
 
     def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple, needed: int):
@@ -62,8 +64,15 @@ class VirtualWorld(PointToPoint):
     members of a group that run (`_members_running`), what each member brings to a collective (`_arrivals`),
     the rank that answers a point-to-point peer (`_peer`) and builds the records (`_members`)."""
 
-    def __init__(self, world: int, *, keep_values: int = 0, algo: str = "direct", timeout: float | None = None,
-                 check: Callable[[Any, str], None] | None = None):
+    def __init__(
+        self,
+        world: int,
+        *,
+        keep_values: int = 0,
+        algo: str = "direct",
+        timeout: float | None = None,
+        check: Callable[[Any, str], None] | None = None,
+    ):
         if world < 1:
             raise CollectiveError(f"world size must be at least 1, got {world}")
         check_algo(algo)
@@ -105,8 +114,11 @@ class VirtualWorld(PointToPoint):
             with TimeLimit(self.timeout, self._progress):
                 self._schedule()
         except Stopped as exc:  # between two ranks' turns: the engine itself took too long
-            raise TimedOut(f"the run stopped after {self.timeout:g} s without progress (the time limit, "
-                           f"--timeout) at {frame_text(exc.at())}", None) from None
+            raise TimedOut(
+                f"the run stopped after {self.timeout:g} s without progress (the time limit, "
+                f"--timeout) at {frame_text(exc.at())}",
+                None,
+            ) from None
         finally:
             self._abort()
         self._check_groups()
@@ -146,6 +158,7 @@ class VirtualWorld(PointToPoint):
             finally:
                 st.done = True
                 st.waiting = None
+
         return main
 
     def _timed_out(self, rank: int, exc: Stopped) -> TimedOut:
@@ -154,10 +167,14 @@ class VirtualWorld(PointToPoint):
         st = self.ranks[rank]
         waiting = {r: w for r, w in self._waiting().items() if r != rank}
         left = "\n".join(by_text(waiting)) or "  none"
-        return TimedOut(f"rank {rank} ran for {self.timeout:g} s without reaching a collective or returning (the "
-                        f"time limit, --timeout): stopped at {frame_text(frame)}"
-                        f"{f' in phase {st.phase!r}' if st.phase else ''}\nranks left waiting:\n{left}",
-                        rank, site, waiting)
+        return TimedOut(
+            f"rank {rank} ran for {self.timeout:g} s without reaching a collective or returning (the "
+            f"time limit, --timeout): stopped at {frame_text(frame)}"
+            f"{f' in phase {st.phase!r}' if st.phase else ''}\nranks left waiting:\n{left}",
+            rank,
+            site,
+            waiting,
+        )
 
     def _wait(self, st: _Rank, on: Any) -> None:
         st.waiting = on
@@ -207,8 +224,10 @@ class VirtualWorld(PointToPoint):
                 if key not in texts:
                     arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
                     missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
-                    texts[key] = (f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
-                                  f"{site_name(me[2])}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}")
+                    texts[key] = (
+                        f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
+                        f"{site_name(me[2])}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}"
+                    )
                 out[st.rank] = texts[key]
             elif isinstance(w, Batch):
                 posts = ", ".join(p.describe() for p in w.posts if not p.matched)
@@ -222,8 +241,10 @@ class VirtualWorld(PointToPoint):
         and no other thread can hand over to them. The run fails, naming the call; the thread ends quietly:
         threading's excepthook prints every exception but SystemExit itself (`exc_type == SystemExit`, so not
         even a subclass of it)."""
-        err = UsageError(f"rank {rank} called {op} at {site_name(site)} from a thread it started; virtual ranks "
-                         "run in one thread: make collectives from the program itself, not from its threads")
+        err = UsageError(
+            f"rank {rank} called {op} at {site_name(site)} from a thread it started; virtual ranks "
+            "run in one thread: make collectives from the program itself, not from its threads"
+        )
         if self.failure is None:
             self.failure = (rank, err)
         raise SystemExit(str(err))
@@ -235,7 +256,9 @@ class VirtualWorld(PointToPoint):
             short = [r for r, n in counts.items() if n < most]
             raise CollectiveMismatch(
                 f"ranks {short} created fewer groups than others ({counts}); every rank must call new_group "
-                "for every group, in the same order", ranks=short)
+                "for every group, in the same order",
+                ranks=short,
+            )
 
     # -- groups ----------------------------------------------------------------------------------
     def new_group(self, rank: int, ranks: Sequence[int], name: str, site: str) -> Group:
@@ -244,8 +267,12 @@ class VirtualWorld(PointToPoint):
         idx = st.ngroups
         if idx < len(self.groups):  # made by an earlier rank: plain ints equal to its ranks were checked then
             g = self.groups[idx]
-            if type(ranks) in (list, tuple) and set(map(type, ranks)) == {int} and tuple(ranks) == g.ranks \
-                    and g.name == name:
+            if (
+                type(ranks) in (list, tuple)
+                and set(map(type, ranks)) == {int}
+                and tuple(ranks) == g.ranks
+                and g.name == name
+            ):
                 return g  # the usual case, quickly (2,048 ranks x 600 groups each on a symbolic run)
         members = group_members(ranks, self.world, name, site)
         if idx < len(self.groups):
@@ -254,7 +281,9 @@ class VirtualWorld(PointToPoint):
                 raise CollectiveMismatch(
                     f"rank {rank} created group #{idx} as {name}{list(members)} at {site}, but another rank "
                     f"created it as {g} at {self.group_sites[idx]}; every rank must create every group in the "
-                    "same order", calls=[site, self.group_sites[idx]])
+                    "same order",
+                    calls=[site, self.group_sites[idx]],
+                )
             return g
         g = Group(members, name, idx)
         self.groups.append(g)
@@ -274,8 +303,18 @@ class VirtualWorld(PointToPoint):
         return group
 
     # -- collectives -----------------------------------------------------------------------------
-    def collective(self, rank: int, op: str, x: Any, sig: tuple, describe: Callable[[], str], params: dict,
-                   group: Group, label: str | None, site: tuple[str, int]) -> Any:
+    def collective(
+        self,
+        rank: int,
+        op: str,
+        x: Any,
+        sig: tuple,
+        describe: Callable[[], str],
+        params: dict,
+        group: Group,
+        label: str | None,
+        site: tuple[str, int],
+    ) -> Any:
         if self.aborted:
             raise GreenletExit()
         if threading.get_ident() != self._thread:
@@ -309,8 +348,11 @@ class VirtualWorld(PointToPoint):
         return inst.arrivals
 
     def _mismatch(self, inst: _Instance) -> None:
-        raise mismatch_error(inst.call, inst.group, {
-            r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None})
+        raise mismatch_error(
+            inst.call,
+            inst.group,
+            {r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
+        )
 
     def _complete(self, inst: _Instance, current: int) -> None:
         g, params, op = inst.group, inst.params, OPS[inst.op]
@@ -318,15 +360,37 @@ class VirtualWorld(PointToPoint):
         step = 1 + max([ranks[r].clock for r in g.ranks])
         members, hops = self._members(g, arrivals, op, params, step, current)
         label = next((a[3] for a in arrivals if a[3]), None)
-        self.events.append(Event(len(self.events), step, "collective", op.name, g, members, label,
-                                 ranks[g.ranks[0]].phase, params, params.get("algo"), hops))
+        self.events.append(
+            Event(
+                len(self.events),
+                step,
+                "collective",
+                op.name,
+                g,
+                members,
+                label,
+                ranks[g.ranks[0]].phase,
+                params,
+                params.get("algo"),
+                hops,
+            )
+        )
 
     def _members(self, g: Group, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
         """Every member's result and record (the op's kernel on the inputs); the members waiting are woken."""
         ranks, keep = self.ranks, self.keep
         outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep if self.kept < KEPT_VALUES else 0)
-        if keep and not self._room(sum([v.size for a, o in zip(arrivals, outs) for vs in (arrays(a[0]), arrays(o))
-                                        for v in vs if v.size <= keep])):
+        if keep and not self._room(
+            sum(
+                [
+                    v.size
+                    for a, o in zip(arrivals, outs)
+                    for vs in (arrays(a[0]), arrays(o))
+                    for v in vs
+                    if v.size <= keep
+                ]
+            )
+        ):
             keep = 0
         moved = ring_moved(g, hops) if hops is not None else None
         many = op.takes == "chunks"
@@ -373,9 +437,19 @@ class VirtualWorld(PointToPoint):
     def compute(self, rank: int, name: str, flops: float, site: str) -> None:
         st = self.ranks[rank]
         st.clock += 1
-        self.events.append(Event(len(self.events), st.clock, "compute", name, self.world_group,
-                                 [Member(rank, (), (), 0, 0, site, None, None, self._work(rank))], None, st.phase,
-                                 {"flops": flops}))
+        self.events.append(
+            Event(
+                len(self.events),
+                st.clock,
+                "compute",
+                name,
+                self.world_group,
+                [Member(rank, (), (), 0, 0, site, None, None, self._work(rank))],
+                None,
+                st.phase,
+                {"flops": flops},
+            )
+        )
 
     def _work(self, rank: int) -> dict | None:
         """The FLOPs `rank` did since its last event (engine/work.py), handed to the event it is in now."""
@@ -405,10 +479,19 @@ class VirtualWorld(PointToPoint):
 
 def _ran(value: Any, rank: int) -> None:
     """A program that returned a generator or a coroutine ran nothing: its body never started."""
-    kind = "generator" if inspect.isgenerator(value) else "coroutine" if inspect.iscoroutine(value) else \
-        "async generator" if inspect.isasyncgen(value) else None
+    kind = (
+        "generator"
+        if inspect.isgenerator(value)
+        else "coroutine"
+        if inspect.iscoroutine(value)
+        else "async generator"
+        if inspect.isasyncgen(value)
+        else None
+    )
     if kind is not None:
         if kind != "async generator":  # not awaited, not iterated: close it so Python does not warn at exit
             value.close()
-        raise UsageError(f"rank {rank}'s program returned {'an' if kind[0] == 'a' else 'a'} {kind}, so its body never "
-                         "ran: a program is a plain function that runs to its end (no yield, no async def)")
+        raise UsageError(
+            f"rank {rank}'s program returned {'an' if kind[0] == 'a' else 'a'} {kind}, so its body never "
+            "ran: a program is a plain function that runs to its end (no yield, no async def)"
+        )

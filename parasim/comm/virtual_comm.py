@@ -1,5 +1,6 @@
 """The collective interface of one virtual rank: the public calls (interface.py) check a call, then it
 joins the shared VirtualWorld (virtual.py), which matches it with the other members' calls."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -29,8 +30,9 @@ class VirtualComm(Comm):
 
     def _collective(self, op, x, params, group, label, site, describe, sig=None):
         entry(op)  # a name the op table lacks is refused here, before the members meet
-        return self._w.collective(self.rank, op, x, sig or signature(op, x, params), describe, params, group,
-                                  label, site)
+        return self._w.collective(
+            self.rank, op, x, sig or signature(op, x, params), describe, params, group, label, site
+        )
 
     def exchange(self, ops, *, group=None, label=None, tags=None):
         site = call_site()

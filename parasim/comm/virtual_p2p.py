@@ -1,6 +1,7 @@
 """Point-to-point on virtual ranks: a send and a receive meet only when both sides have posted (a
 rendezvous, the strictest real-backend behaviour, so a program that runs here does not hang on NCCL or
 gloo); what a transfer may carry, and the trace's record of an array's shape and dtype."""
+
 from __future__ import annotations
 
 import threading
@@ -12,14 +13,26 @@ from greenlet import GreenletExit
 
 from ..errors import CollectiveError
 from .trace import Event, Member, Tensor
-from .interface import P2P, Group, Recv, Send, check_peer, describe_p2p, dtype_name, numeric, p2p_mismatch_error, \
-    recv_dtype, site_name
+from .interface import (
+    P2P,
+    Group,
+    Recv,
+    Send,
+    check_peer,
+    describe_p2p,
+    dtype_name,
+    numeric,
+    p2p_mismatch_error,
+    recv_dtype,
+    site_name,
+)
 
 _member = tuple.__new__  # builds a record without NamedTuple's Python-level __new__ (hot path)
 
 
 class Batch:
     """One rank's `exchange`: its posted sends and receives."""
+
     __slots__ = ("rank", "pending", "results", "clock0", "maxstep", "site", "label", "group", "posts", "tags")
 
     def __init__(self, rank, nrecv, clock0, site, label, group, tags=None):
@@ -67,8 +80,15 @@ class PointToPoint:
         return peer
 
     # -- point-to-point --------------------------------------------------------------------------
-    def exchange(self, rank: int, ops: Sequence[Send | Recv], group: Group, label: str | None,
-                 site: tuple[str, int], tags: dict | None = None) -> list:
+    def exchange(
+        self,
+        rank: int,
+        ops: Sequence[Send | Recv],
+        group: Group,
+        label: str | None,
+        site: tuple[str, int],
+        tags: dict | None = None,
+    ) -> list:
         if self.aborted:
             raise GreenletExit()
         if threading.get_ident() != self._thread:
@@ -80,8 +100,9 @@ class PointToPoint:
         for o in ops:  # check the whole batch before posting any of it
             if isinstance(o, Send):
                 self._check(o.x, "send")
-                posts.append(Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x,
-                                  label=o.label))
+                posts.append(
+                    Post(batch, self._peer(check_peer(o.dst, rank, group, "send to"), rank), x=o.x, label=o.label)
+                )
             elif isinstance(o, Recv):
                 peer = self._peer(check_peer(o.src, rank, group, "recv from"), rank)
                 name = recv_dtype(o, peer)
@@ -91,10 +112,12 @@ class PointToPoint:
                     if dtype.kind not in NUMERIC:
                         raise TypeError
                 except (TypeError, ValueError):
-                    raise CollectiveError(f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}") \
-                        from None
-                posts.append(Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts),
-                                  label=o.label))
+                    raise CollectiveError(
+                        f"recv from rank {peer}: bad shape {o.shape!r} or dtype {o.dtype!r}"
+                    ) from None
+                posts.append(
+                    Post(batch, peer, shape=shape, dtype=dtype, slot=sum(p.x is None for p in posts), label=o.label)
+                )
             else:
                 raise CollectiveError(f"exchange takes Send and Recv entries, got {type(o).__name__}")
         batch.posts = posts
@@ -118,8 +141,12 @@ class PointToPoint:
     def _transfer(self, s: Post, r: Post, current: int) -> None:
         x = s.x
         if x.shape != r.shape or x.dtype != r.dtype:
-            raise p2p_mismatch_error(s.batch.rank, f"{s.describe()} at {site_name(s.batch.site)}",
-                                     r.batch.rank, f"{r.describe()} at {site_name(r.batch.site)}")
+            raise p2p_mismatch_error(
+                s.batch.rank,
+                f"{s.describe()} at {site_name(s.batch.site)}",
+                r.batch.rank,
+                f"{r.describe()} at {site_name(r.batch.site)}",
+            )
         r.batch.results[r.slot] = x.copy()
         s.matched = r.matched = True
         step = 1 + max(s.batch.clock0, r.batch.clock0)
@@ -128,13 +155,26 @@ class PointToPoint:
         val = (x.tolist(),) if keep else None
         src, dst = s.batch.rank, r.batch.rank
         t = tensor_record(x, self._tensors)
-        members = [Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None,
-                          self._work(src)),
-                   Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val,
-                          self._work(dst))]
-        self.events.append(Event(len(self.events), step, "p2p", P2P, s.batch.group, members,
-                                 s.label or r.label or s.batch.label or r.batch.label, self.ranks[src].phase,
-                                 {"src": src, "dst": dst}, None, None, s.batch.tags or r.batch.tags))
+        members = [
+            Member(src, (t,), (), n, 0, self.site_names(s.batch.site), val, () if keep else None, self._work(src)),
+            Member(dst, (), (t,), 0, n, self.site_names(r.batch.site), () if keep else None, val, self._work(dst)),
+        ]
+        self.events.append(
+            Event(
+                len(self.events),
+                step,
+                "p2p",
+                P2P,
+                s.batch.group,
+                members,
+                s.label or r.label or s.batch.label or r.batch.label,
+                self.ranks[src].phase,
+                {"src": src, "dst": dst},
+                None,
+                None,
+                s.batch.tags or r.batch.tags,
+            )
+        )
         for b in (s.batch, r.batch):
             b.pending -= 1
             if step > b.maxstep:

@@ -10,6 +10,7 @@ BaseException: a program's `except Exception:` does not swallow it.
 Signals reach only the main thread. Elsewhere (a run started from a worker thread) the exception is set
 asynchronously on the running thread instead, which stops a Python loop but not a sleep in C.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -126,8 +127,10 @@ class TimeLimit:
 
 
 _SKIP = tuple(os.path.realpath(p) + os.sep for p in {sysconfig.get_paths()["stdlib"], os.path.dirname(os.__file__)})
-_OURS = tuple(os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), d) + os.sep
-              for d in ("comm", "engine", "symbolic"))  # the backends run a program; nn, lessons are its code
+_OURS = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), d) + os.sep
+    for d in ("comm", "engine", "symbolic")
+)  # the backends run a program; nn, lessons are its code
 _LIBS = ("site-packages" + os.sep, "dist-packages" + os.sep)
 
 
@@ -150,6 +153,7 @@ def where(frame: FrameType | None) -> FrameType | None:
 def frame_text(frame: FrameType | None) -> str:
     """'file.py:12 (in fn)' for the frame `where` picks, or 'an unknown line'."""
     from .sites import site_name
+
     f = where(frame)
     if f is None:
         return "an unknown line"
@@ -164,4 +168,5 @@ def raised_text(rank: int, exc: BaseException) -> str:
     if isinstance(exc, SystemExit):
         return head + "\n"
     import traceback
+
     return f"{head}\n" + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))

@@ -5,6 +5,7 @@ gradient groups (clip.py), sharded checkpoints that resume on another layout (ch
 bytes each buffer costs a rank, told to the trace (held.py). They work on any layer that follows the layer
 protocol: ShardedAdam and Zero3 over the data-parallel group they are given, zero1_step over the groups
 each weight's placement names (dp-cp for dense weights, expert-dp for experts)."""
+
 from .sharded import ShardedAdam
 from .zero import Zero1Adam, adam, sum_partials, zero1_step
 from .zero3 import Zero3

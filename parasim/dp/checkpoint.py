@@ -10,6 +10,7 @@ Virtual ranks share one process: `shard_state` (inside the program) hands back a
 `save_checkpoint` (outside) writes them, one file per rank (checkpoint_format.py). Real ranks save with
 torch.distributed.checkpoint (checkpoint_dcp.py), so torch's own tools read what they write.
 """
+
 from __future__ import annotations
 
 import os
@@ -146,13 +147,18 @@ def shard_state(ctx: Context, model: Any, opt: Any) -> RankShard:
     mine = share_ranges(opt, opt.group.group_rank(ctx.rank))
     width = sum(hi - lo for lo, hi in mine)
     if width != int(opt.master.shape[0]):
-        raise UsageError(f"the optimizer's share ({int(opt.master.shape[0])} values) is not where checkpoint.py "
-                         f"places it ({width} values): the two no longer agree")
+        raise UsageError(
+            f"the optimizer's share ({int(opt.master.shape[0])} values) is not where checkpoint.py "
+            f"places it ({width} values): the two no longer agree"
+        )
     shard = RankShard(ctx.rank, int(opt.t), {}, [], _settings(opt))
     for k in sorted(opt.buf.keys):
         x = _host(params[k])
-        meta = {"shape": list(where[k].shape), "dtype": str(x.dtype),
-                "placement": {a: repr(p) for a, p in placed[k].items()}}
+        meta = {
+            "shape": list(where[k].shape),
+            "dtype": str(x.dtype),
+            "placement": {a: repr(p) for a, p in placed[k].items()},
+        }
         shard.tensors[f"model/{k}"] = meta
         for s in STATE:
             shard.tensors[f"optim/{s}/{k}"] = {**meta, "dtype": str(_host(getattr(opt, s)).dtype)}
@@ -162,13 +168,20 @@ def shard_state(ctx: Context, model: Any, opt: Any) -> RankShard:
         state = {s: _host(getattr(opt, s)) for s in STATE}
         for k, lo, hi, at in _share_map(opt, ctx.rank):
             for s in STATE:
-                shard.chunks.append(Chunk(f"optim/{s}/{k}", where[k].index, (lo, hi), state[s][at:at + hi - lo]))
+                shard.chunks.append(Chunk(f"optim/{s}/{k}", where[k].index, (lo, hi), state[s][at : at + hi - lo]))
     return shard
 
 
 def _settings(opt: Any) -> dict[str, Any]:
-    return {"kind": type(opt).__name__, "stage": getattr(opt, "stage", 1), "group": opt.group.size,
-            "lr": opt.lr, "betas": list(opt.betas), "eps": opt.eps, "bucket": getattr(opt, "bucket", None)}
+    return {
+        "kind": type(opt).__name__,
+        "stage": getattr(opt, "stage", 1),
+        "group": opt.group.size,
+        "lr": opt.lr,
+        "betas": list(opt.betas),
+        "eps": opt.eps,
+        "bucket": getattr(opt, "bucket", None),
+    }
 
 
 def save_checkpoint(path: str | os.PathLike, shards: Sequence[RankShard]) -> str:

@@ -17,6 +17,7 @@ another save's sweep leaves it alone) that rank 0 then renames over the target. 
 parallelism over the whole world, with weights whole on every rank; TP-split weights go through the
 virtual format.
 """
+
 from __future__ import annotations
 
 import io
@@ -38,13 +39,29 @@ LISTING, KIND, DCP_METADATA = "parasim.json", "parasim-dcp", ".metadata"
 _DCP = "torch.distributed.checkpoint.metadata"
 # What DCP's .metadata pickles (torch 2.x): its metadata dataclasses, shapes, dtypes, a layout and a path.
 # Nothing else is built while reading it.
-PICKLED = frozenset({(_DCP, n) for n in ("Metadata", "TensorStorageMetadata", "TensorProperties",
-                                         "ChunkStorageMetadata", "BytesStorageMetadata", "MetadataIndex",
-                                         "StorageMeta", "_MEM_FORMAT_ENCODING")}
-                    | {("torch.distributed.checkpoint.filesystem", "_StorageInfo"), ("torch", "Size"),
-                       ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"),
-                       ("collections", "OrderedDict")}
-                    | {("torch", d) for d in (*DTYPES, "int64")})
+PICKLED = frozenset(
+    {
+        (_DCP, n)
+        for n in (
+            "Metadata",
+            "TensorStorageMetadata",
+            "TensorProperties",
+            "ChunkStorageMetadata",
+            "BytesStorageMetadata",
+            "MetadataIndex",
+            "StorageMeta",
+            "_MEM_FORMAT_ENCODING",
+        )
+    }
+    | {
+        ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+        ("torch", "Size"),
+        ("torch.serialization", "_get_layout"),
+        ("pathlib", "PosixPath"),
+        ("collections", "OrderedDict"),
+    }
+    | {("torch", d) for d in (*DTYPES, "int64")}
+)
 
 
 def _check_scope(ctx: Context, model: Any, opt: Any) -> None:
@@ -60,21 +77,20 @@ def _flat_state(ctx: Context, opt: Any, name: str) -> Any:
     """The whole flat buffer of one optimizer state, unpadded, from the group's shares (one all-gather)."""
     xp, n, share = ctx.xp, opt.group.size, getattr(opt, name)
     if not getattr(opt, "stage", 1):
-        return share[:opt.buf.total]
+        return share[: opt.buf.total]
     every = ctx.comm.all_gather(share, group=opt.group, label=f"checkpoint: gather optimizer {name} to lay it flat")
     width, pieces = int(share.shape[0]), {}
     for me in range(n):
         at = me * width
         for a, b in share_ranges(opt, me):
-            pieces[a], at = every[at:at + b - a], at + b - a
-    return xp.concat([pieces[a] for a in sorted(pieces)])[:opt.buf.total]
+            pieces[a], at = every[at : at + b - a], at + b - a
+    return xp.concat([pieces[a] for a in sorted(pieces)])[: opt.buf.total]
 
 
 def _contiguous(opt: Any) -> bool:
     """Whether each rank's share is the rank-th even slice of the buffer (no buckets to interleave)."""
     n = opt.group.size
-    return all(share_ranges(opt, me) == [(me * opt.buf.padded // n, (me + 1) * opt.buf.padded // n)]
-               for me in range(n))
+    return all(share_ranges(opt, me) == [(me * opt.buf.padded // n, (me + 1) * opt.buf.padded // n)] for me in range(n))
 
 
 def save_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> None:
@@ -102,10 +118,11 @@ def save_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> Non
         mesh = DeviceMesh("cpu", list(opt.group.ranks))
         c = -(-total // n)  # torch's even split: ceil(total / n) each, the last ones shorter
         for s in STATE:
-            flat = getattr(opt, s)[:c] if _contiguous(opt) else _flat_state(ctx, opt, s)[me * c:(me + 1) * c]
-            local = flat[:max(0, min(c, total - me * c))].clone()
-            state[f"optim.{s}"] = DTensor.from_local(local, mesh, [Shard(0)], run_check=False,
-                                                     shape=torch.Size([total]), stride=(1,))
+            flat = getattr(opt, s)[:c] if _contiguous(opt) else _flat_state(ctx, opt, s)[me * c : (me + 1) * c]
+            local = flat[: max(0, min(c, total - me * c))].clone()
+            state[f"optim.{s}"] = DTensor.from_local(
+                local, mesh, [Shard(0)], run_check=False, shape=torch.Size([total]), stride=(1,)
+            )
     state["step"] = step
     box: list[Any] = [None, None]  # the temporary directory, or why rank 0 could not make one
     tmp, fd = None, None
@@ -154,8 +171,14 @@ def commit_dcp(tmp: Path, target: Path, opt: Any) -> str | None:
         if target.exists() and not (target / LISTING).is_file():
             raise UsageError(f"{target} exists and is not a parasim DCP checkpoint; it is not replaced")
         files = {p.name: fingerprint(p) for p in sorted(tmp.iterdir()) if p.is_file()}
-        meta = {"format": KIND, "version": 1, "step": int(opt.t), "total": opt.buf.total,
-                "keys": list(opt.buf.keys), "files": files}
+        meta = {
+            "format": KIND,
+            "version": 1,
+            "step": int(opt.t),
+            "total": opt.buf.total,
+            "keys": list(opt.buf.keys),
+            "files": files,
+        }
         write_synced(tmp / LISTING, dumps(meta, where=f"checkpoint {target}'s listing").encode())
         fsync_dir(tmp)
         swap(tmp, target)
@@ -201,27 +224,37 @@ def _dcp_metadata(root: Path, files: dict[str, Any]) -> Any:
     and lies inside it."""
     from torch.distributed.checkpoint.filesystem import _StorageInfo
     from torch.distributed.checkpoint.metadata import Metadata
+
     where = DCP_METADATA
     try:
         md = _Unpickler(io.BytesIO((root / DCP_METADATA).read_bytes())).load()
     except Exception as exc:  # a pickle can fail in any way: each is one line
         raise UsageError(f"checkpoint {root}: {where} cannot be read safely: {_line(exc)}") from None
-    if not isinstance(md, Metadata) or not isinstance(md.storage_data, dict) \
-            or not isinstance(md.state_dict_metadata, dict):
+    if (
+        not isinstance(md, Metadata)
+        or not isinstance(md.storage_data, dict)
+        or not isinstance(md.state_dict_metadata, dict)
+    ):
         raise UsageError(f"checkpoint {root}: {where} is not DCP's metadata")
     for info in md.storage_data.values():
         if not isinstance(info, _StorageInfo) or not isinstance(info.relative_path, str):
-            raise UsageError(f"checkpoint {root}: {where} has a storage entry that is not DCP's "
-                             f"({type(info).__name__})")
+            raise UsageError(
+                f"checkpoint {root}: {where} has a storage entry that is not DCP's ({type(info).__name__})"
+            )
         name = info.relative_path
         if name not in files or name == DCP_METADATA:
-            raise UsageError(f"checkpoint {root}: {where} reads from {show(name)}, which {LISTING} does not list "
-                             "as a data file")
+            raise UsageError(
+                f"checkpoint {root}: {where} reads from {show(name)}, which {LISTING} does not list as a data file"
+            )
         lo, n = info.offset, info.length
-        if any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in (lo, n)) \
-                or lo + n > files[name]["bytes"]:
-            raise UsageError(f"checkpoint {root}: {where} reads {show(n)} bytes at {show(lo)} of {name}, which "
-                             f"has {files[name]['bytes']:,}")
+        if (
+            any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in (lo, n))
+            or lo + n > files[name]["bytes"]
+        ):
+            raise UsageError(
+                f"checkpoint {root}: {where} reads {show(n)} bytes at {show(lo)} of {name}, which "
+                f"has {files[name]['bytes']:,}"
+            )
     return md
 
 
@@ -241,6 +274,7 @@ def verified_dcp(root: Path) -> tuple[dict[str, Any], Any]:
 def check_dcp_shapes(root: Path, md: Any, want: dict[str, tuple[int, ...]]) -> None:
     """Each tensor DCP will load is there, with the shape this run needs."""
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
     for key, shape in want.items():
         got = md.state_dict_metadata.get(key)
         size = tuple(got.size) if isinstance(got, TensorStorageMetadata) else None
@@ -265,10 +299,14 @@ def restore_dcp(ctx: Context, path: str | os.PathLike, model: Any, opt: Any) -> 
     meta, md = verified_dcp(root)
     params, total = model.params(), opt.buf.total
     if sorted(meta["keys"]) != sorted(opt.buf.keys) or meta["total"] != total:
-        raise UsageError(f"checkpoint {path}: {LISTING} names other weights ({meta['total']} values) than "
-                         f"the model here ({total})")
-    check_dcp_shapes(root, md, {**{f"model.{k}": tuple(params[k].shape) for k in opt.buf.keys},
-                                **{f"optim.{s}": (total,) for s in STATE}})
+        raise UsageError(
+            f"checkpoint {path}: {LISTING} names other weights ({meta['total']} values) than the model here ({total})"
+        )
+    check_dcp_shapes(
+        root,
+        md,
+        {**{f"model.{k}": tuple(params[k].shape) for k in opt.buf.keys}, **{f"optim.{s}": (total,) for s in STATE}},
+    )
     like = getattr(opt, STATE[0])
     state: dict[str, Any] = {f"model.{k}": torch.empty_like(params[k]) for k in opt.buf.keys}
     state.update({f"optim.{s}": torch.empty(total, dtype=like.dtype) for s in STATE})

@@ -18,6 +18,7 @@ named `.NAME.tmp-PID-XXXXXXXX` and locked (flock) by the process writing it for 
 the next save or resume into NAME removes the ones whose writer is gone (killed) and leaves alone those
 another save, in this process or another, is still writing (`sweep`).
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -39,8 +40,20 @@ from ..comm.interface import numpy_dtype
 from ..errors import UsageError
 from ..limits import MAX_SIZE, at_most
 from ..jsonout import dumps
-from .checkpoint_meta import (DTYPES, FORMAT, METADATA, SHARD_BYTES, VERSION, Fields, check_sum,
-                              fingerprint, held, read_json, shard_file, validate)
+from .checkpoint_meta import (
+    DTYPES,
+    FORMAT,
+    METADATA,
+    SHARD_BYTES,
+    VERSION,
+    Fields,
+    check_sum,
+    fingerprint,
+    held,
+    read_json,
+    shard_file,
+    validate,
+)
 
 Runs = list[list[tuple[int, int]]]  # per dim of the whole tensor, the [lo, hi) runs a piece covers
 
@@ -90,7 +103,7 @@ def fresh_beside(target: Path, kind: str) -> tuple[Path, int | None]:
     target.parent.mkdir(parents=True, exist_ok=True)
     born = Path(tempfile.mkdtemp(prefix=f".{target.name}.new-{os.getpid()}-", dir=target.parent))
     fd = _lock(born, wait=False)
-    path = target.parent / f".{target.name}.{kind}-{born.name[len(target.name) + 6:]}"
+    path = target.parent / f".{target.name}.{kind}-{born.name[len(target.name) + 6 :]}"
     try:
         os.replace(born, path)
     except BaseException:
@@ -194,10 +207,13 @@ def _metadata(target: Path, shards: Sequence[RankShard]) -> dict[str, Any]:
     if not shards:
         raise UsageError("a checkpoint needs the state of at least one rank")
     ranks = sorted(s.rank for s in shards)
-    if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in ranks) \
-            or ranks != list(range(len(shards))):
-        raise UsageError(f"checkpoint {target}: the ranks' parts must be those of ranks 0 to {len(shards) - 1}, "
-                         f"each once; got ranks {ranks}")
+    if any(isinstance(r, bool) or not isinstance(r, (int, np.integer)) for r in ranks) or ranks != list(
+        range(len(shards))
+    ):
+        raise UsageError(
+            f"checkpoint {target}: the ranks' parts must be those of ranks 0 to {len(shards) - 1}, "
+            f"each once; got ranks {ranks}"
+        )
     steps = {s.step for s in shards}
     if len(steps) != 1:
         raise UsageError(f"ranks were at different steps {sorted(steps)}: save them after the same step")
@@ -208,23 +224,39 @@ def _metadata(target: Path, shards: Sequence[RankShard]) -> dict[str, Any]:
     for s in shards:
         for name, t in s.tensors.items():
             if t.get("dtype") not in DTYPES:
-                raise UsageError(f"checkpoint {target}: tensor {name} of rank {s.rank} has dtype {t.get('dtype')!r}; "
-                                 f"a checkpoint holds {', '.join(DTYPES)}")
+                raise UsageError(
+                    f"checkpoint {target}: tensor {name} of rank {s.rank} has dtype {t.get('dtype')!r}; "
+                    f"a checkpoint holds {', '.join(DTYPES)}"
+                )
             known = tensors.setdefault(name, {**t, "chunks": []})
             if known["shape"] != t["shape"] or known["dtype"] != t["dtype"]:
-                raise UsageError(f"ranks disagree on tensor {name}: {known['shape']} {known['dtype']} on one, "
-                                 f"{t['shape']} {t['dtype']} on rank {s.rank}")
+                raise UsageError(
+                    f"ranks disagree on tensor {name}: {known['shape']} {known['dtype']} on one, "
+                    f"{t['shape']} {t['dtype']} on rank {s.rank}"
+                )
     for s in shards:
         held = 0
         for i, c in enumerate(s.chunks):
             _check_chunk(target, s.rank, c, tensors.get(c.tensor))
-            tensors[c.tensor]["chunks"].append({"file": shard_file(s.rank), "array": f"c{i}",
-                                                "index": c.index, "flat": list(c.flat)})
+            tensors[c.tensor]["chunks"].append(
+                {"file": shard_file(s.rank), "array": f"c{i}", "index": c.index, "flat": list(c.flat)}
+            )
             held += c.data.nbytes
-        at_most(f"checkpoint {target}: the file of rank {s.rank}: bytes", held, SHARD_BYTES,
-                "a rank's file is read whole into memory on resuming")
-    return {"format": FORMAT, "version": VERSION, "step": int(step), "world": len(shards),
-            "optimizer": shards[0].info, "tensors": tensors, "files": {}}
+        at_most(
+            f"checkpoint {target}: the file of rank {s.rank}: bytes",
+            held,
+            SHARD_BYTES,
+            "a rank's file is read whole into memory on resuming",
+        )
+    return {
+        "format": FORMAT,
+        "version": VERSION,
+        "step": int(step),
+        "world": len(shards),
+        "optimizer": shards[0].info,
+        "tensors": tensors,
+        "files": {},
+    }
 
 
 def _check_chunk(target: Path, rank: int, c: Chunk, tensor: dict[str, Any] | None) -> None:
@@ -234,11 +266,14 @@ def _check_chunk(target: Path, rank: int, c: Chunk, tensor: dict[str, Any] | Non
     data, (lo, hi) = c.data, c.flat
     if not isinstance(data, np.ndarray) or data.dtype != numpy_dtype(tensor["dtype"]):
         kind = f"dtype {data.dtype}" if isinstance(data, np.ndarray) else type(data).__name__
-        raise UsageError(f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {kind}, "
-                         f"not the tensor's {tensor['dtype']}")
+        raise UsageError(
+            f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {kind}, not the tensor's {tensor['dtype']}"
+        )
     if data.ndim != 1 or data.size != hi - lo:
-        raise UsageError(f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {data.shape} values, "
-                         f"not the {hi - lo} of its flat range [{lo}, {hi})")
+        raise UsageError(
+            f"checkpoint {target}: rank {rank}'s chunk of {c.tensor} holds {data.shape} values, "
+            f"not the {hi - lo} of its flat range [{lo}, {hi})"
+        )
 
 
 def _write_shard(path: Path, arrays: dict[str, np.ndarray]) -> None:
@@ -342,8 +377,15 @@ class CheckpointReader:
                     out[array] = self._read_array(z, name, array, numpy_dtype(self.tensors[tensor]["dtype"]), n)
         except UsageError:
             raise
-        except (OSError, ValueError, EOFError, SyntaxError, NotImplementedError, struct.error,
-                zipfile.BadZipFile) as exc:  # a damaged zip or .npy header (its checksum matched: made so)
+        except (
+            OSError,
+            ValueError,
+            EOFError,
+            SyntaxError,
+            NotImplementedError,
+            struct.error,
+            zipfile.BadZipFile,
+        ) as exc:  # a damaged zip or .npy header (its checksum matched: made so)
             raise self._fail(f"shard {name} cannot be read: {type(exc).__name__}: {exc}") from None
         return out
 
@@ -362,15 +404,18 @@ class CheckpointReader:
             header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
             shape, _, got = header(member)
             # np.save writes bfloat16 (an ml_dtypes type numpy does not name) as raw 2-byte values
-            same = got == dtype or (got.kind == "V" and got.names is None and got.itemsize == dtype.itemsize
-                                    and dtype.kind == "V")
+            same = got == dtype or (
+                got.kind == "V" and got.names is None and got.itemsize == dtype.itemsize and dtype.kind == "V"
+            )
             if shape != (n,) or not same:
-                raise self._fail(f"shard {name} holds array {array} as {shape} {got}, where {METADATA} places "
-                                 f"{n} values of {dtype}")
+                raise self._fail(
+                    f"shard {name} holds array {array} as {shape} {got}, where {METADATA} places {n} values of {dtype}"
+                )
             data = member.read(n * dtype.itemsize + 1)
         if len(data) != n * dtype.itemsize:
-            raise self._fail(f"shard {name}: array {array} has {len(data):,} bytes of values, not "
-                             f"{n * dtype.itemsize:,}")
+            raise self._fail(
+                f"shard {name}: array {array} has {len(data):,} bytes of values, not {n * dtype.itemsize:,}"
+            )
         return np.frombuffer(data, dtype=dtype)
 
     def tensor(self, name: str, shape: tuple[int, ...] | None = None) -> np.ndarray:
@@ -383,8 +428,9 @@ class CheckpointReader:
             raise self._fail(f"{METADATA} gives {name} the shape {have}, the model here needs {tuple(shape)}")
         size, there = math.prod(have), held(self.meta, name)
         if there < size:
-            raise self._fail(f"{METADATA}: the chunks of {name} hold {there:,} values, fewer than the {size:,} "
-                             f"of its shape {have}")
+            raise self._fail(
+                f"{METADATA}: the chunks of {name} hold {there:,} values, fewer than the {size:,} of its shape {have}"
+            )
         out = np.zeros(size, dtype=numpy_dtype(t["dtype"]))
         seen = np.zeros(out.shape, dtype=bool)
         for c in t["chunks"]:

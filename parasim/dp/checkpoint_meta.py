@@ -2,6 +2,7 @@
 the DCP listing) by type and range, the files' sizes and checksums on disk. Each refusal is one line
 naming the checkpoint, the file and the field (`tensors['w'].chunks[0].flat`). The files themselves are
 checkpoint_format.py's."""
+
 from __future__ import annotations
 
 import hashlib
@@ -27,7 +28,6 @@ NAME_CHARS = 1000  # tensor, array and placement names
 
 def shard_file(rank: int) -> str:
     return f"rank{rank}.npz"
-
 
 
 class Fields:
@@ -158,8 +158,7 @@ def validate(meta: Any, f: Fields, folder: Path) -> dict[str, Any]:
                 raise f.fail(at(piece, "file"), f"names {show(file)}, which files does not list")
             array = f.name(f.get(c, "array", piece), at(piece, "array"))
             if array in arrays[file]:
-                raise f.fail(at(piece, "array"), f"names array {show(array)} of {file}, which another chunk "
-                             "names too")
+                raise f.fail(at(piece, "array"), f"names array {show(array)} of {file}, which another chunk names too")
             index = f.list(f.get(c, "index", piece), at(piece, "index"), len(shape))
             box = 1
             for dim, (runs, d) in enumerate(zip(index, shape)):
@@ -167,23 +166,31 @@ def validate(meta: Any, f: Fields, folder: Path) -> dict[str, Any]:
                 for j, run in enumerate(f.list(runs, spot_dim)):
                     lo, hi = (f.whole(x, item(spot_dim, j)) for x in f.list(run, item(spot_dim, j), 2))
                     if not start <= lo <= hi:
-                        raise f.fail(item(spot_dim, j), f"is [{lo}, {hi}]: the runs of a dim go up, each "
-                                     f"starting where the one before ends ({start}) or later")
+                        raise f.fail(
+                            item(spot_dim, j),
+                            f"is [{lo}, {hi}]: the runs of a dim go up, each "
+                            f"starting where the one before ends ({start}) or later",
+                        )
                     if hi > d:
-                        raise UsageError(f"checkpoint {f.root}: {METADATA}: a chunk of {name} in {file} lies "
-                                         f"outside its shape {tuple(shape)}: {item(spot_dim, j)} is [{lo}, {hi}]")
+                        raise UsageError(
+                            f"checkpoint {f.root}: {METADATA}: a chunk of {name} in {file} lies "
+                            f"outside its shape {tuple(shape)}: {item(spot_dim, j)} is [{lo}, {hi}]"
+                        )
                     start, covered = hi, covered + hi - lo
                 box *= covered
             lo, hi = (f.whole(x, at(piece, "flat")) for x in f.list(f.get(c, "flat", piece), at(piece, "flat"), 2))
             if not lo <= hi <= box:
-                raise f.fail(at(piece, "flat"), f"is [{lo}, {hi}], outside the {box:,} values of the piece "
-                             "its index cuts")
+                raise f.fail(
+                    at(piece, "flat"), f"is [{lo}, {hi}], outside the {box:,} values of the piece its index cuts"
+                )
             arrays[file][array] = (name, hi - lo)
             placed[file] += (hi - lo) * size
     for name, need in placed.items():
         if need > files[name]["bytes"]:
-            raise f.fail(at(item("files", name), "bytes"), f"is {files[name]['bytes']:,}, fewer than the {need:,} "
-                         "bytes of values the chunks place in that file")
+            raise f.fail(
+                at(item("files", name), "bytes"),
+                f"is {files[name]['bytes']:,}, fewer than the {need:,} bytes of values the chunks place in that file",
+            )
     for name, entry in files.items():
         check_size(f, folder, name, entry["bytes"])
     return arrays

@@ -12,6 +12,7 @@ its own norm would scale them differently from one device. Each rank adds up the
 responsible for, and one all-reduce over the world adds those up. None of these mistakes stops training,
 which is why they are easy to miss.
 """
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,11 @@ def global_norm(ctx: Context, share_sq: Mapping[str, float], placed: Mapping[str
     for key, sq in share_sq.items():
         if counts_here(ctx, placed[key]):
             parts[int(is_expert(placed[key]))] += sq
-    total = ctx.comm.all_reduce(ctx.asarray(parts), label="gradient clipping: add up the squares of the "
-                                "gradient pieces each rank alone holds (copies counted once)")
+    total = ctx.comm.all_reduce(
+        ctx.asarray(parts),
+        label="gradient clipping: add up the squares of the "
+        "gradient pieces each rank alone holds (copies counted once)",
+    )
     dense, expert = float(total[0]), float(total[1])
     return math.sqrt(dense + expert), {"dense": math.sqrt(dense), "expert": math.sqrt(expert)}
 
@@ -64,8 +68,13 @@ def check_max_norm(max_norm: float | None) -> None:
         raise UsageError(f"max_norm must be a positive number (or None: no clipping), got {max_norm!r}")
 
 
-def clip_shares(ctx: Context, shares: Mapping[str, Any], share_sq: Mapping[str, float], placed: Mapping[str, Placed],
-                max_norm: float) -> tuple[dict[str, Any], float, float]:
+def clip_shares(
+    ctx: Context,
+    shares: Mapping[str, Any],
+    share_sq: Mapping[str, float],
+    placed: Mapping[str, Placed],
+    max_norm: float,
+) -> tuple[dict[str, Any], float, float]:
     """Scale each optimizer's gradient share (`shares`: group name -> flat share) by the clip coefficient of
     the global norm. Returns (scaled shares, norm, coefficient); rank 0 notes them in the trace."""
     check_max_norm(max_norm)
@@ -73,8 +82,13 @@ def clip_shares(ctx: Context, shares: Mapping[str, Any], share_sq: Mapping[str, 
     coef = clip_coefficient(norm, max_norm)
     if ctx.rank == 0:  # every rank holds the same numbers: one line is enough
         what = f"every gradient scaled by {coef:.4g}" if coef < 1 else "below max norm: gradients unchanged"
-        ctx.note(f"global gradient norm {norm:.6g} (dense {parts['dense']:.6g}, experts {parts['expert']:.6g}), "
-                 f"max norm {max_norm:g}: {what} before Adam", grad_norm=norm, dense_norm=parts["dense"],
-                 expert_norm=parts["expert"], max_norm=max_norm if math.isfinite(max_norm) else None,
-                 clip_coef=coef)  # JSON has no infinity
+        ctx.note(
+            f"global gradient norm {norm:.6g} (dense {parts['dense']:.6g}, experts {parts['expert']:.6g}), "
+            f"max norm {max_norm:g}: {what} before Adam",
+            grad_norm=norm,
+            dense_norm=parts["dense"],
+            expert_norm=parts["expert"],
+            max_norm=max_norm if math.isfinite(max_norm) else None,
+            clip_coef=coef,
+        )  # JSON has no infinity
     return {g: s * coef for g, s in shares.items()}, norm, coef

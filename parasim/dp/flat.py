@@ -1,5 +1,6 @@
 """One flat buffer for many tensors, as DDP and ZeRO keep gradients and weights: a fixed order of names
 (the same on every rank, so buffers line up) and zero padding to a multiple of the group's size."""
+
 from __future__ import annotations
 
 from math import prod
@@ -23,6 +24,6 @@ class FlatBuffer:
     def unflat(self, xp: Any, flat: Any) -> dict[str, Any]:
         out, start = {}, 0
         for k in self.keys:
-            out[k] = xp.reshape(flat[start:start + self.sizes[k]], self.shapes[k])
+            out[k] = xp.reshape(flat[start : start + self.sizes[k]], self.shapes[k])
             start += self.sizes[k]
         return out

@@ -6,6 +6,7 @@ default the post's 2-byte weights and gradients and 12 bytes of FP32 master weig
 value), whatever dtype the run computes in: an exact run stays float64, the bytes are those of a real
 training step.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -73,6 +74,7 @@ class Recomputed(Wrapper):
 
     def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
         from ..nn.core import Saved
+
         y, _ = self.layer.forward(x, Saved(tag=saved.tag))  # nothing of it is kept
         before = saved.bytes()
         saved.keep(self.key, "input", x)
@@ -83,6 +85,7 @@ class Recomputed(Wrapper):
 
     def backward(self, cache: Any, dy: Any) -> Any:
         from ..nn.core import Saved
+
         x, tag, name = cache
         work = Saved(tag=tag)
         _, again = self.layer.forward(x, work)  # the forward once more, keeping what backward needs

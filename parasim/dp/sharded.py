@@ -15,6 +15,7 @@ post uses: 2-byte weights and gradients, 4-byte fp32 master weights and Adam mom
 same buffers are told to the trace as they are made and dropped (dp/held.py), so the engine counts them at
 every event.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -31,9 +32,18 @@ STAGES = (0, 1, 2)
 
 
 class ShardedAdam:
-    def __init__(self, ctx: Context, group: Group, params: dict[str, Any], stage: int, lr: float = 1e-3,
-                 bucket: int | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 name: str | None = None) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        group: Group,
+        params: dict[str, Any],
+        stage: int,
+        lr: float = 1e-3,
+        bucket: int | None = None,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+        name: str | None = None,
+    ) -> None:
         if stage not in STAGES:
             raise UsageError(f"ZeRO stage must be 0, 1 or 2 here, got {stage!r}")
         if bucket is not None and bucket < 1:
@@ -85,26 +95,37 @@ class ShardedAdam:
         xp, comm, g = self.ctx.xp, self.ctx.comm, self.group
         flat = self._flat(grads)
         if self.stage == 0:
-            parts = [comm.all_reduce(flat[lo:hi], "avg", group=g, label=f"{self.name}: all-reduce a gradient bucket")
-                     for lo, hi in self._buckets()]
+            parts = [
+                comm.all_reduce(flat[lo:hi], "avg", group=g, label=f"{self.name}: all-reduce a gradient bucket")
+                for lo, hi in self._buckets()
+            ]
             mine = xp.concat(parts)
         else:  # each bucket reduce-scattered: this rank's slice of every bucket, laid end to end in its share
             parts = []
             for lo, hi in self._buckets():
                 if self.stage == 2:  # the bucket's whole gradients live only until they are reduced
-                    self.holdings.hold("a whole gradient bucket", (hi - lo) * self.ctx.precision.grad_bytes,
-                                       "gradients")
-                parts.append(comm.reduce_scatter(flat[lo:hi], op="avg", group=g,
-                                                 label=f"{self.name}: reduce-scatter a gradient bucket"))
+                    self.holdings.hold(
+                        "a whole gradient bucket", (hi - lo) * self.ctx.precision.grad_bytes, "gradients"
+                    )
+                parts.append(
+                    comm.reduce_scatter(
+                        flat[lo:hi], op="avg", group=g, label=f"{self.name}: reduce-scatter a gradient bucket"
+                    )
+                )
                 if self.stage == 2:
                     self.holdings.free("a whole gradient bucket")
             mine = xp.concat(parts)
         if max_norm is not None:
             sq = float(xp.sum(mine * mine))
             if self.stage:  # shares are disjoint pieces of one gradient: add them up over the group
-                sq = float(comm.all_reduce(self.ctx.asarray([sq]), group=g,
-                                           label=f"{self.name}: add up the gradient shares' squares (clipping)")[0])
-            mine = mine * clip_coefficient(sq ** 0.5, max_norm)
+                sq = float(
+                    comm.all_reduce(
+                        self.ctx.asarray([sq]),
+                        group=g,
+                        label=f"{self.name}: add up the gradient shares' squares (clipping)",
+                    )[0]
+                )
+            mine = mine * clip_coefficient(sq**0.5, max_norm)
         self.share_grad = mine  # the averaged (and clipped) gradient over `ranges()`
         self.grad = flat if self.stage == 1 else mine  # averaged (DP), local and whole (ZeRO-1), a share (ZeRO-2)
         self.t += 1
@@ -115,8 +136,11 @@ class ShardedAdam:
             width = [(hi - lo) // g.size for lo, hi in self._buckets()]
             start, gathered = 0, []
             for w in width:
-                gathered.append(comm.all_gather(self.master[start:start + w], group=g,
-                                                label=f"{self.name}: all-gather updated weights"))
+                gathered.append(
+                    comm.all_gather(
+                        self.master[start : start + w], group=g, label=f"{self.name}: all-gather updated weights"
+                    )
+                )
                 start += w
             self.weights = xp.concat(gathered)
         return self.buf.unflat(xp, self.weights)
@@ -126,5 +150,8 @@ class ShardedAdam:
         whole copy), gradients (whole, or the share under ZeRO-2), optimizer state (master, m, v of its share)."""
         grads = self.total if self.grad is None else min(int(self.grad.shape[0]), self.total)
         sizes = self.ctx.precision
-        return {"weights": self.total * sizes.weight_bytes, "gradients": grads * sizes.grad_bytes,
-                "optimizer": int(self.master.shape[0]) * sizes.optimizer_bytes}
+        return {
+            "weights": self.total * sizes.weight_bytes,
+            "gradients": grads * sizes.grad_bytes,
+            "optimizer": int(self.master.shape[0]) * sizes.optimizer_bytes,
+        }

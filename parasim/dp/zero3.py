@@ -9,6 +9,7 @@ is two all-gathers and one reduce-scatter of the weights' size, 1.5 times data p
 The buffers are told to the trace as they come and go (dp/held.py), so the transient peak of a gathered
 layer shows at its event.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,8 +26,15 @@ class Zero3(Wrapper):
     """A layer (the layer protocol, and `zero_grad`) whose weights live sharded over `group`; it follows the
     protocol too."""
 
-    def __init__(self, ctx: Context, layer: Any, group: Group, lr: float = 1e-3,
-                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        layer: Any,
+        group: Group,
+        lr: float = 1e-3,
+        betas: tuple[float, float] = (0.9, 0.999),
+        eps: float = 1e-8,
+    ) -> None:
         xp = ctx.xp
         self.ctx, self.layer, self.group, self.lr, self.betas, self.eps = ctx, layer, group, lr, betas, eps
         self.key = getattr(layer, "key", "layer")  # a Stack names weights by it
@@ -36,7 +44,7 @@ class Zero3(Wrapper):
         self.keys, self.padded = self.buf.keys, self.buf.padded
         share = self.padded // group.size
         me = group.group_rank(ctx.rank)
-        self.shard = xp.asarray(self._flat(whole)[me * share:(me + 1) * share], copy=True)  # fp32 master
+        self.shard = xp.asarray(self._flat(whole)[me * share : (me + 1) * share], copy=True)  # fp32 master
         self.m, self.v = xp.zeros_like(self.shard), xp.zeros_like(self.shard)
         self.grad = xp.zeros_like(self.shard)  # this shard's gradient, averaged over the group
         self.t = 0
@@ -78,7 +86,7 @@ class Zero3(Wrapper):
     def load(self, new: dict[str, Any]) -> None:
         n, me = self.group.size, self.group.group_rank(self.ctx.rank)
         share = self.padded // n
-        self.shard = self._flat({**self.params(), **new})[me * share:(me + 1) * share]
+        self.shard = self._flat({**self.params(), **new})[me * share : (me + 1) * share]
 
     def forward(self, x: Any, saved: Any) -> tuple[Any, Any]:
         self._gather("before forward")
@@ -102,8 +110,9 @@ class Zero3(Wrapper):
         """Reduce-scatter (average) the gradient this backward produced, add it to this rank's shard, and
         let the layer forget it: the next backward (another micro-batch) starts from zero."""
         whole = self._flat(self.layer.grads)
-        self.grad = self.grad + self.ctx.comm.reduce_scatter(whole, op="avg", group=self.group,
-                                                             label=f"{self.name}: reduce-scatter gradients")
+        self.grad = self.grad + self.ctx.comm.reduce_scatter(
+            whole, op="avg", group=self.group, label=f"{self.name}: reduce-scatter gradients"
+        )
         self.layer.zero_grad()
         self.holdings.free("whole gradient")
 
@@ -111,13 +120,17 @@ class Zero3(Wrapper):
         """Update this rank's shard with Adam from its reduced gradient; the next step starts from zero."""
         xp = self.ctx.xp
         self.t += 1
-        self.shard, self.m, self.v = adam(xp, self.shard, self.m, self.v, self.grad, self.t, self.lr, self.betas,
-                                          self.eps)
+        self.shard, self.m, self.v = adam(
+            xp, self.shard, self.m, self.v, self.grad, self.t, self.lr, self.betas, self.eps
+        )
         self.last_grad, self.grad = self.grad, xp.zeros_like(self.shard)
 
     def held(self) -> dict[str, int]:
         """Bytes kept between steps, in the training dtypes: a shard of the weights, of the gradients and of
         Adam's state (master, m, v)."""
         share, sizes = int(self.shard.shape[0]), self.ctx.precision
-        return {"weights": share * sizes.weight_bytes, "gradients": share * sizes.grad_bytes,
-                "optimizer": share * sizes.optimizer_bytes}
+        return {
+            "weights": share * sizes.weight_bytes,
+            "gradients": share * sizes.grad_bytes,
+            "optimizer": share * sizes.optimizer_bytes,
+        }

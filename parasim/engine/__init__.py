@@ -1,4 +1,5 @@
 """Running an SPMD program: the rank context, virtual ranks, real ranks (launch, merge, compare)."""
+
 from .runner import BACKENDS, run
 from .virtual import RunResult
 

@@ -1,6 +1,7 @@
 """A real run compared with the virtual run of the same program, rank by rank and call by call: op, group,
 shapes, dtypes, bytes, call site and values (exact, except floats computed in another order, which may be
 off by the rounding engine/tolerance.py bounds and no more)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,13 +25,41 @@ MAX_DIFFS = 20
 
 # -- per-rank views ------------------------------------------------------------------------------
 
-def _item(kind: str, op: str, group: tuple, params: dict, label: Any, ins, outs, sent: int, recv: int,
-          site: str, before: Any, after: Any, hops: Any, **extra: Any) -> dict:
+
+def _item(
+    kind: str,
+    op: str,
+    group: tuple,
+    params: dict,
+    label: Any,
+    ins,
+    outs,
+    sent: int,
+    recv: int,
+    site: str,
+    before: Any,
+    after: Any,
+    hops: Any,
+    **extra: Any,
+) -> dict:
     if extra.get("role") == "recv":
         label = None  # a transfer carries its sender's label; the receiver's own label names its whole batch
-    return {"kind": kind, "op": op, "group": group, "params": params, "label": label,
-            "ins": [(tuple(s), d) for s, d in ins], "outs": [(tuple(s), d) for s, d in outs],
-            "sent": sent, "recv": recv, "site": site, "before": before, "after": after, "hops": hops, **extra}
+    return {
+        "kind": kind,
+        "op": op,
+        "group": group,
+        "params": params,
+        "label": label,
+        "ins": [(tuple(s), d) for s, d in ins],
+        "outs": [(tuple(s), d) for s, d in outs],
+        "sent": sent,
+        "recv": recv,
+        "site": site,
+        "before": before,
+        "after": after,
+        "hops": hops,
+        **extra,
+    }
 
 
 def _canonical(items: list[dict]) -> list[dict]:
@@ -55,13 +84,34 @@ def views_from_trace(trace: Trace) -> list[list[dict]]:
         for i, m in enumerate(e.members):
             hops = None
             if e.hops is not None:
-                hops = [(h["phase"], h["hop"], t["chunk"], t["bytes"], t["value"])
-                        for h in e.hops for t in h["transfers"] if t["src"] == m.rank]
+                hops = [
+                    (h["phase"], h["hop"], t["chunk"], t["bytes"], t["value"])
+                    for h in e.hops
+                    for t in h["transfers"]
+                    if t["src"] == m.rank
+                ]
             extra = {}
             if e.kind == "p2p":
                 extra = {"role": "send" if i == 0 else "recv", "peer": e.members[1 - i].rank}
-            views[m.rank].append(_item(e.kind, e.op, group, e.params, e.label, m.ins, m.outs, m.sent, m.recv,
-                                       m.site, _lists(m.before), _lists(m.after), hops, seq=e.seq, **extra))
+            views[m.rank].append(
+                _item(
+                    e.kind,
+                    e.op,
+                    group,
+                    e.params,
+                    e.label,
+                    m.ins,
+                    m.outs,
+                    m.sent,
+                    m.recv,
+                    m.site,
+                    _lists(m.before),
+                    _lists(m.after),
+                    hops,
+                    seq=e.seq,
+                    **extra,
+                )
+            )
     return [_canonical(v) for v in views]
 
 
@@ -73,18 +123,51 @@ def views_from_records(results: list[dict]) -> list[list[dict]]:
             if rec["kind"] == "mark":
                 continue
             if rec["kind"] == "compute":
-                items.append(_item("compute", rec["op"], ("world", tuple(range(res["world"]))), rec["params"], None,
-                                   [], [], 0, 0, rec["site"], None, None, None))
+                items.append(
+                    _item(
+                        "compute",
+                        rec["op"],
+                        ("world", tuple(range(res["world"]))),
+                        rec["params"],
+                        None,
+                        [],
+                        [],
+                        0,
+                        0,
+                        rec["site"],
+                        None,
+                        None,
+                        None,
+                    )
+                )
                 continue
             _, name, ranks = rec["group"]
             hops = None
             if rec["hops"] is not None:
-                hops = [(h["phase"], h["hop"], t["chunk"], t["bytes"], t["value"])
-                        for h in rec["hops"] for t in h["transfers"]]
+                hops = [
+                    (h["phase"], h["hop"], t["chunk"], t["bytes"], t["value"])
+                    for h in rec["hops"]
+                    for t in h["transfers"]
+                ]
             extra = {"role": rec["role"], "peer": rec["peer"]} if rec["kind"] == "p2p" else {}
-            items.append(_item(rec["kind"], rec["op"], (name, tuple(ranks)), rec["params"], rec["label"],
-                               rec["ins"], rec["outs"], rec["sent"], rec["recv"], rec["site"], rec["before"],
-                               rec["after"], hops, **extra))
+            items.append(
+                _item(
+                    rec["kind"],
+                    rec["op"],
+                    (name, tuple(ranks)),
+                    rec["params"],
+                    rec["label"],
+                    rec["ins"],
+                    rec["outs"],
+                    rec["sent"],
+                    rec["recv"],
+                    rec["site"],
+                    rec["before"],
+                    rec["after"],
+                    hops,
+                    **extra,
+                )
+            )
         views.append(_canonical(items))
     return views
 
@@ -94,6 +177,7 @@ def _lists(v: Any) -> Any:
 
 
 # -- comparison ----------------------------------------------------------------------------------
+
 
 def _numbers(v: Any) -> np.ndarray:
     """A value as a numpy array; bfloat16 as float64 (exact), since numpy's float rules do not know it."""
@@ -143,8 +227,15 @@ def values_close(real: Any, virtual: Any, dtype: str | None, allow: Allowance) -
     if magnitude is None:  # an entry that nearly cancels to zero may be off by roundings of the array's largest
         finite = np.abs(b[np.isfinite(b)]).astype(np.float64)
         magnitude = float(np.max(finite)) if finite.size else 0.0
-    c = measure(a.astype(np.float64), b.astype(np.float64), dtype or b.dtype.name, allow.roundings, magnitude,
-                allow.of, allow.slack)
+    c = measure(
+        a.astype(np.float64),
+        b.astype(np.float64),
+        dtype or b.dtype.name,
+        allow.roundings,
+        magnitude,
+        allow.of,
+        allow.slack,
+    )
     return c.ok, c
 
 
@@ -173,11 +264,13 @@ def _sums(virtual: RunResult, vviews: list[list[dict]], rviews: list[list[dict]]
         for i, m in enumerate(e.members):
             mine, extra = magnitude, slack
             if e.op == "reduce_scatter":  # member i keeps chunk i along dim
-                mine, extra = (np.split(np.broadcast_to(x, terms[0].shape), n, axis=e.params["dim"])[i]
-                               for x in (magnitude, slack))
+                mine, extra = (
+                    np.split(np.broadcast_to(x, terms[0].shape), n, axis=e.params["dim"])[i] for x in (magnitude, slack)
+                )
             key = (m.rank, where.get((e.seq, m.rank), -1))
-            out[key] = Allowance(roundings, "each sum" + (", plus its inputs' own gaps" if np.any(extra) else ""), mine,
-                                 extra)
+            out[key] = Allowance(
+                roundings, "each sum" + (", plus its inputs' own gaps" if np.any(extra) else ""), mine, extra
+            )
     return out
 
 
@@ -224,8 +317,20 @@ def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], Closene
             diffs.append(f"rank {r}: {len(rv)} calls on real ranks, {len(vv)} on virtual ranks")
         for i, (v, x) in enumerate(zip(vv, rv)):
             where = f"rank {r}, call {i} ({v['op']} at {v['site']})"
-            for key in ("kind", "op", "group", "params", "label", "ins", "outs", "sent", "recv", "site",
-                        "role", "peer"):
+            for key in (
+                "kind",
+                "op",
+                "group",
+                "params",
+                "label",
+                "ins",
+                "outs",
+                "sent",
+                "recv",
+                "site",
+                "role",
+                "peer",
+            ):
                 if v.get(key) != x.get(key):
                     diffs.append(f"{where}: {key} differs: real {x.get(key)!r}, virtual {v.get(key)!r}")
             dtype = (v["outs"] or v["ins"] or [((), None)])[0][1]
@@ -239,15 +344,18 @@ def compare(virtual: RunResult, results: list[dict]) -> tuple[list[str], Closene
                 if not ok:
                     how = f" ({c.words()})" if c is not None else ""
                     diffs.append(f"{where}: values {key} differ{how}: real {x[key]!r}, virtual {v[key]!r}")
-            if (v["hops"] is None) != (x["hops"] is None) or (v["hops"] and [h[:4] for h in v["hops"]] !=
-                                                                 [h[:4] for h in x["hops"]]):
+            if (v["hops"] is None) != (x["hops"] is None) or (
+                v["hops"] and [h[:4] for h in v["hops"]] != [h[:4] for h in x["hops"]]
+            ):
                 diffs.append(f"{where}: ring hops differ")
     for r, res in enumerate(results):
         ok, c = _same_value(res["value"], virtual.values[r], own[r], inherited[r])
         close.append(c)
         if not ok:
             how = f" ({c.words()})" if c is not None and not c.ok else ""
-            diffs.append(f"rank {r}: return value differs{how}{first_diff(res['value'], virtual.values[r], '', own[r])}")
+            diffs.append(
+                f"rank {r}: return value differs{how}{first_diff(res['value'], virtual.values[r], '', own[r])}"
+            )
     if len(diffs) > MAX_DIFFS:
         diffs = diffs[:MAX_DIFFS] + [f"... and {len(diffs) - MAX_DIFFS} more"]
     return diffs, worst(close)
@@ -258,8 +366,9 @@ def _one(values: Any) -> bool:
     return isinstance(values, (list, tuple)) and len(values) == 1 and values[0] is not None
 
 
-def _same_value(real: Any, virtual: Any, allow: Allowance,
-                sums: Sequence[tuple[Any, Allowance]] = ()) -> tuple[bool, Closeness | None]:
+def _same_value(
+    real: Any, virtual: Any, allow: Allowance, sums: Sequence[tuple[Any, Allowance]] = ()
+) -> tuple[bool, Closeness | None]:
     """Return values: the same structure, arrays equal under `values_close`: an array that is the result of one
     of the rank's sums (the same values on virtual ranks) within that sum's allowance, any other within `allow`."""
     if isinstance(virtual, dict):
@@ -307,8 +416,9 @@ def first_diff(real: Any, virtual: Any, path: str = "", allow: Allowance = Allow
             x, y = a.ravel(), b.ravel()
             if _floats(a, b):  # the largest difference; a NaN on one side only is the largest of all
                 with np.errstate(invalid="ignore", over="ignore"):
-                    gap = np.where(np.isnan(x) & np.isnan(y), 0.0,
-                                   np.where(np.isnan(x) | np.isnan(y), np.inf, np.abs(x - y)))
+                    gap = np.where(
+                        np.isnan(x) & np.isnan(y), 0.0, np.where(np.isnan(x) | np.isnan(y), np.inf, np.abs(x - y))
+                    )
                 i = int(np.argmax(np.where(np.isnan(gap) | (x == y), -1.0, gap)))  # inf - inf is NaN: equal
             else:
                 i = int(np.argmax(x != y))

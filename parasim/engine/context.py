@@ -1,5 +1,6 @@
 """What a rank's program is handed: its rank, the collective interface, the array namespace, seeded
 random draws, and the marks that turn a run into a lesson. Passed explicitly; there is no global state."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Protocol, Sequence
@@ -56,8 +57,18 @@ class Context:
 
     symbolic = False  # True on symbolic ranks: arrays have shapes and dtypes, no values (parasim/symbolic)
 
-    def __init__(self, rank: int, world: int, comm: Comm, xp: Any, seed: int, recorder: Recorder,
-                 to_xp: Callable[[np.ndarray], Any], precision: Precision | str | None = None, exact: bool = True):
+    def __init__(
+        self,
+        rank: int,
+        world: int,
+        comm: Comm,
+        xp: Any,
+        seed: int,
+        recorder: Recorder,
+        to_xp: Callable[[np.ndarray], Any],
+        precision: Precision | str | None = None,
+        exact: bool = True,
+    ):
         self.rank = rank
         self.world = world
         self.comm = comm
@@ -136,8 +147,15 @@ class Context:
         """This rank no longer keeps `name`."""
         self._recorder.mark(self.rank, "held", name, {"bytes": 0})
 
-    def mark(self, name: str, x: Any, placement: Any = None, group: Group | None = None,
-             rows: Sequence[int] | None = None, size: int | None = None) -> Any:
+    def mark(
+        self,
+        name: str,
+        x: Any,
+        placement: Any = None,
+        group: Group | None = None,
+        rows: Sequence[int] | None = None,
+        size: int | None = None,
+    ) -> Any:
         """Name a tensor for `parasim check`: `placement` (a Placement, or "Shard(d)", "Replicate()",
         "Partial()") says how the members of `group` (default: the world) hold the whole tensor, so it can be
         put back together and compared with the reference's tensor of the same name (which marks it whole).
@@ -145,24 +163,35 @@ class Context:
         the sequence positions of a rank's CP slice or SP share; members with the same rows are put together
         by `placement`, then each block goes to its rows. Returns `x`."""
         from ..layout.placement import Replicate, Shard, parse, spec
+
         where = group if group is not None else Group(tuple(range(self.world)), "world", 0)
         parsed = parse(placement if placement is not None else Replicate())  # a bad one fails here
         shape = [int(d) for d in x.shape]
         if isinstance(parsed, Shard) and not 0 <= parsed.dim < len(shape):
             # caught here, where the program's line is known, not when `parasim check` puts the pieces together
-            raise UsageError(f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards dim {parsed.dim}, "
-                             f"but the tensor has {len(shape)} dim{'s' if len(shape) != 1 else ''} (shape "
-                             f"{tuple(shape)}): a Shard's dim is one of 0 to {len(shape) - 1}" if shape else
-                             f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards a tensor with no "
-                             "dims (a scalar): mark it Replicate() or Partial()")
-        data: dict[str, Any] = {"placement": spec(parsed), "group": list(where.ranks), "group_name": where.name,
-                                "shape": shape, "dtype": dtype_name(x.dtype)}
+            raise UsageError(
+                f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards dim {parsed.dim}, "
+                f"but the tensor has {len(shape)} dim{'s' if len(shape) != 1 else ''} (shape "
+                f"{tuple(shape)}): a Shard's dim is one of 0 to {len(shape) - 1}"
+                if shape
+                else f"mark {name!r} at {site_name(call_site(2))}: {spec(parsed)} shards a tensor with no "
+                "dims (a scalar): mark it Replicate() or Partial()"
+            )
+        data: dict[str, Any] = {
+            "placement": spec(parsed),
+            "group": list(where.ranks),
+            "group_name": where.name,
+            "shape": shape,
+            "dtype": dtype_name(x.dtype),
+        }
         if rows is not None:
             row_list = [int(r) for r in rows]
             data["rows"], data["size"] = row_list, int(size if size is not None else len(row_list))
             if len(data["rows"]) != data["shape"][0] or any(not 0 <= r < data["size"] for r in data["rows"]):
-                raise UsageError(f"mark {name!r} at {site_name(call_site(2))}: rows must give one position in [0, {data['size']}) per row of "
-                                 f"the tensor ({data['shape'][0]} rows), got {len(data['rows'])}")
+                raise UsageError(
+                    f"mark {name!r} at {site_name(call_site(2))}: rows must give one position in [0, {data['size']}) per row of "
+                    f"the tensor ({data['shape'][0]} rows), got {len(data['rows'])}"
+                )
         self._recorder.mark(self.rank, "tensor", name, data)
         self.marked.append((name, x))
         return x

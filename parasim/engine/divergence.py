@@ -10,6 +10,7 @@ other placements in the mark's) to say what would have matched; a transfer is de
 (a tensor its sender marked) or, on a ring, by whose data never arrived. A NaN equals a NaN at the same
 place; one on a side only is named. Wrong sums are silent in training: this names them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -29,8 +30,10 @@ from .tolerance import ROUNDOFFS, Closeness, allowed, counted, rounds, roundoff
 # at least one), and the split side's through one more per piece its Partial placement sums; relative to
 # the largest magnitude of the terms (the reference's value, or the pieces' summed magnitudes). A sum taken
 # over pieces in another order stays inside; a wrong group or a missing sum is far outside (a whole piece).
-RULE = ("each side within gamma(k) = k u / (1 - k u) of the exact values, k the roundings counted on its ranks, "
-        "of the largest magnitude of the terms")
+RULE = (
+    "each side within gamma(k) = k u / (1 - k u) of the exact values, k the roundings counted on its ranks, "
+    "of the largest magnitude of the terms"
+)
 TOLERANCE = {"rule": RULE, "unit_roundoff": {name: p.u for name, p in ROUNDOFFS.items()}}
 SHOWN = 32  # tensors up to this many values are given whole in the report (both values, for the app)
 
@@ -67,11 +70,14 @@ def collect(trace: Trace, marked: list[list[tuple[str, Any]]], who: str = "the r
         group = tuple(data.get("group", [mk.rank]))
         # pieces holding rows of one whole come from several groups (a TP group per CP slice): one entry
         key = "rows" if data.get("rows") is not None else group
-        entry = out.setdefault(name, {}).setdefault(key, Marked(
-            name, data.get("placement", "Replicate()"), group, data.get("group_name", ""), {}, {}, i))
+        entry = out.setdefault(name, {}).setdefault(
+            key, Marked(name, data.get("placement", "Replicate()"), group, data.get("group_name", ""), {}, {}, i)
+        )
         if mk.rank in entry.pieces:  # the second value would silently replace the first
-            raise UsageError(f"{who} marks {name!r} twice on rank {mk.rank}; only one of them could be compared: "
-                             "give each mark a name of its own (such as a step or micro-batch number)")
+            raise UsageError(
+                f"{who} marks {name!r} twice on rank {mk.rank}; only one of them could be compared: "
+                "give each mark a name of its own (such as a step or micro-batch number)"
+            )
         if key == "rows" and mk.rank not in entry.group:  # each group's members in their own order
             entry.group += tuple(r for r in group if r not in entry.group) or (mk.rank,)
         entry.pieces[mk.rank] = np.asarray(value)
@@ -81,8 +87,13 @@ def collect(trace: Trace, marked: list[list[tuple[str, Any]]], who: str = "the r
     return {name: sorted(groups.values(), key=lambda m: m.order) for name, groups in out.items()}
 
 
-def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
-             rows: dict[int, tuple[int, ...]] | None = None, size: int = 0) -> np.ndarray:
+def assemble(
+    placement: str,
+    group: tuple[int, ...],
+    pieces: dict[int, Any],
+    rows: dict[int, tuple[int, ...]] | None = None,
+    size: int = 0,
+) -> np.ndarray:
     """The whole tensor from the members' pieces, in group order (`nn.placement.assemble`); with `rows`, the
     members holding the same rows are put together first and each block is written at its rows of a whole
     of length `size` (rows nobody holds stay NaN: they compare as wrong). Copies that differ are returned as
@@ -96,8 +107,9 @@ def assemble(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
     return whole
 
 
-def _blocks(placement: str, group: tuple[int, ...], pieces: dict[int, Any],
-            rows: dict[int, tuple[int, ...]] | None) -> list[tuple[tuple[int, ...], np.ndarray]]:
+def _blocks(
+    placement: str, group: tuple[int, ...], pieces: dict[int, Any], rows: dict[int, tuple[int, ...]] | None
+) -> list[tuple[tuple[int, ...], np.ndarray]]:
     """(rows, the block the members holding them make up by `placement`), one per distinct set of rows."""
     p = parse(placement)
     by_rows: dict[tuple[int, ...], list] = {}
@@ -138,8 +150,9 @@ def _copies_agree(m: Marked, tol: float, placement: str | None = None) -> bool:
     whole = _whole(m, placement)
     if copies and any(max_error(np.asarray(p), whole[list(m.rows[r])])[1] > tol for r, p in m.pieces.items()):
         return False
-    return all(max_error(block, whole[list(idx)])[1] <= tol for idx, block in _blocks(placement, m.group, m.pieces,
-                                                                                        m.rows))
+    return all(
+        max_error(block, whole[list(idx)])[1] <= tol for idx, block in _blocks(placement, m.group, m.pieces, m.rows)
+    )
 
 
 def first_divergence(run: Any, reference: Any, agreed: list[Closeness] | None = None) -> dict | None:
@@ -159,7 +172,9 @@ def first_divergence(run: Any, reference: Any, agreed: list[Closeness] | None = 
         return _first(run, (counted(run), counted(reference)), theirs, entries, agreed if agreed is not None else [])
 
 
-def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want: np.ndarray) -> tuple[float, Closeness]:
+def allowance(
+    run: list[int], reference: list[int], m: Marked, ref: Marked, want: np.ndarray
+) -> tuple[float, Closeness]:
     """(the relative tolerance for `m` against its reference `ref`, the allowance behind it with no gap yet):
     the coarser dtype of the two sides' pieces, the most roundings either side's ranks counted (the split
     side's plus its Partial sum's additions), of the largest magnitude of the terms."""
@@ -169,6 +184,7 @@ def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want
 
     def most(got: list[int], ranks: Any) -> int:
         return max((got[r] for r in ranks), default=0)
+
     scale = float(np.max(np.abs(want[np.isfinite(want)]), initial=0.0))
     k = most(run, m.pieces)
     pieces = [np.abs(np.asarray(p, dtype=np.float64)) for p in m.pieces.values()]
@@ -182,8 +198,13 @@ def allowance(run: list[int], reference: list[int], m: Marked, ref: Marked, want
     return rel, Closeness(dtype, k, "the terms' largest magnitude", 0.0, bound)
 
 
-def _first(run: Any, roundings: tuple[list[int], list[int]], theirs: dict[str, list[Marked]], entries: list[Marked],
-           agreed: list[Closeness]) -> dict | None:
+def _first(
+    run: Any,
+    roundings: tuple[list[int], list[int]],
+    theirs: dict[str, list[Marked]],
+    entries: list[Marked],
+    agreed: list[Closeness],
+) -> dict | None:
     for m in entries:
         ref = theirs[m.name][0]
         want, got = _whole(ref), _whole(m)
@@ -195,8 +216,9 @@ def _first(run: Any, roundings: tuple[list[int], list[int]], theirs: dict[str, l
                 agreed.append(Closeness(allow.dtype, allow.roundings, allow.of, abs_err, allow.bound))
             continue
         if rel_err <= tol:  # the copies disagree although the first one is right: measure the worst copy
-            abs_err, rel_err = max(max_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want)
-                                   for r, p in m.pieces.items())
+            abs_err, rel_err = max(
+                max_error(np.asarray(p), want[list(m.rows[r])] if m.rows else want) for r, p in m.pieces.items()
+            )
         out = _report(run, m, want, abs_err, rel_err, tol)
         out["allowance"] = Closeness(allow.dtype, allow.roundings, allow.of, abs_err, allow.bound).words()
         out["rows_missing"], out["nan"] = gaps or None, _bad_values(got, want, gaps)
@@ -251,19 +273,46 @@ def _report(run: Any, m: Marked, want: np.ndarray, abs_err: float, rel_err: floa
     trace = run.trace
     e = _pinned(trace, m)
     where = f"ranks{sorted(m.pieces)} by rows" if m.rows else f"{m.group_name}{list(m.group)}"
-    out = {"name": m.name, "placement": m.placement, "marked_on": where,
-           "event": None, "op": None, "group": None, "label": None, "ranks": sorted(m.pieces), "site": None,
-           "received_at": None, "max_abs": abs_err, "max_rel": rel_err, "tolerance": tol,
-           "copies_differ": not _copies_agree(m, tol), "would_match": None, "transfer": None}
+    out = {
+        "name": m.name,
+        "placement": m.placement,
+        "marked_on": where,
+        "event": None,
+        "op": None,
+        "group": None,
+        "label": None,
+        "ranks": sorted(m.pieces),
+        "site": None,
+        "received_at": None,
+        "max_abs": abs_err,
+        "max_rel": rel_err,
+        "tolerance": tol,
+        "copies_differ": not _copies_agree(m, tol),
+        "would_match": None,
+        "transfer": None,
+    }
     if e is not None and e.kind == "p2p":  # the sender's line chose what moved; the receiver's took it
         sender, receiver = e.members
-        out.update(event=e.seq, op=e.op, group=f"{e.group.name}{list(e.group.ranks)}", label=e.label,
-                   ranks=e.ranks, site=sender.site, received_at=receiver.site,
-                   transfer=_carried(trace, run.marked, e) or _ring_gap(trace, e, m))
+        out.update(
+            event=e.seq,
+            op=e.op,
+            group=f"{e.group.name}{list(e.group.ranks)}",
+            label=e.label,
+            ranks=e.ranks,
+            site=sender.site,
+            received_at=receiver.site,
+            transfer=_carried(trace, run.marked, e) or _ring_gap(trace, e, m),
+        )
     elif e is not None:
         member = next(x for x in e.members if x.rank in m.pieces)  # the event was picked for such a rank
-        out.update(event=e.seq, op=e.op, group=f"{e.group.name}{list(e.group.ranks)}", label=e.label,
-                   ranks=e.ranks, site=member.site)
+        out.update(
+            event=e.seq,
+            op=e.op,
+            group=f"{e.group.name}{list(e.group.ranks)}",
+            label=e.label,
+            ranks=e.ranks,
+            site=member.site,
+        )
     out["would_match"] = _would_match(trace, m, e, want, tol)
     return out
 
@@ -280,8 +329,11 @@ def _carried(trace: Trace, marked: list[list[tuple[str, Any]]], e: Event) -> str
     if sender.before is None:  # values not kept
         return None
     payload, src = np.asarray(sender.before[0]), e.params["src"]
-    before = [(name, x) for mk, (name, x) in zip([mk for mk in trace.marks if mk.rank == src and mk.kind == "tensor"],
-                                                 marked[src]) if mk.step < e.step]
+    before = [
+        (name, x)
+        for mk, (name, x) in zip([mk for mk in trace.marks if mk.rank == src and mk.kind == "tensor"], marked[src])
+        if mk.step < e.step
+    ]
     same = [name for name, x in before if _same(x, payload)]
     if not same:
         return None
@@ -297,8 +349,9 @@ def _ring_gap(trace: Trace, e: Event, m: Marked) -> str | None:
     moves = [x for x in trace.events if x.kind == "p2p" and x.label == e.label and x.group == e.group]
     ranks, n = e.group.ranks, e.group.size
     pairs = {(x.params["src"], x.params["dst"]) for x in moves}
-    if pairs not in [{(ranks[i], ranks[(i + s) % n]) for i in range(n)} for s in (1, -1)] \
-            or any(x.members[0].before is None for x in moves):
+    if pairs not in [{(ranks[i], ranks[(i + s) % n]) for i in range(n)} for s in (1, -1)] or any(
+        x.members[0].before is None for x in moves
+    ):
         return None  # not a ring over the whole group, or values not kept
     dst = e.params["dst"]
     got = [x for x in moves if x.params["dst"] == dst and x.step <= m.steps[dst]]
@@ -310,9 +363,11 @@ def _ring_gap(trace: Trace, e: Event, m: Marked) -> str | None:
     steps = len({x.step for x in got})
     if not never or steps >= n - 1:
         return None  # every step made: what went on was changed on the way (a sum), not left out
-    return (f"on the ring '{e.label}' over {e.group.name}, rank {dst} received what {_ranks(arrived)} first sent "
-            f"but never what {_ranks(never)} sent, in {steps} step(s): a ring of {n} ranks takes "
-            f"{n - 1} steps to bring every rank what each other rank holds (a step was skipped or cut short)")
+    return (
+        f"on the ring '{e.label}' over {e.group.name}, rank {dst} received what {_ranks(arrived)} first sent "
+        f"but never what {_ranks(never)} sent, in {steps} step(s): a ring of {n} ranks takes "
+        f"{n - 1} steps to bring every rank what each other rank holds (a step was skipped or cut short)"
+    )
 
 
 def _ranks(xs: list[int]) -> str:
@@ -323,22 +378,31 @@ def _would_match(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol
     """Another placement for the mark, or another group for its sum, under which the pieces match; or, when
     the whole tensor is the reference times one number, that number (a scale: clipping, averaging)."""
     for other in ("Partial()", "Replicate()"):
-        if other != m.placement and max_error(_whole(m, other), want)[1] <= tol and (
-                other != "Replicate()" or _copies_agree(m, tol, other)):
-            word = {"Partial()": f"summing these pieces over {m.group_name} (they are partial sums)",
-                    "Replicate()": f"taking them as whole copies on {m.group_name}"}[other]
+        if (
+            other != m.placement
+            and max_error(_whole(m, other), want)[1] <= tol
+            and (other != "Replicate()" or _copies_agree(m, tol, other))
+        ):
+            word = {
+                "Partial()": f"summing these pieces over {m.group_name} (they are partial sums)",
+                "Replicate()": f"taking them as whole copies on {m.group_name}",
+            }[other]
             return f"{word} would match"
     regroup = _regrouped(trace, m, e, want, tol)
     if regroup is not None:
         return regroup
     scaled = _scale(_whole(m), want, tol)
     if scaled is not None and _copies_agree(m, tol):
-        return (f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
-                "another count, a loss scale)")
+        return (
+            f"the reference times {scaled:.6g}: only a scale differs (a clipping factor, an average over "
+            "another count, a loss scale)"
+        )
     if e is not None and not _copies_agree(m, tol) and _equal_after(e, m):
-        return (f"the copies on {m.group_name} were equal after '{e.label}' and differ here: what each rank did "
-                f"alone since then (a draw from its own random stream?) must be the same on all of {m.group_name} "
-                "(one stream shared by the group) to match")
+        return (
+            f"the copies on {m.group_name} were equal after '{e.label}' and differ here: what each rank did "
+            f"alone since then (a draw from its own random stream?) must be the same on all of {m.group_name} "
+            "(one stream shared by the group) to match"
+        )
     return None
 
 
@@ -348,8 +412,12 @@ def _equal_after(e: Event, m: Marked) -> bool:
     return len(outs) == len(m.pieces) and all(np.array_equal(o, outs[0], equal_nan=True) for o in outs[1:])
 
 
-REDUCE = {"sum": lambda xs: np.sum(xs, axis=0), "avg": lambda xs: np.mean(xs, axis=0),
-          "max": lambda xs: np.max(xs, axis=0), "min": lambda xs: np.min(xs, axis=0)}
+REDUCE = {
+    "sum": lambda xs: np.sum(xs, axis=0),
+    "avg": lambda xs: np.mean(xs, axis=0),
+    "max": lambda xs: np.max(xs, axis=0),
+    "min": lambda xs: np.min(xs, axis=0),
+}
 
 
 def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: float) -> str | None:
@@ -364,11 +432,15 @@ def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: 
 
     def right(name: str, o: str, d: int | None) -> bool:
         return _reduced_matches(trace, m, inputs, name, o, want, tol, d)
+
     ops = [o for o in REDUCE if o != op and right(e.group.name, o, dim)]
     if ops:
         return f"{e.op} with op={ops[0]} instead of op={op} over {e.group.name} would match"
-    dims = [] if dim is None else [d for d in range(np.ndim(next(iter(inputs.values()))))
-                                   if d != dim and right(e.group.name, op, d)]
+    dims = (
+        []
+        if dim is None
+        else [d for d in range(np.ndim(next(iter(inputs.values())))) if d != dim and right(e.group.name, op, d)]
+    )
     if dims:
         return f"{e.op} with dim={dims[0]} instead of dim={dim} over {e.group.name} would match"
     names = list(dict.fromkeys(g.name for g in trace.groups if g.name != e.group.name))
@@ -379,8 +451,9 @@ def _regrouped(trace: Trace, m: Marked, e: Event | None, want: np.ndarray, tol: 
     return None
 
 
-def _reduced_matches(trace: Trace, m: Marked, inputs: dict, name: str, op: str, want: np.ndarray,
-                     tol: float, dim: int | None = None) -> bool:
+def _reduced_matches(
+    trace: Trace, m: Marked, inputs: dict, name: str, op: str, want: np.ndarray, tol: float, dim: int | None = None
+) -> bool:
     """Each marking rank's result, were the inputs reduced by `op` over its group called `name` (and, with
     `dim`, scattered along it: the rank keeps its chunk), is right."""
     fixed = {}

@@ -6,6 +6,7 @@ and checks them.
 Programs travel to the workers as a picklable callable or as (file path, function name), so a program
 loaded from a file (a lesson) need not be importable.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,8 +66,9 @@ def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> No
         import torch
         import torch.distributed as dist
     except ImportError:
-        raise UsageError('real ranks need torch: pip install torch (in a parasim checkout: pip install ".[torch]",'
-                         ' as README says)') from None
+        raise UsageError(
+            'real ranks need torch: pip install torch (in a parasim checkout: pip install ".[torch]", as README says)'
+        ) from None
     if backend == "gloo" and not dist.is_gloo_available():
         raise UsageError("this torch build has no gloo backend")
     if device == "cuda" and not torch.cuda.is_available():
@@ -77,8 +79,10 @@ def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> No
         if not dist.is_nccl_available():
             raise UsageError("this torch build has no NCCL backend; use --backend gloo")
         if torch.cuda.device_count() < nproc_per_node:
-            raise UsageError(f"--backend nccl needs one GPU per rank: {nproc_per_node} ranks on this node, "
-                             f"{torch.cuda.device_count()} GPUs visible")
+            raise UsageError(
+                f"--backend nccl needs one GPU per rank: {nproc_per_node} ranks on this node, "
+                f"{torch.cuda.device_count()} GPUs visible"
+            )
 
 
 def _load(target: Target) -> Callable[[Any], Any]:
@@ -97,6 +101,7 @@ def _to_host(v: Any) -> Any:
     import torch
 
     from ..comm.torchdist import to_numpy
+
     if isinstance(v, torch.Tensor):
         return to_numpy(v)  # bfloat16 too
     if isinstance(v, (list, tuple)):
@@ -115,7 +120,9 @@ def run_rank(target: Target, opts: RealOptions, gather: bool = False) -> Any:
     return out if out is None else out[0]
 
 
-def run_jobs(jobs: list[RankJob], gather: bool = False, store: Any = None, watch: Watch | None = None) -> list[Any] | None:
+def run_jobs(
+    jobs: list[RankJob], gather: bool = False, store: Any = None, watch: Watch | None = None
+) -> list[Any] | None:
     """Several programs one after another on this rank, in one process group (one start-up for all).
 
     Returns this rank's result per job; with `gather`, rank 0 returns per job every rank's result (in rank
@@ -139,8 +146,13 @@ def run_jobs(jobs: list[RankJob], gather: bool = False, store: Any = None, watch
     if store is None:
         dist.init_process_group(opts.backend, timeout=timeout)
     else:
-        dist.init_process_group(opts.backend, store=store, rank=int(os.environ["RANK"]),
-                                world_size=int(os.environ["WORLD_SIZE"]), timeout=timeout)
+        dist.init_process_group(
+            opts.backend,
+            store=store,
+            rank=int(os.environ["RANK"]),
+            world_size=int(os.environ["WORLD_SIZE"]),
+            timeout=timeout,
+        )
     if watch is not None:
         watch.leave()  # joined: from here on the watchdog expects calls
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -154,8 +166,9 @@ def run_jobs(jobs: list[RankJob], gather: bool = False, store: Any = None, watch
     return out
 
 
-def _run_program(target: Target, opts: RealOptions, rank: int, world: int, device: Any,
-                 watch: Watch | None = None) -> dict:
+def _run_program(
+    target: Target, opts: RealOptions, rank: int, world: int, device: Any, watch: Watch | None = None
+) -> dict:
     """One program on this rank, with a comm and context of its own; its result and call records."""
     import array_api_compat.torch as xp
     import torch
@@ -166,8 +179,17 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
 
     try:
         wire = torch.device("cpu") if opts.backend == "gloo" else None  # gloo works on the host, whatever the device
-        comm = TorchComm(rank, world, device, keep_values=opts.keep_values, algo=opts.algo, check=opts.check,
-                         timeout=datetime.timedelta(seconds=opts.timeout), watch=watch, wire=wire)
+        comm = TorchComm(
+            rank,
+            world,
+            device,
+            keep_values=opts.keep_values,
+            algo=opts.algo,
+            check=opts.check,
+            timeout=datetime.timedelta(seconds=opts.timeout),
+            watch=watch,
+            wire=wire,
+        )
         ctx = Context(rank, world, comm, TorchNamespace(xp), opts.seed, comm, lambda a: to_torch(a, device))
         if watch is not None:
             watch.leave()  # the file's top level is the program's own code
@@ -186,9 +208,16 @@ def _run_program(target: Target, opts: RealOptions, rank: int, world: int, devic
         if err is exc:
             raise
         raise err from exc
-    return {"rank": rank, "world": world, "value": _to_host(value), "records": comm.records,
-            "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups], "roundings": counter.count,
-            "device": device.type, "wire": comm.wire.type}
+    return {
+        "rank": rank,
+        "world": world,
+        "value": _to_host(value),
+        "records": comm.records,
+        "groups": [[g.index, g.name, list(g.ranks)] for g in comm.groups],
+        "roundings": counter.count,
+        "device": device.type,
+        "wire": comm.wire.type,
+    }
 
 
 @contextlib.contextmanager
@@ -196,6 +225,7 @@ def _prints_to_stderr(on: bool) -> Any:
     """While the block runs, file descriptor 1 (print, and C code's stdout) is stderr's: the program's prints
     then stay out of the JSON its launcher writes on stdout."""
     import sys
+
     if not on:
         yield
         return
@@ -219,33 +249,54 @@ def _report(opts: RealOptions, rank: int, err: BaseException) -> None:
             json.dump(data, f)
 
 
-def _worker(jobs: list[RankJob], rank: int, world: int, port: int, folder: str, beats: Any, states: Any,
-            env: dict[str, str], launcher: int) -> None:
+def _worker(
+    jobs: list[RankJob],
+    rank: int,
+    world: int,
+    port: int,
+    folder: str,
+    beats: Any,
+    states: Any,
+    env: dict[str, str],
+    launcher: int,
+) -> None:
     """The body of one local process: join the run's store, run every job, leave the results (or the
     error) in `folder` and exit quietly; the launcher reports. `beats` and `states`: shared memory the
     launcher watches (rank_errors.Watch). `launcher`: the launching process's pid."""
     import signal
+
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the launcher's to handle: it ends the workers
     leave_with(launcher, folder)
     signal.signal(ASK, answer_where(folder, rank))  # the launcher asks where a rank stuck in its program is
     os.environ.clear()  # the launcher's environment now, not the fork server's when it started
     os.environ.update(env)
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        LOCAL_WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+    )
     try:
         import pickle
 
         import torch
         import torch.distributed as dist
+
         torch.set_num_threads(1)  # one thread per rank: N processes share this machine's cores
-        store = dist.TCPStore("127.0.0.1", port, world + 1, False,
-                              timeout=datetime.timedelta(seconds=jobs[0][1].timeout))
+        store = dist.TCPStore(
+            "127.0.0.1", port, world + 1, False, timeout=datetime.timedelta(seconds=jobs[0][1].timeout)
+        )
         out = run_jobs(jobs, store=store, watch=Watch(beats, states, rank))
         try:
             data = pickle.dumps(out)
         except Exception as exc:
-            err = RealRunFailed(f"rank {rank}: its results cannot be sent back to the launcher "
-                                f"({type(exc).__name__}: {exc}); return numbers, arrays or tensors", rank)
+            err = RealRunFailed(
+                f"rank {rank}: its results cannot be sent back to the launcher "
+                f"({type(exc).__name__}: {exc}); return numbers, arrays or tensors",
+                rank,
+            )
             _report(jobs[0][1], rank, err)
             os._exit(1)
         with open(os.path.join(folder, f"result{rank}.pkl"), "wb") as f:
@@ -293,21 +344,41 @@ def launch_many(jobs: list[RankJob], nproc: int) -> list[list[dict]]:
     env = local_env()
     sweep_folders()
     with tempfile.TemporaryDirectory(prefix=f"parasim-{os.getpid()}-") as folder:
-        procs = [spawn.Process(target=_worker, name=f"parasim-rank{r}", daemon=True,
-                               args=([(t, replace(o, error_dir=folder)) for t, o in jobs], r, nproc,
-                                     port, folder, beats, states, env, os.getpid())) for r in range(nproc)]
+        procs = [
+            spawn.Process(
+                target=_worker,
+                name=f"parasim-rank{r}",
+                daemon=True,
+                args=(
+                    [(t, replace(o, error_dir=folder)) for t, o in jobs],
+                    r,
+                    nproc,
+                    port,
+                    folder,
+                    beats,
+                    states,
+                    env,
+                    os.getpid(),
+                ),
+            )
+            for r in range(nproc)
+        ]
         try:
             for p in procs:
                 try:
                     with signals_held():
                         p.start()
                 except (pickle.PicklingError, AttributeError, TypeError) as exc:
-                    raise UsageError(f"the program cannot be sent to the worker processes ({exc}); real ranks "
-                                     "need a function defined at a module's top level") from None
+                    raise UsageError(
+                        f"the program cannot be sent to the worker processes ({exc}); real ranks "
+                        "need a function defined at a module's top level"
+                    ) from None
                 except (EOFError, ConnectionError) as exc:  # the fork server died: it too imports the script
-                    raise RealRunFailed(f"the worker processes could not be started ({type(exc).__name__}: "
-                                        f"{exc}); if the script calls parasim.run at its top level: "
-                                        f"{guard_hint()}") from None
+                    raise RealRunFailed(
+                        f"the worker processes could not be started ({type(exc).__name__}: "
+                        f"{exc}); if the script calls parasim.run at its top level: "
+                        f"{guard_hint()}"
+                    ) from None
             # twice the timeout: a rank waiting in a collective is ended by its backend's own time-out first,
             # with the better message (which call, which group)
             died, stalled = _wait_all(procs, folder, beats, 2 * opts.timeout)
@@ -316,8 +387,9 @@ def launch_many(jobs: list[RankJob], nproc: int) -> list[list[dict]]:
             _end(procs)
             del store
         if stalled or died or any(p.exitcode != 0 for p in procs):
-            raise failure(procs, folder, died, where, opts.timeout, stalled,
-                          {r for r in range(nproc) if states[r] != STARTING})
+            raise failure(
+                procs, folder, died, where, opts.timeout, stalled, {r for r in range(nproc) if states[r] != STARTING}
+            )
         out = []
         for r in range(nproc):
             with open(os.path.join(folder, f"result{r}.pkl"), "rb") as f:
@@ -325,14 +397,16 @@ def launch_many(jobs: list[RankJob], nproc: int) -> list[list[dict]]:
     return [[out[r][j] for r in range(nproc)] for j in range(len(jobs))]
 
 
-def _wait_all(procs: list, folder: str, beats: Any, timeout: float,
-              grace: float = 2.0) -> tuple[list[tuple[int, int]], bool]:
+def _wait_all(
+    procs: list, folder: str, beats: Any, timeout: float, grace: float = 2.0
+) -> tuple[list[tuple[int, int]], bool]:
     """Wait until every process has exited. When one fails, give the others `grace` seconds to report
     their own errors (most are echoes of it), then stop waiting. Returns (rank, exit code) of each process
     seen to end without reporting an error (an exit code, a signal, or exit code 0 before its results
     were written), in that order, and whether the run stalled: every rank joined and none finished a
     call for `timeout` seconds (the watchdog: ranks stuck outside any collective)."""
     import multiprocessing.connection
+
     alive = {p.sentinel: r for r, p in enumerate(procs)}
     died: list[tuple[int, int]] = []
     deadline = None

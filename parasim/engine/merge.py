@@ -1,4 +1,5 @@
 """One trace from the records of real ranks, on the same logical clock as the virtual engine."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -12,6 +13,7 @@ from .virtual import run_virtual
 
 
 # -- merging the ranks' records into one trace -----------------------------------------------------
+
 
 def merge(results: list[dict], backend: str) -> tuple[Trace, dict[tuple[int, int], tuple[float, float]]]:
     """One trace from every rank's records, laid out exactly as virtual ranks lay out the same calls.
@@ -47,20 +49,34 @@ def merge(results: list[dict], backend: str) -> tuple[Trace, dict[tuple[int, int
             n = calls.get(key, 0)
             calls[key] = n + 1
             recs.append(own[(*key, n)])
-        members = [Member(m.rank, m.ins, m.outs, rec["sent"], rec["recv"], rec["site"], _tuple(rec["before"]),
-                          _tuple(rec["after"])) if e.kind != "compute" else m._replace(site=rec["site"])
-                   for m, rec in zip(e.members, recs)]
+        members = [
+            Member(
+                m.rank,
+                m.ins,
+                m.outs,
+                rec["sent"],
+                rec["recv"],
+                rec["site"],
+                _tuple(rec["before"]),
+                _tuple(rec["after"]),
+            )
+            if e.kind != "compute"
+            else m._replace(site=rec["site"])
+            for m, rec in zip(e.members, recs)
+        ]
         for m, rec in zip(e.members, recs):
             times[(e.seq, m.rank)] = (rec["t0"] * 1e6, max(rec["t1"] - rec["t0"], 0.0) * 1e6)
         hops = _merge_hops([rec.get("hops") for rec in recs]) if e.hops is not None else None
-        events.append(Event(e.seq, e.step, e.kind, e.op, e.group, members, e.label, e.phase, e.params, e.algo, hops,
-                            e.tags))
+        events.append(
+            Event(e.seq, e.step, e.kind, e.op, e.group, members, e.label, e.phase, e.params, e.algo, hops, e.tags)
+        )
     trace = Trace(world, backend, replay.trace.groups, events, replay.trace.marks, {"backend": backend})
     return trace, times
 
 
 def _replayer(results: list[dict]):
     """A program that makes, on each rank, the calls the real rank recorded (arrays of zeros, same shapes)."""
+
     def program(ctx):
         res = results[ctx.rank]
         groups = [None] + [ctx.new_group(ranks, name) for _, name, ranks in res["groups"][1:]]
@@ -80,15 +96,22 @@ def _replayer(results: list[dict]):
                 ctx.compute(rec["op"], rec["params"].get("flops", 0))
             elif rec["kind"] == "p2p":
                 batch = [rec]
-                while i + 1 < len(recs) and recs[i + 1]["kind"] == "p2p" and recs[i + 1]["post"] == batch[-1]["post"] + 1:
+                while (
+                    i + 1 < len(recs) and recs[i + 1]["kind"] == "p2p" and recs[i + 1]["post"] == batch[-1]["post"] + 1
+                ):
                     i += 1
                     batch.append(recs[i])
-                ops = [Send(_zeros(b["ins"][0]), b["peer"]) if b["role"] == "send"
-                       else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1]) for b in batch]
+                ops = [
+                    Send(_zeros(b["ins"][0]), b["peer"])
+                    if b["role"] == "send"
+                    else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1])
+                    for b in batch
+                ]
                 ctx.comm.exchange(ops, group=groups[rec["group"][0]], label=rec["label"], tags=rec.get("tags"))
             else:
                 _replay_collective(ctx, rec, groups[rec["group"][0]])
             i += 1
+
     return program
 
 
@@ -112,8 +135,9 @@ def _merge_hops(per_rank: list[list[dict] | None]) -> list[dict] | None:
         return None
     merged = []
     for k, hop in enumerate(every[0]):
-        merged.append({"phase": hop["phase"], "hop": hop["hop"],
-                       "transfers": [t for hops in every for t in hops[k]["transfers"]]})
+        merged.append(
+            {"phase": hop["phase"], "hop": hop["hop"], "transfers": [t for hops in every for t in hops[k]["transfers"]]}
+        )
     return merged
 
 

@@ -6,6 +6,7 @@ something they cannot be. Each is a UsageError that names the file, the line and
 exits 2); a program's own exceptions while it runs keep their traceback (engine/virtual.py), since there
 the user wants to see their stack.
 """
+
 from __future__ import annotations
 
 import ast
@@ -55,16 +56,25 @@ def load_program(path_text: str, fn: str, timeout: float | None) -> ProgramFile:
     where = lambda name: f"{short_path(str(path))}:{lines[name]}" if name in lines else short_path(str(path))
     program = getattr(module, fn, None)
     if program is None:
-        found = sorted(k for k, v in vars(module).items() if inspect.isfunction(v) and not k.startswith("_")
-                       and v.__module__ == module.__name__)
+        found = sorted(
+            k
+            for k, v in vars(module).items()
+            if inspect.isfunction(v) and not k.startswith("_") and v.__module__ == module.__name__
+        )
         raise UsageError(f"{path_text} has no function {fn!r}" + (f"; it defines {', '.join(found)}" if found else ""))
     _check_program(program, f"{fn!r} in {where(fn)}")
-    world = _optional(module, "WORLD", where, _positive_int(VIRTUAL_WORLD), "a whole number of ranks from 1 to "
-                      f"{VIRTUAL_WORLD:,}")
+    world = _optional(
+        module, "WORLD", where, _positive_int(VIRTUAL_WORLD), f"a whole number of ranks from 1 to {VIRTUAL_WORLD:,}"
+    )
     title = _optional(module, "TITLE", where, lambda v: isinstance(v, str), "a string")
     narrative = _optional(module, "NARRATIVE", where, _text_by_text, "a dict of phase name -> text (strings)")
-    keep = _optional(module, "KEEP_VALUES", where, _positive_int(KEEP_MAX, lo=0),
-                     f"a whole number of elements from 0 to {KEEP_MAX:,}")
+    keep = _optional(
+        module,
+        "KEEP_VALUES",
+        where,
+        _positive_int(KEEP_MAX, lo=0),
+        f"a whole number of elements from 0 to {KEEP_MAX:,}",
+    )
     checks = _optional(module, "checks", where, callable, "a function checks(result) returning a list of checks")
     reference = _optional(module, "reference", where, callable, "a function reference(ctx), the one-rank program")
     if reference is not None:
@@ -104,15 +114,20 @@ def _execute(path: Path, timeout: float | None) -> ModuleType:
         with contextlib.redirect_stdout(sys.stderr), TimeLimit(timeout, lambda: 0):
             spec.loader.exec_module(module)  # type: ignore[union-attr]
     except Stopped as exc:
-        raise UsageError(f"{shown}: loading it ran for {timeout:g} s (the time limit, --timeout) and was stopped at "
-                         f"{frame_text(exc.at())}: its top level runs when it is loaded, so keep long work inside "
-                         "the program") from None
+        raise UsageError(
+            f"{shown}: loading it ran for {timeout:g} s (the time limit, --timeout) and was stopped at "
+            f"{frame_text(exc.at())}: its top level runs when it is loaded, so keep long work inside "
+            "the program"
+        ) from None
     except SyntaxError as exc:  # a file it imports does not compile
-        raise UsageError(f"{short_path(exc.filename or str(path))}:{exc.lineno}: it does not compile: {exc.msg} "
-                         f"(imported by {shown})") from None
+        raise UsageError(
+            f"{short_path(exc.filename or str(path))}:{exc.lineno}: it does not compile: {exc.msg} "
+            f"(imported by {shown})"
+        ) from None
     except (Exception, SystemExit) as exc:
-        raise UsageError(f"{shown}: loading it raised {type(exc).__name__}: {one_line(exc)} at "
-                         f"{raised_at(exc, path)}") from None
+        raise UsageError(
+            f"{shown}: loading it raised {type(exc).__name__}: {one_line(exc)} at {raised_at(exc, path)}"
+        ) from None
     return module
 
 
@@ -134,29 +149,33 @@ def one_line(exc: BaseException) -> str:
 def _check_program(obj: Any, what: str) -> None:
     """A program is a plain function (or a callable object) run once per rank to its end."""
     if inspect.isgeneratorfunction(obj) or inspect.isasyncgenfunction(obj):
-        raise UsageError(f"{what} is a generator function (it uses yield): a program runs to its end and returns "
-                         "its value")
+        raise UsageError(
+            f"{what} is a generator function (it uses yield): a program runs to its end and returns its value"
+        )
     if inspect.iscoroutinefunction(obj):
         raise UsageError(f"{what} is an async function: a program is a plain function (def, not async def)")
     if inspect.isfunction(obj) or isinstance(obj, functools.partial):
         return
-    if callable(obj) and not inspect.isclass(obj) and not inspect.isbuiltin(obj) \
-            and not isinstance(obj, MethodWrapperType) and type(obj).__module__ != "builtins":
+    if (
+        callable(obj)
+        and not inspect.isclass(obj)
+        and not inspect.isbuiltin(obj)
+        and not isinstance(obj, MethodWrapperType)
+        and type(obj).__module__ != "builtins"
+    ):
         return  # an instance whose class defines __call__
     name = type(obj).__name__
     kind = "a class" if inspect.isclass(obj) else f"{'an' if name[:1] in 'aeiou' else 'a'} {name}"
     raise UsageError(f"{what} is {kind}, not a function: name a function def NAME(ctx) of the file")
 
 
-def _optional(module: ModuleType, name: str, where: Callable[[str], str], ok: Callable[[Any], bool],
-              what: str) -> Any:
+def _optional(module: ModuleType, name: str, where: Callable[[str], str], ok: Callable[[Any], bool], what: str) -> Any:
     if not hasattr(module, name):
         return None
     value = getattr(module, name)
     if not ok(value):
         raise UsageError(f"{where(name)}: {name} must be {what}, got {brief(value)}")
     return value
-
 
 
 def _positive_int(hi: int, lo: int = 1) -> Callable[[Any], bool]:

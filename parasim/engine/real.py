@@ -4,6 +4,7 @@ Every real rank hands back its own record of each call (comm/torchdist.py). Thos
 rank by rank and call by call, with what the same rank did on virtual ranks (compare.py), and merged into
 one trace with the same logical clock as the virtual engine, plus the measured time of every call (merge.py).
 """
+
 from __future__ import annotations
 
 import time
@@ -46,15 +47,24 @@ class RealReport:
         for e in self.trace.events:
             for m in e.members:
                 out.setdefault(e.op, []).append(self.times[(e.seq, m.rank)][1])
-        return {op: {"calls": len(v), "total_ms": round(sum(v) / 1e3, 3), "mean_us": round(sum(v) / len(v), 1)}
-                for op, v in sorted(out.items())}
+        return {
+            op: {"calls": len(v), "total_ms": round(sum(v) / 1e3, 3), "mean_us": round(sum(v) / len(v), 1)}
+            for op, v in sorted(out.items())
+        }
 
     def to_dict(self) -> dict:
-        return {"backend": self.backend, "world": self.world, "match": self.match,
-                "differences": self.differences, "timings": self.timings(),
-                "startup_s": round(self.startup_s, 3), "events": len(self.trace.events),
-                "device": self.device, "wire": self.wire,
-                "tolerance": "exact" if self.closest is None else self.closest.to_dict()}
+        return {
+            "backend": self.backend,
+            "world": self.world,
+            "match": self.match,
+            "differences": self.differences,
+            "timings": self.timings(),
+            "startup_s": round(self.startup_s, 3),
+            "events": len(self.trace.events),
+            "device": self.device,
+            "wire": self.wire,
+            "tolerance": "exact" if self.closest is None else self.closest.to_dict(),
+        }
 
 
 def run_real(target: Target, world: int, opts: RealOptions, virtual_program: Any = None) -> RealReport | None:
@@ -81,26 +91,37 @@ def run_real_many(jobs: list[RankJob], world: int) -> list[RealReport]:
     return [_compared(target, opts, results, startup) for (target, opts), results in zip(jobs, runs)]
 
 
-def _compared(target: Target, opts: RealOptions, results: list[dict], startup: float,
-              virtual_program: Any = None) -> RealReport:
+def _compared(
+    target: Target, opts: RealOptions, results: list[dict], startup: float, virtual_program: Any = None
+) -> RealReport:
     """The report of one real run: its merged trace, and its differences from the virtual run."""
     world = len(results)
     program = virtual_program if virtual_program is not None else target
     if not callable(program):
         from .launch import _load
+
         program = _load(program)
-    virtual = run_virtual(program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo,
-                          timeout=opts.timeout)
+    virtual = run_virtual(
+        program, world, seed=opts.seed, keep_values=opts.keep_values, algo=opts.algo, timeout=opts.timeout
+    )
     trace, times = merge(results, opts.backend)
-    report = RealReport(opts.backend, world, [r["value"] for r in results], trace, times,
-                        startup_s=max(0.0, startup), device=results[0].get("device", "cpu"),
-                        wire=results[0].get("wire", "cpu"))
+    report = RealReport(
+        opts.backend,
+        world,
+        [r["value"] for r in results],
+        trace,
+        times,
+        startup_s=max(0.0, startup),
+        device=results[0].get("device", "cpu"),
+        wire=results[0].get("wire", "cpu"),
+    )
     report.differences, report.closest = compare(virtual, results)
     return report
 
 
 def _torchrun() -> bool:
     from ..comm.torchrun import under_torchrun
+
     return under_torchrun()
 
 

@@ -1,4 +1,5 @@
 """`parasim.run`: call an SPMD program once per rank and collect its values and trace."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -11,9 +12,20 @@ from .virtual import RunResult, run_virtual
 BACKENDS = ("virtual", "symbolic", "gloo", "nccl")
 
 
-def run(program: Callable[[Context], Any], world: int | None = None, backend: str = "virtual", *, seed: int = 0,
-        keep_values: int = 0, algo: str = "direct", check: bool = True, timeout: float | None = TIMEOUT,
-        layout: Any = None, fold: list[int] | None = None, precision: Any = None) -> RunResult:
+def run(
+    program: Callable[[Context], Any],
+    world: int | None = None,
+    backend: str = "virtual",
+    *,
+    seed: int = 0,
+    keep_values: int = 0,
+    algo: str = "direct",
+    check: bool = True,
+    timeout: float | None = TIMEOUT,
+    layout: Any = None,
+    fold: list[int] | None = None,
+    precision: Any = None,
+) -> RunResult:
     """Run `program(ctx)` on `world` ranks: virtual ranks in this process, symbolic ones (shapes and bytes,
     no values: real sizes), or real ones (gloo, nccl) in `world` local processes, for which `program` must
     be picklable (a module-level function).
@@ -34,9 +46,11 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
     virtual and real ranks compute in float64, exact, and the trace says which precision they stand for.
     """
     from ..layout.precision import precision as precision_of
+
     precision = precision_of(precision)
     if layout is not None:
         from .context import WithLayout
+
         if world is not None and world != layout.world:
             raise UsageError(f"world {world} differs from the layout's {layout.world} GPUs")
         world = layout.world
@@ -51,21 +65,30 @@ def run(program: Callable[[Context], Any], world: int | None = None, backend: st
         check_timeout(timeout)
     if backend == "symbolic":
         from .symbolic.backend import run_symbolic
+
         at_most("world size", world, VIRTUAL_WORLD, "symbolic ranks run in this one process, one greenlet each")
-        return _stamped(run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout,
-                                     precision=precision), precision.name, exact=False)
+        return _stamped(
+            run_symbolic(program, world, seed=seed, algo=algo, fold=fold, timeout=timeout, precision=precision),
+            precision.name,
+            exact=False,
+        )
     if backend == "virtual":
-        at_most("world size", world, VIRTUAL_WORLD,
-                "virtual ranks hold real arrays, all in this one process")
+        at_most("world size", world, VIRTUAL_WORLD, "virtual ranks hold real arrays, all in this one process")
     else:
         from .launch import RealOptions, launch
         from .merge import merge
+
         assert timeout is not None  # check_timeout above refused None: real ranks always run under a limit
         results = launch(program, world, RealOptions(backend, seed, keep_values, algo, check, timeout))
         trace, times = merge(results, backend)
         return _stamped(RunResult([r["value"] for r in results], trace, times), precision.name, exact=True)
-    return _stamped(run_virtual(program, world, seed=seed, keep_values=keep_values, algo=algo, timeout=timeout,
-                                precision=precision), precision.name, exact=True)
+    return _stamped(
+        run_virtual(
+            program, world, seed=seed, keep_values=keep_values, algo=algo, timeout=timeout, precision=precision
+        ),
+        precision.name,
+        exact=True,
+    )
 
 
 def _stamped(result: RunResult, precision: str, exact: bool) -> RunResult:

@@ -10,6 +10,7 @@ section 4.2, eq. 4.4; Lemma 3.1 for gamma). A dot product of n terms (a matrix p
 gamma(n) * sum |x_i y_i| (eq. 3.4). Two computations of one sum in two orders (real ranks and virtual ranks,
 a split run and its reference) are each that close to the exact sum, so within the two bounds added up.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,8 +32,15 @@ class Roundoff:
     u: float  # unit roundoff: 2^-p for p significant bits (the leading one counted)
 
 
-ROUNDOFFS = {p.name: p for p in (Roundoff("bfloat16", "bf16", 2.0 ** -8), Roundoff("float16", "fp16", 2.0 ** -11),
-                                 Roundoff("float32", "fp32", 2.0 ** -24), Roundoff("float64", "fp64", 2.0 ** -53))}
+ROUNDOFFS = {
+    p.name: p
+    for p in (
+        Roundoff("bfloat16", "bf16", 2.0**-8),
+        Roundoff("float16", "fp16", 2.0**-11),
+        Roundoff("float32", "fp32", 2.0**-24),
+        Roundoff("float64", "fp64", 2.0**-53),
+    )
+}
 COMPLEX = {"complex64": "float32", "complex128": "float64"}  # each part rounds as its float does
 
 
@@ -89,12 +97,21 @@ class Closeness:
         k = f"{self.roundings:,} {p.short} rounding{'s' if self.roundings != 1 else ''}"
         if math.isinf(self.bound):  # k u >= 1: the bound allows any gap, and says so
             return f"within {k} of {self.of}: largest gap {self.gap:.3g}, and {k} bound nothing ({p.u:.3g} each)"
-        return (f"{'within' if self.ok else 'past'} {k} of {self.of}: largest gap {self.gap:.3g} "
-                f"{'<=' if self.ok else '>'} {self.bound:.3g}")
+        return (
+            f"{'within' if self.ok else 'past'} {k} of {self.of}: largest gap {self.gap:.3g} "
+            f"{'<=' if self.ok else '>'} {self.bound:.3g}"
+        )
 
     def to_dict(self) -> dict:
-        return {"dtype": self.dtype, "roundings": self.roundings, "of": self.of, "gap": self.gap,
-                "bound": self.bound, "ok": self.ok, "words": self.words()}
+        return {
+            "dtype": self.dtype,
+            "roundings": self.roundings,
+            "of": self.of,
+            "gap": self.gap,
+            "bound": self.bound,
+            "ok": self.ok,
+            "words": self.words(),
+        }
 
 
 def allowed(dtype: str | None, roundings: int, magnitude: Any) -> Any:
@@ -103,8 +120,9 @@ def allowed(dtype: str | None, roundings: int, magnitude: Any) -> Any:
     return 2 * gamma(roundings, roundoff(dtype).u) * magnitude
 
 
-def measure(got: np.ndarray, want: np.ndarray, dtype: str | None, roundings: int, magnitude: Any, of: str,
-            slack: Any = 0.0) -> Closeness:
+def measure(
+    got: np.ndarray, want: np.ndarray, dtype: str | None, roundings: int, magnitude: Any, of: str, slack: Any = 0.0
+) -> Closeness:
     """How close `got` came to `want` (float64 arrays of one shape, their NaNs and infinities equal where they
     stand) against `allowed(dtype, roundings, magnitude)` plus `slack` (an allowance carried in, such as the
     gaps of a sum's own inputs): the element that used most of its allowance. A NaN or an infinity on one side

@@ -10,6 +10,7 @@ torch dtype of that name first. Everything else is the namespace's own.
 (a torch function mode: torch hands it each call), and adds up the roundings of its products and reductions,
 so that engine/compare.py can say how far the rank's values may drift from numpy's on virtual ranks.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -21,8 +22,16 @@ from .tolerance import reduced
 # over the values each result gathers (a mean divides once more), a softmax or running sum along its dim
 PRODUCTS = ("matmul", "__matmul__", "mm", "bmm", "mv", "dot", "inner", "vdot", "linear", "addmm", "baddbmm")
 PAIRS = ("tensordot", "einsum")  # summed length from the sizes: sqrt(|a| |b| / |out|)
-SUMS = {"sum": False, "nansum": False, "mean": True, "nanmean": True, "var": True, "std": True, "norm": True,
-        "logsumexp": True}
+SUMS = {
+    "sum": False,
+    "nansum": False,
+    "mean": True,
+    "nanmean": True,
+    "var": True,
+    "std": True,
+    "norm": True,
+    "logsumexp": True,
+}
 ALONG = ("softmax", "log_softmax", "cumsum", "cumprod")
 
 _POSITIONAL = {"astype": 1, "finfo": 0, "iinfo": 0}  # functions whose dtype may come as a positional argument
@@ -48,7 +57,7 @@ class TorchNamespace:
             if isinstance(kw.get("dtype"), str):
                 kw["dtype"] = torch_dtype(kw["dtype"])
             if at is not None and len(args) > at and isinstance(args[at], str):
-                args = (*args[:at], torch_dtype(args[at]), *args[at + 1:])
+                args = (*args[:at], torch_dtype(args[at]), *args[at + 1 :])
             return value(*args, **kw)
 
         named.__name__ = name
@@ -66,6 +75,7 @@ def torch_dtype(name: str) -> Any:
 
     from ..errors import UsageError
     from ..comm.interface import dtype_name
+
     try:
         canonical = dtype_name(name)  # "f4" -> "float32", as numpy reads names
     except Exception:  # a name numpy cannot read at all

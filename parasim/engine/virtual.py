@@ -1,4 +1,5 @@
 """Virtual ranks: one process, numpy arrays, cooperative scheduling; the same trace on every run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,16 @@ class RunResult:
         return self.trace.world
 
 
-def run_virtual(program: Callable[[Context], Any], world: int, *, seed: int = 0, keep_values: int = 0,
-                algo: str = "direct", timeout: float | None = None, precision: Any = None) -> RunResult:
+def run_virtual(
+    program: Callable[[Context], Any],
+    world: int,
+    *,
+    seed: int = 0,
+    keep_values: int = 0,
+    algo: str = "direct",
+    timeout: float | None = None,
+    precision: Any = None,
+) -> RunResult:
     """`program(ctx)` on `world` virtual ranks (checked by `parasim.run`, which calls this)."""
     # Imported here so that `import parasim` stays light.
     import array_api_compat.numpy as xp

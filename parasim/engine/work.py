@@ -18,6 +18,7 @@ added, for the rank that ran it. Added up, they bound how many roundings any one
 through in ctx.xp's products and sums, which is what engine/tolerance.py needs to say how far a real rank's
 arithmetic may drift from a virtual rank's (arithmetic outside ctx.xp is not seen).
 """
+
 from __future__ import annotations
 
 from math import prod
@@ -101,7 +102,7 @@ def counting(xp: Any, meter: Meter) -> Any:
         out = tensordot(a, b, axes=axes)
         sa = asarray(a).shape
         if isinstance(axes, int):
-            summed = prod(sa[len(sa) - axes:]) if axes else 1
+            summed = prod(sa[len(sa) - axes :]) if axes else 1
         else:
             first = axes[0]
             summed = prod(sa[k] for k in ([first] if isinstance(first, int) else first))
@@ -111,10 +112,12 @@ def counting(xp: Any, meter: Meter) -> Any:
 
     def summing(fn: Callable[..., Any], divides: bool) -> Callable[..., Any]:
         """fn (a sum, or a mean: one rounding more, its division) with its additions counted."""
+
         def counted(x: Any, /, *args: Any, **kw: Any) -> Any:
             out = fn(x, *args, **kw)
             meter.round(reduced(int(np.size(x)), int(np.size(out)), divides))
             return out
+
         return counted
 
     ns.matmul, ns.tensordot = counted_matmul, counted_tensordot

@@ -6,6 +6,7 @@ alike layers, which holds the most micro-batches in flight, and the last, which 
 rule for its layers on stages, layout/stages.py, says which those are). The search builds every valid layout
 as columns of numpy arrays and solves them all at once.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,10 +24,13 @@ from ..layout import ModelSpec
 
 # The post's nine layouts for the 27B model's longest sequence, one node or two: (nodes, label, Plan fields)
 LONGEST_ROWS = (
-    (1, "TP8", dict(tp=8)), (1, "TP8 + SP", dict(tp=8, sp=True)), (1, "TP4 + SP + CP2", dict(tp=4, sp=True, cp=2)),
+    (1, "TP8", dict(tp=8)),
+    (1, "TP8 + SP", dict(tp=8, sp=True)),
+    (1, "TP4 + SP + CP2", dict(tp=4, sp=True, cp=2)),
     (1, "TP2 + SP + PP4", dict(tp=2, sp=True, pp=4)),
     (1, "TP8 + SP + full recompute", dict(tp=8, sp=True, recompute="full")),
-    (2, "TP8 + SP, DP2", dict(tp=8, sp=True, dp=2)), (2, "TP8 + SP + PP2", dict(tp=8, sp=True, pp=2)),
+    (2, "TP8 + SP, DP2", dict(tp=8, sp=True, dp=2)),
+    (2, "TP8 + SP + PP2", dict(tp=8, sp=True, pp=2)),
     (2, "TP8 + SP + CP2", dict(tp=8, sp=True, cp=2)),
     (2, "TP8 + SP + CP2 + full recompute", dict(tp=8, sp=True, cp=2, recompute="full")),
 )
@@ -58,9 +62,16 @@ class Fit:
     at_max: Breakdown  # memory at that length, on the binding stage
 
     def to_dict(self, unit: float = 1e9) -> dict[str, Any]:
-        return {"model": self.at_max.model.name, "layout": self.plan.to_dict(), "usable": self.usable / unit,
-                "unit_bytes": unit, "max_seq_tokens": self.seq, "binding_stage": self.at_max.stage + 1,
-                "model_state": self.at_max.model_state / unit, "memory_at_max": self.at_max.to_dict(unit)}
+        return {
+            "model": self.at_max.model.name,
+            "layout": self.plan.to_dict(),
+            "usable": self.usable / unit,
+            "unit_bytes": unit,
+            "max_seq_tokens": self.seq,
+            "binding_stage": self.at_max.stage + 1,
+            "model_state": self.at_max.model_state / unit,
+            "memory_at_max": self.at_max.to_dict(unit),
+        }
 
 
 def fit(model: ModelSpec, plan: Plan, usable: float) -> Fit:
@@ -105,12 +116,26 @@ class Plans:
         return len(self.tp)
 
     def plan(self, i: int) -> Plan:
-        return Plan(tp=int(self.tp[i]), sp=bool(self.sp[i]), cp=int(self.cp[i]), pp=int(self.pp[i]),
-                    dp=int(self.dp[i]), ep=int(self.ep[i]), etp=int(self.etp[i]), zero=int(self.zero[i]),
-                    recompute=RECOMPUTE[int(self.rc[i])], flash=self.flash, dropout=self.dropout,
-                    micro_batch=self.micro_batch, chunked_loss=self.chunked_loss,
-                    working_layers=self.working_layers, precision=self.precision,
-                    attention_kernel=self.attention_kernel, fusion=self.fusion, dispatcher=self.dispatcher)
+        return Plan(
+            tp=int(self.tp[i]),
+            sp=bool(self.sp[i]),
+            cp=int(self.cp[i]),
+            pp=int(self.pp[i]),
+            dp=int(self.dp[i]),
+            ep=int(self.ep[i]),
+            etp=int(self.etp[i]),
+            zero=int(self.zero[i]),
+            recompute=RECOMPUTE[int(self.rc[i])],
+            flash=self.flash,
+            dropout=self.dropout,
+            micro_batch=self.micro_batch,
+            chunked_loss=self.chunked_loss,
+            working_layers=self.working_layers,
+            precision=self.precision,
+            attention_kernel=self.attention_kernel,
+            fusion=self.fusion,
+            dispatcher=self.dispatcher,
+        )
 
 
 def _divisors(n: int) -> list[int]:
@@ -137,18 +162,32 @@ def _tp_ok(model: ModelSpec, tp: int) -> bool:
     return True
 
 
-def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero: int | None = None,
-                    recompute: str | None = None, **choices: Any) -> Plans:
+def enumerate_plans(
+    model: ModelSpec,
+    nodes: range,
+    gpus_per_node: int = 8,
+    zero: int | None = None,
+    recompute: str | None = None,
+    **choices: Any,
+) -> Plans:
     """Every valid layout on each node count: TP inside a node (dividing the heads), PP splitting the
     layers by the model's rule (layout/stages.py: dividing them, unless the rule allows otherwise), CP and
     DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE models every EP size
     dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
-    at_most(f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
-            max(nodes) * gpus_per_node, LAYOUT_WORLD, "each layout's groups are built rank by rank")
+    at_most(
+        f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
+        max(nodes) * gpus_per_node,
+        LAYOUT_WORLD,
+        "each layout's groups are built rank by rank",
+    )
     tps = [t for t in _divisors(gpus_per_node) if _tp_ok(model, t)]
     keys = {key for _, key in _candidates(model, nodes, gpus_per_node, tps)}  # sizes recur on many node counts
-    at_most("layouts in one search", len(keys), SEARCH_LAYOUTS,
-            "each is built and checked by the layout rules: search fewer node counts")
+    at_most(
+        "layouts in one search",
+        len(keys),
+        SEARCH_LAYOUTS,
+        "each is built and checked by the layout rules: search fewer node counts",
+    )
     valid = {key: _valid(model, *key) for key in keys}
     base = [(n, *key) for n, key in _candidates(model, nodes, gpus_per_node, tps) if valid[key]]
     if not base:
@@ -164,8 +203,19 @@ def enumerate_plans(model: ModelSpec, nodes: range, gpus_per_node: int = 8, zero
     # with nothing to shard over, ZeRO stages are all the same layout: keep one
     keep &= (dp * cp > 1) | (ep > 1) | (zz == 1)
     sel = np.flatnonzero(keep)
-    return Plans(tp=tp[sel], sp=sp[sel], cp=cp[sel], pp=pp[sel], dp=dp[sel], ep=ep[sel],
-                 etp=np.ones(len(sel), dtype=np.int64), zero=zz[sel], rc=rc[sel], nodes=n[sel], **choices)
+    return Plans(
+        tp=tp[sel],
+        sp=sp[sel],
+        cp=cp[sel],
+        pp=pp[sel],
+        dp=dp[sel],
+        ep=ep[sel],
+        etp=np.ones(len(sel), dtype=np.int64),
+        zero=zz[sel],
+        rc=rc[sel],
+        nodes=n[sel],
+        **choices,
+    )
 
 
 def _candidates(model: ModelSpec, nodes: range, gpus_per_node: int, tps: list[int]) -> Any:
@@ -195,8 +245,9 @@ def family(plan: Plan) -> str:
     return family_name(plan.tp > 1, plan.sp, plan.cp > 1, plan.pp > 1, plan.ep > 1, plan.rc)
 
 
-def search(model: ModelSpec, nodes: range, usable: float, gpus_per_node: int = 8, top: int = 5,
-           **choices: Any) -> dict[str, Any]:
+def search(
+    model: ModelSpec, nodes: range, usable: float, gpus_per_node: int = 8, top: int = 5, **choices: Any
+) -> dict[str, Any]:
     """Rank every layout on each node count by the longest sequence; ties go to less sharding
     (a lower ZeRO stage, less recomputation, fewer pipeline stages)."""
     plans = enumerate_plans(model, nodes, gpus_per_node, **choices)
@@ -209,11 +260,17 @@ def search(model: ModelSpec, nodes: range, usable: float, gpus_per_node: int = 8
     for n, a, b in zip(nodes, starts, ends):
         rows = order[a:b]
         ranked = [{**plans.plan(int(i)).to_dict(), "max_seq_tokens": int(seq[i])} for i in rows[:top]]
-        out.append({"nodes": n, "gpus": n * gpus_per_node, "layouts": int(len(rows)),
-                    "best": ranked[0] if ranked else None, "top": ranked})
+        out.append(
+            {
+                "nodes": n,
+                "gpus": n * gpus_per_node,
+                "layouts": int(len(rows)),
+                "best": ranked[0] if ranked else None,
+                "top": ranked,
+            }
+        )
     # the best length per family and node count, vectorised (a Python loop over every row is too slow)
-    code = ((plans.tp > 1) + 2 * plans.sp + 4 * (plans.cp > 1) + 8 * (plans.pp > 1) + 16 * (plans.ep > 1)
-            + 32 * plans.rc)
+    code = (plans.tp > 1) + 2 * plans.sp + 4 * (plans.cp > 1) + 8 * (plans.pp > 1) + 16 * (plans.ep > 1) + 32 * plans.rc
     codes, inverse = np.unique(code, return_inverse=True)
     best = np.full((len(codes), len(nodes)), -1.0)
     np.maximum.at(best, (inverse, plans.nodes - nodes.start), seq)
@@ -222,8 +279,7 @@ def search(model: ModelSpec, nodes: range, usable: float, gpus_per_node: int = 8
         c = int(c)
         name = family_name(bool(c & 1), bool(c & 2), bool(c & 4), bool(c & 8), bool(c & 16), c // 32)
         families[name] = {n: int(best[k, j]) for j, n in enumerate(nodes) if best[k, j] >= 0}
-    return {"model": model.name, "usable": usable, "layouts_tried": int(len(plans)), "nodes": out,
-            "families": families}
+    return {"model": model.name, "usable": usable, "layouts_tried": int(len(plans)), "nodes": out, "families": families}
 
 
 def parse_nodes(text: str) -> range:
@@ -242,5 +298,15 @@ def parse_nodes(text: str) -> range:
     return range(a, b + 1)
 
 
-__all__ = ["Fit", "Plans", "fit", "search", "enumerate_plans", "longest", "solve", "parse_nodes", "family",
-           "LayoutError"]
+__all__ = [
+    "Fit",
+    "Plans",
+    "fit",
+    "search",
+    "enumerate_plans",
+    "longest",
+    "solve",
+    "parse_nodes",
+    "family",
+    "LayoutError",
+]

@@ -3,6 +3,7 @@ of each kernel split, the bytes each reads and writes per value of what it runs 
 per logit. One entry per framework split (FUSIONS); `Plan.fusion` names one, and nothing here imports the
 rest of parasim, so the plan (estimate/memory.py) can check the name where it is made.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ class Fusion:
     """How a framework splits a layer's elementwise work into kernels: its passes, what a gated MLP adds to
     the "ffn" rows, and the bytes per logit its loss moves forward and backward (None: three passes of the
     precision's logits dtype, written, read by the loss, their gradient written)."""
+
     passes: tuple[tuple[str, str, float, float], ...]
     gated_extra: float
     logits_bytes: float | None
@@ -57,12 +59,20 @@ class Fusion:
 
 
 FUSIONS: dict[str, Fusion] = {
-    "megatron": Fusion(ELEMENTWISE, GATED_EXTRA, None,
-                       "Megatron-LM / TransformerEngine's fused kernels (bias, dropout and residual in one; "
-                       "LayerNorm or RMSNorm in one)"),
+    "megatron": Fusion(
+        ELEMENTWISE,
+        GATED_EXTRA,
+        None,
+        "Megatron-LM / TransformerEngine's fused kernels (bias, dropout and residual in one; "
+        "LayerNorm or RMSNorm in one)",
+    ),
     # cross_entropy(pred.float()): cast 2+4, log_softmax 4+4; backward the loss's gradient 4, log_softmax's
     # 4+4+4, the cast's 4+2
-    "torch-eager": Fusion(TORCH_EAGER, 0.0, 36.0,
-                          "eager PyTorch as torchtitan's Llama runs it without torch.compile (models/norms.py, "
-                          "models/llama/model.py, train.py's cross_entropy(pred.float()))"),
+    "torch-eager": Fusion(
+        TORCH_EAGER,
+        0.0,
+        36.0,
+        "eager PyTorch as torchtitan's Llama runs it without torch.compile (models/norms.py, "
+        "models/llama/model.py, train.py's cross_entropy(pred.float()))",
+    ),
 }

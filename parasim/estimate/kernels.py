@@ -9,6 +9,7 @@ measured point's own figure there); outside them it holds the nearest edge and s
 asked size is more than 2x past the edge. A GPU type hardware.py does not know is refused.
 
 The large tables are JSON under data/ (one table a line): gemm.json, attention.json, collectives.json."""
+
 from __future__ import annotations
 
 from bisect import bisect_right
@@ -32,6 +33,7 @@ READ = "2026-12-05"  # the date every source below was read for this table
 @dataclass(frozen=True)
 class Source:
     """Where a table's numbers come from: the document, its address, where in it, and what was measured."""
+
     document: str
     address: str
     where: str  # table, figure or file, and the version read
@@ -40,15 +42,17 @@ class Source:
 
 SOURCES: dict[str, Source] = {
     "xla-gemm": Source(
-        "OpenXLA, GPU cost model's default matmul performance table", "https://github.com/openxla/xla/blob/main/"
-        "xla/service/gpu/model/default_matmul_perf_table.txtpb",
+        "OpenXLA, GPU cost model's default matmul performance table",
+        "https://github.com/openxla/xla/blob/main/xla/service/gpu/model/default_matmul_perf_table.txtpb",
         "key sm_90, entries with b: 1, flops 'bf16xbf16->bf16'; read in the ROCm/xla mirror of openxla main, "
         "commit 183fa00cb5d8 (2026-08-22)",
         "H100 (sm_90; commit b2766086ec 'Update ... cost model for GEMMS on H100'; the SKU is not stated, but "
         "805 TFLOP/s at its best exceeds the PCIe card's 756 dense peak); xla/tools/matmul_perf_table_gen: FLOP/s "
-        "= 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and clocks not stated"),
+        "= 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and clocks not stated",
+    ),
     "xla-gemm-b200": Source(
-        "OpenXLA, GPU cost model's default matmul performance table", "https://github.com/openxla/xla/blob/"
+        "OpenXLA, GPU cost model's default matmul performance table",
+        "https://github.com/openxla/xla/blob/"
         "336bb15c32a11820a81b226ae502d9ebbfab4412/xla/service/gpu/model/default_matmul_perf_table.txtpb",
         "key sm_100_B200, entries with b: 1 (m, n, k each 256-4096), flops 'bf16xbf16->bf16' and "
         "'f8e4m3fnxf8e4m3fn->bf16'; openxla/xla commit 336bb15c32a1 (its sm_90 entries are the xla-gemm table's, "
@@ -56,43 +60,51 @@ SOURCES: dict[str, Source] = {
         "B200 (sm_100); xla/tools/matmul_perf_table_gen: FLOP/s = 2bmnk / runtime of the HLO dot; CUDA, cuBLAS and "
         "clocks not stated. Its best BF16 product at b: 1 is 1417 TFLOP/s (4096 cubed), below MAMF's search best "
         "(1745 at 1792x16128x3072): a B200 is not yet full at 4096 cubed (the same table's b: 4 at 4096 cubed, four "
-        "such products in one launch, reaches 1670)"),
+        "such products in one launch, reaches 1670)",
+    ),
     "cuda11-blog": Source(
         "NVIDIA Developer Blog, 'CUDA 11 Features Revealed' (2020), Figure 6 'Mixed-precision matrix multiply on "
-        "A100 with cuBLAS'", "https://developer.nvidia.com/blog/cuda-11-features-revealed/",
+        "A100 with cuBLAS'",
+        "https://developer.nvidia.com/blog/cuda-11-features-revealed/",
         "the figure as ml-engineering reproduces it (compute/accelerator/images/nvidia-a100-matmul-tflops.png, "
         "commit 744d01e18b); BF16 points read off the plot by pixel position, +-4 TFLOP/s",
-        "A100 at launch (2020: the 40GB SXM4 card; the figure does not say), cuBLAS of CUDA 11.0, m = n = k"),
+        "A100 at launch (2020: the 40GB SXM4 card; the figure does not say), cuBLAS of CUDA 11.0, m = n = k",
+    ),
     "mamf": Source(
         "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
         "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
         "FP8 (float8_e4m3fn) rows, commit 744d01e18b (2026-08-22)",
         "torch.mm, mean of 100 iterations after 50 warmup, best shape of a brute-force search; H100 SXM torch "
-        "2.7.0+cu126, H200 SXM torch 2.7.1+cu128; 'Theory' column 1979 = FP8 dense peak, twice BF16's 989"),
+        "2.7.0+cu126, H200 SXM torch 2.7.1+cu128; 'Theory' column 1979 = FP8 dense peak, twice BF16's 989",
+    ),
     "mamf-bf16": Source(
         "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
         "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
         "the BF16 table's A100 row, commit 744d01e18b (2026-08-22): '| NVIDIA A100 SXM | 271.2 | 312 | 86.9% | "
         "1024x10240x5120 | 2.6.0+cu126 |'",
         "A100 SXM (the table's 'Theory' 312 TFLOP/s), torch.mm, mean of 100 iterations after 50 warmup, the best "
-        "shape of a brute-force search over shapes, torch 2.6.0+cu126"),
+        "shape of a brute-force search over shapes, torch 2.6.0+cu126",
+    ),
     "fa2-a100": Source(
         "T. Dao, FlashAttention-2 (arXiv 2307.08691), Figure 4: attention forward + backward speed on A100",
         "https://arxiv.org/abs/2307.08691",
         "Figure 4 as the repository prints it: Dao-AILab/flash-attention assets/flash2_a100_fwd_bwd_benchmark.png "
         "(commit 4f285b35, 2023-07-17); bar labels, two hidden by the legend read from bar heights",
-        "A100 80GB SXM4, FP16/BF16, hidden 2048, batch x sequence = 16k tokens; library versions not stated"),
+        "A100 80GB SXM4, FP16/BF16, hidden 2048, batch x sequence = 16k tokens; library versions not stated",
+    ),
     "fa2-h100": Source(
         "T. Dao, FlashAttention-2 (arXiv 2307.08691), Figure 7: attention forward + backward speed on H100",
         "https://arxiv.org/abs/2307.08691",
         "assets/flash2_h100_fwd_bwd_benchmark.png in Dao-AILab/flash-attention (commit 4f285b35); bar labels",
-        "H100 80GB SXM5, the A100 code without Hopper instructions, FP16/BF16, hidden 2048, 16k tokens"),
+        "H100 80GB SXM5, the A100 code without Hopper instructions, FP16/BF16, hidden 2048, 16k tokens",
+    ),
     "fa3-paper": Source(
         "J. Shah et al., FlashAttention-3 (arXiv 2407.08608v2), Figures 5 (forward) and 6 (backward)",
         "https://arxiv.org/abs/2407.08608",
         "the bar labels of Figures 5 and 6 in the PDF's text layer (pdftotext); backward is published without "
         "the causal mask only",
-        "H100 80GB SXM5, FP16, hidden 2048, 16k tokens; FlashAttention-3 beta of July 2024 (CUDA >= 12.3)"),
+        "H100 80GB SXM5, FP16, hidden 2048, 16k tokens; FlashAttention-3 beta of July 2024 (CUDA >= 12.3)",
+    ),
     "cudnn-b200": Source(
         "NVIDIA cudnn-frontend, SDPA training benchmark (benchmark/sdpa_benchmark_training)",
         "https://github.com/NVIDIA/cudnn-frontend/tree/0b1577c/benchmark/sdpa_benchmark_training",
@@ -101,88 +113,109 @@ SOURCES: dict[str, Source] = {
         "8k), commit 0b1577c (2025-10-10, 'cudnn frontend v1.15 release notes'; the artifacts left in b372d39)",
         "one B200 ('NVIDIA B200' in the log), free clock, cuDNN 9.13.1, CUDA 13.0, NGC PyTorch 25.09; batch 1, 128 "
         "query heads and 8 key/value heads, head dim 128, causal, BF16; median of 10 iterations after 5 dry runs; "
-        "FLOPs as FlashAttention counts them, over the query heads"),
+        "FLOPs as FlashAttention counts them, over the query heads",
+    ),
     "fa-pr2605": Source(
         "Dao-AILab/flash-attention pull request 2605 ('Bump nvidia-cutlass-dsl to >=4.5.2 and quack-kernels to "
-        ">=0.5.0', J. Ma, 2026-05-30), its B200 forward table", "https://github.com/Dao-AILab/flash-attention/pull/2605",
+        ">=0.5.0', J. Ma, 2026-05-30), its B200 forward table",
+        "https://github.com/Dao-AILab/flash-attention/pull/2605",
         "the cuDNN column of the forward table whose MFU is over 2.25 PF (the benchmark's B200 peak), head dim 64, "
         "causal and not; the backward tables and the rest of head dim 128 were not read",
         "one B200, driver 580.159.03, CUDA 13.1, NGC PyTorch 26.02; clocks locked (the value was not read; the "
         "author's issue 2570 locks the same machine at 1755 MHz); benchmarks/benchmark_attn.py, 32k tokens a "
-        "configuration, 32 heads, BF16, triton do_bench median of 100"),
+        "configuration, 32 heads, BF16, triton do_bench median of 100",
+    ),
     "opencl-benchmark": Source(
         "M. Lehmann (ProjectPhysX), OpenCL-Benchmark README, its NVIDIA B200 example",
         "https://github.com/ProjectPhysX/OpenCL-Benchmark",
         "'Memory Bandwidth ( coalesced read ) 6668.71 GB/s' and '( coalesced write) 6502.72 GB/s', commit 4694a5b",
-        "NVIDIA B200, driver 570.133.20, 148 SMs at 1965 MHz as OpenCL reports them; 4-byte coalesced accesses"),
+        "NVIDIA B200, driver 570.133.20, 148 SMs at 1965 MHz as OpenCL reports them; 4-byte coalesced accesses",
+    ),
     "fluidx3d": Source(
-        "M. Lehmann (ProjectPhysX), FluidX3D README, performance table", "https://github.com/ProjectPhysX/FluidX3D",
+        "M. Lehmann (ProjectPhysX), FluidX3D README, performance table",
+        "https://github.com/ProjectPhysX/FluidX3D",
         "the 'B200 SXM6 180GB' row, FP32/FP32: 42152 MLUPs/s (81% of 8000 GB/s), at 153 bytes a lattice update "
         "(the README's count), commit 8986874",
         "a D3Q19 lattice-Boltzmann update, bound by memory alone: 19 values loaded and 19 stored a cell, a mixed "
         "load and store stream as an elementwise pass is; the same table gives the H200 73%, the H100 SXM 80% and "
-        "the A100 SXM4 80GB 77%"),
+        "the A100 SXM4 80GB 77%",
+    ),
     "gpu-benches": Source(
-        "D. Ernst, gpu-benches: gpu-stream", "https://github.com/te42kyfo/gpu-benches/tree/master/gpu-stream",
+        "D. Ernst, gpu-benches: gpu-stream",
+        "https://github.com/te42kyfo/gpu-benches/tree/master/gpu-stream",
         "a100_80.txt and h200.txt (commit 1c36d509), the last row: block size 1024, 100% occupancy",
         "A100 80GB (the repository's plot script gives it 2,039 GB/s: the SXM card) and H200 (variant not "
-        "stated); STREAM-like kernels init, read, scale, triad; CUDA version not stated"),
+        "stated); STREAM-like kernels init, read, scale, triad; CUDA version not stated",
+    ),
     "flashmla": Source(
-        "DeepSeek, FlashMLA README", "https://github.com/deepseek-ai/FlashMLA",
+        "DeepSeek, FlashMLA README",
+        "https://github.com/deepseek-ai/FlashMLA",
         "'The dense MLA decoding kernel achieves up to 3000 GB/s in memory-bound configuration ... on H800 SXM5 "
         "with CUDA 12.8'",
         "H800 SXM5 (an H100 die with cut NVLink; same 3.35 TB/s HBM3, per third-party pages, not a datasheet), "
-        "a read-dominated decode kernel, CUDA 12.8"),
+        "a read-dominated decode kernel, CUDA 12.8",
+    ),
     "xla-collectives": Source(
-        "OpenXLA, GPU cost model's default collective performance table", "https://github.com/openxla/xla/blob/"
-        "main/xla/service/gpu/model/default_collective_perf_table.txtpb",
+        "OpenXLA, GPU cost model's default collective performance table",
+        "https://github.com/openxla/xla/blob/main/xla/service/gpu/model/default_collective_perf_table.txtpb",
         "key sm_90, all-reduce, all-gather, reduce-scatter, all-to-all (F32) in groups of 2, 4 and 8 of one "
         "8-GPU node; same mirror commit as xla-gemm",
         "H100 node (sm_90); collective_perf_table_gen.cc: network_throughput = the whole buffer (all-gather "
-        "output, reduce-scatter input) / median runtime, which is nccl-tests' algbw; NCCL version not stated"),
+        "output, reduce-scatter input) / median runtime, which is nccl-tests' algbw; NCCL version not stated",
+    ),
     "mamf-b200": Source(
         "S. Bekman, Machine Learning Engineering, 'Maximum Achievable Matmul FLOPS comparison table'",
         "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
         "the NVIDIA B200 SXM rows of the BF16 and FP8 (float8_e4m3fn) tables, commit 744d01e18b (2026-08-22): "
         "MAMF 1745.0, best shape 1792x16128x3072; FP8 3432.5, best shape 15360x4096x3072",
         "torch.mm, mean of 100 iterations after 50 warmup, best shape of a brute-force search; B200 SXM, torch "
-        "2.7.1+cu128; 'Theory' columns 2250 (BF16) and 4500 (FP8), the dense peaks hardware.py reads"),
+        "2.7.1+cu128; 'Theory' columns 2250 (BF16) and 4500 (FP8), the dense peaks hardware.py reads",
+    ),
     "mle-a100-allreduce": Source(
         "S. Bekman, Machine Learning Engineering, network chapter, 'Real network throughput'",
         "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
         "nccl-tests all_reduce_perf -b 32k -e 16G -f 2 -g 8 -n 50, busbw column (commit 744d01e18b)",
-        "one 8x A100 node (NVLink 3); NCCL version not stated"),
+        "one 8x A100 node (NVLink 3); NCCL version not stated",
+    ),
     "mle-h200-allreduce": Source(
         "S. Bekman, Machine Learning Engineering, network chapter: the 8x H200 all_reduce_bench.py sweep",
         "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
         "busbw column, 32KiB-16GiB (commit 744d01e18b); setup in network/benchmarks/README.md",
         "one 8x H200 node, torch 2.9.1+cu130, CUDA 13.0, NCCL 2.27.7, 5 warmup and 20 trials a size; NCCL "
-        "picks ring/LL up to 1MiB and NVLink SHARP (NVLS) from 2MiB, so large sizes pass the 450 GB/s wire"),
+        "picks ring/LL up to 1MiB and NVLink SHARP (NVLS) from 2MiB, so large sizes pass the 450 GB/s wire",
+    ),
     "mle-b200-allreduce": Source(
         "S. Bekman, Machine Learning Engineering, network chapter, 'Inter-node speed depends on intra-node speed'",
         "https://github.com/stas00/ml-engineering/blob/master/network/README.md",
         "the all_reduce busbw table's '1 node' column, 32KiB-16GiB (commit 744d01e18b)",
         "one 8x B200 node (AWS p6-b200.48xlarge, NVLink 5), all_reduce_bench.py, torch 2.9.1+cu130, CUDA 13.0, "
         "NCCL 2.27.7; the same chapter's SHARP sweep on that node type has NCCL pick NVLS at 8 GPUs (8GiB), so "
-        "large sizes can pass what a ring reaches"),
+        "large sizes can pass what a ring reaches",
+    ),
     "nccl-ndr": Source(
         "NVIDIA/nccl-tests issue 290, comment by NVIDIA's AddyLaddy (2025-03-03)",
         "https://github.com/NVIDIA/nccl-tests/issues/290",
         "'For NDR @ 400Gbps you should see 46-48GB/s per NIC' (two nodes, NCCL_ALGO=RING); the low end is used",
-        "H100 nodes with ConnectX-7 NDR InfiniBand (the thread's system); large messages, size not given"),
+        "H100 nodes with ConnectX-7 NDR InfiniBand (the thread's system); large messages, size not given",
+    ),
     "deepep": Source(
-        "DeepSeek, DeepEP README (normal kernels, internode)", "https://github.com/deepseek-ai/DeepEP",
+        "DeepSeek, DeepEP README (normal kernels, internode)",
+        "https://github.com/deepseek-ai/DeepEP",
         "V1 README, commit 2be0d4f8 (2025-10-21): dispatch and combine 'bottleneck bandwidth' at EP 16, 32, 64",
         "H800, one ConnectX-7 400 Gb/s RDMA NIC a GPU ('~50 GB/s maximum'), 4096 tokens a batch, hidden 7168, "
-        "FP8 dispatch and BF16 combine; NVLink-forwarded traffic counted, so figures can pass 50"),
+        "FP8 dispatch and BF16 combine; NVLink-forwarded traffic counted, so figures can pass 50",
+    ),
     "overlap-2507": Source(
         "'Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep Learning: Performance "
-        "and Power Implications' (arXiv 2507.03114v1), abstract", "https://arxiv.org/abs/2507.03114",
+        "and Power Implications' (arXiv 2507.03114v1), abstract",
+        "https://arxiv.org/abs/2507.03114",
         "'an average computational slowdown of 18.9%, with a maximum of 40.0% slowdown' against compute alone",
-        "4 A100s, H100s, MI250 and MI210 pooled, GPT and LLaMA models; no per-GPU breakdown was read"),
+        "4 A100s, H100s, MI250 and MI210 pooled, GPT and LLaMA models; no per-GPU breakdown was read",
+    ),
     "flux-paper": Source(
         "L.-W. Chang et al. (ByteDance), FLUX: Fast Software-based Communication Overlap on GPUs Through Kernel "
-        "Fusion (arXiv 2406.06858, version of 2024-10-25), sections 5.1 and 6", "https://arxiv.org/abs/2406.06858",
+        "Fusion (arXiv 2406.06858, version of 2024-10-25), sections 5.1 and 6",
+        "https://arxiv.org/abs/2406.06858",
         "section 6: average overlap efficiency, Flux 40%, 63%, 72% and TransformerEngine -67%, -61%, 20% on A100 "
         "PCIe, A100 NVLink and H800 NVLink clusters; section 5.1's H800 ranges: Flux 37-93%, TransformerEngine "
         "-40% to 80%",
@@ -190,18 +223,23 @@ SOURCES: dict[str, Source] = {
         "49152) at m 1024-8192 tokens, BF16; TransformerEngine 1.4.0 with userbuffers, the best of its "
         "configurations; overlap efficiency = 1 - (overlapped - the fastest GEMM alone) / (GEMM and collective "
         "one after the other - that GEMM): the share of the collective's time hidden, net of what overlapping "
-        "costs the GEMM"),
+        "costs the GEMM",
+    ),
     "nccl-src": Source(
-        "NVIDIA NCCL source, v2.30.7", "https://github.com/NVIDIA/nccl",
+        "NVIDIA NCCL source, v2.30.7",
+        "https://github.com/NVIDIA/nccl",
         "commit 5067397c: src/transport/nvls.cc NVLS_NCHANNELS_SM90 16; src/init.cc ring maxChannels = "
         "MAXCHANNELS / 2; src/include/device.h MAXCHANNELS 64; docs env.rst: NCCL_MAX_CTAS replaces "
         "NCCL_MAX_NCHANNELS (one CTA a channel)",
-        "defaults of the library, not a measurement"),
+        "defaults of the library, not a measurement",
+    ),
     "mle-sms": Source(
-        "S. Bekman, Machine Learning Engineering, accelerator chapter", "https://github.com/stas00/ml-engineering/"
-        "blob/master/compute/accelerator/README.md",
+        "S. Bekman, Machine Learning Engineering, accelerator chapter",
+        "https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/README.md",
         "'A100-80GB has ... 108 Streaming Multiprocessors', 'H100 has ... 132 Streaming Multiprocessors', note 16 "
-        "'H200 is the same as H100 but has 141GiB' (commit 744d01e18b)", "specifications"),
+        "'H200 is the same as H100 but has 141GiB' (commit 744d01e18b)",
+        "specifications",
+    ),
 }
 
 # An H200 is an H100 die with larger, faster memory and the same NVLink 4 node (mle-sms note 16; the MAMF table
@@ -225,6 +263,7 @@ class NoMeasurement(UsageError):
 class Lookup:
     """One answer: `value` (a share of a datasheet figure, or bytes/s), the `sources` read (SOURCES keys) and
     `notes`: every clamp, stand-in or assumption made on the way; empty when read straight off the data."""
+
     value: float
     sources: tuple[str, ...]
     notes: tuple[str, ...] = ()
@@ -244,8 +283,10 @@ def _measured_on(gpu: str, have: set[str], what: str) -> tuple[str, list[str]]:
     """_stand_in, refusing a GPU type with neither its own nor its twin's measurement."""
     on, notes = _stand_in(gpu, have, what)
     if on is None:
-        raise NoMeasurement(f"no {what} measured on {gpu} yet, so parasim cannot time it there (measured on "
-                            f"{', '.join(sorted(have))}; another die's figures do not stand in)")
+        raise NoMeasurement(
+            f"no {what} measured on {gpu} yet, so parasim cannot time it there (measured on "
+            f"{', '.join(sorted(have))}; another die's figures do not stand in)"
+        )
     return on, notes
 
 
@@ -304,6 +345,7 @@ def _along(what: str, xs: list[float], ys: list[float], x: float) -> tuple[float
 class GemmTable:
     """Measured products of one GPU type and dtype: a full grid over m, n, k; a square sweep (m = n = k); or one
     point. `points`: (m, n, k) -> FLOP/s."""
+
     gpu: str
     dtype: str
     kind: str
@@ -312,8 +354,11 @@ class GemmTable:
 
 
 GEMM: tuple[GemmTable, ...] = tuple(
-    GemmTable(t["gpu"], t["dtype"], t["kind"], t["source"],
-              {(m, n, k): _scaled(v, t["unit"]) for m, n, k, v in t["points"]}) for t in _load("gemm.json"))
+    GemmTable(
+        t["gpu"], t["dtype"], t["kind"], t["source"], {(m, n, k): _scaled(v, t["unit"]) for m, n, k, v in t["points"]}
+    )
+    for t in _load("gemm.json")
+)
 
 
 def _peak(gpu: str, dtype: str) -> float:
@@ -363,8 +408,9 @@ def _profile_grid(gpu: str, dtype: str) -> GemmTable | None:
     return None
 
 
-def _profiled(point: GemmTable, grid: GemmTable, shape: tuple[int, int, int],
-              peak: float) -> tuple[float, tuple[str, ...], list[str]]:
+def _profiled(
+    point: GemmTable, grid: GemmTable, shape: tuple[int, int, int], peak: float
+) -> tuple[float, tuple[str, ...], list[str]]:
     """A product measured at one best shape (the MAMF table's brute-force best), read at `shape` through a grid
     of the same die: its share times the grid's figure at `shape` over the grid's at the measured shape, never
     above the measured best (no shape beat it in the search). At the measured shape it is the measurement."""
@@ -373,10 +419,18 @@ def _profiled(point: GemmTable, grid: GemmTable, shape: tuple[int, int, int],
     at, notes = _grid(grid, shape)
     there, _ = _grid(grid, best_shape)
     value = min(best, best * at / there)
-    return (value, (point.source, grid.source) if value < best else (point.source,), notes + [
-        f"{point.dtype} measured at one shape on {point.gpu} ({'x'.join(map(str, best_shape))}, its best: "
-        f"{best:.3f}); at other shapes it falls off as the {grid.gpu} {grid.dtype.upper()} grid does from that "
-        "shape, never above the best"] if shape != best_shape else [])
+    return (
+        value,
+        (point.source, grid.source) if value < best else (point.source,),
+        notes
+        + [
+            f"{point.dtype} measured at one shape on {point.gpu} ({'x'.join(map(str, best_shape))}, its best: "
+            f"{best:.3f}); at other shapes it falls off as the {grid.gpu} {grid.dtype.upper()} grid does from that "
+            "shape, never above the best"
+        ]
+        if shape != best_shape
+        else [],
+    )
 
 
 # The best BF16 product a brute-force search over shapes measured on a GPU type (FLOP/s, source): a table read off
@@ -414,20 +468,29 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
     elif table.kind == "square":
         side = m if m == n == k else (m * n * k) ** (1 / 3)
         if side != m:
-            notes.append(f"the {table.gpu} data are square products only; {m}x{n}x{k} is read at the side of the "
-                         f"cube of the same volume, {side:.0f} (an assumption)")
+            notes.append(
+                f"the {table.gpu} data are square products only; {m}x{n}x{k} is read at the side of the "
+                f"cube of the same volume, {side:.0f} (an assumption)"
+            )
         sides = sorted(p[0] for p in table.points)
         flops, more = _along("side", sides, [table.points[(s, s, s)] for s in sides], side)
         ceiling = BF16_CEILING.get(table.gpu) if dtype == "bf16" else None
         if ceiling is not None and flops > ceiling[0]:
-            more.append(f"{flops / 1e12:.1f} TFLOP/s read off {table.source} is above the best any shape reached "
-                        f"in a search on the card ({ceiling[0] / 1e12:.1f}, {ceiling[1]}): held to it")
+            more.append(
+                f"{flops / 1e12:.1f} TFLOP/s read off {table.source} is above the best any shape reached "
+                f"in a search on the card ({ceiling[0] / 1e12:.1f}, {ceiling[1]}): held to it"
+            )
             return Lookup(ceiling[0] / peak, (table.source, ceiling[1]), tuple(notes + more))
     else:
-        (shape, flops), = table.points.items()
-        more = [] if shape == (m, n, k) else [
-            f"one {dtype} product measured on {table.gpu} ({'x'.join(map(str, shape))}, its best shape); its "
-            "figure is used for every shape"]
+        ((shape, flops),) = table.points.items()
+        more = (
+            []
+            if shape == (m, n, k)
+            else [
+                f"one {dtype} product measured on {table.gpu} ({'x'.join(map(str, shape))}, its best shape); its "
+                "figure is used for every shape"
+            ]
+        )
     return Lookup(flops / peak, (table.source,), tuple(notes + more))
 
 
@@ -437,6 +500,7 @@ def gemm_efficiency(gpu: str, m: int, n: int, k: int, dtype: str = "bf16") -> Lo
 @dataclass(frozen=True)
 class AttentionTable:
     """One figure's bars: a kernel's TFLOP/s by sequence length for one GPU, pass, mask and head dim."""
+
     gpu: str
     kernel: str
     pass_: str
@@ -448,8 +512,18 @@ class AttentionTable:
 
 
 ATTENTION: tuple[AttentionTable, ...] = tuple(
-    AttentionTable(t["gpu"], t["kernel"], t["pass"], t["causal"], t["head_dim"], t["source"], tuple(t["seq"]),
-                   tuple(_scaled(v, "TFLOP/s") for v in t["tflops"])) for t in _load("attention.json"))
+    AttentionTable(
+        t["gpu"],
+        t["kernel"],
+        t["pass"],
+        t["causal"],
+        t["head_dim"],
+        t["source"],
+        tuple(t["seq"]),
+        tuple(_scaled(v, "TFLOP/s") for v in t["tflops"]),
+    )
+    for t in _load("attention.json")
+)
 # the kernels in the order a GPU type gets them unless one is named: cuDNN's fused attention where it was measured
 # (B200: what TransformerEngine runs there), else the newest FlashAttention measured
 KERNELS = ("cudnn", "fa3", "fa2", "fa1")
@@ -465,8 +539,9 @@ def _attention_tables(gpu: str, kernel: str, pass_: str, causal: bool) -> list[A
     return [t for t in ATTENTION if (t.gpu, t.kernel, t.pass_, t.causal) == (gpu, kernel, pass_, causal)]
 
 
-def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None,
-                         kernel: str | None = None) -> Lookup:
+def attention_efficiency(
+    gpu: str, seq: int, head_dim: int, causal: bool, backward: bool | None, kernel: str | None = None
+) -> Lookup:
     """The share of hardware.py's dense BF16 peak FlashAttention reaches, FLOPs counted as its papers count them
     (forward 4 s^2 d h, halved with the causal mask; backward 2.5x forward). `backward`: True for the backward
     pass, False for the forward, None for both together (as FlashAttention-2's Figures 4 and 7 time them).
@@ -491,8 +566,10 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
         stands = "" if on == gpu else f" (which stands in for {gpu})"
         runs_on = ATTENTION_RUNS_ON.get(kernel, tuple(GPUS))
         if gpu not in runs_on:
-            raise UsageError(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)} ({kernel} runs on "
-                             f"{', '.join(runs_on)} only)")
+            raise UsageError(
+                f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)} ({kernel} runs on "
+                f"{', '.join(runs_on)} only)"
+            )
         raise NoMeasurement(f"no {kernel!r} attention measured on {on}{stands}: {', '.join(have)}")
     kernel = kernel or have[0]
     if backward not in PASSES:
@@ -503,19 +580,26 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
         # both passes' FLOPs (1 + 2.5 forwards) over both passes' times
         f, b = (attention_efficiency(gpu, seq, head_dim, causal, p, kernel) for p in (False, True))
         said = f"no forward + backward figure for {kernel} on {on}: its forward and backward combined by time"
-        return Lookup((1 + BACKWARD_FLOPS) / (1 / f.value + BACKWARD_FLOPS / b.value),
-                      tuple(sorted(set(f.sources + b.sources))), tuple(dict.fromkeys(f.notes + b.notes + (said,))))
+        return Lookup(
+            (1 + BACKWARD_FLOPS) / (1 / f.value + BACKWARD_FLOPS / b.value),
+            tuple(sorted(set(f.sources + b.sources))),
+            tuple(dict.fromkeys(f.notes + b.notes + (said,))),
+        )
     if not tables and _attention_tables(on, kernel, BOTH, causal):
         tables = _attention_tables(on, kernel, BOTH, causal)
         notes.append(f"{kernel} on {on} is published for forward + backward together; that figure is used")
     if not tables and causal and _attention_tables(on, kernel, pass_, False):
         tables = _attention_tables(on, kernel, pass_, False)
-        notes.append(f"{kernel} {pass_} on {on} is published without the causal mask only; that figure is used, "
-                     "which overstates short causal sequences")
+        notes.append(
+            f"{kernel} {pass_} on {on} is published without the causal mask only; that figure is used, "
+            "which overstates short causal sequences"
+        )
     elif not tables:
         tables = _attention_tables(on, kernel, pass_, True)
-        notes.append(f"{kernel} {pass_} on {on} is published with the causal mask only; that figure is used, "
-                     "which understates short sequences without it")
+        notes.append(
+            f"{kernel} {pass_} on {on} is published with the causal mask only; that figure is used, "
+            "which understates short sequences without it"
+        )
     dims = sorted(t.head_dim for t in tables)
     by_dim = {t.head_dim: t for t in tables}
     # only the head dims the answer is read between (each table may span its own sequences)
@@ -528,8 +612,11 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
         at_dim.append(flops)
         seq_notes += [n for n in more if n not in seq_notes]
     flops, _ = _along("head dim", dims, at_dim, head_dim)
-    return Lookup(flops / GPUS[gpu].peak_flops.value, tuple(sorted({by_dim[d].source for d in dims})),
-                  tuple(notes + seq_notes + dim_notes))
+    return Lookup(
+        flops / GPUS[gpu].peak_flops.value,
+        tuple(sorted({by_dim[d].source for d in dims})),
+        tuple(notes + seq_notes + dim_notes),
+    )
 
 
 # -- memory-bound passes --------------------------------------------------------------------------------
@@ -538,15 +625,26 @@ def attention_efficiency(gpu: str, seq: int, head_dim: int, causal: bool, backwa
 # (A[i] = c: one store stream), read (sum += A[i]), scale (A[i] = B[i] * c: one load, one store, an elementwise
 # pass), triad (A[i] = B[i] + c * C[i]); the H100's one figure is FlashMLA's read-dominated decode on an H800.
 MEMORY: dict[str, dict[str, tuple[float, str]]] = {
-    "a100": {"init": (1880, "gpu-benches"), "read": (1769, "gpu-benches"), "scale": (1732, "gpu-benches"),
-             "triad": (1759, "gpu-benches")},
-    "h200": {"init": (3884, "gpu-benches"), "read": (2756, "gpu-benches"), "scale": (3165, "gpu-benches"),
-             "triad": (3534, "gpu-benches")},
+    "a100": {
+        "init": (1880, "gpu-benches"),
+        "read": (1769, "gpu-benches"),
+        "scale": (1732, "gpu-benches"),
+        "triad": (1759, "gpu-benches"),
+    },
+    "h200": {
+        "init": (3884, "gpu-benches"),
+        "read": (2756, "gpu-benches"),
+        "scale": (3165, "gpu-benches"),
+        "triad": (3534, "gpu-benches"),
+    },
     "h100": {"read": (3000, "flashmla")},
     # B200: OpenCL-Benchmark's coalesced read and write; FluidX3D's lattice update (as much read as written, as
     # `scale` is) at 42152 MLUPs/s x 153 B
-    "b200": {"read": (6668.71, "opencl-benchmark"), "init": (6502.72, "opencl-benchmark"),
-             "scale": (6449.256, "fluidx3d")},
+    "b200": {
+        "read": (6668.71, "opencl-benchmark"),
+        "init": (6502.72, "opencl-benchmark"),
+        "scale": (6449.256, "fluidx3d"),
+    },
 }
 MEMORY_KERNELS = ("init", "read", "scale", "triad")
 
@@ -566,9 +664,11 @@ def memory_efficiency(gpu: str, kernel: str = "scale") -> Lookup:
     on, notes = _measured_on(gpu, set(MEMORY), "memory bandwidth")
     measured = MEMORY[on]
     if kernel not in measured and len(measured) == 1:
-        (kernel_read, (gbps, source)), = measured.items()
-        notes.append(f"only a {kernel_read}-dominated kernel was measured for {gpu} ('{source}': "
-                     f"{SOURCES[source].measured}); its figure stands in for {kernel}")
+        ((kernel_read, (gbps, source)),) = measured.items()
+        notes.append(
+            f"only a {kernel_read}-dominated kernel was measured for {gpu} ('{source}': "
+            f"{SOURCES[source].measured}); its figure stands in for {kernel}"
+        )
     elif kernel not in measured:  # triad (two loads, one store) as the mixed stream measured
         gbps, source = measured["scale"]
         notes.append(f"no {kernel} measured for {gpu}; the scale figure (a load and a store stream) stands in")
@@ -585,6 +685,7 @@ INSIDE, ACROSS = "inside", "across"  # the links, as comm/hops.py names them
 @dataclass(frozen=True)
 class CollectiveTable:
     """One NVLink node's sweep: bus bandwidth (bytes/s) by buffer size for an op and a group size."""
+
     gpu: str
     op: str
     members: int
@@ -602,12 +703,14 @@ def _busbw(t: dict) -> tuple[float, ...]:
 
 COLLECTIVES: tuple[CollectiveTable, ...] = tuple(
     CollectiveTable(t["gpu"], t["op"], t["members"], t["source"], tuple(s for s, _ in t["points"]), _busbw(t))
-    for t in _load("collectives.json"))
+    for t in _load("collectives.json")
+)
 
 
 @dataclass(frozen=True)
 class Plateau:
     """A large-message bandwidth across nodes, per GPU, with the line rate of the NIC it was measured on."""
+
     bytes_per_s: int
     line_rate: int
     source: str
@@ -624,8 +727,10 @@ ACROSS_PLATEAUS: dict[tuple[str, int | None], Plateau] = {
 
 
 def _across(gpu: str, op: str, members: int, network: float | None = None) -> Lookup:
-    notes = ["no size-resolved sweep across nodes was found; the large-message figure is used at every size, "
-             "which overstates small messages"]
+    notes = [
+        "no size-resolved sweep across nodes was found; the large-message figure is used at every size, "
+        "which overstates small messages"
+    ]
     if op == "all_to_all":
         sizes = sorted(e for o, e in ACROSS_PLATEAUS if o == op)
         at = min(sizes, key=lambda e: (abs(log2(e) - log2(members)), e))
@@ -641,13 +746,16 @@ def _across(gpu: str, op: str, members: int, network: float | None = None) -> Lo
     rate = sheet if network is None else network
     if rate != plateau.line_rate:
         whose = f"{gpu}'s" if rate == sheet else "the cluster's"
-        notes.append(f"measured on a {plateau.line_rate / 1e9:g} GB/s NIC; its share of the line is applied to "
-                     f"{whose} {rate / 1e9:g} GB/s")
+        notes.append(
+            f"measured on a {plateau.line_rate / 1e9:g} GB/s NIC; its share of the line is applied to "
+            f"{whose} {rate / 1e9:g} GB/s"
+        )
     return Lookup(plateau.bytes_per_s * (rate / plateau.line_rate), (plateau.source,), tuple(notes))
 
 
-def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: int = 8,
-                         network: float | None = None) -> Lookup:
+def collective_bandwidth(
+    gpu: str, op: str, nbytes: int, where: str, members: int = 8, network: float | None = None
+) -> Lookup:
     """The bus bandwidth (bytes/s, nccl-tests' busbw) a collective of `nbytes` (the whole buffer) reaches among
     `members` GPUs: the time is nbytes x bus_factor(op, members) / value (comm/ops.bus_factor: nccl-tests').
 
@@ -670,8 +778,7 @@ def collective_bandwidth(gpu: str, op: str, nbytes: int, where: str, members: in
     on, notes = _stand_in(gpu, {t.gpu for t in COLLECTIVES if t.op == op}, op)
     if on is None:
         on, notes = _measured_on(gpu, {t.gpu for t in COLLECTIVES if t.op == "all_reduce"}, "all_reduce")
-        notes.append(f"no {op} measured on {gpu}; its all-reduce busbw is used (nccl-tests' busbw compares "
-                     "across ops)")
+        notes.append(f"no {op} measured on {gpu}; its all-reduce busbw is used (nccl-tests' busbw compares across ops)")
         op = "all_reduce"
     tables = [t for t in COLLECTIVES if t.gpu == on and t.op == op]
     have = sorted(t.members for t in tables)
@@ -696,8 +803,12 @@ OVERLAP: dict[str, tuple[float, str]] = {"mean": (0.189, "overlap-2507"), "max":
 # NCCL's CTAs (one a channel) by algorithm, and the SMs they share: ring is an upper bound (the topology search
 # picks up to 32 channels); NVLink SHARP's 16 is the sm90 default and needs Hopper.
 NCCL_CTAS: dict[str, tuple[int, str]] = {"ring": (32, "nccl-src"), "nvls": (16, "nccl-src")}
-SMS: dict[str, tuple[int, str]] = {"a100": (108, "mle-sms"), "h100": (132, "mle-sms"), "h200": (132, "mle-sms"),
-                                   "h800": (132, "mle-sms")}
+SMS: dict[str, tuple[int, str]] = {
+    "a100": (108, "mle-sms"),
+    "h100": (132, "mle-sms"),
+    "h200": (132, "mle-sms"),
+    "h800": (132, "mle-sms"),
+}
 
 
 def overlap_slowdown(gpu: str, statistic: str = "mean") -> Lookup:
@@ -747,16 +858,19 @@ def tp_overlap_efficiency(gpu: str, kernel: str = "te-userbuffers") -> Lookup:
         on = TP_OVERLAP_ON[gpu]
         notes.append(f"no TP overlap measured on {gpu}; the {on}'s stands in (the same die, a narrower NVLink)")
     if on not in table:
-        raise NoMeasurement(f"no TP overlap ({kernel}) measured on {gpu} yet, so parasim cannot time it there "
-                            f"(measured on {', '.join(sorted(table))})")
+        raise NoMeasurement(
+            f"no TP overlap ({kernel}) measured on {gpu} yet, so parasim cannot time it there "
+            f"(measured on {', '.join(sorted(table))})"
+        )
     value, source = table[on]
     notes.append("an average over TP 8 products at 1,024-8,192 tokens (GPT-3 175B's shapes), not per shape")
     if kernel == "te-userbuffers":
-        notes.append("TransformerEngine 1.4.0 (early 2024), the best of its configurations; later versions' "
-                     "ring-exchange all-gather is not in this figure")
+        notes.append(
+            "TransformerEngine 1.4.0 (early 2024), the best of its configurations; later versions' "
+            "ring-exchange all-gather is not in this figure"
+        )
     if value < 0:
-        notes.append("negative: the overlapped pair ran slower than the product and the collective one after the "
-                     "other")
+        notes.append("negative: the overlapped pair ran slower than the product and the collective one after the other")
     return Lookup(value, (source,), tuple(notes))
 
 
@@ -777,7 +891,6 @@ def nccl_sm_share(gpu: str, algorithm: str = "nvls") -> Lookup:
     if algorithm == "ring":
         notes.append("at most: NCCL's topology search picks up to 32 ring channels")
     return Lookup(ctas / sms, (source, sm_source), tuple(notes))
-
 
 
 # -- what `parasim hardware` shows of these tables ----------------------------------------------------
@@ -831,9 +944,14 @@ def summary() -> dict[str, Any]:
                 continue
             rows[label] = {"value": got.value, "sources": list(got.sources), "notes": list(got.notes)}
         gpus[gpu] = rows
-    return {"samples": gpus, "lacking": {gpu: lacking(gpu) for gpu in GPUS},
-            "sources": {k: {"document": v.document, "address": v.address, "where": v.where,
-                            "measured": v.measured} for k, v in SOURCES.items()}}
+    return {
+        "samples": gpus,
+        "lacking": {gpu: lacking(gpu) for gpu in GPUS},
+        "sources": {
+            k: {"document": v.document, "address": v.address, "where": v.where, "measured": v.measured}
+            for k, v in SOURCES.items()
+        },
+    }
 
 
 def hardware_table() -> dict[str, Any]:

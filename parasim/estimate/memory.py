@@ -11,6 +11,7 @@ parameter by default; Megatron-LM's FP32 main gradients for a Megatron job, 18 o
 what the engine's layers keep for backward (`parasim.nn.Saved`): 2 bytes per value (16-bit training), 1 per
 dropout-mask value. For the post's model that is 34*s*b*h per layer, or s*b*h*(10 + 24/t) with TP alone.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -61,6 +62,7 @@ class Plan(Layout):
         from .kernels import KERNELS
         from .dispatch import DISPATCHERS
         from .fusion import FUSIONS
+
         if self.fusion not in FUSIONS:
             raise UsageError(f"fusion must be one of {', '.join(FUSIONS)}, got {self.fusion!r}")
         if self.dispatcher not in DISPATCHERS:
@@ -116,12 +118,27 @@ class Plan(Layout):
         return precision_of(self.precision)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tp": self.tp, "sp": self.sp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep,
-                "etp": self.etp, "world": self.world, "zero": self.zero, "recompute": self.recompute,
-                "flash": self.flash, "micro_batch": self.micro_batch, "microbatches": self.m,
-                "chunked_loss": self.chunked_loss, "precision": self.precision,
-                "attention_kernel": self.attention_kernel, "fusion": self.fusion, "dispatcher": self.dispatcher,
-                "label": self.label()}
+        return {
+            "tp": self.tp,
+            "sp": self.sp,
+            "cp": self.cp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "world": self.world,
+            "zero": self.zero,
+            "recompute": self.recompute,
+            "flash": self.flash,
+            "micro_batch": self.micro_batch,
+            "microbatches": self.m,
+            "chunked_loss": self.chunked_loss,
+            "precision": self.precision,
+            "attention_kernel": self.attention_kernel,
+            "fusion": self.fusion,
+            "dispatcher": self.dispatcher,
+            "label": self.label(),
+        }
 
 
 # -- what the model assumes, in words ---------------------------------------------------------------
@@ -131,7 +148,7 @@ ASSUMPTION_WORDS: dict[tuple[str, Any], str] = {
     ("flash", True): "attention scores not kept (FlashAttention: recomputed in backward)",
     ("flash", False): "attention scores kept (s x s per head and layer: no FlashAttention)",
     ("ring", True): "attention scores not kept (CP's ring attention keeps only q, k, v, the output and its "
-                    "log-sum-exp)",
+    "log-sum-exp)",
     ("dropout", True): "dropout masks kept (1 byte a value)",
     ("dropout", False): "no dropout masks",
     ("recompute", "none"): "no activation recomputation",
@@ -149,8 +166,11 @@ def assumption_words(assumed: dict[str, Any], cp: int = 1) -> list[str]:
     """`assumptions(...)` in words, one clause per choice (under CP, ring attention keeps no scores either
     way)."""
     scores = ("ring", True) if cp > 1 and not assumed["flash"] else ("flash", assumed["flash"])
-    return [ASSUMPTION_WORDS[scores], ASSUMPTION_WORDS[("dropout", assumed["dropout"])],
-            ASSUMPTION_WORDS[("recompute", assumed["recompute"])]]
+    return [
+        ASSUMPTION_WORDS[scores],
+        ASSUMPTION_WORDS[("dropout", assumed["dropout"])],
+        ASSUMPTION_WORDS[("recompute", assumed["recompute"])],
+    ]
 
 
 def _article(name: str) -> str:
@@ -158,22 +178,39 @@ def _article(name: str) -> str:
     return "an" if name[:1].upper() in "AEFHILMNORSX" else "a"
 
 
-def fit_words(nbytes: float, usable: float, gpu_name: str, card: float, given: bool = False,
-              unit: float = 1e9, name: str = "GB") -> str:
+def fit_words(
+    nbytes: float, usable: float, gpu_name: str, card: float, given: bool = False, unit: float = 1e9, name: str = "GB"
+) -> str:
     """Whether `nbytes` fits in `usable` bytes of one GPU (`gpu_name`, `card` bytes on it), said plainly;
     `given`: the usable figure is the learner's, not the GPU preset's."""
     room = f"the {usable / unit:,.1f} {name} " + (
-        "usable you gave" if given else f"{_article(gpu_name)} {gpu_name} leaves for training ({card / unit:,.0f} "
-                                        f"{name} on the card)")
+        "usable you gave"
+        if given
+        else f"{_article(gpu_name)} {gpu_name} leaves for training ({card / unit:,.0f} {name} on the card)"
+    )
     if nbytes > usable:
         return f"does NOT fit: more than the GPU holds: {nbytes / unit:,.2f} {name} against {room}"
     return f"fits: {nbytes / unit:,.2f} {name} of {room}"
 
 
 # -- one layer, per local token -----------------------------------------------------------------------
-def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: Any, *, mats: Any = 2,
-                          dropout: Any = True, top_k: Any = 0, expert_ffn: Any = 0, shared: Any = 0,
-                          etp: Any = 1, shared_ffn: Any = None, value_bytes: Any = 2) -> Any:
+def layer_bytes_per_token(
+    h: Any,
+    heads: Any,
+    kv: Any,
+    ffn: Any,
+    tp: Any,
+    sp: Any,
+    *,
+    mats: Any = 2,
+    dropout: Any = True,
+    top_k: Any = 0,
+    expert_ffn: Any = 0,
+    shared: Any = 0,
+    etp: Any = 1,
+    shared_ffn: Any = None,
+    value_bytes: Any = 2,
+) -> Any:
     """Bytes one layer keeps for backward per token this rank holds (before SP splits it), scores aside:
     `value_bytes` per activation value (2 in 16-bit training), 1 per dropout-mask value.
 
@@ -194,8 +231,9 @@ def layer_bytes_per_token(h: Any, heads: Any, kv: Any, ffn: Any, tp: Any, sp: An
     return norms + attention + np.where(top_k > 0, moe_mlp, dense_mlp) + masks
 
 
-def scores_bytes_per_token_key(heads: Any, tp: Any, flash: Any, cp: Any, dropout: Any = True,
-                               value_bytes: Any = 2) -> Any:
+def scores_bytes_per_token_key(
+    heads: Any, tp: Any, flash: Any, cp: Any, dropout: Any = True, value_bytes: Any = 2
+) -> Any:
     """Bytes per (local token x key) kept for the attention scores: softmax output, and with dropout its
     mask and dropped output (5 bytes in 16-bit training, Korthikanti's 5as^2b). Zero with FlashAttention, and
     under CP, whose ring attention keeps only q, k, v, the output and its log-sum-exp."""
@@ -217,18 +255,37 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
     zero = 0 * tp * 1.0
     dense_n, moe_n = stage_layers(model, pp, stage)
     act = dtypes.bytes("activations")
-    common = dict(h=model.hidden, heads=model.heads, kv=model.kv, ffn=model.ffn_size, tp=tp, sp=p.sp,
-                  mats=model.mlp_mats, dropout=p.dropout, value_bytes=act)
+    common = dict(
+        h=model.hidden,
+        heads=model.heads,
+        kv=model.kv,
+        ffn=model.ffn_size,
+        tp=tp,
+        sp=p.sp,
+        mats=model.mlp_mats,
+        dropout=p.dropout,
+        value_bytes=act,
+    )
     per_dense = layer_bytes_per_token(**common)
-    per_moe = layer_bytes_per_token(**common, top_k=model.top_k, expert_ffn=model.expert_size,
-                                    shared=model.shared_experts, etp=etp,
-                                    shared_ffn=model.shared_size) if model.experts else per_dense
+    per_moe = (
+        layer_bytes_per_token(
+            **common,
+            top_k=model.top_k,
+            expert_ffn=model.expert_size,
+            shared=model.shared_experts,
+            etp=etp,
+            shared_ffn=model.shared_size,
+        )
+        if model.experts
+        else per_dense
+    )
     # selective recomputation drops exactly the scores; so does FlashAttention
     score = scores_bytes_per_token_key(model.heads, tp, p.flash | (p.rc == 1), cp, p.dropout, act)
     tokens = p.micro_batch / cp  # local tokens per unit of s
     full = p.rc == 2
-    kept_lin = np.where(full, act * model.hidden / np.where(p.sp, tp, 1) * (dense_n + moe_n),
-                        per_dense * dense_n + per_moe * moe_n)
+    kept_lin = np.where(
+        full, act * model.hidden / np.where(p.sp, tp, 1) * (dense_n + moe_n), per_dense * dense_n + per_moe * moe_n
+    )
     kept_quad = np.where(full, 0, score * (dense_n + moe_n))
     held = np.minimum(pp - stage, p.m)  # 1F1B: stage i holds min(p - i, m) micro-batches
     work_lin = np.where(full, p.working_layers * np.maximum(per_dense * (dense_n > 0), per_moe * (moe_n > 0)), 0)
@@ -243,6 +300,8 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
         "recompute working set": (zero, tokens * work_lin, tokens * np.where(full, p.working_layers * score, 0)),
         "logits": (zero, tokens * logits, zero),
     }
+
+
 # (the s^2 terms: scores are kept per local query token, s*b/cp of them, for every one of the s keys)
 
 
@@ -293,12 +352,19 @@ class Breakdown:
         return self.items["weights"] + self.items["gradients"] + self.items["optimizer"]
 
     def to_dict(self, unit: float = 1e9) -> dict[str, Any]:
-        return {"model": self.model.name, "layout": self.plan.to_dict(), "seq": self.seq,
-                "stage": self.stage + 1, "unit_bytes": unit,
-                "items": {k: v / unit for k, v in self.items.items()},
-                "model_state": self.model_state / unit, "total": self.total / unit,
-                "params_held": self.params_held, "bytes_per_param": self.model_state / self.params_held,
-                "precision": self.plan.dtypes.to_dict()}
+        return {
+            "model": self.model.name,
+            "layout": self.plan.to_dict(),
+            "seq": self.seq,
+            "stage": self.stage + 1,
+            "unit_bytes": unit,
+            "items": {k: v / unit for k, v in self.items.items()},
+            "model_state": self.model_state / unit,
+            "total": self.total / unit,
+            "params_held": self.params_held,
+            "bytes_per_param": self.model_state / self.params_held,
+            "precision": self.plan.dtypes.to_dict(),
+        }
 
     @property
     def params_held(self) -> float:
@@ -318,8 +384,20 @@ def breakdown(model: ModelSpec, plan: Plan, seq: int) -> Breakdown:
     return best
 
 
-def layer_saved_bytes(h: int, heads: int, kv: int, ffn: int, seq: int, batch: int, tp: int, sp: bool, cp: int = 1,
-                      flash: bool = True, dropout: bool = True, mats: int = 2) -> float:
+def layer_saved_bytes(
+    h: int,
+    heads: int,
+    kv: int,
+    ffn: int,
+    seq: int,
+    batch: int,
+    tp: int,
+    sp: bool,
+    cp: int = 1,
+    flash: bool = True,
+    dropout: bool = True,
+    mats: int = 2,
+) -> float:
     """What one rank keeps for backward for one layer on one micro-batch of `batch` sequences of `seq`
     tokens: the number tests/refs/test_estimate_crosscheck.py compares with the engine's `Saved`."""
     tokens = seq * batch / cp

@@ -1,5 +1,6 @@
 """Where the estimator's model comes from: a preset (parasim.layout's registry), sizes given as flags, or a
 Hugging Face config.json. The model type itself is parasim.layout.ModelSpec, the engine's too."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -61,6 +62,7 @@ def read_hf_config(path: str) -> HFConfig:
     Qwen2/Qwen3-MoE (with Qwen2-MoE's one wider shared expert, and the dense layers wherever they lie), and
     DeepSeek's multi-head latent attention (parameters exact)."""
     from ..limits import MAX_SIZE, read_bounded, read_json
+
     cfg = read_json(read_bounded(path, "config"), path, "a model's config.json", constants=True)  # Python writes NaN
     if not isinstance(cfg, dict):
         raise UsageError(f"{path}: expected a JSON object")
@@ -71,8 +73,9 @@ def read_hf_config(path: str) -> HFConfig:
     def size(name: str, v: Any, least: int, label: str | None = None) -> int:
         if isinstance(v, bool) or not isinstance(v, int) or not least <= v <= MAX_SIZE:
             shown = repr(v) if not isinstance(v, int) or v.bit_length() < 64 else f"a {len(str(v))}-digit number"
-            raise UsageError(f"{path}: field for {label or name} must be an integer from {least} to "
-                             f"{MAX_SIZE:.0e}, got {shown}")
+            raise UsageError(
+                f"{path}: field for {label or name} must be an integer from {least} to {MAX_SIZE:.0e}, got {shown}"
+            )
         used[name] = v
         return v
 
@@ -93,16 +96,20 @@ def read_hf_config(path: str) -> HFConfig:
         latent = {n: size(n, cfg[n], 1) for n in HF_LATENT if cfg.get(n) is not None}
     if latent:  # DeepSeek's config also has a head_dim (the rotary part's): attention's sizes are these
         got.update(latent)
-        notes.append(f"kv_lora_rank {latent['kv_lora_rank']}: multi-head latent attention's parameters are counted "
-                     f"exactly, but its activations, attention time and CP traffic are modelled as plain "
-                     f"multi-head attention of {heads} heads of {hidden // heads} (hidden / heads)")
+        notes.append(
+            f"kv_lora_rank {latent['kv_lora_rank']}: multi-head latent attention's parameters are counted "
+            f"exactly, but its activations, attention time and CP traffic are modelled as plain "
+            f"multi-head attention of {heads} heads of {hidden // heads} (hidden / heads)"
+        )
     elif cfg.get("head_dim") is not None:
         d = size("head_dim", cfg["head_dim"], 1)
         if hidden % heads or d != hidden // heads:
             got["head_size"] = d
-            notes.append(f"head_dim {d}: attention is {heads} x {d} = {heads * d} wide, not hidden {hidden}; its "
-                         f"parameters and projection time use that, its activations, attention-core time and "
-                         f"CP traffic take it as {hidden} wide")
+            notes.append(
+                f"head_dim {d}: attention is {heads} x {d} = {heads * d} wide, not hidden {hidden}; its "
+                f"parameters and projection time use that, its activations, attention-core time and "
+                f"CP traffic take it as {hidden} wide"
+            )
 
     experts = got.get("experts", 0)
     if experts:
@@ -121,9 +128,11 @@ def read_hf_config(path: str) -> HFConfig:
             got["dense_layers"] = len(dense_at)
             if dense_at != list(range(len(dense_at))):
                 shown = ", ".join(map(str, dense_at[:8])) + (", ..." if len(dense_at) > 8 else "")
-                notes.append(f"{len(dense_at)} dense-MLP layers at {shown} of {layers}: counted, but the pipeline "
-                             f"split takes them to be the first {len(dense_at)}, so each stage's mix of dense and "
-                             f"MoE layers (its memory and time) can differ")
+                notes.append(
+                    f"{len(dense_at)} dense-MLP layers at {shown} of {layers}: counted, but the pipeline "
+                    f"split takes them to be the first {len(dense_at)}, so each stage's mix of dense and "
+                    f"MoE layers (its memory and time) can differ"
+                )
     notes.extend(_unmodelled(cfg, layers, experts))
 
     act = cfg.get("hidden_act") or cfg.get("activation_function")
@@ -143,13 +152,21 @@ def read_hf_config(path: str) -> HFConfig:
     bias = any(flags) if flags else norm == "layernorm"
     # a config says nothing of pipeline stages: layers that do not divide by pp go as evenly as can be (the first
     # L mod pp stages one more, as the deepseek-v3 preset's 61 over 16), unless the command gives a split
-    model = ModelSpec(name=name, gated=gated, tied_embeddings=bool(cfg.get("tie_word_embeddings")), norm=norm,
-                      bias=bias, stages=SPREAD, **got)
+    model = ModelSpec(
+        name=name,
+        gated=gated,
+        tied_embeddings=bool(cfg.get("tie_word_embeddings")),
+        norm=norm,
+        bias=bias,
+        stages=SPREAD,
+        **got,
+    )
     return HFConfig(model.require(*REQUIRED), used, notes)
 
 
-def _dense_layers(path: str, cfg: dict, layers: int, first_dense: int, size: Any,
-                  used: dict[str, Any]) -> list[int] | None:
+def _dense_layers(
+    path: str, cfg: dict, layers: int, first_dense: int, size: Any, used: dict[str, Any]
+) -> list[int] | None:
     """The indices of an MoE model's dense-MLP layers when fields place them (None: first_k_dense_replace's
     leading layers alone). A layer has experts when it is past first_k_dense_replace, its index is a
     multiple of moe_layer_freq (DeepSeek-V2), its index + 1 a multiple of decoder_sparse_step, and it is not
@@ -157,10 +174,12 @@ def _dense_layers(path: str, cfg: dict, layers: int, first_dense: int, size: Any
     freq, step = (size(n, cfg[n], 1) if cfg.get(n) is not None else 1 for n in HF_PATTERN)
     only = cfg.get("mlp_only_layers")
     if only is not None:
-        if not isinstance(only, list) or any(isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers
-                                             for i in only):
-            raise UsageError(f"{path}: mlp_only_layers must be a list of layer indices from 0 to {layers - 1}, "
-                             f"got {str(only)[:60]}")
+        if not isinstance(only, list) or any(
+            isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < layers for i in only
+        ):
+            raise UsageError(
+                f"{path}: mlp_only_layers must be a list of layer indices from 0 to {layers - 1}, got {str(only)[:60]}"
+            )
         used["mlp_only_layers"] = only
     if (only is None and freq == 1 and step == 1) or first_dense > layers:  # (the model refuses the latter)
         return None
@@ -185,18 +204,24 @@ def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
     """Lines for the fields present that change memory, traffic or time beyond what parasim models."""
     out = []
     if cfg.get("is_encoder_decoder"):
-        out.append("is_encoder_decoder: parasim reads one stack of layers as a decoder-only model; the second "
-                   "stack and its cross-attention are not counted")
+        out.append(
+            "is_encoder_decoder: parasim reads one stack of layers as a decoder-only model; the second "
+            "stack and its cross-attention are not counted"
+        )
     mtp = cfg.get("num_nextn_predict_layers")
     if _positive(mtp):
-        out.append(f"num_nextn_predict_layers {mtp}: the multi-token prediction module ({mtp} more "
-                   f"layer{'s' if mtp > 1 else ''} predicting further tokens, with {'their' if mtp > 1 else 'its'} "
-                   f"own projection) is not counted: no parameters, memory or time for it")
+        out.append(
+            f"num_nextn_predict_layers {mtp}: the multi-token prediction module ({mtp} more "
+            f"layer{'s' if mtp > 1 else ''} predicting further tokens, with {'their' if mtp > 1 else 'its'} "
+            f"own projection) is not counted: no parameters, memory or time for it"
+        )
     limit = _group_limit(cfg, experts)
     if limit and experts % limit[0]:
-        out.append(f"n_group {limit[0]}, topk_group {limit[1]}: group-limited routing in groups that do not "
-                   f"divide the {experts} experts is not modelled: a token's picks are taken as spread over all "
-                   f"of them")
+        out.append(
+            f"n_group {limit[0]}, topk_group {limit[1]}: group-limited routing in groups that do not "
+            f"divide the {experts} experts is not modelled: a token's picks are taken as spread over all "
+            f"of them"
+        )
     window, types = cfg.get("sliding_window"), cfg.get("layer_types")
     if _positive(window):
         if isinstance(types, list):
@@ -206,25 +231,34 @@ def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
             n = 0 if cfg.get("use_sliding_window") is False else None
             where = "on every layer" if "use_sliding_window" not in cfg else "on some or all layers"
         if n != 0:
-            out.append(f"sliding_window {window}: attention over only the last {window} tokens ({where}) is not "
-                       f"modelled: attention time, CP's ring and (without FlashAttention) the kept scores are "
-                       f"counted over the whole sequence")
+            out.append(
+                f"sliding_window {window}: attention over only the last {window} tokens ({where}) is not "
+                f"modelled: attention time, CP's ring and (without FlashAttention) the kept scores are "
+                f"counted over the whole sequence"
+            )
     return out
 
 
-def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab: int | None,
-               **extra: Any) -> ModelSpec:
+def from_flags(layers: int | None, hidden: int | None, heads: int | None, vocab: int | None, **extra: Any) -> ModelSpec:
     """A model from sizes given one by one; the four main ones are required."""
-    missing = [f"--{n}" for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab))
-               if v is None]
+    missing = [
+        f"--{n}" for n, v in (("layers", layers), ("hidden", hidden), ("heads", heads), ("vocab", vocab)) if v is None
+    ]
     if missing:
         raise UsageError(f"a model from flags needs {', '.join(missing)} (or use --model NAME or --config FILE)")
-    return ModelSpec(name="custom", layers=layers, hidden=hidden, heads=heads, vocab=vocab,  # type: ignore[arg-type]
-                     **{k: v for k, v in extra.items() if v is not None}).require(*REQUIRED)
+    return ModelSpec(
+        name="custom",
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        vocab=vocab,  # type: ignore[arg-type]
+        **{k: v for k, v in extra.items() if v is not None},
+    ).require(*REQUIRED)
 
 
-def layer_param_count(h: int, heads: int, kv: int, ffn: int, tp: int, bias: bool = True, norm_params: int = 2,
-                      mats: int = 2) -> int:
+def layer_param_count(
+    h: int, heads: int, kv: int, ffn: int, tp: int, bias: bool = True, norm_params: int = 2, mats: int = 2
+) -> int:
     """Parameters one TP rank holds of one dense layer, biases and norms included: what its gradients
     hold, and what the data-parallel reduction moves. kv heads fewer than tp are replicated."""
     d = h // heads

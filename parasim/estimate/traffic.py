@@ -6,6 +6,7 @@ buffer). The per-layer counts follow the engine's layers call for call (parasim/
 tests/refs/test_estimate_crosscheck.py holds them to the trace. Time is the clock's (parasim/clock/plan.py),
 which times these layers' work and collectives on a GPU type.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,20 @@ class GpuSpec:
 def gpu_presets() -> dict[str, GpuSpec]:
     """The GPU types of the hardware table (estimate/hardware.py: datasheet figures, each with its source)."""
     from .hardware import GPUS
-    return {key: GpuSpec(g.name, g.memory.value, g.usable.value, g.peak_flops.value, g.nvlink.value,
-                         g.network.value, g.gpus_per_node, g.hbm.value) for key, g in GPUS.items()}
+
+    return {
+        key: GpuSpec(
+            g.name,
+            g.memory.value,
+            g.usable.value,
+            g.peak_flops.value,
+            g.nvlink.value,
+            g.network.value,
+            g.gpus_per_node,
+            g.hbm.value,
+        )
+        for key, g in GPUS.items()
+    }
 
 
 def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:
@@ -54,9 +67,21 @@ def ring(op: str, nbytes: float, t: int) -> float:
     return bus_factor(op, t) * nbytes  # an unknown op is a KeyError, not a silent 1
 
 
-def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *, itemsize: int = 2,
-                  bias: bool = True, norm_params: int = 2, recompute: bool = False, experts: int = 0,
-                  grad_itemsize: int | None = None) -> dict[Key, float]:
+def layer_traffic(
+    h: int,
+    heads: int,
+    tokens: int,
+    tp: int,
+    sp: bool,
+    cp: int,
+    *,
+    itemsize: int = 2,
+    bias: bool = True,
+    norm_params: int = 2,
+    recompute: bool = False,
+    experts: int = 0,
+    grad_itemsize: int | None = None,
+) -> dict[Key, float]:
     """One layer's forward and backward on one micro-batch: bytes one rank sends, by (axis, op).
 
     tokens: the tokens this CP rank holds (s*b/cp), before SP splits them. norm_params: 2 for LayerNorm
@@ -91,9 +116,17 @@ def layer_traffic(h: int, heads: int, tokens: int, tp: int, sp: bool, cp: int, *
     return out
 
 
-def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int = 2,
-                recompute: bool = False, experts: int = 0, back_itemsize: int | None = None,
-                copies: float | None = None) -> dict[Key, float]:
+def moe_traffic(
+    h: int,
+    tokens_routed: float,
+    top_k: int,
+    ep: int,
+    itemsize: int = 2,
+    recompute: bool = False,
+    experts: int = 0,
+    back_itemsize: int | None = None,
+    copies: float | None = None,
+) -> dict[Key, float]:
     """One MoE layer: dispatch and combine all-to-alls forward and again backward. Each of a rank's
     routed tokens goes to top_k experts, (ep-1)/ep of them elsewhere (uniform routing, no same-GPU dedup);
     `copies` given, each goes to that many other GPUs instead (a dispatcher that sends a token once to each
@@ -114,8 +147,9 @@ def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int
     out = {("ep", "all_to_all"): (fwd + 1) * values * (itemsize + back)}
     if experts:
         e = ep_expected_bytes(tokens_routed, top_k, experts, ep, h, itemsize, back)
-        out[("ep", "all_to_all_dedup")] = (fwd * (e["dispatch"] + e["combine"])
-                                           + e["combine backward"] + e["dispatch backward"])
+        out[("ep", "all_to_all_dedup")] = (
+            fwd * (e["dispatch"] + e["combine"]) + e["combine backward"] + e["dispatch backward"]
+        )
     return out
 
 
@@ -123,8 +157,9 @@ def moe_traffic(h: int, tokens_routed: float, top_k: int, ep: int, itemsize: int
 EP_PASSES = ("dispatch", "combine", "combine backward", "dispatch backward")
 
 
-def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, experts: int, hidden: int,
-                          bytes_per: int = 2) -> list[dict[str, int]]:
+def ep_bytes_from_routing(
+    routing: Sequence[Sequence[Sequence[int]]], ep: int, experts: int, hidden: int, bytes_per: int = 2
+) -> list[dict[str, int]]:
     """Bytes each EP rank sends in each of the four all-to-alls, given the actual routing.
 
     routing[r][t] lists the experts token t of EP rank r chose. Experts sit in contiguous blocks of
@@ -144,9 +179,15 @@ def ep_bytes_from_routing(routing: Sequence[Sequence[Sequence[int]]], ep: int, e
                 out_rows[home] += 1
                 in_rows[dest] += 1
     wide, narrow = (hidden + per) * bytes_per, hidden * bytes_per
-    return [{"dispatch": out_rows[r] * wide, "combine": in_rows[r] * narrow,
-             "combine backward": out_rows[r] * narrow, "dispatch backward": in_rows[r] * wide}
-            for r in range(ep)]
+    return [
+        {
+            "dispatch": out_rows[r] * wide,
+            "combine": in_rows[r] * narrow,
+            "combine backward": out_rows[r] * narrow,
+            "dispatch backward": in_rows[r] * wide,
+        }
+        for r in range(ep)
+    ]
 
 
 def plan_groups(plan: Plan, kind: str) -> list[list[int]]:
@@ -166,10 +207,12 @@ def once_per_gpu(model: ModelSpec, plan: Plan) -> tuple[float, float] | None:
     """`ep_destinations` of the plan's EP group and the model's routing where the plan's dispatcher sends a token
     once to each GPU and node (estimate/dispatch.py: DeepEP, HybridEP); None where it sends each top-k copy."""
     from .dispatch import DISPATCHERS
+
     if not DISPATCHERS[plan.dispatcher].once_per_gpu:
         return None
-    return ep_destinations(model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"), model.expert_groups,
-                           model.groups_kept)
+    return ep_destinations(
+        model.top_k, model.experts, plan.ep, group_per_node(plan, "ep"), model.expert_groups, model.groups_kept
+    )
 
 
 def ep_expected_rows(tokens: float, k: int, experts: int, ep: int) -> float:
@@ -194,12 +237,15 @@ def _hit(block: int, k: int, experts: int, groups: int, kept: int) -> float:
     if block < size:
         return kept / groups * _needed(pool, block, k)
     held = block // size
-    return sum(math.comb(held, j) * math.comb(groups - held, kept - j) / math.comb(groups, kept)
-               * _needed(pool, j * size, k) for j in range(1, min(held, kept) + 1))
+    return sum(
+        math.comb(held, j) * math.comb(groups - held, kept - j) / math.comb(groups, kept) * _needed(pool, j * size, k)
+        for j in range(1, min(held, kept) + 1)
+    )
 
 
-def ep_destinations(k: int, experts: int, ep: int, per_node: int | None = None, groups: int | None = None,
-                    kept: int | None = None) -> tuple[float, float]:
+def ep_destinations(
+    k: int, experts: int, ep: int, per_node: int | None = None, groups: int | None = None, kept: int | None = None
+) -> tuple[float, float]:
     """Expected (other GPUs, nodes) a token needs when it picks k distinct experts, E/ep to a GPU in order and
     `per_node` of the EP group's GPUs to a node (None: the group in one node): what a dispatcher that sends a
     token once to each GPU, and across nodes once to each node, sends (estimate/dispatch.py). The nodes count the
@@ -223,20 +269,26 @@ def ep_destinations(k: int, experts: int, ep: int, per_node: int | None = None, 
     return gpus, ep / per_node * _hit(per_gpu * per_node, k, experts, groups, kept)
 
 
-def ep_expected_bytes(tokens: float, k: int, experts: int, ep: int, hidden: int,
-                      bytes_per: int = 2, back_bytes: int | None = None) -> dict[str, float]:
+def ep_expected_bytes(
+    tokens: float, k: int, experts: int, ep: int, hidden: int, bytes_per: int = 2, back_bytes: int | None = None
+) -> dict[str, float]:
     """Expected bytes one GPU sends in each EP all-to-all under uniform routing, counted the engine's way
     (ep_bytes_from_routing). By symmetry a GPU receives, and so sends back, as many rows as it sends.
     `bytes_per`: a value sent toward the experts; `back_bytes` (default the same): one coming home."""
     rows = ep_expected_rows(tokens, k, experts, ep)
     back = bytes_per if back_bytes is None else back_bytes
     per = experts // max(ep, 1)
-    return {"dispatch": rows * (hidden + per) * bytes_per, "combine": rows * hidden * back,
-            "combine backward": rows * hidden * bytes_per, "dispatch backward": rows * (hidden + per) * back}
+    return {
+        "dispatch": rows * (hidden + per) * bytes_per,
+        "combine": rows * hidden * back,
+        "combine backward": rows * hidden * bytes_per,
+        "dispatch backward": rows * (hidden + per) * back,
+    }
 
 
-def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2,
-               param_itemsize: int | None = None) -> dict[Key, float]:
+def dp_traffic(
+    local_params: float, shard: int, zero: int, itemsize: int = 2, param_itemsize: int | None = None
+) -> dict[Key, float]:
     """Per step over the data-parallel (dp x cp) group. Plain DP all-reduces the gradients; ZeRO-1/2
     reduce-scatter them and all-gather the updated weights (the same values); ZeRO-3 gathers the weights
     again for backward: 3 passes where DP makes 2. `itemsize`: a gradient's bytes as reduced; `param_itemsize`
@@ -247,8 +299,10 @@ def dp_traffic(local_params: float, shard: int, zero: int, itemsize: int = 2,
         return {("dp", "all_reduce"): ring("all_reduce", local_params * itemsize, shard)}
     gathers = 2 if zero == 3 else 1
     weights = local_params * (itemsize if param_itemsize is None else param_itemsize)
-    return {("dp", "reduce_scatter"): ring("reduce_scatter", local_params * itemsize, shard),
-            ("dp", "all_gather"): gathers * ring("all_gather", weights, shard)}
+    return {
+        ("dp", "reduce_scatter"): ring("reduce_scatter", local_params * itemsize, shard),
+        ("dp", "all_gather"): gathers * ring("all_gather", weights, shard),
+    }
 
 
 def pp_traffic(act_bytes: float, microbatches: int, pp: int) -> dict[Key, float]:
@@ -272,10 +326,20 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
     out: dict[Key, float] = {}
     kinds = ((layers - moe, 0), (moe, model.experts))  # dense layers (first), then MoE layers, on that stage
     for n, experts in kinds:
-        per = layer_traffic(model.hidden, model.heads, int(tokens), plan.tp, plan.sp, plan.cp,
-                            itemsize=size["activations"], bias=model.bias,
-                            norm_params=2 if model.norm == "layernorm" else 1, recompute=full, experts=experts,
-                            grad_itemsize=size["grad_reduce"])
+        per = layer_traffic(
+            model.hidden,
+            model.heads,
+            int(tokens),
+            plan.tp,
+            plan.sp,
+            plan.cp,
+            itemsize=size["activations"],
+            bias=model.bias,
+            norm_params=2 if model.norm == "layernorm" else 1,
+            recompute=full,
+            experts=experts,
+            grad_itemsize=size["grad_reduce"],
+        )
         for k, v in per.items():
             # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's
             # finalize_model_grads does (the engine too: partial_sums="step"), not once per micro-batch
@@ -285,8 +349,16 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
         x = plan.tp if plan.sp else 1
         once = once_per_gpu(model, plan)
         copies = None if once is None else once[0]
-        for k, v in moe_traffic(model.hidden, tokens / x, model.top_k, plan.ep, size["dispatch"], full,
-                                back_itemsize=size["combine"], copies=copies).items():
+        for k, v in moe_traffic(
+            model.hidden,
+            tokens / x,
+            model.top_k,
+            plan.ep,
+            size["dispatch"],
+            full,
+            back_itemsize=size["combine"],
+            copies=copies,
+        ).items():
             _add(out, k, v * moe * plan.m)
     act = tokens / (plan.tp if plan.sp else 1) * model.hidden * size["activations"]
     for k, v in pp_traffic(act, plan.m, plan.pp).items():
@@ -297,8 +369,9 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
         _add(out, k, v)
     if experts:
         edp = plan.edp
-        for k, v in dp_traffic(experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, size["grad_reduce"],
-                               size["compute"]).items():
+        for k, v in dp_traffic(
+            experts / (plan.etp * plan.ep * plan.pp), edp, plan.zero, size["grad_reduce"], size["compute"]
+        ).items():
             _add(out, ("edp", k[1]), v)
     return out
 

@@ -13,6 +13,7 @@ This module holds the example's data (its sequences, the post's routes, the repl
 its program; its stage watches a token (examples/watch.py), which examples/moe16_path.py follows in the
 trace; examples/moe16_unsplit.py is its step on one device and examples/moe16_exact.py holds a run to it.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -32,10 +33,12 @@ LAYOUT = "moe16"
 # the layers' shapes are the preset model's (no biases: a key bias gets a zero gradient, as softmax ignores
 # it, whose rounding noise Adam would scale up)
 MOE16 = SHAPE = preset(LAYOUT).model
-SEQUENCES = {"A": MOE16.tokens,
-             "B": ("a", "judge", "read", "the", "new", "law", "out", "loud"),
-             "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
-             "D": ("an", "appeal", "came", "before", "the", "high", "court", "today")}
+SEQUENCES = {
+    "A": MOE16.tokens,
+    "B": ("a", "judge", "read", "the", "new", "law", "out", "loud"),
+    "C": ("the", "jury", "found", "the", "claim", "to", "be", "false"),
+    "D": ("an", "appeal", "came", "before", "the", "high", "court", "today"),
+}
 LR = 0.01
 MICRO_BATCHES = 2
 # The post's step 4, for its sentence (sequence A): contract -> E3 (gate 0.6) and E8 (0.4), "the" -> E1 and
@@ -61,7 +64,7 @@ def words_of(seq: str) -> tuple[str, ...]:
 def replicas(dp: int, m: int = MICRO_BATCHES) -> tuple[tuple[str, ...], ...]:
     """DP replica -> its sequences, one micro-batch each: A, B, C, D, then E, F, ..."""
     names = [chr(ord("A") + i) if i < 26 else f"S{i + 1}" for i in range(dp * m)]
-    return tuple(tuple(names[d * m:(d + 1) * m]) for d in range(dp))
+    return tuple(tuple(names[d * m : (d + 1) * m]) for d in range(dp))
 
 
 REPLICAS = replicas(2)  # the example's: replica 0 gets A and B, replica 1 gets C and D
@@ -85,8 +88,10 @@ def find_token(word: str, names: Any = None) -> tuple[str, int]:
 
 def embed(ctx: Context, seq: str, hidden: int = SHAPE.hidden) -> Any:
     """A sequence's input: each word's vector plus a position vector, the same on every rank."""
-    rows = [ctx.shared_rng(f"embed.{w}").normal((hidden,)) + ctx.shared_rng(f"pos.{i}").normal(
-        (hidden,), std=0.5) for i, w in enumerate(words_of(seq))]
+    rows = [
+        ctx.shared_rng(f"embed.{w}").normal((hidden,)) + ctx.shared_rng(f"pos.{i}").normal((hidden,), std=0.5)
+        for i, w in enumerate(words_of(seq))
+    ]
     return ctx.xp.reshape(ctx.xp.stack(rows), (len(rows), 1, hidden))
 
 
@@ -100,8 +105,10 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
     Its layers sit on the stages by the model's rule, which the layout checked (layout/stages.py)."""
     model = layout.model
     if model is None or model.seq != len(SEQUENCES["A"]) or model.hidden > 64 or model.layers > 32:
-        raise LayoutError("the token trace runs the example's small model (8-token sequences, hidden 8): give "
-                          "layout sizes (--tp, --cp, ...) or the moe16 preset, not a preset of a full-size model")
+        raise LayoutError(
+            "the token trace runs the example's small model (8-token sequences, hidden 8): give "
+            "layout sizes (--tp, --cp, ...) or the moe16 preset, not a preset of a full-size model"
+        )
     if m < 1:
         raise LayoutError(f"micro-batches must be at least 1, got {m}")
     if routing not in ROUTINGS and routing.partition(":")[0] not in POLICIES:
@@ -112,8 +119,13 @@ def check_runnable(layout: Any, m: int = MICRO_BATCHES, routing: str = "learned"
         raise LayoutError("the post's routing picks 2 of experts E1-E8: it needs 8 or more experts, top-2")
 
 
-def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m: int = MICRO_BATCHES,
-                 routing: str = "learned", max_norm: float | None = None):
+def make_program(
+    watch: tuple[str, int] | None = ("A", 5),
+    layout: Any = None,
+    m: int = MICRO_BATCHES,
+    routing: str = "learned",
+    max_norm: float | None = None,
+):
     """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
     DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned"),
     the post's drawn choices for its sentence ("post"), or a policy ("uniform", "balanced", "skewed:F":
@@ -125,9 +137,14 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
     hidden, reps = layout.model.hidden, replicas(layout.dp, m)
     # the step's phases are the stage's own (one per micro-batch and layer), around a data phase; nothing
     # is held in the trace (the lesson is about where values go, not bytes)
-    opts = StepOptions(micro_batches=m, routing=None if routing in ROUTINGS else Routing.parse(routing),
-                       held=False, lr=LR, max_norm=max_norm,
-                       phases=Phases(schedule=None, sync="gradient sync", after="optimizer step"))
+    opts = StepOptions(
+        micro_batches=m,
+        routing=None if routing in ROUTINGS else Routing.parse(routing),
+        held=False,
+        lr=LR,
+        max_norm=max_norm,
+        phases=Phases(schedule=None, sync="gradient sync", after="optimizer step"),
+    )
 
     def data(ctx: Context, rows: list[int]) -> MicroBatches:
         """DP replica d's sequences, one a micro-batch; this rank's rows of each (its CP half, its SP share)."""
@@ -137,11 +154,13 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         idx = xp.asarray(rows, dtype=xp.int64)
         return MicroBatches(
             inputs=lambda mb: xp.take(embed(ctx, replica[mb], hidden), idx, axis=0),
-            loss=lambda mb, y: dot_loss(xp, y, xp.take(target_of(ctx, replica[mb], hidden), idx, axis=0)))
+            loss=lambda mb, y: dot_loss(xp, y, xp.take(target_of(ctx, replica[mb], hidden), idx, axis=0)),
+        )
 
     def stage(ctx: Context, layers: list, first: int, rows: list[int]) -> WatchStage:
-        return WatchStage(ctx, layers, first, watch, reps[ctx.coords.dp], rows,
-                          lambda seq: scripted(seq, rows, routing))
+        return WatchStage(
+            ctx, layers, first, watch, reps[ctx.coords.dp], rows, lambda seq: scripted(seq, rows, routing)
+        )
 
     def program(ctx: Context) -> dict:
         # the norms' and router's gradients summed over TP once (each TP rank saw its SP share), then ZeRO-1:
@@ -150,9 +169,18 @@ def make_program(watch: tuple[str, int] | None = ("A", 5), layout: Any = None, m
         # weights all-gathered; with max_norm, the summed gradients are clipped by the global norm first
         run = train_step(ctx, layout, opts, data, stage)
         c, xp = ctx.coords, ctx.xp
-        return {"loss": run.loss, "last": c.pp == layout.pp - 1, "grad_sq": run.share_sq, "coords": vars_of(c),
-                "weight_sq": {k: float(xp.sum(w * w)) for k, w in run.new.items()}, "state": run.state,
-                "experts": run.experts, "positions": run.rows, "stores": stores(run.stage, run.state, run.par)}
+        return {
+            "loss": run.loss,
+            "last": c.pp == layout.pp - 1,
+            "grad_sq": run.share_sq,
+            "coords": vars_of(c),
+            "weight_sq": {k: float(xp.sum(w * w)) for k, w in run.new.items()},
+            "state": run.state,
+            "experts": run.experts,
+            "positions": run.rows,
+            "stores": stores(run.stage, run.state, run.par),
+        }
+
     return program
 
 

@@ -1,6 +1,7 @@
 """A split run of the moe16 example held to its one-device step (examples/moe16_unsplit.py): the loss, and
 every gradient and every weight after Adam as sums of squares, one copy of each weight added up from the
 ranks that hold its pieces (a fingerprint that rounding barely moves)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,11 +16,13 @@ from .moe16_unsplit import unsplit_run
 def whole_over_tp(model: Any) -> set[str]:
     """The weights every TP rank holds whole (their gradients summed in-layer under SP), as the layers'
     placements declare them: one layer of the example built on a TP pair."""
+
     def program(ctx):
         pair = ctx.new_group([0, 1], "tp")
         # no EP group: the experts' placements name no tp, and a pair would refuse a model of one expert
         layer = TransformerLayer(ParallelContext(ctx, pair, sp=True), model, layer_weights(ctx, model, "L0"))
         return {k for k, p in layer.placements.items() if "tp" in p and not isinstance(p["tp"], Shard)}
+
     return run_virtual(program, 2).values[0]
 
 
@@ -50,8 +53,9 @@ def agree(got: dict, ref: dict, rtol: float) -> str:
     return f"{n} of {len(ref)} weights"
 
 
-def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: str = "learned",
-              max_norm: float | None = None) -> dict:
+def exactness(
+    values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: str = "learned", max_norm: float | None = None
+) -> dict:
     """A run of `make_program(.., layout, m, max_norm=..)` against the unsplit model over the same sequences:
     the loss, and every gradient and every weight after Adam (sums of squares, relative 1e-9)."""
     model, seqs = layout.model, [s for rep in replicas(layout.dp, m) for s in rep]
@@ -61,6 +65,10 @@ def exactness(values: list[dict], layout: Any, m: int = MICRO_BATCHES, routing: 
     grads = agree(fingerprint(values, "grad_sq", False, model), ref["grad_sq"], 1e-9)
     weights = agree(fingerprint(values, "weight_sq", True, model), ref["weight_sq"], 1e-9)
     every = f"{len(ref['grad_sq'])} of {len(ref['grad_sq'])} weights"
-    return {"loss": loss, "unsplit_loss": ref["loss"], "gradients": grads, "weights_after_adam": weights,
-            "exact": abs(loss - ref["loss"]) <= 1e-12 * max(1.0, abs(ref["loss"])) and grads == every
-            and weights == every}
+    return {
+        "loss": loss,
+        "unsplit_loss": ref["loss"],
+        "gradients": grads,
+        "weights_after_adam": weights,
+        "exact": abs(loss - ref["loss"]) <= 1e-12 * max(1.0, abs(ref["loss"])) and grads == every and weights == every,
+    }

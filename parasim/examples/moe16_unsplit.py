@@ -2,6 +2,7 @@
 lessons' checks, `parasim trace`'s exactness, `parasim check --reference`). The whole model over every
 sequence, the same scripted routes as the split run, the whole gradient clipped by its own norm when asked,
 then Adam."""
+
 from __future__ import annotations
 
 import math
@@ -15,8 +16,9 @@ from ..train.whole import forward_backward, whole_layers
 from ..engine.context import Context
 
 
-def unsplit_run(ctx: Context, model: Any, seqs: list[str], routing: str = "learned",
-                max_norm: float | None = None) -> dict:
+def unsplit_run(
+    ctx: Context, model: Any, seqs: list[str], routing: str = "learned", max_norm: float | None = None
+) -> dict:
     """`model` on one device over sequences `seqs`: the reference every split run is checked against; with
     `max_norm`, the whole gradient clipped by its norm before Adam, as on one device."""
     layers = whole_layers(ctx, model, 0, model.layers, "layer {n}")
@@ -26,8 +28,9 @@ def unsplit_run(ctx: Context, model: Any, seqs: list[str], routing: str = "learn
         for layer in layers if model.experts else []:  # the same scripted routes as the split run
             layer.mlp.scripted = scripted(seq, range(len(words_of(seq))), routing)
         # tagged with the sequence: the layers mark what they make under the split run's names
-        total += forward_backward(ctx, stack, [(embed(ctx, seq, model.hidden), target_of(ctx, seq, model.hidden))],
-                                  tag=seq)
+        total += forward_backward(
+            ctx, stack, [(embed(ctx, seq, model.hidden), target_of(ctx, seq, model.hidden))], tag=seq
+        )
     grads = stack.grads
     norm = math.sqrt(sum(float(ctx.xp.sum(g * g)) for g in grads.values()))  # one device: nothing to count twice
     if max_norm is not None:

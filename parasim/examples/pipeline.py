@@ -1,5 +1,6 @@
 """A small pipeline run for lessons: one transformer layer per stage, m micro-batches, any schedule, plus the
 same model on one rank for comparison. The slot table each rank notes is computed by the timing model."""
+
 from __future__ import annotations
 
 from fractions import Fraction
@@ -27,8 +28,15 @@ def _data(ctx: Context, mb: int, what: str) -> Any:
     return ctx.shared_rng(f"{what}{mb}").normal((SEQ, BATCH, SHAPE.hidden))
 
 
-def pipeline_run(ctx: Context, schedule: str, m: int, chunks: int | None = None, group: Any = None,
-                 phases: tuple[str, str] = ("the schedule", "running it"), costs: dict | None = None) -> dict:
+def pipeline_run(
+    ctx: Context,
+    schedule: str,
+    m: int,
+    chunks: int | None = None,
+    group: Any = None,
+    phases: tuple[str, str] = ("the schedule", "running it"),
+    costs: dict | None = None,
+) -> dict:
     """Run `schedule` with m micro-batches on ctx.world ranks, one layer per stage. Each rank notes its row
     of the slot table (timed with `costs`) in the first phase and runs its actions in the second."""
     group = group or ctx.new_group(range(ctx.world), "pp")
@@ -42,14 +50,31 @@ def pipeline_run(ctx: Context, schedule: str, m: int, chunks: int | None = None,
 
     def loss(mb: int, y: Any) -> tuple[Any, Any]:
         return dot_loss(ctx.xp, y, _data(ctx, mb, "target"))
+
     stages = {a.stage: LayersStage(_layers(ctx, a.stage, 1)) for a in plan[r]}
-    total = run_schedule(ctx, group, plan, stages, (SEQ, BATCH, SHAPE.hidden), ctx.xp.float64,
-                         lambda mb: _data(ctx, mb, "x"), loss, costs)
+    total = run_schedule(
+        ctx,
+        group,
+        plan,
+        stages,
+        (SEQ, BATCH, SHAPE.hidden),
+        ctx.xp.float64,
+        lambda mb: _data(ctx, mb, "x"),
+        loss,
+        costs,
+    )
     last = max(a.stage for acts in plan for a in acts)
-    return {"loss": total, "has_loss": last in stages, "slots": timing.slots[r], "idle": timing.idle[r],
-            "peak": timing.peak[r], "makespan": timing.makespan, "bubble": str(timing.bubble),
-            "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()},
-            "stepped": {s: sgd_step(ctx, st.stack.layers[0]) for s, st in stages.items()}}
+    return {
+        "loss": total,
+        "has_loss": last in stages,
+        "slots": timing.slots[r],
+        "idle": timing.idle[r],
+        "peak": timing.peak[r],
+        "makespan": timing.makespan,
+        "bubble": str(timing.bubble),
+        "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()},
+        "stepped": {s: sgd_step(ctx, st.stack.layers[0]) for s, st in stages.items()},
+    }
 
 
 LR = 0.01
@@ -71,11 +96,16 @@ def _grad_sq(ctx: Context, layer: Any) -> float:
 
 def unsplit_run(stages: int, m: int):
     """The same model, all layers on one rank, forward and backward: a program for parasim.run(..., 1)."""
+
     def program(ctx: Context) -> dict:
         stack = Stack(_layers(ctx, 0, stages))
         total = forward_backward(ctx, stack, ((_data(ctx, mb, "x"), _data(ctx, mb, "target")) for mb in range(m)))
-        return {"loss": total, "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)},
-                "stepped": {i: sgd_step(ctx, layer) for i, layer in enumerate(stack.layers)}}
+        return {
+            "loss": total,
+            "grad_sq": {i: _grad_sq(ctx, layer) for i, layer in enumerate(stack.layers)},
+            "stepped": {i: sgd_step(ctx, layer) for i, layer in enumerate(stack.layers)},
+        }
+
     return program
 
 
@@ -83,29 +113,39 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
     """Checks: the loss and every layer's gradients equal the unsplit model's."""
     from ..engine.runner import run
     from ..lesson import check
+
     ref = run(unsplit_run(stages, m), 1).values[0]
     last = next(x for x in values if x["has_loss"])
     got = {s: g for x in values for s, g in x["grad_sq"].items()}
     stepped = {s: g for x in values for s, g in x["stepped"].items()}
-    return [check("the loss equals the unsplit model's", last["loss"], ref["loss"], rtol=1e-12),
-            check("each layer's gradients equal the unsplit model's (sum of squares)",
-                  [got[s] for s in sorted(got)], [ref["grad_sq"][s] for s in sorted(ref["grad_sq"])], rtol=1e-10),
-            check("after one SGD step, each layer's weights equal the unsplit model's (sum of squares)",
-                  [stepped[s] for s in sorted(stepped)], [ref["stepped"][s] for s in sorted(ref["stepped"])],
-                  rtol=1e-12)]
+    return [
+        check("the loss equals the unsplit model's", last["loss"], ref["loss"], rtol=1e-12),
+        check(
+            "each layer's gradients equal the unsplit model's (sum of squares)",
+            [got[s] for s in sorted(got)],
+            [ref["grad_sq"][s] for s in sorted(ref["grad_sq"])],
+            rtol=1e-10,
+        ),
+        check(
+            "after one SGD step, each layer's weights equal the unsplit model's (sum of squares)",
+            [stepped[s] for s in sorted(stepped)],
+            [ref["stepped"][s] for s in sorted(ref["stepped"])],
+            rtol=1e-12,
+        ),
+    ]
 
 
 def pipeline_figures(result: Any) -> dict:
     """What `parasim compare` lines up for a pipeline lesson beside every run's figures (its sends among
     them): the bubble measured from the slot table, the micro-batches stage 1 holds at once."""
     v = result.values
-    return {"bubble (idle share of the step)": v[0]["bubble"],
-            "micro-batches stage 1 holds at once": v[0]["peak"]}
+    return {"bubble (idle share of the step)": v[0]["bubble"], "micro-batches stage 1 holds at once": v[0]["peak"]}
 
 
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
     """The checks the pipeline lessons share, each against a formula or an unsplit run."""
     from ..lesson import check
+
     v, p = result.values, result.world
     bubble = Fraction(p - 1, M + p - 1)
     sends = sum(1 for e in result.trace.events if e.op == "p2p")
@@ -115,9 +155,11 @@ def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> lis
         check("every stage is busy 2m slots", [x["makespan"] - x["idle"] for x in v], [2 * M] * p),
         check("micro-batches whose activations a stage holds at once", [x["peak"] for x in v], peaks),
         check("point-to-point transfers: m activations and m gradients per stage boundary", sends, 2 * M * (p - 1)),
-        check("bubbles with m = 16 and m = 32", [round(float(time_schedule(generate(schedule, p, m)).bubble), 3)
-                                                  for m in (16, 32)],
-              [round((p - 1) / (m + p - 1), 3) for m in (16, 32)]),
+        check(
+            "bubbles with m = 16 and m = 32",
+            [round(float(time_schedule(generate(schedule, p, m)).bubble), 3) for m in (16, 32)],
+            [round((p - 1) / (m + p - 1), 3) for m in (16, 32)],
+        ),
         # (p-1)/(m+p-1) < 1/10 exactly when m > 9(p-1)
         check("smallest m with a bubble under 10% at p = 8", smallest, 9 * (8 - 1) + 1),
         *matches_unsplit(v, p, M),

@@ -4,6 +4,7 @@ weights over 4 data-parallel ranks. One program runs both, each in phases tagged
 the bytes of each can be read from the trace. A one-device program computes the same step on all the data
 for the exactness checks, and `comparison` builds the post's table from measured runs.
 """
+
 from __future__ import annotations
 
 from collections import Counter
@@ -30,10 +31,15 @@ from ..engine.context import Context
 SCHEDULE = "1f1b"
 LR, BETAS, EPS = 0.01, (0.9, 0.999), 1e-8
 TOL = 1e-12  # how far (relative) a float64 run's loss and fingerprints may be from one device's
-PP_PHASES = ("PP 4: the 1F1B schedule", "PP 4: activations forward, their gradients back",
-             "PP 4: each stage steps its own layers")
-Z3_PHASES = ("ZeRO-3 over 4: forward, each layer gathered then freed",
-             "ZeRO-3 over 4: backward, gather again and reduce-scatter the gradients")
+PP_PHASES = (
+    "PP 4: the 1F1B schedule",
+    "PP 4: activations forward, their gradients back",
+    "PP 4: each stage steps its own layers",
+)
+Z3_PHASES = (
+    "ZeRO-3 over 4: forward, each layer gathered then freed",
+    "ZeRO-3 over 4: backward, gather again and reduce-scatter the gradients",
+)
 
 
 @dataclass(frozen=True)
@@ -108,16 +114,22 @@ def pipeline_part(ctx: Context, cfg: Config) -> dict:
 
     def loss(mb: int, y: Any) -> tuple[float, Any]:
         return dot_loss(xp, y, _batch(ctx, cfg, mb * cfg.mb_size, cfg.mb_size, "t"), cfg.sequences)
+
     total = run_schedule(ctx, group, plan, {r: stage}, cfg.activation, xp.float64, inputs, loss)
     ctx.phase(PP_PHASES[2], technique="pp")
     grads = stage.grads
     new = {k: adam_first_step(xp, w, grads[k]) for k, w in stage.params().items()}
     count = sum(int(np.prod(w.shape)) for w in new.values())
     span = f"layer {r + 1}" if per == 1 else f"layers {r * per + 1}-{(r + 1) * per}"
-    ctx.note(f"GPU {r + 1}: {span}, {count} weights, all its own: Adam runs here and nothing is sent",
-             weights=count)
-    return {"loss": total, "has_loss": r == p - 1, "grads": grads, "weights": new, "held": count,
-            "bubble": timing.bubble}
+    ctx.note(f"GPU {r + 1}: {span}, {count} weights, all its own: Adam runs here and nothing is sent", weights=count)
+    return {
+        "loss": total,
+        "has_loss": r == p - 1,
+        "grads": grads,
+        "weights": new,
+        "held": count,
+        "bubble": timing.bubble,
+    }
 
 
 def data_parallel_schedule(world: int) -> list[list[Action]]:
@@ -137,8 +149,11 @@ def zero3_part(ctx: Context, cfg: Config) -> dict:
     first = ctx.rank * b
     x, target = _batch(ctx, cfg, first, b, "x"), _batch(ctx, cfg, first, b, "t")
     shard = sum(int(z.shard.shape[0]) for z in layers)
-    ctx.note(f"GPU {ctx.rank + 1}: sequences {first + 1}-{first + b}, and 1/{n} of every layer's weights "
-             f"({shard} values) at rest", weights=shard)
+    ctx.note(
+        f"GPU {ctx.rank + 1}: sequences {first + 1}-{first + b}, and 1/{n} of every layer's weights "
+        f"({shard} values) at rest",
+        weights=shard,
+    )
     saved, caches = Saved(), []
     for z in layers:
         x, c = z.forward(x, saved)
@@ -150,18 +165,26 @@ def zero3_part(ctx: Context, cfg: Config) -> dict:
     grads = {z.key: xp.asarray(z.grad, copy=True) for z in layers}  # this rank's share, averaged
     for z in layers:
         z.step()  # Adam on this rank's shard only: nothing moves
-    return {"loss": local, "keys": {z.key: list(z.keys) for z in layers},
-            "grad_shards": grads, "weight_shards": {z.key: z.shard for z in layers},
-            "held": shard, "layer_values": layers[0].padded, "bubble": time_schedule(data_parallel_schedule(n)).bubble}
+    return {
+        "loss": local,
+        "keys": {z.key: list(z.keys) for z in layers},
+        "grad_shards": grads,
+        "weight_shards": {z.key: z.shard for z in layers},
+        "held": shard,
+        "layer_values": layers[0].padded,
+        "bubble": time_schedule(data_parallel_schedule(n)).bubble,
+    }
 
 
 def both(cfg: Config, whole: bool = False) -> Callable[[Any], dict]:
     """The program: the pipeline run, then the ZeRO-3 run, on the same weights and sequences. It returns
     each gradient and updated weight as its sum of squares (a fingerprint that rounding barely moves, so
     real ranks can be held to the virtual run), or with `whole` the arrays themselves."""
+
     def program(ctx: Context) -> dict:
         out = {"pp": pipeline_part(ctx, cfg), "zero3": zero3_part(ctx, cfg)}
         return out if whole else fingerprints(ctx.xp, out)
+
     return program
 
 
@@ -181,13 +204,18 @@ def fingerprints(xp: Any, out: dict) -> dict:
 def one_device(cfg: Config) -> Callable[[Any], dict]:
     """The reference, for parasim.run(..., 1): every layer and every sequence on one rank, one forward and
     one backward of the mean loss, and Adam's first step on every weight."""
+
     def program(ctx: Context) -> dict:
         stack = Stack(_layers(ctx, cfg, 0, cfg.layers))
         x, target = _batch(ctx, cfg, 0, cfg.sequences, "x"), _batch(ctx, cfg, 0, cfg.sequences, "t")
         loss = forward_backward(ctx, stack, [(x, target)], cfg.sequences)
         grads = stack.grads
-        return {"loss": loss, "grads": grads,
-                "weights": {k: adam_first_step(ctx.xp, w, grads[k]) for k, w in stack.params().items()}}
+        return {
+            "loss": loss,
+            "grads": grads,
+            "weights": {k: adam_first_step(ctx.xp, w, grads[k]) for k, w in stack.params().items()},
+        }
+
     return program
 
 
@@ -212,13 +240,21 @@ def errors(values: list[dict], ref: dict) -> dict[str, dict[str, float]]:
     sq = {f: {k: float(np.sum(_np(x) ** 2)) for k, x in ref[f].items()} for f in ("grads", "weights")}
     pp = [v["pp"] for v in values]
     pp_loss = next(x["loss"] for x in pp if x["has_loss"])
-    out = {"pp": {"loss": _rel(pp_loss, ref["loss"]),
-                  **{name: _worst({k: g for x in pp for k, g in x[f].items()}, sq[f])
-                     for name, f in (("gradients", "grads"), ("weights after Adam", "weights"))}}}
+    out = {
+        "pp": {
+            "loss": _rel(pp_loss, ref["loss"]),
+            **{
+                name: _worst({k: g for x in pp for k, g in x[f].items()}, sq[f])
+                for name, f in (("gradients", "grads"), ("weights after Adam", "weights"))
+            },
+        }
+    }
     z3 = [v["zero3"] for v in values]
-    out["zero3"] = {"loss": _rel(sum(x["loss"] for x in z3) / len(z3), ref["loss"]),
-                    "gradients": _shard_worst(z3, "grad_shards", ref["grads"]),
-                    "weights after Adam": _shard_worst(z3, "weight_shards", ref["weights"])}
+    out["zero3"] = {
+        "loss": _rel(sum(x["loss"] for x in z3) / len(z3), ref["loss"]),
+        "gradients": _shard_worst(z3, "grad_shards", ref["grads"]),
+        "weights after Adam": _shard_worst(z3, "weight_shards", ref["weights"]),
+    }
     return out
 
 
@@ -231,7 +267,7 @@ def _shard_worst(z3: list[dict], field: str, want: dict[str, Any]) -> float:
         flat = np.concatenate([_np(want[f"{key}.{k}"]).reshape(-1) for k in names])
         flat = np.concatenate([flat, np.zeros(-flat.size % n)])
         for r, share in enumerate(np.split(flat, n)):
-            worst = max(worst, _rel(z3[r][field][key], float(np.sum(share ** 2))))
+            worst = max(worst, _rel(z3[r][field][key], float(np.sum(share**2))))
     return worst
 
 
@@ -246,8 +282,11 @@ def moved(trace: Trace, technique: str) -> dict:
         for m in e.members:
             sizes = [t.shape for t in (*m.ins, *m.outs)]
             shapes.add(max(sizes, key=lambda s: int(np.prod(s))) if sizes else ())
-    return {"bytes": sum(m.sent for e in events for m in e.members), "ops": dict(Counter(e.op for e in events)),
-            "shapes": sorted(shapes)}
+    return {
+        "bytes": sum(m.sent for e in events for m in e.members),
+        "ops": dict(Counter(e.op for e in events)),
+        "shapes": sorted(shapes),
+    }
 
 
 def measure(result: Any, cfg: Config) -> dict:
@@ -255,11 +294,15 @@ def measure(result: Any, cfg: Config) -> dict:
     and its distance from the one-device step."""
     ref = run(one_device(cfg), 1).values[0]
     v = result.values
-    return {"config": cfg, "pp": moved(result.trace, "pp"), "zero3": moved(result.trace, "zero3"),
-            "bubble": {"pp": v[0]["pp"]["bubble"], "zero3": v[0]["zero3"]["bubble"]},
-            "held": {"pp": [x["pp"]["held"] for x in v], "zero3": [x["zero3"]["held"] for x in v]},
-            "layer_values": v[0]["zero3"]["layer_values"],
-            "errors": errors(v, ref)}
+    return {
+        "config": cfg,
+        "pp": moved(result.trace, "pp"),
+        "zero3": moved(result.trace, "zero3"),
+        "bubble": {"pp": v[0]["pp"]["bubble"], "zero3": v[0]["zero3"]["bubble"]},
+        "held": {"pp": [x["pp"]["held"] for x in v], "zero3": [x["zero3"]["held"] for x in v]},
+        "layer_values": v[0]["zero3"]["layer_values"],
+        "errors": errors(v, ref),
+    }
 
 
 def run_config(cfg: Config) -> dict:
@@ -287,8 +330,10 @@ def comparison(runs: dict[str, dict]) -> dict[str, list]:
     return {
         "what moves": [_what_moves(base[t], t, cfg, base["layer_values"]) for t in ("pp", "zero3")],
         f"bytes sent per step, all GPUs ({cfg.describe()})": [base[t]["bytes"] for t in ("pp", "zero3")],
-        **{f"bytes x when {name[:-3]} doubles": [ratio(name, t) for t in ("pp", "zero3")]
-           for name in ("batch x2", "hidden x2", "layers x2")},
+        **{
+            f"bytes x when {name[:-3]} doubles": [ratio(name, t) for t in ("pp", "zero3")]
+            for name in ("batch x2", "hidden x2", "layers x2")
+        },
         "bubble (idle share of the step)": [base["bubble"][t] for t in ("pp", "zero3")],
         "weights a GPU keeps between steps": [max(base["held"][t]) for t in ("pp", "zero3")],
     }

@@ -2,6 +2,7 @@
 (`note_holder`), and its stage (`WatchStage`, the step's wrapper of the stage's layers) marks a phase per
 (micro-batch, layer) and notes, on the rank holding the token, where the MoE routed it. The notes carry
 their facts as data (watch="holds" | "layer" | "route"), which examples/moe16_path.py reads back."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,9 +20,15 @@ def note_holder(ctx: Context, watch: Watch | None, replica: tuple, rows: list[in
     if watch is None or watch[0] not in replica or watch[1] not in rows:
         return
     c, word = ctx.coords, f"{words[watch[1]]!r} (t{watch[1] + 1} of {watch[0]})"
-    ctx.note(f"holds {word}: DP replica {c.dp}, micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
-             + " ".join(f"t{p + 1}" for p in rows) + f"; pipeline stage {c.pp + 1}",
-             watch="holds", token=word, positions=[p + 1 for p in rows], stage=c.pp + 1)
+    ctx.note(
+        f"holds {word}: DP replica {c.dp}, micro-batch {replica.index(watch[0]) + 1}; CP rank {c.cp}; SP share "
+        + " ".join(f"t{p + 1}" for p in rows)
+        + f"; pipeline stage {c.pp + 1}",
+        watch="holds",
+        token=word,
+        positions=[p + 1 for p in rows],
+        stage=c.pp + 1,
+    )
 
 
 class WatchStage(StackWeights):
@@ -29,8 +36,16 @@ class WatchStage(StackWeights):
     watched token, notes where the MoE routed it. `script(seq)`: the rows whose routes are fixed in advance
     for sequence `seq` ({row: (experts, gates)}; {} for the router's own choices)."""
 
-    def __init__(self, ctx: Context, layers: list, first: int, watch: Watch | None, replica: tuple,
-                 positions: list[int], script: Callable[[str], dict]) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        layers: list,
+        first: int,
+        watch: Watch | None,
+        replica: tuple,
+        positions: list[int],
+        script: Callable[[str], dict],
+    ) -> None:
         self.ctx, self.layers, self.first, self.watch, self.replica = ctx, layers, first, watch, replica
         self.script = script
         self.positions = positions  # the sequence positions this rank holds between matmuls
@@ -48,16 +63,23 @@ class WatchStage(StackWeights):
         mb, self.f_calls = self.f_calls, self.f_calls + 1
         caches = []
         for i, layer in enumerate(self.layers):
-            self.ctx.phase(f"forward mb{mb + 1} layer {self.first + i + 1}", direction="forward", micro_batch=mb + 1,
-                           layer=self.first + i + 1)
+            self.ctx.phase(
+                f"forward mb{mb + 1} layer {self.first + i + 1}",
+                direction="forward",
+                micro_batch=mb + 1,
+                layer=self.first + i + 1,
+            )
             if layer.shape.experts:
                 layer.mlp.scripted = self.script(self.replica[mb])
             x, c = layer.forward(x, Saved(tag=self.replica[mb]))  # the layers mark their outputs
             caches.append(c)
             row = self._mine(mb)
             if row is not None and not layer.shape.experts:
-                self.ctx.note(f"layer {self.first + i + 1}: attention and the MLP work on it here",
-                              watch="layer", layer=self.first + i + 1)
+                self.ctx.note(
+                    f"layer {self.first + i + 1}: attention and the MLP work on it here",
+                    watch="layer",
+                    layer=self.first + i + 1,
+                )
             elif row is not None:
                 self._note_route(layer, self.first + i + 1, row)
         return x, caches
@@ -68,14 +90,30 @@ class WatchStage(StackWeights):
         picks = [(e, g, self._owner(layer, e)) for e, g in layer.mlp.last_routing[row]]
         routes = ", ".join(f"E{e + 1} (gate {g:.2f}) " + self._where(r) for e, g, r in picks)
         away = sorted({r for _, _, r in picks if r != me})
-        trip = (f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
-                "the gate-weighted outputs back") if away else "both experts are here: it stays put"
+        trip = (
+            (
+                f"dispatch sends it to {', '.join(f'g{r}' for r in away)} (once per GPU) and combine brings "
+                "the gate-weighted outputs back"
+            )
+            if away
+            else "both experts are here: it stays put"
+        )
         policy = layer.mlp.par.options.routing  # a routing policy (nn/routing.py) picks in place of the router
-        who = ("the post's routing (scripted) picks" if row in layer.mlp.scripted
-               else f"the {policy} policy picks" if policy is not None else "the router picks")
-        self.ctx.note(f"layer {number}: {who} {routes}; {trip}", watch="route", layer=number,
-                      experts=[e + 1 for e, _, _ in picks], gpus=[r for _, _, r in picks],
-                      gates=[round(float(g), 4) for _, g, _ in picks])
+        who = (
+            "the post's routing (scripted) picks"
+            if row in layer.mlp.scripted
+            else f"the {policy} policy picks"
+            if policy is not None
+            else "the router picks"
+        )
+        self.ctx.note(
+            f"layer {number}: {who} {routes}; {trip}",
+            watch="route",
+            layer=number,
+            experts=[e + 1 for e, _, _ in picks],
+            gpus=[r for _, _, r in picks],
+            gates=[round(float(g), 4) for _, g, _ in picks],
+        )
 
     def _where(self, owner: int) -> str:
         """Where an expert whose EP rank is `owner` lives: on one GPU, or split over its expert-TP group."""
@@ -97,7 +135,11 @@ class WatchStage(StackWeights):
     def backward(self, caches: Any, dy: Any) -> Any:
         mb, self.b_calls = self.b_calls, self.b_calls + 1
         for i in reversed(range(len(self.layers))):
-            self.ctx.phase(f"backward mb{mb + 1} layer {self.first + i + 1}", direction="backward",
-                           micro_batch=mb + 1, layer=self.first + i + 1)
+            self.ctx.phase(
+                f"backward mb{mb + 1} layer {self.first + i + 1}",
+                direction="backward",
+                micro_batch=mb + 1,
+                layer=self.first + i + 1,
+            )
             dy = self.layers[i].backward(caches[i], dy)
         return dy

@@ -7,6 +7,7 @@ entry; none of them names an example. The post's 16-GPU MoE example (examples/mo
 
 Adding one: its module (its data, its program, its path and its exactness), then its entry here and its test.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -34,13 +35,36 @@ class WorkedExample:
 
 
 def _moe16() -> WorkedExample:
-    from .moe16 import (LAYOUT, MICRO_BATCHES, MOE16, ROUTINGS, SEQUENCES, check_runnable, find_token,
-                        make_program, replicas)
+    from .moe16 import (
+        LAYOUT,
+        MICRO_BATCHES,
+        MOE16,
+        ROUTINGS,
+        SEQUENCES,
+        check_runnable,
+        find_token,
+        make_program,
+        replicas,
+    )
     from .moe16_exact import exactness
     from .moe16_path import token_figures, token_path
-    return WorkedExample("moe16", "the post's MoE example: 4 layers, 8 experts, top-2, 8-token sequences", LAYOUT,
-                         MOE16, len(SEQUENCES["A"]), MICRO_BATCHES, ROUTINGS, check_runnable, replicas, find_token,
-                         make_program, token_path, token_figures, exactness)
+
+    return WorkedExample(
+        "moe16",
+        "the post's MoE example: 4 layers, 8 experts, top-2, 8-token sequences",
+        LAYOUT,
+        MOE16,
+        len(SEQUENCES["A"]),
+        MICRO_BATCHES,
+        ROUTINGS,
+        check_runnable,
+        replicas,
+        find_token,
+        make_program,
+        token_path,
+        token_figures,
+        exactness,
+    )
 
 
 # name -> how to load it: an example's modules are imported when it is asked for (a command's start stays quick)
@@ -51,6 +75,7 @@ DEFAULT = "moe16"  # the example a command runs when none is named
 def example(name: str) -> WorkedExample:
     """The worked example named `name`; one that is not there is refused in one line."""
     from ..errors import UsageError
+
     if name not in EXAMPLES:
         raise UsageError(f"unknown worked example {name!r}; examples: {', '.join(EXAMPLES)}")
     return EXAMPLES[name]()

@@ -6,9 +6,22 @@ costs (`memory_report`: memory itemised, traffic, the step's time, the stages, t
 This room sits above the estimator's formulas (estimate/) and the clock (clock/), which it asks; the
 commands (cli/estimate.py) parse flags into a `JobQuery`, call `memory_report` and render what it returns.
 """
+
 from .fit import FitReport, fit_report, fit_seq
 from .memory import MemoryReport, memory_report, stage_summary, timed
 from .query import GIB, JobQuery, JobReport, Sources, Units
 
-__all__ = ["FitReport", "GIB", "JobQuery", "JobReport", "MemoryReport", "Sources", "Units", "fit_report", "fit_seq",
-           "memory_report", "stage_summary", "timed"]
+__all__ = [
+    "FitReport",
+    "GIB",
+    "JobQuery",
+    "JobReport",
+    "MemoryReport",
+    "Sources",
+    "Units",
+    "fit_report",
+    "fit_seq",
+    "memory_report",
+    "stage_summary",
+    "timed",
+]

@@ -2,6 +2,7 @@
 memory at that length, the attention's FLOPs and the step's time there, how the layers sit on stages and, when
 asked, the plan written as Megatron-LM flags at a length its layout splits evenly. `FitReport.to_dict` is the
 command's --json."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass

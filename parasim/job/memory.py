@@ -2,6 +2,7 @@
 step's time on the clock, how the layers sit on stages and, when asked, the rules of thumb the layout breaks
 and the plan written as Megatron-LM flags. `MemoryReport.to_dict` is the command's --json; the command's text
 is rendered from the same report (render/estimate_text.py)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -35,8 +36,13 @@ def stage_summary(model: ModelSpec, plan: Plan, memory: int, slowest: int | None
     """Every stage's layers by the model's rule, the rule, the stage that needs the most memory and the
     slowest stage (both counted from 1; the slowest None when nothing is timed)."""
     counts = stage_counts(model, plan.pp)
-    return {"layers": list(counts), "rule": model.stages.to_dict(), "said": describe(counts),
-            "most_memory": memory + 1, "slowest": slowest}
+    return {
+        "layers": list(counts),
+        "rule": model.stages.to_dict(),
+        "said": describe(counts),
+        "most_memory": memory + 1,
+        "slowest": slowest,
+    }
 
 
 @dataclass(frozen=True)
@@ -56,10 +62,19 @@ def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> M
     bd = breakdown(model, plan, seq)
     timing = timed(model, plan, seq, q.gpu, q.overlap)
     traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}
-    out = {**bd.to_dict(unit), "params": model.total_params(), "active_params": model.active_params(),
-           "unit": q.units.name, "usable": q.usable / unit, "fits": bd.total <= q.usable,
-           "assumes": assumptions(plan), "traffic": traffic, "time": timing,
-           "stages": stage_summary(model, plan, bd.stage, timing["slowest_stage"]), **q.sources.to_dict()}
+    out = {
+        **bd.to_dict(unit),
+        "params": model.total_params(),
+        "active_params": model.active_params(),
+        "unit": q.units.name,
+        "usable": q.usable / unit,
+        "fits": bd.total <= q.usable,
+        "assumes": assumptions(plan),
+        "traffic": traffic,
+        "time": timing,
+        "stages": stage_summary(model, plan, bd.stage, timing["slowest_stage"]),
+        **q.sources.to_dict(),
+    }
     if written:
         out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
     if critic:

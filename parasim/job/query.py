@@ -1,4 +1,5 @@
 """What a job is, every flag read: the settings `parasim memory` (and a notebook) hands the job's report."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ class Units:
     name: str = "GB"
 
 
-GIB = Units(float(2 ** 30), "GiB")
+GIB = Units(float(2**30), "GiB")
 
 
 @dataclass(frozen=True)
@@ -36,9 +37,13 @@ class Sources:
         if self.megatron is not None:
             out["megatron"] = self.megatron.to_dict()
         if self.config is not None:
-            out["config"] = {"path": self.config_path, "used": self.config.used,
-                             "unmodelled": self.config.unmodelled, "params": self.config.model.total_params(),
-                             "active_params": self.config.model.active_params()}
+            out["config"] = {
+                "path": self.config_path,
+                "used": self.config.used,
+                "unmodelled": self.config.unmodelled,
+                "params": self.config.model.total_params(),
+                "active_params": self.config.model.active_params(),
+            }
         return out
 
 

@@ -1,6 +1,7 @@
 """`parasim fit --search`'s answer as a value: every layout on each node count ranked, by the longest sequence
 it holds (`search_report`) or by the step's time at a given sequence and batch (`time_search_report`), with the
 unit and what was read to make the model. `SearchReport.to_dict` is the command's --json."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -13,7 +14,6 @@ from ..layout import ModelSpec
 from ..megatron.args import as_dict
 from .fit import fit_seq
 from .query import Sources, Units
-
 
 
 @dataclass(frozen=True)
@@ -50,8 +50,9 @@ def searched_plan(best: dict[str, Any], q: SearchQuery) -> Plan:
     # a ranked row holds the Plan's own fields (Plan.to_dict's) beside its label and length: those make it a plan
     # again; what the search held fixed for every row comes from the query
     given = {f.name for f in fields(Plan) if f.init} & best.keys() - {"dropout", "gpus_per_node"}
-    plan = Plan(**{k: best[k] for k in sorted(given)}, dropout=q.choices.get("dropout", True),
-                gpus_per_node=q.gpus_per_node).check(q.model)
+    plan = Plan(
+        **{k: best[k] for k in sorted(given)}, dropout=q.choices.get("dropout", True), gpus_per_node=q.gpus_per_node
+    ).check(q.model)
     best["seq_length"] = fit_seq(best["max_seq_tokens"], plan)
     return plan
 
@@ -76,10 +77,12 @@ def search_report(q: SearchQuery, written: bool = False) -> SearchReport:
     return SearchReport(q, result)
 
 
-def time_search_report(q: SearchQuery, seq: int, global_batch: int, gpu: str,
-                       overlap: tuple[str, ...] = ()) -> SearchReport:
+def time_search_report(
+    q: SearchQuery, seq: int, global_batch: int, gpu: str, overlap: tuple[str, ...] = ()
+) -> SearchReport:
     """The layouts that hold `seq` tokens and split `global_batch` sequences evenly, ranked by the step's time on
     GPU type `gpu` (a key of the hardware table) with the `overlap` switches on, and what costs each most."""
-    result = search_by_time(q.model, q.nodes, q.usable, seq, global_batch, gpu, q.gpus_per_node, q.top, overlap,
-                            **q.choices)
+    result = search_by_time(
+        q.model, q.nodes, q.usable, seq, global_batch, gpu, q.gpus_per_node, q.top, overlap, **q.choices
+    )
     return SearchReport(q, _with_query(result, q))

@@ -11,6 +11,7 @@ traffic, the app's map, `parasim compare` and every command's size flags read th
 Adding an axis (HSDP's replicate and shard, say) is its entry here, the Layout field that holds its size and
 the rank generator's rule for it (layout/mesh.py), and its tests (docs/architecture.md, "Add a mesh axis").
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -44,20 +45,90 @@ class Axis:
     flag: bool = True  # a command takes its size as --<name> (expert DP is derived from the others)
 
 
-AXES: dict[str, Axis] = {a.name: a for a in (
-    Axis("tp", "TP", "tensor-parallel size", "T", "tp", "dense", "tp", "cut", "ring", "tp",
-         "--tensor-model-parallel-size"),
-    Axis("cp", "CP", "context-parallel size", "C", "cp", "dense", "cp", "data", "ring", "cp",
-         "--context-parallel-size"),
-    Axis("dp", "DP", "data-parallel size", "D", "dp", "dense", "dp", "data", "ring", "dp-cp",
-         "--data-parallel-size"),  # Megatron-LM derives it; `parasim layout` also takes it by this name
-    Axis("pp", "PP", "pipeline stages", "P", "pp", "dense", "pp", "stages", "chain", "pp",
-         "--pipeline-model-parallel-size"),
-    Axis("ep", "EP", "expert-parallel size", "E", "ep", "expert", "ep", "experts", "pairs", "ep",
-         "--expert-model-parallel-size"),
-    Axis("etp", "ETP", "expert tensor-parallel size", "T", "expert-tp", "expert", "tp", "cut", "ring", None,
-         "--expert-tensor-parallel-size"),
-    Axis("edp", "EDP", "expert data-parallel size", "D", "expert-dp", "expert", "dp", "data", "ring", "expert-dp",
-         flag=False),
-)}
+AXES: dict[str, Axis] = {
+    a.name: a
+    for a in (
+        Axis(
+            "tp",
+            "TP",
+            "tensor-parallel size",
+            "T",
+            "tp",
+            "dense",
+            "tp",
+            "cut",
+            "ring",
+            "tp",
+            "--tensor-model-parallel-size",
+        ),
+        Axis(
+            "cp",
+            "CP",
+            "context-parallel size",
+            "C",
+            "cp",
+            "dense",
+            "cp",
+            "data",
+            "ring",
+            "cp",
+            "--context-parallel-size",
+        ),
+        Axis(
+            "dp", "DP", "data-parallel size", "D", "dp", "dense", "dp", "data", "ring", "dp-cp", "--data-parallel-size"
+        ),  # Megatron-LM derives it; `parasim layout` also takes it by this name
+        Axis(
+            "pp",
+            "PP",
+            "pipeline stages",
+            "P",
+            "pp",
+            "dense",
+            "pp",
+            "stages",
+            "chain",
+            "pp",
+            "--pipeline-model-parallel-size",
+        ),
+        Axis(
+            "ep",
+            "EP",
+            "expert-parallel size",
+            "E",
+            "ep",
+            "expert",
+            "ep",
+            "experts",
+            "pairs",
+            "ep",
+            "--expert-model-parallel-size",
+        ),
+        Axis(
+            "etp",
+            "ETP",
+            "expert tensor-parallel size",
+            "T",
+            "expert-tp",
+            "expert",
+            "tp",
+            "cut",
+            "ring",
+            None,
+            "--expert-tensor-parallel-size",
+        ),
+        Axis(
+            "edp",
+            "EDP",
+            "expert data-parallel size",
+            "D",
+            "expert-dp",
+            "expert",
+            "dp",
+            "data",
+            "ring",
+            "expert-dp",
+            flag=False,
+        ),
+    )
+}
 SIZED = tuple(name for name, a in AXES.items() if a.flag)  # the axes a command takes a size for: tp ... etp

@@ -7,6 +7,7 @@ label the same GPUs ETP x EP x EDP (MoE "parallel folding"): two rank generators
 the earliest axis of `order` fastest, and members ascend. Group kinds and their creation order follow
 `parallel_state.initialize_model_parallel` (read from Megatron-Core's source; this is our own code).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -69,7 +70,8 @@ class Layout:
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "ep", "gpus_per_node") + tuple(
-                n for n in ("dp", "etp", "world") if getattr(self, n) is not None):
+            n for n in ("dp", "etp", "world") if getattr(self, n) is not None
+        ):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise LayoutError(f"{name} must be a positive integer, got {v!r}")
@@ -93,16 +95,24 @@ class Layout:
             raise LayoutError(f"dp {dp} does not fit: world {world} / (tp*cp*pp = {base}) is {world // base}")
         etp = self.tp if self.etp is None else self.etp
         if world % (etp * self.ep * self.pp):
-            why = (f" (etp was not given, so it follows tp = {self.tp}, as Megatron's --expert-tensor-parallel-size "
-                   "does; give etp=1 for experts not split by TP)") if self.etp is None and self.tp > 1 else ""
+            why = (
+                (
+                    f" (etp was not given, so it follows tp = {self.tp}, as Megatron's --expert-tensor-parallel-size "
+                    "does; give etp=1 for experts not split by TP)"
+                )
+                if self.etp is None and self.tp > 1
+                else ""
+            )
             raise LayoutError(f"world {world} is not divisible by etp*ep*pp = {etp * self.ep * self.pp}{why}")
         object.__setattr__(self, "world", world)
         object.__setattr__(self, "dp", world // base)
         object.__setattr__(self, "etp", etp)
         object.__setattr__(self, "edp", world // (etp * self.ep * self.pp))
         if not self.order.endswith("pp") and self.pp > 1 and self.edp != self.dp:
-            raise LayoutError(f"order {self.order} with pp > 1 needs edp == dp (Megatron-Core's rule when pp is not "
-                              f"the last word), got edp={self.edp}, dp={self.dp}")
+            raise LayoutError(
+                f"order {self.order} with pp > 1 needs edp == dp (Megatron-Core's rule when pp is not "
+                f"the last word), got edp={self.edp}, dp={self.dp}"
+            )
         if self.sp and self.tp == 1:  # SP splits what TP leaves whole: with one TP rank there is nothing to split
             raise LayoutError("sequence parallelism needs tp > 1")
         if self.model is not None:
@@ -120,14 +130,20 @@ class Layout:
         if m.seq is not None and self.cp > 1:
             chunks = 2 * self.cp if self.zigzag else self.cp
             if m.seq % chunks:
-                raise LayoutError(f"sequence {m.seq} does not divide by {'2*cp' if self.zigzag else 'cp'} = {chunks} "
-                                  f"({'the zigzag split' if self.zigzag else 'the contiguous split'})")
+                raise LayoutError(
+                    f"sequence {m.seq} does not divide by {'2*cp' if self.zigzag else 'cp'} = {chunks} "
+                    f"({'the zigzag split' if self.zigzag else 'the contiguous split'})"
+                )
         if m.seq is not None and self.sp and m.seq % (self.cp * self.tp):
-            raise LayoutError(f"sequence {m.seq} does not divide by cp x tp = {self.cp * self.tp} (sequence "
-                              "parallelism splits each CP rank's tokens evenly over its TP ranks)")
+            raise LayoutError(
+                f"sequence {m.seq} does not divide by cp x tp = {self.cp * self.tp} (sequence "
+                "parallelism splits each CP rank's tokens evenly over its TP ranks)"
+            )
         if m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
-            raise LayoutError(f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
-                              "add --sequence-parallel")
+            raise LayoutError(
+                f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
+                "add --sequence-parallel"
+            )
 
     # -- groups ------------------------------------------------------------------------------------
     def sizes(self, generator: str) -> dict[str, int]:
@@ -179,8 +195,17 @@ class Layout:
         return list(range(ep_rank * per, (ep_rank + 1) * per))
 
     def to_dict(self) -> dict:
-        return {"tp": self.tp, "cp": self.cp, "pp": self.pp, "dp": self.dp, "ep": self.ep, "etp": self.etp,
-                "edp": self.edp, "world": self.world, "order": self.order}
+        return {
+            "tp": self.tp,
+            "cp": self.cp,
+            "pp": self.pp,
+            "dp": self.dp,
+            "ep": self.ep,
+            "etp": self.etp,
+            "edp": self.edp,
+            "world": self.world,
+            "order": self.order,
+        }
 
     def to_json(self) -> dict:
         """The `parasim layout --json` object."""
@@ -201,6 +226,9 @@ def check_heads(heads: int, kv_heads: int, tp: int) -> None:
         raise LayoutError(f"heads {heads} do not divide by tp {tp}: each rank must hold whole heads")
     check_kv(heads, kv_heads)
     if kv_heads % tp and tp % kv_heads:
-        raise LayoutError(f"kv-heads {kv_heads} do not divide by tp {tp}" if kv_heads > tp
-                          else f"tp {tp} does not divide by kv-heads {kv_heads}: each kv head is "
-                          "replicated on tp/kv-heads ranks, which must be whole")
+        raise LayoutError(
+            f"kv-heads {kv_heads} do not divide by tp {tp}"
+            if kv_heads > tp
+            else f"tp {tp} does not divide by kv-heads {kv_heads}: each kv head is "
+            "replicated on tp/kv-heads ranks, which must be whole"
+        )

@@ -10,6 +10,7 @@ default) they change nothing; the engine's layers do not build them, and the act
 attention (estimate/models.py's read_hf_config says so for a config that sets them); a shared expert's width
 reaches the activations and the clock too.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import LayoutError
+
 
 def check_kv(heads: int, kv_heads: int) -> None:
     """Grouped-query attention: query heads come in equal groups, one per key/value head."""
@@ -51,16 +53,24 @@ class Stages:
             if not isinstance(self.counts, tuple) or not self.counts:
                 raise LayoutError("a stage list needs one layer count per stage")
             if len(self.counts) > STAGE_LIST_MAX:
-                raise LayoutError(f"a stage list of {len(self.counts):,} stages is more than the limit of "
-                                  f"{STAGE_LIST_MAX:,}")
+                raise LayoutError(
+                    f"a stage list of {len(self.counts):,} stages is more than the limit of {STAGE_LIST_MAX:,}"
+                )
             bad = [v for v in self.counts if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1]
             if bad:
-                raise LayoutError(f"every stage needs a whole number of layers, at least 1, got {bad[0]!r} in the "
-                                  "stage list")
-        kinds = [k for k, on in (("a stage list", self.counts is not None),
-                                 ("first/last stage layers", self.first is not None or self.last is not None),
-                                 ("the embedding or loss counted in the split", self.embedding or self.loss),
-                                 ("the as-even-as-can-be split", self.spread)) if on]
+                raise LayoutError(
+                    f"every stage needs a whole number of layers, at least 1, got {bad[0]!r} in the stage list"
+                )
+        kinds = [
+            k
+            for k, on in (
+                ("a stage list", self.counts is not None),
+                ("first/last stage layers", self.first is not None or self.last is not None),
+                ("the embedding or loss counted in the split", self.embedding or self.loss),
+                ("the as-even-as-can-be split", self.spread),
+            )
+            if on
+        ]
         if len(kinds) > 1:  # Megatron refuses first/last with the embedding or loss counted, and a layout with both
             raise LayoutError(f"give one rule for the layers on stages, not {' and '.join(kinds)}")
 
@@ -145,8 +155,18 @@ class ModelSpec:
     v_head_dim: int | None = None  # each head's value width
 
     def __post_init__(self) -> None:
-        for f in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "expert_ffn", "seq", "micro_batch",
-                  *EXACT_SIZES):
+        for f in (
+            "layers",
+            "hidden",
+            "heads",
+            "vocab",
+            "kv_heads",
+            "ffn",
+            "expert_ffn",
+            "seq",
+            "micro_batch",
+            *EXACT_SIZES,
+        ):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1):
                 raise LayoutError(f"model {f} must be a positive integer, got {v!r}")
@@ -177,8 +197,9 @@ class ModelSpec:
             if self.experts % g or kept > g:
                 raise LayoutError(f"{self.experts} experts do not fall into {g} groups of which {kept} are kept")
             if self.top_k is not None and self.experts // g * kept < self.top_k:
-                raise LayoutError(f"{kept} kept groups of {self.experts // g} experts hold fewer than top-k "
-                                  f"{self.top_k}")
+                raise LayoutError(
+                    f"{kept} kept groups of {self.experts // g} experts hold fewer than top-k {self.top_k}"
+                )
         if self.layers is not None and self.dense_layers > self.layers:
             raise LayoutError(f"dense layers {self.dense_layers} exceed layers {self.layers}")
         if not isinstance(self.stages, Stages):
@@ -204,8 +225,10 @@ class ModelSpec:
 
     def _lacking(self, missing: list[str]) -> LayoutError:
         """The one error for sizes a model does not give (`require`, `size`, `k`)."""
-        return LayoutError(f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}"
-                           + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else ""))
+        return LayoutError(
+            f"model {self.name or '(unnamed)'} lacks {', '.join(missing)}"
+            + (" (an MoE model needs its top-k: --top-k)" if "top_k" in missing else "")
+        )
 
     # -- shapes --------------------------------------------------------------------------------------
     @property
@@ -276,12 +299,15 @@ class ModelSpec:
         layers, hidden, vocab = self.size("layers"), self.size("hidden"), self.size("vocab")
         dense_mlp = layers - self.moe_layers
         emb = vocab * hidden * (1 if self.tied_embeddings else 2)
-        return {"attention": float(layers * self.attention_params()),
-                "dense mlp": float(dense_mlp * self.mlp_params(self.ffn_size)),
-                "routed experts": float(self.moe_layers * self.experts * self.mlp_params(self.expert_size)),
-                "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.shared_size)),
-                "router": float(self.moe_layers * self.experts * hidden),
-                "embeddings": float(emb), "norms": float(layers * self.norm_width())}
+        return {
+            "attention": float(layers * self.attention_params()),
+            "dense mlp": float(dense_mlp * self.mlp_params(self.ffn_size)),
+            "routed experts": float(self.moe_layers * self.experts * self.mlp_params(self.expert_size)),
+            "shared experts": float(self.moe_layers * self.shared_experts * self.mlp_params(self.shared_size)),
+            "router": float(self.moe_layers * self.experts * hidden),
+            "embeddings": float(emb),
+            "norms": float(layers * self.norm_width()),
+        }
 
     def norm_width(self) -> int:
         """Norm weights per layer: the two before attention and MLP, and latent attention's two latents'."""
@@ -305,15 +331,33 @@ class ModelSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The shapes and counts; the exact-count sizes (EXACT_SIZES) only where set."""
-        out = {"name": self.name, "layers": self.layers, "hidden": self.hidden, "heads": self.heads,
-               "kv_heads": self.kv, "vocab": self.vocab, "ffn": self.ffn_size, "experts": self.experts,
-               "top_k": self.top_k or 0, "expert_ffn": self.expert_size if self.experts else None,
-               "shared_experts": self.shared_experts, "dense_layers": self.dense_layers, "gated": self.gated}
+        out = {
+            "name": self.name,
+            "layers": self.layers,
+            "hidden": self.hidden,
+            "heads": self.heads,
+            "kv_heads": self.kv,
+            "vocab": self.vocab,
+            "ffn": self.ffn_size,
+            "experts": self.experts,
+            "top_k": self.top_k or 0,
+            "expert_ffn": self.expert_size if self.experts else None,
+            "shared_experts": self.shared_experts,
+            "dense_layers": self.dense_layers,
+            "gated": self.gated,
+        }
         out.update({f: getattr(self, f) for f in EXACT_SIZES if getattr(self, f) is not None})
         return {**out, "params": self.total_params(), "active_params": self.active_params()}
 
 
 # sizes for counting real models' parameters exactly (the head size also sizes the clock's CP keys and
 # values, through head_dim); None, the default, leaves every figure as it was
-EXACT_SIZES = ("shared_expert_ffn", "head_size", "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim",
-               "qk_rope_head_dim", "v_head_dim")
+EXACT_SIZES = (
+    "shared_expert_ffn",
+    "head_size",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+)

@@ -11,6 +11,7 @@ gradient (under SP each TP rank saw its own tokens). That one declaration, per w
   (c) `assemble`: the whole tensor back from the pieces of one axis's group (checks, `parasim check`, the
       app); `parse` / `spec` read and write a placement as text ("Shard(1)") for marked tensors.
 """
+
 from __future__ import annotations
 
 import re
@@ -66,8 +67,6 @@ def axis_group(axis: str) -> str:
     return WEIGHT_AXES[axis].group
 
 
-
-
 def is_expert(placed: Placed) -> bool:
     """Split over EP: an expert's weight, which the expert generator's groups serve."""
     return "ep" in placed
@@ -106,8 +105,10 @@ def local(whole: Any, p: Placement, size: int, index: int, xp: Any) -> Any:
     if not isinstance(p, Shard) or size == 1:
         return xp.asarray(whole, copy=True)
     if whole.shape[p.dim] % size:
-        raise LayoutError(f"size {whole.shape[p.dim]} of dim {p.dim} does not divide by the group's {size} ranks: "
-                          "each rank must hold an equal slice")
+        raise LayoutError(
+            f"size {whole.shape[p.dim]} of dim {p.dim} does not divide by the group's {size} ranks: "
+            "each rank must hold an equal slice"
+        )
     n = whole.shape[p.dim] // size
     cut = [slice(None)] * whole.ndim
     cut[p.dim] = slice(index * n, (index + 1) * n)

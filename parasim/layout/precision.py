@@ -15,6 +15,7 @@ grads into FP32 main grads; with FP32 grads the buffer itself is the main grad).
 Virtual and real ranks compute in float64 for exact lessons whatever entry a run names (`Context.dtype_for`);
 symbolic ranks, whose arrays are shapes and dtypes only, compute in the entry's dtypes.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
@@ -26,8 +27,14 @@ from ..errors import UsageError
 
 # the dtype names an entry may use, and their sizes (numpy's, with ml_dtypes' bfloat16 and float8)
 ITEMSIZE = {"float64": 8, "float32": 4, "bfloat16": 2, "float16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1}
-SHORT = {"float64": "FP64", "float32": "FP32", "bfloat16": "BF16", "float16": "FP16", "float8_e4m3fn": "FP8",
-         "float8_e5m2": "FP8 (E5M2)"}
+SHORT = {
+    "float64": "FP64",
+    "float32": "FP32",
+    "bfloat16": "BF16",
+    "float16": "FP16",
+    "float8_e4m3fn": "FP8",
+    "float8_e5m2": "FP8 (E5M2)",
+}
 # the kinds of tensor a run computes with (what `Context.dtype_for` takes), as opposed to what it only keeps
 COMPUTE_KINDS = ("compute", "activations", "grad_reduce", "dispatch", "combine", "logits")
 
@@ -41,6 +48,7 @@ class Fp8Scaling:
     itself and its transpose, since Hopper's FP8 products take only the "TN" layout and each operand is used in
     two products (the input in the forward and the weight's gradient; the output's gradient in both backward
     products; the weight in the forward and the input's gradient)."""
+
     name: str
     words: str
     reads: int
@@ -51,17 +59,26 @@ class Fp8Scaling:
         return 2 * self.reads + 2 * 1  # 16-bit reads; the FP8 copy and its transpose, one byte each
 
 
-_TE_FP8 = ("TransformerEngine docs, 'FP8 Delayed Scaling': current scaling 'requires two tensor reads per "
-           "quantization: one to compute amax, one to cast', delayed scaling one; 'Performance considerations, "
-           "handling transposes': on Hopper some FP8 tensors must be physically transposed (cuBLASLt's FP8 "
-           "products take the TN layout only), so a quantization writes the tensor and its transpose")
-FP8_SCALINGS: dict[str, Fp8Scaling] = {s.name: s for s in (
-    Fp8Scaling("delayed", "delayed scaling (the scale from earlier steps' amax history)", 1, _TE_FP8),
-    Fp8Scaling("current", "current (per-tensor) scaling: each tensor's own amax, read first", 2, _TE_FP8),
-    Fp8Scaling("blockwise", "blockwise scaling (a scale per tile, found inside the cast kernel)", 1,
-               "DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3.2: 1x128 tiles of activations and "
-               "128x128 blocks of weights, the scale computed online from each tile's amax; " + _TE_FP8),
-)}
+_TE_FP8 = (
+    "TransformerEngine docs, 'FP8 Delayed Scaling': current scaling 'requires two tensor reads per "
+    "quantization: one to compute amax, one to cast', delayed scaling one; 'Performance considerations, "
+    "handling transposes': on Hopper some FP8 tensors must be physically transposed (cuBLASLt's FP8 "
+    "products take the TN layout only), so a quantization writes the tensor and its transpose"
+)
+FP8_SCALINGS: dict[str, Fp8Scaling] = {
+    s.name: s
+    for s in (
+        Fp8Scaling("delayed", "delayed scaling (the scale from earlier steps' amax history)", 1, _TE_FP8),
+        Fp8Scaling("current", "current (per-tensor) scaling: each tensor's own amax, read first", 2, _TE_FP8),
+        Fp8Scaling(
+            "blockwise",
+            "blockwise scaling (a scale per tile, found inside the cast kernel)",
+            1,
+            "DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3.2: 1x128 tiles of activations and "
+            "128x128 blocks of weights, the scale computed online from each tile's amax; " + _TE_FP8,
+        ),
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -91,8 +108,10 @@ class Precision:
             if f.name not in ("name", "title", "source", "fp8_scaling") and v is not None and v not in ITEMSIZE:
                 raise UsageError(f"precision {self.name}: {f.name} dtype {v!r} is not one of {', '.join(ITEMSIZE)}")
         if self.fp8 != (self.fp8_scaling is not None) or (self.fp8 and self.fp8_scaling not in FP8_SCALINGS):
-            raise UsageError(f"precision {self.name}: FP8 products need one of the FP8 scalings "
-                             f"({', '.join(FP8_SCALINGS)}), and only they take one")
+            raise UsageError(
+                f"precision {self.name}: FP8 products need one of the FP8 scalings "
+                f"({', '.join(FP8_SCALINGS)}), and only they take one"
+            )
 
     @property
     def fp8(self) -> bool:
@@ -126,12 +145,16 @@ class Precision:
         """Bytes of model state per parameter, each group divided by its shards ({"weights", "gradients",
         "optimizer"} -> ways it is split; 1 where absent)."""
         s = shards or {}
-        return (self.weight_bytes / s.get("weights", 1) + self.grad_bytes / s.get("gradients", 1)
-                + self.optimizer_bytes / s.get("optimizer", 1))
+        return (
+            self.weight_bytes / s.get("weights", 1)
+            + self.grad_bytes / s.get("gradients", 1)
+            + self.optimizer_bytes / s.get("optimizer", 1)
+        )
 
     def dtype(self, kind: str) -> np.dtype:
         """The numpy dtype of `kind` (bfloat16 and float8 from ml_dtypes)."""
         import ml_dtypes  # noqa: F401  (registers bfloat16 and float8 with numpy)
+
         return np.dtype(getattr(self, kind))
 
     def short(self, kind: str) -> str:
@@ -140,98 +163,254 @@ class Precision:
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["bytes_per_param"] = {"weights": self.weight_bytes, "gradients": self.grad_bytes,
-                                  "optimizer": self.optimizer_bytes}
+        out["bytes_per_param"] = {
+            "weights": self.weight_bytes,
+            "gradients": self.grad_bytes,
+            "optimizer": self.optimizer_bytes,
+        }
         return out
 
 
-_MEGATRON = ("Megatron-LM: megatron/training/arguments.py (bf16 accumulates and reduces gradients in FP32 unless "
-             "--grad-reduce-in-bf16), docs/source/api-guide/dist_optimizer.md (bytes per parameter: 18 or "
-             "6 + 12/d with 16-bit params and FP32 grads, 20 or 4 + 16/d with 16-bit grads, 16 or 8 + 8/d in FP32)")
+_MEGATRON = (
+    "Megatron-LM: megatron/training/arguments.py (bf16 accumulates and reduces gradients in FP32 unless "
+    "--grad-reduce-in-bf16), docs/source/api-guide/dist_optimizer.md (bytes per parameter: 18 or "
+    "6 + 12/d with 16-bit params and FP32 grads, 20 or 4 + 16/d with 16-bit grads, 16 or 8 + 8/d in FP32)"
+)
 
 # One entry per convention; everything else reads this table.
-PRECISIONS: dict[str, Precision] = {p.name: p for p in (
-    Precision("post", "the post's mixed precision: BF16 weights and gradients, FP32 master weights and Adam",
-              params="bfloat16", compute="bfloat16", grads="bfloat16", grad_reduce="bfloat16", master="float32",
-              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
-              logits="float32",
-              source="the Ultra-Scale Playbook, 'Mixed precision training': 2 + 2 bytes of BF16 weights and "
-                     "gradients, 4 + 4 + 4 of FP32 master weights and Adam moments per parameter"),
-    Precision("megatron-bf16", "Megatron-LM --bf16: BF16 weights, FP32 gradients (accumulated and reduced in FP32)",
-              params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32", master="float32",
-              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
-              logits="float32", source=_MEGATRON),
-    Precision("megatron-bf16-reduce-bf16", "Megatron-LM --bf16 --grad-reduce-in-bf16: BF16 gradients, an FP32 "
-              "copy of the optimizer's share", params="bfloat16", compute="bfloat16", grads="bfloat16",
-              grad_reduce="bfloat16", master="float32", main_grads="float32", adam="float32",
-              activations="bfloat16", dispatch="bfloat16", combine="bfloat16", logits="float32", source=_MEGATRON),
-    Precision("megatron-fp16", "Megatron-LM --fp16: FP16 weights and gradients, FP32 main gradients, master "
-              "weights and Adam", params="float16", compute="float16", grads="float16", grad_reduce="float16",
-              master="float32", main_grads="float32", adam="float32", activations="float16", dispatch="float16",
-              combine="float16", logits="float32", source=_MEGATRON),
-    Precision("megatron-fp16-grads-fp32", "Megatron-LM --fp16 --accumulate-allreduce-grads-in-fp32",
-              params="float16", compute="float16", grads="float32", grad_reduce="float32", master="float32",
-              main_grads=None, adam="float32", activations="float16", dispatch="float16", combine="float16",
-              logits="float32", source=_MEGATRON),
-    Precision("fp32", "FP32 throughout (Megatron-LM without --bf16 or --fp16)", params="float32",
-              compute="float32", grads="float32", grad_reduce="float32", master=None, main_grads=None,
-              adam="float32", activations="float32", dispatch="float32", combine="float32", logits="float32",
-              source=_MEGATRON),
-    Precision("fp64", "FP64 throughout: what an exact run computes in (parasim's virtual ranks)",
-              params="float64", compute="float64", grads="float64", grad_reduce="float64", master=None,
-              main_grads=None, adam="float64", activations="float64", dispatch="float64", combine="float64",
-              logits="float64",
-              source="parasim: virtual ranks compute every value in float64 so that every layout matches the "
-                     "unsplit model to rounding (a symbolic run at this precision records the same bytes)"),
-    Precision("fsdp2", "PyTorch FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as "
-              "torchtitan trains: FP32 sharded parameters gathered as BF16, gradients reduced in FP32",
-              params="float32", compute="bfloat16", grads="float32", grad_reduce="float32", master=None,
-              main_grads=None, adam="float32", activations="bfloat16", dispatch="bfloat16", combine="bfloat16",
-              logits="float32",
-              source="torch.distributed.fsdp.MixedPrecisionPolicy (the sharded parameters stay in their FP32 "
-                     "dtype; param_dtype is the all-gathered copy, reduce_dtype the reduce-scatter's); "
-                     "torchtitan's default mixed_precision_param='bfloat16', mixed_precision_reduce='float32'"),
-    Precision("deepseek-v3", "DeepSeek-V3's FP8 training: FP8 products and dispatch, BF16 combine, BF16 Adam "
-              "moments", params="bfloat16", compute="bfloat16", grads="float32", grad_reduce="float32",
-              master="float32", main_grads=None, adam="bfloat16", activations="bfloat16", dispatch="float8_e4m3fn",
-              combine="bfloat16", logits="float32", products="float8_e4m3fn", fp8_scaling="blockwise",
-              source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: the GEMMs of the linear "
-                     "layers in FP8 (Fprop, Dgrad, Wgrad), activations quantized to FP8 before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
-                     "BF16 AdamW moments (a BF16 working copy of the weights is parasim's assumption)"),
-)}
+PRECISIONS: dict[str, Precision] = {
+    p.name: p
+    for p in (
+        Precision(
+            "post",
+            "the post's mixed precision: BF16 weights and gradients, FP32 master weights and Adam",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="bfloat16",
+            grad_reduce="bfloat16",
+            master="float32",
+            main_grads=None,
+            adam="float32",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="float32",
+            source="the Ultra-Scale Playbook, 'Mixed precision training': 2 + 2 bytes of BF16 weights and "
+            "gradients, 4 + 4 + 4 of FP32 master weights and Adam moments per parameter",
+        ),
+        Precision(
+            "megatron-bf16",
+            "Megatron-LM --bf16: BF16 weights, FP32 gradients (accumulated and reduced in FP32)",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="float32",
+            grad_reduce="float32",
+            master="float32",
+            main_grads=None,
+            adam="float32",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="float32",
+            source=_MEGATRON,
+        ),
+        Precision(
+            "megatron-bf16-reduce-bf16",
+            "Megatron-LM --bf16 --grad-reduce-in-bf16: BF16 gradients, an FP32 copy of the optimizer's share",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="bfloat16",
+            grad_reduce="bfloat16",
+            master="float32",
+            main_grads="float32",
+            adam="float32",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="float32",
+            source=_MEGATRON,
+        ),
+        Precision(
+            "megatron-fp16",
+            "Megatron-LM --fp16: FP16 weights and gradients, FP32 main gradients, master weights and Adam",
+            params="float16",
+            compute="float16",
+            grads="float16",
+            grad_reduce="float16",
+            master="float32",
+            main_grads="float32",
+            adam="float32",
+            activations="float16",
+            dispatch="float16",
+            combine="float16",
+            logits="float32",
+            source=_MEGATRON,
+        ),
+        Precision(
+            "megatron-fp16-grads-fp32",
+            "Megatron-LM --fp16 --accumulate-allreduce-grads-in-fp32",
+            params="float16",
+            compute="float16",
+            grads="float32",
+            grad_reduce="float32",
+            master="float32",
+            main_grads=None,
+            adam="float32",
+            activations="float16",
+            dispatch="float16",
+            combine="float16",
+            logits="float32",
+            source=_MEGATRON,
+        ),
+        Precision(
+            "fp32",
+            "FP32 throughout (Megatron-LM without --bf16 or --fp16)",
+            params="float32",
+            compute="float32",
+            grads="float32",
+            grad_reduce="float32",
+            master=None,
+            main_grads=None,
+            adam="float32",
+            activations="float32",
+            dispatch="float32",
+            combine="float32",
+            logits="float32",
+            source=_MEGATRON,
+        ),
+        Precision(
+            "fp64",
+            "FP64 throughout: what an exact run computes in (parasim's virtual ranks)",
+            params="float64",
+            compute="float64",
+            grads="float64",
+            grad_reduce="float64",
+            master=None,
+            main_grads=None,
+            adam="float64",
+            activations="float64",
+            dispatch="float64",
+            combine="float64",
+            logits="float64",
+            source="parasim: virtual ranks compute every value in float64 so that every layout matches the "
+            "unsplit model to rounding (a symbolic run at this precision records the same bytes)",
+        ),
+        Precision(
+            "fsdp2",
+            "PyTorch FSDP2 with MixedPrecisionPolicy(param_dtype=bf16, reduce_dtype=fp32), as "
+            "torchtitan trains: FP32 sharded parameters gathered as BF16, gradients reduced in FP32",
+            params="float32",
+            compute="bfloat16",
+            grads="float32",
+            grad_reduce="float32",
+            master=None,
+            main_grads=None,
+            adam="float32",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="float32",
+            source="torch.distributed.fsdp.MixedPrecisionPolicy (the sharded parameters stay in their FP32 "
+            "dtype; param_dtype is the all-gathered copy, reduce_dtype the reduce-scatter's); "
+            "torchtitan's default mixed_precision_param='bfloat16', mixed_precision_reduce='float32'",
+        ),
+        Precision(
+            "deepseek-v3",
+            "DeepSeek-V3's FP8 training: FP8 products and dispatch, BF16 combine, BF16 Adam moments",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="float32",
+            grad_reduce="float32",
+            master="float32",
+            main_grads=None,
+            adam="bfloat16",
+            activations="bfloat16",
+            dispatch="float8_e4m3fn",
+            combine="bfloat16",
+            logits="float32",
+            products="float8_e4m3fn",
+            fp8_scaling="blockwise",
+            source="DeepSeek-V3 technical report (arXiv 2412.19437), section 3.3: the GEMMs of the linear "
+            "layers in FP8 (Fprop, Dgrad, Wgrad), activations quantized to FP8 before the MoE dispatch, the combine kept in BF16; FP32 master weights and gradients, "
+            "BF16 AdamW moments (a BF16 working copy of the weights is parasim's assumption)",
+        ),
+    )
+}
 
 
 # FP8 recipes: the entry of the framework's 16-bit convention with its linear layers' products in FP8 (the
 # output layer and an MoE router stay BF16: clock/plan.py); the weights kept, gathered and reduced as before.
 # Megatron-LM's --fp8-recipe on either of its BF16 conventions (megatron/flags.py writes and reads the flags)
 _MEGATRON_FP8 = "megatron/training/arguments.py: --fp8-format, --fp8-recipe (TransformerEngine's linears)"
-MEGATRON_FP8 = {"delayed": ("delayed", "delayed scaling"), "tensorwise": ("current", "current per-tensor scaling"),
-                "blockwise": ("blockwise", "blockwise scaling, as DeepSeek-V3 trained")}
+MEGATRON_FP8 = {
+    "delayed": ("delayed", "delayed scaling"),
+    "tensorwise": ("current", "current per-tensor scaling"),
+    "blockwise": ("blockwise", "blockwise scaling, as DeepSeek-V3 trained"),
+}
 _E4M3 = "float8_e4m3fn"
 # (the entry built on, the name, its title, the FP8 scaling, the source, the dtypes it changes besides the products)
 _FP8: list[tuple[str, str, str, str, str, dict[str, str]]] = [
-    (base, f"{base}-fp8-{recipe}", f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe})",
-     scaling, _MEGATRON_FP8, {})
-    for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
+    (
+        base,
+        f"{base}-fp8-{recipe}",
+        f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe})",
+        scaling,
+        _MEGATRON_FP8,
+        {},
+    )
+    for base in ("megatron-bf16", "megatron-bf16-reduce-bf16")
+    for recipe, (scaling, words) in MEGATRON_FP8.items()
+]
 _FP8 += [
-    ("fsdp2", "fsdp2-fp8", "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), weights "
-     "gathered in BF16", "current", "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] "
-     "enable_float8_linear; enable_fsdp_float8_all_gather off by default)", {}),
-    ("fsdp2", "fsdp2-fp8-gather", "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 before "
-     "FSDP gathers them", "current", "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: "
-     "the shards are cast, then gathered in FP8", {"compute": _E4M3})]
+    (
+        "fsdp2",
+        "fsdp2-fp8",
+        "torchtitan's FSDP2 with torchao's Float8 linears (dynamic per-tensor scaling), weights gathered in BF16",
+        "current",
+        "torchao.float8 Float8Linear, dynamic tensorwise scaling (torchtitan's [float8] "
+        "enable_float8_linear; enable_fsdp_float8_all_gather off by default)",
+        {},
+    ),
+    (
+        "fsdp2",
+        "fsdp2-fp8-gather",
+        "torchtitan's FSDP2 with torchao's Float8 linears, the weights cast to FP8 before FSDP gathers them",
+        "current",
+        "torchao.float8 Float8Linear with torchtitan's enable_fsdp_float8_all_gather: "
+        "the shards are cast, then gathered in FP8",
+        {"compute": _E4M3},
+    ),
+]
 # Megatron-LM's --fp8-param-gather (NeMo's fp8_params / fp8_param_gather, MLPerf's FP8_PARAMS): the model keeps
 # its weights as FP8 tensors between steps (the distributed optimizer keeps FP32 master copies) and all-gathers
 # them in FP8, so the weights held and the gather's bytes are one a value
-_MEGATRON_GATHER = ("megatron/training/arguments.py --fp8-param-gather: 'Keep the compute param in fp8 (do not use "
-                    "any other intermediate dtype) and perform the param all-gather in fp8.'")
-_FP8 += [(f"{base}-fp8-{recipe}", f"{base}-fp8-{recipe}-gather",
-          f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe}), the weights kept and "
-          "all-gathered in FP8 (--fp8-param-gather)", scaling, _MEGATRON_GATHER, {"compute": _E4M3, "params": _E4M3})
-         for base in ("megatron-bf16", "megatron-bf16-reduce-bf16") for recipe, (scaling, words) in MEGATRON_FP8.items()]
+_MEGATRON_GATHER = (
+    "megatron/training/arguments.py --fp8-param-gather: 'Keep the compute param in fp8 (do not use "
+    "any other intermediate dtype) and perform the param all-gather in fp8.'"
+)
+_FP8 += [
+    (
+        f"{base}-fp8-{recipe}",
+        f"{base}-fp8-{recipe}-gather",
+        f"{PRECISIONS[base].title}, with FP8 linears: {words} (--fp8-recipe {recipe}), the weights kept and "
+        "all-gathered in FP8 (--fp8-param-gather)",
+        scaling,
+        _MEGATRON_GATHER,
+        {"compute": _E4M3, "params": _E4M3},
+    )
+    for base in ("megatron-bf16", "megatron-bf16-reduce-bf16")
+    for recipe, (scaling, words) in MEGATRON_FP8.items()
+]
 for _base, _name, _title, _scaling, _source, _dtypes in _FP8:  # each builds on an entry made before it
-    PRECISIONS[_name] = replace(PRECISIONS[_base], name=_name, title=_title, products=_E4M3, fp8_scaling=_scaling,
-                                source=f"{PRECISIONS[_base].source}; {_source}", **_dtypes)
+    PRECISIONS[_name] = replace(
+        PRECISIONS[_base],
+        name=_name,
+        title=_title,
+        products=_E4M3,
+        fp8_scaling=_scaling,
+        source=f"{PRECISIONS[_base].source}; {_source}",
+        **_dtypes,
+    )
 
 
 def precision(name: str | Precision | None) -> Precision:

@@ -24,6 +24,7 @@ embedding alone hold none).
 Every function takes `pp` and `stage` as numbers or numpy arrays alike: the search (estimate/fit.py) asks
 for a column of layouts at once.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,6 +33,7 @@ from ..errors import LayoutError
 from .model import SPREAD, STAGE_LIST_MAX, ModelSpec, Stages
 
 Ints = int | np.ndarray  # a whole number, or a numpy array of them (a column of layouts)
+
 
 def check_stages(model: ModelSpec, pp: int) -> None:
     """Raise LayoutError, in words that name the rule, when `model`'s layers cannot sit on `pp` stages by
@@ -42,8 +44,10 @@ def check_stages(model: ModelSpec, pp: int) -> None:
     rule.check_layers(layers)
     if rule.counts is not None:
         if len(rule.counts) != pp:
-            raise LayoutError(f"the stage list has {len(rule.counts)} entries ({_listed(rule.counts)}), pp is {pp}: "
-                              "give one per stage")
+            raise LayoutError(
+                f"the stage list has {len(rule.counts)} entries ({_listed(rule.counts)}), pp is {pp}: "
+                "give one per stage"
+            )
         return
     if rule.first is not None or rule.last is not None:
         ends = int(rule.first is not None) + int(rule.last is not None)
@@ -51,11 +55,15 @@ def check_stages(model: ModelSpec, pp: int) -> None:
         if middle < 0:
             raise LayoutError(f"layers on the first and on the last stage need 2 stages or more, pp is {pp}")
         if bool(middle) != bool(mid_layers):  # Megatron: "Mismatch: N middle layers remaining but M middle PP stages"
-            raise LayoutError(f"{mid_layers} layers are left for {middle} middle stages (pp {pp} less the first/last "
-                              f"stage's): Megatron needs middle layers and middle stages together, or neither")
+            raise LayoutError(
+                f"{mid_layers} layers are left for {middle} middle stages (pp {pp} less the first/last "
+                f"stage's): Megatron needs middle layers and middle stages together, or neither"
+            )
         if middle and mid_layers % middle:
-            raise LayoutError(f"the {mid_layers} middle layers do not divide by the {middle} middle stages "
-                              "(Megatron splits the layers between the first and last stage evenly)")
+            raise LayoutError(
+                f"the {mid_layers} middle layers do not divide by the {middle} middle stages "
+                "(Megatron splits the layers between the first and last stage evenly)"
+            )
         return
     if rule.embedding or rule.loss:
         counted = layers + int(rule.embedding) + int(rule.loss)
@@ -64,8 +72,10 @@ def check_stages(model: ModelSpec, pp: int) -> None:
             raise LayoutError(f"layers {layers} plus {what} ({counted}) do not divide by pp {pp}")
         return
     if not rule.spread and layers % pp:
-        raise LayoutError(f"layers {layers} do not divide by pp {pp} (say how they sit on the stages: "
-                          "--first-stage-layers/--last-stage-layers, or --stage-layers)")
+        raise LayoutError(
+            f"layers {layers} do not divide by pp {pp} (say how they sit on the stages: "
+            "--first-stage-layers/--last-stage-layers, or --stage-layers)"
+        )
 
 
 def _listed(counts: tuple[int, ...]) -> str:
@@ -164,9 +174,11 @@ def alike_starts(model: ModelSpec, pp: Ints) -> list[Ints]:
 def most_layers(model: ModelSpec, pp: int) -> int:
     """The stage (0-based) holding the most layers, of those the most MoE layers, the earliest of equals:
     the stage whose layers send the most (estimate/traffic.py's step)."""
+
     def size(stage: int) -> tuple[int, int, int]:
         dense_n, moe_n = (int(x) for x in stage_layers(model, pp, stage))
         return dense_n + moe_n, moe_n, -stage
+
     return max({int(s) for s in alike_starts(model, pp)}, key=size)
 
 
@@ -178,8 +190,9 @@ def describe(counts: tuple[int, ...]) -> str:
             runs[-1][0] += 1
         else:
             runs.append([1, c])
-    parts = [f"{k} {'stage' if k == 1 else 'stages'} of {c}" if i == 0 else f"{k} of {c}"
-             for i, (k, c) in enumerate(runs)]
+    parts = [
+        f"{k} {'stage' if k == 1 else 'stages'} of {c}" if i == 0 else f"{k} of {c}" for i, (k, c) in enumerate(runs)
+    ]
     head = f"{sum(counts):,} layers over {len(counts)} stage{'s' if len(counts) != 1 else ''}"
     return head + (": " + ", ".join(parts) if len(runs) > 1 else f": {counts[0]} each")
 
@@ -188,5 +201,17 @@ def is_uneven(counts: tuple[int, ...]) -> bool:
     return len(set(counts)) > 1
 
 
-__all__ = ["Stages", "SPREAD", "STAGE_LIST_MAX", "check_stages", "stage_span", "stage_counts", "stage_layers",
-           "stage_of_layer", "alike_starts", "most_layers", "describe", "is_uneven"]
+__all__ = [
+    "Stages",
+    "SPREAD",
+    "STAGE_LIST_MAX",
+    "check_stages",
+    "stage_span",
+    "stage_counts",
+    "stage_layers",
+    "stage_of_layer",
+    "alike_starts",
+    "most_layers",
+    "describe",
+    "is_uneven",
+]

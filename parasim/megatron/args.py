@@ -3,6 +3,7 @@ Reading these flags with `--megatron` gives the same layout and step (tests/unit
 from a job (`--megatron FILE`) is written back as that job: its precision, its positions, its tokenizer and
 every flag parasim does not model, as read, with only what parasim decides (the layout, the step, the
 shapes) in parasim's words (tests/unit/megatron/test_megatron_roundtrip.py)."""
+
 from __future__ import annotations
 
 import re
@@ -13,19 +14,36 @@ from ..layout.precision import precision as precision_of
 from .flags import NEAREST_PRECISION, PRECISION_FLAGS, SHARDING
 from .pipeline import pipeline_args
 
-OVERLAP_FLAGS = {"grad-reduce": "--overlap-grad-reduce", "prefetch": "--overlap-param-gather",
-                 "tp": "--tp-comm-overlap", "p2p": "--overlap-p2p-communication"}
+OVERLAP_FLAGS = {
+    "grad-reduce": "--overlap-grad-reduce",
+    "prefetch": "--overlap-param-gather",
+    "tp": "--tp-comm-overlap",
+    "p2p": "--overlap-p2p-communication",
+}
 WIDTH = 100  # a printed line, continued with a backslash past it
 # flags a job gives that parasim reads but does not write (it takes what they mean and writes nothing for it,
 # or would write something else): written back as the job gives them
-AS_READ = frozenset(("--vocab-size", "--tokenizer-type", "--vocab-file", "--make-vocab-size-divisible-by",
-                     "--moe-token-dispatcher-type", "--use-flash-attn", "--attention-backend", "--hidden-dropout",
-                     "--attention-dropout", "--position-embedding-type", "--max-position-embeddings",
-                     "--no-position-embedding"))
+AS_READ = frozenset(
+    (
+        "--vocab-size",
+        "--tokenizer-type",
+        "--vocab-file",
+        "--make-vocab-size-divisible-by",
+        "--moe-token-dispatcher-type",
+        "--use-flash-attn",
+        "--attention-backend",
+        "--hidden-dropout",
+        "--attention-dropout",
+        "--position-embedding-type",
+        "--max-position-embeddings",
+        "--no-position-embedding",
+    )
+)
 
 
-def model_args(model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1,
-               dispatcher: str = "alltoall") -> list[str]:
+def model_args(
+    model: Any, seq: int | None, partial: bool = False, job: Any = None, tp: int = 1, dispatcher: str = "alltoall"
+) -> list[str]:
     """The flags of a model's shapes, an MoE model's with its token `dispatcher` (estimate/dispatch.py); `partial`:
     only the sizes it states (a layout's model: the sizes its rules check), none of the defaults a whole model
     has. With the `job` the model came from, what parasim does not model is left to the job's own flags: the
@@ -95,13 +113,17 @@ def _unmodelled_model_args(model: Any, seq: int | None, job: Any, dispatcher: st
     given = {} if job is None else job.given
     out = []
     if model.experts and (dispatcher != "alltoall" or "--moe-token-dispatcher-type" not in given):
-        out += ["--moe-token-dispatcher-type", "alltoall"] if dispatcher == "alltoall" else \
-            ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
+        out += (
+            ["--moe-token-dispatcher-type", "alltoall"]
+            if dispatcher == "alltoall"
+            else ["--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", dispatcher]
+        )
     if job is None:  # Megatron-LM's default is learned absolute positions: a job that says nothing keeps them
         out += ["--position-embedding-type", "rope"]
     if seq is not None:
-        out += ["--seq-length", str(seq)] + ([] if _holds(given.get("--max-position-embeddings"), seq) else
-                                              ["--max-position-embeddings", str(seq)])
+        out += ["--seq-length", str(seq)] + (
+            [] if _holds(given.get("--max-position-embeddings"), seq) else ["--max-position-embeddings", str(seq)]
+        )
     return out
 
 
@@ -115,17 +137,23 @@ def _holds(most: list[str] | None, seq: int) -> bool:
 def _job_vocab(job: Any, tp: int) -> int | None:
     """The vocabulary the job's own flags give, padded as Megatron pads it for TP `tp` (None: they give none)."""
     from .job import padded_vocab
+
     own = job.model.get("vocab")
     return None if own is None else padded_vocab(own, job.model["vocab_padding"], tp)
 
 
 def layout_args(layout: Any, experts: bool) -> list[str]:
     """The flags of a layout's degrees, SP, ZeRO stage and rank order."""
-    out = ["--tensor-model-parallel-size", str(layout.tp), "--pipeline-model-parallel-size", str(layout.pp),
-           "--context-parallel-size", str(layout.cp)]
+    out = [
+        "--tensor-model-parallel-size",
+        str(layout.tp),
+        "--pipeline-model-parallel-size",
+        str(layout.pp),
+        "--context-parallel-size",
+        str(layout.cp),
+    ]
     if experts or layout.ep > 1:
-        out += ["--expert-model-parallel-size", str(layout.ep), "--expert-tensor-parallel-size",
-                str(layout.etp or 1)]
+        out += ["--expert-model-parallel-size", str(layout.ep), "--expert-tensor-parallel-size", str(layout.etp or 1)]
     if layout.sp and layout.tp > 1:
         out.append("--sequence-parallel")
     if layout.order == "tp-cp-ep-pp-dp":
@@ -141,8 +169,7 @@ def layout_args(layout: Any, experts: bool) -> list[str]:
 def step_args(plan: Any, overlap: tuple[str, ...] = ()) -> list[str]:
     """The flags of a plan's step: batch, recomputation, attention, dropout, precision, overlap (its model
     chunks per GPU go with the layers on stages: megatron/pipeline.py)."""
-    out = ["--micro-batch-size", str(plan.micro_batch),
-           "--global-batch-size", str(plan.micro_batch * plan.m * plan.dp)]
+    out = ["--micro-batch-size", str(plan.micro_batch), "--global-batch-size", str(plan.micro_batch * plan.m * plan.dp)]
     if plan.recompute == "selective":
         out += ["--recompute-granularity", "selective"]
     elif plan.recompute == "full":
@@ -168,20 +195,24 @@ def precision_notes(name: str) -> list[str]:
     near = megatron_precision(name)
     mine, theirs = precision_of(name), precision_of(near)
     flags = " ".join(PRECISION_FLAGS[near]) or "no precision flag (FP32)"
-    return [f"precision {name} has no Megatron-LM flags: written as {near} ({flags}), {theirs.per_param():g} bytes "
-            f"a parameter of model state where {name} keeps {mine.per_param():g} (parasim memory --precision {near} "
-            "counts the job as written)"]
+    return [
+        f"precision {name} has no Megatron-LM flags: written as {near} ({flags}), {theirs.per_param():g} bytes "
+        f"a parameter of model state where {name} keeps {mine.per_param():g} (parasim memory --precision {near} "
+        "counts the job as written)"
+    ]
 
 
-def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None
-                  ) -> list[str]:
+def megatron_args(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None) -> list[str]:
     """Every flag of a plan: the model's shapes, the layout, its layers on stages, the step; with the `job` the
     plan came from, then every flag of the job parasim does not write itself or re-derive, as the job gives
     it: what it leaves out (named under "not modelled"), what changes nothing it counts, what it does not
     know, and what it reads but writes no flag for (AS_READ)."""
-    out = model_args(model, seq, job=job, tp=plan.tp, dispatcher=plan.dispatcher) + \
-        layout_args(plan, bool(model is not None and model.experts)) + pipeline_args(model, plan) + \
-        step_args(plan, overlap)
+    out = (
+        model_args(model, seq, job=job, tp=plan.tp, dispatcher=plan.dispatcher)
+        + layout_args(plan, bool(model is not None and model.experts))
+        + pipeline_args(model, plan)
+        + step_args(plan, overlap)
+    )
     return out if job is None else out + job_rest(job, out)
 
 
@@ -200,8 +231,19 @@ def torchrun_words(world: int, gpus_per_node: int) -> list[str]:
     """torchrun for `world` processes, `gpus_per_node` per node: the same line on every node, each with its
     NODE_RANK (and the first node's address as MASTER_ADDR)."""
     per_node = per_node_of(world, gpus_per_node)
-    return ["torchrun", "--nnodes", str(world // per_node), "--nproc-per-node", str(per_node), "--node-rank", "${NODE_RANK:-0}",
-            "--master-addr", "${MASTER_ADDR:-localhost}", "--master-port", "29500"]
+    return [
+        "torchrun",
+        "--nnodes",
+        str(world // per_node),
+        "--nproc-per-node",
+        str(per_node),
+        "--node-rank",
+        "${NODE_RANK:-0}",
+        "--master-addr",
+        "${MASTER_ADDR:-localhost}",
+        "--master-port",
+        "29500",
+    ]
 
 
 def script_text(args: list[str], world: int, gpus_per_node: int, program: str = "pretrain_gpt.py") -> str:
@@ -237,6 +279,7 @@ def _quoted(word: str) -> str:
     (flags, numbers, paths), else single-quoted (a pattern such as ([0]*3+[1]*58), a value with quotes or spaces
     in it, as a script's own quoting left it)."""
     import shlex
+
     return shlex.quote(word)
 
 
@@ -253,15 +296,18 @@ def nodes_of(world: int, gpus_per_node: int) -> int:
 def describe(world: int, gpus_per_node: int) -> str:
     """Where the line runs, in words."""
     n = nodes_of(world, gpus_per_node)
-    return (f"{world:,} GPUs: {n} node{'s' if n != 1 else ''} of {per_node_of(world, gpus_per_node)}"
-            + (f" (run it on every node, NODE_RANK 0 to {n - 1}, MASTER_ADDR the first node's address)" if n > 1
-               else ""))
+    return f"{world:,} GPUs: {n} node{'s' if n != 1 else ''} of {per_node_of(world, gpus_per_node)}" + (
+        f" (run it on every node, NODE_RANK 0 to {n - 1}, MASTER_ADDR the first node's address)" if n > 1 else ""
+    )
 
 
-def as_dict(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None
-            ) -> dict[str, Any]:
+def as_dict(model: Any, plan: Any, seq: int | None, overlap: tuple[str, ...] = (), job: Any = None) -> dict[str, Any]:
     """--json: the flags, the torchrun line that runs them, and what they do not carry over ("notes")."""
     args = megatron_args(model, plan, seq, overlap, job)
-    return {"args": args, "torchrun": script_text(args, plan.world, plan.gpus_per_node),
-            "nodes": nodes_of(plan.world, plan.gpus_per_node),
-            "gpus_per_node": per_node_of(plan.world, plan.gpus_per_node), "notes": precision_notes(plan.precision)}
+    return {
+        "args": args,
+        "torchrun": script_text(args, plan.world, plan.gpus_per_node),
+        "nodes": nodes_of(plan.world, plan.gpus_per_node),
+        "gpus_per_node": per_node_of(plan.world, plan.gpus_per_node),
+        "notes": precision_notes(plan.precision),
+    }

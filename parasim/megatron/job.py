@@ -5,6 +5,7 @@ with the table (megatron/flags.py) and returns a Job: what each flag it used gav
 memory, traffic or time which parasim leaves out (one line each), what contradicts itself (a world that
 the layout does not divide, a batch that does not divide into micro-batches), and what it could not read.
 """
+
 from __future__ import annotations
 
 import ast
@@ -17,8 +18,20 @@ from ..errors import UsageError
 from ..layout import Layout, ModelSpec
 from ..limits import MAX_SIZE, brief
 from ..layout.precision import precision as precision_of
-from .flags import (DEFAULT_DIVISIBLE_BY, DEFAULT_DROPOUT, DEFAULT_FP8_RECIPE, DEFAULT_TOPK, FLAGS, FP8_FORMAT,
-                    MLA_DEFAULTS, MLA_FIELDS, PRECISION_FLAGS, SHARDING, TOKENIZERS, flag_of)
+from .flags import (
+    DEFAULT_DIVISIBLE_BY,
+    DEFAULT_DROPOUT,
+    DEFAULT_FP8_RECIPE,
+    DEFAULT_TOPK,
+    FLAGS,
+    FP8_FORMAT,
+    MLA_DEFAULTS,
+    MLA_FIELDS,
+    PRECISION_FLAGS,
+    SHARDING,
+    TOKENIZERS,
+    flag_of,
+)
 from . import pipeline
 from .script import Script, read_file, read_script
 
@@ -69,10 +82,16 @@ class Job:
         fields_.update({k: v for k, v in given.items() if v is not None})
         missing = [k for k in ("layers", "hidden", "heads", "vocab") if fields_.get(k) is None]
         if missing:
-            flag = {"layers": "--num-layers", "hidden": "--hidden-size", "heads": "--num-attention-heads",
-                    "vocab": "--vocab-size (or a --tokenizer-type parasim knows)"}
-            raise UsageError(f"{self.path}: the job gives no {', '.join(flag[k] for k in missing)}: give "
-                             f"{' '.join('--' + k + ' N' for k in missing)}")
+            flag = {
+                "layers": "--num-layers",
+                "hidden": "--hidden-size",
+                "heads": "--num-attention-heads",
+                "vocab": "--vocab-size (or a --tokenizer-type parasim knows)",
+            }
+            raise UsageError(
+                f"{self.path}: the job gives no {', '.join(flag[k] for k in missing)}: give "
+                f"{' '.join('--' + k + ' N' for k in missing)}"
+            )
         if given.get("vocab") is None:
             fields_["vocab"] = padded_vocab(fields_["vocab"], self.model["vocab_padding"], tp or self.layout["tp"])
         name = self.script.path.rsplit("/", 1)[-1]
@@ -80,13 +99,30 @@ class Job:
 
     def to_dict(self) -> dict[str, Any]:
         s = self.script
-        return {"path": self.path, "launch": {"line": s.line, "launcher": s.launcher, "program": s.program,
-                                              "prefixes": s.prefixes, "environment": s.environment},
-                "used": [{"flag": f, "means": m} for f, m in self.used], "unmodelled": self.unmodelled,
-                "contradictions": self.contradictions, "no_effect": self.no_effect, "unknown": self.unknown,
-                "not_read": s.notes, "from_outside": s.outside_read, "launched": self.launched, "world": self.world,
-                "gpus_per_node": self.gpus_per_node, "layout": self.layout, "step": self.step, "seq": self.seq,
-                "overlap": self.overlap}
+        return {
+            "path": self.path,
+            "launch": {
+                "line": s.line,
+                "launcher": s.launcher,
+                "program": s.program,
+                "prefixes": s.prefixes,
+                "environment": s.environment,
+            },
+            "used": [{"flag": f, "means": m} for f, m in self.used],
+            "unmodelled": self.unmodelled,
+            "contradictions": self.contradictions,
+            "no_effect": self.no_effect,
+            "unknown": self.unknown,
+            "not_read": s.notes,
+            "from_outside": s.outside_read,
+            "launched": self.launched,
+            "world": self.world,
+            "gpus_per_node": self.gpus_per_node,
+            "layout": self.layout,
+            "step": self.step,
+            "seq": self.seq,
+            "overlap": self.overlap,
+        }
 
 
 def padded_vocab(vocab: int, divisible_by: int, tp: int) -> int:
@@ -134,7 +170,7 @@ def _split_flags(words: list[str], path: str) -> dict[str, list[str]]:
             j = i + 1
             while j < len(words) and not words[j].startswith("--") and (takes == -1 or j - i <= takes):
                 j += 1
-            values, i = words[i + 1:j], j
+            values, i = words[i + 1 : j], j
         out[name] = values
     return out
 
@@ -186,7 +222,8 @@ def _launch(job: Job) -> None:
         if name.startswith("--"):
             opts[name] = inline if eq else (launcher[i + 1] if i + 1 < len(launcher) else "")
     runs_torch = launcher[0].rsplit("/", 1)[-1] == "torchrun" or any(
-        w in ("torch.distributed.run", "torch.distributed.launch") for w in launcher)
+        w in ("torch.distributed.run", "torch.distributed.launch") for w in launcher
+    )
     nproc_flag = next((k for k in NPROC if k in opts), NPROC[0])
     nproc_text = opts.get(nproc_flag)
     nnodes_text = next((opts[k] for k in NNODES if k in opts), "1")
@@ -195,18 +232,22 @@ def _launch(job: Job) -> None:
         _srun(job, srun)
         return
     if not runs_torch:
-        job.contradictions.append(f"launched by {launcher[0]}, not torchrun: parasim cannot tell how many processes "
-                                  "it starts: it takes the layout's least")
+        job.contradictions.append(
+            f"launched by {launcher[0]}, not torchrun: parasim cannot tell how many processes "
+            "it starts: it takes the layout's least"
+        )
         return
     nproc = _count(job, nproc_flag, nproc_text)
     if nproc is None:  # auto, gpu, an unset variable: what torchrun finds where it runs
-        job.contradictions.append(f"torchrun's --nproc_per_node is {brief(nproc_text)}: parasim takes 1 process "
-                                  "per node")
+        job.contradictions.append(
+            f"torchrun's --nproc_per_node is {brief(nproc_text)}: parasim takes 1 process per node"
+        )
         nproc = 1
     if ":" in nnodes_text:  # elastic: MIN:MAX nodes
         nnodes_text = nnodes_text.split(":")[-1]
-        job.unmodelled.append(f"torchrun --nnodes {opts['--nnodes'][:SHOWN]}: elastic; parasim takes the most, "
-                              f"{nnodes_text[:SHOWN]}")
+        job.unmodelled.append(
+            f"torchrun --nnodes {opts['--nnodes'][:SHOWN]}: elastic; parasim takes the most, {nnodes_text[:SHOWN]}"
+        )
     nnodes = _count(job, "--nnodes", nnodes_text)
     if nnodes is None:
         job.contradictions.append(f"torchrun's --nnodes is {brief(nnodes_text)}: parasim takes 1 node")
@@ -220,8 +261,10 @@ def _srun(job: Job, opts: dict[str, str]) -> None:
     job.started_by = "srun"
     given = {flags: next((k for k in flags if k in opts), None) for flags in (SRUN_NODES, SRUN_PER_NODE, SRUN_TASKS)}
     if not any(given.values()):
-        job.contradictions.append("srun is given no -N, -n or --ntasks-per-node: its allocation decides how many "
-                                  "processes it starts: parasim takes the layout's least")
+        job.contradictions.append(
+            "srun is given no -N, -n or --ntasks-per-node: its allocation decides how many "
+            "processes it starts: parasim takes the layout's least"
+        )
         return
     counts: dict[tuple[str, ...], int | None] = {}
     for flags, flag in given.items():
@@ -252,8 +295,13 @@ def _count(job: Job, flag: str, text: str | None, by: str = "torchrun") -> int |
 
 def _model(job: Job) -> None:
     g, m = job.given, job.model
-    for flag, key in (("--num-layers", "layers"), ("--hidden-size", "hidden"), ("--num-attention-heads", "heads"),
-                      ("--ffn-hidden-size", "ffn"), ("--seq-length", None)):
+    for flag, key in (
+        ("--num-layers", "layers"),
+        ("--hidden-size", "hidden"),
+        ("--num-attention-heads", "heads"),
+        ("--ffn-hidden-size", "ffn"),
+        ("--seq-length", None),
+    ):
         v = _int(job, flag)
         if v is None:
             continue
@@ -275,8 +323,11 @@ def _model(job: Job) -> None:
         _use(job, "--num-query-groups")
         m["kv_heads"] = groups
     elif "--num-query-groups" in g:
-        _use(job, "--num-query-groups", "read only with --group-query-attention (as Megatron does): every head "
-                                        "has its own K, V")
+        _use(
+            job,
+            "--num-query-groups",
+            "read only with --group-query-attention (as Megatron does): every head has its own K, V",
+        )
     kv_channels = _int(job, "--kv-channels")
     latent = "--multi-latent-attention" in g
     if latent:
@@ -287,8 +338,7 @@ def _model(job: Job) -> None:
         if "hidden" in m and "heads" in m and kv_channels * m["heads"] == m["hidden"]:
             _use(job, "--kv-channels", "the size of one head (hidden / heads)")
         else:
-            _use(job, "--kv-channels", "the size of one head (not hidden / heads: attention's weights counted "
-                                       "with it)")
+            _use(job, "--kv-channels", "the size of one head (not hidden / heads: attention's weights counted with it)")
             m["head_size"] = kv_channels
             _leave(job, f"--kv-channels {kv_channels}: the activations keep attention hidden-wide", "--kv-channels")
     vocab = _int(job, "--vocab-size")
@@ -337,8 +387,10 @@ def _latent(job: Job) -> None:
                 job.used.append((f"(no {flag})", f"{FLAGS[flag].means}: Megatron's default, {v}"))
         if v is not None:
             job.model[key] = v
-    job.unmodelled.append("--multi-latent-attention: parameters counted from its ranks; the activations, "
-                          "attention's time and CP's traffic are those of plain multi-head attention")
+    job.unmodelled.append(
+        "--multi-latent-attention: parameters counted from its ranks; the activations, "
+        "attention's time and CP's traffic are those of plain multi-head attention"
+    )
 
 
 def _experts(job: Job) -> None:
@@ -371,8 +423,12 @@ def _experts(job: Job) -> None:
     if freq is not None:
         dense = _dense_first(job, freq, m.get("layers"))
         if dense is None:
-            _leave(job, f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense layers "
-                        "first, then MoE layers", "--moe-layer-freq")
+            _leave(
+                job,
+                f"--moe-layer-freq {freq}: MoE layers between dense ones; parasim models dense layers "
+                "first, then MoE layers",
+                "--moe-layer-freq",
+            )
         else:
             _use(job, "--moe-layer-freq", f"the first {dense} layer(s) dense, the rest MoE")
             m["dense_layers"] = dense
@@ -382,16 +438,23 @@ def _experts(job: Job) -> None:
         _use(job, "--moe-router-group-topk", f"a token's experts from {kept} of them")
         m["expert_groups"], m["groups_kept"] = groups, kept
     elif groups is not None or kept is not None:
-        _leave(job, "group-limited routing needs both --moe-router-num-groups and --moe-router-group-topk: the "
-                    "one given is left out", "--moe-router-num-groups", "--moe-router-group-topk")
+        _leave(
+            job,
+            "group-limited routing needs both --moe-router-num-groups and --moe-router-group-topk: the "
+            "one given is left out",
+            "--moe-router-num-groups",
+            "--moe-router-group-topk",
+        )
     dispatcher = _text(job, "--moe-token-dispatcher-type")
     backend = _text(job, "--moe-flex-dispatcher-backend")
     if "--moe-enable-deepep" in job.given:  # Megatron-Core refuses it beside another dispatcher or backend
         _use(job, "--moe-enable-deepep")
         if dispatcher != "flex" or backend not in (None, "deepep"):
-            job.contradictions.append("--moe-enable-deepep needs --moe-token-dispatcher-type flex and no other "
-                                      "backend (Megatron-Core refuses it): parasim takes the flex dispatcher with "
-                                      "deepep")
+            job.contradictions.append(
+                "--moe-enable-deepep needs --moe-token-dispatcher-type flex and no other "
+                "backend (Megatron-Core refuses it): parasim takes the flex dispatcher with "
+                "deepep"
+            )
             dispatcher = "flex"
         backend = "deepep"
     if dispatcher == "alltoall":
@@ -399,18 +462,31 @@ def _experts(job: Job) -> None:
         job.step["dispatcher"] = "alltoall"
     elif dispatcher == "flex" and (backend or "deepep") in ("deepep", "hybridep"):
         job.step["dispatcher"] = backend or "deepep"  # Megatron-Core's default backend: deepep
-        _use(job, "--moe-token-dispatcher-type", f"the flex dispatcher: {job.step['dispatcher']}, a token once to "
-                                                 "each GPU and node that needs it")
+        _use(
+            job,
+            "--moe-token-dispatcher-type",
+            f"the flex dispatcher: {job.step['dispatcher']}, a token once to each GPU and node that needs it",
+        )
         if "--moe-flex-dispatcher-backend" in job.given:
             _use(job, "--moe-flex-dispatcher-backend")
     elif dispatcher == "flex":
-        _leave(job, f"--moe-flex-dispatcher-backend {brief(backend or '')}: parasim times deepep and hybridep",
-               "--moe-token-dispatcher-type", "--moe-flex-dispatcher-backend")
+        _leave(
+            job,
+            f"--moe-flex-dispatcher-backend {brief(backend or '')}: parasim times deepep and hybridep",
+            "--moe-token-dispatcher-type",
+            "--moe-flex-dispatcher-backend",
+        )
     else:
-        shown = f"--moe-token-dispatcher-type {dispatcher}" if dispatcher else \
-            "(no --moe-token-dispatcher-type: Megatron's default, allgather)"
-        _leave(job, f"{shown}: tokens reach their experts another way than parasim's all-to-all, with other "
-                    "traffic", "--moe-token-dispatcher-type")
+        shown = (
+            f"--moe-token-dispatcher-type {dispatcher}"
+            if dispatcher
+            else "(no --moe-token-dispatcher-type: Megatron's default, allgather)"
+        )
+        _leave(
+            job,
+            f"{shown}: tokens reach their experts another way than parasim's all-to-all, with other traffic",
+            "--moe-token-dispatcher-type",
+        )
 
 
 def _dense_first(job: Job, text: str, layers: int | None) -> int | None:
@@ -420,15 +496,19 @@ def _dense_first(job: Job, text: str, layers: int | None) -> int | None:
     if text.isdigit():
         return 0 if text.lstrip("0") == "1" else None
     if len(text) > PATTERN_CHARS:
-        raise UsageError(f"{job.path}: --moe-layer-freq is {len(text):,} characters long, more than the limit of "
-                         f"{PATTERN_CHARS:,} (a layer pattern such as ([0]*3+[1]*58) is a few dozen)")
+        raise UsageError(
+            f"{job.path}: --moe-layer-freq is {len(text):,} characters long, more than the limit of "
+            f"{PATTERN_CHARS:,} (a layer pattern such as ([0]*3+[1]*58) is a few dozen)"
+        )
     try:
         pattern = _pattern(ast.parse(text.strip("'\""), mode="eval").body)
     except (SyntaxError, ValueError, RecursionError):
         return None
     except _TooManyLayers:
-        raise UsageError(f"{job.path}: --moe-layer-freq {text[:SHOWN]} describes more than {PATTERN_LAYERS:,} "
-                         "layers, the limit (the deepest models have a few hundred)") from None
+        raise UsageError(
+            f"{job.path}: --moe-layer-freq {text[:SHOWN]} describes more than {PATTERN_LAYERS:,} "
+            "layers, the limit (the deepest models have a few hundred)"
+        ) from None
     dense = len(pattern) - len("".join(str(x) for x in pattern).lstrip("0"))
     if any(x != 1 for x in pattern[dense:]) or (layers is not None and len(pattern) != layers):
         return None
@@ -448,9 +528,14 @@ def _pattern(node: ast.AST) -> list[int]:
         if len(left) + len(right) > PATTERN_LAYERS:
             raise _TooManyLayers()
         return left + right
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mult) and isinstance(node.right, ast.Constant) \
-            and isinstance(node.right.value, int) and not isinstance(node.right.value, bool) \
-            and node.right.value >= 0:
+    if (
+        isinstance(node, ast.BinOp)
+        and isinstance(node.op, ast.Mult)
+        and isinstance(node.right, ast.Constant)
+        and isinstance(node.right.value, int)
+        and not isinstance(node.right.value, bool)
+        and node.right.value >= 0
+    ):
         left = _pattern(node.left)
         if len(left) * node.right.value > PATTERN_LAYERS:
             raise _TooManyLayers()
@@ -466,8 +551,9 @@ def _positions(job: Job) -> None:
     if kind == "learned_absolute" and "--no-position-embedding" not in g:
         most = _int(job, "--max-position-embeddings")
         size = f"{most:,} x hidden" if most else "--max-position-embeddings x hidden"
-        job.unmodelled.append(f"learned position embeddings (Megatron's default): {size} weights parasim does not "
-                              "count")
+        job.unmodelled.append(
+            f"learned position embeddings (Megatron's default): {size} weights parasim does not count"
+        )
     elif "--max-position-embeddings" in g:
         _use(job, "--max-position-embeddings", "no weights (the positions are rotary)")
 
@@ -487,9 +573,13 @@ def _dropout(job: Job) -> None:
 
 def _layout(job: Job) -> None:
     g, y = job.given, job.layout
-    for flag, axis in (("--tensor-model-parallel-size", "tp"), ("--pipeline-model-parallel-size", "pp"),
-                       ("--context-parallel-size", "cp"), ("--expert-model-parallel-size", "ep"),
-                       ("--expert-tensor-parallel-size", "etp")):
+    for flag, axis in (
+        ("--tensor-model-parallel-size", "tp"),
+        ("--pipeline-model-parallel-size", "pp"),
+        ("--context-parallel-size", "cp"),
+        ("--expert-model-parallel-size", "ep"),
+        ("--expert-tensor-parallel-size", "etp"),
+    ):
         v = _int(job, flag)
         if v is not None:
             _use(job, flag)
@@ -511,8 +601,9 @@ def _layout(job: Job) -> None:
     if "--use-megatron-fsdp" in g:
         strategy = _text(job, "--data-parallel-sharding-strategy") or "optim_grads_params"
         if strategy not in SHARDING:
-            raise UsageError(f"{job.path}: --data-parallel-sharding-strategy {brief(strategy)}: one of "
-                             f"{', '.join(SHARDING)}")
+            raise UsageError(
+                f"{job.path}: --data-parallel-sharding-strategy {brief(strategy)}: one of {', '.join(SHARDING)}"
+            )
         _use(job, "--use-megatron-fsdp", f"Megatron-FSDP, sharding {strategy}: ZeRO-{SHARDING[strategy]}")
         if "--data-parallel-sharding-strategy" in g:
             _use(job, "--data-parallel-sharding-strategy")
@@ -531,15 +622,21 @@ def _layout(job: Job) -> None:
             chunks = layers // (y["pp"] * per_stage)
             _use(job, "--num-layers-per-virtual-pipeline-stage", f"interleaved 1F1B: {chunks} model chunks per GPU")
         else:
-            job.contradictions.append(f"--num-layers-per-virtual-pipeline-stage {per_stage}: {layers} layers over "
-                                      f"PP {y['pp']} do not make whole chunks of {per_stage}")
+            job.contradictions.append(
+                f"--num-layers-per-virtual-pipeline-stage {per_stage}: {layers} layers over "
+                f"PP {y['pp']} do not make whole chunks of {per_stage}"
+            )
     v = _int(job, "--num-virtual-stages-per-pipeline-rank")
     if v is not None:
         _use(job, "--num-virtual-stages-per-pipeline-rank")
         chunks = v
     job.step["chunks"] = _pipeline(job, chunks) or chunks or 1
-    for flag, name in (("--overlap-grad-reduce", "grad-reduce"), ("--overlap-param-gather", "prefetch"),
-                       ("--tp-comm-overlap", "tp"), ("--overlap-p2p-communication", "p2p")):
+    for flag, name in (
+        ("--overlap-grad-reduce", "grad-reduce"),
+        ("--overlap-param-gather", "prefetch"),
+        ("--tp-comm-overlap", "tp"),
+        ("--overlap-p2p-communication", "p2p"),
+    ):
         if flag in g:
             _use(job, flag)
             job.overlap.append(name)
@@ -547,8 +644,9 @@ def _layout(job: Job) -> None:
     if "--cp-comm-type" in g and cp_type == "p2p":
         _use(job, "--cp-comm-type")
     elif cp_type != "p2p":
-        _leave(job, f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts",
-               "--cp-comm-type")
+        _leave(
+            job, f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts", "--cp-comm-type"
+        )
     if y["cp"] > 1 and cp_type == "p2p":  # TransformerEngine's ring runs each K/V exchange beside attention
         job.overlap.append("cp")
 
@@ -558,13 +656,19 @@ def _pipeline(job: Job, chunks: int | None) -> int | None:
     embedding and loss counted in the split, or a layout of every stage) into the model's stage rule; the
     model chunks per GPU a layout states (None: the other flags'). Left out: MTP layers a layout places."""
     g = job.given
-    given = {pipeline.FIRST: _int(job, pipeline.FIRST), pipeline.LAST: _int(job, pipeline.LAST),
-             pipeline.EMBEDDING: pipeline.EMBEDDING in g, pipeline.LOSS: pipeline.LOSS in g,
-             pipeline.LAYOUT: _text(job, pipeline.LAYOUT), pipeline.VIRTUAL: g.get(pipeline.VIRTUAL),
-             pipeline.PER_VIRTUAL: g.get(pipeline.PER_VIRTUAL)}
+    given = {
+        pipeline.FIRST: _int(job, pipeline.FIRST),
+        pipeline.LAST: _int(job, pipeline.LAST),
+        pipeline.EMBEDDING: pipeline.EMBEDDING in g,
+        pipeline.LOSS: pipeline.LOSS in g,
+        pipeline.LAYOUT: _text(job, pipeline.LAYOUT),
+        pipeline.VIRTUAL: g.get(pipeline.VIRTUAL),
+        pipeline.PER_VIRTUAL: g.get(pipeline.PER_VIRTUAL),
+    }
     rule, virtual = pipeline.split_of(job.model.get("layers"), job.layout["pp"], given, chunks)
-    for flag in (f for f in (pipeline.FIRST, pipeline.LAST, pipeline.EMBEDDING, pipeline.LOSS, pipeline.LAYOUT)
-                 if f in g):
+    for flag in (
+        f for f in (pipeline.FIRST, pipeline.LAST, pipeline.EMBEDDING, pipeline.LOSS, pipeline.LAYOUT) if f in g
+    ):
         _use(job, flag)
     if rule.given:
         job.model["stages"] = rule
@@ -592,9 +696,13 @@ def _step(job: Job) -> None:
     s["recompute"] = granularity or "none"
     method, layers = _text(job, "--recompute-method"), _int(job, "--recompute-num-layers")
     if granularity == "full" and (method not in (None, "uniform") or layers not in (None, 1)):
-        _leave(job, f"full recomputation by {method or 'uniform'} over {layers or 1} layer(s): parasim's keeps "
-                    "every layer's input and re-runs one layer at a time (uniform, 1)",
-               "--recompute-method", "--recompute-num-layers")
+        _leave(
+            job,
+            f"full recomputation by {method or 'uniform'} over {layers or 1} layer(s): parasim's keeps "
+            "every layer's input and re-runs one layer at a time (uniform, 1)",
+            "--recompute-method",
+            "--recompute-num-layers",
+        )
     else:
         for flag in ("--recompute-method", "--recompute-num-layers"):
             if flag in g:
@@ -605,8 +713,11 @@ def _step(job: Job) -> None:
         if backend not in ATTENTION_FLASH:
             raise UsageError(f"{job.path}: --attention-backend {brief(backend)}: one of {', '.join(ATTENTION_FLASH)}")
         flash = ATTENTION_FLASH[backend]
-        _use(job, "--attention-backend", "FlashAttention: the scores are not kept" if flash else
-             "the whole scores kept (no FlashAttention)")
+        _use(
+            job,
+            "--attention-backend",
+            "FlashAttention: the scores are not kept" if flash else "the whole scores kept (no FlashAttention)",
+        )
     if "--use-flash-attn" in g:
         _use(job, "--use-flash-attn")
     s["flash"] = flash
@@ -619,8 +730,7 @@ def _precision(job: Job) -> str:
     g = job.given
     if "--bf16" in g and "--fp16" in g:
         raise UsageError(f"{job.path}: both --bf16 and --fp16 are given; Megatron-LM refuses that: keep one")
-    given = {f for f in ("--bf16", "--fp16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32")
-             if f in g}
+    given = {f for f in ("--bf16", "--fp16", "--grad-reduce-in-bf16", "--accumulate-allreduce-grads-in-fp32") if f in g}
     if given >= {"--bf16", "--accumulate-allreduce-grads-in-fp32"} and "--grad-reduce-in-bf16" not in given:
         given.discard("--accumulate-allreduce-grads-in-fp32")
         _use(job, "--accumulate-allreduce-grads-in-fp32")  # the default under --bf16
@@ -630,8 +740,10 @@ def _precision(job: Job) -> str:
         given.discard("--accumulate-allreduce-grads-in-fp32")  # FP32 training accumulates in FP32 already
     name = next((n for n, flags in PRECISION_FLAGS.items() if set(flags) == given), None)
     if name is None:  # --bf16 with both --grad-reduce-in-bf16 and --accumulate-allreduce-grads-in-fp32
-        raise UsageError(f"{job.path}: {' and '.join(sorted(given))} contradict each other: --grad-reduce-in-bf16 "
-                         "reduces BF16 gradients, --accumulate-allreduce-grads-in-fp32 FP32 ones")
+        raise UsageError(
+            f"{job.path}: {' and '.join(sorted(given))} contradict each other: --grad-reduce-in-bf16 "
+            "reduces BF16 gradients, --accumulate-allreduce-grads-in-fp32 FP32 ones"
+        )
     for f in PRECISION_FLAGS[name]:
         _use(job, f)
     return _fp8(job, name)
@@ -648,10 +760,17 @@ def _fp8(job: Job, name: str) -> str:
     fp8 = f"{name}-fp8-{recipe}"
     shown = " ".join(["--fp8-format"] + g["--fp8-format"] + (["--fp8-recipe", recipe] if "--fp8-recipe" in g else []))
     if recipe not in FP8_FORMAT or fp8 not in PRECISION_FLAGS:
-        why = (f"parasim has no cost for the {recipe} recipe's casts" if recipe not in FP8_FORMAT else
-               "FP8 linears on top of another precision than --bf16")
-        _leave(job, f"{shown}: {why}; the products are timed in {precision_of(name).short('compute')}",
-               "--fp8-format", "--fp8-recipe")
+        why = (
+            f"parasim has no cost for the {recipe} recipe's casts"
+            if recipe not in FP8_FORMAT
+            else "FP8 linears on top of another precision than --bf16"
+        )
+        _leave(
+            job,
+            f"{shown}: {why}; the products are timed in {precision_of(name).short('compute')}",
+            "--fp8-format",
+            "--fp8-recipe",
+        )
         return name
     for f in ("--fp8-format", "--fp8-recipe"):
         if f in g:
@@ -694,7 +813,8 @@ def _world(job: Job) -> None:
         job.contradictions.append(
             f"the script's {job.started_by} launches {job.launched:,} processes ({nproc} per node x {nnodes} node"
             f"{'s' if nnodes != 1 else ''}), but {laid} needs a multiple of {least:,}: parasim takes {take:,} GPUs "
-            f"(--gpus N, or --world N on layout and trace, takes another)")
+            f"(--gpus N, or --world N on layout and trace, takes another)"
+        )
         job.world = take
     else:
         job.world = job.launched
@@ -703,8 +823,10 @@ def _world(job: Job) -> None:
     micro = job.step["micro_batch"]
     if batch is not None:
         if batch % (micro * dp):
-            job.contradictions.append(f"--global-batch-size {batch:,} is not a multiple of --micro-batch-size {micro} "
-                                      f"x DP {dp}: parasim takes {max(1, batch // (micro * dp)):,} micro-batches")
+            job.contradictions.append(
+                f"--global-batch-size {batch:,} is not a multiple of --micro-batch-size {micro} "
+                f"x DP {dp}: parasim takes {max(1, batch // (micro * dp)):,} micro-batches"
+            )
         job.step["microbatches"] = max(1, batch // (micro * dp))
 
 
@@ -716,8 +838,18 @@ def _degrees(job: Job, override: dict[str, Any]) -> dict[str, Any]:
     given values (a command's own flags; None: the job's) in their place. DP given without a world makes the
     world follow from it."""
     y = job.layout
-    out = dict(tp=y["tp"], cp=y["cp"], pp=y["pp"], ep=y["ep"], etp=y["etp"], sp=y["sp"], zero=y["zero"],
-               order=y.get("order", "tp-cp-ep-dp-pp"), world=job.world, gpus_per_node=job.gpus_per_node or 8)
+    out = dict(
+        tp=y["tp"],
+        cp=y["cp"],
+        pp=y["pp"],
+        ep=y["ep"],
+        etp=y["etp"],
+        sp=y["sp"],
+        zero=y["zero"],
+        order=y.get("order", "tp-cp-ep-dp-pp"),
+        world=job.world,
+        gpus_per_node=job.gpus_per_node or 8,
+    )
     given = {k: v for k, v in override.items() if v is not None}
     if "dp" in given and "world" not in given:
         out["world"] = None
@@ -729,12 +861,20 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
     (default: the job's); `override` replaces any plan field (a command's own flags)."""
     from dataclasses import replace
     from ..estimate.memory import Plan
+
     fields_ = _degrees(job, {"world": world, **{k: v for k, v in override.items() if k in LAYOUT_FIELDS}})
     if not model.experts and fields_["ep"] == 1 and override.get("etp") is None:
         fields_["etp"] = 1  # a dense model has no experts to split
     s = job.step
-    choices = dict(recompute=s["recompute"], flash=s["flash"], dropout=s["dropout"], micro_batch=s["micro_batch"],
-                   chunks=s["chunks"], precision=s["precision"], dispatcher=s.get("dispatcher", "alltoall"))
+    choices = dict(
+        recompute=s["recompute"],
+        flash=s["flash"],
+        dropout=s["dropout"],
+        micro_batch=s["micro_batch"],
+        chunks=s["chunks"],
+        precision=s["precision"],
+        dispatcher=s.get("dispatcher", "alltoall"),
+    )
     choices.update({k: v for k, v in override.items() if k not in LAYOUT_FIELDS and v is not None})
     plan = Plan(**fields_, **choices)
     batch = s.get("global_batch")

@@ -10,6 +10,7 @@ transformer_config.py (the uneven split's checks, the layout's exclusions) and p
 "(...)*n" and "x*n" repeat, commas only for the eye; virtual stage v of pipeline rank r is entry v x pp + r).
 The rule each flag sets is layout/stages.py's `Stages`.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,16 +41,22 @@ def split_of(layers: int | None, pp: int, given: dict[str, Any], chunks: int | N
     if layout is not None:
         others = [f for f in (FIRST, LAST, EMBEDDING, LOSS, VIRTUAL, PER_VIRTUAL) if given.get(f)]
         if others:  # transformer_config.py and arguments.py: the layout says it all
-            raise UsageError(f"{LAYOUT} with {others[0]}: Megatron takes the layout alone (it states every stage, "
-                             "and its virtual stages)")
+            raise UsageError(
+                f"{LAYOUT} with {others[0]}: Megatron takes the layout alone (it states every stage, "
+                "and its virtual stages)"
+            )
         counts, virtual = parse_layout(layout, pp, layers)
         return Stages(counts=counts), virtual
     if (first is not None or last is not None) and counted:
-        raise UsageError(f"{FIRST if first is not None else LAST} with "
-                         f"{EMBEDDING if given.get(EMBEDDING) else LOSS}: Megatron takes one or the other")
+        raise UsageError(
+            f"{FIRST if first is not None else LAST} with "
+            f"{EMBEDDING if given.get(EMBEDDING) else LOSS}: Megatron takes one or the other"
+        )
     if (first is not None or last is not None) and given.get(PER_VIRTUAL) is not None:
-        raise UsageError(f"{FIRST if first is not None else LAST} with {PER_VIRTUAL}: Megatron asks for {VIRTUAL} to "
-                         "state virtual stages under an uneven split")
+        raise UsageError(
+            f"{FIRST if first is not None else LAST} with {PER_VIRTUAL}: Megatron asks for {VIRTUAL} to "
+            "state virtual stages under an uneven split"
+        )
     rule = Stages(first=first, last=last, embedding=bool(given.get(EMBEDDING)), loss=bool(given.get(LOSS)))
     if chunks and chunks > 1 and layers is not None and rule.given:
         _check_virtual(rule, layers, pp, chunks)
@@ -61,8 +68,10 @@ def _check_virtual(rule: Stages, layers: int, pp: int, v: int) -> None:
     if rule.embedding or rule.loss:
         per = (layers + int(rule.embedding) + int(rule.loss)) // pp
         if per % v:
-            raise UsageError(f"{per} layers a stage (the embedding or loss counted) do not divide by {v} virtual "
-                             "stages, as Megatron needs")
+            raise UsageError(
+                f"{per} layers a stage (the embedding or loss counted) do not divide by {v} virtual "
+                "stages, as Megatron needs"
+            )
         return
     for flag, n in ((FIRST, rule.first), (LAST, rule.last)):
         if n is not None and n % v:
@@ -71,8 +80,9 @@ def _check_virtual(rule: Stages, layers: int, pp: int, v: int) -> None:
     if pp > ends:
         per = (layers - (rule.first or 0) - (rule.last or 0)) // (pp - ends)
         if per % v:
-            raise UsageError(f"{per} layers on each middle stage do not divide by {v} virtual stages, as Megatron "
-                             "needs")
+            raise UsageError(
+                f"{per} layers on each middle stage do not divide by {v} virtual stages, as Megatron needs"
+            )
 
 
 def parse_layout(text: str, pp: int, layers: int | None) -> tuple[tuple[int, ...], int | None]:
@@ -89,14 +99,14 @@ def parse_layout(text: str, pp: int, layers: int | None) -> tuple[tuple[int, ...
     stages = unrolled.split("|")
     bad = sorted({c for c in unrolled if c != "|" and c not in LAYER_CHARS})
     if bad:
-        raise UsageError(f"{LAYOUT} {shown}: {bad[0]!r} is not a layer (Megatron's are E, t, m and L, stages split "
-                         "by |)")
+        raise UsageError(
+            f"{LAYOUT} {shown}: {bad[0]!r} is not a layer (Megatron's are E, t, m and L, stages split by |)"
+        )
     if len(stages) % pp:
         raise UsageError(f"{LAYOUT} {shown} has {len(stages)} stages, which do not divide by PP {pp}")
     flat = unrolled.replace("|", "")
     if flat.count("E") != 1 or flat.count("L") != 1 or not flat.startswith("E") or not flat.endswith("L"):
-        raise UsageError(f"{LAYOUT} {shown}: Megatron needs the embedding (E) first and the loss (L) last, "
-                         "once each")
+        raise UsageError(f"{LAYOUT} {shown}: Megatron needs the embedding (E) first and the loss (L) last, once each")
     if layers is not None and flat.count("t") != layers:
         raise UsageError(f"{LAYOUT} {shown} holds {flat.count('t')} decoder layers (t), --num-layers is {layers}")
     virtual = len(stages) // pp
@@ -121,8 +131,11 @@ def pipeline_args(model: Any, plan: Any) -> list[str]:
         return virtual
     rule = model.stages
     if rule.first is not None or rule.last is not None:
-        return ([FIRST, str(rule.first)] if rule.first is not None else []) + \
-            ([LAST, str(rule.last)] if rule.last is not None else []) + virtual
+        return (
+            ([FIRST, str(rule.first)] if rule.first is not None else [])
+            + ([LAST, str(rule.last)] if rule.last is not None else [])
+            + virtual
+        )
     if rule.embedding or rule.loss:
         return ([EMBEDDING] if rule.embedding else []) + ([LOSS] if rule.loss else []) + virtual
     counts = stage_counts(model, plan.pp)

@@ -14,6 +14,7 @@ Every script is read in bounded time and memory: the script itself is at most SC
 IF_DEPTH deep, and expansion is held to the limits of megatron/words.py (one value, one array, nesting, the
 arithmetic, and a budget over the whole read). Past a limit the read stops with one line naming it.
 """
+
 from __future__ import annotations
 
 import operator
@@ -89,27 +90,130 @@ class Prefix:
 # The commands a launch may run behind, by name (a path's last part): one entry each. Their options are the
 # tools' own (uv run --help, nsys profile --help, srun's and numactl's manuals, env --help, bash's exec).
 PREFIXES: dict[str, Prefix] = {
-    "uv": Prefix(then="run", valued=frozenset({
-        "--with", "-w", "--with-editable", "--with-requirements", "--python", "-p", "--project", "--directory",
-        "--env-file", "--extra", "--no-extra", "--group", "--no-group", "--only-group", "--package", "--index",
-        "--default-index", "--index-url", "-i", "--extra-index-url", "--find-links", "-f", "--config-file",
-        "--cache-dir", "--color", "--index-strategy", "--keyring-provider", "--resolution", "--prerelease",
-        "--exclude-newer", "--link-mode", "--allow-insecure-host", "--upgrade-package", "-P", "--reinstall-package",
-        "--refresh-package", "--no-build-package", "--no-binary-package", "--config-setting", "-C",
-        "--no-build-isolation-package", "--python-platform"})),
+    "uv": Prefix(
+        then="run",
+        valued=frozenset(
+            {
+                "--with",
+                "-w",
+                "--with-editable",
+                "--with-requirements",
+                "--python",
+                "-p",
+                "--project",
+                "--directory",
+                "--env-file",
+                "--extra",
+                "--no-extra",
+                "--group",
+                "--no-group",
+                "--only-group",
+                "--package",
+                "--index",
+                "--default-index",
+                "--index-url",
+                "-i",
+                "--extra-index-url",
+                "--find-links",
+                "-f",
+                "--config-file",
+                "--cache-dir",
+                "--color",
+                "--index-strategy",
+                "--keyring-provider",
+                "--resolution",
+                "--prerelease",
+                "--exclude-newer",
+                "--link-mode",
+                "--allow-insecure-host",
+                "--upgrade-package",
+                "-P",
+                "--reinstall-package",
+                "--refresh-package",
+                "--no-build-package",
+                "--no-binary-package",
+                "--config-setting",
+                "-C",
+                "--no-build-isolation-package",
+                "--python-platform",
+            }
+        ),
+    ),
     "nsys": Prefix(then="profile", valued=None, switches=frozenset({"-h", "--help"})),  # -o x, --trace cuda
-    "srun": Prefix(valued=None, switches=frozenset({  # -N 2, --ntasks-per-node 8: the rest take a value
-        "-l", "--label", "-u", "--unbuffered", "-K", "--kill-on-bad-exit", "-k", "--no-kill", "-O", "--overcommit",
-        "-Q", "--quiet", "-v", "--verbose", "-X", "--disable-status", "-Z", "--no-allocate", "-E", "--preserve-env",
-        "-H", "--hold", "-I", "--immediate", "-s", "--oversubscribe", "--exclusive", "--pty", "--contiguous",
-        "--overlap", "--multi-prog", "--spread-job", "--test-only", "--container-writable",
-        "--container-mount-home", "--no-container-mount-home", "--container-remap-root",
-        "--no-container-remap-root", "--no-container-entrypoint", "--container-entrypoint-log", "-h", "--help"})),
+    "srun": Prefix(
+        valued=None,
+        switches=frozenset(
+            {  # -N 2, --ntasks-per-node 8: the rest take a value
+                "-l",
+                "--label",
+                "-u",
+                "--unbuffered",
+                "-K",
+                "--kill-on-bad-exit",
+                "-k",
+                "--no-kill",
+                "-O",
+                "--overcommit",
+                "-Q",
+                "--quiet",
+                "-v",
+                "--verbose",
+                "-X",
+                "--disable-status",
+                "-Z",
+                "--no-allocate",
+                "-E",
+                "--preserve-env",
+                "-H",
+                "--hold",
+                "-I",
+                "--immediate",
+                "-s",
+                "--oversubscribe",
+                "--exclusive",
+                "--pty",
+                "--contiguous",
+                "--overlap",
+                "--multi-prog",
+                "--spread-job",
+                "--test-only",
+                "--container-writable",
+                "--container-mount-home",
+                "--no-container-mount-home",
+                "--container-remap-root",
+                "--no-container-remap-root",
+                "--no-container-entrypoint",
+                "--container-entrypoint-log",
+                "-h",
+                "--help",
+            }
+        ),
+    ),
     "env": Prefix(valued=frozenset({"-u", "--unset", "-C", "--chdir"}), assigns=True),
     "exec": Prefix(valued=frozenset({"-a"})),
-    "numactl": Prefix(valued=None, switches=frozenset({  # --cpunodebind=0, -N 0, -m 0: the rest take a value
-        "-l", "--localalloc", "-a", "--all", "-b", "--balancing", "-u", "--huge", "-T", "--touch", "-t",
-        "--strict", "-s", "--show", "-H", "--hardware"})),
+    "numactl": Prefix(
+        valued=None,
+        switches=frozenset(
+            {  # --cpunodebind=0, -N 0, -m 0: the rest take a value
+                "-l",
+                "--localalloc",
+                "-a",
+                "--all",
+                "-b",
+                "--balancing",
+                "-u",
+                "--huge",
+                "-T",
+                "--touch",
+                "-t",
+                "--strict",
+                "-s",
+                "--show",
+                "-H",
+                "--hardware",
+            }
+        ),
+    ),
     "nohup": Prefix(),
     "time": Prefix(valued=frozenset()),  # bash's `time -p`: a switch
 }
@@ -176,8 +280,10 @@ def read_script(text: str, path: str, outside: dict[str, str] | None = None) -> 
         if head in ("if", "elif", "else", "fi", "then", "do"):
             if head == "if":
                 if len(stack) >= IF_DEPTH:
-                    raise UsageError(f"{path}: line {st.line}: 'if' nested more than {IF_DEPTH} deep, the limit (a "
-                                     "launch script nests one or two)")
+                    raise UsageError(
+                        f"{path}: line {st.line}: 'if' nested more than {IF_DEPTH} deep, the limit (a "
+                        "launch script nests one or two)"
+                    )
                 runs = active and _condition(shell, words[1:], st.line)
                 stack.append([runs, runs])
             elif not stack:
@@ -212,15 +318,17 @@ def read_script(text: str, path: str, outside: dict[str, str] | None = None) -> 
         first = launches[0]
         words = first.words
         at = next(i for i, w in enumerate(words) if w.endswith(".py") and i > 0)
-        script.launcher, script.program, script.flags = words[:at], words[at], words[at + 1:]
+        script.launcher, script.program, script.flags = words[:at], words[at], words[at + 1 :]
         script.line, script.prefixes, script.environment = first.line, first.prefixes, first.environment
     elif hidden:
         raise UsageError(f"{path}: {hidden[0]}")
     elif loose:
         script.flags = loose
     else:
-        raise UsageError(f"{path}: no launch of a training program (such as torchrun ... pretrain_gpt.py ...) "
-                         "and no --flags: not a Megatron-LM launch script or file of flags")
+        raise UsageError(
+            f"{path}: no launch of a training program (such as torchrun ... pretrain_gpt.py ...) "
+            "and no --flags: not a Megatron-LM launch script or file of flags"
+        )
     return script
 
 
@@ -302,8 +410,10 @@ def _command(shell: Shell, st: Statement, launches: list[Launch], hidden: list[s
     behind = next((w for w in command[1:] if _is_launcher(w)), None)
     if behind is not None and command[0] not in _SAYS and any(w.endswith(".py") for w in command[2:]):
         known = ", ".join(f"{k} {p.then}".rstrip() for k, p in PREFIXES.items())
-        hidden.append(f"line {st.line}: {behind.rsplit('/', 1)[-1][:40]} runs behind {command[0][:40]}, a command "
-                      f"parasim does not read its way past (it knows {known}): this launch is not read")
+        hidden.append(
+            f"line {st.line}: {behind.rsplit('/', 1)[-1][:40]} runs behind {command[0][:40]}, a command "
+            f"parasim does not read its way past (it knows {known}): this launch is not read"
+        )
     elif expanded[0].startswith("--"):
         loose.extend(expanded)
 
@@ -318,7 +428,11 @@ def _parts(word: Word) -> tuple[str, bool, Word]:
     """An assignment word NAME=value (or NAME+=value): the name, whether it appends, and the value's word."""
     m = ASSIGN.match(word.parts[0].text)
     assert m is not None
-    return m.group(1), bool(m.group(2)), Word([Part(word.parts[0].kind, word.parts[0].text[m.end():])] + word.parts[1:])
+    return (
+        m.group(1),
+        bool(m.group(2)),
+        Word([Part(word.parts[0].kind, word.parts[0].text[m.end() :])] + word.parts[1:]),
+    )
 
 
 def _assign(shell: Shell, word: Word | ArrayWord, line: int) -> None:
@@ -355,21 +469,30 @@ def check_outside(outside: dict[str, str], path: str) -> dict[str, str]:
     total = 0
     for name, value in outside.items():
         if not isinstance(name, str) or not NAME.fullmatch(name):
-            raise UsageError(f"{path}: the variable {brief(name)} from outside is not a name bash takes (letters, "
-                             "digits and _, not starting with a digit)")
+            raise UsageError(
+                f"{path}: the variable {brief(name)} from outside is not a name bash takes (letters, "
+                "digits and _, not starting with a digit)"
+            )
         if not isinstance(value, str) or len(value) > VALUE_CHARS:
-            raise UsageError(f"{path}: the variable {name[:40]} from outside is longer than {VALUE_CHARS:,} "
-                             "characters, the limit on one word or variable")
+            raise UsageError(
+                f"{path}: the variable {name[:40]} from outside is longer than {VALUE_CHARS:,} "
+                "characters, the limit on one word or variable"
+            )
         total += len(name) + len(value) + ITEM_CHARS
         if total > OUTSIDE_CHARS:
-            raise UsageError(f"{path}: the variables from outside come to more than {OUTSIDE_CHARS:,} characters, "
-                             "the limit (as much as a whole script may be; a shell's environment is a few KB)")
+            raise UsageError(
+                f"{path}: the variables from outside come to more than {OUTSIDE_CHARS:,} characters, "
+                "the limit (as much as a whole script may be; a shell's environment is a few KB)"
+            )
     return dict(outside)
 
 
 def _too_many(shell: Shell, name: str, line: int) -> UsageError:
-    return shell.fail(line, f"the array {name} grows past {ARRAY_ITEMS:,} elements, the limit on one array (a "
-                            "launch script's arrays hold tens of flags)")
+    return shell.fail(
+        line,
+        f"the array {name} grows past {ARRAY_ITEMS:,} elements, the limit on one array (a "
+        "launch script's arrays hold tens of flags)",
+    )
 
 
 # -- tests in if and elif -------------------------------------------------------------------------------
@@ -421,8 +544,14 @@ def _compare(shell: Shell, args: list[str], line: int) -> bool:
         return True
     if len(args) == 3 and args[1] in ("=", "==", "!="):
         return (args[0] == args[2]) == (args[1] != "!=")
-    ints = {"-eq": operator.eq, "-ne": operator.ne, "-lt": operator.lt, "-gt": operator.gt,
-            "-le": operator.le, "-ge": operator.ge}
+    ints = {
+        "-eq": operator.eq,
+        "-ne": operator.ne,
+        "-lt": operator.lt,
+        "-gt": operator.gt,
+        "-le": operator.le,
+        "-ge": operator.ge,
+    }
     if len(args) == 3 and args[1] in ints:
         try:
             return ints[args[1]](int(args[0] or 0), int(args[2] or 0))
@@ -436,6 +565,7 @@ def _compare(shell: Shell, args: list[str], line: int) -> bool:
 def read_file(path: str, outside: dict[str, str] | None = None) -> Script:
     """The launch script or flags file at `path` (bounded; UTF-8), read with the variables `outside`."""
     from ..limits import read_bounded
+
     data = read_bounded(path, "Megatron launch script", SCRIPT_BYTES)
     try:
         text = data.decode("utf-8-sig")

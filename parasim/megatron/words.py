@@ -13,6 +13,7 @@ why. The text inside ${A:-${B:-...}} is passed over once more at each level: NES
 paid from the budget, EXPANSION_CHARS, which lives on the Shell (one per script read). Notes need no limit:
 each comes from one expression of the text, read once.
 """
+
 from __future__ import annotations
 
 import ast
@@ -74,6 +75,7 @@ class Word:
 @dataclass(slots=True)
 class ArrayWord:
     """`NAME=(...)` or `NAME+=(...)`: an array assignment."""
+
     name: str
     append: bool
     items: list[Word]
@@ -131,7 +133,7 @@ class Lexer:
                 self._comment()
                 continue
             if c in "&|":
-                op = self.s[self.i:self.i + 2] if self.s[self.i:self.i + 2] in OPERATORS else c
+                op = self.s[self.i : self.i + 2] if self.s[self.i : self.i + 2] in OPERATORS else c
                 self.i += len(op)
                 current.words.append(op)
                 continue
@@ -184,7 +186,7 @@ class Lexer:
                 end = s.find("'", self.i + 1)
                 if end < 0:
                     raise self.fail("a single quote that never closes")
-                self._add(parts, "sq", s[self.i + 1:end])
+                self._add(parts, "sq", s[self.i + 1 : end])
                 self.line += s.count("\n", self.i, end)
                 self.i = end + 1
             elif c == '"':
@@ -194,7 +196,7 @@ class Lexer:
                     self.i += 2
                     self.line += 1
                 else:
-                    self._add(parts, "sq", s[self.i + 1:self.i + 2])
+                    self._add(parts, "sq", s[self.i + 1 : self.i + 2])
                     self.i += 2
             elif c == "$":
                 self._add(parts, "uq", self._dollar())
@@ -329,8 +331,13 @@ def _remainder(a: int, b: int) -> int:
     return a - b * _divide(a, b)
 
 
-_ARITH_OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.FloorDiv: _divide,
-              ast.Mod: _remainder}
+_ARITH_OPS = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.FloorDiv: _divide,
+    ast.Mod: _remainder,
+}
 
 
 class _Text:
@@ -372,17 +379,23 @@ class Shell:
         return UsageError(f"{self.script.path}: line {line}: {what}")
 
     def too_long(self, line: int) -> UsageError:
-        return self.fail(line, f"a value grows past {VALUE_CHARS:,} characters, the limit on one word or variable "
-                               "(a launch script's are a few KB, and none needs to be longer than a whole script "
-                               "may be)")
+        return self.fail(
+            line,
+            f"a value grows past {VALUE_CHARS:,} characters, the limit on one word or variable "
+            "(a launch script's are a few KB, and none needs to be longer than a whole script "
+            "may be)",
+        )
 
     def spend(self, chars: int, line: int) -> None:
         """`chars` more read or built: refused past EXPANSION_CHARS over the whole read."""
         self.spent += chars
         if self.spent > EXPANSION_CHARS:
-            raise self.fail(line, f"expanding the script reads and builds more than {EXPANSION_CHARS:,} characters, "
-                                  "the limit over the whole read (a launch script's expansions come to a few KB; "
-                                  "this one keeps multiplying its text)")
+            raise self.fail(
+                line,
+                f"expanding the script reads and builds more than {EXPANSION_CHARS:,} characters, "
+                "the limit over the whole read (a launch script's expansions come to a few KB; "
+                "this one keeps multiplying its text)",
+            )
 
     def join(self, texts: list[str], line: int, sep: str = "") -> str:
         """`sep.join(texts)`, held to VALUE_CHARS and the budget before it is built."""
@@ -422,7 +435,7 @@ class Shell:
             if m is None:
                 break
             if m.group() == "\\":
-                current.add(text[end + 1:end + 2] or "\\")
+                current.add(text[end + 1 : end + 2] or "\\")
                 i = end + 2
                 continue
             if m.group() == "`":
@@ -514,8 +527,11 @@ class Shell:
     def _default(self, rest: str, line: int) -> str:
         """The default of ${X:-rest}, expanded: one level deeper, refused past NESTING."""
         if self.depth >= NESTING:
-            raise self.fail(line, f"${{...}} nested more than {NESTING} deep in one another's defaults, the limit "
-                                  "(a launch script nests one or two; each level is one more recursion)")
+            raise self.fail(
+                line,
+                f"${{...}} nested more than {NESTING} deep in one another's defaults, the limit "
+                "(a launch script nests one or two; each level is one more recursion)",
+            )
         self.depth += 1
         try:
             got = self.pieces(self._unquote(rest), line)
@@ -548,9 +564,12 @@ class Shell:
         size = len(text)
 
         def too_long() -> UsageError:
-            return self.fail(line, f"the arithmetic $(({_cut(text)})) comes to more than {ARITH_CHARS:,} characters "
-                                   "with its variables in place, the limit on one arithmetic expression (a launch "
-                                   "script's multiplies a few numbers)")
+            return self.fail(
+                line,
+                f"the arithmetic $(({_cut(text)})) comes to more than {ARITH_CHARS:,} characters "
+                "with its variables in place, the limit on one arithmetic expression (a launch "
+                "script's multiplies a few numbers)",
+            )
 
         def number(m: re.Match, name: str) -> str:
             nonlocal size
@@ -568,9 +587,12 @@ class Shell:
         return NAME.sub(lambda m: number(m, m.group()), expr)
 
     def _arith_too_deep(self, text: str, line: int) -> UsageError:
-        return self.fail(line, f"the arithmetic $(({_cut(text)})) nests parentheses or signs more than "
-                               f"{ARITH_DEPTH} deep, the limit (a launch script's nests one or two; each level is "
-                               "one more recursion)")
+        return self.fail(
+            line,
+            f"the arithmetic $(({_cut(text)})) nests parentheses or signs more than "
+            f"{ARITH_DEPTH} deep, the limit (a launch script's nests one or two; each level is "
+            "one more recursion)",
+        )
 
     def _eval(self, node: ast.AST, text: str, line: int, depth: int) -> int:
         """The value of `node`, each number and result held to ARITH_MAX. A chain a + b + c nests on its left:
@@ -615,7 +637,7 @@ class Shell:
                     field = self._keep(out, field)
                 start = 0
                 for blank in _FIELD_BLANKS.finditer(g):
-                    field.add(g[start:blank.start()])
+                    field.add(g[start : blank.start()])
                     field = self._keep(out, field)
                     start = blank.end()
                 field.add(g[start:])

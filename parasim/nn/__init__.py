@@ -5,6 +5,7 @@ ranks (torch). Weights are drawn whole from `ctx.shared_rng` on every rank and e
 so the unsplit model (the reference) is known exactly. Activations use Megatron's [s, b, h] layout:
 sequence parallelism splits dim 0.
 """
+
 from .attention import ParallelAttention
 from .core import Layer, LayerOptions, ParallelContext, Partial, Replicate, Saved, Shard, Weights
 from .dropout import Dropout
@@ -14,6 +15,24 @@ from .linear import ColumnParallelLinear, RowParallelLinear
 from .mlp import ParallelMLP
 from .norm import LayerNorm
 
-__all__ = ["Layer", "Weights", "Replicate", "Shard", "Partial", "Saved", "ParallelContext", "LayerOptions", "ColumnParallelLinear", "RowParallelLinear",
-           "ParallelMLP", "ParallelAttention", "LayerNorm", "Dropout", "VocabParallelEmbedding",
-           "VocabParallelCrossEntropy", "TransformerLayer", "Stack", "layer_weights"]
+__all__ = [
+    "Layer",
+    "Weights",
+    "Replicate",
+    "Shard",
+    "Partial",
+    "Saved",
+    "ParallelContext",
+    "LayerOptions",
+    "ColumnParallelLinear",
+    "RowParallelLinear",
+    "ParallelMLP",
+    "ParallelAttention",
+    "LayerNorm",
+    "Dropout",
+    "VocabParallelEmbedding",
+    "VocabParallelCrossEntropy",
+    "TransformerLayer",
+    "Stack",
+    "layer_weights",
+]

@@ -1,5 +1,6 @@
 """Element-wise nonlinearities, forward and backward. They act on one rank's own columns, so no
 communication: the reason the first MLP weight is split by columns."""
+
 from __future__ import annotations
 
 import math

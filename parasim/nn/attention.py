@@ -6,6 +6,7 @@ scores, softmax and weighted values need no communication; the output projection
 With fewer kv heads than TP ranks each kv head is replicated on tp/kv ranks; its weight gradient is then
 a partial sum over those ranks.
 """
+
 from __future__ import annotations
 
 import math
@@ -73,9 +74,15 @@ class AttentionOptions:
 
 
 class ParallelAttention(Weights):
-    def __init__(self, par: ParallelContext, weights: AttentionWeights, heads: HeadCounts,
-                 options: AttentionOptions = AttentionOptions(), key: str = "attn",
-                 name: str = "attn"):
+    def __init__(
+        self,
+        par: ParallelContext,
+        weights: AttentionWeights,
+        heads: HeadCounts,
+        options: AttentionOptions = AttentionOptions(),
+        key: str = "attn",
+        name: str = "attn",
+    ):
         xp, w_ = par.xp, weights
         self.par, self.name, self.key, self.p, self.flash = par, name, key, options.dropout, options.flash
         self.heads, self.kv_heads = heads.heads, heads.kv
@@ -102,8 +109,12 @@ class ParallelAttention(Weights):
 
         def heads(part: Array, n: int) -> Array:
             return xp.permute_dims(xp.reshape(part, (s, b, n, d)), (1, 2, 0, 3))
-        return (heads(y[..., :nq], len(self.q_heads)), heads(y[..., nq:nq + nk], len(self.kv_local)),
-                heads(y[..., nq + nk:], len(self.kv_local)))
+
+        return (
+            heads(y[..., :nq], len(self.q_heads)),
+            heads(y[..., nq : nq + nk], len(self.kv_local)),
+            heads(y[..., nq + nk :], len(self.kv_local)),
+        )
 
     def _probs(self, q: Array, k: Array) -> Array:
         xp = self.par.xp
@@ -118,11 +129,18 @@ class ParallelAttention(Weights):
 
     def _mask(self, probs: Array) -> Any:
         b, _, s, _ = probs.shape
-        return dropout_mask(self.par, f"{self.key}.probs", (b, self.heads, s, s), self.p, probs.dtype,
-                            (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)))
+        return dropout_mask(
+            self.par,
+            f"{self.key}.probs",
+            (b, self.heads, s, s),
+            self.p,
+            probs.dtype,
+            (slice(None), slice(self.q_heads[0], self.q_heads[-1] + 1)),
+        )
 
     def _ring(self):
         from .ring_attention import RingAttention
+
         par = self.par
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
@@ -194,6 +212,7 @@ class ParallelAttention(Weights):
 
         def cols(a: Array) -> Any:  # [b, h, s, d] -> [s, b, h*d]
             return xp.reshape(xp.permute_dims(a, (2, 0, 1, 3)), (s, b_, a.shape[1] * self.d))
+
         return self.qkv.backward(c_qkv, xp.concat([cols(dq), cols(dk), cols(dv)], axis=-1))
 
     def _fold(self, per_q: Array, shape: tuple) -> Array:
@@ -207,17 +226,21 @@ class ParallelAttention(Weights):
             sharing.setdefault(kv, []).append(i)
         for j in range(shape[1]):
             heads = sharing[j]
-            parts.append(sum(per_q[:, i:i + 1] for i in heads[1:]) + per_q[:, heads[0]:heads[0] + 1])
+            parts.append(sum(per_q[:, i : i + 1] for i in heads[1:]) + per_q[:, heads[0] : heads[0] + 1])
         return xp.concat(parts, axis=1)
 
     @property
     def grads(self) -> dict[str, Any]:
-        return {**{f"qkv.{k}": v for k, v in self.qkv.grads.items()},
-                **{f"out.{k}": v for k, v in self.out.grads.items()}}
+        return {
+            **{f"qkv.{k}": v for k, v in self.qkv.grads.items()},
+            **{f"out.{k}": v for k, v in self.out.grads.items()},
+        }
 
     @property
     def placements(self) -> dict[str, dict]:
         """Q, K and V's columns by head, then the output's rows (kv heads fewer than TP ranks are replicated
         on tp/kv ranks: their columns' gradients are partial over those ranks, which checks sum by hand)."""
-        return {**{f"qkv.{k}": p for k, p in self.qkv.placements.items() if getattr(self.qkv, k) is not None},
-                **{f"out.{k}": p for k, p in self.out.placements.items() if getattr(self.out, k) is not None}}
+        return {
+            **{f"qkv.{k}": p for k, p in self.qkv.placements.items() if getattr(self.qkv, k) is not None},
+            **{f"out.{k}": p for k, p in self.out.placements.items() if getattr(self.out, k) is not None},
+        }

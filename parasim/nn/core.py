@@ -1,5 +1,6 @@
 """The parallel context of a rank (its groups and its place in each), the layer protocol, the conjugate
 operators f and g (and their sequence-parallel forms), and the record of what forward keeps for backward."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -12,7 +13,16 @@ from ..layout.placement import Partial, Replicate, Shard, local
 from .ring_attention import SequenceSplit
 from ..engine.context import Context
 
-__all__ = ["Partial", "Replicate", "Shard", "ParallelContext", "LayerOptions", "Saved", "Layer", "Weights"]  # placements: placement.py
+__all__ = [
+    "Partial",
+    "Replicate",
+    "Shard",
+    "ParallelContext",
+    "LayerOptions",
+    "Saved",
+    "Layer",
+    "Weights",
+]  # placements: placement.py
 
 
 class WeightGradSink(Protocol):
@@ -66,8 +76,15 @@ class ParallelContext:
             ctx.use_layout(layout)
         g = ctx.groups
         seq = layout.model.seq if layout.model is not None and layout.model.seq else 0
-        made = dict(tp_group=g["tp"], sp=layout.sp, cp_group=g["cp"], seq=seq,
-                    cp_split="zigzag" if layout.zigzag else "contiguous", ep_group=g["ep"], etp_group=g["expert-tp"])
+        made = dict(
+            tp_group=g["tp"],
+            sp=layout.sp,
+            cp_group=g["cp"],
+            seq=seq,
+            cp_split="zigzag" if layout.zigzag else "contiguous",
+            ep_group=g["ep"],
+            etp_group=g["expert-tp"],
+        )
         return cls(ctx, **made, options=options)
 
     def weight_grad(self, work: Callable[[], None]) -> None:
@@ -163,9 +180,11 @@ def sp_share(positions: Sequence[int], t: int, r: int) -> list[int]:
     n, left = divmod(len(positions), t)
     if left:  # an uneven share would drop tokens (or leave a rank none) and fail far from here
         k = len(positions)
-        raise LayoutError(f"sequence parallelism over tp {t} cannot split the {k} token{'' if k == 1 else 's'} of "
-                          "this rank's sequence slice evenly: the sequence length must divide by cp x tp")
-    return list(positions[r * n:(r + 1) * n])
+        raise LayoutError(
+            f"sequence parallelism over tp {t} cannot split the {k} token{'' if k == 1 else 's'} of "
+            "this rank's sequence slice evenly: the sequence length must divide by cp x tp"
+        )
+    return list(positions[r * n : (r + 1) * n])
 
 
 @runtime_checkable

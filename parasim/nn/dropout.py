@@ -1,5 +1,6 @@
 """Dropout with a seeded mask. The mask of the whole tensor is drawn from a stream every rank shares and
 each rank takes its slice, so split and unsplit runs drop exactly the same elements."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -8,7 +9,9 @@ from ..comm.interface import Array
 from .core import Saved, ParallelContext
 
 
-def dropout_mask(par: ParallelContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()) -> Any:
+def dropout_mask(
+    par: ParallelContext, key: str, shape: tuple[int, ...], p: float, dtype: Any, index: tuple = ()
+) -> Any:
     """The keep-mask (1 kept, 0 dropped) of the whole `shape` in `dtype` (the masked tensor's: a float64
     mask would promote a float32 layer), sliced by `index` for this rank."""
     keep = par.ctx.shared_rng(key).uniform(shape) >= p

@@ -6,6 +6,7 @@ column-parallel linear, so each rank holds the logits of its slice of the vocabu
 only three small all-reduces (the max, the sum of exponentials, the target's logit), never the whole
 logits on one rank.
 """
+
 from __future__ import annotations
 
 from typing import Any

@@ -7,6 +7,7 @@ rank runs them on its slice of the sequence, the column-parallel blocks all-gath
 the row-parallel blocks reduce-scatter it after: same bytes on the wire, 1/t of the activations kept.
 Weights come whole from shared seeded streams (`layer_weights`), so the unsplit model is known exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -30,19 +31,34 @@ def layer_weights(ctx: Context, shape: ModelSpec, key: str) -> dict[str, Any]:
     q, kv = heads * d, shape.kv * d
     # (name, size) in order; each weight is drawn from a stream named after it, so a name is written once.
     # A matrix's std is rows^-1/2 (activations stay about 1), a bias's 0.1.
-    sizes: list[tuple[str, tuple[int, ...]]] = [("wq", (h, q)), ("wk", (h, kv)), ("wv", (h, kv)), ("wo", (q, h)),
-                                                ("bq", (q,)), ("bk", (kv,)), ("bv", (kv,)), ("bo", (h,))]
+    sizes: list[tuple[str, tuple[int, ...]]] = [
+        ("wq", (h, q)),
+        ("wk", (h, kv)),
+        ("wv", (h, kv)),
+        ("wo", (q, h)),
+        ("bq", (q,)),
+        ("bk", (kv,)),
+        ("bv", (kv,)),
+        ("bo", (h,)),
+    ]
     if shape.experts:  # each expert is an MLP of its own; the router scores tokens against them
         for e in range(shape.experts):
-            sizes += [(f"experts.{e}.w1", (h, fe)), (f"experts.{e}.w2", (fe, h)), (f"experts.{e}.b1", (fe,)),
-                      (f"experts.{e}.b2", (h,))]
+            sizes += [
+                (f"experts.{e}.w1", (h, fe)),
+                (f"experts.{e}.w2", (fe, h)),
+                (f"experts.{e}.b1", (fe,)),
+                (f"experts.{e}.b2", (h,)),
+            ]
     else:
         sizes += [("w1", (h, f)), ("w2", (f, h)), ("b1", (f,)), ("b2", (h,))]
     out: dict[str, Any] = {}
     for name, size in sizes:
         bias = len(size) == 1
-        out[name] = (None if bias and not shape.bias else
-                     ctx.shared_rng(f"{key}.{name}").normal(size, std=0.1 if bias else size[0] ** -0.5))
+        out[name] = (
+            None
+            if bias and not shape.bias
+            else ctx.shared_rng(f"{key}.{name}").normal(size, std=0.1 if bias else size[0] ** -0.5)
+        )
     if shape.experts:
         out["router"] = ctx.shared_rng(f"{key}.router").normal((h, shape.experts))
     for n in ("ln1", "ln2"):
@@ -57,22 +73,37 @@ def expert_weights(weights: dict[str, Any], shape: ModelSpec) -> list[dict[str, 
 
 
 class TransformerLayer:
-    def __init__(self, par: ParallelContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer",
-                 name: str = "layer"):
+    def __init__(
+        self, par: ParallelContext, shape: ModelSpec, weights: dict[str, Any], key: str = "layer", name: str = "layer"
+    ):
         self.par, self.shape, self.name, self.key = par, shape, name, key
         rms = shape.norm == "rmsnorm"
         self.ln1 = LayerNorm(par, weights["ln1.weight"], weights["ln1.bias"], name=f"{name}.ln1", rms=rms)
-        self.attn = ParallelAttention(par, AttentionWeights.of(weights), HeadCounts(shape.size("heads"), shape.kv),
-                                      AttentionOptions(dropout=shape.dropout, flash=shape.flash),
-                                      key=f"{key}.attn", name=f"{name}.attn")
+        self.attn = ParallelAttention(
+            par,
+            AttentionWeights.of(weights),
+            HeadCounts(shape.size("heads"), shape.kv),
+            AttentionOptions(dropout=shape.dropout, flash=shape.flash),
+            key=f"{key}.attn",
+            name=f"{name}.attn",
+        )
         self.drop1 = Dropout(par, shape.dropout, f"{key}.drop1", name=f"{name}.attn dropout")
         self.ln2 = LayerNorm(par, weights["ln2.weight"], weights["ln2.bias"], name=f"{name}.ln2", rms=rms)
         if shape.experts:  # under TP the MoE needs SP, or every TP rank would dispatch the same tokens
-            self.mlp: ParallelMLP | MoE = MoE(par, par.ep_group, weights["router"], expert_weights(weights, shape),
-                                              shape.k, act=shape.act, name=f"{name}.moe", etp=par.etp_group)
+            self.mlp: ParallelMLP | MoE = MoE(
+                par,
+                par.ep_group,
+                weights["router"],
+                expert_weights(weights, shape),
+                shape.k,
+                act=shape.act,
+                name=f"{name}.moe",
+                etp=par.etp_group,
+            )
         else:
-            self.mlp = ParallelMLP(par, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act,
-                                   name=f"{name}.mlp")
+            self.mlp = ParallelMLP(
+                par, weights["w1"], weights["w2"], weights["b1"], weights["b2"], act=shape.act, name=f"{name}.mlp"
+            )
         self.drop2 = Dropout(par, shape.dropout, f"{key}.drop2", name=f"{name}.mlp dropout")
 
     def _where(self, x: Array) -> tuple[tuple[int, ...], tuple]:
@@ -124,7 +155,7 @@ class TransformerLayer:
         out: dict[str, tuple[Any, str]] = {}
         blocks = [("ln1", self.ln1), ("attn.qkv", self.attn.qkv), ("attn.out", self.attn.out), ("ln2", self.ln2)]
         if isinstance(self.mlp, MoE):
-            out["moe.router"] = (self.mlp, "router")
+            out["moe.router"] = (self.mlp.gate, "weight")
             for j, e in enumerate(self.mlp.experts):
                 out.update({f"moe.expert{self.mlp.first + j + 1}.{k}": (e, k) for k in e})
         else:
@@ -182,8 +213,11 @@ class Stack:
         self.layers = layers
 
     def _prefixed(self, what: str) -> dict[str, Any]:
-        return {f"{layer.key}.{k}": v for layer in self.layers
-                for k, v in (getattr(layer, what)() if what == "params" else getattr(layer, what)).items()}
+        return {
+            f"{layer.key}.{k}": v
+            for layer in self.layers
+            for k, v in (getattr(layer, what)() if what == "params" else getattr(layer, what)).items()
+        }
 
     def params(self) -> dict[str, Any]:
         return self._prefixed("params")
@@ -199,8 +233,7 @@ class Stack:
     def load(self, new: dict[str, Any]) -> None:
         for layer in self.layers:
             prefix = f"{layer.key}."
-            layer.load({k[len(prefix):]: v for k, v in new.items() if k.startswith(prefix)})
-
+            layer.load({k[len(prefix) :]: v for k, v in new.items() if k.startswith(prefix)})
 
     def forward(self, x: Array, saved: Saved) -> tuple[Any, list]:
         caches = []

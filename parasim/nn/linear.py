@@ -5,6 +5,7 @@ finished values for its own columns, so a nonlinearity can follow with no commun
 layer splits its weight by input rows: each rank multiplies its slice of the input and holds a partial
 sum, which one all-reduce (g) completes, or a reduce-scatter under sequence parallelism.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,7 +46,9 @@ class _Linear(Weights):
 class ColumnParallelLinear(_Linear):
     """y_i = x W[:, block i] (+ b_i). Input replicated (sequence-sharded under SP), output sharded on its last dim."""
 
-    def __init__(self, par: ParallelContext, weight: Array, bias: Array = None, name: str = "column", columns: Array = None):
+    def __init__(
+        self, par: ParallelContext, weight: Array, bias: Array = None, name: str = "column", columns: Array = None
+    ):
         """`columns`: this rank's column indices of `weight`, when the even split does not apply (attention
         takes whole heads of Q, K and V in one fused weight, and may replicate kv heads)."""
         self.par, self.name, self.even = par, name, columns is None
@@ -83,11 +86,11 @@ class ColumnParallelLinear(_Linear):
             self._accumulate("weight", _weight_grad(xp, full, dy))
             if self.bias is not None:
                 self._accumulate("bias", _bias_grad(xp, dy))
+
         par.weight_grad(weights)
         dx = xp.matmul(dy, xp.permute_dims(self.weight, (1, 0)))  # a partial sum: this rank's columns only
         # the backward of f (a copy) is a sum over ranks; under SP the sum lands back on sequence shards
         return par.scatter_seq(dx, f"{self.name} backward: reduce-scatter") if par.sp else par.f_backward(dx)
-
 
 
 class RowParallelLinear(_Linear):
@@ -125,6 +128,7 @@ class RowParallelLinear(_Linear):
             db = _bias_grad(xp, dy)
             db = settle(par, self.placements["bias"], db, f"{self.name} backward: sum bias grad (SP)")
             self._accumulate("bias", db)
+
         if self.bias is not None:
             par.weight_grad(bias)
         full = par.gather_seq(dy, f"{self.name} backward: all-gather the sequence") if par.sp else par.g_backward(dy)

@@ -1,5 +1,6 @@
 """LayerNorm and RMSNorm over the hidden dim. Each token is normalised alone, so under sequence
 parallelism a rank normalises its own tokens; its weight gradients are then partial sums over TP."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -10,8 +11,15 @@ from ..layout.placement import Partial, Replicate, settle
 
 
 class LayerNorm(Weights):
-    def __init__(self, par: ParallelContext, weight: Array, bias: Array | None, eps: float = 1e-5, name: str = "ln",
-                 rms: bool = False):
+    def __init__(
+        self,
+        par: ParallelContext,
+        weight: Array,
+        bias: Array | None,
+        eps: float = 1e-5,
+        name: str = "ln",
+        rms: bool = False,
+    ):
         xp = par.xp
         self.par, self.name, self.eps, self.rms = par, name, eps, rms
         self.weight = xp.asarray(weight, copy=True)
@@ -49,9 +57,11 @@ class LayerNorm(Weights):
             for k, g in grads.items():
                 g = settle(par, self.placements[k], g, f"{self.name} backward: sum {k} grad (SP)")
                 self.grads[k] = g if k not in self.grads else self.grads[k] + g
+
         par.weight_grad(weights)
         dxhat = dy * self.weight
         if self.rms:
             return rstd * (dxhat - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))
-        return rstd * (dxhat - xp.mean(dxhat, axis=-1, keepdims=True)
-                       - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True))
+        return rstd * (
+            dxhat - xp.mean(dxhat, axis=-1, keepdims=True) - xhat * xp.mean(dxhat * xhat, axis=-1, keepdims=True)
+        )

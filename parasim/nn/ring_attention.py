@@ -9,6 +9,7 @@ rotates K and V again and carries their gradients along, one step further, back 
 Sequence splits: `contiguous` gives rank i tokens [i*c, (i+1)*c); `zigzag` cuts the sequence in 2*cp
 chunks and gives rank i chunks i and 2*cp-1-i, so with a causal mask every rank does the same work.
 """
+
 from __future__ import annotations
 
 import math
@@ -88,8 +89,10 @@ class SequenceSplit:
     def chunks(self) -> list[list[int]]:
         """The fine chunks each rank's positions fall in: a run is contiguous, so its ends say which."""
         fine = self.fine
-        return [sorted({k for run in runs for k in range(run.start // fine, (run.stop - 1) // fine + 1)})
-                for runs in self.runs]
+        return [
+            sorted({k for run in runs for k in range(run.start // fine, (run.stop - 1) // fine + 1)})
+            for runs in self.runs
+        ]
 
     def positions(self, rank: int) -> Positions:
         """The positions CP rank `rank` holds, in the order it holds them."""
@@ -130,8 +133,15 @@ class RingWork:
 class RingAttention:
     """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group."""
 
-    def __init__(self, ctx: Context, group: Group | None, seq: int, split: str = "contiguous", causal: bool = True,
-                 name: str = "ring"):
+    def __init__(
+        self,
+        ctx: Context,
+        group: Group | None,
+        seq: int,
+        split: str = "contiguous",
+        causal: bool = True,
+        name: str = "ring",
+    ):
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
@@ -157,15 +167,22 @@ class RingAttention:
         assert g is not None  # only a ring of two or more CP ranks passes K/V on
         return g.ranks[(r + 1) % cp], g.ranks[(r - 1) % cp]
 
-    def _rotate(self, tensors: list[Any], names: list[str], src: int, what: str = "pass {} of CP rank {} on",
-                backward: bool = False) -> list[Any]:
+    def _rotate(
+        self,
+        tensors: list[Any],
+        names: list[str],
+        src: int,
+        what: str = "pass {} of CP rank {} on",
+        backward: bool = False,
+    ) -> list[Any]:
         """Pass every tensor (of CP rank `src`'s chunk, `names`: "K", "V", ...) to the next rank of the ring and
         take the previous rank's, in one batch; each transfer labelled with its tensor and chunk."""
         nxt, prv = self._peers()
         head = f"{self.name}{' backward' if backward else ''}: "
         came = (src - 1) % self.cp  # the chunk the previous rank holds, coming in
-        ops = ([Send(t, nxt, head + what.format(n, src)) for t, n in zip(tensors, names)]
-               + [Recv(prv, tuple(t.shape), t.dtype, head + what.format(n, came)) for t, n in zip(tensors, names)])
+        ops = [Send(t, nxt, head + what.format(n, src)) for t, n in zip(tensors, names)] + [
+            Recv(prv, tuple(t.shape), t.dtype, head + what.format(n, came)) for t, n in zip(tensors, names)
+        ]
         return self.ctx.comm.exchange(ops, group=self.group, label=head + what.format("/".join(names), src))
 
     def _mask(self, src: int) -> Any:
@@ -238,9 +255,11 @@ class RingAttention:
                 dq = dq + xp.matmul(ds, held_k)
                 held_dk = held_dk + xp.matmul(xp.permute_dims(ds, (0, 1, 3, 2)), q)
             if step < self.cp - 1:
-                held_k, held_v, held_dk, held_dv = self._rotate([held_k, held_v, held_dk, held_dv],
-                                                                ["K", "V", "dK", "dV"], src, backward=True)
+                held_k, held_v, held_dk, held_dv = self._rotate(
+                    [held_k, held_v, held_dk, held_dv], ["K", "V", "dK", "dV"], src, backward=True
+                )
         if self.cp > 1:  # one more hop brings each chunk's gradient home
-            held_dk, held_dv = self._rotate([held_dk, held_dv], ["dK", "dV"], (self.r + 1) % self.cp,
-                                            "{} of CP rank {} home", backward=True)
+            held_dk, held_dv = self._rotate(
+                [held_dk, held_dv], ["dK", "dV"], (self.r + 1) % self.cp, "{} of CP rank {} home", backward=True
+            )
         return dq, held_dk, held_dv

@@ -14,6 +14,7 @@ layer with a limit draws each token's M groups (seeded like its experts: uniform
 token keeps expert 1's group) and its k experts uniformly inside them. Balanced routing spreads a token's
 picks over k groups by design, so it refuses a limit that keeps fewer than all of them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,11 +51,15 @@ class GroupLimit:
     def check(self, experts: int, k: int) -> None:
         """One line unless `experts` split into the groups evenly and the groups kept hold k experts."""
         if experts % self.groups:
-            raise LayoutError(f"{experts} experts do not split evenly into {self.groups} groups (group-limited "
-                              f"routing needs the number of groups to divide the number of experts)")
+            raise LayoutError(
+                f"{experts} experts do not split evenly into {self.groups} groups (group-limited "
+                f"routing needs the number of groups to divide the number of experts)"
+            )
         if k > self.kept * (experts // self.groups):
-            raise LayoutError(f"top_k {k} is more than the {self.kept * (experts // self.groups)} experts of the "
-                              f"{self} a token may pick from")
+            raise LayoutError(
+                f"top_k {k} is more than the {self.kept * (experts // self.groups)} experts of the "
+                f"{self} a token may pick from"
+            )
 
     def restricts(self) -> bool:
         """Whether the limit rules any expert out (keeping every group changes nothing)."""
@@ -67,7 +72,7 @@ class GroupLimit:
         per = experts // self.groups
         best = -np.sort(-scores.reshape(n, self.groups, per), axis=2)  # each group's scores, best first
         group_score = best[:, :, :2].sum(axis=2)  # [n, groups]: its two best experts' scores
-        keep = np.argsort(-group_score, axis=1, kind="stable")[:, :self.kept]
+        keep = np.argsort(-group_score, axis=1, kind="stable")[:, : self.kept]
         inside = np.zeros((n, self.groups), dtype=bool)
         inside[np.arange(n)[:, None], keep] = True
         # the experts of the groups kept first, then by score, best first; lexsort is stable: lower index on ties
@@ -104,8 +109,9 @@ class Routing:
     def __str__(self) -> str:
         return f"{self.kind}:{self.hot:g}" if POLICIES[self.kind].share else self.kind
 
-    def choose(self, key: str, source: int, first: int, n: int, experts: int, k: int,
-               limit: GroupLimit | None = None) -> np.ndarray:
+    def choose(
+        self, key: str, source: int, first: int, n: int, experts: int, k: int, limit: GroupLimit | None = None
+    ) -> np.ndarray:
         """[n, k] expert indices, best first, for tokens first .. first+n-1 of `source` (a global rank) in the
         call named `key` (layer and call number), each token's picks inside the groups `limit` lets it keep
         (None: any expert): the same answer on every rank that asks (read-only)."""
@@ -117,8 +123,10 @@ class Routing:
                 limit = None
             elif POLICIES[self.kind].alike:
                 limited = ", ".join(p.spelling for p in POLICIES.values() if not p.alike)
-                raise UsageError(f"{self.kind} routing spreads a token's picks over {k} groups of experts, so it "
-                                 f"cannot keep them within {limit}: route {limited} under a group limit")
+                raise UsageError(
+                    f"{self.kind} routing spreads a token's picks over {k} groups of experts, so it "
+                    f"cannot keep them within {limit}: route {limited} under a group limit"
+                )
         # a policy that draws alike on every rank does so on every call too (and takes no limit that restricts)
         at = (n, experts, k) if POLICIES[self.kind].alike else (key, source, first, n, experts, k, limit)
         if at not in self._made:
@@ -129,26 +137,26 @@ class Routing:
         return self._made[at]
 
 
-
 # -- the policies ------------------------------------------------------------------------------------------
 # A policy's draws: (the Routing, the call's key, the sending rank, its first token, tokens, experts, k, the group
 # limit or None) -> [n, k] expert indices, best first. Module functions (a mutation tester switches them).
 Draw = Callable[[Routing, str, int, int, int, int, int, "GroupLimit | None"], np.ndarray]
 
 
-def _draw_balanced(r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int,
-                   limit: GroupLimit | None) -> np.ndarray:
+def _draw_balanced(
+    r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int, limit: GroupLimit | None
+) -> np.ndarray:
     """By the token's place on its rank alone, so every rank sends alike: token t picks t, t + E/k, ... mod E."""
     g = np.arange(n)[:, None] + np.arange(k)[None, :] * (experts // k)
     return g % experts
 
 
-def _draw_seeded(r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int,
-                 limit: GroupLimit | None) -> np.ndarray:
+def _draw_seeded(
+    r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int, limit: GroupLimit | None
+) -> np.ndarray:
     """k distinct experts a token, uniformly at random, seeded by the run's seed, the sender, the first token and
     the call; with a share of hot tokens (`r.hot`, skewed:F), theirs first picks expert 1 (index 0)."""
-    gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(
-        r.seed, spawn_key=(source, first, *key.encode()))))
+    gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(r.seed, spawn_key=(source, first, *key.encode()))))
     # k distinct experts per token: the k smallest of E uniform keys, smallest first; a hot token's key
     # for expert 0 is below every other, so expert 0 comes first
     keys = gen.random((n, experts))
@@ -160,7 +168,7 @@ def _draw_seeded(r: Routing, key: str, source: int, first: int, n: int, experts:
     keys[hot, 0] = -1.0
     if limit is not None and group_keys is not None:
         group_keys[hot, 0] = -1.0  # a hot token keeps expert 0's group
-        kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, :limit.kept]
+        kept = np.argpartition(group_keys, limit.kept - 1, axis=1)[:, : limit.kept]
         inside = np.zeros((n, limit.groups), dtype=np.bool_)
         inside[np.arange(n)[:, None], kept] = True
         keys[~np.repeat(inside, experts // limit.groups, axis=1)] = 2.0  # above every drawn key: never picked
@@ -174,6 +182,7 @@ class Policy:
     """One routing policy: how the command line spells it, what it does (one line for a help text), whether it
     takes a share F ('name:F'), whether every rank draws alike (what a folded run needs; such a policy takes no
     group limit that restricts), and its draws."""
+
     spelling: str
     what: str
     share: bool
@@ -182,15 +191,27 @@ class Policy:
 
 
 POLICIES: dict[str, Policy] = {
-    "uniform": Policy("uniform", "each token picks k distinct experts uniformly at random (seeded)", False, False,
-                      _draw_seeded),
+    "uniform": Policy(
+        "uniform", "each token picks k distinct experts uniformly at random (seeded)", False, False, _draw_seeded
+    ),
     # a token's picks lie E/k apart, so on k different GPUs whenever a GPU holds at most E/k experts (as a
     # router's spread-out picks mostly are: the dispatch sends what a real one would); every expert gets the
     # same number of a rank's tokens (give or take k)
-    "balanced": Policy("balanced", "a rank's token t picks experts t, t + E/k, ... mod E: every expert as busy, "
-                                   "every rank alike (a folded run needs it)", False, True, _draw_balanced),
-    "skewed": Policy("skewed:F", "a share F of the tokens pick expert 1 first (a hot expert), the rest as uniform",
-                     True, False, _draw_seeded),
+    "balanced": Policy(
+        "balanced",
+        "a rank's token t picks experts t, t + E/k, ... mod E: every expert as busy, "
+        "every rank alike (a folded run needs it)",
+        False,
+        True,
+        _draw_balanced,
+    ),
+    "skewed": Policy(
+        "skewed:F",
+        "a share F of the tokens pick expert 1 first (a hot expert), the rest as uniform",
+        True,
+        False,
+        _draw_seeded,
+    ),
 }
 
 

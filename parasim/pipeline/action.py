@@ -6,6 +6,7 @@ takes unless told otherwise (`cost`), what it hands to a neighbouring stage (`pa
 executor: executor.py), how it holds activations (`holds`, the timing's activation peaks), and how it is
 drawn (`letter`, `rich` for the app and the schedule table, `plot` for matplotlib, `title` for a learner).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ class Need:
     """An action waits for the end of one action of `kinds` (the first of them found, in this order) on
     stage `stage + offset`, same micro-batch. Where that stage does not exist (before the first, after the
     last) the need is void: the first forward takes the input, the last backward the loss."""
+
     kinds: tuple[str, ...]
     offset: int
 
@@ -32,15 +34,34 @@ class ActionKind:
     plot: str  # colour in matplotlib (render/plots.py)
 
 
-KINDS: dict[str, ActionKind] = {k.letter: k for k in (
-    ActionKind("F", "forward", (Need(("F",), -1),), 1, ("act", +1), +1, "cyan", "#4c9be8"),
-    ActionKind("B", "full backward (input and weights)", (Need(("F",), 0), Need(("B", "I"), +1)), 1,
-               ("grad", -1), -1, "magenta", "#d264b6"),
-    # an input-only backward still leaves the weight pass its inputs: it frees nothing
-    ActionKind("I", "backward for the input only", (Need(("F",), 0), Need(("B", "I"), +1)), 1,
-               ("grad", -1), 0, "magenta", "#d264b6"),
-    ActionKind("W", "backward for the weights (deferred)", (Need(("I",), 0),), 1, None, -1, "yellow", "#e8b04c"),
-)}
+KINDS: dict[str, ActionKind] = {
+    k.letter: k
+    for k in (
+        ActionKind("F", "forward", (Need(("F",), -1),), 1, ("act", +1), +1, "cyan", "#4c9be8"),
+        ActionKind(
+            "B",
+            "full backward (input and weights)",
+            (Need(("F",), 0), Need(("B", "I"), +1)),
+            1,
+            ("grad", -1),
+            -1,
+            "magenta",
+            "#d264b6",
+        ),
+        # an input-only backward still leaves the weight pass its inputs: it frees nothing
+        ActionKind(
+            "I",
+            "backward for the input only",
+            (Need(("F",), 0), Need(("B", "I"), +1)),
+            1,
+            ("grad", -1),
+            0,
+            "magenta",
+            "#d264b6",
+        ),
+        ActionKind("W", "backward for the weights (deferred)", (Need(("I",), 0),), 1, None, -1, "yellow", "#e8b04c"),
+    )
+}
 
 
 def kind_of(label: str) -> ActionKind | None:

@@ -10,6 +10,7 @@ whatever the schedule. Two stages on the same rank (the turn of a V) hand over w
 What each kind hands on, and to which stage, is its entry's `passes` in the kind table (action.KINDS).
 An I action runs the backward for the input and queues the weight-gradient work; its W runs it.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
@@ -85,9 +86,17 @@ def transfers(schedule: Schedule, timing: Timing) -> list[tuple[int, int, int, s
     return sorted(out)
 
 
-def run_schedule(ctx: Context, group: Group, schedule: Schedule, stages: dict[int, Stage], shape: tuple[int, ...],
-                 dtype: Any, inputs: Callable[[int], Any], loss: Callable[[int, Any], tuple[Any, Any]],
-                 costs: dict[str, int] | None = None) -> Any:
+def run_schedule(
+    ctx: Context,
+    group: Group,
+    schedule: Schedule,
+    stages: dict[int, Stage],
+    shape: tuple[int, ...],
+    dtype: Any,
+    inputs: Callable[[int], Any],
+    loss: Callable[[int, Any], tuple[Any, Any]],
+    costs: dict[str, int] | None = None,
+) -> Any:
     """Run this rank's part of `schedule` (`stages`: the stage objects it holds, by global stage index).
     Returns the sum of the micro-batch losses on the rank holding the last stage, else 0.
 
@@ -136,8 +145,17 @@ def run_schedule(ctx: Context, group: Group, schedule: Schedule, stages: dict[in
     return total
 
 
-def _exchange(ctx: Context, group: Group, me: int, slot: int, batch: list, acts: dict, grads: dict,
-              shape: tuple[int, ...], dtype: Any) -> None:
+def _exchange(
+    ctx: Context,
+    group: Group,
+    me: int,
+    slot: int,
+    batch: list,
+    acts: dict,
+    grads: dict,
+    shape: tuple[int, ...],
+    dtype: Any,
+) -> None:
     ops: list[Send | Recv] = []
     into: list[tuple[dict, tuple[int, int]]] = []
     words: list[str] = []

@@ -9,6 +9,7 @@ print them 1-based, as the post does, and a rank's second chunk in lower case.
 Every schedule is registered once (SCHEDULES, at the end): its name, its generator, what --chunks it takes
 and its torch class; the CLI's choices, generate() and the tests read that registry.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -22,8 +23,7 @@ from .vshape import dualpipev, zbv
 
 def gpipe(pp: int, m: int) -> Schedule:
     """All forwards, then all backwards in reverse micro-batch order (the post's table)."""
-    return [[Action("F", k, r) for k in range(m)] + [Action("B", k, r) for k in reversed(range(m))]
-            for r in range(pp)]
+    return [[Action("F", k, r) for k in range(m)] + [Action("B", k, r) for k in reversed(range(m))] for r in range(pp)]
 
 
 def one_f_one_b(pp: int, m: int) -> Schedule:
@@ -47,8 +47,10 @@ def rounds(pp: int, m: int) -> tuple[int, int]:
     to m % rounds == 0): (number of rounds, micro-batches per round)."""
     n = max(1, m // pp)
     if m % n:
-        raise UsageError(f"interleaved schedules run micro-batches in rounds: m = {m} must be a multiple of "
-                         f"max(1, m // pp) = {n} (try m = {n * (m // n)} or {n * (m // n + 1)})")
+        raise UsageError(
+            f"interleaved schedules run micro-batches in rounds: m = {m} must be a multiple of "
+            f"max(1, m // pp) = {n} (try m = {n * (m // n)} or {n * (m // n + 1)})"
+        )
     return n, m // n
 
 
@@ -58,8 +60,10 @@ def rounds_note(pp: int, m: int, v: int) -> str | None:
     if v < 2 or m % pp == 0:
         return None
     n, per = rounds(pp, m)
-    return (f"m = {m} is not a multiple of p = {pp}: Megatron-LM refuses that for an interleaved schedule; torch's "
-            f"ScheduleInterleaved1F1B runs it, as here, in {n} round{'s' * (n != 1)} of {per} micro-batches")
+    return (
+        f"m = {m} is not a multiple of p = {pp}: Megatron-LM refuses that for an interleaved schedule; torch's "
+        f"ScheduleInterleaved1F1B runs it, as here, in {n} round{'s' * (n != 1)} of {per} micro-batches"
+    )
 
 
 def interleaved(pp: int, m: int, v: int, zero_bubble: bool = False) -> Schedule:
@@ -123,16 +127,22 @@ def zb_h1(pp: int, m: int) -> Schedule:
 # What a schedule's --chunks may be: one per rank, several (interleaving), or exactly two (a V: down and back up).
 ONE, SEVERAL, V_SHAPE = "one", "several", "v-shape"
 # Each: (the default, the values allowed, the error for another, the words --help gives).
-_CHUNK_RULES = {ONE: (1, lambda v: v == 1, "{name} runs one chunk per rank; use interleaved for --chunks {v}", "1"),
-                SEVERAL: (2, lambda v: v >= 2, "{name} needs at least 2 chunks per rank, got --chunks {v}",
-                          "2 or more, default 2"),
-                V_SHAPE: (2, lambda v: v == 2, ("{name} runs exactly 2 chunks per rank (a V: down and back up), "
-                                                "got --chunks {v}"), "exactly 2")}
+_CHUNK_RULES = {
+    ONE: (1, lambda v: v == 1, "{name} runs one chunk per rank; use interleaved for --chunks {v}", "1"),
+    SEVERAL: (2, lambda v: v >= 2, "{name} needs at least 2 chunks per rank, got --chunks {v}", "2 or more, default 2"),
+    V_SHAPE: (
+        2,
+        lambda v: v == 2,
+        ("{name} runs exactly 2 chunks per rank (a V: down and back up), got --chunks {v}"),
+        "exactly 2",
+    ),
+}
 
 
 @dataclass(frozen=True)
 class ScheduleEntry:
     """A schedule `parasim schedule --schedule NAME`, generate() and the lessons know by name."""
+
     name: str
     # (pp, micro-batches, chunks per rank) -> each rank's actions; UsageError names a rule of its own broken
     generator: Callable[[int, int, int], Schedule]
@@ -160,8 +170,12 @@ SCHEDULES: tuple[ScheduleEntry, ...] = (
     ScheduleEntry("1f1b", lambda pp, m, v: one_f_one_b(pp, m), ONE, "Schedule1F1B"),
     ScheduleEntry("interleaved", lambda pp, m, v: interleaved(pp, m, v), SEVERAL, "ScheduleInterleaved1F1B"),
     ScheduleEntry("zb-h1", lambda pp, m, v: zb_h1(pp, m), ONE, "ScheduleInterleavedZeroBubble"),
-    ScheduleEntry("interleaved-zb", lambda pp, m, v: interleaved(pp, m, v, zero_bubble=True), SEVERAL,
-                  "ScheduleInterleavedZeroBubble"),
+    ScheduleEntry(
+        "interleaved-zb",
+        lambda pp, m, v: interleaved(pp, m, v, zero_bubble=True),
+        SEVERAL,
+        "ScheduleInterleavedZeroBubble",
+    ),
     ScheduleEntry("zbv", lambda pp, m, v: zbv(pp, m), V_SHAPE, "ScheduleZBVZeroBubble"),
     ScheduleEntry("dualpipev", lambda pp, m, v: dualpipev(pp, m), V_SHAPE, "ScheduleDualPipeV"),
 )
@@ -205,6 +219,8 @@ def check_layers(layers: int, schedule: Schedule) -> int:
     """Layers per stage; UsageError when the layers do not split evenly over the stages."""
     stages = len(stage_ranks(schedule))
     if layers % stages:
-        raise UsageError(f"{layers} layers do not split evenly over {stages} stages "
-                         f"({len(schedule)} ranks x {stages // len(schedule)} chunk{'s' if stages > len(schedule) else ''})")
+        raise UsageError(
+            f"{layers} layers do not split evenly over {stages} stages "
+            f"({len(schedule)} ranks x {stages // len(schedule)} chunk{'s' if stages > len(schedule) else ''})"
+        )
     return layers // stages

@@ -1,6 +1,7 @@
 """A pipeline stage that is a stack of transformer layers (nn/layer.py's Stack): what the executor drives, with
 zero-bubble's weight-gradient queue installed on its layers for a split backward. The lessons' pipeline runs
 (examples/pipeline.py), the pp-vs-zero3 example and the training step (train/step.py) build their stages of it."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -31,4 +32,5 @@ class LayersStage(StackWeights):
         def weights() -> None:
             for job in work:
                 job()
+
         return dx, weights

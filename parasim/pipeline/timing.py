@@ -5,6 +5,7 @@ on stage s waits for the forward of k on stage s-1; a backward (B or I) for the 
 and the forward of k on s; a weight pass W for its I. Each rank runs its list in order, one action at a
 time; communication takes no time.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,13 +30,25 @@ class Timing:
         return Fraction(sum(self.idle), ranks * self.makespan) if self.makespan else Fraction(0)
 
     def to_dict(self, name: str, pp: int, m: int) -> dict:
-        return {"schedule": name, "pp": pp, "microbatches": m, "slots": self.slots,
-                "bubble": str(self.bubble), "bubble_fraction": float(self.bubble), "peak_activations": self.peak,
-                "makespan": self.makespan, "idle": self.idle}
+        return {
+            "schedule": name,
+            "pp": pp,
+            "microbatches": m,
+            "slots": self.slots,
+            "bubble": str(self.bubble),
+            "bubble_fraction": float(self.bubble),
+            "peak_activations": self.peak,
+            "makespan": self.makespan,
+            "idle": self.idle,
+        }
 
 
-def time_schedule(schedule: list[list[Action]], costs: dict[str, int] | None = None, max_slots: int | None = None,
-             why: str = "the timing fills every slot of every rank") -> Timing:
+def time_schedule(
+    schedule: list[list[Action]],
+    costs: dict[str, int] | None = None,
+    max_slots: int | None = None,
+    why: str = "the timing fills every slot of every rank",
+) -> Timing:
     """Each action's start slot. `max_slots`: refuse (UsageError, naming the limit and `why`) as soon as the
     ranks x time slots passes it, before the slot table is built: placing the actions takes a pass over the
     ranks per round, about as many steps as the table has slots."""
@@ -64,8 +77,10 @@ def time_schedule(schedule: list[list[Action]], costs: dict[str, int] | None = N
             begin[r][i] = s
             done[(kind, stage, mb)] = free[r] = s + cost
             if max_slots is not None and pp * free[r] > max_slots:
-                raise UsageError(f"the slot table, {pp:,} ranks x {free[r]:,} or more time slots: "
-                                 f"{pp * free[r]:,} slots is more than the limit of {max_slots:,} ({why})")
+                raise UsageError(
+                    f"the slot table, {pp:,} ranks x {free[r]:,} or more time slots: "
+                    f"{pp * free[r]:,} slots is more than the limit of {max_slots:,} ({why})"
+                )
             ptr[r] = i + 1
             remaining -= 1
             progress = True
@@ -83,8 +98,13 @@ def time_schedule(schedule: list[list[Action]], costs: dict[str, int] | None = N
     return Timing(begin, makespan, slots, idle, _peaks(schedule, begin, costs), costs)
 
 
-def _ready(done: dict[tuple[str, int, int], int], needs: tuple[tuple[int, tuple[str, ...]], ...], stage: int,
-           mb: int, last_stage: int) -> int | None:
+def _ready(
+    done: dict[tuple[str, int, int], int],
+    needs: tuple[tuple[int, tuple[str, ...]], ...],
+    stage: int,
+    mb: int,
+    last_stage: int,
+) -> int | None:
     """The slot an action of (stage, mb) may start at, from the ends of what it needs; None: not yet."""
     t = 0
     for offset, kinds in needs:

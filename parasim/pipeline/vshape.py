@@ -4,6 +4,7 @@ back up, so the last rank turns each micro-batch around locally and rank 0 holds
 Both follow the order torch.distributed.pipelining runs (ScheduleZBVZeroBubble, ScheduleDualPipeV);
 DualPipeV's overlapped forward-and-backward pairs are written as the forward followed by the backward.
 """
+
 from __future__ import annotations
 
 from ..errors import UsageError
@@ -97,8 +98,9 @@ def dualpipev(pp: int, m: int) -> Schedule:
     backwards (up, down), switching to input-only halfway;  7. p-r-1 times: a weight pass, a backward down;
     8. the deferred weight passes."""
     if m < 2 * pp:
-        raise UsageError(f"dualpipev needs at least as many micro-batches as stages: m >= 2 * pp = {2 * pp}, "
-                         f"got m = {m}")
+        raise UsageError(
+            f"dualpipev needs at least as many micro-batches as stages: m >= 2 * pp = {2 * pp}, got m = {m}"
+        )
     out = []
     for r in range(pp):
         o = _Ops(pp, r)

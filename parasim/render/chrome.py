@@ -5,6 +5,7 @@ Times: measured ones where a real run gave them; else the clock's (parasim/clock
 compute between events at its predicted start and length on a GPU type); else the logical clock, step s
 as the interval [(s-1)*step_us, s*step_us). The step itself is kept in each slice's args.
 """
+
 from __future__ import annotations
 
 import math
@@ -22,9 +23,9 @@ _META = ("process_name", "process_labels", "process_sort_index", "thread_name", 
 _PHASES = set("XBEiIMCbnestfPOND")
 
 
-def _place(trace: Trace, step_us: float,
-           times: dict[tuple[int, int], tuple[float, float]] | None = None
-           ) -> Iterator[tuple[Event, Member, int, float, float]]:
+def _place(
+    trace: Trace, step_us: float, times: dict[tuple[int, int], tuple[float, float]] | None = None
+) -> Iterator[tuple[Event, Member, int, float, float]]:
     """(event, member, track, ts, dur) of every slice. Without `times` step s is [(s-1)*step_us, s*step_us);
     with `times` ((seq, rank) -> measured (start_us, dur_us)) slices sit where they really ran. Slices that
     share a rank, track and slot (the transfers of one batched exchange) split it side by side, so a track
@@ -64,12 +65,27 @@ def _args(e: Event, m: Member, track: int) -> dict[str, Any]:
         a["flops"] = e.params.get("flops", 0)
     elif e.kind == "p2p":
         t = (m.ins or m.outs)[0]
-        a.update(src=e.params["src"], dst=e.params["dst"], bytes=m.sent if track == SEND else m.recv,
-                 shape=list(t.shape), dtype=t.dtype, label=e.label, group=e.group.name)
+        a.update(
+            src=e.params["src"],
+            dst=e.params["dst"],
+            bytes=m.sent if track == SEND else m.recv,
+            shape=list(t.shape),
+            dtype=t.dtype,
+            label=e.label,
+            group=e.group.name,
+        )
     else:
-        a.update(group=e.group.name, ranks=list(e.group.ranks), label=e.label, algo=e.algo,
-                 params=e.params, ins=_tensors(m.ins), outs=_tensors(m.outs), sent_bytes=m.sent,
-                 recv_bytes=m.recv)
+        a.update(
+            group=e.group.name,
+            ranks=list(e.group.ranks),
+            label=e.label,
+            algo=e.algo,
+            params=e.params,
+            ins=_tensors(m.ins),
+            outs=_tensors(m.outs),
+            sent_bytes=m.sent,
+            recv_bytes=m.recv,
+        )
         if e.hops:
             a["hops"] = len(e.hops)
     return a
@@ -79,9 +95,12 @@ def _meta(pid: int, tid: int, what: str, **args: Any) -> dict:
     return {"name": what, "ph": "M", "pid": pid, "tid": tid, "ts": 0, "args": args}
 
 
-def to_chrome(trace: Trace, step_us: float = 1000.0,
-              times: dict[tuple[int, int], tuple[float, float]] | None = None,
-              work: list[tuple[int, float, float]] | None = None) -> dict:
+def to_chrome(
+    trace: Trace,
+    step_us: float = 1000.0,
+    times: dict[tuple[int, int], tuple[float, float]] | None = None,
+    work: list[tuple[int, float, float]] | None = None,
+) -> dict:
     """The trace as a Chrome Trace Event JSON object: pid = rank, one tid per track, flows for p2p.
 
     `times` ((seq, rank) -> (start_us, dur_us), measured on real ranks or predicted by the clock) places
@@ -93,32 +112,89 @@ def to_chrome(trace: Trace, step_us: float = 1000.0,
             out += [_meta(r, tid, "thread_name", name=name), _meta(r, tid, "thread_sort_index", sort_index=tid)]
     for e, m, track, ts, dur in _place(trace, step_us, times):
         name = e.op if e.kind != "p2p" else ("send" if track == SEND else "recv")
-        out.append({"name": name, "cat": e.kind, "ph": "X", "pid": m.rank, "tid": track, "ts": ts,
-                    "dur": dur, "args": _args(e, m, track)})
+        out.append(
+            {
+                "name": name,
+                "cat": e.kind,
+                "ph": "X",
+                "pid": m.rank,
+                "tid": track,
+                "ts": ts,
+                "dur": dur,
+                "args": _args(e, m, track),
+            }
+        )
         if e.kind == "p2p":  # an arrow from the middle of the send slice to the middle of the recv slice
-            flow = {"name": "p2p", "cat": "p2p", "ph": "s" if track == SEND else "f", "id": e.seq,
-                    "pid": m.rank, "tid": track, "ts": ts + dur / 2}
+            flow = {
+                "name": "p2p",
+                "cat": "p2p",
+                "ph": "s" if track == SEND else "f",
+                "id": e.seq,
+                "pid": m.rank,
+                "tid": track,
+                "ts": ts + dur / 2,
+            }
             out.append(flow if track == SEND else {**flow, "bp": "e"})
     for r, ts, dur in work or []:
-        out.append({"name": "compute", "cat": "compute", "ph": "X", "pid": r, "tid": COMPUTE, "ts": ts, "dur": dur,
-                    "args": {"predicted": True}})
+        out.append(
+            {
+                "name": "compute",
+                "cat": "compute",
+                "ph": "X",
+                "pid": r,
+                "tid": COMPUTE,
+                "ts": ts,
+                "dur": dur,
+                "args": {"predicted": True},
+            }
+        )
     live: dict[int, dict[str, tuple[str, int]]] = {}
     for mk in trace.marks if times is None else []:  # taken after the rank's step `mk.step`: at its end
         if mk.kind == "held":  # a counter track per rank: bytes held by kind, as the run declared them
             apply_held(live.setdefault(mk.rank, {}), mk)
-            out.append({"name": "held bytes", "ph": "C", "pid": mk.rank, "ts": mk.step * step_us,
-                        "args": held_by_kind(live[mk.rank])})
+            out.append(
+                {
+                    "name": "held bytes",
+                    "ph": "C",
+                    "pid": mk.rank,
+                    "ts": mk.step * step_us,
+                    "args": held_by_kind(live[mk.rank]),
+                }
+            )
             continue
-        out.append({"name": mk.text, "cat": mk.kind, "ph": "i", "s": "t", "pid": mk.rank, "tid": COLL,
-                    "ts": mk.step * step_us, "args": {"step": mk.step}})
-    return {"traceEvents": out, "displayTimeUnit": "ms",
-            "otherData": {"format": FORMAT, "version": VERSION, "world": trace.world, "backend": trace.backend,
-                          "step_us": step_us, "steps": trace.steps, "meta": trace.meta}}
+        out.append(
+            {
+                "name": mk.text,
+                "cat": mk.kind,
+                "ph": "i",
+                "s": "t",
+                "pid": mk.rank,
+                "tid": COLL,
+                "ts": mk.step * step_us,
+                "args": {"step": mk.step},
+            }
+        )
+    return {
+        "traceEvents": out,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "format": FORMAT,
+            "version": VERSION,
+            "world": trace.world,
+            "backend": trace.backend,
+            "step_us": step_us,
+            "steps": trace.steps,
+            "meta": trace.meta,
+        },
+    }
 
 
-def to_hta(trace: Trace, step_us: float = 1000.0,
-           times: dict[tuple[int, int], tuple[float, float]] | None = None,
-           work: list[tuple[int, float, float]] | None = None) -> dict[int, dict]:
+def to_hta(
+    trace: Trace,
+    step_us: float = 1000.0,
+    times: dict[tuple[int, int], tuple[float, float]] | None = None,
+    work: list[tuple[int, float, float]] | None = None,
+) -> dict[int, dict]:
     """One Kineto-like trace per rank for Holistic Trace Analysis (write each to its own file in one folder:
     `write_hta`).
 
@@ -128,14 +204,32 @@ def to_hta(trace: Trace, step_us: float = 1000.0,
     ranks: (seq, rank) -> measured (start_us, dur_us)) every kernel sits where it really ran."""
     # whole microseconds, each inside its slice: HTA rounds float times down, which would let a slice
     # overlap its neighbour and change the totals it reports
-    placed = [(e, m, t, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1))
-              for e, m, t, ts, dur in _place(trace, step_us, times)]
+    placed = [
+        (e, m, t, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1))
+        for e, m, t, ts, dur in _place(trace, step_us, times)
+    ]
     spans = [(r, math.ceil(ts), max(math.floor(ts + dur) - math.ceil(ts), 1)) for r, ts, dur in work or []]
-    end = max([ts + dur for *_, ts, dur in placed] + [ts + dur for _, ts, dur in spans]
-              + [max(trace.steps, 1) * step_us if times is None else 0.0])
+    end = max(
+        [ts + dur for *_, ts, dur in placed]
+        + [ts + dur for _, ts, dur in spans]
+        + [max(trace.steps, 1) * step_us if times is None else 0.0]
+    )
     start = min([ts for *_, ts, _ in placed] + [0.0])
-    files = {r: [{"name": "ProfilerStep#0", "cat": "user_annotation", "ph": "X", "pid": r, "tid": 0,
-                  "ts": start, "dur": max(end - start, step_us), "args": {}}] for r in range(trace.world)}
+    files = {
+        r: [
+            {
+                "name": "ProfilerStep#0",
+                "cat": "user_annotation",
+                "ph": "X",
+                "pid": r,
+                "tid": 0,
+                "ts": start,
+                "dur": max(end - start, step_us),
+                "args": {},
+            }
+        ]
+        for r in range(trace.world)
+    }
     for e, m, track, ts, dur in placed:
         ev = files[m.rank]
         if e.kind == "compute":
@@ -143,24 +237,55 @@ def to_hta(trace: Trace, step_us: float = 1000.0,
         else:
             name = f"ncclKernel_{e.op if e.kind != 'p2p' else ('send' if track == SEND else 'recv')}"
         args = {"device": m.rank, "stream": HTA_STREAMS[track], "correlation": len(ev), **_args(e, m, track)}
-        ev.append({"name": name, "cat": "kernel", "ph": "X", "pid": m.rank, "tid": HTA_STREAMS[track],
-                   "ts": ts, "dur": dur, "args": args})
+        ev.append(
+            {
+                "name": name,
+                "cat": "kernel",
+                "ph": "X",
+                "pid": m.rank,
+                "tid": HTA_STREAMS[track],
+                "ts": ts,
+                "dur": dur,
+                "args": args,
+            }
+        )
     for r, ts, dur in spans:  # the clock's compute between events: a kernel on the compute stream
         ev = files[r]
-        ev.append({"name": "compute", "cat": "kernel", "ph": "X", "pid": r, "tid": HTA_STREAMS[COMPUTE], "ts": ts,
-                   "dur": dur, "args": {"device": r, "stream": HTA_STREAMS[COMPUTE], "correlation": len(ev),
-                                        "predicted": True}})
-    return {r: {"schemaVersion": 1, "traceName": f"parasim rank {r}", "displayTimeUnit": "ms",
-                "distributedInfo": {"rank": r, "world_size": trace.world, "backend": trace.backend},
-                "deviceProperties": [{"id": r, "name": f"parasim {trace.backend} rank {r}"}],
-                "traceEvents": ev} for r, ev in files.items()}
+        ev.append(
+            {
+                "name": "compute",
+                "cat": "kernel",
+                "ph": "X",
+                "pid": r,
+                "tid": HTA_STREAMS[COMPUTE],
+                "ts": ts,
+                "dur": dur,
+                "args": {"device": r, "stream": HTA_STREAMS[COMPUTE], "correlation": len(ev), "predicted": True},
+            }
+        )
+    return {
+        r: {
+            "schemaVersion": 1,
+            "traceName": f"parasim rank {r}",
+            "displayTimeUnit": "ms",
+            "distributedInfo": {"rank": r, "world_size": trace.world, "backend": trace.backend},
+            "deviceProperties": [{"id": r, "name": f"parasim {trace.backend} rank {r}"}],
+            "traceEvents": ev,
+        }
+        for r, ev in files.items()
+    }
 
 
-def write_hta(trace: Trace, folder: str, times: dict[tuple[int, int], tuple[float, float]] | None = None,
-              work: list[tuple[int, float, float]] | None = None) -> list[str]:
+def write_hta(
+    trace: Trace,
+    folder: str,
+    times: dict[tuple[int, int], tuple[float, float]] | None = None,
+    work: list[tuple[int, float, float]] | None = None,
+) -> list[str]:
     """Write `to_hta`'s traces as FOLDER/rank<r>.json (the folder is made if need be); the paths written."""
     import json
     import os
+
     os.makedirs(folder, exist_ok=True)
     paths = []
     for r, f in to_hta(trace, times=times, work=work).items():
@@ -220,7 +345,7 @@ def validate(chrome: dict) -> list[str]:
             if "id" not in ev or "cat" not in ev:
                 problems.append(f"{where}: a flow event needs id and cat")
             elif ph == "f" and ev.get("bp") != "e":
-                problems.append(f"{where}: flow end without \"bp\": \"e\" binds to the next slice, not its own")
+                problems.append(f'{where}: flow end without "bp": "e" binds to the next slice, not its own')
             else:
                 flows[(ev["cat"], ev["name"], ev["id"])].append((i, ev))
         elif ph == "M":
@@ -230,8 +355,11 @@ def validate(chrome: dict) -> list[str]:
                 problems.append(f"{where}: unknown metadata name")
             elif not isinstance(args, dict) or key not in args:
                 problems.append(f"{where}: metadata needs args.{key}")
-            elif not (isinstance(args[key], int) and not isinstance(args[key], bool) if key == "sort_index"
-                      else isinstance(args[key], str)):
+            elif not (
+                isinstance(args[key], int) and not isinstance(args[key], bool)
+                if key == "sort_index"
+                else isinstance(args[key], str)
+            ):
                 problems.append(f"{where}: args.{key} has the wrong type: {args[key]!r}")
         elif ph in "iI" and ev.get("s", "t") not in ("t", "p", "g"):
             problems.append(f"{where}: instant scope must be t, p or g")
@@ -254,6 +382,8 @@ def validate(chrome: dict) -> list[str]:
         for i, ev in evs:
             key = (ev["pid"], ev["tid"])
             if not _inside(slices.get(key, []), starts.get(key, []), ev["ts"]):
-                problems.append(f"event {i} (flow {ev['ph']} id {fid}): ts {ev['ts']} is inside no slice "
-                                f"on pid {key[0]} tid {key[1]}")
+                problems.append(
+                    f"event {i} (flow {ev['ph']} id {fid}): ts {ev['ts']} is inside no slice "
+                    f"on pid {key[0]} tid {key[1]}"
+                )
     return problems

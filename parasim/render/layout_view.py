@@ -3,6 +3,7 @@ the groups that live inside each node and those that cross nodes, and where grad
 
 A model's name and words can come from a config file: they are drawn as Rich Text (no markup), through
 `printable`."""
+
 from __future__ import annotations
 
 from rich import box
@@ -33,8 +34,17 @@ def _model_line(layout: Layout) -> str:
     m = layout.model
     if m is None:
         return "no model given (sizes only)"
-    facts = [f"{v} {k}" for k, v in (("layers", m.layers), ("hidden", m.hidden), ("heads", m.heads),
-                                       ("kv heads", m.kv_heads), ("experts", m.experts)) if v]
+    facts = [
+        f"{v} {k}"
+        for k, v in (
+            ("layers", m.layers),
+            ("hidden", m.hidden),
+            ("heads", m.heads),
+            ("kv heads", m.kv_heads),
+            ("experts", m.experts),
+        )
+        if v
+    ]
     if m.top_k:
         facts.append(f"top-{m.top_k} routing")
     if m.seq:
@@ -64,16 +74,21 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
     if title:
         head.append(printable(title) + "\n", style="bold")
     head.append(f"{layout}, order {layout.order}\n")
-    head.append(f"attention view of a stage: TP{layout.tp} x CP{layout.cp} x DP{layout.dp};  "
-                f"MoE view of the same GPUs: ETP{layout.etp} x EP{layout.ep} x EDP{layout.edp}\n")
+    head.append(
+        f"attention view of a stage: TP{layout.tp} x CP{layout.cp} x DP{layout.dp};  "
+        f"MoE view of the same GPUs: ETP{layout.etp} x EP{layout.ep} x EDP{layout.edp}\n"
+    )
     head.append(printable(_model_line(layout)))
     parts: list = [head]
     for node in range(min(nodes, max_nodes)):
         ranks = range(node * per_node, min((node + 1) * per_node, layout.world))
         stages = sorted({coords[r]["pp"] for r in ranks})
         # stages counted from 1, as the post and `parasim trace` count them (the pp column is the 0-based rank)
-        where = (f"pipeline stage {stages[0] + 1} (pp rank {stages[0]}){_stage_layers(layout, stages[0])}"
-                 if len(stages) == 1 else f"pipeline stages {', '.join(str(s + 1) for s in stages)}")
+        where = (
+            f"pipeline stage {stages[0] + 1} (pp rank {stages[0]}){_stage_layers(layout, stages[0])}"
+            if len(stages) == 1
+            else f"pipeline stages {', '.join(str(s + 1) for s in stages)}"
+        )
         table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
         for col in ("rank", *COORDS):
             table.add_column(col, justify="right")
@@ -92,11 +107,19 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
             mine = [g for g in groups[name] if g[0] in ranks and g[-1] in ranks]
             if mine and len(groups[name][0]) > 1:
                 inside.add_row(name, _fmt(mine))
-        parts.append(Panel(RichGroup(table, inside), title=f"node {node}: ranks {ranks[0]}-{ranks[-1]}, {where}",
-                           title_align="left"))
+        parts.append(
+            Panel(
+                RichGroup(table, inside),
+                title=f"node {node}: ranks {ranks[0]}-{ranks[-1]}, {where}",
+                title_align="left",
+            )
+        )
     if nodes > max_nodes:
-        parts.append(Text(f"... {nodes - max_nodes} more node(s) of {per_node} GPUs, laid out the same way "
-                          f"(--nodes N shows more)"))
+        parts.append(
+            Text(
+                f"... {nodes - max_nodes} more node(s) of {per_node} GPUs, laid out the same way (--nodes N shows more)"
+            )
+        )
     across = Table.grid(padding=(0, 2))
     across.add_column(style="cyan")
     across.add_column()

@@ -1,6 +1,7 @@
 """One way to write a number, for every renderer (the walk-through, tables, the app, compare): integers and
 integer-valued floats with thousands separators and no '.0', other floats to a few significant digits, and
 bytes with their unit. Lists and dicts are each renderer's own layout; the numbers inside them come from here."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@ step on every file system): a reader never sees half of it, a full disk leaves n
 file of that name stays as it was until the new one is complete. A name that is not a regular file (a
 device such as /dev/stdout, a named pipe) is written directly: there is nothing to rename over.
 """
+
 from __future__ import annotations
 
 import errno
@@ -18,12 +19,56 @@ from ..errors import OutputError, UsageError
 _WRITE_FAILED = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EPIPE, errno.EBADF}
 
 # ASCII spellings of the characters parasim's own text uses, for a terminal that cannot show them
-ASCII = str.maketrans({
-    "→": "->", "←": "<-", "↔": "<->", "↓": "v", "↑": "^", "×": "x", "·": ".", "…": "...", "≤": "<=", "≥": ">=",
-    "≈": "~", "≠": "!=", "—": "--", "–": "-", "−": "-", "²": "^2", "³": "^3", "√": "sqrt", "∑": "sum", "Σ": "sum",
-    "✓": "ok", "✗": "x", "•": "*", "─": "-", "━": "-", "│": "|", "┃": "|", "┌": "+", "┐": "+", "└": "+", "┘": "+",
-    "├": "+", "┤": "+", "┬": "+", "┴": "+", "┼": "+", "╭": "+", "╮": "+", "╰": "+", "╯": "+", "▏": "|", "▎": "|",
-    "█": "#", "░": ".", "▒": ":", "▓": "#"})
+ASCII = str.maketrans(
+    {
+        "→": "->",
+        "←": "<-",
+        "↔": "<->",
+        "↓": "v",
+        "↑": "^",
+        "×": "x",
+        "·": ".",
+        "…": "...",
+        "≤": "<=",
+        "≥": ">=",
+        "≈": "~",
+        "≠": "!=",
+        "—": "--",
+        "–": "-",
+        "−": "-",
+        "²": "^2",
+        "³": "^3",
+        "√": "sqrt",
+        "∑": "sum",
+        "Σ": "sum",
+        "✓": "ok",
+        "✗": "x",
+        "•": "*",
+        "─": "-",
+        "━": "-",
+        "│": "|",
+        "┃": "|",
+        "┌": "+",
+        "┐": "+",
+        "└": "+",
+        "┘": "+",
+        "├": "+",
+        "┤": "+",
+        "┬": "+",
+        "┴": "+",
+        "┼": "+",
+        "╭": "+",
+        "╮": "+",
+        "╰": "+",
+        "╯": "+",
+        "▏": "|",
+        "▎": "|",
+        "█": "#",
+        "░": ".",
+        "▒": ":",
+        "▓": "#",
+    }
+)
 
 
 def shown(text: str, encoding: str | None) -> str:

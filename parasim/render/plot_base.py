@@ -1,4 +1,5 @@
 """What every picture shares: matplotlib on the Agg back end, and writing the file whole or not at all."""
+
 from __future__ import annotations
 
 import os
@@ -16,6 +17,7 @@ def pyplot() -> Any:
     named = os.environ.pop("MPLBACKEND", None)
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     finally:
@@ -27,6 +29,7 @@ def pyplot() -> Any:
 def save(fig: Any, path: str, bbox_inches: str | None = "tight") -> None:
     """The figure in `path` (its format from the name's suffix), whole or not at all (render/output)."""
     from .output import write_whole
+
     try:
         write_whole(path, lambda temp: fig.savefig(temp, dpi=DPI, bbox_inches=bbox_inches))
     except ValueError as exc:  # matplotlib: a format it cannot write

@@ -1,13 +1,15 @@
 """`parasim compare --plot`: the figures that change with the setting, one small panel each, a bar per setting.
 Only numbers are drawn (a figure in words, such as where a token lives, stays in the table); a fraction
 ('3/7') is drawn at its value."""
+
 from __future__ import annotations
 
 import math
 from fractions import Fraction
 from typing import Any
 
-from .compare import differing, setting_label
+from ..figures import differing
+from .compare import setting_label
 from .plot_base import pyplot, save
 
 COLUMNS = 3  # panels a row
@@ -54,8 +56,9 @@ def plot_compare(name: str, rows: list[dict], flags: dict[str, str], path: str) 
     if not names:
         axes.flat[0].set_visible(True)
         axes.flat[0].axis("off")
-        axes.flat[0].text(0.5, 0.5, "no figure that is a number changes between these settings",
-                          ha="center", va="center")
+        axes.flat[0].text(
+            0.5, 0.5, "no figure that is a number changes between these settings", ha="center", va="center"
+        )
     fig.suptitle(f"{name}: what changes between {len(rows)} settings (every figure from a run)", fontsize=11)
     fig.tight_layout()
     save(fig, path)
@@ -72,4 +75,5 @@ def _short(v: float) -> str:
 
 def _wrap(text: str, width: int = 40) -> str:
     import textwrap
+
     return "\n".join(textwrap.wrap(text, width)) or text

@@ -2,6 +2,7 @@
 holds, a dashed box per EP group, links between the GPUs that sum gradients, a legend), and one token's
 path drawn on it (`parasim trace --plot`): where it is dispatched to and combined from, layer by layer, and
 the pipeline hand-off to the next stage."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -36,8 +37,9 @@ class GradientLinks:
 
 
 GRADIENT_LINKS = (
-    GradientLinks("dp-cp", "gradients of attention and other dense weights summed (DP x CP group)", "#2a9d3a", "-",
-                  0.32, False),
+    GradientLinks(
+        "dp-cp", "gradients of attention and other dense weights summed (DP x CP group)", "#2a9d3a", "-", 0.32, False
+    ),
     GradientLinks("expert-dp", "gradients of the experts summed (EDP group)", "#0b6e4f", (0, (2, 1.5)), 0.68, True),
 )
 
@@ -71,9 +73,17 @@ def layout_map(layout: Any) -> list[dict]:
     for c in coords:
         r = c["rank"]
         node, slot = divmod(r, layout.gpus_per_node)
-        out.append({"gpu": r, "node": node, "row": slot // cols, "col": slot % cols, "ep_group": ep_index[r],
-                    "experts": [e + 1 for e in layout.experts_of(c["ep"])],
-                    "coords": {k: c[k] for k in COORDS}})
+        out.append(
+            {
+                "gpu": r,
+                "node": node,
+                "row": slot // cols,
+                "col": slot % cols,
+                "ep_group": ep_index[r],
+                "experts": [e + 1 for e in layout.experts_of(c["ep"])],
+                "coords": {k: c[k] for k in COORDS},
+            }
+        )
     return out
 
 
@@ -113,8 +123,9 @@ class _Grid:
         return x + inset + CELL * along, y + (1 - inset if side == "top" else inset)
 
 
-def _arc(plt_ax: Any, a: tuple[float, float], b: tuple[float, float], bulge: float | tuple[float, float],
-         **style: Any) -> Any:
+def _arc(
+    plt_ax: Any, a: tuple[float, float], b: tuple[float, float], bulge: float | tuple[float, float], **style: Any
+) -> Any:
     """A line (or arrow) from a to b whose middle is moved by `bulge` grid units (a number: up, or down when
     negative; a pair: that (x, y) offset, across the line), drawn as an annotation, so its two ends stay
     readable as .xyann (from) and .xy (to)."""
@@ -122,8 +133,13 @@ def _arc(plt_ax: Any, a: tuple[float, float], b: tuple[float, float], bulge: flo
     nx, ny = b[1] - a[1], a[0] - b[0]  # arc3 moves the middle by rad/2 * (dy, -dx)
     across = nx * nx + ny * ny
     rad = 0.0 if across < 1e-12 else 2 * (ox * nx + oy * ny) / across
-    props = {"arrowstyle": style.pop("arrowstyle", "-"), "connectionstyle": f"arc3,rad={rad:.4f}",
-             "shrinkA": 0, "shrinkB": 0, **style}
+    props = {
+        "arrowstyle": style.pop("arrowstyle", "-"),
+        "connectionstyle": f"arc3,rad={rad:.4f}",
+        "shrinkA": 0,
+        "shrinkB": 0,
+        **style,
+    }
     return plt_ax.annotate("", xy=b, xytext=a, xycoords="data", textcoords="data", arrowprops=props)
 
 
@@ -168,16 +184,21 @@ def _draw_gradient_links(ax: Any, grid: _Grid, groups: dict, faint: bool, expert
                 else:  # from the lower edge of the upper GPU to the upper edge of the lower one
                     up, down = (a, b) if ra <= rb else (b, a)
                     pa, pb, bulge = grid.edge(up, "bottom", kind.anchor), grid.edge(down, "top", kind.anchor), 0.0
-                art = _arc(ax, pa, pb, bulge, color=kind.colour, lw=1.3, ls=kind.style,
-                           alpha=0.35 if faint else 0.95)
+                art = _arc(ax, pa, pb, bulge, color=kind.colour, lw=1.3, ls=kind.style, alpha=0.35 if faint else 0.95)
                 art.set_gid(f"gradient {kind.group} {gi}")
                 art.set_zorder(2)
                 drawn = True
         if drawn:
             handles.append((kind.colour, kind.style, kind.says))
     if left_out:
-        handles.append(("white", "-", f"{left_out} gradient groups span several nodes: linked inside each node here; "
-                        "`parasim layout` lists them whole"))
+        handles.append(
+            (
+                "white",
+                "-",
+                f"{left_out} gradient groups span several nodes: linked inside each node here; "
+                "`parasim layout` lists them whole",
+            )
+        )
     return handles
 
 
@@ -217,9 +238,11 @@ def _ep_fill(groups: int) -> Any:
     """A light colour per EP group (Pastel1's nine, or tab20's twenty lightened: labels stay black on them)."""
     plt = pyplot()
     palette = plt.get_cmap("Pastel1" if groups <= 9 else "tab20")
+
     def colour(i: int) -> tuple[float, ...]:
         r, g, b, _ = palette(i % palette.N)
         return tuple(0.45 * v + 0.55 for v in (r, g, b)) if groups > 9 else (r, g, b)
+
     return colour
 
 
@@ -232,19 +255,37 @@ def _draw_map(ax: Any, layout: Any, grid: _Grid, cells: list[dict], held_by: set
         x, y = grid.corner(c["gpu"])
         inset = (1 - CELL) / 2
         mine = c["gpu"] in held_by
-        square = plt.Rectangle((x + inset, y + inset), CELL, CELL, facecolor=fill(c["ep_group"]),
-                               edgecolor=TOKEN_COLOUR if mine else "0.55", lw=2.5 if mine else 0.8, zorder=3)
+        square = plt.Rectangle(
+            (x + inset, y + inset),
+            CELL,
+            CELL,
+            facecolor=fill(c["ep_group"]),
+            edgecolor=TOKEN_COLOUR if mine else "0.55",
+            lw=2.5 if mine else 0.8,
+            zorder=3,
+        )
         square.set_gid(f"gpu {c['gpu']}")
         ax.add_patch(square)
         experts = experts_text(c["experts"])
-        ax.text(x + 0.5, y + 0.5, f"g{c['gpu']}" + (f"\n{experts}" if experts else ""), ha="center", va="center",
-                fontsize=7.5, color=TOKEN_COLOUR if mine else "black", zorder=4,
-                fontweight="bold" if mine else "normal")
+        ax.text(
+            x + 0.5,
+            y + 0.5,
+            f"g{c['gpu']}" + (f"\n{experts}" if experts else ""),
+            ha="center",
+            va="center",
+            fontsize=7.5,
+            color=TOKEN_COLOUR if mine else "black",
+            zorder=4,
+            fontweight="bold" if mine else "normal",
+        )
     for n in range(grid.nodes):
         x0, y0 = grid.node_x(n), grid.node_y(n)
         ours = [c for c in cells if c["node"] == n]
-        ax.add_patch(plt.Rectangle((x0 - 0.12, y0 - 0.62), grid.cols + 0.24, grid.top + 1.5, fill=False, ec="0.45",
-                                   lw=1, zorder=1))
+        ax.add_patch(
+            plt.Rectangle(
+                (x0 - 0.12, y0 - 0.62), grid.cols + 0.24, grid.top + 1.5, fill=False, ec="0.45", lw=1, zorder=1
+            )
+        )
         stages = sorted({c["coords"]["pp"] for c in ours})
         stage = f": pipeline stage {stages[0] + 1} of {layout.pp}" if len(stages) == 1 and layout.pp > 1 else ""
         # under the frame: the space above the squares is the arcs' and arrows'
@@ -252,11 +293,25 @@ def _draw_map(ax: Any, layout: Any, grid: _Grid, cells: list[dict], held_by: set
         for row in range(grid.rows):  # each row's DP replica, where the row is one replica
             dps = {c["coords"]["dp"] for c in ours if c["row"] == row}
             if len(dps) == 1:
-                ax.text(x0 - 0.18, grid.row_y(n, row) + 0.5, f"DP {dps.pop()}", ha="right",
-                        va="center", fontsize=7, color="0.3")
+                ax.text(
+                    x0 - 0.18,
+                    grid.row_y(n, row) + 0.5,
+                    f"DP {dps.pop()}",
+                    ha="right",
+                    va="center",
+                    fontsize=7,
+                    color="0.3",
+                )
         for c in (c for c in ours if c["row"] == max(o["row"] for o in ours)):  # under the bottom row: CP, TP
-            ax.text(x0 + c["col"] + 0.5, y0 - 0.33, f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
-                    ha="center", va="top", fontsize=6.5, color="0.35")
+            ax.text(
+                x0 + c["col"] + 0.5,
+                y0 - 0.33,
+                f"cp{c['coords']['cp']} tp{c['coords']['tp']}",
+                ha="center",
+                va="top",
+                fontsize=6.5,
+                color="0.35",
+            )
     boxed = False
     if layout.ep > 1:
         for gi, x, y, w, h in _ep_boxes(grid, groups["ep"]):
@@ -271,21 +326,31 @@ def _draw_map(ax: Any, layout: Any, grid: _Grid, cells: list[dict], held_by: set
 def _legend_entries(layout: Any, boxed: bool, links: list) -> list[tuple[Any, str]]:
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
+
     entries: list[tuple[Any, str]] = [
-        (Patch(facecolor=PLAIN_FILL, edgecolor="0.55"), "a GPU: g<rank>"
-         + (", E<n>: the experts it holds" if layout.experts_each else "")
-         + ("; its fill: its EP group" if layout.ep > 1 else "")),
+        (
+            Patch(facecolor=PLAIN_FILL, edgecolor="0.55"),
+            "a GPU: g<rank>"
+            + (", E<n>: the experts it holds" if layout.experts_each else "")
+            + ("; its fill: its EP group" if layout.ep > 1 else ""),
+        ),
     ]
     if boxed:
-        entries.append((Patch(fill=False, edgecolor=EP_COLOUR, ls=(0, (4, 2)), lw=1.6),
-                        f"one EP group: its {layout.ep} GPUs hold all {layout.model.experts} experts"
-                        if layout.model is not None and layout.model.experts else "one EP group"))
+        entries.append(
+            (
+                Patch(fill=False, edgecolor=EP_COLOUR, ls=(0, (4, 2)), lw=1.6),
+                f"one EP group: its {layout.ep} GPUs hold all {layout.model.experts} experts"
+                if layout.model is not None and layout.model.experts
+                else "one EP group",
+            )
+        )
     entries += [(Line2D([], [], color=colour, ls=style, lw=1.3), says) for colour, style, says in links]
     return entries
 
 
 def _frame(layout: Any, row_step: float = ROW_STEP) -> tuple[Any, Any, _Grid, list[dict]]:
     from ..limits import check_experts_shown, check_plot_gpus
+
     check_plot_gpus(layout.world)
     check_experts_shown(layout.world, layout.experts_each)
     plt = pyplot()
@@ -307,8 +372,15 @@ def _finish(fig: Any, ax: Any, grid: _Grid, entries: list, title: str, path: str
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title(title, fontsize=9.5)
-    legend = ax.legend(handles, labels, loc="upper left" if listing else "upper center",
-                       bbox_to_anchor=(0.0 if listing else 0.5, 0.0), ncol=1, fontsize=7.5, frameon=False)
+    legend = ax.legend(
+        handles,
+        labels,
+        loc="upper left" if listing else "upper center",
+        bbox_to_anchor=(0.0 if listing else 0.5, 0.0),
+        ncol=1,
+        fontsize=7.5,
+        frameon=False,
+    )
     if listing:
         fig.set_dpi(DPI)  # measured as it will be written
         fig.canvas.draw()
@@ -350,17 +422,30 @@ def token_hops(path: dict, trace: Trace) -> list[Hop]:
                     away.setdefault(g, []).append(e)
             stays = f"; {' '.join(here)} on g{me} itself" if here else ""
             for g, experts in away.items():
-                hops.append(Hop(me, g, "dispatch", f"layer {layer}: dispatch to g{g} "
-                                f"({' '.join(f'E{e}' for e in experts)}){stays}", layer))
+                hops.append(
+                    Hop(
+                        me,
+                        g,
+                        "dispatch",
+                        f"layer {layer}: dispatch to g{g} ({' '.join(f'E{e}' for e in experts)}){stays}",
+                        layer,
+                    )
+                )
             for g, experts in away.items():
-                hops.append(Hop(g, me, "combine", f"layer {layer}: combine: g{g}'s expert output back to g{me}",
-                                layer))
+                hops.append(Hop(g, me, "combine", f"layer {layer}: combine: g{g}'s expert output back to g{me}", layer))
         elif step.get("group") == "pp" and step.get("op") == "p2p":
             e = events[step["event"]]
             src, dst = e.params["src"], e.params["dst"]
             layer = int(step["phase"].rsplit(" ", 1)[-1]) if step["phase"].rsplit(" ", 1)[-1].isdigit() else 0
-            hops.append(Hop(src, dst, "hand-off", f"after layer {layer}: pipeline hand-off g{src} -> g{dst} "
-                            "(to the next stage)", layer))
+            hops.append(
+                Hop(
+                    src,
+                    dst,
+                    "hand-off",
+                    f"after layer {layer}: pipeline hand-off g{src} -> g{dst} (to the next stage)",
+                    layer,
+                )
+            )
     return hops
 
 
@@ -387,16 +472,36 @@ def _draw_hops(ax: Any, grid: _Grid, hops: list[Hop]) -> None:
             # the numbers near the expert's GPU, where a dispatch and its combine are apart (one bowed each way);
             # at the holder's end every dispatch starts from one point
             at = 0.75 if kind == "dispatch" else 0.25
-        arrow = _arc(ax, a, b, bulge, arrowstyle="-|>,head_length=0.5,head_width=0.25", color=TOKEN_COLOUR, lw=lw,
-                     ls=style, mutation_scale=10)
+        arrow = _arc(
+            ax,
+            a,
+            b,
+            bulge,
+            arrowstyle="-|>,head_length=0.5,head_width=0.25",
+            color=TOKEN_COLOUR,
+            lw=lw,
+            ls=style,
+            mutation_scale=10,
+        )
         arrow.set_gid(f"{kind} g{src} g{dst}")
         arrow.set_zorder(6)
         # on the arc: arc3's quadratic curve has its control point at the chord's middle plus twice the bulge
         cx, cy = (a[0] + b[0]) / 2 + 2 * bulge[0], (a[1] + b[1]) / 2 + 2 * bulge[1]
-        mx, my = ((1 - at) ** 2 * a[0] + 2 * at * (1 - at) * cx + at * at * b[0],
-                  (1 - at) ** 2 * a[1] + 2 * at * (1 - at) * cy + at * at * b[1])
-        ax.text(mx, my, ",".join(map(str, numbers)), ha="center", va="center", fontsize=6.5, color=TOKEN_COLOUR,
-                zorder=7, bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": TOKEN_COLOUR, "lw": 0.8})
+        mx, my = (
+            (1 - at) ** 2 * a[0] + 2 * at * (1 - at) * cx + at * at * b[0],
+            (1 - at) ** 2 * a[1] + 2 * at * (1 - at) * cy + at * at * b[1],
+        )
+        ax.text(
+            mx,
+            my,
+            ",".join(map(str, numbers)),
+            ha="center",
+            va="center",
+            fontsize=6.5,
+            color=TOKEN_COLOUR,
+            zorder=7,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": TOKEN_COLOUR, "lw": 0.8},
+        )
 
 
 def _partners(path: dict, held_by: set[int]) -> list[str]:
@@ -404,11 +509,23 @@ def _partners(path: dict, held_by: set[int]) -> list[str]:
     (all-gather, reduce-scatter) and CP ring (K/V), which the map leaves undrawn."""
     out = []
     for holder in sorted(held_by):
-        with_ = {kind: sorted({r for step in path["steps"] if step.get("direction") == "forward"
-                               and step.get("group") == kind and holder in step["ranks"] for r in step["ranks"]}
-                              - {holder}) for kind in ("tp", "cp")}
-        said = [f"{', '.join(f'g{r}' for r in with_[k])} ({what})" for k, what in
-                (("tp", "TP: all-gather, reduce-scatter"), ("cp", "CP ring: K/V")) if with_[k]]
+        with_ = {
+            kind: sorted(
+                {
+                    r
+                    for step in path["steps"]
+                    if step.get("direction") == "forward" and step.get("group") == kind and holder in step["ranks"]
+                    for r in step["ranks"]
+                }
+                - {holder}
+            )
+            for kind in ("tp", "cp")
+        }
+        said = [
+            f"{', '.join(f'g{r}' for r in with_[k])} ({what})"
+            for k, what in (("tp", "TP: all-gather, reduce-scatter"), ("cp", "CP ring: K/V"))
+            if with_[k]
+        ]
         if said:
             out.append(f"in attention, every layer, g{holder} works with " + " and ".join(said))
     return out
@@ -426,17 +543,34 @@ def plot_token_path(layout: Any, path: dict, trace: Trace, out: str, title: str)
     entries = _draw_map(ax, layout, grid, cells, held_by, faint_links=True)
     hops = token_hops(path, trace)
     _draw_hops(ax, grid, hops)
-    entries[1:1] = [(Patch(fill=False, edgecolor=TOKEN_COLOUR, lw=2.5), f"a GPU holding {path['token']!r} (one "
-                     "per pipeline stage)")]
-    entries += [(Line2D([], [], color=TOKEN_COLOUR, lw=w, ls=s, marker=">", ms=4), f"the token's {kind}" + (
-        " (to the GPUs of its top experts)" if kind == "dispatch" else " (expert outputs back, gate-weighted)"
-        if kind == "combine" else " (activations to the next pipeline stage)"))
-        for kind, (s, w, _) in HOP_STYLES.items() if any(h.kind == kind for h in hops)]
-    steps = [f"{n:>2}. {h.says}" for n, h in enumerate(hops, 1)] or ["no dispatch and no hand-off: it stays on "
-                                                                     "its GPU through the forward pass"]
+    entries[1:1] = [
+        (Patch(fill=False, edgecolor=TOKEN_COLOUR, lw=2.5), f"a GPU holding {path['token']!r} (one per pipeline stage)")
+    ]
+    entries += [
+        (
+            Line2D([], [], color=TOKEN_COLOUR, lw=w, ls=s, marker=">", ms=4),
+            f"the token's {kind}"
+            + (
+                " (to the GPUs of its top experts)"
+                if kind == "dispatch"
+                else " (expert outputs back, gate-weighted)"
+                if kind == "combine"
+                else " (activations to the next pipeline stage)"
+            ),
+        )
+        for kind, (s, w, _) in HOP_STYLES.items()
+        if any(h.kind == kind for h in hops)
+    ]
+    steps = [f"{n:>2}. {h.says}" for n, h in enumerate(hops, 1)] or [
+        "no dispatch and no hand-off: it stays on its GPU through the forward pass"
+    ]
     half = (len(steps) + 1) // 2 if len(steps) > 12 else len(steps)  # a long list in two columns
     width = max(len(x) for x in steps[:half]) + 3
-    listing = "\n".join([*_partners(path, held_by), "the token's moves in the forward pass, numbered as on the "
-                          "map (backward retraces them in reverse):"]
-                         + [f"{a:<{width}}{b}".rstrip() for a, b in zip(steps[:half], steps[half:] + [""] * half)])
+    listing = "\n".join(
+        [
+            *_partners(path, held_by),
+            "the token's moves in the forward pass, numbered as on the map (backward retraces them in reverse):",
+        ]
+        + [f"{a:<{width}}{b}".rstrip() for a, b in zip(steps[:half], steps[half:] + [""] * half)]
+    )
     _finish(fig, ax, grid, entries, title, out, listing)

@@ -2,6 +2,7 @@
 (`parasim lesson pp-zero-bubble --plot`) and causal attention's blocks under the contiguous and zigzag splits
 (`parasim lesson cp-causal --plot`). Everything drawn is read from the run's values: each rank's slot table,
 and the pieces of the sequence each CP rank held with the blocks it counted."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -18,15 +19,24 @@ def plot_zero_bubble(lr: Any, path: str) -> None:
     titles = list(vals[0])  # the schedules, in the order the lesson ran them
     width = max(vals[0][t]["makespan"] for t in titles)
     ranks = len(vals)
-    fig, axes = plt.subplots(len(titles), 1, figsize=(max(8.0, 0.3 * width + 2), (0.45 * ranks + 1.1) * len(titles)
-                                                      + 0.8), squeeze=False)
+    fig, axes = plt.subplots(
+        len(titles), 1, figsize=(max(8.0, 0.3 * width + 2), (0.45 * ranks + 1.1) * len(titles) + 0.8), squeeze=False
+    )
     for i, (ax, t) in enumerate(zip(axes[:, 0], titles)):
         run = vals[0][t]
-        draw_slots(ax, [x[t]["slots"] for x in vals], width,
-                   f"{t}: makespan {run['makespan']} slots, bubble {run['bubble']}", key=i == len(titles) - 1)
+        draw_slots(
+            ax,
+            [x[t]["slots"] for x in vals],
+            width,
+            f"{t}: makespan {run['makespan']} slots, bubble {run['bubble']}",
+            key=i == len(titles) - 1,
+        )
         ax.set_xticks([])  # one clock for all three: the numbers would only crowd it
-    fig.suptitle(f"{ranks} GPUs, {lr.result.trace.meta.get('knobs', {}).get('m', '')} micro-batches: W fills the "
-                 "holes 1F1B leaves", fontsize=11)
+    fig.suptitle(
+        f"{ranks} GPUs, {lr.result.trace.meta.get('knobs', {}).get('m', '')} micro-batches: W fills the "
+        "holes 1F1B leaves",
+        fontsize=11,
+    )
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
@@ -38,6 +48,7 @@ def plot_cp_causal(lr: Any, path: str) -> None:
     white; each rank's total, as the run counted it, in the key."""
     plt = pyplot()
     from matplotlib.patches import Polygon, Rectangle
+
     vals = lr.result.values
     t = len(vals)
     n = 2 * t
@@ -61,8 +72,11 @@ def plot_cp_causal(lr: Any, path: str) -> None:
         ax.set_ylabel("query pieces")
     handles = [Rectangle((0, 0), 1, 1, color=f"C{r}", label=f"CP rank {r} (GPU {r + 1})") for r in range(t)]
     fig.legend(handles=handles, loc="lower center", ncol=min(4, t), fontsize=8, frameon=False)
-    fig.suptitle(f"Causal attention over {t} CP ranks: each block is one piece's queries against one piece's keys "
-                 "(a half block on the diagonal; the future is masked)", fontsize=9)
+    fig.suptitle(
+        f"Causal attention over {t} CP ranks: each block is one piece's queries against one piece's keys "
+        "(a half block on the diagonal; the future is masked)",
+        fontsize=9,
+    )
     fig.tight_layout(rect=(0, 0.08, 1, 0.95))
     save(fig, path)
     plt.close(fig)
@@ -76,8 +90,9 @@ def plot_hot_expert(lr: Any, path: str) -> None:
     names = list(rows)  # "ROUTING routing, EP N", in the lesson's order
     eps = list(dict.fromkeys(n.rsplit("EP ", 1)[1] for n in names))
     routings = list(dict.fromkeys(n.split(" routing")[0] for n in names))
-    fig, axes = plt.subplots(len(eps), len(routings), figsize=(3.6 * len(routings), 2.6 * len(eps) + 0.8),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(eps), len(routings), figsize=(3.6 * len(routings), 2.6 * len(eps) + 0.8), sharey=True, squeeze=False
+    )
     for i, ep in enumerate(eps):
         for j, routing in enumerate(routings):
             ax, r = axes[i][j], rows[f"{routing} routing, EP {ep}"]
@@ -93,10 +108,18 @@ def plot_hot_expert(lr: Any, path: str) -> None:
             ax.tick_params(labelsize=7)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
-    fig.legend(handles=[Patch(color="tab:red", label="the busiest GPU: the layer waits for it"),
-                        Patch(color="tab:blue", label="the other GPUs"),
-                        Line2D([], [], color="0.3", ls="--", label="the mean")],
-               loc="lower center", ncol=3, fontsize=8, frameon=False)
+
+    fig.legend(
+        handles=[
+            Patch(color="tab:red", label="the busiest GPU: the layer waits for it"),
+            Patch(color="tab:blue", label="the other GPUs"),
+            Line2D([], [], color="0.3", ls="--", label="the mean"),
+        ],
+        loc="lower center",
+        ncol=3,
+        fontsize=8,
+        frameon=False,
+    )
     fig.suptitle("One MoE layer's expert compute per GPU on the clock, by routing and EP size", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
     save(fig, path)

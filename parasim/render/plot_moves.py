@@ -3,6 +3,7 @@
 pp-1f1b --plot`, pp-gpipe, pp-interleaved). Everything drawn is read from the run: the notes the token's
 holders left (which experts, on which GPUs, with which gates), the all-to-all's group, each rank's slot
 table and every point-to-point send."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,8 +23,14 @@ def token_routes(trace: Trace) -> list[dict]:
         if d.get("watch") != "route":
             continue
         dispatch = next(e for e in trace.events if e.phase == phase and e.op == "all_to_all" and rank in e.ranks)
-        out.append({"layer": d["layer"], "gpu": rank, "group": list(dispatch.group.ranks),
-                    "picks": list(zip(d["experts"], d["gpus"], d.get("gates") or [None] * len(d["gpus"])))})
+        out.append(
+            {
+                "layer": d["layer"],
+                "gpu": rank,
+                "group": list(dispatch.group.ranks),
+                "picks": list(zip(d["experts"], d["gpus"], d.get("gates") or [None] * len(d["gpus"]))),
+            }
+        )
     return out
 
 
@@ -38,8 +45,11 @@ def plot_dispatch(lr: Any, path: str) -> None:
         for ax, way in zip(row, ("dispatch", "combine")):
             _draw_group(ax, route, way)
     token = next((d["token"] for _, _, _, d in lr.result.trace.notes("watch") if d.get("watch") == "holds"), "")
-    fig.suptitle(f"Where {token} goes in each MoE layer: dispatch to the GPUs holding its experts, combine back\n"
-                 "(boxes: the layer's EP group; gold: the token's GPU; labels: the expert and its gate)", fontsize=10)
+    fig.suptitle(
+        f"Where {token} goes in each MoE layer: dispatch to the GPUs holding its experts, combine back\n"
+        "(boxes: the layer's EP group; gold: the token's GPU; labels: the expert and its gate)",
+        fontsize=10,
+    )
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
@@ -59,12 +69,25 @@ def _draw_group(ax: Any, route: dict, way: str) -> None:
             continue
         a, b = (x[home], x[g]) if way == "dispatch" else (x[g], x[home])
         bend = 0.35 + 0.15 * n
-        ax.annotate("", xy=(b, 0.32), xytext=(a, 0.32),
-                    arrowprops=dict(arrowstyle="-|>", color=FORWARD if way == "dispatch" else BACKWARD, lw=1.6,
-                                    connectionstyle=f"arc3,rad={-bend if b > a else bend}"))
+        ax.annotate(
+            "",
+            xy=(b, 0.32),
+            xytext=(a, 0.32),
+            arrowprops=dict(
+                arrowstyle="-|>",
+                color=FORWARD if way == "dispatch" else BACKWARD,
+                lw=1.6,
+                connectionstyle=f"arc3,rad={-bend if b > a else bend}",
+            ),
+        )
         what = f"E{e}" + (f" (gate {gate:.2f})" if gate is not None else "")
-        ax.text((a + b) / 2, 0.62 + 0.3 * n + 0.12 * abs(b - a), what if way == "dispatch" else f"E{e}'s output"
-                + (f" x {gate:.2f}" if gate is not None else ""), ha="center", fontsize=7)
+        ax.text(
+            (a + b) / 2,
+            0.62 + 0.3 * n + 0.12 * abs(b - a),
+            what if way == "dispatch" else f"E{e}'s output" + (f" x {gate:.2f}" if gate is not None else ""),
+            ha="center",
+            fontsize=7,
+        )
     ax.set_xlim(-0.6, len(group) - 0.4)
     ax.set_ylim(-1.0, 1.9)
     ax.axis("off")
@@ -73,6 +96,7 @@ def _draw_group(ax: Any, route: dict, way: str) -> None:
 
 def _box(x: float, colour: str) -> Any:
     from matplotlib.patches import FancyBboxPatch
+
     return FancyBboxPatch((x - 0.3, -0.3), 0.6, 0.6, boxstyle="round,pad=0.02", facecolor=colour, edgecolor="black")
 
 
@@ -102,28 +126,53 @@ def plot_handoff(lr: Any, path: str) -> None:
     for r, row in enumerate(slots):
         for s, cell in enumerate(row):
             colour = "#eeeeee" if cell is None else (FORWARD if cell[0] in "Ff" else BACKWARD)
-            ax.add_patch(plt.Rectangle((s, r - 0.35), 0.92, 0.7, facecolor=colour, alpha=0.85 if cell else 1,
-                                       hatch=None if cell else "//", edgecolor="#bbbbbb" if cell is None else "none"))
+            ax.add_patch(
+                plt.Rectangle(
+                    (s, r - 0.35),
+                    0.92,
+                    0.7,
+                    facecolor=colour,
+                    alpha=0.85 if cell else 1,
+                    hatch=None if cell else "//",
+                    edgecolor="#bbbbbb" if cell is None else "none",
+                )
+            )
             if cell:
                 ax.text(s + 0.46, r, cell, ha="center", va="center", fontsize=7, color="white")
     sends = handoffs(trace)
     for slot, src, dst, kind in sends:
         x = slot - 0.08  # the end of the sender's slot (slots are 1-based)
-        ax.annotate("", xy=(x + 0.16, dst + (-0.35 if dst > src else 0.35)), xytext=(x, src + (0.35 if dst > src else -0.35)),
-                    arrowprops=dict(arrowstyle="-|>", color="black" if kind == "activation" else "dimgrey", lw=0.8))
+        ax.annotate(
+            "",
+            xy=(x + 0.16, dst + (-0.35 if dst > src else 0.35)),
+            xytext=(x, src + (0.35 if dst > src else -0.35)),
+            arrowprops=dict(arrowstyle="-|>", color="black" if kind == "activation" else "dimgrey", lw=0.8),
+        )
     ax.set_xlim(-0.2, width + 0.2)
     ax.set_ylim(p - 0.5, -0.7)
     ax.set_yticks(range(p), [f"GPU {r + 1}" for r in range(p)])
     ax.set_xticks([s + 0.46 for s in range(width)], [str(s + 1) for s in range(width)], fontsize=7)
     ax.set_xlabel("slot of the schedule (one forward or backward of one micro-batch on one stage)")
     from matplotlib.patches import Patch
+
     second = any(c and c[0].islower() for row in slots for c in row)  # an interleaved run's second chunk
-    ax.legend(handles=[Patch(color=FORWARD, label="forward (F" + (", f: 2nd chunk)" if second else ")")),
-                       Patch(color=BACKWARD, label="backward (B" + (", b: 2nd chunk)" if second else ")")),
-                       Patch(facecolor="#eeeeee", hatch="//", edgecolor="#bbbbbb", label="idle (the bubble)")],
-              loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, frameon=False)
-    ax.set_title(f"{lr.lesson.name}: the pipeline hand-off on {p} GPUs, {len(sends)} sends (arrows: activations "
-                 f"down, gradients up); bubble {values[0]['bubble']} of the step", fontsize=10, loc="left")
+    ax.legend(
+        handles=[
+            Patch(color=FORWARD, label="forward (F" + (", f: 2nd chunk)" if second else ")")),
+            Patch(color=BACKWARD, label="backward (B" + (", b: 2nd chunk)" if second else ")")),
+            Patch(facecolor="#eeeeee", hatch="//", edgecolor="#bbbbbb", label="idle (the bubble)"),
+        ],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=8,
+        frameon=False,
+    )
+    ax.set_title(
+        f"{lr.lesson.name}: the pipeline hand-off on {p} GPUs, {len(sends)} sends (arrows: activations "
+        f"down, gradients up); bubble {values[0]['bubble']} of the step",
+        fontsize=10,
+        loc="left",
+    )
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

@@ -1,6 +1,7 @@
 """Ring attention's K/V rotation as a picture (`parasim lesson ring-attention --plot FILE`): which chunk of
 keys and values each CP rank holds at each step, and the hand-off that moves it to the next rank, all read
 from the lesson's run."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -67,15 +68,35 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
         for s in range(steps):
             owner = run.held[i][s]
             x, y = centre(i, s)
-            box = plt.Rectangle((x - box_w / 2, y - box_h / 2), box_w, box_h, facecolor=palette(owner % palette.N),
-                                edgecolor="0.4", lw=0.8, zorder=2)
+            box = plt.Rectangle(
+                (x - box_w / 2, y - box_h / 2),
+                box_w,
+                box_h,
+                facecolor=palette(owner % palette.N),
+                edgecolor="0.4",
+                lw=0.8,
+                zorder=2,
+            )
             box.set_gid(f"chunk rank {i} step {s + 1} holds {owner}")
             ax.add_patch(box)
-            ax.text(x, y, f"K/V of {token_runs(run.pos[owner])}\n(rank {owner}'s" + (", its own)" if owner == i
-                                                                                       else ")"),
-                    ha="center", va="center", fontsize=7.5, zorder=3, fontweight="bold" if owner == i else "normal")
-        ax.text(-0.25, centre(i, 0)[1], f"CP rank {i}\nqueries {token_runs(run.pos[i])}", ha="right", va="center",
-                fontsize=8)
+            ax.text(
+                x,
+                y,
+                f"K/V of {token_runs(run.pos[owner])}\n(rank {owner}'s" + (", its own)" if owner == i else ")"),
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                zorder=3,
+                fontweight="bold" if owner == i else "normal",
+            )
+        ax.text(
+            -0.25,
+            centre(i, 0)[1],
+            f"CP rank {i}\nqueries {token_runs(run.pos[i])}",
+            ha="right",
+            va="center",
+            fontsize=8,
+        )
     for s in range(steps):
         ax.text(centre(0, s)[0], t * row_h - 0.05, f"step {s + 1}", ha="center", va="bottom", fontsize=8.5)
     for s in range(steps - 1):  # each chunk to whoever holds it next step
@@ -85,24 +106,41 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
             if nxt is None:
                 continue
             (x0, y0), (x1, y1) = centre(i, s), centre(nxt, s + 1)
-            arrow = ax.annotate("", xy=(x1 - box_w / 2, y1), xytext=(x0 + box_w / 2, y0),
-                                arrowprops={"arrowstyle": "-|>", "color": dark(owner % dark.N), "lw": 1.4,
-                                            "shrinkA": 1, "shrinkB": 1, "mutation_scale": 10})
+            arrow = ax.annotate(
+                "",
+                xy=(x1 - box_w / 2, y1),
+                xytext=(x0 + box_w / 2, y0),
+                arrowprops={
+                    "arrowstyle": "-|>",
+                    "color": dark(owner % dark.N),
+                    "lw": 1.4,
+                    "shrinkA": 1,
+                    "shrinkB": 1,
+                    "mutation_scale": 10,
+                },
+            )
             arrow.set_gid(f"pass step {s + 1} rank {i} -> rank {nxt} chunk {owner}")
     ax.set_xlim(-0.2, steps * col_w - (col_w - box_w) + 0.1)
     ax.set_ylim(-0.15, t * row_h + 0.35)
     ax.axis("off")
     ax.set_title(title, fontsize=10)
     sent = " + ".join(f"{b:,} B" for b in run.sent) if run.sent else "see the trace"
-    handles = [Patch(facecolor=palette(0), edgecolor="0.4"),
-               Line2D([], [], color=dark(0), lw=1.4, marker=">", ms=4)]
-    labels = ["the K/V chunk a rank attends its queries to at that step (colour: whose tokens; bold: its own)",
-              f"a hand-off: the chunk moves to the next rank for the next step (K + V: {sent} per arrow, from the "
-              "run)"]
+    handles = [Patch(facecolor=palette(0), edgecolor="0.4"), Line2D([], [], color=dark(0), lw=1.4, marker=">", ms=4)]
+    labels = [
+        "the K/V chunk a rank attends its queries to at that step (colour: whose tokens; bold: its own)",
+        f"a hand-off: the chunk moves to the next rank for the next step (K + V: {sent} per arrow, from the run)",
+    ]
     ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(0.0, 0.0), fontsize=7.5, frameon=False)
-    fig.text(0.5, 0.0, f"After {steps} steps every rank's queries have met every key; only K and V move. Backward "
-             "sends the chunks round again, each gathering its dK/dV,\nand one last hop brings every dK/dV home.",
-             ha="center", va="top", fontsize=7.5, color="0.25")
+    fig.text(
+        0.5,
+        0.0,
+        f"After {steps} steps every rank's queries have met every key; only K and V move. Backward "
+        "sends the chunks round again, each gathering its dK/dV,\nand one last hop brings every dK/dV home.",
+        ha="center",
+        va="top",
+        fontsize=7.5,
+        color="0.25",
+    )
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

@@ -1,6 +1,7 @@
 """Pictures (matplotlib, no display needed): the pipeline slot table, the estimator's memory bars and
 layout search; the layout map, a token's path and the ring's rotation live in plot_layout.py and
 plot_ring.py. Each is drawn with matplotlib's Agg back end into a file written whole or not at all."""
+
 from __future__ import annotations
 
 import math
@@ -37,8 +38,16 @@ def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, k
                 end += 1
             if label:
                 colour = kind_of(label).plot  # each kind's colour from the kind table
-                ax.add_patch(plt.Rectangle((t, ranks - 1 - r), end - t, 1, color=colour, ec="white",
-                                           alpha=0.65 if label[0].islower() else 1.0))  # a second chunk: lighter
+                ax.add_patch(
+                    plt.Rectangle(
+                        (t, ranks - 1 - r),
+                        end - t,
+                        1,
+                        color=colour,
+                        ec="white",
+                        alpha=0.65 if label[0].islower() else 1.0,
+                    )
+                )  # a second chunk: lighter
                 ax.text((t + end) / 2, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
             t = end
     ax.set_xlim(0, width)
@@ -53,17 +62,25 @@ def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, k
     # a key for each kind of action the table holds, in the kind table's order; lower case: a second chunk
     seen = {kind_of(x).letter for row in slots for x in row if x and kind_of(x)}
     second = any(x and x[0].islower() for row in slots for x in row)
-    handles = [plt.Rectangle((0, 0), 1, 1, color=k.plot, label=f"{k.letter}: {k.title}")
-               for k in KINDS.values() if k.letter in seen]
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color=k.plot, label=f"{k.letter}: {k.title}")
+        for k in KINDS.values()
+        if k.letter in seen
+    ]
     if second:
         handles.append(plt.Rectangle((0, 0), 1, 1, color="0.55", alpha=0.65, label="lower case: the second chunk"))
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.32), ncol=min(3, len(handles)),
-              fontsize=8, frameon=False)
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.32),
+        ncol=min(3, len(handles)),
+        fontsize=8,
+        frameon=False,
+    )
 
 
 # -- the estimator's pictures ---------------------------------------------------------------------------------------------
-def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: str, usable: float,
-                gpu: Any) -> None:
+def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: str, usable: float, gpu: Any) -> None:
     """Memory per GPU item by item, one stacked bar per ZeRO stage, against the usable memory per GPU
     (`usable` bytes: the estimator's figure for `gpu`, or the one the learner gave). The legend sits beside
     the bars, never on them; items that are 0 at every stage are named under the picture, not drawn; and
@@ -72,6 +89,7 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
     from dataclasses import replace
 
     from ..estimate.memory import breakdown
+
     bars = [breakdown(model, replace(plan, zero=z), seq) for z in range(4)]
     shown = [k for k in bars[0].items if any(b.items[k] > 0 for b in bars)]
     zero_items = [k for k in bars[0].items if k not in shown]
@@ -84,11 +102,19 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
         bottom = [x + v for x, v in zip(bottom, vals)]
     top = max(max(bottom), usable / unit)
     for x, total in enumerate(bottom):  # each bar's total above it, in the picture's unit
-        ax.text(x, total + top * 0.01, f"{total:,.1f}", ha="center", va="bottom", fontsize=8,
-                bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"})  # readable on the usable line
+        ax.text(
+            x,
+            total + top * 0.01,
+            f"{total:,.1f}",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            bbox={"boxstyle": "square,pad=0.1", "fc": "white", "ec": "none"},
+        )  # readable on the usable line
     card = f" of the {gpu.name}'s {gpu.memory / unit:,.0f} {name}" if math.isclose(usable, gpu.usable) else ""
-    ax.axhline(usable / unit, color="black", ls="--", lw=1.2,
-               label=f"usable per GPU: {usable / unit:,.0f} {name}{card}")
+    ax.axhline(
+        usable / unit, color="black", ls="--", lw=1.2, label=f"usable per GPU: {usable / unit:,.0f} {name}{card}"
+    )
     ax.set_xticks(range(4), names)
     ax.set_ylim(0, top * 1.12)
     ax.set_ylabel(f"memory per GPU ({name}, " + ("2^30 bytes)" if name == "GiB" else "1e9 bytes)"))
@@ -98,13 +124,21 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
     handles, labels = ax.get_legend_handles_labels()
     line = [i for i, lab in enumerate(labels) if lab.startswith("usable")]
     order = line + [i for i in range(len(labels) - 1, -1, -1) if i not in line]  # the line, then items top first
-    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8, loc="upper left",
-              bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)  # beside the bars, never on them
+    ax.legend(
+        [handles[i] for i in order],
+        [labels[i] for i in order],
+        fontsize=8,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        borderaxespad=0.0,
+    )  # beside the bars, never on them
     notes = []
     if all(math.isclose(b.total, bars[0].total) for b in bars):  # nothing to shard over: say why
-        notes.append(f"DP {plan.dp} x CP {plan.cp} = {plan.dp * plan.cp}: ZeRO splits optimizer states, gradients "
-                     "and weights over the GPUs that hold copies of the same weights; here there is no other copy, "
-                     "so ZeRO shards nothing and the four bars are equal.")
+        notes.append(
+            f"DP {plan.dp} x CP {plan.cp} = {plan.dp * plan.cp}: ZeRO splits optimizer states, gradients "
+            "and weights over the GPUs that hold copies of the same weights; here there is no other copy, "
+            "so ZeRO shards nothing and the four bars are equal."
+        )
     if zero_items:
         notes.append("0 at every stage here, not drawn: " + ", ".join(zero_items) + ".")
     if notes:
@@ -119,8 +153,10 @@ def search_panels(result: dict, shown: int = 10) -> list[tuple[str, dict[int, in
     whose curve is the same), in the order they are drawn."""
     fams = sorted(result["families"].items(), key=lambda kv: -max(kv[1].values(), default=0))[:shown]
     curves = {fam: {int(n): v for n, v in row.items()} for fam, row in fams}
-    return [(fam, curve, [other for other, c in curves.items() if other != fam and c == curve])
-            for fam, curve in curves.items()]
+    return [
+        (fam, curve, [other for other, c in curves.items() if other != fam and c == curve])
+        for fam, curve in curves.items()
+    ]
 
 
 def plot_search(result: dict, path: str) -> None:
@@ -134,8 +170,9 @@ def plot_search(result: dict, path: str) -> None:
     panels = search_panels(result)
     cols = min(5, max(1, len(panels)))
     rows = max(1, math.ceil(len(panels) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(3.0 * cols + 0.5, 2.7 * rows + 1.2), sharex=True, sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(3.0 * cols + 0.5, 2.7 * rows + 1.2), sharex=True, sharey=True, squeeze=False
+    )
     for i, ax in enumerate(axes.flat):
         if i >= len(panels):
             ax.set_visible(False)
@@ -145,8 +182,7 @@ def plot_search(result: dict, path: str) -> None:
             xs = sorted(c)
             ax.plot(xs, [max(c[x], 1) for x in xs], color="0.82", lw=0.9, zorder=1, label="_context")
         xs = sorted(curve)
-        ax.plot(xs, [max(curve[x], 1) for x in xs], color=f"C{i % 10}", lw=2, marker="o", ms=2.5, zorder=3,
-                label=fam)
+        ax.plot(xs, [max(curve[x], 1) for x in xs], color=f"C{i % 10}", lw=2, marker="o", ms=2.5, zorder=3, label=fam)
         same_as = textwrap.fill("same curve as: " + "; ".join(same), 44) if same else ""
         ax.set_title(fam + ("\n" + same_as if same else ""), fontsize=7.5)
         ax.set_xscale("log", base=2)
@@ -161,12 +197,23 @@ def plot_search(result: dict, path: str) -> None:
         ax.set_xlabel("nodes", fontsize=8)
     for ax in axes[:, 0]:
         ax.set_ylabel("longest sequence\n(tokens; K = 1,000)", fontsize=8)
-    fig.suptitle(f"{result['model']}: the longest sequence that fits, per layout family "
-                 f"({result['usable']:g} {result.get('unit', 'GB')} usable per GPU)", fontsize=10)
-    fig.legend([Line2D([], [], color="C0", lw=2, marker="o", ms=3), Line2D([], [], color="0.82", lw=0.9)],
-               ["the panel's family (named above the panel, with any family whose curve is the same)",
-                "the other families, for scale"], loc="lower center", ncol=2, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, -0.01))
+    fig.suptitle(
+        f"{result['model']}: the longest sequence that fits, per layout family "
+        f"({result['usable']:g} {result.get('unit', 'GB')} usable per GPU)",
+        fontsize=10,
+    )
+    fig.legend(
+        [Line2D([], [], color="C0", lw=2, marker="o", ms=3), Line2D([], [], color="0.82", lw=0.9)],
+        [
+            "the panel's family (named above the panel, with any family whose curve is the same)",
+            "the other families, for scale",
+        ],
+        loc="lower center",
+        ncol=2,
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, -0.01),
+    )
     fig.tight_layout(rect=(0, 0.05, 1, 0.95))
     save(fig, path)
     plt.close(fig)

@@ -1,6 +1,7 @@
 """A lesson's tables as plain text: a title, a header, one labelled row each, aligned, and the notes under
 it. A table wider than the page still reads across: its headers wrapped, turned a quarter, or its columns in
 blocks (`table_lines`); never cut."""
+
 from __future__ import annotations
 
 import textwrap
@@ -36,9 +37,11 @@ def _fit(head: list[str], body: list[list[str]], width: int, wrap: tuple[int, ..
     """Column widths that fit `width` with the headers over as few lines as can be: each column at least its
     longest cell (the columns in `wrap`: their longest word, their cells then wrapped over lines), and just
     wide enough for its header to wrap into that many lines; None where even one word a line does not fit."""
+
     def longest(i: int) -> int:
         cells = [r[i] for r in body]
         return max([len(w) for c in cells for w in c.split()] + [0]) if i in wrap else max(map(len, cells), default=0)
+
     room = width - GAP - GAP * (len(head) - 1)
     deepest = max(len(h.split()) for h in head) or 1
     for depth in range(1, deepest + 1):
@@ -61,24 +64,33 @@ def _fit(head: list[str], body: list[list[str]], width: int, wrap: tuple[int, ..
 def _laid_out(head: list[str], body: list[list[str]], numeric: list[bool], widths: list[int]) -> list[str]:
     """The table at `widths`: headers wrapped over as many lines as the longest needs, a rule, the rows (a text
     cell wider than its column wrapped over lines of its own row)."""
+
     def line(cells: list[str]) -> str:
-        return (" " * GAP + (" " * GAP).join(c.rjust(w) if numeric[i] else c.ljust(w)
-                                             for i, (c, w) in enumerate(zip(cells, widths)))).rstrip()
+        return (
+            " " * GAP
+            + (" " * GAP).join(c.rjust(w) if numeric[i] else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        ).rstrip()
 
     def block(cells: list[list[str]], bottom: bool) -> list[str]:  # cells of one row, each over its lines
         depth = max(map(len, cells))
         cells = [([""] * (depth - len(c)) + c) if bottom else (c + [""] * (depth - len(c))) for c in cells]
         return [line([c[k] for c in cells]) for k in range(depth)]
+
     heads = block([_header_lines(h, w) for h, w in zip(head, widths)], bottom=True)  # on the rule
-    rows = [block([[c] if len(c) <= w else _header_lines(c, w) for c, w in zip(r, widths)], bottom=False)
-            for r in body]
+    rows = [block([[c] if len(c) <= w else _header_lines(c, w) for c, w in zip(r, widths)], bottom=False) for r in body]
     return heads + [" " * GAP + (" " * GAP).join("-" * w for w in widths)] + [x for r in rows for x in r]
 
 
 def _numeric(rows: list[list[Any]]) -> list[bool]:
     """Per column (label first): every value a number, so it lines up on the right."""
-    return [i > 0 and all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows)
-            for i in range(len(rows[0]))] if rows else []
+    return (
+        [
+            i > 0 and all(isinstance(r[i], (int, float)) and not isinstance(r[i], bool) for r in rows)
+            for i in range(len(rows[0]))
+        ]
+        if rows
+        else []
+    )
 
 
 def table_lines(t: Table, width: int = 96) -> list[str]:
@@ -109,8 +121,7 @@ def table_lines(t: Table, width: int = 96) -> list[str]:
     return out
 
 
-def _turned(t: Table, head: list[str], body: list[list[str]], values: list[list[Any]],
-            width: int) -> list[str] | None:
+def _turned(t: Table, head: list[str], body: list[list[str]], values: list[list[Any]], width: int) -> list[str] | None:
     """The table with its rows as columns (the first header names the new label column), where that fits."""
     t_head = [head[0]] + [r[0] for r in body]
     t_body = [[head[i]] + [r[i] for r in body] for i in range(1, len(head))]
@@ -119,8 +130,12 @@ def _turned(t: Table, head: list[str], body: list[list[str]], values: list[list[
     if widths is None:
         return None
     numeric = _numeric(t_values)
-    said = textwrap.wrap(f"(turned to fit: a column per {printable(t.columns[0])})", width,
-                         initial_indent=" " * GAP, subsequent_indent=" " * (GAP + 1))
+    said = textwrap.wrap(
+        f"(turned to fit: a column per {printable(t.columns[0])})",
+        width,
+        initial_indent=" " * GAP,
+        subsequent_indent=" " * (GAP + 1),
+    )
     return said + _laid_out(t_head, t_body, numeric, widths)
 
 
@@ -132,8 +147,10 @@ def _blocks(head: list[str], body: list[list[str]], numeric: list[bool], width: 
         end = start + 1
         if _fit([head[0], head[start]], [[r[0], r[start]] for r in body], width) is None:
             return None
-        while end < n and _fit([head[0]] + head[start:end + 1], [[r[0]] + r[start:end + 1] for r in body],
-                               width) is not None:
+        while (
+            end < n
+            and _fit([head[0]] + head[start : end + 1], [[r[0]] + r[start : end + 1] for r in body], width) is not None
+        ):
             end += 1
         cols = [0] + list(range(start, end))
         part = [[r[i] for i in cols] for r in body]

@@ -10,6 +10,7 @@ the escape Python would use for it (ESC as \\x1b, U+202E as \\u202e), so a learn
 Rich and Textual markup in such text (`[bold red]`, `[link=...]`) is a second, separate question: it is
 escaped where the text goes into a Rich or Textual string that is parsed for markup (`markup_safe`).
 """
+
 from __future__ import annotations
 
 import re
@@ -49,4 +50,5 @@ def markup_safe(text: Any) -> str:
     """`printable(text)` with Rich / Textual markup escaped, for strings that are parsed as markup (a Rich
     console's print, a Textual border title): '[bold]x[/]' shows as those very characters."""
     from rich.markup import escape
+
     return escape(printable(text))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import textwrap
 from typing import Any
-from ..comm.trace import Trace
 
 
 def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, show_all: bool) -> list[str]:
@@ -22,7 +21,8 @@ def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, 
         + (
             "the post's, drawn: contract -> E3 (0.6) and E8 (0.4), the -> E1 and E2; other tokens by the router"
             if routing == "post"
-            else "the run's own router (--routing post: the post's drawn choices)" if routing == "learned"
+            else "the run's own router (--routing post: the post's drawn choices)"
+            if routing == "learned"
             else f"the {routing} policy, seeded, in place of the router (--routing learned: the run's own router)"
         )
     )
@@ -66,19 +66,6 @@ def path_text(path: dict, name: str, layout: Any, routing: str, symbolic: bool, 
     return "\n".join(out).split("\n")
 
 
-def joins(trace: Trace, g: int) -> list[dict]:
-    """Every kind of call GPU g joins (op and group), with its calls and bytes sent and received."""
-    does: dict[tuple[str, str], dict[str, int]] = {}
-    for e in trace.events:
-        if e.kind != "compute" and g in e.ranks:
-            row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
-            mine = e.member(g)
-            row["calls"] += 1
-            row["sent"] += mine.sent
-            row["received"] += mine.recv
-    return [{"op": op, "group": grp, **row} for (op, grp), row in does.items()]
-
-
 def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
     """`--gpu N` in words: what the GPU stores, its tokens, its peak, its work and every call it joins."""
     out: list[str] = []
@@ -90,9 +77,13 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
     out.append(
         f"  stores: {s['tp shards']:,} values of "
         + ("TP shards (attention, MLP), " if split else "whole weights (attention, MLP: TP 1 splits nothing), ")
-        + f"{s['whole copies']:,} of " + ("whole copies (norms, router), " if split else "norms and router, ")
-        + (f"{s['experts']:,} of experts, its MoE layers together ({_experts_once(view['experts_per_layer'])}), "
-           if s["experts"] else "")
+        + f"{s['whole copies']:,} of "
+        + ("whole copies (norms, router), " if split else "norms and router, ")
+        + (
+            f"{s['experts']:,} of experts, its MoE layers together ({_experts_once(view['experts_per_layer'])}), "
+            if s["experts"]
+            else ""
+        )
         + f"{s['optimizer']:,} optimizer values (its ZeRO-1 share of master, m, v)"
     )
     out.append(
@@ -109,32 +100,63 @@ def gpu_text(view: dict, value: dict, name: str, routing: str) -> list[str]:
         )
         if "assumes" in pk:  # a real-size step: the estimator's plan, as `parasim memory` counts it
             from ..estimate.memory import assumption_words, fit_words
-            out.append(textwrap.fill("; ".join(assumption_words(pk["assumes"], view["sizes"]["cp"])), 100,
-                                     initial_indent="    assumes: ", subsequent_indent=" " * 13))
-            out.append(textwrap.fill(fit_words(pk["bytes"], pk["usable"], pk["gpu_model"], pk["card"]), 100,
-                                     initial_indent="    ", subsequent_indent=" " * 6))
-            out.append(textwrap.fill(
-                f"the estimator says {pk['estimate'] / 1e9:,.2f} GB for this stage: it counts the model's shapes "
-                "(embeddings, every MLP matrix, shared experts, logits), this step only the layers it runs; "
-                "parasim memory --symbolic sets the two side by side, item by item", 100,
-                initial_indent="    ", subsequent_indent=" " * 6))
+
+            out.append(
+                textwrap.fill(
+                    "; ".join(assumption_words(pk["assumes"], view["sizes"]["cp"])),
+                    100,
+                    initial_indent="    assumes: ",
+                    subsequent_indent=" " * 13,
+                )
+            )
+            out.append(
+                textwrap.fill(
+                    fit_words(pk["bytes"], pk["usable"], pk["gpu_model"], pk["card"]),
+                    100,
+                    initial_indent="    ",
+                    subsequent_indent=" " * 6,
+                )
+            )
+            out.append(
+                textwrap.fill(
+                    f"the estimator says {pk['estimate'] / 1e9:,.2f} GB for this stage: it counts the model's shapes "
+                    "(embeddings, every MLP matrix, shared experts, logits), this step only the layers it runs; "
+                    "parasim memory --symbolic sets the two side by side, item by item",
+                    100,
+                    initial_indent="    ",
+                    subsequent_indent=" " * 6,
+                )
+            )
     if "time" in view and view["time"]["step_s"] is None:
-        out.append(textwrap.fill(f"time: not timed on {view['time']['gpu']}: {view['time']['why']}", 100,
-                                 initial_indent="  ", subsequent_indent="    "))
+        out.append(
+            textwrap.fill(
+                f"time: not timed on {view['time']['gpu']}: {view['time']['why']}",
+                100,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
+        )
     elif "time" in view:
         from .estimate_text import range_words
+
         tm = view["time"]
         t, busy, crit = tm["this"], tm["busiest"], tm["critical"]
-        out.append(textwrap.fill(
-            f"time: one step on {tm['gpu']}s takes {tm['step_s']:,.2f} s on the clock (every event timed, no "
-            f"overlap; parasim hardware lists the constants)"
-            + (f"; {range_words(tm['range'])}" if tm.get("range") else "") + f". This GPU computes {t['compute_s']:,.2f} s "
-            f"({t['flops']:.4g} FLOPs), communicates {t['comm_s']:,.2f} s and waits {t['idle_s']:,.2f} s; "
-            f"the busiest GPU, g{busy['rank']}, computes {busy['compute_s']:,.2f} s. The critical path is "
-            f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication: "
-            f"{tm['tokens_per_s_per_gpu']:,.0f} tokens per second per GPU"
-            + (f", MFU {tm['mfu']:.0%}." if "mfu" in tm else "."), 100,
-            initial_indent="  ", subsequent_indent="    "))
+        out.append(
+            textwrap.fill(
+                f"time: one step on {tm['gpu']}s takes {tm['step_s']:,.2f} s on the clock (every event timed, no "
+                f"overlap; parasim hardware lists the constants)"
+                + (f"; {range_words(tm['range'])}" if tm.get("range") else "")
+                + f". This GPU computes {t['compute_s']:,.2f} s "
+                f"({t['flops']:.4g} FLOPs), communicates {t['comm_s']:,.2f} s and waits {t['idle_s']:,.2f} s; "
+                f"the busiest GPU, g{busy['rank']}, computes {busy['compute_s']:,.2f} s. The critical path is "
+                f"{crit['compute']:,.2f} s of compute and {crit['comm']:,.2f} s of communication: "
+                f"{tm['tokens_per_s_per_gpu']:,.0f} tokens per second per GPU"
+                + (f", MFU {tm['mfu']:.0%}." if "mfu" in tm else "."),
+                100,
+                initial_indent="  ",
+                subsequent_indent="    ",
+            )
+        )
     out.append("  joins:")
     for d in view["does"]:
         out.append(
@@ -158,7 +180,7 @@ def _experts_once(per_layer: list[list[int]]) -> str:
     if not lists:
         return "(none)"
     if len(lists) == 1:
-        (ids, n), = lists.items()
+        ((ids, n),) = lists.items()
         return f"{_expert_names(ids)} in " + (f"each of its {n} MoE layers" if n > 1 else "its one MoE layer")
     return ", ".join(f"{_expert_names(ids)} in {n} of its MoE layers" for ids, n in lists.items())
 

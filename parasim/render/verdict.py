@@ -2,6 +2,7 @@
 
 A lesson's title and name, compute steps' names and check names can come from a user's program: they go
 into Rich's markup escaped (`markup_safe`), or printed without markup through `printable`."""
+
 from __future__ import annotations
 
 from rich import box
@@ -15,11 +16,17 @@ from .text import markup_safe, printable
 
 def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], console: Console | None = None) -> None:
     console = console or Console(highlight=False)
-    where = "" if report.device == "cpu" else f", tensors on {report.device}" + (
-        ", each call's tensors copied to the host and back" if report.wire == "cpu" else "")
-    console.print(f"[bold]{markup_safe(lesson.title)}[/]  ({markup_safe(lesson.name)}: {report.world} real ranks on "
-                  f"{markup_safe(report.backend)}{where}, "
-                  f"compared with {report.world} virtual ranks)")
+    where = (
+        ""
+        if report.device == "cpu"
+        else f", tensors on {report.device}"
+        + (", each call's tensors copied to the host and back" if report.wire == "cpu" else "")
+    )
+    console.print(
+        f"[bold]{markup_safe(lesson.title)}[/]  ({markup_safe(lesson.name)}: {report.world} real ranks on "
+        f"{markup_safe(report.backend)}{where}, "
+        f"compared with {report.world} virtual ranks)"
+    )
 
     ranks = Table(box=box.SIMPLE_HEAD, title="per rank", title_justify="left")
     for col in ("rank", "calls", "bytes sent", "bytes received", "time in calls (ms)"):
@@ -27,8 +34,13 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
     for r in range(report.world):
         mine = [(e, m) for e in report.trace.events for m in e.members if m.rank == r]
         busy = sum(report.times[(e.seq, r)][1] for e, _ in mine) / 1e3
-        ranks.add_row(str(r), str(len(mine)), f"{sum(m.sent for _, m in mine):,}",
-                      f"{sum(m.recv for _, m in mine):,}", f"{busy:.2f}")
+        ranks.add_row(
+            str(r),
+            str(len(mine)),
+            f"{sum(m.sent for _, m in mine):,}",
+            f"{sum(m.recv for _, m in mine):,}",
+            f"{busy:.2f}",
+        )
     console.print(ranks)
 
     ops = Table(box=box.SIMPLE_HEAD, title="measured per kind of call", title_justify="left")
@@ -41,8 +53,10 @@ def print_verdict(lesson: Lesson, report: RealReport, checks: list[Check], conso
 
     if report.match:
         how = "values bit for bit" if report.closest is None else f"values {report.closest.words()}"
-        console.print(f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
-                      f"virtual ranks; {how}.")
+        console.print(
+            f"[green bold]MATCH[/]: every call, group, shape, dtype, byte count and call site as on "
+            f"virtual ranks; {how}."
+        )
     else:
         console.print(f"[red bold]DIFFERENT[/]: {len(report.differences)} difference(s) from the virtual run:")
         for d in report.differences:

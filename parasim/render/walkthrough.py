@@ -3,6 +3,7 @@ rank's values before and after, the bytes it moved and the line that called it; 
 
 Names, labels, phases, notes, sites and narratives come from a trace file or a user's program: every line
 goes out through `printable`, so what a terminal would act on (an escape sequence, a bell) is shown."""
+
 from __future__ import annotations
 
 import textwrap
@@ -54,6 +55,7 @@ def fmt_check(v: Any) -> str:
             return fmt_value(x, False)
         keep = 3 if x and isinstance(x[0], list) else 4
         return "[" + ", ".join(head(y) for y in x[:keep]) + (", ..." if len(x) > keep else "") + "]"
+
     return f"{' x '.join(f'{d:,}' for d in dims)} values: {head(v)}"
 
 
@@ -129,32 +131,41 @@ def event_lines(e: Event) -> Iterator[str]:
     yield head
     members = list(e.members)
     # a large group: its first members and its last, and what the ones between sent and received
-    shown = members if len(members) <= SHOWN_MEMBERS else members[:SHOWN_MEMBERS - 2] + members[-2:]
+    shown = members if len(members) <= SHOWN_MEMBERS else members[: SHOWN_MEMBERS - 2] + members[-2:]
     lines: list[tuple[int, str]] = []  # (rank, the rest of its line), in order; a skipped middle as rank -1
     for m in shown:
         if len(shown) < len(members) and m is members[-2]:
-            between = members[SHOWN_MEMBERS - 2:-2]
-            lines.append((-1, f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
-                              f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}"))
+            between = members[SHOWN_MEMBERS - 2 : -2]
+            lines.append(
+                (
+                    -1,
+                    f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
+                    f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}",
+                )
+            )
         what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
         if m.before is not None and m.after is not None and (m.before or m.after):
-            values = f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
+            values = (
+                f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
+            )
             what = values if len(values) <= SHOWN_CHARS else f"{what} (values: --json)"
         lines.append((m.rank, f"{what:<44} sent {fmt_bytes(m.sent):>9}  recv {fmt_bytes(m.recv):>9}  {m.site}"))
     yield from _folded(lines)
     hops = e.hops or []
     if hops and any(t["value"] is None for h in hops for t in h["transfers"]):
         phases = [p for p in ("reduce-scatter", "all-gather") if any(h["phase"] == p for h in hops)]
-        counts = " + ".join(f"{n} {p} hop{'s' * (n != 1)}" for p in phases
-                             for n in [sum(h['phase'] == p for h in hops)])
+        counts = " + ".join(
+            f"{n} {p} hop{'s' * (n != 1)}" for p in phases for n in [sum(h["phase"] == p for h in hops)]
+        )
         sizes = sorted({t["bytes"] for h in hops for t in h["transfers"]})
         yield f"      ring: {counts}, each rank passing one chunk ({' or '.join(map(fmt_bytes, sizes))}) to the next"
         hops = []
     for hop in hops:
         moves = "; ".join(
-            f"{t['src']}->{t['dst']} chunk {t['chunk']}" + (f" {fmt_value(t['value'])}" if t["value"] is not None
-                                                          else f" ({t['bytes']} B)")
-            for t in hop["transfers"])
+            f"{t['src']}->{t['dst']} chunk {t['chunk']}"
+            + (f" {fmt_value(t['value'])}" if t["value"] is not None else f" ({t['bytes']} B)")
+            for t in hop["transfers"]
+        )
         yield f"      hop {hop['hop'] + 1} of {hop['phase']}: {moves}"
 
 
@@ -164,6 +175,7 @@ def phase_order(trace) -> list[str | None]:
     later ones early (they have nothing to wait for), so the order the marks were recorded in is not the
     program's. Among phases free to come next, the one whose first event or note is earliest comes first."""
     import heapq
+
     first: dict[str | None, tuple[int, int]] = {}  # phase -> (earliest step, first mention) for the tie-break
     after: dict[str | None, set] = {}
     seen_at: dict[int, str | None] = {}
@@ -239,6 +251,7 @@ def page_width() -> int:
     reads the same on every machine; `lesson --width` sets it)."""
     import os
     import sys
+
     columns = os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else WIDTH
     return max(60, min(WIDEST, columns))
 
@@ -252,9 +265,9 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     settings = trace.meta.get("knobs")
     if settings:
         from ..lesson import KNOB_KINDS
+
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
-        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", width,
-                             subsequent_indent="  ")
+        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue
@@ -269,6 +282,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
     if lr.tables:
         from .tables import table_lines
+
         out += ["", "== tables (every figure from the run) =="]
         for t in lr.tables:
             out += [""] + table_lines(t, width)
@@ -289,19 +303,30 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
 def clock_words(c: dict) -> str:
     """The run on the clock in a sentence: the step, its critical path, and what each overlap switch not on
     would save (lesson --json's "clock")."""
-    saves = [f"{name} would save {duration(v['saves_us'])}" for name, v in c["switches"].items()
-             if not v["on"] and v["saves_us"] > 0]
+    saves = [
+        f"{name} would save {duration(v['saves_us'])}"
+        for name, v in c["switches"].items()
+        if not v["on"] and v["saves_us"] > 0
+    ]
     over = ", ".join(c["overlap"]) or "no overlap"
     r = c.get("range")
-    like = (f" (held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's time: "
-            f"{duration(r['low_s'] * 1e6)} to {duration(r['high_s'] * 1e6)}; {len(r['runs'])} {r['like']})"
-            if r else "")
-    small = (" (this run's arrays are a lesson's few values, so its time is the collectives' fixed costs, not "
-             "arithmetic; the lessons marked 'on the clock' in parasim lesson --list time a real-size step)"
-             if c.get("exact") and c["critical_compute_us"] < 0.01 * c["step_us"] else "")
-    return (f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the run takes "
-            f"{duration(c['step_us'])}{like}, its critical path {duration(c['critical_compute_us'])} of compute and "
-            f"{duration(c['critical_comm_us'])} of communication{small}" + (f"; {'; '.join(saves)}." if saves else "."))
+    like = (
+        f" (held-out runs like it measured {r['low_ratio']:.2f}x to {r['high_ratio']:.2f}x the clock's time: "
+        f"{duration(r['low_s'] * 1e6)} to {duration(r['high_s'] * 1e6)}; {len(r['runs'])} {r['like']})"
+        if r
+        else ""
+    )
+    small = (
+        " (this run's arrays are a lesson's few values, so its time is the collectives' fixed costs, not "
+        "arithmetic; the lessons marked 'on the clock' in parasim lesson --list time a real-size step)"
+        if c.get("exact") and c["critical_compute_us"] < 0.01 * c["step_us"]
+        else ""
+    )
+    return (
+        f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the run takes "
+        f"{duration(c['step_us'])}{like}, its critical path {duration(c['critical_compute_us'])} of compute and "
+        f"{duration(c['critical_comm_us'])} of communication{small}" + (f"; {'; '.join(saves)}." if saves else ".")
+    )
 
 
 def duration(us: float) -> str:

@@ -6,6 +6,7 @@ also counts parts the step has no code for (embeddings and the output layer, the
 gated MLP's third matrix) and spreads the model state evenly over the pipeline stages. Every difference
 is named, and its size is worked out from the model's shapes, never typed in.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -24,6 +25,7 @@ from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts
 from .step import make_step
 from ..comm.trace import Trace
 
+
 def granule(plan: Plan) -> int:
     """Sequence lengths the step takes: whole zigzag halves of every CP slice, then whole SP shares."""
     return 2 * plan.cp * plan.tp
@@ -33,12 +35,20 @@ def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int
     """One line of reason (UsageError) for a plan the step cannot carry out, a routing it cannot take, or a
     sequence length (when given) it cannot split."""
     if Routing.parse(routing).kind != "balanced" and model.experts:
-        raise UsageError(f"routing {routing}: the step folds the ranks that do the same work, which needs "
-                         "balanced routing (every GPU routes alike)")
-    why = [w for bad, w in ((plan.zero != 1, f"ZeRO-{plan.zero} (the step shards the optimizer state: ZeRO-1)"),
-                            (plan.recompute == "selective", "selective recomputation (the step has none or full)"),
-                            (plan.micro_batch != 1, "micro-batches of several sequences (the step's hold one)"),
-                            (bool(model.experts) and plan.etp != 1, "expert TP on symbolic ranks")) if bad]
+        raise UsageError(
+            f"routing {routing}: the step folds the ranks that do the same work, which needs "
+            "balanced routing (every GPU routes alike)"
+        )
+    why = [
+        w
+        for bad, w in (
+            (plan.zero != 1, f"ZeRO-{plan.zero} (the step shards the optimizer state: ZeRO-1)"),
+            (plan.recompute == "selective", "selective recomputation (the step has none or full)"),
+            (plan.micro_batch != 1, "micro-batches of several sequences (the step's hold one)"),
+            (bool(model.experts) and plan.etp != 1, "expert TP on symbolic ranks"),
+        )
+        if bad
+    ]
     if why:
         raise UsageError(f"the symbolic step cannot run {why[0]}")
     check_symbolic_step(seq, plan.m, plan.pp)  # what a step on symbolic ranks holds and does in seconds
@@ -50,8 +60,16 @@ def step_layout(model: ModelSpec, plan: Plan, seq: int) -> Layout:
     """The layout the step runs for `plan` at `seq` tokens."""
     check_runs(model, plan, seq=seq)
     dropout = 0.1 if as_run(plan).dropout else 0.0
-    return Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, ep=plan.ep, etp=plan.etp, sp=plan.sp,
-                  model=replace(model, seq=seq, flash=plan.flash, dropout=dropout))
+    return Layout(
+        tp=plan.tp,
+        cp=plan.cp,
+        pp=plan.pp,
+        dp=plan.dp,
+        ep=plan.ep,
+        etp=plan.etp,
+        sp=plan.sp,
+        model=replace(model, seq=seq, flash=plan.flash, dropout=dropout),
+    )
 
 
 def first_gpu(layout: Layout, stage: int) -> int:
@@ -63,12 +81,14 @@ def run_plan(model: ModelSpec, plan: Plan, seq: int, gpu: int, routing: str = "b
     """One step of `plan` at `seq` tokens on symbolic ranks, folded around `gpu`: the run's trace."""
     layout = step_layout(model, plan, seq)
     program = make_step(layout, m=plan.m, routing=routing, recompute=plan.recompute)
-    return run_program(program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu),
-                       precision=plan.precision).trace
+    return run_program(
+        program, layout.world, backend="symbolic", fold=fold_of(layout, around=gpu), precision=plan.precision
+    ).trace
 
 
-def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None,
-            trace: Trace = None) -> dict[str, Any]:
+def compare(
+    model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", stage: int | None = None, trace: Trace = None
+) -> dict[str, Any]:
     """The estimate at `seq` and one symbolic step's GPU on `stage` (default: the one the estimate says
     binds, whose items `breakdown` gives), item by item:
     {"gpu", "stage", "rows": [{"item", "estimate", "run", "parts": {part: bytes}}], "traffic", "run_total",
@@ -86,17 +106,38 @@ def compare(model: ModelSpec, plan: Plan, seq: int, routing: str = "balanced", s
         trace = run_plan(model, plan, seq, gpu, routing)
     held = trace.peak(gpu)["by_kind"]
     state = state_parts(model, plan, est.stage)
-    rows = [{"item": k, "estimate": est.items[k], "run": held[k], "parts": state[k]}
-            for k in ("weights", "gradients", "optimizer")]
+    rows = [
+        {"item": k, "estimate": est.items[k], "run": held[k], "parts": state[k]}
+        for k in ("weights", "gradients", "optimizer")
+    ]
     ep_rank = layout.coords()[gpu]["ep"]
-    rows.append({"item": "activations (kept, in flight, recompute working set)",
-                 "estimate": sum(est.items[k] for k in ACTIVATION_ITEMS), "run": held["activations"],
-                 "parts": activation_parts(model, plan, seq, est.stage, routing, ep_rank)})
-    rows.append({"item": "logits", "estimate": est.items["logits"], "run": 0,
-                 "parts": {"the step has no output layer": est.items["logits"]} if est.items["logits"] else {}})
+    rows.append(
+        {
+            "item": "activations (kept, in flight, recompute working set)",
+            "estimate": sum(est.items[k] for k in ACTIVATION_ITEMS),
+            "run": held["activations"],
+            "parts": activation_parts(model, plan, seq, est.stage, routing, ep_rank),
+        }
+    )
+    rows.append(
+        {
+            "item": "logits",
+            "estimate": est.items["logits"],
+            "run": 0,
+            "parts": {"the step has no output layer": est.items["logits"]} if est.items["logits"] else {},
+        }
+    )
     missing = est.items["logits"] + sum(r["estimate"] - r["run"] for r in rows[:3])
-    return {"gpu": gpu, "stage": est.stage, "seq": seq, "rows": rows, "traffic": _traffic(model, plan, seq, trace, layout, routing),
-            "run_total": sum(held.values()), "estimate_total": est.total, "missing": missing}
+    return {
+        "gpu": gpu,
+        "stage": est.stage,
+        "seq": seq,
+        "rows": rows,
+        "traffic": _traffic(model, plan, seq, trace, layout, routing),
+        "run_total": sum(held.values()),
+        "estimate_total": est.total,
+        "missing": missing,
+    }
 
 
 def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Trace, layout: Layout, routing: str) -> list[dict]:
@@ -112,8 +153,16 @@ def _traffic(model: ModelSpec, plan: Plan, seq: int, trace: Trace, layout: Layou
         if not est.get(k) and not run:
             continue
         where = coords[rank]
-        out.append({"axis": k[0], "op": k[1], "estimate": est.get(k, 0.0), "run": run, "gpu": rank,
-                    "parts": traffic_parts(model, plan, seq, k, where["pp"], where["ep"], routing)})
+        out.append(
+            {
+                "axis": k[0],
+                "op": k[1],
+                "estimate": est.get(k, 0.0),
+                "run": run,
+                "gpu": rank,
+                "parts": traffic_parts(model, plan, seq, k, where["pp"], where["ep"], routing),
+            }
+        )
     return out
 
 
@@ -145,6 +194,14 @@ def fit_against_run(model: ModelSpec, plan: Plan, usable: float, routing: str = 
     for s in (seq, seq + g):
         c = compare(model, plan, s, routing)
         total = c["run_total"] + c["missing"]
-        out["lengths"].append({"seq": s, "run_total": c["run_total"], "missing": c["missing"], "total": total,
-                               "fits": total <= usable, "estimate_total": c["estimate_total"]})
+        out["lengths"].append(
+            {
+                "seq": s,
+                "run_total": c["run_total"],
+                "missing": c["missing"],
+                "total": total,
+                "fits": total <= usable,
+                "estimate_total": c["estimate_total"],
+            }
+        )
     return out

@@ -11,6 +11,7 @@ with K x (h + mats x expert width) values, plus shared experts and the gated MLP
 GPU keeps the rows it received (a token once per GPU holding one of its picks) and two matrices' worth per
 (token, expert) pair it works on.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -45,18 +46,31 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
         was = out.setdefault(part, [0.0, 0.0])
         was[0] += dense
         was[1] += experts
-    add("even spread over stages", (shapes - routed - counted["embeddings"]) / (tp * plan.pp),
-        routed / (plan.etp * ep * plan.pp))
+
+    add(
+        "even spread over stages",
+        (shapes - routed - counted["embeddings"]) / (tp * plan.pp),
+        routed / (plan.etp * ep * plan.pp),
+    )
     add("embeddings and output layer", counted["embeddings"] / (tp * plan.pp))
-    add("stated count against the shapes", (scale - 1) * (shapes - routed) / (tp * plan.pp),
-        (scale - 1) * routed / (plan.etp * ep * plan.pp))
+    add(
+        "stated count against the shapes",
+        (scale - 1) * (shapes - routed) / (tp * plan.pp),
+        (scale - 1) * routed / (plan.etp * ep * plan.pp),
+    )
     for i in stage_range(model, plan.pp, stage):
         moe = bool(layer_shape(model, i).experts)
         # the estimator's own count of this layer comes off its even spread: what is left is the spread's
-        mlp = model.experts * h + model.shared_experts * model.mlp_params(model.shared_size) if moe \
+        mlp = (
+            model.experts * h + model.shared_experts * model.mlp_params(model.shared_size)
+            if moe
             else model.mlp_params(f)
-        add("even spread over stages", -(model.attention_params() + 2 * h + mlp) / tp,
-            -model.experts * model.mlp_params(fe) / (plan.etp * ep) if moe else 0.0)
+        )
+        add(
+            "even spread over stages",
+            -(model.attention_params() + 2 * h + mlp) / tp,
+            -model.experts * model.mlp_params(fe) / (plan.etp * ep) if moe else 0.0,
+        )
         add("kv heads copied over TP", -(bare - model.attention_params() / tp))
         add("norms: whole on every TP rank, with biases", 2 * h / tp - 2 * h * (2 if model.norm == "layernorm" else 1))
         add("biases (the estimator counts none)", -biases)
@@ -67,8 +81,11 @@ def state_values(model: ModelSpec, plan: Plan, stage: int) -> dict[str, tuple[fl
         else:
             add("biases (the estimator counts none)", -((f // tp + h) if model.bias else 0))
         if model.gated:
-            add("gated MLPs' third matrix (the step's MLPs have two)", 0.0 if moe else h * f / tp,
-                model.experts * h * fe / (plan.etp * ep) if moe else 0.0)
+            add(
+                "gated MLPs' third matrix (the step's MLPs have two)",
+                0.0 if moe else h * f / tp,
+                model.experts * h * fe / (plan.etp * ep) if moe else 0.0,
+            )
     return {k: (v[0], v[1]) for k, v in out.items() if v[0] or v[1]}
 
 
@@ -86,9 +103,11 @@ def state_parts(model: ModelSpec, plan: Plan, stage: int) -> dict[str, dict]:
     values = state_values(model, plan, stage)
     shard_d, shard_e = plan.dp * plan.cp, plan.edp
     dt = plan.dtypes
-    out = {"weights": {k: dt.weight_bytes * (d + e) for k, (d, e) in values.items()},
-           "gradients": {k: dt.grad_bytes * (d + e) for k, (d, e) in values.items()},
-           "optimizer": {k: dt.optimizer_bytes * (d / shard_d + e / shard_e) for k, (d, e) in values.items()}}
+    out = {
+        "weights": {k: dt.weight_bytes * (d + e) for k, (d, e) in values.items()},
+        "gradients": {k: dt.grad_bytes * (d + e) for k, (d, e) in values.items()},
+        "optimizer": {k: dt.optimizer_bytes * (d / shard_d + e / shard_e) for k, (d, e) in values.items()},
+    }
     # ZeRO-1 pads each flat buffer (one per gradient group) to a multiple of its group
     pad = sum(-n % g / g for n, g in zip(held_values(model, plan, values), (shard_d, shard_e)) if n)
     if pad:
@@ -109,8 +128,9 @@ def received(model: ModelSpec, plan: Plan, routing: str, tokens: int, ep_rank: i
     return rows, pairs
 
 
-def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing: str = "balanced",
-                     ep_rank: int = 0) -> dict[str, float]:
+def activation_parts(
+    model: ModelSpec, plan: Plan, seq: int, stage: int, routing: str = "balanced", ep_rank: int = 0
+) -> dict[str, float]:
     """Estimator minus a GPU of `stage`, in activation bytes at its peak, by part (the plan as given: parts
     for dropout under CP and the recompute room are the estimator's own items at the plan the run does)."""
     h, tp, fe, k = model.hidden, plan.tp, model.expert_size, model.top_k
@@ -128,21 +148,27 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
     def add(part: str, nbytes: float) -> None:
         if nbytes:
             out[part] = out.get(part, 0.0) + nbytes
+
     for i in layers:
         if layer_shape(model, i).experts:
             rows, pairs = received(model, plan, routing, tokens // x, ep_rank)
-            add("dispatched rows: K copies a token in the estimate, once per GPU in the run",
-                held * v * h * (k * tokens / x - rows))
-            add("expert pairs: K per token in the estimate, the pairs received in the run",
-                held * v * 2 * fe / plan.etp * (k * tokens / x - pairs))
+            add(
+                "dispatched rows: K copies a token in the estimate, once per GPU in the run",
+                held * v * h * (k * tokens / x - rows),
+            )
+            add(
+                "expert pairs: K per token in the estimate, the pairs received in the run",
+                held * v * 2 * fe / plan.etp * (k * tokens / x - pairs),
+            )
             if model.gated:
                 add("gated MLPs' third matrix (the step's MLPs have two)", held * v * k * tokens / x * fe / plan.etp)
-            add("shared experts (the step has none)",
-                held * v * model.mlp_mats * model.shared_experts * model.shared_size * tokens / tp)
+            add(
+                "shared experts (the step has none)",
+                held * v * model.mlp_mats * model.shared_experts * model.shared_size * tokens / tp,
+            )
         elif model.gated:
             add("gated MLPs' third matrix (the step's MLPs have two)", held * v * model.ffn_size * tokens / tp)
-    as_given, as_ran = (sum(breakdown(model, p, seq).items[i] for i in ACTIVATION_ITEMS)
-                        for p in (plan, as_run(plan)))
+    as_given, as_ran = (sum(breakdown(model, p, seq).items[i] for i in ACTIVATION_ITEMS) for p in (plan, as_run(plan)))
     if plan.dropout and plan.cp > 1:
         no_masks = sum(breakdown(model, replace(plan, dropout=False), seq).items[i] for i in ACTIVATION_ITEMS)
         add("dropout masks under CP (the engine models none)", as_given - no_masks)
@@ -151,12 +177,14 @@ def activation_parts(model: ModelSpec, plan: Plan, seq: int, stage: int, routing
     return out
 
 
-def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], stage: int, ep_rank: int,
-                  routing: str = "balanced") -> dict[str, float]:
+def traffic_parts(
+    model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], stage: int, ep_rank: int, routing: str = "balanced"
+) -> dict[str, float]:
     """Estimator minus the run, in bytes at the plan's precision one GPU of `stage` sends per step over (axis,
     collective), by part: the data-parallel sums move the model state (so its parts), the EP all-to-alls
     move rows."""
     from ..estimate.traffic import ring
+
     axis, op = key
     dt = plan.dtypes
     if axis in ("dp", "edp") and op in ("reduce_scatter", "all_gather"):
@@ -182,7 +210,14 @@ def traffic_parts(model: ModelSpec, plan: Plan, seq: int, key: tuple[str, str], 
     # toward the experts (the dispatch, and backward its outputs' gradients) in the dispatch's dtype, home (the
     # combine, and backward the tokens' and gates' gradients) in the combine's
     out, home = dt.bytes("dispatch"), dt.bytes("combine")
-    return {"a token goes once per GPU holding its picks (the estimate sends each of its K copies)":
-            times * (forwards + 1) * (out + home) * model.hidden * (copies - away),
-            "the gates ride with the dispatched rows and their gradients (E/ep values a row)":
-            -times * (forwards * out + home) * per * away}
+    return {
+        "a token goes once per GPU holding its picks (the estimate sends each of its K copies)": times
+        * (forwards + 1)
+        * (out + home)
+        * model.hidden
+        * (copies - away),
+        "the gates ride with the dispatched rows and their gradients (E/ep values a row)": -times
+        * (forwards * out + home)
+        * per
+        * away,
+    }

@@ -1,4 +1,5 @@
 """What a GPU keeps, read from its layers and optimizer: the example programs' (moe16, step) shared view."""
+
 from __future__ import annotations
 
 from math import prod
@@ -20,9 +21,12 @@ def stores(stage: Any, state: dict, tp: Any) -> dict[str, Any]:
         placed = placements[name]
         kind = "experts" if "ep" in placed else "tp shards" if isinstance(placed.get("tp"), Shard) else "whole copies"
         counts[kind] += prod(int(d) for d in w.shape)  # numpy or torch alike
-    return {**counts, "optimizer": sum(v[0] for v in state.values()),
-            "tokens between matmuls": [p + 1 for p in tp.token_positions()],
-            "tokens in attention": [p + 1 for p in tp.cp_positions()]}
+    return {
+        **counts,
+        "optimizer": sum(v[0] for v in state.values()),
+        "tokens between matmuls": [p + 1 for p in tp.token_positions()],
+        "tokens in attention": [p + 1 for p in tp.cp_positions()],
+    }
 
 
 def held_experts(ctx: Context, layer: Any, weights: dict) -> list[int]:
@@ -34,8 +38,12 @@ def held_experts(ctx: Context, layer: Any, weights: dict) -> list[int]:
         return list(range(layer.mlp.first, layer.mlp.first + layer.mlp.per))
     whole = expert_weights(weights, layer.shape)
     moe = layer.mlp  # under ETP a rank holds a column slice of each of its experts' w1: compare slices
-    return [e for mine in moe.experts for e, w in enumerate(whole)
-            if bool(ctx.xp.all(mine["w1"] == local(w["w1"], Shard(1), moe.q, moe.eme, ctx.xp)))]
+    return [
+        e
+        for mine in moe.experts
+        for e, w in enumerate(whole)
+        if bool(ctx.xp.all(mine["w1"] == local(w["w1"], Shard(1), moe.local_experts.q, moe.local_experts.eme, ctx.xp)))
+    ]
 
 
 def vars_of(coords: Any) -> dict[str, int]:

@@ -18,6 +18,7 @@ virtual ranks at small sizes or symbolic ones at real sizes) are its users.
 
 Not modelled: embeddings and the output layer, shared experts, MLA, gated MLPs (two matrices).
 """
+
 from __future__ import annotations
 
 import math
@@ -113,8 +114,7 @@ def stage_range(model: ModelSpec, pp: int, stage: int) -> range:
 
 def layer_shape(model: ModelSpec, i: int) -> ModelSpec:
     """Layer i's shape: a dense MLP for the model's leading dense layers, else the model's own."""
-    return replace(model, experts=0, top_k=None, dense_layers=0) if model.experts and i < model.dense_layers \
-        else model
+    return replace(model, experts=0, top_k=None, dense_layers=0) if model.experts and i < model.dense_layers else model
 
 
 def hold_state(ctx: Context, kept: Holdings, stage: Any) -> int:
@@ -162,8 +162,16 @@ def train_step(ctx: Context, layout: Layout, opts: StepOptions, data: Data, stag
     if opts.phases.schedule is not None:
         ctx.phase(opts.phases.schedule, micro_batches=opts.micro_batches)
     plan = generate(opts.schedule, layout.pp, opts.micro_batches)
-    loss = run_schedule(ctx, g["pp"], plan, {c.pp: driven}, (len(rows), 1, model.hidden),
-                        ctx.dtype_for("activations"), batches.inputs, batches.loss)
+    loss = run_schedule(
+        ctx,
+        g["pp"],
+        plan,
+        {c.pp: driven},
+        (len(rows), 1, model.hidden),
+        ctx.dtype_for("activations"),
+        batches.inputs,
+        batches.loss,
+    )
     # 4. gradients summed where copies saw different tokens (dense weights over dp-cp, experts over
     # expert-dp: their placements say which; SP's partial sums over tp first), ZeRO-1's Adam on each share
     ctx.phase(opts.phases.sync)
@@ -193,8 +201,7 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
         raise LayoutError(f"1F1B over {layout.pp} stages needs at least {layout.pp} micro-batches, got {m}")
     if model.layers < layout.pp:
         raise LayoutError(f"{model.layers} layers cannot fill {layout.pp} pipeline stages")
-    opts = StepOptions(micro_batches=m, routing=Routing.parse(routing) if model.experts else None,
-                       recompute=recompute)
+    opts = StepOptions(micro_batches=m, routing=Routing.parse(routing) if model.experts else None, recompute=recompute)
     whole = (model.seq, 1, model.hidden)
 
     def data(ctx: Context, rows: list) -> MicroBatches:
@@ -203,10 +210,17 @@ def make_step(layout: Layout, m: int | None = None, routing: str = "balanced", r
         idx = xp.asarray(rows, dtype=xp.int64)
         return MicroBatches(
             inputs=lambda mb: xp.take(ctx.shared_rng(f"x.{dp}.{mb}").normal(whole), idx, axis=0),
-            loss=lambda mb, y: dot_loss(xp, y, xp.take(ctx.shared_rng(f"t.{dp}.{mb}").normal(whole), idx, axis=0)))
+            loss=lambda mb, y: dot_loss(xp, y, xp.take(ctx.shared_rng(f"t.{dp}.{mb}").normal(whole), idx, axis=0)),
+        )
 
     def program(ctx: Context) -> dict:
         run = train_step(ctx, layout, opts, data)
-        return {"loss": run.loss, "layers": [layer.key for layer in run.layers], "coords": vars_of(ctx.coords),
-                "stores": stores(run.stage, run.state, run.par), "experts": run.experts}
+        return {
+            "loss": run.loss,
+            "layers": [layer.key for layer in run.layers],
+            "coords": vars_of(ctx.coords),
+            "stores": stores(run.stage, run.state, run.par),
+            "experts": run.experts,
+        }
+
     return program

@@ -6,6 +6,7 @@ the pipeline lessons, so each model is built, and its loss defined, in one place
 The loss is sum(y * target) / n: its gradient with respect to the output y is target / n, so backward
 starts from the target itself and nothing in the loss can differ between a split run and its reference.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -17,15 +18,23 @@ from ..nn.layer import Stack, TransformerLayer, layer_weights
 from ..engine.context import Context
 
 
-def whole_layers(ctx: Context, shape: ModelSpec, first: int, count: int, name: str | None = None
-                 ) -> list[TransformerLayer]:
+def whole_layers(
+    ctx: Context, shape: ModelSpec, first: int, count: int, name: str | None = None
+) -> list[TransformerLayer]:
     """Layers first .. first+count-1 of `shape`, each whole (no tensor parallelism), their weights drawn
     from the streams of their keys L{i}, as every split run draws them; `name`: each layer's display name,
     with {i} its index and {n} its number from 1 ("L{i}", "layer {n}"; None: the layer's default)."""
     tp = ParallelContext(ctx)
-    return [TransformerLayer(tp, shape, layer_weights(ctx, shape, f"L{i}"), key=f"L{i}",
-                             **({} if name is None else {"name": name.format(i=i, n=i + 1)}))
-            for i in range(first, first + count)]
+    return [
+        TransformerLayer(
+            tp,
+            shape,
+            layer_weights(ctx, shape, f"L{i}"),
+            key=f"L{i}",
+            **({} if name is None else {"name": name.format(i=i, n=i + 1)}),
+        )
+        for i in range(first, first + count)
+    ]
 
 
 def sequences(ctx: Context, what: str, ids: Iterable[int], seq: int, hidden: int) -> Any:
@@ -42,8 +51,9 @@ def dot_loss(xp: Any, y: Any, target: Any, n: int = 1) -> tuple[float, Any]:
     return float(xp.sum(y * target)) / n, target / n
 
 
-def forward_backward(ctx: Context, stack: Stack, batches: Iterable[tuple[Any, Any]], n: int = 1,
-                     tag: str | None = None) -> float:
+def forward_backward(
+    ctx: Context, stack: Stack, batches: Iterable[tuple[Any, Any]], n: int = 1, tag: str | None = None
+) -> float:
     """Forward and backward of `stack` on each (input, target) in turn, the gradients adding up in the
     layers; the summed loss. `tag`: the data's name, so the layers mark what they make (`Saved.tag`)."""
     total = 0.0

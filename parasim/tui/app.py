@@ -7,6 +7,7 @@ panel redraws itself from the view model (view.py), which alone decides what is 
 through one action per verb (the key table is keys.KEYS); prompts and help are modal screens (screens.py). A
 lesson's app also holds its run (whatif.py): k re-runs the lesson at other settings and, once the learner opens
 the new run, the app composes its panels again over the new view."""
+
 from __future__ import annotations
 
 from textual.app import App, ComposeResult
@@ -17,8 +18,21 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widgets import Header
 
-from .panels import (SPEEDS, EventPanel, HoldingsPanel, KeyLine, Legend, MapPanel, MemoryPanel, MovesPanel,
-                     NarrativePanel, SlotsPanel, StatusLine, WatchPanel, WorkPanel)
+from .panels import (
+    SPEEDS,
+    EventPanel,
+    HoldingsPanel,
+    KeyLine,
+    Legend,
+    MapPanel,
+    MemoryPanel,
+    MovesPanel,
+    NarrativePanel,
+    SlotsPanel,
+    StatusLine,
+    WatchPanel,
+    WorkPanel,
+)
 from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIfScreen
 from .timeline import Timeline
 from .keys import KEYS
@@ -31,8 +45,10 @@ WIDE = 180  # columns from which the selected event and what each rank holds sit
 # what each prompt asks (kind -> question, placeholder)
 PROMPTS = {
     "go": ("Go to event number (as in 'event k/N' on the status line):", "a number"),
-    "filter": ("Step only through events whose op, axis (group) or label holds:", "a word, e.g. all_gather or tp "
-               "(empty: all events)"),
+    "filter": (
+        "Step only through events whose op, axis (group) or label holds:",
+        "a word, e.g. all_gather or tp (empty: all events)",
+    ),
     "rank": ("Step only through the events of rank:", "a rank number (empty: all ranks)"),
 }
 
@@ -55,8 +71,11 @@ class ParasimApp(App):
         self.theme = "textual-dark"
         self.view = view
         self.whatif = whatif
-        self.sub_title = view.title if whatif is None or not whatif.lesson.knobs else \
-            f"{view.title} ({settings_text(whatif.settings)})"
+        self.sub_title = (
+            view.title
+            if whatif is None or not whatif.lesson.knobs
+            else f"{view.title} ({settings_text(whatif.settings)})"
+        )
         self._timer: Timer | None = None
         if start is not None:
             self.set_reactive(ParasimApp.index, view.clamp(start))
@@ -166,8 +185,11 @@ class ParasimApp(App):
     def action_whatif(self) -> None:
         """What if: the lesson's settings as a form; the new run beside this one; enter there opens it."""
         if self.whatif is None or not self.whatif.lesson.knobs:
-            self.notify("this run has no settings to turn (lessons that take some: parasim lesson --list --json)",
-                        timeout=3, markup=False)
+            self.notify(
+                "this run has no settings to turn (lessons that take some: parasim lesson --list --json)",
+                timeout=3,
+                markup=False,
+            )
             return
         self.push_screen(KnobsScreen(self.whatif), self._ran)
 
@@ -175,8 +197,10 @@ class ParasimApp(App):
         if new is None:
             return
         view = View(new.run.result.trace, new.lesson.narrative, new.lesson.title, tables=list(new.run.tables))
-        self.push_screen(WhatIfScreen(self.whatif, new, self.view, view, self.index),
-                         lambda open_new: self._chosen(new, view) if open_new else None)
+        self.push_screen(
+            WhatIfScreen(self.whatif, new, self.view, view, self.index),
+            lambda open_new: self._chosen(new, view) if open_new else None,
+        )
 
     async def _chosen(self, new: WhatIf, view: View) -> None:
         """Open the new run: every panel made again over its view, the first event selected."""

@@ -6,6 +6,7 @@ internet, requests answered only from its own page (and, on a loopback address, 
 DNS-rebinding guard), at most `max_apps` apps at once, one log line per event, and every app it started
 ended when it stops, whatever state its tab is in. `parasim serve` (cli/serve.py) checks the command's input
 and binds the socket; `serve` here runs until SIGINT or SIGTERM."""
+
 from __future__ import annotations
 
 import ipaddress
@@ -41,7 +42,6 @@ def loopback_host(host: str) -> bool:
     return name.lower() == "localhost" or is_loopback(name)
 
 
-
 # Runs before textual-serve's script: a websocket the server closes with a reason (too many apps, the
 # server stopping) shows that reason in the page's "Session ended." dialog.
 SHOW_CLOSE_REASON = """<script>
@@ -74,8 +74,7 @@ def addresses(text: str) -> list[str]:
     """Every http(s) address written in `text` (in a tag, a script or a style), up to the first space,
     quote or bracket that ends it."""
     found, lower, at = [], text.lower(), 0
-    while (at := min((i for i in (lower.find("http://", at), lower.find("https://", at)) if i >= 0),
-                     default=-1)) >= 0:
+    while (at := min((i for i in (lower.find("http://", at), lower.find("https://", at)) if i >= 0), default=-1)) >= 0:
         end = at
         while end < len(text) and not text[end].isspace() and text[end] not in "\"')<>":
             end += 1
@@ -92,20 +91,24 @@ def page() -> str:
     from pathlib import Path
 
     import textual_serve
+
     page = (Path(textual_serve.__file__).parent / "templates" / "app_index.html").read_text(encoding="utf-8")
     links = _OutsideLinks()
     links.feed(page)
     links.close()
     for tag in links.tags:
         page = page.replace(tag, "", 1)
-    face = ("<style>@font-face { font-family: \"Roboto Mono\"; src: url(\"{{ config.static.url }}fonts/"
-            "RobotoMono-VariableFont_wght.ttf\") format(\"truetype\"); }</style>")
+    face = (
+        '<style>@font-face { font-family: "Roboto Mono"; src: url("{{ config.static.url }}fonts/'
+        'RobotoMono-VariableFont_wght.ttf") format("truetype"); }</style>'
+    )
     page = page.replace("</head>", f"{face}\n  </head>", 1)
     page = page.replace("<script src=", f"{SHOW_CLOSE_REASON}\n    <script src=", 1)
     outside = [u for u in addresses(page) if not u.startswith("http://www.w3.org/")]
     if outside:  # a namespace is a name, never fetched; anything else would be
-        raise UsageError(f"textual-serve's page fetches {outside[0]}; this parasim serves only pages that "
-                         "need no network")
+        raise UsageError(
+            f"textual-serve's page fetches {outside[0]}; this parasim serves only pages that need no network"
+        )
     return page
 
 
@@ -114,7 +117,7 @@ def without_bytes(said: str) -> str:
     ": bytearray(b'...')"): those bytes came from the request, and may be anything."""
     at = 0
     while (at := said.find(":", at)) >= 0:
-        rest = said[at + 1:].lstrip()
+        rest = said[at + 1 :].lstrip()
         if rest.removeprefix("bytearray(")[:2] in ("b'", 'b"'):
             return said[:at]
         at += 1
@@ -140,8 +143,9 @@ class _OneLine(logging.Formatter):
         return "parasim serve: " + " ".join(message.split())
 
 
-def serve(command: str, title: str, page: str, listening: socket.socket, loopback_only: bool,
-           max_apps: int = DEFAULT_MAX_APPS) -> None:
+def serve(
+    command: str, title: str, page: str, listening: socket.socket, loopback_only: bool, max_apps: int = DEFAULT_MAX_APPS
+) -> None:
     """Run textual-serve's server on `listening` until Ctrl-C (SIGINT) or SIGTERM; then every app process it
     started is asked to quit, killed if it has not within seconds, and waited for. `loopback_only`: the
     socket is bound to a loopback address, so requests must name this machine by one (a DNS-rebinding
@@ -193,8 +197,13 @@ def serve(command: str, title: str, page: str, listening: socket.socket, loopbac
         async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
             pipe = asyncio.subprocess.PIPE
             self._process = process = await asyncio.create_subprocess_shell(
-                self.command, stdin=pipe, stdout=pipe, stderr=pipe,
-                env=self._build_environment(width=width, height=height), start_new_session=True)
+                self.command,
+                stdin=pipe,
+                stdout=pipe,
+                stderr=pipe,
+                env=self._build_environment(width=width, height=height),
+                start_new_session=True,
+            )
             started.add(process)
             self._stdin = process.stdin
             return process
@@ -244,18 +253,25 @@ def serve(command: str, title: str, page: str, listening: socket.socket, loopbac
 
         async def on_shutdown(self, app: web.Application) -> None:
             self.stopping = True
-            await asyncio.gather(*(ws.close(code=WSCloseCode.GOING_AWAY, message=b"the server stopped")
-                                   for ws in list(self.apps.values())), return_exceptions=True)
+            await asyncio.gather(
+                *(
+                    ws.close(code=WSCloseCode.GOING_AWAY, message=b"the server stopped")
+                    for ws in list(self.apps.values())
+                ),
+                return_exceptions=True,
+            )
             await asyncio.gather(*(end(service) for service in list(self.apps)), return_exceptions=True)
 
         @aiohttp_jinja2.template("app_index.html")
         async def handle_index(self, request: web.Request) -> dict[str, Any]:
             ws = "wss" if request.scheme == "https" else "ws"
             host = request.headers["Host"]  # guard: there is one
-            return {"font_size": to_int(request.query.get("fontsize", "16"), 16),
-                    "app_websocket_url": f"{ws}://{host}/ws",
-                    "config": {"static": {"url": f"{request.scheme}://{host}/static/"}},
-                    "application": {"name": self.title}}
+            return {
+                "font_size": to_int(request.query.get("fontsize", "16"), 16),
+                "app_websocket_url": f"{ws}://{host}/ws",
+                "config": {"static": {"url": f"{request.scheme}://{host}/static/"}},
+                "application": {"name": self.title},
+            }
 
         async def handle_websocket(self, request: web.Request) -> web.StreamResponse:
             websocket = web.WebSocketResponse(heartbeat=15)
@@ -270,13 +286,20 @@ def serve(command: str, title: str, page: str, listening: socket.socket, loopbac
                 log.warning("a browser tab refused: %s", why)
                 await websocket.close(code=WSCloseCode.TRY_AGAIN_LATER, message=why.encode())
                 return websocket
-            service = App(self.command, write_bytes=websocket.send_bytes, write_str=websocket.send_str,
-                          close=websocket.close, download_manager=self.download_manager, debug=self.debug)
+            service = App(
+                self.command,
+                write_bytes=websocket.send_bytes,
+                write_str=websocket.send_str,
+                close=websocket.close,
+                download_manager=self.download_manager,
+                debug=self.debug,
+            )
             self.apps[service] = websocket  # counted from now on, before its process exists
             reading = None
             try:
-                await service.start(to_int(request.query.get("width", "80"), 80),
-                                    to_int(request.query.get("height", "24"), 24))
+                await service.start(
+                    to_int(request.query.get("width", "80"), 80), to_int(request.query.get("height", "24"), 24)
+                )
                 if self.stopping:  # began while this app started: no tab will see it
                     return websocket
                 # until the tab goes or the app ends: an app that fails before its first screen sends no

@@ -5,6 +5,7 @@ A cell shows what its GPU did at the middle of its column: a transfer (the op's 
 nothing (idle, ··). A cell whose span lies on the step's critical path is marked, so the chain that sets
 the step's length reads across the grid.
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -29,6 +30,7 @@ class ClockGrid:
         self.range = None  # a real-size run's: what the held-out runs like it measured (clock/uncertainty.py)
         if not trace.meta.get("precision", {}).get("exact", True):
             from ..clock.uncertainty import family_range, held_out, trace_family
+
             self.range = family_range(trace_family(trace), choice.gpu, held_out())
         index = {e.seq: i for i, e in enumerate(events)}
         self.index = index
@@ -102,7 +104,7 @@ class ClockGrid:
             text = f"{c * self.seconds / scale:,.4g}"
             at = (c - first) * cell_w
             if at + len(text) <= width:
-                chars[at:at + len(text)] = text
+                chars[at : at + len(text)] = text
         return "".join(chars)
 
     def status(self) -> str:
@@ -110,6 +112,8 @@ class ClockGrid:
         over = ", ".join(self.choice.overlap) or "no overlap"
         split = self.tl.critical_split()
         like = f" (runs like it {self.range.low:.2f}-{self.range.high:.2f}x)" if self.range is not None else ""
-        return (f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}{like}, "
-                f"{self.seconds / scale:,.3g} a column; path {split['compute'] / scale:,.4g} compute + "
-                f"{split['comm'] / scale:,.4g} comm")
+        return (
+            f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}{like}, "
+            f"{self.seconds / scale:,.3g} a column; path {split['compute'] / scale:,.4g} compute + "
+            f"{split['comm'] / scale:,.4g} comm"
+        )

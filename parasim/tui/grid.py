@@ -1,6 +1,7 @@
 """What a cell of the timeline shows: each kind of event's glyph, style and colour (every collective's from the
 op table), the idle cell, which kind a rank's part in an event is, and the ruler of step numbers over the
 columns. Plain Python: the timeline widget (timeline.py), the legend and the view model read it."""
+
 from __future__ import annotations
 
 from ..comm.ops import OPS

@@ -1,4 +1,5 @@
 """The app's keys, one table: the bindings, the footer line and the help screen are all made from it."""
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -7,6 +8,7 @@ from typing import NamedTuple
 class Key(NamedTuple):
     """One key of the app: Textual's key names, the action it runs, how the footer and help write the key,
     the footer's word for it ("": help only) and the help's sentence."""
+
     keys: str
     action: str
     shown: str
@@ -24,17 +26,33 @@ KEYS: tuple[Key, ...] = (
     Key("plus,equals_sign", "speed(1)", "+", "", "play faster"),
     Key("minus", "speed(-1)", "-", "", "play slower"),
     Key("g", "prompt('go')", "g", "go to", "go to event k (k as in 'event k/N' on the status line)"),
-    Key("slash", "prompt('filter')", "/", "filter", "step only through events whose op, axis (group) or label "
-        "holds a word"),
+    Key(
+        "slash",
+        "prompt('filter')",
+        "/",
+        "filter",
+        "step only through events whose op, axis (group) or label holds a word",
+    ),
     Key("r", "prompt('rank')", "r", "rank", "step only through the events one rank takes part in"),
     Key("t", "hops", "t", "hops", "show or hide the hops of a ring collective: who sends which chunk to whom"),
     Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
-    Key("u", "time", "u", "", "the timeline in time (on the clock, in microseconds or milliseconds: an H200 node "
-        "of 8, no overlap) or in logical steps: compute, transfers and idle per GPU, the critical path in bold"),
+    Key(
+        "u",
+        "time",
+        "u",
+        "",
+        "the timeline in time (on the clock, in microseconds or milliseconds: an H200 node "
+        "of 8, no overlap) or in logical steps: compute, transfers and idle per GPU, the critical path in bold",
+    ),
     Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
     Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
-    Key("k", "whatif", "k", "what if", "what if: change the lesson's settings (--tp, -m, ...), run it again and "
-        "see the new run beside this one"),
+    Key(
+        "k",
+        "whatif",
+        "k",
+        "what if",
+        "what if: change the lesson's settings (--tp, -m, ...), run it again and see the new run beside this one",
+    ),
     Key("question_mark", "help", "?", "help", "this help"),
     Key("q", "quit", "q", "quit", "quit"),
 )

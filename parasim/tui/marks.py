@@ -2,6 +2,7 @@
 compute events. A real-size symbolic run has hundreds of thousands of marks and events; the app asks at
 every step, so a step reads these instead of the whole trace. Notes and slot labels are shown as read here:
 through `printable`, once."""
+
 from __future__ import annotations
 
 from functools import cached_property

@@ -1,5 +1,6 @@
 """The memory panel's model: bytes each rank of the selected event held while it ran (as the program told
 the trace with `ctx.hold`), by kind, beside that rank's peak within the event's phase."""
+
 from __future__ import annotations
 
 from typing import NamedTuple

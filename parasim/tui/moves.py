@@ -3,6 +3,7 @@
 (comm/hops.py: a ring's member sends to the next, an all-to-all's to every other, a point-to-point to its
 one peer); an all-to-all of a few ranks is drawn as a matrix, sender by receiver, as the dispatch of an MoE
 layer is pictured."""
+
 from __future__ import annotations
 
 from ..comm.hops import PATTERNS, event_transfers, pattern_of
@@ -45,7 +46,6 @@ def _matrix(ranks: list[int], transfers: list[tuple[int, int, int]]) -> list[str
     heads = [f"to {r}" for r in ranks]
     cells = [["·" if s == d else cell(sent.get((s, d), 0)) for d in ranks] for s in ranks]
     width = max(len(x) for x in heads + [c for row in cells for c in row])
-    out = ["bytes sent (rows: from rank; columns: to rank)",
-           " " * 9 + " ".join(h.rjust(width) for h in heads)]
+    out = ["bytes sent (rows: from rank; columns: to rank)", " " * 9 + " ".join(h.rjust(width) for h in heads)]
     out += [f"from {s:<4}" + " ".join(c.rjust(width) for c in row) for s, row in zip(ranks, cells)]
     return out

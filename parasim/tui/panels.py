@@ -4,6 +4,7 @@ itself from the view model when either changes: the app never pushes text into a
 
 A panel's `content()` returns what it shows (Rich Text, which reads no markup: names from the trace stay
 literal), or None to hide the panel. Its look is in parasim.tcss."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -160,8 +161,15 @@ class SlotsPanel(Panel):
             text.append(("\n" if g else "") + (">" if g in win.ranks else " ") + f"{name:<6}")
             for t in range(win.first, win.last):
                 cell = row[t] if t < len(row) else "."
-                style = ("dim" if cell == "." else "bold reverse" if win.slot is not None and t == win.slot - 1
-                         else "dim" if win.slot is not None and t >= win.slot else _slot_style(cell))
+                style = (
+                    "dim"
+                    if cell == "."
+                    else "bold reverse"
+                    if win.slot is not None and t == win.slot - 1
+                    else "dim"
+                    if win.slot is not None and t >= win.slot
+                    else _slot_style(cell)
+                )
                 text.append(f"{cell:>4}", style=style)
         where = f"after slot {win.slot}" if win.slot is not None else "the plan"
         self.border_title = f"pipeline slots {win.first + 1}-{win.last}: {where}"
@@ -192,8 +200,12 @@ class WorkPanel(Panel):
         if not work:
             return None
         top = max(f for _, f, _ in work) or 1.0
-        return _bars([(rank, flops / top, f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}") for rank, flops, last in work],
-                     16, " ", "green")
+        return _bars(
+            [(rank, flops / top, f" {flops:>9,.0f}  {last.split(': ', 1)[-1]}") for rank, flops, last in work],
+            16,
+            " ",
+            "green",
+        )
 
 
 class NarrativePanel(Panel):
@@ -261,6 +273,7 @@ class Legend(Static):
         cells = [CELLS[k] for k in CELLS if k in seen and not (self.view.time_mode and k == "compute")]
         if self.view.time_mode:
             from .clockgrid import COMPUTE
+
             cells.append(COMPUTE)
         text = Text()
         for code, style in cells + [IDLE]:

@@ -1,6 +1,7 @@
 """The app's other screens: a one-line prompt (go to an event, filter, focus a rank), the help, the lesson's
 tables and the what-if form, each modal over the step-through screen, which it leaves as it was (the app's
 step keys are off while one is open); and the what-if comparison, a screen of its own with both runs."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -50,6 +51,7 @@ class TablesScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         from ..render.tables import table_lines
+
         lines: list[str] = []
         for t in self.tables:
             lines += ([""] if lines else []) + table_lines(t, self.width)
@@ -73,9 +75,11 @@ class HelpScreen(ModalScreen[None]):
         for n, k in enumerate(KEYS):
             text.append(("\n" if n else "") + k.shown.ljust(width), style="bold")
             text.append(f"  {k.help}")
-        text.append("\n\nThe timeline: a row per rank (f: per group), a column per logical step (u: per slice of "
-                    "time); the selected event's cells are reversed. Click a cell to select its event.",
-                    style="italic")
+        text.append(
+            "\n\nThe timeline: a row per rank (f: per group), a column per logical step (u: per slice of "
+            "time); the selected event's cells are reversed. Click a cell to select its event.",
+            style="italic",
+        )
         text.append("\n\nescape, ? or q closes this help.", style="dim")
         with VerticalScroll(id="help-box") as box:
             box.border_title = "keys"
@@ -98,12 +102,17 @@ class KnobsScreen(ModalScreen[object]):
 
     def compose(self) -> ComposeResult:
         from .whatif import settings_text
+
         with Vertical(id="knobs-box") as box:
             box.border_title = "what if: change the lesson's settings"
             box.border_subtitle = "tab moves, enter runs, escape cancels"
-            yield Static(Text(f"On screen: {settings_text(self.whatif.settings)}. Type new values (empty keeps "
-                              "one), then enter: the lesson runs again and its new run is set beside this one."),
-                         id="knobs-intro")
+            yield Static(
+                Text(
+                    f"On screen: {settings_text(self.whatif.settings)}. Type new values (empty keeps "
+                    "one), then enter: the lesson runs again and its new run is set beside this one."
+                ),
+                id="knobs-intro",
+            )
             for f in self.whatif.fields():
                 yield Static(Text.assemble((f.flag, "bold"), f"  {f.help} ({f.hint})"), classes="knob-label")
                 yield Input(value=str(f.value), placeholder=f.hint, id=f"knob-{f.name}")
@@ -115,6 +124,7 @@ class KnobsScreen(ModalScreen[object]):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         from ..errors import ParasimError
+
         event.stop()
         typed = {box.id.removeprefix("knob-"): box.value for box in self.query(Input)}
         try:
@@ -132,8 +142,10 @@ class WhatIfScreen(Screen[bool]):
     """Two runs of one lesson side by side: the figures that changed (a table) and both timelines, the run on
     screen above the new one. Enter opens the new run in the app; escape goes back to the one before."""
 
-    BINDINGS = [Binding("enter,o", "choose(True)", "open the new run"),
-                Binding("escape,b", "choose(False)", "back to the run before")]
+    BINDINGS = [
+        Binding("enter,o", "choose(True)", "open the new run"),
+        Binding("escape,b", "choose(False)", "back to the run before"),
+    ]
 
     def __init__(self, old, new, old_view, new_view, index: int) -> None:
         super().__init__(id="whatif")
@@ -143,22 +155,31 @@ class WhatIfScreen(Screen[bool]):
         from ..render.tables import table_lines
         from .timeline import Timeline
         from .whatif import settings_text
+
         width = max(40, self.app.size.width - 6)
-        yield Static(Text(f"{self.new.lesson.name} at {settings_text(self.new.settings)}: "
-                          f"{self.new.checks_line()}", style="bold"), id="whatif-head")
+        yield Static(
+            Text(
+                f"{self.new.lesson.name} at {settings_text(self.new.settings)}: {self.new.checks_line()}", style="bold"
+            ),
+            id="whatif-head",
+        )
         with VerticalScroll(id="whatif-figures") as box:
             box.border_title = "the same figures from both runs"
             yield Static(Text("\n".join(table_lines(self.old.changes(self.new), width))), id="whatif-table")
         for which, view, run in (("before", self.old_view, self.old), ("after", self.new_view, self.new)):
             line = Timeline(view, id=f"whatif-{which}")
-            line.border_title = (f"{which}: {settings_text(run.settings)} ({len(view.events)} events, "
-                                 f"{view.step_columns} steps)")
+            line.border_title = (
+                f"{which}: {settings_text(run.settings)} ({len(view.events)} events, {view.step_columns} steps)"
+            )
             yield line
-        yield Static(Text.assemble((" enter", "bold"), " open the new run   ", ("escape", "bold"),
-                                   " back to the run before"), id="whatif-keys")
+        yield Static(
+            Text.assemble((" enter", "bold"), " open the new run   ", ("escape", "bold"), " back to the run before"),
+            id="whatif-keys",
+        )
 
     def on_mount(self) -> None:
         from .timeline import Timeline
+
         self.query_one("#whatif-before", Timeline).index = self.index
         self.query_one("#whatif-after", Timeline).index = 0
 

@@ -1,4 +1,5 @@
 """The rank x step grid, drawn with Textual's line API: only visible cells are built, so long traces scroll."""
+
 from __future__ import annotations
 
 from rich.segment import Segment
@@ -22,11 +23,18 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
     """Ranks as rows, logical steps as columns; the selected event's cells are highlighted."""
 
     # each kind's colour comes from the op table (view.COLOURS); the rest of the look is in parasim.tcss
-    DEFAULT_CSS = "\n".join(f"Timeline > .timeline--{title} {{ color: {colour}; }}" for title, colour in COLOURS.items())
-    COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {"timeline--selected", "timeline--label",
-                                                                "timeline--header", "timeline--column",
-                                                                "timeline--watch", "timeline--diverged",
-                                                                "timeline--critical"}
+    DEFAULT_CSS = "\n".join(
+        f"Timeline > .timeline--{title} {{ color: {colour}; }}" for title, colour in COLOURS.items()
+    )
+    COMPONENT_CLASSES = {f"timeline--{s}" for s in STYLES} | {
+        "timeline--selected",
+        "timeline--label",
+        "timeline--header",
+        "timeline--column",
+        "timeline--watch",
+        "timeline--diverged",
+        "timeline--critical",
+    }
 
     class Selected(Message):
         def __init__(self, index: int) -> None:
@@ -111,8 +119,11 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             if span is None:
                 cells = [Segment(text, head)]
             else:
-                cells = [Segment(text[:span[0]], head), Segment(text[span[0]:span[1]], self._style("column")),
-                         Segment(text[span[1]:], head)]
+                cells = [
+                    Segment(text[: span[0]], head),
+                    Segment(text[span[0] : span[1]], self._style("column")),
+                    Segment(text[span[1] :], head),
+                ]
             label = Segment("step".ljust(LABEL_W), head)
         elif y - 1 + top < len(self.view.rows):
             row = y - 1 + top
@@ -130,7 +141,7 @@ class Timeline(ScrollView, can_focus=True, inherit_bindings=False):
             style = self._style("selected" if mine else "label")
             if watched:
                 style = style + self._style("watch")
-            label = Segment(name[:LABEL_W - 1].ljust(LABEL_W), style)
+            label = Segment(name[: LABEL_W - 1].ljust(LABEL_W), style)
             cells = []
             for c in range(first, last) if time else ():  # on the clock: the selected event's cells, the path
                 text, style, critical, index = self.view.time_cell(row, c + 1)

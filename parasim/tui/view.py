@@ -8,6 +8,7 @@ Every string a panel shows that came from the trace or the program (names, label
 dtypes) leaves this model through `printable`: the app draws it as it is, never as a terminal command.
 (The app puts these strings into Rich Text, which reads no markup, so '[bold]' in a name stays literal.)
 """
+
 from __future__ import annotations
 
 from bisect import bisect_left
@@ -82,6 +83,7 @@ class Holding:
 class SlotWindow:
     """A window of a pipeline slot table: rows of action labels ("." idle) over slots [first, last), the
     slot whose end the selected transfer happens at (actions before it are done), and the ranks moving data."""
+
     names: list[str]
     rows: list[list[str]]
     first: int
@@ -110,6 +112,7 @@ def _layout_of(trace: Trace) -> Any:
     """The layout a trace's groups were made from (`ctx.use_layout`), read back from their sizes; None when
     the trace was not made on a layout, or is too large to draw."""
     from ..layout import Layout, LayoutError
+
     sizes = {}
     for g in trace.groups:
         if g.name in MAP_KINDS:
@@ -128,6 +131,7 @@ def _layout_of(trace: Trace) -> Any:
 @dataclass
 class Watch:
     """The followed token at the selected event: its name, the rank holding it (None: not in this phase)."""
+
     token: str
     rank: int | None
     notes: list[str]
@@ -242,10 +246,12 @@ class View:
 
     def _refilter(self) -> None:
         t, r = self.filter_text, self.focus_rank
-        self._visible = [i for i, e in enumerate(self.events)
-                         if (not t or t in e.op.lower() or t in e.kind or t in e.group.name.lower()
-                             or t in (e.label or "").lower())
-                         and (r is None or r in e.ranks)]
+        self._visible = [
+            i
+            for i, e in enumerate(self.events)
+            if (not t or t in e.op.lower() or t in e.kind or t in e.group.name.lower() or t in (e.label or "").lower())
+            and (r is None or r in e.ranks)
+        ]
 
     @property
     def visible(self) -> list[int]:
@@ -284,6 +290,7 @@ class View:
     def clock(self) -> Any:
         if self._clock is None:
             from .clockgrid import ClockGrid
+
             self._clock = ClockGrid(self.trace, self.events)
         return self._clock
 
@@ -348,9 +355,11 @@ class View:
         d = self.divergence
         if d is None or index != self.diverged():
             return []
-        lines = [f"FIRST DIVERGENCE: '{d['name']}' ({d['placement']} on {d['marked_on']})",
-                 f"max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g} "
-                 + (f"({d['allowance']})" if d.get("allowance") else f"(tolerance {d['tolerance']:g})")]
+        lines = [
+            f"FIRST DIVERGENCE: '{d['name']}' ({d['placement']} on {d['marked_on']})",
+            f"max abs {d['max_abs']:.3g}, max rel {d['max_rel']:.3g} "
+            + (f"({d['allowance']})" if d.get("allowance") else f"(tolerance {d['tolerance']:g})"),
+        ]
         if d.get("would_match"):
             lines.append(d["would_match"])
         if d.get("got") is not None:
@@ -368,9 +377,11 @@ class View:
         if e.kind == "compute":  # one rank's own work: no group, nothing sent
             flops = e.params.get("flops")
             return self.divergence_lines(index) + [
-                f"#{e.seq}  step {e.step}  compute on rank {', '.join(str(r) for r in e.ranks)}", e.op,
+                f"#{e.seq}  step {e.step}  compute on rank {', '.join(str(r) for r in e.ranks)}",
+                e.op,
                 *([f"{float(flops):,.0f} FLOPs"] if flops is not None else []),
-                *([f"called at {e.members[0].site}"] if e.members else [])]
+                *([f"called at {e.members[0].site}"] if e.members else []),
+            ]
         head = f"#{e.seq}  step {e.step}  {e.op}"
         if e.kind == "p2p":
             head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
@@ -390,15 +401,19 @@ class View:
         for m in e.members[:SHOWN]:
             lines.append(f"rank {m.rank:<3} {_tensors(m.ins)} -> {_tensors(m.outs)}")
             if not same_bytes:
-                lines.append(f"         sent {m.sent:,} B, received {m.recv:,} B" + ("" if one_site else f", at {m.site}"))
+                lines.append(
+                    f"         sent {m.sent:,} B, received {m.recv:,} B" + ("" if one_site else f", at {m.site}")
+                )
         if len(e.members) > SHOWN:
-            lines.append(f"... and {len(e.members) - SHOWN} more ranks: sent {sum(m.sent for m in e.members):,} B "
-                         "by all of them")
+            lines.append(
+                f"... and {len(e.members) - SHOWN} more ranks: sent {sum(m.sent for m in e.members):,} B by all of them"
+            )
         if self.show_hops and e.hops:
             for hop in e.hops:
-                moves = "  ".join(f"{t['src']}->{t['dst']}:c{t['chunk']}"
-                                  + (f"={fmt(t['value'])}" if t["value"] is not None else "")
-                                  for t in hop["transfers"])
+                moves = "  ".join(
+                    f"{t['src']}->{t['dst']}:c{t['chunk']}" + (f"={fmt(t['value'])}" if t["value"] is not None else "")
+                    for t in hop["transfers"]
+                )
                 lines.append(f"hop {hop['hop'] + 1} {hop['phase']}: {moves}")
         elif e.hops:
             lines.append(f"ring algorithm: {len(e.hops)} hops (t shows them)")
@@ -445,8 +460,13 @@ class View:
             return None
         per = min(layout.gpus_per_node, layout.world)
         cols = min(layout.tp * layout.cp, per)
-        nodes = [[list(range(n * per + r * cols, min(n * per + (r + 1) * cols, (n + 1) * per)))
-                  for r in range((per + cols - 1) // cols)] for n in range((layout.world + per - 1) // per)]
+        nodes = [
+            [
+                list(range(n * per + r * cols, min(n * per + (r + 1) * cols, (n + 1) * per)))
+                for r in range((per + cols - 1) // cols)
+            ]
+            for n in range((layout.world + per - 1) // per)
+        ]
         watch = self.watch(index)
         return MapView(nodes, set(self.events[index].ranks), watch.rank if watch else None, per)
 
@@ -476,8 +496,14 @@ class View:
         slot = (e.tags or {}).get("slot")
         centre = slot if slot is not None else 0
         first = max(0, min(centre - width // 2, span - width))
-        return SlotWindow([f"GPU {g}" for g in sorted(tables[name])], rows, first, min(span, first + width), slot,
-                          sorted({m.rank for m in e.members}) if e.kind == "p2p" else [])
+        return SlotWindow(
+            [f"GPU {g}" for g in sorted(tables[name])],
+            rows,
+            first,
+            min(span, first + width),
+            slot,
+            sorted({m.rank for m in e.members}) if e.kind == "p2p" else [],
+        )
 
     def work(self, index: int) -> list[tuple[int, float, str]]:
         """Per rank: compute flops recorded in the selected event's phase up to its step, and the rank's latest
@@ -526,6 +552,7 @@ class View:
     def moves(self, index: int) -> list[str] | None:
         """What moves at the event: who sends how many bytes to whom (None: a compute event moves nothing)."""
         from .moves import moves
+
         return moves(self.events[index]) if self.events else None
 
     def hops_note(self, index: int) -> str:

@@ -12,6 +12,7 @@ Each array names the `SymbolicRun` it belongs to (None: made outside any run), w
 share: the memo of the shape rules, one array per shape for slices (arrays without values of one shape and
 dtype stand for each other), and each rank's matmul FLOPs.
 """
+
 from __future__ import annotations
 
 import functools
@@ -162,8 +163,10 @@ class SymArray:
 
     # -- values: there are none ----------------------------------------------------------------
     def _no_value(self, what: str) -> Any:
-        raise SymbolicValueError(f"{what} of a symbolic {self.dtype} array of shape {self.shape}: a symbolic run "
-                                 "has shapes and bytes, no values")
+        raise SymbolicValueError(
+            f"{what} of a symbolic {self.dtype} array of shape {self.shape}: a symbolic run "
+            "has shapes and bytes, no values"
+        )
 
     def __float__(self) -> float:
         # NaN, the float that is no value: a loss or a norm printed or passed on stays visibly unknown,
@@ -256,17 +259,33 @@ def _binary(name: str, reflected: bool = False):
 
     def op(self: SymArray, other: Any) -> SymArray:
         return _ufunc_call(ufunc, (other, self) if reflected else (self, other), {})
+
     return op
 
 
-for _name, _ufunc_name in (("add", "add"), ("sub", "subtract"), ("mul", "multiply"), ("truediv", "true_divide"),
-                           ("floordiv", "floor_divide"), ("mod", "remainder"), ("pow", "power"),
-                           ("matmul", "matmul"), ("and", "logical_and"), ("or", "logical_or")):
+for _name, _ufunc_name in (
+    ("add", "add"),
+    ("sub", "subtract"),
+    ("mul", "multiply"),
+    ("truediv", "true_divide"),
+    ("floordiv", "floor_divide"),
+    ("mod", "remainder"),
+    ("pow", "power"),
+    ("matmul", "matmul"),
+    ("and", "logical_and"),
+    ("or", "logical_or"),
+):
     setattr(SymArray, f"__{_name}__", _binary(_ufunc_name))
     setattr(SymArray, f"__r{_name}__", _binary(_ufunc_name, reflected=True))
     setattr(SymArray, f"__i{_name}__", _binary(_ufunc_name))
-for _name, _ufunc_name in (("lt", "less"), ("le", "less_equal"), ("gt", "greater"), ("ge", "greater_equal"),
-                           ("eq", "equal"), ("ne", "not_equal")):
+for _name, _ufunc_name in (
+    ("lt", "less"),
+    ("le", "less_equal"),
+    ("gt", "greater"),
+    ("ge", "greater_equal"),
+    ("eq", "equal"),
+    ("ne", "not_equal"),
+):
     setattr(SymArray, f"__{_name}__", _binary(_ufunc_name))
 
 
@@ -329,10 +348,12 @@ def _widest(arrays: list[np.dtype]) -> np.dtype:
 
 # -- functions (numpy's, through __array_function__; also the symbolic namespace's) ------------------
 
+
 def reduction(x: SymArray, axis: Any = None, keepdims: bool = False, dtype: Any = None, **_: Any) -> SymArray:
     nd = x.ndim
-    axes = set(range(nd) if axis is None else [_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list)) else
-                                                                        (axis,))])
+    axes = set(
+        range(nd) if axis is None else [_axis(a, nd) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))]
+    )
     shape = tuple(1 if k in axes else n for k, n in enumerate(x.shape) if keepdims or k not in axes)
     if dtype is None:
         dtype = x.dtype if x.dtype.kind not in "bui" else (np.int64 if x.dtype.kind != "u" else np.uint64)
@@ -359,8 +380,9 @@ def _mean(x: Any, axis: Any = None, dtype: Any = None, keepdims: bool = False, *
 def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:
     arrays = list(arrays)
     if axis is None:
-        return SymArray((sum(math.prod(_shape(a)) for a in arrays),), np.result_type(*[_dt(a) for a in arrays]),
-                        _run_of(arrays))
+        return SymArray(
+            (sum(math.prod(_shape(a)) for a in arrays),), np.result_type(*[_dt(a) for a in arrays]), _run_of(arrays)
+        )
     first = _shape(arrays[0])
     ax = _axis(axis, len(first))
     shapes = {_shape(a) for a in arrays}  # an all-to-all's chunks: a few shapes, many times
@@ -368,7 +390,7 @@ def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:
         if len(s) != len(first) or any(p != q for k, (p, q) in enumerate(zip(s, first)) if k != ax):
             raise ValueError(f"concatenate: shapes {first} and {s} differ off axis {ax}")
     total = sum([_shape(a)[ax] for a in arrays])
-    return _made(first[:ax] + (total,) + first[ax + 1:], np.result_type(*{_dt(a) for a in arrays}), _run_of(arrays))
+    return _made(first[:ax] + (total,) + first[ax + 1 :], np.result_type(*{_dt(a) for a in arrays}), _run_of(arrays))
 
 
 def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
@@ -377,8 +399,7 @@ def stack(arrays: Sequence[Any], axis: int = 0, **_: Any) -> SymArray:
     if any(_shape(a) != first for a in arrays):
         raise ValueError("stack: every array must have the same shape")
     ax = _axis(axis, len(first) + 1)
-    return _made(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]),
-                 _run_of(arrays))
+    return _made(first[:ax] + (len(arrays),) + first[ax:], np.result_type(*[_dt(a) for a in arrays]), _run_of(arrays))
 
 
 def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
@@ -391,8 +412,10 @@ def split(x: SymArray, sections: Any, axis: int = 0) -> list[SymArray]:
     else:
         cuts = [int(c) for c in sections]
     edges = [0] + cuts + [n]
-    return [_made(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1:], x.dtype, x.run)
-            for a, b in zip(edges, edges[1:])]
+    return [
+        _made(x.shape[:ax] + (max(0, min(b, n) - min(a, n)),) + x.shape[ax + 1 :], x.dtype, x.run)
+        for a, b in zip(edges, edges[1:])
+    ]
 
 
 def reshape(x: SymArray, shape: Any, **_: Any) -> SymArray:
@@ -426,7 +449,7 @@ def take(x: SymArray, indices: Any, axis: int | None = None, **_: Any) -> SymArr
     if axis is None:
         return SymArray(_shape(indices), x.dtype, x.run)
     ax = _axis(axis, x.ndim)
-    return _made(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1:], x.dtype, x.run)
+    return _made(x.shape[:ax] + tuple(_shape(indices)) + x.shape[ax + 1 :], x.dtype, x.run)
 
 
 def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
@@ -434,8 +457,10 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
     if isinstance(axes, (int, np.integer)):
         ia, ib = list(range(len(sa) - int(axes), len(sa))), list(range(int(axes)))
     else:
-        ia, ib = ([axes[0]] if isinstance(axes[0], int) else list(axes[0]),
-                  [axes[1]] if isinstance(axes[1], int) else list(axes[1]))
+        ia, ib = (
+            [axes[0]] if isinstance(axes[0], int) else list(axes[0]),
+            [axes[1]] if isinstance(axes[1], int) else list(axes[1]),
+        )
     ia, ib = [_axis(k, len(sa)) for k in ia], [_axis(k, len(sb)) for k in ib]
     if [sa[k] for k in ia] != [sb[k] for k in ib]:
         raise ValueError(f"tensordot: summed dims of {sa} and {sb} differ")
@@ -447,13 +472,17 @@ def tensordot(a: Any, b: Any, axes: Any = 2) -> SymArray:
 
 
 def where(cond: Any, a: Any, b: Any) -> SymArray:
-    return SymArray(np.broadcast_shapes(_shape(cond), _shape(a), _shape(b)), np.result_type(_dt(a), _dt(b)),
-                    _run_of((cond, a, b)))
+    return SymArray(
+        np.broadcast_shapes(_shape(cond), _shape(a), _shape(b)), np.result_type(_dt(a), _dt(b)), _run_of((cond, a, b))
+    )
 
 
 def like(x: Any, dtype: Any = None, shape: Any = None, run: SymbolicRun | None = None, **_: Any) -> SymArray:
-    return SymArray(_shape(x) if shape is None else shape, dtype if dtype is not None else _dt(x),
-                    run if run is not None else _run_of((x,)))
+    return SymArray(
+        _shape(x) if shape is None else shape,
+        dtype if dtype is not None else _dt(x),
+        run if run is not None else _run_of((x,)),
+    )
 
 
 def _full_like(x: Any, fill_value: Any, dtype: Any = None, **kw: Any) -> SymArray:
@@ -478,8 +507,11 @@ def _expand_dims(x: Any, axis: int) -> SymArray:
 
 def _squeeze(x: Any, axis: Any = None) -> SymArray:
     s = _shape(x)
-    drop = {k for k, n in enumerate(s) if n == 1} if axis is None else {
-        _axis(a, len(s)) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    drop = (
+        {k for k, n in enumerate(s) if n == 1}
+        if axis is None
+        else {_axis(a, len(s)) for a in (axis if isinstance(axis, (tuple, list)) else (axis,))}
+    )
     return SymArray(tuple(n for k, n in enumerate(s) if k not in drop), _dt(x), _run_of((x,)))
 
 
@@ -509,14 +541,41 @@ def _by_value(name: str) -> Callable[..., Any]:
 
 
 FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "sum": reduction, "prod": reduction, "max": _reduce_same_dtype, "min": _reduce_same_dtype,
-    "amax": _reduce_same_dtype, "amin": _reduce_same_dtype, "mean": _mean, "all": _all, "any": _all,
-    "concatenate": concat, "concat": concat, "stack": stack, "split": split, "array_split": split,
-    "reshape": reshape, "transpose": permute_dims, "permute_dims": permute_dims, "moveaxis": moveaxis,
-    "take": take, "tensordot": tensordot, "where": where, "empty_like": like, "zeros_like": like, "ones_like": like,
-    "full_like": _full_like, "copy": _copy, "broadcast_to": _broadcast_to, "expand_dims": _expand_dims,
-    "squeeze": _squeeze, "shape": _shape_of, "ndim": _ndim, "size": _size,
+    "sum": reduction,
+    "prod": reduction,
+    "max": _reduce_same_dtype,
+    "min": _reduce_same_dtype,
+    "amax": _reduce_same_dtype,
+    "amin": _reduce_same_dtype,
+    "mean": _mean,
+    "all": _all,
+    "any": _all,
+    "concatenate": concat,
+    "concat": concat,
+    "stack": stack,
+    "split": split,
+    "array_split": split,
+    "reshape": reshape,
+    "transpose": permute_dims,
+    "permute_dims": permute_dims,
+    "moveaxis": moveaxis,
+    "take": take,
+    "tensordot": tensordot,
+    "where": where,
+    "empty_like": like,
+    "zeros_like": like,
+    "ones_like": like,
+    "full_like": _full_like,
+    "copy": _copy,
+    "broadcast_to": _broadcast_to,
+    "expand_dims": _expand_dims,
+    "squeeze": _squeeze,
+    "shape": _shape_of,
+    "ndim": _ndim,
+    "size": _size,
     # positions picked by value (an order, the nonzeros): the values are the answer, and there are none
-    **{name: _by_value(name) for name in ("argsort", "argmax", "argmin", "nonzero", "flatnonzero", "argwhere",
-                                          "unique")},
+    **{
+        name: _by_value(name)
+        for name in ("argsort", "argmax", "argmin", "nonzero", "flatnonzero", "argwhere", "unique")
+    },
 }

@@ -2,6 +2,7 @@
 `SymArray`s. Every collective and transfer is matched, checked and recorded with its shapes and bytes as
 on virtual ranks; no array data exists, so worlds and sizes are those of real clusters. Each run makes its
 own `SymbolicRun` (the memo of the shape rules and each rank's FLOPs) and the namespace and draws of it."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -39,8 +40,9 @@ class SymbolicComm(VirtualComm):
 class SymbolicContext(Context):
     """A rank's context whose arrays, draws and literals are symbolic, of the run `xp` belongs to."""
 
-    def __init__(self, rank: int, world: int, comm: Any, seed: int, recorder: Any, xp: SymbolicNamespace,
-                 precision: Precision):
+    def __init__(
+        self, rank: int, world: int, comm: Any, seed: int, recorder: Any, xp: SymbolicNamespace, precision: Precision
+    ):
         super().__init__(rank, world, comm, xp, seed, recorder, _identity, precision, exact=False)
         self.rng = SymbolicRng(xp.run)  # type: ignore[assignment]
         self.symbolic = True
@@ -52,9 +54,16 @@ class SymbolicContext(Context):
         return SymArray(np.shape(values), dtype_name(self.float_name if dtype is None else dtype), self.xp.run)
 
 
-def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, algo: str = "direct",
-                 fold: list[int] | None = None, timeout: float | None = None,
-                 precision: Precision | None = None) -> RunResult:
+def run_symbolic(
+    program: Callable[[Any], Any],
+    world: int,
+    *,
+    seed: int = 0,
+    algo: str = "direct",
+    fold: list[int] | None = None,
+    timeout: float | None = None,
+    precision: Precision | None = None,
+) -> RunResult:
     """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
     the rank that runs for it (engine/symbolic/fold.py); the trace is then unfolded to count every rank. Arrays are
     made in `precision`'s dtypes (the post's by default), so the trace's bytes are a training run's."""
@@ -65,8 +74,12 @@ def run_symbolic(program: Callable[[Any], Any], world: int, *, seed: int = 0, al
     run = SymbolicRun(world, lambda: vw.running, precision.dtype("compute"))
     vw.meter = run.meter  # each event carries the FLOPs its members did since their last one
     xp = SymbolicNamespace(run)
-    contexts = [SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw, xp, precision)
-                if fold is None or fold[r] == r else None for r in range(world)]
+    contexts = [
+        SymbolicContext(r, world, SymbolicComm(vw, r), seed, vw, xp, precision)
+        if fold is None or fold[r] == r
+        else None
+        for r in range(world)
+    ]
     values = vw.run(program, contexts)
     trace = vw.trace()
     if fold is not None:

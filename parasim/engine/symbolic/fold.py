@@ -7,6 +7,7 @@ part in its representative's collectives with the representative's shapes, and i
 no representative is in) are copies of its representative's, renamed. `unfold` writes those copies into the
 trace, which then counts every GPU as a full run would (tests/unit/train/test_fold.py holds the two equal).
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -52,10 +53,13 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
     def images_of(grp: Any) -> list:
         got = images.get(grp.index)
         if got is None:  # its own group is among the same key's too
-            got = images[grp.index] = [(g, dict(zip(grp.ranks, g.ranks)))
-                                       for g in by_key[(grp.name, tuple(rep[r] for r in grp.ranks))]
-                                       if g.ranks != grp.ranks and not any(rep[r] == r for r in g.ranks)]
+            got = images[grp.index] = [
+                (g, dict(zip(grp.ranks, g.ranks)))
+                for g in by_key[(grp.name, tuple(rep[r] for r in grp.ranks))]
+                if g.ranks != grp.ranks and not any(rep[r] == r for r in g.ranks)
+            ]
         return got
+
     events = list(trace.events)
     for e in trace.events:
         if e.kind == "compute":  # one rank's work: each rank folded onto it did the same
@@ -74,8 +78,9 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
     for e in events:  # a copy's source is the run's event as this trace numbers it
         if e.source is not None:
             e.source = renumbered[id(e.source)]
-    marks = list(trace.marks) + [Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks
-                                 for r in mirrors.get(m.rank, ())]
+    marks = list(trace.marks) + [
+        Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks for r in mirrors.get(m.rank, ())
+    ]
     # "fold": who ran for whom, so the clock times each run event once and its copies as it (clock/timeline.py)
     return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True, "fold": rep})
 
@@ -86,8 +91,7 @@ def _renamed(e: Event, to: dict[int, int], group: Any) -> Event:
     for key in ("src", "dst"):  # point-to-point ends, and roots, are global ranks
         if key in params and params[key] in to:
             params[key] = to[params[key]]
-    return Event(e.seq, e.step, e.kind, e.op, group, members, e.label, e.phase, params, e.algo, None, e.tags,
-                 source=e)
+    return Event(e.seq, e.step, e.kind, e.op, group, members, e.label, e.phase, params, e.algo, None, e.tags, source=e)
 
 
 def _with_seq(e: Event, seq: int) -> Event:

@@ -6,6 +6,7 @@ representative brought, and its result is not read. Point-to-point peers must ru
 folded member of a group must have its representative in the group. The trace holds the events the
 representatives took part in; `fold.unfold` then writes the folded ranks' own.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -44,9 +45,11 @@ class FoldedWorld(VirtualWorld):
             rep = self.rep
             away = [r for r in group.ranks if rep[r] not in group.ranks]
             if away:
-                raise CollectiveError(f"folded run: in group {group}, rank {away[0]} is folded onto rank "
-                                      f"{rep[away[0]]}, which is not in the group; fold ranks onto a member of "
-                                      "every group they share")
+                raise CollectiveError(
+                    f"folded run: in group {group}, rank {away[0]} is folded onto rank "
+                    f"{rep[away[0]]}, which is not in the group; fold ranks onto a member of "
+                    "every group they share"
+                )
             got = self._running[group.index] = tuple(r for r in group.ranks if rep[r] == r)
         return got
 
@@ -58,8 +61,10 @@ class FoldedWorld(VirtualWorld):
     def _peer(self, peer: int, rank: int) -> int:
         """A point-to-point peer must run itself: a folded rank cannot answer."""
         if self.rep[peer] != peer:
-            raise CollectiveError(f"folded run: rank {rank} exchanges with rank {peer}, which is folded onto rank "
-                                  f"{self.rep[peer]}; fold only ranks whose point-to-point peers run")
+            raise CollectiveError(
+                f"folded run: rank {rank} exchanges with rank {peer}, which is folded onto rank "
+                f"{self.rep[peer]}; fold only ranks whose point-to-point peers run"
+            )
         return peer
 
     def _works(self, ranks: Any) -> list:
@@ -93,6 +98,7 @@ class FoldedWorld(VirtualWorld):
             st, c = self.ranks[r], chunks[j]
             st.clock = step
             st.result = [c.copy() for _ in range(t)] if r == current else None  # a folded rank reads nothing
-            members.append(_member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site,
-                                            None, None, work)))
+            members.append(
+                _member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site, None, None, work))
+            )
         return members  # no member to wake: the one that runs is the one here

@@ -1,6 +1,7 @@
 """What a symbolic rank's program is handed for `ctx.xp` and for its random draws: the array namespace the
 layers call (the names of array_api_compat's numpy), on `SymArray`s, and draws that make arrays of the
 asked shape without drawing anything. Both belong to a run (`SymbolicRun`): what they make is that run's."""
+
 from __future__ import annotations
 
 import builtins  # the namespace's own `bool` is numpy's dtype
@@ -25,11 +26,27 @@ class SymbolicNamespace:
     def __init__(self, run: SymbolicRun | None = None):
         self.run = run
 
-    float64, float32, float16, int64, int32, int8, uint8, bool = (np.float64, np.float32, np.float16, np.int64,
-                                                                  np.int32, np.int8, np.uint8, np.bool_)
+    float64, float32, float16, int64, int32, int8, uint8, bool = (
+        np.float64,
+        np.float32,
+        np.float16,
+        np.int64,
+        np.int32,
+        np.int8,
+        np.uint8,
+        np.bool_,
+    )
     newaxis = None
-    exp, log, sqrt, tanh, maximum, minimum, abs, sign = (np.exp, np.log, np.sqrt, np.tanh, np.maximum, np.minimum,
-                                                         np.abs, np.sign)
+    exp, log, sqrt, tanh, maximum, minimum, abs, sign = (
+        np.exp,
+        np.log,
+        np.sqrt,
+        np.tanh,
+        np.maximum,
+        np.minimum,
+        np.abs,
+        np.sign,
+    )
     matmul, multiply, add, subtract, divide = np.matmul, np.multiply, np.add, np.subtract, np.divide
 
     def asarray(self, x: Any, dtype: Any = None, copy: Any = None, **_: Any) -> Any:
@@ -63,15 +80,21 @@ class SymbolicNamespace:
         return x.astype(dtype)
 
     def zeros(self, shape: Any, dtype: Any = None, **_: Any) -> SymArray:
-        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
-                        self._float if dtype is None else dtype, self.run)
+        return SymArray(
+            (shape,) if isinstance(shape, (int, np.integer)) else shape,
+            self._float if dtype is None else dtype,
+            self.run,
+        )
 
     ones = empty = zeros
 
     def full(self, shape: Any, fill_value: Any, dtype: Any = None, **_: Any) -> SymArray:
         given = np.result_type(fill_value)
-        return SymArray((shape,) if isinstance(shape, (int, np.integer)) else shape,
-                        dtype if dtype is not None else self._float if given == np.float64 else given, self.run)
+        return SymArray(
+            (shape,) if isinstance(shape, (int, np.integer)) else shape,
+            dtype if dtype is not None else self._float if given == np.float64 else given,
+            self.run,
+        )
 
     def arange(self, *args: Any, dtype: Any = None, **_: Any) -> SymArray:
         return SymArray((len(range(*args)),), dtype if dtype is not None else np.int64, self.run)
@@ -84,8 +107,14 @@ class SymbolicNamespace:
     def full_like(self, x: Any, fill_value: Any, dtype: Any = None, **_: Any) -> Any:
         return sa.like(x, dtype, run=self.run) if _sym(x) else np.full_like(x, fill_value, dtype=dtype)
 
-    sum, mean, max, min, all, any = (staticmethod(np.sum), staticmethod(np.mean), staticmethod(np.max),
-                                     staticmethod(np.min), staticmethod(np.all), staticmethod(np.any))
+    sum, mean, max, min, all, any = (
+        staticmethod(np.sum),
+        staticmethod(np.mean),
+        staticmethod(np.max),
+        staticmethod(np.min),
+        staticmethod(np.all),
+        staticmethod(np.any),
+    )
 
     @staticmethod
     def concat(arrays: Sequence[Any], axis: int | None = 0) -> Any:
@@ -127,6 +156,7 @@ class SymbolicNamespace:
         if _sym(x):
             return np.argsort(x)
         import array_api_compat.numpy as values  # an index list of Python's or numpy's: its order
+
         # array_api_compat makes its functions at import, out of its type stubs' sight
         return values.argsort(x, axis=axis, descending=descending, stable=stable)  # type: ignore[attr-defined]
 

@@ -1,5 +1,6 @@
 """The shape rules that need no array at all: an axis in range, numpy's matmul rule, and the shape an index
 gives (slices, integers, None, Ellipsis, integer and boolean index arrays). Pure functions of shapes."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -35,7 +36,7 @@ def sliced_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...] | None:
     items = index if type(index) is tuple else (index,)
     if len(items) > len(shape) or not all([type(i) is slice for i in items]):
         return None
-    return tuple([len(range(*i.indices(n))) for i, n in zip(items, shape)]) + shape[len(items):]
+    return tuple([len(range(*i.indices(n))) for i, n in zip(items, shape)]) + shape[len(items) :]
 
 
 def _has_values(i: Any) -> bool:
@@ -59,7 +60,7 @@ def indexed_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...]:
         raise IndexError(f"too many indices for an array of {len(shape)} dims")
     at = next((k for k, i in enumerate(items) if i is Ellipsis), None)
     if at is not None:
-        items[at:at + 1] = [slice(None)] * (len(shape) - used)
+        items[at : at + 1] = [slice(None)] * (len(shape) - used)
     else:
         items += [slice(None)] * (len(shape) - used)
     out: list[Any] = []  # dims, with one ("adv", k) placeholder per advanced index
@@ -76,8 +77,8 @@ def indexed_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...]:
             dim += 1
         elif _is_bool(i):
             mask = np.asarray(i)
-            if mask.shape != shape[dim:dim + mask.ndim]:
-                raise IndexError(f"boolean index of shape {mask.shape} does not match {shape[dim:dim + mask.ndim]}")
+            if mask.shape != shape[dim : dim + mask.ndim]:
+                raise IndexError(f"boolean index of shape {mask.shape} does not match {shape[dim : dim + mask.ndim]}")
             adv_shapes.append((int(mask.sum()),))
             adv_at.append(len(out))
             out.append(("adv",))
@@ -104,5 +105,5 @@ def indexed_shape(shape: tuple[int, ...], index: Any) -> tuple[int, ...]:
     if together:
         first = adv_at[0]
         before = [d for d in out[:first] if not isinstance(d, tuple)]
-        return tuple(before) + adv + tuple(plain[len(before):])
+        return tuple(before) + adv + tuple(plain[len(before) :])
     return adv + tuple(plain)  # apart: numpy puts the broadcast index dims first

@@ -67,18 +67,40 @@ def test_one_run_that_disagrees_with_its_reference_makes_the_comparison_fail(mon
     check (its checks are the lesson's own comparisons with the unsplit layer)."""
     import dataclasses
 
-    import parasim.lesson as lesson_module
-    real = lesson_module.run_lesson
+    import parasim.figures as figures_module  # compare_lesson's runner
+    real = figures_module.run_lesson
 
     def one_fails(lesson, **kwargs):
         lr = real(lesson, **kwargs)
         if (kwargs.get("knobs") or {}).get("tp") == 4:
             lr.checks[0] = dataclasses.replace(lr.checks[0], ok=False)
         return lr
-    monkeypatch.setattr(lesson_module, "run_lesson", one_fails)
+    monkeypatch.setattr(figures_module, "run_lesson", one_fails)
     out = cli("compare", "sp", "--tp", "2,4,8", *(["--json"] if json_out else []))
     assert out.returncode == 1, out.stderr
     if json_out:
         assert [r["ok"] for r in json.loads(out.stdout)["rows"]] == [True, False, True]
     else:
         assert "1 disagree" in out.stdout
+
+
+def test_a_notebook_gets_what_the_command_prints():
+    """Issue 52's thin CLI: `compare_lesson` and `compare_layouts` are the calls the command makes; their
+    comparisons' to_dict is the --json, and a run that disagrees is not ok."""
+    from parasim.examples.worked import example
+    from parasim.figures import LayoutRun, compare_layouts, compare_lesson
+    from parasim.lesson import get_lesson
+    from parasim.layout import Layout
+
+    lesson = compare_lesson(get_lesson("sp"), [{"tp": 2}, {"tp": 4}], timeout=60)
+    assert lesson.to_dict() == _json("sp", "--tp", "2,4") and lesson.ok
+    ex = example("moe16")
+    runs = []
+    for ep in (2, 4):
+        layout = Layout(tp=1, ep=ep, etp=1, world=4, model=ex.model, zigzag=False)
+        reps = ex.replicas(layout.dp, ex.micro_batches)
+        watch = ex.find_token("contract", [s for rep in reps for s in rep])
+        runs.append(LayoutRun({"ep": ep, "world": 4}, layout, ex.micro_batches, ex.routings[0], watch))
+    layouts = compare_layouts(ex, runs, sp=False, timeout=60)
+    assert layouts.to_dict() == _json("layout", "--ep", "2,4", "--world", "4")
+    assert layouts.name == "layout (GPUs 4 in every run)" and layouts.hidden == {"world"}

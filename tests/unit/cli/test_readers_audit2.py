@@ -346,7 +346,7 @@ def _rendered(table) -> str:
 
 def test_a_figure_only_a_later_run_has_counts_as_differing():
     """Bug: the figures to compare taken from the first run only, so one the first run lacks is never marked."""
-    from parasim.render.compare import differing
+    from parasim.figures import differing
     rows = [{"settings": {"tp": 2}, "figures": {"a": 1}}, {"settings": {"tp": 4}, "figures": {"a": 1, "b": 5}}]
     assert differing(rows) == ["b"]
 
@@ -394,8 +394,9 @@ def test_a_list_of_settings_is_refused_when_wrong(text, why):
 
 def _show(rows, json_out: bool, capsys):
     from parasim.cli.compare import _show
+    from parasim.figures import Comparison
     args = argparse.Namespace(plot=None, json=json_out)
-    code = _show(args, "x", rows, FLAGS, "lesson")
+    code = _show(args, Comparison("x", rows, FLAGS))
     return code, capsys.readouterr().out
 
 

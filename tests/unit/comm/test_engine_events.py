@@ -206,3 +206,25 @@ def test_only_numbers_travel(call, message):
     """What no real backend could carry (strings, objects) is refused on virtual ranks too."""
     with pytest.raises(CollectiveError, match=message):
         parasim.run(call, 2)
+
+
+def test_joins_counts_each_kind_of_call_a_rank_makes():
+    """`Trace.joins` (parasim trace --gpu's "does"): per (op, group), in the order first made, the calls and
+    the bytes the rank sent and received, worked out by hand: two all-reduces of 4 float64 over 2 ranks (a
+    ring sends and receives half the buffer twice: 32 B each way per call), one send of 3 values (24 B) from
+    rank 0 to rank 1 (a "p2p" call); compute is no call, and a rank in no event joins nothing."""
+    def prog(ctx):
+        pair = ctx.new_group([0, 1], "pair")
+        if ctx.rank < 2:
+            for _ in range(2):
+                ctx.comm.all_reduce(ctx.asarray([1.0, 2.0, 3.0, 4.0]), group=pair)
+        if ctx.rank == 0:
+            ctx.comm.send(ctx.asarray([1.0, 2.0, 3.0]), 1)
+        elif ctx.rank == 1:
+            ctx.comm.recv(0, (3,), "float64")
+
+    trace = parasim.run(prog, world=3).trace
+    assert trace.joins(0) == [{"op": "all_reduce", "group": "pair", "calls": 2, "sent": 64, "received": 64},
+                              {"op": "p2p", "group": "world", "calls": 1, "sent": 24, "received": 0}]
+    assert trace.joins(1)[1] == {"op": "p2p", "group": "world", "calls": 1, "sent": 0, "received": 24}
+    assert trace.joins(2) == []
