@@ -149,7 +149,8 @@ def main() -> int:
         signal.alarm(args.timeout)
         try:
             with contextlib.redirect_stdout(io.StringIO()):
-                return pytest.main(["-x", "-q", "-p", "no:randomly", "-p", "no:cacheprovider", "-m", "not slow and not nccl",
+                # -n 0: in this interpreter, whatever pyproject's addopts ask (one xdist start per mutant costs seconds)
+                return pytest.main(["-x", "-q", "-n", "0", "-p", "no:randomly", "-p", "no:cacheprovider", "-m", "not slow and not nccl",
                                     "--import-mode=append", "--tb=no", *tests], plugins=[Failures]) != 0
         except Exception:  # a time-out, or the mutant broke pytest itself (mutmut counts a crash as killed)
             return True

@@ -224,3 +224,19 @@ def test_a_partial_gradient_over_a_one_rank_group_is_not_summed():
         return moe.grads["router"].shape
     res = parasim.run(program, 1)
     assert res.values == [(2, 4)] and [e.op for e in res.trace.events] == []
+
+
+def test_top_k_may_be_every_expert():
+    """k = E is allowed (each token goes to every expert, gates a softmax over all four scores), k = 0 is not:
+    the gates of [1, 0]'s scores [2, 0, 0, 1] worked out by hand."""
+    from parasim.layout import LayoutError
+
+    def program(ctx):
+        moe = MoE(ParallelContext(ctx), None, ROUTER, _experts(), 4)
+        moe.forward(np.array([[[1.0, 0.0]]]), Saved())
+        return moe.last_routing[0]
+    picks = parasim.run(program, 1).values[0]
+    z = np.exp(np.array([2.0, 1.0, 0.0, 0.0]))
+    assert [e for e, _ in picks] == [0, 3, 1, 2] and np.allclose([g for _, g in picks], z / z.sum())
+    with pytest.raises(LayoutError, match="top_k must be between 1 and"):
+        parasim.run(lambda ctx: MoE(ParallelContext(ctx), None, ROUTER, _experts(), 0), 1)
