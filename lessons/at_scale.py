@@ -79,7 +79,7 @@ def program(ctx, routing: Routing | None = None):
     moe.forward(ctx.shared_rng(f"tokens{ctx.rank}").normal((T, D), DTYPE), Saved())
     picks = np.asarray([[e for e, _ in row] for row in moe.last_routing])
     away = int(((picks // (E // ep)) != ctx.rank).sum())
-    out[f"EP {ep}"] = {"pairs away": away, "rows away": sum(len(r) for d, r in enumerate(moe._rows_to(picks))
+    out[f"EP {ep}"] = {"pairs away": away, "rows away": sum(len(r) for d, r in enumerate(moe.dispatcher.rows_to(picks))
                                                         if d != ctx.rank)}
     ctx.note(f"{away:,} of its {T * K:,} (token, expert) pairs pick an expert on another GPU", pairs_away=away)
     return out

@@ -555,10 +555,6 @@ class MoE(Weights):
         gates, as one array: cheap for the thousands of tokens of a run at real size)."""
         return np.asarray(self.gate.last[0], dtype=np.int64).reshape(-1, self.gate.k)
 
-    def _rows_to(self, chosen: Any) -> list[np.ndarray]:
-        """For each EP rank, the tokens that chose one of its experts (TokenDispatcher.rows_to)."""
-        return self.dispatcher.rows_to(chosen)
-
     # -- backward ------------------------------------------------------------------------------------
     def backward(self, cache: tuple, dy: Array) -> Array:
         par, xp = self.par, self.par.xp
