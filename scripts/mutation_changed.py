@@ -24,26 +24,72 @@ ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = ROOT / "mutants"
 
 
-def _body(node: ast.AST) -> str:
-    """A function's code without its docstring: a changed comment or docstring changes no mutant."""
+class _NoHints(ast.NodeTransformer):
+    """Drops type hints: mutmut mutates nothing inside an annotation (libcst's Annotation nodes are skipped), so
+    a function whose hints alone changed (`ctx: Any` -> `ctx: Context`) has the same mutants, numbered alike."""
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.annotation = None
+        return node
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> ast.FunctionDef:
+        node.returns = None
+        self.generic_visit(node)
+        return node
+
+    visit_AsyncFunctionDef = visit_FunctionDef  # type: ignore[assignment]
+
+    def visit_AnnAssign(self, node: ast.AnnAssign) -> ast.AST:
+        if node.value is None:  # `x: int`, a declaration only
+            return ast.Pass()
+        return ast.Assign(targets=[node.target], value=self.visit(node.value), lineno=0)
+
+
+class _Renamed(ast.NodeTransformer):
+    """Applies renames made across the whole package (`tp` -> `par`) to the old code: mutmut mutates no name, so
+    a function changed only by such a rename has the same mutants, and the tests that held them still run."""
+
+    def __init__(self, renames: dict[str, str]) -> None:
+        self.renames = renames
+
+    def visit_Name(self, node: ast.Name) -> ast.Name:
+        node.id = self.renames.get(node.id, node.id)
+        return node
+
+    def visit_arg(self, node: ast.arg) -> ast.arg:
+        node.arg = self.renames.get(node.arg, node.arg)
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.Attribute:
+        node.attr = self.renames.get(node.attr, node.attr)
+        self.generic_visit(node)
+        return node
+
+
+def _body(node: ast.AST, renames: dict[str, str] | None = None) -> str:
+    """A function's code without its docstring or type hints: a changed comment, docstring or hint changes no
+    mutant. `renames` (old name -> new) are applied first."""
     node = ast.parse(ast.unparse(node)).body[0]  # a copy
+    if renames:
+        node = _Renamed(renames).visit(node)
     body = getattr(node, "body", [])
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
             and isinstance(body[0].value.value, str):
         node.body = body[1:] or [ast.Pass()]
+    node = _NoHints().visit(node)
     return ast.dump(node, include_attributes=False)
 
 
-def functions(source: str) -> dict[str, str]:
+def functions(source: str, renames: dict[str, str] | None = None) -> dict[str, str]:
     """mutmut's name of each function and method (`x_f`, `xǁClassǁmethod`) -> its code."""
     out: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[f"x_{node.name}"] = _body(node)
+            out[f"x_{node.name}"] = _body(node, renames)
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    out[f"xǁ{node.name}ǁ{item.name}"] = _body(item)
+                    out[f"xǁ{node.name}ǁ{item.name}"] = _body(item, renames)
     return out
 
 
@@ -65,15 +111,19 @@ def moved_since(rev: str) -> dict[str, str]:
     return out
 
 
-def changed_mutants(rev: str) -> dict[str, list[str]]:
-    """module -> the names of its mutants in functions changed (or new) since rev."""
+def changed_mutants(rev: str, renames: dict[str, str] | None = None) -> dict[str, list[str]]:
+    """module -> the names of its mutants in functions changed (or new) since rev; `renames` (old -> new) are
+    names changed everywhere since rev."""
     out: dict[str, list[str]] = {}
     moved = moved_since(rev)
     for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta")):
         rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]  # parasim/nn/moe.py
         module = rel[: -len(".py")].replace("/", ".")
-        new, old = functions((ROOT / rel).read_text()), functions(_old_source(rev, moved.get(rel, rel)))
-        changed = {name for name, code in new.items() if old.get(name) != code}
+        source = _old_source(rev, moved.get(rel, rel))
+        new, old = functions((ROOT / rel).read_text()), functions(source)
+        # a rename is tried, not forced: the same word may also name something the change kept (`layout.tp`)
+        renamed = functions(source, renames) if renames else old
+        changed = {name for name, code in new.items() if code not in (old.get(name), renamed.get(name))}
         keys = json.loads(meta.read_text())["exit_code_by_key"]
         names = [k for k in keys if k[len(module) + 1:].split("__mutmut_")[0] in changed]
         if names:
@@ -86,12 +136,18 @@ def main() -> int:
     ap.add_argument("rev", help="the revision before the change (a commit, tag or branch)")
     ap.add_argument("--names", nargs="*", metavar="MODULE",
                     help="print the mutant names (of these modules, or of all) instead of counts")
+    ap.add_argument("--renamed", action="append", default=[], metavar="OLD=NEW",
+                    help="a name changed everywhere since rev (a variable, argument or attribute; repeat the option)")
     args = ap.parse_args()
+    if any(pair.count("=") != 1 for pair in args.renamed):
+        print("mutation_changed: --renamed takes OLD=NEW", file=sys.stderr)
+        return 2
+    renames = dict(pair.split("=") for pair in args.renamed)
     if not (MUTANTS / "parasim").is_dir():
         print("mutation_changed: no mutants/ yet: run `bash scripts/mutation.sh PATTERN` once first",
               file=sys.stderr)
         return 2
-    found = changed_mutants(args.rev)
+    found = changed_mutants(args.rev, renames)
     if args.names is not None:
         for module, names in found.items():
             if not args.names or module in args.names:

@@ -182,12 +182,9 @@ def add_timeout(p: argparse.ArgumentParser) -> None:
 
 def gpu_preset(name: str, what: str = "GPU") -> Any:
     """The estimator's GPU preset called `name` (any case), or one line naming the presets."""
-    from ..estimate.traffic import gpu_presets
+    from ..estimate.traffic import gpu_spec
 
-    table = gpu_presets()
-    if name.lower() not in table:
-        raise UsageError(f"unknown {what} {name!r}; presets: {', '.join(table)}")
-    return table[name.lower()]
+    return gpu_spec(name, what)
 
 
 # -- the layers on pipeline stages ----------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from dataclasses import replace
 from typing import Any
 
@@ -452,22 +453,18 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
     q = query_of(args)
     model, plan, seq, unit, name = q.model, q.plan, q.seq, q.units.size, q.units.name
-    if args.symbolic:  # what the step cannot run is refused before any work
-        from ..train.against import check_runs
-
-        check_runs(model, plan, args.routing, seq)
-    report = memory_report(q, critic=args.critic, written=args.megatron_args)
+    report = memory_report(
+        q,
+        critic=args.critic,
+        written=args.megatron_args,
+        against=args.routing if args.symbolic else None,
+        progress=_progress,
+    )
     out, bd, gpu = report.to_dict(), report.breakdown, report.gpu
     if args.plot:
         from ..render.plots import plot_memory
 
         plot_memory(model, plan, seq, unit, name, args.plot, q.usable, gpu)
-    if args.symbolic:
-        from ..train.against import compare
-        from ..render.against import note_running
-
-        note_running(plan, seq)
-        out = {**out, "run": compare(model, plan, seq, args.routing)}
     if args.json:
         print_json(out)
         return 0
@@ -548,7 +545,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
     if args.plot:
         raise UsageError("fit --plot needs --search")
     if args.symbolic:
-        return _fit_against_run(args, model, job, usable, units)
+        return _fit_against_run(args, model, sources, usable, units)
     from ..job import fit_report
 
     plan = _plan(args, model, job)
@@ -612,17 +609,20 @@ def _search_by_time(
     return 0
 
 
-def _fit_against_run(args: argparse.Namespace, model: Any, job: Any, usable: float, units: Units) -> int:
-    from ..train.against import check_runs, fit_against_run
-    from ..render.against import note_running, print_fit
+def _progress(line: str) -> None:
+    """A library call's progress, on stderr (stdout may be --json)."""
+    print(line, file=sys.stderr, flush=True)
 
-    unit, name = units.size, units.name
-    plan = _plan(args, model, job)
-    check_runs(model, plan, args.routing)
-    note_running(plan, None)
-    out = fit_against_run(model, plan, usable, args.routing)
+
+def _fit_against_run(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units) -> int:
+    from ..job import fit_run_report
+    from ..render.against import print_fit
+
+    plan = _plan(args, model, sources.megatron)
+    q = JobQuery(model, plan, None, _gpu(args)[1], usable, _overlap(args, sources.megatron), units, sources)
+    out = fit_run_report(q, args.routing, progress=_progress).to_dict()
     if args.json:
-        print_json({**out, "unit": name})
+        print_json(out)
         return 0
-    print_fit(out, unit, name)
+    print_fit(out, units.size, units.name)
     return 0

@@ -10,7 +10,7 @@ from .fit import Fit, fit, search
 from .memory import Breakdown, Plan, breakdown
 from ..layout import ModelSpec
 from .models import from_hf_config, get_model
-from .traffic import GpuSpec, gpu_presets, step_flops, step_traffic
+from .traffic import GpuSpec, gpu_presets, gpu_spec, step_flops, step_traffic
 
 __all__ = [
     "ModelSpec",
@@ -24,6 +24,7 @@ __all__ = [
     "search",
     "GpuSpec",
     "gpu_presets",
+    "gpu_spec",
     "step_traffic",
     "step_flops",
 ]

@@ -15,6 +15,7 @@ from typing import Sequence
 
 from ..comm.hops import crossing_share
 from ..comm.ops import bus_factor
+from ..errors import UsageError
 from ..layout import AXES, GROUP_KINDS, LayoutError
 from ..layout.stages import most_layers, stage_layers
 from .memory import Plan
@@ -52,6 +53,15 @@ def gpu_presets() -> dict[str, GpuSpec]:
         )
         for key, g in GPUS.items()
     }
+
+
+def gpu_spec(name: str, what: str = "GPU") -> GpuSpec:
+    """The GPU type called `name` (any case), or one line naming the types there are: what a command and a
+    notebook both ask for (`what` is the flag or field that named it)."""
+    table = gpu_presets()
+    if name.lower() not in table:
+        raise UsageError(f"unknown {what} {name!r}; presets: {', '.join(table)}")
+    return table[name.lower()]
 
 
 def _add(out: dict[Key, float], key: Key, nbytes: float) -> None:

@@ -153,8 +153,9 @@ class GpuView:
 
 def gpu_view(q: TraceQuery, gpu: int, step: TracedStep | None = None) -> GpuView:
     """GPU `gpu`'s view of the step (run here unless `step` is given)."""
-    from ..estimate.traffic import gpu_presets
+    from ..estimate.traffic import gpu_spec
 
+    card = gpu_spec(q.gpu_model, "--gpu-model")  # before the step runs: a notebook's typo costs no run
     ex = example(q.example)
     step = traced_step(q, gpu) if step is None else step
     result, layout, m, plan = step.result, step.layout, step.microbatches, step.plan
@@ -171,7 +172,6 @@ def gpu_view(q: TraceQuery, gpu: int, step: TracedStep | None = None) -> GpuView
         "peak": result.trace.peak(gpu) if any(mk.kind == "held" for mk in result.trace.marks) else None,
         "exactness": ex.exactness(result.values, layout, m, step.routing) if step.routing in ex.routings else None,
     }
-    card = gpu_presets()[q.gpu_model.lower()]
     if plan is not None and out["peak"] is not None:
         from ..estimate.memory import assumptions, items
         from ..train.differences import as_run

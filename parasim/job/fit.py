@@ -6,11 +6,11 @@ command's --json."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..estimate.fit import Fit, fit
 from ..estimate.memory import Plan
-from ..estimate.traffic import attention_flops, gpu_presets
+from ..estimate.traffic import attention_flops, gpu_spec
 from ..megatron.args import as_dict
 from .memory import stage_summary, timed
 from .query import JobQuery, JobReport
@@ -21,6 +21,20 @@ def fit_seq(seq: int, plan: Plan) -> int:
     each cut over TP by SP): the --seq-length a job can run."""
     unit = 2 * plan.cp * (plan.tp if plan.sp else 1)
     return seq // unit * unit
+
+
+def fit_run_report(q: JobQuery, routing: str = "balanced", progress: Callable[[str], None] | None = None) -> JobReport:
+    """The estimator's longest sequence for `q`'s plan as the step runs it, held against one symbolic step there
+    and one a granule longer (train/against.py's `fit_against_run`), in the query's unit; `progress` is told
+    before the steps run (seconds at real size). Every refusal is one line before any work."""
+    from ..train.against import check_runs, fit_against_run, running_note
+
+    gpu = gpu_spec(q.gpu, "gpu")
+    check_runs(q.model, q.plan, routing)
+    if progress is not None:
+        progress(running_note(q.plan, None))
+    out = fit_against_run(q.model, q.plan, q.usable, routing)
+    return JobReport(query=q, gpu=gpu, data={**out, "unit": q.units.name})
 
 
 @dataclass(frozen=True)
@@ -34,6 +48,7 @@ def fit_report(q: JobQuery, written: bool = False) -> FitReport:
     """The longest sequence one GPU of `q`'s plan holds (the query's own sequence is not read: it is the
     answer), with its time and stages there; with `written`, the plan as Megatron-LM flags at that length."""
     model, plan, unit = q.model, q.plan, q.units.size
+    gpu = gpu_spec(q.gpu, "gpu")  # an unknown type refused in one line before the search
     f = fit(model, plan, q.usable)
     out: dict[str, Any] = {**f.to_dict(unit), "unit": q.units.name}
     if f.seq:
@@ -43,4 +58,4 @@ def fit_report(q: JobQuery, written: bool = False) -> FitReport:
     out.update(q.sources.to_dict())
     if written and f.seq:
         out["megatron_args"] = as_dict(model, plan, fit_seq(f.seq, plan), q.overlap, q.sources.megatron)
-    return FitReport(query=q, gpu=gpu_presets()[q.gpu], data=out, fit=f)
+    return FitReport(query=q, gpu=gpu, data=out, fit=f)

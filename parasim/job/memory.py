@@ -6,7 +6,7 @@ is rendered from the same report (render/estimate_text.py)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..clock.critic import critique
 from ..clock.plan import plan_time
@@ -14,7 +14,7 @@ from ..clock.uncertainty import held_out, step_range
 from ..errors import UsageError
 from ..estimate.kernels import NoMeasurement
 from ..estimate.memory import Breakdown, Plan, assumptions, breakdown
-from ..estimate.traffic import gpu_presets, step_traffic
+from ..estimate.traffic import gpu_spec, step_traffic
 from ..layout import ModelSpec
 from ..layout.stages import describe, stage_counts
 from ..megatron.args import as_dict
@@ -52,13 +52,26 @@ class MemoryReport(JobReport):
     breakdown: Breakdown
 
 
-def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> MemoryReport:
+def memory_report(
+    q: JobQuery,
+    critic: bool = False,
+    written: bool = False,
+    against: str | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> MemoryReport:
     """The memory one GPU of `q`'s plan needs, itemised, on its binding stage, with the step's traffic by axis,
     its time and stages; with `critic`, the rules of thumb the layout breaks and what breaking each costs; with
-    `written`, the plan as Megatron-LM flags and the torchrun line that runs them."""
+    `written`, the plan as Megatron-LM flags and the torchrun line that runs them; with `against` (a routing
+    policy), one training step of the plan run on symbolic ranks beside the estimate, item by item ("run"), and
+    `progress` told before it runs (seconds at real size)."""
     model, plan, seq, unit = q.model, q.plan, q.seq, q.units.size
     if seq is None:
         raise UsageError("a memory report is for one sequence length: give the query its seq")
+    gpu = gpu_spec(q.gpu, "gpu")  # an unknown type refused in one line before anything is planned
+    if against is not None:  # what the step cannot run is refused before any work
+        from ..train.against import check_runs
+
+        check_runs(model, plan, against, seq)
     bd = breakdown(model, plan, seq)
     timing = timed(model, plan, seq, q.gpu, q.overlap)
     traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}
@@ -79,4 +92,10 @@ def memory_report(q: JobQuery, critic: bool = False, written: bool = False) -> M
         out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
     if critic:
         out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap)]
-    return MemoryReport(query=q, gpu=gpu_presets()[q.gpu], data=out, breakdown=bd)
+    if against is not None:
+        from ..train.against import compare, running_note
+
+        if progress is not None:
+            progress(running_note(plan, seq))
+        out["run"] = compare(model, plan, seq, against)
+    return MemoryReport(query=q, gpu=gpu, data=out, breakdown=bd)

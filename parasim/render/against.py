@@ -2,14 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any
-
-
-def note_running(plan: Any, seq: int | None) -> None:
-    """Progress on stderr: a run at real size takes seconds."""
-    at = f" at {seq:,} tokens" if seq else " at the estimator's longest sequence and one step longer"
-    print(f"running one training step on {plan.world:,} symbolic ranks (folded){at} ...", file=sys.stderr, flush=True)
 
 
 def print_compare(console: Any, run: dict, unit: float, name: str) -> None:

@@ -31,6 +31,12 @@ def granule(plan: Plan) -> int:
     return 2 * plan.cp * plan.tp
 
 
+def running_note(plan: Plan, seq: int | None) -> str:
+    """What a caller's progress line says before a symbolic step at real size runs (it takes seconds)."""
+    at = f" at {seq:,} tokens" if seq else " at the estimator's longest sequence and one step longer"
+    return f"running one training step on {plan.world:,} symbolic ranks (folded){at} ..."
+
+
 def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int | None = None) -> None:
     """One line of reason (UsageError) for a plan the step cannot carry out, a routing it cannot take, or a
     sequence length (when given) it cannot split."""

@@ -72,6 +72,9 @@ def test_a_notebook_traces_a_token_and_views_a_gpu_as_the_command_does():
                                                               ).stdout) | {"layout": "x"}
     with pytest.raises(UsageError, match="no router scores"):
         traced_step(TraceQuery(layout, "x", symbolic=True))
+    # an unknown GPU type is one line, as the command says it, and before any step runs (a notebook's typo)
+    with pytest.raises(UsageError, match=r"^unknown --gpu-model 'h900'; presets: .*\bh100\b"):
+        gpu_view(TraceQuery(layout, "x", gpu_model="h900"), 5)
 
 
 def test_a_gpu_at_real_size_is_viewed_from_its_own_stage():

@@ -73,6 +73,51 @@ def test_a_memory_report_needs_its_sequence():
         memory_report(JobQuery(model, plan, None, "h200", 1e11))
 
 
+def test_an_unknown_gpu_type_is_one_line_from_python():
+    """A notebook's query names its GPU type by key: one that the hardware table lacks is a UsageError that lists
+    the types (the commands check their --gpu with the same call), for memory and fit alike, in any case."""
+    import pytest
+    from parasim.errors import UsageError
+    from parasim.estimate.traffic import gpu_spec
+    from parasim.job import fit_report
+    model = get_model("27b")
+    plan = Plan(tp=8, world=8).check(model)
+    for report, seq in ((memory_report, 4096), (fit_report, None)):
+        with pytest.raises(UsageError, match=r"^unknown gpu 'x100'; presets: .*\bh200\b"):
+            report(JobQuery(model, plan, seq, "x100", 1e11))
+    assert gpu_spec("H200") == gpu_presets()["h200"] and gpu_spec("a100").name == gpu_presets()["a100"].name
+
+
+def test_a_notebook_holds_the_estimate_against_a_symbolic_step_as_the_commands_do(capsys):
+    """`memory --symbolic` and `fit --symbolic` are library calls (issue 52's thin CLI): the same query with
+    `against` (a routing policy) gives the command's --json, and the progress line goes to the caller's
+    function, not to stderr."""
+    import pytest
+    from parasim.errors import UsageError
+    from parasim.job import fit_run_report
+    model = get_model("27b")
+    plan = Plan(tp=8, sp=True, world=8).check(model, 4096)
+    told: list[str] = []
+    got = memory_report(JobQuery(model, plan, 4096, "h200", gpu_presets()["h200"].usable), against="balanced",
+                        progress=told.append).to_dict()
+    assert told == ["running one training step on 8 symbolic ranks (folded) at 4,096 tokens ..."]
+    assert capsys.readouterr().err == ""
+    assert json.loads(dumps(got)) == _cli(capsys, "--model", "27b", "--tp", "8", "--sp", "--seq", "4096",
+                                          "--symbolic")
+    assert got["run"]["rows"] and got["run"]["run_total"] > 0
+    fitted = fit_run_report(JobQuery(model, plan, None, "h200", gpu_presets()["h200"].usable)).to_dict()
+    assert main(["fit", "--model", "27b", "--tp", "8", "--sp", "--symbolic", "--json"]) == 0
+    assert json.loads(dumps(fitted)) == json.loads(capsys.readouterr().out)
+    assert fitted["seq"] > 0 and fitted["seq"] % fitted["granule"] == 0
+    in_gib = fit_run_report(JobQuery(model, plan, None, "h200", gpu_presets()["h200"].usable, units=GIB)).to_dict()
+    assert in_gib["unit"] == "GiB" and in_gib["seq"] == fitted["seq"]
+    # what the step cannot run is refused in one line before anything runs (no progress line)
+    zero3 = Plan(tp=8, zero=3, world=8).check(model)
+    with pytest.raises(UsageError, match="cannot run ZeRO-3"):
+        fit_run_report(JobQuery(model, zero3, None, "h200", 1e11), progress=told.append)
+    assert len(told) == 1
+
+
 def test_fit_seq_rounds_down_to_what_the_layout_splits_evenly():
     # CP 2 cuts a sequence in 2 x 2 chunks, SP over TP 4 cuts each again: 16 tokens a step of length
     from parasim.job import fit_seq
