@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from .layout import Layout
 
 
-def axis_of(event: Any) -> str:
+def event_axis(event: Any) -> str:
     """The axis an event's bytes travel on: its group's name ('tp', 'ep', 'pair'); point-to-point
     transfers are counted together."""
     return "p2p" if event.kind == "p2p" else event.group.name
@@ -47,7 +47,7 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
     for e in trace.events:
         if e.kind == "compute":
             continue
-        per = sent.setdefault(axis_of(e), {})
+        per = sent.setdefault(event_axis(e), {})
         for m in e.members:
             per[m.rank] = per.get(m.rank, 0) + m.sent
     for axis in sorted(sent):

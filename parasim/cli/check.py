@@ -126,7 +126,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         checks = lesson.judge(result)[0]
     dropped = result.trace.meta.get("values_dropped", 0)
     if args.tui:
-        open_app(result.trace, lesson, found).run()
+        open_at_divergence(result.trace, lesson, found).run()
     elif args.json:
         print(
             dumps(
@@ -153,7 +153,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     return 1 if found is not None or not all(c.ok for c in checks) else 0
 
 
-def open_app(trace: Trace, lesson: Any, found: dict | None) -> Any:
+def open_at_divergence(trace: Trace, lesson: Any, found: dict | None) -> Any:
     """The app on the run, opening at the event the first divergence is pinned on (d jumps back to it)."""
     from ..tui.app import ParasimApp
     from ..tui.view import View

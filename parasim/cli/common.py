@@ -149,7 +149,7 @@ def count(text: str) -> int:
     return size_arg(digits, text, least=0)
 
 
-def seconds(text: str) -> float:
+def seconds_arg(text: str) -> float:
     """A time limit in seconds: a finite number above 0, written as a decimal (checked before anything starts)."""
     from ..limits import check_timeout
 
@@ -172,7 +172,7 @@ def add_timeout(p: argparse.ArgumentParser) -> None:
 
     p.add_argument(
         "--timeout",
-        type=seconds,
+        type=seconds_arg,
         default=TIMEOUT,
         metavar="S",
         help=f"seconds a rank may run without reaching a collective or returning (default {TIMEOUT:g}); "

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from ..errors import UsageError
-from .common import import_before_starting, positive, program_output, seconds, write, write_hta
+from .common import import_before_starting, positive, program_output, seconds_arg, write, write_hta
 from ..limits import TIMEOUT, check_processes, check_real_timeout
 from ..jsonout import dumps
 
@@ -49,7 +49,7 @@ def add_run(sub: Any) -> None:
     )
     rp.add_argument(
         "--timeout",
-        type=seconds,
+        type=seconds_arg,
         default=TIMEOUT,
         metavar="S",
         help=f"seconds a rank may wait in one call before the run is stopped (default {TIMEOUT:g}, at "

@@ -32,7 +32,7 @@ from ..limits import MAX_SIZE
 from ..jsonout import dumps
 from .checkpoint import STATE, regions, share_ranges
 from .checkpoint_format import fresh_beside, fsync_dir, swap, sweep, write_synced
-from .checkpoint_meta import DTYPES, Fields, check_file, fingerprint, item, read_json, show
+from .checkpoint_meta import DTYPES, Fields, check_file, fingerprint, item, read_listing, show
 from ..engine.context import Context
 
 LISTING, KIND, DCP_METADATA = "parasim.json", "parasim-dcp", ".metadata"
@@ -194,7 +194,7 @@ def _listing(root: Path) -> tuple[Fields, dict[str, Any]]:
     where = root / LISTING
     if not where.exists():
         raise UsageError(f"checkpoint {root}: {LISTING} is missing")
-    meta = f.obj(read_json(where, f), "the top level")
+    meta = f.obj(read_listing(where, f), "the top level")
     f.one_of(f.get(meta, "format", ""), "format", [KIND])
     f.one_of(f.get(meta, "version", ""), "version", [1])
     f.whole(f.get(meta, "step", ""), "step")

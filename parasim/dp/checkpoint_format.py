@@ -50,7 +50,7 @@ from .checkpoint_meta import (
     check_sum,
     fingerprint,
     held,
-    read_json,
+    read_listing,
     shard_file,
     validate,
 )
@@ -345,7 +345,7 @@ class CheckpointReader:
             left = sorted(self.path.parent.glob(f".{self.path.name}.old-*/ckpt"))
             hint = f" (an interrupted save left the previous one at {left[-1]})" if left else ""
             raise self._fail(f"{METADATA} is missing{hint}")
-        meta = read_json(where, self.fields)
+        meta = read_listing(where, self.fields)
         self._arrays = validate(meta, self.fields, self.path)
         return meta
 

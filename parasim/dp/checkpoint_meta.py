@@ -108,7 +108,7 @@ def show(v: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def read_json(path: Path, fields: Fields, limit: int = METADATA_BYTES) -> Any:
+def read_listing(path: Path, fields: Fields, limit: int = METADATA_BYTES) -> Any:
     """A listing file as strict JSON (limits.read_json: no NaN or Infinity, no number out of range, no field
     twice), of at most `limit` bytes, UTF-8; `_validate` then admits only the depth the format has."""
     data = read_bounded(str(path), "checkpoint file", limit)

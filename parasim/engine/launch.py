@@ -29,7 +29,7 @@ from ..comm.torchrun import job_store
 from ..comm.watchdog import raised_text
 
 Target = Callable[[Any], Any] | tuple[str, str]
-BACKENDS = ("gloo", "nccl")
+REAL_BACKENDS = ("gloo", "nccl")  # the torch.distributed ones: engine/runner.BACKENDS adds virtual and symbolic
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,8 @@ RankJob = tuple[Target, RealOptions]  # a program and the options it runs with (
 def check_backend(backend: str, nproc_per_node: int, device: str = "auto") -> None:
     """UsageError (exit 2) when the backend cannot run here: no torch, no GPU, too few GPUs, or a device
     the backend cannot use."""
-    if backend not in BACKENDS:
-        raise UsageError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+    if backend not in REAL_BACKENDS:
+        raise UsageError(f"unknown backend {backend!r}; use one of {', '.join(REAL_BACKENDS)}")
     if device not in DEVICES:
         raise UsageError(f"unknown device {device!r}; use one of {', '.join(DEVICES)}")
     if backend == "nccl" and device == "cpu":

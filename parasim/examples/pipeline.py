@@ -94,7 +94,7 @@ def _grad_sq(ctx: Context, layer: Any) -> float:
     return float(sum(float(ctx.xp.sum(g * g)) for g in layer.grads.values()))
 
 
-def unsplit_run(stages: int, m: int):
+def unsplit_program(stages: int, m: int):
     """The same model, all layers on one rank, forward and backward: a program for parasim.run(..., 1)."""
 
     def program(ctx: Context) -> dict:
@@ -114,7 +114,7 @@ def matches_unsplit(values: list[dict], stages: int, m: int) -> list:
     from ..engine.runner import run
     from ..lesson import check
 
-    ref = run(unsplit_run(stages, m), 1).values[0]
+    ref = run(unsplit_program(stages, m), 1).values[0]
     last = next(x for x in values if x["has_loss"])
     got = {s: g for x in values for s, g in x["grad_sq"].items()}
     stepped = {s: g for x in values for s, g in x["stepped"].items()}

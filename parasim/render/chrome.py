@@ -195,8 +195,8 @@ def to_hta(
     times: dict[tuple[int, int], tuple[float, float]] | None = None,
     work: list[tuple[int, float, float]] | None = None,
 ) -> dict[int, dict]:
-    """One Kineto-like trace per rank for Holistic Trace Analysis (write each to its own file in one folder:
-    `write_hta`).
+    """One Kineto-like trace per rank for Holistic Trace Analysis (cli/common.py's `write_hta` writes each to
+    its own file in one folder, all or none).
 
     Every slice becomes a GPU kernel on a stream; communication kernels are named `ncclKernel_<op>`
     because HTA counts a kernel as communication only when its name matches `^nccl.*Kernel`. The
@@ -274,25 +274,6 @@ def to_hta(
         }
         for r, ev in files.items()
     }
-
-
-def write_hta(
-    trace: Trace,
-    folder: str,
-    times: dict[tuple[int, int], tuple[float, float]] | None = None,
-    work: list[tuple[int, float, float]] | None = None,
-) -> list[str]:
-    """Write `to_hta`'s traces as FOLDER/rank<r>.json (the folder is made if need be); the paths written."""
-    import json
-    import os
-
-    os.makedirs(folder, exist_ok=True)
-    paths = []
-    for r, f in to_hta(trace, times=times, work=work).items():
-        paths.append(os.path.join(folder, f"rank{r}.json"))
-        with open(paths[-1], "w") as out:
-            json.dump(f, out)
-    return paths
 
 
 def _num(x: Any) -> bool:

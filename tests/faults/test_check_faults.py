@@ -540,15 +540,15 @@ def test_the_text_says_when_the_pinned_call_lost_its_values(progs, monkeypatch):
 # --- the app on a divergence --------------------------------------------------------------------------------
 
 async def test_check_tui_opens_at_the_divergence_and_keys_work():
-    """`parasim check silent-bugs --bug expert-over-dp-cp --tui` builds its app with check.open_app: it opens at
+    """`parasim check silent-bugs --bug expert-over-dp-cp --tui` builds its app with check.open_at_divergence: it opens at
     the pinned event (it raised ScreenStackError before drawing anything), and d, the arrows, t, f, g and / work."""
-    from parasim.cli.check import open_app
+    from parasim.cli.check import open_at_divergence
     from parasim.engine import run
     from parasim.lesson import get_lesson
     lesson = get_lesson("silent-bugs")
     res = run(lesson.variants["expert-over-dp-cp"], 8, keep_values=KEEP)
     found = first_divergence(res, run(lesson.reference, 1))
-    app = open_app(res.trace, lesson, found)
+    app = open_at_divergence(res.trace, lesson, found)
     pinned = app.view.diverged()
     assert app.view.events[pinned].seq == found["event"] and pinned > 0  # the experts' all-reduce, after others
     async with app.run_test(size=(120, 40)) as pilot:
