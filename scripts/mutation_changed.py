@@ -66,9 +66,9 @@ class _Renamed(ast.NodeTransformer):
         return node
 
 
-def _body(node: ast.AST, renames: dict[str, str] | None = None) -> str:
-    """A function's code without its docstring or type hints: a changed comment, docstring or hint changes no
-    mutant. `renames` (old name -> new) are applied first."""
+def _body(node: ast.AST, renames: dict[str, str] | None = None, hints: bool = True) -> str:
+    """A function's code without its docstring (a changed comment or docstring changes no mutant); without its
+    type hints too unless `hints` (the saved results' hashes keep them); `renames` (old name -> new) first."""
     node = ast.parse(ast.unparse(node)).body[0]  # a copy
     if renames:
         node = _Renamed(renames).visit(node)
@@ -76,20 +76,22 @@ def _body(node: ast.AST, renames: dict[str, str] | None = None) -> str:
     if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) \
             and isinstance(body[0].value.value, str):
         node.body = body[1:] or [ast.Pass()]
-    node = _NoHints().visit(node)
+    if not hints:
+        node = _NoHints().visit(node)
     return ast.dump(node, include_attributes=False)
 
 
-def functions(source: str, renames: dict[str, str] | None = None) -> dict[str, str]:
-    """mutmut's name of each function and method (`x_f`, `xǁClassǁmethod`) -> its code."""
+def functions(source: str, renames: dict[str, str] | None = None, hints: bool = True) -> dict[str, str]:
+    """mutmut's name of each function and method (`x_f`, `xǁClassǁmethod`) -> its code (type hints dropped
+    unless `hints`)."""
     out: dict[str, str] = {}
     for node in ast.parse(source).body:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            out[f"x_{node.name}"] = _body(node, renames)
+            out[f"x_{node.name}"] = _body(node, renames, hints)
         elif isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    out[f"xǁ{node.name}ǁ{item.name}"] = _body(item, renames)
+                    out[f"xǁ{node.name}ǁ{item.name}"] = _body(item, renames, hints)
     return out
 
 
@@ -111,6 +113,18 @@ def moved_since(rev: str) -> dict[str, str]:
     return out
 
 
+def changed_functions(rev: str, rel: str, renames: dict[str, str] | None = None,
+                      moved: dict[str, str] | None = None) -> set[str]:
+    """The functions of file `rel` (parasim/nn/moe.py) whose code changed since rev, or are new: type hints
+    aside, and each of `renames` (old -> new, names changed everywhere since rev) tried, not forced (the same
+    word may also name something the change kept: `layout.tp`)."""
+    moved = moved_since(rev) if moved is None else moved
+    source = _old_source(rev, moved.get(rel, rel))
+    new, old = functions((ROOT / rel).read_text(), hints=False), functions(source, hints=False)
+    renamed = functions(source, renames, hints=False) if renames else old
+    return {name for name, code in new.items() if code not in (old.get(name), renamed.get(name))}
+
+
 def changed_mutants(rev: str, renames: dict[str, str] | None = None) -> dict[str, list[str]]:
     """module -> the names of its mutants in functions changed (or new) since rev; `renames` (old -> new) are
     names changed everywhere since rev."""
@@ -119,11 +133,7 @@ def changed_mutants(rev: str, renames: dict[str, str] | None = None) -> dict[str
     for meta in sorted((MUTANTS / "parasim").rglob("*.py.meta")):
         rel = meta.relative_to(MUTANTS).as_posix()[: -len(".meta")]  # parasim/nn/moe.py
         module = rel[: -len(".py")].replace("/", ".")
-        source = _old_source(rev, moved.get(rel, rel))
-        new, old = functions((ROOT / rel).read_text()), functions(source)
-        # a rename is tried, not forced: the same word may also name something the change kept (`layout.tp`)
-        renamed = functions(source, renames) if renames else old
-        changed = {name for name, code in new.items() if code not in (old.get(name), renamed.get(name))}
+        changed = changed_functions(rev, rel, renames, moved)
         keys = json.loads(meta.read_text())["exit_code_by_key"]
         names = [k for k in keys if k[len(module) + 1:].split("__mutmut_")[0] in changed]
         if names:

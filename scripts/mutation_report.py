@@ -8,16 +8,20 @@ only the mutants FILE lists, one a line (`scripts/mutation_changed.py REV --name
 
 mutants/ is not kept between checkouts, and a run over a big module takes hours, so results can be
 carried: `--save FILE` writes every result with a hash of its function's code, `--load FILE` puts back
-those whose function is unchanged (a changed function renumbers its mutants and must run again)."""
+those whose function is unchanged (a changed function renumbers its mutants and must run again).
+`--load FILE --since REV [--renamed OLD=NEW ...]` also puts back the results saved for a function's code at
+REV where only its type hints, or names renamed everywhere since (mutation_changed.py), changed: mutmut
+mutates neither, so its mutants are the same ones, numbered alike."""
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-from mutation_changed import functions  # scripts/ is on the path when this runs as a script
+from mutation_changed import _old_source, changed_functions, functions, moved_since  # scripts/ is on the path
 
 ROOT = Path(__file__).resolve().parent.parent
 KILLED = {1, 3, 36, 24, -24, 152, 255, -9, -11, 37}  # mutmut's exit codes for killed, timeout, crash
@@ -61,23 +65,41 @@ def save(path: Path) -> int:
     return 0
 
 
-def load(path: Path) -> int:
-    """Put back the saved results of every function whose code is the same now."""
-    metas, kept, stale = _metas(), 0, 0
+def _hashes_at(rev: str, module: str, moved: dict[str, str]) -> dict[str, str]:
+    """`_hashes` of the module's code at rev (where it sat then)."""
+    rel = module.replace(".", "/") + ".py"
+    source = _old_source(rev, moved.get(rel, rel))
+    return {name: hashlib.sha1(code.encode()).hexdigest()[:12] for name, code in functions(source).items()}
+
+
+def load(path: Path, since: str | None = None, renames: dict[str, str] | None = None) -> int:
+    """Put back the saved results of every function whose code is the same now (or, with `since`, the same as
+    at that revision but for type hints and `renames`)."""
+    metas, kept, stale, carried = _metas(), 0, 0, 0
+    moved = moved_since(since) if since else {}
     saved: dict[str, list[tuple[str, str, list[str]]]] = defaultdict(list)
+    now = {old[: -len(".py")].replace("/", "."): new[: -len(".py")].replace("/", ".") for new, old in moved.items()}
     for line in path.read_text().splitlines():
         module, function, digest, *codes = line.split()
-        saved[module].append((function, digest, codes))
+        saved[now.get(module, module)].append((function, digest, codes))  # a file moved since: where it is now
     for module, rows in saved.items():
         if module not in metas:
             stale += len(rows)
             continue
-        hashes, data = _hashes(module), json.loads(metas[module].read_text())
+        hashes = _hashes(module)
+        if since:
+            then = _hashes_at(since, module, moved)
+            same = set(hashes) - changed_functions(since, module.replace(".", "/") + ".py", renames, moved)
+        lock = open(ROOT / "mutants" / ".focus.lock", "w")  # mutation_focus.py may be writing results beside us
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(metas[module].read_text())
         results = data["exit_code_by_key"]
         for function, digest, codes in rows:
             if hashes.get(function) != digest:
-                stale += 1
-                continue
+                if not (since and function in same and then.get(function) == digest):
+                    stale += 1
+                    continue
+                carried += 1
             for item in codes:
                 number, _, code = item.partition(":")
                 name = f"{module}.{function}__mutmut_{number}"
@@ -85,13 +107,23 @@ def load(path: Path) -> int:
                     results[name] = int(code)
                     kept += 1
         metas[module].write_text(json.dumps(data, indent=4))
-    print(f"put back {kept} results; {stale} functions changed since (or gone): run their mutants again")
+        lock.close()  # the lock goes with it
+    print(f"put back {kept} results ({carried} functions changed only in hints or renames since {since}); "
+          f"{stale} functions changed since (or gone): run their mutants again" if since else
+          f"put back {kept} results; {stale} functions changed since (or gone): run their mutants again")
     return 0
 
 
 def main() -> int:
     if len(sys.argv) == 3 and sys.argv[1] in ("--save", "--load"):
         return (save if sys.argv[1] == "--save" else load)(Path(sys.argv[2]))
+    if len(sys.argv) >= 5 and sys.argv[1] == "--load" and sys.argv[3] == "--since":
+        pairs = sys.argv[5:]
+        if len(pairs) % 2 or any(flag != "--renamed" or value.count("=") != 1
+                                 for flag, value in zip(pairs[::2], pairs[1::2])):
+            print("usage: --load FILE --since REV [--renamed OLD=NEW ...]", file=sys.stderr)
+            return 2
+        return load(Path(sys.argv[2]), sys.argv[4], dict(value.split("=") for value in pairs[1::2]))
     eq = equivalents()
     only = None
     if "--names" in sys.argv:
