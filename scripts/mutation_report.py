@@ -51,7 +51,9 @@ def _hashes(module: str) -> dict[str, str]:
 
 
 def save(path: Path) -> int:
-    """One line per function with results: `module function hash n:code ...` (n the mutant's number)."""
+    """One line per function with results: `module function hash n:code ...` (n the mutant's number). A line
+    already in the file for a function with no results now stays (its hash says which code it was for), so a
+    later `--load --since` can still carry it."""
     lines = []
     for module, meta in _metas().items():
         hashes, by_function = _hashes(module), defaultdict(list)
@@ -60,6 +62,10 @@ def save(path: Path) -> int:
             if code is not None and function in hashes:
                 by_function[function].append(f"{number}:{code}")
         lines += [f"{module} {f} {hashes[f]} {' '.join(codes)}" for f, codes in sorted(by_function.items())]
+    written = {tuple(line.split()[:2]) for line in lines}
+    kept = [line for line in (path.read_text().splitlines() if path.exists() else [])
+            if line.strip() and tuple(line.split()[:2]) not in written]
+    lines = sorted(lines + kept)
     path.write_text("\n".join(lines) + "\n")
     print(f"saved the results of {len(lines)} functions to {path}")
     return 0
