@@ -37,3 +37,58 @@ def test_an_moe_model_without_its_top_k_says_so():
 def test_a_size_is_a_python_int():
     got = ModelSpec(layers=np.int64(3)).size("layers")
     assert got == 3 and type(got) is int
+
+
+_MLA = dict(kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128)
+_MOE = dict(hidden=64, heads=4, experts=8, top_k=2)
+# ModelSpec's own rules, each at the value that breaks it, with the whole message written out
+REFUSED = [
+    (dict(hidden=0), "model hidden must be a positive integer, got 0"),
+    (dict(layers=True), "model layers must be a positive integer, got True"),
+    (dict(hidden=2.0), "model hidden must be a positive integer, got 2.0"),
+    (dict(hidden=10, heads=4), "hidden 10 does not divide by heads 4"),
+    (dict(q_lora_rank=64, v_head_dim=128), "latent attention's q_lora_rank, v_head_dim need its kv_lora_rank"),
+    ({**_MLA, "qk_rope_head_dim": None, "v_head_dim": None},
+     "latent attention (kv_lora_rank 512) lacks qk_rope_head_dim, v_head_dim"),
+    ({**_MLA, "head_size": 128}, "a stated head size and latent attention's sizes exclude each other"),
+    ({**_MOE, "top_k": 0}, "top-k must be between 1 and experts 8, got 0"),
+    ({**_MOE, "top_k": 9}, "top-k must be between 1 and experts 8, got 9"),
+    ({**_MOE, "expert_groups": 4}, "group-limited routing needs both expert_groups and groups_kept"),
+    ({**_MOE, "groups_kept": 2}, "group-limited routing needs both expert_groups and groups_kept"),
+    ({**_MOE, "expert_groups": 0, "groups_kept": 1}, "expert_groups and groups_kept must be positive integers, "
+     "got 0, 1"),
+    ({**_MOE, "expert_groups": 4, "groups_kept": 0}, "expert_groups and groups_kept must be positive integers, "
+     "got 4, 0"),
+    ({**_MOE, "expert_groups": True, "groups_kept": 1}, "expert_groups and groups_kept must be positive integers, "
+     "got True, 1"),
+    ({**_MOE, "expert_groups": 4, "groups_kept": 1.0}, "expert_groups and groups_kept must be positive "
+     "integers, got 4, 1.0"),
+    ({**_MOE, "expert_groups": 3, "groups_kept": 1}, "8 experts do not fall into 3 groups of which 1 are kept"),
+    ({**_MOE, "expert_groups": 4, "groups_kept": 5}, "8 experts do not fall into 4 groups of which 5 are kept"),
+    ({**_MOE, "top_k": 3, "expert_groups": 4, "groups_kept": 1}, "1 kept groups of 2 experts hold fewer than "
+     "top-k 3"),
+    (dict(layers=2, dense_layers=3), "dense layers 3 exceed layers 2"),
+]
+
+
+@pytest.mark.parametrize("given, message", REFUSED, ids=[m[:40] for _, m in REFUSED])
+def test_a_model_that_breaks_a_rule_is_refused_by_name(given, message):
+    with pytest.raises(LayoutError) as info:
+        ModelSpec(**given)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize("given", [
+    dict(hidden=2048, heads=32, head_size=128),  # Qwen3-30B-A3B: a stated head size need not divide hidden
+    dict(hidden=np.int64(64), heads=4),  # numpy's integers are whole numbers too
+    {**_MLA, "q_lora_rank": None},  # DeepSeek-V2-Lite: no query compression
+    {**_MOE, "top_k": 1}, {**_MOE, "top_k": 8},  # top-k from 1 to every expert
+    {**_MOE, "expert_groups": 4, "groups_kept": 4},  # every group kept
+    {**_MOE, "expert_groups": 1, "groups_kept": 1},  # one group of all the experts
+    {**_MOE, "top_k": 4, "expert_groups": 4, "groups_kept": 2},  # kept groups hold exactly top-k experts
+    dict(hidden=64, heads=4, expert_groups=4, groups_kept=9),  # a dense copy of an MoE model keeps them, unused
+    dict(layers=2, dense_layers=2),
+], ids=lambda g: ",".join(f"{k}={v}" for k, v in g.items())[:50])
+def test_a_model_at_the_edge_of_each_rule_is_accepted(given):
+    m = ModelSpec(**given)
+    assert all(getattr(m, k) == v for k, v in given.items())
