@@ -163,6 +163,8 @@ BAD += [
     ("events.2.tags", 5, "events[2].tags: expected an object or null, got 5"),
     ("events.2.tags", {"slot": -1}, "events[2].tags.slot: expected an integer from 0 to 1,000,000,000,000, "
      "got -1"),
+    ("events.2.tags", {"x": _nested(97)}, "events[2].tags.x[0]"),  # level 4, then 97 lists
+    ("marks.0.step", 5, "marks[0].step: expected an integer from 0 to 4, got 5"),
 ]
 
 
@@ -172,6 +174,10 @@ BAD += [
     ("events.2.params", {"op": "sum", "x": _nested(96)}),  # level 4, then 96 lists: level 100, the most allowed
     ("meta", {"x": _nested(98)}),  # level 2, then 98 lists
     ("events.2.tags", {"slot": 3}),
+    ("events.2.tags", {"x": _nested(96)}),  # level 4, then 96 lists
+    ("events.0.step", 0),  # a rank's first event may be at step 0
+    ("events.3.step", 2),  # a rank's next event may be at the step of its last (rank 0's all-reduce)
+    ("backend", KeyError),  # a trace written before the field: virtual ranks
     ("events.2.hops.0.transfers.0.value", None),  # values not kept
 ], ids=lambda v: f"{v!r:.30}")
 def test_what_the_schema_allows_loads(path, value):
