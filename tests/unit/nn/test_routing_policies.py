@@ -46,3 +46,49 @@ def test_the_policies_are_spelled_from_the_table():
     assert routing.spellings() == "uniform, balanced or skewed:F"
     assert [p.spelling for p in routing.POLICIES.values()] == ["uniform", "balanced", "skewed:F"]
     assert [name for name, p in routing.POLICIES.items() if p.alike] == ["balanced"]  # what a folded run needs
+
+
+def test_a_policy_is_parsed_with_its_share_and_the_runs_seed():
+    assert (Routing.parse("uniform", seed=7).hot, Routing.parse("uniform", seed=7).seed) == (0.0, 7)
+    assert Routing.parse("skewed:0.25").hot == 0.25 and Routing.parse("skewed:1").hot == 1.0
+    assert str(Routing.parse("skewed:0.25")) == "skewed:0.25" and str(Routing.parse("balanced")) == "balanced"
+    for bad in ("x", "1.5", "-0.5", "nan"):
+        with pytest.raises(UsageError, match=f"^skewed:F needs F from 0 to 1, got '{bad}'$"):
+            Routing.parse(f"skewed:{bad}")
+
+
+def test_balanced_draws_are_spaced_experts_over_k_apart():
+    # token t picks t, t + E/k, t + 2E/k, ... mod E, written out for E = 8, k = 4 (a gap of 2)
+    got = Routing("balanced").choose("L0", 0, 0, 4, 8, 4)
+    assert got.dtype.kind == "i"
+    assert got.tolist() == [[0, 2, 4, 6], [1, 3, 5, 7], [2, 4, 6, 0], [3, 5, 7, 1]]
+
+
+def test_top_k_may_be_every_expert_and_no_more():
+    got = Routing("uniform").choose("L0", 0, 0, 3, 4, 4)
+    assert [sorted(row) for row in got.tolist()] == [[0, 1, 2, 3]] * 3
+    for k in (0, 5):
+        with pytest.raises(UsageError, match=rf"^top_k must be between 1 and the number of experts \(4\), got {k}$"):
+            Routing("uniform").choose("L0", 0, 0, 3, 4, k)
+
+
+def test_a_policy_that_draws_alike_refuses_a_limit_and_names_the_ones_that_take_it():
+    with pytest.raises(UsageError) as info:
+        Routing("balanced").choose("L0", 0, 0, 3, 8, 2, routing.GroupLimit(4, 1))
+    assert str(info.value) == ("balanced routing spreads a token's picks over 2 groups of experts, so it cannot keep "
+                               "them within 1 of 4 groups: route uniform, skewed:F under a group limit")
+
+
+def test_draws_are_read_only_shared_and_their_memo_is_bounded():
+    r = Routing("uniform")
+    got = r.choose("L0", 0, 0, 2, 4, 2)
+    with pytest.raises(ValueError):
+        got[0, 0] = 3  # every rank that asks gets this very array: nobody may change it
+    # a policy that draws alike draws once for every call and rank of that size
+    b = Routing("balanced")
+    assert b.choose("L0", 0, 0, 4, 8, 2) is b.choose("L7", 3, 12, 4, 8, 2)
+    # a long run keeps at most 1,025 draws, forgetting the oldest first
+    for i in range(1100):
+        r.choose(f"L{i}", 0, 0, 1, 4, 1)
+    assert len(r._made) == 1025
+    assert ("L1099", 0, 0, 1, 4, 1, None) in r._made and ("L0", 0, 0, 2, 4, 2, None) not in r._made
