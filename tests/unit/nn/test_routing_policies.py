@@ -92,3 +92,9 @@ def test_draws_are_read_only_shared_and_their_memo_is_bounded():
         r.choose(f"L{i}", 0, 0, 1, 4, 1)
     assert len(r._made) == 1025
     assert ("L1099", 0, 0, 1, 4, 1, None) in r._made and ("L0", 0, 0, 2, 4, 2, None) not in r._made
+
+
+def test_a_hot_token_keeps_the_hot_experts_group_under_a_limit_of_one():
+    # skewed:1 makes every token hot; a limit of 1 of 4 groups (of 2 experts) leaves it only group 1, experts 1-2
+    got = Routing("skewed", 1.0).choose("L0", 0, 0, 16, 8, 2, routing.GroupLimit(4, 1))
+    assert got.tolist() == [[0, 1]] * 16
