@@ -98,3 +98,13 @@ def test_a_hot_token_keeps_the_hot_experts_group_under_a_limit_of_one():
     # skewed:1 makes every token hot; a limit of 1 of 4 groups (of 2 experts) leaves it only group 1, experts 1-2
     got = Routing("skewed", 1.0).choose("L0", 0, 0, 16, 8, 2, routing.GroupLimit(4, 1))
     assert got.tolist() == [[0, 1]] * 16
+
+
+def test_uniform_routing_under_a_limit_keeps_each_group_as_often():
+    # 400 tokens each keep 1 of 4 groups: about 100 a group (a binomial's sd is 8.7; the draw is seeded, so the
+    # counts are the same every run), and all of a token's picks lie in the group it kept
+    got = Routing("uniform").choose("L0", 0, 0, 400, 8, 2, routing.GroupLimit(4, 1))
+    groups = got // 2
+    assert (groups[:, 0] == groups[:, 1]).all()
+    counts = np.bincount(groups[:, 0], minlength=4)
+    assert all(60 <= c <= 140 for c in counts), counts
