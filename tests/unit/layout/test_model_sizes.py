@@ -92,3 +92,51 @@ def test_a_model_that_breaks_a_rule_is_refused_by_name(given, message):
 def test_a_model_at_the_edge_of_each_rule_is_accepted(given):
     m = ModelSpec(**given)
     assert all(getattr(m, k) == v for k, v in given.items())
+
+
+def test_parameters_counted_by_hand_for_a_small_moe_model():
+    m = ModelSpec(layers=3, hidden=16, heads=2, kv_heads=1, vocab=50, ffn=40, experts=4, top_k=2, expert_ffn=24,
+                  shared_experts=1, shared_expert_ffn=8, dense_layers=1, gated=True)
+    # head size 8: Q and O 16 x 16 each, K and V 16 x 8 each: 768 a layer; a gated MLP is 3 matrices
+    assert m.counted() == {
+        "attention": 3 * 768,
+        "dense mlp": 1 * 3 * 16 * 40,
+        "routed experts": 2 * 4 * 3 * 16 * 24,
+        "shared experts": 2 * 1 * 3 * 16 * 8,
+        "router": 2 * 4 * 16,
+        "embeddings": 50 * 16 * 2,
+        "norms": 3 * 2 * 16,
+    }
+    assert m.total_params() == 16032
+    # a token passes 2 of the 4 experts and no embedding: 16,032 - 9,216 - 1,600 + 9,216 / 2
+    assert m.active_params() == 9824
+    # a stated total scales every part alike
+    stated = ModelSpec(**{**m.__dict__, "params": 32064.0})
+    assert stated.total_params() == 32064.0 and stated.active_params() == 2 * 9824
+
+
+def test_parameters_counted_by_hand_for_latent_attention():
+    m = ModelSpec(layers=2, hidden=16, heads=2, vocab=10, ffn=32, gated=False, tied_embeddings=True,
+                  kv_lora_rank=6, q_lora_rank=4, qk_nope_head_dim=3, qk_rope_head_dim=2, v_head_dim=5)
+    # queries 16 -> 4 -> 2 x (3 + 2); input 16 -> 6 + 2 (latent and shared rotary key); latent 6 -> 2 x (3 + 5);
+    # out 2 x 5 -> 16
+    assert m.latent_attention_params() == (16 * 4 + 4 * 2 * 5) + (16 * 8 + 6 * 2 * 8) + 2 * 5 * 16 == 488
+    assert m.attention_params() == 488
+    assert m.norm_width() == 2 * 16 + 4 + 6
+    assert m.counted()["embeddings"] == 10 * 16 and m.counted()["dense mlp"] == 2 * 2 * 16 * 32
+    assert m.total_params() == 2 * 488 + 2 * 2 * 16 * 32 + 160 + 2 * 42 == 3268
+    assert m.active_params() == 3268 - 160
+    # without query compression the queries go straight up: 16 -> 2 x (3 + 2)
+    straight = ModelSpec(**{**m.__dict__, "q_lora_rank": None})
+    assert straight.latent_attention_params() == 16 * 2 * 5 + (16 * 8 + 6 * 2 * 8) + 2 * 5 * 16
+    assert straight.norm_width() == 2 * 16 + 6
+
+
+def test_what_a_model_lacks_is_named_in_one_line():
+    with pytest.raises(LayoutError) as info:
+        ModelSpec(name="x", heads=2).require("layers", "hidden", "heads")
+    assert str(info.value) == "model x lacks layers, hidden"
+    with pytest.raises(LayoutError) as info:
+        ModelSpec(hidden=16, heads=2, experts=4).require("hidden")
+    assert str(info.value) == "model (unnamed) lacks top_k (an MoE model needs its top-k: --top-k)"
+    assert ModelSpec(hidden=16, heads=2, experts=4, top_k=1).require("hidden").k == 1
