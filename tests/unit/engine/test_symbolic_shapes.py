@@ -49,3 +49,35 @@ def test_sliced_shape_works_out_slices_alone_itself(index):
     # rule, which gives the same shape slower, so indexing through SymArray cannot tell the two apart
     x = np.zeros((4, 5, 6))
     assert sliced_shape(x.shape, index) == x[index].shape
+
+
+# -- dtypes: numpy's own rule on numpy's types, the kernels' rule where a 16- or 8-bit float takes part --------
+def _sym(dtype):
+    from parasim.engine.symbolic.array import SymArray
+    return SymArray((3,), dtype)
+
+
+@pytest.mark.parametrize("ufunc", [np.add, np.multiply, np.less, np.maximum])
+@pytest.mark.parametrize("a, b", [("int32", "float32"), ("int64", "float64"), ("uint8", "int8"), ("bool", "int16"),
+                                  ("float32", "float64")])
+def test_a_ufunc_on_numpys_types_has_numpys_dtype(ufunc, a, b):
+    want = ufunc(np.zeros(3, a), np.zeros(3, b)).dtype
+    assert ufunc(_sym(a), _sym(b)).dtype == want
+
+
+def test_a_narrow_float_keeps_the_widest_floating_array_operands_dtype():
+    import ml_dtypes
+    bf16, fp8, f16 = np.dtype(ml_dtypes.bfloat16), np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(np.float16)
+    assert (_sym(bf16) * 0.5).dtype == bf16  # scaling a BF16 tensor keeps BF16 (numpy would too, weakly)
+    assert np.add(_sym(bf16), _sym("float32")).dtype == np.float32  # the wider float operand
+    assert np.add(_sym(fp8), _sym(bf16)).dtype == bf16  # numpy finds no common type: the wider one
+    assert np.add(_sym("int32"), _sym(bf16)).dtype == bf16  # an integer operand is no float to widen to
+    assert np.add(_sym(f16), _sym(bf16)).dtype == f16 and np.add(_sym(bf16), _sym(f16)).dtype == bf16  # first
+    assert np.less(_sym(bf16), _sym(bf16)).dtype == np.bool_  # a comparison is still a truth value
+    assert np.add(_sym(bf16), _sym(bf16)).dtype == bf16 and np.add(_sym(fp8), _sym(fp8)).dtype == fp8
+
+
+@pytest.mark.parametrize("dtype", ["bool", "uint8", "uint32", "int8", "int32", "float16", "float32"])
+def test_a_sum_has_numpys_accumulating_dtype(dtype):
+    from parasim.engine.symbolic.array import reduction
+    assert reduction(_sym(dtype)).dtype == np.sum(np.zeros(3, dtype)).dtype
