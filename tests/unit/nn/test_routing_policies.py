@@ -108,3 +108,16 @@ def test_uniform_routing_under_a_limit_keeps_each_group_as_often():
     assert (groups[:, 0] == groups[:, 1]).all()
     counts = np.bincount(groups[:, 0], minlength=4)
     assert all(60 <= c <= 140 for c in counts), counts
+
+
+def test_the_spellings_read_as_a_list_whatever_the_number_of_policies(monkeypatch):
+    assert routing.spellings() == "uniform, balanced or skewed:F"
+    every = dict(routing.POLICIES)
+    monkeypatch.setattr(routing, "POLICIES", {k: every[k] for k in ("uniform", "balanced")})
+    assert routing.spellings() == "uniform or balanced"
+    monkeypatch.setattr(routing, "POLICIES", {"uniform": every["uniform"]})
+    assert routing.spellings() == "uniform"
+    assert routing.policy_help() == f"uniform: {every['uniform'].what}"
+    monkeypatch.setattr(routing, "POLICIES", every)
+    parts = routing.policy_help().split("; ")
+    assert [p.split(": ", 1)[0] for p in parts] == ["uniform", "balanced", "skewed:F"]
