@@ -50,6 +50,7 @@ REFUSED = [
     (dict(q_lora_rank=64, v_head_dim=128), "latent attention's q_lora_rank, v_head_dim need its kv_lora_rank"),
     ({**_MLA, "qk_rope_head_dim": None, "v_head_dim": None},
      "latent attention (kv_lora_rank 512) lacks qk_rope_head_dim, v_head_dim"),
+    ({**_MLA, "qk_nope_head_dim": None}, "latent attention (kv_lora_rank 512) lacks qk_nope_head_dim"),
     ({**_MLA, "head_size": 128}, "a stated head size and latent attention's sizes exclude each other"),
     ({**_MOE, "top_k": 0}, "top-k must be between 1 and experts 8, got 0"),
     ({**_MOE, "top_k": 9}, "top-k must be between 1 and experts 8, got 9"),

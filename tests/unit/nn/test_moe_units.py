@@ -240,3 +240,22 @@ def test_top_k_may_be_every_expert():
     assert [e for e, _ in picks] == [0, 3, 1, 2] and np.allclose([g for _, g in picks], z / z.sum())
     with pytest.raises(LayoutError, match="top_k must be between 1 and"):
         parasim.run(lambda ctx: MoE(ParallelContext(ctx), None, ROUTER, _experts(), 0), 1)
+
+
+def test_the_blocks_weights_are_named_by_expert_counted_over_the_whole_layer():
+    """params() and load() name expert n (counted from 1 over all the layer's experts) and the router; on EP
+    rank 1 of 2, the four experts' last two are the local ones, expert3 the first of them."""
+    def program(ctx):
+        experts = _experts()
+        moe = MoE(ParallelContext(ctx), ctx.new_group(range(2), "ep"), ROUTER, experts, 1)
+        mine = range(2 * ctx.rank, 2 * ctx.rank + 2)
+        got = moe.params()
+        assert sorted(got) == sorted(["router"] + [f"expert{e + 1}.{w}" for e in mine for w in ("w1", "b1", "w2", "b2")])
+        same = all(np.array_equal(got[f"expert{e + 1}.{w}"], experts[e][w]) for e in mine for w in ("w1", "w2"))
+        moe.load({f"expert{mine[1] + 1}.b1": got[f"expert{mine[1] + 1}.b1"] + 1.0, "router": got["router"] * 2})
+        after = moe.params()
+        moved = np.array_equal(after[f"expert{mine[1] + 1}.b1"], experts[mine[1]]["b1"] + 1.0)
+        kept = np.array_equal(after[f"expert{mine[0] + 1}.b1"], experts[mine[0]]["b1"])
+        return same, moved, kept, np.array_equal(after["router"], got["router"] * 2)
+
+    assert parasim.run(program, 2).values == [(True, True, True, True)] * 2

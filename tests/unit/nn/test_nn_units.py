@@ -112,13 +112,16 @@ def test_a_layer_loads_what_it_is_given_and_nothing_else(experts):
     shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=experts, top_k=1 if experts else 0)
 
     def prog(ctx):
-        layer = TransformerLayer(ParallelContext(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
+        given = layer_weights(ctx, shape, "L0")
+        layer = TransformerLayer(ParallelContext(ctx), shape, given, key="L0")
         before = {k: np.array(v, copy=True) for k, v in layer.params().items()}
         changed = "moe.expert2.w1" if experts else "mlp.fc1.weight"
         layer.load({changed: before[changed] + 1.0})
-        return before, layer.params(), changed
+        return before, layer.params(), changed, given
 
-    before, after, changed = parasim.run(prog, world=1).values[0]
+    before, after, changed, given = parasim.run(prog, world=1).values[0]
+    for e in range(1, experts + 1):  # expert n (counted from 1) is the layer's weights' expert n - 1
+        assert np.array_equal(before[f"moe.expert{e}.w1"], given[f"experts.{e - 1}.w1"])
     mlp = (["moe.router"] + [f"moe.expert{e}.{w}" for e in (1, 2) for w in ("w1", "b1", "w2", "b2")] if experts
            else ["mlp.fc1.weight", "mlp.fc1.bias", "mlp.fc2.weight", "mlp.fc2.bias"])
     assert sorted(after) == sorted(["ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias", "attn.out.weight",
