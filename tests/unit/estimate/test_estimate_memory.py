@@ -295,3 +295,14 @@ def test_breakdown_and_its_dict():
 def test_breakdown_picks_the_binding_stage(plan, stage, total):
     bd = breakdown(D, plan, 10)
     assert (bd.stage, bd.total) == (stage, total)
+
+
+def test_a_plans_names_are_checked_when_it_is_made():
+    """A precision, fusion, dispatcher or attention kernel that parasim does not know is one line at once; each
+    one it knows is taken."""
+    for kernel in ("cudnn", "fa3", "fa2", "fa1", None):
+        assert Plan(world=1, attention_kernel=kernel).attention_kernel == kernel
+    with pytest.raises(UsageError, match=r"^attention kernel must be one of cudnn, fa3, fa2, fa1, got 'fa4'$"):
+        Plan(world=1, attention_kernel="fa4")
+    with pytest.raises(UsageError, match="fp7"):
+        Plan(world=1, precision="fp7")
