@@ -33,8 +33,9 @@ def _tree(pid: int) -> list[int]:
 
 
 def test_two_torchrun_nodes_give_one_verdict_that_matches_and_listen_on_loopback_only(tmp_path):
+    # TMPDIR: torchrun leaves its torchelastic folders behind; in the test's own folder they go with it
     env = {**os.environ, "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "OMP_NUM_THREADS": "1",
-           "GLOO_SOCKET_IFNAME": interface()}
+           "GLOO_SOCKET_IFNAME": interface(), "TMPDIR": str(tmp_path)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2",
            "--rdzv-backend", "c10d", "--rdzv-conf", "store_type=file", "--rdzv-endpoint", str(tmp_path / "rdzv"),
            "--rdzv-id", "parasim-test", "--local-addr", "127.0.0.1", "--max-restarts", "0",
