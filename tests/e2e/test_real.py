@@ -185,12 +185,13 @@ def test_a_world_the_lesson_cannot_use_is_exit_2():
     assert out.returncode == 2 and "positive integer" in out.stderr
 
 
-def test_the_same_command_runs_under_torchrun():
+def test_the_same_command_runs_under_torchrun(tmp_path):
     import socket
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    # TMPDIR: torchrun leaves its torchelastic folder behind; in the test's own folder it goes with it
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "TMPDIR": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
                           "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}", "--local-addr",
                           "127.0.0.1", "-m", "parasim", "run", "collectives", "--json"],
