@@ -180,11 +180,9 @@ def add_timeout(p: argparse.ArgumentParser) -> None:
     )
 
 
-def gpu_preset(name: str, what: str = "GPU") -> Any:
-    """The estimator's GPU preset called `name` (any case), or one line naming the presets."""
-    from ..estimate.traffic import gpu_spec
-
-    return gpu_spec(name, what)
+def progress_line(line: str) -> None:
+    """A library call's progress, on stderr (stdout may be --json)."""
+    print(line, file=sys.stderr, flush=True)
 
 
 # -- the layers on pipeline stages ----------------------------------------------------------------------------

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from dataclasses import replace
 from typing import Any
 
@@ -12,7 +11,7 @@ from ..errors import UsageError
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
 from ..nn.routing import policy_help
-from .common import add_sizes, add_stages, count, gpu_preset, positive_up_to, print_json, with_stages
+from .common import add_sizes, add_stages, count, positive_up_to, print_json, progress_line, with_stages
 from ..job.query import JobQuery, Sources, Units
 from .megatron import read_megatron
 
@@ -386,7 +385,9 @@ def _precision(args: argparse.Namespace, job: Any) -> str:
 
 def _gpu(args: argparse.Namespace) -> tuple[Any, str]:
     """--gpu's preset, and its key in the hardware table as the clock looks it up (--gpu H200 is h200)."""
-    return gpu_preset(args.gpu), args.gpu.lower()
+    from ..estimate.traffic import gpu_spec
+
+    return gpu_spec(args.gpu), args.gpu.lower()
 
 
 def _overlap(args: argparse.Namespace, job: Any) -> tuple[str, ...]:
@@ -458,7 +459,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         critic=args.critic,
         written=args.megatron_args,
         against=args.routing if args.symbolic else None,
-        progress=_progress,
+        progress=progress_line,
     )
     out, bd, gpu = report.to_dict(), report.breakdown, report.gpu
     if args.plot:
@@ -609,18 +610,13 @@ def _search_by_time(
     return 0
 
 
-def _progress(line: str) -> None:
-    """A library call's progress, on stderr (stdout may be --json)."""
-    print(line, file=sys.stderr, flush=True)
-
-
 def _fit_against_run(args: argparse.Namespace, model: Any, sources: Sources, usable: float, units: Units) -> int:
     from ..job import fit_run_report
     from ..render.against import print_fit
 
     plan = _plan(args, model, sources.megatron)
     q = JobQuery(model, plan, None, _gpu(args)[1], usable, _overlap(args, sources.megatron), units, sources)
-    out = fit_run_report(q, args.routing, progress=_progress).to_dict()
+    out = fit_run_report(q, args.routing, progress=progress_line).to_dict()
     if args.json:
         print_json(out)
         return 0

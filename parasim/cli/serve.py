@@ -149,7 +149,8 @@ def _trace_args(text: str) -> list[str]:
     """`--trace ARGS` as the words of `parasim trace`, parsed by its own parser and its layout built, so that a
     wrong flag or layout is refused now. What only the run itself finds (a word that is not in the example's
     sentences) ends that browser tab's app with parasim trace's own line on the server's output."""
-    from .common import Parser, gpu_preset
+    from ..estimate.traffic import gpu_spec
+    from .common import Parser
     from .trace import add_trace, layout_of_args
 
     try:
@@ -164,7 +165,7 @@ def _trace_args(text: str) -> list[str]:
             f"--trace: arguments parasim trace does not take: {' '.join(extra)} (see parasim trace --help)"
         )
     layout_of_args(parsed)
-    gpu_preset(parsed.gpu_model, "--gpu-model")
+    gpu_spec(parsed.gpu_model, "--gpu-model")
     return words
 
 

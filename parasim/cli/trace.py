@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -12,7 +11,7 @@ from ..limits import check_plot_gpus
 from ..layout.axes import SIZED
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, path_text
-from .common import add_sizes, add_stages, count, gpu_preset, need_terminal, print_json, positive, with_stages
+from .common import add_sizes, add_stages, count, need_terminal, print_json, progress_line, positive, with_stages
 
 if TYPE_CHECKING:  # types only: the commands import nothing heavy before they run
     from ..comm.trace import Trace
@@ -238,18 +237,19 @@ def trace_query(args: argparse.Namespace, traced: Traced) -> TraceQuery:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
+    from ..estimate.traffic import gpu_spec
     from ..examples.tracing import gpu_view, token_trace, traced_step
 
     if args.app:
         need_terminal("--app")
     traced = layout_of_args(args)
-    gpu_preset(args.gpu_model, "--gpu-model")  # refused before anything runs
+    gpu_spec(args.gpu_model, "--gpu-model")  # refused before anything runs
     q = trace_query(args, traced)
     if q.at_scale and args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
     if args.plot is not None and not q.at_scale:
         check_plot_gpus(q.layout.world)
-    step = traced_step(q, args.gpu, progress=lambda line: print(line, file=sys.stderr, flush=True))
+    step = traced_step(q, args.gpu, progress=progress_line)
     if args.app:
         title = f"one training step on {step.layout.world:,} symbolic GPUs" if q.at_scale else "one training step"
         return _app(step.result.trace, f"{q.name}: {title}")
