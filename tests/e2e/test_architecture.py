@@ -292,8 +292,8 @@ def shared_names(modules: dict[str, Path]) -> dict[str, list[str]]:
                 names = [node.target.id]
             else:
                 names = []
-            for n in names:
-                if not n.startswith("_"):
+            for n in names:  # mutmut's copies of each function (x_f__mutmut_1, mutants_x_f__mutmut) are not ours
+                if not n.startswith("_") and "__mutmut" not in n:
                     defined.setdefault(n, []).append(name)
     return {n: where for n, where in defined.items() if len(where) > 1}
 

@@ -44,6 +44,21 @@ def test_tp_inside_a_node_keeps_the_gpus_and_the_batch_and_is_faster_over_two_no
     assert f.followed_memory == breakdown(m, f.followed, SEQ).total > f.memory
 
 
+def test_a_rule_no_layout_here_can_follow_says_why_and_the_overlap_is_timed():
+    """TP 8 without SP over 4,100 tokens: SP would need the sequence to divide by 8, so the rule is named with the
+    reason and no plan; the step is still this plan's own. The overlap asked for times both plans."""
+    m = get_model("27b")
+    plan = Plan(tp=8, dp=2, zero=1).check(m, 4100)
+    (f,) = critique(m, plan, 4100, "h100")
+    assert (f.rule.name, f.followed, f.followed_step_s, f.followed_memory) == ("sp-with-tp", None, None, None)
+    assert f.why_not.startswith("sequence 4100 does not divide by cp x tp = 8")
+    assert (f.step_s, f.memory) == (plan_time(m, plan, 4100, "h100")["step_s"], breakdown(m, plan, 4100).total)
+    wide = Plan(tp=16, sp=True, dp=2, zero=1, microbatches=8).check(m, SEQ)
+    (g,) = critique(m, wide, SEQ, "h100", ("tp",))
+    assert g.step_s == plan_time(m, wide, SEQ, "h100", ("tp",))["step_s"] != plan_time(m, wide, SEQ, "h100")["step_s"]
+    assert g.followed_step_s == plan_time(m, g.followed, SEQ, "h100", ("tp",))["step_s"]
+
+
 def test_the_command_names_each_broken_rule_with_both_figures_and_json_is_strict():
     out = cli("memory", "--model", "27b", "--tp", "16", "--dp", "2", "--zero", "0", "--critic")
     assert out.returncode == 0, out.stderr

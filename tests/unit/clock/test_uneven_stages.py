@@ -198,6 +198,55 @@ def test_the_stages_looked_at_include_every_stage_that_differs_from_the_one_befo
         assert starts <= {int(s) for s in alike_starts(m, pp)}, (m.stages, m.dense_layers, pp, mixes)
 
 
+@pytest.mark.parametrize("m, pp, want", [
+    (model(8, dense=2), 4, [0, 1, 1, 3]),        # stage 1 starts at the first MoE layer: all MoE, no mixed stage
+    (model(8, dense=7), 4, [0, 3, 3, 3]),        # the first MoE layer is on the last stage, mixed with a dense one
+    (model(7, Stages(embedding=True), dense=2), 2, [0, 0, 1, 1, 1]),  # the second stage starts the even middle
+    (model(7, Stages(embedding=True), dense=2), 1, [0, 0, 0, 0, 0]),  # one stage: every start is stage 0
+    (model(7, Stages(spread=True), dense=0), 4, [0, 0, 0, 3, 3]),     # 7 over 4: stage 3 is the first of 1 layer
+])
+def test_the_stages_looked_at_written_out(m, pp, want):
+    """alike_starts' list, worked by hand: the first stage, the stage of the first MoE layer, the one after it
+    when that stage is mixed (never past the last), the last, then the rule's own; whole numbers, as indices."""
+    got = alike_starts(m, pp)
+    assert [int(s) for s in got] == want
+    assert all(np.issubdtype(np.asarray(s).dtype, np.integer) for s in got)
+
+
+def test_a_column_of_layouts_looks_only_at_stages_each_layout_has():
+    """A stage list of 4 in a column that also holds a pipeline of 2 (the search asks before the rule's check
+    drops it): each stage looked at, and each span read, stays within its own pipeline and the list."""
+    m = model(8, Stages(counts=(1, 3, 2, 2)))
+    p = np.array([4, 2])
+    for s in alike_starts(m, p):
+        assert (np.asarray(s) < p).all() and (np.asarray(s) >= 0).all()
+    start, n = stage_span(m, np.array([4, 8]), np.array([3, 7]))  # a stage past the list reads as its last
+    assert start.tolist() == [6, 6] and n.tolist() == [2, 2]
+
+
+def test_a_layer_past_the_last_is_on_the_last_stage():
+    assert int(stage_of_layer(model(8, Stages(counts=(1, 3, 2, 2))), 4, 8)) == 3
+    assert int(stage_of_layer(model(8), 4, 8)) == 3 and int(stage_of_layer(model(8), 4, 100)) == 3
+
+
+def test_dense_and_moe_layers_of_each_stage_written_out():
+    """The dense layers come first: 2 dense of 8 on pp 4 fill stage 0; 3 dense leave stage 1 mixed."""
+    assert [tuple(int(x) for x in stage_layers(model(8, dense=2), 4, s)) for s in range(4)] == [
+        (2, 0), (0, 2), (0, 2), (0, 2)]
+    assert [tuple(int(x) for x in stage_layers(model(8, dense=3), 4, s)) for s in range(4)] == [
+        (2, 0), (1, 1), (0, 2), (0, 2)]
+
+
+@pytest.mark.parametrize("m, pp, words", [
+    (model(7, Stages(embedding=True, loss=True)), 4, "layers 7 plus the embedding and the loss (9) do not divide by pp 4"),
+    (model(8, Stages(loss=True)), 2, "layers 8 plus the loss (9) do not divide by pp 2"),
+])
+def test_what_the_embedding_and_loss_add_is_named(m, pp, words):
+    with pytest.raises(LayoutError) as err:
+        stage_counts(m, pp)
+    assert str(err.value) == words
+
+
 # -- memory: the stage that needs the most, over every stage ----------------------------------------------
 def every_stage_total(m, plan, seq):
     return [sum(float(a + b * seq + c * seq * seq) for a, b, c in items(m, plan, s).values()) for s in range(plan.pp)]

@@ -1,4 +1,6 @@
 """The engine's contract: results, ownership, groups, point-to-point, and errors that never hang."""
+import re
+
 import numpy as np
 import pytest
 from conftest import site_at
@@ -437,3 +439,135 @@ def test_a_deadlock_names_the_call_number_on_its_group():
 
     with pytest.raises(Deadlock, match=r"rank 0: waits in all_reduce.* on group world\[0, 1\] \(call #2 on it\)"):
         parasim.run(prog, world=2)
+
+
+def test_a_run_keeps_values_until_its_budget_is_spent(monkeypatch):
+    """A run keeps at most KEPT_VALUES numbers (12 here). The first ring all-reduce of 3 numbers on 2 ranks keeps
+    2 x (3 in + 3 out) = 12: all of it, hops included. Then nothing more fits: the second call keeps no values,
+    neither its members' nor its hops', though each of its numbers is within keep_values."""
+    monkeypatch.setattr("parasim.comm.virtual.KEPT_VALUES", 12)
+
+    def prog(ctx):
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0, 3.0]), algo="ring")
+        ctx.comm.all_reduce(ctx.asarray([5.0, 6.0]), algo="ring")
+        ctx.comm.all_reduce(ctx.asarray([7.0]))
+
+    first, second, third = parasim.run(prog, world=2, keep_values=3).trace.events
+    assert first.phase is None  # no rank named a phase
+    assert [(m.before, m.after) for m in first.members] == [(([1.0, 2.0, 3.0],), ([2.0, 4.0, 6.0],))] * 2
+    assert [t["value"] for h in first.hops for t in h["transfers"]] == [[3.0], [1.0, 2.0], [2.0, 4.0], [6.0]]
+    for e in (second, third):
+        assert [(m.before, m.after) for m in e.members] == [(None, None)] * 2
+    assert [t["value"] for h in second.hops for t in h["transfers"]] == [None] * 4
+
+
+def _failure(prog, world: int) -> RankFailed:
+    with pytest.raises(RankFailed) as err:
+        parasim.run(prog, world)
+    return err.value
+
+
+def test_a_failure_says_what_every_other_rank_waits_in():
+    """When a rank raises, each other rank's state is named: finished, not yet at a collective, waiting in a
+    collective (its call, group, call number, site, who arrived and who is missing: shared by the ranks waiting
+    in the same instance at the same line, apart otherwise), or waiting in point-to-point with its unmatched
+    posts; a world of one has nobody left ("none")."""
+    def alone(ctx):
+        raise ValueError("boom")
+
+    assert str(_failure(alone, 1)).endswith("ranks left waiting:\n  none")
+
+    def early(ctx):
+        if ctx.rank == 0:
+            raise ValueError("boom")
+        ctx.comm.barrier()
+
+    assert _failure(early, 2).waiting == {0: "finished", 1: "had not reached a collective yet"}
+
+    def two_lines(ctx):
+        a, b = ctx.new_group([0, 1], "a"), ctx.new_group([2, 3], "b")
+        if ctx.rank == 4:
+            raise ValueError("boom")
+        if ctx.rank in (0, 2):
+            ctx.comm.all_reduce(ctx.asarray([1.0]), group=a if ctx.rank == 0 else b)
+        elif ctx.rank == 1:
+            ctx.comm.barrier()
+        else:
+            ctx.comm.barrier()
+
+    failed = _failure(two_lines, 5)
+    waiting = failed.waiting
+    left = str(failed).split("ranks left waiting:\n")[1].split("\n")
+    assert [line.split(":")[0] for line in left] == ["  rank 0", "  rank 1", "  rank 2", "  rank 3"]
+    call = "all_reduce(shape=(1,), dtype=float64, op=sum, algo=direct)"
+    assert re.fullmatch(rf"waits in {re.escape(call)} on group a\[0, 1\] \(call #0 on it\) at \S+:\d+; "
+                        r"arrived \[0\], missing \[1\]", waiting[0]), waiting[0]
+    assert re.fullmatch(rf"waits in {re.escape(call)} on group b\[2, 3\] \(call #0 on it\) at \S+:\d+; "
+                        r"arrived \[2\], missing \[3\]", waiting[2]), waiting[2]
+    line = lambda text: text.split(" at ")[1].split(";")[0]  # noqa: E731
+    assert line(waiting[1]) != line(waiting[3])  # the same barrier, called from two lines
+    assert waiting[1].replace(line(waiting[1]), "") == waiting[3].replace(line(waiting[3]), "")
+
+    def posts(ctx):
+        if ctx.rank == 1:
+            raise ValueError("boom")
+        ctx.comm.exchange([Send(ctx.asarray([1.0]), 1), Recv(1, (1,), "float64")])
+
+    assert re.fullmatch(r"waits in point-to-point at \S+:\d+: unmatched send\(shape=\(1,\), dtype=float64\) to "
+                        r"rank 1, recv\(shape=\(1,\), dtype=float64\) from rank 1", _failure(posts, 2).waiting[0])
+
+
+def test_a_member_that_gets_nothing_back_records_no_output():
+    """A reduce to rank 0: both bring a tensor, only rank 0 gets one back."""
+    ev = parasim.run(lambda ctx: ctx.comm.reduce(ctx.asarray([1.0, 2.0]), dst=0), world=2).trace.events
+    assert [(len(m.ins), len(m.outs)) for m in ev[0].members] == [(1, 1), (1, 0)]
+
+
+def test_a_collective_called_by_name_is_the_one_its_method_runs():
+    """comm.call(name, ...) hands an op with a method of its own to that method, with its group, label and
+    params: the same results and the same trace as calling the method; an op with no array takes none."""
+    def by(how):
+        def prog(ctx):
+            g = ctx.new_group([0, 1], "dp")
+            x = ctx.asarray([1.0, 2.0]) * (ctx.rank + 1)
+            if how == "name":
+                out = ctx.comm.call("all_reduce", x, group=g, label="sum it", op="max")
+                ctx.comm.call("barrier", group=g, label="wait")
+            else:
+                out = ctx.comm.all_reduce(x, group=g, label="sum it", op="max")
+                ctx.comm.barrier(group=g, label="wait")
+            return out
+        return parasim.run(prog, 2)
+
+    def first_members(e):  # members' records without their call sites (the lines differ)
+        return [(m.rank, m.ins, m.outs, m.sent, m.recv) for m in e.members]
+
+    name, method = by("name"), by("method")
+    assert [v.tolist() for v in name.values] == [[2.0, 4.0]] * 2
+    for a, b in zip(name.trace.events, method.trace.events):
+        assert (a.op, a.group, a.label, a.params, first_members(a)) == (b.op, b.group, b.label, b.params,
+                                                                        first_members(b))
+    assert [(e.op, e.group.name, e.label) for e in name.trace.events] == [("all_reduce", "dp", "sum it"),
+                                                                         ("barrier", "dp", "wait")]
+
+
+def test_a_mismatch_lists_every_member_and_the_calls_of_those_that_arrived():
+    def prog(ctx):
+        x = ctx.asarray([1.0, 2.0])
+        if ctx.rank == 0:
+            ctx.comm.all_reduce(x)
+        elif ctx.rank == 1:
+            ctx.comm.all_gather(x)
+        else:
+            ctx.comm.all_reduce(x)
+
+    with pytest.raises(CollectiveMismatch) as err:
+        parasim.run(prog, 3)
+    lines = str(err.value).split("\n")
+    assert lines[0] == "collective call #0 on group world[0, 1, 2] does not match across ranks:"
+    assert lines[1].startswith("  rank 0: all_reduce(shape=(2,), dtype=float64, op=sum, algo=direct) at ")
+    assert lines[2].startswith("  rank 1: all_gather(shape=(2,), dtype=float64, dim=0, algo=direct) at ")
+    assert lines[3:] == ["  rank 2: not arrived yet"]
+    assert err.value.ranks == [0, 1] and [c.split(" at ")[0] for c in err.value.calls] == [
+        "all_reduce(shape=(2,), dtype=float64, op=sum, algo=direct)",
+        "all_gather(shape=(2,), dtype=float64, dim=0, algo=direct)"]

@@ -6,7 +6,7 @@ import pytest
 import parasim
 from parasim.comm.interface import Comm
 from parasim.comm.ops import OPS
-from parasim.errors import CollectiveError
+from parasim.errors import CollectiveError, CollectiveMismatch
 
 from conftest import site_at
 from parasim.comm.trace import Trace
@@ -174,3 +174,85 @@ def test_a_new_collective_is_its_one_entry_and_runs_through_the_cli_the_clock_th
     assert out["cell"] == ["SH", "shift"] and out["app"]
     events = json.loads(chrome.read_text())["traceEvents"]
     assert any(ev.get("name", "").startswith("shift") and ev.get("dur", 0) > 0 for ev in events)
+
+
+def test_only_a_name_is_looked_up_in_the_op_table():
+    from parasim.comm.ops import entry
+    assert entry("all_reduce").name == "all_reduce"
+    for bad in (["all_reduce"], None, 3):
+        with pytest.raises(CollectiveError, match=r"^no collective .* in the op table"):
+            entry(bad)
+
+
+def test_a_recorded_call_replays_with_its_group_label_and_params():
+    """replay hands an "array" op its first array alone, with the group, label and params recorded."""
+    from parasim.comm.ops import OPS
+
+    def prog(ctx):
+        g = ctx.new_group([0, 1], "dp")
+        x = ctx.asarray([1.0, 2.0]) * (ctx.rank + 1)
+        return OPS["all_reduce"].replay(ctx.comm, [x, ctx.asarray([9.0])], {"op": "max"}, g, "again")
+
+    res = parasim.run(prog, 2)
+    assert [v.tolist() for v in res.values] == [[2.0, 4.0]] * 2
+    (e,) = res.trace.events
+    assert (e.op, e.group.name, e.label, e.params.get("op")) == ("all_reduce", "dp", "again", "max")
+
+
+def test_the_transfers_of_an_event_follow_its_members():
+    """A compute event moves nothing; a transfer between ranks 0 and 2 of 3 is read from its two members (the
+    world's rank 1 took no part)."""
+    import dataclasses
+
+    from parasim.comm.hops import event_transfers
+
+    def prog(ctx):
+        if ctx.rank == 0:
+            ctx.comm.send(ctx.asarray([1.0, 2.0]), 2)
+        elif ctx.rank == 2:
+            ctx.comm.recv(0, (2,), "float64")
+
+    (e,) = parasim.run(prog, 3).trace.events
+    assert e.kind == "p2p" and event_transfers(e) == [(0, 2, 16)]
+    assert event_transfers(dataclasses.replace(e, kind="compute")) == []
+
+
+def test_an_op_without_a_method_of_its_own_is_called_by_name(monkeypatch):
+    """Entries added to the op table under new names (copies of all-reduce, all-to-all and barrier), called by
+    name: each meets its kernel with the array, the chunks or nothing given, on its group, with its label and
+    params, named at the program's line; members that disagree on the chunks' count are a mismatch."""
+    import dataclasses
+
+    from parasim.comm import ops
+
+    for new, old in (("sum_up", "all_reduce"), ("swap", "all_to_all"), ("wait_all", "barrier")):
+        monkeypatch.setitem(ops.OPS, new, dataclasses.replace(ops.OPS[old], name=new))
+
+    def prog(ctx):
+        g = ctx.new_group([0, 1], "dp")
+        total = ctx.comm.call("sum_up", ctx.asarray([1.0, 2.0]) * (ctx.rank + 1), group=g, label="add", op="max",
+                              algo="direct")
+        swapped = ctx.comm.call("swap", [ctx.asarray([10.0 * ctx.rank + j]) for j in range(2)], group=g, label="x")
+        ctx.comm.call("wait_all", group=g, label="w")  # a call site
+        return total, swapped
+
+    res = parasim.run(prog, 2)
+    (t0, s0), (t1, s1) = res.values
+    assert t0.tolist() == t1.tolist() == [2.0, 4.0]
+    assert [a.tolist() for a in s0] == [[0.0], [10.0]] and [a.tolist() for a in s1] == [[1.0], [11.0]]
+    assert [(e.op, e.group.name, e.label) for e in res.trace.events] == [("sum_up", "dp", "add"), ("swap", "dp", "x"),
+                                                                        ("wait_all", "dp", "w")]
+    assert res.trace.events[0].params["op"] == "max"
+    assert all(m.site == site_at(__file__, "a call site") for m in res.trace.events[2].members)
+
+    def uneven(ctx):
+        ctx.comm.call("swap", [ctx.asarray([1.0])] * (2 + ctx.rank))
+
+    with pytest.raises(CollectiveMismatch):
+        parasim.run(uneven, 2)
+
+    def not_an_array(ctx):
+        ctx.comm.call("sum_up", [1.0, 2.0, "x"])
+
+    with pytest.raises(CollectiveError, match="sum_up"):
+        parasim.run(not_an_array, 2)

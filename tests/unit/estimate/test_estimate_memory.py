@@ -306,3 +306,36 @@ def test_a_plans_names_are_checked_when_it_is_made():
         Plan(world=1, attention_kernel="fa4")
     with pytest.raises(UsageError, match="fp7"):
         Plan(world=1, precision="fp7")
+
+
+def test_activations_at_four_bytes_a_value_keep_masks_at_one():
+    """fp32 training: each kept value takes 4 bytes, a dropout mask still 1. Korthikanti's 34 sbh at 2 bytes is
+    32 sbh of values (16 sbh of them) and 2 sbh of masks, so 66 sbh at 4 bytes; the scores' 5 as^2 b (softmax 2,
+    its dropout's output 2, mask 1) become 9 as^2 b. D: h = 8, a = 2, s = 16, 4 layers."""
+    s, h, a, layers = 16, 8, 2, 4
+    flash = breakdown(D, Plan(precision="fp32"), s).items["activations"]
+    naive = breakdown(D, Plan(precision="fp32", flash=False), s).items["activations"]
+    assert flash == layers * 66 * s * h
+    assert naive - flash == layers * 9 * a * s * s
+
+
+def test_a_shared_expert_of_its_own_width_keeps_its_own_activations():
+    """A shared expert twice as wide as the routed ones (Qwen2-MoE's kind): the MoE layers keep what
+    layer_bytes_per_token gives for that width, not the routed experts' width."""
+    wide = ModelSpec("tiny-moe", layers=4, hidden=4, heads=2, vocab=8, experts=4, top_k=2, expert_ffn=8,
+                     shared_experts=1, shared_expert_ffn=16, dense_layers=2)
+    s = 8
+    got = breakdown(wide, Plan(), s).items["activations"] - breakdown(MOE, Plan(), s).items["activations"]
+    kw = dict(h=4, heads=2, kv=2, ffn=wide.ffn_size, tp=1, sp=False, mats=wide.mlp_mats, dropout=True, top_k=2,
+              expert_ffn=8, shared=1, etp=1)
+    per_token = layer_bytes_per_token(**kw, shared_ffn=16) - layer_bytes_per_token(**kw, shared_ffn=8)
+    assert per_token > 0 and got == 2 * s * per_token  # the two MoE layers
+
+
+def test_a_plans_precision_and_attention_kernel_are_checked_when_it_is_made():
+    with pytest.raises(UsageError, match="nonsense"):
+        Plan(precision="nonsense")
+    with pytest.raises(UsageError, match="nonsense"):
+        Plan(attention_kernel="nonsense")
+    assert [Plan(attention_kernel=k).attention_kernel for k in ("cudnn", "fa3", "fa2", "fa1")] == [
+        "cudnn", "fa3", "fa2", "fa1"]

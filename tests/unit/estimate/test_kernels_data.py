@@ -382,3 +382,39 @@ def test_the_names_are_the_traces():
     assert {t.op for t in K.COLLECTIVES} == {interface.ALL_REDUCE, interface.REDUCE_SCATTER, interface.ALL_GATHER,
                                              interface.ALL_TO_ALL}
     assert (K.INSIDE, K.ACROSS) == (hops.INSIDE, hops.ACROSS)
+
+
+def test_a_table_of_algorithm_bandwidth_is_read_as_bus_bandwidth():
+    """A sweep printed as algbw becomes busbw by nccl-tests' factor (all-reduce over 8: 2 x 7/8; all-gather over
+    4: 3/4); one printed as busbw is kept; GB/s are bytes/s x 10^9. Worked by hand (the tables are read at import,
+    so the reader is called here on rows written out)."""
+    algbw = {"unit": "GB/s", "metric": "algbw", "op": "all_reduce", "members": 8, "points": [[1024, 10.0], [2048, 20.5]]}
+    assert K._busbw(algbw) == (17.5e9, 35.875e9)
+    assert K._busbw({**algbw, "op": "all_gather", "members": 4}) == (7.5e9, 15.375e9)
+    assert K._busbw({**algbw, "metric": "busbw", "points": [[1, 12.345]]}) == (12_345_000_000,)
+
+
+def test_a_collectives_size_and_members_are_whole_numbers_named_in_the_error():
+    with pytest.raises(UsageError, match=r"^bytes must be a whole number of at least 1, not 0$"):
+        K.collective_bandwidth("h100", "all_reduce", 0, "inside")
+    with pytest.raises(UsageError, match=r"^members must be a whole number of at least 2, not 1$"):
+        K.collective_bandwidth("h100", "all_reduce", 1024, "inside", 1)
+
+
+def test_an_h800_reads_the_h100s_tables_scaled_by_its_narrower_nvlink():
+    """The H800 has no measurement of its own: the H100's (the same die) stands in, scaled by NVLink 200 over
+    450 GB/s (hardware.py's datasheet figures); a broadcast, measured on no Hopper, reads the all-reduce first."""
+    h100 = K.collective_bandwidth("h100", "all_reduce", 2**20, "inside", 8)
+    twin = ("the same die: its SMs and clocks (an H200 has larger, faster memory; an H800 a narrower NVLink)")
+    scaled = "h100's bus bandwidth scaled by h800's NVLink over h100's (0.44: the datasheets')"
+    got = K.collective_bandwidth("h800", "all_reduce", 2**20, "inside", 8)
+    assert got.value == pytest.approx(h100.value * 200 / 450, rel=1e-12) and got.sources == h100.sources
+    assert got.notes == (f"no all_reduce measured on h800; the h100's stands in ({twin})", scaled)
+    got = K.collective_bandwidth("h800", "broadcast", 2**20, "inside", 8)
+    assert got.value == pytest.approx(h100.value * 200 / 450, rel=1e-12)
+    assert got.notes == (f"no all_reduce measured on h800; the h100's stands in ({twin})",
+                         "no broadcast measured on h800; its all-reduce busbw is used (nccl-tests' busbw compares "
+                         "across ops)", scaled)
+    assert K.collective_bandwidth("h100", "all_reduce", 2**20, "inside", 8).notes == ()  # its own: no note
+    past = K.collective_bandwidth("h100", "all_reduce", 2**40, "inside", 8).notes
+    assert len(past) == 1 and past[0].startswith("bytes 1.09951e+12 is outside the measured 1024-2.14748e+09")

@@ -259,3 +259,30 @@ def test_the_blocks_weights_are_named_by_expert_counted_over_the_whole_layer():
         return same, moved, kept, np.array_equal(after["router"], got["router"] * 2)
 
     assert parasim.run(program, 2).values == [(True, True, True, True)] * 2
+
+
+def test_tokens_cross_the_ep_group_in_the_runs_dispatch_and_combine_dtypes():
+    """DeepSeek-V3's precision on symbolic ranks: toward the experts (the dispatch, and backward the gradients of
+    their outputs) in FP8, home (the combine, the tokens' and gates' gradients) in BF16; the post's precision
+    sends all four in BF16."""
+    from parasim.nn.core import LayerOptions
+    from parasim.nn.routing import Routing
+    experts = _experts()
+
+    def program(ctx):
+        par = ParallelContext(ctx, options=LayerOptions(routing=Routing.parse("balanced")))
+        weights = [{k: None if v is None else ctx.asarray(v) for k, v in e.items()} for e in experts]
+        moe = MoE(par, ctx.new_group(range(2), "ep"), ctx.asarray(ROUTER), weights, 1)
+        y, cache = moe.forward(ctx.asarray(TOKENS[ctx.rank]), Saved())
+        moe.backward(cache, ctx.xp.ones_like(y))
+
+    def wire(precision):
+        trace = parasim.run(program, 2, "symbolic", precision=precision).trace
+        return [(e.label.split(":")[0], {t.dtype for m in e.members for t in m.ins}) for e in trace.events
+                if e.op == "all_to_all"]
+
+    fp8, bf16 = {"float8_e4m3fn"}, {"bfloat16"}
+    assert wire("deepseek-v3") == [("moe dispatch", fp8), ("moe combine", bf16), ("moe combine backward", fp8),
+                                   ("moe dispatch backward", bf16)]
+    assert wire("post") == [("moe dispatch", bf16), ("moe combine", bf16), ("moe combine backward", bf16),
+                            ("moe dispatch backward", bf16)]

@@ -293,3 +293,64 @@ def test_the_softmax_subtracts_each_rows_own_maximum():
     (probs,) = parasim.run(prog, world=1).values
     e = np.exp(1 / np.sqrt(2))
     assert np.allclose(probs, [[1.0, 0.0], [1 / (1 + e), e / (1 + e)]], rtol=0, atol=1e-15)
+
+
+@pytest.mark.parametrize("tp, cp, sp, want", [
+    # SP over tp 2 without CP: rank r holds rows r*2, r*2+1 of the 4 (s=4 split 2 a rank)
+    (2, 1, True, {0: ([0, 1], 4), 1: ([2, 3], 4)}),
+    # TP without SP: each rank holds all 4 rows
+    (2, 1, False, {0: ([0, 1, 2, 3], 4), 1: ([0, 1, 2, 3], 4)}),
+    # CP 2, zigzag: rank 0 holds chunks 0 and 3 of 4 (positions 0, 3), rank 1 chunks 1 and 2
+    (1, 2, False, {0: ([0, 3], 4), 1: ([1, 2], 4)}),
+    # one rank, given no sequence length: every row of what it was given
+    (1, 1, False, {0: ([0, 1, 2, 3], 4)}),
+])
+def test_a_layer_marks_its_out_and_grads_with_the_rows_each_rank_holds(tp, cp, sp, want):
+    """With a tag, a layer marks its output and the gradient of its input as `tag.key.out`, `tag.key.in.grad`
+    (and after-attn, after-attn.grad), each with the rows of the whole sequence this rank holds, out of s; with
+    no tag nothing is marked. Rows written out by hand for s = 4."""
+    from parasim.layout import Layout
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = ModelSpec(hidden=4, heads=2, ffn=8, dropout=0.0)
+    s = 4
+
+    def prog(ctx):
+        par = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp,
+                              cp_group=ctx.groups["cp"] if cp > 1 else None, seq=s if ctx.world > 1 else 0,
+                              cp_split="zigzag")
+        layer = TransformerLayer(par, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        n = len(par.token_positions()) if ctx.world > 1 else s
+        x = ctx.shared_rng("x").normal((n, 1, 4))
+        y, cache = layer.forward(x, Saved())  # no tag: no marks
+        y, cache = layer.forward(x, Saved(tag="A"))
+        layer.backward(cache, ctx.shared_rng("dy").normal((n, 1, 4)))
+
+    trace = parasim.run(prog, layout=Layout(tp=tp, cp=cp)).trace
+    marks = [m for m in trace.marks if m.kind == "tensor" and m.text.startswith("A.L0.")]
+    assert sorted({m.text for m in marks}) == ["A.L0.after-attn", "A.L0.after-attn.grad", "A.L0.in.grad", "A.L0.out"]
+    for m in marks:
+        assert (m.data["rows"], m.data["size"]) == want[m.rank], (m.text, m.rank)
+        assert m.data["placement"] == "Replicate()" and m.data["shape"] == [len(want[m.rank][0]), 1, 4]
+
+
+def test_linear_grads_add_up_over_backward_passes():
+    """Two backward passes of a column- and a row-parallel linear (one rank): each weight's and bias's gradient is
+    the sum of both, written out: x^T dy and the sum of dy over tokens, for dy then 2 dy."""
+    from parasim.nn.linear import ColumnParallelLinear, RowParallelLinear
+    x = np.arange(6.0).reshape(3, 1, 2)                      # [s=3, b=1, in=2]
+    dy = np.array([[[1.0, -1.0]], [[2.0, 0.5]], [[0.0, 3.0]]])  # [3, 1, out=2]
+
+    def prog(ctx):
+        out = []
+        for make in (ColumnParallelLinear, RowParallelLinear):
+            layer = make(ParallelContext(ctx), ctx.asarray(np.eye(2)), ctx.asarray(np.zeros(2)))
+            _, cache = layer.forward(ctx.asarray(x), Saved())
+            layer.backward(cache, ctx.asarray(dy))
+            layer.backward(cache, ctx.asarray(2 * dy))
+            out.append((layer.grads["weight"], layer.grads["bias"]))
+        return out
+
+    want_w = 3 * np.einsum("sbi,sbo->io", x, dy)  # dy + 2 dy
+    want_b = 3 * dy.sum(axis=(0, 1))
+    for w, b in parasim.run(prog, world=1).values[0]:
+        assert np.allclose(w, want_w, rtol=0, atol=1e-12) and np.allclose(b, want_b, rtol=0, atol=1e-12)

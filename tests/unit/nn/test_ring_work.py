@@ -89,3 +89,20 @@ def test_a_layer_names_its_ring():
     assert rings == {"L0.attn.ring backward", "L0.attn.ring"}
     skips = [e.op for e in res.trace.events if e.kind == "compute" and ": skip " in e.op]
     assert skips == ["L0.attn.ring: skip K/V of rank 1"]
+
+
+def test_a_ring_without_a_group_is_one_ranks_whole_sequence():
+    """No CP group: one rank (cp 1, rank 0) holding every position, in one chunk."""
+    def program(ctx):
+        ring = RingAttention(ctx, None, 4)
+        return ring.cp, ring.r, ring.pos
+
+    assert parasim.run(program, 1).values[0] == (1, 0, [[0, 1, 2, 3]])
+
+
+def test_each_rank_of_a_ring_of_four_passes_on_to_the_next_and_hears_from_the_one_before():
+    def program(ctx):
+        return RingAttention(ctx, ctx.new_group([3, 1, 0, 2], "cp"), 8)._peers()
+
+    # the ring in group order 3 -> 1 -> 0 -> 2 -> 3: (next, previous) of each global rank 0..3
+    assert parasim.run(program, 4).values == [(2, 1), (0, 3), (3, 0), (1, 2)]

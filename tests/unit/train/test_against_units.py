@@ -1,0 +1,55 @@
+"""train/against.py's small pieces, fast: the progress line's words, the bytes sent per axis read off a trace,
+and one symbolic step of a small plan run as the step and the engine run it."""
+import dataclasses
+
+import numpy as np
+
+import parasim
+from parasim.engine.runner import run as run_program
+from parasim.engine.symbolic.fold import fold_of
+from parasim.estimate import Plan
+from parasim.layout import Layout, ModelSpec
+from parasim.train.against import run_plan, running_note, sent_by_axis, step_layout
+from parasim.train.step import make_step
+
+SMALL = ModelSpec("small", layers=2, hidden=16, heads=2, ffn=32, vocab=32)
+
+
+def test_the_progress_line_says_the_ranks_and_the_length():
+    plan = Plan(tp=2, dp=512, zero=1)
+    assert running_note(plan, 4096) == "running one training step on 1,024 symbolic ranks (folded) at 4,096 tokens ..."
+    assert running_note(plan, None) == ("running one training step on 1,024 symbolic ranks (folded) at the "
+                                        "estimator's longest sequence and one step longer ...")
+
+
+def test_bytes_sent_are_summed_per_axis_and_collective_and_scaled_by_the_wire():
+    """Two all-reduces over a group named dp-cp (the estimator's "dp"), one over tp, a barrier (sends nothing):
+    each rank's bytes per (axis, op), times `wire` (0.25 here: float64 counted, a 2-byte dtype meant)."""
+    def prog(ctx):
+        dpcp, tp = ctx.new_group([0, 1], "dp-cp"), ctx.new_group([0, 1], "tp")
+        for _ in range(2):
+            ctx.comm.all_reduce(ctx.asarray([1.0, 2.0, 3.0, 4.0]), group=dpcp)
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]), group=tp)
+        ctx.comm.barrier(group=tp)
+
+    trace = parasim.run(prog, 2).trace
+    dp_call, tp_call = trace.events[0].members[0].sent, trace.events[2].members[0].sent  # rank 0's, one call each
+    assert dp_call == 32 and tp_call == 16  # 4 and 2 float64 values, all-reduced over 2: 2 x (1/2) x the buffer
+    assert sent_by_axis(trace, wire=0.25)[0] == {("dp", "all_reduce"): 2 * 32 * 0.25, ("tp", "all_reduce"): 16 * 0.25,
+                                                 ("tp", "barrier"): 0.0}
+    assert sent_by_axis(trace)[1][("dp", "all_reduce")] == 2 * trace.events[0].members[1].sent
+    trace.events.append(dataclasses.replace(trace.events[2], kind="compute"))  # a real run's timed work: no bytes
+    assert sent_by_axis(trace)[0][("tp", "all_reduce")] == 16
+
+
+def test_a_plans_step_runs_folded_around_the_gpu_asked_for():
+    plan = Plan(tp=2, dp=2, zero=1, microbatches=2).check(SMALL, 8)
+    layout = step_layout(SMALL, plan, 8)
+    assert isinstance(layout, Layout) and (layout.tp, layout.dp, layout.world) == (2, 2, 4)
+    assert layout.model.seq == 8
+    for gpu in (0, 3):
+        got = run_plan(SMALL, plan, 8, gpu)
+        want = run_program(make_step(layout, m=2, routing="balanced", recompute=plan.recompute), 4,
+                           backend="symbolic", fold=fold_of(layout, around=gpu), precision=plan.precision).trace
+        assert got.to_json() == want.to_json()
+        assert np.isclose(got.peak(gpu)["bytes"], want.peak(gpu)["bytes"])
