@@ -504,9 +504,9 @@ def test_a_failure_says_what_every_other_rank_waits_in():
                         r"arrived \[0\], missing \[1\]", waiting[0]), waiting[0]
     assert re.fullmatch(rf"waits in {re.escape(call)} on group b\[2, 3\] \(call #0 on it\) at \S+:\d+; "
                         r"arrived \[2\], missing \[3\]", waiting[2]), waiting[2]
-    line = lambda text: text.split(" at ")[1].split(";")[0]  # noqa: E731
-    assert line(waiting[1]) != line(waiting[3])  # the same barrier, called from two lines
-    assert waiting[1].replace(line(waiting[1]), "") == waiting[3].replace(line(waiting[3]), "")
+    site_1, site_3 = (waiting[r].split(" at ")[1].split(";")[0] for r in (1, 3))
+    assert site_1 != site_3  # the same barrier, called from two lines: a text each
+    assert waiting[1].replace(site_1, "") == waiting[3].replace(site_3, "")
 
     def posts(ctx):
         if ctx.rank == 1:

@@ -6,7 +6,7 @@ import pytest
 import parasim
 from parasim.comm.interface import Comm
 from parasim.comm.ops import OPS
-from parasim.errors import CollectiveError, CollectiveMismatch
+from parasim.errors import CollectiveError, CollectiveMismatch, Deadlock
 
 from conftest import site_at
 from parasim.comm.trace import Trace
@@ -256,3 +256,25 @@ def test_an_op_without_a_method_of_its_own_is_called_by_name(monkeypatch):
 
     with pytest.raises(CollectiveError, match="sum_up"):
         parasim.run(not_an_array, 2)
+
+    def text(ctx):
+        ctx.comm.call("sum_up", "text", op="sum", algo="direct")
+
+    with pytest.raises(CollectiveError, match=r"^sum_up expects a numpy array on virtual ranks, got str"):
+        parasim.run(text, 2)
+
+    def outsider(ctx):
+        g = ctx.new_group([0, 1], "dp")
+        if ctx.rank == 2:
+            ctx.comm.call("sum_up", ctx.asarray([1.0]), group=g, op="sum", algo="direct")
+
+    with pytest.raises(CollectiveError, match=r"^sum_up: rank 2 is not a member of group dp\[0, 1\]"):
+        parasim.run(outsider, 3)
+
+    def alone(ctx):
+        if ctx.rank == 0:
+            ctx.comm.call("sum_up", ctx.asarray([1.0, 2.0]), op="max", algo="direct")
+
+    with pytest.raises(Deadlock, match=r"rank 0: waits in sum_up\(shape=\(2,\), dtype=float64, op=max, algo=direct\) "
+                                       r"on group world\[0, 1\]"):
+        parasim.run(alone, 2)

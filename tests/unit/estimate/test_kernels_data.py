@@ -408,7 +408,7 @@ def test_an_h800_reads_the_h100s_tables_scaled_by_its_narrower_nvlink():
     twin = ("the same die: its SMs and clocks (an H200 has larger, faster memory; an H800 a narrower NVLink)")
     scaled = "h100's bus bandwidth scaled by h800's NVLink over h100's (0.44: the datasheets')"
     got = K.collective_bandwidth("h800", "all_reduce", 2**20, "inside", 8)
-    assert got.value == pytest.approx(h100.value * 200 / 450, rel=1e-12) and got.sources == h100.sources
+    assert got.value == pytest.approx(h100.value * 200 / 450, rel=1e-12) and got.sources == ("xla-collectives",)
     assert got.notes == (f"no all_reduce measured on h800; the h100's stands in ({twin})", scaled)
     got = K.collective_bandwidth("h800", "broadcast", 2**20, "inside", 8)
     assert got.value == pytest.approx(h100.value * 200 / 450, rel=1e-12)
@@ -416,5 +416,9 @@ def test_an_h800_reads_the_h100s_tables_scaled_by_its_narrower_nvlink():
                          "no broadcast measured on h800; its all-reduce busbw is used (nccl-tests' busbw compares "
                          "across ops)", scaled)
     assert K.collective_bandwidth("h100", "all_reduce", 2**20, "inside", 8).notes == ()  # its own: no note
+    # the H200 stands in with the H100's all-gather over the same NVLink (450 GB/s): read as it is, not scaled
+    h200 = K.collective_bandwidth("h200", "all_gather", 2**20, "inside", 8)
+    assert h200.value == K.collective_bandwidth("h100", "all_gather", 2**20, "inside", 8).value
+    assert h200.notes == (f"no all_gather measured on h200; the h100's stands in ({twin})",)
     past = K.collective_bandwidth("h100", "all_reduce", 2**40, "inside", 8).notes
     assert len(past) == 1 and past[0].startswith("bytes 1.09951e+12 is outside the measured 1024-2.14748e+09")

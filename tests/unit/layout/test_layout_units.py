@@ -57,3 +57,12 @@ def test_what_is_just_inside_each_rule_is_a_layout():
 def test_the_embedding_groups_are_each_pipelines_ends(layout, embedding, position):
     g = layout.groups()
     assert (g["embedding"], g["position-embedding"]) == (embedding, position)
+
+
+def test_dense_groups_are_built_from_the_dense_sizes():
+    """tp 2, cp 2, dp 2 in Megatron's order tp-cp-ep-dp-pp: rank = tp + 2 cp + 4 dp, so a CP group varies cp
+    alone and a TP group tp alone."""
+    g = Layout(tp=2, cp=2, dp=2).groups()
+    assert g["cp"] == [[0, 2], [1, 3], [4, 6], [5, 7]]
+    assert g["tp"] == [[0, 1], [2, 3], [4, 5], [6, 7]]
+    assert g["dp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]

@@ -354,3 +354,19 @@ def test_linear_grads_add_up_over_backward_passes():
     want_b = 3 * dy.sum(axis=(0, 1))
     for w, b in parasim.run(prog, world=1).values[0]:
         assert np.allclose(w, want_w, rtol=0, atol=1e-12) and np.allclose(b, want_b, rtol=0, atol=1e-12)
+
+
+def test_an_moe_layer_sends_its_tokens_over_its_ep_group():
+    """Two ranks, EP 2: the layer's MoE block dispatches and combines over the context's EP group."""
+    from parasim.layout import Layout
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    shape = ModelSpec(hidden=4, heads=2, ffn=8, experts=2, top_k=1, dropout=0.0)
+
+    def prog(ctx):
+        layer = TransformerLayer(ParallelContext.from_layout(ctx), shape, layer_weights(ctx, shape, "L0"), key="L0")
+        y, cache = layer.forward(ctx.shared_rng("x").normal((3, 1, 4)), Saved())
+        layer.backward(cache, ctx.xp.ones_like(y))
+
+    events = parasim.run(prog, layout=Layout(ep=2, dp=2, model=shape)).trace.events
+    a2a = [(e.group.name, e.group.ranks) for e in events if e.op == "all_to_all"]
+    assert len(a2a) == 4 and set(a2a) == {("ep", (0, 1))}

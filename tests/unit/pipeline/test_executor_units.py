@@ -37,3 +37,14 @@ def test_the_unsplit_program_runs_every_layer_on_one_rank():
     assert all(v > 0 for v in out["grad_sq"].values()) and out["loss"] > 0
     pipe = parasim.run(lambda ctx: pipeline_run(ctx, "gpipe", 2), 3).values
     assert pipe[2]["loss"] == pytest.approx(out["loss"], rel=1e-12)
+
+
+def test_a_middle_stage_says_all_it_sends_and_receives_in_a_slot_on_the_pipeline_group():
+    """Three stages: in slot 2 the middle rank receives activation 2 and sends activation 1 on, one exchange
+    whose words list both; every exchange is on the pipeline's group and tagged with its slot."""
+    res = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", 3), 3)
+    labels = [e.label for e in res.trace.events]
+    assert "slot 2: receive activation 2 (stage 1 -> 2), send activation 1 (stage 2 -> 3)" in labels
+    assert "slot 6: send activation 3 (stage 2 -> 3), receive gradient 2 (stage 3 -> 2)" in labels
+    for e in res.trace.events:
+        assert e.group.name == "pp" and e.tags == {"slot": int(e.label.split(":")[0].split()[1])}, e.label

@@ -13,6 +13,7 @@ from parasim.train.against import run_plan, running_note, sent_by_axis, step_lay
 from parasim.train.step import make_step
 
 SMALL = ModelSpec("small", layers=2, hidden=16, heads=2, ffn=32, vocab=32)
+SMALL_MOE = ModelSpec("small-moe", layers=2, hidden=16, heads=2, ffn=32, vocab=32, experts=4, top_k=1, expert_ffn=16)
 
 
 def test_the_progress_line_says_the_ranks_and_the_length():
@@ -38,8 +39,15 @@ def test_bytes_sent_are_summed_per_axis_and_collective_and_scaled_by_the_wire():
     assert sent_by_axis(trace, wire=0.25)[0] == {("dp", "all_reduce"): 2 * 32 * 0.25, ("tp", "all_reduce"): 16 * 0.25,
                                                  ("tp", "barrier"): 0.0}
     assert sent_by_axis(trace)[1][("dp", "all_reduce")] == 2 * trace.events[0].members[1].sent
-    trace.events.append(dataclasses.replace(trace.events[2], kind="compute"))  # a real run's timed work: no bytes
+    trace.events.insert(0, dataclasses.replace(trace.events[2], kind="compute"))  # a real run's timed work: no bytes
     assert sent_by_axis(trace)[0][("tp", "all_reduce")] == 16
+
+
+def test_a_group_the_estimator_has_no_axis_for_keeps_its_own_name():
+    def prog(ctx):
+        ctx.comm.all_reduce(ctx.asarray([1.0, 2.0]), group=ctx.new_group([0, 1], "mine"))
+
+    assert sent_by_axis(parasim.run(prog, 2).trace)[0] == {("mine", "all_reduce"): 16}
 
 
 def test_a_plans_step_runs_folded_around_the_gpu_asked_for():
@@ -53,3 +61,19 @@ def test_a_plans_step_runs_folded_around_the_gpu_asked_for():
                            backend="symbolic", fold=fold_of(layout, around=gpu), precision=plan.precision).trace
         assert got.to_json() == want.to_json()
         assert np.isclose(got.peak(gpu)["bytes"], want.peak(gpu)["bytes"])
+
+
+def test_an_moe_plans_step_runs_its_recomputation_and_precision():
+    """An MoE plan (EP 2 under TP 2 with SP) with full recomputation in BF16: the step run_plan runs is the one
+    make_step and the engine give for those choices (balanced routing, the only one a folded step takes), and
+    the choices show in the trace: BF16 tensors, and each layer's forward run again in backward."""
+    plan = Plan(tp=2, sp=True, ep=2, dp=2, zero=1, microbatches=2, recompute="full",
+                precision="megatron-bf16").check(SMALL_MOE, 8)
+    layout = step_layout(SMALL_MOE, plan, 8)
+    got = run_plan(SMALL_MOE, plan, 8, 0)
+    want = run_program(make_step(layout, m=2, routing="balanced", recompute="full"), 4, backend="symbolic",
+                       fold=fold_of(layout, around=0), precision="megatron-bf16").trace
+    assert got.to_json() == want.to_json()
+    plain = run_program(make_step(layout, m=2), 4, backend="symbolic", fold=fold_of(layout, around=0)).trace
+    assert len(got.events) > len(plain.events)  # the recomputed forwards' collectives
+    assert "bfloat16" in {t.dtype for e in got.events for m in e.members for t in m.ins}
