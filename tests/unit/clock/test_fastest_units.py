@@ -37,20 +37,23 @@ def test_the_parts_of_a_step_written_out():
     assert list(time_parts(t)) == list(TIME_PARTS)
 
 
-@pytest.fixture(scope="module")
-def searched():
-    """The search for 6 sequences (every layout), and for 3 keeping the top 2."""
+def _search(usable: float, seq: int, global_batch: int, nodes: range = range(1, 2), **kw) -> dict:
+    """search_by_time on TINY with recompute off, reading HELD_OUT as its held-out runs."""
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr("parasim.clock.fastest.held_out", lambda: HELD_OUT)
-        out = {(gb, top): search_by_time(TINY, range(1, 2), USABLE, SEQ, gb, "h200", gpus_per_node=2, top=top,
-                                         overlap=("tp",), recompute="none") for gb, top in ((6, 100), (3, 2))}
-        out["defaults"] = search_by_time(TINY, range(1, 2), USABLE, SEQ, 8, "h200", recompute="none")
-        out["two nodes"] = search_by_time(TINY, range(2, 3), USABLE, SEQ, 4, "h200", gpus_per_node=2, top=100,
-                                          recompute="none")
-        out["none fit"] = search_by_time(TINY, range(1, 2), 1e6, SEQ, 6, "h200", gpus_per_node=2, recompute="none")
-        out["micro-batch 2"] = search_by_time(TINY, range(1, 2), 4e9, SEQ, 6, "h200", gpus_per_node=2, top=100,
-                                              recompute="none", micro_batch=2)
-        return out
+        return search_by_time(TINY, nodes, usable, seq, global_batch, "h200", recompute="none", **kw)
+
+
+@pytest.fixture(scope="module")
+def searched():
+    """The search for 6 sequences (every layout), for 3 keeping the top 2, and the other cases below."""
+    out = {(gb, top): _search(USABLE, SEQ, gb, gpus_per_node=2, top=top, overlap=("tp",))
+           for gb, top in ((6, 100), (3, 2))}
+    out["defaults"] = _search(USABLE, SEQ, 8)
+    out["two nodes"] = _search(USABLE, SEQ, 4, range(2, 3), gpus_per_node=2, top=100)
+    out["none fit"] = _search(1e6, SEQ, 6, gpus_per_node=2)
+    out["micro-batch 2"] = _search(4e9, SEQ, 6, gpus_per_node=2, top=100, micro_batch=2)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -125,10 +128,8 @@ def test_plans_across_two_nodes_are_timed_with_the_nodes_size(searched):
         assert row["step_s"] == plan_time(TINY, plan, SEQ, "h200")["step_s"], row["label"]
 
 
-def test_a_node_count_where_nothing_fits_has_no_best():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("parasim.clock.fastest.held_out", lambda: HELD_OUT)
-        out = search_by_time(TINY, range(1, 2), 1e6, SEQ, 6, "h200", gpus_per_node=2, recompute="none")
+def test_a_node_count_where_nothing_fits_has_no_best(searched):
+    out = searched["none fit"]
     (node,) = out["nodes"]
     assert (node["layouts"], node["best"], node["top"], node["not_fitting"]) == (0, None, [], out["layouts_tried"])
 
@@ -147,7 +148,5 @@ def test_a_layout_that_holds_the_sequence_exactly_fits(plans):
     p, _ = plans
     room = np.floor(longest(TINY, p, USABLE)).astype(int)
     seq = int(np.sort(room)[len(room) // 2])
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("parasim.clock.fastest.held_out", lambda: HELD_OUT)
-        out = search_by_time(TINY, range(1, 2), USABLE, seq, 1, "h200", gpus_per_node=2, recompute="none")
+    out = _search(USABLE, seq, 1, gpus_per_node=2)
     assert out["nodes"][0]["layouts"] == int((room >= seq).sum()) > int((room > seq).sum())

@@ -2,8 +2,6 @@
 and one symbolic step of a small plan run as the step and the engine run it."""
 import dataclasses
 
-import numpy as np
-
 import parasim
 from parasim.engine.runner import run as run_program
 from parasim.engine.symbolic.fold import fold_of
@@ -60,7 +58,6 @@ def test_a_plans_step_runs_folded_around_the_gpu_asked_for():
         want = run_program(make_step(layout, m=2, routing="balanced", recompute=plan.recompute), 4,
                            backend="symbolic", fold=fold_of(layout, around=gpu), precision=plan.precision).trace
         assert got.to_json() == want.to_json()
-        assert np.isclose(got.peak(gpu)["bytes"], want.peak(gpu)["bytes"])
 
 
 def test_an_moe_plans_step_runs_its_recomputation_and_precision():
