@@ -19,7 +19,8 @@ _TOKENS = re.compile(r"([0-9]+)(?:\.([0-9]+))?([KM])", re.IGNORECASE)  # 4K, 1.5
 
 
 def _pos(text: str) -> int:
-    """A positive integer in digits; 4K / 1M suffixes mean thousands / millions of tokens (K = 1000)."""
+    """A positive integer in digits; a K or M suffix multiplies by 1,024 or 1,024^2, as context lengths and
+    vocabularies are quoted (a 32K context is 32,768 tokens, a 128K vocabulary 131,072 entries)."""
 
     def parse(t: str) -> int:
         m = _TOKENS.fullmatch(t)
@@ -28,7 +29,7 @@ def _pos(text: str) -> int:
 
             return digits(t)
         whole, frac, unit = m.groups()
-        mult = 1000 if unit.upper() == "K" else 1_000_000
+        mult = 1024 if unit.upper() == "K" else 1024**2
         value = int(whole) * mult + (int(frac) * mult // 10 ** len(frac) if frac else 0)  # exact: no float
         return value
 
@@ -184,7 +185,7 @@ def add_estimate_commands(sub: Any) -> None:
         "--seq",
         type=_pos,
         metavar="S",
-        help="sequence length (default 4096, or the job's --seq-length with --megatron; 32K = 32000)",
+        help="sequence length (default 4096, or the job's --seq-length with --megatron; 32K = 32,768: write 32000 for 32,000)",
     )
     mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
     mp.add_argument(
@@ -471,13 +472,13 @@ def cmd_memory(args: argparse.Namespace) -> int:
         return 0
     _print_job(args, q.sources)
     from rich.console import Console
-    from ..render.estimate_text import print_memory
+    from ..render.estimate_text import print_memory, spread
 
     console = Console(highlight=False)
     _print_stages(out["stages"])
     print_memory(
         console,
-        f"{markup_safe(model.name)}, {plan.label()} on {plan.world} GPUs, s = {seq:,} "
+        f"{markup_safe(model.name)}, {spread(plan.label(), plan.world)}, s = {seq:,} "
         f"(stage {bd.stage + 1} of {plan.pp})",
         bd,
         out,

@@ -77,8 +77,7 @@ def memory_report(
     traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}
     out = {
         **bd.to_dict(unit),
-        "params": model.total_params(),
-        "active_params": model.active_params(),
+        **model.param_counts(),
         "unit": q.units.name,
         "usable": q.usable / unit,
         "fits": bd.total <= q.usable,

@@ -41,8 +41,7 @@ class Sources:
                 "path": self.config_path,
                 "used": self.config.used,
                 "unmodelled": self.config.unmodelled,
-                "params": self.config.model.total_params(),
-                "active_params": self.config.model.active_params(),
+                **self.config.model.param_counts(),
             }
         return out
 

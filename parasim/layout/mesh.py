@@ -215,6 +215,8 @@ class Layout:
         parts = [f"{a.upper()}{getattr(self, a)}" for a in ("tp", "cp", "pp", "dp") if getattr(self, a) > 1]
         if self.ep > 1 or self.etp != self.tp:
             parts += [f"ETP{self.etp}", f"EP{self.ep}", f"EDP{self.edp}"]
+        if not parts and self.world == 1:
+            return "one GPU" + (" +SP" if self.sp else "")
         return (" x ".join(parts) or "one GPU") + (" +SP" if self.sp else "") + f" on {self.world} GPUs"
 
 

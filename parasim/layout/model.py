@@ -329,6 +329,18 @@ class ModelSpec:
         routed = c["routed experts"] * self.k / self.experts if self.experts else 0.0
         return (sum(c.values()) - c["routed experts"] - c["embeddings"] + routed) * scale
 
+    def param_counts(self) -> dict[str, float]:
+        """The counts --json reports, each named for what it holds: every parameter; those one token passes
+        through without the embeddings and output head (the 6 * params * tokens rule's); and with them (as model
+        cards count active parameters)."""
+        c = self.counted()
+        active = self.active_params()
+        return {
+            "params": self.total_params(),
+            "active_params": active,
+            "active_params_with_embeddings": active + c["embeddings"] * self.total_params() / sum(c.values()),
+        }
+
     def to_dict(self) -> dict[str, Any]:
         """The shapes and counts; the exact-count sizes (EXACT_SIZES) only where set."""
         out = {
@@ -347,7 +359,7 @@ class ModelSpec:
             "gated": self.gated,
         }
         out.update({f: getattr(self, f) for f in EXACT_SIZES if getattr(self, f) is not None})
-        return {**out, "params": self.total_params(), "active_params": self.active_params()}
+        return {**out, **self.param_counts()}
 
 
 # sizes for counting real models' parameters exactly (the head size also sizes the clock's CP keys and

@@ -152,13 +152,21 @@ def time_search_lines(model_name: str, result: dict, gpu_name: str) -> list[str]
     return lines
 
 
+def spread(label: str, world: int) -> str:
+    """Where a plan runs, for a report's first line: its layout on its GPUs, or one GPU said as a choice the
+    user can change (a plan given no degrees and no --gpus is a one-GPU plan, which is rarely the question)."""
+    if world == 1:
+        return "one GPU (no degrees or --gpus given: --tp, --pp, --dp or --gpus N spread it)"
+    return f"{label} on {world} GPUs"
+
+
 def fit_lines(
     model_name: str, label: str, world: int, f: Any, out: dict, gpu_name: str, unit: float, name: str
 ) -> list[str]:
     """`fit` of one layout: the longest sequence, the stage that binds and its memory item by item, and one
     step's time at that length."""
     lines = [
-        f"{model_name}, {label} on {world} GPUs, {out['usable']:g} {name} usable per GPU:",
+        f"{model_name}, {spread(label, world)}, {out['usable']:g} {name} usable per GPU:",
         f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
         f"{out['model_state']:.2f} {name})",
     ]

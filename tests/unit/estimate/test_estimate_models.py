@@ -22,7 +22,8 @@ def test_counts_by_hand():
     assert m.to_dict() == {"name": "m", "layers": 2, "hidden": 8, "heads": 2, "kv_heads": 1, "vocab": 10,
                            "ffn": 16, "experts": 4, "top_k": 2, "expert_ffn": 6, "shared_experts": 1,
                            "dense_layers": 1, "gated": True, "params": 1712.0,
-                           "active_params": 1712.0 - 576 - 160 + 576 * 2 / 4}
+                           "active_params": 1712.0 - 576 - 160 + 576 * 2 / 4,
+                           "active_params_with_embeddings": 1712.0 - 576 + 576 * 2 / 4}
     dense = ModelSpec("d", layers=1, hidden=4, heads=1, vocab=3, tied_embeddings=True)
     assert dense.to_dict()["expert_ffn"] is None and dense.to_dict()["ffn"] == 16
     assert dense.counted()["embeddings"] == 12 and dense.active_params() == dense.total_params() - 12

@@ -202,7 +202,7 @@ def test_ctx_groups_on_real_ranks():
 
 
 @pytest.mark.parametrize("kwargs, text", [
-    (dict(), "one GPU on 1 GPUs"),
+    (dict(), "one GPU"),
     (dict(tp=2, sp=True), "TP2 +SP on 2 GPUs"),
     (dict(tp=2, cp=3, pp=4, dp=5), "TP2 x CP3 x PP4 x DP5 on 120 GPUs"),
     (dict(dp=2, ep=2, model=Model(experts=4)), "DP2 x ETP1 x EP2 x EDP1 on 2 GPUs"),
