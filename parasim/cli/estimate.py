@@ -157,6 +157,23 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     from .megatron import add_megatron
 
     add_megatron(p, search=search)
+    from ..job.formats import JOB_FORMATS
+
+    j = p.add_argument_group("another stack's job")
+    j.add_argument(
+        "--job",
+        metavar="FILE",
+        help="take the plan (and the model, where it gives one) from a job file: "
+        + "; ".join(f"{f.title} ({f.gives})" for f in JOB_FORMATS.values())
+        + ". Every field is accounted for; flags given here replace the file's. A file that names no model "
+        "takes it from --config or --model",
+    )
+    j.add_argument(
+        "--job-format",
+        choices=tuple(JOB_FORMATS),
+        default=None,
+        help="the --job file's stack (default: told from the file)",
+    )
     r = p.add_argument_group("against a run")
     r.add_argument(
         "--symbolic",
@@ -277,6 +294,8 @@ def _given_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     job = read_megatron(args)
     if job is not None:
         return job_model(args, job), Sources(megatron=job)
+    if getattr(args, "job", None):
+        return _job_model(args)
     sizes = {
         k: getattr(args, k)
         for k in ("layers", "hidden", "heads", "vocab", "kv_heads", "ffn", "experts", "top_k", "expert_ffn", "params")
@@ -298,6 +317,38 @@ def _given_model(args: argparse.Namespace) -> tuple[Any, Sources]:
             "which model? give --model NAME (e.g. 27b), --config FILE or --layers/--hidden/--heads/--vocab"
         )
     return from_flags(**sizes), Sources()
+
+
+def _job_model(args: argparse.Namespace) -> tuple[Any, Sources]:
+    """--job FILE: the model its stack's file gives, over the model given beside it (--model or --config, which
+    a file naming no model needs), with the size flags over both. A Megatron-LM job or a Hugging Face config
+    given by --job is read as --megatron or --config reads it."""
+    from ..job.formats import read_job_file
+    from .megatron import MODEL_SIZES, job_model
+
+    fmt, read = read_job_file(args.job, args.job_format)
+    if fmt.name == "megatron":
+        if args.model or args.config:
+            raise UsageError("a Megatron-LM job gives its own model: give --job FILE or --model/--config, not both")
+        return job_model(args, read), Sources(megatron=read)
+    if fmt.name == "hf":
+        if args.model or args.config:
+            raise UsageError(f"{args.job} is a model's config.json: give it by --job or --config, not both")
+        return read.model, Sources(config=read, config_path=args.job)
+    if args.model and args.config:
+        raise UsageError("give the model beside --job by --model or by --config, not both")
+    base, config = None, None
+    if args.model:
+        from ..estimate.models import get_model
+
+        base = get_model(args.model)
+    elif args.config:
+        from ..estimate.models import read_hf_config
+
+        config = read_hf_config(args.config)
+        base = config.model
+    sizes = {k: getattr(args, k, None) for k in MODEL_SIZES}
+    return read.model_spec(base, **sizes), Sources(job=read, config=config, config_path=args.config)
 
 
 def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None) -> Any:
@@ -410,6 +461,10 @@ def _print_job(args: argparse.Namespace, sources: Sources) -> None:
         from .megatron import print_job
 
         print_job(sources.megatron, args)
+    if sources.job is not None and not args.json:
+        from ..render.job_text import read_job_lines
+
+        print(printable_lines(read_job_lines(sources.job)) + "\n")
     if sources.config is not None:
         from ..render.estimate_text import config_lines
 
@@ -443,7 +498,7 @@ def _usable(args: argparse.Namespace, gpu: Any) -> float:
 def query_of(args: argparse.Namespace) -> JobQuery:
     """`parasim memory`'s flags as the job they describe (each file they name read once)."""
     model, sources = _model(args)
-    job = sources.megatron
+    job = sources.plan_job
     seq = _seq(args, job)
     plan, (gpu, key) = _plan(args, model, job, seq), _gpu(args)
     return JobQuery(model, plan, seq, key, _usable(args, gpu), _overlap(args, job), _units(args), sources)
@@ -503,7 +558,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     model, sources = _model(args)
-    job = sources.megatron
+    job = sources.plan_job
     gpu, key = _gpu(args)
     units = _units(args)
     unit, name = units.size, units.name
@@ -577,7 +632,7 @@ def _search_query(args: argparse.Namespace, model: Any, sources: Sources, usable
         model,
         parse_nodes(args.nodes),
         usable,
-        _search_choices(args, sources.megatron),
+        _search_choices(args, sources.plan_job),
         args.gpus_per_node,
         args.top,
         units,
@@ -598,7 +653,7 @@ def _search_by_time(
         args.seq or 4096,
         args.global_batch or 1024,
         gpu[1],
-        _overlap(args, sources.megatron),
+        _overlap(args, sources.plan_job),
     )
     result = report.to_dict()
     if args.json:
@@ -615,8 +670,8 @@ def _fit_against_run(args: argparse.Namespace, model: Any, sources: Sources, usa
     from ..job import fit_run_report
     from ..render.against import print_fit
 
-    plan = _plan(args, model, sources.megatron)
-    q = JobQuery(model, plan, None, _gpu(args)[1], usable, _overlap(args, sources.megatron), units, sources)
+    plan = _plan(args, model, sources.plan_job)
+    q = JobQuery(model, plan, None, _gpu(args)[1], usable, _overlap(args, sources.plan_job), units, sources)
     out = fit_run_report(q, args.routing, progress=progress_line).to_dict()
     if args.json:
         print_json(out)

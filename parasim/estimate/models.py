@@ -203,6 +203,17 @@ def _group_limit(cfg: dict, experts: int) -> tuple[int, int] | None:
 def _unmodelled(cfg: dict, layers: int, experts: int) -> list[str]:
     """Lines for the fields present that change memory, traffic or time beyond what parasim models."""
     out = []
+    if isinstance(cfg.get("vision_config"), dict):
+        out.append(
+            "vision_config: the image encoder is not counted (its layers, parameters, activations and time): "
+            "parasim plans the language model of text_config alone"
+        )
+    cross = cfg.get("cross_attention_layers")
+    if isinstance(cross, list) and cross:
+        out.append(
+            f"cross_attention_layers: {len(cross)} of the {layers} layers attend to the image's tokens; parasim "
+            f"counts them as self-attention layers of the same width"
+        )
     if cfg.get("is_encoder_decoder"):
         out.append(
             "is_encoder_decoder: parasim reads one stack of layers as a decoder-only model; the second "

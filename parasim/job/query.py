@@ -25,17 +25,27 @@ GIB = Units(float(2**30), "GiB")
 @dataclass(frozen=True)
 class Sources:
     """Where a job's model and plan came from, each read once: a Megatron-LM job (--megatron FILE,
-    megatron/job.py's Job) and a Hugging Face config (--config FILE); None where not given."""
+    megatron/job.py's Job), another stack's job file (--job FILE) and a Hugging Face config (--config FILE);
+    None where not given."""
 
     megatron: Any = None
     config: HFConfig | None = None
     config_path: str | None = None
+    job: Any = None  # another stack's job file (--job FILE: job/read.py's ReadJob)
+
+    @property
+    def plan_job(self) -> Any:
+        """The job the plan is made from (Megatron's or another stack's), None where the flags alone give it."""
+        return self.megatron if self.megatron is not None else self.job
 
     def to_dict(self) -> dict[str, Any]:
-        """--json: the Megatron job as read ("megatron"), the config's fields ("config"), where given."""
+        """--json: the Megatron job as read ("megatron"), another stack's job ("job"), the config's fields
+        ("config"), where given."""
         out: dict[str, Any] = {}
         if self.megatron is not None:
             out["megatron"] = self.megatron.to_dict()
+        if self.job is not None:
+            out["job"] = self.job.to_dict()
         if self.config is not None:
             out["config"] = {
                 "path": self.config_path,

@@ -263,6 +263,42 @@ PRECISIONS: dict[str, Precision] = {
             source=_MEGATRON,
         ),
         Precision(
+            "deepspeed-fp16",
+            "DeepSpeed with fp16.enabled: FP16 weights and gradients, FP32 master weights and Adam",
+            params="float16",
+            compute="float16",
+            grads="float16",
+            grad_reduce="float16",
+            master="float32",
+            main_grads=None,
+            adam="float32",
+            activations="float16",
+            dispatch="float16",
+            combine="float16",
+            logits="float32",
+            source="ZeRO (Rajbhandari et al., arXiv:1910.02054), section 3.1: FP16 parameters and gradients, an "
+            "FP32 copy of the parameters, momentum and variance: 2 + 2 + 12 bytes a parameter",
+        ),
+        Precision(
+            "bf16-pure",
+            "BF16 throughout, no FP32 copy: the model cast to BF16 and trained by torch's AdamW, whose moments "
+            "take the parameters' dtype (picotron)",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="bfloat16",
+            grad_reduce="bfloat16",
+            master=None,
+            main_grads=None,
+            adam="bfloat16",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="bfloat16",
+            source="huggingface/picotron@59714b1 train.py: model.to(dtype) with dtype torch.bfloat16 where the GPU "
+            "has it, then torch.optim.AdamW(model.parameters()); torch/optim/adamw.py makes exp_avg and exp_avg_sq "
+            "with torch.zeros_like(p): 2 + 2 + 2 + 2 bytes a parameter",
+        ),
+        Precision(
             "fp32",
             "FP32 throughout (Megatron-LM without --bf16 or --fp16)",
             params="float32",

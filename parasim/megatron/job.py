@@ -880,6 +880,8 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
     batch = s.get("global_batch")
     if override.get("microbatches") is None and batch is not None:  # the global batch holds whatever DP is
         plan = replace(plan, microbatches=max(1, batch // (plan.micro_batch * plan.dp)))
+    elif override.get("microbatches") is None and s.get("microbatches"):  # a count the job states by itself
+        plan = replace(plan, microbatches=s["microbatches"])
     return plan.check(model, job.seq)
 
 

@@ -9,7 +9,7 @@ from typing import Any
 WIDTH = 100
 
 
-def _wrapped(text: str, indent: str, width: int = WIDTH) -> list[str]:
+def wrapped(text: str, indent: str, width: int = WIDTH) -> list[str]:
     return textwrap.wrap(
         text, width, initial_indent=indent, subsequent_indent=indent + "  ", break_on_hyphens=False
     ) or [indent]
@@ -23,9 +23,9 @@ def job_lines(job: Any) -> list[str]:
         if s.program
         else f"a file of {len(job.given)} flags"
     )
-    lines = _wrapped(f"Megatron-LM job {job.path}: {where}", "")
+    lines = wrapped(f"Megatron-LM job {job.path}: {where}", "")
     if job.launched is not None:
-        lines += _wrapped(
+        lines += wrapped(
             f"launches {job.launched:,} processes ({job.gpus_per_node} per node); parasim takes {job.world:,} GPUs",
             "  ",
         )
@@ -33,9 +33,9 @@ def job_lines(job: Any) -> list[str]:
     col = min(40, max((len(f) for f, _ in job.used), default=0) + 2)
     for flag, means in job.used:
         if len(flag) <= col:
-            lines += _wrapped(f"{flag:<{col}}{means}", "    ")
+            lines += wrapped(f"{flag:<{col}}{means}", "    ")
         else:
-            lines += _wrapped(flag, "    ") + _wrapped(means, "    " + " " * col)
+            lines += wrapped(flag, "    ") + wrapped(means, "    " + " " * col)
     for title, items in (
         (f"changes memory, traffic or time; not modelled ({len(job.unmodelled)})", job.unmodelled),
         (f"contradictions ({len(job.contradictions)})", job.contradictions),
@@ -44,13 +44,13 @@ def job_lines(job: Any) -> list[str]:
         if items:
             lines.append(f"  {title}:")
             for item in items:
-                lines += _wrapped(item, "    ")
+                lines += wrapped(item, "    ")
     if s.outside_read:
-        lines += _wrapped(f"read from outside the script ({len(s.outside_read)}): {', '.join(s.outside_read)}", "  ")
+        lines += wrapped(f"read from outside the script ({len(s.outside_read)}): {', '.join(s.outside_read)}", "  ")
     if job.no_effect:
-        lines += _wrapped(f"change nothing parasim counts ({len(job.no_effect)}): {', '.join(job.no_effect)}", "  ")
+        lines += wrapped(f"change nothing parasim counts ({len(job.no_effect)}): {', '.join(job.no_effect)}", "  ")
     if job.unknown:
-        lines += _wrapped(
+        lines += wrapped(
             f"not in parasim's table of Megatron flags, so not read ({len(job.unknown)}): {', '.join(job.unknown)}",
             "  ",
         )

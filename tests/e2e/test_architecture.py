@@ -276,6 +276,9 @@ SHARED_NAMES = {
     "Key", "Rule", "Source", "Timeline", "Watch", "assemble", "build_parser", "check", "compare", "describe",
     "family", "fingerprint", "kind_of", "measure", "parse", "plan_of", "rounds", "rows", "score", "sequences",
     "summary", "validate", "where",
+    # each stack's job reader (job/<stack>.py) has the one shape job/formats.py's registry reads: its table of
+    # fields, its file in words, a test on the parsed file and the reader
+    "FIELDS", "TITLE", "looks_like", "read",
 }
 
 

@@ -252,6 +252,13 @@ FIGURES = {
     "parasim fit --model 27b --tp 8 --sp --recompute --json": [('"max_seq_tokens"', '"max_seq_tokens":'),
                                                                ('"memory_at_max"', '"memory_at_max":')],
     "parasim hardware": [(g, g) for g in ("H200", "H100", "A100")],
+    "parasim memory --job tests/data/jobs/deepspeed/ds_config_func_bs8_zero2_gas3.json --config "
+    "tests/data/jobs/hf/Llama-3.1-8B-Instruct_config.json --gpus 8": [
+        ("ZeRO-2", "DP8 + ZeRO-2 on 8 GPUs"), ("FP16", "precision deepspeed-fp16"),
+        ("micro-batch 8 x 3", "a micro-batch of 8 sequences"), ("micro-batch 8 x 3", "3 micro-batches a step")],
+    "parasim memory --job tests/data/jobs/picotron/template_base_configs.json --config "
+    "tests/data/jobs/hf/Llama-3.1-8B-Instruct_config.json": [
+        ("PP 2 x DP 2", "PP2 + DP2"), ("8 bytes a parameter", "8.00 bytes per parameter")],
     "parasim memory --model 27b --dp 8 --precision megatron-bf16": [("7.50 bytes a parameter",
                                                                      "7.50 bytes per parameter this GPU holds")],
     "parasim memory --model deepseek-v3 --pp 16 --ep 64 --gpus 2048 --first-stage-layers 1": [

@@ -1,0 +1,87 @@
+"""The job files parasim reads, one entry per training stack: what the file gives (the model, the plan or
+both), how to tell it from the others, and its reader. `--job FILE` on memory and fit reads any of them
+(the format told from the file, or named by --job-format); everything else asks this table.
+
+Adding a stack is its reader module (a `read(path)` returning job/read.py's ReadJob, and a `looks_like` on
+the parsed file) and its entry here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..errors import UsageError
+from ..limits import read_bounded
+from . import deepspeed, picotron
+
+
+@dataclass(frozen=True)
+class JobFormat:
+    """One stack's file: its name (for --job-format), the file in words, what it gives ("model", "plan" or
+    "model and plan"), a test on the parsed JSON object (None: the file is not JSON) and the reader."""
+
+    name: str
+    title: str
+    gives: str
+    looks_like: Callable[[Any], bool] | None
+    read: Callable[[str], Any]
+
+
+def _megatron(path: str) -> Any:
+    from ..megatron.job import read_job
+
+    return read_job(path)
+
+
+def _hf(path: str) -> Any:
+    from ..estimate.models import read_hf_config
+
+    return read_hf_config(path)
+
+
+def _hf_looks_like(tree: Any) -> bool:
+    marks = ("num_hidden_layers", "model_type", "architectures", "text_config", "n_layer")
+    return isinstance(tree, dict) and any(k in tree for k in marks)
+
+
+JOB_FORMATS: dict[str, JobFormat] = {
+    f.name: f
+    for f in (
+        # JSON files in the order they are told apart: picotron's has a "distributed" grid, DeepSpeed's its batch
+        # or ZeRO fields, a Hugging Face config the model's
+        JobFormat("picotron", "picotron config (JSON)", "model and plan", picotron.looks_like, picotron.read),
+        JobFormat("deepspeed", "DeepSpeed config (ds_config JSON)", "plan", deepspeed.looks_like, deepspeed.read),
+        JobFormat("hf", "Hugging Face config.json", "model", _hf_looks_like, _hf),
+        JobFormat("megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron),
+    )
+}
+
+
+def detect(path: str) -> JobFormat:
+    """The format of the job file at `path`: a JSON object by its fields; anything else is a Megatron-LM
+    script (its reader says what it could not read)."""
+    import json
+
+    data = read_bounded(path, "job file")
+    try:
+        tree = json.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return JOB_FORMATS["megatron"]
+    for f in JOB_FORMATS.values():
+        if f.looks_like is not None and f.looks_like(tree):
+            return f
+    raise UsageError(
+        f"{path}: a JSON file parasim cannot place: not a "
+        + ", ".join(f.title for f in JOB_FORMATS.values() if f.looks_like is not None)
+        + " (name one by --job-format)"
+    )
+
+
+def read_job_file(path: str, name: str | None = None) -> tuple[JobFormat, Any]:
+    """The job at `path` read by its stack's reader (`name`, or the format `detect` finds)."""
+    fmt = JOB_FORMATS[name] if name is not None else detect(path)
+    return fmt, fmt.read(path)
+
+
+__all__ = ["JOB_FORMATS", "JobFormat", "detect", "read_job_file"]

@@ -1,0 +1,284 @@
+"""Job files of other stacks read as they are (`--job FILE`): real files from DeepSpeed, DeepSpeedExamples,
+accelerate and picotron (tests/data/jobs/, each with its origin in the folder's README.md), each field
+accounted for, the plan they give, and the command line on them.
+
+Every expected value is typed here from the file itself (its fields, read by eye and written down), from the
+project's documented behaviour (tests/data/jobs/SURVEY.md names file and line), or worked by hand beside it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from conftest import cli
+
+from parasim.errors import UsageError
+from parasim.job import deepspeed, picotron
+from parasim.job.formats import JOB_FORMATS, detect, read_job_file
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "jobs"
+LLAMA = str(DATA / "hf" / "Llama-3.1-8B-Instruct_config.json")
+
+
+def leaf_names(tree: dict, prefix: str = "") -> list[str]:
+    """Every field of a file by dotted name, walked here (not by the reader's own walk)."""
+    out = []
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out += leaf_names(v, f"{prefix}{k}.")
+        else:
+            out.append(prefix + k)
+    return out
+
+
+def accounted(job, name: str) -> int:
+    """In how many of the reader's lists field `name` appears (used and unmodelled lines start with it)."""
+    lists = (
+        [f for f, _ in job.used],
+        job.unmodelled,
+        job.no_effect,
+        job.unknown,
+        job.assumed,
+    )
+    named = re.compile(rf"(?<![\w.]){re.escape(name)}(?![\w.])")
+    return sum(
+        any(named.match(e) if entries is not job.assumed else named.search(e) for e in entries) for entries in lists
+    )
+
+
+@pytest.mark.parametrize(
+    "file, stack",
+    [
+        ("deepspeed/accelerate_ds_config_zero3.json", "deepspeed"),
+        ("deepspeed/ds_config_func_bs8_zero2_gas3.json", "deepspeed"),
+        ("deepspeed/pipeline_parallelism_ds_config.json", "deepspeed"),
+        ("deepspeed/sdma_allgather_ds_config_zero3.json", "deepspeed"),
+        ("deepspeed/tensor_parallel_hf_ds_config.json", "deepspeed"),
+        ("picotron/base_config.json", "picotron"),
+        ("picotron/template_base_configs.json", "picotron"),
+        ("hf/Llama-3.1-8B-Instruct_config.json", "hf"),
+        ("hf/qwen3-30B-A3B_config.json", "hf"),
+        ("hf/Llama-3.2-90B-Vision-Instruct_config.json", "hf"),
+    ],
+)
+def test_each_real_file_is_told_apart_and_every_field_accounted_for(file, stack):
+    path = str(DATA / file)
+    assert detect(path).name == stack
+    if stack == "hf":
+        return
+    fmt, job = read_job_file(path)
+    tree = json.loads(Path(path).read_text())
+    names = leaf_names(tree)
+    assert names and [n for n in names if accounted(job, n) != 1] == []
+    assert job.format == stack and fmt is JOB_FORMATS[stack]
+
+
+def test_zero2_fp16_with_accumulation():
+    """DeepSpeed's tests/model/Megatron_GPT2 file: micro-batch 8, accumulation 3, ZeRO-2, fp16 on, and an
+    activation_checkpointing section (which only tunes what the model's code asks for)."""
+    job = deepspeed.read(str(DATA / "deepspeed" / "ds_config_func_bs8_zero2_gas3.json"))
+    assert job.layout["zero"] == 2 and job.layout["tp"] == 1
+    assert job.step["micro_batch"] == 8 and job.step["microbatches"] == 3
+    assert job.step["precision"] == "deepspeed-fp16" and job.step["recompute"] == "none"
+    assert any(line.startswith("activation_checkpointing.partition_activations true") for line in job.unmodelled)
+    assert job.world is None and job.unknown == [] and job.contradictions == []
+
+
+def test_batch_256_of_micro_8_holds_whatever_dp_is(tmp_path):
+    """DeepSpeedExamples' pipeline file: train_batch_size 256, micro-batch 8, no accumulation given, no
+    precision section (FP32). On 8 GPUs DeepSpeed takes 256 / (8 x 8) = 4 micro-batches a step."""
+    r = cli(
+        "memory",
+        "--job",
+        str(DATA / "deepspeed" / "pipeline_parallelism_ds_config.json"),
+        "--config",
+        LLAMA,
+        "--gpus",
+        "8",
+        "--json",
+    )
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["layout"]["microbatches"] == 4 and got["layout"]["micro_batch"] == 8
+    assert got["layout"]["precision"] == "fp32" and got["layout"]["dp"] == 8 and got["layout"]["zero"] == 0
+    assert got["job"]["format"] == "deepspeed"
+
+
+def test_all_three_batch_fields_give_dp(tmp_path):
+    """train_batch_size 96 = micro 4 x accumulation 3 x DP 8; 100 is no whole DP: a contradiction, said."""
+    path = tmp_path / "ds.json"
+    path.write_text(
+        json.dumps(
+            {
+                "train_batch_size": 96,
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 3,
+                "bf16": {"enabled": True},
+            }
+        )
+    )
+    job = deepspeed.read(str(path))
+    assert job.world == 8 and job.step["precision"] == "post" and job.contradictions == []
+    path.write_text(
+        json.dumps(
+            {
+                "train_batch_size": 100,
+                "train_micro_batch_size_per_gpu": 4,
+                "gradient_accumulation_steps": 3,
+                "fp16": {"enabled": True},
+                "bf16": {"enabled": True},
+            }
+        )
+    )
+    job = deepspeed.read(str(path))
+    assert len(job.contradictions) == 2 and job.world == 8  # 100 // 12 = 8
+    assert any("fp16 and bf16 both enabled" in c for c in job.contradictions)
+
+
+def test_auto_values_are_said_and_offload_left_out():
+    """accelerate's ZeRO-3 file: offload_optimizer and offload_param to the CPU, batch and precision "auto"."""
+    job = deepspeed.read(str(DATA / "deepspeed" / "accelerate_ds_config_zero3.json"))
+    assert job.layout["zero"] == 3 and job.step["micro_batch"] == 1
+    left = [line.split(":")[0] for line in job.unmodelled]
+    assert "zero_optimization.offload_optimizer.device 'cpu'" in left
+    assert "zero_optimization.offload_param.device 'cpu'" in left
+    said = " ".join(job.assumed)
+    for name in ("train_batch_size is", "train_micro_batch_size_per_gpu is", "fp16.enabled and bf16.enabled are"):
+        assert f'{name} "auto"' in said
+
+
+def test_autotp_and_zero3_overlap():
+    """DeepSpeedExamples' AutoTP file gives TP 4 with ZeRO-2; DeepSpeed's SDMA example ZeRO-3 in BF16 with
+    overlap_comm (the reductions beside backward)."""
+    tp = deepspeed.read(str(DATA / "deepspeed" / "tensor_parallel_hf_ds_config.json"))
+    assert tp.layout["tp"] == 4 and tp.layout["zero"] == 2
+    z3 = deepspeed.read(str(DATA / "deepspeed" / "sdma_allgather_ds_config_zero3.json"))
+    assert z3.layout["zero"] == 3 and z3.step["precision"] == "post" and z3.overlap == ["grad-reduce"]
+
+
+def test_picotron_grid_and_model_over_its_base():
+    """picotron's old template: PP 2 x DP 2 = 4 GPUs, sequence 1,024, micro-batch 32, and 16 layers of 16
+    heads (4 KV) set over the named model; two fields parasim has no entry for (master_addr, master_port)."""
+    job = picotron.read(str(DATA / "picotron" / "template_base_configs.json"))
+    assert (job.layout["pp"], job.layout["tp"], job.world, job.seq) == (2, 1, 4, 1024)
+    assert job.step["micro_batch"] == 32 and job.step["precision"] == "bf16-pure"
+    assert job.model == {"layers": 16, "heads": 16, "kv_heads": 4}
+    assert job.model_name == "HuggingFaceTB/SmolLM-360M-Instruct"
+    assert job.unknown == ["distributed.master_addr", "distributed.master_port"]
+    from parasim.estimate.models import read_hf_config
+
+    model = job.model_spec(read_hf_config(LLAMA).model)
+    assert (model.layers, model.heads, model.kv_heads, model.hidden) == (16, 16, 4, 4096)
+
+
+def test_picotron_model_state_is_eight_bytes_a_parameter():
+    """picotron casts the model to BF16 and torch's AdamW keeps its moments in the parameters' dtype:
+    2 (weights) + 2 (gradients) + 2 + 2 (Adam) = 8 bytes a parameter, nothing sharded (no ZeRO)."""
+    r = cli("memory", "--job", str(DATA / "picotron" / "base_config.json"), "--config", LLAMA, "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["bytes_per_param"] == pytest.approx(8.0)
+    assert got["seq"] == 1024 and got["layout"]["world"] == 1
+
+
+def test_a_file_without_the_model_asks_for_it():
+    r = cli("memory", "--job", str(DATA / "picotron" / "base_config.json"))
+    assert r.returncode == 2 and r.stdout == ""
+    assert "HuggingFaceTB/SmolLM-360M-Instruct" in r.stderr and "--config" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    r = cli("memory", "--job", str(DATA / "deepspeed" / "sdma_allgather_ds_config_zero3.json"))
+    assert r.returncode == 2 and "does not describe the whole model" in r.stderr
+
+
+def test_a_config_by_job_is_read_as_by_config():
+    by_job = cli("memory", "--job", LLAMA, "--tp", "2", "--json")
+    by_config = cli("memory", "--config", LLAMA, "--tp", "2", "--json")
+    assert by_job.returncode == 0 and json.loads(by_job.stdout) == json.loads(by_config.stdout)
+
+
+def test_the_job_in_words_before_the_answer():
+    r = cli(
+        "memory",
+        "--job",
+        str(DATA / "deepspeed" / "ds_config_func_bs8_zero2_gas3.json"),
+        "--config",
+        LLAMA,
+        "--gpus",
+        "8",
+    )
+    assert r.returncode == 0, r.stderr
+    head = r.stdout.split("\n\n")[0]
+    assert head.startswith("DeepSpeed config ") and "15 fields" in head
+    assert "zero_optimization.stage 2" in head and "not modelled (4)" in head
+    assert "DP8 + ZeRO-2 on 8 GPUs" in r.stdout
+
+
+@pytest.mark.parametrize(
+    "text, said",
+    [
+        ("[1, 2]", "expected a DeepSpeed config"),
+        ('{"zero_optimization": {"stage": 5}}', "stage must be 0 to 3"),
+        ('{"train_micro_batch_size_per_gpu": -1}', "train_micro_batch_size_per_gpu must be an integer"),
+        ('{"distributed": {"tp_size": 2, "pp_engine": "zb"}}', "pp_engine must be 1f1b or afab"),
+        ('{"hello": 1}', "cannot place"),
+    ],
+)
+def test_bad_files_one_line_exit_2(tmp_path, text, said):
+    path = tmp_path / "job.json"
+    path.write_text(text)
+    fmt = ["--job-format", "deepspeed"] if text.startswith("[") else []
+    r = cli("memory", "--job", str(path), *fmt, "--model", "27b")
+    assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_readers_refuse_what_is_not_theirs(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"a": ' * 20 + "1" + "}" * 20)
+    with pytest.raises(UsageError, match="nested more than"):
+        deepspeed.read(str(path))
+
+
+def test_a_vision_language_config_plans_its_language_model():
+    """Llama 3.2 90B Vision's config.json nests the language model in text_config (100 layers of 8,192 with 64
+    heads, 8 KV heads, MLP 28,672, vocabulary 128,256) beside vision_config; the language model's sizes are
+    read, and the image encoder and the 20 cross-attention layers are named as not modelled."""
+    from parasim.estimate.models import read_hf_config
+
+    path = DATA / "hf" / "Llama-3.2-90B-Vision-Instruct_config.json"
+    hf = read_hf_config(str(path))
+    m = hf.model
+    assert (m.layers, m.hidden, m.heads, m.kv_heads, m.ffn, m.vocab) == (100, 8192, 64, 8, 28672, 128256)
+    assert any(n.startswith("vision_config:") for n in hf.unmodelled)
+    assert any(n.startswith("cross_attention_layers: 20 of the 100 layers") for n in hf.unmodelled)
+
+
+def test_outer_fields_do_not_replace_text_config(tmp_path):
+    """The same file with the vision tower's width (1,280, its vision_config's hidden_size) written in the outer
+    object too, as LLaVA-style configs carry one there: text_config's 8,192 is still the model's."""
+    from parasim.estimate.models import read_hf_config
+
+    outer = json.loads((DATA / "hf" / "Llama-3.2-90B-Vision-Instruct_config.json").read_text())
+    outer["hidden_size"] = outer["vision_config"]["hidden_size"]  # 1,280: LLaVA-style configs carry one outside
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(outer))
+    assert read_hf_config(str(path)).model.hidden == 8192
+
+
+def test_accumulation_alone_gives_the_micro_batches():
+    """No train_batch_size in DeepSpeed's ZeRO-2 file: its gradient_accumulation_steps 3 is the step's count of
+    micro-batches whatever DP is (DeepSpeed then derives the batch: 8 x 3 x DP)."""
+    r = cli("memory", "--job", str(DATA / "deepspeed" / "ds_config_func_bs8_zero2_gas3.json"), "--config", LLAMA,
+            "--gpus", "16", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["layout"]["microbatches"] == 3
+
+
+def test_a_script_is_megatrons():
+    """What is not JSON goes to the Megatron-LM reader: the repository's own Megatron scripts."""
+    for script in sorted((DATA.parent / "megatron").glob("*.sh")):
+        assert detect(str(script)).name == "megatron"
+    fmt, job = read_job_file(str(DATA.parent / "megatron" / "train_gpt3_175b_distributed.sh"))
+    assert fmt.name == "megatron" and job.layout["tp"] == 8 and job.layout["pp"] == 16
