@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from ..limits import read_bounded
-from . import deepspeed, picotron
+from . import deepspeed, picotron, torchtitan
 
 
 @dataclass(frozen=True)
@@ -53,21 +53,27 @@ JOB_FORMATS: dict[str, JobFormat] = {
         JobFormat("picotron", "picotron config (JSON)", "model and plan", picotron.looks_like, picotron.read),
         JobFormat("deepspeed", "DeepSpeed config (ds_config JSON)", "plan", deepspeed.looks_like, deepspeed.read),
         JobFormat("hf", "Hugging Face config.json", "model", _hf_looks_like, _hf),
+        JobFormat(
+            "torchtitan", "torchtitan train config (TOML)", "model and plan", torchtitan.looks_like, torchtitan.read
+        ),
         JobFormat("megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron),
     )
 }
 
 
 def detect(path: str) -> JobFormat:
-    """The format of the job file at `path`: a JSON object by its fields; anything else is a Megatron-LM
-    script (its reader says what it could not read)."""
+    """The format of the job file at `path`: a JSON object by its fields, a TOML file with torchtitan's
+    tables; anything else is a Megatron-LM script (its reader says what it could not read)."""
     import json
 
     data = read_bounded(path, "job file")
     try:
         tree = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        return JOB_FORMATS["megatron"]
+        tree = _toml(data)
+        if tree is None or not torchtitan.looks_like(tree):
+            return JOB_FORMATS["megatron"]
+        return JOB_FORMATS["torchtitan"]
     for f in JOB_FORMATS.values():
         if f.looks_like is not None and f.looks_like(tree):
             return f
@@ -76,6 +82,18 @@ def detect(path: str) -> JobFormat:
         + ", ".join(f.title for f in JOB_FORMATS.values() if f.looks_like is not None)
         + " (name one by --job-format)"
     )
+
+
+def _toml(data: bytes) -> Any:
+    """The file's tables where it is TOML (None where not, or where this Python has no tomllib)."""
+    try:
+        import tomllib
+    except ImportError:
+        return None
+    try:
+        return tomllib.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return None
 
 
 def read_job_file(path: str, name: str | None = None) -> tuple[JobFormat, Any]:

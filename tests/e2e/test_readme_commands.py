@@ -259,6 +259,8 @@ FIGURES = {
     "parasim memory --job tests/data/jobs/picotron/template_base_configs.json --config "
     "tests/data/jobs/hf/Llama-3.1-8B-Instruct_config.json": [
         ("PP 2 x DP 2", "PP2 + DP2"), ("8 bytes a parameter", "8.00 bytes per parameter")],
+    "parasim memory --job tests/data/jobs/torchtitan/llama3_70b.toml --gpus 64": [
+        ("TP 8 with FSDP over the rest", "TP8 + SP + DP8 + ZeRO-3")],
     "parasim memory --model 27b --dp 8 --precision megatron-bf16": [("7.50 bytes a parameter",
                                                                      "7.50 bytes per parameter this GPU holds")],
     "parasim memory --model deepseek-v3 --pp 16 --ep 64 --gpus 2048 --first-stage-layers 1": [

@@ -282,3 +282,117 @@ def test_a_script_is_megatrons():
         assert detect(str(script)).name == "megatron"
     fmt, job = read_job_file(str(DATA.parent / "megatron" / "train_gpt3_175b_distributed.sh"))
     assert fmt.name == "megatron" and job.layout["tp"] == 8 and job.layout["pp"] == 16
+
+
+# -- torchtitan's TOML train configs (torchtitan@238fa99, the last commit that shipped them) -----------------
+TITAN = DATA / "torchtitan"
+
+
+@pytest.mark.parametrize("file", ["llama3_8b.toml", "llama3_70b.toml", "llama3_405b.toml", "deepseek_v3_671b.toml",
+                                  "llama4_17bx128e.toml"])
+def test_each_torchtitan_file_is_told_apart_and_every_field_accounted_for(file):
+    import tomllib
+
+    path = str(TITAN / file)
+    assert detect(path).name == "torchtitan"
+    _, job = read_job_file(path)
+    names = leaf_names(tomllib.loads(Path(path).read_text()))
+    assert names and [n for n in names if accounted(job, n) != 1] == []
+
+
+@pytest.mark.parametrize(
+    "file, layers, hidden, ffn",
+    [
+        # the Llama 3 paper (arXiv:2407.21783), Table 3: layers, model dimension and FFN dimension
+        ("llama3_8b.toml", 32, 4096, 14336),
+        ("llama3_70b.toml", 80, 8192, 28672),
+        ("llama3_405b.toml", 126, 16384, 53248),
+    ],
+)
+def test_llama3_flavours_are_the_published_shapes(file, layers, hidden, ffn):
+    from parasim.job import torchtitan
+
+    job = torchtitan.read(str(TITAN / file))
+    m = job.model_spec(None)
+    assert (m.layers, m.hidden, m.ffn_size, m.kv_heads, m.vocab) == (layers, hidden, ffn, 8, 128256)
+
+
+def test_llama3_8b_counts_its_published_parameters():
+    """Llama 3.1 8B holds 8,030,261,248 parameters (its safetensors' total on the Hub); parasim leaves out the
+    final norm (4,096): within 1e-6."""
+    from parasim.job import torchtitan
+
+    m = torchtitan.read(str(TITAN / "llama3_8b.toml")).model_spec(None)
+    assert m.total_params() == pytest.approx(8_030_261_248, rel=1e-6)
+
+
+def test_the_70b_and_405b_presets_plan_as_torchtitan_runs_them():
+    """70B: TP 8 (with SP), FSDP over the rest, local batch 8 of 8,192 tokens, full recomputation, eager layers
+    (compile off), weights gathered in BF16. 405B: the same grid with torchao's FP8 linears gathered in FP8,
+    compiled layers and async TP."""
+    from parasim.job import torchtitan
+
+    j70 = torchtitan.read(str(TITAN / "llama3_70b.toml"))
+    assert (j70.layout["tp"], j70.layout["sp"], j70.layout["zero"], j70.seq) == (8, True, 3, 8192)
+    assert (j70.step["micro_batch"], j70.step["recompute"], j70.step["precision"], j70.step["fusion"]) == (
+        8, "full", "fsdp2", "torch-eager")
+    assert j70.world is None and set(j70.overlap) == {"grad-reduce", "prefetch"}
+    j405 = torchtitan.read(str(TITAN / "llama3_405b.toml"))
+    assert (j405.step["precision"], j405.step["fusion"], j405.step["micro_batch"]) == ("fsdp2-fp8-gather", "megatron", 2)
+    assert "tp" in j405.overlap
+
+
+def test_a_torchtitan_job_on_64_gpus():
+    r = cli("memory", "--job", str(TITAN / "llama3_8b.toml"), "--gpus", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert (got["layout"]["dp"], got["layout"]["zero"], got["seq"], got["layout"]["recompute"]) == (
+        64, 3, 8192, "selective")
+    assert got["job"]["format"] == "torchtitan"
+
+
+def test_pipeline_micro_batches_from_the_local_batch(tmp_path):
+    """PP 4 with a local batch of 8 in micro-batches of 2: 8 / 2 = 4 micro-batches of 2 sequences; a global batch
+    of 64 on DP 2 is 64 / (8 x 2) = 4 steps accumulated: 16 micro-batches."""
+    from parasim.job import torchtitan
+
+    path = tmp_path / "pp.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[training]\nlocal_batch_size = 8\nglobal_batch_size = 64\n'
+                    "seq_len = 4096\n[parallelism]\ndata_parallel_shard_degree = 2\npipeline_parallel_degree = 4\n"
+                    "pipeline_parallel_microbatch_size = 2\n")
+    job = torchtitan.read(str(path))
+    assert (job.step["micro_batch"], job.step["microbatches"], job.world) == (2, 4, 8)
+    r = cli("memory", "--job", str(path), "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["layout"]["microbatches"] == 16
+
+
+def test_a_flavour_parasim_lacks_takes_the_config():
+    r = cli("memory", "--job", str(TITAN / "llama4_17bx128e.toml"), "--gpus", "64")
+    assert r.returncode == 2 and "llama4 17bx128e" in r.stderr and "--config" in r.stderr
+
+
+def test_ddp_replicas_and_hsdp(tmp_path):
+    """Two replicas of FSDP 4 with TP 2: 2 x 4 x 2 = 16 GPUs, HSDP named as not modelled; shard degree 1 with
+    replicas is plain DDP (no sharding: ZeRO-0)."""
+    from parasim.job import torchtitan
+
+    path = tmp_path / "hsdp.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_replicate_degree = 2\n'
+                    "data_parallel_shard_degree = 4\ntensor_parallel_degree = 2\n")
+    job = torchtitan.read(str(path))
+    assert job.world == 16 and job.layout["zero"] == 3
+    assert any(line.startswith("parallelism.data_parallel_replicate_degree 2 with FSDP: HSDP") for line in job.unmodelled)
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_replicate_degree = 8\n'
+                    "data_parallel_shard_degree = 1\n")
+    job = torchtitan.read(str(path))
+    assert job.world == 8 and job.layout["zero"] == 0 and job.unmodelled == []
+
+
+def test_the_plan_takes_the_jobs_kernels():
+    """torchtitan's 70B runs its layers eagerly (compile off) and attention through PyTorch's SDPA (FlashAttention
+    2): the plan the command times is made with both."""
+    r = cli("memory", "--job", str(TITAN / "llama3_70b.toml"), "--gpus", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)["layout"]
+    assert (got["fusion"], got["attention_kernel"]) == ("torch-eager", "fa2")

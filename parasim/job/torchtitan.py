@@ -1,0 +1,375 @@
+"""A torchtitan train config (the TOML files torchtitan shipped until 2026-02, still in circulation: run as
+`--job.config_file FILE`) as parasim's model, layout and step, every field accounted for.
+
+The model is a name and a flavour looked up in torchtitan's own table (`[model] name = "llama3"`, `flavor =
+"70B"`); parasim holds Llama 3's flavours as torchtitan@238fa99 torchtitan/models/llama3/__init__.py states them
+(FLAVORS), and takes any other model from --config. The layout is FSDP2 over data_parallel_shard_degree (-1:
+the GPUs left over, so the count comes from --gpus) times context_parallel_degree, which parasim plans as ZeRO-3;
+TP always with sequence parallelism; parameters kept in FP32 and gathered in training.mixed_precision_param
+(precision fsdp2). Field names and defaults: torchtitan@238fa99 torchtitan/config/job_config.py
+(tests/data/jobs/SURVEY.md, section 3a). torchtitan's later Python config registry (`--module llama3 --config
+llama3_70b`) names a function in Python, not a file: parasim reads the TOML form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from ..limits import read_bounded
+from .read import (
+    NO_EFFECT,
+    UNMODELLED,
+    USED,
+    JobField,
+    ReadJob,
+    account,
+    layout_defaults,
+    leaves,
+    plural,
+    step_defaults,
+)
+
+TITLE = "torchtitan train config"
+_P = "parallelism."
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """One of torchtitan's Llama 3 flavours: TransformerModelArgs' fields (vocab_size 128,256 by default)."""
+
+    dim: int
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int | None
+    ffn_dim_multiplier: float | None
+    multiple_of: int
+    vocab_size: int = 128256
+
+    def ffn(self) -> int:
+        """The MLP's width as torchtitan's FeedForward computes it (models/llama3/model/model.py): two thirds of
+        4 x dim, times the multiplier, rounded up to a multiple of `multiple_of`."""
+        hidden = int(2 * (4 * self.dim) / 3)
+        if self.ffn_dim_multiplier is not None:
+            hidden = int(self.ffn_dim_multiplier * hidden)
+        return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
+
+
+# torchtitan@238fa99, torchtitan/models/llama3/__init__.py, llama3_args (multiple_of 256 is TransformerModelArgs'
+# default where a flavour gives none)
+FLAVORS: dict[tuple[str, str], Flavor] = {
+    ("llama3", "debugmodel"): Flavor(256, 6, 16, None, None, 256, vocab_size=2048),
+    ("llama3", "8B"): Flavor(4096, 32, 32, 8, 1.3, 1024),
+    ("llama3", "70B"): Flavor(8192, 80, 64, 8, 1.3, 4096),
+    ("llama3", "405B"): Flavor(16384, 126, 128, 8, 1.2, 4096),
+}
+
+RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
+
+FIELDS: tuple[JobField, ...] = (
+    *(JobField(name, USED) for name in ("model.name", "model.flavor", "model.converters")),
+    *(JobField(f"training.{name}", USED) for name in ("local_batch_size", "global_batch_size", "seq_len")),
+    JobField("training.mixed_precision_param", USED),
+    *(
+        JobField(_P + name, USED)
+        for name in (
+            "data_parallel_replicate_degree",
+            "data_parallel_shard_degree",
+            "tensor_parallel_degree",
+            "pipeline_parallel_degree",
+            "context_parallel_degree",
+            "expert_parallel_degree",
+            "expert_tensor_parallel_degree",
+            "pipeline_parallel_microbatch_size",
+            "enable_async_tensor_parallel",
+        )
+    ),
+    JobField("activation_checkpoint.mode", USED),
+    JobField("compile.enable", USED),
+    JobField("compile.components", USED),
+    JobField("optimizer.name", USED),
+    JobField("quantize.linear.float8.enable_fsdp_float8_all_gather", USED),
+    JobField(
+        "training.mixed_precision_reduce", UNMODELLED, "the dtype gradients are reduced in: fsdp2 reduces in FP32"
+    ),
+    JobField(
+        "training.enable_cpu_offload",
+        UNMODELLED,
+        "FSDP's parameters, gradients and optimizer in host memory: parasim counts every byte on the GPU",
+    ),
+    JobField(
+        _P + "pipeline_parallel_schedule",
+        UNMODELLED,
+        "the pipeline schedule: parasim plans 1F1B's memory "
+        "and time (give --schedule on `parasim schedule` to compare)",
+    ),
+    JobField(
+        _P + "fsdp_reshard_after_forward",
+        UNMODELLED,
+        "whether FSDP frees gathered weights after forward: parasim frees and gathers again in backward",
+    ),
+    JobField(_P + "disable_loss_parallel", UNMODELLED, "the loss over the whole vocabulary on every TP rank"),
+    JobField(
+        "activation_checkpoint.selective_ac_option",
+        UNMODELLED,
+        "torchtitan's selective policy: 'op' keeps "
+        "the products' outputs and recomputes the rest, an integer checkpoints every n-th layer; parasim's "
+        "selective recomputes attention's core (Megatron's)",
+    ),
+    JobField("quantize.linear.float8.precompute_float8_dynamic_scale_for_fsdp", NO_EFFECT),
+    JobField(
+        "quantize.linear.float8.filter_fqns",
+        UNMODELLED,
+        "layers kept out of FP8: parasim runs every product of the plan's precision in it",
+    ),
+    JobField("quantize.grouped_mm.float8.**", UNMODELLED, "FP8 experts' grouped products"),
+    JobField("quantize.**", UNMODELLED, "quantized training settings parasim has no entry for"),
+    *(
+        JobField(name, NO_EFFECT)
+        for name in (
+            "job.**",
+            "profiling.**",
+            "metrics.**",
+            "model.hf_assets_path",
+            "model.tokenizer_path",
+            "optimizer.lr",
+            "optimizer.eps",
+            "optimizer.weight_decay",
+            "optimizer.implementation",
+            "lr_scheduler.**",
+            "training.max_norm",
+            "training.steps",
+            "training.dataset",
+            "training.dataset_path",
+            "training.seed",
+            "training.deterministic",
+            "checkpoint.**",
+            "validation.**",
+            "comm.**",
+            "fault_tolerance.**",
+            "memory_estimation.**",
+            "experimental.**",
+        )
+    ),
+)
+
+
+def looks_like(tree: Any) -> bool:
+    """A torchtitan config has a [model] name and flavour, or a [parallelism] table of its degrees."""
+    if not isinstance(tree, dict):
+        return False
+    model, grid = tree.get("model"), tree.get("parallelism")
+    return (isinstance(model, dict) and "flavor" in model) or (
+        isinstance(grid, dict) and any(k.endswith("_degree") for k in grid)
+    )
+
+
+def parse(data: bytes, path: str) -> Any:
+    """A TOML file's tables (tomllib: Python 3.11 and later)."""
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        raise UsageError(f"{path}: reading a TOML file needs Python 3.11 or later (tomllib)") from None
+    try:
+        return tomllib.loads(data.decode("utf-8-sig"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise UsageError(f"{path}: not a TOML file: {exc}") from None
+
+
+def read(path: str) -> ReadJob:
+    """The torchtitan train config at `path` as parasim's job."""
+    tree = parse(read_bounded(path, "torchtitan config"), path)
+    job = ReadJob(path, "torchtitan", TITLE, values=leaves(tree, path, "a torchtitan train config"))
+    _model(job)
+    degrees = _degrees(job)
+    micro, microbatches, batch = _batch(job, degrees)
+    recompute = _recompute(job)
+    job.step = step_defaults(
+        micro_batch=micro,
+        microbatches=microbatches,
+        global_batch=batch,
+        recompute=recompute,
+        precision=_precision(job),
+        fusion=_fusion(job),
+        attention_kernel="fa2",  # PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2
+    )
+    job.overlap += ["grad-reduce", "prefetch"]  # FSDP2 gathers the next layer and reduce-scatters beside compute
+    if job.use(_P + "enable_async_tensor_parallel", "TP's collectives beside the products (--overlap tp)"):
+        job.overlap.append("tp")
+    _optimizer(job)
+    account(job, FIELDS)
+    return job
+
+
+def _model(job: ReadJob) -> None:
+    name, flavor = job.values.get("model.name"), job.values.get("model.flavor")
+    f = FLAVORS.get((str(name), str(flavor)))
+    if f is None:
+        if name is not None:
+            job.use("model.name", "a model parasim has no flavour table for (give its config.json by --config)")
+        if flavor is not None:
+            job.use("model.flavor", "(its sizes: from --config)")
+        job.model_name = f"{name} {flavor}"
+        return
+    job.use("model.name", "torchtitan's Llama 3")
+    job.use(
+        "model.flavor",
+        f"{f.n_layers} layers, hidden {f.dim}, {f.n_heads} heads ({f.n_kv_heads or f.n_heads} KV), MLP {f.ffn()}, "
+        f"vocabulary {f.vocab_size:,} (torchtitan's flavour table)",
+    )
+    job.model = dict(
+        layers=f.n_layers,
+        hidden=f.dim,
+        heads=f.n_heads,
+        kv_heads=f.n_kv_heads,
+        ffn=f.ffn(),
+        vocab=f.vocab_size,
+        gated=True,
+        norm="rmsnorm",
+        bias=False,
+    )
+
+
+def _degrees(job: ReadJob) -> dict[str, int | None]:
+    """TP x CP x PP x (replicate x shard) DP; EP and ETP for MoE models. A shard degree of -1 is what the GPUs
+    leave: the count then comes from --gpus."""
+    shard_given = job.values.get(_P + "data_parallel_shard_degree")
+    shard = None if shard_given == -1 else job.size(_P + "data_parallel_shard_degree")
+    if shard_given is not None:
+        job.use(
+            _P + "data_parallel_shard_degree",
+            "FSDP over the GPUs left over (ZeRO-3)" if shard is None else f"FSDP {shard} (ZeRO-3 over it x CP)",
+        )
+    replicate = job.size(_P + "data_parallel_replicate_degree") or 1
+    if _P + "data_parallel_replicate_degree" in job.values:
+        job.use(_P + "data_parallel_replicate_degree", f"{replicate} replica{'s' if replicate != 1 else ''}")
+    if replicate > 1 and shard != 1:
+        job.unmodelled.append(
+            f"{_P}data_parallel_replicate_degree {replicate} with FSDP: HSDP, sharded within a replica and "
+            f"all-reduced across replicas; parasim shards over the whole DP"
+        )
+    d = {}
+    for axis, name in (
+        ("tp", "tensor"),
+        ("pp", "pipeline"),
+        ("cp", "context"),
+        ("ep", "expert"),
+        ("etp", "expert_tensor"),
+    ):
+        d[axis] = job.size(f"{_P}{name}_parallel_degree") or 1
+        if f"{_P}{name}_parallel_degree" in job.values:
+            job.use(
+                f"{_P}{name}_parallel_degree",
+                f"{axis.upper()} {d[axis]}" + (" with SP" if axis == "tp" and d[axis] > 1 else ""),
+            )
+    zero = 0 if shard == 1 else 3
+    job.layout = layout_defaults(
+        tp=d["tp"], cp=d["cp"], pp=d["pp"], ep=d["ep"], etp=d["etp"], sp=d["tp"] > 1, zero=zero
+    )
+    if shard is not None:
+        job.world = replicate * shard * d["tp"] * d["cp"] * d["pp"]
+    else:
+        job.assumed.append("FSDP takes the GPUs left over (a shard degree of -1): give --gpus N (without it, DP 1)")
+    return {**d, "dp": None if shard is None else replicate * shard}
+
+
+def _batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int | None]:
+    """A GPU's sequences at once, the micro-batches a step and the global batch. Without PP a rank runs its
+    local batch at once; with PP in micro-batches of pipeline_parallel_microbatch_size. The global batch
+    (default -1: local x DP, one step) holds any further accumulation (train.py)."""
+    local = job.size("training.local_batch_size") or 8  # job_config.py's default
+    if "training.local_batch_size" in job.values:
+        job.use("training.local_batch_size", f"{plural(local, 'sequence')} a DP rank a step")
+    seq = job.size("training.seq_len")
+    job.seq = seq if seq is not None else 2048
+    if seq is not None:
+        job.use("training.seq_len", f"sequences of {seq:,} tokens")
+    else:
+        job.assumed.append("no training.seq_len: torchtitan's default, 2,048 tokens")
+    micro, count = local, 1
+    if d["pp"] and d["pp"] > 1:
+        micro = job.size(_P + "pipeline_parallel_microbatch_size") or 1
+        if _P + "pipeline_parallel_microbatch_size" in job.values:
+            job.use(_P + "pipeline_parallel_microbatch_size", f"micro-batches of {plural(micro, 'sequence')}")
+        if local % micro:
+            job.contradictions.append(
+                f"training.local_batch_size {local} is not a multiple of the PP micro-batch {micro} "
+                "(torchtitan refuses it)"
+            )
+        count = max(1, local // micro)
+    given = job.values.get("training.global_batch_size")
+    batch = job.size("training.global_batch_size") if given not in (None, -1) else None
+    if given is not None:
+        job.use(
+            "training.global_batch_size", "local x DP (one step)" if batch is None else f"{batch:,} sequences a step"
+        )
+    if batch is not None and d["dp"]:
+        if batch % (local * d["dp"]):
+            job.contradictions.append(
+                f"training.global_batch_size {batch:,} is not a multiple of local {local} x DP {d['dp']} "
+                "(torchtitan refuses it)"
+            )
+    return micro, count, batch
+
+
+def _recompute(job: ReadJob) -> str:
+    mode = job.values.get("activation_checkpoint.mode")
+    if mode is None:
+        job.assumed.append("no activation_checkpoint.mode: torchtitan's default, selective")
+        return "selective"
+    if mode not in RECOMPUTE:
+        raise UsageError(f"{job.path}: activation_checkpoint.mode must be none, selective or full, got {mode!r}")
+    job.use("activation_checkpoint.mode", f"{mode} recomputation")
+    return RECOMPUTE[mode]
+
+
+def _precision(job: ReadJob) -> str:
+    """fsdp2: FP32 parameters gathered in BF16; with torchao's FP8 linears fsdp2-fp8, gathered in FP8 where
+    enable_fsdp_float8_all_gather says."""
+    param = job.values.get("training.mixed_precision_param", "bfloat16")
+    if "training.mixed_precision_param" in job.values:
+        job.use("training.mixed_precision_param", f"weights gathered in {param}")
+    converters = job.values.get("model.converters") or []
+    if "model.converters" in job.values:
+        job.use("model.converters", "torchao's FP8 linears" if "float8" in converters else "none parasim models")
+    if param != "bfloat16":
+        if param == "float32" and "float8" not in converters:
+            return "fp32"
+        raise UsageError(f"{job.path}: training.mixed_precision_param {param!r}: parasim has bfloat16 and float32")
+    if "float8" not in converters:
+        for name in [n for n in job.values if n.startswith("quantize.")]:  # settings of a converter not on
+            job.read.add(name)
+            job.no_effect.append(name)
+        return "fsdp2"
+    gather = job.values.get("quantize.linear.float8.enable_fsdp_float8_all_gather")
+    if gather is not None:
+        job.use("quantize.linear.float8.enable_fsdp_float8_all_gather", "weights gathered in FP8" if gather else "off")
+    return "fsdp2-fp8-gather" if gather else "fsdp2-fp8"
+
+
+def _fusion(job: ReadJob) -> str:
+    """torch.compile of the model fuses its elementwise work (timed as Megatron's fused kernels); without it
+    each operation is a kernel of its own (torch-eager)."""
+    enable = job.values.get("compile.enable")
+    parts = job.values.get("compile.components", ["model", "loss"])
+    if enable is not None:
+        job.use("compile.enable", "torch.compile" if enable else "eager: a kernel per operation")
+    if "compile.components" in job.values:
+        if enable:
+            job.use("compile.components", "the model's layers compiled" if "model" in parts else "the layers eager")
+        else:
+            job.read.add("compile.components")
+            job.no_effect.append("compile.components")
+    return "megatron" if enable and "model" in parts else "torch-eager"
+
+
+def _optimizer(job: ReadJob) -> None:
+    name = job.values.get("optimizer.name")
+    if name is None:
+        return
+    if str(name).lower() in ("adam", "adamw"):
+        job.use("optimizer.name", "two FP32 moments a parameter")
+    else:
+        job.read.add("optimizer.name")
+        job.unmodelled.append(f"optimizer.name {name!r}: parasim counts Adam's two moments a parameter")
