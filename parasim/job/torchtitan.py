@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..estimate.memory import RECOMPUTE
 from ..limits import read_bounded
 from .read import (
     NO_EFFECT,
@@ -64,8 +65,6 @@ FLAVORS: dict[tuple[str, str], Flavor] = {
     ("llama3", "70B"): Flavor(8192, 80, 64, 8, 1.3, 4096),
     ("llama3", "405B"): Flavor(16384, 126, 128, 8, 1.2, 4096),
 }
-
-RECOMPUTE = {"none": "none", "selective": "selective", "full": "full"}
 
 FIELDS: tuple[JobField, ...] = (
     *(JobField(name, USED) for name in ("model.name", "model.flavor", "model.converters")),
@@ -318,10 +317,10 @@ def _recompute(job: ReadJob) -> str:
     if mode is None:
         job.assumed.append("no activation_checkpoint.mode: torchtitan's default, selective")
         return "selective"
-    if mode not in RECOMPUTE:
-        raise UsageError(f"{job.path}: activation_checkpoint.mode must be none, selective or full, got {mode!r}")
+    if mode not in RECOMPUTE:  # torchtitan's names are Megatron's: none, selective, full
+        raise UsageError(f"{job.path}: activation_checkpoint.mode must be one of {', '.join(RECOMPUTE)}, got {mode!r}")
     job.use("activation_checkpoint.mode", f"{mode} recomputation")
-    return RECOMPUTE[mode]
+    return str(mode)
 
 
 def _precision(job: ReadJob) -> str:
