@@ -168,6 +168,16 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
         + ". Every field is accounted for; flags given here replace the file's. A file that names no model "
         "takes it from --config or --model",
     )
+    from ..job.formats import WRITERS
+
+    j.add_argument(
+        "--emit",
+        choices=WRITERS,
+        default=None,
+        help="print the plan as that stack's file and nothing else (redirect it to a file); what the "
+        "stack cannot hold goes to stderr as notes. Over a --job file of the same stack, its other fields "
+        "come back as written",
+    )
     j.add_argument(
         "--job-format",
         choices=tuple(JOB_FORMATS),
@@ -471,6 +481,16 @@ def _print_job(args: argparse.Namespace, sources: Sources) -> None:
         print(printable_lines(config_lines(sources.config_path, sources.config)) + "\n")
 
 
+def _print_emitted(emitted: dict) -> int:
+    """--emit: the file alone on stdout (so it redirects to a file), what it cannot hold on stderr."""
+    import sys
+
+    sys.stdout.write(emitted["text"])
+    for note in emitted["notes"]:
+        print(f"parasim: note: {note}", file=sys.stderr)
+    return 0
+
+
 def _print_written(out: dict, plan: Any) -> None:
     from ..megatron.args import describe
     from .megatron import print_written
@@ -516,6 +536,7 @@ def cmd_memory(args: argparse.Namespace) -> int:
         written=args.megatron_args,
         against=args.routing if args.symbolic else None,
         progress=progress_line,
+        emit=args.emit,
     )
     out, bd, gpu = report.to_dict(), report.breakdown, report.gpu
     if args.plot:
@@ -525,6 +546,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     if args.json:
         print_json(out)
         return 0
+    if args.emit:
+        return _print_emitted(out["emitted"])
     _print_job(args, q.sources)
     from rich.console import Console
     from ..render.estimate_text import print_memory, spread
@@ -565,6 +588,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     usable = _usable(args, gpu)
     if args.search and args.symbolic:
         raise UsageError("--symbolic runs one layout: give its sizes instead of --search")
+    if args.search and args.emit:
+        raise UsageError("--emit writes one layout's plan: give its sizes instead of --search")
     if (args.by == "time" or args.seq is not None or args.global_batch is not None) and not args.search:
         raise UsageError("--by, --seq and --global-batch rank a search: give --search")
     if args.by != "time" and (args.seq is not None or args.global_batch is not None):
@@ -607,12 +632,18 @@ def cmd_fit(args: argparse.Namespace) -> int:
 
     plan = _plan(args, model, job)
     report = fit_report(
-        JobQuery(model, plan, None, key, usable, _overlap(args, job), units, sources), written=args.megatron_args
+        JobQuery(model, plan, None, key, usable, _overlap(args, job), units, sources),
+        written=args.megatron_args,
+        emit=args.emit,
     )
     out, f = report.to_dict(), report.fit
     if args.json:
         print_json(out)
         return 0
+    if args.emit:
+        if "emitted" not in out:
+            raise UsageError("nothing fits this layout: no plan to write (--emit)")
+        return _print_emitted(out["emitted"])
     _print_job(args, sources)
     _print_stages(out["stages"])
     from ..render.estimate_text import fit_lines

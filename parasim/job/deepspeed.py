@@ -13,6 +13,7 @@ JobField names and meanings: deepspeedai/DeepSpeed@edaa722, deepspeed/runtime/co
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..limits import read_bounded, read_json
@@ -22,11 +23,14 @@ from .read import (
     USED,
     JobField,
     ReadJob,
+    Written,
     account,
     layout_defaults,
     leaves,
     plural,
+    set_field,
     step_defaults,
+    tree_of,
 )
 
 TITLE = "DeepSpeed config"
@@ -306,3 +310,44 @@ def _flagged_false(job: ReadJob, name: str, words: str) -> None:
         job.unmodelled.append(f"{_Z}{name} false: {words}")
     else:
         job.use(_Z + name, "as parasim models it")
+
+
+# the precision entries DeepSpeed has a switch for, and the switch
+PRECISION_SWITCH = {"post": "bf16", "deepspeed-fp16": "fp16", "fp32": None}
+
+
+def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJob | None = None) -> Written:
+    """`plan` as a ds_config: the batch fields (all three, so DeepSpeed's arithmetic gives back the plan's DP),
+    the ZeRO stage, the precision switch, AutoTP's degree and overlap_comm; over the `job` read from a DeepSpeed
+    file, whose other fields come back as written. What DeepSpeed's config cannot hold (pipeline stages, CP,
+    experts, SP, recomputation: set in the model's code) is said in the notes."""
+    tree = tree_of(job if job is not None and job.format == "deepspeed" else None)
+    for name, value in (
+        ("train_batch_size", plan.micro_batch * plan.m * plan.dp),
+        ("train_micro_batch_size_per_gpu", plan.micro_batch),
+        ("gradient_accumulation_steps", plan.m),
+        (_Z + "stage", plan.zero),
+        (_Z + "overlap_comm", "grad-reduce" in overlap),
+    ):
+        set_field(tree, name, value)
+    notes = []
+    switch = PRECISION_SWITCH.get(plan.precision, "bf16")
+    if plan.precision not in PRECISION_SWITCH:
+        notes.append(f"precision {plan.precision} has no DeepSpeed switch: written as bf16 (precision post)")
+    for name in ("fp16", "bf16"):
+        set_field(tree, f"{name}.enabled", name == switch)
+    if plan.tp > 1 or "tensor_parallel" in tree:
+        set_field(tree, "tensor_parallel.autotp_size", plan.tp if plan.tp > 1 else 0)
+    said = {
+        "pp": "pipeline stages come from the model's PipelineModule",
+        "cp": "context parallelism (DeepSpeed's sequence_parallel_size is Ulysses, not ring attention)",
+        "ep": "expert parallelism is set where the model builds its MoE layers",
+    }
+    for axis, words in said.items():
+        if getattr(plan, axis) > 1:
+            notes.append(f"{axis.upper()} {getattr(plan, axis)}: not in a ds_config ({words})")
+    if plan.recompute != "none":
+        notes.append(f"{plan.recompute} recomputation: the model's code turns it on (gradient checkpointing)")
+    if seq:
+        notes.append(f"sequences of {seq:,} tokens: the data loader's, not the config's")
+    return Written("deepspeed", json.dumps(tree, indent=2) + "\n", tuple(notes))

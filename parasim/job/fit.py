@@ -44,9 +44,10 @@ class FitReport(JobReport):
     fit: Fit
 
 
-def fit_report(q: JobQuery, written: bool = False) -> FitReport:
+def fit_report(q: JobQuery, written: bool = False, emit: str | None = None) -> FitReport:
     """The longest sequence one GPU of `q`'s plan holds (the query's own sequence is not read: it is the
-    answer), with its time and stages there; with `written`, the plan as Megatron-LM flags at that length."""
+    answer), with its time and stages there; with `written`, the plan as Megatron-LM flags at that length, with
+    `emit`, as that stack's file (job/formats.py)."""
     model, plan, unit = q.model, q.plan, q.units.size
     gpu = gpu_spec(q.gpu, "gpu")  # an unknown type refused in one line before the search
     f = fit(model, plan, q.usable)
@@ -58,4 +59,8 @@ def fit_report(q: JobQuery, written: bool = False) -> FitReport:
     out.update(q.sources.to_dict())
     if written and f.seq:
         out["megatron_args"] = as_dict(model, plan, fit_seq(f.seq, plan), q.overlap, q.sources.megatron)
+    if emit is not None and f.seq:
+        from .formats import write_job
+
+        out["emitted"] = write_job(emit, model, plan, fit_seq(f.seq, plan), q.overlap, q.sources.plan_job).to_dict()
     return FitReport(query=q, gpu=gpu, data=out, fit=f)

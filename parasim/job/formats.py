@@ -13,25 +13,38 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from ..limits import read_bounded
-from . import deepspeed, picotron, torchtitan
+from .deepspeed import looks_like as deepspeed_looks_like, read as read_deepspeed, write as write_deepspeed
+from .picotron import looks_like as picotron_looks_like, read as read_picotron, write as write_picotron
+from .torchtitan import looks_like as torchtitan_looks_like, read as read_torchtitan, write as write_torchtitan
+from .read import Written
 
 
 @dataclass(frozen=True)
 class JobFormat:
-    """One stack's file: its name (for --job-format), the file in words, what it gives ("model", "plan" or
-    "model and plan"), a test on the parsed JSON object (None: the file is not JSON) and the reader."""
+    """One stack's file: its name (for --job-format and --emit), the file in words, what it gives ("model",
+    "plan" or "model and plan"), a test on the parsed file (None: told apart otherwise), the reader and the
+    writer."""
 
     name: str
     title: str
     gives: str
     looks_like: Callable[[Any], bool] | None
     read: Callable[[str], Any]
+    # a plan written as the stack's file (model, plan, seq, overlaps, the job read): None for a model's config
+    write: Callable[..., Written] | None = None
 
 
 def _megatron(path: str) -> Any:
     from ..megatron.job import read_job
 
     return read_job(path)
+
+
+def _megatron_write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: Any = None) -> Written:
+    from ..megatron.args import as_dict
+
+    out = as_dict(model, plan, seq, overlap, job if getattr(job, "script", None) is not None else None)
+    return Written("megatron", out["torchrun"] + "\n", tuple(out["notes"]))
 
 
 def _hf(path: str) -> Any:
@@ -50,13 +63,29 @@ JOB_FORMATS: dict[str, JobFormat] = {
     for f in (
         # JSON files in the order they are told apart: picotron's has a "distributed" grid, DeepSpeed's its batch
         # or ZeRO fields, a Hugging Face config the model's
-        JobFormat("picotron", "picotron config (JSON)", "model and plan", picotron.looks_like, picotron.read),
-        JobFormat("deepspeed", "DeepSpeed config (ds_config JSON)", "plan", deepspeed.looks_like, deepspeed.read),
+        JobFormat(
+            "picotron", "picotron config (JSON)", "model and plan", picotron_looks_like, read_picotron, write_picotron
+        ),
+        JobFormat(
+            "deepspeed",
+            "DeepSpeed config (ds_config JSON)",
+            "plan",
+            deepspeed_looks_like,
+            read_deepspeed,
+            write_deepspeed,
+        ),
         JobFormat("hf", "Hugging Face config.json", "model", _hf_looks_like, _hf),
         JobFormat(
-            "torchtitan", "torchtitan train config (TOML)", "model and plan", torchtitan.looks_like, torchtitan.read
+            "torchtitan",
+            "torchtitan train config (TOML)",
+            "model and plan",
+            torchtitan_looks_like,
+            read_torchtitan,
+            write_torchtitan,
         ),
-        JobFormat("megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron),
+        JobFormat(
+            "megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron, _megatron_write
+        ),
     )
 }
 
@@ -71,7 +100,7 @@ def detect(path: str) -> JobFormat:
         tree = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         tree = _toml(data)
-        if tree is None or not torchtitan.looks_like(tree):
+        if tree is None or not torchtitan_looks_like(tree):
             return JOB_FORMATS["megatron"]
         return JOB_FORMATS["torchtitan"]
     for f in JOB_FORMATS.values():
@@ -102,4 +131,16 @@ def read_job_file(path: str, name: str | None = None) -> tuple[JobFormat, Any]:
     return fmt, fmt.read(path)
 
 
-__all__ = ["JOB_FORMATS", "JobFormat", "detect", "read_job_file"]
+WRITERS = tuple(name for name, f in JOB_FORMATS.items() if f.write is not None)  # what --emit takes
+
+
+def write_job(name: str, model: Any, plan: Any, seq: int, overlap: tuple[str, ...] = (), job: Any = None) -> Written:
+    """`plan` of `model` at sequence `seq` written as stack `name`'s file, over `job` where it was read from
+    that stack's file (its other fields come back as the user wrote them)."""
+    writer = JOB_FORMATS[name].write
+    if writer is None:
+        raise UsageError(f"a {JOB_FORMATS[name].title} holds a model, not a plan: --emit one of {', '.join(WRITERS)}")
+    return writer(model, plan, seq, overlap, job)
+
+
+__all__ = ["JOB_FORMATS", "JobFormat", "WRITERS", "detect", "read_job_file", "write_job"]

@@ -58,10 +58,12 @@ def memory_report(
     written: bool = False,
     against: str | None = None,
     progress: Callable[[str], None] | None = None,
+    emit: str | None = None,
 ) -> MemoryReport:
     """The memory one GPU of `q`'s plan needs, itemised, on its binding stage, with the step's traffic by axis,
     its time and stages; with `critic`, the rules of thumb the layout breaks and what breaking each costs; with
-    `written`, the plan as Megatron-LM flags and the torchrun line that runs them; with `against` (a routing
+    `written`, the plan as Megatron-LM flags and the torchrun line that runs them; with `emit` (a stack of
+    job/formats.py), the plan as that stack's file ("emitted"); with `against` (a routing
     policy), one training step of the plan run on symbolic ranks beside the estimate, item by item ("run"), and
     `progress` told before it runs (seconds at real size)."""
     model, plan, seq, unit = q.model, q.plan, q.seq, q.units.size
@@ -89,6 +91,10 @@ def memory_report(
     }
     if written:
         out["megatron_args"] = as_dict(model, plan, seq, q.overlap, q.sources.megatron)
+    if emit is not None:
+        from .formats import write_job
+
+        out["emitted"] = write_job(emit, model, plan, seq, q.overlap, q.sources.plan_job).to_dict()
     if critic:
         out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap)]
     if against is not None:

@@ -11,6 +11,7 @@ does with them: huggingface/picotron@59714b1 (tests/data/jobs/SURVEY.md, section
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..errors import UsageError
@@ -21,11 +22,14 @@ from .read import (
     USED,
     JobField,
     ReadJob,
+    Written,
     account,
     layout_defaults,
     leaves,
     plural,
+    set_field,
     step_defaults,
+    tree_of,
 )
 
 TITLE = "picotron config"
@@ -151,3 +155,35 @@ def _model(job: ReadJob) -> None:
         if v is not None:
             job.model[key] = v
             job.use(field_, f"{v} {words}, in place of the model's own")
+
+
+def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJob | None = None) -> Written:
+    """`plan` as picotron's config.json: its grid, engine, sequence, micro-batch and accumulation, and the
+    model's three sizes picotron sets over its Hugging Face model; over the `job` read from a picotron file,
+    whose other fields come back as written. What picotron cannot run is said in the notes."""
+    tree = tree_of(job if job is not None and job.format == "picotron" else None)
+    for name, value in (
+        *((g, getattr(plan, _axis(g))) for g in GRID),
+        ("distributed.pp_engine", tree.get("distributed", {}).get("pp_engine", "1f1b")),
+        ("model.num_hidden_layers", model.layers),
+        ("model.num_attention_heads", model.heads),
+        ("model.num_key_value_heads", model.kv),
+        ("training.seq_length", seq),
+        ("training.micro_batch_size", plan.micro_batch),
+        ("training.gradient_accumulation_steps", plan.m),
+    ):
+        set_field(tree, name, value)
+    if "name" not in tree["model"]:
+        tree["model"]["name"] = model.name  # picotron loads this id's config: the user's own model goes here
+    notes = []
+    if plan.zero:
+        notes.append(f"ZeRO-{plan.zero}: picotron's DP replicates the model state (written as plain DP)")
+    if plan.sp:
+        notes.append("SP: picotron's TP keeps whole activations between its layers")
+    if plan.ep > 1 or model.experts:
+        notes.append("experts: picotron's models are dense")
+    if plan.recompute != "none":
+        notes.append(f"{plan.recompute} recomputation: picotron keeps every activation")
+    if plan.precision != "bf16-pure":
+        notes.append(f"precision {plan.precision}: picotron trains the model cast to BF16 (bf16-pure)")
+    return Written("picotron", json.dumps(tree, indent=4) + "\n", tuple(notes))

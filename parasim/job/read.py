@@ -211,8 +211,45 @@ __all__ = [
     "leaves",
     "layout_defaults",
     "plural",
+    "set_field",
     "step_defaults",
+    "tree_of",
+    "Written",
     "USED",
     "UNMODELLED",
     "NO_EFFECT",
 ]
+
+
+def set_field(tree: dict[str, Any], dotted: str, value: Any) -> None:
+    """`tree`'s field `dotted` ("zero_optimization.stage") set to `value`, its tables made where missing."""
+    *path, last = dotted.split(".")
+    node = tree
+    for key in path:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = node[key] = {}
+        node = child
+    node[last] = value
+
+
+@dataclass(frozen=True)
+class Written:
+    """A plan written as a stack's file: its text, and what the plan holds that the stack cannot say (one line
+    each: the file runs something else there)."""
+
+    format: str
+    text: str
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": self.format, "text": self.text, "notes": list(self.notes)}
+
+
+def tree_of(job: ReadJob | None) -> dict[str, Any]:
+    """The file `job` was read from, as its tables again (its fields in their order); empty without a job. A
+    writer starts from it, so what parasim does not set comes back as the user wrote it."""
+    tree: dict[str, Any] = {}
+    for name, value in job.values.items() if job is not None else ():
+        set_field(tree, name, value)
+    return tree

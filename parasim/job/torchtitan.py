@@ -13,6 +13,7 @@ llama3_70b`) names a function in Python, not a file: parasim reads the TOML form
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,11 +26,14 @@ from .read import (
     USED,
     JobField,
     ReadJob,
+    Written,
     account,
     layout_defaults,
     leaves,
     plural,
+    set_field,
     step_defaults,
+    tree_of,
 )
 
 TITLE = "torchtitan train config"
@@ -372,3 +376,104 @@ def _optimizer(job: ReadJob) -> None:
     else:
         job.read.add("optimizer.name")
         job.unmodelled.append(f"optimizer.name {name!r}: parasim counts Adam's two moments a parameter")
+
+
+def toml_text(tree: dict[str, Any]) -> str:
+    """Tables of scalars and lists as TOML (what torchtitan's files hold): each table under its dotted header,
+    a table's own values before its sub-tables."""
+    lines: list[str] = []
+
+    def value(v: Any) -> str:
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, (int, float)):
+            return repr(v)
+        if isinstance(v, str):
+            return json.dumps(v)  # TOML's basic strings escape as JSON does
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        raise UsageError(f"a value TOML cannot hold here: {v!r}")
+
+    def table(node: dict[str, Any], name: str) -> None:
+        scalars = [(k, v) for k, v in node.items() if not isinstance(v, dict)]
+        tables = [(k, v) for k, v in node.items() if isinstance(v, dict)]
+        if name and (scalars or not tables):
+            lines.extend(["", f"[{name}]"])
+        lines.extend(f"{k} = {value(v)}" for k, v in scalars)
+        for k, v in tables:
+            table(v, f"{name}.{k}" if name else k)
+
+    table(tree, "")
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def flavor_of(model: Any) -> tuple[str, str] | None:
+    """The (name, flavour) of torchtitan's table whose shapes are `model`'s, if one is."""
+    for key, f in FLAVORS.items():
+        if (model.layers, model.hidden, model.heads, model.kv, model.ffn_size, model.vocab) == (
+            f.n_layers,
+            f.dim,
+            f.n_heads,
+            f.n_kv_heads or f.n_heads,
+            f.ffn(),
+            f.vocab_size,
+        ):
+            return key
+    return None
+
+
+def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJob | None = None) -> Written:
+    """`plan` as a torchtitan train config (TOML): the model's flavour, the batch, sequence, degrees,
+    recomputation, compile and FP8 settings; over the `job` read from a torchtitan file, whose other fields
+    come back as written. What torchtitan runs otherwise than the plan says is in the notes."""
+    tree = tree_of(job if job is not None and job.format == "torchtitan" else None)
+    notes = []
+    flavor = flavor_of(model)
+    if flavor is not None:
+        set_field(tree, "model.name", flavor[0])
+        set_field(tree, "model.flavor", flavor[1])
+    else:
+        notes.append(f"{model.name}: not one of torchtitan's Llama 3 flavours; [model] names your model's own")
+    if plan.pp > 1:
+        local = plan.micro_batch * plan.m
+        set_field(tree, _P + "pipeline_parallel_microbatch_size", plan.micro_batch)
+        steps = 1
+    else:
+        local, steps = plan.micro_batch, plan.m
+    set_field(tree, "training.local_batch_size", local)
+    set_field(tree, "training.global_batch_size", local * plan.dp * steps)
+    set_field(tree, "training.seq_len", seq)
+    replicate, shard = (1, plan.dp) if plan.zero else (plan.dp, 1)
+    for name, v in (
+        ("data_parallel_replicate_degree", replicate),
+        ("data_parallel_shard_degree", shard),
+        ("tensor_parallel_degree", plan.tp),
+        ("pipeline_parallel_degree", plan.pp),
+        ("context_parallel_degree", plan.cp),
+        ("expert_parallel_degree", plan.ep),
+        ("expert_tensor_parallel_degree", plan.etp),
+    ):
+        if v > 1 or _P + name in (job.values if job is not None and job.format == "torchtitan" else {}):
+            set_field(tree, _P + name, v)
+    if "tp" in overlap or _P + "enable_async_tensor_parallel" in tree.get("parallelism", {}):
+        set_field(tree, _P + "enable_async_tensor_parallel", "tp" in overlap)
+    set_field(tree, "activation_checkpoint.mode", plan.recompute)
+    set_field(tree, "compile.enable", plan.fusion != "torch-eager")
+    if plan.fusion != "torch-eager":
+        set_field(tree, "compile.components", ["model", "loss"])
+    precision = plan.precision
+    if precision not in ("fsdp2", "fsdp2-fp8", "fsdp2-fp8-gather", "fp32"):
+        notes.append(f"precision {precision}: torchtitan keeps FP32 weights gathered in BF16 (written as fsdp2)")
+        precision = "fsdp2"
+    set_field(tree, "training.mixed_precision_param", "float32" if precision == "fp32" else "bfloat16")
+    converters = [c for c in tree.get("model", {}).get("converters", []) if c != "float8"]
+    if precision.startswith("fsdp2-fp8"):
+        converters.append("float8")
+        set_field(tree, "quantize.linear.float8.enable_fsdp_float8_all_gather", precision == "fsdp2-fp8-gather")
+    if converters or "converters" in tree.get("model", {}):
+        set_field(tree, "model.converters", converters)
+    if plan.zero in (1, 2):
+        notes.append(f"ZeRO-{plan.zero}: torchtitan's FSDP shards the weights too (written as FSDP: ZeRO-3)")
+    if plan.tp > 1 and not plan.sp:
+        notes.append("TP without SP: torchtitan's TP always splits the sequence between its layers")
+    return Written("torchtitan", toml_text(tree), tuple(notes))

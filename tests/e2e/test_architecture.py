@@ -277,8 +277,8 @@ SHARED_NAMES = {
     "family", "fingerprint", "kind_of", "measure", "parse", "plan_of", "rounds", "rows", "score", "sequences",
     "summary", "validate", "where",
     # each stack's job reader (job/<stack>.py) has the one shape job/formats.py's registry reads: its table of
-    # fields, its file in words, a test on the parsed file and the reader
-    "FIELDS", "TITLE", "looks_like", "read",
+    # fields, its file in words, a test on the parsed file, the reader and the writer (cli/common's write prints)
+    "FIELDS", "TITLE", "looks_like", "read", "write",
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -396,3 +397,109 @@ def test_the_plan_takes_the_jobs_kernels():
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout)["layout"]
     assert (got["fusion"], got["attention_kernel"]) == ("torch-eager", "fa2")
+
+
+# -- written back in each stack's own form, and read back to the same plan ---------------------------------
+ROUND_TRIPS = [
+    ("deepspeed/accelerate_ds_config_zero3.json", LLAMA, 8),
+    ("deepspeed/ds_config_func_bs8_zero2_gas3.json", LLAMA, 16),
+    ("deepspeed/pipeline_parallelism_ds_config.json", LLAMA, 8),
+    ("deepspeed/sdma_allgather_ds_config_zero3.json", LLAMA, 32),
+    ("deepspeed/tensor_parallel_hf_ds_config.json", LLAMA, 16),
+    ("picotron/base_config.json", LLAMA, None),
+    ("picotron/template_base_configs.json", LLAMA, None),
+    ("torchtitan/llama3_8b.toml", None, 64),
+    ("torchtitan/llama3_70b.toml", None, 64),
+    ("torchtitan/llama3_405b.toml", None, 128),
+]
+
+
+@pytest.mark.parametrize("file, config, gpus", ROUND_TRIPS, ids=[r[0] for r in ROUND_TRIPS])
+def test_each_real_file_is_written_back_and_read_back_to_the_same_plan(tmp_path, file, config, gpus):
+    from parasim.estimate.models import read_hf_config
+    from parasim.job.formats import write_job
+    from parasim.megatron.job import plan_of
+
+    fmt, job = read_job_file(str(DATA / file))
+    base = read_hf_config(config).model if config else None
+    model = job.model_spec(base)
+    plan = plan_of(job, model, gpus)
+    seq = job.seq or 4096
+    written = write_job(fmt.name, model, plan, seq, tuple(job.overlap), job)
+    again = tmp_path / Path(file).name
+    again.write_text(written.text)
+    fmt2, job2 = read_job_file(str(again))
+    model2 = job2.model_spec(base)
+    assert fmt2 is fmt and model2 == model
+    same = plan_of(job2, model2)
+    # micro-batches left to their default (PP's count) and written as that count are one plan
+    assert replace(same, microbatches=same.m) == replace(plan, microbatches=plan.m)
+    assert (job2.seq or 4096) == seq and set(job2.overlap) == set(job.overlap)
+    # what parasim does not set comes back as the user wrote it
+    kept = {n: v for n, v in job.values.items() if n in job.no_effect}
+    assert {n: job2.values[n] for n in kept} == kept
+
+
+def test_a_plan_changed_here_is_written_in_the_stack_s_words():
+    """torchtitan's 70B on 64 GPUs with PP 2 given here: FSDP 4 x TP 8 x PP 2, and the local batch of 8 run as 8
+    micro-batches of one (DeepSpeed cannot hold the stages: a note says where they are set)."""
+    r = cli("memory", "--job", str(TITAN / "llama3_70b.toml"), "--gpus", "64", "--pp", "2", "--microbatches", "8",
+            "--micro-batch", "1", "--emit", "torchtitan")
+    assert r.returncode == 0, r.stderr
+    import tomllib
+
+    got = tomllib.loads(r.stdout)
+    assert got["parallelism"]["data_parallel_shard_degree"] == 4 and got["parallelism"]["pipeline_parallel_degree"] == 2
+    assert got["parallelism"]["pipeline_parallel_microbatch_size"] == 1 and got["training"]["local_batch_size"] == 8
+    assert got["model"] == {"name": "llama3", "flavor": "70B", "hf_assets_path": "./assets/hf/Llama-3.1-70B"}
+    r = cli("memory", "--job", str(TITAN / "llama3_70b.toml"), "--gpus", "64", "--pp", "2", "--emit", "deepspeed")
+    assert r.returncode == 0 and json.loads(r.stdout)["zero_optimization"]["stage"] == 3
+    assert "parasim: note: PP 2: not in a ds_config" in r.stderr
+
+
+def test_emit_refuses_a_search_and_a_model_config():
+    r = cli("fit", "--model", "27b", "--search", "--emit", "deepspeed")
+    assert r.returncode == 2 and "--emit writes one layout's plan" in r.stderr
+    r = cli("memory", "--model", "27b", "--emit", "hf")
+    assert r.returncode == 2 and "invalid choice" in r.stderr
+
+
+def test_plain_dp_and_fp8_gathers_in_torchtitan_s_words():
+    """ZeRO-0 on 8 GPUs is torchtitan's DDP: 8 replicas of a shard of one; FP8 linears gathered in FP8 are its
+    float8 converter with enable_fsdp_float8_all_gather on."""
+    import tomllib
+
+    r = cli("memory", "--job", str(TITAN / "llama3_8b.toml"), "--gpus", "8", "--zero", "0", "--emit", "torchtitan")
+    assert r.returncode == 0, r.stderr
+    grid = tomllib.loads(r.stdout)["parallelism"]
+    assert (grid["data_parallel_replicate_degree"], grid["data_parallel_shard_degree"]) == (8, 1)
+    r = cli("memory", "--job", str(TITAN / "llama3_8b.toml"), "--gpus", "8", "--precision", "fsdp2-fp8-gather",
+            "--emit", "torchtitan")
+    got = tomllib.loads(r.stdout)
+    assert got["model"]["converters"] == ["float8"]
+    assert got["quantize"]["linear"]["float8"]["enable_fsdp_float8_all_gather"] is True
+
+
+def test_toml_tables_by_hand():
+    from parasim.job.torchtitan import toml_text
+
+    assert toml_text({"a": {}, "b": {"c": {"d": 1}}, "e": {"f": "x", "g": [True, 2.5]}}) == (
+        '[a]\n\n[b.c]\nd = 1\n\n[e]\nf = "x"\ng = [true, 2.5]\n'
+    )
+
+
+def test_megatron_written_by_emit_reads_back(tmp_path):
+    """Megatron-LM's own 175B script on 1,024 GPUs, written by --emit megatron and read back by --megatron: the
+    same plan. A torchtitan job written as Megatron flags reads back to its layout too."""
+    script = str(DATA.parent / "megatron" / "train_gpt3_175b_distributed.sh")
+    r = cli("memory", "--megatron", script, "--gpus", "1024", "--emit", "megatron")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "job.sh").write_text(r.stdout)
+    first = json.loads(cli("memory", "--megatron", script, "--gpus", "1024", "--json").stdout)
+    again = json.loads(cli("memory", "--megatron", str(tmp_path / "job.sh"), "--json").stdout)
+    assert again["layout"] == first["layout"] and again["seq"] == first["seq"]
+    r = cli("memory", "--job", str(TITAN / "llama3_70b.toml"), "--gpus", "64", "--emit", "megatron")
+    assert r.returncode == 0, r.stderr
+    (tmp_path / "titan.sh").write_text(r.stdout)
+    got = json.loads(cli("memory", "--megatron", str(tmp_path / "titan.sh"), "--json").stdout)["layout"]
+    assert (got["tp"], got["dp"], got["world"], got["recompute"]) == (8, 8, 64, "full")
