@@ -28,6 +28,14 @@ from .common import BROKEN_PIPE, INTERRUPTED, TERMINATED, Parser, Stdout, check_
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="parasim", description="LLM training parallelism, taught by running it on virtual ranks.")
     p.add_argument("--version", action="version", version=f"parasim {__version__}")
+    from .completion import SHELLS, CompletionAction
+
+    p.add_argument(
+        "--completion",
+        choices=SHELLS,
+        action=CompletionAction,
+        help="print a completion script for the shell (commands, flags, choices, lessons) and exit",
+    )
     sub = p.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     # the order of `parasim --help`
     for add in (
