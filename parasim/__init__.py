@@ -23,6 +23,9 @@ _PUBLIC = {
     "LayoutError": "layout",
     "ModelSpec": "layout",
     "preset": "layout",
+    "memory": "api",
+    "fit": "api",
+    "read_job": "api",
     **{
         name: "errors"
         for name in (
@@ -39,6 +42,10 @@ _PUBLIC = {
 }
 __all__ = [
     "run",
+    "lesson",
+    "memory",
+    "fit",
+    "read_job",
     "RunResult",
     "Layout",
     "LayoutError",
@@ -57,6 +64,10 @@ __all__ = [
     "RealRunFailed",
     "TimedOut",
 ]
+
+
+# `parasim.lesson("tp-mlp", tp=4)` runs a lesson: `lesson` is the module parasim/lesson.py (the import system
+# binds a submodule to its package's attribute), which is made callable there (api.lesson).
 
 
 def __getattr__(name: str) -> Any:

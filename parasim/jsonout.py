@@ -1,4 +1,6 @@
-"""JSON as parasim writes it: strict (RFC 8259: no NaN, no Infinity), every value converted once here.
+"""JSON as parasim writes it: strict (RFC 8259: no NaN, no Infinity), every value converted once here; and a
+result as a notebook shows it (HTML tables, a pandas DataFrame, a PNG), which lessons and reports share as they
+share their JSON.
 
 What a run returns comes from a user's program and can be anything. Numbers, strings, lists, dicts,
 numpy arrays and scalars (bfloat16 included), fractions and tensors have an obvious JSON form; a value
@@ -12,7 +14,8 @@ from __future__ import annotations
 import json
 import math
 from fractions import Fraction
-from typing import Any
+from html import escape
+from typing import Any, Sequence
 
 from .errors import UsageError
 
@@ -133,3 +136,65 @@ def dumps(obj: Any, indent: int | None = 1, where: str = "the output") -> str:
 
 def _a(kind: str) -> str:
     return f"{'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}"
+
+
+# -- in a notebook (Jupyter calls _repr_html_ and _repr_png_) ------------------------------------------------
+
+
+def table_html(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]], notes: Sequence[str] = ()) -> str:
+    """A titled table, a header row and a row per entry; notes under it."""
+    head = "".join(f"<th>{escape(str(c))}</th>" for c in columns)
+    body = "".join("<tr>" + "".join(f"<td>{escape(_cell(v))}</td>" for v in row) + "</tr>" for row in rows)
+    under = "".join(f"<p><small>{escape(n)}</small></p>" for n in notes)
+    caption = f"<b>{escape(title)}</b>" if title else ""
+    return f"{caption}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{under}"
+
+
+def lines_html(lines: Sequence[str]) -> str:
+    """Lines of text as a paragraph each."""
+    return "".join(f"<p>{escape(line)}</p>" for line in lines)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e4 else f"{v:,.0f}"
+    return str(v)
+
+
+def data_frame(rows: Sequence[dict[str, Any]], index: str | None = None) -> Any:
+    """Rows as a pandas DataFrame (pandas is not one of parasim's dependencies: said in one line if absent)."""
+    try:
+        import pandas
+    except ImportError:
+        from .errors import UsageError
+
+        raise UsageError("to_pandas needs pandas: pip install pandas") from None
+    frame = pandas.DataFrame(list(rows))
+    return frame.set_index(index) if index is not None and index in frame else frame
+
+
+class Png:
+    """A picture a notebook shows (IPython displays `_repr_png_`, whatever matplotlib's back end) or saves."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    @classmethod
+    def of(cls, figure: Any) -> "Png":
+        import io
+
+        buf = io.BytesIO()
+        figure.savefig(buf, format="png", dpi=120, bbox_inches="tight")  # render/plot_base.DPI
+        return cls(buf.getvalue())
+
+    def _repr_png_(self) -> bytes:
+        return self.data
+
+    def save(self, path: str) -> None:
+        """The picture in `path`, whole or not at all (written beside it, then renamed over it)."""
+        import os
+
+        temp = f"{path}.part"
+        with open(temp, "wb") as f:
+            f.write(self.data)
+        os.replace(temp, path)

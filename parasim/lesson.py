@@ -11,6 +11,8 @@ a new lesson is its file (and its test). Lessons are loaded by path, so they nee
 from __future__ import annotations
 
 import importlib.util
+import sys
+import types
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -83,6 +85,18 @@ class Table:
             ],
             "notes": list(self.notes),
         }
+
+    def to_pandas(self) -> Any:
+        """The table as a pandas DataFrame, indexed by its first column (pandas is not one of parasim's own
+        dependencies: install it to use this)."""
+        from .jsonout import data_frame
+
+        return data_frame(self.to_dict()["rows"], self.columns[0])
+
+    def _repr_html_(self) -> str:
+        from .jsonout import table_html
+
+        return table_html(self.title, self.columns, [[label, *values] for label, values in self.rows], self.notes)
 
 
 @dataclass(frozen=True)
@@ -316,6 +330,31 @@ class LessonRun:
             **({"held": self.held()} if any(m.kind == "held" for m in self.result.trace.marks) else {}),
         }
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the lesson's title, each check with what the run computed, and its tables."""
+        from .jsonout import lines_html, table_html
+
+        checks = [[c.name, "yes" if c.ok else "NO", c.got, c.expected] for c in self.checks]
+        return (
+            lines_html([f"{self.lesson.name}: {self.lesson.title} ({self.result.world} ranks)"])
+            + table_html("checks", ["check", "holds", "computed", "reference"], checks)
+            + "".join(t._repr_html_() for t in self.tables)
+        )
+
+    def plot(self) -> Any:
+        """The lesson's picture of this run (what `parasim lesson NAME --plot FILE.png` draws), for a notebook."""
+        import tempfile
+        from pathlib import Path
+
+        from .jsonout import Png
+
+        if self.lesson.picture is None:
+            raise UsageError(f"lesson {self.lesson.name} has no picture")
+        with tempfile.TemporaryDirectory() as folder:
+            path = str(Path(folder) / "picture.png")
+            self.lesson.picture.draw(self, path)
+            return Png(Path(path).read_bytes())
+
     def held(self) -> dict:
         """What the run told the trace its ranks hold: each rank's peak (bytes, by kind, where) and what it
         still holds at the end."""
@@ -453,3 +492,14 @@ def get_lesson(name: str, world: int | None = None, flag: str = "--world", timeo
 def knob(result: RunResult, name: str, default: Any) -> Any:
     """A lesson's setting as the run used it (its checks call this; `default` when run without knobs)."""
     return result.trace.meta.get("knobs", {}).get(name, default)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: `parasim.lesson("tp-mlp", tp=4)` runs a lesson, as api.lesson does. The package's
+    attribute `lesson` is this module whenever anything has imported it, so the call lives here."""
+
+    def __call__(self, name: str, world: int | None = None, **knobs: Any) -> LessonRun:
+        return run_lesson(get_lesson(name, world), world, knobs=knobs or None)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -43,6 +43,27 @@ class FitReport(JobReport):
 
     fit: Fit
 
+    @property
+    def fits(self) -> bool:
+        """Whether any sequence fits (the model state alone may not)."""
+        return self.fit.seq > 0
+
+    def to_pandas(self) -> Any:
+        """The items of the binding GPU at the longest sequence, in the report's unit."""
+        from ..jsonout import data_frame
+
+        unit = self.query.units
+        return data_frame([{"item": k, unit.name: v / unit.size} for k, v in self.fit.at_max.items.items()], "item")
+
+    def _repr_html_(self) -> str:
+        from ..jsonout import lines_html, table_html
+
+        q, unit = self.query, self.query.units
+        rows = [[k, v / unit.size] for k, v in self.fit.at_max.items.items()]
+        return lines_html(
+            [f"{q.model.name}, {q.plan.label()} on {q.plan.world} GPUs: the longest sequence {self.fit.seq:,} tokens"]
+        ) + table_html(f"memory per GPU at {self.fit.seq:,} tokens", ["item", unit.name], rows)
+
 
 def fit_report(q: JobQuery, written: bool = False, emit: str | None = None) -> FitReport:
     """The longest sequence one GPU of `q`'s plan holds (the query's own sequence is not read: it is the

@@ -47,9 +47,51 @@ def stage_summary(model: ModelSpec, plan: Plan, memory: int, slowest: int | None
 
 @dataclass(frozen=True)
 class MemoryReport(JobReport):
-    """A job's memory, traffic and time: `breakdown` is the binding stage's bytes by item."""
+    """A job's memory, traffic and time: `breakdown` is the binding stage's bytes by item. In a notebook it
+    shows as a table (`_repr_html_`), `to_pandas()` gives the items and `plot()` the stacked bars by ZeRO stage."""
 
     breakdown: Breakdown
+
+    @property
+    def fits(self) -> bool:
+        """Whether the binding stage's GPU holds it within the usable memory."""
+        return bool(self.data["fits"])
+
+    def to_pandas(self) -> Any:
+        """The items of the binding stage's GPU: bytes in the report's unit and share of the total."""
+        from ..jsonout import data_frame
+
+        unit, total = self.query.units, self.breakdown.total
+        rows = [
+            {"item": k, unit.name: v / unit.size, "share": v / total if total else 0.0}
+            for k, v in self.breakdown.items.items()
+        ]
+        return data_frame(rows, "item")
+
+    def _repr_html_(self) -> str:
+        from ..jsonout import lines_html, table_html
+
+        q, unit = self.query, self.query.units
+        rows = [[k, v / unit.size] for k, v in self.breakdown.items.items()] + [
+            ["total", self.breakdown.total / unit.size]
+        ]
+        step = self.data["time"].get("step_s")
+        said = [
+            f"{q.model.name}, {q.plan.label()} on {q.plan.world} GPUs, sequence {q.seq:,}: "
+            + ("fits" if self.fits else "does NOT fit")
+            + f" in {q.usable / unit.size:,.1f} {unit.name} a GPU"
+            + (f"; step {step:.3g} s on {self.gpu.name}" if step is not None else "")
+        ]
+        return lines_html(said) + table_html("memory per GPU", ["item", unit.name], rows)
+
+    def plot(self) -> Any:
+        """Stacked bars of the items for ZeRO stages 0-3 against the usable memory (`memory --plot`'s)."""
+        from ..jsonout import Png
+        from ..render.plots import memory_figure
+
+        q = self.query
+        assert q.seq is not None  # a memory report is made for one sequence (memory_report refuses none)
+        return Png.of(memory_figure(q.model, q.plan, q.seq, q.units.size, q.units.name, q.usable, self.gpu))
 
 
 def memory_report(

@@ -81,6 +81,11 @@ def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, k
 
 # -- the estimator's pictures ---------------------------------------------------------------------------------------------
 def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: str, usable: float, gpu: Any) -> None:
+    """`memory --plot FILE`: memory_figure written to `path`."""
+    save(memory_figure(model, plan, seq, unit, name, usable, gpu), path)
+
+
+def memory_figure(model: Any, plan: Any, seq: int, unit: float, name: str, usable: float, gpu: Any) -> Any:
     """Memory per GPU item by item, one stacked bar per ZeRO stage, against the usable memory per GPU
     (`usable` bytes: the estimator's figure for `gpu`, or the one the learner gave). The legend sits beside
     the bars, never on them; items that are 0 at every stage are named under the picture, not drawn; and
@@ -144,8 +149,8 @@ def plot_memory(model: Any, plan: Any, seq: int, unit: float, name: str, path: s
     if notes:
         fig.text(0.01, -0.02, "\n".join(notes), ha="left", va="top", fontsize=8, wrap=True)
     fig.tight_layout()
-    save(fig, path)
-    plt.close(fig)
+    plt.close(fig)  # out of pyplot's list of open figures: the caller saves it or shows it
+    return fig
 
 
 def search_panels(result: dict, shown: int = 10) -> list[tuple[str, dict[int, int], list[str]]]:

@@ -279,6 +279,8 @@ SHARED_NAMES = {
     # each stack's job reader (job/<stack>.py) has the one shape job/formats.py's registry reads: its table of
     # fields, its file in words, a test on the parsed file, the reader and the writer (cli/common's write prints)
     "FIELDS", "TITLE", "looks_like", "read", "write",
+    # the public API's calls (api.py) are the commands' words for what one room's function does for them
+    "fit", "read_job",
 }
 
 
