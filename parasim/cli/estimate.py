@@ -216,6 +216,13 @@ def add_estimate_commands(sub: Any) -> None:
     )
     mp.add_argument("--plot", metavar="FILE.png", help="stacked bars of the items, for ZeRO stages 0-3")
     mp.add_argument(
+        "--app",
+        action="store_true",
+        help="the estimator as a live view on this terminal (or in a browser: parasim serve --memory ARGS): "
+        "move the model, sequence, micro-batch, degrees, ZeRO, recomputation and GPU with the arrow keys "
+        "and watch the memory, the fit and the step's time change",
+    )
+    mp.add_argument(
         "--critic",
         action="store_true",
         help="hold the layout to the rules of thumb (TP and EP inside "
@@ -529,6 +536,15 @@ def cmd_memory(args: argparse.Namespace) -> int:
     from ..job import memory_report
 
     q = query_of(args)
+    if args.app:
+        if args.json or args.symbolic or args.plot or args.emit or args.critic:
+            raise UsageError(
+                "--app shows the estimator live: give it without --json, --symbolic, --plot, --emit or --critic"
+            )
+        from ..tui.estimator_app import open_estimator
+
+        open_estimator(q)
+        return 0
     model, plan, seq, unit, name = q.model, q.plan, q.seq, q.units.size, q.units.name
     report = memory_report(
         q,

@@ -50,6 +50,12 @@ def add_serve(sub: Any) -> None:
         'parasim trace in one quoted argument, such as "--tp 2 --sp --token contract" (a '
         "single flag is written --trace=--FLAG)",
     )
+    sp.add_argument(
+        "--memory",
+        metavar="ARGS",
+        help="serve the live estimator, `parasim memory ARGS --app`: the flags of parasim memory in one quoted "
+        'argument, such as "--model 27b --tp 8 --sp" (where its settings start)',
+    )
     sp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     sp.add_argument(
         "--host",
@@ -96,15 +102,21 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
     checked here, before the server starts (UsageError: one line, exit 2)."""
     chosen = [
         what
-        for what, given in (("NAME", args.name), ("--view", args.view), ("--trace", args.trace))
+        for what, given in (
+            ("NAME", args.name),
+            ("--view", args.view),
+            ("--trace", args.trace),
+            ("--memory", args.memory),
+        )
         if given is not None
     ]
     if not chosen:
         raise UsageError(
-            "nothing to serve: give a lesson NAME, --view TRACE.json or --trace ARGS (see parasim serve --help)"
+            "nothing to serve: give a lesson NAME, --view TRACE.json, --trace ARGS or --memory ARGS (see parasim "
+            "serve --help)"
         )
     if len(chosen) > 1:
-        raise UsageError(f"give one of NAME, --view and --trace, not {' and '.join(chosen)}")
+        raise UsageError(f"give one of NAME, --view, --trace and --memory, not {' and '.join(chosen)}")
     if args.world is not None and args.name is None:
         raise UsageError("--world is for a program given as file.py:function")
     # sys.executable -m parasim: the same interpreter and parasim as this one, however it was installed
@@ -115,6 +127,9 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
     elif args.view is not None:
         argv += ["serve", "--view", _trace_file(args.view), "--open-app"]
         title = f"parasim view {args.view}"
+    elif args.memory is not None:
+        argv += ["memory", *_memory_args(args.memory), "--app"]
+        title = f"parasim memory {args.memory} --app"
     else:
         argv += ["trace", *_trace_args(args.trace), "--app"]
         title = f"parasim trace {args.trace}".rstrip()
@@ -166,6 +181,27 @@ def _trace_args(text: str) -> list[str]:
         )
     layout_of_args(parsed)
     gpu_spec(parsed.gpu_model, "--gpu-model")
+    return words
+
+
+def _memory_args(text: str) -> list[str]:
+    """`--memory ARGS` as the words of `parasim memory`, parsed by its own parser and its query built, so that a
+    wrong flag, model or layout is refused now, before the server starts."""
+    from .common import Parser
+    from .estimate import add_estimate_commands, query_of
+
+    try:
+        words = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--memory {text!r}: {exc}") from None
+    parser = Parser(prog="parasim")
+    add_estimate_commands(parser.add_subparsers(parser_class=Parser))
+    parsed, extra = parser.parse_known_args(["memory", *words, "--app"])
+    if extra:
+        raise UsageError(
+            f"--memory: arguments parasim memory does not take: {' '.join(extra)} (see parasim memory --help)"
+        )
+    query_of(parsed)
     return words
 
 

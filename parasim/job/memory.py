@@ -21,13 +21,17 @@ from ..megatron.args import as_dict
 from .query import JobQuery, JobReport
 
 
-def timed(model: ModelSpec, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...]) -> dict[str, Any]:
+def timed(
+    model: ModelSpec, plan: Plan, seq: int, gpu: str, overlap: tuple[str, ...], held: list | None = None
+) -> dict[str, Any]:
     """The step's time on the clock (clock/plan.py), the same costs every timed figure of parasim uses, with the
-    range the held-out runs like it measured (clock/uncertainty.py); where a kernel the step runs has no
-    measurement on `gpu`, no time and why ("step_s": None; the memory figures beside it need none)."""
+    range the held-out runs like it measured (clock/uncertainty.py; `held`: its held_out() table, made once by
+    a caller that times many plans); where a kernel the step runs has no measurement on `gpu`, no time and why
+    ("step_s": None; the memory figures beside it need none)."""
     try:
         t = plan_time(model, plan, seq, gpu, overlap)
-        return {**t, "range": step_range(model, plan, gpu, held_out()).to_dict(t["step_s"])}
+        table = held_out() if held is None else held
+        return {**t, "range": step_range(model, plan, gpu, table).to_dict(t["step_s"])}
     except NoMeasurement as exc:  # a GPU type with its datasheet but not every kernel measured
         return {"step_s": None, "why": str(exc), "slowest_stage": None}
 
@@ -101,6 +105,7 @@ def memory_report(
     against: str | None = None,
     progress: Callable[[str], None] | None = None,
     emit: str | None = None,
+    held: list | None = None,
 ) -> MemoryReport:
     """The memory one GPU of `q`'s plan needs, itemised, on its binding stage, with the step's traffic by axis,
     its time and stages; with `critic`, the rules of thumb the layout breaks and what breaking each costs; with
@@ -117,7 +122,7 @@ def memory_report(
 
         check_runs(model, plan, against, seq)
     bd = breakdown(model, plan, seq)
-    timing = timed(model, plan, seq, q.gpu, q.overlap)
+    timing = timed(model, plan, seq, q.gpu, q.overlap, held)
     traffic = {f"{axis} {op}": v / unit for (axis, op), v in sorted(step_traffic(model, plan, seq).items())}
     out = {
         **bd.to_dict(unit),

@@ -248,3 +248,28 @@ def test_a_browser_opens_a_saved_trace(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(10) == 0
     assert "Traceback" not in (tmp_path / "serve.log").read_text()
+
+
+def test_a_browser_moves_the_live_estimator(tmp_path):
+    """`parasim serve --memory "--model 27b --tp 8 --sp"`: the page shows the estimator at TP 8; three presses of
+    the down arrow pick TP and the right arrow moves it to 16, and the page redraws the layout and its fit."""
+    h = _helpers()
+    if (why := h.missing()) is not None:
+        pytest.skip(f"no browser for this test: {why}")
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    port = h.free_port()
+    with h.served(["--memory", "--model 27b --tp 8 --sp --seq 8192", "--port", str(port)], tmp_path / "serve.log") \
+            as proc, h.browser() as driver:
+        driver.get(f"http://127.0.0.1:{port}/")
+        first = h.wait_for("the estimator in the page", lambda: "TP8 + SP on 8 GPUs" in (s := h.screen(driver)) and s)
+        assert "the live estimator" in first and "usable on an H200: fits" in first
+        keys = driver.find_element(By.CSS_SELECTOR, ".xterm-helper-textarea")
+        for key in (Keys.ARROW_DOWN, Keys.ARROW_DOWN, Keys.ARROW_DOWN, Keys.ARROW_RIGHT):
+            keys.send_keys(key)
+        moved = h.wait_for("TP 16 on the page", lambda: "TP16 + SP on 16 GPUs" in (s := h.screen(driver)) and s, 20)
+        assert "fits" in moved
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(10) == 0
+    assert "Traceback" not in (tmp_path / "serve.log").read_text()
