@@ -157,33 +157,9 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     from .megatron import add_megatron
 
     add_megatron(p, search=search)
-    from ..job.formats import JOB_FORMATS
+    from .megatron import add_job
 
-    j = p.add_argument_group("another stack's job")
-    j.add_argument(
-        "--job",
-        metavar="FILE",
-        help="take the plan (and the model, where it gives one) from a job file: "
-        + "; ".join(f"{f.title} ({f.gives})" for f in JOB_FORMATS.values())
-        + ". Every field is accounted for; flags given here replace the file's. A file that names no model "
-        "takes it from --config or --model",
-    )
-    from ..job.formats import WRITERS
-
-    j.add_argument(
-        "--emit",
-        choices=WRITERS,
-        default=None,
-        help="print the plan as that stack's file and nothing else (redirect it to a file); what the "
-        "stack cannot hold goes to stderr as notes. Over a --job file of the same stack, its other fields "
-        "come back as written",
-    )
-    j.add_argument(
-        "--job-format",
-        choices=tuple(JOB_FORMATS),
-        default=None,
-        help="the --job file's stack (default: told from the file)",
-    )
+    add_job(p, emit=True, model_beside=True)
     r = p.add_argument_group("against a run")
     r.add_argument(
         "--symbolic",

@@ -67,6 +67,9 @@ def add_layout(sub: Any) -> None:
     from .megatron import add_megatron
 
     add_megatron(yp, what="layout (and the model sizes its rules check)")
+    from .megatron import add_job
+
+    add_job(yp)
     yp.set_defaults(func=cmd_layout)
 
 
@@ -82,18 +85,21 @@ def cmd_layout(args: argparse.Namespace) -> int:
         return 0
     sizes = {k: getattr(args, k) for k in (*SIZED, "world")}
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
-    if args.layout and args.megatron:
-        raise UsageError("give either --layout NAME or --megatron FILE, not both")
-    from .megatron import read_megatron
+    if args.layout and (args.megatron or args.job):
+        raise UsageError(f"give either --layout NAME or {'--job' if args.job else '--megatron'} FILE, not both")
+    from .megatron import read_job_arg, read_megatron
 
-    job = read_megatron(args)  # read once: the layout and the answer's "megatron" both come from it
+    # read once: the layout and the answer's "megatron" (or "job") both come from it
+    job = read_megatron(args) or read_job_arg(args)
+    megatron = job if getattr(job, "script", None) is not None else None  # a Megatron-LM job, by either flag
     if args.layout:
         if any(v is not None for v in sizes.values()) or any(v is not None for v in model.values()):
             raise UsageError("give either --layout NAME or sizes, not both")
         layout, title = preset(args.layout), f"{args.layout}: {PRESETS[args.layout].about}"
         layout = replace(layout, model=with_stages(args, layout.model))  # the layers on stages the flags give
-    elif args.megatron:
-        layout, title = _job_layout(args, job, sizes, model), f"{args.megatron} (Megatron-LM flags)"
+    elif job is not None:
+        title = f"{job.path} ({'Megatron-LM flags' if megatron is not None else job.title})"
+        layout = _job_layout(args, job, sizes, model)
     else:
         order = "tp-cp-ep-pp-dp" if args.use_tp_pp_dp_mapping else args.order
         given = {k: v for k, v in model.items() if v is not None}
@@ -113,27 +119,34 @@ def cmd_layout(args: argparse.Namespace) -> int:
         from ..megatron.args import PRECISION_FLAGS, job_rest, layout_args, model_args, script_text
         from ..megatron.pipeline import pipeline_args
 
-        precision = "megatron-bf16" if job is None else job.step["precision"]
+        from ..megatron.args import megatron_precision
+
+        precision = "megatron-bf16" if job is None else megatron_precision(job.step["precision"])
         words = (
-            model_args(layout.model, layout.model.seq if layout.model else None, partial=True, job=job)
+            model_args(layout.model, layout.model.seq if layout.model else None, partial=True, job=megatron)
             + layout_args(layout, bool(layout.model and layout.model.experts))
             + pipeline_args(layout.model, layout)
             + list(PRECISION_FLAGS[precision])
         )
-        words += [] if job is None else job_rest(job, words)  # the rest of the job, as it gives it
+        words += [] if megatron is None else job_rest(megatron, words)  # the rest of the job, as it gives it
         written = {"args": words, "torchrun": script_text(words, layout.world, layout.gpus_per_node)}
     if args.json:
         out = layout.to_json()
         if job is not None:
-            out["megatron"] = job.to_dict()
+            out["megatron" if megatron is not None else "job"] = job.to_dict()
         if written is not None:
             out["megatron_args"] = written
         print_json(out, indent=None)
         return 0
-    if job is not None:
+    if megatron is not None:
         from .megatron import print_job
 
-        print_job(job, args)
+        print_job(megatron, args)
+    elif job is not None:
+        from ..render.job_text import read_job_lines
+        from ..render.text import printable_lines
+
+        print(printable_lines(read_job_lines(job)) + "\n")
     from ..render.layout_view import print_layout
 
     print_layout(layout, title, args.nodes)
@@ -146,7 +159,7 @@ def cmd_layout(args: argparse.Namespace) -> int:
 
 
 def _job_layout(args: argparse.Namespace, job: Any, sizes: dict, model: dict) -> Any:
-    """The layout of `job` (`--megatron FILE`, read), the sizes given here in place of the job's."""
+    """The layout of `job` (`--megatron FILE` or `--job FILE`, read), the sizes given here in place of the job's."""
     from ..layout import ModelSpec
     from ..megatron.job import layout_of
 

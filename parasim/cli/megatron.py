@@ -1,6 +1,7 @@
 """`--megatron FILE` and `--megatron-args`, shared by layout, memory, fit and trace: a Megatron-LM job read
 as the command's model and layout (the command's own flags replace what the job says), and the answer
-written back as Megatron flags with the torchrun line that runs them."""
+written back as Megatron flags with the torchrun line that runs them; and `--job FILE`, any stack's job
+file (job/formats.py), on the same commands."""
 
 from __future__ import annotations
 
@@ -46,6 +47,54 @@ def add_megatron(
             help="also print the answer as Megatron-LM flags in "
             "a torchrun line" + (" (with --search: for each node count's best layout)" if search else ""),
         )
+
+
+def add_job(p: argparse.ArgumentParser, emit: bool = False, model_beside: bool = False) -> None:
+    """--job FILE and --job-format (and, for memory and fit, --emit): another stack's job file, read by its
+    entry of job/formats.py."""
+    from ..job.formats import JOB_FORMATS, WRITERS
+
+    j = p.add_argument_group("another stack's job")
+    j.add_argument(
+        "--job",
+        metavar="FILE",
+        help="take the plan (and the model, where it gives one) from a job file: "
+        + "; ".join(f"{f.title} ({f.gives})" for f in JOB_FORMATS.values())
+        + ". Every field is accounted for; flags given here replace the file's"
+        + (". A file that names no model takes it from --config or --model" if model_beside else ""),
+    )
+    if emit:
+        j.add_argument(
+            "--emit",
+            choices=WRITERS,
+            default=None,
+            help="print the plan as that stack's file and nothing else (redirect it to a file); what the "
+            "stack cannot hold goes to stderr as notes. Over a --job file of the same stack, its other fields "
+            "come back as written",
+        )
+    j.add_argument(
+        "--job-format",
+        choices=tuple(JOB_FORMATS),
+        default=None,
+        help="the --job file's stack (default: told from the file)",
+    )
+
+
+def read_job_arg(args: argparse.Namespace) -> Any:
+    """`--job FILE` of a command that takes its layout from it (layout, trace): a Megatron-LM job (read as
+    --megatron reads it) or another stack's ReadJob; None without the flag. A model's config.json gives no
+    layout: refused."""
+    path = getattr(args, "job", None)
+    if path is None:
+        return None
+    if getattr(args, "megatron", None):
+        raise UsageError("give the job by --job FILE or --megatron FILE, not both")
+    from ..job.formats import read_job_file
+
+    fmt, job = read_job_file(path, args.job_format)
+    if fmt.name == "hf":
+        raise UsageError(f"{path} is a model's config.json: it gives no layout (give --job a training job's file)")
+    return job
 
 
 def read_megatron(args: argparse.Namespace) -> Any:

@@ -196,12 +196,15 @@ def step_defaults(**given: Any) -> dict[str, Any]:
 
 
 def layout_defaults(**given: Any) -> dict[str, Any]:
-    """Degrees a stack's file does not set: one of each, ZeRO off, Megatron's rank order."""
+    """Degrees a stack's file does not set: one of each (expert TP: TP's), ZeRO off, Megatron's rank order."""
     from ..layout.axes import SIZED
 
     # DP is what the world leaves (Megatron's jobs give no DP either)
     ones = {name: 1 for name in SIZED if name != "dp"}
-    return {**ones, "sp": False, "zero": 0, "order": "tp-cp-ep-dp-pp", **given}
+    out = {**ones, "sp": False, "zero": 0, "order": "tp-cp-ep-dp-pp", **given}
+    if "etp" not in given:  # no expert split given: the experts' TP follows TP, as Megatron's default does
+        out["etp"] = out["tp"]
+    return out
 
 
 __all__ = [

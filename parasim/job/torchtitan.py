@@ -267,9 +267,9 @@ def _degrees(job: ReadJob) -> dict[str, int | None]:
                 f"{axis.upper()} {d[axis]}" + (" with SP" if axis == "tp" and d[axis] > 1 else ""),
             )
     zero = 0 if shard == 1 else 3
-    job.layout = layout_defaults(
-        tp=d["tp"], cp=d["cp"], pp=d["pp"], ep=d["ep"], etp=d["etp"], sp=d["tp"] > 1, zero=zero
-    )
+    # ETP given for an MoE job; without it, or without EP, the experts' TP is TP's (a dense model has no other)
+    etp = {"etp": d["etp"]} if d["ep"] > 1 and f"{_P}expert_tensor_parallel_degree" in job.values else {}
+    job.layout = layout_defaults(tp=d["tp"], cp=d["cp"], pp=d["pp"], ep=d["ep"], sp=d["tp"] > 1, zero=zero, **etp)
     if shard is not None:
         job.world = replicate * shard * d["tp"] * d["cp"] * d["pp"]
     else:

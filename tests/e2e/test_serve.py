@@ -33,10 +33,13 @@ def _not_a_trace(tmp_path: Path) -> str:
 
 
 BAD = [
-    (["serve"], "nothing to serve: give a lesson NAME, --view TRACE.json or --trace ARGS"),
+    (["serve"], "nothing to serve: give a lesson NAME, --view TRACE.json, --trace ARGS or --memory ARGS"),
+    (["serve", "--memory", "--model 27b --tp 5"], "heads 48 do not divide by tp 5"),
+    (["serve", "--memory", "--model 27b --bogus"], "arguments parasim memory does not take: --bogus"),
+    (["serve", "--memory", "--model \"27b"], "No closing quotation"),
     (["serve", "no-such-lesson"], "unknown lesson 'no-such-lesson'"),
     (["serve", "tp-mlp", "--world", "4"], "--world is for a program given as file.py:function"),
-    (["serve", "tp-mlp", "--view", "t.json"], "give one of NAME, --view and --trace, not NAME and --view"),
+    (["serve", "tp-mlp", "--view", "t.json"], "give one of NAME, --view, --trace and --memory, not NAME and --view"),
     (["serve", "--view", "/no/such/trace.json"], "cannot read trace /no/such/trace.json"),
     (["serve", "--view", "{not_a_trace}"], "not a parasim trace"),
     (["serve", "--view", "examples/x.py:fn"], "--view takes a saved trace"),

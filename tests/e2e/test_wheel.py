@@ -154,3 +154,24 @@ def test_the_wheel_carries_its_license(wheel):
         names = z.namelist()
         meta = z.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
     assert "License-Expression: MIT" in meta and any(n.endswith("licenses/LICENSE") for n in names)
+
+
+def test_the_sdist_carries_the_license_and_readme_s_pictures(tmp_path):
+    """The source distribution holds LICENSE and every picture README shows (README's links are relative: the
+    package index cannot show them, and README says where they are)."""
+    import re
+    import tarfile
+
+    missing = _missing("build", "hatchling")
+    if missing:
+        pytest.skip(f"building the sdist needs {' and '.join(missing)} (pip install -e '.[test]')")
+    done = subprocess.run([sys.executable, "-m", "build", "--sdist", "--no-isolation", "--outdir", str(tmp_path),
+                           str(ROOT)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (sdist,) = tmp_path.glob("parasim-*.tar.gz")
+    with tarfile.open(sdist) as t:
+        names = {n.split("/", 1)[1] for n in t.getnames() if "/" in n}
+    readme = (ROOT / "README.md").read_text()
+    pictures = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", readme)
+    assert "LICENSE" in names and pictures and [p for p in pictures if p not in names] == []
+    assert "pictures in this README are files of the repository" in " ".join(readme.split())

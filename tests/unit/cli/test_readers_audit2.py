@@ -497,13 +497,13 @@ def test_bad_counts_are_refused_by_the_parser(bound, argv, says):
 
 
 def _ns(**given):
-    return argparse.Namespace(**{"name": None, "view": None, "trace": None, "world": None, **given})
+    return argparse.Namespace(**{"name": None, "view": None, "trace": None, "memory": None, "world": None, **given})
 
 
 def test_all_three_things_to_serve_at_once_are_refused():
     """Bug: only two of NAME, --view and --trace refused together (`> 2` for `> 1`)."""
     from parasim.cli.serve import app_command
-    with pytest.raises(UsageError, match="give one of NAME, --view and --trace, not NAME and --view and --trace"):
+    with pytest.raises(UsageError, match="give one of NAME, --view, --trace and --memory, not NAME and --view and --trace"):
         app_command(_ns(name="tp-mlp", view="t.json", trace="--tp 2"))
     with pytest.raises(UsageError, match="not --view and --trace"):
         app_command(_ns(view="t.json", trace="--tp 2"))

@@ -503,3 +503,30 @@ def test_megatron_written_by_emit_reads_back(tmp_path):
     (tmp_path / "titan.sh").write_text(r.stdout)
     got = json.loads(cli("memory", "--megatron", str(tmp_path / "titan.sh"), "--json").stdout)["layout"]
     assert (got["tp"], got["dp"], got["world"], got["recompute"]) == (8, 8, 64, "full")
+
+
+def test_layout_takes_a_job_file():
+    """`parasim layout --job`: torchtitan's 70B on 64 GPUs is TP 8 (with SP) x DP 8, no expert split of its own
+    (a dense model's experts' TP is TP's); picotron's old template PP 2 x DP 2 on its 4 GPUs; a model's
+    config.json gives no layout."""
+    r = cli("layout", "--job", str(TITAN / "llama3_70b.toml"), "--world", "64", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert {k: got["layout"][k] for k in ("tp", "dp", "pp", "etp", "world")} == {"tp": 8, "dp": 8, "pp": 1, "etp": 8,
+                                                                                   "world": 64}
+    assert got["job"]["format"] == "torchtitan"
+    r = cli("layout", "--job", str(DATA / "picotron" / "template_base_configs.json"), "--json")
+    assert {k: json.loads(r.stdout)["layout"][k] for k in ("pp", "dp", "world")} == {"pp": 2, "dp": 2, "world": 4}
+    r = cli("layout", "--job", LLAMA)
+    assert r.returncode == 2 and "gives no layout" in r.stderr
+    r = cli("layout", "--job", str(TITAN / "llama3_70b.toml"), "--layout", "27b-tp8")
+    assert r.returncode == 2 and "--layout NAME or --job FILE" in r.stderr
+
+
+def test_layout_of_a_job_as_megatron_flags():
+    """torchtitan's 70B layout written as Megatron-LM flags: TP 8, and its fsdp2 precision as the nearest
+    Megatron has (BF16 weights; megatron-bf16's --bf16)."""
+    r = cli("layout", "--job", str(TITAN / "llama3_70b.toml"), "--world", "64", "--megatron-args", "--json")
+    assert r.returncode == 0, r.stderr
+    args = json.loads(r.stdout)["megatron_args"]["args"]
+    assert args[args.index("--tensor-model-parallel-size") + 1] == "8" and "--bf16" in args
