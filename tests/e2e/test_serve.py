@@ -213,13 +213,15 @@ def test_each_tab_runs_the_command_that_opens_the_app(tmp_path):
 
     trace = tmp_path / "t.json"
     assert cli("lesson", "tp-mlp", "--trace", str(trace), "--json").returncode == 0
-    base = dict(name=None, view=None, trace=None, world=None)
+    base = dict(name=None, view=None, trace=None, memory=None, world=None)
     python = ["exec", sys.executable, "-m", "parasim"]
     for given, words, title in (
             ({"name": "tp-mlp"}, ["lesson", "tp-mlp", "--tui"], "parasim lesson tp-mlp"),
             ({"view": str(trace)}, ["serve", "--view", str(trace), "--open-app"], f"parasim view {trace}"),
             ({"trace": "--tp 2 --sp --token 'the'"}, ["trace", "--tp", "2", "--sp", "--token", "the", "--app"],
-             "parasim trace --tp 2 --sp --token 'the'")):
+             "parasim trace --tp 2 --sp --token 'the'"),
+            ({"memory": "--model 27b --tp 8 --sp"}, ["memory", "--model", "27b", "--tp", "8", "--sp", "--app"],
+             "parasim memory --model 27b --tp 8 --sp --app")):
         command, shown = app_command(argparse.Namespace(**{**base, **given}))
         assert shlex.split(command) == python + words and shown == title
 

@@ -142,7 +142,8 @@ def test_a_programs_path_reaches_the_app_absolute(tmp_path, monkeypatch):
     """The app process is handed the program's absolute path, whatever folder it starts in."""
     (tmp_path / "prog.py").write_text((ROOT / "examples" / "my_tp.py").read_text())
     monkeypatch.chdir(tmp_path)
-    command, title = serve.app_command(argparse.Namespace(name="prog.py:program", view=None, trace=None, world=2))
+    command, title = serve.app_command(argparse.Namespace(name="prog.py:program", view=None, trace=None, memory=None,
+                                                          world=2))
     words = shlex.split(command)
     program = [w for w in words if w.endswith(":program")]
     assert program == [f"{tmp_path / 'prog.py'}:program"] and os.path.isabs(program[0])
