@@ -87,7 +87,9 @@ def cmd_layout(args: argparse.Namespace) -> int:
     model = {k: getattr(args, k) for k in ("layers", "hidden", "heads", "kv_heads", "experts", "seq")}
     if args.layout and (args.megatron or args.job):
         raise UsageError(f"give either --layout NAME or {'--job' if args.job else '--megatron'} FILE, not both")
-    from .megatron import read_job_arg, read_megatron
+    from .megatron import check_not_both, read_job_arg, read_megatron
+
+    check_not_both(args)
 
     # read once: the layout and the answer's "megatron" (or "job") both come from it
     job = read_megatron(args) or read_job_arg(args)

@@ -145,6 +145,8 @@ def print_job(job: Any, args: argparse.Namespace) -> None:
 
 
 def check_not_both(args: argparse.Namespace) -> None:
+    if getattr(args, "megatron", None) and getattr(args, "job", None):
+        raise UsageError("give the job by --job FILE or --megatron FILE, not both")
     if getattr(args, "megatron", None) and (getattr(args, "model", None) or getattr(args, "config", None)):
         raise UsageError("give the model by --megatron FILE or by --model/--config, not both")
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..limits import read_bounded, read_json
+from ..errors import UsageError
+from ..limits import brief, read_bounded, read_json
 from .read import (
     NO_EFFECT,
     UNMODELLED,
@@ -176,16 +177,22 @@ def read(path: str) -> ReadJob:
     tp = _tp(job)
     zero = _zero(job)
     micro, dp, acc = _batch(job)
-    job.layout = layout_defaults(tp=tp, zero=zero)
+    # DP, where the batch fields give it, is the layout's (--pp or --gpus given beside the file keep or change it)
+    job.layout = layout_defaults(tp=tp, zero=zero, **({"dp": dp} if dp is not None else {}))
     batch = job.size("train_batch_size")
-    job.step = step_defaults(micro_batch=micro, precision=_precision(job), microbatches=acc, global_batch=batch)
+    job.step = step_defaults(micro_batch=micro or 1, precision=_precision(job), microbatches=acc, global_batch=batch)
+    if micro == 0:
+        job.step["micro_from_batch"] = True
     job.assumed.append("the file gives no sequence length (give --seq S; without it, 4,096 tokens)")
-    if dp is not None:
-        job.world = dp * tp
-    else:
+    if dp is None:
         job.assumed.append("the file does not say how many GPUs (give --gpus N; without it, DP 1)")
-    if job.use(_Z + "overlap_comm", "reductions run beside backward (--overlap grad-reduce)") is True:
-        job.overlap.append("grad-reduce")
+    overlap = job.values.get(_Z + "overlap_comm")
+    if overlap is not None:
+        if not isinstance(overlap, bool):
+            raise UsageError(f"{path}: zero_optimization.overlap_comm must be true or false, got {brief(overlap)}")
+        job.use(_Z + "overlap_comm", "reductions beside backward (--overlap grad-reduce)" if overlap else "off")
+        if overlap:
+            job.overlap.append("grad-reduce")
     for name in ("offload_optimizer.device", "offload_param.device"):
         if job.values.get(_Z + name) == "none":
             job.use(_Z + name, "no offload")
@@ -260,8 +267,17 @@ def _batch(job: ReadJob) -> tuple[int, int | None, int | None]:
         job.use(names[1], f"a micro-batch of {plural(micro, 'sequence')} a GPU")
     if acc is not None:
         job.use(names[2], f"{plural(acc, 'micro-batch')} a step")
-    if dp is not None:
+    # said only where the equation holds (else a contradiction says why not)
+    if dp is not None and micro is not None and acc is not None and batch == dp * micro * acc:
         job.used.append(("(the three together)", f"DP {dp:,} = {batch:,} / ({micro} x {acc})"))
+    if micro is None and batch is not None:
+        # DeepSpeed fills the micro-batch from the batch: batch / (accumulation x DP), accumulation 1 where not
+        # given; DP is the GPUs', known once the plan is made (megatron/job.py's plan_of: "micro_from_batch")
+        job.assumed.append(
+            f"no train_micro_batch_size_per_gpu: DeepSpeed takes train_batch_size / (gradient_accumulation_steps "
+            f"x DP) = {batch:,} / ({acc or 1} x DP) once DP is known"
+        )
+        return 0, dp, acc or 1
     return micro or 1, dp, acc
 
 
@@ -274,6 +290,13 @@ def _precision(job: ReadJob) -> str:
         return "post"
     if fp16 is True:
         job.use("fp16.enabled", "FP16 weights and gradients, FP32 master weights and Adam (precision deepspeed-fp16)")
+        return "deepspeed-fp16"
+    if fp16 == "auto" and bf16 is False:  # the Trainer may turn FP16 on; BF16 is off
+        job.read.update(("fp16.enabled", "bf16.enabled"))
+        job.assumed.append(
+            'fp16.enabled is "auto" and bf16.enabled false: parasim takes FP16 (precision deepspeed-fp16; give '
+            "--precision fp32 if the Trainer runs without --fp16)"
+        )
         return "deepspeed-fp16"
     if "auto" in (fp16, bf16):
         for n in ("fp16.enabled", "bf16.enabled"):

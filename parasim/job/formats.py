@@ -15,7 +15,8 @@ from ..errors import UsageError
 from ..limits import read_bounded
 from .deepspeed import looks_like as deepspeed_looks_like, read as read_deepspeed, write as write_deepspeed
 from .picotron import looks_like as picotron_looks_like, read as read_picotron, write as write_picotron
-from .torchtitan import looks_like as torchtitan_looks_like, read as read_torchtitan, write as write_torchtitan
+from .torchtitan import looks_like as torchtitan_looks_like, read as read_torchtitan, toml_tree
+from .torchtitan import write as write_torchtitan
 from .read import Written
 
 
@@ -99,7 +100,7 @@ def detect(path: str) -> JobFormat:
     try:
         tree = json.loads(data.decode("utf-8-sig"))
     except (UnicodeDecodeError, ValueError, RecursionError):
-        tree = _toml(data)
+        tree = toml_tree(data)
         if tree is None or not torchtitan_looks_like(tree):
             return JOB_FORMATS["megatron"]
         return JOB_FORMATS["torchtitan"]
@@ -111,18 +112,6 @@ def detect(path: str) -> JobFormat:
         + ", ".join(f.title for f in JOB_FORMATS.values() if f.looks_like is not None)
         + " (name one by --job-format)"
     )
-
-
-def _toml(data: bytes) -> Any:
-    """The file's tables where it is TOML (None where not, or where this Python has no tomllib)."""
-    try:
-        import tomllib
-    except ImportError:
-        return None
-    try:
-        return tomllib.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
-        return None
 
 
 def read_job_file(path: str, name: str | None = None) -> tuple[JobFormat, Any]:

@@ -15,7 +15,7 @@ import json
 from typing import Any
 
 from ..errors import UsageError
-from ..limits import read_bounded, read_json
+from ..limits import brief, read_bounded, read_json
 from .read import (
     NO_EFFECT,
     UNMODELLED,
@@ -85,9 +85,9 @@ def read(path: str) -> ReadJob:
             job.use(name, f"{_axis(name).upper()} {sizes[_axis(name)]}")
     engine = job.values.get("distributed.pp_engine")
     if engine is not None:
-        if engine not in ENGINES:
+        if not isinstance(engine, str) or engine not in ENGINES:
             raise UsageError(
-                f"{path}: distributed.pp_engine must be 1f1b or afab (train.py refuses others), got {engine!r}"
+                f"{path}: distributed.pp_engine must be 1f1b or afab (train.py refuses others), got {brief(engine)}"
             )
         job.use("distributed.pp_engine", ENGINES[engine])
         if engine == "afab" and sizes["pp"] > 1:
@@ -118,18 +118,18 @@ def read(path: str) -> ReadJob:
             )
     flash = job.values.get("environment.FLASH_ATTEN")
     if flash is not None:
-        job.use("environment.FLASH_ATTEN", "FlashAttention" if str(flash) == "1" else "attention scores kept")
+        # "0": PyTorch's scaled_dot_product_attention (model.py), which keeps no scores either
+        job.use("environment.FLASH_ATTEN", "FlashAttention" if str(flash) == "1" else "PyTorch's SDPA")
     job.step = step_defaults(
         micro_batch=micro or 1,
         microbatches=acc,
-        flash=str(flash) != "0",
-        precision="bf16-pure",
+        precision="bf16-pure" if sizes["dp"] == 1 else "bf16-pure-dp",
     )
     job.overlap.append("grad-reduce")  # picotron's buckets all-reduce as backward fills them (async_op=True)
     job.assumed.append(
         "precision: train.py casts the model to BF16 on a GPU that has it (FP32 otherwise) and AdamW keeps its "
-        "moments in BF16 too (precision bf16-pure); gradients all-reduced in buckets beside backward "
-        "(overlap grad-reduce)"
+        "moments in BF16 too; with DP > 1 gradients gather in FP32 buckets, all-reduced in FP32 beside backward "
+        f"(precision {job.step['precision']}, overlap grad-reduce)"
     )
     account(job, FIELDS)
     return job
@@ -184,6 +184,12 @@ def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJo
         notes.append("experts: picotron's models are dense")
     if plan.recompute != "none":
         notes.append(f"{plan.recompute} recomputation: picotron keeps every activation")
-    if plan.precision != "bf16-pure":
-        notes.append(f"precision {plan.precision}: picotron trains the model cast to BF16 (bf16-pure)")
+    if plan.precision != ("bf16-pure" if plan.dp == 1 else "bf16-pure-dp"):
+        notes.append(f"precision {plan.precision}: picotron trains the model cast to BF16 (bf16-pure, FP32 DP buckets)")
+    if job is None or job.format != "picotron":
+        notes.append(
+            "written without a picotron file: only the fields parasim plans; picotron's train.py also reads its "
+            "template's environment, dataset, logging and training settings (template/base_config.json), and "
+            "model.name must be a Hugging Face model id"
+        )
     return Written("picotron", json.dumps(tree, indent=4) + "\n", tuple(notes))

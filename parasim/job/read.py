@@ -104,11 +104,17 @@ class ReadJob:
                     f"(a Hugging Face config.json) or --model NAME beside --job"
                 )
             return ModelSpec(name=f"{self.path.rsplit('/', 1)[-1]} ({self.title})", **fields_)
+        if all(self.model.get(k) is not None for k in ("layers", "hidden", "heads", "vocab")):
+            raise UsageError(
+                f"{self.path}: the {self.title} gives its own model ({self.model['layers']} layers of "
+                f"{self.model['hidden']}): give --job without --model or --config (sizes given here replace its own)"
+            )
         fields_ = {**self.model, **sizes}
         if not fields_:
             return base
-        # a count stated for the base's shapes no longer holds once the file changes them
-        return replace(base, **{"params": None, **fields_}).require("layers", "hidden", "heads", "vocab")
+        # a count stated for the base's shapes no longer holds once the file changes them; the name says whose
+        name = f"{base.name} with the {self.title}'s " + ", ".join(f"{k} {v}" for k, v in fields_.items())
+        return replace(base, **{"params": None, "name": name, **fields_}).require("layers", "hidden", "heads", "vocab")
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,7 +138,15 @@ class ReadJob:
 
 
 def _shown(v: Any) -> str:
-    return "true" if v is True else "false" if v is False else "null" if v is None else brief(v)
+    """A field's value as its file writes it (JSON's and TOML's spelling: true, null, "text", 1e9 as 1e+09)."""
+    import json
+
+    if isinstance(v, float) and v.is_integer() and abs(v) >= 1e6:
+        return f"{v:g}"
+    if isinstance(v, (bool, str, type(None), int, float)):
+        text = json.dumps(v)
+        return text if len(text) <= 60 else text[:57] + "..."
+    return brief(v)
 
 
 def leaves(tree: Any, path: str, what: str) -> dict[str, Any]:

@@ -168,16 +168,27 @@ def looks_like(tree: Any) -> bool:
     )
 
 
-def parse(data: bytes, path: str) -> Any:
-    """A TOML file's tables (tomllib: Python 3.11 and later)."""
+def toml_tree(data: bytes) -> Any:
+    """A file's tables where it is TOML; None where it is not (or this Python has no tomllib: 3.10)."""
     try:
         import tomllib
-    except ImportError:  # Python 3.10
-        raise UsageError(f"{path}: reading a TOML file needs Python 3.11 or later (tomllib)") from None
+    except ImportError:
+        return None
     try:
         return tomllib.loads(data.decode("utf-8-sig"))
-    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise UsageError(f"{path}: not a TOML file: {exc}") from None
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError):
+        return None
+
+
+def parse(data: bytes, path: str) -> Any:
+    """The TOML file `path`'s tables, or one line saying why not."""
+    tree = toml_tree(data)
+    if tree is None:
+        import sys
+
+        why = "reading TOML needs Python 3.11 or later (tomllib)" if sys.version_info < (3, 11) else "not a TOML file"
+        raise UsageError(f"{path}: {why}")
+    return tree
 
 
 def read(path: str) -> ReadJob:
@@ -197,9 +208,18 @@ def read(path: str) -> ReadJob:
         fusion=_fusion(job),
         attention_kernel="fa2",  # PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2
     )
-    job.overlap += ["grad-reduce", "prefetch"]  # FSDP2 gathers the next layer and reduce-scatters beside compute
-    if job.use(_P + "enable_async_tensor_parallel", "TP's collectives beside the products (--overlap tp)"):
-        job.overlap.append("tp")
+    # FSDP2 gathers the next layer and reduce-scatters beside compute; DDP all-reduces its buckets beside backward
+    job.overlap += ["grad-reduce", "prefetch"] if job.layout["zero"] == 3 else ["grad-reduce"]
+    async_tp = job.values.get(_P + "enable_async_tensor_parallel")
+    if async_tp is not None:
+        if not isinstance(async_tp, bool):
+            raise UsageError(f"{path}: {_P}enable_async_tensor_parallel must be true or false, got {async_tp!r}")
+        job.use(
+            _P + "enable_async_tensor_parallel",
+            "TP's collectives beside the products (--overlap tp)" if async_tp else "off",
+        )
+        if async_tp:
+            job.overlap.append("tp")
     _optimizer(job)
     account(job, FIELDS)
     return job
@@ -247,7 +267,7 @@ def _degrees(job: ReadJob) -> dict[str, int | None]:
     replicate = job.size(_P + "data_parallel_replicate_degree") or 1
     if _P + "data_parallel_replicate_degree" in job.values:
         job.use(_P + "data_parallel_replicate_degree", f"{replicate} replica{'s' if replicate != 1 else ''}")
-    if replicate > 1 and shard != 1:
+    if replicate > 1 and shard is not None and shard > 1:
         job.unmodelled.append(
             f"{_P}data_parallel_replicate_degree {replicate} with FSDP: HSDP, sharded within a replica and "
             f"all-reduced across replicas; parasim shards over the whole DP"
@@ -266,9 +286,10 @@ def _degrees(job: ReadJob) -> dict[str, int | None]:
                 f"{_P}{name}_parallel_degree",
                 f"{axis.upper()} {d[axis]}" + (" with SP" if axis == "tp" and d[axis] > 1 else ""),
             )
-    zero = 0 if shard == 1 else 3
-    # ETP given for an MoE job; without it, or without EP, the experts' TP is TP's (a dense model has no other)
-    etp = {"etp": d["etp"]} if d["ep"] > 1 and f"{_P}expert_tensor_parallel_degree" in job.values else {}
+    # FSDP shards over the shard degree times CP (torchtitan's dp_shard_cp mesh): off only where both are 1
+    zero = 0 if shard == 1 and d["cp"] == 1 else 3
+    # with EP, the experts' TP is the file's (torchtitan's default: 1); without, TP's (a dense model has no other)
+    etp = {"etp": d["etp"]} if d["ep"] > 1 else {}
     job.layout = layout_defaults(tp=d["tp"], cp=d["cp"], pp=d["pp"], ep=d["ep"], sp=d["tp"] > 1, zero=zero, **etp)
     if shard is not None:
         job.world = replicate * shard * d["tp"] * d["cp"] * d["pp"]
@@ -344,6 +365,11 @@ def _precision(job: ReadJob) -> str:
         for name in [n for n in job.values if n.startswith("quantize.")]:  # settings of a converter not on
             job.read.add(name)
             job.no_effect.append(name)
+        grid = job.layout
+        if grid["zero"] == 0 and (grid["tp"] > 1 or grid["pp"] > 1):
+            # torchtitan's maybe_enable_amp: mixed precision with TP or PP only under FSDP, HSDP or CP
+            job.assumed.append("no FSDP with TP or PP: torchtitan trains in FP32 (precision fp32)")
+            return "fp32"
         return "fsdp2"
     gather = job.values.get("quantize.linear.float8.enable_fsdp_float8_all_gather")
     if gather is not None:
@@ -444,9 +470,9 @@ def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJo
     set_field(tree, "training.global_batch_size", local * plan.dp * steps)
     set_field(tree, "training.seq_len", seq)
     replicate, shard = (1, plan.dp) if plan.zero else (plan.dp, 1)
+    set_field(tree, _P + "data_parallel_replicate_degree", replicate)  # both, always: an absent shard degree is -1
+    set_field(tree, _P + "data_parallel_shard_degree", shard)
     for name, v in (
-        ("data_parallel_replicate_degree", replicate),
-        ("data_parallel_shard_degree", shard),
         ("tensor_parallel_degree", plan.tp),
         ("pipeline_parallel_degree", plan.pp),
         ("context_parallel_degree", plan.cp),

@@ -299,6 +299,24 @@ PRECISIONS: dict[str, Precision] = {
             "with torch.zeros_like(p): 2 + 2 + 2 + 2 bytes a parameter",
         ),
         Precision(
+            "bf16-pure-dp",
+            "BF16 model and AdamW moments, gradients accumulated and all-reduced in FP32 (picotron with DP > 1)",
+            params="bfloat16",
+            compute="bfloat16",
+            grads="float32",
+            grad_reduce="float32",
+            master=None,
+            main_grads="bfloat16",
+            adam="bfloat16",
+            activations="bfloat16",
+            dispatch="bfloat16",
+            combine="bfloat16",
+            logits="bfloat16",
+            source="huggingface/picotron@59714b1 train.py (DataParallelBucket(model, grad_type=torch.float32) with "
+            "DP > 1) and picotron/data_parallel/data_parallel.py: an FP32 main_grad for every parameter, all-reduced "
+            "in FP32, then p.grad = main_grad.to(BF16) for AdamW: 2 + 4 + 2 + 2 + 2 bytes a parameter",
+        ),
+        Precision(
             "fp32",
             "FP32 throughout (Megatron-LM without --bf16 or --fp16)",
             params="float32",

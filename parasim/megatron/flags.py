@@ -69,6 +69,7 @@ NEAREST_PRECISION = {
     "fsdp2-fp8-gather": "megatron-bf16-fp8-tensorwise-gather",
     "deepspeed-fp16": "megatron-fp16",
     "bf16-pure": "megatron-bf16-reduce-bf16",
+    "bf16-pure-dp": "megatron-bf16",
 }
 SHARDING = {"no_shard": 0, "optim": 1, "optim_grads": 2, "optim_grads_params": 3}  # Megatron-FSDP -> ZeRO
 

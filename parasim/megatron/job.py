@@ -850,9 +850,13 @@ def _degrees(job: Job, override: dict[str, Any]) -> dict[str, Any]:
         world=job.world,
         gpus_per_node=job.gpus_per_node or 8,
     )
+    if y.get("dp") is not None and job.world is None:  # a DP the job gives without a world (DeepSpeed's batch)
+        out["dp"], out["world"] = y["dp"], None
     given = {k: v for k, v in override.items() if v is not None}
     if "dp" in given and "world" not in given:
         out["world"] = None
+    if "world" in given:  # the GPUs given here: DP is what they leave
+        out.pop("dp", None)
     return {**out, **given}
 
 
@@ -884,6 +888,11 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
         plan = replace(plan, microbatches=max(1, batch // (plan.micro_batch * plan.dp)))
     elif override.get("microbatches") is None and s.get("microbatches"):  # a count the job states by itself
         plan = replace(plan, microbatches=s["microbatches"])
+    if s.get("micro_from_batch") and override.get("micro_batch") is None and batch is not None:
+        # DeepSpeed's file gives the batch and not the micro-batch: it follows from the batch, the accumulation
+        # and DP (deepspeed/runtime/config.py, _set_batch_related_parameters)
+        acc = s.get("microbatches") or 1
+        plan = replace(plan, micro_batch=max(1, batch // (acc * plan.dp)), microbatches=acc)
     return plan.check(model, job.seq)
 
 

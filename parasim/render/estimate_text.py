@@ -156,7 +156,7 @@ def spread(label: str, world: int) -> str:
     """Where a plan runs, for a report's first line: its layout on its GPUs, or one GPU said as a choice the
     user can change (a plan given no degrees and no --gpus is a one-GPU plan, which is rarely the question)."""
     if world == 1:
-        return "one GPU (no degrees or --gpus given: --tp, --pp, --dp or --gpus N spread it)"
+        return "one GPU (--tp, --pp, --dp or --gpus N spread it)"
     return f"{label} on {world} GPUs"
 
 

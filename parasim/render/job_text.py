@@ -17,7 +17,7 @@ def read_job_lines(job: Any) -> list[str]:
     lines.append(f"  fields read ({len(job.used)}):")
     col = min(40, max((len(f) for f, _ in job.used), default=0) + 2)
     for name, means in job.used:
-        if len(name) <= col:
+        if len(name) < col:
             lines += wrapped(f"{name:<{col}}{means}", "    ")
         else:
             lines += wrapped(name, "    ") + wrapped(means, "    " + " " * col)

@@ -35,7 +35,7 @@ class Estimator:
     model: Any  # the ModelSpec on screen
     values: dict[str, Any]
     models: dict[str, Any] = field(default_factory=dict)  # name -> ModelSpec, in the order a move cycles them
-    precision: str = "post"
+    plan: Any = None  # the starting plan: what the view does not move (micro-batches, kernels, precision) stays its
     overlap: tuple[str, ...] = ()
     held: list | None = None  # the held-out runs' table every answer's range is read from: made on the first
 
@@ -64,7 +64,7 @@ class Estimator:
             recompute=p.recompute,
             gpu=q.gpu,
         )
-        return cls(q.model, values, models, p.precision, q.overlap)
+        return cls(q.model, values, models, p, q.overlap)
 
     def settings(self) -> list[Setting]:
         from ..estimate.hardware import GPUS
@@ -103,23 +103,18 @@ class Estimator:
 
     def query(self) -> Any:
         """The JobQuery of the settings on screen (UsageError: a rule they break)."""
+        from dataclasses import replace
+
         from ..estimate.memory import Plan
         from ..estimate.traffic import gpu_spec
         from ..job.query import JobQuery
 
         v = self.values
-        plan = Plan(
-            tp=v["tp"],
-            sp=v["sp"],
-            cp=v["cp"],
-            pp=v["pp"],
-            dp=v["dp"],
-            ep=v["ep"],
-            zero=v["zero"],
-            recompute=v["recompute"],
-            micro_batch=v["micro_batch"],
-            precision=self.precision,
-        ).check(self.model, v["seq"])
+        moved = {k: v[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "zero", "recompute", "micro_batch")}
+        if not self.model.experts:
+            moved["etp"] = 1  # a dense model has no experts to split
+        start = self.plan if self.plan is not None else Plan()
+        plan = replace(start, world=None, **moved).check(self.model, v["seq"])
         return JobQuery(self.model, plan, v["seq"], v["gpu"], gpu_spec(v["gpu"], "gpu").usable, self.overlap)
 
     def answer(self) -> dict[str, Any]:

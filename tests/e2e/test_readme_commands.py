@@ -258,7 +258,7 @@ FIGURES = {
         ("micro-batch 8 x 3", "a micro-batch of 8 sequences"), ("micro-batch 8 x 3", "3 micro-batches a step")],
     "parasim memory --job tests/data/jobs/picotron/template_base_configs.json --config "
     "tests/data/jobs/hf/Llama-3.1-8B-Instruct_config.json": [
-        ("PP 2 x DP 2", "PP2 + DP2"), ("8 bytes a parameter", "8.00 bytes per parameter")],
+        ("PP 2 x DP 2", "PP2 + DP2"), ("12 bytes a parameter", "12.00 bytes per parameter")],
     "parasim memory --job tests/data/jobs/torchtitan/llama3_70b.toml --gpus 64": [
         ("TP 8 with FSDP over the rest", "TP8 + SP + DP8 + ZeRO-3")],
     "parasim memory --model 27b --dp 8 --precision megatron-bf16": [("7.50 bytes a parameter",

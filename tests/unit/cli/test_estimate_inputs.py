@@ -43,7 +43,7 @@ def test_one_gpu_plan_says_it_was_given_no_degrees():
     r = cli("memory", *TINY)
     assert r.returncode == 0, r.stderr
     first = r.stdout.splitlines()[0]
-    assert "one GPU (no degrees or --gpus given" in first and "1 GPUs" not in first
+    assert "one GPU (--tp, --pp, --dp or --gpus N spread it)" in first and "1 GPUs" not in first
     r = cli("memory", *TINY, "--tp", "2")
     assert r.returncode == 0 and "TP2 on 2 GPUs" in r.stdout.splitlines()[0]
 

@@ -122,7 +122,7 @@ def test_all_three_batch_fields_give_dp(tmp_path):
         )
     )
     job = deepspeed.read(str(path))
-    assert job.world == 8 and job.step["precision"] == "post" and job.contradictions == []
+    assert job.layout["dp"] == 8 and job.step["precision"] == "post" and job.contradictions == []
     path.write_text(
         json.dumps(
             {
@@ -135,7 +135,7 @@ def test_all_three_batch_fields_give_dp(tmp_path):
         )
     )
     job = deepspeed.read(str(path))
-    assert len(job.contradictions) == 2 and job.world == 8  # 100 // 12 = 8
+    assert len(job.contradictions) == 2 and job.layout["dp"] == 8  # 100 // 12 = 8
     assert any("fp16 and bf16 both enabled" in c for c in job.contradictions)
 
 
@@ -144,8 +144,8 @@ def test_auto_values_are_said_and_offload_left_out():
     job = deepspeed.read(str(DATA / "deepspeed" / "accelerate_ds_config_zero3.json"))
     assert job.layout["zero"] == 3 and job.step["micro_batch"] == 1
     left = [line.split(":")[0] for line in job.unmodelled]
-    assert "zero_optimization.offload_optimizer.device 'cpu'" in left
-    assert "zero_optimization.offload_param.device 'cpu'" in left
+    assert 'zero_optimization.offload_optimizer.device "cpu"' in left
+    assert 'zero_optimization.offload_param.device "cpu"' in left
     said = " ".join(job.assumed)
     for name in ("train_batch_size is", "train_micro_batch_size_per_gpu is", "fp16.enabled and bf16.enabled are"):
         assert f'{name} "auto"' in said
@@ -162,10 +162,11 @@ def test_autotp_and_zero3_overlap():
 
 def test_picotron_grid_and_model_over_its_base():
     """picotron's old template: PP 2 x DP 2 = 4 GPUs, sequence 1,024, micro-batch 32, and 16 layers of 16
-    heads (4 KV) set over the named model; two fields parasim has no entry for (master_addr, master_port)."""
+    heads (4 KV) set over the named model; two fields parasim has no entry for (master_addr, master_port). With
+    DP 2 its gradients gather in FP32 buckets (DataParallelBucket(grad_type=torch.float32))."""
     job = picotron.read(str(DATA / "picotron" / "template_base_configs.json"))
     assert (job.layout["pp"], job.layout["tp"], job.world, job.seq) == (2, 1, 4, 1024)
-    assert job.step["micro_batch"] == 32 and job.step["precision"] == "bf16-pure"
+    assert job.step["micro_batch"] == 32 and job.step["precision"] == "bf16-pure-dp"
     assert job.model == {"layers": 16, "heads": 16, "kv_heads": 4}
     assert job.model_name == "HuggingFaceTB/SmolLM-360M-Instruct"
     assert job.unknown == ["distributed.master_addr", "distributed.master_port"]
@@ -530,3 +531,104 @@ def test_layout_of_a_job_as_megatron_flags():
     assert r.returncode == 0, r.stderr
     args = json.loads(r.stdout)["megatron_args"]["args"]
     assert args[args.index("--tensor-model-parallel-size") + 1] == "8" and "--bf16" in args
+
+
+# -- found by review: each a case the real files do not hold ------------------------------------------------
+def _ds(tmp_path, fields: dict) -> str:
+    path = tmp_path / "ds.json"
+    path.write_text(json.dumps(fields))
+    return str(path)
+
+
+def test_deepspeed_fills_the_micro_batch_from_the_batch(tmp_path):
+    """DeepSpeed's own rule (config.py, _set_batch_related_parameters): batch 64 and accumulation 2 on DP 8 is a
+    micro-batch of 64 / (2 x 8) = 4; batch 64 alone is accumulation 1 and a micro-batch of 8."""
+    for fields, micro, m in (({"train_batch_size": 64, "gradient_accumulation_steps": 2}, 4, 2),
+                             ({"train_batch_size": 64}, 8, 1)):
+        r = cli("memory", "--job", _ds(tmp_path, fields), "--model", "27b", "--gpus", "8", "--json")
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)["layout"]
+        assert (got["micro_batch"], got["microbatches"], got["dp"]) == (micro, m, 8)
+
+
+def test_deepspeed_dp_stays_when_stages_are_added(tmp_path):
+    """Batch 96 = micro 4 x accumulation 3 x DP 8; PP 2 given beside the file keeps DP 8: 16 GPUs."""
+    path = _ds(tmp_path, {"train_batch_size": 96, "train_micro_batch_size_per_gpu": 4,
+                          "gradient_accumulation_steps": 3})
+    got = json.loads(cli("memory", "--job", path, "--model", "27b", "--pp", "2", "--json").stdout)["layout"]
+    assert (got["dp"], got["pp"], got["world"], got["microbatches"]) == (8, 2, 16, 3)
+
+
+def test_deepspeed_switches_said_by_their_value(tmp_path):
+    job = deepspeed.read(_ds(tmp_path, {"train_batch_size": 8, "zero_optimization": {"overlap_comm": False},
+                                        "fp16": {"enabled": "auto"}, "bf16": {"enabled": False}}))
+    assert ("zero_optimization.overlap_comm false", "off") in job.used and job.overlap == []
+    assert job.step["precision"] == "deepspeed-fp16"
+    r = cli("memory", "--job", _ds(tmp_path, {"zero_optimization": {"overlap_comm": "yes"}}), "--model", "27b")
+    assert r.returncode == 2 and "must be true or false" in r.stderr
+
+
+def test_torchtitan_ddp_and_moe_plans_read_back_the_same(tmp_path):
+    """Written and read back: DDP over 2 GPUs (replicas 2, shard 1: no FSDP, so no ZeRO); and an MoE plan with EP 2
+    and expert TP 1 beside TP 2 (torchtitan's expert TP default is 1: an absent field must read back as 1)."""
+    import tomllib
+
+    r = cli("memory", "--model", "27b", "--dp", "2", "--zero", "0", "--emit", "torchtitan")
+    grid = tomllib.loads(r.stdout)["parallelism"]
+    assert (grid["data_parallel_replicate_degree"], grid["data_parallel_shard_degree"]) == (2, 1)
+    (tmp_path / "ddp.toml").write_text(r.stdout)
+    got = json.loads(cli("memory", "--job", str(tmp_path / "ddp.toml"), "--model", "27b", "--json").stdout)
+    assert (got["layout"]["dp"], got["layout"]["zero"], got["layout"]["world"]) == (2, 0, 2)
+    qwen = str(DATA / "hf" / "qwen3-30B-A3B_config.json")
+    # a plan torchtitan can hold as it is: FSDP (ZeRO-3) with its own precision
+    flags = ["--config", qwen, "--tp", "2", "--sp", "--ep", "2", "--etp", "1", "--gpus", "4", "--zero", "3",
+             "--precision", "fsdp2", "--no-dropout"]  # torchtitan's models keep no dropout masks
+    r = cli("memory", *flags, "--emit", "torchtitan")
+    (tmp_path / "moe.toml").write_text(r.stdout)
+    back = json.loads(cli("memory", "--job", str(tmp_path / "moe.toml"), "--config", qwen, "--json").stdout)
+    first = json.loads(cli("memory", *flags, "--json").stdout)
+    assert (back["layout"]["etp"], back["layout"]["ep"], back["total"]) == (1, 2, first["total"])
+
+
+def test_torchtitan_without_fsdp_trains_tp_in_fp32_and_cp_shards(tmp_path):
+    """torchtitan's maybe_enable_amp: with TP or PP and no FSDP, HSDP or CP, no mixed precision (FP32). With a
+    shard degree of 1 and CP 2, FSDP still shards over CP (ZeRO-3)."""
+    from parasim.job import torchtitan
+
+    path = tmp_path / "t.toml"
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 1\n'
+                    "tensor_parallel_degree = 8\n")
+    job = torchtitan.read(str(path))
+    assert (job.layout["zero"], job.step["precision"], job.overlap) == (0, "fp32", ["grad-reduce"])
+    path.write_text('[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\ndata_parallel_shard_degree = 1\n'
+                    "context_parallel_degree = 2\n")
+    job = torchtitan.read(str(path))
+    assert (job.layout["zero"], job.step["precision"]) == (3, "fsdp2")
+
+
+def test_picotron_dp_buckets_are_twelve_bytes_a_parameter():
+    """With DP 2 picotron keeps an FP32 main_grad beside the BF16 model, AdamW's BF16 moments and the BF16 grad
+    it hands AdamW: 2 + 4 + 2 + 2 + 2 = 12 bytes a parameter; its all-reduce is FP32 (4 bytes a parameter
+    moved, against 2 for the BF16 of one GPU's job)."""
+    r = cli("memory", "--job", str(DATA / "picotron" / "template_base_configs.json"), "--config", LLAMA, "--json")
+    got = json.loads(r.stdout)
+    assert got["bytes_per_param"] == pytest.approx(12.0) and got["precision"]["grad_reduce"] == "float32"
+
+
+def test_review_refusals_in_one_line(tmp_path):
+    bad = tmp_path / "pico.json"
+    bad.write_text(json.dumps({"distributed": {"tp_size": 2, "pp_engine": ["1f1b"]}}))
+    for command in (["memory", "--job", str(bad), "--model", "27b"], ["layout", "--job", str(bad)]):
+        r = cli(*command)
+        assert r.returncode == 2 and "pp_engine must be 1f1b or afab" in r.stderr and "Traceback" not in r.stderr
+    script = str(DATA.parent / "megatron" / "train_gpt3_175b_distributed.sh")
+    for command in ("memory", "layout"):
+        r = cli(command, "--job", str(TITAN / "llama3_8b.toml"), "--megatron", script)
+        assert r.returncode == 2 and "--job FILE or --megatron FILE, not both" in r.stderr
+    r = cli("memory", "--job", str(TITAN / "llama3_405b.toml"), "--model", "27b", "--gpus", "128")
+    assert r.returncode == 2 and "gives its own model (126 layers of 16384)" in r.stderr
+
+
+def test_a_model_over_its_base_is_named_for_both():
+    r = cli("memory", "--job", str(DATA / "picotron" / "base_config.json"), "--config", LLAMA)
+    assert r.returncode == 0 and "llama with the picotron config's layers 16, heads 16, kv_heads 4" in r.stdout

@@ -23,6 +23,19 @@ def command(*flags: str) -> dict:
     return json.loads(r.stdout)
 
 
+def test_the_app_starts_from_the_command_s_whole_plan():
+    """What the view does not move (micro-batches, the kept attention scores, a job's kernels) stays the
+    command's: the first answer is `parasim memory --json`'s for the same flags."""
+    from parasim.cli.commands import build_parser
+    from parasim.cli.estimate import query_of
+
+    for flags in (["--pp", "4", "--microbatches", "16", "--dp", "2"], ["--no-flash", "--tp", "2"]):
+        a = Estimator.from_query(query_of(build_parser().parse_args(["memory", "--model", "27b", *flags]))).answer()
+        r = cli("memory", "--model", "27b", *flags, "--json")
+        want = json.loads(r.stdout)
+        assert (a["total"], a["step_s"]) == (want["total"], want["time"]["step_s"])
+
+
 def test_each_answer_is_the_command_s():
     e = estimator()
     a = e.answer()
