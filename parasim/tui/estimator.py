@@ -110,7 +110,7 @@ class Estimator:
         from ..job.query import JobQuery
 
         v = self.values
-        moved = {k: v[k] for k in ("tp", "sp", "cp", "pp", "dp", "ep", "zero", "recompute", "micro_batch")}
+        moved = {k: x for k, x in v.items() if k not in ("model", "seq", "gpu")}  # the plan's own settings
         if not self.model.experts:
             moved["etp"] = 1  # a dense model has no experts to split
         start = self.plan if self.plan is not None else Plan()
