@@ -11,7 +11,8 @@ from .megatron_text import wrapped
 def read_job_lines(job: Any) -> list[str]:
     """job/read.py's ReadJob, section by section, each line within the walk-through's width."""
     fields = len(job.values)
-    lines = wrapped(f"{job.title} {job.path}: {fields} field{'s' if fields != 1 else ''}", "")
+    # The count before the path: a long path wraps, and the count should not wrap with it.
+    lines = wrapped(f"{job.title}, {fields} field{'s' if fields != 1 else ''}: {job.path}", "")
     if job.world is not None:
         lines += wrapped(f"runs on {job.world:,} GPU{'s' if job.world != 1 else ''}", "  ")
     lines.append(f"  fields read ({len(job.used)}):")
