@@ -92,15 +92,18 @@ def fit(model: Any, gpu: str = "h200", usable: float | None = None, overlap: tup
     return fit_report(_query(model, None, gpu, usable, tuple(overlap), plan))
 
 
-def read_job(path: str, format: str | None = None) -> Any:
-    """A job file of any stack parasim reads (job/formats.py: DeepSpeed, picotron, torchtitan, Megatron-LM,
-    a Hugging Face config), the format told from the file unless named: the job as read, every field
-    accounted for (`.used`, `.unmodelled`, `.unknown`, `.to_dict()`)."""
+def read_job(path: str, format: str | None = None, sets: tuple[str, ...] = ()) -> Any:
+    """A job file of any stack parasim reads (job/formats.py: DeepSpeed, picotron, torchtitan's TOML files and
+    its config functions as "FILE.py:NAME", Megatron-LM, a Hugging Face config), the format told from the file
+    unless named, each of `sets` ("NAME=VALUE", as `--job-set`) in place of the file's field: the job as read,
+    every field accounted for (`.used`, `.unmodelled`, `.unknown`, `.to_dict()`)."""
     from .job.formats import JOB_FORMATS, read_job_file
 
     if format is not None and format not in JOB_FORMATS:
         raise UsageError(f"format must be one of {', '.join(JOB_FORMATS)}, got {format!r}")
-    return read_job_file(str(path), format)[1]
+    if isinstance(sets, str):
+        raise UsageError("sets must be a list of 'NAME=VALUE' strings, not one string")
+    return read_job_file(str(path), format, tuple(sets))[1]
 
 
 __all__ = ["fit", "lesson", "memory", "model_of", "read_job"]

@@ -281,9 +281,10 @@ def _model(args: argparse.Namespace) -> tuple[Any, Sources]:
 
 def _given_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     from ..estimate.models import from_flags, get_model
-    from .megatron import check_not_both, job_model
+    from .megatron import check_not_both, check_sets, job_model
 
     check_not_both(args)
+    check_sets(args)
     job = read_megatron(args)
     if job is not None:
         return job_model(args, job), Sources(megatron=job)
@@ -319,7 +320,7 @@ def _job_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     from ..job.formats import read_job_file
     from .megatron import MODEL_SIZES, job_model
 
-    fmt, read = read_job_file(args.job, args.job_format)
+    fmt, read = read_job_file(args.job, args.job_format, tuple(args.job_set))
     if fmt.name == "megatron":
         if args.model or args.config:
             raise UsageError("a Megatron-LM job gives its own model: give --job FILE or --model/--config, not both")

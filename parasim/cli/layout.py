@@ -140,15 +140,10 @@ def cmd_layout(args: argparse.Namespace) -> int:
             out["megatron_args"] = written
         print_json(out, indent=None)
         return 0
-    if megatron is not None:
+    if job is not None:
         from .megatron import print_job
 
-        print_job(megatron, args)
-    elif job is not None:
-        from ..render.job_text import read_job_lines
-        from ..render.text import printable_lines
-
-        print(printable_lines(read_job_lines(job)) + "\n")
+        print_job(job, args)
     from ..render.layout_view import print_layout
 
     print_layout(layout, title, args.nodes)

@@ -73,6 +73,14 @@ def add_job(p: argparse.ArgumentParser, emit: bool = False, model_beside: bool =
             "come back as written",
         )
     j.add_argument(
+        "--job-set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="change one field of the --job file, as the stack's own command line does (torchtitan's "
+        "--parallelism.tensor_parallel_degree 8 is --job-set parallelism.tensor_parallel_degree=8); repeat it",
+    )
+    j.add_argument(
         "--job-format",
         choices=tuple(JOB_FORMATS),
         default=None,
@@ -86,15 +94,22 @@ def read_job_arg(args: argparse.Namespace) -> Any:
     layout: refused."""
     path = getattr(args, "job", None)
     if path is None:
+        check_sets(args)
         return None
     if getattr(args, "megatron", None):
         raise UsageError("give the job by --job FILE or --megatron FILE, not both")
     from ..job.formats import read_job_file
 
-    fmt, job = read_job_file(path, args.job_format)
+    fmt, job = read_job_file(path, args.job_format, tuple(args.job_set))
     if fmt.name == "hf":
         raise UsageError(f"{path} is a model's config.json: it gives no layout (give --job a training job's file)")
     return job
+
+
+def check_sets(args: argparse.Namespace) -> None:
+    """--job-set without --job: refused in one line."""
+    if getattr(args, "job_set", None) and getattr(args, "job", None) is None:
+        raise UsageError("--job-set changes a field of a job file: give it with --job FILE")
 
 
 def read_megatron(args: argparse.Namespace) -> Any:
@@ -129,19 +144,30 @@ def outside_variables(given: list[str], from_shell: bool) -> dict[str, str]:
 
 
 def job_model(args: argparse.Namespace, job: Any) -> Any:
-    """The job's model, with the size flags given on the command line in place of the job's."""
-    return job.model_spec(getattr(args, "tp", None), **{k: getattr(args, k, None) for k in MODEL_SIZES})
+    """The job's model, with the size flags given on the command line in place of the job's: a Megatron-LM
+    job's own; another stack's file over the model of `--config` (where the command has it and it is given)."""
+    sizes = {k: getattr(args, k, None) for k in MODEL_SIZES}
+    if getattr(job, "script", None) is not None:
+        return job.model_spec(getattr(args, "tp", None), **sizes)
+    config = getattr(args, "config", None)
+    if config is None:  # (a command with --model has read the model already: this is trace's)
+        return job.model_spec(None, beside="--config FILE (a Hugging Face config.json)", **sizes)
+    from ..estimate.models import from_hf_config
+
+    return job.model_spec(from_hf_config(config), **sizes)
 
 
 def print_job(job: Any, args: argparse.Namespace) -> None:
-    """The job in words, before the command's own answer (on stderr under --json, which reports it as
-    "megatron" in the JSON)."""
+    """The job in words, before the command's own answer (nothing under --json, which reports it): a Megatron-LM
+    job's script and flags, or another stack's file field by field."""
     if getattr(args, "json", False):
         return
+    from ..render.job_text import read_job_lines
     from ..render.megatron_text import job_lines
     from ..render.text import printable_lines
 
-    print(printable_lines(job_lines(job)) + "\n")
+    lines = job_lines(job) if getattr(job, "script", None) is not None else read_job_lines(job)
+    print(printable_lines(lines) + "\n")
 
 
 def check_not_both(args: argparse.Namespace) -> None:

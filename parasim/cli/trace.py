@@ -139,6 +139,15 @@ def add_trace(sub: Any) -> None:
         what="model and layout, at real size on symbolic ranks (implies --symbolic and "
         "--routing balanced; give --gpu N or --app)",
     )
+    from .megatron import add_job
+
+    add_job(tr)
+    tr.add_argument(
+        "--config",
+        metavar="FILE",
+        help="with --job: the model (a Hugging Face config.json) for a job file that names none of its own "
+        "(DeepSpeed, picotron)",
+    )
     tr.set_defaults(func=cmd_trace)
 
 
@@ -161,6 +170,7 @@ class Traced(NamedTuple):
     layout: Any
     name: str
     job: Any = None
+    source: str | None = None  # the flag and file the job came from ("--job ds.json"), for a refusal's advice
 
 
 def layout_of_args(args: argparse.Namespace) -> Traced:
@@ -171,11 +181,13 @@ def layout_of_args(args: argparse.Namespace) -> Traced:
     ex = example(args.example)
     sizes = {k: getattr(args, k) for k in SIZES if getattr(args, k) is not None}
     model_flags = args.experts is not None or args.layers is not None
-    if getattr(args, "megatron", None) is not None:  # parasim compare builds its own arguments, without it
-        return _job_layout(args, sizes)
+    if getattr(args, "megatron", None) is not None or getattr(args, "job", None) is not None:
+        return _job_layout(args, sizes)  # (parasim compare builds its own arguments, without either)
     from .megatron import read_megatron
 
     read_megatron(args)  # variables for a script (--megatron-env) without the script: refused in one line
+    if getattr(args, "config", None) is not None:
+        raise UsageError("--config gives the model of a --job file that names none: give it with --job FILE")
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
     split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
@@ -201,18 +213,21 @@ def layout_of_args(args: argparse.Namespace) -> Traced:
 
 
 def _job_layout(args: argparse.Namespace, sizes: dict) -> Traced:
-    """`--megatron FILE`: the job's model and layout at real size (sizes given here replace the job's); the
-    run is symbolic, routed by the balanced policy (what a folded real-size step needs)."""
+    """`--megatron FILE` or `--job FILE`: the job's model and layout at real size (sizes given here replace the
+    job's); the run is symbolic, routed by the balanced policy (what a folded real-size step needs)."""
     from ..megatron.job import layout_of
-    from .megatron import job_model, print_job, read_megatron
+    from .megatron import check_not_both, job_model, print_job, read_job_arg, read_megatron
 
+    flag = "--megatron" if args.megatron is not None else "--job"
     if args.layout is not None:
-        raise UsageError("give either --layout NAME or --megatron FILE, not both")
-    job = read_megatron(args)
+        raise UsageError(f"give either --layout NAME or {flag} FILE, not both")
+    check_not_both(args)
+    job = read_megatron(args) or read_job_arg(args)
     model = with_stages(args, replace(job_model(args, job), seq=args.seq or job.seq))
     layout = layout_of(job, model, **sizes, sp=args.sp or None)
     print_job(job, args)
-    return Traced(layout, args.megatron.rsplit("/", 1)[-1], job)
+    path = args.megatron or args.job
+    return Traced(layout, path.rsplit("/", 1)[-1], job, f"{flag} {path}")
 
 
 def trace_query(args: argparse.Namespace, traced: Traced) -> TraceQuery:
@@ -229,7 +244,7 @@ def trace_query(args: argparse.Namespace, traced: Traced) -> TraceQuery:
         symbolic=args.symbolic,
         gpu_model=args.gpu_model,
         job=traced.job,
-        source=getattr(args, "megatron", None),
+        source=traced.source,
         seq=args.seq,
         flash=not args.no_flash,
         precision=args.precision,

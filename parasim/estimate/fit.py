@@ -103,6 +103,7 @@ class Plans:
     micro_batch: int = 1
     chunked_loss: bool = False
     working_layers: int = 2
+    gathered_layers: int = 2
     precision: str = "post"
     attention_kernel: str | None = None
     fusion: str = "megatron"
@@ -131,6 +132,7 @@ class Plans:
             micro_batch=self.micro_batch,
             chunked_loss=self.chunked_loss,
             working_layers=self.working_layers,
+            gathered_layers=self.gathered_layers,
             precision=self.precision,
             attention_kernel=self.attention_kernel,
             fusion=self.fusion,

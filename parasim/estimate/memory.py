@@ -26,6 +26,7 @@ from ..layout.precision import precision as precision_of
 from ..layout.stages import alike_starts, stage_layers
 
 RECOMPUTE = ("none", "selective", "full")
+GATHERED = "ZeRO-3 gathered layers"  # the item named in tables, JSON and the live view
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Plan(Layout):
     microbatches: int | None = None  # default: pp (1F1B's first stage then holds pp of them)
     chunked_loss: bool = False  # the loss in chunks: the whole-sequence logits never exist
     working_layers: int = 2  # full recomputation re-runs one layer while the next one's grads arrive
+    # ZeRO-3 / FSDP: layers whose whole weights are gathered at once (the one computing and the one prefetched
+    # behind it, as FSDP2 and DeepSpeed prefetch; the engine's dp/zero3.py gathers one at a time)
+    gathered_layers: int = 2
     chunks: int = 1  # model chunks per GPU (interleaved 1F1B): the step's bubble shrinks by it (clock/plan.py);
     # memory counts 1F1B's in-flight micro-batches, as without interleaving
     precision: str = "post"  # layout/precision.py's entry: the dtype of each kind of tensor
@@ -71,7 +75,7 @@ class Plan(Layout):
             raise UsageError(f"attention kernel must be one of {', '.join(KERNELS)}, got {self.attention_kernel!r}")
         if self.recompute not in RECOMPUTE:
             raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE)}, got {self.recompute!r}")
-        for f in ("micro_batch", "working_layers", "chunks"):
+        for f in ("micro_batch", "working_layers", "gathered_layers", "chunks"):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise UsageError(f"{f} must be a positive integer, got {v!r}")
@@ -289,6 +293,7 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
     kept_quad = np.where(full, 0, score * (dense_n + moe_n))
     held = np.minimum(pp - stage, p.m)  # 1F1B: stage i holds min(p - i, m) micro-batches
     work_lin = np.where(full, p.working_layers * np.maximum(per_dense * (dense_n > 0), per_moe * (moe_n > 0)), 0)
+    gathered = gathered_bytes(model, p, dense_n, moe_n)
     last = stage == pp - 1
     logits = np.where(last & ~np.asarray(p.chunked_loss, dtype=bool), dtypes.bytes("logits") * model.vocab / tp, 0)
     return {
@@ -299,7 +304,34 @@ def items(model: ModelSpec, p: Any, stage: Any) -> dict[str, tuple[Any, Any, Any
         "in-flight micro-batches": (zero, (held - 1) * tokens * kept_lin, (held - 1) * tokens * kept_quad),
         "recompute working set": (zero, tokens * work_lin, tokens * np.where(full, p.working_layers * score, 0)),
         "logits": (zero, tokens * logits, zero),
+        GATHERED: (gathered, zero, zero),
     }
+
+
+def gathered_bytes(model: ModelSpec, p: Any, dense_n: Any, moe_n: Any) -> Any:
+    """ZeRO-3's working set on one GPU: the whole weights of `p.gathered_layers` layers at once, in the dtype the
+    products read, and one layer's whole gradient before its reduce-scatter (in the gradient buffer's dtype), for
+    the largest layer the stage holds. Only the parts ZeRO-3 shards are gathered: a layer's dense weights where
+    DP x CP > 1, its experts where the expert-data-parallel group is. An MoE layer at EP 1 gathers every expert:
+    the reason ZeRO-3 alone does not train a large MoE model. (The embedding and output layer, gathered once
+    each, are not counted.)"""
+    dtypes = precision_of(p.precision)
+    tp, cp, dp, ep, etp = p.tp, p.cp, p.dp, p.ep, p.etp
+    c = model.counted()
+    scale = model.total_params() / sum(c.values())  # to a stated total, as held_params counts
+    layers, moe = model.size("layers"), model.moe_layers
+    attention_norms = (c["attention"] + c["norms"]) / layers
+    dense_layer = attention_norms + c["dense mlp"] / max(layers - moe, 1)
+    moe_dense = attention_norms + (c["shared experts"] + c["router"]) / max(moe, 1)
+    moe_experts = c["routed experts"] / max(moe, 1)
+    sharded = p.zero >= 3
+    dense_on = sharded & (dp * cp > 1)
+    edp = tp * cp * dp / (etp * ep)
+    experts_on = sharded & (edp > 1)
+    per_dense = np.where(dense_on & (dense_n > 0), dense_layer / tp, 0)
+    per_moe = np.where(dense_on, moe_dense / tp, 0) + np.where(experts_on, moe_experts / (etp * ep), 0)
+    per_layer = scale * np.maximum(per_dense, np.where(moe_n > 0, per_moe, 0))
+    return per_layer * (p.gathered_layers * dtypes.bytes("compute") + dtypes.grad_bytes)
 
 
 # (the s^2 terms: scores are kept per local query token, s*b/cp of them, for every one of the s keys)
@@ -350,6 +382,11 @@ class Breakdown:
     @property
     def model_state(self) -> float:
         return self.items["weights"] + self.items["gradients"] + self.items["optimizer"]
+
+    def shown(self) -> dict[str, float]:
+        """The items a table shows: ZeRO-3's gathered layers only where the plan runs ZeRO-3 (elsewhere the
+        row is zero by definition, and a learner reading ZeRO-1 has no use for it); --json keeps every item."""
+        return {k: v for k, v in self.items.items() if k != GATHERED or self.plan.zero >= 3}
 
     def to_dict(self, unit: float = 1e9) -> dict[str, Any]:
         return {

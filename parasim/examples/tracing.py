@@ -26,7 +26,7 @@ class TraceQuery:
     """One `parasim trace`: the layout (and the name the learner knows it by), the worked example, the step's
     micro-batches (None: the example's, or PP's at real size), its routing, the token to follow, whether to
     run on symbolic ranks, the GPU type timed, and for a step at real size its sequence, attention and
-    precision (`job`: the Megatron-LM job the layout was read from, whose step choices it takes; `source`:
+    precision (`job`: the job file the layout was read from (any stack), whose step choices it takes; `source`:
     that job's file, named where the job cannot run as it is)."""
 
     layout: Layout
@@ -282,12 +282,12 @@ def _step_at_scale(q: TraceQuery, gpu: int, progress: Callable[[str], None] | No
     except UsageError as exc:
         if job is None:
             raise
-        raise UsageError(f"{exc}; parasim memory --megatron {q.source} estimates the job as it is") from None
+        raise UsageError(f"{exc}; parasim memory {q.source} estimates the job as it is") from None
     fold = fold_of(layout, around=gpu)  # the GPU asked about runs itself: its values are its own
     if progress is not None:
         progress(
             f"running one step of {q.name} on {layout.world:,} symbolic GPUs ({len(set(fold))} run, the rest "
-            f"folded onto them), {m} micro-batches of {layout.model.seq:,} tokens ..."
+            f"folded onto them), {m} micro-batch{'es' if m != 1 else ''} of {layout.model.seq:,} tokens ..."
         )
     result = run(make_step(layout, m, routing), layout.world, "symbolic", fold=fold, precision=plan.precision)
     return TracedStep(result, layout, m, routing, plan)

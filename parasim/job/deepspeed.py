@@ -32,6 +32,7 @@ from .read import (
     set_field,
     step_defaults,
     tree_of,
+    with_sets,
 )
 
 TITLE = "DeepSpeed config"
@@ -170,10 +171,10 @@ def looks_like(tree: Any) -> bool:
     return isinstance(tree, dict) and any(k in tree for k in marks)
 
 
-def read(path: str) -> ReadJob:
+def read(path: str, sets: tuple[str, ...] = ()) -> ReadJob:
     """The DeepSpeed config at `path` as parasim's plan."""
     tree = read_json(read_bounded(path, "DeepSpeed config"), path, "a DeepSpeed config (ds_config JSON)")
-    job = ReadJob(path, "deepspeed", TITLE, values=leaves(tree, path, "a DeepSpeed config"))
+    job = ReadJob(path, "deepspeed", TITLE, values=with_sets(leaves(tree, path, "a DeepSpeed config"), sets), sets=sets)
     tp = _tp(job)
     zero = _zero(job)
     micro, dp, acc = _batch(job)

@@ -17,6 +17,7 @@ from .deepspeed import looks_like as deepspeed_looks_like, read as read_deepspee
 from .picotron import looks_like as picotron_looks_like, read as read_picotron, write as write_picotron
 from .torchtitan import looks_like as torchtitan_looks_like, read as read_torchtitan, toml_tree
 from .torchtitan import write as write_torchtitan
+from .torchtitan_registry import looks_like_path as registry_path, read as read_registry
 from .read import Written
 
 
@@ -30,14 +31,20 @@ class JobFormat:
     title: str
     gives: str
     looks_like: Callable[[Any], bool] | None
-    read: Callable[[str], Any]
+    read: Callable[[str, tuple[str, ...]], Any]  # (path, --job-set NAME=VALUE of the command line)
     # a plan written as the stack's file (model, plan, seq, overlaps, the job read): None for a model's config
     write: Callable[..., Written] | None = None
 
 
-def _megatron(path: str) -> Any:
+def _no_sets(sets: tuple[str, ...], instead: str) -> None:
+    if sets:
+        raise UsageError(f"--job-set changes a field of a stack's config file: {instead}")
+
+
+def _megatron(path: str, sets: tuple[str, ...] = ()) -> Any:
     from ..megatron.job import read_job
 
+    _no_sets(sets, "a Megatron-LM job's flags are changed by parasim's own (--tp 8, --seq 4096, ...)")
     return read_job(path)
 
 
@@ -48,9 +55,10 @@ def _megatron_write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], j
     return Written("megatron", out["torchrun"] + "\n", tuple(out["notes"]))
 
 
-def _hf(path: str) -> Any:
+def _hf(path: str, sets: tuple[str, ...] = ()) -> Any:
     from ..estimate.models import read_hf_config
 
+    _no_sets(sets, "a model's sizes are changed by parasim's own flags (--layers, --hidden, ...)")
     return read_hf_config(path)
 
 
@@ -84,6 +92,10 @@ JOB_FORMATS: dict[str, JobFormat] = {
             read_torchtitan,
             write_torchtitan,
         ),
+        # a Python file is told by its name (FILE.py:FUNCTION): it is read, never run
+        JobFormat(
+            "torchtitan-py", "torchtitan config function (Python, FILE.py:NAME)", "model and plan", None, read_registry
+        ),
         JobFormat(
             "megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron, _megatron_write
         ),
@@ -92,10 +104,13 @@ JOB_FORMATS: dict[str, JobFormat] = {
 
 
 def detect(path: str) -> JobFormat:
-    """The format of the job file at `path`: a JSON object by its fields, a TOML file with torchtitan's
-    tables; anything else is a Megatron-LM script (its reader says what it could not read)."""
+    """The format of the job file at `path`: a Python file (FILE.py[:NAME]) torchtitan's config registry, a
+    JSON object by its fields, a TOML file with torchtitan's tables; anything else is a Megatron-LM script (its
+    reader says what it could not read)."""
     import json
 
+    if registry_path(path):
+        return JOB_FORMATS["torchtitan-py"]
     data = read_bounded(path, "job file")
     try:
         tree = json.loads(data.decode("utf-8-sig"))
@@ -114,10 +129,11 @@ def detect(path: str) -> JobFormat:
     )
 
 
-def read_job_file(path: str, name: str | None = None) -> tuple[JobFormat, Any]:
-    """The job at `path` read by its stack's reader (`name`, or the format `detect` finds)."""
+def read_job_file(path: str, name: str | None = None, sets: tuple[str, ...] = ()) -> tuple[JobFormat, Any]:
+    """The job at `path` read by its stack's reader (`name`, or the format `detect` finds), each of `sets`
+    (--job-set NAME=VALUE) in place of the file's field."""
     fmt = JOB_FORMATS[name] if name is not None else detect(path)
-    return fmt, fmt.read(path)
+    return fmt, fmt.read(path, tuple(sets))
 
 
 WRITERS = tuple(name for name, f in JOB_FORMATS.items() if f.write is not None)  # what --emit takes

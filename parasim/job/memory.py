@@ -68,7 +68,7 @@ class MemoryReport(JobReport):
         unit, total = self.query.units, self.breakdown.total
         rows = [
             {"item": k, unit.name: v / unit.size, "share": v / total if total else 0.0}
-            for k, v in self.breakdown.items.items()
+            for k, v in self.breakdown.shown().items()
         ]
         return data_frame(rows, "item")
 
@@ -76,7 +76,7 @@ class MemoryReport(JobReport):
         from ..jsonout import lines_html, table_html
 
         q, unit = self.query, self.query.units
-        rows = [[k, v / unit.size] for k, v in self.breakdown.items.items()] + [
+        rows = [[k, v / unit.size] for k, v in self.breakdown.shown().items()] + [
             ["total", self.breakdown.total / unit.size]
         ]
         step = self.data["time"].get("step_s")

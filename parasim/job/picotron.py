@@ -30,6 +30,7 @@ from .read import (
     set_field,
     step_defaults,
     tree_of,
+    with_sets,
 )
 
 TITLE = "picotron config"
@@ -75,10 +76,10 @@ def looks_like(tree: Any) -> bool:
     return isinstance(grid, dict) and any(name.split(".")[1] in grid for name in GRID)
 
 
-def read(path: str) -> ReadJob:
+def read(path: str, sets: tuple[str, ...] = ()) -> ReadJob:
     """The picotron config at `path` as parasim's job."""
     tree = read_json(read_bounded(path, "picotron config"), path, "a picotron config.json")
-    job = ReadJob(path, "picotron", TITLE, values=leaves(tree, path, "a picotron config"))
+    job = ReadJob(path, "picotron", TITLE, values=with_sets(leaves(tree, path, "a picotron config"), sets), sets=sets)
     sizes = {_axis(name): job.size(name) or 1 for name in GRID}
     for name in GRID:
         if name in job.values:

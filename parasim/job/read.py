@@ -67,6 +67,7 @@ class ReadJob:
     overlap: list[str] = field(default_factory=list)
     world: int | None = None
     gpus_per_node: int | None = None
+    sets: tuple[str, ...] = ()  # the command line's --job-set NAME=VALUE, each in place of the file's field
 
     # -- reading -------------------------------------------------------------------------------------------
     def use(self, name: str, means: str) -> Any:
@@ -88,10 +89,17 @@ class ReadJob:
             raise UsageError(f"{self.path}: {name} must be an integer from {least} to {MAX_SIZE:.0e}, got {brief(v)}")
         return v
 
-    def model_spec(self, base: ModelSpec | None, tp: int | None = None, **given: Any) -> ModelSpec:
+    def model_spec(
+        self,
+        base: ModelSpec | None,
+        tp: int | None = None,
+        beside: str = "--config FILE (a Hugging Face config.json) or --model NAME",
+        **given: Any,
+    ) -> ModelSpec:
         """The job's model: `base` (the model given beside the file: --config, --model or sizes) with the
         fields the file sets in its place, and `given` sizes (a command's own flags) over both. A file that
-        describes no model of its own needs a base; `tp` is unused (Megatron's reader pads by it)."""
+        describes no model of its own needs a base (`beside`: the flags that give one, in the refusal); `tp` is
+        unused (Megatron's reader pads by it)."""
         from dataclasses import replace
 
         sizes = {k: v for k, v in given.items() if v is not None}
@@ -100,8 +108,7 @@ class ReadJob:
             if any(fields_.get(k) is None for k in ("layers", "hidden", "heads", "vocab")):
                 named = f" (it names {self.model_name}: give that model's config.json)" if self.model_name else ""
                 raise UsageError(
-                    f"{self.path}: a {self.title} does not describe the whole model{named}: give --config FILE "
-                    f"(a Hugging Face config.json) or --model NAME beside --job"
+                    f"{self.path}: a {self.title} does not describe the whole model{named}: give {beside} beside --job"
                 )
             return ModelSpec(name=f"{self.path.rsplit('/', 1)[-1]} ({self.title})", **fields_)
         if all(self.model.get(k) is not None for k in ("layers", "hidden", "heads", "vocab")):
@@ -134,6 +141,7 @@ class ReadJob:
             "step": self.step,
             "seq": self.seq,
             "overlap": self.overlap,
+            "sets": list(self.sets),
         }
 
 
@@ -186,6 +194,33 @@ def account(job: ReadJob, table: tuple[JobField, ...]) -> None:
             job.unmodelled.append(f"{name} {_shown(value)}: {entry.means}")
         else:
             job.no_effect.append(name)
+
+
+def parse_set(text: str) -> tuple[str, Any]:
+    """`--job-set NAME=VALUE`: the dotted field and its value (an integer, a number, true/false or text), as a
+    stack's own command line overrides a field (torchtitan's `--parallelism.tensor_parallel_degree 8`)."""
+    name, eq, raw = text.partition("=")
+    name = name.strip().removeprefix("--")
+    if not eq or not name or not all(part.isidentifier() for part in name.split(".")):
+        raise UsageError(f"--job-set {brief(text)}: expected NAME=VALUE (such as parallelism.tensor_parallel_degree=8)")
+    raw = raw.strip()
+    if raw.lower() in ("true", "false"):
+        return name, raw.lower() == "true"
+    for kind in (int, float):
+        try:
+            return name, kind(raw)
+        except ValueError:
+            pass
+    return name, raw
+
+
+def with_sets(values: dict[str, Any], sets: tuple[str, ...]) -> dict[str, Any]:
+    """A file's fields with each `--job-set NAME=VALUE` in place (a field the file lacks is added)."""
+    out = dict(values)
+    for text in sets:
+        name, value = parse_set(text)
+        out[name] = value
+    return out
 
 
 def plural(n: int, word: str) -> str:

@@ -8,7 +8,7 @@ the GPUs left over, so the count comes from --gpus) times context_parallel_degre
 TP always with sequence parallelism; parameters kept in FP32 and gathered in training.mixed_precision_param
 (precision fsdp2). Field names and defaults: torchtitan@238fa99 torchtitan/config/job_config.py
 (tests/data/jobs/SURVEY.md, section 3a). torchtitan's later Python config registry (`--module llama3 --config
-llama3_70b`) names a function in Python, not a file: parasim reads the TOML form.
+llama3_70b`) is read by job/torchtitan_registry.py, into the fields these files share, with this table.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from .read import (
     set_field,
     step_defaults,
     tree_of,
+    with_sets,
 )
 
 TITLE = "torchtitan train config"
@@ -191,10 +192,12 @@ def parse(data: bytes, path: str) -> Any:
     return tree
 
 
-def read(path: str) -> ReadJob:
+def read(path: str, sets: tuple[str, ...] = ()) -> ReadJob:
     """The torchtitan train config at `path` as parasim's job."""
     tree = parse(read_bounded(path, "torchtitan config"), path)
-    job = ReadJob(path, "torchtitan", TITLE, values=leaves(tree, path, "a torchtitan train config"))
+    job = ReadJob(
+        path, "torchtitan", TITLE, values=with_sets(leaves(tree, path, "a torchtitan train config"), sets), sets=sets
+    )
     _model(job)
     degrees = _degrees(job)
     micro, microbatches, batch = _batch(job, degrees)

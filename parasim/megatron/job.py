@@ -880,7 +880,7 @@ def plan_of(job: Job, model: ModelSpec, world: int | None = None, **override: An
         dispatcher=s.get("dispatcher", "alltoall"),
     )
     # the kernels a job names (another stack's: torchtitan's eager layers, its SDPA attention)
-    choices.update({k: s[k] for k in ("fusion", "attention_kernel") if k in s})
+    choices.update({k: s[k] for k in ("fusion", "attention_kernel", "chunked_loss") if k in s})
     choices.update({k: v for k, v in override.items() if k not in LAYOUT_FIELDS and v is not None})
     plan = Plan(**fields_, **choices)
     batch = s.get("global_batch")

@@ -27,7 +27,7 @@ def print_memory(
     table.add_column("item")
     table.add_column(name, justify="right")
     table.add_column("share", justify="right")
-    for k, v in bd.items.items():
+    for k, v in bd.shown().items():
         table.add_row(k, f"{v / unit:,.2f}", f"{v / bd.total:.0%}" if bd.total else "-")
     table.add_row("[bold]total[/]", f"[bold]{bd.total / unit:,.2f}[/]", "")
     console.print(table)
@@ -170,7 +170,7 @@ def fit_lines(
         f"  longest sequence {f.seq:,} tokens (stage {f.at_max.stage + 1} binds; model state "
         f"{out['model_state']:.2f} {name})",
     ]
-    lines += [f"    {k:<24} {v / unit:10.2f} {name}" for k, v in f.at_max.items.items()]
+    lines += [f"    {k:<24} {v / unit:10.2f} {name}" for k, v in f.at_max.shown().items()]
     if not f.seq:
         lines.append("  nothing fits: the model state alone exceeds the usable memory")
     elif out["time"].get("step_s") is None:

@@ -13,6 +13,8 @@ def read_job_lines(job: Any) -> list[str]:
     fields = len(job.values)
     # The count before the path: a long path wraps, and the count should not wrap with it.
     lines = wrapped(f"{job.title}, {fields} field{'s' if fields != 1 else ''}: {job.path}", "")
+    if job.sets:
+        lines += wrapped("set on the command line, in place of the file's: " + ", ".join(job.sets), "  ")
     if job.world is not None:
         lines += wrapped(f"runs on {job.world:,} GPU{'s' if job.world != 1 else ''}", "  ")
     lines.append(f"  fields read ({len(job.used)}):")

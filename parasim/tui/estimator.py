@@ -135,7 +135,7 @@ class Estimator:
         t = d["time"]
         return {
             "label": f"{q.plan.label()} on {q.plan.world:,} GPUs",
-            "items": {k: v for k, v in d["items"].items()},
+            "items": {k: d["items"][k] for k in report.breakdown.shown()},
             "total": d["total"],
             "usable": d["usable"],
             "fits": d["fits"],

@@ -15,7 +15,7 @@ from textual.widgets import Footer, Header, Static
 from .estimator import Estimator, bar
 
 # one colour per memory item, in the order estimate/memory.py lists them
-ITEM_COLOURS = ("dodger_blue1", "cyan", "magenta", "green", "gold1", "dark_orange", "grey70")
+ITEM_COLOURS = ("dodger_blue1", "cyan", "magenta", "green", "gold1", "dark_orange", "grey70", "salmon1")
 
 
 class EstimatorApp(App):

@@ -85,3 +85,14 @@ def test_analytic_points_agree_to_the_papers_rounding():
         published = rows[point][4].split()[0]
         decimals = len(published.split(".")[1]) if "." in published else 0
         assert round(POINTS[point][0](), decimals) == float(published), point
+
+
+def test_the_gathered_layers_the_page_quotes_are_the_estimators():
+    """The prose quotes ZeRO-3's gathered layers (equal at 8 and 128 GPUs, so they cancel in the delta)."""
+    from parasim.estimate.memory import GATHERED, items
+
+    text = DOC.read_text()
+    fsdp = [float(items(LLAMA_8B, Plan(dp=dp, zero=3), 0)[GATHERED][0]) / GiB for dp in (8, 128)]
+    assert fsdp[0] == fsdp[1] and f"`ZeRO-3 gathered layers`, {fsdp[0]:.2f} GiB at both sizes" in text
+    trl = float(items(QWEN3_8B, Plan(cp=8, zero=3), 0)[GATHERED][0]) / 1e9
+    assert f"FSDP's\n  gathered layers are, {trl:.2f} GB" in text

@@ -20,11 +20,11 @@ D = ModelSpec("tiny", layers=4, hidden=8, heads=2, vocab=10, params=1600)
 MOE = ModelSpec("tiny-moe", layers=4, hidden=4, heads=2, vocab=8, experts=4, top_k=2, expert_ffn=8,
                 shared_experts=1, dense_layers=2)
 KEYS = ["weights", "gradients", "optimizer", "activations", "in-flight micro-batches", "recompute working set",
-        "logits"]
+        "logits", "ZeRO-3 gathered layers"]
 
 
 # -- Plan: its checks, its label, its dict ------------------------------------------------------------
-INT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "working_layers")
+INT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "micro_batch", "working_layers", "gathered_layers")
 
 
 @pytest.mark.parametrize("field", INT_FIELDS)
@@ -250,6 +250,27 @@ def test_moe_model_state_by_zero_stage(zero, want):
     assert tuple(float(got[k][0]) for k in ("weights", "gradients", "optimizer")) == want
 
 
+# ZeRO-3's working set on MOE, by hand: attention 4*4*2 + 4*(2*2*2) = 64 per layer, norms 2h = 8; a dense layer
+# 64 + 8 + MLP 2*4*16 = 200; an MoE layer 64 + 8 + shared 2*4*8 = 64 + router 4*4 = 16 = 152 beside its routed
+# experts 4 x 2*4*8 = 256. Post precision: weights gathered in 2 bytes, gradients 2; Megatron's: 2 and 4.
+@pytest.mark.parametrize("plan, stage, want", [
+    (Plan(dp=4, zero=3), 0, (152 + 256) * (2 * 2 + 2)),  # the MoE layer, whole, twice, and its gradient once
+    (Plan(dp=4, zero=3, gathered_layers=1), 0, (152 + 256) * (2 + 2)),
+    (Plan(dp=4, zero=3, precision="megatron-bf16"), 0, (152 + 256) * (2 * 2 + 4)),
+    (Plan(dp=4, zero=2), 0, 0),  # below stage 3 the weights stay whole: nothing gathered
+    (Plan(dp=4, ep=4, zero=3), 0, 200 * 6),  # EP 4 over 4 GPUs: each expert on one, not sharded, not gathered
+    (Plan(tp=2, sp=True, dp=2, ep=2, zero=3), 0, (152 / 2 + 256 / 2) * 6),  # TP halves the dense part, EP the experts
+    (Plan(pp=2, dp=2, zero=3), 0, 200 * 6),  # the first stage holds the two dense layers
+    (Plan(pp=2, dp=2, zero=3), 1, 408 * 6),  # the second the two MoE layers
+    (Plan(cp=2, zero=3), 0, 408 * 6),  # ZeRO shards over DP x CP, so CP alone gathers too
+    (Plan(zero=3), 0, 0),  # one GPU: nothing to gather from
+])
+def test_zero3_gathers_the_stages_largest_layer(plan, stage, want):
+    plan.check(MOE)
+    got = items(MOE, plan, stage)["ZeRO-3 gathered layers"]
+    assert tuple(float(v) for v in got) == (want, 0, 0)
+
+
 @pytest.mark.parametrize("expert_ffn, stage, work", [
     (8, 1, 2 * 136),  # a dense stage re-runs dense layers
     (8, 2, 2 * 184),  # an MoE stage its (larger) MoE layers
@@ -280,7 +301,8 @@ def test_breakdown_and_its_dict():
         "model": "tiny", "seq": 10, "stage": 1, "unit_bytes": 1000, "model_state": 6.4, "total": 13.44,
         "params_held": 400.0, "bytes_per_param": 16.0,  # 6400 bytes over the 400 parameters this rank holds
         "items": {"weights": 0.8, "gradients": 0.8, "optimizer": 4.8, "activations": 3.52,
-                  "in-flight micro-batches": 3.52, "recompute working set": 0.0, "logits": 0.0},
+                  "in-flight micro-batches": 3.52, "recompute working set": 0.0, "logits": 0.0,
+                  "ZeRO-3 gathered layers": 0.0},
         "layout": {"tp": 2, "sp": False, "cp": 1, "pp": 2, "dp": 1, "ep": 1, "etp": 1, "world": 4, "zero": 1,
                    "recompute": "none", "flash": True, "micro_batch": 1, "microbatches": 2, "chunked_loss": False,
                    "precision": "post", "attention_kernel": None, "fusion": "megatron", "dispatcher": "alltoall", "label": "TP2 + PP2"}}
