@@ -219,7 +219,7 @@ class _Reader:
         if isinstance(node, ast.Call):
             callee = ast.unparse(node.func)
             if callee in self.funcs and not node.args and not node.keywords:
-                return _copy(self.function(callee, depth + 1))  # a config built on another's
+                return self.function(callee, depth + 1)  # a config built on another's (each call builds anew)
             out: dict[str, Any] = {CALL: callee, ARGS: [self.value(a, env, depth) for a in node.args]}
             for kw in node.keywords:
                 if kw.arg is None:
@@ -231,14 +231,6 @@ class _Reader:
 
 def _number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _copy(v: Any) -> Any:
-    if isinstance(v, dict):
-        return {k: _copy(x) for k, x in v.items()}
-    if isinstance(v, list):
-        return [_copy(x) for x in v]
-    return v
 
 
 def call_text(call: dict[str, Any], whole: bool = False) -> str:

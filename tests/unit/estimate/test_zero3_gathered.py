@@ -36,3 +36,12 @@ def test_the_search_on_256_nodes_picks_expert_parallelism():
     assert r.returncode == 0, r.stderr
     (row,) = json.loads(r.stdout)["nodes"]
     assert row["gpus"] == 2048 and row["best"]["ep"] > 1, row["best"]["label"]
+
+
+def test_tables_show_the_gathered_row_only_under_zero_3():
+    """--json keeps every item; a table leaves ZeRO-3's row out below stage 3, where it is zero by definition."""
+    for zero, shown in ((1, False), (3, True)):
+        r = cli("memory", "--model", "27b", "--dp", "8", "--zero", str(zero))
+        assert r.returncode == 0 and ("ZeRO-3 gathered layers" in r.stdout) is shown, zero
+        data = json.loads(cli("memory", "--model", "27b", "--dp", "8", "--zero", str(zero), "--json").stdout)
+        assert ("ZeRO-3 gathered layers" in data["items"]) and (data["items"]["ZeRO-3 gathered layers"] > 0) is shown

@@ -112,6 +112,19 @@ def cfg() -> Trainer.Config:
     assert job.step["recompute"] == "selective" and job.step["fusion"] == "megatron" and "tp" in job.overlap
 
 
+def test_sequence_parallel_off_and_async_tp_where_the_first_registry_kept_it(tmp_path):
+    job = read(_registry(tmp_path, HEAD + """
+def cfg() -> Trainer.Config:
+    config = base()
+    config.parallelism.enable_sequence_parallel = False
+    return config
+"""))
+    assert (job.layout["tp"], job.layout["sp"]) == (2, False)
+    # torchtitan@9810191 kept async TP under parallelism (as the TOML files), today's under compile
+    assert "tp" in read(f"{FIRST}:llama3_405b").overlap and "tp" in read(f"{NOW}:llama3_405b").overlap
+    assert "tp" not in read(f"{NOW}:llama3_70b").overlap
+
+
 def test_sizes_that_do_not_divide_are_said(tmp_path):
     job = read(_registry(tmp_path, HEAD + """
 def cfg() -> Trainer.Config:
