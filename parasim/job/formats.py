@@ -17,7 +17,7 @@ from .deepspeed import looks_like as deepspeed_looks_like, read as read_deepspee
 from .picotron import looks_like as picotron_looks_like, read as read_picotron, write as write_picotron
 from .torchtitan import looks_like as torchtitan_looks_like, read as read_torchtitan, toml_tree
 from .torchtitan import write as write_torchtitan
-from .torchtitan_registry import looks_like_path as registry_path, read as read_registry
+from .torchtitan_registry import looks_like_path as registry_path, read as read_registry, write as write_registry
 from .read import Written
 
 
@@ -94,7 +94,12 @@ JOB_FORMATS: dict[str, JobFormat] = {
         ),
         # a Python file is told by its name (FILE.py:FUNCTION): it is read, never run
         JobFormat(
-            "torchtitan-py", "torchtitan config function (Python, FILE.py:NAME)", "model and plan", None, read_registry
+            "torchtitan-py",
+            "torchtitan config function (Python, FILE.py:NAME)",
+            "model and plan",
+            None,
+            read_registry,
+            write_registry,
         ),
         JobFormat(
             "megatron", "Megatron-LM launch script or file of flags", "model and plan", None, _megatron, _megatron_write

@@ -199,16 +199,16 @@ def read(path: str, sets: tuple[str, ...] = ()) -> ReadJob:
         path, "torchtitan", TITLE, values=with_sets(leaves(tree, path, "a torchtitan train config"), sets), sets=sets
     )
     _model(job)
-    degrees = _degrees(job)
-    micro, microbatches, batch = _batch(job, degrees)
-    recompute = _recompute(job)
+    degrees = read_degrees(job)
+    micro, microbatches, batch = read_batch(job, degrees)
+    recompute = read_recompute(job)
     job.step = step_defaults(
         micro_batch=micro,
         microbatches=microbatches,
         global_batch=batch,
         recompute=recompute,
         precision=_precision(job),
-        fusion=_fusion(job),
+        fusion=read_fusion(job),
         attention_kernel="fa2",  # PyTorch's scaled_dot_product_attention, whose flash backend is FlashAttention-2
     )
     # FSDP2 gathers the next layer and reduce-scatters beside compute; DDP all-reduces its buckets beside backward
@@ -223,7 +223,7 @@ def read(path: str, sets: tuple[str, ...] = ()) -> ReadJob:
         )
         if async_tp:
             job.overlap.append("tp")
-    _optimizer(job)
+    read_optimizer(job)
     account(job, FIELDS)
     return job
 
@@ -257,7 +257,7 @@ def _model(job: ReadJob) -> None:
     )
 
 
-def _degrees(job: ReadJob) -> dict[str, int | None]:
+def read_degrees(job: ReadJob) -> dict[str, int | None]:
     """TP x CP x PP x (replicate x shard) DP; EP and ETP for MoE models. A shard degree of -1 is what the GPUs
     leave: the count then comes from --gpus."""
     shard_given = job.values.get(_P + "data_parallel_shard_degree")
@@ -301,7 +301,7 @@ def _degrees(job: ReadJob) -> dict[str, int | None]:
     return {**d, "dp": None if shard is None else replicate * shard}
 
 
-def _batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int | None]:
+def read_batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int | None]:
     """A GPU's sequences at once, the micro-batches a step and the global batch. Without PP a rank runs its
     local batch at once; with PP in micro-batches of pipeline_parallel_microbatch_size. The global batch
     (default -1: local x DP, one step) holds any further accumulation (train.py)."""
@@ -340,7 +340,7 @@ def _batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int
     return micro, count, batch
 
 
-def _recompute(job: ReadJob) -> str:
+def read_recompute(job: ReadJob) -> str:
     mode = job.values.get("activation_checkpoint.mode")
     if mode is None:
         job.assumed.append("no activation_checkpoint.mode: torchtitan's default, selective")
@@ -380,7 +380,7 @@ def _precision(job: ReadJob) -> str:
     return "fsdp2-fp8-gather" if gather else "fsdp2-fp8"
 
 
-def _fusion(job: ReadJob) -> str:
+def read_fusion(job: ReadJob) -> str:
     """torch.compile of the model fuses its elementwise work (timed as Megatron's fused kernels); without it
     each operation is a kernel of its own (torch-eager)."""
     enable = job.values.get("compile.enable")
@@ -396,7 +396,7 @@ def _fusion(job: ReadJob) -> str:
     return "megatron" if enable and "model" in parts else "torch-eager"
 
 
-def _optimizer(job: ReadJob) -> None:
+def read_optimizer(job: ReadJob) -> None:
     name = job.values.get("optimizer.name")
     if name is None:
         return
@@ -505,4 +505,12 @@ def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJo
         notes.append(f"ZeRO-{plan.zero}: torchtitan's FSDP shards the weights too (written as FSDP: ZeRO-3)")
     if plan.tp > 1 and not plan.sp:
         notes.append("TP without SP: torchtitan's TP always splits the sequence between its layers")
+    notes += amp_note(plan)
     return Written("torchtitan", toml_text(tree), tuple(notes))
+
+
+def amp_note(plan: Any) -> list[str]:
+    """torchtitan's maybe_enable_amp: without FSDP, TP or PP train in FP32 whatever the plan's precision says."""
+    if plan.zero == 0 and (plan.tp > 1 or plan.pp > 1) and plan.precision != "fp32":
+        return [f"DDP with TP or PP: torchtitan trains in FP32 there (its maybe_enable_amp), not {plan.precision}"]
+    return []

@@ -24,7 +24,17 @@ from typing import Any
 
 from ..errors import UsageError
 from ..limits import brief, read_bounded
-from . import torchtitan as toml_form
+from .torchtitan import FIELDS as TOML_FIELDS
+from .torchtitan import (
+    FLAVORS,
+    amp_note,
+    flavor_of,
+    read_batch,
+    read_degrees,
+    read_fusion,
+    read_optimizer,
+    read_recompute,
+)
 from .read import (
     FIELDS_AT_MOST,
     NO_EFFECT,
@@ -36,6 +46,7 @@ from .read import (
     plural,
     step_defaults,
     with_sets,
+    Written,
 )
 
 TITLE = "torchtitan config function"
@@ -108,7 +119,7 @@ FIELDS: tuple[JobField, ...] = (
             "training.disable_cuda_graphs",
         )
     ),
-    *toml_form.FIELDS,
+    *TOML_FIELDS,
 )
 
 
@@ -278,7 +289,7 @@ def read(given: str, sets: tuple[str, ...] = ()) -> ReadJob:
     fn, values = registry_values(given)
     job = ReadJob(given, "torchtitan-py", TITLE, values=with_sets(values, sets), sets=sets)
     _model(job, fn)
-    degrees = toml_form._degrees(job)
+    degrees = read_degrees(job)
     if job.values.get(_P + "enable_sequence_parallel") is not None:
         sp = _flag(job, _P + "enable_sequence_parallel")
         job.use(_P + "enable_sequence_parallel", "TP splits the sequence between its layers (SP)" if sp else "off")
@@ -290,7 +301,7 @@ def read(given: str, sets: tuple[str, ...] = ()) -> ReadJob:
         global_batch=batch,
         recompute=_recompute(job),
         precision=_precision(job),
-        fusion=toml_form._fusion(job),
+        fusion=read_fusion(job),
         attention_kernel="fa2",  # PyTorch's scaled_dot_product_attention, as the TOML form
         chunked_loss=_loss(job),
     )
@@ -322,7 +333,7 @@ def _model(job: ReadJob, fn: str) -> None:
     call = ast.parse(spec, mode="eval").body if isinstance(spec, str) and spec.startswith("model_registry(") else None
     args = call.args if isinstance(call, ast.Call) else []
     flavor = str(args[0].value) if args and isinstance(args[0], ast.Constant) else None
-    f = toml_form.FLAVORS.get((module, str(flavor)))
+    f = FLAVORS.get((module, str(flavor)))
     if f is None:
         if spec is not None:
             job.use("model_spec", f"{module} {flavor}: no flavour table in parasim (give its config.json by --config)")
@@ -352,7 +363,7 @@ def _batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int
     forward of every DP rank, times the micro-batches) give the global batch. The registry's first form
     (local_batch_size and seq_len) is read as the TOML files are."""
     if "training.local_batch_size" in job.values or "training.seq_len" in job.values:
-        return toml_form._batch(job, d)
+        return read_batch(job, d)
     tokens = job.size("training.num_tokens_per_microbatch_per_dp_rank") or 16384  # configs.py's defaults
     context = job.size("training.max_context_length") or 2048
     job.seq = context
@@ -400,7 +411,7 @@ def _recompute(job: ReadJob) -> str:
     mode = job.values.get("activation_checkpoint.mode")
     if mode is not None:
         job.read.add("activation_checkpoint")
-        return toml_form._recompute(job)
+        return read_recompute(job)
     ac = job.values.get("activation_checkpoint")
     if ac is None:
         job.assumed.append("no activation_checkpoint: parasim assumes none")
@@ -487,7 +498,7 @@ def _optimizer(job: ReadJob) -> None:
     if opt is None and name is None:
         return
     if name is not None:
-        toml_form._optimizer(job)  # the TOML form's field and words
+        read_optimizer(job)  # the TOML form's field and words
         job.read.add("optimizer")
         return
     adam = "adam" in str(opt).lower() or str(opt).startswith("OptimizersContainer.Config")
@@ -502,3 +513,100 @@ def _optimizer(job: ReadJob) -> None:
 
 
 __all__ = ["read", "looks_like_path", "split_path", "registry_values", "FIELDS", "TITLE"]
+
+
+# -- the plan written as a config function ----------------------------------------------------------------------
+AC_CLASS = {"full": "FullAC.Config()", "selective": "SelectiveAC.Config()"}
+
+
+def write(model: Any, plan: Any, seq: int, overlap: tuple[str, ...], job: ReadJob | None = None) -> Written:
+    """`plan` as a torchtitan config function named as torchtitan names its own, after the model's module
+    (llama3_parasim_plan), to add to the model's config_registry.py and run by `--config`: over the function `job`
+    was read from where there is one (`config = llama3_70b()`, then each field the plan sets, as torchtitan's own
+    derived configs are written), else a Trainer.Config of its own. What torchtitan runs otherwise than the plan
+    says is in the notes."""
+    base = job if job is not None and job.format == "torchtitan-py" else None
+    notes: list[str] = []
+    lines = []
+    flavor = flavor_of(model)
+    module = flavor[0] if flavor else (split_path(base.path)[1] or "model").split("_", 1)[0] if base else "model"
+    fn = f"{module}_parasim_plan"
+    if flavor is None:
+        notes.append(f"{model.name}: not one of torchtitan's Llama 3 flavours: model_spec names your model's own")
+    fp8 = plan.precision in ("fsdp2-fp8", "fsdp2-fp8-gather")
+    converters = (
+        f", converters=[Float8LinearConverter.Config(enable_fsdp_float8_all_gather="
+        f"{plan.precision == 'fsdp2-fp8-gather'})]"
+        if fp8
+        else ""
+    )
+    spec = f"model_registry({(flavor[1] if flavor else 'YOUR_FLAVOR')!r}{converters})"
+    if base is None:
+        lines.append(
+            "    config = Trainer.Config(\n"
+            f"        model_spec={spec},\n"
+            "        optimizer=default_adamw(),\n"
+            "        training=TrainingConfig(),\n"
+            "        parallelism=ParallelismConfig(),\n"
+            "        compile=CompileConfig(),\n"
+            "    )"
+        )
+    else:
+        lines.append(f"    config = {split_path(base.path)[1]}()")
+
+        def fp8_of(precision: str) -> str | None:
+            return precision if precision.startswith("fsdp2-fp8") else None
+
+        if fp8_of(plan.precision) != fp8_of(base.step["precision"]):  # the converters live in the model's spec
+            lines.append(f"    config.model_spec = {spec}")
+            notes.append(
+                "model_spec written anew for its FP8 converter: other options of the base's model_spec are not kept"
+            )
+    fields: list[tuple[str, Any]] = [
+        ("training.max_context_length", seq),
+        ("training.num_tokens_per_microbatch_per_dp_rank", plan.micro_batch * seq),
+        ("training.num_tokens_per_train_step", plan.micro_batch * seq * plan.m * plan.dp),
+    ]
+    replicate, shard = (1, plan.dp) if plan.zero else (plan.dp, 1)
+    fields += [(_P + "data_parallel_replicate_degree", replicate), (_P + "data_parallel_shard_degree", shard)]
+    for name, v in (
+        ("tensor_parallel_degree", plan.tp),
+        ("pipeline_parallel_degree", plan.pp),
+        ("context_parallel_degree", plan.cp),
+        ("expert_parallel_degree", plan.ep),
+        ("expert_tensor_parallel_degree", plan.etp),
+    ):
+        if v > 1 or (base is not None and _P + name in base.values):
+            fields.append((_P + name, v))
+    if plan.pp > 1:
+        fields.append((_P + "num_pp_microbatches", plan.m))
+    if plan.tp > 1 and not plan.sp:
+        fields.append((_P + "enable_sequence_parallel", False))
+    compiled = plan.fusion != "torch-eager"
+    fields += [("compile.enable", compiled), ("compile.enable_async_tensor_parallel", "tp" in overlap)]
+    if compiled:
+        fields.append(("compile.components", ["model", "loss"]))
+    fields.append(("training.mixed_precision_param", "float32" if plan.precision == "fp32" else "bfloat16"))
+    lines += [f"    config.{name} = {value!r}" for name, value in fields]
+    if plan.recompute in AC_CLASS:
+        lines.append(f"    config.activation_checkpoint = {AC_CLASS[plan.recompute]}")
+    elif base is not None and base.step["recompute"] != "none":
+        notes.append("no recomputation: remove activation_checkpoint from the function it is built on")
+    if plan.chunked_loss != (base is not None and base.step.get("chunked_loss", False)):
+        loss = (
+            "ChunkedLossWrapper.Config(loss_fn=CrossEntropyLoss.Config())"
+            if plan.chunked_loss
+            else "CrossEntropyLoss.Config()"
+        )
+        lines.append(f"    config.loss = {loss}")
+    if plan.precision not in ("fsdp2", "fsdp2-fp8", "fsdp2-fp8-gather", "fp32"):
+        notes.append(f"precision {plan.precision}: torchtitan keeps FP32 weights gathered in BF16 (written as fsdp2)")
+    if plan.zero in (1, 2):
+        notes.append(f"ZeRO-{plan.zero}: torchtitan's FSDP shards the weights too (written as FSDP: ZeRO-3)")
+    notes += amp_note(plan)
+    head = (
+        f"# parasim's plan: {plan.label()} on {plan.world:,} GPUs, sequences of {seq:,} tokens.\n"
+        f"# Add it to the model's config_registry.py and run torchtitan with --module {module} --config {fn}.\n"
+        f"def {fn}() -> Trainer.Config:\n"
+    )
+    return Written("torchtitan-py", head + "\n".join(lines) + "\n    return config\n", tuple(notes))

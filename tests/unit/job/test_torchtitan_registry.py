@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,74 @@ def test_job_set_on_a_json_stack_and_its_values_typed(tmp_path):
     _, job = read_job_file(str(ds), sets=("zero_optimization.stage=3", "fp16.enabled=false", "steps_per_print=x"))
     assert job.layout["zero"] == 3 and job.values["fp16.enabled"] is False and job.values["steps_per_print"] == "x"
     assert job.sets == ("zero_optimization.stage=3", "fp16.enabled=false", "steps_per_print=x")
+
+
+# -- written as a config function (--emit torchtitan-py), read back to the same plan -----------------------------
+def _round_trip(tmp_path, job, plan, base_file: Path | None):
+    from parasim.job.formats import write_job
+    from parasim.megatron.job import plan_of
+
+    model = job.model_spec(None)
+    written = write_job("torchtitan-py", model, plan, job.seq, tuple(job.overlap), job)
+    again = tmp_path / "config_registry.py"
+    again.write_text((base_file.read_text() + "\n\n" if base_file else "") + written.text)
+    job2 = read(f"{again}:llama3_parasim_plan")
+    assert replace(job2.model_spec(None), name=model.name) == model and job2.unknown == [] == job2.contradictions
+    same = plan_of(job2, model, plan.world)
+    assert replace(same, microbatches=same.m) == replace(plan, microbatches=plan.m)
+    # FSDP prefetches (ZeRO-3) and async TP where the function had it; DDP reduces beside backward alone
+    want = {"grad-reduce"} | ({"prefetch"} if plan.zero == 3 else set()) | ({"tp"} & set(job.overlap))
+    assert set(job2.overlap) == want
+    return written
+
+
+@pytest.mark.parametrize("name, gpus", [("llama3_8b", 8), ("llama3_70b", 64), ("llama3_405b", 128)])
+@pytest.mark.parametrize("path", [NOW, FIRST], ids=["now", "first"])
+def test_a_registry_function_written_over_itself_reads_back_to_the_same_plan(tmp_path, path, name, gpus):
+    from parasim.megatron.job import plan_of
+
+    job = read(f"{path}:{name}")
+    plan = plan_of(job, job.model_spec(None), gpus)
+    written = _round_trip(tmp_path, job, plan, path)
+    assert f"    config = {name}()\n" in written.text
+
+
+@pytest.mark.parametrize("change", [
+    dict(tp=4, pp=2, dp=8, microbatches=4),  # 64 GPUs either way
+    dict(recompute="selective", chunked_loss=False),
+    dict(precision="fsdp2-fp8-gather"),
+    dict(tp=8, sp=False),
+    dict(zero=0, tp=1, sp=False, dp=64),  # DDP: FSDP's shard degree 1 (with TP it would train in FP32: below)
+])
+def test_a_changed_plan_is_written_in_the_function_and_read_back(tmp_path, change):
+    from dataclasses import replace as changed
+    from parasim.megatron.job import plan_of
+
+    job = read(f"{NOW}:llama3_70b")
+    plan = changed(plan_of(job, job.model_spec(None), 64), **change)
+    _round_trip(tmp_path, job, plan, NOW)
+
+
+def test_ddp_beside_tp_is_written_with_a_note_and_reads_back_in_fp32(tmp_path):
+    from dataclasses import replace as changed
+    from parasim.job.formats import write_job
+    from parasim.megatron.job import plan_of
+
+    job = read(f"{NOW}:llama3_70b")
+    plan = changed(plan_of(job, job.model_spec(None), 64), zero=0)
+    written = write_job("torchtitan-py", job.model_spec(None), plan, job.seq, tuple(job.overlap), job)
+    assert any("torchtitan trains in FP32 there" in n for n in written.notes)
+    again = tmp_path / "config_registry.py"
+    again.write_text(NOW.read_text() + "\n\n" + written.text)
+    assert read(f"{again}:llama3_parasim_plan").step["precision"] == "fp32"
+
+
+def test_a_plan_from_elsewhere_is_a_whole_trainer_config(tmp_path):
+    """From the TOML 8B (no function to build on): a Trainer.Config of its own, with the flavour's model_registry."""
+    from parasim.job.torchtitan import read as read_toml
+    from parasim.megatron.job import plan_of
+
+    toml = read_toml(str(TITAN / "llama3_8b.toml"))
+    plan = plan_of(toml, toml.model_spec(None), 16)
+    written = _round_trip(tmp_path, toml, plan, None)
+    assert "model_spec=model_registry('8B')" in written.text and "config = Trainer.Config(" in written.text
