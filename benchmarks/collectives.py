@@ -4,6 +4,9 @@
    copy per rank (what any in-process all-reduce must at least do). Goal: at most 1.3x the floor.
 2. Per-call time of a 4-element all-reduce on 8 ranks: the engine's own overhead (scheduling, checks,
    trace). Goal: at most 50 us.
+3. All-to-all of 16M float32 per rank on 8 virtual ranks (8 chunks each), against the copy floor: every
+   rank's input copied once into a fresh array (what any in-process all-to-all must at least move). CPU
+   seconds of this process, so other work on the machine does not move the ratio. Goal: at most 1.5x.
 
     python benchmarks/collectives.py [--json] [--repeat N] [--tiny]
 
@@ -51,6 +54,23 @@ def engine_tiny() -> float:
     return (time.perf_counter() - t) / TINY_CALLS
 
 
+def engine_all_to_all(xs: list[np.ndarray]) -> float:
+    def prog(ctx):
+        ctx.comm.all_to_all(np.split(xs[ctx.rank], WORLD))
+
+    t = time.process_time()
+    parasim.run(prog, world=WORLD)
+    return time.process_time() - t
+
+
+def floor_all_to_all(xs: list[np.ndarray]) -> float:
+    t = time.process_time()
+    out = [x.copy() for x in xs]
+    took = time.process_time() - t
+    del out
+    return took
+
+
 def floor_tiny() -> float:
     xs = [np.ones(4, np.float32) for _ in range(WORLD)]
     t = time.perf_counter()
@@ -79,6 +99,11 @@ def main() -> None:
         t = time.perf_counter()
         floor_all_reduce(xs)
         big_floor.append(time.perf_counter() - t)
+    engine_all_to_all(xs), floor_all_to_all(xs)  # warm up, as above
+    a2a_engine, a2a_floor = [], []
+    for _ in range(args.repeat):
+        a2a_engine.append(engine_all_to_all(xs))
+        a2a_floor.append(floor_all_to_all(xs))
     del xs
     engine_tiny()
     tiny_engine = [engine_tiny() for _ in range(args.repeat)]
@@ -89,6 +114,12 @@ def main() -> None:
     result = {
         f"all_reduce_{label}_float32_8_ranks": {"engine_s": round(e, 4), "numpy_floor_s": round(f, 4),
                                            "ratio": round(e / f, 3), "goal_ratio": 1.3},
+        f"all_to_all_{label}_float32_8_ranks": {
+            "engine_cpu_s": round(statistics.median(a2a_engine), 4),
+            "copy_floor_cpu_s": round(statistics.median(a2a_floor), 4),
+            "ratio": round(statistics.median(a2a_engine) / max(statistics.median(a2a_floor), 1e-9), 3),
+            "goal_ratio": 1.5,
+        },
         "all_reduce_4_float32_8_ranks": {"engine_us_per_call": round(te * 1e6, 1),
                                          "numpy_floor_us_per_call": round(tf * 1e6, 1),
                                          "ratio": round(te / tf, 2), "goal_us_per_call": 50},
@@ -99,6 +130,9 @@ def main() -> None:
     b, t = result[f"all_reduce_{label}_float32_8_ranks"], result["all_reduce_4_float32_8_ranks"]
     print(f"all-reduce, {label} float32, 8 virtual ranks: {b['engine_s'] * 1e3:.1f} ms vs numpy floor "
           f"{b['numpy_floor_s'] * 1e3:.1f} ms -> {b['ratio']:.2f}x the floor (goal <= {b['goal_ratio']}x)")
+    a = result[f"all_to_all_{label}_float32_8_ranks"]
+    print(f"all-to-all, {label} float32 a rank, 8 virtual ranks: {a['engine_cpu_s'] * 1e3:.1f} ms CPU vs copy floor "
+          f"{a['copy_floor_cpu_s'] * 1e3:.1f} ms -> {a['ratio']:.2f}x the floor (goal <= {a['goal_ratio']}x)")
     print(f"all-reduce, 4 float32, 8 virtual ranks: {t['engine_us_per_call']:.1f} us per call "
           f"(numpy floor {t['numpy_floor_us_per_call']:.1f} us, {t['ratio']:.1f}x; goal <= {t['goal_us_per_call']} us)")
 

@@ -203,7 +203,22 @@ def _all_gather_torch(c, x, p):
 
 def _all_to_all(inputs, g, p, keep):
     t = g.size
-    return [[inputs[i][j].copy() for i in range(t)] for j in range(t)], None
+    if not all([type(c) is np.ndarray for row in inputs for c in row]):  # symbolic arrays: shapes to copy
+        return [[inputs[i][j].copy() for i in range(t)] for j in range(t)], None
+    # one buffer per receiving member, its t chunks C-ordered views into it: t fresh allocations, not t x t
+    # (a fresh allocation's pages are what a big all-to-all spends its time on; benchmarks/collectives.py)
+    out = []
+    for j in range(t):
+        got = [inputs[i][j] for i in range(t)]
+        buf = np.empty(sum([c.size for c in got]), dtype=got[0].dtype)
+        views, at = [], 0
+        for c in got:
+            view = buf[at : at + c.size].reshape(c.shape)
+            np.copyto(view, c)
+            views.append(view)
+            at += c.size
+        out.append(views)
+    return out, None
 
 
 def _all_to_all_torch(c, chunks, p):
