@@ -13,9 +13,13 @@
    61 layers (3 dense), 256 experts top-8, hidden 7,168, 4,096-token sequences, 16 micro-batches, 1F1B,
    ZeRO-1, balanced routing, with the ranks of each stage folded onto one (engine/symbolic/fold.py) and the trace
    written out for all 2,048. Issue 20's target is 10 s and 2 GB on this 2-core machine.
+6. The llama3-405b preset's whole step: 16,384 GPUs (TP 8 x PP 16 x DP 128, the Llama 3 paper's Table 4), 126
+   layers (7 on the first and last stage), 8,192-token sequences, 16 micro-batches, ranks folded: CPU seconds
+   and the growth of this process's peak memory. Issue 55's goal is 10 s and 1 GB.
 
 --tiny (for tests/e2e/test_benchmarks.py): item 1 as it is, item 2 at 256 tokens on EP 8, item 3 as it is (symbolic:
-cheap at any length), no item 4, and item 5 on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches).
+cheap at any length), no item 4, item 5 on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches), and
+item 6 with DP 1 (128 GPUs).
 """
 from __future__ import annotations
 
@@ -137,6 +141,24 @@ def deepseek_step(name: str = "deepseek-v3", m: int = 16) -> dict:
             "over_target": seconds / TARGET_S}
 
 
+LLAMA3_GOAL_S, LLAMA3_GOAL_MB = 10.0, 1000
+
+
+def llama3_step(dp: int | None = None) -> dict:
+    """Llama 3 405B's pre-training step on its 16,384 GPUs (or the same layout on `dp` data-parallel groups)."""
+    layout = preset("llama3-405b")
+    layout = replace(layout, model=replace(layout.model, seq=8192))
+    if dp is not None:
+        layout = Layout(tp=layout.tp, pp=layout.pp, dp=dp, sp=layout.sp, model=layout.model)
+    before = peak_mb()
+    t = time.process_time()
+    result = parasim.run(make_step(layout, m=layout.pp), layout.world, backend="symbolic", fold=fold_of(layout))
+    cpu = time.process_time() - t
+    return {"gpus": layout.world, "ranks_run": len(set(fold_of(layout))), "micro_batches": layout.pp,
+            "cpu_s": cpu, "events": len(result.trace.events), "peak_growth_mb": peak_mb() - before,
+            "over_goal": cpu / LLAMA3_GOAL_S}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
@@ -144,10 +166,12 @@ def main() -> None:
     args = ap.parse_args()
     if args.tiny:
         out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(256, 8),
-               "layer_27b_821k": layer_27b(), "deepseek_v3_step": deepseek_step("27b-tp8-sp-pp2", 4)}
+               "layer_27b_821k": layer_27b(), "deepseek_v3_step": deepseek_step("27b-tp8-sp-pp2", 4),
+               "llama3_405b_step": llama3_step(dp=1)}
     else:
         out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(), "layer_27b_821k": layer_27b(),
-               "megatron_8b_step": megatron_step(), "rows_27b": nine_rows(), "deepseek_v3_step": deepseek_step()}
+               "megatron_8b_step": megatron_step(), "rows_27b": nine_rows(), "deepseek_v3_step": deepseek_step(),
+               "llama3_405b_step": llama3_step()}
     out["peak_mb"] = peak_mb()
     out["target"] = {"seconds": TARGET_S, "mb": TARGET_MB, "met": out["deepseek_v3_step"]["seconds"] <= TARGET_S
                      and out["peak_mb"] <= TARGET_MB}
@@ -176,6 +200,10 @@ def main() -> None:
           f"micro-batches: {d['seconds']:.1f} s, {d['events']:,} events, {d['bytes_sent'] / 1e12:.2f} TB sent (float64 "
           f"arrays: 4x BF16's bytes); "
           f"{d['over_target']:.1f}x the {TARGET_S:g} s target")
+    ll = out["llama3_405b_step"]
+    print(f"llama3-405b step, {ll['gpus']:,} GPUs ({ll['ranks_run']} run, the rest folded), {ll['micro_batches']} "
+          f"micro-batches: {ll['cpu_s']:.1f} s CPU, {ll['events']:,} events, peak memory +{ll['peak_growth_mb']:.0f} MB; "
+          f"{ll['over_goal']:.1f}x the {LLAMA3_GOAL_S:g} s goal (and {LLAMA3_GOAL_MB} MB)")
     print(f"peak memory of this process: {out['peak_mb']:.0f} MB (target {TARGET_MB} MB); target met: "
           f"{'yes' if out['target']['met'] else 'no'}")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from .mesh import Layout
-from .model import ModelSpec
+from .model import ModelSpec, Stages
 from .stages import SPREAD
 
 # The post states 27B parameters; its shapes alone give 12*L*h^2 plus the embeddings.
@@ -53,6 +53,24 @@ DEEPSEEK_V3 = ModelSpec(
     groups_kept=4,
 )  # its routing: 4 of 8 groups (nodes)
 
+# Llama 3 405B (Dubey et al., "The Llama 3 Herd of Models", 2024): Table 3's shapes (126 layers, model dimension
+# 16,384, FFN 53,248, 128 heads, 8 KV heads; the released tokenizer's 128,256 entries), SwiGLU, RMSNorm, no
+# biases; section 3.3.2: one layer fewer on the first and on the last of the 16 pipeline stages (7, then 8 on each
+# middle stage: 126 layers).
+LLAMA3_405B = ModelSpec(
+    name="Llama 3 405B",
+    layers=126,
+    hidden=16384,
+    heads=128,
+    kv_heads=8,
+    ffn=53248,
+    vocab=128256,
+    gated=True,
+    norm="rmsnorm",
+    bias=False,
+    stages=Stages(first=7, last=7),
+)
+
 
 @dataclass(frozen=True)
 class Preset:
@@ -93,6 +111,18 @@ PRESETS: dict[str, Preset] = {
         "a DeepSeek-V3-like run on 2048 GPUs: PP16 x EP64, no TP, ZeRO-1 over DP",
         DEEPSEEK_V3,
         Layout(pp=16, ep=64, etp=1, world=2048, model=DEEPSEEK_V3),
+    ),
+    # the Llama 3 paper's Table 4: pre-training on 16,384 H100s, and its long-context stage (CP 16, DP 8,
+    # sequences of 131,072); its data parallelism shards more than ZeRO-1 (section 3.3.2), the step here ZeRO-1
+    "llama3-405b": Preset(
+        "Llama 3 405B's pre-training on 16,384 GPUs: TP8 x PP16 x DP128 (the Llama 3 paper, Table 4)",
+        LLAMA3_405B,
+        Layout(tp=8, pp=16, dp=128, sp=True, model=LLAMA3_405B),
+    ),
+    "llama3-405b-long": Preset(
+        "Llama 3 405B's long-context stage on 16,384 GPUs: TP8 x CP16 x PP16 x DP8 (the paper, Table 4)",
+        LLAMA3_405B,
+        Layout(tp=8, cp=16, pp=16, dp=8, sp=True, model=LLAMA3_405B),
     ),
 }
 

@@ -165,7 +165,7 @@ def test_layer_param_count_by_hand():
 
 def test_the_registry_names_layouts_and_models_once_each():
     from parasim.layout import layout_names, model_names
-    assert model_names() == ["27b", "moe16", "megatron-8.3b", "deepseek-v3"]  # one name per distinct model
+    assert model_names() == ["27b", "moe16", "megatron-8.3b", "deepseek-v3", "llama3-405b"]  # one name per distinct model
     assert "27b" not in layout_names() and {"moe16", "27b-tp8", "deepseek-v3"} <= set(layout_names())
     assert len(layout_names()) == len(PRESETS) - 1
 
