@@ -18,6 +18,7 @@ from ..virtual import RunResult
 from ...errors import CollectiveError
 from ...layout.precision import Precision, precision as precision_of
 from .array import SymArray, SymbolicRun
+from ..collector import collector_paused
 from .fold import unfold
 from .folded import FoldedWorld
 from .namespace import SymbolicNamespace, SymbolicRng
@@ -80,7 +81,8 @@ def run_symbolic(
         else None
         for r in range(world)
     ]
-    values = vw.run(program, contexts)
+    with collector_paused():  # the run's records: millions at thousands of GPUs, none in a cycle
+        values = vw.run(program, contexts)
     trace = vw.trace()
     if fold is not None:
         trace = unfold(trace, fold)

@@ -36,7 +36,7 @@ def offered(script, line: str) -> list[str]:
         ("parasim mem", ["memory"]),
         ("parasim --compl", ["--completion"]),
         ("parasim memory --job-f", ["--job-format"]),
-        ("parasim memory --emit ", ["deepspeed", "megatron", "picotron", "torchtitan"]),
+        ("parasim memory --emit ", ["deepspeed", "megatron", "picotron", "torchtitan", "torchtitan-py"]),
         ("parasim memory --job-format p", ["picotron"]),
         ("parasim lesson tp-", ["tp-across-nodes", "tp-attention", "tp-mlp"]),
         ("parasim run pp-1", ["pp-1f1b"]),
