@@ -319,6 +319,11 @@ class Comm(ABC):
     def new_group(self, ranks: Sequence[int], name: str) -> Group:
         """Create a group. Every rank must call it for every group, in the same order (torch's rule)."""
 
+    def new_groups(self, groups: Sequence[tuple[Sequence[int], str]]) -> list[Group]:
+        """Create many groups, in order, as new_group would one by one (a layout's: tens of thousands at real
+        size; a backend may make them in one go)."""
+        return [self.new_group(ranks, name) for ranks, name in groups]
+
 
 def signature(op: str, x: Any, params: dict) -> tuple:
     """What the members of a call must agree on: the op, the input's shape and dtype, every param."""

@@ -11,6 +11,7 @@ the earliest axis of `order` fastest, and members ascend. Group kinds and their 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from math import prod
 
 import numpy as np
@@ -163,7 +164,13 @@ class Layout:
         return np.transpose(grid, outside + inside).reshape(-1, size).tolist()
 
     def groups(self) -> dict[str, list[list[int]]]:
-        """Every group kind, in Megatron-Core's creation order; each a list of ascending rank lists."""
+        """Every group kind, in Megatron-Core's creation order; each a list of ascending rank lists. Made once
+        per Layout and shared (every rank of a run asks: 16,384 of them at Llama 3's size): read it, never change
+        it."""
+        return self._groups
+
+    @cached_property
+    def _groups(self) -> dict[str, list[list[int]]]:
         out: dict[str, list[list[int]]] = {}
         for name, generator, axes in GROUP_KINDS:
             if name == "embedding":
@@ -175,7 +182,12 @@ class Layout:
         return out
 
     def coords(self) -> list[dict[str, int]]:
-        """Each rank's coordinates: its index in its tp, cp, dp, pp, ep, expert-tp and expert-dp group."""
+        """Each rank's coordinates: its index in its tp, cp, dp, pp, ep, expert-tp and expert-dp group (made once
+        per Layout and shared, as groups())."""
+        return self._coords
+
+    @cached_property
+    def _coords(self) -> list[dict[str, int]]:
         groups = self.groups()
         out = [{"rank": r} for r in range(self.world)]
         for coord, kind in COORD_GROUP.items():
