@@ -146,11 +146,11 @@ def _divisors(n: int) -> list[int]:
     return small + [n // d for d in reversed(small) if d * d != n]
 
 
-def _valid(model: ModelSpec, tp: int, pp: int, cp: int, dp: int, ep: int, sp: bool) -> bool:
-    """The layout's own rules decide (SP needs TP, an MoE model with TP needs SP, layers over stages, ...):
-    no second copy of them here."""
+def _valid(model: ModelSpec, tp: int, pp: int, cp: int, dp: int, ep: int, sp: bool, etp: int = 1) -> bool:
+    """The layout's own rules decide (SP needs TP, an MoE model with TP needs SP, layers over stages, the
+    experts' grid over the same GPUs, ...): no second copy of them here."""
     try:
-        Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=1, sp=sp, model=model)
+        Layout(tp=tp, cp=cp, pp=pp, dp=dp, ep=ep, etp=etp, sp=sp, model=model)
     except LayoutError:
         return False
     return True
@@ -175,7 +175,8 @@ def enumerate_plans(
     """Every valid layout on each node count: TP inside a node (dividing the heads), PP splitting the
     layers by the model's rule (layout/stages.py: dividing them, unless the rule allows otherwise), CP and
     DP taking the rest, SP on or off, each ZeRO stage and recomputation choice; for MoE models every EP size
-    dividing the experts (ETP 1, SP whenever TP > 1, as Megatron requires)."""
+    dividing the experts, each with the experts whole on their GPU (ETP 1, DeepSeek's choice) or split as
+    attention is (ETP = TP, Megatron's default), SP whenever TP > 1, as Megatron requires."""
     at_most(
         f"GPUs in the search's largest world ({max(nodes):,} node(s) of {gpus_per_node:,})",
         max(nodes) * gpus_per_node,
@@ -200,7 +201,7 @@ def enumerate_plans(
     grid = np.array(np.meshgrid(np.arange(b.shape[1]), rcs, zs, indexing="ij")).reshape(3, -1)
     idx, rc, zz = grid
     n, tp, pp, cp, dp, ep = (b[k][idx] for k in range(6))
-    sp = b[6][idx].astype(bool)
+    sp, etp = b[6][idx].astype(bool), b[7][idx]
     keep = np.ones(len(idx), dtype=bool)
     # with nothing to shard over, ZeRO stages are all the same layout: keep one
     keep &= (dp * cp > 1) | (ep > 1) | (zz == 1)
@@ -212,7 +213,7 @@ def enumerate_plans(
         pp=pp[sel],
         dp=dp[sel],
         ep=ep[sel],
-        etp=np.ones(len(sel), dtype=np.int64),
+        etp=etp[sel],
         zero=zz[sel],
         rc=rc[sel],
         nodes=n[sel],
@@ -221,8 +222,9 @@ def enumerate_plans(
 
 
 def _candidates(model: ModelSpec, nodes: range, gpus_per_node: int, tps: list[int]) -> Any:
-    """(node count, (tp, pp, cp, dp, ep, sp)) for every split of each node count's GPUs, before the layout
-    rules: TP inside a node, PP and CP dividing what is left, DP the rest, EP dividing the experts."""
+    """(node count, (tp, pp, cp, dp, ep, sp, etp)) for every split of each node count's GPUs, before the layout
+    rules: TP inside a node, PP and CP dividing what is left, DP the rest, EP dividing the experts, the experts'
+    TP 1 or TP's."""
     for n in nodes:
         world = n * gpus_per_node
         for tp in tps:
@@ -230,9 +232,11 @@ def _candidates(model: ModelSpec, nodes: range, gpus_per_node: int, tps: list[in
                 for cp in _divisors(world // (tp * pp)):
                     dp = world // (tp * pp * cp)
                     eps = [e for e in _divisors(world // pp) if model.experts % e == 0] if model.experts else [1]
+                    etps = (1, tp) if model.experts and tp > 1 else (1,)
                     for ep in eps:
                         for sp in (False, True):
-                            yield n, (tp, pp, cp, dp, ep, sp)
+                            for etp in etps:
+                                yield n, (tp, pp, cp, dp, ep, sp, etp)
 
 
 def family_name(tp: bool, sp: bool, cp: bool, pp: bool, ep: bool, rc: int) -> str:

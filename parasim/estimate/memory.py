@@ -110,6 +110,7 @@ class Plan(Layout):
         parts = [f"TP{self.tp}"] if self.tp > 1 else []
         parts += ["SP"] if self.sp else []
         parts += [f"{a.upper()}{getattr(self, a)}" for a in ("cp", "pp", "ep") if getattr(self, a) > 1]
+        parts += [f"ETP{self.etp}"] if self.etp > 1 else []  # the experts split as attention is
         parts += [f"DP{self.dp}"] if self.dp > 1 else []
         if self.zero != 1 and self.dp * self.cp > 1:
             parts.append(f"ZeRO-{self.zero}")

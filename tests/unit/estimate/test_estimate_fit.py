@@ -113,9 +113,13 @@ def test_enumerate_moe_every_ep_and_sp_with_tp():
     # world 2, 4 experts: EP 1 or 2 wherever the non-pipeline ranks allow it; TP2 only with SP (Megatron).
     # ZeRO stages differ only when something is sharded: over DP x CP, or the experts over EP.
     plans = enumerate_plans(TINY_MOE, range(1, 2), 2, recompute="none")
+    # with TP 2 the experts are whole (ETP 1) or split as attention is (ETP 2): TP2 alone twice; TP2 beside EP 2
+    # on two GPUs only with ETP 1 (ETP x EP must fit in the GPUs)
     assert layouts(plans) == {(1, False, 1, 1, 2, 1): 4, (1, False, 1, 1, 2, 2): 4, (1, False, 2, 1, 1, 1): 4,
-                              (1, False, 2, 1, 1, 2): 4, (1, False, 1, 2, 1, 1): 1, (2, True, 1, 1, 1, 1): 1,
+                              (1, False, 2, 1, 1, 2): 4, (1, False, 1, 2, 1, 1): 1, (2, True, 1, 1, 1, 1): 2,
                               (2, True, 1, 1, 1, 2): 4}
+    assert sorted({(int(t), int(e), int(x)) for t, e, x in zip(plans.tp, plans.ep, plans.etp)}) == [
+        (1, 1, 1), (1, 2, 1), (2, 1, 1), (2, 1, 2), (2, 2, 1)]
 
 
 # -- families ----------------------------------------------------------------------------------------------
