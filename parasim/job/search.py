@@ -11,6 +11,7 @@ from ..clock.fastest import search_by_time
 from ..estimate.fit import search
 from ..estimate.memory import Plan
 from ..layout import ModelSpec
+from ..layout.stages import is_uneven, stage_counts
 from ..megatron.args import as_dict
 from .fit import fit_seq
 from .query import Sources, Units
@@ -44,6 +45,15 @@ class SearchReport:
         return self.data
 
 
+def _stages_said(result: dict[str, Any], model: ModelSpec) -> None:
+    """Each ranked row whose stages hold unlike numbers of layers says how many each holds."""
+    for row in result["nodes"]:
+        for r in row["top"]:
+            counts = stage_counts(model, r["pp"])
+            if is_uneven(counts):
+                r["stage_layers"] = list(counts)
+
+
 def searched_plan(best: dict[str, Any], q: SearchQuery) -> Plan:
     """A layout the search ranked, as the plan it was, on its node count; its sequence for a job (`seq_length`:
     the longest it holds, rounded down to what its layout splits evenly) set in `best`."""
@@ -67,13 +77,15 @@ def _with_query(result: dict[str, Any], q: SearchQuery) -> dict[str, Any]:
 def search_report(q: SearchQuery, written: bool = False) -> SearchReport:
     """Every layout ranked by the longest sequence it holds; with `written`, each node count's best as the
     Megatron-LM job that runs it (at its `seq_length`)."""
-    result = _with_query(search(q.model, q.nodes, q.usable, q.gpus_per_node, q.top, **q.choices), q)
+    model = q.model
+    result = _with_query(search(model, q.nodes, q.usable, q.gpus_per_node, q.top, **q.choices), q)
+    _stages_said(result, model)
     if written:
         for row in result["nodes"]:
             best = row["best"]
             if best is not None and best["max_seq_tokens"]:
                 plan = searched_plan(best, q)
-                best["megatron_args"] = as_dict(q.model, plan, best["seq_length"], (), q.sources.megatron)
+                best["megatron_args"] = as_dict(model, plan, best["seq_length"], (), q.sources.megatron)
     return SearchReport(q, result)
 
 
@@ -82,7 +94,9 @@ def time_search_report(
 ) -> SearchReport:
     """The layouts that hold `seq` tokens and split `global_batch` sequences evenly, ranked by the step's time on
     GPU type `gpu` (a key of the hardware table) with the `overlap` switches on, and what costs each most."""
+    model = q.model
     result = search_by_time(
-        q.model, q.nodes, q.usable, seq, global_batch, gpu, q.gpus_per_node, q.top, overlap, **q.choices
+        model, q.nodes, q.usable, seq, global_batch, gpu, q.gpus_per_node, q.top, overlap, **q.choices
     )
+    _stages_said(result, model)
     return SearchReport(q, _with_query(result, q))

@@ -99,14 +99,17 @@ def range_words(r: dict) -> str:
 
 
 def search_lines(model_name: str, result: dict, name: str) -> list[str]:
-    """`fit --search`: the best layout for each node count."""
+    """`fit --search`: the best layout for each node count (and its layers on stages where they are unlike)."""
+    from ..layout.stages import describe
+
     lines = [
         f"{model_name}: the longest sequence per node count ({result['layouts_tried']:,} layouts, "
         f"{result['usable']:g} {name} usable per GPU)"
     ]
     for row in result["nodes"]:
         b = row["best"]
-        lines.append(f"  {row['nodes']:>4} nodes  {b['max_seq_tokens']:>12,} tokens  {b['label']}")
+        uneven = f" ({describe(tuple(b['stage_layers']))})" if "stage_layers" in b else ""
+        lines.append(f"  {row['nodes']:>4} nodes  {b['max_seq_tokens']:>12,} tokens  {b['label']}{uneven}")
     return lines
 
 

@@ -45,3 +45,16 @@ def test_tables_show_the_gathered_row_only_under_zero_3():
         assert r.returncode == 0 and ("ZeRO-3 gathered layers" in r.stdout) is shown, zero
         data = json.loads(cli("memory", "--model", "27b", "--dp", "8", "--zero", str(zero), "--json").stdout)
         assert ("ZeRO-3 gathered layers" in data["items"]) and (data["items"]["ZeRO-3 gathered layers"] > 0) is shown
+
+
+def test_a_ranked_layout_on_unlike_stages_says_how_many_layers_each_holds():
+    """61 layers on PP stages that do not divide them: as even as can be, the first 61 mod pp one layer more."""
+    r = cli("fit", "--config", str(CONFIG), "--search", "--nodes", "16", "--zero", "1", "--top", "40", "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["nodes"][0]["top"]
+    piped = [x for x in rows if x["pp"] > 1]
+    assert piped, [x["label"] for x in rows]
+    for x in piped:
+        pp = x["pp"]
+        want = [61 // pp + (s < 61 % pp) for s in range(pp)]
+        assert x.get("stage_layers", want) == want and ("stage_layers" in x) == (61 % pp != 0)
