@@ -81,11 +81,11 @@ def run_symbolic(
         else None
         for r in range(world)
     ]
-    with collector_paused():  # the run's records: millions at thousands of GPUs, none in a cycle
+    with collector_paused():  # the run's records and their unfolded copies: millions, none in a cycle
         values = vw.run(program, contexts)
-    trace = vw.trace()
-    if fold is not None:
-        trace = unfold(trace, fold)
+        trace = vw.trace()
+        if fold is not None:
+            trace = unfold(trace, fold)
     trace.backend = "symbolic"
     trace.meta["seed"] = seed
     # per rank: its matmuls' FLOPs (a folded rank did its representative's)
