@@ -61,6 +61,26 @@ class Flavor:
             hidden = int(self.ffn_dim_multiplier * hidden)
         return self.multiple_of * ((hidden + self.multiple_of - 1) // self.multiple_of)
 
+    def said(self) -> str:
+        return (
+            f"{self.n_layers} layers, hidden {self.dim}, {self.n_heads} heads ({self.n_kv_heads or self.n_heads} KV), "
+            f"MLP {self.ffn()}, vocabulary {self.vocab_size:,}"
+        )
+
+    def model_fields(self) -> dict[str, Any]:
+        """ModelSpec's fields for this flavour (Llama 3: SwiGLU, RMSNorm, no biases)."""
+        return dict(
+            layers=self.n_layers,
+            hidden=self.dim,
+            heads=self.n_heads,
+            kv_heads=self.n_kv_heads,
+            ffn=self.ffn(),
+            vocab=self.vocab_size,
+            gated=True,
+            norm="rmsnorm",
+            bias=False,
+        )
+
 
 # torchtitan@238fa99, torchtitan/models/llama3/__init__.py, llama3_args (multiple_of 256 is TransformerModelArgs'
 # default where a flavour gives none)
@@ -239,22 +259,8 @@ def _model(job: ReadJob) -> None:
         job.model_name = f"{name} {flavor}"
         return
     job.use("model.name", "torchtitan's Llama 3")
-    job.use(
-        "model.flavor",
-        f"{f.n_layers} layers, hidden {f.dim}, {f.n_heads} heads ({f.n_kv_heads or f.n_heads} KV), MLP {f.ffn()}, "
-        f"vocabulary {f.vocab_size:,} (torchtitan's flavour table)",
-    )
-    job.model = dict(
-        layers=f.n_layers,
-        hidden=f.dim,
-        heads=f.n_heads,
-        kv_heads=f.n_kv_heads,
-        ffn=f.ffn(),
-        vocab=f.vocab_size,
-        gated=True,
-        norm="rmsnorm",
-        bias=False,
-    )
+    job.use("model.flavor", f"{f.said()} (torchtitan's flavour table)")
+    job.model = f.model_fields()
 
 
 def read_degrees(job: ReadJob) -> dict[str, int | None]:
@@ -360,24 +366,37 @@ def _precision(job: ReadJob) -> str:
     converters = job.values.get("model.converters") or []
     if "model.converters" in job.values:
         job.use("model.converters", "torchao's FP8 linears" if "float8" in converters else "none parasim models")
-    if param != "bfloat16":
-        if param == "float32" and "float8" not in converters:
-            return "fp32"
-        raise UsageError(f"{job.path}: training.mixed_precision_param {param!r}: parasim has bfloat16 and float32")
-    if "float8" not in converters:
+    float8 = "float8" in converters
+    gather = False
+    if not float8:
         for name in [n for n in job.values if n.startswith("quantize.")]:  # settings of a converter not on
             job.read.add(name)
             job.no_effect.append(name)
-        grid = job.layout
-        if grid["zero"] == 0 and (grid["tp"] > 1 or grid["pp"] > 1):
-            # torchtitan's maybe_enable_amp: mixed precision with TP or PP only under FSDP, HSDP or CP
-            job.assumed.append("no FSDP with TP or PP: torchtitan trains in FP32 (precision fp32)")
-            return "fp32"
-        return "fsdp2"
-    gather = job.values.get("quantize.linear.float8.enable_fsdp_float8_all_gather")
-    if gather is not None:
-        job.use("quantize.linear.float8.enable_fsdp_float8_all_gather", "weights gathered in FP8" if gather else "off")
-    return "fsdp2-fp8-gather" if gather else "fsdp2-fp8"
+    else:
+        gather = bool(job.values.get("quantize.linear.float8.enable_fsdp_float8_all_gather"))
+        if "quantize.linear.float8.enable_fsdp_float8_all_gather" in job.values:
+            job.use(
+                "quantize.linear.float8.enable_fsdp_float8_all_gather", "weights gathered in FP8" if gather else "off"
+            )
+    return precision_name(job, param, float8, gather)
+
+
+def precision_name(job: ReadJob, param: Any, float8: bool, gather: bool) -> str:
+    """The precision entry of a torchtitan job (either form): FP32 parameters gathered in `param` (fsdp2), with
+    torchao's FP8 linears fsdp2-fp8 (gathered in FP8: fsdp2-fp8-gather); FP32 where the parameters are (and no FP8),
+    or where TP or PP run without FSDP (torchtitan's maybe_enable_amp: mixed precision only under FSDP, HSDP or
+    CP)."""
+    if param == "float32" and not float8:
+        return "fp32"
+    if param != "bfloat16":
+        raise UsageError(f"{job.path}: training.mixed_precision_param {param!r}: parasim has bfloat16 and float32")
+    if float8:
+        return "fsdp2-fp8-gather" if gather else "fsdp2-fp8"
+    grid = job.layout
+    if grid["zero"] == 0 and (grid["tp"] > 1 or grid["pp"] > 1):
+        job.assumed.append("no FSDP with TP or PP: torchtitan trains in FP32 (precision fp32)")
+        return "fp32"
+    return "fsdp2"
 
 
 def read_fusion(job: ReadJob) -> str:

@@ -28,6 +28,7 @@ from .torchtitan import FIELDS as TOML_FIELDS
 from .torchtitan import (
     FLAVORS,
     amp_note,
+    precision_name,
     flavor_of,
     read_batch,
     read_degrees,
@@ -339,22 +340,8 @@ def _model(job: ReadJob, fn: str) -> None:
             job.use("model_spec", f"{module} {flavor}: no flavour table in parasim (give its config.json by --config)")
         job.model_name = f"{module} {flavor}"
         return
-    job.use(
-        "model_spec",
-        f"torchtitan's {module} {flavor}: {f.n_layers} layers, hidden {f.dim}, {f.n_heads} heads "
-        f"({f.n_kv_heads or f.n_heads} KV), MLP {f.ffn()}, vocabulary {f.vocab_size:,}",
-    )
-    job.model = dict(
-        layers=f.n_layers,
-        hidden=f.dim,
-        heads=f.n_heads,
-        kv_heads=f.n_kv_heads,
-        ffn=f.ffn(),
-        vocab=f.vocab_size,
-        gated=True,
-        norm="rmsnorm",
-        bias=False,
-    )
+    job.use("model_spec", f"torchtitan's {module} {flavor}: {f.said()}")
+    job.model = f.model_fields()
 
 
 def _batch(job: ReadJob, d: dict[str, int | None]) -> tuple[int, int | None, int | None]:
@@ -455,15 +442,7 @@ def _precision(job: ReadJob) -> str:
     param = job.values.get("training.mixed_precision_param", "bfloat16")
     if "training.mixed_precision_param" in job.values:
         job.use("training.mixed_precision_param", f"weights gathered in {param}")
-    if param == "float32" and not float8:
-        return "fp32"
-    if param != "bfloat16":
-        raise UsageError(f"{job.path}: training.mixed_precision_param {param!r}: parasim has bfloat16 and float32")
-    grid = job.layout
-    if not float8 and grid["zero"] == 0 and (grid["tp"] > 1 or grid["pp"] > 1):
-        job.assumed.append("no FSDP with TP or PP: torchtitan trains in FP32 (precision fp32)")
-        return "fp32"
-    return ("fsdp2-fp8-gather" if gather else "fsdp2-fp8") if float8 else "fsdp2"
+    return precision_name(job, param, float8, gather)
 
 
 def _keyword(call: str, name: str) -> Any:
