@@ -17,6 +17,8 @@ SCHEDULE_CELLS = 100_000  # ranks x micro-batches x chunks of a pipeline schedul
 FILE_BYTES = 1 << 30  # a trace or config file read whole into memory
 KEPT_VALUES = 4_000_000  # numbers a virtual run keeps in its trace (keep_values), over all its calls:
 # as Python lists about 32 bytes each, 128 MB; past it a call's values are dropped and counted
+RECORD_KINDS = 65_536  # kinds of call (a signature on a group) whose members' records a virtual run reuses: each
+# holds a few small tuples a member; past it a call's records are worked out afresh
 JSON_DEPTH = 100  # levels of [ and { in a file read as JSON: parasim's own nest about 12 deep; Python's reader
 # and printer recurse once a level and stop near 1,000
 MAX_SIZE = 10**12  # any one size (hidden, tokens, GPUs, ...): far beyond every model, small enough for float64

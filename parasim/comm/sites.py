@@ -48,21 +48,18 @@ def site_name(site: tuple[str, int]) -> str:
     return f"{short_path(site[0])}:{site[1]}"
 
 
-class SiteNames:
+class SiteNames(dict):
     """`site_name` for one run, each site named once: a run names the same few lines over and over (every
     member of every event, every rank's every group), and a name costs microseconds to work out. A backend
-    makes one per run (the virtual world's `site_names`); the names go with the run."""
+    makes one per run (the virtual world's `site_names`); the names go with the run. Called, or indexed (a
+    dict's lookup: what the per-member hot path uses)."""
 
-    __slots__ = ("_names",)
-
-    def __init__(self) -> None:
-        self._names: dict[tuple[str, int], str] = {}
+    def __missing__(self, site: tuple[str, int]) -> str:
+        name = self[site] = site_name(site)
+        return name
 
     def __call__(self, site: tuple[str, int]) -> str:
-        name = self._names.get(site)
-        if name is None:
-            name = self._names[site] = site_name(site)
-        return name
+        return self[site]
 
 
 def raised_site(exc: BaseException) -> str | None:
@@ -93,6 +90,11 @@ def call_site(depth: int = 2) -> tuple[str, int]:
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    while is_wrapper(frame) and frame.f_back is not None:
+    code = frame.f_code
+    # is_wrapper's test, written out: this runs on every rank's every call, where a function call is a fifth of it
+    while (code.co_filename.startswith(_WRAPPERS) or HIDE in code.co_varnames and is_wrapper(frame)) and (
+        frame.f_back is not None
+    ):
         frame = frame.f_back
-    return frame.f_code.co_filename, frame.f_lineno
+        code = frame.f_code
+    return code.co_filename, frame.f_lineno

@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence, cast
 from greenlet import GreenletExit, getcurrent, greenlet
 
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, TimedOut, UsageError
-from ..limits import KEPT_VALUES
+from ..limits import KEPT_VALUES, RECORD_KINDS
 from .trace import Event, Mark, Member, Trace
 from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
 from .sites import SiteNames, with_call_site
@@ -100,6 +100,7 @@ class VirtualWorld(PointToPoint):
         self._check = check if check is not None else check_array
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
+        self._records: dict[tuple, list[tuple]] = {}  # a kind of call on a group -> its members' records
         self.meter: Any = None  # each rank's FLOPs since its last event (engine/work.Meter), set by the backend
 
     # -- scheduling ------------------------------------------------------------------------------
@@ -392,9 +393,65 @@ class VirtualWorld(PointToPoint):
             )
         ):
             keep = 0
+        names = self.site_names
+        works = self._works(g.ranks)
+        if not keep and hops is None and op.takes != "chunks":
+            # The usual call: every member brought alike (the signature check), so what each one's record
+            # holds besides its rank, site and work is the same on every call of this kind on this group.
+            records = self._same_records(g, arrivals[0], outs, op, params)
+            members = []
+            append = members.append
+            for i, (r, a, out, (tin, tout, sent, recv)) in enumerate(zip(g.ranks, arrivals, outs, records)):
+                st = ranks[r]
+                st.clock = step
+                st.result = out
+                append(_member(Member, (r, tin, tout, sent, recv, names[a[2]], None, None, works[i])))
+        else:
+            members = self._own_records(g, arrivals, outs, hops, op, params, step, keep, works)
+        self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
+        return members, hops
+
+    def _same_records(self, g: Group, first: tuple, outs: list, op: Any, params: dict) -> list[tuple]:
+        """(input records, result records, bytes sent, bytes received) of each member of a call whose members
+        all brought alike (an array of one shape and dtype, or nothing) and whose bytes come from the op's
+        formula: worked out once per kind of call on a group (its input and params, which say who gets a
+        result: a reduce's root alone), then reused."""
+        key = (g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
+        try:
+            got = self._records.get(key)
+        except TypeError:  # a param that is a list (unhashable): nothing to reuse, work it out
+            got, key = None, None
+        if got is None:
+            made = self._tensors
+            ins = arrays(first[0])
+            tin = tuple([tensor_record(v, made) for v in ins])
+            one = next((o for o in outs if o is not None), None)
+            tout = () if one is None else (tensor_record(one, made),)
+            got = []
+            for i, out in enumerate(outs):
+                res = arrays(out)
+                got.append((tin, tout if res else (), *op.moved(ins, res, g, i, params)))
+            if key is not None and len(self._records) < RECORD_KINDS:
+                self._records[key] = got
+        return got
+
+    def _own_records(
+        self,
+        g: Group,
+        arrivals: list,
+        outs: list,
+        hops: list | None,
+        op: Any,
+        params: dict,
+        step: int,
+        keep: int,
+        works: list,
+    ) -> list[Member]:
+        """Each member's record worked out from what it brought: chunks (which differ by member), a ring's
+        recorded hops, or values kept."""
+        ranks, made = self.ranks, self._tensors
         moved = ring_moved(g, hops) if hops is not None else None
         many = op.takes == "chunks"
-        made = self._tensors
         tins: dict[int, tuple] = {}
         if not many:  # the signature check made every member's input (and so every result) alike
             tin = tuple([tensor_record(v, made) for v in arrays(arrivals[0][0])])
@@ -402,7 +459,6 @@ class VirtualWorld(PointToPoint):
             tout = () if first is None else (tensor_record(first, made),)
         members: list[Member] = []
         append = members.append
-        works = self._works(g.ranks)
         for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
             st = ranks[r]
             st.clock = step
@@ -421,8 +477,7 @@ class VirtualWorld(PointToPoint):
             else:
                 tout_i = tout if got else ()
             append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after, works[i])))
-        self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
-        return members, hops
+        return members
 
     # -- marks -----------------------------------------------------------------------------------
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:
@@ -456,7 +511,9 @@ class VirtualWorld(PointToPoint):
         return None if self.meter is None else self.meter.take(rank)
 
     def _works(self, ranks: Sequence[int]) -> list[dict | None]:
-        return [self._work(r) for r in ranks]
+        if self.meter is None:
+            return [None] * len(ranks)
+        return self.meter.take_all(ranks)
 
     def _room(self, n: int) -> bool:
         """Whether a call's `n` values fit in what the run may still keep (KEPT_VALUES numbers in all, so that

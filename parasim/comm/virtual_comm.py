@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .interface import Comm, call_site, signature
-from .ops import entry
+from .interface import Comm, call_site
+from .ops import OPS, entry
 from .virtual import VirtualWorld
 from .virtual_p2p import NUMBER_KINDS, check_array
 
@@ -29,10 +29,11 @@ class VirtualComm(Comm):
         return w.world_group if group is None else w.resolve(self.rank, group, op)
 
     def _collective(self, op, x, params, group, label, site, describe, sig=None):
-        entry(op)  # a name the op table lacks is refused here, before the members meet
-        return self._w.collective(
-            self.rank, op, x, sig or signature(op, x, params), describe, params, group, label, site
-        )
+        if type(op) is not str or op not in OPS:
+            entry(op)  # a name the op table lacks is refused here, before the members meet
+        if sig is None:  # `signature`, written out for an array (every rank's every call)
+            sig = (op, tuple(x.shape), x.dtype, *params.values()) if x is not None else (op,)
+        return self._w.collective(self.rank, op, x, sig, describe, params, group, label, site)
 
     def exchange(self, ops, *, group=None, label=None, tags=None):
         site = call_site()

@@ -1,0 +1,76 @@
+"""A kind of call's member records are worked out once and reused (comm/virtual.py `_same_records`): what each
+member's record says must still be what that call moved, call after call, group after group."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import parasim
+from parasim.comm.interface import ring_bytes
+
+
+def _events(program, world):
+    return [e for e in parasim.run(program, world).trace.events if e.kind == "collective"]
+
+
+def test_reduces_to_other_roots_record_their_own_root():
+    def program(ctx):
+        x = np.ones(6, np.float32)
+        for dst in (0, 2, 0, 3):
+            ctx.comm.reduce(x, dst=dst)
+
+    events = _events(program, 4)
+    assert [e.params["dst"] for e in events] == [0, 2, 0, 3]
+    for e in events:
+        got = {m.rank for m in e.members if m.outs}
+        assert got == {e.params["dst"]}  # only the root has a result, call after call
+        assert all(m.outs[0].shape == (6,) for m in e.members if m.outs)
+
+
+def test_the_same_call_on_groups_of_other_sizes_moves_each_group_its_own_bytes():
+    def program(ctx):
+        small = ctx.new_group([0, 1], "pair")
+        big = ctx.new_group([0, 1, 2, 3], "all")
+        x = np.ones(8, np.float32)
+        for _ in range(2):
+            if ctx.rank < 2:
+                ctx.comm.all_reduce(x, group=small)
+            ctx.comm.all_reduce(x, group=big)
+
+    events = _events(program, 4)
+    assert [e.group.name for e in events] == ["pair", "all", "pair", "all"]
+    for e in events:
+        t = e.group.size
+        expected = ring_bytes("all_reduce", 32, t, 4)  # the ring's own count, not the record's
+        assert [(m.sent, m.recv) for m in e.members] == list(expected)
+        # 2(t-1)/t of the buffer each way, by hand
+        assert all(m.sent == 2 * (t - 1) * 32 // t for m in e.members)
+
+
+def test_shapes_and_dtypes_of_one_group_keep_their_own_records():
+    def program(ctx):
+        for x in (np.ones(4, np.float32), np.ones(8, np.float64), np.ones(4, np.float32), np.ones((2, 3), np.int32)):
+            ctx.comm.all_reduce(x)
+
+    events = _events(program, 2)
+    assert [(m.ins[0].shape, m.ins[0].dtype) for e in events for m in e.members[:1]] == [
+        ((4,), "float32"),
+        ((8,), "float64"),
+        ((4,), "float32"),
+        ((2, 3), "int32"),
+    ]
+    assert [e.members[0].sent for e in events] == [16, 64, 16, 24]
+
+
+def test_a_param_that_is_a_list_is_worked_out_rather_than_reused():
+    from parasim.comm.interface import Group
+    from parasim.comm.ops import OPS
+    from parasim.comm.virtual import VirtualWorld
+
+    w = VirtualWorld(2)
+    g = Group((0, 1), "w", 0)
+    x = np.ones(4, np.float32)
+    outs = [x.copy(), x.copy()]
+    got = w._same_records(g, (x, None, ("f", 1), None), outs, OPS["all_reduce"], {"op": "sum", "algo": ["direct"]})
+    assert [row[2:] for row in got] == [(16, 16), (16, 16)]
+    assert w._records == {}  # nothing kept under a key it could not make
