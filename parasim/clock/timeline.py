@@ -68,6 +68,16 @@ class Timeline:
                 out.append((mine.rank, *got))
         return out
 
+    def times(self, e: Any) -> tuple[float, float]:
+        """(start, end) of event `e`'s transfer, or of a compute event's own span: a folded run's copy takes its
+        source's (the events timed are those that ran)."""
+        got = self.events.get(e.seq)
+        if got is None and getattr(e, "source", None) is not None:
+            got = self.events[e.source.seq]
+        if got is None:
+            raise KeyError(e.seq)
+        return got
+
     def idle(self, rank: int) -> float:
         """Seconds of the step `rank` ran nothing: neither compute nor a transfer of its own (as HTA counts idle
         time: a transfer hidden behind compute is not counted twice, an exposed one is not a wait)."""
@@ -90,7 +100,7 @@ class Timeline:
 
 def paired_phases(trace: Trace) -> set[str]:
     """The phases a program marked as paired chunks (`ctx.phase(name, pair=k)`: DualPipe's)."""
-    return {mk.text for mk in trace.marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
+    return {mk.text for mk in trace.ran_marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
 
 
 def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
@@ -120,7 +130,7 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
     # the work each rank did at the end of a phase, after its last event in it (trace marks of kind "work"):
     # it runs before the rank's next event, and belongs to the phase it ended
     ends: list[list] = [[] for _ in range(world)]
-    for mk in trace.marks:
+    for mk in trace.ran_marks:
         if mk.kind == "work":
             ends[mk.rank].append(mk)
     done = [0] * world
@@ -157,9 +167,9 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
         if kfree[r] > cfree[r]:
             cfree[r], clast[r] = kfree[r], klast[r]
 
-    for e in trace.events:
+    for e in trace.ran_events:
         if rep is not None and e.source is not None:
-            continue  # a copy of an event that ran: timed as its source, below
+            continue  # a copy of an event that ran: timed as its source (`Timeline.times`)
         how = next((o.how for o in chosen if o.moves(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
         for mem in e.members:
@@ -215,10 +225,7 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
     tails = trace.meta.get("tail_work") or []
     for r in ran if tails else ():
         compute(r, tails[r], None, "after the last transfer", _last_phase(trace, r))
-    if rep is not None:  # the copies take their source's times; a folded rank's totals are its representative's
-        for e in trace.events:
-            if e.source is not None:
-                events[e.seq] = events[e.source.seq]
+    if rep is not None:  # a folded rank's totals are its representative's
         busy = [busy[rep[r]] for r in range(world)]
         comm = [comm[rep[r]] for r in range(world)]
     finish = [(max(cfree[r], kfree[r]), r) for r in ran]
@@ -237,7 +244,7 @@ def event_time(tl: Timeline, e: Any) -> dict[str, Any]:
     a transfer's start and end, a compute event's own span, and the compute each member ran just before it.
     The timeline is the clock's answer, beside the trace: the trace itself is never written on."""
     before = [[r, s * 1e6, t * 1e6] for r, s, t in tl.before_of(e)] if e.kind != "compute" else []
-    start, end = tl.events[e.seq]
+    start, end = tl.times(e)
     return {"start_us": start * 1e6, "end_us": end * 1e6, **({"before": before} if before else {})}
 
 
@@ -296,4 +303,4 @@ def by_phase(trace: Trace, tl: Timeline, rank: int) -> dict[str, dict[str, float
 
 
 def _last_phase(trace: Trace, rank: int) -> str:
-    return next((mk.text for mk in reversed(trace.marks) if mk.rank == rank and mk.kind == "phase"), "")
+    return next((mk.text for mk in reversed(trace.marks_of(rank)) if mk.kind == "phase"), "")

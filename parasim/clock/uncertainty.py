@@ -82,9 +82,10 @@ def trace_family(trace: Trace) -> Family:
     a collective ran on an expert group; ZeRO-3 / FSDP where a rank gathered parameters over a data-parallel
     group more than once (ZeRO-1 gathers once a step, ZeRO-3 layer by layer); TP, PP or CP where one of those
     groups was used; else data-parallel only."""
-    groups = {e.group.name for e in trace.events if e.kind != "compute"}
+    # the events that ran say it (a folded run's copies repeat them on ranks that do the same work)
+    groups = {e.group.name for e in trace.ran_events if e.kind != "compute"}
     gathers: dict[int, int] = {}
-    for e in trace.events:
+    for e in trace.ran_events:
         if e.kind == "collective" and e.op == "all_gather" and e.group.name in DP_GROUPS:
             for r in e.ranks:
                 gathers[r] = gathers.get(r, 0) + 1

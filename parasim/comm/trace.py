@@ -210,6 +210,25 @@ class Trace:
     meta: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def ran_events(self) -> list[Event]:
+        """The events that ran: every one, but in a folded run's trace (engine/symbolic/fold.FoldedTrace) the
+        representatives' own, which the clock times (the rest are copies of them)."""
+        return self.events
+
+    @property
+    def ran_marks(self) -> list[Mark]:
+        """The marks the ranks that ran made (see `ran_events`)."""
+        return self.marks
+
+    def events_of(self, rank: int) -> list[Event]:
+        """The events `rank` is a member of, in order."""
+        return [e for e in self.events if any(m.rank == rank for m in e.members)]
+
+    def marks_of(self, rank: int) -> list[Mark]:
+        """The marks `rank` made, in order."""
+        return [m for m in self.marks if m.rank == rank]
+
+    @property
     def steps(self) -> int:
         """The last logical step reached by any rank."""
         return max([e.step for e in self.events] + [m.step for m in self.marks] + [0])
@@ -232,8 +251,13 @@ class Trace:
         buffer is held before the collective that fills it, less what it freed), or just before mark number
         `before` of `marks`."""
         live: dict[str, tuple[str, int]] = {}
+        if before is None:
+            for mk in self.marks_of(rank):
+                if mk.kind == "held" and (step is None or mk.step < step):
+                    apply_held(live, mk)
+            return held_by_kind(live)
         for i, mk in enumerate(self.marks):
-            if before is not None and i >= before:
+            if i >= before:
                 break
             if mk.kind == "held" and mk.rank == rank and (step is None or mk.step < step):
                 apply_held(live, mk)
@@ -243,8 +267,8 @@ class Trace:
         """Every kind of call `rank` joins (op and group, in the order first made), with its calls and the
         bytes it sent and received."""
         does: dict[tuple[str, str], dict[str, int]] = {}
-        for e in self.events:
-            if e.kind != "compute" and rank in e.ranks:
+        for e in self.events_of(rank):
+            if e.kind != "compute":
                 row = does.setdefault((e.op, e.group.name), {"calls": 0, "sent": 0, "received": 0})
                 mine = e.member(rank)
                 row["calls"] += 1
@@ -261,9 +285,7 @@ class Trace:
         now = ""
         best: dict[str, Any] | None = None
         entering: dict[str, Any] | None = None
-        for mk in self.marks:
-            if mk.rank != rank:
-                continue
+        for mk in self.marks_of(rank):
             if mk.kind == "phase":
                 now = mk.text
                 if now == phase and entering is None:

@@ -169,7 +169,7 @@ def gpu_view(q: TraceQuery, gpu: int, step: TracedStep | None = None) -> GpuView
         "experts_per_layer": [[x + 1 for x in layer] for layer in value["experts"]],
         "does": result.trace.joins(gpu),
         "backend": result.trace.backend,
-        "peak": result.trace.peak(gpu) if any(mk.kind == "held" for mk in result.trace.marks) else None,
+        "peak": result.trace.peak(gpu) if any(mk.kind == "held" for mk in result.trace.ran_marks) else None,
         "exactness": ex.exactness(result.values, layout, m, step.routing) if step.routing in ex.routings else None,
     }
     if plan is not None and out["peak"] is not None:

@@ -19,7 +19,7 @@ from ...errors import CollectiveError
 from ...layout.precision import Precision, precision as precision_of
 from .array import SymArray, SymbolicRun
 from ..collector import collector_paused
-from .fold import unfold
+from .fold import FoldedTrace
 from .folded import FoldedWorld
 from .namespace import SymbolicNamespace, SymbolicRng
 
@@ -66,7 +66,7 @@ def run_symbolic(
     precision: Precision | None = None,
 ) -> RunResult:
     """`program(ctx)` on `world` symbolic ranks (checked by `parasim.run`, which calls this). `fold`: rank ->
-    the rank that runs for it (engine/symbolic/fold.py); the trace is then unfolded to count every rank. Arrays are
+    the rank that runs for it (engine/symbolic/fold.py); the trace then counts every rank (FoldedTrace). Arrays are
     made in `precision`'s dtypes (the post's by default), so the trace's bytes are a training run's."""
     precision = precision_of(precision)
     options: dict[str, Any] = dict(keep_values=0, algo=algo, timeout=timeout, check=check_symbolic_array)
@@ -84,8 +84,8 @@ def run_symbolic(
     with collector_paused():  # the run's records and their unfolded copies: millions, none in a cycle
         values = vw.run(program, contexts)
         trace = vw.trace()
-        if fold is not None:
-            trace = unfold(trace, fold)
+        if fold is not None:  # the copies onto the folded ranks are written out when a reader asks for them
+            trace = FoldedTrace(trace, fold)
     trace.backend = "symbolic"
     trace.meta["seed"] = seed
     # per rank: its matmuls' FLOPs (a folded rank did its representative's)

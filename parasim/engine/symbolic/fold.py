@@ -39,56 +39,193 @@ def unfold(trace: Trace, rep: Sequence[int]) -> Trace:
     """The trace a full run would have made: every event of a group that has a folded image (a group of the
     same name whose members are folded, position by position, onto the same representatives) copied onto
     that image, and every mark of a representative copied to the ranks folded onto it."""
-    with collector_paused():  # millions of new records, none in a cycle (engine/collector.py)
-        return _unfold(trace, rep)
+    folded = FoldedTrace(trace, rep)
+    return Trace(folded.world, folded.backend, folded.groups, folded.events, folded.marks, folded.meta)
 
 
-def _unfold(trace: Trace, rep: Sequence[int]) -> Trace:
-    rep = list(rep)
-    if len(rep) != trace.world:
-        raise UsageError(f"a fold names {len(rep)} ranks for a run of {trace.world}")
-    by_key: dict[tuple, list] = {}
-    for g in trace.groups:
-        by_key.setdefault((g.name, tuple(rep[r] for r in g.ranks)), []).append(g)
-    mirrors: dict[int, list[int]] = {}
-    for r, s in enumerate(rep):
-        if r != s:
-            mirrors.setdefault(s, []).append(r)
-    images: dict[int, list] = {}  # a group's folded images (and the renaming onto each), found once per group
+class FoldedTrace(Trace):
+    """A folded run's trace as it ran: the representatives' events (numbered as the full trace numbers them) and
+    marks, and the rule that maps every other rank onto the one that ran for it (`rep`; the copies go onto the
+    folded images of the groups that ran). `events` and `marks` are the full trace's, written out when first
+    asked for; what asks about one rank (`events_of`, `marks_of`, and so `peak`, `joins`, `held`) or about the
+    step on the clock (clock/timeline.py reads `ran_events`) writes out that rank's part, or nothing.
 
-    def images_of(grp: Any) -> list:
-        got = images.get(grp.index)
+    At 16,384 GPUs the full trace is three million events and 5 GB; the run's own is 1/1,000 of it."""
+
+    def __init__(self, ran: Trace, rep: Sequence[int]):
+        rep = list(rep)
+        if len(rep) != ran.world:
+            raise UsageError(f"a fold names {len(rep)} ranks for a run of {ran.world}")
+        self.world, self.backend, self.groups = ran.world, ran.backend, ran.groups
+        # "fold": who ran for whom, so the clock times each run event once and its copies as it (clock/timeline.py)
+        self.meta = {**ran.meta, "folded": True, "fold": rep}
+        self.rep = rep
+        self._ran_marks = list(ran.marks)
+        self._events: list[Event] | None = None
+        self._marks: list[Mark] | None = None
+        by_key: dict[tuple, list] = {}
+        for g in ran.groups:
+            by_key.setdefault((g.name, tuple(rep[r] for r in g.ranks)), []).append(g)
+        self._by_key = by_key
+        self._mirrors: dict[int, list[int]] = {}
+        for r, s in enumerate(rep):
+            if r != s:
+                self._mirrors.setdefault(s, []).append(r)
+        self._images: dict[int, list] = {}
+        self._ran_groups = {e.group.index for e in ran.events if e.kind != "compute"}
+        self._number(list(ran.events))
+
+    def _images_of(self, grp: Any) -> list:
+        """A group's folded images and the renaming onto each, found once per group."""
+        got = self._images.get(grp.index)
         if got is None:  # its own group is among the same key's too
-            got = images[grp.index] = [
+            rep = self.rep
+            got = self._images[grp.index] = [
                 (g, dict(zip(grp.ranks, g.ranks)))
-                for g in by_key[(grp.name, tuple(rep[r] for r in grp.ranks))]
+                for g in self._by_key[(grp.name, tuple(rep[r] for r in grp.ranks))]
                 if g.ranks != grp.ranks and not any(rep[r] == r for r in g.ranks)
             ]
         return got
 
-    events = list(trace.events)
-    for e in trace.events:
+    def _copies(self, e: Event) -> int:
         if e.kind == "compute":  # one rank's work: each rank folded onto it did the same
+            return len(self._mirrors.get(e.members[0].rank, ()))
+        return len(self._images_of(e.group))
+
+    def _number(self, run: list[Event]) -> None:
+        """Number the run's events as the full trace does: the run's events, then the copies in the order they are
+        made (event by event, image by image), sorted by step, stably (within a step a full run's order is by
+        arrival, not ours). `ran_events` is the run's in that order; `_first_copy` the number of each one's
+        first copy."""
+        counts: dict[int, list[int]] = {}  # step -> [events that ran, copies]
+        ncopies = []
+        for e in run:
+            n = self._copies(e)
+            ncopies.append(n)
+            c = counts.setdefault(e.step, [0, 0])
+            c[0] += 1
+            c[1] += n
+        start, total = {}, 0
+        for step in sorted(counts):
+            start[step] = total
+            total += counts[step][0] + counts[step][1]
+        self._total = total
+        ran_at = dict(start)  # the next number of an event that ran, by step
+        copy_at = {step: start[step] + counts[step][0] for step in counts}
+        ran, first = [], []
+        for e, n in zip(run, ncopies):
+            ran.append(_with_seq(e, ran_at[e.step]))
+            ran_at[e.step] += 1
+            first.append(copy_at[e.step])
+            copy_at[e.step] += n
+        order = sorted(range(len(ran)), key=lambda i: ran[i].seq)
+        self._ran_events = [ran[i] for i in order]
+        self._first_copy = [first[i] for i in order]
+
+    @property
+    def ran_events(self) -> list[Event]:
+        return self._ran_events
+
+    @property
+    def ran_marks(self) -> list[Mark]:
+        return self._ran_marks
+
+    # -- the full trace, written out when asked for -----------------------------------------------------------
+    @property  # type: ignore[override]
+    def events(self) -> list[Event]:
+        if self._events is None:
+            with collector_paused():  # millions of new records, none in a cycle (engine/collector.py)
+                out: list[Event | None] = [None] * self._total
+                for e, first in zip(self.ran_events, self._first_copy):
+                    out[e.seq] = e
+                    for k, copy in enumerate(self._copied(e)):
+                        copy.seq = first + k
+                        out[copy.seq] = copy
+                self._events = out  # type: ignore[assignment]
+        return self._events  # type: ignore[return-value]
+
+    @events.setter
+    def events(self, value: list[Event]) -> None:
+        self._events = list(value)
+
+    @property  # type: ignore[override]
+    def marks(self) -> list[Mark]:
+        if self._marks is None:
+            mirrors = self._mirrors
+            self._marks = self.ran_marks + [
+                Mark(r, m.step, m.kind, m.text, m.data) for m in self.ran_marks for r in mirrors.get(m.rank, ())
+            ]
+        return self._marks
+
+    @marks.setter
+    def marks(self, value: list[Mark]) -> None:
+        self._marks = list(value)
+
+    def _copied(self, e: Event) -> list[Event]:
+        """The copies of run event `e` (numbered by the caller), in the order they are made."""
+        if e.kind == "compute":
             (m,) = e.members
-            events += [_renamed(e, {m.rank: r}, e.group) for r in mirrors.get(m.rank, ())]
-            continue
-        events += [_renamed(e, to, g) for g, to in images_of(e.group)]
-    ran = {id(e) for e in trace.events}
-    events.sort(key=lambda e: e.step)  # stable: a full run's order within a step is by arrival, not ours
-    renumbered: dict[int, Event] = {}
-    for i, e in enumerate(events):
-        if id(e) in ran:  # the run's own events are copied with their new number; the copies made here
-            events[i] = renumbered[id(e)] = _with_seq(e, i)  # are numbered in place
-        else:
-            e.seq = i
-    for e in events:  # a copy's source is the run's event as this trace numbers it
-        if e.source is not None:
-            e.source = renumbered[id(e.source)]
-    marks = list(trace.marks) + [
-        Mark(r, m.step, m.kind, m.text, m.data) for m in trace.marks for r in mirrors.get(m.rank, ())
-    ]
-    # "fold": who ran for whom, so the clock times each run event once and its copies as it (clock/timeline.py)
-    return Trace(trace.world, trace.backend, trace.groups, events, marks, {**trace.meta, "folded": True, "fold": rep})
+            return [_renamed(e, {m.rank: r}, e.group) for r in self._mirrors.get(m.rank, ())]
+        return [_renamed(e, to, g) for g, to in self._images_of(e.group)]
+
+    # -- one rank's part, without the rest -------------------------------------------------------------------
+    def events_of(self, rank: int) -> list[Event]:
+        if self._events is not None:
+            return super().events_of(rank)
+        rep = self.rep[rank]
+        mine = []
+        if rep == rank:  # a rank that ran: no copy is ever made onto a group holding one (`_images_of`)
+            for e in self.ran_events:
+                if _holds(e, rank):
+                    mine.append(e)
+            return mine
+        where = self._images_for(rank)
+        at = self._mirrors[rep].index(rank)
+        for e, first in zip(self.ran_events, self._first_copy):
+            if e.kind == "compute":
+                if e.members[0].rank == rep:
+                    copy = _renamed(e, {rep: rank}, e.group)
+                    copy.seq = first + at
+                    mine.append(copy)
+            elif _holds(e, rank):
+                mine.append(e)
+            else:
+                found = where.get(e.group.index)
+                if found is not None:
+                    k, g, to = found
+                    copy = _renamed(e, to, g)
+                    copy.seq = first + k
+                    mine.append(copy)
+        mine.sort(key=lambda e: e.seq)
+        return mine
+
+    def _images_for(self, rank: int) -> dict[int, tuple[int, Any, dict]]:
+        """group index of a group that ran -> (its image's place among its images, the image, the renaming), for
+        the image that holds `rank` (a folded rank is in at most one image of each group)."""
+        rep, out = self.rep, {}
+        for g in self.groups:
+            if rank not in g.ranks:
+                continue
+            for grp in self._by_key[(g.name, tuple(rep[r] for r in g.ranks))]:
+                if grp.ranks == g.ranks or grp.index not in self._ran_groups:
+                    continue
+                for k, (img, to) in enumerate(self._images_of(grp)):
+                    if img.index == g.index:
+                        out[grp.index] = (k, img, to)
+        return out
+
+    def marks_of(self, rank: int) -> list[Mark]:
+        rep = self.rep[rank]
+        if rep == rank:
+            return [m for m in self.ran_marks if m.rank == rank]
+        return [Mark(rank, m.step, m.kind, m.text, m.data) for m in self.ran_marks if m.rank == rep]
+
+
+def _holds(e: Event, rank: int) -> bool:
+    """Whether `rank` is a member of `e` (a collective's members are its group's ranks)."""
+    if e.kind == "collective":
+        return rank in e.group.ranks
+    return any(m.rank == rank for m in e.members)
 
 
 def _renamed(e: Event, to: dict[int, int], group: Any) -> Event:

@@ -226,8 +226,9 @@ def test_a_folded_run_is_timed_as_the_full_run():
     assert b.step == pytest.approx(a.step, rel=1e-12) and b.busy == pytest.approx(a.busy, rel=1e-12)
 
     def timed(trace, tl):
-        return sorted((e.step, e.op, e.group.name, tuple(e.ranks), round(tl.events[e.seq][0], 15),
-                       round(tl.events[e.seq][1], 15)) for e in trace.events)
+        return sorted((e.step, e.op, e.group.name, tuple(e.ranks), round(tl.times(e)[0], 15),
+                       round(tl.times(e)[1], 15)) for e in trace.events)
+    assert not any(e.source is None for e in folded.events if e.seq not in b.events)  # copies: their source's
     assert timed(folded, b) == timed(full, a)
     assert len(b.spans) < len(a.spans)  # the folded ranks' spans are their representatives'
 

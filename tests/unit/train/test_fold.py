@@ -7,6 +7,7 @@ import parasim
 from parasim.errors import CollectiveError, UsageError
 from parasim.train.step import make_step
 from parasim.layout import Layout, ModelSpec
+from parasim.comm.trace import Event, Trace
 from parasim.engine.symbolic.fold import fold_of, unfold
 
 SMALL = ModelSpec(name="small", layers=4, hidden=8, heads=4, vocab=16, ffn=16, experts=8, top_k=2, dense_layers=1,
@@ -236,3 +237,70 @@ def test_an_all_to_all_of_the_very_same_chunks_gives_a_full_runs_records_and_res
             assert records(folded.trace) == records(full.trace)
         assert folded.values == [[(2, 3)] * 4 if fold[r] == 0 else [(1, 3)] * 4 for r in range(4)]
     assert full.values == [[(2, 3)] * 4, [(1, 3)] * 4] * 2
+
+
+def _said(events):
+    return [(e.seq, e.step, e.kind, e.op, e.group.name, e.group.ranks, e.label, e.phase, e.params,
+             None if e.source is None else e.source.seq,
+             tuple((m.rank, m.ins, m.outs, m.sent, m.recv, m.site, m.work) for m in e.members)) for e in events]
+
+
+@pytest.mark.parametrize("layout", [
+    Layout(pp=2, dp=4, ep=4, model=SMALL),
+    Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
+], ids=["pp-dp-ep", "tp-cp-pp-ep"])
+def test_one_rank_of_a_folded_trace_is_that_rank_of_the_trace_written_out(layout):
+    """A folded trace stays folded until all of it is asked for (engine/symbolic/fold.FoldedTrace): one rank's
+    events and marks, worked out alone, are that rank's in the whole trace, numbered as it numbers them."""
+    from parasim.engine.symbolic.fold import FoldedTrace
+
+    trace = parasim.run(make_step(layout, m=2, routing="balanced"), layout.world, backend="symbolic",
+                        fold=fold_of(layout)).trace
+    assert isinstance(trace, FoldedTrace) and trace._events is None and trace._marks is None
+    alone = {r: (_said(trace.events_of(r)), trace.marks_of(r), trace.peak(r), trace.joins(r))
+             for r in range(layout.world)}
+    assert trace._events is None and trace._marks is None  # nothing written out for them
+    assert len(trace.ran_events) < len(trace.events)  # now it is
+    assert [e.seq for e in trace.events] == list(range(len(trace.events)))
+    assert [e.step for e in trace.events] == sorted(e.step for e in trace.events)
+    plain = Trace(trace.world, trace.backend, trace.groups, trace.events, trace.marks, trace.meta)
+    for r in range(layout.world):
+        mine = [e for e in trace.events if r in e.ranks]
+        assert alone[r][0] == _said(mine)
+        assert alone[r][1] == [m for m in trace.marks if m.rank == r]
+        assert alone[r][2:] == (plain.peak(r), plain.joins(r))
+    assert _said(trace.events) == _said(_written_out(trace))
+
+
+def _written_out(folded):
+    """The whole trace as the first unfold wrote it (session 13): the run's events, then each one's copies
+    (a compute event onto each rank folded onto its rank; any other onto each folded image of its group, in
+    the order the groups were made), sorted by step, stably, and numbered in that order."""
+    rep, run = folded.rep, sorted(folded.ran_events, key=lambda e: e.seq)
+    out = []
+    for e in run:
+        out.append((e, None))
+    for e in run:
+        if e.kind == "compute":
+            r = e.members[0].rank
+            out += [(e, {r: x}) for x in range(len(rep)) if rep[x] == r and x != r]
+            continue
+        key = tuple(rep[r] for r in e.group.ranks)
+        for g in folded.groups:
+            if g.name == e.group.name and g.ranks != e.group.ranks and tuple(rep[r] for r in g.ranks) == key \
+                    and all(rep[r] != r for r in g.ranks):
+                out.append((e, dict(zip(e.group.ranks, g.ranks)), g))
+    out.sort(key=lambda t: t[0].step)
+    events = []
+    for i, t in enumerate(out):
+        e = t[0]
+        if t[1] is None:
+            events.append(e)
+            continue
+        to = t[1]
+        g = t[2] if len(t) > 2 else e.group
+        members = [m._replace(rank=to.get(m.rank, m.rank)) for m in e.members]
+        params = {k: (to.get(v, v) if k in ("src", "dst") else v) for k, v in e.params.items()}
+        events.append(Event(i, e.step, e.kind, e.op, g, members, e.label, e.phase, params, e.algo, None, e.tags,
+                            None, e))
+    return events
