@@ -46,7 +46,7 @@ def all_runs(which: str | None = None) -> list[PublishedRun]:
     return runs_of(which)
 
 
-def _timed(
+def timed_run(
     r: PublishedRun, change: dict[str, Any] | None = None
 ) -> tuple[float | None, dict[str, Any] | None, str | None]:
     """predicted(r, change), or (None, None, why) where a kernel it needs was never measured on its GPU type
@@ -64,7 +64,7 @@ def rows(which: str | None = None) -> list[dict[str, Any]]:
     of a kernel it needs on its GPU type) has None for its figures and says why in `not_timed`."""
     out = []
     for r in all_runs(which):
-        value, t, why = _timed(r)
+        value, t, why = timed_run(r)
         short, document, address = r.cite
         row: dict[str, Any] = {
             "name": r.key,
@@ -87,7 +87,7 @@ def rows(which: str | None = None) -> list[dict[str, Any]]:
             "variants": {},
         }
         for name, change in r.variants.items():
-            v, _, why = _timed(r, change)
+            v, _, why = timed_run(r, change)
             row["variants"][name] = {"predicted": v, "error": None if v is None else error(r, v), "not_timed": why}
         out.append(row)
     return out

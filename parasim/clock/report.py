@@ -52,7 +52,7 @@ def clock_report(trace: Trace, choice: ClockChoice = ClockChoice(), tl: Timeline
         o = OVERLAPS[name]
         on = tuple(sorted(set(choice.overlap) | {name}))
         off = tuple(x for x in choice.overlap if x != name)
-        if not any(o.moves(e, paired) for e in trace.events):  # it moves nothing here: no timeline to lay out
+        if not any(o.moves(e, paired) for e in trace.ran_events):  # it moves nothing here: no timeline to lay out
             with_it = without = tl.step
         else:  # the timeline of the choice is one of the two
             with_it = tl.step if name in choice.overlap else simulate(trace, m, on).step

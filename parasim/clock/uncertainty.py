@@ -12,11 +12,11 @@ nothing fitted: a planner reads it as "runs like this one measured between these
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Iterator
 
 from ..estimate.memory import Plan
 from .overlaps import DP_GROUPS
-from .published import all_runs, rows
+from .published import all_runs, error, timed_run
 from .runs import CALIBRATION
 from ..comm.trace import Trace
 
@@ -66,15 +66,44 @@ class StepRange:
         }
 
 
-def held_out() -> list[tuple[str, str, str, float]]:
-    """Every held-out run as (key, GPU type, family, error): what `step_range` chooses from. Computed once by
-    a caller that asks for many ranges (a layout search)."""
-    by_key = {r.key: r for r in all_runs()}
-    return [
-        (row["name"], row["gpu"], family(by_key[row["name"]].model, by_key[row["name"]].plan).name, row["error"])
-        for row in rows()
-        if row["set"] != CALIBRATION and row["error"] is not None
-    ]
+class HeldOut:
+    """The held-out runs (`all_runs` outside the calibration set), each timed the first time a range needs it:
+    a range on one GPU type and family times the few runs it keeps, not all of them (a second or more). Iterated,
+    it is every timed run as (key, GPU type, family, error): what `step_range` chooses from."""
+
+    def __init__(self) -> None:
+        self.runs = [r for r in all_runs() if r.set != CALIBRATION]
+        self.families = {r.key: family(r.model, r.plan).name for r in self.runs}
+        self._errors: dict[str, float | None] = {}
+
+    def error(self, r: Any) -> float | None:
+        """Run `r`'s signed error (None: not timed, a kernel it needs unmeasured on its GPU type)."""
+        if r.key not in self._errors:
+            value, _, _ = timed_run(r)
+            self._errors[r.key] = None if value is None else error(r, value)
+        return self._errors[r.key]
+
+    def chosen(self, keep: Callable[[str, str], bool]) -> list[tuple[str, float]]:
+        """(key, error) of each timed run whose (GPU type, family) `keep` keeps."""
+        out = []
+        for r in self.runs:
+            if keep(r.gpu, self.families[r.key]):
+                err = self.error(r)
+                if err is not None:
+                    out.append((r.key, err))
+        return out
+
+    def __iter__(self) -> Iterator[tuple[str, str, str, float]]:
+        for r in self.runs:
+            err = self.error(r)
+            if err is not None:
+                yield r.key, r.gpu, self.families[r.key], err
+
+
+def held_out() -> HeldOut:
+    """Every held-out run, timed as a range asks for it (`HeldOut`). Made once by a caller that asks for many
+    ranges (a layout search), so each run is timed once."""
+    return HeldOut()
 
 
 def trace_family(trace: Trace) -> Family:
@@ -94,17 +123,17 @@ def trace_family(trace: Trace) -> Family:
         return by_name["moe"]
     if max(gathers.values(), default=0) > 1:
         return by_name["fsdp"]
-    if groups & {"tp", "pp", "cp", "tp-cp"} or any(e.kind == "p2p" for e in trace.events):
+    if groups & {"tp", "pp", "cp", "tp-cp"} or any(e.kind == "p2p" for e in trace.ran_events):
         return by_name["model-parallel"]
     return by_name["data-parallel"]
 
 
-def step_range(model: Any, plan: Plan, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
+def step_range(model: Any, plan: Plan, gpu: str, table: Iterable[tuple[str, str, str, float]]) -> StepRange:
     """The range of the held-out runs like `plan` of `model` on GPU type `gpu` (`table`: `held_out()`)."""
     return family_range(family(model, plan), gpu, table)
 
 
-def family_range(fam: Family, gpu: str, table: list[tuple[str, str, str, float]]) -> StepRange:
+def family_range(fam: Family, gpu: str, table: Iterable[tuple[str, str, str, float]]) -> StepRange:
     """The range of the held-out runs of family `fam` on GPU type `gpu`, widening as the module says."""
     from ..estimate.hardware import GPUS
 
@@ -115,7 +144,10 @@ def family_range(fam: Family, gpu: str, table: list[tuple[str, str, str, float]]
         (lambda g, f: True, "every held-out run"),
     )
     for keep, like in circles:
-        chosen = [(key, err) for key, g, f, err in table if keep(g, f)]
+        if isinstance(table, HeldOut):  # times only the runs this circle keeps
+            chosen = table.chosen(keep)
+        else:
+            chosen = [(key, err) for key, g, f, err in table if keep(g, f)]
         if len(chosen) >= MIN_RUNS or like == "every held-out run":
             ratios = [1 + err for _, err in chosen]
             return StepRange(min(ratios), max(ratios), tuple(k for k, _ in chosen), like)

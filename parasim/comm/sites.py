@@ -90,11 +90,6 @@ def call_site(depth: int = 2) -> tuple[str, int]:
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded."""
     frame = sys._getframe(depth)
-    code = frame.f_code
-    # is_wrapper's test, written out: this runs on every rank's every call, where a function call is a fifth of it
-    while (code.co_filename.startswith(_WRAPPERS) or HIDE in code.co_varnames and is_wrapper(frame)) and (
-        frame.f_back is not None
-    ):
+    while is_wrapper(frame) and frame.f_back is not None:
         frame = frame.f_back
-        code = frame.f_code
-    return code.co_filename, frame.f_lineno
+    return frame.f_code.co_filename, frame.f_lineno

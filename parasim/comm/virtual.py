@@ -101,6 +101,7 @@ class VirtualWorld(PointToPoint):
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
         self._records: dict[tuple, list[tuple]] = {}  # a kind of call on a group -> its members' records
+        self._chunks: dict[tuple, tuple] = {}  # an all-to-all's chunk records -> the one tuple of them kept
         self.meter: Any = None  # each rank's FLOPs since its last event (engine/work.Meter), set by the backend
 
     # -- scheduling ------------------------------------------------------------------------------
@@ -399,7 +400,7 @@ class VirtualWorld(PointToPoint):
             # The usual call: every member brought alike (the signature check), so what each one's record
             # holds besides its rank, site and work is the same on every call of this kind on this group.
             records = self._same_records(g, arrivals[0], outs, op, params)
-            members = []
+            members: list[Member] = []
             append = members.append
             for i, (r, a, out, (tin, tout, sent, recv)) in enumerate(zip(g.ranks, arrivals, outs, records)):
                 st = ranks[r]
@@ -417,10 +418,11 @@ class VirtualWorld(PointToPoint):
         formula: worked out once per kind of call on a group (its input and params, which say who gets a
         result: a reduce's root alone), then reused."""
         key = (g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
+        kept: tuple | None = key
         try:
             got = self._records.get(key)
         except TypeError:  # a param that is a list (unhashable): nothing to reuse, work it out
-            got, key = None, None
+            got, kept = None, None
         if got is None:
             made = self._tensors
             ins = arrays(first[0])
@@ -431,8 +433,8 @@ class VirtualWorld(PointToPoint):
             for i, out in enumerate(outs):
                 res = arrays(out)
                 got.append((tin, tout if res else (), *op.moved(ins, res, g, i, params)))
-            if key is not None and len(self._records) < RECORD_KINDS:
-                self._records[key] = got
+            if kept is not None and len(self._records) < RECORD_KINDS:
+                self._records[kept] = got
         return got
 
     def _own_records(
@@ -471,13 +473,23 @@ class VirtualWorld(PointToPoint):
             if many:
                 shared = tins.get(id(a[0]))  # members that bring the very same chunks share one record
                 if shared is None:
-                    shared = tins[id(a[0])] = tuple([tensor_record(v, made) for v in ins])
+                    shared = tins[id(a[0])] = self._chunk_records(tuple([tensor_record(v, made) for v in ins]))
                 tin = shared
                 tout_i = tuple([tensor_record(v, made) for v in got])
             else:
                 tout_i = tout if got else ()
             append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after, works[i])))
         return members
+
+    def _chunk_records(self, records: tuple) -> tuple:
+        """One tuple for every call's chunks of the same shapes, across calls: the clock times an all-to-all once
+        for each kind of chunks it sees (clock/costs.py), and a run repeats the same few thousands of times."""
+        kept = self._chunks.get(records)
+        if kept is None:
+            if len(self._chunks) >= RECORD_KINDS:
+                return records
+            kept = self._chunks[records] = records
+        return kept
 
     # -- marks -----------------------------------------------------------------------------------
     def mark(self, rank: int, kind: str, text: str, data: dict | None = None) -> None:

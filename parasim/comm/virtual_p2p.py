@@ -12,6 +12,7 @@ import numpy as np
 from greenlet import GreenletExit
 
 from ..errors import CollectiveError
+from .sites import SiteNames
 from .trace import Event, Member, Tensor
 from .interface import (
     P2P,
@@ -66,7 +67,7 @@ class PointToPoint:
     sends: dict[tuple[int, int], deque]
     recvs: dict[tuple[int, int], deque]
     events: list[Event]
-    site_names: Callable[[tuple[str, int]], str]
+    site_names: SiteNames
     _thread: int
     _tensors: dict
     _check: Callable[[Any, str], None]

@@ -86,7 +86,8 @@ class Meter:
 
     def take_all(self, ranks: Sequence[int]) -> list[Work | None]:
         """`take` of each of `ranks`, in one call (every member of every collective: the hot path)."""
-        since, out = self.since, []
+        since = self.since
+        out: list[Work | None] = []
         for r in ranks:
             got = since[r]
             if got:

@@ -88,7 +88,7 @@ class FoldedWorld(VirtualWorld):
         lookups (4,096 a side over EP 64)."""
         chunks, made, t = arrivals[0][0], self._tensors, g.size
         kinds = {id(c): tensor_record(c, made) for c in chunks}  # a folded sender's chunks are a few arrays repeated
-        tin = tuple([kinds[id(c)] for c in chunks])
+        tin = self._chunk_records(tuple([kinds[id(c)] for c in chunks]))  # one tuple a kind, across calls
         outs = {i: (k,) * t for i, k in kinds.items()}
         total = sum([v.nbytes for v in chunks])
         site = self.site_names(arrivals[0][2])

@@ -211,6 +211,37 @@ def test_an_all_to_all_costs_its_slowest_member_pair_by_pair():
         assert event_seconds(e, m) == pytest.approx(CALL + worst, rel=1e-12)
 
 
+def test_all_to_alls_alike_in_chunks_are_timed_by_their_own_placement_and_bytes():
+    """The clock times an all-to-all once for each kind it meets in a run (clock/costs.py: the same chunk records,
+    bytes and placement on nodes): calls with the very same chunks on a group inside one node, on one across two,
+    and with other chunks each take the time they take alone."""
+    from parasim.clock.costs import event_seconds
+
+    def program(ctx):
+        inside = ctx.new_group([0, 1, 2, 3], "ep")
+        across = ctx.new_group([4, 5, 8, 9], "ep")
+        g = inside if ctx.rank < 4 else across if ctx.rank in (4, 5, 8, 9) else None
+        for rows in (64, 64, 256, 64):
+            if g is not None:
+                ctx.comm.all_to_all([ctx.xp.ones((rows, 32), dtype=ctx.xp.float32) for _ in range(4)], group=g)
+
+    trace = run(program, 16).trace
+    m = machine("h100", gpus_per_node=8)
+    tl = simulate(trace, m)
+    a2a = [e for e in trace.events if e.op == "all_to_all"]
+    assert len(a2a) == 8
+    alone = {e.seq: event_seconds(e, m) for e in a2a}
+    took = {e.seq: tl.times(e)[1] - tl.times(e)[0] for e in a2a}
+    assert took == pytest.approx(alone, rel=1e-12)
+    by_group = {}
+    for e in a2a:
+        by_group.setdefault((e.group.ranks, e.members[0].sent), set()).add(round(took[e.seq], 15))
+    assert len(by_group) == 4 and all(len(v) == 1 for v in by_group.values())
+    assert len({v.pop() for v in by_group.values()}) == 4  # across nodes is slower; bigger chunks are slower
+    # one tuple of chunk records for each kind of chunks, across calls (comm/virtual.py): what the clock keys on
+    assert len({id(m.ins) for e in a2a for m in e.members}) == 2
+
+
 def test_a_folded_run_is_timed_as_the_full_run():
     """A folded symbolic step (engine/symbolic/fold.py) laid out on the clock gives every event the times the full
     run's trace gives it, and every rank the same busy time: the fold is only a shortcut."""

@@ -190,3 +190,25 @@ def test_a_toy_models_step_is_printed_in_milliseconds_not_as_zero_seconds():
     text = " ".join(cli("memory", "--model", "moe16", "--ep", "4", "--dp", "8", "--gpu", "h100").stdout.split())
     step = text[text.index("step: "):]
     assert "0.00 s" not in step and " ms " in step and "runs like it measured" in step
+
+
+def test_a_range_times_only_the_runs_it_keeps_and_is_the_range_of_the_whole_table():
+    """held_out() times each run when a range first needs it (HeldOut): a range on one GPU type and family with
+    enough runs times those runs alone, and every range is the one the whole table, listed, gives."""
+    from parasim.clock.published import rows
+    from parasim.clock.runs import CALIBRATION
+    from parasim.clock.uncertainty import FAMILIES, HeldOut, family_range
+
+    lazy = held_out()
+    assert isinstance(lazy, HeldOut) and not lazy._errors
+    moe = next(f for f in FAMILIES if f.name == "moe")
+    got = family_range(moe, "h100", lazy)
+    assert got.like.startswith("held-out H100 runs") and len(got.runs) >= MIN_RUNS
+    assert set(lazy._errors) == {r.key for r in lazy.runs if r.gpu == "h100" and lazy.families[r.key] == "moe"}
+    # the whole table, from published.rows (which times every run and variant on its own)
+    whole = [(row["name"], row["gpu"], held_out().families[row["name"]], row["error"]) for row in rows()
+             if row["set"] != CALIBRATION and row["error"] is not None]
+    assert sorted(held_out()) == sorted(whole)
+    for fam in FAMILIES:
+        for gpu in ("h100", "a100", "h200", "b200"):
+            assert family_range(fam, gpu, lazy) == family_range(fam, gpu, whole), (fam.name, gpu)
