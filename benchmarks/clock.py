@@ -5,8 +5,9 @@
 1. The deepseek-v3 preset's whole training step on 2,048 symbolic GPUs (PP 16 x EP 64, DP 128, 16
    micro-batches, ranks of each stage folded: benchmarks/symbolic.py's item 5), then every event of its
    trace laid out on the clock (clock/timeline.simulate: H200s, nodes of 8): the two times and their ratio.
-2. The same trace stamped for --json (clock/report.clock_report: the timeline, the times on every event,
-   and a timeline per overlap switch to say what each would save).
+2. The report --json adds on that timeline (clock/report.clock_report, as a lesson makes it: the step's summary,
+   the range of the held-out runs like it, and a timeline for each overlap switch that moves something, to say
+   what it would save). Issue 55's goal: at most 15% of the step.
 
 --tiny: the same on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches): under a second, for
 tests/e2e/test_benchmarks.py.
@@ -27,12 +28,14 @@ from parasim.layout import preset
 from parasim.engine.symbolic.fold import fold_of
 
 GOAL = 0.20  # the clock's time over the step's
+REPORT_GOAL = 0.15  # the report's (issue 55)
 
 
 def timed(fn) -> tuple[float, object]:
-    t = time.perf_counter()
+    """CPU seconds of this process (the machine's other load does not move them) and fn's result."""
+    t = time.process_time()
     out = fn()
-    return time.perf_counter() - t, out
+    return time.process_time() - t, out
 
 
 def main() -> None:
@@ -47,18 +50,18 @@ def main() -> None:
                                                fold=fold_of(layout)))
     trace = result.trace
     clock_s, tl = timed(lambda: simulate(trace, machine("h200", layout.gpus_per_node)))
-    report_s, _ = timed(lambda: clock_report(trace))
+    report_s, _ = timed(lambda: clock_report(trace, tl=tl))  # as a lesson's --json makes it: on the run's timeline
     out = {"layout": name, "gpus": layout.world, "events": len(trace.events), "step_s": step_s, "clock_s": clock_s,
-           "clock_over_step": clock_s / step_s, "report_s": report_s, "report_over_step": report_s / step_s,
+           "clock_over_step": clock_s / step_s, "report_s": report_s, "report_over_step": report_s / step_s, "report_goal": REPORT_GOAL,
            "goal": GOAL, "predicted_step_s": tl.step}
     if args.json:
         print(json.dumps(out, indent=1))
         return
-    print(f"{name}, one step on {out['gpus']:,} symbolic GPUs ({out['events']:,} events): {step_s:.2f} s to run")
+    print(f"{name}, one step on {out['gpus']:,} symbolic GPUs ({out['events']:,} events): {step_s:.2f} s CPU to run")
     print(f"  the clock over every event: {clock_s:.2f} s = {out['clock_over_step']:.0%} of the step (goal: at most "
           f"{GOAL:.0%}); the predicted step: {tl.step:.2f} s on H200s")
-    print(f"  --json's report (stamped events, and a timeline per overlap switch): {report_s:.2f} s = "
-          f"{out['report_over_step']:.0%} of the step")
+    print(f"  --json's report (the summary, the held-out range, a timeline per overlap switch that moves "
+          f"something): {report_s:.2f} s = {out['report_over_step']:.0%} of the step (goal: at most {REPORT_GOAL:.0%})")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ class MarkIndex:
         """phase -> (rank, note) in the order the notes were left, each under the phase its rank was in."""
         out: dict[str, list[tuple[int, str]]] = {}
         current: dict[int, str] = {}
+        if not any(mk.kind == "note" for mk in self.trace.ran_marks):
+            return out  # no rank that ran left one, so no copy of one either (a folded trace's marks stay folded)
         for mk in self.trace.marks:
             if mk.kind == "phase":
                 current[mk.rank] = mk.text
@@ -29,12 +31,15 @@ class MarkIndex:
 
     @cached_property
     def phase_order(self) -> list[str]:
-        return list(dict.fromkeys(mk.text for mk in self.trace.marks if mk.kind == "phase"))
+        # the ranks that ran entered every phase first (a folded trace's other marks are copies of theirs)
+        return list(dict.fromkeys(mk.text for mk in self.trace.ran_marks if mk.kind == "phase"))
 
     @cached_property
     def tables(self) -> dict[str, dict[int, list[str]]]:
         """phase -> the slot table its ranks noted (row number -> cells)."""
         out: dict[str, dict[int, list[str]]] = {}
+        if not any(mk.kind == "note" and mk.data and "table_row" in mk.data for mk in self.trace.ran_marks):
+            return out
         for phase, _, _, data in self.trace.notes("table_row"):
             if phase:
                 out.setdefault(phase, {})[data["table_row"]] = [printable(cell) for cell in data["cells"]]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ..comm.trace import HELD_KINDS, Event, Trace
+from ..engine.symbolic.fold import FoldedTrace
 
 SHORT = {"weights": "w", "gradients": "g", "optimizer": "opt", "activations": "act", "gathered": "gath"}
 
@@ -26,16 +27,20 @@ class HeldIndex:
     of that rank alone: a real-size symbolic run has millions of marks, and a step asks a few ranks."""
 
     def __init__(self, trace: Trace):
+        self.trace = trace
         self.world, self.backend = trace.world, trace.backend
-        self.any = False
+        # the ranks that ran held what the others did (a folded trace's marks are copies of theirs)
+        self.any = any(mk.kind == "held" for mk in trace.ran_marks)
         self.by_rank: dict[int, list] = {}
-        for mk in trace.marks:
-            if mk.kind in ("held", "phase"):
-                self.by_rank.setdefault(mk.rank, []).append(mk)
-                self.any = self.any or mk.kind == "held"
+        if not isinstance(trace, FoldedTrace):  # one pass over every mark; a folded trace gives one rank's alone
+            for mk in trace.marks:
+                if mk.kind in ("held", "phase"):
+                    self.by_rank.setdefault(mk.rank, []).append(mk)
         self._peaks: dict[tuple[int, str | None], dict] = {}
 
     def of(self, rank: int) -> Trace:
+        if isinstance(self.trace, FoldedTrace) and rank not in self.by_rank:
+            self.by_rank[rank] = [mk for mk in self.trace.marks_of(rank) if mk.kind in ("held", "phase")]
         return Trace(self.world, self.backend, marks=self.by_rank.get(rank, []))
 
     def peak(self, rank: int, phase: str | None) -> dict:

@@ -141,8 +141,10 @@ def _watch_notes(trace: Trace) -> tuple[str, dict[Any, int], dict[str, list[str]
     """The followed token, its holder per place (a phase's micro-batch and layer, read from the phase's
     fields: a backward phase finds the rank that held the token in its forward twin), and the notes left
     in each phase. Phase names are never parsed."""
-    fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
     token, holders, said = "", {}, {}
+    if not any(m.kind == "note" and m.data and "watch" in m.data for m in trace.ran_marks):
+        return token, holders, said, {}  # nothing followed (a folded trace's copies repeat what ran: none either)
+    fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
     for phase, rank, text, data in trace.notes("watch"):
         if data["watch"] == "holds":
             token = token or data["token"]
@@ -174,10 +176,12 @@ class View:
         self.events = list(self.trace.events)
         self.step_columns = max([e.step for e in self.events] + [1])
         self._clock: Any = None  # tui/clockgrid.ClockGrid, made when the grid first shows time
-        self.cells: dict[tuple[int, int], list[int]] = {}
-        for i, e in enumerate(self.events):
-            for m in e.members:
-                self.cells.setdefault((m.rank, e.step), []).append(i)
+        events = self.events
+        # (rank, step) -> the first event the rank is in at that step, what a cell shows (the events walked last
+        # to first, so the first one's index is the one kept: 600,000 members at real size, one dict build)
+        self.cells: dict[tuple[int, int], int] = {
+            (m.rank, e.step): i for i in range(len(events) - 1, -1, -1) for e in (events[i],) for m in e.members
+        }
         self._visible = list(range(len(self.events)))
         self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
@@ -282,8 +286,7 @@ class View:
         """The event a click on (rank, column: a logical step, or a slice of time) selects."""
         if self.time_mode:
             return self.clock.event_at(rank, column)
-        found = self.cells.get((rank, column))
-        return found[0] if found else None
+        return self.cells.get((rank, column))
 
     # -- steps or time -------------------------------------------------------------------------------
     @property
@@ -323,9 +326,9 @@ class View:
     def cell(self, rank: int, column: int) -> tuple[str, str]:
         """(two characters, style name) of one grid cell."""
         found = self.cells.get((rank, column))
-        if not found:
+        if found is None:
             return IDLE
-        e = self.events[found[0]]
+        e = self.events[found]
         return CELLS.get(kind_of(e, rank), ("??", "compute"))
 
     def row_cell(self, row: int, column: int) -> tuple[str, str]:
