@@ -269,6 +269,7 @@ FIGURES = {
                                                                 ("peak 16.05 GB", "peak held: 16.05 GB")],
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced": [("2,048 GPUs",
                                                                                    "2,048 symbolic GPUs")],
+    "parasim trace --symbolic --layout llama3-405b --gpu 0 --seq 8192": [("16,384 GPUs", "16,384 symbolic GPUs")],
     "parasim fit --model 27b --tp 8 --sp --symbolic": [("fits the run", "): fits"),
                                                        ("one step longer does not", "): does NOT fit")],
     "parasim check silent-bugs --bug expert-over-dp-cp": [
@@ -291,6 +292,7 @@ EXIT_CODES = {
 # More than a few seconds here (the suite's `slow` mark; still run in CI), besides those that need torch
 SLOW = {
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced",
+    "parasim trace --symbolic --layout llama3-405b --gpu 0 --seq 8192",
     "parasim trace --symbolic --layout deepseek-v3 --app",
 }
 
