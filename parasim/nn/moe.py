@@ -270,9 +270,21 @@ class TokenDispatcher:
                     f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}"
                 )
             parts.append(mine)
-        arrived = np.concatenate(parts).reshape(-1, router.k)  # [rows, k]: the experts each row chose
-        hit = (arrived[:, :, None] == self.me * self.per + np.arange(self.per)).any(axis=1)  # [rows, per]
-        rows = [np.flatnonzero(col) for col in hit.T]
+        # each local expert's rows among the arrived rows (sender by sender, in order): worked out once for each
+        # sender's draws that are alike (balanced routing: one array for all 64), then offset by where they land
+        mine_experts = self.me * self.per + np.arange(self.per)
+        found: dict[int, list[np.ndarray]] = {}
+        cols: list[list[np.ndarray]] = [[] for _ in range(self.per)]
+        offset = 0
+        for part in parts:
+            got = found.get(id(part))
+            if got is None:
+                picks = part.reshape(-1, router.k)  # [rows, k]: the experts each row chose
+                got = found[id(part)] = [np.flatnonzero(c) for c in (picks[:, :, None] == mine_experts).any(axis=1).T]
+            for e, at in enumerate(got):
+                cols[e].append(at + offset)
+            offset += len(part)
+        rows = [np.concatenate(c) if c else np.zeros(0, dtype=np.intp) for c in cols]
         self._last_received = (draws, rows, list(sizes))  # the draws kept alive, so their ids stay theirs
         return rows
 

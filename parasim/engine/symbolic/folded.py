@@ -87,18 +87,21 @@ class FoldedWorld(VirtualWorld):
         record is one tensor repeated: the same records as the kernel's path, without t x t copies and
         lookups (4,096 a side over EP 64)."""
         chunks, made, t = arrivals[0][0], self._tensors, g.size
-        kinds = {id(c): tensor_record(c, made) for c in chunks}  # a folded sender's chunks are a few arrays repeated
+        # a folded sender's chunks are a few arrays repeated: a record for each of those
+        kinds = {i: tensor_record(c, made) for i, c in {id(c): c for c in chunks}.items()}
         tin = self._chunk_records(tuple([kinds[id(c)] for c in chunks]))  # one tuple a kind, across calls
         outs = {i: (k,) * t for i, k in kinds.items()}
         total = sum([v.nbytes for v in chunks])
         site = self.site_names(arrivals[0][2])
         members = []
         work = self._work(current)  # the one rank that ran did the work of every rank folded onto it
-        for j, r in enumerate(g.ranks):
-            st, c = self.ranks[r], chunks[j]
-            st.clock = step
-            st.result = [c.copy() for _ in range(t)] if r == current else None  # a folded rank reads nothing
+        ranks = self.ranks
+        for r, c in zip(g.ranks, chunks):
+            ranks[r].clock = step
             members.append(
                 _member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site, None, None, work))
             )
+        # the member that runs gets chunk j of everyone: its own chunk, t times; a folded rank reads nothing
+        mine = chunks[g.ranks.index(current)]
+        ranks[current].result = [mine.copy() for _ in range(t)]
         return members  # no member to wake: the one that runs is the one here

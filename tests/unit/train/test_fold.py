@@ -304,3 +304,17 @@ def _written_out(folded):
         events.append(Event(i, e.step, e.kind, e.op, g, members, e.label, e.phase, params, e.algo, None, e.tags,
                             None, e))
     return events
+
+
+def test_a_folded_all_to_all_gives_the_rank_that_runs_the_chunks_meant_for_its_place():
+    """Every member of a folded all-to-all brings the representative's chunks (engine/symbolic/folded.py): the
+    rank that runs, second in its group here, gets chunk 1 from each member, whatever the chunks' sizes."""
+    def program(ctx):
+        g = ctx.new_group([1, 0, 2, 3], "ep")
+        got = ctx.comm.all_to_all([ctx.xp.zeros((n, 2)) for n in (1, 2, 3, 4)], group=g)
+        return [x.shape for x in got]
+
+    out = parasim.run(program, 4, backend="symbolic", fold=[0, 0, 0, 0])
+    assert out.values[0] == [(2, 2)] * 4
+    (e,) = [e for e in out.trace.events if e.op == "all_to_all"]
+    assert [m.outs[0].shape for m in e.members] == [(1, 2), (2, 2), (3, 2), (4, 2)]  # member j gets chunk j
