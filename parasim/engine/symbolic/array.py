@@ -297,6 +297,9 @@ def _ufunc_call(ufunc: np.ufunc, inputs: Sequence[Any], kw: dict) -> SymArray:
             dtypes.append(x.dtype)
             if run is None:
                 run = x.run
+        elif type(x) is float or type(x) is int:  # a Python scalar: no shape, and its type is weak
+            shapes.append(())
+            dtypes.append(type(x))
         else:
             shapes.append(_shape(x))
             dtypes.append(_dt(x))
@@ -383,13 +386,13 @@ def concat(arrays: Sequence[Any], axis: int | None = 0, **_: Any) -> SymArray:
         return SymArray(
             (sum(math.prod(_shape(a)) for a in arrays),), np.result_type(*[_dt(a) for a in arrays]), _run_of(arrays)
         )
-    first = _shape(arrays[0])
+    every = [_shape(a) for a in arrays]  # an all-to-all's chunks: a few shapes, many times
+    first = every[0]
     ax = _axis(axis, len(first))
-    shapes = {_shape(a) for a in arrays}  # an all-to-all's chunks: a few shapes, many times
-    for s in shapes:
+    for s in set(every):
         if len(s) != len(first) or any(p != q for k, (p, q) in enumerate(zip(s, first)) if k != ax):
             raise ValueError(f"concatenate: shapes {first} and {s} differ off axis {ax}")
-    total = sum([_shape(a)[ax] for a in arrays])
+    total = sum([s[ax] for s in every])
     return _made(first[:ax] + (total,) + first[ax + 1 :], np.result_type(*{_dt(a) for a in arrays}), _run_of(arrays))
 
 
