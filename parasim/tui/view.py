@@ -20,6 +20,7 @@ from ..layout.axes import AXES, SIZED
 from ..render.numbers import scalar
 from ..render.text import printable
 from ..comm.trace import Event, Trace
+from ..engine.collector import collector_paused
 from .grid import IDLE, CELLS, kind_of
 from .marks import MarkIndex
 from .memory import SHOWN, HeldIndex, held_rows  # SHOWN: members (and tensors of one) a panel lists
@@ -178,10 +179,12 @@ class View:
         self._clock: Any = None  # tui/clockgrid.ClockGrid, made when the grid first shows time
         events = self.events
         # (rank, step) -> the first event the rank is in at that step, what a cell shows (the events walked last
-        # to first, so the first one's index is the one kept: 600,000 members at real size, one dict build)
-        self.cells: dict[tuple[int, int], int] = {
-            (m.rank, e.step): i for i in range(len(events) - 1, -1, -1) for e in (events[i],) for m in e.members
-        }
+        # to first, so the first one's index is the one kept: 600,000 members at real size, one dict build, with
+        # the cyclic collector paused over its 600,000 keys, none in a cycle: engine/collector.py)
+        with collector_paused():
+            self.cells: dict[tuple[int, int], int] = {
+                (m.rank, e.step): i for i in range(len(events) - 1, -1, -1) for e in (events[i],) for m in e.members
+            }
         self._visible = list(range(len(self.events)))
         self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
@@ -221,15 +224,17 @@ class View:
             return
         groups = sorted({g.ranks for g in self.trace.groups if g.name == axis}, key=min)
         self.rows = [(f"{printable(axis)}·{min(g)}", tuple(sorted(g))) for g in groups]
-        # each row's first busy rank per column, in one pass over the cells (rows of 128 ranks are drawn often)
-        row_of = {r: (k, pos) for k, (_, rs) in enumerate(self.rows) for pos, r in enumerate(rs)}
-        best: dict[tuple[int, int], tuple[int, int]] = {}
-        for rank, col in self.cells:
-            k, pos = row_of[rank]
-            if (k, col) not in best or pos < best[(k, col)][0]:
-                best[(k, col)] = (pos, rank)
-        for (k, col), (_, rank) in best.items():
-            self._row_firsts.setdefault(k, {})[col] = rank
+        # each row's first busy rank per column (its lowest: a row's ranks are in order), in one pass over the
+        # cells (rows of 128 ranks are drawn often), no record made per cell
+        row_of = {r: k for k, (_, rs) in enumerate(self.rows) for r in rs}
+        firsts: dict[int, dict[int, int]] = {k: {} for k in range(len(self.rows))}
+        with collector_paused():
+            for rank, col in self.cells:
+                got = firsts[row_of[rank]]
+                now = got.get(col)
+                if now is None or rank < now:
+                    got[col] = rank
+        self._row_firsts = {k: cols for k, cols in firsts.items() if cols}
 
     def next_fold(self) -> str | None:
         """Cycle: unfolded, then each axis that partitions the world, then unfolded again. Returns the axis
