@@ -417,7 +417,9 @@ class VirtualWorld(PointToPoint):
         all brought alike (an array of one shape and dtype, or nothing) and whose bytes come from the op's
         formula: worked out once per kind of call on a group (its input and params, which say who gets a
         result: a reduce's root alone), then reused."""
-        key = (g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
+        # the op's name too: no two ops' params agree today (scatter's dim and src, all-gather's dim and algorithm),
+        # but a new entry of the op table must not take another's records
+        key = (op.name, g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
         kept: tuple | None = key
         try:
             got = self._records.get(key)
