@@ -102,9 +102,10 @@ def at_most(what: str, value: Any, limit: int, why: str) -> None:
         raise UsageError(f"{what}: {value:,} is more than the limit of {limit:,} ({why})")
 
 
-def check_symbolic_step(seq: int | None, microbatches: int, stages: int) -> None:
+def check_symbolic_step(seq: int | None, microbatches: int, stages: int, cp: int = 1) -> None:
     """A step on symbolic ranks at real size (`memory/fit --symbolic`, `trace --symbolic` on a preset);
-    `seq` None: a length not yet known."""
+    `seq` None: a length not yet known. The ranks of a stage are folded onto one, but not its CP ranks (they pass
+    K and V to each other point to point, so each runs itself): a stage's micro-batches run once per CP rank."""
     if seq is not None:
         at_most(
             "tokens per sequence of a symbolic step",
@@ -112,11 +113,20 @@ def check_symbolic_step(seq: int | None, microbatches: int, stages: int) -> None
             SYMBOLIC_TOKENS,
             "the step keeps each token's position, about 100 bytes a token",
         )
+    if cp == 1:
+        at_most(
+            f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
+            microbatches * stages,
+            SYMBOLIC_PASSES,
+            "each runs its stage's layers forward and backward",
+        )
+        return
     at_most(
-        f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
-        microbatches * stages,
+        f"micro-batches x pipeline stages x CP ranks of a symbolic step ({microbatches:,} x {stages:,} x {cp:,})",
+        microbatches * stages * cp,
         SYMBOLIC_PASSES,
-        "each runs its stage's layers forward and backward",
+        "each runs its stage's layers forward and backward; CP ranks pass K and V to each other point to point, "
+        "so each runs itself rather than folded; parasim memory estimates such a layout without running it",
     )
 
 

@@ -260,7 +260,7 @@ def _step_at_scale(q: TraceQuery, gpu: int, progress: Callable[[str], None] | No
         )
     routing = "balanced"
     m = q.microbatches or layout.pp
-    check_symbolic_step(layout.model.seq, m, layout.pp)
+    check_symbolic_step(layout.model.seq, m, layout.pp, layout.cp)
     # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
     # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
     # `job`: a Megatron job's step choices, as `memory --megatron` takes them

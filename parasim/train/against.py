@@ -57,7 +57,7 @@ def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int
     ]
     if why:
         raise UsageError(f"the symbolic step cannot run {why[0]}")
-    check_symbolic_step(seq, plan.m, plan.pp)  # what a step on symbolic ranks holds and does in seconds
+    check_symbolic_step(seq, plan.m, plan.pp, plan.cp)  # what a step on symbolic ranks holds and does in seconds
     if seq is not None and seq % granule(plan):
         raise UsageError(f"the step needs a sequence length that is a multiple of {granule(plan)} (2 x cp x tp)")
 

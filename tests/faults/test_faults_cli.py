@@ -27,6 +27,9 @@ BOUNDS = [
     (["trace", "-m", "64"], "(16 x 64 x 4): 4,096 is more than the limit of 2,048"),
     (["trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced", "-m", "32"],
      "micro-batches x pipeline stages of a symbolic step (32 x 16): 512 is more than the limit of 256"),
+    (["trace", "--symbolic", "--layout", "llama3-405b-long", "--gpu", "0"],  # CP ranks each run: 16 x 16 x 16
+     "micro-batches x pipeline stages x CP ranks of a symbolic step (16 x 16 x 16): 4,096 is more than the limit "
+     "of 256"),
     (["trace", "--symbolic", "--layout", "27b-tp8", "--gpu", "0", "--seq", "100000000"],
      "tokens per sequence of a symbolic step: 100,000,000 is more than the limit of 4,194,304"),
     (["schedule", "--pp", "1000"], "1,000 ranks x 11 or more time slots: 11,000 slots is more than the limit of "
