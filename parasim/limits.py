@@ -30,6 +30,8 @@ SLOT_TABLE = 1_000_000  # ranks x time slots of a schedule's timing: it fills th
 SLOTS_SHOWN = 10_000  # slots printed as a table (Rich lays out every cell: about 0.2 ms each)
 SLOTS_PLOTTED = 2_000  # slots drawn as a picture (matplotlib sets out a box and a label for each: ~1 ms)
 PLOT_GPUS = 256  # GPUs drawn in a layout picture (one box and label each, on a canvas that grows with them)
+APP_GPUS = 4096  # GPUs of a real-size step the app lays out: it writes every GPU's part of the trace out (2,048
+# GPUs of DeepSeek-V3: 70,944 events in under a second; a world's events grow with it)
 NODES_SHOWN = 64  # nodes `parasim layout` draws, one panel each
 EXPERTS_SHOWN = 131_072  # expert names drawn, GPUs x experts each holds (a table cell each: ~20 us a name)
 TRACE_PASSES = 2_048  # GPUs x micro-batches x layers of the token trace's step on virtual ranks (~4 ms each)
@@ -137,6 +139,16 @@ def check_experts_shown(gpus: int, each: int) -> None:
         gpus * each,
         EXPERTS_SHOWN,
         "each is written out; draw fewer nodes (--nodes) or split the experts over more EP ranks (--ep)",
+    )
+
+
+def check_app_gpus(world: int) -> None:
+    """A real-size step opened in the app (`trace --symbolic --app`)."""
+    at_most(
+        "GPUs of a real-size step in the app",
+        world,
+        APP_GPUS,
+        "the app writes out and lays out every GPU's part of the step; --gpu N gives one GPU's view at any size",
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..errors import UsageError
-from ..limits import check_plot_gpus
+from ..limits import check_app_gpus, check_plot_gpus
 from ..layout.axes import SIZED
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, path_text
@@ -255,11 +255,13 @@ def cmd_trace(args: argparse.Namespace) -> int:
     from ..estimate.traffic import gpu_spec
     from ..examples.tracing import gpu_view, token_trace, traced_step
 
-    if args.app:
-        need_terminal("--app")
     traced = layout_of_args(args)
     gpu_spec(args.gpu_model, "--gpu-model")  # refused before anything runs
     q = trace_query(args, traced)
+    if args.app:
+        if q.at_scale:
+            check_app_gpus(q.layout.world)
+        need_terminal("--app")
     if q.at_scale and args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")
     if args.plot is not None and not q.at_scale:

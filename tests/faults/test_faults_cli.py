@@ -27,6 +27,8 @@ BOUNDS = [
     (["trace", "-m", "64"], "(16 x 64 x 4): 4,096 is more than the limit of 2,048"),
     (["trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced", "-m", "32"],
      "micro-batches x pipeline stages of a symbolic step (32 x 16): 512 is more than the limit of 256"),
+    (["trace", "--symbolic", "--layout", "llama3-405b", "--app"],  # the app writes every GPU's part out
+     "GPUs of a real-size step in the app: 16,384 is more than the limit of 4,096"),
     (["trace", "--symbolic", "--layout", "llama3-405b-long", "--gpu", "0"],  # CP ranks each run: 16 x 16 x 16
      "micro-batches x pipeline stages x CP ranks of a symbolic step (16 x 16 x 16): 4,096 is more than the limit "
      "of 256"),
