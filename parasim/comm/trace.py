@@ -220,6 +220,13 @@ class Trace:
         """The marks the ranks that ran made (see `ran_events`)."""
         return self.marks
 
+    def noted(self, key: str | None = None) -> bool:
+        """Whether any rank left a note (one whose data holds field `key`, if given): asked of the marks that ran,
+        since a folded trace's other marks are copies of theirs."""
+        return any(
+            mk.kind == "note" and (key is None or (mk.data is not None and key in mk.data)) for mk in self.ran_marks
+        )
+
     def events_of(self, rank: int) -> list[Event]:
         """The events `rank` is a member of, in order."""
         return [e for e in self.events if any(m.rank == rank for m in e.members)]

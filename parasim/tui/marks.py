@@ -20,7 +20,7 @@ class MarkIndex:
         """phase -> (rank, note) in the order the notes were left, each under the phase its rank was in."""
         out: dict[str, list[tuple[int, str]]] = {}
         current: dict[int, str] = {}
-        if not any(mk.kind == "note" for mk in self.trace.ran_marks):
+        if not self.trace.noted():
             return out  # no rank that ran left one, so no copy of one either (a folded trace's marks stay folded)
         for mk in self.trace.marks:
             if mk.kind == "phase":
@@ -38,7 +38,7 @@ class MarkIndex:
     def tables(self) -> dict[str, dict[int, list[str]]]:
         """phase -> the slot table its ranks noted (row number -> cells)."""
         out: dict[str, dict[int, list[str]]] = {}
-        if not any(mk.kind == "note" and mk.data and "table_row" in mk.data for mk in self.trace.ran_marks):
+        if not self.trace.noted("table_row"):
             return out
         for phase, _, _, data in self.trace.notes("table_row"):
             if phase:

@@ -143,7 +143,7 @@ def _watch_notes(trace: Trace) -> tuple[str, dict[Any, int], dict[str, list[str]
     fields: a backward phase finds the rank that held the token in its forward twin), and the notes left
     in each phase. Phase names are never parsed."""
     token, holders, said = "", {}, {}
-    if not any(m.kind == "note" and m.data and "watch" in m.data for m in trace.ran_marks):
+    if not trace.noted("watch"):
         return token, holders, said, {}  # nothing followed (a folded trace's copies repeat what ran: none either)
     fields = {m.text: m.data for m in trace.marks if m.kind == "phase" and m.data}
     for phase, rank, text, data in trace.notes("watch"):
