@@ -3,7 +3,7 @@ random draws, and the marks that turn a run into a lesson. Passed explicitly; th
 
 from __future__ import annotations
 
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Hashable, Protocol, Sequence
 
 import numpy as np
 
@@ -84,6 +84,13 @@ class Context:
         self.groups: dict[str, Group] = {}
         self.coords: Coords | None = None
         self.knobs: dict[str, Any] = {}  # a lesson's settings for this run (--tp 4, -m 16): set by WithKnobs
+
+    def repeat(self, memo: dict, key: Hashable, fn: Callable[[], Any]) -> tuple[Any, bool]:
+        """fn()'s result, and whether it is a repeat: where a rank's call does the same work whenever its `key`
+        (the shapes it runs on) is the same, a backend may run it once and tell the trace the same events again
+        (symbolic ranks, engine/symbolic/repeat.py), handing back the first call's result. `memo`: the caller's
+        own, one per thing whose calls repeat (a layer on this rank). Here: fn() every time."""
+        return fn(), False
 
     def shared_rng(self, name: str) -> Rng:
         """A stream that draws the same numbers on every rank (e.g. a full weight before sharding)."""

@@ -39,6 +39,7 @@ from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
 from ..pipeline.schedules import generate
 from .keeps import held_experts, stores, vars_of
+from .repeat import RepeatedLayer, repeats
 from ..pipeline.stage import LayersStage
 from .whole import dot_loss
 from ..engine.context import Context
@@ -145,23 +146,26 @@ def train_step(ctx: Context, layout: Layout, opts: StepOptions, data: Data, stag
     batches = data(ctx, rows)
     # 2. this rank's stage: its layers, the experts it holds, and what it keeps
     mine = stage_range(model, layout.pp, c.pp)
+    plan = generate(opts.schedule, layout.pp, opts.micro_batches)
     layers, experts = [], []
     for i in mine:
         shape = layer_shape(model, i)
         weights = layer_weights(ctx, shape, f"L{i}")
         layers.append(TransformerLayer(tp, shape, weights, key=f"L{i}", name=f"layer {i + 1}"))
         experts.append(held_experts(ctx, layers[-1], weights))
+    # on symbolic ranks each layer runs once per shape and its calls are repeated on the trace (train/repeat.py)
+    split = any(a.kind == "I" for acts in plan for a in acts)
+    inner = [RepeatedLayer(ctx, lay) for lay in layers] if repeats(ctx, model.experts, opts.routing, split) else layers
     share = None
     if opts.held:
         keep = Recomputed if opts.recompute == "full" else HeldActivations
-        driven = stage(ctx, [keep(ctx, layer) for layer in layers], mine.start, rows)
+        driven = stage(ctx, [keep(ctx, layer) for layer in inner], mine.start, rows)
         share = hold_state(ctx, Holdings(ctx, "step"), driven)
     else:
-        driven = stage(ctx, layers, mine.start, rows)
+        driven = stage(ctx, inner, mine.start, rows)
     # 3. the pipeline schedule over the micro-batches: forward and backward
     if opts.phases.schedule is not None:
         ctx.phase(opts.phases.schedule, micro_batches=opts.micro_batches)
-    plan = generate(opts.schedule, layout.pp, opts.micro_batches)
     loss = run_schedule(
         ctx,
         g["pp"],

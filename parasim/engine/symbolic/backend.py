@@ -5,7 +5,7 @@ own `SymbolicRun` (the memo of the shape rules and each rank's FLOPs) and the na
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Hashable
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from ..collector import collector_paused
 from .fold import FoldedTrace
 from .folded import FoldedWorld
 from .namespace import SymbolicNamespace, SymbolicRng
+from .repeat import record, replay
+
+_RUNS = object()  # a memo's mark for a call that cannot be repeated
 
 
 def check_symbolic_array(x: Any, op: str) -> None:
@@ -50,6 +53,19 @@ class SymbolicContext(Context):
 
     def shared_rng(self, name: str) -> SymbolicRng:  # type: ignore[override]
         return SymbolicRng(self.xp.run)
+
+    def repeat(self, memo: dict, key: Hashable, fn: Callable[[], Any]) -> tuple[Any, bool]:
+        """The first call for `key` runs and is recorded; later ones tell the trace its events again
+        (engine/symbolic/repeat.py). A call that cannot be repeated runs every time."""
+        got = memo.get(key)
+        if got is not None:
+            if got is _RUNS:
+                return fn(), False
+            replay(self._recorder, self.rank, got)
+            return got.result, True
+        result, rec = record(self._recorder, self.rank, fn)
+        memo[key] = _RUNS if rec is None else rec
+        return result, False
 
     def asarray(self, values: Any, dtype: Any = None) -> SymArray:
         return SymArray(np.shape(values), dtype_name(self.float_name if dtype is None else dtype), self.xp.run)
