@@ -426,13 +426,21 @@ def clock_choice(args: argparse.Namespace) -> Any:
 
 
 def open_app(
-    trace: Trace, narrative: dict, title: str, tables: list | None = None, run: Any = None, timeout: float | None = None
+    trace: Trace,
+    narrative: dict,
+    title: str,
+    tables: list | None = None,
+    run: Any = None,
+    timeout: float | None = None,
+    whatif: Any = None,
 ) -> None:
     """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
-    its what-if key re-runs the lesson at other settings."""
+    its what-if key re-runs the lesson at other settings; `whatif` (a real-size step's, tui/whatif.StepWhatIf)
+    re-runs that instead."""
     from ..tui.app import ParasimApp
     from ..tui.view import View
     from ..tui.whatif import WhatIf
 
-    whatif = WhatIf(run.lesson, run, timeout) if run is not None else None
+    if run is not None:
+        whatif = WhatIf(run.lesson, run, timeout)
     ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()

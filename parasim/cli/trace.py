@@ -268,8 +268,12 @@ def cmd_trace(args: argparse.Namespace) -> int:
         check_plot_gpus(q.layout.world)
     step = traced_step(q, args.gpu, progress=progress_line)
     if args.app:
-        title = f"one training step on {step.layout.world:,} symbolic GPUs" if q.at_scale else "one training step"
-        return _app(step.result.trace, f"{q.name}: {title}")
+        if q.at_scale:  # its what-if key runs the step again at other sizes
+            from ..tui.whatif import StepWhatIf
+
+            whatif = StepWhatIf(q, step)
+            return _app(step.result.trace, whatif.title, whatif)
+        return _app(step.result.trace, f"{q.name}: one training step")
     if args.gpu is not None or q.at_scale:
         view = gpu_view(q, args.gpu, step)
         if args.json:
@@ -297,8 +301,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
     return 0 if traced_path.ok else 1
 
 
-def _app(trace: Trace, title: str) -> int:
+def _app(trace: Trace, title: str, whatif: Any = None) -> int:
     from .common import open_app
 
-    open_app(trace, {}, title)
+    open_app(trace, {}, title, whatif=whatif)
     return 0

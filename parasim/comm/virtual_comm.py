@@ -45,5 +45,4 @@ class VirtualComm(Comm):
 
     def new_groups(self, groups):
         site = self._w.site_names(call_site())  # one call site for them all: the stack walked once, not per group
-        make, rank = self._w.new_group, self.rank
-        return [make(rank, ranks, name, site) for ranks, name in groups]
+        return self._w.new_groups(self.rank, groups, site)

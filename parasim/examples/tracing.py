@@ -198,10 +198,13 @@ def gpu_view(q: TraceQuery, gpu: int, step: TracedStep | None = None) -> GpuView
     return GpuView(out, value, step)
 
 
-def step_times(gpu_model: str, trace: Trace, layout: Layout, g: int, m: int, plan: Plan | None = None) -> dict:
+def step_times(
+    gpu_model: str, trace: Trace, layout: Layout, g: int, m: int, plan: Plan | None = None, spread: bool = True
+) -> dict:
     """The step on the clock (parasim/clock): every event of the run timed on the GPU type, GPU g's compute,
     communication and idle time, the busiest GPU and the critical path; tokens per second per GPU and MFU
-    (the model's FLOPs without recomputation, estimate.traffic.step_flops, over the GPUs' peak)."""
+    (the model's FLOPs without recomputation, estimate.traffic.step_flops, over the GPUs' peak); with `spread`,
+    the range the held-out runs like it put around the step (clock/uncertainty.py)."""
     from ..clock.costs import machine
     from ..clock.timeline import simulate
     from ..clock.uncertainty import family_range, held_out, trace_family
@@ -217,7 +220,8 @@ def step_times(gpu_model: str, trace: Trace, layout: Layout, g: int, m: int, pla
 
         model_flops = step_flops(layout.model, replace(plan, recompute="none"), seq)["total"]
         extra["mfu"] = model_flops / (tl.step * trace.world * tl.machine.peak_flops)
-    extra["range"] = family_range(trace_family(trace), gpu_model, held_out()).to_dict(tl.step)
+    if spread:
+        extra["range"] = family_range(trace_family(trace), gpu_model, held_out()).to_dict(tl.step)
     return {
         "gpu": tl.machine.name,
         "step_s": tl.step,

@@ -14,6 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from ..comm.interface import Array
 from ..layout import LayoutError, check_heads
 from .core import ParallelContext, Saved, Weights
@@ -89,10 +91,17 @@ class ParallelAttention(Weights):
         self.d = w_.wq.shape[1] // self.heads
         self.q_heads, self.kv_local = head_split(self.heads, self.kv_heads, par.tp_world_size, par.tp_rank)
         d = self.d
-        cols = [h * d + i for h in self.q_heads for i in range(d)]
         nq = self.heads * d
-        cols += [nq + h * d + i for h in self.kv_local for i in range(d)]
-        cols += [nq + self.kv_heads * d + h * d + i for h in self.kv_local for i in range(d)]
+
+        def head_cols(heads: list[int], start: int) -> np.ndarray:
+            """The columns of `heads` (d each) in the block of the fused weight that begins at `start`."""
+            return (start + np.asarray(heads, dtype=np.int64)[:, None] * d + np.arange(d)).reshape(-1)
+
+        # q's heads, then k's and v's local ones (128 heads of 128 at real size: built as arrays, not lists)
+        kv_start = nq + self.kv_heads * d
+        cols = np.concatenate(
+            [head_cols(self.q_heads, 0), head_cols(self.kv_local, nq), head_cols(self.kv_local, kv_start)]
+        )
         w = xp.concat([w_.wq, w_.wk, w_.wv], axis=1)
         b = None if w_.bq is None else xp.concat([w_.bq, w_.bk, w_.bv], axis=0)
         self.qkv = ColumnParallelLinear(par, w, b, name=f"{name}.qkv", columns=cols)

@@ -37,6 +37,12 @@ class RepeatedLayer(Wrapper):
         self.name = getattr(layer, "name", self.key)
         self._memo: dict = {}  # this layer's calls on this rank: (direction, shape, dtype) -> the call to repeat
 
+    def __getattr__(self, name: str) -> Any:
+        """The layer's own parts (its shape, its MLP), for a stage that looks inside its layers (moe16's)."""
+        if name == "layer":  # not set yet (a copy being made): no layer to ask
+            raise AttributeError(name)
+        return getattr(self.layer, name)
+
     def forward(self, x: Any, saved: Saved) -> tuple[Any, _Cache]:
         if saved.tag is not None:  # it marks what it hands on for `parasim check`, under the data's name
             y, cache = self.layer.forward(x, saved)

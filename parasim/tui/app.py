@@ -37,7 +37,7 @@ from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIf
 from .timeline import Timeline
 from .keys import KEYS
 from .view import View
-from .whatif import WhatIf, settings_text
+from .whatif import StepWhatIf, WhatIf, settings_text
 
 OWN_ACTIONS = {k.action.split("(")[0] for k in KEYS}  # the actions the app's key table binds
 WIDE = 180  # columns from which the selected event and what each rank holds sit side by side
@@ -64,7 +64,7 @@ class ParasimApp(App):
     playing = reactive(False, repaint=False)
     speed = reactive(2, repaint=False)  # position in SPEEDS
 
-    def __init__(self, view: View, start: int | None = None, whatif: WhatIf | None = None) -> None:
+    def __init__(self, view: View, start: int | None = None, whatif: WhatIf | StepWhatIf | None = None) -> None:
         """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on).
         `whatif`: the lesson and its run on screen, for the what-if key (None: a saved trace, nothing to re-run)."""
         super().__init__()
@@ -73,7 +73,7 @@ class ParasimApp(App):
         self.whatif = whatif
         self.sub_title = (
             view.title
-            if whatif is None or not whatif.lesson.knobs
+            if whatif is None or not whatif.has_settings
             else f"{view.title} ({settings_text(whatif.settings)})"
         )
         self._timer: Timer | None = None
@@ -184,7 +184,7 @@ class ParasimApp(App):
 
     def action_whatif(self) -> None:
         """What if: the lesson's settings as a form; the new run beside this one; enter there opens it."""
-        if self.whatif is None or not self.whatif.lesson.knobs:
+        if self.whatif is None or not self.whatif.has_settings:
             self.notify(
                 "this run has no settings to turn (lessons that take some: parasim lesson --list --json)",
                 timeout=3,
@@ -193,16 +193,17 @@ class ParasimApp(App):
             return
         self.push_screen(KnobsScreen(self.whatif), self._ran)
 
-    def _ran(self, new: WhatIf | None) -> None:
-        if new is None:
+    def _ran(self, made: tuple | None) -> None:
+        """The form's answer: None (escape), or the new what-if, its view and the collector held meanwhile."""
+        if made is None:
             return
-        view = View(new.run.result.trace, new.lesson.narrative, new.lesson.title, tables=list(new.run.tables))
+        new, view, hold = made
         self.push_screen(
-            WhatIfScreen(self.whatif, new, self.view, view, self.index),
+            WhatIfScreen(self.whatif, new, self.view, view, self.index, hold.release),
             lambda open_new: self._chosen(new, view) if open_new else None,
         )
 
-    async def _chosen(self, new: WhatIf, view: View) -> None:
+    async def _chosen(self, new: WhatIf | StepWhatIf, view: View) -> None:
         """Open the new run: every panel made again over its view, the first event selected."""
         self.whatif, self.view = new, view
         self.sub_title = f"{view.title} ({settings_text(new.settings)})"

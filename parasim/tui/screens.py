@@ -4,6 +4,8 @@ step keys are off while one is open); and the what-if comparison, a screen of it
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -104,12 +106,12 @@ class KnobsScreen(ModalScreen[object]):
         from .whatif import settings_text
 
         with Vertical(id="knobs-box") as box:
-            box.border_title = "what if: change the lesson's settings"
+            box.border_title = f"what if: change the {self.whatif.noun}'s settings"
             box.border_subtitle = "tab moves, enter runs, escape cancels"
             yield Static(
                 Text(
                     f"On screen: {settings_text(self.whatif.settings)}. Type new values (empty keeps "
-                    "one), then enter: the lesson runs again and its new run is set beside this one."
+                    f"one), then enter: the {self.whatif.noun} runs again and its new run is set beside this one."
                 ),
                 id="knobs-intro",
             )
@@ -121,18 +123,28 @@ class KnobsScreen(ModalScreen[object]):
     def on_mount(self) -> None:
         for box in self.query(Input):
             box.cursor_blink = False  # a blinking cursor would make screenshots differ
+        # the figures of the run on screen, worked out while the learner types (a real-size step's take a clock)
+        self.call_after_refresh(self.whatif.prepare)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
+        from ..engine.collector import CollectorHold
         from ..errors import ParasimError
 
         event.stop()
         typed = {box.id.removeprefix("knob-"): box.value for box in self.query(Input)}
+        # the collector's pass over the new run's records waits until the comparison is on screen (WhatIfScreen)
+        hold = CollectorHold()
         try:
             new = self.whatif.rerun(self.whatif.parse(typed))
+            view = new.view()
         except ParasimError as e:  # a refused value or a layout the lesson cannot run: said here, form stays
+            hold.release()
             self.query_one("#knobs-error", Static).update(Text(str(e), style="bold red"))
             return
-        self.dismiss(new)
+        except BaseException:
+            hold.release()
+            raise
+        self.dismiss((new, view, hold))
 
     def action_cancel(self) -> None:
         self.dismiss(None)
@@ -147,9 +159,11 @@ class WhatIfScreen(Screen[bool]):
         Binding("escape,b", "choose(False)", "back to the run before"),
     ]
 
-    def __init__(self, old, new, old_view, new_view, index: int) -> None:
+    def __init__(self, old, new, old_view, new_view, index: int, painted: Any = None) -> None:
+        """`painted`: called once the screen is first on screen (the collector's pass, released then)."""
         super().__init__(id="whatif")
         self.old, self.new, self.old_view, self.new_view, self.index = old, new, old_view, new_view, index
+        self.painted = painted
 
     def compose(self) -> ComposeResult:
         from ..render.tables import table_lines
@@ -158,9 +172,7 @@ class WhatIfScreen(Screen[bool]):
 
         width = max(40, self.app.size.width - 6)
         yield Static(
-            Text(
-                f"{self.new.lesson.name} at {settings_text(self.new.settings)}: {self.new.checks_line()}", style="bold"
-            ),
+            Text(f"{self.new.name} at {settings_text(self.new.settings)}: {self.new.checks_line()}", style="bold"),
             id="whatif-head",
         )
         with VerticalScroll(id="whatif-figures") as box:
@@ -182,6 +194,8 @@ class WhatIfScreen(Screen[bool]):
 
         self.query_one("#whatif-before", Timeline).index = self.index
         self.query_one("#whatif-after", Timeline).index = 0
+        if self.painted is not None:
+            self.call_after_refresh(self.painted)
 
     def action_choose(self, open_new: bool) -> None:
         self.dismiss(open_new)

@@ -1,12 +1,14 @@
-"""What-if in the app, in plain Python (no Textual): the lesson's settings as a form shows them, a re-run at
-the settings a learner typed, and what changed between the run on screen and the new one.
+"""What-if in the app, in plain Python (no Textual): the settings as a form shows them, a re-run at the
+settings a learner typed, and what changed between the run on screen and the new one.
 
-The app holds one `WhatIf` per lesson it opened: it knows the lesson and the run on screen, and hands back
-a new `WhatIf` for the run it makes (so a second what-if compares with the run then on screen)."""
+The app holds one what-if for the run on screen: a `WhatIf` for a lesson, a `StepWhatIf` for a real-size step
+(`parasim trace --symbolic --app`); each hands back a new one for the run it makes (so a second what-if
+compares with the run then on screen). Both answer the app alike: `has_settings`, `settings`, `fields`,
+`parse`, `rerun`, `view`, `changes` and `checks_line`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -24,11 +26,12 @@ class Field:
     value: Any
     post: Any
     choices: tuple | None
+    origin: str = "the post's"  # whose value `post` is: the post's, or a preset's
 
     @property
     def hint(self) -> str:
         takes = " or ".join(map(str, self.choices)) if self.choices else "a positive integer"
-        return f"{takes}; the post's: {self.post}"
+        return f"{takes}; {self.origin}: {self.post}"
 
 
 def settings_text(settings: dict[str, Any]) -> str:
@@ -36,11 +39,59 @@ def settings_text(settings: dict[str, Any]) -> str:
     return " ".join(f"{KNOB_KINDS[n].flags[0]} {v}" for n, v in settings.items()) or "the lesson's own"
 
 
+def _read(name: str, text: str) -> Any:
+    """A setting as the command line reads it (UsageError names the flag)."""
+    kind = KNOB_KINDS[name]
+    if kind.parse is int:
+        if not text.isdigit() or int(text) < 1:
+            raise UsageError(f"{kind.flags[0]} takes a positive integer, not {text!r}")
+        return int(text)
+    return kind.parse(text)
+
+
+def changes_table(old_f: dict[str, Any], new_f: dict[str, Any], before: str, after: str, notes: list[str]) -> Table:
+    """The figures of two runs, the ones that changed first and marked (as parasim compare marks them)."""
+    from ..figures import differing
+
+    names = list(dict.fromkeys([*old_f, *new_f]))
+    changed = differing([{"figures": old_f}, {"figures": new_f}])
+    rows = [
+        (("* " if n in changed else "") + n, [old_f.get(n), new_f.get(n)])
+        for n in changed + [n for n in names if n not in changed]
+    ]
+    said = [f"* marks the {len(changed)} figures that changed" if changed else "no figure changed"]
+    return Table(
+        f"Before: {before}; after: {after} (bytes in B, every figure from a run)",
+        ["figure", "before", "after"],
+        rows,
+        said + notes,
+    )
+
+
 @dataclass
 class WhatIf:
     lesson: Lesson
     run: LessonRun
     timeout: float | None = None
+
+    noun = "lesson"  # what runs again, in the form's words
+
+    @property
+    def has_settings(self) -> bool:
+        return bool(self.lesson.knobs)
+
+    @property
+    def name(self) -> str:
+        return self.lesson.name
+
+    def prepare(self) -> None:
+        """Nothing to work out ahead: a lesson's figures come from its small run at once."""
+
+    def view(self) -> Any:
+        """The app's view of this run."""
+        from .view import View
+
+        return View(self.run.result.trace, self.lesson.narrative, self.lesson.title, tables=list(self.run.tables))
 
     @property
     def settings(self) -> dict[str, Any]:
@@ -60,15 +111,8 @@ class WhatIf:
         out = dict(self.settings)
         for name, text in typed.items():
             text = text.strip()
-            if not text:
-                continue
-            kind = KNOB_KINDS[name]
-            if kind.parse is int:
-                if not text.isdigit() or int(text) < 1:
-                    raise UsageError(f"{kind.flags[0]} takes a positive integer, not {text!r}")
-                out[name] = int(text)
-            else:
-                out[name] = kind.parse(text)
+            if text:
+                out[name] = _read(name, text)
         self.lesson.settings(out)  # a value the lesson refuses: UsageError before any run
         return out
 
@@ -79,27 +123,15 @@ class WhatIf:
     def changes(self, new: "WhatIf") -> Table:
         """The figures of both runs (parasim compare's: bytes per axis, memory, the lesson's own), the ones that
         changed first and marked."""
-        from ..figures import differing, run_figures
+        from ..figures import run_figures
 
-        old_f, new_f = run_figures(self.run), run_figures(new.run)
-        names = list(dict.fromkeys([*old_f, *new_f]))
-        changed = differing([{"figures": old_f}, {"figures": new_f}])  # as parasim compare marks them
-        rows = [
-            (("* " if n in changed else "") + n, [old_f.get(n), new_f.get(n)])
-            for n in changed + [n for n in names if n not in changed]
-        ]
-        before, after = settings_text(self.settings), settings_text(new.settings)
-        notes = [f"* marks the {len(changed)} figures that changed" if changed else "no figure changed"]
+        notes = []
         if not new.run.ok:
             notes.append(
                 "the new run disagrees with its reference: " + "; ".join(c.name for c in new.run.checks if not c.ok)
             )
-        return Table(
-            f"Before: {before}; after: {after} (bytes in B, every figure from a run)",
-            ["figure", "before", "after"],
-            rows,
-            notes,
-        )
+        before, after = settings_text(self.settings), settings_text(new.settings)
+        return changes_table(run_figures(self.run), run_figures(new.run), before, after, notes)
 
     def checks_line(self) -> str:
         """The new run's checks in one line: how many hold, and whether the post's own figures apply."""
@@ -110,4 +142,139 @@ class WhatIf:
             (" (at the post's settings)" if own else " (at the lesson's defaults)")
             if post
             else " (the post's own figures hold at the lesson's defaults only)"
+        )
+
+
+def step_figures(q: Any, step: Any, gpu: int = 0) -> dict[str, Any]:
+    """What a what-if sets side by side for a real-size step (`StepWhatIf`; `q`, `step`: examples/tracing's
+    TraceQuery and TracedStep): its size, GPU `gpu`'s peak
+    memory and the bytes it sent on each axis, and the step on the clock. Read from GPU `gpu`'s part of the
+    trace alone: a folded trace is never written out for it (2,048 GPUs' events would be 600,000)."""
+    from ..examples.tracing import step_times
+    from ..figures import event_axis
+
+    trace, layout = step.result.trace, step.layout
+    out: dict[str, Any] = {"GPUs": layout.world, "micro-batches": step.microbatches}
+    sent: dict[str, int] = {}
+    for e in trace.events_of(gpu):
+        for mm in e.members:
+            if mm.rank == gpu and e.kind != "compute":
+                sent[event_axis(e)] = sent.get(event_axis(e), 0) + mm.sent
+    out.update({f"bytes GPU {gpu} sent on {axis}": sent[axis] for axis in sorted(sent)})
+    if any(mk.kind == "held" for mk in trace.marks_of(gpu)):
+        out[f"GPU {gpu}'s peak memory (B)"] = trace.peak(gpu)["bytes"]
+    if "flops" in trace.meta:
+        from ..estimate.kernels import NoMeasurement
+
+        try:
+            t = step_times(q.gpu_model, trace, layout, gpu, step.microbatches, step.plan, spread=False)
+        except NoMeasurement:  # a GPU type with a datasheet and no kernel table: no time to set beside
+            return out
+        out[f"step on the clock (s, {t['gpu']})"] = round(t["step_s"], 4)
+        out[f"GPU {gpu}'s compute (s)"] = round(t["this"]["compute_s"], 4)
+        if "mfu" in t:
+            out["MFU (%)"] = round(100 * t["mfu"], 1)
+    return out
+
+
+STEP_SETTINGS = ("tp", "pp", "dp", "ep", "m")  # what a real-size step's what-if turns (KNOB_KINDS' names)
+
+
+@dataclass
+class StepWhatIf:
+    """What-if on a real-size step (`parasim trace --symbolic --app`): its layout's sizes and micro-batches as a
+    form, the step run again at the typed ones (each stage's layers once per shape, train/repeat.py: about a
+    second at 2,048 GPUs), and GPU 0's figures from both (`step_figures`). `origin`: the layout
+    the learner opened, whose values the form offers beside the ones on screen."""
+
+    query: Any  # examples/tracing.TraceQuery
+    step: Any  # examples/tracing.TracedStep, run at `query`
+    origin: Any = None  # the Layout first opened (None: query's)
+    _figures: dict | None = None
+
+    has_settings = True
+    noun = "step"
+
+    @property
+    def name(self) -> str:
+        return self.query.name
+
+    @property
+    def title(self) -> str:
+        return f"{self.query.name}: one training step on {self.step.layout.world:,} symbolic GPUs"
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        layout = self.step.layout
+        return {**{a: getattr(layout, a) for a in STEP_SETTINGS if a != "m"}, "m": self.step.microbatches}
+
+    def fields(self) -> list[Field]:
+        now, first = self.settings, self.origin or self.query.layout
+        return [
+            Field(
+                n,
+                KNOB_KINDS[n].flags[0],
+                KNOB_KINDS[n].help,
+                now[n],
+                getattr(first, n) if n != "m" else f"pp ({first.pp})",
+                None,
+                "the job's" if self.query.job is not None else "the preset's",
+            )
+            for n in STEP_SETTINGS
+        ]
+
+    def parse(self, typed: dict[str, str]) -> dict[str, Any]:
+        """The settings typed (empty keeps the value on screen), each a positive integer; the layout they make
+        is checked here (UsageError or LayoutError names what does not fit) before any run."""
+        out = dict(self.settings)
+        for name, text in typed.items():
+            if text.strip():
+                out[name] = _read(name, text.strip())
+        self._query(out)
+        return out
+
+    def _query(self, settings: dict[str, Any]) -> Any:
+        from ..limits import check_app_gpus
+
+        sizes = {a: settings[a] for a in STEP_SETTINGS if a != "m"}
+        now = self.query.layout
+        # the world follows the sizes; expert TP follows TP where it was TP's (Megatron's default)
+        etp = None if now.etp == now.tp else now.etp
+        layout = replace(now, **sizes, etp=etp, world=None)
+        check_app_gpus(layout.world)
+        return replace(self.query, layout=layout, microbatches=settings["m"])
+
+    def rerun(self, settings: dict[str, Any]) -> "StepWhatIf":
+        """The step run again at `settings` (a ParasimError when it cannot run there)."""
+        from ..examples.tracing import traced_step
+
+        q = self._query(settings)
+        return StepWhatIf(q, traced_step(q), self.origin or self.query.layout)
+
+    def view(self) -> Any:
+        from .view import View
+
+        return View(self.step.result.trace, {}, self.title)
+
+    def prepare(self) -> None:
+        """This run's figures, worked out ahead (while the form is filled in), so the comparison waits only on
+        the new run's."""
+        self.figures()
+
+    def figures(self) -> dict[str, Any]:
+        if self._figures is None:
+            self._figures = step_figures(self.query, self.step)
+        return self._figures
+
+    def changes(self, new: "StepWhatIf") -> Table:
+        before, after = settings_text(self.settings), settings_text(new.settings)
+        return changes_table(self.figures(), new.figures(), before, after, [])
+
+    def checks_line(self) -> str:
+        """The new step in one line: how many GPUs, how many ran, GPU 0's peak memory."""
+        ran = len(set(self.step.result.trace.meta.get("fold") or range(self.step.layout.world)))
+        f = self.figures()
+        peak = f.get("GPU 0's peak memory (B)")
+        return f"{self.step.layout.world:,} GPUs, {ran} run on symbolic ranks" + (
+            f", GPU 0 holds {peak / 1e9:.1f} GB at its peak" if peak is not None else ""
         )

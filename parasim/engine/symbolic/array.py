@@ -42,12 +42,13 @@ class SymbolicRun:
     function of the key; `meter`: each rank's product FLOPs by kind (engine/work.py), counted for the rank
     whose turn it is (`turn`, which the run's scheduler answers)."""
 
-    __slots__ = ("memo", "slices", "cuts", "meter", "float_dtype")
+    __slots__ = ("memo", "slices", "cuts", "draws", "meter", "float_dtype")
 
     def __init__(self, world: int, turn: Callable[[], int], float_dtype: Any = "float64"):
         self.memo: dict = {}
         self.slices: dict = {}  # (shape, dtype) -> the one array every slice of that shape is
         self.cuts: dict = {}  # (shape, dtype, start, stop) -> x[start:stop] of an array of that shape and dtype
+        self.draws: dict = {}  # (shape, dtype asked) -> the one array every draw of that shape is
         self.meter = Meter(world, turn)
         # what draws, zeros and float literals are made in: the run's training dtype (BF16 at real size)
         self.float_dtype = np.dtype(float_dtype)
@@ -56,6 +57,17 @@ class SymbolicRun:
     def flops(self) -> list[int]:
         """Each rank's product FLOPs over the whole run."""
         return self.meter.total
+
+    def drawn(self, shape: Sequence[int], dtype: Any) -> "SymArray":
+        """The run's array for a draw of `shape` in `dtype`: nothing in a draw can change, so every draw of one
+        shape may be one array (DeepSeek-V3's layers draw 60,000 weights of a few shapes)."""
+        key = (tuple(shape), dtype)
+        got = self.draws.get(key)
+        if got is None:
+            if len(self.draws) > MEMO:
+                self.draws.clear()
+            got = self.draws[key] = SymArray(shape, dtype, self)
+        return got
 
     def slice_of(self, shape: tuple[int, ...], dtype: np.dtype) -> "SymArray":
         """The run's array of `shape` and `dtype` for a slice: an array cut into many blocks of a few sizes

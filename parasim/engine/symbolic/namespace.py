@@ -176,11 +176,14 @@ class SymbolicRng:
     def _float(self, dtype: Any) -> Any:
         return dtype if dtype is not None else self.run.float_dtype if self.run is not None else "float64"
 
+    def _drawn(self, shape: Sequence[int], dtype: Any) -> SymArray:
+        return SymArray(shape, dtype, None) if self.run is None else self.run.drawn(shape, dtype)
+
     def normal(self, shape: Sequence[int], dtype: Any = None, mean: float = 0.0, std: float = 1.0) -> SymArray:
-        return SymArray(shape, self._float(dtype), self.run)
+        return self._drawn(shape, self._float(dtype))
 
     def uniform(self, shape: Sequence[int], low: float = 0.0, high: float = 1.0, dtype: Any = None) -> SymArray:
-        return SymArray(shape, self._float(dtype), self.run)
+        return self._drawn(shape, self._float(dtype))
 
     def integers(self, low: int, high: int, shape: Sequence[int], dtype: Any = "int64") -> SymArray:
         return SymArray(shape, dtype, self.run)

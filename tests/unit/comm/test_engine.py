@@ -571,3 +571,45 @@ def test_a_mismatch_lists_every_member_and_the_calls_of_those_that_arrived():
     assert err.value.ranks == [0, 1] and [c.split(" at ")[0] for c in err.value.calls] == [
         "all_reduce(shape=(2,), dtype=float64, op=sum, algo=direct)",
         "all_gather(shape=(2,), dtype=float64, dim=0, algo=direct)"]
+
+
+def test_ranks_asking_for_the_same_groups_in_one_go_share_them_and_a_different_ask_is_refused():
+    import parasim
+    from parasim.errors import CollectiveError, CollectiveMismatch
+
+    wanted = [([0, 1], "tp"), ([2, 3], "tp"), ([0, 2], "dp"), ([1, 3], "dp")]
+
+    def program(ctx):
+        ctx.new_group([0, 1, 2, 3], "all")  # one group first: the bulk ones are numbered after it
+        got = ctx.comm.new_groups(wanted)
+        return [(g.index, g.name, g.ranks) for g in got], ctx.comm.new_group([0, 3], "pair").index
+
+    from parasim.comm.virtual import VirtualWorld
+
+    made = []
+    real = VirtualWorld.new_group
+
+    def counted(self, rank, ranks, name, site):
+        made.append(rank)
+        return real(self, rank, ranks, name, site)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VirtualWorld, "new_group", counted)
+        values = parasim.run(program, 4).values
+    # the first rank made them one by one; the others took its groups, checked at once
+    assert made.count(0) == 1 + 4 + 1 and made.count(3) == 1 + 1
+    assert values[0] == ([(2, "tp", (0, 1)), (3, "tp", (2, 3)), (4, "dp", (0, 2)), (5, "dp", (1, 3))], 6)
+    assert values == [values[0]] * 4
+
+    def differs(ctx):
+        ctx.comm.new_groups(wanted if ctx.rank == 0 else [([0, 1], "tp"), ([2, 3], "tp"), ([0, 3], "dp"),
+                                                          ([1, 2], "dp")])
+
+    with pytest.raises(CollectiveMismatch, match=r"rank 1 created group #3 as dp\[0, 3\]"):
+        parasim.run(differs, 4)
+
+    def bools(ctx):  # equal to rank 0's ask under ==, but not ranks: refused as new_group refuses them
+        ctx.comm.new_groups(wanted if ctx.rank == 0 else [([False, True], "tp"), *wanted[1:]])
+
+    with pytest.raises(CollectiveError, match="ranks must be integers, got False"):
+        parasim.run(bools, 4)

@@ -33,3 +33,23 @@ def test_a_symbolic_run_leaves_the_collector_on_and_pauses_it_while_it_runs():
 
     parasim.run(program, 4, backend="symbolic")
     assert seen == [False] * 4 and gc.isenabled()
+
+
+def test_a_hold_pauses_until_released_once_and_leaves_a_paused_collector_paused():
+    from parasim.engine.collector import CollectorHold
+
+    hold = CollectorHold()
+    assert not gc.isenabled()
+    with collector_paused():  # a pause inside the hold leaves the switch to it
+        pass
+    assert not gc.isenabled()
+    hold.release()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        hold.release()  # released already: it does not switch the collector on again
+        assert not gc.isenabled()
+        CollectorHold().release()  # held while off: left off
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
