@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
+from ..layout.axes import SIZED
 from ..lesson import KNOB_KINDS, Lesson, LessonRun, Table, run_lesson
 
 
@@ -177,7 +178,8 @@ def step_figures(q: Any, step: Any, gpu: int = 0) -> dict[str, Any]:
     return out
 
 
-STEP_SETTINGS = ("tp", "pp", "dp", "ep", "m")  # what a real-size step's what-if turns (KNOB_KINDS' names)
+# what a real-size step's what-if turns (KNOB_KINDS' names): every size but expert TP's (as for lessons), and m
+STEP_SETTINGS = (*(a for a in SIZED if a != "etp"), "m")
 
 
 @dataclass

@@ -28,16 +28,17 @@ def screen_text(app) -> str:
 
 
 def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
-    assert opened.settings == {"tp": 8, "pp": 2, "dp": 1, "ep": 1, "m": 2}  # m: PP's count, the step's default
+    assert opened.settings == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 2}  # m: PP's count, the default
     assert [(f.flag, f.value, f.post) for f in opened.fields()] == [
         ("--tp", 8, 8),
-        ("--pp", 2, 2),
+        ("--cp", 1, 1),
         ("--dp", 1, 1),
+        ("--pp", 2, 2),
         ("--ep", 1, 1),
         ("-m", 2, "pp (2)"),
     ]
     assert all(f.hint.endswith(f"the preset's: {f.post}") for f in opened.fields())
-    assert opened.parse({"m": "4", "tp": " "}) == {"tp": 8, "pp": 2, "dp": 1, "ep": 1, "m": 4}
+    assert opened.parse({"m": "4", "tp": " "}) == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 4}
     assert opened.title == f"{NAME}: one training step on 16 symbolic GPUs"
 
 
@@ -72,7 +73,7 @@ def test_the_new_run_s_figures_are_gpu_0_s(opened):
     table = opened.changes(new)
     rows = dict(table.rows)
     assert rows["* micro-batches"] == [2, 4] and rows["GPUs"] == [16, 16]
-    assert "--pp 2 --dp 1 --ep 1 -m 2" in table.title and "-m 4" in table.title
+    assert "--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2" in table.title and "-m 4" in table.title
     assert new.checks_line() == "16 GPUs, 2 run on symbolic ranks, GPU 0 holds 28.0 GB at its peak"
 
 
@@ -94,7 +95,7 @@ async def test_k_on_a_real_size_step_runs_it_again_and_enter_opens_it(opened):
     opened = StepWhatIf(opened.query, opened.step)  # its figures not worked out yet
     app = ParasimApp(opened.view(), whatif=opened)
     async with app.run_test(size=(100, 30)) as pilot:
-        assert "(--tp 8 --pp 2 --dp 1 --ep 1 -m 2)" in app.sub_title
+        assert "(--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2)" in app.sub_title
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, KnobsScreen)
@@ -113,11 +114,11 @@ async def test_k_on_a_real_size_step_runs_it_again_and_enter_opens_it(opened):
         await pilot.pause()
         assert gc.isenabled()  # held while the step ran, handed back once the comparison was on screen
         text = screen_text(app)
-        assert f"{NAME} at --tp 8 --pp 4 --dp 1 --ep 1 -m 4: 32 GPUs, 4 run on symbolic ranks" in text
+        assert f"{NAME} at --tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4: 32 GPUs, 4 run on symbolic ranks" in text
         assert "* GPUs" in text
         after = app.screen.query_one("#whatif-after", Timeline)
         assert after.view.trace.world == 32
         await pilot.press("enter")
         await pilot.pause()
-        assert app.view.trace.world == 32 and "(--tp 8 --pp 4 --dp 1 --ep 1 -m 4)" in app.sub_title
+        assert app.view.trace.world == 32 and "(--tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4)" in app.sub_title
         assert app.view.title == f"{NAME}: one training step on 32 symbolic GPUs"
