@@ -54,9 +54,10 @@ def clock_report(trace: Trace, choice: ClockChoice = ClockChoice(), tl: Timeline
         off = tuple(x for x in choice.overlap if x != name)
         if not any(o.moves(e, paired) for e in trace.ran_events):  # it moves nothing here: no timeline to lay out
             with_it = without = tl.step
-        else:  # the timeline of the choice is one of the two
-            with_it = tl.step if name in choice.overlap else simulate(trace, m, on).step
-            without = tl.step if name not in choice.overlap else simulate(trace, m, off).step
+        else:  # the timeline of the choice is one of the two; the others time no event again
+            costs = tl.costs if tl.machine == m else None
+            with_it = tl.step if name in choice.overlap else simulate(trace, m, on, costs).step
+            without = tl.step if name not in choice.overlap else simulate(trace, m, off, costs).step
         out["switches"][name] = {
             "what": o.what,
             "flag": o.flag,

@@ -51,6 +51,9 @@ class Timeline:
     busy: list[float] = field(default_factory=list)  # per rank: seconds its compute stream ran
     comm: list[float] = field(default_factory=list)  # per rank: seconds its communication stream ran
     rep: list[int] | None = None  # a folded run's rank -> the rank that ran for it (spans are the latter's)
+    # what any timeline of the same trace on the same machine may reuse, whatever its overlap: each event's
+    # seconds, each work's, each event's members that ran (simulate's `costs`)
+    costs: dict = field(default_factory=dict, repr=False, compare=False)
 
     def ran_for(self, rank: int) -> int:
         """The rank whose spans are `rank`'s: itself, or the representative a folded run ran for it."""
@@ -103,8 +106,12 @@ def paired_phases(trace: Trace) -> set[str]:
     return {mk.text for mk in trace.ran_marks if mk.kind == "phase" and (mk.data or {}).get("pair") is not None}
 
 
-def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()) -> Timeline:
-    """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on.
+def simulate(
+    trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = (), costs: dict | None = None
+) -> Timeline:
+    """Lay `trace`'s events out in seconds on `m`, with the OVERLAPS named in `overlap` on. `costs`: another
+    timeline's of this trace on `m` (`Timeline.costs`), whose event and compute seconds do not depend on the
+    overlap: a report's timeline per switch lays the same events out again, without timing them again.
 
     A folded run's trace (engine/symbolic/fold.py: meta "fold") is laid out for the ranks that ran: a folded rank did
     its representative's work at its representative's times, so the events it shares with it take their
@@ -123,7 +130,8 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
     events: dict[int, tuple[float, float]] = {}
     before: dict[int, list[tuple[int, float, float]]] = {}
     # what costs.event_seconds looks up once per run (an exact run's value size, all-to-all chunks)
-    memo: dict = {"value_bytes": value_bytes(trace)}
+    costs = {} if costs is None else costs
+    memo: dict = costs.setdefault("memo", {"value_bytes": value_bytes(trace)})
     rep: list[int] | None = trace.meta.get("fold")
     ran = range(world) if rep is None else [r for r in range(world) if rep[r] == r]
 
@@ -135,7 +143,11 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
             ends[mk.rank].append(mk)
     done = [0] * world
 
-    seconds: dict[int, float] = {}  # work dicts by identity: a folded rank's copies share its representative's
+    # work dicts by identity: a folded rank's copies share its representative's, a repeated call's its first's
+    seconds: dict[int, float] = costs.setdefault("work", {})
+    took: dict[int, float] = costs.setdefault("event", {})  # each event's seconds, by its number
+    # each event's members that ran (a folded all-to-all has 64 members, one of which ran)
+    running: dict[int, list] = costs.setdefault("running", {})
     # an overlapped collective is not free: compute that runs beside it slows by this share of their overlap
     # (its kernels hold SMs and memory bandwidth: estimate/kernels.overlap_slowdown, measured)
     slow = overlap_slowdown(m.key).value if chosen else 0.0
@@ -172,10 +184,13 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
             continue  # a copy of an event that ran: timed as its source (`Timeline.times`)
         how = next((o.how for o in chosen if o.moves(e, paired)), None)
         issue: dict[int, tuple[float, Span | None]] = {}
-        for mem in e.members:
+        mine = running.get(e.seq)
+        if mine is None:  # a member folded onto a member of this very event (fold.py) is ready when it is
+            mine = running[e.seq] = (
+                e.members if rep is None else [mem for mem in e.members if rep[mem.rank] == mem.rank]
+            )
+        for mem in mine:
             r = mem.rank
-            if rep is not None and rep[r] != r:
-                continue  # folded onto a member of this very event (fold.py): ready when it is
             if last_phase[r] in paired and last_phase[r] != e.phase:
                 join(r)
             last_phase[r] = e.phase
@@ -200,7 +215,9 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
         ready = [c for r, (t, by) in issue.items() for c in ((t, by), (kfree[r], klast[r]))]
         start = max(t for t, _ in ready)
         pred = next((by for t, by in ready if t == start and by is not None), None)
-        secs = event_seconds(e, m, memo)
+        secs = took.get(e.seq)
+        if secs is None:
+            secs = took[e.seq] = event_seconds(e, m, memo)
         span = Span("comm", tuple(issue), e.seq, start, start + secs, pred, e.label or e.op, e.phase or "")
         spans.append(span)
         events[e.seq] = (span.start, span.end)
@@ -236,7 +253,7 @@ def simulate(trace: Trace, m: Machine, overlap: tuple[str, ...] | list[str] = ()
         critical.append(tail)
         tail = tail.pred
     critical.reverse()
-    return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm, rep)
+    return Timeline(m, tuple(overlap), step, spans, critical, events, before, busy, comm, rep, costs)
 
 
 def event_time(tl: Timeline, e: Any) -> dict[str, Any]:

@@ -337,3 +337,25 @@ def test_an_moe_layers_forward_prices_its_router_its_experts_and_its_permutation
                  "ffn": sum(w for _, over, _, w in ELEMENTWISE if over == "ffn")}
     passes = t * h * per_value["act"] + t * k * f * per_value["ffn"] + 2 * t * h * (1 + k) * 2
     assert got["elementwise"] == pytest.approx(passes / (H200.hbm.value * memory_efficiency("h200").value))
+
+
+def test_a_timeline_of_the_same_trace_reuses_another_s_costs_and_a_report_on_another_machine_does_not(monkeypatch):
+    """A report's timeline per switch lays the run's events out again with the first timeline's costs (no event
+    timed twice), and lays out the same times as a timeline made alone; a timeline on another GPU type is not
+    reused (its costs are another machine's)."""
+    import parasim.clock.timeline as timeline
+
+    trace = run(_layerish, 4, "symbolic").trace
+    m = machine("h200", gpus_per_node=2)
+    first = simulate(trace, m)
+    timed = []
+    real = timeline.event_seconds
+    monkeypatch.setattr(timeline, "event_seconds", lambda e, mm, memo=None: timed.append(e.seq) or real(e, mm, memo))
+    again = simulate(trace, m, ("grad-reduce",), first.costs)
+    assert timed == []  # every event's seconds came from the first timeline
+    alone = simulate(trace, m, ("grad-reduce",))
+    assert timed != [] and again.step == alone.step and again.events == alone.events
+    choice = ClockChoice("h100", gpus_per_node=2)
+    on_h100 = clock_report(trace, choice, tl=simulate(trace, machine("h100", gpus_per_node=2)))["switches"]
+    mixed = clock_report(trace, choice, tl=simulate(trace, m))["switches"]  # a timeline of another GPU type
+    assert mixed["grad-reduce"]["step_on_us"] == on_h100["grad-reduce"]["step_on_us"]

@@ -178,3 +178,20 @@ def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
     # an all-reduce of 4 moves 2 x 3/4 of its buffer a member: 300e6 bytes is a 200e6-byte buffer, 6 ring steps
     busbw = collective_bandwidth("h100", "all_reduce", int(200e6), "across", 4).value
     assert ring_seconds("all_reduce", 4, 300e6, "across", m) == pytest.approx(call + 6 * across + 300e6 / busbw)
+
+
+@pytest.mark.parametrize("pattern", ["ring", "chain"])
+def test_groups_of_one_size_are_counted_as_the_hops_one_by_one_count_them(pattern):
+    """crossing_share takes groups of one size as one array: the same share as adding up each group's hops."""
+    import numpy as np
+
+    from parasim.comm.hops import CROSSINGS
+
+    rng = np.random.default_rng(0)
+    for size, gpn in ((1, 8), (2, 4), (5, 8), (8, 2)):
+        groups = [list(rng.permutation(64)[:size]) for _ in range(7)]
+        counted = [CROSSINGS[pattern](g, gpn) for g in groups]
+        hops = sum(n for _, n in counted)
+        want = sum(c for c, _ in counted) / hops if hops else 0.0
+        assert crossing_share(groups, pattern, gpn) == want
+        assert crossing_share(iter(groups), pattern, gpn) == want  # any iterable, as before
