@@ -91,7 +91,7 @@ def crossing_share(groups: Iterable[Sequence[int]], pattern: str, gpus_per_node:
     share of their bytes sent across nodes when every hop carries as many bytes (a ring's even chunks, an
     all-to-all under uniform routing, a pipeline's activation and its gradient). 0 when there is no hop."""
     groups = list(groups)
-    if pattern in ("ring", "chain") and groups and len({len(g) for g in groups}) == 1:
+    if groups and len({len(g) for g in groups}) == 1:
         return _even_share(groups, pattern, gpus_per_node)
     crossing = hops = 0
     for g in groups:
@@ -101,18 +101,22 @@ def crossing_share(groups: Iterable[Sequence[int]], pattern: str, gpus_per_node:
 
 
 def _even_share(groups: list[Sequence[int]], pattern: str, gpus_per_node: int) -> float:
-    """crossing_share of groups of one size on a ring or a chain, as one array: a published run's plan has
-    thousands of groups, and a held-out range times dozens of plans (the same counts as CROSSINGS' rules)."""
+    """crossing_share of groups of one size, as one array: a published run's plan has thousands of groups, and a
+    held-out range times dozens of plans (the same counts as CROSSINGS' rules)."""
     import numpy as np
 
     nodes = np.asarray(groups, dtype=np.int64) // gpus_per_node  # [groups, members]
-    t = nodes.shape[1]
+    g, t = nodes.shape
     if t < 2:
         return 0.0  # one member makes no hop
     if pattern == "ring":  # member i to member i+1, the last to the first
         crossing, hops = int(np.count_nonzero(nodes != np.roll(nodes, -1, axis=1))), nodes.size
-    else:  # each stage to the next and back: every pair of neighbours twice
-        crossing, hops = 2 * int(np.count_nonzero(nodes[:, 1:] != nodes[:, :-1])), 2 * (t - 1) * len(groups)
+    elif pattern == "chain":  # each stage to the next and back: every pair of neighbours twice
+        crossing, hops = 2 * int(np.count_nonzero(nodes[:, 1:] != nodes[:, :-1])), 2 * (t - 1) * g
+    else:  # pairs: every ordered pair but those inside one node, n(n-1) for a node holding n of a group's members
+        _, n = np.unique(np.arange(g)[:, None] * (int(nodes.max()) + 1) + nodes, return_counts=True)
+        hops = g * t * (t - 1)
+        crossing = hops - int(np.sum(n * (n - 1)))
     return crossing / hops
 
 

@@ -13,7 +13,7 @@ The large tables are JSON under data/ (one table a line): gemm.json, attention.j
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import product
 from math import log2, prod
 from numbers import Integral
@@ -351,6 +351,11 @@ class GemmTable:
     kind: str
     source: str
     points: dict[tuple[int, int, int], int | float]
+    # each dim's measured sizes, in order: what a lookup interpolates between (held-out ranges look up thousands)
+    axes: tuple[tuple[int, ...], ...] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "axes", tuple(tuple(sorted({p[a] for p in self.points})) for a in range(3)))
 
 
 GEMM: tuple[GemmTable, ...] = tuple(
@@ -374,9 +379,8 @@ def _peak(gpu: str, dtype: str) -> float:
 
 def _grid(t: GemmTable, shape: tuple[int, int, int]) -> tuple[float, list[str]]:
     """Multilinear in log2(m), log2(n), log2(k) over the grid's corners; each side held at the grid's edge."""
-    axes = [sorted({p[a] for p in t.points}) for a in range(3)]
     spans, notes = [], []
-    for name, xs, x in zip("mnk", axes, shape):
+    for name, xs, x in zip("mnk", t.axes, shape):
         x, more = _edge(name, x, xs)
         notes += more
         i, j, w = _between(xs, x)

@@ -180,7 +180,7 @@ def test_an_all_to_all_over_two_nodes_is_timed_pair_by_pair():
     assert ring_seconds("all_reduce", 4, 300e6, "across", m) == pytest.approx(call + 6 * across + 300e6 / busbw)
 
 
-@pytest.mark.parametrize("pattern", ["ring", "chain"])
+@pytest.mark.parametrize("pattern", ["ring", "chain", "pairs"])
 def test_groups_of_one_size_are_counted_as_the_hops_one_by_one_count_them(pattern):
     """crossing_share takes groups of one size as one array: the same share as adding up each group's hops."""
     import numpy as np
