@@ -218,7 +218,7 @@ class StepWhatIf:
                 KNOB_KINDS[n].flags[0],
                 KNOB_KINDS[n].help,
                 now[n],
-                getattr(first, n) if n != "m" else f"pp ({first.pp})",
+                getattr(first, n) if n != "m" else first.pp,  # a step's micro-batches default to its stages
                 None,
                 "the job's" if self.query.job is not None else "the preset's",
             )

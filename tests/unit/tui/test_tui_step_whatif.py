@@ -35,7 +35,7 @@ def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
         ("--dp", 1, 1),
         ("--pp", 2, 2),
         ("--ep", 1, 1),
-        ("-m", 2, "pp (2)"),
+        ("-m", 2, 2),
     ]
     assert all(f.hint.endswith(f"the preset's: {f.post}") for f in opened.fields())
     assert opened.parse({"m": "4", "tp": " "}) == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 4}
