@@ -443,4 +443,7 @@ def open_app(
 
     if run is not None:
         whatif = WhatIf(run.lesson, run, timeout)
-    ParasimApp(View(trace, narrative, title, tables=list(tables or [])), whatif=whatif).run()
+        view = View(trace, narrative, title, tables=list(tables or []))
+    else:  # a real-size step's what-if makes the view (on its clock, and shared with a re-timing of the step)
+        view = whatif.view() if whatif is not None else View(trace, narrative, title, tables=list(tables or []))
+    ParasimApp(view, whatif=whatif).run()

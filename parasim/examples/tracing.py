@@ -199,17 +199,25 @@ def gpu_view(q: TraceQuery, gpu: int, step: TracedStep | None = None) -> GpuView
 
 
 def step_times(
-    gpu_model: str, trace: Trace, layout: Layout, g: int, m: int, plan: Plan | None = None, spread: bool = True
+    gpu_model: str,
+    trace: Trace,
+    layout: Layout,
+    g: int,
+    m: int,
+    plan: Plan | None = None,
+    spread: bool = True,
+    overlap: tuple[str, ...] = (),
 ) -> dict:
     """The step on the clock (parasim/clock): every event of the run timed on the GPU type, GPU g's compute,
     communication and idle time, the busiest GPU and the critical path; tokens per second per GPU and MFU
     (the model's FLOPs without recomputation, estimate.traffic.step_flops, over the GPUs' peak); with `spread`,
-    the range the held-out runs like it put around the step (clock/uncertainty.py)."""
+    the range the held-out runs like it put around the step (clock/uncertainty.py); `overlap`: the clock's
+    switches on (clock/overlaps.py, a trace's)."""
     from ..clock.costs import machine
     from ..clock.timeline import simulate
     from ..clock.uncertainty import family_range, held_out, trace_family
 
-    tl = simulate(trace, machine(gpu_model, layout.gpus_per_node))  # bytes as the run's precision sent them
+    tl = simulate(trace, machine(gpu_model, layout.gpus_per_node), overlap)  # bytes as the run's precision sent them
     busiest = max(range(trace.world), key=lambda r: (tl.busy[r], -r))
     flops = trace.meta.get("flops") or [0] * trace.world
     seq = layout.model.seq

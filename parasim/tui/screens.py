@@ -105,7 +105,9 @@ class KnobsScreen(ModalScreen[object]):
     def compose(self) -> ComposeResult:
         from .whatif import settings_text
 
-        with Vertical(id="knobs-box") as box:
+        fields = self.whatif.fields()
+        # a real-size step's seven settings sit closer, to fit 30 rows (the lessons' two or three keep their space)
+        with Vertical(id="knobs-box", classes="many" if len(fields) > 4 else "") as box:
             box.border_title = f"what if: change the {self.whatif.noun}'s settings"
             box.border_subtitle = "tab moves, enter runs, escape cancels"
             yield Static(
@@ -115,7 +117,7 @@ class KnobsScreen(ModalScreen[object]):
                 ),
                 id="knobs-intro",
             )
-            for f in self.whatif.fields():
+            for f in fields:
                 yield Static(Text.assemble((f.flag, "bold"), f"  {f.help} ({f.hint})"), classes="knob-label")
                 yield Input(value=str(f.value), placeholder=f.hint, id=f"knob-{f.name}")
             yield Static("", id="knobs-error")

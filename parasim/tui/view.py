@@ -11,6 +11,8 @@ dtypes) leaves this model through `printable`: the app draws it as it is, never 
 
 from __future__ import annotations
 
+import copy
+
 from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
@@ -171,6 +173,7 @@ class View:
     divergence: dict | None = None  # `parasim check`'s first divergence, marked in the timeline
     tables: list[Any] = field(default_factory=list)  # the lesson's tables of this run (parasim.lesson.Table)
     time_mode: bool = False  # the grid's columns in microseconds on the clock (tui/clockgrid.py), not steps
+    clock_choice: Any = None  # the GPU type and overlap the time view lays the run out on (None: the default)
 
     def __post_init__(self) -> None:
         self.title = printable(self.title)
@@ -299,8 +302,19 @@ class View:
         if self._clock is None:
             from .clockgrid import ClockGrid
 
-            self._clock = ClockGrid(self.trace, self.events)
+            self._clock = (
+                ClockGrid(self.trace, self.events)
+                if self.clock_choice is None
+                else ClockGrid(self.trace, self.events, self.clock_choice)
+            )
         return self._clock
+
+    def on_clock(self, choice: Any) -> "View":
+        """This view of the same trace, its time view on another clock (`choice`, clock/report.ClockChoice): the
+        grid's index shared, the time view made again when shown."""
+        out = copy.copy(self)
+        out.clock_choice, out._clock = choice, None
+        return out
 
     def toggle_time(self) -> None:
         """The grid's columns: logical steps, or microseconds on the clock."""

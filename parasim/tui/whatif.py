@@ -28,16 +28,18 @@ class Field:
     post: Any
     choices: tuple | None
     origin: str = "the post's"  # whose value `post` is: the post's, or a preset's
+    takes: str | None = None  # what it takes, where that is neither choices nor a positive integer
 
     @property
     def hint(self) -> str:
-        takes = " or ".join(map(str, self.choices)) if self.choices else "a positive integer"
+        takes = self.takes or (" or ".join(map(str, self.choices)) if self.choices else "a positive integer")
         return f"{takes}; {self.origin}: {self.post}"
 
 
 def settings_text(settings: dict[str, Any]) -> str:
     """'--tp 4 -m 16': the settings as the command line spells them."""
-    return " ".join(f"{KNOB_KINDS[n].flags[0]} {v}" for n, v in settings.items()) or "the lesson's own"
+    flag = {n: KNOB_KINDS[n].flags[0] if n in KNOB_KINDS else f"--{n}" for n in settings}  # --overlap: a clock flag
+    return " ".join(f"{flag[n]} {v}" for n, v in settings.items()) or "the lesson's own"
 
 
 def _read(name: str, text: str) -> Any:
@@ -146,11 +148,11 @@ class WhatIf:
         )
 
 
-def step_figures(q: Any, step: Any, gpu: int = 0) -> dict[str, Any]:
+def step_figures(q: Any, step: Any, gpu: int = 0, overlap: tuple[str, ...] = ()) -> dict[str, Any]:
     """What a what-if sets side by side for a real-size step (`StepWhatIf`; `q`, `step`: examples/tracing's
-    TraceQuery and TracedStep): its size, GPU `gpu`'s peak
-    memory and the bytes it sent on each axis, and the step on the clock. Read from GPU `gpu`'s part of the
-    trace alone: a folded trace is never written out for it (2,048 GPUs' events would be 600,000)."""
+    TraceQuery and TracedStep): its size, GPU `gpu`'s peak memory and the bytes it sent on each axis, and the
+    step on the clock with the switches in `overlap` on. Read from GPU `gpu`'s part of the trace alone: a folded
+    trace is never written out for it (2,048 GPUs' events would be 600,000)."""
     from ..examples.tracing import step_times
     from ..figures import event_axis
 
@@ -168,7 +170,7 @@ def step_figures(q: Any, step: Any, gpu: int = 0) -> dict[str, Any]:
         from ..estimate.kernels import NoMeasurement
 
         try:
-            t = step_times(q.gpu_model, trace, layout, gpu, step.microbatches, step.plan, spread=False)
+            t = step_times(q.gpu_model, trace, layout, gpu, step.microbatches, step.plan, False, overlap)
         except NoMeasurement:  # a GPU type with a datasheet and no kernel table: no time to set beside
             return out
         out[f"step on the clock (s, {t['gpu']})"] = round(t["step_s"], 4)
@@ -178,20 +180,25 @@ def step_figures(q: Any, step: Any, gpu: int = 0) -> dict[str, Any]:
     return out
 
 
-# what a real-size step's what-if turns (KNOB_KINDS' names): every size but expert TP's (as for lessons), and m
+# what a real-size step's what-if turns: every size but expert TP's (as for lessons) and m (KNOB_KINDS' names),
+# then the clock's switches (`--overlap`: the step is not run again for them, only laid out again)
 STEP_SETTINGS = (*(a for a in SIZED if a != "etp"), "m")
+OVERLAP = "overlap"
 
 
 @dataclass
 class StepWhatIf:
-    """What-if on a real-size step (`parasim trace --symbolic --app`): its layout's sizes and micro-batches as a
-    form, the step run again at the typed ones (each stage's layers once per shape, train/repeat.py: about a
-    second at 2,048 GPUs), and GPU 0's figures from both (`step_figures`). `origin`: the layout
-    the learner opened, whose values the form offers beside the ones on screen."""
+    """What-if on a real-size step (`parasim trace --symbolic --app`): its layout's sizes, its micro-batches and
+    the clock's overlap switches as a form; the step run again at the typed sizes (each stage's layers once per
+    shape, train/repeat.py: about a second at 2,048 GPUs), or only laid out again on the clock when the switches
+    alone changed; GPU 0's figures from both (`step_figures`). `origin`: the layout the learner opened, whose
+    values the form offers beside the ones on screen; `overlap`: the switches the step is timed with."""
 
     query: Any  # examples/tracing.TraceQuery
     step: Any  # examples/tracing.TracedStep, run at `query`
     origin: Any = None  # the Layout first opened (None: query's)
+    overlap: tuple[str, ...] = ()
+    shown: Any = None  # a view of this very step on another clock, to share (tui/view.View.on_clock)
     _figures: dict | None = None
 
     has_settings = True
@@ -208,11 +215,18 @@ class StepWhatIf:
     @property
     def settings(self) -> dict[str, Any]:
         layout = self.step.layout
-        return {**{a: getattr(layout, a) for a in STEP_SETTINGS if a != "m"}, "m": self.step.microbatches}
+        return {
+            **{a: getattr(layout, a) for a in STEP_SETTINGS if a != "m"},
+            "m": self.step.microbatches,
+            OVERLAP: ",".join(self.overlap) or "none",
+        }
 
     def fields(self) -> list[Field]:
+        from ..clock.overlaps import TRACE, names
+
         now, first = self.settings, self.origin or self.query.layout
-        return [
+        origin = "the job's" if self.query.job is not None else "the preset's"
+        out = [
             Field(
                 n,
                 KNOB_KINDS[n].flags[0],
@@ -220,18 +234,26 @@ class StepWhatIf:
                 now[n],
                 getattr(first, n) if n != "m" else first.pp,  # a step's micro-batches default to its stages
                 None,
-                "the job's" if self.query.job is not None else "the preset's",
+                origin,
             )
             for n in STEP_SETTINGS
         ]
+        takes = f"a comma-separated list of {', '.join(names(TRACE))}, or all, or none"
+        what = "communication run beside compute on the clock (the step is laid out again, not run again)"
+        return out + [Field(OVERLAP, "--overlap", what, now[OVERLAP], "none", None, "the step's default", takes)]
 
     def parse(self, typed: dict[str, str]) -> dict[str, Any]:
-        """The settings typed (empty keeps the value on screen), each a positive integer; the layout they make
-        is checked here (UsageError or LayoutError names what does not fit) before any run."""
+        """The settings typed (empty keeps the value on screen): each size a positive integer, the switches as
+        `--overlap` takes them; the layout they make is checked here (UsageError or LayoutError names what does
+        not fit) before any run."""
+        from ..clock.overlaps import TRACE, parse
+
         out = dict(self.settings)
         for name, text in typed.items():
             if text.strip():
-                out[name] = _read(name, text.strip())
+                out[name] = (
+                    ",".join(parse(text.strip(), TRACE)) or "none" if name == OVERLAP else _read(name, text.strip())
+                )
         self._query(out)
         return out
 
@@ -247,16 +269,25 @@ class StepWhatIf:
         return replace(self.query, layout=layout, microbatches=settings["m"])
 
     def rerun(self, settings: dict[str, Any]) -> "StepWhatIf":
-        """The step run again at `settings` (a ParasimError when it cannot run there)."""
+        """The step at `settings`: run again where a size or the micro-batches changed (a ParasimError when it
+        cannot run there), else this very step on the clock with the other switches."""
+        from ..clock.overlaps import TRACE, parse
         from ..examples.tracing import traced_step
 
-        q = self._query(settings)
-        return StepWhatIf(q, traced_step(q), self.origin or self.query.layout)
+        q, overlap, first = self._query(settings), parse(settings[OVERLAP], TRACE), self.origin or self.query.layout
+        if q == self._query(self.settings):  # the switches alone: the same step laid out again
+            return StepWhatIf(q, self.step, first, overlap, self.shown)
+        return StepWhatIf(q, traced_step(q), first, overlap)
 
     def view(self) -> Any:
+        from ..clock.report import ClockChoice
         from .view import View
 
-        return View(self.step.result.trace, {}, self.title)
+        choice = ClockChoice(self.query.gpu_model, None, self.overlap)
+        if self.shown is None:
+            self.shown = View(self.step.result.trace, {}, self.title, clock_choice=choice)
+            return self.shown
+        return self.shown.on_clock(choice)
 
     def prepare(self) -> None:
         """This run's figures, worked out ahead (while the form is filled in), so the comparison waits only on
@@ -265,12 +296,13 @@ class StepWhatIf:
 
     def figures(self) -> dict[str, Any]:
         if self._figures is None:
-            self._figures = step_figures(self.query, self.step)
+            self._figures = step_figures(self.query, self.step, overlap=self.overlap)
         return self._figures
 
     def changes(self, new: "StepWhatIf") -> Table:
         before, after = settings_text(self.settings), settings_text(new.settings)
-        return changes_table(self.figures(), new.figures(), before, after, [])
+        notes = [] if new.step is not self.step else ["the same step, laid out again on the clock"]
+        return changes_table(self.figures(), new.figures(), before, after, notes)
 
     def checks_line(self) -> str:
         """The new step in one line: how many GPUs, how many ran, GPU 0's peak memory."""

@@ -119,7 +119,7 @@ def test_trace_app_opens_a_real_size_run_in_the_app(monkeypatch, capsys):
     assert main(["trace", "--symbolic", "--layout", "megatron-8.3b", "--app"]) == 0
     assert opened["trace"].world == 512 and "512 symbolic GPUs" in opened["title"]
     # its what-if key turns the layout's sizes and runs the step again (tests/unit/tui/test_tui_step_whatif.py)
-    assert opened["whatif"].settings == {"tp": 8, "cp": 1, "dp": 64, "pp": 1, "ep": 1, "m": 1}
+    assert opened["whatif"].settings == {"tp": 8, "cp": 1, "dp": 64, "pp": 1, "ep": 1, "m": 1, "overlap": "none"}
     assert opened["whatif"].step.result.trace is opened["trace"]
     view = View(opened["trace"])
     assert view.fold_axis == "dp-cp" and len(view.rows) == 8  # TP 8: a row per TP place, each a DP group of 64

@@ -28,7 +28,8 @@ def screen_text(app) -> str:
 
 
 def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
-    assert opened.settings == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 2}  # m: PP's count, the default
+    # m: PP's count, the step's default; the clock's switches: none
+    assert opened.settings == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 2, "overlap": "none"}
     assert [(f.flag, f.value, f.post) for f in opened.fields()] == [
         ("--tp", 8, 8),
         ("--cp", 1, 1),
@@ -36,9 +37,21 @@ def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
         ("--pp", 2, 2),
         ("--ep", 1, 1),
         ("-m", 2, 2),
+        ("--overlap", "none", "none"),
     ]
-    assert all(f.hint.endswith(f"the preset's: {f.post}") for f in opened.fields())
-    assert opened.parse({"m": "4", "tp": " "}) == {"tp": 8, "cp": 1, "dp": 1, "pp": 2, "ep": 1, "m": 4}
+    assert all(f.hint.endswith(f"the preset's: {f.post}") for f in opened.fields()[:-1])
+    assert opened.fields()[-1].hint == (
+        "a comma-separated list of grad-reduce, prefetch, dualpipe, or all, or none; the step's default: none"
+    )
+    assert opened.parse({"m": "4", "tp": " "}) == {
+        "tp": 8,
+        "cp": 1,
+        "dp": 1,
+        "pp": 2,
+        "ep": 1,
+        "m": 4,
+        "overlap": "none",
+    }
     assert opened.title == f"{NAME}: one training step on 16 symbolic GPUs"
 
 
@@ -47,6 +60,7 @@ def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
     [
         ({"m": "two"}, UsageError, "-m takes a positive integer"),
         ({"tp": "0"}, UsageError, "--tp takes a positive integer"),
+        ({"overlap": "tp"}, UsageError, "--overlap tp: not modelled here"),
         ({"ep": "3"}, LayoutError, r"world 16 is not divisible by etp\*ep\*pp = 48"),
         ({"dp": "300"}, UsageError, "GPUs of a real-size step in the app: 4,800 is more than the limit of 4,096"),
     ],
@@ -73,7 +87,7 @@ def test_the_new_run_s_figures_are_gpu_0_s(opened):
     table = opened.changes(new)
     rows = dict(table.rows)
     assert rows["* micro-batches"] == [2, 4] and rows["GPUs"] == [16, 16]
-    assert "--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2" in table.title and "-m 4" in table.title
+    assert "--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2 --overlap none" in table.title and "-m 4" in table.title
     assert new.checks_line() == "16 GPUs, 2 run on symbolic ranks, GPU 0 holds 28.0 GB at its peak"
 
 
@@ -95,7 +109,7 @@ async def test_k_on_a_real_size_step_runs_it_again_and_enter_opens_it(opened):
     opened = StepWhatIf(opened.query, opened.step)  # its figures not worked out yet
     app = ParasimApp(opened.view(), whatif=opened)
     async with app.run_test(size=(100, 30)) as pilot:
-        assert "(--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2)" in app.sub_title
+        assert "(--tp 8 --cp 1 --dp 1 --pp 2 --ep 1 -m 2 --overlap none)" in app.sub_title
         await pilot.press("k")
         await pilot.pause()
         assert isinstance(app.screen, KnobsScreen)
@@ -113,12 +127,38 @@ async def test_k_on_a_real_size_step_runs_it_again_and_enter_opens_it(opened):
         assert isinstance(app.screen, WhatIfScreen)
         await pilot.pause()
         assert gc.isenabled()  # held while the step ran, handed back once the comparison was on screen
-        text = screen_text(app)
-        assert f"{NAME} at --tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4: 32 GPUs, 4 run on symbolic ranks" in text
+        text = " ".join(screen_text(app).split())  # the head wraps at 100 columns
+        assert (
+            f"{NAME} at --tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4 --overlap none: 32 GPUs, 4 run on symbolic ranks"
+            in text
+        )
         assert "* GPUs" in text
         after = app.screen.query_one("#whatif-after", Timeline)
         assert after.view.trace.world == 32
         await pilot.press("enter")
         await pilot.pause()
-        assert app.view.trace.world == 32 and "(--tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4)" in app.sub_title
+        assert (
+            app.view.trace.world == 32 and "(--tp 8 --cp 1 --dp 1 --pp 4 --ep 1 -m 4 --overlap none)" in app.sub_title
+        )
         assert app.view.title == f"{NAME}: one training step on 32 symbolic GPUs"
+
+
+def test_the_clock_s_switches_alone_lay_the_same_step_out_again(opened):
+    """--overlap grad-reduce on the form: no step is run; the same trace is timed with the reduce-scatter beside the
+    last products, as the clock's report says that switch saves (clock/report.py works it out its own way)."""
+    from parasim.clock.report import ClockChoice, clock_report
+
+    first = opened.view()  # the app opens on it (cli/common.open_app)
+    new = opened.rerun(opened.parse({"overlap": "grad-reduce"}))
+    assert new.step is opened.step and new.overlap == ("grad-reduce",) and new.settings["overlap"] == "grad-reduce"
+    key = "step on the clock (s, H200)"
+    saved = clock_report(opened.step.result.trace, ClockChoice("h200"))["switches"]["grad-reduce"]
+    assert opened.figures()[key] == round(saved["step_off_us"] / 1e6, 4)
+    assert new.figures()[key] == round(saved["step_on_us"] / 1e6, 4) <= opened.figures()[key]
+    table = opened.changes(new)
+    assert table.title.endswith("--overlap grad-reduce (bytes in B, every figure from a run)")
+    assert "the same step, laid out again on the clock" in table.notes
+    view = new.view()  # the view of the step on screen, on the new clock: nothing written out again
+    assert view.events is first.events and view.clock_choice.overlap == ("grad-reduce",)
+    assert view.clock.tl.step == pytest.approx(saved["step_on_us"] / 1e6)
+    assert opened.parse({"overlap": "all"})["overlap"] == "grad-reduce,prefetch,dualpipe"
