@@ -30,14 +30,18 @@ SLOT_TABLE = 1_000_000  # ranks x time slots of a schedule's timing: it fills th
 SLOTS_SHOWN = 10_000  # slots printed as a table (Rich lays out every cell: about 0.2 ms each)
 SLOTS_PLOTTED = 2_000  # slots drawn as a picture (matplotlib sets out a box and a label for each: ~1 ms)
 PLOT_GPUS = 256  # GPUs drawn in a layout picture (one box and label each, on a canvas that grows with them)
-APP_GPUS = 4096  # GPUs of a real-size step the app lays out: it writes every GPU's part of the trace out (2,048
-# GPUs of DeepSeek-V3: 70,944 events in under a second; a world's events grow with it)
+# GPUs x micro-batches of a real-size step the app lays out: it writes every GPU's part of the trace out, which grows
+# with both (DeepSeek-V3's 2,048 x 16: 70,944 events, under a second; 2,048 x 64: 277,536, about 4 s and 0.8 GB)
+APP_GPU_BATCHES = 65_536
 NODES_SHOWN = 64  # nodes `parasim layout` draws, one panel each
 EXPERTS_SHOWN = 131_072  # expert names drawn, GPUs x experts each holds (a table cell each: ~20 us a name)
 TRACE_PASSES = 2_048  # GPUs x micro-batches x layers of the token trace's step on virtual ranks (~4 ms each)
 TRACE_EXPERT_LAYERS = 1_024  # experts x layers in the token trace: every expert's weights, run and checked
 SYMBOLIC_TOKENS = 1 << 22  # tokens per sequence in a symbolic step: it keeps each token's position (~100 bytes)
-SYMBOLIC_PASSES = 256  # micro-batches x pipeline stages of a symbolic step (DeepSeek-V3's own 16 x 16: ~10 s)
+SYMBOLIC_PASSES = 256  # micro-batches x pipeline stages x CP ranks of a symbolic step with CP (each runs its layers)
+# micro-batches x pipeline stages of a symbolic step without CP, whose layers run once per shape and are repeated on
+# the trace for the other micro-batches (train/repeat.py): DeepSeek-V3's 64 x 16 in about 1.5 s and 0.8 GB
+SYMBOLIC_REPEATED = 1_024
 SEARCH_LAYOUTS = 200_000  # layouts one `fit --search` builds and checks by the layout rules (~40 us each)
 SEARCH_TOP = 100  # layouts listed per node count
 _DIGITS = re.compile(r"[0-9]+")  # int() also reads '1_000', '+5', ' 5' and '٥': not what a person meant
@@ -119,8 +123,8 @@ def check_symbolic_step(seq: int | None, microbatches: int, stages: int, cp: int
         at_most(
             f"micro-batches x pipeline stages of a symbolic step ({microbatches:,} x {stages:,})",
             microbatches * stages,
-            SYMBOLIC_PASSES,
-            "each runs its stage's layers forward and backward",
+            SYMBOLIC_REPEATED,
+            "each stage runs its layers once and tells the trace every micro-batch's events",
         )
         return
     at_most(
@@ -142,12 +146,12 @@ def check_experts_shown(gpus: int, each: int) -> None:
     )
 
 
-def check_app_gpus(world: int) -> None:
-    """A real-size step opened in the app (`trace --symbolic --app`)."""
+def check_app_gpus(world: int, microbatches: int) -> None:
+    """A real-size step opened in the app (`trace --symbolic --app`, and its what-if)."""
     at_most(
-        "GPUs of a real-size step in the app",
-        world,
-        APP_GPUS,
+        f"GPUs x micro-batches of a real-size step in the app ({world:,} x {microbatches:,})",
+        world * microbatches,
+        APP_GPU_BATCHES,
         "the app writes out and lays out every GPU's part of the step; --gpu N gives one GPU's view at any size",
     )
 

@@ -260,7 +260,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
     q = trace_query(args, traced)
     if args.app:
         if q.at_scale:
-            check_app_gpus(q.layout.world)
+            check_app_gpus(q.layout.world, q.microbatches or q.layout.pp)  # a real-size step's default: PP's
         need_terminal("--app")
     if q.at_scale and args.gpu is None and not args.app:
         raise UsageError("at real size there is no word to follow: give --gpu N for one GPU's view, or --app")

@@ -265,7 +265,7 @@ class StepWhatIf:
         # the world follows the sizes; expert TP follows TP where it was TP's (Megatron's default)
         etp = None if now.etp == now.tp else now.etp
         layout = replace(now, **sizes, etp=etp, world=None)
-        check_app_gpus(layout.world)
+        check_app_gpus(layout.world, settings["m"])
         return replace(self.query, layout=layout, microbatches=settings["m"])
 
     def rerun(self, settings: dict[str, Any]) -> "StepWhatIf":

@@ -25,10 +25,12 @@ BOUNDS = [
                                           "more than the limit of 1,024"),
     (["trace", "--microbatches", "1000000000000"], "GPUs x micro-batches x layers of the token trace"),
     (["trace", "-m", "64"], "(16 x 64 x 4): 4,096 is more than the limit of 2,048"),
-    (["trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced", "-m", "32"],
-     "micro-batches x pipeline stages of a symbolic step (32 x 16): 512 is more than the limit of 256"),
+    (["trace", "--symbolic", "--layout", "deepseek-v3", "--gpu", "0", "--routing", "balanced", "-m", "65"],
+     "micro-batches x pipeline stages of a symbolic step (65 x 16): 1,040 is more than the limit of 1,024"),
     (["trace", "--symbolic", "--layout", "llama3-405b", "--app"],  # the app writes every GPU's part out
-     "GPUs of a real-size step in the app: 16,384 is more than the limit of 4,096"),
+     "GPUs x micro-batches of a real-size step in the app (16,384 x 16): 262,144 is more than the limit of 65,536"),
+    (["trace", "--symbolic", "--layout", "deepseek-v3", "--app", "-m", "33"],
+     "GPUs x micro-batches of a real-size step in the app (2,048 x 33): 67,584 is more than the limit of 65,536"),
     (["trace", "--symbolic", "--layout", "llama3-405b-long", "--gpu", "0"],  # CP ranks each run: 16 x 16 x 16
      "micro-batches x pipeline stages x CP ranks of a symbolic step (16 x 16 x 16): 4,096 is more than the limit "
      "of 256"),
@@ -54,7 +56,7 @@ BOUNDS = [
     (["memory", "--model", "27b", "--tp", "2", "--sp", "--symbolic", "--seq", "1000000000000"],
      "tokens per sequence of a symbolic step: 1,000,000,000,000 is more than the limit"),
     (["memory", "--model", "27b", "--tp", "2", "--sp", "--symbolic", "--pp", "4", "--microbatches", "1000"],
-     "(1,000 x 4): 4,000 is more than the limit of 256"),
+     "(1,000 x 4): 4,000 is more than the limit of 1,024"),
     # forms int() and float() read that a person did not mean
     (["schedule", "--pp", "1_000"], "--pp: expected a positive integer up to 1e+12, got '1_000'"),
     (["schedule", "--pp", "+5"], "got '+5' (digits only"),

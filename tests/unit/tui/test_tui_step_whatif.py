@@ -62,7 +62,12 @@ def test_the_form_offers_the_layout_s_sizes_and_the_micro_batches(opened):
         ({"tp": "0"}, UsageError, "--tp takes a positive integer"),
         ({"overlap": "tp"}, UsageError, "--overlap tp: not modelled here"),
         ({"ep": "3"}, LayoutError, r"world 16 is not divisible by etp\*ep\*pp = 48"),
-        ({"dp": "300"}, UsageError, "GPUs of a real-size step in the app: 4,800 is more than the limit of 4,096"),
+        (
+            {"dp": "300", "m": "14"},
+            UsageError,
+            r"GPUs x micro-batches of a real-size step in the app \(4,800 x 14\): "
+            r"67,200 is more than the limit of 65,536",
+        ),
     ],
 )
 def test_a_setting_that_cannot_run_is_refused_before_any_run(opened, typed, error, needle):
