@@ -149,21 +149,40 @@ async def test_k_on_a_real_size_step_runs_it_again_and_enter_opens_it(opened):
 
 
 def test_the_clock_s_switches_alone_lay_the_same_step_out_again(opened):
-    """--overlap grad-reduce on the form: no step is run; the same trace is timed with the reduce-scatter beside the
-    last products, as the clock's report says that switch saves (clock/report.py works it out its own way)."""
+    """--overlap grad-reduce on the form: no step is run; the same trace is timed again with the switch on, as the
+    clock's report times it (clock/report.py works it out its own way). The training step sums its gradients after
+    its last backward, so the switch hides nothing there, and the table says why no figure changed."""
     from parasim.clock.report import ClockChoice, clock_report
 
-    first = opened.view()  # the app opens on it (cli/common.open_app)
-    new = opened.rerun(opened.parse({"overlap": "grad-reduce"}))
-    assert new.step is opened.step and new.overlap == ("grad-reduce",) and new.settings["overlap"] == "grad-reduce"
+    base = opened.rerun(opened.parse({"dp": "2"}))  # data parallel: a gradient reduce-scatter the switch moves
+    first = base.view()  # the app opens on it (cli/common.open_app), its time view shown
+    assert first.clock.tl.overlap == ()
+    new = base.rerun(base.parse({"overlap": "grad-reduce"}))
+    assert new.step is base.step and new.overlap == ("grad-reduce",) and new.settings["overlap"] == "grad-reduce"
     key = "step on the clock (s, H200)"
-    saved = clock_report(opened.step.result.trace, ClockChoice("h200"))["switches"]["grad-reduce"]
-    assert opened.figures()[key] == round(saved["step_off_us"] / 1e6, 4)
-    assert new.figures()[key] == round(saved["step_on_us"] / 1e6, 4) <= opened.figures()[key]
-    table = opened.changes(new)
+    saved = clock_report(base.step.result.trace, ClockChoice("h200"))["switches"]["grad-reduce"]
+    assert base.figures()[key] == round(saved["step_off_us"] / 1e6, 4)
+    assert new.figures()[key] == round(saved["step_on_us"] / 1e6, 4) and saved["saves_us"] == 0
+    table = base.changes(new)
     assert table.title.endswith("--overlap grad-reduce (bytes in B, every figure from a run)")
-    assert "the same step, laid out again on the clock" in table.notes
+    assert table.notes == [
+        "no figure changed",
+        "the same step, laid out again on the clock",
+        "the switches hide nothing on this step: its gradient sums and gathers run after its last "
+        "backward, with no compute beside them",
+    ]
     view = new.view()  # the view of the step on screen, on the new clock: nothing written out again
     assert view.events is first.events and view.clock_choice.overlap == ("grad-reduce",)
-    assert view.clock.tl.step == pytest.approx(saved["step_on_us"] / 1e6)
+    assert view.clock.tl.overlap == ("grad-reduce",) and first.clock.tl.overlap == ()  # each on its own clock
     assert opened.parse({"overlap": "all"})["overlap"] == "grad-reduce,prefetch,dualpipe"
+
+
+def test_trace_app_opens_the_step_on_the_clock_of_its_gpu_type(monkeypatch):
+    from parasim.cli import main
+
+    shown = {}
+    monkeypatch.setattr(ParasimApp, "run", lambda self: shown.update(view=self.view, whatif=self.whatif))
+    monkeypatch.setattr("parasim.cli.trace.need_terminal", lambda flag: None)  # pytest's stdin is no terminal
+    args = ["trace", "--symbolic", "--layout", NAME, "--seq", "512", "--gpu-model", "h100", "--app"]
+    assert main(args) == 0
+    assert shown["view"].clock_choice.gpu == "h100" and shown["view"] is shown["whatif"].shown
