@@ -195,3 +195,16 @@ def test_groups_of_one_size_are_counted_as_the_hops_one_by_one_count_them(patter
         want = sum(c for c, _ in counted) / hops if hops else 0.0
         assert crossing_share(groups, pattern, gpn) == want
         assert crossing_share(iter(groups), pattern, gpn) == want  # any iterable, as before
+
+
+def test_groups_of_different_sizes_are_counted_one_by_one():
+    """Rings of 3 and of 2 over nodes of 2: (0,1) stays, (1,2) and (2,0) cross; (3,4) and (4,3) cross: 4 of 5."""
+    assert crossing_share([[0, 1, 2], [3, 4]], "ring", 2) == 4 / 5
+    assert crossing_share([[0, 1, 2], [3, 4]], "pairs", 2) == (4 + 2) / (6 + 2)  # 0-1 and 1-0 stay
+    assert crossing_share([], "ring", 2) == 0.0
+
+
+def test_all_to_all_groups_out_of_node_order_are_counted_group_by_group():
+    """[2, 3] and [0, 1] each stay in a node, [0, 2] crosses both ways: 2 of 6 (a node's count is per group, even
+    where a later group sits on an earlier node)."""
+    assert crossing_share([[2, 3], [0, 2], [0, 1]], "pairs", 2) == 2 / 6

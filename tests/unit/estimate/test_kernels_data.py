@@ -422,3 +422,12 @@ def test_an_h800_reads_the_h100s_tables_scaled_by_its_narrower_nvlink():
     assert h200.notes == (f"no all_gather measured on h200; the h100's stands in ({twin})",)
     past = K.collective_bandwidth("h100", "all_reduce", 2**40, "inside", 8).notes
     assert len(past) == 1 and past[0].startswith("bytes 1.09951e+12 is outside the measured 1024-2.14748e+09")
+
+
+def test_a_product_table_keeps_each_dim_s_measured_sizes_in_order():
+    """What a lookup interpolates between: each of m, n, k's sizes once, smallest first."""
+    from parasim.estimate.kernels import GemmTable
+
+    t = GemmTable("h100", "bf16", "grid", "test", {(512, 8, 64): 1.0, (256, 8, 128): 2.0, (512, 16, 64): 3.0})
+    assert t.axes == ((256, 512), (8, 16), (64, 128))
+    assert t == GemmTable("h100", "bf16", "grid", "test", dict(t.points))  # the sizes are not part of equality

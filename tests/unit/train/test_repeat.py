@@ -178,7 +178,7 @@ def test_marks_keep_their_place_between_events():
     w = _World().w
 
     def call():
-        w.mark(0, "note", "before")
+        w.mark(0, "note", "before", {"at": "the start"})  # its fields are told again too
         w.meter.add("matmul", 2)
         w.meter.round(5)
         w.compute(0, "c1", 1.0, "here")
@@ -194,6 +194,8 @@ def test_marks_keep_their_place_between_events():
     w.mark(0, "phase", "later")  # a repeat is in the phase it is made in
     rep.replay(w, 0, rec)
     assert [e.phase for e in w.events] == [None, None, "later", "later"] and w.meter.roundings[0] == 10
+    assert [m.data for m in w.marks if m.text == "before"] == [{"at": "the start"}] * 2
+    assert {m.rank for m in w.marks} == {0}
     assert [(m.text, m.step) for m in w.marks if m.kind == "note"] == [
         ("before", 0),
         ("between", 1),
