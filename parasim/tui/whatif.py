@@ -183,7 +183,7 @@ def step_figures(q: Any, step: Any, gpu: int = 0, overlap: tuple[str, ...] = ())
 # what a real-size step's what-if turns: every size but expert TP's (as for lessons) and m (KNOB_KINDS' names),
 # then the clock's switches (`--overlap`: the step is not run again for them, only laid out again)
 STEP_SETTINGS = (*(a for a in SIZED if a != "etp"), "m")
-OVERLAP = "overlap"
+SWITCHES = "overlap"
 
 
 @dataclass
@@ -218,7 +218,7 @@ class StepWhatIf:
         return {
             **{a: getattr(layout, a) for a in STEP_SETTINGS if a != "m"},
             "m": self.step.microbatches,
-            OVERLAP: ",".join(self.overlap) or "none",
+            SWITCHES: ",".join(self.overlap) or "none",
         }
 
     def fields(self) -> list[Field]:
@@ -240,7 +240,7 @@ class StepWhatIf:
         ]
         takes = f"a comma-separated list of {', '.join(names(TRACE))}, or all, or none"
         what = "communication run beside compute on the clock (the step is laid out again, not run again)"
-        return out + [Field(OVERLAP, "--overlap", what, now[OVERLAP], "none", None, "the step's default", takes)]
+        return out + [Field(SWITCHES, "--overlap", what, now[SWITCHES], "none", None, "the step's default", takes)]
 
     def parse(self, typed: dict[str, str]) -> dict[str, Any]:
         """The settings typed (empty keeps the value on screen): each size a positive integer, the switches as
@@ -252,7 +252,7 @@ class StepWhatIf:
         for name, text in typed.items():
             if text.strip():
                 out[name] = (
-                    ",".join(parse(text.strip(), TRACE)) or "none" if name == OVERLAP else _read(name, text.strip())
+                    ",".join(parse(text.strip(), TRACE)) or "none" if name == SWITCHES else _read(name, text.strip())
                 )
         self._query(out)
         return out
@@ -274,7 +274,7 @@ class StepWhatIf:
         from ..clock.overlaps import TRACE, parse
         from ..examples.tracing import traced_step
 
-        q, overlap, first = self._query(settings), parse(settings[OVERLAP], TRACE), self.origin or self.query.layout
+        q, overlap, first = self._query(settings), parse(settings[SWITCHES], TRACE), self.origin or self.query.layout
         if q == self._query(self.settings):  # the switches alone: the same step laid out again
             return StepWhatIf(q, self.step, first, overlap, self.shown)
         return StepWhatIf(q, traced_step(q), first, overlap)
