@@ -613,3 +613,15 @@ def test_ranks_asking_for_the_same_groups_in_one_go_share_them_and_a_different_a
 
     with pytest.raises(CollectiveError, match="ranks must be integers, got False"):
         parasim.run(bools, 4)
+
+
+def test_a_backend_without_its_own_new_groups_makes_them_one_by_one():
+    """Comm.new_groups, as the real ranks' backend takes it: new_group of each, in order."""
+    from types import SimpleNamespace
+
+    from parasim.comm.interface import Comm
+
+    made = []
+    fake = SimpleNamespace(new_group=lambda ranks, name: made.append((tuple(ranks), name)) or len(made))
+    assert Comm.new_groups(fake, [([0, 1], "tp"), ([2, 3], "tp"), ([0, 2], "dp")]) == [1, 2, 3]
+    assert made == [((0, 1), "tp"), ((2, 3), "tp"), ((0, 2), "dp")]

@@ -79,6 +79,7 @@ def test_plan_check_at_the_boundary(model, ok, bad, needle):
     (Plan(dp=2, zero=0), "DP2 + ZeRO-0"),
     (Plan(dp=2, zero=2), "DP2 + ZeRO-2"),
     (Plan(cp=2, zero=3, recompute="full"), "CP2 + ZeRO-3 + full recompute"),
+    (Plan(tp=2, ep=2, etp=2, dp=2), "TP2 + EP2 + ETP2 + DP2"),  # the experts split as attention is
 ])
 def test_plan_label(plan, label):
     assert plan.label() == label
