@@ -42,13 +42,12 @@ class SymbolicRun:
     function of the key; `meter`: each rank's product FLOPs by kind (engine/work.py), counted for the rank
     whose turn it is (`turn`, which the run's scheduler answers)."""
 
-    __slots__ = ("memo", "slices", "cuts", "draws", "meter", "float_dtype")
+    __slots__ = ("memo", "slices", "cuts", "meter", "float_dtype")
 
     def __init__(self, world: int, turn: Callable[[], int], float_dtype: Any = "float64"):
         self.memo: dict = {}
-        self.slices: dict = {}  # (shape, dtype) -> the one array every slice of that shape is
+        self.slices: dict = {}  # (shape, dtype) -> the one array every slice and draw of that shape is
         self.cuts: dict = {}  # (shape, dtype, start, stop) -> x[start:stop] of an array of that shape and dtype
-        self.draws: dict = {}  # (shape, dtype asked) -> the one array every draw of that shape is
         self.meter = Meter(world, turn)
         # what draws, zeros and float literals are made in: the run's training dtype (BF16 at real size)
         self.float_dtype = np.dtype(float_dtype)
@@ -61,23 +60,20 @@ class SymbolicRun:
     def drawn(self, shape: Sequence[int], dtype: Any) -> "SymArray":
         """The run's array for a draw of `shape` in `dtype`: nothing in a draw can change, so every draw of one
         shape may be one array (DeepSeek-V3's layers draw 60,000 weights of a few shapes)."""
-        key = (tuple(shape), dtype)
-        got = self.draws.get(key)
-        if got is None:
-            if len(self.draws) > MEMO:
-                self.draws.clear()
-            got = self.draws[key] = SymArray(shape, dtype, self)
-        return got
+        return self._one((tuple(shape), dtype), lambda: SymArray(shape, dtype, self))
 
     def slice_of(self, shape: tuple[int, ...], dtype: np.dtype) -> "SymArray":
         """The run's array of `shape` and `dtype` for a slice: an array cut into many blocks of a few sizes
         (an all-to-all's chunks over 64 ranks) makes a few arrays, and the trace a few records."""
-        key = (shape, dtype)
+        return self._one((shape, dtype), lambda: _made(shape, dtype, self))
+
+    def _one(self, key: tuple, make: Callable[[], "SymArray"]) -> "SymArray":
+        """The one array kept for `key` (a shape and a dtype), made the first time it is asked for."""
         got = self.slices.get(key)
         if got is None:
             if len(self.slices) > MEMO:
                 self.slices.clear()
-            got = self.slices[key] = _made(shape, dtype, self)
+            got = self.slices[key] = make()
         return got
 
 
