@@ -23,7 +23,7 @@ from .trace import Event, Mark, Member, Trace
 from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
 from .sites import SiteNames, with_call_site
 from .kernels import arrays, ring_moved
-from .ops import OPS
+from .ops import OPS, entry
 from .virtual_p2p import Batch, PointToPoint, check_array, tensor_record
 from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 
@@ -32,15 +32,16 @@ _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __n
 
 class _Instance:
     """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label);
-    `needed`: how many arrivals complete it."""
+    `needed`: how many arrivals complete it; `labelled`: whether any brought a label."""
 
-    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed")
+    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed", "labelled")
 
     def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple, needed: int):
         self.group, self.call, self.op, self.params, self.sig = group, call, op, params, sig
         self.arrivals: list[tuple | None] = [None] * group.size
         self.count = 0
         self.needed = needed
+        self.labelled = False
 
 
 class _Rank:
@@ -100,6 +101,7 @@ class VirtualWorld(PointToPoint):
         self._thread = 0  # the thread the run is in: greenlets cannot switch from any other
         self._check = check if check is not None else check_array
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
+        self.site_codes: dict = {}  # call sites by code object and instruction, for every rank (sites.call_site)
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
         self._records: dict[tuple, list[tuple]] = {}  # a kind of call on a group -> its members' records
         self._chunks: dict[tuple, tuple] = {}  # an all-to-all's chunk records -> the one tuple of them kept
@@ -327,17 +329,22 @@ class VirtualWorld(PointToPoint):
         rank: int,
         op: str,
         x: Any,
-        sig: tuple,
-        describe: Callable[[], str],
         params: dict,
         group: Group,
         label: str | None,
         site: tuple[str, int],
+        describe: Callable[[], str],
+        sig: tuple | None = None,
     ) -> Any:
+        """`rank`'s checked call (`Comm._collective`, which each rank's VirtualComm binds to this)."""
         if self.aborted:
             raise GreenletExit()
         if threading.get_ident() != self._thread:
             self._off_thread(rank, op, site)
+        if type(op) is not str or op not in OPS:
+            entry(op)  # a name the op table lacks is refused here, before the members meet
+        if sig is None:  # `signature`, written out for an array (every rank's every call)
+            sig = (op, tuple(x.shape), x.dtype, *params.values()) if x is not None else (op,)
         st = self.ranks[rank]
         gi = group.index
         call = st.ncalls.get(gi, 0)
@@ -347,6 +354,8 @@ class VirtualWorld(PointToPoint):
         if inst is None:
             inst = self.instances[key] = _Instance(group, call, op, params, sig, len(self._members_running(group)))
         inst.arrivals[group.ranks.index(rank)] = (x, describe, site, label)
+        if label is not None:
+            inst.labelled = True
         if inst.sig != sig:
             self._mismatch(inst)
         inst.count += 1
@@ -378,7 +387,7 @@ class VirtualWorld(PointToPoint):
         arrivals, ranks = self._arrivals(inst), self.ranks
         step = 1 + max([ranks[r].clock for r in g.ranks])
         members, hops = self._members(g, arrivals, op, params, step, current)
-        label = next((a[3] for a in arrivals if a[3]), None)
+        label = next((a[3] for a in arrivals if a[3]), None) if inst.labelled else None
         self.events.append(
             Event(
                 len(self.events),

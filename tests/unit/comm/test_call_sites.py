@@ -1,0 +1,69 @@
+"""A run names each call's site from a memo of the code objects it has met (comm/sites.py `call_site`): the memo
+must give every call its own line, call after call, and never remember a helper whose locals decide."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from conftest import site_at
+
+import parasim
+from parasim.comm import sites
+
+HERE = str(Path(__file__).resolve())
+
+
+def _sites(program, world: int = 2) -> list[tuple[str | None, set[str]]]:
+    return [
+        (e.label, {m.site for m in e.members})
+        for e in parasim.run(program, world).trace.events
+        if e.kind == "collective"
+    ]
+
+
+def test_two_calls_of_one_function_keep_their_own_lines_call_after_call():
+    def program(ctx):
+        x = np.ones(2, np.float32)
+        for _ in range(3):
+            ctx.comm.all_reduce(x, label="a")  # first line
+            ctx.comm.all_reduce(x, label="b")  # second line
+
+    first, second = site_at(HERE, "first line"), site_at(HERE, "second line")
+    assert _sites(program) == [("a", {first}), ("b", {second})] * 3
+
+
+def _helper(ctx, x, hide: bool):
+    __site_hide__ = hide  # noqa: F841 (a helper whose locals say, call by call, whether it names its caller)
+    return ctx.comm.all_reduce(x, label=str(hide))  # helper's line
+
+
+def test_a_helper_whose_locals_decide_is_asked_again_on_every_call():
+    def program(ctx):
+        x = np.ones(2, np.float32)
+        for hide in (False, True, False, True):
+            _helper(ctx, x, hide)  # caller's line
+
+    helper, caller = site_at(HERE, "helper's line"), site_at(HERE, "caller's line")
+    assert _sites(program) == [("False", {helper}), ("True", {caller})] * 2
+
+
+def test_the_memo_is_bounded_and_a_full_memo_still_names_the_site():
+    codes = {object(): {} for _ in range(sites.PLAIN_CODES)}
+    here = sys._getframe()
+    assert sites.call_site(1, codes) == (here.f_code.co_filename, here.f_lineno)
+    assert len(codes) == sites.PLAIN_CODES and here.f_code not in codes
+    room: dict = {}
+    assert sites.call_site(1, room) == (here.f_code.co_filename, here.f_lineno)
+    assert list(room) == [here.f_code]  # a plain function's code is kept, with the site of its instruction
+
+
+def test_a_label_brought_by_a_later_member_names_the_event():
+    def program(ctx):
+        x = np.ones(2, np.float32)
+        ctx.comm.all_reduce(x, label="from rank 2" if ctx.rank == 2 else None)
+        ctx.comm.all_reduce(x, label=f"rank {ctx.rank}" if ctx.rank else None)
+        ctx.comm.all_reduce(x)
+
+    assert [label for label, _ in _sites(program, 3)] == ["from rank 2", "rank 1", None]
