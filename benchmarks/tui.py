@@ -14,7 +14,9 @@ data-parallel groups of 8 (the even ranks, the odd ranks): 200 logical steps, so
    until enter opens it. Goal: under 1 s each.
 
 3. The same at real size: the deepseek-v3 preset's whole step on 2,048 symbolic GPUs (70,944 events),
-   opened with its ranks folded by axis (one row per data-parallel group: 16 rows, never 2,048).
+   opened with its ranks folded by axis (one row per data-parallel group: 16 rows, never 2,048), as
+   `parasim trace --symbolic --app` opens it: from the trace ready until the first screen is painted (the view
+   model, then the app), the collector's pass over the view's records held until then. Goal (issue 55): 0.5 s.
 
 5. What-if at real size: k on DeepSeek-V3's 2,048-GPU step as `parasim trace --symbolic --layout deepseek-v3
    --app` opens it, EP 64 turned to 32: the CPU seconds from enter on the form until the comparison is painted
@@ -65,14 +67,21 @@ def build_trace():
     return parasim.run(program, WORLD, keep_values=4).trace
 
 
-async def first_paint_and_steps(view, steps: int) -> tuple[float, float, float, int]:
+async def first_paint_and_steps(view, steps: int, painted=None) -> tuple[float, float, float, int]:
     from parasim.tui.app import ParasimApp
 
-    app = ParasimApp(view)
+    seen: list[float] = []
+
+    def on_paint() -> None:  # the first screen is painted: the time, then what open_app releases then
+        seen.append(time.perf_counter())
+        if painted is not None:
+            painted()
+
+    app = ParasimApp(view, painted=on_paint)
     t0 = time.perf_counter()
     async with app.run_test(size=SIZE) as pilot:
         await pilot.pause()
-        first = time.perf_counter() - t0
+        first = (seen[0] if seen else time.perf_counter()) - t0
         t1, c1 = time.perf_counter(), time.process_time()
         for _ in range(steps):
             await pilot.press("right")
@@ -116,15 +125,21 @@ def symbolic_case(steps: int, floor: float, name: str = "deepseek-v3", m: int = 
     from parasim.layout import preset
     from parasim.engine.symbolic.fold import fold_of
     from parasim.tui.view import View
+    from parasim.engine.collector import CollectorHold
     layout = preset(name)
     layout = replace(layout, model=replace(layout.model, seq=4096))
     t = time.perf_counter()
     trace = parasim.run(make_step(layout, m=m), layout.world, backend="symbolic", fold=fold_of(layout)).trace
     t_trace = time.perf_counter() - t
+    # as cli/common.open_app opens it: the collector's pass over the view's records held until the first paint
+    hold = CollectorHold()
     t = time.perf_counter()
     view = View(trace, {}, f"{name}, {layout.world:,} symbolic GPUs")  # over 64 GPUs it opens folded
     t_view = time.perf_counter() - t
-    first, per_step, cpu_step, reached = asyncio.run(first_paint_and_steps(view, steps))
+    try:
+        first, per_step, cpu_step, reached = asyncio.run(first_paint_and_steps(view, steps, hold.release))
+    finally:
+        hold.release()
     return {"layout": name, "ranks": trace.world, "events": len(view.events), "rows": len(view.rows),
             "folded_by": view.fold_axis,
             "trace_s": round(t_trace, 2), "view_s": round(t_view, 3), "first_paint_s": round(first, 4),
@@ -263,8 +278,9 @@ def main() -> None:
     print(f"real size, {sym['layout']}: {sym['ranks']:,} symbolic GPUs x {sym['events']:,} events, folded by "
           f"{sym['folded_by']} into "
           f"{sym['rows']} rows (trace {sym['trace_s']:.1f} s, view model {sym['view_s']:.2f} s)")
-    print(f"first paint     {sym['first_paint_s']:7.3f} s    goal <= {GOAL_FIRST_PAINT} s    "
-          f"{ok(sym['first_paint_s'] <= GOAL_FIRST_PAINT)}")
+    ready = sym["view_s"] + sym["first_paint_s"]
+    print(f"painted         {ready:7.3f} s    goal <= {GOAL_FIRST_PAINT} s    {ok(ready <= GOAL_FIRST_PAINT)}   "
+          f"(from the trace ready: the view model, then the first paint {sym['first_paint_s']:.3f} s)")
     print(f"the app's own   {sym['app_step_ms']:7.1f} ms   goal <= {GOAL_STEP * 1e3:.0f} ms    "
           f"{ok(sym['app_step_ms'] <= GOAL_STEP * 1e3)}   (CPU per step {sym['step_cpu_ms']:.1f} ms)")
     print(f"what if (k), one setting turned, goal < {GOAL_WHATIF} s (under Pilot, its 20 ms waits included):")

@@ -437,13 +437,20 @@ def open_app(
     """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
     its what-if key re-runs the lesson at other settings; `whatif` (a real-size step's, tui/whatif.StepWhatIf)
     re-runs that instead."""
+    from ..engine.collector import CollectorHold
     from ..tui.app import ParasimApp
     from ..tui.view import View
     from ..tui.whatif import WhatIf
 
-    if run is not None:
-        whatif = WhatIf(run.lesson, run, timeout)
-        view = View(trace, narrative, title, tables=list(tables or []))
-    else:  # a real-size step's what-if makes the view (on its clock, and shared with a re-timing of the step)
-        view = whatif.view() if whatif is not None else View(trace, narrative, title, tables=list(tables or []))
-    ParasimApp(view, whatif=whatif).run()
+    # the collector's pass over the view's records (a real-size trace written out: half a second at 2,048 GPUs)
+    # waits until the first screen is painted
+    hold = CollectorHold()
+    try:
+        if run is not None:
+            whatif = WhatIf(run.lesson, run, timeout)
+            view = View(trace, narrative, title, tables=list(tables or []))
+        else:  # a real-size step's what-if makes the view (on its clock, and shared with a re-timing of the step)
+            view = whatif.view() if whatif is not None else View(trace, narrative, title, tables=list(tables or []))
+        ParasimApp(view, whatif=whatif, painted=hold.release).run()
+    finally:
+        hold.release()

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
 
 from .hops import event_transfers, split_by_link
 from .interface import Group
@@ -226,6 +228,25 @@ class Trace:
         return any(
             mk.kind == "note" and (key is None or (mk.data is not None and key in mk.data)) for mk in self.ran_marks
         )
+
+    def on_demand(self) -> Sequence[Event]:
+        """The events, for a reader that visits few of them (the app): the list itself here; a folded run's trace
+        writes each copy out when it is first asked for (engine/symbolic/fold.FoldedTrace)."""
+        return self.events
+
+    def grid_places(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(each member's rank, the position of its event in `events`) over every member of every event, and each
+        event's step: what the app's grid indexes (tui/view.py), which a folded trace works out from its rule."""
+        events = self.events
+        steps = np.array([e.step for e in events], dtype=np.int64)
+        ranks = np.array([m.rank for e in events for m in e.members], dtype=np.int64)
+        at = np.repeat(np.arange(len(events), dtype=np.int64), [len(e.members) for e in events])
+        return ranks, at, steps
+
+    def compute_events(self) -> list[tuple[Event, tuple[int, ...]]]:
+        """Every compute event, in order, with the ranks that did its work: its own rank (a folded run's trace gives
+        each one that ran with the ranks folded onto its rank, whose copies it would write out)."""
+        return [(e, (e.members[0].rank,)) for e in self.events if e.kind == "compute"]
 
     def events_of(self, rank: int) -> list[Event]:
         """The events `rank` is a member of, in order."""

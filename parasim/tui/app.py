@@ -10,6 +10,8 @@ the new run, the app composes its panels again over the new view."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
@@ -64,13 +66,21 @@ class ParasimApp(App):
     playing = reactive(False, repaint=False)
     speed = reactive(2, repaint=False)  # position in SPEEDS
 
-    def __init__(self, view: View, start: int | None = None, whatif: WhatIf | StepWhatIf | None = None) -> None:
+    def __init__(
+        self,
+        view: View,
+        start: int | None = None,
+        whatif: WhatIf | StepWhatIf | None = None,
+        painted: Callable[[], None] | None = None,
+    ) -> None:
         """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on).
-        `whatif`: the lesson and its run on screen, for the what-if key (None: a saved trace, nothing to re-run)."""
+        `whatif`: the lesson and its run on screen, for the what-if key (None: a saved trace, nothing to re-run).
+        `painted`: called once the first screen is painted (open_app's hold on the collector, released then)."""
         super().__init__()
         self.theme = "textual-dark"
         self.view = view
         self.whatif = whatif
+        self.painted = painted
         self.sub_title = (
             view.title
             if whatif is None or not whatif.has_settings
@@ -106,6 +116,8 @@ class ParasimApp(App):
     def on_mount(self) -> None:
         self._title_timeline()
         self.query_one(Timeline).focus()
+        if self.painted is not None:
+            self.call_after_refresh(self.painted)
 
     def _title_timeline(self) -> None:
         if self.view.time_mode:  # the ruler's own unit: microseconds, or milliseconds for a longer step

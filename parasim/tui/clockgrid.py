@@ -9,7 +9,7 @@ the step's length reads across the grid.
 from __future__ import annotations
 
 from bisect import bisect_left
-from typing import Any
+from typing import Any, Sequence
 
 from ..clock.report import ClockChoice
 from ..clock.timeline import simulate
@@ -24,7 +24,7 @@ TARGET_COLUMNS = 120  # the step spread over about this many columns; never fewe
 class ClockGrid:
     """Each rank's spans on the clock, and the columns of `seconds` each they are drawn in."""
 
-    def __init__(self, trace: Trace, events: list[Any], choice: ClockChoice = ClockChoice()):
+    def __init__(self, trace: Trace, events: Sequence[Any], choice: ClockChoice = ClockChoice()):
         self.choice = choice
         self.tl = simulate(trace, machine(choice.gpu, choice.gpus_per_node), choice.overlap)
         self.range = None  # a real-size run's: what the held-out runs like it measured (clock/uncertainty.py)

@@ -46,5 +46,6 @@ class MarkIndex:
         return out
 
     @cached_property
-    def computes(self) -> list[Event]:
-        return [e for e in self.trace.events if e.kind == "compute"]
+    def computes(self) -> list[tuple[Event, tuple[int, ...]]]:
+        """Each compute event with the ranks that did its work (a folded trace's stays folded)."""
+        return self.trace.compute_events()

@@ -17,6 +17,8 @@ from bisect import bisect_left
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..comm.ops import OPS
 from ..layout.axes import AXES, SIZED
 from ..render.numbers import scalar
@@ -162,6 +164,13 @@ def _place(fields: dict[str, dict], phase: str) -> Any:
     return (f["micro_batch"], f["layer"]) if "micro_batch" in f and "layer" in f else phase
 
 
+def _looked_up(table: tuple[list[int], list[int]], key: int) -> int | None:
+    """The value of `key` in (sorted keys, values), or None."""
+    keys = table[0]
+    i = bisect_left(keys, key)
+    return table[1][i] if i < len(keys) and keys[i] == key else None
+
+
 @dataclass
 class View:
     trace: Trace
@@ -176,24 +185,36 @@ class View:
     clock_choice: Any = None  # the GPU type and overlap the time view lays the run out on (None: the default)
 
     def __post_init__(self) -> None:
-        self.title = printable(self.title)
-        self.events = list(self.trace.events)
-        self.step_columns = max([e.step for e in self.events] + [1])
-        self._clock: Any = None  # tui/clockgrid.ClockGrid, made when the grid first shows time
-        events = self.events
-        # (rank, step) -> the first event the rank is in at that step, what a cell shows (the events walked last
-        # to first, so the first one's index is the one kept: 600,000 members at real size, one dict build, with
-        # the cyclic collector paused over its 600,000 keys, none in a cycle: engine/collector.py)
+        # a folded trace written out, the cells' keys, the rows' columns: at real size a million records, none in a
+        # cycle, made with the cyclic collector paused once over them all (engine/collector.py: one collection
+        # after, or none where the caller holds it until the app has painted)
         with collector_paused():
-            self.cells: dict[tuple[int, int], int] = {
-                (m.rank, e.step): i for i in range(len(events) - 1, -1, -1) for e in (events[i],) for m in e.members
-            }
+            self._build()
+
+    def _build(self) -> None:
+        self.title = printable(self.title)
+        # a folded run's events written out one by one as the app visits them (engine/symbolic/fold.py)
+        self.events = self.trace.on_demand()
+        ranks, at, steps = self.trace.grid_places()
+        self.step_columns = max(int(steps.max()) if len(steps) else 1, 1)
+        self._clock: Any = None  # tui/clockgrid.ClockGrid, made when the grid first shows time
+        # (rank, step) -> the first event the rank is in at that step, what a cell shows: 600,000 members at real
+        # size, so sorted keys (rank x width + step) with the event's place below them, in numpy, looked up by
+        # bisection; the first of a key's is the event that comes first
+        self._width = width = self.step_columns + 1
+        n = max(len(self.events), 1)
+        packed = np.sort((ranks * width + steps[at]) * n + at)
+        keys = packed // n
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        self._cell_keys = keys[first]
+        self._cells = (self._cell_keys.tolist(), (packed[first] % n).tolist())
         self._visible = list(range(len(self.events)))
         self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
         self._held: Any = None  # tui/memory.py's index of each rank's holds, made on first use
         self.marks = MarkIndex(self.trace)  # what the marks say, read once (tui/marks.py)
-        self._row_firsts: dict[int, dict[int, int]] = {}  # folded rows: column -> first busy rank
+        self._row_firsts: tuple[list[int], list[int]] = ([], [])  # folded rows: row x width + column -> first busy rank
         self.rows: list[tuple[str, tuple[int, ...]]] = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
         if self.trace.world > MAX_ROWS:  # a real-size world opens folded: a row per group, not 2,048 rows
             self.fold(self._opening_fold())
@@ -221,23 +242,25 @@ class View:
     def fold(self, axis: str | None) -> None:
         """One row per group of `axis` (None: one row per rank)."""
         self.fold_axis = axis
-        self._row_firsts = {}
+        self._row_firsts = ([], [])
         if axis is None:
             self.rows = [(f"rank {r}", (r,)) for r in range(self.trace.world)]
             return
         groups = sorted({g.ranks for g in self.trace.groups if g.name == axis}, key=min)
         self.rows = [(f"{printable(axis)}·{min(g)}", tuple(sorted(g))) for g in groups]
-        # each row's first busy rank per column (its lowest: a row's ranks are in order), in one pass over the
-        # cells (rows of 128 ranks are drawn often), no record made per cell
-        row_of = {r: k for k, (_, rs) in enumerate(self.rows) for r in rs}
-        firsts: dict[int, dict[int, int]] = {k: {} for k in range(len(self.rows))}
-        with collector_paused():
-            for rank, col in self.cells:
-                got = firsts[row_of[rank]]
-                now = got.get(col)
-                if now is None or rank < now:
-                    got[col] = rank
-        self._row_firsts = {k: cols for k, cols in firsts.items() if cols}
+        # each row's first busy rank per column (its lowest: a row's ranks are in order), from the cells' keys at
+        # once (rows of 128 ranks are drawn often): sorted keys (row x width + column) with the rank below them
+        world, width = self.trace.world, self._width
+        row_of = np.full(world, -1, dtype=np.int64)
+        for k, (_, rs) in enumerate(self.rows):
+            row_of[list(rs)] = k
+        rank, column = self._cell_keys // width, self._cell_keys % width
+        row = row_of[rank]
+        packed = np.sort(((row * width + column) * world + rank)[row >= 0])
+        keys = packed // world
+        first = np.ones(len(keys), dtype=bool)
+        first[1:] = keys[1:] != keys[:-1]
+        self._row_firsts = (keys[first].tolist(), (packed[first] % world).tolist())
 
     def next_fold(self) -> str | None:
         """Cycle: unfolded, then each axis that partitions the world, then unfolded again. Returns the axis
@@ -294,7 +317,13 @@ class View:
         """The event a click on (rank, column: a logical step, or a slice of time) selects."""
         if self.time_mode:
             return self.clock.event_at(rank, column)
-        return self.cells.get((rank, column))
+        return self._cell_event(rank, column)
+
+    def _cell_event(self, rank: int, column: int) -> int | None:
+        """The first event `rank` is in at step `column` (None: none)."""
+        if not (0 <= column < self._width and 0 <= rank < self.trace.world):
+            return None  # a key out of range would name another rank's cell
+        return _looked_up(self._cells, rank * self._width + column)
 
     # -- steps or time -------------------------------------------------------------------------------
     @property
@@ -338,13 +367,14 @@ class View:
     def kinds_seen(self) -> set[str]:
         """The kinds of cell the grid holds (the legend's): a point-to-point event is a send and a receive."""
         seen: set[str] = set()
-        for e in self.events:  # one look per event: a real-size trace has 70,000 events of 600,000 members
+        # one look per event that ran: a copy (a folded run's) is of its source's kind
+        for e in self.trace.ran_events:
             seen.update(("send", "recv") if e.kind == "p2p" else ("compute",) if e.kind == "compute" else (e.op,))
         return seen
 
     def cell(self, rank: int, column: int) -> tuple[str, str]:
         """(two characters, style name) of one grid cell."""
-        found = self.cells.get((rank, column))
+        found = self._cell_event(rank, column)
         if found is None:
             return IDLE
         e = self.events[found]
@@ -355,7 +385,7 @@ class View:
         ranks = self.rows[row][1]
         if len(ranks) == 1:
             return self.cell(ranks[0], column)
-        rank = self._row_firsts.get(row, {}).get(column)
+        rank = _looked_up(self._row_firsts, row * self._width + column) if 0 <= column < self._width else None
         return IDLE if rank is None else self.cell(rank, column)
 
     def diverged(self) -> int | None:
@@ -538,12 +568,13 @@ class View:
         done = [0.0] * self.trace.world
         last = [""] * self.trace.world
         seen = False
-        for e in self.marks.computes:
+        for e, ranks in self.marks.computes:
             if e.step <= step and e.phase == phase:
                 seen = True
-                r = e.members[0].rank
-                done[r] += float(e.params.get("flops", 0) or 0)
-                last[r] = e.op
+                flops = float(e.params.get("flops", 0) or 0)
+                for r in ranks:
+                    done[r] += flops
+                    last[r] = e.op
         return [(r, done[r], printable(last[r])) for r in range(self.trace.world)] if seen else []
 
     def held(self, index: int) -> list:

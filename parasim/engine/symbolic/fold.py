@@ -10,7 +10,12 @@ trace, which then counts every GPU as a full run would (tests/unit/train/test_fo
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+import operator
+from bisect import bisect_right
+from collections.abc import Sequence as SequenceABC
+from typing import Any, Iterator, Sequence
+
+import numpy as np
 
 from ...errors import UsageError
 from ...comm.trace import Event, Mark, Member, Trace
@@ -72,6 +77,9 @@ class FoldedTrace(Trace):
             if r != s:
                 self._mirrors.setdefault(s, []).append(r)
         self._images: dict[int, list] = {}
+        self._image_ranks: dict[tuple, np.ndarray] = {}  # (group, its members' ranks in an event) -> each image's
+        self._made: dict[int, list[Event]] = {}  # a ran event's place -> its copies, written out on demand
+        self._ran_at: dict[int, Event] | None = None  # a ran event's number -> it
         self._ran_groups = {e.group.index for e in ran.events if e.kind != "compute"}
         self._number(list(ran.events))
 
@@ -136,17 +144,90 @@ class FoldedTrace(Trace):
         if self._events is None:
             with collector_paused():  # millions of new records, none in a cycle (engine/collector.py)
                 out: list[Event | None] = [None] * self._total
-                for e, first in zip(self.ran_events, self._first_copy):
+                for j, e in enumerate(self.ran_events):
                     out[e.seq] = e
-                    for k, copy in enumerate(self._copied(e)):
-                        copy.seq = first + k
+                    for copy in self._copies_of(j):
                         out[copy.seq] = copy
                 self._events = out  # type: ignore[assignment]
+                self._made = {}
         return self._events  # type: ignore[return-value]
 
     @events.setter
     def events(self, value: list[Event]) -> None:
         self._events = list(value)
+
+    def on_demand(self) -> Sequence[Event]:
+        return self._events if self._events is not None else EventsOnDemand(self)
+
+    def event_at(self, seq: int) -> Event:
+        """Event `seq` of the full trace, written out with the other copies of the event it copies, not the rest."""
+        if self._events is not None:
+            return self._events[seq]
+        if self._ran_at is None:
+            self._ran_at = {e.seq: e for e in self._ran_events}
+        got = self._ran_at.get(seq)
+        if got is not None:
+            return got
+        # the ran event whose copies' numbers hold it: the last whose first copy is at or before it (one with no
+        # copies has the next one's first number, and comes before it)
+        j = bisect_right(self._first_copy, seq) - 1
+        return self._copies_of(j)[seq - self._first_copy[j]]
+
+    def _copies_of(self, j: int) -> list[Event]:
+        """The copies of the j-th ran event, numbered, made once."""
+        got = self._made.get(j)
+        if got is None:
+            got = self._made[j] = self._copied(self._ran_events[j])
+            for k, copy in enumerate(got):
+                copy.seq = self._first_copy[j] + k
+        return got
+
+    def compute_events(self) -> list[tuple[Event, tuple[int, ...]]]:
+        if self._events is not None:
+            return super().compute_events()
+        mirrors = self._mirrors
+        return [
+            (e, (r, *mirrors.get(r, ()))) for e in self._ran_events if e.kind == "compute" for r in (e.members[0].rank,)
+        ]
+
+    def grid_places(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """As Trace's, from the rule: a copy's members are its source's, renamed onto the image (a compute
+        event's onto each rank folded onto its own), and its step is its source's."""
+        if self._events is not None:
+            return super().grid_places()
+        steps = np.zeros(self._total, dtype=np.int64)
+        ranks: list[np.ndarray] = []
+        at: list[np.ndarray] = []
+        for e, first in zip(self._ran_events, self._first_copy):
+            mine = tuple([m.rank for m in e.members])
+            steps[e.seq] = e.step
+            ranks.append(np.array(mine, dtype=np.int64))
+            at.append(np.full(len(mine), e.seq, dtype=np.int64))
+            if e.kind == "compute":
+                images = np.array(self._mirrors.get(mine[0], ()), dtype=np.int64)[:, None]
+            else:
+                images = self._renamed_ranks(e.group, mine)
+            n = len(images)
+            if n:
+                steps[first : first + n] = e.step
+                ranks.append(images.ravel())
+                at.append(np.repeat(np.arange(first, first + n, dtype=np.int64), len(mine)))
+        if not ranks:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), steps
+        return np.concatenate(ranks), np.concatenate(at), steps
+
+    def _renamed_ranks(self, grp: Any, mine: tuple[int, ...]) -> np.ndarray:
+        """(images x members) the ranks of an event on `grp` whose members are `mine`, renamed onto each image of
+        the group, in `_copied`'s order: made once per group and members."""
+        key = (grp.index, mine)
+        got = self._image_ranks.get(key)
+        if got is None:
+            images = self._images_of(grp)
+            got = np.array([[to.get(r, r) for r in mine] for _, to in images], dtype=np.int64).reshape(
+                len(images), len(mine)
+            )
+            self._image_ranks[key] = got
+        return got
 
     @property  # type: ignore[override]
     def marks(self) -> list[Mark]:
@@ -219,6 +300,31 @@ class FoldedTrace(Trace):
         if rep == rank:
             return [m for m in self.ran_marks if m.rank == rank]
         return [Mark(rank, m.step, m.kind, m.text, m.data) for m in self.ran_marks if m.rank == rep]
+
+
+class EventsOnDemand(SequenceABC):
+    """A folded trace's events in the full trace's order, each copy written out when it is first asked for (the
+    app visits a few hundred of 70,000); going through them all writes the trace out."""
+
+    def __init__(self, trace: FoldedTrace):
+        self._trace = trace
+
+    def __len__(self) -> int:
+        return self._trace._total
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        i = operator.index(i)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"event {i} of a trace of {n}")
+        return self._trace.event_at(i)
+
+    def __iter__(self) -> Iterator[Event]:
+        return iter(self._trace.events)
 
 
 def _holds(e: Event, rank: int) -> bool:

@@ -318,3 +318,37 @@ def test_a_folded_all_to_all_gives_the_rank_that_runs_the_chunks_meant_for_its_p
     assert out.values[0] == [(2, 2)] * 4
     (e,) = [e for e in out.trace.events if e.op == "all_to_all"]
     assert [m.outs[0].shape for m in e.members] == [(1, 2), (2, 2), (3, 2), (4, 2)]  # member j gets chunk j
+
+
+@pytest.mark.parametrize("layout", [
+    Layout(pp=2, dp=4, ep=4, model=SMALL),
+    Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
+], ids=["pp-dp-ep", "tp-cp-pp-ep"])
+def test_events_asked_for_one_by_one_are_the_trace_written_out(layout):
+    """The app reads a folded trace's events one at a time (FoldedTrace.on_demand) and indexes its grid from the
+    rule (grid_places): each is what the whole trace written out holds, and nothing is written out for them."""
+    import numpy as np
+
+    trace = parasim.run(make_step(layout, m=2, routing="balanced"), layout.world, backend="symbolic",
+                        fold=fold_of(layout)).trace
+    lazy = trace.on_demand()
+    n = len(lazy)
+    picked = [lazy[i] for i in [n - 1, 0, *range(n - 2, 0, -7), -1]]  # out of order, a copy's block mid-way
+    ranks, at, steps = trace.grid_places()
+    assert trace._events is None and len(trace.ran_events) < n
+    whole = _written_out(trace)
+    assert _said(picked) == _said([whole[i] for i in [n - 1, 0, *range(n - 2, 0, -7), n - 1]])
+    assert _said([lazy[i] for i in range(n)]) == _said(whole) and trace._events is None
+    assert _said(lazy[3:9:2]) == _said(whole[3:9:2])
+    with pytest.raises(IndexError):
+        lazy[n]
+    assert steps.tolist() == [e.step for e in whole]
+    mine = sorted(zip(at.tolist(), ranks.tolist()))
+    assert mine == sorted((i, m.rank) for i, e in enumerate(whole) for m in e.members)
+    plain = Trace(trace.world, trace.backend, trace.groups, whole, [], trace.meta)
+    p_ranks, p_at, p_steps = plain.grid_places()
+    assert sorted(zip(p_at.tolist(), p_ranks.tolist())) == mine and np.array_equal(p_steps, steps)
+    assert _said(list(lazy)) == _said(whole) and trace._events is not None  # going through all writes it out
+    assert trace._made == {}  # the copies made one by one are the written-out trace's now, not kept twice
+    # the copies made one by one are the ones written out (what the app holds stays the trace's)
+    assert all(e is trace.events[e.seq] for e in picked) and lazy[5] is trace.events[5]

@@ -308,3 +308,28 @@ async def test_at_100x30_the_status_line_says_whether_it_plays_before_the_clock(
         await pilot.press("u")
         line = next(x for x in screen_text(app).splitlines() if "event " in x and "s/step" in x)
         assert line.index("paused") < line.index("step ") and "runs like it" in line
+
+
+async def test_the_app_says_once_when_its_first_screen_is_painted():
+    """open_app holds the collector's pass over a real-size view until the first screen is up (`painted`)."""
+    import gc
+
+    from parasim.engine.collector import CollectorHold
+
+    lr = run_lesson(get_lesson("tp-mlp"))
+    seen: list[bool] = []
+    hold = CollectorHold()
+    assert not gc.isenabled()
+
+    def painted() -> None:
+        seen.append(app.query_one(Timeline).size.width > 0)  # the timeline is laid out by then
+        hold.release()
+
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title), painted=painted)
+    try:
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.pause()
+            await pilot.press("right", "right")
+            assert seen == [True] and gc.isenabled()
+    finally:
+        hold.release()

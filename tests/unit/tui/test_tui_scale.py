@@ -49,7 +49,7 @@ def test_a_folded_rows_cell_is_its_first_busy_rank(trace):
     view = View(trace)
     for row, (_, ranks) in enumerate(view.rows):
         for col in range(1, view.columns + 1):
-            busy = next((r for r in ranks if (r, col) in view.cells), None)  # the scan the lookup replaces
+            busy = next((r for r in ranks if view.at(r, col) is not None), None)  # the scan the lookup replaces
             want = IDLE if busy is None else view.cell(busy, col)
             assert view.row_cell(row, col)[0] == want[0], (row, col)
     view.fold(None)
