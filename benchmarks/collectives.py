@@ -3,7 +3,8 @@
 1. All-reduce of 16M float32 on 8 virtual ranks, against a numpy floor: the sum of the 8 arrays plus one
    copy per rank (what any in-process all-reduce must at least do). Goal: at most 1.3x the floor.
 2. Per-call time of a 4-element all-reduce on 8 ranks: the engine's own overhead (scheduling, checks,
-   trace). Goal: at most 25 us (issue 55).
+   trace). Goal: at most 25 us (issue 55). Beside it, 8 bare greenlets that meet at every call and do only the
+   kernel's sum and copies: what the engine's shape costs before any check, call site or trace record.
 3. All-to-all of 16M float32 per rank on 8 virtual ranks (8 chunks each), against the copy floor: every
    rank's input copied once into a fresh array (what any in-process all-to-all must at least move). CPU
    seconds of this process, so other work on the machine does not move the ratio. Goal: at most 1.5x.
@@ -71,6 +72,48 @@ def floor_all_to_all(xs: list[np.ndarray]) -> float:
     return took
 
 
+def bare_tiny() -> float:
+    """Per call: 8 greenlets that meet at every call with nothing else done, no checks, no call site, no trace:
+    the last to arrive sums the arrays in order and hands each its copy, the others switch to the next ready
+    one. The least a virtual-rank engine of this shape (a greenlet a rank, numpy's kernel) can cost a call."""
+    from collections import deque
+
+    from greenlet import getcurrent, greenlet
+
+    hub, ready = getcurrent(), deque()
+    arrived: list = [None] * WORLD
+    results: list = [None] * WORLD
+    count = [0]
+
+    def meet(rank: int, x: np.ndarray) -> np.ndarray:
+        arrived[rank] = x
+        count[0] += 1
+        if count[0] < WORLD:
+            (ready.popleft() if ready and ready[0] else hub).switch()
+        else:
+            count[0] = 0
+            out = arrived[0] + arrived[1]
+            for y in arrived[2:]:
+                out += y
+            results[:] = [out, *map(np.ndarray.copy, [out] * (WORLD - 1))]
+            ready.extend([glets[r] for r in range(WORLD) if r != rank])
+        return results[rank]
+
+    def program(rank: int):
+        def run() -> None:
+            x = np.ones(4, np.float32)
+            for _ in range(TINY_CALLS):
+                meet(rank, x)
+        return run
+
+    glets = [greenlet(program(r), parent=hub) for r in range(WORLD)]
+    ready.extend(glets)
+    t = time.perf_counter()
+    while ready:
+        ready.popleft().switch()
+    return (time.perf_counter() - t) / TINY_CALLS
+
+
 def floor_tiny() -> float:
     xs = [np.ones(4, np.float32) for _ in range(WORLD)]
     t = time.perf_counter()
@@ -108,6 +151,7 @@ def main() -> None:
     engine_tiny()
     tiny_engine = [engine_tiny() for _ in range(args.repeat)]
     tiny_floor = [floor_tiny() for _ in range(args.repeat)]
+    tiny_bare = [bare_tiny() for _ in range(args.repeat)]
 
     e, f = statistics.median(big_engine), statistics.median(big_floor)
     te, tf = statistics.median(tiny_engine), statistics.median(tiny_floor)
@@ -122,7 +166,8 @@ def main() -> None:
         },
         "all_reduce_4_float32_8_ranks": {"engine_us_per_call": round(te * 1e6, 1),
                                          "numpy_floor_us_per_call": round(tf * 1e6, 1),
-                                         "ratio": round(te / tf, 2), "goal_us_per_call": 25},
+                                         "ratio": round(te / tf, 2), "goal_us_per_call": 25,
+                                         "bare_greenlets_us_per_call": round(statistics.median(tiny_bare) * 1e6, 1)},
     }
     if args.json:
         print(json.dumps(result, indent=2))
@@ -135,6 +180,9 @@ def main() -> None:
           f"{a['copy_floor_cpu_s'] * 1e3:.1f} ms -> {a['ratio']:.2f}x the floor (goal <= {a['goal_ratio']}x)")
     print(f"all-reduce, 4 float32, 8 virtual ranks: {t['engine_us_per_call']:.1f} us per call "
           f"(numpy floor {t['numpy_floor_us_per_call']:.1f} us, {t['ratio']:.1f}x; goal <= {t['goal_us_per_call']} us)")
+    bare = t["bare_greenlets_us_per_call"]
+    print(f"  8 bare greenlets meeting (the sum and copies, no checks, call site or trace): {bare:.1f} us per call; "
+          f"the engine {t['engine_us_per_call'] / bare:.2f}x that")
 
 
 if __name__ == "__main__":
