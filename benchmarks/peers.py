@@ -3,6 +3,10 @@
 
 1. An all-reduce of 4 float32 over 8 ranks, per call: the engine's own cost (scheduling, checks, the trace).
 2. An all-to-all of 16M float32 a rank over 8 ranks (torch: all_to_all_single), per call.
+3. DeepSeek-V3's MoE layer forward at 4,096 tokens a GPU on EP 64, a rank's share: parasim's 64 symbolic ranks
+   (benchmarks/symbolic.py item 2, balanced routing) against torch's FakeTensorMode running rank 0's forward on shapes
+   alone, its all-to-alls through the fake process group (issue 55: parasim's whole step 5-6x less CPU than
+   FakeTensorMode for the same layer-micro-batches).
 
 The peers (torch 2.13, ../shared/notes/torch-distributed.md): LocalTensorMode (torch.distributed._local_tensor, a
 private module: one tensor holds every rank's shard, and each collective runs once for all of them, under the "fake"
@@ -12,7 +16,8 @@ all-reduce. A peer this torch lacks, or one that fails, is said in one line; wit
 
     python benchmarks/peers.py [--json] [--tiny]
 
---tiny (for tests/e2e/test_benchmarks.py): 50 calls, and 64K float32 for the all-to-all.
+--tiny (for tests/e2e/test_benchmarks.py): 50 calls, 64K float32 for the all-to-all, the MoE layer at 256 tokens
+on EP 8.
 """
 from __future__ import annotations
 
@@ -124,6 +129,61 @@ def threaded(n: int | None, calls: int) -> float:
     return took
 
 
+def parasim_moe(tokens: int, gpus: int) -> float:
+    """DeepSeek-V3's MoE layer forward on `gpus` symbolic ranks (benchmarks/symbolic.py item 2), CPU seconds a rank."""
+    from symbolic import moe_program  # benchmarks/symbolic.py, beside this file
+
+    program = moe_program(tokens, "balanced")
+    parasim.run(program, gpus, backend="symbolic")  # warm: imports and first-call caches
+    t = time.process_time()
+    parasim.run(program, gpus, backend="symbolic")
+    return (time.process_time() - t) / gpus
+
+
+def fake_moe(tokens: int, gpus: int) -> float:
+    """The same layer's forward as torch runs it on shapes alone: FakeTensorMode on rank 0 of `gpus`, its two
+    all-to-alls through the fake process group, routing balanced so every split is known (each rank sends each
+    other tokens x top-k / gpus rows: a data-dependent split would need torch's unbacked sizes). CPU seconds."""
+    import torch
+    import torch.distributed as dist
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.testing._internal.distributed.fake_pg import FakeStore  # importing it registers backend "fake"
+
+    from parasim.layout import preset
+
+    ds = preset("deepseek-v3").model
+    h, e, f, k = ds.hidden, ds.experts, ds.expert_size, ds.top_k
+    local = e // gpus
+    dist.init_process_group("fake", rank=0, world_size=gpus, store=FakeStore())
+    try:
+        with FakeTensorMode():
+            half = torch.float16
+            x, router = torch.empty(tokens, h, dtype=half), torch.empty(h, e, dtype=half)
+            w1 = [torch.empty(h, f, dtype=half) for _ in range(local)]
+            w2 = [torch.empty(f, h, dtype=half) for _ in range(local)]
+
+            def forward() -> torch.Tensor:
+                gates, chosen = torch.topk(torch.softmax((x @ router).float(), -1), k)
+                order = torch.argsort(chosen.reshape(-1))  # each token's copies, grouped by expert
+                rows = x.repeat_interleave(k, dim=0)[order]
+                arrived = torch.empty_like(rows)
+                dist.all_to_all_single(arrived, rows)
+                per = rows.shape[0] // local
+                done = torch.cat([torch.nn.functional.silu(arrived[i * per:(i + 1) * per] @ w1[i]) @ w2[i]
+                                  for i in range(local)])
+                back = torch.empty_like(done)
+                dist.all_to_all_single(back, done)
+                placed = torch.empty_like(back).index_copy(0, order, back)
+                return (placed.view(tokens, k, h) * gates.unsqueeze(-1).to(half)).sum(1)
+
+            forward()  # warm
+            t = time.process_time()
+            forward()
+            return time.process_time() - t
+    finally:
+        dist.destroy_process_group()
+
+
 def peer(fn: Callable[[], float]) -> float | str:
     """A peer's seconds a call, or one line saying why it did not run."""
     try:
@@ -140,6 +200,7 @@ def main() -> None:
     ap.add_argument("--tiny", action="store_true", help="50 calls and a 64K all-to-all: seconds, for tests")
     args = ap.parse_args()
     calls, big, big_calls = (50, 64 * 1024, 3) if args.tiny else (2000, 16 * 1024 * 1024, 3)
+    tokens, gpus = (256, 8) if args.tiny else (4096, 64)
     try:
         import torch  # noqa: F401
         have_torch = True
@@ -156,6 +217,10 @@ def main() -> None:
             **({"LocalTensorMode": peer(lambda: local_tensor(big, big_calls)),
                 "threaded process group": peer(lambda: threaded(big, big_calls))} if have_torch else {}),
         },
+        f"moe_layer_forward_{tokens}_tokens_ep{gpus}_per_rank": {
+            "parasim": parasim_moe(tokens, gpus),
+            **({"FakeTensorMode": peer(lambda: fake_moe(tokens, gpus))} if have_torch else {}),
+        },
     }
     if args.json:
         print(json.dumps({"cpu_s_per_call": rows, "torch": have_torch}, indent=1))
@@ -165,7 +230,8 @@ def main() -> None:
     for name, row in rows.items():
         ours = row["parasim"]
         goal = f" ({ours * 1e6 / TINY_GOAL_US:.2f}x issue 55's {TINY_GOAL_US} us goal)" if name.startswith("all_reduce") else ""
-        print(f"{name}: parasim {ours * 1e6:,.1f} us CPU a call{goal}")
+        unit = "a rank's forward" if name.startswith("moe") else "a call"
+        print(f"{name}: parasim {ours * 1e6:,.1f} us CPU {unit}{goal}")
         for who, got in row.items():
             if who == "parasim":
                 continue

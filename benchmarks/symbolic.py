@@ -67,19 +67,27 @@ def small_step() -> dict:
     return {"virtual_s": virtual, "symbolic_s": symbolic, "symbolic_over_virtual": symbolic / virtual}
 
 
-def moe_ep64(tokens: int = 4096, gpus: int = 64) -> dict:
+def moe_program(tokens: int, routing: str = "uniform"):
+    """DeepSeek-V3's MoE layer, one forward of `tokens` tokens a rank, every rank in one EP group (benchmarks/peers.py
+    sets it beside torch's FakeTensorMode)."""
     ds = preset("deepseek-v3").model
     h, e, f, k = ds.hidden, ds.experts, ds.expert_size, ds.top_k
-    routing = Routing.parse("uniform")  # one policy for every rank: a sender's draws are made once
+    policy = Routing.parse(routing)  # one policy for every rank: a sender's draws are made once
 
     def program(ctx):
         ep = ctx.new_group(range(ctx.world), "ep")
-        tp = ParallelContext(ctx, None, ep_group=ep, options=LayerOptions(routing=routing))
+        tp = ParallelContext(ctx, None, ep_group=ep, options=LayerOptions(routing=policy))
         draw = ctx.shared_rng
         experts = [{"w1": draw(f"{i}.w1").normal((h, f), "float16"), "w2": draw(f"{i}.w2").normal((f, h), "float16")}
                    for i in range(e)]
         moe = MoE(tp, ep, draw("router").normal((h, e), "float16"), experts, k, name="moe")
         moe.forward(draw(f"x{ctx.rank}").normal((tokens, h), "float16"), Saved())
+
+    return program
+
+
+def moe_ep64(tokens: int = 4096, gpus: int = 64) -> dict:
+    program = moe_program(tokens)
     seconds, result = timed(lambda: parasim.run(program, gpus, backend="symbolic"))
     sent = sum(m.sent for ev in result.trace.events for m in ev.members)
     return {"seconds": seconds, "gpus": gpus, "tokens": tokens, "bytes_sent": sent}
