@@ -67,3 +67,23 @@ def test_a_label_brought_by_a_later_member_names_the_event():
         ctx.comm.all_reduce(x)
 
     assert [label for label, _ in _sites(program, 3)] == ["from rank 2", "rank 1", None]
+
+
+def test_a_site_in_the_memo_is_the_answer_without_a_walk():
+    """The memo is read first: once a call's site is kept for its code object and instruction, that kept site is
+    what call_site answers for the instruction (the fast path every rank's call takes)."""
+    codes: dict = {}
+    got = []
+    for i in range(3):
+        got.append(sites.call_site(1, codes))  # the memo's instruction
+        if i == 0:
+            (lines,) = codes.values()
+            (lasti,) = lines
+            lines[lasti] = ("planted.py", 7)
+    here = sys._getframe()
+    assert got[0] == (here.f_code.co_filename, site_line("the memo's instruction"))
+    assert got[1:] == [("planted.py", 7)] * 2
+
+
+def site_line(marker: str) -> int:
+    return int(site_at(HERE, marker).rsplit(":", 1)[1])
