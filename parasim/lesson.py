@@ -124,7 +124,7 @@ KNOB_KINDS: dict[str, KnobKind] = {
     # a layout's sizes, one per mesh axis (layout/axes.py: its flag, placeholder and words); no lesson turns
     # expert TP (moe16-variants runs ETP 2 as one of its layouts), so `parasim lesson` does not offer it
     **{name: KnobKind((f"--{name}",), AXES[name].metavar, AXES[name].what) for name in SIZED if name != "etp"},
-    "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (pipeline lessons)"),
+    "m": KnobKind(("-m", "--microbatches"), "M", "micro-batches per step (what a pipeline interleaves)"),
     "chunks": KnobKind(("--chunks",), "V", "model chunks per GPU (interleaved pipeline)"),
     "routing": KnobKind(
         ("--routing",),

@@ -336,7 +336,7 @@ class VirtualWorld(PointToPoint):
         describe: Callable[[], str],
         sig: tuple | None = None,
     ) -> Any:
-        """`rank`'s checked call (`Comm._collective`, which each rank's VirtualComm binds to this)."""
+        """`rank`'s checked call (`Comm._collective`: each rank's VirtualComm hands it here)."""
         if self.aborted:
             raise GreenletExit()
         if threading.get_ident() != self._thread:

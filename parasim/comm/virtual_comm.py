@@ -3,8 +3,6 @@ joins the shared VirtualWorld (virtual.py), which matches it with the other memb
 
 from __future__ import annotations
 
-from functools import partial
-
 import numpy as np
 
 from .interface import Comm, call_site
@@ -20,8 +18,6 @@ class VirtualComm(Comm):
         self.rank = rank
         self.world = world.world
         self.algo = world.algo
-        # the world's call bound to this rank in its place: a frame fewer on every collective (the tiny call's cost)
-        self._collective = partial(world.collective, rank)  # type: ignore[method-assign]
         self._codes = world.site_codes
 
     def _check_array(self, x, op):
@@ -33,7 +29,6 @@ class VirtualComm(Comm):
         return w.world_group if group is None else w.resolve(self.rank, group, op)
 
     def _collective(self, op, x, params, group, label, site, describe, sig=None):
-        # what each instance calls instead, bound in __init__
         return self._w.collective(self.rank, op, x, params, group, label, site, describe, sig)
 
     def exchange(self, ops, *, group=None, label=None, tags=None):
