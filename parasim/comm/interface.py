@@ -16,7 +16,7 @@ import numpy as np
 
 from ..errors import CollectiveError, UsageError
 from .ring import RINGS, RingStep, ring_steps
-from .sites import call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
+from .sites import SiteMemo, call_site, short_path, site_name  # noqa: F401 (the names every backend imports from here)
 from .texts import by_text, mismatch_error, p2p_mismatch_error, rank_list, ranks_text  # noqa: F401 (likewise)
 
 # An array as a program holds it: a numpy array on virtual ranks, a torch tensor on real ranks, a SymbolicArray
@@ -117,13 +117,13 @@ class Comm(ABC):
     rank: int
     world: int
     algo: str  # the run's default algorithm ("direct" or "ring")
-    _codes: dict | None = None  # the run's memo of call sites (sites.call_site), where the backend keeps one
+    _sites: SiteMemo | None = None  # the run's memo of call sites (sites.call_site), where the backend keeps one
 
     def all_reduce(
         self, x, op: str = "sum", *, group: Group | None = None, label: str | None = None, algo: str | None = None
     ):
         """Element-wise reduction over the group; every member gets the whole result."""
-        site = call_site(2, self._codes)  # the hot path of the per-call benchmark: the common case checks little
+        site = call_site(2, self._sites)  # the hot path of the per-call benchmark: the common case checks little
         self._check_array(x, ALL_REDUCE)
         g = self._group(group, ALL_REDUCE)
         if op != "sum":
@@ -144,7 +144,7 @@ class Comm(ABC):
         algo: str | None = None,
     ):
         """Reduce over the group, then member i keeps chunk i of `dim` (size must divide evenly)."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         self._check_array(x, REDUCE_SCATTER)
         g = self._group(group, REDUCE_SCATTER)
         check_reduce_op(op, x.dtype)
@@ -165,7 +165,7 @@ class Comm(ABC):
         self, x, dim: int = 0, *, group: Group | None = None, label: str | None = None, algo: str | None = None
     ):
         """Concatenate every member's `x` along `dim`, in group order."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         self._check_array(x, ALL_GATHER)
         g = self._group(group, ALL_GATHER)
         dim = norm_dim(dim, x.ndim, ALL_GATHER)
@@ -187,7 +187,7 @@ class Comm(ABC):
 
         Chunks may differ in size along `dim` (MoE dispatch); other dims and dtype must agree.
         """
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         g = self._group(group, ALL_TO_ALL)
         chunks = list(chunks)
         if len(chunks) != g.size:
@@ -216,7 +216,7 @@ class Comm(ABC):
 
     def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
         """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         self._check_array(x, BROADCAST)
         g = self._group(group, BROADCAST)
         src = check_root(src, g, BROADCAST, "src")
@@ -225,7 +225,7 @@ class Comm(ABC):
     def reduce(self, x, dst: int, op: str = "sum", *, group: Group | None = None, label: str | None = None):
         """Element-wise reduction over the group into member `dst`, which gets the result; the other members
         get None (torch leaves their buffer undefined: a rank must not use a value it does not have)."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         self._check_array(x, REDUCE)
         g = self._group(group, REDUCE)
         check_reduce_op(op, x.dtype)
@@ -237,7 +237,7 @@ class Comm(ABC):
     def scatter(self, x, src: int, dim: int = 0, *, group: Group | None = None, label: str | None = None):
         """Member `src` splits its `x` into equal chunks along `dim`, one per member; member i gets chunk i.
         The others pass an array of the same shape and dtype, whose values are not read (as for broadcast)."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         self._check_array(x, SCATTER)
         g = self._group(group, SCATTER)
         src = check_root(src, g, SCATTER, "src")
@@ -249,7 +249,7 @@ class Comm(ABC):
 
     def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:
         """Wait until every member arrived."""
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         g = self._group(group, BARRIER)
         self._collective(BARRIER, None, {}, g, label, site, lambda: describe(BARRIER), (BARRIER,))
 
@@ -262,7 +262,7 @@ class Comm(ABC):
         if op in METHODS:
             args = () if x is None else (x,)
             return getattr(self, op)(*args, group=group, label=label, **params)
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         if not isinstance(op, str):
             raise CollectiveError(f"call: the op is a name of the op table, not {op!r:.60}")
         g = self._group(group, op)

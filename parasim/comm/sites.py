@@ -88,27 +88,50 @@ def with_call_site(exc: Exception) -> Exception:
 PLAIN_CODES = 4096  # code objects a run's memo of call sites holds at most (`call_site`)
 
 
-def call_site(depth: int = 2, codes: dict[CodeType, dict[int, tuple[str, int]]] | None = None) -> tuple[str, int]:
+class SiteMemo:
+    """A run's memo for `call_site`, of the code objects whose frames need no look at their locals (no
+    `__site_hide__`): the wrappers, passed over, and the others' call sites by instruction. At most PLAIN_CODES
+    code objects (programs compiled afresh in one run)."""
+
+    __slots__ = ("sites", "passed")
+
+    def __init__(self) -> None:
+        self.sites: dict[CodeType, dict[int, tuple[str, int]]] = {}
+        self.passed: set[CodeType] = set()
+
+    def room(self, code: CodeType) -> bool:
+        return HIDE not in code.co_varnames and len(self.sites) + len(self.passed) < PLAIN_CODES
+
+
+def call_site(depth: int = 2, memo: SiteMemo | None = None) -> tuple[str, int]:
     """(file, line) of the first caller outside the wrappers (a layer's line, not ours).
 
-    Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded. `codes`: a run's
-    memo of the sites of code objects found to be no wrapper whatever their locals say (no `__site_hide__`), by
-    instruction: a call from one of them is named without a walk and without working out its line from the line
-    table (a tenth of a microsecond, on every rank's every call), bounded by PLAIN_CODES (programs compiled afresh
-    in one run)."""
+    Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded. With a run's `memo`,
+    frames met before are read from it: a call is named without asking `is_wrapper` of each frame and without
+    working out its line from the line table (a tenth of a microsecond, on every rank's every call)."""
     frame = sys._getframe(depth)
-    lines = None if codes is None else codes.get(frame.f_code)
-    if lines is not None:  # the usual call: a program's or a layer's own line (every tiny call's cost)
-        site = lines.get(frame.f_lasti)
-        if site is None:
-            site = lines[frame.f_lasti] = (frame.f_code.co_filename, frame.f_lineno)
-        return site
-    while is_wrapper(frame):
+    if memo is not None:  # the usual call: frames met before (every tiny call's cost)
+        sites, passed = memo.sites, memo.passed
+        while True:
+            lines = sites.get(frame.f_code)
+            if lines is not None:
+                site = lines.get(frame.f_lasti)
+                if site is None:
+                    site = lines[frame.f_lasti] = (frame.f_code.co_filename, frame.f_lineno)
+                return site
+            if frame.f_code not in passed or frame.f_back is None:
+                break  # not met yet, or an outermost wrapper: the walk below says
+            frame = frame.f_back
+    while True:
+        code = frame.f_code
+        keep = memo if memo is not None and memo.room(code) else None
+        if not is_wrapper(frame):
+            site = (code.co_filename, frame.f_lineno)
+            if keep is not None:
+                keep.sites.setdefault(code, {})[frame.f_lasti] = site
+            return site
+        if keep is not None:
+            keep.passed.add(code)
         if frame.f_back is None:
-            return frame.f_code.co_filename, frame.f_lineno
+            return code.co_filename, frame.f_lineno
         frame = frame.f_back
-    code = frame.f_code
-    site = (code.co_filename, frame.f_lineno)
-    if codes is not None and HIDE not in code.co_varnames and len(codes) < PLAIN_CODES:
-        codes.setdefault(code, {})[frame.f_lasti] = site
-    return site

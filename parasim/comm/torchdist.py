@@ -29,6 +29,7 @@ from .interface import (
     Group,
     Recv,
     Send,
+    SiteMemo,
     by_text,
     call_site,
     check_algo,
@@ -121,7 +122,7 @@ class TorchComm(Comm):
         self.groups: list[Group] = [self.world_group]
         self._pgs: list[Any] = [None]  # torch process group of each Group (None: the default group)
         self._ncalls: dict[int, int] = {}
-        self._codes: dict = {}  # this rank's call sites by code object and instruction (sites.call_site)
+        self._sites = SiteMemo()  # this rank's memo of call sites (sites.call_site)
         self._channels: dict[tuple[int, int], int] = {}
         self.records: list[dict] = []
         self.phase: str | None = None
@@ -157,7 +158,7 @@ class TorchComm(Comm):
         return self._call(self._new_group, ranks, name)
 
     def _new_group(self, ranks: Sequence[int], name: str) -> Group:
-        site = site_name(call_site(2, self._codes))
+        site = site_name(call_site(2, self._sites))
         members = group_members(ranks, self.world, name, site)
         g = Group(members, name, len(self.groups))
         if self.check:  # every rank must create the same groups in the same order
@@ -380,7 +381,7 @@ class TorchComm(Comm):
         return self._call(self._exchange, ops, group, label, tags)
 
     def _exchange(self, ops, group, label, tags):
-        site = site_name(call_site(2, self._codes))
+        site = site_name(call_site(2, self._sites))
         g, pg = self._resolve(group, "exchange")
         posts = []
         for o in ops:

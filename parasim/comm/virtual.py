@@ -21,7 +21,7 @@ from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError
 from ..limits import KEPT_VALUES, RECORD_KINDS
 from .trace import Event, Mark, Member, Trace
 from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
-from .sites import SiteNames, with_call_site
+from .sites import SiteMemo, SiteNames, with_call_site
 from .kernels import arrays, ring_moved
 from .ops import OPS, entry
 from .virtual_p2p import Batch, PointToPoint, check_array, tensor_record
@@ -101,7 +101,7 @@ class VirtualWorld(PointToPoint):
         self._thread = 0  # the thread the run is in: greenlets cannot switch from any other
         self._check = check if check is not None else check_array
         self._tensors: dict = {}  # (shape, dtype) -> its trace record, shared
-        self.site_codes: dict = {}  # call sites by code object and instruction, for every rank (sites.call_site)
+        self.site_memo = SiteMemo()  # every rank's call sites, by code object and instruction (sites.call_site)
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
         self._records: dict[tuple, list[tuple]] = {}  # a kind of call on a group -> its members' records
         self._chunks: dict[tuple, tuple] = {}  # an all-to-all's chunk records -> the one tuple of them kept

@@ -18,7 +18,7 @@ class VirtualComm(Comm):
         self.rank = rank
         self.world = world.world
         self.algo = world.algo
-        self._codes = world.site_codes
+        self._sites = world.site_memo
 
     def _check_array(self, x, op):
         if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:  # the common case in one test (bfloat16: all)
@@ -32,7 +32,7 @@ class VirtualComm(Comm):
         return self._w.collective(self.rank, op, x, params, group, label, site, describe, sig)
 
     def exchange(self, ops, *, group=None, label=None, tags=None):
-        site = call_site(2, self._codes)
+        site = call_site(2, self._sites)
         g = self._w.resolve(self.rank, group, "exchange")
         return self._w.exchange(self.rank, list(ops), g, label, site, tags)
 

@@ -50,13 +50,47 @@ def test_a_helper_whose_locals_decide_is_asked_again_on_every_call():
 
 
 def test_the_memo_is_bounded_and_a_full_memo_still_names_the_site():
-    codes = {object(): {} for _ in range(sites.PLAIN_CODES)}
+    full = sites.SiteMemo()
+    full.sites = {compile(str(i), "x", "eval"): {} for i in range(sites.PLAIN_CODES - 1)}
+    full.passed = {compile("y", "y", "eval")}
     here = sys._getframe()
-    assert sites.call_site(1, codes) == (here.f_code.co_filename, here.f_lineno)
-    assert len(codes) == sites.PLAIN_CODES and here.f_code not in codes
-    room: dict = {}
-    assert sites.call_site(1, room) == (here.f_code.co_filename, here.f_lineno)
-    assert list(room) == [here.f_code]  # a plain function's code is kept, with the site of its instruction
+    assert sites.call_site(1, full) == (here.f_code.co_filename, here.f_lineno)
+    assert len(full.sites) + len(full.passed) == sites.PLAIN_CODES and here.f_code not in full.sites
+    room = sites.SiteMemo()
+    assert sites.call_site(1, room) == (HERE, site_line("with room"))  # with room
+    # a plain function's code is kept with the site of its instruction (and any wrapper met on the way passed
+    # over: under mutmut, its trampolines)
+    assert list(room.sites) == [here.f_code]
+    assert list(room.sites[here.f_code].values()) == [(HERE, site_line("with room"))]
+
+
+def _wrapper(memo):
+    return sites.call_site(1, memo)  # the test makes this function a wrapper (its file is not one)
+
+
+def _hidden(memo):
+    __site_hide__ = True  # noqa: F841 (a helper whose locals say it calls for its caller)
+    return sites.call_site(1, memo)
+
+
+def test_a_wrapper_met_once_is_passed_over_from_the_memo(monkeypatch):
+    plain = sites.is_wrapper
+    monkeypatch.setattr(sites, "is_wrapper", lambda f: f.f_code is _wrapper.__code__ or plain(f))
+    memo = sites.SiteMemo()
+    first = _wrapper(memo)  # wrapped once
+    assert _wrapper.__code__ in memo.passed and first == (HERE, site_line("wrapped once"))
+
+    def never(frame):
+        raise AssertionError("is_wrapper asked of a frame the memo knows")
+
+    monkeypatch.setattr(sites, "is_wrapper", never)
+    assert _wrapper(memo) == (HERE, site_line("wrapped again"))  # wrapped again
+
+
+def test_a_helper_whose_locals_decide_is_never_kept():
+    memo = sites.SiteMemo()
+    assert _hidden(memo) == (HERE, site_line("hidden caller"))  # hidden caller
+    assert _hidden.__code__ not in memo.sites and _hidden.__code__ not in memo.passed
 
 
 def test_a_label_brought_by_a_later_member_names_the_event():
@@ -72,15 +106,14 @@ def test_a_label_brought_by_a_later_member_names_the_event():
 def test_a_site_in_the_memo_is_the_answer_without_a_walk():
     """The memo is read first: once a call's site is kept for its code object and instruction, that kept site is
     what call_site answers for the instruction (the fast path every rank's call takes)."""
-    codes: dict = {}
+    memo = sites.SiteMemo()
+    here = sys._getframe()
     got = []
     for i in range(3):
-        got.append(sites.call_site(1, codes))  # the memo's instruction
+        got.append(sites.call_site(1, memo))  # the memo's instruction
         if i == 0:
-            (lines,) = codes.values()
-            (lasti,) = lines
-            lines[lasti] = ("planted.py", 7)
-    here = sys._getframe()
+            (lasti,) = memo.sites[here.f_code]
+            memo.sites[here.f_code][lasti] = ("planted.py", 7)
     assert got[0] == (here.f_code.co_filename, site_line("the memo's instruction"))
     assert got[1:] == [("planted.py", 7)] * 2
 
