@@ -376,3 +376,17 @@ def test_gloo_gives_the_same_bits():
     bad = [(op, dtype, call, np.asarray(got, dtype=np.float64).tolist(), want)
            for op, dtype, call, got, want in _nan_results(reports[1].values, 4) if not _same(got, want)]
     assert not bad
+
+
+def test_a_float32_sum_adds_in_the_groups_order_not_gloos_ring():
+    """Only 16-bit floats add in gloo's ring order; float32 adds member after member: 1e8 + 1 rounds to 1e8, so
+    ((1e8 + 1) - 1e8) + 1 = 1, where the ring's 1e8 + (1 + (-1e8 + 1)) = 0 (float32 scalars worked in the test)."""
+    vals = np.array([1e8, 1, -1e8, 1], np.float32)
+
+    def program(ctx):
+        return ctx.comm.all_reduce(np.array([vals[ctx.rank]], np.float32))
+
+    want = ((vals[0] + vals[1]) + vals[2]) + vals[3]
+    ring = vals[0] + (vals[1] + (vals[2] + vals[3]))
+    assert (want, ring) == (1, 0)
+    assert [float(v[0]) for v in parasim.run(program, 4).values] == [1.0] * 4

@@ -138,3 +138,26 @@ def test_a_trace_read_from_bytes_names_its_source_and_takes_old_constants():
     t.meta["loss"] = math.nan
     text = t.to_json().replace('"nan"', "NaN")
     assert "NaN" in text and math.isnan(Trace.from_json(text.encode()).meta["loss"])
+
+
+def test_what_a_rank_held_while_an_event_ran_or_before_a_mark():
+    """held(rank, step): every hold made before that step (a buffer is held before the collective that fills it);
+    held(rank, before=i): the holds among marks 0..i-1 of the trace. Worked from _trace's marks by hand."""
+    t = _trace()
+    assert t.held(1, step=2) == _kinds(weights=100)  # the gathering at step 2 itself not yet
+    assert t.held(1, step=3) == _kinds(weights=100, gathered=50)
+    assert t.held(1) == _kinds(weights=20, gathered=130)  # every mark
+    assert t.held(1, before=3) == _kinds(weights=100)  # marks 0, 1, 2: rank 0's optimizer is not rank 1's
+    assert t.held(1, before=4) == _kinds(weights=100, gathered=50)  # mark 3 is rank 1's gathering
+    assert t.held(0, before=3) == _kinds(optimizer=7)
+    assert t.held(1, step=3, before=4) == _kinds(weights=100, gathered=50)
+    assert t.held(1, step=2, before=4) == _kinds(weights=100)  # both bounds apply
+
+
+def test_a_note_is_noted_only_by_its_kind_and_its_field():
+    phases_only = Trace(2, marks=[Mark(0, 0, "phase", "a"), _held(0, 1, "w", "weights", 1)])
+    assert not phases_only.noted() and not phases_only.noted("table_row")
+    noted = Trace(2, marks=[Mark(0, 0, "phase", "a"), Mark(1, 1, "note", "hello", {"x": 1})])
+    assert noted.noted() and noted.noted("x") and not noted.noted("table_row")
+    bare = Trace(2, marks=[Mark(1, 1, "note", "no fields")])
+    assert bare.noted() and not bare.noted("x")

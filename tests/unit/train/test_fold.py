@@ -199,7 +199,9 @@ def test_unfold_copies_no_event_onto_a_group_that_ran_itself():
         g = [ctx.new_group([0, 1], "a"), ctx.new_group([2, 3], "a")][ctx.rank // 2]
         ctx.comm.all_reduce(ctx.xp.zeros((2,)), group=g)
     trace = parasim.run(pairs, 4, backend="symbolic").trace
-    assert len(unfold(trace, [0, 3, 0, 3]).events) == len(trace.events) == 2
+    whole = unfold(trace, [0, 3, 0, 3])
+    assert (whole.world, whole.backend, whole.groups) == (4, "symbolic", trace.groups)
+    assert len(whole.events) == len(trace.events) == 2
     copied = unfold(trace, [0, 1, 0, 1]).events  # under this fold (2, 3) has no rank that runs: it gets (0, 1)'s
     assert [e.group.ranks for e in copied].count((2, 3)) == 2  # its own (this trace's run was full) and the copy
 

@@ -95,3 +95,15 @@ def test_the_work_panel_of_a_folded_trace_counts_each_rank_folded_onto_the_one_t
     assert folded._events is None and works == [b.work(i) for i in range(len(b.events))]
     last = works[-1]  # backward, both chunks: a folded rank did its representative's work (10 x (1 + rep))
     assert last == [(0, 110.0, "chunk 1"), (1, 110.0, "chunk 1"), (2, 130.0, "chunk 1"), (3, 130.0, "chunk 1")]
+
+
+def test_a_big_world_with_no_events_opens_folded_and_idle():
+    """A program of 128 ranks that made no call (a grid with no cell): the view indexes nothing, folds by its
+    axis and shows every cell idle."""
+    from parasim.comm.interface import Group
+    from parasim.tui.grid import IDLE
+
+    groups = [Group(tuple(range(i, i + 64)), "dp", k + 1) for k, i in enumerate((0, 64))]
+    view = View(Trace(128, groups=[Group(tuple(range(128)), "world", 0), *groups]), {}, "nothing")
+    assert view.fold_axis == "dp" and len(view.rows) == 2 and view.step_columns == 1
+    assert view.row_cell(0, 1) == IDLE == view.cell(5, 1) and view.at(5, 1) is None
