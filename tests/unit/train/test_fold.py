@@ -201,6 +201,7 @@ def test_unfold_copies_no_event_onto_a_group_that_ran_itself():
     trace = parasim.run(pairs, 4, backend="symbolic").trace
     whole = unfold(trace, [0, 3, 0, 3])
     assert (whole.world, whole.backend, whole.groups) == (4, "symbolic", trace.groups)
+    assert whole.marks == trace.marks and whole.meta["fold"] == [0, 3, 0, 3] and whole.meta["folded"] is True
     assert len(whole.events) == len(trace.events) == 2
     copied = unfold(trace, [0, 1, 0, 1]).events  # under this fold (2, 3) has no rank that runs: it gets (0, 1)'s
     assert [e.group.ranks for e in copied].count((2, 3)) == 2  # its own (this trace's run was full) and the copy
