@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import site_at
 
 import parasim
@@ -120,3 +121,21 @@ def test_a_site_in_the_memo_is_the_answer_without_a_walk():
 
 def site_line(marker: str) -> int:
     return int(site_at(HERE, marker).rsplit(":", 1)[1])
+
+
+def test_a_transfer_and_a_group_are_named_by_the_programs_lines():
+    from parasim.comm.interface import Recv, Send
+
+    def exchanging(ctx):
+        peer = 1 - ctx.rank
+        ctx.comm.exchange([Send(np.ones(2, np.float32), peer), Recv(peer, (2,), np.float32)])  # the exchange
+
+    sites_seen = {m.site for e in parasim.run(exchanging, 2).trace.events for m in e.members}
+    assert sites_seen == {site_at(HERE, "the exchange")}
+
+    def grouping(ctx):
+        ctx.comm.new_group([0, 1], "a" if ctx.rank == 0 else "b")  # the group
+
+    with pytest.raises(parasim.ParasimError) as err:
+        parasim.run(grouping, 2)
+    assert str(err.value).count(site_at(HERE, "the group")) == 2  # where each rank made it
