@@ -164,6 +164,15 @@ def _place(fields: dict[str, dict], phase: str) -> Any:
     return (f["micro_batch"], f["layer"]) if "micro_batch" in f and "layer" in f else phase
 
 
+def _least_of_each(packed: np.ndarray, base: int) -> tuple[np.ndarray, np.ndarray]:
+    """From numbers key x base + value: the keys in order, and the least value of each."""
+    packed = np.sort(packed)
+    keys = packed // base
+    first = np.ones(len(keys), dtype=bool)
+    first[1:] = keys[1:] != keys[:-1]
+    return keys[first], packed[first] % base
+
+
 def _looked_up(table: tuple[list[int], list[int]], key: int) -> int | None:
     """The value of `key` in (sorted keys, values), or None."""
     keys = table[0]
@@ -203,12 +212,8 @@ class View:
         # bisection; the first of a key's is the event that comes first
         self._width = width = self.step_columns + 1
         n = max(len(self.events), 1)
-        packed = np.sort((ranks * width + steps[at]) * n + at)
-        keys = packed // n
-        first = np.ones(len(keys), dtype=bool)
-        first[1:] = keys[1:] != keys[:-1]
-        self._cell_keys = keys[first]
-        self._cells = (self._cell_keys.tolist(), (packed[first] % n).tolist())
+        self._cell_keys, events = _least_of_each((ranks * width + steps[at]) * n + at, n)
+        self._cells = (self._cell_keys.tolist(), events.tolist())
         self._visible = list(range(len(self.events)))
         self._watch: tuple | None = None  # the followed token's notes, parsed on first use
         self.fold_axis: str | None = None
@@ -256,11 +261,8 @@ class View:
             row_of[list(rs)] = k
         rank, column = self._cell_keys // width, self._cell_keys % width
         row = row_of[rank]
-        packed = np.sort(((row * width + column) * world + rank)[row >= 0])
-        keys = packed // world
-        first = np.ones(len(keys), dtype=bool)
-        first[1:] = keys[1:] != keys[:-1]
-        self._row_firsts = (keys[first].tolist(), (packed[first] % world).tolist())
+        keys, firsts = _least_of_each(((row * width + column) * world + rank)[row >= 0], world)
+        self._row_firsts = (keys.tolist(), firsts.tolist())
 
     def next_fold(self) -> str | None:
         """Cycle: unfolded, then each axis that partitions the world, then unfolded again. Returns the axis
