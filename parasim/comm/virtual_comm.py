@@ -37,8 +37,10 @@ class VirtualComm(Comm):
         return self._w.exchange(self.rank, list(ops), g, label, site, tags)
 
     def new_group(self, ranks, name):
-        return self._w.new_group(self.rank, ranks, name, self._w.site_names(call_site()))
+        return self._w.new_group(self.rank, ranks, name, self._w.site_names(call_site(2, self._sites)))
 
     def new_groups(self, groups):
-        site = self._w.site_names(call_site())  # one call site for them all: the stack walked once, not per group
+        site = self._w.site_names(
+            call_site(2, self._sites)
+        )  # one call site for them all: the stack walked once, not per group
         return self._w.new_groups(self.rank, groups, site)
