@@ -91,16 +91,26 @@ PLAIN_CODES = 4096  # code objects a run's memo of call sites holds at most (`ca
 class SiteMemo:
     """A run's memo for `call_site`, of the code objects whose frames need no look at their locals (no
     `__site_hide__`): the wrappers, passed over, and the others' call sites by instruction. At most PLAIN_CODES
-    code objects (programs compiled afresh in one run)."""
+    code objects (programs compiled afresh in one run).
 
-    __slots__ = ("sites", "passed")
+    Keyed by each code object's id, not the object: a code object's hash is worked out afresh on every lookup
+    from its name, bytecode and constants (0.1-0.3 us for a layer's function, on every rank's every call). The
+    memo holds each code object it keys (`held`), so no id it knows is reused while it lives."""
+
+    __slots__ = ("sites", "passed", "held")
 
     def __init__(self) -> None:
-        self.sites: dict[CodeType, dict[int, tuple[str, int]]] = {}
-        self.passed: set[CodeType] = set()
+        self.sites: dict[int, dict[int, tuple[str, int]]] = {}  # id(code) -> instruction -> (file, line)
+        self.passed: set[int] = set()  # id(code) of the wrappers met
+        self.held: dict[int, CodeType] = {}  # id(code) -> code, for every id above
 
     def room(self, code: CodeType) -> bool:
-        return HIDE not in code.co_varnames and len(self.sites) + len(self.passed) < PLAIN_CODES
+        return HIDE not in code.co_varnames and len(self.held) < PLAIN_CODES
+
+    def hold(self, code: CodeType) -> int:
+        """`code`'s key, the code kept alive beside it."""
+        self.held[id(code)] = code
+        return id(code)
 
 
 def call_site(depth: int = 2, memo: SiteMemo | None = None) -> tuple[str, int]:
@@ -113,13 +123,14 @@ def call_site(depth: int = 2, memo: SiteMemo | None = None) -> tuple[str, int]:
     if memo is not None:  # the usual call: frames met before (every tiny call's cost)
         sites, passed = memo.sites, memo.passed
         while True:
-            lines = sites.get(frame.f_code)
+            key = id(frame.f_code)
+            lines = sites.get(key)
             if lines is not None:
                 site = lines.get(frame.f_lasti)
                 if site is None:
                     site = lines[frame.f_lasti] = (frame.f_code.co_filename, frame.f_lineno)
                 return site
-            if frame.f_code not in passed or frame.f_back is None:
+            if key not in passed or frame.f_back is None:
                 break  # not met yet, or an outermost wrapper: the walk below says
             frame = frame.f_back
     while True:
@@ -128,10 +139,10 @@ def call_site(depth: int = 2, memo: SiteMemo | None = None) -> tuple[str, int]:
         if not is_wrapper(frame):
             site = (code.co_filename, frame.f_lineno)
             if keep is not None:
-                keep.sites.setdefault(code, {})[frame.f_lasti] = site
+                keep.sites.setdefault(keep.hold(code), {})[frame.f_lasti] = site
             return site
         if keep is not None:
-            keep.passed.add(code)
+            keep.passed.add(keep.hold(code))
         if frame.f_back is None:
             return code.co_filename, frame.f_lineno
         frame = frame.f_back
