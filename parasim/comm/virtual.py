@@ -104,6 +104,9 @@ class VirtualWorld(PointToPoint):
         self.site_memo = SiteMemo()  # every rank's call sites, by code object and instruction (sites.call_site)
         self.site_names = SiteNames()  # 'file:line' of each call site, named once in the run (comm/sites.py)
         self._records: dict[tuple, list[tuple]] = {}  # a kind of call on a group -> its members' records
+        # a kind of call on a group -> (its members' raw call sites, their records) when every member computed
+        # nothing before it: the records again if the next call of the kind repeats it (`_same_members`)
+        self._repeats: dict[tuple, tuple[list, list[Member]]] = {}
         self._chunks: dict[tuple, tuple] = {}  # an all-to-all's chunk records -> the one tuple of them kept
         self.meter: Any = None  # each rank's FLOPs since its last event (engine/work.Meter), set by the backend
         self._asked: dict[int, tuple[list, list]] = {}  # new_groups: first group number -> (what was asked, made)
@@ -420,29 +423,46 @@ class VirtualWorld(PointToPoint):
             )
         ):
             keep = 0
-        names = self.site_names
         works = self._works(g.ranks)
         if not keep and hops is None and op.takes != "chunks":
-            # The usual call: every member brought alike (the signature check), so what each one's record
-            # holds besides its rank, site and work is the same on every call of this kind on this group.
-            records = self._same_records(g, arrivals[0], outs, op, params)
-            members: list[Member] = []
-            append = members.append
-            for i, (r, a, out, (tin, tout, sent, recv)) in enumerate(zip(g.ranks, arrivals, outs, records)):
+            members = self._same_members(g, arrivals, outs, op, params, works)
+            for r, out in zip(g.ranks, outs):
                 st = ranks[r]
                 st.clock = step
                 st.result = out
-                append(_member(Member, (r, tin, tout, sent, recv, names[a[2]], None, None, works[i])))
         else:
             members = self._own_records(g, arrivals, outs, hops, op, params, step, keep, works)
         self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
         return members, hops
 
-    def _same_records(self, g: Group, first: tuple, outs: list, op: Any, params: dict) -> list[tuple]:
+    def _same_members(self, g: Group, arrivals: list, outs: list, op: Any, params: dict, works: list) -> list[Member]:
+        """Each member's record of the usual call: every member brought alike (the signature check), so what
+        a record holds besides its rank, site and work is the same on every call of this kind on this group
+        (`_same_records`). A call that repeats the previous one of its kind, each member calling from the same
+        line with nothing computed since its last event (a loop of collectives: gradient buckets, a stage's
+        gathers), has that call's records again: the same tuples, in a list of its own."""
+        kind, records = self._same_records(g, arrivals[0], outs, op, params)
+        sites = [a[2] for a in arrivals]  # raw sites: the run's memo hands out one tuple per line
+        idle = kind is not None and works.count(None) == len(works)
+        if idle:
+            last = self._repeats.get(kind)
+            if last is not None and last[0] == sites:
+                return list(last[1])
+        names = self.site_names
+        members = [
+            _member(Member, (r, tin, tout, sent, recv, names[site], None, None, work))
+            for r, site, (tin, tout, sent, recv), work in zip(g.ranks, sites, records, works)
+        ]
+        if idle:
+            self._repeats[kind] = (sites, members)
+        return members
+
+    def _same_records(self, g: Group, first: tuple, outs: list, op: Any, params: dict) -> tuple[tuple | None, list]:
         """(input records, result records, bytes sent, bytes received) of each member of a call whose members
         all brought alike (an array of one shape and dtype, or nothing) and whose bytes come from the op's
         formula: worked out once per kind of call on a group (its input and params, which say who gets a
-        result: a reduce's root alone), then reused."""
+        result: a reduce's root alone), then reused. With them the kind, where the run keeps its records
+        (None: worked out afresh, not kept)."""
         # the op's name too: no two ops' params agree today (scatter's dim and src, all-gather's dim and algorithm),
         # but a new entry of the op table must not take another's records
         key = (op.name, g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
@@ -463,7 +483,9 @@ class VirtualWorld(PointToPoint):
                 got.append((tin, tout if res else (), *op.moved(ins, res, g, i, params)))
             if kept is not None and len(self._records) < RECORD_KINDS:
                 self._records[kept] = got
-        return got
+            else:
+                kept = None
+        return kept, got
 
     def _own_records(
         self,

@@ -71,6 +71,69 @@ def test_a_param_that_is_a_list_is_worked_out_rather_than_reused():
     g = Group((0, 1), "w", 0)
     x = np.ones(4, np.float32)
     outs = [x.copy(), x.copy()]
-    got = w._same_records(g, (x, None, ("f", 1), None), outs, OPS["all_reduce"], {"op": "sum", "algo": ["direct"]})
-    assert [row[2:] for row in got] == [(16, 16), (16, 16)]
+    kind, got = w._same_records(
+        g, (x, None, ("f", 1), None), outs, OPS["all_reduce"], {"op": "sum", "algo": ["direct"]}
+    )
+    assert [row[2:] for row in got] == [(16, 16), (16, 16)] and kind is None
     assert w._records == {}  # nothing kept under a key it could not make
+
+
+# -- a call that repeats the previous one of its kind (virtual.py `_same_members`) -----------------------------------
+
+
+def test_a_loop_of_collectives_gives_every_event_the_records_a_fresh_call_would():
+    from pathlib import Path
+
+    from conftest import site_at
+
+    here = str(Path(__file__).resolve())
+
+    def program(ctx):
+        x = np.ones(4, np.float32)
+        for i in range(6):
+            if i == 2 and ctx.rank == 1:
+                ctx.comm.all_reduce(x)  # rank 1's other line
+            else:
+                ctx.comm.all_reduce(x)  # the loop's line
+            if i == 3 and ctx.rank == 2:
+                ctx.xp.matmul(np.ones((2, 3)), np.ones((3, 5)))  # rank 2 computes before the fifth call
+
+    events = _events(program, 4)
+    loop, other = site_at(here, "the loop's line"), site_at(here, "rank 1's other line")
+    every = [loop] * 4
+    # the third: one member from another line, its own site (not the second's); the fourth: all from the loop's
+    # again (not the third's)
+    assert [[m.site for m in e.members] for e in events] == [every, every, [loop, other, loop, loop], *[every] * 3]
+    # the fifth: rank 2's work, a (2 x 3) @ (3 x 5) product: 2 x 5 outputs of 3 multiply-adds, 2 FLOPs each
+    assert [[m.work for m in e.members] for e in events] == [[None] * 4] * 4 + [[None, None, {"matmul": 60}, None]] + [
+        [None] * 4
+    ]
+    for e in events:
+        assert [(m.rank, m.ins[0].shape, m.outs[0].shape, m.sent, m.recv) for m in e.members] == [
+            (r, (4,), (4,), 24, 24) for r in range(4)
+        ]  # a ring all-reduce of 16 bytes over 4: 2 passes of 3 chunks of 4 bytes each way
+    assert len({id(e.members) for e in events}) == 6  # each event has a list of its own
+
+
+def test_past_the_kinds_kept_no_call_takes_another_calls_records(monkeypatch):
+    from parasim.comm import virtual
+
+    monkeypatch.setattr(virtual, "RECORD_KINDS", 0)  # no kind kept: every call's records worked out afresh
+
+    def program(ctx):
+        for n in (4, 8, 4, 2):
+            ctx.comm.all_reduce(np.ones(n, np.float32))  # one line, shapes of their own, nothing computed between
+
+    events = _events(program, 2)
+    assert [[m.ins[0].shape for m in e.members] for e in events] == [[(n,)] * 2 for n in (4, 8, 4, 2)]
+    assert [e.members[0].sent for e in events] == [4 * n for n in (4, 8, 4, 2)]  # two passes of half the buffer
+    w = virtual.VirtualWorld(2)
+    x = np.ones(4, np.float32)
+    kind, _ = w._same_records(
+        virtual.Group((0, 1), "w", 0),
+        (x, None, ("f", 1), None),
+        [x, x],
+        virtual.OPS["all_reduce"],
+        {"op": "sum", "algo": "direct"},
+    )
+    assert kind is None and w._records == {}
