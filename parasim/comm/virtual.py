@@ -347,7 +347,7 @@ class VirtualWorld(PointToPoint):
         if type(op) is not str or op not in OPS:
             entry(op)  # a name the op table lacks is refused here, before the members meet
         if sig is None:  # `signature`, written out for an array (every rank's every call)
-            sig = (op, tuple(x.shape), x.dtype, *params.values()) if x is not None else (op,)
+            sig = (op, x.shape, x.dtype, *params.values()) if x is not None else (op,)
         st = self.ranks[rank]
         gi = group.index
         call = st.ncalls.get(gi, 0)
