@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import ml_dtypes
 import numpy as np
@@ -129,8 +129,9 @@ class Comm(ABC):
         if op != "sum":
             check_reduce_op(op, x.dtype)
         algo = self.algo if algo is None else _algo(algo)
+        # its signature written out (`signature`'s, without reading the params back): every rank's every call
         return self._collective(
-            ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site, lambda: describe(ALL_REDUCE, x, op=op, algo=algo)
+            ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site, (ALL_REDUCE, x.shape, x.dtype, op, algo)
         )
 
     def reduce_scatter(
@@ -158,7 +159,6 @@ class Comm(ABC):
             g,
             label,
             site,
-            lambda: describe(REDUCE_SCATTER, x, dim=dim, op=op, algo=algo),
         )
 
     def all_gather(
@@ -177,7 +177,6 @@ class Comm(ABC):
             g,
             label,
             site,
-            lambda: describe(ALL_GATHER, x, dim=dim, algo=algo),
         )
 
     def all_to_all(
@@ -210,9 +209,7 @@ class Comm(ABC):
                 )
         # sizes along dim may differ between members: the signature leaves them out
         sig = (ALL_TO_ALL, first.ndim, dim, rest, dtype_name(first.dtype))
-        return self._collective(
-            ALL_TO_ALL, chunks, {"dim": dim}, g, label, site, lambda: describe(ALL_TO_ALL, chunks, dim=dim), sig
-        )
+        return self._collective(ALL_TO_ALL, chunks, {"dim": dim}, g, label, site, sig)
 
     def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
         """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
@@ -220,7 +217,7 @@ class Comm(ABC):
         self._check_array(x, BROADCAST)
         g = self._group(group, BROADCAST)
         src = check_root(src, g, BROADCAST, "src")
-        return self._collective(BROADCAST, x, {"src": src}, g, label, site, lambda: describe(BROADCAST, x, src=src))
+        return self._collective(BROADCAST, x, {"src": src}, g, label, site)
 
     def reduce(self, x, dst: int, op: str = "sum", *, group: Group | None = None, label: str | None = None):
         """Element-wise reduction over the group into member `dst`, which gets the result; the other members
@@ -230,9 +227,7 @@ class Comm(ABC):
         g = self._group(group, REDUCE)
         check_reduce_op(op, x.dtype)
         dst = check_root(dst, g, REDUCE, "dst")
-        return self._collective(
-            REDUCE, x, {"op": op, "dst": dst}, g, label, site, lambda: describe(REDUCE, x, op=op, dst=dst)
-        )
+        return self._collective(REDUCE, x, {"op": op, "dst": dst}, g, label, site)
 
     def scatter(self, x, src: int, dim: int = 0, *, group: Group | None = None, label: str | None = None):
         """Member `src` splits its `x` into equal chunks along `dim`, one per member; member i gets chunk i.
@@ -243,15 +238,13 @@ class Comm(ABC):
         src = check_root(src, g, SCATTER, "src")
         dim = norm_dim(dim, x.ndim, SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, SCATTER)
-        return self._collective(
-            SCATTER, x, {"dim": dim, "src": src}, g, label, site, lambda: describe(SCATTER, x, dim=dim, src=src)
-        )
+        return self._collective(SCATTER, x, {"dim": dim, "src": src}, g, label, site)
 
     def barrier(self, *, group: Group | None = None, label: str | None = None) -> None:
         """Wait until every member arrived."""
         site = call_site(2, self._sites)
         g = self._group(group, BARRIER)
-        self._collective(BARRIER, None, {}, g, label, site, lambda: describe(BARRIER), (BARRIER,))
+        self._collective(BARRIER, None, {}, g, label, site, (BARRIER,))
 
     def call(self, op: str, x: Any = None, /, *, group: Group | None = None, label: str | None = None, **params):
         """Run collective `op` of the op table (comm/ops.OPS) by its name, its params as the trace records them:
@@ -269,7 +262,7 @@ class Comm(ABC):
         for a in x if isinstance(x, (list, tuple)) else [] if x is None else [x]:
             self._check_array(a, op)
         sig = None if not isinstance(x, (list, tuple)) else (op, len(x), *params.values())
-        return self._collective(op, x, dict(params), g, label, site, lambda: describe(op, x, **params), sig)
+        return self._collective(op, x, dict(params), g, label, site, sig)
 
     def send(self, x, dst: int, *, group: Group | None = None, label: str | None = None) -> None:
         """Blocking send; completes when `dst` posts the matching receive."""
@@ -297,11 +290,10 @@ class Comm(ABC):
         group: Group,
         label: str | None,
         site: tuple[str, int],
-        describe: Callable[[], str],
         sig: tuple | None = None,
     ) -> Any:
         """Run a checked call of op `op` (ops.OPS[op]). `sig` (None: `signature(op, x, params)`) is what every
-        member's call must agree on; `describe()` names the call in errors."""
+        member's call must agree on; `describe(op, x, **params)` names the call in errors."""
 
     @abstractmethod
     def exchange(

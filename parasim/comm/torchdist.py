@@ -34,6 +34,7 @@ from .interface import (
     call_site,
     check_algo,
     check_peer,
+    describe,
     describe_p2p,
     dtype_name,
     group_members,
@@ -358,11 +359,11 @@ class TorchComm(Comm):
     def _group(self, group, op):
         return self._resolve(group, op)[0]
 
-    def _collective(self, op, x, params, group, label, site, describe, sig=None):
-        return self._call(self._run_collective, op, x, params, group, label, site, describe, sig)
+    def _collective(self, op, x, params, group, label, site, sig=None):
+        return self._call(self._run_collective, op, x, params, group, label, site, sig)
 
-    def _run_collective(self, op, x, params, group, label, site, describe, sig=None):
-        entry, site, desc = op_entry(op), site_name(site), describe()
+    def _run_collective(self, op, x, params, group, label, site, sig=None):
+        entry, site, desc = op_entry(op), site_name(site), describe(op, x, **params)
         pg = self._pgs[group.index]
         sig = sig or signature(op, x, params)
         call, t0 = self._begin(group, pg, repr(sig), desc, site)

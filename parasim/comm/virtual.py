@@ -10,7 +10,7 @@ what. Point-to-point transfers (virtual_p2p.py) complete only when both sides ha
 from __future__ import annotations
 
 import inspect
-import threading
+from threading import get_ident
 from collections import deque
 from itertools import chain
 from typing import Any, Callable, Sequence, cast
@@ -20,7 +20,7 @@ from greenlet import GreenletExit, getcurrent, greenlet
 from ..errors import CollectiveError, CollectiveMismatch, Deadlock, ParasimError, RankFailed, TimedOut, UsageError
 from ..limits import KEPT_VALUES, RECORD_KINDS
 from .trace import Event, Mark, Member, Trace
-from .interface import Group, by_text, check_algo, group_members, mismatch_error, ranks_text, site_name
+from .interface import Group, by_text, describe, check_algo, group_members, mismatch_error, ranks_text, site_name
 from .sites import SiteMemo, SiteNames, with_call_site
 from .kernels import arrays, ring_moved
 from .ops import OPS, entry
@@ -30,8 +30,13 @@ from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
 
+def said(arrival: tuple) -> str:
+    """How a member's call is named in errors (`describe`), from what it brought: (x, params, site, label, op)."""
+    return describe(arrival[4], arrival[0], **arrival[1])
+
+
 class _Instance:
-    """One collective on one group, filling up as members arrive. arrivals[i]: (x, describe, site, label);
+    """One collective on one group, filling up as members arrive. arrivals[i]: (x, params, site, label, op);
     `needed`: how many arrivals complete it; `labelled`: whether any brought a label."""
 
     __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed", "labelled")
@@ -114,7 +119,7 @@ class VirtualWorld(PointToPoint):
     # -- scheduling ------------------------------------------------------------------------------
     def run(self, program: Callable[[Any], Any], contexts: list[Any]) -> list[Any]:
         self.hub = getcurrent()
-        self._thread = threading.get_ident()
+        self._thread = get_ident()
         for r in self._members_running(self.world_group):
             st = self.ranks[r]
             st.glet = greenlet(self._rank_main_for(program, contexts[r], st), parent=self.hub)
@@ -229,7 +234,7 @@ class VirtualWorld(PointToPoint):
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
                 me = cast(tuple, w.arrivals[w.group.ranks.index(st.rank)])  # its own arrival: it waits in it
-                key = (id(w), me[1](), me[2])  # members may differ in site (and, for all_to_all, in chunks)
+                key = (id(w), said(me), me[2])  # members may differ in site (and, for all_to_all, in chunks)
                 if key not in texts:
                     arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
                     missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
@@ -336,15 +341,14 @@ class VirtualWorld(PointToPoint):
         group: Group,
         label: str | None,
         site: tuple[str, int],
-        describe: Callable[[], str],
         sig: tuple | None = None,
     ) -> Any:
         """`rank`'s checked call (`Comm._collective`: each rank's VirtualComm hands it here)."""
         if self.aborted:
             raise GreenletExit()
-        if threading.get_ident() != self._thread:
+        if get_ident() != self._thread:
             self._off_thread(rank, op, site)
-        if type(op) is not str or op not in OPS:
+        if op not in OPS:  # a name (the public methods' constants, or `Comm.call`'s, checked to be a string)
             entry(op)  # a name the op table lacks is refused here, before the members meet
         if sig is None:  # `signature`, written out for an array (every rank's every call)
             sig = (op, x.shape, x.dtype, *params.values()) if x is not None else (op,)
@@ -356,7 +360,7 @@ class VirtualWorld(PointToPoint):
         inst = self.instances.get(key)
         if inst is None:
             inst = self.instances[key] = _Instance(group, call, op, params, sig, len(self._members_running(group)))
-        inst.arrivals[group.ranks.index(rank)] = (x, describe, site, label)
+        inst.arrivals[group.ranks.index(rank)] = (x, params, site, label, op)
         if label is not None:
             inst.labelled = True
         if inst.sig != sig:
@@ -382,7 +386,7 @@ class VirtualWorld(PointToPoint):
         raise mismatch_error(
             inst.call,
             inst.group,
-            {r: f"{a[1]()} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
+            {r: f"{said(a)} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
         )
 
     def _complete(self, inst: _Instance, current: int) -> None:

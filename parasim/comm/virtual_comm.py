@@ -28,8 +28,8 @@ class VirtualComm(Comm):
         w = self._w
         return w.world_group if group is None else w.resolve(self.rank, group, op)
 
-    def _collective(self, op, x, params, group, label, site, describe, sig=None):
-        return self._w.collective(self.rank, op, x, params, group, label, site, describe, sig)
+    def _collective(self, op, x, params, group, label, site, sig=None):
+        return self._w.collective(self.rank, op, x, params, group, label, site, sig)
 
     def exchange(self, ops, *, group=None, label=None, tags=None):
         site = call_site(2, self._sites)
