@@ -19,11 +19,12 @@
    layers (7 on the first and last stage), 8,192-token sequences, 16 micro-batches, ranks folded and the trace
    left folded, then GPU 0's peak memory and the step on the clock (`parasim trace --layout llama3-405b
    --symbolic --gpu 0`): CPU seconds and the growth of this process's peak memory. Issue 55's goal is 10 s and
-   1 GB.
+   1 GB. Then its long-context stage, the llama3-405b-long preset: CP 16 by all-gather (the paper's section
+   3.3.2), DP 8, 131,072-token sequences; its CP ranks fold too (engine/symbolic/fold.keep_of).
 
 --tiny (for tests/e2e/test_benchmarks.py): item 1 as it is, item 2 at 256 tokens on EP 8, item 3 as it is (symbolic:
 cheap at any length), no item 4, item 5 on the 27B model's TP8 + SP + PP2 preset (16 GPUs, 4 micro-batches), and
-item 6 with DP 1 (128 GPUs).
+item 6 with DP 1 (128 GPUs; the long stage's 256 at 4,096 tokens).
 """
 from __future__ import annotations
 
@@ -162,23 +163,25 @@ def deepseek_step(name: str = "deepseek-v3", m: int = 16) -> dict:
 LLAMA3_GOAL_S, LLAMA3_GOAL_MB = 10.0, 1000
 
 
-def llama3_step(dp: int | None = None) -> dict:
+def llama3_step(dp: int | None = None, name: str = "llama3-405b", seq: int = 8192) -> dict:
     """Llama 3 405B's pre-training step on its 16,384 GPUs (or the same layout on `dp` data-parallel groups), as
     `parasim trace --layout llama3-405b --symbolic --gpu 0 --seq 8192` runs it: the estimator's plan of the layout
     (FlashAttention), ranks folded, the trace left folded (engine/symbolic/fold.FoldedTrace); then GPU 0's peak
     memory and the step on the clock (H100s, 8 a node, as Llama 3 trained). CPU seconds of the whole, and the
-    growth of this process's peak memory."""
+    growth of this process's peak memory. `name` "llama3-405b-long" at 131,072 tokens: its long-context stage
+    (CP 16 by all-gather, DP 8)."""
     from parasim.examples.tracing import TraceQuery, gpu_view
 
-    layout = preset("llama3-405b")
+    layout = preset(name)
     if dp is not None:
-        layout = Layout(tp=layout.tp, pp=layout.pp, dp=dp, sp=layout.sp, model=layout.model)
+        layout = replace(layout, dp=dp, world=None)
     before = peak_mb()
     t = time.process_time()
-    view = gpu_view(TraceQuery(layout, "llama3-405b", symbolic=True, seq=8192, gpu_model="h100"), 0)
+    view = gpu_view(TraceQuery(layout, name, symbolic=True, seq=seq, gpu_model="h100"), 0)
     cpu = time.process_time() - t
     trace = view.step.result.trace
     return {"gpus": layout.world, "ranks_run": len(set(trace.meta["fold"])), "micro_batches": view.step.microbatches,
+            "seq": seq, "cp": layout.cp,
             "cpu_s": cpu, "events_run": len(trace.ran_events), "peak_growth_mb": peak_mb() - before,
             "peak_gb_gpu0": view.view["peak"]["bytes"] / 1e9, "step_s": view.view["time"]["step_s"],
             "mfu": view.view["time"].get("mfu"), "over_goal": cpu / LLAMA3_GOAL_S}
@@ -192,11 +195,13 @@ def main() -> None:
     if args.tiny:
         out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(256, 8),
                "layer_27b_821k": layer_27b(), "deepseek_v3_step": deepseek_step("27b-tp8-sp-pp2", 4),
-               "llama3_405b_step": llama3_step(dp=1)}
+               "llama3_405b_step": llama3_step(dp=1),
+               "llama3_405b_long_step": llama3_step(dp=1, name="llama3-405b-long", seq=4096)}
     else:
         out = {"small_step": small_step(), "deepseek_v3_moe_layer_ep64": moe_ep64(), "layer_27b_821k": layer_27b(),
                "megatron_8b_step": megatron_step(), "rows_27b": nine_rows(), "deepseek_v3_step": deepseek_step(),
-               "llama3_405b_step": llama3_step()}
+               "llama3_405b_step": llama3_step(),
+               "llama3_405b_long_step": llama3_step(name="llama3-405b-long", seq=131072)}
     out["peak_mb"] = peak_mb()
     out["target"] = {"seconds": TARGET_S, "mb": TARGET_MB, "met": out["deepseek_v3_step"]["seconds"] <= TARGET_S
                      and out["peak_mb"] <= TARGET_MB}
@@ -226,12 +231,13 @@ def main() -> None:
           f"trace), {d['bytes_sent'] / 1e12:.2f} TB sent at the run's precision, peak memory "
           f"+{d['peak_growth_mb']:.0f} MB; {d['over_target']:.2f}x the {TARGET_S:g} s target, {d['over_goal']:.2f}x "
           f"issue 55's {DEEPSEEK_GOAL_S:g} s goal (and {DEEPSEEK_GOAL_MB} MB)")
-    ll = out["llama3_405b_step"]
-    print(f"llama3-405b step, {ll['gpus']:,} GPUs ({ll['ranks_run']} run, the rest folded), {ll['micro_batches']} "
-          f"micro-batches of 8,192 tokens: GPU 0's peak {ll['peak_gb_gpu0']:.1f} GB, {ll['step_s']:.2f} s a step on "
-          f"H100s (MFU {ll['mfu']:.0%}); {ll['cpu_s']:.1f} s CPU, {ll['events_run']:,} events run, peak memory "
-          f"+{ll['peak_growth_mb']:.0f} MB; {ll['over_goal']:.2f}x the {LLAMA3_GOAL_S:g} s goal (and "
-          f"{LLAMA3_GOAL_MB} MB)")
+    for key, name in (("llama3_405b_step", "llama3-405b"), ("llama3_405b_long_step", "llama3-405b-long")):
+        ll = out[key]
+        print(f"{name} step, {ll['gpus']:,} GPUs ({ll['ranks_run']} run, the rest folded), {ll['micro_batches']} "
+              f"micro-batches of {ll['seq']:,} tokens (CP {ll['cp']}): GPU 0's peak {ll['peak_gb_gpu0']:.1f} GB, "
+              f"{ll['step_s']:.2f} s a step on H100s (MFU {ll['mfu']:.0%}); {ll['cpu_s']:.1f} s CPU, "
+              f"{ll['events_run']:,} events run, peak memory +{ll['peak_growth_mb']:.0f} MB; {ll['over_goal']:.2f}x "
+              f"the {LLAMA3_GOAL_S:g} s goal (and {LLAMA3_GOAL_MB} MB)")
     print(f"peak memory of this process: {out['peak_mb']:.0f} MB (target {TARGET_MB} MB); target met: "
           f"{'yes' if out['target']['met'] else 'no'}")
 

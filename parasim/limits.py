@@ -110,8 +110,9 @@ def at_most(what: str, value: Any, limit: int, why: str) -> None:
 
 def check_symbolic_step(seq: int | None, microbatches: int, stages: int, cp: int = 1) -> None:
     """A step on symbolic ranks at real size (`memory/fit --symbolic`, `trace --symbolic` on a preset);
-    `seq` None: a length not yet known. The ranks of a stage are folded onto one, but not its CP ranks (they pass
-    K and V to each other point to point, so each runs itself): a stage's micro-batches run once per CP rank."""
+    `seq` None: a length not yet known. The ranks of a stage are folded onto one; `cp`: the CP ranks of a stage
+    that run themselves (a ring's pass K and V to each other point to point; 1 where they fold,
+    engine/symbolic/fold.keep_of): a stage's micro-batches run once per CP rank that runs."""
     if seq is not None:
         at_most(
             "tokens per sequence of a symbolic step",

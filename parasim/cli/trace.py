@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..errors import UsageError
 from ..limits import check_app_gpus, check_plot_gpus
 from ..layout.axes import SIZED
+from ..layout.mesh import CP_COMMS
 from ..nn.routing import policy_help
 from ..render.token_path import gpu_text, path_text
 from .common import add_sizes, add_stages, count, need_terminal, print_json, progress_line, positive, with_stages
@@ -51,6 +52,12 @@ def add_trace(sub: Any) -> None:
         "--split",
         choices=("contiguous", "zigzag"),
         help="how CP splits the sequence (moe16: contiguous, as the post draws it)",
+    )
+    tr.add_argument(
+        "--cp-comm",
+        choices=CP_COMMS,
+        help="how CP ranks share K and V: p2p, a ring beside attention (default); all_gather, the whole sequence's "
+        "K and V gathered first, as Llama 3 trained (its preset llama3-405b-long)",
     )
     tr.add_argument("--microbatches", "-m", type=positive, metavar="M", help="micro-batches per DP replica (default 2)")
     tr.add_argument(
@@ -191,6 +198,8 @@ def layout_of_args(args: argparse.Namespace) -> Traced:
     if args.layout is not None and (sizes or args.sp or model_flags):
         raise UsageError("give either --layout NAME or sizes (--tp, --experts, ...), not both")
     split = {} if args.split is None else {"zigzag": args.split == "zigzag"}
+    if getattr(args, "cp_comm", None) is not None:  # parasim compare's arguments have no --cp-comm
+        split["cp_comm"] = args.cp_comm
     if args.gpus_per_node is not None:
         split["gpus_per_node"] = args.gpus_per_node
     if not sizes and not args.sp and not model_flags:

@@ -91,6 +91,8 @@ def layer_traffic(
     recompute: bool = False,
     experts: int = 0,
     grad_itemsize: int | None = None,
+    kv_heads: int | None = None,
+    cp_comm: str = "p2p",
 ) -> dict[Key, float]:
     """One layer's forward and backward on one micro-batch: bytes one rank sends, by (axis, op).
 
@@ -100,7 +102,8 @@ def layer_traffic(
     (under SP each TP rank routes its own tokens; `moe_traffic` counts its EP all-to-alls), and whose router,
     whole on every TP rank, sums its gradient over TP under SP. `itemsize`: an activation's bytes;
     `grad_itemsize` (default the same): a weight gradient's as the data-parallel reduction sums it (Megatron sums
-    those replicated weights' FP32 main gradients)."""
+    those replicated weights' FP32 main gradients). `cp_comm`: how CP ranks share K and V (layout/mesh.CP_COMMS),
+    `kv_heads` (default `heads`) the K/V heads an all-gather moves."""
     out: dict[Key, float] = {}
     act = tokens * h * itemsize  # one whole activation [s/cp, b, h]
     fwd = 2 if recompute else 1
@@ -118,7 +121,13 @@ def layer_traffic(
         small = 2 * norm_params + (blocks if bias else 0) + experts
         grad = itemsize if grad_itemsize is None else grad_itemsize
         _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * grad, tp))
-    if cp > 1:
+    if cp > 1 and cp_comm == "all_gather":
+        # K and V gathered at their own heads (a TP rank's share, a K/V head replicated where TP has more ranks),
+        # forward and again backward; dK and dV, summed over every rank's queries, reduce-scattered home
+        local = tokens * max((kv_heads or heads) // tp, 1) * (h // heads) * itemsize  # this rank's K (or V)
+        _add(out, ("cp", "all_gather"), (fwd + 1) * 2 * ring("all_gather", cp * local, cp))
+        _add(out, ("cp", "reduce_scatter"), 2 * ring("reduce_scatter", cp * local, cp))
+    elif cp > 1:
         # ring attention: K and V go round cp-1 times forward; backward K, V, dK, dV cp-1 times and
         # dK, dV one more hop home. K/V travel per query head, as the engine sends them.
         kv = tokens * h / tp * itemsize
@@ -349,6 +358,8 @@ def step_traffic(model: ModelSpec, plan: Plan, seq: int, itemsize: int | None = 
             recompute=full,
             experts=experts,
             grad_itemsize=size["grad_reduce"],
+            kv_heads=model.kv,
+            cp_comm=plan.cp_comm,
         )
         for k, v in per.items():
             # under SP the only TP all-reduce sums the SP-split weights' gradients, once per step as Megatron's

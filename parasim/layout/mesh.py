@@ -44,6 +44,10 @@ GROUP_KINDS = (
 )
 GROUP_NAMES = tuple(k[0] for k in GROUP_KINDS)
 ZERO_STAGES = (0, 1, 2, 3)
+# how CP ranks share K and V (Megatron's --cp-comm-type words): "p2p", a ring of point-to-point transfers beside
+# attention (nn/ring_attention.py); "all_gather", the whole sequence's K and V gathered before attention and
+# their gradients reduce-scattered after it, as Llama 3 trained (nn/gathered_attention.py)
+CP_COMMS = ("p2p", "all_gather")
 COORDS = tuple(AXES)  # a rank's coordinates: its index along each mesh axis (layout/axes.py)
 COORD_GROUP = {name: axis.group for name, axis in AXES.items()}  # which group a coordinate is the index in
 
@@ -64,6 +68,7 @@ class Layout:
     order: str = ORDERS[0]
     sp: bool = False  # sequence parallelism (rides on TP; Megatron's --sequence-parallel)
     zigzag: bool = True  # CP splits the sequence in 2*cp chunks (load balance) rather than cp
+    cp_comm: str = CP_COMMS[0]  # how CP ranks share K and V: a ring ("p2p") or an all-gather (CP_COMMS)
     model: ModelSpec | None = None
     gpus_per_node: int = 8
     zero: int = 1  # ZeRO stage over the dp x cp group (1: Megatron's distributed optimizer)
@@ -76,6 +81,8 @@ class Layout:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
                 raise LayoutError(f"{name} must be a positive integer, got {v!r}")
+        if self.cp_comm not in CP_COMMS:
+            raise LayoutError(f"unknown CP exchange {self.cp_comm!r}; use {' or '.join(CP_COMMS)}")
         if self.zero not in ZERO_STAGES:
             raise LayoutError(f"ZeRO stage must be 0, 1, 2 or 3, got {self.zero!r}")
         words = self.order.split("-")

@@ -113,16 +113,18 @@ PRESETS: dict[str, Preset] = {
         Layout(pp=16, ep=64, etp=1, world=2048, model=DEEPSEEK_V3),
     ),
     # the Llama 3 paper's Table 4: pre-training on 16,384 H100s, and its long-context stage (CP 16, DP 8,
-    # sequences of 131,072); its data parallelism shards more than ZeRO-1 (section 3.3.2), the step here ZeRO-1
+    # sequences of 131,072); its data parallelism shards more than ZeRO-1 (section 3.3.2), the step here ZeRO-1;
+    # its CP all-gathers K and V (section 3.3.2), over the zigzag split's 2 x CP chunks
     "llama3-405b": Preset(
         "Llama 3 405B's pre-training on 16,384 GPUs: TP8 x PP16 x DP128 (the Llama 3 paper, Table 4)",
         LLAMA3_405B,
         Layout(tp=8, pp=16, dp=128, sp=True, model=LLAMA3_405B),
     ),
     "llama3-405b-long": Preset(
-        "Llama 3 405B's long-context stage on 16,384 GPUs: TP8 x CP16 x PP16 x DP8 (the paper, Table 4)",
+        "Llama 3 405B's long-context stage on 16,384 GPUs: TP8 x CP16 (K/V all-gathered) x PP16 x DP8 (the paper, "
+        "Table 4)",
         LLAMA3_405B,
-        Layout(tp=8, cp=16, pp=16, dp=8, sp=True, model=LLAMA3_405B),
+        Layout(tp=8, cp=16, pp=16, dp=8, sp=True, cp_comm="all_gather", model=LLAMA3_405B),
     ),
 }
 

@@ -168,7 +168,7 @@ FLAGS: dict[str, Flag] = {
     "--overlap-param-gather": _used(0, "the step's time: the parameter all-gather runs beside the forward"),
     "--tp-comm-overlap": _used(0, "the step's time: TP collectives run beside the products"),
     "--overlap-p2p-communication": _used(0, "the step's time: pipeline sends run beside compute"),
-    "--cp-comm-type": _used(1, "CP's exchange (parasim: p2p, the K/V ring)"),
+    "--cp-comm-type": _used(1, "CP's exchange (parasim: p2p, the K/V ring, or all_gather)"),
     # changes memory, traffic or time; not modelled
     "--fp8-format": _used(1, "FP8 linears: products in FP8, their inputs, weights and gradients cast (with --bf16)"),
     "--fp8-recipe": _used(1, "how FP8's scales are found: delayed, tensorwise (current) or blockwise casts"),

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import Layout, ModelSpec
+from ..layout.mesh import CP_COMMS
 from ..limits import MAX_SIZE, brief
 from ..layout.precision import precision as precision_of
 from .flags import (
@@ -641,11 +642,15 @@ def _layout(job: Job) -> None:
             _use(job, flag)
             job.overlap.append(name)
     cp_type = _text(job, "--cp-comm-type") or "p2p"
-    if "--cp-comm-type" in g and cp_type == "p2p":
-        _use(job, "--cp-comm-type")
-    elif cp_type != "p2p":
+    if cp_type in CP_COMMS:  # the K/V ring, or K and V all-gathered (nn/gathered_attention.py)
+        y["cp_comm"] = cp_type
+        if "--cp-comm-type" in g:
+            _use(job, "--cp-comm-type")
+    else:
         _leave(
-            job, f"--cp-comm-type {cp_type}: CP by another exchange than the K/V ring parasim counts", "--cp-comm-type"
+            job,
+            f"--cp-comm-type {cp_type}: CP by another exchange than the two parasim runs ({' and '.join(CP_COMMS)})",
+            "--cp-comm-type",
         )
     if y["cp"] > 1 and cp_type == "p2p":  # TransformerEngine's ring runs each K/V exchange beside attention
         job.overlap.append("cp")
@@ -845,6 +850,7 @@ def _degrees(job: Job, override: dict[str, Any]) -> dict[str, Any]:
         ep=y["ep"],
         etp=y["etp"],
         sp=y["sp"],
+        cp_comm=y.get("cp_comm", CP_COMMS[0]),
         zero=y["zero"],
         order=y.get("order", "tp-cp-ep-dp-pp"),
         world=job.world,

@@ -148,11 +148,24 @@ class ParallelAttention(Weights):
         )
 
     def _ring(self):
+        """CP's attention: a ring of K/V transfers (p2p) or K/V all-gathered (all_gather), as the layout says."""
+        from .gathered_attention import GatheredAttention
         from .ring_attention import RingAttention
 
         par = self.par
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
+        if par.cp_comm == "all_gather":
+            return GatheredAttention(
+                par.ctx,
+                par.cp_group,
+                par.seq,
+                split=par.cp_split,
+                causal=True,
+                name=f"{self.name}.gather",
+                kv_of=self.kv_of,
+                fold=self._fold,
+            )
         return RingAttention(par.ctx, par.cp_group, par.seq, split=par.cp_split, causal=True, name=f"{self.name}.ring")
 
     def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
@@ -164,7 +177,10 @@ class ParallelAttention(Weights):
                 saved.keep(self.name, label, a)
             idx = xp.asarray(self.kv_of)
             ring = self._ring()
-            o, c_ring = ring.forward(q, xp.take(k, idx, axis=1), xp.take(v, idx, axis=1))
+            if ring.takes_kv_heads:  # K and V travel at their own heads; each q head's copy is made after
+                o, c_ring = ring.forward(q, k, v)
+            else:
+                o, c_ring = ring.forward(q, xp.take(k, idx, axis=1), xp.take(v, idx, axis=1))
             b_, hq, s, d = o.shape
             o = xp.reshape(xp.permute_dims(o, (2, 0, 1, 3)), (s, b_, hq * d))
             out, c_out = self.out.forward(o, saved)
@@ -195,7 +211,9 @@ class ParallelAttention(Weights):
             s, b_ = do.shape[0], do.shape[1]
             do = xp.permute_dims(xp.reshape(do, (s, b_, len(self.q_heads), self.d)), (1, 2, 0, 3))
             dq, dkk, dvv = ring.backward(c_ring, do)
-            return self._qkv_backward(c_qkv, dq, self._fold(dkk, k.shape), self._fold(dvv, v.shape), s, b_)
+            if not ring.takes_kv_heads:  # the q heads' gradients, summed onto their K/V heads here
+                dkk, dvv = self._fold(dkk, k.shape), self._fold(dvv, v.shape)
+            return self._qkv_backward(c_qkv, dq, dkk, dvv, s, b_)
         if kept is None:
             probs = self._probs(q, k)
             mask = self._mask(probs) if self.p else None

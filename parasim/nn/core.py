@@ -59,6 +59,7 @@ class ParallelContext:
     cp_group: Group | None = None  # context parallelism: the sequence is split over it for the whole layer
     seq: int = 0  # the whole sequence length (needed with CP)
     cp_split: str = "zigzag"  # how CP splits the sequence: "contiguous" or "zigzag"
+    cp_comm: str = "p2p"  # how CP ranks share K and V: "p2p" (a ring) or "all_gather" (layout/mesh.py CP_COMMS)
     ep_group: Group | None = None  # expert parallelism: the MoE block's experts are split over this group
     etp_group: Group | None = None  # expert tensor parallelism: each expert's matrices are split over it
     options: LayerOptions = LayerOptions()  # how this run's layers run (frozen: one default serves all)
@@ -82,6 +83,7 @@ class ParallelContext:
             cp_group=g["cp"],
             seq=seq,
             cp_split="zigzag" if layout.zigzag else "contiguous",
+            cp_comm=layout.cp_comm,
             ep_group=g["ep"],
             etp_group=g["expert-tp"],
         )

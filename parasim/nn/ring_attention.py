@@ -133,6 +133,8 @@ class RingWork:
 class RingAttention:
     """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group."""
 
+    takes_kv_heads = False  # forward takes K and V at q's heads (each q head's copy travels the ring)
+
     def __init__(
         self,
         ctx: Context,

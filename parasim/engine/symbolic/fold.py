@@ -26,12 +26,24 @@ _member = tuple.__new__  # a Member without NamedTuple's Python-level __new__ (c
 KEEP = ("pp", "cp")  # a rank's work depends on its stage and (through the causal mask) on its CP slice
 
 
+def keep_of(layout: Any) -> tuple[str, ...]:
+    """The axes along which each rank runs itself in `layout`: its stage's, and its CP slice's where CP ranks pass
+    K and V point to point (a ring: each peer must run) or their work differs (the contiguous split's causal mask
+    gives the first slice least to do). CP by all-gather under the zigzag split gives every CP rank the same shapes,
+    the same work and only collectives: its CP ranks fold like TP's."""
+    if layout.cp > 1 and layout.cp_comm == "all_gather" and layout.zigzag:
+        return ("pp",)
+    return KEEP
+
+
 PLACE = ("tp", "cp", "dp", "pp")  # a rank's place in the attention view names it alone
 
 
-def fold_of(layout: Any, keep: Sequence[str] = KEEP, around: int = 0) -> list[int]:
-    """rank -> its representative: of the ranks with the same coordinates on the `keep` axes, the one that
-    shares rank `around`'s other coordinates (so `around` runs itself, with the ranks it exchanges with)."""
+def fold_of(layout: Any, keep: Sequence[str] | None = None, around: int = 0) -> list[int]:
+    """rank -> its representative: of the ranks with the same coordinates on the `keep` axes (None: the layout's,
+    `keep_of`), the one that shares rank `around`'s other coordinates (so `around` runs itself, with the ranks it
+    exchanges with)."""
+    keep = keep_of(layout) if keep is None else keep
     coords = layout.coords()
     if not 0 <= around < len(coords):
         raise UsageError(f"fold around rank {around}: the layout has ranks 0-{len(coords) - 1}")

@@ -43,9 +43,14 @@ def test_a_27b_step_at_its_longest_sequence_holds_what_the_estimator_says(label,
     assert 0 <= held["optimizer"] - 12 * mine / group < 12 * group
 
 
+GATHERED = [(k, label, {**kw, "cp_comm": "all_gather"}) for k, (label, kw) in enumerate(ROWS) if kw.get("cp", 1) > 1]
+
+
 @pytest.mark.parametrize("label, kw, precision", [(label, kw, "post") for label, kw in ROWS]
-                         + [(label, kw, "megatron-bf16") for label, kw in ROWS[5:6]],
-                         ids=[f"row{k}" for k in range(len(ROWS))] + ["row5-megatron"])
+                         + [(label, kw, "megatron-bf16") for label, kw in ROWS[5:6]]
+                         + [(label, kw, "post") for _, label, kw in GATHERED],
+                         ids=[f"row{k}" for k in range(len(ROWS))] + ["row5-megatron"]
+                         + [f"row{k}-cp-all-gather" for k, _, _ in GATHERED])
 def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw, precision):
     """What the busiest GPU sends per (axis, collective) in one step at 4,096 tokens, the run at the plan's
     precision, against `step_traffic` at the same precision; the data-parallel sums against `dp_traffic` over
@@ -55,7 +60,7 @@ def test_a_27b_steps_bytes_per_axis_are_the_estimators(label, kw, precision):
     from parasim.estimate.traffic import dp_traffic, step_traffic
     model, seq = get_model("27b"), 4096
     plan = Plan(**kw, dropout=kw.get("cp", 1) == 1, precision=precision)
-    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, sp=plan.sp,
+    layout = Layout(tp=plan.tp, cp=plan.cp, pp=plan.pp, dp=plan.dp, sp=plan.sp, cp_comm=plan.cp_comm,
                     model=replace(model, seq=seq, flash=plan.flash, dropout=0.1 if plan.dropout else 0.0))
     trace = parasim.run(make_step(layout, m=plan.pp, recompute=plan.recompute), layout.world, backend="symbolic",
                         fold=fold_of(layout), precision=precision).trace

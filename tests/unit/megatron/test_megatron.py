@@ -340,3 +340,23 @@ def test_megatron_defaults_fill_what_the_flags_leave_out():
 def test_torchrun_starts_the_same_number_on_every_node(world, words):
     assert words in script_text([], world, 8)
     assert read_job("x.sh", script_text(["--num-layers", "2"], world, 8)).launched == world
+
+
+def test_cp_by_all_gather_is_read_and_run_and_another_exchange_is_named(tmp_path):
+    path = tmp_path / "job.sh"
+    flags = ("torchrun --nproc-per-node 4 pretrain_gpt.py --num-layers 2 --hidden-size 8 --num-attention-heads 2 "
+             "--seq-length 16 --max-position-embeddings 16 --micro-batch-size 1 --global-batch-size 2 --vocab-size 16 "
+             "--context-parallel-size 2 --tensor-model-parallel-size 2 --cp-comm-type {}\n")
+    path.write_text(flags.format("all_gather"))
+    job = read_job(str(path))
+    plan = plan_of(job, job.model_spec())
+    assert plan.cp_comm == "all_gather" and "--cp-comm-type all_gather" in {u for u, _ in job.used}
+    assert "cp" not in job.overlap  # TransformerEngine's ring overlap: not for a gather before attention
+    path.write_text(flags.format("p2p"))
+    job = read_job(str(path))
+    assert plan_of(job, job.model_spec()).cp_comm == "p2p" and "cp" in job.overlap
+    path.write_text(flags.format("a2a"))
+    job = read_job(str(path))
+    assert plan_of(job, job.model_spec()).cp_comm == "p2p"  # run as the ring, and said so
+    assert any(u.startswith("--cp-comm-type a2a: CP by another exchange than the two parasim runs (p2p and "
+                            "all_gather)") for u in job.unmodelled)

@@ -21,16 +21,20 @@ def _counted(trace):
     return events, marks
 
 
-@pytest.mark.parametrize("layout", [
-    Layout(pp=2, dp=4, ep=4, model=SMALL),
-    Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
-    Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL),
-], ids=["pp-dp-ep", "tp-sp-pp-ep", "tp-cp-pp-ep"])
-def test_a_folded_run_counts_what_a_full_run_does(layout):
+@pytest.mark.parametrize("layout, runs", [
+    (Layout(pp=2, dp=4, ep=4, model=SMALL), 2),
+    (Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL), 2),
+    (Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL), 4),  # a ring's CP ranks each run
+    # CP by all-gather under zigzag: one rank a stage runs, its CP peers folded onto it like its TP peers
+    (Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, cp_comm="all_gather", model=SMALL), 2),
+    # ... but not under the contiguous split: the causal mask gives each CP slice its own work
+    (Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, cp_comm="all_gather", zigzag=False, model=SMALL), 4),
+], ids=["pp-dp-ep", "tp-sp-pp-ep", "tp-cp-pp-ep", "tp-cp-gather-pp-ep", "tp-cp-gather-contiguous"])
+def test_a_folded_run_counts_what_a_full_run_does(layout, runs):
     program = make_step(layout, m=2, routing="balanced")
     full = parasim.run(program, layout.world, backend="symbolic")
     fold = fold_of(layout)
-    assert len(set(fold)) == layout.pp * layout.cp < layout.world  # one rank per stage and CP slice runs
+    assert len(set(fold)) == runs < layout.world  # one rank per stage (and CP slice, where it must) runs
     folded = parasim.run(program, layout.world, backend="symbolic", fold=fold)
     assert folded.trace.meta["folded"] is True
     assert _counted(folded.trace) == _counted(full.trace)

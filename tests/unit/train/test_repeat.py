@@ -70,13 +70,17 @@ CASES = [
     (Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL), True, {}),
     (Layout(tp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL), False, {}),  # TP's other ranks run: no repeats
     (Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, model=SMALL), True, {}),  # CP's ring: no repeats
+    # CP by all-gather: its peers folded, every collective the running rank's own: repeated
+    (Layout(tp=2, cp=2, pp=2, dp=2, ep=4, etp=1, sp=True, cp_comm="all_gather", model=SMALL), True, {}),
     (Layout(tp=2, pp=2, dp=2, sp=True, model=DENSE), True, {"recompute": "full"}),
     (Layout(pp=2, dp=2, model=DENSE), False, {}),  # no collective in a layer: repeated without folding
 ]
 
 
 @pytest.mark.parametrize(
-    "layout,fold,kw", CASES, ids=["pp-dp-ep", "tp-sp-pp-ep", "unfolded", "tp-cp-pp-ep", "dense-recompute", "dense"]
+    "layout,fold,kw",
+    CASES,
+    ids=["pp-dp-ep", "tp-sp-pp-ep", "unfolded", "tp-cp-pp-ep", "tp-cp-gather", "dense-recompute", "dense"],
 )
 def test_repeated_calls_make_the_trace_running_them_makes(layout, fold, kw, monkeypatch):
     m = 4
@@ -89,7 +93,7 @@ def test_repeated_calls_make_the_trace_running_them_makes(layout, fold, kw, monk
     assert set(ran) == set(ran_all)
     runs_each = 2 if kw.get("recompute") == "full" else 1  # the recomputed forward has the same shapes
     assert set(ran_all.values()) == {m * runs_each}
-    if layout.cp > 1 or (not fold and layout.tp > 1):  # a transfer, or a collective another rank runs
+    if layout.cp_comm == "p2p" and layout.cp > 1 or (not fold and layout.tp > 1):  # a transfer, or a collective another rank runs
         assert ran == ran_all
     else:  # each layer's forward ran once on each rank that runs
         assert set(ran.values()) == {1}
