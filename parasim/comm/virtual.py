@@ -30,7 +30,7 @@ from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
 
-def said(arrival: tuple) -> str:
+def _said(arrival: tuple) -> str:
     """How a member's call is named in errors (`describe`), from what it brought: (x, params, site, label, op)."""
     return describe(arrival[4], arrival[0], **arrival[1])
 
@@ -234,7 +234,7 @@ class VirtualWorld(PointToPoint):
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
                 me = cast(tuple, w.arrivals[w.group.ranks.index(st.rank)])  # its own arrival: it waits in it
-                key = (id(w), said(me), me[2])  # members may differ in site (and, for all_to_all, in chunks)
+                key = (id(w), _said(me), me[2])  # members may differ in site (and, for all_to_all, in chunks)
                 if key not in texts:
                     arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
                     missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
@@ -386,7 +386,7 @@ class VirtualWorld(PointToPoint):
         raise mismatch_error(
             inst.call,
             inst.group,
-            {r: f"{said(a)} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
+            {r: f"{_said(a)} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
         )
 
     def _complete(self, inst: _Instance, current: int) -> None:
@@ -447,9 +447,9 @@ class VirtualWorld(PointToPoint):
         gathers), has that call's records again: the same tuples, in a list of its own."""
         kind, records = self._same_records(g, arrivals[0], outs, op, params)
         sites = [a[2] for a in arrivals]  # raw sites: the run's memo hands out one tuple per line
-        idle = kind is not None and works.count(None) == len(works)
-        if idle:
-            last = self._repeats.get(kind)
+        idle = kind if works.count(None) == len(works) else None  # the kind, where no member computed since
+        if idle is not None:
+            last = self._repeats.get(idle)
             if last is not None and last[0] == sites:
                 return list(last[1])
         names = self.site_names
@@ -457,8 +457,8 @@ class VirtualWorld(PointToPoint):
             _member(Member, (r, tin, tout, sent, recv, names[site], None, None, work))
             for r, site, (tin, tout, sent, recv), work in zip(g.ranks, sites, records, works)
         ]
-        if idle:
-            self._repeats[kind] = (sites, members)
+        if idle is not None:
+            self._repeats[idle] = (sites, members)
         return members
 
     def _same_records(self, g: Group, first: tuple, outs: list, op: Any, params: dict) -> tuple[tuple | None, list]:

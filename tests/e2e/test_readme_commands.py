@@ -270,6 +270,8 @@ FIGURES = {
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced": [("2,048 GPUs",
                                                                                    "2,048 symbolic GPUs")],
     "parasim trace --symbolic --layout llama3-405b --gpu 0 --seq 8192": [("16,384 GPUs", "16,384 symbolic GPUs")],
+    "parasim trace --symbolic --layout llama3-405b-long --gpu 0 --seq 131072": [
+        ("CP 16, K/V all-gathered", "all-gather over cp")],
     "parasim fit --model 27b --tp 8 --sp --symbolic": [("fits the run", "): fits"),
                                                        ("one step longer does not", "): does NOT fit")],
     "parasim check silent-bugs --bug expert-over-dp-cp": [
@@ -293,6 +295,7 @@ EXIT_CODES = {
 SLOW = {
     "parasim trace --symbolic --layout deepseek-v3 --gpu 200 --routing balanced",
     "parasim trace --symbolic --layout llama3-405b --gpu 0 --seq 8192",
+    "parasim trace --symbolic --layout llama3-405b-long --gpu 0 --seq 131072",
     "parasim trace --symbolic --layout deepseek-v3 --app",
 }
 
