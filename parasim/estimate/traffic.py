@@ -121,16 +121,15 @@ def layer_traffic(
         small = 2 * norm_params + (blocks if bias else 0) + experts
         grad = itemsize if grad_itemsize is None else grad_itemsize
         _add(out, ("tp", "all_reduce"), small * ring("all_reduce", h * grad, tp))
+    # this rank's K (or V): its tokens at its TP rank's K/V heads (a K/V head replicated where TP has more ranks)
+    kv = tokens * max((kv_heads or heads) // tp, 1) * (h // heads) * itemsize
     if cp > 1 and cp_comm == "all_gather":
-        # K and V gathered at their own heads (a TP rank's share, a K/V head replicated where TP has more ranks),
-        # forward and again backward; dK and dV, summed over every rank's queries, reduce-scattered home
-        local = tokens * max((kv_heads or heads) // tp, 1) * (h // heads) * itemsize  # this rank's K (or V)
-        _add(out, ("cp", "all_gather"), (fwd + 1) * 2 * ring("all_gather", cp * local, cp))
-        _add(out, ("cp", "reduce_scatter"), 2 * ring("reduce_scatter", cp * local, cp))
+        # K and V gathered forward and again backward; dK and dV, summed over every rank's queries, reduce-scattered
+        _add(out, ("cp", "all_gather"), (fwd + 1) * 2 * ring("all_gather", cp * kv, cp))
+        _add(out, ("cp", "reduce_scatter"), 2 * ring("reduce_scatter", cp * kv, cp))
     elif cp > 1:
         # ring attention: K and V go round cp-1 times forward; backward K, V, dK, dV cp-1 times and
-        # dK, dV one more hop home. K/V travel per query head, as the engine sends them.
-        kv = tokens * h / tp * itemsize
+        # dK, dV one more hop home
         _add(out, ("cp", "p2p"), (fwd * 2 * (cp - 1) + 4 * (cp - 1) + 2) * kv)
     return out
 

@@ -155,18 +155,18 @@ class ParallelAttention(Weights):
         par = self.par
         if self.p:
             raise LayoutError("attention-probability dropout is not modelled with context parallelism")
-        if par.cp_comm == "all_gather":
-            return GatheredAttention(
-                par.ctx,
-                par.cp_group,
-                par.seq,
-                split=par.cp_split,
-                causal=True,
-                name=f"{self.name}.gather",
-                kv_of=self.kv_of,
-                fold=self._fold,
-            )
-        return RingAttention(par.ctx, par.cp_group, par.seq, split=par.cp_split, causal=True, name=f"{self.name}.ring")
+        kind, name = (GatheredAttention, "gather") if par.cp_comm == "all_gather" else (RingAttention, "ring")
+        # K and V go at their own heads, each q head's copy made where it is read
+        return kind(
+            par.ctx,
+            par.cp_group,
+            par.seq,
+            split=par.cp_split,
+            causal=True,
+            name=f"{self.name}.{name}",
+            kv_of=self.kv_of,
+            fold=self._fold,
+        )
 
     def forward(self, x: Array, saved: Saved) -> tuple[Array, tuple]:
         xp = self.par.xp
@@ -175,12 +175,8 @@ class ParallelAttention(Weights):
         if self.par.cp_world_size > 1:  # the sequence is split over CP ranks: attend around the ring
             for label, a in (("q", q), ("k", k), ("v", v)):
                 saved.keep(self.name, label, a)
-            idx = xp.asarray(self.kv_of)
             ring = self._ring()
-            if ring.takes_kv_heads:  # K and V travel at their own heads; each q head's copy is made after
-                o, c_ring = ring.forward(q, k, v)
-            else:
-                o, c_ring = ring.forward(q, xp.take(k, idx, axis=1), xp.take(v, idx, axis=1))
+            o, c_ring = ring.forward(q, k, v)  # K and V at their own heads
             b_, hq, s, d = o.shape
             o = xp.reshape(xp.permute_dims(o, (2, 0, 1, 3)), (s, b_, hq * d))
             out, c_out = self.out.forward(o, saved)
@@ -210,10 +206,8 @@ class ParallelAttention(Weights):
             do = self.out.backward(c_out, dy)
             s, b_ = do.shape[0], do.shape[1]
             do = xp.permute_dims(xp.reshape(do, (s, b_, len(self.q_heads), self.d)), (1, 2, 0, 3))
-            dq, dkk, dvv = ring.backward(c_ring, do)
-            if not ring.takes_kv_heads:  # the q heads' gradients, summed onto their K/V heads here
-                dkk, dvv = self._fold(dkk, k.shape), self._fold(dvv, v.shape)
-            return self._qkv_backward(c_qkv, dq, dkk, dvv, s, b_)
+            dq, dk, dv = ring.backward(c_ring, do)  # dK and dV at K's and V's own heads
+            return self._qkv_backward(c_qkv, dq, dk, dv, s, b_)
         if kept is None:
             probs = self._probs(q, k)
             mask = self._mask(probs) if self.p else None

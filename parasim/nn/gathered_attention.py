@@ -30,8 +30,6 @@ class GatheredAttention:
     reads, and each q head's copy is made after the gather; `fold(per_q, shape)` sums the q heads' gradients
     back onto their K/V head before the reduce-scatter sends them home. Without them K and V come at q's heads."""
 
-    takes_kv_heads = True  # forward takes K and V at their own heads (the attention layer's question)
-
     def __init__(
         self,
         ctx: Context,

@@ -13,7 +13,7 @@ chunks and gives rank i chunks i and 2*cp-1-i, so with a causal mask every rank 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any
@@ -131,9 +131,12 @@ class RingWork:
 
 
 class RingAttention:
-    """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group."""
+    """Causal (or not) attention of q [b, heads, s_local, d] against the whole sequence's k, v over a CP group.
 
-    takes_kv_heads = False  # forward takes K and V at q's heads (each q head's copy travels the ring)
+    K and V travel at their own heads (a grouped-query model's few, as TransformerEngine's ring sends them):
+    `kv_of` names the K/V head each q head reads, and each step makes the q heads' copies of the chunk it holds;
+    `fold(per_q, shape)` sums the q heads' gradients onto their K/V head before dK and dV move on. Without them
+    K and V come at q's heads."""
 
     def __init__(
         self,
@@ -143,8 +146,11 @@ class RingAttention:
         split: str = "contiguous",
         causal: bool = True,
         name: str = "ring",
+        kv_of: Sequence[int] | None = None,
+        fold: Callable[[Any, tuple], Any] | None = None,
     ):
         self.ctx, self.group, self.seq, self.split, self.causal, self.name = ctx, group, seq, split, causal, name
+        self.kv_of, self.fold = kv_of, fold
         self.cp = 1 if group is None else group.size
         self.r = 0 if group is None else group.group_rank(ctx.rank)
         self.sequence = SequenceSplit(split, seq, self.cp)
@@ -187,6 +193,14 @@ class RingAttention:
         ]
         return self.ctx.comm.exchange(ops, group=self.group, label=head + what.format("/".join(names), src))
 
+    def _heads(self, a: Array) -> Any:
+        """Each q head's copy of its K/V head (the chunk held travels at K/V heads)."""
+        return a if self.kv_of is None else self.ctx.xp.take(a, self.ctx.xp.asarray(self.kv_of), axis=1)
+
+    def _folded(self, per_q: Array, like: Array) -> Any:
+        """A gradient of the q heads' copies summed onto their K/V heads (shaped as `like`)."""
+        return per_q if self.fold is None else self.fold(per_q, tuple(like.shape))
+
     def _mask(self, src: int) -> Any:
         """True where a key of chunk-owner `src` comes after the query (masked), or None without masking."""
         if not self.causal:
@@ -222,10 +236,10 @@ class RingAttention:
                 self.work.skipped += 1  # every key of this chunk comes after every query: nothing to do
                 self.ctx.compute(f"{self.name}: skip K/V of rank {src}", 0)
             else:
-                scores = xp.matmul(q, xp.permute_dims(held_k, (0, 1, 3, 2))) * scale
+                scores = xp.matmul(q, xp.permute_dims(self._heads(held_k), (0, 1, 3, 2))) * scale
                 if mask is not None:
                     scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)
-                m, l, o, _ = online_softmax_step(xp, m, l, o, scores, held_v)
+                m, l, o, _ = online_softmax_step(xp, m, l, o, scores, self._heads(held_v))
                 self.ctx.compute(f"{self.name}: attend to K/V of CP rank {src}", flops)
             if step < self.cp - 1:
                 held_k, held_v = self._rotate([held_k, held_v], ["K", "V"], src)
@@ -247,15 +261,16 @@ class RingAttention:
             src = (self.r - step) % self.cp
             mask = self._mask(src)
             if not (self.causal and self.ends[src][0] > self.ends[self.r][1]):  # as forward skipped it
-                scores = xp.matmul(q, xp.permute_dims(held_k, (0, 1, 3, 2))) * scale
+                kk, vv = self._heads(held_k), self._heads(held_v)
+                scores = xp.matmul(q, xp.permute_dims(kk, (0, 1, 3, 2))) * scale
                 if mask is not None:
                     scores = xp.where(mask, xp.full_like(scores, -math.inf), scores)
                 p = xp.exp(scores - lse[..., None])  # the final softmax weights of this block
-                held_dv = held_dv + xp.matmul(xp.permute_dims(p, (0, 1, 3, 2)), dout)
-                dp = xp.matmul(dout, xp.permute_dims(held_v, (0, 1, 3, 2)))
+                held_dv = held_dv + self._folded(xp.matmul(xp.permute_dims(p, (0, 1, 3, 2)), dout), held_dv)
+                dp = xp.matmul(dout, xp.permute_dims(vv, (0, 1, 3, 2)))
                 ds = p * (dp - delta[..., None]) * scale
-                dq = dq + xp.matmul(ds, held_k)
-                held_dk = held_dk + xp.matmul(xp.permute_dims(ds, (0, 1, 3, 2)), q)
+                dq = dq + xp.matmul(ds, kk)
+                held_dk = held_dk + self._folded(xp.matmul(xp.permute_dims(ds, (0, 1, 3, 2)), q), held_dk)
             if step < self.cp - 1:
                 held_k, held_v, held_dk, held_dv = self._rotate(
                     [held_k, held_v, held_dk, held_dv], ["K", "V", "dK", "dV"], src, backward=True

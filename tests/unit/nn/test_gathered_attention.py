@@ -16,6 +16,7 @@ from parasim.errors import LayoutError  # noqa: E402
 from parasim.layout import Layout, ModelSpec, preset  # noqa: E402
 from parasim.nn import ParallelContext, Saved  # noqa: E402
 from parasim.nn.gathered_attention import GatheredAttention  # noqa: E402
+from parasim.nn.ring_attention import RingAttention  # noqa: E402
 from parasim.nn.layer import TransformerLayer, layer_weights  # noqa: E402
 
 TOL = 1e-10
@@ -25,9 +26,9 @@ def worst(pairs) -> float:
     return max(float(np.max(np.abs(np.asarray(got) - np.asarray(want)))) for got, want in pairs)
 
 
-def run_gathered(cp, seq, b, heads, d, causal, split, kv_heads=None):
+def run_gathered(cp, seq, b, heads, d, causal, split, kv_heads=None, kind=GatheredAttention):
     """Each CP rank's positions, output and q/k/v gradients; with `kv_heads`, K and V at their own heads, each q
-    head reading K/V head h // (heads // kv_heads)."""
+    head reading K/V head h // (heads // kv_heads). `kind`: the CP attention (the ring takes the same calls)."""
     kv = heads if kv_heads is None else kv_heads
     group_size = heads // kv
 
@@ -39,7 +40,7 @@ def run_gathered(cp, seq, b, heads, d, causal, split, kv_heads=None):
             def fold(per_q, shape):  # each K/V head's gradient: the sum of its q heads'
                 return ctx.xp.sum(ctx.xp.reshape(per_q, (shape[0], kv, group_size, *shape[2:])), axis=2)
 
-        att = GatheredAttention(
+        att = kind(
             ctx,
             group,
             seq,
@@ -76,9 +77,10 @@ def test_gathered_attention_equals_torch(cp, split, causal):
         assert worst([(got, ref)]) < TOL, key
 
 
-def test_grouped_kv_heads_travel_at_their_own_heads_and_equal_torch():
+@pytest.mark.parametrize("kind", [GatheredAttention, RingAttention], ids=["gather", "ring"])
+def test_grouped_kv_heads_travel_at_their_own_heads_and_equal_torch(kind):
     cp, seq, b, heads, kv, d = 2, 8, 1, 4, 2, 3
-    result = run_gathered(cp, seq, b, heads, d, True, "zigzag", kv_heads=kv)
+    result = run_gathered(cp, seq, b, heads, d, True, "zigzag", kv_heads=kv, kind=kind)
     qt = torch.tensor(full("q", (b, heads, seq, d)), requires_grad=True)
     kt, vt = (torch.tensor(full(n, (b, kv, seq, d)), requires_grad=True) for n in "kv")
     s = qt @ kt.repeat_interleave(heads // kv, dim=1).transpose(-1, -2) / math.sqrt(d)
@@ -87,10 +89,15 @@ def test_grouped_kv_heads_travel_at_their_own_heads_and_equal_torch():
     (out * torch.tensor(full("do", (b, heads, seq, d)))).sum().backward()
     for key, ref in (("out", out.detach()), ("dq", qt.grad), ("dk", kt.grad), ("dv", vt.grad)):
         assert worst([(gather(result.values, key, seq), ref.numpy())]) < TOL, key
-    # K and V gathered at their 2 heads, not the 4 q heads': each rank's 4 tokens x 2 heads x 3 values, 8 bytes
-    gathers = [e for e in result.trace.events if e.op == "all_gather"]
-    assert {m.ins[0].shape for e in gathers for m in e.members} == {(b, kv, seq // cp, d)}
-    assert {m.recv for e in gathers for m in e.members} == {(cp - 1) * b * kv * (seq // cp) * d * 8}
+    # K and V move at their 2 heads, not the 4 q heads': each rank's 4 tokens x 2 heads x 3 values, 8 bytes
+    share = b * kv * (seq // cp) * d * 8
+    if kind is GatheredAttention:
+        gathers = [e for e in result.trace.events if e.op == "all_gather"]
+        assert {m.ins[0].shape for e in gathers for m in e.members} == {(b, kv, seq // cp, d)}
+        assert {m.recv for e in gathers for m in e.members} == {(cp - 1) * share}
+    else:  # the ring over 2: K and V forward, K, V, dK and dV backward, dK and dV home, one share each
+        moved = [e for e in result.trace.events if e.kind == "p2p"]
+        assert sum(m.sent for e in moved for m in e.members if m.rank == 0) == (2 + 4 + 2) * share
 
 
 def test_the_collectives_are_gathers_before_and_reduce_scatters_after():
@@ -113,7 +120,7 @@ def test_the_collectives_are_gathers_before_and_reduce_scatters_after():
     ]
 
 
-def run_cp_layer(shape, tp, cp, sp, split, s):
+def run_cp_layer(shape, tp, cp, sp, split, s, comm="all_gather"):
     def program(ctx):
         t = ParallelContext(
             ctx,
@@ -122,7 +129,7 @@ def run_cp_layer(shape, tp, cp, sp, split, s):
             cp_group=ctx.groups["cp"],
             seq=s,
             cp_split=split,
-            cp_comm="all_gather",
+            cp_comm=comm,
         )
         layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
         idx = ctx.xp.asarray(t.token_positions())
@@ -139,7 +146,7 @@ def run_cp_layer(shape, tp, cp, sp, split, s):
             "tp": ctx.coords.tp,
         }
 
-    return parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=sp, cp_comm="all_gather"), seed=SEED)
+    return parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=sp, cp_comm=comm), seed=SEED)
 
 
 # (tp, cp, sp, split, seq); heads 4 over kv heads 2 (grouped, and replicated on TP 4)
@@ -152,12 +159,13 @@ LAYER = [
 ]
 
 
+@pytest.mark.parametrize("comm", ["all_gather", "p2p"])
 @pytest.mark.parametrize(
     "tp, cp, sp, split, s", LAYER, ids=[f"tp{t}-cp{c}{'-sp' if p else ''}-{x[:3]}-s{s}" for t, c, p, x, s in LAYER]
 )
-def test_a_layer_with_cp_by_all_gather_equals_torch(tp, cp, sp, split, s):
+def test_a_layer_with_cp_by_either_exchange_equals_torch(tp, cp, sp, split, s, comm):
     shape = ModelSpec(hidden=8, heads=4, kv_heads=2, dropout=0.0)
-    result = run_cp_layer(shape, tp, cp, sp, split, s)
+    result = run_cp_layer(shape, tp, cp, sp, split, s, comm)
     vals = result.values
     ry, rdx, rg = reference(shape, s, 1)
     y, dx = np.zeros_like(ry), np.zeros_like(rdx)
@@ -178,9 +186,9 @@ def test_a_layer_with_cp_by_all_gather_equals_torch(tp, cp, sp, split, s):
             for m in e.members:
                 sent.setdefault(m.rank, {}).setdefault(e.op, 0)
                 sent[m.rank][e.op] += m.sent
-    want = layer_traffic(shape.hidden, shape.heads, s // cp, tp, sp, cp, itemsize=8, kv_heads=2, cp_comm="all_gather")
+    want = layer_traffic(shape.hidden, shape.heads, s // cp, tp, sp, cp, itemsize=8, kv_heads=2, cp_comm=comm)
     assert set(sent) == set(range(tp * cp))
-    assert all(got == {op: want[("cp", op)] for op in ("all_gather", "reduce_scatter")} for got in sent.values())
+    assert all(got == {op: v for (axis, op), v in want.items() if axis == "cp"} for got in sent.values())
 
 
 def test_the_estimators_cp_bytes_by_hand():
