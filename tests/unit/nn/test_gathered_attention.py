@@ -77,6 +77,36 @@ def test_gathered_attention_equals_torch(cp, split, causal):
         assert worst([(got, ref)]) < TOL, key
 
 
+def test_scores_far_apart_in_size_stay_exact():
+    """Each query's scores are shifted by its own largest before exp (a shift by the largest of all would send a
+    row whose scores are all far below it to zeros, and its softmax to 0/0)."""
+    cp, seq, b, heads, d = 2, 8, 1, 2, 3
+
+    def program(ctx):
+        group = ctx.new_group(range(ctx.world), "cp")
+        att = GatheredAttention(ctx, group, seq, split="zigzag", causal=True)
+        pos = ctx.xp.asarray(list(att.sequence.positions(att.r)))
+        scale = ctx.xp.asarray([1.0, 4000.0] * 4)[:, None]  # rows far apart
+
+        def take(name, times=None):
+            whole = ctx.shared_rng(name).normal((b, heads, seq, d))
+            return ctx.xp.take(whole if times is None else whole * times, pos, axis=2)
+
+        out, cache = att.forward(take("q", scale), take("k"), take("v"))
+        return {"pos": list(att.sequence.positions(att.r)), "out": out}
+
+    vals = parasim.run(program, cp).values
+    scale = np.array([1.0, 4000.0] * 4)[:, None]
+    qt = torch.tensor(full("q", (b, heads, seq, d)) * scale)
+    kt, vt = (torch.tensor(full(n, (b, heads, seq, d))) for n in "kv")
+    s = (qt @ kt.transpose(-1, -2) / math.sqrt(d)).masked_fill(
+        torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf
+    )
+    want = (torch.softmax(s, -1) @ vt).numpy()
+    got = gather(vals, "out", seq)
+    assert np.isfinite(got).all() and worst([(got, want)]) < TOL
+
+
 @pytest.mark.parametrize("kind", [GatheredAttention, RingAttention], ids=["gather", "ring"])
 def test_grouped_kv_heads_travel_at_their_own_heads_and_equal_torch(kind):
     cp, seq, b, heads, kv, d = 2, 8, 1, 4, 2, 3
@@ -101,13 +131,13 @@ def test_grouped_kv_heads_travel_at_their_own_heads_and_equal_torch(kind):
 
 
 def test_the_collectives_are_gathers_before_and_reduce_scatters_after():
-    events = run_gathered(4, 16, 1, 2, 2, True, "zigzag").trace.events
+    events = run_gathered(4, 16, 2, 2, 2, True, "zigzag").trace.events
     assert {e.kind for e in events} == {"collective", "compute"}  # no transfer: every rank may fold onto another
     # the causal work, alike on every rank under zigzag: 16 tokens in 8 chunks of 2, rank r holding chunks r and
     # 7 - r, each seeing the chunks before it whole and its own half: r + 1/2 + 7 - r + 1/2 = 8 blocks of 2 x 2
-    # query-key pairs, 2 products (QK^T, PV) of 2 flops a multiply-add over d = 2, for 2 heads: 8 x 4 x 4 x 2 x 2
-    assert sorted((e.members[0].rank, e.params["flops"]) for e in events if e.kind == "compute") == [
-        (r, 8 * 4 * 4 * 2 * 2) for r in range(4)
+    # query-key pairs, 2 products (QK^T, PV) of 2 flops a multiply-add over d = 2, for 2 heads and 2 sequences
+    assert sorted((e.members[0].rank, e.op, e.params["flops"]) for e in events if e.kind == "compute") == [
+        (r, "gather: attend to the gathered K/V", 8 * 4 * 4 * 2 * 2 * 2) for r in range(4)
     ]
     first = [(e.op, e.label, e.params.get("dim")) for e in events if e.kind == "collective" and 0 in e.ranks]
     assert first == [
