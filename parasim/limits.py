@@ -133,7 +133,8 @@ def check_symbolic_step(seq: int | None, microbatches: int, stages: int, cp: int
         microbatches * stages * cp,
         SYMBOLIC_PASSES,
         "each runs its stage's layers forward and backward; CP ranks pass K and V to each other point to point, "
-        "so each runs itself rather than folded; parasim memory estimates such a layout without running it",
+        "so each runs itself rather than folded (CP by all-gather, --cp-comm all_gather, folds them); parasim memory "
+        "estimates such a layout without running it",
     )
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
+from ..layout.mesh import CP_COMMS
 from ..limits import SEARCH_TOP, number_arg, size_arg
 from ..render.text import markup_safe, printable_lines
 from ..nn.routing import policy_help
@@ -69,6 +70,12 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     add_sizes(y, _pos, {"dp": "default: derived from --gpus", "etp": "default 1"})
     y.add_argument("--gpus", type=_pos, metavar="N", help="GPUs in all (default: tp x cp x pp x dp)")
     y.add_argument("--sp", "--sequence-parallel", dest="sp", action="store_true", help="sequence parallelism")
+    y.add_argument(
+        "--cp-comm",
+        choices=CP_COMMS,
+        default=None,
+        help="how CP ranks share K and V: p2p, a ring (default); all_gather, gathered before attention (Llama 3's)",
+    )
     y.add_argument(
         "--zero",
         type=count,
@@ -364,6 +371,7 @@ def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None
             ep=args.ep,
             etp=args.etp,
             sp=args.sp or None,
+            cp_comm=args.cp_comm,
             zero=args.zero,
             recompute=args.recompute,
             flash=False if args.no_flash else None,
@@ -379,6 +387,7 @@ def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None
         tp=args.tp or 1,
         sp=args.sp,
         cp=args.cp or 1,
+        cp_comm=args.cp_comm or CP_COMMS[0],
         pp=args.pp or 1,
         dp=args.dp,
         world=args.gpus,

@@ -835,7 +835,7 @@ def _world(job: Job) -> None:
         job.step["microbatches"] = max(1, batch // (micro * dp))
 
 
-LAYOUT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "sp", "zero", "order", "world", "gpus_per_node")
+LAYOUT_FIELDS = ("tp", "cp", "pp", "dp", "ep", "etp", "sp", "cp_comm", "zero", "order", "world", "gpus_per_node")
 
 
 def _degrees(job: Job, override: dict[str, Any]) -> dict[str, Any]:

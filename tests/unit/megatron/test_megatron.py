@@ -360,3 +360,14 @@ def test_cp_by_all_gather_is_read_and_run_and_another_exchange_is_named(tmp_path
     assert plan_of(job, job.model_spec()).cp_comm == "p2p"  # run as the ring, and said so
     assert any(u.startswith("--cp-comm-type a2a: CP by another exchange than the two parasim runs (p2p and "
                             "all_gather)") for u in job.unmodelled)
+
+
+def test_the_command_line_names_the_cp_exchange_over_the_jobs(tmp_path):
+    path = tmp_path / "job.sh"
+    path.write_text("torchrun --nproc-per-node 4 pretrain_gpt.py --num-layers 2 --hidden-size 8 --num-attention-heads 2 "
+                    "--seq-length 16 --max-position-embeddings 16 --micro-batch-size 1 --global-batch-size 2 "
+                    "--vocab-size 16 --context-parallel-size 2 --tensor-model-parallel-size 2 --cp-comm-type p2p\n")
+    ring = json.loads(cli("memory", "--megatron", str(path), "--json").stdout)["traffic"]
+    got = json.loads(cli("memory", "--megatron", str(path), "--cp-comm", "all_gather", "--json").stdout)["traffic"]
+    assert "cp p2p" in ring and "cp all_gather" not in ring
+    assert "cp all_gather" in got and "cp reduce_scatter" in got and "cp p2p" not in got

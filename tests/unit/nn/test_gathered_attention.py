@@ -302,3 +302,21 @@ def test_the_long_context_stage_traced_at_real_size_on_one_data_parallel_group()
     # all-gather sends the rank's share to 15 others; K and V forward and backward, 8 layers, 16 micro-batches
     share = 256 * 1 * 128 * 2
     assert sent["all_gather"] == 4 * 15 * share * 8 * 16 and sent["reduce_scatter"] == 2 * 15 * share * 8 * 16
+
+
+def test_memory_counts_cp_by_all_gather_when_asked():
+    import json
+
+    from conftest import cli
+
+    args = ("memory", "--model", "27b", "--tp", "8", "--sp", "--cp", "2", "--seq", "4096", "--json")
+    gathered = json.loads(cli(*args, "--cp-comm", "all_gather").stdout)["traffic"]
+    ring = json.loads(cli(*args).stdout)["traffic"]
+    # by hand: 2,048 tokens a CP rank, 6 of the 48 K/V heads of 128 a TP rank, 2 bytes: 3,145,728 bytes of K (or V);
+    # over CP 2 each all-gather sends it once and each reduce-scatter half of two: K and V gathered forward and
+    # backward (4), dK and dV scattered (2), for 60 layers and one micro-batch
+    share = 2048 * 6 * 128 * 2
+    assert gathered["cp all_gather"] == pytest.approx(4 * share * 60 / 1e9)
+    assert gathered["cp reduce_scatter"] == pytest.approx(2 * share * 60 / 1e9)
+    # the ring: K and V forward (1 hop), K, V, dK, dV backward (1 hop) and dK, dV home: 8 shares a layer
+    assert ring["cp p2p"] == pytest.approx(8 * share * 60 / 1e9) and "cp all_gather" not in ring
