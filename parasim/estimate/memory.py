@@ -152,8 +152,8 @@ class Plan(Layout):
 ASSUMPTION_WORDS: dict[tuple[str, Any], str] = {
     ("flash", True): "attention scores not kept (FlashAttention: recomputed in backward)",
     ("flash", False): "attention scores kept (s x s per head and layer: no FlashAttention)",
-    ("ring", True): "attention scores not kept (CP's ring attention keeps only q, k, v, the output and its "
-    "log-sum-exp)",
+    ("ring", True): "attention scores not kept (CP's attention, a ring or an all-gather, keeps only q, k, v, the "
+    "output and its log-sum-exp)",
     ("dropout", True): "dropout masks kept (1 byte a value)",
     ("dropout", False): "no dropout masks",
     ("recompute", "none"): "no activation recomputation",
