@@ -5,7 +5,7 @@ NAME` takes entries with a layout."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import UsageError
 from .mesh import Layout
@@ -123,8 +123,8 @@ PRESETS: dict[str, Preset] = {
     "llama3-405b-long": Preset(
         "Llama 3 405B's long-context stage on 16,384 GPUs: TP8 x CP16 (K/V all-gathered) x PP16 x DP8 (the paper, "
         "Table 4)",
-        LLAMA3_405B,
-        Layout(tp=8, cp=16, pp=16, dp=8, sp=True, cp_comm="all_gather", model=LLAMA3_405B),
+        replace(LLAMA3_405B, seq=131072),  # the stage's sequences: a run at another length names it (--seq)
+        Layout(tp=8, cp=16, pp=16, dp=8, sp=True, cp_comm="all_gather", model=replace(LLAMA3_405B, seq=131072)),
     ),
 }
 
@@ -134,12 +134,13 @@ def layout_names() -> list[str]:
 
 
 def model_names() -> list[str]:
-    """One name per distinct model (the first entry that names it)."""
-    seen: list[ModelSpec] = []
+    """One name per distinct model (the first entry that names it; a stage of one model at another sequence
+    length, llama3-405b-long's, is the same model)."""
+    seen: list[str] = []
     out = []
     for n, p in PRESETS.items():
-        if p.model not in seen:
-            seen.append(p.model)
+        if p.model.name not in seen:
+            seen.append(p.model.name)
             out.append(n)
     return out
 

@@ -21,6 +21,9 @@ def test_the_two_layouts_are_table_4s():
     short, long = preset("llama3-405b"), preset("llama3-405b-long")
     assert (short.tp, short.cp, short.pp, short.dp, short.world) == (8, 1, 16, 128, 16384)
     assert (long.tp, long.cp, long.pp, long.dp, long.world) == (8, 16, 16, 8, 16384)
+    # the long-context stage trains on sequences of 131,072 tokens (the paper's 128K); the first stage's length is
+    # the run's to name
+    assert (long.model.seq, short.model.seq) == (131072, None) and long.model.name == short.model.name
 
 
 def test_memory_plans_the_preset_model_on_its_layout():
