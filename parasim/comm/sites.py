@@ -113,7 +113,7 @@ class SiteMemo:
         return id(code)
 
 
-def call_site(depth: int = 2, memo: SiteMemo | None = None) -> tuple[str, int]:
+def call_site(depth: int, memo: SiteMemo | None = None) -> tuple[str, int]:
     """(file, line) of the first caller outside the wrappers (a layer's line, not ours).
 
     Kept raw on the hot path; `site_name` turns it into 'file:line' when an event is recorded. With a run's `memo`,
