@@ -88,7 +88,7 @@ def check(shape: ModelSpec, tp: int, cp: int, dp: int, sp: bool, s: int, b: int,
     params = layer_param_count(h, shape.heads, shape.kv, shape.ffn_size, tp, shape.bias, norm_params)
     assert {v["params"] for v in res.values} == {params}
     want = layer_traffic(h, shape.heads, s * b // cp, tp, sp, cp, itemsize=ITEM, bias=shape.bias,
-                         norm_params=norm_params)
+                         norm_params=norm_params, kv_heads=shape.kv)  # CP's K and V travel at their own heads
     if zero is not None:
         pad = (-params) % (dp * cp)
         want.update(dp_traffic(params + pad, dp * cp, zero, itemsize=ITEM))
