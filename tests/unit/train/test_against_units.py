@@ -74,3 +74,24 @@ def test_an_moe_plans_step_runs_its_recomputation_and_precision():
     plain = run_program(make_step(layout, m=2), 4, backend="symbolic", fold=fold_of(layout, around=0)).trace
     assert len(got.events) > len(plain.events)  # the recomputed forwards' collectives
     assert "bfloat16" in {t.dtype for e in got.events for m in e.members for t in m.ins}
+
+
+def test_the_symbolic_step_names_each_choice_it_cannot_run():
+    import pytest
+
+    from parasim.errors import UsageError
+    from parasim.estimate.memory import Plan
+    from parasim.layout import preset
+    from parasim.train.against import check_runs
+
+    dense, moe = preset("27b-tp8").model, preset("deepseek-v3").model
+    for model, plan, words in (
+        (dense, Plan(tp=8, zero=0), "ZeRO-0 (the step shards the optimizer state: ZeRO-1)"),
+        (dense, Plan(tp=8, recompute="selective"), "selective recomputation (the step has none or full)"),
+        (dense, Plan(tp=8, micro_batch=2), "micro-batches of several sequences (the step's hold one)"),
+        (moe, Plan(tp=2, ep=8, etp=2, pp=16, world=2048), "expert TP on symbolic ranks"),
+    ):
+        with pytest.raises(UsageError) as info:
+            check_runs(model, plan)
+        assert str(info.value) == f"the symbolic step cannot run {words}"
+    check_runs(dense, Plan(tp=8, etp=2))  # a dense model has no experts to split: its ETP refuses nothing
