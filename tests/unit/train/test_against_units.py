@@ -95,3 +95,20 @@ def test_the_symbolic_step_names_each_choice_it_cannot_run():
             check_runs(model, plan)
         assert str(info.value) == f"the symbolic step cannot run {words}"
     check_runs(dense, Plan(tp=8, etp=2))  # a dense model has no experts to split: its ETP refuses nothing
+
+
+def test_the_steps_layout_checks_the_sequence_and_keeps_the_plans_dropout():
+    import pytest
+
+    from parasim.errors import UsageError
+    from parasim.estimate.memory import Plan
+    from parasim.layout import preset
+    from parasim.train.against import step_layout
+
+    model = preset("27b-tp8").model
+    with pytest.raises(UsageError, match=r"multiple of 32 \(2 x cp x tp\)"):  # 2 x CP 2 x TP 8
+        step_layout(model, Plan(tp=8, cp=2, sp=True), 4080)
+    got = step_layout(model, Plan(tp=8, cp=2, sp=True), 4096)
+    assert (got.tp, got.cp, got.sp, got.model.seq, got.model.dropout) == (8, 2, True, 4096, 0.0)  # none under CP
+    assert step_layout(model, Plan(tp=8), 4096).model.dropout == 0.1  # Megatron's default
+    assert step_layout(model, Plan(tp=8, dropout=False), 4096).model.dropout == 0.0
