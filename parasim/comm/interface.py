@@ -129,10 +129,7 @@ class Comm(ABC):
         if op != "sum":
             check_reduce_op(op, x.dtype)
         algo = self.algo if algo is None else _algo(algo)
-        # its signature written out (`signature`'s, without reading the params back): every rank's every call
-        return self._collective(
-            ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site, (ALL_REDUCE, x.shape, x.dtype, op, algo)
-        )
+        return self._collective(ALL_REDUCE, x, {"op": op, "algo": algo}, g, label, site)
 
     def reduce_scatter(
         self,

@@ -350,8 +350,8 @@ class VirtualWorld(PointToPoint):
             self._off_thread(rank, op, site)
         if op not in OPS:  # a name (the public methods' constants, or `Comm.call`'s, checked to be a string)
             entry(op)  # a name the op table lacks is refused here, before the members meet
-        if sig is None:  # `signature`, written out for an array (every rank's every call)
-            sig = (op, x.shape, x.dtype, *params.values()) if x is not None else (op,)
+        if sig is None:  # `signature` but its params, which are compared as the dict they came in (below): every
+            sig = (op, x.shape, x.dtype) if x is not None else (op,)  # rank's every call builds no tuple of them
         st = self.ranks[rank]
         gi = group.index
         call = st.ncalls.get(gi, 0)
@@ -363,7 +363,7 @@ class VirtualWorld(PointToPoint):
         inst.arrivals[group.ranks.index(rank)] = (x, params, site, label, op)
         if label is not None:
             inst.labelled = True
-        if inst.sig != sig:
+        if inst.sig != sig or inst.params != params:  # together, `signature`: what the members must agree on
             self._mismatch(inst)
         inst.count += 1
         if inst.count < inst.needed:

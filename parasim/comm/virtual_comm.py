@@ -40,7 +40,6 @@ class VirtualComm(Comm):
         return self._w.new_group(self.rank, ranks, name, self._w.site_names(call_site(2, self._sites)))
 
     def new_groups(self, groups):
-        site = self._w.site_names(
-            call_site(2, self._sites)
-        )  # one call site for them all: the stack walked once, not per group
+        # one call site for them all: the stack walked once, not per group
+        site = self._w.site_names(call_site(2, self._sites))
         return self._w.new_groups(self.rank, groups, site)

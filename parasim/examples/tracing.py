@@ -249,7 +249,7 @@ def _step_at_scale(q: TraceQuery, gpu: int, progress: Callable[[str], None] | No
     """A model at its real size on symbolic ranks: one training step (train/step.py), the ranks of each stage
     folded onto one, GPU `gpu` running itself."""
     from ..engine.runner import run
-    from ..engine.symbolic.fold import fold_of, keep_of
+    from ..engine.symbolic.fold import cp_running, fold_of
     from ..estimate.memory import Plan
     from ..limits import check_symbolic_step
     from ..train.against import step_layout
@@ -272,7 +272,7 @@ def _step_at_scale(q: TraceQuery, gpu: int, progress: Callable[[str], None] | No
         )
     routing = "balanced"
     m = q.microbatches or layout.pp
-    check_symbolic_step(layout.model.seq, m, layout.pp, layout.cp if "cp" in keep_of(layout) else 1)
+    check_symbolic_step(layout.model.seq, m, layout.pp, cp_running(layout))
     # one memory model: the step runs the estimator's plan of this layout (FlashAttention unless --no-flash,
     # dropout masks), built as `parasim memory --symbolic` builds it, so this GPU's peak is the one it shows
     # `job`: a Megatron job's step choices, as `memory --megatron` takes them

@@ -20,7 +20,7 @@ from ..estimate.traffic import step_traffic
 from ..layout import AXES, Layout, ModelSpec
 from ..limits import check_symbolic_step
 from ..nn.routing import Routing
-from ..engine.symbolic.fold import fold_of, keep_of
+from ..engine.symbolic.fold import cp_running, fold_of
 from .differences import ACTIVATION_ITEMS, activation_parts, as_run, state_parts, traffic_parts
 from .step import make_step
 from ..comm.trace import Trace
@@ -58,7 +58,7 @@ def check_runs(model: ModelSpec, plan: Plan, routing: str = "balanced", seq: int
     if why:
         raise UsageError(f"the symbolic step cannot run {why[0]}")
     # what a step on symbolic ranks holds and does in seconds: a stage's micro-batches once per CP rank that runs
-    check_symbolic_step(seq, plan.m, plan.pp, plan.cp if "cp" in keep_of(plan) else 1)
+    check_symbolic_step(seq, plan.m, plan.pp, cp_running(plan))
     if seq is not None and seq % granule(plan):
         raise UsageError(f"the step needs a sequence length that is a multiple of {granule(plan)} (2 x cp x tp)")
 

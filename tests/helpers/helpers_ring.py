@@ -7,7 +7,11 @@ import math
 import numpy as np
 
 import parasim
+from layer_check import SEED
 from parasim.engine.context import Rng
+from parasim.layout import Layout, ModelSpec
+from parasim.nn import ParallelContext, Saved
+from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.ring_attention import RingAttention
 
 
@@ -50,3 +54,21 @@ def torch_attention(seq: int, b: int, heads: int, d: int, causal: bool) -> tuple
     out = torch.softmax(s, -1) @ v
     (out * torch.tensor(full("do", (b, heads, seq, d)))).sum().backward()
     return out.detach().numpy(), q.grad.numpy(), k.grad.numpy(), v.grad.numpy()
+
+
+def run_cp_layer(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int, comm: str = "p2p"):
+    """A whole transformer layer forward and backward on a TP x CP layout (CP's exchange `comm`), on the shared
+    draws layer_check's torch reference takes: the run, each rank's values its positions, output, input gradient,
+    weight gradients and coordinates."""
+    def program(ctx):
+        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp, cp_group=ctx.groups["cp"], seq=s,
+                            cp_split=split, cp_comm=comm)
+        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
+        idx = ctx.xp.asarray(t.token_positions())
+        x = ctx.xp.take(ctx.shared_rng("x").normal((s, 1, shape.hidden)), idx, axis=0)
+        dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, 1, shape.hidden)), idx, axis=0)
+        y, cache = layer.forward(x, Saved())
+        dx = layer.backward(cache, dy)
+        return {"pos": t.token_positions(), "y": y, "dx": dx, "grads": layer.grads, "cp": ctx.coords.cp,
+                "tp": ctx.coords.tp}
+    return parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=sp, cp_comm=comm), seed=SEED)

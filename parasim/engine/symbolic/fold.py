@@ -36,6 +36,11 @@ def keep_of(layout: Any) -> tuple[str, ...]:
     return KEEP
 
 
+def cp_running(layout: Any) -> int:
+    """The CP ranks of a stage that run themselves in a folded run of `layout` (1 where they fold onto one)."""
+    return layout.cp if "cp" in keep_of(layout) else 1
+
+
 PLACE = ("tp", "cp", "dp", "pp")  # a rank's place in the attention view names it alone
 
 

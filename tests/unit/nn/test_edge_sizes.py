@@ -15,12 +15,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from layer_check import SEED, SharedCtx, gather as gather_layer, layer_grads, reference, run_parallel  # noqa: E402
-from helpers_ring import full, gather as gather_ring, run_ring, torch_attention  # noqa: E402
+from layer_check import SharedCtx, gather as gather_layer, layer_grads, reference, run_parallel  # noqa: E402
+from helpers_ring import full, gather as gather_ring, run_cp_layer, run_ring, torch_attention  # noqa: E402
 from parasim.errors import LayoutError  # noqa: E402
 from parasim.layout import Layout, ModelSpec  # noqa: E402
 from parasim.nn import ParallelContext, Saved  # noqa: E402
-from parasim.nn.layer import TransformerLayer, layer_weights  # noqa: E402
 
 TOL = 1e-10
 
@@ -64,20 +63,6 @@ def test_one_token_per_rank_skips_only_the_later_ranks(cp):
 # A whole transformer layer under CP with one token per CP rank (with TP, and with SP: one token per
 # TP rank), against torch autograd on the unsplit layer.
 
-def run_cp_layer(shape: ModelSpec, tp: int, cp: int, sp: bool, split: str, s: int):
-    def program(ctx):
-        t = ParallelContext(ctx, ctx.groups["tp"] if tp > 1 else None, sp=sp, cp_group=ctx.groups["cp"], seq=s,
-                            cp_split=split)
-        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
-        idx = ctx.xp.asarray(t.token_positions())
-        x = ctx.xp.take(ctx.shared_rng("x").normal((s, 1, shape.hidden)), idx, axis=0)
-        dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, 1, shape.hidden)), idx, axis=0)
-        y, cache = layer.forward(x, Saved())
-        dx = layer.backward(cache, dy)
-        return {"pos": t.token_positions(), "y": y, "dx": dx, "grads": layer.grads, "cp": ctx.coords.cp,
-                "tp": ctx.coords.tp}
-    return parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=sp), seed=SEED).values
-
 
 # (tp, cp, sp, split, seq, tokens each rank holds)
 CP_LAYER = [(1, 2, False, "contiguous", 2, 1), (1, 4, False, "contiguous", 4, 1), (1, 8, False, "contiguous", 8, 1),
@@ -89,7 +74,7 @@ CP_LAYER = [(1, 2, False, "contiguous", 2, 1), (1, 4, False, "contiguous", 4, 1)
                          ids=[f"tp{t}-cp{c}{'-sp' if p else ''}-{x[:3]}-s{s}" for t, c, p, x, s, _ in CP_LAYER])
 def test_cp_layer_at_one_token_per_rank_equals_torch(tp, cp, sp, split, s, held):
     shape = ModelSpec(hidden=4, heads=2, kv_heads=1, dropout=0.0)
-    vals = run_cp_layer(shape, tp, cp, sp, split, s)
+    vals = run_cp_layer(shape, tp, cp, sp, split, s).values
     assert [len(v["pos"]) for v in vals] == [held] * (tp * cp)
     ry, rdx, rg = reference(shape, s, 1)
     y, dx = np.zeros_like(ry), np.zeros_like(rdx)

@@ -10,14 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import parasim  # noqa: E402
-from helpers_ring import full, gather, torch_attention  # noqa: E402
-from layer_check import SEED, layer_grads, reference  # noqa: E402
+from helpers_ring import full, gather, run_cp_layer, torch_attention  # noqa: E402
+from layer_check import layer_grads, reference  # noqa: E402
 from parasim.errors import LayoutError  # noqa: E402
 from parasim.layout import Layout, ModelSpec, preset  # noqa: E402
-from parasim.nn import ParallelContext, Saved  # noqa: E402
 from parasim.nn.gathered_attention import GatheredAttention  # noqa: E402
 from parasim.nn.ring_attention import RingAttention  # noqa: E402
-from parasim.nn.layer import TransformerLayer, layer_weights  # noqa: E402
 
 TOL = 1e-10
 
@@ -148,35 +146,6 @@ def test_the_collectives_are_gathers_before_and_reduce_scatters_after():
         ("reduce_scatter", "gather backward: reduce-scatter dK", 2),
         ("reduce_scatter", "gather backward: reduce-scatter dV", 2),
     ]
-
-
-def run_cp_layer(shape, tp, cp, sp, split, s, comm="all_gather"):
-    def program(ctx):
-        t = ParallelContext(
-            ctx,
-            ctx.groups["tp"] if tp > 1 else None,
-            sp=sp,
-            cp_group=ctx.groups["cp"],
-            seq=s,
-            cp_split=split,
-            cp_comm=comm,
-        )
-        layer = TransformerLayer(t, shape, layer_weights(ctx, shape, "L0"), key="L0")
-        idx = ctx.xp.asarray(t.token_positions())
-        x = ctx.xp.take(ctx.shared_rng("x").normal((s, 1, shape.hidden)), idx, axis=0)
-        dy = ctx.xp.take(ctx.shared_rng("dy").normal((s, 1, shape.hidden)), idx, axis=0)
-        y, cache = layer.forward(x, Saved())
-        dx = layer.backward(cache, dy)
-        return {
-            "pos": t.token_positions(),
-            "y": y,
-            "dx": dx,
-            "grads": layer.grads,
-            "cp": ctx.coords.cp,
-            "tp": ctx.coords.tp,
-        }
-
-    return parasim.run(program, layout=Layout(tp=tp, cp=cp, sp=sp, cp_comm=comm), seed=SEED)
 
 
 # (tp, cp, sp, split, seq); heads 4 over kv heads 2 (grouped, and replicated on TP 4)
