@@ -124,8 +124,7 @@ class Comm(ABC):
     ):
         """Element-wise reduction over the group; every member gets the whole result."""
         site = call_site(2, self._sites)  # the hot path of the per-call benchmark: the common case checks little
-        self._check_array(x, ALL_REDUCE)
-        g = self._group(group, ALL_REDUCE)
+        g = self._checked(x, group, ALL_REDUCE)
         if op != "sum":
             check_reduce_op(op, x.dtype)
         algo = self.algo if algo is None else _algo(algo)
@@ -143,8 +142,7 @@ class Comm(ABC):
     ):
         """Reduce over the group, then member i keeps chunk i of `dim` (size must divide evenly)."""
         site = call_site(2, self._sites)
-        self._check_array(x, REDUCE_SCATTER)
-        g = self._group(group, REDUCE_SCATTER)
+        g = self._checked(x, group, REDUCE_SCATTER)
         check_reduce_op(op, x.dtype)
         dim = norm_dim(dim, x.ndim, REDUCE_SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, REDUCE_SCATTER)
@@ -163,8 +161,7 @@ class Comm(ABC):
     ):
         """Concatenate every member's `x` along `dim`, in group order."""
         site = call_site(2, self._sites)
-        self._check_array(x, ALL_GATHER)
-        g = self._group(group, ALL_GATHER)
+        g = self._checked(x, group, ALL_GATHER)
         dim = norm_dim(dim, x.ndim, ALL_GATHER)
         algo = self.algo if algo is None else _algo(algo)
         return self._collective(
@@ -211,8 +208,7 @@ class Comm(ABC):
     def broadcast(self, x, src: int, *, group: Group | None = None, label: str | None = None):
         """Every member gets a copy of `src`'s `x`; the others pass a buffer of the same shape and dtype."""
         site = call_site(2, self._sites)
-        self._check_array(x, BROADCAST)
-        g = self._group(group, BROADCAST)
+        g = self._checked(x, group, BROADCAST)
         src = check_root(src, g, BROADCAST, "src")
         return self._collective(BROADCAST, x, {"src": src}, g, label, site)
 
@@ -220,8 +216,7 @@ class Comm(ABC):
         """Element-wise reduction over the group into member `dst`, which gets the result; the other members
         get None (torch leaves their buffer undefined: a rank must not use a value it does not have)."""
         site = call_site(2, self._sites)
-        self._check_array(x, REDUCE)
-        g = self._group(group, REDUCE)
+        g = self._checked(x, group, REDUCE)
         check_reduce_op(op, x.dtype)
         dst = check_root(dst, g, REDUCE, "dst")
         return self._collective(REDUCE, x, {"op": op, "dst": dst}, g, label, site)
@@ -230,8 +225,7 @@ class Comm(ABC):
         """Member `src` splits its `x` into equal chunks along `dim`, one per member; member i gets chunk i.
         The others pass an array of the same shape and dtype, whose values are not read (as for broadcast)."""
         site = call_site(2, self._sites)
-        self._check_array(x, SCATTER)
-        g = self._group(group, SCATTER)
+        g = self._checked(x, group, SCATTER)
         src = check_root(src, g, SCATTER, "src")
         dim = norm_dim(dim, x.ndim, SCATTER)
         check_divisible(tuple(x.shape), dim, g.size, SCATTER)
@@ -277,6 +271,12 @@ class Comm(ABC):
     @abstractmethod
     def _group(self, group: Group | None, op: str) -> Group:
         """The group a call runs on (None: the world), checked: created in this run, the caller a member."""
+
+    def _checked(self, x: Any, group: Group | None, op: str) -> Group:
+        """`x` checked (`_check_array`), then the group the call runs on (`_group`): the two hooks of a call that
+        sends one array, in one, which a backend may answer faster for its usual case."""
+        self._check_array(x, op)
+        return self._group(group, op)
 
     @abstractmethod
     def _collective(

@@ -30,27 +30,35 @@ from .watchdog import Stopped, TimeLimit, frame_text, raised_text, where
 _member = tuple.__new__  # builds a Member without NamedTuple's Python-level __new__ (hot path)
 
 
-def _said(arrival: tuple) -> str:
-    """How a member's call is named in errors (`describe`), from what it brought: (x, params, site, label, op)."""
-    return describe(arrival[4], arrival[0], **arrival[1])
-
-
 class _Instance:
-    """One collective on one group, filling up as members arrive. arrivals[i]: (x, params, site, label, op);
-    `needed`: how many arrivals complete it; `labelled`: whether any brought a label."""
+    """One collective on one group, filling up as members arrive: member i's input `xs[i]` and call site
+    `sites[i]` (None: not arrived yet), each in a list of its own, which the completion reads as they are.
+    Every member that arrived brought the op and params of the first (`sig`, `params`: a member that does not
+    is refused as it arrives). `labels`: each member's label, where any brought one; `needed`: how many
+    arrivals complete it."""
 
-    __slots__ = ("group", "call", "op", "params", "sig", "arrivals", "count", "needed", "labelled")
+    __slots__ = ("group", "call", "op", "params", "sig", "xs", "sites", "labels", "count", "needed")
 
     def __init__(self, group: Group, call: int, op: str, params: dict, sig: tuple, needed: int):
         self.group, self.call, self.op, self.params, self.sig = group, call, op, params, sig
-        self.arrivals: list[tuple | None] = [None] * group.size
+        self.xs: list[Any] = [None] * group.size
+        self.sites: list[tuple[str, int] | None] = [None] * group.size
+        self.labels: list[str | None] | None = None
         self.count = 0
         self.needed = needed
-        self.labelled = False
+
+    def label(self, i: int, label: str) -> None:
+        if self.labels is None:
+            self.labels = [None] * self.group.size
+        self.labels[i] = label
+
+    def said(self, i: int) -> str:
+        """How member i's call is named in errors (`describe`)."""
+        return describe(self.op, self.xs[i], **self.params)
 
 
 class _Rank:
-    __slots__ = ("rank", "glet", "done", "value", "clock", "phase", "waiting", "ncalls", "ngroups", "result")
+    __slots__ = ("rank", "glet", "done", "value", "clock", "phase", "waiting", "ngroups", "result")
 
     def __init__(self, rank: int):
         self.rank, self.done, self.value = rank, False, None
@@ -58,7 +66,6 @@ class _Rank:
         self.clock = 0
         self.phase: str | None = None
         self.waiting: Any = None  # what it waits in: a collective's instance, a transfer, or nothing
-        self.ncalls: dict[int, int] = {}
         self.ngroups = 0
         self.result: Any = None
 
@@ -68,7 +75,7 @@ class VirtualWorld(PointToPoint):
 
     `check`: what an array a rank sends must pass (numbers in a numpy array; another kind of array, another
     check). A subclass may run fewer ranks than the world has, each playing others' parts: it names the
-    members of a group that run (`_members_running`), what each member brings to a collective (`_arrivals`),
+    members of a group that run (`_members_running`), what each member brings to a collective (`_brought`),
     the rank that answers a point-to-point peer (`_peer`) and builds the records (`_members`)."""
 
     def __init__(
@@ -93,7 +100,10 @@ class VirtualWorld(PointToPoint):
         self.group_sites: list[str] = [""]
         self.ranks = [_Rank(r) for r in range(world)]
         self.ready: deque = deque()
-        self.instances: dict[tuple[int, int], _Instance] = {}
+        # a group's collective that some members have reached, by group: a member that arrives waits until every
+        # member has, so no group has two at once (p2p transfers wait elsewhere: `sends`, `recvs`)
+        self.instances: dict[int, _Instance] = {}
+        self.calls: dict[int, int] = {}  # a group's collectives so far (its next one's number), by group
         self.sends: dict[tuple[int, int], deque] = {}
         self.recvs: dict[tuple[int, int], deque] = {}
         self.events: list[Event] = []
@@ -233,14 +243,14 @@ class VirtualWorld(PointToPoint):
             if st.done:
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
-                me = cast(tuple, w.arrivals[w.group.ranks.index(st.rank)])  # its own arrival: it waits in it
-                key = (id(w), _said(me), me[2])  # members may differ in site (and, for all_to_all, in chunks)
+                i = w.group.ranks.index(st.rank)  # its own arrival: it waits in it
+                key = (id(w), w.said(i), w.sites[i])  # members may differ in site (and, for all_to_all, in chunks)
                 if key not in texts:
-                    arrived = [r for r, a in zip(w.group.ranks, w.arrivals) if a is not None]
-                    missing = [r for r, a in zip(w.group.ranks, w.arrivals) if a is None]
+                    arrived = [r for r, a in zip(w.group.ranks, w.sites) if a is not None]
+                    missing = [r for r, a in zip(w.group.ranks, w.sites) if a is None]
                     texts[key] = (
                         f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
-                        f"{site_name(me[2])}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}"
+                        f"{site_name(cast(tuple, key[2]))}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}"
                     )
                 out[st.rank] = texts[key]
             elif isinstance(w, Batch):
@@ -348,28 +358,28 @@ class VirtualWorld(PointToPoint):
             raise GreenletExit()
         if get_ident() != self._thread:
             self._off_thread(rank, op, site)
-        if op not in OPS:  # a name (the public methods' constants, or `Comm.call`'s, checked to be a string)
-            entry(op)  # a name the op table lacks is refused here, before the members meet
         if sig is None:  # `signature` but its params, which are compared as the dict they came in (below): every
             sig = (op, x.shape, x.dtype) if x is not None else (op,)  # rank's every call builds no tuple of them
-        st = self.ranks[rank]
         gi = group.index
-        call = st.ncalls.get(gi, 0)
-        st.ncalls[gi] = call + 1
-        key = (gi, call)
-        inst = self.instances.get(key)
-        if inst is None:
-            inst = self.instances[key] = _Instance(group, call, op, params, sig, len(self._members_running(group)))
-        inst.arrivals[group.ranks.index(rank)] = (x, params, site, label, op)
+        inst = self.instances.get(gi)
+        if inst is None:  # the first member to arrive opens the call: its op must be in the op table
+            entry(op)  # (the public methods' names are; `Comm.call`'s, a string, may not be)
+            call = self.calls.get(gi, 0)
+            self.calls[gi] = call + 1
+            inst = self.instances[gi] = _Instance(group, call, op, params, sig, len(self._members_running(group)))
+        i = group.ranks.index(rank)
+        inst.xs[i] = x
+        inst.sites[i] = site
         if label is not None:
-            inst.labelled = True
+            inst.label(i, label)
         if inst.sig != sig or inst.params != params:  # together, `signature`: what the members must agree on
-            self._mismatch(inst)
+            self._mismatch(inst, i, op, x, params)
         inst.count += 1
+        st = self.ranks[rank]
         if inst.count < inst.needed:
             self._wait(st, inst)
         else:
-            del self.instances[key]
+            del self.instances[gi]
             self._complete(inst, rank)
         result, st.result = st.result, None
         return result
@@ -378,23 +388,32 @@ class VirtualWorld(PointToPoint):
         """The members of `group` whose programs run: every one."""
         return group.ranks
 
-    def _arrivals(self, inst: _Instance) -> list:
-        """What each member brought to a completed collective: its own call."""
-        return inst.arrivals
+    def _brought(self, inst: _Instance) -> tuple[list, list]:
+        """What each member brought to a completed collective, its input and its call site: its own call's."""
+        return inst.xs, inst.sites
 
-    def _mismatch(self, inst: _Instance) -> None:
+    def _mismatch(self, inst: _Instance, i: int, op: str, x: Any, params: dict) -> None:
+        """Member i's call of `op` on `x` does not fit the calls before it (each of which fit the first). An op
+        the op table lacks is refused as such, as when it opens a call."""
+        entry(op)
+        said, ranks, sites = describe(op, x, **params), inst.group.ranks, inst.sites
         raise mismatch_error(
             inst.call,
             inst.group,
-            {r: f"{_said(a)} at {site_name(a[2])}" for r, a in zip(inst.group.ranks, inst.arrivals) if a is not None},
+            {
+                r: f"{said if j == i else inst.said(j)} at {site_name(site)}"
+                for j, (r, site) in enumerate(zip(ranks, sites))
+                if site is not None
+            },
         )
 
     def _complete(self, inst: _Instance, current: int) -> None:
         g, params, op = inst.group, inst.params, OPS[inst.op]
-        arrivals, ranks = self._arrivals(inst), self.ranks
+        (xs, sites), ranks = self._brought(inst), self.ranks
         step = 1 + max([ranks[r].clock for r in g.ranks])
-        members, hops = self._members(g, arrivals, op, params, step, current)
-        label = next((a[3] for a in arrivals if a[3]), None) if inst.labelled else None
+        members, hops = self._members(g, xs, sites, op, params, step, current)
+        # the first label brought, in the group's order (of the members that ran: a folded member brings none)
+        label = None if inst.labels is None else next((a for a in inst.labels if a), None)
         self.events.append(
             Event(
                 len(self.events),
@@ -411,42 +430,36 @@ class VirtualWorld(PointToPoint):
             )
         )
 
-    def _members(self, g: Group, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
-        """Every member's result and record (the op's kernel on the inputs); the members waiting are woken."""
+    def _members(self, g: Group, xs: list, sites: list, op: Any, params: dict, step: int, current: int) -> tuple:
+        """Every member's result and record (the op's kernel on the inputs `xs`, made at `sites`); the members
+        waiting are woken."""
         ranks, keep = self.ranks, self.keep
-        outs, hops = op.kernel([a[0] for a in arrivals], g, params, keep if self.kept < KEPT_VALUES else 0)
+        outs, hops = op.kernel(xs, g, params, keep if self.kept < KEPT_VALUES else 0)
         if keep and not self._room(
-            sum(
-                [
-                    v.size
-                    for a, o in zip(arrivals, outs)
-                    for vs in (arrays(a[0]), arrays(o))
-                    for v in vs
-                    if v.size <= keep
-                ]
-            )
+            sum([v.size for x, o in zip(xs, outs) for vs in (arrays(x), arrays(o)) for v in vs if v.size <= keep])
         ):
             keep = 0
         works = self._works(g.ranks)
         if not keep and hops is None and op.takes != "chunks":
-            members = self._same_members(g, arrivals, outs, op, params, works)
+            members = self._same_members(g, xs[0], sites, outs, op, params, works)
             for r, out in zip(g.ranks, outs):
                 st = ranks[r]
                 st.clock = step
                 st.result = out
         else:
-            members = self._own_records(g, arrivals, outs, hops, op, params, step, keep, works)
+            members = self._own_records(g, xs, sites, outs, hops, op, params, step, keep, works)
         self.ready.extend([ranks[r].glet for r in self._members_running(g) if r != current])
         return members, hops
 
-    def _same_members(self, g: Group, arrivals: list, outs: list, op: Any, params: dict, works: list) -> list[Member]:
+    def _same_members(
+        self, g: Group, first: Any, sites: list, outs: list, op: Any, params: dict, works: list
+    ) -> list[Member]:
         """Each member's record of the usual call: every member brought alike (the signature check), so what
         a record holds besides its rank, site and work is the same on every call of this kind on this group
         (`_same_records`). A call that repeats the previous one of its kind, each member calling from the same
         line with nothing computed since its last event (a loop of collectives: gradient buckets, a stage's
         gathers), has that call's records again: the same tuples, in a list of its own."""
-        kind, records = self._same_records(g, arrivals[0], outs, op, params)
-        sites = [a[2] for a in arrivals]  # raw sites: the run's memo hands out one tuple per line
+        kind, records = self._same_records(g, first, outs, op, params)
         idle = kind if works.count(None) == len(works) else None  # the kind, where no member computed since
         if idle is not None:
             last = self._repeats.get(idle)
@@ -461,7 +474,7 @@ class VirtualWorld(PointToPoint):
             self._repeats[idle] = (sites, members)
         return members
 
-    def _same_records(self, g: Group, first: tuple, outs: list, op: Any, params: dict) -> tuple[tuple | None, list]:
+    def _same_records(self, g: Group, first: Any, outs: list, op: Any, params: dict) -> tuple[tuple | None, list]:
         """(input records, result records, bytes sent, bytes received) of each member of a call whose members
         all brought alike (an array of one shape and dtype, or nothing) and whose bytes come from the op's
         formula: worked out once per kind of call on a group (its input and params, which say who gets a
@@ -469,7 +482,7 @@ class VirtualWorld(PointToPoint):
         (None: worked out afresh, not kept)."""
         # the op's name too: no two ops' params agree today (scatter's dim and src, all-gather's dim and algorithm),
         # but a new entry of the op table must not take another's records
-        key = (op.name, g.index, first[0] is None or (first[0].shape, first[0].dtype), *params.values())
+        key = (op.name, g.index, first is None or (first.shape, first.dtype), *params.values())
         kept: tuple | None = key
         try:
             got = self._records.get(key)
@@ -477,7 +490,7 @@ class VirtualWorld(PointToPoint):
             got, kept = None, None
         if got is None:
             made = self._tensors
-            ins = arrays(first[0])
+            ins = arrays(first)
             tin = tuple([tensor_record(v, made) for v in ins])
             one = next((o for o in outs if o is not None), None)
             tout = () if one is None else (tensor_record(one, made),)
@@ -494,7 +507,8 @@ class VirtualWorld(PointToPoint):
     def _own_records(
         self,
         g: Group,
-        arrivals: list,
+        xs: list,
+        sites: list,
         outs: list,
         hops: list | None,
         op: Any,
@@ -510,29 +524,29 @@ class VirtualWorld(PointToPoint):
         many = op.takes == "chunks"
         tins: dict[int, tuple] = {}
         if not many:  # the signature check made every member's input (and so every result) alike
-            tin = tuple([tensor_record(v, made) for v in arrays(arrivals[0][0])])
+            tin = tuple([tensor_record(v, made) for v in arrays(xs[0])])
             first = next((o for o in outs if o is not None), None)
             tout = () if first is None else (tensor_record(first, made),)
         members: list[Member] = []
         append = members.append
-        for i, (r, a, out) in enumerate(zip(g.ranks, arrivals, outs)):
+        for i, (r, x, site, out) in enumerate(zip(g.ranks, xs, sites, outs)):
             st = ranks[r]
             st.clock = step
             st.result = out
-            ins, got = arrays(a[0]), arrays(out)
+            ins, got = arrays(x), arrays(out)
             sent, recv = moved[i] if moved is not None else op.moved(ins, got, g, i, params)
             before = after = None
             if keep and all([v.size <= keep for v in ins]) and all([v.size <= keep for v in got]):
                 before, after = tuple([v.tolist() for v in ins]), tuple([v.tolist() for v in got])
             if many:
-                shared = tins.get(id(a[0]))  # members that bring the very same chunks share one record
+                shared = tins.get(id(x))  # members that bring the very same chunks share one record
                 if shared is None:
-                    shared = tins[id(a[0])] = self._chunk_records(tuple([tensor_record(v, made) for v in ins]))
+                    shared = tins[id(x)] = self._chunk_records(tuple([tensor_record(v, made) for v in ins]))
                 tin = shared
                 tout_i = tuple([tensor_record(v, made) for v in got])
             else:
                 tout_i = tout if got else ()
-            append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(a[2]), before, after, works[i])))
+            append(_member(Member, (r, tin, tout_i, sent, recv, self.site_names(site), before, after, works[i])))
         return members
 
     def _chunk_records(self, records: tuple) -> tuple:

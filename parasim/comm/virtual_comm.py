@@ -24,6 +24,13 @@ class VirtualComm(Comm):
         if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:  # the common case in one test (bfloat16: all)
             check_array(x, op)
 
+    def _checked(self, x, group, op):
+        # every rank's every call: numbers in a numpy array, on the world or a group, checked in one frame
+        if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:
+            self._check_array(x, op)
+        w = self._w
+        return w.world_group if group is None else w.resolve(self.rank, group, op)
+
     def _group(self, group, op):
         w = self._w
         return w.world_group if group is None else w.resolve(self.rank, group, op)

@@ -25,9 +25,17 @@ class Rng:
     `dtype` (bfloat16 and float16 round to nearest, ties to even) and moved to `xp`, bit for bit."""
 
     def __init__(self, seed: int, key: tuple[int, ...], to_xp: Callable[[np.ndarray], Any], floats: str = "float64"):
-        self._gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=key)))
+        self._seed, self._key = seed, key
+        self._made: np.random.Generator | None = None
         self._to_xp = to_xp
         self._floats = floats  # the dtype of a draw that names none: the run's float
+
+    @property
+    def _gen(self) -> np.random.Generator:
+        # made at the first draw: a rank that draws nothing (a run of collectives alone) pays nothing for it
+        if self._made is None:
+            self._made = np.random.Generator(np.random.PCG64(np.random.SeedSequence(self._seed, spawn_key=self._key)))
+        return self._made
 
     def _out(self, a: np.ndarray, dtype: Any) -> Any:
         return self._to_xp(a.astype(numpy_dtype(self._floats if dtype is None else dtype), copy=False))

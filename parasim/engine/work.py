@@ -55,16 +55,20 @@ class Meter:
     """Each rank's FLOPs by kind, counted for the rank whose turn it is (`turn`: the run's scheduler
     answers), and handed out once (`take`): the work since the rank's last event."""
 
-    __slots__ = ("turn", "since", "total", "roundings")
+    __slots__ = ("turn", "since", "total", "roundings", "busy")
 
     def __init__(self, world: int, turn: Callable[[], int]):
         self.turn = turn
         self.since: list[Work] = [Work() for _ in range(world)]
         self.total = [0] * world
         self.roundings = [0] * world  # each rank's products' summed lengths and its sums' additions, added up
+        # the ranks whose `since` may hold work (every one that does): a collective whose members computed nothing
+        # since their last event, a loop of them, asks nothing of each member (`take_all`)
+        self.busy: set[int] = set()
 
     def add(self, kind: str, flops: int, shape: Shape | None = None) -> None:
         r = self.turn()
+        self.busy.add(r)
         got = self.since[r]
         got[kind] = got.get(kind, 0) + flops
         if shape is not None:
@@ -82,10 +86,19 @@ class Meter:
         if not got:
             return None
         self.since[rank] = Work()
+        self.busy.discard(rank)
         return got
+
+    def put(self, rank: int, work: Work) -> None:
+        """`work` as what `rank` did since its last event (a repeated call's, engine/symbolic/repeat.py)."""
+        self.since[rank] = work
+        self.busy.add(rank)
 
     def take_all(self, ranks: Sequence[int]) -> list[Work | None]:
         """`take` of each of `ranks`, in one call (every member of every collective: the hot path)."""
+        busy = self.busy
+        if not busy:
+            return [None] * len(ranks)
         since = self.since
         out: list[Work | None] = []
         for r in ranks:
@@ -95,6 +108,7 @@ class Meter:
                 out.append(got)
             else:
                 out.append(None)
+        busy.difference_update(ranks)
         return out
 
 

@@ -29,6 +29,7 @@ class FoldedWorld(VirtualWorld):
             raise UsageError("a fold maps every rank to a rank that runs for itself")
         self.rep = rep
         self._running: dict[int, tuple[int, ...]] = {}  # group index -> its members that run
+        self._from: dict[int, list[int]] = {}  # group index -> each member's representative's place in it
         for st in self.ranks:
             if rep[st.rank] != st.rank:
                 st.done = True  # it never runs: its representative does its work
@@ -53,10 +54,15 @@ class FoldedWorld(VirtualWorld):
             got = self._running[group.index] = tuple(r for r in group.ranks if rep[r] == r)
         return got
 
-    def _arrivals(self, inst: Any) -> list:
+    def _brought(self, inst: Any) -> tuple[list, list]:
         """Each folded member brings what its representative brought."""
-        at = {r: i for i, r in enumerate(inst.group.ranks)}
-        return [a if a is not None else inst.arrivals[at[self.rep[r]]] for r, a in zip(inst.group.ranks, inst.arrivals)]
+        g = inst.group
+        got = self._from.get(g.index)
+        if got is None:  # where each member's part comes from: its representative's place in the group
+            at = {r: i for i, r in enumerate(g.ranks)}
+            got = self._from[g.index] = [at[self.rep[r]] for r in g.ranks]
+        xs, sites = inst.xs, inst.sites
+        return [xs[i] for i in got], [sites[i] for i in got]
 
     def _peer(self, peer: int, rank: int) -> int:
         """A point-to-point peer must run itself: a folded rank cannot answer."""
@@ -75,31 +81,31 @@ class FoldedWorld(VirtualWorld):
                 got[rep[r]] = self._work(rep[r])
         return [got[rep[r]] for r in ranks]
 
-    def _members(self, g: Any, arrivals: list, op: Any, params: dict, step: int, current: int) -> tuple:
-        if op.name == "all_to_all" and not self.keep and all([a[0] is arrivals[0][0] for a in arrivals]):
-            return self._alike(g, arrivals, step, current), None
-        return super()._members(g, arrivals, op, params, step, current)
+    def _members(self, g: Any, xs: list, sites: list, op: Any, params: dict, step: int, current: int) -> tuple:
+        if op.name == "all_to_all" and not self.keep and all([x is xs[0] for x in xs]):
+            return self._alike(g, xs[0], sites[0], step, current), None
+        return super()._members(g, xs, sites, op, params, step, current)
 
-    def _alike(self, g: Any, arrivals: list, step: int, current: int) -> list:
+    def _alike(self, g: Any, chunks: list, site: tuple[str, int], step: int, current: int) -> list:
         """An all-to-all in which every member sends the very same chunks: one member runs and every other is
         folded onto it (each running member brings a list of its own), so the member that runs is the one
         completing the call, and every member's call site is its. Member j gets chunk j from everyone, so its
         record is one tensor repeated: the same records as the kernel's path, without t x t copies and
         lookups (4,096 a side over EP 64)."""
-        chunks, made, t = arrivals[0][0], self._tensors, g.size
+        made, t = self._tensors, g.size
         # a folded sender's chunks are a few arrays repeated: a record for each of those
         kinds = {i: tensor_record(c, made) for i, c in {id(c): c for c in chunks}.items()}
         tin = self._chunk_records(tuple([kinds[id(c)] for c in chunks]))  # one tuple a kind, across calls
         outs = {i: (k,) * t for i, k in kinds.items()}
         total = sum([v.nbytes for v in chunks])
-        site = self.site_names(arrivals[0][2])
+        name = self.site_names(site)
         members = []
         work = self._work(current)  # the one rank that ran did the work of every rank folded onto it
         ranks = self.ranks
         for r, c in zip(g.ranks, chunks):
             ranks[r].clock = step
             members.append(
-                _member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, site, None, None, work))
+                _member(Member, (r, tin, outs[id(c)], total - c.nbytes, (t - 1) * c.nbytes, name, None, None, work))
             )
         # the member that runs gets chunk j of everyone: its own chunk, t times; a folded rank reads nothing
         mine = chunks[g.ranks.index(current)]

@@ -117,8 +117,7 @@ def replay(world: Any, rank: int, rec: Recording) -> None:
             mark = next(placed, None)
         members = e.members
         if i == 0:  # what the rank computed before the call stands before its first event, with the call's own
-            work = _plus(meter.since[rank], rec.head)
-            meter.since[rank] = Work()
+            work = _plus(meter.take(rank), rec.head)
             members = [_member(Member, (*m[:8], work)) for m in members]
         g = e.group
         if e.kind == "compute":
@@ -128,7 +127,7 @@ def replay(world: Any, rank: int, rec: Recording) -> None:
             step = 1 + max([ranks[r].clock for r in g.ranks])
             for r in g.ranks:
                 ranks[r].clock = step
-            st.ncalls[g.index] = st.ncalls.get(g.index, 0) + 1
+            world.calls[g.index] = world.calls.get(g.index, 0) + 1
         events.append(
             Event(
                 len(events),
@@ -149,9 +148,9 @@ def replay(world: Any, rank: int, rec: Recording) -> None:
         _mark(marks, st, mark[1])
         mark = next(placed, None)
     if rec.events:
-        meter.since[rank] = _copy(rec.tail)  # the meter adds into it: a copy of its own
+        meter.put(rank, _copy(rec.tail))  # the meter adds into it: a copy of its own
     elif rec.tail:
-        meter.since[rank] = _plus(meter.since[rank], rec.tail)
+        meter.put(rank, _plus(meter.since[rank], rec.tail))
     meter.total[rank] += rec.flops
     meter.roundings[rank] += rec.roundings
 

@@ -72,7 +72,7 @@ def test_a_param_that_is_a_list_is_worked_out_rather_than_reused():
     x = np.ones(4, np.float32)
     outs = [x.copy(), x.copy()]
     kind, got = w._same_records(
-        g, (x, None, ("f", 1), None), outs, OPS["all_reduce"], {"op": "sum", "algo": ["direct"]}
+        g, x, outs, OPS["all_reduce"], {"op": "sum", "algo": ["direct"]}
     )
     assert [row[2:] for row in got] == [(16, 16), (16, 16)] and kind is None
     assert w._records == {}  # nothing kept under a key it could not make
@@ -131,7 +131,7 @@ def test_past_the_kinds_kept_no_call_takes_another_calls_records(monkeypatch):
     x = np.ones(4, np.float32)
     kind, _ = w._same_records(
         virtual.Group((0, 1), "w", 0),
-        (x, None, ("f", 1), None),
+        x,
         [x, x],
         virtual.OPS["all_reduce"],
         {"op": "sum", "algo": "direct"},

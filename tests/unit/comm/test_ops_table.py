@@ -93,6 +93,20 @@ def test_an_op_the_table_lacks_is_refused_in_one_line_at_the_programs_call():
     assert "\n" not in str(info.value) and site_at(__file__, "unknown op") in str(info.value)
 
 
+
+def test_an_op_the_table_lacks_is_refused_as_such_where_another_member_opened_the_call():
+    """Rank 0 opens an all-reduce; rank 1 joins it by a name the table lacks: refused as unknown, naming its own
+    line, not as a call that does not fit rank 0's."""
+    def prog(ctx):
+        x = ctx.asarray([1.0])
+        if ctx.rank == 0:
+            return ctx.comm.all_reduce(x)
+        return ctx.comm.call("gather", x)  # joins with an unknown op
+    with pytest.raises(CollectiveError, match="^no collective 'gather' in the op table") as info:
+        parasim.run(prog, 2)
+    assert "\n" not in str(info.value) and site_at(__file__, "joins with an unknown op") in str(info.value)
+    assert "does not" not in str(info.value) and "mismatch" not in str(info.value).lower()
+
 # A collective the package has never seen, added as its one entry of the op table before anything else reads it:
 # member i gets member i-1's array (a ring shifted by one). Its kernel, byte count and look are the entry's; its
 # pattern ("ring": each member sends to the next) gives it its senders, its clock and its sentence.
