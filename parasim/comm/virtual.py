@@ -412,7 +412,7 @@ class VirtualWorld(PointToPoint):
         (xs, sites), ranks = self._brought(inst), self.ranks
         step = 1 + max([ranks[r].clock for r in g.ranks])
         members, hops = self._members(g, xs, sites, op, params, step, current)
-        # the first label brought, in the group's order (of the members that ran: a folded member brings none)
+        # the first label brought, in the group's order, by the members whose programs ran
         label = None if inst.labels is None else next((a for a in inst.labels if a), None)
         self.events.append(
             Event(
