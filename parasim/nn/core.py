@@ -282,6 +282,12 @@ class Wrapper:
     layer: Any
 
     @property
+    def par(self) -> Any:
+        """The layer's ParallelContext: a zero-bubble stage installs its weight-gradient queue there
+        (pipeline/stage.py), whatever wraps the layer."""
+        return self.layer.par
+
+    @property
     def placements(self) -> Any:
         return self.layer.placements
 

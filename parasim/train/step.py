@@ -37,7 +37,7 @@ from ..nn.layer import TransformerLayer, layer_weights
 from ..layout.placement import data_axes, grad_group
 from ..nn.routing import Routing
 from ..pipeline.executor import run_schedule
-from ..pipeline.schedules import generate
+from ..pipeline.schedules import ONE, SCHEDULES, generate, schedule_entry
 from .keeps import held_experts, stores, vars_of
 from .repeat import RepeatedLayer, repeats
 from ..pipeline.stage import LayersStage
@@ -68,6 +68,16 @@ class StepOptions:
     lr: float = LR
     max_norm: float | None = None  # clip by the global norm over both gradient groups before Adam
     phases: Phases = field(default_factory=Phases)
+
+    def __post_init__(self) -> None:
+        # the step drives one stage of layers on each rank: a schedule of several chunks a rank is refused here,
+        # in one line, not inside the ranks once they run
+        if schedule_entry(self.schedule).chunks != ONE:
+            ones = ", ".join(e.name for e in SCHEDULES if e.chunks == ONE)
+            raise UsageError(
+                f"the training step holds one stage of layers on each rank; schedule {self.schedule} runs "
+                f"{schedule_entry(self.schedule).chunks_words} chunks a rank: use one of {ones}"
+            )
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,39 @@ def test_the_step_program_tells_the_trace_the_phases_and_holdings_it_is_given():
     assert all(v["rows"] == [0, 1, 2, 3] and v["loaded"] for v in quiet.values)
 
 
+def test_a_zero_bubble_step_with_its_holdings_told_trains_as_1f1b_does():
+    """Zero-bubble stages defer each layer's weight gradients to a queue on its ParallelContext, which they find
+    through the layer they drive; with the GPU's holdings told, that layer is wrapped (HeldActivations), and the
+    wrapper passes its layer's context through. The step's new weights are 1F1B's, to the bit (the same sums,
+    run later), and each micro-batch's activations are held and freed."""
+    layout = Layout(pp=2, dp=2, model=DENSE)
+
+    def program(opts):
+        def run(ctx):
+            got = train_step(ctx, layout, opts, _ones)
+            return {k: np.asarray(w).tolist() for k, w in got.new.items()}, got.loss
+        return run
+
+    base = parasim.run(program(StepOptions(micro_batches=4)), layout.world)
+    zb = parasim.run(program(StepOptions(micro_batches=4, schedule="zb-h1")), layout.world)
+    assert zb.values == base.values
+    assert {e.op for e in zb.trace.events} == {e.op for e in base.trace.events}
+    acts = [(m.text, m.data["bytes"]) for m in zb.trace.marks if m.kind == "held" and m.rank == 0 and "L0: act" in m.text]
+    sizes = {n for _, n in acts}
+    assert len(acts) == 8 and len(sizes) == 2 and 0 in sizes and max(sizes) > 0
+    for name in {t for t, _ in acts}:  # each micro-batch's activations held, then freed
+        assert [n > 0 for t, n in acts if t == name] == [True, False], name
+
+
+@pytest.mark.parametrize("schedule", ["interleaved", "interleaved-zb", "zbv", "dualpipev"])
+def test_a_schedule_of_several_chunks_a_rank_is_refused_in_one_line(schedule):
+    with pytest.raises(UsageError, match=f"one stage of layers on each rank; schedule {schedule} runs .* chunks a "
+                                         "rank: use one of gpipe, 1f1b, zb-h1$"):
+        StepOptions(micro_batches=4, schedule=schedule)
+    with pytest.raises(UsageError, match="unknown schedule"):
+        StepOptions(micro_batches=4, schedule="zb")
+
+
 def test_the_step_program_drives_the_stage_its_user_builds():
     seen = []
 
