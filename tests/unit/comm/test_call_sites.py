@@ -104,6 +104,18 @@ def test_a_label_brought_by_a_later_member_names_the_event():
     assert [label for label, _ in _sites(program, 3)] == ["from rank 2", "rank 1", None]
 
 
+def test_members_that_label_a_call_differently_name_it_by_the_first_in_the_groups_order():
+    """Ranks arrive 0, 1, 2 at the run's first call and 2, 0, 1 at the next (the last to arrive goes on first);
+    either way the label is the first member's, in the group's order, that brought one."""
+    def program(ctx):
+        x = np.ones(2, np.float32)
+        for _ in range(2):
+            ctx.comm.all_reduce(x, label=[None, "one", "two"][ctx.rank])
+            ctx.comm.all_reduce(x, label=["zero", "one", None][ctx.rank])
+
+    assert [label for label, _ in _sites(program, 3)] == ["one", "zero"] * 2
+
+
 def test_a_site_in_the_memo_is_the_answer_without_a_walk():
     """The memo is read first: once a call's site is kept for its code object and instruction, that kept site is
     what call_site answers for the instruction (the fast path every rank's call takes)."""
@@ -139,3 +151,25 @@ def test_a_transfer_and_a_group_are_named_by_the_programs_lines():
     with pytest.raises(parasim.ParasimError) as err:
         parasim.run(grouping, 2)
     assert str(err.value).count(site_at(HERE, "the group")) == 2  # where each rank made it
+
+
+@pytest.mark.parametrize("how", ["all_to_all", "ring", "values kept"])
+def test_each_member_of_a_call_recorded_member_by_member_keeps_its_own_line(how):
+    """Chunks, a ring's hops and kept values make each member's record from what it brought (virtual.py
+    `_own_records`): rank 0 calls from one line, rank 1 from another, and each record names its own."""
+    def call(ctx):  # makes the call for its caller: the site is the program's line
+        __site_hide__ = True  # noqa: F841
+        x = np.ones(4, np.float32)
+        if how == "all_to_all":
+            return ctx.comm.all_to_all([x[:2], x[2:]])
+        return ctx.comm.all_reduce(x, algo="ring" if how == "ring" else None)
+
+    def program(ctx):
+        if ctx.rank == 0:
+            call(ctx)  # rank 0's line
+        else:
+            call(ctx)  # rank 1's line
+
+    run = parasim.run(program, 2, keep_values=16 if how == "values kept" else 0)
+    (event,) = [e for e in run.trace.events if e.kind == "collective"]
+    assert [m.site for m in event.members] == [site_at(HERE, "rank 0's line"), site_at(HERE, "rank 1's line")]

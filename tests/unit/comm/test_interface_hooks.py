@@ -1,0 +1,62 @@
+"""The order in which the interface asks a backend's hooks (comm/interface.py `Comm`): a call that sends one array
+has the array checked, then the group resolved (`_checked`, which a backend may answer in one go: the virtual
+one does), then the backend's `_collective`. Seen from a backend that records what it is asked."""
+
+from __future__ import annotations
+
+import pytest
+
+from parasim.comm.interface import Comm, Group
+from parasim.errors import CollectiveError
+
+WORLD = Group((0, 1), "world", 0)
+
+
+class Recording(Comm):
+    """A backend of two ranks that says what it was asked, refusing arrays that are not lists."""
+
+    rank, world, algo = 0, 2, "direct"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple] = []
+
+    def _check_array(self, x, op):
+        self.asked.append(("check", op))
+        if not isinstance(x, list):
+            raise CollectiveError(f"{op}: not an array of this backend")
+
+    def _group(self, group, op):
+        self.asked.append(("group", op))
+        return WORLD
+
+    def _collective(self, op, x, params, group, label, site, sig=None):
+        self.asked.append(("run", op, params, group))
+        return x
+
+    def exchange(self, ops, *, group=None, label=None, tags=None):
+        raise NotImplementedError
+
+    def new_group(self, ranks, name):
+        raise NotImplementedError
+
+
+class Shape(list):
+    shape, ndim, dtype = (2,), 1, "float32"
+
+
+@pytest.mark.parametrize("call", ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "scatter"])
+def test_the_array_is_checked_then_the_group_resolved_then_the_call_run(call):
+    comm, x = Recording(), Shape([1.0, 2.0])
+    args = {"broadcast": {"src": 0}, "reduce": {"dst": 0}, "scatter": {"src": 0}}.get(call, {})
+    if call in ("reduce", "reduce_scatter"):
+        args["op"] = "max"  # the reduce ops any dtype takes (no check of a sum's dtype)
+    getattr(comm, call)(x, **args)
+    assert [a[:2] for a in comm.asked] == [("check", call), ("group", call), ("run", call)]
+    assert comm.asked[-1][3] == WORLD
+
+
+def test_an_array_the_backend_refuses_stops_the_call_before_its_group_is_asked():
+    comm = Recording()
+    with pytest.raises(CollectiveError, match="all_reduce: not an array of this backend"):
+        comm.all_reduce((1.0, 2.0))
+    assert comm.asked == [("check", "all_reduce")]
