@@ -148,7 +148,7 @@ def replay(world: Any, rank: int, rec: Recording) -> None:
         _mark(marks, st, mark[1])
         mark = next(placed, None)
     if rec.events:
-        meter.since[rank] = _copy(rec.tail)  # the meter adds into it: a copy of its own
+        meter.put(rank, _copy(rec.tail))  # the meter adds into it: a copy of its own
     elif rec.tail:
         meter.put(rank, _plus(meter.since[rank], rec.tail))
     meter.total[rank] += rec.flops

@@ -13,6 +13,15 @@ def test_per_rank_streams_differ_and_are_reproducible():
     assert all(np.array_equal(a, b) for a, b in zip(res.values, again.values))
 
 
+def test_a_streams_draws_follow_on_from_each_other():
+    """A rank's stream is one generator (made at its first draw): two draws of 3 are one draw of 6, cut in two,
+    as numpy's PCG64 seeded by (seed, key) draws them."""
+    rng = Rng(7, (0, 3), lambda a: a)
+    got = np.concatenate([rng.normal((3,)), rng.normal((3,))])
+    want = np.random.Generator(np.random.PCG64(np.random.SeedSequence(7, spawn_key=(0, 3)))).normal(0.0, 1.0, 6)
+    assert got.tolist() == want.tolist()
+
+
 def test_integer_draws_in_any_dtype():
     res = parasim.run(lambda ctx: ctx.rng.integers(0, 10, (4,), dtype="float32"), world=1)
     (x,) = res.values

@@ -163,6 +163,30 @@ def test_a_call_without_events_hands_its_flops_to_the_next_event():
     assert [m.text for m in w.marks] == ["x", "x"]
 
 
+def test_a_replayed_calls_tail_goes_to_the_next_collective():
+    """FLOPs after a call's last event (its tail) are the rank's work before whatever comes next; told again by a
+    replay, a collective's members must still find them (the meter skips ranks that computed nothing)."""
+    w = _World().w
+
+    def call():
+        w.compute(0, "c", 1.0, "here")
+        w.meter.add("matmul", 6)  # after the call's last event: its tail
+        return None
+
+    _, rec = rep.record(w, 0, call)
+    assert dict(w.meter.take(0) or {}) == {"matmul": 6}  # the first call's tail, taken
+    rep.replay(w, 0, rec)
+    assert [dict(x) if x else x for x in w._works([0, 1])] == [{"matmul": 6}, None]
+
+
+def test_a_replayed_call_without_events_hands_its_flops_to_the_next_collective():
+    w = _World().w
+    _, rec = rep.record(w, 0, lambda: w.meter.add("attention", 4))
+    assert [dict(x) if x else x for x in w._works([0, 1])] == [{"attention": 4}, None]  # the call's own, taken
+    rep.replay(w, 0, rec)
+    assert [dict(x) if x else x for x in w._works([0, 1])] == [{"attention": 4}, None]
+
+
 def test_a_call_another_rank_ran_beside_is_not_recorded():
     w = _World().w
 
