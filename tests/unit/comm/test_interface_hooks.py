@@ -4,8 +4,10 @@ one does), then the backend's `_collective`. Seen from a backend that records wh
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
+import parasim
 from parasim.comm.interface import Comm, Group
 from parasim.errors import CollectiveError
 
@@ -60,3 +62,26 @@ def test_an_array_the_backend_refuses_stops_the_call_before_its_group_is_asked()
     with pytest.raises(CollectiveError, match="all_reduce: not an array of this backend"):
         comm.all_reduce((1.0, 2.0))
     assert comm.asked == [("check", "all_reduce")]
+
+
+@pytest.mark.parametrize(
+    "call, words",
+    [
+        (lambda c, x: c.reduce(x, dst=5), "reduce: dst rank 5 is not a member of group world[0, 1]"),
+        (lambda c, x: c.scatter(x, src=5), "scatter: src rank 5 is not a member of group world[0, 1]"),
+        (lambda c, x: c.broadcast(x, src=5), "broadcast: src rank 5 is not a member of group world[0, 1]"),
+        (lambda c, x: c.scatter(x, src=0, dim=1), "scatter: dim 1 is out of range for an array with 1 dims"),
+        (lambda c, x: c.reduce(x.astype(np.int32), dst=0, op="avg"), "op='avg' needs a floating dtype, got int32"),
+        (lambda c, x: c.all_reduce(x.astype(np.int32), op="avg"), "op='avg' needs a floating dtype, got int32"),
+    ],
+    ids=["reduce-dst", "scatter-src", "broadcast-src", "scatter-dim", "reduce-avg", "all-reduce-avg"],
+)
+def test_a_bad_argument_is_named_with_its_call(call, words):
+    """Each refusal says which call and which argument, in one line with the program's line after it."""
+
+    def program(ctx):
+        return call(ctx.comm, np.ones(4, np.float32))
+
+    with pytest.raises(CollectiveError) as info:
+        parasim.run(program, 2)
+    assert str(info.value).startswith(words + " (called at ")
