@@ -51,7 +51,7 @@ PROGRAMS = {
 
 # (program, the line it fails on, words of its one line)
 CASES = [
-    ("thread", 6, "called all_reduce at {file}:6 from a thread it started"),
+    ("thread", 6, "rank 0 called all_reduce at {file}:6 from a thread it started"),  # rank 0 runs first
     ("shard-past-dims", 4, "mark 'x' at {file}:4: Shard(9) shards dim 9, but the tensor has 1 dim"),
     ("shard-negative", 4, "mark 'x' at {file}:4: Shard(-1) shards dim -1, but the tensor has 2 dims"),
     ("shard-a-scalar", 4, "mark 'x' at {file}:4: Shard(0) shards a tensor with no dims"),

@@ -137,3 +137,24 @@ def test_past_the_kinds_kept_no_call_takes_another_calls_records(monkeypatch):
         {"op": "sum", "algo": "direct"},
     )
     assert kind is None and w._records == {}
+
+
+def test_a_call_after_work_has_that_work_call_after_call():
+    """Rank 1 computes before each call of one line, a different product each time: each event holds its own
+    FLOPs (a call after work is never the previous call's records again)."""
+    def program(ctx):
+        x = np.ones(4, np.float32)
+        for n in (2, 3, 5):
+            if ctx.rank == 1:
+                ctx.xp.matmul(np.ones((1, n)), np.ones((n, 1)))  # 1 x 1 outputs of n multiply-adds
+            ctx.comm.all_reduce(x)
+
+    events = _events(program, 2)
+    assert [[m.work for m in e.members] for e in events] == [[None, {"matmul": 2 * n}] for n in (2, 3, 5)]
+
+
+def test_an_empty_label_names_no_event():
+    def program(ctx):
+        ctx.comm.all_reduce(np.ones(2, np.float32), label="")
+
+    assert [e.label for e in _events(program, 2)] == [None]
