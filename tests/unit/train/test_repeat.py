@@ -187,6 +187,57 @@ def test_a_replayed_call_without_events_hands_its_flops_to_the_next_collective()
     assert [dict(x) if x else x for x in w._works([0, 1])] == [{"attention": 4}, None]
 
 
+def test_a_replayed_compute_is_in_its_own_ranks_phase():
+    """Rank 1 repeats a call that computes while rank 0 is in another phase: the compute event is rank 1's."""
+    w = _World().w
+    w.mark(0, "phase", "rank 0's")
+    w.mark(1, "phase", "rank 1's")
+    _, rec = rep.record(w, 1, lambda: w.compute(1, "c", 1.0, "here"))
+    rep.replay(w, 1, rec)
+    assert [(e.members[0].rank, e.phase) for e in w.events] == [(1, "rank 1's")] * 2
+
+
+def _mark_then_compute(w):
+    w.mark(0, "note", "before")  # before the call's first event, none after its last
+    w.compute(0, "c1", 1.0, "here")
+    w.compute(0, "c2", 1.0, "here")
+
+
+def _compute_then_marks(w):
+    w.compute(0, "c", 1.0, "here")
+    w.mark(0, "note", "after")  # two after the call's last event
+    w.mark(0, "note", "after too")
+
+
+@pytest.mark.parametrize("call, marks", [(_mark_then_compute, ["before"]), (_compute_then_marks, ["after", "after too"])])
+def test_a_replay_tells_every_mark_in_its_place(call, marks):
+    w = _World().w
+    _, rec = rep.record(w, 0, lambda: call(w))
+    rep.replay(w, 0, rec)
+    assert [m.text for m in w.marks] == marks * 2
+    n = len(w.events) // 2
+    assert [m.step for m in w.marks[len(marks):]] == [m.step + n for m in w.marks[: len(marks)]]
+
+
+def test_a_replayed_ring_call_keeps_its_hops():
+    """A ring all-reduce the rank runs alone (its other member folded onto it) is told again with its hops."""
+    import threading
+
+    import numpy as np
+
+    from parasim.comm.virtual_comm import VirtualComm
+    from parasim.engine.symbolic.folded import FoldedWorld
+    from parasim.engine.work import Meter
+
+    w = FoldedWorld(2, [0, 0], algo="ring")
+    w.meter, w._thread = Meter(2, lambda: 0), threading.get_ident()  # run() would set them; the call runs here
+    comm = VirtualComm(w, 0)
+    _, rec = rep.record(w, 0, lambda: comm.all_reduce(np.ones(4, np.float32)))
+    rep.replay(w, 0, rec)
+    first, again = w.events
+    assert first.hops and again.hops == first.hops and again.algo == "ring"
+
+
 def test_a_call_another_rank_ran_beside_is_not_recorded():
     w = _World().w
 
