@@ -137,7 +137,7 @@ def replay(world: Any, rank: int, rec: Recording) -> None:
                 g,
                 list(members),
                 e.label,
-                st.phase if e.kind == "compute" else ranks[g.ranks[0]].phase,
+                st.phase,  # a repeated call's events are the rank's alone: of its group, it alone ran
                 e.params,
                 e.algo,
                 e.hops,

@@ -29,7 +29,7 @@ class Recording(Comm):
 
     def _group(self, group, op):
         self.asked.append(("group", op))
-        return WORLD
+        return WORLD if group is None else group
 
     def _collective(self, op, x, params, group, label, site, sig=None):
         self.asked.append(("run", op, params, group))
@@ -71,10 +71,11 @@ def test_an_array_the_backend_refuses_stops_the_call_before_its_group_is_asked()
         (lambda c, x: c.scatter(x, src=5), "scatter: src rank 5 is not a member of group world[0, 1]"),
         (lambda c, x: c.broadcast(x, src=5), "broadcast: src rank 5 is not a member of group world[0, 1]"),
         (lambda c, x: c.scatter(x, src=0, dim=1), "scatter: dim 1 is out of range for an array with 1 dims"),
+        (lambda c, x: c.scatter(x[:3], src=0), "scatter: size 3 of dim 0 does not divide by the group size 2"),
         (lambda c, x: c.reduce(x.astype(np.int32), dst=0, op="avg"), "op='avg' needs a floating dtype, got int32"),
         (lambda c, x: c.all_reduce(x.astype(np.int32), op="avg"), "op='avg' needs a floating dtype, got int32"),
     ],
-    ids=["reduce-dst", "scatter-src", "broadcast-src", "scatter-dim", "reduce-avg", "all-reduce-avg"],
+    ids=["reduce-dst", "scatter-src", "broadcast-src", "scatter-dim", "scatter-size", "reduce-avg", "all-reduce-avg"],
 )
 def test_a_bad_argument_is_named_with_its_call(call, words):
     """Each refusal says which call and which argument, in one line with the program's line after it."""
@@ -85,3 +86,37 @@ def test_a_bad_argument_is_named_with_its_call(call, words):
     with pytest.raises(CollectiveError) as info:
         parasim.run(program, 2)
     assert str(info.value).startswith(words + " (called at ")
+
+
+def test_the_group_a_call_names_is_the_group_it_runs_on():
+    comm, pair = Recording(), Group((1, 0), "pair", 1)
+    comm.all_gather(Shape([1.0]), group=pair)
+    assert comm.asked[-1][3] is pair
+
+
+@pytest.mark.parametrize(
+    "x, words",
+    [
+        ([1.0, 2.0], "all_reduce expects a numpy array on virtual ranks, got list"),
+        (np.array(["a", "b"]), "all_reduce expects numbers, got an array of dtype <U1"),
+        (np.array([None, 1]), "all_reduce expects numbers, got an array of dtype object"),
+    ],
+    ids=["list", "strings", "objects"],
+)
+def test_a_virtual_rank_sends_numbers_in_a_numpy_array(x, words):
+    def program(ctx):
+        return ctx.comm.all_reduce(x)
+
+    with pytest.raises(CollectiveError) as info:
+        parasim.run(program, 2)
+    assert str(info.value).startswith(words + " (called at ")
+
+
+def test_a_group_of_another_run_is_named_with_the_call():
+    other = parasim.run(lambda ctx: ctx.comm.new_group([0, 1], "pair"), 2).values[0]
+
+    def program(ctx):
+        return ctx.comm.all_reduce(np.ones(2), group=other)
+
+    with pytest.raises(CollectiveError, match=r"^all_reduce: group pair\[0, 1\] was not created in this run"):
+        parasim.run(program, 2)
