@@ -423,7 +423,7 @@ class VirtualWorld(PointToPoint):
                 g,
                 members,
                 label,
-                ranks[self._members_running(g)[0]].phase,  # its first member's that ran (a folded one has none)
+                ranks[self._members_running(g)[0]].phase,  # its first member whose program ran
                 params,
                 params.get("algo"),
                 hops,
