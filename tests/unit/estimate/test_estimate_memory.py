@@ -87,10 +87,11 @@ def test_plan_label(plan, label):
 
 def test_plan_to_dict():
     p = Plan(tp=2, sp=True, cp=2, pp=2, dp=2, ep=2, etp=1, zero=3, recompute="full", flash=False, micro_batch=2,
-             microbatches=4, chunked_loss=True)
+             microbatches=4, chunked_loss=True, cp_comm="all_gather", zigzag=False, chunks=2)
     assert p.to_dict() == {
-        "tp": 2, "sp": True, "cp": 2, "pp": 2, "dp": 2, "ep": 2, "etp": 1, "world": 16, "zero": 3,
-        "recompute": "full", "flash": False, "micro_batch": 2, "microbatches": 4, "chunked_loss": True,
+        "tp": 2, "sp": True, "cp": 2, "cp_comm": "all_gather", "zigzag": False, "pp": 2, "dp": 2, "ep": 2, "etp": 1,
+        "world": 16, "zero": 3, "recompute": "full", "flash": False, "micro_batch": 2, "microbatches": 4, "chunks": 2,
+        "chunked_loss": True,
         "precision": "post", "attention_kernel": None, "fusion": "megatron", "dispatcher": "alltoall",
         "label": "TP2 + SP + CP2 + PP2 + EP2 + DP2 + ZeRO-3 + full recompute"}
 
@@ -304,8 +305,9 @@ def test_breakdown_and_its_dict():
         "items": {"weights": 0.8, "gradients": 0.8, "optimizer": 4.8, "activations": 3.52,
                   "in-flight micro-batches": 3.52, "recompute working set": 0.0, "logits": 0.0,
                   "ZeRO-3 gathered layers": 0.0},
-        "layout": {"tp": 2, "sp": False, "cp": 1, "pp": 2, "dp": 1, "ep": 1, "etp": 1, "world": 4, "zero": 1,
-                   "recompute": "none", "flash": True, "micro_batch": 1, "microbatches": 2, "chunked_loss": False,
+        "layout": {"tp": 2, "sp": False, "cp": 1, "cp_comm": "p2p", "zigzag": True, "pp": 2, "dp": 1, "ep": 1,
+                   "etp": 1, "world": 4, "zero": 1, "recompute": "none", "flash": True, "micro_batch": 1,
+                   "microbatches": 2, "chunks": 1, "chunked_loss": False,
                    "precision": "post", "attention_kernel": None, "fusion": "megatron", "dispatcher": "alltoall", "label": "TP2 + PP2"}}
     assert bd.to_dict()["unit_bytes"] == 1e9 and bd.to_dict()["total"] == pytest.approx(13440e-9)
 
