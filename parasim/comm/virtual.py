@@ -244,13 +244,14 @@ class VirtualWorld(PointToPoint):
                 out[st.rank] = "finished"
             elif isinstance(w, _Instance):
                 i = w.group.ranks.index(st.rank)  # its own arrival: it waits in it
-                key = (id(w), w.said(i), w.sites[i])  # members may differ in site (and, for all_to_all, in chunks)
+                site = cast(tuple, w.sites[i])
+                key = (id(w), w.said(i), site)  # members may differ in site (and, for all_to_all, in chunks)
                 if key not in texts:
                     arrived = [r for r, a in zip(w.group.ranks, w.sites) if a is not None]
                     missing = [r for r, a in zip(w.group.ranks, w.sites) if a is None]
                     texts[key] = (
                         f"waits in {key[1]} on group {w.group} (call #{w.call} on it) at "
-                        f"{site_name(cast(tuple, key[2]))}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}"
+                        f"{site_name(site)}; arrived {ranks_text(arrived)}, missing {ranks_text(missing)}"
                     )
                 out[st.rank] = texts[key]
             elif isinstance(w, Batch):

@@ -21,11 +21,11 @@ class VirtualComm(Comm):
         self._sites = world.site_memo
 
     def _check_array(self, x, op):
-        if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:  # the common case in one test (bfloat16: all)
-            check_array(x, op)
+        check_array(x, op)
 
     def _checked(self, x, group, op):
-        # every rank's every call: numbers in a numpy array, on the world or a group, checked in one frame
+        # every rank's every call: numbers in a numpy array, on the world or a group, checked in one frame (the
+        # usual array in one test; bfloat16's kind is not a number's, so it, and all else, takes the full check)
         if type(x) is not np.ndarray or x.dtype.kind not in NUMBER_KINDS:
             self._check_array(x, op)
         w = self._w

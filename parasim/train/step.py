@@ -72,11 +72,12 @@ class StepOptions:
     def __post_init__(self) -> None:
         # the step drives one stage of layers on each rank: a schedule of several chunks a rank is refused here,
         # in one line, not inside the ranks once they run
-        if schedule_entry(self.schedule).chunks != ONE:
+        entry = schedule_entry(self.schedule)
+        if entry.chunks != ONE:
             ones = ", ".join(e.name for e in SCHEDULES if e.chunks == ONE)
             raise UsageError(
                 f"the training step holds one stage of layers on each rank; schedule {self.schedule} runs "
-                f"{schedule_entry(self.schedule).chunks_words} chunks a rank: use one of {ones}"
+                f"{entry.chunks_words} chunks a rank: use one of {ones}"
             )
 
 
