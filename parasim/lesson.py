@@ -176,6 +176,9 @@ class Lesson:
     order: float = float("inf")
     picture: Picture | None = None  # what `--plot` draws of a run
     keep_values: int = 64  # arrays up to this many elements are shown by value
+    # the plain walk-through's events a phase, the rest counted by op in one line (None: every one); --json and
+    # the app keep them all
+    events_shown: int | None = None
     seed: int = 0
     min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
     max_world: int | None = None

@@ -246,6 +246,30 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
     return [(p, sorted(items[p], key=lambda it: it[:4])) for p in items]
 
 
+def _phase_lines(items: list, shown: int | None, width: int) -> list[str]:
+    """A phase's events and notes in order; past the first `shown` events (None: all), the rest of its events
+    in one line by op, its notes still said."""
+    out: list[str] = []
+    told, left = 0, dict[str, int]()
+    for *_, item in items:
+        if not isinstance(item, Event):
+            out.append(f"  {item}")
+        elif shown is None or told < shown:
+            out += list(event_lines(item))
+            told += 1
+        else:
+            left[item.op] = left.get(item.op, 0) + 1
+    if left:
+        ops = ", ".join(f"{n} {op}" for op, n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
+        out += textwrap.wrap(
+            f"... and {sum(left.values())} more events in this phase ({ops}): --json and the app list every one",
+            width,
+            initial_indent="    ",
+            subsequent_indent="    ",
+        )
+    return out
+
+
 def page_width() -> int:
     """The page's width, held to 60..WIDEST: the terminal's where stdout is one, else WIDTH (a pipe or a file
     reads the same on every machine; `lesson --width` sets it)."""
@@ -278,8 +302,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
                     out += textwrap.wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
-        for *_, item in items:
-            out += list(event_lines(item)) if isinstance(item, Event) else [f"  {item}"]
+        out += _phase_lines(items, lesson.events_shown, width)
     if lr.tables:
         from .tables import table_lines
 

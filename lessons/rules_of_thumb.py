@@ -1,0 +1,330 @@
+"""The post's rules of thumb, each shown by a run that breaks it beside a run that follows it: two layers of
+the 27B model on 16 H200s (two nodes of 8), at real size on symbolic ranks, forward, backward and the
+optimizer step, timed on the clock.
+
+Every pair runs on the same 16 GPUs and the same tokens. What a rule saves (or costs) is measured, never
+asserted: the bytes GPU 0 sends inside its node and across nodes (from the trace), what GPU 0 keeps (its
+weights, gradients and optimizer state as the optimizer holds them, and the activations its layers keep for
+backward) and how long the piece takes on the clock. Following a rule is not always free: the table says
+which way each pair goes.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+from parasim.clock.costs import machine
+from parasim.clock.timeline import by_phase, simulate
+from parasim.comm.hops import ACROSS, INSIDE, event_transfers, split_by_link
+from parasim.dp.sharded import ShardedAdam
+from parasim.estimate import get_model
+from parasim.estimate.hardware import GPUS
+from parasim.lesson import Check, Lesson, Picture, Table, check
+from parasim.nn import ParallelContext, Saved
+from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.render.plot_base import pyplot
+
+SEQ, LONG = 4096, 32768  # tokens a sequence; the long one for the CP rule
+MODEL = replace(get_model("27b"), flash=True, dropout=0.0)
+WORLD, NODE, GPU = 16, 8, "h200"
+LAYERS = 2  # the piece of the model every run trains: two layers (one a stage where a pipeline splits them)
+ALL = tuple(range(WORLD))
+Groups = tuple[tuple[int, ...], ...]
+
+
+def blocks(size: int, ranks: tuple[int, ...] = ALL) -> Groups:
+    """`ranks` cut into groups of `size` consecutive GPUs."""
+    return tuple(ranks[i : i + size] for i in range(0, len(ranks), size))
+
+
+def pairs_across() -> Groups:
+    """GPU i of node 0 with GPU i of node 1: a group of two that crosses the nodes."""
+    return tuple((i, i + NODE) for i in range(NODE))
+
+
+SINGLES = blocks(1)
+HALF_NODES = ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))  # half of each node: a group over both
+
+
+class Setup(NamedTuple):
+    """One run of the piece: its TP groups (with SP or not), its CP and data-parallel groups (each GPU's
+    optimizer works over its data-parallel group; a group of one where there is none), its pipeline stages
+    (the GPUs of each, in order), the ZeRO stage, the sequence and the sequences a step. (A named tuple: a
+    lesson file is loaded by its path, where a dataclass cannot find its module.)"""
+
+    label: str
+    tp: Groups
+    sp: bool = True
+    cp: Groups | None = None
+    dp: Groups = SINGLES
+    stages: Groups = (ALL,)
+    zero: int = 0
+    seq: int = SEQ
+    batch: int = 1
+
+
+class Rule(NamedTuple):
+    """A rule of thumb in the post's list, the two runs that show it, and what each run shows (the narrative's
+    words for it)."""
+
+    name: str
+    says: str
+    breaks: Setup
+    follows: Setup
+    broken_words: str
+    kept_words: str
+
+
+TP8 = blocks(8)
+RULES: tuple[Rule, ...] = (
+    Rule("tp-inside-a-node", "TP inside a node",
+         Setup("TP 16 over 2 nodes", blocks(16), batch=2),
+         Setup("TP 8 a node, DP 2", TP8, dp=pairs_across()),
+         "TP 16 spreads each layer over both nodes, two sequences at once. Each of its all-gathers and "
+         "reduce-scatters is a ring with two hops between the nodes, and a ring moves at its slowest hop's "
+         "pace: in every layer, forward and backward.",
+         "TP 8 keeps every ring inside a node, on NVLink. The nodes are two DP replicas, a sequence each, and "
+         "only their gradient all-reduce crosses, once a step. Each GPU holds twice the weights TP 16 left it."),
+    Rule("sp-with-tp", "SP whenever TP is on",
+         Setup("TP 8, no SP", TP8, sp=False, dp=pairs_across()),
+         Setup("TP 8 + SP", TP8, dp=pairs_across()),
+         "TP 8 without SP: each all-reduce leaves all 8 GPUs the whole activation, so the norms, the residual "
+         "adds and what backward keeps of them are whole on every GPU.",
+         "With SP each all-reduce becomes a reduce-scatter and an all-gather: the same bytes forward, and the "
+         "activations between the products kept split 8 ways. Backward gathers the two saved input slices "
+         "once more."),
+    Rule("cp-for-long-sequences", "CP when sequences get long",
+         Setup(f"TP 16 over 2 nodes, {LONG // 1024}K", blocks(16), seq=LONG),
+         Setup(f"TP 8 + CP 2, {LONG // 1024}K", TP8, cp=pairs_across(), dp=pairs_across(), seq=LONG),
+         f"At {LONG // 1024}K tokens one node is not enough. Spreading the layer with TP 16 puts its rings, "
+         "now eight times the bytes of a 4K sequence, on the network in every layer.",
+         "TP 8 stays in each node and CP 2 gives each node half of the sequence. Across the nodes go the K and V "
+         "of the other half (a pass each way, forward, and their gradients backward) and the weights' "
+         "gradient reduction."),
+    Rule("pp-across-nodes", "PP across nodes",
+         Setup("PP in a node, TP over 2", HALF_NODES, stages=HALF_NODES),
+         Setup("PP over 2 nodes, TP 8", TP8, stages=TP8),
+         "Two pipeline stages, each half of both nodes: the hand-off between the stages stays inside a node, "
+         "so the TP groups of 8 must span the nodes, and their rings cross in every layer.",
+         "Each node is a stage and a TP group. Only the hand-off crosses: each GPU's slice of the activation "
+         "forward, and its gradient back, once a micro-batch."),
+    Rule("zero-1", "ZeRO-1 over DP almost always",
+         Setup("TP 8, DP 2, plain Adam", TP8, dp=pairs_across()),
+         Setup("TP 8, DP 2, ZeRO-1", TP8, dp=pairs_across(), zero=1),
+         "Plain DP: each replica all-reduces its gradients and keeps the whole of Adam's state for its weights.",
+         "ZeRO-1: a reduce-scatter hands each replica half of the summed gradient; it updates that half and an "
+         "all-gather brings the weights back. The same bytes, half of Adam's state."),
+)
+
+
+def phase_of(rule: Rule, role: str) -> str:
+    setup = rule.breaks if role == "breaks" else rule.follows
+    return f"{rule.says}: {role} it ({setup.label})"
+
+
+def _mine(ctx, groups: Groups, name: str):
+    """Every group made on every rank (torch's rule), this rank's returned."""
+    made = [ctx.new_group(g, name) for g in groups]
+    return next(g for g, ranks in zip(made, groups) if ctx.rank in ranks)
+
+
+def run_setup(ctx, s: Setup, key: str) -> dict:
+    """The piece under `s` on this rank: its layers forward (activations handed to the next stage), backward
+    (gradients handed back), then the optimizer over its data-parallel group. What it keeps, counted."""
+    tp, dp = _mine(ctx, s.tp, "tp"), _mine(ctx, s.dp, "dp")
+    cp = _mine(ctx, s.cp, "cp") if s.cp else None
+    stage = next(i for i, g in enumerate(s.stages) if ctx.rank in g)
+    mine = s.stages[stage]
+    model = replace(MODEL, seq=s.seq)
+    par = ParallelContext(ctx, tp, sp=s.sp, cp_group=cp, seq=s.seq)
+    per_stage = LAYERS // len(s.stages)
+    layers = [TransformerLayer(par, model, layer_weights(ctx, model, f"{key}.L{stage * per_stage + i}"),
+                               key=f"{key}.L{stage * per_stage + i}") for i in range(per_stage)]
+    shape = (len(par.token_positions()), s.batch, model.hidden)  # this rank's tokens (its SP slice under SP)
+    x = ctx.shared_rng(f"{key}.x").normal(shape)
+    me = mine.index(ctx.rank)
+    if stage > 0:  # the previous stage's activations, from the GPU in the same place of it
+        x = ctx.comm.recv(s.stages[stage - 1][me], shape, x.dtype, label="PP: activations in")
+    saved, caches = Saved(), []
+    for layer in layers:
+        x, cache = layer.forward(x, saved)
+        caches.append(cache)
+    if stage < len(s.stages) - 1:
+        ctx.comm.send(x, s.stages[stage + 1][me], label="PP: activations out")
+        x = ctx.comm.recv(s.stages[stage + 1][me], shape, x.dtype, label="PP: gradient in")
+    for layer, cache in zip(reversed(layers), reversed(caches)):
+        x = layer.backward(cache, x)
+    if stage > 0:
+        ctx.comm.send(x, s.stages[stage - 1][me], label="PP: gradient out")
+    params = {f"{i}.{k}": v for i, lay in enumerate(layers) for k, v in lay.params().items()}
+    grads = {f"{i}.{k}": v for i, lay in enumerate(layers) for k, v in lay.grads.items()}
+    opt = ShardedAdam(ctx, dp, params, s.zero, name=("ZeRO-1" if s.zero else "DP") + " over dp")
+    opt.step(grads)
+    return {**opt.held(), "activations": saved.bytes()}
+
+
+def program(ctx):
+    out = {}
+    for n, rule in enumerate(RULES):
+        for role in ("breaks", "follows"):
+            ctx.phase(phase_of(rule, role))
+            out[phase_of(rule, role)] = run_setup(ctx, getattr(rule, role), f"r{n}{role[0]}")
+    return out
+
+
+def study(result) -> dict:
+    """For each run: the bytes all GPUs send inside nodes and across them, GPU 0's collectives (and
+    hand-offs) with a hop across nodes, and GPU 0's seconds on the clock."""
+    trace = result.trace
+    tl = simulate(trace, machine(GPU, NODE))
+    sent: dict[str, dict[str, int]] = {}
+    for e in trace.events:
+        if e.kind == "compute":
+            continue
+        row = sent.setdefault(e.phase, {INSIDE: 0, ACROSS: 0, "crossing": 0})
+        split = split_by_link(event_transfers(e), NODE)
+        row[INSIDE] += split[INSIDE]
+        row[ACROSS] += split[ACROSS]
+        row["crossing"] += split[ACROSS] > 0 and 0 in [m.rank for m in e.members]  # GPU 0's calls
+    return {"spans": by_phase(trace, tl, 0), "sent": sent}
+
+
+def figures(result, s, phase: str) -> dict:
+    """One run's figures: bytes inside and across nodes (all GPUs), the calls that cross, GPU 0's weights,
+    gradients and optimizer state, its kept activations, and its milliseconds on the clock."""
+    held = result.values[0][phase]
+    span = s["spans"][phase]
+    sent = s["sent"].get(phase, {INSIDE: 0, ACROSS: 0, "crossing": 0})
+    return {"inside": sent[INSIDE], "across": sent[ACROSS], "crossing": sent["crossing"],
+            "state": held["weights"] + held["gradients"] + held["optimizer"], "optimizer": held["optimizer"],
+            "activations": held["activations"], "ms": (span["end"] - span["start"]) * 1e3}
+
+
+def _gb(n: float) -> float:
+    return round(n / 1e9, 2)
+
+
+def tables(result, s) -> list[Table]:
+    runs, costs = [], []
+    for rule in RULES:
+        f = {role: figures(result, s, phase_of(rule, role)) for role in ("breaks", "follows")}
+        for role in ("breaks", "follows"):
+            g = f[role]
+            runs.append((f"{'broken' if role == 'breaks' else 'kept'}: {getattr(rule, role).label}",
+                         [_gb(g["inside"]), _gb(g["across"]), g["crossing"], _gb(g["state"]), _gb(g["activations"]),
+                          round(g["ms"], 1)]))
+        b, w = f["breaks"], f["follows"]
+        costs.append((rule.says, [_gb(b["across"] - w["across"]),
+                                  _gb(b["state"] + b["activations"] - w["state"] - w["activations"]),
+                                  round(b["ms"] - w["ms"], 1), f"{b['ms'] / w['ms']:.2f}x"]))
+    g = GPUS[GPU]
+    return [
+        Table(f"Each rule broken and kept: two {MODEL.name} layers on {WORLD} {g.name}s in nodes of {NODE} "
+              "(GB = 10^9 bytes, sent by all GPUs; memory and ms: GPU 0's)",
+              ["run", "inside nodes (GB)", "across nodes (GB)", "GPU 0's calls across", "weights, grads, Adam (GB)",
+               "activations (GB)", "time (ms)"], runs,
+              notes=["inside and across nodes: the bytes every GPU sends over NVLink and over the network; GPU "
+                     "0's calls across: the collectives and pipeline hand-offs it joins that have a hop between the "
+                     "nodes (a ring moves in lockstep, so each goes at the network's pace); time: GPU 0's forward, "
+                     "backward and optimizer step on the clock.",
+                     "weights and gradients in BF16 (2 bytes each), Adam's FP32 master copy and two moments (12 "
+                     "bytes a parameter) as the optimizer holds them on GPU 0; activations: what its layers keep "
+                     "for backward (a pipeline stage keeps its own layer's). No dropout, FlashAttention."]),
+        Table("What breaking each rule costs (broken less kept; a negative figure is what breaking it saves)",
+              ["rule", "more across nodes (GB)", "more memory on GPU 0 (GB)", "slower by (ms)",
+               "time, broken / kept"], costs,
+              notes=[f"the clock's constants: NVLink {g.nvlink.value / 1e9:,.0f} GB/s a GPU each way inside a "
+                     f"node, the network {g.network.value / 1e9:,.0f} GB/s a GPU between nodes (parasim hardware "
+                     "lists the sources).",
+                     "SP's bytes: the post says SP sends the same bytes as TP's all-reduces; so it does forward, "
+                     "but backward gathers the two saved input slices again (2 of TP alone's 8 ring passes a "
+                     "layer: a quarter more), unless the gathered inputs are kept whole instead."]),
+    ]
+
+
+def checks(result, s) -> list[Check]:
+    f = {phase_of(r, role): figures(result, s, phase_of(r, role)) for r in RULES for role in ("breaks", "follows")}
+    rule = {r.name: (f[phase_of(r, "breaks")], f[phase_of(r, "follows")]) for r in RULES}
+    h, ffn = MODEL.hidden, MODEL.ffn_size
+    # one layer's matrices, by hand: Q, K, V (the model's KV heads) and the output, the MLP (gated or not)
+    d = h // MODEL.heads
+    q, kv = MODEL.heads * d, MODEL.kv * d
+    mlp_in = 2 * ffn if MODEL.gated else ffn
+    layer_params = h * (q + 2 * kv) + q * h + h * mlp_in + ffn * h
+    tp_across, tp_inside = rule["tp-inside-a-node"]
+    sp_off, sp_on = rule["sp-with-tp"]
+    cp_tp, cp = rule["cp-for-long-sequences"]
+    pp_in, pp_across = rule["pp-across-nodes"]
+    z0, z1 = rule["zero-1"]
+    t, sbh2 = 8, SEQ * h * 2  # TP 8; one sequence's activation at 2 bytes a value
+    return [
+        check("TP 8 in each node sends across nodes only DP's gradient all-reduce: a ring of 2 makes each GPU "
+              "send its gradients' bytes once, 16 GPUs x 2 layers x (their matrices / 8) x 2 bytes (within 1%: "
+              "the norms' and biases' few values)", tp_inside["across"], WORLD * LAYERS * layer_params / 8 * 2,
+              rtol=0.01),
+        check("GPU 0's calls that cross nodes: every TP collective of TP 16 (dozens), against DP's one gradient "
+              "all-reduce at TP 8",
+              tp_across["crossing"] > 10 * tp_inside["crossing"], True),
+        check("... so TP 16 takes longer on the clock, though it shares the same tokens' products over 16 GPUs",
+              tp_across["ms"] > tp_inside["ms"], True),
+        check("SP's bytes inside the node, by hand: TP alone's 8 ring passes of s x h a layer, plus backward's 2 "
+              "re-gathers: 10/8 of TP alone's (within 1%: the norms' gradients SP sums)",
+              sp_on["inside"], sp_off["inside"] * 10 / 8, rtol=0.01),
+        check(f"SP keeps 32sbh/t of activations a layer where TP alone keeps sbh(8 + 24/t), without dropout's "
+              f"masks: {(8 + 24 / t) / (32 / t):g}x at t = 8 (by hand; the post's 'about 3x')",
+              sp_off["activations"] / sp_on["activations"], (8 + 24 / t) / (32 / t), rtol=1e-9),
+        check("a pipeline across nodes sends across only its hand-offs: each of the 8 GPU pairs one SP slice "
+              "of the activation forward (s/8 x h x 2 bytes) and its gradient back: 2 x s x h x 2 bytes in all",
+              pp_across["across"], 2 * sbh2),
+        check("the pipeline inside each node leaves TP's rings to cross: far more bytes across nodes",
+              pp_in["across"] > 10 * pp_across["across"], True),
+        check("ZeRO-1 sends the bytes of plain DP's all-reduce (a reduce-scatter and an all-gather)",
+              z1["across"] + z1["inside"], z0["across"] + z0["inside"]),
+        check("ZeRO-1 halves Adam's 12 bytes a parameter over DP 2", z1["optimizer"], z0["optimizer"] / 2),
+        check(f"at {LONG // 1024}K tokens, CP 2 across the nodes sends fewer bytes across than TP 16 over them",
+              cp["across"] < cp_tp["across"], True),
+        check("... and takes less time on the clock", cp["ms"] < cp_tp["ms"], True),
+    ]
+
+
+def plot_rules(lr, path: str) -> None:
+    """Each rule's two runs side by side: GPU 0's bytes across nodes, its memory, its time."""
+    plt = pyplot()
+    s = study(lr.result)
+    f = {(r.says, role): figures(lr.result, s, phase_of(r, role)) for r in RULES for role in ("breaks", "follows")}
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    names = [r.says for r in RULES]
+    ys = range(len(names))
+    for ax, (key, unit, scale) in zip(axes, (("across", "GB sent across nodes (all GPUs)", 1e9),
+                                             ("mem", "GB GPU 0 keeps (state + activations)", 1e9),
+                                             ("ms", "ms of GPU 0 on the clock", 1))):
+        for k, (role, colour, said) in enumerate((("breaks", "tab:red", "rule broken"),
+                                                   ("follows", "tab:green", "rule kept"))):
+            vals = [(f[(n, role)]["state"] + f[(n, role)]["activations"]) if key == "mem" else f[(n, role)][key]
+                    for n in names]
+            ax.barh([y + (0.2 if k == 0 else -0.2) for y in ys], [v / scale for v in vals], height=0.4,
+                    color=colour, label=said)
+        ax.set_yticks(list(ys), names if ax is axes[0] else [""] * len(names))
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(f"The rules of thumb, each broken and kept: two {MODEL.name} layers on {WORLD} {GPUS[GPU].name}s "
+                 f"in nodes of {NODE}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+NARRATIVE = {phase_of(r, role): r.broken_words if role == "breaks" else r.kept_words
+             for r in RULES for role in ("breaks", "follows")}
+
+LESSON = Lesson(
+    name="rules-of-thumb", title="The rules of thumb, each broken and kept, at real size on the clock",
+    section="Putting it together: rules of thumb",
+    order=205,
+    world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
+    backend="symbolic", keep_values=0, events_shown=4,  # each run's first events; its tables say the rest
+    picture=Picture(plot_rules, "each rule broken and followed: bytes across nodes, memory and time"),
+    summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, ZeRO-1: each rule's run "
+            "beside the run that breaks it, in bytes, memory and milliseconds",
+)
