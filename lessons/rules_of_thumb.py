@@ -216,7 +216,7 @@ def tables(result, s) -> list[Table]:
         b, w = f["breaks"], f["follows"]
         costs.append((rule.says, [_gb(b["across"] - w["across"]),
                                   _gb(b["state"] + b["activations"] - w["state"] - w["activations"]),
-                                  round(b["ms"] - w["ms"], 1), f"{b['ms'] / w['ms']:.2f}x"]))
+                                  round(b["ms"] - w["ms"], 1) + 0.0, f"{b['ms'] / w['ms']:.2f}x"]))
     g = GPUS[GPU]
     return [
         Table(f"Each rule broken and kept: two {MODEL.name} layers on {WORLD} {g.name}s in nodes of {NODE} "

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 from .. import __version__
 from ..errors import OutputError, ParasimError, Terminated, UsageError
 from ..limits import check_plot_path
+from .cheatsheet import add_cheatsheet
 from .check import add_check
 from .compare import add_compare
 from .estimate import add_estimate_commands
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
         add_compare,
         add_layout,
         add_estimate_commands,
+        add_cheatsheet,
         add_validate,
         add_serve,
     ):

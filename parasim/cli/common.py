@@ -180,6 +180,16 @@ def add_timeout(p: argparse.ArgumentParser) -> None:
     )
 
 
+def width_arg(text: str) -> int:
+    """`--width N`: a plain page's line width, 60 to the walk-through's widest."""
+    from ..render.walkthrough import WIDEST
+
+    width = positive_up_to(WIDEST, "wider lines stop reading at a glance")(text)
+    if width < 60:
+        raise argparse.ArgumentTypeError(f"--width {width}: at least 60 (a plain page's tables and lines need it)")
+    return width
+
+
 def progress_line(line: str) -> None:
     """A library call's progress, on stderr (stdout may be --json)."""
     print(line, file=sys.stderr, flush=True)

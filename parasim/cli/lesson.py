@@ -17,11 +17,11 @@ from .common import (
     on_terminal,
     open_app,
     positive,
-    positive_up_to,
     print_json,
     program_output,
     write,
     write_hta,
+    width_arg,
     write_json,
 )
 
@@ -61,7 +61,7 @@ def add_lesson(sub: Any) -> None:
     )
     lp.add_argument(
         "--width",
-        type=_width,
+        type=width_arg,
         metavar="N",
         help="the plain walk-through's line width, 60 to 200 (default: the terminal's, or 96 into a pipe or a file)",
     )
@@ -197,15 +197,6 @@ def cmd_lesson(args: argparse.Namespace) -> int:
 
         sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
     return 0 if lr.ok else 1
-
-
-def _width(text: str) -> int:
-    from ..render.walkthrough import WIDEST
-
-    width = positive_up_to(WIDEST, "wider lines stop reading at a glance")(text)
-    if width < 60:
-        raise argparse.ArgumentTypeError(f"--width {width}: at least 60 (the walk-through's lines need it)")
-    return width
 
 
 def _list_lessons(lessons: dict, as_json: bool) -> None:

@@ -52,11 +52,12 @@ def _fit(head: list[str], body: list[list[str]], width: int, wrap: tuple[int, ..
                 w += 1
             widths.append(w)
         if sum(widths) <= room:
-            spare = room - sum(widths)  # wrapped columns take back what is left, the widest cells first
-            for i in sorted(wrap, key=lambda i: -max(len(r[i]) for r in body)):
-                grow = min(spare, max(len(r[i]) for r in body) - widths[i])
-                widths[i] += max(0, grow)
-                spare -= max(0, grow)
+            # wrapped columns share what is left in proportion to what each still lacks of its longest cell, so
+            # no column is left a word wide beside one that took it all
+            need = {i: max(0, max(len(r[i]) for r in body) - widths[i]) for i in wrap}
+            spare, lacking = room - sum(widths), sum(need.values())
+            for i in wrap:
+                widths[i] += min(need[i], spare * need[i] // lacking) if lacking else 0
             return widths
     return None
 

@@ -237,6 +237,7 @@ FIGURES = {
                                           ("lesson", "world", "clock", "events", "values", "checks")],
     "parasim lesson sp --tp 4": [("(the post's: --tp 8)", "(the post's: --tp 8)")],
     "parasim lesson pp-1f1b --pp 8 -m 16": [("bubble 7/23", "measured from the slot table: 7/23")],
+    "parasim cheatsheet": [("5.5, 3.75, 2 bytes", "5.5 /"), ("5.5, 3.75, 2 bytes", "3.75 / 2 B"), ("the 3/7 bubble", "3/7")],
     "parasim layout --list": [("Megatron 8.3B", "megatron-8.3b"), ("DeepSeek-V3-like", "DeepSeek-V3-like")],
     "parasim trace --layout moe16 --token contract": [("t6 of sequence A", "t6 of sequence A")],
     "parasim trace --layout moe16 --split zigzag": [("contract moves to g3", "g3: holds 'contract'")],

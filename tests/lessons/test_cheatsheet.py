@@ -1,0 +1,93 @@
+"""`parasim cheatsheet` (issue 53, build item 3): the post's cheat sheet with every cell read from a lesson's
+run. Each figure is worked out here by hand (or is the post's own), never taken from the code under test."""
+
+from __future__ import annotations
+
+import json
+from fractions import Fraction
+
+import pytest
+
+from conftest import cli
+from parasim.examples.cheatsheet import CHEAT_ROWS, cheat_sheet
+
+_SHEET: list = []
+
+
+def sheet():
+    if not _SHEET:
+        _SHEET.append(cheat_sheet())
+    return _SHEET[0]
+
+
+def figures(method: str) -> dict:
+    return next(r.figures for r in sheet().rows if r.method == method)
+
+
+def test_one_row_per_method_in_the_posts_order():
+    assert [r.method for r in sheet().rows] == ["DP", "ZeRO-1/2/3", "TP", "SP", "CP", "PP", "EP"]
+    assert [m.name for m in CHEAT_ROWS] == [r.method for r in sheet().rows]
+
+
+def test_bytes_a_parameter_by_hand():
+    # 2 bytes of weight, 2 of gradient, 12 of Adam (an FP32 copy, two moments); ZeRO shards over DP 8:
+    # stage 1 the 12, stage 2 the gradients too, stage 3 everything
+    dp = 8
+    assert figures("DP")["bytes_per_parameter"] == 2 + 2 + 12
+    assert figures("ZeRO-1/2/3")["bytes_per_parameter"] == {
+        "DP": 16,
+        "ZeRO-1": 2 + 2 + 12 / dp,
+        "ZeRO-2": 2 + (2 + 12) / dp,
+        "ZeRO-3": 16 / dp,
+    }
+
+
+def test_zero3_sends_one_and_a_half_times_dp():
+    # DP: one all-reduce of the gradients, 2(n-1)/n of them; ZeRO-3: the weights gathered for forward and again
+    # for backward, and the gradients reduce-scattered: 3(n-1)/n
+    assert figures("ZeRO-1/2/3")["zero3_over_dp"] == pytest.approx(3 / 2)
+
+
+def test_tp_four_all_reduces_a_layer_the_posts_figure():
+    f = figures("TP")
+    assert (f["all_reduce_forward"], f["all_reduce_backward"]) == (2, 2)
+
+
+def test_sp_bytes_and_memory_by_hand():
+    f, t = figures("SP"), 8
+    # 8 ring passes of an activation a layer under TP; SP adds backward's two re-gathers: 10 of them
+    assert f["bytes_over_tp"] == pytest.approx(10 / 8, rel=0.01)
+    # Korthikanti et al.: sbh(10 + 24/t) kept against 34sbh/t
+    assert f["activations_less"] == pytest.approx((10 + 24 / t) / (34 / t), abs=0.001)
+
+
+def test_cp_ring_passes_and_zigzag_by_hand():
+    f = figures("CP")
+    assert f["sends_forward"] == 2 * (f["cp"] - 1)  # K and V, from each of the other cp - 1 ranks
+    # 4 ranks, 16 tokens in 8 pieces: the contiguous split's last rank computes 7 + 6 + ... blocks (14 of the
+    # quarter-pieces' causal triangle), zigzag's every rank 8
+    assert f["zigzag_speedup"] == pytest.approx(14 / 8)
+
+
+def test_pp_bubble_and_sends_by_hand():
+    f = figures("PP")
+    p, m = f["pp"], f["microbatches"]
+    assert Fraction(f["bubble"]) == Fraction(p - 1, m + p - 1) == Fraction(3, 7)
+    assert f["p2p"] == 2 * (p - 1) * m  # an activation forward and its gradient back, at each cut
+
+
+def test_ep_all_to_alls_a_layer():
+    assert figures("EP")["all_to_all_per_layer"] == 4  # dispatch and combine, forward and backward
+
+
+def test_command_plain_json_and_width():
+    out = cli("cheatsheet", "--width", "100")
+    assert out.returncode == 0 and out.stderr == "", out.stderr  # no progress into a pipe
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= 100 and "(columns" not in out.stdout
+    for method in ("DP", "ZeRO-1/2/3", "TP", "SP", "CP", "PP", "EP"):
+        assert any(line.startswith(f"  {method} ") for line in lines)
+    got = json.loads(cli("cheatsheet", "--json").stdout)
+    assert [r["lessons"] for r in got["rows"]][0] == ["zero"] and len(got["rows"]) == 7
+    bad = cli("cheatsheet", "--width", "30")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--width" in bad.stderr
