@@ -238,3 +238,15 @@ def test_all_to_all_hidden_computes_the_posts_ep_arithmetic_beside_the_run():
     assert rows["dispatch + combine, forward"][post] == 822.1 and rows["the same backward"][post] == 822.1
     assert rows["a TP 8 all-reduce of the tokens instead"][post] == 205.5
     assert rows["ZeRO-3's way"][post] == 15032.4
+
+
+def test_wrapped_text_columns_share_the_spare_width_by_what_each_lacks():
+    """Three text columns, each far wider than a 100-column page allows: each gets a share of the spare width in
+    proportion to its longest cell (here equal), so none is left a word wide beside one that took it all."""
+    words = " ".join(["word"] * 40)  # 199 characters a cell
+    t = Table("three long columns", ["row", "a", "b", "c"], [("r", [words, words, words])])
+    lines = table_lines(t, 100)
+    head = next(line for line in lines if line.lstrip().startswith("---"))
+    widths = [len(dashes) for dashes in head.split()][1:]
+    assert max(widths) - min(widths) <= 1 and min(widths) >= 25, widths
+    assert max(map(len, lines)) <= 100
