@@ -76,13 +76,27 @@ def program(ctx, routing: Routing | None = None):
     world = ctx.new_group(range(ep), "ep")
     tp = ParallelContext(ctx, None, ep_group=world, options=LayerOptions(routing=routing))
     moe = _block(ctx, tp, world, f"moe.ep{ep}")
-    moe.forward(ctx.shared_rng(f"tokens{ctx.rank}").normal((T, D), DTYPE), Saved())
+    y, cache = moe.forward(ctx.shared_rng(f"tokens{ctx.rank}").normal((T, D), DTYPE), Saved())
     picks = np.asarray([[e for e, _ in row] for row in moe.last_routing])
+    moe.backward(cache, y)  # the two all-to-alls again, in reverse: the post's "backward doubles it"
     away = int(((picks // (E // ep)) != ctx.rank).sum())
     out[f"EP {ep}"] = {"pairs away": away, "rows away": sum(len(r) for d, r in enumerate(moe.dispatcher.rows_to(picks))
                                                         if d != ctx.rank)}
     ctx.note(f"{away:,} of its {T * K:,} (token, expert) pairs pick an expert on another GPU", pairs_away=away)
+    # what the other ways of splitting would send on the same GPUs: TP's two all-reduces of a dense layer's
+    # activations (forward), and ZeRO-3 bringing this layer's experts to the tokens (each GPU's share of their
+    # weights, gathered by all)
+    ctx.phase(INSTEAD, ep=ep)
+    x = ctx.shared_rng("activations").normal((T, D), DTYPE)
+    tp_all, dp_all = ctx.new_group(range(ep), "tp"), ctx.new_group(range(ep), "dp")  # the same GPUs, named
+    for block in ("attention", "MLP"):
+        ctx.comm.all_reduce(x, group=tp_all, label=f"TP {ep}: the {block}'s all-reduce, forward")
+    share = ctx.shared_rng(f"experts{ctx.rank}").normal((E // ep * 2 * D * F,), DTYPE)  # its experts' w1 and w2
+    ctx.comm.all_gather(share, group=dp_all, label="ZeRO-3: gather this layer's experts to every GPU")
     return out
+
+
+INSTEAD = "what TP and ZeRO-3 would send"
 
 
 def _dispatch(ep: int) -> str:
@@ -142,8 +156,7 @@ def tables(result) -> list[Table]:
     """The EP dispatch per GPU (EP 8 on the post's settings): the post's count (every leaving (token, expert) pair, d values at 2 bytes)
     beside what the run sent (each token once per GPU holding one of its picks, its gates beside it)."""
     v, trace, ep = result.values, result.trace, result.world
-    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == _dispatch(ep)
-                   and "dispatch" in e.label]
+    dispatch = _a2a(trace, ep, "dispatch:")
     sent = {m.rank: m.sent for m in dispatch.members}
     rows = []
     for r, x in enumerate(v):
@@ -158,7 +171,48 @@ def tables(result) -> list[Table]:
                          f"leave, {mean_pairs:,.0f} on average, give {mean_pairs * D * 2 / 1e6:,.0f} MB; the dispatch "
                          f"sent {sum(sent.values()) / len(sent) / 1e6:,.0f} MB. why: a token whose picks land on one "
                          f"GPU twice travels there once, with the {E // ep} gates of that GPU's experts beside it "
-                         "(MB = 1e6 bytes)."])]
+                         "(MB = 1e6 bytes)."]),
+            _instead_table(result)]
+
+
+def _instead_table(result) -> Table:
+    """The post's comparisons, from the run: EP's all-to-alls forward and backward, beside TP's all-reduces and
+    ZeRO-3's gather of the experts on the same GPUs, for one MoE layer."""
+    f, ep = _instead(result), result.world
+    gb = lambda n: round(n / 1e9, 3)  # noqa: E731
+    rows = [("EP: dispatch + combine, forward", [gb(f["ep forward"]), gb(f["post"])]),
+            ("EP: the same two, backward", [gb(f["ep backward"]), gb(f["post"])]),
+            (f"TP {ep}: two all-reduces of the activations, forward", [gb(f["tp"]), gb(4 * T * D * 2 * (ep - 1) / ep)]),
+            ("ZeRO-3: this layer's experts gathered to every GPU", [gb(f["zero3"]), "-"])]
+    return Table(f"What one GPU sends for one MoE layer at EP {ep}, against TP and ZeRO-3 on the same GPUs (GB)",
+                 ["what", "the run", "the post's count"], rows,
+                 notes=[f"the post counts every leaving (token, expert) pair, 2 x T x K x d x b x (EP - 1)/EP for "
+                        f"dispatch and combine: about {f['post'] / 1e9:.1f} GB forward, and backward doubles it. The run sends a "
+                        "token once to each GPU holding one of its picks, so less. TP's all-reduces forward, "
+                        "2 x T x d x b x 2(t - 1)/t, are the post's comparison. ZeRO-3 is EP's mirror image: it brings the "
+                        f"weights to the tokens, {f['zero3'] / f['ep forward']:.0f}x the bytes EP moves bringing the "
+                        f"tokens to the weights forward (this run's experts have two matrices each; DeepSeek-V3's "
+                        "have three)."])
+
+
+def _a2a(trace, ep: int, said: str):
+    """The EP phase's all-to-all whose label says `said` ("dispatch:", "combine:", "dispatch backward:", ...)."""
+    (e,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == _dispatch(ep) and said in e.label]
+    return e
+
+
+def _instead(result) -> dict:
+    """Bytes GPU 0 sends for one MoE layer: EP's all-to-alls forward and backward (the run's), TP's two
+    all-reduces and ZeRO-3's gather of the experts on the same GPUs (the run's), and the post's count."""
+    trace, ep = result.trace, result.world
+    sent = lambda e: e.member(0).sent  # noqa: E731
+    fwd = sum(sent(_a2a(trace, ep, f"{w}:")) for w in ("dispatch", "combine"))
+    bwd = sum(sent(_a2a(trace, ep, f"{w} backward:")) for w in ("dispatch", "combine"))
+    other = [e for e in trace.events if e.phase == INSTEAD]
+    tp = sum(sent(e) for e in other if e.op == "all_reduce")
+    zero3 = sum(sent(e) for e in other if e.op == "all_gather")
+    return {"ep forward": fwd, "ep backward": bwd, "post": 2 * T * K * D * 2 * (ep - 1) / ep, "tp": tp,
+            "zero3": zero3}
 
 
 def checks(result) -> list[Check]:
@@ -169,8 +223,7 @@ def checks(result) -> list[Check]:
     drawn = [routing.choose(f"moe.ep{ep}#0", r, r * T, T, E, K) // per for r in range(ep)]
     away = [int((d != r).sum()) for r, d in enumerate(drawn)]
     rows = [sum(int((d == g).any(axis=1).sum()) for g in range(ep) if g != r) for r, d in enumerate(drawn)]
-    (dispatch,) = [e for e in trace.events if e.op == "all_to_all" and e.phase == _dispatch(ep)
-                   and "dispatch" in e.label]
+    dispatch = _a2a(trace, ep, "dispatch:")
     row_bytes = (D + per) * 2  # a token's row and the gates of that GPU's experts, 2 bytes each
     post = T * K * D * 2 * (ep - 1) / ep  # the post's count: every (token, expert) pair that leaves, once each
     return [
@@ -188,12 +241,30 @@ def checks(result) -> list[Check]:
               "dispatch's bytes equal rows away x (d + E / EP) x 2", [m.sent for m in dispatch.members],
               [r * row_bytes for r in rows]),
         fewer_check(dispatch, away, rows, row_bytes),
+        *_instead_checks(result),
     ] + [check(f"27B, {r['label']}, one layer at {r['seq']:,} tokens: bytes kept for backward, while recomputing, "
                "and weights held per GPU, measured against the estimator" + (" (no dropout masks: the engine "
                                                                              "models no dropout under CP)" if "CP" in
                                                                              r["label"] else ""), [r["got"]["kept"], r["got"]["work"],
                                                                              r["got"]["params"]],
                [[r["kept"]], [r["work"]], [r["params"]]]) for r in nine_rows()]
+
+
+def _instead_checks(result) -> list[Check]:
+    """The post's EP comparisons, worked out by hand from the run's own sizes."""
+    f, ep, trace = _instead(result), result.world, result.trace
+    every = lambda said: sum(m.sent for m in _a2a(trace, ep, said).members)  # noqa: E731
+    return [
+        check("backward's two all-to-alls send, over all GPUs, exactly what forward's did (the post: backward "
+              "doubles it)", every("dispatch backward:") + every("combine backward:"),
+              every("dispatch:") + every("combine:")),
+        check(f"TP {ep}'s two all-reduces forward, by the post's formula 2 x T x d x b x 2(t - 1)/t (a ring "
+              "sends 2(t - 1)/t of each)", f["tp"], 2 * T * D * 2 * 2 * (ep - 1) // ep),
+        check(f"ZeRO-3 gathering the experts: each GPU sends its {E // ep} experts' two d x f matrices to the "
+              f"{ep - 1} others, (EP - 1)/EP x E x 2 d f x 2 bytes", f["zero3"], (ep - 1) * E // ep * 2 * D * F * 2),
+        check("... more than ten times what EP's all-to-alls send forward: weights are the heavier thing to move",
+              f["zero3"] > 10 * f["ep forward"], True),
+    ]
 
 
 def fewer_check(dispatch, away: list[int], rows: list[int], row_bytes: int) -> Check:
@@ -225,6 +296,10 @@ NARRATIVE = {
         much. (--routing balanced spreads each token's picks evenly over the GPUs: the post's count of
         pairs then holds exactly, and where every pick lands on its own GPU, at EP 8 or 16, no token is
         merged and the gates make the run send a little more than the count.)""" for n in EP_SIZES},
+    INSTEAD: """
+        The same GPUs, split two other ways, for comparison. TP would all-reduce the whole activation twice in
+        a layer's forward. ZeRO-3 would leave the tokens where they are and gather the experts' weights to
+        every GPU instead: EP's mirror image, and for an MoE layer the far heavier load.""",
 }
 
 LESSON = Lesson(

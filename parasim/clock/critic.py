@@ -47,8 +47,9 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "sp-with-tp",
         "turn SP on wherever TP is",
-        "the same bytes on the wire (an all-reduce is a reduce-scatter and an all-gather), and the activations "
-        "between the matrix products divided by TP",
+        "forward, the same bytes on the wire (an all-reduce is a reduce-scatter and an all-gather; backward "
+        "gathers the saved inputs again, a quarter more: lesson rules-of-thumb), and the activations between the "
+        "matrix products divided by TP",
         lambda m, p: p.tp > 1 and not p.sp,
         lambda m, p: replace(p, sp=True),
     ),

@@ -4,7 +4,8 @@
 
 Without SP, LN, dropout and the residual adds run on every TP rank on the whole activation; with SP each
 rank runs them on its slice of the sequence, the column-parallel blocks all-gather the sequence first and
-the row-parallel blocks reduce-scatter it after: same bytes on the wire, 1/t of the activations kept.
+the row-parallel blocks reduce-scatter it after: forward, the bytes of the all-reduces they replace (backward
+gathers the saved slices once more), and 1/t of the activations kept.
 Weights come whole from shared seeded streams (`layer_weights`), so the unsplit model is known exactly.
 """
 

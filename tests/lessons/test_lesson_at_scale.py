@@ -15,7 +15,7 @@ def lr():
 
 def test_every_check_holds_and_the_runs_were_symbolic(lr):
     assert lr.result.trace.backend == "symbolic"
-    assert len(lr.checks) == 15 and all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
+    assert len(lr.checks) == 19 and all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
 
 
 def test_token_copies_are_the_posts(lr):
@@ -45,3 +45,25 @@ def test_real_ranks_refuse_it_and_check_says_why():
     out = cli("check", "at-scale", "--json")
     d = json.loads(out.stdout)
     assert out.returncode == 0 and d["first_divergence"] is None and d["compared"] == 0
+
+
+def test_ep_beside_tp_and_zero3_by_hand(lr):
+    """Issue 53, item 6: the post's EP comparisons, from the run, each worked out here from the post's T, d, K,
+    EP and DeepSeek-V3's expert width (two matrices a run's expert)."""
+    T, d, K, E, F, ep, b = 4096, 7168, 8, 256, 2048, 8, 2
+    (table,) = [t for t in lr.tables if t.title.startswith("What one GPU sends for one MoE layer")]
+    rows = {name: cells for name, cells in table.rows}
+    post = 2 * T * K * d * b * (ep - 1) / ep
+    assert rows["EP: dispatch + combine, forward"][1] == round(post / 1e9, 3) == 0.822  # "about 0.8 GB"
+    assert rows["TP 8: two all-reduces of the activations, forward"] == [round(2 * T * d * b * 2 * 7 / 8 / 1e9, 3)] * 2
+    assert rows["ZeRO-3: this layer's experts gathered to every GPU"][0] == round((ep - 1) * E // ep * 2 * d * F * b / 1e9, 3)
+    trace = lr.result.trace
+    a2a = [e for e in trace.events if e.op == "all_to_all" and e.phase == "EP 8 dispatch"]
+    forward = sum(m.sent for e in a2a if "backward" not in e.label for m in e.members)
+    backward = sum(m.sent for e in a2a if "backward" in e.label for m in e.members)
+    assert len(a2a) == 4 and backward == forward  # the post: "backward doubles it"
+    gpu0 = {way: sum(e.member(0).sent for e in a2a if ("backward" in e.label) == (way == "backward"))
+            for way in ("forward", "backward")}
+    assert [rows["EP: dispatch + combine, forward"][0], rows["EP: the same two, backward"][0]] == [
+        round(gpu0["forward"] / 1e9, 3), round(gpu0["backward"] / 1e9, 3)]
+    assert rows["EP: dispatch + combine, forward"][0] < rows["EP: dispatch + combine, forward"][1]  # merged tokens
