@@ -171,6 +171,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="its answer is a table of times; the app's time view (press u) draws both schedules on the clock",
     name="all-to-all-hidden", title="The all-to-all cannot wait: DualPipe pairs a forward with a backward to hide "
                                     "it, on the clock",
     section="Expert parallelism: the all-to-all cannot wait, DualPipe hides it (on the clock)",

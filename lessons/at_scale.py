@@ -303,6 +303,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='its figures are counts at real size, read best in its tables',
     name="at-scale", title="The post's figures at real size, on symbolic ranks: MoE token copies, the EP "
                            "all-to-all, the 27B model's layers at their longest sequences",
     section="The post's figures at real size (symbolic ranks)",

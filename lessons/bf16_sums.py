@@ -191,6 +191,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="its story is one sum's digits and each element's error, which its lines print exactly",
     name="bf16-sums",
     section="First: the three collectives (sums in low precision)",
     order=20,

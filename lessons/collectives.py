@@ -169,6 +169,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="a ring's hops are its picture, and the app draws them (press t on an event)",
     name="collectives",
     section="First: the three collectives",
     order=10,

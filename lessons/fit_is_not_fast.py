@@ -146,6 +146,7 @@ NARRATIVE = {PHASE: f"""
     beside what the run counted and the clock's times."""}
 
 LESSON = Lesson(
+    no_picture='its answer is three ways of timing one step, in one table',
     name="fit-is-not-fast", title="Fitting is not fast: one step at the longest sequence, on the clock",
     section="Putting it together: fitting is not fast (on the clock)",
     order=220,

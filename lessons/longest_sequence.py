@@ -156,6 +156,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="its answer is the post's table; parasim fit --search --plot FILE.png draws the longest sequence against nodes for every layout",
     name="longest-sequence",
     section="Putting it together: the longest sequence that fits",
     order=210,

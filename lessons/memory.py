@@ -181,6 +181,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="its figures are the estimator's table beside one measured layer; parasim memory --plot FILE.png draws a job's memory, stage by stage of ZeRO",
     name="memory",
     section="Data parallelism and ZeRO: what about activations?",
     order=40,

@@ -135,7 +135,9 @@ NARRATIVE = {
         DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do.""",
 }
 
-LESSON = Lesson(name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
+LESSON = Lesson(
+    no_picture='its answer is two tables of variants; parasim compare layout ... --plot FILE.png draws bytes per axis',
+    name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
                 section="One example with everything: what changes with other settings",
                 order=240,
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,

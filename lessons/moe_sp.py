@@ -83,7 +83,9 @@ NARRATIVE = {
         quarter at --tp 4), and the same answer. This is why Megatron refuses MoE with TP unless SP is on.""",
 }
 
-LESSON = Lesson(name="moe-sp", title="MoE with TP needs SP: otherwise every token is dispatched t times",
+LESSON = Lesson(
+    no_picture="its figure is a count of token copies; moe16 --plot draws a token's dispatch",
+    name="moe-sp", title="MoE with TP needs SP: otherwise every token is dispatched t times",
                 section="Expert parallelism: why MoE with TP needs SP",
                 order=170,
                 world=2, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,

@@ -237,6 +237,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='its figures are bytes across nodes under two policies, read best side by side in its table',
     name="node-limited", title="Node-limited routing: DeepSeek-V3's 4-node cap at EP 64 over 8 nodes, the bytes "
                                "that cross nodes",
     section="Expert parallelism: DeepSeek-V3 caps the nodes a token's experts lie on (symbolic ranks)",

@@ -136,6 +136,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='two chunks of scores: its lines print every running maximum, sum and weight',
     name="online-softmax",
     section="Context parallelism: how the softmax stays exact",
     order=100,

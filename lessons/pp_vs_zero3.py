@@ -151,7 +151,9 @@ NARRATIVE = {
         for another's compute. Both runs equal one device's step to 1e-12.""",
 }
 
-LESSON = Lesson(name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
+LESSON = Lesson(
+    no_picture="its comparison is a table of bytes as the batch and the model grow; the app's timeline shows both runs",
+    name="pp-vs-zero3", title="PP vs ZeRO-3: activations point-to-point, or weights in collectives",
                 section="Pipeline parallelism: isn't this the same as ZeRO-3?",
                 order=160,
                 world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,

@@ -22,7 +22,7 @@ from parasim.estimate.hardware import GPUS
 from parasim.lesson import Check, Lesson, Picture, Table, check
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
-from parasim.render.plot_base import pyplot
+from parasim.render.plot_lessons import plot_rules
 
 SEQ, LONG = 4096, 32768  # tokens a sequence; the long one for the CP rule
 MODEL = replace(get_model("27b"), flash=True, dropout=0.0)
@@ -285,34 +285,6 @@ def checks(result, s) -> list[Check]:
               cp["across"] < cp_tp["across"], True),
         check("... and takes less time on the clock", cp["ms"] < cp_tp["ms"], True),
     ]
-
-
-def plot_rules(lr, path: str) -> None:
-    """Each rule's two runs side by side: GPU 0's bytes across nodes, its memory, its time."""
-    plt = pyplot()
-    s = study(lr.result)
-    f = {(r.says, role): figures(lr.result, s, phase_of(r, role)) for r in RULES for role in ("breaks", "follows")}
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
-    names = [r.says for r in RULES]
-    ys = range(len(names))
-    for ax, (key, unit, scale) in zip(axes, (("across", "GB sent across nodes (all GPUs)", 1e9),
-                                             ("mem", "GB GPU 0 keeps (state + activations)", 1e9),
-                                             ("ms", "ms of GPU 0 on the clock", 1))):
-        for k, (role, colour, said) in enumerate((("breaks", "tab:red", "rule broken"),
-                                                   ("follows", "tab:green", "rule kept"))):
-            vals = [(f[(n, role)]["state"] + f[(n, role)]["activations"]) if key == "mem" else f[(n, role)][key]
-                    for n in names]
-            ax.barh([y + (0.2 if k == 0 else -0.2) for y in ys], [v / scale for v in vals], height=0.4,
-                    color=colour, label=said)
-        ax.set_yticks(list(ys), names if ax is axes[0] else [""] * len(names))
-        ax.invert_yaxis()
-        ax.set_xlabel(unit)
-    axes[0].legend(loc="lower right")
-    fig.suptitle(f"The rules of thumb, each broken and kept: two {MODEL.name} layers on {WORLD} {GPUS[GPU].name}s "
-                 f"in nodes of {NODE}")
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
 
 
 NARRATIVE = {phase_of(r, role): r.broken_words if role == "breaks" else r.kept_words

@@ -209,6 +209,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='a bug here is a wrong group; parasim check --bug NAME names its first wrong collective',
     name="silent-bugs",
     section="Beyond the post: a wrong group found by parasim check",
     order=260,

@@ -112,6 +112,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='its figures are bytes kept and sent by three runs of one layer; parasim compare sp --tp 2,4,8 --plot FILE.png draws them as t grows',
     name="sp",
     section="Sequence parallelism: the parts TP leaves behind",
     order=70,

@@ -121,6 +121,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="its answer is two rows of one table; the app's time view (press u) draws the layer on the clock",
     name="tp-across-nodes", title="TP inside a node against TP over two nodes: the same layer on the clock",
     section="Tensor parallelism: why TP stays inside a node (on the clock)",
     order=80,

@@ -141,6 +141,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture="which heads each rank holds is a line a rank; parasim layout draws a layout's groups",
     name="tp-attention",
     section="Tensor parallelism: attention",
     order=60,

@@ -151,6 +151,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    no_picture='two ranks and a few small matrices: the walk-through prints every value, which a picture would only repeat',
     name="tp-mlp",
     section="Tensor parallelism: the MLP, with real numbers; the backward pass",
     order=50,

@@ -21,7 +21,8 @@ from parasim.estimate import Plan
 from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_per_token_key
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
-from parasim.lesson import Check, Knob, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, Picture, check
+from parasim.render.plot_lessons import plot_zero_stages
 from parasim.train.whole import forward_backward, sequences, whole_layers
 from parasim.nn.layer import Stack
 
@@ -241,4 +242,5 @@ LESSON = Lesson(
     keep_values=0,
     knobs={"dp": Knob(8, choices=(2, 4, 8), world=True)},
     figures=figures,
+    picture=Picture(plot_zero_stages, "what a rank holds by kind and what it sends, stage by stage"),
 )

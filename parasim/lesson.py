@@ -175,6 +175,7 @@ class Lesson:
     # lessons of the post take 10, 20, 30, ..., so a new one finds a place between two without renumbering
     order: float = float("inf")
     picture: Picture | None = None  # what `--plot` draws of a run
+    no_picture: str = ""  # where it draws none: why, in one clause, and where a picture of it is (--plot says it)
     keep_values: int = 64  # arrays up to this many elements are shown by value
     # the plain walk-through's events a phase, the rest counted by op in one line (None: every one); --json and
     # the app keep them all
@@ -234,6 +235,7 @@ class Lesson:
             "world": self.world,
             "summary": self.summary,
             "picture": self.picture.shows if self.picture else None,
+            "no_picture": None if self.picture else self.no_picture or None,
             "knobs": {
                 KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
                 for n, k in self.knobs.items()
@@ -352,7 +354,7 @@ class LessonRun:
         from .jsonout import Png
 
         if self.lesson.picture is None:
-            raise UsageError(f"lesson {self.lesson.name} has no picture")
+            raise UsageError(f"lesson {self.lesson.name} has no picture: {self.lesson.no_picture}")
         with tempfile.TemporaryDirectory() as folder:
             path = str(Path(folder) / "picture.png")
             self.lesson.picture.draw(self, path)

@@ -166,7 +166,10 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
     if args.plot is not None and lesson.picture is None:
         drawn = [name for name, other in load_lessons().items() if other.picture is not None]
-        raise UsageError(f"--plot: {lesson.name} has no picture; lessons that draw one: {', '.join(drawn)}")
+        raise UsageError(
+            f"--plot: {lesson.name} has no picture: {lesson.no_picture or 'none drawn yet'}; lessons that draw "
+            f"one: {', '.join(drawn)}"
+        )
     timing = clock_choice(args)  # a bad --overlap: exit 2 before the run
     with program_output(args):
         lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run

@@ -1,12 +1,14 @@
 """Pictures of lessons whose figures are shapes: the three zero-bubble schedules on one clock
-(`parasim lesson pp-zero-bubble --plot`) and causal attention's blocks under the contiguous and zigzag splits
-(`parasim lesson cp-causal --plot`). Everything drawn is read from the run's values: each rank's slot table,
-and the pieces of the sequence each CP rank held with the blocks it counted."""
+(`parasim lesson pp-zero-bubble --plot`), causal attention's blocks under the contiguous and zigzag splits
+(`parasim lesson cp-causal --plot`), the hot expert's compute per GPU, ZeRO's stages (what a rank holds by kind
+and what it sends) and the rules of thumb broken and kept. Everything drawn is read from the run: its values,
+its trace's holds and sends, or the lesson's own study of it."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..comm.trace_schema import HELD_KINDS
 from .plot_base import pyplot, save
 from .plots import draw_slots
 
@@ -122,5 +124,75 @@ def plot_hot_expert(lr: Any, path: str) -> None:
     )
     fig.suptitle("One MoE layer's expert compute per GPU on the clock, by routing and EP size", fontsize=10)
     fig.tight_layout(rect=(0, 0.06, 1, 0.96))
+    save(fig, path)
+    plt.close(fig)
+
+
+
+
+def plot_zero_stages(lr: Any, path: str) -> None:
+    """Left: what rank 0 holds at its peak in each stage, stacked by kind (the trace's holds); right: the bytes
+    it sends in each stage (the lesson's figures)."""
+    plt = pyplot()
+    trace, figs = lr.result.trace, lr.lesson.figures(lr.result)
+    stages = [p for p in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3") if f"{p}: bytes a rank sends" in figs]
+    fig, (held, sent) = plt.subplots(1, 2, figsize=(11, 4.2))
+    bottom = [0.0] * len(stages)
+    for kind in HELD_KINDS:
+        values = [trace.peak(0, p)["by_kind"].get(kind, 0) / 1e3 for p in stages]
+        if any(values):
+            held.bar(stages, values, bottom=bottom, label=kind)
+            bottom = [b + v for b, v in zip(bottom, values)]
+    held.set_ylabel("kB rank 0 holds at its peak")
+    held.set_title(f"What a rank holds, by kind ({trace.world} ranks)", fontsize=10)
+    held.legend(fontsize=8)
+    values = [figs[f"{p}: bytes a rank sends"] / 1e3 for p in stages]
+    sent.bar(stages, values, color="tab:gray")
+    for x, v in enumerate(values):
+        sent.text(x, v, f"{v / values[0]:g}x DP", ha="center", va="bottom", fontsize=8)
+    sent.set_ylabel("kB rank 0 sends in one step")
+    sent.set_title("What a rank sends: ZeRO-3 gathers the weights twice", fontsize=10)
+    fig.suptitle("DP and ZeRO's three stages, one Adam step each, measured in the run", fontsize=11)
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)
+
+
+def plot_rules(lr: Any, path: str) -> None:
+    """Each rule of thumb's two runs side by side: bytes across nodes (all GPUs), GPU 0's memory and its time
+    (the lesson's own figures of its run)."""
+    plt = pyplot()
+    module = lr.lesson.study.__globals__  # the lesson's file: its rules, the names of its runs, its figures
+    s = lr.lesson.study(lr.result)
+    rules, phase_of, figures = module["RULES"], module["phase_of"], module["figures"]
+    f = {(r.says, role): figures(lr.result, s, phase_of(r, role)) for r in rules for role in ("breaks", "follows")}
+    names = [r.says for r in rules]
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
+    panels = (
+        ("across", "GB sent across nodes (all GPUs)", 1e9),
+        ("memory", "GB GPU 0 keeps (state + activations)", 1e9),
+        ("ms", "ms of GPU 0 on the clock", 1),
+    )
+    for ax, (key, unit, scale) in zip(axes, panels):
+        for k, (role, colour, said) in enumerate(
+            (("breaks", "tab:red", "rule broken"), ("follows", "tab:green", "rule kept"))
+        ):
+            values = [
+                (f[(n, role)]["state"] + f[(n, role)]["activations"]) if key == "memory" else f[(n, role)][key]
+                for n in names
+            ]
+            ax.barh(
+                [y + (0.2 if k == 0 else -0.2) for y in range(len(names))],
+                [v / scale for v in values],
+                height=0.4,
+                color=colour,
+                label=said,
+            )
+        ax.set_yticks(list(range(len(names))), names if ax is axes[0] else [""] * len(names))
+        ax.invert_yaxis()
+        ax.set_xlabel(unit)
+    axes[0].legend(loc="lower right")
+    fig.suptitle(lr.lesson.title, fontsize=11)
+    fig.tight_layout()
     save(fig, path)
     plt.close(fig)

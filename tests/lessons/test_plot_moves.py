@@ -48,10 +48,50 @@ def test_a_lesson_without_a_picture_names_those_with_one():
 def test_the_list_names_every_lesson_with_a_picture_and_what_it_shows():
     """The lessons that draw a picture, written out here: the list says so for each of them and no other."""
     drawn = {"ring-attention", "moe16", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "cp-causal",
-             "hot-expert", "rules-of-thumb"}
+             "hot-expert", "rules-of-thumb", "zero"}
     rows = json.loads(cli("lesson", "--list", "--json").stdout)
     assert {r["name"] for r in rows if r["picture"]} == drawn
     assert {r["picture"] for r in rows if r["name"] in ("pp-gpipe", "pp-1f1b", "pp-interleaved")} == {
         "the hand-off between stages, slot by slot"}  # three lessons, one picture
     assert cli("lesson", "--list").stdout.count("--plot:") == len(drawn)  # the plain list says it too
     assert "--list" in " ".join(cli("lesson", "--help").stdout.split())
+
+
+def test_every_lesson_draws_a_picture_or_says_in_one_line_why_not(tmp_path):
+    """Issue 53: `--plot` on every lesson. One that draws writes a PNG of its run (checked as an image of some
+    size); one that does not is refused before it runs, in one line that says why and names those that draw."""
+    from matplotlib.image import imread
+
+    rows = json.loads(cli("lesson", "--list", "--json").stdout)
+    for row in rows:
+        png = tmp_path / f"{row['name']}.png"
+        out = cli("lesson", row["name"], "--plot", str(png), "--json")
+        if row["picture"]:
+            assert out.returncode == 0 and row["no_picture"] is None, (row["name"], out.stderr)
+            assert imread(png).shape[0] > 300 and imread(png).shape[1] > 500, row["name"]
+        else:
+            assert row["no_picture"] and len(row["no_picture"]) > 30, row["name"]
+            assert out.returncode == 2 and out.stderr.count("\n") == 1 and out.stdout == "", row["name"]
+            assert row["no_picture"] in out.stderr and "moe16" in out.stderr and not png.exists()
+
+
+def test_the_zero_picture_stacks_what_a_rank_holds_by_kind(tmp_path):
+    """The ZeRO picture's bars are the trace's holds: drawn for the four stages, with the sends' ratios."""
+    from parasim.render import plot_lessons
+
+    lr = run_lesson(get_lesson("zero"))
+    drawn: list = []
+    real = plot_lessons.save
+    plot_lessons.save = lambda fig, path: drawn.append(fig)
+    try:
+        plot_lessons.plot_zero_stages(lr, str(tmp_path / "z.png"))
+    finally:
+        plot_lessons.save = real
+    (fig,) = drawn
+    held, sent = fig.axes
+    heights = [round(sum(p.get_height() for p in held.patches if round(p.get_x() + p.get_width() / 2) == x), 3)
+               for x in range(4)]
+    # DP holds 16 bytes a parameter and ZeRO-3 2, plus activations: the peak of DP's bars is the tallest
+    assert heights[0] == max(heights) and heights[3] < heights[0] / 2
+    labels = [t.get_text() for t in sent.texts]
+    assert labels == ["1x DP", "1x DP", "1x DP", "1.5x DP"]  # ZeRO-3: 3(n-1)/n against DP's 2(n-1)/n
