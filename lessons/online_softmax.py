@@ -53,8 +53,9 @@ def program(ctx):
         ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, {kept}, l = {_fmt(l)}, o = [{_fmt(o)}]")
         if step < n - 1:  # pass the key and value I hold back along the ring; take the next rank's
             nxt, prev = (ctx.rank + 1) % n, (ctx.rank - 1) % n  # so rank r sees keys r, r + 1, ... in turn
-            k, v = comm.exchange([Send(k, prev), Send(v, prev), Recv(nxt, (1, 1), k.dtype),
-                                  Recv(nxt, (1, n), v.dtype)], group=ring, label="pass K/V on")
+            k, v = comm.exchange([Send(k, prev, "pass K on"), Send(v, prev, "pass V on"),
+                                  Recv(nxt, (1, 1), k.dtype, "pass K on"), Recv(nxt, (1, n), v.dtype, "pass V on")],
+                                 group=ring, label="pass K/V on")
     ctx.phase("result")
     out["steps"], out["weights"] = steps, o / l[..., None]
     ctx.note(f"output o / l = [{_fmt(out['weights'])}]: the softmax weights, since the values are one-hot")

@@ -345,10 +345,17 @@ def clock_words(c: dict) -> str:
         if c.get("exact") and c["critical_compute_us"] < 0.01 * c["step_us"]
         else ""
     )
+    compute, comm = c["critical_compute_us"], c["critical_comm_us"]
+    path = (
+        f"its critical path all communication ({duration(comm)})"
+        if compute == 0
+        else f"its critical path all compute ({duration(compute)})"
+        if comm == 0
+        else f"its critical path {duration(compute)} of compute and {duration(comm)} of communication"
+    )
     return (
         f"On the clock ({c['gpu']}s, {c['gpus_per_node']} a node, {over}; parasim hardware): the run takes "
-        f"{duration(c['step_us'])}{like}, its critical path {duration(c['critical_compute_us'])} of compute and "
-        f"{duration(c['critical_comm_us'])} of communication{small}" + (f"; {'; '.join(saves)}." if saves else ".")
+        f"{duration(c['step_us'])}{like}, {path}{small}" + (f"; {'; '.join(saves)}." if saves else ".")
     )
 
 

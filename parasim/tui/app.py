@@ -192,7 +192,8 @@ class ParasimApp(App):
         if not self.view.tables:
             self.notify("this lesson has no tables", timeout=2, markup=False)
             return
-        self.push_screen(TablesScreen(self.view.tables, max(40, self.size.width - 8)))
+        # the box is 96% of the screen, less its border, padding and scrollbar (6 columns): a row fits its line
+        self.push_screen(TablesScreen(self.view.tables, max(40, int(self.size.width * 0.96) - 6)))
 
     def action_whatif(self) -> None:
         """What if: the lesson's settings as a form; the new run beside this one; enter there opens it."""
