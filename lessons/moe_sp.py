@@ -39,7 +39,10 @@ def program(ctx):
         saved = Saved()
         y, _ = moe.forward(mine, saved)
         words = [SEQUENCES["A"][4 + (ctx.rank * n if sp else 0) + i] for i in range(mine.shape[0])]
-        ctx.note(f"routes {' '.join(words)}; its experts computed {_copies(saved)} (token, expert) pairs")
+        per = SHAPE.experts // ctx.world  # experts a GPU holds, in order: E1-E4 on g0 at --tp 2
+        sends = "; ".join(f"'{w}' to " + ", ".join(f"E{e + 1} on g{e // per}" for e, _ in picks)
+                          for w, picks in zip(words, moe.last_routing))
+        ctx.note(f"routes {sends}; its experts computed {_copies(saved)} (token, expert) pairs")
         out[phase] = {"copies": _copies(saved), "y": y, "tokens": mine.shape[0]}
     return out
 

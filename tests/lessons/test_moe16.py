@@ -108,6 +108,30 @@ def test_moe_needs_sp():
     assert lr.checks[0].got == [16, 8] and lr.checks[1].got == 2
 
 
+@pytest.mark.parametrize("tp", [2, 4])
+def test_moe_sp_says_where_each_token_goes(tp):
+    """Issue 53: "g0 sends 'the' to E1, E2" is what a learner wants. Without SP every GPU of the pair routes all
+    four words the same way (the same line on each); with SP each routes its own share; every expert is named
+    with the GPU holding it (8 experts in order, 8/t a GPU), and each word keeps its two experts."""
+    import re
+
+    from parasim.render.walkthrough import walkthrough
+
+    text = walkthrough(run_lesson(get_lesson("moe-sp"), knobs={"tp": tp}))
+    without, with_sp = text.split("== with SP ==")
+    said = {p: dict(re.findall(r"rank (\d): routes (.*); its experts", part)) for p, part in
+            (("without", without), ("with", with_sp))}
+    assert len(set(said["without"].values())) == 1 and len(said["without"]) == tp
+    words = {w: dests for line in said["without"].values() for w, dests in re.findall(r"'(\w+)' to ([^;']+)", line)}
+    assert list(words) == ["the", "contract", "was", "void"]
+    shared = [re.findall(r"'(\w+)' to ([^;']+)", said["with"][str(r)]) for r in range(tp)]
+    assert [w for part in shared for w, _ in part] == list(words)  # each word routed once, by its own GPU
+    assert all(dict(part).items() <= words.items() for part in shared)  # ... to the same experts
+    for dests in words.values():
+        pairs = re.findall(r"E(\d) on g(\d)", dests)
+        assert len(pairs) == 2 and all(int(g) == (int(e) - 1) // (8 // tp) for e, g in pairs)
+
+
 def _holder(args: list[str]) -> tuple[int, dict]:
     data = json.loads(_cli("trace", *args, "--json").stdout)
     first = data["steps"][0]
