@@ -353,6 +353,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
+    fold_alike=True,
     no_picture='its run is files on disk and their shards, which its lines list one by one',
     name="checkpoint",
     section="Beyond the post: saving on one layout, resuming on another",

@@ -233,6 +233,6 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 picture=Picture(plot_dispatch, "the followed token's dispatch and combine, layer by layer"),
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
-                keep_values=0, reference=unsplit, on_layout=on_layout,
+                keep_values=0, reference=unsplit, on_layout=on_layout, fold_alike=True,
                 knobs={"routing": Knob("learned", choices=("learned", "post"), post="post",
                                           why="the default routes by this run's own router weights")}, tables=tables, figures=figures)

@@ -142,4 +142,5 @@ LESSON = Lesson(
                 order=240,
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
+                fold_alike=True,
                 reference=reference, on_layout=program_on, study=study, tables=tables)

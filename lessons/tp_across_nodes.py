@@ -126,7 +126,7 @@ LESSON = Lesson(
     section="Tensor parallelism: why TP stays inside a node (on the clock)",
     order=80,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
-    backend="symbolic",
+    backend="symbolic", fold_alike=True,
     summary="One 27B layer at TP 8 in a node and TP 16 over two, timed on H200s: half the products, several "
             "times the communication, a slower layer",
 )

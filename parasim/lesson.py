@@ -180,6 +180,9 @@ class Lesson:
     # the plain walk-through's events a phase, the rest counted by op in one line (None: every one); --json and
     # the app keep them all
     events_shown: int | None = None
+    # the plain walk-through's events of a step that did the same on other groups or ranks (a TP all-gather in
+    # every TP group, a CP ring's passes) said once, with a line naming the others
+    fold_alike: bool = False
     seed: int = 0
     min_world: int = 1  # the program adapts to ctx.world within [min_world, max_world]
     max_world: int | None = None

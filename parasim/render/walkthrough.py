@@ -6,6 +6,7 @@ goes out through `printable`, so what a terminal would act on (an escape sequenc
 
 from __future__ import annotations
 
+import re
 import textwrap
 from typing import Any, Iterator
 
@@ -246,19 +247,72 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
     return [(p, sorted(items[p], key=lambda it: it[:4])) for p in items]
 
 
-def _phase_lines(items: list, shown: int | None, width: int) -> list[str]:
-    """A phase's events and notes in order; past the first `shown` events (None: all), the rest of its events
-    in one line by op, its notes still said."""
+def _alike(e: Event) -> tuple:
+    """What two events of one step share when they did the same thing on other ranks: the op, its parameters (but
+    a transfer's ends), the label with its numbers blanked, and each member's arrays, bytes and source line
+    (asked of the events of one step only: `_phase_lines` gathers them)."""
+    params = tuple((k, v) for k, v in e.params.items() if k not in ("src", "dst"))
+    members = tuple((_tensors(m.ins), _tensors(m.outs), m.sent, m.recv, m.site) for m in e.members)
+    return e.kind, re.sub(r"\d+", "#", e.op), params, re.sub(r"\d+", "#", e.label or ""), members
+
+
+def _others(first: Event, rest: list[Event]) -> str:
+    """One line for the events a folded first one stands for: their groups, transfers or ranks."""
+    n = len(rest)
+    numbers = (
+        " (each with its own numbers in the label)"
+        if any(e.label != first.label or e.op != first.op for e in rest)
+        else ""
+    )
+    if first.kind == "p2p":
+        ends = ", ".join(f"{e.params['src']} -> {e.params['dst']}" for e in rest)
+        return f"    ... and {n} more transfer{'s' * (n != 1)} like it at this step{numbers}: {ends}"
+    if first.kind == "compute":
+        ranks = ", ".join(str(m.rank) for e in rest for m in e.members)
+        return f"    ... and the same work on rank{'s' * (n != 1)} {ranks}{numbers}"
+    groups = ", ".join(str(list(e.group.ranks)) if e.group is not None else "?" for e in rest)
+    name = first.group.name if first.group is not None else "its"
+    return f"    ... and the same call on {n} more {name} group{'s' * (n != 1)}{numbers}: {groups}"
+
+
+def _folded_steps(events: list[Event]) -> list[tuple[Event, list[Event]]]:
+    """Events of a phase with those alike at the same step gathered behind the first of them, in order."""
+    heads: dict[tuple, tuple[Event, list[Event]]] = {}
+    for e in events:
+        key = _alike(e)
+        if key in heads:
+            heads[key][1].append(e)
+        else:
+            heads[key] = (e, [])
+    return list(heads.values())
+
+
+def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False) -> list[str]:
+    """A phase's events and notes in order; with `fold`, the events of a step alike but for their ranks said
+    once with a line naming the others; past the first `shown` events (None: all), the rest of its events in one
+    line by op, its notes still said."""
     out: list[str] = []
     told, left = 0, dict[str, int]()
-    for *_, item in items:
+    i = 0
+    while i < len(items):
+        item = items[i][-1]
         if not isinstance(item, Event):
             out.append(f"  {item}")
-        elif shown is None or told < shown:
-            out += list(event_lines(item))
-            told += 1
-        else:
-            left[item.op] = left.get(item.op, 0) + 1
+            i += 1
+            continue
+        j = i
+        while j < len(items) and isinstance(items[j][-1], Event) and items[j][-1].step == item.step:
+            j += 1
+        events = [it[-1] for it in items[i:j]]
+        for first, rest in _folded_steps(events) if fold else [(e, []) for e in events]:
+            if shown is None or told < shown:
+                out += list(event_lines(first))
+                out += [_others(first, rest)] if rest else []
+                told += 1
+            else:
+                for e in [first, *rest]:
+                    left[e.op] = left.get(e.op, 0) + 1
+        i = j
     if left:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
         out += textwrap.wrap(
@@ -302,7 +356,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
                     out += textwrap.wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
-        out += _phase_lines(items, lesson.events_shown, width)
+        out += _phase_lines(items, lesson.events_shown, width, lesson.fold_alike)
     if lr.tables:
         from .tables import table_lines
 

@@ -106,3 +106,24 @@ def test_a_big_groups_event_shows_its_first_and_last_members_and_sums_up_many_ch
                         f"{recv[8]:,} B")
     assert [ln.split()[1] for ln in lines[9:]] == ["14", "15"]
     assert "16 x float64[1, 3] -> 16 x float64[1..16, 3]" in lines[0]
+
+
+@pytest.mark.parametrize("name", ["moe16", "tp-across-nodes", "checkpoint"])
+def test_calls_alike_on_other_groups_are_said_once_and_none_is_lost(name):
+    """Issue 53 (walls of text): a step's calls that did the same on other groups or ranks (the TP all-gather in
+    each TP pair, the CP ring's passes) are printed once, with a line naming the others; counted back here from
+    the text, every event of the run is still there."""
+    from parasim.lesson import get_lesson, run_lesson
+    from parasim.render.walkthrough import walkthrough
+
+    lr = run_lesson(get_lesson(name))
+    text = walkthrough(lr, width=100)
+    heads = len(re.findall(r"^step +\d+ ", text, re.M))
+    more = sum(int(n) for n in re.findall(r"^    \.\.\. and the same call on (\d+) more", text, re.M))
+    more += sum(int(n) for n in re.findall(r"^    \.\.\. and (\d+) more transfers? like it", text, re.M))
+    more += sum(len(r.split(", ")) for r in re.findall(r"^    \.\.\. and the same work on ranks? ([\d, ]+)", text, re.M))
+    assert heads + more == len(lr.result.trace.events)
+    assert heads < len(lr.result.trace.events)  # something was folded
+    if name == "moe16":
+        assert len(text.splitlines()) < 1100  # it was 2,866 lines
+        assert "... and the same call on 3 more tp groups: [2, 3], [4, 5], [6, 7]" in text
