@@ -128,8 +128,6 @@ def plot_hot_expert(lr: Any, path: str) -> None:
     plt.close(fig)
 
 
-
-
 def plot_zero_stages(lr: Any, path: str) -> None:
     """Left: what rank 0 holds at its peak in each stage, stacked by kind (the trace's holds); right: the bytes
     it sends in each stage (the lesson's figures)."""

@@ -297,7 +297,7 @@ def test_ring_picture_shows_which_chunk_each_rank_holds_at_each_step(capsys, dra
 
 def test_lesson_plot_for_a_lesson_without_a_picture_is_one_line(capsys, tmp_path):
     from parasim.cli import main
-    code = main(["lesson", "zero", "--plain", "--plot", str(tmp_path / "z.png")])
+    code = main(["lesson", "tp-mlp", "--plain", "--plot", str(tmp_path / "z.png")])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "ring-attention" in err
     assert not (tmp_path / "z.png").exists()
