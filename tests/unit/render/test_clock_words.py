@@ -28,3 +28,7 @@ def test_a_path_of_compute_only_says_so():
 
 def test_both_are_named_with_their_durations():
     assert "its critical path 167 ms of compute and 328 ms of communication" in said(167e3, 328e3)
+
+
+def test_a_little_compute_is_still_named():
+    assert "its critical path 500 ns of compute and 100 us of communication" in said(0.5, 100.0)
