@@ -1,6 +1,6 @@
 """The post's rules of thumb, each shown by a run that breaks it beside a run that follows it: two layers of
-the 27B model on 16 H200s (two nodes of 8), at real size on symbolic ranks, forward, backward and the
-optimizer step, timed on the clock.
+the 27B model (for the EP rule, DeepSeek-V3's MoE layer) on 16 H200s (two nodes of 8), at real size on
+symbolic ranks, forward, backward and the optimizer step, timed on the clock.
 
 Every pair runs on the same 16 GPUs and the same tokens. What a rule saves (or costs) is measured, never
 asserted: the bytes GPU 0 sends inside its node and across nodes (from the trace), what GPU 0 keeps (its
@@ -10,6 +10,7 @@ which way each pair goes.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import NamedTuple
 
@@ -20,7 +21,9 @@ from parasim.dp.sharded import ShardedAdam
 from parasim.estimate import get_model
 from parasim.estimate.hardware import GPUS
 from parasim.lesson import Check, Lesson, Picture, Table, check
-from parasim.nn import ParallelContext, Saved
+from parasim.nn import LayerOptions, ParallelContext, Saved
+from parasim.nn.moe import MoE
+from parasim.nn.routing import Routing
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.render.plot_lessons import plot_rules
 
@@ -29,6 +32,10 @@ MODEL = replace(get_model("27b"), flash=True, dropout=0.0)
 WORLD, NODE, GPU = 16, 8, "h200"
 LAYERS = 2  # the piece of the model every run trains: two layers (one a stage where a pipeline splits them)
 ALL = tuple(range(WORLD))
+# DeepSeek-V3's MoE layer (hidden 7,168; 256 experts of width 2,048, two matrices each here; top 8), 4,096
+# tokens a GPU, routed uniformly (a symbolic run has no scores to route by)
+MOE_T, MOE_D, MOE_E, MOE_K, MOE_F = 4096, 7168, 256, 8, 2048
+UNIFORM = Routing.parse("uniform")
 Groups = tuple[tuple[int, ...], ...]
 
 
@@ -61,6 +68,7 @@ class Setup(NamedTuple):
     zero: int = 0
     seq: int = SEQ
     batch: int = 1
+    ep: Groups | None = None  # an MoE piece instead: DeepSeek-V3's MoE layer, its experts over these groups
 
 
 class Rule(NamedTuple):
@@ -108,6 +116,13 @@ RULES: tuple[Rule, ...] = (
          "so the TP groups of 8 must span the nodes, and their rings cross in every layer.",
          "Each node is a stage and a TP group. Only the hand-off crosses: each GPU's slice of the activation "
          "forward, and its gradient back, once a micro-batch."),
+    Rule("ep-inside-a-node", "EP inside a node",
+         Setup("EP 16 over 2 nodes", SINGLES, ep=blocks(16)),
+         Setup("EP 8 a node, EDP 2", SINGLES, ep=TP8, dp=pairs_across()),
+         "DeepSeek-V3's MoE layer with its 256 experts spread over all 16 GPUs (16 each): a token's picks land "
+         "on either node, so about half of each all-to-all, forward and backward, crosses the network.",
+         "EP 8 in each node: each GPU holds 32 experts, twice as many, and the all-to-alls stay on NVLink. The "
+         "two nodes hold the same experts (EDP 2), so once a step their gradients are summed across the nodes."),
     Rule("zero-1", "ZeRO-1 over DP almost always",
          Setup("TP 8, DP 2, plain Adam", TP8, dp=pairs_across()),
          Setup("TP 8, DP 2, ZeRO-1", TP8, dp=pairs_across(), zero=1),
@@ -128,9 +143,32 @@ def _mine(ctx, groups: Groups, name: str):
     return next(g for g, ranks in zip(made, groups) if ctx.rank in ranks)
 
 
+def run_moe(ctx, s: Setup, key: str) -> dict:
+    """The MoE piece under `s` on this rank: the layer forward and backward over its EP group, then Adam on its
+    experts over its expert-data-parallel group (the experts' gradients summed where another node holds the
+    same ones). What it keeps, counted."""
+    assert s.ep is not None
+    ep, edp = _mine(ctx, s.ep, "ep"), _mine(ctx, s.dp, "expert-dp")
+    draw = ctx.shared_rng
+    experts = [{"w1": draw(f"{key}.e{e}.w1").normal((MOE_D, MOE_F)), "w2": draw(f"{key}.e{e}.w2").normal((MOE_F, MOE_D))}
+               for e in range(MOE_E)]
+    par = ParallelContext(ctx, None, ep_group=ep, options=LayerOptions(routing=UNIFORM))
+    moe = MoE(par, ep, draw(f"{key}.router").normal((MOE_D, MOE_E)), experts, MOE_K, name=f"{key}.moe")
+    saved = Saved()
+    y, cache = moe.forward(draw(f"{key}.x{ctx.rank}").normal((MOE_T, MOE_D)), saved)
+    moe.backward(cache, y)
+    params = {f"expert{moe.first + j + 1}.{n}": w for j, e in enumerate(moe.experts) for n, w in e.items()}
+    opt = ShardedAdam(ctx, edp, params, 0, name="Adam over expert-dp")
+    grads = moe.grads
+    opt.step({k: grads[k] for k in params})
+    return {**opt.held(), "activations": saved.bytes()}
+
+
 def run_setup(ctx, s: Setup, key: str) -> dict:
     """The piece under `s` on this rank: its layers forward (activations handed to the next stage), backward
     (gradients handed back), then the optimizer over its data-parallel group. What it keeps, counted."""
+    if s.ep is not None:
+        return run_moe(ctx, s, key)
     tp, dp = _mine(ctx, s.tp, "tp"), _mine(ctx, s.dp, "dp")
     cp = _mine(ctx, s.cp, "cp") if s.cp else None
     stage = next(i for i, g in enumerate(s.stages) if ctx.rank in g)
@@ -186,7 +224,13 @@ def study(result) -> dict:
         row[INSIDE] += split[INSIDE]
         row[ACROSS] += split[ACROSS]
         row["crossing"] += split[ACROSS] > 0 and 0 in [m.rank for m in e.members]  # GPU 0's calls
-    return {"spans": by_phase(trace, tl, 0), "sent": sent}
+    # the experts' gradient sums over the nodes (EDP), once a step whatever the micro-batches: GPU 0's on the clock
+    edp: dict[str, float] = {}
+    for e in trace.events:
+        if e.group is not None and e.group.name == "expert-dp" and 0 in e.ranks and e.kind == "collective":
+            start, end = tl.events[e.seq]
+            edp[e.phase] = edp.get(e.phase, 0.0) + (end - start) * 1e3
+    return {"spans": by_phase(trace, tl, 0), "sent": sent, "edp_ms": edp}
 
 
 def figures(result, s, phase: str) -> dict:
@@ -197,7 +241,8 @@ def figures(result, s, phase: str) -> dict:
     sent = s["sent"].get(phase, {INSIDE: 0, ACROSS: 0, "crossing": 0})
     return {"inside": sent[INSIDE], "across": sent[ACROSS], "crossing": sent["crossing"],
             "state": held["weights"] + held["gradients"] + held["optimizer"], "optimizer": held["optimizer"],
-            "activations": held["activations"], "ms": (span["end"] - span["start"]) * 1e3}
+            "activations": held["activations"], "ms": (span["end"] - span["start"]) * 1e3,
+            "edp_ms": s["edp_ms"].get(phase, 0.0)}
 
 
 def _gb(n: float) -> float:
@@ -219,8 +264,8 @@ def tables(result, s) -> list[Table]:
                                   round(b["ms"] - w["ms"], 1) + 0.0, f"{b['ms'] / w['ms']:.2f}x"]))
     g = GPUS[GPU]
     return [
-        Table(f"Each rule broken and kept: two {MODEL.name} layers on {WORLD} {g.name}s in nodes of {NODE} "
-              "(GB = 10^9 bytes, sent by all GPUs; memory and ms: GPU 0's)",
+        Table(f"Each rule broken and kept: two {MODEL.name} layers (EP: DeepSeek-V3's MoE layer) on {WORLD} "
+              f"{g.name}s in nodes of {NODE} (GB = 10^9 bytes, sent by all GPUs; memory and ms: GPU 0's)",
               ["run", "inside nodes (GB)", "across nodes (GB)", "GPU 0's calls across", "weights, grads, Adam (GB)",
                "activations (GB)", "time (ms)"], runs,
               notes=["inside and across nodes: the bytes every GPU sends over NVLink and over the network; GPU "
@@ -236,10 +281,30 @@ def tables(result, s) -> list[Table]:
               notes=[f"the clock's constants: NVLink {g.nvlink.value / 1e9:,.0f} GB/s a GPU each way inside a "
                      f"node, the network {g.network.value / 1e9:,.0f} GB/s a GPU between nodes (parasim hardware "
                      "lists the sources).",
+                     _ep_words(result, s),
                      "SP's bytes: the post says SP sends the same bytes as TP's all-reduces; so it does forward, "
                      "but backward gathers the two saved input slices again (2 of TP alone's 8 ring passes a "
                      "layer: a quarter more), unless the gathered inputs are kept whole instead."]),
     ]
+
+
+def ep_break_even(result, s) -> tuple[float, float, float]:
+    """EP inside a node, per micro-batch and per step: the all-to-all time keeping the rule saves on one
+    micro-batch, the experts' gradient sum over the nodes it adds once a step (GPU 0's ms on the clock), and the
+    micro-batches a step from which keeping it wins."""
+    rule = next(r for r in RULES if r.name == "ep-inside-a-node")
+    broken, kept = (figures(result, s, phase_of(rule, role)) for role in ("breaks", "follows"))
+    saved = (broken["ms"] - broken["edp_ms"]) - (kept["ms"] - kept["edp_ms"])
+    added = kept["edp_ms"] - broken["edp_ms"]
+    return saved, added, added / saved
+
+
+def _ep_words(result, s) -> str:
+    saved, added, m = ep_break_even(result, s)
+    return (f"EP inside a node: a micro-batch's all-to-alls take {saved:.1f} ms less at EP 8 than at EP 16, but the "
+            f"two nodes then hold the same experts and sum their gradients across the network once a step "
+            f"({added:.1f} ms here): keeping the rule wins from {math.floor(m) + 1} micro-batches a step (and "
+            "sooner where that sum hides behind the backward).")
 
 
 def checks(result, s) -> list[Check]:
@@ -256,6 +321,7 @@ def checks(result, s) -> list[Check]:
     cp_tp, cp = rule["cp-for-long-sequences"]
     pp_in, pp_across = rule["pp-across-nodes"]
     z0, z1 = rule["zero-1"]
+    ep_broken, ep_kept = rule["ep-inside-a-node"]
     t, sbh2 = 8, SEQ * h * 2  # TP 8; one sequence's activation at 2 bytes a value
     return [
         check("TP 8 in each node sends across nodes only DP's gradient all-reduce: a ring of 2 makes each GPU "
@@ -278,6 +344,16 @@ def checks(result, s) -> list[Check]:
               pp_across["across"], 2 * sbh2),
         check("the pipeline inside each node leaves TP's rings to cross: far more bytes across nodes",
               pp_in["across"] > 10 * pp_across["across"], True),
+        check("EP 8 in each node sends across nodes only the experts' gradient sum over EDP 2: each of the 16 "
+              "GPUs its 32 experts' two d x f matrices at 2 bytes, once (a ring of 2)",
+              ep_kept["across"], WORLD * (MOE_E // 8) * 2 * MOE_D * MOE_F * 2),
+        check("EP 16 over both nodes holds half the experts a GPU: Adam and its weights and gradients at 16 bytes "
+              "a parameter, 16 experts against 32", [ep_broken["state"], ep_kept["state"]],
+              [16 * n * 2 * MOE_D * MOE_F for n in (MOE_E // 16, MOE_E // 8)]),
+        check("... and each of its 4 all-to-alls (dispatch and combine, forward and backward) crosses the nodes",
+              ep_broken["crossing"], 4),
+        check("a micro-batch's all-to-alls take less time at EP 8 in a node than at EP 16 over two",
+              ep_break_even(result, s)[0] > 0, True),
         check("ZeRO-1 sends the bytes of plain DP's all-reduce (a reduce-scatter and an all-gather)",
               z1["across"] + z1["inside"], z0["across"] + z0["inside"]),
         check("ZeRO-1 halves Adam's 12 bytes a parameter over DP 2", z1["optimizer"], z0["optimizer"] / 2),
@@ -297,6 +373,6 @@ LESSON = Lesson(
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic", keep_values=0, events_shown=4,  # each run's first events; its tables say the rest
     picture=Picture(plot_rules, "each rule broken and followed: bytes across nodes, memory and time"),
-    summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, ZeRO-1: each rule's run "
-            "beside the run that breaks it, in bytes, memory and milliseconds",
+    summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, EP inside a node, ZeRO-1: each "
+            "rule's run beside the run that breaks it, in bytes, memory and milliseconds",
 )

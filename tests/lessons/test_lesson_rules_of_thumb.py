@@ -40,7 +40,7 @@ def params_on_gpu0(tp: int, layers: int) -> int:
 def test_every_check_holds_and_both_tables_are_made():
     lr = ran()
     assert lr.checks and all(c.ok for c in lr.checks), [c.name for c in lr.checks if not c.ok]
-    assert [len(t.rows) for t in lr.tables] == [10, 5]
+    assert [len(t.rows) for t in lr.tables] == [12, 6]
 
 
 @pytest.mark.parametrize(
@@ -161,5 +161,35 @@ def test_readme_says_what_the_run_computes():
         f"{ratio('PP across nodes'):.1f}x slower than across",
         f"{ratio('CP when sequences get long'):.1f}x slower than TP 8 with CP 2",
         f"{ms['SP whenever TP is on:b']['activations'] / ms['SP whenever TP is on:f']['activations']:.2f}x less",
+        f"it wins from {_break_even()} micro-batches",
     ]
     assert all(s in row for s in said), (said, row)
+
+
+def _break_even() -> int:
+    """The micro-batches a step from which EP 8 in a node beats EP 16 over two, from the run's clock: the
+    all-to-alls one micro-batch saves against the experts' gradient sum over the nodes, once a step."""
+    import math
+
+    module, f = _study()
+    broken = next(v for p, v in f.items() if p.startswith("EP inside a node: breaks"))
+    kept = next(v for p, v in f.items() if p.startswith("EP inside a node: follows"))
+    saved = broken["ms"] - kept["ms"] + kept["edp_ms"]  # EP 16's experts have no copy to sum with: no EDP
+    return math.floor(kept["edp_ms"] / saved) + 1
+
+
+def test_ep_inside_a_node_by_hand():
+    """EP 8 in each node keeps twice the experts a GPU (16 bytes a parameter: BF16 weights and gradients, Adam in
+    FP32) and sends across nodes only their gradients' sum over the two copies; EP 16 holds half, its all-to-alls
+    crossing."""
+    d, f, experts = 7168, 2048, 256
+    broken = held("EP inside a node: breaks")
+    kept = held("EP inside a node: follows")
+    per = lambda n: n * 2 * d * f  # noqa: E731  (n experts' two d x f matrices)
+    assert broken["optimizer"] == 12 * per(experts // 16) and kept["optimizer"] == 12 * per(experts // 8)
+    _, fig = _study()
+    across = next(v for p, v in fig.items() if p.startswith("EP inside a node: follows"))["across"]
+    assert across == 16 * per(experts // 8) * 2  # each GPU its gradients once (a ring of 2), BF16
+    assert _break_even() == 4
+    notes = " ".join(" ".join(t.notes) for t in ran().tables)
+    assert f"keeping the rule wins from {_break_even()} micro-batches a step" in " ".join(notes.split())
