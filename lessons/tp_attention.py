@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 import parasim
-from parasim.lesson import Check, Knob, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, Picture, check
+from parasim.render.plot_lessons import plot_head_split
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -141,7 +142,7 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
-    no_picture="which heads each rank holds is a line a rank; parasim layout draws a layout's groups",
+    picture=Picture(plot_head_split, "which Q, K and V heads each TP rank holds, with and without GQA"),
     name="tp-attention",
     section="Tensor parallelism: attention",
     order=60,

@@ -194,3 +194,39 @@ def plot_rules(lr: Any, path: str) -> None:
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)
+
+
+def plot_head_split(lr: Any, path: str) -> None:
+    """A panel per attention (all heads their own K and V, then grouped-query): a row per TP rank, a column per
+    Q, K and V head, a cell filled where the rank holds that head's weights (the run found them in the weights
+    themselves); a K/V head held by several ranks is a replicated one."""
+    plt = pyplot()
+    vals = lr.result.values
+    kinds = [k for k in ("mha", "gqa") if k in vals[0]]
+    titles = {"mha": "every head its own K and V", "gqa": "grouped-query: K and V heads shared"}
+    colours = {"q": "tab:blue", "k": "tab:orange", "v": "tab:green"}
+    fig, axes = plt.subplots(1, len(kinds), figsize=(5.2 * len(kinds), 1.1 + 0.55 * len(vals)), squeeze=False)
+    for ax, kind in zip(axes[0], kinds):
+        held = [v[kind]["held"] for v in vals]
+        widths = {p: max(max(h[p], default=-1) for h in held) + 1 for p in ("q", "k", "v")}
+        x0, ticks, labels = 0.0, [], []
+        for part in ("q", "k", "v"):
+            for head in range(widths[part]):
+                owners = [r for r, h in enumerate(held) if head in h[part]]
+                for r in owners:
+                    ax.add_patch(plt.Rectangle((x0 + head, r), 0.9, 0.9, color=colours[part]))
+                ticks.append(x0 + head + 0.45)
+                labels.append(f"{part.upper()}{head + 1}" + ("\n" + f"x{len(owners)}" if len(owners) > 1 else ""))
+            x0 += widths[part] + 0.6
+        ax.set_xlim(-0.2, x0 - 0.4)
+        ax.set_ylim(len(vals) + 0.1, -0.2)
+        ax.set_xticks(ticks, labels, fontsize=8)
+        ax.set_yticks([r + 0.45 for r in range(len(vals))], [f"TP rank {r}" for r in range(len(vals))], fontsize=8)
+        ax.set_title(titles[kind], fontsize=10)
+        ax.set_frame_on(False)
+    fig.suptitle(
+        f"Which heads' weights each of {len(vals)} TP ranks holds (xN: a K/V head held by N ranks)", fontsize=10
+    )
+    fig.tight_layout()
+    save(fig, path)
+    plt.close(fig)

@@ -48,7 +48,7 @@ def test_a_lesson_without_a_picture_names_those_with_one():
 def test_the_list_names_every_lesson_with_a_picture_and_what_it_shows():
     """The lessons that draw a picture, written out here: the list says so for each of them and no other."""
     drawn = {"ring-attention", "moe16", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "cp-causal",
-             "hot-expert", "rules-of-thumb", "zero"}
+             "hot-expert", "rules-of-thumb", "zero", "tp-attention"}
     rows = json.loads(cli("lesson", "--list", "--json").stdout)
     assert {r["name"] for r in rows if r["picture"]} == drawn
     assert {r["picture"] for r in rows if r["name"] in ("pp-gpipe", "pp-1f1b", "pp-interleaved")} == {
@@ -95,3 +95,28 @@ def test_the_zero_picture_stacks_what_a_rank_holds_by_kind(tmp_path):
     assert heights[0] == max(heights) and heights[3] < heights[0] / 2
     labels = [t.get_text() for t in sent.texts]
     assert labels == ["1x DP", "1x DP", "1x DP", "1.5x DP"]  # ZeRO-3: 3(n-1)/n against DP's 2(n-1)/n
+
+
+def test_the_head_split_picture_fills_the_heads_each_rank_holds():
+    """tp-attention's picture at TP 4: every head its own K and V puts Q, K and V head r on rank r; grouped-query
+    with 2 K/V heads puts K/V head r // 2 on rank r, each held by two ranks (worked out here, not read)."""
+    from parasim.render import plot_lessons
+
+    lr = run_lesson(get_lesson("tp-attention"))
+    drawn: list = []
+    real = plot_lessons.save
+    plot_lessons.save = lambda fig, path: drawn.append(fig)
+    try:
+        plot_lessons.plot_head_split(lr, "unused.png")
+    finally:
+        plot_lessons.save = real
+    (fig,) = drawn
+    mha, gqa = fig.axes[:2]
+
+    def cells(ax):  # (column label, rank) of each filled cell
+        ticks = {round(t, 2): label.get_text().split()[0] for t, label in zip(ax.get_xticks(), ax.get_xticklabels())}
+        return sorted((ticks[round(p.get_x() + 0.45, 2)], round(p.get_y())) for p in ax.patches)
+
+    assert cells(mha) == sorted((f"{part}{r + 1}", r) for part in "QKV" for r in range(4))
+    assert cells(gqa) == sorted([(f"Q{r + 1}", r) for r in range(4)] + [(f"{p}{r // 2 + 1}", r) for p in "KV" for r in range(4)])
+    assert [t.get_text() for t in gqa.get_xticklabels()][-1] == "V2\nx2"
