@@ -13,15 +13,27 @@ from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.layout import ModelSpec
 
-S, B, H, HEADS = 4, 1, 8, 4
+S, B = 4, 1
+WORLDS = (1, 2, 4, 8, 16)
+
+
+def heads_of(world: int) -> int:
+    """The model's heads: 4, or one a rank where there are more ranks (the post's GQA case, TP 16, needs 16)."""
+    return max(4, world)
+
+
+def hidden_of(world: int) -> int:
+    return 2 * heads_of(world)  # two dimensions a head
 
 
 def gqa_kv(world: int) -> int:
-    """Fewer kv heads than ranks (when there is more than one rank), so kv heads are replicated."""
+    """Fewer kv heads than ranks (when there is more than one rank), so kv heads are replicated: at TP 16,
+    the post's 8 KV heads, each on two GPUs."""
     return max(1, world // 2)
 
 
-def _attention(ctx, tp: ParallelContext, kv: int, key: str):
+def _attention(ctx, tp: ParallelContext, kv: int, key: str, world: int):
+    H, HEADS = hidden_of(world), heads_of(world)
     shape = ModelSpec(hidden=H, heads=HEADS, kv_heads=kv)
     w = layer_weights(ctx, shape, key)
     attn = ParallelAttention(tp, AttentionWeights.of(w), HeadCounts(HEADS, kv), key=f"{key}.attn")
@@ -30,12 +42,13 @@ def _attention(ctx, tp: ParallelContext, kv: int, key: str):
     # world size: GQA's kv heads do
     y, cache = attn.forward(x, Saved(tag=key if kv == HEADS else None))
     dx = attn.backward(cache, ctx.shared_rng("dy").normal((S, B, H)))
-    return attn, y, dx, _held(ctx, attn, w, kv)
+    return attn, y, dx, _held(ctx, attn, w, kv, world)
 
 
-def _held(ctx, attn, w: dict, kv: int) -> dict[str, list[int]]:
+def _held(ctx, attn, w: dict, kv: int, world: int) -> dict[str, list[int]]:
     """The heads whose weights this rank holds, found from the weights themselves: each head-wide block of
     columns of its fused QKV weight, matched against every head of the whole Q, K and V weights."""
+    H, HEADS = hidden_of(world), heads_of(world)
     xp, d = ctx.xp, H // HEADS
     local, out = attn.qkv.weight, {"q": [], "k": [], "v": []}
     for j in range(local.shape[1] // d):
@@ -49,9 +62,10 @@ def _held(ctx, attn, w: dict, kv: int) -> dict[str, list[int]]:
 def program(ctx):
     group = ctx.new_group(range(ctx.world), "tp") if ctx.world > 1 else None
     tp, out = ParallelContext(ctx, group), {}
+    H, HEADS = hidden_of(ctx.world), heads_of(ctx.world)
 
     ctx.phase("heads split across ranks")
-    attn, y, dx, held = _attention(ctx, tp, HEADS, "mha")
+    attn, y, dx, held = _attention(ctx, tp, HEADS, "mha", ctx.world)
     ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
     out["mha"] = {"y": y, "dx": dx, "held": held}
 
@@ -65,7 +79,7 @@ def program(ctx):
 
     ctx.phase("grouped-query attention")
     kv = gqa_kv(ctx.world)
-    attn, y, dx, held = _attention(ctx, tp, kv, "gqa")
+    attn, y, dx, held = _attention(ctx, tp, kv, "gqa", ctx.world)
     ctx.note(f"q heads {attn.q_heads} read kv head {attn.kv_local} ({HEADS // kv} q heads share each kv head)")
     d = H // HEADS
     nq = len(attn.q_heads) * d
@@ -75,10 +89,12 @@ def program(ctx):
 
 def _unsplit(world: int):
     """The same attention on one rank, with the GQA shape the split run of `world` ranks used."""
+    H, HEADS = hidden_of(world), heads_of(world)
+
     def program(ctx):
         tp, res, d = ParallelContext(ctx, None), {}, H // HEADS
         for name, kv in (("mha", HEADS), ("gqa", gqa_kv(world))):
-            attn, y, dx, _ = _attention(ctx, tp, kv, name)
+            attn, y, dx, _ = _attention(ctx, tp, kv, name, world)
             res[name] = {"y": y, "dx": dx, "wk": attn.qkv.grads["weight"][:, HEADS * d:HEADS * d + kv * d]}
         return res
     return program
@@ -86,6 +102,7 @@ def _unsplit(world: int):
 
 def checks(result) -> list[Check]:
     t, v = result.world, result.values
+    H, HEADS = hidden_of(t), heads_of(t)
     ref = parasim.run(_unsplit(t), 1).values[0]  # the same layers on one rank: the unsplit computation
     out = []
     for name in ("mha", "gqa"):
@@ -138,7 +155,8 @@ NARRATIVE = {
         With grouped-query attention several query heads share one key/value head. When there are fewer
         kv heads than TP ranks, a kv head cannot be split: each rank keeps a copy of the one its query
         heads read. The copies' weight gradients are partial sums, which must be added across the ranks
-        that share the head.""",
+        that share the head. With --tp 16 this is the post's own case: 16 query heads, 8 key/value heads,
+        each held by two GPUs.""",
 }
 
 LESSON = Lesson(
@@ -148,12 +166,13 @@ LESSON = Lesson(
     order=60,
     title="Tensor parallelism in attention: whole heads per rank, and GQA",
     world=4,
-    worlds=(1, 2, 4),
+    worlds=WORLDS,
     program=program,
     narrative=NARRATIVE,
     checks=checks,
     summary="heads split over TP ranks, 2 all-reduces forward and 2 backward per layer, kv heads replicated",
     keep_values=0,
-    knobs={"tp": Knob(4, choices=(1, 2, 4), world=True, post=16,
-                    why="the post's GQA case puts 8 KV heads on 16 GPUs, two GPUs each; this model has 4 heads")},
+    knobs={"tp": Knob(4, choices=WORLDS, world=True, post=16,
+                    why="the post's GQA case, 8 KV heads on 16 GPUs, two GPUs each, runs with --tp 16 (the model "
+                    "then has a head a rank, 16)")},
 )

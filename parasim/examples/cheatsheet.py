@@ -72,7 +72,7 @@ def _tp(runs: LessonRuns) -> Cells:
     lr, rules = runs["tp-attention"], runs["rules-of-thumb"]
     fwd, bwd = ops(lr, "one layer forward")["all_reduce"], ops(lr, "one layer backward")["all_reduce"]
     t = lr.result.world
-    heads = max(lr.lesson.knobs["tp"].choices or (t,))
+    heads = len({h for v in lr.result.values for h in v["mha"]["held"]["q"]})  # the query heads the ranks hold
     slower = _table_row(rules, "What breaking", "TP inside a node")["time, broken / kept"]
     return (
         f"weight matrices: whole heads ({t} ranks)",

@@ -51,6 +51,7 @@ def test_zero3_sends_one_and_a_half_times_dp():
 def test_tp_four_all_reduces_a_layer_the_posts_figure():
     f = figures("TP")
     assert (f["all_reduce_forward"], f["all_reduce_backward"]) == (2, 2)
+    assert (f["tp"], f["heads"]) == (4, 4)  # tp-attention at its default: 4 ranks, a head each
 
 
 def test_sp_bytes_and_memory_by_hand():

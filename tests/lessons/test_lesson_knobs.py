@@ -207,10 +207,22 @@ def test_tp_mlp_refuses_a_split_of_four_columns_over_three():
 
 
 def test_a_refused_setting_says_why_where_the_lesson_knows():
-    """Issue 53: tp-attention at the post's TP 16 is refused with the reason (its model has 4 heads), in one line."""
-    out = cli("lesson", "tp-attention", "--tp", "16")
+    """Issue 53: a TP size tp-attention cannot split its heads over is refused in one line that says which it
+    takes and where the post's own case is."""
+    out = cli("lesson", "tp-attention", "--tp", "3")
     assert out.returncode == 2 and out.stderr.count("\n") == 1
-    assert "takes --tp 1 or 2 or 4, not 16 (" in out.stderr and "this model has 4 heads" in out.stderr
+    assert "takes --tp 1 or 2 or 4 or 8 or 16, not 3 (" in out.stderr and "runs with --tp 16" in out.stderr
+
+
+def test_the_posts_gqa_case_runs_at_tp_16():
+    """Issue 53: the post's GQA case, 8 KV heads on 16 GPUs, two each: at --tp 16 the model has 16 heads, rank r
+    holds query head r and KV head r // 2 (worked out here), and every check holds, exact against one device."""
+    data = _run("tp-attention", "--tp", "16")
+    assert data["world"] == 16 and all(c["ok"] for c in data["checks"])
+    held = [v["gqa"]["held"] for v in data["values"]]
+    assert held == [{"q": [r], "k": [r // 2], "v": [r // 2]} for r in range(16)]
+    text = cli("lesson", "tp-attention", "--tp", "16", "--plain").stdout
+    assert "settings: --tp 16  (the post's)" in text
 
 
 def test_online_softmax_on_a_ring_of_4():

@@ -5,7 +5,7 @@ import parasim.nn.attention as attention
 from parasim.lesson import get_lesson, run_lesson
 
 
-@pytest.mark.parametrize("world", [1, 2, 4])
+@pytest.mark.parametrize("world", [1, 2, 4, 8, 16])
 def test_checks_hold(world):
     lr = run_lesson(get_lesson("tp-attention"), world)
     assert all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]

@@ -145,7 +145,7 @@ def test_the_reference_can_be_the_same_program_on_another_layout():
     (["moe16", "--reference-layout", "dp=3"], "do not split evenly over dp 3"),
     (["moe16", "--reference-layout", ","], "needs a world size N or sizes"),
     (["tp-attention", "--reference-layout", "tp=2"], "adapts to the world size alone"),
-    (["tp-attention", "--reference-layout", "3"], "runs on 1, 2, 4 ranks, not 3"),
+    (["tp-attention", "--reference-layout", "3"], "runs on 1, 2, 4, 8, 16 ranks, not 3"),
     (["moe16", "--reference-layout", "tp=1", "--reference", "x.py:f"], "--reference or --reference-layout"),
 ], ids=["world", "bad", "heads", "dp", "empty", "sizes", "ranks", "both"])
 def test_bad_reference_layouts_get_one_line(args, message):
