@@ -251,7 +251,7 @@ def _alike(e: Event) -> tuple:
     """What two events of one step share when they did the same thing on other ranks: the op, its parameters (but
     a transfer's ends), the label with its numbers blanked, and each member's arrays, bytes and source line
     (asked of the events of one step only: `_phase_lines` gathers them)."""
-    params = tuple((k, v) for k, v in e.params.items() if k not in ("src", "dst"))
+    params = tuple((k, repr(v)) for k, v in e.params.items() if k not in ("src", "dst"))  # a list's too
     members = tuple((_tensors(m.ins), _tensors(m.outs), m.sent, m.recv, m.site) for m in e.members)
     return e.kind, re.sub(r"\d+", "#", e.op), params, re.sub(r"\d+", "#", e.label or ""), members
 
