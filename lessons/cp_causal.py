@@ -6,7 +6,14 @@ from parasim.lesson import Check, Knob, Lesson, Picture, Table, check
 from parasim.render.plot_lessons import plot_cp_causal
 from parasim.nn.ring_attention import RingAttention, positions
 
-SEQ, B, HEADS, D = 16, 1, 1, 2
+B, HEADS, D = 1, 1, 2
+CPS = tuple(range(1, 9))  # every CP size up to a node
+
+
+def seq_of(cp: int) -> int:
+    """16 tokens, or the next multiple of 2cp where 16 is not one (18 at CP 3): the zigzag split cuts the
+    sequence into 2cp equal pieces."""
+    return 2 * cp * -(-16 // (2 * cp))
 TOKENS = "the court ruled that the contract was void".split()
 
 
@@ -15,9 +22,10 @@ def program(ctx):
     out = {}
     for split in ("contiguous", "zigzag"):
         ctx.phase(f"{split} split")
-        ring = RingAttention(ctx, group, SEQ, split=split, causal=True)
+        seq = seq_of(ctx.world)
+        ring = RingAttention(ctx, group, seq, split=split, causal=True)
         pos = ctx.xp.asarray(ring.pos[ring.r])
-        q, k, v = (ctx.xp.take(ctx.shared_rng(n).normal((B, HEADS, SEQ, D)), pos, axis=2) for n in "qkv")
+        q, k, v = (ctx.xp.take(ctx.shared_rng(n).normal((B, HEADS, seq, D)), pos, axis=2) for n in "qkv")
         ring.forward(q, k, v)
         w = ring.work
         steps = " + ".join(f"{x:g}" for x in w.steps)
@@ -66,8 +74,8 @@ def tables(result) -> list[Table]:
                                         round(100 * x["contiguous"]["blocks"] / total),
                                         x["zigzag"]["blocks"], round(100 * x["zigzag"]["blocks"] / total)])
             for r, x in enumerate(v)]
-    chunk = SEQ // (2 * t)
-    return [Table(f"Causal work per CP rank, {SEQ} tokens over {t} ranks",
+    chunk = seq_of(t) // (2 * t)
+    return [Table(f"Causal work per CP rank, {seq_of(t)} tokens over {t} ranks",
                   ["CP rank", "contiguous: blocks", "in chunk-pairs", "contiguous share %", "zigzag: blocks", "zigzag share %"], rows,
                   notes=[f"a block is {chunk} queries against {chunk} keys (the sequence cut in 2cp = {2 * t} "
                          f"pieces); the post counts a contiguous rank's work in pairs of whole CP chunks "
@@ -110,14 +118,15 @@ LESSON = Lesson(
     picture=Picture(plot_cp_causal, "the causal blocks each CP rank computes, contiguous and zigzag"),
     title="Causal attention over CP ranks: the imbalance and the zigzag split",
     world=4,
-    worlds=(1, 2, 4, 8),
+    worlds=CPS,
     program=program,
     narrative=NARRATIVE,
     checks=checks,
     summary="work per rank measured with the contiguous split, then the zigzag split's equal shares",
     keep_values=0,
-    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True,
-                      why="the zigzag split cuts the 16 tokens into 2cp equal pieces, so cp divides 8")},
+    knobs={"cp": Knob(4, choices=CPS, world=True,
+                      why="the zigzag split cuts the sequence into 2cp equal pieces: 16 tokens, or the next "
+                      "multiple of 2cp (18 at --cp 3)")},
     figures=figures,
     tables=tables,
 )

@@ -60,3 +60,16 @@ def test_cp_causal_table_gives_the_post_s_units_and_shares():
     assert [r["contiguous share %"] for r in rows] == [round(100 * u / sum(post_units)) for u in post_units] == [6, 19, 31, 44]
     assert [r["contiguous share %"] for r in rows][0] == 6 and {r["zigzag: blocks"] for r in rows} == {8}
     assert "4 blocks" in table["notes"][0]
+
+
+def test_cp_causal_at_cp_3_grows_the_sequence_to_18():
+    """Issue 53: --cp 3 was refused (16 tokens do not cut into 6 equal pieces); the sequence now grows to the
+    next multiple of 2cp, 18, and the counts are the same rule's: contiguous rank i 4i + 2 blocks, zigzag 2cp each
+    (worked out by hand)."""
+    import json
+    from conftest import cli
+    data = json.loads(cli("lesson", "cp-causal", "--cp", "3", "--json").stdout)
+    assert data["world"] == 3 and all(c["ok"] for c in data["checks"])
+    assert [v["contiguous"]["blocks"] for v in data["values"]] == [2, 6, 10]
+    assert [v["zigzag"]["blocks"] for v in data["values"]] == [6, 6, 6]
+    assert data["tables"][0]["title"] == "Causal work per CP rank, 18 tokens over 3 ranks"
