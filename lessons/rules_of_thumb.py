@@ -25,7 +25,7 @@ from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.moe import MoE
 from parasim.nn.routing import Routing
 from parasim.nn.layer import TransformerLayer, layer_weights
-from parasim.render.plot_lessons import plot_rules
+from parasim.render.plot_lessons import plot_broken_kept
 
 SEQ, LONG = 4096, 32768  # tokens a sequence; the long one for the CP rule
 MODEL = replace(get_model("27b"), flash=True, dropout=0.0)
@@ -363,6 +363,14 @@ def checks(result, s) -> list[Check]:
     ]
 
 
+def plot_rules(lr, path: str) -> None:
+    """Each rule's two runs side by side (render/plot_lessons.plot_broken_kept), from this run's figures."""
+    s = study(lr.result)
+    pairs = {r.says: (figures(lr.result, s, phase_of(r, "breaks")), figures(lr.result, s, phase_of(r, "follows")))
+             for r in RULES}
+    plot_broken_kept(pairs, lr.lesson.title, path)
+
+
 NARRATIVE = {phase_of(r, role): r.broken_words if role == "breaks" else r.kept_words
              for r in RULES for role in ("breaks", "follows")}
 
@@ -372,7 +380,7 @@ LESSON = Lesson(
     order=205,
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic", keep_values=0, events_shown=4,  # each run's first events; its tables say the rest
-    picture=Picture(plot_rules, "each rule broken and followed: bytes across nodes, memory and time"),
+    picture=Picture(plot_rules, "each rule broken and kept: bytes across nodes, memory and time"),
     summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, EP inside a node, ZeRO-1: each "
             "rule's run beside the run that breaks it, in bytes, memory and milliseconds",
 )

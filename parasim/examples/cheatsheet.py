@@ -36,9 +36,19 @@ def _table_row(lr: LessonRun, title_start: str, label: str) -> dict[str, Any]:
     return dict(zip(t.columns[1:], cells))
 
 
+def _parameters(lr: LessonRun) -> int:
+    """The zero lesson's parameters: DP's range over the whole flat buffer."""
+    return sum(b - a for a, b in lr.result.values[0]["DP"]["ranges"])
+
+
+def _joined(names: Any) -> str:
+    """Op names as a sentence says them: reduce-scatter + all-gather."""
+    return " + ".join(op.replace("_", "-") for op in names)
+
+
 def _dp(runs: LessonRuns) -> Cells:
     lr = runs["zero"]
-    params = sum(b - a for a, b in lr.result.values[0]["DP"]["ranges"])
+    params = _parameters(lr)
     per = _fig(lr, "DP: bytes a rank holds at rest") / params
     calls = ops(lr, "DP")["all_reduce"]
     return (
@@ -51,12 +61,10 @@ def _dp(runs: LessonRuns) -> Cells:
 
 def _zero(runs: LessonRuns) -> Cells:
     lr = runs["zero"]
-    params = sum(b - a for a, b in lr.result.values[0]["DP"]["ranges"])
+    params = _parameters(lr)
     per = {s: _fig(lr, f"{s}: bytes a rank holds at rest") / params for s in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")}
     sent = {s: _fig(lr, f"{s}: bytes a rank sends") for s in ("DP", "ZeRO-1", "ZeRO-3")}
-    said = {
-        s: " + ".join(op.replace("_", "-") for op in sorted(ops(lr, s), reverse=True)) for s in ("ZeRO-1", "ZeRO-3")
-    }
+    said = {s: _joined(sorted(ops(lr, s), reverse=True)) for s in ("ZeRO-1", "ZeRO-3")}
     more = sent["ZeRO-3"] / sent["DP"]
     return (
         "Adam's state / + gradients / + weights: "
@@ -85,7 +93,7 @@ def _tp(runs: LessonRuns) -> Cells:
 def _sp(runs: LessonRuns) -> Cells:
     lr = runs["sp"]
     t = lr.result.world
-    said = " + ".join(op.replace("_", "-") for op in ("reduce_scatter", "all_gather") if ops(lr, "TP + SP")[op])
+    said = _joined(op for op in ("reduce_scatter", "all_gather") if ops(lr, "TP + SP")[op])
     ratio = _fig(lr, "bytes rank 0 sent, TP + SP (all-gathers, reduce-scatters)") / _fig(
         lr, "bytes rank 0 sent, TP alone (all-reduces)"
     )

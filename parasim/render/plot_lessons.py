@@ -156,15 +156,12 @@ def plot_zero_stages(lr: Any, path: str) -> None:
     plt.close(fig)
 
 
-def plot_rules(lr: Any, path: str) -> None:
-    """Each rule of thumb's two runs side by side: bytes across nodes (all GPUs), GPU 0's memory and its time
-    (the lesson's own figures of its run)."""
+def plot_broken_kept(pairs: dict[str, tuple[dict, dict]], title: str, path: str) -> None:
+    """Each rule of thumb's two runs side by side, the rule broken and kept (`pairs`: rule -> the two runs'
+    figures, as the rules-of-thumb lesson measures them): bytes across nodes (all GPUs), GPU 0's memory and its
+    time."""
     plt = pyplot()
-    module = lr.lesson.study.__globals__  # the lesson's file: its rules, the names of its runs, its figures
-    s = lr.lesson.study(lr.result)
-    rules, phase_of, figures = module["RULES"], module["phase_of"], module["figures"]
-    f = {(r.says, role): figures(lr.result, s, phase_of(r, role)) for r in rules for role in ("breaks", "follows")}
-    names = [r.says for r in rules]
+    names = list(pairs)
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.5))
     panels = (
         ("across", "GB sent across nodes (all GPUs)", 1e9),
@@ -172,13 +169,9 @@ def plot_rules(lr: Any, path: str) -> None:
         ("ms", "ms of GPU 0 on the clock", 1),
     )
     for ax, (key, unit, scale) in zip(axes, panels):
-        for k, (role, colour, said) in enumerate(
-            (("breaks", "tab:red", "rule broken"), ("follows", "tab:green", "rule kept"))
-        ):
-            values = [
-                (f[(n, role)]["state"] + f[(n, role)]["activations"]) if key == "memory" else f[(n, role)][key]
-                for n in names
-            ]
+        for k, (colour, said) in enumerate((("tab:red", "rule broken"), ("tab:green", "rule kept"))):
+            runs = [pairs[n][k] for n in names]
+            values = [(f["state"] + f["activations"]) if key == "memory" else f[key] for f in runs]
             ax.barh(
                 [y + (0.2 if k == 0 else -0.2) for y in range(len(names))],
                 [v / scale for v in values],
@@ -190,7 +183,7 @@ def plot_rules(lr: Any, path: str) -> None:
         ax.invert_yaxis()
         ax.set_xlabel(unit)
     axes[0].legend(loc="lower right")
-    fig.suptitle(lr.lesson.title, fontsize=11)
+    fig.suptitle(title, fontsize=11)
     fig.tight_layout()
     save(fig, path)
     plt.close(fig)

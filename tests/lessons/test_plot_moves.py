@@ -120,3 +120,25 @@ def test_the_head_split_picture_fills_the_heads_each_rank_holds():
     assert cells(mha) == sorted((f"{part}{r + 1}", r) for part in "QKV" for r in range(4))
     assert cells(gqa) == sorted([(f"Q{r + 1}", r) for r in range(4)] + [(f"{p}{r // 2 + 1}", r) for p in "KV" for r in range(4)])
     assert [t.get_text() for t in gqa.get_xticklabels()][-1] == "V2\nx2"
+
+
+def test_the_rules_picture_draws_each_rule_broken_in_red_and_kept_in_green():
+    """rules-of-thumb's picture: in the time panel, each rule's red bar is the broken run's ms and its green bar
+    the kept run's, as the lesson's table gives them (TP 16 over two nodes the slower of its pair)."""
+    from parasim.render import plot_lessons
+
+    lr = run_lesson(get_lesson("rules-of-thumb"))
+    drawn: list = []
+    real = plot_lessons.save
+    plot_lessons.save = lambda fig, path: drawn.append(fig)
+    try:
+        lr.lesson.picture.draw(lr, "unused.png")
+    finally:
+        plot_lessons.save = real
+    (fig,) = drawn
+    time = fig.axes[2]
+    table = {name: cells for name, cells in lr.tables[0].rows}
+    red = [round(p.get_width(), 1) for p in time.patches if p.get_facecolor()[0] > 0.7]
+    green = [round(p.get_width(), 1) for p in time.patches if p.get_facecolor()[0] < 0.3]
+    assert red == [cells[-1] for name, cells in table.items() if name.startswith("broken")]
+    assert green == [cells[-1] for name, cells in table.items() if name.startswith("kept")]
