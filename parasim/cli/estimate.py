@@ -44,7 +44,9 @@ def _number(low: float, high: float, what: str) -> Any:
     return parse
 
 
-def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
+def _common(p: argparse.ArgumentParser, search: bool = False, runs: bool = True) -> None:
+    """The flags that give a model, a layout and the training choices; `runs`: also --emit, --symbolic and
+    --routing (memory and fit, not check-layout)."""
     m = p.add_argument_group("model (one of --model, --config, or the sizes)")
     m.add_argument("--model", metavar="NAME", help="a preset: 27b, moe16, deepseek-v3, megatron-8.3b")
     m.add_argument("--config", metavar="FILE", help="a Hugging Face config.json (dense or MoE)")
@@ -166,7 +168,9 @@ def _common(p: argparse.ArgumentParser, search: bool = False) -> None:
     add_megatron(p, search=search)
     from .megatron import add_job
 
-    add_job(p, emit=True, model_beside=True)
+    add_job(p, emit=runs, model_beside=True)
+    if not runs:
+        return
     r = p.add_argument_group("against a run")
     r.add_argument(
         "--symbolic",
@@ -208,11 +212,23 @@ def add_estimate_commands(sub: Any) -> None:
     mp.add_argument(
         "--critic",
         action="store_true",
-        help="hold the layout to the rules of thumb (TP and EP inside "
-        "a node, SP with TP, ZeRO-1 with DP): each one it breaks, with the step and memory of the same "
-        "GPUs following it",
+        help="hold the layout to the rules of thumb, as parasim check-layout does: each one it breaks, with "
+        "the step and memory of the same GPUs following it",
     )
     mp.set_defaults(func=cmd_memory)
+
+    cp_ = sub.add_parser(
+        "check-layout",
+        help="hold a layout to the post's rules of thumb: each kept or broken, and what breaking it costs",
+        description="Hold a model's layout (flags, --megatron, --config or --job, as memory takes them) to the "
+        "post's rules of thumb: TP and EP inside a node, SP with TP, CP for a sequence too long for a GPU, PP "
+        "(not TP or CP) across nodes with at least as many micro-batches as stages, ZeRO-1 with DP. Each rule "
+        "the layout breaks is shown with the same GPUs and batch following it: the step's time and the "
+        "memory of the busiest GPU, both computed.",
+    )
+    _common(cp_, runs=False)
+    cp_.add_argument("--seq", type=_pos, metavar="S", help="sequence length (default 4096, or the job's)")
+    cp_.set_defaults(func=cmd_check_layout)
 
     fp = sub.add_parser(
         "fit",
@@ -578,6 +594,22 @@ def cmd_memory(args: argparse.Namespace) -> int:
         from ..render.estimate_text import critic_lines
 
         print(printable_lines(critic_lines(out["critic"], unit, name)))
+    return 0
+
+
+def cmd_check_layout(args: argparse.Namespace) -> int:
+    from ..clock.critic import check_layout
+
+    q = query_of(args)
+    assert q.seq is not None  # query_of gives every query its sequence (a flag, the job's, or 4096)
+    found = check_layout(q.model, q.plan, q.seq, q.gpu, q.overlap, q.usable)
+    if args.json:
+        print_json({**found.to_dict(), "unit": q.units.name, **q.sources.to_dict()})
+        return 0
+    _print_job(args, q.sources)
+    from ..render.estimate_text import layout_check_lines
+
+    print(printable_lines(layout_check_lines(found, q.units.size, q.units.name)))
     return 0
 
 

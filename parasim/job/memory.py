@@ -143,7 +143,7 @@ def memory_report(
 
         out["emitted"] = write_job(emit, model, plan, seq, q.overlap, q.sources.plan_job).to_dict()
     if critic:
-        out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap)]
+        out["critic"] = [f.to_dict() for f in critique(model, plan, seq, q.gpu, q.overlap, q.usable)]
     if against is not None:
         from ..train.against import compare, running_note
 

@@ -277,6 +277,36 @@ def config_lines(path: str, hf: Any) -> list[str]:
     return lines
 
 
+# a plan's fields as a learner reads them (the flags' words), where the field's own name is not
+_FIELD_WORDS = {"m": "micro-batches", "micro_batch": "micro-batch", "zero": "ZeRO"}
+
+
+def _field(name: str, was: Any, now: Any) -> str:
+    """One field a rule moved, in the flags' words: "TP 16 -> 8", "SP off -> on"."""
+    if isinstance(was, bool):
+        was, now = ("on" if was else "off"), ("on" if now else "off")
+    return f"{_FIELD_WORDS.get(name, name.upper())} {was} -> {now}"
+
+
+def _finding_words(f: dict, unit: float, name: str) -> str:
+    """One broken rule (clock/critic.Finding.to_dict()): the rule, why, and the same GPUs following it."""
+    if f["followed"] is None:
+        return f"- {f['says']}: {f['why']}. No layout of these GPUs follows it: {f['why_not']}."
+    else:
+        step = (
+            "its step is not timed here"
+            if f["step_s"] is None or f["followed_step_s"] is None
+            else f"step {f['step_s']:.3g} s -> {f['followed_step_s']:.3g} s "
+            f"({f['followed_step_s'] / f['step_s'] - 1:+.0%})"
+        )
+        moved = ", ".join(_field(k, a, b) for k, (a, b) in f["changes"].items())
+        said = (
+            f"{f['followed']} ({moved}): {step}, memory {f['memory_bytes'] / unit:.1f} -> "
+            f"{f['followed_memory_bytes'] / unit:.1f} {name}"
+        )
+    return f"- {f['says']}: {f['why']}. Following it, {said}."
+
+
 def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
     """`memory --critic`: each rule of thumb the layout breaks, and what the same GPUs following it would take
     (clock/critic.py), or that it breaks none."""
@@ -292,18 +322,28 @@ def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
         )
     out = ["", "Rules of thumb this layout breaks, each against the same GPUs and batch with the rule followed:"]
     for f in found:
-        if f["followed"] is None:
-            said = f"no layout of these GPUs follows it ({f['why_not']})"
-        else:
-            step = (
-                "its step is not timed here"
-                if f["step_s"] is None or f["followed_step_s"] is None
-                else f"step {f['step_s']:.3g} s -> {f['followed_step_s']:.3g} s "
-                f"({f['followed_step_s'] / f['step_s'] - 1:+.0%})"
-            )
-            said = (
-                f"{f['followed']}: {step}, memory {f['memory_bytes'] / unit:.1f} -> "
-                f"{f['followed_memory_bytes'] / unit:.1f} {name}"
-            )
-        out += textwrap.wrap(f"- {f['says']}: {f['why']}. Following it, {said}.", 100, subsequent_indent="  ")
+        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ")
+    return out
+
+
+def layout_check_lines(check: Any, unit: float, name: str) -> list[str]:
+    """`parasim check-layout` (clock/critic.LayoutCheck): the layout, its step and memory, then every rule of
+    thumb, broken ones first with what following each would take, then the ones it keeps."""
+    import textwrap
+
+    d = check.to_dict()
+    step = "not timed here" if d["step_s"] is None else f"{d['step_s']:.3g} s"
+    fits = "fits" if d["memory_bytes"] <= d["usable_bytes"] else "does not fit"
+    out = textwrap.wrap(
+        f"{d['model']}, {d['layout']}, s = {d['seq']:,}, on {d['gpu'].upper()}: a step {step}, "
+        f"{d['memory_bytes'] / unit:.1f} {name} on the busiest GPU ({fits} in its "
+        f"{d['usable_bytes'] / unit:.0f} {name} usable).",
+        100,
+    )
+    total = len(d["broken"]) + len(d["kept"])
+    out += ["", f"Broken: {len(d['broken'])} of the {total} rules of thumb" + (":" if d["broken"] else ".")]
+    for f in d["broken"]:
+        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ")
+    out += ["", f"Kept, or not in play here: {len(d['kept'])} of {total}" + (":" if d["kept"] else ".")]
+    out += [f"- {r['says']}" for r in d["kept"]]
     return out

@@ -58,6 +58,7 @@ COMMANDS = [
     ["check", "silent-bugs", "--json"],
     ["check", "silent-bugs", "--bug", "dense-over-dp", "--json"],
     ["hardware", "--json"],
+    ["check-layout", "--megatron", "tests/data/megatron/train_mixtral_8x7b_distributed.sh", "--json"],
     ["validate", "step-time", "--json"],
     ["compare", "pp-1f1b", "--pp", "2,4", "--json"],
     # a Megatron-LM job read as it is, and answers written back as its flags
