@@ -9,6 +9,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from parasim.examples.quiz import Question
 from parasim.lesson import Check, Lesson, check
 
 PAIR = 2  # ranks in the 2-GPU examples (a world of one rank runs them on itself)
@@ -134,6 +135,26 @@ def checks(result) -> list[Check]:
     return out
 
 
+def quiz(result) -> list[Question]:
+    """Bytes a rank sends in the largest group's ring all-reduce and all-gather, asked before the walk-through
+    shows them, answered by the bytes the run counted hop by hop."""
+    if not sizes(result.world):
+        return []
+    t, nbytes = max(sizes(result.world)), BUFFER * np.dtype(np.float32).itemsize
+    out = []
+    for op, words, factor, how in (
+        ("all_reduce", "an all-reduce", 2, "a reduce-scatter, then an all-gather, each rank sending every chunk but one "
+                                          "in each"),
+        ("all_gather", "an all-gather", 1, "each rank sends on every chunk but one"),
+    ):
+        sent = max(m.sent for m in _events(result, "bytes per rank", op, t)[0].members)
+        out.append(Question(
+            f"{t} ranks run {words} of a {nbytes:,}-byte float32 buffer as a ring: how many bytes does each rank "
+            "send?", sent, "bytes",
+            f"{how}: {factor} x (t - 1)/t of the buffer = {factor} x {t - 1}/{t} x {nbytes:,} B = {sent:,} B"))
+    return out
+
+
 NARRATIVE = {
     "all-reduce": """
         Two ranks each hold a vector of four numbers. After an all-reduce both hold the element-wise sum.
@@ -182,4 +203,5 @@ LESSON = Lesson(
     summary="all-reduce, reduce-scatter and all-gather on 2 ranks; the ring hop by hop; bytes per rank "
             "(--world sets the ranks, and so the groups measured; no other setting: the examples are the post's)",
     keep_values=16,
+    quiz=quiz,
 )

@@ -7,6 +7,7 @@ from fractions import Fraction
 import numpy as np
 
 from parasim.engine import run
+from parasim.examples.quiz import Question
 from parasim.lesson import Check, Knob, Lesson, Picture, Table, check, knob
 from parasim.render.plot_moves import plot_dispatch
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
@@ -187,6 +188,24 @@ def figures(result) -> dict:
     return token_figures(result.trace)
 
 
+def quiz(result) -> list[Question]:
+    """Where "contract" goes in its first MoE layer: which GPUs its two experts live on, asked before the walk
+    shows the dispatch, answered by the route the run's router took (the note its GPU left)."""
+    notes = result.trace.notes("watch")
+    home = next(r for _, r, _, d in notes if d["watch"] == "holds")
+    first = min((d for _, _, _, d in notes if d["watch"] == "route"), key=lambda d: d["layer"])
+    gpus, ep = ", ".join(f"g{g}" for g in sorted(set(first["gpus"]))), preset(LAYOUT).ep
+    picks = " and ".join(f"E{e} (gate {w:.2f}) on g{g}" for e, g, w in zip(first["experts"], first["gpus"],
+                                                                             first["gates"]))
+    return [Question(
+        f"Layer {first['layer']}: 'contract' sits on g{home}, and its router picks {SHAPE.top_k} of the layer's "
+        f"{SHAPE.experts} experts (EP {ep}: {SHAPE.experts // ep} experts a GPU). Which GPUs does the "
+        "dispatch send it to? (GPU names, e.g. g0, g3)",
+        gpus, "",
+        f"this run's router picks {picks}: the dispatch sends the token once to each GPU holding one of them "
+        f"(a GPU holding both would get it once), its own GPU included")]
+
+
 NARRATIVE = {
     "data": """
         Sixteen GPUs, two nodes. Layers 1-2 live on node A and 3-4 on node B (PP 2). Within a node, DP picks
@@ -235,4 +254,5 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout, fold_alike=True,
                 knobs={"routing": Knob("learned", choices=("learned", "post"), post="post",
-                                          why="the default routes by this run's own router weights")}, tables=tables, figures=figures)
+                                          why="the default routes by this run's own router weights")}, tables=tables, figures=figures,
+                quiz=quiz)

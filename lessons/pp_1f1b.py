@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from parasim.lesson import Check, Knob, Lesson, Picture, knob
 from parasim.render.plot_moves import HANDOFF, plot_handoff
-from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_run
+from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_quiz, pipeline_run
 
 M = 4
 
@@ -37,4 +37,4 @@ LESSON = Lesson(name="pp-1f1b", title="Pipeline parallelism: 1F1B keeps the bubb
                 world=4, min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: warm-up, one forward one backward, at most p - r held",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},
-                figures=pipeline_figures)
+                figures=pipeline_figures, quiz=lambda result: pipeline_quiz(result, "1f1b"))

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from parasim.lesson import Check, Knob, Lesson, Picture, knob
 from parasim.render.plot_moves import HANDOFF, plot_handoff
-from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_run
+from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_quiz, pipeline_run
 
 M = 4
 
@@ -36,4 +36,4 @@ LESSON = Lesson(name="pp-gpipe", title="Pipeline parallelism: the GPipe schedule
                 min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: the slot table, the bubble, activations held, run for real",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},
-                figures=pipeline_figures)
+                figures=pipeline_figures, quiz=lambda result: pipeline_quiz(result, "gpipe"))

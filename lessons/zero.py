@@ -21,6 +21,7 @@ from parasim.estimate import Plan
 from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_per_token_key
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
+from parasim.examples.quiz import Question
 from parasim.lesson import Check, Knob, Lesson, Picture, check
 from parasim.render.plot_lessons import plot_zero_stages
 from parasim.train.whole import forward_backward, sequences, whole_layers
@@ -141,6 +142,24 @@ def figures(result) -> dict:
     return out
 
 
+def quiz(result) -> list[Question]:
+    """ZeRO-1's and ZeRO-3's bytes a parameter on each rank at rest, and what DP's step sends: asked first,
+    answered by what the run's ranks told the trace they hold and sent."""
+    n, m = result.world, measured(result)
+    params = sum(np.asarray(w).size for w in _one_device(n)["new"].values())
+    out = []
+    for name, words in (("ZeRO-1", f"Adam's 12 split {n} ways: 2 + 2 + 12/{n}"),
+                        ("ZeRO-3", f"all three split {n} ways: (2 + 2 + 12)/{n}")):
+        held = sum(m[name]["rest"][0][k] for k in KINDS) / params
+        out.append(Question(
+            f"{name} over {n} ranks: how many bytes a parameter does each rank hold at rest (weights, "
+            f"gradients and Adam's state, bf16 weights and gradients, fp32 state)?",
+            held, "bytes a parameter",
+            f"2 B of weights, 2 B of gradients and 12 B of fp32 state (master weights, momentum, variance); "
+            f"{words} = {held:g}"))
+    return out
+
+
 def checks(result) -> list[Check]:
     n, v = result.world, result.values
     ref = _one_device(n)
@@ -242,5 +261,6 @@ LESSON = Lesson(
     keep_values=0,
     knobs={"dp": Knob(8, choices=(2, 4, 8), world=True)},
     figures=figures,
+    quiz=quiz,
     picture=Picture(plot_zero_stages, "what a rank holds by kind and what it sends, stage by stage"),
 )

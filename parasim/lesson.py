@@ -201,6 +201,8 @@ class Lesson:
     # need, done once: moe16-variants runs every variant)
     tables: Callable[..., list[Table]] | None = None
     study: Callable[[RunResult], Any] | None = None
+    # predict, then see (`--quiz`): the figures of a run a learner is asked for first (examples/quiz.Question)
+    quiz: Callable[[RunResult], list[Any]] | None = None
 
     def judge(self, result: RunResult) -> tuple[list[Check], list[Table]]:
         """The lesson's checks and tables of a run."""
@@ -239,11 +241,18 @@ class Lesson:
             "summary": self.summary,
             "picture": self.picture.shows if self.picture else None,
             "no_picture": None if self.picture else self.no_picture or None,
+            "quiz": self.quiz is not None,
             "knobs": {
                 KNOB_KINDS[n].flags[-1]: {"default": k.default, "choices": k.choices, "post": post(k)}
                 for n, k in self.knobs.items()
             },
         }
+
+    def check_asks(self) -> None:
+        """--quiz on a lesson without questions: one line naming the lessons that ask some."""
+        if self.quiz is None:
+            asking = [name for name, other in load_lessons().items() if other.quiz is not None]
+            raise UsageError(f"--quiz: {self.name} asks no questions yet; lessons that do: {', '.join(asking)}")
 
     def world_of_flag(self) -> str:
         return next((KNOB_KINDS[n].flags[-1] for n, k in self.knobs.items() if k.world), "--world")
@@ -362,6 +371,10 @@ class LessonRun:
             path = str(Path(folder) / "picture.png")
             self.lesson.picture.draw(self, path)
             return Png(Path(path).read_bytes())
+
+    def questions(self) -> list[Any]:
+        """The lesson's questions of this run (examples/quiz.Question), each answer the run's: [] where it asks none."""
+        return [] if self.lesson.quiz is None else list(self.lesson.quiz(self.result))
 
     def held(self) -> dict:
         """What the run told the trace its ranks hold: each rank's peak (bytes, by kind, where) and what it

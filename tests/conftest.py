@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from unittest import mock
 import os
 import subprocess
 import sys
@@ -54,12 +55,14 @@ def session_pids(sid: int) -> list[int]:
     return out
 
 
-def cli(*args: str) -> subprocess.CompletedProcess:
+def cli(*args: str, input: str | None = None) -> subprocess.CompletedProcess:
     """`parasim ARGS` in this process (so coverage and mutation testing see the code it runs), returning
-    what a subprocess would: the exit code, stdout and stderr. `python -m parasim` itself is tested apart."""
+    what a subprocess would: the exit code, stdout and stderr; `input`: what stdin holds (a quiz's answers).
+    `python -m parasim` itself is tested apart."""
     from parasim.cli import main
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    stdin = contextlib.nullcontext() if input is None else mock.patch("sys.stdin", io.StringIO(input))
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err), stdin:
         try:
             code = main(list(args))
         except SystemExit as exc:  # argparse's own errors and --help

@@ -443,10 +443,11 @@ def open_app(
     run: Any = None,
     timeout: float | None = None,
     whatif: Any = None,
+    quiz: bool = False,
 ) -> None:
     """The app over a trace, in this process (lesson, view, trace and serve open it); with the lesson's `run`,
     its what-if key re-runs the lesson at other settings; `whatif` (a real-size step's, tui/whatif.StepWhatIf)
-    re-runs that instead."""
+    re-runs that instead. `quiz`: the lesson's questions asked as the app opens."""
     from ..engine.collector import CollectorHold
     from ..tui.app import ParasimApp
     from ..tui.view import View
@@ -461,6 +462,6 @@ def open_app(
             view = View(trace, narrative, title, tables=list(tables or []))
         else:  # a real-size step's what-if makes the view (on its clock, and shared with a re-timing of the step)
             view = whatif.view() if whatif is not None else View(trace, narrative, title, tables=list(tables or []))
-        ParasimApp(view, whatif=whatif, painted=hold.release).run()
+        ParasimApp(view, whatif=whatif, painted=hold.release, quiz=quiz).run()
     finally:
         hold.release()

@@ -84,6 +84,23 @@ def add_lesson(sub: Any) -> None:
         help="also draw the lesson's picture from its run (`parasim lesson "
         "--list` names the lessons that draw one, and what each shows)",
     )
+    q = lp.add_argument_group("predict, then see")
+    q.add_argument(
+        "--quiz",
+        action="store_true",
+        help="ask for the lesson's figures before showing them (the bytes a rank sends, the bubble, where a "
+        "token lands, ZeRO's bytes a parameter), grade each answer against the run and show how it comes "
+        "out; in the walk-through the questions come first, read from the terminal (or stdin); in the app, "
+        "key z; `parasim lesson --list --json` says which lessons ask",
+    )
+    q.add_argument(
+        "--answer",
+        action="append",
+        default=[],
+        metavar="A",
+        help="with --quiz, an answer given up front, in the questions' order (repeat it): nothing is read "
+        "from stdin; --json grades these",
+    )
     add_knobs(lp)
     add_clock(lp)
     add_timeout(lp)
@@ -164,6 +181,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if args.tui:
         need_terminal("--tui")
     lesson = get_lesson(args.name, args.world, timeout=args.timeout)
+    _check_quiz(args, lesson)
     if args.plot is not None and lesson.picture is None:
         drawn = [name for name, other in load_lessons().items() if other.picture is not None]
         raise UsageError(
@@ -175,8 +193,9 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         lesson.settings(given_knobs(args))  # a setting the lesson does not take: exit 2 before the run
         lr = run_lesson(lesson, args.world, timeout=args.timeout, knobs=given_knobs(args))
     lr.timing = timing
+    quiz = getattr(args, "quiz", False)  # parasim view comes here without it
     # the JSON first, whole: a value with no JSON form is refused before any file or line is written
-    text = json_text(lr.to_dict()) if args.json else None
+    text = json_text(_with_quiz(lr, args.answer) if quiz else lr.to_dict()) if args.json else None
     if args.chrome is not None or args.hta is not None:  # at the clock's predicted times
         from ..clock.timeline import export_times
 
@@ -194,12 +213,72 @@ def cmd_lesson(args: argparse.Namespace) -> int:
     if text is not None:
         sys.stdout.write(text + "\n")
     elif args.tui or (not args.plain and on_terminal()):
-        open_app(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout)
+        open_app(lr.result.trace, lesson.narrative, lesson.title, lr.tables, lr, args.timeout, quiz=quiz)
     else:
         from ..render.walkthrough import walkthrough
 
+        if quiz:
+            _ask(lr.questions(), args.answer)
         sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
     return 0 if lr.ok else 1
+
+
+def _check_quiz(args: argparse.Namespace, lesson: Any) -> None:
+    """--quiz on a lesson that asks nothing, or --answer without --quiz: one line, before the run."""
+    from ..examples.quiz import MAX_ANSWER
+
+    if not getattr(args, "quiz", False):
+        if getattr(args, "answer", None):
+            raise UsageError("--answer answers a quiz: give --quiz too")
+        return
+    lesson.check_asks()
+    for a in args.answer:
+        if len(a) > MAX_ANSWER:
+            raise UsageError(f"--answer: at most {MAX_ANSWER} characters, got {len(a)}")
+
+
+def _with_quiz(lr: Any, answers: list[str]) -> dict:
+    """The run's JSON with its questions graded against `answers` (--answer; none read from stdin)."""
+    from ..examples.quiz import grade
+
+    return {**lr.to_dict(), "quiz": [g.to_dict() for g in grade(lr.questions(), answers)]}
+
+
+def _ask(questions: list, given: list[str]) -> None:
+    """The walk-through's quiz: each question, then its answer (given up front, or a line of stdin; none at
+    its end), graded, with the worked formula where the answer was not right."""
+    from ..examples.quiz import MAX_ANSWER, grade, prompt_of, quiz_lines
+
+    print(f"Predict, then see: {len(questions)} question{'s' * (len(questions) != 1)} before the walk-through.")
+    right = 0
+    for i, q in enumerate(questions):
+        print(f"\n{prompt_of(q, i + 1, len(questions))}")
+        if given:
+            answer: str | None = given[i] if i < len(given) else None
+            print(f"> {answer if answer is not None else ''}")
+        else:
+            print("> ", end="", flush=True)
+            answer = _read_answer(MAX_ANSWER)
+            if not sys.stdin.isatty():
+                print(answer or "")  # what was piped in, so the transcript reads as asked and answered
+        (graded,) = grade([q], [answer])
+        right += bool(graded.right)
+        print("\n".join(quiz_lines(graded)))
+    print(f"\n{right} of {len(questions)} right.\n")
+
+
+def _read_answer(bound: int) -> str | None:
+    """A line of stdin, its first `bound` characters (the rest of a longer line read and dropped, a bounded
+    piece at a time); None at its end."""
+    if sys.stdin is None or sys.stdin.closed:
+        return None
+    line = sys.stdin.readline(bound + 1)
+    if not line:
+        return None
+    rest = line
+    while rest and not rest.endswith("\n"):
+        rest = sys.stdin.readline(bound)
+    return line.rstrip("\n")[:bound].strip()
 
 
 def _list_lessons(lessons: dict, as_json: bool) -> None:

@@ -58,6 +58,12 @@ def add_serve(sub: Any) -> None:
     )
     sp.add_argument("--world", type=positive, metavar="N", help="ranks for a program given as file.py:function")
     sp.add_argument(
+        "--quiz",
+        action="store_true",
+        help="with a lesson NAME: the app opens asking the lesson's questions (predict, then see; key z asks "
+        "them again)",
+    )
+    sp.add_argument(
         "--host",
         default=DEFAULT_HOST,
         help=f"the IP address to listen on, or localhost (default "
@@ -119,10 +125,12 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
         raise UsageError(f"give one of NAME, --view, --trace and --memory, not {' and '.join(chosen)}")
     if args.world is not None and args.name is None:
         raise UsageError("--world is for a program given as file.py:function")
+    if args.quiz and args.name is None:
+        raise UsageError("--quiz asks a lesson's questions: give a lesson NAME")
     # sys.executable -m parasim: the same interpreter and parasim as this one, however it was installed
     argv = [sys.executable, "-m", "parasim"]
     if args.name is not None:
-        argv += ["lesson", *_lesson_args(args.name, args.world), "--tui"]
+        argv += ["lesson", *_lesson_args(args.name, args.world, args.quiz), "--tui"]
         title = f"parasim lesson {args.name}"
     elif args.view is not None:
         argv += ["serve", "--view", _trace_file(args.view), "--open-app"]
@@ -138,16 +146,18 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
     return "exec " + shlex.join(argv), title
 
 
-def _lesson_args(name: str, world: int | None) -> list[str]:
+def _lesson_args(name: str, world: int | None, quiz: bool = False) -> list[str]:
     from ..lesson import get_lesson, is_program
 
-    get_lesson(name, world)  # an unknown lesson, or a program that cannot load: refused now
+    lesson = get_lesson(name, world)  # an unknown lesson, or a program that cannot load: refused now
+    if quiz:
+        lesson.check_asks()
     if is_program(name):
         path, _, fn = name.rpartition(":")
         name = f"{os.path.abspath(path)}:{fn}"  # the app's process need not start in this folder
     elif world is not None:
         raise UsageError("--world is for a program given as file.py:function; a lesson has its own")
-    return [name] + (["--world", str(world)] if world is not None else [])
+    return [name] + (["--world", str(world)] if world is not None else []) + (["--quiz"] if quiz else [])
 
 
 def _trace_file(path: str) -> str:

@@ -142,6 +142,40 @@ def pipeline_figures(result: Any) -> dict:
     return {"bubble (idle share of the step)": v[0]["bubble"], "micro-batches stage 1 holds at once": v[0]["peak"]}
 
 
+# how many micro-batches stage 1 holds at once, and why, in words: by the schedule a quiz asks of
+_STAGE_ONE_HOLDS = {
+    "gpipe": "every forward runs before any backward, so stage 1 keeps all m: {m}",
+    "1f1b": "stage 1 runs p forwards before its first backward, then one of each: min(p, m) = min({p}, {m}) = {held}",
+}
+
+
+def pipeline_quiz(result: Any, schedule: str) -> list:
+    """The bubble at p and m, and the micro-batches stage 1 holds at once: asked first, answered by the run's
+    slot table (examples/quiz.py)."""
+    from fractions import Fraction
+
+    from .quiz import Question
+
+    v, p = result.values, result.world
+    m = result.trace.meta.get("knobs", {}).get("m")
+    bubble, held = Fraction(v[0]["bubble"]), v[0]["peak"]
+    return [
+        Question(
+            f"{schedule.upper() if schedule == '1f1b' else 'GPipe'} with p = {p} stages and m = {m} micro-batches: "
+            "what share of the step does each stage sit idle (the bubble)?",
+            bubble,
+            "of the step",
+            f"each stage idles p - 1 slots of its m + p - 1: (p - 1)/(m + p - 1) = {p - 1}/{m + p - 1}",
+        ),
+        Question(
+            "... and how many micro-batches' activations does stage 1 hold at once, at most?",
+            held,
+            "micro-batches",
+            _STAGE_ONE_HOLDS[schedule].format(p=p, m=m, held=held),
+        ),
+    ]
+
+
 def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
     """The checks the pipeline lessons share, each against a formula or an unsplit run."""
     from ..lesson import check

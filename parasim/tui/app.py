@@ -35,7 +35,7 @@ from .panels import (
     WatchPanel,
     WorkPanel,
 )
-from .screens import HelpScreen, KnobsScreen, PromptScreen, TablesScreen, WhatIfScreen
+from .screens import HelpScreen, KnobsScreen, PromptScreen, QuizScreen, TablesScreen, WhatIfScreen
 from .timeline import Timeline
 from .keys import KEYS
 from .view import View
@@ -72,10 +72,12 @@ class ParasimApp(App):
         start: int | None = None,
         whatif: WhatIf | StepWhatIf | None = None,
         painted: Callable[[], None] | None = None,
+        quiz: bool = False,
     ) -> None:
         """`start`: the event index to open at (`parasim check --tui`: the one the divergence is pinned on).
         `whatif`: the lesson and its run on screen, for the what-if key (None: a saved trace, nothing to re-run).
-        `painted`: called once the first screen is painted (open_app's hold on the collector, released then)."""
+        `painted`: called once the first screen is painted (open_app's hold on the collector, released then).
+        `quiz`: open with the lesson's questions (--quiz), before the walk-through shows their answers."""
         super().__init__()
         self.theme = "textual-dark"
         self.view = view
@@ -87,6 +89,7 @@ class ParasimApp(App):
             else f"{view.title} ({settings_text(whatif.settings)})"
         )
         self._timer: Timer | None = None
+        self.ask_first = quiz
         if start is not None:
             self.set_reactive(ParasimApp.index, view.clamp(start))
 
@@ -118,6 +121,9 @@ class ParasimApp(App):
         self.query_one(Timeline).focus()
         if self.painted is not None:
             self.call_after_refresh(self.painted)
+        if self.ask_first:
+            self.ask_first = False
+            self.action_quiz()
 
     def _title_timeline(self) -> None:
         if self.view.time_mode:  # the ruler's own unit: microseconds, or milliseconds for a longer step
@@ -194,6 +200,21 @@ class ParasimApp(App):
             return
         # the box is 96% of the screen, less its border, padding and scrollbar (6 columns): a row fits its line
         self.push_screen(TablesScreen(self.view.tables, max(40, int(self.size.width * 0.96) - 6)))
+
+    def action_quiz(self) -> None:
+        """Predict, then see: the lesson's questions of the run on screen, one at a time."""
+        asked = self.whatif.questions() if isinstance(self.whatif, WhatIf) else []
+        if not asked:
+            self.notify(
+                'this run asks no questions (lessons that do: parasim lesson --list --json, "quiz")',
+                timeout=3,
+                markup=False,
+            )
+            return
+        self.push_screen(QuizScreen(asked), lambda right: self._scored(right, len(asked)))
+
+    def _scored(self, right: int | None, total: int) -> None:
+        self.notify(f"{right or 0} of {total} right (z asks again)", timeout=4, markup=False)
 
     def action_whatif(self) -> None:
         """What if: the lesson's settings as a form; the new run beside this one; enter there opens it."""

@@ -53,6 +53,13 @@ KEYS: tuple[Key, ...] = (
         "what if",
         "what if: change the lesson's settings (--tp, -m, ...), run it again and see the new run beside this one",
     ),
+    Key(
+        "z",
+        "quiz",
+        "z",
+        "",
+        "predict, then see: the lesson's questions (a figure of this run asked first, graded, then worked)",
+    ),
     Key("question_mark", "help", "?", "help", "this help"),
     Key("q", "quit", "q", "quit", "quit"),
 )

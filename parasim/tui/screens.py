@@ -41,6 +41,57 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class QuizScreen(ModalScreen[int]):
+    """Predict, then see (examples/quiz.py): the lesson's questions one at a time; enter grades an answer and
+    shows how the run's figure comes out, enter again goes on; dismisses with the number answered right
+    (escape: stop, with those so far)."""
+
+    BINDINGS = [Binding("escape", "stop", "stop")]
+
+    def __init__(self, questions: list) -> None:
+        super().__init__(id="quiz")
+        self.questions, self.at, self.right, self.graded = questions, 0, 0, False
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="prompt-box"):
+            yield Static(id="quiz-question")
+            yield Static(id="quiz-verdict")
+            yield Input(placeholder="your figure, then enter (escape: stop)", id="prompt")
+
+    def on_mount(self) -> None:
+        self.query_one(Input).cursor_blink = False  # a blinking cursor would make screenshots differ
+        self._show()
+
+    def _show(self) -> None:
+        from ..examples.quiz import prompt_of
+
+        self.query_one("#quiz-question", Static).update(
+            Text(prompt_of(self.questions[self.at], self.at + 1, len(self.questions)))
+        )
+        self.query_one("#quiz-verdict", Static).update(Text(""))
+        self.query_one(Input).value = ""
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        from ..examples.quiz import MAX_ANSWER, grade, quiz_lines
+
+        event.stop()
+        if self.graded:  # enter again: the next question, or the score
+            self.at, self.graded = self.at + 1, False
+            if self.at == len(self.questions):
+                self.dismiss(self.right)
+                return
+            self._show()
+            return
+        (graded,) = grade([self.questions[self.at]], [event.value[:MAX_ANSWER]])
+        self.right += bool(graded.right)
+        self.graded = True
+        more = "enter: the next question" if self.at + 1 < len(self.questions) else "enter: done"
+        self.query_one("#quiz-verdict", Static).update(Text("\n".join([*quiz_lines(graded), f"  ({more})"])))
+
+    def action_stop(self) -> None:
+        self.dismiss(self.right)
+
+
 class TablesScreen(ModalScreen[None]):
     """The lesson's tables (the post's tables, computed by the run), as the walk-through prints them; escape,
     T or q closes it."""

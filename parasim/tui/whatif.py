@@ -90,6 +90,10 @@ class WhatIf:
     def prepare(self) -> None:
         """Nothing to work out ahead: a lesson's figures come from its small run at once."""
 
+    def questions(self) -> list[Any]:
+        """The lesson's quiz of the run on screen (examples/quiz.Question)."""
+        return self.run.questions()
+
     def view(self) -> Any:
         """The app's view of this run."""
         from .view import View

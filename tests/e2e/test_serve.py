@@ -213,7 +213,7 @@ def test_each_tab_runs_the_command_that_opens_the_app(tmp_path):
 
     trace = tmp_path / "t.json"
     assert cli("lesson", "tp-mlp", "--trace", str(trace), "--json").returncode == 0
-    base = dict(name=None, view=None, trace=None, memory=None, world=None)
+    base = dict(name=None, view=None, trace=None, memory=None, world=None, quiz=False)
     python = ["exec", sys.executable, "-m", "parasim"]
     for given, words, title in (
             ({"name": "tp-mlp"}, ["lesson", "tp-mlp", "--tui"], "parasim lesson tp-mlp"),

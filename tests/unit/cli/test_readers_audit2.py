@@ -497,7 +497,7 @@ def test_bad_counts_are_refused_by_the_parser(bound, argv, says):
 
 
 def _ns(**given):
-    return argparse.Namespace(**{"name": None, "view": None, "trace": None, "memory": None, "world": None, **given})
+    return argparse.Namespace(**{"name": None, "view": None, "trace": None, "memory": None, "world": None, "quiz": False, **given})
 
 
 def test_all_three_things_to_serve_at_once_are_refused():
