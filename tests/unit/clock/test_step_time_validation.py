@@ -136,14 +136,14 @@ def test_readme_quotes_each_sets_figures_and_the_last_as_the_test(table):
     median, mean = _median_and_mean(errors)
     assert (f"{len(errors)} runs at their first scores (`parasim/clock/first_scores.json`): median error "
             f"{median:.1%}, {'faster' if mean > 0 else 'slower'} on average by {abs(mean):.1%}") in said
-    # the last two sets, the model as it is: the change between them moved none of the tenth's runs (its errors now
-    # are its first ones)
-    assert all(round(e, 6) == kept[TENTH]["errors"][k] for k, e in ((r["name"], r["error"]) for r in table
-                                                                     if r["set"] == TENTH) if e is not None)
+    # the last two sets, the model as it is: the changes since the tenth's score moved none of its runs by more
+    # than 0.01 points (its errors now are its first ones, near enough)
+    assert all(abs(e - kept[TENTH]["errors"][k]) < 1e-4 for k, e in ((r["name"], r["error"]) for r in table
+                                                                      if r["set"] == TENTH) if e is not None)
     errors = [e for which in (TENTH, ELEVENTH) for e in kept[which]["errors"].values() if e is not None]
     median, mean = _median_and_mean(errors)
-    assert (f"The tenth and eleventh tested the model as it is between them (the one change after the tenth's score "
-            f"moves none of its runs), {len(errors)} runs at their first scores: median error {median:.1%}, "
+    assert (f"The tenth and eleventh tested the model as it is between them (the changes after the tenth's score "
+            f"move none of its runs by more than 0.01 points), {len(errors)} runs at their first scores: median error {median:.1%}, "
             f"{'faster' if mean > 0 else 'slower'} on average by {abs(mean):.1%}.") in said + "."
 
 
