@@ -125,12 +125,13 @@ def app_command(args: argparse.Namespace) -> tuple[str, str]:
         raise UsageError(f"give one of NAME, --view, --trace and --memory, not {' and '.join(chosen)}")
     if args.world is not None and args.name is None:
         raise UsageError("--world is for a program given as file.py:function")
-    if args.quiz and args.name is None:
+    quiz = getattr(args, "quiz", False)  # (a caller's own Namespace may predate the flag)
+    if quiz and args.name is None:
         raise UsageError("--quiz asks a lesson's questions: give a lesson NAME")
     # sys.executable -m parasim: the same interpreter and parasim as this one, however it was installed
     argv = [sys.executable, "-m", "parasim"]
     if args.name is not None:
-        argv += ["lesson", *_lesson_args(args.name, args.world, args.quiz), "--tui"]
+        argv += ["lesson", *_lesson_args(args.name, args.world, quiz), "--tui"]
         title = f"parasim lesson {args.name}"
     elif args.view is not None:
         argv += ["serve", "--view", _trace_file(args.view), "--open-app"]

@@ -174,7 +174,8 @@ def _break_even() -> int:
     module, f = _study()
     broken = next(v for p, v in f.items() if p.startswith("EP inside a node: breaks"))
     kept = next(v for p, v in f.items() if p.startswith("EP inside a node: follows"))
-    saved = broken["ms"] - kept["ms"] + kept["edp_ms"]  # EP 16's experts have no copy to sum with: no EDP
+    # the step runs module.MOE_MICRO micro-batches through the layer; EP 16's experts have no copy to sum with
+    saved = (broken["ms"] - kept["ms"] + kept["edp_ms"]) / module.MOE_MICRO
     return math.floor(kept["edp_ms"] / saved) + 1
 
 
