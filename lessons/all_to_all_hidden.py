@@ -120,7 +120,10 @@ def tables(result, s) -> list[Table]:
                             "With balanced routing a token's 8 picks sit on 8 GPUs, so "
                             "no copy is saved by two picks sharing a GPU, as the post says routing can.",
                             "EP moves tokens to the weights, ZeRO-3 would move weights to the tokens: gathering this "
-                            f"layer's experts is {f['experts'] / f['forward']:.0f} times the all-to-alls' bytes."]))
+                            f"layer's experts (all {f['experts'] / 1e6:,.0f} MB of them) is {f['experts'] / f['forward']:.0f} "
+                            "times the all-to-alls' bytes forward. (at-scale counts the bytes a GPU sends in the "
+                            "gather, the 7/8 of the experts others lack, against its own routing's all-to-alls: "
+                            "another ratio of the same two ways.)"]))
     return out
 
 

@@ -191,8 +191,10 @@ def _instead_table(result) -> Table:
                         "token once to each GPU holding one of its picks, so less. TP's all-reduces forward, "
                         "2 x T x d x b x 2(t - 1)/t, are the post's comparison. ZeRO-3 is EP's mirror image: it brings the "
                         f"weights to the tokens, {f['zero3'] / f['ep forward']:.0f}x the bytes EP moves bringing the "
-                        f"tokens to the weights forward (this run's experts have two matrices each; DeepSeek-V3's "
-                        "have three)."])
+                        f"tokens to the weights forward (the bytes a GPU sends in each: its share of the gather, the "
+                        f"(EP - 1)/EP of the experts the others lack; all-to-all-hidden sets the whole layer's experts "
+                        f"against its balanced all-to-alls instead, another ratio of the same two ways. This run's "
+                        "experts have two matrices each; DeepSeek-V3's have three)."])
 
 
 def _a2a(trace, ep: int, said: str):

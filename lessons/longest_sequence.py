@@ -164,6 +164,7 @@ LESSON = Lesson(
     world=4,
     worlds=(2, 4, 8),
     knobs={"tp": Knob(4, choices=(2, 4, 8), world=True, post=8,  # the small layer's TP size
+                    limits="the small layer's heads split evenly over the TP ranks",
                     why="it sizes only the small layer run first; the table's layouts are the post's whatever it is")},
     program=program,
     narrative=NARRATIVE,

@@ -219,9 +219,9 @@ NARRATIVE = {
         brings K and V of t1-t4 from g0, and the row-parallel output is reduce-scattered back into SP
         shares. Then the MoE: g2's router picks two experts for each of its tokens; the dispatch all-to-all
         over the EP group g0-g3 sends each token once to every GPU owning one of its experts, the experts run
-        batched, and the combine all-to-all brings the gate-weighted outputs home. Which experts a token
-        picks comes from this run's router weights, not from the post's drawing; `--routing post` makes
-        the post's sentence take the experts the post draws for it, every other
+        batched, and the combine all-to-all brings the gate-weighted outputs home. The settings line says
+        who picks a token's experts: by default this run's own router weights (not the post's drawing);
+        with `--routing post` the post's sentence takes the experts the post draws for it, every other
         token keeping the router's choice, and the run stays exact against one device doing the same.""",
     **{f"forward mb{mb} layer {i}": "Layer %d of micro-batch %d: the same collectives as layer 1, on %s." % (
         i, mb, "node A" if i <= 2 else "node B, which received the activations from node A by point-to-point")

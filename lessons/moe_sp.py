@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.lesson import Check, Knob, Lesson, check
-from parasim.examples.moe16 import SEQUENCES, SHAPE, embed
+from parasim.examples.moe16 import SEQUENCES, SHAPE, embed, scripted
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.layout.placement import assemble
 from parasim.nn.layer import expert_weights, layer_weights
@@ -36,6 +36,9 @@ def program(ctx):
         moe = _block(ctx, tp)
         n = x.shape[0] // ctx.world
         mine = x[ctx.rank * n:(ctx.rank + 1) * n] if sp else x  # SP: a reduce-scatter left each rank its share
+        # --routing post: the post's drawn experts for 'the' and 'contract', the router's for the rest
+        first = HALF.start + (ctx.rank * n if sp else 0)
+        moe.gate.scripted = scripted("A", list(range(first, first + mine.shape[0])), ctx.knobs.get("routing", "learned"))
         saved = Saved()
         y, _ = moe.forward(mine, saved)
         words = [SEQUENCES["A"][4 + (ctx.rank * n if sp else 0) + i] for i in range(mine.shape[0])]
@@ -93,4 +96,6 @@ LESSON = Lesson(
                 order=170,
                 world=2, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP",
-                knobs={"tp": Knob(2, choices=(2, 4), world=True)})
+                knobs={"tp": Knob(2, choices=(2, 4), world=True),
+                       "routing": Knob("learned", choices=("learned", "post"), post="post",
+                                       why="the default routes by this run's own router weights")})

@@ -50,7 +50,8 @@ def program(ctx):
         # the first chunk has no old terms to rescale (m_old is -inf, l and o are 0): say so, not "by 0"
         kept = (f"old terms rescaled by e^(m_old - m) = {_fmt(rescale)}" if step else
                 "no old terms yet (m starts at -inf, l and o at 0)")
-        ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, {kept}, l = {_fmt(l)}, o = [{_fmt(o)}]")
+        ctx.note(f"score {_fmt(scores)}: m = {_fmt(m)}, {kept}, new term e^(score - m) = {_fmt(xp.exp(scores - m))}, "
+                 f"l = {_fmt(l)}, o = [{_fmt(o)}]")
         if step < n - 1:  # pass the key and value I hold back along the ring; take the next rank's
             nxt, prev = (ctx.rank + 1) % n, (ctx.rank - 1) % n  # so rank r sees keys r, r + 1, ... in turn
             k, v = comm.exchange([Send(k, prev, "pass K on"), Send(v, prev, "pass V on"),
@@ -116,18 +117,20 @@ NARRATIVE = {
         l, the running total of e^(score - m); and o, the running total of e^(score - m) times each
         value. Once the first chunk is in, the three are exactly that chunk's own softmax.""",
     "chunk 2": """
-        The second chunk has a larger score, so the maximum moves. Every old term was computed against the
-        old maximum: a factor of e^(m_old - m_new) on l and on o moves them onto the new one, and the new
-        chunk's terms are added. Nothing is recomputed and no old score is needed.""",
+        Each rank meets the keys in its own order. For rank 0 the second chunk (key 3) holds a larger score,
+        so its maximum moves: every old term was computed against the old maximum, and a factor of
+        e^(m_old - m_new) on l and on o moves them onto the new one before the new chunk's terms are added.
+        A rank whose new chunk scores below its maximum keeps it: the factor is 1, and the new term,
+        e^(score - m), comes in below 1. Nothing is recomputed and no old score is needed.""",
     "chunk 3": """
-        On a ring of three or four ranks the third chunk (key 2 for rank 0) is below the maximum: the factor
-        is e^0 = 1, and its term is simply added.""",
+        On a ring of three or four ranks the third chunk (key 2 for rank 0) is below rank 0's maximum: the
+        factor is e^0 = 1, and its term is simply added. The other ranks' lines show their own order.""",
     "chunk 4": """
         The fourth (key 4) raises the maximum again, and the old terms are scaled once more.""",
     "result": """
         Dividing o by l gives exactly the softmax-weighted sum. The values here are one-hot, so the output
-        shows the weights themselves, equal to a direct softmax of all the scores (the two of the post's
-        ring; each rank saw them in its own order and got the same weights).""",
+        shows the weights themselves, equal to a direct softmax of every score on the ring (at --cp 2, the
+        post's two); each rank saw them in its own order and got the same weights.""",
     "why the max": """
         Why carry m at all? Make the scores 40 times larger, as long heads' dot products can be, and keep
         them in float32 as a GPU does: e^score of the largest passes float32's biggest number (about e^88.7),
@@ -149,5 +152,6 @@ LESSON = Lesson(
     checks=checks,
     summary="scores 1 then 3: the rescale factor, the running sum, the final weights against a direct softmax",
     keep_values=8,
-    knobs={"cp": Knob(2, choices=(2, 3, 4), world=True)},  # ranks on the ring, one key each
+    knobs={"cp": Knob(2, choices=(2, 3, 4), world=True,
+                    limits="one key a rank, of the 4 keys the lesson holds; a ring needs 2 ranks at least")},  # ranks on the ring, one key each
 )

@@ -2,7 +2,9 @@
 micro-batches' activations."""
 from __future__ import annotations
 
-from parasim.lesson import Check, Knob, Lesson, Picture, knob
+from parasim.lesson import Check, Knob, Lesson, Picture, Table, knob
+from parasim.pipeline.schedules import generate
+from parasim.pipeline.timing import time_schedule
 from parasim.render.plot_moves import HANDOFF, plot_handoff
 from parasim.examples.pipeline import pipeline_checks, pipeline_figures, pipeline_quiz, pipeline_run
 
@@ -16,6 +18,23 @@ def program(ctx):
 def checks(result) -> list[Check]:
     p, m = result.world, knob(result, "m", M)
     return pipeline_checks(result, "1f1b", [min(p - r, m) for r in range(p)], m)
+
+
+def tables(result) -> list[Table]:
+    """What each stage holds at once, 1F1B beside GPipe: this run's peaks, and both schedules' timed at the run's
+    m and at twice it (each schedule's slot table, as the run's own is made)."""
+    p, m = result.world, knob(result, "m", M)
+    held = {(name, mm): time_schedule(generate(name, p, mm)).peak for name in ("1f1b", "gpipe") for mm in (m, 2 * m)}
+    run = [x["peak"] for x in result.values]
+    rows = [(f"stage {r + 1}", [run[r], held[("gpipe", m)][r], held[("1f1b", 2 * m)][r], held[("gpipe", 2 * m)][r]])
+            for r in range(p)]
+    return [Table(
+        f"Micro-batches whose activations each stage holds at once, p = {p}",
+        ["stage", f"1F1B, m = {m} (this run)", f"GPipe, m = {m}", f"1F1B, m = {2 * m}", f"GPipe, m = {2 * m}"], rows,
+        notes=[f"GPipe keeps every micro-batch until its backward: m on every stage. 1F1B starts a backward as soon "
+               f"as it can: stage r holds at most p - r + 1, whatever m. At m = p the first stage holds p under both; "
+               f"the later stages, and every stage once m grows past p, hold fewer under 1F1B. The bubble is the "
+               f"same: {result.values[0]['bubble']} at m = {m}."])]
 
 
 NARRATIVE = {
@@ -37,4 +56,4 @@ LESSON = Lesson(name="pp-1f1b", title="Pipeline parallelism: 1F1B keeps the bubb
                 world=4, min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
                 summary="4 stages x 4 micro-batches: warm-up, one forward one backward, at most p - r held",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},
-                figures=pipeline_figures, quiz=lambda result: pipeline_quiz(result, "1f1b"))
+                figures=pipeline_figures, tables=tables, quiz=lambda result: pipeline_quiz(result, "1f1b"))

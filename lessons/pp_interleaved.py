@@ -88,7 +88,7 @@ NARRATIVE = {
         the run shows a bubble larger than (p-1)/(v*m+p-1).""",
 }
 
-LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the bubble",
+LESSON = Lesson(name="pp-interleaved", title="Pipeline parallelism: interleaving chunks halves the idle time",
                 section="Pipeline parallelism: shrinking the bubble (interleaved stages)",
                 order=140,
                 picture=Picture(plot_handoff, HANDOFF),

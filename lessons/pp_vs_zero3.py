@@ -159,4 +159,6 @@ LESSON = Lesson(
                 world=4, worlds=(4,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the same model on 4 GPUs both ways: bytes vs batch and model size, the bubble, "
                         "the post's table from the runs", keep_values=0, study=study, tables=tables,
-                knobs={"m": Knob(POST.microbatches, choices=(2, 4, 8))})
+                knobs={"m": Knob(POST.microbatches, choices=(2, 4, 8),
+                                 limits="micro-batches of 2 sequences, which ZeRO-3 spreads evenly over the 4 GPUs; "
+                                        "the sizes its tables compare")})

@@ -100,6 +100,8 @@ LESSON = Lesson(
     checks=checks,
     summary="4 CP ranks: the K/V chunk table from the run; output and gradients equal single-device attention",
     keep_values=0,
-    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True)},
+    fold_alike=True,
+    knobs={"cp": Knob(4, choices=(1, 2, 4, 8), world=True,
+                    limits="the 8-token sequence cut into equal chunks, one a rank")},
     tables=tables,
 )

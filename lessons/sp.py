@@ -124,6 +124,7 @@ LESSON = Lesson(
     checks=checks,
     summary="TP vs TP+SP on one layer: AG+RS bytes = all-reduce bytes; kept activations sbh(10+24/t) -> 34sbh/t",
     keep_values=0,
-    knobs={"tp": Knob(8, choices=(1, 2, 4, 8), world=True)},
+    knobs={"tp": Knob(8, choices=(1, 2, 4, 8), world=True,
+                    limits="the layer's 8 heads and 16 tokens split into equal whole shares over the TP ranks")},
     figures=figures,
 )

@@ -164,5 +164,6 @@ LESSON = Lesson(
     summary="the post's 2-GPU MLP: the wrong row split, the column-row split, one all-reduce each way",
     keep_values=16,
     reference=program,  # on one rank: the same layers, unsplit
-    knobs={"tp": Knob(2, choices=(1, 2, 4), world=True)},  # A has 4 columns: 1, 2 or 4 ranks split them evenly
+    knobs={"tp": Knob(2, choices=(1, 2, 4), world=True,
+                    limits="A has 4 columns and B 4 rows: each rank takes the same number of whole ones")},  # A has 4 columns: 1, 2 or 4 ranks split them evenly
 )

@@ -22,7 +22,7 @@ from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_p
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
 from parasim.examples.quiz import Question
-from parasim.lesson import Check, Knob, Lesson, Picture, check
+from parasim.lesson import Check, Knob, Lesson, Picture, Table, check
 from parasim.render.plot_lessons import plot_zero_stages
 from parasim.train.whole import forward_backward, sequences, whole_layers
 from parasim.nn.layer import Stack
@@ -142,6 +142,27 @@ def figures(result) -> dict:
     return out
 
 
+def tables(result) -> list[Table]:
+    """What a rank holds and sends under each technique, measured by the run (every rank alike)."""
+    m, n = measured(result), result.world
+    params = sum(np.asarray(w).size for w in _one_device(n)["new"].values())
+    dp_sent = max(m["DP"]["sent"])
+    rows = []
+    for name in STAGES:
+        rest = m[name]["rest"][0]
+        rows.append((name, [rest["weights"], rest["gradients"], rest["optimizer"], round(sum(rest[k] for k in KINDS)
+                     / params, 4), max(p["bytes"] for p in m[name]["peak"]), max(m[name]["sent"]),
+                     round(max(m[name]["sent"]) / dp_sent, 4)]))
+    return [Table(
+        f"What each of the {n} ranks holds at rest and sends in one step ({params:,} parameters; bytes at the "
+        "post's precision: bf16 weights and gradients, fp32 Adam state)",
+        ["technique", "weights (B)", "gradients (B)", "Adam (B)", "bytes a parameter", "peak (B)", "sent (B)",
+         "sent / DP's"], rows,
+        notes=["peak: the most a rank held at once during the step, activations and whole gradients in flight "
+               "included (ZeRO-2 and ZeRO-3 drop each bucket's gradients as it is reduced); sent: what each rank "
+               "put on the wire, in float64 (the run's exact values: a bf16 run sends a quarter of it)."])]
+
+
 def quiz(result) -> list[Question]:
     """ZeRO-1's and ZeRO-3's bytes a parameter on each rank at rest, and what DP's step sends: asked first,
     answered by what the run's ranks told the trace they hold and sent."""
@@ -237,8 +258,9 @@ NARRATIVE = {
         of state shrink to 12/8 per parameter.""",
     "ZeRO-2": """
         The same collectives, but a rank also drops the gradients it does not own: each bucket's whole
-        gradients live only until that bucket is reduced (watch the held bytes rise and fall at each
-        reduce-scatter), and what stays is the rank's eighth.""",
+        gradients live only until that bucket is reduced (the app's memory panel shows the held bytes rise
+        and fall at each reduce-scatter; the table at the end gives each rank's peak), and what stays is the
+        rank's eighth.""",
     "ZeRO-3": """
         Now the weights are split too: at rest a rank holds an eighth of everything, 2 bytes per
         parameter. Each layer's weights are all-gathered just before its forward and again before its
@@ -253,14 +275,17 @@ LESSON = Lesson(
     order=30,
     title="DP, ZeRO-1, ZeRO-2, ZeRO-3: what 8 ranks hold and send, measured",
     world=8,
-    worlds=(2, 4, 8),
+    worlds=(2, 4, 8, 16),
     program=program,
     narrative=NARRATIVE,
     checks=checks,
     summary="one Adam step four ways over 8 data-parallel ranks: bytes per parameter, traffic and peaks from the run",
     keep_values=0,
-    knobs={"dp": Knob(8, choices=(2, 4, 8), world=True)},
+    knobs={"dp": Knob(8, choices=(2, 4, 8, 16), world=True,
+                    limits="ZeRO's flat buffer of the 1,088 weights (17 x 64) cuts into equal shards over these "
+                           "without padding, so each rank's bytes a parameter come out exactly")},
     figures=figures,
+    tables=tables,
     quiz=quiz,
     picture=Picture(plot_zero_stages, "what a rank holds by kind and what it sends, stage by stage"),
 )

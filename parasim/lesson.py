@@ -152,6 +152,7 @@ class Knob:
     world: bool = False
     post: Any = AS_DEFAULT
     why: str = ""  # where the default is not the post's: why the lesson runs another (one clause)
+    limits: str = ""  # where `choices` are given: why only those (one clause), said when another is refused
 
     def post_words(self, flag: str) -> str | None:
         """None where the post's value is the default; else the post's value, or its absence, in words."""
@@ -220,9 +221,10 @@ class Lesson:
                 takes = ", ".join(KNOB_KINDS[k].flags[-1] for k in self.knobs) or "none"
                 raise UsageError(f"lesson {self.name!r} has no {flag} (the settings it takes: {takes})")
             if knob.choices is not None and value not in knob.choices:
+                said = "; ".join(w for w in (knob.limits, knob.why) if w)
                 raise UsageError(
                     f"lesson {self.name!r} takes {flag} {' or '.join(map(str, knob.choices))}, "
-                    f"not {value}" + (f" ({knob.why})" if knob.why else "")
+                    f"not {value}" + (f" ({said})" if said else "")
                 )
         return {name: given.get(name, knob.default) for name, knob in self.knobs.items()}
 

@@ -15,6 +15,7 @@ from typing import Any, Callable
 
 from ..errors import UsageError
 from ..estimate.memory import Plan
+from ..layout.axes import SIZED
 
 
 @dataclass(frozen=True)
@@ -206,7 +207,8 @@ class Finding:
         }
 
 
-CHANGED = ("tp", "sp", "cp", "pp", "dp", "ep", "zero", "micro_batch", "m")  # the plan's fields a rule may move
+# the plan's fields a rule may move: every sized axis (layout/axes.py's table), and SP, ZeRO and the batch's cut
+CHANGED = (*SIZED, "sp", "zero", "micro_batch", "m")
 
 
 def _changes(plan: Plan, followed: Plan) -> tuple[tuple[str, Any, Any], ...]:

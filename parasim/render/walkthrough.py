@@ -10,10 +10,17 @@ import re
 import textwrap
 from typing import Any, Iterator
 
+
 from ..lesson import LessonRun
 from ..comm.trace import Event
 from .numbers import nbytes, scalar
 from .text import printable
+
+
+def _wrap(text: str, width: int, **kw: str) -> list[str]:
+    """Text wrapped at `width`, never inside a hyphenated word ("all-reduce" stays whole on its line)."""
+    return textwrap.wrap(text, width, break_on_hyphens=False, **kw)  # type: ignore[arg-type]
+
 
 WIDTH = 96  # the page's width where the terminal's is not known (a pipe, a file)
 WIDEST = 200  # past this, lines get too long to read at a glance
@@ -287,6 +294,33 @@ def _folded_steps(events: list[Event]) -> list[tuple[Event, list[Event]]]:
     return list(heads.values())
 
 
+RANK_NOTE = re.compile(r"rank (\d+): (.*)", re.S)
+NOTES_SHOWN = (4, 2)  # of many ranks' notes alike but for their figures: the first and the last said
+
+
+def _same_note(other: object, first: str) -> bool:
+    """Whether `other` is another rank's note saying what `first` says, but for its figures."""
+    a, b = RANK_NOTE.fullmatch(first), RANK_NOTE.fullmatch(other) if isinstance(other, str) else None
+    return bool(a and b) and re.sub(r"\d", "#", a[2]) == re.sub(r"\d", "#", b[2])  # type: ignore[index]
+
+
+def _note_lines(notes: list[str]) -> list[str]:
+    """Ranks' notes alike but for their figures: each said where there are few, else the first and last few
+    with one line for those between (a 64-GPU run's every rank says its count)."""
+    head, tail = NOTES_SHOWN
+    if len(notes) <= head + tail + 2:
+        return [f"  {n}" for n in notes]
+    between = [int(RANK_NOTE.fullmatch(n)[1]) for n in notes[head:-tail]]  # type: ignore[index]
+    return (
+        [f"  {n}" for n in notes[:head]]
+        + [
+            f"  ... {f'ranks {between[0]} to {between[-1]}' if between == list(range(between[0], between[-1] + 1)) else 'the ranks between'}"
+            f" ({len(between)}): the same, each with its own figures"
+        ]
+        + [f"  {n}" for n in notes[-tail:]]
+    )
+
+
 def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False) -> list[str]:
     """A phase's events and notes in order; with `fold`, the events of a step alike but for their ranks said
     once with a line naming the others; past the first `shown` events (None: all), the rest of its events in one
@@ -297,8 +331,11 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
     while i < len(items):
         item = items[i][-1]
         if not isinstance(item, Event):
-            out.append(f"  {item}")
-            i += 1
+            j = i + 1
+            while j < len(items) and _same_note(items[j][-1], item):
+                j += 1
+            out += _note_lines([it[-1] for it in items[i:j]])
+            i = j
             continue
         j = i
         while j < len(items) and isinstance(items[j][-1], Event) and items[j][-1].step == item.step:
@@ -315,7 +352,7 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
         i = j
     if left:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
-        out += textwrap.wrap(
+        out += _wrap(
             f"... and {sum(left.values())} more events in this phase ({ops}): --json and the app list every one",
             width,
             initial_indent="    ",
@@ -345,7 +382,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
         from ..lesson import KNOB_KINDS
 
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
-        out += textwrap.wrap(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
+        out += _wrap(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue
@@ -355,7 +392,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             out += ["", f"== {phase} =="]
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
-                    out += textwrap.wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
+                    out += _wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
         out += _phase_lines(items, lesson.events_shown, width, lesson.fold_alike)
     if lr.tables:
         from .tables import table_lines
@@ -365,7 +402,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             out += [""] + table_lines(t, width)
     total = sum(m.sent for e in trace.events for m in e.members)
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all."]
-    out += textwrap.wrap(clock_words(lr.clock()), width)
+    out += _wrap(clock_words(lr.clock()), width)
     out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
     for c in lr.checks:
         if c.ok and c.got == c.expected:

@@ -110,3 +110,17 @@ def test_the_validation_page_says_where_the_time_lessons_moved_with_todays_figur
         column = column.split(" (the others'")[0]  # the page's gloss on a column's name
         got = dict(table.rows)[label][table.columns.index(column) - 1]
         assert str(got) == now, (lesson, label, column)
+
+
+def test_readme_row_of_tp_across_nodes_says_what_its_table_computes():
+    """README's lesson row: the communication time and the layer's, TP 16 over two nodes against TP 8 in one,
+    as ratios of the lesson's own table."""
+    from pathlib import Path
+    row = next(line for line in (Path(__file__).resolve().parents[2] / "README.md").read_text().splitlines()
+               if line.startswith("| `tp-across-nodes`"))
+    table = ran("tp-across-nodes").tables[0]
+    rows = dict(table.rows)
+    inside, over = rows["TP 8 inside one node"], rows["TP 16 over two nodes"]
+    comm, layer = (table.columns.index(c) - 1 for c in ("communication (ms)", "layer (ms)"))
+    assert f"{over[comm] / inside[comm]:.1f}x the communication time" in row
+    assert f"a {over[layer] / inside[layer]:.1f}x slower layer" in row
