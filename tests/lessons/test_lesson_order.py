@@ -7,7 +7,7 @@ from conftest import cli
 # worked example), written out here, not read from the package.
 POST = ["collectives", "bf16-sums", "zero", "memory", "tp-mlp", "tp-attention", "sp", "tp-across-nodes", "ring-attention",
         "online-softmax", "cp-causal", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "pp-vs-zero3",
-        "moe-sp", "hot-expert", "all-to-all-hidden", "node-limited", "rules-of-thumb",
+        "moe-sp", "links-shared", "hot-expert", "all-to-all-hidden", "node-limited", "rules-of-thumb",
         "longest-sequence", "fit-is-not-fast", "moe16", "moe16-variants", "at-scale", "silent-bugs", "checkpoint"]
 
 
