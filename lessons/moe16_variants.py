@@ -48,11 +48,17 @@ def measure(layout: Layout) -> dict:
     links = result.trace.bytes_by_link(layout.gpus_per_node)
     a2a = {len(e.ranks) for e in result.trace.events if e.op == "all_to_all"}
     timing = time_schedule(generate("1f1b", layout.pp, MICRO_BATCHES))
+    sends: dict[str, int] = {}  # what the token's GPU sent in the step, by the group it sent in
+    for e in result.trace.events:
+        if e.kind != "compute" and e.group is not None:
+            mine = sum(m.sent for m in e.members if m.rank == holder)
+            if mine:
+                sends[e.group.name] = sends.get(e.group.name, 0) + mine
     return {"holder": holder, "experts": route["experts"], "expert_gpus": route["gpus"],
             "expert_values": stores["experts"], "attention_values": stores["tp shards"],
             "a2a_gpus": sorted(a2a), "across": sorted(g for g, row in links.items() if row["across"]),
             "expert_dp_bytes": links.get("expert-dp", {"inside": 0, "across": 0}),
-            "bubble": timing.bubble, "exact": exactness(result.values, layout)["exact"]}
+            "bubble": timing.bubble, "exact": exactness(result.values, layout)["exact"], "sends": sends}
 
 
 def study(result) -> dict:
@@ -77,7 +83,22 @@ def tables(result, got) -> list[Table]:
                   notes=["expert values per GPU: experts/EP x 2hf/ETP x layers/PP; attention values: 4h^2/TP x "
                          "layers/PP (h, f: the model's hidden and expert widths); bubble: 1F1B's idle share with "
                          "2 micro-batches; exact: loss, gradients and weights after Adam equal the unsplit "
-                         "model's."])]
+                         "model's."]),
+            _sends_table(got)]
+
+
+def _sends_table(got: dict) -> Table:
+    """What the token's GPU sends in one step, by the group it sends in (KB), one row a variant: where ETP 2's
+    own collectives show, and what EP 8 or one stage moves instead."""
+    groups = sorted({g for v in got.values() for g in v["sends"]})
+    rows = [(name, [round(got[name]["sends"].get(g, 0) / 1e3, 1) for g in groups]) for name in VARIANTS]
+    return Table("What the token's GPU sends in one training step, by group (KB = 10^3 bytes, float64 values)",
+                 ["variant", *groups], rows,
+                 notes=["expert-tp: ETP 2's own collectives (the dispatched tokens handed to both halves of each "
+                        "expert's pair, and the halves' partial outputs summed back), which the other variants never "
+                        "make; ep: the all-to-alls, "
+                        "over 2, 4 or 8 GPUs; expert-dp: the experts' gradient sums over their copies (none at "
+                        "EP 8, EDP 1)."])
 
 
 def _gpus(layout: Layout, owner: int) -> str:
@@ -132,7 +153,8 @@ NARRATIVE = {
         traffic crosses the two nodes, and the pipeline bubble. The zigzag split moves contract from g2 to
         g3. ETP 2 halves each expert across a TP pair, so a GPU holds twice the experts at half their
         width; EP 8 puts one expert on each GPU and leaves no expert-DP group; with one pipeline stage and
-        DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do.""",
+        DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do. The steps below are
+        the post's layout, as lesson moe16 tells them; the tables at the end are every variant's.""",
 }
 
 LESSON = Lesson(

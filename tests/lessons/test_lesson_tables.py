@@ -35,7 +35,15 @@ def test_the_walk_through_prints_the_tables_with_their_headers():
     text = cli("lesson", "moe16-variants", "--plain").stdout
     assert "== tables (every figure from the run) ==" in text
     rows = [line for line in text.splitlines() if line.startswith("  ETP 2 (EP 2, EDP 2)")]
-    assert len(rows) == 2 and all(len(line) <= 96 for line in rows)
+    assert len(rows) == 3 and all(len(line) <= 96 for line in rows)
+    # the third table: what the token's GPU sends by group; only ETP 2 sends in expert-TP groups
+    header = next(line for line in text.splitlines() if line.startswith("  variant") and "expert-tp" in line)
+    col = header.split().index("expert-tp")
+    sends = {line[:21].strip(): line[21:].split() for line in text.splitlines()
+             if line[:21].strip() in ("the post's layout", "ETP 2 (EP 2, EDP 2)", "EP 8 (EDP 1)")
+             and len(line[21:].split()) == len(header.split()) - 1}
+    assert float(sends["ETP 2 (EP 2, EDP 2)"][col - 1]) > 0
+    assert float(sends["the post's layout"][col - 1]) == float(sends["EP 8 (EDP 1)"][col - 1]) == 0
 
 
 def test_an_etp_2_trace_says_the_expert_is_split_over_a_pair():
