@@ -294,6 +294,7 @@ def _folded_steps(events: list[Event]) -> list[tuple[Event, list[Event]]]:
     return list(heads.values())
 
 
+SLOT_ROW = re.compile(r"(?:(?:^| )\S{1,3}){12}")  # a pipeline's slot row: a dozen short cells in a row
 RANK_NOTE = re.compile(r"rank (\d+): (.*)", re.S)
 NOTES_SHOWN = (4, 2)  # of many ranks' notes alike but for their figures: the first and the last said
 
@@ -334,7 +335,9 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
             j = i + 1
             while j < len(items) and _same_note(items[j][-1], item):
                 j += 1
-            out += _note_lines([it[-1] for it in items[i:j]])
+            for line in _note_lines([it[-1] for it in items[i:j]]):
+                # a note wrapped at the page's width, but a row of a slot table kept whole (its grid is the point)
+                out += [line] if SLOT_ROW.search(line) else _wrap(line, width, subsequent_indent=" " * 6)
             i = j
             continue
         j = i
@@ -376,7 +379,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     width = width or page_width()
     lesson, trace = lr.lesson, lr.result.trace
     kind = "symbolic" if lesson.backend == "symbolic" else "virtual"
-    out = [f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)"]
+    out = [f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)"]  # the title: one line, whole
     settings = trace.meta.get("knobs")
     if settings:
         from ..lesson import KNOB_KINDS
@@ -404,12 +407,13 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all."]
     out += _wrap(clock_words(lr.clock()), width)
     out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
-    for c in lr.checks:
+    for c in lr.checks:  # each wrapped at the page's width, its lines after the first under its words
         if c.ok and c.got == c.expected:
-            out.append(f"  ok   {c.name}: {fmt_check(c.got)}")
+            said = f"  ok   {c.name}: {fmt_check(c.got)}"
         else:
             mark = "ok  " if c.ok else "FAIL"
-            out.append(f"  {mark} {c.name}: got {fmt_check(c.got)}, expected {fmt_check(c.expected)}")
+            said = f"  {mark} {c.name}: got {fmt_check(c.got)}, expected {fmt_check(c.expected)}"
+        out += _wrap(said, width, subsequent_indent=" " * 7)
     out.append(f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)} checks ok.")
     return "\n".join(map(printable, out)) + "\n"  # a line each: a newline inside a name shows as \n
 

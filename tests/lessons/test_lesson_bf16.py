@@ -96,8 +96,12 @@ def test_a_checks_long_array_is_summed_up_in_the_walk_through_and_whole_in_json(
     import json
     from conftest import cli
     text = cli("lesson", "bf16-sums", "--plain").stdout
+    import re
+    text = re.sub(r"\n {7}(?=\S)", " ", text)  # a check wrapped at the page's width, read as one line
     line = next(l for l in text.splitlines() if "every rank holds the same bfloat16 sums" in l)
     assert len(line) < 300 and "8 x 1,024 values: [[" in line and ", ...]" in line
+    assert all(len(l) <= 96 for l in cli("lesson", "bf16-sums", "--plain").stdout.splitlines()
+               if l.startswith("  ok") or l.startswith("       "))  # each check's lines within the page
     data = json.loads(cli("lesson", "bf16-sums", "--json").stdout)
     check = next(c for c in data["checks"] if c["name"] == "every rank holds the same bfloat16 sums")
     assert len(check["got"]) == 8 and all(len(row) == 1024 for row in check["got"])

@@ -118,6 +118,7 @@ def test_moe_sp_says_where_each_token_goes(tp):
     from parasim.render.walkthrough import walkthrough
 
     text = walkthrough(run_lesson(get_lesson("moe-sp"), knobs={"tp": tp}))
+    text = re.sub(r"\n {6}(?=\S)", " ", text)  # a note wrapped at the page's width, read as one line
     without, with_sp = text.split("== with SP ==")
     said = {p: dict(re.findall(r"rank (\d): routes (.*); its experts", part)) for p, part in
             (("without", without), ("with", with_sp))}
