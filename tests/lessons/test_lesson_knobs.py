@@ -287,3 +287,28 @@ def test_at_scale_at_ep_4_with_balanced_routing():
     assert data["world"] == 4 and data["settings"] == {"ep": 4, "routing": "balanced"}
     assert _check(data, "pairs leaving each GPU at EP 4")["got"] == [4096 * 8 * 3 // 4] * 4
     assert _check(data, "what the run sends instead")["got"] == [3 * 4096 * (7168 + 64) * 2] * 4
+
+
+@pytest.mark.parametrize("args, why", [
+    (("tp-mlp", "--tp", "3"), "A has 4 columns and B 4 rows"),
+    (("sp", "--tp", "3"), "8 heads and 16 tokens split into equal whole shares"),
+    (("zero", "--dp", "3"), "1,088 weights (17 x 64) cuts into equal shards"),
+    (("tp-attention", "--tp", "3"), "each rank takes whole heads"),
+    (("ring-attention", "--cp", "3"), "the 8-token sequence cut into equal chunks"),
+    (("online-softmax", "--cp", "5"), "one key a rank, of the 4 keys"),
+])
+def test_a_refused_value_says_why_the_lesson_takes_only_its_own(args, why):
+    out = cli("lesson", *args, "--plain")
+    assert out.returncode == 2 and why in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_moe_sp_with_the_post_s_routing_sends_contract_to_e3_and_e8_under_sp_and_without():
+    """The post draws 'contract' -> E3 and E8 (and 'the' -> E1 and E2); with SP each GPU routes its own share,
+    so the rank holding 'was' and 'void' routes them as the pair did without SP (the router's own choice)."""
+    import re
+    text = re.sub(r"\n {6}(?=\S)", " ", cli("lesson", "moe-sp", "--plain", "--routing", "post").stdout)
+    without, with_sp = text.split("== with SP ==")
+    assert "'contract' to E3 on g0, E8 on g1" in without and "'the' to E1 on g0, E2 on g0" in without
+    mine = dict(re.findall(r"'(\w+)' to ([^;']+)", re.search(r"rank 0: routes (.*?); its experts", without)[1]))
+    later = dict(re.findall(r"'(\w+)' to ([^;']+)", re.search(r"rank 1: routes (.*?); its experts", with_sp)[1]))
+    assert list(later) == ["was", "void"] and all(later[w] == mine[w] for w in later)

@@ -117,3 +117,14 @@ def test_compare_lines_up_the_interleaved_bubble():
     assert Fraction(fig["bubble (idle share of the step)"]) == Fraction(1, 2 * 4 + 1)  # (p-1)/(vm+p-1)
     assert fig["point-to-point sends"] == 2 * 4 * (2 * 2 - 1)  # 2m(pv-1)
     assert fig["collectives"] == 0  # a pipeline only sends: no collective in this run
+
+
+def test_1f1b_sets_gpipe_s_holds_beside_its_own():
+    """Stage r (1-based) holds min(p - r + 1, m) micro-batches under 1F1B and m under GPipe: at p = m = 4,
+    4 3 2 1 against 4 4 4 4; at m = 8, 4 3 2 1 against 8 8 8 8."""
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    (table,) = lr.tables
+    assert table.columns[1:] == ["1F1B, m = 4 (this run)", "GPipe, m = 4", "1F1B, m = 8", "GPipe, m = 8"]
+    assert [label for label, _ in table.rows] == ["stage 1", "stage 2", "stage 3", "stage 4"]
+    assert [row for _, row in table.rows] == [[4, 4, 4, 8], [3, 4, 3, 8], [2, 4, 2, 8], [1, 4, 1, 8]]
+    assert "The bubble is the same: 3/7 at m = 4." in " ".join(table.notes)

@@ -6,7 +6,7 @@ import pytest
 
 from conftest import cli
 
-from parasim.lesson import Table
+from parasim.lesson import Table, get_lesson, run_lesson
 from parasim.render.tables import table_lines
 
 VARIANTS = ["the post's layout", "zigzag CP split", "ETP 2 (EP 2, EDP 2)", "EP 8 (EDP 1)", "PP 1, DP 4"]
@@ -258,3 +258,16 @@ def test_wrapped_text_columns_share_the_spare_width_by_what_each_lacks():
     widths = [len(dashes) for dashes in head.split()][1:]
     assert max(widths) - min(widths) <= 1 and min(widths) >= 25, widths
     assert max(map(len, lines)) <= 100
+
+
+def test_the_sends_table_counts_the_token_s_gpu_alone():
+    """The post's layout's row is the lesson's own run: what g2 (the GPU holding 'contract') sent in each group,
+    summed here from the run's trace."""
+    lr = run_lesson(get_lesson("moe16-variants"))
+    table = lr.tables[2]
+    mine: dict = {}
+    for e in lr.result.trace.events:
+        if e.kind != "compute" and e.group is not None:
+            mine[e.group.name] = mine.get(e.group.name, 0) + sum(m.sent for m in e.members if m.rank == 2)
+    row = dict(table.rows)["the post's layout"]
+    assert {g: v for g, v in zip(table.columns[1:], row)} == {g: round(mine.get(g, 0) / 1e3, 1) for g in table.columns[1:]}

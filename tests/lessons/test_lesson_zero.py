@@ -221,3 +221,16 @@ def test_compare_lines_up_what_each_stage_holds_and_sends_at_another_dp():
     assert fig["ZeRO-3: bytes a rank holds at rest"] == 16 * 1088 // 2
     assert fig["ZeRO-1: bytes a rank holds at rest"] == (2 + 2 + 12 / 2) * 1088
     assert fig["DP: bytes a rank sends"] == 2 * (2 - 1) / 2 * 1088 * 8
+
+
+def test_the_table_of_holds_and_sends_by_technique():
+    """By hand, for 1,088 weights on 8 ranks: 2 + 2 + 12 bytes a parameter, each split 8 ways from its stage
+    on (16, 5.5, 3.75, 2); ZeRO-1 and 2 send what DP sends, ZeRO-3 1.5 times it."""
+    lr = run_lesson(get_lesson("zero"))
+    (table,) = lr.tables
+    rows = dict(table.rows)
+    col = table.columns.index
+    per = [rows[t][col("bytes a parameter") - 1] for t in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")]
+    assert per == [16, 5.5, 3.75, 2]
+    assert [rows[t][col("sent / DP's") - 1] for t in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")] == [1, 1, 1, 1.5]
+    assert rows["ZeRO-1"][col("Adam (B)") - 1] == 1088 * 12 // 8 and rows["DP"][col("weights (B)") - 1] == 1088 * 2
