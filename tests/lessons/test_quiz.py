@@ -29,7 +29,9 @@ from parasim.lesson import get_lesson, load_lessons
         ("7k", 7000),
         ("7 KB", 7000),
         ("7 KiB", 7168),
+        ("7Ki", 7168),
         ("2 GB", 2e9),
+        ("1,5", 1),  # a comma groups thousands only before three digits: "1,5" is 1 and what follows it
         ("1.5M", 1.5e6),
         ("3/7", 3 / 7),
         ("3 / 7", 3 / 7),

@@ -92,6 +92,9 @@ def test_cp_is_asked_for_only_where_the_sequence_is_what_does_not_fit():
     (g,) = critique(m, Plan(tp=8, sp=True, dp=2, zero=1).check(m, 61440), 61440, "h200")
     assert (g.followed.tp, g.followed.cp, g.followed.dp, g.followed.m) == (8, 2, 1, 2) and g.followed_memory < g.memory
     assert dict((k, (a, b)) for k, a, b in g.changes) == {"cp": (1, 2), "dp": (2, 1), "m": (1, 2)}
+    # a plan that has CP already is not asked for it again, however long its sequence
+    assert "cp-for-long-sequences" not in [f.rule.name for f in critique(m, Plan(tp=8, sp=True, cp=2).check(m, 131072),
+                                                                         131072, "h200")]
     # the room a GPU has is the caller's where it gives one: with 130 GB the 120.86 GB plan fits
     assert critique(m, Plan(tp=8, sp=True).check(m, 40960), 40960, "h200", usable=130e9) == []
 
@@ -135,6 +138,8 @@ def test_the_check_layout_command_says_each_rule_and_what_it_moved():
     assert "Broken: 4 of the 7 rules of thumb:" in text and "Kept, or not in play here: 3 of 7:" in text
     assert "TP8 + PP2 + DP2 + ZeRO-0 (TP 16 -> 8, PP 1 -> 2): step" in text
     assert "(SP off -> on)" in text and "(ZeRO 0 -> 1)" in text and "fits in its 120 GB usable" in text
+    long = " ".join(cli("check-layout", "--model", "27b", "--tp", "8", "--seq", "131072").stdout.split())
+    assert "GB on the busiest GPU (does not fit in its 120 GB usable)" in long
     few = " ".join(cli("check-layout", "--model", "27b", "--tp", "8", "--sp", "--pp", "4", "--micro-batch", "4",
                        "--microbatches", "2").stdout.split())
     assert "(micro-batch 4 -> 2, micro-batches 2 -> 4)" in few

@@ -446,3 +446,12 @@ def test_a_product_table_keeps_each_dim_s_measured_sizes_in_order():
     t = GemmTable("h100", "bf16", "grid", "test", {(512, 8, 64): 1.0, (256, 8, 128): 2.0, (512, 16, 64): 3.0})
     assert t.axes == ((256, 512), (8, 16), (64, 128))
     assert t == GemmTable("h100", "bf16", "grid", "test", dict(t.points))  # the sizes are not part of equality
+
+
+def test_a_message_below_the_smallest_measured_takes_the_sweeps_least_time():
+    """ml-engineering's H200 all-reduce sweep starts at 32 KiB (1.44 GB/s busbw); its least time is at 512 KiB,
+    23.94 GB/s. Eight bytes take that time, never less: 8 / (524288 / 23.94e9) bytes a second of busbw."""
+    tiny = K.collective_bandwidth("h200", "all_reduce", 8, "inside")
+    assert tiny.value == pytest.approx(8 / (524288 / 23.94e9), rel=1e-12)
+    assert 8 / tiny.value == pytest.approx(524288 / 23.94e9, rel=1e-12)  # 21.9 us, as at 512 KiB
+    assert "least time measured" in tiny.notes[-1]
