@@ -322,6 +322,45 @@ def _note_lines(notes: list[str]) -> list[str]:
     )
 
 
+def _notes_at_width(lines: list[str], width: int) -> list[str]:
+    """Notes held to the page's width: each wrapped at words, its next lines under them; a run of a pipeline's
+    slot rows laid out as a grid instead, its cells in columns, cut into blocks of slots that fit."""
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        j = i
+        while j < len(lines) and SLOT_ROW.search(lines[j]):
+            j += 1
+        if j > i:
+            out += _slot_grid(lines[i:j], width)
+            i = j
+        else:
+            out += _wrap(lines[i], width, subsequent_indent=" " * 6)
+            i += 1
+    return out
+
+
+def _slot_grid(rows: list[str], width: int) -> list[str]:
+    """Slot rows ("  rank 0: GPU 1: F1 . B1 ...") as a grid: every cell as wide as the widest, and where the
+    rows are longer than the page, cut into blocks of whole slots, each headed by the slots it holds."""
+    split = [re.match(r"(.*: )(\S.*)$", r) for r in rows]
+    if any(m is None for m in split):
+        return rows
+    heads = [m[1] for m in split]  # type: ignore[index]
+    cells = [m[2].split() for m in split]  # type: ignore[index]
+    cell = max(len(c) for row in cells for c in row)
+    lead = max(len(h) for h in heads)
+    slots = max(len(row) for row in cells)
+    per = max(1, (width - lead) // (cell + 1))
+    out = []
+    for a in range(0, slots, per):
+        b = min(slots, a + per)
+        if slots > per:
+            out.append(f"  slots {a + 1}-{b}:")
+        out += [(h.ljust(lead) + " ".join(c.ljust(cell) for c in row[a:b])).rstrip() for h, row in zip(heads, cells)]
+    return out
+
+
 def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False) -> list[str]:
     """A phase's events and notes in order; with `fold`, the events of a step alike but for their ranks said
     once with a line naming the others; past the first `shown` events (None: all), the rest of its events in one
@@ -332,13 +371,14 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
     while i < len(items):
         item = items[i][-1]
         if not isinstance(item, Event):
-            j = i + 1
-            while j < len(items) and _same_note(items[j][-1], item):
-                j += 1
-            for line in _note_lines([it[-1] for it in items[i:j]]):
-                # a note wrapped at the page's width, but a row of a slot table kept whole (its grid is the point)
-                out += [line] if SLOT_ROW.search(line) else _wrap(line, width, subsequent_indent=" " * 6)
-            i = j
+            lines = []  # the notes until the next event, alike ones folded
+            while i < len(items) and not isinstance(items[i][-1], Event):
+                j = i + 1
+                while j < len(items) and _same_note(items[j][-1], items[i][-1]):
+                    j += 1
+                lines += _note_lines([it[-1] for it in items[i:j]])
+                i = j
+            out += _notes_at_width(lines, width)
             continue
         j = i
         while j < len(items) and isinstance(items[j][-1], Event) and items[j][-1].step == item.step:

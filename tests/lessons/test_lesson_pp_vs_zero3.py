@@ -163,4 +163,4 @@ def test_json_and_plain_from_the_cli_hold():
     assert data["checks"] and all(c["ok"] for c in data["checks"])
     plain = cli("lesson", "pp-vs-zero3", "--plain")
     assert plain.returncode == 0 and "13 of 13 checks ok." in plain.stdout
-    assert "GPU 1: F1 F2 F3 F4 . . . B1 . B2 . B3 . B4" in plain.stdout  # 1F1B's first row
+    assert "GPU 1: F1 F2 F3 F4 .  .  .  B1 .  B2 .  B3 .  B4" in plain.stdout  # 1F1B's first row, a grid

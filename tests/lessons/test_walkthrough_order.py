@@ -27,9 +27,11 @@ def test_slot_tables_list_gpu_1_first():
     for lesson in ("pp-zero-bubble", "pp-vs-zero3"):
         text = cli("lesson", lesson, "--plain").stdout
         for block in text.split("\n== ")[1:]:
-            ranks = [int(r) for r in re.findall(r"^  rank (\d+): GPU", block, re.M)]
-            if ranks:
-                assert ranks == sorted(ranks), (lesson, block.splitlines()[0], ranks)
+            # a long table is cut into blocks of slots, each listing the GPUs in order
+            for part in re.split(r"^  slots \d+-\d+:$", block, flags=re.M):
+                ranks = [int(r) for r in re.findall(r"^  rank (\d+): GPU", part, re.M)]
+                if ranks:
+                    assert ranks == sorted(ranks), (lesson, block.splitlines()[0], ranks)
 
 
 def test_moe16_syncs_gradients_after_the_last_backward_and_says_cp_rank():
@@ -127,3 +129,19 @@ def test_calls_alike_on_other_groups_are_said_once_and_none_is_lost(name):
     if name == "moe16":
         assert len(text.splitlines()) < 1100  # it was 2,866 lines
         assert "... and the same call on 3 more tp groups: [2, 3], [4, 5], [6, 7]" in text
+
+
+def test_a_long_slot_table_is_a_grid_cut_into_blocks_of_slots_that_fit():
+    """pp-zero-bubble's 1F1B table runs 66 slots: at 100 columns each row holds 27 of them, cells aligned in
+    columns, each block headed by its slots; together the blocks hold every slot of every row once."""
+    text = cli("lesson", "pp-zero-bubble", "--plain", "--width", "100").stdout
+    block = text.split("== 1F1B: the schedule ==")[1].split("\n== ")[0]
+    heads = re.findall(r"^  slots (\d+)-(\d+):$", block, re.M)
+    assert heads[0] == ("1", "27") and all(int(b) + 1 == int(a) for (_, b), (a, _) in zip(heads, heads[1:]))
+    rows = [line for line in block.splitlines() if line.startswith("  rank 0: GPU 1:")]
+    assert all(len(line) <= 100 for line in block.splitlines() if line.startswith("  rank"))
+    cells = [c for line in rows for c in line[len("  rank 0: GPU 1:"):].split()]
+    assert len(cells) == int(heads[-1][1])
+    # the cells sit in columns: a row's n-th cell starts where every other row's does
+    grid = [line[len("  rank 0: GPU 1: "):] for line in block.splitlines() if line.startswith("  rank")]
+    assert all(m.start() % 3 == 0 for line in grid for m in re.finditer(r"\S+", line))  # 2-wide cells, 1 apart
