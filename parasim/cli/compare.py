@@ -63,7 +63,13 @@ def add_compare(sub: Any) -> None:
             help=what,
             type=_values(count if flag == "--experts" else int),
         )
-    sizes.add_argument("--sp", action="store_true", help="sequence parallelism in every layout (MoE with TP needs it)")
+    sizes.add_argument(
+        "--sp",
+        "--sequence-parallel",
+        dest="sp",
+        action="store_true",
+        help="sequence parallelism in every layout (MoE with TP needs it)",
+    )
     from .trace import add_example
 
     add_example(sizes)
@@ -204,7 +210,18 @@ def _compare_layouts(args: argparse.Namespace) -> int:
             reps = ex.replicas(layout.dp, m)
             watch = ex.find_token(args.token, [s for rep in reps for s in rep])
         except UsageError as e:
-            raise UsageError(f"{layout_label(sizes, args.sp)}: {e}") from None
+            hint = ""
+            if "world" not in sizes:  # a size not given is 1, not the example's: say what the example's are
+                from ..layout import preset
+
+                own = preset(ex.layout)
+                hint = (
+                    " (a size not given is 1, not the example's; its own: "
+                    + " ".join(f"--{n} {getattr(own, n)}" for n in SIZED if getattr(own, n) > 1)
+                    + (" --sp" if own.sp else "")
+                    + f" --world {own.world})"
+                )
+            raise UsageError(f"{layout_label(sizes, args.sp)}: {e}{hint}") from None
         runs.append(LayoutRun(sizes, layout, m, routing, watch))
     with program_output(args):
         comparison = compare_layouts(ex, runs, args.sp, args.timeout)

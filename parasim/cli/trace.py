@@ -37,7 +37,13 @@ def add_trace(sub: Any) -> None:
     tr.add_argument("--layout", metavar="NAME", help="a preset (default: the example's, moe16); or give sizes instead")
     add_sizes(tr, said={"dp": "default: derived", "etp": "default 1"})
     tr.add_argument("--world", type=positive, metavar="N", help="GPUs (default: tp x cp x pp x dp)")
-    tr.add_argument("--sp", action="store_true", help="sequence parallelism (an MoE model with TP needs it)")
+    tr.add_argument(
+        "--sp",
+        "--sequence-parallel",
+        dest="sp",
+        action="store_true",
+        help="sequence parallelism (an MoE model with TP needs it)",
+    )
     tr.add_argument("--experts", type=count, metavar="N", help="experts per layer (default 8; 0: a dense model)")
     tr.add_argument(
         "--layers",

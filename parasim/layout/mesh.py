@@ -150,7 +150,7 @@ class Layout:
         if m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
             raise LayoutError(
                 f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
-                "add --sequence-parallel"
+                "add --sp (--sequence-parallel)"
             )
 
     # -- groups ------------------------------------------------------------------------------------

@@ -91,3 +91,16 @@ def test_plot_draws_a_panel_per_changing_number(tmp_path):
 def test_bad_layouts_are_one_line_exit_2(args, needle):
     out = cli("compare", *args)
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1 and needle in out.stderr, out.stderr
+
+
+def test_a_refused_layout_says_what_to_give():
+    """The MoE rule's refusal names the flag compare takes (--sp, or --sequence-parallel, which every command
+    takes), and a size left out is 1, not the example's: the refusal gives the example's own sizes."""
+    sp = cli("compare", "layout", "--tp", "2", "--cp", "2", "--pp", "2", "--ep", "4", "--world", "16")
+    assert sp.returncode == 2 and "add --sp (--sequence-parallel)" in sp.stderr
+    for flag in ("--sp", "--sequence-parallel"):
+        assert cli("compare", "layout", "--tp", "2", "--cp", "2", "--pp", "2", "--ep", "4", "--world", "16", flag,
+                   "--json").returncode == 0
+    left = cli("compare", "layout", "--example", "moe16", "--etp", "1,2")
+    assert left.returncode == 2 and len(left.stderr.strip().splitlines()) == 1
+    assert "a size not given is 1, not the example's; its own: --tp 2 --cp 2 --dp 2 --pp 2 --ep 4 --sp --world 16" in left.stderr
