@@ -29,7 +29,9 @@ def program(ctx):
         ring.forward(q, k, v)
         w = ring.work
         steps = " + ".join(f"{x:g}" for x in w.steps)
-        ctx.note(f"tokens {_spans(ring.pos[ring.r])}: work {w.blocks:g} blocks ({steps}, one term per ring step), "
+        held = ring.pos[ring.r]
+        pieces = [held] if split == "contiguous" else [held[: len(held) // 2], held[len(held) // 2:]]
+        ctx.note(f"tokens {' + '.join(_spans(p) for p in pieces)}: work {w.blocks:g} blocks ({steps}, one term per ring step), "
                  f"{w.skipped} chunk{'s' * (w.skipped != 1)} skipped")
         out[split] = {"blocks": w.blocks, "skipped": w.skipped, "flops": w.flops,
                       "pieces": list(ring.chunks[ring.r])}  # which of the 2cp pieces it holds: its picture
@@ -40,7 +42,8 @@ def program(ctx):
 
 
 def _spans(pos: list[int]) -> str:
-    """Token numbers as runs: 1-4, or 1-2 15-16 for a zigzag rank."""
+    """Token numbers as runs: 1-4 (a zigzag rank's two chunks are said one by one, 1-2 + 15-16: the middle rank's
+    meet, 7-8 + 9-10, and are still two)."""
     runs, start = [], pos[0]
     for a, b in zip(pos, pos[1:] + [None]):
         if b != a + 1:

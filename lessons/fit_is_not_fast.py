@@ -91,13 +91,12 @@ def tables(result, s) -> list[Table]:
                                      "step (min)"],
                   [("the post's", [f"{post:.3g}", "40% of the peak", round(post / (WORLD * peak * 0.4), 1),
                                    round(post / (WORLD * peak * 0.4) / 60, 2)]),
-                   ("the run's, one layer x 60 on the clock", [f"{run_attention:.3g}", "every event and product "
-                                                               "of the run, clock/timeline.py",
+                   ("the run's, one layer x 60 on the clock", [f"{run_attention:.3g}", "each of the run's "
+                                                               "products and collectives at its measured cost",
                                                                round(layer * BASE.layers, 1),
                                                                round(layer * BASE.layers / 60, 2)]),
-                   ("the clock's plan of the whole step", [f"{plan_attention:.3g}", "clock/plan.py: causal halved, "
-                                                           "FlashAttention's backward 2.5x, every layer and the "
-                                                           "logits", round(s["plan"]["step_s"], 1),
+                   ("the clock's plan of the whole step", [f"{plan_attention:.3g}", "the same costs, attention "
+                                                           "causal-halved, its backward 2.5x, and the logits", round(s["plan"]["step_s"], 1),
                                                            round(s["plan"]["step_s"] / 60, 2)])],
                   notes=[f"the post counts 2 s^2 h FLOPs a layer forward for causal attention and a backward of 2 "
                          f"forwards; the run's layers compute the whole s x s scores and mask half (4 s^2 h), and "

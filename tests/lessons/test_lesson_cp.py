@@ -73,3 +73,14 @@ def test_cp_causal_at_cp_3_grows_the_sequence_to_18():
     assert [v["contiguous"]["blocks"] for v in data["values"]] == [2, 6, 10]
     assert [v["zigzag"]["blocks"] for v in data["values"]] == [6, 6, 6]
     assert data["tables"][0]["title"] == "Causal work per CP rank, 18 tokens over 3 ranks"
+
+
+def test_a_zigzag_rank_s_two_chunks_are_said_one_by_one():
+    """Zigzag at CP 4 over 16 tokens: rank r holds chunks r and 7 - r of 2 tokens each; the middle rank's two
+    meet (7-8 and 9-10) and are still said as two."""
+    import re
+    from conftest import cli
+    text = re.sub(r"\n {6}(?=\S)", " ", cli("lesson", "cp-causal", "--plain").stdout)
+    zig = text.split("== zigzag split ==")[1]
+    for r, (a, b) in enumerate([(1, 15), (3, 13), (5, 11), (7, 9)]):
+        assert f"rank {r}: tokens {a}-{a + 1} + {b}-{b + 1}: work 8 blocks" in zig
