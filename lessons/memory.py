@@ -124,6 +124,44 @@ def program(ctx):
     return out
 
 
+def _kept_items(t: int, sp: bool) -> list[tuple[str, float]]:
+    """What the small layer keeps for backward on TP rank 0 of `t` (FlashAttention, dropout masks), item by
+    item, in bytes a token per unit of h at the post's 2 bytes a value (a mask's 1): its own count, run."""
+    import parasim
+
+    def one(ctx):
+        group = ctx.new_group(range(t), "tp") if t > 1 else None
+        par = ParallelContext(ctx, group, sp=sp)
+        small = ModelSpec(hidden=H, heads=HEADS, dropout=0.1, flash=True)
+        layer = TransformerLayer(par, small, layer_weights(ctx, small, "layer"), key="layer")
+        x = ctx.shared_rng("x").normal((S, B, H))
+        saved = Saved()
+        layer.forward(par.shard(x, 0) if sp else x, saved)
+        return [(f"{module.removeprefix('layer.')}: {name}", n * size) for module, name, n, size in saved.items]
+
+    return [(name, nbytes / (S * B * H)) for name, nbytes in parasim.run(one, t).values[0]]
+
+
+def kept_table(result) -> Table:
+    """The 34 of 34 sbh, item by item, at t = 1, under TP alone and with SP: each run, counted by the layer."""
+    t = result.world
+    whole, alone, split = _kept_items(1, False), _kept_items(t, False), _kept_items(t, True)
+    rows = [(name, [round(a, 3), round(b, 3), round(c, 3)]) for (name, a), (_, b), (_, c) in zip(whole, alone, split)]
+    rows.append(("all of it", [round(sum(v for _, v in x), 3) for x in (whole, alone, split)]))
+    total = sum(v for _, v in whole)
+    block = lambda prefix: sum(v for name, v in whole if name.startswith(prefix))  # noqa: E731
+    return Table(
+        f"What one layer keeps for backward, item by item: bytes a token per unit of h (s b h in all), "
+        f"FlashAttention, the small layer run at t = 1 and on this run's {t} TP ranks",
+        ["kept", "one GPU", f"TP {t}", f"TP {t} + SP"], rows,
+        notes=[f"one GPU: {total:g}, the post's number: attention {block('attn'):g} (its input, Q, K, V, the output "
+               f"projection's input, 2 each, and the dropout mask, 1), the two norms' inputs {block('ln'):g}, the MLP "
+               f"{block('mlp'):g} (its input 2, the 4h-wide activation's input and output 8 each, the dropout mask "
+               f"1). TP {t} alone splits what "
+               f"lies between the matrix products of a block (Q, K, V, the projections' inputs, the MLP's 4h): "
+               f"10 + 24/t = {10 + 24 / t:g}; SP splits the rest too: 34/t = {34 / t:g}."])
+
+
 def checks(result) -> list[Check]:
     t, v, dp = result.world, result.values, knob(result, "dp", DP)
     zt = v[0]["zero_table"]
@@ -199,7 +237,7 @@ LESSON = Lesson(
     checks=checks,
     figures=figures,
     summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
-    tables=lambda result: [zero_stages_table(result),
+    tables=lambda result: [zero_stages_table(result), kept_table(result),
                            sp_traffic_table(result, "measured: TP alone, scores kept", "measured: TP + SP, FlashAttention")],
     keep_values=0,
 )
