@@ -97,6 +97,32 @@ def small_estimates(t: int) -> dict:
     return out
 
 
+def phase_flops(result, rank: int = 0) -> dict[str, int]:
+    """The FLOPs `rank` computed in each phase, as its meter counted them: the work before each of its events,
+    and the work after its last event in a phase."""
+    out: dict[str, int] = {}
+    for e in result.trace.events:
+        for m in e.members:
+            if m.rank == rank and m.work:
+                out[e.phase] = out.get(e.phase, 0) + sum(m.work.values())
+    for mk in result.trace.marks:
+        if mk.rank == rank and mk.kind == "work":
+            out[mk.text] = out.get(mk.text, 0) + sum(mk.data.values())
+    return out
+
+
+def recompute_table(result) -> Table:
+    """What full recomputation costs in compute: each run's FLOPs on GPU 0, against TP + SP's."""
+    f = phase_flops(result)
+    base = f[RUNS[1][0]]
+    return Table("What each run computed on GPU 0 (its layer forward and backward; FLOPs as the run counted them)",
+                 ["run", "FLOPs", "x TP + SP"], [(p, [f[p], round(f[p] / base, 3)]) for p, _, _ in RUNS],
+                 notes=["full recomputation runs the layer's forward twice, once to get through it and once again "
+                        f"just before its backward: {f[RUNS[2][0]] / base - 1:.0%} more compute here, about a third "
+                        "(a backward costs about two forwards), bought with the memory each run's lines above say it kept "
+                        "between forward and backward."])
+
+
 def tables(result) -> list[Table]:
     v = result.values[0]["table"]
     first = v["rows"][0]["seq"]
@@ -104,7 +130,7 @@ def tables(result) -> list[Table]:
                     ["layout", "nodes", "GPUs", "model state GB", "longest (tokens)", "x TP8"],
                     [(r["label"], [r["nodes"], r["world"], round(r["state_gb"], 2), r["seq"], round(r["seq"] / first, 1)])
                      for r in v["rows"]])
-    return [longest, sp_traffic_table(result, "TP alone", "TP + SP")]
+    return [longest, sp_traffic_table(result, "TP alone", "TP + SP"), recompute_table(result)]
 
 
 def checks(result) -> list[Check]:

@@ -21,3 +21,32 @@ def test_the_34_item_by_item(t):
     assert rows["all of it"] == [34, 10 + 24 / t, 34 / t]
     note = " ".join(table.notes)
     assert "attention 11" in note and "norms' inputs 4" in note and "the MLP 19" in note
+
+
+def test_full_recomputation_costs_one_more_forward():
+    """longest-sequence's recompute run computes the TP + SP run's FLOPs plus one forward of the layer: the
+    forward counted here by a run of its own (the same small layer on the same 4 ranks, forward alone)."""
+    import importlib.util
+    from pathlib import Path
+
+    from parasim.lesson import lessons_dir
+    from parasim.nn import ParallelContext, Saved
+    from parasim.nn.layer import TransformerLayer, layer_weights
+    from parasim.layout import ModelSpec
+
+    spec = importlib.util.spec_from_file_location("ls", Path(lessons_dir()) / "longest_sequence.py")
+    ls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ls)
+
+    def forward(ctx):
+        par = ParallelContext(ctx, ctx.new_group(range(ctx.world), "tp"), sp=True)
+        shape = ModelSpec(hidden=ls.H, heads=ls.HEADS, dropout=0.1, flash=True)
+        layer = TransformerLayer(par, shape, layer_weights(ctx, shape, "layer"), key="layer")
+        layer.forward(par.shard(ctx.shared_rng("x").normal((ls.S, ls.B, ls.H)), 0), Saved())
+
+    one = ls.phase_flops(parasim.run(forward, 4))
+    lr = parasim.lesson("longest-sequence")
+    f = ls.phase_flops(lr.result)
+    assert f["TP + SP + full recompute"] - f["TP + SP"] == sum(one.values()) > 0
+    (table,) = [t for t in lr.tables if t.title.startswith("What each run computed on GPU 0")]
+    assert dict(table.rows)["TP + SP + full recompute"][1] == round(f["TP + SP + full recompute"] / f["TP + SP"], 3)
