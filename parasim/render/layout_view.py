@@ -76,7 +76,12 @@ def render(layout: Layout, title: str = "", max_nodes: int = 2) -> RichGroup:
     head.append(f"{layout}, order {layout.order}\n")
     head.append(
         f"attention view of a stage: TP{layout.tp} x CP{layout.cp} x DP{layout.dp};  "
-        f"MoE view of the same GPUs: ETP{layout.etp} x EP{layout.ep} x EDP{layout.edp}\n"
+        f"MoE view of the same GPUs: ETP{layout.etp} x EP{layout.ep} x EDP{layout.edp}"
+        + (
+            " (MoE parallel folding: two layouts over one set of GPUs, TP x CP x DP = ETP x EP x EDP)\n"
+            if layout.model is not None and layout.model.experts
+            else "\n"
+        )
     )
     head.append(printable(_model_line(layout)))
     parts: list = [head]
