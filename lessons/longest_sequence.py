@@ -111,16 +111,19 @@ def phase_flops(result, rank: int = 0) -> dict[str, int]:
     return out
 
 
-def recompute_table(result) -> Table:
-    """What full recomputation costs in compute: each run's FLOPs on GPU 0, against TP + SP's."""
+def recompute_table(result) -> list[Table]:
+    """What full recomputation costs in compute: each run's FLOPs on GPU 0, against TP + SP's; none where the
+    ranks counted no FLOPs (real ranks time their work, they do not meter it)."""
     f = phase_flops(result)
+    if not all(f.get(p) for p, _, _ in RUNS):
+        return []
     base = f[RUNS[1][0]]
-    return Table("What each run computed on GPU 0 (its layer forward and backward; FLOPs as the run counted them)",
+    return [Table("What each run computed on GPU 0 (its layer forward and backward; FLOPs as the run counted them)",
                  ["run", "FLOPs", "x TP + SP"], [(p, [f[p], round(f[p] / base, 3)]) for p, _, _ in RUNS],
                  notes=["full recomputation runs the layer's forward twice, once to get through it and once again "
                         f"just before its backward: {f[RUNS[2][0]] / base - 1:.0%} more compute here, about a third "
                         "(a backward costs about two forwards), bought with the memory each run's lines above say it kept "
-                        "between forward and backward."])
+                        "between forward and backward."])]
 
 
 def tables(result) -> list[Table]:
@@ -130,7 +133,7 @@ def tables(result) -> list[Table]:
                     ["layout", "nodes", "GPUs", "model state GB", "longest (tokens)", "x TP8"],
                     [(r["label"], [r["nodes"], r["world"], round(r["state_gb"], 2), r["seq"], round(r["seq"] / first, 1)])
                      for r in v["rows"]])
-    return [longest, sp_traffic_table(result, "TP alone", "TP + SP"), recompute_table(result)]
+    return [longest, sp_traffic_table(result, "TP alone", "TP + SP"), *recompute_table(result)]
 
 
 def checks(result) -> list[Check]:

@@ -50,3 +50,18 @@ def test_full_recomputation_costs_one_more_forward():
     assert f["TP + SP + full recompute"] - f["TP + SP"] == sum(one.values()) > 0
     (table,) = [t for t in lr.tables if t.title.startswith("What each run computed on GPU 0")]
     assert dict(table.rows)["TP + SP + full recompute"][1] == round(f["TP + SP + full recompute"] / f["TP + SP"], 3)
+
+
+def test_a_run_that_counted_no_flops_has_no_compute_table(monkeypatch):
+    """Real ranks time their work and do not meter it: longest-sequence then leaves the FLOPs table out (a
+    `parasim run` of it once ended in a KeyError)."""
+    import importlib.util
+    from pathlib import Path
+
+    from parasim.lesson import lessons_dir
+
+    spec = importlib.util.spec_from_file_location("ls2", Path(lessons_dir()) / "longest_sequence.py")
+    ls = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ls)
+    monkeypatch.setattr(ls, "phase_flops", lambda result, rank=0: {})
+    assert ls.recompute_table(object()) == []
