@@ -106,12 +106,18 @@ def _enough_microbatches(c: Case) -> Plan:
     """A replica's sequences a step (m x micro-batch) cut into the fewest micro-batches that are at least p."""
     p = c.plan
     sequences = p.m * p.micro_batch
-    for m in range(p.pp, sequences + 1):
+    if sequences < p.pp:
+        raise UsageError(
+            f"a replica's {sequences} sequence{'s' * (sequences != 1)} a step make fewer micro-batches than "
+            f"its {p.pp} stages: a larger global batch, or fewer stages"
+        )
+    # the counts tried are bounded (a size may be 10^12): from p to twice p and a little more
+    for m in range(p.pp, min(sequences, 2 * p.pp + 1024) + 1):
         if sequences % m == 0:
             return replace(p, microbatches=m, micro_batch=sequences // m)
     raise UsageError(
-        f"a replica's {sequences} sequence{'s' * (sequences != 1)} a step make fewer micro-batches than "
-        f"its {p.pp} stages: a larger global batch, or fewer stages"
+        f"a replica's {sequences:,} sequences a step split evenly into no count of micro-batches from its "
+        f"{p.pp} stages to {2 * p.pp + 1024:,}: give --microbatches and --micro-batch that do"
     )
 
 

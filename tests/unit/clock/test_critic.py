@@ -152,3 +152,12 @@ def test_the_check_layout_command_says_each_rule_and_what_it_moved():
     bad = cli("check-layout", "--model", "27b", "--symbolic")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--emit" not in cli("check-layout", "--help").stdout
+
+
+def test_the_micro_batch_search_is_bounded():
+    """A replica's sequences a prime number too large to try every count: the rule says no layout follows it,
+    at once, naming the counts it tried."""
+    m = get_model("27b")
+    big = Plan(tp=8, sp=True, pp=4, micro_batch=1_000_000_007, microbatches=1).check(m, SEQ)
+    (f,) = [f for f in critique(m, big, SEQ, "h100") if f.rule.name == "pp-enough-microbatches"]
+    assert f.followed is None and "split evenly into no count of micro-batches from its 4 stages to 1,032" in f.why_not
