@@ -69,6 +69,12 @@ def program(ctx):
     ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
     out["mha"] = {"y": y, "dx": dx, "held": held}
 
+    if ctx.world >= 2:  # the split that does not work: one head's dimensions halved over a pair of ranks
+        pair = ctx.new_group([0, 1], "head halves")
+        ctx.phase("a head split in half: why not")
+        if ctx.rank in pair.ranks:
+            out["half"] = _half_head(ctx, pair)
+
     shape = ModelSpec(hidden=H, heads=HEADS, dropout=0.1)
     layer = TransformerLayer(tp, shape, layer_weights(ctx, shape, "layer"), key="layer")
     x = ctx.shared_rng("x").normal((S, B, H))
@@ -94,6 +100,27 @@ def program(ctx):
         kv_grad = ctx.comm.all_reduce(kv_grad, group=mine, label="add the K and V weight gradients of the shared head")
     out["gqa"] = {"y": y, "dx": dx, "held": held, "dwk": kv_grad[:, :d], "copies": len(mine.ranks) if mine else 1}
     return out
+
+
+HALF_D = 4  # one head's dimensions, two a rank
+
+
+def _softmax(xp, scores):
+    e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
+    return e / xp.sum(e, axis=-1, keepdims=True)
+
+
+def _half_head(ctx, pair) -> dict:
+    """One head's Q and K columns split in half over two ranks: each can only make a part of every score.
+    Softmax each part and add them (what a rank could do alone): not the softmax. Add the parts first (an
+    all-reduce of every s x s score) and the softmax is right, at the cost of moving all the scores."""
+    xp = ctx.xp
+    q, k = ctx.shared_rng("half q").normal((S, HALF_D)), ctx.shared_rng("half k").normal((S, HALF_D))
+    mine = slice(ctx.rank * HALF_D // 2, (ctx.rank + 1) * HALF_D // 2)
+    part = xp.matmul(q[:, mine], xp.permute_dims(k[:, mine], (1, 0)))  # this rank's half of each score
+    wrong = ctx.comm.all_reduce(_softmax(xp, part), group=pair, label="each half's softmax, added: not a softmax")
+    scores = ctx.comm.all_reduce(part, group=pair, label="the halves of the scores added first")
+    return {"q": q, "k": k, "wrong": wrong, "right": _softmax(xp, scores)}
 
 
 def _unsplit(world: int):
@@ -147,6 +174,19 @@ def checks(result) -> list[Check]:
     sums = [e for e in result.trace.events if e.phase == "grouped-query attention" and e.op == "all_reduce"
             and e.group is not None and e.group.name.endswith(" copies")]
     out.append(check("... one all-reduce a kv head held by more than one rank", len(sums), kv if t > 1 else 0))
+    if t >= 2:
+        half = v[0]["half"]
+        q, k = np.asarray(half["q"]), np.asarray(half["k"])
+        scores = q @ k.T
+        direct = np.exp(scores - scores.max(-1, keepdims=True))
+        direct /= direct.sum(-1, keepdims=True)
+        wrong = np.asarray(half["wrong"])
+        out.append(check("a head split in half: the parts' softmaxes added are no softmax (each row sums to 2, "
+                         "not 1)", np.round(wrong.sum(-1), 12).tolist(), [2.0] * S))
+        out.append(check("... and even halved they differ from one device's softmax",
+                         bool(np.abs(wrong / 2 - direct).max() > 1e-3), True))
+        out.append(check("adding the halves of the scores first gives one device's softmax (largest difference)",
+                         float(np.abs(np.asarray(half["right"]) - direct).max()), 0.0, atol=1e-12))
     return out
 
 
@@ -158,6 +198,12 @@ NARRATIVE = {
         must be added first. Owning whole heads, a rank goes from its heads' scores through softmax to
         their weighted values with nothing to send. The output projection takes its rows in the same
         head order, and one all-reduce (g) adds up what the heads contribute.""",
+    "a head split in half: why not": """
+        Why not split a head's dimensions instead? Take one head and give each of two ranks half of its Q and
+        K columns: each can only make half of every score, since a score adds up over all of the head's
+        dimensions. A rank that applies softmax to its half and hands the result on gets a wrong answer: the
+        two softmaxes added up do not even sum to 1 in a row. To be right the ranks must first add their
+        halves of every score, an s x s exchange per head in every layer, before the softmax can start.""",
     "one layer forward": """
         A whole layer has two such blocks, attention and the MLP, so two all-reduces going forward (g)...""",
     "one layer backward": """

@@ -37,3 +37,25 @@ def test_a_wrong_head_split_fails_the_head_checks(monkeypatch):
     lr = run_lesson(get_lesson("tp-attention"), 4)
     bad = [c.name.split(":")[0] for c in lr.checks if not c.ok]
     assert "MHA on 4 rank(s)" in bad and "GQA, 2 kv head(s) on 4 rank(s)" in bad
+
+
+def test_a_head_split_in_half_goes_wrong_and_is_mended_only_by_adding_the_scores():
+    """Two ranks each holding half of one head's Q and K columns: softmax of each half, added, sums to 2 a row
+    and is not the softmax; the halves of the scores added first (an all-reduce of the s x s scores) give it.
+    Worked here from the run's own Q and K."""
+    import numpy as np
+    from parasim.lesson import get_lesson, run_lesson
+
+    lr = run_lesson(get_lesson("tp-attention"), knobs={"tp": 2})
+    half = lr.result.values[0]["half"]
+    q, k = np.asarray(half["q"]), np.asarray(half["k"])
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+    parts = [q[:, :2] @ k[:, :2].T, q[:, 2:] @ k[:, 2:].T]
+    assert np.allclose(np.asarray(half["wrong"]), softmax(parts[0]) + softmax(parts[1]), rtol=0, atol=1e-12)
+    assert np.allclose(np.asarray(half["right"]), softmax(parts[0] + parts[1]), rtol=0, atol=1e-12)
+    events = [e for e in lr.result.trace.events if e.phase == "a head split in half: why not"]
+    assert [e.op for e in events] == ["all_reduce", "all_reduce"] and all(e.group.ranks == (0, 1) for e in events)
+    assert "a head split in half: why not" not in {e.phase for e in run_lesson(get_lesson("tp-attention"),
+                                                                                knobs={"tp": 1}).result.trace.events}
