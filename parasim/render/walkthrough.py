@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import re
 import textwrap
-from typing import Any, Iterator
-
+from typing import Any, Iterator, NamedTuple
 
 from ..lesson import LessonRun
 from ..comm.trace import Event
@@ -233,7 +232,7 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
     notes of every rank in a phase are said together, in rank order, at the step of the earliest of them:
     ranks note the same thing at different logical steps (a pipeline's last stage starts later)."""
     current: dict[int, str | None] = {}
-    notes: list[tuple[str | None, int, int, int, str]] = []  # phase, k, rank, step, text
+    notes: list[tuple[str | None, int, int, int, "str | SlotRow"]] = []  # phase, k, rank, step, text
     count: dict[tuple[str | None, int], int] = {}
     for mk in trace.marks:
         if mk.kind == "phase":
@@ -242,6 +241,11 @@ def _phase_blocks(trace) -> list[tuple[str | None, list[tuple[int, int, int, str
             phase = current.get(mk.rank)
             k = count[phase, mk.rank] = count.get((phase, mk.rank), -1) + 1
             said = mk.text if mk.data and mk.data.get("run") else f"rank {mk.rank}: {mk.text}"  # run=True: for the run
+            if mk.data and "table_row" in mk.data:  # a row of a slot table: its cells, as the app reads them
+                cells = [str(c) for c in mk.data["cells"]]
+                shown = " ".join(cells)
+                head = said[: -len(shown)] if shown and said.endswith(shown) else f"{said} "
+                said = SlotRow(head, tuple(cells))
             notes.append((phase, k, mk.rank, mk.step, said))
     at: dict[tuple[str | None, int], int] = {}
     for phase, k, _, step, _ in notes:
@@ -294,7 +298,14 @@ def _folded_steps(events: list[Event]) -> list[tuple[Event, list[Event]]]:
     return list(heads.values())
 
 
-SLOT_ROW = re.compile(r"(?:(?:^| )\S{1,3}){12}")  # a pipeline's slot row: a dozen short cells in a row
+class SlotRow(NamedTuple):
+    """A note that is a row of a pipeline's slot table (its data's `table_row` and `cells`, as the app's slot
+    panel reads them): the words before the cells, and the cells."""
+
+    head: str
+    cells: tuple[str, ...]
+
+
 RANK_NOTE = re.compile(r"rank (\d+): (.*)", re.S)
 NOTES_SHOWN = (4, 2)  # of many ranks' notes alike but for their figures: the first and the last said
 
@@ -323,42 +334,24 @@ def _note_lines(notes: list[str]) -> list[str]:
 
 
 def _notes_at_width(lines: list[str], width: int) -> list[str]:
-    """Notes held to the page's width: each wrapped at words, its next lines under them; a run of a pipeline's
-    slot rows laid out as a grid instead, its cells in columns, cut into blocks of slots that fit."""
-    out: list[str] = []
-    i = 0
-    while i < len(lines):
-        j = i
-        while j < len(lines) and SLOT_ROW.search(lines[j]):
-            j += 1
-        if j > i:
-            out += _slot_grid(lines[i:j], width)
-            i = j
-        else:
-            out += _wrap(lines[i], width, subsequent_indent=" " * 6)
-            i += 1
-    return out
+    """Notes held to the page's width: each wrapped at words, its next lines under them."""
+    return [line for note in lines for line in _wrap(note, width, subsequent_indent=" " * 6)]
 
 
-def _slot_grid(rows: list[str], width: int) -> list[str]:
-    """Slot rows ("  rank 0: GPU 1: F1 . B1 ...") as a grid: every cell as wide as the widest, and where the
-    rows are longer than the page, cut into blocks of whole slots, each headed by the slots it holds."""
-    split = [re.match(r"(.*: )(\S.*)$", r) for r in rows]
-    if any(m is None for m in split):
-        return rows
-    heads = [m[1] for m in split]  # type: ignore[index]
-    cells = [m[2].split() for m in split]  # type: ignore[index]
-    cell = max(len(c) for row in cells for c in row)
-    lead = max(len(h) for h in heads)
-    slots = max(len(row) for row in cells)
+def _slot_grid(rows: list[SlotRow], width: int) -> list[str]:
+    """Slot rows as a grid: every cell as wide as the widest, and where the rows are longer than the page, cut
+    into blocks of whole slots, each headed by the slots it holds."""
+    cell = max((len(c) for row in rows for c in row.cells), default=1)
+    lead = max(len(row.head) for row in rows) + 2
+    slots = max(len(row.cells) for row in rows)
     per = max(1, (width - lead) // (cell + 1))
     out = []
     for a in range(0, slots, per):
         b = min(slots, a + per)
         if slots > per:
             out.append(f"  slots {a + 1}-{b}:")
-        out += [(h.ljust(lead) + " ".join(c.ljust(cell) for c in row[a:b])).rstrip() for h, row in zip(heads, cells)]
-    return out
+        out += [("  " + row.head).ljust(lead) + " ".join(c.ljust(cell) for c in row.cells[a:b]) for row in rows]
+    return [line.rstrip() for line in out]
 
 
 def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False) -> list[str]:
@@ -370,9 +363,16 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
     i = 0
     while i < len(items):
         item = items[i][-1]
+        if isinstance(item, SlotRow):  # a slot table's rows, together
+            j = i
+            while j < len(items) and isinstance(items[j][-1], SlotRow):
+                j += 1
+            out += _slot_grid([it[-1] for it in items[i:j]], width)
+            i = j
+            continue
         if not isinstance(item, Event):
-            lines = []  # the notes until the next event, alike ones folded
-            while i < len(items) and not isinstance(items[i][-1], Event):
+            lines = []  # the notes until the next event or slot row, alike ones folded
+            while i < len(items) and isinstance(items[i][-1], str):
                 j = i + 1
                 while j < len(items) and _same_note(items[j][-1], items[i][-1]):
                     j += 1
