@@ -11,6 +11,7 @@ from parasim.render.plot_lessons import plot_head_split
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
+from parasim.nn.moe import softmax  # a row softmax shifted by its maximum
 from parasim.layout import ModelSpec
 
 S, B = 4, 1
@@ -105,11 +106,6 @@ def program(ctx):
 HALF_D = 4  # one head's dimensions, two a rank
 
 
-def _softmax(xp, scores):
-    e = xp.exp(scores - xp.max(scores, axis=-1, keepdims=True))
-    return e / xp.sum(e, axis=-1, keepdims=True)
-
-
 def _half_head(ctx, pair) -> dict:
     """One head's Q and K columns split in half over two ranks: each can only make a part of every score.
     Softmax each part and add them (what a rank could do alone): not the softmax. Add the parts first (an
@@ -118,9 +114,9 @@ def _half_head(ctx, pair) -> dict:
     q, k = ctx.shared_rng("half q").normal((S, HALF_D)), ctx.shared_rng("half k").normal((S, HALF_D))
     mine = slice(ctx.rank * HALF_D // 2, (ctx.rank + 1) * HALF_D // 2)
     part = xp.matmul(q[:, mine], xp.permute_dims(k[:, mine], (1, 0)))  # this rank's half of each score
-    wrong = ctx.comm.all_reduce(_softmax(xp, part), group=pair, label="each half's softmax, added: not a softmax")
+    wrong = ctx.comm.all_reduce(softmax(xp, part), group=pair, label="each half's softmax, added: not a softmax")
     scores = ctx.comm.all_reduce(part, group=pair, label="the halves of the scores added first")
-    return {"q": q, "k": k, "wrong": wrong, "right": _softmax(xp, scores)}
+    return {"q": q, "k": k, "wrong": wrong, "right": softmax(xp, scores)}
 
 
 def _unsplit(world: int):
