@@ -28,3 +28,14 @@ def scalar(v: Any, digits: int = 6, grouped: bool = True) -> str:
 def nbytes(n: int) -> str:
     """A byte count with its unit: 5,600 B."""
     return f"{scalar(n)} B"
+
+
+def nbytes_short(n: int) -> str:
+    """A byte count short enough for a column: exact below a million (999,999 B), else to three significant
+    figures in decimal units, as the post writes them (94.4 MB, 1.21 GB); --json keeps every byte."""
+    if abs(n) < 1_000_000:
+        return nbytes(n)
+    for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    raise AssertionError("unreachable: a million bytes or more is at least 1 MB")

@@ -11,8 +11,9 @@ import textwrap
 from typing import Any, Iterator, NamedTuple
 
 from ..lesson import LessonRun
+from ..comm.texts import rank_list
 from ..comm.trace import Event
-from .numbers import nbytes, scalar
+from .numbers import nbytes, nbytes_short, scalar
 from .text import printable
 
 
@@ -67,7 +68,8 @@ def fmt_check(v: Any) -> str:
 
 
 def _params(e: Event) -> str:
-    parts = [f"{k}={v}" for k, v in e.params.items() if k != "algo" and v is not None]
+    # a transfer's ends are said on its head already (rank 0 -> rank 2)
+    parts = [f"{k}={v}" for k, v in e.params.items() if k not in ("algo", "src", "dst") and v is not None]
     if e.algo == "ring":
         parts.append("ring algorithm")
     return ", ".join(parts)
@@ -80,84 +82,138 @@ SHOWN_MEMBERS = 10  # a group's members written out one by one; a larger group s
 FOLDED = 3  # this many ranks in a row, or more, whose lines read the same are printed once, as a range
 
 
-def _folded(lines: list[tuple[int, str]]) -> Iterator[str]:
-    """Members' lines, consecutive ranks that did the very same thing (the same arrays, bytes and source line)
-    folded into one 'ranks a-b' line: eight identical lines of a ZeRO gather say one thing once."""
+Member = tuple[str, str, str, str]  # a member's line before it is laid out: arrays (or values), sent, recv, site
+
+
+def _folded_runs(lines: list[tuple[int, Member]]) -> list[tuple[int, int, Member]]:
+    """Members' lines as runs (first rank, last rank, line): consecutive ranks that did the very same thing (the
+    same arrays, bytes and source line), FOLDED or more of them, one run; any other rank a run of its own."""
+    runs: list[tuple[int, int, Member]] = []
     i = 0
     while i < len(lines):
         rank, rest = lines[i]
-        if rank < 0:
-            yield rest
-            i += 1
-            continue
         j = i
         while j + 1 < len(lines) and lines[j + 1][0] == lines[j][0] + 1 and lines[j + 1][1] == rest:
             j += 1
         if j - i + 1 >= FOLDED:
-            yield f"    ranks {rank}-{lines[j][0]} {rest}"
+            runs.append((rank, lines[j][0], rest))
             i = j + 1
         else:
-            yield f"    rank {rank:<3} {rest}"
+            runs.append((rank, rank, rest))
             i += 1
+    return runs
+
+
+def _member_lines(who: str, member: Member, width: int) -> list[str]:
+    """A member's line in columns (arrays, then what it sent and received, right-aligned) where the page has
+    room; else the columns closed up; else its bytes on a line of their own under its arrays, never a number
+    cut from its unit."""
+    what, sent, recv, site = member
+    for line in (
+        f"    {who} {what:<44} sent {sent:>9}  recv {recv:>9}{site}",
+        f"    {who} {what}  sent {sent}, recv {recv}{site}",
+    ):
+        if len(line) <= width:
+            return [line]
+    return [f"    {who} {what}", f"{'':14}sent {sent}, recv {recv}{site}"]
+
+
+def _folded(lines: list[tuple[int, Member]], width: int) -> Iterator[list[str]]:
+    """Members' lines, each run of alike ranks (`_folded_runs`) one 'ranks a-b' line: eight identical lines of a
+    ZeRO gather say one thing once."""
+    for first, last, rest in _folded_runs(lines):
+        yield _member_lines(f"ranks {first}-{last}" if last > first else f"rank {first:<3}", rest, width)
 
 
 def _tensors(ts) -> str:
-    """A member's arrays: each written out, or, for many of one dtype and width (an all-to-all over a big
-    group), their count and the range of their first dim: 64 x bfloat16[421..568, 7172]."""
+    """A member's arrays: each written out, or, for several of one dtype and width (an all-to-all's chunks),
+    their count and their first dims: 4 x float64[1/2/1/0, 10], or over a big group 64 x bfloat16[421..568, 7172]."""
     ts = list(ts)
-    if len(ts) > SHOWN_TENSORS and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1 and ts[0].shape:
+    if len(ts) > 1 and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1 and ts[0].shape:
+        # chunks alike but for their rows (an all-to-all's, a rank each): a few rows counts written out in
+        # order, 4 x float64[1/2/1/0, 10], so that a member's line fits a 100-column page; many, their range
         first = [t.shape[0] for t in ts]
         lo, hi = min(first), max(first)
+        rows = "/".join(map(str, first)) if len(ts) <= SHOWN_TENSORS else (lo if lo == hi else f"{lo}..{hi}")
         rest = "".join(f", {d}" for d in ts[0].shape[1:])
-        return f"{len(ts)} x {ts[0].dtype}[{lo if lo == hi else f'{lo}..{hi}'}{rest}]"
+        return f"{len(ts)} x {ts[0].dtype}[{rows}{rest}]"
     return " ".join(f"{t.dtype}{list(t.shape)}" for t in ts) or "-"
 
 
 def _span(values: list[int]) -> str:
     lo, hi = min(values), max(values)
-    return fmt_bytes(lo) if lo == hi else f"{fmt_bytes(lo)} to {fmt_bytes(hi)}"
+    return nbytes_short(lo) if lo == hi else f"{nbytes_short(lo)} to {nbytes_short(hi)}"
 
 
-def event_lines(e: Event) -> Iterator[str]:
+def event_lines(e: Event, width: int = WIDEST) -> Iterator[str]:
+    """An event's lines, none wider than `width`: its head (step, op, group, label and, where every member
+    called it from one place and the page has room for it, that source line), then a line a member (or a
+    range of alike ones), then a ring's hops. A line too long for the page goes on under itself."""
+    head, *rest = _event_lines(e, width)
+    site = {m.site for m in e.members}
+    if len(site) == 1:
+        # the source line (--json and the app always give it) only where it takes no line of its own
+        with_site = _lines_at(f"{head}  {site.pop()}", width)
+        yield from with_site if len(with_site) == len(_lines_at(head, width)) else _lines_at(head, width)
+    else:
+        yield from _lines_at(head, width)
+    for line in rest:
+        yield from _lines_at(line, width)
+
+
+def _lines_at(line: str, width: int) -> list[str]:
+    return _wrap(line, width, subsequent_indent=" " * 12) if len(line) > width else [line]
+
+
+def _event_lines(e: Event, width: int) -> Iterator[str]:
     if e.kind == "compute":  # one rank's own work: no group, nothing sent
         ranks = ", ".join(str(m.rank) for m in e.members)
         flops = e.params.get("flops")
         work = f"  ({fmt_value(float(flops))} FLOPs)" if flops is not None else ""
         who = f"rank{'s' * (len(e.members) != 1)} {ranks}"
-        yield f"step {e.step:>3}  compute on {who}: {e.op}{work}  {e.members[0].site if e.members else ''}"
+        yield f"step {e.step:>3}  compute on {who}: {e.op}{work}"
         return
     head = f"step {e.step:>3}  {e.op}"
     if e.kind == "p2p":
         head += f"  rank {e.params['src']} -> rank {e.params['dst']}"
     else:
-        head += f"  on {e.group}"
+        head += f"  on {e.group.name}{rank_list(e.group.ranks)}" if e.group is not None else "  on ?"
     if _params(e):
         head += f"  ({_params(e)})"
     if e.label:
         head += f"  '{e.label}'"
-    yield head
     members = list(e.members)
-    # a large group: its first members and its last, and what the ones between sent and received
-    shown = members if len(members) <= SHOWN_MEMBERS else members[: SHOWN_MEMBERS - 2] + members[-2:]
-    lines: list[tuple[int, str]] = []  # (rank, the rest of its line), in order; a skipped middle as rank -1
-    for m in shown:
-        if len(shown) < len(members) and m is members[-2]:
-            between = members[SHOWN_MEMBERS - 2 : -2]
-            lines.append(
-                (
-                    -1,
-                    f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
-                    f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}",
-                )
-            )
+    # one source line for all (as a collective's members almost always share): said once, on the head
+    one_site = len({m.site for m in members}) == 1
+    yield head
+    lines: list[tuple[int, str]] = []  # (rank, the rest of its line), in order
+    for m in members:
         what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
         if m.before is not None and m.after is not None and (m.before or m.after):
             values = (
                 f"{' '.join(fmt_value(v) for v in m.before) or '-'} -> {' '.join(fmt_value(v) for v in m.after) or '-'}"
             )
             what = values if len(values) <= SHOWN_CHARS else f"{what} (values: --json)"
-        lines.append((m.rank, f"{what:<44} sent {fmt_bytes(m.sent):>9}  recv {fmt_bytes(m.recv):>9}  {m.site}"))
-    yield from _folded(lines)
+        site = "" if one_site else f"  {m.site}"
+        lines.append((m.rank, (what, nbytes_short(m.sent), nbytes_short(m.recv), site)))
+    # alike members folded first (16 ranks that did the same are one line); then, of many lines still, the
+    # first ones and the last two, and what the members between sent and received
+    folded = list(_folded(lines, width))
+    if len(folded) > SHOWN_MEMBERS:
+        sizes = [last - first + 1 for first, last, _ in _folded_runs(lines)]  # members a line, in order
+        between = members[sum(sizes[: SHOWN_MEMBERS - 2]) : len(members) - sum(sizes[-2:])]
+        folded = (
+            folded[: SHOWN_MEMBERS - 2]
+            + [
+                [
+                    f"    ... ranks {between[0].rank} to {between[-1].rank} ({len(between)}): sent "
+                    f"{_span([x.sent for x in between])}, recv {_span([x.recv for x in between])}"
+                ]
+            ]
+            + folded[-2:]
+        )
+    for member in folded:
+        yield from member
     hops = e.hops or []
     if hops and any(t["value"] is None for h in hops for t in h["transfers"]):
         phases = [p for p in ("reduce-scatter", "all-gather") if any(h["phase"] == p for h in hops)]
@@ -281,7 +337,7 @@ def _others(first: Event, rest: list[Event]) -> str:
     if first.kind == "compute":
         ranks = ", ".join(str(m.rank) for e in rest for m in e.members)
         return f"    ... and the same work on rank{'s' * (n != 1)} {ranks}{numbers}"
-    groups = ", ".join(str(list(e.group.ranks)) if e.group is not None else "?" for e in rest)
+    groups = ", ".join(rank_list(e.group.ranks) if e.group is not None else "?" for e in rest)
     name = first.group.name if first.group is not None else "its"
     return f"    ... and the same call on {n} more {name} group{'s' * (n != 1)}{numbers}: {groups}"
 
@@ -386,8 +442,8 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
         events = [it[-1] for it in items[i:j]]
         for first, rest in _folded_steps(events) if fold else [(e, []) for e in events]:
             if shown is None or told < shown:
-                out += list(event_lines(first))
-                out += [_others(first, rest)] if rest else []
+                out += list(event_lines(first, width))
+                out += _wrap(_others(first, rest), width, subsequent_indent=" " * 8) if rest else []
                 told += 1
             else:
                 for e in [first, *rest]:
@@ -419,7 +475,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     width = width or page_width()
     lesson, trace = lr.lesson, lr.result.trace
     kind = "symbolic" if lesson.backend == "symbolic" else "virtual"
-    out = [f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)"]  # the title: one line, whole
+    out = _wrap(f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)", width, subsequent_indent="  ")
     settings = trace.meta.get("knobs")
     if settings:
         from ..lesson import KNOB_KINDS

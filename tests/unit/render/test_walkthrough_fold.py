@@ -25,4 +25,4 @@ def test_only_calls_with_the_same_arrays_out_and_bytes_fold():
     said = text()
     assert "... and the same call on 1 more pair group: [2, 3]" in said
     assert said.count("step   1  all_gather") == 2  # the pairs' calls once, the group of four's apart
-    assert "on four[4, 5, 6, 7]" in said
+    assert "on four[4-7]" in said  # consecutive ranks as a range
