@@ -186,7 +186,7 @@ def _event_lines(e: Event, width: int) -> Iterator[str]:
     # one source line for all (as a collective's members almost always share): said once, on the head
     one_site = len({m.site for m in members}) == 1
     yield head
-    lines: list[tuple[int, str]] = []  # (rank, the rest of its line), in order
+    lines: list[tuple[int, Member]] = []  # (rank, its line before layout), in order
     for m in members:
         what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
         if m.before is not None and m.after is not None and (m.before or m.after):
