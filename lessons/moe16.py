@@ -23,10 +23,10 @@ MAX_NORM = 1.0  # gradients clipped to this global norm before Adam (well below 
 
 
 def program(ctx):
-    return make_program(WATCH, max_norm=MAX_NORM, routing=ctx.knobs.get("routing", "learned"))(ctx)
+    return make_program(WATCH, max_norm=MAX_NORM, routing=ctx.knobs.get("routing", "post"))(ctx)
 
 
-def unsplit(ctx, routing: str = "learned"):
+def unsplit(ctx, routing: str = "post"):
     """The same step on one device: all sequences, the whole gradient clipped by its own norm."""
     return unsplit_run(ctx, SHAPE, [s for rep in REPLICAS for s in rep], routing=routing, max_norm=MAX_NORM)
 
@@ -140,7 +140,7 @@ def _tokens(numbers: list[int]) -> str:
 
 def checks(result) -> list[Check]:
     v = result.values
-    routing = knob(result, "routing", "learned")
+    routing = knob(result, "routing", "post")
     ref = run(lambda ctx: unsplit(ctx, routing), 1).values[0]
     norms = [m.data for m in result.trace.marks if m.kind == "note" and m.data and "grad_norm" in m.data]
     grads, weights = fingerprint(v, "grad_sq", False, SHAPE), fingerprint(v, "weight_sq", True, SHAPE)
@@ -199,11 +199,11 @@ def quiz(result) -> list[Question]:
                                                                              first["gates"]))
     return [Question(
         f"Layer {first['layer']}: 'contract' sits on g{home}, and its router picks {SHAPE.top_k} of the layer's "
-        f"{SHAPE.experts} experts (EP {ep}: {SHAPE.experts // ep} experts a GPU). Which GPUs does the "
-        "dispatch send it to? (GPU names, e.g. g0, g3)",
+        f"{SHAPE.experts} experts (EP {ep}: {SHAPE.experts // ep} experts a GPU). Which GPUs run its experts? "
+        "(GPU names, e.g. g0, g3)",
         gpus, "",
-        f"this run's router picks {picks}: the dispatch sends the token once to each GPU holding one of them "
-        f"(a GPU holding both would get it once), its own GPU included")]
+        f"the router picks {picks}: each GPU holding one of them runs it on the token, once however many of "
+        f"them it holds; the dispatch sends the token to each of those GPUs but its own (where it stays)")]
 
 
 NARRATIVE = {
@@ -220,9 +220,10 @@ NARRATIVE = {
         shares. Then the MoE: g2's router picks two experts for each of its tokens; the dispatch all-to-all
         over the EP group g0-g3 sends each token once to every GPU owning one of its experts, the experts run
         batched, and the combine all-to-all brings the gate-weighted outputs home. The settings line says
-        who picks a token's experts: by default this run's own router weights (not the post's drawing);
-        with `--routing post` the post's sentence takes the experts the post draws for it, every other
-        token keeping the router's choice, and the run stays exact against one device doing the same.""",
+        who picks a token's experts: by default the post's drawing, its sentence taking the experts the
+        post draws for it (every other token keeps the router's choice), and the run stays exact against
+        one device doing the same; with `--routing learned` every token, "contract" too, follows this
+        run's own router weights.""",
     **{f"forward mb{mb} layer {i}": "Layer %d of micro-batch %d: the same collectives as layer 1, on %s." % (
         i, mb, "node A" if i <= 2 else "node B, which received the activations from node A by point-to-point")
        for mb in (1, 2) for i in (1, 2, 3, 4) if (mb, i) != (1, 1)},
@@ -253,6 +254,5 @@ LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout, fold_alike=True,
-                knobs={"routing": Knob("learned", choices=("learned", "post"), post="post",
-                                          why="the default routes by this run's own router weights")}, tables=tables, figures=figures,
+                knobs={"routing": Knob("post", choices=("post", "learned"))}, tables=tables, figures=figures,
                 quiz=quiz)

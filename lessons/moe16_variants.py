@@ -29,18 +29,18 @@ VARIANTS = {
 
 def program(ctx):
     """The post's layout itself (the app steps through it); the checks run every variant."""
-    return make_program(WATCH)(ctx)
+    return make_program(WATCH, routing="post")(ctx)
 
 
 def reference(ctx):
     """The same step on one device, for `parasim check`: every sequence, the whole model."""
-    return unsplit_run(ctx, MOE16, [s for rep in REPLICAS for s in rep])
+    return unsplit_run(ctx, MOE16, [s for rep in REPLICAS for s in rep], routing="post")
 
 
 def measure(layout: Layout) -> dict:
     """One variant, run: where contract lives and where layer 1 sends it, what a GPU stores, the all-to-all
     group, bytes by group and link, the pipeline bubble, and the check against the unsplit model."""
-    result = run(make_program(WATCH, layout), layout.world)
+    result = run(make_program(WATCH, layout, routing="post"), layout.world)
     notes = [m for m in result.trace.marks if m.kind == "note" and m.data and "watch" in m.data]
     holder = next(m.rank for m in notes if m.data["watch"] == "holds")
     route = next(m.data for m in notes if m.data["watch"] == "route" and m.data["layer"] == 1)
@@ -58,12 +58,33 @@ def measure(layout: Layout) -> dict:
             "expert_values": stores["experts"], "attention_values": stores["tp shards"],
             "a2a_gpus": sorted(a2a), "across": sorted(g for g, row in links.items() if row["across"]),
             "expert_dp_bytes": links.get("expert-dp", {"inside": 0, "across": 0}),
-            "bubble": timing.bubble, "exact": exactness(result.values, layout)["exact"], "sends": sends}
+            "bubble": timing.bubble, "exact": exactness(result.values, layout, routing="post")["exact"], "sends": sends}
 
 
 def study(result) -> dict:
-    """Every variant, run once: what the table shows and the checks compare."""
-    return {name: measure(layout) for name, layout in VARIANTS.items()}
+    """Every variant, run once: what the table shows and the checks compare; and the post's first variant, no
+    SP, which the layout refuses (as Megatron does), run on the TP pair g2, g3 alone (lesson moe-sp)."""
+    return {**{name: measure(layout) for name, layout in VARIANTS.items()}, NO_SP: without_sp()}
+
+
+NO_SP = "no SP"
+
+
+def without_sp() -> dict:
+    """Lesson moe-sp's run (the TP pair g2, g3 at the MoE layer, without SP and with it): the (token, expert)
+    pairs the experts compute and the all-to-all bytes, each way."""
+    from parasim.lesson import get_lesson, run_lesson
+
+    ran = run_lesson(get_lesson("moe-sp")).result
+    out = {}
+    for phase in ("without SP", "with SP"):
+        out[phase] = {
+            "tokens": sum(v[phase]["tokens"] for v in ran.values),
+            "copies": sum(v[phase]["copies"] for v in ran.values),
+            "sent": sum(m.sent for e in ran.trace.events if e.op == "all_to_all" and e.phase == phase
+                        for m in e.members),
+        }
+    return out
 
 
 def tables(result, got) -> list[Table]:
@@ -84,13 +105,24 @@ def tables(result, got) -> list[Table]:
                          "layers/PP (h, f: the model's hidden and expert widths); bubble: 1F1B's idle share with "
                          "2 micro-batches; exact: loss, gradients and weights after Adam equal the unsplit "
                          "model's."]),
-            _sends_table(got)]
+            _sends_table(got), _no_sp_table(got[NO_SP])]
+
+
+def _no_sp_table(pair: dict) -> Table:
+    """The post's first variant, which this layout refuses: the TP pair g2, g3 each way at the MoE layer."""
+    rows = [(phase, [pair[phase]["tokens"], pair[phase]["copies"], pair[phase]["sent"]])
+            for phase in ("without SP", "with SP")]
+    return Table("No SP: refused by the layout (Megatron's rule), so run on the TP pair g2, g3 alone (lesson moe-sp)",
+                 ["the pair at the MoE layer", "tokens routed", "(token, expert) pairs computed",
+                  "all-to-all bytes"], rows,
+                 notes=["without SP both GPUs of the pair hold the same tokens and route every one of them, so "
+                        "each token is sent and computed twice; SP hands each GPU half of them first."])
 
 
 def _sends_table(got: dict) -> Table:
     """What the token's GPU sends in one step, by the group it sends in (KB), one row a variant: where ETP 2's
     own collectives show, and what EP 8 or one stage moves instead."""
-    groups = sorted({g for v in got.values() for g in v["sends"]})
+    groups = sorted({g for name in VARIANTS for g in got[name]["sends"]})
     rows = [(name, [round(got[name]["sends"].get(g, 0) / 1e3, 1) for g in groups]) for name in VARIANTS]
     return Table("What the token's GPU sends in one training step, by group (KB = 10^3 bytes, float64 values)",
                  ["variant", *groups], rows,
@@ -113,6 +145,8 @@ def checks(result, got) -> list[Check]:
     each = lambda values: dict(zip(names, values))  # noqa: E731
     h, f, layers, n_exp = MOE16.hidden, MOE16.ffn, MOE16.layers, MOE16.experts
     return [
+        check("no SP: the TP pair routes and computes every (token, expert) pair twice, once on each GPU",
+              got[NO_SP]["without SP"]["copies"] / got[NO_SP]["with SP"]["copies"], POST.tp),
         check("every variant's loss, gradients and weights after Adam equal the unsplit model's", col("exact"),
               each([True] * len(names))),
         # contiguous: CP rank 1 holds t5-t8, SP gives TP rank 0 t5 t6 -> g2; zigzag: CP rank 1 holds t3-t6,
@@ -132,7 +166,7 @@ def checks(result, got) -> list[Check]:
               {"inside": 0, "across": 0}),
         check("1F1B bubble with 2 micro-batches: (p-1)/(m+p-1)", {n: str(b) for n, b in col("bubble").items()},
               each([str(Fraction(v.pp - 1, MICRO_BATCHES + v.pp - 1)) for v in VARIANTS.values()])),
-        check("where layer 1 sends contract (learned router): its experts' GPUs, per variant",
+        check("where layer 1 sends contract (the post's routing, E3 and E8): its experts' GPUs, per variant",
               {n: [f"E{e}" for e in got[n]["experts"]] + [f"g{r}" for r in got[n]["expert_gpus"]] for n in names},
               {n: [f"E{e}" for e in got[n]["experts"]] + [f"g{_owner(v, got[n]['holder'], e)}" for e in got[n]["experts"]]
                for n, v in VARIANTS.items()}),
@@ -148,7 +182,8 @@ def _owner(layout: Layout, holder: int, expert: int) -> int:
 NARRATIVE = {
     "data": """
         The post's layout again, the one every variant below changes. The checks run each variant for one
-        training step and put them side by side: where the token "contract" lives and where layer 1 sends
+        training step and put them side by side (the first, no SP, refused by the layout as Megatron refuses
+        it, runs on the TP pair alone): where the token "contract" lives and where layer 1 sends
         it, how many expert and attention values a GPU keeps, how large the all-to-all group is, which
         traffic crosses the two nodes, and the pipeline bubble. The zigzag split moves contract from g2 to
         g3. ETP 2 halves each expert across a TP pair, so a GPU holds twice the experts at half their
@@ -159,10 +194,10 @@ NARRATIVE = {
 
 LESSON = Lesson(
     no_picture='its answer is two tables of variants; parasim compare layout ... --plot FILE.png draws bytes per axis',
-    name="moe16-variants", title="The 16-GPU MoE example, varied: zigzag, ETP 2, EP 8, PP 1 with DP 4",
+    name="moe16-variants", title="The 16-GPU MoE example, varied: no SP, zigzag, ETP 2, EP 8, PP 1 with DP 4",
                 section="One example with everything: what changes with other settings",
                 order=240,
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
-                fold_alike=True,
+                fold_alike=True, events_shown=2,  # the post's layout again: moe16 walks it event by event
                 reference=reference, on_layout=program_on, study=study, tables=tables)

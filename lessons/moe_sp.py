@@ -38,7 +38,7 @@ def program(ctx):
         mine = x[ctx.rank * n:(ctx.rank + 1) * n] if sp else x  # SP: a reduce-scatter left each rank its share
         # --routing post: the post's drawn experts for 'the' and 'contract', the router's for the rest
         first = HALF.start + (ctx.rank * n if sp else 0)
-        moe.gate.scripted = scripted("A", list(range(first, first + mine.shape[0])), ctx.knobs.get("routing", "learned"))
+        moe.gate.scripted = scripted("A", list(range(first, first + mine.shape[0])), ctx.knobs.get("routing", "post"))
         saved = Saved()
         y, _ = moe.forward(mine, saved)
         words = [SEQUENCES["A"][4 + (ctx.rank * n if sp else 0) + i] for i in range(mine.shape[0])]
@@ -97,5 +97,4 @@ LESSON = Lesson(
                 world=2, worlds=(2, 4), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the TP pair g2, g3 on 'the contract was void': token copies and bytes with and without SP",
                 knobs={"tp": Knob(2, choices=(2, 4), world=True),
-                       "routing": Knob("learned", choices=("learned", "post"), post="post",
-                                       why="the default routes by this run's own router weights")})
+                       "routing": Knob("post", choices=("post", "learned"))})

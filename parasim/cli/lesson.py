@@ -218,7 +218,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         from ..render.walkthrough import walkthrough
 
         if quiz:
-            _ask(lr.questions(), args.answer)
+            _ask(lr.questions(), args.answer, getattr(args, "width", None))
         sys.stdout.write(walkthrough(lr, getattr(args, "width", None)))  # commands that share this take no --width
     return 0 if lr.ok else 1
 
@@ -244,15 +244,18 @@ def _with_quiz(lr: Any, answers: list[str]) -> dict:
     return {**lr.to_dict(), "quiz": [g.to_dict() for g in grade(lr.questions(), answers)]}
 
 
-def _ask(questions: list, given: list[str]) -> None:
+def _ask(questions: list, given: list[str], width: int | None = None) -> None:
     """The walk-through's quiz: each question, then its answer (given up front, or a line of stdin; none at
-    its end), graded, with the worked formula where the answer was not right."""
+    its end), graded, with the worked formula where the answer was not right; held to the page's width."""
     from ..examples.quiz import MAX_ANSWER, grade, prompt_of, quiz_lines
+    from ..render.walkthrough import page_width, wrap_words
+
+    width = width or page_width()
 
     print(f"Predict, then see: {len(questions)} question{'s' * (len(questions) != 1)} before the walk-through.")
     right = 0
     for i, q in enumerate(questions):
-        print(f"\n{prompt_of(q, i + 1, len(questions))}")
+        print("\n" + "\n".join(wrap_words(prompt_of(q, i + 1, len(questions)), width, subsequent_indent="  ")))
         if given:
             answer: str | None = given[i] if i < len(given) else None
             print(f"> {answer if answer is not None else ''}")
@@ -263,7 +266,7 @@ def _ask(questions: list, given: list[str]) -> None:
                 print(answer or "")  # what was piped in, so the transcript reads as asked and answered
         (graded,) = grade([q], [answer])
         right += bool(graded.right)
-        print("\n".join(quiz_lines(graded)))
+        print("\n".join(w for line in quiz_lines(graded) for w in wrap_words(line, width, subsequent_indent="    ")))
     print(f"\n{right} of {len(questions)} right.\n")
 
 

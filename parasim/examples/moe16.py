@@ -184,13 +184,14 @@ def make_program(
     return program
 
 
-def program_on(sizes: dict, max_norm: float | None = None) -> tuple[Any, int]:
+def program_on(sizes: dict, max_norm: float | None = None, routing: str = "post") -> tuple[Any, int]:
     """The example's step on other layout sizes ({"tp": 1, "pp": 2, "ep": 2, "sp": True, ...}), the same
-    sequences spread over its DP replicas, so that its layers mark the same tensors as on the preset (a
-    reference for `parasim check --reference-layout`): (program, world)."""
+    sequences spread over its DP replicas and routed as the lessons route them (the post's drawing by default),
+    so that its layers mark the same tensors as on the preset (a reference for `parasim check
+    --reference-layout`): (program, world)."""
     base = preset(LAYOUT)
     layout = Layout(**{"etp": 1, "zigzag": base.zigzag, **sizes}, model=base.model)
     seqs = sum(len(rep) for rep in REPLICAS)
     if seqs % layout.dp:
         raise LayoutError(f"the example's {seqs} sequences do not split evenly over dp {layout.dp}")
-    return make_program(None, layout, seqs // layout.dp, max_norm=max_norm), layout.world
+    return make_program(None, layout, seqs // layout.dp, routing=routing, max_norm=max_norm), layout.world

@@ -17,7 +17,7 @@ from .numbers import nbytes, nbytes_short, scalar
 from .text import printable
 
 
-def _wrap(text: str, width: int, **kw: str) -> list[str]:
+def wrap_words(text: str, width: int, **kw: str) -> list[str]:
     """Text wrapped at `width`, never inside a hyphenated word ("all-reduce" stays whole on its line)."""
     return textwrap.wrap(text, width, break_on_hyphens=False, **kw)  # type: ignore[arg-type]
 
@@ -82,13 +82,13 @@ SHOWN_MEMBERS = 10  # a group's members written out one by one; a larger group s
 FOLDED = 3  # this many ranks in a row, or more, whose lines read the same are printed once, as a range
 
 
-Member = tuple[str, str, str, str]  # a member's line before it is laid out: arrays (or values), sent, recv, site
+MemberLine = tuple[str, str, str, str]  # a member's line before it is laid out: arrays (or values), sent, recv, site
 
 
-def _folded_runs(lines: list[tuple[int, Member]]) -> list[tuple[int, int, Member]]:
+def _folded_runs(lines: list[tuple[int, MemberLine]]) -> list[tuple[int, int, MemberLine]]:
     """Members' lines as runs (first rank, last rank, line): consecutive ranks that did the very same thing (the
     same arrays, bytes and source line), FOLDED or more of them, one run; any other rank a run of its own."""
-    runs: list[tuple[int, int, Member]] = []
+    runs: list[tuple[int, int, MemberLine]] = []
     i = 0
     while i < len(lines):
         rank, rest = lines[i]
@@ -104,7 +104,7 @@ def _folded_runs(lines: list[tuple[int, Member]]) -> list[tuple[int, int, Member
     return runs
 
 
-def _member_lines(who: str, member: Member, width: int) -> list[str]:
+def _member_lines(who: str, member: MemberLine, width: int) -> list[str]:
     """A member's line in columns (arrays, then what it sent and received, right-aligned) where the page has
     room; else the columns closed up; else its bytes on a line of their own under its arrays, never a number
     cut from its unit."""
@@ -118,7 +118,7 @@ def _member_lines(who: str, member: Member, width: int) -> list[str]:
     return [f"    {who} {what}", f"{'':14}sent {sent}, recv {recv}{site}"]
 
 
-def _folded(lines: list[tuple[int, Member]], width: int) -> Iterator[list[str]]:
+def _folded(lines: list[tuple[int, MemberLine]], width: int) -> Iterator[list[str]]:
     """Members' lines, each run of alike ranks (`_folded_runs`) one 'ranks a-b' line: eight identical lines of a
     ZeRO gather say one thing once."""
     for first, last, rest in _folded_runs(lines):
@@ -162,7 +162,7 @@ def event_lines(e: Event, width: int = WIDEST) -> Iterator[str]:
 
 
 def _lines_at(line: str, width: int) -> list[str]:
-    return _wrap(line, width, subsequent_indent=" " * 12) if len(line) > width else [line]
+    return wrap_words(line, width, subsequent_indent=" " * 12) if len(line) > width else [line]
 
 
 def _event_lines(e: Event, width: int) -> Iterator[str]:
@@ -186,7 +186,7 @@ def _event_lines(e: Event, width: int) -> Iterator[str]:
     # one source line for all (as a collective's members almost always share): said once, on the head
     one_site = len({m.site for m in members}) == 1
     yield head
-    lines: list[tuple[int, Member]] = []  # (rank, its line before layout), in order
+    lines: list[tuple[int, MemberLine]] = []  # (rank, its line before layout), in order
     for m in members:
         what = f"{_tensors(m.ins)} -> {_tensors(m.outs)}"
         if m.before is not None and m.after is not None and (m.before or m.after):
@@ -391,7 +391,7 @@ def _note_lines(notes: list[str]) -> list[str]:
 
 def _notes_at_width(lines: list[str], width: int) -> list[str]:
     """Notes held to the page's width: each wrapped at words, its next lines under them."""
-    return [line for note in lines for line in _wrap(note, width, subsequent_indent=" " * 6)]
+    return [line for note in lines for line in wrap_words(note, width, subsequent_indent=" " * 6)]
 
 
 def _slot_grid(rows: list[SlotRow], width: int) -> list[str]:
@@ -443,7 +443,7 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
         for first, rest in _folded_steps(events) if fold else [(e, []) for e in events]:
             if shown is None or told < shown:
                 out += list(event_lines(first, width))
-                out += _wrap(_others(first, rest), width, subsequent_indent=" " * 8) if rest else []
+                out += wrap_words(_others(first, rest), width, subsequent_indent=" " * 8) if rest else []
                 told += 1
             else:
                 for e in [first, *rest]:
@@ -451,7 +451,7 @@ def _phase_lines(items: list, shown: int | None, width: int, fold: bool = False)
         i = j
     if left:
         ops = ", ".join(f"{n} {op}" for op, n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
-        out += _wrap(
+        out += wrap_words(
             f"... and {sum(left.values())} more events in this phase ({ops}): --json and the app list every one",
             width,
             initial_indent="    ",
@@ -475,13 +475,13 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     width = width or page_width()
     lesson, trace = lr.lesson, lr.result.trace
     kind = "symbolic" if lesson.backend == "symbolic" else "virtual"
-    out = _wrap(f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)", width, subsequent_indent="  ")
+    out = wrap_words(f"{lesson.title}  ({lesson.name}, {trace.world} {kind} ranks)", width, subsequent_indent="  ")
     settings = trace.meta.get("knobs")
     if settings:
         from ..lesson import KNOB_KINDS
 
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
-        out += _wrap(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
+        out += wrap_words(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue
@@ -491,7 +491,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             out += ["", f"== {phase} =="]
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
-                    out += _wrap(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
+                    out += wrap_words(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
         out += _phase_lines(items, lesson.events_shown, width, lesson.fold_alike)
     if lr.tables:
         from .tables import table_lines
@@ -501,7 +501,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             out += [""] + table_lines(t, width)
     total = sum(m.sent for e in trace.events for m in e.members)
     out += ["", f"{len(trace.events)} events over {trace.steps} steps; {fmt_bytes(total)} sent in all."]
-    out += _wrap(clock_words(lr.clock()), width)
+    out += wrap_words(clock_words(lr.clock()), width)
     out += ["", "== checks (computed by the run, compared with a single-device reference) =="]
     for c in lr.checks:  # each wrapped at the page's width, its lines after the first under its words
         if c.ok and c.got == c.expected:
@@ -509,7 +509,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
         else:
             mark = "ok  " if c.ok else "FAIL"
             said = f"  {mark} {c.name}: got {fmt_check(c.got)}, expected {fmt_check(c.expected)}"
-        out += _wrap(said, width, subsequent_indent=" " * 7)
+        out += wrap_words(said, width, subsequent_indent=" " * 7)
     out.append(f"{sum(c.ok for c in lr.checks)} of {len(lr.checks)} checks ok.")
     return "\n".join(map(printable, out)) + "\n"  # a line each: a newline inside a name shows as \n
 

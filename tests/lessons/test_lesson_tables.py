@@ -17,7 +17,11 @@ def test_moe16_variants_names_every_variant_in_its_tables():
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["tables"]
-    for table in data["tables"]:
+    *variants, no_sp = data["tables"]  # the last: no SP, which the layout refuses, on the TP pair alone
+    assert [row["the pair at the MoE layer"] for row in no_sp["rows"]] == ["without SP", "with SP"]
+    pairs = [row["(token, expert) pairs computed"] for row in no_sp["rows"]]
+    assert pairs[0] == 2 * pairs[1]  # without SP both GPUs of the pair compute every pair
+    for table in variants:
         assert table["columns"][0] == "variant"
         assert [row["variant"] for row in table["rows"]] == VARIANTS
         assert all(set(row) == set(table["columns"]) for row in table["rows"])

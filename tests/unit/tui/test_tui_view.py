@@ -98,7 +98,7 @@ def test_followed_token():
     view = View(lr.result.trace, lr.lesson.narrative)
     at = {e.phase: i for i, e in reversed(list(enumerate(view.events)))}  # first event of each phase
     w = view.watch(at["forward mb1 layer 1"])
-    assert w.token.startswith("'contract'") and w.rank == 2 and "router picks" in w.notes[0]
+    assert w.token.startswith("'contract'") and w.rank == 2 and "routing (scripted) picks E3" in w.notes[0]
     assert view.watch(at["forward mb1 layer 3"]).rank == 10  # after the pipeline hand-off
     assert view.watch(at["backward mb1 layer 2"]).rank == 2
     assert view.watch(at["forward mb2 layer 1"]).rank is None and view.watch(at["gradient sync"]).rank is None

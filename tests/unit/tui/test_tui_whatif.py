@@ -60,8 +60,9 @@ def test_the_checks_line_says_whether_the_run_is_at_the_post_s_settings():
     assert at_post.checks_line().endswith(" checks hold (at the post's settings)")
     assert elsewhere.checks_line().endswith(" checks hold (the post's own figures hold at the lesson's defaults "
                                             "only)")
-    moe = whatif("moe16")  # its default routing is the run's own, not the post's drawing
-    assert moe.checks_line().endswith(" checks hold (at the lesson's defaults)")
+    heads = whatif("tp-attention")  # its default is TP 4 (the model's 4 heads), the post's GQA case TP 16
+    assert heads.checks_line().endswith(" checks hold (at the lesson's defaults)")
+    assert whatif("moe16").checks_line().endswith(" checks hold (at the post's settings)")  # the post's routing
 
 
 async def test_k_re_runs_the_lesson_and_enter_opens_the_new_run():
