@@ -368,9 +368,12 @@ def _job_model(args: argparse.Namespace) -> tuple[Any, Sources]:
     return read.model_spec(base, **sizes), Sources(job=read, config=config, config_path=args.config)
 
 
-def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None) -> Any:
+def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None, scored: bool = False) -> Any:
     """The plan the flags give (over `job`'s, the --megatron job, where given), checked by the layout rules
-    (Layout's, as `parasim layout` checks them), against the sequence too when it is known (`memory --seq`)."""
+    (Layout's, as `parasim layout` checks them), against the sequence too when it is known (`memory --seq`).
+    `scored`: a plan held to the rules of thumb (check-layout, memory --critic), where an MoE model under TP
+    without SP is the broken rule "SP with TP", not refused (clock/critic.ScoredPlan); a job's plan is checked
+    as its file gives it, and refused as Megatron-LM would refuse it."""
     from ..estimate.memory import Plan
 
     if job is not None:  # the job's layout and step, with the flags given here in their place
@@ -419,6 +422,10 @@ def _plan(args: argparse.Namespace, model: Any, job: Any, seq: int | None = None
         precision=_precision(args, job),
         **_kernels(args),
     )
+    if scored:
+        from ..clock.critic import scored as scored_plan
+
+        plan = scored_plan(plan)
     return plan.check(model, seq)
 
 
@@ -529,7 +536,9 @@ def query_of(args: argparse.Namespace) -> JobQuery:
     model, sources = _model(args)
     job = sources.plan_job
     seq = _seq(args, job)
-    plan, (gpu, key) = _plan(args, model, job, seq), _gpu(args)
+    # check-layout and memory --critic score a layout Megatron-Core refuses for MoE without SP; the rest refuse it
+    scored = getattr(args, "critic", False) or getattr(args, "func", None) is cmd_check_layout
+    plan, (gpu, key) = _plan(args, model, job, seq, scored), _gpu(args)
     return JobQuery(model, plan, seq, key, _usable(args, gpu), _overlap(args, job), _units(args), sources)
 
 

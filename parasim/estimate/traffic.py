@@ -171,6 +171,37 @@ def moe_traffic(
     return out
 
 
+def etp_traffic(
+    h: int, tokens_routed: float, top_k: int, etp: int, itemsize: int = 2, recompute: bool = False
+) -> dict[Key, float]:
+    """One MoE layer's expert-tensor-parallel collectives on one micro-batch: bytes one GPU sends, by (axis, op).
+    `step_traffic` leaves them out (its MoE layers are ETP 1's, as the clock times every expert whole on its
+    GPU); `parasim check-layout`'s etp-1 rule counts them here.
+
+    Where they come from: Megatron-Core's all-to-all token dispatcher (megatron/core/transformer/moe/
+    token_dispatcher.py, MoEAlltoAllTokenDispatcher). After the EP all-to-all a GPU holds the copies routed to its
+    experts, under balanced routing as many as it sent: tokens_routed x top_k rows of h values. It all-gathers
+    them over the ETP group (dispatch_postprocess: gather_from_sequence_parallel_region over the expert
+    tensor-parallel group), so that each ETP rank runs its slice of every local expert on all etp x rows, and
+    reduce-scatters the partial outputs back before the combine (combine_preprocess:
+    reduce_scatter_to_sequence_parallel_region). Backward, each becomes the other. With B = etp x rows x h x
+    itemsize the gathered buffer, one GPU sends per MoE layer and micro-batch
+
+        all-gather:      (fwd + 1) x (etp - 1)/etp x B
+        reduce-scatter:  (fwd + 1) x (etp - 1)/etp x B
+
+    fwd = 2 under full recomputation (the forward, its collectives with it, runs again), else 1. The routing
+    weights gathered beside the tokens, one value a row, are left out."""
+    if etp <= 1:
+        return {}
+    gathered = etp * tokens_routed * top_k * h * itemsize
+    fwd = 2 if recompute else 1
+    return {
+        ("etp", "all_gather"): (fwd + 1) * ring("all_gather", gathered, etp),
+        ("etp", "reduce_scatter"): (fwd + 1) * ring("reduce_scatter", gathered, etp),
+    }
+
+
 # The four EP all-to-alls, in the order one MoE layer runs them.
 EP_PASSES = ("dispatch", "combine", "combine backward", "dispatch backward")
 

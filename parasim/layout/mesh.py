@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 from math import prod
+from typing import ClassVar
 
 import numpy as np
 
@@ -73,6 +74,9 @@ class Layout:
     gpus_per_node: int = 8
     zero: int = 1  # ZeRO stage over the dp x cp group (1: Megatron's distributed optimizer)
     edp: int = field(init=False)
+    # Megatron-Core refuses an MoE model under TP without SP, and so does every command; a plan held to the rules
+    # of thumb (clock/critic.ScoredPlan) turns the refusal off, to score that layout as a broken rule instead
+    moe_needs_sp: ClassVar[bool] = True
 
     def __post_init__(self) -> None:
         for name in ("tp", "cp", "pp", "ep", "gpus_per_node") + tuple(
@@ -147,7 +151,7 @@ class Layout:
                 f"sequence {m.seq} does not divide by cp x tp = {self.cp * self.tp} (sequence "
                 "parallelism splits each CP rank's tokens evenly over its TP ranks)"
             )
-        if m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
+        if self.moe_needs_sp and m.experts and m.experts > 1 and self.tp > 1 and not self.sp:
             raise LayoutError(
                 f"an MoE model with tp {self.tp} > 1 needs sequence parallelism (Megatron's rule): "
                 "add --sp (--sequence-parallel)"

@@ -289,22 +289,52 @@ def _field(name: str, was: Any, now: Any) -> str:
 
 
 def _finding_words(f: dict, unit: float, name: str) -> str:
-    """One broken rule (clock/critic.Finding.to_dict()): the rule, why, and the same GPUs following it."""
+    """One broken rule (clock/critic.Finding.to_dict()): the rule, why, the same GPUs following it, whether that
+    fits, and what the figures leave out (the rule's note)."""
+    note = f.get("note") or ""
+    if f.get("figures"):
+        note += ": " + ", ".join(f"{x['bytes'] / unit:,.2f} {name} {x['what']}" for x in f["figures"])
+    note = f" {note}." if note else ""
     if f["followed"] is None:
-        return f"- {f['says']}: {f['why']}. No layout of these GPUs follows it: {f['why_not']}."
-    else:
-        step = (
-            "its step is not timed here"
-            if f["step_s"] is None or f["followed_step_s"] is None
-            else f"step {f['step_s']:.3g} s -> {f['followed_step_s']:.3g} s "
-            f"({f['followed_step_s'] / f['step_s'] - 1:+.0%})"
+        return f"- {f['says']}: {f['why']}. No layout of these GPUs follows it: {f['why_not']}.{note}"
+    step = (
+        "its step is not timed here"
+        if f["step_s"] is None or f["followed_step_s"] is None
+        else f"step {f['step_s']:.3g} s -> {f['followed_step_s']:.3g} s ({f['followed_step_s'] / f['step_s'] - 1:+.0%})"
+    )
+
+    def moved(changes: dict) -> str:
+        return ", ".join(_field(k, a, b) for k, (a, b) in changes.items())
+
+    room = f["usable_bytes"]
+    said = (
+        f"{f['followed']} ({moved(f['changes'])}): {step}, memory {f['memory_bytes'] / unit:.1f} -> "
+        f"{f['followed_memory_bytes'] / unit:.1f} {name}"
+    )
+    if f.get("nearest") is not None:  # the nearest did not fit: a roomier plan that follows it was taken
+        return (
+            f"- {f['says']}: {f['why']}. Following it alone, {f['nearest']} ({moved(f['nearest_changes'])}) "
+            f"does not fit: {f['nearest_memory_bytes'] / unit:.1f} {name} > {room / unit:.0f} {name} usable. "
+            f"The nearest that follows it and fits: {said}.{note}"
         )
-        moved = ", ".join(_field(k, a, b) for k, (a, b) in f["changes"].items())
-        said = (
-            f"{f['followed']} ({moved}): {step}, memory {f['memory_bytes'] / unit:.1f} -> "
-            f"{f['followed_memory_bytes'] / unit:.1f} {name}"
+    if f.get("followed_fits") is False:
+        from ..clock.critic import ROOMIER
+
+        tried = f.get("tried") or []
+        shown = ", ".join(tried[:3]) + (f" and {len(tried) - 3} more" if len(tried) > 3 else "")
+        beside = (
+            f"nor does any roomier layout tried that follows it ({shown})"
+            if tried
+            else f"and these GPUs give no roomier layout that follows it ({ROOMIER})"
         )
-    return f"- {f['says']}: {f['why']}. Following it, {said}."
+        why = (
+            "here it cannot be followed without running out of memory"
+            if f["memory_bytes"] <= room
+            else "the layout as given does not fit either"
+        )
+        said += f": does not fit, {f['followed_memory_bytes'] / unit:.1f} {name} > {room / unit:.0f} {name} usable"
+        return f"- {f['says']}: {f['why']}. Following it, {said}; {beside}: {why}.{note}"
+    return f"- {f['says']}: {f['why']}. Following it, {said}.{note}"
 
 
 def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
@@ -319,10 +349,11 @@ def critic_lines(found: list[dict], unit: float, name: str) -> list[str]:
             f"Rules of thumb: this layout breaks none of those parasim holds a layout to "
             f"({'; '.join(r.says for r in RULES)}).",
             100,
+            break_on_hyphens=False,
         )
     out = ["", "Rules of thumb this layout breaks, each against the same GPUs and batch with the rule followed:"]
     for f in found:
-        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ")
+        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ", break_on_hyphens=False)
     return out
 
 
@@ -339,11 +370,12 @@ def layout_check_lines(check: Any, unit: float, name: str) -> list[str]:
         f"{d['memory_bytes'] / unit:.1f} {name} on the busiest GPU ({fits} in its "
         f"{d['usable_bytes'] / unit:.0f} {name} usable).",
         100,
+        break_on_hyphens=False,
     )
     total = len(d["broken"]) + len(d["kept"])
     out += ["", f"Broken: {len(d['broken'])} of the {total} rules of thumb" + (":" if d["broken"] else ".")]
     for f in d["broken"]:
-        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ")
+        out += textwrap.wrap(_finding_words(f, unit, name), 100, subsequent_indent="  ", break_on_hyphens=False)
     out += ["", f"Kept, or not in play here: {len(d['kept'])} of {total}" + (":" if d["kept"] else ".")]
     out += [f"- {r['says']}" for r in d["kept"]]
     return out

@@ -73,7 +73,7 @@ def test_the_command_names_each_broken_rule_with_both_figures_and_json_is_strict
     assert [f["rule"] for f in data["critic"]] == ["tp-inside-a-node", "sp-with-tp", "pp-across-nodes"]
     calm = cli("memory", "--model", "27b", "--tp", "8", "--sp", "--dp", "2", "--zero", "1", "--critic").stdout
     assert "breaks none of those parasim holds a layout to" in " ".join(calm.split())
-    assert len(RULES) == 7 and "--critic" in cli("memory", "--help").stdout
+    assert len(RULES) == 8 and "--critic" in cli("memory", "--help").stdout
 
 
 def test_cp_is_asked_for_only_where_the_sequence_is_what_does_not_fit():
@@ -124,18 +124,20 @@ def test_check_layout_holds_every_rule_once_kept_or_broken_with_the_plans_own_fi
     found = check_layout(m, plan, SEQ, "h200")
     broken = [f.rule.name for f in found.findings]
     assert broken == ["tp-inside-a-node", "sp-with-tp", "pp-across-nodes", "zero-1"]
-    assert [r.name for r in found.kept] == ["cp-for-long-sequences", "pp-enough-microbatches", "ep-inside-a-node"]
+    assert [r.name for r in found.kept] == [
+        "cp-for-long-sequences", "pp-enough-microbatches", "ep-inside-a-node", "etp-1"
+    ]
     assert found.step_s == plan_time(m, plan, SEQ, "h200")["step_s"]
     assert found.memory == breakdown(m, plan, SEQ).total and found.usable == 120e9
     d = json.loads(json.dumps(found.to_dict()))
-    assert (d["layout"], len(d["broken"]), len(d["kept"])) == ("TP16 + DP2 + ZeRO-0", 4, 3)
+    assert (d["layout"], len(d["broken"]), len(d["kept"])) == ("TP16 + DP2 + ZeRO-0", 4, 4)
 
 
 def test_the_check_layout_command_says_each_rule_and_what_it_moved():
     out = cli("check-layout", "--model", "27b", "--tp", "16", "--dp", "2", "--zero", "0")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
-    assert "Broken: 4 of the 7 rules of thumb:" in text and "Kept, or not in play here: 3 of 7:" in text
+    assert "Broken: 4 of the 8 rules of thumb:" in text and "Kept, or not in play here: 4 of 8:" in text
     assert "TP8 + PP2 + DP2 + ZeRO-0 (TP 16 -> 8, PP 1 -> 2): step" in text
     assert "(SP off -> on)" in text and "(ZeRO 0 -> 1)" in text and "fits in its 120 GB usable" in text
     long = " ".join(cli("check-layout", "--model", "27b", "--tp", "8", "--seq", "131072").stdout.split())
@@ -148,7 +150,7 @@ def test_the_check_layout_command_says_each_rule_and_what_it_moved():
     assert "No layout of these GPUs follows it: a replica's 2 sequences" in none and "follows it (" not in none
     data = json.loads(cli("check-layout", "--model", "27b", "--tp", "8", "--sp", "--json").stdout,
                       parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))
-    assert data["broken"] == [] and len(data["kept"]) == 7 and data["unit"] == "GB"
+    assert data["broken"] == [] and len(data["kept"]) == 8 and data["unit"] == "GB"
     bad = cli("check-layout", "--model", "27b", "--symbolic")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
     assert "--emit" not in cli("check-layout", "--help").stdout
