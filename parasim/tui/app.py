@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.events import Resize
@@ -126,9 +127,11 @@ class ParasimApp(App):
             self.action_quiz()
 
     def _title_timeline(self) -> None:
-        if self.view.time_mode:  # the ruler's own unit: microseconds, or milliseconds for a longer step
-            unit = {"us": "microseconds", "ms": "milliseconds"}[self.view.clock.unit()[1]]
-            self.query_one(Timeline).border_title = f"timeline: ranks x {unit} on the clock (u: steps)"
+        if self.view.time_mode:  # the ruler's own unit (us, or ms for a longer step), as its numbers are in
+            unit = self.view.clock.unit()[1]
+            self.query_one(Timeline).border_title = Text(
+                f"timeline: ranks x {unit} on the clock: {self.view.clock.setting()} (u: steps)"
+            )  # Text: the GPU's name is not markup
         else:
             self.query_one(Timeline).border_title = "timeline: ranks x logical steps (u: time)"
 

@@ -107,13 +107,18 @@ class ClockGrid:
                 chars[at : at + len(text)] = text
         return "".join(chars)
 
-    def status(self) -> str:
-        scale, name = self.unit()
+    def setting(self) -> str:
+        """What the run is laid out on, and the range runs like it measured (the timeline's title says it)."""
         over = ", ".join(self.choice.overlap) or "no overlap"
+        like = f"; runs like it {self.range.low:.2f}-{self.range.high:.2f}x" if self.range is not None else ""
+        return f"{self.tl.machine.name}, {over}{like}"
+
+    def status(self) -> str:
+        """The step, a column's time and the critical path's split: short enough for the status line at 100
+        columns beside where stepping is (the GPU, overlap and range are the timeline's title)."""
+        scale, name = self.unit()
         split = self.tl.critical_split()
-        like = f" (runs like it {self.range.low:.2f}-{self.range.high:.2f}x)" if self.range is not None else ""
         return (
-            f"{self.tl.machine.name}, {over}: step {self.tl.step / scale:,.4g} {name}{like}, "
-            f"{self.seconds / scale:,.3g} a column; path {split['compute'] / scale:,.4g} compute + "
-            f"{split['comm'] / scale:,.4g} comm"
+            f"step {self.tl.step / scale:,.4g} {name}, {self.seconds / scale:,.3g} a column; path "
+            f"{split['compute'] / scale:,.4g} compute + {split['comm'] / scale:,.4g} comm"
         )

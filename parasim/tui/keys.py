@@ -16,7 +16,8 @@ class Key(NamedTuple):
     help: str
 
 
-# The app's keys. The bindings, the footer line and the help screen are all made from this table.
+# The app's keys. The bindings, the footer line and the help screen are all made from this table. The footer
+# holds what a learner reaches for and fits 100 columns; go to, fold and quit are in the help (?).
 KEYS: tuple[Key, ...] = (
     Key("right,n", "step(1)", "→ n", "next", "the next event, in the order events completed"),
     Key("left,p", "step(-1)", "← p", "prev", "the previous event"),
@@ -25,7 +26,7 @@ KEYS: tuple[Key, ...] = (
     Key("space", "play", "space", "play", "play or pause: step on by itself"),
     Key("plus,equals_sign", "speed(1)", "+", "", "play faster"),
     Key("minus", "speed(-1)", "-", "", "play slower"),
-    Key("g", "prompt('go')", "g", "go to", "go to event k (k as in 'event k/N' on the status line)"),
+    Key("g", "prompt('go')", "g", "", "go to event k (k as in 'event k/N' on the status line)"),
     Key(
         "slash",
         "prompt('filter')",
@@ -35,17 +36,17 @@ KEYS: tuple[Key, ...] = (
     ),
     Key("r", "prompt('rank')", "r", "rank", "step only through the events one rank takes part in"),
     Key("t", "hops", "t", "hops", "show or hide the hops of a ring collective: who sends which chunk to whom"),
-    Key("f", "fold", "f", "fold", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
+    Key("f", "fold", "f", "", "timeline rows: one per group of an axis (tp, dp, ...), then one per rank"),
     Key(
         "u",
         "time",
         "u",
-        "",
+        "time",
         "the timeline in time (on the clock, in microseconds or milliseconds: an H200 node "
         "of 8, no overlap) or in logical steps: compute, transfers and idle per GPU, the critical path in bold",
     ),
     Key("d", "diverged", "d", "", "jump to the first divergence (when opened by parasim check --tui)"),
-    Key("T", "tables", "T", "", "the lesson's tables: the post's tables, every figure from this run"),
+    Key("T", "tables", "T", "tables", "the lesson's tables: the post's tables, every figure from this run"),
     Key(
         "k",
         "whatif",
@@ -57,11 +58,11 @@ KEYS: tuple[Key, ...] = (
         "z",
         "quiz",
         "z",
-        "",
+        "quiz",
         "predict, then see: the lesson's questions (a figure of this run asked first, graded, then worked)",
     ),
     Key("question_mark", "help", "?", "help", "this help"),
-    Key("q", "quit", "q", "quit", "quit"),
+    Key("q", "quit", "q", "", "quit"),
 )
 
 

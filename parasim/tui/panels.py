@@ -209,11 +209,19 @@ class WorkPanel(Panel):
 
 
 class NarrativePanel(Panel):
-    """The lesson's words for the selected event's phase, then what each rank noted there."""
+    """The lesson's words for the selected event's phase (after those of the quiet phases just before it), then
+    what each rank noted there."""
 
     def content(self, index: int) -> Text:
-        phase, words, notes = self.view.phase_text(index)
         body = Text()
+        # phases before this one that hold no event (a schedule's words and table) are said first
+        for phase, words, notes in self.view.quiet_phases(index):
+            body.append(phase + "\n", style="bold")
+            body.append(words + "\n" if words else "")
+            for n in notes:
+                body.append("\n" + n, style="italic")
+            body.append("\n\n")
+        phase, words, notes = self.view.phase_text(index)
         if phase:
             body.append(phase + "\n", style="bold")
         if words:
@@ -236,10 +244,10 @@ class StatusLine(Panel):
         self.redraw(force=True)
 
     def content(self, index: int) -> Text:
-        play = "playing" if self.playing else "paused"
+        play = f"playing ({SPEEDS[self.speed]} s/step)" if self.playing else "paused"
         # whether it plays comes before the rest, which a narrow terminal cuts from the right
         where, _, rest = self.view.status(index).partition("  ")
-        line = Text(f" {where}  {play} ({SPEEDS[self.speed]} s/step)" + (f"   {rest}" if rest else ""))
+        line = Text(f" {where}  {play}" + (f"   {rest}" if rest else ""))
         hops = self.view.hops_note(index)
         if hops:
             line.append(f"   t: {hops}", style="bold")

@@ -202,6 +202,7 @@ class View:
 
     def _build(self) -> None:
         self.title = printable(self.title)
+        self._with_events: set[str | None] | None = None  # the phases that hold an event, read when first asked
         # a folded run's events written out one by one as the app visits them (engine/symbolic/fold.py)
         self.events = self.trace.on_demand()
         ranks, at, steps = self.trace.grid_places()
@@ -528,11 +529,32 @@ class View:
         """(phase name, narrative, notes of that phase) for the selected event."""
         if not self.events:
             return "", "", []
-        phase = self.events[index].phase or ""
+        return self._said(self.events[index].phase or "")
+
+    def _said(self, phase: str) -> tuple[str, str, list[str]]:
         said = self.marks.notes_by_phase.get(phase, [])  # held bytes have their own panel
         notes = [f"rank {r}: {text}" for r, text in sorted(said, key=lambda rn: rn[0])]  # each rank's in order
         text = " ".join(self.narrative.get(phase, "").split())
         return printable(phase), printable(text), notes
+
+    def quiet_phases(self, index: int) -> list[tuple[str, str, list[str]]]:
+        """(phase name, narrative, notes) of the phases just before the selected event's that have no event of
+        their own (pp-1f1b's "the schedule": its words and slot table come before the first send), so that the
+        app says them with the phase that follows, as the walk-through does, instead of never."""
+        if not self.events:
+            return []
+        if self._with_events is None:
+            self._with_events = {e.phase for e in self.trace.events}
+        order = self.marks.phase_order
+        phase = self.events[index].phase
+        if phase not in order:
+            return []
+        quiet: list[str] = []
+        for earlier in reversed(order[: order.index(phase)]):
+            if earlier in self._with_events:
+                break
+            quiet.insert(0, earlier)
+        return [self._said(p) for p in quiet if self.narrative.get(p, "").strip() or self.marks.notes_by_phase.get(p)]
 
     def slots(self, index: int, width: int = 20) -> SlotWindow | None:
         """For pipeline lessons: the slot table the ranks noted (rows "GPU k: F1 F2 ..."), the latest one at
@@ -598,8 +620,6 @@ class View:
             parts.append(f"rank {self.focus_rank}")
         if self.diverged() is not None:
             parts.append(f"first divergence at #{self.divergence['event']} (d jumps there)")
-        if self.tables:  # the footer has no room for T at 100 columns: the status line says it
-            parts.append(f"T: the lesson's {len(self.tables)} table{'s' * (len(self.tables) != 1)}")
         if self.time_mode:
             parts.append(self.clock.status())
         return "  ".join(parts)

@@ -210,7 +210,7 @@ async def test_at_100x30_the_selected_event_and_the_keys_show():
             await pilot.pause()
             screen = screen_text(app)
             assert "selected event" in screen and app.view.detail(0)[0][:30] in screen, (name, screen)
-            assert "? help  q quit" in screen.splitlines()[-1], (name, screen)
+            assert "z quiz  ? help" in screen.splitlines()[-1], (name, screen)
 
 
 async def test_at_200x50_every_line_of_what_each_rank_holds_shows():
@@ -270,7 +270,7 @@ async def test_the_lesson_s_tables_open_on_T():
     lr = run_lesson(get_lesson("cp-causal"))
     app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title, tables=lr.tables))
     async with app.run_test(size=(100, 30)) as pilot:
-        assert "T: the lesson's 1 table" in screen_text(app)
+        assert " T tables" in screen_text(app)  # the footer names the key
         await pilot.press("T")
         assert isinstance(app.screen, TablesScreen)
         text = screen_text(app)
@@ -304,13 +304,16 @@ async def test_the_tables_overlay_reads_across_at_100x30():
 
 
 async def test_at_100x30_the_status_line_says_whether_it_plays_before_the_clock():
-    """Issue 53: the status line at 100 columns in time mode: where it is and whether it plays come first, then
-    the clock's step with its range; what a narrow terminal cuts is the end."""
+    """Issue 53: the status line at 100 columns in time mode: where it is and whether it plays, then the clock's
+    step, a column and the critical path, whole (a walk found it cut mid-word); the GPU, overlap and the range
+    runs like it measured are the timeline's title."""
     app = make("tp-across-nodes")
     async with app.run_test(size=(100, 30)) as pilot:
         await pilot.press("u")
-        line = next(x for x in screen_text(app).splitlines() if "event " in x and "s/step" in x)
-        assert line.index("paused") < line.index("step ") and "runs like it" in line
+        line = next(x for x in screen_text(app).splitlines() if x.startswith(" event "))
+        assert line.index("paused") < line.index("step ") and line.rstrip().endswith(" comm")
+        title = str(app.query_one(Timeline).border_title)
+        assert "on the clock: H200, no overlap; runs like it" in title and len(title) < 96
 
 
 async def test_the_app_says_once_when_its_first_screen_is_painted():
@@ -336,3 +339,16 @@ async def test_the_app_says_once_when_its_first_screen_is_painted():
             assert seen == [True] and gc.isenabled()
     finally:
         hold.release()
+
+
+async def test_the_footer_names_the_time_tables_and_quiz_keys_and_fits_100_columns():
+    """A walk found u (time), T (tables) and z (quiz) in the help only: a learner never met them. The footer
+    line at 100 columns holds them whole, each with its word."""
+    from parasim.tui.panels import KeyLine
+
+    app = make("pp-1f1b")
+    async with app.run_test(size=(100, 30)):
+        line = str(app.query_one(KeyLine).render())
+    assert len(line) <= 100
+    for key, word in (("u", "time"), ("T", "tables"), ("z", "quiz"), ("k", "what if"), ("?", "help")):
+        assert f" {key} {word}" in line

@@ -1,4 +1,6 @@
 """The view model answers "what is on screen at step k" without a terminal."""
+from types import SimpleNamespace
+
 import pytest
 
 from parasim.lesson import get_lesson, run_lesson
@@ -272,3 +274,21 @@ def test_a_compute_event_is_one_rank_s_work_not_a_group_s(mlp):
     i = next(i for i, e in enumerate(mlp.events) if e.kind == "compute")
     lines = mlp.detail(i)
     assert lines[0].endswith("compute on rank 0") and "8 FLOPs" in lines and not any("group" in x for x in lines)
+
+
+@pytest.mark.parametrize("name, quiet, first", [("pp-1f1b", "the schedule", "running it"),
+                                                ("moe16", "data", "forward mb1 layer 1")])
+def test_a_phase_with_no_event_is_said_with_the_phase_after_it(name, quiet, first):
+    """pp-1f1b's "the schedule" (its words and slot table come before any send) and moe16's "data" hold no
+    event: the app's narrative says them above the first event's phase, as the walk-through does, not never."""
+    from parasim.tui.panels import NarrativePanel
+
+    lesson = get_lesson(name)
+    view = View(run_lesson(lesson).result.trace, lesson.narrative)
+    assert view.phase_text(0)[0] == first
+    (said,) = view.quiet_phases(0)
+    assert said[0] == quiet and said[1] == " ".join(lesson.narrative[quiet].split())
+    text = NarrativePanel.content(SimpleNamespace(view=view), 0).plain
+    assert text.index(quiet) < text.index(" ".join(lesson.narrative[quiet].split())[:40]) < text.index(first)
+    later = [i for i, e in enumerate(view.events) if e.phase != first]
+    assert all(view.quiet_phases(i) == [] for i in later[:50])  # said once, with the first phase after it
