@@ -26,14 +26,17 @@ def plot_zero_bubble(lr: Any, path: str) -> None:
     )
     for i, (ax, t) in enumerate(zip(axes[:, 0], titles)):
         run = vals[0][t]
+        last = i == len(titles) - 1
         draw_slots(
             ax,
             [x[t]["slots"] for x in vals],
             width,
             f"{t}: makespan {run['makespan']} slots, bubble {run['bubble']}",
-            key=i == len(titles) - 1,
+            key=last,
+            fontsize=9.5,  # readable at the picture's own size, where a one-slot box is 0.3 inch wide
+            xlabel=last,  # one clock for all three: named once, under the last
         )
-        ax.set_xticks([])  # one clock for all three: the numbers would only crowd it
+        ax.tick_params(axis="x", labelsize=8)  # each panel numbered slot by slot, to read a time off any
     fig.suptitle(
         f"{ranks} GPUs, {lr.result.trace.meta.get('knobs', {}).get('m', '')} micro-batches: W fills the "
         "holes 1F1B leaves",
@@ -107,6 +110,8 @@ def plot_hot_expert(lr: Any, path: str) -> None:
             ax.set_title(f"{routing}, EP {ep}: others wait {max(ms) - mean:.2f} ms", fontsize=8.5)
             if j == 0:
                 ax.set_ylabel("expert compute (ms)", fontsize=8)
+            if i == len(eps) - 1:
+                ax.set_xlabel("GPU", fontsize=8)
             ax.tick_params(labelsize=7)
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -141,13 +146,19 @@ def plot_zero_stages(lr: Any, path: str) -> None:
         if any(values):
             held.bar(stages, values, bottom=bottom, label=kind)
             bottom = [b + v for b, v in zip(bottom, values)]
+    for x, total in enumerate(bottom):  # each bar's total above it
+        held.text(x, total, f"{total:.2f} kB", ha="center", va="bottom", fontsize=8)
+    # headroom above the tallest bar for its label: a zero-height bar stacked on top (a kind another stage
+    # holds) pins autoscaling at the bar's top and would clip it there
+    held.set_ylim(0, max(bottom) * 1.15)
     held.set_ylabel("kB rank 0 holds at its peak")
     held.set_title(f"What a rank holds, by kind ({trace.world} ranks)", fontsize=10)
-    held.legend(fontsize=8)
+    held.legend(fontsize=8, loc="upper right")
     values = [figs[f"{p}: bytes a rank sends"] / 1e3 for p in stages]
     sent.bar(stages, values, color="tab:gray")
     for x, v in enumerate(values):
         sent.text(x, v, f"{v / values[0]:g}x DP", ha="center", va="bottom", fontsize=8)
+    sent.set_ylim(0, max(values) * 1.15)
     sent.set_ylabel("kB rank 0 sends in one step")
     sent.set_title("What a rank sends: ZeRO-3 gathers the weights twice", fontsize=10)
     fig.suptitle("DP and ZeRO's three stages, one Adam step each, measured in the run", fontsize=11)
@@ -173,7 +184,7 @@ def plot_broken_kept(pairs: dict[str, tuple[dict, dict]], title: str, path: str)
             runs = [pairs[n][k] for n in names]
             values = [(f["state"] + f["activations"]) if key == "memory" else f[key] for f in runs]
             ax.barh(
-                [y + (0.2 if k == 0 else -0.2) for y in range(len(names))],
+                [y + (-0.2 if k == 0 else 0.2) for y in range(len(names))],  # broken above kept, as the key
                 [v / scale for v in values],
                 height=0.4,
                 color=colour,
@@ -182,9 +193,10 @@ def plot_broken_kept(pairs: dict[str, tuple[dict, dict]], title: str, path: str)
         ax.set_yticks(list(range(len(names))), names if ax is axes[0] else [""] * len(names))
         ax.invert_yaxis()
         ax.set_xlabel(unit)
-    axes[0].legend(loc="lower right")
+    handles, labels = axes[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, frameon=False)  # under the panels, off every bar
     fig.suptitle(title, fontsize=11)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     save(fig, path)
     plt.close(fig)
 

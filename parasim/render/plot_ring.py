@@ -13,7 +13,7 @@ from .plot_base import pyplot, save
 @dataclass(frozen=True)
 class RingRun:
     """What the picture needs from a run: held[i][s], the CP rank whose K/V chunk rank i holds at step s
-    (0-based); pos[i], the sequence positions rank i owns (0-based); the bytes one hand-off sends, per
+    (0-based, and drawn so: step 0 is each rank's own chunk, as the lesson's table numbers it); pos[i], the sequence positions rank i owns (0-based); the bytes one hand-off sends, per
     tensor (K, then V), from the run's point-to-point events."""
 
     held: list[list[int]]
@@ -38,13 +38,16 @@ def ring_run(lr: Any) -> RingRun:
 def token_runs(positions: list[int]) -> str:
     """Positions (0-based) as the learner counts tokens: t1-t2 t7-t8."""
     out, ps = [], sorted(positions)
-    start = prev = ps[0] if ps else None
+    if not ps:
+        return ""
+    start = prev = ps[0]
     for p in ps[1:] + [None]:
         if p is not None and p == prev + 1:
             prev = p
             continue
         out.append(f"t{start + 1}" if start == prev else f"t{start + 1}\u2013t{prev + 1}")
-        start = prev = p
+        if p is not None:
+            start = prev = p
     return " ".join(out)
 
 
@@ -77,7 +80,7 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
                 lw=0.8,
                 zorder=2,
             )
-            box.set_gid(f"chunk rank {i} step {s + 1} holds {owner}")
+            box.set_gid(f"chunk rank {i} step {s} holds {owner}")
             ax.add_patch(box)
             ax.text(
                 x,
@@ -92,13 +95,14 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
         ax.text(
             -0.25,
             centre(i, 0)[1],
-            f"CP rank {i}\nqueries {token_runs(run.pos[i])}",
+            f"CP rank {i} (GPU {i + 1})\nqueries {token_runs(run.pos[i])}",
             ha="right",
             va="center",
             fontsize=8,
         )
-    for s in range(steps):
-        ax.text(centre(0, s)[0], t * row_h - 0.05, f"step {s + 1}", ha="center", va="bottom", fontsize=8.5)
+    for s in range(steps):  # numbered from 0, as the lesson's table and the post number them
+        said = f"step {s}" + (" (own chunk)" if s == 0 else "")
+        ax.text(centre(0, s)[0], t * row_h - 0.05, said, ha="center", va="bottom", fontsize=8.5)
     for s in range(steps - 1):  # each chunk to whoever holds it next step
         for i in range(t):
             owner = run.held[i][s]
@@ -119,7 +123,7 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
                     "mutation_scale": 10,
                 },
             )
-            arrow.set_gid(f"pass step {s + 1} rank {i} -> rank {nxt} chunk {owner}")
+            arrow.set_gid(f"pass step {s} rank {i} -> rank {nxt} chunk {owner}")
     ax.set_xlim(-0.2, steps * col_w - (col_w - box_w) + 0.1)
     ax.set_ylim(-0.15, t * row_h + 0.35)
     ax.axis("off")
@@ -134,7 +138,7 @@ def plot_ring(run: RingRun, title: str, path: str) -> None:
     fig.text(
         0.5,
         0.0,
-        f"After {steps} steps every rank's queries have met every key; only K and V move. Backward "
+        f"After step {steps - 1} every rank's queries have met every key; only K and V move. Backward "
         "sends the chunks round again, each gathering its dK/dV,\nand one last hop brings every dK/dV home.",
         ha="center",
         va="top",

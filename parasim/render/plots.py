@@ -24,9 +24,41 @@ def plot_slots(timing: Timing, title: str, path: str) -> None:
     plt.close(fig)
 
 
-def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, key: bool = True) -> None:
-    """One slot table on `ax`: a row per GPU, a box per action as long as its cost, a time axis, and (with
-    `key`) a key for each kind of action drawn."""
+def luminance(colour: Any, alpha: float = 1.0) -> float:
+    """The relative luminance (WCAG 2) of `colour` drawn with `alpha` over a white page."""
+    from matplotlib.colors import to_rgb
+
+    def channel(c: float) -> float:
+        c = alpha * c + (1 - alpha)  # over white
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+
+    r, g, b = (channel(c) for c in to_rgb(colour))
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def contrast(a: float, b: float) -> float:
+    """WCAG 2's contrast ratio of two luminances (1 to 21; 4.5 and up reads as body text)."""
+    return (max(a, b) + 0.05) / (min(a, b) + 0.05)
+
+
+def ink(colour: Any, alpha: float = 1.0) -> str:
+    """Black or white, whichever reads better on `colour` (drawn with `alpha` over white)."""
+    back = luminance(colour, alpha)
+    return "black" if contrast(back, luminance("black")) >= contrast(back, luminance("white")) else "white"
+
+
+def draw_slots(
+    ax: Any,
+    slots: list[list[str | None]],
+    width: int,
+    title: str,
+    key: bool = True,
+    fontsize: float = 8,
+    xlabel: bool = True,
+) -> None:
+    """One slot table on `ax`: a row per GPU, a box per action as long as its cost (its label in black or
+    white, whichever reads better on its colour, at `fontsize`), a time axis numbered slot by slot (named
+    with `xlabel`), and (with `key`) a key for each kind of action drawn."""
     plt = pyplot()
     ranks = len(slots)
     for r, row in enumerate(slots):
@@ -36,31 +68,33 @@ def draw_slots(ax: Any, slots: list[list[str | None]], width: int, title: str, k
             label, end = row[t], t + 1
             while end < width and label and row[end] == label:
                 end += 1
+            kind = kind_of(label) if label else None
             if label:
-                colour = kind_of(label).plot  # each kind's colour from the kind table
-                ax.add_patch(
-                    plt.Rectangle(
-                        (t, ranks - 1 - r),
-                        end - t,
-                        1,
-                        color=colour,
-                        ec="white",
-                        alpha=0.65 if label[0].islower() else 1.0,
-                    )
-                )  # a second chunk: lighter
-                ax.text((t + end) / 2, ranks - 0.5 - r, label, ha="center", va="center", fontsize=8, color="white")
+                colour = kind.plot if kind else "0.5"  # each kind's colour from the kind table
+                alpha = 0.65 if label[0].islower() else 1.0  # a second chunk: lighter
+                ax.add_patch(plt.Rectangle((t, ranks - 1 - r), end - t, 1, color=colour, ec="white", alpha=alpha))
+                ax.text(
+                    (t + end) / 2,
+                    ranks - 0.5 - r,
+                    label,
+                    ha="center",
+                    va="center",
+                    fontsize=fontsize,
+                    color=ink(colour, alpha),
+                )
             t = end
     ax.set_xlim(0, width)
     ax.set_ylim(0, ranks)
     ax.set_yticks([ranks - 0.5 - r for r in range(ranks)], [f"GPU {r + 1}" for r in range(ranks)])
     ax.set_xticks([t + 0.5 for t in range(width)], [str(t + 1) for t in range(width)], fontsize=7)
     ax.set_title(title)
-    ax.set_xlabel("time, in slots (an action spans the slots its cost takes; blank: the GPU waits)")
+    if xlabel:
+        ax.set_xlabel("time, in slots (an action spans the slots its cost takes; blank: the GPU waits)")
     ax.set_frame_on(False)
     if not key:
         return
     # a key for each kind of action the table holds, in the kind table's order; lower case: a second chunk
-    seen = {kind_of(x).letter for row in slots for x in row if x and kind_of(x)}
+    seen = {k.letter for row in slots for x in row if x and (k := kind_of(x))}
     second = any(x and x[0].islower() for row in slots for x in row)
     handles = [
         plt.Rectangle((0, 0), 1, 1, color=k.plot, label=f"{k.letter}: {k.title}")

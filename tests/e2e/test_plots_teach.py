@@ -366,3 +366,174 @@ def test_hot_expert_draws_each_gpus_compute_the_busiest_marked(capsys, drawn, tm
         red = [i for i, p in enumerate(ax.patches) if to_hex(p.get_facecolor()) == to_hex("tab:red")]
         assert red == [int(row["busiest GPU"][1:])] and round(max(heights), 2) == row["its compute (ms)"]
         assert f"others wait {row['others wait (ms)']:.2f} ms" in ax.get_title()
+
+
+# -- an independent walk through every lesson's picture -------------------------------------------------------------
+def _picks_said(out: str) -> dict[int, list[tuple[str, str, str]]]:
+    """Per MoE layer, the followed token's experts as the lesson's own words say them (its --plain output):
+    'layer 1: the router picks E6 (gate 0.79) on this GPU, E4 (gate 0.21) on g1;' -> [(6, 0.79, this GPU), ...]."""
+    said = " ".join(out.split())
+    return {int(layer): re.findall(r"E(\d+) \(gate ([\d.]+)\) on (this GPU|g\d+)", text)
+            for layer, text in re.findall(r"layer (\d+): [^;]*?picks ([^;]*);", said)}
+
+
+@pytest.mark.parametrize("routing", ["learned", "post"])
+def test_moe16_boxes_the_ep_group_and_gates_every_expert_the_local_one_too(capsys, drawn, tmp_path, routing):
+    """The dashed outline is the layer's EP group (named on it); every chosen expert shows its gate, the one on
+    the token's own GPU too (learned: E6 at 0.79 on g2), and the combine is the gate-weighted sum of all of
+    them. The post's routing: E3 (0.6) on g1 and E8 (0.4) on g3."""
+    code, out = _cli(capsys, "lesson", "moe16", "--routing", routing, "--plain", "--plot", str(tmp_path / "d.png"))
+    assert code == 0
+    picks = _picks_said(out)
+    assert sorted(picks) == [1, 2, 3, 4]
+    if routing == "post":
+        assert picks[1] == [("3", "0.60", "g1"), ("8", "0.40", "g3")]
+    else:  # the case the walk found: an expert on the token's own GPU, its gate left out
+        assert ("6", "0.79", "this GPU") in picks[1]
+    fig = drawn[-1]
+    assert "dashed outline: the layer's EP group" in fig._suptitle.get_text()
+    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
+    assert len(panels) == 2 * len(picks)
+    for ax in panels:
+        layer, way = re.match(r"layer (\d+): (\w+)", ax.get_title(loc="left")).groups()
+        texts = [t.get_text() for t in ax.texts]
+        gpus = {int(m.group(1)): t.get_position() for t in ax.texts if (m := re.fullmatch(r"g(\d+)", t.get_text()))}
+        assert sorted(gpus) in EP_GROUPS_MOE16
+        dashed = [p for p in ax.patches if not p.get_fill() and p.get_linestyle() not in ("solid", "-")]
+        assert len(dashed) == 1
+        (box,) = dashed
+        assert all(box.get_x() < x < box.get_x() + box.get_width() and box.get_y() < y < box.get_y() + box.get_height()
+                   for x, y in gpus.values())
+        assert f"EP group ep[{min(gpus)}-{max(gpus)}]" in texts
+        if way == "dispatch":
+            for e, gate, _ in picks[int(layer)]:
+                assert any(f"E{e} (gate {gate})" in t for t in texts), (layer, e, texts)
+        else:
+            (total,) = [t for t in texts if t.startswith("output = ")]
+            assert sorted(total[len("output = "):].split(" + ")) == sorted(f"{g} x E{e}" for e, g, _ in picks[int(layer)])
+    _texts_do_not_overlap(fig)
+
+
+def _arrows(ax):
+    return [a for a in ax.texts if not a.get_text() and getattr(a, "arrow_patch", None) is not None]
+
+
+@pytest.mark.parametrize("lesson, flags", [("pp-interleaved", ()), ("pp-1f1b", ()),
+                                           ("pp-interleaved", ("--pp", "2")), ("pp-interleaved", ("--chunks", "3"))],
+                         ids=["interleaved", "1f1b", "interleaved-pp2", "interleaved-v3"])
+def test_handoff_names_its_slot_and_no_arrow_crosses_a_row(capsys, drawn, tmp_path, lesson, flags):
+    """A slot of the interleaved schedule is one chunk (a virtual stage), not a stage; a send that wraps round
+    (GPU 4's chunk to GPU 1's next one, and its gradient back) is drawn as two short arrows off the table's
+    edges, so no arrow crosses a row; no two arrows lie on each other; the key sits under the table, clear of
+    its numbers and axis label."""
+    code, out = _cli(capsys, "lesson", lesson, *flags, "--json", "--plot", str(tmp_path / "h.png"))
+    assert code == 0
+    knobs = json.loads(out)["settings"]
+    p, m, v = knobs["pp"], knobs["m"], knobs.get("chunks", 1)
+    (fig,) = drawn
+    ax = fig.axes[0]
+    label = ax.get_xlabel()
+    assert ("chunk" in label and "virtual stage" in label and "one stage" not in label) if v > 1 else "one stage" in label
+    arrows = _arrows(ax)
+    sends, wraps = 2 * m * (p * v - 1), 2 * m * (v - 1)  # every chunk boundary; those from GPU p back to GPU 1
+    assert len(arrows) == sends + wraps  # a wrap-around send is two short arrows
+    for a in arrows:
+        lo, hi = sorted((a.xyann[1], a.xy[1]))
+        assert not any(lo < r < hi for r in range(p)), (a.xyann, a.xy)  # rows are centred on 0 .. p-1
+    # no two arrows on each other: two in the same gap between rows (an activation down and a gradient up
+    # sent in the same slot) span x ranges apart
+    spans = [(round(min(a.xyann[1], a.xy[1]), 6), round(max(a.xyann[1], a.xy[1]), 6),
+              min(a.xyann[0], a.xy[0]), max(a.xyann[0], a.xy[0])) for a in arrows]
+    for i, (lo, hi, x0, x1) in enumerate(spans):
+        for lo2, hi2, u0, u1 in spans[i + 1:]:
+            assert (lo, hi) != (lo2, hi2) or x1 < u0 or u1 < x0, ((lo, hi, x0, x1), (u0, u1))
+    (key,) = fig.legends + [ax.get_legend()] * (ax.get_legend() is not None)
+    said = " ".join(t.get_text() for t in key.get_texts())
+    assert ("wrap-around" in said) == (v > 1) and "activation" in said and "gradient" in said
+    _texts_do_not_overlap(fig)
+    (kbox, *words) = _boxes(fig, [key, ax.xaxis.label, *ax.get_xticklabels(), *ax.get_yticklabels()])
+    assert not any(kbox.overlaps(w) for w in words)
+
+
+def test_ring_numbers_its_steps_as_the_lessons_table_does(capsys, drawn, tmp_path):
+    code, out = _cli(capsys, "lesson", "ring-attention", "--json", "--plot", str(tmp_path / "r.png"))
+    assert code == 0
+    table = json.loads(out)["tables"][0]
+    want = [int(re.match(r"step (\d+)", r["step"]).group(1)) for r in table["rows"]]
+    assert want == [0, 1, 2, 3]
+    ax = drawn[-1].axes[0]
+    heads = sorted((t.get_position()[0], t.get_text()) for t in ax.texts if re.match(r"step \d+", t.get_text()))
+    assert [int(re.match(r"step (\d+)", s).group(1)) for _, s in heads] == want
+
+
+def _inside(fig, ax, artists) -> None:
+    (frame,) = _boxes(fig, [ax])
+    for a, box in zip(artists, _boxes(fig, artists)):
+        assert frame.y0 - 1 <= box.y0 and box.y1 <= frame.y1 + 1, a
+
+
+def test_zero_leaves_headroom_over_every_bar_and_its_label(capsys, drawn, tmp_path):
+    """The DP bar (19.07 kB, what rank 0 holds at its peak in the trace) and its label fit under the top."""
+    from parasim.lesson import get_lesson, run_lesson
+    code, _ = _cli(capsys, "lesson", "zero", "--plain", "--plot", str(tmp_path / "z.png"))
+    assert code == 0
+    trace = run_lesson(get_lesson("zero")).result.trace
+    peaks = [trace.peak(0, p)["bytes"] / 1e3 for p in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")]
+    fig = drawn[-1]
+    held, sent = fig.axes
+    assert [t.get_text() for t in held.texts] == [f"{kb:.2f} kB" for kb in peaks]
+    for ax in (held, sent):
+        top = max(p.get_y() + p.get_height() for p in ax.patches)
+        assert ax.get_ylim()[1] >= 1.08 * top
+        _inside(fig, ax, ax.texts)
+    _texts_do_not_overlap(fig)
+
+
+def _luminance(rgb) -> float:
+    def lin(c):
+        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
+    r, g, b = (lin(c) for c in rgb)
+    return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+
+def test_zero_bubble_numbers_its_slots_and_its_cells_read_at_native_size(capsys, drawn, tmp_path):
+    """Each panel's slots are numbered (1 .. 66, the longest makespan); every cell's label is at least 9 pt
+    (15 pixels at 120 dpi) and at least 4.5:1 against its cell (WCAG's contrast for text, its colour drawn
+    with its alpha over white)."""
+    from matplotlib.colors import to_rgb, to_rgba
+    code, _ = _cli(capsys, "lesson", "pp-zero-bubble", "--plain", "--plot", str(tmp_path / "zb.png"))
+    assert code == 0
+    axes = [ax for ax in drawn[-1].axes if ax.get_title()]
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_xticklabels()] == [str(s) for s in range(1, 67)]
+        for t in ax.texts:
+            x, y = t.get_position()
+            (cell,) = [p for p in ax.patches if p.get_x() <= x <= p.get_x() + p.get_width()
+                       and p.get_y() <= y <= p.get_y() + p.get_height()]
+            r, g, b, a = to_rgba(cell.get_facecolor())
+            back = _luminance([a * c + 1 - a for c in (r, g, b)])
+            ink = _luminance(to_rgb(t.get_color()))
+            assert t.get_fontsize() >= 9, t.get_text()
+            assert (max(back, ink) + 0.05) / (min(back, ink) + 0.05) >= 4.5, (ax.get_title(), t.get_text())
+
+
+def test_rules_of_thumb_keys_off_the_bars_and_draws_broken_above_kept(capsys, drawn, tmp_path):
+    code, _ = _cli(capsys, "lesson", "rules-of-thumb", "--plain", "--plot", str(tmp_path / "r.png"))
+    assert code == 0
+    fig = drawn[-1]
+    keys = [lg for lg in fig.legends] + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+    assert len(keys) == 1 and [t.get_text() for t in keys[0].get_texts()] == ["rule broken", "rule kept"]
+    bars = [p for ax in fig.axes for p in ax.patches]
+    (kbox,), boxes = _boxes(fig, keys), _boxes(fig, bars)
+    assert not any(kbox.overlaps(b) for b in boxes)
+    for ax in fig.axes:  # the key's order on the page: each rule's red bar above its green one
+        red = sorted(p.get_y() for p in ax.patches if p.get_facecolor()[0] > 0.7)
+        green = sorted(p.get_y() for p in ax.patches if p.get_facecolor()[0] < 0.3)
+        assert ax.yaxis_inverted() and all(r < g for r, g in zip(red, green))
+
+
+def test_hot_expert_names_its_x_axis(capsys, drawn, tmp_path):
+    code, _ = _cli(capsys, "lesson", "hot-expert", "--plain", "--plot", str(tmp_path / "e.png"))
+    assert code == 0
+    bottom = [ax for ax in drawn[-1].axes if ax.get_title()][-3:]
+    assert all(ax.get_xlabel() == "GPU" for ax in bottom)
