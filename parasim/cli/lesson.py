@@ -174,7 +174,7 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         given += [KNOB_KINDS[n].flags[-1] for n in given_knobs(args)]
         if given:
             raise UsageError(f"{' and '.join(given)} apply to one lesson: parasim lesson NAME {given[0]} ...")
-        _list_lessons(load_lessons(), args.json)
+        _list_lessons(load_lessons(), args.json, getattr(args, "width", None))
         return 0
     if getattr(args, "list", False):  # parasim view FILE.py:fn comes here without it
         raise UsageError("--list lists every lesson: parasim lesson --list (without a NAME)")
@@ -284,9 +284,9 @@ def _read_answer(bound: int) -> str | None:
     return line.rstrip("\n")[:bound].strip()
 
 
-def _list_lessons(lessons: dict, as_json: bool) -> None:
+def _list_lessons(lessons: dict, as_json: bool, width: int | None = None) -> None:
     """Every lesson in the post's order, with the section of the post it works through and the picture
-    `--plot` draws of it."""
+    `--plot` draws of it, `width` columns wide (default: the page's, as the walk-through's)."""
     if as_json:
         print_json([lesson.listing() for lesson in lessons.values()], indent=2)
         return
@@ -310,7 +310,9 @@ def _list_lessons(lessons: dict, as_json: bool) -> None:
             str(l.world),
             (f"{escape(l.section)}\n[dim]{escape(l.title)}[/dim]" if l.section else escape(l.title)) + drawn,
         )
-    Console(highlight=False).print(table)
+    from ..render.walkthrough import page_width
+
+    Console(highlight=False, width=width or page_width()).print(table)
 
 
 def cmd_view(args: argparse.Namespace) -> int:

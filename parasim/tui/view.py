@@ -63,7 +63,12 @@ MAX_ROWS = 64  # ranks drawn one row each; a bigger world opens with its ranks f
 
 
 def _tensors(ts: tuple) -> str:
-    """A member's tensors, runs of equal ones written once with a count when there are many."""
+    """A member's tensors: a few alike but for their rows (an all-to-all's chunks, one a rank) as their count and
+    rows, 4 x float64[2/1/0/0,10], as the walk-through writes them; other few as they are; many, runs of equal
+    ones written once with a count."""
+    if 1 < len(ts) <= 8 and ts[0].shape and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1:
+        rows = "/".join(str(t.shape[0]) for t in ts)
+        return f"{len(ts)} x {ts[0].dtype}[{','.join([rows, *map(str, ts[0].shape[1:])])}]"
     if len(ts) <= 8:
         return " ".join(_tensor(t) for t in ts) or "-"
     runs: list[list] = []
@@ -539,16 +544,16 @@ class View:
 
     def quiet_phases(self, index: int) -> list[tuple[str, str, list[str]]]:
         """(phase name, narrative, notes) of the phases just before the selected event's that have no event of
-        their own (pp-1f1b's "the schedule": its words and slot table come before the first send), so that the
-        app says them with the phase that follows, as the walk-through does, instead of never."""
+        their own (pp-1f1b's "the schedule": its words and slot table come before the first send), at the first
+        event of the phase that follows them, so that the app says them as the walk-through does, not never."""
         if not self.events:
             return []
         if self._with_events is None:
             self._with_events = {e.phase for e in self.trace.events}
         order = self.marks.phase_order
         phase = self.events[index].phase
-        if phase not in order:
-            return []
+        if phase not in order or (index > 0 and self.events[index - 1].phase == phase):
+            return []  # said at the phase's first event only: the later ones have their own words to show
         quiet: list[str] = []
         for earlier in reversed(order[: order.index(phase)]):
             if earlier in self._with_events:

@@ -94,7 +94,11 @@ def test_many_equal_tensors_are_written_once_with_a_count():
     event = Event(0, 1, "collective", "all_gather", world, [Member(0, (t,) * 3, (t,) * 9 + (u,) * 3, 0, 0, "x.py (f)")])
     (row,) = [line for line in View(Trace(1, "virtual", [world], [event])).detail(0) if line.startswith("rank 0 ")]
     # a few: as they are; many: each run once with its count
-    assert row == "rank 0   float64[4,8] float64[4,8] float64[4,8] -> float64[4,8] x9 float64[2,8] x3"
+    assert row == "rank 0   3 x float64[4/4/4,8] -> float64[4,8] x9 float64[2,8] x3"
+    # a few alike but for their rows (an all-to-all's chunks): their count and rows, in order
+    chunks = Event(0, 1, "collective", "all_to_all", world, [Member(0, (t, u), (u, t, u), 0, 0, "x.py (f)")])
+    (row,) = [line for line in View(Trace(1, "virtual", [world], [chunks])).detail(0) if line.startswith("rank 0 ")]
+    assert row == "rank 0   2 x float64[4/2,8] -> 3 x float64[2/4/2,8]"
 
 
 async def test_the_app_steps_through_a_folded_world(trace):

@@ -290,5 +290,5 @@ def test_a_phase_with_no_event_is_said_with_the_phase_after_it(name, quiet, firs
     assert said[0] == quiet and said[1] == " ".join(lesson.narrative[quiet].split())
     text = NarrativePanel.content(SimpleNamespace(view=view), 0).plain
     assert text.index(quiet) < text.index(" ".join(lesson.narrative[quiet].split())[:40]) < text.index(first)
-    later = [i for i, e in enumerate(view.events) if e.phase != first]
-    assert all(view.quiet_phases(i) == [] for i in later[:50])  # said once, with the first phase after it
+    # said once, at the first event of the phase after it: the later events of that phase show their own words
+    assert all(view.quiet_phases(i) == [] for i in range(1, min(50, len(view.events))))
