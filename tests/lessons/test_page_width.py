@@ -42,3 +42,14 @@ def test_an_events_source_line_is_said_once_on_its_head_and_its_members_keep_the
     assert all(len(line) <= 100 for line in lines)
     # at 200 columns the head is one line, the source line at its end
     assert next(iter(event_lines(e, 200))).endswith(site)
+
+
+def test_the_list_of_lessons_takes_the_page_width():
+    """`lesson --list --width 200` lays its table out on 200 columns (a walk found it wrapped at 80 whatever the
+    width): each lesson's title on one line; at 100 no line is longer than 100."""
+    from tests.conftest import cli
+
+    wide = cli("lesson", "--list", "--width", "200").stdout.splitlines()
+    assert max(map(len, wide)) <= 200 and any(
+        "The three collectives: all-reduce, reduce-scatter, all-gather" in line for line in wide)
+    assert max(map(len, cli("lesson", "--list", "--width", "100").stdout.splitlines())) <= 100
