@@ -54,6 +54,19 @@ def test_tp_four_all_reduces_a_layer_the_posts_figure():
     assert (f["tp"], f["heads"]) == (4, 4)  # tp-attention at its default: 4 ranks, a head each
 
 
+def test_tp_over_two_nodes_is_the_same_layers_time_at_tp_16_over_tp_8():
+    """The TP row's limit: tp-across-nodes' own table, the layer's time at TP 16 over two nodes against TP 8 in
+    one, read from that lesson's JSON (the cheat sheet reads its run)."""
+    import json
+
+    from tests.conftest import cli
+
+    data = json.loads(cli("lesson", "tp-across-nodes", "--json").stdout)
+    rows = {r["layout"]: r["layer (ms)"] for t in data["tables"] for r in t["rows"] if "layer (ms)" in r}
+    ratio = rows["TP 16 over two nodes"] / rows["TP 8 inside one node"]
+    assert figures("TP")["over_two_nodes"] == f"{ratio:.2f}x" and ratio > 2
+
+
 def test_sp_bytes_and_memory_by_hand():
     f, t = figures("SP"), 8
     # 8 ring passes of an activation a layer under TP; SP adds backward's two re-gathers: 10 of them
