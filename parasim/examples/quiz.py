@@ -81,6 +81,17 @@ def parse_number(text: str) -> float | None:
     return float(m.group(1)) * _SCALE.get((m.group(5) or "").lower(), 1.0)
 
 
+def in_unit(text: str, unit: str) -> float | None:
+    """A learner's figure in a question's unit: where the unit is a size ("GB") and the answer gives a size
+    too ("432 GB", "0.432 TB"), the answer's bytes over the unit's; a bare number is in the unit already."""
+    value = parse_number(text)
+    scale = _SCALE.get(unit.strip().lower())
+    m = re.match(rf"\s*({_NUMBER.pattern})\s*([A-Za-z]+)", text.strip().replace(",", ""))
+    if value is None or scale is None or m is None or m.group(5).lower() not in (*_SCALE, "b", "byte", "bytes"):
+        return value
+    return value / scale
+
+
 def _names(text: str) -> frozenset[str]:
     """Names given in any order and case, with or without "GPU": "g3, g5" = "G5 g3" = "gpu 3 and gpu 5"."""
     t = re.sub(r"\bgpu\s*(\d+)", r"g\1", text.lower())
@@ -101,7 +112,7 @@ class Graded:
             return None
         if not q.numeric:
             return _names(given) == _names(str(q.answer))
-        value = parse_number(given)
+        value = in_unit(given, q.unit)
         want = float(q.answer)  # type: ignore[arg-type]
         return value is not None and abs(value - want) <= q.rtol * abs(want) + 1e-12
 
@@ -113,7 +124,7 @@ class Graded:
             return f"no answer; the run's: {q.shown()}{unit}"
         if right:
             return f"right: the run's is {q.shown()}{unit}"
-        value = parse_number(self.given or "") if q.numeric else None
+        value = in_unit(self.given or "", q.unit) if q.numeric else None
         if value is None:
             said = "not a number" if q.numeric else f"you said {self.given}"
             return f"not quite ({said}); the run's: {q.shown()}{unit}"

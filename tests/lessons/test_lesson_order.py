@@ -5,9 +5,10 @@ from conftest import cli
 
 # The post's sections in the order it has them (collectives, DP/ZeRO, TP, SP, CP, PP, EP, the
 # worked example), written out here, not read from the package.
-POST = ["collectives", "bf16-sums", "zero", "memory", "tp-mlp", "tp-attention", "sp", "tp-across-nodes", "ring-attention",
+POST = ["why-split", "collectives", "bf16-sums", "zero", "memory", "tp-mlp", "tp-attention", "sp", "tp-across-nodes", "ring-attention",
         "online-softmax", "cp-causal", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "pp-vs-zero3",
-        "moe-sp", "links-shared", "hot-expert", "all-to-all-hidden", "node-limited", "rules-of-thumb",
+        "ep-split", "folding", "moe-sp", "links-shared", "hot-expert", "all-to-all-hidden", "node-limited",
+        "rules-of-thumb",
         "longest-sequence", "fit-is-not-fast", "moe16", "moe16-variants", "at-scale", "silent-bugs", "checkpoint"]
 
 

@@ -157,7 +157,7 @@ def test_json_grades_the_answers_given_and_is_strict():
 
 def test_the_quiz_is_refused_in_one_line_where_it_cannot_ask():
     for argv, words in (
-        (("lesson", "tp-mlp", "--quiz"), "--quiz: tp-mlp asks no questions yet; lessons that do: collectives, zero"),
+        (("lesson", "tp-mlp", "--quiz"), "--quiz: tp-mlp asks no questions yet; lessons that do: why-split, collectives, zero"),
         (("lesson", "pp-1f1b", "--answer", "3"), "--answer answers a quiz: give --quiz too"),
         (("lesson", "pp-1f1b", "--quiz", "--answer", "1" * 201), "--answer: at most 200 characters, got 201"),
         (("serve", "--quiz", "--memory", "--model 27b"), "--quiz asks a lesson's questions: give a lesson NAME"),
@@ -172,7 +172,7 @@ def test_the_list_says_which_lessons_ask_and_the_browser_s_app_opens_asking():
     from parasim.cli.serve import app_command
 
     listed = {row["name"]: row["quiz"] for row in json.loads(cli("lesson", "--list", "--json").stdout)}
-    assert {n for n, asks in listed.items() if asks} == {"collectives", "zero", "pp-gpipe", "pp-1f1b", "moe16"}
+    assert {n for n, asks in listed.items() if asks} == {"why-split", "collectives", "zero", "pp-gpipe", "pp-1f1b", "moe16"}
     assert {n for n, lesson in load_lessons().items() if lesson.quiz is not None} == {
         n for n, asks in listed.items() if asks
     }
@@ -181,3 +181,15 @@ def test_the_list_says_which_lessons_ask_and_the_browser_s_app_opens_asking():
     assert shlex.split(command) == ["exec", sys.executable, "-m", "parasim", "lesson", "pp-1f1b", "--quiz", "--tui"]
     with pytest.raises(UsageError, match="asks no questions"):
         get_lesson("sp").check_asks()
+
+
+def test_a_figure_asked_in_gb_reads_sizes_and_bare_numbers_in_that_unit():
+    """why-split asks for GB: "432", "432 GB", "0.432 TB" and "4.32e11 bytes" all say the same figure; a
+    figure asked in bytes still reads "7 KiB" as 7,168."""
+    from parasim.examples.quiz import Question, grade
+
+    q = Question("how many GB?", 432.0, "GB", "")
+    assert [g.right for g in grade([q] * 5, ["432", "432 GB", "0.432 TB", "4.32e11 bytes", "432 MB"])] == [
+        True, True, True, True, False]
+    b = Question("how many bytes?", 7168, "bytes", "")
+    assert [g.right for g in grade([b] * 2, ["7 KiB", "7168"])] == [True, True]

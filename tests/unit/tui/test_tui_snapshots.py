@@ -45,7 +45,7 @@ def test_first_screen(snap_compare, name):
 def test_middle_screen(snap_compare, name):
     app = make_app(name)
     steps = len(app.view.events) // 2
-    assert steps > 0
+    assert app.view.events  # a lesson of one event (why-split) has its first event in the middle
     # go there with the g prompt, as a user would on a long trace (pressing Right 600 times takes a minute)
     assert snap_compare(app, press=["g", *str(steps + 1), "enter"], terminal_size=SIZE)
 
