@@ -2,6 +2,9 @@
 the zigzag split (rank i takes chunks i and 2cp-1-i) evens it out. Work is counted by the run."""
 from __future__ import annotations
 
+from fractions import Fraction
+
+from parasim.examples.quiz import Question
 from parasim.lesson import Check, Knob, Lesson, Picture, Table, check
 from parasim.render.plot_lessons import plot_cp_causal
 from parasim.nn.ring_attention import RingAttention, positions
@@ -100,6 +103,27 @@ def figures(result) -> dict:
             "zigzag's speed-up of the slowest rank": round(cont / zig, 3)}
 
 
+def quiz(result) -> list[Question]:
+    """The last rank's share of the causal work under the contiguous split, and each rank's under zigzag:
+    asked before the run shows them, answered by the blocks the ranks counted."""
+    v, t = result.values, result.world
+    total = sum(x["contiguous"]["blocks"] for x in v)
+    last, zig = v[-1]["contiguous"]["blocks"], v[0]["zigzag"]["blocks"]
+    share = Fraction(last).limit_denominator(1000) / Fraction(total).limit_denominator(1000)
+    pieces = 2 * t
+    return [
+        Question(f"A causal sequence split contiguously over {t} CP ranks: what share of the attention work "
+                 "does the last rank do? (a fraction or a percentage)", share, "",
+                 f"cut the sequence into {t} pieces: piece i attends to i - 1 whole pieces before it and half of "
+                 f"itself, i - 0.5 pieces' worth; the last does {t} - 0.5 = {t - 0.5:g} of the {t * t / 2:g} in all "
+                 f"({t}^2/2): {share.numerator}/{share.denominator}, {float(share):.0%}"),
+        Question(f"The zigzag split instead ({pieces} pieces, rank i taking piece i + 1 and piece {pieces} - i): "
+                 f"how many blocks does each rank do, a block being one piece against one piece?", zig, "blocks",
+                 f"piece j does j - 0.5 blocks; rank 0 holds pieces 1 and {pieces}: 0.5 + {pieces - 0.5:g} = "
+                 f"{pieces:g}, and every rank's pair adds up the same"),
+    ]
+
+
 NARRATIVE = {
     "contiguous split": """
         With a causal mask a token only looks at the tokens before it. Split the sequence into contiguous
@@ -132,4 +156,5 @@ LESSON = Lesson(
                       "multiple of 2cp (18 at --cp 3)")},
     figures=figures,
     tables=tables,
+    quiz=quiz,
 )

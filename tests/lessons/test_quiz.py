@@ -172,7 +172,7 @@ def test_the_list_says_which_lessons_ask_and_the_browser_s_app_opens_asking():
     from parasim.cli.serve import app_command
 
     listed = {row["name"]: row["quiz"] for row in json.loads(cli("lesson", "--list", "--json").stdout)}
-    assert {n for n, asks in listed.items() if asks} == {"why-split", "collectives", "zero", "pp-gpipe", "pp-1f1b", "moe16"}
+    assert {n for n, asks in listed.items() if asks} == {"why-split", "collectives", "zero", "cp-causal", "pp-gpipe", "pp-1f1b", "moe16"}
     assert {n for n, lesson in load_lessons().items() if lesson.quiz is not None} == {
         n for n, asks in listed.items() if asks
     }
@@ -193,3 +193,19 @@ def test_a_figure_asked_in_gb_reads_sizes_and_bare_numbers_in_that_unit():
         True, True, True, True, False]
     b = Question("how many bytes?", 7168, "bytes", "")
     assert [g.right for g in grade([b] * 2, ["7 KiB", "7168"])] == [True, True]
+
+
+@pytest.mark.parametrize("cp", [2, 4, 8])
+def test_cp_causal_asks_the_last_ranks_share_and_zigzags_blocks(cp):
+    """Contiguous: piece i of cp does i - 1/2 pieces' worth of the cp^2/2 in all, so the last does
+    (cp - 1/2)/(cp^2/2) (7/16 at CP 4, the post's 44%); zigzag: each rank 2cp blocks of the 2cp-way split."""
+    from fractions import Fraction
+
+    from parasim.examples.quiz import grade
+    from parasim.lesson import get_lesson, run_lesson
+
+    lr = run_lesson(get_lesson("cp-causal"), knobs={"cp": cp})
+    share, blocks = lr.questions()
+    assert share.answer == Fraction(2 * cp - 1, cp * cp) and blocks.answer == 2 * cp
+    right = [g.right for g in grade([share, blocks], [f"{100 * (2 * cp - 1) / cp**2:.1f}%", str(2 * cp)])]
+    assert right == [True, True]
