@@ -129,7 +129,33 @@ def tables(result) -> list[Table]:
                          "CP ranks hold the same weights as well (each saw other tokens of the same sequences)."]),
             Table(f"What g{g} stores", ["what", "values", "share"], stores,
                   notes=["values: numbers kept (weights in the run's float64; a training run keeps them in bf16); "
-                         "share: of the whole model's attention or expert weights."])]
+                         "share: of the whole model's attention or expert weights."]),
+            _map_table(v)]
+
+
+def _map_table(v: list[dict]) -> Table:
+    """The post's map, node by node: each GPU's coordinates on every axis as the run gave them, the sequences
+    its DP replica trains on, the tokens it holds inside attention (CP's share) and between the products (SP's
+    half of it), and the experts it keeps."""
+    rows = []
+    for r, x in enumerate(v):
+        c, st = x["coords"], x["stores"]
+        experts = " ".join(f"E{e + 1}" for e in x["experts"][0])
+        rows.append((f"g{r}", ["A" if c["pp"] == 0 else "B", f"{c['dp']} ({' '.join(REPLICAS[c['dp']])})", c["cp"],
+                               c["tp"], _span(st["tokens in attention"]), _span(st["tokens between matmuls"]),
+                               c["ep"], experts]))
+    return Table("The map: what every GPU holds, node A (layers 1-2) and node B (layers 3-4)",
+                 ["GPU", "node", "DP replica (seqs)", "CP rank", "TP rank", "tokens in attention",
+                  "between matmuls", "EP rank", "experts"], rows,
+                 notes=["every cell is the run's: the GPU's coordinates, and the tokens and experts it held; tokens "
+                        "are positions of its replica's sequences (t1-t4: the first half, CP rank 0's)."])
+
+
+def _span(numbers: list[int]) -> str:
+    """t5-t8, or t5 t7 for tokens that are not next to each other."""
+    if numbers == list(range(numbers[0], numbers[0] + len(numbers))) and len(numbers) > 2:
+        return f"t{numbers[0]}-t{numbers[-1]}"
+    return " ".join(f"t{n}" for n in numbers)
 
 
 def _tokens(numbers: list[int]) -> str:

@@ -137,13 +137,13 @@ def test_pp_vs_zero3_table_has_both_columns_from_the_runs():
     p = m = 4  # 4 stages, 4 micro-batches under 1F1B
     assert rows["bubble (idle share of the step)"]["PP"] == f"{p - 1}/{m + p - 1}"
     assert rows["bubble (idle share of the step)"]["ZeRO-3"] == "0"
-    assert (rows["bytes x when batch doubles"]["PP"], rows["bytes x when batch doubles"]["ZeRO-3"]) == ("2", "1")
+    assert (rows["bytes x when batch doubles"]["PP"], rows["bytes x when batch doubles"]["ZeRO-3"]) == (2, 1)
     assert all(c["ok"] for c in data["checks"])
 
 
 def test_moe16_summary_and_what_g2_stores():
     data = json.loads(cli("lesson", "moe16", "--json").stdout)
-    summary, stores = data["tables"]
+    summary, stores, _ = data["tables"]  # then the map (test_moe16.py)
     rows = {r["axis"]: r for r in summary["rows"]}
     # the post's layout: TP 2, CP 2, PP 2, DP 2, EP 4, ETP 1 (EDP 2); g2 is TP rank 0, CP rank 1 of node A
     assert {a: rows[a]["size"] for a in rows} == {"DP + ZeRO-1": 4, "PP": 2, "TP + SP": 2, "CP": 2, "EP": 4,
@@ -218,11 +218,28 @@ def test_pp_zero_bubble_puts_the_three_schedules_side_by_side():
     rows = {r["schedule"]: r for r in table["rows"]}
     assert rows["1F1B"]["makespan"] == 8 * 6 + 3 * 6 and rows["1F1B"]["idle per GPU"] == 3 * 6
     assert rows["ZB-H1"]["idle per GPU"] == 3 * 2 and rows["DualPipeV"]["idle per GPU"] == 3
-    assert rows["1F1B"]["bubble"] == "3/11" and rows["ZB-H1"]["held (micro-batches)"] == "4"
+    assert rows["1F1B"]["bubble"] == "3/11" and rows["ZB-H1"]["held (micro-batches)"] == 4
+    assert rows["DualPipeV"]["held (micro-batches)"] == 4 + 0.5  # 2p + 1 half-depth chunks: p + 1/2 micro-batches
     assert [rows[s]["stages (layers)"] for s in ("1F1B", "ZB-H1", "DualPipeV")] == [4, 4, 8]
     assert rows["1F1B"]["loss"] == rows["ZB-H1"]["loss"] != rows["DualPipeV"]["loss"]
     text = " ".join(cli("lesson", "pp-zero-bubble", "--plain").stdout.split())
     assert "twice the depth of the model 1F1B and ZB-H1 split" in text
+
+
+def test_pp_zero_bubble_held_counts_line_up_on_the_right():
+    """The held column is numbers (DualPipeV's half micro-batch as 4.5, not the string '9/2'), so the plain
+    table puts each under the right edge of its header; as strings they once sat at its left edge, a column's
+    width away from the stages beside them ('4                                   4')."""
+    text = cli("lesson", "pp-zero-bubble", "--plain", "--width", "100").stdout
+    lines = text[text.index("4 GPUs, 8 micro-batches"):].splitlines()
+    head = next(line for line in lines if "held (micro-batches)" in line)
+    right = head.index("held (micro-batches)") + len("held (micro-batches)")
+    cells = {}
+    for name in ("1F1B", "ZB-H1", "DualPipeV"):
+        row = next(line for line in lines if line.strip().startswith(name + " "))
+        cells[name] = row[:right].split()[-1]
+        assert row[right] == " ", row  # the cell ends at the header's right edge
+    assert cells == {"1F1B": "4", "ZB-H1": "4", "DualPipeV": "4.5"}  # p = 4; 2p + 1 half-depth chunks
 
 
 def test_tp_mlp_at_tp_4_says_why_ranks_send_unequal_bytes():

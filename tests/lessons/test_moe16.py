@@ -312,3 +312,24 @@ def test_compare_sets_the_token_s_experts_side_by_side_under_the_post_s_routing(
     assert fig["layer 1: its experts (on GPU)"] == "E3 (g1), E8 (g3)"
     assert fig["layer 4: its experts (on GPU)"] == "E3 (g9), E8 (g11)"
     assert fig["copies the dispatch sends off the token's GPU, all layers"] == 2 * 4
+
+
+def test_the_map_gives_every_gpu_its_place_as_the_post_draws_node_a():
+    """The post's map of node A: DP picks the sequences (g0-g3: A and B), CP the half (g0, g1: tokens 1-4),
+    TP the GPU of the pair; the MoE view puts E1 E2 on g0 and g4, E5 E6 on g2 and g6 (EDP 2). Node B repeats
+    it for layers 3-4. Worked out here from Megatron's order (TP fastest, then CP, DP; PP across nodes)."""
+    from parasim.lesson import get_lesson, run_lesson
+
+    lr = run_lesson(get_lesson("moe16"))
+    table = next(t for t in lr.tables if t.title.startswith("The map"))
+    rows = dict(table.rows)
+    for g in range(16):
+        tp, cp, dp, node = g % 2, (g // 2) % 2, (g // 4) % 2, g // 8
+        node_name, seqs, cp_rank, tp_rank, attention, between, ep, experts = rows[f"g{g}"]
+        assert (node_name, cp_rank, tp_rank) == ("AB"[node], cp, tp)
+        assert seqs == f"{dp} ({'A B' if dp == 0 else 'C D'})"
+        assert attention == ("t1-t4" if cp == 0 else "t5-t8")
+        first = 4 * cp + 2 * tp + 1
+        assert between == f"t{first} t{first + 1}"
+        k = g % 4  # the GPU's place in its EP group of 4, two experts each
+        assert ep == k and experts == f"E{2 * k + 1} E{2 * k + 2}"
