@@ -12,6 +12,7 @@ from parasim.nn import Saved, ParallelContext
 from parasim.nn.attention import AttentionWeights, HeadCounts, ParallelAttention
 from parasim.nn.layer import TransformerLayer, layer_weights
 from parasim.nn.moe import softmax  # a row softmax shifted by its maximum
+from parasim.examples.quiz import Question
 from parasim.layout import ModelSpec
 
 S, B = 4, 1
@@ -132,6 +133,21 @@ def _unsplit(world: int):
     return program
 
 
+def quiz(result) -> list[Question]:
+    """Grouped-query attention over TP: how many GPUs hold a copy of each K/V head, asked before the run shows
+    it, answered by the group of copies the run's ranks made (the post's case: 8 KV heads at TP 16, two each)."""
+    t, v = result.world, result.values
+    heads, kv = heads_of(t), gqa_kv(t)
+    copies = v[0]["gqa"]["copies"]
+    return [Question(
+        f"{heads} query heads and {kv} key/value head{'s' * (kv != 1)} (grouped-query attention) split over TP {t}: each GPU "
+        "keeps whole query heads and the K/V head they read. How many GPUs hold a copy of each K/V head?",
+        copies, "GPUs",
+        f"{heads} query heads over {t} GPUs: {heads // t} a GPU; {heads // kv} query heads share a K/V head, so "
+        f"the {heads // kv} of them sit on {heads // kv} / {heads // t} = {copies} GPU{'s' * (copies != 1)}, "
+        "each keeping its own copy of that K/V head (and, backward, adding the copies' weight gradients)")]
+
+
 def checks(result) -> list[Check]:
     t, v = result.world, result.values
     H, HEADS = hidden_of(t), heads_of(t)
@@ -227,6 +243,7 @@ LESSON = Lesson(
     checks=checks,
     summary="heads split over TP ranks, 2 all-reduces forward and 2 backward per layer, kv heads replicated",
     keep_values=0,
+    quiz=quiz,
     knobs={"tp": Knob(4, choices=WORLDS, world=True, post=16,
                     limits="each rank takes whole heads: the model has 4 heads, or one a rank past 4, so TP must "
                            "divide them",

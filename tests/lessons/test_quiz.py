@@ -172,7 +172,7 @@ def test_the_list_says_which_lessons_ask_and_the_browser_s_app_opens_asking():
     from parasim.cli.serve import app_command
 
     listed = {row["name"]: row["quiz"] for row in json.loads(cli("lesson", "--list", "--json").stdout)}
-    assert {n for n, asks in listed.items() if asks} == {"why-split", "collectives", "zero", "cp-causal", "pp-gpipe", "pp-1f1b", "moe16"}
+    assert {n for n, asks in listed.items() if asks} == {"why-split", "collectives", "zero", "tp-attention", "cp-causal", "pp-gpipe", "pp-1f1b", "moe16"}
     assert {n for n, lesson in load_lessons().items() if lesson.quiz is not None} == {
         n for n, asks in listed.items() if asks
     }
@@ -209,3 +209,15 @@ def test_cp_causal_asks_the_last_ranks_share_and_zigzags_blocks(cp):
     assert share.answer == Fraction(2 * cp - 1, cp * cp) and blocks.answer == 2 * cp
     right = [g.right for g in grade([share, blocks], [f"{100 * (2 * cp - 1) / cp**2:.1f}%", str(2 * cp)])]
     assert right == [True, True]
+
+
+@pytest.mark.parametrize("tp, copies", [(16, 2), (4, 2), (2, 2), (1, 1)])
+def test_tp_attention_asks_how_many_gpus_hold_each_kv_head(tp, copies):
+    """The post's GQA case: 16 query heads, 8 K/V heads at TP 16: a query head a GPU, two query heads a K/V
+    head, so each K/V head on 2 GPUs; worked here as (query heads / K/V heads) / (query heads / TP)."""
+    from parasim.lesson import get_lesson, run_lesson
+
+    (q,) = run_lesson(get_lesson("tp-attention"), knobs={"tp": tp}).questions()
+    heads, kv = max(4, tp), max(1, tp // 2)
+    assert q.answer == copies == max(1, (heads // kv) // (heads // tp))
+    assert f"{heads} query heads and {kv} key/value head" in q.ask
