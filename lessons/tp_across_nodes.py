@@ -7,6 +7,8 @@ at the network's pace. The layer's time says which wins.
 """
 from __future__ import annotations
 
+from fractions import Fraction
+
 from dataclasses import replace
 
 from parasim.clock.costs import machine
@@ -94,8 +96,8 @@ def checks(result, s) -> list[Check]:
     start, end = tl.events[gather.seq]
     ph8, ph16 = s["phases"][p8], s["phases"][p16]
     return [
-        check("each GPU's products at TP 16 are half of TP 8's (the same layer, split over twice the GPUs)",
-              s["flops"][p16] * 2, s["flops"][p8]),
+        check("each GPU's products at TP 16 are half of TP 8's (the same layer, split over twice the GPUs): "
+              "TP 16's FLOPs over TP 8's", Fraction(int(s["flops"][p16]), int(s["flops"][p8])), Fraction(1, 2)),
         check("TP 8's collectives send nothing across nodes; every TP 16 collective sends bytes across",
               [sum(crossing[p8]) == 0, all(c > 0 for c in crossing[p16])], [True, True]),
         check("a TP 16 all-gather on the clock, by hand: NCCL's call latency, then 15 ring steps, each the "
