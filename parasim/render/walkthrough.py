@@ -395,17 +395,19 @@ def _notes_at_width(lines: list[str], width: int) -> list[str]:
 
 
 def _slot_grid(rows: list[SlotRow], width: int) -> list[str]:
-    """Slot rows as a grid: every cell as wide as the widest, and where the rows are longer than the page, cut
-    into blocks of whole slots, each headed by the slots it holds."""
-    cell = max((len(c) for row in rows for c in row.cells), default=1)
-    lead = max(len(row.head) for row in rows) + 2
+    """Slot rows as a grid under a line numbering the slots: every cell as wide as the widest, and where the rows
+    are longer than the page, cut into blocks of whole slots, each headed by the slots it holds."""
     slots = max(len(row.cells) for row in rows)
+    # a cell holds its slot's number too: the grid's first line numbers the slots, as the post's tables do
+    cell = max(max((len(c) for row in rows for c in row.cells), default=1), len(str(slots)))
+    lead = max(len(row.head) for row in rows) + 2
     per = max(1, (width - lead) // (cell + 1))
     out = []
     for a in range(0, slots, per):
         b = min(slots, a + per)
         if slots > per:
             out.append(f"  slots {a + 1}-{b}:")
+        out.append("  slot".ljust(lead) + " ".join(str(n).ljust(cell) for n in range(a + 1, b + 1)))
         out += [("  " + row.head).ljust(lead) + " ".join(c.ljust(cell) for c in row.cells[a:b]) for row in rows]
     return [line.rstrip() for line in out]
 

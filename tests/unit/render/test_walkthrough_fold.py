@@ -1,5 +1,7 @@
 """The plain walk-through's folding of calls alike on other groups (render/walkthrough, Lesson.fold_alike):
 only calls that did the very same thing are folded: the same arrays in and out, the same bytes, the same line."""
+import re
+
 import numpy as np
 
 from parasim.engine import run
@@ -26,3 +28,17 @@ def test_only_calls_with_the_same_arrays_out_and_bytes_fold():
     assert "... and the same call on 1 more pair group: [2, 3]" in said
     assert said.count("step   1  all_gather") == 2  # the pairs' calls once, the group of four's apart
     assert "on four[4-7]" in said  # consecutive ranks as a range
+
+
+def test_a_slot_table_numbers_its_slots_above_its_rows():
+    """pp-1f1b's slot table: a line numbering the slots 1 to 14 above the rows, each number over its column
+    (the post's tables run a 'time' line above theirs)."""
+    from tests.conftest import cli
+
+    lines = cli("lesson", "pp-1f1b", "--plain", "--width", "100").stdout.splitlines()
+    i = next(k for k, line in enumerate(lines) if line.startswith("  rank 0: GPU 1:"))
+    ruler, row = lines[i - 1], lines[i]
+    assert ruler.split() == ["slot", *map(str, range(1, 15))]
+    # each slot's number starts where its cell does
+    starts = [m.start() for m in re.finditer(r"\S+", row)][4:]  # after "rank 0: GPU 1:"
+    assert [m.start() for m in re.finditer(r"\d+", ruler)] == starts
