@@ -53,3 +53,55 @@ def test_the_list_of_lessons_takes_the_page_width():
     assert max(map(len, wide)) <= 200 and any(
         "The three collectives: all-reduce, reduce-scatter, all-gather" in line for line in wide)
     assert max(map(len, cli("lesson", "--list", "--width", "100").stdout.splitlines())) <= 100
+
+
+def test_a_source_line_that_would_take_a_line_of_its_own_is_left_out():
+    """moe16's first all-gather: its head fits 100 columns, with its source line it would not; the source line
+    is left out there (--json and the app give it) and said at 200 columns."""
+    lr = run_lesson(load_lessons()["moe16"])
+    e = next(e for e in lr.result.trace.events if e.op == "all_gather")
+    site = e.members[0].site
+    narrow, wide = list(event_lines(e, 100)), list(event_lines(e, 200))
+    assert not narrow[0].startswith(" ") and narrow[1].startswith("    rank ")  # the head on one line
+    assert site not in narrow[0] and wide[0].endswith(site) and len(wide[0]) > 100
+
+
+def _event_of(members: int, ins, outs, sent: int = 10**8):
+    from parasim.comm.interface import Group
+    from parasim.comm.trace import Event, Member
+
+    group = Group(tuple(range(members)), "tp", 0)
+    return Event(0, 1, "collective", "all_gather", group,
+                 [Member(r, ins, outs, sent, sent, "x.py (f)") for r in range(members)])
+
+
+def test_sixteen_members_alike_are_one_line_and_a_long_line_keeps_its_numbers_whole():
+    """A group of 16 that did the same: one 'ranks 0-15' line, not 8 of them and a gap (alike ranks fold before
+    a big group is cut); a member's line too wide for its columns closes them up, and where even that is too
+    wide its bytes go under its arrays, never a number apart from its unit."""
+    from parasim.comm.trace import Tensor
+
+    t = Tensor((256, 2, 6144), "bfloat16")
+    lines = list(event_lines(_event_of(16, (t,), (t,)), 100))
+    assert [line.split()[:2] for line in lines[1:]] == [["ranks", "0-15"]]
+    assert lines[1].endswith(" sent    100 MB  recv    100 MB")  # in columns, right-aligned: it fits
+    many = tuple(Tensor((1600 + i, 7184), "bfloat16") for i in range(16))
+    lines = list(event_lines(_event_of(16, many, many), 100))
+    assert lines[1].split()[:2] == ["ranks", "0-15"] and lines[2] == " " * 14 + "sent 100 MB, recv 100 MB"
+    assert all(len(line) <= 100 for line in lines)
+    mid = (Tensor((1600, 71), "bfloat16"),) * 3
+    lines = list(event_lines(_event_of(16, mid, mid), 110))  # 114 in columns, 109 closed up
+    assert len(lines) == 2 and lines[1].endswith("  sent 100 MB, recv 100 MB")  # closed up, one line
+
+
+@pytest.mark.slow
+def test_moe16_variants_shows_two_events_a_phase_of_the_layout_it_replays():
+    """moe16-variants steps through the post's layout again (lesson moe16 walks it event by event): two
+    events a phase and a count of the rest, so its tables come after some 330 lines, not 970."""
+    import re
+
+    lr = run_lesson(load_lessons()["moe16-variants"])
+    text = walkthrough(lr, width=100)
+    for block in text.split("\n== ")[1:-2]:
+        assert len(re.findall(r"^step +\d+ ", block, re.M)) <= 2
+    assert len(text.splitlines()) < 400

@@ -28,3 +28,13 @@ def test_bytes_and_lists():
 def test_the_walk_through_and_a_table_write_a_number_alike(v):
     line = table_lines(Table("t", ["what", "value"], [("x", [v])]))[-1]
     assert fmt_value(v) == cell(v) == line.split()[-1]
+
+
+def test_a_short_byte_count_is_exact_below_a_million_and_three_figures_past_it():
+    """The walk-through's member columns: every byte of a lesson's small sends, a real size's in three figures
+    of the decimal unit the post writes (94,371,840 B is 94.4 MB)."""
+    from parasim.render.numbers import nbytes_short
+
+    assert [nbytes_short(n) for n in (0, 32, 999_999)] == ["0 B", "32 B", "999,999 B"]
+    assert [nbytes_short(n) for n in (1_000_000, 94_371_840, 1_210_000_000, 5 * 10**12)] == [
+        "1 MB", "94.4 MB", "1.21 GB", "5 TB"]
