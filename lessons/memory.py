@@ -91,9 +91,8 @@ def program(ctx):
         if z == 1:  # each rank steps its shard, then everyone gets the updated weights back
             ctx.comm.all_gather(mine, group=dp_group, label="ZeRO-1: all-gather the updated weights")
         if ctx.rank == 0:
-            ctx.note(f"ZeRO-{z} on a small layer's {n} gradients over this run's {t} ranks (--tp's, the DP group "
-                     f"here; --dp sizes the 27B figures above): each rank keeps {int(mine.shape[0])} of them and "
-                     f"should send {estimate[z]:,.0f} B", run=True)
+            ctx.note(f"ZeRO-{z} on a small layer's {n} gradients, the run's {t} ranks as one DP group: each rank "
+                     f"keeps {int(mine.shape[0])} of them and should send {estimate[z]:,.0f} B", run=True)
     out["zero_small"] = {"params": n, "estimate": estimate}
 
     ctx.phase("activations: the worked example")
@@ -230,7 +229,8 @@ LESSON = Lesson(
     # the small layer's TP size (the ranks), and the DP group the 27B model's ZeRO table is spread over
     knobs={"tp": Knob(4, choices=(2, 4, 8), world=True, post=NOT_IN_POST,
                     limits="the small layer's heads split evenly over the ranks",
-                    why="it sizes the small layer run on the ranks; the post's figures are the 27B model's"),
+                    why="it is the number of ranks, which run the small layer and its ZeRO step; --dp sizes "
+                        "only the 27B figures"),
            "dp": Knob(DP)},
     program=program,
     narrative=NARRATIVE,

@@ -102,8 +102,9 @@ def checks(result) -> list[Check]:
         check(f"scores x{BIG:g} in float32: the naive softmax is not a number (e^{BIG * scores.max():g} overflows)",
               bool(np.isnan(result.values[0]["naive"]).any()), bool(BIG * scores.max() > np.log(np.finfo(np.float32).max))),
         check(f"... while subtracting the max first gives the softmax of the x{BIG:g} scores, to float32's "
-              f"precision (rtol gamma({n + 3}) at float32's u = 2^-24, {rtol32:.2g}: the sum's {n - 1} additions, "
-              f"an exp of two roundings and the divide, with margin; atol its smallest normal, {ATOL32:.2g})",
+              f"precision: within a relative {rtol32:.2g}, the most that {n + 3} float32 roundings can add up to "
+              f"(the sum's {n - 1} addition{'s' if n != 2 else ''}, two in the exp, one in the divide, and one "
+              f"to spare), or an absolute {ATOL32:.2g}, float32's smallest normal number",
               result.values[0]["shifted"], np.exp(BIG * (scores - scores.max())) / np.exp(BIG * (scores - scores.max())).sum(),
               rtol=rtol32, atol=ATOL32),
     ]

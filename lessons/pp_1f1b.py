@@ -1,5 +1,5 @@
-"""1F1B on 4 stages and 4 micro-batches: the same bubble as GPipe, but each stage holds at most p - r
-micro-batches' activations."""
+"""1F1B on 4 stages and 4 micro-batches: the same bubble as GPipe, but stage r (numbered 1 to p, as the post
+numbers its GPUs) holds at most p - r + 1 micro-batches' activations."""
 from __future__ import annotations
 
 from parasim.lesson import Check, Knob, Lesson, Picture, Table, knob
@@ -17,7 +17,7 @@ def program(ctx):
 
 def checks(result) -> list[Check]:
     p, m = result.world, knob(result, "m", M)
-    return pipeline_checks(result, "1f1b", [min(p - r, m) for r in range(p)], m)
+    return pipeline_checks(result, "1f1b", [min(p - r + 1, m) for r in range(1, p + 1)], m)  # stage r = 1..p
 
 
 def tables(result) -> list[Table]:
@@ -32,17 +32,18 @@ def tables(result) -> list[Table]:
         f"Micro-batches whose activations each stage holds at once, p = {p}",
         ["stage", f"1F1B, m = {m} (this run)", f"GPipe, m = {m}", f"1F1B, m = {2 * m}", f"GPipe, m = {2 * m}"], rows,
         notes=[f"GPipe keeps every micro-batch until its backward: m on every stage. 1F1B starts a backward as soon "
-               f"as it can: stage r holds at most p - r + 1, whatever m. At m = p the first stage holds p under both; "
+               f"as it can: stage r (1 to p) holds at most p - r + 1, whatever m. At m = p the first stage holds p "
+               f"under both; "
                f"the later stages, and every stage once m grows past p, hold fewer under 1F1B. The bubble is the "
                f"same: {result.values[0]['bubble']} at m = {m}."])]
 
 
 NARRATIVE = {
     "the schedule": """
-        1F1B starts a backward as soon as one is possible: after a warm-up of p - r - 1 forwards, each stage
-        alternates one forward with one backward. The bubble is the same as GPipe's, but a stage never
-        holds more than p - r micro-batches' activations, which is what makes many micro-batches
-        affordable.""",
+        1F1B starts a backward as soon as one is possible. Number the stages r = 1 to p, as the GPUs
+        below: after a warm-up of p - r forwards, stage r alternates one forward with one backward. The
+        bubble is the same as GPipe's, but stage r never holds more than p - r + 1 micro-batches'
+        activations (p on GPU 1, one on the last), which is what makes many micro-batches affordable.""",
     "running it": """
         Executed, a stage posts each send together with its next receive, as Megatron pairs
         send-forward with receive-backward: two neighbours that both have something to send never wait
@@ -54,6 +55,6 @@ LESSON = Lesson(name="pp-1f1b", title="Pipeline parallelism: 1F1B keeps the bubb
                 order=130,
                 picture=Picture(plot_handoff, HANDOFF),
                 world=4, min_world=2, max_world=16, program=program, narrative=NARRATIVE, checks=checks,
-                summary="4 stages x 4 micro-batches: warm-up, one forward one backward, at most p - r held",
+                summary="4 stages x 4 micro-batches: warm-up, one forward one backward, stage r holds p - r + 1",
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M)},
                 figures=pipeline_figures, tables=tables, quiz=lambda result: pipeline_quiz(result, "1f1b"))

@@ -42,7 +42,8 @@ def checks(result) -> list[Check]:
         check("bubbles of 1F1B and ZB-H1: idle over makespan, from their formulas",
               [runs[t][0]["bubble"] for t in ("1F1B", "ZB-H1")],
               [str(Fraction(p - 1, m + p - 1)), str(Fraction((p - 1) * (F + I - W), m * (F + B) + (p - 1) * (F + I - W)))]),
-        check("1F1B holds p - r micro-batches on GPU r+1", held["1F1B"], [p - r for r in range(p)]),
+        check("1F1B holds p - r + 1 micro-batches on GPU r (r = 1 to p)", held["1F1B"],
+              [p - r + 1 for r in range(1, p + 1)]),
         check("ZB-H1 holds p on every GPU (1F1B's worst case)", held["ZB-H1"], [p] * p),
         check("DualPipeV holds 2p+1 half-depth chunks on every GPU: p + 1/2 micro-batches' worth",
               held["DualPipeV"], [p + Fraction(1, 2)] * p),
@@ -55,6 +56,11 @@ def checks(result) -> list[Check]:
     return out
 
 
+def _number(x: Fraction) -> int | float:
+    """A count as a number the table right-aligns: whole, or a half micro-batch's worth as a decimal (9/2: 4.5)."""
+    return int(x) if x.denominator == 1 else float(x)
+
+
 def tables(result) -> list[Table]:
     """The three schedules side by side, every cell from the runs: makespan, idle, bubble, what a GPU holds,
     and the model each ran (DualPipeV's is twice as deep, hence its own loss)."""
@@ -65,7 +71,7 @@ def tables(result) -> list[Table]:
         last = next(x for x in xs if x["has_loss"])
         idle = sorted({x["idle"] for x in xs})
         rows.append((title, [xs[0]["makespan"], idle[0] if len(idle) == 1 else f"{idle[0]}-{idle[-1]}",
-                             xs[0]["bubble"], str(max(Fraction(x["peak"], v or 1) for x in xs)), p * (v or 1),
+                             xs[0]["bubble"], _number(max(Fraction(x["peak"], v or 1) for x in xs)), p * (v or 1),
                              round(last["loss"], 4)]))
     return [Table(f"{p} GPUs, {m} micro-batches (time in half-stage units: a whole stage's F = 2, I = W = 2)",
                   ["schedule", "makespan", "idle per GPU", "bubble", "held (micro-batches)", "stages (layers)",
@@ -86,7 +92,7 @@ NARRATIVE = {
     "ZB-H1: the schedule": """
         ZB-H1 splits each backward in two. I, the input's gradient, is what the previous stage waits for, so
         it runs as soon as it can; W, the weights' gradient, is wanted by nobody until the optimizer step, so
-        it is put off and slotted into the holes. GPU r+1 lets its W passes lag r micro-batches behind. The
+        it is put off and slotted into the holes. GPU r lets its W passes lag r - 1 micro-batches behind. The
         idle time falls from 1F1B's (p-1)(F+I+W) to (p-1)(F+I-W): with F = I = W that is (p-1)F against
         3(p-1)F, a third. Every GPU holds at most p micro-batches, the same as 1F1B's first GPU.""",
     "ZB-H1: running it": """

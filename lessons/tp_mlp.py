@@ -35,8 +35,21 @@ def program(ctx):
         ctx.note(f"holds no row of A (A has {a.shape[0]} rows for {ctx.world} ranks): its partial sum is zero")
     partial = xp.matmul(x[..., lo:hi], a[lo:hi])
     out["row partial"] = partial
-    out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.tp_group, label="sum of ReLU(partials)")
-    out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.tp_group, label="sum first"))
+    if lo < hi:
+        rows = f"row {hi}" if hi - lo == 1 else f"rows {lo + 1}-{hi}"
+        ctx.note(f"holds {rows} of A and the matching part of X: {_show(x[..., lo:hi])}·{_show(a[lo:hi], True)} "
+                 f"= {_show(partial)}, a partial sum; its ReLU is {_show(relu(xp, partial))}")
+    # the wrong way first, as it fails: each rank's ReLU, then the sum; then the sum first, as it must be done
+    split = ctx.world > 1  # on one rank nothing is split, and the two orders agree
+    out["ReLU then sum"] = comm.all_reduce(relu(xp, partial), group=tp.tp_group,
+                                           label=("wrong: " if split else "") + "each rank's ReLU, then the sum")
+    out["sum then ReLU"] = relu(xp, comm.all_reduce(partial, group=tp.tp_group,
+                                                    label=("right: " if split else "") + "the sum, then one ReLU"))
+    if ctx.rank == 0:
+        said = (f"wrong: the ReLUs summed give {_show(out['ReLU then sum'])}; right: the ReLU of the sum gives "
+                f"{_show(out['sum then ReLU'])}, which is ReLU(X·A)") if split else (
+                f"one rank holds every row: both orders give {_show(out['sum then ReLU'])}, ReLU(X·A)")
+        ctx.note(said, run=True)
 
     ctx.phase("splitting A by columns")
     fc1 = ColumnParallelLinear(tp, a, name="A")  # rank i: columns 2i, 2i+1 of A
@@ -47,10 +60,10 @@ def program(ctx):
     ctx.compute("X·A_i and ReLU on my columns of A: nothing to send", 2 * x.shape[-1] * h.shape[-1])
     y = relu(xp, h)
     out["A_i"], out["X·A_i"], out["Y_i"] = fc1.weight, h, y
-    ctx.note(f"holds A_i = {_show(fc1.weight)}; X·A_i = {_show(h)}, ReLU -> Y_i = {_show(y)}")
+    ctx.note(f"holds A_i = {_show(fc1.weight, True)}; X·A_i = {_show(h)}, ReLU -> Y_i = {_show(y)}")
 
     ctx.phase("splitting B by rows, one all-reduce")
-    ctx.note(f"holds B_i = {_show(fc2.weight)}; Y_i·B_i = {_show(xp.matmul(y, fc2.weight))}")
+    ctx.note(f"holds B_i = {_show(fc2.weight, True)}; Y_i·B_i = {_show(xp.matmul(y, fc2.weight))}")
     n, t = b.shape[-1], ctx.world
     if ctx.rank == 0 and n < t:  # --tp 4: the ring has more ranks than Z has values
         sizes = [len(c) for c in np.array_split(np.arange(n), t)]
@@ -64,11 +77,14 @@ def program(ctx):
     dz = xp.ones_like(z)  # L = sum(Z)
     dy = fc2.backward(c2, dz)  # g is the identity going backward
     dh = relu_backward(xp, h, dy)
-    ctx.note(f"through B: dL/dY_i = {_show(dy)}; through ReLU: {_show(dh)}")
+    mine = xp.matmul(dh, xp.swapaxes(fc1.weight, -1, -2))  # this rank's share of dL/dX: its half of A alone
+    ctx.note(f"through B: dL/dY_i = {_show(dy)}; through ReLU: {_show(dh)}; through A: {_show(dh)}·A_iᵀ = "
+             f"{_show(mine)}, this rank's part of dL/dX")
     dx = fc1.backward(c1, dh)  # f: all-reduce of the partial dL/dX
-    out["dL/dY_i"], out["dL/d(X·A_i)"], out["dL/dX"] = dy, dh, dx
+    out["dL/dY_i"], out["dL/d(X·A_i)"], out["dL/dX_i"], out["dL/dX"] = dy, dh, mine, dx
     out["dL/dA_i"], out["dL/dB_i"] = fc1.grads["weight"], fc2.grads["weight"]
-    ctx.note(f"weight gradients, local: dL/dA_i = {_show(out['dL/dA_i'])}, dL/dB_i = {_show(out['dL/dB_i'])}")
+    ctx.note(f"weight gradients, local: dL/dA_i = {_show(out['dL/dA_i'], True)}, "
+             f"dL/dB_i = {_show(out['dL/dB_i'], True)}")
     return out
 
 
@@ -80,9 +96,12 @@ def _rows_of(rank: int, world: int, rows: int) -> tuple[int, int]:
     return lo, min(lo + per, rows)
 
 
-def _show(a) -> str:
-    """A small array as the post writes it: rows of numbers, integers without '.0'."""
+def _show(a, matrix: bool = False) -> str:
+    """A small array as the post writes it, integers without '.0': a vector (one row) with commas, [1, 0, 0, 2]
+    (the run holds it as [[[1, 0, 0, 2]]]); a matrix (or a weight, `matrix`) row by row, [1 0; 0 1]."""
     rows = np.asarray(a.tolist(), dtype=float).reshape(-1, a.shape[-1])
+    if len(rows) == 1 and not matrix:
+        return "[" + ", ".join(f"{v:g}" for v in rows[0]) + "]"
     text = "; ".join(" ".join(f"{v:g}" for v in row) for row in rows)
     return f"[{text}]"
 
@@ -105,12 +124,13 @@ def checks(result) -> list[Check]:
     wrong = sum(np.maximum(x[..., lo:hi] @ a[lo:hi], 0) for lo, hi in (_rows_of(r, t, a.shape[0]) for r in range(t)))
     ar = [e for e in result.trace.events if e.op == "all_reduce"]
     return [
-        check("rows of A: all-reduce before the ReLU gives ReLU(X·A)", [v[r]["sum then ReLU"] for r in range(t)],
-              [y] * t),
-        check("rows of A: the ReLU of each partial, summed, is a different vector", [v[r]["ReLU then sum"] for r in
-                                                                                    range(t)], [wrong] * t),
-        check("... and it is not ReLU(X·A)" if t > 1 else "... which on one rank is ReLU(X·A): nothing was split",
+        check("rows of A, wrong: the ReLU of each partial, summed" if t > 1 else
+              "rows of A, one rank: the ReLU of its partial, which is all of X·A",
+              [v[r]["ReLU then sum"] for r in range(t)], [wrong] * t),
+        check("... is not ReLU(X·A)" if t > 1 else "... which on one rank is ReLU(X·A): nothing was split",
               bool(np.any(np.asarray(v[0]["ReLU then sum"]) != y)), t > 1),
+        check("rows of A, right: all-reduce before the ReLU gives ReLU(X·A)",
+              [v[r]["sum then ReLU"] for r in range(t)], [y] * t),
         check("columns of A: rank i holds finished values Y_i = ReLU(X·A_i)", [v[r]["Y_i"] for r in range(t)],
               [y[..., c] for c in cols]),
         check("rows of B and one all-reduce give Z = ReLU(X·A)·B on every rank", [v[r]["Z"] for r in range(t)], [z] * t),
@@ -118,6 +138,8 @@ def checks(result) -> list[Check]:
               [dy[..., c] for c in cols]),
         check("backward through ReLU (ReLU'(0) = 0)", [v[r]["dL/d(X·A_i)"] for r in range(t)],
               [dh[..., c] for c in cols]),
+        check("backward through A, each rank alone: dL/d(X·A_i)·A_iᵀ, its part of dL/dX",
+              [v[r]["dL/dX_i"] for r in range(t)], [dh[..., c] @ a[:, c].T for c in cols]),
         check("backward through A, then all-reduce: dL/dX equals the unsplit backward", [v[r]["dL/dX"] for r in
                                                                                           range(t)], [dx] * t),
         check("weight gradients need no communication: dL/dA_i, dL/dB_i are slices of the unsplit ones",

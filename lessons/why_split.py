@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from parasim.comm.interface import dtype_name, numpy_dtype
 from parasim.dp.zero import adam
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
@@ -43,7 +44,9 @@ def program(ctx):
     m = xp.astype(xp.zeros(N), ctx.dtype(POST.adam))
     v = xp.astype(xp.zeros(N), ctx.dtype(POST.adam))
     held = dict(zip([name for name, _ in COPIES], (w, g, master, m, v)))
-    per = {name: int(np.asarray(a).nbytes) / N for name, a in held.items()}
+    # each array's bytes from its dtype and length: the same program runs on numpy and torch arrays
+    dtypes = {name: dtype_name(a.dtype) for name, a in held.items()}
+    per = {name: numpy_dtype(a.dtype).itemsize * int(a.shape[0]) / N for name, a in held.items()}
     ctx.note("holds " + ", ".join(f"{name} {per[name]:g} B" for name in per) + f" a parameter: {sum(per.values()):g} B")
     ctx.phase("the gradients summed, one Adam step")
     summed = ctx.comm.all_reduce(g, group=world, label="DP: the replicas' gradients summed")
@@ -53,8 +56,8 @@ def program(ctx):
     ctx.note(f"updated the {POST.master} master copy and cast it back to a {POST.params} weight")
     return {
         "bytes": per,
-        "weight": np.asarray(xp.astype(w, ctx.dtype("float64"))),
-        "dtypes": {name: str(np.asarray(a).dtype) for name, a in held.items()},
+        "weight": xp.astype(w, ctx.dtype("float64")),
+        "dtypes": dtypes,
     }
 
 

@@ -17,7 +17,7 @@ from parasim.dp.held import HeldActivations
 from parasim.dp.sharded import ShardedAdam
 from parasim.dp.zero3 import Zero3
 from parasim.engine import run
-from parasim.estimate import Plan
+from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import items, layer_bytes_per_token, scores_bytes_per_token_key
 from parasim.estimate.traffic import dp_traffic
 from parasim.layout import ModelSpec
@@ -36,6 +36,14 @@ LR = 0.01
 BUCKET = 400  # values per gradient bucket (three buckets for the 1,088 weights)
 STAGES = {"DP": 0, "ZeRO-1": 1, "ZeRO-2": 2, "ZeRO-3": 3}
 KINDS = ("weights", "gradients", "optimizer")
+POST_27B_AT_8 = {"DP": 432, "ZeRO-1": 148.5, "ZeRO-2": 101, "ZeRO-3": 54}  # the post's per-GPU column, GB
+
+
+def model_state_27b(dp: int) -> dict[str, float]:
+    """The post's 27B model's weights, gradients and Adam state per GPU, in GB, under each technique over `dp`
+    DP ranks: the estimator's model state, as the memory lesson's ZeRO table computes it."""
+    model = get_model("27b")
+    return {name: breakdown(model, Plan(dp=dp, zero=z), 1).model_state / 1e9 for name, z in STAGES.items()}
 
 
 def _stack(ctx, wrap=None) -> Stack:
@@ -147,20 +155,26 @@ def tables(result) -> list[Table]:
     m, n = measured(result), result.world
     params = sum(np.asarray(w).size for w in _one_device(n)["new"].values())
     dp_sent = max(m["DP"]["sent"])
+    big = model_state_27b(n)
     rows = []
     for name in STAGES:
         rest = m[name]["rest"][0]
         rows.append((name, [rest["weights"], rest["gradients"], rest["optimizer"], round(sum(rest[k] for k in KINDS)
                      / params, 4), max(p["bytes"] for p in m[name]["peak"]), max(m[name]["sent"]),
-                     round(max(m[name]["sent"]) / dp_sent, 4)]))
+                     round(max(m[name]["sent"]) / dp_sent, 4), round(big[name], 2)]))
+    post = " / ".join(f"{POST_27B_AT_8[name]:g}" for name in STAGES)
+    ours = " / ".join(f"{big[name]:g}" for name in STAGES)
     return [Table(
         f"What each of the {n} ranks holds at rest and sends in one step ({params:,} parameters; bytes at the "
         "post's precision: bf16 weights and gradients, fp32 Adam state)",
         ["technique", "weights (B)", "gradients (B)", "Adam (B)", "bytes a parameter", "peak (B)", "sent (B)",
-         "sent / DP's"], rows,
+         "sent / DP's", f"27B model over {n} (GB)"], rows,
         notes=["peak: the most a rank held at once during the step, activations and whole gradients in flight "
                "included (ZeRO-2 and ZeRO-3 drop each bucket's gradients as it is reduced); sent: what each rank "
-               "put on the wire, in float64 (the run's exact values: a bf16 run sends a quarter of it)."])]
+               "put on the wire, in float64 (the run's exact values: a bf16 run sends a quarter of it).",
+               f"27B model: the post's 27B parameters at these bytes a parameter, each GPU's share over {n} DP "
+               f"ranks (the estimator; GB = 1e9 B). post, over 8: {post} GB; here, over {n}: {ours} GB"
+               + (" (the post rounds ZeRO-2's 101.25)." if n == 8 else ".")])]
 
 
 def quiz(result) -> list[Question]:
@@ -222,6 +236,11 @@ def checks(result) -> list[Check]:
                          atol=1e-12))
         out.append(check(f"{name}: weights after Adam = one device's (largest difference)",
                          max(float(np.max(np.abs(w - want_new))) for w in new), 0.0, atol=1e-12))
+    big, size = model_state_27b(n), get_model("27b").total_params()
+    out.append(check(f"the 27B model over {n} DP ranks, GB per GPU (DP, ZeRO-1, -2, -3): the bytes a parameter "
+                     "measured above, times its 27e9 parameters", [big[name] for name in STAGES],
+                     [sum(m[name]["rest"][0][k] for k in KINDS) / params * size / 1e9 for name in STAGES],
+                     rtol=1e-12))
     dp_sent = m["DP"]["sent"][0]
     for name in ("ZeRO-1", "ZeRO-2"):
         out.append(check(f"{name} sends what DP sends", m[name]["sent"][0] / dp_sent, 1.0, rtol=1e-12))

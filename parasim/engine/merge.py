@@ -101,10 +101,10 @@ def _replayer(results: list[dict]):
                 ):
                     i += 1
                     batch.append(recs[i])
-                ops = [
-                    Send(_zeros(b["ins"][0]), b["peer"])
+                ops = [  # each transfer under its own label, as the real run named it (a ring's K and V apart)
+                    Send(_zeros(b["ins"][0]), b["peer"], label=b.get("label"))
                     if b["role"] == "send"
-                    else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1])
+                    else Recv(b["peer"], tuple(b["outs"][0][0]), b["outs"][0][1], label=b.get("label"))
                     for b in batch
                 ]
                 ctx.comm.exchange(ops, group=groups[rec["group"][0]], label=rec["label"], tags=rec.get("tags"))

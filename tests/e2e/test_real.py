@@ -48,7 +48,7 @@ def test_one_lesson_on_real_ranks_prints_its_verdict():
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())  # rich wraps long lines
     assert "(tp-mlp: 2 real ranks on gloo, compared with 2 virtual ranks)" in text
-    assert "MATCH" in text and "DIFFERENT" not in text and "checks on the real values: 10 of 10 ok" in text
+    assert "MATCH" in text and "DIFFERENT" not in text and "checks on the real values: 11 of 11 ok" in text
 
 
 def draws(ctx):

@@ -152,7 +152,7 @@ def test_a_browser_steps_through_tp_mlp_and_reads_the_all_reduce(tmp_path):
     port = h.free_port()
     with h.served(["tp-mlp", "--port", str(port)], tmp_path / "serve.log") as proc, h.browser() as driver:
         first = h.open_app(driver, port)
-        assert "#0  step 1  all_reduce" in first and "'sum of ReLU(partials)'" in first
+        assert "#0  step 1  all_reduce" in first and "'wrong: each rank's ReLU, then the sum'" in first
         seen = [h.event_number(first)]
         text = first
         while "'g forward'" not in text:
@@ -240,7 +240,8 @@ def test_a_browser_opens_a_saved_trace(tmp_path):
             h.browser() as driver:
         first = h.open_app(driver, port)
         assert "Tensor parallelism: the MLP split by columns, then rows" in first
-        assert "event 1/6" in first and "'sum of ReLU(partials)'" in first and "splitting A by rows" in first
+        assert "event 1/6" in first and "'wrong: each rank's ReLU, then the sum'" in first
+        assert "splitting A by rows" in first
         apps = _children(proc.pid)
         assert len(apps) == 1
         page = driver.current_window_handle

@@ -84,3 +84,19 @@ def test_a_zigzag_rank_s_two_chunks_are_said_one_by_one():
     zig = text.split("== zigzag split ==")[1]
     for r, (a, b) in enumerate([(1, 15), (3, 13), (5, 11), (7, 9)]):
         assert f"rank {r}: tokens {a}-{a + 1} + {b}-{b + 1}: work 8 blocks" in zig
+
+
+def test_online_softmax_says_its_float32_tolerance_in_plain_words():
+    """The last check's tolerance: five float32 roundings (one addition for two keys, two in the exp, one in the
+    divide, one spare), each off by at most u = 2^-24, so 5u / (1 - 5u) relative. Its name once read 'rtol
+    gamma(5) at float32's u = 2^-24': the figure stays, the symbols go."""
+    from parasim.render.walkthrough import walkthrough
+    u = 2.0 ** -24
+    bound = 5 * u / (1 - 5 * u)
+    lr = run_lesson(get_lesson("online-softmax"))
+    (c,) = [c for c in lr.checks if c.name.startswith("... while subtracting the max first")]
+    assert c.ok
+    assert f"within a relative {bound:.2g}, the most that 5 float32 roundings can add up to" in c.name
+    assert "the sum's 1 addition, two in the exp, one in the divide, and one to spare" in c.name
+    text = " ".join(walkthrough(lr).split())
+    assert "gamma(" not in text and "u = 2^-24" not in text and "rtol" not in text

@@ -254,6 +254,21 @@ def test_memory_s_zero_table_over_4_dp_ranks():
     assert gb["ZeRO-0"] == pytest.approx(4 * gb["ZeRO-3"])
 
 
+def test_memory_says_plainly_what_each_setting_sizes():
+    """--tp is the number of ranks (they run the small layer and its small ZeRO step, as one DP group); --dp
+    sizes only the 27B model's figures. The walk-through once reused --tp's size as 'the DP group here' in a
+    parenthesis beside --dp, which read as if the two were one knob."""
+    at_defaults = cli("lesson", "memory", "--plain", "--width", "100").stdout
+    head = " ".join(at_defaults.split("\n== ")[0].split())
+    assert "--tp: it is the number of ranks, which run the small layer and its ZeRO step; --dp sizes only the " \
+           "27B figures" in head
+    text = cli("lesson", "memory", "--tp", "2", "--dp", "4", "--plain", "--width", "100").stdout
+    words = " ".join(text.split())
+    assert "27B over 4 DP ranks, ZeRO-3: 4 bytes per parameter" in words  # --dp 4: the 27B figures, 16 / 4
+    assert "the run's 2 ranks as one DP group: each rank keeps" in words  # --tp 2: the small ZeRO step's group
+    assert "--tp's, the DP group here" not in words and "--dp sizes the 27B figures above" not in words
+
+
 def test_memory_refuses_a_setting_it_does_not_take_naming_both_it_does():
     out = cli("lesson", "memory", "--pp", "2", "--json")
     assert out.returncode == 2 and out.stdout == "" and out.stderr.count("\n") == 1

@@ -128,3 +128,20 @@ def test_1f1b_sets_gpipe_s_holds_beside_its_own():
     assert [label for label, _ in table.rows] == ["stage 1", "stage 2", "stage 3", "stage 4"]
     assert [row for _, row in table.rows] == [[4, 4, 4, 8], [3, 4, 3, 8], [2, 4, 2, 8], [1, 4, 1, 8]]
     assert "The bubble is the same: 3/7 at m = 4." in " ".join(table.notes)
+
+
+@pytest.mark.parametrize("name", ["pp-1f1b", "pp-zero-bubble"])
+def test_1f1b_s_memory_bound_is_said_one_way_with_stages_numbered_from_1(name):
+    """The GPUs are numbered 1 to p (as the post numbers them, and as the slot table prints them): stage r holds
+    at most p - r + 1 micro-batches under 1F1B, p on GPU 1 and 1 on GPU p. pp-1f1b's narrative once said
+    'p - r' (r from 0) while its table's note said 'p - r + 1' (r from 1)."""
+    import re
+    from parasim.render.walkthrough import walkthrough
+    lr = run_lesson(get_lesson(name))
+    text = " ".join(walkthrough(lr).split())
+    bounds = re.findall(r"p - r(?: \+ 1)?(?= micro|,| whatever)", text)  # the warm-up's "p - r forwards" is no bound
+    assert bounds and all(b == "p - r + 1" for b in bounds), bounds
+    assert "r+1" not in text and ("r = 1 to p" in text or "numbered 1 to p" in text or "(1 to p)" in text)
+    p = lr.result.world
+    held = [x["peak"] for x in lr.result.values] if name == "pp-1f1b" else [x["1F1B"]["peak"] for x in lr.result.values]
+    assert held == [p - r + 1 for r in range(1, p + 1)]  # GPU r, r = 1..p, at m >= p

@@ -116,6 +116,18 @@ def test_the_table_rows_are_the_closed_forms(lr):
     }
 
 
+def test_the_width_row_reads_as_a_decimal_beside_nearly_four(lr):
+    """Twice the width multiplies ZeRO-3's bytes by (12*16^2 + 4*16) / (12*8^2 + 4*8) = 3.92: the table prints
+    it as a decimal, not the fraction 98/25, and the note sets the figure beside the words 'nearly x4'."""
+    from parasim.render.walkthrough import walkthrough
+    grown = Fraction(weights_per_layer(16), weights_per_layer(8))
+    text = walkthrough(lr)
+    (row,) = [line for line in text.splitlines() if line.strip().startswith("bytes x when hidden doubles")]
+    assert row.split()[-2:] == ["2", f"{float(grown):.2f}"] == ["2", "3.92"]
+    assert str(grown) not in row
+    assert f"ZeRO-3's bytes by {float(grown):.2f} ({grown} exactly): nearly x4" in " ".join(text.split())
+
+
 # -- exactness, element by element, against a one-device run written here --------------------------
 def _adam(w, g, lr=0.01, b1=0.9, b2=0.999, eps=1e-8):
     m_hat, v_hat = (1 - b1) * g / (1 - b1), (1 - b2) * g * g / (1 - b2)

@@ -63,6 +63,20 @@ def test_the_hot_experts_narrative_names_every_gpu_holding_an_expert_0():
     assert dict(table.rows)["skewed:0.5 routing, EP 4"][0] in ("g0", "g4")
 
 
+def test_the_hot_experts_check_names_the_busiest_gpus():
+    """The check on who is busiest under skewed routing reads as GPU names: at EP 4 on 8 GPUs expert 0 sits on g0
+    and g4 (one per EP group of 4), at EP 8 on g0 alone. It once printed [True, 0]: a flag and a bare number."""
+    from parasim.render.walkthrough import walkthrough
+    lr = ran("hot-expert")
+    (c,) = [c for c in lr.checks if c.name.startswith("under skewed routing the busiest GPU, at EP 4")]
+    assert c.ok and c.got[0] in ("g0", "g4") and c.got[1] == "g0" and c.expected == c.got
+    (table,) = lr.tables
+    busiest = dict(table.rows)
+    assert c.got == [busiest[f"skewed:0.5 routing, EP {ep}"][0] for ep in (4, 8)]  # the table's busiest GPUs
+    line = " ".join(walkthrough(lr).split())
+    assert f"at EP 8, g0): [{c.got[0]}, g0]" in line and "[True, 0]" not in line
+
+
 def test_pairing_hides_at_most_the_shorter_stream():
     lr = ran("all-to-all-hidden")
     trace = lr.result.trace

@@ -234,3 +234,20 @@ def test_the_table_of_holds_and_sends_by_technique():
     assert per == [16, 5.5, 3.75, 2]
     assert [rows[t][col("sent / DP's") - 1] for t in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")] == [1, 1, 1, 1.5]
     assert rows["ZeRO-1"][col("Adam (B)") - 1] == 1088 * 12 // 8 and rows["DP"][col("weights (B)") - 1] == 1088 * 2
+
+
+@pytest.mark.parametrize("dp", [8, 2])
+def test_the_table_sets_the_27b_model_s_gb_per_gpu_beside_the_small_model(dp):
+    """The post's per-GPU column for its 27B model: 16, 4 + 12/d, 2 + 14/d and 16/d bytes a parameter times 27e9,
+    worked out here (432 / 148.5 / 101.25 / 54 GB at d = 8, the post's 432 / 148.5 / 101 / 54), in the zero
+    lesson's own table beside what its small model measured; the post's figures are quoted in a note."""
+    lr = run_lesson(get_lesson("zero"), knobs={"dp": dp})
+    (table,) = lr.tables
+    col = table.columns.index(f"27B model over {dp} (GB)") - 1
+    want = [16 * 27, (4 + 12 / dp) * 27, (2 + 14 / dp) * 27, 16 / dp * 27]
+    assert [dict(table.rows)[t][col] for t in ("DP", "ZeRO-1", "ZeRO-2", "ZeRO-3")] == pytest.approx(want)
+    if dp == 8:
+        assert want == [432, 148.5, 101.25, 54]
+    note = " ".join(" ".join(table.notes).split())
+    assert "post, over 8: 432 / 148.5 / 101 / 54 GB" in note
+    assert f"here, over {dp}: {' / '.join(f'{x:g}' for x in want)} GB" in note

@@ -39,12 +39,16 @@ def test_the_unsplit_program_runs_every_layer_on_one_rank():
     assert pipe[2]["loss"] == pytest.approx(out["loss"], rel=1e-12)
 
 
-def test_a_middle_stage_says_all_it_sends_and_receives_in_a_slot_on_the_pipeline_group():
-    """Three stages: in slot 2 the middle rank receives activation 2 and sends activation 1 on, one exchange
-    whose words list both; every exchange is on the pipeline's group and tagged with its slot."""
+def test_a_middle_stage_names_each_transfer_of_a_slot_alone_on_the_pipeline_group():
+    """Three stages: in slot 2 the middle rank receives activation 2 and sends activation 1 on, in one
+    exchange; each transfer is an event named by what it carries alone (the send on from rank 1 once carried
+    both words). Every exchange is on the pipeline's group and tagged with its slot."""
     res = parasim.run(lambda ctx: pipeline_run(ctx, "1f1b", 3), 3)
-    labels = [e.label for e in res.trace.events]
-    assert "slot 2: receive activation 2 (stage 1 -> 2), send activation 1 (stage 2 -> 3)" in labels
-    assert "slot 6: send activation 3 (stage 2 -> 3), receive gradient 2 (stage 3 -> 2)" in labels
+    by_pair = {(e.tags["slot"], e.params["src"], e.params["dst"]): e.label for e in res.trace.events}
+    assert by_pair[(2, 0, 1)] == "slot 2: send activation 2 (stage 1 -> 2)"
+    assert by_pair[(2, 1, 2)] == "slot 2: send activation 1 (stage 2 -> 3)"
+    assert by_pair[(6, 1, 2)] == "slot 6: send activation 3 (stage 2 -> 3)"
+    assert by_pair[(6, 2, 1)] == "slot 6: send gradient 2 (stage 3 -> 2)"
+    assert not any("," in label for label in by_pair.values())
     for e in res.trace.events:
         assert e.group.name == "pp" and e.tags == {"slot": int(e.label.split(":")[0].split()[1])}, e.label

@@ -60,7 +60,7 @@ async def shows_the_event_and_the_keys(pilot) -> None:
     app = pilot.app
     screen = "\n".join(strip.text for strip in app.screen._compositor.render_strips())
     assert "selected event" in screen and app.view.detail(app.index)[0][:30] in screen, screen
-    assert "? help  q quit" in screen.splitlines()[-1], screen
+    assert "z quiz  ? help" in screen.splitlines()[-1], screen
 
 
 @pytest.mark.parametrize("size", SIZES)
