@@ -147,16 +147,13 @@ def _span(values: list[int]) -> str:
 
 def event_lines(e: Event, width: int = WIDEST) -> Iterator[str]:
     """An event's lines, none wider than `width`: its head (step, op, group, label and, where every member
-    called it from one place and the page has room for it, that source line), then a line a member (or a
-    range of alike ones), then a ring's hops. A line too long for the page goes on under itself."""
+    called it from one place, that source line), then a line a member (or a range of alike ones), then a
+    ring's hops. A line too long for the page goes on under itself."""
     head, *rest = _event_lines(e, width)
     site = {m.site for m in e.members}
-    if len(site) == 1:
-        # the source line (--json and the app always give it) only where it takes no line of its own
-        with_site = _lines_at(f"{head}  {site.pop()}", width)
-        yield from with_site if len(with_site) == len(_lines_at(head, width)) else _lines_at(head, width)
-    else:
-        yield from _lines_at(head, width)
+    # the source line that made the call, said once for all (a user's program is read by it): at the head's
+    # end, or under it where the page has no room left
+    yield from _lines_at(f"{head}  {site.pop()}" if len(site) == 1 else head, width)
     for line in rest:
         yield from _lines_at(line, width)
 

@@ -216,6 +216,22 @@ def test_note_and_call_fields_come_back_from_real_ranks():
     assert [e.tags for e in real.events] == [e.tags for e in virtual.events] == [{"slot": 3}] * 2
 
 
+def passes_two(ctx):
+    """Rank 0 sends K and V to rank 1 in one exchange, each transfer under its own label (as a ring does)."""
+    if ctx.rank == 0:
+        ops = [parasim.Send(ctx.asarray([1.0]), 1, label="pass K on"), parasim.Send(ctx.asarray([2.0]), 1, label="pass V on")]
+    else:
+        ops = [parasim.Recv(0, (1,), "float64", label="pass K on"), parasim.Recv(0, (1,), "float64", label="pass V on")]
+    ctx.comm.exchange(ops, label="the pair")
+
+
+def test_each_transfers_own_label_comes_back_from_real_ranks():
+    """A real run replayed into its trace keeps each transfer's label, not the exchange's (ring attention's
+    K and V passes read apart on real ranks as on virtual ones)."""
+    real, virtual = parasim.run(passes_two, 2, backend="gloo", timeout=20).trace, parasim.run(passes_two, 2).trace
+    assert [e.label for e in real.events] == [e.label for e in virtual.events] == ["pass K on", "pass V on"]
+
+
 def test_ranks_import_the_parasim_the_launcher_imported(tmp_path):
     """Run from a folder that holds another `parasim` (a checkout beside an installed copy), the ranks
     import the launcher's parasim, not the folder's: a real run of tp-mlp matches its virtual run, with the

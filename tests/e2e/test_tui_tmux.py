@@ -61,7 +61,7 @@ def test_app_in_tmux(tmp_path):
         assert "selected event" in screen, screen
         assert "[1 2 2 2]" in screen, screen  # the first all-reduce: rank values, replicated after it
         assert "splitting A by rows" in screen, screen  # the narrative's heading of the first phase
-        assert "? help  q quit" in screen, screen  # the footer's keys
+        assert "z quiz  ? help" in screen, screen  # the footer's keys
         events = int(screen.split("event 1/", 1)[1].split()[0])  # the lesson's event count, as the app says it
 
         for _ in range(events - 1):

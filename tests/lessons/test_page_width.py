@@ -55,15 +55,16 @@ def test_the_list_of_lessons_takes_the_page_width():
     assert max(map(len, cli("lesson", "--list", "--width", "100").stdout.splitlines())) <= 100
 
 
-def test_a_source_line_that_would_take_a_line_of_its_own_is_left_out():
+def test_a_source_line_goes_under_a_head_with_no_room_for_it():
     """moe16's first all-gather: its head fits 100 columns, with its source line it would not; the source line
-    is left out there (--json and the app give it) and said at 200 columns."""
+    goes on the line under it (said once for every member), and at 200 columns at the head's end."""
     lr = run_lesson(load_lessons()["moe16"])
     e = next(e for e in lr.result.trace.events if e.op == "all_gather")
     site = e.members[0].site
     narrow, wide = list(event_lines(e, 100)), list(event_lines(e, 200))
-    assert not narrow[0].startswith(" ") and narrow[1].startswith("    rank ")  # the head on one line
-    assert site not in narrow[0] and wide[0].endswith(site) and len(wide[0]) > 100
+    assert site not in narrow[0] and narrow[1] == " " * 12 + site and narrow[2].startswith("    rank ")
+    assert wide[0].endswith(f"  {site}") and len(wide[0]) > 100
+    assert sum(site in line for line in narrow + wide) == 2  # once at each width, never on a member's line
 
 
 def _event_of(members: int, ins, outs, sent: int = 10**8):
@@ -105,3 +106,24 @@ def test_moe16_variants_shows_two_events_a_phase_of_the_layout_it_replays():
     for block in text.split("\n== ")[1:-2]:
         assert len(re.findall(r"^step +\d+ ", block, re.M)) <= 2
     assert len(text.splitlines()) < 400
+
+
+def test_three_alike_ranks_fold_and_two_do_not():
+    """Three ranks in a row that did the same are one 'ranks a-b' line (FOLDED); two stay two lines."""
+    from parasim.comm.trace import Tensor
+
+    t = Tensor((4,), "float64")
+    three = list(event_lines(_event_of(3, (t,), (t,), sent=32), 100))[1:]
+    two = list(event_lines(_event_of(2, (t,), (t,), sent=32), 100))[1:]
+    assert [line.split()[:2] for line in three] == [["ranks", "0-2"]]
+    assert [line.split()[:2] for line in two] == [["rank", "0"], ["rank", "1"]]
+
+
+def test_a_quiz_fits_the_page_right_or_wrong():
+    """The walk-through's questions, verdicts and worked answers held to --width, as the rest of the page."""
+    from tests.conftest import cli
+
+    for width in ("100", "60"):
+        out = cli("lesson", "cp-causal", "--quiz", "--answer", "10%", "--answer", "3", "--width", width).stdout
+        quiz = out.split("right.")[0]
+        assert "how: " in quiz and max(map(len, quiz.splitlines())) <= int(width)

@@ -312,6 +312,7 @@ async def test_at_100x30_the_status_line_says_whether_it_plays_before_the_clock(
         await pilot.press("u")
         line = next(x for x in screen_text(app).splitlines() if x.startswith(" event "))
         assert line.index("paused") < line.index("step ") and line.rstrip().endswith(" comm")
+        assert "s/step" not in line  # the speed is said while playing only
         title = str(app.query_one(Timeline).border_title)
         assert "on the clock: H200, no overlap; runs like it" in title and len(title) < 96
 
