@@ -221,7 +221,7 @@ def passes_two(ctx):
     if ctx.rank == 0:
         ops = [parasim.Send(ctx.asarray([1.0]), 1, label="pass K on"), parasim.Send(ctx.asarray([2.0]), 1, label="pass V on")]
     else:
-        ops = [parasim.Recv(0, (1,), "float64", label="pass K on"), parasim.Recv(0, (1,), "float64", label="pass V on")]
+        ops = [parasim.Recv(0, (1,), "float64"), parasim.Recv(0, (1,), "float64")]  # the sender names them
     ctx.comm.exchange(ops, label="the pair")
 
 
