@@ -157,13 +157,15 @@ def _etp_one(c: Case) -> tuple[Plan, ...]:
     """ETP 1, the GPUs it frees taken by EP (EP x ETP ranks, each GPU then holding E/(EP x ETP) whole experts: as
     many expert weights as before) or by EDP (EP kept: each GPU holds E/EP whole experts, ETP times the expert
     weights, each expert's gradients reduced over ETP times the GPUs). EP first, as the nearer in memory, unless
-    it would carry an EP that stayed inside a node across nodes."""
+    the wider EP would span nodes."""
     p = c.plan
     wider = p.ep * p.etp
     by_ep = lambda: replace(p, etp=1, ep=wider)  # noqa: E731
     by_edp = lambda: replace(p, etp=1)  # noqa: E731
-    leaves_node = p.ep <= p.gpus_per_node < wider
-    return _made(by_edp, by_ep) if leaves_node else _made(by_ep, by_edp)
+    # a wider EP past a node would break "EP inside a node" (or break it further): EDP takes the GPUs there,
+    # so following this rule never sends a learner round to the EP rule and back
+    past_node = wider > p.gpus_per_node
+    return _made(by_edp, by_ep) if past_node else _made(by_ep, by_edp)
 
 
 def _routed(c: Case) -> float:
@@ -285,6 +287,10 @@ RULES: tuple[Rule, ...] = (
 ROOMIER = "ZeRO-1, twice the pipeline stages from half the DP, or both"
 
 
+def _same(p: Plan) -> Plan:
+    return p
+
+
 def _roomier(p: Plan) -> tuple[Callable[[], Plan], ...]:
     """Two moves that cut what a GPU holds, then both: ZeRO-1 (Adam's state sharded over the data-parallel GPUs,
     the same bytes on the wire) where the plan runs ZeRO-0 with DP; and twice the stages from half the DP (each
@@ -327,6 +333,8 @@ class Finding:
     nearest_changes: tuple[tuple[str, Any, Any], ...] = ()
     tried: tuple[str, ...] = ()  # where none fits: the labels of the other plans tried that follow it
     note: str = ""  # what the figures leave out, in words (the rule's note), followed by `figures`
+    # the other rules the plan shown still breaks (what a learner following one rule at a time meets next)
+    still_broken: tuple[str, ...] = ()
     figures: tuple[tuple[str, float], ...] = ()  # (what, bytes)
 
     def to_dict(self) -> dict[str, Any]:
@@ -349,6 +357,7 @@ class Finding:
             "why_not": self.why_not or None,
             "note": self.note or None,
             "figures": [{"what": what, "bytes": v} for what, v in self.figures],
+            "still_broken": list(self.still_broken),
         }
 
 
@@ -386,8 +395,8 @@ def critique(
     """Every rule of RULES that `plan` breaks, each with what following it would change here. `usable`: the
     bytes a GPU has for training (default: the GPU type's, estimate/hardware.py).
 
-    The fit test is here, for every rule: of the plans a rule's follow gives (nearest first), then each of them
-    made roomier (`_roomier`), the first that the layout rules allow and that fits `usable` is shown; where none
+    The fit test is here, for every rule: of the plans a rule's follow gives (nearest first), each followed by
+    itself made roomier (`_roomier`), the first that the layout rules allow and that fits `usable` is shown; where none
     fits, the nearest, said not to fit (the post's "if possible": here the rule cannot be followed without
     running out of memory)."""
     from ..estimate.memory import breakdown
@@ -410,7 +419,11 @@ def critique(
         except UsageError as exc:
             out.append(mine(None, followed_step_s=None, followed_memory=None, why_not=str(exc)))
             continue
-        makers = [lambda p=p: p for p in own] + [m for p in own for m in _roomier(p)]
+        # each plan the rule gives, then that plan made roomier, before the next: the rule's own order of
+        # preference holds (ETP's GPUs to EDP rather than to an EP across nodes, even where EDP needs ZeRO-1)
+        makers: list[Callable[[], Plan]] = []
+        for p in own:
+            makers += [partial(_same, p), *_roomier(p)]
         sized: list[tuple[Plan, float]] = []  # plans that follow it, with their memory, in the order tried
         refused: list[str] = []
         for make in makers:
@@ -439,6 +452,9 @@ def critique(
                 nearest_memory=first_memory if moved else None,
                 nearest_changes=_changes(plan, first) if moved else (),
                 tried=() if fits else tuple(p.label() for p, _ in sized[1:]),
+                still_broken=tuple(
+                    r.name for r in RULES if r is not rule and r.broken(Case(model, followed, seq, case.usable))
+                ),
             )
         )
     return out

@@ -295,6 +295,11 @@ def _finding_words(f: dict, unit: float, name: str) -> str:
     if f.get("figures"):
         note += ": " + ", ".join(f"{x['bytes'] / unit:,.2f} {name} {x['what']}" for x in f["figures"])
     note = f" {note}." if note else ""
+    if f.get("still_broken"):  # the rules the layout shown still breaks: where following one at a time goes next
+        from ..clock.critic import RULES
+
+        says = {r.name: r.says for r in RULES}
+        note += " The layout it leads to still breaks: " + "; ".join(says[n] for n in f["still_broken"]) + "."
     if f["followed"] is None:
         return f"- {f['says']}: {f['why']}. No layout of these GPUs follows it: {f['why_not']}.{note}"
     step = (

@@ -114,8 +114,8 @@ def test_the_fit_test_is_every_rules_and_prefers_the_roomier_plan_to_the_nearest
 
 
 def test_etp_1_is_broken_by_an_expert_split_and_its_bytes_are_counted_from_the_shapes():
-    """DeepSeek-V3 at ETP 2: broken (a dense model, or ETP 1, keeps it). EP 16 already spans nodes, so ETP's GPUs
-    go to EP (32: each GPU holds the same expert weights, whole). The ETP collectives, by hand: each GPU routes
+    """DeepSeek-V3 at ETP 2: broken (a dense model, or ETP 1, keeps it). EP 32 would span more nodes, so ETP's GPUs
+    go to EDP (EP kept at 16, EDP 1 -> 2: each GPU its 16 experts whole, twice the expert weights). The ETP collectives, by hand: each GPU routes
     s/TP = 2,048 tokens (SP), 8 copies each of 7,168 values in 2 bytes; the ETP group all-gathers the copies
     (etp x that buffer, each rank sending (etp - 1)/etp of it) and reduce-scatters the outputs, forward and again
     backward: 4 x (etp - 1) x 2,048 x 8 x 7,168 x 2 bytes a layer and micro-batch. 61 layers on 8 stages are 8 on
@@ -124,14 +124,14 @@ def test_etp_1_is_broken_by_an_expert_split_and_its_bytes_are_counted_from_the_s
     m = get_model("deepseek-v3")
     plan = _ds(etp=2, ep=16, zero=1)
     f = _rule(critique(m, plan, SEQ, "h200"), "etp-1")
-    wide = _ds(etp=1, ep=32, zero=1)
+    wide = _ds(etp=1, ep=16, zero=1)
     assert f.followed == wide and f.fits is True
     assert (f.followed_memory, f.followed_step_s) == (
         breakdown(m, wide, SEQ).total,
         plan_time(m, wide, SEQ, "h200")["step_s"],
     )
     assert (f.memory, f.step_s) == (breakdown(m, plan, SEQ).total, plan_time(m, plan, SEQ, "h200")["step_s"])
-    assert dict((k, (a, b)) for k, a, b in f.changes) == {"ep": (16, 32), "etp": (2, 1)}
+    assert dict((k, (a, b)) for k, a, b in f.changes) == {"etp": (2, 1), "edp": (1, 2)}
     layer = 4 * (2 - 1) * 2048 * 8 * 7168 * 2
     assert dict(f.figures) == {
         "a GPU each MoE layer and micro-batch": layer,
@@ -196,3 +196,40 @@ def test_etp_falls_back_to_edp_where_ep_cannot_take_the_gpus():
     by_edp = Plan(tp=2, sp=True, ep=8, etp=1, world=16, gpus_per_node=4).check(m, SEQ)
     assert m.experts == 8 and f.followed == by_edp and by_edp.edp == 2
     assert f.followed_memory == breakdown(m, by_edp, SEQ).total
+
+
+def test_following_etp_1_never_breaks_ep_inside_a_node_again():
+    """EP 16 over two nodes at ETP 2: EP 32 would take the freed GPUs across more nodes, so EDP takes them
+    (EP kept at 16); applied, the layout breaks no rule it did not break before, and following the EP rule
+    then brings EP inside a node: no fix sends a learner back to another."""
+    m = get_model("deepseek-v3")
+    plan = _ds(etp=2, ep=16, zero=1)
+    f = _rule(critique(m, plan, SEQ, "h200"), "etp-1")
+    assert (f.followed.etp, f.followed.ep) == (1, 16)
+    before = {x.rule.name for x in critique(m, plan, SEQ, "h200")}
+    after = {x.rule.name for x in critique(m, f.followed, SEQ, "h200")}
+    assert after <= before - {"etp-1"}
+
+
+def test_a_finding_names_the_rules_its_layout_still_breaks():
+    """DeepSeek-V3 at TP 2 without SP, ETP 2, EP 16: following ETP 1 leads to a layout that still breaks the SP
+    and EP rules (each held to that layout here, rule by rule); the text says which, by their words."""
+    from parasim.clock.critic import RULES, Case
+
+    m = get_model("deepseek-v3")
+    out = cli("check-layout", *DEEPSEEK, "--json")
+    data = _strict(out.stdout)
+    etp = next(f for f in data["broken"] if f["rule"] == "etp-1")
+    assert etp["still_broken"] and "etp-1" not in etp["still_broken"]
+    assert set(etp["still_broken"]) <= {r.name for r in RULES}
+    text = " ".join(cli("check-layout", *DEEPSEEK).stdout.split())
+    says = {r.name: r.says for r in RULES}
+    assert "The layout it leads to still breaks: " + "; ".join(says[n] for n in etp["still_broken"]) in text
+    # the same, held rule by rule to the layout the ETP finding leads to, in the library
+    from parasim.clock.critic import scored
+
+    no_sp = scored(Plan(tp=2, sp=False, pp=8, world=256, etp=2, ep=16, zero=1)).check(m, SEQ)
+    f = _rule(critique(m, no_sp, SEQ, "h200"), "etp-1")
+    assert f.still_broken == tuple(r.name for r in RULES if r.name != "etp-1"
+                                   and r.broken(Case(m, f.followed, SEQ, USABLE)))
+    assert "sp-with-tp" in f.still_broken
