@@ -85,7 +85,7 @@ def tables(result) -> list[Table]:
                   ["CP rank", "contiguous: blocks", "in chunk-pairs", "contiguous share %", "zigzag: blocks", "zigzag share %"], rows,
                   notes=[f"a block is {chunk} queries against {chunk} keys (the sequence cut in 2cp = {2 * t} "
                          f"pieces); the post counts a contiguous rank's work in pairs of whole CP chunks "
-                         f"({2 * chunk} x {2 * chunk} = 4 blocks), so the run's {v[0]['contiguous']['blocks']:g}, "
+                         f"({2 * chunk} x {2 * chunk} tokens: 4 blocks), so the run's {v[0]['contiguous']['blocks']:g}, "
                          f"{v[-1]['contiguous']['blocks']:g} blocks are the post's "
                          f"{v[0]['contiguous']['blocks'] / 4:g}, {v[-1]['contiguous']['blocks'] / 4:g}; "
                          "a block on the diagonal counts half (its upper triangle is masked).",

@@ -85,8 +85,8 @@ NARRATIVE = {
         times the work.""",
     "with SP": """
         With SP the all-reduce is a reduce-scatter instead: each GPU keeps its own share of the tokens (two of
-        them on the pair), routes only those, and each token is dispatched once. The same collectives' bytes, half the expert work (a
-        quarter at --tp 4), and the same answer. This is why Megatron refuses MoE with TP unless SP is on.""",
+        them on the pair), routes only those, and each token is dispatched once: the all-to-alls carry half the rows and the
+        experts do half the work (a quarter at --tp 4), for the same answer. This is why Megatron refuses MoE with TP unless SP is on.""",
 }
 
 LESSON = Lesson(

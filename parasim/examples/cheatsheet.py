@@ -69,7 +69,7 @@ def _zero(runs: LessonRuns) -> Cells:
     return (
         "Adam's state / + gradients / + weights: "
         + " / ".join(f"{per[s]:g}" for s in ("ZeRO-1", "ZeRO-2", "ZeRO-3"))
-        + f" B a parameter (DP {per['DP']:g})",
+        + f" B a parameter (plain DP: {per['DP']:g})",
         f"{said['ZeRO-1']}: DP's bytes ({sent['ZeRO-1'] / sent['DP']:g}x); ZeRO-3 gathers the weights for backward too",
         f"ZeRO-3 sends {more:g}x DP's bytes every step",
         {"bytes_per_parameter": per, "bytes_sent": sent, "zero3_over_dp": more},

@@ -92,6 +92,19 @@ def in_unit(text: str, unit: str) -> float | None:
     return value / scale
 
 
+def readings(text: str, unit: str) -> list[float]:
+    """A learner's figure as it may be meant: `in_unit`'s, and where it gives a decimal size ("3.5KB"), the same
+    read in binary too (3.5 x 1,024: the lessons write 4,096 B as 4 KB, as most people do)."""
+    value = in_unit(text, unit)
+    if value is None:
+        return []
+    m = re.match(rf"\s*({_NUMBER.pattern})\s*([kmgtKMGT][bB]?)\b", text.strip().replace(",", ""))
+    if m is None:
+        return [value]
+    power = "kmgt".index(m.group(5)[0].lower()) + 1
+    return [value, value * (1024 / 1000) ** power]
+
+
 def _names(text: str) -> frozenset[str]:
     """Names given in any order and case, with or without "GPU": "g3, g5" = "G5 g3" = "gpu 3 and gpu 5"."""
     t = re.sub(r"\bgpu\s*(\d+)", r"g\1", text.lower())
@@ -112,9 +125,8 @@ class Graded:
             return None
         if not q.numeric:
             return _names(given) == _names(str(q.answer))
-        value = in_unit(given, q.unit)
         want = float(q.answer)  # type: ignore[arg-type]
-        return value is not None and abs(value - want) <= q.rtol * abs(want) + 1e-12
+        return any(abs(v - want) <= q.rtol * abs(want) + 1e-12 for v in readings(given, q.unit))
 
     def verdict(self) -> str:
         """One line: right, or the run's figure against the learner's (how far off, where both are numbers)."""

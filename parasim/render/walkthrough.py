@@ -166,7 +166,7 @@ def _event_lines(e: Event, width: int) -> Iterator[str]:
     if e.kind == "compute":  # one rank's own work: no group, nothing sent
         ranks = ", ".join(str(m.rank) for m in e.members)
         flops = e.params.get("flops")
-        work = f"  ({fmt_value(float(flops))} FLOPs)" if flops is not None else ""
+        work = f"  ({fmt_value(float(flops))} FLOPs)" if flops else ""  # 0: a mark where work starts
         who = f"rank{'s' * (len(e.members) != 1)} {ranks}"
         yield f"step {e.step:>3}  compute on {who}: {e.op}{work}"
         return

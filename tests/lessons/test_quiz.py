@@ -221,3 +221,13 @@ def test_tp_attention_asks_how_many_gpus_hold_each_kv_head(tp, copies):
     heads, kv = max(4, tp), max(1, tp // 2)
     assert q.answer == copies == max(1, (heads // kv) // (heads // tp))
     assert f"{heads} query heads and {kv} key/value head" in q.ask
+
+
+def test_a_decimal_size_is_also_read_in_binary():
+    """The lessons write 4,096 B as 4 KB, as most people do: "3.5KB" for 3,584 bytes is right (3.5 x 1,024),
+    as are "3.5 KiB" and "3584"; "3.3KB" is wrong either way (3,300 or 3,379)."""
+    from parasim.examples.quiz import Question, grade
+
+    q = Question("bytes?", 3584, "bytes", "")
+    got = [g.right for g in grade([q] * 4, ["3.5KB", "3.5 KiB", "3584", "3.3KB"])]
+    assert got == [True, True, True, False]
