@@ -103,7 +103,9 @@ NARRATIVE = {
         holds the first and the last stage, the last GPU (GPU 4 at the post's p = 4) the two middle ones, so a
         micro-batch goes down the GPUs and back up (lower case: the way back). In the middle phase each GPU
         pairs one micro-batch's forward with another's backward, which lets the all-to-all of one hide
-        behind the compute of the other. It needs at least 2p micro-batches.""",
+        behind the compute of the other. It needs at least 2p micro-batches. DeepSeek-V3's own DualPipe,
+        the one the post names, feeds micro-batches in from both ends of the pipeline at once, and so keeps
+        two copies of every stage's weights; DualPipeV feeds them from one end only and keeps one copy.""",
     "DualPipeV: running it": """
         The turn of the V needs no transfer (both stages sit on the last GPU), but every other hop is made
         twice per micro-batch, once on the way down and once on the way back. Counted in half-depth chunks a
