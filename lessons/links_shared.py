@@ -90,7 +90,7 @@ def tables(result, s) -> list[Table]:
         f"TP 8 and EP 8 on the same {WORLD} {g.name}s at the same moment: micro-batch 2's attention (its sequence "
         f"gathered and scattered) beside micro-batch 1's MoE backward (its all-to-alls), GPU 0 on the clock",
         ["what", "NVLink bytes, all GPUs (GB)", "GPU 0 (ms)"],
-        [("TP: the sequence gathered and scattered, the router's gradient summed", [r(f["tp_gb"]), r(f["tp_ms"])]),
+        [("TP: attention's gathers and scatters, the MoE backward's router sum", [r(f["tp_gb"]), r(f["tp_ms"])]),
          ("EP's all-to-alls", [r(f["ep_gb"]), r(f["ep_ms"])]),
          ("both on the same links (the clock)", [r(f["tp_gb"] + f["ep_gb"]), r(f["shared_ms"])]),
          ("if each had links of its own", ["-", r(f["own_ms"])]),
