@@ -370,9 +370,18 @@ def _same_note(other: object, first: str) -> bool:
 
 
 def _note_lines(notes: list[str]) -> list[str]:
-    """Ranks' notes alike but for their figures: each said where there are few, else the first and last few
-    with one line for those between (a 64-GPU run's every rank says its count)."""
+    """Ranks' notes alike but for their figures: the very same words from consecutive ranks said once ('ranks
+    0-7: ...'); else each said where there are few, else the first and last few with one line for those between
+    (a 64-GPU run's every rank says its count)."""
     head, tail = NOTES_SHOWN
+    said = [RANK_NOTE.fullmatch(n) for n in notes]
+    ranks = [int(m[1]) for m in said if m]
+    if (
+        len(ranks) == len(notes) >= FOLDED
+        and len({m[2] for m in said if m}) == 1
+        and ranks == list(range(ranks[0], ranks[0] + len(ranks)))
+    ):  # the very same words from consecutive ranks: said once, as a run of alike members is
+        return [f"  ranks {ranks[0]}-{ranks[-1]}: {said[0][2]}"]  # type: ignore[index]
     if len(notes) <= head + tail + 2:
         return [f"  {n}" for n in notes]
     between = [int(RANK_NOTE.fullmatch(n)[1]) for n in notes[head:-tail]]  # type: ignore[index]
@@ -481,6 +490,7 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
 
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
         out += wrap_words(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
+    seen: dict[tuple, tuple[str | None, int, int]] = {}  # a phase's calls, alike -> (phase, first step, last)
     for phase, items in _phase_blocks(trace):
         if phase is None and not items:
             continue
@@ -491,6 +501,20 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
             for para in lesson.narrative.get(phase, "").strip().split("\n\n"):
                 if para.strip():
                     out += wrap_words(printable(" ".join(para.split())), width) + [""]  # wrapped as shown
+        events = [it[-1] for it in items if isinstance(it[-1], Event)]
+        key = tuple((_alike(e), e.group.ranks if e.group is not None else None) for e in events)
+        if len(events) > 1 and key in seen:  # the very calls of an earlier phase, on the same groups: said once
+            first, a, b = seen[key]
+            out += wrap_words(
+                f"    the same {len(events)} calls as '{first}' (steps {a}-{b}), here at steps {events[0].step}-"
+                f"{events[-1].step}: --json and the app list every one",
+                width,
+                subsequent_indent="      ",
+            )
+            out += _phase_lines([it for it in items if not isinstance(it[-1], Event)], None, width)
+            continue
+        if len(events) > 1:
+            seen[key] = (phase, events[0].step, events[-1].step)
         out += _phase_lines(items, lesson.events_shown, width, lesson.fold_alike)
     if lr.tables:
         from .tables import table_lines

@@ -5,6 +5,8 @@ lesson."""
 
 from __future__ import annotations
 
+import re
+
 import json
 
 import pytest
@@ -123,8 +125,13 @@ def test_the_walkthrough_shows_a_few_events_a_phase_and_counts_the_rest():
     for phase in lr.result.values[0]:
         block = text.split(f"== {phase} ==")[1].split("\n== ")[0]
         events = [e for e in lr.result.trace.events if e.phase == phase]
+        words = " ".join(block.split())
+        same = re.search(r"the same (\d+) calls as '", words)
+        if same:  # a phase that repeats an earlier one's very calls, on the same groups: said once
+            assert int(same[1]) == len(events)
+            continue
         shown = block.count("\nstep ")
-        more = " ".join(block.split()).split("... and ")[1].split(" more events")[0]
+        more = words.split("... and ")[1].split(" more events")[0]
         assert shown == 4 and int(more) == len(events) - 4
 
 

@@ -42,3 +42,21 @@ def test_a_slot_table_numbers_its_slots_above_its_rows():
     # each slot's number starts where its cell does
     starts = [m.start() for m in re.finditer(r"\S+", row)][4:]  # after "rank 0: GPU 1:"
     assert [m.start() for m in re.finditer(r"\d+", ruler)] == starts
+
+
+def test_a_phase_that_repeats_anothers_calls_says_so_once_and_alike_notes_are_one_line():
+    """sp runs TP + SP twice (FlashAttention, then scores kept): the second phase's 16 calls are the first's, on
+    the same group, so it names them in one line with both phases' steps; its ranks' notes stay (their figures
+    differ from the first's), and eight ranks that noted the very same words are one 'ranks 0-7' line."""
+    from parasim.lesson import get_lesson, run_lesson
+
+    lr = run_lesson(get_lesson("sp"))
+    text = walkthrough(lr, width=100)
+    steps = {p: [e.step for e in lr.result.trace.events if e.phase == p] for p in ("TP + SP", "TP + SP, scores kept")}
+    first, again = steps["TP + SP"], steps["TP + SP, scores kept"]
+    block = text.split("== TP + SP, scores kept ==")[1].split("\n== ")[0]
+    said = " ".join(block.split())
+    assert (f"the same {len(again)} calls as 'TP + SP' (steps {first[0]}-{first[-1]}), here at steps "
+            f"{again[0]}-{again[-1]}") in said and "\nstep " not in block
+    assert "ranks 0-7: keeps" in block and "rank 3: keeps" not in block
+    assert "== TP + SP ==\n" in text and text.split("== TP + SP ==")[1].count("\nstep ") == len(first)
