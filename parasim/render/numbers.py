@@ -39,3 +39,16 @@ def nbytes_short(n: int) -> str:
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
     raise AssertionError("unreachable: a million bytes or more is at least 1 MB")
+
+
+def alike_chunks(ts: list, shown: int, sep: str = ", ") -> str | None:
+    """Arrays alike but for their rows (an all-to-all's chunks, one a rank) as every renderer writes them: their
+    count and each one's rows in order, 4 x float64[1/2/1/0, 10], up to `shown` of them; past that, the range
+    of their rows, 64 x bfloat16[421..568, 7172]. None where they are not such chunks (one array, or arrays of
+    other dtypes or widths). `sep` joins the dims (the app writes float64[4,8], the walk-through [4, 8])."""
+    if len(ts) < 2 or not ts[0].shape or len({(t.dtype, tuple(t.shape[1:])) for t in ts}) != 1:
+        return None
+    first = [t.shape[0] for t in ts]
+    lo, hi = min(first), max(first)
+    rows = "/".join(map(str, first)) if len(ts) <= shown else (str(lo) if lo == hi else f"{lo}..{hi}")
+    return f"{len(ts)} x {ts[0].dtype}[{sep.join([rows, *map(str, ts[0].shape[1:])])}]"

@@ -13,7 +13,7 @@ from typing import Any, Iterator, NamedTuple
 from ..lesson import LessonRun
 from ..comm.texts import rank_list
 from ..comm.trace import Event
-from .numbers import nbytes, nbytes_short, scalar
+from .numbers import alike_chunks, nbytes, nbytes_short, scalar
 from .text import printable
 
 
@@ -129,14 +129,10 @@ def _tensors(ts) -> str:
     """A member's arrays: each written out, or, for several of one dtype and width (an all-to-all's chunks),
     their count and their first dims: 4 x float64[1/2/1/0, 10], or over a big group 64 x bfloat16[421..568, 7172]."""
     ts = list(ts)
-    if len(ts) > 1 and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1 and ts[0].shape:
-        # chunks alike but for their rows (an all-to-all's, a rank each): a few rows counts written out in
-        # order, 4 x float64[1/2/1/0, 10], so that a member's line fits a 100-column page; many, their range
-        first = [t.shape[0] for t in ts]
-        lo, hi = min(first), max(first)
-        rows = "/".join(map(str, first)) if len(ts) <= SHOWN_TENSORS else (lo if lo == hi else f"{lo}..{hi}")
-        rest = "".join(f", {d}" for d in ts[0].shape[1:])
-        return f"{len(ts)} x {ts[0].dtype}[{rows}{rest}]"
+    # a few chunks' rows written out, so that a member's line fits a 100-column page; many, their range
+    chunks = alike_chunks(ts, SHOWN_TENSORS)
+    if chunks is not None:
+        return chunks
     return " ".join(f"{t.dtype}{list(t.shape)}" for t in ts) or "-"
 
 

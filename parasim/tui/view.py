@@ -21,7 +21,7 @@ import numpy as np
 
 from ..comm.ops import OPS
 from ..layout.axes import AXES, SIZED
-from ..render.numbers import scalar
+from ..render.numbers import alike_chunks, scalar
 from ..render.text import printable
 from ..comm.trace import Event, Trace
 from ..engine.collector import collector_paused
@@ -66,9 +66,9 @@ def _tensors(ts: tuple) -> str:
     """A member's tensors: a few alike but for their rows (an all-to-all's chunks, one a rank) as their count and
     rows, 4 x float64[2/1/0/0,10], as the walk-through writes them; other few as they are; many, runs of equal
     ones written once with a count."""
-    if 1 < len(ts) <= 8 and ts[0].shape and len({(t.dtype, tuple(t.shape[1:])) for t in ts}) == 1:
-        rows = "/".join(str(t.shape[0]) for t in ts)
-        return f"{len(ts)} x {ts[0].dtype}[{','.join([rows, *map(str, ts[0].shape[1:])])}]"
+    chunks = alike_chunks(list(ts), 8, sep=",") if len(ts) <= 8 else None
+    if chunks is not None:
+        return chunks
     if len(ts) <= 8:
         return " ".join(_tensor(t) for t in ts) or "-"
     runs: list[list] = []
