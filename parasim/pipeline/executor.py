@@ -158,21 +158,16 @@ def _exchange(
 ) -> None:
     ops: list[Send | Recv] = []
     into: list[tuple[dict, tuple[int, int]]] = []
-    # A transfer takes its sender's batch label (in the trace and when a real run's is replayed), so the label is
-    # the batch's send alone (a rank sends one thing a slot at most), not the rest of the batch; else a receive.
-    said: list[str] = []
     step = {k.passes[0]: k.passes[1] for k in KINDS.values() if k.passes}  # "act": +1, "grad": -1
     for _, src, dst, what, stage, mb in batch:
         to = stage + step[what]
         store = acts if what == "act" else grads
         noun = f"{'activation' if what == 'act' else 'gradient'} {mb + 1} (stage {stage + 1} -> {to + 1})"
-        if src == me:
-            said.insert(0, f"slot {slot}: send {noun}")
-            ops.append(Send(store.pop((to, mb)), group.ranks[dst]))
+        if src == me:  # each transfer named by its sender (Send's own label), not by the rest of the batch
+            ops.append(Send(store.pop((to, mb)), group.ranks[dst], label=f"slot {slot}: send {noun}"))
         else:
-            said.append(f"slot {slot}: receive {noun}")
             ops.append(Recv(group.ranks[src], shape, dtype))
             into.append((store, (to, mb)))
-    got = ctx.comm.exchange(ops, group=group, label=said[0], tags={"slot": slot})
+    got = ctx.comm.exchange(ops, group=group, label=f"slot {slot}", tags={"slot": slot})
     for (store, key), x in zip(into, got):
         store[key] = x
