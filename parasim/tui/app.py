@@ -198,11 +198,12 @@ class ParasimApp(App):
         self.push_screen(HelpScreen())
 
     def action_tables(self) -> None:
-        if not self.view.tables:
+        tables = self.view.all_tables()
+        if not tables:
             self.notify("this lesson has no tables", timeout=2, markup=False)
             return
         # the box is 96% of the screen, less its border, padding and scrollbar (6 columns): a row fits its line
-        self.push_screen(TablesScreen(self.view.tables, max(40, int(self.size.width * 0.96) - 6)))
+        self.push_screen(TablesScreen(tables, max(40, int(self.size.width * 0.96) - 6)))
 
     def action_quiz(self) -> None:
         """Predict, then see: the lesson's questions of the run on screen, one at a time."""

@@ -21,6 +21,7 @@ import numpy as np
 
 from ..comm.ops import OPS
 from ..layout.axes import AXES, SIZED
+from ..lesson import Table
 from ..render.numbers import alike_chunks, scalar
 from ..render.text import printable
 from ..comm.trace import Event, Trace
@@ -560,6 +561,21 @@ class View:
                 break
             quiet.insert(0, earlier)
         return [self._said(p) for p in quiet if self.narrative.get(p, "").strip() or self.marks.notes_by_phase.get(p)]
+
+    def all_tables(self) -> list[Any]:
+        """What T shows: the lesson's own tables, then each slot table the ranks noted (a pipeline lesson's
+        schedule, one row a GPU, one column a slot), so the schedule reads whole in one place at any size."""
+        out = list(self.tables)
+        for phase, grid in self.marks.tables.items():
+            width = max(len(cells) for cells in grid.values())
+            out.append(
+                Table(
+                    f"{printable(phase)}: each GPU's action in each slot, as the ranks ran them ('.' idle)",
+                    ["GPU", *(str(t + 1) for t in range(width))],
+                    [(f"GPU {g}", [*grid[g], *["."] * (width - len(grid[g]))]) for g in sorted(grid)],
+                )
+            )
+        return out
 
     def slots(self, index: int, width: int = 20) -> SlotWindow | None:
         """For pipeline lessons: the slot table the ranks noted (rows "GPU k: F1 F2 ..."), the latest one at

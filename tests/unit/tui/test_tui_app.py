@@ -303,6 +303,27 @@ async def test_the_tables_overlay_reads_across_at_100x30():
         assert not any(line.startswith("      size: ") for line in lines)
 
 
+async def test_the_tables_overlay_holds_a_pipelines_slot_table_whole():
+    """Issue 53: pp-1f1b at 100x30 showed its schedule only wrapped in the narrative (its slots panel below
+    the fold); T now holds it as a table, one GPU a row, one slot a column, on a line each. The expected rows
+    are the post's 1F1B table for 4 stages and 4 micro-batches, written out here."""
+    from parasim.tui.screens import TablesScreen
+    lr = run_lesson(get_lesson("pp-1f1b"))
+    app = ParasimApp(View(lr.result.trace, lr.lesson.narrative, lr.lesson.title, tables=lr.tables))
+    async with app.run_test(size=(100, 30)) as pilot:
+        await pilot.press("T")
+        assert isinstance(app.screen, TablesScreen)
+        widget = app.screen.query_one("#tables")
+        await pilot.pause()
+        lines = str(widget.render()).splitlines()
+        assert max(map(len, lines)) <= widget.content_region.width
+        assert "Micro-batches whose activations" in lines[0]  # the lesson's own table first
+        rows = {line.split()[1]: line.split()[2:] for line in lines if line.lstrip().startswith("GPU ")}
+        assert rows["1"] == "F1 F2 F3 F4 . . . B1 . B2 . B3 . B4".split()
+        assert rows["4"] == ". . . F1 B1 F2 B2 F3 B3 F4 B4 . . .".split()
+        assert any(line.split()[:3] == ["GPU", "1", "2"] for line in lines)  # the slots numbered
+
+
 async def test_at_100x30_the_status_line_says_whether_it_plays_before_the_clock():
     """Issue 53: the status line at 100 columns in time mode: where it is and whether it plays, then the clock's
     step, a column and the critical path, whole (a walk found it cut mid-word); the GPU, overlap and the range
