@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import UsageError
 from ..layout.axes import SIZED
 from ..limits import NODES_SHOWN, check_experts_shown
-from .common import add_sizes, add_stages, positive, positive_up_to, print_json, with_stages
+from .common import add_sizes, add_stages, positive, positive_up_to, print_json, width_arg, with_stages
 
 
 def add_layout(sub: Any) -> None:
@@ -62,6 +62,12 @@ def add_layout(sub: Any) -> None:
     )
     yp.add_argument(
         "--json", action="store_true", help='print {"layout": {...}, "groups": {NAME: [[ranks], ...]}, "coords": [...]}'
+    )
+    yp.add_argument(
+        "--width",
+        type=width_arg,
+        metavar="N",
+        help="the page's line width, 60 to 200 (default: the terminal's, or 80 into a pipe or a file)",
     )
     add_stages(yp)
     from .megatron import add_megatron
@@ -146,7 +152,9 @@ def cmd_layout(args: argparse.Namespace) -> int:
         print_job(job, args)
     from ..render.layout_view import print_layout
 
-    print_layout(layout, title, args.nodes)
+    from rich.console import Console
+
+    print_layout(layout, title, args.nodes, Console(highlight=False, width=args.width))
     if written is not None:
         from ..megatron.args import describe
         from .megatron import print_written

@@ -261,3 +261,18 @@ def test_layout_counts_pipeline_stages_from_1_as_trace_does():
     text = _cli("--layout", "moe16").stdout
     assert "pipeline stage 1 (pp rank 0)" in text and "pipeline stage 2 (pp rank 1)" in text
     assert "pipeline stage 0" not in text
+
+
+@pytest.mark.parametrize("width", [60, 100, 200])
+def test_layout_takes_the_pages_width(width):
+    """Issue 53: `parasim layout` wrapped at 80 columns into a pipe, whatever the reader's page; --width holds
+    every line of the drawing to N characters (a node's panel filling it), and a width below 60 is refused."""
+    out = cli("layout", "--tp", "2", "--cp", "2", "--pp", "2", "--dp", "2", "--ep", "4", "--sp", "--width", str(width))
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) == width  # the node panels span the page
+    assert "EP4 x EDP2" in out.stdout.replace("\n", " ")
+    if width >= 100:  # the title's two views on one line
+        assert any("attention view" in line and "EDP2" in line for line in lines)
+    bad = cli("layout", "--tp", "2", "--width", "59")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "at least 60" in bad.stderr
