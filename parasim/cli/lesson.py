@@ -194,6 +194,12 @@ def cmd_lesson(args: argparse.Namespace) -> int:
         lr = run_lesson(lesson, args.world, timeout=args.timeout, knobs=given_knobs(args))
     lr.timing = timing
     quiz = getattr(args, "quiz", False)  # parasim view comes here without it
+    asked = len(lr.questions()) if quiz and args.answer else 0  # the questions depend on the run's settings
+    if len(args.answer if quiz else []) > asked:
+        raise UsageError(
+            f"--answer given {len(args.answer)} times: {lesson.name} asks {asked} question{'s' * (asked != 1)} "
+            "at these settings (its answers in their order)"
+        )
     # the JSON first, whole: a value with no JSON form is refused before any file or line is written
     text = json_text(_with_quiz(lr, args.answer) if quiz else lr.to_dict()) if args.json else None
     if args.chrome is not None or args.hta is not None:  # at the clock's predicted times

@@ -160,6 +160,10 @@ def test_the_quiz_is_refused_in_one_line_where_it_cannot_ask():
         (("lesson", "tp-mlp", "--quiz"), "--quiz: tp-mlp asks no questions yet; lessons that do: why-split, collectives, zero"),
         (("lesson", "pp-1f1b", "--answer", "3"), "--answer answers a quiz: give --quiz too"),
         (("lesson", "pp-1f1b", "--quiz", "--answer", "1" * 201), "--answer: at most 200 characters, got 201"),
+        # issue 53: answers past the last question were dropped without a word
+        (("lesson", "pp-gpipe", "--quiz", "--plain", "--answer", "3/7", "--answer", "4", "--answer", "9"),
+         "--answer given 3 times: pp-gpipe asks 2 questions"),
+        (("lesson", "pp-gpipe", "--quiz", "--json", *["--answer", "1"] * 3), "--answer given 3 times"),
         (("serve", "--quiz", "--memory", "--model 27b"), "--quiz asks a lesson's questions: give a lesson NAME"),
         (("serve", "tp-mlp", "--quiz"), "--quiz: tp-mlp asks no questions yet"),
     ):
