@@ -536,11 +536,13 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
 def clock_words(c: dict) -> str:
     """The run on the clock in a sentence: the step, its critical path, and what each overlap switch not on
     would save (lesson --json's "clock")."""
-    saves = [
-        f"{name} would save {duration(v['saves_us'])}"
-        for name, v in c["switches"].items()
-        if not v["on"] and v["saves_us"] > 0
-    ]
+    # a switch's saving is said where it is 1% of the step or more; below that (a lesson's toy arrays, where
+    # the saving is nanoseconds of arithmetic), the switches are named together as saving next to nothing
+    off = {name: v["saves_us"] for name, v in c["switches"].items() if not v["on"] and v["saves_us"] > 0}
+    saves = [f"{name} would save {duration(us)}" for name, us in off.items() if us >= 0.01 * c["step_us"]]
+    little = [name for name, us in off.items() if us < 0.01 * c["step_us"]]
+    if little:
+        saves.append(f"{' and '.join(little)} would save under 1% of it")
     over = ", ".join(c["overlap"]) or "no overlap"
     r = c.get("range")
     like = (
