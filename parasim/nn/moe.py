@@ -245,11 +245,14 @@ class TokenDispatcher:
             self._last_rows_to = (chosen, rows)
         return rows
 
-    def received(self, router: Router, sizes: list[int], n: int) -> list[np.ndarray]:
+    def received(self, router: Router, sizes: list[int] | int, n: int, shift: int = 0) -> list[np.ndarray]:
         """With a routing policy, for each local expert the received rows that chose it, worked out from the
-        senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels."""
+        senders' policy draws (every EP rank holds n tokens, as the layers split them): no value travels.
+        `shift`: the rows an expert-TP peer `shift` ranks away received instead, from its own EP group (this
+        one's, shifted: Megatron's expert mesh puts expert TP fastest); `sizes`: the rows from each sender, or
+        (a peer's, whose senders' counts are not known here) their total."""
         srcs = [self.par.ctx.rank] if self.ep is None else self.ep.ranks
-        draws = [router.drawn(src, d * n, n) for d, src in enumerate(srcs)]
+        draws = [router.drawn(src + shift, d * n, n) for d, src in enumerate(srcs)]
         last = self._last_received  # balanced routing: the very same draws every call
         if (
             last is not None
@@ -264,12 +267,17 @@ class TokenDispatcher:
             mine = seen.get(id(theirs))  # balanced routing: every sender's draws are one array
             if mine is None:
                 mine = seen[id(theirs)] = theirs[((theirs // self.per) == self.me).any(axis=1)]  # picks of mine
-            if len(mine) != sizes[d]:
+            if not isinstance(sizes, int) and len(mine) != sizes[d]:
                 raise UsageError(
                     f"{self.name}: routing by policy needs the same number of tokens on every EP "
                     f"rank; EP rank {d} sent {sizes[d]} rows, its draws say {len(mine)}"
                 )
             parts.append(mine)
+        if isinstance(sizes, int) and sum(map(len, parts)) != sizes:
+            raise UsageError(
+                f"{self.name}: routing by policy needs the same number of tokens on every EP rank; an expert-TP "
+                f"peer received {sizes} rows, its senders' draws say {sum(map(len, parts))}"
+            )
         # each local expert's rows among the arrived rows (sender by sender, in order): worked out once for each
         # sender's draws that are alike (balanced routing: one array for all 64), then offset by where they land
         mine_experts = self.me * self.per + np.arange(self.per)
@@ -285,7 +293,8 @@ class TokenDispatcher:
                 cols[e].append(at + offset)
             offset += len(part)
         rows = [np.concatenate(c) if c else np.zeros(0, dtype=np.intp) for c in cols]
-        self._last_received = (draws, rows, list(sizes))  # the draws kept alive, so their ids stay theirs
+        # the draws kept alive, so their ids stay theirs
+        self._last_received = (draws, rows, sizes if isinstance(sizes, int) else list(sizes))
         return rows
 
     def plan(self, rows: list[np.ndarray], n: int) -> _Dispatch:
@@ -449,7 +458,7 @@ class Experts:
         except ParasimError as exc:  # arrays without values have no gates to read
             raise UsageError(
                 f"{self.name}: the rows that chose each expert are read from their gates ({exc}); "
-                "arrays without values route by policy with expert TP 1 only, for now"
+                "arrays without values need a routing policy (uniform, balanced, skewed:F)"
             ) from None
 
     def gather(self, rows: Array, label: str) -> tuple[Any, list[int]]:
@@ -539,18 +548,32 @@ class MoE(Weights):
         n = tokens.shape[0]
         routed = self.gate.forward(tokens, saved, self.dispatcher.me * n)
         recv, plan, rows, sizes = self.dispatcher.dispatch(routed)
-        # with a routing policy, which of my experts each received row chose, from the senders' draws
-        arrived = None
-        if self.par.options.routing is not None and self.local_experts.etp is None:
-            arrived = self.dispatcher.received(self.gate, sizes, n)
         # ETP: every rank of the expert-TP group works on the rows any of them received
         recv, etp_sizes = self.local_experts.gather(recv, "dispatched tokens to every expert-TP rank")
+        # with a routing policy, which of my experts each received row chose, from the senders' draws
+        arrived = None if self.par.options.routing is None else self._arrived(sizes, n, etp_sizes)
         xs, ws = recv[:, :h], recv[:, h:]
         saved.keep(self.name, "dispatched tokens", xs)
         out, expert_caches = self.local_experts.forward(xs, ws, arrived, saved)
         out = self.local_experts.sum(out, etp_sizes, "sum the experts' partial outputs over expert-TP")
         y = self.dispatcher.combine(out, plan, rows, sizes, tokens)
         return xp.reshape(y, shape), (shape, routed, plan, sizes, etp_sizes, xs, ws, expert_caches)
+
+    def _arrived(self, sizes: list[int], n: int, etp_sizes: list[int]) -> list[np.ndarray]:
+        """For each local expert, the rows (after the expert-TP gather) that chose it, from the policy's draws:
+        each expert-TP peer's received rows in group order, one block after another, as `gather` lays them."""
+        etp, me = self.local_experts.etp, self.par.ctx.rank
+        if etp is None:
+            return self.dispatcher.received(self.gate, sizes, n)
+        cols: list[list[np.ndarray]] = [[] for _ in range(self.per)]
+        offset = 0
+        for peer, count in zip(etp.ranks, etp_sizes):
+            # a peer's count from each of its senders is not known here: its total is (the gather's)
+            rows = self.dispatcher.received(self.gate, count, n, shift=peer - me)
+            for j, r in enumerate(rows):
+                cols[j].append(r + offset)
+            offset += count
+        return [np.concatenate(c) for c in cols]
 
     @property
     def last_routing(self) -> list[list[tuple[int, float]]]:

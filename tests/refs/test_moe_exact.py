@@ -187,13 +187,20 @@ def test_scripted_routes_are_exact_against_autograd_with_constant_gates():
     assert np.max(np.abs(sum(v["router"] for v in res.values) - R.grad.numpy())) < 1e-12
 
 
-@pytest.mark.parametrize("ep, etp, n_exp, k, n", [(2, 2, 4, 2, 3), (1, 2, 2, 1, 4), (2, 2, 4, 1, 0 + 2), (1, 4, 3, 2, 2)])
-def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n):
+@pytest.mark.parametrize("ep, etp, n_exp, k, n, policy", [
+    (2, 2, 4, 2, 3, None), (1, 2, 2, 1, 4, None), (2, 2, 4, 1, 0 + 2, None), (1, 4, 3, 2, 2, None),
+    (2, 2, 4, 2, 3, "uniform"), (4, 2, 8, 3, 4, "uniform"), (2, 4, 4, 2, 2, "balanced"), (1, 2, 2, 1, 4, "uniform"),
+])
+def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n, policy):
     """ETP: each expert's w1 split by columns (and b1), w2 by rows over the expert-TP group, b2 added once.
     Ranks (etp fastest, as Megatron orders them) each route their own n tokens; outputs, input gradients
     and every weight gradient equal torch autograd on the unsplit block; a rank's w1/w2 gradients are its
-    slices of the whole ones, and b2's (summed over expert-TP) is whole."""
+    slices of the whole ones, and b2's (summed over expert-TP) is whole. With a routing `policy` each rank
+    works out which gathered rows chose its experts from every expert-TP peer's senders' draws (what lets a
+    symbolic run, with no gates to read, split experts by TP): the reference routes by the same draws."""
+    from parasim.nn.routing import Routing
     h, f, p = 6, 8, ep * etp
+    routing = None if policy is None else Routing.parse(policy, seed=4)
 
     def program(ctx):
         # every rank creates every group, in one order (as torch.distributed wants); each keeps its own
@@ -201,14 +208,18 @@ def test_experts_split_by_tensor_parallelism_equal_autograd(ep, etp, n_exp, k, n
         eps = [ctx.new_group([d * etp + r for d in range(ep)], "ep") for r in range(etp)]
         etp_g, ep_g = etps[ctx.rank // etp], eps[ctx.rank % etp]
         router, experts = weights(ctx, h, f, n_exp)
-        moe = MoE(ParallelContext(ctx, etp_group=etp_g), ep_g, router, experts, k, etp=etp_g)
+        par = ParallelContext(ctx, etp_group=etp_g, options=LayerOptions(routing=routing))
+        moe = MoE(par, ep_g, router, experts, k, etp=etp_g)
         x = ctx.shared_rng("x").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         target = ctx.shared_rng("target").normal((p * n, 1, h))[ctx.rank * n:(ctx.rank + 1) * n]
         y, cache = moe.forward(x, Saved())
         dx = moe.backward(cache, target)
         return {"y": y, "dx": dx, "grads": dict(moe.grads)}
     res = parasim.run(program, p)
-    y, dx, dR, dE = reference(p, n, h, f, n_exp, k)
+    # a rank's tokens are counted from its place in its EP group (rank // etp), as its router numbers them
+    picks = None if routing is None else np.concatenate(
+        [routing.choose("moe#0", r, (r // etp) * n, n, n_exp, k) for r in range(p)])
+    y, dx, dR, dE = reference(p, n, h, f, n_exp, k, picks)
     assert np.max(np.abs(np.concatenate([v["y"].reshape(-1, h) for v in res.values]) - y)) < 1e-10
     assert np.max(np.abs(np.concatenate([v["dx"].reshape(-1, h) for v in res.values]) - dx)) < 1e-10
     assert np.max(np.abs(sum(v["grads"]["router"] for v in res.values) - dR)) < 1e-10

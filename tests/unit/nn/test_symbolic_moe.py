@@ -93,11 +93,19 @@ def test_symbolic_moe_needs_a_policy():
         parasim.run(make_program(None, None, 2, "learned"), 16, backend="symbolic")
 
 
-def test_symbolic_moe_with_expert_tp_is_refused_for_now():
-    layout = Layout(tp=2, cp=2, pp=2, dp=2, ep=2, etp=2, sp=True, zigzag=False, model=preset("moe16").model)
-    with pytest.raises(UsageError, match="expert TP 1 only"):
-        parasim.run(make_program(None, layout, 2, "uniform"), 16, backend="symbolic")
-    parasim.run(make_program(None, layout, 2, "uniform"), 16)  # virtual ranks have the gates' values
+@pytest.mark.parametrize("routing", ["uniform", "balanced"])
+@pytest.mark.parametrize("ep, etp", [(2, 2), (4, 2), (2, 4)])
+def test_symbolic_moe_with_expert_tp_runs_as_the_virtual_one(routing, ep, etp):
+    """Expert TP on symbolic ranks (the rules of thumb's ETP 2 at real size): each expert-TP peer's received
+    rows are worked out from its own EP group's draws, so the run needs no gate values. The virtual run, whose
+    rows come from the same draws and whose values check them, makes the very same trace and peaks."""
+    layout = Layout(tp=2, cp=2, pp=2, dp=2, ep=ep, etp=etp, sp=True, zigzag=False, model=preset("moe16").model)
+    program = make_program(("A", 5), layout, 2, routing)
+    real = parasim.run(program, 16, precision="fp64")
+    sym = parasim.run(program, 16, backend="symbolic", precision="fp64")
+    assert trace_key(sym.trace) == trace_key(real.trace)
+    assert any(e.group is not None and e.group.name == "expert-tp" for e in sym.trace.events)
+    assert [sym.trace.peak(r) for r in range(16)] == [real.trace.peak(r) for r in range(16)]
 
 
 def test_trace_runs_symbolically_with_the_same_bytes():
