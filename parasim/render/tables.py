@@ -102,7 +102,8 @@ def table_lines(t: Table, width: int = 96) -> list[str]:
     values = [[label] + list(vals) for label, vals in t.rows]
     head = [printable(c) for c in t.columns]
     body = [[printable(r[0])] + [cell(v) for v in r[1:]] for r in values]
-    out = textwrap.wrap(printable(t.title), width, subsequent_indent="  ") or [""]
+    # a hyphenated word ("all-to-all-hidden", "expert-dp") is never cut at its hyphens, as in the walk-through
+    out = textwrap.wrap(printable(t.title), width, subsequent_indent="  ", break_on_hyphens=False) or [""]
     numeric = _numeric(values)
     widths = _fit(head, body, width)
     texts = tuple(i for i in range(1, len(head)) if not numeric[i])  # words that may wrap inside their cell
@@ -118,7 +119,9 @@ def table_lines(t: Table, width: int = 96) -> list[str]:
             out.append(f"  {r[0]}")
             out += [f"      {c}: {v}" for c, v in zip(head[1:], r[1:])]
     for note in t.notes:
-        out += textwrap.wrap(printable(note), width, initial_indent="  ", subsequent_indent="    ")
+        out += textwrap.wrap(
+            printable(note), width, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+        )
     return out
 
 

@@ -38,3 +38,15 @@ def test_a_short_byte_count_is_exact_below_a_million_and_three_figures_past_it()
     assert [nbytes_short(n) for n in (0, 32, 999_999)] == ["0 B", "32 B", "999,999 B"]
     assert [nbytes_short(n) for n in (1_000_000, 94_371_840, 1_210_000_000, 5 * 10**12)] == [
         "1 MB", "94.4 MB", "1.21 GB", "5 TB"]
+
+
+def test_a_tables_title_and_notes_never_cut_a_hyphenated_word():
+    """A note naming lessons (all-to-all-hidden) or groups (expert-dp) wraps between words, never at a hyphen
+    inside one (the walk-through's own rule, wrap_words); every line still within the width."""
+    note = "compare " + " ".join(["at-scale", "all-to-all-hidden", "expert-dp"] * 6)
+    lines = table_lines(Table("a title with all-to-all-hidden " * 3, ["what", "value"], [("x", [1])], notes=[note]),
+                        60)
+    words = {w for line in lines for w in line.split()}
+    assert {"at-scale", "all-to-all-hidden", "expert-dp"} <= words
+    cut = [line for line in lines if line.rstrip().endswith("-") and set(line.strip()) != {"-", " "}]  # not rules
+    assert not cut and max(map(len, lines)) <= 60
