@@ -10,6 +10,9 @@ how much of it each hides.
 """
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 from parasim.clock.costs import machine
 from parasim.clock.timeline import by_phase, simulate
 from parasim.estimate.hardware import GPUS
@@ -101,10 +104,27 @@ def post_figures(result) -> dict:
             "experts": E * 2 * D * F * b}  # ZeRO-3's way: gather the layer's expert weights instead
 
 
+def _ep_vs_zero3():
+    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
+    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def ep_vs_zero3(rows: float | None = None) -> dict:
+    """This lesson's ZeRO-3-over-EP ratio in the shared formula, at EP 8: the whole layer's experts against
+    `rows` rows a token (the run's; else balanced routing's, one to each other GPU of the group: K (EP - 1)/EP)."""
+    ep = EPS[0]
+    rows = K * (ep - 1) / ep if rows is None else rows
+    return _ep_vs_zero3().parts(share=1, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
+
+
 def tables(result, s) -> list[Table]:
     out = _phase_table(result, s)
     f = post_figures(result)
     mb = lambda x: round(x / 1e6, 1)  # noqa: E731  MB, as the post writes them
+    mine = ep_vs_zero3(f["forward"] / (T * (2 * D + E // 8) * 2))  # GPU 0's rows a token, out and back (BF16)
     out.append(Table("The post's EP arithmetic for this layer (EP 8, GPU 0, BF16; MB = 10^6 bytes), beside what the "
                      "run sent",
                      ["figure", "the post's formula (MB)", "the run (MB)"],
@@ -121,9 +141,9 @@ def tables(result, s) -> list[Table]:
                             "no copy is saved by two picks sharing a GPU, as the post says routing can.",
                             "EP moves tokens to the weights, ZeRO-3 would move weights to the tokens: gathering this "
                             f"layer's experts (all {f['experts'] / 1e6:,.0f} MB of them) is {f['experts'] / f['forward']:.0f} "
-                            "times the all-to-alls' bytes forward. (at-scale counts the bytes a GPU sends in the "
-                            "gather, the 7/8 of the experts others lack, against its own routing's all-to-alls: "
-                            "another ratio of the same two ways.)"]))
+                            "times the all-to-alls' bytes forward.",
+                            "Why " + _ep_vs_zero3().why("all-to-all-hidden", mine, "the whole layer's experts",
+                                                        "balanced routing, this run's")]))
     return out
 
 

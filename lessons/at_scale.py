@@ -10,8 +10,10 @@ the estimator's own per-layer figures.
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 
@@ -154,7 +156,8 @@ def nine_rows() -> list[dict]:
 
 def tables(result) -> list[Table]:
     """The EP dispatch per GPU (EP 8 on the post's settings): the post's count (every leaving (token, expert) pair, d values at 2 bytes)
-    beside what the run sent (each token once per GPU holding one of its picks, its gates beside it)."""
+    beside what the run sent (each token once per GPU holding one of its picks, its gates beside it); EP beside
+    TP and ZeRO-3; the 27B model's nine layouts, measured against the estimator."""
     v, trace, ep = result.values, result.trace, result.world
     dispatch = _a2a(trace, ep, "dispatch:")
     sent = {m.rank: m.sent for m in dispatch.members}
@@ -172,7 +175,30 @@ def tables(result) -> list[Table]:
                          f"sent {sum(sent.values()) / len(sent) / 1e6:,.0f} MB. why: a token whose picks land on one "
                          f"GPU twice travels there once, with the {E // ep} gates of that GPU's experts beside it "
                          "(MB = 1e6 bytes)."]),
-            _instead_table(result)]
+            _instead_table(result), nine_table(nine_rows())]
+
+
+def nine_table(rows: list[dict]) -> Table:
+    """The 27B model's nine layouts, one layer each at its longest sequence: what the run kept for backward,
+    held while recomputing and the weights it held per GPU, each beside the estimator's per-layer figure."""
+    gb = lambda n: round(n / 1e9, 3)  # noqa: E731
+    m = lambda n: round(n / 1e6, 2)  # noqa: E731
+    out = []
+    for r in rows:
+        (kept,), (work,), (params,) = r["got"]["kept"], r["got"]["work"], r["got"]["params"]  # every rank alike
+        out.append((r["label"], [r["seq"], gb(kept), gb(r["kept"]), gb(work), gb(r["work"]), m(params),
+                                 m(r["params"]), [kept, work, params] == [r["kept"], r["work"], r["params"]]]))
+    return Table("One layer of the 27B model at each of the post's nine layouts, at the longest sequence the "
+                 "estimator finds for it on H200s, per GPU: the run's bytes and weights against the estimator's "
+                 "(GB = 1e9 bytes, M = 1e6 parameters)",
+                 ["layout", "seq (tokens)", "kept run (GB)", "kept est. (GB)", "recomp. run (GB)",
+                  "recomp. est. (GB)", "weights run (M)", "weights est. (M)", "same"], out,
+                 notes=["kept: the bytes a GPU keeps from forward to backward; recomp.: what it holds while it "
+                        "redoes the forward just before backward (what it kept, but with full recomputation, which "
+                        "keeps only the layer's input, the larger); weights: the layer's parameters on one GPU; same: run "
+                        "and estimator agree to the byte and the parameter. seq: the estimator's longest, cut to "
+                        "a length every split of the layout takes. Under CP the engine models no dropout, so no "
+                        "masks are counted on either side."])
 
 
 def _instead_table(result) -> Table:
@@ -180,6 +206,7 @@ def _instead_table(result) -> Table:
     ZeRO-3's gather of the experts on the same GPUs, for one MoE layer."""
     f, ep = _instead(result), result.world
     gb = lambda n: round(n / 1e9, 3)  # noqa: E731
+    mine = ep_vs_zero3(ep, f["ep forward"] / (T * (2 * D + E // ep) * 2))  # GPU 0's rows a token, out and back
     rows = [("EP: dispatch + combine, forward", [gb(f["ep forward"]), gb(f["post"])]),
             ("EP: the same two, backward", [gb(f["ep backward"]), gb(f["post"])]),
             (f"TP {ep}: two all-reduces of the activations, forward", [gb(f["tp"]), gb(4 * T * D * 2 * (ep - 1) / ep)]),
@@ -191,10 +218,27 @@ def _instead_table(result) -> Table:
                         "token once to each GPU holding one of its picks, so less. TP's all-reduces forward, "
                         "2 x T x d x b x 2(t - 1)/t, are the post's comparison. ZeRO-3 is EP's mirror image: it brings the "
                         f"weights to the tokens, {f['zero3'] / f['ep forward']:.0f}x the bytes EP moves bringing the "
-                        f"tokens to the weights forward (the bytes a GPU sends in each: its share of the gather, the "
-                        f"(EP - 1)/EP of the experts the others lack; all-to-all-hidden sets the whole layer's experts "
-                        f"against its balanced all-to-alls instead, another ratio of the same two ways. This run's "
-                        "experts have two matrices each; DeepSeek-V3's have three)."])
+                        "tokens to the weights forward (this run's experts have two matrices each; DeepSeek-V3's have "
+                        "three).",
+                        "Why " + _ep_vs_zero3().why("at-scale", mine, "a GPU sends the experts the others lack",
+                                                    f"{knob(result, 'routing', POLICY)} routing, this run's")])
+
+
+def _ep_vs_zero3():
+    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
+    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def ep_vs_zero3(ep: int = EP, rows: float | None = None) -> dict:
+    """This lesson's ZeRO-3-over-EP ratio in the shared formula: a GPU's share of the gather, the (EP - 1)/EP of
+    the experts the others lack, against `rows` rows a token (the run's; else the average under uniform
+    routing)."""
+    shared = _ep_vs_zero3()
+    rows = shared.uniform_rows(E, ep, K) if rows is None else rows
+    return shared.parts(share=(ep - 1) / ep, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
 
 
 def _a2a(trace, ep: int, said: str):

@@ -6,6 +6,9 @@ expert, and the bytes EP moves are set beside what ZeRO-3 would move gathering t
 
 from __future__ import annotations
 
+import importlib.util
+from pathlib import Path
+
 import numpy as np
 
 from parasim.engine import run
@@ -170,6 +173,23 @@ def zero3_bytes(per_gpu_experts: int, world: int) -> int:
     return world * (world - 1) * per_gpu_experts * 2 * H * F * B
 
 
+def _ep_vs_zero3():
+    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
+    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def ep_vs_zero3(rows: float | None = None) -> dict:
+    """This lesson's ZeRO-3-over-EP ratio in the shared formula: a GPU's share of the gather, the (EP - 1)/EP of
+    the experts the others lack, against `rows` rows a token (the run's; else the average of random picks, which
+    a router of random weights makes)."""
+    shared = _ep_vs_zero3()
+    rows = shared.uniform_rows(E, EP, K) if rows is None else rows
+    return shared.parts(share=(EP - 1) / EP, experts=E, ep=EP, hidden=H, width=F, tokens=T, rows=rows)
+
+
 def tables(result) -> list[Table]:
     v, f = result.values, followed(result)
     per = v[0]["per"]
@@ -205,6 +225,7 @@ def tables(result) -> list[Table]:
     fwd = sum(_sent(result, "dispatch").values()) + sum(_sent(result, "combine").values())
     bwd = sum(_sent(result, "backward").values())
     z = zero3_bytes(per, result.world)
+    mine = ep_vs_zero3(fwd / (result.world * T * (2 * H + per) * B))  # the run's rows a token, out and back
     mirror = [
         ("EP: dispatch + combine (the run)", [fwd, "the tokens' rows, to their experts and back"]),
         ("EP: the same two, backward (the run)", [bwd, "gradients along the same rows"]),
@@ -238,7 +259,11 @@ def tables(result) -> list[Table]:
             notes=[
                 f"EP moves {EP * T} tokens to the weights; ZeRO-3 would move the weights to the tokens: "
                 f"{z / fwd:.0f}x the bytes forward here, and the gap grows with the width of an expert "
-                "(at-scale and all-to-all-hidden count it at DeepSeek-V3's real size)."
+                "(at-scale and all-to-all-hidden count it at DeepSeek-V3's real size).",
+                "Why "
+                + _ep_vs_zero3().why(
+                    "ep-split", mine, "a GPU sends the experts the others lack", "its router's picks, this run's"
+                ),
             ],
         ),
     ]

@@ -67,3 +67,57 @@ def test_ep_beside_tp_and_zero3_by_hand(lr):
     assert [rows["EP: dispatch + combine, forward"][0], rows["EP: the same two, backward"][0]] == [
         round(gpu0["forward"] / 1e9, 3), round(gpu0["backward"] / 1e9, 3)]
     assert rows["EP: dispatch + combine, forward"][0] < rows["EP: dispatch + combine, forward"][1]  # merged tokens
+
+
+def _gb(n):
+    return round(n / 1e9, 3)
+
+
+def test_the_27b_layouts_are_a_table_of_the_run_against_the_estimator(lr):
+    """The 27B part is a table the walk-through prints: one row per layout of the estimator's nine, in its
+    order, each at the sequence its check ran, the run's figures beside the estimator's (called here)."""
+    from parasim.estimate import Plan, get_model
+    from parasim.estimate.fit import LONGEST_ROWS
+    from parasim.estimate.memory import layer_saved_bytes
+    from parasim.estimate.models import layer_param_count
+    from parasim.train.differences import as_run
+
+    (table,) = [t for t in lr.tables if t.title.startswith("One layer of the 27B model")]
+    assert [label for label, _ in table.rows] == [label for _, label, _ in LONGEST_ROWS]
+    rows = {label: dict(zip(table.columns[1:], cells)) for label, cells in table.rows}
+    model = get_model("27b")
+    for c in (c for c in lr.checks if c.name.startswith("27B, ")):
+        label, seq = c.name[5:].split(", one layer at ")[0], int(c.name.split(" at ")[1].split(" tokens")[0].replace(",", ""))
+        row = rows[label]
+        (kept,), (work,), (params,) = c.got
+        assert row["seq (tokens)"] == seq
+        assert [row["kept est. (GB)"], row["recomp. est. (GB)"]] == [_gb(x) for (x,) in c.expected[:2]]
+        assert [row["kept run (GB)"], row["recomp. run (GB)"], row["weights run (M)"]] == [
+            _gb(kept), _gb(work), round(params / 1e6, 2)]
+        kw = next(kw for _, lab, kw in LONGEST_ROWS if lab == label)
+        assert row["weights est. (M)"] == round(layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size,
+                                                                  kw["tp"], model.bias) / 1e6, 2)
+        if set(kw) <= {"tp", "sp", "dp", "pp"}:  # no CP, no recomputation: the estimator's saved bytes as they are
+            plan = Plan(**kw)
+            est = layer_saved_bytes(model.hidden, model.heads, model.kv, model.ffn_size, seq, 1, plan.tp, plan.sp,
+                                    plan.cp, dropout=as_run(plan).dropout)
+            assert row["kept est. (GB)"] == row["recomp. est. (GB)"] == _gb(est)
+        assert row["same"] is c.ok is True
+    recompute = rows["TP8 + SP + full recompute"]
+    assert recompute["kept run (GB)"] < recompute["recomp. run (GB)"]  # only the input kept; the layer redone
+
+
+@pytest.mark.parametrize("width", [100, 200])
+def test_the_27b_table_reads_across_the_page(lr, width):
+    """At 100 and 200 columns the table is printed as it is (not turned, not in blocks): each layout's line
+    holds its eight cells, as the table has them."""
+    from parasim.render.tables import cell
+
+    text = cli("lesson", "at-scale", "--plain", "--width", str(width)).stdout
+    table = text[text.index("One layer of the 27B model"):text.index(" events over ")]
+    assert max(map(len, text.splitlines())) <= width
+    assert "turned to fit" not in table and "(column" not in table
+    (t,) = [t for t in lr.tables if t.title.startswith("One layer of the 27B model")]
+    for label, cells in t.rows:
+        (line,) = [line for line in table.splitlines() if line.startswith(f"  {label}  ")]
+        assert line[2 + len(label):].split() == [cell(v) for v in cells] and cells[-1] is True
