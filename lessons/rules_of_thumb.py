@@ -1,5 +1,5 @@
 """The post's rules of thumb, each shown by a run that breaks it beside a run that follows it: two layers of
-the 27B model (for the EP rule, DeepSeek-V3's MoE layer) on 16 H200s (two nodes of 8), at real size on
+the 27B model (for the EP and ETP rules, DeepSeek-V3's MoE layer) on 16 H200s (two nodes of 8), at real size on
 symbolic ranks, forward, backward and the optimizer step, timed on the clock.
 
 Every pair runs on the same 16 GPUs and the same tokens. What a rule saves (or costs) is measured, never
@@ -55,6 +55,9 @@ def pairs_across() -> Groups:
 
 SINGLES = blocks(1)
 HALF_NODES = ((0, 1, 2, 3, 8, 9, 10, 11), (4, 5, 6, 7, 12, 13, 14, 15))  # half of each node: a group over both
+# EP 4 under ETP 2 in each node: expert TP is the fastest axis of Megatron's expert mesh, so a GPU's EP group is
+# the GPUs at its place in the other expert-TP pairs of its node
+EP_UNDER_ETP2 = tuple(tuple(range(first, first + NODE, 2)) for first in (0, 1, NODE, NODE + 1))
 
 
 class Setup(NamedTuple):
@@ -73,6 +76,7 @@ class Setup(NamedTuple):
     seq: int = SEQ
     batch: int = 1
     ep: Groups | None = None  # an MoE piece instead: DeepSeek-V3's MoE layer, its experts over these groups
+    etp: Groups | None = None  # ... each expert's two matrices split over these (expert TP; none: ETP 1)
 
 
 class Rule(NamedTuple):
@@ -127,6 +131,16 @@ RULES: tuple[Rule, ...] = (
          "on either node, so about half of each all-to-all, forward and backward, crosses the network.",
          "EP 8 in each node: each GPU holds 32 experts, twice as many, and the all-to-alls stay on NVLink. The "
          "two nodes hold the same experts (EDP 2), so once a step their gradients are summed across the nodes."),
+    Rule("etp-1", "ETP 1 for the experts",
+         Setup("ETP 2 x EP 4 a node, EDP 2", SINGLES, ep=EP_UNDER_ETP2, etp=blocks(2), dp=pairs_across()),
+         Setup("ETP 1 x EP 8 a node, EDP 2", SINGLES, ep=TP8, dp=pairs_across()),
+         "The same MoE layer with each expert's two matrices split over a pair of GPUs (ETP 2), four pairs a "
+         "node (EP 4): every GPU holds half of 64 experts. Each pair first swaps the tokens its two GPUs "
+         "received, so both work on all of them, and after the experts sums its partial outputs; backward the "
+         "same two again.",
+         "ETP 1: each expert whole on one GPU, eight a node (EP 8), 32 experts a GPU: the very same weights a "
+         "GPU as ETP 2's halves of 64, with no pair to swap tokens or sum outputs with, and each expert's "
+         "products twice as wide."),
     Rule("zero-1", "ZeRO-1 over DP almost always",
          Setup("TP 8, DP 2, plain Adam", TP8, dp=pairs_across()),
          Setup("TP 8, DP 2, ZeRO-1", TP8, dp=pairs_across(), zero=1),
@@ -152,12 +166,13 @@ def run_moe(ctx, s: Setup, key: str) -> dict:
     experts over its expert-data-parallel group (the experts' gradients summed where another node holds the
     same ones). What it keeps, counted."""
     assert s.ep is not None
+    etp = _mine(ctx, s.etp, "expert-tp") if s.etp else None
     ep, edp = _mine(ctx, s.ep, "ep"), _mine(ctx, s.dp, "expert-dp")
     draw = ctx.shared_rng
     experts = [{"w1": draw(f"{key}.e{e}.w1").normal((MOE_D, MOE_F)), "w2": draw(f"{key}.e{e}.w2").normal((MOE_F, MOE_D))}
                for e in range(MOE_E)]
-    par = ParallelContext(ctx, None, ep_group=ep, options=LayerOptions(routing=UNIFORM))
-    moe = MoE(par, ep, draw(f"{key}.router").normal((MOE_D, MOE_E)), experts, MOE_K, name=f"{key}.moe")
+    par = ParallelContext(ctx, None, ep_group=ep, etp_group=etp, options=LayerOptions(routing=UNIFORM))
+    moe = MoE(par, ep, draw(f"{key}.router").normal((MOE_D, MOE_E)), experts, MOE_K, name=f"{key}.moe", etp=etp)
     kept = 0  # a micro-batch's activations are freed by its backward: the most one holds
     for mb in range(MOE_MICRO):
         saved = Saved()
@@ -331,6 +346,10 @@ def checks(result, s) -> list[Check]:
     pp_in, pp_across = rule["pp-across-nodes"]
     z0, z1 = rule["zero-1"]
     ep_broken, ep_kept = rule["ep-inside-a-node"]
+    etp2, etp1 = rule["etp-1"]
+    # GPU 0's expert-TP collectives in the ETP 2 run (the phase the rule's broken run is traced under)
+    etp_calls = sum(1 for e in result.trace.events if e.phase == phase_of(next(r for r in RULES if r.name == "etp-1"), "breaks")
+                    and e.group is not None and e.group.name == "expert-tp" and 0 in e.ranks)
     t, sbh2 = 8, SEQ * h * 2  # TP 8; one sequence's activation at 2 bytes a value
     return [
         check("TP 8 in each node sends across nodes only DP's gradient all-reduce: a ring of 2 makes each GPU "
@@ -363,6 +382,16 @@ def checks(result, s) -> list[Check]:
               f"the nodes: 4 x {MOE_MICRO}", ep_broken["crossing"], 4 * MOE_MICRO),
         check("a micro-batch's all-to-alls take less time at EP 8 in a node than at EP 16 over two",
               ep_break_even(result, s)[0] > 0, True),
+        check("ETP 2 x EP 4 holds what ETP 1 x EP 8 holds a GPU: half of 64 experts is 32, at 16 bytes a "
+              "parameter (weights, gradients, Adam), two d x f matrices an expert",
+              [etp2["state"], etp1["state"]], [16 * (MOE_E // 8) * 2 * MOE_D * MOE_F] * 2),
+        check("... and sends the same bytes across nodes: the experts' gradient sum over EDP 2 (a ring of 2), "
+              "16 GPUs x 32 experts' worth x 2 d x f x 2 bytes",
+              [etp2["across"], etp1["across"]], [WORLD * (MOE_E // 8) * 2 * MOE_D * MOE_F * 2] * 2),
+        check(f"ETP 2's own collectives on GPU 0, with its pair: the received tokens swapped and the partial "
+              f"outputs summed, forward and backward, 4 a micro-batch x {MOE_MICRO}", etp_calls, 4 * MOE_MICRO),
+        check("... which send more bytes inside each node and take longer on the clock than ETP 1",
+              [etp2["inside"] > etp1["inside"], etp2["ms"] > etp1["ms"]], [True, True]),
         check("ZeRO-1 sends the bytes of plain DP's all-reduce (a reduce-scatter and an all-gather)",
               z1["across"] + z1["inside"], z0["across"] + z0["inside"]),
         check("ZeRO-1 halves Adam's 12 bytes a parameter over DP 2", z1["optimizer"], z0["optimizer"] / 2),
@@ -390,6 +419,6 @@ LESSON = Lesson(
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic", keep_values=0, events_shown=4,  # each run's first events; its tables say the rest
     picture=Picture(plot_rules, "each rule broken and kept: bytes across nodes, memory and time"),
-    summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, EP inside a node, ZeRO-1: each "
+    summary="TP inside a node, SP with TP, CP for long sequences, PP across nodes, EP inside a node, ETP 1, ZeRO-1: each "
             "rule's run beside the run that breaks it, in bytes, memory and milliseconds",
 )

@@ -42,7 +42,7 @@ def params_on_gpu0(tp: int, layers: int) -> int:
 def test_every_check_holds_and_both_tables_are_made():
     lr = ran()
     assert lr.checks and all(c.ok for c in lr.checks), [c.name for c in lr.checks if not c.ok]
-    assert [len(t.rows) for t in lr.tables] == [12, 6]
+    assert [len(t.rows) for t in lr.tables] == [14, 7]
 
 
 @pytest.mark.parametrize(
@@ -108,6 +108,26 @@ def test_what_each_rule_shows_on_the_clock():
     assert zero == pytest.approx(1, abs=0.02)
 
 
+def test_etp_2_holds_half_of_twice_the_experts_and_swaps_with_its_pair():
+    """The ETP rule by hand (DeepSeek-V3's layer: 256 experts of two 7,168 x 2,048 matrices): ETP 2 x EP 4
+    gives GPU 0 64 experts, each half of it; ETP 1 x EP 8 gives it 32 whole: the same parameters, held at 2
+    (weights) + 2 (gradients) + 12 (Adam) bytes each. Only ETP 2 has expert-TP calls, and only with GPU 1."""
+    d, f = 7168, 2048
+    broken, kept = held("ETP 1 for the experts: breaks"), held("ETP 1 for the experts: follows")
+    for got, experts, share in ((broken, 256 // 4, 2), (kept, 256 // 8, 1)):
+        p = experts * 2 * d * f // share
+        assert (got["weights"], got["gradients"], got["optimizer"]) == (2 * p, 2 * p, 12 * p)
+    lr = ran()
+    phases = [p for p in lr.result.values[0] if p.startswith("ETP 1 for the experts")]
+    groups = {p: {tuple(e.ranks) for e in lr.result.trace.events
+                  if e.phase == p and e.group is not None and e.group.name == "expert-tp" and 0 in e.ranks}
+              for p in phases}
+    assert groups == {phases[0]: {(0, 1)}, phases[1]: set()}
+    eps = {tuple(e.ranks) for e in lr.result.trace.events
+           if e.phase == phases[0] and e.op == "all_to_all" and e.group.name == "ep" and 0 in e.ranks}
+    assert eps == {(0, 2, 4, 6)}  # EP 4 over GPU 0's place in each pair of node 0
+
+
 def test_gpu0_calls_across_nodes_count_the_tp16_collectives():
     lr = ran()
     _, f = _study()
@@ -121,7 +141,8 @@ def test_gpu0_calls_across_nodes_count_the_tp16_collectives():
 def test_the_walkthrough_shows_a_few_events_a_phase_and_counts_the_rest():
     lr = ran()
     text = walkthrough(lr, width=100)
-    assert max(map(len, text.splitlines())) <= 100 and len(text.splitlines()) < 480  # 363 before heads wrapped
+    # 363 before heads wrapped; 586 with the ETP rule's two MoE runs
+    assert max(map(len, text.splitlines())) <= 100 and len(text.splitlines()) < 620
     for phase in lr.result.values[0]:
         block = text.split(f"== {phase} ==")[1].split("\n== ")[0]
         events = [e for e in lr.result.trace.events if e.phase == phase]
