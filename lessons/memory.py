@@ -11,7 +11,7 @@ from parasim.dp.flat import FlatBuffer
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.figures import sent_in_phase, sp_traffic_table
-from parasim.estimate.traffic import dp_traffic, layer_traffic
+from parasim.estimate.traffic import dp_traffic, layer_traffic, step_flops
 from parasim.lesson import Check, NOT_IN_POST, Knob, Lesson, Table, check, knob
 from parasim.nn import Saved, ParallelContext
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -56,7 +56,56 @@ def worked_example() -> dict:
     sbh = SEQ * model.hidden
     return {"sbh": sbh, "linear_gb": flash / 1e9, "scores_gb": (naive - flash) / 1e9,
             "scores_per_sbh": (naive - flash) / sbh, "all_layers_naive_gb": naive * model.layers / 1e9,
-            "all_layers_flash_gb": flash * model.layers / 1e9}
+            "all_layers_flash_gb": flash * model.layers / 1e9, "recompute": recompute_example()}
+
+
+def recompute_example() -> dict:
+    """Full activation recomputation against none for the 27B model on one sequence of SEQ tokens, b = 1, one
+    GPU, FlashAttention: the bytes kept (a layer, all layers, the working set of the layers redone) and the
+    step's FLOPs, from the estimator; with the config's sizes and the parameter count 12*L*h^2."""
+    model = get_model("27b")
+    L, h = model.layers, model.hidden
+    out: dict = {"layers": L, "hidden": h, "heads": model.heads, "sbh": SEQ * 1 * h,
+                 "twelve_l_h2": 12 * L * h * h, "stated_params": model.total_params()}
+    counted = model.counted()  # the estimator's count, weight matrix by matrix
+    out["matrices"] = counted["attention"] + counted["dense mlp"]
+    out["embeddings"] = counted["embeddings"]
+    for rc in ("none", "full"):
+        plan = Plan(dp=1, recompute=rc)
+        items = breakdown(model, plan, SEQ).items
+        out[rc] = {"kept_all": items["activations"], "kept_layer": items["activations"] / L,
+                   "working_set": items["recompute working set"], "flops": step_flops(model, plan, SEQ)["total"]}
+    return out
+
+
+def recompute_table(result) -> Table:
+    """What full recomputation keeps and costs for the 27B model on the worked example's sequence: the
+    estimator's figures beside those without it."""
+    r = result.values[0]["example"]["recompute"]
+    sbh, L = r["sbh"], r["layers"]
+    none, full = r["none"], r["full"]
+    rows = [("kept a layer, in sbh", [round(none["kept_layer"] / sbh, 3), round(full["kept_layer"] / sbh, 3)]),
+            ("kept a layer (GB)", [round(none["kept_layer"] / 1e9, 4), round(full["kept_layer"] / 1e9, 4)]),
+            (f"kept, all {L} layers (GB)", [round(none["kept_all"] / 1e9, 2), round(full["kept_all"] / 1e9, 2)]),
+            ("working set of layers redone (GB)", [round(none["working_set"] / 1e9, 2),
+                                                   round(full["working_set"] / 1e9, 2)]),
+            ("FLOPs, forward + backward (TFLOP)", [round(none["flops"] / 1e12, 1), round(full["flops"] / 1e12, 1)])]
+    extra = full["flops"] / none["flops"] - 1
+    return Table(
+        f"Full activation recomputation: the 27B model on one {SEQ:,}-token sequence, b = 1, FlashAttention "
+        "(the estimator)",
+        ["figure", "no recomputation", "full recomputation"], rows,
+        notes=[f"the 27B config: L = {L} layers, h = {r['hidden']}, a = {r['heads']} heads, so 12 x L x h^2 = "
+               f"{r['twelve_l_h2'] / 1e9:.2f} B parameters (the estimator counts {r['matrices'] / 1e9:.2f} B in the "
+               f"layers' weight matrices, 4h^2 for attention and 8h^2 for the MLP in each layer, plus "
+               f"{r['embeddings'] / 1e9:.2f} B of embeddings; the preset states {r['stated_params'] / 1e9:g} B "
+               f"in all); sbh = s x b x h = {SEQ} x 1 x {r['hidden']} = {sbh:,}.",
+               "With full recomputation a layer keeps only its input, s x b x h values of 2 bytes each "
+               f"({full['kept_layer'] / sbh:g} sbh), and runs its forward a second time when backward reaches it; "
+               f"while that happens {full['working_set'] / none['kept_layer']:g} layers hold their usual "
+               f"{none['kept_layer'] / sbh:g} sbh. Backward does about twice the forward's FLOPs, so a step is "
+               "three forwards' worth; the repeated forward makes it four: "
+               f"{extra:.1%} more compute, the estimator's FLOPs with attention's included."])
 
 
 def program(ctx):
@@ -170,6 +219,13 @@ def checks(result) -> list[Check]:
     ex = v[0]["example"]
     out.append(check("scores per layer = 5as/h sbh", ex["scores_per_sbh"], 5 * 48 * SEQ / 6144))
     out.append(check("outside the scores, one layer keeps 34 sbh", ex["linear_gb"] * 1e9, 34 * ex["sbh"]))
+    rc = ex["recompute"]
+    out.append(check("12 L h^2 = the layers' weight matrices as the estimator counts them", rc["matrices"],
+                     rc["twelve_l_h2"], rtol=1e-12))
+    out.append(check("full recomputation: a layer keeps its 16-bit input alone, 2 sbh",
+                     rc["full"]["kept_layer"], 2 * ex["sbh"], rtol=1e-12))
+    out.append(check("full recomputation: one forward more on top of forward + backward (3 forwards): 4/3",
+                     rc["full"]["flops"] / rc["none"]["flops"], 4 / 3, rtol=1e-12))
     for phase, _, _ in RUNS:
         out.append(check(f"{phase}: kept bytes, measured = estimate", sorted({x[phase]['saved'] for x in v}),
                          [v[0][phase]["estimate"]]))
@@ -237,7 +293,7 @@ LESSON = Lesson(
     checks=checks,
     figures=figures,
     summary="the 27B model's ZeRO table and activation example from the estimator, checked on a small layer",
-    tables=lambda result: [zero_stages_table(result), kept_table(result),
+    tables=lambda result: [zero_stages_table(result), recompute_table(result), kept_table(result),
                            sp_traffic_table(result, "measured: TP alone, scores kept", "measured: TP + SP, FlashAttention")],
     keep_values=0,
 )

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from parasim.figures import sent_in_phase
-from parasim.lesson import Check, Knob, Lesson, check
+from parasim.lesson import Check, Knob, Lesson, Picture, check
+from parasim.render.plot_sp import plot_sp
 from parasim.nn import ParallelContext, Saved, Shard
 from parasim.layout.placement import assemble
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -37,7 +38,10 @@ def program(ctx):
         sbh = S * B * H
         ctx.note(f"keeps {saved.bytes():,} B for backward = {saved.bytes() / sbh:g} sbh"
                  + ("" if flash else f" (of which {_scores(saved):,} B are attention scores)"))
-        out[phase] = {"saved": saved.bytes(), "scores": _scores(saved), "y": y, "dx": dx}
+        shards = {"qkv": layer.attn.qkv.weight, "out": layer.attn.out.weight, "fc1": layer.mlp.fc1.weight,
+                  "fc2": layer.mlp.fc2.weight}  # each weight's slice on this rank: the picture's labels
+        out[phase] = {"saved": saved.bytes(), "scores": _scores(saved), "y": y, "dx": dx,
+                      "shards": {k: [int(n) for n in w.shape] for k, w in shards.items()}}
     return out
 
 
@@ -112,7 +116,8 @@ NARRATIVE = {
 }
 
 LESSON = Lesson(
-    no_picture='its figures are bytes kept and sent by three runs of one layer; parasim compare sp --tp 2,4,8 --plot FILE.png draws them as t grows',
+    picture=Picture(plot_sp, "one layer's flow under SP: sequence slices, all-gather and reduce-scatter, forward "
+                             "and backward, with the run's shapes"),
     name="sp",
     section="Sequence parallelism: the parts TP leaves behind",
     order=70,

@@ -65,3 +65,34 @@ def test_a_run_that_counted_no_flops_has_no_compute_table(monkeypatch):
     spec.loader.exec_module(ls)
     monkeypatch.setattr(ls, "phase_flops", lambda result, rank=0: {})
     assert ls.recompute_table(object()) == []
+
+
+def test_full_recomputation_figures_of_the_27b_model():
+    """The post's activation-recomputation figures for its 27B-class model (60 layers, h = 6144) on one 4,096-token
+    sequence: s·b·h about 25.2M, 12·L·h² about 27.2B parameters, a layer keeping only its 16-bit input (2 sbh
+    in place of 34), and one forward more on top of forward + backward: a third more compute. Worked here by
+    hand from the config and held against the lesson's table of the estimator's figures."""
+    from parasim.estimate import get_model
+
+    model = get_model("27b")
+    L, h, s, b = model.layers, model.hidden, 4096, 1
+    assert (L, h) == (60, 6144)  # the post's config, which the lesson's model must be
+    sbh = s * b * h
+    params = 12 * L * h * h
+    assert sbh == pytest.approx(25.2e6, abs=0.05e6) and params == pytest.approx(27.2e9, abs=0.05e9)
+
+    lr = parasim.lesson("memory")
+    assert all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
+    table = next(x for x in lr.tables if x.title.startswith("Full activation recomputation"))
+    assert table.columns[1:] == ["no recomputation", "full recomputation"]
+    rows = dict(table.rows)
+    assert rows["kept a layer, in sbh"] == [34, 2]
+    assert rows["kept a layer (GB)"] == [round(34 * sbh / 1e9, 4), round(2 * sbh / 1e9, 4)]
+    assert rows[f"kept, all {L} layers (GB)"] == [round(L * 34 * sbh / 1e9, 2), round(L * 2 * sbh / 1e9, 2)]
+    assert rows["working set of layers redone (GB)"] == [0, round(2 * 34 * sbh / 1e9, 2)]  # two layers at 34 sbh
+    none, full = rows["FLOPs, forward + backward (TFLOP)"]
+    assert full / none == pytest.approx((1 + 2 + 1) / (1 + 2), rel=1e-3)  # forward, backward (2x), forward again
+    note = " ".join(table.notes)
+    assert f"12 x L x h^2 = {params / 1e9:.2f} B" in note and f"s x b x h = {s} x {b} x {h} = {sbh:,}" in note
+    assert f"{1 / 3:.1%} more compute" in note
+    assert f"L = {L} layers, h = {h}, a = 48 heads" in note

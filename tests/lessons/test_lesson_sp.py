@@ -22,3 +22,16 @@ def test_json_checks_hold_for_every_world():
         out = subprocess.run([sys.executable, "-m", "parasim", "lesson", "sp", "--json", "--world", world],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and all(c["ok"] for c in json.loads(out.stdout)["checks"])
+
+
+def test_plot_draws_the_sp_flow(tmp_path):
+    """`parasim lesson sp --plot FILE.png` writes the flow picture; --list says what it shows."""
+    png = tmp_path / "sp.png"
+    out = subprocess.run([sys.executable, "-m", "parasim", "lesson", "sp", "--tp", "4", "--plot", str(png), "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert png.exists() and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = json.loads(subprocess.run([sys.executable, "-m", "parasim", "lesson", "--list", "--json"],
+                                     capture_output=True, text=True, timeout=120).stdout)
+    (row,) = [r for r in rows if r["name"] == "sp"]
+    assert "all-gather and reduce-scatter" in row["picture"] and row["no_picture"] is None

@@ -48,7 +48,7 @@ def test_a_lesson_without_a_picture_names_those_with_one():
 def test_the_list_names_every_lesson_with_a_picture_and_what_it_shows():
     """The lessons that draw a picture, written out here: the list says so for each of them and no other."""
     drawn = {"ring-attention", "moe16", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "cp-causal",
-             "hot-expert", "rules-of-thumb", "zero", "tp-attention"}
+             "hot-expert", "rules-of-thumb", "zero", "tp-attention", "sp"}
     rows = json.loads(cli("lesson", "--list", "--json").stdout)
     assert {r["name"] for r in rows if r["picture"]} == drawn
     assert {r["picture"] for r in rows if r["name"] in ("pp-gpipe", "pp-1f1b", "pp-interleaved")} == {
