@@ -9,7 +9,7 @@ import numpy as np
 from parasim.engine import run
 from parasim.examples.quiz import Question
 from parasim.lesson import Check, Knob, Lesson, Picture, Table, check, knob
-from parasim.render.plot_moves import plot_dispatch
+from parasim.render.plot_moves import layout_command, plot_dispatch
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
 from parasim.examples.moe16_path import token_figures
@@ -23,7 +23,7 @@ MAX_NORM = 1.0  # gradients clipped to this global norm before Adam (well below 
 
 
 def program(ctx):
-    return make_program(WATCH, max_norm=MAX_NORM, routing=ctx.knobs.get("routing", "post"))(ctx)
+    return make_program(WATCH, max_norm=MAX_NORM, routing=ctx.knobs.get("routing", "post"), residual=True)(ctx)
 
 
 def unsplit(ctx, routing: str = "post"):
@@ -66,23 +66,113 @@ def expected_home() -> tuple[int, list[int], int]:
     raise AssertionError("no rank holds the watched token")
 
 
-def schedule_beside_the_post() -> list[Check]:
-    """The schedule that ran (1F1B over 2 stages, 2 micro-batches) set beside the post's step-1 picture,
-    and why they differ, worked out from the dependencies: a backward on node A needs node B's gradient."""
-    from parasim.pipeline.schedules import generate
-    from parasim.pipeline.timing import time_schedule
-    slots = time_schedule(generate("1f1b", 2, len(REPLICAS[0]))).slots
-    ran = {node: [a or "." for a in row] for node, row in zip(("node A", "node B"), slots)}  # None: idle
-    first_back = 1 + next(t for t, a in enumerate(ran["node A"]) if a.startswith("B"))
+def stage_orders(result) -> dict[int, list[str]]:
+    """Each GPU's pipeline work in the order it ran it, from the phases it entered: 'F1' for a forward of
+    micro-batch 1 (its layers one after another), 'B1' for its backward."""
+    orders: dict[int, list[str]] = {}
+    for m in result.trace.marks:
+        if m.kind == "phase" and m.data and "direction" in m.data:
+            work = f"{m.data['direction'][0].upper()}{m.data['micro_batch']}"
+            mine = orders.setdefault(m.rank, [])
+            if not mine or mine[-1] != work:
+                mine.append(work)
+    return orders
+
+
+def place_in_slots(orders: list[list[str]]) -> list[list[str]]:
+    """Stages' work (in each stage's order) in slots, each piece in the first slot after its input is ready: a
+    forward needs the stage before's forward of its micro-batch, a backward the stage after's backward (the
+    last stage: its own forward, done before it); one piece a slot; '.' for a stage idle in a slot."""
+    last, done, queues = len(orders) - 1, {}, [list(o) for o in orders]
+    rows: list[list[str]] = [[] for _ in orders]
+    slot = 0
+    while any(queues):
+        slot += 1
+        if slot > 4 * sum(map(len, orders)):
+            raise RuntimeError(f"the stages' orders {orders} wait on each other: no slot table")
+        ran = []
+        for s, queue in enumerate(queues):
+            work = queue[0] if queue else None
+            need = None if work is None else (
+                (s - 1, "F" + work[1:]) if work[0] == "F" and s > 0
+                else (s + 1, "B" + work[1:]) if work[0] == "B" and s < last else None)
+            if work is not None and (need is None or done.get(need, slot) < slot):
+                ran.append((s, work))
+                rows[s].append(queue.pop(0))
+            else:
+                rows[s].append(".")
+        done.update({r: slot for r in ran})
+    return rows
+
+
+def run_slots(result) -> tuple[dict[str, list[str]], bool]:
+    """The slot table the run worked to, node by node (node A: the first stage), from the order each node's
+    GPUs ran their work (`stage_orders`, placed by `place_in_slots`); and whether every GPU of a node ran
+    the same order as its first."""
+    stage = {r: x["coords"]["pp"] for r, x in enumerate(result.values)}
+    orders = stage_orders(result)
+    firsts = {s: orders[min(r for r in orders if stage[r] == s)] for s in sorted(set(stage.values()))}
+    alike = all(orders[r] == firsts[stage[r]] for r in orders)
+    rows = place_in_slots([firsts[s] for s in sorted(firsts)])
+    return {f"node {chr(ord('A') + s)}": row for s, row in enumerate(rows)}, alike
+
+
+def sent_in_slots(result) -> list[tuple[int, str, str]]:
+    """Every pipeline hand-off as the run tagged it: (slot, sending node, the work that sent it: 'F1' sends an
+    activation on, 'B1' a gradient back), from each send's slot tag and the phase it was sent in."""
+    fields = {m.text: m.data for m in result.trace.marks if m.kind == "phase" and m.data}
+    stage = {r: x["coords"]["pp"] for r, x in enumerate(result.values)}
+    out = set()
+    for e in result.trace.events:
+        if e.kind == "p2p" and e.group is not None and e.group.name == "pp" and e.tags and "slot" in e.tags:
+            d = fields[e.phase]
+            work = f"{d['direction'][0].upper()}{d['micro_batch']}"
+            out.add((e.tags["slot"], f"node {chr(ord('A') + stage[e.params['src']])}", work))
+    return sorted(out)
+
+
+def schedule_beside_the_post(result) -> list[Check]:
+    """The slot table the run worked to (1F1B over 2 stages, 2 micro-batches) set beside the post's step-1
+    picture, and why they differ, worked out from the dependencies: a backward on node A needs node B's gradient;
+    and the run's own slot tags on its hand-offs, against the table."""
+    ran, alike = run_slots(result)
+    first_back = 1 + ran["node A"].index(next(a for a in ran["node A"] if a.startswith("B")))
     # by hand: A's F1 in slot 1, B's F1 in 2 (it needs A's), B's B1 in 3 (it needs its F1), A's B1 in 4
     return [
-        check("the schedule that ran, slots 1-6 (1F1B, 2 stages, 2 micro-batches); the post draws "
-              f"node A {POST_SLOTS['node A']} and node B {POST_SLOTS['node B']} in slots 1-3",
-              ran, {"node A": ["F1", "F2", ".", "B1", ".", "B2"], "node B": [".", "F1", "B1", "F2", "B2", "."]}),
+        check("the slot table the run worked to, slots 1-6 (1F1B, 2 stages, 2 micro-batches; the tables "
+              "set it beside the post's picture): every GPU of a node ran its work in one order", [ran, alike],
+              [{"node A": ["F1", "F2", ".", "B1", ".", "B2"], "node B": [".", "F1", "B1", "F2", "B2", "."]}, True]),
         check(f"the post's 'backward work' on node A in slot 3 cannot run: the first gradient reaches node A "
               f"in slot {first_back} (node B's first backward ends in slot {first_back - 1}); node B's row in "
               "the post (F2 in slot 3) is GPipe's order, 1F1B runs B1 there", first_back, 4),
+        check("each hand-off's slot, as the run tagged its send, is the slot the table gives the work that sent it",
+              sent_in_slots(result),
+              sorted((slot, node, work) for node, row in ran.items() for slot, work in enumerate(row, 1)
+                     if (node, work[:1]) in (("node A", "F"), ("node B", "B")))),
     ]
+
+
+def slot_table(result) -> Table:
+    """The slots of step 1: the run's, node by node, beside the post's picture; why the post's third slot cannot
+    be as drawn, from the run's table."""
+    ran, _ = run_slots(result)
+    width = max(len(row) for row in ran.values())
+    gpus = {f"node {chr(ord('A') + s)}": [r for r, x in enumerate(result.values) if x["coords"]["pp"] == s]
+            for s in range(len(ran))}
+    rows = [(f"{node}, the run (g{gpus[node][0]}-g{gpus[node][-1]})", row) for node, row in ran.items()]
+    rows += [(f"{node}, the post", [*row, *[""] * (width - len(row))]) for node, row in POST_SLOTS.items()]
+    back_a = 1 + next(i for i, a in enumerate(ran["node A"]) if a.startswith("B"))
+    back_b = 1 + next(i for i, a in enumerate(ran["node B"]) if a.startswith("B"))
+    mb = ", ".join(f"{i + 1}: {' and '.join(rep[i] for rep in REPLICAS)}" for i in range(len(REPLICAS[0])))
+    return Table("Step 1's pipeline slots: the run's (each node's work in the order its GPUs ran it) and the post's",
+                 ["node", *[f"slot {i + 1}" for i in range(width)]], rows,
+                 notes=[f"F1: a forward of micro-batch 1 through the node's layers, B1 its backward; '.': idle. "
+                        f"Micro-batches (a sequence per DP replica) {mb}. The post draws slots 1-3.",
+                        f"post / run / why: the post puts backward work on node A in slot 3, but node A's first "
+                        f"backward needs node B's gradient, which node B sends at the end of slot {back_b}: the "
+                        f"run's first backward on node A is in slot {back_a}. The post's node B runs "
+                        f"{POST_SLOTS['node B'][2]} in slot 3 (every forward first, as GPipe does); the run's 1F1B "
+                        f"runs {ran['node B'][2]} there."])
 
 
 # the axes of the post's one-table summary: (what it is called there, the group the engine names, what it splits)
@@ -130,7 +220,7 @@ def tables(result) -> list[Table]:
             Table(f"What g{g} stores", ["what", "values", "share"], stores,
                   notes=["values: numbers kept (weights in the run's float64; a training run keeps them in bf16); "
                          "share: of the whole model's attention or expert weights."]),
-            _map_table(v)]
+            _map_table(v), slot_table(result)]
 
 
 def _map_table(v: list[dict]) -> Table:
@@ -205,8 +295,17 @@ def checks(result) -> list[Check]:
         check("all-to-alls: 4 per MoE layer (dispatch, combine, and both backward) per micro-batch per EP group",
               sum(1 for e in result.trace.events if e.op == "all_to_all"),
               len(groups["ep"]) * per * len(REPLICAS[0]) * 4),
-        *schedule_beside_the_post(),
+        check("after each MoE layer the token's output is itself (the residual) plus the experts' gate-weighted "
+              "share, summed: the largest difference from that sum, and the gates, as the run noted them",
+              [[d["layer"], d["gap"], d["gates"]] for _, _, _, d in result.trace.notes("residual")],
+              [[r.data["layer"], 0.0, r.data["gates"]] for r in routed]),
+        *schedule_beside_the_post(result),
     ]
+
+
+def picture(lr, path: str) -> None:
+    """The lesson's picture: the layout the run used on top, then the token's routes (render/plot_moves.py)."""
+    plot_dispatch(lr, path, layout=preset(LAYOUT))
 
 
 def figures(result) -> dict:
@@ -236,16 +335,20 @@ NARRATIVE = {
     "data": """
         Sixteen GPUs, two nodes. Layers 1-2 live on node A and 3-4 on node B (PP 2). Within a node, DP picks
         the sequences (replica 0: A and B, replica 1: C and D), CP picks the half of the sequence, and TP
-        the attention heads; between matmuls SP splits each half again between the TP pair. So the token
-        "contract", t6 of sequence A, lives on exactly one GPU of node A: g2. The two micro-batches run
-        1F1B; the checks set its slot table beside the post's step-1 picture, whose third slot cannot be
-        as drawn.""",
+        the attention heads; between matmuls SP splits each half again between the TP pair. `%s
+        --plot FILE.png` draws this layout on its own; the lesson's picture (`--plot`) draws it with the GPUs
+        holding the token and its hand-off, then its dispatch and combine. So the token "contract", t6 of
+        sequence A, lives on exactly one GPU of node A: g2. The two micro-batches run 1F1B; the tables at the
+        end set the slot table the run worked to beside the post's step-1 picture, whose third slot cannot
+        be as drawn.""" % layout_command(preset(LAYOUT)),
     "forward mb1 layer 1": """
         Attention: the TP pair all-gathers its half of the sequence (g2 and g3 both see t5-t8), the CP ring
         brings K and V of t1-t4 from g0, and the row-parallel output is reduce-scattered back into SP
         shares. Then the MoE: g2's router picks two experts for each of its tokens; the dispatch all-to-all
         over the EP group g0-g3 sends each token once to every GPU owning one of its experts, the experts run
-        batched, and the combine all-to-all brings the gate-weighted outputs home. The settings line says
+        batched, and the combine all-to-all brings the gate-weighted outputs home, where they are added to
+        the token itself: the residual, so the layer's output is the token plus its experts' share (the note
+        after the route gives both terms' sizes in this run). The settings line says
         who picks a token's experts: by default the post's drawing, its sentence taking the experts the
         post draws for it (every other token keeps the router's choice), and the run stays exact against
         one device doing the same; with `--routing learned` every token, "contract" too, follows this
@@ -276,7 +379,8 @@ NARRATIVE = {
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),
                 section="One example with everything: an MoE model on 16 GPUs",
                 order=230,
-                picture=Picture(plot_dispatch, "the followed token's dispatch and combine, layer by layer"),
+                picture=Picture(picture, "the layout with the followed token's GPUs and hand-off, then its "
+                                         "dispatch and combine (the residual added back)"),
                 program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 16-GPU MoE layout, one training step; parasim trace follows a token",
                 keep_values=0, reference=unsplit, on_layout=on_layout, fold_alike=True,

@@ -188,8 +188,9 @@ NARRATIVE = {
         traffic crosses the two nodes, and the pipeline bubble. The zigzag split moves contract from g2 to
         g3. ETP 2 halves each expert across a TP pair, so a GPU holds twice the experts at half their
         width; EP 8 puts one expert on each GPU and leaves no expert-DP group; with one pipeline stage and
-        DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do. The steps below are
-        the post's layout, as lesson moe16 tells them; the tables at the end are every variant's.""",
+        DP 4 nothing crosses nodes in the forward pass, but the gradient reductions do. Below, the phases of
+        the post's layout are named once, with the notes its GPUs left (lesson moe16 walks them event by
+        event); the tables at the end are every variant's.""",
 }
 
 LESSON = Lesson(
@@ -199,5 +200,5 @@ LESSON = Lesson(
                 order=240,
                 world=16, worlds=(16,), program=program, narrative=NARRATIVE, checks=checks,
                 summary="the post's 'what changes with other settings', each run and checked", keep_values=0,
-                fold_alike=True, events_shown=2,  # the post's layout again: moe16 walks it event by event
+                fold_alike=True, events_shown=0,  # the post's layout again: moe16 walks it event by event
                 reference=reference, on_layout=program_on, study=study, tables=tables)

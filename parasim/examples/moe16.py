@@ -125,12 +125,14 @@ def make_program(
     m: int = MICRO_BATCHES,
     routing: str = "learned",
     max_norm: float | None = None,
+    residual: bool = False,
 ):
     """The SPMD program of the example on `layout` (default: the moe16 preset) with `m` micro-batches per
     DP replica, watching token `watch` = (sequence, position); `routing`: the run's own router ("learned"),
     the post's drawn choices for its sentence ("post"), or a policy ("uniform", "balanced", "skewed:F":
     nn/routing.py; symbolic ranks need one); `max_norm`: clip the gradients by their global
-    norm over both groups before Adam (None: no clipping, as the lesson runs)."""
+    norm over both groups before Adam (None: no clipping, as the lesson runs); `residual`: the token's
+    holder also notes, after each MoE layer, the two terms its output is the sum of (`ResidualWatch`)."""
     layout = preset(LAYOUT) if layout is None else layout
     check_runnable(layout, m, routing)
     check_max_norm(max_norm)
@@ -158,9 +160,8 @@ def make_program(
         )
 
     def stage(ctx: Context, layers: list, first: int, rows: list[int]) -> WatchStage:
-        return WatchStage(
-            ctx, layers, first, watch, reps[ctx.coords.dp], rows, lambda seq: scripted(seq, rows, routing)
-        )
+        kind = ResidualWatch if residual else WatchStage
+        return kind(ctx, layers, first, watch, reps[ctx.coords.dp], rows, lambda seq: scripted(seq, rows, routing))
 
     def program(ctx: Context) -> dict:
         # the norms' and router's gradients summed over TP once (each TP rank saw its SP share), then ZeRO-1:
@@ -182,6 +183,56 @@ def make_program(
         }
 
     return program
+
+
+class ResidualWatch(WatchStage):
+    """A watching stage that also notes, on the rank holding the token, after each MoE layer, the two terms of
+    the token's output as the layer computed them: the token itself as attention left it (the residual, which
+    the layer adds back) and the experts' gate-weighted outputs the combine brought home; their norms, and
+    how far the output is from their sum. The note's data (`residual`) is what pictures and checks read."""
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.moe_out: dict[int, Any] = {}  # id(MoE block) -> its output in the last forward
+        for layer in self.layers:
+            if layer.shape.experts:
+                layer.mlp.forward = self._keeping(layer.mlp, layer.mlp.forward)
+
+    def _keeping(self, block: Any, forward: Any) -> Any:
+        def kept(x: Any, saved: Any) -> tuple[Any, Any]:
+            y, cache = forward(x, saved)
+            self.moe_out[id(block)] = y
+            return y, cache
+
+        return kept
+
+    def _note_route(self, layer: Any, number: int, row: int) -> None:
+        super()._note_route(layer, number, row)
+        xp, marked = self.ctx.xp, self.ctx.marked
+        # the layer's own marks (nn/layer.py): its input plus attention ("after-attn"), and its output ("out")
+        after, out = (
+            next(x for name, x in reversed(marked) if name.endswith(f".{layer.key}.{what}"))
+            for what in ("after-attn", "out")
+        )
+        rows = [xp.reshape(t, (t.shape[0], -1))[row] for t in (after, self.moe_out[id(layer.mlp)], out)]
+        mine, share, total = rows
+        norms = [float(xp.sqrt(xp.sum(t * t))) for t in rows]
+        gap = float(xp.max(xp.abs(total - (mine + share))))  # the layer adds them so: exactly 0
+        word = words_of(self.watch[0])[self.watch[1]]
+        picks = [(e + 1, round(float(g), 4)) for e, g in layer.mlp.last_routing[row]]
+        terms = " + ".join(f"{g:.2f} x E{e}({word})" for e, g in picks)
+        self.ctx.note(
+            f"layer {number}: output = {word} + {terms}: {word} itself as attention left it (the residual, "
+            f"norm {norms[0]:.3g}) plus the experts' share the combine brought back (norm {norms[1]:.3g}), "
+            f"each expert run on the normed token; the output (norm {norms[2]:.3g}) is their sum"
+            + (" exactly" if gap == 0 else f" to {gap:.1e}"),
+            residual=word,
+            layer=number,
+            experts=[e for e, _ in picks],
+            gates=[g for _, g in picks],
+            norms={"residual": norms[0], "experts": norms[1], "output": norms[2]},
+            gap=gap,
+        )
 
 
 def program_on(sizes: dict, max_norm: float | None = None, routing: str = "post") -> tuple[Any, int]:

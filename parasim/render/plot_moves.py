@@ -1,5 +1,5 @@
-"""What moves, drawn from a lesson's run: the dispatch and combine of the followed token in the MoE example
-(`parasim lesson moe16 --plot`), and the pipeline hand-off, stage to stage, slot by slot (`parasim lesson
+"""What moves, drawn from a lesson's run: where the followed token of the MoE example lives, its dispatch and
+combine (`parasim lesson moe16 --plot`), and the pipeline hand-off, stage to stage, slot by slot (`parasim lesson
 pp-1f1b --plot`, pp-gpipe, pp-interleaved). Everything drawn is read from the run: the notes the token's
 holders left (which experts, on which GPUs, with which gates), the all-to-all's group, each rank's slot
 table and every point-to-point send."""
@@ -36,21 +36,55 @@ def token_routes(trace: Trace) -> list[dict]:
     return out
 
 
-def plot_dispatch(lr: Any, path: str) -> None:
-    """A row per MoE layer: the token's EP group as a dashed outline around its GPUs' boxes, its GPU marked;
-    left, the dispatch (arrows to each GPU computing one of its experts, labelled with the expert and its gate;
-    an expert on the token's own GPU said under it, with its gate); right, the combine (the gate-weighted
-    outputs coming back, and the token's output as the gate-weighted sum of every chosen expert)."""
-    routes = token_routes(lr.result.trace)
+def same_routes(routes: list[dict]) -> list[list[dict]]:
+    """The routes (`token_routes`) gathered where they are one route: the same experts with the same gates, on
+    GPUs at the same places of their EP group, the token's GPU too (the post's routing, layer after layer and
+    stage after stage); each gathering in the order its first layer came."""
+    out: dict[tuple, list[dict]] = {}
+    for r in routes:
+        at = r["group"].index
+        key = (at(r["gpu"]), tuple((e, at(g), gate) for e, g, gate in r["picks"]))
+        out.setdefault(key, []).append(r)
+    return list(out.values())
+
+
+def layout_command(layout: Any) -> str:
+    """The `parasim layout` command that draws `layout` alone: its sizes above 1, and SP."""
+    sizes = " ".join(
+        f"--{a} {getattr(layout, a)}" for a in ("tp", "cp", "pp", "dp", "ep", "etp") if getattr(layout, a) > 1
+    )
+    return f"parasim layout {sizes}" + (" --sequence-parallel" if layout.sp else "")
+
+
+def plot_dispatch(lr: Any, path: str, layout: Any = None) -> None:
+    """Where the followed token lives and what happens to it at an MoE layer, from the run's notes. On top, where
+    `layout` is given (the layout the run used): its map (nodes, GPUs with their experts, EP groups, gradient
+    links), the GPUs holding the token outlined and the pipeline hand-off between them. Then a row per distinct
+    route (`same_routes`: the post's routing is one route in every layer): left, the dispatch (the token's EP
+    group as a dashed outline, arrows to each GPU computing one of its experts, labelled with the expert and its
+    gate; an expert on the token's own GPU said under it); right, the combine (the gate-weighted outputs coming
+    back, added to the token itself, the residual: the layer's output as the sum, each gate the run's, and each
+    layer's two terms' norms where the holder noted them)."""
+    trace = lr.result.trace
+    rows = same_routes(token_routes(trace))
+    residual = {d["layer"]: d for _, _, _, d in trace.notes("residual")}
+    holders = [r for _, r, _, d in trace.notes("watch") if d.get("watch") == "holds"]
+    token = next((d["token"] for _, _, _, d in trace.notes("watch") if d.get("watch") == "holds"), "")
+    word = next((d["residual"] for d in residual.values()), "x")
     plt = pyplot()
-    fig, axes = plt.subplots(len(routes), 2, figsize=(11, 1.9 * len(routes) + 1.0), squeeze=False)
-    for row, route in zip(axes, routes):
-        for ax, way in zip(row, ("dispatch", "combine")):
-            _draw_group(ax, route, way)
-    token = next((d["token"] for _, _, _, d in lr.result.trace.notes("watch") if d.get("watch") == "holds"), "")
+    top = 6.2 if layout is not None else 0.0
+    fig = plt.figure(figsize=(12, top + 2.5 * len(rows) + 0.9))
+    grid = fig.add_gridspec(
+        len(rows) + (layout is not None), 2, height_ratios=([top] if layout is not None else []) + [2.5] * len(rows)
+    )
+    if layout is not None:
+        _draw_layout(fig.add_subplot(grid[0, :]), layout, holders, trace)
+    for i, same in enumerate(rows):
+        for j, way in enumerate(("dispatch", "combine")):
+            _draw_group(fig.add_subplot(grid[i + (layout is not None), j]), same, way, residual, word)
     fig.suptitle(
-        f"Where {token} goes in each MoE layer: dispatch to the GPUs holding its experts, combine back\n"
-        "(boxes: GPUs; dashed outline: the layer's EP group; gold: the token's GPU; labels: each expert and its "
+        f"Where {token} lives and goes at each MoE layer: dispatch to the GPUs holding its experts, combine back"
+        "\n(boxes: GPUs; dashed outline: the layer's EP group; gold: the token's GPU; labels: each expert and its "
         "gate)",
         fontsize=10,
     )
@@ -59,14 +93,81 @@ def plot_dispatch(lr: Any, path: str) -> None:
     plt.close(fig)
 
 
-def _gated(e: int, gate: float | None) -> str:
-    """One chosen expert's share of the token's output: 'gate x E<e>' (the expert alone where no gate is noted)."""
-    return f"E{e}" if gate is None else f"{gate:.2f} x E{e}"
+def _draw_layout(ax: Any, layout: Any, holders: list[int], trace: Trace) -> None:
+    """The layout's map (render/plot_layout.py's), the token's GPUs outlined, and the forward hand-off between
+    them read from the run (the first point-to-point send from one holder to the next), its legend under it."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    from .plot_layout import NODE_GAP, TOKEN_COLOUR, _arc, _draw_map, _Grid, layout_map
+
+    cells = layout_map(layout)
+    grid = _Grid(cells, min(layout.tp * layout.cp, layout.gpus_per_node))
+    entries = _draw_map(ax, layout, grid, cells, set(holders), faint_links=True)
+    entries.insert(1, (Patch(fill=False, edgecolor=TOKEN_COLOUR, lw=2.5), "a GPU holding the token (one a stage)"))
+    layer = {m.text: (m.data or {}).get("layer") for m in trace.marks if m.kind == "phase"}
+    for src, dst in zip(holders, holders[1:]):
+        e = next(
+            (e for e in trace.events if e.kind == "p2p" and (e.params["src"], e.params["dst"]) == (src, dst)), None
+        )
+        if e is None:
+            continue
+        a, b = grid.edge(src, "top", 0.85), grid.edge(dst, "top", 0.15)
+        _arc(
+            ax,
+            a,
+            b,
+            (0.0, 1.1),
+            arrowstyle="-|>,head_length=0.5,head_width=0.25",
+            color=TOKEN_COLOUR,
+            lw=2.2,
+            mutation_scale=10,
+        )
+        ax.text(
+            (a[0] + b[0]) / 2,
+            a[1] + 1.15,
+            f"g{src} -> g{dst}: hand-off after layer {layer.get(e.phase)}",
+            ha="center",
+            va="bottom",
+            fontsize=7.5,
+            color=TOKEN_COLOUR,
+            bbox={"boxstyle": "round,pad=0.2", "fc": "white", "ec": "none"},
+        )
+        entries.append(
+            (
+                Line2D([], [], color=TOKEN_COLOUR, lw=2.2, marker=">", ms=4),
+                "the pipeline hand-off of the token's activations (PP)",
+            )
+        )
+    handles, labels = zip(*entries)
+    ax.legend(handles, labels, loc="upper center", bbox_to_anchor=(0.5, 0.02), ncol=2, fontsize=7.5, frameon=False)
+    ax.set_xlim(-0.8, grid.per_line * (grid.cols + NODE_GAP) - NODE_GAP + 0.3)
+    ax.set_ylim(grid.node_y(grid.nodes - 1) - 1.1, grid.top + 1.5)
+    ax.set_aspect("equal")
+    ax.axis("off")
+    ax.set_title(
+        f"the layout the run used: {layout}\n(drawn alone by {layout_command(layout)} --plot FILE.png)",
+        fontsize=9,
+        loc="left",
+    )
 
 
-def _draw_group(ax: Any, route: dict, way: str) -> None:
+def _gated(e: int, gate: float | None, word: str) -> str:
+    """One chosen expert's share of the token's output: 'gate x E<e>(word)' (no gate where none is noted)."""
+    return f"E{e}({word})" if gate is None else f"{gate:.2f} x E{e}({word})"
+
+
+def _numbers(layers: list[int]) -> str:
+    """1, 2, 3 -> '1-3'; 1, 3 -> '1, 3'."""
+    if len(layers) > 1 and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ", ".join(map(str, layers))
+
+
+def _draw_group(ax: Any, same: list[dict], way: str, residual: dict, word: str) -> None:
     from matplotlib.patches import FancyBboxPatch
 
+    route = same[0]  # the others are the same route: drawn once, on the first one's GPUs
     group, home = route["group"], route["gpu"]
     x = {g: i for i, g in enumerate(group)}
     outline = FancyBboxPatch(
@@ -94,13 +195,37 @@ def _draw_group(ax: Any, route: dict, way: str) -> None:
     for g in group:
         ax.add_patch(_box(x[g], "gold" if g == home else "white"))
         ax.text(x[g], 0, f"g{g}", ha="center", va="center", fontsize=9, fontweight="bold")
+    under = []  # lines under the group, top down
     stay = [(e, gate) for e, g, gate in route["picks"] if g == home]
     if way == "dispatch" and stay:
         said = ", ".join(f"E{e}" + (f" (gate {gate:.2f})" if gate is not None else "") for e, gate in stay)
-        ax.text(x[home], -0.66, f"{said} here: stays", ha="center", va="top", fontsize=7)
-    if way == "combine":  # the token's output: every chosen expert's output times its gate, summed
-        total = " + ".join(_gated(e, gate) for e, _, gate in route["picks"])
-        ax.text(x[home], -0.66, f"output = {total}", ha="center", va="top", fontsize=7)
+        under.append(f"{said} on g{home} itself: it stays")
+    if way == "dispatch":  # the same route on other GPUs (the next stage's): where its picks go there
+        for r in same[1:]:
+            if r["gpu"] != home and r["gpu"] != same[same.index(r) - 1]["gpu"]:
+                gpus = ", ".join(f"g{g}" for g in dict.fromkeys(g for _, g, _ in r["picks"]) if g != r["gpu"])
+                under.append(
+                    f"from layer {r['layer']} on g{r['gpu']}: the same picks, to {gpus or 'none'} "
+                    f"(EP group {r.get('axis', 'ep')}{rank_list(r['group'])})"
+                )
+    if way == "combine":  # the token's output: itself (the residual) plus every chosen expert's output x its gate
+        total = " + ".join(_gated(e, gate, word) for e, _, gate in route["picks"])
+        under.append(f"layer output = {word} + {total}")
+        noted = [residual[r["layer"]] for r in same if r["layer"] in residual]
+        if noted:
+            under.append("the two terms' sizes in the run (norms: the residual / the experts' share):")
+            said = [f"layer {d['layer']}: {d['norms']['residual']:.2f} / {d['norms']['experts']:.2f}" for d in noted]
+            under += [", ".join(said[i : i + 4]) for i in range(0, len(said), 4)]
+        # the residual: the token itself, kept on its GPU, added to what comes back
+        ax.annotate(
+            "",
+            xy=(x[home] - 0.12, -0.3),
+            xytext=(x[home] + 0.12, -0.3),
+            arrowprops=dict(arrowstyle="-|>", color="0.2", lw=1.2, connectionstyle="arc3,rad=-1.6"),
+        )
+        ax.text(x[home] + 0.34, -0.55, f"+ {word} (residual)", ha="left", va="top", fontsize=7)
+    for i, line in enumerate(under):
+        ax.text((len(group) - 1) / 2, -0.78 - 0.22 * i, line, ha="center", va="top", fontsize=7)
     for n, (e, g, gate) in enumerate(sorted(route["picks"], key=lambda p: x[p[1]])):
         if g == home:
             continue
@@ -121,14 +246,19 @@ def _draw_group(ax: Any, route: dict, way: str) -> None:
         ax.text(
             (a + b) / 2,
             0.62 + 0.3 * n + 0.12 * abs(b - a),
-            what if way == "dispatch" else f"E{e}'s output" + (f" x {gate:.2f}" if gate is not None else ""),
+            what if way == "dispatch" else _gated(e, gate, word),
             ha="center",
             fontsize=7,
         )
     ax.set_xlim(-0.6, len(group) - 0.4)
-    ax.set_ylim(-1.0, 1.9)
+    ax.set_ylim(-0.9 - 0.22 * max(len(under), 1), 1.9)
     ax.axis("off")
-    ax.set_title(f"layer {route['layer']}: {way}", fontsize=9, loc="left")
+    by_gpu: dict[int, list[int]] = {}
+    for r in same:
+        by_gpu.setdefault(r["gpu"], []).append(r["layer"])
+    layers = sum(by_gpu.values(), [])
+    said = " and ".join(f"{_numbers(ls)} on g{g}" for g, ls in by_gpu.items())
+    ax.set_title(f"layer{'s' * (len(layers) > 1)} {said}: {way}", fontsize=9, loc="left")
 
 
 def _box(x: float, colour: str) -> Any:

@@ -474,6 +474,50 @@ def page_width() -> int:
     return max(60, min(WIDEST, columns))
 
 
+def _quiet_runs(blocks: list, lesson: Any) -> list:
+    """Where a lesson shows no event of a phase (events_shown 0: its tables tell the story), two or more phases
+    in a row with no text of their own would be headers over one count line each: each such run becomes one
+    block, its phases' names as a tuple, their items together. Any other lesson's blocks are left as they are."""
+    if lesson.events_shown != 0:
+        return blocks
+    out: list = []
+    for phase, items in blocks:
+        if phase is not None and not lesson.narrative.get(phase, "").strip():
+            if not items:
+                continue  # entered, nothing happened, nothing to say: not said at all, as elsewhere
+            if out and isinstance(out[-1][0], list):
+                out[-1][0].append(phase)
+                out[-1][1].extend(items)
+                continue
+            out.append(([phase], list(items)))
+            continue
+        out.append((phase, items))
+    return [
+        (tuple(p), items) if isinstance(p, list) and len(p) > 1 else (p[0] if isinstance(p, list) else p, items)
+        for p, items in out
+    ]
+
+
+def _quiet_lines(phases: tuple, items: list, width: int) -> list[str]:
+    """A run of phases with no text of their own (`_quiet_runs`): one header, their names on one line, their
+    events counted by op (a rank's own work as compute), then their notes."""
+    left: dict[str, int] = {}
+    for it in items:
+        if isinstance(it[-1], Event):
+            op = "compute" if it[-1].kind == "compute" else it[-1].op
+            left[op] = left.get(op, 0) + 1
+    ops = ", ".join(f"{n} {op}" for op, n in sorted(left.items(), key=lambda kv: (-kv[1], kv[0])))
+    out = ["", f"== {phases[0]} ... {phases[-1]}: {len(phases)} phases with no text of their own =="]
+    out += wrap_words(printable("phases run, in order: " + ", ".join(phases)), width, subsequent_indent="  ")
+    out += wrap_words(
+        f"{sum(left.values())} events in them ({ops}): --json and the app list every one",
+        width,
+        initial_indent="    ",
+        subsequent_indent="    ",
+    )
+    return out + _phase_lines([it for it in items if not isinstance(it[-1], Event)], None, width)
+
+
 def walkthrough(lr: LessonRun, width: int | None = None) -> str:
     """The run as plain text, `width` characters a line at most (default: the terminal's, `page_width`)."""
     width = width or page_width()
@@ -487,7 +531,10 @@ def walkthrough(lr: LessonRun, width: int | None = None) -> str:
         said = ", ".join(f"{KNOB_KINDS[n].flags[-1]} {v}" for n, v in settings.items())
         out += wrap_words(f"settings: {said}  {lesson.settings_words(settings)}", width, subsequent_indent="  ")
     seen: dict[tuple, tuple[str | None, int, int]] = {}  # a phase's calls, alike -> (phase, first step, last)
-    for phase, items in _phase_blocks(trace):
+    for phase, items in _quiet_runs(_phase_blocks(trace), lesson):
+        if isinstance(phase, tuple):  # phases with no text of their own, none of their events shown: said once
+            out += _quiet_lines(phase, items, width)
+            continue
         if phase is None and not items:
             continue
         if phase is not None:

@@ -377,11 +377,22 @@ def _picks_said(out: str) -> dict[int, list[tuple[str, str, str]]]:
             for layer, text in re.findall(r"layer (\d+): [^;]*?picks ([^;]*);", said)}
 
 
+def _layers_of(title: str) -> dict[int, int]:
+    """'layers 1-2 on g2 and 3-4 on g10: dispatch' -> {1: 2, 2: 2, 3: 10, 4: 10}."""
+    out = {}
+    for span, gpu in re.findall(r"([\d, -]+) on g(\d+)", title.split(":")[0].split(" ", 1)[1]):
+        for part in span.split(","):
+            a, _, b = part.strip().partition("-")
+            out.update({n: int(gpu) for n in range(int(a), int(b or a) + 1)})
+    return out
+
+
 @pytest.mark.parametrize("routing", ["learned", "post"])
 def test_moe16_boxes_the_ep_group_and_gates_every_expert_the_local_one_too(capsys, drawn, tmp_path, routing):
     """The dashed outline is the layer's EP group (named on it); every chosen expert shows its gate, the one on
-    the token's own GPU too (learned: E6 at 0.79 on g2), and the combine is the gate-weighted sum of all of
-    them. The post's routing: E3 (0.6) on g1 and E8 (0.4) on g3."""
+    the token's own GPU too (learned: E6 at 0.79 on g2), and the combine is the token itself (the residual)
+    plus the gate-weighted sum of all of them. The post's routing: E3 (0.6) on g1 and E8 (0.4) on g3 in every
+    layer, one route, so one row of panels says it (the walk found four alike rows); learned routes differ."""
     code, out = _cli(capsys, "lesson", "moe16", "--routing", routing, "--plain", "--plot", str(tmp_path / "d.png"))
     assert code == 0
     picks = _picks_said(out)
@@ -390,15 +401,24 @@ def test_moe16_boxes_the_ep_group_and_gates_every_expert_the_local_one_too(capsy
         assert picks[1] == [("3", "0.60", "g1"), ("8", "0.40", "g3")]
     else:  # the case the walk found: an expert on the token's own GPU, its gate left out
         assert ("6", "0.79", "this GPU") in picks[1]
+    # a route, as the text says it, where the GPUs sit in EP groups of 4 (g0-g3, ...): its picks by place
+    said = {n: tuple((e, g, "here" if w == "this GPU" else int(w[1:]) % 4) for e, g, w in p) for n, p in picks.items()}
     fig = drawn[-1]
     assert "dashed outline: the layer's EP group" in fig._suptitle.get_text()
-    panels = [ax for ax in fig.axes if ax.get_title(loc="left")]
-    assert len(panels) == 2 * len(picks)
+    panels = [ax for ax in fig.axes if re.search(r": (dispatch|combine)$", ax.get_title(loc="left"))]
+    assert len(panels) == 2 * len(set(said.values()))
+    assert len(panels) == (2 if routing == "post" else 8)
+    drawn_layers = [n for ax in panels if ax.get_title(loc="left").endswith("dispatch")
+                    for n in _layers_of(ax.get_title(loc="left"))]
+    assert sorted(drawn_layers) == [1, 2, 3, 4]  # every layer in one row, once
     for ax in panels:
-        layer, way = re.match(r"layer (\d+): (\w+)", ax.get_title(loc="left")).groups()
+        title = ax.get_title(loc="left")
+        layers, way = _layers_of(title), title.rsplit(": ", 1)[1]
+        assert len({said[n] for n in layers}) == 1  # a row is one route
+        layer = min(layers)
         texts = [t.get_text() for t in ax.texts]
         gpus = {int(m.group(1)): t.get_position() for t in ax.texts if (m := re.fullmatch(r"g(\d+)", t.get_text()))}
-        assert sorted(gpus) in EP_GROUPS_MOE16
+        assert sorted(gpus) in EP_GROUPS_MOE16 and layers[layer] in gpus
         dashed = [p for p in ax.patches if not p.get_fill() and p.get_linestyle() not in ("solid", "-")]
         assert len(dashed) == 1
         (box,) = dashed
@@ -406,12 +426,31 @@ def test_moe16_boxes_the_ep_group_and_gates_every_expert_the_local_one_too(capsy
                    for x, y in gpus.values())
         assert f"EP group ep[{min(gpus)}-{max(gpus)}]" in texts
         if way == "dispatch":
-            for e, gate, _ in picks[int(layer)]:
+            for e, gate, _ in picks[layer]:
                 assert any(f"E{e} (gate {gate})" in t for t in texts), (layer, e, texts)
         else:
-            (total,) = [t for t in texts if t.startswith("output = ")]
-            assert sorted(total[len("output = "):].split(" + ")) == sorted(f"{g} x E{e}" for e, g, _ in picks[int(layer)])
+            (total,) = [t for t in texts if t.startswith("layer output = ")]
+            residual, *experts = total[len("layer output = "):].split(" + ")
+            assert residual == "contract" and "+ contract (residual)" in texts
+            assert sorted(experts) == sorted(f"{g} x E{e}(contract)" for e, g, _ in picks[layer])
     _texts_do_not_overlap(fig)
+
+
+def test_moe16_picture_draws_the_layout_the_token_s_gpus_and_its_hand_off(capsys, drawn, tmp_path):
+    """Above the routes: the post's 16-GPU layout (the command that draws it alone named on it), the GPUs the
+    walk-through says hold 'contract' outlined, and the hand-off between them after the last layer of stage 1
+    (4 layers over 2 stages: layer 2)."""
+    code, out = _cli(capsys, "lesson", "moe16", "--plain", "--plot", str(tmp_path / "d.png"))
+    assert code == 0
+    holders = [int(r) for r in re.findall(r"rank (\d+): holds 'contract'", out)]
+    assert holders == [2, 10]
+    (layout,) = [ax for ax in drawn[-1].axes if ax.get_title(loc="left").startswith("the layout the run used")]
+    assert "parasim layout --tp 2 --cp 2 --pp 2 --dp 2 --ep 4 --sequence-parallel" in " ".join(
+        layout.get_title(loc="left").split())
+    outlined = sorted(int(p.get_gid().split()[1]) for p in layout.patches
+                      if (p.get_gid() or "").startswith("gpu ") and p.get_linewidth() > 2)
+    assert outlined == holders
+    assert "g2 -> g10: hand-off after layer 2" in [t.get_text() for t in layout.texts]
 
 
 def _arrows(ax):

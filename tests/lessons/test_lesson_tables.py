@@ -143,7 +143,7 @@ def test_pp_vs_zero3_table_has_both_columns_from_the_runs():
 
 def test_moe16_summary_and_what_g2_stores():
     data = json.loads(cli("lesson", "moe16", "--json").stdout)
-    summary, stores, _ = data["tables"]  # then the map (test_moe16.py)
+    summary, stores = data["tables"][:2]  # then the map (test_moe16.py) and the slot table
     rows = {r["axis"]: r for r in summary["rows"]}
     # the post's layout: TP 2, CP 2, PP 2, DP 2, EP 4, ETP 1 (EDP 2); g2 is TP rank 0, CP rank 1 of node A
     assert {a: rows[a]["size"] for a in rows} == {"DP + ZeRO-1": 4, "PP": 2, "TP + SP": 2, "CP": 2, "EP": 4,
