@@ -3,11 +3,19 @@ three routings at EP 4 and EP 8. Every GPU waits in the all-to-all for the slowe
 as long as the GPU whose experts got the most (token, expert) pairs takes.
 
 Uniform routing spreads pairs about evenly; skewed routing sends half of the tokens to expert 0 first
-(a hot expert); balanced routing spreads every token's picks evenly, as DeepSeek-V3's bias terms aim to.
+(a hot expert); balanced routing gives every expert the same pairs by spacing each token's picks E/k apart.
 The more GPUs share the experts, the fewer experts each holds, and the larger the hot expert's share of
 its GPU's work: the same hot expert stalls more of the step at EP 8 than at EP 4.
+
+Balanced routing's even load has a price the table counts: its spaced picks put every token on every GPU of
+its EP group, and a token is sent once to each GPU holding one of its picks, so its all-to-alls carry more
+than uniform's, whose random picks often share a GPU. A fourth policy, biased:0.5 (DeepSeek-V3's per-expert
+bias, nn/routing.py), is drawn but not timed: on the skewed tokens, it brings the hot expert back to the
+mean load.
 """
 from __future__ import annotations
+
+from math import comb
 
 import numpy as np
 
@@ -19,7 +27,7 @@ from parasim.lesson import Check, Lesson, Picture, Table, check
 from parasim.render.plot_lessons import plot_hot_expert
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.moe import MoE
-from parasim.nn.routing import Routing
+from parasim.nn.routing import Routing, learned_bias
 
 T = 4096  # tokens each GPU routes
 D = 7168  # hidden size (DeepSeek-V3's)
@@ -29,6 +37,7 @@ WORLD, GPU = 8, "h200"
 EPS = (4, 8)
 ROUTINGS = ("uniform", "skewed:0.5", "balanced")
 POLICIES = {r: Routing.parse(r) for r in ROUTINGS}  # one per run: each sender's draws made once
+EVENED = "biased:0.5"  # skewed:0.5's tokens under DeepSeek-V3's balancing bias: drawn, not run
 
 
 def phase(routing: str, ep: int) -> str:
@@ -67,6 +76,38 @@ def pairs_by_hand(routing: str, ep: int) -> list[list[int]]:
     return out
 
 
+def _draws(routing: str, ep: int):
+    """(the EP group's first GPU, a GPU's place in it, its [T, K] picks) for every GPU, from the policy's draws:
+    the key, tokens and experts the MoE layer asks it for."""
+    policy = Routing.parse(routing)
+    for first in range(0, WORLD, ep):
+        for r in range(first, first + ep):
+            yield first, r - first, policy.choose(f"moe.{routing}.ep{ep}#0", r, (r - first) * T, T, E, K)
+
+
+def visits_by_hand(routing: str, ep: int) -> tuple[float, float]:
+    """The GPUs a token's K picks land on, on average, and how many of them are not its own: a token is sent
+    once to each GPU that holds one of its picks (the dispatch's rows), counted from the policy's draws."""
+    per, gpus, away = E // ep, 0, 0
+    for _, me, picks in _draws(routing, ep):
+        on = np.sort(picks // per, axis=1)  # the place in the EP group of the GPU holding each pick
+        distinct = 1 + (np.diff(on, axis=1) != 0).sum(axis=1)
+        gpus += int(distinct.sum())
+        away += int(distinct.sum() - (on == me).any(axis=1).sum())
+    return gpus / (WORLD * T), away / (WORLD * T)
+
+
+def loads_by_hand(routing: str, ep: int) -> tuple[list[int], list[int]]:
+    """(token, expert) pairs of each expert, summed over every EP group, and of each GPU, from the draws."""
+    experts, per = np.zeros(E, dtype=np.int64), E // ep
+    gpus = np.zeros(WORLD, dtype=np.int64)
+    for first, _, picks in _draws(routing, ep):
+        n = np.bincount(picks.ravel(), minlength=E)
+        experts += n
+        gpus[first:first + ep] += n.reshape(ep, per).sum(axis=1)
+    return [int(x) for x in experts], [int(x) for x in gpus]
+
+
 def product(m: int, n: int, k: int) -> float:
     """Seconds of one (m x k) @ (k x n) product on the GPU, at the share of peak the kernel table measures for
     its shape."""
@@ -96,9 +137,19 @@ def study(result) -> dict:
             compute = [x["compute"] for x in per_rank]
             busiest = max(range(WORLD), key=lambda r: (compute[r], -r))
             experts = pairs_by_hand(routing, ep)
+            a2a = sum(m.sent for e in trace.events if e.phase == p and e.op == "all_to_all" for m in e.members)
             rows[p] = {"compute": compute, "busiest": busiest, "time": max(x["end"] for x in per_rank)
-                       - min(x["start"] for x in per_rank), "pairs": [sum(n) for n in experts], "experts": experts}
-    return {"tl": tl, "rows": rows}
+                       - min(x["start"] for x in per_rank), "pairs": [sum(n) for n in experts], "experts": experts,
+                       "a2a": a2a, "visits": visits_by_hand(routing, ep)}
+    evened = {}
+    for routing in ("skewed:0.5", EVENED):
+        for ep in EPS:
+            experts, gpus = loads_by_hand(routing, ep)
+            evened[(routing, ep)] = {"expert 0": experts[0] / float(np.mean(experts)),
+                                     "busiest": max(gpus) / float(np.mean(gpus)),
+                                     "visits": visits_by_hand(routing, ep)[0]}
+    bias = learned_bias(POLICIES["skewed:0.5"].seed, Routing.parse(EVENED).hot, E, K)
+    return {"tl": tl, "rows": rows, "evened": evened, "bias": (float(bias[0]), float(np.mean(bias[1:])))}
 
 
 def tables(result, s) -> list[Table]:
@@ -108,21 +159,60 @@ def tables(result, s) -> list[Table]:
             r = s["rows"][phase(routing, ep)]
             c = r["compute"]
             wait = max(c) - float(np.mean(c))
-            rows.append((phase(routing, ep), [f"g{r['busiest']}", max(r["pairs"]), round(float(np.mean(r["pairs"]))),
-                                              round(max(c) * 1e3, 2), round(float(np.mean(c)) * 1e3, 2),
-                                              round(r["time"] * 1e3, 2), round(wait * 1e3, 2),
-                                              f"{wait / r['time']:.1%}"]))
+            rows.append((phase(routing, ep), [f"g{r['busiest']}", max(r["pairs"]), round(max(c) * 1e3, 2),
+                                              round(float(np.mean(c)) * 1e3, 2), round(r["time"] * 1e3, 2),
+                                              round(wait * 1e3, 2),
+                                              f"{wait / r['time']:.1%}", round(r["visits"][0], 2),
+                                              round(r["a2a"] / 1e9, 2)]))
     return [Table(f"One MoE layer ({E} experts of width {F:,}, top {K}, d = {D:,}; {T:,} tokens per GPU), forward "
                   f"and backward, on {GPUS[GPU].name}s (ms = milliseconds on the clock)",
-                  ["routing, EP", "busiest GPU", "its pairs", "mean pairs", "its compute (ms)", "mean compute (ms)",
-                   "layer (ms)", "others wait (ms)", "of the layer"], rows,
-                  notes=["pairs: (token, expert) pairs a GPU's experts work on, from the routing policy's own draws. "
-                         "The layer ends when the last GPU has sent its experts' outputs back, so it lasts about as "
-                         "long as the busiest GPU computes, plus the all-to-alls; the others wait the difference "
+                  ["routing, EP", "busiest GPU", "its pairs", "its compute (ms)", "mean compute (ms)",
+                   "layer (ms)", "others wait (ms)", "of the layer", "GPUs a token visits", "sent (GB)"], rows,
+                  notes=["pairs: (token, expert) pairs a GPU's experts work on, from the routing policy's own draws "
+                         f"(the mean GPU's: {_mean_pairs(s['rows'])}). The layer ends when the last GPU has sent its "
+                         "experts' outputs back, so it lasts about as long as the busiest GPU computes, plus the "
+                         "all-to-alls; the others wait the difference "
                          "between its compute and theirs (the mean's, here).",
-                         "Balanced routing sends more bytes than uniform: it puts a token's picks on as many GPUs as "
-                         "it can, and a token travels once to each GPU holding one of its picks, so its all-to-alls "
-                         "take longer though nobody waits."])]
+                         _why_balanced_sends_more(s["rows"]), _evened(s)])]
+
+
+def _mean_pairs(rows: dict) -> str:
+    """The mean GPU's pairs, said once where every phase has the same (T K tokens' picks over the GPUs)."""
+    means = sorted({round(float(np.mean(r["pairs"]))) for r in rows.values()})
+    return f"{means[0]:,} in every phase" if len(means) == 1 else f"{means[0]:,} to {means[-1]:,} by phase"
+
+
+def _why_balanced_sends_more(rows: dict) -> str:
+    """Balanced against uniform, at each EP: the layer's time, the GPUs a token visits, the all-to-all bytes."""
+    said = []
+    for ep in EPS:
+        u, b = rows[phase("uniform", ep)], rows[phase("balanced", ep)]
+        said.append(f"at EP {ep} ({E // ep} experts a GPU) a token visits {b['visits'][0]:g} GPUs against "
+                    f"{u['visits'][0]:.2f} ({b['visits'][1]:g} against {u['visits'][1]:.2f} other than its own): "
+                    f"{b['a2a'] / u['a2a']:.2f}x the bytes, {b['time'] * 1e3:.2f} ms against {u['time'] * 1e3:.2f}")
+    return ("GPUs a token visits: a token is sent once to each GPU that holds one of its picks (counted from the "
+            "policy's draws); sent: every GPU's bytes in the layer's four all-to-alls (the trace). Why balanced "
+            f"routing is slower than uniform though nobody waits: it spaces a token's {K} picks {E // K} experts "
+            "apart, so they land on every GPU of the EP group, where uniform's random picks often share a GPU; "
+            + "; ".join(said) + "."
+            )
+
+
+def _evened(s: dict) -> str:
+    """biased:0.5 against skewed:0.5, from the policies' draws: the hot expert's pairs, the busiest GPU's and
+    the GPUs a token visits."""
+    ev = s["evened"]
+    hot, rest = s["bias"]
+    busiest = " and ".join(f"{ev[(EVENED, ep)]['busiest']:.2f}x" + (" the mean pairs" if ep == EPS[0] else "")
+                           + f" at EP {ep}" for ep in EPS)
+    was = " and ".join(f"{ev[('skewed:0.5', ep)]['busiest']:.2f}x" for ep in EPS)
+    visits = " and ".join(f"{ev[(EVENED, ep)]['visits']:.2f}" for ep in EPS)
+    return (f"{EVENED} (drawn, not timed): skewed:0.5's tokens choosing after DeepSeek-V3's per-expert bias, "
+            "trained by its rule (lowered while an expert is over the mean load, raised while under): it ends at "
+            f"{hot:+.2f} for expert 0, {rest:+.2f} for the others on average. The busiest GPU gets "
+            f"{busiest} (skewed: {was}); at EP 8 expert 0 gets {ev[(EVENED, 8)]['expert 0']:.2f}x the mean "
+            f"expert's pairs (skewed: {ev[('skewed:0.5', 8)]['expert 0']:.2f}x). Each token still takes its own "
+            f"best experts, so it visits {visits} GPUs at EP 4 and 8, as uniform's do, not balanced's all.")
 
 
 def checks(result, s) -> list[Check]:
@@ -159,6 +249,26 @@ def checks(result, s) -> list[Check]:
               "larger at EP 8 than at EP 4", ratio[8] > ratio[4], True),
         check("... and the share of the layer the other GPUs spend waiting for it grows with EP",
               stall[8] > stall[4], True),
+        check("balanced routing's layer lasts longer than uniform's at EP 4 and EP 8, though no GPU waits for it",
+              [rows[phase("balanced", ep)]["time"] > rows[phase("uniform", ep)]["time"] for ep in EPS], [True, True]),
+        check("balanced routing's all-to-all bytes over uniform's, from the trace, at EP 4 then EP 8, are the "
+              "GPUs other than its own that a token visits under each, counted from the policies' draws",
+              [rows[phase("balanced", ep)]["a2a"] / rows[phase("uniform", ep)]["a2a"] for ep in EPS],
+              [rows[phase("balanced", ep)]["visits"][1] / rows[phase("uniform", ep)]["visits"][1] for ep in EPS],
+              rtol=1e-12),
+        check(f"balanced routing's picks, {E // K} experts apart, reach every GPU of the EP group (min(k, EP)); "
+              "uniform's about EP (1 - C(E - E/EP, k) / C(E, k)), the chance a GPU holds none of k random picks "
+              "taken away", [round(rows[phase(r, ep)]["visits"][0], 2) for r in ("balanced", "uniform") for ep in EPS],
+              [float(min(K, ep)) for ep in EPS]
+              + [round(ep * (1 - comb(E - E // ep, K) / comb(E, K)), 2) for ep in EPS],
+              atol=0.02),
+        check(f"{EVENED}: DeepSeek-V3's per-expert bias brings the busiest GPU within 2% of the mean pairs at EP 4 "
+              "and EP 8 (skewed:0.5 alone: far above)",
+              [s["evened"][(r, ep)]["busiest"] < 1.02 for r in (EVENED, "skewed:0.5") for ep in EPS],
+              [True, True, False, False]),
+        check(f"... while each token keeps its own best picks: {EVENED} visits as many GPUs a token as uniform "
+              "routing, within 0.05", [round(s["evened"][(EVENED, ep)]["visits"], 2) for ep in EPS],
+              [round(rows[phase("uniform", ep)]["visits"][0], 2) for ep in EPS], atol=0.05),
     ]
 
 
@@ -192,6 +302,13 @@ NARRATIVE = {
     **{phase("balanced", ep): """
         Every token's picks spread evenly over the experts, as DeepSeek-V3's per-expert bias terms steer its
         router to: every GPU gets the same pairs, and nobody waits.""" for ep in EPS},
+    phase("balanced", EPS[-1]): f"""
+        Balanced again, now over {EPS[-1]} GPUs of {E // EPS[-1]} experts each. A token's {K} picks lie
+        {E // K} experts apart, one on every GPU, so every token travels to all {EPS[-1]}: nobody waits, yet
+        the layer takes longer than under uniform routing, whose random picks often share a GPU and so
+        reach fewer. The table's last two columns count the GPUs and the bytes. Spacing the picks is not what
+        DeepSeek-V3 does: its per-expert bias evens the experts' load while each token keeps its own best
+        picks ({EVENED}, in the table's notes).""",
 }
 
 LESSON = Lesson(

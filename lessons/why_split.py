@@ -16,6 +16,7 @@ from parasim.dp.zero import adam
 from parasim.estimate import Plan, breakdown, get_model
 from parasim.estimate.memory import layer_saved_bytes
 from parasim.estimate.traffic import gpu_spec
+from parasim.examples.cheatsheet import footnoted
 from parasim.examples.quiz import Question
 from parasim.layout.precision import precision
 from parasim.lesson import Check, Lesson, Table, check
@@ -117,10 +118,13 @@ def tables(result, got) -> list[Table]:
             "activation is kept; lesson memory takes the activations apart"
         ],
     )
+    rows = got["sheet"].rows
+    cells, notes = footnoted(rows, ("splits", "communication"))  # a cell with a note marked [n], the note under
     ways = Table(
         "Six ways to split, each read from the lessons that run it (parasim cheatsheet has them all)",
         ["method", "what it splits", "what moves", "lessons"],
-        [(r.method, [r.splits, r.communication, ", ".join(r.lessons)]) for r in got["sheet"].rows],
+        [(r.method, [*c, ", ".join(r.lessons)]) for r, c in zip(rows, cells)],
+        notes=notes,
     )
     return [copies, model, ways]
 

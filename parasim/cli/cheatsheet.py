@@ -15,13 +15,15 @@ def add_cheatsheet(sub: Any) -> None:
         help="the post's cheat sheet, every cell computed from a lesson's run",
         description="For each way of splitting the work (DP, ZeRO, TP, SP, CP, PP, EP): what it splits, what it "
         "sends and what limits it, each figure read from the run of the lesson named beside it, at that "
-        "lesson's sizes. Runs the lessons it reads (a few seconds).",
+        "lesson's sizes. A cell marked [n] has note n under the table (why SP sends more than TP, what CP's "
+        "masks need). Runs the lessons it reads (a few seconds).",
     )
-    p.add_argument("--json", action="store_true", help='print {"rows": [...]} with each row\'s figures')
+    p.add_argument("--json", action="store_true", help='print {"rows": [...]} with each row\'s figures and notes')
     p.add_argument(
         "--width",
         type=width_arg,
-        help="the table's line width, 60 to 200 (default: the terminal's, or 96 into a pipe or a file)",
+        help="the table's line width, 60 to 200 (default: the terminal's, or 96 into a pipe or a file); at 200 "
+        "each method's row reads on one line, narrower pages wrap its cells",
     )
     p.set_defaults(func=cmd_cheatsheet)
 

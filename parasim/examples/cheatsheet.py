@@ -3,7 +3,9 @@ sends and what limits it, each read from a lesson's run at that lesson's sizes (
 
 One entry per method (CHEAT_ROWS): the lessons it reads and the function that makes its cells from their runs.
 Each lesson runs once however many rows read it. A cell says its figure and where it came from; the row names
-its lessons, so a learner can open the run behind any cell (`parasim lesson NAME`).
+its lessons, so a learner can open the run behind any cell (`parasim lesson NAME`). Where a cell needs more
+than a line to be right (SP's bytes over TP's, CP's masks), the row carries a note for that column: a table
+marks the cell [n] and prints the note under it (`footnoted`).
 """
 
 from __future__ import annotations
@@ -13,10 +15,13 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
+from ..figures import sent_in_phase
 from ..lesson import LessonRun, Table, get_lesson, run_lesson
 
 LessonRuns = dict[str, LessonRun]
-Cells = tuple[str, str, str, dict[str, Any]]  # splits, communication, main limit; the figures behind them
+# splits, communication, main limit; the figures behind them; notes on a column's cell ({column: note})
+Cells = tuple[str, str, str, dict[str, Any], dict[str, str]]
+COLUMNS = ("splits", "communication", "limit")  # a row's cells, in the table's order
 
 
 def ops(lr: LessonRun, phase: str) -> Counter:
@@ -53,9 +58,10 @@ def _dp(runs: LessonRuns) -> Cells:
     calls = ops(lr, "DP")["all_reduce"]
     return (
         f"the batch ({lr.result.world} ranks)",
-        f"all-reduce of the gradients, once a step ({calls} buckets)",
+        f"all-reduce of the gradients ({calls} buckets a step)",
         f"the whole model on every GPU: {per:g} B a parameter",
         {"ranks": lr.result.world, "parameters": params, "bytes_per_parameter": per, "all_reduce_calls": calls},
+        {},
     )
 
 
@@ -67,12 +73,13 @@ def _zero(runs: LessonRuns) -> Cells:
     said = {s: _joined(sorted(ops(lr, s), reverse=True)) for s in ("ZeRO-1", "ZeRO-3")}
     more = sent["ZeRO-3"] / sent["DP"]
     return (
-        "Adam's state / + gradients / + weights: "
+        "Adam / + grads / + weights: "
         + " / ".join(f"{per[s]:g}" for s in ("ZeRO-1", "ZeRO-2", "ZeRO-3"))
-        + f" B a parameter (plain DP: {per['DP']:g})",
-        f"{said['ZeRO-1']}: DP's bytes ({sent['ZeRO-1'] / sent['DP']:g}x); ZeRO-3 gathers the weights for backward too",
-        f"ZeRO-3 sends {more:g}x DP's bytes every step",
+        + " B a param",
+        f"{said['ZeRO-1']}: DP's bytes ({sent['ZeRO-1'] / sent['DP']:g}x)",
+        f"ZeRO-3 gathers weights twice: {more:g}x DP's bytes",
         {"bytes_per_parameter": per, "bytes_sent": sent, "zero3_over_dp": more},
+        {},
     )
 
 
@@ -89,26 +96,57 @@ def _tp(runs: LessonRuns) -> Cells:
     }
     slower = f"{layer['TP 16 over two nodes'] / layer['TP 8 inside one node']:.2f}x"
     return (
-        f"weight matrices: whole heads ({t} ranks)",
+        f"weight matrices, by whole heads ({t} ranks)",
         f"{fwd + bwd} all-reduces a layer ({fwd} forward, {bwd} backward)",
-        f"t divides the heads ({heads} here); over two nodes a TP 16 layer takes {slower} TP 8's time",
+        f"t must divide heads ({heads}); 2 nodes {slower} slower",
         {"tp": t, "all_reduce_forward": fwd, "all_reduce_backward": bwd, "heads": heads, "over_two_nodes": slower},
+        {
+            "limit": f"TP: a layer at TP 16 over two nodes takes {slower} the time of TP 8 inside one "
+            "(tp-across-nodes): its all-reduces leave the node's links.",
+        },
     )
 
 
 def _sp(runs: LessonRuns) -> Cells:
     lr = runs["sp"]
-    t = lr.result.world
+    t, res = lr.result.world, lr.result
     said = _joined(op for op in ("reduce_scatter", "all_gather") if ops(lr, "TP + SP")[op])
     ratio = _fig(lr, "bytes rank 0 sent, TP + SP (all-gathers, reduce-scatters)") / _fig(
         lr, "bytes rank 0 sent, TP alone (all-reduces)"
     )
     less = _fig(lr, "TP alone keeps this many times what TP + SP keeps")
+    # what the 'TP + SP' layer sent beyond the pairs that replace TP's all-reduces: backward's gathers of the
+    # saved slices once more (the sp lesson labels them 'again'), and the whole weights' gradient sums
+    again = [e for e in res.trace.events if e.phase == "TP + SP" and e.op == "all_gather" and "again" in e.label]
+    regathered = sent_in_phase(res, "TP + SP", lambda e: e in again)
+    pairs = sent_in_phase(res, "TP + SP", lambda e: e.op in ("all_gather", "reduce_scatter") and e not in again)
+    alone = sent_in_phase(res, "TP alone", lambda e: e.op == "all_reduce")
+    sums = [e for e in res.trace.events if e.phase == "TP + SP" and e.op == "all_reduce"]
+    summed = sent_in_phase(res, "TP + SP", lambda e: e in sums)
+    before = " and ".join(sorted({e.label.split(" backward")[0].rsplit(".", 1)[-1] for e in again}))
+    same = "the same bytes" if pairs == alone else f"{pairs / alone:g}x the bytes"
+    why = (
+        f"SP: its {said} pairs move {same} as TP's all-reduces ({pairs:,} B against {alone:,} B, rank 0, one "
+        f"layer). The {ratio:g}x comes from backward: SP keeps only its slice of the sequence, so before the "
+        f"weight-gradient products of {before} it gathers the whole input again, {len(again)} more all-gathers "
+        f"a layer ({regathered:,} B). Left out of the {ratio:g}x: {len(sums)} small all-reduces ({summed:,} B) "
+        "that sum the norms' and biases' gradients."
+    )
     return (
         f"tokens between TP's products (1/{t} each)",
-        f"{said} for each all-reduce: {ratio:g}x TP's bytes (backward gathers again)",
+        f"{said}: {ratio:g}x TP's bytes",
         f"its group is TP's; {less:.2f}x less activation memory",
-        {"tp": t, "bytes_over_tp": ratio, "activations_less": less},
+        {
+            "tp": t,
+            "bytes_over_tp": ratio,
+            "activations_less": less,
+            "pairs_bytes": pairs,
+            "tp_bytes": alone,
+            "regathers": len(again),
+            "regathered_bytes": regathered,
+            "gradient_sum_bytes": summed,
+        },
+        {"communication": why},
     )
 
 
@@ -120,9 +158,16 @@ def _cp(runs: LessonRuns) -> Cells:
     slow = _fig(causal, "zigzag's speed-up of the slowest rank")
     return (
         f"the sequence, through the whole layer (1/{cp} each)",
-        f"K and V around a ring: {passes // 2} passes a layer forward, their gradients back",
-        f"causal imbalance: zigzag makes the busiest rank {slow:g}x faster",
+        f"K, V around a ring: {passes // 2} passes forward, grads back",
+        f"causal imbalance (zigzag {slow:g}x); custom masks",
         {"cp": cp, "sends_forward": passes, "zigzag_speedup": slow},
+        {
+            "limit": "CP: a rank meets the other ranks' keys one chunk at a time, so the attention mask is "
+            f"applied chunk by chunk. Zigzag evens out the plain causal mask ({slow:g}x faster busiest rank in "
+            "cp-causal) because its shape is known in advance; a mask of any other shape (image tokens that see "
+            "each other both ways, packed documents kept apart, an arbitrary pattern) leaves the ranks uneven "
+            "work again, or needs an attention kernel written to skip and split chunks by that mask."
+        },
     )
 
 
@@ -133,9 +178,10 @@ def _pp(runs: LessonRuns) -> Cells:
     sends = ops(lr, "running it")["p2p"]
     return (
         f"the layers ({p} stages)",
-        f"point to point at the {p - 1} cuts: activations forward, gradients back ({sends} sends)",
-        f"the bubble, (p - 1)/(m + p - 1): {bubble} at p = {p}, m = {m}",
+        f"{p - 1} cuts: activations on, grads back ({sends} sends)",
+        f"bubble (p-1)/(m+p-1) = {bubble} at p = {p}, m = {m}",
         {"pp": p, "microbatches": m, "bubble": str(bubble), "p2p": sends},
+        {},
     )
 
 
@@ -147,10 +193,14 @@ def _ep(runs: LessonRuns) -> Cells:
     waits = {ep: rows[ep]["of the layer"] for ep in rows}
     return (
         "the experts (1/8 each at EP 8)",
-        f"all-to-all of tokens: {per_group} a MoE layer ({per_group // 2} forward, {per_group // 2} backward)",
-        f"the busiest GPU sets the pace: a hot expert keeps the others waiting {waits[4]} of the layer at "
-        f"EP 4, {waits[8]} at EP 8",
+        f"{per_group} all-to-alls of tokens a layer ({per_group // 2} each way)",
+        f"hot expert: others wait {waits[4]} / {waits[8]}",
         {"all_to_all_per_layer": per_group, "wait_share": waits},
+        {
+            "limit": f"EP: when half the tokens pick one expert first, the GPU holding it sets the layer's pace; "
+            f"the others wait {waits[4]} of the layer at EP 4 and {waits[8]} at EP 8 (it holds fewer experts, so "
+            "the hot one is more of its work)."
+        },
     )
 
 
@@ -182,6 +232,23 @@ class Row:
     limit: str
     lessons: tuple[str, ...]
     figures: dict[str, Any] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # {column: what its cell needs said at more length}
+
+
+def footnoted(rows: list[Row], columns: tuple[str, ...]) -> tuple[list[list[str]], list[str]]:
+    """The rows' cells in `columns` (of COLUMNS), a cell with a note marked [n], and the notes, numbered in
+    the order the marks are read (row by row, left to right): a table shows only the notes of its columns."""
+    cells, notes = [], []
+    for r in rows:
+        said = []
+        for c in columns:
+            text = getattr(r, c)
+            if c in r.notes:
+                notes.append(f"[{len(notes) + 1}] {r.notes[c]}")
+                text += f" [{len(notes)}]"
+            said.append(text)
+        cells.append(said)
+    return cells, notes
 
 
 @dataclass(frozen=True)
@@ -189,13 +256,15 @@ class CheatSheet:
     rows: list[Row]
 
     def table(self) -> Table:
+        cells, notes = footnoted(self.rows, COLUMNS)
         return Table(
             "The cheat sheet, every cell from a run (the lessons at the right, each at its own sizes)",
             ["method", "splits", "communication", "main limit", "from"],
-            [(r.method, [r.splits, r.communication, r.limit, ", ".join(r.lessons)]) for r in self.rows],
-            notes=[
+            [(r.method, [*c, ", ".join(r.lessons)]) for r, c in zip(self.rows, cells)],
+            notes=notes
+            + [
                 "every figure is the run's: `parasim lesson NAME` steps through the run behind it; "
-                "`parasim cheatsheet --json` gives each row's figures."
+                "`parasim cheatsheet --json` gives each row's figures and notes."
             ],
         )
 
@@ -209,6 +278,7 @@ class CheatSheet:
                     "limit": r.limit,
                     "lessons": list(r.lessons),
                     "figures": r.figures,
+                    "notes": dict(r.notes),
                 }
                 for r in self.rows
             ]
@@ -226,6 +296,6 @@ def cheat_sheet(progress: Callable[[str], None] | None = None) -> CheatSheet:
                 runs[name] = run_lesson(get_lesson(name))
     rows = []
     for method in CHEAT_ROWS:
-        splits, communication, limit, figures = method.cells(runs)
-        rows.append(Row(method.name, splits, communication, limit, method.lessons, figures))
+        splits, communication, limit, figures, notes = method.cells(runs)
+        rows.append(Row(method.name, splits, communication, limit, method.lessons, figures, notes))
     return CheatSheet(rows)

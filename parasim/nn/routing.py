@@ -13,6 +13,12 @@ dispatch reaches at most M nodes. A router ranks the groups by its scores (`Grou
 layer with a limit draws each token's M groups (seeded like its experts: uniformly, and under skewed:F a hot
 token keeps expert 1's group) and its k experts uniformly inside them. Balanced routing spreads a token's
 picks over k groups by design, so it refuses a limit that keeps fewer than all of them.
+
+Bias-balanced routing (biased:F, DeepSeek-V3's auxiliary-loss-free balancing): skewed:F's tokens, each expert's
+key shifted by a per-expert bias before the k best are chosen. The bias is trained once (`learned_bias`) by
+DeepSeek-V3's rule, lowered for an expert over the mean load and raised for one under it, so the hot expert
+ends up with about the mean load while each token still ranks the others as skewed:F does. Under a group limit
+a token keeps the groups its biased keys rank best (`GroupLimit.top`), and the bias is trained under that limit.
 """
 
 from __future__ import annotations
@@ -177,6 +183,73 @@ def _draw_seeded(
     return np.take_along_axis(part, order, axis=1)
 
 
+def _seeded_keys(gen: np.random.Generator, n: int, experts: int, hot: float) -> np.ndarray:
+    """[n, experts] keys drawn as skewed:F's without a limit (`_draw_seeded`): the smaller, the better liked; a
+    share `hot` of the tokens' key for expert 1 (index 0) below every other."""
+    keys = gen.random((n, experts))
+    keys[gen.random(n) < hot, 0] = -1.0
+    return keys
+
+
+def _biased_picks(keys: np.ndarray, bias: np.ndarray, k: int, limit: GroupLimit | None) -> np.ndarray:
+    """[n, k]: each token's k best experts by key minus bias, best first; under a limit, within the groups it
+    keeps, ranked by the same biased keys (`GroupLimit.top`, as DeepSeek-V3's gate ranks biased scores)."""
+    if limit is None:
+        return _smallest(keys - bias, k)
+    return limit.top(bias - keys, k)  # scores: the larger, the better
+
+
+def _smallest(keys: np.ndarray, k: int) -> np.ndarray:
+    """[n, k]: each row's k smallest keys' columns, smallest first."""
+    n, experts = keys.shape
+    part = np.argpartition(keys, k - 1, axis=1)[:, :k] if k < experts else np.tile(np.arange(k), (n, 1))
+    order = np.argsort(np.take_along_axis(keys, part, axis=1), axis=1, kind="stable")
+    return np.take_along_axis(part, order, axis=1)
+
+
+BIAS_STEPS, BIAS_TOKENS = 128, 2048  # the balancing bias's training: steps, and the tokens of each step's batch
+_BIASES: dict[tuple, np.ndarray] = {}  # the bias learned for (seed, share, experts, k, limit): a pure function's memo
+
+
+def learned_bias(seed: int, hot: float, experts: int, k: int, limit: GroupLimit | None = None) -> np.ndarray:
+    """[experts] the per-expert bias of DeepSeek-V3's auxiliary-loss-free balancing (arXiv 2412.19437, section
+    2.1.2) for tokens drawn as skewed:`hot`'s (under `limit`, if one): each of BIAS_STEPS steps routes a fresh
+    batch of BIAS_TOKENS tokens by key minus bias, then lowers the bias of every expert that got more than the
+    mean (raises it where fewer) by a step size: 1/32 for the first half, then halved every 8 steps
+    (DeepSeek-V3 keeps one step size and sets it to 0 near the end of training). The same bias on every rank,
+    as a trained one is."""
+    at = (seed, hot, experts, k, limit)
+    if at not in _BIASES:
+        bias = np.zeros(experts)
+        for step in range(BIAS_STEPS):
+            gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1 << 20, step))))
+            keys = _seeded_keys(gen, BIAS_TOKENS, experts, hot)
+            # which experts were picked, in no order (argpartition alone where there is no limit: the quicker)
+            picked = (
+                np.argpartition(keys - bias, k - 1, axis=1)[:, :k]
+                if limit is None and k < experts
+                else _biased_picks(keys, bias, k, limit)
+            )
+            load = np.bincount(picked.ravel(), minlength=experts)  # each expert's picks this step
+            half = BIAS_STEPS // 2
+            gamma = 1 / 32 if step < half else 1 / 32 / 2 ** ((step - half) // 8 + 1)
+            bias += gamma * np.sign(load.mean() - load)
+        bias.flags.writeable = False
+        _BIASES[at] = bias
+    return _BIASES[at]
+
+
+def _draw_biased(
+    r: Routing, key: str, source: int, first: int, n: int, experts: int, k: int, limit: GroupLimit | None
+) -> np.ndarray:
+    """skewed:F's tokens (the same keys, a share F liking expert 1 best), each picking its k best after a
+    per-expert bias (`learned_bias`, trained under the same limit) is taken off every expert's key: the bias
+    only chooses, as DeepSeek-V3's does (its gates stay the router's). With the bias zeroed and no limit it
+    picks what skewed:F picks; under a limit it ranks the groups by the biased keys, where skewed:F draws them."""
+    gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(r.seed, spawn_key=(source, first, *key.encode()))))
+    return _biased_picks(_seeded_keys(gen, n, experts, r.hot), learned_bias(r.seed, r.hot, experts, k, limit), k, limit)
+
+
 @dataclass(frozen=True)
 class Policy:
     """One routing policy: how the command line spells it, what it does (one line for a help text), whether it
@@ -211,6 +284,14 @@ POLICIES: dict[str, Policy] = {
         True,
         False,
         _draw_seeded,
+    ),
+    "biased": Policy(
+        "biased:F",
+        "skewed:F's tokens, each expert's score shifted by a bias learned as DeepSeek-V3's loss-free balancing "
+        "does (lowered while the expert is over the mean load, raised while under): the hot expert's load evened",
+        True,
+        False,
+        _draw_biased,
     ),
 }
 

@@ -105,3 +105,64 @@ def test_command_plain_json_and_width():
     assert [r["lessons"] for r in got["rows"]][0] == ["zero"] and len(got["rows"]) == 7
     bad = cli("cheatsheet", "--width", "30")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--width" in bad.stderr
+
+
+def _row(method: str):
+    return next(r for r in sheet().rows if r.method == method)
+
+
+def test_sp_says_at_its_row_why_it_sends_more_than_tp():
+    """The post: SP moves the same bytes as TP. The run: 1.25x, and the note under the row says why, with the
+    sp lesson's figures worked by hand: one layer of s = 16 tokens, b = 1, h = 16, float64, over t = 8 ranks.
+    A ring all-reduce sends 2(t - 1)/t of its array, an all-gather or a reduce-scatter (t - 1)/t: TP's 4
+    all-reduces equal SP's 4 pairs, and backward adds 2 all-gathers of the saved slices (fc1's and qkv's
+    inputs, before their weight gradients), while 6 all-reduces of h values sum the norms' and biases'
+    gradients."""
+    sbh, t, word = 16 * 1 * 16, 8, 8
+    tp = 4 * 2 * (t - 1) * sbh * word // t
+    again = 2 * (t - 1) * sbh * word // t
+    sums = 6 * 2 * (t - 1) * 16 * word // t
+    f = figures("SP")
+    assert (f["tp_bytes"], f["pairs_bytes"], f["regathers"], f["regathered_bytes"], f["gradient_sum_bytes"]) == (
+        tp, tp, 2, again, sums)
+    assert f["bytes_over_tp"] == (tp + again) / tp == 1.25
+    note = " ".join(_row("SP").notes["communication"].split())
+    for said in (f"{tp:,} B against {tp:,} B", "the same bytes", "2 more all-gathers", f"({again:,} B)",
+                 "fc1 and qkv", "weight-gradient", f"6 small all-reduces ({sums:,} B)", "1.25x"):
+        assert said in note, said
+
+
+def test_cp_names_its_mask_limit_and_the_note_says_it():
+    row = _row("CP")
+    assert "custom masks" in row.limit
+    note = row.notes["limit"]
+    assert "mask" in note and "chunk by chunk" in note and f"{figures('CP')['zigzag_speedup']:g}x" in note
+
+
+def test_a_note_is_marked_at_its_cell_and_printed_under_the_table():
+    from parasim.examples.cheatsheet import footnoted
+
+    t = sheet().table()
+    cells = dict(t.rows)
+    marked = {m: [c for c in cells[m] if c.endswith("]")] for m in cells}
+    assert marked["SP"] == [f"{_row('SP').communication} [2]"]  # TP's limit has note 1
+    assert marked["CP"] == [f"{_row('CP').limit} [3]"] and marked["DP"] == []
+    assert [n.split(" ", 2)[:2] for n in t.notes[:-1]] == [["[1]", "TP:"], ["[2]", "SP:"], ["[3]", "CP:"],
+                                                          ["[4]", "EP:"]]
+    # a table of some columns only numbers only their notes: the splits and what moves carry SP's alone
+    _, notes = footnoted(sheet().rows, ("splits", "communication"))
+    assert len(notes) == 1 and notes[0].startswith("[1] SP: ")
+
+
+def test_at_200_columns_every_row_reads_across_on_one_line():
+    """Issue: the cheat sheet's cells wrapped even at --width 200. Each row is one line there (the line after a
+    method's is the next method's), and at 100 every line still fits the page."""
+    out = cli("cheatsheet", "--width", "200")
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= 200
+    methods = ["DP", "ZeRO-1/2/3", "TP", "SP", "CP", "PP", "EP"]
+    first = next(i for i, line in enumerate(lines) if line.startswith("  DP "))
+    assert [line.split("  ")[1] for line in lines[first:first + 7]] == methods
+    assert lines[first + 7].startswith("  [1] ")
+    narrow = cli("cheatsheet", "--width", "100").stdout.splitlines()
+    assert max(map(len, narrow)) <= 100 and sum(line.startswith("  [") for line in narrow) == 4

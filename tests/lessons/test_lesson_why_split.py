@@ -68,3 +68,22 @@ def test_the_quiz_asks_for_the_432_gb():
     out = cli("lesson", "why-split", "--quiz", "--answer", "432 GB", "--json")
     (graded,) = json.loads(out.stdout)["quiz"]
     assert graded["right"] and graded["answer"] == pytest.approx(432)
+
+
+def test_the_sp_row_says_why_it_moves_more_than_tp(ran):
+    """The post says SP moves TP's bytes; the row reads 1.25x. Its cell is marked and the note under the table
+    says why: backward gathers the saved slices again (2 all-gathers a layer in the sp lesson). The limit
+    column is not shown here, so CP's mask note is not either."""
+    ways = _table(ran, "Six ways")
+    cells = dict(ways.rows)
+    assert cells["SP"][1].endswith("1.25x TP's bytes [1]")
+    assert [m for m, c in cells.items() if any(str(x).endswith("]") for x in c)] == ["SP"]
+    (note,) = ways.notes
+    assert note.startswith("[1] SP: ") and "2 more all-gathers" in note and "before the weight-gradient" in note
+
+
+@pytest.mark.parametrize("width", [100, 200])
+def test_the_lesson_fits_the_page(width):
+    out = cli("lesson", "why-split", "--plain", "--width", str(width))
+    assert out.returncode == 0 and max(map(len, out.stdout.splitlines())) <= width
+    assert "  SP " in out.stdout and "[1] SP: " in out.stdout

@@ -32,7 +32,7 @@ def test_a_new_policy_is_its_one_entry_and_routes_a_run(scratch):
     helped = " ".join(cli("trace", "--help").stdout.split())
     assert "first: every token picks experts 1 to k" in helped
     bad = cli("trace", "--routing", "firsts")
-    assert bad.returncode == 2 and "skewed:F or first" in bad.stderr
+    assert bad.returncode == 2 and "biased:F or first" in bad.stderr
 
 
 def test_a_policy_takes_a_share_only_where_its_entry_says(scratch):
@@ -43,8 +43,8 @@ def test_a_policy_takes_a_share_only_where_its_entry_says(scratch):
 
 
 def test_the_policies_are_spelled_from_the_table():
-    assert routing.spellings() == "uniform, balanced or skewed:F"
-    assert [p.spelling for p in routing.POLICIES.values()] == ["uniform", "balanced", "skewed:F"]
+    assert routing.spellings() == "uniform, balanced, skewed:F or biased:F"
+    assert [p.spelling for p in routing.POLICIES.values()] == ["uniform", "balanced", "skewed:F", "biased:F"]
     assert [name for name, p in routing.POLICIES.items() if p.alike] == ["balanced"]  # what a folded run needs
 
 
@@ -76,7 +76,7 @@ def test_a_policy_that_draws_alike_refuses_a_limit_and_names_the_ones_that_take_
     with pytest.raises(UsageError) as info:
         Routing("balanced").choose("L0", 0, 0, 3, 8, 2, routing.GroupLimit(4, 1))
     assert str(info.value) == ("balanced routing spreads a token's picks over 2 groups of experts, so it cannot keep "
-                               "them within 1 of 4 groups: route uniform, skewed:F under a group limit")
+                               "them within 1 of 4 groups: route uniform, skewed:F, biased:F under a group limit")
 
 
 def test_draws_are_read_only_shared_and_their_memo_is_bounded():
@@ -111,7 +111,7 @@ def test_uniform_routing_under_a_limit_keeps_each_group_as_often():
 
 
 def test_the_spellings_read_as_a_list_whatever_the_number_of_policies(monkeypatch):
-    assert routing.spellings() == "uniform, balanced or skewed:F"
+    assert routing.spellings() == "uniform, balanced, skewed:F or biased:F"
     every = dict(routing.POLICIES)
     monkeypatch.setattr(routing, "POLICIES", {k: every[k] for k in ("uniform", "balanced")})
     assert routing.spellings() == "uniform or balanced"
@@ -120,4 +120,76 @@ def test_the_spellings_read_as_a_list_whatever_the_number_of_policies(monkeypatc
     assert routing.policy_help() == f"uniform: {every['uniform'].what}"
     monkeypatch.setattr(routing, "POLICIES", every)
     parts = routing.policy_help().split("; ")
-    assert [p.split(": ", 1)[0] for p in parts] == ["uniform", "balanced", "skewed:F"]
+    assert [p.split(": ", 1)[0] for p in parts] == ["uniform", "balanced", "skewed:F", "biased:F"]
+
+
+# -- biased:F: DeepSeek-V3's auxiliary-loss-free balancing on skewed:F's tokens ------------------------------------
+
+
+def _loads(policy: str, senders: int = 4, n: int = 2048, experts: int = 16, k: int = 2, limit=None) -> np.ndarray:
+    """Each expert's picks over `senders` ranks' tokens, counted here with numpy's bincount."""
+    r = Routing.parse(policy)
+    return sum(np.bincount(r.choose("L0", s, 0, n, experts, k, limit).ravel(), minlength=experts)
+               for s in range(senders))
+
+
+@pytest.fixture
+def no_bias(monkeypatch):
+    """The balancing bias held at zero: biased:F's choices are then skewed:F's."""
+    monkeypatch.setattr(routing, "learned_bias", lambda *a, **kw: np.zeros(a[2]))
+
+
+def test_biased_with_its_bias_zeroed_picks_what_skewed_picks(no_bias):
+    for share in (0.0, 0.5, 1.0):
+        want = Routing.parse(f"skewed:{share}").choose("L3", 2, 64, 300, 16, 3)
+        got = Routing.parse(f"biased:{share}").choose("L3", 2, 64, 300, 16, 3)
+        assert np.array_equal(got, want), share
+
+
+def test_biased_evens_the_hot_experts_load():
+    # skewed:0.5: half of the tokens pick expert 1 first, so it gets about 0.5 + 0.5 * k/E = 0.5625 of the tokens
+    # (k = 2 of E = 16) where the mean expert gets k/E = 0.125: 4.5x; the bias brings it near the mean
+    tokens = 4 * 2048
+    skewed, biased = _loads("skewed:0.5"), _loads("biased:0.5")
+    mean = tokens * 2 / 16
+    assert skewed.sum() == biased.sum() == tokens * 2
+    assert skewed[0] / mean == pytest.approx(0.5625 / 0.125, rel=0.05)
+    assert biased[0] / mean == pytest.approx(1, abs=0.08)
+    assert biased.max() / mean < 1.12 < skewed.max() / mean
+
+
+def test_biased_lowers_the_hot_experts_bias_and_raises_the_others():
+    bias = routing.learned_bias(0, 0.5, 16, 2)
+    assert bias[0] < 0 < bias[1:].min()  # expert 1 was over the mean from the first step, every other under
+    assert routing.learned_bias(0, 0.5, 16, 2) is bias  # trained once, the same on every rank that asks
+    with pytest.raises(ValueError):
+        bias[0] = 0.0
+    assert not np.array_equal(routing.learned_bias(1, 0.5, 16, 2), bias)  # the run's seed draws its batches
+
+
+def test_two_steps_of_the_bias_move_each_expert_by_the_step_sizes(monkeypatch):
+    # skewed:1 with k = 1: every token picks expert 1, so at each step it alone is over the mean (by DeepSeek-V3's
+    # rule lowered by the step size) and every other expert under (raised by it); of 2 steps the first takes
+    # the first half's 1/32, the second half's first 1/64 (1/32 halved). 1/32 + 1/64 = 3/64 is far from undoing
+    # expert 1's lead (a key of -1 against the others' 0 to 1), so it wins both steps
+    monkeypatch.setattr(routing, "BIAS_STEPS", 2)
+    monkeypatch.setattr(routing, "_BIASES", {})
+    bias = routing.learned_bias(0, 1.0, 8, 1)
+    assert bias.tolist() == [-3 / 64] + [3 / 64] * 7
+
+
+def test_biased_under_a_group_limit_keeps_each_tokens_picks_in_its_groups():
+    limit = routing.GroupLimit(4, 1)  # 4 groups of 4 experts, a token keeps 1
+    got = Routing.parse("biased:0.5").choose("L0", 0, 0, 500, 16, 2, limit)
+    assert (got[:, 0] // 4 == got[:, 1] // 4).all()
+    loads = _loads("biased:0.5", limit=limit)
+    skewed = _loads("skewed:0.5", limit=limit)
+    # evened under the limit too: the groups ranked by the biased keys; skewed:0.5's expert 1 gets ~4.5x the mean
+    assert loads.max() / loads.mean() < 1.15 < 4 < skewed[0] / skewed.mean()
+
+
+def test_biased_is_parsed_with_its_share():
+    assert str(Routing.parse("biased:0.25")) == "biased:0.25" and Routing.parse("biased:0.25").hot == 0.25
+    for bad in ("biased", "biased:2"):
+        with pytest.raises(UsageError):
+            Routing.parse(bad)
