@@ -300,8 +300,9 @@ NARRATIVE = {
         {_holders(ep)} At EP {ep} that GPU holds {E // ep} experts, so the hot one is
         {'a larger' if ep == 8 else 'a'} share of its work.""" for ep in EPS},
     **{phase("balanced", ep): """
-        Every token's picks spread evenly over the experts, as DeepSeek-V3's per-expert bias terms steer its
-        router to: every GPU gets the same pairs, and nobody waits.""" for ep in EPS},
+        Every token's picks spread evenly over the experts, the ideal a balancing method aims at: every GPU
+        gets the same pairs, and nobody waits. (DeepSeek-V3 gets near it another way, a bias per expert:
+        the EP 8 phase says how.)""" for ep in EPS},
     phase("balanced", EPS[-1]): f"""
         Balanced again, now over {EPS[-1]} GPUs of {E // EPS[-1]} experts each. A token's {K} picks lie
         {E // K} experts apart, one on every GPU, so every token travels to all {EPS[-1]}: nobody waits, yet
