@@ -10,12 +10,11 @@ how much of it each hides.
 """
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 from parasim.clock.costs import machine
 from parasim.clock.timeline import by_phase, simulate
 from parasim.estimate.hardware import GPUS
+from parasim.examples import ep_vs_zero3 as ratios
 from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.moe import MoE
@@ -104,20 +103,13 @@ def post_figures(result) -> dict:
             "experts": E * 2 * D * F * b}  # ZeRO-3's way: gather the layer's expert weights instead
 
 
-def _ep_vs_zero3():
-    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
-    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
 
 def ep_vs_zero3(rows: float | None = None) -> dict:
     """This lesson's ZeRO-3-over-EP ratio in the shared formula, at EP 8: the whole layer's experts against
     `rows` rows a token (the run's; else balanced routing's, one to each other GPU of the group: K (EP - 1)/EP)."""
     ep = EPS[0]
     rows = K * (ep - 1) / ep if rows is None else rows
-    return _ep_vs_zero3().parts(share=1, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
+    return ratios.parts(share=1, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
 
 
 def tables(result, s) -> list[Table]:
@@ -142,7 +134,7 @@ def tables(result, s) -> list[Table]:
                             "EP moves tokens to the weights, ZeRO-3 would move weights to the tokens: gathering this "
                             f"layer's experts (all {f['experts'] / 1e6:,.0f} MB of them) is {f['experts'] / f['forward']:.0f} "
                             "times the all-to-alls' bytes forward.",
-                            "Why " + _ep_vs_zero3().why("all-to-all-hidden", mine, "the whole layer's experts",
+                            "Why " + ratios.why("all-to-all-hidden", mine, "the whole layer's experts",
                                                         "balanced routing, this run's")]))
     return out
 

@@ -10,10 +10,8 @@ the estimator's own per-layer figures.
 """
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
@@ -25,6 +23,7 @@ from parasim.estimate.models import layer_param_count
 from parasim.train.against import granule
 from parasim.train.differences import as_run
 from parasim.layout import Layout
+from parasim.examples import ep_vs_zero3 as ratios
 from parasim.lesson import Check, Knob, Lesson, Table, check, knob
 from parasim.nn import LayerOptions, ParallelContext, Saved
 from parasim.nn.layer import TransformerLayer, layer_weights
@@ -220,25 +219,17 @@ def _instead_table(result) -> Table:
                         f"weights to the tokens, {f['zero3'] / f['ep forward']:.0f}x the bytes EP moves bringing the "
                         "tokens to the weights forward (this run's experts have two matrices each; DeepSeek-V3's have "
                         "three).",
-                        "Why " + _ep_vs_zero3().why("at-scale", mine, "a GPU sends the experts the others lack",
+                        "Why " + ratios.why("at-scale", mine, "a GPU sends the experts the others lack",
                                                     f"{knob(result, 'routing', POLICY)} routing, this run's")])
 
-
-def _ep_vs_zero3():
-    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
-    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
 
 
 def ep_vs_zero3(ep: int = EP, rows: float | None = None) -> dict:
     """This lesson's ZeRO-3-over-EP ratio in the shared formula: a GPU's share of the gather, the (EP - 1)/EP of
     the experts the others lack, against `rows` rows a token (the run's; else the average under uniform
     routing)."""
-    shared = _ep_vs_zero3()
-    rows = shared.uniform_rows(E, ep, K) if rows is None else rows
-    return shared.parts(share=(ep - 1) / ep, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
+    rows = ratios.uniform_rows(E, ep, K) if rows is None else rows
+    return ratios.parts(share=(ep - 1) / ep, experts=E, ep=ep, hidden=D, width=F, tokens=T, rows=rows)
 
 
 def _a2a(trace, ep: int, said: str):

@@ -6,12 +6,11 @@ expert, and the bytes EP moves are set beside what ZeRO-3 would move gathering t
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
 
 import numpy as np
 
 from parasim.engine import run
+from parasim.examples import ep_vs_zero3 as ratios
 from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.moe import MoE
@@ -173,21 +172,13 @@ def zero3_bytes(per_gpu_experts: int, world: int) -> int:
     return world * (world - 1) * per_gpu_experts * 2 * H * F * B
 
 
-def _ep_vs_zero3():
-    """The formula the three lessons that set EP beside ZeRO-3 share (lessons/_ep_vs_zero3.py)."""
-    spec = importlib.util.spec_from_file_location("parasim_ep_vs_zero3", Path(__file__).with_name("_ep_vs_zero3.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
 
 def ep_vs_zero3(rows: float | None = None) -> dict:
     """This lesson's ZeRO-3-over-EP ratio in the shared formula: a GPU's share of the gather, the (EP - 1)/EP of
     the experts the others lack, against `rows` rows a token (the run's; else the average of random picks, which
     a router of random weights makes)."""
-    shared = _ep_vs_zero3()
-    rows = shared.uniform_rows(E, EP, K) if rows is None else rows
-    return shared.parts(share=(EP - 1) / EP, experts=E, ep=EP, hidden=H, width=F, tokens=T, rows=rows)
+    rows = ratios.uniform_rows(E, EP, K) if rows is None else rows
+    return ratios.parts(share=(EP - 1) / EP, experts=E, ep=EP, hidden=H, width=F, tokens=T, rows=rows)
 
 
 def tables(result) -> list[Table]:
@@ -261,7 +252,7 @@ def tables(result) -> list[Table]:
                 f"{z / fwd:.0f}x the bytes forward here, and the gap grows with the width of an expert "
                 "(at-scale and all-to-all-hidden count it at DeepSeek-V3's real size).",
                 "Why "
-                + _ep_vs_zero3().why(
+                + ratios.why(
                     "ep-split", mine, "a GPU sends the experts the others lack", "its router's picks, this run's"
                 ),
             ],

@@ -428,16 +428,22 @@ def lessons_dir() -> Path:
     raise UsageError("no lessons folder found next to the parasim package (is the install complete?)")
 
 
+def lesson_module(stem: str) -> types.ModuleType:
+    """A lesson file's module (lessons/STEM.py), loaded by its path: lessons are files, not a package."""
+    path = lessons_dir() / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"parasim_lesson_{stem.replace('-', '_')}", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def load_lessons() -> dict[str, Lesson]:
     """Every lesson, by name, in the order of the post's sections (each lesson's `order`, then its name)."""
     out: dict[str, Lesson] = {}
     for path in sorted(lessons_dir().glob("*.py")):
         if path.name.startswith("_"):
             continue
-        spec = importlib.util.spec_from_file_location(f"parasim_lesson_{path.stem.replace('-', '_')}", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)  # type: ignore[union-attr]
-        lesson = getattr(module, "LESSON", None)
+        lesson = getattr(lesson_module(path.stem), "LESSON", None)
         if isinstance(lesson, Lesson):
             out[lesson.name] = replace(lesson, source=str(path))
     return {name: out[name] for name in sorted(out, key=lambda n: (out[n].order, n))}

@@ -2,18 +2,15 @@
 by side (ep-split, at-scale, all-to-all-hidden). Each lesson counts at its own sizes and with its own routing, so
 each finds its own ratio; `why` says which quantities make the three differ, each from its lesson's constants.
 
-Not a lesson (its name starts with '_', so the lessons' loader skips it): the three load it from beside them.
+The three lessons import it; it reads the other two's figures from their modules (parasim.lesson.lesson_module).
 """
 
 from __future__ import annotations
 
-import importlib.util
 from fractions import Fraction
 from math import comb
-from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-FILES = {"ep-split": "ep_split.py", "at-scale": "at_scale.py", "all-to-all-hidden": "all_to_all_hidden.py"}
+FILES = {"ep-split": "ep_split", "at-scale": "at_scale", "all-to-all-hidden": "all_to_all_hidden"}  # their stems
 FORMULA = "s x E x 2hF / (T x r x (2h + E/EP))"
 
 
@@ -38,18 +35,12 @@ def uniform_rows(experts: int, ep: int, k: int) -> float:
     return (ep - 1) * (1 - comb(experts - experts // ep, k) / comb(experts, k))
 
 
-def lesson_module(name: str):
-    """A lesson's module, loaded from its file beside this one."""
-    spec = importlib.util.spec_from_file_location(f"parasim_ep_vs_zero3_{FILES[name][:-3]}", HERE / FILES[name])
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
 def counts(but: str = "") -> dict[str, dict]:
     """The three lessons' `parts` (all `but` one), each from its constants alone (its routing's rows a token on
     average)."""
-    return {name: lesson_module(name).ep_vs_zero3() for name in FILES if name != but}
+    from ..lesson import lesson_module
+
+    return {name: lesson_module(FILES[name]).ep_vs_zero3() for name in FILES if name != but}
 
 
 def _share(s: float) -> str:
