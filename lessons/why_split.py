@@ -48,7 +48,7 @@ def program(ctx):
     # each array's bytes from its dtype and length: the same program runs on numpy and torch arrays
     dtypes = {name: dtype_name(a.dtype) for name, a in held.items()}
     per = {name: numpy_dtype(a.dtype).itemsize * int(a.shape[0]) / N for name, a in held.items()}
-    ctx.note("holds " + ", ".join(f"{name} {per[name]:g} B" for name in per) + f" a parameter: {sum(per.values()):g} B")
+    ctx.note("holds, a parameter: " + " + ".join(f"{name} {per[name]:g} B" for name in per) + f" = {sum(per.values()):g} B")
     ctx.phase("the gradients summed, one Adam step")
     summed = ctx.comm.all_reduce(g, group=world, label="DP: the replicas' gradients summed")
     grad = xp.astype(summed, ctx.dtype(POST.master)) / t
