@@ -208,7 +208,6 @@ def _smallest(keys: np.ndarray, k: int) -> np.ndarray:
 
 
 BIAS_STEPS, BIAS_TOKENS = 128, 2048  # the balancing bias's training: steps, and the tokens of each step's batch
-_BIASES: dict[tuple, np.ndarray] = {}  # the bias learned for (seed, share, experts, k, limit): a pure function's memo
 
 
 def learned_bias(seed: int, hot: float, experts: int, k: int, limit: GroupLimit | None = None) -> np.ndarray:
@@ -218,25 +217,22 @@ def learned_bias(seed: int, hot: float, experts: int, k: int, limit: GroupLimit 
     mean (raises it where fewer) by a step size: 1/32 for the first half, then halved every 8 steps
     (DeepSeek-V3 keeps one step size and sets it to 0 near the end of training). The same bias on every rank,
     as a trained one is."""
-    at = (seed, hot, experts, k, limit)
-    if at not in _BIASES:
-        bias = np.zeros(experts)
-        for step in range(BIAS_STEPS):
-            gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1 << 20, step))))
-            keys = _seeded_keys(gen, BIAS_TOKENS, experts, hot)
-            # which experts were picked, in no order (argpartition alone where there is no limit: the quicker)
-            picked = (
-                np.argpartition(keys - bias, k - 1, axis=1)[:, :k]
-                if limit is None and k < experts
-                else _biased_picks(keys, bias, k, limit)
-            )
-            load = np.bincount(picked.ravel(), minlength=experts)  # each expert's picks this step
-            half = BIAS_STEPS // 2
-            gamma = 1 / 32 if step < half else 1 / 32 / 2 ** ((step - half) // 8 + 1)
-            bias += gamma * np.sign(load.mean() - load)
-        bias.flags.writeable = False
-        _BIASES[at] = bias
-    return _BIASES[at]
+    bias = np.zeros(experts)
+    for step in range(BIAS_STEPS):
+        gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(seed, spawn_key=(1 << 20, step))))
+        keys = _seeded_keys(gen, BIAS_TOKENS, experts, hot)
+        # which experts were picked, in no order (argpartition alone where there is no limit: the quicker)
+        picked = (
+            np.argpartition(keys - bias, k - 1, axis=1)[:, :k]
+            if limit is None and k < experts
+            else _biased_picks(keys, bias, k, limit)
+        )
+        load = np.bincount(picked.ravel(), minlength=experts)  # each expert's picks this step
+        half = BIAS_STEPS // 2
+        gamma = 1 / 32 if step < half else 1 / 32 / 2 ** ((step - half) // 8 + 1)
+        bias += gamma * np.sign(load.mean() - load)
+    bias.flags.writeable = False
+    return bias
 
 
 def _draw_biased(
@@ -247,7 +243,12 @@ def _draw_biased(
     only chooses, as DeepSeek-V3's does (its gates stay the router's). With the bias zeroed and no limit it
     picks what skewed:F picks; under a limit it ranks the groups by the biased keys, where skewed:F draws them."""
     gen = np.random.Generator(np.random.PCG64(np.random.SeedSequence(r.seed, spawn_key=(source, first, *key.encode()))))
-    return _biased_picks(_seeded_keys(gen, n, experts, r.hot), learned_bias(r.seed, r.hot, experts, k, limit), k, limit)
+    # the bias is trained once per policy object and shape, kept with the policy's other draws (not in the module)
+    at = ("bias", experts, k, limit)
+    bias = r._made.get(at)
+    if bias is None:
+        bias = r._made[at] = learned_bias(r.seed, r.hot, experts, k, limit)
+    return _biased_picks(_seeded_keys(gen, n, experts, r.hot), bias, k, limit)
 
 
 @dataclass(frozen=True)

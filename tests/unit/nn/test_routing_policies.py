@@ -161,7 +161,12 @@ def test_biased_evens_the_hot_experts_load():
 def test_biased_lowers_the_hot_experts_bias_and_raises_the_others():
     bias = routing.learned_bias(0, 0.5, 16, 2)
     assert bias[0] < 0 < bias[1:].min()  # expert 1 was over the mean from the first step, every other under
-    assert routing.learned_bias(0, 0.5, 16, 2) is bias  # trained once, the same on every rank that asks
+    assert np.array_equal(routing.learned_bias(0, 0.5, 16, 2), bias)  # a pure function: the same on every rank
+    policy = Routing.parse("biased:0.5")
+    policy.choose("L0", 0, 0, 4, 16, 2)
+    policy.choose("L0", 1, 0, 4, 16, 2)  # another rank's draws: the bias trained once, kept with the policy
+    assert [k for k in policy._made if k[0] == "bias"] == [("bias", 16, 2, None)]
+    assert np.array_equal(policy._made[("bias", 16, 2, None)], bias)
     with pytest.raises(ValueError):
         bias[0] = 0.0
     assert not np.array_equal(routing.learned_bias(1, 0.5, 16, 2), bias)  # the run's seed draws its batches
@@ -173,7 +178,6 @@ def test_two_steps_of_the_bias_move_each_expert_by_the_step_sizes(monkeypatch):
     # the first half's 1/32, the second half's first 1/64 (1/32 halved). 1/32 + 1/64 = 3/64 is far from undoing
     # expert 1's lead (a key of -1 against the others' 0 to 1), so it wins both steps
     monkeypatch.setattr(routing, "BIAS_STEPS", 2)
-    monkeypatch.setattr(routing, "_BIASES", {})
     bias = routing.learned_bias(0, 1.0, 8, 1)
     assert bias.tolist() == [-3 / 64] + [3 / 64] * 7
 
