@@ -32,8 +32,11 @@ def table() -> dict:
     for nodes, label, kw in ROWS:
         f = fit(model, Plan(**kw), usable)
         rows.append({"nodes": nodes, "label": label, "state_gb": f.at_max.model_state / 1e9, "seq": f.seq,
-                     "world": f.plan.world, "tp": f.plan.tp, "pp": f.plan.pp,
-                     "act_per_token": f.at_max.items["activations"] / f.seq})
+                     "world": f.plan.world, "tp": f.plan.tp, "pp": f.plan.pp, "m": f.plan.m,
+                     "stage_layers": model.layers // f.plan.pp,
+                     "act_per_token": f.at_max.items["activations"] / f.seq,
+                     "held_per_token": (f.at_max.items["activations"]
+                                        + f.at_max.items["in-flight micro-batches"]) / f.seq})
     rec = fit(model, Plan(tp=8, sp=True, recompute="full"), usable)
     chunked = fit(model, Plan(tp=8, sp=True, recompute="full", chunked_loss=True), usable)
     flops = attention_flops(model, rec.seq, "full")
@@ -130,6 +133,7 @@ def tables(result) -> list[Table]:
     row = {r["label"]: r for r in v["rows"]}
     tp8, sp = row["TP8"], row["TP8 + SP"]
     rec, cp = row["TP8 + SP + full recompute"], row["TP4 + SP + CP2"]
+    pp4, pp2 = row["TP2 + SP + PP4"], row["TP8 + SP + PP2"]
     longest = Table("The longest sequence of the 27B model, by layout (the estimator, 120 GB usable per GPU)",
                     ["layout", "nodes", "GPUs", "model state GB", "longest (tokens)", "x TP8", "x TP8 + SP"],
                     [(r["label"], [r["nodes"], r["world"], round(r["state_gb"], 2), r["seq"],
@@ -143,7 +147,19 @@ def tables(result) -> list[Table]:
                            f"{cp['act_per_token'] / 1e6:.2f} MB, TP8 + SP {sp['act_per_token'] / 1e6:.2f} MB (CP2 "
                            f"halves the tokens a GPU holds where TP4 doubles its share of each): the same. TP4 keeps "
                            f"twice the weights, so {cp['state_gb']:g} GB of model state against "
-                           f"{sp['state_gb']:g}, and the shorter length."])
+                           f"{sp['state_gb']:g}, and the shorter length.",
+                           f"why PP buys no length: under 1F1B stage 1 of TP2 + SP + PP4 holds {pp4['m']} "
+                           f"micro-batches at once, each with its own {pp4['stage_layers']} layers' activations: "
+                           f"{pp4['m']} x {pp4['stage_layers']} = {pp4['m'] * pp4['stage_layers']} layers' worth, "
+                           f"what TP8 + SP keeps for its whole model, but at TP 2's share (34 sbh/2, not /8). Per "
+                           f"token of the sequence it holds {pp4['held_per_token'] / 1e6:.2f} MB against "
+                           f"{sp['held_per_token'] / 1e6:.2f} MB ({pp4['held_per_token'] / sp['held_per_token']:.1f}x), "
+                           f"for the same {pp4['state_gb']:g} GB of model state (PP 4 cuts the weights as TP 8 "
+                           f"does): {pp4['seq']:,} tokens against {sp['seq']:,}. Over two nodes TP8 + SP + PP2's "
+                           f"stage 1 holds {pp2['m']} x {pp2['stage_layers']} = {pp2['m'] * pp2['stage_layers']} "
+                           f"layers at TP 8's share, {pp2['held_per_token'] / 1e6:.2f} MB a token as TP8 + SP: "
+                           f"its {pp2['seq']:,} tokens come from the weights PP 2 halves, not from the "
+                           "activations."])
     traffic = sp_traffic_table(result, "TP alone", "TP + SP")
     traffic = replace(traffic, notes=[*traffic.notes,
                                       "why here: the table above shows the length SP buys for free in memory; "
@@ -166,6 +182,8 @@ def checks(result) -> list[Check]:
     rows = v[0]["table"]["rows"]
     seq = {r["label"]: r["seq"] for r in rows}
     act = {r["label"]: r["act_per_token"] for r in rows}
+    held = {r["label"]: r["held_per_token"] for r in rows}
+    layers, h = get_model("27b").layers, get_model("27b").hidden
     p = v[0]["table"]["side"]["params"]
     for r in rows:
         out.append(check(f"{r['label']}: model state = 4P/(TP*PP) + 12P/GPUs", r["state_gb"],
@@ -174,6 +192,10 @@ def checks(result) -> list[Check]:
     out += [
         check("SP buys length for free: TP8 + SP beats TP8", seq["TP8 + SP"] > seq["TP8"], True),
         check("PP buys none: TP2 + SP + PP4 is the shortest row", seq["TP2 + SP + PP4"] == min(seq.values()), True),
+        check("... because 1F1B keeps p micro-batches in flight on the first stage, each of L/p layers: all L at TP 2's share, per token "
+              "L x 34 h / 2 bytes, by hand (TP8 + SP + PP2: L x 34 h / 8, as TP8 + SP)",
+              [held["TP2 + SP + PP4"], held["TP8 + SP + PP2"], held["TP8 + SP"]],
+              [layers * 34 * h / 2, layers * 34 * h / 8, layers * 34 * h / 8], rtol=1e-9),
         check("recomputation is the longest one-node row", seq["TP8 + SP + full recompute"] == max(one), True),
         check("across two nodes CP2 reaches twice what DP2 does", seq["TP8 + SP + CP2"] / seq["TP8 + SP, DP2"], 2.0,
               rtol=1e-4),

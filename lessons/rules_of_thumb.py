@@ -18,7 +18,8 @@ from parasim.clock.costs import machine
 from parasim.clock.timeline import by_phase, simulate
 from parasim.comm.hops import ACROSS, INSIDE, event_transfers, split_by_link
 from parasim.dp.sharded import ShardedAdam
-from parasim.estimate import get_model
+from parasim.estimate import Plan, fit, get_model, gpu_presets
+from parasim.estimate.fit import LONGEST_ROWS
 from parasim.estimate.hardware import GPUS
 from parasim.lesson import Check, Lesson, Picture, Table, check
 from parasim.nn import LayerOptions, ParallelContext, Saved
@@ -307,7 +308,8 @@ def tables(result, s) -> list[Table]:
                      _ep_words(result, s),
                      "SP's bytes: the post says SP sends the same bytes as TP's all-reduces; so it does forward, "
                      "but backward gathers the two saved input slices again (2 of TP alone's 8 ring passes a "
-                     "layer: a quarter more), unless the gathered inputs are kept whole instead."]),
+                     "layer: a quarter more), unless the gathered inputs are kept whole instead.",
+                     _sp_words(result, s)]),
     ]
 
 
@@ -329,6 +331,29 @@ def _ep_words(result, s) -> str:
             f"({added:.1f} ms here): keeping the rule wins from {math.floor(m) + 1} micro-batches a step (this run's "
             f"step has {MOE_MICRO}; and "
             "sooner where that sum hides behind the backward).")
+
+
+def sp_at_model_size(result, s) -> dict:
+    """SP's memory row at the model's size: what breaking it costs GPU 0 a layer (the run's two layers halved)
+    times the 27B model's layers, at this run's 4,096 tokens; and the longest sequence one node of 8 H200s
+    takes with TP 8 alone and with SP (the estimator, as lesson longest-sequence solves it)."""
+    rule = next(r for r in RULES if r.name == "sp-with-tp")
+    off, on = (figures(result, s, phase_of(rule, role)) for role in ("breaks", "follows"))
+    per_layer = (off["activations"] - on["activations"]) / LAYERS
+    base = get_model("27b")
+    usable = gpu_presets()[GPU].usable
+    plans = {label: kw for _, label, kw in LONGEST_ROWS}
+    return {"per_layer": per_layer, "layers": base.layers, "model": per_layer * base.layers,
+            "tp8": fit(base, Plan(**plans["TP8"]), usable).seq, "tp8_sp": fit(base, Plan(**plans["TP8 + SP"]), usable).seq}
+
+
+def _sp_words(result, s) -> str:
+    sp = sp_at_model_size(result, s)
+    return (f"SP's memory: its {_gb(sp['per_layer'] * LAYERS)} GB is two layers' worth. The {MODEL.name} model has "
+            f"{sp['layers']} layers: {_gb(sp['model'])} GB more a GPU at {SEQ:,} tokens (no dropout masks here), "
+            "and it grows with the sequence. On one node the estimator's longest sequence is "
+            f"{sp['tp8']:,} tokens with TP 8 alone against {sp['tp8_sp']:,} with SP (lesson longest-sequence): "
+            f"breaking the rule gives up {1 - sp['tp8'] / sp['tp8_sp']:.0%} of the length.")
 
 
 def checks(result, s) -> list[Check]:
@@ -398,6 +423,9 @@ def checks(result, s) -> list[Check]:
         check(f"at {LONG // 1024}K tokens, CP 2 across the nodes sends fewer bytes across than TP 16 over them",
               cp["across"] < cp_tp["across"], True),
         check("... and takes less time on the clock", cp["ms"] < cp_tp["ms"], True),
+        check(f"SP's memory over the whole model, by hand: L x s h (8 + 24/t - 32/t) bytes, L = "
+              f"{get_model('27b').layers} (no dropout masks)", sp_at_model_size(result, s)["model"],
+              get_model("27b").layers * SEQ * h * (8 + 24 / t - 32 / t)),
     ]
 
 

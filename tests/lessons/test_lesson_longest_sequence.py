@@ -58,3 +58,27 @@ def test_tp4_with_cp2_keeps_tp8_with_sp_s_activations_per_token(lr, text):
 def test_the_small_layer_s_bytes_table_says_why_it_is_here(lr):
     (table,) = [t for t in lr.tables if t.title.startswith("Bytes rank 0 sent")]
     assert any(n.startswith("why here:") and "SP buys" in n for n in table.notes)
+
+
+def test_why_pp_buys_no_length_is_said_with_the_estimator_s_figures(lr, text):
+    """Under 1F1B stage 1 of TP2 + SP + PP4 holds p = 4 micro-batches of L/p = 15 layers: all 60 layers'
+    activations at TP 2's share, 34 h / 2 bytes a layer and token, 4x what TP8 + SP keeps (34 h / 8). Worked out
+    from the 27B model's shape."""
+    model = get_model("27b")
+    L, h = model.layers, model.hidden
+    pp4, sp = L * 34 * h / 2, L * 34 * h / 8
+    words = " ".join(text.split())
+    assert f"holds 4 micro-batches at once, each with its own {L // 4} layers' activations: 4 x {L // 4} = {L}" \
+        in words
+    assert f"it holds {pp4 / 1e6:.2f} MB against {sp / 1e6:.2f} MB ({pp4 / sp:.1f}x)" in words
+    assert f"holds 2 x {L // 2} = {L} layers at TP 8's share, {sp / 1e6:.2f} MB a token" in words
+    (c,) = [c for c in lr.checks if c.name.startswith("... because 1F1B keeps p micro-batches")]
+    assert c.ok and c.got == pytest.approx([pp4, sp, sp], rel=1e-9)
+
+
+def test_the_default_tp_is_said_not_to_be_the_post_s(text):
+    """The small layer runs at TP 4 by default; the post's one-node baseline is TP 8: the settings line says so
+    and never calls 4 the post's."""
+    head = " ".join(text.split("\n== ")[0].split())
+    assert "settings: --tp 4 (the lesson's defaults; the post's is --tp 8" in head
+    assert "(the post's)" not in head

@@ -9,7 +9,7 @@ POST = ["why-split", "collectives", "bf16-sums", "zero", "memory", "tp-mlp", "tp
         "online-softmax", "cp-causal", "pp-gpipe", "pp-1f1b", "pp-interleaved", "pp-zero-bubble", "pp-vs-zero3",
         "ep-split", "folding", "moe-sp", "links-shared", "hot-expert", "all-to-all-hidden", "node-limited",
         "rules-of-thumb",
-        "longest-sequence", "fit-is-not-fast", "moe16", "moe16-variants", "at-scale", "silent-bugs", "checkpoint"]
+        "longest-sequence", "fit-is-not-fast", "published-layouts", "moe16", "moe16-variants", "at-scale", "silent-bugs", "checkpoint"]
 
 
 def test_the_list_follows_the_post():

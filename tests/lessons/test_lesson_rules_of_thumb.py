@@ -222,3 +222,21 @@ def test_ep_inside_a_node_by_hand():
     assert _break_even() == 4
     notes = " ".join(" ".join(t.notes) for t in ran().tables)
     assert f"keeping the rule wins from {_break_even()} micro-batches a step" in " ".join(notes.split())
+
+
+def test_sp_s_memory_is_scaled_to_the_model_s_layers_and_points_to_the_lengths():
+    """The SP row's 0.35 GB is two layers: the note under the table scales it to the 27B model's 60 layers, by
+    hand 60 x s h (8 + 24/8 - 32/8) bytes without dropout masks, and quotes the one-node longest sequences with
+    TP 8 alone and with SP (the post's about 13K and about 40K)."""
+    lr = ran()
+    (costs,) = [t for t in lr.tables if t.title.startswith("What breaking each rule")]
+    (note,) = [n for n in costs.notes if n.startswith("SP's memory:")]
+    per_layer = S * H * (8 + 3 - 4)  # bytes TP 8 alone keeps beyond TP 8 + SP, a layer
+    assert f"its {round(2 * per_layer / 1e9, 2)} GB is two layers' worth" in note
+    assert f"has 60 layers: {round(60 * per_layer / 1e9, 2)} GB more a GPU at {S:,} tokens" in note
+    alone, with_sp = (int(n.replace(",", "")) for n in
+                      re.search(r"is ([\d,]+) tokens with TP 8 alone against ([\d,]+) with SP", note).groups())
+    assert alone == pytest.approx(13_000, rel=0.1) and with_sp == pytest.approx(40_000, rel=0.05)
+    assert f"gives up {1 - alone / with_sp:.0%} of the length" in note
+    (c,) = [c for c in lr.checks if c.name.startswith("SP's memory over the whole model")]
+    assert c.ok and c.got == 60 * per_layer
