@@ -197,3 +197,19 @@ def test_biased_is_parsed_with_its_share():
     for bad in ("biased", "biased:2"):
         with pytest.raises(UsageError):
             Routing.parse(bad)
+
+
+def test_the_biased_picks_are_each_rows_smallest_keys_best_first():
+    """biased:F's picks are ranked, best (smallest key less bias) first, as every policy's are; with k equal to
+    the experts, every expert in order; under a limit, k of them (worked out by hand)."""
+    keys = np.array([[0.5, 0.1, 0.9, 0.3], [0.2, 0.8, 0.1, 0.4]])
+    zero = np.zeros(4)
+    assert routing._biased_picks(keys, zero, 2, None).tolist() == [[1, 3], [2, 0]]
+    assert routing._biased_picks(keys, zero, 1, None).tolist() == [[1], [2]]
+    assert routing._biased_picks(keys, zero, 4, None).tolist() == [[1, 3, 0, 2], [2, 0, 3, 1]]
+    # a bias of -0.5 on expert 3 raises its key by 0.5: row 0's third best (0.8 against 0.9), row 1's worst (0.9)
+    assert routing._biased_picks(keys, np.array([0, 0, 0, -0.5]), 3, None).tolist() == [[1, 0, 3], [2, 0, 1]]
+    # two groups of two; row 0 keeps group {0, 1} (its best two, 0.1 and 0.5, against 0.3 and 0.9), row 1 group
+    # {2, 3} (0.1 + 0.4 against 0.2 + 0.8): k = 2 picks inside it, best first
+    limited = routing._biased_picks(keys, zero, 2, routing.GroupLimit(2, 1))
+    assert limited.tolist() == [[1, 0], [2, 3]]
