@@ -69,6 +69,8 @@ def program(ctx):
     ctx.phase("heads split across ranks")
     attn, y, dx, held = _attention(ctx, tp, HEADS, "mha", ctx.world)
     ctx.note(f"computes heads {attn.q_heads} alone: scores, softmax and weighted sums need no communication")
+    if ctx.rank == ctx.world - 1:  # the run's rule, said once, after every rank's heads (the app lists by rank)
+        ctx.note(divides_note(ctx.world), run=True, heads=HEADS, kv_heads=HEADS, tp=ctx.world)
     out["mha"] = {"y": y, "dx": dx, "held": held}
 
     if ctx.world >= 2:  # the split that does not work: one head's dimensions halved over a pair of ranks
@@ -94,6 +96,8 @@ def program(ctx):
                for j in range(kv)] if ctx.world > 1 else []
     attn, y, dx, held = _attention(ctx, tp, kv, "gqa", ctx.world)
     ctx.note(f"q heads {attn.q_heads} read kv head {attn.kv_local} ({HEADS // kv} q heads share each kv head)")
+    if ctx.rank == ctx.world - 1:
+        ctx.note(gqa_note(ctx.world), run=True, heads=HEADS, kv_heads=kv, tp=ctx.world)
     d = H // HEADS
     nq = len(attn.q_heads) * d
     kv_grad = attn.qkv.grads["weight"][:, nq:nq + 2 * d]  # this copy's K and V columns: a partial sum
@@ -102,6 +106,30 @@ def program(ctx):
         kv_grad = ctx.comm.all_reduce(kv_grad, group=mine, label="add the K and V weight gradients of the shared head")
     out["gqa"] = {"y": y, "dx": dx, "held": held, "dwk": kv_grad[:, :d], "copies": len(mine.ranks) if mine else 1}
     return out
+
+
+POST_TP = 16  # the post's GQA case runs at this TP size (its heads and kv heads from heads_of, gqa_kv)
+
+
+def divides_note(t: int) -> str:
+    """The heads phase's rule, worked for the run's model: whole heads a rank, so the counts divide by t."""
+    heads = heads_of(t)
+    cut = next(n for n in range(2, heads + 2) if heads % n)  # the smallest TP size that would cut a head
+    return (f"this model: {heads} query heads and {heads} kv heads (one each) over t = {t}, {heads // t} of each "
+            f"a rank; t = {cut} would leave {heads} / {cut} heads a rank, so --tp {cut} is refused")
+
+
+def gqa_note(t: int) -> str:
+    """The GQA phase's sizes for the run: heads, kv heads, copies, and how they stand to the post's case."""
+    heads, kv = heads_of(t), gqa_kv(t)
+    said = f"this run: {heads} query heads, {kv} kv head{'s' * (kv != 1)} on t = {t}"
+    if kv >= t:
+        return f"{said}: no kv head needs a copy on more than one rank"
+    said += f": fewer kv heads than ranks, so the count must divide t, and each kv head sits on {t // kv} ranks"
+    if t == POST_TP:
+        return said + " (the post's own case)"
+    return (said + f"; the post's case, --tp {POST_TP}: {heads_of(POST_TP)} query heads, {gqa_kv(POST_TP)} kv "
+            f"heads, {POST_TP // gqa_kv(POST_TP)} ranks each, of which this run is a smaller copy")
 
 
 HALF_D = 4  # one head's dimensions, two a rank
@@ -143,9 +171,20 @@ def quiz(result) -> list[Question]:
         f"{heads} query heads and {kv} key/value head{'s' * (kv != 1)} (grouped-query attention) split over TP {t}: each GPU "
         "keeps whole query heads and the K/V head they read. How many GPUs hold a copy of each K/V head?",
         copies, "GPUs",
-        f"{heads} query heads over {t} GPUs: {heads // t} a GPU; {heads // kv} query heads share a K/V head, so "
-        f"the {heads // kv} of them sit on {heads // kv} / {heads // t} = {copies} GPU{'s' * (copies != 1)}, "
-        "each keeping its own copy of that K/V head (and, backward, adding the copies' weight gradients)")]
+        how_many_copies(heads, kv, t, copies))]
+
+
+def how_many_copies(heads: int, kv: int, t: int, copies: int) -> str:
+    """The quiz's answer worked in words: the query heads a GPU keeps, the query heads reading one K/V head,
+    and so the GPUs those readers are spread over (`copies`, as the run made them)."""
+    per, share = heads // t, heads // kv
+    spread = (f"each GPU keeps {'one' if per == 1 else per} of the {heads} query heads, and {share} query heads "
+              "read each K/V head")
+    if copies == 1:
+        return f"{spread}, so one GPU holds all the query heads of a K/V head, and that K/V head once"
+    where = f" are on {copies} GPUs, one each" if per == 1 else f", at {per} a GPU, fill {copies} GPUs"
+    return (f"{spread}, so the {share} query heads of one K/V head{where}; each of those GPUs keeps its own "
+            "copy of that K/V head (and, backward, the copies' weight gradients are added up)")
 
 
 def checks(result) -> list[Check]:
@@ -209,7 +248,9 @@ NARRATIVE = {
         head, so a rank holding a slice of a head's dimensions could only offer pieces of scores that
         must be added first. Owning whole heads, a rank goes from its heads' scores through softmax to
         their weighted values with nothing to send. The output projection takes its rows in the same
-        head order, and one all-reduce (g) adds up what the heads contribute.""",
+        head order, and one all-reduce (g) adds up what the heads contribute. Whole heads also set a
+        limit: every rank needs the same whole number of heads, so t has to be a divisor of the number of
+        heads (a line below works it for this run's model).""",
     "a head split in half: why not": """
         Why not split a head's dimensions instead? Take one head and give each of two ranks half of its Q and
         K columns: each can only make half of every score, since a score adds up over all of the head's
@@ -226,8 +267,9 @@ NARRATIVE = {
         kv heads than TP ranks, a kv head cannot be split: each rank keeps a copy of the one its query
         heads read. Each copy's weight gradient is then a partial sum, from its own query heads only: one
         all-reduce over the ranks sharing the head adds them up, after which every copy holds the whole
-        gradient and takes the same step. With --tp 16 this is the post's own case: 16 query heads, 8
-        key/value heads, each held by two GPUs.""",
+        gradient and takes the same step. The default run is the post's case scaled down, with half as
+        many kv heads as ranks; --tp 16 runs the post's own (a line below gives this run's
+        sizes).""",
 }
 
 LESSON = Lesson(
@@ -247,6 +289,6 @@ LESSON = Lesson(
     knobs={"tp": Knob(4, choices=WORLDS, world=True, post=16,
                     limits="each rank takes whole heads: the model has 4 heads, or one a rank past 4, so TP must "
                            "divide them",
-                    why="the post's GQA case, 8 KV heads on 16 GPUs, two GPUs each, runs with --tp 16 (the model "
-                    "then has a head a rank, 16)")},
+                    why="the default is the post's GQA case scaled down (half as many KV heads as GPUs); the "
+                    "post's own, 8 KV heads on 16 GPUs, runs with --tp 16")},
 )

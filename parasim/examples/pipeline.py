@@ -1,5 +1,6 @@
-"""A small pipeline run for lessons: one transformer layer per stage, m micro-batches, any schedule, plus the
-same model on one rank for comparison. The slot table each rank notes is computed by the timing model."""
+"""A small pipeline run for lessons: one transformer layer per stage (or a few: pp-gpipe runs the post's two),
+m micro-batches, any schedule, plus the same model on one rank for comparison. The slot table each rank notes is
+computed by the timing model."""
 
 from __future__ import annotations
 
@@ -36,22 +37,28 @@ def pipeline_run(
     group: Any = None,
     phases: tuple[str, str] = ("the schedule", "running it"),
     costs: dict | None = None,
+    layers_per_stage: int = 1,
 ) -> dict:
-    """Run `schedule` with m micro-batches on ctx.world ranks, one layer per stage. Each rank notes its row
-    of the slot table (timed with `costs`) in the first phase and runs its actions in the second."""
+    """Run `schedule` with m micro-batches on ctx.world ranks, `layers_per_stage` layers a stage (stage s holds
+    layers s * n to s * n + n - 1, counted from 0). Each rank notes its row of the slot table (timed with
+    `costs`) in the first phase and runs its actions in the second; with more than one layer a stage, the last
+    rank then says which layers each GPU holds."""
     group = group or ctx.new_group(range(ctx.world), "pp")
-    r = ctx.rank
+    r, per = ctx.rank, layers_per_stage
     plan = generate(schedule, ctx.world, m, chunks)
     timing = time_schedule(plan, costs)
     ctx.phase(phases[0])
     cells = [x or "." for x in timing.slots[r]]
     ctx.note("GPU %d: %s" % (r + 1, " ".join(cells)), table_row=r + 1, cells=cells)
+    if per > 1 and r == ctx.world - 1:  # the last rank, after its row: said under the whole table
+        held = [sorted(s * per + i + 1 for s in {a.stage for a in acts} for i in range(per)) for acts in plan]
+        ctx.note(layers_words(held, m), run=True, layers=held)
     ctx.phase(phases[1])
 
     def loss(mb: int, y: Any) -> tuple[Any, Any]:
         return dot_loss(ctx.xp, y, _data(ctx, mb, "target"))
 
-    stages = {a.stage: LayersStage(_layers(ctx, a.stage, 1)) for a in plan[r]}
+    stages = {a.stage: LayersStage(_layers(ctx, a.stage * per, per)) for a in plan[r]}
     total = run_schedule(
         ctx,
         group,
@@ -72,9 +79,26 @@ def pipeline_run(
         "peak": timing.peak[r],
         "makespan": timing.makespan,
         "bubble": str(timing.bubble),
-        "grad_sq": {s: _grad_sq(ctx, st.stack.layers[0]) for s, st in stages.items()},
-        "stepped": {s: sgd_step(ctx, st.stack.layers[0]) for s, st in stages.items()},
+        # by layer (counted from 0; with one layer a stage, the stage's number)
+        "grad_sq": {s * per + i: _grad_sq(ctx, x) for s, st in stages.items() for i, x in enumerate(st.stack.layers)},
+        "stepped": {s * per + i: sgd_step(ctx, x) for s, st in stages.items() for i, x in enumerate(st.stack.layers)},
     }
+
+
+def layers_words(held: list[list[int]], m: int) -> str:
+    """Which layers (counted from 1) each GPU holds, in one line, and what a backward cell of the slot table
+    then stands for: micro-batch m's backward on the last GPU but one, through that GPU's layers."""
+
+    def span(layers: list[int]) -> str:
+        return f"{layers[0]}-{layers[-1]}" if layers == list(range(layers[0], layers[-1] + 1)) else str(layers)
+
+    p, n = len(held), sum(len(x) for x in held)
+    each = ", ".join(f"GPU {r + 1} layers {span(x)}" for r, x in enumerate(held))
+    g = max(1, p - 1)
+    return (
+        f"the model: {n} layers, {n // p} a GPU ({each}); a cell is a micro-batch through all of its GPU's "
+        f"layers: B{m} on GPU {g} is micro-batch {m}'s backward through layers {span(held[g - 1])}"
+    )
 
 
 LR = 0.01
@@ -176,8 +200,9 @@ def pipeline_quiz(result: Any, schedule: str) -> list:
     ]
 
 
-def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> list:
-    """The checks the pipeline lessons share, each against a formula or an unsplit run."""
+def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int, layers_per_stage: int = 1) -> list:
+    """The checks the pipeline lessons share, each against a formula or an unsplit run (of p x
+    `layers_per_stage` layers)."""
     from ..lesson import check
 
     v, p = result.values, result.world
@@ -196,5 +221,5 @@ def pipeline_checks(result: Any, schedule: str, peaks: list[int], M: int) -> lis
         ),
         # (p-1)/(m+p-1) < 1/10 exactly when m > 9(p-1)
         check("smallest m with a bubble under 10% at p = 8", smallest, 9 * (8 - 1) + 1),
-        *matches_unsplit(v, p, M),
+        *matches_unsplit(v, p * layers_per_stage, M),
     ]

@@ -1,8 +1,9 @@
 """Sequence parallelism's flow through one layer as a picture (`parasim lesson sp --plot FILE`): the norms,
-dropouts and residual adds on each rank's slice of the sequence, an all-gather (g) before each block's
-column-parallel product, a reduce-scatter (g-bar) after its row-parallel one, and backward's reverse (the
-gradient gathered where forward scattered, scattered where forward gathered). Every shape and byte count is
-read from the lesson's run: its trace's collectives on rank 0 and the weight slices the rank held."""
+dropouts and residual adds on each rank's slice of the sequence, an all-gather before each block's
+column-parallel product (where TP alone has the post's f, an identity forward) and a reduce-scatter after its
+row-parallel one (where TP alone has g's all-reduce), and backward's mirror (the gradient gathered in g's place,
+scattered in f's, and each block's kept input slice gathered again). Every shape and byte count is read from the
+lesson's run: its trace's collectives on rank 0 and the weight slices the rank held."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .plot_base import pyplot, save
 PHASE = "TP + SP"  # the sp lesson's run whose flow is drawn
 SEQ_COLOUR, TP_COLOUR = "#d6e6f5", "#fde3c8"  # a box on the sequence slice, a box inside TP's products
 GATHER, SCATTER = "tab:green", "tab:red"
-G_BAR = "g\u0304"  # g with a bar: the reduce-scatter's name in Korthikanti et al.
+KEPT_COLOUR = "#e4f2e4"  # the input slice a block kept from forward, gathered again in backward
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def forward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
 
 def backward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
     """Backward in run order (the MLP's first), as forward_boxes; a block's second gather of its kept input
-    is told inside its "tp" box (drawn as a dashed arrow beside it)."""
+    is drawn beside its "tp" box (kept_box, a dashed arrow from it)."""
     out: list[tuple[str, str, Hop | None]] = []
     blocks = list(dict.fromkeys(h.block for h in flow.backward))
     for i, block in enumerate(blocks):
@@ -142,9 +143,7 @@ def backward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
             held = _shape(next(h for h in flow.backward if h.block == blocks[i - 1] and h.op == "reduce_scatter").dst)
             out[-1] = ("seq", f"{NORM.get(blocks[i - 1], 'norm')} backward, residual, on my tokens {held}", gather)
         name = "attention" if block == "attn" else "MLP"
-        kept = (
-            f";\nits kept input gathered again: {_shape(again.src)} -> {_shape(again.dst)}" if again is not None else ""
-        )
+        kept = f",\nfrom its input gathered again ({_shape(again.dst)}, beside)" if again is not None else ""
         out.append(
             ("tp", f"{name} backward on all {gather.dst[0]} tokens, the weight slices' gradients{kept}", scatter)
         )
@@ -153,15 +152,34 @@ def backward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
     return out
 
 
+# What TP alone runs where SP runs each collective, in the post's names: f is the identity forward and the
+# all-reduce backward (before the column-parallel product), g the all-reduce forward and the identity backward
+# (after the row-parallel one); the quoted names are TP alone's events in the same run's trace.
+IN_PLACE_OF = {
+    ("forward", "all_gather"): "in f's place (TP alone: the identity)",
+    ("forward", "reduce_scatter"): "in g's place (TP alone: the all-reduce 'g forward')",
+    ("backward", "all_gather"): "in g's place (TP alone: the identity)",
+    ("backward", "reduce_scatter"): "in f's place (TP alone: the all-reduce 'f backward')",
+}
+
+
 def hop_text(h: Hop, direction: str) -> str:
-    """An arrow's words: the op, its name in the post's terms, the shapes and the bytes rank 0 sent."""
-    name = {
-        ("forward", "all_gather"): "all-gather (g)",
-        ("forward", "reduce_scatter"): f"reduce-scatter ({G_BAR})",
-        ("backward", "all_gather"): f"all-gather ({G_BAR}'s backward)",
-        ("backward", "reduce_scatter"): "reduce-scatter (g's backward)",
-    }[(direction, h.op)]
-    return f"{name}: {_shape(h.src)} -> {_shape(h.dst)}, {h.sent:,} B sent"
+    """An arrow's words: the op and what TP alone runs in its place (the post's f or g), then the shapes and
+    the bytes rank 0 sent."""
+    name = h.op.replace("_", "-")
+    return f"{name}, {IN_PLACE_OF[(direction, h.op)]}\n{_shape(h.src)} -> {_shape(h.dst)}, {h.sent:,} B sent"
+
+
+def kept_text(h: Hop, direction: str) -> str:
+    """The words in the box beside a block: in forward the input slice it keeps for backward (the slice the
+    all-gather `h` sends), in backward that slice gathered again (`h` is the second gather)."""
+    norm = {"attn": "LayerNorm 1's", "mlp": "LayerNorm 2's"}.get(h.block, "its")
+    if direction == "forward":
+        return f"kept for backward:\n{norm} output,\nmy tokens {_shape(h.src)} only"
+    return (
+        f"kept from forward:\n{norm} output, my tokens\n{_shape(h.src)} -> all-gathered again\n"
+        f"to {_shape(h.dst)}, {h.sent:,} B sent"
+    )
 
 
 def draw_sp(flow: SpFlow, title: str) -> Any:
@@ -174,14 +192,16 @@ def draw_sp(flow: SpFlow, title: str) -> Any:
     panels = [("forward", forward_boxes(flow)), ("backward", backward_boxes(flow))]
     rows = max(len(b) for _, b in panels)
     box_h, gap = 1.0, 1.1
+    left, width = 0.5, 8.1  # the layer's boxes; backward's kept slices sit right of them
+    side, side_w = left + width + 0.7, 3.3
     fig, axes = plt.subplots(1, 2, figsize=(15.0, 1.2 + rows * 1.05), squeeze=False)
     for ax, (direction, boxes) in zip(axes[0], panels):
         top = rows * (box_h + gap)
         for i, (kind, text, hop) in enumerate(boxes):
             y = top - i * (box_h + gap)
             patch = FancyBboxPatch(
-                (0.5, y - box_h),
-                9.0,
+                (left, y - box_h),
+                width,
                 box_h,
                 boxstyle="round,pad=0.02,rounding_size=0.12",
                 facecolor=SEQ_COLOUR if kind == "seq" else TP_COLOUR,
@@ -190,14 +210,36 @@ def draw_sp(flow: SpFlow, title: str) -> Any:
             )
             patch.set_gid(f"{direction} box {i} {kind}")
             ax.add_patch(patch)
-            ax.text(5.0, y - box_h / 2, text, ha="center", va="center", fontsize=7.5)
-            if "gathered again" in text:  # backward's second gather, into the block that needs it
-                ax.annotate(
-                    "",
-                    xy=(9.5, y - box_h * 0.75),
-                    xytext=(10.4, y - box_h * 0.75),
-                    arrowprops={"arrowstyle": "-|>", "color": GATHER, "lw": 1.3, "ls": "--"},
+            ax.text(left + width / 2, y - box_h / 2, text, ha="center", va="center", fontsize=7.5)
+            again = None  # the block's second gather in backward, told beside the box that keeps or uses it
+            if hop is not None and (direction, kind, hop.op) in (
+                ("forward", "seq", "all_gather"),
+                ("backward", "tp", "reduce_scatter"),
+            ):
+                again = next((h for h in flow.backward if h.again and h.block == hop.block), None)
+            if again is not None:
+                kept = FancyBboxPatch(
+                    (side, y - box_h - 0.05),
+                    side_w,
+                    box_h + 0.1,
+                    boxstyle="round,pad=0.02,rounding_size=0.12",
+                    facecolor=KEPT_COLOUR,
+                    edgecolor=GATHER,
+                    lw=0.8,
+                    ls="--",
                 )
+                kept.set_gid(f"{direction} kept {again.block}")
+                ax.add_patch(kept)
+                words = kept_text(hop if direction == "forward" else again, direction)
+                ax.text(side + side_w / 2, y - box_h / 2, words, ha="center", va="center", fontsize=7)
+                ends = [(left + width + 0.03, y - box_h / 2), (side - 0.03, y - box_h / 2)]
+                if direction == "forward":  # the slice saved: a grey arrow into the box
+                    style = {"arrowstyle": "-|>", "color": "0.45", "lw": 1.1}
+                    ends.reverse()
+                else:  # gathered again: a dashed all-gather out of it into the block
+                    style = {"arrowstyle": "-|>", "color": GATHER, "lw": 1.3, "ls": "--"}
+                arrow = ax.annotate("", xy=ends[0], xytext=ends[1], arrowprops=style)
+                arrow.set_gid(f"{direction} kept {again.label}")
             if hop is None:
                 continue
             colour = GATHER if hop.op == "all_gather" else SCATTER
@@ -211,7 +253,7 @@ def draw_sp(flow: SpFlow, title: str) -> Any:
             ax.text(
                 2.55, y - box_h - gap / 2, hop_text(hop, direction), ha="left", va="center", fontsize=8, color=colour
             )
-        ax.set_xlim(0, 10.6)
+        ax.set_xlim(0, side + side_w + 0.1)
         ax.set_ylim(top - len(boxes) * (box_h + gap) + gap - 0.2, top + 0.2)
         ax.axis("off")
         said = "down the layer" if direction == "forward" else "from the layer's output back to its input"
@@ -222,6 +264,7 @@ def draw_sp(flow: SpFlow, title: str) -> Any:
         Patch(facecolor=TP_COLOUR, edgecolor="0.45"),
         Line2D([], [], color=GATHER, lw=1.8),
         Line2D([], [], color=SCATTER, lw=1.8),
+        Patch(facecolor=KEPT_COLOUR, edgecolor=GATHER, ls="--"),
         Line2D([], [], color=GATHER, lw=1.3, ls="--"),
     ]
     labels = [
@@ -229,13 +272,25 @@ def draw_sp(flow: SpFlow, title: str) -> Any:
         "inside a block: every token, the weights split by columns, then by rows (partial sums)",
         "all-gather along the sequence",
         "reduce-scatter along the sequence (sums the partial outputs)",
-        "backward's second gather of a kept input slice",
+        "an input slice a block keeps for backward: this rank's tokens only",
+        "backward's second gather of that kept slice",
     ]
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(title, fontsize=11)
     fig.text(
         0.5,
-        -0.06,
+        -0.03,
+        "f and g are the post's names for TP alone's pair: f before the column-parallel product (identity forward, "
+        "all-reduce backward),\ng after the row-parallel one (all-reduce forward, identity backward). SP runs an "
+        "all-gather where they run the identity and a reduce-scatter where they run the all-reduce.",
+        ha="center",
+        va="top",
+        fontsize=8,
+        color="0.25",
+    )
+    fig.text(
+        0.5,
+        -0.08,
         f"Backward also sums, over the {flow.t} ranks, the gradients of the weights each keeps whole (the norms' "
         f"and the row-parallel biases'): {flow.sums} all-reduces of {h} values, {flow.sum_bytes:,} B sent by "
         "rank 0 in all.",

@@ -10,7 +10,7 @@ from helpers_schedules import POST_1F1B, POST_GPIPE
 def test_pipeline_lesson(name, table):
     lr = run_lesson(get_lesson(name))
     assert all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
-    notes = sorted((m.rank, m.text) for m in lr.result.trace.marks if m.kind == "note")
+    notes = sorted((m.rank, m.text) for m in lr.result.trace.marks if m.kind == "note" and "table_row" in (m.data or {}))
     assert [text.split(": ", 1)[1] for _, text in notes] == table
     assert run_lesson(get_lesson(name), 2).ok
 
@@ -72,7 +72,7 @@ def test_unsplit_comparison_tolerances(key, scale, ok):
     values = [dict(v) for v in run_lesson(get_lesson("pp-gpipe")).result.values]
     for v in values:
         v[key] = v[key] * scale if key == "loss" else {s: g * scale for s, g in v[key].items()}
-    checks = matches_unsplit(values, len(values), 4)
+    checks = matches_unsplit(values, 8, 4)  # pp-gpipe runs the post's 8 layers
     assert [c.ok for c in checks] == [ok if k == key else True for k in ("loss", "grad_sq", "stepped")]
 
 
@@ -145,3 +145,70 @@ def test_1f1b_s_memory_bound_is_said_one_way_with_stages_numbered_from_1(name):
     p = lr.result.world
     held = [x["peak"] for x in lr.result.values] if name == "pp-1f1b" else [x["1F1B"]["peak"] for x in lr.result.values]
     assert held == [p - r + 1 for r in range(1, p + 1)]  # GPU r, r = 1..p, at m >= p
+
+
+def test_zero_bubble_walkthrough_shows_one_transfer_a_phase_and_the_table_counts_them():
+    """Walk 25 (#17): the three 'running it' phases listed all 192 transfers (903 lines). Each now shows one
+    and counts the rest; the table's transfers column has each schedule's count: an activation and a gradient
+    per micro-batch per boundary between two GPUs, m = 8, p = 4: 2 x 8 x 3 = 48 for 1F1B and ZB-H1, and
+    DualPipeV's V (8 stages, its turn on GPU 4) crosses each of the 3 GPU pairs twice: 2 x 8 x 6 = 96."""
+    import re
+    from conftest import cli
+    text = cli("lesson", "pp-zero-bubble", "--plain", "--width", "100").stdout
+    assert len(text.splitlines()) < 200
+    for title, n in (("1F1B", 48), ("ZB-H1", 48), ("DualPipeV", 96)):
+        phase = text.split(f"== {title}: running it ==")[1].split("\n== ")[0]
+        assert len(re.findall(r"^step +\d+  p2p", phase, re.M)) == 1
+        assert f"... and {n - 1} more events in this phase ({n - 1} p2p)" in phase
+    (table,) = run_lesson(get_lesson("pp-zero-bubble")).tables
+    col = table.columns.index("transfers") - 1
+    assert [row[col] for _, row in table.rows] == [48, 48, 96]
+    assert "DualPipeV: 2 x 8 x 6 = 96" in " ".join(table.notes)
+
+
+@pytest.mark.parametrize("pp, m, held, said", [
+    # the post's: 8 layers on 4 GPUs, layers 1-2, 3-4, 5-6, 7-8; "B4 on GPU 3" is micro-batch 4 through 5-6
+    (4, 4, [[0, 1], [2, 3], [4, 5], [6, 7]],
+     "the model: 8 layers, 2 a GPU (GPU 1 layers 1-2, GPU 2 layers 3-4, GPU 3 layers 5-6, GPU 4 layers 7-8); "
+     "a cell is a micro-batch through all of its GPU's layers: B4 on GPU 3 is micro-batch 4's backward through "
+     "layers 5-6"),
+    (2, 3, [[0, 1], [2, 3]], "the model: 4 layers, 2 a GPU (GPU 1 layers 1-2, GPU 2 layers 3-4); a cell is a "
+     "micro-batch through all of its GPU's layers: B3 on GPU 1 is micro-batch 3's backward through layers 1-2"),
+])
+def test_gpipe_runs_two_layers_a_stage_and_says_so(pp, m, held, said):
+    lr = run_lesson(get_lesson("pp-gpipe"), knobs={"pp": pp, "m": m})
+    assert lr.ok, [c for c in lr.checks if not c.ok]
+    assert [sorted(x["grad_sq"]) for x in lr.result.values] == held  # each rank's layers, counted from 0
+    notes = lr.result.trace.notes("layers")
+    assert [(phase, rank, text) for phase, rank, text, _ in notes] == [("the schedule", pp - 1, said)]
+    from parasim.render.walkthrough import walkthrough
+    text = walkthrough(lr)
+    assert text.index("GPU %d: " % pp) < text.index("the model: ") < text.index("== running it")
+    # 1F1B and interleaving keep one layer a stage
+    assert [sorted(x["grad_sq"]) for x in run_lesson(get_lesson("pp-1f1b")).result.values] == [[0], [1], [2], [3]]
+
+
+def test_gpipe_tabulates_the_bubble_against_m_at_the_posts_depths():
+    """Stage 1 idles 2(p - 1) slots of 2(m + p - 1) (a forward and a backward a micro-batch, the fill and the
+    drain), worked here by hand for p = 4 and p = 8; the post's figures: 16% and 9% at p = 4, m = 16 and 32; at
+    p = 8 the bubble first drops under 10% at m = 64."""
+    lr = run_lesson(get_lesson("pp-gpipe"))
+    (table,) = lr.tables
+    assert table.columns == ["micro-batches", "p = 4 (this run): idle slots", "p = 8: idle slots"]
+    ms = [4, 16, 32, 63, 64]
+    assert [label for label, _ in table.rows] == ["m = 4 (this run)"] + [f"m = {m}" for m in ms[1:]]
+    def cell(p, m):
+        return f"{2 * (p - 1)} of {2 * (m + p - 1)} = {100 * (p - 1) / (m + p - 1):.1f}%"
+    assert [row for _, row in table.rows] == [[cell(4, m), cell(8, m)] for m in ms]
+    assert table.rows[0][1][0] == "6 of 14 = 42.9%" and table.rows[-1][1][1] == "14 of 142 = 9.9%"
+    notes = " ".join(table.notes)
+    assert "m = 16 leaves 16% idle and m = 32 leaves 9%" in notes
+    assert "the smallest m under 10% is 64 (m = 63 gives 10%" in notes
+    # a backward twice a forward: 4 forwards of 1 and 4 backwards of 2 and the fill and drain 3 x 3: 9 of 21
+    assert "this run's stage 1 idles 9 of 21, and every share above comes out the same" in notes
+    # the run's own m joins the rows, and a p that is neither 4 nor 8 its own column
+    other = run_lesson(get_lesson("pp-gpipe"), knobs={"pp": 2, "m": 8}).tables[0]
+    assert other.columns[1:] == ["p = 2 (this run): idle slots", "p = 4: idle slots", "p = 8: idle slots"]
+    assert ("m = 8 (this run)", [cell(2, 8), cell(4, 8), cell(8, 8)]) in other.rows
+    words = " ".join(get_lesson("pp-gpipe").narrative["the schedule"].split())
+    assert "one slot each" in words and "twice a forward" in words and "pp-zero-bubble" in words

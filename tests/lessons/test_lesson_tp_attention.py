@@ -59,3 +59,51 @@ def test_a_head_split_in_half_goes_wrong_and_is_mended_only_by_adding_the_scores
     assert [e.op for e in events] == ["all_reduce", "all_reduce"] and all(e.group.ranks == (0, 1) for e in events)
     assert "a head split in half: why not" not in {e.phase for e in run_lesson(get_lesson("tp-attention"),
                                                                                 knobs={"tp": 1}).result.trace.events}
+
+
+@pytest.mark.parametrize("world, heads, kv, per", [(1, 4, 1, 4), (4, 4, 2, 1), (16, 16, 8, 1)])
+def test_the_walk_through_works_the_head_rule_for_the_runs_model(world, heads, kv, per):
+    """The heads phase says whole heads must divide by t, with the run's own counts; the GQA phase gives the run's
+    kv heads and copies, and (below TP 16) that it is the post's case, 16 heads and 8 KV heads at TP 16, made
+    smaller. The counts here are written out by hand for each TP size."""
+    from parasim.errors import UsageError
+
+    lesson = get_lesson("tp-attention")
+    assert "t has to be a divisor of the number of heads" in " ".join(
+        lesson.narrative["heads split across ranks"].split())
+    gqa_words = " ".join(lesson.narrative["grouped-query attention"].split())
+    assert "scaled down" in gqa_words and "--tp 16" in gqa_words
+    lr = run_lesson(lesson, world)
+    notes = lr.result.trace.notes("kv_heads")
+    rule = [n for n in notes if n[0] == "heads split across ranks"]
+    gqa = [n for n in notes if n[0] == "grouped-query attention"]
+    assert [n[1] for n in rule] == [n[1] for n in gqa] == [world - 1]  # said once, for the run, after the rest
+    assert {(d["heads"], d["kv_heads"], d["tp"]) for _, _, _, d in rule} == {(heads, heads, world)}
+    assert {(d["heads"], d["kv_heads"], d["tp"]) for _, _, _, d in gqa} == {(heads, kv, world)}
+    said = rule[0][2]
+    assert f"{heads} query heads and {heads} kv heads (one each) over t = {world}, {per} of each a rank" in said
+    assert f"t = 3 would leave {heads} / 3 heads a rank, so --tp 3 is refused" in said
+    with pytest.raises(UsageError, match="not 3"):
+        run_lesson(lesson, knobs={"tp": 3})
+    said = gqa[0][2]
+    if world == 1:
+        assert "no kv head needs a copy on more than one rank" in said
+        return
+    assert f"{heads} query heads, {kv} kv heads on t = {world}" in said and "each kv head sits on 2 ranks" in said
+    if world == 16:
+        assert said.endswith("(the post's own case)")
+    else:
+        assert "the post's case, --tp 16: 16 query heads, 8 kv heads, 2 ranks each" in said
+
+
+@pytest.mark.parametrize("tp, how", [
+    (4, "each GPU keeps one of the 4 query heads, and 2 query heads read each K/V head, so the 2 query heads of "
+        "one K/V head are on 2 GPUs, one each; each of those GPUs keeps its own copy"),
+    (2, "each GPU keeps 2 of the 4 query heads, and 4 query heads read each K/V head, so the 4 query heads of one "
+        "K/V head, at 2 a GPU, fill 2 GPUs; each of those GPUs keeps its own copy"),
+    (1, "each GPU keeps 4 of the 4 query heads, and 4 query heads read each K/V head, so one GPU holds all the "
+        "query heads of a K/V head, and that K/V head once"),
+])
+def test_the_quiz_says_how_the_copies_come_about_in_words(tp, how):
+    (q,) = run_lesson(get_lesson("tp-attention"), knobs={"tp": tp}).questions()
+    assert q.worked.startswith(how) and " / " not in q.worked
