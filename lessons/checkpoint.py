@@ -34,7 +34,7 @@ from parasim.dp.zero import Zero1Adam
 from parasim.engine import run
 from parasim.errors import UsageError
 from parasim.layout import Layout, ModelSpec
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 from parasim.nn import ParallelContext, Saved
 from parasim.nn.layer import Stack, TransformerLayer, layer_weights
 from parasim.layout.placement import is_expert
@@ -179,9 +179,28 @@ def program(ctx: Any) -> dict:
     opts_b = optimizers(ctx, model_b)
     ctx.compute("work out which pieces of the whole tensors this rank reads")
     ctx.note(f"reads the whole dense weights, experts {_experts(model_b)}; Adam's {_shares(opts_b)}")
-    reads = holdings(model_b, [shard_state(ctx, model_b, opt) for opt in opts_b.values()], saving=False)
+    shards_b = [shard_state(ctx, model_b, opt) for opt in opts_b.values()]
+    reads = holdings(model_b, shards_b, saving=False)
     return {"losses": losses, "adam values": {g: opt.state_elements for g, opt in opts.items()}, "wrote": wrote,
-            "reads on B": reads, "file": _file(shards)}
+            "reads on B": reads, "file": _file(shards), "A": _layout_part(model, opts, list(shards.values())),
+            "B": _layout_part(model_b, opts_b, shards_b)}
+
+
+def _layout_part(model: Stack, opts: dict[str, Zero1Adam], shards: list[RankShard]) -> dict:
+    """What this rank holds on one layout, for the tables: its experts, its share of each optimizer's flat
+    buffer ([lo, hi), the buffer's size), each dense weight's piece against the whole (sizes), and the pieces
+    whose values it keeps (the weights it holds; its Adam share, as master-copy chunks)."""
+    params, placed, where = model.params(), model.placements, regions(model)
+    return {
+        "experts": _experts(model),
+        "shares": {g: [*opt.ranges()[0], opt.buf.total] for g, opt in opts.items()},
+        "dense pieces": {k: [int(np.size(x)), int(np.prod(where[k].shape))] for k, x in params.items()
+                         if not is_expert(placed[k])},
+        "keeps": [{"tensor": f"model/{k}", "index": where[k].index, "flat": [0, int(np.size(x))]}
+                  for k, x in params.items()]
+        + [{"tensor": c.tensor, "index": c.index, "flat": list(c.flat)} for sh in shards for c in sh.chunks
+           if c.tensor.startswith("optim/master/")],
+    }
 
 
 # -- the checks: write, resume on B, and one device -------------------------------------------------------
@@ -323,6 +342,113 @@ def checks(result: Any) -> list[Check]:
     ]
 
 
+# -- the tables: the training's calls by group; what A wrote and B reads, rank by rank -------------------------
+def _elements(shape: list[int], index: list, flat: list[int]) -> set[int]:
+    """The whole tensor's elements (flat, row-major) a chunk holds: the piece `index` cuts, flattened, [flat)."""
+    whole = np.arange(int(np.prod(shape))).reshape(shape)
+    rows = [np.concatenate([np.arange(lo, hi) for lo, hi in runs]) for runs in index]
+    return set(whole[np.ix_(*rows)].ravel()[flat[0]:flat[1]].tolist())
+
+
+def found_in(values: list[dict], rank: int, prefix: str) -> list[int]:
+    """The ranks of A whose files hold some of the values rank `rank` of B keeps, of the tensors named
+    `prefix`...: chunk against chunk, element by element."""
+    written: dict[str, list[tuple[int, set[int]]]] = {}
+    for v in values:
+        tensors = v["file"]["tensors"]
+        for c in v["file"]["chunks"]:
+            if c["tensor"].startswith(prefix):
+                written.setdefault(c["tensor"], []).append(
+                    (v["file"]["rank"], _elements(tensors[c["tensor"]]["shape"], c["index"], c["flat"])))
+    shapes = {k: t["shape"] for v in values for k, t in v["file"]["tensors"].items()}
+    out = set()
+    for c in values[rank]["B"]["keeps"]:
+        if c["tensor"].startswith(prefix):
+            want = _elements(shapes[c["tensor"]], c["index"], c["flat"])
+            out |= {r for r, held in written.get(c["tensor"], []) if held & want}
+    return sorted(out)
+
+
+def _share(part: dict, group: str, experts: bool = False) -> str:
+    """A rank's share of a group's flat buffer, "lo:hi of size", and for the experts' whose state it covers."""
+    lo, hi, total = part["shares"][group]
+    said = f"{lo}:{hi} of {total}"
+    if experts:
+        held = sorted({int(c["tensor"].split(".moe.expert")[1].split(".")[0]) for c in part["keeps"]
+                       if c["tensor"].startswith("optim/master/") and ".moe.expert" in c["tensor"]})
+        said += f", expert{'s' * (len(held) != 1)} {', '.join(map(str, held))}"
+    return said
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ", ".join(map(str, ranks))
+
+
+def _words(keys: list[str]) -> str:
+    """The dense weights TP leaves whole, in words: the norms (weights and biases) and the rest by name."""
+    norms = [k for k in keys if ".ln" in k]
+    rest = sorted({k.split(".")[-1] for k in keys if k not in norms})
+    return " and ".join(([f"the norms' {len(norms)} weights and biases"] if norms else [])
+                        + [f"the {name}" for name in rest])
+
+
+def tables(result: Any) -> list[Table]:
+    v, trace = result.values, result.trace
+    # the training on A: its calls by group, from the trace (one call a step makes on every group of a name)
+    calls: dict[str, dict] = {}
+    for e in trace.events:
+        if e.phase == "train on layout A" and e.group is not None:
+            g = calls.setdefault(e.group.name, {"groups": set(), "ops": {}, "sent": 0})
+            g["groups"].add(tuple(e.group.ranks))
+            g["ops"][e.op] = g["ops"].get(e.op, 0) + 1
+            g["sent"] += sum(m.sent for m in e.members)
+    train = [(f"{name} {' '.join(str(list(r)) for r in sorted(g['groups']))}",
+              [", ".join(f"{n // len(g['groups']) // SAVED_AT} {op}" for op, n in sorted(g["ops"].items())),
+               g["sent"] // SAVED_AT]) for name, g in calls.items()]
+    rows = []
+    for r, x in enumerate(v):
+        a, b = x["A"], x["B"]
+        cut = any(piece < whole for piece, whole in a["dense pieces"].values())
+        dense_written = any(c["tensor"].startswith("model/") and ".moe.expert" not in c["tensor"]
+                            for c in x["file"]["chunks"])
+        wrote = ("its TP piece" if cut else "all") if dense_written else "none (its DP peer's)"
+        rows.append((f"rank {r}: A wrote", [wrote, a["experts"].replace(" and ", ", "), _share(a, "dp-cp"),
+                                            _share(a, "expert-dp", True), "-", "-"]))
+        rows.append((f"rank {r}: B reads", ["all", b["experts"].replace(" and ", ", "), _share(b, "dp-cp"),
+                                            _share(b, "expert-dp", True), _ranks(found_in(v, r, "model/")),
+                                            _ranks(found_in(v, r, "optim/master/"))]))
+    pieces = v[0]["A"]["dense pieces"]
+    split = {k: p for k, p in pieces.items() if p[0] < p[1]}
+    whole = {k: p for k, p in pieces.items() if p[0] == p[1]}
+    a_total, b_total = v[0]["A"]["shares"]["dp-cp"][2], v[0]["B"]["shares"]["dp-cp"][2]
+    half, cut_whole = sum(p[0] for p in split.values()), sum(p[1] for p in split.values())
+    kept = sum(p[0] for p in whole.values())
+    tp = cut_whole // half
+    a_dp, b_dp = len(v) // tp, len(v)
+    return [
+        Table(f"Training on layout A: each step's collectives by group ({SAVED_AT} steps, from the trace)",
+              ["group", "calls a step, on each group", "bytes sent a step (all ranks)"], train,
+              notes=["ZeRO-1 sums each weight's gradient over its own data-parallel group: dp-cp pairs the ranks "
+                     "that hold the same dense pieces; expert-dp has one rank per expert on A, so its calls move "
+                     "nothing."]),
+        Table("What each rank of A wrote, and what the same rank of B reads and where it finds it (the run)",
+              ["rank", "dense weights", "experts", "Adam: dense share", "Adam: experts' share",
+               "B's weights: in A's files of ranks", "B's Adam share: in A's files of ranks"], rows,
+              notes=[f"Adam's share: values lo:hi of the flat buffer of a data-parallel group's weights, of its "
+                     f"size. The dense buffers differ: {a_total} on A, {b_total} on B, and two of A's are not one "
+                     f"of B's. On A a rank holds its 1/{tp} of the TP-split matrices ({half} of their {cut_whole} "
+                     f"values) and, whole, what TP does not split, {_words(list(whole))} ({kept} values, a copy on "
+                     f"each TP rank): {half} + {kept} = {half + kept}. On B (no TP) a rank holds every dense weight "
+                     f"whole: {cut_whole} + {kept} = {cut_whole + kept}. So A's {tp} TP ranks together keep "
+                     f"{tp} x {a_total} = {tp * a_total} = {b_total} + {(tp - 1) * kept}: the replicated {kept} "
+                     f"once more. ZeRO-1 then splits each buffer over the dense DP group: {a_total} / {a_dp} = "
+                     f"{a_total // a_dp} on A, {b_total} / {b_dp} = {b_total // b_dp} on B.",
+                     "A's files: the ranks of A whose file holds some of the values this rank of B keeps, chunk "
+                     "against chunk, element by element. B's reader puts each whole tensor together from every "
+                     "file with a chunk of it, then cuts its own piece."]),
+    ]
+
+
 NARRATIVE = {
     "train on layout A": """
         Four GPUs, two ways of cutting the same model. The dense part (attention, norms, the router, layer
@@ -354,6 +480,10 @@ NARRATIVE = {
 
 LESSON = Lesson(
     fold_alike=True,
+    # the training's first calls (SP's all-gather and reduce-scatter), the rest counted: its table says each
+    # step's calls by group, and the save and the resume show their one step each
+    events_shown=2,
+    tables=tables,
     no_picture='its run is files on disk and their shards, which its lines list one by one',
     name="checkpoint",
     section="Beyond the post: saving on one layout, resuming on another",

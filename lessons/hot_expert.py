@@ -194,7 +194,8 @@ def _why_balanced_sends_more(rows: dict) -> str:
             "policy's draws); sent: every GPU's bytes in the layer's four all-to-alls (the trace). Why balanced "
             f"routing is slower than uniform though nobody waits: it spaces a token's {K} picks {E // K} experts "
             "apart, so they land on every GPU of the EP group, where uniform's random picks often share a GPU; "
-            + "; ".join(said) + "."
+            + "; ".join(said) + ". 'Balanced' is this round-robin spreading, not load balancing in general: "
+            f"{EVENED}, next, evens the load without it."
             )
 
 
@@ -212,7 +213,8 @@ def _evened(s: dict) -> str:
             f"{hot:+.2f} for expert 0, {rest:+.2f} for the others on average. The busiest GPU gets "
             f"{busiest} (skewed: {was}); at EP 8 expert 0 gets {ev[(EVENED, 8)]['expert 0']:.2f}x the mean "
             f"expert's pairs (skewed: {ev[('skewed:0.5', 8)]['expert 0']:.2f}x). Each token still takes its own "
-            f"best experts, so it visits {visits} GPUs at EP 4 and 8, as uniform's do, not balanced's all.")
+            f"best experts, so it visits {visits} GPUs at EP 4 and 8, as uniform's do, not balanced's all: the "
+            "load is even without spreading any token's picks.")
 
 
 def checks(result, s) -> list[Check]:
@@ -299,10 +301,13 @@ NARRATIVE = {
         pairs than the others, and the all-to-all that brings the outputs back cannot finish before it does.
         {_holders(ep)} At EP {ep} that GPU holds {E // ep} experts, so the hot one is
         {'a larger' if ep == 8 else 'a'} share of its work.""" for ep in EPS},
-    **{phase("balanced", ep): """
-        Every token's picks spread evenly over the experts, the ideal a balancing method aims at: every GPU
-        gets the same pairs, and nobody waits. (DeepSeek-V3 gets near it another way, a bias per expert:
-        the EP 8 phase says how.)""" for ep in EPS},
+    **{phase("balanced", ep): f"""
+        Every token's picks spread round-robin over the experts, {E // K} apart: that spreading is all that
+        'balanced' names here. Every GPU gets the same pairs and nobody waits, but a token's picks land on
+        every GPU of its EP group, so it is sent to each of them. Evening the load does not need that:
+        DeepSeek-V3's bias per expert ({EVENED} in the table's notes) evens it while each token keeps its own
+        best experts, and so reaches no more GPUs than under uniform routing. The EP {EPS[-1]} phase shows
+        what the spreading costs.""" for ep in EPS},
     phase("balanced", EPS[-1]): f"""
         Balanced again, now over {EPS[-1]} GPUs of {E // EPS[-1]} experts each. A token's {K} picks lie
         {E // K} experts apart, one on every GPU, so every token travels to all {EPS[-1]}: nobody waits, yet
@@ -316,9 +321,12 @@ LESSON = Lesson(
     name="hot-expert", title="Step time follows the busiest GPU: one hot expert at EP 4 and EP 8, on the clock",
     section="Expert parallelism: step time follows the busiest GPU (on the clock)",
     order=180,
-    picture=Picture(plot_hot_expert, "each GPU's expert compute by routing and EP size, the busiest marked"),
+    picture=Picture(plot_hot_expert, "each GPU's expert compute by routing and EP size, the busiest marked, "
+                    "and the layer's time on the clock"),
     world=WORLD, worlds=(WORLD,), program=program, narrative=NARRATIVE, checks=checks, tables=tables, study=study,
     backend="symbolic",
+    # each phase's dispatch on its first EP group, the layer's other all-to-alls counted (the table has the bytes)
+    events_shown=1,
     summary="An MoE layer at real size under uniform, skewed and balanced routing at EP 4 and 8: the busiest "
             "GPU sets the layer's time, and a hot expert costs more as EP grows",
 )

@@ -47,6 +47,8 @@ def checks(result) -> list[Check]:
         check("ZB-H1 holds p on every GPU (1F1B's worst case)", held["ZB-H1"], [p] * p),
         check("DualPipeV holds 2p+1 half-depth chunks on every GPU: p + 1/2 micro-batches' worth",
               held["DualPipeV"], [p + Fraction(1, 2)] * p),
+        check("point-to-point sends: 2m per stage boundary between two GPUs (p - 1; DualPipeV's V 2(p - 1))",
+              _sends(result), {t: 2 * m * (v or 1) * (p - 1) for t, _, v, _ in RUNS}),
         check("the same work on every GPU in each schedule", {t: [x["makespan"] - x["idle"] for x in xs]
                                                              for t, xs in runs.items()},
               {t: [m * (F + B)] * p for t in runs}),
@@ -65,6 +67,7 @@ def tables(result) -> list[Table]:
     """The three schedules side by side, every cell from the runs: makespan, idle, bubble, what a GPU holds,
     and the model each ran (DualPipeV's is twice as deep, hence its own loss)."""
     vals, p, m = result.values, result.world, knob(result, "m", M)
+    sends = _sends(result)
     rows = []
     for title, _, v, _ in RUNS:
         xs = [x[title] for x in vals]
@@ -72,14 +75,34 @@ def tables(result) -> list[Table]:
         idle = sorted({x["idle"] for x in xs})
         rows.append((title, [xs[0]["makespan"], idle[0] if len(idle) == 1 else f"{idle[0]}-{idle[-1]}",
                              xs[0]["bubble"], _number(max(Fraction(x["peak"], v or 1) for x in xs)), p * (v or 1),
-                             round(last["loss"], 4)]))
+                             sends[title], round(last["loss"], 4)]))
+    cross = {t: _crossings(p, v) for t, _, v, _ in RUNS}
     return [Table(f"{p} GPUs, {m} micro-batches (time in half-stage units: a whole stage's F = 2, I = W = 2)",
                   ["schedule", "makespan", "idle per GPU", "bubble", "held (micro-batches)", "stages (layers)",
-                   "loss"], rows,
+                   "transfers", "loss"], rows,
                   notes=["bubble: idle over makespan; held: the most activations a GPU keeps at once, in whole "
                          "micro-batches (DualPipeV's chunks are half one); stages: one layer each. DualPipeV runs "
                          f"{2 * p} half-depth stages, a model twice as deep as the {p} stages 1F1B and ZB-H1 run, so "
-                         "its loss is that model's; each loss equals its own unsplit model's (the checks)."])]
+                         "its loss is that model's; each loss equals its own unsplit model's (the checks).",
+                         "transfers: the point-to-point sends of each schedule's 'running it' phase, counted in the "
+                         "trace: for each micro-batch an activation forward and a gradient back across every stage "
+                         "boundary between two GPUs; "
+                         + "; ".join(f"{t}: 2 x {m} x {cross[t]} = {sends[t]}" for t in sends)
+                         + f". DualPipeV's {2 * p} stages have {2 * p - 1} boundaries, but its turn stays on GPU {p}, "
+                         f"so {cross['DualPipeV']} cross GPUs: each pair of neighbouring GPUs carries two "
+                         "activations and two gradients a micro-batch, one of each on the way down the V and one "
+                         "on the way back."])]
+
+
+def _crossings(p: int, v: int | None) -> int:
+    """Stage boundaries between two GPUs: v p - 1 boundaries, less the v - 1 turns of a V that stay on one GPU."""
+    return (v or 1) * p - 1 - ((v or 1) - 1)
+
+
+def _sends(result) -> dict[str, int]:
+    """Point-to-point sends of each schedule's 'running it' phase, counted in the trace."""
+    return {title: sum(e.kind == "p2p" and e.phase == f"{title}: running it" for e in result.trace.events)
+            for title, *_ in RUNS}
 
 
 NARRATIVE = {
@@ -121,4 +144,7 @@ LESSON = Lesson(name="pp-zero-bubble", title="Pipeline parallelism: zero-bubble 
                 picture=Picture(plot_zero_bubble, "the three schedules on one clock, each with its makespan and bubble"),
                 world=4, min_world=2, max_world=8, program=program, narrative=NARRATIVE, checks=checks, tables=tables,
                 summary="1F1B vs ZB-H1 vs DualPipeV on 4 GPUs x 8 micro-batches: makespan, bubble, memory",
+                # each 'running it' phase: one transfer as an example, the rest counted (the slot tables and the
+                # comparison table are the lesson; the table counts each schedule's transfers)
+                events_shown=1,
                 keep_values=0, knobs={"pp": Knob(4, world=True), "m": Knob(M, post=NOT_IN_POST)})

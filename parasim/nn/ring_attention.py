@@ -234,7 +234,7 @@ class RingAttention:
             # every key of this chunk after every query (the positions are known: no array is asked)
             if self.causal and self.ends[src][0] > self.ends[self.r][1]:
                 self.work.skipped += 1  # every key of this chunk comes after every query: nothing to do
-                self.ctx.compute(f"{self.name}: skip K/V of rank {src}", 0)
+                self.ctx.compute(f"{self.name}: skip K/V of CP rank {src}", 0)
             else:
                 scores = xp.matmul(q, xp.permute_dims(self._heads(held_k), (0, 1, 3, 2))) * scale
                 if mask is not None:

@@ -366,6 +366,14 @@ def test_hot_expert_draws_each_gpus_compute_the_busiest_marked(capsys, drawn, tm
         red = [i for i, p in enumerate(ax.patches) if to_hex(p.get_facecolor()) == to_hex("tab:red")]
         assert red == [int(row["busiest GPU"][1:])] and round(max(heights), 2) == row["its compute (ms)"]
         assert f"others wait {row['others wait (ms)']:.2f} ms" in ax.get_title()
+        # the layer's time on the clock: a solid line at the table's "layer (ms)", said over it
+        flat = [ln.get_ydata()[0] for ln in ax.lines if ln.get_linestyle() == "-" and len(set(ln.get_ydata())) == 1]
+        assert [round(y, 2) for y in flat] == [row["layer (ms)"]]
+        assert [t.get_text() for t in ax.texts] == [f"layer {row['layer (ms)']:.2f} ms"]
+    # balanced routing's layer stands above uniform's at EP 8, though nobody waits (the picture shows why it is slower)
+    assert rows["balanced routing, EP 8"]["layer (ms)"] > rows["uniform routing, EP 8"]["layer (ms)"]
+    assert "round-robin" in fig._suptitle.get_text()
+    _texts_do_not_overlap(fig)
 
 
 # -- an independent walk through every lesson's picture -------------------------------------------------------------

@@ -206,3 +206,53 @@ async def test_the_app_opens_on_the_lesson():
         assert "train on layout A" in str(app.query_one("#narrative").render())
         await pilot.press("end")
         assert "layout B" in str(app.query_one("#narrative").render())
+
+
+def test_the_walkthrough_counts_the_training_and_tables_what_a_wrote_and_b_reads(lesson):
+    """Walk 25 (#35): 330 lines of training on A came before the save. The training now shows its first calls
+    and counts the rest, a table gives each step's calls by group, and another each rank's part on A and on B.
+    Worked out here from the layouts: A is TP2 (the fastest axis) x DP2, so ranks 0 and 1 (DP rank 0) write
+    the dense pieces and rank r holds expert r + 1 (EP4); B is DP4 with experts 1-2 on ranks 0 and 2, 3-4 on
+    1 and 3 (EP2). The dense Adam buffers: on A a rank's is half of every attention and MLP matrix plus the
+    norms and the router whole (a copy on each TP rank); on B every dense weight whole."""
+    import re
+    text = cli("lesson", "checkpoint", "--plain", "--width", "100").stdout
+    assert len(text.splitlines()) < 170
+    train = text.split("== train on layout A ==")[1].split("\n== ")[0]
+    assert len(re.findall(r"^step +\d+", train, re.M)) == 2 and "more events in this phase" in train
+    lr = run_lesson(get_lesson("checkpoint"))
+    calls, parts = lr.tables
+    by_group = {label.split(" ")[0]: (label, cells) for label, cells in calls.rows}
+    assert by_group["dp-cp"][0] == "dp-cp [0, 2] [1, 3]" and by_group["expert-dp"][1][1] == 0
+    rows = dict(parts.rows)
+    cols = {c: i - 1 for i, c in enumerate(parts.columns)}
+    experts_b = {0: "1, 2", 1: "3, 4", 2: "1, 2", 3: "3, 4"}
+    for r in range(4):
+        wrote, reads = rows[f"rank {r}: A wrote"], rows[f"rank {r}: B reads"]
+        assert wrote[cols["dense weights"]] == ("its TP piece" if r < 2 else "none (its DP peer's)")
+        assert wrote[cols["experts"]] == str(r + 1) and reads[cols["experts"]] == experts_b[r]
+        files = reads[cols["B's weights: in A's files of ranks"]]
+        assert files == ("0, 1" if r in (0, 2) else "0, 1, 2, 3")
+    # B's rank 2 keeps expert 2's Adam state (the second half of experts 1-2's buffer), written by A's rank 1
+    adam = cols["B's Adam share: in A's files of ranks"]
+    assert rows["rank 2: B reads"][cols["Adam: experts' share"]] == "128:256 of 256, expert 2"
+    assert "1" in rows["rank 2: B reads"][adam].split(", ")
+    # B's dense buffer runs layer 1 then layer 2; its first quarter (216 of 864 values: layer 1's norm, QKV and
+    # part of its output projection) lies in the first half of each TP rank's 480 on A, kept by DP rank 0
+    # (ranks 0 and 1), and expert 1's state by A's rank 0; its last quarter (layer 2's) in the second half, kept
+    # by DP rank 1 (ranks 2 and 3), and expert 4's by A's rank 3
+    assert rows["rank 0: B reads"][adam] == "0, 1" and rows["rank 3: B reads"][adam] == "2, 3"
+    # B's rank 1 keeps values 216:432: layer 1's output projection (most of it), second norm, fc1 and fc2's first
+    # 16 values (its first 2 rows), all kept on A by DP rank 0 (ranks 0 and 1) but fc2: TP rank 0 holds rows 0-7
+    # and of those DP rank 0 keeps the first 16 values, on rank 0 alone (ranks 2 and 3 keep fc2 values B's rank 1
+    # does not); expert 3's state is A's rank 2's
+    assert rows["rank 1: B reads"][adam] == "0, 1, 2"
+    # the dense sizes, from the model's own weights (one device): TP splits attention and MLP matrices
+    sizes = parasim.run(lambda ctx: {k: int(np.size(w)) for k, w in lesson.build(ctx, ParallelContext(ctx)).params().items()
+                                     if ".moe.expert" not in k}, 1).values[0]
+    split = sum(n for k, n in sizes.items() if ".attn." in k or ".mlp." in k)
+    kept = sum(sizes.values()) - split
+    a, b = split // 2 + kept, split + kept
+    note = " ".join(" ".join(parts.notes).split())
+    assert (a, b) == (480, 864) and f"{split // 2} + {kept} = {a}" in note and f"{split} + {kept} = {b}" in note
+    assert f"2 x {a} = {2 * a} = {b} + {kept}" in note

@@ -100,3 +100,21 @@ def test_online_softmax_says_its_float32_tolerance_in_plain_words():
     assert "the sum's 1 addition, two in the exp, one in the divide, and one to spare" in c.name
     text = " ".join(walkthrough(lr).split())
     assert "gamma(" not in text and "u = 2^-24" not in text and "rtol" not in text
+
+
+def test_cp_causal_walkthrough_shows_a_ring_step_and_counts_the_rest():
+    """Walk 25 (#13): the 48 transfers were listed one by one (262 lines). Each split now shows its first ring
+    steps (the skip of a future chunk among them, said as 'CP rank' like the attend lines) and counts the rest:
+    at CP 4 a split passes K and V 3 times on each of 4 ranks, 24 transfers, of which the two shown steps'
+    (K and V, folded over the 4 ranks) are 8. The table's last note points to the custom-mask limit."""
+    import re
+    from conftest import cli
+    text = cli("lesson", "cp-causal", "--plain", "--width", "100").stdout
+    assert len(text.splitlines()) < 130
+    assert "skip K/V of CP rank 3" in text and "K/V of rank" not in text
+    flat = re.sub(r"\n {4,}(?=\S)", " ", text)
+    cont = flat.split("== contiguous split ==")[1].split("== zigzag split ==")[0]
+    assert len(re.findall(r"^step +\d+  p2p", cont, re.M)) == 2  # K and V of one step, the others folded
+    assert f"more events in this phase ({4 * 3 * 2 - 2 * 4} p2p" in cont
+    tables = flat.split("== tables")[1]
+    assert "`parasim cheatsheet`" in tables and f"{14 / 8:.2f}x faster" in tables

@@ -90,8 +90,10 @@ def test_balanced_is_slower_than_uniform_and_the_note_says_why(ran):
 def test_the_ep8_balanced_narrative_says_every_token_travels_to_every_gpu(ran):
     text = " ".join(ran.lesson.narrative["balanced routing, EP 8"].split())
     assert "so every token travels to all 8" in text and "DeepSeek-V3" in text
-    # EP 4's stays as it was (the app's snapshot of that phase shows it)
-    assert ran.lesson.narrative["balanced routing, EP 4"].split()[:4] == ["Every", "token's", "picks", "spread"]
+    # EP 4's says what 'balanced' names (round-robin picks) and that biased:0.5 evens the load without it
+    ep4 = " ".join(ran.lesson.narrative["balanced routing, EP 4"].split())
+    assert ep4.startswith(f"Every token's picks spread round-robin over the experts, {E // K} apart")
+    assert "biased:0.5" in ep4 and "the ideal a balancing method aims at" not in ep4
 
 
 def test_biased_routing_evens_the_hot_experts_load(ran):
@@ -115,3 +117,22 @@ def test_biased_routing_evens_the_hot_experts_load(ran):
         f"{said[('skewed:0.5', 8)]:.2f}x)"
     ) in note
     assert all(c.ok for c in ran.checks)
+
+
+def test_the_walkthrough_shows_one_all_to_all_a_phase_and_counts_the_rest(ran):
+    """Walk 25 (#24): about 400 of 460 lines were per-rank bytes of 24 all-to-alls. Each phase now shows its
+    dispatch on the first EP group and counts the rest: the layer makes 4 all-to-alls (dispatch and combine,
+    forward and backward) on each of the 8 / EP groups, so 7 more at EP 4 and 3 at EP 8."""
+    import re
+    from parasim.render.walkthrough import walkthrough
+    text = walkthrough(ran, 100)
+    assert len(text.splitlines()) < 220
+    for ep in EPS:
+        for routing in ("uniform", "skewed:0.5", "balanced"):
+            block = text.split(f"== {routing} routing, EP {ep} ==")[1].split("\n== ")[0]
+            steps = re.findall(r"^step +\d+  all_to_all  on ep\[(\d+)-\d+\].*dispatch", block, re.M)
+            assert steps == ["0"], (routing, ep)
+            more = 4 * (WORLD // ep) - 1
+            assert f"... and {more} more events in this phase ({more} all_to_all)" in block
+    note = " ".join(next(n for n in ran.tables[0].notes if n.startswith("GPUs a token visits")).split())
+    assert "'Balanced' is this round-robin spreading" in note

@@ -43,7 +43,7 @@ def test_moe16_syncs_gradients_after_the_last_backward_and_says_cp_rank():
     for block in text.split("\n== ")[1:]:
         body = [line for line in block.splitlines()[1:] if line.strip()]
         assert body, block.splitlines()[0]
-    assert "attend to K/V of CP rank" in text and "attend to K/V of rank" not in text
+    assert "attend to K/V of CP rank" in text and "K/V of rank" not in text
     assert re.search(r"^step +\d+  compute on rank \d+: .* \(\d[\d,]* FLOPs\)", text, re.M)
     assert not re.search(r"^step .*FLOPs.* on world\[", text, re.M)  # compute is no collective over the world
 
@@ -124,10 +124,14 @@ def test_calls_alike_on_other_groups_are_said_once_and_none_is_lost(name):
     more = sum(int(n) for n in re.findall(r"^    \.\.\. and the same call on (\d+) more", text, re.M))
     more += sum(int(n) for n in re.findall(r"^    \.\.\. and (\d+) more transfers? like it", text, re.M))
     more += sum(len(r.split(", ")) for r in re.findall(r"^    \.\.\. and the same work on ranks? ([\d, ]+)", text, re.M))
+    # a lesson that shows a phase's first events (checkpoint's training) counts the rest in one line
+    more += sum(int(n) for n in re.findall(r"^    \.\.\. and (\d+) more events in this phase", text, re.M))
     assert heads + more == len(lr.result.trace.events)
     assert heads < len(lr.result.trace.events)  # something was folded
     if name == "moe16":
-        assert len(text.splitlines()) < 1400  # it was 2,866 lines (heads too long for 100 columns take two)
+        # it was 2,866 lines (heads too long for 100 columns take two); its tables at the end (step 5's groups,
+        # bytes by link) take some 50 of these
+        assert len(text.splitlines()) < 1450
         assert "... and the same call on 3 more tp groups: [2, 3], [4, 5], [6, 7]" in text
 
 

@@ -88,7 +88,7 @@ def test_a_layer_names_its_ring():
     rings = {e.label.split(": ")[0] for e in res.trace.events if e.kind == "p2p"}
     assert rings == {"L0.attn.ring backward", "L0.attn.ring"}
     skips = [e.op for e in res.trace.events if e.kind == "compute" and ": skip " in e.op]
-    assert skips == ["L0.attn.ring: skip K/V of rank 1"]
+    assert skips == ["L0.attn.ring: skip K/V of CP rank 1"]
 
 
 def test_a_ring_without_a_group_is_one_ranks_whole_sequence():

@@ -76,7 +76,7 @@ def test_work_bars_follow_ring_attention():
     flops = [f for _, f, _ in view.work(last_contiguous)]
     assert flops == sorted(flops) and flops[0] < flops[-1]  # the contiguous split's imbalance
     names = [name for _, _, name in view.work(last_contiguous)]
-    assert all(n.startswith("ring: attend to K/V of CP rank") or n.startswith("ring: skip") for n in names)
+    assert all(n.startswith("ring: attend to K/V of CP rank") or n.startswith("ring: skip K/V of CP rank") for n in names)
 
 
 def test_pipeline_slot_window(mlp):
