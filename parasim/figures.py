@@ -6,9 +6,9 @@ Every figure is read from the run; nothing here is a formula for one."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
-from .lesson import Lesson, LessonRun, Table, KNOB_KINDS, run_lesson
+from .lesson import Lesson, LessonRun, Table, KNOB_KINDS, run_lesson, sent_in_phase
 from .comm.trace import Trace
 from .layout.axes import AXES, SIZED
 
@@ -55,18 +55,6 @@ def trace_figures(trace: Trace) -> dict[str, Any]:
     if any(mk.kind == "held" for mk in trace.marks):
         out["most bytes one GPU held"] = max(trace.peak(r)["bytes"] for r in range(trace.world))
     return out
-
-
-def sent_in_phase(result: Any, phase: str | None, keep: Callable[[Any], bool] | None = None, rank: int = 0) -> int:
-    """Bytes `rank` sent in `phase` (None: in every phase), as the trace recorded them, on the events
-    `keep(event)` picks (None: all of them). The one place lessons and tables add up what a rank sent."""
-    return sum(
-        m.sent
-        for e in result.trace.events
-        if (phase is None or e.phase == phase) and (keep is None or keep(e))
-        for m in e.members
-        if m.rank == rank
-    )
 
 
 def sp_traffic_table(result: Any, alone: str, with_sp: str, names: tuple[str, str] = ("TP alone", "TP + SP")) -> Table:

@@ -419,6 +419,18 @@ def run_lesson(
     return LessonRun(lesson, result, checks, tables)
 
 
+def sent_in_phase(result: Any, phase: str | None, keep: Callable[[Any], bool] | None = None, rank: int = 0) -> int:
+    """Bytes `rank` sent in `phase` (None: in every phase), as the trace recorded them, on the events
+    `keep(event)` picks (None: all of them). The one place lessons and tables add up what a rank sent."""
+    return sum(
+        m.sent
+        for e in result.trace.events
+        if (phase is None or e.phase == phase) and (keep is None or keep(e))
+        for m in e.members
+        if m.rank == rank
+    )
+
+
 def lessons_dir() -> Path:
     """parasim/lessons inside an installed wheel, else lessons/ beside the package in a checkout."""
     here = Path(__file__).resolve().parent

@@ -15,13 +15,12 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any, Callable
 
-from ..figures import sent_in_phase
-from ..lesson import LessonRun, Table, get_lesson, run_lesson
+from ..lesson import LessonRun, Table, get_lesson, run_lesson, sent_in_phase
 
 LessonRuns = dict[str, LessonRun]
 # splits, communication, main limit; the figures behind them; notes on a column's cell ({column: note})
 Cells = tuple[str, str, str, dict[str, Any], dict[str, str]]
-COLUMNS = ("splits", "communication", "limit")  # a row's cells, in the table's order
+CELL_COLUMNS = ("splits", "communication", "limit")  # a row's cells, in the table's order
 
 
 def ops(lr: LessonRun, phase: str) -> Counter:
@@ -236,7 +235,7 @@ class Row:
 
 
 def footnoted(rows: list[Row], columns: tuple[str, ...]) -> tuple[list[list[str]], list[str]]:
-    """The rows' cells in `columns` (of COLUMNS), a cell with a note marked [n], and the notes, numbered in
+    """The rows' cells in `columns` (of CELL_COLUMNS), a cell with a note marked [n], and the notes, numbered in
     the order the marks are read (row by row, left to right): a table shows only the notes of its columns."""
     cells, notes = [], []
     for r in rows:
@@ -256,7 +255,7 @@ class CheatSheet:
     rows: list[Row]
 
     def table(self) -> Table:
-        cells, notes = footnoted(self.rows, COLUMNS)
+        cells, notes = footnoted(self.rows, CELL_COLUMNS)
         return Table(
             "The cheat sheet, every cell from a run (the lessons at the right, each at its own sizes)",
             ["method", "splits", "communication", "main limit", "from"],

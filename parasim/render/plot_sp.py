@@ -20,7 +20,7 @@ KEPT_COLOUR = "#e4f2e4"  # the input slice a block kept from forward, gathered a
 
 
 @dataclass(frozen=True)
-class Hop:
+class SpCollective:
     """One of the run's sequence collectives on rank 0: the op, its label, the block it serves ("attn" or
     "mlp") and the module ("qkv", "out", "fc1", "fc2"), the tensor in and out, the bytes sent, and whether it
     is backward's second gather of a kept input slice."""
@@ -41,8 +41,8 @@ class SpFlow:
     0's weight slices by module, and backward's all-reduces of the weights every rank holds whole."""
 
     t: int
-    forward: list[Hop]
-    backward: list[Hop]
+    forward: list[SpCollective]
+    backward: list[SpCollective]
     shards: dict[str, tuple[int, ...]]
     sums: int
     sum_bytes: int
@@ -57,8 +57,8 @@ def sp_flow(lr: Any, phase: str = PHASE) -> SpFlow:
     """The flow of `phase` in an sp lesson run, read from its trace (rank 0's part in each all-gather and
     reduce-scatter, and the all-reduces) and from the weight slices rank 0 returned."""
     trace = lr.result.trace
-    forward: list[Hop] = []
-    backward: list[Hop] = []
+    forward: list[SpCollective] = []
+    backward: list[SpCollective] = []
     sums = sum_bytes = 0
     for e in trace.events:
         if e.phase != phase or e.kind != "collective":
@@ -71,7 +71,7 @@ def sp_flow(lr: Any, phase: str = PHASE) -> SpFlow:
             continue
         label = e.label or ""
         parts = label.split(":")[0].split()[0].split(".")  # "layer.mlp.fc1 backward: ..." -> layer, mlp, fc1
-        hop = Hop(
+        hop = SpCollective(
             e.op,
             label,
             parts[1] if len(parts) > 1 else "",
@@ -98,10 +98,10 @@ def _shape(s: tuple[int, ...]) -> str:
 NORM = {"attn": "LayerNorm 1", "mlp": "LayerNorm 2"}
 
 
-def forward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
+def forward_boxes(flow: SpFlow) -> list[tuple[str, str, SpCollective | None]]:
     """Forward as (kind, text, the hop that follows or None): "seq" boxes on the rank's slice of the
     sequence, "tp" boxes inside a block's products, each collective between them."""
-    out: list[tuple[str, str, Hop | None]] = []
+    out: list[tuple[str, str, SpCollective | None]] = []
     blocks = [h.block for h in flow.forward if h.op == "all_gather"]
     for i, block in enumerate(blocks):
         gather = next(h for h in flow.forward if h.block == block and h.op == "all_gather")
@@ -127,10 +127,10 @@ def forward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
     return out
 
 
-def backward_boxes(flow: SpFlow) -> list[tuple[str, str, Hop | None]]:
+def backward_boxes(flow: SpFlow) -> list[tuple[str, str, SpCollective | None]]:
     """Backward in run order (the MLP's first), as forward_boxes; a block's second gather of its kept input
     is drawn beside its "tp" box (kept_box, a dashed arrow from it)."""
-    out: list[tuple[str, str, Hop | None]] = []
+    out: list[tuple[str, str, SpCollective | None]] = []
     blocks = list(dict.fromkeys(h.block for h in flow.backward))
     for i, block in enumerate(blocks):
         hops = [h for h in flow.backward if h.block == block]
@@ -163,14 +163,14 @@ IN_PLACE_OF = {
 }
 
 
-def hop_text(h: Hop, direction: str) -> str:
+def hop_text(h: SpCollective, direction: str) -> str:
     """An arrow's words: the op and what TP alone runs in its place (the post's f or g), then the shapes and
     the bytes rank 0 sent."""
     name = h.op.replace("_", "-")
     return f"{name}, {IN_PLACE_OF[(direction, h.op)]}\n{_shape(h.src)} -> {_shape(h.dst)}, {h.sent:,} B sent"
 
 
-def kept_text(h: Hop, direction: str) -> str:
+def kept_text(h: SpCollective, direction: str) -> str:
     """The words in the box beside a block: in forward the input slice it keeps for backward (the slice the
     all-gather `h` sends), in backward that slice gathered again (`h` is the second gather)."""
     norm = {"attn": "LayerNorm 1's", "mlp": "LayerNorm 2's"}.get(h.block, "its")
