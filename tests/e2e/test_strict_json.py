@@ -11,7 +11,7 @@ import pytest
 from parasim.lesson import load_lessons
 from tests.conftest import cli
 
-SLOW_LESSONS = {"moe16-variants", "at-scale", "node-limited"}  # several seconds each
+SLOW_LESSONS = {"moe16-variants", "at-scale", "node-limited", "rules-of-thumb"}  # several seconds each (rules-of-thumb: its own test reads its --json)
 
 
 def _refuse(constant: str):

@@ -161,13 +161,14 @@ def test_the_table_reads_across_at_100_columns():
     assert "(columns" not in text.split("== tables")[1]
 
 
+@pytest.mark.timeout(600)  # two runs at real size (about 15 s each idle): room for a busy machine
 def test_plot_and_json(tmp_path):
     png = tmp_path / "r.png"
     out = cli("lesson", "rules-of-thumb", "--plot", str(png), "--plain")
     assert out.returncode == 0, out.stderr
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     out = cli("lesson", "rules-of-thumb", "--json")
-    got = json.loads(out.stdout)
+    got = json.loads(out.stdout, parse_constant=lambda c: pytest.fail(f"not strict JSON: {c}"))  # as strict_json's
     assert [t["title"][:20] for t in got["tables"]] == ["Each rule broken and", "What breaking each r"]
 
 
