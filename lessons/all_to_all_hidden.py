@@ -133,9 +133,9 @@ def tables(result, s) -> list[Table]:
                             "no copy is saved by two picks sharing a GPU, as the post says routing can.",
                             "EP moves tokens to the weights, ZeRO-3 would move weights to the tokens: gathering this "
                             f"layer's experts (all {f['experts'] / 1e6:,.0f} MB of them) is {f['experts'] / f['forward']:.0f} "
-                            "times the all-to-alls' bytes forward.",
-                            "Why " + ratios.why("all-to-all-hidden", mine, "the whole layer's experts",
-                                                        "balanced routing, this run's")]))
+                            "times the all-to-alls' bytes forward; the next table sets that ratio beside "
+                            "ep-split's and at-scale's."]))
+    out.append(ratios.ratio_table("all-to-all-hidden", mine, "the whole layer's experts", "balanced routing, GPU 0's"))
     return out
 
 

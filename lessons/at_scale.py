@@ -174,7 +174,15 @@ def tables(result) -> list[Table]:
                          f"sent {sum(sent.values()) / len(sent) / 1e6:,.0f} MB. why: a token whose picks land on one "
                          f"GPU twice travels there once, with the {E // ep} gates of that GPU's experts beside it "
                          "(MB = 1e6 bytes)."]),
-            _instead_table(result), nine_table(nine_rows())]
+            _instead_table(result), _ratio_table(result), nine_table(nine_rows())]
+
+
+def _ratio_table(result) -> Table:
+    """The ZeRO-3-over-EP ratio of this run (GPU 0's rows a token, out and back) beside the other two lessons'."""
+    f, ep = _instead(result), result.world
+    mine = ep_vs_zero3(ep, f["ep forward"] / (T * (2 * D + E // ep) * 2))
+    return ratios.ratio_table("at-scale", mine, "the experts the others lack",
+                        f"{knob(result, 'routing', POLICY)} routing, GPU 0's")
 
 
 def nine_table(rows: list[dict]) -> Table:
@@ -185,19 +193,21 @@ def nine_table(rows: list[dict]) -> Table:
     out = []
     for r in rows:
         (kept,), (work,), (params,) = r["got"]["kept"], r["got"]["work"], r["got"]["params"]  # every rank alike
-        out.append((r["label"], [r["seq"], gb(kept), gb(r["kept"]), gb(work), gb(r["work"]), m(params),
-                                 m(r["params"]), [kept, work, params] == [r["kept"], r["work"], r["params"]]]))
+        out.append((r["label"], [r["seq"], gb(kept), gb(work), m(params),
+                                 [kept, work, params] == [r["kept"], r["work"], r["params"]]]))
+    apart = [f"{r['label']}: est. {gb(r['kept'])} / {gb(r['work'])} GB, {m(r['params'])} M" for r, (_, row) in
+             zip(rows, out) if not row[-1]]
     return Table("One layer of the 27B model at each of the post's nine layouts, at the longest sequence the "
-                 "estimator finds for it on H200s, per GPU: the run's bytes and weights against the estimator's "
-                 "(GB = 1e9 bytes, M = 1e6 parameters)",
-                 ["layout", "seq (tokens)", "kept run (GB)", "kept est. (GB)", "recomp. run (GB)",
-                  "recomp. est. (GB)", "weights run (M)", "weights est. (M)", "same"], out,
+                 "estimator finds for it on H200s, per GPU: the run's bytes and weights, and whether the "
+                 "estimator gives the same (GB = 1e9 bytes, M = 1e6 parameters)",
+                 ["layout", "seq (tokens)", "kept (GB)", "recomp. (GB)", "weights (M)", "same as est."], out,
                  notes=["kept: the bytes a GPU keeps from forward to backward; recomp.: what it holds while it "
                         "redoes the forward just before backward (what it kept, but with full recomputation, which "
-                        "keeps only the layer's input, the larger); weights: the layer's parameters on one GPU; same: run "
-                        "and estimator agree to the byte and the parameter. seq: the estimator's longest, cut to "
-                        "a length every split of the layout takes. Under CP the engine models no dropout, so no "
-                        "masks are counted on either side."])
+                        "keeps only the layer's input, the larger); weights: the layer's parameters on one GPU; same "
+                        "as est.: the estimator's per-layer figures equal the run's, all three, to the byte and the "
+                        "parameter. seq: the estimator's longest, cut to a length every split of the layout "
+                        "takes. Under CP the engine models no dropout, so no masks are counted on either side."]
+                 + (["where the estimator differs, its figures: " + "; ".join(apart)] if apart else []))
 
 
 def _instead_table(result) -> Table:
@@ -205,7 +215,6 @@ def _instead_table(result) -> Table:
     ZeRO-3's gather of the experts on the same GPUs, for one MoE layer."""
     f, ep = _instead(result), result.world
     gb = lambda n: round(n / 1e9, 3)  # noqa: E731
-    mine = ep_vs_zero3(ep, f["ep forward"] / (T * (2 * D + E // ep) * 2))  # GPU 0's rows a token, out and back
     rows = [("EP: dispatch + combine, forward", [gb(f["ep forward"]), gb(f["post"])]),
             ("EP: the same two, backward", [gb(f["ep backward"]), gb(f["post"])]),
             (f"TP {ep}: two all-reduces of the activations, forward", [gb(f["tp"]), gb(4 * T * D * 2 * (ep - 1) / ep)]),
@@ -218,9 +227,7 @@ def _instead_table(result) -> Table:
                         "2 x T x d x b x 2(t - 1)/t, are the post's comparison. ZeRO-3 is EP's mirror image: it brings the "
                         f"weights to the tokens, {f['zero3'] / f['ep forward']:.0f}x the bytes EP moves bringing the "
                         "tokens to the weights forward (this run's experts have two matrices each; DeepSeek-V3's have "
-                        "three).",
-                        "Why " + ratios.why("at-scale", mine, "a GPU sends the experts the others lack",
-                                                    f"{knob(result, 'routing', POLICY)} routing, this run's")])
+                        "three); the next table sets that ratio beside ep-split's and all-to-all-hidden's."])
 
 
 
@@ -278,6 +285,7 @@ def checks(result) -> list[Check]:
               "dispatch's bytes equal rows away x (d + E / EP) x 2", [m.sent for m in dispatch.members],
               [r * row_bytes for r in rows]),
         fewer_check(dispatch, away, rows, row_bytes),
+        ep_in_the_pair(trace),
         *_instead_checks(result),
     ] + [check(f"27B, {r['label']}, one layer at {r['seq']:,} tokens: bytes kept for backward, while recomputing, "
                "and weights held per GPU, measured against the estimator" + (" (no dropout masks: the engine "
@@ -285,6 +293,16 @@ def checks(result) -> list[Check]:
                                                                              r["label"] else ""), [r["got"]["kept"], r["got"]["work"],
                                                                              r["got"]["params"]],
                [[r["kept"]], [r["work"]], [r["params"]]]) for r in nine_rows()]
+
+
+def ep_in_the_pair(trace) -> Check:
+    """The two TP 2 phases' all-to-alls: their group is a TP pair, which is also the EP group there (EP 2): each
+    dispatch row carries a token's d values and the gates of the E / 2 experts on the GPU it goes to."""
+    calls = [e for e in trace.events if e.op == "all_to_all" and e.phase.startswith("MoE under TP")]
+    got = sorted({(e.group.name, len(e.ranks), t.shape[1]) for e in calls if "dispatch" in e.label
+                  for m in e.members for t in m.ins})
+    return check(f"in the TP {TP} phases the TP pair is the EP group: every dispatch is an all-to-all over a pair, its "
+                 f"rows d values plus the gates of E / {TP} experts", got, [("tp", TP, D + E // TP)])
 
 
 def _instead_checks(result) -> list[Check]:
@@ -318,10 +336,13 @@ def fewer_check(dispatch, away: list[int], rows: list[int], row_bytes: int) -> C
 
 
 NARRATIVE = {
-    "MoE under TP 2, without SP": """
+    "MoE under TP 2, without SP": f"""
         DeepSeek-V3's MoE layer at its real size: its hidden size, its experts and its picks per token. A TP
         pair holds one batch of tokens. Without SP the all-reduce at attention's end leaves every token on both
-        GPUs, each GPU routes all of them, and the experts work on every (token, expert) pair twice.""",
+        GPUs, each GPU routes all of them, and the experts work on every (token, expert) pair twice. In this
+        phase and the next the pair is also the layer's EP group: its {E} experts are split EP {TP} over the
+        same two GPUs, {E // TP} on each, so the dispatch and combine are all-to-alls within the pair, and
+        the trace names them by the pair's group (tp[0, 1], ...).""",
     "MoE under TP 2, with SP": """
         With SP each GPU of the pair holds its own half of the tokens and routes only those: half the pairs,
         the same answer. The run counts the rows each expert multiplies; no array holds a value.""",

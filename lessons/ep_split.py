@@ -107,6 +107,7 @@ def program(ctx):
         "received": int(xs.shape[0]),
         "pairs": pairs,
         "grads": {k: _probe(ctx, k, g) for k, g in moe.grads.items()},
+        "expert_params": sum(int(np.prod(a.shape)) for e in moe.experts for a in e.values()),
     }
 
 
@@ -250,14 +251,66 @@ def tables(result) -> list[Table]:
             notes=[
                 f"EP moves {EP * T} tokens to the weights; ZeRO-3 would move the weights to the tokens: "
                 f"{z / fwd:.0f}x the bytes forward here, and the gap grows with the width of an expert "
-                "(at-scale and all-to-all-hidden count it at DeepSeek-V3's real size).",
-                "Why "
-                + ratios.why(
-                    "ep-split", mine, "a GPU sends the experts the others lack", "its router's picks, this run's"
-                ),
+                "(at-scale and all-to-all-hidden count it at DeepSeek-V3's real size; the table below sets the "
+                "three ratios side by side)."
             ],
         ),
+        formula_table(result),
+        ratios.ratio_table("ep-split", mine, "the experts the others lack", "its router's picks, this run's"),
     ]
+
+
+def tp_bytes(t: int = EP) -> int:
+    """Bytes one GPU sends for TP's two forward all-reduces (attention's and the MLP's) of this lesson's T x h
+    activations over t GPUs, from a run of just those two (the post's comparison; this lesson runs no TP)."""
+
+    def two(ctx):
+        x = ctx.shared_rng("activations").normal((T, H))
+        for _ in range(2):
+            ctx.comm.all_reduce(x)
+
+    return sum(m.sent for e in run(two, t).trace.events if e.kind == "collective" for m in e.members if m.rank == 0)
+
+
+def formula_table(result) -> Table:
+    """The post's formulas of 'the numbers' at this lesson's size, beside the run's: expert weights a GPU holds;
+    the all-to-alls' bytes forward against TP's all-reduces; and why the run's all-to-all differs (rows merge,
+    gates ride along)."""
+    v, world = result.values, result.world
+    per, p_e = v[0]["per"], 2 * H * F
+    fwd = [_sent(result, "dispatch")[r] + _sent(result, "combine")[r] for r in range(world)]
+    mean = sum(fwd) / world
+    rows_out = sum(_sent(result, "combine").values()) // (H * B)  # rows that crossed (each comes back as h values)
+    gate_bytes = rows_out * per * B
+    dispatch = sum(_sent(result, "dispatch").values())
+    r = rows_out / (world * T)
+    held = sorted({x["expert_params"] for x in v})
+    rows = [
+        ("expert weights a GPU holds (values)", ["E x P_e/(EP x ETP x PP)", E * p_e // (EP * 1 * 1),
+                                                 held[0] if len(held) == 1 else held]),
+        ("all-to-alls forward (bytes, a GPU, mean)", ["2 x T x K x d x b x (EP-1)/EP",
+                                                                   round(2 * T * K * H * B * (EP - 1) / EP), mean]),
+        (f"TP all-reduces instead, t = {EP} (bytes)", ["2 x T x d x b x 2(t-1)/t",
+                                                                 round(2 * T * H * B * 2 * (EP - 1) / EP), tp_bytes()]),
+    ]
+    return Table(
+        f"The post's EP numbers at this lesson's size: E = {E}, P_e = 2 x d x f = {p_e}, EP = {EP}, ETP = PP = 1, "
+        f"T = {T} tokens a GPU, K = {K}, d = {H}, b = {B} (float64)",
+        ["figure", "the post's formula", "at this size", "the run"],
+        rows,
+        notes=[
+            f"post / run / why: the post counts K = {K} copies a token, (EP - 1)/EP of them leaving, d values "
+            f"each way; the run sends a token once to each other GPU holding one of its picks, r = {r:.2f} rows "
+            f"a token, and each row out carries {per} gates beside its {H} values: T x r x (2d + E/EP) x b = "
+            f"{T * r * (2 * H + per) * B:,.0f} bytes. The TP row is two all-reduces run apart (this lesson "
+            "runs no TP).",
+            f"The gates are parasim's packing, not EP's: a row carries a gate for each of the receiving GPU's "
+            f"{per} experts (zero where not picked), {gate_bytes:,} of the {sum(fwd):,} bytes forward "
+            f"({gate_bytes / sum(fwd):.0%}; {gate_bytes / dispatch:.0%} of the dispatch). A real dispatcher "
+            f"sends a token's K = {K} gates (and the numbers of its experts): {K} gates a row would make this "
+            f"dispatch {rows_out * (H + K) * B:,} bytes, not {dispatch:,}.",
+        ],
+    )
 
 
 def checks(result) -> list[Check]:
@@ -341,6 +394,17 @@ def checks(result) -> list[Check]:
             sum(_sent(result, "dispatch").values()) + sum(_sent(result, "combine").values()),
         ),
         check(
+            "expert weights each GPU holds, the post's E x P_e / (EP x ETP x PP) with P_e = 2 x d x f, ETP = PP = 1",
+            [x["expert_params"] for x in v],
+            [E * 2 * H * F // world] * world,
+        ),
+        check(
+            "TP's two forward all-reduces of the same T x d tokens over 8 GPUs (run apart): the post's "
+            "2 x T x d x b x 2(t - 1)/t",
+            tp_bytes(),
+            2 * T * H * B * 2 * (world - 1) // world,
+        ),
+        check(
             "ZeRO-3's gather of the experts moves more than ten times what EP's forward all-to-alls move",
             zero3_bytes(per, world) > 10 * (sum(crossing) * (2 * H + per) * B),
             True,
@@ -357,8 +421,9 @@ NARRATIVE = {
         turns them into gates with a softmax. Routing is local: no GPU talks to another yet.""",
     "dispatch": f"""
         The first all-to-all. For every GPU, a GPU packs one row per token that picked any expert living
-        there: the token's {H} values and the gates of that GPU's experts. A token whose picks sit two to a
-        GPU still travels there only once. The followed token, t2 of g1, picked eight experts that live in
+        there: the token's {H} values and the gates of all {E // EP} of that GPU's experts, zero where not
+        picked (parasim's packing: a real dispatcher sends only the token's {K} gates, and the tables count
+        what that would save). A token whose picks sit two to a GPU still travels there only once. The followed token, t2 of g1, picked eight experts that live in
         pairs on four GPUs, none of them its own, so four rows leave g1 for it.""",
     "compute": """
         No traffic: each GPU runs each of its experts on the rows that picked it, batched, and weights every

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from fractions import Fraction
+from math import prod
 
 import numpy as np
 
 from parasim.engine import run
 from parasim.examples.quiz import Question
 from parasim.lesson import Check, Knob, Lesson, Picture, Table, check, knob
-from parasim.render.plot_moves import layout_command, plot_dispatch
+from parasim.render.plot_moves import layout_command, plot_dispatch, token_routes
 from parasim.examples.moe16 import LAYOUT, MOE16, REPLICAS, SEQUENCES, SHAPE, make_program, program_on
 from parasim.examples.moe16_exact import agree, fingerprint
 from parasim.examples.moe16_path import token_figures
@@ -182,6 +183,102 @@ AXES = (("DP + ZeRO-1", "dp-cp", "the batch; Adam's state over the copies"), ("P
         ("ETP", "expert-tp", "each expert's matrices"), ("EDP", "expert-dp", "copies of the experts"))
 
 
+# -- step 5: whose gradients are summed with whose, and what crosses nodes ------------------------------------
+SYNC = "gradient sync"  # the step's phase where the gradients are summed (examples/moe16.py's Phases)
+# The post's step-5 table (its claim, set beside the groups the run summed over): weights of stage 1 -> the
+# group the post sums their gradients over, in its words, and that group's GPUs
+POST_SUMS = {"attention heads 1-2": ("DP x CP", (0, 2, 4, 6)), "attention heads 3-4": ("DP x CP", (1, 3, 5, 7)),
+             "experts E1 E2": ("EDP", (0, 4)), "experts E3 E4": ("EDP", (1, 5)),
+             "norms and router": ("TP x CP x DP", tuple(range(8)))}
+
+
+def post_group(weights: str) -> str:
+    """The post's group for a weight of its step-5 table, as it writes it ('DP x CP {g0,g2,g4,g6}'); '-' where
+    the post's table has no row for it."""
+    if weights not in POST_SUMS:
+        return "-"
+    words, ranks = POST_SUMS[weights]
+    return f"{words} {{{_gpus(ranks)}}}"
+_OP = {"all_reduce": "all-reduce", "reduce_scatter": "reduce-scatter"}
+
+
+def _gpus(ranks) -> str:
+    """g0,g2,g4,g6; g0-g7 for three or more consecutive GPUs."""
+    ranks = sorted(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"g{ranks[0]}-g{ranks[-1]}"
+    return ",".join(f"g{r}" for r in ranks)
+
+
+def gradient_sums(result, stage: int = 0) -> list[dict]:
+    """Step 5 as the run did it, for one pipeline stage: each kind of weight the stage's GPUs hold (attention by
+    TP rank, experts by EP rank, the norms and router every GPU holds whole), the GPUs holding a copy, and the
+    collectives of the gradient sync phase that sum its gradients (dense weights: those over dp-cp, the norms and
+    router first over their TP pair; experts: those over expert-dp) with every GPU whose gradient reaches the sum:
+    the union of those collectives' groups that hold a copy. Each collective's numbers in per GPU ride along."""
+    v, lay, m = result.values, preset(LAYOUT), MOE16
+    mine = [r for r, x in enumerate(v) if x["coords"]["pp"] == stage]
+    sync = [e for e in result.trace.events if e.phase == SYNC and e.kind == "collective" and e.op in _OP]
+    heads = m.heads // lay.tp
+
+    def summed(copies: list[int], axes: tuple[str, ...]) -> dict:
+        calls = [e for a in axes for e in sync if e.group.name == a and set(e.ranks) & set(copies)]
+        used = list(dict.fromkeys((_OP[e.op], e.group.name) for e in calls))
+        sizes = {name: sorted({prod(t.shape) for e in calls if e.group.name == name for mb in e.members
+                               for t in mb.ins}) for _, name in used}
+        return {"copies": copies, "how": used, "over": sorted({r for e in calls for r in e.ranks}), "sizes": sizes}
+
+    rows = []
+    for t in range(lay.tp):
+        copies = [r for r in mine if v[r]["coords"]["tp"] == t]
+        rows.append({"weights": f"attention heads {t * heads + 1}-{(t + 1) * heads}", **summed(copies, ("dp-cp",))})
+    for experts in dict.fromkeys(tuple(v[r]["experts"][0]) for r in mine):
+        copies = [r for r in mine if tuple(v[r]["experts"][0]) == experts]
+        rows.append({"weights": "experts " + " ".join(f"E{e + 1}" for e in experts), **summed(copies, ("expert-dp",))})
+    rows.append({"weights": "norms and router", **summed(mine, ("tp", "dp-cp"))})
+    return rows
+
+
+def gradient_table(result) -> Table:
+    """The post's step-5 table from the run: for stage 1, each weight, the GPUs with a copy, the collectives of
+    the gradient sync that sum it and the GPUs they sum over, beside the post's group."""
+    rows = gradient_sums(result)
+    st = result.values[rows[0]["copies"][0]]["stores"]
+    body = [(r["weights"], [_gpus(r["copies"]), ", then ".join(f"{op} ({g})" for op, g in r["how"]),
+                            _gpus(r["over"]), post_group(r["weights"])]) for r in rows]
+    dense = next(r for r in rows if r["weights"] == "norms and router")["sizes"]
+    expert = next(r for r in rows if r["weights"].startswith("experts"))["sizes"]["expert-dp"]
+    b = gradient_sums(result, stage=1)
+    return Table("Step 5: whose gradients are summed with whose (node A, layers 1-2), from the run's gradient sync",
+                 ["weights", "copies on", "the run sums them by", "over", "the post's group"], body,
+                 notes=[f"numbers each GPU puts in: the tp all-reduce {dense['tp'][0]} (norms and router: "
+                        f"{st['whole copies']} whole copies), the dp-cp reduce-scatter {dense['dp-cp'][0]} ("
+                        f"attention shards {st['tp shards']} + norms and router {st['whole copies']}), the "
+                        f"expert-dp reduce-scatter {expert[0]} (its experts: {st['experts']}); 'the post' "
+                        "lists E1-E4 only.",
+                        "node B (layers 3-4) does the same over its own GPUs: "
+                        + "; ".join(f"{r['weights']} over {_gpus(r['over'])}" for r in b[:1] + b[-1:]) + "."])
+
+
+def crossing_table(result) -> Table:
+    """Bytes the whole step sent inside a node and across nodes, per group (each byte on the hop that carried it,
+    comm/hops.py), nodes of the layout's GPUs a node."""
+    lay = preset(LAYOUT)
+    by = result.trace.bytes_by_link(lay.gpus_per_node)
+    order = [axis for _, axis, _ in AXES if axis in by] + [g for g in by if g not in {a for _, a, _ in AXES}]
+    across = {g: row["across"] for g, row in by.items() if row["across"]}
+    words = {**{axis: f"{name} ({axis})" for name, axis, _ in AXES}, "world": "world (the clip's norm)"}
+    clip = across.get("world", 0)
+    data = {g: n for g, n in across.items() if g != "world"}
+    return Table(f"Bytes by link, the whole step (nodes of {lay.gpus_per_node} GPUs: node A g0-g7, node B g8-g15)",
+                 ["group", "inside a node (NVLink)", "across nodes (InfiniBand)"],
+                 [(words.get(g, g), [by[g]["inside"], by[g]["across"]]) for g in order],
+                 notes=["only " + " and ".join(sorted(data)) + f" carries the step's data between the nodes "
+                        f"({sum(data.values()):,} B, its hand-offs); every other group lies inside one node"
+                        + (f", but for the gradient clip's one all-reduce over all {result.world} GPUs, whose ring "
+                           f"crosses with {clip} B of squared norms" if clip else "") + "."])
+
+
 def tables(result) -> list[Table]:
     """The post's one-table summary and "what g2 stores", read from the run: each axis's group around the
     GPU holding 'contract', the collectives it joined and the bytes it sent; what it keeps, as a share."""
@@ -220,7 +317,7 @@ def tables(result) -> list[Table]:
             Table(f"What g{g} stores", ["what", "values", "share"], stores,
                   notes=["values: numbers kept (weights in the run's float64; a training run keeps them in bf16); "
                          "share: of the whole model's attention or expert weights."]),
-            _map_table(v), slot_table(result)]
+            _map_table(v), slot_table(result), gradient_table(result), crossing_table(result)]
 
 
 def _map_table(v: list[dict]) -> Table:
@@ -300,12 +397,48 @@ def checks(result) -> list[Check]:
               [[d["layer"], d["gap"], d["gates"]] for _, _, _, d in result.trace.notes("residual")],
               [[r.data["layer"], 0.0, r.data["gates"]] for r in routed]),
         *schedule_beside_the_post(result),
+        *sums_and_links(result),
     ]
 
 
+def sums_and_links(result) -> list[Check]:
+    """Step 5 and the links: on both stages, each weight's gradients are summed over exactly the GPUs holding a
+    copy of it; the bytes that cross between the nodes are all of PP's hand-offs and the clip norm's all-reduce,
+    whose ring (member i sends only to member i + 1) crosses on the hops from the last GPU of a node."""
+    rows = gradient_sums(result) + gradient_sums(result, stage=1)
+    lay = preset(LAYOUT)
+    per = lay.gpus_per_node
+    by = result.trace.bytes_by_link(per)
+    pp = sum(m.sent for e in result.trace.events if e.group is not None and e.group.name == "pp" for m in e.members)
+    ring = [e for e in result.trace.events if e.group is not None and e.group.name == "world"]
+    clip = sum(m.sent for e in ring for m in e.members if m.rank % per == per - 1)
+    return [
+        check("each weight's gradients (both stages: attention by TP rank, experts by EP rank, norms and router) are "
+              "summed over exactly the GPUs holding a copy of it, by the gradient sync's collectives",
+              [[r["weights"], r["over"]] for r in rows], [[r["weights"], r["copies"]] for r in rows]),
+        check("bytes that cross between the nodes, by group: all of PP's hand-offs, and the clip norm's all-reduce "
+              "over all GPUs on its two hops between the nodes",
+              {g: row["across"] for g, row in by.items() if row["across"]}, {"pp": pp, "world": clip}),
+    ]
+
+
+def neighbours(lr) -> dict[str, list[dict]]:
+    """The routes of the other tokens on the followed token's GPU (the post's "the", t5, beside "contract"), by
+    their words: the same step run again watching each of them (the run is the same; only the notes differ)."""
+    holds = next(d for _, _, _, d in lr.result.trace.notes("watch") if d.get("watch") == "holds")
+    routing, words = knob(lr.result, "routing", "post"), SEQUENCES[WATCH[0]]
+    out = {}
+    for p in holds["positions"]:
+        if p - 1 != WATCH[1]:
+            prog = make_program((WATCH[0], p - 1), max_norm=MAX_NORM, routing=routing)
+            out[words[p - 1]] = token_routes(run(prog, lr.result.world, seed=lr.lesson.seed).trace)
+    return out
+
+
 def picture(lr, path: str) -> None:
-    """The lesson's picture: the layout the run used on top, then the token's routes (render/plot_moves.py)."""
-    plot_dispatch(lr, path, layout=preset(LAYOUT))
+    """The lesson's picture: the layout the run used on top, then the token's routes (render/plot_moves.py), its
+    neighbour's beside them."""
+    plot_dispatch(lr, path, layout=preset(LAYOUT), others=neighbours(lr))
 
 
 def figures(result) -> dict:
@@ -373,7 +506,8 @@ NARRATIVE = {
         is counted on one of them), one all-reduce over all 16 GPUs adds those up, and every share is scaled
         by the same factor, as one device would. Each GPU then keeps Adam's state for its share (a quarter
         of the dense weights, half of its experts'), updates it, and an all-gather hands every copy the new
-        weights.""",
+        weights. The tables at the end set the groups these collectives ran on beside the post's step-5
+        table, and count each group's bytes inside a node and between the nodes.""",
 }
 
 LESSON = Lesson(name="moe16", title="One token through TP, SP, CP, EP, PP and DP on 16 GPUs", world=16, worlds=(16,),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from parasim.engine import run
 from parasim.engine.divergence import first_divergence
 from parasim.layout import Layout
-from parasim.lesson import Check, Lesson, check
+from parasim.lesson import Check, Lesson, Table, check
 
 LAYOUT = Layout(tp=2, cp=2, dp=2, ep=4, etp=1, sp=True)
 H = 4  # a small hidden size: the attention weight is H x 2H, split by columns over TP
@@ -179,7 +179,84 @@ def checks(result) -> list[Check]:
     got = divergence(clip_per_group)
     out.append(check("clip-per-group: rank 0's dense squares, its shard's alone, and the whole model's",
                      [got["got"][0], got["want"][0]], [shard0, right], rtol=1e-12))
+    import numpy as np
+
+    # the table's bug run, by hand: over dp-cp each GPU adds up the gradients of every expert its dp-cp group
+    # holds, each counted once per expert-dp rank; the right run keeps each expert's own
+    experts = [whole[f"expert{e}.grad"] for e in range(EXPERTS)]
+    coords, rows = LAYOUT.coords(), side_by_side(result)
+    dpcp = {r: g for g in LAYOUT.groups()["dp-cp"] for r in g}
+    mixed = [sum(experts[e] for e in sorted({coords[q]["ep"] for q in dpcp[r["on"][0]]})) for r in rows[2:]]
+    out.append(check(f"the table's {SHOWN} run: each expert's gradient is the sum of the experts its dp-cp group "
+                     "holds; the right run's, the expert's own (largest difference from each, every expert)",
+                     [float(np.max(np.abs(r["bug"] - m))) for r, m in zip(rows[2:], mixed)]
+                     + [float(np.max(np.abs(r["right"] - x))) for r, x in zip(rows[2:], experts)],
+                     [0.0] * (2 * EXPERTS), atol=1e-12))
     return out
+
+
+SHOWN = "expert-over-dp-cp"  # the bug the tables run beside the right groups
+
+
+def _gpus(ranks) -> str:
+    """g0,g4; g0-g7 for three or more GPUs in a row."""
+    ranks = list(ranks)
+    if len(ranks) > 2 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"g{ranks[0]}-g{ranks[-1]}"
+    return ",".join(f"g{r}" for r in ranks)
+
+
+def side_by_side(result, bug: str = SHOWN) -> list[dict]:
+    """Each gradient as one device, the right run (the lesson's) and the bug's run hold it: the attention shard
+    of TP rank 0, the norm, and every expert, read on the first GPU holding it, with the GPUs that hold it."""
+    whole = dict(run(reference, 1).marked[0])
+    wrong = run(VARIANTS[bug], LAYOUT.world).values
+    groups = LAYOUT.groups()
+    holders = {"attn": next(g for g in groups["dp-cp"] if 0 in g), "norm": list(range(LAYOUT.world))}
+    rows = [{"what": "attention shard (TP rank 0)", "key": "attn", "on": holders["attn"],
+             "one": whole["attn.grad"][:, :H]},
+            {"what": "norm", "key": "norm", "on": holders["norm"], "one": whole["norm.grad"]}]
+    coords = LAYOUT.coords()
+    for e in range(EXPERTS):
+        on = next(list(g) for g in groups["expert-dp"] if coords[g[0]]["ep"] == e)
+        rows.append({"what": f"expert E{e + 1}", "key": "expert", "on": on, "one": whole[f"expert{e}.grad"]})
+    for r in rows:
+        first = r["on"][0]
+        r["right"], r["bug"] = result.values[first][r["key"]], wrong[first][r["key"]]
+    return rows
+
+
+def bug_table(result) -> Table:
+    """The lesson's run (the right groups) beside the same sync with one bug, gradient by gradient: each one's
+    size (its norm) on one device, in the right run and in the bug's, and each run's largest error against one
+    device; and the first divergence `parasim check --bug` names for it."""
+    import numpy as np  # here: README quotes the line `parasim check` names in this file (the expert sum's)
+
+    rows = side_by_side(result)
+    norm = lambda a: round(float(np.linalg.norm(a)), 3)  # noqa: E731
+    err = lambda a, b: float(np.max(np.abs(np.asarray(a) - np.asarray(b))))  # noqa: E731
+    body = [(r["what"], [_gpus(r["on"]), norm(r["one"]), norm(r["right"]), norm(r["bug"]),
+                         f"{err(r['right'], r['one']):.3g}", f"{err(r['bug'], r['one']):.3g}"]) for r in rows]
+    found = divergence(VARIANTS[SHOWN])
+    hit = [r for r in rows if err(r["bug"], r["one"]) > 1e-9]
+    ratio = [float(np.linalg.norm(r["bug"]) / np.linalg.norm(r["one"])) for r in hit]
+    return Table(f"The right groups beside one bug, {SHOWN}: {BUGS[SHOWN]} (each gradient's norm; errors: the "
+                 "largest difference from one device)",
+                 ["gradient", "held on", "one device", "right run", "bug's run", "right: error", "bug: error"], body,
+                 notes=[f"the bug's gradients look like gradients: the wrong ones are {min(ratio):.2f}x to "
+                        f"{max(ratio):.2f}x the right norms, "
+                        + ("the copies of each agree, " if not found["copies_differ"] else "")
+                        + "nothing fails; only a "
+                        "comparison with one device shows it. Each is the sum of the experts its dp-cp group holds.",
+                        f"parasim check silent-bugs --bug {SHOWN} names the first wrong tensor, '{found['name']}' "
+                        f"(E{int(found['name'].split('.')[0][len('expert'):]) + 1}'s, {found['placement']} on "
+                        f"{found['marked_on']}): max abs error {found['max_abs']:.3g}, max "
+                        f"relative {found['max_rel']:.3g}, from event #{found['event']}, {found['op']} on "
+                        f"{found['group']} at {found['site']}; {found['would_match']}."])
+
+
+def tables(result) -> list[Table]:
+    return [bug_table(result)]
 
 
 NARRATIVE = {
@@ -195,7 +272,8 @@ NARRATIVE = {
         Each GPU holds one expert (EP 4); the GPUs holding the same expert form its expert-dp group (2 GPUs)
         and saw different tokens. Summing over dp-cp instead adds up other experts' gradients: the numbers
         look like gradients, training goes on, and it is wrong. `parasim check silent-bugs --bug NAME`
-        points at the collective that did it.""",
+        points at the collective that did it; the table at the end runs this bug beside the right groups,
+        gradient by gradient.""",
     "clipping: one norm over both groups": """
         Clipping scales every gradient by one factor, from the norm of the whole model's gradient. Each GPU
         adds the squares of the pieces only it holds (a copy is counted once), and all-reduces over all 8
@@ -224,4 +302,5 @@ LESSON = Lesson(
     keep_values=0,
     reference=reference,
     variants=VARIANTS,
+    tables=tables,
 )

@@ -8,7 +8,15 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..layout.axes import SIZED
 from ..jsonout import dumps
-from .common import SHARED_PROCESS, add_timeout, import_before_starting, need_terminal, positive, program_output
+from .common import (
+    SHARED_PROCESS,
+    add_timeout,
+    import_before_starting,
+    need_terminal,
+    positive,
+    program_output,
+    width_arg,
+)
 
 if TYPE_CHECKING:  # a type only: the commands import nothing heavy before they run
     from ..comm.trace import Trace
@@ -67,8 +75,44 @@ def add_check(sub: Any) -> None:
         action="store_true",
         help="open the run in the app with the first divergence marked in the timeline (d jumps to it)",
     )
+    cp.add_argument(
+        "--width",
+        type=width_arg,
+        metavar="N",
+        help="wrap the report's lines at N columns, 60 to 200 (default: the terminal's; into a pipe or a file "
+        "each line stays whole)",
+    )
     add_timeout(cp)
     cp.set_defaults(func=cmd_check)
+
+
+def report_width(args: argparse.Namespace) -> int | None:
+    """The width the report's lines are held to: --width, else the terminal's; None (lines whole) into a pipe or
+    a file, where a line is more often searched than read."""
+    import sys
+
+    from ..render.walkthrough import page_width
+
+    if getattr(args, "width", None) is not None:
+        return args.width
+    return page_width() if sys.stdout.isatty() else None
+
+
+def fit(text: str, width: int | None) -> str:
+    """The report's lines held to `width`: each wrapped at spaces, its later lines indented 4 more than its first
+    (a word longer than the width, a path, stays whole); unchanged where `width` is None."""
+    from ..render.walkthrough import wrap_words
+
+    if width is None:
+        return text
+    out = []
+    for line in text.splitlines():
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        wrapped = wrap_words(
+            line.strip(), width, initial_indent=lead, subsequent_indent=lead + "    ", break_long_words=False
+        )
+        out += wrapped or [line]
+    return "\n".join(out)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -145,11 +189,13 @@ def cmd_check(args: argparse.Namespace) -> int:
             )
         )
     else:
-        print(
-            _text(lesson.name, args.bug, len(names), found, checks, against if reference is not None else None, closest)
+        width = report_width(args)
+        text = _text(
+            lesson.name, args.bug, len(names), found, checks, against if reference is not None else None, closest
         )
+        print(fit(text, width))
         if dropped:
-            print(_dropped(result.trace, found, dropped))
+            print(fit(_dropped(result.trace, found, dropped), width))
     return 1 if found is not None or not all(c.ok for c in checks) else 0
 
 
@@ -304,8 +350,8 @@ def _against_real(args: argparse.Namespace, lesson: Any, world: int) -> int:
             )
         )
     else:
-        print(
-            f"{lesson.name} on {world} {args.against} ranks against its virtual run: "
-            + ("no difference" if first is None else f"first difference: {first}")
+        said = f"{lesson.name} on {world} {args.against} ranks against its virtual run: " + (
+            "no difference" if first is None else f"first difference: {first}"
         )
+        print(fit(said, report_width(args)))
     return 0 if first is None else 1

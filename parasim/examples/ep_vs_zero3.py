@@ -1,6 +1,6 @@
 """EP's all-to-alls against ZeRO-3's gather of the experts: one formula for the three lessons that set them side
 by side (ep-split, at-scale, all-to-all-hidden). Each lesson counts at its own sizes and with its own routing, so
-each finds its own ratio; `why` says which quantities make the three differ, each from its lesson's constants.
+each finds its own ratio; `table` sets the three side by side with the quantities that make them differ.
 
 The three lessons import it; it reads the other two's figures from their modules (parasim.lesson.lesson_module).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 from math import comb
+from typing import Any
 
 FILES = {"ep-split": "ep_split", "at-scale": "at_scale", "all-to-all-hidden": "all_to_all_hidden"}  # their stems
 FORMULA = "s x E x 2hF / (T x r x (2h + E/EP))"
@@ -47,32 +48,29 @@ def _share(s: float) -> str:
     return str(Fraction(s).limit_denominator(64))
 
 
-def _by(o: dict, m: dict) -> str:
-    """How much `o`'s ratio is of `m`'s, and the quantities in which the two differ, each with what it does."""
-    said = []
-    if abs(o["share"] / m["share"] - 1) > 1e-3:
-        said.append(f"s = {_share(o['share'])} (x{o['share'] / m['share']:.2f})")
-    if abs(o["F/T"] / m["F/T"] - 1) > 1e-3:
-        said.append(f"F/T = {o['F/T']:g} (x{o['F/T'] / m['F/T']:.2f})")
-    if abs(o["rows"] / m["rows"] - 1) > 0.01:
-        said.append(f"r = {o['rows']:.2f} (x{m['rows'] / o['rows']:.2f})")
-    if abs((1 - o["gates"]) / (1 - m["gates"]) - 1) > 0.01:
-        said.append(f"gates {o['gates']:.1%} (x{(1 - o['gates']) / (1 - m['gates']):.2f})")
-    return f"x{o['ratio'] / m['ratio']:.2f} this one's, for its " + ", ".join(said)
+def ratio_table(me: str, mine: dict, counted: str, routing: str) -> Any:
+    """The three lessons' ZeRO-3-over-EP ratios side by side, one row each (lesson `me`'s from its run: `mine`,
+    its `parts`; the other two from their constants), the quantities that set each ratio across (s, F/T, r, the
+    gates' share of a row's bytes), and one sentence saying what they are: `counted`, which experts s is the
+    share of here; `routing`, what sets r here."""
+    from ..lesson import Table
 
-
-def why(me: str, mine: dict, counted: str, routing: str) -> str:
-    """One sentence: what lesson `me`'s ratio counts (`mine`: its run's `parts`; `counted`: which experts s is
-    the share of; `routing`: what sets its r) and why the other two lessons' ratios differ from it."""
-    others = counts(but=me)
-    return (
-        f"{mine['ratio']:.0f}x here, "
-        + " and ".join(f"{p['ratio']:.0f}x in {n}" for n, p in others.items())
-        + f", each one GPU's ZeRO-3 bytes over its dispatch + combine forward: {FORMULA}, with s the share of "
-        "the layer's experts gathered, F/T an expert's width over a GPU's tokens, r the rows a token sends to "
-        "other GPUs and E/EP the gates riding out beside a row's h values (h come back), one dtype on both sides "
-        f"so a value's bytes cancel; here s = {_share(mine['share'])} ({counted}), F/T = {mine['F/T']:g}, "
-        f"r = {mine['rows']:.2f} ({routing}) and the gates are {mine['gates']:.1%} of the rows' bytes; "
-        + "; ".join(f"{n}'s ratio is {_by(p, mine)}" for n, p in others.items())
-        + "."
+    got = {**counts(but=me), me: mine}
+    rows = [
+        (
+            name + (" (this run)" if name == me else ""),
+            [_share(p["share"]), round(p["F/T"], 3), round(p["rows"], 2), f"{p['gates']:.1%}", f"{p['ratio']:.0f}x"],
+        )
+        for name, p in ((n, got[n]) for n in FILES)
+    ]
+    return Table(
+        f"ZeRO-3's bytes over EP's, one GPU, one MoE layer forward: {FORMULA}",
+        ["lesson", "s", "F/T", "r", "gates", "ratio"],
+        rows,
+        notes=[
+            f"s: the share of the layer's experts a GPU gathers (here {counted}); F/T: an expert's width over a "
+            f"GPU's tokens; r: rows a token sends to other GPUs (here {routing}; the other rows: their routings' "
+            "average); gates: the E/EP gates' share of a row's bytes out and back; one dtype on both sides, so a "
+            "value's bytes cancel."
+        ],
     )

@@ -10,9 +10,11 @@ from typing import Any
 
 from .plot_base import pyplot, save
 from ..comm.texts import rank_list
+from ..layout.axes import SIZED
 from ..comm.trace import Trace
 
 FORWARD, BACKWARD = "tab:blue", "tab:red"  # activations on, gradients back (sends and their slots)
+OTHER = "0.45"  # the other tokens on the followed token's GPU (moe16's "the"), drawn beside it
 
 
 # -- the MoE dispatch and combine ---------------------------------------------------------------------------
@@ -50,13 +52,11 @@ def same_routes(routes: list[dict]) -> list[list[dict]]:
 
 def layout_command(layout: Any) -> str:
     """The `parasim layout` command that draws `layout` alone: its sizes above 1, and SP."""
-    sizes = " ".join(
-        f"--{a} {getattr(layout, a)}" for a in ("tp", "cp", "pp", "dp", "ep", "etp") if getattr(layout, a) > 1
-    )
+    sizes = " ".join(f"--{a} {getattr(layout, a)}" for a in SIZED if getattr(layout, a) > 1)
     return f"parasim layout {sizes}" + (" --sequence-parallel" if layout.sp else "")
 
 
-def plot_dispatch(lr: Any, path: str, layout: Any = None) -> None:
+def plot_dispatch(lr: Any, path: str, layout: Any = None, others: dict[str, list[dict]] | None = None) -> None:
     """Where the followed token lives and what happens to it at an MoE layer, from the run's notes. On top, where
     `layout` is given (the layout the run used): its map (nodes, GPUs with their experts, EP groups, gradient
     links), the GPUs holding the token outlined and the pipeline hand-off between them. Then a row per distinct
@@ -64,7 +64,9 @@ def plot_dispatch(lr: Any, path: str, layout: Any = None) -> None:
     group as a dashed outline, arrows to each GPU computing one of its experts, labelled with the expert and its
     gate; an expert on the token's own GPU said under it); right, the combine (the gate-weighted outputs coming
     back, added to the token itself, the residual: the layer's output as the sum, each gate the run's, and each
-    layer's two terms' norms where the holder noted them)."""
+    layer's two terms' norms where the holder noted them). `others`: the routes (`token_routes`) of the other
+    tokens on the followed token's GPU, by their words, from runs watching them: drawn grey beside its own (the
+    post draws "the" going to g0 beside "contract")."""
     trace = lr.result.trace
     rows = same_routes(token_routes(trace))
     residual = {d["layer"]: d for _, _, _, d in trace.notes("residual")}
@@ -73,15 +75,22 @@ def plot_dispatch(lr: Any, path: str, layout: Any = None) -> None:
     word = next((d["residual"] for d in residual.values()), "x")
     plt = pyplot()
     top = 6.2 if layout is not None else 0.0
-    fig = plt.figure(figsize=(12, top + 2.5 * len(rows) + 0.9))
+    # per row: the other tokens' routes at its first layer, and the height it takes (each path of theirs drawn
+    # under the boxes adds a band, so that the lines under them keep their spacing)
+    alsos = [
+        [(w, r) for w, routes in (others or {}).items() for r in routes if r["layer"] == same[0]["layer"]]
+        for same in rows
+    ]
+    heights = [2.5 + (0.2 + 0.25 * sum(len(_away(r)) for _, r in also) if also else 0.0) for also in alsos]
+    fig = plt.figure(figsize=(12, top + sum(heights) + 0.9))
     grid = fig.add_gridspec(
-        len(rows) + (layout is not None), 2, height_ratios=([top] if layout is not None else []) + [2.5] * len(rows)
+        len(rows) + (layout is not None), 2, height_ratios=([top] if layout is not None else []) + heights
     )
     if layout is not None:
         _draw_layout(fig.add_subplot(grid[0, :]), layout, holders, trace)
-    for i, same in enumerate(rows):
+    for i, (same, also) in enumerate(zip(rows, alsos)):
         for j, way in enumerate(("dispatch", "combine")):
-            _draw_group(fig.add_subplot(grid[i + (layout is not None), j]), same, way, residual, word)
+            _draw_group(fig.add_subplot(grid[i + (layout is not None), j]), same, way, residual, word, also)
     fig.suptitle(
         f"Where {token} lives and goes at each MoE layer: dispatch to the GPUs holding its experts, combine back"
         "\n(boxes: GPUs; dashed outline: the layer's EP group; gold: the token's GPU; labels: each expert and its "
@@ -146,9 +155,23 @@ def _draw_layout(ax: Any, layout: Any, holders: list[int], trace: Trace) -> None
     ax.set_aspect("equal")
     ax.axis("off")
     ax.set_title(
-        f"the layout the run used: {layout}\n(drawn alone by {layout_command(layout)} --plot FILE.png)",
+        f"the layout the run used: {layout}\n(drawn alone by {layout_command(layout)} --plot FILE.png)\n"
+        + post_grid(cells, holders[0] if holders else 0),
         fontsize=9,
         loc="left",
+    )
+
+
+def post_grid(cells: list[dict], gpu: int) -> str:
+    """How the drawn grid maps to the post's map, in one line: here a row is a DP replica and a column a (CP rank,
+    TP rank) pair; the post draws each replica with TP ranks as rows and CP ranks as columns, the replicas side
+    by side. `gpu`'s place in both, from its cell's coordinates."""
+    c = next(x for x in cells if x["gpu"] == gpu)
+    k = c["coords"]
+    return (
+        "the post's map turned: here a row is a DP replica and a column a (CP rank, TP rank) pair; the post's rows "
+        f"are TP ranks,\nits columns CP ranks, the replicas side by side (g{gpu}: here row DP {k['dp']}, column "
+        f"cp{k['cp']} tp{k['tp']}; in the post replica {k['dp']}, row TP rank {k['tp']}, column CP rank {k['cp']})"
     )
 
 
@@ -164,7 +187,9 @@ def _numbers(layers: list[int]) -> str:
     return ", ".join(map(str, layers))
 
 
-def _draw_group(ax: Any, same: list[dict], way: str, residual: dict, word: str) -> None:
+def _draw_group(
+    ax: Any, same: list[dict], way: str, residual: dict, word: str, also: list[tuple[str, dict]] = ()
+) -> None:
     from matplotlib.patches import FancyBboxPatch
 
     route = same[0]  # the others are the same route: drawn once, on the first one's GPUs
@@ -223,9 +248,17 @@ def _draw_group(ax: Any, same: list[dict], way: str, residual: dict, word: str) 
             xytext=(x[home] + 0.12, -0.3),
             arrowprops=dict(arrowstyle="-|>", color="0.2", lw=1.2, connectionstyle="arc3,rad=-1.6"),
         )
-        ax.text(x[home] + 0.34, -0.55, f"+ {word} (residual)", ha="left", va="top", fontsize=7)
-    for i, line in enumerate(under):
-        ax.text((len(group) - 1) / 2, -0.78 - 0.22 * i, line, ha="center", va="top", fontsize=7)
+        # its label right of the loop, or left where the other tokens' paths all come back from the right
+        sides = {x[g] > x[home] for _, r in also for g in _away(r)}
+        left = sides == {True}
+        ax.text(
+            x[home] + (-0.34 if left else 0.34),
+            -0.55,
+            f"+ {word} (residual)",
+            ha="right" if left else "left",
+            va="top",
+            fontsize=7,
+        )
     for n, (e, g, gate) in enumerate(sorted(route["picks"], key=lambda p: x[p[1]])):
         if g == home:
             continue
@@ -250,8 +283,45 @@ def _draw_group(ax: Any, same: list[dict], way: str, residual: dict, word: str) 
             ha="center",
             fontsize=7,
         )
+    # the other tokens on the same GPU (the post's "the" beside "contract"): a grey path under the boxes to each
+    # GPU holding one of its experts, sent once however many of them it holds there
+    low = -0.72
+    for other, r in also:
+        there = _away(r)
+        for g, es in there.items():
+            # under the boxes, into the side of the expert's GPU facing the token's (clear of the group's name on
+            # the outline's lower edge) and into the bottom of the token's GPU (clear of the residual's loop)
+            side = 1 if x[home] > x[g] else -1
+            edge, leg, mine = x[g] + 0.3 * side, x[g] + 0.45 * side, x[home] - 0.18 * side
+            path = [(mine, -0.3), (mine, low), (leg, low), (leg, -0.15), (edge, -0.15)]
+            path = path if way == "dispatch" else path[::-1]
+            ax.plot([p[0] for p in path[:-1]], [p[1] for p in path[:-1]], color=OTHER, lw=1.3, ls="--")
+            ax.annotate("", xy=path[-1], xytext=path[-2], arrowprops=dict(arrowstyle="-|>", color=OTHER, lw=1.3))
+            a, b = mine, leg
+            what = ", ".join(f"E{e}" for e in es)
+            said = f"'{other}' to {what}" if way == "dispatch" else f"{what} of '{other}' back"
+            ax.text(
+                (a + b) / 2,
+                low - 0.04,
+                said + (" (once)" if len(es) > 1 and way == "dispatch" else ""),
+                ha="center",
+                va="top",
+                fontsize=7,
+                color=OTHER,
+            )
+            low -= 0.3
+        if way == "dispatch":
+            every: dict[int, list[int]] = {}
+            for e, g, _ in r["picks"]:
+                every.setdefault(g, []).append(e)
+            where = "; ".join(f"{', '.join(f'E{e}' for e in es)} on g{g}" for g, es in every.items())
+            once = "; sent to each GPU once" if any(len(es) > 1 for es in there.values()) else ""
+            under.append(f"grey: g{r['gpu']}'s other token, '{other}': {where}{once}")
+    top = -0.78 + (low + 0.72) - (0.2 if also else 0)
+    for i, line in enumerate(under):
+        ax.text((len(group) - 1) / 2, top - 0.22 * i, line, ha="center", va="top", fontsize=7)
     ax.set_xlim(-0.6, len(group) - 0.4)
-    ax.set_ylim(-0.9 - 0.22 * max(len(under), 1), 1.9)
+    ax.set_ylim(top - 0.12 - 0.22 * max(len(under), 1), 1.9)
     ax.axis("off")
     by_gpu: dict[int, list[int]] = {}
     for r in same:
@@ -259,6 +329,15 @@ def _draw_group(ax: Any, same: list[dict], way: str, residual: dict, word: str) 
     layers = sum(by_gpu.values(), [])
     said = " and ".join(f"{_numbers(ls)} on g{g}" for g, ls in by_gpu.items())
     ax.set_title(f"layer{'s' * (len(layers) > 1)} {said}: {way}", fontsize=9, loc="left")
+
+
+def _away(route: dict) -> dict[int, list[int]]:
+    """A route's picks on GPUs other than the token's own: GPU -> its experts there (one path each)."""
+    out: dict[int, list[int]] = {}
+    for e, g, _ in route["picks"]:
+        if g != route["gpu"]:
+            out.setdefault(g, []).append(e)
+    return out
 
 
 def _box(x: float, colour: str) -> Any:

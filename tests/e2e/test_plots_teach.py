@@ -453,7 +453,7 @@ def test_moe16_picture_draws_the_layout_the_token_s_gpus_and_its_hand_off(capsys
     holders = [int(r) for r in re.findall(r"rank (\d+): holds 'contract'", out)]
     assert holders == [2, 10]
     (layout,) = [ax for ax in drawn[-1].axes if ax.get_title(loc="left").startswith("the layout the run used")]
-    assert "parasim layout --tp 2 --cp 2 --pp 2 --dp 2 --ep 4 --sequence-parallel" in " ".join(
+    assert "parasim layout --tp 2 --cp 2 --dp 2 --pp 2 --ep 4 --sequence-parallel" in " ".join(
         layout.get_title(loc="left").split())
     outlined = sorted(int(p.get_gid().split()[1]) for p in layout.patches
                       if (p.get_gid() or "").startswith("gpu ") and p.get_linewidth() > 2)

@@ -51,6 +51,48 @@ def test_each_silent_bug_is_named(bug, name, group, label_start, would):
     assert d["max_rel"] > 0.1 and d["max_abs"] > 0.05  # a whole piece's worth, not rounding
 
 
+def test_the_lesson_runs_one_bug_beside_the_right_groups():
+    """expert-over-dp-cp, worked out from the layout: dp-cp groups {g0,g2,g4,g6} and {g1,g3,g5,g7} hold experts
+    E1, E3 (EP ranks 0 and 2) and E2, E4 (1 and 3), each on two expert-dp ranks, so the bug hands E1's holders
+    E1 + E3 of the one-device gradients (and so on). The attention and the norm are untouched; the right run's
+    experts equal one device's; the table's note names check's first divergence as the command does."""
+    from parasim.lesson import get_lesson, lesson_module, run_lesson
+
+    mod = lesson_module("silent_bugs")
+    lr = run_lesson(get_lesson("silent-bugs"))
+    (table,) = [t for t in lr.tables if t.title.startswith("The right groups beside one bug")]
+    rows = {label: dict(zip(table.columns[1:], cells)) for label, cells in table.rows}
+    whole = dict(parasim.run(mod.reference, 1).marked[0])
+    norm = lambda a: round(float(np.linalg.norm(a)), 3)  # noqa: E731
+    e = [whole[f"expert{k}.grad"] for k in range(4)]
+    for k, mixed in enumerate([e[0] + e[2], e[1] + e[3], e[0] + e[2], e[1] + e[3]]):
+        row = rows[f"expert E{k + 1}"]
+        assert row["held on"] == f"g{k},g{k + 4}"
+        assert row["one device"] == row["right run"] == norm(e[k]) and row["bug's run"] == norm(mixed)
+        assert row["right: error"] == "0" and float(row["bug: error"]) == pytest.approx(
+            float(np.max(np.abs(mixed - e[k]))), rel=1e-2)
+    assert rows["attention shard (TP rank 0)"]["bug: error"] == "0"
+    assert rows["norm"]["held on"] == "g0-g7" and float(rows["norm"]["bug: error"]) < 1e-12
+    d = json.loads(cli("check", "silent-bugs", "--bug", "expert-over-dp-cp", "--json").stdout)["first_divergence"]
+    assert (f"'{d['name']}' (E4's, {d['placement']} on {d['marked_on']}): max abs error {d['max_abs']:.3g}"
+            in table.notes[1]) and d["name"] == "expert3.grad"
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_check_holds_its_report_to_the_width(width):
+    """`--width N` wraps every line of the report at N (later lines of one indented), the words unchanged; into
+    a pipe without it each line stays whole; below 60 is refused in one line."""
+    out = cli("check", "silent-bugs", "--bug", "expert-over-dp-cp", "--width", str(width))
+    assert out.returncode == 1, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(map(len, lines)) <= width and len(lines) > 4
+    whole = cli("check", "silent-bugs", "--bug", "expert-over-dp-cp").stdout
+    assert " ".join(out.stdout.split()) == " ".join(whole.split())
+    assert max(map(len, whole.splitlines())) > 100  # the long lines it wraps
+    assert lines[0].startswith("silent-bugs --bug") and all(line.startswith("  ") for line in lines[1:])
+    bad = cli("check", "silent-bugs", "--width", "30")
+    assert bad.returncode == 2 and "at least 60" in bad.stderr
+
 def test_the_right_program_and_every_lesson_report_none():
     out = cli("check", "silent-bugs", "--json")
     d = json.loads(out.stdout)

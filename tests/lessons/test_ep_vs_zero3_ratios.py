@@ -70,40 +70,43 @@ def test_the_three_ratios_differ_for_the_reasons_the_lessons_give(runs):
     assert 4.5 < g["at-scale"]["r"] < 4.8
 
 
-def _why(lr) -> str:
-    (note,) = [n for t in lr.tables for n in t.notes if n.startswith("Why ")]
-    return note
+def _table(lr):
+    (t,) = [t for t in lr.tables if t.title.startswith("ZeRO-3's bytes over EP's")]
+    return t
 
 
-def test_each_lesson_says_what_its_ratio_counts_and_why_the_others_differ(runs):
+def test_each_lesson_sets_the_three_ratios_side_by_side_with_their_factors(runs):
+    """Each lesson's shared table: its own row from its run (the ratio and r from its trace), the other two from
+    their sizes and their routings' average r (uniform: the other GPUs holding one of 8 random picks; balanced:
+    all 7), every cell worked out here from the lessons' sizes."""
     g = _figures(runs)
     uniform = (EP - 1) * (1 - comb(E - E // EP, K) / comb(E, K))  # other GPUs holding one of 8 random picks
-    expected = {
-        "ep-split": g["ep-split"]["ratio"],
-        "at-scale": g["at-scale"]["ratio"],
-        "all-to-all-hidden": g["all-to-all-hidden"]["ratio"],
-    }
-    for name, lr in runs.items():
-        note = _why(lr)
-        others = [n for n in expected if n != name]
-        assert note.startswith(
-            f"Why {expected[name]:.0f}x here, {expected[others[0]]:.0f}x in {others[0]} and "
-            f"{expected[others[1]]:.0f}x in {others[1]}, each one GPU's ZeRO-3 bytes"
-        ), note
-        assert f"r = {g[name]['r']:.2f}" in note and "dispatch + combine forward" in note
-        assert "one dtype on both sides" in note  # float64 in ep-split, BF16 in the others: it cancels
-    at = _why(runs["at-scale"])
-    assert (
-        "ep-split's ratio is x2.00 this one's, for its F/T = 2 (x4.00), gates 50.0% (x0.50)" in at
-        and f"all-to-all-hidden's ratio is x{(8 / 7) * g['at-scale']['r'] / 7:.2f} this one's, for its s = 1 "
-        f"(x{8 / 7:.2f}), r = 7.00 (x{g['at-scale']['r'] / 7:.2f})"
-        in at
-    ), at
-    es = _why(runs["ep-split"])
-    assert "here s = 7/8 (a GPU sends the experts the others lack), F/T = 2," in es
-    assert "the gates are 50.0% of the rows' bytes" in es
-    ah = _why(runs["all-to-all-hidden"])
-    assert "here s = 1 (the whole layer's experts), F/T = 0.5, r = 7.00 (balanced routing" in ah
-    assert (
-        f"at-scale's ratio is x{7 / 8 * 7 / uniform:.2f} this one's, for its s = 7/8 (x0.88), r = {uniform:.2f}" in ah
-    )
+    h, f, t = {"ep-split": 16}, {"ep-split": 8}, {"ep-split": 4}
+    for n in ("at-scale", "all-to-all-hidden"):
+        h[n], f[n], t[n] = 7168, 2048, 4096
+    share = {"ep-split": (7, 8), "at-scale": (7, 8), "all-to-all-hidden": (1, 1)}
+    average = {"ep-split": uniform, "at-scale": uniform, "all-to-all-hidden": 7}
+
+    def ratio(n, r):
+        s = share[n][0] / share[n][1]
+        return s * E * 2 * h[n] * f[n] / (t[n] * r * (2 * h[n] + E // EP))
+
+    for me, lr in runs.items():
+        table = _table(lr)
+        assert table.columns == ["lesson", "s", "F/T", "r", "gates", "ratio"]
+        rows = dict(table.rows)
+        assert list(rows) == [n + (" (this run)" if n == me else "") for n in runs]
+        for n in runs:
+            s, ft, r, gates, got = rows[n + (" (this run)" if n == me else "")]
+            want_r = g[n]["r"] if n == me else average[n]
+            assert r == round(want_r, 2)
+            assert got == f"{(g[n]['ratio'] if n == me else ratio(n, average[n])):.0f}x"
+            assert s == ("7/8" if share[n] == (7, 8) else "1") and ft == f[n] / t[n]
+            assert gates == f"{(E // EP) / (2 * h[n] + E // EP):.1%}"
+        assert len(table.notes) == 1 and "one dtype on both sides" in table.notes[0]
+    # ep-split's 48x is at-scale's 24x times 4 for F/T and 0.5 for its rows being half gates (r alike)
+    es = dict(_table(runs["ep-split"]).rows)
+    assert [es["ep-split (this run)"][4], es["at-scale"][4], es["all-to-all-hidden"][4]] == ["48x", "24x", "18x"]
+    assert es["ep-split (this run)"][3] == "50.0%" and es["at-scale"][3] == "0.2%"
+    # no lesson keeps the old sentence
+    assert not any(n.startswith("Why ") for lr in runs.values() for t in lr.tables for n in t.notes)

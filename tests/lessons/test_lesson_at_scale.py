@@ -15,7 +15,7 @@ def lr():
 
 def test_every_check_holds_and_the_runs_were_symbolic(lr):
     assert lr.result.trace.backend == "symbolic"
-    assert len(lr.checks) == 19 and all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
+    assert len(lr.checks) == 20 and all(c.ok for c in lr.checks), [c for c in lr.checks if not c.ok]
 
 
 def test_token_copies_are_the_posts(lr):
@@ -91,20 +91,33 @@ def test_the_27b_layouts_are_a_table_of_the_run_against_the_estimator(lr):
         row = rows[label]
         (kept,), (work,), (params,) = c.got
         assert row["seq (tokens)"] == seq
-        assert [row["kept est. (GB)"], row["recomp. est. (GB)"]] == [_gb(x) for (x,) in c.expected[:2]]
-        assert [row["kept run (GB)"], row["recomp. run (GB)"], row["weights run (M)"]] == [
+        # one figure per quantity: the run's, which is the estimator's too ('same as est.', and the check)
+        assert [row["kept (GB)"], row["recomp. (GB)"], row["weights (M)"]] == [
             _gb(kept), _gb(work), round(params / 1e6, 2)]
+        assert [row["kept (GB)"], row["recomp. (GB)"]] == [_gb(x) for (x,) in c.expected[:2]]
         kw = next(kw for _, lab, kw in LONGEST_ROWS if lab == label)
-        assert row["weights est. (M)"] == round(layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size,
-                                                                  kw["tp"], model.bias) / 1e6, 2)
+        assert row["weights (M)"] == round(layer_param_count(model.hidden, model.heads, model.kv, model.ffn_size,
+                                                             kw["tp"], model.bias) / 1e6, 2)
         if set(kw) <= {"tp", "sp", "dp", "pp"}:  # no CP, no recomputation: the estimator's saved bytes as they are
             plan = Plan(**kw)
             est = layer_saved_bytes(model.hidden, model.heads, model.kv, model.ffn_size, seq, 1, plan.tp, plan.sp,
                                     plan.cp, dropout=as_run(plan).dropout)
-            assert row["kept est. (GB)"] == row["recomp. est. (GB)"] == _gb(est)
-        assert row["same"] is c.ok is True
+            assert row["kept (GB)"] == row["recomp. (GB)"] == _gb(est)
+        assert row["same as est."] is c.ok is True
+    assert table.columns == ["layout", "seq (tokens)", "kept (GB)", "recomp. (GB)", "weights (M)", "same as est."]
     recompute = rows["TP8 + SP + full recompute"]
-    assert recompute["kept run (GB)"] < recompute["recomp. run (GB)"]  # only the input kept; the layer redone
+    assert recompute["kept (GB)"] < recompute["recomp. (GB)"]  # only the input kept; the layer redone
+
+
+def test_the_no_sp_all_to_alls_are_on_the_tp_pair_which_is_the_ep_group_and_the_text_says_so(lr):
+    """In the TP 2 phases the layer's 256 experts are split over the pair (EP 2, 128 each): a dispatch row is
+    7,168 values and 128 gates, over 2 GPUs; the narrative says the pair is the EP group."""
+    rows = {(e.group.name, len(e.ranks), t.shape[1]) for e in lr.result.trace.events
+            if e.op == "all_to_all" and e.phase == "MoE under TP 2, without SP" and "dispatch" in e.label
+            for m in e.members for t in m.ins}
+    assert rows == {("tp", 2, 7168 + 128)}
+    text = " ".join(get_lesson("at-scale").narrative["MoE under TP 2, without SP"].split())
+    assert "the pair is also the layer's EP group" in text and "split EP 2" in text and "128 on each" in text
 
 
 @pytest.mark.parametrize("width", [100, 200])

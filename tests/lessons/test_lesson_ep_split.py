@@ -99,6 +99,28 @@ def test_dispatch_and_combine_bytes_by_counting_rows(ran, inputs):
     assert zero3 > 10 * (sent["dispatch"] + sent["combine"])
 
 
+
+def test_the_post_s_formulas_at_this_size_beside_the_run(ran, inputs):
+    """The post's 'numbers' at E 256, P_e = 2 x 16 x 8, EP 8, T 4, K 8, d 16, float64: experts a GPU holds
+    256 x 256 / 8 = 8,192 values; all-to-alls forward 2 x 4 x 8 x 16 x 8 x 7/8 = 7,168 B; TP's two all-reduces
+    2 x 4 x 16 x 8 x 2 x 7/8 = 1,792 B. The run's all-to-all: rows counted from numpy's top 8, each out as 16
+    values and 32 gates, back as 16 values; the gates' bytes are half of it (32 of 64 values a row, out and back),
+    and 8 gates a row instead of 32 would shrink the dispatch to (16 + 8) / (16 + 32) of it."""
+    rows = table(ran, "The post's EP numbers")
+    memory, a2a, tp = rows.values()
+    assert memory["the post's formula"] == "E x P_e/(EP x ETP x PP)"
+    assert memory["at this size"] == memory["the run"] == 256 * 2 * 16 * 8 // 8 == 8192
+    assert a2a["at this size"] == 2 * 4 * 8 * 16 * 8 * 7 // 8 == 7168
+    owners = top8(inputs) // (E // WORLD)
+    crossing = sum(int((owners[s] == d).any(axis=1).sum()) for s in range(WORLD) for d in range(WORLD) if d != s)
+    assert a2a["the run"] == crossing * (16 + 32 + 16) * B / WORLD
+    assert tp["at this size"] == tp["the run"] == 2 * 4 * 16 * 8 * 2 * 7 // 8 == 1792
+    (t,) = [t for t in ran.tables if t.title.startswith("The post's EP numbers")]
+    gates = crossing * 32 * B
+    assert f"{gates:,} of the {crossing * 64 * B:,} bytes forward (50%; 67% of the dispatch)" in t.notes[1]
+    assert f"this dispatch {crossing * 24 * B:,} bytes, not {crossing * 48 * B:,}" in t.notes[1]
+    assert "parasim's packing" in t.notes[1] and f"r = {crossing / (WORLD * T):.2f}" in t.notes[0]
+
 def test_output_and_gradients_equal_torch_autograd_on_one_device(ran, inputs):
     torch = pytest.importorskip("torch")
     t = lambda a: torch.tensor(a, dtype=torch.float64, requires_grad=True)  # noqa: E731
@@ -148,6 +170,6 @@ def test_json_and_list(tmp_path):
     out = cli("lesson", "ep-split", "--json")
     assert out.returncode == 0, out.stderr
     doc = json.loads(out.stdout)
-    assert all(c["ok"] for c in doc["checks"]) and len(doc["tables"]) == 3
+    assert all(c["ok"] for c in doc["checks"]) and len(doc["tables"]) == 5
     rows = {r["name"]: r for r in json.loads(cli("lesson", "--list", "--json").stdout)}
     assert rows["ep-split"]["section"].startswith("Expert parallelism") and rows["ep-split"]["no_picture"]

@@ -38,7 +38,7 @@ def test_the_text_names_the_command_that_draws_the_post_s_layout_and_it_does(tmp
     written, it draws a picture and builds the post's groups (TP 2, CP 2, PP 2, DP 2, EP 4 on 16 GPUs)."""
     text = " ".join(get_lesson("moe16").narrative["data"].split())
     (command,) = re.findall(r"`(parasim layout [^`]*)`", text)
-    assert command == "parasim layout --tp 2 --cp 2 --pp 2 --dp 2 --ep 4 --sequence-parallel --plot FILE.png"
+    assert command == "parasim layout --tp 2 --cp 2 --dp 2 --pp 2 --ep 4 --sequence-parallel --plot FILE.png"
     args = command.split()[1:]
     out = cli(*[str(tmp_path / "l.png") if a == "FILE.png" else a for a in args])
     assert out.returncode == 0, out.stderr

@@ -333,3 +333,59 @@ def test_the_map_gives_every_gpu_its_place_as_the_post_draws_node_a():
         assert between == f"t{first} t{first + 1}"
         k = g % 4  # the GPU's place in its EP group of 4, two experts each
         assert ep == k and experts == f"E{2 * k + 1} E{2 * k + 2}"
+
+
+def test_step_5_table_sums_each_weight_over_the_post_s_groups():
+    """The post's step 5, worked out from its map (g = 4 dp + 2 cp + tp on node A): attention heads 1-2 sit on
+    TP rank 0 (g0 g2 g4 g6) and are summed over DP x CP; E1 E2 on EP rank 0 (g0, g4) summed over EDP; norms and
+    router on all 8, summed over the TP pair and then dp-cp. The table's 'over' is read from the run's gradient
+    sync, and where the post names a group, the post's braces list the same GPUs."""
+    import re
+
+    lr = run_lesson(get_lesson("moe16"))
+    table = next(t for t in lr.tables if t.title.startswith("Step 5"))
+    rows = dict(table.rows)
+    by_hand = {"attention heads 1-2": "g0,g2,g4,g6", "attention heads 3-4": "g1,g3,g5,g7",
+               **{f"experts E{2 * k + 1} E{2 * k + 2}": f"g{k},g{k + 4}" for k in range(4)},
+               "norms and router": "g0-g7"}
+    assert {w: row[2] for w, row in rows.items()} == by_hand
+    assert {w: row[0] for w, row in rows.items()} == by_hand  # copies on exactly the GPUs it is summed over
+    assert rows["norms and router"][1] == "all-reduce (tp), then reduce-scatter (dp-cp)"
+    assert {row[1] for w, row in rows.items() if w.startswith("experts")} == {"reduce-scatter (expert-dp)"}
+    posts = {w: re.search(r"\{(.*)\}", row[3]) for w, row in rows.items()}
+    assert sum(1 for m in posts.values() if m) == 5  # the post lists heads 1-2, 3-4, E1 E2, E3 E4, the norms
+    assert all(m.group(1) == by_hand[w] for w, m in posts.items() if m)
+    # 448 = 2 layers x (128 attention shards + 96 norms and router); 512 = 2 layers x 2 experts x (64 + 64)
+    assert "dp-cp reduce-scatter 448" in table.notes[0] and "expert-dp reduce-scatter 512" in table.notes[0]
+
+
+def test_only_pp_carries_data_across_nodes_and_the_clip_norm_crosses_by_a_few_bytes():
+    """Nodes of 8: PP's hand-offs are all across (2 micro-batches x 8 pairs x (activation down, gradient back) x
+    2 tokens x 8 float64 = 4,096 B). The clip's all-reduce of 2 float64 over 16 GPUs is a ring: chunks of 8, 8,
+    then 0 B; member i sends 16 - chunk i, then 16 - chunk i+1: member 7 sends 32 B (to g8), member 15 24 B (to
+    g0): 56 B across. Nothing else crosses."""
+    lr = run_lesson(get_lesson("moe16"))
+    table = next(t for t in lr.tables if t.title.startswith("Bytes by link"))
+    across = {label: row[1] for label, row in table.rows if row[1]}
+    assert across == {"PP (pp)": 2 * 8 * 2 * 2 * 8 * 8, "world (the clip's norm)": 32 + 24}
+    assert dict(table.rows)["PP (pp)"][0] == 0
+    assert "only pp carries" in table.notes[0]
+
+
+def test_the_picture_draws_the_neighbour_the_going_to_g0_and_says_how_its_grid_maps_to_the_post_s():
+    """The post's step 4 sends 'the' (t5, on g2 beside 'contract') to g0 once, where E1 and E2 both live; the
+    picture's map has a row per DP replica and columns (CP rank, TP rank), the post's TP ranks as rows and CP
+    ranks as columns: g2 (tp 0, cp 1, dp 0) is replica 0's TP row 0, CP column 1."""
+    from parasim.lesson import lesson_module
+    from parasim.render.plot_layout import layout_map
+    from parasim.render.plot_moves import post_grid
+
+    mod = lesson_module("moe16")
+    lr = run_lesson(get_lesson("moe16"))
+    the = mod.neighbours(lr)
+    assert list(the) == ["the"]
+    first = next(r for r in the["the"] if r["layer"] == 1)
+    assert first["gpu"] == 2 and [(e, g) for e, g, _ in first["picks"]] == [(1, 0), (2, 0)]
+    assert next(r for r in the["the"] if r["layer"] == 3)["gpu"] == 10
+    line = post_grid(layout_map(preset("moe16")), 2)
+    assert "here row DP 0, column cp1 tp0" in line and "replica 0, row TP rank 0, column CP rank 1" in line
