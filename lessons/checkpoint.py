@@ -194,9 +194,9 @@ def _layout_part(model: Stack, opts: dict[str, Zero1Adam], shards: list[RankShar
     return {
         "experts": _experts(model),
         "shares": {g: [*opt.ranges()[0], opt.buf.total] for g, opt in opts.items()},
-        "dense pieces": {k: [int(np.size(x)), int(np.prod(where[k].shape))] for k, x in params.items()
+        "dense pieces": {k: [int(np.prod(x.shape)), int(np.prod(where[k].shape))] for k, x in params.items()
                          if not is_expert(placed[k])},
-        "keeps": [{"tensor": f"model/{k}", "index": where[k].index, "flat": [0, int(np.size(x))]}
+        "keeps": [{"tensor": f"model/{k}", "index": where[k].index, "flat": [0, int(np.prod(x.shape))]}
                   for k, x in params.items()]
         + [{"tensor": c.tensor, "index": c.index, "flat": list(c.flat)} for sh in shards for c in sh.chunks
            if c.tensor.startswith("optim/master/")],

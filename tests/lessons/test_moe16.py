@@ -389,3 +389,25 @@ def test_the_picture_draws_the_neighbour_the_going_to_g0_and_says_how_its_grid_m
     assert next(r for r in the["the"] if r["layer"] == 3)["gpu"] == 10
     line = post_grid(layout_map(preset("moe16")), 2)
     assert "here row DP 0, column cp1 tp0" in line and "replica 0, row TP rank 0, column CP rank 1" in line
+
+
+def test_the_picture_draws_the_to_g0_and_back_and_the_grid_caption(tmp_path, monkeypatch):
+    """Drawn: the dispatch panel sends 'the' to E1, E2 on g0 once, the combine brings them back, and the layout's
+    title says how its grid maps to the post's."""
+    from matplotlib.figure import Figure
+
+    figures, original = [], Figure.savefig
+
+    def keep(self, *args, **kwargs):
+        figures.append(self)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", keep)
+    lr = run_lesson(get_lesson("moe16"))
+    lr.lesson.picture.draw(lr, str(tmp_path / "m.png"))
+    (fig,) = figures
+    panels = {ax.get_title(loc="left").rsplit(": ", 1)[-1]: [t.get_text() for t in ax.texts] for ax in fig.axes}
+    assert "'the' to E1, E2 (once)" in panels["dispatch"] and "E1, E2 of 'the' back" in panels["combine"]
+    assert "grey: g2's other token, 'the': E1, E2 on g0; sent to each GPU once" in panels["dispatch"]
+    (layout,) = [ax for ax in fig.axes if ax.get_title(loc="left").startswith("the layout the run used")]
+    assert "the post's rows are TP ranks" in " ".join(layout.get_title(loc="left").split())
